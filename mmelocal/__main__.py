@@ -1,0 +1,7 @@
+"""``python -m mmelocal`` runs the CLI."""
+
+import sys
+
+from mmelocal.cli.main import main
+
+sys.exit(main())

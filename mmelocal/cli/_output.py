@@ -1,0 +1,62 @@
+"""Shared CLI plumbing: logging set-up, one-line errors, the rich console."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.logging import RichHandler
+
+from mmelocal.errors import MmeLocalError
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def configure_logging(verbose: int) -> None:
+    """Install the only log handler mmelocal ever installs (the CLI's)."""
+    level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    handler = RichHandler(console=err_console, show_path=False, rich_tracebacks=False)
+    root = logging.getLogger("mmelocal")
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    root.propagate = False
+
+
+def fail(message: str, code: int = 2) -> None:
+    """Print one red line on stderr and exit with ``code``."""
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    sys.exit(code)
+
+
+def print_json(data: Any) -> None:
+    """Write machine-readable output on stdout (no colours, no wrapping)."""
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def run_cli(group: click.Group, argv: list[str] | None) -> int:
+    """Run the click group; library errors become one line and exit code 2, never a traceback."""
+    try:
+        group.main(args=argv, prog_name="mmelocal", standalone_mode=False)
+    except click.exceptions.Abort:
+        err_console.print("aborted")
+        return 130
+    except click.exceptions.Exit as exc:
+        return int(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except MmeLocalError as exc:
+        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        return 2
+    except KeyboardInterrupt:
+        err_console.print("interrupted")
+        return 130
+    except SystemExit as exc:
+        return int(exc.code) if isinstance(exc.code, int) else 1
+    return 0

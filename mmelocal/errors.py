@@ -1,0 +1,184 @@
+"""Errors raised by mmelocal.
+
+Every error derives from :class:`MmeLocalError`, carries a message that says
+what to do next, and keeps its context as attributes so callers (and the CLI)
+can show it without parsing text::
+
+    MmeLocalError
+    ├── UserInputError              bad arguments, names, options
+    │   ├── SourceError             a model source cannot be found or loaded
+    │   ├── ConfigError             a config.pbtxt or option that breaks Triton's schema
+    │   └── UnsafeArchiveError      a tarball that would write outside its folder
+    ├── MissingDependencyError      an optional extra is not installed (with the pip hint)
+    ├── ExportError                 an exporter failed (TorchScript, ONNX, TensorRT)
+    ├── VerificationError           exported outputs differ from the source beyond tolerance
+    ├── ValidationError             a repository / model folder / tarball has problems
+    ├── RuntimeLayerError           a Triton server could not be started or reached
+    │   ├── ServerStartError        did not become ready (names URL, seconds, log tail)
+    │   ├── ServerDiedError         the process exited while in use
+    │   ├── ModelLoadError          Triton refused a model (Triton's own message)
+    │   └── InferenceError          Triton refused a request
+    ├── EmulatorError               the MME platform emulator
+    │   ├── ModelNotFoundError      TargetModel not in the store
+    │   └── OutOfMemoryError        nothing left to evict and the model still does not fit
+    └── BenchError                  capacity, load test, sweep or report failed
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+
+class MmeLocalError(Exception):
+    """Root of every error mmelocal raises on purpose."""
+
+
+class UserInputError(MmeLocalError):
+    """An argument, name or option given by the user is not acceptable."""
+
+
+class SourceError(UserInputError):
+    """A model source (hub name, folder, file, torchvision/timm name) cannot be used."""
+
+    def __init__(self, message: str, *, source: str | None = None) -> None:
+        super().__init__(message)
+        self.source = source
+
+
+class ConfigError(UserInputError):
+    """A config.pbtxt or a build option does not fit Triton's ModelConfig schema."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: Path | str | None = None,
+        line: int | None = None,
+        field: str | None = None,
+    ) -> None:
+        where = ""
+        if path is not None:
+            where = f"{path}"
+            if line is not None:
+                where += f":{line}"
+            where += ": "
+        super().__init__(where + message)
+        self.path = Path(path) if path is not None else None
+        self.line = line
+        self.field = field
+
+
+class UnsafeArchiveError(UserInputError):
+    """An archive member would escape the target folder or break a limit."""
+
+    def __init__(
+        self, message: str, *, archive: Path | str | None = None, member: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.archive = Path(archive) if archive is not None else None
+        self.member = member
+
+
+class MissingDependencyError(MmeLocalError):
+    """An optional dependency is needed for this feature and is not installed."""
+
+    def __init__(self, package: str, *, extra: str, feature: str) -> None:
+        super().__init__(
+            f"{feature} needs the Python package '{package}', which is not installed: "
+            f"pip install 'mmelocal[{extra}]'"
+        )
+        self.package = package
+        self.extra = extra
+
+
+class ExportError(MmeLocalError):
+    """An exporter could not produce its artifact."""
+
+
+class VerificationError(MmeLocalError):
+    """The exported artifact's outputs differ from the source model's beyond tolerance."""
+
+    def __init__(
+        self, message: str, *, max_abs_diff: float | None = None, max_rel_diff: float | None = None
+    ) -> None:
+        super().__init__(message)
+        self.max_abs_diff = max_abs_diff
+        self.max_rel_diff = max_rel_diff
+
+
+class ValidationError(MmeLocalError):
+    """A model repository, model folder or tarball has problems (listed in ``problems``)."""
+
+    def __init__(self, message: str, *, problems: Sequence[object] = ()) -> None:
+        super().__init__(message)
+        self.problems = list(problems)
+
+
+class RuntimeLayerError(MmeLocalError):
+    """A Triton server could not be started, reached or used."""
+
+
+class ServerStartError(RuntimeLayerError):
+    """The server did not become ready in time, or exited during start-up."""
+
+    def __init__(
+        self, message: str, *, url: str | None = None, log_path: Path | str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.url = url
+        self.log_path = Path(log_path) if log_path is not None else None
+
+
+class ServerDiedError(RuntimeLayerError):
+    """The Triton process is gone; the call could not be served."""
+
+    def __init__(self, message: str, *, log_path: Path | str | None = None) -> None:
+        super().__init__(message)
+        self.log_path = Path(log_path) if log_path is not None else None
+
+
+class ModelLoadError(RuntimeLayerError):
+    """Triton refused to load a model; ``triton_message`` is Triton's own text."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        model_name: str,
+        triton_message: str = "",
+        status_code: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.model_name = model_name
+        self.triton_message = triton_message
+        self.status_code = status_code
+
+
+class InferenceError(RuntimeLayerError):
+    """Triton refused or failed an inference request."""
+
+    def __init__(self, message: str, *, model_name: str, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.model_name = model_name
+        self.status_code = status_code
+
+
+class EmulatorError(MmeLocalError):
+    """The MME emulator could not serve a request."""
+
+
+class ModelNotFoundError(EmulatorError):
+    """The TargetModel is not in the model store."""
+
+    def __init__(self, message: str, *, target_model: str) -> None:
+        super().__init__(message)
+        self.target_model = target_model
+
+
+class OutOfMemoryError(EmulatorError):
+    """The model does not fit even after every evictable model was unloaded."""
+
+
+class BenchError(MmeLocalError):
+    """A capacity measurement, load test, sweep or report failed."""

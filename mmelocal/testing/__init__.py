@@ -1,0 +1,1 @@
+"""mmelocal.testing"""

@@ -1,0 +1,1 @@
+"""Project-wide pytest configuration (the user-facing fixtures live in mmelocal.testing.plugin)."""
