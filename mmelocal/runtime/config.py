@@ -1,0 +1,173 @@
+"""Typed tritonserver options: one frozen dataclass turned into argv and environment.
+
+Nothing here is assembled by string concatenation from user text: every option is a
+field with a type and a check, and :meth:`ServerConfig.to_args` renders the flags
+Triton 2.x understands. Ports set to ``0`` are chosen free by :meth:`ServerConfig.resolved`
+just before start (so two servers on one machine never collide).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mmelocal.errors import UserInputError
+
+MODEL_CONTROL_MODES = ("explicit", "poll", "none")
+
+#: Python-backend shared memory per model: the SageMaker launcher lowers Triton's 64 MB
+#: default to 16 MB so that small ``/dev/shm`` mounts (Docker's default is 64 MB) still work.
+DEFAULT_PYTHON_SHM_BYTES = 16 * 1024 * 1024
+DEFAULT_PYTHON_SHM_GROWTH_BYTES = 1024 * 1024
+
+
+def pick_free_port(host: str = "127.0.0.1") -> int:
+    """Return a TCP port that is free right now on ``host`` (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServerConfig:
+    """Options for one tritonserver process.
+
+    ``model_repository`` is where models live (in explicit mode nothing is loaded at
+    start unless listed in ``load_models``). ``sagemaker=True`` turns on Triton's
+    SageMaker front end (``--allow-sagemaker=true``, ``SAGEMAKER_MULTI_MODEL=true``)
+    listening on ``sagemaker_port``. ``extra_args`` are appended verbatim as separate
+    argv items (each must start with ``--``); ``env`` adds environment variables.
+    """
+
+    model_repository: Path
+    http_port: int = 0
+    grpc_port: int = 0
+    metrics_port: int = 0
+    host: str = "127.0.0.1"
+    model_control_mode: str = "explicit"
+    load_models: tuple[str, ...] = ()
+    strict_readiness: bool = True
+    sagemaker: bool = False
+    sagemaker_port: int = 0
+    log_verbose: int = 0
+    python_shm_default_bytes: int = DEFAULT_PYTHON_SHM_BYTES
+    python_shm_growth_bytes: int = DEFAULT_PYTHON_SHM_GROWTH_BYTES
+    exit_timeout_s: int = 10
+    backend_directory: Path | None = None
+    extra_args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "model_repository", Path(self.model_repository))
+        if self.backend_directory is not None:
+            object.__setattr__(self, "backend_directory", Path(self.backend_directory))
+        object.__setattr__(self, "extra_args", tuple(self.extra_args))
+        object.__setattr__(self, "load_models", tuple(self.load_models))
+        object.__setattr__(self, "env", dict(self.env))
+        for name in ("http_port", "grpc_port", "metrics_port", "sagemaker_port"):
+            port = getattr(self, name)
+            if not isinstance(port, int) or not 0 <= port <= 65535:
+                raise UserInputError(f"{name} must be an int in 0..65535 (0 = free), got {port!r}")
+        if self.model_control_mode not in MODEL_CONTROL_MODES:
+            raise UserInputError(
+                f"model_control_mode must be one of {', '.join(MODEL_CONTROL_MODES)}, "
+                f"got {self.model_control_mode!r}"
+            )
+        if self.load_models and self.model_control_mode != "explicit":
+            raise UserInputError("load_models needs model_control_mode='explicit'")
+        if self.log_verbose < 0:
+            raise UserInputError(f"log_verbose must be >= 0, got {self.log_verbose}")
+        if self.python_shm_default_bytes < 1024 * 1024:
+            raise UserInputError(
+                "python_shm_default_bytes must be >= 1048576 (1 MB), "
+                f"got {self.python_shm_default_bytes}"
+            )
+        if self.python_shm_growth_bytes < 1:
+            raise UserInputError(
+                f"python_shm_growth_bytes must be >= 1, got {self.python_shm_growth_bytes}"
+            )
+        if self.exit_timeout_s < 0:
+            raise UserInputError(f"exit_timeout_s must be >= 0, got {self.exit_timeout_s}")
+        for arg in self.extra_args:
+            if not isinstance(arg, str) or not arg.startswith("--"):
+                raise UserInputError(
+                    f"extra_args items must be flags starting with '--', got {arg!r}"
+                )
+
+    def resolved(self) -> ServerConfig:
+        """A copy with every port 0 replaced by a free port (SageMaker port only if enabled)."""
+        taken: set[int] = set()
+
+        def choose(port: int) -> int:
+            if port:
+                return port
+            while True:
+                candidate = pick_free_port(self.host)
+                if candidate not in taken:
+                    taken.add(candidate)
+                    return candidate
+
+        return dataclasses.replace(
+            self,
+            http_port=choose(self.http_port),
+            grpc_port=choose(self.grpc_port),
+            metrics_port=choose(self.metrics_port),
+            sagemaker_port=choose(self.sagemaker_port) if self.sagemaker else self.sagemaker_port,
+        )
+
+    def to_args(self) -> list[str]:
+        """The tritonserver argv after the binary (ports must be resolved first)."""
+        ports = [self.http_port, self.grpc_port, self.metrics_port]
+        if self.sagemaker:
+            ports.append(self.sagemaker_port)
+        if 0 in ports:
+            raise UserInputError("ports are still 0: call ServerConfig.resolved() before to_args()")
+        args = [
+            f"--model-repository={self.model_repository}",
+            f"--model-control-mode={self.model_control_mode}",
+            f"--strict-readiness={_flag(self.strict_readiness)}",
+            f"--http-address={self.host}",
+            f"--http-port={self.http_port}",
+            f"--grpc-address={self.host}",
+            f"--grpc-port={self.grpc_port}",
+            f"--metrics-address={self.host}",
+            f"--metrics-port={self.metrics_port}",
+            f"--log-verbose={self.log_verbose}",
+            f"--exit-timeout-secs={self.exit_timeout_s}",
+            f"--backend-config=python,shm-default-byte-size={self.python_shm_default_bytes}",
+            f"--backend-config=python,shm-growth-byte-size={self.python_shm_growth_bytes}",
+        ]
+        if self.backend_directory is not None:
+            args.append(f"--backend-directory={self.backend_directory}")
+        if self.sagemaker:
+            args += [
+                "--allow-sagemaker=true",
+                f"--sagemaker-port={self.sagemaker_port}",
+            ]
+        args += [f"--load-model={name}" for name in self.load_models]
+        args += list(self.extra_args)
+        return args
+
+    def to_env(self) -> dict[str, str]:
+        """Environment variables this config adds (on top of the launcher's own)."""
+        env: dict[str, str] = {}
+        if self.sagemaker:
+            env["SAGEMAKER_MULTI_MODEL"] = "true"
+        env.update(self.env)
+        return env
+
+
+def _flag(value: bool) -> str:
+    return "true" if value else "false"
+
+
+__all__ = [
+    "DEFAULT_PYTHON_SHM_BYTES",
+    "DEFAULT_PYTHON_SHM_GROWTH_BYTES",
+    "MODEL_CONTROL_MODES",
+    "ServerConfig",
+    "pick_free_port",
+]

@@ -1,0 +1,102 @@
+"""The seam between "a Triton is running" and how it got there.
+
+A launcher only starts, stops, reports :meth:`TritonLauncher.is_alive`, its
+:class:`Endpoints` and its log. Local binary (:mod:`mmelocal.runtime.local`), Docker
+(:mod:`mmelocal.runtime.docker`) and an already running server
+(:mod:`mmelocal.runtime.external`) implement the same protocol, so the client, ``check``,
+the emulator and the pytest fixtures never care which one they got.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Protocol, runtime_checkable
+
+from mmelocal.errors import UserInputError
+
+
+@dataclass(frozen=True, kw_only=True)
+class Endpoints:
+    """Where a running Triton answers.
+
+    ``http_url`` (KServe v2 over HTTP, e.g. ``http://127.0.0.1:8000``), ``grpc_url``
+    (``host:port``, tritonclient's gRPC form, no scheme), ``metrics_url`` (the
+    Prometheus text at ``<metrics_url>/metrics``) and ``sagemaker_url`` (Triton's
+    SageMaker front end, ``None`` when not enabled).
+    """
+
+    http_url: str
+    grpc_url: str | None = None
+    metrics_url: str | None = None
+    sagemaker_url: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.http_url.startswith(("http://", "https://")):
+            raise UserInputError(
+                f"http_url must start with http:// or https://, got {self.http_url!r}"
+            )
+        object.__setattr__(self, "http_url", self.http_url.rstrip("/"))
+        if self.metrics_url is not None:
+            object.__setattr__(self, "metrics_url", self.metrics_url.rstrip("/"))
+        if self.sagemaker_url is not None:
+            object.__setattr__(self, "sagemaker_url", self.sagemaker_url.rstrip("/"))
+
+    @property
+    def http_host_port(self) -> str:
+        """``host:port`` of the HTTP endpoint (the form tritonclient's HTTP client takes)."""
+        return self.http_url.split("://", 1)[1]
+
+
+@runtime_checkable
+class TritonLauncher(Protocol):
+    """A Triton server process owner (or a handle on one that someone else owns).
+
+    ``start()`` returns once the server answers ready (or raises ServerStartError naming
+    the URL, the seconds waited and the log tail); ``stop()`` is idempotent; the context
+    manager starts on enter and stops on exit, also when start fails half-way.
+    """
+
+    @property
+    def endpoints(self) -> Endpoints:
+        """The server's URLs (valid after ``start()``)."""
+        ...
+
+    @property
+    def log_path(self) -> Path | None:
+        """The server's log file, when this launcher keeps one."""
+        ...
+
+    @property
+    def model_repository(self) -> Path | None:
+        """The repository the server was started on, when known locally."""
+        ...
+
+    def start(self) -> None:
+        """Start the server and wait until it is ready."""
+        ...
+
+    def stop(self) -> None:
+        """Stop the server (no-op when already stopped)."""
+        ...
+
+    def is_alive(self) -> bool:
+        """True while the server process (or container, or remote server) is up."""
+        ...
+
+    def pid(self) -> int | None:
+        """The server's process id on this host, when there is one."""
+        ...
+
+    def __enter__(self) -> TritonLauncher: ...
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+
+__all__ = ["Endpoints", "TritonLauncher"]
