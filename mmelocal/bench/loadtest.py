@@ -1,0 +1,373 @@
+"""Locust load tests of an MME endpoint (the emulator, a Triton, or a real SageMaker endpoint).
+
+Each simulated user sends requests back to back, each to a random target among the copies;
+the :mod:`~mmelocal.bench.shape` decides how many users run when. Locust monkey-patches
+the process it is imported in, so :func:`run_loadtest` runs it in a child process
+(:mod:`mmelocal.bench._locust_worker`) and reads its progress and result; importing this
+module never imports locust.
+
+Endpoints:
+
+- ``http://host:port/endpoints/NAME[/invocations]`` -> ``POST /endpoints/NAME/invocations``
+  with ``X-Amzn-SageMaker-Target-Model`` (FastHttpUser; or boto3 with ``mode="boto3"``);
+- ``http://host:port`` with ``mode="triton-v2"`` -> ``POST /v2/models/TARGET/infer``
+  (a plain Triton, used by the sweep);
+- a bare name (no scheme) -> a real SageMaker endpoint through boto3's
+  ``sagemaker-runtime`` client (region and credentials from the usual AWS settings).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, ClassVar
+from urllib.parse import urlsplit
+
+from mmelocal.bench.shape import LoadShape
+from mmelocal.bench.stepstats import StepStats, max_users_before_first_failure
+from mmelocal.errors import BenchError, UserInputError
+
+logger = logging.getLogger(__name__)
+
+MODES = ("auto", "invocations", "triton-v2", "boto3")
+DEFAULT_ENDPOINT_NAME = "mmelocal"
+WORKER_MODULE = "mmelocal.bench._locust_worker"
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoadTestConfig:
+    """What to load-test and how (see the module docstring for ``endpoint`` forms)."""
+
+    endpoint: str
+    targets: tuple[str, ...]
+    payload: bytes
+    shape: LoadShape
+    content_type: str = "application/json"
+    accept: str = "*/*"
+    mode: str = "auto"
+    endpoint_name: str | None = None
+    region: str | None = None
+    timeout_s: float = 60.0
+    wait_s: float = 0.0
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "targets", tuple(self.targets))
+        if not self.targets:
+            raise UserInputError("targets must name at least one model")
+        if self.mode not in MODES:
+            raise UserInputError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        if not self.endpoint:
+            raise UserInputError("endpoint must be a URL or a SageMaker endpoint name")
+        if self.timeout_s <= 0:
+            raise UserInputError(f"timeout_s must be > 0, got {self.timeout_s}")
+        if self.wait_s < 0:
+            raise UserInputError(f"wait_s must be >= 0, got {self.wait_s}")
+        if not self.payload:
+            raise UserInputError("payload must not be empty")
+        self.worker_config()  # validates the endpoint / mode combination
+
+    def worker_config(self) -> dict[str, Any]:
+        """The JSON the Locust worker reads (without the payload path)."""
+        base: dict[str, Any] = {
+            "targets": list(self.targets),
+            "content_type": self.content_type,
+            "accept": self.accept,
+            "shape": self.shape.to_dict(),
+            "timeout_s": self.timeout_s,
+            "wait_s": self.wait_s,
+            "seed": self.seed,
+            "region": self.region,
+        }
+        if "://" not in self.endpoint:
+            if self.mode not in ("auto", "boto3"):
+                raise UserInputError(
+                    f"endpoint {self.endpoint!r} has no http(s):// scheme, so it is taken as a "
+                    f"SageMaker endpoint name (mode boto3); mode {self.mode!r} needs a URL"
+                )
+            return {**base, "mode": "boto3", "endpoint_url": None, "endpoint_name": self.endpoint}
+        parts = urlsplit(self.endpoint)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise UserInputError(
+                f"endpoint URL must be http(s)://host:port[...], got {self.endpoint!r}"
+            )
+        host = f"{parts.scheme}://{parts.netloc}"
+        segments = [s for s in parts.path.split("/") if s]
+        name = self.endpoint_name
+        if segments[:1] == ["endpoints"] and len(segments) >= 2:
+            name = segments[1]
+        elif segments:
+            raise UserInputError(
+                f"endpoint URL path must be empty or /endpoints/NAME[/invocations], "
+                f"got {parts.path!r}"
+            )
+        mode = "invocations" if self.mode == "auto" else self.mode
+        return {
+            **base,
+            "mode": mode,
+            "host": host,
+            "endpoint_url": host,
+            "endpoint_name": name or DEFAULT_ENDPOINT_NAME,
+        }
+
+
+@dataclass(frozen=True)
+class LoadProgress:
+    """One live progress sample from the running load test."""
+
+    elapsed_s: float
+    duration_s: float
+    stage: int
+    stage_name: str
+    users: int
+    requests: int
+    failures: int
+    rps: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoadTestResult:
+    """A finished load test; JSON-able with ``kind = "loadtest"``."""
+
+    kind: ClassVar[str] = "loadtest"
+    endpoint: str
+    mode: str
+    target_count: int
+    shape: LoadShape
+    steps: tuple[StepStats, ...]
+    wall_s: float
+    loadgen_cpu_percent: float
+    locust_total_requests: int
+    locust_total_failures: int
+    first_failure_users: int | None
+    errors: Mapping[str, int] = field(default_factory=dict)
+    started_at: str = ""
+    label: str = ""
+
+    @property
+    def requests(self) -> int:
+        """All requests counted in the steps."""
+        return sum(step.requests for step in self.steps)
+
+    @property
+    def failures(self) -> int:
+        """All failed requests counted in the steps."""
+        return sum(step.failures for step in self.steps)
+
+    @property
+    def max_users_without_failure(self) -> int | None:
+        """Highest user count reached before the first step with a failed request."""
+        return max_users_before_first_failure(self.steps)
+
+    @property
+    def peak_throughput_rps(self) -> float:
+        """Highest per-step request rate."""
+        return max((step.throughput_rps for step in self.steps), default=0.0)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for JSON (``kind`` tells ``mmelocal report`` what this is)."""
+        return {
+            "kind": self.kind,
+            "label": self.label,
+            "endpoint": self.endpoint,
+            "mode": self.mode,
+            "target_count": self.target_count,
+            "started_at": self.started_at,
+            "shape": self.shape.to_dict(),
+            "steps": [step.to_dict() for step in self.steps],
+            "wall_s": self.wall_s,
+            "loadgen_cpu_percent": self.loadgen_cpu_percent,
+            "requests": self.requests,
+            "failures": self.failures,
+            "locust_total_requests": self.locust_total_requests,
+            "locust_total_failures": self.locust_total_failures,
+            "first_failure_users": self.first_failure_users,
+            "max_users_without_failure": self.max_users_without_failure,
+            "peak_throughput_rps": self.peak_throughput_rps,
+            "errors": dict(self.errors),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LoadTestResult:
+        """Inverse of :meth:`to_dict` (derived fields are recomputed)."""
+        return cls(
+            label=str(data.get("label", "")),
+            endpoint=str(data["endpoint"]),
+            mode=str(data["mode"]),
+            target_count=int(data["target_count"]),
+            started_at=str(data.get("started_at", "")),
+            shape=LoadShape.from_dict(data["shape"]),
+            steps=tuple(StepStats.from_dict(step) for step in data["steps"]),
+            wall_s=float(data["wall_s"]),
+            loadgen_cpu_percent=float(data["loadgen_cpu_percent"]),
+            locust_total_requests=int(data["locust_total_requests"]),
+            locust_total_failures=int(data["locust_total_failures"]),
+            first_failure_users=data.get("first_failure_users"),
+            errors=dict(data.get("errors", {})),
+        )
+
+
+def expand_targets(pattern: str, count: int, *, start: int = 0) -> tuple[str, ...]:
+    """``'model-{i}.tar.gz'`` with ``count=3`` -> model-0.tar.gz, model-1.tar.gz, model-2.tar.gz."""
+    if count < 1:
+        raise UserInputError(f"count must be >= 1, got {count}")
+    if "{i}" not in pattern:
+        raise UserInputError(f"targets pattern must contain '{{i}}', got {pattern!r}")
+    return tuple(pattern.replace("{i}", str(i)) for i in range(start, start + count))
+
+
+def run_loadtest(
+    config: LoadTestConfig,
+    *,
+    progress: Callable[[LoadProgress], None] | None = None,
+    label: str = "",
+) -> LoadTestResult:
+    """Run the load test in a Locust child process and return its per-step numbers.
+
+    The child is always ended before this returns (also on errors and Ctrl-C).
+    """
+    worker = config.worker_config()
+    started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    with tempfile.TemporaryDirectory(prefix="mmelocal-loadtest-") as tmp:
+        tmpdir = Path(tmp)
+        payload_path = tmpdir / "payload.bin"
+        payload_path.write_bytes(config.payload)
+        config_path = tmpdir / "config.json"
+        config_path.write_text(json.dumps({**worker, "payload_path": str(payload_path)}), "utf-8")
+        out_path = tmpdir / "result.json"
+        err_path = tmpdir / "worker.log"
+        logger.info(
+            "load test of %s (%s, %d targets, %d stages, %.0f s planned)",
+            config.endpoint,
+            worker["mode"],
+            len(config.targets),
+            len(config.shape.stages),
+            config.shape.duration_s,
+        )
+        data = _run_worker(config_path, out_path, err_path, config.shape, progress)
+    result = LoadTestResult(
+        label=label,
+        endpoint=config.endpoint,
+        mode=worker["mode"],
+        target_count=len(config.targets),
+        started_at=started_at,
+        shape=config.shape,
+        steps=tuple(StepStats.from_dict(step) for step in data["steps"]),
+        wall_s=float(data["wall_s"]),
+        loadgen_cpu_percent=float(data["loadgen_cpu_percent"]),
+        locust_total_requests=int(data["locust_total_requests"]),
+        locust_total_failures=int(data["locust_total_failures"]),
+        first_failure_users=data.get("first_failure_users"),
+        errors=dict(data.get("errors", {})),
+    )
+    logger.info(
+        "load test done: %d requests, %d failures, peak %.1f req/s, load generator CPU %.0f%%",
+        result.requests,
+        result.failures,
+        result.peak_throughput_rps,
+        result.loadgen_cpu_percent,
+    )
+    return result
+
+
+def _run_worker(
+    config_path: Path,
+    out_path: Path,
+    err_path: Path,
+    shape: LoadShape,
+    progress: Callable[[LoadProgress], None] | None,
+) -> dict[str, Any]:
+    env = dict(os.environ)
+    package_root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+    limit_s = shape.duration_s + 120.0
+    with open(err_path, "wb") as err:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "mmelocal.bench._locust_worker",
+                str(config_path),
+                str(out_path),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            text=True,
+        )
+        watchdog = threading.Timer(limit_s, proc.kill)
+        watchdog.daemon = True
+        watchdog.start()
+        started = time.monotonic()
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                event = _parse_event(line)
+                if event and event.get("event") == "progress" and progress is not None:
+                    progress(LoadProgress(**{k: v for k, v in event.items() if k != "event"}))
+            code = proc.wait(timeout=30)
+        finally:
+            watchdog.cancel()
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    if time.monotonic() - started >= limit_s:
+        raise BenchError(f"the load test did not finish within {limit_s:.0f} s and was stopped")
+    if code != 0 or not out_path.exists():
+        tail = "\n".join(err_path.read_text("utf-8", errors="replace").splitlines()[-15:])
+        raise BenchError(f"the Locust worker failed (exit code {code}):\n{tail}")
+    result: dict[str, Any] = json.loads(out_path.read_text("utf-8"))
+    return result
+
+
+def _parse_event(line: str) -> dict[str, Any] | None:
+    line = line.strip()
+    if not line.startswith("{"):
+        return None
+    try:
+        event = json.loads(line)
+    except ValueError:
+        return None
+    return event if isinstance(event, dict) else None
+
+
+def steps_table(result: LoadTestResult) -> list[dict[str, Any]]:
+    """Rows (one per step) for CSV and tables."""
+    return [step.to_dict() for step in result.steps]
+
+
+def summary_lines(result: LoadTestResult) -> Sequence[str]:
+    """A few plain-text lines that sum the test up (for logs and reports)."""
+    ceiling = result.max_users_without_failure
+    return (
+        f"{result.requests} requests, {result.failures} failed, "
+        f"peak {result.peak_throughput_rps:.1f} requests/s",
+        "highest user count before the first failure: "
+        + ("none (the first step already failed)" if ceiling is None else str(ceiling))
+        + (" (no failures)" if result.failures == 0 else ""),
+        f"load generator CPU: {result.loadgen_cpu_percent:.0f}% of one core",
+    )
+
+
+__all__ = [
+    "DEFAULT_ENDPOINT_NAME",
+    "MODES",
+    "LoadProgress",
+    "LoadTestConfig",
+    "LoadTestResult",
+    "expand_targets",
+    "run_loadtest",
+    "steps_table",
+    "summary_lines",
+]
