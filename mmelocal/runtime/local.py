@@ -175,6 +175,10 @@ def server_environment(install: TritonInstall, config: ServerConfig) -> dict[str
         lib_dirs.append(str(install.libs_dir))
     env["LD_LIBRARY_PATH"] = _join_paths(lib_dirs, env.get("LD_LIBRARY_PATH"))
     env["PYTHONPATH"] = _join_paths(_site_packages(), env.get("PYTHONPATH"))
+    # The stub's embedded interpreter starts isolated (PYTHONPATH is not read) and finds its
+    # prefix from the first ``python3`` on PATH: this environment's bin makes it load the
+    # same site-packages (a venv's pyvenv.cfg included).
+    env["PATH"] = _join_paths([str(Path(sys.executable).parent)], env.get("PATH"))
     env.update(config.to_env())
     return env
 

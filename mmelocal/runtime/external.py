@@ -1,0 +1,101 @@
+"""Attach to a Triton someone else runs (a kept ``mmelocal triton start`` server, a container).
+
+:class:`ExternalLauncher` follows the :class:`~mmelocal.runtime.launcher.TritonLauncher`
+protocol without owning a process: ``start()`` only waits until the server answers ready,
+``stop()`` does nothing, and ``is_alive()`` asks the server's health endpoint.
+"""
+
+from __future__ import annotations
+
+import urllib.request
+from pathlib import Path
+from types import TracebackType
+
+from mmelocal.runtime.launcher import Endpoints
+from mmelocal.runtime.readiness import wait_until_ready
+
+
+def _ok(url: str, timeout_s: float) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+class ExternalLauncher:
+    """A handle on a running Triton at ``url`` (``http://host:port``).
+
+    ``grpc_url``, ``metrics_url`` and ``sagemaker_url`` are optional; ``model_repository``
+    is the server's repository when it is on this machine (needed to add models to it).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        grpc_url: str | None = None,
+        metrics_url: str | None = None,
+        sagemaker_url: str | None = None,
+        model_repository: Path | str | None = None,
+        log_path: Path | str | None = None,
+        pid: int | None = None,
+        start_timeout_s: float = 30.0,
+    ) -> None:
+        self._endpoints = Endpoints(
+            http_url=url, grpc_url=grpc_url, metrics_url=metrics_url, sagemaker_url=sagemaker_url
+        )
+        self._repo = Path(model_repository) if model_repository is not None else None
+        self._log_path = Path(log_path) if log_path is not None else None
+        self._pid = pid
+        self.start_timeout_s = start_timeout_s
+
+    @property
+    def endpoints(self) -> Endpoints:
+        """The server's URLs as given."""
+        return self._endpoints
+
+    @property
+    def log_path(self) -> Path | None:
+        """The server's log file when known."""
+        return self._log_path
+
+    @property
+    def model_repository(self) -> Path | None:
+        """The server's repository when it is a local folder."""
+        return self._repo
+
+    def pid(self) -> int | None:
+        """The server's pid when known (a kept local server)."""
+        return self._pid
+
+    def start(self) -> None:
+        """Wait until the server answers ready (it is not started here)."""
+        wait_until_ready(
+            lambda: _ok(f"{self._endpoints.http_url}/v2/health/ready", 2.0),
+            timeout_s=self.start_timeout_s,
+            url=self._endpoints.http_url,
+            log_path=self._log_path,
+        )
+
+    def stop(self) -> None:
+        """Nothing to stop: the server belongs to someone else."""
+
+    def is_alive(self) -> bool:
+        """True when the server's liveness endpoint answers 200."""
+        return _ok(f"{self._endpoints.http_url}/v2/health/live", 2.0)
+
+    def __enter__(self) -> ExternalLauncher:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+__all__ = ["ExternalLauncher"]

@@ -1,0 +1,267 @@
+"""Serve native-platform models on a server that only has the Python backend.
+
+The pip ``tritonserver`` (nvidia-pytriton) ships the Python backend alone. For a model
+whose platform the server lacks (``pytorch_libtorch``, ``onnxruntime_onnx``,
+``tensorrt_plan``) :func:`prepare_model_for_server` writes a derived copy of the model
+folder: same name, inputs, outputs, ``max_batch_size``, ``dynamic_batching``,
+``instance_group`` count and ``model_warmup``, with ``backend: "python"`` and mmelocal's
+generic runner (``model_repo_templates/python_runner/model.py``) copied beside the
+artifact in every version folder. Triton's scheduling (dynamic batching, instances,
+warmup, explicit load/unload) stays real; only the framework call runs in the stub.
+
+``KIND_GPU`` becomes ``KIND_CPU`` only when there is no GPU, and the result's ``notes``
+say so. The user's folder is never modified: files are hard-linked (or copied) into
+``out_dir``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mmelocal.builder.config import config_to_text, read_config
+from mmelocal.errors import ConfigError, UserInputError
+
+logger = logging.getLogger(__name__)
+
+#: platform or backend name -> (backend the server needs, runner artifact format, file)
+NATIVE_FORMATS: dict[str, tuple[str, str, str]] = {
+    "pytorch_libtorch": ("pytorch", "torchscript", "model.pt"),
+    "pytorch": ("pytorch", "torchscript", "model.pt"),
+    "onnxruntime_onnx": ("onnxruntime", "onnx", "model.onnx"),
+    "onnxruntime": ("onnxruntime", "onnx", "model.onnx"),
+    "tensorrt_plan": ("tensorrt", "tensorrt", "model.plan"),
+    "tensorrt": ("tensorrt", "tensorrt", "model.plan"),
+}
+#: backends every Triton has without a backend folder
+BUILTIN_BACKENDS = frozenset({"ensemble"})
+RUNNER_FILE = "model.py"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PreparedModel:
+    """A model folder ready for the server: where it came from, where it is, what changed."""
+
+    name: str
+    source_dir: Path
+    served_dir: Path
+    backend: str
+    derived: bool
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+def required_backend(config: Any) -> str:
+    """The backend a ModelConfig needs (``platform`` mapped to its backend name)."""
+    if config.backend:
+        return str(config.backend)
+    platform = str(config.platform)
+    if platform in NATIVE_FORMATS:
+        return NATIVE_FORMATS[platform][0]
+    if platform.startswith("tensorflow"):
+        return "tensorflow"
+    return platform
+
+
+def available_backends(backend_directory: Path | None) -> frozenset[str]:
+    """Backends a server started with ``--backend-directory`` has (folder names + ensemble)."""
+    names = set(BUILTIN_BACKENDS)
+    if backend_directory is not None and Path(backend_directory).is_dir():
+        names.update(p.name for p in Path(backend_directory).iterdir() if p.is_dir())
+    return frozenset(names)
+
+
+def gpu_available() -> bool:
+    """True when NVML sees at least one NVIDIA GPU (False without pynvml or a driver)."""
+    try:
+        import pynvml
+    except ImportError:
+        return False
+    try:
+        pynvml.nvmlInit()
+    except Exception:
+        return False
+    try:
+        return int(pynvml.nvmlDeviceGetCount()) > 0
+    except Exception:
+        return False
+    finally:
+        with contextlib.suppress(Exception):
+            pynvml.nvmlShutdown()
+
+
+def runner_template() -> Path:
+    """The generic runner file (installed wheel or source tree)."""
+    here = Path(__file__).resolve().parent.parent
+    for root in (here / "model_repo_templates", here.parent / "model_repo_templates"):
+        candidate = root / "python_runner" / RUNNER_FILE
+        if candidate.is_file():
+            return candidate
+    raise FileNotFoundError("model_repo_templates/python_runner/model.py is missing")
+
+
+def prepare_model_for_server(
+    model_dir: Path | str,
+    out_dir: Path | str,
+    *,
+    backends_available: Iterable[str],
+    gpu: bool,
+) -> PreparedModel:
+    """Write a copy of ``model_dir`` into ``out_dir/<name>`` that this server can load.
+
+    Models whose backend the server has are copied as they are (hard links), except that
+    ``KIND_GPU`` groups become ``KIND_CPU`` when ``gpu`` is False. Native models the
+    server lacks are derived (module docstring). An existing ``out_dir/<name>`` is
+    replaced atomically.
+    """
+    source = Path(model_dir)
+    config_path = source / "config.pbtxt"
+    if not config_path.is_file():
+        raise UserInputError(f"{source} has no config.pbtxt: not a Triton model folder")
+    config = read_config(config_path)
+    if not config.name:
+        config.name = source.name
+    name = str(config.name)
+    needed = required_backend(config)
+    available = frozenset(backends_available)
+    notes: list[str] = []
+    derived = needed not in available
+    if derived:
+        if needed not in {v[0] for v in NATIVE_FORMATS.values()}:
+            raise ConfigError(
+                f"model {name!r} needs the {needed!r} backend, which this server lacks and "
+                f"mmelocal cannot emulate (it runs pytorch_libtorch, onnxruntime_onnx and "
+                f"tensorrt_plan models through the Python backend); "
+                f"available: {', '.join(sorted(available))}",
+                path=config_path,
+            )
+        _derive_config(config, source, notes)
+    if not gpu:
+        _force_cpu(config, name, notes)
+    out_root = Path(out_dir)
+    out_root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=out_root))
+    try:
+        _link_tree(source, staging, skip_config=True)
+        if derived:
+            runner = runner_template()
+            for version in _version_dirs(staging):
+                (version / RUNNER_FILE).unlink(missing_ok=True)
+                shutil.copy2(runner, version / RUNNER_FILE)
+        (staging / "config.pbtxt").write_text(config_to_text(config), encoding="utf-8")
+        target = out_root / name
+        _swap_in(staging, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    for note in notes:
+        logger.info("%s", note)
+    return PreparedModel(
+        name=name,
+        source_dir=source,
+        served_dir=target,
+        backend="python" if derived else needed,
+        derived=derived,
+        notes=tuple(notes),
+    )
+
+
+def prepare_repository(
+    repo: Path | str,
+    out_dir: Path | str,
+    *,
+    backends_available: Iterable[str],
+    gpu: bool,
+) -> list[PreparedModel]:
+    """:func:`prepare_model_for_server` for every model folder in ``repo``."""
+    root = Path(repo)
+    if not root.is_dir():
+        raise UserInputError(f"model repository {root} is not a folder")
+    available = frozenset(backends_available)
+    return [
+        prepare_model_for_server(child, out_dir, backends_available=available, gpu=gpu)
+        for child in sorted(root.iterdir())
+        if child.is_dir() and (child / "config.pbtxt").is_file()
+    ]
+
+
+def _derive_config(config: Any, source: Path, notes: list[str]) -> None:
+    key = str(config.platform or config.backend)
+    _, fmt, default_file = NATIVE_FORMATS[key]
+    artifact = config.default_model_filename or default_file
+    config.platform = ""
+    config.backend = "python"
+    config.default_model_filename = ""
+    config.ClearField("optimization")
+    config.ClearField("cc_model_filenames")
+    config.parameters["mmelocal_artifact_format"].string_value = fmt
+    config.parameters["mmelocal_artifact"].string_value = artifact
+    config.parameters["mmelocal_source_platform"].string_value = key
+    notes.append(
+        f"{config.name}: the server has no {key} backend; serving {artifact} through the "
+        f"Python backend with mmelocal's {fmt} runner (Triton's batching, instances and "
+        "warmup stay real)"
+    )
+    for version in _version_dirs(source):
+        if not (version / artifact).exists():
+            notes.append(f"{config.name}: version {version.name} has no {artifact}")
+
+
+def _force_cpu(config: Any, name: str, notes: list[str]) -> None:
+    from tritonclient.grpc import model_config_pb2 as pb
+
+    changed = False
+    for group in config.instance_group:
+        if group.kind == pb.ModelInstanceGroup.KIND_GPU:
+            group.kind = pb.ModelInstanceGroup.KIND_CPU
+            del group.gpus[:]
+            changed = True
+    if changed:
+        notes.append(f"{name}: no GPU on this machine: KIND_GPU instance groups run as KIND_CPU")
+
+
+def _version_dirs(model_dir: Path) -> list[Path]:
+    return sorted(p for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit())
+
+
+def _link_tree(source: Path, dest: Path, *, skip_config: bool) -> None:
+    def link_or_copy(src: str, dst: str) -> None:
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+
+    for entry in source.iterdir():
+        if skip_config and entry.name == "config.pbtxt":
+            continue
+        if entry.is_dir():
+            shutil.copytree(entry, dest / entry.name, copy_function=link_or_copy)
+        else:
+            link_or_copy(str(entry), str(dest / entry.name))
+
+
+def _swap_in(staging: Path, target: Path) -> None:
+    if target.exists():
+        old = target.with_name(f".{target.name}-old-{os.getpid()}")
+        os.rename(target, old)
+        os.rename(staging, target)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.rename(staging, target)
+
+
+__all__ = [
+    "NATIVE_FORMATS",
+    "PreparedModel",
+    "available_backends",
+    "gpu_available",
+    "prepare_model_for_server",
+    "prepare_repository",
+    "required_backend",
+    "runner_template",
+]
