@@ -1,0 +1,311 @@
+"""The artifact cache on disk: download, safe extraction, disk budget.
+
+Layout under ``root``::
+
+    <root>/<key>/model/        the extracted tarball (the folder given to Triton as "url")
+    <root>/<key>/served/       a derived copy Triton can run (only when ``prepare`` made one)
+    <root>/<key>/meta.json     the TargetModel, the store version, the size on disk
+    <root>/.staging-*/         work in progress (removed at start)
+    <root>/.downloads/         tarballs being downloaded
+
+An entry is built in a staging folder and renamed into place, so a half-written model is
+never served. Extraction goes through :func:`mmelocal.builder.tarball.safe_extract` (no
+escapes, size and member limits). When the disk budget would be crossed, the least
+recently used artifacts that are not pinned (loaded in Triton) are deleted first.
+Every method here blocks: call it from an executor.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from mmelocal.emulator.lru import ArtifactUsage, plan_disk_eviction
+from mmelocal.emulator.store import ModelStore, validate_target
+from mmelocal.errors import EmulatorError, UserInputError, ValidationError
+
+logger = logging.getLogger(__name__)
+
+Prepare = Callable[[Path, Path], "Path | None"]
+
+
+@dataclass
+class CachedArtifact:
+    """One artifact on disk; ``serve_dir`` is the folder to hand to Triton."""
+
+    target: str
+    key: str
+    entry_dir: Path
+    serve_dir: Path
+    size_bytes: int
+    version: str
+    last_used_s: float
+    pins: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class FetchResult:
+    """What :meth:`ArtifactCache.ensure` did: a cache hit, or download and extraction times."""
+
+    artifact: CachedArtifact
+    downloaded: bool
+    download_s: float = 0.0
+    extract_s: float = 0.0
+    prepare_s: float = 0.0
+    compressed_bytes: int = 0
+
+
+def target_key(target: str) -> str:
+    """A file-system and URL safe key for a TargetModel (hex digest)."""
+    return hashlib.sha256(target.encode("utf-8")).hexdigest()[:32]
+
+
+def tree_size(path: Path) -> int:
+    """Bytes of all regular files under ``path`` (symlinks not followed)."""
+    total = 0
+    for dirpath, _dirs, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+    return total
+
+
+class ArtifactCache:
+    """Artifacts of one store on local disk, under a disk budget (see the module docstring)."""
+
+    def __init__(
+        self,
+        root: Path | str,
+        store: ModelStore,
+        *,
+        disk_budget_bytes: int,
+        max_unpacked_bytes: int | None = None,
+        max_members: int | None = None,
+    ) -> None:
+        if disk_budget_bytes <= 0:
+            raise UserInputError(f"disk_budget_bytes must be > 0, got {disk_budget_bytes}")
+        self.root = Path(root).resolve()
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.store = store
+        self.disk_budget_bytes = disk_budget_bytes
+        self.max_unpacked_bytes = max_unpacked_bytes or disk_budget_bytes
+        self.max_members = max_members
+        self._entries: dict[str, CachedArtifact] = {}
+        self._lock = threading.Lock()
+        self._target_locks: dict[str, threading.Lock] = {}
+        self._downloads = self.root / ".downloads"
+        self._scan()
+
+    # -- bookkeeping -------------------------------------------------------------------
+    def _scan(self) -> None:
+        for leftover in self.root.glob(".staging-*"):
+            shutil.rmtree(leftover, ignore_errors=True)
+        shutil.rmtree(self._downloads, ignore_errors=True)
+        self._downloads.mkdir(parents=True, exist_ok=True)
+        for meta_path in self.root.glob("*/meta.json"):
+            try:
+                meta = json.loads(meta_path.read_text())
+                entry = meta_path.parent
+                serve = entry / ("served" if (entry / "served").is_dir() else "model")
+                art = CachedArtifact(
+                    target=str(meta["target"]),
+                    key=entry.name,
+                    entry_dir=entry,
+                    serve_dir=serve,
+                    size_bytes=int(meta["size_bytes"]),
+                    version=str(meta.get("version", "")),
+                    last_used_s=float(meta_path.stat().st_mtime),
+                )
+            except (OSError, ValueError, KeyError):
+                shutil.rmtree(meta_path.parent, ignore_errors=True)
+                continue
+            self._entries[art.target] = art
+        if self._entries:
+            logger.info("artifact cache %s: %d artifacts kept from before", self.root, len(self))
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def used_bytes(self) -> int:
+        """Bytes on disk held by cached artifacts."""
+        with self._lock:
+            return sum(a.size_bytes for a in self._entries.values())
+
+    @property
+    def utilization_percent(self) -> float:
+        """``DiskUtilization``: used bytes as a percentage of the disk budget."""
+        return 100.0 * self.used_bytes / self.disk_budget_bytes
+
+    def lookup(self, target: str) -> CachedArtifact | None:
+        """The cached artifact for ``target`` (no I/O), or None."""
+        return self._entries.get(target)
+
+    def targets(self) -> list[str]:
+        """TargetModels on disk."""
+        return list(self._entries)
+
+    def pin(self, target: str) -> None:
+        """Mark ``target`` as loaded in a Triton instance (never deleted while pinned)."""
+        with self._lock:
+            art = self._entries.get(target)
+            if art is not None:
+                art.pins += 1
+                art.last_used_s = time.time()
+
+    def unpin(self, target: str) -> None:
+        """Undo one :meth:`pin`."""
+        with self._lock:
+            art = self._entries.get(target)
+            if art is not None and art.pins > 0:
+                art.pins -= 1
+
+    # -- the work ----------------------------------------------------------------------
+    def ensure(self, target: str, *, prepare: Prepare | None = None) -> FetchResult:
+        """The artifact for ``target`` on disk: a hit, or download + safe extraction.
+
+        ``prepare(model_dir, out_dir)`` may write a derived copy into ``out_dir`` (returning
+        it) or return None to serve the extracted folder as it is.
+        """
+        validate_target(target)
+        with self._lock:
+            lock = self._target_locks.setdefault(target, threading.Lock())
+        with lock:
+            art = self._entries.get(target)
+            if art is not None and art.entry_dir.is_dir():
+                art.last_used_s = time.time()
+                return FetchResult(artifact=art, downloaded=False)
+            return self._download(target, prepare)
+
+    def _download(self, target: str, prepare: Prepare | None) -> FetchResult:
+        from mmelocal.builder.tarball import safe_extract
+
+        info = self.store.stat(target)
+        self._make_room(info.size_bytes * 2, exclude=target)
+        key = target_key(target)
+        staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=self.root))
+        tarball = self._downloads / f"{key}-{os.getpid()}-{threading.get_ident()}.tar.gz"
+        try:
+            t0 = time.perf_counter()
+            compressed = self.store.fetch(target, tarball)
+            t1 = time.perf_counter()
+            safe_extract(
+                tarball,
+                staging / "model",
+                max_unpacked_bytes=self.max_unpacked_bytes,
+                **({"max_members": self.max_members} if self.max_members else {}),
+            )
+            t2 = time.perf_counter()
+            tarball.unlink(missing_ok=True)
+            _check_layout(staging / "model", target)
+            serve_rel = "model"
+            if prepare is not None and prepare(staging / "model", staging / "served") is not None:
+                serve_rel = "served"
+            t3 = time.perf_counter()
+            size = tree_size(staging)
+            meta = {"target": target, "version": info.version, "size_bytes": size}
+            (staging / "meta.json").write_text(json.dumps(meta))
+            entry = self.root / key
+            if entry.exists():
+                shutil.rmtree(entry, ignore_errors=True)
+            os.rename(staging, entry)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            tarball.unlink(missing_ok=True)
+            raise
+        art = CachedArtifact(
+            target=target,
+            key=key,
+            entry_dir=entry,
+            serve_dir=entry / serve_rel,
+            size_bytes=size,
+            version=info.version,
+            last_used_s=time.time(),
+        )
+        with self._lock:
+            self._entries[target] = art
+        logger.info(
+            "downloaded %s (%d bytes) in %.3fs, extracted %d bytes in %.3fs",
+            target,
+            compressed,
+            t1 - t0,
+            size,
+            t2 - t1,
+        )
+        self._make_room(0, exclude=target)
+        return FetchResult(
+            artifact=art,
+            downloaded=True,
+            download_s=t1 - t0,
+            extract_s=t2 - t1,
+            prepare_s=t3 - t2,
+            compressed_bytes=compressed,
+        )
+
+    def _make_room(self, need_bytes: int, *, exclude: str) -> None:
+        with self._lock:
+            usage = [
+                ArtifactUsage(
+                    target=a.target,
+                    size_bytes=a.size_bytes,
+                    last_used_s=a.last_used_s,
+                    in_use=a.pins > 0 or a.target == exclude,
+                )
+                for a in self._entries.values()
+            ]
+            used = sum(a.size_bytes for a in usage)
+            victims = plan_disk_eviction(
+                usage, used_bytes=used, budget_bytes=self.disk_budget_bytes, need_bytes=need_bytes
+            )
+            removed = [self._entries.pop(v) for v in victims]
+        for art in removed:
+            shutil.rmtree(art.entry_dir, ignore_errors=True)
+            logger.info(
+                "deleted artifact %s (%d bytes, least recently used): disk budget %d bytes",
+                art.target,
+                art.size_bytes,
+                self.disk_budget_bytes,
+            )
+        if need_bytes and used - sum(a.size_bytes for a in removed) + need_bytes > (
+            self.disk_budget_bytes
+        ):
+            if need_bytes > self.disk_budget_bytes:
+                raise EmulatorError(
+                    f"artifact needs about {need_bytes} bytes of disk, more than the whole "
+                    f"disk budget ({self.disk_budget_bytes}); raise --disk-budget"
+                )
+            logger.warning(
+                "disk budget %d bytes exceeded: artifacts in use", self.disk_budget_bytes
+            )
+
+    def remove(self, target: str) -> None:
+        """Delete ``target``'s artifact from disk (unless pinned)."""
+        with self._lock:
+            art = self._entries.get(target)
+            if art is None or art.pins > 0:
+                return
+            del self._entries[target]
+        shutil.rmtree(art.entry_dir, ignore_errors=True)
+
+
+def _check_layout(model_root: Path, target: str) -> None:
+    """The tarball must hold at least one model folder (with config.pbtxt) at its top level."""
+    folders = [p for p in model_root.iterdir() if p.is_dir() and (p / "config.pbtxt").is_file()]
+    if not folders:
+        raise ValidationError(
+            f"TargetModel {target!r}: the tarball holds no model folder with a config.pbtxt at "
+            "its top level; create it with `tar -C repo -czf model.tar.gz <model_name>`"
+        )
+
+
+__all__ = ["ArtifactCache", "CachedArtifact", "FetchResult", "target_key", "tree_size"]

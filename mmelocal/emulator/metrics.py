@@ -1,0 +1,185 @@
+"""The emulator's metrics under SageMaker's CloudWatch names, in Prometheus text format.
+
+Times are in microseconds, as CloudWatch reports them. Time metrics are Prometheus
+summaries (``_count``, ``_sum`` and the 0.5/0.9/0.99 quantiles of a recent window);
+``ModelCacheHit`` is a summary of 0/1 values, so its average is the hit ratio; the
+invocation counters are counters; instance figures (utilizations, ``LoadedModelCount``)
+are gauges read when scraped. Recording is O(1) and lock-free (one event loop).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from mmelocal.errors import UserInputError
+
+#: name -> help text; the order is the order in the exposition.
+SUMMARIES: dict[str, str] = {
+    "ModelCacheHit": "1 when the target was already loaded (average = hit ratio)",
+    "ModelLoadingWaitTime": "microseconds an invocation waited for its model to load",
+    "ModelLoadingTime": "microseconds Triton took to load a model",
+    "ModelUnloadingTime": "microseconds Triton took to unload a model",
+    "ModelDownloadingTime": "microseconds to download and extract a model artifact",
+    "ModelLatency": "microseconds the model (Triton) took to answer",
+    "OverheadLatency": "microseconds the platform added beside the model",
+}
+COUNTERS: dict[str, str] = {
+    "Invocations": "invocations received",
+    "Invocation4XXErrors": "invocations answered with a 4xx status",
+    "Invocation5XXErrors": "invocations answered with a 5xx status",
+    "ModelLoads": "models loaded into Triton",
+    "ModelUnloads": "models unloaded from Triton",
+    "ModelEvictions": "models unloaded to make room (least recently used)",
+}
+GAUGES: dict[str, str] = {
+    "LoadedModelCount": "models loaded in Triton",
+    "MemoryUtilization": "percent of the memory budget (host) in use",
+    "GPUMemoryUtilization": "percent of GPU memory in use",
+    "GPUUtilization": "percent GPU utilization",
+    "CPUUtilization": "percent CPU of the Triton processes (100 = one core)",
+    "DiskUtilization": "percent of the artifact disk budget in use",
+}
+QUANTILES = (0.5, 0.9, 0.99)
+
+
+def quantile(sorted_values: list[float], q: float) -> float:
+    """Nearest-rank quantile of already sorted values (NaN when empty)."""
+    if not sorted_values:
+        return math.nan
+    idx = min(len(sorted_values) - 1, max(0, math.ceil(q * len(sorted_values)) - 1))
+    return sorted_values[idx]
+
+
+@dataclass
+class Summary:
+    """Count, sum and a bounded window of recent values."""
+
+    window: int = 4096
+    count: int = 0
+    total: float = 0.0
+    recent: deque[float] = field(default_factory=deque)
+
+    def __post_init__(self) -> None:
+        if self.window < 1:
+            raise UserInputError(f"window must be >= 1, got {self.window}")
+        self.recent = deque(maxlen=self.window)
+
+    def observe(self, value: float) -> None:
+        """Record one value."""
+        self.count += 1
+        self.total += value
+        self.recent.append(value)
+
+    @property
+    def mean(self) -> float:
+        """Average over all values (NaN when none)."""
+        return self.total / self.count if self.count else math.nan
+
+    def quantiles(self, qs: Iterable[float] = QUANTILES) -> dict[float, float]:
+        """Quantiles of the recent window."""
+        values = sorted(self.recent)
+        return {q: quantile(values, q) for q in qs}
+
+
+class Metrics:
+    """Counters, summaries and gauge sources of one emulated endpoint."""
+
+    def __init__(self, *, endpoint_name: str = "local", variant_name: str = "AllTraffic") -> None:
+        self.labels = {"EndpointName": endpoint_name, "VariantName": variant_name}
+        self.summaries = {name: Summary() for name in SUMMARIES}
+        self.counters = dict.fromkeys(COUNTERS, 0)
+        self._gauges: Callable[[], Mapping[str, float]] | None = None
+
+    def set_gauge_source(self, source: Callable[[], Mapping[str, float]]) -> None:
+        """A callable returning the current gauge values (called at scrape time)."""
+        self._gauges = source
+
+    def observe(self, name: str, value: float) -> None:
+        """Record ``value`` on the summary ``name`` (microseconds for times)."""
+        self.summaries[name].observe(value)
+
+    def inc(self, name: str, by: int = 1) -> None:
+        """Increase the counter ``name``."""
+        self.counters[name] += by
+
+    def record_invocation(self, status: int) -> None:
+        """Count one invocation and its 4xx/5xx class."""
+        self.counters["Invocations"] += 1
+        if 400 <= status < 500:
+            self.counters["Invocation4XXErrors"] += 1
+        elif status >= 500:
+            self.counters["Invocation5XXErrors"] += 1
+
+    def snapshot(self) -> dict[str, object]:
+        """Plain data: counters, summary count/mean/p50/p99, gauges (for JSON and tests)."""
+        out: dict[str, object] = dict(self.counters)
+        for name, summary in self.summaries.items():
+            qs = summary.quantiles((0.5, 0.99))
+            out[name] = {
+                "count": summary.count,
+                "mean": summary.mean,
+                "p50": qs[0.5],
+                "p99": qs[0.99],
+            }
+        if self._gauges is not None:
+            out.update(self._gauges())
+        return out
+
+    def render(self, gauges: Mapping[str, float] | None = None) -> str:
+        """The Prometheus text exposition (version 0.0.4)."""
+        labels = ",".join(f'{k}="{_escape(v)}"' for k, v in self.labels.items())
+        lines: list[str] = []
+        values = gauges if gauges is not None else (self._gauges() if self._gauges else {})
+        for name, help_text in GAUGES.items():
+            if name not in values:
+                continue
+            lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
+            lines.append(f"{name}{{{labels}}} {_num(values[name])}")
+        for name, help_text in COUNTERS.items():
+            lines += [f"# HELP {name} {help_text}", f"# TYPE {name} counter"]
+            lines.append(f"{name}{{{labels}}} {self.counters[name]}")
+        for name, help_text in SUMMARIES.items():
+            summary = self.summaries[name]
+            lines += [f"# HELP {name} {help_text}", f"# TYPE {name} summary"]
+            for q, v in summary.quantiles().items():
+                lines.append(f'{name}{{{labels},quantile="{q}"}} {_num(v)}')
+            lines.append(f"{name}_sum{{{labels}}} {_num(summary.total)}")
+            lines.append(f"{name}_count{{{labels}}} {summary.count}")
+        return "\n".join(lines) + "\n"
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _num(value: float) -> str:
+    if math.isnan(value):
+        return "NaN"
+    if float(value).is_integer():
+        return str(int(value))
+    return f"{value:.3f}"
+
+
+def parse_prometheus(text: str) -> dict[str, float]:
+    """``{"name{labels}": value}`` from an exposition (for tests and the demo)."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        key, _, value = line.rpartition(" ")
+        out[key] = float(value)
+    return out
+
+
+__all__ = [
+    "COUNTERS",
+    "GAUGES",
+    "SUMMARIES",
+    "Metrics",
+    "Summary",
+    "parse_prometheus",
+    "quantile",
+]

@@ -1,0 +1,212 @@
+"""Where model artifacts live: a local folder of ``*.tar.gz`` or an S3 prefix.
+
+A call names its model with ``TargetModel``: the artifact's key relative to the store's
+root (it may contain ``/``). :func:`validate_target` rejects names that could never be a
+safe key (``..`` segments, a leading ``/``, NUL or control characters, over-long names)
+before any store is asked; the HTTP layer turns that error into a 400 ``ValidationError``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from mmelocal.errors import MissingDependencyError, ModelNotFoundError, UserInputError
+
+#: SageMaker's own limit for the ``X-Amzn-SageMaker-Target-Model`` header.
+MAX_TARGET_LENGTH = 1024
+
+
+class InvalidTargetError(UserInputError):
+    """A TargetModel name that can never name an artifact (answered as a 400)."""
+
+    def __init__(self, message: str, *, target_model: str) -> None:
+        super().__init__(message)
+        self.target_model = target_model
+
+
+def validate_target(target: str) -> str:
+    """Return ``target`` unchanged when it is a safe artifact key, else raise InvalidTargetError."""
+    shown = repr(target[:80]) + ("..." if len(target) > 80 else "")
+    if not target:
+        raise InvalidTargetError("TargetModel must not be empty", target_model=target)
+    if len(target) > MAX_TARGET_LENGTH:
+        raise InvalidTargetError(
+            f"TargetModel must be at most {MAX_TARGET_LENGTH} characters, got {len(target)}",
+            target_model=target,
+        )
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in target):
+        raise InvalidTargetError(
+            f"TargetModel {shown} contains NUL or control characters", target_model=target
+        )
+    if target.startswith("/") or "\\" in target:
+        raise InvalidTargetError(
+            f"TargetModel {shown} must be a key relative to the store (no leading '/', "
+            "no backslash), e.g. 'model-7.tar.gz'",
+            target_model=target,
+        )
+    parts = target.split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        raise InvalidTargetError(
+            f"TargetModel {shown} must not contain '..', '.' or empty path segments",
+            target_model=target,
+        )
+    if target != target.strip():
+        raise InvalidTargetError(
+            f"TargetModel {shown} must not start or end with whitespace", target_model=target
+        )
+    return target
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArtifactInfo:
+    """What a store knows about one artifact before downloading it."""
+
+    target: str
+    size_bytes: int
+    version: str
+
+
+@runtime_checkable
+class ModelStore(Protocol):
+    """A read-only source of ``model.tar.gz`` artifacts keyed by TargetModel."""
+
+    @property
+    def description(self) -> str:
+        """Where the store points (a folder or an ``s3://`` URL), for logs and /ping."""
+        ...
+
+    def stat(self, target: str) -> ArtifactInfo:
+        """Size and version of ``target``; ModelNotFoundError when absent."""
+        ...
+
+    def fetch(self, target: str, dest: Path) -> int:
+        """Copy ``target`` to the file ``dest``; return the bytes written."""
+        ...
+
+
+class LocalStore:
+    """A folder of tarballs; ``target`` is the path relative to the folder."""
+
+    def __init__(self, root: Path | str) -> None:
+        self.root = Path(root).resolve()
+        if not self.root.is_dir():
+            raise UserInputError(f"model store folder {self.root} does not exist")
+
+    @property
+    def description(self) -> str:
+        """The store folder."""
+        return str(self.root)
+
+    def _path(self, target: str) -> Path:
+        validate_target(target)
+        path = (self.root / target).resolve()
+        if not path.is_relative_to(self.root) or not path.is_file():
+            raise ModelNotFoundError(
+                f"TargetModel {target!r} was not found in the model store {self.root}",
+                target_model=target,
+            )
+        return path
+
+    def stat(self, target: str) -> ArtifactInfo:
+        """Size and modification time of the file."""
+        st = self._path(target).stat()
+        return ArtifactInfo(target=target, size_bytes=st.st_size, version=str(st.st_mtime_ns))
+
+    def fetch(self, target: str, dest: Path) -> int:
+        """Copy the tarball (a hard link would let a later edit change the cache)."""
+        src = self._path(target)
+        shutil.copyfile(src, dest)
+        return os.path.getsize(dest)
+
+
+class S3Store:
+    """Tarballs under ``s3://bucket/prefix``; ``target`` is the key relative to the prefix."""
+
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str = "",
+        *,
+        endpoint_url: str | None = None,
+        client: Any = None,
+    ) -> None:
+        if not bucket:
+            raise UserInputError("S3 store needs a bucket name: s3://bucket/prefix")
+        self.bucket = bucket
+        self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
+        if client is None:
+            try:
+                import boto3
+            except ImportError as exc:  # pragma: no cover - boto3 is a core dependency
+                raise MissingDependencyError("boto3", extra="s3", feature="S3 store") from exc
+            client = boto3.client("s3", endpoint_url=endpoint_url)
+        self._client = client
+
+    @property
+    def description(self) -> str:
+        """The ``s3://bucket/prefix`` URL."""
+        return f"s3://{self.bucket}/{self.prefix}"
+
+    def _key(self, target: str) -> str:
+        return self.prefix + validate_target(target)
+
+    def _not_found(self, target: str, exc: Exception) -> ModelNotFoundError:
+        return ModelNotFoundError(
+            f"TargetModel {target!r} was not found at {self.description}{target} ({exc})",
+            target_model=target,
+        )
+
+    def stat(self, target: str) -> ArtifactInfo:
+        """HEAD the object: size and ETag."""
+        from botocore.exceptions import ClientError
+
+        try:
+            head = self._client.head_object(Bucket=self.bucket, Key=self._key(target))
+        except ClientError as exc:
+            raise self._not_found(target, exc) from exc
+        return ArtifactInfo(
+            target=target,
+            size_bytes=int(head["ContentLength"]),
+            version=str(head.get("ETag", "")).strip('"'),
+        )
+
+    def fetch(self, target: str, dest: Path) -> int:
+        """Download the object to ``dest``."""
+        from botocore.exceptions import ClientError
+
+        try:
+            self._client.download_file(self.bucket, self._key(target), str(dest))
+        except ClientError as exc:
+            raise self._not_found(target, exc) from exc
+        return os.path.getsize(dest)
+
+
+def open_store(spec: str | Path, *, s3_endpoint_url: str | None = None) -> ModelStore:
+    """A store from ``DIR`` or ``s3://bucket/prefix`` (the endpoint from the argument or
+    ``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL``, read now)."""
+    text = str(spec)
+    if text.startswith("s3://"):
+        bucket, _, prefix = text[len("s3://") :].partition("/")
+        endpoint = (
+            s3_endpoint_url
+            or os.environ.get("AWS_ENDPOINT_URL_S3")
+            or os.environ.get("AWS_ENDPOINT_URL")
+        )
+        return S3Store(bucket, prefix, endpoint_url=endpoint)
+    return LocalStore(text)
+
+
+__all__ = [
+    "MAX_TARGET_LENGTH",
+    "ArtifactInfo",
+    "InvalidTargetError",
+    "LocalStore",
+    "ModelStore",
+    "S3Store",
+    "open_store",
+    "validate_target",
+]
