@@ -1,0 +1,428 @@
+"""Run Triton in a Docker container through the ``docker`` SDK (imported lazily).
+
+The image is NVIDIA's ``nvcr.io/nvidia/tritonserver:<tag>-py3`` by default
+(:data:`DEFAULT_IMAGE`), the SageMaker Triton image (:func:`sagemaker_triton_image`) or
+any image the user names. The container runs ``tritonserver`` (``command_prefix``, for
+images whose entry point differs) with the argv of :meth:`ServerConfig.to_args`, where
+``model_repository`` is replaced by the read-only mount point :data:`CONTAINER_MODEL_REPOSITORY`
+and the ports by Triton's defaults inside the container. Those ports are published on
+``127.0.0.1`` only: the config's ports become the host ports, ``0`` meaning "any free port"
+(Docker picks it, so there is no race). Other paths in the config (``backend_directory``)
+are paths inside the container.
+
+GPUs are requested as device requests (``--gpus``); by default only when the engine has
+the ``nvidia`` runtime. Every container carries the labels :data:`LABEL_OWNER`,
+:data:`LABEL_SESSION`, :data:`LABEL_HOST` and :data:`LABEL_PID`, so that
+:func:`cleanup_containers` can remove what a crashed process left behind. The container's
+output is streamed into ``log_path`` while it runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import getpass
+import logging
+import os
+import socket
+import tempfile
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from mmelocal.errors import ServerStartError, UserInputError
+from mmelocal.runtime.config import ServerConfig
+from mmelocal.runtime.docker_engine import (
+    DEFAULT_IMAGE,
+    DEFAULT_TRITON_IMAGE_TAG,
+    DEFAULT_TRITON_VERSION,
+    LABEL_HOST,
+    LABEL_OWNER,
+    LABEL_PID,
+    LABEL_SESSION,
+    DockerEngineError,
+    DockerImageError,
+    cleanup_containers,
+    default_session_id,
+    docker_client,
+    engine_has_nvidia_runtime,
+    gpu_device_requests,
+    sagemaker_triton_image,
+)
+from mmelocal.runtime.launcher import Endpoints
+from mmelocal.runtime.readiness import wait_until_ready
+
+logger = logging.getLogger(__name__)
+
+CONTAINER_MODEL_REPOSITORY = "/models"
+#: Triton's default ports inside the container (http, grpc, metrics, sagemaker).
+CONTAINER_PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002, "sagemaker": 8080}
+DEFAULT_SHM_SIZE_BYTES = 256 * 1024 * 1024
+PULL_POLICIES = ("missing", "always", "never")
+
+
+def _http_ok(url: str, timeout_s: float = 1.0) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+def container_server_config(config: ServerConfig) -> ServerConfig:
+    """``config`` as seen inside the container: mounted repository, default ports, all hosts."""
+    return dataclasses.replace(
+        config,
+        model_repository=Path(CONTAINER_MODEL_REPOSITORY),
+        host="0.0.0.0",
+        http_port=CONTAINER_PORTS["http"],
+        grpc_port=CONTAINER_PORTS["grpc"],
+        metrics_port=CONTAINER_PORTS["metrics"],
+        sagemaker_port=CONTAINER_PORTS["sagemaker"],
+    )
+
+
+class DockerLauncher:
+    """Start Triton in a container (see the module docstring).
+
+    ``image`` defaults to :data:`DEFAULT_IMAGE`; ``pull`` is ``"missing"`` (pull only when
+    absent), ``"always"`` or ``"never"``. ``gpus``: ``None`` = all GPUs when the engine has
+    the nvidia runtime, else none; see :func:`gpu_device_requests` for the rest.
+    ``command_prefix`` is what runs before Triton's flags; ``entrypoint`` overrides the
+    image's. ``run_options`` are passed to ``containers.run`` as is (e.g. ``mem_limit``).
+    """
+
+    def __init__(
+        self,
+        config: ServerConfig,
+        *,
+        image: str = DEFAULT_IMAGE,
+        pull: str = "missing",
+        gpus: bool | int | Sequence[str] | None = None,
+        command_prefix: Sequence[str] = ("tritonserver",),
+        entrypoint: Sequence[str] | None = None,
+        shm_size_bytes: int = DEFAULT_SHM_SIZE_BYTES,
+        start_timeout_s: float = 120.0,
+        stop_timeout_s: float = 15.0,
+        log_path: Path | str | None = None,
+        session: str | None = None,
+        name: str | None = None,
+        run_options: Mapping[str, Any] | None = None,
+        client: Any = None,
+    ) -> None:
+        if pull not in PULL_POLICIES:
+            raise UserInputError(f"pull must be one of {', '.join(PULL_POLICIES)}, got {pull!r}")
+        if start_timeout_s <= 0 or stop_timeout_s <= 0:
+            raise UserInputError("start_timeout_s and stop_timeout_s must be > 0")
+        if shm_size_bytes < 1024 * 1024:
+            raise UserInputError(f"shm_size_bytes must be >= 1048576, got {shm_size_bytes}")
+        if not image:
+            raise UserInputError("image must be a non-empty image name")
+        self.config = config
+        self.image = image
+        self.pull = pull
+        self.gpus = gpus
+        self.command_prefix = tuple(command_prefix)
+        self.entrypoint = list(entrypoint) if entrypoint is not None else None
+        self.shm_size_bytes = shm_size_bytes
+        self.start_timeout_s = start_timeout_s
+        self.stop_timeout_s = stop_timeout_s
+        self.session = session or default_session_id()
+        self.name = name or f"mmelocal-triton-{uuid.uuid4().hex[:10]}"
+        self.run_options = dict(run_options or {})
+        self._client = client
+        self._log_path = Path(log_path) if log_path is not None else None
+        self._container: Any = None
+        self._pump: threading.Thread | None = None
+        self._endpoints: Endpoints | None = None
+        #: seconds from container start until Triton answered ready
+        self.ready_after_s: float | None = None
+
+    @property
+    def endpoints(self) -> Endpoints:
+        """The server's URLs on 127.0.0.1 (after ``start()``)."""
+        if self._endpoints is None:
+            raise ServerStartError("the container has not been started: call start() first")
+        return self._endpoints
+
+    @property
+    def log_path(self) -> Path | None:
+        """The file the container's output is streamed to."""
+        return self._log_path
+
+    @property
+    def model_repository(self) -> Path | None:
+        """The host folder mounted read-only at :data:`CONTAINER_MODEL_REPOSITORY`."""
+        return self.config.model_repository
+
+    @property
+    def container_id(self) -> str | None:
+        """The running container's id (None when stopped)."""
+        return self._container.id if self._container is not None else None
+
+    def labels(self) -> dict[str, str]:
+        """The labels put on the container."""
+        try:
+            owner = getpass.getuser()
+        except Exception:
+            owner = "unknown"
+        return {
+            LABEL_OWNER: owner,
+            LABEL_SESSION: self.session,
+            LABEL_HOST: socket.gethostname(),
+            LABEL_PID: str(os.getpid()),
+        }
+
+    def command(self) -> list[str]:
+        """The container command: ``command_prefix`` + Triton's flags."""
+        return [*self.command_prefix, *container_server_config(self.config).to_args()]
+
+    def run_kwargs(self, *, gpu_requests: list[Any]) -> dict[str, Any]:
+        """The keyword arguments given to ``containers.run`` (without the image)."""
+        repo = Path(self.config.model_repository).resolve()
+        if not repo.is_dir():
+            raise UserInputError(f"model_repository {repo} is not a folder")
+        ports: dict[str, tuple[str, int | None]] = {}
+        for key in ("http", "grpc", "metrics") + (("sagemaker",) if self.config.sagemaker else ()):
+            host_port = getattr(self.config, f"{key}_port")
+            ports[f"{CONTAINER_PORTS[key]}/tcp"] = ("127.0.0.1", host_port or None)
+        kwargs: dict[str, Any] = {
+            "command": self.command(),
+            "name": self.name,
+            "detach": True,
+            "init": True,
+            "labels": self.labels(),
+            "environment": container_server_config(self.config).to_env(),
+            "ports": ports,
+            "volumes": {str(repo): {"bind": CONTAINER_MODEL_REPOSITORY, "mode": "ro"}},
+            "shm_size": self.shm_size_bytes,
+            "device_requests": gpu_requests,
+        }
+        if self.entrypoint is not None:
+            kwargs["entrypoint"] = self.entrypoint
+        kwargs.update(self.run_options)
+        return kwargs
+
+    def start(self) -> None:
+        """Make sure the image is here, run the container and wait until Triton is ready."""
+        if self.is_alive():
+            return
+        from docker.errors import DockerException
+
+        client = docker_client(self._client)
+        self._client = client
+        self._ensure_image(client)
+        gpus = engine_has_nvidia_runtime(client) if self.gpus is None else self.gpus
+        kwargs = self.run_kwargs(gpu_requests=gpu_device_requests(gpus))
+        if self._log_path is None:
+            self._log_path = Path(tempfile.mkdtemp(prefix="mmelocal-triton-")) / "tritonserver.log"
+        self._log_path.parent.mkdir(parents=True, exist_ok=True)
+        logger.debug("docker run %s %s", self.image, " ".join(kwargs["command"]))
+        try:
+            self._container = client.containers.run(self.image, **kwargs)
+        except DockerException as exc:
+            raise ServerStartError(
+                f"could not start a container from {self.image}: {exc}", log_path=self._log_path
+            ) from exc
+        try:
+            self._pump = threading.Thread(
+                target=_pump_logs, args=(self._container, self._log_path), daemon=True
+            )
+            self._pump.start()
+            self._endpoints = self._published_endpoints()
+            self.ready_after_s = wait_until_ready(
+                self._ready_check,
+                timeout_s=self.start_timeout_s,
+                url=self._endpoints.http_url,
+                log_path=self._log_path,
+                is_alive=self._alive_during_start,
+                interval_s=0.1,
+            )
+        except BaseException:
+            self.stop()
+            raise
+        logger.info(
+            "container %s (%s) ready in %.2fs at %s (log %s)",
+            self.name,
+            self.image,
+            self.ready_after_s,
+            self._endpoints.http_url,
+            self._log_path,
+        )
+
+    def _ensure_image(self, client: Any) -> None:
+        from docker.errors import DockerException, ImageNotFound
+
+        if self.pull != "always":
+            try:
+                client.images.get(self.image)
+                return
+            except ImageNotFound:
+                if self.pull == "never":
+                    raise DockerImageError(
+                        f"image {self.image} is not on this machine and pull='never': "
+                        f"{_image_hint(self.image)}",
+                        image=self.image,
+                    ) from None
+        logger.info("pulling %s", self.image)
+        try:
+            client.images.pull(self.image)
+        except DockerException as exc:
+            raise DockerImageError(
+                f"image {self.image} is not on this machine and could not be pulled ({exc}): "
+                f"{_image_hint(self.image)}",
+                image=self.image,
+            ) from exc
+
+    def _published_endpoints(self) -> Endpoints:
+        self._container.reload()
+        published = self._container.attrs["NetworkSettings"]["Ports"] or {}
+
+        def url(key: str, scheme: str = "http://") -> str:
+            bindings = published.get(f"{CONTAINER_PORTS[key]}/tcp") or []
+            if not bindings:
+                raise ServerStartError(f"Docker published no host port for Triton's {key} port")
+            return f"{scheme}127.0.0.1:{bindings[0]['HostPort']}"
+
+        return Endpoints(
+            http_url=url("http"),
+            grpc_url=url("grpc", scheme=""),
+            metrics_url=url("metrics"),
+            sagemaker_url=url("sagemaker") if self.config.sagemaker else None,
+        )
+
+    def _ready_check(self) -> bool:
+        assert self._endpoints is not None
+        if not _http_ok(f"{self._endpoints.http_url}/v2/health/ready"):
+            return False
+        if self._endpoints.sagemaker_url is not None:
+            return _http_ok(f"{self._endpoints.sagemaker_url}/ping")
+        return True
+
+    def _alive_during_start(self) -> bool:
+        alive = self.is_alive()
+        if not alive and self._pump is not None:
+            self._pump.join(timeout=2.0)  # let the last lines reach the log before the tail
+        return alive
+
+    def is_alive(self) -> bool:
+        """True while the container runs."""
+        if self._container is None:
+            return False
+        try:
+            self._container.reload()
+        except Exception:
+            return False
+        return bool(self._container.status == "running")
+
+    def pid(self) -> int | None:
+        """The host pid of the container's first process (None when not running)."""
+        if not self.is_alive():
+            return None
+        pid = self._container.attrs.get("State", {}).get("Pid")
+        return int(pid) if pid else None
+
+    def save_logs(self) -> Path | None:
+        """Write the container's whole output to ``log_path`` now (replacing the stream)."""
+        if self._container is None or self._log_path is None:
+            return self._log_path
+        try:
+            data = self._container.logs(stdout=True, stderr=True)
+        except Exception as exc:
+            logger.debug("could not read logs of %s: %s", self.name, exc)
+            return self._log_path
+        self._log_path.write_bytes(data)
+        return self._log_path
+
+    def stop(self) -> None:
+        """Stop (SIGTERM, then SIGKILL after ``stop_timeout_s``) and remove. Idempotent."""
+        container = self._container
+        if container is None:
+            return
+        from docker.errors import DockerException
+
+        t0 = time.monotonic()
+        with contextlib.suppress(DockerException):
+            container.stop(timeout=int(max(1, self.stop_timeout_s)))
+        if self._pump is not None:
+            self._pump.join(timeout=5.0)
+            if self._pump.is_alive():
+                self.save_logs()
+        elif self._log_path is not None and not self._log_path.exists():
+            self.save_logs()
+        try:
+            container.remove(force=True)
+        except DockerException as exc:
+            if getattr(getattr(exc, "response", None), "status_code", None) != 404:
+                logger.warning("could not remove container %s: %s", self.name, exc)
+        self._container = None
+        self._pump = None
+        logger.info("container %s stopped in %.1fs", self.name, time.monotonic() - t0)
+
+    def __enter__(self) -> DockerLauncher:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = "alive" if self.is_alive() else "stopped"
+        url = self._endpoints.http_url if self._endpoints else "-"
+        return f"DockerLauncher({self.image}, {state}, {url})"
+
+
+def _pump_logs(container: Any, path: Path) -> None:
+    """Append the container's output to ``path`` until it stops."""
+    try:
+        with open(path, "ab") as fh:
+            for chunk in container.logs(stream=True, follow=True, stdout=True, stderr=True):
+                fh.write(chunk)
+                fh.flush()
+    except Exception as exc:
+        logger.debug("log stream of %s ended: %s", getattr(container, "name", "?"), exc)
+
+
+def _image_hint(image: str) -> str:
+    if image.startswith("mmelocal-test/"):
+        return "build it with tests/runtime/docker_image/build_image.sh"
+    return (
+        f"pull it where there is network (`docker pull {image}`, then `docker save` / "
+        "`docker load`), log in first for a private registry (`docker login`), or name a local "
+        "image (the test image: tests/runtime/docker_image/build_image.sh)"
+    )
+
+
+__all__ = [
+    "CONTAINER_MODEL_REPOSITORY",
+    "CONTAINER_PORTS",
+    "DEFAULT_IMAGE",
+    "DEFAULT_SHM_SIZE_BYTES",
+    "DEFAULT_TRITON_IMAGE_TAG",
+    "DEFAULT_TRITON_VERSION",
+    "LABEL_HOST",
+    "LABEL_OWNER",
+    "LABEL_PID",
+    "LABEL_SESSION",
+    "PULL_POLICIES",
+    "DockerEngineError",
+    "DockerImageError",
+    "DockerLauncher",
+    "cleanup_containers",
+    "container_server_config",
+    "default_session_id",
+    "docker_client",
+    "engine_has_nvidia_runtime",
+    "gpu_device_requests",
+    "sagemaker_triton_image",
+]

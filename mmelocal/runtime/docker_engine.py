@@ -1,0 +1,206 @@
+"""The Docker engine side of the Docker launcher: connection, images' names, GPUs, labels.
+
+Everything here talks to the engine through the ``docker`` SDK, imported lazily (a missing
+SDK raises :class:`~mmelocal.errors.MissingDependencyError` with the ``docker`` extra).
+Containers started by mmelocal carry the labels :data:`LABEL_OWNER`, :data:`LABEL_SESSION`,
+:data:`LABEL_HOST` and :data:`LABEL_PID`; :func:`cleanup_containers` removes them by
+session, or only those whose launching process is gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from mmelocal.errors import (
+    MissingDependencyError,
+    RuntimeLayerError,
+    ServerStartError,
+    UserInputError,
+)
+
+logger = logging.getLogger(__name__)
+
+#: NGC release of the default image; 24.10 ships Triton 2.51 (the nvidia-pytriton 0.7 server).
+DEFAULT_TRITON_IMAGE_TAG = "24.10"
+DEFAULT_TRITON_VERSION = "2.51"
+DEFAULT_IMAGE = f"nvcr.io/nvidia/tritonserver:{DEFAULT_TRITON_IMAGE_TAG}-py3"
+LABEL_OWNER = "mmelocal.owner"
+LABEL_SESSION = "mmelocal.session"
+LABEL_HOST = "mmelocal.host"
+LABEL_PID = "mmelocal.pid"
+SESSION_ENV = "MMELOCAL_SESSION"
+
+#: AWS accounts that publish ``sagemaker-tritonserver`` images, per region.
+SAGEMAKER_TRITON_ACCOUNTS = {
+    "us-east-1": "785573368785",
+    "us-east-2": "007439368137",
+    "us-west-1": "710691900526",
+    "us-west-2": "301217895009",
+    "eu-west-1": "802834080501",
+    "eu-west-2": "205493899709",
+    "eu-west-3": "254080097072",
+    "eu-north-1": "601324751636",
+    "eu-south-1": "966458181534",
+    "eu-central-1": "746233611703",
+    "ap-east-1": "110948597952",
+    "ap-south-1": "763008648453",
+    "ap-northeast-1": "941853720454",
+    "ap-northeast-2": "151534178276",
+    "ap-southeast-1": "324986816169",
+    "ap-southeast-2": "355873309152",
+    "sa-east-1": "756306329178",
+    "ca-central-1": "464438896020",
+    "me-south-1": "836785723513",
+    "af-south-1": "774647643957",
+    "cn-north-1": "472730292857",
+    "cn-northwest-1": "474822919863",
+}
+
+_INSTALL_HINT = (
+    "start dockerd (e.g. `sudo dockerd > /tmp/dockerd.log 2>&1 &` or `sudo systemctl start "
+    "docker`) or install Docker (Debian/Ubuntu: `sudo apt-get install docker.io`); "
+    "DOCKER_HOST selects another engine"
+)
+
+
+class DockerEngineError(RuntimeLayerError):
+    """The Docker engine cannot be reached (or refused a request)."""
+
+
+class DockerImageError(ServerStartError):
+    """The image is not on this machine and could not be pulled."""
+
+    def __init__(self, message: str, *, image: str) -> None:
+        super().__init__(message)
+        self.image = image
+
+
+def sagemaker_triton_image(region: str, tag: str = DEFAULT_TRITON_IMAGE_TAG) -> str:
+    """The SageMaker Triton image URI for ``region`` (e.g. ``us-east-1``) and NGC ``tag``."""
+    account = SAGEMAKER_TRITON_ACCOUNTS.get(region)
+    if account is None:
+        raise UserInputError(
+            f"region must be one of {', '.join(sorted(SAGEMAKER_TRITON_ACCOUNTS))}, got {region!r}"
+        )
+    domain = "amazonaws.com.cn" if region.startswith("cn-") else "amazonaws.com"
+    return f"{account}.dkr.ecr.{region}.{domain}/sagemaker-tritonserver:{tag}-py3"
+
+
+def default_session_id() -> str:
+    """The session label: ``$MMELOCAL_SESSION``, else ``<hostname>-<pid>``."""
+    return os.environ.get(SESSION_ENV) or f"{socket.gethostname()}-{os.getpid()}"
+
+
+def docker_client(client: Any = None) -> Any:
+    """A connected ``docker.DockerClient`` (``client`` if given), or a clear error."""
+    if client is not None:
+        return client
+    try:
+        import docker
+    except ImportError:
+        raise MissingDependencyError(
+            "docker", extra="docker", feature="The Docker launcher"
+        ) from None
+    try:
+        found = docker.from_env()
+        found.ping()
+    except docker.errors.DockerException as exc:
+        where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+        raise DockerEngineError(
+            f"Docker engine not reachable at {where} ({exc}): {_INSTALL_HINT}"
+        ) from exc
+    return found
+
+
+def engine_has_nvidia_runtime(client: Any) -> bool:
+    """True when the engine lists the ``nvidia`` runtime (NVIDIA Container Toolkit)."""
+    try:
+        runtimes = client.info().get("Runtimes") or {}
+    except Exception:
+        return False
+    return "nvidia" in runtimes
+
+
+def gpu_device_requests(gpus: bool | int | Sequence[str] | None) -> list[Any]:
+    """Device requests for ``gpus``: True = all, n = that many, ["0", ...] = those ids.
+
+    ``None``, ``False`` and ``0`` give no request (CPU only).
+    """
+    if gpus is None or gpus is False or gpus == 0:
+        return []
+    from docker.types import DeviceRequest
+
+    if gpus is True:
+        return [DeviceRequest(count=-1, capabilities=[["gpu"]])]
+    if isinstance(gpus, int):
+        if gpus < 0:
+            raise UserInputError(f"gpus must be True, a count >= 1 or device ids, got {gpus}")
+        return [DeviceRequest(count=gpus, capabilities=[["gpu"]])]
+    ids = [str(g) for g in gpus]
+    if not ids or any(not g for g in ids):
+        raise UserInputError(f"gpus device ids must be non-empty strings, got {list(gpus)!r}")
+    return [DeviceRequest(device_ids=ids, capabilities=[["gpu"]])]
+
+
+def cleanup_containers(
+    *, session: str | None = None, orphans_only: bool = False, client: Any = None
+) -> list[str]:
+    """Remove mmelocal's containers; return their names.
+
+    ``session`` limits it to one session label. ``orphans_only`` keeps containers whose
+    launching process (labels ``mmelocal.host`` + ``mmelocal.pid``) still runs here.
+    """
+    from docker.errors import DockerException, NotFound
+
+    docker = docker_client(client)
+    label = f"{LABEL_SESSION}={session}" if session is not None else LABEL_OWNER
+    removed: list[str] = []
+    for container in docker.containers.list(all=True, filters={"label": label}):
+        if orphans_only and _owner_alive(container.labels):
+            continue
+        with contextlib.suppress(NotFound):
+            try:
+                container.remove(force=True)
+            except DockerException as exc:
+                logger.warning("could not remove container %s: %s", container.name, exc)
+                continue
+            removed.append(container.name)
+            logger.info("removed leftover container %s", container.name)
+    return removed
+
+
+def _owner_alive(labels: Mapping[str, str]) -> bool:
+    if labels.get(LABEL_HOST) != socket.gethostname():
+        return True  # another machine's process: not ours to judge
+    try:
+        os.kill(int(labels.get(LABEL_PID, "")), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+__all__ = [
+    "DEFAULT_IMAGE",
+    "DEFAULT_TRITON_IMAGE_TAG",
+    "DEFAULT_TRITON_VERSION",
+    "LABEL_HOST",
+    "LABEL_OWNER",
+    "LABEL_PID",
+    "LABEL_SESSION",
+    "SAGEMAKER_TRITON_ACCOUNTS",
+    "DockerEngineError",
+    "DockerImageError",
+    "cleanup_containers",
+    "default_session_id",
+    "docker_client",
+    "engine_has_nvidia_runtime",
+    "gpu_device_requests",
+    "sagemaker_triton_image",
+]
