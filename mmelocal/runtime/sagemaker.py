@@ -1,31 +1,43 @@
 """A synchronous client for Triton's SageMaker front end (``--allow-sagemaker=true``).
 
-The HTTP contract, as Triton 2.51 implements it with ``SAGEMAKER_MULTI_MODEL=true``
-(header ``H`` = ``X-Amzn-SageMaker-Target-Model``; send it on **every** model call:
-Triton knows a loaded model by that value, not by ``model_name``):
+The HTTP contract as Triton 2.51 implements it with ``SAGEMAKER_MULTI_MODEL=true``.
+Two names are in play: ``NAME`` (``model_name`` in the load body, SageMaker's hash of the
+model; the key of Triton's SageMaker model list and the name in every URL path) and ``T``
+(the ``X-Amzn-SageMaker-Target-Model`` header, default ``NAME``: the name Triton loads
+the model under, the one ``/v2/models/T`` and statistics know). Send the header on
+**every** model call: without it Triton falls back to ``NAME`` and, when they differ,
+invokes an unknown model (400) or polls for a model it does not have (up to 350 s).
 
-=========================  =========================================  =====================
+=========================  =========================================  ======================
 request                    body                                       answers
-=========================  =========================================  =====================
+=========================  =========================================  ======================
 ``GET /ping``              --                                         200 healthy
-``POST /models`` + H       ``{"model_name": NAME, "url": DIR}``       200 loaded, 409 already
-                           (DIR holds one model folder: config.pbtxt  loaded, 507 out of
-                           + version folders)                         memory, 400 other error
-``GET /models``            --                                         200 ``{"models": [...]}``
-``GET /models/T``          --                                         200, 404 not loaded
-``POST /models/T/invoke``  KServe v2 JSON, or binary tensors with     200, 400, 404, 507
- + H                       ``application/vnd.sagemaker-triton.binary
-                           +json;json-header-size=N``
-``DELETE /models/T`` + H   --                                         200 once unavailable
-                                                                      (Triton polls up to
-                                                                      350 s), 404
-=========================  =========================================  =====================
+``POST /models`` + H(T)    ``{"model_name": NAME, "url": DIR}``;      200 loaded; 409 NAME or
+                           DIR holds one model folder (or several     DIR already registered;
+                           with an ensemble), or is the model folder  507 out of memory;
+                           itself                                     400 other load error
+``GET /models``            --                                         200 ``{"models": [{
+                                                                      "modelName", "modelUrl"
+                                                                      }]}``: only entries with
+                                                                      NAME == T are filled in
+``GET /models/NAME``       --                                         200 ``{"modelName",
+                                                                      "modelUrl"}``, 404
+``POST /models/NAME/       KServe v2 JSON, or binary tensors with     200 raw answer; 400
+invoke`` + H(T)            ``application/vnd.sagemaker-triton.        (bad request, model
+                           binary+json;json-header-size=N``           error); 404 NAME not
+                                                                      loaded; 507 OOM
+``DELETE /models/NAME``    --                                         200 once T is
+ + H(T)                                                               unavailable (Triton
+                                                                      polls up to 350 s and
+                                                                      unregisters DIR); 404
+=========================  =========================================  ======================
 
-:class:`SageMakerClient` keeps connections alive (urllib3 pool, thread-safe), passes
-invoke payloads through unchanged (:class:`SageMakerResponse` holds status, body bytes and
-headers raw) and puts a timeout on every call. An async caller (the aiohttp emulator) can
-speak the same contract directly; :func:`load_body` and :data:`TARGET_MODEL_HEADER` are the
-pieces worth sharing.
+Errors come back as ``{"error": "<Triton's message>"}``. Loading the same DIR twice is a
+409 even under another NAME: give every load its own folder. :class:`SageMakerClient`
+keeps connections alive (urllib3 pool, thread-safe), passes invoke payloads through
+unchanged (:class:`SageMakerResponse` holds status, body bytes and headers raw) and puts a
+timeout on every call. An async caller (the aiohttp emulator) can speak the same contract
+directly; :func:`load_body` and :data:`TARGET_MODEL_HEADER` are the pieces worth sharing.
 """
 
 from __future__ import annotations
@@ -36,6 +48,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from mmelocal.errors import ModelLoadError, RuntimeLayerError, ServerDiedError, UserInputError
 
@@ -151,7 +164,7 @@ class SageMakerClient:
         target_model: str | None = None,
         timeout_s: float = DEFAULT_LOAD_TIMEOUT_S,
     ) -> SageMakerResponse:
-        """``POST /models``: load the model folder inside ``url_dir`` as ``target_model``.
+        """``POST /models``: load the model folder in ``url_dir`` as ``target_model`` (or name).
 
         Raises :class:`ModelLoadError` (``status_code`` 409/507/400 and Triton's message)
         unless Triton answered 200.
@@ -176,52 +189,56 @@ class SageMakerClient:
         return response
 
     def unload(
-        self, target_model: str, *, timeout_s: float = DEFAULT_UNLOAD_TIMEOUT_S
+        self,
+        name: str,
+        *,
+        target_model: str | None = None,
+        timeout_s: float = DEFAULT_UNLOAD_TIMEOUT_S,
     ) -> SageMakerResponse:
-        """``DELETE /models/T``; returns the raw answer (404 when not loaded)."""
+        """``DELETE /models/NAME``; returns the raw answer (404 when not loaded)."""
+        target = target_model or name
         response = self.request(
             "DELETE",
-            f"/models/{target_model}",
-            headers={TARGET_MODEL_HEADER: target_model},
+            f"/models/{quote(name, safe='')}",
+            headers={TARGET_MODEL_HEADER: target},
             timeout_s=timeout_s,
         )
         if response.ok:
-            logger.info("unloaded %s through the SageMaker front end", target_model)
+            logger.info("unloaded %s through the SageMaker front end", target)
         return response
 
     def list_models(self) -> list[dict[str, Any]]:
-        """``GET /models``: the ready models as Triton lists them."""
+        """``GET /models``: ``{"modelName", "modelUrl"}`` of ready models (empty ones dropped)."""
         response = self.request("GET", "/models")
         if not response.ok:
             raise RuntimeLayerError(f"GET /models answered {response.status}: {response.text}")
         data = response.json()
         models = data.get("models", []) if isinstance(data, dict) else data
-        return list(models)
+        return [m for m in models if m]
 
-    def describe(self, target_model: str) -> SageMakerResponse:
-        """``GET /models/T`` (404 when not loaded)."""
-        return self.request(
-            "GET", f"/models/{target_model}", headers={TARGET_MODEL_HEADER: target_model}
-        )
+    def describe(self, name: str) -> SageMakerResponse:
+        """``GET /models/NAME`` (404 when not loaded)."""
+        return self.request("GET", f"/models/{quote(name, safe='')}")
 
     def invoke(
         self,
-        target_model: str,
+        name: str,
         body: bytes,
         *,
+        target_model: str | None = None,
         content_type: str = "application/json",
         accept: str | None = None,
         extra_headers: Mapping[str, str] | None = None,
         timeout_s: float | None = None,
     ) -> SageMakerResponse:
-        """``POST /models/T/invoke`` with ``body`` unchanged; the answer comes back raw."""
-        headers = {TARGET_MODEL_HEADER: target_model, "Content-Type": content_type}
+        """``POST /models/NAME/invoke`` with ``body`` unchanged; the answer comes back raw."""
+        headers = {TARGET_MODEL_HEADER: target_model or name, "Content-Type": content_type}
         if accept:
             headers["Accept"] = accept
         headers.update(extra_headers or {})
         return self.request(
             "POST",
-            f"/models/{target_model}/invoke",
+            f"/models/{quote(name, safe='')}/invoke",
             body=body,
             headers=headers,
             timeout_s=timeout_s,
