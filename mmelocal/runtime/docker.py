@@ -90,7 +90,7 @@ def container_server_config(config: ServerConfig) -> ServerConfig:
 class DockerLauncher:
     """Start Triton in a container (see the module docstring).
 
-    ``image`` defaults to :data:`DEFAULT_IMAGE`; ``pull`` is ``"missing"`` (pull only when
+    ``image`` defaults (``None``) to :data:`DEFAULT_IMAGE`; ``pull`` is ``"missing"`` (pull only when
     absent), ``"always"`` or ``"never"``. ``gpus``: ``None`` = all GPUs when the engine has
     the nvidia runtime, else none; see :func:`gpu_device_requests` for the rest.
     ``command_prefix`` is what runs before Triton's flags; ``entrypoint`` overrides the
@@ -101,7 +101,7 @@ class DockerLauncher:
         self,
         config: ServerConfig,
         *,
-        image: str = DEFAULT_IMAGE,
+        image: str | None = None,
         pull: str = "missing",
         gpus: bool | int | Sequence[str] | None = None,
         command_prefix: Sequence[str] = ("tritonserver",),
@@ -121,8 +121,9 @@ class DockerLauncher:
             raise UserInputError("start_timeout_s and stop_timeout_s must be > 0")
         if shm_size_bytes < 1024 * 1024:
             raise UserInputError(f"shm_size_bytes must be >= 1048576, got {shm_size_bytes}")
+        image = DEFAULT_IMAGE if image is None else image.strip()
         if not image:
-            raise UserInputError("image must be a non-empty image name")
+            raise UserInputError("image must be a non-empty image name (None = DEFAULT_IMAGE)")
         self.config = config
         self.image = image
         self.pull = pull
