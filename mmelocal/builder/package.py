@@ -1,0 +1,154 @@
+"""Packaging for MME: one ``model.tar.gz``, or N copies that cost the bytes of one.
+
+Capacity tests load the same model under many names (``model-0.tar.gz`` ...
+``model-199.tar.gz``). :func:`package_copies` makes those names hard links to one file,
+so 200 copies of a 90 MB model take 90 MB. When the filesystem refuses a hard link
+(another device, no link support, too many links) the copy is made with the cheapest
+method that works, in this order:
+
+1. ``hardlink`` - ``os.link`` (same inode, no extra bytes);
+2. ``reflink``  - ``ioctl(FICLONE)``, a copy-on-write clone (btrfs, XFS, bcachefs: no
+   extra bytes until written);
+3. ``copy``     - ``shutil.copyfile`` (kernel-side copy where possible; full bytes).
+
+Every name is written as a temporary file and renamed into place, so a re-run replaces
+existing copies safely and a reader never sees a partial file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import shutil
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from mmelocal.builder.tarball import create_model_tarball, is_gzip
+from mmelocal.errors import UserInputError
+
+log = logging.getLogger(__name__)
+
+_FICLONE = 0x40049409  # _IOW(0x94, 9, int) from linux/fs.h
+CopyCallback = Callable[[int, Path, str], None]
+"""Called after each copy with (index, path, method) - method is hardlink/reflink/copy."""
+
+
+def package_model(
+    model_dir: Path | str, out_dir: Path | str, *, filename: str = "model.tar.gz"
+) -> Path:
+    """Write ``out_dir/model.tar.gz`` with the model folder at the archive's top level."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    return create_model_tarball(model_dir, out / filename)
+
+
+def package_copies(
+    model_dir_or_tarball: Path | str,
+    out_dir: Path | str,
+    *,
+    copies: int,
+    prefix: str = "model-",
+    on_copy: CopyCallback | None = None,
+) -> list[Path]:
+    """Create ``out_dir/{prefix}{i}.tar.gz`` for i in 0..copies-1; return their paths.
+
+    A model folder is packaged first (into ``{prefix}0.tar.gz``); a ``.tar.gz`` is used
+    as is. Copies are hard links to the first one where possible (see the module doc
+    for the fallbacks). Existing files with these names are replaced.
+    """
+    src = Path(model_dir_or_tarball)
+    out = Path(out_dir)
+    if copies < 1:
+        raise UserInputError(f"copies must be >= 1, got {copies}")
+    if not prefix or "/" in prefix or prefix.startswith("."):
+        raise UserInputError(f"prefix must be a plain file-name prefix, got {prefix!r}")
+    if not src.exists():
+        raise UserInputError(f"model folder or tarball not found: {src}")
+    if src.is_file() and not is_gzip(src):
+        raise UserInputError(f"{src} is not a gzip file; pass a model folder or a model.tar.gz")
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / f"{prefix}{i}.tar.gz" for i in range(copies)]
+    first = paths[0]
+    if src.is_dir():
+        create_model_tarball(src, first)
+        method = "packaged"
+    elif _same_file(src, first):
+        method = "hardlink"
+    else:
+        method = _place_copy(src, first)
+    if on_copy:
+        on_copy(0, first, method)
+    for index, path in enumerate(paths[1:], start=1):
+        method = "hardlink" if _same_file(first, path) else _place_copy(first, path)
+        if on_copy:
+            on_copy(index, path, method)
+    log.info("%d copies of %s in %s", copies, src, out)
+    return paths
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _place_copy(src: Path, dest: Path) -> str:
+    """Make ``dest`` a copy of ``src`` (link, clone or copy) via a temp name and rename."""
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        method = _link_clone_or_copy(src, tmp)
+        os.replace(tmp, dest)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return method
+
+
+def _link_clone_or_copy(src: Path, dest: Path) -> str:
+    try:
+        os.link(src, dest)
+        return "hardlink"
+    except OSError as exc:
+        if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EACCES):
+            raise
+        log.debug("hard link %s -> %s refused (%s); trying a reflink", src, dest, exc)
+    if _reflink(src, dest):
+        return "reflink"
+    shutil.copyfile(src, dest)
+    return "copy"
+
+
+def _reflink(src: Path, dest: Path) -> bool:
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not on Linux/macOS
+        return False
+    with open(src, "rb") as fin, open(dest, "wb") as fout:
+        try:
+            fcntl.ioctl(fout.fileno(), _FICLONE, fin.fileno())
+            return True
+        except OSError:
+            pass
+    with contextlib.suppress(OSError):
+        dest.unlink()
+    return False
+
+
+def disk_usage_bytes(paths: Iterable[Path | str]) -> int:
+    """Bytes on disk taken by ``paths`` (st_blocks * 512, each inode counted once)."""
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    for p in paths:
+        st = os.stat(p)
+        key = (st.st_dev, st.st_ino)
+        if key not in seen:
+            seen.add(key)
+            total += st.st_blocks * 512
+    return total
+
+
+__all__ = ["CopyCallback", "disk_usage_bytes", "package_copies", "package_model"]
