@@ -91,8 +91,8 @@ class DockerLauncher:
     """Start Triton in a container (see the module docstring).
 
     ``image`` defaults (``None``) to :data:`DEFAULT_IMAGE`; ``pull`` is ``"missing"`` (pull
-    only when absent), ``"always"`` or ``"never"``. ``gpus``: ``None`` = all GPUs when the engine has
-    the nvidia runtime, else none; see :func:`gpu_device_requests` for the rest.
+    only when absent), ``"always"`` or ``"never"``. ``gpus``: ``None`` = all GPUs when the
+    engine has the nvidia runtime, else none; see :func:`gpu_device_requests` for the rest.
     ``command_prefix`` is what runs before Triton's flags; ``entrypoint`` overrides the
     image's. ``run_options`` are passed to ``containers.run`` as is (e.g. ``mem_limit``).
     """
