@@ -1,0 +1,183 @@
+"""Existing artifacts: a TorchScript ``.pt`` or an ``.onnx`` file, used without re-export.
+
+ONNX: names, dtypes and dims come from the graph; random inputs are made from them
+(``-1`` axes take the batch size or the sequence length). TorchScript files carry no
+shapes, so only two common forms are recognised from the ``forward`` argument names:
+``(input_ids, attention_mask)`` (a text model, int64 ``(batch, seq_len)``) and a
+single argument (an image model, float32 ``(batch, 3, 224, 224)``). Anything else
+should come through the Python API, :func:`~mmelocal.builder.sources.source_from_module`
+with ``torch.jit.load(path)`` and example inputs.
+
+Building the same format as the file copies it; the verifier then has nothing
+independent to compare with and says so (unless a reference ``.npz`` is given).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from mmelocal.builder.sources.base import (
+    ModelSource,
+    first_line,
+    float_image_factory,
+    import_torch,
+    quiet_warnings,
+    suggest_name,
+    token_factory,
+)
+from mmelocal.builder.sources.shapes import infer_dynamic_axes
+from mmelocal.errors import SourceError, UserInputError
+
+_NLP_INPUTS = ("input_ids", "attention_mask")
+_FALLBACK_VOCAB = 100
+
+
+def load_onnx_file(
+    path: Path, *, spec: str, name: str | None = None, seq_len: int = 128
+) -> ModelSource:
+    """An existing ONNX model; the signature is read from its graph."""
+    from mmelocal.builder.tensors import inspect_onnx, triton_to_numpy
+
+    try:
+        signature, batch_dynamic = inspect_onnx(path, strip_batch=False)
+    except UserInputError as exc:
+        raise SourceError(str(exc), source=spec) from None
+    if not batch_dynamic:
+        raise SourceError(
+            f"{path} has a fixed first axis; mmelocal builds batching models, so export it "
+            "with a dynamic batch axis (dynamic_axes={name: {0: 'batch'}})",
+            source=spec,
+        )
+    names = signature.input_names
+    kind = "nlp" if set(_NLP_INPUTS) <= set(names) else "generic"
+    specs = {s.name: (triton_to_numpy(s.data_type), s.dims) for s in signature.inputs}
+
+    def factory(batch_size: int, length: int | None, seed: int) -> dict[str, Any]:
+        torch = import_torch("making example inputs")
+        import numpy as np
+
+        rng = np.random.default_rng(seed)
+        made: dict[str, Any] = {}
+        for n, (dtype, dims) in specs.items():
+            shape = [batch_size] + [(length or 8) if d == -1 else d for d in dims[1:]]
+            made[n] = torch.from_numpy(_random_array(rng, n, dtype, tuple(shape)))
+        return made
+
+    axes: dict[str, dict[int, str]] = {}
+    for s in signature.inputs + signature.outputs:
+        axes[s.name] = {
+            i: ("batch" if i == 0 else "sequence" if kind == "nlp" else f"{s.name}_dim{i}")
+            for i, d in enumerate(s.dims)
+            if d == -1
+        }
+    has_seq = any(-1 in s.dims[1:] for s in signature.inputs)
+    length = seq_len if has_seq else None
+    return ModelSource(
+        spec=spec,
+        name=name or suggest_name(path.stem if path.stem != "model" else path.parent.name),
+        kind=kind,
+        family=None,
+        input_names=names,
+        output_names=signature.output_names,
+        example_inputs=factory(2, length, 0),
+        input_factory=factory,
+        dynamic_axes=axes,
+        file=path,
+        file_format="onnx",
+        seq_len=length,
+        notes=(f"{path.name} is used as it is (no re-export)",),
+    )
+
+
+def _random_array(rng: Any, name: str, dtype: Any, shape: tuple[int, ...]) -> Any:
+    import numpy as np
+
+    if name == "attention_mask":
+        mask = np.ones(shape, dtype=dtype)
+        if len(shape) == 2 and shape[0] > 1:
+            mask[1:, max(1, shape[1] // 2) :] = 0
+        return mask
+    if dtype.kind == "f":
+        return rng.standard_normal(shape).astype(dtype)
+    if dtype.kind == "b":
+        return rng.integers(0, 2, shape).astype(bool)
+    return rng.integers(1, _FALLBACK_VOCAB, shape).astype(dtype)
+
+
+def load_torchscript_file(
+    path: Path,
+    *,
+    spec: str,
+    name: str | None = None,
+    seq_len: int = 128,
+    batch_size: int = 2,
+) -> ModelSource:
+    """An existing TorchScript model whose input form can be recognised (see module doc)."""
+    torch = import_torch("TorchScript models")
+    with quiet_warnings():
+        try:
+            module = torch.jit.load(str(path), map_location="cpu")
+        except Exception as exc:
+            raise SourceError(
+                f"{path} is not a loadable TorchScript model: {first_line(exc)}", source=spec
+            ) from None
+    module.eval()
+    args = tuple(a.name for a in module.forward.schema.arguments if a.name != "self")
+    inputs: tuple[str, ...]
+    length: int | None
+    if args == _NLP_INPUTS:
+        factory = token_factory(vocab_size=_vocab_size(module), pad_id=0, low_id=1)
+        kind, length, inputs = "nlp", seq_len, _NLP_INPUTS
+    elif len(args) == 1:
+        factory = float_image_factory((3, 224, 224))
+        kind, length, inputs = "cv", None, ("input",)
+    else:
+        raise SourceError(
+            f"{path} takes {list(args)}; mmelocal recognises (input_ids, attention_mask) or a "
+            "single image tensor. Build it from Python: source_from_module("
+            "torch.jit.load(path), example_inputs={...}, name=...)",
+            source=spec,
+        )
+    example = factory(batch_size, length, 0)
+    with torch.no_grad(), quiet_warnings():
+        try:
+            result = module(*example.values())
+        except Exception as exc:
+            shape = {k: list(v.shape) for k, v in example.items()}
+            raise SourceError(
+                f"{path} failed on a {kind} example input {shape}: {first_line(exc)}; build it "
+                "from Python with source_from_module(torch.jit.load(path), example_inputs=...)",
+                source=spec,
+            ) from None
+    from mmelocal.builder.sources.base import flatten_outputs
+
+    count = len(flatten_outputs(result))
+    outputs = ("output",) if count == 1 else tuple(f"output{i}" for i in range(count))
+    axes = infer_dynamic_axes(module, factory, inputs, outputs, length)
+    return ModelSource(
+        spec=spec,
+        name=name or suggest_name(path.stem if path.stem != "model" else path.parent.name),
+        kind=kind,
+        family=None,
+        input_names=inputs,
+        output_names=outputs,
+        example_inputs=dict(zip(inputs, example.values(), strict=True)),
+        input_factory=factory,
+        dynamic_axes=axes,
+        module=module,
+        file=path,
+        file_format="torchscript",
+        seq_len=length,
+        notes=(f"{path.name} is used as it is (no re-trace)",),
+    )
+
+
+def _vocab_size(module: Any) -> int:
+    for key, value in module.state_dict().items():
+        if "word_embeddings" in key and getattr(value, "ndim", 0) == 2:
+            return int(value.shape[0])
+    return _FALLBACK_VOCAB
+
+
+__all__ = ["load_onnx_file", "load_torchscript_file"]

