@@ -199,12 +199,15 @@ class ArtifactCache:
             t0 = time.perf_counter()
             compressed = self.store.fetch(target, tarball)
             t1 = time.perf_counter()
-            safe_extract(
-                tarball,
-                staging / "model",
-                max_unpacked_bytes=self.max_unpacked_bytes,
-                **({"max_members": self.max_members} if self.max_members else {}),
-            )
+            if self.max_members:
+                safe_extract(
+                    tarball,
+                    staging / "model",
+                    max_unpacked_bytes=self.max_unpacked_bytes,
+                    max_members=self.max_members,
+                )
+            else:
+                safe_extract(tarball, staging / "model", max_unpacked_bytes=self.max_unpacked_bytes)
             t2 = time.perf_counter()
             tarball.unlink(missing_ok=True)
             _check_layout(staging / "model", target)

@@ -1,0 +1,432 @@
+"""The MME platform: store + artifact cache + Triton instances + router + recovery + metrics.
+
+:class:`Emulator` is what the HTTP app (and tests) drive: :meth:`Emulator.invoke` takes a
+TargetModel and a payload, makes sure the model is loaded on an instance (downloading,
+extracting, evicting as SageMaker would), forwards the payload unchanged and returns
+Triton's answer with the timings the metrics need.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from mmelocal.emulator.cache import ArtifactCache, Prepare
+from mmelocal.emulator.events import EventLog
+from mmelocal.emulator.instance import InstanceOptions, TritonInstance
+from mmelocal.emulator.metrics import Metrics
+from mmelocal.emulator.probes import HostProbe, MemoryProbe, NvmlProbe, cpu_percent_of_tree
+from mmelocal.emulator.recovery import Watchdog
+from mmelocal.emulator.router import Router
+from mmelocal.emulator.store import ModelStore, open_store, validate_target
+from mmelocal.errors import UserInputError
+from mmelocal.runtime.launcher import TritonLauncher
+
+logger = logging.getLogger(__name__)
+
+GiB = 1024**3
+LAUNCHERS = ("local", "docker", "external")
+
+LauncherFactory = Callable[[int, Path], TritonLauncher]
+
+
+@dataclass(frozen=True, kw_only=True)
+class EmulatorConfig:
+    """Options of ``mmelocal serve`` (sizes in bytes, times in seconds).
+
+    ``memory_budget_bytes`` is per instance and used by the host probe (no GPU); ``None``
+    means half of this machine's memory divided among the instances. ``instances=None``
+    means one per GPU, or one without a GPU. ``external_urls`` are the SageMaker front
+    ends (``http://host:port``) of already running servers for ``launcher="external"``.
+    """
+
+    store: str
+    cache_dir: Path | None = None
+    memory_threshold: float = 0.9
+    memory_budget_bytes: int | None = None
+    disk_budget_bytes: int = 20 * GiB
+    instances: int | None = None
+    launcher: str = "local"
+    image: str | None = None
+    tritonserver: Path | None = None
+    external_urls: tuple[str, ...] = ()
+    endpoint_name: str | None = None
+    load_wait_timeout_s: float = 60.0
+    load_timeout_s: float = 300.0
+    hot_rps_threshold: float = 50.0
+    s3_endpoint_url: str | None = None
+    watchdog_interval_s: float = 0.2
+    gpus: tuple[int, ...] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.launcher not in LAUNCHERS:
+            raise UserInputError(
+                f"launcher must be one of {', '.join(LAUNCHERS)}, got {self.launcher!r}"
+            )
+        if self.instances is not None and self.instances < 1:
+            raise UserInputError(f"instances must be >= 1, got {self.instances}")
+        if self.memory_budget_bytes is not None and self.memory_budget_bytes <= 0:
+            raise UserInputError(f"memory_budget_bytes must be > 0, got {self.memory_budget_bytes}")
+        if self.disk_budget_bytes <= 0:
+            raise UserInputError(f"disk_budget_bytes must be > 0, got {self.disk_budget_bytes}")
+        if self.load_wait_timeout_s <= 0:
+            raise UserInputError(f"load_wait_timeout_s must be > 0, got {self.load_wait_timeout_s}")
+        if self.launcher == "external" and not self.external_urls:
+            raise UserInputError("launcher 'external' needs external_urls (SageMaker front ends)")
+        # InstanceOptions checks memory_threshold with the same message style
+        InstanceOptions(memory_threshold=self.memory_threshold)
+
+
+@dataclass(frozen=True, kw_only=True)
+class InvokeResult:
+    """Triton's answer to one forwarded request and where the time went."""
+
+    status: int
+    body: bytes
+    headers: Any
+    cache_hit: bool
+    model_latency_s: float
+    wait_s: float
+    instance: int
+
+
+class Emulator:
+    """The emulated multi-model endpoint (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: EmulatorConfig,
+        *,
+        store: ModelStore | None = None,
+        launcher_factory: LauncherFactory | None = None,
+    ) -> None:
+        self.config = config
+        self.store = store or open_store(config.store, s3_endpoint_url=config.s3_endpoint_url)
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        if config.cache_dir is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="mmelocal-mme-")
+            self.cache_dir = Path(self._tmp.name)
+        else:
+            self.cache_dir = Path(config.cache_dir)
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        self.cache = ArtifactCache(
+            self.cache_dir / "artifacts", self.store, disk_budget_bytes=config.disk_budget_bytes
+        )
+        self.metrics = Metrics(endpoint_name=config.endpoint_name or "local")
+        self.events = EventLog()
+        self._launcher_factory = launcher_factory or self._default_launcher
+        self._gpus = self._choose_gpus()
+        count = config.instances or max(1, len(self._gpus))
+        budget = config.memory_budget_bytes or _default_budget(count)
+        options = InstanceOptions(
+            memory_threshold=config.memory_threshold, load_timeout_s=config.load_timeout_s
+        )
+        self.instances: list[TritonInstance] = []
+        for index in range(count):
+            launcher = self._launcher_factory(index, self.cache_dir / f"triton-{index}")
+            self.instances.append(
+                TritonInstance(
+                    index=index,
+                    launcher=launcher,
+                    probe=self._probe(index, launcher, budget),
+                    cache=self.cache,
+                    metrics=self.metrics,
+                    events=self.events,
+                    options=options,
+                )
+            )
+        self.router = Router(self.instances, hot_rps_threshold=config.hot_rps_threshold)
+        self.watchdog = Watchdog(self.instances, interval_s=config.watchdog_interval_s)
+        self.session: aiohttp.ClientSession | None = None
+        self._valid_targets: set[str] = set()
+        self.metrics.set_gauge_source(self.gauges)
+
+    # -- construction helpers ----------------------------------------------------------
+    def _choose_gpus(self) -> list[int]:
+        if self.config.gpus is not None:
+            return list(self.config.gpus)
+        from mmelocal.emulator.probes import gpu_count
+
+        return list(range(gpu_count()))
+
+    def _probe(self, index: int, launcher: TritonLauncher, budget: int) -> MemoryProbe:
+        if self._gpus:
+            gpu = self._gpus[index % len(self._gpus)]
+            try:
+                return NvmlProbe(gpu, launcher.pid)
+            except Exception as exc:
+                logger.warning("NVML probe unavailable (%s); using host RSS", exc)
+        return HostProbe(launcher.pid, budget_bytes=budget)
+
+    def _default_launcher(self, index: int, workdir: Path) -> TritonLauncher:
+        from mmelocal.runtime.config import ServerConfig
+
+        repo = workdir / "repository"
+        repo.mkdir(parents=True, exist_ok=True)
+        env: dict[str, str] = {}
+        if self._gpus:
+            env["CUDA_VISIBLE_DEVICES"] = str(self._gpus[index % len(self._gpus)])
+        server = ServerConfig(model_repository=repo, sagemaker=True, env=env)
+        kind = self.config.launcher
+        if kind == "local":
+            from mmelocal.runtime.local import LocalLauncher
+
+            return LocalLauncher(
+                server, tritonserver=self.config.tritonserver, log_path=workdir / "tritonserver.log"
+            )
+        if kind == "external":
+            from mmelocal.runtime.external import ExternalLauncher
+
+            url = self.config.external_urls[index % len(self.config.external_urls)]
+            return ExternalLauncher(url, sagemaker_url=url)
+        from mmelocal.runtime import docker
+
+        return docker.DockerLauncher(server, image=self.config.image)  # type: ignore[attr-defined,no-any-return]
+
+    def _prepare_hook(self, launcher: TritonLauncher) -> Prepare | None:
+        """For the wheel's Python-only server: derive python-backend copies of native models."""
+        if self.config.launcher != "local":
+            return None
+        from mmelocal.runtime import native
+
+        backend_dir = getattr(getattr(launcher, "config", None), "backend_directory", None)
+        backends = native.available_backends(backend_dir)
+        gpu = bool(self._gpus)
+
+        def prepare(model_dir: Path, out_dir: Path) -> Path | None:
+            native.prepare_repository(model_dir, out_dir, backends_available=backends, gpu=gpu)
+            return out_dir
+
+        return prepare
+
+    # -- lifecycle ---------------------------------------------------------------------
+    async def start(self) -> None:
+        """Start every Triton instance (in parallel) and the watchdog."""
+        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60, ttl_dns_cache=None)
+        self.session = aiohttp.ClientSession(
+            connector=connector,
+            auto_decompress=False,
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=5),
+        )
+        try:
+            await asyncio.gather(*(inst.start(self.session) for inst in self.instances))
+        except BaseException:
+            await self.stop()
+            raise
+        hook = self._prepare_hook(self.instances[0].launcher)
+        for inst in self.instances:
+            inst.prepare = hook
+        self.watchdog.start()
+        logger.info(
+            "MME emulator up: store %s, %d instance(s), probe %s, cache %s",
+            self.store.description,
+            len(self.instances),
+            self.instances[0].probe.name,
+            self.cache.root,
+        )
+
+    async def stop(self) -> None:
+        """Stop the watchdog and every instance; close the session."""
+        await self.watchdog.stop()
+        await asyncio.gather(*(inst.stop() for inst in self.instances), return_exceptions=True)
+        for inst in self.instances:
+            inst.close()
+        if self.session is not None:
+            await self.session.close()
+            self.session = None
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    # -- serving -----------------------------------------------------------------------
+    def check_target(self, target: str) -> str:
+        """Validate a TargetModel (cached; raises InvalidTargetError)."""
+        if target not in self._valid_targets:
+            validate_target(target)
+            if len(self._valid_targets) > 100_000:
+                self._valid_targets.clear()
+            self._valid_targets.add(target)
+        return target
+
+    async def invoke(
+        self, target: str, body: bytes, headers: dict[str, str], *, retries: int = 1
+    ) -> InvokeResult:
+        """Serve one request for ``target`` (load on demand); Triton's answer, unchanged."""
+        self.check_target(target)
+        attempt = 0
+        while True:
+            inst = self.router.pick(target)
+            acquired = await inst.acquire(target, wait_timeout_s=self.config.load_wait_timeout_s)
+            try:
+                t0 = time.perf_counter()
+                status, data, out_headers = await inst.invoke(target, body, dict(headers))
+                latency = time.perf_counter() - t0
+            finally:
+                inst.release(target)
+            if status in (404, 507) and attempt < retries:
+                attempt += 1
+                await self._recover_from(inst, target, status)
+                continue
+            self.metrics.observe("ModelCacheHit", 1.0 if acquired.cache_hit else 0.0)
+            if not acquired.cache_hit:
+                self.metrics.observe("ModelLoadingWaitTime", acquired.wait_s * 1e6)
+            self.metrics.observe("ModelLatency", latency * 1e6)
+            return InvokeResult(
+                status=status,
+                body=data,
+                headers=out_headers,
+                cache_hit=acquired.cache_hit,
+                model_latency_s=latency,
+                wait_s=acquired.wait_s,
+                instance=inst.index,
+            )
+
+    async def ensure_loaded(self, target: str) -> TritonInstance:
+        """Load ``target`` on demand (no request forwarded); the instance holding it."""
+        self.check_target(target)
+        inst = self.router.pick(target)
+        await inst.acquire(target, wait_timeout_s=self.config.load_wait_timeout_s)
+        inst.release(target)
+        return inst
+
+    async def _recover_from(self, inst: TritonInstance, target: str, status: int) -> None:
+        if status == 404:
+            # Triton lost the model (restarted behind our back): forget it, load again.
+            entry = inst.models.pop(target, None)
+            if entry is not None:
+                self.cache.unpin(target)
+            logger.warning(
+                "instance %d: Triton did not know %s; loading it again", inst.index, target
+            )
+        else:
+            victims = [t for t in inst.loaded() if t != target]
+            if victims:
+                await inst.unload(victims[0], reason=f"Triton answered 507 invoking {target}")
+
+    def gauges(self) -> dict[str, float]:
+        """Instance gauges at scrape time (blocking reads: call from an executor)."""
+        out: dict[str, float] = {
+            "LoadedModelCount": float(sum(len(i.loaded()) for i in self.instances)),
+            "DiskUtilization": self.cache.utilization_percent,
+        }
+        host, gpu_mem, gpu_util = [], [], []
+        cpu = 0.0
+        for inst in self.instances:
+            reading = inst.probe.read()
+            inst.last_reading = reading
+            if inst.probe.kind == "gpu":
+                gpu_mem.append(100.0 * reading.used_fraction)
+                if reading.utilization_percent is not None:
+                    gpu_util.append(reading.utilization_percent)
+            else:
+                host.append(100.0 * reading.used_fraction)
+            cpu += cpu_percent_of_tree(inst.launcher.pid())
+        if host:
+            out["MemoryUtilization"] = sum(host) / len(host)
+        else:
+            import psutil
+
+            out["MemoryUtilization"] = float(psutil.virtual_memory().percent)
+        if gpu_mem:
+            out["GPUMemoryUtilization"] = sum(gpu_mem) / len(gpu_mem)
+        if gpu_util:
+            out["GPUUtilization"] = sum(gpu_util) / len(gpu_util)
+        out["CPUUtilization"] = cpu
+        return out
+
+    def state(self) -> dict[str, Any]:
+        """The loaded set, instances and recent events as plain data."""
+        return {
+            "store": self.store.description,
+            "cache_dir": str(self.cache.root),
+            "instances": [
+                {
+                    "index": inst.index,
+                    "up": inst.up,
+                    "probe": inst.probe.name,
+                    "pid": inst.launcher.pid(),
+                    "memory_used_bytes": inst.last_reading.used_bytes
+                    if inst.last_reading
+                    else None,
+                    "memory_total_bytes": (
+                        inst.last_reading.total_bytes if inst.last_reading else None
+                    ),
+                    "memory_limit_bytes": inst.limit_bytes,
+                    "loaded": inst.usage_snapshot(),
+                }
+                for inst in self.instances
+            ],
+            "footprints_bytes": {
+                t: b for inst in self.instances for t, b in inst.footprints.items()
+            },
+            "event_counts": dict(self.events.counts),
+            "restarts": self.watchdog.restarts,
+            "events": [e.to_dict() for e in self.events.recent(limit=200)],
+        }
+
+
+def _default_budget(instances: int) -> int:
+    import psutil
+
+    return int(psutil.virtual_memory().total * 0.5 / max(1, instances))
+
+
+def parse_size(text: str | int) -> int:
+    """Bytes from ``4GiB``, ``512MB``, ``1.5G``, ``1000`` (binary and decimal units)."""
+    if isinstance(text, int):
+        return text
+    raw = text.strip()
+    units = {
+        "": 1,
+        "b": 1,
+        "k": 1000,
+        "kb": 1000,
+        "m": 1000**2,
+        "mb": 1000**2,
+        "g": 1000**3,
+        "gb": 1000**3,
+        "t": 1000**4,
+        "tb": 1000**4,
+        "kib": 1024,
+        "mib": 1024**2,
+        "gib": 1024**3,
+        "tib": 1024**4,
+    }
+    number = raw.rstrip("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ ")
+    unit = raw[len(number) :].strip().lower()
+    if unit not in units or not number:
+        raise UserInputError(
+            f"size must be a number with an optional unit (B, KB, MB, GB, TB, KiB, MiB, GiB, "
+            f"TiB), got {text!r}"
+        )
+    try:
+        value = float(number)
+    except ValueError:
+        raise UserInputError(f"size must start with a number, got {text!r}") from None
+    if value <= 0:
+        raise UserInputError(f"size must be > 0, got {text!r}")
+    return int(value * units[unit])
+
+
+def loaded_targets(instances: Sequence[TritonInstance]) -> list[str]:
+    """Every target loaded on any instance."""
+    return sorted({t for inst in instances for t in inst.loaded()})
+
+
+__all__ = [
+    "LAUNCHERS",
+    "Emulator",
+    "EmulatorConfig",
+    "InvokeResult",
+    "loaded_targets",
+    "parse_size",
+]

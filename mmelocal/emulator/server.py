@@ -1,0 +1,143 @@
+"""Run the emulator's HTTP app: in the foreground (``mmelocal serve``) or on a thread.
+
+:class:`EmulatorServer` runs its own event loop on a background thread so synchronous
+code (the pytest fixture, the demo, benchmarks, boto3 callers) can start an endpoint,
+use it over HTTP and stop it; ``start()`` returns once Triton is up and the port answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Coroutine
+from types import TracebackType
+from typing import Any, TypeVar
+
+from aiohttp import web
+
+from mmelocal.emulator.app import create_app
+from mmelocal.emulator.platform import Emulator, EmulatorConfig
+from mmelocal.errors import EmulatorError
+from mmelocal.runtime.config import pick_free_port
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+async def serve_forever(emulator: Emulator, *, host: str, port: int) -> None:
+    """Serve until cancelled (the CLI runs this with ``asyncio.run``)."""
+    runner = web.AppRunner(create_app(emulator), access_log=None, handle_signals=False)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port, backlog=1024)
+        await site.start()
+        logger.info("MME emulator listening on http://%s:%d", host, port)
+        await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()
+
+
+class EmulatorServer:
+    """An emulator on a background thread (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: EmulatorConfig | Emulator,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        start_timeout_s: float = 180.0,
+    ) -> None:
+        self.emulator = config if isinstance(config, Emulator) else Emulator(config)
+        self.host = host
+        self.port = port or pick_free_port(host)
+        self.start_timeout_s = start_timeout_s
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._runner: web.AppRunner | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+
+    @property
+    def url(self) -> str:
+        """``http://host:port`` (give it to boto3 as ``endpoint_url``)."""
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> EmulatorServer:
+        """Start Triton and the HTTP server; return once both answer."""
+        if self._thread is not None:
+            return self
+        self._thread = threading.Thread(target=self._run, name="mme-emulator", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(self.start_timeout_s):
+            self.stop()
+            raise EmulatorError(f"the emulator did not start within {self.start_timeout_s:g}s")
+        if self._error is not None:
+            error = self._error
+            self.stop()
+            raise error
+        return self
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(self._setup())
+        except BaseException as exc:
+            self._error = exc
+            self._ready.set()
+            loop.run_until_complete(self._cleanup())
+            loop.close()
+            return
+        self._ready.set()
+        try:
+            loop.run_forever()
+        finally:
+            loop.run_until_complete(self._cleanup())
+            loop.close()
+
+    async def _setup(self) -> None:
+        self._runner = web.AppRunner(
+            create_app(self.emulator), access_log=None, handle_signals=False
+        )
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port, backlog=1024)
+        await site.start()
+        logger.info("MME emulator listening on %s", self.url)
+
+    async def _cleanup(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    def call(self, coro: Coroutine[Any, Any, T], timeout_s: float = 60.0) -> T:
+        """Run a coroutine on the server's loop from another thread; its result."""
+        if self._loop is None:
+            raise EmulatorError("the emulator is not running")
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        return future.result(timeout_s)
+
+    def stop(self) -> None:
+        """Stop the HTTP server and every Triton instance (idempotent)."""
+        loop, thread = self._loop, self._thread
+        if loop is not None and thread is not None and thread.is_alive():
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(timeout=120)
+        self._thread = None
+        self._loop = None
+
+    def __enter__(self) -> EmulatorServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+__all__ = ["EmulatorServer", "serve_forever"]

@@ -1,0 +1,79 @@
+"""A tiny pure-numpy Python-backend model for emulator tests (fast to load, small RSS).
+
+``OUTPUT0 = INPUT0 * scale + 1`` where ``scale`` comes from the config's parameters, so
+every copy answers differently and a request routed to the wrong model is caught.
+"""
+
+from __future__ import annotations
+
+import tarfile
+from pathlib import Path
+
+import numpy as np
+
+MODEL_PY = """
+import json
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        self.scale = float(config["parameters"]["scale"]["string_value"])
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            y = (x * self.scale + 1.0).astype(np.float32)
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", y)]))
+        return responses
+"""
+
+CONFIG = """name: "{name}"
+backend: "python"
+max_batch_size: 8
+input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }} ]
+output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }} ]
+instance_group [ {{ kind: KIND_CPU count: 1 }} ]
+parameters {{ key: "scale" value {{ string_value: "{scale}" }} }}
+"""
+
+
+def write_model(folder: Path, *, name: str = "tiny", scale: float = 2.0) -> Path:
+    """Write the model folder ``folder/name`` and return it."""
+    model = folder / name
+    (model / "1").mkdir(parents=True, exist_ok=True)
+    (model / "1" / "model.py").write_text(MODEL_PY)
+    (model / "config.pbtxt").write_text(CONFIG.format(name=name, scale=scale))
+    return model
+
+
+def write_tarball(path: Path, *, name: str = "tiny", scale: float = 2.0) -> Path:
+    """A ``model.tar.gz`` holding the model folder at its top level."""
+    work = path.parent / f".build-{path.name}"
+    model = write_model(work, name=name, scale=scale)
+    with tarfile.open(path, "w:gz") as tar:
+        tar.add(model, arcname=name)
+    return path
+
+
+def expected(x: np.ndarray, scale: float) -> np.ndarray:
+    """What the model answers for ``x``."""
+    return (x * scale + 1.0).astype(np.float32)
+
+
+def request_json(x: np.ndarray) -> dict[str, object]:
+    """A KServe v2 JSON request body for ``x`` (shape [batch, 4])."""
+    return {
+        "inputs": [
+            {
+                "name": "INPUT0",
+                "shape": list(x.shape),
+                "datatype": "FP32",
+                "data": x.ravel().tolist(),
+            }
+        ]
+    }
