@@ -292,9 +292,9 @@ def read_config(path: Path | str) -> Any:
         fieldname = _field_of(str(exc), text, line, column)
         reason = re.sub(r"^\d+:\d+ : ", "", str(exc))
         reason = re.sub(r"^'.*?': ", "", reason)
-        where = f" (field {fieldname!r})" if fieldname else ""
+        what = f"field {fieldname!r}: " if fieldname else ""
         raise ConfigError(
-            f"column {column}{where}: {reason}", path=p, line=line, field=fieldname
+            f"{what}{reason} (column {column})", path=p, line=line, field=fieldname
         ) from None
     check_config(cfg, path=p, text=text)
     return cfg

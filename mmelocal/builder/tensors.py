@@ -319,7 +319,8 @@ def torchscript_forward_args(path: Path | str) -> tuple[str, ...]:
             warnings.simplefilter("ignore")
             module = torch.jit.load(str(p), map_location="cpu")
     except Exception as exc:  # torch raises RuntimeError with a long C++ trace
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        text = str(exc).strip()
+        first = text.splitlines()[0].split(". ")[0] if text else type(exc).__name__
         raise UserInputError(f"{p} is not a loadable TorchScript model: {first}") from None
     args = module.forward.schema.arguments
     return tuple(a.name for a in args if a.name != "self")

@@ -1,0 +1,437 @@
+"""Validate a model repository, a model folder or a ``model.tar.gz`` before deployment.
+
+:func:`validate_path` finds what the path is and collects every problem it can see
+without running a server: layout, version folders, config.pbtxt against Triton's schema,
+the file the platform needs, inputs and outputs against the artifact (ONNX: names,
+count, data types, ranks and dims from the graph; TorchScript: the number and names of
+``forward`` arguments - ranks and dtypes are not recorded statically in TorchScript),
+the batch dimension against ``max_batch_size``, and for tarballs the MME layout plus the
+safety checks of :func:`~mmelocal.builder.tarball.safe_extract`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mmelocal.builder import repository, tarball
+from mmelocal.builder.config import read_config
+from mmelocal.builder.tensors import (
+    Signature,
+    TensorSpec,
+    inspect_onnx,
+    torchscript_forward_args,
+)
+from mmelocal.errors import ConfigError, MissingDependencyError, UnsafeArchiveError, UserInputError
+
+SEVERITIES = ("error", "warning", "info")
+_INDEXED_NAME = re.compile(r"^.+__(\d+)$")
+_GUESSED_FILES = [*repository.PLATFORM_FILES.values(), "model.py"]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One finding: a stable ``code`` (e.g. ``io.dtype``), where, what, and how bad."""
+
+    code: str
+    path: str
+    message: str
+    severity: str = "error"
+
+    def __post_init__(self) -> None:
+        if self.severity not in SEVERITIES:
+            raise ValueError(f"severity must be one of {SEVERITIES}, got {self.severity!r}")
+
+
+@dataclass
+class ValidationReport:
+    """All findings for one path; ``ok`` when there is no error (warnings allowed)."""
+
+    path: str
+    kind: str = "unknown"
+    models: list[str] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when no problem has severity ``error``."""
+        return not self.errors
+
+    @property
+    def errors(self) -> list[Problem]:
+        """The problems with severity ``error``."""
+        return [p for p in self.problems if p.severity == "error"]
+
+    def add(self, code: str, path: Path | str, message: str, severity: str = "error") -> None:
+        """Record a problem."""
+        self.problems.append(Problem(code, str(path), message, severity))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict: path, kind, ok, models, problems."""
+        return {
+            "path": self.path,
+            "kind": self.kind,
+            "ok": self.ok,
+            "models": list(self.models),
+            "problems": [asdict(p) for p in self.problems],
+        }
+
+    def to_json(self) -> str:
+        """The report as a JSON string."""
+        return json.dumps(self.to_dict(), indent=2)
+
+
+def validate_path(
+    path: Path | str,
+    *,
+    max_members: int = tarball.DEFAULT_MAX_MEMBERS,
+    max_unpacked_bytes: int = tarball.DEFAULT_MAX_UNPACKED_BYTES,
+) -> ValidationReport:
+    """Validate a repository, model folder or model.tar.gz; never raises for bad content."""
+    p = Path(path)
+    report = ValidationReport(path=str(p))
+    if not p.exists():
+        report.add("path.missing", p, "path does not exist")
+    elif p.is_file():
+        if p.name == "config.pbtxt":
+            report.kind = "model"
+            _validate_model(p.parent, report, display=p.parent)
+        elif tarball.is_gzip(p) or p.name.endswith((".tar.gz", ".tgz")):
+            report.kind = "tarball"
+            _validate_tarball(p, report, max_members, max_unpacked_bytes)
+        else:
+            report.add("path.type", p, "not a folder or a .tar.gz file")
+    elif _looks_like_model(p):
+        report.kind = "model"
+        _validate_model(p, report, display=p)
+    else:
+        report.kind = "repository"
+        _validate_repository(p, report)
+    return report
+
+
+def _looks_like_model(p: Path) -> bool:
+    if (p / "config.pbtxt").exists():
+        return True
+    subdirs = [c for c in p.iterdir() if c.is_dir() and not c.name.startswith(".")]
+    return bool(subdirs) and all(c.name.isdigit() for c in subdirs)
+
+
+def _validate_repository(repo: Path, report: ValidationReport) -> None:
+    entries = [c for c in sorted(repo.iterdir()) if not c.name.startswith(".")]
+    folders = [c for c in entries if c.is_dir()]
+    for stray in (c for c in entries if not c.is_dir()):
+        report.add("repo.stray_file", stray, "file at the repository top level", "warning")
+    if not folders:
+        report.add("repo.empty", repo, "no model folders (expected <repo>/<model>/config.pbtxt)")
+        return
+    for folder in folders:
+        _validate_model(folder, report, display=folder)
+
+
+def _validate_tarball(
+    tar_path: Path, report: ValidationReport, max_members: int, max_bytes: int
+) -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="mmelocal-validate-"))
+    try:
+        out = tmp / "x"
+        try:
+            tarball.safe_extract(
+                tar_path, out, max_members=max_members, max_unpacked_bytes=max_bytes
+            )
+        except tarball.BadArchiveError as exc:
+            report.add("archive.corrupt", tar_path, _strip_prefix(str(exc), tar_path))
+            return
+        except UnsafeArchiveError as exc:
+            report.add("archive.unsafe", tar_path, _strip_prefix(str(exc), tar_path))
+            return
+        top = sorted(out.iterdir())
+        files = [c.name for c in top if not c.is_dir() or c.is_symlink()]
+        folders = [c for c in top if c.is_dir() and not c.is_symlink()]
+        if "config.pbtxt" in files:
+            report.add(
+                "archive.layout",
+                tar_path,
+                "config.pbtxt is at the top level; the model folder must be: "
+                "tar -C <repo> -czf model.tar.gz <model_name>",
+            )
+            return
+        if files:
+            report.add("archive.layout", tar_path, f"files at the top level: {files}")
+        if len(folders) != 1:
+            names = [f.name for f in folders]
+            report.add(
+                "archive.layout",
+                tar_path,
+                f"expected one model folder at the top level, found {len(folders)}: {names}",
+            )
+        if len(folders) == 1:
+            _validate_model(folders[0], report, display=f"{tar_path.name}:{folders[0].name}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _strip_prefix(message: str, tar_path: Path) -> str:
+    return message.removeprefix(f"{tar_path}: ").removeprefix(f"{tar_path} ")
+
+
+def _validate_model(model_dir: Path, report: ValidationReport, *, display: Path | str) -> None:
+    where = str(display)
+    report.models.append(model_dir.name)
+    config_path = model_dir / "config.pbtxt"
+    if not config_path.is_file():
+        report.add("config.missing", where, "no config.pbtxt in the model folder")
+        return
+    try:
+        cfg = read_config(config_path)
+    except ConfigError as exc:
+        msg = str(exc).removeprefix(f"{config_path}:").removeprefix(f"{exc.line}:").strip()
+        if exc.line is not None:
+            msg = f"line {exc.line}: {msg}"
+        report.add("config.invalid", f"{where}/config.pbtxt", msg)
+        return
+    if not cfg.name:
+        report.add(
+            "config.no_name", where, "config has no name; Triton uses the folder name", "warning"
+        )
+    elif cfg.name != model_dir.name:
+        report.add(
+            "config.name_mismatch",
+            where,
+            f"config name {cfg.name!r} differs from its folder {model_dir.name!r}",
+        )
+    _check_batching(cfg, report, where)
+    versions = _versions(model_dir, report, where)
+    filename = repository.artifact_filename(cfg)
+    if not cfg.platform and not cfg.backend:
+        report.add(
+            "config.no_platform",
+            where,
+            "neither platform nor backend set; Triton guesses from the file name",
+            "warning",
+        )
+    for version in versions:
+        vdir = model_dir / str(version)
+        names = [filename] if filename else _GUESSED_FILES
+        artifact = next((vdir / n for n in names if (vdir / n).exists()), None)
+        if artifact is None:
+            present = sorted(c.name for c in vdir.iterdir())
+            report.add(
+                "artifact.missing",
+                f"{where}/{version}",
+                f"{filename or 'model file'} not found (present: {present})",
+            )
+            continue
+        _check_artifact(cfg, artifact, report, f"{where}/{version}/{artifact.name}")
+
+
+def _versions(model_dir: Path, report: ValidationReport, where: str) -> list[int]:
+    versions = []
+    for child in sorted(model_dir.iterdir()):
+        if not child.is_dir() or child.name.startswith("."):
+            continue
+        if child.name.isdigit() and not child.name.startswith("0"):
+            versions.append(int(child.name))
+        else:
+            report.add(
+                "layout.ignored_folder",
+                f"{where}/{child.name}",
+                "not a version folder (versions are numbers >= 1); Triton ignores it",
+                "warning",
+            )
+    if not versions:
+        report.add(
+            "layout.no_version", where, "no version folder (expected e.g. <model>/1/<model file>)"
+        )
+    return sorted(versions)
+
+
+def _check_batching(cfg: Any, report: ValidationReport, where: str) -> None:
+    mbs = cfg.max_batch_size
+    if cfg.HasField("dynamic_batching"):
+        if mbs == 0:
+            report.add("config.batching", where, "dynamic_batching needs max_batch_size > 0")
+        bad = [b for b in cfg.dynamic_batching.preferred_batch_size if b > mbs or b < 1]
+        if mbs > 0 and bad:
+            report.add(
+                "config.batching",
+                where,
+                f"preferred_batch_size {bad} outside 1..max_batch_size ({mbs})",
+            )
+    inputs = {t.name: t for t in cfg.input}
+    for warm in cfg.model_warmup:
+        label = f"model_warmup {warm.name or '?'}"
+        if warm.batch_size < 1 or warm.batch_size > max(mbs, 1):
+            report.add(
+                "config.warmup",
+                where,
+                f"{label}: batch_size {warm.batch_size} outside 1..{max(mbs, 1)}",
+            )
+        for key, value in warm.inputs.items():
+            if key not in inputs:
+                report.add("config.warmup", where, f"{label}: {key!r} is not a config input")
+            elif value.data_type != inputs[key].data_type:
+                report.add("config.warmup", where, f"{label}: {key!r} data_type differs from input")
+            if any(d < 1 for d in value.dims):
+                report.add(
+                    "config.warmup",
+                    where,
+                    f"{label}: {key!r} dims {list(value.dims)} must be concrete (> 0)",
+                )
+
+
+def _config_specs(tensors: Any) -> list[TensorSpec | None]:
+    from tritonclient.grpc import model_config_pb2 as pb
+
+    specs: list[TensorSpec | None] = []
+    for t in tensors:
+        if t.HasField("reshape"):
+            specs.append(None)
+            continue
+        specs.append(TensorSpec(t.name, pb.DataType.Name(t.data_type), tuple(t.dims)))
+    return specs
+
+
+def _check_artifact(cfg: Any, artifact: Path, report: ValidationReport, where: str) -> None:
+    try:
+        if artifact.suffix == ".onnx" and artifact.is_file():
+            signature, _ = inspect_onnx(artifact, strip_batch=False)
+            _compare_onnx(cfg, signature, report, where)
+        elif artifact.suffix == ".pt" and cfg.platform == "pytorch_libtorch":
+            _compare_torchscript(cfg, torchscript_forward_args(artifact), report, where)
+        elif artifact.suffix == ".plan":
+            report.add(
+                "artifact.unchecked",
+                where,
+                "TensorRT plans are not inspected here (they need the GPU they were "
+                "built for); run mmelocal check on a GPU",
+                "info",
+            )
+    except MissingDependencyError as exc:
+        report.add("artifact.unchecked", where, str(exc), "warning")
+    except UserInputError as exc:
+        report.add("artifact.unreadable", where, str(exc).replace(f"{artifact}", artifact.name))
+
+
+def _compare_onnx(cfg: Any, model: Signature, report: ValidationReport, where: str) -> None:
+    mbs = cfg.max_batch_size
+    model_inputs = {s.name: s for s in model.inputs}
+    model_outputs = {s.name: s for s in model.outputs}
+    config_inputs = {t.name for t in cfg.input}
+    for missing in sorted(set(model_inputs) - config_inputs):
+        report.add(
+            "io.missing_input",
+            where,
+            f"model input {missing!r} is not in the config (config inputs: "
+            f"{sorted(config_inputs)})",
+        )
+    for kind, tensors, actual in (
+        ("input", cfg.input, model_inputs),
+        ("output", cfg.output, model_outputs),
+    ):
+        for spec in _config_specs(tensors):
+            if spec is None:
+                continue
+            found = actual.get(spec.name)
+            if found is None:
+                report.add(
+                    f"io.unknown_{kind}",
+                    where,
+                    f"config {kind} {spec.name!r} is not a model {kind} "
+                    f"(model {kind}s: {sorted(actual)})",
+                )
+                continue
+            _compare_tensor(kind, spec, found, mbs, report, where)
+
+
+def _compare_tensor(
+    kind: str, spec: TensorSpec, found: TensorSpec, mbs: int, report: ValidationReport, where: str
+) -> None:
+    if spec.data_type != found.data_type:
+        report.add(
+            "io.dtype",
+            where,
+            f"{kind} {spec.name!r}: config says {spec.data_type}, model has {found.data_type}",
+        )
+    model_dims = found.dims
+    if mbs > 0:
+        if not model_dims:
+            report.add(
+                "io.rank",
+                where,
+                f"{kind} {spec.name!r} has rank 0 in the model; it has no batch dim "
+                f"for max_batch_size={mbs}",
+            )
+            return
+        if model_dims[0] != -1:
+            report.add(
+                "io.batch_dim_fixed",
+                where,
+                f"{kind} {spec.name!r}: the model's first dim is fixed to {model_dims[0]} "
+                f"but max_batch_size={mbs} needs it dynamic; re-export with a dynamic "
+                f"batch axis or set max_batch_size: 0",
+            )
+        model_dims = model_dims[1:]
+    if len(spec.dims) != len(model_dims):
+        batch = " plus the batch dim" if mbs > 0 else ""
+        report.add(
+            "io.rank",
+            where,
+            f"{kind} {spec.name!r}: config has rank {len(spec.dims)}{batch}, model has "
+            f"rank {len(found.dims)} {list(found.dims)}",
+        )
+        return
+    if any(m != -1 and c != m for c, m in zip(spec.dims, model_dims, strict=True)):
+        report.add(
+            "io.dims",
+            where,
+            f"{kind} {spec.name!r}: config dims {list(spec.dims)} do not fit the model's "
+            f"{list(model_dims)}",
+        )
+
+
+def _compare_torchscript(
+    cfg: Any, forward_args: tuple[str, ...], report: ValidationReport, where: str
+) -> None:
+    names = [t.name for t in cfg.input]
+    if len(names) != len(forward_args):
+        report.add(
+            "io.input_count",
+            where,
+            f"config has {len(names)} inputs, forward() takes {len(forward_args)} "
+            f"({list(forward_args)})",
+        )
+        return
+    indexed = [_INDEXED_NAME.match(n) for n in names]
+    if all(indexed):
+        got = sorted(int(m.group(1)) for m in indexed if m)
+        if got != list(range(len(names))):
+            report.add(
+                "io.input_names",
+                where,
+                f"indexed input names must use indices 0..{len(names) - 1}, got {got}",
+            )
+    else:
+        unknown = [n for n in names if n not in forward_args]
+        if unknown:
+            report.add(
+                "io.unknown_input",
+                where,
+                f"config inputs {unknown} are not forward() arguments "
+                f"{list(forward_args)} (or use the NAME__<index> convention)",
+            )
+    report.add(
+        "io.unchecked_ranks",
+        where,
+        "TorchScript does not record input ranks and data types statically; "
+        "mmelocal check runs a request to test them",
+        "info",
+    )
+
+
+__all__ = ["SEVERITIES", "Problem", "ValidationReport", "validate_path"]
