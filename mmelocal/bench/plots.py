@@ -1,0 +1,171 @@
+"""PNG plots of bench results (matplotlib's Agg canvas: no display, no global pyplot state).
+
+Every function returns PNG bytes. Inputs are the plain result objects of
+:mod:`~mmelocal.bench.loadtest`, :mod:`~mmelocal.bench.capacity` and
+:mod:`~mmelocal.bench.sweep`, typed loosely here so this module imports none of them.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from typing import Any
+
+from mmelocal.errors import MissingDependencyError
+
+MIB = 1024 * 1024
+
+
+def _figure(width_in: float = 7.5, height_in: float = 4.0) -> Any:
+    try:
+        from matplotlib.figure import Figure
+    except ImportError as exc:
+        raise MissingDependencyError("matplotlib", extra="bench", feature="report plots") from exc
+    return Figure(figsize=(width_in, height_in), dpi=100, layout="constrained")
+
+
+def _png(fig: Any) -> bytes:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(fig)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    return buffer.getvalue()
+
+
+def _none_to_nan(values: Sequence[float | None]) -> list[float]:
+    return [float("nan") if v is None else float(v) for v in values]
+
+
+def loadtest_latency_throughput(result: Any) -> bytes:
+    """Latency percentiles (left) and throughput (right) against users, one point per step."""
+    steps = result.steps
+    users = [step.users for step in steps]
+    fig = _figure(9.0, 4.0)
+    left, right = fig.subplots(1, 2)
+    for attr, label in (
+        ("avg_latency_ms", "avg"),
+        ("p50_latency_ms", "p50"),
+        ("p95_latency_ms", "p95"),
+        ("p99_latency_ms", "p99"),
+    ):
+        left.plot(users, _none_to_nan([getattr(s, attr) for s in steps]), marker="o", label=label)
+    left.set_xlabel("users")
+    left.set_ylabel("latency (ms)")
+    left.set_title("Latency against users")
+    left.grid(alpha=0.3)
+    left.legend()
+    right.plot(users, [s.throughput_rps for s in steps], marker="o", color="tab:green")
+    right.set_xlabel("users")
+    right.set_ylabel("requests / s")
+    right.set_title("Throughput against users")
+    right.grid(alpha=0.3)
+    return _png(fig)
+
+
+def loadtest_success_failure(result: Any) -> bytes:
+    """Stacked bars of successful and failed requests per step."""
+    steps = result.steps
+    labels = [f"{step.users}" for step in steps]
+    xs = list(range(len(steps)))
+    fig = _figure()
+    ax = fig.subplots()
+    ok = [step.successes for step in steps]
+    bad = [step.failures for step in steps]
+    ax.bar(xs, ok, color="tab:green", label="successful")
+    ax.bar(xs, bad, bottom=ok, color="tab:red", label="failed")
+    ax.set_xticks(xs, labels)
+    ax.set_xlabel("users (per step)")
+    ax.set_ylabel("requests")
+    ax.set_title("Successful and failed requests per step")
+    ax.legend()
+    return _png(fig)
+
+
+def capacity_memory(result: Any) -> bytes:
+    """Memory in use against models loaded, with the baseline and the threshold line."""
+    fig = _figure()
+    ax = fig.subplots()
+    counts = [0] + [load.copies for load in result.loads]
+    used = [result.baseline_bytes / MIB] + [load.used_bytes / MIB for load in result.loads]
+    ax.plot(counts, used, marker="o", label=f"used ({result.probe})")
+    ax.axhline(
+        result.threshold * result.total_bytes / MIB,
+        color="tab:red",
+        linestyle="--",
+        label=f"threshold {result.threshold:.0%} of {result.total_bytes / MIB:,.0f} MiB",
+    )
+    crossing = getattr(result, "next_copy", None)
+    if crossing is not None:
+        ax.plot(
+            [counts[-1], crossing.copies],
+            [used[-1], crossing.used_bytes / MIB],
+            linestyle=":",
+            color="tab:red",
+        )
+        ax.scatter(
+            [crossing.copies],
+            [crossing.used_bytes / MIB],
+            marker="X",
+            s=80,
+            color="tab:red",
+            zorder=3,
+            label=f"copy {crossing.copies} crossed",
+        )
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("models loaded")
+    ax.set_ylabel("memory in use (MiB)")
+    ax.set_title(f"Memory against models loaded: {result.label or result.source}")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    return _png(fig)
+
+
+def sweep_comparison(result: Any) -> bytes:
+    """Invocations per minute per instance (left) and latency at that load (right)."""
+    rows = [row for row in result.rows if row.status == "ok"]
+    fig = _figure(9.0, 4.0)
+    left, right = fig.subplots(1, 2)
+    names = [row.name for row in rows]
+    xs = list(range(len(rows)))
+    left.bar(xs, [row.invocations_per_minute for row in rows], color="tab:blue")
+    left.set_xticks(xs, names, rotation=30)
+    left.set_ylabel("invocations / minute / instance")
+    left.set_title("Throughput within the latency limit")
+    right.bar(xs, _none_to_nan([row.p99_latency_ms for row in rows]), color="tab:orange")
+    right.axhline(result.max_latency_ms, color="tab:red", linestyle="--", label="limit")
+    right.set_xticks(xs, names, rotation=30)
+    right.set_ylabel("p99 latency at that load (ms)")
+    right.set_title("Latency at that load")
+    right.legend()
+    return _png(fig)
+
+
+def sweep_throughput_curves(result: Any) -> bytes:
+    """Throughput against users for every configuration that ran."""
+    fig = _figure()
+    ax = fig.subplots()
+    for row in result.rows:
+        if row.loadtest is None:
+            continue
+        steps = row.loadtest.steps
+        ax.plot(
+            [s.users for s in steps], [s.throughput_rps for s in steps], marker="o", label=row.name
+        )
+    ax.set_xlabel("users")
+    ax.set_ylabel("requests / s")
+    ax.set_title("Throughput against users per configuration")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    return _png(fig)
+
+
+__all__ = [
+    "capacity_memory",
+    "loadtest_latency_throughput",
+    "loadtest_success_failure",
+    "sweep_comparison",
+    "sweep_throughput_curves",
+]

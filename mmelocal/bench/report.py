@@ -1,0 +1,229 @@
+"""One self-contained HTML page (PNG plots inlined as data URIs) plus CSV and JSON files.
+
+:func:`write_report` takes any mix of results (load tests, capacity runs, projections,
+sweeps) and writes into ``out_dir``:
+
+- ``index.html``: every plot as an inline PNG (also saved as ``*.png`` beside it) and the
+  numbers as tables; the page needs no network and no other file;
+- one CSV per result (its steps, loads or rows);
+- ``results.json``: the list of every result's data (each with its ``kind``).
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import html
+import json
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from mmelocal.bench import plots
+from mmelocal.errors import BenchError
+
+logger = logging.getLogger(__name__)
+
+MIB = 1024 * 1024
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em; color: #222; max-width: 1100px; }
+table { border-collapse: collapse; margin: 0.8em 0; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; }
+th { background: #f0f0f0; } td.l, th.l { text-align: left; }
+img { max-width: 100%; border: 1px solid #ddd; margin: 0.5em 0; }
+.note { color: #666; font-size: 0.9em; } h2 { border-bottom: 1px solid #ddd; }
+"""
+
+
+@dataclass(frozen=True)
+class ReportFiles:
+    """What :func:`write_report` wrote."""
+
+    html: Path
+    json: Path
+    csv: tuple[Path, ...]
+    png: tuple[Path, ...]
+
+
+class _Page:
+    def __init__(self, out_dir: Path) -> None:
+        self.out_dir = out_dir
+        self.parts: list[str] = []
+        self.csv: list[Path] = []
+        self.png: list[Path] = []
+
+    def heading(self, text: str) -> None:
+        self.parts.append(f"<h2>{html.escape(text)}</h2>")
+
+    def para(self, text: str, *, note: bool = False) -> None:
+        cls = ' class="note"' if note else ""
+        self.parts.append(f"<p{cls}>{html.escape(text)}</p>")
+
+    def image(self, stem: str, make: Callable[[], bytes], alt: str) -> None:
+        data = make()
+        path = self.out_dir / f"{stem}.png"
+        path.write_bytes(data)
+        self.png.append(path)
+        encoded = base64.b64encode(data).decode("ascii")
+        self.parts.append(
+            f'<img src="data:image/png;base64,{encoded}" alt="{html.escape(alt)}" '
+            f'data-file="{html.escape(path.name)}">'
+        )
+
+    def table(self, stem: str, rows: Sequence[dict[str, Any]], *, write_csv: bool = True) -> None:
+        if not rows:
+            self.para("(no rows)", note=True)
+            return
+        columns = list(rows[0])
+        if write_csv:
+            path = self.out_dir / f"{stem}.csv"
+            with path.open("w", newline="", encoding="utf-8") as fh:
+                writer = csv.DictWriter(fh, fieldnames=columns)
+                writer.writeheader()
+                writer.writerows(rows)
+            self.csv.append(path)
+        head = "".join(
+            f'<th class="l">{html.escape(c)}</th>' if i == 0 else f"<th>{html.escape(c)}</th>"
+            for i, c in enumerate(columns)
+        )
+        body = []
+        for row in rows:
+            cells = "".join(
+                f'<td class="l">{_cell(row[c])}</td>' if i == 0 else f"<td>{_cell(row[c])}</td>"
+                for i, c in enumerate(columns)
+            )
+            body.append(f"<tr>{cells}</tr>")
+        self.parts.append(f"<table><tr>{head}</tr>{''.join(body)}</table>")
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:,.2f}"
+    return html.escape(str(value))
+
+
+def _mib(value: float | None) -> float | None:
+    return None if value is None else round(value / MIB, 1)
+
+
+def _add_loadtest(page: _Page, result: Any, stem: str) -> None:
+    from mmelocal.bench.loadtest import summary_lines
+
+    page.heading(f"Load test: {result.label or result.endpoint}")
+    page.para(
+        f"{result.endpoint} ({result.mode}), {result.target_count} targets, "
+        f"started {result.started_at}, {result.wall_s:.0f} s"
+    )
+    for line in summary_lines(result):
+        page.para(line)
+    page.image(
+        f"{stem}-latency-throughput",
+        lambda: plots.loadtest_latency_throughput(result),
+        "latency and throughput against users",
+    )
+    page.image(
+        f"{stem}-requests",
+        lambda: plots.loadtest_success_failure(result),
+        "successful and failed requests per step",
+    )
+    page.table(f"{stem}-steps", [step.to_dict() for step in result.steps])
+    if result.errors:
+        page.table(f"{stem}-errors", [{"error": k, "count": v} for k, v in result.errors.items()])
+
+
+def _add_projection(page: _Page, projection: Any, stem: str, *, standalone: bool) -> None:
+    if standalone:
+        page.heading("Projection to other GPUs")
+    baseline_mib = _mib(projection.baseline_bytes)
+    per_model_mib = _mib(projection.per_model_bytes)
+    page.para(
+        f"count = floor(({projection.threshold:g} × total − baseline {baseline_mib} MiB)"
+        f" / per model {per_model_mib} MiB)"
+    )
+    page.table(
+        stem,
+        [
+            {
+                "gpu": row.gpu,
+                "memory_mib": _mib(row.memory_bytes),
+                "instance_type": row.instance_type,
+                "gpus_per_instance": row.gpus_per_instance,
+                "models_per_gpu": row.models_per_gpu,
+                "models_per_instance": row.models_per_instance,
+            }
+            for row in projection.rows
+        ],
+    )
+
+
+def _add_capacity(page: _Page, result: Any, stem: str) -> None:
+    page.heading(f"Capacity: {result.label or result.source}")
+    for line in result.summary_lines():
+        page.para(line)
+    page.image(f"{stem}-memory", lambda: plots.capacity_memory(result), "memory against models")
+    page.table(f"{stem}-loads", result.load_rows())
+    if result.projection is not None:
+        _add_projection(page, result.projection, f"{stem}-projection", standalone=False)
+
+
+def _add_sweep(page: _Page, result: Any, stem: str) -> None:
+    page.heading(f"Configuration sweep: {result.source}")
+    page.para(f"Recommendation: {result.recommendation}")
+    page.para(result.price_note, note=True)
+    page.image(f"{stem}-comparison", lambda: plots.sweep_comparison(result), "sweep comparison")
+    if any(row.loadtest is not None for row in result.rows):
+        page.image(
+            f"{stem}-curves",
+            lambda: plots.sweep_throughput_curves(result),
+            "throughput against users per configuration",
+        )
+    page.table(f"{stem}-rows", result.table_rows())
+
+
+def write_report(results: Sequence[Any], out_dir: Path | str, *, title: str = "") -> ReportFiles:
+    """Write the HTML page, PNGs, CSVs and ``results.json`` for ``results`` into ``out_dir``."""
+    if not results:
+        raise BenchError("nothing to report: give at least one result")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    page = _Page(out)
+    counts: dict[str, int] = {}
+    for result in results:
+        kind = getattr(result, "kind", None)
+        counts[str(kind)] = counts.get(str(kind), 0) + 1
+        stem = f"{kind}-{counts[str(kind)]}"
+        if kind == "loadtest":
+            _add_loadtest(page, result, stem)
+        elif kind == "capacity":
+            _add_capacity(page, result, stem)
+        elif kind == "projection":
+            _add_projection(page, result, stem, standalone=True)
+        elif kind == "sweep":
+            _add_sweep(page, result, stem)
+        else:
+            raise BenchError(f"cannot report a result of kind {kind!r}")
+    generated = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    heading = title or "mmelocal report"
+    document = (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{html.escape(heading)}</title><style>{_STYLE}</style></head><body>"
+        f'<h1>{html.escape(heading)}</h1><p class="note">generated {generated}</p>'
+        + "\n".join(page.parts)
+        + "</body></html>\n"
+    )
+    html_path = out / "index.html"
+    html_path.write_text(document, "utf-8")
+    json_path = out / "results.json"
+    json_path.write_text(
+        json.dumps([r.to_dict() for r in results], indent=2, default=str) + "\n", "utf-8"
+    )
+    logger.info("report written to %s (%d plots, %d CSV)", html_path, len(page.png), len(page.csv))
+    return ReportFiles(html=html_path, json=json_path, csv=tuple(page.csv), png=tuple(page.png))
+
+
+__all__ = ["ReportFiles", "write_report"]

@@ -1,0 +1,91 @@
+"""Result files: every bench result is JSON with a ``kind`` field.
+
+``kind`` is ``"capacity"``, ``"loadtest"``, ``"sweep"`` or ``"projection"``;
+:func:`read_result` turns a file back into the matching result object so
+``mmelocal report`` can lay out whatever it is given.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from mmelocal.errors import UserInputError
+
+#: kind -> (module, class) of the result type that reads it.
+RESULT_TYPES: dict[str, tuple[str, str]] = {
+    "capacity": ("mmelocal.bench.capacity", "CapacityResult"),
+    "loadtest": ("mmelocal.bench.loadtest", "LoadTestResult"),
+    "sweep": ("mmelocal.bench.sweep", "SweepResult"),
+    "projection": ("mmelocal.bench.projection", "Projection"),
+}
+
+
+class Result(Protocol):
+    """What every bench result offers (and a class-level ``kind`` string)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able data including ``kind``."""
+        ...
+
+
+def write_result(result: Result, path: Path | str) -> Path:
+    """Write ``result`` as indented JSON (parent folders are created)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result.to_dict(), indent=2, default=str) + "\n", "utf-8")
+    return path
+
+
+def result_from_dict(data: Any, *, origin: str = "<result>") -> Any:
+    """The result object for plain data carrying a known ``kind``."""
+    if not isinstance(data, dict) or "kind" not in data:
+        raise UserInputError(f"{origin}: not an mmelocal result (no 'kind' field)")
+    entry = RESULT_TYPES.get(str(data["kind"]))
+    if entry is None:
+        raise UserInputError(
+            f"{origin}: unknown result kind {data['kind']!r}; known: {', '.join(RESULT_TYPES)}"
+        )
+    cls = getattr(importlib.import_module(entry[0]), entry[1])
+    try:
+        return cls.from_dict(data)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise UserInputError(f"{origin}: malformed {data['kind']} result: {exc!r}") from exc
+
+
+def read_results(path: Path | str) -> list[Any]:
+    """The results in a file written by :func:`write_result` (one object or a list of them,
+    as ``results.json`` of a report holds)."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text("utf-8"))
+    except OSError as exc:
+        raise UserInputError(f"cannot read result file {path}: {exc.strerror}") from exc
+    except ValueError as exc:
+        raise UserInputError(f"{path}: not JSON: {exc}") from exc
+    items = data if isinstance(data, list) else [data]
+    return [result_from_dict(item, origin=f"{path}") for item in items]
+
+
+def write_results(results: Sequence[Result], path: Path | str) -> Path:
+    """Write one result as an object, several as a JSON list."""
+    if len(results) == 1:
+        return write_result(results[0], path)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = [r.to_dict() for r in results]
+    path.write_text(json.dumps(payload, indent=2, default=str) + "\n", "utf-8")
+    return path
+
+
+__all__ = [
+    "RESULT_TYPES",
+    "Result",
+    "read_results",
+    "result_from_dict",
+    "write_result",
+    "write_results",
+]

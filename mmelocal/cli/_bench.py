@@ -1,0 +1,159 @@
+"""Shared printing and parsing for the bench commands (capacity, loadtest, sweep, report)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from mmelocal.cli._output import console, err_console
+
+MIB = 1024 * 1024
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*$")
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
+
+
+def parse_duration_s(text: str) -> float:
+    """``"90"``, ``"90s"``, ``"5m"``, ``"1h"`` -> seconds."""
+    match = _DURATION.match(text)
+    if not match:
+        raise click.BadParameter(f"expected a duration like 90s, 5m or 1h, got {text!r}")
+    value = float(match.group(1))
+    unit = match.group(2) or "s"
+    return value * {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}[unit]
+
+
+def parse_size_bytes(text: str) -> int:
+    """``"4GiB"``, ``"512MiB"``, ``"2G"``, ``"1000000"`` -> bytes (K/M/G/T are powers of 1024)."""
+    match = _SIZE.match(text)
+    if not match:
+        raise click.BadParameter(f"expected a size like 4GiB or 512MiB, got {text!r}")
+    value = float(match.group(1))
+    unit = (match.group(2) or "b").lower()[:1]
+    factor = {"b": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}[unit]
+    return int(value * factor)
+
+
+def csv_list(text: str) -> list[str]:
+    """``"a, b,c"`` -> ``["a", "b", "c"]``."""
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def mib(value: float | None) -> str:
+    """Bytes as MiB text ('-' for None)."""
+    return "-" if value is None else f"{value / MIB:,.1f}"
+
+
+def ms(value: float | None) -> str:
+    """Milliseconds text ('-' for None)."""
+    return "-" if value is None else f"{value:,.1f}"
+
+
+def steps_table(result: Any, *, title: str = "Load test") -> Table:
+    """One row per load-test step."""
+    table = Table(title=title)
+    for column in (
+        "step",
+        "users",
+        "req/s",
+        "avg ms",
+        "p50 ms",
+        "p95 ms",
+        "p99 ms",
+        "ok",
+        "failed",
+    ):
+        table.add_column(column, justify="left" if column == "step" else "right")
+    for step in result.steps:
+        table.add_row(
+            step.name,
+            str(step.users),
+            f"{step.throughput_rps:,.1f}",
+            ms(step.avg_latency_ms),
+            ms(step.p50_latency_ms),
+            ms(step.p95_latency_ms),
+            ms(step.p99_latency_ms),
+            str(step.successes),
+            f"[red]{step.failures}[/]" if step.failures else "0",
+        )
+    return table
+
+
+def projection_table(projection: Any) -> Table:
+    """One row per (GPU, instance type)."""
+    table = Table(
+        title=f"Projected models per GPU (threshold {projection.threshold:.0%}, "
+        f"baseline {mib(projection.baseline_bytes)} MiB, per model "
+        f"{mib(projection.per_model_bytes)} MiB)"
+    )
+    for column in ("GPU", "memory MiB", "instance type", "GPUs", "models/GPU", "models/instance"):
+        table.add_column(
+            column, justify="right" if "MiB" in column or "models" in column else "left"
+        )
+    for row in projection.rows:
+        table.add_row(
+            f"{row.gpu} ({row.nominal})" if row.nominal else row.gpu,
+            mib(row.memory_bytes),
+            row.instance_type or "-",
+            str(row.gpus_per_instance),
+            str(row.models_per_gpu),
+            str(row.models_per_instance),
+        )
+    return table
+
+
+@contextmanager
+def loadtest_progress(enabled: bool = True) -> Iterator[Callable[[Any], None]]:
+    """A live progress bar; yields the callback :func:`run_loadtest` calls with samples."""
+    if not enabled or not err_console.is_terminal:
+        yield lambda _sample: None
+        return
+    progress = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.fields[status]}"),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
+    )
+    with progress:
+        task = progress.add_task("load test", total=1.0, status="starting")
+
+        def update(sample: Any) -> None:
+            progress.update(
+                task,
+                total=sample.duration_s,
+                completed=min(sample.elapsed_s, sample.duration_s),
+                description=f"{sample.stage_name}",
+                status=(
+                    f"{sample.users} users  {sample.rps:,.0f} req/s  "
+                    f"{sample.requests} requests  {sample.failures} failed"
+                ),
+            )
+
+        yield update
+
+
+def announce_files(label: str, paths: list[Path]) -> None:
+    """Print where result files went."""
+    for path in paths:
+        console.print(f"{label}: {path}")
+
+
+__all__ = [
+    "announce_files",
+    "csv_list",
+    "loadtest_progress",
+    "mib",
+    "ms",
+    "parse_duration_s",
+    "parse_size_bytes",
+    "projection_table",
+    "steps_table",
+]

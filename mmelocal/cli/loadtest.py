@@ -1,0 +1,158 @@
+"""``mmelocal loadtest``: a Locust load test of an MME endpoint with the stepped shape."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from mmelocal.cli._bench import loadtest_progress, parse_duration_s, steps_table
+from mmelocal.cli._output import console
+
+
+@click.command()
+@click.option(
+    "--endpoint",
+    required=True,
+    help="http://HOST:PORT/endpoints/NAME (emulator), http://HOST:PORT (with --mode "
+    "triton-v2), or a SageMaker endpoint name (boto3).",
+)
+@click.option(
+    "--targets",
+    default="model-{i}.tar.gz",
+    show_default=True,
+    help="TargetModel pattern; {i} is replaced by 0..COUNT-1 (plus --start).",
+)
+@click.option(
+    "--count",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="How many copies to spread requests over (random per request).",
+)
+@click.option(
+    "--start", type=click.IntRange(min=0), default=0, show_default=True, help="First {i} value."
+)
+@click.option(
+    "--shape",
+    default="stages",
+    show_default=True,
+    help="'stages' (warm-up 10 users, +2/s to 20, then steps of 20) or a YAML/JSON file.",
+)
+@click.option(
+    "--max-users",
+    type=click.IntRange(min=1),
+    default=200,
+    show_default=True,
+    help="Last step of the stepped shape.",
+)
+@click.option(
+    "--duration",
+    default=None,
+    help="Fit the whole shape into this time (e.g. 90s, 5m); default: the shape's own.",
+)
+@click.option(
+    "--payload",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Request body file.",
+)
+@click.option(
+    "--payload-from",
+    type=click.Path(exists=True, path_type=Path),
+    help="Build a KServe v2 JSON body from a built model folder or model.tar.gz.",
+)
+@click.option("--content-type", default="application/json", show_default=True)
+@click.option(
+    "--mode",
+    type=click.Choice(["auto", "invocations", "triton-v2", "boto3"]),
+    default="auto",
+    show_default=True,
+)
+@click.option("--region", default=None, help="AWS region for a real SageMaker endpoint.")
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=float,
+    default=60.0,
+    show_default=True,
+    help="Per-request timeout in seconds.",
+)
+@click.option("--seed", type=int, default=None, help="Seed for the random target choice.")
+@click.option(
+    "--json",
+    "json_out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the result JSON here.",
+)
+@click.option(
+    "--report",
+    "report_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Write the HTML report, PNG plots, CSV and JSON into this folder.",
+)
+def loadtest(
+    endpoint: str,
+    targets: str,
+    count: int,
+    start: int,
+    shape: str,
+    max_users: int,
+    duration: str | None,
+    payload: Path | None,
+    payload_from: Path | None,
+    content_type: str,
+    mode: str,
+    region: str | None,
+    timeout_s: float,
+    seed: int | None,
+    json_out: Path | None,
+    report_dir: Path | None,
+) -> None:
+    """Load-test an endpoint: each request targets a random one of COUNT copies."""
+    from mmelocal.bench.loadtest import (
+        LoadTestConfig,
+        expand_targets,
+        run_loadtest,
+        summary_lines,
+    )
+    from mmelocal.bench.payload import payload_from_model
+    from mmelocal.bench.shape import load_shape
+
+    if (payload is None) == (payload_from is None):
+        raise click.UsageError("give exactly one of --payload FILE or --payload-from MODEL")
+    if payload is not None:
+        body = payload.read_bytes()
+    else:
+        assert payload_from is not None
+        body = payload_from_model(payload_from)
+    load_shape_ = load_shape(shape, max_users=max_users)
+    if duration is not None:
+        load_shape_ = load_shape_.fitted(parse_duration_s(duration))
+    config = LoadTestConfig(
+        endpoint=endpoint,
+        targets=expand_targets(targets, count, start=start),
+        payload=body,
+        shape=load_shape_,
+        content_type=content_type,
+        mode=mode,
+        region=region,
+        timeout_s=timeout_s,
+        seed=seed,
+    )
+    console.print(
+        f"load test of {endpoint}: {count} targets, {len(load_shape_.stages)} steps up to "
+        f"{load_shape_.max_users} users, {load_shape_.duration_s:.0f} s"
+    )
+    with loadtest_progress() as progress:
+        result = run_loadtest(config, progress=progress)
+    console.print(steps_table(result))
+    for line in summary_lines(result):
+        console.print(line)
+    if json_out is not None:
+        from mmelocal.bench.results import write_result
+
+        console.print(f"JSON: {write_result(result, json_out)}")
+    if report_dir is not None:
+        from mmelocal.bench.report import write_report
+
+        console.print(f"report: {write_report([result], report_dir, title='Load test').html}")

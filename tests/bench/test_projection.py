@@ -1,0 +1,152 @@
+"""Projection of a capacity measurement onto other GPU cards."""
+
+from __future__ import annotations
+
+import importlib.resources
+import math
+from pathlib import Path
+
+import pytest
+
+from mmelocal.bench.capacity import CapacityResult, LoadRecord
+from mmelocal.bench.projection import (
+    MIB,
+    GpuSpec,
+    load_gpus,
+    parse_gpus,
+    project,
+    project_count,
+)
+from mmelocal.errors import UserInputError
+
+GIB = 1024 * MIB
+
+
+def test_formula_matches_domain_definition() -> None:
+    total, baseline, per_model = 16 * GIB, 400 * MIB, 1200 * MIB
+    expected = math.floor((0.9 * total - baseline) / per_model)
+    assert (
+        project_count(
+            total_bytes=total, baseline_bytes=baseline, per_model_bytes=per_model, threshold=0.9
+        )
+        == expected
+        == 11
+    )
+
+
+def test_count_never_negative_and_inputs_checked() -> None:
+    assert project_count(total_bytes=GIB, baseline_bytes=2 * GIB, per_model_bytes=MIB) == 0
+    with pytest.raises(UserInputError, match="threshold"):
+        project_count(total_bytes=GIB, baseline_bytes=0, per_model_bytes=MIB, threshold=1.5)
+    with pytest.raises(UserInputError, match="per_model_bytes"):
+        project_count(total_bytes=GIB, baseline_bytes=0, per_model_bytes=0)
+
+
+def test_packaged_cards_are_readable_as_package_data() -> None:
+    text = importlib.resources.files("mmelocal.bench").joinpath("data/gpus.yaml").read_text()
+    names = {gpu.name for gpu in parse_gpus(text)}
+    assert {"T4", "A10G", "V100", "L4", "A100-40GB", "A100-80GB", "H100"} <= names
+    instances = {i for gpu in load_gpus() for i in gpu.instances}
+    for family in ("ml.g4dn.", "ml.g5.", "ml.p3.", "ml.g6.", "ml.p4d.", "ml.p4de.", "ml.p5."):
+        assert any(i.startswith(family) for i in instances), family
+
+
+def test_projection_table_has_instances_and_scales_with_gpus() -> None:
+    table = project(per_model_bytes=500 * MIB, baseline_bytes=300 * MIB, threshold=0.9)
+    p4d = [r for r in table.rows if r.instance_type == "ml.p4d.24xlarge"]
+    assert len(p4d) == 1 and p4d[0].gpus_per_instance == 8
+    assert p4d[0].models_per_instance == 8 * p4d[0].models_per_gpu
+    t4 = next(r for r in table.rows if r.gpu == "T4")
+    h100 = next(r for r in table.rows if r.gpu == "H100")
+    assert h100.models_per_gpu > t4.models_per_gpu > 0
+
+
+def test_user_file_extends_and_overrides(tmp_path: Path) -> None:
+    extra = tmp_path / "gpus.yaml"
+    extra.write_text(
+        "gpus:\n"
+        "  - {name: T4, memory_gib: 8, instances: {my.t4: 1}}\n"
+        "  - {name: L40S, nominal: 48 GB, memory_mib: 46068, instances: {ml.g6e.xlarge: 1}}\n"
+    )
+    gpus = {g.name: g for g in load_gpus(extra)}
+    assert gpus["T4"].memory_bytes == 8 * GIB and list(gpus["T4"].instances) == ["my.t4"]
+    assert gpus["L40S"].instances == {"ml.g6e.xlarge": 1}
+    assert "H100" in gpus
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("gpus: 3", "gpus:"),
+        ("gpus:\n  - {name: X}", "memory_mib or memory_gib"),
+        ("gpus:\n  - {name: X, memory_mib: 10, colour: red}", "unknown field"),
+        ("gpus:\n  - {name: X, memory_mib: 10, instances: {a: 0}}", "GPU count"),
+    ],
+)
+def test_bad_gpu_files_name_the_problem(text: str, message: str) -> None:
+    with pytest.raises(UserInputError, match=message):
+        parse_gpus(text, origin="mine.yaml")
+
+
+def _synthetic_capacity(
+    total: int, baseline: int, footprints: list[int], threshold: float
+) -> CapacityResult:
+    """What the capacity loop records for a card with these per-copy footprints."""
+    loads: list[LoadRecord] = []
+    used = baseline
+    crossing = None
+    for copies, delta in enumerate(footprints, start=1):
+        used += delta
+        record = LoadRecord(
+            copies=copies,
+            target=f"m{copies}",
+            used_bytes=used,
+            delta_bytes=delta,
+            load_s=1.0,
+            warmup_s=0.1,
+        )
+        if used > threshold * total:
+            crossing = record
+            break
+        loads.append(record)
+    return CapacityResult(
+        source="synthetic",
+        label="",
+        model_format="torchscript",
+        probe="fake",
+        total_bytes=total,
+        threshold=threshold,
+        baseline_bytes=baseline,
+        loads=tuple(loads),
+        next_copy=crossing,
+        stopped_reason="test",
+    )
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_projecting_onto_the_measured_card_reproduces_the_count(seed: int) -> None:
+    import random
+
+    rng = random.Random(seed)
+    total = rng.choice([4, 16, 24, 80]) * GIB
+    baseline = rng.randint(100, 900) * MIB
+    mean = rng.randint(200, 3000) * MIB
+    footprints = [int(mean * rng.uniform(0.9, 1.1)) for _ in range(200)]
+    result = _synthetic_capacity(total, baseline, footprints, 0.9)
+    assert result.next_copy is not None and result.count >= 1
+    gpu = GpuSpec(name="measured", memory_bytes=total, instances={"this": 1})
+    assert result.per_model_mean_bytes is not None
+    table = project(
+        per_model_bytes=result.per_model_mean_bytes,
+        baseline_bytes=result.baseline_bytes,
+        threshold=0.9,
+        gpus=[gpu],
+    )
+    assert abs(table.rows[0].models_per_gpu - result.count) <= 1
+    assert result.projected_count is not None and abs(result.projected_count - result.count) <= 1
+
+
+def test_result_round_trips_through_json() -> None:
+    result = _synthetic_capacity(4 * GIB, 300 * MIB, [700 * MIB] * 10, 0.9)
+    again = CapacityResult.from_dict(result.to_dict())
+    assert again == result and again.to_dict()["count"] == result.count == 4

@@ -1,0 +1,101 @@
+"""Load shapes: the default stepped shape, scaling, shape files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mmelocal.bench.loadtest import LoadTestConfig, expand_targets
+from mmelocal.bench.shape import LoadShape, load_shape, stepped_shape
+from mmelocal.bench.stepstats import StepStats, max_users_before_first_failure
+from mmelocal.errors import UserInputError
+
+
+def test_default_shape_is_the_stepped_one() -> None:
+    shape = stepped_shape()
+    users = [stage.users for stage in shape.stages]
+    assert users == [10, 20, 40, 60, 80, 100, 120, 140, 160, 180, 200]
+    assert shape.stages[0].name == "warmup" and shape.stages[0].duration_s == 30
+    assert shape.stages[1].spawn_rate == 2.0  # +2 users/s up to 20
+    assert all(stage.duration_s == 30 for stage in shape.stages)
+    assert shape.duration_s == 330
+
+
+def test_max_users_caps_the_steps() -> None:
+    assert [s.users for s in stepped_shape(max_users=50).stages] == [10, 20, 40, 50]
+    assert [s.users for s in stepped_shape(max_users=5).stages] == [5]
+
+
+def test_scaling_keeps_the_stages_and_fits_the_duration() -> None:
+    shape = stepped_shape().fitted(33)
+    assert [s.users for s in shape.stages] == [s.users for s in stepped_shape().stages]
+    assert shape.duration_s == pytest.approx(33)
+    assert shape.stage_at(0.0) == 0 and shape.stage_at(3.1) == 1 and shape.stage_at(40) is None
+    with pytest.raises(UserInputError, match=r">= 1\.0 s"):
+        LoadShape.from_dict({"stages": [{"users": 1, "duration_s": 0.2}]})
+
+
+def test_shape_files(tmp_path: Path) -> None:
+    yml = tmp_path / "shape.yaml"
+    yml.write_text("stages:\n  - {name: a, users: 5, spawn_rate: 5, duration_s: 10}\n")
+    assert load_shape(yml).stages[0].users == 5
+    js = tmp_path / "shape.json"
+    js.write_text('{"stages": [{"users": 3, "duration_s": 2}]}')
+    assert load_shape(js).stages[0].spawn_rate == 3
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("stages:\n  - {users: 5, duration_s: 10, colour: red}\n")
+    with pytest.raises(UserInputError, match=r"bad.yaml: stages\[0\] has unknown field"):
+        load_shape(bad)
+    with pytest.raises(UserInputError, match="'stages' or a YAML/JSON file"):
+        load_shape(tmp_path / "missing.yaml")
+
+
+def _step(users: int, failures: int) -> StepStats:
+    return StepStats(
+        name=str(users),
+        target_users=users,
+        users=users,
+        duration_s=1.0,
+        requests=10,
+        successes=10 - failures,
+        failures=failures,
+        throughput_rps=10.0,
+        avg_latency_ms=1.0,
+        p50_latency_ms=1.0,
+        p95_latency_ms=1.0,
+        p99_latency_ms=1.0,
+        max_latency_ms=1.0,
+    )
+
+
+def test_highest_user_count_before_first_failure() -> None:
+    assert max_users_before_first_failure([_step(10, 0), _step(20, 0), _step(40, 1)]) == 20
+    assert max_users_before_first_failure([_step(10, 0), _step(20, 0)]) == 20
+    assert max_users_before_first_failure([_step(10, 2)]) is None
+
+
+def test_endpoint_forms() -> None:
+    shape = stepped_shape(max_users=10)
+    targets = expand_targets("model-{i}.tar.gz", 3)
+    assert targets == ("model-0.tar.gz", "model-1.tar.gz", "model-2.tar.gz")
+
+    def config(endpoint: str, mode: str = "auto") -> dict[str, object]:
+        return LoadTestConfig(
+            endpoint=endpoint, targets=targets, payload=b"{}", shape=shape, mode=mode
+        ).worker_config()
+
+    emu = config("http://127.0.0.1:8080/endpoints/demo/invocations")
+    assert (emu["mode"], emu["host"], emu["endpoint_name"]) == (
+        "invocations",
+        "http://127.0.0.1:8080",
+        "demo",
+    )
+    assert config("my-endpoint")["mode"] == "boto3"
+    assert config("http://127.0.0.1:8000", "triton-v2")["mode"] == "triton-v2"
+    with pytest.raises(UserInputError, match="SageMaker endpoint name"):
+        config("my-endpoint", "invocations")
+    with pytest.raises(UserInputError, match="/endpoints/NAME"):
+        config("http://127.0.0.1:8080/other")
+    with pytest.raises(UserInputError, match="'\\{i\\}'"):
+        expand_targets("model.tar.gz", 2)
