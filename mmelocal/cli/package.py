@@ -1,0 +1,87 @@
+"""``mmelocal package MODEL_DIR --out DIR``: model.tar.gz, or N copies for capacity tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+
+@click.command()
+@click.argument("model_dir", type=click.Path(path_type=Path))
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Folder for the tarball(s).",
+)
+@click.option(
+    "--copies",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Write N copies {prefix}{i}.tar.gz (hard links: about one copy on disk).",
+)
+@click.option("--prefix", default="model-", show_default=True, help="File name prefix of copies.")
+@click.option(
+    "--validate/--no-validate",
+    "check",
+    default=True,
+    show_default=True,
+    help="Validate the model first and refuse to package a broken one.",
+)
+def package(model_dir: Path, out_dir: Path, copies: int | None, prefix: str, check: bool) -> None:
+    """Package MODEL_DIR (a model folder, or a model.tar.gz with --copies) for an MME."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+    from rich.table import Table
+
+    from mmelocal.builder.package import disk_usage_bytes, package_copies, package_model
+    from mmelocal.cli._output import console, fail
+
+    if not model_dir.exists():
+        fail(f"model folder not found: {model_dir}")
+    if check:
+        from mmelocal.builder.validate import validate_path
+
+        report = validate_path(model_dir)
+        if not report.ok:
+            for p in report.errors:
+                console.print(f"[bold red]{p.code}[/] {p.path}: {p.message}", highlight=False)
+            fail(
+                f"{model_dir} has {len(report.errors)} problem(s); fix them or pass --no-validate",
+                code=1,
+            )
+    methods: dict[str, int] = {}
+    if copies is None:
+        if model_dir.is_file():
+            fail(f"{model_dir} is already a tarball; pass --copies N to make copies of it")
+        with console.status(f"packaging {model_dir}"):
+            paths = [package_model(model_dir, out_dir)]
+        methods["packaged"] = 1
+    else:
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            console=console,
+            transient=True,
+        ) as progress:
+            task = progress.add_task("copies", total=copies)
+
+            def on_copy(index: int, path: Path, method: str) -> None:
+                methods[method] = methods.get(method, 0) + 1
+                progress.advance(task)
+
+            paths = package_copies(
+                model_dir, out_dir, copies=copies, prefix=prefix, on_copy=on_copy
+            )
+    table = Table(title=f"packaged {model_dir}", title_justify="left", show_header=False)
+    table.add_column("what", style="bold")
+    table.add_column("value", overflow="fold")
+    table.add_row("files", str(len(paths)))
+    table.add_row("first", str(paths[0]))
+    table.add_row("last", str(paths[-1]))
+    table.add_row("method", ", ".join(f"{k} x{v}" for k, v in sorted(methods.items())))
+    table.add_row("tarball bytes", f"{paths[0].stat().st_size:,}")
+    table.add_row("bytes on disk", f"{disk_usage_bytes(paths):,}")
+    console.print(table)

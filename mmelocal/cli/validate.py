@@ -1,0 +1,64 @@
+"""``mmelocal validate PATH``: check a repository, model folder or model.tar.gz."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from mmelocal.builder.tarball import DEFAULT_MAX_MEMBERS, DEFAULT_MAX_UNPACKED_BYTES
+
+_STYLE = {"error": "bold red", "warning": "yellow", "info": "dim"}
+
+
+@click.command()
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
+@click.option(
+    "--max-members",
+    type=click.IntRange(min=1),
+    default=DEFAULT_MAX_MEMBERS,
+    show_default=True,
+    help="Refuse tarballs with more members.",
+)
+@click.option(
+    "--max-unpacked-bytes",
+    type=click.IntRange(min=0),
+    default=DEFAULT_MAX_UNPACKED_BYTES,
+    show_default=True,
+    help="Refuse tarballs that unpack to more bytes.",
+)
+def validate(path: Path, as_json: bool, max_members: int, max_unpacked_bytes: int) -> None:
+    """Validate PATH (a model repository, a model folder or a model.tar.gz).
+
+    Exits 0 only when no error is found (warnings are allowed).
+    """
+    from mmelocal.builder.validate import validate_path
+    from mmelocal.cli._output import console, print_json
+
+    report = validate_path(path, max_members=max_members, max_unpacked_bytes=max_unpacked_bytes)
+    if as_json:
+        print_json(report.to_dict())
+    else:
+        from rich.table import Table
+
+        if report.problems:
+            table = Table(title=f"{report.kind} {path}", title_justify="left")
+            for column in ("severity", "code", "where", "problem"):
+                table.add_column(column, overflow="fold")
+            for p in report.problems:
+                style = _STYLE.get(p.severity, "")
+                table.add_row(f"[{style}]{p.severity}[/]", p.code, p.path, p.message)
+            console.print(table)
+        models = ", ".join(report.models) or "none"
+        if report.ok:
+            console.print(f"[bold green]OK[/] {report.kind} {path} (models: {models})")
+        else:
+            first = report.errors[0]
+            console.print(
+                f"[bold red]FAILED[/] {len(report.errors)} error(s): {first.code}: {first.message}",
+                highlight=False,
+                soft_wrap=True,
+            )
+    if not report.ok:
+        raise SystemExit(1)
