@@ -1,0 +1,198 @@
+"""A real container from the locally built image (tests/runtime/docker_image) serves models."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from mmelocal.errors import ServerStartError
+from mmelocal.runtime.client import TritonClient
+from mmelocal.runtime.config import ServerConfig
+from mmelocal.runtime.docker import (
+    CONTAINER_MODEL_REPOSITORY,
+    LABEL_HOST,
+    LABEL_OWNER,
+    LABEL_PID,
+    LABEL_SESSION,
+    DockerImageError,
+    DockerLauncher,
+    cleanup_containers,
+)
+from mmelocal.runtime.launcher import TritonLauncher
+
+pytestmark = [pytest.mark.docker, pytest.mark.triton]
+
+
+def _launcher(image: str, repo: Path, session: str, **kwargs: Any) -> DockerLauncher:
+    sagemaker = kwargs.pop("sagemaker", False)
+    return DockerLauncher(
+        ServerConfig(model_repository=repo, sagemaker=sagemaker, exit_timeout_s=3),
+        image=image,
+        pull="never",
+        session=session,
+        start_timeout_s=60,
+        stop_timeout_s=5,
+        **kwargs,
+    )
+
+
+@pytest.fixture(scope="module")
+def running(
+    triton_test_image: str, add_one_repository: Path, docker_session: str
+) -> Iterator[DockerLauncher]:
+    """One container (SageMaker front end on) shared by the read-only checks below."""
+    with _launcher(triton_test_image, add_one_repository, docker_session, sagemaker=True) as srv:
+        yield srv
+
+
+def test_container_serves_python_model_over_http_and_grpc(running: DockerLauncher) -> None:
+    assert isinstance(running, TritonLauncher)
+    assert running.is_alive() and running.pid()
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    with TritonClient.for_launcher(running, load_timeout_s=60) as client:
+        client.load("add_one")
+        out = client.infer("add_one", {"INPUT0": x})["OUTPUT0"]
+    np.testing.assert_array_equal(out, x + 1)
+    with TritonClient.for_launcher(running, protocol="grpc") as grpc_client:
+        out = grpc_client.infer("add_one", {"INPUT0": x[:1]})["OUTPUT0"]
+    np.testing.assert_array_equal(out, x[:1] + 1)
+    assert running.log_path is not None
+    assert "successfully loaded 'add_one'" in running.log_path.read_text()
+
+
+def test_sagemaker_front_end_published(running: DockerLauncher) -> None:
+    url = running.endpoints.sagemaker_url
+    assert url is not None
+    with urllib.request.urlopen(f"{url}/ping", timeout=5) as response:
+        assert response.status == 200
+
+
+def test_ports_published_on_loopback_only(running: DockerLauncher, docker_engine: Any) -> None:
+    container = docker_engine.containers.get(running.container_id)
+    published = container.attrs["NetworkSettings"]["Ports"]
+    assert set(published) == {"8000/tcp", "8001/tcp", "8002/tcp", "8080/tcp"}
+    for bindings in published.values():
+        assert bindings and all(b["HostIp"] == "127.0.0.1" for b in bindings)
+    for url in (running.endpoints.http_url, running.endpoints.metrics_url):
+        assert url is not None and url.startswith("http://127.0.0.1:")
+
+
+def test_repository_mounted_read_only(
+    running: DockerLauncher, docker_engine: Any, add_one_repository: Path
+) -> None:
+    container = docker_engine.containers.get(running.container_id)
+    (mount,) = [m for m in container.attrs["Mounts"] if m["Destination"] == "/models"]
+    assert mount["RW"] is False
+    assert Path(mount["Source"]) == add_one_repository.resolve()
+    code, output = container.exec_run(["touch", f"{CONTAINER_MODEL_REPOSITORY}/add_one/x"])
+    assert code != 0 and b"Read-only file system" in output
+    assert not (add_one_repository / "add_one" / "x").exists()
+
+
+def test_labels_name_owner_session_host_pid(running: DockerLauncher, docker_engine: Any) -> None:
+    labels = docker_engine.containers.get(running.container_id).labels
+    assert labels[LABEL_SESSION] == running.session
+    assert labels[LABEL_HOST] == socket.gethostname()
+    assert labels[LABEL_PID].isdigit() and labels[LABEL_OWNER]
+
+
+def test_cleanup_removes_leftovers_of_dead_processes(
+    triton_test_image: str, docker_engine: Any, docker_session: str
+) -> None:
+    leftover = docker_engine.containers.create(
+        triton_test_image,
+        command=["sleep", "300"],
+        labels={
+            LABEL_OWNER: "test",
+            LABEL_SESSION: docker_session,
+            LABEL_HOST: socket.gethostname(),
+            LABEL_PID: "999999999",  # no such process: its owner is gone
+        },
+    )
+    mine = docker_engine.containers.create(
+        triton_test_image,
+        command=["sleep", "300"],
+        labels={LABEL_OWNER: "test", LABEL_SESSION: docker_session, LABEL_PID: "1"},
+    )
+    try:
+        removed = cleanup_containers(orphans_only=True, client=docker_engine)
+        assert leftover.name in removed and mine.name not in removed
+        assert mine.name in cleanup_containers(session=docker_session, client=docker_engine)
+        assert not docker_engine.containers.list(all=True, filters={"name": mine.name})
+    finally:
+        for c in (leftover, mine):
+            with contextlib.suppress(Exception):
+                c.remove(force=True)
+
+
+def test_stop_is_idempotent_and_removes_container(
+    triton_test_image: str, add_one_repository: Path, docker_session: str, docker_engine: Any
+) -> None:
+    launcher = _launcher(triton_test_image, add_one_repository, docker_session)
+    launcher.stop()  # before start: no-op
+    launcher.start()
+    name = launcher.name
+    assert launcher.is_alive()
+    launcher.stop()
+    launcher.stop()
+    assert not launcher.is_alive() and launcher.pid() is None
+    assert not docker_engine.containers.list(all=True, filters={"name": name})
+    assert launcher.log_path is not None and "Started HTTPService" in launcher.log_path.read_text()
+
+
+def test_killed_container_seen_by_is_alive(
+    triton_test_image: str, add_one_repository: Path, docker_session: str, docker_engine: Any
+) -> None:
+    with _launcher(triton_test_image, add_one_repository, docker_session) as launcher:
+        docker_engine.containers.get(launcher.container_id).kill()
+        assert not launcher.is_alive()
+    assert launcher.container_id is None
+
+
+def test_start_failure_shows_log_tail_and_cleans_up(
+    triton_test_image: str, add_one_repository: Path, docker_session: str, docker_engine: Any
+) -> None:
+    launcher = DockerLauncher(
+        ServerConfig(model_repository=add_one_repository, extra_args=("--no-such-flag=1",)),
+        image=triton_test_image,
+        pull="never",
+        session=docker_session,
+        start_timeout_s=30,
+    )
+    with pytest.raises(ServerStartError) as info, launcher:
+        pass
+    assert "exited during start-up" in str(info.value) and "--- last lines of" in str(info.value)
+    assert launcher.log_path is not None and "no-such-flag" in launcher.log_path.read_text()
+    assert not docker_engine.containers.list(all=True, filters={"name": launcher.name})
+
+
+def test_unknown_image_says_how_to_get_it(add_one_repository: Path, docker_engine: Any) -> None:
+    config = ServerConfig(model_repository=add_one_repository)
+    launcher = DockerLauncher(config, image="mmelocal-test/no-such-image:0", pull="never")
+    with pytest.raises(DockerImageError, match=r"build_image\.sh"):
+        launcher.start()
+    other = DockerLauncher(config, image="localhost:1/no-such/image:0", pull="missing")
+    with pytest.raises(DockerImageError, match=r"could not be pulled.*docker pull") as info:
+        other.start()
+    assert info.value.image == "localhost:1/no-such/image:0"
+
+
+@pytest.mark.gpu
+def test_gpu_container_gets_a_gpu(
+    triton_test_image: str, add_one_repository: Path, docker_session: str, docker_engine: Any
+) -> None:
+    if "nvidia" not in (docker_engine.info().get("Runtimes") or {}):
+        pytest.skip("the Docker engine has no nvidia runtime (no GPU / NVIDIA Container Toolkit)")
+    with _launcher(triton_test_image, add_one_repository, docker_session, gpus=True) as launcher:
+        container = docker_engine.containers.get(launcher.container_id)
+        requests = container.attrs["HostConfig"]["DeviceRequests"]
+        assert requests and requests[0]["Capabilities"] == [["gpu"]]
+        code, output = container.exec_run(["sh", "-c", "ls /dev/nvidia0"])
+        assert code == 0, output

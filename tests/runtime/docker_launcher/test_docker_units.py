@@ -1,0 +1,127 @@
+"""Docker launcher pieces that need no engine: arguments, GPU requests, errors."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from mmelocal.errors import MissingDependencyError, UserInputError
+from mmelocal.runtime.config import ServerConfig
+from mmelocal.runtime.docker import (
+    CONTAINER_MODEL_REPOSITORY,
+    DEFAULT_IMAGE,
+    LABEL_SESSION,
+    DockerEngineError,
+    DockerLauncher,
+    container_server_config,
+    docker_client,
+    gpu_device_requests,
+    sagemaker_triton_image,
+)
+
+
+def test_default_image_is_ngc_triton_2_51() -> None:
+    assert DEFAULT_IMAGE == "nvcr.io/nvidia/tritonserver:24.10-py3"
+    assert DockerLauncher(ServerConfig(model_repository=Path("."))).image == DEFAULT_IMAGE
+
+
+def test_sagemaker_image_uri() -> None:
+    assert sagemaker_triton_image("us-east-1") == (
+        "785573368785.dkr.ecr.us-east-1.amazonaws.com/sagemaker-tritonserver:24.10-py3"
+    )
+    assert sagemaker_triton_image("cn-north-1", "24.09").endswith(
+        ".amazonaws.com.cn/sagemaker-tritonserver:24.09-py3"
+    )
+    with pytest.raises(UserInputError, match="region must be one of"):
+        sagemaker_triton_image("mars-1")
+
+
+@pytest.mark.parametrize("gpus", [None, False, 0])
+def test_no_gpu_request(gpus: bool | int | None) -> None:
+    assert gpu_device_requests(gpus) == []
+
+
+def test_gpu_device_requests() -> None:
+    (all_gpus,) = gpu_device_requests(True)
+    assert all_gpus["Count"] == -1 and all_gpus["Capabilities"] == [["gpu"]]
+    (two,) = gpu_device_requests(2)
+    assert two["Count"] == 2
+    (ids,) = gpu_device_requests(["0", "3"])
+    assert ids["DeviceIDs"] == ["0", "3"] and ids["Capabilities"] == [["gpu"]]
+    with pytest.raises(UserInputError, match="gpus"):
+        gpu_device_requests(-2)
+    with pytest.raises(UserInputError, match="device ids"):
+        gpu_device_requests([""])
+
+
+def test_container_config_uses_mount_and_default_ports(tmp_path: Path) -> None:
+    inside = container_server_config(
+        ServerConfig(model_repository=tmp_path, http_port=9000, sagemaker=True)
+    )
+    args = inside.to_args()
+    assert f"--model-repository={CONTAINER_MODEL_REPOSITORY}" in args
+    assert "--model-control-mode=explicit" in args
+    assert {"--http-port=8000", "--grpc-port=8001", "--metrics-port=8002"} <= set(args)
+    assert "--http-address=0.0.0.0" in args and "--sagemaker-port=8080" in args
+    assert inside.to_env() == {"SAGEMAKER_MULTI_MODEL": "true"}
+
+
+def test_run_kwargs(tmp_path: Path) -> None:
+    config = ServerConfig(model_repository=tmp_path, http_port=18000, env={"A": "1"})
+    launcher = DockerLauncher(
+        config,
+        image="my/triton:1",
+        command_prefix=("/usr/bin/serve", "tritonserver"),
+        entrypoint=["/bin/sh", "-c"],
+        session="s1",
+        run_options={"mem_limit": "2g"},
+    )
+    kwargs = launcher.run_kwargs(gpu_requests=gpu_device_requests(True))
+    assert kwargs["command"][:2] == ["/usr/bin/serve", "tritonserver"]
+    assert kwargs["entrypoint"] == ["/bin/sh", "-c"]
+    assert kwargs["volumes"] == {
+        str(tmp_path.resolve()): {"bind": CONTAINER_MODEL_REPOSITORY, "mode": "ro"}
+    }
+    assert kwargs["ports"] == {
+        "8000/tcp": ("127.0.0.1", 18000),
+        "8001/tcp": ("127.0.0.1", None),
+        "8002/tcp": ("127.0.0.1", None),
+    }
+    assert kwargs["environment"] == {"A": "1"}
+    assert kwargs["labels"][LABEL_SESSION] == "s1"
+    assert kwargs["device_requests"][0]["Count"] == -1
+    assert kwargs["mem_limit"] == "2g" and kwargs["init"] is True
+
+
+def test_run_kwargs_needs_an_existing_repository(tmp_path: Path) -> None:
+    launcher = DockerLauncher(ServerConfig(model_repository=tmp_path / "missing"))
+    with pytest.raises(UserInputError, match="not a folder"):
+        launcher.run_kwargs(gpu_requests=[])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"pull": "sometimes"}, "pull must be one of missing, always, never"),
+        ({"start_timeout_s": 0}, "start_timeout_s"),
+        ({"shm_size_bytes": 10}, "shm_size_bytes"),
+        ({"image": " "}, "image must be"),
+    ],
+)
+def test_bad_options(tmp_path: Path, kwargs: dict[str, object], match: str) -> None:
+    with pytest.raises(UserInputError, match=match):
+        DockerLauncher(ServerConfig(model_repository=tmp_path), **kwargs)  # type: ignore[arg-type]
+
+
+def test_unreachable_engine_says_what_to_do(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    with pytest.raises(DockerEngineError, match=r"start dockerd .* install Docker"):
+        docker_client()
+
+
+def test_missing_sdk_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "docker", None)
+    with pytest.raises(MissingDependencyError, match=r"mmelocal\[docker\]"):
+        docker_client()
