@@ -1,0 +1,329 @@
+"""Pre-deployment check of a repository, model folder or ``model.tar.gz`` on a real Triton.
+
+:func:`check_path` runs the builder's static ``validate``, prepares a served copy (native
+platforms become Python-backend copies on the pip server, see
+:mod:`mmelocal.runtime.native`), starts Triton, and for each model: loads it (Triton runs
+the config's warmup during the load), sends a sample request built from the config (or
+the build's reference inputs), checks the outputs' names and shapes, compares them with
+the reference outputs when recorded, measures the memory the load took (host RSS of the
+server and its stub processes; GPU memory through NVML when there is a GPU) and unloads
+it. A failing model carries Triton's own message. The user's files are never modified.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mmelocal.builder.config import read_config
+from mmelocal.builder.tarball import safe_extract
+from mmelocal.builder.validate import ValidationReport, validate_path
+from mmelocal.errors import MmeLocalError, ModelLoadError, UserInputError
+from mmelocal.runtime.client import TritonClient
+from mmelocal.runtime.config import ServerConfig
+from mmelocal.runtime.launcher import TritonLauncher
+from mmelocal.runtime.memory import gpu_used_bytes, process_tree_rss_bytes
+from mmelocal.runtime.native import (
+    NATIVE_FORMATS,
+    available_backends,
+    gpu_available,
+    prepare_model_for_server,
+)
+from mmelocal.runtime.samples import check_outputs, compare_outputs, load_reference, sample_inputs
+
+logger = logging.getLogger(__name__)
+
+LAUNCHERS = ("local", "docker", "external")
+ALL_NATIVE_BACKENDS = frozenset({v[0] for v in NATIVE_FORMATS.values()} | {"python", "ensemble"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckOptions:
+    """How :func:`check_path` runs: launcher, tolerances, timeouts, sample shape."""
+
+    launcher: str = "local"
+    url: str | None = None
+    tritonserver: Path | None = None
+    docker_image: str | None = None
+    backends: frozenset[str] | None = None
+    atol: float = 1e-3
+    rtol: float = 1e-3
+    start_timeout_s: float = 120.0
+    load_timeout_s: float = 300.0
+    infer_timeout_s: float = 60.0
+    batch_size: int = 1
+    dynamic_dim: int = 8
+
+    def __post_init__(self) -> None:
+        if self.launcher not in LAUNCHERS:
+            raise UserInputError(
+                f"launcher must be one of {', '.join(LAUNCHERS)}, got {self.launcher!r}"
+            )
+        if self.launcher == "external" and not self.url:
+            raise UserInputError("launcher 'external' needs url (e.g. http://127.0.0.1:8000)")
+        if self.atol < 0 or self.rtol < 0:
+            raise UserInputError(f"atol and rtol must be >= 0, got {self.atol}, {self.rtol}")
+        for name in ("batch_size", "dynamic_dim"):
+            if getattr(self, name) < 1:
+                raise UserInputError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+
+@dataclass
+class ModelCheck:
+    """The outcome for one model; ``status`` is ``passed`` or ``failed``."""
+
+    name: str
+    status: str = "passed"
+    load_time_s: float | None = None
+    first_infer_ms: float | None = None
+    unload_time_s: float | None = None
+    memory_bytes: int | None = None
+    memory_kind: str | None = None
+    warmup_samples: int = 0
+    reference: str = "absent"
+    max_abs_diff: float | None = None
+    errors: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def fail(self, message: str) -> None:
+        """Record an error; the model fails."""
+        self.status = "failed"
+        self.errors.append(message)
+
+
+@dataclass
+class CheckReport:
+    """Everything :func:`check_path` found; ``ok`` only when every model passed."""
+
+    path: str
+    validation: ValidationReport
+    models: list[ModelCheck] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    server_log: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when validation found no error, there was a model, and all models passed."""
+        return (
+            not self.errors and bool(self.models) and all(m.status == "passed" for m in self.models)
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "path": self.path,
+            "ok": self.ok,
+            "errors": list(self.errors),
+            "validation": self.validation.to_dict(),
+            "models": [asdict(m) for m in self.models],
+            "server_log": self.server_log,
+        }
+
+
+def check_path(
+    path: Path | str,
+    options: CheckOptions | None = None,
+    *,
+    progress: Callable[[str], None] | None = None,
+) -> CheckReport:
+    """Validate, serve, load, query and unload every model under ``path`` (module docstring)."""
+    opts = options or CheckOptions()
+    say = progress or (lambda message: None)
+    source = Path(path)
+    say(f"validating {source}")
+    report = CheckReport(path=str(source), validation=validate_path(source))
+    work = Path(tempfile.mkdtemp(prefix="mmelocal-check-"))
+    try:
+        model_dirs = _model_dirs(source, work, report)
+        if not model_dirs:
+            if not report.errors:
+                report.errors.append(f"no model folder (with config.pbtxt) found in {source}")
+            return report
+        served = work / "served"
+        served.mkdir()
+        launcher = _make_launcher(opts, served)
+        backends = _backends(opts, launcher)
+        gpu = gpu_available()
+        targets: list[_Target] = []
+        for model_dir in model_dirs:
+            check = ModelCheck(name=model_dir.name)
+            report.models.append(check)
+            for problem in _problems_for(report.validation, model_dir):
+                check.fail(f"validate: {problem}")
+            try:
+                prepared = prepare_model_for_server(
+                    model_dir, served, backends_available=backends, gpu=gpu
+                )
+            except MmeLocalError as exc:
+                check.fail(str(exc))
+                continue
+            check.name = prepared.name
+            check.notes.extend(prepared.notes)
+            config = read_config(prepared.served_dir / "config.pbtxt")
+            targets.append(_Target(check, model_dir, prepared.served_dir, config))
+        if not targets:
+            return report
+        say(f"starting Triton ({opts.launcher})")
+        with launcher:
+            report.server_log = str(launcher.log_path) if launcher.log_path else None
+            client = TritonClient.for_launcher(
+                launcher, timeout_s=opts.infer_timeout_s, load_timeout_s=opts.load_timeout_s
+            )
+            for target in targets:
+                say(f"checking {target.check.name}")
+                _check_model(client, launcher, target, opts, gpu)
+        return report
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _model_dirs(source: Path, work: Path, report: CheckReport) -> list[Path]:
+    if not source.exists():
+        report.errors.append(f"{source} does not exist")
+        return []
+    if source.is_file() and source.name == "config.pbtxt":
+        source = source.parent
+    if source.is_file():
+        try:
+            root = safe_extract(source, work / "extracted")
+        except MmeLocalError as exc:
+            report.errors.append(f"cannot extract {source}: {exc}")
+            return []
+    else:
+        root = source
+    if (root / "config.pbtxt").is_file():
+        return [root]
+    return sorted(c for c in root.iterdir() if c.is_dir() and (c / "config.pbtxt").is_file())
+
+
+def _problems_for(validation: ValidationReport, model_dir: Path) -> list[str]:
+    found = []
+    for problem in validation.errors:
+        parts = Path(problem.path).parts
+        if model_dir.name in parts or str(problem.path).startswith(str(model_dir)):
+            found.append(f"{problem.code}: {problem.message}")
+    return found
+
+
+def _make_launcher(opts: CheckOptions, served: Path) -> TritonLauncher:
+    config = ServerConfig(model_repository=served)
+    if opts.launcher == "local":
+        from mmelocal.runtime.local import LocalLauncher
+
+        return LocalLauncher(
+            config, tritonserver=opts.tritonserver, start_timeout_s=opts.start_timeout_s
+        )
+    if opts.launcher == "docker":
+        from mmelocal.runtime.docker import DockerLauncher
+
+        return DockerLauncher(config, image=opts.docker_image, start_timeout_s=opts.start_timeout_s)
+    from mmelocal.runtime.external import ExternalLauncher
+
+    assert opts.url is not None
+    return ExternalLauncher(opts.url, start_timeout_s=opts.start_timeout_s)
+
+
+def _backends(opts: CheckOptions, launcher: TritonLauncher) -> frozenset[str]:
+    if opts.backends is not None:
+        return frozenset(opts.backends)
+    if opts.launcher == "local":
+        from mmelocal.runtime.local import find_tritonserver, prepare_backend_directory
+
+        install = find_tritonserver(opts.tritonserver)
+        return available_backends(prepare_backend_directory(install))
+    return ALL_NATIVE_BACKENDS
+
+
+@dataclass
+class _Target:
+    check: ModelCheck
+    model_dir: Path
+    served_dir: Path
+    config: Any
+
+
+def _check_model(
+    client: TritonClient, launcher: TritonLauncher, target: _Target, opts: CheckOptions, gpu: bool
+) -> None:
+    check, config = target.check, target.config
+    files, config_json = _external_payload(launcher, target.served_dir, config)
+    check.warmup_samples = sum(max(1, w.count) for w in config.model_warmup)
+    before = _memory(launcher, gpu)
+    try:
+        check.load_time_s = client.load(check.name, config=config_json, files=files)
+    except ModelLoadError as exc:
+        check.fail(f"load: {exc.triton_message or exc}")
+        return
+    after = _memory(launcher, gpu)
+    if before[0] is not None and after[0] is not None:
+        check.memory_bytes = max(0, after[0] - before[0])
+        check.memory_kind = after[1]
+    try:
+        _query(client, check, target.model_dir, config, opts)
+    finally:
+        try:
+            check.unload_time_s = client.unload(check.name, timeout_s=opts.load_timeout_s)
+        except MmeLocalError as exc:
+            check.fail(f"unload: {exc}")
+
+
+def _query(
+    client: TritonClient, check: ModelCheck, model_dir: Path, config: Any, opts: CheckOptions
+) -> None:
+    reference = load_reference(model_dir)
+    if reference is not None and reference[0]:
+        inputs, expected = reference
+        check.reference = "used"
+    else:
+        inputs = sample_inputs(config, batch_size=opts.batch_size, dynamic_dim=opts.dynamic_dim)
+        expected = {}
+    batch = next(iter(inputs.values())).shape[0] if config.max_batch_size > 0 and inputs else None
+    start = time.monotonic()
+    try:
+        outputs = client.infer(check.name, inputs, timeout_s=opts.infer_timeout_s)
+    except MmeLocalError as exc:
+        check.fail(f"inference: {exc}")
+        return
+    check.first_infer_ms = (time.monotonic() - start) * 1000
+    for problem in check_outputs(config, outputs, batch_size=batch):
+        check.fail(problem)
+    if expected:
+        problems, worst = compare_outputs(expected, outputs, atol=opts.atol, rtol=opts.rtol)
+        check.max_abs_diff = worst
+        check.reference = "differs" if problems else "matched"
+        for problem in problems:
+            check.fail(problem)
+
+
+def _memory(launcher: TritonLauncher, gpu: bool) -> tuple[int | None, str]:
+    if gpu:
+        used = gpu_used_bytes()
+        if used is not None:
+            return used, "gpu"
+    pid = launcher.pid()
+    return (process_tree_rss_bytes(pid) if pid else None), "host_rss"
+
+
+def _external_payload(
+    launcher: TritonLauncher, served: Path, config: Any
+) -> tuple[dict[str, bytes] | None, str | None]:
+    """For a server that cannot see our files, send config and files with the load."""
+    if launcher.model_repository is not None:
+        return None, None
+    from google.protobuf import json_format
+
+    files = {
+        str(p.relative_to(served)): p.read_bytes()
+        for p in served.rglob("*")
+        if p.is_file() and p.parent != served
+    }
+    return files, json_format.MessageToJson(config, preserving_proto_field_name=True)
+
+
+__all__ = ["LAUNCHERS", "CheckOptions", "CheckReport", "ModelCheck", "check_path"]

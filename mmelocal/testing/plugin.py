@@ -1,0 +1,148 @@
+"""mmelocal's pytest plugin (entry point ``pytest11``): real Triton fixtures for model tests.
+
+Fixtures:
+
+``triton_server``   session-scoped :class:`~mmelocal.testing.triton.TestTritonServer`: the
+                    pip ``tritonserver`` by default, a container with
+                    ``--mmelocal-launcher=docker`` (image: ``--mmelocal-docker-image``),
+                    explicit model control on a temporary repository, SageMaker front end on.
+``load_model``      function-scoped callable ``load_model(model_dir_or_build_result) -> name``:
+                    adds the model to the server's repository (native platforms served
+                    through mmelocal's Python runner when the server lacks them), loads it,
+                    and unloads it when the test ends.
+``triton_client``   the server's :class:`~mmelocal.runtime.client.TritonClient` (numpy in/out).
+``tritonclient_http``  a raw ``tritonclient.http.InferenceServerClient`` on the server.
+
+Markers: ``gpu`` skips without an NVIDIA GPU; ``docker`` skips without a Docker engine
+(except in CI, where ``CI`` is set: there a missing engine must fail, not hide).
+This module is imported by every pytest run: everything heavy is imported inside fixtures.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+_MARKERS = (
+    "gpu: needs an NVIDIA GPU (skipped with the reason when none is present)",
+    "docker: needs a running Docker engine (skipped without one, except in CI)",
+)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Options that choose how ``triton_server`` runs Triton."""
+    group = parser.getgroup("mmelocal", "mmelocal Triton fixtures")
+    group.addoption(
+        "--mmelocal-launcher",
+        choices=("local", "docker"),
+        default=os.environ.get("MMELOCAL_TEST_LAUNCHER", "local"),
+        help="how triton_server starts Triton: the pip tritonserver (local) or docker",
+    )
+    group.addoption(
+        "--mmelocal-tritonserver",
+        default=None,
+        help="tritonserver binary or install folder for the local launcher",
+    )
+    group.addoption(
+        "--mmelocal-docker-image",
+        default=os.environ.get("MMELOCAL_TEST_TRITON_IMAGE"),
+        help="image for --mmelocal-launcher=docker (default: NVIDIA's Triton image)",
+    )
+    group.addoption(
+        "--mmelocal-backends",
+        default=None,
+        help="comma-separated backends the server has (default: python for the local "
+        "binary, all for docker); models needing others are served by mmelocal's runner",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Declare the markers, so ``--strict-markers`` accepts them in any project."""
+    for line in _MARKERS:
+        config.addinivalue_line("markers", line)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Skip ``gpu`` / ``docker`` tests, with the reason, when the hardware or engine is absent."""
+    if item.get_closest_marker("gpu") is not None:
+        from mmelocal.runtime.native import gpu_available
+
+        if not gpu_available():
+            pytest.skip("needs an NVIDIA GPU (NVML finds none)")
+    if item.get_closest_marker("docker") is not None and not _in_ci():
+        reason = _docker_missing_reason()
+        if reason:
+            pytest.skip(f"needs a Docker engine: {reason}")
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def _docker_missing_reason() -> str | None:
+    try:
+        import docker
+    except ImportError:
+        return "the docker package is not installed (pip install 'mmelocal[docker]')"
+    try:
+        client = docker.from_env(timeout=5)
+        client.ping()
+        client.close()
+    except Exception as exc:
+        return f"no engine answers ({str(exc).splitlines()[0][:120]})"
+    return None
+
+
+@pytest.fixture(scope="session")
+def triton_server(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """A started Triton for the whole session (see the module docstring)."""
+    from mmelocal.testing.triton import TestTritonServer
+
+    opts = request.config.option
+    backends_opt = getattr(opts, "mmelocal_backends", None)
+    backends = frozenset(b.strip() for b in backends_opt.split(",")) if backends_opt else None
+    server = TestTritonServer(
+        launcher=getattr(opts, "mmelocal_launcher", "local"),
+        tritonserver=getattr(opts, "mmelocal_tritonserver", None),
+        docker_image=getattr(opts, "mmelocal_docker_image", None),
+        backends=backends,
+    )
+    with server:
+        yield server
+
+
+@pytest.fixture
+def load_model(triton_server: Any) -> Iterator[Callable[..., str]]:
+    """``load_model(model_dir_or_build_result) -> name``; loaded models unload after the test."""
+    loaded: list[str] = []
+
+    def load(model: Any, *, timeout_s: float | None = None) -> str:
+        name = str(triton_server.load_model(model, timeout_s=timeout_s))
+        loaded.append(name)
+        return name
+
+    yield load
+    for name in reversed(loaded):
+        if triton_server.launcher.is_alive():
+            triton_server.unload_model(name)
+
+
+@pytest.fixture
+def triton_client(triton_server: Any) -> Any:
+    """The session server's mmelocal TritonClient (infer with numpy arrays)."""
+    return triton_server.client
+
+
+@pytest.fixture
+def tritonclient_http(triton_server: Any) -> Iterator[Any]:
+    """A raw ``tritonclient.http.InferenceServerClient`` on the session server."""
+    import tritonclient.http as th
+
+    client = th.InferenceServerClient(
+        triton_server.launcher.endpoints.http_host_port, network_timeout=120.0
+    )
+    yield client
+    client.close()

@@ -1,0 +1,149 @@
+"""A Triton server for tests: a launcher, a temporary repository and helpers to add models.
+
+:class:`TestTritonServer` is what the ``triton_server`` fixture yields. Models are added
+to its repository with :meth:`TestTritonServer.add_model` (a model folder, or anything with
+a ``model_dir`` attribute such as the builder's ``BuildResult``); native platforms the
+server lacks are served through mmelocal's Python runner (:mod:`mmelocal.runtime.native`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from mmelocal.errors import UserInputError
+from mmelocal.runtime.client import TritonClient
+from mmelocal.runtime.config import ServerConfig
+from mmelocal.runtime.launcher import TritonLauncher
+from mmelocal.runtime.native import PreparedModel, gpu_available, prepare_model_for_server
+
+logger = logging.getLogger(__name__)
+
+LAUNCHERS = ("local", "docker")
+PYTHON_ONLY = frozenset({"python", "ensemble"})
+ALL_BACKENDS = frozenset({"python", "ensemble", "pytorch", "onnxruntime", "tensorrt"})
+
+
+class TestTritonServer:
+    """A started Triton on a temporary repository (explicit model control, SageMaker on).
+
+    ``launcher`` is ``"local"`` (the pip tritonserver, default) or ``"docker"``;
+    ``backends`` is the set of backends the server has (default: Python only for the
+    local binary, everything for Docker images).
+    """
+
+    __test__ = False  # not a test class, whatever pytest thinks of the name
+
+    def __init__(
+        self,
+        *,
+        launcher: str = "local",
+        tritonserver: Path | str | None = None,
+        docker_image: str | None = None,
+        backends: frozenset[str] | None = None,
+        start_timeout_s: float = 120.0,
+        sagemaker: bool = True,
+    ) -> None:
+        if launcher not in LAUNCHERS:
+            raise UserInputError(
+                f"launcher must be one of {', '.join(LAUNCHERS)}, got {launcher!r}"
+            )
+        self.workdir = Path(tempfile.mkdtemp(prefix="mmelocal-test-triton-"))
+        self.repository = self.workdir / "repository"
+        self.repository.mkdir()
+        self.gpu = gpu_available()
+        config = ServerConfig(model_repository=self.repository, sagemaker=sagemaker)
+        self.launcher: TritonLauncher
+        if launcher == "local":
+            from mmelocal.runtime.local import LocalLauncher
+
+            self.launcher = LocalLauncher(
+                config,
+                tritonserver=tritonserver,
+                start_timeout_s=start_timeout_s,
+                log_path=self.workdir / "tritonserver.log",
+            )
+            self.backends = backends or PYTHON_ONLY
+        else:
+            from mmelocal.runtime.docker import DockerLauncher
+
+            self.launcher = DockerLauncher(
+                config,
+                image=docker_image,
+                start_timeout_s=start_timeout_s,
+                log_path=self.workdir / "tritonserver.log",
+            )
+            self.backends = backends or ALL_BACKENDS
+        self._client: TritonClient | None = None
+
+    @property
+    def client(self) -> TritonClient:
+        """An mmelocal :class:`TritonClient` on this server (shared, thread-safe)."""
+        if self._client is None:
+            self._client = TritonClient.for_launcher(self.launcher)
+        return self._client
+
+    @property
+    def http_url(self) -> str:
+        """``http://127.0.0.1:PORT``."""
+        return self.launcher.endpoints.http_url
+
+    def start(self) -> TestTritonServer:
+        """Start the server (waits until ready)."""
+        self.launcher.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop the server and remove its repository (the log is kept beside it if asked)."""
+        try:
+            self.launcher.stop()
+        finally:
+            if not os.environ.get("MMELOCAL_KEEP_TEST_SERVER_FILES"):
+                shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def add_model(self, model: Any, *, name: str | None = None) -> PreparedModel:
+        """Copy a model folder (or ``BuildResult``) into the repository, derived if needed."""
+        model_dir = Path(getattr(model, "model_dir", model))
+        if not (model_dir / "config.pbtxt").is_file():
+            raise UserInputError(f"{model_dir} is not a model folder (no config.pbtxt)")
+        prepared = prepare_model_for_server(
+            model_dir, self.repository, backends_available=self.backends, gpu=self.gpu
+        )
+        if name is not None and name != prepared.name:
+            raise UserInputError(
+                f"model folder {model_dir} is named {prepared.name!r} in its config, not {name!r}"
+            )
+        return prepared
+
+    def load_model(self, model: Any, *, timeout_s: float | None = None) -> str:
+        """Add ``model`` and load it; return its name."""
+        prepared = self.add_model(model)
+        self.client.load(prepared.name, timeout_s=timeout_s)
+        return prepared.name
+
+    def unload_model(self, name: str, *, timeout_s: float | None = None) -> None:
+        """Unload ``name`` and wait until Triton reports it gone."""
+        self.client.unload(name, timeout_s=timeout_s)
+
+    def __enter__(self) -> TestTritonServer:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+__all__ = ["TestTritonServer"]
