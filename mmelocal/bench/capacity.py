@@ -18,13 +18,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import statistics
+import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Protocol
 
-from mmelocal.bench.projection import Projection, project_count, validate_threshold
+from mmelocal.bench.capacity_result import CapacityResult, LoadRecord
+from mmelocal.bench.projection import validate_threshold
 from mmelocal.errors import BenchError, MmeLocalError, UserInputError
 
 logger = logging.getLogger(__name__)
@@ -49,179 +52,6 @@ class CapacityInstance(Protocol):
     ) -> tuple[int, bytes, Any]: ...
 
     async def read_memory(self) -> Any: ...
-
-
-@dataclass(frozen=True, kw_only=True)
-class LoadRecord:
-    """One copy loaded: memory in use after it (and its warm-up inference), times taken."""
-
-    copies: int
-    target: str
-    used_bytes: int
-    delta_bytes: int
-    load_s: float
-    warmup_s: float
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain data for JSON/CSV."""
-        return dict(vars(self))
-
-
-@dataclass(frozen=True, kw_only=True)
-class CapacityResult:
-    """A capacity measurement; JSON-able with ``kind = "capacity"``.
-
-    ``count`` copies stayed within ``threshold x total_bytes``; ``loads`` are those copies;
-    ``next_copy`` is the copy that crossed (None when the run stopped on a prediction, a
-    load failure or ``max_copies``).
-    """
-
-    kind: ClassVar[str] = "capacity"
-    source: str
-    label: str
-    model_format: str
-    probe: str
-    total_bytes: int
-    threshold: float
-    baseline_bytes: int
-    loads: tuple[LoadRecord, ...]
-    next_copy: LoadRecord | None
-    stopped_reason: str
-    started_at: str = ""
-    projection: Projection | None = None
-
-    @property
-    def count(self) -> int:
-        """Copies loaded within the threshold."""
-        return len(self.loads)
-
-    @property
-    def limit_bytes(self) -> int:
-        """``threshold x total``."""
-        return int(self.threshold * self.total_bytes)
-
-    @property
-    def deltas_bytes(self) -> list[int]:
-        """Memory each copy added (first one against the baseline)."""
-        return [load.delta_bytes for load in self.loads]
-
-    @property
-    def per_model_mean_bytes(self) -> float | None:
-        """Mean footprint per copy (None before any copy)."""
-        return statistics.fmean(self.deltas_bytes) if self.loads else None
-
-    @property
-    def per_model_stdev_bytes(self) -> float | None:
-        """Spread of the footprint (sample standard deviation; None under two copies)."""
-        return statistics.stdev(self.deltas_bytes) if len(self.loads) >= 2 else None
-
-    @property
-    def projected_count(self) -> int | None:
-        """The projection formula applied to the measured card itself (should be ``count``)."""
-        mean = self.per_model_mean_bytes
-        if not mean or mean <= 0:
-            return None
-        return project_count(
-            total_bytes=self.total_bytes,
-            baseline_bytes=self.baseline_bytes,
-            per_model_bytes=mean,
-            threshold=self.threshold,
-        )
-
-    def summary_lines(self) -> list[str]:
-        """Plain-text summary for the CLI and the report."""
-        mean, spread = self.per_model_mean_bytes, self.per_model_stdev_bytes
-        lines = [
-            f"{self.count} copies fit under {self.threshold:.0%} of {self.total_bytes / MIB:,.0f}"
-            f" MiB ({self.probe}); stopped: {self.stopped_reason}",
-            f"baseline (server, no model): {self.baseline_bytes / MIB:,.1f} MiB",
-        ]
-        if mean is not None:
-            lines.append(
-                f"per model: {mean / MIB:,.1f} MiB mean"
-                + (f", ±{spread / MIB:,.1f} MiB (stdev)" if spread is not None else "")
-                + f", min {min(self.deltas_bytes) / MIB:,.1f}"
-                + f", max {max(self.deltas_bytes) / MIB:,.1f}"
-            )
-            lines.append(f"projection onto this card gives {self.projected_count} copies")
-        if self.next_copy is not None:
-            lines.append(
-                f"copy {self.next_copy.copies} crossed the threshold: "
-                f"{self.next_copy.used_bytes / MIB:,.1f} MiB > {self.limit_bytes / MIB:,.1f} MiB"
-            )
-        if self.loads:
-            load_times = [load.load_s for load in self.loads]
-            lines.append(f"load time per copy: mean {statistics.fmean(load_times):.2f} s")
-        return lines
-
-    def load_rows(self) -> list[dict[str, Any]]:
-        """One row per reading (baseline, each copy, the crossing copy) for CSV/tables."""
-        rows: list[dict[str, Any]] = [
-            {
-                "copies": 0,
-                "target": "(baseline)",
-                "used_mib": self.baseline_bytes / MIB,
-                "delta_mib": None,
-                "load_s": None,
-                "warmup_s": None,
-                "within_threshold": True,
-            }
-        ]
-        records = [*self.loads, *([self.next_copy] if self.next_copy else [])]
-        for record in records:
-            rows.append(
-                {
-                    "copies": record.copies,
-                    "target": record.target,
-                    "used_mib": record.used_bytes / MIB,
-                    "delta_mib": record.delta_bytes / MIB,
-                    "load_s": record.load_s,
-                    "warmup_s": record.warmup_s,
-                    "within_threshold": record.used_bytes <= self.limit_bytes,
-                }
-            )
-        return rows
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain data for JSON (``kind`` tells ``mmelocal report`` what this is)."""
-        return {
-            "kind": self.kind,
-            "source": self.source,
-            "label": self.label,
-            "model_format": self.model_format,
-            "probe": self.probe,
-            "started_at": self.started_at,
-            "total_bytes": self.total_bytes,
-            "threshold": self.threshold,
-            "limit_bytes": self.limit_bytes,
-            "baseline_bytes": self.baseline_bytes,
-            "count": self.count,
-            "per_model_mean_bytes": self.per_model_mean_bytes,
-            "per_model_stdev_bytes": self.per_model_stdev_bytes,
-            "projected_count": self.projected_count,
-            "stopped_reason": self.stopped_reason,
-            "loads": [load.to_dict() for load in self.loads],
-            "next_copy": self.next_copy.to_dict() if self.next_copy else None,
-            "projection": self.projection.to_dict() if self.projection else None,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> CapacityResult:
-        """Inverse of :meth:`to_dict` (derived numbers are recomputed)."""
-        return cls(
-            source=str(data["source"]),
-            label=str(data.get("label", "")),
-            model_format=str(data.get("model_format", "")),
-            probe=str(data["probe"]),
-            started_at=str(data.get("started_at", "")),
-            total_bytes=int(data["total_bytes"]),
-            threshold=float(data["threshold"]),
-            baseline_bytes=int(data["baseline_bytes"]),
-            loads=tuple(LoadRecord(**load) for load in data["loads"]),
-            next_copy=LoadRecord(**data["next_copy"]) if data.get("next_copy") else None,
-            stopped_reason=str(data["stopped_reason"]),
-            projection=Projection.from_dict(data["projection"]) if data.get("projection") else None,
-        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -259,16 +89,21 @@ async def measure_instance(
     payload: bytes | None = None,
     content_type: str = "application/json",
     verify_next: bool = True,
+    total_bytes: int | None = None,
     progress: Callable[[LoadRecord], None] | None = None,
 ) -> Measurement:
-    """Load ``targets`` one by one on ``instance`` (see the module docstring)."""
+    """Load ``targets`` one by one on ``instance`` (see the module docstring).
+
+    ``total_bytes`` replaces the probe's total (the CPU budget); default: the probe's.
+    """
     validate_threshold(threshold)
     if max_copies < 1:
         raise UserInputError(f"max_copies must be >= 1, got {max_copies}")
     if not targets:
         raise UserInputError("capacity needs at least one copy to load")
     baseline = await settle_reading(instance.read_memory)
-    total, limit = int(baseline.total_bytes), threshold * baseline.total_bytes
+    total = int(total_bytes or baseline.total_bytes)
+    limit = threshold * total
     if baseline.used_bytes > limit:
         raise BenchError(
             f"the empty server already uses {baseline.used_bytes / MIB:,.0f} MiB, over "
@@ -369,6 +204,155 @@ async def _load_one(
     )
 
 
+@dataclass(frozen=True, kw_only=True)
+class CapacityOptions:
+    """How to measure: ``memory_budget_bytes`` is the total on a machine without a GPU (the
+    Triton process tree's RSS is measured against it); with a GPU, NVML's device total is used
+    unless a budget is given."""
+
+    threshold: float = 0.9
+    max_copies: int = 200
+    memory_budget_bytes: int | None = None
+    verify_next: bool = True
+    use_gpu: bool | None = None
+    tritonserver: Path | None = None
+    load_timeout_s: float = 300.0
+    workdir: Path | None = None
+
+    def __post_init__(self) -> None:
+        validate_threshold(self.threshold)
+        if self.max_copies < 1:
+            raise UserInputError(f"max_copies must be >= 1, got {self.max_copies}")
+        if self.memory_budget_bytes is not None and self.memory_budget_bytes <= 0:
+            raise UserInputError(f"memory_budget_bytes must be > 0, got {self.memory_budget_bytes}")
+
+
+def measure_capacity(
+    source: str | Path,
+    *,
+    options: CapacityOptions | None = None,
+    model_format: str = "torchscript",
+    progress: Callable[[LoadRecord], None] | None = None,
+    label: str = "",
+) -> CapacityResult:
+    """Build (if needed) and package ``source``, serve it with the emulator on one Triton, and
+    load copies until one crosses the threshold (see the module docstring)."""
+    opts = options or CapacityOptions()
+    from mmelocal.bench.payload import payload_from_model
+    from mmelocal.bench.sources import resolve_model
+    from mmelocal.builder.package import package_copies
+    from mmelocal.emulator.probes import gpu_count
+
+    use_gpu = opts.use_gpu if opts.use_gpu is not None else gpu_count() > 0
+    if not use_gpu and opts.memory_budget_bytes is None:
+        raise UserInputError(
+            "no GPU here: give a memory budget (e.g. --memory-budget 4GiB) to measure the "
+            "Triton process tree's host memory against"
+        )
+    started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    with tempfile.TemporaryDirectory(prefix="mmelocal-capacity-", dir=opts.workdir) as tmp:
+        work = Path(tmp)
+        model = resolve_model(source, workdir=work, model_format=model_format)
+        copies = package_copies(
+            model.path,
+            work / "store",
+            copies=copies_needed(opts.max_copies, verify_next=opts.verify_next),
+        )
+        try:
+            payload: bytes | None = payload_from_model(model.path)
+        except UserInputError as exc:
+            logger.warning("capacity: no warm-up inference (%s)", exc)
+            payload = None
+        measurement, probe = asyncio.run(
+            _measure_with_emulator(work, [p.name for p in copies], opts, use_gpu, payload, progress)
+        )
+    projection = None
+    if measurement.loads:
+        from mmelocal.bench.projection import project
+
+        mean = (measurement.loads[-1].used_bytes - measurement.baseline_bytes) / len(
+            measurement.loads
+        )
+        if mean > 0:
+            projection = project(
+                per_model_bytes=mean,
+                baseline_bytes=measurement.baseline_bytes,
+                threshold=opts.threshold,
+            )
+    return CapacityResult(
+        source=str(source),
+        label=label or f"{source} ({model.model_format})",
+        model_format=model.model_format,
+        probe=probe,
+        total_bytes=measurement.total_bytes,
+        threshold=opts.threshold,
+        baseline_bytes=measurement.baseline_bytes,
+        loads=measurement.loads,
+        next_copy=measurement.next_copy,
+        stopped_reason=measurement.stopped_reason,
+        started_at=started_at,
+        projection=projection,
+    )
+
+
+#: Budget handed to the emulator on CPU so that it never evicts during a capacity run (the
+#: capacity threshold, against the user's budget, is applied here instead).
+_NO_EVICTION_BUDGET_BYTES = 1 << 50
+
+
+async def _measure_with_emulator(
+    work: Path,
+    targets: list[str],
+    opts: CapacityOptions,
+    use_gpu: bool,
+    payload: bytes | None,
+    progress: Callable[[LoadRecord], None] | None,
+) -> tuple[Measurement, str]:
+    from mmelocal.emulator.platform import Emulator, EmulatorConfig
+
+    config = EmulatorConfig(
+        store=str(work / "store"),
+        cache_dir=work / "emulator",
+        memory_threshold=1.0,
+        memory_budget_bytes=_NO_EVICTION_BUDGET_BYTES,
+        instances=1,
+        tritonserver=opts.tritonserver,
+        load_timeout_s=opts.load_timeout_s,
+        gpus=None if use_gpu else (),
+    )
+    emulator = Emulator(config)
+    await emulator.start()
+    try:
+        instance = emulator.instances[0]
+        on_gpu = instance.probe.kind == "gpu"
+        total = None if on_gpu and opts.memory_budget_bytes is None else opts.memory_budget_bytes
+        budget_mib = (opts.memory_budget_bytes or 0) / MIB
+        probe = (
+            instance.probe.name
+            if on_gpu
+            else f"host RSS of the Triton tree, budget {budget_mib:,.0f} MiB"
+        )
+        measurement = await measure_instance(
+            instance,
+            targets,
+            threshold=opts.threshold,
+            max_copies=opts.max_copies,
+            payload=payload,
+            verify_next=opts.verify_next,
+            total_bytes=total,
+            progress=progress,
+        )
+        evictions = emulator.events.counts.get("evict", 0)
+    finally:
+        await emulator.stop()
+    if evictions:
+        raise BenchError(
+            f"the emulator evicted {evictions} model(s) during the capacity run, so the "
+            "readings do not add up; this is a bug in mmelocal, please report it"
+        )
+    return measurement, probe
+
+
 def copies_needed(max_copies: int, *, verify_next: bool) -> int:
     """How many tarball copies a run may load."""
     return max_copies + (1 if verify_next else 0)
@@ -384,11 +368,13 @@ def footprint_ratio(a: CapacityResult, b: CapacityResult) -> float | None:
 
 __all__ = [
     "CapacityInstance",
+    "CapacityOptions",
     "CapacityResult",
     "LoadRecord",
     "Measurement",
     "copies_needed",
     "footprint_ratio",
+    "measure_capacity",
     "measure_instance",
     "settle_reading",
 ]

@@ -1,0 +1,192 @@
+"""Capacity results: the copies loaded, the memory after each, the footprint statistics.
+
+Kept apart from :mod:`mmelocal.bench.capacity` (which drives the emulator) so reports and
+tests can read results without importing the emulator.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from mmelocal.bench.projection import Projection, project_count
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoadRecord:
+    """One copy loaded: memory in use after it (and its warm-up inference), times taken."""
+
+    copies: int
+    target: str
+    used_bytes: int
+    delta_bytes: int
+    load_s: float
+    warmup_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for JSON/CSV."""
+        return dict(vars(self))
+
+
+@dataclass(frozen=True, kw_only=True)
+class CapacityResult:
+    """A capacity measurement; JSON-able with ``kind = "capacity"``.
+
+    ``count`` copies stayed within ``threshold x total_bytes``; ``loads`` are those copies;
+    ``next_copy`` is the copy that crossed (None when the run stopped on a prediction, a
+    load failure or ``max_copies``).
+    """
+
+    kind: ClassVar[str] = "capacity"
+    source: str
+    label: str
+    model_format: str
+    probe: str
+    total_bytes: int
+    threshold: float
+    baseline_bytes: int
+    loads: tuple[LoadRecord, ...]
+    next_copy: LoadRecord | None
+    stopped_reason: str
+    started_at: str = ""
+    projection: Projection | None = None
+
+    @property
+    def count(self) -> int:
+        """Copies loaded within the threshold."""
+        return len(self.loads)
+
+    @property
+    def limit_bytes(self) -> int:
+        """``threshold x total``."""
+        return int(self.threshold * self.total_bytes)
+
+    @property
+    def deltas_bytes(self) -> list[int]:
+        """Memory each copy added (first one against the baseline)."""
+        return [load.delta_bytes for load in self.loads]
+
+    @property
+    def per_model_mean_bytes(self) -> float | None:
+        """Mean footprint per copy (None before any copy)."""
+        return statistics.fmean(self.deltas_bytes) if self.loads else None
+
+    @property
+    def per_model_stdev_bytes(self) -> float | None:
+        """Spread of the footprint (sample standard deviation; None under two copies)."""
+        return statistics.stdev(self.deltas_bytes) if len(self.loads) >= 2 else None
+
+    @property
+    def projected_count(self) -> int | None:
+        """The projection formula applied to the measured card itself (should be ``count``)."""
+        mean = self.per_model_mean_bytes
+        if not mean or mean <= 0:
+            return None
+        return project_count(
+            total_bytes=self.total_bytes,
+            baseline_bytes=self.baseline_bytes,
+            per_model_bytes=mean,
+            threshold=self.threshold,
+        )
+
+    def summary_lines(self) -> list[str]:
+        """Plain-text summary for the CLI and the report."""
+        mean, spread = self.per_model_mean_bytes, self.per_model_stdev_bytes
+        lines = [
+            f"{self.count} copies fit under {self.threshold:.0%} of {self.total_bytes / MIB:,.0f}"
+            f" MiB ({self.probe}); stopped: {self.stopped_reason}",
+            f"baseline (server, no model): {self.baseline_bytes / MIB:,.1f} MiB",
+        ]
+        if mean is not None:
+            lines.append(
+                f"per model: {mean / MIB:,.1f} MiB mean"
+                + (f", ±{spread / MIB:,.1f} MiB (stdev)" if spread is not None else "")
+                + f", min {min(self.deltas_bytes) / MIB:,.1f}"
+                + f", max {max(self.deltas_bytes) / MIB:,.1f}"
+            )
+            lines.append(f"projection onto this card gives {self.projected_count} copies")
+        if self.next_copy is not None:
+            lines.append(
+                f"copy {self.next_copy.copies} crossed the threshold: "
+                f"{self.next_copy.used_bytes / MIB:,.1f} MiB > {self.limit_bytes / MIB:,.1f} MiB"
+            )
+        if self.loads:
+            load_times = [load.load_s for load in self.loads]
+            lines.append(f"load time per copy: mean {statistics.fmean(load_times):.2f} s")
+        return lines
+
+    def load_rows(self) -> list[dict[str, Any]]:
+        """One row per reading (baseline, each copy, the crossing copy) for CSV/tables."""
+        rows: list[dict[str, Any]] = [
+            {
+                "copies": 0,
+                "target": "(baseline)",
+                "used_mib": self.baseline_bytes / MIB,
+                "delta_mib": None,
+                "load_s": None,
+                "warmup_s": None,
+                "within_threshold": True,
+            }
+        ]
+        records = [*self.loads, *([self.next_copy] if self.next_copy else [])]
+        for record in records:
+            rows.append(
+                {
+                    "copies": record.copies,
+                    "target": record.target,
+                    "used_mib": record.used_bytes / MIB,
+                    "delta_mib": record.delta_bytes / MIB,
+                    "load_s": record.load_s,
+                    "warmup_s": record.warmup_s,
+                    "within_threshold": record.used_bytes <= self.limit_bytes,
+                }
+            )
+        return rows
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for JSON (``kind`` tells ``mmelocal report`` what this is)."""
+        return {
+            "kind": self.kind,
+            "source": self.source,
+            "label": self.label,
+            "model_format": self.model_format,
+            "probe": self.probe,
+            "started_at": self.started_at,
+            "total_bytes": self.total_bytes,
+            "threshold": self.threshold,
+            "limit_bytes": self.limit_bytes,
+            "baseline_bytes": self.baseline_bytes,
+            "count": self.count,
+            "per_model_mean_bytes": self.per_model_mean_bytes,
+            "per_model_stdev_bytes": self.per_model_stdev_bytes,
+            "projected_count": self.projected_count,
+            "stopped_reason": self.stopped_reason,
+            "loads": [load.to_dict() for load in self.loads],
+            "next_copy": self.next_copy.to_dict() if self.next_copy else None,
+            "projection": self.projection.to_dict() if self.projection else None,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CapacityResult:
+        """Inverse of :meth:`to_dict` (derived numbers are recomputed)."""
+        return cls(
+            source=str(data["source"]),
+            label=str(data.get("label", "")),
+            model_format=str(data.get("model_format", "")),
+            probe=str(data["probe"]),
+            started_at=str(data.get("started_at", "")),
+            total_bytes=int(data["total_bytes"]),
+            threshold=float(data["threshold"]),
+            baseline_bytes=int(data["baseline_bytes"]),
+            loads=tuple(LoadRecord(**load) for load in data["loads"]),
+            next_copy=LoadRecord(**data["next_copy"]) if data.get("next_copy") else None,
+            stopped_reason=str(data["stopped_reason"]),
+            projection=Projection.from_dict(data["projection"]) if data.get("projection") else None,
+        )
+
+
+__all__ = ["CapacityResult", "LoadRecord"]
