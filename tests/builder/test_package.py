@@ -1,0 +1,105 @@
+"""package_model and package_copies: hard links, fallbacks, idempotent re-runs."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import pytest
+from builder_factories import make_onnx_model_dir
+
+from mmelocal.builder import package as package_mod
+from mmelocal.builder.package import disk_usage_bytes, package_copies, package_model
+from mmelocal.cli.main import main
+from mmelocal.errors import UserInputError
+
+
+@pytest.fixture
+def model(tmp_path: Path) -> Path:
+    m = make_onnx_model_dir(tmp_path / "repo", "tiny")
+    (m / "1" / "weights.bin").write_bytes(os.urandom(300_000))
+    return m
+
+
+def test_package_model(tmp_path: Path, model: Path) -> None:
+    out = package_model(model, tmp_path / "out")
+    assert out == tmp_path / "out" / "model.tar.gz"
+    assert out.read_bytes()[:2] == b"\x1f\x8b"
+
+
+def test_copies_are_hard_links_costing_one_copy(tmp_path: Path, model: Path) -> None:
+    methods: list[str] = []
+    paths = package_copies(
+        model, tmp_path / "out", copies=50, on_copy=lambda i, p, m: methods.append(m)
+    )
+    assert [p.name for p in paths[:3]] == ["model-0.tar.gz", "model-1.tar.gz", "model-2.tar.gz"]
+    assert paths[-1].name == "model-49.tar.gz"
+    assert methods == ["packaged"] + ["hardlink"] * 49
+    assert len({p.stat().st_ino for p in paths}) == 1
+    one = paths[0].stat().st_blocks * 512
+    assert disk_usage_bytes(paths) == one
+
+
+def test_rerun_is_idempotent_and_accepts_a_tarball(tmp_path: Path, model: Path) -> None:
+    tar = package_model(model, tmp_path / "src")
+    out = tmp_path / "out"
+    first = package_copies(tar, out, copies=5, prefix="bert-")
+    second = package_copies(tar, out, copies=5, prefix="bert-")
+    assert first == second
+    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in first)
+    assert {p.stat().st_ino for p in second} == {tar.stat().st_ino}
+    (out / "bert-3.tar.gz").unlink()
+    (out / "bert-3.tar.gz").write_bytes(b"stale")
+    package_copies(tar, out, copies=5, prefix="bert-")
+    assert (out / "bert-3.tar.gz").read_bytes() == tar.read_bytes()
+
+
+def test_fallback_when_links_are_refused(
+    tmp_path: Path, model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse(src: object, dst: object) -> None:
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    monkeypatch.setattr(package_mod.os, "link", refuse)
+    methods: list[str] = []
+    paths = package_copies(
+        model, tmp_path / "out", copies=3, on_copy=lambda i, p, m: methods.append(m)
+    )
+    assert methods[0] == "packaged"
+    assert set(methods[1:]) <= {"reflink", "copy"}
+    data = paths[0].read_bytes()
+    assert all(p.read_bytes() == data for p in paths)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"copies": 0}, "copies must be >= 1"),
+        ({"copies": 2, "prefix": "a/b"}, "prefix"),
+    ],
+)
+def test_bad_arguments(tmp_path: Path, model: Path, kwargs: dict, match: str) -> None:
+    with pytest.raises(UserInputError, match=match):
+        package_copies(model, tmp_path / "out", **kwargs)
+
+
+def test_not_gzip_input(tmp_path: Path) -> None:
+    p = tmp_path / "x.tar.gz"
+    p.write_text("no")
+    with pytest.raises(UserInputError, match="not a gzip file"):
+        package_copies(p, tmp_path / "out", copies=2)
+
+
+def test_cli_package(tmp_path: Path, model: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["package", str(model), "--out", str(tmp_path / "o"), "--copies", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "hardlink x3" in out
+    assert (tmp_path / "o" / "model-3.tar.gz").is_file()
+    assert main(["package", str(model), "--out", str(tmp_path / "p")]) == 0
+    assert (tmp_path / "p" / "model.tar.gz").is_file()
+    (model / "config.pbtxt").write_text("bogus: 1\n")
+    assert main(["package", str(model), "--out", str(tmp_path / "q")]) == 1
+    assert "config.invalid" in capsys.readouterr().out
+    assert not (tmp_path / "q").exists()
+    assert main(["package", str(tmp_path / "nope"), "--out", str(tmp_path / "q")]) == 2
