@@ -135,22 +135,26 @@ async def _invocations(request: web.Request, emulator: Emulator) -> tuple[web.Re
             result.model_latency_s,
         )
     out = {
-        "Content-Type": result.headers.get("Content-Type", "application/json"),
+        "Content-Type": result.headers.get("content-type", "application/json"),
         VARIANT_HEADER: "AllTraffic",
         "x-amzn-RequestId": str(uuid.uuid4()),
     }
-    custom = result.headers.get(CUSTOM_ATTRIBUTES)
+    custom = result.headers.get(CUSTOM_ATTRIBUTES.lower())
     if custom is not None:
         out[CUSTOM_ATTRIBUTES] = custom
     return web.Response(body=result.body, headers=out), result.model_latency_s
 
 
-def _forward_headers(request: web.Request) -> dict[str, str]:
-    headers = {"Content-Type": request.headers.get("Content-Type", "application/json")}
+def _forward_headers(
+    request: web.Request, content_type: str | None = None
+) -> list[tuple[str, str]]:
+    incoming = request.headers
+    kind = content_type or incoming.get("Content-Type") or "application/json"
+    headers = [("Content-Type", kind)]
     for name in ("Accept", "Content-Encoding", CUSTOM_ATTRIBUTES):
-        value = request.headers.get(name)
+        value = incoming.get(name)
         if value is not None:
-            headers[name] = value
+            headers.append((name, value))
     return headers
 
 
@@ -210,18 +214,15 @@ async def v2_models(request: web.Request) -> web.StreamResponse:
 async def _v2_infer(request: web.Request, emulator: Emulator, target: str) -> web.Response:
     t0 = time.perf_counter()
     body = await request.read()
-    headers = _forward_headers(request)
     header_length = request.headers.get(V2_BINARY_HEADER)
-    if header_length is not None:
-        headers["Content-Type"] = SAGEMAKER_BINARY + header_length
-    else:
-        headers["Content-Type"] = "application/json"
+    content_type = SAGEMAKER_BINARY + header_length if header_length else "application/json"
+    headers = _forward_headers(request, content_type)
     model_s = 0.0
     try:
         result = await emulator.invoke(target, body, headers)
         model_s = result.model_latency_s
         out: dict[str, str] = {}
-        content_type = result.headers.get("Content-Type", "application/json")
+        content_type = result.headers.get("content-type", "application/json")
         if content_type.startswith(SAGEMAKER_BINARY):
             out[V2_BINARY_HEADER] = content_type[len(SAGEMAKER_BINARY) :]
             content_type = "application/octet-stream"

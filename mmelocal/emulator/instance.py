@@ -18,7 +18,6 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
 
 import aiohttp
 
@@ -27,6 +26,7 @@ from mmelocal.emulator.events import EventLog
 from mmelocal.emulator.lru import ModelUsage, estimate_footprint, plan_eviction
 from mmelocal.emulator.metrics import Metrics
 from mmelocal.emulator.probes import MemoryProbe, MemoryReading
+from mmelocal.emulator.upstream import UpstreamError, UpstreamPool
 from mmelocal.errors import (
     EmulatorError,
     ModelLoadError,
@@ -135,6 +135,7 @@ class TritonInstance:
         self.up = False
         self.session: aiohttp.ClientSession | None = None
         self._sm_url = ""
+        self._upstream = UpstreamPool("http://127.0.0.1:0")
         self._load_lock = asyncio.Lock()
         # start/stop from one long-lived thread (the launcher ties the server's life to it)
         self._process_thread = ThreadPoolExecutor(1, thread_name_prefix=f"triton-{index}")
@@ -152,12 +153,14 @@ class TritonInstance:
                 "it with --allow-sagemaker=true and SAGEMAKER_MULTI_MODEL=true"
             )
         self._sm_url = url
+        self._upstream = UpstreamPool(url)
         self.up = True
         await self.read_memory()
 
     async def stop(self) -> None:
         """Stop the server (idempotent)."""
         self.up = False
+        self._upstream.close()
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._process_thread, self.launcher.stop)
 
@@ -238,21 +241,19 @@ class TritonInstance:
             entry.last_used_s = time.monotonic()
 
     async def invoke(
-        self, target: str, body: bytes, headers: dict[str, str]
-    ) -> tuple[int, bytes, Any]:
-        """``POST /models/KEY/invoke``: Triton's status, body and headers, unchanged."""
-        assert self.session is not None
+        self, target: str, body: bytes, headers: list[tuple[str, str]]
+    ) -> tuple[int, bytes, dict[str, str]]:
+        """``POST /models/KEY/invoke``: Triton's status, body and (lower-cased) headers."""
         entry = self.models.get(target)
         key = entry.key if entry is not None else target_key(target)
-        headers[TARGET_MODEL_HEADER] = target
+        headers.append((TARGET_MODEL_HEADER, target))
         try:
-            async with self.session.post(
-                f"{self._sm_url}/models/{key}/invoke", data=body, headers=headers
-            ) as resp:
-                data = await resp.read()
-                return resp.status, data, resp.headers
-        except aiohttp.ClientError as exc:
+            status, out_headers, data = await self._upstream.request(
+                "POST", f"/models/{key}/invoke", headers, body
+            )
+        except UpstreamError as exc:
             raise self._connection_error(exc) from exc
+        return status, data, out_headers
 
     def _connection_error(self, exc: BaseException) -> EmulatorError:
         if not self.launcher.is_alive():
@@ -532,6 +533,8 @@ class TritonInstance:
         await loop.run_in_executor(self._process_thread, self.launcher.start)
         url = self.launcher.endpoints.sagemaker_url
         self._sm_url = url or self._sm_url
+        self._upstream.close()
+        self._upstream = UpstreamPool(self._sm_url)
         self._load_lock = asyncio.Lock()
         self.up = True
         await self.read_memory()

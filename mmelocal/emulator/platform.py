@@ -92,7 +92,7 @@ class InvokeResult:
 
     status: int
     body: bytes
-    headers: Any
+    headers: dict[str, str]
     cache_hit: bool
     model_latency_s: float
     wait_s: float
@@ -258,7 +258,7 @@ class Emulator:
         return target
 
     async def invoke(
-        self, target: str, body: bytes, headers: dict[str, str], *, retries: int = 1
+        self, target: str, body: bytes, headers: list[tuple[str, str]], *, retries: int = 1
     ) -> InvokeResult:
         """Serve one request for ``target`` (load on demand); Triton's answer, unchanged."""
         self.check_target(target)
@@ -268,7 +268,7 @@ class Emulator:
             acquired = await inst.acquire(target, wait_timeout_s=self.config.load_wait_timeout_s)
             try:
                 t0 = time.perf_counter()
-                status, data, out_headers = await inst.invoke(target, body, dict(headers))
+                status, data, out_headers = await inst.invoke(target, body, list(headers))
                 latency = time.perf_counter() - t0
             finally:
                 inst.release(target)
@@ -354,6 +354,8 @@ class Emulator:
                     "up": inst.up,
                     "probe": inst.probe.name,
                     "pid": inst.launcher.pid(),
+                    "http_url": inst.launcher.endpoints.http_url if inst.up else None,
+                    "sagemaker_url": inst.launcher.endpoints.sagemaker_url if inst.up else None,
                     "memory_used_bytes": inst.last_reading.used_bytes
                     if inst.last_reading
                     else None,

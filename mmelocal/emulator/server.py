@@ -8,7 +8,10 @@ use it over HTTP and stop it; ``start()`` returns once Triton is up and the port
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import signal
+import sys
 import threading
 from collections.abc import Coroutine
 from types import TracebackType
@@ -25,6 +28,23 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """uvloop's event loop when installed (about twice as fast for a proxy), else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run`` on :func:`new_event_loop`."""
+    if sys.version_info >= (3, 11):
+        with asyncio.Runner(loop_factory=new_event_loop) as runner:
+            return runner.run(coro)
+    return asyncio.run(coro)  # pragma: no cover - Python 3.10
+
+
 async def serve_forever(emulator: Emulator, *, host: str, port: int) -> None:
     """Serve until cancelled (the CLI runs this with ``asyncio.run``)."""
     runner = web.AppRunner(create_app(emulator), access_log=None, handle_signals=False)
@@ -33,7 +53,10 @@ async def serve_forever(emulator: Emulator, *, host: str, port: int) -> None:
         site = web.TCPSite(runner, host, port, backlog=1024)
         await site.start()
         logger.info("MME emulator listening on http://%s:%d", host, port)
-        await asyncio.Event().wait()
+        stop = asyncio.Event()
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+        await stop.wait()
     finally:
         await runner.cleanup()
 
@@ -80,7 +103,7 @@ class EmulatorServer:
         return self
 
     def _run(self) -> None:
-        loop = asyncio.new_event_loop()
+        loop = new_event_loop()
         self._loop = loop
         asyncio.set_event_loop(loop)
         try:
@@ -140,4 +163,4 @@ class EmulatorServer:
         self.stop()
 
 
-__all__ = ["EmulatorServer", "serve_forever"]
+__all__ = ["EmulatorServer", "new_event_loop", "run", "serve_forever"]

@@ -1,4 +1,4 @@
-"""A tiny pure-numpy Python-backend model for emulator tests (fast to load, small RSS).
+"""A tiny pure-numpy Python-backend model for tests and benchmarks (fast to load, small RSS).
 
 ``OUTPUT0 = INPUT0 * scale + 1`` where ``scale`` comes from the config's parameters, so
 every copy answers differently and a request routed to the wrong model is caught.
@@ -7,6 +7,7 @@ every copy answers differently and a request routed to the wrong model is caught
 from __future__ import annotations
 
 import tarfile
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -53,10 +54,10 @@ def write_model(folder: Path, *, name: str = "tiny", scale: float = 2.0) -> Path
 
 def write_tarball(path: Path, *, name: str = "tiny", scale: float = 2.0) -> Path:
     """A ``model.tar.gz`` holding the model folder at its top level."""
-    work = path.parent / f".build-{path.name}"
-    model = write_model(work, name=name, scale=scale)
-    with tarfile.open(path, "w:gz") as tar:
-        tar.add(model, arcname=name)
+    with tempfile.TemporaryDirectory() as work:
+        model = write_model(Path(work), name=name, scale=scale)
+        with tarfile.open(path, "w:gz") as tar:
+            tar.add(model, arcname=name)
     return path
 
 
@@ -77,3 +78,6 @@ def request_json(x: np.ndarray) -> dict[str, object]:
             }
         ]
     }
+
+
+__all__ = ["expected", "request_json", "write_model", "write_tarball"]

@@ -1,0 +1,141 @@
+"""``mmelocal serve``: run the SageMaker multi-model endpoint emulator in front of Triton."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from pathlib import Path
+
+import click
+
+from mmelocal.cli._output import console
+
+
+def _size(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
+    if value is None:
+        return None
+    from mmelocal.emulator.platform import parse_size
+    from mmelocal.errors import UserInputError
+
+    try:
+        return parse_size(value)
+    except UserInputError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+@click.command()
+@click.option(
+    "--store",
+    required=True,
+    help="Model store: a folder of *.tar.gz, or s3://bucket/prefix (TargetModel = key).",
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True)
+@click.option(
+    "--memory-threshold",
+    type=click.FloatRange(0.0, 1.0, min_open=True),
+    default=0.9,
+    show_default=True,
+    help="Evict before a load when memory in use would cross this fraction.",
+)
+@click.option(
+    "--memory-budget",
+    callback=_size,
+    help="Host memory per Triton instance (no GPU), e.g. 4GiB; default half the RAM.",
+)
+@click.option(
+    "--disk-budget",
+    callback=_size,
+    default="20GiB",
+    show_default=True,
+    help="Disk for extracted artifacts (least recently used unloaded ones are deleted).",
+)
+@click.option(
+    "--cache-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Artifact cache folder (kept between runs); default a temporary folder.",
+)
+@click.option(
+    "--instances",
+    type=click.IntRange(min=1),
+    help="Triton instances; default one per GPU, one without a GPU.",
+)
+@click.option(
+    "--launcher",
+    type=click.Choice(["local", "docker", "external"]),
+    default="local",
+    show_default=True,
+)
+@click.option("--image", help="Container image for --launcher docker.")
+@click.option(
+    "--triton-url",
+    "triton_urls",
+    multiple=True,
+    help="SageMaker front end of a running Triton (--launcher external; repeat per instance).",
+)
+@click.option("--tritonserver", type=click.Path(path_type=Path), help="tritonserver binary.")
+@click.option(
+    "--endpoint-name",
+    help="Only answer this endpoint name (others get ValidationError); default any name.",
+)
+@click.option(
+    "--load-wait",
+    type=click.FloatRange(min=0.1),
+    default=60.0,
+    show_default=True,
+    help="Seconds a call waits for a cold load before ModelNotReadyException.",
+)
+@click.option("--s3-endpoint-url", help="S3-compatible endpoint for an s3:// store (default AWS).")
+def serve(
+    store: str,
+    host: str,
+    port: int,
+    memory_threshold: float,
+    memory_budget: int | None,
+    disk_budget: int,
+    cache_dir: Path | None,
+    instances: int | None,
+    launcher: str,
+    image: str | None,
+    triton_urls: tuple[str, ...],
+    tritonserver: Path | None,
+    endpoint_name: str | None,
+    load_wait: float,
+    s3_endpoint_url: str | None,
+) -> None:
+    """Run the MME emulator: boto3 InvokeEndpoint and KServe v2 on one port."""
+    from mmelocal.emulator.platform import Emulator, EmulatorConfig
+    from mmelocal.emulator.server import run, serve_forever
+
+    config = EmulatorConfig(
+        store=store,
+        cache_dir=cache_dir,
+        memory_threshold=memory_threshold,
+        memory_budget_bytes=memory_budget,
+        disk_budget_bytes=disk_budget,
+        instances=instances,
+        launcher=launcher,
+        image=image,
+        tritonserver=tritonserver,
+        external_urls=triton_urls,
+        endpoint_name=endpoint_name,
+        load_wait_timeout_s=load_wait,
+        s3_endpoint_url=s3_endpoint_url,
+    )
+    emulator = Emulator(config)
+    root = logging.getLogger("mmelocal")
+    if root.level > logging.INFO or root.level == logging.NOTSET:
+        root.setLevel(logging.INFO)  # loads, unloads and evictions are the point: show them
+    shown = host if host not in ("0.0.0.0", "") else "127.0.0.1"
+    console.print(
+        f"[bold]MME emulator[/] store [cyan]{emulator.store.description}[/] on "
+        f"[green]http://{shown}:{port}[/]\n"
+        f"  boto3: boto3.client('sagemaker-runtime', endpoint_url='http://{shown}:{port}')"
+        f".invoke_endpoint(EndpointName='{endpoint_name or 'local'}', "
+        "TargetModel='model.tar.gz', ...)\n"
+        f"  metrics: http://{shown}:{port}/metrics   state: http://{shown}:{port}/emulator/state",
+        highlight=False,
+    )
+    with contextlib.suppress(KeyboardInterrupt):
+        run(serve_forever(emulator, host=host, port=port))
+    console.print("emulator stopped")
