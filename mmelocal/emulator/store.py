@@ -14,7 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from mmelocal.errors import MissingDependencyError, ModelNotFoundError, UserInputError
+from mmelocal.errors import (
+    EmulatorError,
+    MissingDependencyError,
+    ModelNotFoundError,
+    UserInputError,
+)
 
 #: SageMaker's own limit for the ``X-Amzn-SageMaker-Target-Model`` header.
 MAX_TARGET_LENGTH = 1024
@@ -162,12 +167,14 @@ class S3Store:
 
     def stat(self, target: str) -> ArtifactInfo:
         """HEAD the object: size and ETag."""
-        from botocore.exceptions import ClientError
+        from botocore.exceptions import BotoCoreError, ClientError
 
         try:
             head = self._client.head_object(Bucket=self.bucket, Key=self._key(target))
         except ClientError as exc:
             raise self._not_found(target, exc) from exc
+        except BotoCoreError as exc:
+            raise EmulatorError(f"cannot reach the S3 store {self.description}: {exc}") from exc
         return ArtifactInfo(
             target=target,
             size_bytes=int(head["ContentLength"]),

@@ -1,0 +1,100 @@
+"""The artifact cache: extraction, layout check, hostile archives, disk budget (no server)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from emulator_hostile import make_hostile
+
+from mmelocal.emulator.cache import ArtifactCache, target_key
+from mmelocal.emulator.store import InvalidTargetError, LocalStore
+from mmelocal.errors import ModelNotFoundError, UnsafeArchiveError, ValidationError
+from mmelocal.testing.tiny_model import write_tarball
+
+
+def files_under(path: Path) -> set[str]:
+    return {str(p.relative_to(path)) for p in path.rglob("*")}
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    root = tmp_path / "store"
+    root.mkdir()
+    for i in range(4):
+        write_tarball(root / f"model-{i}.tar.gz", scale=float(i))
+    return root
+
+
+def test_download_extract_and_hit(store: Path, tmp_path: Path) -> None:
+    cache = ArtifactCache(tmp_path / "cache", LocalStore(store), disk_budget_bytes=10**9)
+    first = cache.ensure("model-0.tar.gz")
+    assert first.downloaded and first.artifact.size_bytes > 0
+    assert (first.artifact.serve_dir / "tiny" / "config.pbtxt").is_file()
+    assert first.artifact.entry_dir.name == target_key("model-0.tar.gz")
+    again = cache.ensure("model-0.tar.gz")
+    assert not again.downloaded
+    assert cache.utilization_percent > 0
+    assert not any(p.name.startswith(".staging-") for p in cache.root.iterdir())
+
+
+def test_cache_survives_a_restart(store: Path, tmp_path: Path) -> None:
+    ArtifactCache(tmp_path / "cache", LocalStore(store), disk_budget_bytes=10**9).ensure(
+        "model-1.tar.gz"
+    )
+    reopened = ArtifactCache(tmp_path / "cache", LocalStore(store), disk_budget_bytes=10**9)
+    assert reopened.targets() == ["model-1.tar.gz"]
+    assert not reopened.ensure("model-1.tar.gz").downloaded
+
+
+def test_disk_budget_deletes_least_recently_used_unpinned(store: Path, tmp_path: Path) -> None:
+    probe = ArtifactCache(tmp_path / "probe", LocalStore(store), disk_budget_bytes=10**9)
+    size = probe.ensure("model-0.tar.gz").artifact.size_bytes
+    cache = ArtifactCache(tmp_path / "cache", LocalStore(store), disk_budget_bytes=int(2.5 * size))
+    cache.ensure("model-0.tar.gz")
+    cache.pin("model-0.tar.gz")  # loaded: must stay
+    cache.ensure("model-1.tar.gz")
+    cache.ensure("model-2.tar.gz")
+    assert set(cache.targets()) == {"model-0.tar.gz", "model-2.tar.gz"}
+    assert cache.used_bytes <= cache.disk_budget_bytes
+    cache.unpin("model-0.tar.gz")
+    cache.ensure("model-3.tar.gz")
+    assert "model-0.tar.gz" not in cache.targets()
+
+
+def test_missing_and_invalid_targets(store: Path, tmp_path: Path) -> None:
+    cache = ArtifactCache(tmp_path / "cache", LocalStore(store), disk_budget_bytes=10**9)
+    with pytest.raises(ModelNotFoundError):
+        cache.ensure("nope.tar.gz")
+    with pytest.raises(InvalidTargetError):
+        cache.ensure("../store/model-0.tar.gz")
+
+
+def test_hostile_archives_never_write_outside(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    store.mkdir()
+    escape = tmp_path / "escape"
+    escape.mkdir()
+    (escape / "target.txt").write_text("secret")
+    cases = make_hostile(store, escape)
+    cache = ArtifactCache(tmp_path / "cache", LocalStore(store), disk_budget_bytes=64 * 1024**2)
+    before_tmp = files_under(tmp_path)
+    outcomes: dict[str, str] = {}
+    for target in cases:
+        try:
+            cache.ensure(target)
+            outcomes[target] = "ok"
+        except (UnsafeArchiveError, ValidationError) as exc:
+            outcomes[target] = type(exc).__name__
+            assert str(exc)
+    assert outcomes["broken-config.tar.gz"] == "ok"  # only Triton can tell
+    refused = [t for t, o in outcomes.items() if o != "ok"]
+    assert len(refused) >= 10, outcomes
+    assert files_under(escape) == {"target.txt"}
+    assert (escape / "target.txt").read_text() == "secret"
+    assert not (tmp_path / "evil.txt").exists() and not (tmp_path.parent / "evil.txt").exists()
+    new = files_under(tmp_path) - before_tmp
+    assert all(p.startswith("cache") for p in new), new
+    leftovers = [p for p in os.listdir(cache.root) if p.startswith(".staging-")]
+    assert leftovers == []

@@ -1,0 +1,85 @@
+"""Metrics under the CloudWatch names: no server."""
+
+from __future__ import annotations
+
+import math
+
+from mmelocal.emulator.metrics import (
+    COUNTERS,
+    GAUGES,
+    SUMMARIES,
+    Metrics,
+    Summary,
+    parse_prometheus,
+    quantile,
+)
+
+CLOUDWATCH = {
+    "LoadedModelCount",
+    "ModelCacheHit",
+    "ModelLoadingWaitTime",
+    "ModelLoadingTime",
+    "ModelUnloadingTime",
+    "ModelDownloadingTime",
+    "ModelLatency",
+    "OverheadLatency",
+    "Invocations",
+    "Invocation4XXErrors",
+    "Invocation5XXErrors",
+    "MemoryUtilization",
+    "GPUMemoryUtilization",
+    "GPUUtilization",
+    "CPUUtilization",
+    "DiskUtilization",
+}
+
+
+def test_every_cloudwatch_name_is_exposed() -> None:
+    assert set(SUMMARIES) | set(COUNTERS) | set(GAUGES) >= CLOUDWATCH
+
+
+def test_quantiles_nearest_rank() -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert quantile(values, 0.5) == 50
+    assert quantile(values, 0.99) == 99
+    assert math.isnan(quantile([], 0.5))
+
+
+def test_summary_window_is_bounded() -> None:
+    s = Summary(window=10)
+    for v in range(100):
+        s.observe(float(v))
+    assert s.count == 100 and len(s.recent) == 10
+    assert s.mean == 49.5
+
+
+def test_invocation_counters_and_cache_hit_ratio() -> None:
+    m = Metrics(endpoint_name="ep")
+    for status in (200, 200, 400, 424, 503):
+        m.record_invocation(status)
+    for hit in (1.0, 1.0, 0.0, 1.0):
+        m.observe("ModelCacheHit", hit)
+    m.observe("ModelLatency", 750.0)
+    snap = m.snapshot()
+    assert snap["Invocations"] == 5
+    assert snap["Invocation4XXErrors"] == 2
+    assert snap["Invocation5XXErrors"] == 1
+    assert snap["ModelCacheHit"]["mean"] == 0.75  # type: ignore[index]
+
+
+def test_prometheus_text_round_trip() -> None:
+    m = Metrics(endpoint_name='e"p')
+    m.record_invocation(200)
+    m.observe("ModelLatency", 1000.0)
+    m.observe("ModelLatency", 3000.0)
+    text = m.render({"LoadedModelCount": 3, "DiskUtilization": 12.5})
+    assert "# TYPE ModelLatency summary" in text
+    assert "# TYPE Invocations counter" in text
+    assert "# TYPE LoadedModelCount gauge" in text
+    parsed = parse_prometheus(text)
+    labels = 'EndpointName="e\\"p",VariantName="AllTraffic"'
+    assert parsed[f"Invocations{{{labels}}}"] == 1
+    assert parsed[f"ModelLatency_sum{{{labels}}}"] == 4000
+    assert parsed[f"ModelLatency_count{{{labels}}}"] == 2
+    assert parsed[f"LoadedModelCount{{{labels}}}"] == 3
+    assert parsed[f"DiskUtilization{{{labels}}}"] == 12.5

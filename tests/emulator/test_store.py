@@ -1,0 +1,88 @@
+"""Model stores and TargetModel validation (the S3 store against moto on loopback)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from mmelocal.emulator.store import (
+    MAX_TARGET_LENGTH,
+    InvalidTargetError,
+    LocalStore,
+    S3Store,
+    open_store,
+    validate_target,
+)
+from mmelocal.errors import ModelNotFoundError, UserInputError
+
+BAD_TARGETS = [
+    "",
+    "../model.tar.gz",
+    "a/../../b.tar.gz",
+    "a/..",
+    "/etc/passwd",
+    "./model.tar.gz",
+    "a//b.tar.gz",
+    "model\x00.tar.gz",
+    "model\n.tar.gz",
+    "model\x7f.tar.gz",
+    "a\\b.tar.gz",
+    " model.tar.gz",
+    "x" * (MAX_TARGET_LENGTH + 1),
+]
+
+
+@pytest.mark.parametrize("target", BAD_TARGETS)
+def test_bad_targets_are_refused_with_a_message(target: str) -> None:
+    with pytest.raises(InvalidTargetError) as info:
+        validate_target(target)
+    assert "TargetModel" in str(info.value)
+
+
+@pytest.mark.parametrize("target", ["model-7.tar.gz", "team/a/model.tar.gz", "m..x.tar.gz"])
+def test_good_targets_pass(target: str) -> None:
+    assert validate_target(target) == target
+
+
+def test_local_store(tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "m.tar.gz").write_bytes(b"abc")
+    (tmp_path.parent / "outside.tar.gz").write_bytes(b"x")
+    (tmp_path / "link.tar.gz").symlink_to(tmp_path.parent / "outside.tar.gz")
+    store = LocalStore(tmp_path)
+    assert store.stat("sub/m.tar.gz").size_bytes == 3
+    dest = tmp_path.parent / "copy.tar.gz"
+    assert store.fetch("sub/m.tar.gz", dest) == 3
+    with pytest.raises(ModelNotFoundError, match="not found"):
+        store.stat("missing.tar.gz")
+    with pytest.raises(ModelNotFoundError):
+        store.stat("link.tar.gz")  # a symlink leading out of the store is not served
+    with pytest.raises(ModelNotFoundError):
+        store.stat("sub")
+    with pytest.raises(UserInputError, match="does not exist"):
+        LocalStore(tmp_path / "nope")
+
+
+def test_open_store_kinds(tmp_path: Path) -> None:
+    assert isinstance(open_store(tmp_path), LocalStore)
+    s3 = open_store("s3://bucket/some/prefix/", s3_endpoint_url="http://127.0.0.1:1")
+    assert isinstance(s3, S3Store)
+    assert s3.description == "s3://bucket/some/prefix/"
+
+
+def test_s3_store_against_moto(moto_s3: str, tmp_path: Path) -> None:
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=moto_s3, region_name="us-east-1")
+    client.create_bucket(Bucket="models")
+    client.put_object(Bucket="models", Key="pre/team/m.tar.gz", Body=b"hello")
+    store = S3Store("models", "pre", endpoint_url=moto_s3)
+    info = store.stat("team/m.tar.gz")
+    assert info.size_bytes == 5 and info.version
+    assert store.fetch("team/m.tar.gz", tmp_path / "m.tar.gz") == 5
+    with pytest.raises(ModelNotFoundError, match=re.escape("s3://models/pre/missing.tar.gz")):
+        store.stat("missing.tar.gz")
+    with pytest.raises(InvalidTargetError):
+        store.stat("../pre/team/m.tar.gz")
