@@ -65,7 +65,8 @@ def export_onnx(
     expected = set(source.input_names) | set(source.output_names)
     if not copied and names != expected:
         raise ExportError(
-            f"the exported graph has tensors {sorted(names)}, expected {sorted(expected)}"
+            f"the exported graph has tensors {sorted(names)}, expected {sorted(expected)}: "
+            "the trace lost an input (the model ignores it, or computes through numpy/Python)"
         )
     return ExportedArtifact(
         path=out,

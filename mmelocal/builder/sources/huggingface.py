@@ -222,7 +222,21 @@ def _default_task(config: Any) -> str:
     return "feature-extraction"
 
 
+_TOKENIZER_FILES = (
+    "tokenizer.json",
+    "vocab.txt",
+    "vocab.json",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+    "tokenizer.model",
+)
+
+
 def _tokenizer(transformers: Any, folder: Path) -> tuple[Any, tuple[str, ...]]:
+    # transformers 5 makes an empty tokenizer (special tokens only) when the files are
+    # missing, so look for them first.
+    if not any((folder / name).is_file() for name in _TOKENIZER_FILES):
+        return None, (f"no tokenizer in {folder}: example inputs are random token ids",)
     try:
         tok = transformers.AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
     except Exception as exc:

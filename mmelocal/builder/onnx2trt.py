@@ -1,0 +1,351 @@
+"""ONNX -> TensorRT plan for Triton's ``tensorrt_plan``.
+
+Three ways to run the TensorRT builder, tried in this order:
+
+1. the TensorRT Python API, when ``tensorrt`` is importable;
+2. ``trtexec`` found on ``PATH`` (or given as ``trtexec=``);
+3. ``trtexec`` inside a Docker image the caller names (``docker_image=``, e.g.
+   ``nvcr.io/nvidia/tensorrt:24.08-py3``), run through the docker SDK with the GPUs.
+
+One optimisation profile covers every dynamic axis: axis 0 takes
+``min/opt/max_batch``; other dynamic axes (the sequence of a text model) take
+``seq_lens=(min, opt, max)``. A plan is tied to the GPU model and TensorRT version it
+was built with, so build it on (or for) the card the endpoint uses. The pure parts
+(:func:`optimization_profile`, :func:`trtexec_args`, :func:`choose_builder`) are
+testable anywhere; the engine build itself needs an NVIDIA GPU.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mmelocal.builder.sources.base import first_line
+from mmelocal.builder.tensors import Signature, inspect_onnx
+from mmelocal.errors import ExportError, MissingDependencyError, UserInputError
+
+logger = logging.getLogger(__name__)
+
+BUILDERS = ("python", "trtexec", "docker")
+DEFAULT_WORKSPACE_BYTES = 4 << 30
+DEFAULT_TIMEOUT_S = 3600.0
+
+Shape = tuple[int, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProfileShapes:
+    """The (min, opt, max) shape of one input, batch dim included."""
+
+    name: str
+    min_shape: Shape
+    opt_shape: Shape
+    max_shape: Shape
+
+    def __post_init__(self) -> None:
+        shapes = (self.min_shape, self.opt_shape, self.max_shape)
+        if len({len(s) for s in shapes}) != 1:
+            raise UserInputError(f"profile shapes of {self.name!r} must have one rank")
+        for lo, mid, hi in zip(*shapes, strict=True):
+            if not 1 <= lo <= mid <= hi:
+                raise UserInputError(
+                    f"profile of {self.name!r} needs 1 <= min <= opt <= max on every axis, "
+                    f"got {list(self.min_shape)} / {list(self.opt_shape)} / {list(self.max_shape)}"
+                )
+
+
+def optimization_profile(
+    signature: Signature,
+    *,
+    min_batch: int = 1,
+    opt_batch: int | None = None,
+    max_batch: int = 8,
+    seq_lens: tuple[int, int, int] | None = None,
+) -> tuple[ProfileShapes, ...]:
+    """One profile entry per input of a full (batch-included) ONNX signature.
+
+    ``opt_batch`` defaults to ``max_batch``. A dynamic axis other than the batch axis
+    needs ``seq_lens``.
+    """
+    opt = max_batch if opt_batch is None else opt_batch
+    if not 1 <= min_batch <= opt <= max_batch:
+        raise UserInputError(
+            f"batch sizes need 1 <= min_batch <= opt_batch <= max_batch, got "
+            f"{min_batch} / {opt} / {max_batch}"
+        )
+    entries = []
+    for spec in signature.inputs:
+        mins, opts, maxs = [], [], []
+        for axis, dim in enumerate(spec.dims):
+            if dim != -1:
+                lo = mid = hi = dim
+            elif axis == 0:
+                lo, mid, hi = min_batch, opt, max_batch
+            elif seq_lens is not None:
+                lo, mid, hi = seq_lens
+            else:
+                raise UserInputError(
+                    f"input {spec.name!r} has a dynamic axis {axis} besides the batch; "
+                    "give seq_lens=(min, opt, max) for it"
+                )
+            mins.append(lo)
+            opts.append(mid)
+            maxs.append(hi)
+        entries.append(
+            ProfileShapes(
+                name=spec.name, min_shape=tuple(mins), opt_shape=tuple(opts), max_shape=tuple(maxs)
+            )
+        )
+    return tuple(entries)
+
+
+def trtexec_args(
+    onnx_path: str,
+    plan_path: str,
+    profile: Sequence[ProfileShapes],
+    *,
+    fp16: bool = False,
+    int8: bool = False,
+    workspace_bytes: int = DEFAULT_WORKSPACE_BYTES,
+    trtexec: str = "trtexec",
+) -> list[str]:
+    """The ``trtexec`` command line that builds ``plan_path`` from ``onnx_path``."""
+
+    def shapes(attr: str) -> str:
+        return ",".join(f"{p.name}:{'x'.join(str(d) for d in getattr(p, attr))}" for p in profile)
+
+    args = [trtexec, f"--onnx={onnx_path}", f"--saveEngine={plan_path}"]
+    if profile:
+        args += [
+            f"--minShapes={shapes('min_shape')}",
+            f"--optShapes={shapes('opt_shape')}",
+            f"--maxShapes={shapes('max_shape')}",
+        ]
+    args.append(f"--memPoolSize=workspace:{max(workspace_bytes >> 20, 1)}M")
+    if fp16:
+        args.append("--fp16")
+    if int8:
+        args.append("--int8")
+    args.append("--skipInference")
+    return args
+
+
+def choose_builder(
+    *, trtexec: str | None = None, docker_image: str | None = None
+) -> tuple[str, str | None]:
+    """``("python", None)``, ``("trtexec", path)`` or ``("docker", image)``; else ExportError."""
+    if importlib.util.find_spec("tensorrt") is not None:
+        return "python", None
+    found = shutil.which(trtexec or "trtexec")
+    if found:
+        return "trtexec", found
+    if docker_image:
+        return "docker", docker_image
+    raise ExportError(
+        "TensorRT is not available here: install the Python package (pip install "
+        "'mmelocal[tensorrt]'), put trtexec on PATH, or name a Docker image that has it "
+        "(e.g. nvcr.io/nvidia/tensorrt:24.08-py3); building a plan also needs an NVIDIA GPU"
+    )
+
+
+def build_engine(
+    onnx_path: Path | str,
+    out_path: Path | str,
+    *,
+    fp16: bool = False,
+    int8: bool = False,
+    min_batch: int = 1,
+    opt_batch: int | None = None,
+    max_batch: int = 8,
+    seq_lens: tuple[int, int, int] | None = None,
+    workspace_bytes: int = DEFAULT_WORKSPACE_BYTES,
+    trtexec: str | None = None,
+    docker_image: str | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> Path:
+    """Build a TensorRT plan from ``onnx_path`` into ``out_path``; return ``out_path``."""
+    onnx_file = Path(onnx_path)
+    out = Path(out_path)
+    full, _ = inspect_onnx(onnx_file, strip_batch=False)
+    profile = optimization_profile(
+        full, min_batch=min_batch, opt_batch=opt_batch, max_batch=max_batch, seq_lens=seq_lens
+    )
+    how, where = choose_builder(trtexec=trtexec, docker_image=docker_image)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    logger.info("building TensorRT plan %s with %s", out, how)
+    if how == "python":
+        _build_python(onnx_file, out, profile, fp16=fp16, int8=int8, workspace=workspace_bytes)
+    elif how == "trtexec":
+        assert where is not None
+        cmd = trtexec_args(
+            str(onnx_file),
+            str(out),
+            profile,
+            fp16=fp16,
+            int8=int8,
+            workspace_bytes=workspace_bytes,
+            trtexec=where,
+        )
+        _run_local(cmd, timeout_s)
+    else:
+        assert where is not None
+        _run_docker(where, onnx_file, out, profile, fp16=fp16, int8=int8, workspace=workspace_bytes)
+    if not out.is_file() or out.stat().st_size == 0:
+        raise ExportError(f"the TensorRT build finished but wrote no plan at {out}")
+    return out
+
+
+def _build_python(
+    onnx_file: Path,
+    out: Path,
+    profile: Sequence[ProfileShapes],
+    *,
+    fp16: bool,
+    int8: bool,
+    workspace: int,
+) -> None:
+    try:
+        import tensorrt as trt
+    except ImportError:
+        raise MissingDependencyError(
+            "tensorrt", extra="tensorrt", feature="TensorRT plans"
+        ) from None
+    trt_logger = trt.Logger(trt.Logger.WARNING)
+    builder = trt.Builder(trt_logger)
+    flags = 0
+    if hasattr(trt.NetworkDefinitionCreationFlag, "EXPLICIT_BATCH"):
+        flags = 1 << int(trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH)
+    network = builder.create_network(flags)
+    parser = trt.OnnxParser(network, trt_logger)
+    if not parser.parse_from_file(str(onnx_file)):
+        errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
+        raise ExportError(f"TensorRT cannot parse {onnx_file}: {errors}")
+    config = builder.create_builder_config()
+    config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, workspace)
+    if fp16:
+        config.set_flag(trt.BuilderFlag.FP16)
+    if int8:
+        config.set_flag(trt.BuilderFlag.INT8)
+    trt_profile = builder.create_optimization_profile()
+    for p in profile:
+        trt_profile.set_shape(p.name, p.min_shape, p.opt_shape, p.max_shape)
+    config.add_optimization_profile(trt_profile)
+    serialized = builder.build_serialized_network(network, config)
+    if serialized is None:
+        raise ExportError(f"TensorRT could not build an engine from {onnx_file} (see log)")
+    out.write_bytes(bytes(serialized))
+
+
+def _run_local(cmd: list[str], timeout_s: float) -> None:
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        raise ExportError(f"trtexec did not finish within {timeout_s:.0f} s") from None
+    except OSError as exc:
+        raise ExportError(f"cannot run {cmd[0]}: {exc}") from None
+    if proc.returncode != 0:
+        raise ExportError(
+            f"trtexec failed (exit {proc.returncode}): {_tail(proc.stdout + proc.stderr)}"
+        )
+
+
+def docker_run_spec(
+    image: str,
+    onnx_file: Path,
+    out: Path,
+    profile: Sequence[ProfileShapes],
+    *,
+    fp16: bool,
+    int8: bool,
+    workspace: int,
+) -> dict[str, Any]:
+    """Keyword arguments for ``docker.containers.run`` (paths mounted under ``/mmelocal``)."""
+    src_dir, out_dir = onnx_file.resolve().parent, out.resolve().parent
+    volumes = {
+        str(src_dir): {"bind": "/mmelocal/in", "mode": "ro"},
+        str(out_dir): {"bind": "/mmelocal/out", "mode": "rw"},
+    }
+    command = trtexec_args(
+        f"/mmelocal/in/{onnx_file.name}",
+        f"/mmelocal/out/{out.name}",
+        profile,
+        fp16=fp16,
+        int8=int8,
+        workspace_bytes=workspace,
+    )
+    return {
+        "image": image,
+        "command": command,
+        "volumes": volumes,
+        "remove": True,
+        "stdout": True,
+        "stderr": True,
+    }
+
+
+def _run_docker(
+    image: str,
+    onnx_file: Path,
+    out: Path,
+    profile: Sequence[ProfileShapes],
+    *,
+    fp16: bool,
+    int8: bool,
+    workspace: int,
+) -> None:
+    try:
+        import docker
+        from docker.types import DeviceRequest
+    except ImportError:
+        raise MissingDependencyError(
+            "docker", extra="docker", feature="trtexec in Docker"
+        ) from None
+    spec = docker_run_spec(
+        image, onnx_file, out, profile, fp16=fp16, int8=int8, workspace=workspace
+    )
+    try:
+        client = docker.from_env()
+        client.images.get(image)
+    except docker.errors.ImageNotFound:
+        raise ExportError(f"Docker image {image} is not present: docker pull {image}") from None
+    except Exception as exc:
+        raise ExportError(f"cannot reach the Docker engine: {first_line(exc)}") from None
+    try:
+        client.containers.run(
+            **spec, device_requests=[DeviceRequest(count=-1, capabilities=[["gpu"]])]
+        )
+    except docker.errors.ContainerError as exc:
+        logs = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else ""
+        raise ExportError(
+            f"trtexec in {image} failed (exit {exc.exit_status}): {_tail(logs)}"
+        ) from None
+    except Exception as exc:
+        raise ExportError(f"trtexec in {image} could not run: {first_line(exc)}") from None
+
+
+def _tail(text: str, lines: int = 3) -> str:
+    kept = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return " | ".join(kept[-lines:]) or "no output"
+
+
+def profile_as_dict(profile: Sequence[ProfileShapes]) -> Mapping[str, tuple[Shape, Shape, Shape]]:
+    """``{input: (min, opt, max)}`` for reports."""
+    return {p.name: (p.min_shape, p.opt_shape, p.max_shape) for p in profile}
+
+
+__all__ = [
+    "BUILDERS",
+    "ProfileShapes",
+    "build_engine",
+    "choose_builder",
+    "docker_run_spec",
+    "optimization_profile",
+    "profile_as_dict",
+    "trtexec_args",
+]

@@ -1,0 +1,270 @@
+"""``mmelocal build``: model source -> verified artifact -> config.pbtxt -> repository."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+FORMATS = ("torchscript", "onnx", "tensorrt")
+TASKS = (
+    "feature-extraction",
+    "sequence-classification",
+    "text-classification",
+    "image-classification",
+)
+
+
+class _BatchSizes(click.ParamType):
+    """A comma-separated list of positive integers (``4,8``)."""
+
+    name = "N[,N...]"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, tuple):
+            return value
+        try:
+            sizes = tuple(int(v) for v in str(value).split(",") if v.strip())
+        except ValueError:
+            self.fail(f"{value!r} is not a comma-separated list of integers", param, ctx)
+        if not sizes or any(s < 1 for s in sizes):
+            self.fail(f"batch sizes must be integers >= 1, got {value!r}", param, ctx)
+        return sizes
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("source")
+@click.option("--repo", required=True, type=click.Path(file_okay=False), help="Model repository.")
+@click.option("--name", default=None, help="Model name (default: derived from SOURCE).")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(FORMATS),
+    default="torchscript",
+    show_default=True,
+    help="Artifact format.",
+)
+@click.option(
+    "--task", type=click.Choice(TASKS), default=None, help="Model head (default: from the model)."
+)
+@click.option(
+    "--seq-len",
+    type=int,
+    default=128,
+    show_default=True,
+    help="Sequence length of text example inputs.",
+)
+@click.option("--max-batch-size", type=int, default=None, help="max_batch_size [preset: 8].")
+@click.option(
+    "--dynamic-batching/--no-dynamic-batching", default=None, help="Dynamic batching [preset: on]."
+)
+@click.option(
+    "--preferred-batch-size",
+    type=_BatchSizes(),
+    default=None,
+    help="Preferred batch sizes, e.g. 4,8 [preset].",
+)
+@click.option("--max-queue-delay-us", type=int, default=None, help="Batcher delay [preset: 100].")
+@click.option("--instances", type=int, default=None, help="instance_group count [preset: 1].")
+@click.option(
+    "--kind",
+    type=click.Choice(("auto", "gpu", "cpu")),
+    default=None,
+    help="instance_group kind [preset: auto].",
+)
+@click.option("--warmup/--no-warmup", default=None, help="model_warmup entries [preset: on].")
+@click.option(
+    "--verify/--no-verify",
+    "do_verify",
+    default=True,
+    show_default=True,
+    help="Compare the artifact with the source.",
+)
+@click.option("--atol", type=float, default=None, help="Absolute tolerance [1e-4].")
+@click.option("--rtol", type=float, default=None, help="Relative tolerance [1e-3].")
+@click.option("--pretrained", is_flag=True, help="torchvision/timm: trained weights (from cache).")
+@click.option(
+    "--version",
+    "model_version",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Version folder to write.",
+)
+@click.option("--fp16", is_flag=True, help="TensorRT: allow FP16 kernels.")
+@click.option("--int8", is_flag=True, help="TensorRT: allow INT8 kernels.")
+@click.option("--trt-image", default=None, help="TensorRT: Docker image with trtexec.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def build(
+    source: str,
+    repo: str,
+    name: str | None,
+    fmt: str,
+    task: str | None,
+    seq_len: int,
+    max_batch_size: int | None,
+    dynamic_batching: bool | None,
+    preferred_batch_size: tuple[int, ...] | None,
+    max_queue_delay_us: int | None,
+    instances: int | None,
+    kind: str | None,
+    warmup: bool | None,
+    do_verify: bool,
+    atol: float | None,
+    rtol: float | None,
+    pretrained: bool,
+    model_version: int,
+    fp16: bool,
+    int8: bool,
+    trt_image: str | None,
+    as_json: bool,
+) -> None:
+    """Build SOURCE into a verified Triton model in --repo.
+
+    SOURCE: minilm (the embedded default), a Hugging Face folder or cached hub name,
+    torchvision:NAME, timm:NAME, or an existing .pt / .onnx file.
+    """
+    from mmelocal.builder.build import build_model
+    from mmelocal.cli._output import err_console
+
+    overrides = {
+        "max_batch_size": max_batch_size,
+        "dynamic_batching": dynamic_batching,
+        "preferred_batch_sizes": preferred_batch_size,
+        "max_queue_delay_us": max_queue_delay_us,
+        "instance_count": instances,
+        "kind": kind,
+        "warmup": warmup,
+    }
+    kwargs: dict[str, Any] = dict(
+        repo=repo,
+        name=name,
+        format=fmt,
+        task=task,
+        seq_len=seq_len,
+        pretrained=pretrained,
+        overrides=overrides,
+        verify=do_verify,
+        atol=atol,
+        rtol=rtol,
+        version=model_version,
+        fp16=fp16,
+        int8=int8,
+        trt_docker_image=trt_image,
+    )
+    if err_console.is_terminal and not as_json:
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        with Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            TimeElapsedColumn(),
+            console=err_console,
+            transient=True,
+        ) as bar:
+            job = bar.add_task("starting", total=None)
+            result = build_model(
+                source,
+                progress=lambda stage, msg: bar.update(job, description=f"[bold]{stage}[/]: {msg}"),
+                **kwargs,
+            )
+    else:
+        result = build_model(
+            source,
+            progress=lambda stage, msg: err_console.print(
+                f"[dim]{stage}: {msg}[/]", highlight=False
+            ),
+            **kwargs,
+        )
+    if as_json:
+        from mmelocal.cli._output import print_json
+
+        print_json(result_to_dict(result))
+    else:
+        _print_result(result)
+
+
+def result_to_dict(result: Any) -> dict[str, Any]:
+    """A BuildResult as plain JSON-able data."""
+    sig = result.artifact.signature_for(result.options.max_batch_size)
+    report = result.verify_report
+    return {
+        "name": result.name,
+        "model_dir": str(result.model_dir),
+        "config_path": str(result.config_path),
+        "artifact_path": str(result.artifact_path),
+        "format": result.artifact.format,
+        "platform": result.artifact.platform,
+        "family": result.family,
+        "inputs": [
+            {"name": s.name, "data_type": s.data_type, "dims": list(s.dims)} for s in sig.inputs
+        ],
+        "outputs": [
+            {"name": s.name, "data_type": s.data_type, "dims": list(s.dims)} for s in sig.outputs
+        ],
+        "max_batch_size": result.options.max_batch_size,
+        "verification": None
+        if report is None
+        else {
+            "skipped": report.skipped,
+            "ok": report.ok,
+            "atol": report.atol,
+            "rtol": report.rtol,
+            "max_abs_diff": report.max_abs_diff,
+            "max_rel_diff": report.max_rel_diff,
+            "rows": report.table(),
+            "notes": list(report.notes),
+        },
+        "reference_path": str(result.reference_path) if result.reference_path else None,
+        "timings_s": dict(result.timings_s),
+        "notes": list(result.notes),
+    }
+
+
+def _print_result(result: Any) -> None:
+    from rich.table import Table
+
+    from mmelocal.cli._output import console
+
+    sig = result.artifact.signature_for(result.options.max_batch_size)
+    size_mb = result.artifact_path.stat().st_size / 1e6
+    table = Table(title=f"built {result.name}", show_header=False, title_justify="left")
+    table.add_column("what", style="bold")
+    table.add_column("value")
+    table.add_row("artifact", f"{result.artifact_path} ({size_mb:.1f} MB)")
+    table.add_row("platform", f"{result.artifact.platform} ({result.family} preset)")
+    for label, specs in (("inputs", sig.inputs), ("outputs", sig.outputs)):
+        table.add_row(label, "\n".join(f"{s.name}  {s.data_type}  {list(s.dims)}" for s in specs))
+    table.add_row("max_batch_size", str(result.options.max_batch_size))
+    table.add_row("config", str(result.config_path))
+    table.add_row("reference", str(result.reference_path))
+    table.add_row("time", "  ".join(f"{k} {v:.1f}s" for k, v in result.timings_s.items()))
+    if result.notes:
+        table.add_row("notes", "\n".join(result.notes))
+    console.print(table)
+    report = result.verify_report
+    if report is None:
+        console.print("verification: [yellow]off[/] (--no-verify)")
+        return
+    if report.skipped:
+        console.print(f"verification: [yellow]skipped[/]: {'; '.join(report.notes)}")
+        return
+    vt = Table(
+        title=f"verification (atol {report.atol:g}, rtol {report.rtol:g})", title_justify="left"
+    )
+    for col in ("output", "shapes", "max abs diff", "max rel diff", "ok"):
+        vt.add_column(col)
+    for output, (abs_diff, rel_diff) in report.per_output().items():
+        rows = [r for r in report.rows if r.output == output]
+        shapes = ", ".join(
+            f"b{r.batch_size}" + (f"x{r.seq_len}" if r.seq_len else "") for r in rows
+        )
+        ok = all(r.ok for r in rows)
+        vt.add_row(
+            output,
+            shapes,
+            f"{abs_diff:.2e}",
+            f"{rel_diff:.2e}",
+            "[green]yes[/]" if ok else "[red]no[/]",
+        )
+    console.print(vt)

@@ -1,0 +1,158 @@
+"""ONNX -> TensorRT: profiles, trtexec command lines, builder choice; the build needs a GPU."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+from pathlib import Path
+
+import pytest
+
+from mmelocal.builder import onnx2trt
+from mmelocal.builder.tensors import Signature, TensorSpec
+from mmelocal.errors import ExportError, UserInputError
+
+NLP = Signature(
+    inputs=(
+        TensorSpec("input_ids", "TYPE_INT64", (-1, -1)),
+        TensorSpec("attention_mask", "TYPE_INT64", (-1, -1)),
+    ),
+    outputs=(TensorSpec("last_hidden_state", "TYPE_FP32", (-1, -1, 384)),),
+)
+CV = Signature(
+    inputs=(TensorSpec("input", "TYPE_FP32", (-1, 3, 224, 224)),),
+    outputs=(TensorSpec("output", "TYPE_FP32", (-1, 1000)),),
+)
+
+
+def test_profile_for_text_model() -> None:
+    profile = onnx2trt.optimization_profile(
+        NLP, min_batch=1, opt_batch=4, max_batch=8, seq_lens=(1, 64, 128)
+    )
+    assert onnx2trt.profile_as_dict(profile) == {
+        "input_ids": ((1, 1), (4, 64), (8, 128)),
+        "attention_mask": ((1, 1), (4, 64), (8, 128)),
+    }
+
+
+def test_profile_for_image_model_defaults_opt_to_max() -> None:
+    (entry,) = onnx2trt.optimization_profile(CV, max_batch=32)
+    assert entry.min_shape == (1, 3, 224, 224)
+    assert entry.opt_shape == entry.max_shape == (32, 3, 224, 224)
+
+
+def test_profile_errors() -> None:
+    with pytest.raises(UserInputError, match="seq_lens"):
+        onnx2trt.optimization_profile(NLP, max_batch=8)
+    with pytest.raises(UserInputError, match="min_batch <= opt_batch <= max_batch"):
+        onnx2trt.optimization_profile(CV, min_batch=4, max_batch=2)
+    with pytest.raises(UserInputError, match="1 <= min <= opt <= max"):
+        onnx2trt.optimization_profile(NLP, max_batch=8, seq_lens=(64, 32, 128))
+
+
+def test_trtexec_command_line() -> None:
+    profile = onnx2trt.optimization_profile(NLP, opt_batch=4, max_batch=8, seq_lens=(1, 128, 128))
+    cmd = onnx2trt.trtexec_args(
+        "m.onnx", "m.plan", profile, fp16=True, int8=True, workspace_bytes=2 << 30
+    )
+    assert cmd == [
+        "trtexec",
+        "--onnx=m.onnx",
+        "--saveEngine=m.plan",
+        "--minShapes=input_ids:1x1,attention_mask:1x1",
+        "--optShapes=input_ids:4x128,attention_mask:4x128",
+        "--maxShapes=input_ids:8x128,attention_mask:8x128",
+        "--memPoolSize=workspace:2048M",
+        "--fp16",
+        "--int8",
+        "--skipInference",
+    ]
+    plain = onnx2trt.trtexec_args("a.onnx", "a.plan", onnx2trt.optimization_profile(CV))
+    assert "--fp16" not in plain and "--int8" not in plain
+
+
+def test_docker_run_spec_mounts_both_folders(tmp_path: Path) -> None:
+    (tmp_path / "in").mkdir()
+    profile = onnx2trt.optimization_profile(CV, max_batch=4)
+    spec = onnx2trt.docker_run_spec(
+        "nvcr.io/nvidia/tensorrt:24.08-py3",
+        tmp_path / "in" / "model.onnx",
+        tmp_path / "out" / "model.plan",
+        profile,
+        fp16=True,
+        int8=False,
+        workspace=1 << 30,
+    )
+    assert spec["volumes"][str(tmp_path / "in")] == {"bind": "/mmelocal/in", "mode": "ro"}
+    assert spec["volumes"][str(tmp_path / "out")] == {"bind": "/mmelocal/out", "mode": "rw"}
+    assert spec["command"][:3] == [
+        "trtexec",
+        "--onnx=/mmelocal/in/model.onnx",
+        "--saveEngine=/mmelocal/out/model.plan",
+    ]
+    assert "--fp16" in spec["command"] and spec["remove"] is True
+
+
+def test_choose_builder_order(monkeypatch) -> None:
+    monkeypatch.setattr(onnx2trt.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(onnx2trt.shutil, "which", lambda name: None)
+    with pytest.raises(ExportError, match="TensorRT is not available here"):
+        onnx2trt.choose_builder()
+    assert onnx2trt.choose_builder(docker_image="img") == ("docker", "img")
+    monkeypatch.setattr(onnx2trt.shutil, "which", lambda name: "/usr/bin/trtexec")
+    assert onnx2trt.choose_builder(docker_image="img") == ("trtexec", "/usr/bin/trtexec")
+    monkeypatch.setattr(onnx2trt.importlib.util, "find_spec", lambda name: object())
+    assert onnx2trt.choose_builder() == ("python", None)
+
+
+def test_build_engine_runs_trtexec(monkeypatch, artifact_of, tmp_path: Path) -> None:
+    """Everything up to the engine build, with trtexec replaced by a recorder."""
+    seen: list[list[str]] = []
+
+    def fake_run(cmd, timeout_s):
+        seen.append(cmd)
+        Path(cmd[2].split("=", 1)[1]).write_bytes(b"plan")
+
+    monkeypatch.setattr(onnx2trt.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(onnx2trt.shutil, "which", lambda name: "/opt/trt/bin/trtexec")
+    monkeypatch.setattr(onnx2trt, "_run_local", fake_run)
+    onnx_path = artifact_of("tiny_bert", "onnx").path
+    plan = onnx2trt.build_engine(
+        onnx_path,
+        tmp_path / "model.plan",
+        fp16=True,
+        max_batch=8,
+        opt_batch=4,
+        seq_lens=(1, 16, 16),
+    )
+    assert plan.read_bytes() == b"plan"
+    assert seen[0][0] == "/opt/trt/bin/trtexec"
+    assert "--maxShapes=input_ids:8x16,attention_mask:8x16" in seen[0]
+
+
+def test_trtexec_failure_is_one_line(monkeypatch, tmp_path: Path) -> None:
+    script = tmp_path / "trtexec"
+    script.write_text("#!/bin/sh\necho '[E] no CUDA device' >&2\nexit 3\n")
+    script.chmod(0o755)
+    with pytest.raises(ExportError, match=r"trtexec failed \(exit 3\): \[E\] no CUDA device"):
+        onnx2trt._run_local([str(script), "--onnx=x"], timeout_s=30)
+
+
+def _has_gpu_tensorrt() -> bool:
+    if importlib.util.find_spec("tensorrt") is None and shutil.which("trtexec") is None:
+        return False
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except ImportError:
+        return False
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _has_gpu_tensorrt(), reason="needs an NVIDIA GPU and TensorRT/trtexec")
+def test_real_engine_build(artifact_of, tmp_path: Path) -> None:
+    plan = onnx2trt.build_engine(
+        artifact_of("resnet", "onnx").path, tmp_path / "model.plan", fp16=True, max_batch=2
+    )
+    assert plan.stat().st_size > 1_000_000

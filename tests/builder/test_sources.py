@@ -1,0 +1,220 @@
+"""Model sources: Hugging Face folders, the packaged MiniLM, torchvision/timm, modules, files."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from mmelocal.builder.sources import ACCEPTED_FORMS, load_source, source_from_module
+from mmelocal.errors import SourceError
+
+SEQ_LEN = 16  # as in tests/builder/conftest.py
+
+
+def test_tiny_bert_folder_is_a_text_source(tiny_bert_source) -> None:
+    src = tiny_bert_source
+    assert src.kind == "nlp"
+    assert src.family == "bert"
+    assert src.task == "feature-extraction"
+    assert src.input_names == ("input_ids", "attention_mask")
+    assert src.output_names == ("last_hidden_state", "pooler_output")
+    ids = src.example_inputs["input_ids"]
+    mask = src.example_inputs["attention_mask"]
+    assert tuple(ids.shape) == (2, SEQ_LEN) and str(ids.dtype) == "torch.int64"
+    assert str(mask.dtype) == "torch.int64"
+    # tokenizer-made: [CLS] first, padding at the end of the short sentence
+    assert int(ids[0, 0]) == 2 and int(mask[1].sum()) < SEQ_LEN
+    assert src.dynamic_axes["input_ids"] == {0: "batch", 1: "sequence"}
+    assert src.dynamic_axes["last_hidden_state"] == {0: "batch", 1: "sequence"}
+    assert src.dynamic_axes["pooler_output"] == {0: "batch"}
+    assert src.notes == ()
+
+
+def test_make_inputs_is_seeded_and_padded(tiny_bert_source) -> None:
+    a = tiny_bert_source.make_inputs(4, 8, seed=3)
+    b = tiny_bert_source.make_inputs(4, 8, seed=3)
+    assert (a["input_ids"] == b["input_ids"]).all()
+    assert tuple(a["attention_mask"].shape) == (4, 8)
+    assert int(a["attention_mask"][0].sum()) == 8
+    outputs = tiny_bert_source.run(a)
+    assert outputs["last_hidden_state"].shape == (4, 8, 32)
+    assert outputs["pooler_output"].shape == (4, 32)
+
+
+def test_sequence_classification_task(tiny_bert_dir: Path) -> None:
+    src = load_source(str(tiny_bert_dir), task="sequence-classification", seq_len=8)
+    assert src.output_names == ("logits",)
+    assert src.run(src.example_inputs)["logits"].shape == (2, 2)
+    alias = load_source(str(tiny_bert_dir), task="text-classification", seq_len=8)
+    assert alias.task == "sequence-classification"
+
+
+def test_folder_without_tokenizer_uses_random_ids(tiny_bert_dir: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "no-tok"
+    folder.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(tiny_bert_dir / name, folder / name)
+    src = load_source(str(folder), seq_len=8)
+    assert src.name == "no-tok"
+    assert any("no tokenizer" in n for n in src.notes)
+    ids = src.example_inputs["input_ids"]
+    assert tuple(ids.shape) == (2, 8) and int(ids.max()) < 1000
+
+
+def test_minilm_is_the_packaged_model(minilm_source) -> None:
+    src = minilm_source
+    assert src.name == "minilm" and src.family == "bert" and src.kind == "nlp"
+    out = src.run(src.example_inputs)
+    assert out["last_hidden_state"].shape == (2, SEQ_LEN, 384)
+    assert out["pooler_output"].shape == (2, 384)
+    assert src.max_seq_len == 512
+
+
+def test_seq_len_beyond_the_model_limit(tiny_bert_dir: Path) -> None:
+    with pytest.raises(SourceError, match=r"seq_len must lie in 1\.\.256"):
+        load_source(str(tiny_bert_dir), seq_len=300)
+
+
+def test_hub_name_not_cached_fails_fast() -> None:
+    start = time.perf_counter()
+    with pytest.raises(SourceError, match="save_pretrained") as info:
+        load_source("some-org/not-a-cached-model")
+    assert time.perf_counter() - start < 5
+    assert "not in the local cache" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("", "non-empty"),
+        ("s3://bucket/model", "unknown source prefix"),
+        ("torchvision:", "names no model"),
+        ("./no/such/dir", "does not exist"),
+        ("/no/such/model.onnx", "does not exist"),
+        ("a/b/c", "does not exist"),
+        ("torchvision:resnet1800", "did you mean resnet18"),
+        ("timm:not_a_model_xyz", "unknown timm model"),
+    ],
+)
+def test_bad_specs(spec: str, message: str) -> None:
+    with pytest.raises(SourceError, match=message):
+        load_source(spec)
+
+
+def test_error_lists_accepted_forms() -> None:
+    with pytest.raises(SourceError) as info:
+        load_source("ftp:thing")
+    assert all(form in str(info.value) for form in ACCEPTED_FORMS)
+
+
+def test_bad_task_for_each_kind(tiny_bert_dir: Path) -> None:
+    with pytest.raises(SourceError, match="task must be one of feature-extraction"):
+        load_source(str(tiny_bert_dir), task="translation")
+    with pytest.raises(SourceError, match="image-classification"):
+        load_source("torchvision:resnet18", task="feature-extraction")
+
+
+def test_folder_without_config(tmp_path: Path) -> None:
+    with pytest.raises(SourceError, match=r"no config\.json"):
+        load_source(str(tmp_path))
+
+
+def test_pretrained_without_cached_weights(tmp_path: Path, monkeypatch) -> None:
+    import torch
+
+    monkeypatch.setattr(torch.hub, "get_dir", lambda: str(tmp_path))
+    start = time.perf_counter()
+    with pytest.raises(SourceError, match="not in the local cache"):
+        load_source("torchvision:resnet18", pretrained=True)
+    assert time.perf_counter() - start < 5
+
+
+def test_resnet18_source(resnet_source) -> None:
+    src = resnet_source
+    assert src.kind == "cv" and src.family == "resnet18" and src.name == "resnet18"
+    assert tuple(src.example_inputs["input"].shape) == (1, 3, 224, 224)
+    assert src.dynamic_axes == {"input": {0: "batch"}, "output": {0: "batch"}}
+    assert src.seq_len is None
+    assert src.run(src.make_inputs(2))["output"].shape == (2, 1000)
+
+
+def test_timm_source() -> None:
+    pytest.importorskip("timm")
+    src = load_source("timm:resnet10t", batch_size=1)
+    assert src.kind == "cv" and src.output_names == ("output",)
+    assert src.run(src.example_inputs)["output"].shape == (1, 1000)
+
+
+def test_source_from_module() -> None:
+    import torch
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = torch.nn.Linear(6, 3)
+
+        def forward(self, x, scale):
+            return self.lin(x) * scale, x.sum(dim=1)
+
+    src = source_from_module(
+        Net(),
+        {"x": torch.randn(2, 6), "scale": torch.ones(2, 1)},
+        name="My Net",
+        output_names=["y", "total"],
+    )
+    assert src.name == "my-net" and src.kind == "generic"
+    assert src.dynamic_axes == {
+        "x": {0: "batch"},
+        "scale": {0: "batch"},
+        "y": {0: "batch"},
+        "total": {0: "batch"},
+    }
+    assert src.run(src.make_inputs(5))["y"].shape == (5, 3)
+
+
+def test_source_from_module_bad_inputs() -> None:
+    import torch
+
+    net = torch.nn.Linear(4, 2)
+    with pytest.raises(SourceError, match=r"torch\.nn\.Module"):
+        source_from_module(object(), {"x": torch.randn(1, 4)}, name="n")
+    with pytest.raises(SourceError, match="at least one input"):
+        source_from_module(net, {}, name="n")
+    with pytest.raises(SourceError, match="must be torch tensors"):
+        source_from_module(net, {"x": [1, 2, 3, 4]}, name="n")
+    with pytest.raises(SourceError, match="failed on its example inputs"):
+        source_from_module(net, {"x": torch.randn(1, 5)}, name="n")
+    with pytest.raises(SourceError, match="output_names must be 1 distinct"):
+        source_from_module(net, {"x": torch.randn(1, 4)}, name="n", output_names=["a", "b"])
+
+
+def test_existing_files_as_sources(artifact_of) -> None:
+    onnx_art = artifact_of("tiny_bert", "onnx")
+    src = load_source(str(onnx_art.path), seq_len=8)
+    assert src.file_format == "onnx" and src.module is None and src.kind == "nlp"
+    assert src.input_names == ("input_ids", "attention_mask")
+    out = src.run(src.make_inputs(3, 8))
+    assert out["last_hidden_state"].shape == (3, 8, 32)
+
+    ts_art = artifact_of("resnet", "torchscript")
+    ts = load_source(str(ts_art.path))
+    assert ts.file_format == "torchscript" and ts.kind == "cv" and ts.module is not None
+    assert ts.run(ts.make_inputs(1))["output"].shape == (1, 1000)
+
+
+def test_bad_files(tmp_path: Path) -> None:
+    bad_onnx = tmp_path / "model.onnx"
+    bad_onnx.write_text("not onnx")
+    with pytest.raises(SourceError, match="not a readable ONNX model"):
+        load_source(str(bad_onnx))
+    bad_pt = tmp_path / "model.pt"
+    bad_pt.write_bytes(b"\x00\x01garbage")
+    with pytest.raises(SourceError, match="not a loadable TorchScript model"):
+        load_source(str(bad_pt))
+    other = tmp_path / "weights.bin"
+    other.write_bytes(b"x")
+    with pytest.raises(SourceError, match=r"is a \.bin file"):
+        load_source(str(other))

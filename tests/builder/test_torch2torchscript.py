@@ -1,0 +1,88 @@
+"""torch -> TorchScript: names by Triton's PyTorch-backend conventions, dims measured."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mmelocal.builder.tensors import TensorSpec
+from mmelocal.errors import ExportError
+
+
+def test_text_model_keeps_forward_argument_names(artifact_of) -> None:
+    art = artifact_of("tiny_bert", "torchscript")
+    assert art.format == "torchscript" and art.platform == "pytorch_libtorch"
+    assert art.path.name == "model.pt" and art.path.stat().st_size > 0
+    assert art.batch_dynamic
+    assert art.signature.inputs == (
+        TensorSpec("input_ids", "TYPE_INT64", (-1,)),
+        TensorSpec("attention_mask", "TYPE_INT64", (-1,)),
+    )
+    assert art.signature.outputs == (
+        TensorSpec("last_hidden_state__0", "TYPE_FP32", (-1, 32)),
+        TensorSpec("pooler_output__1", "TYPE_FP32", (32,)),
+    )
+    assert art.artifact_name("pooler_output") == "pooler_output__1"
+    assert not art.copied_from_source
+
+
+def test_minilm_signature(artifact_of) -> None:
+    art = artifact_of("minilm", "torchscript")
+    assert [s.name for s in art.signature.outputs] == ["last_hidden_state__0", "pooler_output__1"]
+    assert art.signature.outputs[0].dims == (-1, 384)
+
+
+def test_image_model_uses_indexed_names(artifact_of) -> None:
+    art = artifact_of("resnet", "torchscript")
+    assert art.signature.inputs == (TensorSpec("input__0", "TYPE_FP32", (3, 224, 224)),)
+    assert art.signature.outputs == (TensorSpec("output__0", "TYPE_FP32", (1000,)),)
+
+
+def test_signature_for_max_batch_size_zero(artifact_of) -> None:
+    art = artifact_of("resnet", "torchscript")
+    full = art.signature_for(0)
+    assert full.inputs[0].dims == (-1, 3, 224, 224)
+    assert art.signature_for(8) == art.signature
+
+
+def test_existing_torchscript_is_copied(artifact_of, tmp_path: Path) -> None:
+    from mmelocal.builder.sources import load_source
+    from mmelocal.builder.torch2torchscript import export_torchscript
+
+    original = artifact_of("resnet", "torchscript")
+    src = load_source(str(original.path), batch_size=1)
+    art = export_torchscript(src, tmp_path / "model.pt")
+    assert art.copied_from_source
+    assert art.path.read_bytes() == original.path.read_bytes()
+    assert art.signature == original.signature
+
+
+def test_onnx_source_cannot_become_torchscript(artifact_of, tmp_path: Path) -> None:
+    from mmelocal.builder.sources import load_source
+    from mmelocal.builder.torch2torchscript import export_torchscript
+
+    src = load_source(str(artifact_of("resnet", "onnx").path))
+    with pytest.raises(ExportError, match="cannot become TorchScript"):
+        export_torchscript(src, tmp_path / "model.pt")
+
+
+def test_trace_that_bakes_in_a_shape_is_refused(tmp_path: Path) -> None:
+    import torch
+
+    from mmelocal.builder.sources import source_from_module
+    from mmelocal.builder.torch2torchscript import export_torchscript
+
+    class ShapeBaked(torch.nn.Module):
+        def forward(self, x):
+            # Python int from the shape: the trace freezes it
+            return x.reshape(int(x.shape[0]) * 4)
+
+    src = source_from_module(
+        ShapeBaked(),
+        {"x": torch.randn(2, 4)},
+        name="baked",
+        dynamic_axes={"x": {0: "batch"}, "output": {0: "batch"}},
+    )
+    with pytest.raises(ExportError, match=r"torch\.jit\.trace failed"):
+        export_torchscript(src, tmp_path / "model.pt")

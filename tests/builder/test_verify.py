@@ -1,0 +1,108 @@
+"""Verification: artifact vs source on random inputs at several batch sizes / sequence lengths."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mmelocal.builder.verify import default_tolerances, verify
+from mmelocal.errors import UserInputError, VerificationError
+
+CASES = [
+    ("tiny_bert", "torchscript"),
+    ("tiny_bert", "onnx"),
+    ("minilm", "torchscript"),
+    ("minilm", "onnx"),
+    ("resnet", "torchscript"),
+    ("resnet", "onnx"),
+]
+
+
+@pytest.mark.parametrize(("model", "fmt"), CASES)
+def test_exported_models_match_their_source(request, artifact_of, model: str, fmt: str) -> None:
+    source = request.getfixturevalue(f"{model}_source")
+    artifact = artifact_of(model, fmt)
+    batches = (1, 2) if model == "resnet" else (1, 2, 4)
+    report = verify(source, artifact, batch_sizes=batches)
+    assert report.ok and not report.skipped
+    shapes = len(batches) * (1 if model == "resnet" else 2)  # seq_len 8 and 16 for text
+    assert len(report.rows) == shapes * len(source.output_names)
+    # fp32 exports: TorchScript is bit-exact or nearly, ONNX Runtime within a few 1e-6
+    assert report.max_abs_diff < 2e-5, report.per_output()
+    limit = 1e-6 if fmt == "torchscript" else 2e-5
+    for output, (abs_diff, _rel) in report.per_output().items():
+        assert abs_diff < limit, (output, abs_diff)
+    assert {r.seq_len for r in report.rows} == ({None} if model == "resnet" else {8, 16})
+
+
+def test_tolerance_zero_fails_with_the_numbers(minilm_source, artifact_of) -> None:
+    with pytest.raises(VerificationError, match="raise --atol/--rtol") as info:
+        verify(minilm_source, artifact_of("minilm", "onnx"), atol=0, rtol=0, batch_sizes=(2,))
+    err = info.value
+    assert err.max_abs_diff is not None and 0 < err.max_abs_diff < 1e-4
+    assert not err.report.ok  # type: ignore[attr-defined]
+
+
+def test_wrong_weights_are_caught(tmp_path: Path) -> None:
+    import torch
+
+    from mmelocal.builder.sources import source_from_module
+    from mmelocal.builder.torch2onnx import export_onnx
+
+    torch.manual_seed(1)
+    a = source_from_module(torch.nn.Linear(8, 4), {"x": torch.randn(2, 8)}, name="a")
+    b = source_from_module(torch.nn.Linear(8, 4), {"x": torch.randn(2, 8)}, name="b")
+    art = export_onnx(a, tmp_path / "model.onnx")
+    assert verify(a, art).max_abs_diff < 1e-5
+    report = verify(b, art, raise_on_failure=False)
+    assert not report.ok and report.max_abs_diff > 0.01
+    with pytest.raises(VerificationError, match="output 'output' at batch 1"):
+        verify(b, art)
+
+
+def test_copied_file_and_tensorrt_are_skipped(artifact_of) -> None:
+    from mmelocal.builder.sources import load_source
+
+    onnx_art = artifact_of("resnet", "onnx")
+    copied = dataclasses.replace(onnx_art, copied_from_source=True)
+    src = load_source(str(onnx_art.path))
+    report = verify(src, copied)
+    assert report.skipped and report.ok and "nothing independent" in report.notes[0]
+    plan = dataclasses.replace(onnx_art, format="tensorrt", platform="tensorrt_plan")
+    assert verify(src, plan).skipped
+
+
+def test_reference_npz(resnet_source, artifact_of, tmp_path: Path) -> None:
+    art = artifact_of("resnet", "onnx")
+    inputs = resnet_source.make_inputs(2, seed=5)
+    outputs = resnet_source.run(inputs)
+    npz = tmp_path / "ref.npz"
+    np.savez(npz, **{"input:input": inputs["input"].numpy(), "output:output": outputs["output"]})
+    report = verify(resnet_source, art, reference_npz=npz)
+    assert report.ok and len(report.rows) == 1 and report.rows[0].batch_size == 2
+    np.savez(
+        npz, **{"input:input": inputs["input"].numpy(), "output:output": outputs["output"] + 1}
+    )
+    with pytest.raises(VerificationError):
+        verify(resnet_source, art, reference_npz=npz)
+
+
+def test_default_tolerances_and_bad_values(resnet_source, artifact_of) -> None:
+    assert default_tolerances("fp32") == (1e-4, 1e-3)
+    assert default_tolerances("fp16") == (1e-2, 1e-2)
+    with pytest.raises(UserInputError, match="precision"):
+        default_tolerances("fp8")
+    with pytest.raises(UserInputError, match="atol and rtol must be >= 0"):
+        verify(resnet_source, artifact_of("resnet", "onnx"), atol=-1)
+
+
+def test_report_table_rows(tiny_bert_source, artifact_of) -> None:
+    report = verify(
+        tiny_bert_source, artifact_of("tiny_bert", "onnx"), batch_sizes=(1,), seq_lens=(4,)
+    )
+    rows = report.table()
+    assert [r["output"] for r in rows] == ["last_hidden_state", "pooler_output"]
+    assert rows[0]["shape"] == [1, 4, 32] and rows[0]["ok"] is True
