@@ -48,7 +48,7 @@ class CapacityInstance(Protocol):
     def release(self, target: str) -> None: ...
 
     async def invoke(
-        self, target: str, body: bytes, headers: dict[str, str]
+        self, target: str, body: bytes, headers: list[tuple[str, str]]
     ) -> tuple[int, bytes, Any]: ...
 
     async def read_memory(self) -> Any: ...
@@ -175,7 +175,9 @@ async def _load_one(
     try:
         if payload is not None:
             t1 = time.perf_counter()
-            status, body, _ = await instance.invoke(target, payload, {"Content-Type": content_type})
+            status, body, _ = await instance.invoke(
+                target, payload, [("Content-Type", content_type)]
+            )
             warmup_s = time.perf_counter() - t1
             if status != 200:
                 raise BenchError(

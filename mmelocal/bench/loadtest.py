@@ -42,6 +42,7 @@ logger = logging.getLogger(__name__)
 MODES = ("auto", "invocations", "triton-v2", "boto3")
 DEFAULT_ENDPOINT_NAME = "mmelocal"
 WORKER_MODULE = "mmelocal.bench._locust_worker"
+TARGET_HEADER = "X-Amzn-SageMaker-Target-Model"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,6 +61,7 @@ class LoadTestConfig:
     timeout_s: float = 60.0
     wait_s: float = 0.0
     seed: int | None = None
+    prewarm: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "targets", tuple(self.targets))
@@ -254,6 +256,8 @@ def run_loadtest(
             len(config.shape.stages),
             config.shape.duration_s,
         )
+        if config.prewarm:
+            prewarm(config)
         data = _run_worker(config_path, out_path, err_path, config.shape, progress)
     result = LoadTestResult(
         label=label,
@@ -278,6 +282,58 @@ def run_loadtest(
         result.loadgen_cpu_percent,
     )
     return result
+
+
+def prewarm(config: LoadTestConfig) -> float:
+    """Send one request to every target, one after the other, so cold loads happen before
+    the measured test; raises BenchError naming the first target that fails. Returns the
+    seconds it took."""
+    worker = config.worker_config()
+    t0 = time.perf_counter()
+    if worker["mode"] == "boto3":
+        import boto3
+
+        session = boto3.session.Session(region_name=config.region)
+        client = session.client("sagemaker-runtime", endpoint_url=worker["endpoint_url"])
+        for target in config.targets:
+            try:
+                client.invoke_endpoint(
+                    EndpointName=worker["endpoint_name"],
+                    TargetModel=target,
+                    Body=config.payload,
+                    ContentType=config.content_type,
+                )["Body"].read()
+            except Exception as exc:
+                raise BenchError(f"pre-warm request to {target} failed: {exc}") from exc
+        return time.perf_counter() - t0
+    import urllib.error
+    import urllib.request
+
+    for target in config.targets:
+        path = (
+            f"/v2/models/{target}/infer"
+            if worker["mode"] == "triton-v2"
+            else f"/endpoints/{worker['endpoint_name']}/invocations"
+        )
+        request = urllib.request.Request(
+            worker["host"] + path,
+            data=config.payload,
+            method="POST",
+            headers={"Content-Type": config.content_type, TARGET_HEADER: target},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=max(config.timeout_s, 300.0)) as resp:
+                resp.read()
+        except urllib.error.HTTPError as exc:
+            detail = exc.read()[:300].decode("utf-8", "replace")
+            raise BenchError(
+                f"pre-warm request to {target} answered HTTP {exc.code}: {detail}"
+            ) from exc
+        except OSError as exc:
+            raise BenchError(f"pre-warm request to {target} failed: {exc}") from exc
+    seconds = time.perf_counter() - t0
+    logger.info("pre-warmed %d targets in %.1f s", len(config.targets), seconds)
+    return seconds
 
 
 def _run_worker(
@@ -367,6 +423,7 @@ __all__ = [
     "LoadTestConfig",
     "LoadTestResult",
     "expand_targets",
+    "prewarm",
     "run_loadtest",
     "steps_table",
     "summary_lines",

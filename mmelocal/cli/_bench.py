@@ -88,18 +88,17 @@ def steps_table(result: Any, *, title: str = "Load test") -> Table:
 def projection_table(projection: Any) -> Table:
     """One row per (GPU, instance type)."""
     table = Table(
-        title=f"Projected models per GPU (threshold {projection.threshold:.0%}, "
+        title=f"Projected models (threshold {projection.threshold:.0%}, "
         f"baseline {mib(projection.baseline_bytes)} MiB, per model "
         f"{mib(projection.per_model_bytes)} MiB)"
     )
-    for column in ("GPU", "memory MiB", "instance type", "GPUs", "models/GPU", "models/instance"):
-        table.add_column(
-            column, justify="right" if "MiB" in column or "models" in column else "left"
-        )
+    for column in ("GPU", "MiB", "instance type", "GPUs", "per GPU", "per instance"):
+        numeric = column not in ("GPU", "instance type")
+        table.add_column(column, justify="right" if numeric else "left", no_wrap=True)
     for row in projection.rows:
         table.add_row(
-            f"{row.gpu} ({row.nominal})" if row.nominal else row.gpu,
-            mib(row.memory_bytes),
+            row.gpu,
+            f"{row.memory_bytes / MIB:,.0f}",
             row.instance_type or "-",
             str(row.gpus_per_instance),
             str(row.models_per_gpu),

@@ -79,6 +79,11 @@ from mmelocal.cli._output import console
 )
 @click.option("--seed", type=int, default=None, help="Seed for the random target choice.")
 @click.option(
+    "--prewarm",
+    is_flag=True,
+    help="Call every target once before the test so cold loads are not measured.",
+)
+@click.option(
     "--json",
     "json_out",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -105,6 +110,7 @@ def loadtest(
     region: str | None,
     timeout_s: float,
     seed: int | None,
+    prewarm: bool,
     json_out: Path | None,
     report_dir: Path | None,
 ) -> None:
@@ -138,6 +144,7 @@ def loadtest(
         region=region,
         timeout_s=timeout_s,
         seed=seed,
+        prewarm=prewarm,
     )
     console.print(
         f"load test of {endpoint}: {count} targets, {len(load_shape_.stages)} steps up to "

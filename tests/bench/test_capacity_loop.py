@@ -48,7 +48,7 @@ class FakeInstance:
     def release(self, target: str) -> None:
         self.in_flight -= 1
 
-    async def invoke(self, target: str, body: bytes, headers: dict[str, str]) -> Any:
+    async def invoke(self, target: str, body: bytes, headers: list[tuple[str, str]]) -> Any:
         if target not in self.invoked:
             self.invoked.add(target)
             self.used += self.lazy

@@ -1,0 +1,199 @@
+"""``mmelocal capacity``: how many copies of a model fit, and the projection to other GPUs.
+
+``mmelocal capacity SOURCE_OR_TARBALL ...`` measures (the ``measure`` subcommand is implied);
+``mmelocal capacity project --per-model-mib X --baseline-mib Y`` projects typed-in numbers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.table import Table
+
+from mmelocal.cli._bench import csv_list, mib, parse_size_bytes, projection_table
+from mmelocal.cli._output import console
+
+MIB = 1024 * 1024
+
+
+class _DefaultToMeasure(click.Group):
+    """A group whose first argument, when it is not a subcommand, goes to ``measure``."""
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        if args and args[0] not in self.commands and not args[0].startswith("-"):
+            args = ["measure", *args]
+        return super().resolve_command(ctx, args)
+
+
+@click.group(cls=_DefaultToMeasure)
+def capacity() -> None:
+    """How many copies of a model fit (SOURCE_OR_TARBALL), or `project` typed-in numbers.
+
+    \b
+    mmelocal capacity model.tar.gz --memory-budget 4GiB --report out/
+    mmelocal capacity minilm --format torchscript,onnx --memory-budget 6GiB
+    mmelocal capacity project --per-model-mib 420 --baseline-mib 300
+    """
+
+
+@capacity.command()
+@click.argument("source")
+@click.option(
+    "--threshold",
+    type=float,
+    default=0.9,
+    show_default=True,
+    help="Fraction of the total the loaded copies may use.",
+)
+@click.option("--max-copies", type=click.IntRange(min=1), default=200, show_default=True)
+@click.option(
+    "--memory-budget",
+    default=None,
+    help="Total to measure against on CPU (host RSS of the Triton tree), e.g. 4GiB.",
+)
+@click.option(
+    "--format",
+    "formats",
+    default="torchscript",
+    show_default=True,
+    help="Comma-separated formats to build and measure (for a source, not a tarball).",
+)
+@click.option(
+    "--no-verify-next",
+    is_flag=True,
+    help="Stop when the next copy is predicted to cross; never load over the threshold.",
+)
+@click.option(
+    "--gpus",
+    "gpus_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Your own GPU table (YAML) for the projection.",
+)
+@click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--report", "report_dir", type=click.Path(file_okay=False, path_type=Path))
+def measure(
+    source: str,
+    threshold: float,
+    max_copies: int,
+    memory_budget: str | None,
+    formats: str,
+    no_verify_next: bool,
+    gpus_file: Path | None,
+    json_out: Path | None,
+    report_dir: Path | None,
+) -> None:
+    """Load copy after copy of SOURCE through the emulator and read memory after each."""
+    from mmelocal.bench.capacity import CapacityOptions, measure_capacity
+    from mmelocal.bench.projection import load_gpus, project
+    from mmelocal.bench.sources import check_format, is_prebuilt
+
+    options = CapacityOptions(
+        threshold=threshold,
+        max_copies=max_copies,
+        memory_budget_bytes=parse_size_bytes(memory_budget) if memory_budget else None,
+        verify_next=not no_verify_next,
+    )
+    fmt_list = ["prebuilt"] if is_prebuilt(source) else [check_format(f) for f in csv_list(formats)]
+    results: list[Any] = []
+    for fmt in fmt_list:
+        console.print(f"[bold]capacity of {source}[/] ({fmt})")
+
+        def show(record: Any) -> None:
+            console.print(
+                f"  copy {record.copies:>3}: {mib(record.used_bytes)} MiB in use "
+                f"(+{mib(record.delta_bytes)}), load {record.load_s:.2f} s"
+            )
+
+        result = measure_capacity(
+            source,
+            options=options,
+            model_format=fmt if fmt != "prebuilt" else "torchscript",
+            progress=show,
+        )
+        if gpus_file is not None and result.per_model_mean_bytes:
+            import dataclasses
+
+            projection = project(
+                per_model_bytes=result.per_model_mean_bytes,
+                baseline_bytes=result.baseline_bytes,
+                threshold=threshold,
+                gpus=load_gpus(gpus_file),
+            )
+            result = dataclasses.replace(result, projection=projection)
+        results.append(result)
+        for line in result.summary_lines():
+            console.print(line)
+        if result.projection is not None:
+            console.print(projection_table(result.projection))
+    if len(results) > 1:
+        console.print(_formats_table(results))
+    _write_outputs(results, json_out, report_dir, title="Capacity")
+
+
+@capacity.command("project")
+@click.option("--per-model-mib", type=float, required=True, help="Memory one copy adds (MiB).")
+@click.option(
+    "--baseline-mib", type=float, required=True, help="Memory in use with no model loaded (MiB)."
+)
+@click.option("--threshold", type=float, default=0.9, show_default=True)
+@click.option(
+    "--gpus",
+    "gpus_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="YAML file adding or replacing cards (same format as the packaged gpus.yaml).",
+)
+@click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--report", "report_dir", type=click.Path(file_okay=False, path_type=Path))
+def project_command(
+    per_model_mib: float,
+    baseline_mib: float,
+    threshold: float,
+    gpus_file: Path | None,
+    json_out: Path | None,
+    report_dir: Path | None,
+) -> None:
+    """Models per GPU on the usual cards: floor((threshold x total - baseline) / per model)."""
+    from mmelocal.bench.projection import load_gpus, project
+
+    projection = project(
+        per_model_bytes=per_model_mib * MIB,
+        baseline_bytes=int(baseline_mib * MIB),
+        threshold=threshold,
+        gpus=load_gpus(gpus_file),
+    )
+    console.print(projection_table(projection))
+    _write_outputs([projection], json_out, report_dir, title="Projection")
+
+
+def _formats_table(results: list[Any]) -> Table:
+    table = Table(title="Per format")
+    for column in ("format", "copies", "baseline MiB", "per model MiB", "± MiB", "load s"):
+        table.add_column(column, justify="left" if column == "format" else "right")
+    for result in results:
+        loads = [load.load_s for load in result.loads]
+        table.add_row(
+            result.model_format,
+            str(result.count),
+            mib(result.baseline_bytes),
+            mib(result.per_model_mean_bytes),
+            mib(result.per_model_stdev_bytes),
+            f"{sum(loads) / len(loads):.2f}" if loads else "-",
+        )
+    return table
+
+
+def _write_outputs(
+    results: list[Any], json_out: Path | None, report_dir: Path | None, *, title: str
+) -> None:
+    if json_out is not None:
+        from mmelocal.bench.results import write_results
+
+        console.print(f"JSON: {write_results(results, json_out)}")
+    if report_dir is not None:
+        from mmelocal.bench.report import write_report
+
+        console.print(f"report: {write_report(results, report_dir, title=title).html}")

@@ -1,0 +1,78 @@
+"""Acceptance: `mmelocal loadtest` with the default shape, shortened, against the emulator."""
+
+from __future__ import annotations
+
+import csv
+import json
+import urllib.request
+from pathlib import Path
+
+import pytest
+from _render import open_every_png
+from conftest import EmulatorWithCopies
+
+from mmelocal.cli.main import main
+
+pytestmark = [pytest.mark.triton, pytest.mark.slow]
+
+
+def _emulator_invocations(url: str) -> float:
+    from mmelocal.emulator.metrics import parse_prometheus
+
+    with urllib.request.urlopen(f"{url}/metrics", timeout=30) as response:
+        metrics = parse_prometheus(response.read().decode())
+    return sum(v for k, v in metrics.items() if k == "Invocations" or k.startswith("Invocations{"))
+
+
+def test_default_shape_shortened_on_10_copies(
+    emulator_10_copies: EmulatorWithCopies, tmp_path: Path
+) -> None:
+    emu = emulator_10_copies
+    payload = tmp_path / "payload.json"
+    payload.write_bytes(emu.payload)
+    out_json, report = tmp_path / "loadtest.json", tmp_path / "report"
+    code = main(
+        [
+            "loadtest",
+            "--endpoint",
+            emu.endpoint,
+            "--targets",
+            "model-{i}.tar.gz",
+            "--count",
+            "10",
+            "--shape",
+            "stages",
+            "--duration",
+            "33s",
+            "--prewarm",
+            "--payload",
+            str(payload),
+            "--seed",
+            "7",
+            "--json",
+            str(out_json),
+            "--report",
+            str(report),
+        ]
+    )
+    assert code == 0
+    data = json.loads(out_json.read_text())
+    assert data["kind"] == "loadtest"
+    steps = data["steps"]
+    assert [s["target_users"] for s in steps] == [10, 20, 40, 60, 80, 100, 120, 140, 160, 180, 200]
+    for step in steps:
+        assert step["requests"] == step["successes"] + step["failures"]
+        assert step["requests"] > 0 and step["throughput_rps"] > 0
+        assert step["p50_latency_ms"] <= step["p95_latency_ms"] <= step["p99_latency_ms"]
+        assert step["users"] >= 1
+    total = sum(s["requests"] for s in steps)
+    assert total == data["requests"] == data["locust_total_requests"]
+    assert sum(s["failures"] for s in steps) == data["failures"] == data["locust_total_failures"]
+    # an independent count: the emulator saw at least every request Locust counted
+    assert _emulator_invocations(emu.url) >= total
+    ceiling = data["max_users_without_failure"]
+    assert ceiling is None or ceiling in [s["users"] for s in steps]
+    rows = list(csv.DictReader((report / "loadtest-1-steps.csv").open()))
+    assert len(rows) == len(steps)
+    assert all(int(r["requests"]) == int(r["successes"]) + int(r["failures"]) for r in rows)
+    assert len(open_every_png(report / "index.html")) == 2
