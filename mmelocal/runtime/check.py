@@ -175,9 +175,12 @@ def check_path(
             client = TritonClient.for_launcher(
                 launcher, timeout_s=opts.infer_timeout_s, load_timeout_s=opts.load_timeout_s
             )
-            for target in targets:
-                say(f"checking {target.check.name}")
-                _check_model(client, launcher, target, opts, gpu)
+            try:
+                for target in targets:
+                    say(f"checking {target.check.name}")
+                    _check_model(client, launcher, target, opts, gpu)
+            finally:
+                client.close()
         return report
     finally:
         shutil.rmtree(work, ignore_errors=True)

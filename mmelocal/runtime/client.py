@@ -72,6 +72,9 @@ class TritonClient:
         self._is_alive = is_alive
         self._log_path = log_path
         self._local = threading.local()
+        self._all_lock = threading.Lock()
+        self._all: list[Any] = []
+        self._generation = 0
 
     @classmethod
     def for_launcher(
@@ -91,7 +94,10 @@ class TritonClient:
 
     # -- plumbing ---------------------------------------------------------------------
     def _raw(self, timeout_s: float) -> Any:
-        clients: dict[float, Any] = self._local.__dict__.setdefault("clients", {})
+        if getattr(self._local, "generation", None) != self._generation:
+            self._local.clients = {}
+            self._local.generation = self._generation
+        clients: dict[float, Any] = self._local.clients
         client = clients.get(timeout_s)
         if client is None:
             if self.protocol == "http":
@@ -105,6 +111,8 @@ class TritonClient:
 
                 client = tg.InferenceServerClient(self.url)
             clients[timeout_s] = client
+            with self._all_lock:
+                self._all.append(client)
         return client
 
     def _grpc_kwargs(self, timeout_s: float) -> dict[str, Any]:
@@ -358,8 +366,15 @@ class TritonClient:
             raise RuntimeLayerError(f"metrics at {self.metrics_url} failed: {exc}") from exc
 
     def close(self) -> None:
-        """Close this thread's connections."""
-        for client in self._local.__dict__.pop("clients", {}).values():
+        """Close every connection this client opened (in all threads).
+
+        Close clients before stopping the server: Triton waits up to its exit timeout for
+        open HTTP connections to go away.
+        """
+        with self._all_lock:
+            clients, self._all = self._all, []
+            self._generation += 1
+        for client in clients:
             try:
                 client.close()
             except Exception:  # closing is best effort

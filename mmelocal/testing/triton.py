@@ -101,6 +101,8 @@ class TestTritonServer:
     def stop(self) -> None:
         """Stop the server and remove its repository (the log is kept beside it if asked)."""
         try:
+            if self._client is not None:
+                self._client.close()
             self.launcher.stop()
         finally:
             if not os.environ.get("MMELOCAL_KEEP_TEST_SERVER_FILES"):

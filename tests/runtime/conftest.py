@@ -1,0 +1,45 @@
+"""Shared models for the runtime tests (the Triton server itself comes from mmelocal's plugin)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def acceptance_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Tiny BERT (random BertConfig) and resnet18 (weights=None), TorchScript and ONNX, built
+    by mmelocal's builder with reference outputs of the torch model."""
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("torchvision")
+    from mmelocal.builder.build import build_model
+
+    root = tmp_path_factory.mktemp("acceptance")
+    bert_dir = root / "tinybert-src"
+    config = transformers.BertConfig(
+        vocab_size=128,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
+    transformers.BertModel(config).eval().save_pretrained(bert_dir)
+    repo = root / "repo"
+    built = {}
+    overrides = {"warmup_batch_sizes": (1,)}
+    for spec, family in ((str(bert_dir), "tinybert"), ("torchvision:resnet18", "resnet18")):
+        for fmt in ("torchscript", "onnx"):
+            name = f"{family}_{fmt}"
+            result = build_model(
+                spec,
+                repo=repo,
+                name=name,
+                format=fmt,
+                seq_len=16,
+                verify=False,
+                overrides=overrides,
+            )
+            built[name] = result.model_dir
+    return built
