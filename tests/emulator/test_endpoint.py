@@ -1,0 +1,191 @@
+"""boto3 and tritonclient against the emulator on a real Triton (50 copies, small budget)."""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from emulator_helpers import MemorySampler, output_of, payload, raw_request
+
+from mmelocal.emulator.platform import EmulatorConfig
+from mmelocal.emulator.server import EmulatorServer
+from mmelocal.testing.emulator_fixtures import MmeEndpoint
+from mmelocal.testing.tiny_model import expected, write_tarball
+
+pytestmark = pytest.mark.triton
+
+COPIES = 50
+MiB = 1024 * 1024
+BUDGET = 300 * MiB  # the tiny model's stub is ~40 MB RSS: about 5 copies fit under 90 %
+
+
+def scale_of(target: str) -> float:
+    return float(target.split("-")[1].split(".")[0]) + 1.0
+
+
+@pytest.fixture(scope="module")
+def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MmeEndpoint]:
+    root = tmp_path_factory.mktemp("mme50")
+    store = root / "store"
+    store.mkdir()
+    for i in range(COPIES):
+        write_tarball(store / f"model-{i}.tar.gz", scale=float(i + 1))
+    config = EmulatorConfig(
+        store=str(store), cache_dir=root / "cache", memory_budget_bytes=BUDGET, endpoint_name="ep"
+    )
+    with EmulatorServer(config) as server:
+        yield MmeEndpoint(url=server.url, store=store, server=server, endpoint_name="ep")
+
+
+def triton_pid(endpoint: MmeEndpoint) -> int | None:
+    pid: int | None = endpoint.state()["instances"][0]["pid"]
+    return pid
+
+
+def test_boto3_many_copies_over_budget(endpoint: MmeEndpoint) -> None:
+    rng = random.Random(7)
+    chosen = rng.sample(range(COPIES), 18)
+    plan: list[int] = []
+    for n, copy in enumerate(chosen):
+        plan += [copy, copy] + ([chosen[n - 1]] if n else [])
+    clients = [endpoint.client() for _ in range(4)]
+    answers: list[tuple[str, np.ndarray, np.ndarray]] = []
+    lock = threading.Lock()
+
+    def call(k: int) -> None:
+        target = f"model-{plan[k]}.tar.gz"
+        x, body = payload(rows=2, start=float(k))
+        response = clients[k % len(clients)].invoke_endpoint(
+            EndpointName="ep", TargetModel=target, ContentType="application/json", Body=body
+        )
+        assert response["ResponseMetadata"]["HTTPStatusCode"] == 200
+        assert response["ContentType"] == "application/json"
+        assert response["InvokedProductionVariant"] == "AllTraffic"
+        got = output_of(response["Body"].read())
+        with lock:
+            answers.append((target, x, got))
+
+    with MemorySampler(lambda: triton_pid(endpoint)) as sampler, ThreadPoolExecutor(4) as pool:
+        list(pool.map(call, range(len(plan))))
+    assert len(answers) == len(plan)  # 0 failures
+    for target, x, got in answers:
+        np.testing.assert_array_equal(got, expected(x, scale_of(target)))
+    state = endpoint.state()
+    counts = state["event_counts"]
+    assert counts["evict"] > 0, counts
+    assert counts["load"] >= len(chosen)
+    assert sampler.samples > 10
+    assert sampler.max_bytes <= BUDGET, f"loaded set reached {sampler.max_bytes} > {BUDGET}"
+    loaded = state["instances"][0]["loaded"]
+    assert 0 < len(loaded) < len(chosen)
+    # the same requests sent straight to Triton give the same numbers
+    http_url = state["instances"][0]["http_url"]
+    for entry in loaded:
+        target = entry["target"]
+        x, body = payload(rows=3, start=1.5)
+        status, _, direct = raw_request(
+            http_url,
+            "POST",
+            f"/v2/models/{target}/infer",
+            [("Content-Type", "application/json")],
+            body,
+        )
+        assert status == 200
+        via = endpoint.invoke(target, body)
+        np.testing.assert_array_equal(output_of(via), output_of(direct))
+    metrics = endpoint.metrics()
+    invocations = next(v for k, v in metrics.items() if k.startswith("Invocations{"))
+    assert invocations >= len(plan)
+    hit_count = next(v for k, v in metrics.items() if k.startswith("ModelCacheHit_count"))
+    hit_sum = next(v for k, v in metrics.items() if k.startswith("ModelCacheHit_sum"))
+    assert 0 < hit_sum < hit_count
+    assert any(k.startswith("LoadedModelCount") for k in metrics)
+    assert any(k.startswith("DiskUtilization") for k in metrics)
+
+
+def test_32_simultaneous_first_calls_cause_one_load(endpoint: MmeEndpoint) -> None:
+    target = "model-49.tar.gz"
+    clients = [endpoint.client() for _ in range(32)]
+    barrier = threading.Barrier(32)
+    x, body = payload(rows=1)
+
+    def call(k: int) -> np.ndarray:
+        barrier.wait()
+        response = clients[k].invoke_endpoint(
+            EndpointName="ep", TargetModel=target, ContentType="application/json", Body=body
+        )
+        return output_of(response["Body"].read())
+
+    with ThreadPoolExecutor(32) as pool:
+        results = list(pool.map(call, range(32)))
+    for got in results:
+        np.testing.assert_array_equal(got, expected(x, scale_of(target)))
+    events = [e for e in endpoint.state()["events"] if e["target"] == target]
+    assert [e["kind"] for e in events].count("load") == 1
+    assert [e["kind"] for e in events].count("download") == 1
+
+
+def test_tritonclient_loads_on_demand(endpoint: MmeEndpoint) -> None:
+    import tritonclient.http as httpclient
+
+    client = httpclient.InferenceServerClient(endpoint.url.split("://")[1])
+    assert client.is_server_live() and client.is_server_ready()
+    target = "model-47.tar.gz"
+    assert client.is_model_ready(target)
+    meta = client.get_model_metadata(target)
+    assert meta["name"] == target
+    assert client.get_model_config(target)["max_batch_size"] == 8
+    for binary in (True, False):
+        cold = "model-46.tar.gz" if binary else "model-45.tar.gz"
+        x = np.full((2, 4), 3.0, dtype=np.float32)
+        tensor = httpclient.InferInput("INPUT0", [2, 4], "FP32")
+        tensor.set_data_from_numpy(x, binary_data=binary)
+        out = httpclient.InferRequestedOutput("OUTPUT0", binary_data=binary)
+        result = client.infer(cold, [tensor], outputs=[out])
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), expected(x, scale_of(cold)))
+    from tritonclient.utils import InferenceServerException
+
+    with pytest.raises(InferenceServerException, match="not found"):
+        client.infer("missing.tar.gz", [tensor])
+
+
+def test_ping_metrics_and_state(endpoint: MmeEndpoint) -> None:
+    status, _, body = raw_request(endpoint.url, "GET", "/ping")
+    assert status == 200
+    ping = json.loads(body)
+    assert ping["status"] == "Healthy" and "host-rss" in ping["instances"][0]["probe"]
+    status, headers, body = raw_request(endpoint.url, "GET", "/metrics")
+    assert status == 200 and headers["content-type"].startswith("text/plain")
+    assert b"# TYPE ModelLoadingTime summary" in body
+
+
+def test_model_not_ready_when_the_load_is_slower_than_the_wait(tmp_path: Path) -> None:
+    from botocore.exceptions import ClientError
+
+    store = tmp_path / "store"
+    store.mkdir()
+    write_tarball(store / "slow.tar.gz", scale=5.0)
+    config = EmulatorConfig(
+        store=str(store), cache_dir=tmp_path / "cache", load_wait_timeout_s=0.05
+    )
+    with EmulatorServer(config) as server:
+        mme = MmeEndpoint(url=server.url, store=store, server=server)
+        x, body = payload(rows=1)
+        with pytest.raises(ClientError) as info:
+            mme.invoke("slow.tar.gz", body)
+        error: dict[str, Any] = info.value.response["Error"]
+        assert error["Code"] == "ModelNotReadyException"
+        assert info.value.response["ResponseMetadata"]["HTTPStatusCode"] == 429
+        assert "still loading" in error["Message"]
+        for _ in range(100):
+            if any(e["kind"] == "load" for e in mme.state()["events"]):
+                break
+            threading.Event().wait(0.1)
+        np.testing.assert_array_equal(output_of(mme.invoke("slow.tar.gz", body)), expected(x, 5.0))
