@@ -108,4 +108,9 @@ DOCKER_BUILDKIT=0 docker build --quiet \
     --label "mmelocal.pytriton-version=$pytriton_version" \
     -t "$image_tag" "$context" > /dev/null
 log "built $image_tag"
+# older builds of the test image (other input hashes) are dead weight: drop them
+if [ -z "${MMELOCAL_TEST_IMAGE:-}" ]; then
+    docker images --format '{{.Repository}}:{{.Tag}}' mmelocal-test/tritonserver \
+        | grep -vxF "$image_tag" | xargs -r docker rmi > /dev/null 2>&1 || true
+fi
 echo "$image_tag"
