@@ -196,3 +196,19 @@ def test_gpu_container_gets_a_gpu(
         assert requests and requests[0]["Capabilities"] == [["gpu"]]
         code, output = container.exec_run(["sh", "-c", "ls /dev/nvidia0"])
         assert code == 0, output
+
+
+def test_plugin_test_server_runs_in_docker(
+    triton_test_image: str, add_one_repository: Path, docker_engine: Any
+) -> None:
+    from mmelocal.testing.triton import PYTHON_ONLY, TestTritonServer
+
+    with TestTritonServer(
+        launcher="docker", docker_image=triton_test_image, backends=PYTHON_ONLY
+    ) as server:
+        assert isinstance(server.launcher, DockerLauncher)
+        name = server.load_model(add_one_repository / "add_one", timeout_s=60)
+        out = server.client.infer(name, {"INPUT0": np.ones((1, 4), np.float32)})["OUTPUT0"]
+        np.testing.assert_array_equal(out, np.full((1, 4), 2, np.float32))
+        container_id = server.launcher.container_id
+    assert not docker_engine.containers.list(all=True, filters={"id": container_id})
