@@ -1,0 +1,55 @@
+"""Acceptance: `mmelocal capacity` on the packaged MiniLM with a CPU memory budget."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from _render import open_every_png
+
+from mmelocal.cli.main import main
+
+pytestmark = [pytest.mark.triton, pytest.mark.slow]
+
+MIB = 1024 * 1024
+# One MiniLM copy (TorchScript run by torch inside a Python-backend stub) adds about 650-700
+# MiB of RSS here: a 2 GiB budget (limit 1843 MiB at 90 %) holds two or three copies.
+BUDGET = "2GiB"
+
+
+def test_minilm_count_and_the_next_copy_crosses(tmp_path: Path) -> None:
+    out_json, report = tmp_path / "capacity.json", tmp_path / "report"
+    code = main(
+        [
+            "capacity",
+            "minilm",
+            "--memory-budget",
+            BUDGET,
+            "--threshold",
+            "0.9",
+            "--max-copies",
+            "5",
+            "--json",
+            str(out_json),
+            "--report",
+            str(report),
+        ]
+    )
+    assert code == 0
+    data = json.loads(out_json.read_text())
+    assert data["kind"] == "capacity" and data["model_format"] == "torchscript"
+    limit = 0.9 * 2 * 1024 * MIB
+    assert data["limit_bytes"] == int(limit)
+    assert data["count"] >= 2
+    # every counted copy stayed within the threshold ...
+    assert all(load["used_bytes"] <= limit for load in data["loads"])
+    # ... and loading one more copy than the count, on the real server, crossed it
+    crossing = data["next_copy"]
+    assert crossing is not None and crossing["copies"] == data["count"] + 1
+    assert crossing["used_bytes"] > limit
+    assert data["baseline_bytes"] > 0 and data["per_model_mean_bytes"] > 50 * MIB
+    # the projection onto the measured card reproduces the measured count (± 1)
+    assert abs(data["projected_count"] - data["count"]) <= 1
+    assert {row["gpu"] for row in data["projection"]["rows"]} >= {"T4", "A10G", "H100"}
+    assert len(open_every_png(report / "index.html")) == 1
