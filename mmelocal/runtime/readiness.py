@@ -8,6 +8,7 @@ the tail of the server log, so nobody has to go and find the log to learn why.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -88,11 +89,32 @@ def wait_until_ready(
         time.sleep(interval_s)
 
 
-def _tail_text(log_path: Path | str | None) -> str:
-    tail = log_tail(log_path)
+_NOTABLE = re.compile(r"^E\d{4} |unrecognized option|error:|failed to|Usage: ", re.IGNORECASE)
+
+
+def log_excerpt(log_path: Path | str | None, *, lines: int = DEFAULT_LOG_TAIL_LINES) -> str:
+    """Error lines of the log (Triton's ``E....`` lines, bad options), then its tail.
+
+    A bad flag makes tritonserver print one line and then its whole usage text: the line
+    that matters is the one before ``Usage:``, not the tail.
+    """
+    tail = log_tail(log_path, lines=10_000)
     if not tail:
+        return ""
+    all_lines = tail.splitlines()
+    if any(line.startswith("Usage: ") for line in all_lines):
+        usage = next(i for i, line in enumerate(all_lines) if line.startswith("Usage: "))
+        return "\n".join(all_lines[max(0, usage - lines) : usage])
+    notable = [line for line in all_lines[:-lines] if _NOTABLE.search(line)][-10:]
+    kept = [*notable, "..."] if notable else []
+    return "\n".join(kept + all_lines[-lines:])
+
+
+def _tail_text(log_path: Path | str | None) -> str:
+    excerpt = log_excerpt(log_path)
+    if not excerpt:
         return f" (log: {log_path})" if log_path else ""
-    return f"\n--- last lines of {log_path} ---\n{tail}"
+    return f"\n--- from {log_path} ---\n{excerpt}"
 
 
-__all__ = ["log_tail", "wait_until_ready"]
+__all__ = ["log_excerpt", "log_tail", "wait_until_ready"]

@@ -1,0 +1,101 @@
+"""LocalLauncher lifecycle on the real pip tritonserver: start, death, stop, failures."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import numpy as np
+import psutil
+import pytest
+from runtime_models import write_python_model
+
+from mmelocal.errors import ServerDiedError, ServerStartError
+from mmelocal.runtime.client import TritonClient
+from mmelocal.runtime.config import ServerConfig
+from mmelocal.runtime.local import LocalLauncher
+from mmelocal.runtime.sagemaker import SageMakerClient
+
+pytestmark = pytest.mark.triton
+
+
+def _stub_pids(pid: int) -> list[int]:
+    return [
+        p.pid
+        for p in psutil.Process(pid).children(recursive=True)
+        if "triton_python_backend_stub" in " ".join(p.cmdline())
+    ]
+
+
+def test_sigkill_is_seen_quickly_and_stubs_are_reaped(tmp_path):
+    write_python_model(tmp_path, "victim")
+    launcher = LocalLauncher(ServerConfig(model_repository=tmp_path))
+    with launcher:
+        client = TritonClient.for_launcher(launcher)
+        client.load("victim")
+        stubs = _stub_pids(launcher.pid())
+        assert stubs
+        os.kill(launcher.pid(), signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while launcher.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not launcher.is_alive()
+        started = time.monotonic()
+        with pytest.raises(ServerDiedError) as info:
+            client.infer("victim", {"INPUT0": np.zeros((1, 4), np.float32)})
+        assert time.monotonic() - started < 2.0
+        assert "not running" in str(info.value)
+        with pytest.raises(ServerDiedError):
+            client.load("victim")
+        sm = SageMakerClient("http://127.0.0.1:1", is_alive=launcher.is_alive, timeout_s=2)
+        with pytest.raises(ServerDiedError):
+            sm.invoke("victim", b"{}")
+    # stop() after the kill reaped the stub processes left in the group
+    time.sleep(0.2)
+    assert not [pid for pid in stubs if psutil.pid_exists(pid) and _is_running(pid)]
+
+
+def _is_running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def test_stop_is_idempotent_and_context_manager_cleans_up(tmp_path):
+    launcher = LocalLauncher(ServerConfig(model_repository=tmp_path))
+    launcher.stop()  # never started: no-op
+    with launcher as running:
+        pid = running.pid()
+        assert running.is_alive()
+        assert running.ready_after_s is not None and running.start_overhead_s is not None
+        url = running.endpoints.http_url
+        assert url.startswith("http://127.0.0.1:")
+    assert not launcher.is_alive()
+    assert not psutil.pid_exists(pid) or not _is_running(pid)
+    launcher.stop()
+    launcher.stop()
+    assert launcher.log_path is not None and launcher.log_path.is_file()
+
+
+def test_start_failure_names_url_seconds_and_log_tail(tmp_path):
+    config = ServerConfig(model_repository=tmp_path, extra_args=("--no-such-flag-mmelocal=1",))
+    launcher = LocalLauncher(config, start_timeout_s=30)
+    started = time.monotonic()
+    with pytest.raises(ServerStartError) as info:
+        launcher.start()
+    assert time.monotonic() - started < 10  # the exit is seen at once, no timeout wait
+    message = str(info.value)
+    assert "http://127.0.0.1:" in message and "exited" in message
+    assert "no-such-flag-mmelocal" in message  # tritonserver's own complaint, from the log
+    assert not launcher.is_alive()
+
+
+def test_exception_inside_context_stops_the_server(tmp_path):
+    launcher = LocalLauncher(ServerConfig(model_repository=tmp_path))
+    with pytest.raises(RuntimeError), launcher:
+        pid = launcher.pid()
+        raise RuntimeError("test body failed")
+    assert not launcher.is_alive()
+    assert not psutil.pid_exists(pid) or not _is_running(pid)

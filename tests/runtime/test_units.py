@@ -1,0 +1,206 @@
+"""Runtime pieces that need no server: config argv/env, readiness, native derivation, samples."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from runtime_models import write_mlp, write_python_model
+
+from mmelocal.builder.config import read_config
+from mmelocal.errors import ConfigError, ServerStartError, UserInputError
+from mmelocal.runtime.config import ServerConfig
+from mmelocal.runtime.native import (
+    available_backends,
+    prepare_model_for_server,
+    prepare_repository,
+    required_backend,
+)
+from mmelocal.runtime.readiness import wait_until_ready
+from mmelocal.runtime.samples import check_outputs, compare_outputs, sample_inputs
+
+
+def test_config_args_and_env(tmp_path):
+    config = ServerConfig(
+        model_repository=tmp_path,
+        sagemaker=True,
+        log_verbose=1,
+        python_shm_default_bytes=32 * 1024 * 1024,
+        extra_args=("--strict-model-config=false",),
+        env={"FOO": "bar"},
+    ).resolved()
+    args = config.to_args()
+    ports = {config.http_port, config.grpc_port, config.metrics_port, config.sagemaker_port}
+    assert len(ports) == 4 and 0 not in ports
+    assert f"--model-repository={tmp_path}" in args
+    assert "--model-control-mode=explicit" in args
+    assert "--allow-sagemaker=true" in args
+    assert f"--sagemaker-port={config.sagemaker_port}" in args
+    assert "--backend-config=python,shm-default-byte-size=33554432" in args
+    assert "--log-verbose=1" in args and args[-1] == "--strict-model-config=false"
+    assert config.to_env() == {"SAGEMAKER_MULTI_MODEL": "true", "FOO": "bar"}
+    plain = ServerConfig(model_repository=tmp_path).resolved()
+    assert not any("sagemaker" in a for a in plain.to_args())
+    assert plain.to_env() == {}
+    assert "--backend-config=python,shm-default-byte-size=16777216" in plain.to_args()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({"http_port": 70000}, "http_port"),
+        ({"model_control_mode": "sometimes"}, "explicit, poll, none"),
+        ({"python_shm_default_bytes": 10}, "python_shm_default_bytes"),
+        ({"extra_args": ("model-repository=/x",)}, "starting with '--'"),
+        ({"log_verbose": -1}, "log_verbose"),
+    ],
+)
+def test_config_rejects_bad_values(tmp_path, kwargs, words):
+    with pytest.raises(UserInputError, match=words):
+        ServerConfig(model_repository=tmp_path, **kwargs)
+
+
+def test_to_args_needs_resolved_ports(tmp_path):
+    with pytest.raises(UserInputError, match="resolved"):
+        ServerConfig(model_repository=tmp_path).to_args()
+
+
+def test_wait_until_ready_timeout_message(tmp_path):
+    log = tmp_path / "server.log"
+    log.write_text("line one\nE1122 something broke badly\n")
+    started = time.monotonic()
+    with pytest.raises(ServerStartError) as info:
+        wait_until_ready(lambda: False, timeout_s=0.3, url="http://127.0.0.1:9", log_path=log)
+    assert time.monotonic() - started < 2
+    message = str(info.value)
+    assert "http://127.0.0.1:9" in message and "0.3s" in message
+    assert "something broke badly" in message
+    assert info.value.url == "http://127.0.0.1:9" and info.value.log_path == log
+
+
+def test_wait_until_ready_fails_fast_when_process_exits(tmp_path):
+    process = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    started = time.monotonic()
+    with pytest.raises(ServerStartError, match="code 3"):
+        wait_until_ready(
+            lambda: False, timeout_s=30, url="http://x:1", log_path=None, process=process
+        )
+    assert time.monotonic() - started < 5
+
+
+def test_wait_until_ready_returns_seconds():
+    calls = iter([False, RuntimeError("not yet"), True])
+
+    def check() -> bool:
+        value = next(calls)
+        if isinstance(value, Exception):
+            raise value
+        return value
+
+    assert wait_until_ready(check, timeout_s=5, url="u", log_path=None, interval_s=0.01) >= 0
+
+
+def test_derived_copy_keeps_scheduling_and_never_touches_the_source(tmp_path):
+    source = write_mlp(tmp_path / "src", "mlp", "torchscript", instance_count=2)
+    original = (source / "config.pbtxt").read_text()
+    prepared = prepare_model_for_server(
+        source, tmp_path / "out", backends_available={"python"}, gpu=False
+    )
+    assert prepared.derived and prepared.backend == "python"
+    assert (source / "config.pbtxt").read_text() == original
+    assert not (source / "1" / "model.py").exists()
+    served = read_config(prepared.served_dir / "config.pbtxt")
+    src = read_config(source / "config.pbtxt")
+    assert served.backend == "python" and not served.platform
+    assert served.name == src.name and served.max_batch_size == src.max_batch_size
+    assert list(served.input) == list(src.input) and list(served.output) == list(src.output)
+    assert served.dynamic_batching == src.dynamic_batching
+    assert served.instance_group[0].count == 2
+    assert list(served.model_warmup) == list(src.model_warmup)
+    assert served.parameters["mmelocal_artifact_format"].string_value == "torchscript"
+    assert served.parameters["mmelocal_artifact"].string_value == "model.pt"
+    assert (prepared.served_dir / "1" / "model.py").is_file()
+    assert (prepared.served_dir / "1" / "model.pt").is_file()
+    assert any("pytorch_libtorch" in note for note in prepared.notes)
+
+
+def test_kind_gpu_becomes_cpu_only_without_gpu(tmp_path):
+    source = write_mlp(tmp_path / "src", "mlp", "onnx")
+    text = (
+        (source / "config.pbtxt")
+        .read_text()
+        .replace(
+            "instance_group {\n  count: 1\n}",
+            "instance_group {\n  count: 1\n  kind: KIND_GPU\n  gpus: [0]\n}",
+        )
+    )
+    assert "KIND_GPU" in text
+    (source / "config.pbtxt").write_text(text)
+    cpu = prepare_model_for_server(
+        source, tmp_path / "cpu", backends_available={"python"}, gpu=False
+    )
+    assert "KIND_CPU" in (cpu.served_dir / "config.pbtxt").read_text()
+    assert any("KIND_CPU" in note for note in cpu.notes)
+    gpu = prepare_model_for_server(
+        source, tmp_path / "gpu", backends_available={"python"}, gpu=True
+    )
+    assert "KIND_GPU" in (gpu.served_dir / "config.pbtxt").read_text()
+    assert not any("KIND_CPU" in note for note in gpu.notes)
+
+
+def test_native_backend_present_means_plain_copy(tmp_path):
+    source = write_mlp(tmp_path / "src", "mlp", "onnx")
+    prepared = prepare_model_for_server(
+        source, tmp_path / "out", backends_available={"python", "onnxruntime"}, gpu=False
+    )
+    assert not prepared.derived and prepared.backend == "onnxruntime"
+    assert read_config(prepared.served_dir / "config.pbtxt").platform == "onnxruntime_onnx"
+
+
+def test_unknown_backend_is_a_clear_error(tmp_path):
+    folder = write_python_model(tmp_path / "src", "tf")
+    text = (
+        (folder / "config.pbtxt")
+        .read_text()
+        .replace('backend: "python"', 'platform: "tensorflow_savedmodel"')
+    )
+    (folder / "config.pbtxt").write_text(text)
+    with pytest.raises(ConfigError, match="tensorflow"):
+        prepare_model_for_server(folder, tmp_path / "out", backends_available={"python"}, gpu=False)
+
+
+def test_prepare_repository_and_backends(tmp_path):
+    repo = tmp_path / "repo"
+    write_mlp(repo, "a", "onnx")
+    write_python_model(repo, "b")
+    prepared = prepare_repository(repo, tmp_path / "out", backends_available={"python"}, gpu=False)
+    assert [(p.name, p.derived) for p in prepared] == [("a", True), ("b", False)]
+    backends = tmp_path / "backends"
+    (backends / "python").mkdir(parents=True)
+    assert available_backends(backends) == {"python", "ensemble"}
+    assert required_backend(read_config(repo / "a" / "config.pbtxt")) == "onnxruntime"
+
+
+def test_sample_inputs_and_output_checks(tmp_path):
+    config = read_config(write_mlp(tmp_path, "mlp", "onnx") / "config.pbtxt")
+    inputs = sample_inputs(config, batch_size=2)
+    assert inputs["x"].shape == (2, 4) and inputs["x"].dtype == np.float32
+    assert check_outputs(config, {"y": np.zeros((2, 3), np.float32)}, batch_size=2) == []
+    problems = check_outputs(config, {"y": np.zeros((2, 5), np.float32)}, batch_size=2)
+    assert problems and "shape" in problems[0]
+    assert "missing" in check_outputs(config, {}, batch_size=2)[0]
+    ok, worst = compare_outputs({"y": np.ones(3)}, {"y": np.ones(3) + 1e-6}, atol=1e-4, rtol=0)
+    assert ok == [] and worst < 1e-5
+    bad, _ = compare_outputs({"y": np.ones(3)}, {"y": np.zeros(3)}, atol=1e-4, rtol=0)
+    assert "differs" in bad[0]
+
+
+def test_runner_template_is_packaged():
+    from mmelocal.runtime.native import runner_template
+
+    assert runner_template().name == "model.py"
+    assert Path(runner_template()).read_text().count("class TritonPythonModel") == 1
