@@ -93,6 +93,10 @@ def build_model(
 
     report = progress or (lambda stage, message: None)
     _check_args(format, atol, rtol, version, seq_len, fp16, int8)
+    if name is not None and (not name or "/" in name or "\\" in name or name.startswith(".")):
+        raise UserInputError(
+            f"name must be a folder name (no '/', not starting with '.'), got {name!r}"
+        )
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
     if options is None:
         guess = presets.detect_family(spec if isinstance(spec, str) else spec.family)

@@ -230,18 +230,22 @@ def _print_result(result: Any) -> None:
     size_mb = result.artifact_path.stat().st_size / 1e6
     table = Table(title=f"built {result.name}", show_header=False, title_justify="left")
     table.add_column("what", style="bold")
-    table.add_column("value")
-    table.add_row("artifact", f"{result.artifact_path} ({size_mb:.1f} MB)")
+    table.add_column("value", overflow="fold")
+    table.add_row("artifact", f"{result.artifact.file_name} ({size_mb:.1f} MB)")
     table.add_row("platform", f"{result.artifact.platform} ({result.family} preset)")
     for label, specs in (("inputs", sig.inputs), ("outputs", sig.outputs)):
         table.add_row(label, "\n".join(f"{s.name}  {s.data_type}  {list(s.dims)}" for s in specs))
     table.add_row("max_batch_size", str(result.options.max_batch_size))
-    table.add_row("config", str(result.config_path))
-    table.add_row("reference", str(result.reference_path))
     table.add_row("time", "  ".join(f"{k} {v:.1f}s" for k, v in result.timings_s.items()))
     if result.notes:
         table.add_row("notes", "\n".join(result.notes))
     console.print(table)
+    for label, path in (
+        ("artifact", result.artifact_path),
+        ("config", result.config_path),
+        ("reference", result.reference_path),
+    ):
+        console.print(f"{label:>9}: {path}", soft_wrap=True, highlight=False)
     report = result.verify_report
     if report is None:
         console.print("verification: [yellow]off[/] (--no-verify)")

@@ -148,7 +148,7 @@ def _image_source(
     factory = float_image_factory((3, *size))
     example = factory(batch_size, None, 0)
     axes = infer_dynamic_axes(module, factory, ("input",), ("output",), None)
-    notes = () if pretrained else ("random weights (pass pretrained=True for trained ones)",)
+    notes = () if pretrained else ("random weights (--pretrained for trained ones)",)
     return ModelSource(
         spec=spec,
         name=name,
