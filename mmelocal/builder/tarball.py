@@ -19,15 +19,14 @@ import gzip
 import logging
 import os
 import posixpath
-import queue
 import shutil
 import tarfile
 import tempfile
-import threading
 import zlib
 from pathlib import Path
-from typing import IO, BinaryIO, cast
+from typing import IO, cast
 
+from mmelocal.builder.gunzip import GunzipStream
 from mmelocal.errors import UnsafeArchiveError, UserInputError
 
 log = logging.getLogger(__name__)
@@ -177,7 +176,7 @@ def _extract_into(src: Path, root: Path, max_members: int, max_unpacked_bytes: i
             )
         raw.seek(0)
         try:
-            with _GunzipStream(raw) as gz:
+            with GunzipStream(raw, chunk_bytes=_CHUNK_BYTES) as gz:
                 stream = cast(IO[bytes], gz)
                 with tarfile.open(fileobj=stream, mode="r|", bufsize=_CHUNK_BYTES) as tar:
                     _Extractor(src, root, max_members, max_unpacked_bytes).run(tar)
@@ -191,99 +190,6 @@ def _extract_into(src: Path, root: Path, max_members: int, max_unpacked_bytes: i
             ) from None
         except OSError as exc:
             raise UnsafeArchiveError(f"cannot extract {src}: {exc}", archive=src) from None
-
-
-class _GunzipStream:
-    """Read-only file object over a gzip file, inflated by a helper thread.
-
-    zlib releases the GIL while inflating, so decompression overlaps with the tar parsing
-    and file writes of the caller (as ``tar -xzf`` overlaps gzip and tar). zlib in gzip
-    mode checks each member's CRC-32 and length; concatenated members are supported.
-    """
-
-    def __init__(self, raw: BinaryIO, *, queue_chunks: int = 8) -> None:
-        self._raw = raw
-        self._queue: queue.Queue[bytes | BaseException | None] = queue.Queue(queue_chunks)
-        self._stop = threading.Event()
-        self._buffer = b""
-        self._offset = 0
-        self._done = False
-        self._thread = threading.Thread(target=self._inflate, name="mmelocal-gunzip", daemon=True)
-        self._thread.start()
-
-    def _inflate(self) -> None:
-        try:
-            inflater = zlib.decompressobj(31)
-            while not self._stop.is_set():
-                data = self._raw.read(_CHUNK_BYTES)
-                if not data:
-                    if not inflater.eof:
-                        raise EOFError("compressed file ended before the end-of-stream marker")
-                    break
-                while data:
-                    out = inflater.decompress(data)
-                    if out:
-                        self._put(out)
-                    if inflater.eof:
-                        data = inflater.unused_data.lstrip(b"\x00")
-                        if data:
-                            inflater = zlib.decompressobj(31)
-                    else:
-                        data = b""
-            self._put(None)
-        except BaseException as exc:  # handed to the reading thread
-            self._put(exc)
-
-    def _put(self, item: bytes | BaseException | None) -> None:
-        while not self._stop.is_set():
-            try:
-                self._queue.put(item, timeout=0.1)
-                return
-            except queue.Full:
-                continue
-
-    def _next_chunk(self) -> bool:
-        if self._done:
-            return False
-        item = self._queue.get()
-        if item is None:
-            self._done = True
-            return False
-        if isinstance(item, BaseException):
-            self._done = True
-            raise item
-        self._buffer, self._offset = item, 0
-        return True
-
-    def read(self, size: int = -1) -> bytes:
-        """Up to ``size`` inflated bytes (all remaining when negative); b"" at the end."""
-        parts: list[bytes] = []
-        want = size if size >= 0 else float("inf")
-        got = 0
-        while got < want:
-            if self._offset >= len(self._buffer) and not self._next_chunk():
-                break
-            take = int(min(want - got, len(self._buffer) - self._offset))
-            parts.append(self._buffer[self._offset : self._offset + take])
-            self._offset += take
-            got += take
-        return b"".join(parts)
-
-    def drain(self) -> None:
-        """Read to the end (so the trailer checks run)."""
-        while self._offset < len(self._buffer) or self._next_chunk():
-            self._offset = len(self._buffer)
-
-    def close(self) -> None:
-        """Stop the helper thread."""
-        self._stop.set()
-        self._thread.join()
-
-    def __enter__(self) -> _GunzipStream:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class _Extractor:

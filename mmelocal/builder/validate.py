@@ -5,14 +5,14 @@ without running a server: layout, version folders, config.pbtxt against Triton's
 the file the platform needs, inputs and outputs against the artifact (ONNX: names,
 count, data types, ranks and dims from the graph; TorchScript: the number and names of
 ``forward`` arguments - ranks and dtypes are not recorded statically in TorchScript),
-the batch dimension against ``max_batch_size``, and for tarballs the MME layout plus the
+the batch dimension against ``max_batch_size`` (see :mod:`mmelocal.builder.compare`), warmup
+and batching settings against ``max_batch_size``, and for tarballs the MME layout plus the
 safety checks of :func:`~mmelocal.builder.tarball.safe_extract`.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import tempfile
 from dataclasses import asdict, dataclass, field
@@ -20,17 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from mmelocal.builder import repository, tarball
+from mmelocal.builder.compare import check_artifact
 from mmelocal.builder.config import read_config
-from mmelocal.builder.tensors import (
-    Signature,
-    TensorSpec,
-    inspect_onnx,
-    torchscript_forward_args,
-)
-from mmelocal.errors import ConfigError, MissingDependencyError, UnsafeArchiveError, UserInputError
+from mmelocal.errors import ConfigError, UnsafeArchiveError
 
 SEVERITIES = ("error", "warning", "info")
-_INDEXED_NAME = re.compile(r"^.+__(\d+)$")
 _GUESSED_FILES = [*repository.PLATFORM_FILES.values(), "model.py"]
 
 
@@ -227,7 +221,13 @@ def _validate_model(model_dir: Path, report: ValidationReport, *, display: Path 
                 f"{filename or 'model file'} not found (present: {present})",
             )
             continue
-        _check_artifact(cfg, artifact, report, f"{where}/{version}/{artifact.name}")
+        for finding in check_artifact(cfg, artifact):
+            report.add(
+                finding.code,
+                f"{where}/{version}/{artifact.name}",
+                finding.message,
+                finding.severity,
+            )
 
 
 def _versions(model_dir: Path, report: ValidationReport, where: str) -> list[int]:
@@ -283,155 +283,6 @@ def _check_batching(cfg: Any, report: ValidationReport, where: str) -> None:
                     where,
                     f"{label}: {key!r} dims {list(value.dims)} must be concrete (> 0)",
                 )
-
-
-def _config_specs(tensors: Any) -> list[TensorSpec | None]:
-    from tritonclient.grpc import model_config_pb2 as pb
-
-    specs: list[TensorSpec | None] = []
-    for t in tensors:
-        if t.HasField("reshape"):
-            specs.append(None)
-            continue
-        specs.append(TensorSpec(t.name, pb.DataType.Name(t.data_type), tuple(t.dims)))
-    return specs
-
-
-def _check_artifact(cfg: Any, artifact: Path, report: ValidationReport, where: str) -> None:
-    try:
-        if artifact.suffix == ".onnx" and artifact.is_file():
-            signature, _ = inspect_onnx(artifact, strip_batch=False)
-            _compare_onnx(cfg, signature, report, where)
-        elif artifact.suffix == ".pt" and cfg.platform == "pytorch_libtorch":
-            _compare_torchscript(cfg, torchscript_forward_args(artifact), report, where)
-        elif artifact.suffix == ".plan":
-            report.add(
-                "artifact.unchecked",
-                where,
-                "TensorRT plans are not inspected here (they need the GPU they were "
-                "built for); run mmelocal check on a GPU",
-                "info",
-            )
-    except MissingDependencyError as exc:
-        report.add("artifact.unchecked", where, str(exc), "warning")
-    except UserInputError as exc:
-        report.add("artifact.unreadable", where, str(exc).replace(f"{artifact}", artifact.name))
-
-
-def _compare_onnx(cfg: Any, model: Signature, report: ValidationReport, where: str) -> None:
-    mbs = cfg.max_batch_size
-    model_inputs = {s.name: s for s in model.inputs}
-    model_outputs = {s.name: s for s in model.outputs}
-    config_inputs = {t.name for t in cfg.input}
-    for missing in sorted(set(model_inputs) - config_inputs):
-        report.add(
-            "io.missing_input",
-            where,
-            f"model input {missing!r} is not in the config (config inputs: "
-            f"{sorted(config_inputs)})",
-        )
-    for kind, tensors, actual in (
-        ("input", cfg.input, model_inputs),
-        ("output", cfg.output, model_outputs),
-    ):
-        for spec in _config_specs(tensors):
-            if spec is None:
-                continue
-            found = actual.get(spec.name)
-            if found is None:
-                report.add(
-                    f"io.unknown_{kind}",
-                    where,
-                    f"config {kind} {spec.name!r} is not a model {kind} "
-                    f"(model {kind}s: {sorted(actual)})",
-                )
-                continue
-            _compare_tensor(kind, spec, found, mbs, report, where)
-
-
-def _compare_tensor(
-    kind: str, spec: TensorSpec, found: TensorSpec, mbs: int, report: ValidationReport, where: str
-) -> None:
-    if spec.data_type != found.data_type:
-        report.add(
-            "io.dtype",
-            where,
-            f"{kind} {spec.name!r}: config says {spec.data_type}, model has {found.data_type}",
-        )
-    model_dims = found.dims
-    if mbs > 0:
-        if not model_dims:
-            report.add(
-                "io.rank",
-                where,
-                f"{kind} {spec.name!r} has rank 0 in the model; it has no batch dim "
-                f"for max_batch_size={mbs}",
-            )
-            return
-        if model_dims[0] != -1:
-            report.add(
-                "io.batch_dim_fixed",
-                where,
-                f"{kind} {spec.name!r}: the model's first dim is fixed to {model_dims[0]} "
-                f"but max_batch_size={mbs} needs it dynamic; re-export with a dynamic "
-                f"batch axis or set max_batch_size: 0",
-            )
-        model_dims = model_dims[1:]
-    if len(spec.dims) != len(model_dims):
-        batch = " plus the batch dim" if mbs > 0 else ""
-        report.add(
-            "io.rank",
-            where,
-            f"{kind} {spec.name!r}: config has rank {len(spec.dims)}{batch}, model has "
-            f"rank {len(found.dims)} {list(found.dims)}",
-        )
-        return
-    if any(m != -1 and c != m for c, m in zip(spec.dims, model_dims, strict=True)):
-        report.add(
-            "io.dims",
-            where,
-            f"{kind} {spec.name!r}: config dims {list(spec.dims)} do not fit the model's "
-            f"{list(model_dims)}",
-        )
-
-
-def _compare_torchscript(
-    cfg: Any, forward_args: tuple[str, ...], report: ValidationReport, where: str
-) -> None:
-    names = [t.name for t in cfg.input]
-    if len(names) != len(forward_args):
-        report.add(
-            "io.input_count",
-            where,
-            f"config has {len(names)} inputs, forward() takes {len(forward_args)} "
-            f"({list(forward_args)})",
-        )
-        return
-    indexed = [_INDEXED_NAME.match(n) for n in names]
-    if all(indexed):
-        got = sorted(int(m.group(1)) for m in indexed if m)
-        if got != list(range(len(names))):
-            report.add(
-                "io.input_names",
-                where,
-                f"indexed input names must use indices 0..{len(names) - 1}, got {got}",
-            )
-    else:
-        unknown = [n for n in names if n not in forward_args]
-        if unknown:
-            report.add(
-                "io.unknown_input",
-                where,
-                f"config inputs {unknown} are not forward() arguments "
-                f"{list(forward_args)} (or use the NAME__<index> convention)",
-            )
-    report.add(
-        "io.unchecked_ranks",
-        where,
-        "TorchScript does not record input ranks and data types statically; "
-        "mmelocal check runs a request to test them",
-        "info",
-    )
 
 
 __all__ = ["SEVERITIES", "Problem", "ValidationReport", "validate_path"]
