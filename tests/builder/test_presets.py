@@ -119,3 +119,22 @@ def test_presets_are_only_config_options() -> None:
     for family in list_presets():
         assert set(load_preset(family)["config"]) <= fields
     assert (templates_dir() / "presets" / "bert.yaml").is_file()
+
+
+def test_templates_dir_in_wheel_layout(tmp_path: Path) -> None:
+    """In a wheel the templates sit inside the package (hatch force-include)."""
+    import importlib.util
+    import shutil
+
+    import mmelocal.builder.presets as presets
+
+    pkg = tmp_path / "site" / "mmelocal"
+    (pkg / "builder").mkdir(parents=True)
+    shutil.copy(presets.__file__, pkg / "builder" / "presets.py")
+    shutil.copytree(templates_dir() / "presets", pkg / "model_repo_templates" / "presets")
+    spec = importlib.util.spec_from_file_location("wheel_presets", pkg / "builder" / "presets.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.templates_dir() == pkg / "model_repo_templates"
+    assert module.list_presets() == list_presets()
