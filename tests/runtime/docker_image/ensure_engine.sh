@@ -41,7 +41,15 @@ if [ "${#need[@]}" -gt 0 ]; then
 fi
 command -v docker > /dev/null || die "docker CLI missing after installing docker.io"
 
-if ! pgrep -x dockerd > /dev/null; then
+# a live dockerd (a killed one can linger as a zombie, which must not count)
+dockerd_alive() {
+    local pid
+    for pid in $(pgrep -x dockerd); do
+        [ "$(awk '/^State:/ {print $2}' "/proc/$pid/status" 2> /dev/null)" != Z ] && return 0
+    done
+    return 1
+}
+if ! dockerd_alive; then
     say "starting dockerd (log: $log_file)"
     # setsid + nohup: the daemon must not die with the shell or the test session
     $sudo setsid nohup dockerd > "$log_file" 2>&1 < /dev/null &
