@@ -89,6 +89,14 @@ def validate_path(
     """Validate a repository, model folder or model.tar.gz; never raises for bad content."""
     p = Path(path)
     report = ValidationReport(path=str(p))
+    try:
+        _validate_any(p, report, max_members, max_unpacked_bytes)
+    except OSError as exc:
+        report.add("path.unreadable", exc.filename or p, exc.strerror or str(exc))
+    return report
+
+
+def _validate_any(p: Path, report: ValidationReport, max_members: int, max_bytes: int) -> None:
     if not p.exists():
         report.add("path.missing", p, "path does not exist")
     elif p.is_file():
@@ -97,16 +105,17 @@ def validate_path(
             _validate_model(p.parent, report, display=p.parent)
         elif tarball.is_gzip(p) or p.name.endswith((".tar.gz", ".tgz")):
             report.kind = "tarball"
-            _validate_tarball(p, report, max_members, max_unpacked_bytes)
+            _validate_tarball(p, report, max_members, max_bytes)
         else:
             report.add("path.type", p, "not a folder or a .tar.gz file")
+    elif not p.is_dir():
+        report.add("path.type", p, "not a folder or a .tar.gz file")
     elif _looks_like_model(p):
         report.kind = "model"
         _validate_model(p, report, display=p)
     else:
         report.kind = "repository"
         _validate_repository(p, report)
-    return report
 
 
 def _looks_like_model(p: Path) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import subprocess
 import sys
 import tarfile
@@ -342,7 +343,22 @@ def not_a_model_file(tmp: Path) -> tuple[Path, list[str]]:
     return p, ["path.type"]
 
 
+def fifo_path(tmp: Path) -> tuple[Path, list[str]]:
+    p = tmp / "model.tar.gz"
+    os.mkfifo(p)
+    return p, ["path.type"]
+
+
+def model_folder_is_a_file_in_repo(tmp: Path) -> tuple[Path, list[str]]:
+    repo = tmp / "repo"
+    repo.mkdir()
+    (repo / "model.onnx").write_bytes(b"x")
+    return repo, ["repo.empty"]
+
+
 CASES: list[Case] = [
+    fifo_path,
+    model_folder_is_a_file_in_repo,
     corrupt_tarball,
     truncated_gzip,
     gzip_of_text,
