@@ -143,6 +143,9 @@ class DockerLauncher:
         self._endpoints: Endpoints | None = None
         #: seconds from container start until Triton answered ready
         self.ready_after_s: float | None = None
+        #: seconds start() took in all, and the part that was Docker's and the launcher's
+        self.start_total_s: float | None = None
+        self.start_overhead_s: float | None = None
 
     @property
     def endpoints(self) -> Endpoints:
@@ -215,6 +218,7 @@ class DockerLauncher:
             return
         from docker.errors import DockerException
 
+        t0 = time.monotonic()
         client = docker_client(self._client)
         self._client = client
         self._ensure_image(client)
@@ -247,6 +251,8 @@ class DockerLauncher:
         except BaseException:
             self.stop()
             raise
+        self.start_total_s = time.monotonic() - t0
+        self.start_overhead_s = self.start_total_s - self.ready_after_s
         logger.info(
             "container %s (%s) ready in %.2fs at %s (log %s)",
             self.name,

@@ -140,6 +140,8 @@ def test_stop_is_idempotent_and_removes_container(
     launcher.start()
     name = launcher.name
     assert launcher.is_alive()
+    assert launcher.start_total_s is not None and launcher.ready_after_s is not None
+    assert launcher.start_total_s >= launcher.ready_after_s > 0
     launcher.stop()
     launcher.stop()
     assert not launcher.is_alive() and launcher.pid() is None
