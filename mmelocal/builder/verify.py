@@ -6,8 +6,9 @@ random inputs at several batch sizes and, for text models, several sequence leng
 Every output is compared element-wise like ``numpy.allclose``:
 ``|artifact - source| <= atol + rtol * |source|``. The report gives per output and
 input shape the largest absolute difference and the largest relative difference
-(``|a - s| / |s|`` over elements with ``|s| > atol``, so values near zero do not
-swamp it).
+``|a - s| / |s|``, taken over the elements where the relative term of the tolerance
+dominates (``|s| >= atol / rtol``, 0.1 with the fp32 defaults) so that values near zero,
+which only the absolute tolerance governs, do not swamp it.
 
 Default tolerances: fp32 ``atol=1e-4, rtol=1e-3``; fp16 ``atol=1e-2, rtol=1e-2``.
 A TensorRT plan cannot be run without a GPU, and an artifact copied from the source
@@ -239,7 +240,7 @@ def _compare(
     diff = np.abs(g - w)
     finite = np.isfinite(g) == np.isfinite(w)
     max_abs = float(np.nanmax(diff)) if diff.size else 0.0
-    big = np.abs(w) > atol
+    big = np.abs(w) >= max(atol / rtol if rtol > 0 else atol, 1e-12)
     max_rel = float(np.max(diff[big] / np.abs(w[big]))) if big.any() else 0.0
     ok = bool(finite.all() and np.all(diff <= atol + rtol * np.abs(w)))
     return VerifyRow(
