@@ -55,6 +55,8 @@ def create_model_tarball(
         raise UserInputError(f"model folder not found: {src}")
     if not 1 <= compresslevel <= 9:
         raise UserInputError(f"compresslevel must be in 1..9, got {compresslevel}")
+    if out.resolve().is_relative_to(src.resolve()):
+        raise UserInputError(f"the tarball {out} must not be written inside the model folder {src}")
     out.parent.mkdir(parents=True, exist_ok=True)
     root_name = src.resolve().name
     fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)

@@ -179,6 +179,11 @@ def test_truncated_and_bit_flipped_gzip(tmp_path: Path, model: Path) -> None:
         assert not (tmp_path / f"d{i}").exists()
 
 
+def test_tarball_not_inside_the_model(model: Path) -> None:
+    with pytest.raises(UserInputError, match="must not be written inside the model folder"):
+        create_model_tarball(model, model / "model.tar.gz")
+
+
 def test_missing_archive(tmp_path: Path) -> None:
     with pytest.raises(UserInputError, match="archive not found"):
         safe_extract(tmp_path / "nope.tar.gz", tmp_path / "d")
