@@ -218,3 +218,31 @@ def test_bad_files(tmp_path: Path) -> None:
     other.write_bytes(b"x")
     with pytest.raises(SourceError, match=r"is a \.bin file"):
         load_source(str(other))
+
+
+def test_hub_name_from_the_local_cache(tiny_bert_dir: Path, tmp_path: Path, monkeypatch) -> None:
+    from huggingface_hub import constants
+
+    repo = tmp_path / "hub" / "models--some-org--tiny-bert"
+    snapshot = repo / "snapshots" / "0123abcd"
+    shutil.copytree(tiny_bert_dir, snapshot)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0123abcd")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    src = load_source("some-org/tiny-bert", seq_len=8)
+    assert src.name == "tiny-bert" and src.spec == "some-org/tiny-bert" and src.notes == ()
+    assert src.run(src.example_inputs)["last_hidden_state"].shape == (2, 8, 32)
+
+
+def test_pretrained_torchvision_weights_from_the_cache(tmp_path: Path, monkeypatch) -> None:
+    import torch
+    from torchvision.models import ResNet18_Weights, resnet18
+
+    torch.manual_seed(3)
+    weights = resnet18().state_dict()
+    (tmp_path / "checkpoints").mkdir()
+    torch.save(weights, tmp_path / "checkpoints" / ResNet18_Weights.DEFAULT.url.split("/")[-1])
+    monkeypatch.setattr(torch.hub, "get_dir", lambda: str(tmp_path))
+    src = load_source("torchvision:resnet18", pretrained=True, batch_size=1)
+    assert src.notes == ()
+    assert torch.equal(src.module.state_dict()["fc.weight"], weights["fc.weight"])
