@@ -218,6 +218,7 @@ class DockerLauncher:
             return
         from docker.errors import DockerException
 
+        self.stop()  # a container that died since the last start: remove it (and its name)
         t0 = time.monotonic()
         client = docker_client(self._client)
         self._client = client

@@ -149,12 +149,14 @@ def test_stop_is_idempotent_and_removes_container(
     assert launcher.log_path is not None and "Started HTTPService" in launcher.log_path.read_text()
 
 
-def test_killed_container_seen_by_is_alive(
+def test_killed_container_seen_by_is_alive_and_restartable(
     triton_test_image: str, add_one_repository: Path, docker_session: str, docker_engine: Any
 ) -> None:
     with _launcher(triton_test_image, add_one_repository, docker_session) as launcher:
         docker_engine.containers.get(launcher.container_id).kill()
         assert not launcher.is_alive()
+        launcher.start()  # a dead container is replaced, under the same name
+        assert launcher.is_alive()
     assert launcher.container_id is None
 
 
