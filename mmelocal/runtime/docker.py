@@ -329,7 +329,11 @@ class DockerLauncher:
         return bool(self._container.status == "running")
 
     def pid(self) -> int | None:
-        """The host pid of the container's first process (None when not running)."""
+        """Host pid of the container's first process (None when stopped).
+
+        That process is Docker's init (``init=True``); tritonserver and its Python-backend
+        stubs are its descendants, so sum the process tree for memory.
+        """
         if not self.is_alive():
             return None
         pid = self._container.attrs.get("State", {}).get("Pid")
