@@ -146,3 +146,11 @@ def tritonclient_http(triton_server: Any) -> Iterator[Any]:
     )
     yield client
     client.close()
+
+
+# The MME emulator fixtures (mmelocal.testing.emulator_fixtures imports nothing heavy).
+from mmelocal.testing.emulator_fixtures import (  # noqa: E402, F401
+    mme_endpoint,
+    mme_endpoint_config,
+)
+
