@@ -153,4 +153,3 @@ from mmelocal.testing.emulator_fixtures import (  # noqa: E402, F401
     mme_endpoint,
     mme_endpoint_config,
 )
-
