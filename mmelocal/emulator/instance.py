@@ -18,6 +18,7 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 
@@ -137,6 +138,8 @@ class TritonInstance:
         self._sm_url = ""
         self._upstream = UpstreamPool("http://127.0.0.1:0")
         self._load_lock = asyncio.Lock()
+        self._deletes: dict[str, asyncio.Future[int]] = {}
+        self._finishing: set[asyncio.Future[None]] = set()
         # start/stop from one long-lived thread (the launcher ties the server's life to it)
         self._process_thread = ThreadPoolExecutor(1, thread_name_prefix=f"triton-{index}")
 
@@ -359,6 +362,9 @@ class TritonInstance:
             await asyncio.sleep(0.01)
 
     async def _load_locked(self, entry: ModelEntry, url_dir: str) -> None:
+        pending = self._deletes.get(entry.target)
+        if pending is not None:
+            await asyncio.wait([pending])  # Triton still holds this name until its DELETE ends
         need = self._need_bytes(entry)
         before = await self._make_room(need, exclude=entry.target, why=f"load {entry.target}")
         attempts = 0
@@ -448,23 +454,56 @@ class TritonInstance:
             raise self._connection_error(exc) from exc
 
     async def _unload(self, entry: ModelEntry, *, kind: str, reason: str) -> None:
-        """Unload one idle model and wait until the probe shows its memory released."""
+        """Unload one idle model; return once the probe shows its memory released.
+
+        Triton's SageMaker ``DELETE`` answers only after a fixed poll pause (about 2 s)
+        even when the model went away at once; the memory is usually back long before.
+        So the next load starts as soon as the probe shows the release (with a known
+        footprint), while the ``DELETE`` finishes in the background; a new load of the
+        same target waits for it.
+        """
         if entry.state != READY or not entry.usage().evictable:
             return
         entry.state = UNLOADING
         entry.future = _quiet_future()
         before = await self.read_memory()
         t0 = time.perf_counter()
+        delete = asyncio.ensure_future(self._delete(entry))
+        self._deletes[entry.target] = delete
+        after = before
         try:
-            status = await self._delete(entry)
-            seconds = time.perf_counter() - t0
-            after = await self._wait_released(before, entry.footprint_bytes)
+            after = await self._wait_released(before, entry.footprint_bytes, delete)
         finally:
             if self.models.get(entry.target) is entry:
                 del self.models[entry.target]
-            self.cache.unpin(entry.target)
             if not entry.future.done():
                 entry.future.set_result(None)
+            done = asyncio.ensure_future(
+                self._finish_unload(entry, delete, t0, before, after, kind, reason)
+            )
+            self._finishing.add(done)
+            done.add_done_callback(self._finishing.discard)
+
+    async def _finish_unload(
+        self,
+        entry: ModelEntry,
+        delete: asyncio.Future[int],
+        t0: float,
+        before: MemoryReading,
+        after: MemoryReading,
+        kind: str,
+        reason: str,
+    ) -> None:
+        try:
+            status = await delete
+        except Exception as exc:
+            status = 0
+            reason = f"{reason} (DELETE failed: {exc})"
+        finally:
+            if self._deletes.get(entry.target) is delete:
+                del self._deletes[entry.target]
+            self.cache.unpin(entry.target)
+        seconds = time.perf_counter() - t0
         freed = before.used_bytes - after.used_bytes
         if freed > 0:
             self.footprints[entry.target] = max(freed, entry.footprint_bytes or 0)
@@ -476,33 +515,41 @@ class TritonInstance:
             kind,
             entry.target,
             instance=self.index,
-            reason=reason if status == 200 else f"{reason} (Triton answered {status})",
+            reason=reason if status in (0, 200) else f"{reason} (Triton answered {status})",
             bytes=freed,
             duration_ms=seconds * 1e3,
             memory_used_bytes=after.used_bytes,
         )
 
-    async def _wait_released(self, before: MemoryReading, expected: int | None) -> MemoryReading:
-        """Poll the probe until the memory is back (half the footprint) or stops moving."""
-        deadline = time.monotonic() + self.options.release_timeout_s
+    async def _wait_released(
+        self, before: MemoryReading, expected: int | None, delete: asyncio.Future[int]
+    ) -> MemoryReading:
+        """Poll the probe until half the footprint is back, or the DELETE is done and the
+        reading stops moving (bounded by ``release_timeout_s`` after the DELETE)."""
+        deadline: float | None = None
         previous = before.used_bytes
         while True:
             reading = await self.read_memory()
             dropped = before.used_bytes - reading.used_bytes
             if expected and dropped >= expected // 2:
                 return reading
-            if not expected and dropped > 0 and reading.used_bytes == previous:
-                return reading
-            if time.monotonic() > deadline:
-                logger.warning(
-                    "instance %d: memory not released %.1fs after unload (dropped %d of %s "
-                    "bytes); the framework may keep it",
-                    self.index,
-                    self.options.release_timeout_s,
-                    dropped,
-                    expected,
-                )
-                return reading
+            if delete.done():
+                if delete.exception() is not None:
+                    raise delete.exception()  # type: ignore[misc]
+                if deadline is None:
+                    deadline = time.monotonic() + self.options.release_timeout_s
+                if not expected and reading.used_bytes == previous:
+                    return reading
+                if time.monotonic() > deadline:
+                    logger.warning(
+                        "instance %d: memory not released %.1fs after unload (dropped %d of %s "
+                        "bytes); the framework may keep it",
+                        self.index,
+                        self.options.release_timeout_s,
+                        dropped,
+                        expected,
+                    )
+                    return reading
             previous = reading.used_bytes
             await asyncio.sleep(0.02)
 
@@ -519,6 +566,10 @@ class TritonInstance:
         self.up = False
         previous = [e.target for e in sorted(self.models.values(), key=lambda e: -e.last_used_s)]
         died = InstanceUnavailableError(f"instance {self.index}: Triton died; restarting, retry")
+        pending: list[asyncio.Future[Any]] = [*self._deletes.values(), *self._finishing]
+        for task in pending:
+            task.cancel()
+        self._deletes.clear()
         for entry in list(self.models.values()):
             if entry.state == READY:
                 self.cache.unpin(entry.target)

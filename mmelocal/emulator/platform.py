@@ -237,12 +237,12 @@ class Emulator:
     async def stop(self) -> None:
         """Stop the watchdog and every instance; close the session."""
         await self.watchdog.stop()
+        if self.session is not None:  # Triton waits for open connections before it exits
+            await self.session.close()
+            self.session = None
         await asyncio.gather(*(inst.stop() for inst in self.instances), return_exceptions=True)
         for inst in self.instances:
             inst.close()
-        if self.session is not None:
-            await self.session.close()
-            self.session = None
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
