@@ -1,0 +1,137 @@
+"""``mmelocal sweep``: format x dynamic batching x instance count, measured and priced."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.table import Table
+
+from mmelocal.cli._bench import csv_list, ms, parse_duration_s
+from mmelocal.cli._output import console, err_console
+
+_ON_OFF = {"on": True, "off": False, "true": True, "false": False, "1": True, "0": False}
+
+
+def _on_off(text: str) -> tuple[bool, ...]:
+    try:
+        return tuple(_ON_OFF[item.lower()] for item in csv_list(text))
+    except KeyError as exc:
+        raise click.BadParameter(f"expected on/off values, got {exc.args[0]!r}") from None
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(item) for item in csv_list(text))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+@click.command()
+@click.argument("source")
+@click.option(
+    "--formats",
+    default="torchscript",
+    show_default=True,
+    help="Comma-separated: torchscript, onnx, tensorrt.",
+)
+@click.option("--dynamic-batching", "dynamic_batching", default="off,on", show_default=True)
+@click.option("--instances", default="1,2", show_default=True, help="instance_group counts to try.")
+@click.option(
+    "--users", default="5,10,20,40", show_default=True, help="User counts of the load test steps."
+)
+@click.option(
+    "--step-duration", default="10s", show_default=True, help="How long each user step lasts."
+)
+@click.option("--target-rps", type=float, default=500.0, show_default=True)
+@click.option(
+    "--max-latency-ms",
+    type=float,
+    default=500.0,
+    show_default=True,
+    help="p99 latency limit a configuration must keep.",
+)
+@click.option("--instance-type", default="ml.g4dn.xlarge", show_default=True)
+@click.option(
+    "--prices",
+    "prices_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Your hourly prices (YAML, same format as the packaged prices.yaml).",
+)
+@click.option("--no-verify", is_flag=True, help="Skip output verification when building.")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--report", "report_dir", type=click.Path(file_okay=False, path_type=Path))
+def sweep(
+    source: str,
+    formats: str,
+    dynamic_batching: str,
+    instances: str,
+    users: str,
+    step_duration: str,
+    target_rps: float,
+    max_latency_ms: float,
+    instance_type: str,
+    prices_file: Path | None,
+    no_verify: bool,
+    json_out: Path | None,
+    report_dir: Path | None,
+) -> None:
+    """Build, serve and load-test every configuration of SOURCE; recommend one."""
+    from mmelocal.bench.sweep import SweepOptions, run_sweep, users_shape
+
+    options = SweepOptions(
+        formats=tuple(csv_list(formats)),
+        dynamic_batching=_on_off(dynamic_batching),
+        instances=_ints(instances),
+        shape=users_shape(_ints(users), step_s=parse_duration_s(step_duration)),
+        target_rps=target_rps,
+        max_latency_ms=max_latency_ms,
+        instance_type=instance_type,
+        prices_file=prices_file,
+        verify=not no_verify,
+    )
+    with err_console.status("sweep starting") as status:
+        result = run_sweep(source, options=options, progress=lambda m: status.update(m))
+    console.print(_table(result))
+    console.print(f"[bold]Recommendation:[/] {result.recommendation}")
+    console.print(f"[dim]{result.price_note}[/]")
+    if json_out is not None:
+        from mmelocal.bench.results import write_result
+
+        console.print(f"JSON: {write_result(result, json_out)}")
+    if report_dir is not None:
+        from mmelocal.bench.report import write_report
+
+        console.print(f"report: {write_report([result], report_dir, title='Sweep').html}")
+
+
+def _table(result: Any) -> Table:
+    table = Table(
+        title=f"Sweep of {result.source}: target {result.target_rps:g} req/s, "
+        f"p99 <= {result.max_latency_ms:g} ms, {result.instance_type}"
+    )
+    columns = (
+        "config",
+        "inv/min/instance",
+        "users",
+        "p50 ms",
+        "p99 ms",
+        "instances",
+        f"{result.currency}/h",
+        "note",
+    )
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("config", "note") else "right")
+    for row in result.rows:
+        table.add_row(
+            row.name,
+            "-" if row.invocations_per_minute is None else f"{row.invocations_per_minute:,.0f}",
+            "-" if row.users_at_load is None else str(row.users_at_load),
+            ms(row.p50_latency_ms),
+            ms(row.p99_latency_ms),
+            "-" if row.instances_needed is None else str(row.instances_needed),
+            "-" if row.cost_per_hour is None else f"{row.cost_per_hour:,.2f}",
+            row.reason if row.status == "ok" else f"[yellow]{row.status}[/]: {row.reason}",
+        )
+    return table
