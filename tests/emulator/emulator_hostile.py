@@ -52,6 +52,10 @@ def make_hostile(store: Path, escape_dir: Path) -> dict[str, str]:
         "evil-device.tar.gz": lambda t: (_model(t), _special(t, "m/dev", tarfile.CHRTYPE)),
         "evil-fifo.tar.gz": lambda t: (_model(t), _special(t, "m/fifo", tarfile.FIFOTYPE)),
         "no-config.tar.gz": lambda t: _file(t, "m/1/model.py", MODEL_PY.encode()),
+        "failing-init.tar.gz": lambda t: (
+            _file(t, "m/config.pbtxt", CONFIG.format(name="m", scale=2.0).encode()),
+            _file(t, "m/1/model.py", b"raise RuntimeError('this model fails to import')\n"),
+        ),
         "broken-config.tar.gz": lambda t: (
             _file(t, "m/config.pbtxt", b"name: [[[ not protobuf"),
             _file(t, "m/1/model.py", MODEL_PY.encode()),
@@ -81,6 +85,7 @@ def make_hostile(store: Path, escape_dir: Path) -> dict[str, str]:
         "evil-fifo.tar.gz": "fifo",
         "no-config.tar.gz": "no config.pbtxt",
         "broken-config.tar.gz": "config.pbtxt that does not parse",
+        "failing-init.tar.gz": "model.py that raises when Triton loads it",
         "not-gzip.tar.gz": "plain text",
         "empty.tar.gz": "empty file",
         "truncated.tar.gz": "truncated gzip",
