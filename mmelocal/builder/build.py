@@ -81,6 +81,7 @@ def build_model(
     trtexec: str | None = None,
     trt_docker_image: str | None = None,
     opset: int | None = None,
+    reference_npz: Path | str | None = None,
     progress: ProgressCallback | None = None,
 ) -> BuildResult:
     """Build ``spec`` into ``repo/<name>/`` and return what was built.
@@ -88,6 +89,9 @@ def build_model(
     ``options`` is used as given; otherwise the family preset (detected from the model)
     with ``overrides`` (ConfigOptions field names; ``None`` values ignored) applied.
     ``fp16``/``int8``/``trtexec``/``trt_docker_image`` apply to ``format="tensorrt"``.
+    ``reference_npz`` (``input:<name>``/``output:<name>`` arrays, artifact names) makes the
+    verification compare against those outputs instead of the source model, which is how
+    an existing ``.pt``/``.onnx`` file used as it is can still be checked.
     """
     from mmelocal.builder import presets
 
@@ -134,7 +138,9 @@ def build_model(
         verify_report = None
         if verify:
             with clock("verify", "comparing the artifact with the source"):
-                verify_report = _verify(source, artifact, onnx_artifact, opts, atol, rtol, fp16)
+                verify_report = _verify(
+                    source, artifact, onnx_artifact, opts, atol, rtol, fp16, reference_npz
+                )
             notes.extend(verify_report.notes)
         with clock("config", f"writing config.pbtxt ({family} preset)"):
             cfg = _config(model_name, artifact, source, opts)
@@ -263,6 +269,7 @@ def _verify(
     atol: float | None,
     rtol: float | None,
     fp16: bool,
+    reference_npz: Path | str | None,
 ) -> VerifyReport:
     from mmelocal.builder.verify import verify
 
@@ -274,6 +281,7 @@ def _verify(
         atol=a_def if atol is None else atol,
         rtol=r_def if rtol is None else rtol,
         max_batch_size=opts.max_batch_size,
+        reference_npz=reference_npz,
     )
     if artifact.format == "tensorrt":
         a16, r16 = default_tolerances("fp16" if fp16 else "fp32")

@@ -94,6 +94,12 @@ class _BatchSizes(click.ParamType):
 @click.option("--fp16", is_flag=True, help="TensorRT: allow FP16 kernels.")
 @click.option("--int8", is_flag=True, help="TensorRT: allow INT8 kernels.")
 @click.option("--trt-image", default=None, help="TensorRT: Docker image with trtexec.")
+@click.option(
+    "--reference",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="Verify against this .npz (input:NAME / output:NAME) instead of the source.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def build(
     source: str,
@@ -117,6 +123,7 @@ def build(
     fp16: bool,
     int8: bool,
     trt_image: str | None,
+    reference: str | None,
     as_json: bool,
 ) -> None:
     """Build SOURCE into a verified Triton model in --repo.
@@ -151,6 +158,7 @@ def build(
         fp16=fp16,
         int8=int8,
         trt_docker_image=trt_image,
+        reference_npz=reference,
     )
     if err_console.is_terminal and not as_json:
         from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn

@@ -149,3 +149,20 @@ def test_tensorrt_build_with_a_fake_trtexec(tiny_bert_source, tmp_path: Path, mo
     assert "--fp16" in commands[0]
     assert result.verify_report is not None and result.verify_report.ok
     assert any("TensorRT plan itself runs only on a GPU" in n for n in result.verify_report.notes)
+
+
+def test_existing_file_checked_against_a_reference(artifact_of, tmp_path: Path) -> None:
+    first = build_model(
+        str(artifact_of("resnet", "onnx").path), repo=tmp_path, name="a", format="onnx"
+    )
+    assert first.verify_report is not None and first.verify_report.skipped
+    again = build_model(
+        str(first.artifact_path),
+        repo=tmp_path,
+        name="b",
+        format="onnx",
+        reference_npz=first.reference_path,
+    )
+    report = again.verify_report
+    assert report is not None and not report.skipped and report.ok
+    assert report.max_abs_diff == 0.0 and [r.output for r in report.rows] == ["output"]

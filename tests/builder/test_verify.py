@@ -106,3 +106,52 @@ def test_report_table_rows(tiny_bert_source, artifact_of) -> None:
     rows = report.table()
     assert [r["output"] for r in rows] == ["last_hidden_state", "pooler_output"]
     assert rows[0]["shape"] == [1, 4, 32] and rows[0]["ok"] is True
+
+
+def _tiny_family(family: str, folder: Path) -> Path:
+    import torch
+    import transformers as tf
+
+    torch.manual_seed(0)
+    small = {
+        "hidden_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "intermediate_size": 64,
+        "vocab_size": 500,
+        "max_position_embeddings": 130,
+    }
+    model = {
+        "roberta": lambda: tf.RobertaModel(tf.RobertaConfig(**small)),
+        "distilbert": lambda: tf.DistilBertModel(
+            tf.DistilBertConfig(dim=32, n_layers=2, n_heads=2, hidden_dim=64, vocab_size=500)
+        ),
+        "electra": lambda: tf.ElectraForSequenceClassification(
+            tf.ElectraConfig(embedding_size=16, **small)
+        ),
+    }[family]()
+    model.save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("family", "outputs"),
+    [
+        ("roberta", ("last_hidden_state", "pooler_output")),
+        ("distilbert", ("last_hidden_state",)),
+        ("electra", ("logits",)),  # a ...ForSequenceClassification checkpoint picks its task
+    ],
+)
+def test_other_text_families_export_and_verify(family, outputs, tmp_path: Path) -> None:
+    from mmelocal.builder.sources import load_source
+    from mmelocal.builder.torch2onnx import export_onnx
+    from mmelocal.builder.torch2torchscript import export_torchscript
+
+    source = load_source(str(_tiny_family(family, tmp_path / family)), seq_len=16)
+    assert source.family == family and source.output_names == outputs
+    for art in (
+        export_torchscript(source, tmp_path / "ts" / "model.pt"),
+        export_onnx(source, tmp_path / "onnx" / "model.onnx"),
+    ):
+        report = verify(source, art, batch_sizes=(1, 3))
+        assert report.ok and report.max_abs_diff < 2e-5, (art.format, report.per_output())
