@@ -32,7 +32,7 @@ from pathlib import Path
 
 from mmelocal.emulator.lru import ArtifactUsage, plan_disk_eviction
 from mmelocal.emulator.store import ModelStore, validate_target
-from mmelocal.errors import EmulatorError, UserInputError, ValidationError
+from mmelocal.errors import EmulatorError, UnsafeArchiveError, UserInputError, ValidationError
 
 logger = logging.getLogger(__name__)
 
@@ -222,6 +222,14 @@ class ArtifactCache:
             if entry.exists():
                 shutil.rmtree(entry, ignore_errors=True)
             os.rename(staging, entry)
+        except (UnsafeArchiveError, UserInputError, ValidationError) as exc:
+            shutil.rmtree(staging, ignore_errors=True)
+            tarball.unlink(missing_ok=True)
+            text = str(exc).replace(str(tarball), "the tarball").replace(str(staging), "")
+            message = f"TargetModel {target!r}: {text}" if target not in text else text
+            if isinstance(exc, UnsafeArchiveError):
+                raise UnsafeArchiveError(message, archive=target) from exc
+            raise ValidationError(message) from exc
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             tarball.unlink(missing_ok=True)

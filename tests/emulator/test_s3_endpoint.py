@@ -1,0 +1,45 @@
+"""The emulator on an S3 store (moto's S3-compatible server on loopback)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from botocore.exceptions import ClientError
+from emulator_helpers import output_of, payload
+
+from mmelocal.emulator.platform import EmulatorConfig
+from mmelocal.emulator.server import EmulatorServer
+from mmelocal.testing.emulator_fixtures import MmeEndpoint
+from mmelocal.testing.tiny_model import expected, write_tarball
+
+pytestmark = pytest.mark.triton
+
+
+def test_s3_store_with_nested_keys(moto_s3: str, tmp_path: Path) -> None:
+    import boto3
+
+    s3 = boto3.client("s3", endpoint_url=moto_s3, region_name="us-east-1")
+    s3.create_bucket(Bucket="mme")
+    for key, scale in (("models/model-a.tar.gz", 2.0), ("models/team/model-b.tar.gz", 4.0)):
+        tarball = write_tarball(tmp_path / Path(key).name, scale=scale)
+        s3.upload_file(str(tarball), "mme", key)
+    config = EmulatorConfig(
+        store="s3://mme/models", s3_endpoint_url=moto_s3, cache_dir=tmp_path / "cache"
+    )
+    with EmulatorServer(config) as server:
+        mme = MmeEndpoint(url=server.url, store=tmp_path, server=server)
+        x, body = payload(rows=2)
+        np.testing.assert_array_equal(
+            output_of(mme.invoke("model-a.tar.gz", body)), expected(x, 2.0)
+        )
+        np.testing.assert_array_equal(
+            output_of(mme.invoke("team/model-b.tar.gz", body)), expected(x, 4.0)
+        )
+        with pytest.raises(ClientError) as info:
+            mme.invoke("team/missing.tar.gz", body)
+        assert info.value.response["Error"]["Code"] == "ValidationError"
+        assert "s3://mme/models/team/missing.tar.gz" in info.value.response["Error"]["Message"]
+        downloads = [e for e in mme.state()["events"] if e["kind"] == "download"]
+        assert len(downloads) == 2
