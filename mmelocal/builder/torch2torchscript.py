@@ -14,6 +14,13 @@ cannot otherwise carry:
 The trace is checked against the eager module on a second input of another batch
 size and sequence length (``check_trace``), so a trace that baked in a shape fails
 here and not in Triton. Dims in the signature are measured by running the saved file.
+
+Tracing runs on the CPU and records the device of tensors the model creates (Hugging
+Face attention masks: ``arange(..., device="cpu")``, ``mask.to("cpu")``). Served on a
+GPU that would mix CPU and CUDA tensors, so after tracing every ``cpu`` device constant
+is replaced by the device of the first input (``prim::device(input_ids)``): the saved
+model runs wherever Triton puts its inputs. :func:`cpu_device_constants` counts what is
+left (0 for our exports).
 """
 
 from __future__ import annotations
@@ -109,12 +116,57 @@ def _trace_and_save(torch: Any, source: ModelSource, out: Path) -> None:
             raise ExportError(
                 f"torch.jit.trace failed for {source.spec}: {first_line(exc)}"
             ) from None
+    follow_input_device(traced)
     tmp = out.with_name(out.name + ".tmp")
     try:
         traced.save(str(tmp))
         tmp.replace(out)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def follow_input_device(traced: Any) -> int:
+    """Replace ``cpu`` device constants in a traced module by its first input's device.
+
+    The forward graph is inlined first so constants inside submodules are reached.
+    Returns how many constants were replaced.
+    """
+    torch = import_torch("TorchScript export")
+    graph = traced.graph
+    torch._C._jit_pass_inline(graph)
+    constants = _cpu_device_nodes(graph)
+    if not constants:
+        return 0
+    tensors = [v for v in list(graph.inputs())[1:] if v.type().kind() == "TensorType"]
+    if not tensors:
+        return 0
+    device = graph.create("prim::device", [tensors[0]], 1)
+    device.output().setType(torch._C.DeviceObjType.get())
+    device.insertBefore(next(iter(graph.nodes())))
+    for node in constants:
+        node.output().replaceAllUsesWith(device.output())
+        node.destroy()
+    return len(constants)
+
+
+def cpu_device_constants(module: Any) -> int:
+    """How many ``cpu`` device constants a TorchScript module's inlined forward still has."""
+    return len(_cpu_device_nodes(module.inlined_graph))
+
+
+def _cpu_device_nodes(graph: Any) -> list[Any]:
+    return [
+        n
+        for n in graph.findAllNodes("prim::Constant")
+        if n.output().type().kind() == "DeviceObjType" and _device_type(n) == "cpu"
+    ]
+
+
+def _device_type(node: Any) -> str | None:
+    try:
+        return str(node.output().toIValue().type)
+    except Exception:  # not a constant we can read: leave it alone
+        return None
 
 
 def load_torchscript(path: Path | str) -> Any:
@@ -147,4 +199,11 @@ def run_torchscript_module(
     return dict(zip(output_names, tensors, strict=True))
 
 
-__all__ = ["export_torchscript", "load_torchscript", "run_torchscript_module", "torchscript_names"]
+__all__ = [
+    "cpu_device_constants",
+    "export_torchscript",
+    "follow_input_device",
+    "load_torchscript",
+    "run_torchscript_module",
+    "torchscript_names",
+]

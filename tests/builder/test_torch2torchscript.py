@@ -86,3 +86,30 @@ def test_trace_that_bakes_in_a_shape_is_refused(tmp_path: Path) -> None:
     )
     with pytest.raises(ExportError, match=r"torch\.jit\.trace failed"):
         export_torchscript(src, tmp_path / "model.pt")
+
+
+@pytest.mark.parametrize("model", ["tiny_bert", "minilm"])
+def test_no_cpu_device_baked_into_the_trace(artifact_of, model: str) -> None:
+    """A GPU instance gets CUDA inputs: created tensors must follow the input's device."""
+    from mmelocal.builder.torch2torchscript import cpu_device_constants, load_torchscript
+
+    module = load_torchscript(artifact_of(model, "torchscript").path)
+    assert cpu_device_constants(module) == 0
+    assert "prim.device(input_ids)" in module.code
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+def test_follow_input_device_counts_replacements() -> None:
+    import torch
+
+    from mmelocal.builder.torch2torchscript import cpu_device_constants, follow_input_device
+
+    class MakesTensors(torch.nn.Module):
+        def forward(self, x):
+            return x + torch.arange(x.shape[1], device=x.device)
+
+    traced = torch.jit.trace(MakesTensors(), (torch.zeros(2, 3),))
+    assert cpu_device_constants(traced) == 1
+    assert follow_input_device(traced) == 1
+    assert cpu_device_constants(traced) == 0
+    assert traced(torch.zeros(1, 4)).tolist() == [[0.0, 1.0, 2.0, 3.0]]
