@@ -94,6 +94,9 @@ def _user_classes(config: dict[str, Any]) -> type[User]:
 
         endpoint_url = config.get("endpoint_url")
         session = boto3.session.Session(region_name=config.get("region") or None)
+        if session.region_name is None and endpoint_url:
+            # a local endpoint: boto3 still wants a region to sign with
+            session = boto3.session.Session(region_name="us-east-1")
         signed = session.get_credentials() is not None or not endpoint_url
         boto_config = Config(
             retries={"max_attempts": 0},

@@ -112,7 +112,7 @@ def _mib(value: float | None) -> float | None:
 
 
 def _add_loadtest(page: _Page, result: Any, stem: str) -> None:
-    from mmelocal.bench.loadtest import summary_lines
+    from mmelocal.bench.loadtest_result import summary_lines
 
     page.heading(f"Load test: {result.label or result.endpoint}")
     page.para(

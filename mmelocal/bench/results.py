@@ -18,7 +18,7 @@ from mmelocal.errors import UserInputError
 #: kind -> (module, class) of the result type that reads it.
 RESULT_TYPES: dict[str, tuple[str, str]] = {
     "capacity": ("mmelocal.bench.capacity_result", "CapacityResult"),
-    "loadtest": ("mmelocal.bench.loadtest", "LoadTestResult"),
+    "loadtest": ("mmelocal.bench.loadtest_result", "LoadTestResult"),
     "sweep": ("mmelocal.bench.sweep", "SweepResult"),
     "projection": ("mmelocal.bench.projection", "Projection"),
 }

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from mmelocal.bench.loadtest import LoadTestResult
+from mmelocal.bench.loadtest_result import LoadTestResult
 from mmelocal.bench.stepstats import StepStats
 
 STATUSES = ("ok", "skipped", "failed")

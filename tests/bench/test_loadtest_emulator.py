@@ -76,3 +76,22 @@ def test_default_shape_shortened_on_10_copies(
     assert len(rows) == len(steps)
     assert all(int(r["requests"]) == int(r["successes"]) + int(r["failures"]) for r in rows)
     assert len(open_every_png(report / "index.html")) == 2
+
+
+def test_boto3_user_against_the_emulator(emulator_10_copies: EmulatorWithCopies) -> None:
+    """The boto3 user (what a real SageMaker endpoint needs) works with endpoint_url."""
+    from mmelocal.bench.loadtest import LoadTestConfig, expand_targets, run_loadtest
+    from mmelocal.bench.shape import shape_from_stages
+
+    emu = emulator_10_copies
+    result = run_loadtest(
+        LoadTestConfig(
+            endpoint=emu.endpoint,
+            mode="boto3",
+            targets=expand_targets("model-{i}.tar.gz", emu.count),
+            payload=emu.payload,
+            shape=shape_from_stages([{"users": 4, "duration_s": 2}]),
+        )
+    )
+    assert result.mode == "boto3"
+    assert result.requests > 0 and result.failures == 0, result.errors

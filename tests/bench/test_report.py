@@ -83,3 +83,15 @@ def test_results_read_back_by_kind(tmp_path: Path) -> None:
     capacity = _run(FakeInstance(total=1000 * MIB, baseline=100 * MIB, footprint=200 * MIB))
     both = write_results([loadtest, capacity], tmp_path / "both.json")
     assert [r.kind for r in read_results(both)] == ["loadtest", "capacity"]
+
+
+def test_report_command_reads_result_files(tmp_path: Path) -> None:
+    from mmelocal.cli.main import main
+
+    first = write_result(fake_loadtest(), tmp_path / "a.json")
+    second = write_result(project(per_model_bytes=MIB, baseline_bytes=0), tmp_path / "b.json")
+    assert main(["report", str(first), str(second), "--out", str(tmp_path / "r")]) == 0
+    assert len(open_every_png(tmp_path / "r" / "index.html")) == 2
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"kind": "nonsense"}')
+    assert main(["report", str(bad), "--out", str(tmp_path / "r2")]) == 2

@@ -99,3 +99,18 @@ def test_endpoint_forms() -> None:
         config("http://127.0.0.1:8080/other")
     with pytest.raises(UserInputError, match="'\\{i\\}'"):
         expand_targets("model.tar.gz", 2)
+
+
+def test_importing_bench_never_imports_locust() -> None:
+    """Locust monkey-patches the process it is imported in: only the worker may import it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "import mmelocal.bench.loadtest, mmelocal.bench.sweep, mmelocal.bench.capacity\n"
+        "import mmelocal.bench.report, mmelocal.cli.loadtest, mmelocal.cli.sweep\n"
+        "bad = [m for m in ('locust', 'gevent', 'matplotlib') if m in sys.modules]\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
