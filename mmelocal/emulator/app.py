@@ -41,6 +41,8 @@ CUSTOM_ATTRIBUTES = "X-Amzn-SageMaker-Custom-Attributes"
 VARIANT_HEADER = "x-Amzn-Invoked-Production-Variant"
 SAGEMAKER_BINARY = "application/vnd.sagemaker-triton.binary+json;json-header-size="
 V2_BINARY_HEADER = "Inference-Header-Content-Length"
+#: the emulator's own answer header: was the model already loaded ("hit") or not ("miss")
+CACHE_HEADER = "X-Mmelocal-Model-Cache"
 MAX_BODY_BYTES = 128 * 1024 * 1024
 EMULATOR_KEY: web.AppKey[Emulator] = web.AppKey("emulator", Emulator)
 
@@ -138,6 +140,7 @@ async def _invocations(request: web.Request, emulator: Emulator) -> tuple[web.Re
         "Content-Type": result.headers.get("content-type", "application/json"),
         VARIANT_HEADER: "AllTraffic",
         "x-amzn-RequestId": str(uuid.uuid4()),
+        CACHE_HEADER: "hit" if result.cache_hit else "miss",
     }
     custom = result.headers.get(CUSTOM_ATTRIBUTES.lower())
     if custom is not None:
@@ -349,4 +352,4 @@ def create_app(emulator: Emulator) -> web.Application:
     return app
 
 
-__all__ = ["create_app", "error_for", "parse_v2_path", "sagemaker_error"]
+__all__ = ["CACHE_HEADER", "create_app", "error_for", "parse_v2_path", "sagemaker_error"]

@@ -133,6 +133,8 @@ class TritonInstance:
         self.models: dict[str, ModelEntry] = {}
         self.footprints: dict[str, int] = {}
         self.last_reading: MemoryReading | None = None
+        #: an absolute memory limit in bytes instead of threshold x total (demos, tests)
+        self.limit_override_bytes: int | None = None
         self.up = False
         self.session: aiohttp.ClientSession | None = None
         self._sm_url = ""
@@ -179,7 +181,9 @@ class TritonInstance:
 
     @property
     def limit_bytes(self) -> int:
-        """Memory the loaded set may use: threshold x total."""
+        """Memory the loaded set may use: threshold x total (or the override when set)."""
+        if self.limit_override_bytes is not None:
+            return self.limit_override_bytes
         total = self.last_reading.total_bytes if self.last_reading else 0
         return max(1, int(self.options.memory_threshold * total))
 
