@@ -229,7 +229,7 @@ def _export(
     onnx_artifact = export_onnx(source, work / "onnx" / "model.onnx", opset=opset)
     if format == "onnx":
         return onnx_artifact, None
-    from mmelocal.builder.onnx2trt import build_engine
+    from mmelocal.builder.onnx2trt import build_engine, plan_signature
 
     max_batch = max(opts.max_batch_size, 1)
     opt_batch = max((b for b in opts.preferred_batch_sizes if b <= max_batch), default=max_batch)
@@ -247,11 +247,15 @@ def _export(
         docker_image=docker_image,
     )
     precision = "int8" if int8 else "fp16" if fp16 else "fp32"
+    signature = onnx_artifact.signature
+    read = plan_signature(plan)
+    if read is not None:
+        signature = read.without_batch() if onnx_artifact.batch_dynamic else read
     trt = ExportedArtifact(
         path=plan,
         format="tensorrt",
         platform=FORMATS["tensorrt"][0],
-        signature=onnx_artifact.signature,
+        signature=signature,
         batch_dynamic=onnx_artifact.batch_dynamic,
         notes=(
             f"TensorRT plan ({precision}) for batch 1..{max_batch}"

@@ -10,7 +10,11 @@ Three ways to run the TensorRT builder, tried in this order:
 One optimisation profile covers every dynamic axis: axis 0 takes
 ``min/opt/max_batch``; other dynamic axes (the sequence of a text model) take
 ``seq_lens=(min, opt, max)``. A plan is tied to the GPU model and TensorRT version it
-was built with, so build it on (or for) the card the endpoint uses. The pure parts
+was built with, so build it on (or for) the card the endpoint uses. ``int8`` without a
+calibration cache gives an engine fit for speed and memory measurements only
+(placeholder scales), not for accuracy. TensorRT 10 keeps ONNX's int64 token inputs;
+with the Python API the plan's real I/O data types are read back
+(:func:`plan_signature`), otherwise the ONNX signature is used. The pure parts
 (:func:`optimization_profile`, :func:`trtexec_args`, :func:`choose_builder`) are
 testable anywhere; the engine build itself needs an NVIDIA GPU.
 """
@@ -136,13 +140,23 @@ def trtexec_args(
     return args
 
 
+def tensorrt_installed() -> bool:
+    """True when the TensorRT Python package can be imported (it is not imported here)."""
+    return importlib.util.find_spec("tensorrt") is not None
+
+
+def find_trtexec(name: str = "trtexec") -> str | None:
+    """Full path of ``trtexec`` (or the given name/path) on ``PATH``, or None."""
+    return shutil.which(name)
+
+
 def choose_builder(
     *, trtexec: str | None = None, docker_image: str | None = None
 ) -> tuple[str, str | None]:
     """``("python", None)``, ``("trtexec", path)`` or ``("docker", image)``; else ExportError."""
-    if importlib.util.find_spec("tensorrt") is not None:
+    if tensorrt_installed():
         return "python", None
-    found = shutil.which(trtexec or "trtexec")
+    found = find_trtexec(trtexec or "trtexec")
     if found:
         return "trtexec", found
     if docker_image:
@@ -334,6 +348,37 @@ def _tail(text: str, lines: int = 3) -> str:
     return " | ".join(kept[-lines:]) or "no output"
 
 
+def plan_signature(plan_path: Path | str) -> Signature | None:
+    """Names, data types and dims (batch included) of a plan's I/O, via the Python API.
+
+    Returns None when TensorRT or a GPU is not available to deserialize the plan.
+    """
+    try:
+        import tensorrt as trt
+    except ImportError:
+        return None
+    from mmelocal.builder.tensors import TensorSpec, numpy_to_triton
+
+    try:
+        runtime = trt.Runtime(trt.Logger(trt.Logger.ERROR))
+        engine = runtime.deserialize_cuda_engine(Path(plan_path).read_bytes())
+        inputs: list[TensorSpec] = []
+        outputs: list[TensorSpec] = []
+        for i in range(engine.num_io_tensors):
+            name = engine.get_tensor_name(i)
+            spec = TensorSpec(
+                name,
+                numpy_to_triton(trt.nptype(engine.get_tensor_dtype(name))),
+                tuple(int(d) for d in engine.get_tensor_shape(name)),
+            )
+            is_input = engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT
+            (inputs if is_input else outputs).append(spec)
+    except Exception as exc:  # no GPU, or an older TensorRT API
+        logger.info("cannot read the plan's signature (%s); using the ONNX one", first_line(exc))
+        return None
+    return Signature(inputs=tuple(inputs), outputs=tuple(outputs))
+
+
 def profile_as_dict(profile: Sequence[ProfileShapes]) -> Mapping[str, tuple[Shape, Shape, Shape]]:
     """``{input: (min, opt, max)}`` for reports."""
     return {p.name: (p.min_shape, p.opt_shape, p.max_shape) for p in profile}
@@ -345,7 +390,10 @@ __all__ = [
     "build_engine",
     "choose_builder",
     "docker_run_spec",
+    "find_trtexec",
     "optimization_profile",
+    "plan_signature",
     "profile_as_dict",
+    "tensorrt_installed",
     "trtexec_args",
 ]

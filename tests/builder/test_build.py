@@ -124,8 +124,8 @@ def test_bad_options_fail_before_loading(kwargs, error, message, tmp_path: Path)
 def test_tensorrt_unavailable_fails_fast(tmp_path: Path, monkeypatch) -> None:
     from mmelocal.builder import onnx2trt
 
-    monkeypatch.setattr(onnx2trt.importlib.util, "find_spec", lambda name: None)
-    monkeypatch.setattr(onnx2trt.shutil, "which", lambda name: None)
+    monkeypatch.setattr(onnx2trt, "tensorrt_installed", lambda: False)
+    monkeypatch.setattr(onnx2trt, "find_trtexec", lambda name: None)
     with pytest.raises(ExportError, match="TensorRT is not available"):
         build_model("minilm", repo=tmp_path, format="tensorrt")
 
@@ -139,8 +139,8 @@ def test_tensorrt_build_with_a_fake_trtexec(tiny_bert_source, tmp_path: Path, mo
         commands.append(cmd)
         Path(cmd[2].split("=", 1)[1]).write_bytes(b"engine")
 
-    monkeypatch.setattr(onnx2trt.importlib.util, "find_spec", lambda name: None)
-    monkeypatch.setattr(onnx2trt.shutil, "which", lambda name: "/usr/bin/trtexec")
+    monkeypatch.setattr(onnx2trt, "tensorrt_installed", lambda: False)
+    monkeypatch.setattr(onnx2trt, "find_trtexec", lambda name: "/usr/bin/trtexec")
     monkeypatch.setattr(onnx2trt, "_run_local", fake_run)
     result = build_model(tiny_bert_source, repo=tmp_path, name="trt", format="tensorrt", fp16=True)
     assert result.artifact_path == tmp_path / "trt" / "1" / "model.plan"

@@ -94,14 +94,14 @@ def test_docker_run_spec_mounts_both_folders(tmp_path: Path) -> None:
 
 
 def test_choose_builder_order(monkeypatch) -> None:
-    monkeypatch.setattr(onnx2trt.importlib.util, "find_spec", lambda name: None)
-    monkeypatch.setattr(onnx2trt.shutil, "which", lambda name: None)
+    monkeypatch.setattr(onnx2trt, "tensorrt_installed", lambda: False)
+    monkeypatch.setattr(onnx2trt, "find_trtexec", lambda name: None)
     with pytest.raises(ExportError, match="TensorRT is not available here"):
         onnx2trt.choose_builder()
     assert onnx2trt.choose_builder(docker_image="img") == ("docker", "img")
-    monkeypatch.setattr(onnx2trt.shutil, "which", lambda name: "/usr/bin/trtexec")
+    monkeypatch.setattr(onnx2trt, "find_trtexec", lambda name: "/usr/bin/trtexec")
     assert onnx2trt.choose_builder(docker_image="img") == ("trtexec", "/usr/bin/trtexec")
-    monkeypatch.setattr(onnx2trt.importlib.util, "find_spec", lambda name: object())
+    monkeypatch.setattr(onnx2trt, "tensorrt_installed", lambda: True)
     assert onnx2trt.choose_builder() == ("python", None)
 
 
@@ -113,8 +113,8 @@ def test_build_engine_runs_trtexec(monkeypatch, artifact_of, tmp_path: Path) -> 
         seen.append(cmd)
         Path(cmd[2].split("=", 1)[1]).write_bytes(b"plan")
 
-    monkeypatch.setattr(onnx2trt.importlib.util, "find_spec", lambda name: None)
-    monkeypatch.setattr(onnx2trt.shutil, "which", lambda name: "/opt/trt/bin/trtexec")
+    monkeypatch.setattr(onnx2trt, "tensorrt_installed", lambda: False)
+    monkeypatch.setattr(onnx2trt, "find_trtexec", lambda name: "/opt/trt/bin/trtexec")
     monkeypatch.setattr(onnx2trt, "_run_local", fake_run)
     onnx_path = artifact_of("tiny_bert", "onnx").path
     plan = onnx2trt.build_engine(
