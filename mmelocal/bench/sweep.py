@@ -168,7 +168,7 @@ def _build_format(
         return _plans(short, short, opts), model_dir, None
     plans = _plans(SHORT_FORMAT_NAMES[fmt], fmt, opts)
     if fmt == "tensorrt" and not gpu:
-        return plans, None, "TensorRT needs an NVIDIA GPU and none was found (NVML): not measured"
+        return plans, None, "TensorRT needs an NVIDIA GPU; none found"
     say(f"building {source} as {fmt}")
     try:
         model = resolve_model(

@@ -56,25 +56,15 @@ def ms(value: float | None) -> str:
 
 
 def steps_table(result: Any, *, title: str = "Load test") -> Table:
-    """One row per load-test step."""
-    table = Table(title=title)
-    for column in (
-        "step",
-        "users",
-        "req/s",
-        "avg ms",
-        "p50 ms",
-        "p95 ms",
-        "p99 ms",
-        "ok",
-        "failed",
-    ):
-        table.add_column(column, justify="left" if column == "step" else "right")
-    for step in result.steps:
+    """One row per load-test step (latencies in ms)."""
+    table = Table(title=f"{title} (latency in ms)")
+    for column in ("step", "users", "req/s", "avg", "p50", "p95", "p99", "ok", "failed"):
+        table.add_column(column, justify="left" if column == "step" else "right", no_wrap=True)
+    for index, step in enumerate(result.steps, start=1):
         table.add_row(
-            step.name,
+            "warmup" if step.name == "warmup" else str(index),
             str(step.users),
-            f"{step.throughput_rps:,.1f}",
+            f"{step.throughput_rps:,.0f}",
             ms(step.avg_latency_ms),
             ms(step.p50_latency_ms),
             ms(step.p95_latency_ms),
