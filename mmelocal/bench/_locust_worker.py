@@ -44,6 +44,7 @@ class _Recorder:
         self.first_failure_users: int | None = None
         self.total = 0
         self.total_failures = 0
+        self.last_at = 0.0
 
     def on_request(self, response_time: float, exception: Any, users: int) -> None:
         stage = self.stage
@@ -187,6 +188,7 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
 
     def on_request(response_time: float, exception: Any = None, **_: Any) -> None:
         recorder.on_request(response_time, exception, runner.user_count)
+        recorder.last_at = shape_driver.get_run_time()
 
     env.events.request.add_listener(on_request)
 
@@ -230,7 +232,7 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
         if started is None:
             continue
         later = [t for t in recorder.started_at[index + 1 :] if t is not None]
-        ended = later[0] if later else (shape_driver.finished_at or wall_s)
+        ended = later[0] if later else max(shape_driver.finished_at or wall_s, recorder.last_at)
         steps.append(
             summarize_step(
                 name=stage.name,
