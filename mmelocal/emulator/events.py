@@ -28,6 +28,7 @@ class Event:
     duration_ms: float | None = None
     memory_used_bytes: int | None = None
     time_s: float = 0.0
+    detail: dict[str, float] | None = None
 
     def to_dict(self) -> dict[str, object]:
         """Plain data for JSON."""
@@ -51,6 +52,7 @@ class EventLog:
         bytes: int | None = None,
         duration_ms: float | None = None,
         memory_used_bytes: int | None = None,
+        detail: dict[str, float] | None = None,
     ) -> Event:
         """Record and log one event."""
         event = Event(
@@ -62,6 +64,7 @@ class EventLog:
             duration_ms=duration_ms,
             memory_used_bytes=memory_used_bytes,
             time_s=time.time(),
+            detail=detail,
         )
         self._events.append(event)
         self.counts[kind] = self.counts.get(kind, 0) + 1

@@ -313,6 +313,12 @@ class TritonInstance:
                 reason=f"not on disk; from {self.cache.store.description}",
                 bytes=fetch.artifact.size_bytes,
                 duration_ms=seconds * 1e3,
+                detail={
+                    "download_s": fetch.download_s,
+                    "extract_s": fetch.extract_s,
+                    "prepare_s": fetch.prepare_s,
+                    "compressed_bytes": float(fetch.compressed_bytes),
+                },
             )
         async with self._load_lock:
             if not self.up:

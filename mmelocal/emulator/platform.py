@@ -196,6 +196,9 @@ class Emulator:
         """For the wheel's Python-only server: derive python-backend copies of native models."""
         if self.config.launcher != "local":
             return None
+        from google.protobuf import text_format  # noqa: F401  (imported now, not on a cold call)
+        from tritonclient.grpc import model_config_pb2  # noqa: F401
+
         from mmelocal.runtime import native
 
         backend_dir = getattr(getattr(launcher, "config", None), "backend_directory", None)

@@ -14,6 +14,8 @@ Readings are blocking (``/proc`` or NVML): call them from an executor, not the e
 from __future__ import annotations
 
 import logging
+import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -59,10 +61,46 @@ class MemoryProbe(Protocol):
         ...
 
 
+_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def _proc_tree_rss(pid: int) -> tuple[int, list[int]] | None:
+    """Linux fast path: ``/proc/PID/task/*/children`` and ``statm`` (None when unavailable)."""
+    total = 0
+    pids: list[int] = []
+    todo = [pid]
+    while todo:
+        current = todo.pop()
+        try:
+            with open(f"/proc/{current}/statm", "rb") as fh:
+                total += int(fh.read().split()[1]) * _PAGE_BYTES
+            tasks = os.listdir(f"/proc/{current}/task")
+        except (OSError, ValueError, IndexError):
+            if current == pid:
+                return (0, []) if not os.path.exists(f"/proc/{pid}") else None
+            continue
+        pids.append(current)
+        for tid in tasks:
+            try:
+                with open(f"/proc/{current}/task/{tid}/children", "rb") as fh:
+                    todo += [int(c) for c in fh.read().split()]
+            except FileNotFoundError:
+                if tid == str(current) and not os.path.exists(f"/proc/{current}/task/{tid}"):
+                    continue
+                if tid == str(current):
+                    return None  # kernel without CONFIG_PROC_CHILDREN
+            except (OSError, ValueError):
+                continue
+    return total, pids
+
+
 def process_tree_rss(pid: int | None) -> tuple[int, list[int]]:
     """RSS in bytes of ``pid`` and all its descendants, and their pids (0, [] if gone)."""
     if pid is None:
         return 0, []
+    fast = _proc_tree_rss(pid) if sys.platform.startswith("linux") else None
+    if fast is not None:
+        return fast
     import psutil
 
     try:
