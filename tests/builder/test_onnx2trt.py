@@ -156,3 +156,62 @@ def test_real_engine_build(artifact_of, tmp_path: Path) -> None:
         artifact_of("resnet", "onnx").path, tmp_path / "model.plan", fp16=True, max_batch=2
     )
     assert plan.stat().st_size > 1_000_000
+
+
+def test_docker_builder_runs_trtexec_with_the_gpus(
+    monkeypatch, artifact_of, tmp_path: Path
+) -> None:
+    docker = pytest.importorskip("docker")
+    calls: dict[str, object] = {}
+
+    class Images:
+        def get(self, image: str) -> None:
+            calls["image"] = image
+
+    class Containers:
+        def run(self, **kwargs: object) -> bytes:
+            calls.update(kwargs)
+            out_dir = Path(next(k for k, v in kwargs["volumes"].items() if v["mode"] == "rw"))
+            (out_dir / "model.plan").write_bytes(b"engine")
+            return b""
+
+    class Client:
+        images = Images()
+        containers = Containers()
+
+    monkeypatch.setattr(onnx2trt, "tensorrt_installed", lambda: False)
+    monkeypatch.setattr(onnx2trt, "find_trtexec", lambda name: None)
+    monkeypatch.setattr(docker, "from_env", lambda: Client())
+    plan = onnx2trt.build_engine(
+        artifact_of("resnet", "onnx").path,
+        tmp_path / "model.plan",
+        max_batch=2,
+        docker_image="trt:test",
+    )
+    assert plan.read_bytes() == b"engine"
+    assert calls["image"] == "trt:test"
+    (request,) = calls["device_requests"]
+    assert request["Capabilities"] == [["gpu"]] and request["Count"] == -1
+    assert "--maxShapes=input:2x3x224x224" in calls["command"]
+
+
+def test_docker_image_missing(monkeypatch, artifact_of, tmp_path: Path) -> None:
+    docker = pytest.importorskip("docker")
+
+    class Images:
+        def get(self, image: str) -> None:
+            raise docker.errors.ImageNotFound("nope")
+
+    class Client:
+        images = Images()
+
+    monkeypatch.setattr(onnx2trt, "tensorrt_installed", lambda: False)
+    monkeypatch.setattr(onnx2trt, "find_trtexec", lambda name: None)
+    monkeypatch.setattr(docker, "from_env", lambda: Client())
+    with pytest.raises(ExportError, match="docker pull trt:missing"):
+        onnx2trt.build_engine(
+            artifact_of("resnet", "onnx").path,
+            tmp_path / "model.plan",
+            max_batch=2,
+            docker_image="trt:missing",
+        )

@@ -113,3 +113,22 @@ def test_follow_input_device_counts_replacements() -> None:
     assert follow_input_device(traced) == 1
     assert cpu_device_constants(traced) == 0
     assert traced(torch.zeros(1, 4)).tolist() == [[0.0, 1.0, 2.0, 3.0]]
+
+
+def _cuda() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _cuda(), reason="needs an NVIDIA GPU")
+def test_cpu_traced_text_model_runs_on_the_gpu(tiny_bert_source, artifact_of) -> None:
+    import torch
+
+    module = torch.jit.load(str(artifact_of("tiny_bert", "torchscript").path), map_location="cuda")
+    inputs = tiny_bert_source.make_inputs(2, 8)
+    out = module(*(t.cuda() for t in inputs.values()))
+    want = tiny_bert_source.run(inputs)["last_hidden_state"]
+    assert out[0].device.type == "cuda"
+    assert float((out[0].cpu() - torch.from_numpy(want)).abs().max()) < 1e-4
