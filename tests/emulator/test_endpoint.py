@@ -189,3 +189,38 @@ def test_model_not_ready_when_the_load_is_slower_than_the_wait(tmp_path: Path) -
                 break
             threading.Event().wait(0.1)
         np.testing.assert_array_equal(output_of(mme.invoke("slow.tar.gz", body)), expected(x, 5.0))
+
+
+def test_binary_payload_passes_through_and_env_endpoint(
+    endpoint: MmeEndpoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import boto3
+    import tritonclient.http as httpclient
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME", endpoint.url)
+    runtime = boto3.client(
+        "sagemaker-runtime",
+        region_name="us-east-1",
+        aws_access_key_id="x",
+        aws_secret_access_key="x",
+    )
+    target = "model-44.tar.gz"
+    x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
+    tensor = httpclient.InferInput("INPUT0", [3, 4], "FP32")
+    tensor.set_data_from_numpy(x, binary_data=True)
+    out = httpclient.InferRequestedOutput("OUTPUT0", binary_data=True)
+    body, json_size = httpclient.InferenceServerClient.generate_request_body([tensor], [out])
+    prefix = "application/vnd.sagemaker-triton.binary+json;json-header-size="
+    response = runtime.invoke_endpoint(
+        EndpointName="ep",
+        TargetModel=target,
+        ContentType=f"{prefix}{json_size}",
+        Body=body,
+        CustomAttributes="trace=abc",
+    )
+    content_type = response["ContentType"]
+    assert content_type.startswith(prefix)
+    result = httpclient.InferenceServerClient.parse_response_body(
+        response["Body"].read(), header_length=int(content_type[len(prefix) :])
+    )
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), expected(x, scale_of(target)))

@@ -1,0 +1,111 @@
+"""Routing across instances: affinity, most free memory for cold models, hot replicas."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from emulator_helpers import payload
+
+from mmelocal.emulator.instance import InstanceUnavailableError
+from mmelocal.emulator.platform import EmulatorConfig
+from mmelocal.emulator.router import Router
+from mmelocal.emulator.server import EmulatorServer
+from mmelocal.testing.emulator_fixtures import MmeEndpoint
+from mmelocal.testing.tiny_model import write_tarball
+
+
+@dataclass
+class _Entry:
+    in_flight: int = 0
+    ready: bool = True
+
+
+@dataclass
+class FakeInstance:
+    index: int
+    free_bytes: int
+    up: bool = True
+    models: dict[str, _Entry] = field(default_factory=dict)
+    acquired: list[str] = field(default_factory=list)
+
+    def is_ready(self, target: str) -> bool:
+        entry = self.models.get(target)
+        return entry is not None and entry.ready
+
+    async def acquire(self, target: str, **_: Any) -> None:
+        self.models[target] = _Entry()
+        self.acquired.append(target)
+
+    def release(self, target: str) -> None:
+        pass
+
+
+def router(*instances: FakeInstance, **kw: Any) -> Router:
+    return Router(instances, **kw)  # type: ignore[arg-type]
+
+
+def test_affinity_then_most_free_memory() -> None:
+    a, b = FakeInstance(0, free_bytes=100), FakeInstance(1, free_bytes=500)
+    r = router(a, b)
+    assert r.pick("cold") is b
+    a.models["m"] = _Entry()
+    assert r.pick("m") is a
+    b.models["m"] = _Entry(in_flight=0)
+    a.models["m"].in_flight = 3
+    assert r.pick("m") is b  # both hold it: the less busy one
+    a.models["loading"] = _Entry(ready=False)
+    assert r.pick("loading") is a  # join the load in progress
+
+
+def test_down_instances_are_skipped() -> None:
+    a, b = FakeInstance(0, free_bytes=900, up=False), FakeInstance(1, free_bytes=10)
+    assert router(a, b).pick("x") is b
+    b.up = False
+    with pytest.raises(InstanceUnavailableError):
+        router(a, b).pick("x")
+
+
+def test_hot_model_gets_a_second_instance() -> None:
+    async def run() -> tuple[FakeInstance, FakeInstance]:
+        a, b = FakeInstance(0, free_bytes=100), FakeInstance(1, free_bytes=500)
+        a.models["hot"] = _Entry()
+        r = router(a, b, hot_rps_threshold=50, rate_window_s=0.05)
+        deadline = time.monotonic() + 0.2
+        while time.monotonic() < deadline:
+            r.pick("hot")
+            await asyncio.sleep(0.001)
+        await asyncio.sleep(0.01)
+        return a, b
+
+    _, b = asyncio.run(run())
+    assert b.acquired == ["hot"]
+
+
+@pytest.mark.triton
+def test_two_instances_spread_cold_models(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    store.mkdir()
+    for i in range(2):
+        write_tarball(store / f"model-{i}.tar.gz", scale=float(i + 1))
+    config = EmulatorConfig(
+        store=str(store), cache_dir=tmp_path / "cache", instances=2, memory_budget_bytes=1024**3
+    )
+    with EmulatorServer(config) as server:
+        mme = MmeEndpoint(url=server.url, store=store, server=server)
+        _, body = payload(rows=1)
+        mme.invoke("model-0.tar.gz", body)
+        mme.invoke("model-1.tar.gz", body)
+        placed = {
+            m["target"]: inst["index"] for inst in mme.state()["instances"] for m in inst["loaded"]
+        }
+        assert placed == {
+            "model-0.tar.gz": placed["model-0.tar.gz"],
+            "model-1.tar.gz": 1 - placed["model-0.tar.gz"],
+        }
+        pids = {inst["pid"] for inst in mme.state()["instances"]}
+        assert len(pids) == 2
