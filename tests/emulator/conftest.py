@@ -1,4 +1,4 @@
-"""Fixtures for the emulator tests: moto's S3 server, tiny-model stores, and mme_endpoint."""
+"""Fixtures for the emulator tests (mme_endpoint itself comes from the mmelocal pytest plugin)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,6 @@ import os
 from collections.abc import Iterator
 
 import pytest
-
-from mmelocal.testing.emulator_fixtures import mme_endpoint, mme_endpoint_config  # noqa: F401
 
 
 @pytest.fixture(scope="session")
