@@ -53,8 +53,8 @@ def export_onnx(
         with tempfile.TemporaryDirectory(prefix="mmelocal-onnx-", dir=out.parent) as tmp:
             staged = Path(tmp) / out.name
             how = _export(source, staged, opset or DEFAULT_OPSET)
-            notes.append(f"exported with torch.onnx ({how}, opset {opset or DEFAULT_OPSET})")
             _consolidate(onnx, staged, out)
+        notes.append(f"exported with torch.onnx ({how}, opset {_opset_of(onnx, out)})")
     extra = _external_file(out)
     try:
         onnx.checker.check_model(str(out))
@@ -171,6 +171,12 @@ def _is_external(tensor: Any) -> bool:
 def _external_file(out: Path) -> Path | None:
     data = out.with_name(out.name + ".data")
     return data if data.is_file() else None
+
+
+def _opset_of(onnx: Any, path: Path) -> int | str:
+    model = onnx.load(str(path), load_external_data=False)
+    versions = [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")]
+    return versions[0] if versions else "?"
 
 
 def _import_onnx() -> Any:

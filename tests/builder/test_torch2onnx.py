@@ -85,3 +85,29 @@ def test_unexportable_module(tmp_path: Path) -> None:
     src = source_from_module(Unexportable(), {"x": torch.randn(2, 3)}, name="bad")
     with pytest.raises(ExportError, match="the trace lost an input"):
         export_onnx(src, tmp_path / "model.onnx")
+
+
+def test_dynamo_exporter_is_the_fallback(tmp_path: Path, monkeypatch) -> None:
+    import torch
+
+    from mmelocal.builder.sources import source_from_module
+    from mmelocal.builder.torch2onnx import export_onnx
+    from mmelocal.builder.verify import verify
+
+    real_export = torch.onnx.export
+
+    def legacy_fails(*args, **kwargs):
+        if not kwargs.get("dynamo"):
+            raise RuntimeError("unsupported operator (simulated)")
+        return real_export(*args, **kwargs)
+
+    monkeypatch.setattr(torch.onnx, "export", legacy_fails)
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+    src = source_from_module(net, {"x": torch.randn(2, 8)}, name="mlp")
+    art = export_onnx(src, tmp_path / "model.onnx")
+    assert any("dynamo" in n for n in art.notes)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx"]
+    assert art.signature.inputs == (TensorSpec("x", "TYPE_FP32", (8,)),)
+    assert art.batch_dynamic
+    assert verify(src, art, batch_sizes=(1, 5)).max_abs_diff < 1e-5
