@@ -24,7 +24,7 @@ from typing import Any
 from mmelocal.builder.config import read_config
 from mmelocal.builder.tarball import safe_extract
 from mmelocal.builder.validate import ValidationReport, validate_path
-from mmelocal.errors import MmeLocalError, ModelLoadError, UserInputError
+from mmelocal.errors import MmeLocalError, ModelLoadError, ServerDiedError, UserInputError
 from mmelocal.runtime.client import TritonClient
 from mmelocal.runtime.config import ServerConfig
 from mmelocal.runtime.launcher import TritonLauncher
@@ -172,15 +172,29 @@ def check_path(
         say(f"starting Triton ({opts.launcher})")
         with launcher:
             report.server_log = str(launcher.log_path) if launcher.log_path else None
-            client = TritonClient.for_launcher(
-                launcher, timeout_s=opts.infer_timeout_s, load_timeout_s=opts.load_timeout_s
-            )
-            try:
-                for target in targets:
-                    say(f"checking {target.check.name}")
+            for index, target in enumerate(targets):
+                say(f"checking {target.check.name}")
+                if not launcher.is_alive():
+                    say("restarting Triton")
+                    launcher.stop()
+                    launcher.start()
+                client = TritonClient.for_launcher(
+                    launcher, timeout_s=opts.infer_timeout_s, load_timeout_s=opts.load_timeout_s
+                )
+                try:
                     _check_model(client, launcher, target, opts, gpu)
-            finally:
-                client.close()
+                except ServerDiedError as exc:
+                    reason = crash_reason(launcher.log_path)
+                    target.check.fail(
+                        f"Triton crashed while checking this model{reason}: {exc}"
+                        + (
+                            "; the next models run on a restarted server"
+                            if index + 1 < len(targets)
+                            else ""
+                        )
+                    )
+                finally:
+                    client.close()
         return report
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -302,6 +316,14 @@ def _query(
         check.reference = "differs" if problems else "matched"
         for problem in problems:
             check.fail(problem)
+
+
+def crash_reason(log_path: Path | None) -> str:
+    """`` (Signal (11) received.)`` style text from the end of a server log, or ''."""
+    from mmelocal.runtime.readiness import log_tail
+
+    lines = [line for line in log_tail(log_path, lines=200).splitlines() if "Signal (" in line]
+    return f" ({lines[-1].strip()})" if lines else ""
 
 
 def _memory(launcher: TritonLauncher, gpu: bool) -> tuple[int | None, str]:

@@ -37,6 +37,8 @@ logger = logging.getLogger(__name__)
 PROTOCOLS = ("http", "grpc")
 DEFAULT_TIMEOUT_S = 60.0
 DEFAULT_LOAD_TIMEOUT_S = 300.0
+#: after a connection error, how long to wait for a dying server's process to exit
+DEATH_GRACE_S = 1.0
 
 
 class TritonClient:
@@ -118,8 +120,8 @@ class TritonClient:
     def _grpc_kwargs(self, timeout_s: float) -> dict[str, Any]:
         return {"client_timeout": timeout_s} if self.protocol == "grpc" else {}
 
-    def _check_alive(self, what: str, exc: BaseException) -> None:
-        if self._is_alive is not None and not self._is_alive():
+    def _check_alive(self, what: str, exc: BaseException, *, grace_s: float = 0.0) -> None:
+        if server_gone(self._is_alive, grace_s=grace_s):
             log = f" (log: {self._log_path})" if self._log_path else ""
             raise ServerDiedError(
                 f"Triton is not running any more: {what} failed ({exc}){log}",
@@ -137,7 +139,7 @@ class TritonClient:
         except (UserInputError, RuntimeLayerError):
             raise
         except Exception as exc:  # socket, gevent and grpc errors
-            self._check_alive(what, exc)
+            self._check_alive(what, exc, grace_s=DEATH_GRACE_S)
             if _is_timeout(exc):
                 raise RuntimeLayerError(
                     f"{what} got no answer from Triton at {self.url} within {timeout_s:g}s; "
@@ -149,7 +151,8 @@ class TritonClient:
             ) from exc
 
     def _server_error(self, exc: Any, what: str) -> str:
-        self._check_alive(what, exc)
+        unavailable = _status(exc) is None or "UNAVAILABLE" in str(exc.status())
+        self._check_alive(what, exc, grace_s=DEATH_GRACE_S if unavailable else 0.0)
         return str(exc.message() if hasattr(exc, "message") else exc)
 
     # -- health -----------------------------------------------------------------------
@@ -387,6 +390,19 @@ class TritonClient:
         self.close()
 
 
+def server_gone(is_alive: Callable[[], bool] | None, *, grace_s: float = 0.0) -> bool:
+    """True when ``is_alive`` says the server is gone, waiting up to ``grace_s`` for it to say
+    so (a crashing server drops connections a moment before its process exits)."""
+    if is_alive is None:
+        return False
+    deadline = time.monotonic() + grace_s
+    while is_alive():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def _module(protocol: str) -> Any:
     if protocol == "http":
         import tritonclient.http as th
@@ -421,4 +437,4 @@ def _is_timeout(exc: BaseException) -> bool:
     return isinstance(exc, TimeoutError) or "timeout" in name or "deadline" in str(exc).lower()
 
 
-__all__ = ["PROTOCOLS", "TritonClient"]
+__all__ = ["PROTOCOLS", "TritonClient", "server_gone"]

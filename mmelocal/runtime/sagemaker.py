@@ -51,6 +51,7 @@ from typing import Any
 from urllib.parse import quote
 
 from mmelocal.errors import ModelLoadError, RuntimeLayerError, ServerDiedError, UserInputError
+from mmelocal.runtime.client import DEATH_GRACE_S, server_gone
 
 logger = logging.getLogger(__name__)
 
@@ -136,7 +137,7 @@ class SageMakerClient:
                 preload_content=True,
             )
         except urllib3.exceptions.HTTPError as exc:
-            if self._is_alive is not None and not self._is_alive():
+            if server_gone(self._is_alive, grace_s=DEATH_GRACE_S):
                 raise ServerDiedError(
                     f"Triton is gone: {method} {self.url}{path} failed ({exc})"
                 ) from exc

@@ -1,0 +1,122 @@
+"""``mmelocal check PATH``: load and query every model on a real Triton before deploying."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+
+@click.command()
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
+@click.option(
+    "--launcher",
+    type=click.Choice(["local", "docker", "external"]),
+    default="local",
+    show_default=True,
+    help="local = the pip tritonserver; docker = a Triton image; external = a running server.",
+)
+@click.option("--url", help="Server URL for --launcher external (http://host:port).")
+@click.option(
+    "--tritonserver",
+    type=click.Path(path_type=Path),
+    help="tritonserver binary or install folder (default: the nvidia-pytriton wheel's).",
+)
+@click.option("--image", help="Docker image for --launcher docker (default: NVIDIA's Triton).")
+@click.option(
+    "--backends",
+    help="Comma-separated backends the server has (default: python for the local binary, "
+    "all for docker); models needing others run through mmelocal's Python runner.",
+)
+@click.option("--atol", type=float, default=1e-3, show_default=True, help="Absolute tolerance.")
+@click.option("--rtol", type=float, default=1e-3, show_default=True, help="Relative tolerance.")
+@click.option(
+    "--load-timeout",
+    "load_timeout_s",
+    type=click.FloatRange(min=1),
+    default=300.0,
+    show_default=True,
+    help="Seconds one model may take to load.",
+)
+def check(
+    path: Path,
+    as_json: bool,
+    launcher: str,
+    url: str | None,
+    tritonserver: Path | None,
+    image: str | None,
+    backends: str | None,
+    atol: float,
+    rtol: float,
+    load_timeout_s: float,
+) -> None:
+    """Validate PATH, then load, warm up, query and unload each model on a real Triton.
+
+    PATH is a model repository, a model folder or a model.tar.gz. Exits 0 only when every
+    model passes; a failing model shows Triton's own error message.
+    """
+    from mmelocal.cli._output import console, err_console, print_json
+    from mmelocal.runtime.check import CheckOptions, check_path
+
+    options = CheckOptions(
+        launcher=launcher,
+        url=url,
+        tritonserver=tritonserver,
+        docker_image=image,
+        backends=frozenset(b.strip() for b in backends.split(",")) if backends else None,
+        atol=atol,
+        rtol=rtol,
+        load_timeout_s=load_timeout_s,
+    )
+    if as_json:
+        report = check_path(path, options)
+        print_json(report.to_dict())
+    else:
+        with err_console.status("checking") as status:
+            report = check_path(path, options, progress=lambda m: status.update(m))
+        _print_report(console, report)
+    if not report.ok:
+        raise SystemExit(1)
+
+
+def _print_report(console: Any, report: Any) -> None:
+    from rich.table import Table
+
+    warnings = [p for p in report.validation.problems if p.severity != "error"]
+    for problem in warnings:
+        console.print(f"[yellow]{problem.severity}[/] {problem.code}: {problem.message}")
+    for error in report.errors:
+        console.print(f"[bold red]error[/] {error}", highlight=False, soft_wrap=True)
+    if report.models:
+        table = Table(title=f"mmelocal check {report.path}", title_justify="left")
+        for column in ("model", "status", "load s", "1st infer ms", "memory MB", "reference"):
+            table.add_column(column, overflow="fold")
+        for m in report.models:
+            style = "green" if m.status == "passed" else "bold red"
+            table.add_row(
+                m.name,
+                f"[{style}]{m.status}[/]",
+                _fmt(m.load_time_s, "{:.2f}"),
+                _fmt(m.first_infer_ms, "{:.1f}"),
+                _fmt(m.memory_bytes / 1e6 if m.memory_bytes is not None else None, "{:.0f}")
+                + (f" ({m.memory_kind})" if m.memory_kind else ""),
+                m.reference
+                + (f" (max |diff| {m.max_abs_diff:.2g})" if m.max_abs_diff is not None else ""),
+            )
+        console.print(table)
+        for m in report.models:
+            for note in m.notes:
+                console.print(f"[dim]{note}[/]", highlight=False, soft_wrap=True)
+            for error in m.errors:
+                console.print(f"[bold red]{m.name}[/]: {error}", highlight=False, soft_wrap=True)
+    if report.server_log:
+        console.print(f"[dim]server log: {report.server_log}[/]", highlight=False)
+    passed = sum(m.status == "passed" for m in report.models)
+    verdict = "[bold green]OK[/]" if report.ok else "[bold red]FAILED[/]"
+    console.print(f"{verdict} {passed}/{len(report.models)} model(s) passed", highlight=False)
+
+
+def _fmt(value: float | None, pattern: str) -> str:
+    return "-" if value is None else pattern.format(value)

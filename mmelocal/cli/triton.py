@@ -1,0 +1,130 @@
+"""``mmelocal triton start|stop|status``: a Triton server that keeps running between commands."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+
+@click.group()
+def triton() -> None:
+    """Start, stop or inspect a kept Triton server (the pip tritonserver)."""
+
+
+@triton.command()
+@click.option(
+    "--repo",
+    "repository",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("model_repository"),
+    show_default=True,
+    help="Model repository (created if missing; explicit model control).",
+)
+@click.option("--name", default="default", show_default=True, help="Name of the kept server.")
+@click.option("--http-port", type=click.IntRange(0, 65535), default=0, help="0 = a free port.")
+@click.option("--grpc-port", type=click.IntRange(0, 65535), default=0, help="0 = a free port.")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=0, help="0 = a free port.")
+@click.option("--sagemaker/--no-sagemaker", default=False, help="Turn on the SageMaker front end.")
+@click.option("--sagemaker-port", type=click.IntRange(0, 65535), default=0, help="0 = free.")
+@click.option("--load", "load_models", multiple=True, help="Model to load at start (repeatable).")
+@click.option("--log-verbose", type=click.IntRange(min=0), default=0, help="Triton log level.")
+@click.option("--tritonserver", type=click.Path(path_type=Path), help="tritonserver binary.")
+@click.option("--json", "as_json", is_flag=True, help="Print the server's record as JSON.")
+def start(
+    repository: Path,
+    name: str,
+    http_port: int,
+    grpc_port: int,
+    metrics_port: int,
+    sagemaker: bool,
+    sagemaker_port: int,
+    load_models: tuple[str, ...],
+    log_verbose: int,
+    tritonserver: Path | None,
+    as_json: bool,
+) -> None:
+    """Start tritonserver in the background and record it (see `mmelocal triton status`)."""
+    from mmelocal.cli._output import console, print_json
+    from mmelocal.runtime.config import ServerConfig
+    from mmelocal.runtime.kept import start_kept
+
+    repository.mkdir(parents=True, exist_ok=True)
+    config = ServerConfig(
+        model_repository=repository.resolve(),
+        http_port=http_port,
+        grpc_port=grpc_port,
+        metrics_port=metrics_port,
+        sagemaker=sagemaker,
+        sagemaker_port=sagemaker_port,
+        load_models=load_models,
+        log_verbose=log_verbose,
+    )
+    kept = start_kept(config, name=name, tritonserver=tritonserver)
+    if as_json:
+        print_json(kept.to_dict())
+    else:
+        console.print(f"[bold green]started[/] Triton {name!r} pid {kept.pid}", highlight=False)
+        _print_urls(console, kept)
+
+
+@triton.command()
+@click.option("--name", default="default", show_default=True, help="Name of the kept server.")
+@click.option("--timeout", "timeout_s", type=float, default=15.0, show_default=True)
+def stop(name: str, timeout_s: float) -> None:
+    """Stop the kept server (SIGTERM, then SIGKILL after the timeout)."""
+    from mmelocal.cli._output import console
+    from mmelocal.runtime.kept import stop_kept
+
+    kept = stop_kept(name, timeout_s=timeout_s)
+    if kept is None:
+        console.print(f"no kept Triton called {name!r}")
+        raise SystemExit(1)
+    console.print(f"stopped Triton {name!r} (pid {kept.pid})", highlight=False)
+
+
+@triton.command()
+@click.option("--name", default="default", show_default=True, help="Name of the kept server.")
+@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+def status(name: str, as_json: bool) -> None:
+    """Show whether the kept server runs, its URLs and its loaded models. Exit 1 if down."""
+    from mmelocal.cli._output import console, print_json
+    from mmelocal.errors import MmeLocalError
+    from mmelocal.runtime.client import TritonClient
+    from mmelocal.runtime.kept import read_kept
+
+    kept = read_kept(name)
+    if kept is None:
+        if as_json:
+            print_json({"name": name, "running": False})
+        else:
+            console.print(f"no kept Triton called {name!r}")
+        raise SystemExit(1)
+    alive = kept.is_alive()
+    models: list[dict[str, object]] = []
+    if alive:
+        client = TritonClient(kept.http_url, timeout_s=10, is_alive=kept.is_alive)
+        try:
+            models = client.index()
+        except MmeLocalError:
+            models = []
+        finally:
+            client.close()
+    if as_json:
+        print_json({**kept.to_dict(), "running": alive, "models": models})
+    else:
+        state = "[bold green]running[/]" if alive else "[bold red]not running[/]"
+        console.print(f"Triton {name!r} pid {kept.pid}: {state}", highlight=False)
+        _print_urls(console, kept)
+        for m in models:
+            console.print(f"  {m.get('name')}: {m.get('state', 'not loaded')}", highlight=False)
+    if not alive:
+        raise SystemExit(1)
+
+
+def _print_urls(console: Any, kept: Any) -> None:
+    for label in ("http_url", "grpc_url", "metrics_url", "sagemaker_url", "log_path"):
+        value = getattr(kept, label)
+        if value:
+            console.print(f"  {label}: {value}", highlight=False)

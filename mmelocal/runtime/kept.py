@@ -1,0 +1,168 @@
+"""Triton servers that outlive the command that started them (``mmelocal triton start``).
+
+A kept server is a :class:`~mmelocal.runtime.local.LocalLauncher` started without the
+die-with-parent link; its pid, endpoints, repository and log are written to a JSON state
+file (``<state dir>/triton-<name>.json``) so that ``status`` and ``stop`` find it later and
+:class:`~mmelocal.runtime.external.ExternalLauncher` can attach to it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from mmelocal.errors import RuntimeLayerError, UserInputError
+from mmelocal.runtime.config import ServerConfig
+from mmelocal.runtime.external import ExternalLauncher
+
+logger = logging.getLogger(__name__)
+
+STATE_ENV = "MMELOCAL_STATE_DIR"
+
+
+def state_dir() -> Path:
+    """Where kept-server state files live (``$MMELOCAL_STATE_DIR`` or ~/.local/state/mmelocal)."""
+    env = os.environ.get(STATE_ENV)
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "mmelocal"
+
+
+@dataclass(frozen=True, kw_only=True)
+class KeptServer:
+    """What the state file records about one kept server."""
+
+    name: str
+    pid: int
+    http_url: str
+    grpc_url: str | None
+    metrics_url: str | None
+    sagemaker_url: str | None
+    model_repository: str
+    log_path: str
+    started_at: float
+
+    def is_alive(self) -> bool:
+        """True while the recorded pid is a running tritonserver."""
+        import psutil
+
+        try:
+            process = psutil.Process(self.pid)
+            return process.status() != psutil.STATUS_ZOMBIE and "tritonserver" in " ".join(
+                process.cmdline()[:1]
+            )
+        except psutil.Error:
+            return False
+
+    def launcher(self) -> ExternalLauncher:
+        """An :class:`ExternalLauncher` attached to this server."""
+        return ExternalLauncher(
+            self.http_url,
+            grpc_url=self.grpc_url,
+            metrics_url=self.metrics_url,
+            sagemaker_url=self.sagemaker_url,
+            model_repository=self.model_repository,
+            log_path=self.log_path,
+            pid=self.pid,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return asdict(self)
+
+
+def _state_file(name: str, root: Path | None) -> Path:
+    if not name or "/" in name or name.startswith("."):
+        raise UserInputError(f"server name must be a simple word, got {name!r}")
+    return (root or state_dir()) / f"triton-{name}.json"
+
+
+def read_kept(name: str = "default", *, root: Path | None = None) -> KeptServer | None:
+    """The kept server called ``name``, or None when there is no state file."""
+    path = _state_file(name, root)
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return KeptServer(**data)
+
+
+def start_kept(
+    config: ServerConfig,
+    *,
+    name: str = "default",
+    tritonserver: Path | str | None = None,
+    start_timeout_s: float = 120.0,
+    root: Path | None = None,
+) -> KeptServer:
+    """Start tritonserver detached from this process and record it; fails if one runs."""
+    from mmelocal.runtime.local import LocalLauncher
+
+    existing = read_kept(name, root=root)
+    if existing is not None and existing.is_alive():
+        raise UserInputError(
+            f"a kept Triton called {name!r} already runs (pid {existing.pid}, "
+            f"{existing.http_url}): stop it first or choose another --name"
+        )
+    path = _state_file(name, root)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    log_path = path.with_suffix(".log")
+    launcher = LocalLauncher(
+        config,
+        tritonserver=tritonserver,
+        start_timeout_s=start_timeout_s,
+        log_path=log_path,
+        die_with_parent=False,
+    )
+    launcher.start()
+    endpoints = launcher.endpoints
+    pid = launcher.pid()
+    assert pid is not None
+    kept = KeptServer(
+        name=name,
+        pid=pid,
+        http_url=endpoints.http_url,
+        grpc_url=endpoints.grpc_url,
+        metrics_url=endpoints.metrics_url,
+        sagemaker_url=endpoints.sagemaker_url,
+        model_repository=str(Path(config.model_repository).resolve()),
+        log_path=str(log_path),
+        started_at=time.time(),
+    )
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(kept.to_dict(), indent=2), encoding="utf-8")
+    tmp.replace(path)
+    logger.info("kept Triton %r started: pid %s at %s", name, pid, kept.http_url)
+    return kept
+
+
+def stop_kept(
+    name: str = "default", *, timeout_s: float = 15.0, root: Path | None = None
+) -> KeptServer | None:
+    """SIGTERM the kept server, SIGKILL its group after ``timeout_s``; remove the state file."""
+    kept = read_kept(name, root=root)
+    if kept is None:
+        return None
+    if kept.is_alive():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(kept.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while kept.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(kept.pid, signal.SIGKILL)
+        if kept.is_alive():
+            raise RuntimeLayerError(f"kept Triton pid {kept.pid} did not stop")
+    _state_file(name, root).unlink(missing_ok=True)
+    logger.info("kept Triton %r stopped (pid %s)", name, kept.pid)
+    return kept
+
+
+__all__ = ["KeptServer", "read_kept", "start_kept", "state_dir", "stop_kept"]

@@ -1,0 +1,105 @@
+"""``mmelocal check`` and ``mmelocal triton`` on the real pip tritonserver."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from runtime_models import broken_repositories, write_mlp, write_python_model
+
+from mmelocal.cli.main import main
+from mmelocal.runtime.check import CheckOptions, check_path
+
+pytestmark = pytest.mark.triton
+
+
+def _run_json(capsys, *args: str) -> tuple[int, dict]:
+    code = main(["check", *args, "--json"])
+    out = capsys.readouterr().out
+    return code, json.loads(out)
+
+
+def test_check_passes_on_a_good_repository(tmp_path, capsys):
+    repo = tmp_path / "repo"
+    write_mlp(repo, "mlp_ts", "torchscript")
+    write_mlp(repo, "mlp_onnx", "onnx")
+    write_python_model(repo, "py_ok")
+    code, report = _run_json(capsys, str(repo))
+    assert code == 0, report
+    assert report["ok"] is True
+    models = {m["name"]: m for m in report["models"]}
+    assert set(models) == {"mlp_ts", "mlp_onnx", "py_ok"}
+    for model in models.values():
+        assert model["status"] == "passed", model
+        assert model["load_time_s"] > 0 and model["unload_time_s"] >= 0
+        assert model["memory_bytes"] > 0 and model["memory_kind"] == "host_rss"
+        assert model["first_infer_ms"] > 0
+    assert models["mlp_ts"]["reference"] == "matched"
+    assert models["mlp_onnx"]["reference"] == "matched"
+    assert models["mlp_onnx"]["warmup_samples"] >= 1
+    assert any("onnx runner" in note for note in models["mlp_onnx"]["notes"])
+
+
+def test_check_fails_with_a_clear_reason_on_broken_repositories(tmp_path, capsys):
+    failures = {}
+    for case, (repo, expected_text) in broken_repositories(tmp_path).items():
+        code, report = _run_json(capsys, str(repo))
+        assert code == 1, (case, report)
+        assert report["ok"] is False
+        [model] = report["models"]
+        assert model["status"] == "failed"
+        failures[case] = " ".join(model["errors"])
+        assert expected_text in failures[case], (case, failures[case])
+    assert "load:" in failures["raise_at_load"]  # Triton's own load error
+    assert "inference:" in failures["raise_at_infer"]
+    assert "artifact.missing" in failures["missing_file"]
+
+
+def test_check_human_output_and_tarball(tmp_path, capsys):
+    from mmelocal.builder.tarball import create_model_tarball
+
+    folder = write_python_model(tmp_path / "repo", "py_tar")
+    tarball = create_model_tarball(folder, tmp_path / "model.tar.gz")
+    assert main(["check", str(tarball)]) == 0
+    out = capsys.readouterr().out
+    assert "py_tar" in out and "passed" in out and "OK 1/1" in out
+
+
+def test_check_on_an_external_server_uploads_the_files(tmp_path, triton_server):
+    repo = tmp_path / "repo"
+    write_mlp(repo, "mlp_upload", "onnx")
+    options = CheckOptions(
+        launcher="external", url=triton_server.http_url, backends=frozenset({"python"})
+    )
+    report = check_path(repo, options)
+    assert report.ok, report.to_dict()
+    assert report.models[0].reference == "matched"
+    assert not (triton_server.repository / "mlp_upload").exists()
+
+
+def test_triton_start_status_stop(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("MMELOCAL_STATE_DIR", str(tmp_path / "state"))
+    repo = tmp_path / "repo"
+    write_python_model(repo, "kept_py")
+    assert (
+        main(
+            ["triton", "start", "--repo", str(repo), "--name", "t1", "--load", "kept_py", "--json"]
+        )
+        == 0
+    )
+    started = json.loads(capsys.readouterr().out)
+    try:
+        assert main(["triton", "status", "--name", "t1", "--json"]) == 0
+        status = json.loads(capsys.readouterr().out)
+        assert status["running"] is True and status["pid"] == started["pid"]
+        assert {"name": "kept_py", "version": "1", "state": "READY"} in status["models"]
+        assert main(["triton", "start", "--repo", str(repo), "--name", "t1"]) == 2  # already runs
+        capsys.readouterr()
+    finally:
+        assert main(["triton", "stop", "--name", "t1"]) == 0
+    assert main(["triton", "status", "--name", "t1"]) == 1
+    import psutil
+
+    assert (
+        not psutil.pid_exists(started["pid"]) or psutil.Process(started["pid"]).status() == "zombie"
+    )
