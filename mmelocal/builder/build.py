@@ -101,6 +101,8 @@ def build_model(
         raise UserInputError(
             f"name must be a folder name (no '/', not starting with '.'), got {name!r}"
         )
+    if Path(repo).exists() and not Path(repo).is_dir():
+        raise UserInputError(f"repo {repo} exists and is not a folder")
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
     if options is None:
         guess = presets.detect_family(spec if isinstance(spec, str) else spec.family)
@@ -149,14 +151,17 @@ def build_model(
         with clock("repository", f"adding {model_name} to {repo_path}"):
             from mmelocal.builder.repository import REFERENCE_FILE, add_model
 
-            model_dir = add_model(
-                repo_path,
-                name=model_name,
-                config=cfg,
-                artifact=artifact.path,
-                version=version,
-                extra_files={REFERENCE_FILE: reference},
-            )
+            try:
+                model_dir = add_model(
+                    repo_path,
+                    name=model_name,
+                    config=cfg,
+                    artifact=artifact.path,
+                    version=version,
+                    extra_files={REFERENCE_FILE: reference},
+                )
+            except OSError as exc:
+                raise UserInputError(f"cannot write the model into {repo_path}: {exc}") from None
     final = model_dir / str(version) / artifact.file_name
     return BuildResult(
         name=model_name,

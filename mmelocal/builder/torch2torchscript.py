@@ -189,7 +189,13 @@ def run_torchscript_module(
     """Run a loaded TorchScript module on inputs (in order); outputs keyed by ``output_names``."""
     torch = import_torch("TorchScript models")
     with torch.no_grad(), quiet_warnings():
-        result = module(*inputs.values())
+        try:
+            result = module(*inputs.values())
+        except Exception as exc:
+            shapes = {n: list(v.shape) for n, v in inputs.items()}
+            raise ExportError(
+                f"the TorchScript model failed on inputs {shapes}: {first_line(exc)}"
+            ) from None
     tensors = flatten_outputs(result)
     if len(tensors) != len(output_names):
         raise ExportError(

@@ -166,3 +166,34 @@ def test_existing_file_checked_against_a_reference(artifact_of, tmp_path: Path) 
     report = again.verify_report
     assert report is not None and not report.skipped and report.ok
     assert report.max_abs_diff == 0.0 and [r.output for r in report.rows] == ["output"]
+
+
+def test_repository_that_cannot_be_written(tmp_path: Path) -> None:
+    import torch
+
+    from mmelocal.builder.sources import source_from_module
+
+    src = source_from_module(torch.nn.Linear(4, 2), {"x": torch.randn(2, 4)}, name="lin")
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    with pytest.raises(UserInputError, match="exists and is not a folder"):
+        build_model(src, repo=a_file)
+    with pytest.raises(UserInputError, match="cannot write the model into"):
+        build_model(src, repo=a_file / "sub" / "repo", verify=False)
+
+
+def test_source_failing_on_random_inputs_is_one_error(tmp_path: Path) -> None:
+    import torch
+
+    from mmelocal.builder.sources import source_from_module
+    from mmelocal.errors import SourceError
+
+    class FailsOnBatchThree(torch.nn.Module):
+        def forward(self, x):
+            if x.shape[0] == 4:
+                raise ValueError("batch 4 is not supported\nsecond line")
+            return x * 2
+
+    src = source_from_module(FailsOnBatchThree(), {"x": torch.randn(2, 3)}, name="odd")
+    with pytest.raises(SourceError, match=r"failed on inputs \{'x': \[4, 3\]\}: batch 4 is not"):
+        build_model(src, repo=tmp_path, format="onnx")

@@ -127,7 +127,13 @@ def run_module(
     torch = import_torch("running a PyTorch model")
     args = [inputs[n] for n in input_names]
     with torch.no_grad(), quiet_warnings():
-        result = module(*args)
+        try:
+            result = module(*args)
+        except Exception as exc:
+            shapes = {n: list(inputs[n].shape) for n in input_names}
+            raise SourceError(
+                f"the source model failed on inputs {shapes}: {first_line(exc)}"
+            ) from None
     outputs = flatten_outputs(result)
     if len(outputs) != len(output_names):
         raise SourceError(
