@@ -109,6 +109,8 @@ def _user_classes(config: dict[str, Any]) -> type[User]:
         endpoint_name = config["endpoint_name"]
 
         class Boto3User(User):
+            """Calls ``InvokeEndpoint`` through boto3 (real SageMaker or any endpoint_url)."""
+
             wait_time = constant(wait_s)
 
             def on_start(self) -> None:
@@ -151,6 +153,8 @@ def _user_classes(config: dict[str, Any]) -> type[User]:
         raise SystemExit(f"unknown mode {mode!r}")
 
     class InvokeUser(FastHttpUser):
+        """POSTs the payload to a random target, back to back."""
+
         host = config["host"]
         wait_time = constant(wait_s)
         network_timeout = timeout_s

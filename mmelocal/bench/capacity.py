@@ -43,15 +43,23 @@ class _Reading(Protocol):
 class CapacityInstance(Protocol):
     """What the loop needs of an emulator instance (``TritonInstance`` provides it)."""
 
-    async def acquire(self, target: str, *, wait_timeout_s: float | None = None) -> Any: ...
+    async def acquire(self, target: str, *, wait_timeout_s: float | None = None) -> Any:
+        """Load ``target`` (through the platform's path) and count one request in flight."""
+        ...
 
-    def release(self, target: str) -> None: ...
+    def release(self, target: str) -> None:
+        """One request for ``target`` finished."""
+        ...
 
     async def invoke(
         self, target: str, body: bytes, headers: list[tuple[str, str]]
-    ) -> tuple[int, bytes, Any]: ...
+    ) -> tuple[int, bytes, Any]:
+        """Forward one inference: Triton's status, body and headers."""
+        ...
 
-    async def read_memory(self) -> Any: ...
+    async def read_memory(self) -> Any:
+        """A fresh memory reading (``used_bytes``, ``total_bytes``)."""
+        ...
 
 
 @dataclass(frozen=True, kw_only=True)
