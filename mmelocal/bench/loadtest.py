@@ -276,6 +276,7 @@ def _run_worker(
             stdin=subprocess.DEVNULL,
             env=env,
             text=True,
+            preexec_fn=_die_with_parent if _may_tie_to_thread() else None,
         )
         watchdog = threading.Timer(limit_s, proc.kill)
         watchdog.daemon = True
@@ -300,6 +301,22 @@ def _run_worker(
         raise BenchError(f"the Locust worker failed (exit code {code}):\n{tail}")
     result: dict[str, Any] = json.loads(out_path.read_text("utf-8"))
     return result
+
+
+def _may_tie_to_thread() -> bool:
+    # PR_SET_PDEATHSIG fires when the *thread* that forked exits: only tie to the main thread
+    return (
+        sys.platform.startswith("linux") and threading.current_thread() is threading.main_thread()
+    )
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    import ctypes
+    import ctypes.util
+    import signal
+
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: no Locust left behind if we die
 
 
 def _parse_event(line: str) -> dict[str, Any] | None:

@@ -43,6 +43,12 @@ class SweepRow:
     load_s: float | None = None
     loadtest: LoadTestResult | None = None
 
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"status must be one of {', '.join(STATUSES)}, got {self.status!r}")
+        if self.instance_count < 1:
+            raise ValueError(f"instance_count must be >= 1, got {self.instance_count}")
+
     @property
     def invocations_per_minute(self) -> float | None:
         """Invocations per minute per instance at the chosen load."""
