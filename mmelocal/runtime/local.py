@@ -321,7 +321,6 @@ class LocalLauncher:
                 url=self._endpoints.http_url,
                 log_path=self._log_path,
                 process=self._process,
-                interval_s=0.05,
             )
         except BaseException:
             self.stop()

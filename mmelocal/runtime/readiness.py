@@ -47,14 +47,16 @@ def wait_until_ready(
     url: str,
     log_path: Path | str | None,
     process: _Process | None = None,
-    interval_s: float = 0.1,
+    interval_s: float = 0.01,
+    max_interval_s: float = 0.25,
     is_alive: Callable[[], bool] | None = None,
 ) -> float:
     """Poll ``check`` until it returns True; return the seconds it took.
 
     Exceptions raised by ``check`` count as "not ready yet". When ``process`` (anything
     with ``poll()``) exits, or ``is_alive`` returns False, the wait stops at once with
-    the exit code and the log tail instead of running out the timeout.
+    the exit code and the log tail instead of running out the timeout. Polling starts
+    every ``interval_s`` and slows down by 30 % per try up to ``max_interval_s``.
     """
     start = time.monotonic()
     deadline = start + timeout_s
@@ -87,6 +89,7 @@ def wait_until_ready(
                 log_path=log_path,
             )
         time.sleep(interval_s)
+        interval_s = min(max_interval_s, interval_s * 1.3)
 
 
 _NOTABLE = re.compile(r"^E\d{4} |unrecognized option|error:|failed to|Usage: ", re.IGNORECASE)
