@@ -6,9 +6,9 @@ cannot otherwise carry:
 * inputs keep the names of the ``forward`` arguments when those equal the source's
   input names (``input_ids``, ``attention_mask`` for text models: Triton matches
   config inputs to forward arguments by name); otherwise they are
-  ``<name>__<index>`` (``input__0`` for image models, whose forward takes ``x``);
+  ``<name>__<index>`` (``pixel_values__0`` for image models, whose forward takes ``x``);
 * outputs are ``<name>__<index>`` (``last_hidden_state__0``, ``pooler_output__1``,
-  ``output__0``): the index is the position in the returned tuple, which is how
+  ``logits__0``): the index is the position in the returned tuple, which is how
   Triton maps TorchScript outputs.
 
 The trace is checked against the eager module on a second input of another batch

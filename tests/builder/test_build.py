@@ -84,8 +84,8 @@ def test_resnet_no_batching(resnet_source, tmp_path: Path) -> None:
     cfg = result.config
     assert cfg.max_batch_size == 0 and not cfg.HasField("dynamic_batching")
     assert list(cfg.input[0].dims) == [-1, 3, 224, 224]
-    assert cfg.input[0].name == "input__0" and cfg.output[0].name == "output__0"
-    assert list(cfg.model_warmup[0].inputs["input__0"].dims) == [1, 3, 224, 224]
+    assert cfg.input[0].name == "pixel_values__0" and cfg.output[0].name == "logits__0"
+    assert list(cfg.model_warmup[0].inputs["pixel_values__0"].dims) == [1, 3, 224, 224]
     report = result.verify_report
     assert report is not None and report.max_abs_diff < 1e-6
     _validate_ok(result.model_dir)
@@ -165,7 +165,7 @@ def test_existing_file_checked_against_a_reference(artifact_of, tmp_path: Path) 
     )
     report = again.verify_report
     assert report is not None and not report.skipped and report.ok
-    assert report.max_abs_diff == 0.0 and [r.output for r in report.rows] == ["output"]
+    assert report.max_abs_diff == 0.0 and [r.output for r in report.rows] == ["logits"]
 
 
 def test_repository_that_cannot_be_written(tmp_path: Path) -> None:

@@ -192,7 +192,7 @@ def test_docker_builder_runs_trtexec_with_the_gpus(
     assert calls["image"] == "trt:test"
     (request,) = calls["device_requests"]
     assert request["Capabilities"] == [["gpu"]] and request["Count"] == -1
-    assert "--maxShapes=input:2x3x224x224" in calls["command"]
+    assert "--maxShapes=pixel_values:2x3x224x224" in calls["command"]
 
 
 def test_docker_image_missing(monkeypatch, artifact_of, tmp_path: Path) -> None:

@@ -135,17 +135,17 @@ def test_pretrained_without_cached_weights(tmp_path: Path, monkeypatch) -> None:
 def test_resnet18_source(resnet_source) -> None:
     src = resnet_source
     assert src.kind == "cv" and src.family == "resnet18" and src.name == "resnet18"
-    assert tuple(src.example_inputs["input"].shape) == (1, 3, 224, 224)
-    assert src.dynamic_axes == {"input": {0: "batch"}, "output": {0: "batch"}}
+    assert tuple(src.example_inputs["pixel_values"].shape) == (1, 3, 224, 224)
+    assert src.dynamic_axes == {"pixel_values": {0: "batch"}, "logits": {0: "batch"}}
     assert src.seq_len is None
-    assert src.run(src.make_inputs(2))["output"].shape == (2, 1000)
+    assert src.run(src.make_inputs(2))["logits"].shape == (2, 1000)
 
 
 def test_timm_source() -> None:
     pytest.importorskip("timm")
     src = load_source("timm:resnet10t", batch_size=1)
-    assert src.kind == "cv" and src.output_names == ("output",)
-    assert src.run(src.example_inputs)["output"].shape == (1, 1000)
+    assert src.kind == "cv" and src.output_names == ("logits",)
+    assert src.run(src.example_inputs)["logits"].shape == (1, 1000)
 
 
 def test_source_from_module() -> None:
@@ -202,7 +202,7 @@ def test_existing_files_as_sources(artifact_of) -> None:
     ts_art = artifact_of("resnet", "torchscript")
     ts = load_source(str(ts_art.path))
     assert ts.file_format == "torchscript" and ts.kind == "cv" and ts.module is not None
-    assert ts.run(ts.make_inputs(1))["output"].shape == (1, 1000)
+    assert ts.run(ts.make_inputs(1))["logits"].shape == (1, 1000)
 
 
 def test_bad_files(tmp_path: Path) -> None:

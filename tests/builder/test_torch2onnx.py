@@ -41,8 +41,8 @@ def test_graph_axes_are_symbolic(artifact_of) -> None:
 
 def test_image_model(artifact_of) -> None:
     art = artifact_of("resnet", "onnx")
-    assert art.signature.inputs == (TensorSpec("input", "TYPE_FP32", (3, 224, 224)),)
-    assert art.signature.outputs == (TensorSpec("output", "TYPE_FP32", (1000,)),)
+    assert art.signature.inputs == (TensorSpec("pixel_values", "TYPE_FP32", (3, 224, 224)),)
+    assert art.signature.outputs == (TensorSpec("logits", "TYPE_FP32", (1000,)),)
     assert any("TorchScript-based" in n for n in art.notes)
 
 

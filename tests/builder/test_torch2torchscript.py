@@ -35,8 +35,8 @@ def test_minilm_signature(artifact_of) -> None:
 
 def test_image_model_uses_indexed_names(artifact_of) -> None:
     art = artifact_of("resnet", "torchscript")
-    assert art.signature.inputs == (TensorSpec("input__0", "TYPE_FP32", (3, 224, 224)),)
-    assert art.signature.outputs == (TensorSpec("output__0", "TYPE_FP32", (1000,)),)
+    assert art.signature.inputs == (TensorSpec("pixel_values__0", "TYPE_FP32", (3, 224, 224)),)
+    assert art.signature.outputs == (TensorSpec("logits__0", "TYPE_FP32", (1000,)),)
 
 
 def test_signature_for_max_batch_size_zero(artifact_of) -> None:

@@ -80,11 +80,21 @@ def test_reference_npz(resnet_source, artifact_of, tmp_path: Path) -> None:
     inputs = resnet_source.make_inputs(2, seed=5)
     outputs = resnet_source.run(inputs)
     npz = tmp_path / "ref.npz"
-    np.savez(npz, **{"input:input": inputs["input"].numpy(), "output:output": outputs["output"]})
+    np.savez(
+        npz,
+        **{
+            "input:pixel_values": inputs["pixel_values"].numpy(),
+            "output:logits": outputs["logits"],
+        },
+    )
     report = verify(resnet_source, art, reference_npz=npz)
     assert report.ok and len(report.rows) == 1 and report.rows[0].batch_size == 2
     np.savez(
-        npz, **{"input:input": inputs["input"].numpy(), "output:output": outputs["output"] + 1}
+        npz,
+        **{
+            "input:pixel_values": inputs["pixel_values"].numpy(),
+            "output:logits": outputs["logits"] + 1,
+        },
     )
     with pytest.raises(VerificationError):
         verify(resnet_source, art, reference_npz=npz)

@@ -159,7 +159,7 @@ def flatten_outputs(result: Any) -> list[Any]:
 
 
 def float_image_factory(
-    shape: tuple[int, ...], input_name: str = "input"
+    shape: tuple[int, ...], input_name: str = "pixel_values"
 ) -> Callable[[int, int | None, int], dict[str, Any]]:
     """Input factory for one float32 tensor ``(batch, *shape)`` of standard-normal values."""
 

@@ -4,7 +4,8 @@ ONNX: names, dtypes and dims come from the graph; random inputs are made from th
 (``-1`` axes take the batch size or the sequence length). TorchScript files carry no
 shapes, so only two common forms are recognised from the ``forward`` argument names:
 ``(input_ids, attention_mask)`` (a text model, int64 ``(batch, seq_len)``) and a
-single argument (an image model, float32 ``(batch, 3, 224, 224)``). Anything else
+single argument (an image model, float32 ``(batch, 3, 224, 224)``, named
+``pixel_values`` -> ``logits`` like the image sources). Anything else
 should come through the Python API, :func:`~mmelocal.builder.sources.source_from_module`
 with ``torch.jit.load(path)`` and example inputs.
 
@@ -131,7 +132,7 @@ def load_torchscript_file(
         kind, length, inputs = "nlp", seq_len, _NLP_INPUTS
     elif len(args) == 1:
         factory = float_image_factory((3, 224, 224))
-        kind, length, inputs = "cv", None, ("input",)
+        kind, length, inputs = "cv", None, ("pixel_values",)
     else:
         raise SourceError(
             f"{path} takes {list(args)}; mmelocal recognises (input_ids, attention_mask) or a "
@@ -153,7 +154,10 @@ def load_torchscript_file(
     from mmelocal.builder.sources.base import flatten_outputs
 
     count = len(flatten_outputs(result))
-    outputs = ("output",) if count == 1 else tuple(f"output{i}" for i in range(count))
+    if kind == "cv" and count == 1:
+        outputs: tuple[str, ...] = ("logits",)
+    else:
+        outputs = ("output",) if count == 1 else tuple(f"output{i}" for i in range(count))
     axes = infer_dynamic_axes(module, factory, inputs, outputs, length)
     return ModelSource(
         spec=spec,

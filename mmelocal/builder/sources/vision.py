@@ -5,7 +5,8 @@ for pretrained weights; those are used only when already in the local cache
 (torch hub's ``checkpoints`` folder, or the Hugging Face cache for timm), so a build
 never downloads and never hangs. The input is one float32 tensor named ``input``
 of shape ``(batch, 3, H, W)`` with H and W from the model's default weights/config
-(224 for most); the output is ``output`` (the class logits).
+(224 for most), named as in the family preset (``pixel_values``, the Hugging Face
+name); the output is ``logits``.
 """
 
 from __future__ import annotations
@@ -29,6 +30,16 @@ from mmelocal.errors import MissingDependencyError, SourceError
 logger = logging.getLogger(__name__)
 
 TASKS = ("image-classification",)
+IMAGE_INPUT = "pixel_values"
+IMAGE_OUTPUT = "logits"
+
+
+def image_input_name(family: str | None) -> str:
+    """The input name of an image model: its family preset's, else ``pixel_values``."""
+    from mmelocal.builder.presets import detect_family, load_preset
+
+    names = load_preset(detect_family(family)).get("input_names") or [IMAGE_INPUT]
+    return str(names[0])
 
 
 def check_task(task: str | None, spec: str) -> str:
@@ -145,17 +156,18 @@ def _image_source(
     pretrained: bool,
 ) -> ModelSource:
     module.eval()
-    factory = float_image_factory((3, *size))
+    input_name = image_input_name(family)
+    factory = float_image_factory((3, *size), input_name)
     example = factory(batch_size, None, 0)
-    axes = infer_dynamic_axes(module, factory, ("input",), ("output",), None)
+    axes = infer_dynamic_axes(module, factory, (input_name,), (IMAGE_OUTPUT,), None)
     notes = () if pretrained else ("random weights (--pretrained for trained ones)",)
     return ModelSource(
         spec=spec,
         name=name,
         kind="cv",
         family=family,
-        input_names=("input",),
-        output_names=("output",),
+        input_names=(input_name,),
+        output_names=(IMAGE_OUTPUT,),
         example_inputs=example,
         input_factory=factory,
         dynamic_axes=axes,
@@ -211,4 +223,12 @@ def _timm_cached_file(timm: Any, arch: str, spec: str) -> str:
     raise SourceError(f"{spec} has no pretrained weights to use", source=spec)
 
 
-__all__ = ["TASKS", "check_task", "load_timm", "load_torchvision"]
+__all__ = [
+    "IMAGE_INPUT",
+    "IMAGE_OUTPUT",
+    "TASKS",
+    "check_task",
+    "image_input_name",
+    "load_timm",
+    "load_torchvision",
+]
