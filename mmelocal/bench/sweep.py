@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from mmelocal.bench.shape import LoadShape, Stage
 from mmelocal.bench.sources import SHORT_FORMAT_NAMES, check_format, is_prebuilt
@@ -282,6 +283,7 @@ def _serve_and_measure(
                 continue
             try:
                 say(f"{plan.name}: load test ({opts.shape.duration_s:.0f} s)")
+                before = _success_stats(client, plan.name)
                 result = run_loadtest(
                     LoadTestConfig(
                         endpoint=triton.endpoints.http_url,
@@ -293,9 +295,12 @@ def _serve_and_measure(
                     ),
                     label=plan.name,
                 )
+                after = _success_stats(client, plan.name)
+                count, ns = after[0] - before[0], after[1] - before[1]
                 rows[plan.name] = row_from_loadtest(
                     _row(plan, status="ok", load_s=load_s),
                     result,
+                    model_latency_ms=ns / count / 1e6 if count > 0 else None,
                     target_rps=opts.target_rps,
                     max_latency_ms=opts.max_latency_ms,
                     price_per_hour=price,
@@ -309,6 +314,17 @@ def _serve_and_measure(
                     logger.warning("sweep: could not unload %s: %s", plan.name, exc)
         client.close()
     return rows
+
+
+def _success_stats(client: Any, name: str) -> tuple[int, int]:
+    """Triton's cumulative (successful requests, nanoseconds inside the server) for ``name``."""
+    try:
+        stats = client.statistics(name)
+        success = stats["model_stats"][0]["inference_stats"]["success"]
+        return int(success.get("count", 0)), int(success.get("ns", 0))
+    except (MmeLocalError, KeyError, IndexError, TypeError, ValueError) as exc:
+        logger.warning("sweep: no Triton statistics for %s: %s", name, exc)
+        return 0, 0
 
 
 def _machine(gpu: bool) -> str:

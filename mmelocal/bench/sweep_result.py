@@ -24,7 +24,8 @@ class SweepRow:
     """One configuration (e.g. ``pt-ig-db``) and what it achieved.
 
     ``throughput_rps`` is the best step rate with no failure and ``p99_latency_ms`` within the
-    limit (None when no step qualified); ``instances_needed`` = ceil(target / throughput).
+    limit (None when no step qualified); ``instances_needed`` = ceil(target / throughput);
+    ``model_latency_ms`` is Triton's own mean time per request (queue + compute) over the test.
     """
 
     name: str
@@ -38,6 +39,7 @@ class SweepRow:
     p50_latency_ms: float | None = None
     p99_latency_ms: float | None = None
     peak_throughput_rps: float | None = None
+    model_latency_ms: float | None = None
     instances_needed: int | None = None
     cost_per_hour: float | None = None
     load_s: float | None = None
@@ -101,6 +103,7 @@ def row_from_loadtest(
     target_rps: float,
     max_latency_ms: float,
     price_per_hour: float | None,
+    model_latency_ms: float | None = None,
 ) -> SweepRow:
     """``row`` filled in from its load test (see :class:`SweepRow`)."""
     step = best_step(loadtest.steps, max_latency_ms=max_latency_ms)
@@ -110,6 +113,7 @@ def row_from_loadtest(
             row,
             loadtest=loadtest,
             peak_throughput_rps=peak,
+            model_latency_ms=model_latency_ms,
             reason=f"no tested load kept p99 <= {max_latency_ms:g} ms without failures",
         )
     needed = max(1, math.ceil(target_rps / step.throughput_rps))
@@ -117,6 +121,7 @@ def row_from_loadtest(
         row,
         loadtest=loadtest,
         peak_throughput_rps=peak,
+        model_latency_ms=model_latency_ms,
         throughput_rps=step.throughput_rps,
         users_at_load=step.users,
         p50_latency_ms=step.p50_latency_ms,
@@ -201,6 +206,7 @@ class SweepResult:
                 "p50_latency_ms": r.p50_latency_ms,
                 "p99_latency_ms": r.p99_latency_ms,
                 "peak_throughput_rps": r.peak_throughput_rps,
+                "model_latency_ms": r.model_latency_ms,
                 "instances_needed": r.instances_needed,
                 f"cost_per_hour_{self.currency}": r.cost_per_hour,
                 "reason": r.reason,

@@ -130,6 +130,7 @@ def _table(result: Any) -> Table:
             "-" if row.users_at_load is None else str(row.users_at_load),
             ms(row.p50_latency_ms),
             ms(row.p99_latency_ms),
+            ms(row.model_latency_ms),
             "-" if row.instances_needed is None else str(row.instances_needed),
             "-" if row.cost_per_hour is None else f"{row.cost_per_hour:,.2f}",
             row.reason if row.status == "ok" else f"[yellow]{row.status}[/]: {row.reason}",

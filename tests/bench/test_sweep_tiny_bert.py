@@ -47,6 +47,8 @@ def test_four_rows_a_recommendation_and_the_report(tiny_bert_dir: Path, tmp_path
         row = rows[name]
         assert row["status"] == "ok", row["reason"]
         assert row["loadtest"]["requests"] > 0
+        # Triton's own time per request, from its statistics over the test
+        assert row["model_latency_ms"] is not None and row["model_latency_ms"] > 0
         if row["instances_needed"] is not None:
             assert row["invocations_per_minute"] == pytest.approx(row["throughput_rps"] * 60)
             assert row["instances_needed"] >= 500 / row["throughput_rps"]
