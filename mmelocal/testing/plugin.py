@@ -29,6 +29,7 @@ import pytest
 _MARKERS = (
     "gpu: needs an NVIDIA GPU (skipped with the reason when none is present)",
     "docker: needs a running Docker engine (skipped without one, except in CI)",
+    "triton: starts a real tritonserver process",
 )
 
 
