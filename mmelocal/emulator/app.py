@@ -17,172 +17,39 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import time
-import uuid
 from typing import Any
 from urllib.parse import quote
 
 from aiohttp import web
 
-from mmelocal.emulator.instance import InstanceUnavailableError, ModelNotReadyError
-from mmelocal.emulator.platform import Emulator
-from mmelocal.errors import (
-    ModelLoadError,
-    ModelNotFoundError,
-    OutOfMemoryError,
-    UserInputError,
-    ValidationError,
+from mmelocal.emulator.handlers import (
+    Answer,
+    error_for,
+    handle_invocation,
+    handle_v2_infer,
+    parse_v2_path,
+    v2_error,
 )
+from mmelocal.emulator.platform import Emulator
 
 logger = logging.getLogger(__name__)
 
-TARGET_HEADER = "X-Amzn-SageMaker-Target-Model"
-CUSTOM_ATTRIBUTES = "X-Amzn-SageMaker-Custom-Attributes"
-VARIANT_HEADER = "x-Amzn-Invoked-Production-Variant"
-SAGEMAKER_BINARY = "application/vnd.sagemaker-triton.binary+json;json-header-size="
-V2_BINARY_HEADER = "Inference-Header-Content-Length"
-#: the emulator's own answer header: was the model already loaded ("hit") or not ("miss")
-CACHE_HEADER = "X-Mmelocal-Model-Cache"
 MAX_BODY_BYTES = 128 * 1024 * 1024
 EMULATOR_KEY: web.AppKey[Emulator] = web.AppKey("emulator", Emulator)
 
 
-def error_for(exc: BaseException) -> tuple[int, str, str]:
-    """(HTTP status, SageMaker error type, message) for an exception from the platform."""
-    message = str(exc) or type(exc).__name__
-    if isinstance(exc, ModelNotReadyError):
-        return 429, "ModelNotReadyException", message
-    if isinstance(exc, InstanceUnavailableError):
-        return 503, "ServiceUnavailable", message
-    if isinstance(exc, OutOfMemoryError):
-        return 507, "InsufficientMemory", message
-    if isinstance(exc, ModelLoadError):
-        return 424, "ModelError", message
-    if isinstance(exc, (UserInputError, ModelNotFoundError, ValidationError)):
-        return 400, "ValidationError", message
-    return 500, "InternalFailure", message
-
-
-def sagemaker_error(status: int, error_type: str, message: str, **extra: object) -> web.Response:
-    """A rest-json error body and headers as botocore parses them."""
-    body = {"__type": error_type, "message": message, "Message": message, **extra}
-    return web.Response(
-        status=status,
-        body=json.dumps(body).encode(),
-        content_type="application/json",
-        headers={"x-amzn-ErrorType": error_type, "x-amzn-RequestId": str(uuid.uuid4())},
-    )
+def to_response(answer: Answer) -> web.Response:
+    """An :class:`Answer` as an aiohttp response."""
+    return web.Response(status=answer.status, body=answer.body, headers=answer.headers)
 
 
 async def invocations(request: web.Request) -> web.Response:
     """``InvokeEndpoint`` for a multi-model endpoint."""
-    emulator = request.app[EMULATOR_KEY]
-    t0 = time.perf_counter()
-    response, model_s = await _invocations(request, emulator)
-    emulator.metrics.record_invocation(response.status)
-    total = time.perf_counter() - t0
-    emulator.metrics.observe("OverheadLatency", max(0.0, total - model_s) * 1e6)
-    return response
-
-
-async def _invocations(request: web.Request, emulator: Emulator) -> tuple[web.Response, float]:
-    name = request.match_info["name"]
-    configured = emulator.config.endpoint_name
-    if configured is not None and name != configured:
-        return sagemaker_error(400, "ValidationError", f"Endpoint {name} not found."), 0.0
-    target = request.headers.get(TARGET_HEADER)
-    if target is None:
-        return (
-            sagemaker_error(
-                400,
-                "ValidationError",
-                f"This is a multi-model endpoint: the {TARGET_HEADER} header (boto3: "
-                "TargetModel=...) must name the model, e.g. 'model-7.tar.gz'",
-            ),
-            0.0,
-        )
     body = await request.read()
-    headers = _forward_headers(request)
-    try:
-        result = await emulator.invoke(target, body, headers)
-    except Exception as exc:
-        status, kind, message = error_for(exc)
-        if status == 500:
-            logger.exception("invocation of %r failed", target)
-        extra: dict[str, object] = {}
-        if isinstance(exc, ModelLoadError):
-            extra = {
-                "OriginalStatusCode": exc.status_code or 500,
-                "OriginalMessage": exc.triton_message or message,
-            }
-        return sagemaker_error(status, kind, message, **extra), 0.0
-    if result.status != 200:
-        original = result.body.decode("utf-8", errors="replace")
-        message = (
-            f"Received client error ({result.status}) from model {target!r} with message "
-            f'"{original}".'
-            if result.status < 500
-            else f"Received server error ({result.status}) from model {target!r} with message "
-            f'"{original}".'
-        )
-        return (
-            sagemaker_error(
-                424,
-                "ModelError",
-                message,
-                OriginalStatusCode=result.status,
-                OriginalMessage=original,
-                LogStreamArn=f"local:{request.app[EMULATOR_KEY].cache.root}",
-            ),
-            result.model_latency_s,
-        )
-    out = {
-        "Content-Type": result.headers.get("content-type", "application/json"),
-        VARIANT_HEADER: "AllTraffic",
-        "x-amzn-RequestId": str(uuid.uuid4()),
-        CACHE_HEADER: "hit" if result.cache_hit else "miss",
-    }
-    custom = result.headers.get(CUSTOM_ATTRIBUTES.lower())
-    if custom is not None:
-        out[CUSTOM_ATTRIBUTES] = custom
-    return web.Response(body=result.body, headers=out), result.model_latency_s
-
-
-def _forward_headers(
-    request: web.Request, content_type: str | None = None
-) -> list[tuple[str, str]]:
-    incoming = request.headers
-    kind = content_type or incoming.get("Content-Type") or "application/json"
-    headers = [("Content-Type", kind)]
-    for name in ("Accept", "Content-Encoding", CUSTOM_ATTRIBUTES):
-        value = incoming.get(name)
-        if value is not None:
-            headers.append((name, value))
-    return headers
-
-
-# -- KServe v2 --------------------------------------------------------------------------
-V2_ACTIONS = ("infer", "ready", "config", "stats")
-
-
-def parse_v2_path(tail: str) -> tuple[str, str | None, str]:
-    """``target[/versions/N][/action]`` -> (target, version, action; "" = metadata)."""
-    action = ""
-    for candidate in V2_ACTIONS:
-        if tail.endswith("/" + candidate):
-            action = candidate
-            tail = tail[: -len(candidate) - 1]
-            break
-    version: str | None = None
-    head, sep, last = tail.rpartition("/versions/")
-    if sep and last.isdigit():
-        tail, version = head, last
-    return tail, version, action
-
-
-def v2_error(status: int, message: str) -> web.Response:
-    """Triton's error shape (``{"error": ...}``), which tritonclient raises as its exception."""
-    return web.json_response({"error": message}, status=status)
+    answer = await handle_invocation(
+        request.app[EMULATOR_KEY], request.match_info["name"], request.headers.get, body
+    )
+    return to_response(answer)
 
 
 async def v2_models(request: web.Request) -> web.StreamResponse:
@@ -193,7 +60,9 @@ async def v2_models(request: web.Request) -> web.StreamResponse:
         if action == "infer" and request.method == "POST":
             return await _v2_infer(request, emulator, target)
         if request.method != "GET":
-            return v2_error(405, f"{request.method} is not supported on {request.path}")
+            return to_response(
+                v2_error(405, f"{request.method} is not supported on {request.path}")
+            )
         inst = await emulator.ensure_loaded(target)
         if action == "ready":
             return web.Response(status=200)
@@ -211,35 +80,12 @@ async def v2_models(request: web.Request) -> web.StreamResponse:
         status, _kind, message = error_for(exc)
         if status == 500:
             logger.exception("v2 request for %r failed", target)
-        return v2_error(status if status != 429 else 503, message)
+        return to_response(v2_error(status if status != 429 else 503, message))
 
 
 async def _v2_infer(request: web.Request, emulator: Emulator, target: str) -> web.Response:
-    t0 = time.perf_counter()
     body = await request.read()
-    header_length = request.headers.get(V2_BINARY_HEADER)
-    content_type = SAGEMAKER_BINARY + header_length if header_length else "application/json"
-    headers = _forward_headers(request, content_type)
-    model_s = 0.0
-    try:
-        result = await emulator.invoke(target, body, headers)
-        model_s = result.model_latency_s
-        out: dict[str, str] = {}
-        content_type = result.headers.get("content-type", "application/json")
-        if content_type.startswith(SAGEMAKER_BINARY):
-            out[V2_BINARY_HEADER] = content_type[len(SAGEMAKER_BINARY) :]
-            content_type = "application/octet-stream"
-        out["Content-Type"] = content_type
-        response = web.Response(status=result.status, body=result.body, headers=out)
-    except Exception as exc:
-        status, _kind, message = error_for(exc)
-        if status == 500:
-            logger.exception("v2 infer for %r failed", target)
-        response = v2_error(status if status != 429 else 503, message)
-    emulator.metrics.record_invocation(response.status)
-    total = time.perf_counter() - t0
-    emulator.metrics.observe("OverheadLatency", max(0.0, total - model_s) * 1e6)
-    return response
+    return to_response(await handle_v2_infer(emulator, target, request.headers.get, body))
 
 
 async def v2_live(request: web.Request) -> web.Response:
@@ -287,10 +133,10 @@ async def v2_repository_action(request: web.Request) -> web.Response:
             for inst in emulator.instances:
                 await inst.unload(target, reason="unload requested through /v2/repository")
         else:
-            return v2_error(404, f"unknown repository action {action!r}")
+            return to_response(v2_error(404, f"unknown repository action {action!r}"))
     except Exception as exc:
         status, _kind, message = error_for(exc)
-        return v2_error(status if status != 429 else 503, message)
+        return to_response(v2_error(status if status != 429 else 503, message))
     return web.Response(status=200)
 
 
@@ -352,4 +198,4 @@ def create_app(emulator: Emulator) -> web.Application:
     return app
 
 
-__all__ = ["CACHE_HEADER", "create_app", "error_for", "parse_v2_path", "sagemaker_error"]
+__all__ = ["EMULATOR_KEY", "create_app", "to_response"]

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
+from mmelocal.emulator import fastpath
 from mmelocal.emulator.app import create_app
 from mmelocal.emulator.platform import Emulator, EmulatorConfig
 from mmelocal.errors import EmulatorError
@@ -45,20 +46,58 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)  # pragma: no cover - Python 3.10
 
 
+class Listener:
+    """The emulator's HTTP listener: the fast front server when ``httptools`` is installed
+    (hot routes answered directly, the rest passed to the aiohttp app on a private port),
+    else the aiohttp app alone."""
+
+    def __init__(self, emulator: Emulator, *, fast: bool | None = None) -> None:
+        self.emulator = emulator
+        self.fast = fastpath.available() if fast is None else fast
+        self._runner: web.AppRunner | None = None
+        self._front: fastpath.FastFrontServer | None = None
+
+    async def start(self, host: str, port: int) -> None:
+        """Start Triton (through the app's start-up) and listen on ``host:port``."""
+        self._runner = web.AppRunner(
+            create_app(self.emulator), access_log=None, handle_signals=False
+        )
+        await self._runner.setup()
+        if self.fast:
+            private = pick_free_port("127.0.0.1")
+            await web.TCPSite(self._runner, "127.0.0.1", private, backlog=1024).start()
+            self._front = fastpath.FastFrontServer(self.emulator, f"http://127.0.0.1:{private}")
+            await self._front.start(host, port)
+        else:
+            await web.TCPSite(self._runner, host, port, backlog=1024).start()
+        logger.info(
+            "MME emulator listening on http://%s:%d (%s)",
+            host,
+            port,
+            "fast front server" if self.fast else "aiohttp",
+        )
+
+    async def stop(self) -> None:
+        """Stop listening, then stop the emulator (Triton) through the app's clean-up."""
+        if self._front is not None:
+            await self._front.stop()
+            self._front = None
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+
 async def serve_forever(emulator: Emulator, *, host: str, port: int) -> None:
-    """Serve until cancelled (the CLI runs this with ``asyncio.run``)."""
-    runner = web.AppRunner(create_app(emulator), access_log=None, handle_signals=False)
-    await runner.setup()
+    """Serve until SIGTERM or cancellation (the CLI runs this with :func:`run`)."""
+    listener = Listener(emulator)
     try:
-        site = web.TCPSite(runner, host, port, backlog=1024)
-        await site.start()
-        logger.info("MME emulator listening on http://%s:%d", host, port)
+        await listener.start(host, port)
         stop = asyncio.Event()
         with contextlib.suppress(NotImplementedError, RuntimeError):
             asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
         await stop.wait()
     finally:
-        await runner.cleanup()
+        await listener.stop()
 
 
 class EmulatorServer:
@@ -71,6 +110,7 @@ class EmulatorServer:
         host: str = "127.0.0.1",
         port: int = 0,
         start_timeout_s: float = 180.0,
+        fast: bool | None = None,
     ) -> None:
         self.emulator = config if isinstance(config, Emulator) else Emulator(config)
         self.host = host
@@ -78,7 +118,8 @@ class EmulatorServer:
         self.start_timeout_s = start_timeout_s
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
-        self._runner: web.AppRunner | None = None
+        self._listener: Listener | None = None
+        self.fast = fast
         self._ready = threading.Event()
         self._error: BaseException | None = None
 
@@ -122,18 +163,13 @@ class EmulatorServer:
             loop.close()
 
     async def _setup(self) -> None:
-        self._runner = web.AppRunner(
-            create_app(self.emulator), access_log=None, handle_signals=False
-        )
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port, backlog=1024)
-        await site.start()
-        logger.info("MME emulator listening on %s", self.url)
+        self._listener = Listener(self.emulator, fast=self.fast)
+        await self._listener.start(self.host, self.port)
 
     async def _cleanup(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        if self._listener is not None:
+            await self._listener.stop()
+            self._listener = None
 
     def call(self, coro: Coroutine[Any, Any, T], timeout_s: float = 60.0) -> T:
         """Run a coroutine on the server's loop from another thread; its result."""
@@ -163,4 +199,4 @@ class EmulatorServer:
         self.stop()
 
 
-__all__ = ["EmulatorServer", "new_event_loop", "run", "serve_forever"]
+__all__ = ["EmulatorServer", "Listener", "new_event_loop", "run", "serve_forever"]

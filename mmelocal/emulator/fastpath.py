@@ -1,0 +1,207 @@
+"""A lean HTTP/1.1 front server for the two hot routes (needs ``httptools``).
+
+Every invocation pays the HTTP server's cost, and aiohttp's request/response objects cost
+more than Triton's own handling of a small model. This front server parses requests with
+``httptools`` (the parser uvicorn uses) and answers ``POST /endpoints/{name}/invocations``
+and ``POST /v2/models/{target}/infer`` itself through :mod:`.handlers`; every other
+request (``/ping``, ``/metrics``, v2 metadata, ...) is passed as it is to the full aiohttp
+app listening on a private loopback port. Requests on one connection are answered in
+order (HTTP/1.1 keep-alive, no pipelining reordering).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from http import HTTPStatus
+from typing import Any
+
+from mmelocal.emulator.handlers import Answer, handle_invocation, handle_v2_infer, v2_error
+from mmelocal.emulator.platform import Emulator
+from mmelocal.emulator.upstream import UpstreamError, UpstreamPool
+
+logger = logging.getLogger(__name__)
+
+_HOP_BY_HOP = {b"connection", b"keep-alive", b"transfer-encoding", b"content-length", b"host"}
+_REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
+MAX_BODY_BYTES = 128 * 1024 * 1024
+
+
+def available() -> bool:
+    """True when ``httptools`` is installed."""
+    try:
+        import httptools  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def encode_answer(answer: Answer, *, keep_alive: bool) -> bytes:
+    """Status line, headers and body as one buffer."""
+    reason = _REASONS.get(answer.status, b"Unknown")
+    parts = [b"HTTP/1.1 %d %s\r\n" % (answer.status, reason)]
+    for name, value in answer.headers:
+        parts.append(f"{name}: {value}\r\n".encode("latin-1"))
+    parts.append(b"Content-Length: %d\r\n" % len(answer.body))
+    if not keep_alive:
+        parts.append(b"Connection: close\r\n")
+    parts.append(b"\r\n")
+    parts.append(answer.body)
+    return b"".join(parts)
+
+
+class _Request:
+    __slots__ = ("body", "headers", "keep_alive", "method", "url")
+
+    def __init__(self) -> None:
+        self.url = b""
+        self.method = b""
+        self.headers: dict[str, str] = {}
+        self.body: list[bytes] = []
+        self.keep_alive = True
+
+
+class _Protocol(asyncio.Protocol):
+    def __init__(self, server: FastFrontServer) -> None:
+        import httptools
+
+        self.server = server
+        self.parser = httptools.HttpRequestParser(self)
+        self.transport: asyncio.Transport | None = None
+        self.request = _Request()
+        self.queue: deque[_Request] = deque()
+        self.worker: asyncio.Task[None] | None = None
+        self.size = 0
+
+    # -- transport callbacks -----------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        if self.worker is not None and not self.worker.done():
+            self.worker.cancel()
+
+    def data_received(self, data: bytes) -> None:
+        import httptools
+
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self._fail(400, f"bad HTTP request: {exc}")
+
+    def _fail(self, status: int, message: str) -> None:
+        if self.transport is not None:
+            self.transport.write(encode_answer(v2_error(status, message), keep_alive=False))
+            self.transport.close()
+
+    # -- parser callbacks --------------------------------------------------------------
+    def on_message_begin(self) -> None:
+        self.request = _Request()
+        self.size = 0
+
+    def on_url(self, url: bytes) -> None:
+        self.request.url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.request.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+
+    def on_body(self, body: bytes) -> None:
+        self.size += len(body)
+        if self.size > MAX_BODY_BYTES:
+            self._fail(413, f"request body over {MAX_BODY_BYTES} bytes")
+            return
+        self.request.body.append(body)
+
+    def on_message_complete(self) -> None:
+        request = self.request
+        request.method = self.parser.get_method()
+        request.keep_alive = self.parser.should_keep_alive()
+        self.queue.append(request)
+        if self.worker is None or self.worker.done():
+            self.worker = asyncio.ensure_future(self._serve())
+
+    # -- serving -----------------------------------------------------------------------
+    async def _serve(self) -> None:
+        while self.queue:
+            request = self.queue.popleft()
+            try:
+                answer = await self.server.answer(request)
+            except Exception as exc:
+                logger.exception("request %r failed", request.url)
+                answer = v2_error(500, f"emulator error: {exc}")
+            if self.transport is None:
+                return
+            self.transport.write(encode_answer(answer, keep_alive=request.keep_alive))
+            if not request.keep_alive:
+                self.transport.close()
+                return
+
+
+class FastFrontServer:
+    """Answers the hot routes itself; passes everything else to the aiohttp app."""
+
+    def __init__(self, emulator: Emulator, app_url: str) -> None:
+        self.emulator = emulator
+        self.app = UpstreamPool(app_url)
+        self._server: asyncio.AbstractServer | None = None
+
+    async def start(self, host: str, port: int) -> None:
+        """Listen on ``host:port``."""
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: _Protocol(self), host, port, backlog=1024)
+
+    async def stop(self) -> None:
+        """Stop listening and close the connections to the app."""
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        self.app.close()
+
+    async def answer(self, request: _Request) -> Answer:
+        """Route one request."""
+        path, _, _query = request.url.partition(b"?")
+        body = b"".join(request.body)
+        get = _getter(request.headers)
+        if request.method == b"POST":
+            if path.startswith(b"/endpoints/") and path.endswith(b"/invocations"):
+                name = path[len(b"/endpoints/") : -len(b"/invocations")].decode("latin-1")
+                if name and "/" not in name:
+                    return await handle_invocation(self.emulator, _unquote(name), get, body)
+            elif path.startswith(b"/v2/models/") and path.endswith(b"/infer"):
+                target = _unquote(path[len(b"/v2/models/") : -len(b"/infer")].decode("latin-1"))
+                head, sep, version = target.rpartition("/versions/")
+                if sep and version.isdigit():
+                    target = head
+                return await handle_v2_infer(self.emulator, target, get, body)
+        return await self._pass_on(request, body)
+
+    async def _pass_on(self, request: _Request, body: bytes) -> Answer:
+        headers = [(k, v) for k, v in request.headers.items() if k.encode() not in _HOP_BY_HOP]
+        try:
+            status, out, data = await self.app.request(
+                request.method.decode(), request.url.decode("latin-1"), headers, body
+            )
+        except UpstreamError as exc:
+            return v2_error(502, f"emulator app unreachable: {exc}")
+        kept = [(k, v) for k, v in out.items() if k.encode() not in _HOP_BY_HOP]
+        return Answer(status, kept, data)
+
+
+def _getter(headers: dict[str, str]) -> Any:
+    def get(name: str) -> str | None:
+        return headers.get(name.lower())
+
+    return get
+
+
+def _unquote(text: str) -> str:
+    if "%" not in text:
+        return text
+    from urllib.parse import unquote
+
+    return unquote(text)
+
+
+__all__ = ["FastFrontServer", "available", "encode_answer"]

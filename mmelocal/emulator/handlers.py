@@ -1,0 +1,222 @@
+"""The two hot routes, independent of the HTTP server that carries them.
+
+:func:`handle_invocation` (SageMaker ``InvokeEndpoint``) and :func:`handle_v2_infer`
+(KServe v2 ``infer``) take the request's pieces (a header getter and the body) and return
+an :class:`Answer` (status, headers, body). The aiohttp app (:mod:`.app`) and the fast
+front server (:mod:`.fastpath`) both call them, so the answers are the same byte for
+byte whichever server runs.
+
+Errors are shaped as botocore's rest-json parser expects: JSON ``{"__type", "message"}``
+plus the ``x-amzn-ErrorType`` header; 400 ``ValidationError``, 424 ``ModelError`` (with
+``OriginalStatusCode``/``OriginalMessage``), 429 ``ModelNotReadyException``, 503
+``ServiceUnavailable`` (retryable), 507 when nothing is left to evict, 500
+``InternalFailure``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from mmelocal.emulator.instance import InstanceUnavailableError, ModelNotReadyError
+from mmelocal.emulator.platform import Emulator
+from mmelocal.errors import (
+    ModelLoadError,
+    ModelNotFoundError,
+    OutOfMemoryError,
+    UserInputError,
+    ValidationError,
+)
+
+logger = logging.getLogger(__name__)
+
+TARGET_HEADER = "X-Amzn-SageMaker-Target-Model"
+CUSTOM_ATTRIBUTES = "X-Amzn-SageMaker-Custom-Attributes"
+VARIANT_HEADER = "x-Amzn-Invoked-Production-Variant"
+SAGEMAKER_BINARY = "application/vnd.sagemaker-triton.binary+json;json-header-size="
+V2_BINARY_HEADER = "Inference-Header-Content-Length"
+#: the emulator's own answer header: was the model already loaded ("hit") or not ("miss")
+CACHE_HEADER = "X-Mmelocal-Model-Cache"
+JSON_TYPE = "application/json"
+
+HeaderGetter = Callable[[str], "str | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A complete HTTP answer."""
+
+    status: int
+    headers: list[tuple[str, str]]
+    body: bytes
+
+
+def error_for(exc: BaseException) -> tuple[int, str, str]:
+    """(HTTP status, SageMaker error type, message) for an exception from the platform."""
+    message = str(exc) or type(exc).__name__
+    if isinstance(exc, ModelNotReadyError):
+        return 429, "ModelNotReadyException", message
+    if isinstance(exc, InstanceUnavailableError):
+        return 503, "ServiceUnavailable", message
+    if isinstance(exc, OutOfMemoryError):
+        return 507, "InsufficientMemory", message
+    if isinstance(exc, ModelLoadError):
+        return 424, "ModelError", message
+    if isinstance(exc, (UserInputError, ModelNotFoundError, ValidationError)):
+        return 400, "ValidationError", message
+    return 500, "InternalFailure", message
+
+
+def sagemaker_error(status: int, error_type: str, message: str, **extra: object) -> Answer:
+    """A rest-json error as botocore parses it."""
+    body = {"__type": error_type, "message": message, "Message": message, **extra}
+    headers = [
+        ("Content-Type", JSON_TYPE),
+        ("x-amzn-ErrorType", error_type),
+        ("x-amzn-RequestId", str(uuid.uuid4())),
+    ]
+    return Answer(status, headers, json.dumps(body).encode())
+
+
+def v2_error(status: int, message: str) -> Answer:
+    """Triton's error shape (``{"error": ...}``), which tritonclient raises as its exception."""
+    return Answer(status, [("Content-Type", JSON_TYPE)], json.dumps({"error": message}).encode())
+
+
+def forward_headers(get: HeaderGetter, content_type: str | None = None) -> list[tuple[str, str]]:
+    """The request headers Triton needs (content type, accept, encoding, custom attributes)."""
+    headers = [("Content-Type", content_type or get("Content-Type") or JSON_TYPE)]
+    for name in ("Accept", "Content-Encoding", CUSTOM_ATTRIBUTES):
+        value = get(name)
+        if value is not None:
+            headers.append((name, value))
+    return headers
+
+
+async def handle_invocation(
+    emulator: Emulator, endpoint_name: str, get: HeaderGetter, body: bytes
+) -> Answer:
+    """``POST /endpoints/{name}/invocations`` (metrics recorded here)."""
+    t0 = time.perf_counter()
+    answer, model_s = await _invocation(emulator, endpoint_name, get, body)
+    metrics = emulator.metrics
+    metrics.record_invocation(answer.status)
+    metrics.observe("OverheadLatency", max(0.0, time.perf_counter() - t0 - model_s) * 1e6)
+    return answer
+
+
+async def _invocation(
+    emulator: Emulator, name: str, get: HeaderGetter, body: bytes
+) -> tuple[Answer, float]:
+    configured = emulator.config.endpoint_name
+    if configured is not None and name != configured:
+        return sagemaker_error(400, "ValidationError", f"Endpoint {name} not found."), 0.0
+    target = get(TARGET_HEADER)
+    if target is None:
+        message = (
+            f"This is a multi-model endpoint: the {TARGET_HEADER} header (boto3: "
+            "TargetModel=...) must name the model, e.g. 'model-7.tar.gz'"
+        )
+        return sagemaker_error(400, "ValidationError", message), 0.0
+    try:
+        result = await emulator.invoke(target, body, forward_headers(get))
+    except Exception as exc:
+        status, kind, message = error_for(exc)
+        if status == 500:
+            logger.exception("invocation of %r failed", target)
+        extra: dict[str, object] = {}
+        if isinstance(exc, ModelLoadError):
+            extra = {
+                "OriginalStatusCode": exc.status_code or 500,
+                "OriginalMessage": exc.triton_message or message,
+            }
+        return sagemaker_error(status, kind, message, **extra), 0.0
+    if result.status != 200:
+        original = result.body.decode("utf-8", errors="replace")
+        side = "client" if result.status < 500 else "server"
+        message = (
+            f"Received {side} error ({result.status}) from model {target!r} with message "
+            f'"{original}".'
+        )
+        answer = sagemaker_error(
+            424,
+            "ModelError",
+            message,
+            OriginalStatusCode=result.status,
+            OriginalMessage=original,
+            LogStreamArn=f"local:{emulator.cache.root}",
+        )
+        return answer, result.model_latency_s
+    headers = [
+        ("Content-Type", result.headers.get("content-type", JSON_TYPE)),
+        (VARIANT_HEADER, "AllTraffic"),
+        ("x-amzn-RequestId", str(uuid.uuid4())),
+        (CACHE_HEADER, "hit" if result.cache_hit else "miss"),
+    ]
+    custom = result.headers.get(CUSTOM_ATTRIBUTES.lower())
+    if custom is not None:
+        headers.append((CUSTOM_ATTRIBUTES, custom))
+    return Answer(200, headers, result.body), result.model_latency_s
+
+
+async def handle_v2_infer(
+    emulator: Emulator, target: str, get: HeaderGetter, body: bytes
+) -> Answer:
+    """``POST /v2/models/{target}/infer``: on-demand load, binary extension translated."""
+    t0 = time.perf_counter()
+    header_length = get(V2_BINARY_HEADER)
+    content_type = SAGEMAKER_BINARY + header_length if header_length else JSON_TYPE
+    model_s = 0.0
+    try:
+        result = await emulator.invoke(target, body, forward_headers(get, content_type))
+        model_s = result.model_latency_s
+        out: list[tuple[str, str]] = []
+        kind = result.headers.get("content-type", JSON_TYPE)
+        if kind.startswith(SAGEMAKER_BINARY):
+            out.append((V2_BINARY_HEADER, kind[len(SAGEMAKER_BINARY) :]))
+            kind = "application/octet-stream"
+        out.append(("Content-Type", kind))
+        answer = Answer(result.status, out, result.body)
+    except Exception as exc:
+        status, _kind, message = error_for(exc)
+        if status == 500:
+            logger.exception("v2 infer for %r failed", target)
+        answer = v2_error(status if status != 429 else 503, message)
+    emulator.metrics.record_invocation(answer.status)
+    emulator.metrics.observe("OverheadLatency", max(0.0, time.perf_counter() - t0 - model_s) * 1e6)
+    return answer
+
+
+V2_ACTIONS = ("infer", "ready", "config", "stats")
+
+
+def parse_v2_path(tail: str) -> tuple[str, str | None, str]:
+    """``target[/versions/N][/action]`` -> (target, version, action; "" = metadata)."""
+    action = ""
+    for candidate in V2_ACTIONS:
+        if tail.endswith("/" + candidate):
+            action = candidate
+            tail = tail[: -len(candidate) - 1]
+            break
+    version: str | None = None
+    head, sep, last = tail.rpartition("/versions/")
+    if sep and last.isdigit():
+        tail, version = head, last
+    return tail, version, action
+
+
+__all__ = [
+    "CACHE_HEADER",
+    "Answer",
+    "error_for",
+    "forward_headers",
+    "handle_invocation",
+    "handle_v2_infer",
+    "parse_v2_path",
+    "sagemaker_error",
+    "v2_error",
+]
