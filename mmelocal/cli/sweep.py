@@ -117,7 +117,7 @@ def _table(result: Any) -> Table:
         "users",
         "p50 ms",
         "p99 ms",
-        "model ms",
+        "triton avg ms",
         "instances",
         f"{result.currency}/h",
         "note",
