@@ -57,7 +57,7 @@ class _Request:
     def __init__(self) -> None:
         self.url = b""
         self.method = b""
-        self.headers: dict[str, str] = {}
+        self.headers: dict[bytes, bytes] = {}
         self.body: list[bytes] = []
         self.keep_alive = True
 
@@ -105,7 +105,7 @@ class _Protocol(asyncio.Protocol):
         self.request.url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self.request.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+        self.request.headers[name.lower()] = value
 
     def on_body(self, body: bytes) -> None:
         self.size += len(body)
@@ -178,7 +178,11 @@ class FastFrontServer:
         return await self._pass_on(request, body)
 
     async def _pass_on(self, request: _Request, body: bytes) -> Answer:
-        headers = [(k, v) for k, v in request.headers.items() if k.encode() not in _HOP_BY_HOP]
+        headers = [
+            (k.decode("latin-1"), v.decode("latin-1"))
+            for k, v in request.headers.items()
+            if k not in _HOP_BY_HOP
+        ]
         try:
             status, out, data = await self.app.request(
                 request.method.decode(), request.url.decode("latin-1"), headers, body
@@ -189,9 +193,10 @@ class FastFrontServer:
         return Answer(status, kept, data)
 
 
-def _getter(headers: dict[str, str]) -> Any:
+def _getter(headers: dict[bytes, bytes]) -> Any:
     def get(name: str) -> str | None:
-        return headers.get(name.lower())
+        value = headers.get(name.lower().encode("latin-1"))
+        return None if value is None else value.decode("latin-1")
 
     return get
 

@@ -15,6 +15,7 @@ plus the ``x-amzn-ErrorType`` header; 400 ``ValidationError``, 424 ``ModelError`
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import time
@@ -44,6 +45,16 @@ CACHE_HEADER = "X-Mmelocal-Model-Cache"
 JSON_TYPE = "application/json"
 
 HeaderGetter = Callable[[str], "str | None"]
+
+_REQUEST_IDS = itertools.count()
+_REQUEST_PREFIX = uuid.uuid4().hex[:20]
+
+
+def request_id() -> str:
+    """A unique ``x-amzn-RequestId`` (uuid-shaped; a counter after a random prefix)."""
+    n = next(_REQUEST_IDS)
+    p = _REQUEST_PREFIX
+    return f"{p[:8]}-{p[8:12]}-{p[12:16]}-{p[16:20]}-{n:012x}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +88,7 @@ def sagemaker_error(status: int, error_type: str, message: str, **extra: object)
     headers = [
         ("Content-Type", JSON_TYPE),
         ("x-amzn-ErrorType", error_type),
-        ("x-amzn-RequestId", str(uuid.uuid4())),
+        ("x-amzn-RequestId", request_id()),
     ]
     return Answer(status, headers, json.dumps(body).encode())
 
@@ -154,7 +165,7 @@ async def _invocation(
     headers = [
         ("Content-Type", result.headers.get("content-type", JSON_TYPE)),
         (VARIANT_HEADER, "AllTraffic"),
-        ("x-amzn-RequestId", str(uuid.uuid4())),
+        ("x-amzn-RequestId", request_id()),
         (CACHE_HEADER, "hit" if result.cache_hit else "miss"),
     ]
     custom = result.headers.get(CUSTOM_ATTRIBUTES.lower())
