@@ -1,11 +1,22 @@
-"""Check that a report page renders: every image it references is a readable PNG."""
+"""Helpers for the bench tests: a fake capacity instance, a fake load test, a render check."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
+from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
+
+from mmelocal.bench.capacity import CapacityResult, measure_instance
+from mmelocal.bench.loadtest import LoadTestResult
+from mmelocal.bench.shape import stepped_shape
+from mmelocal.bench.stepstats import StepStats
+from mmelocal.errors import ModelLoadError
+
+MIB = 1024 * 1024
 
 
 class _Images(HTMLParser):
@@ -35,3 +46,106 @@ def open_every_png(html_path: Path) -> list[tuple[int, int]]:
             assert image.format == "PNG"
             sizes.append(image.size)
     return sizes
+
+
+@dataclass
+class _Reading:
+    used_bytes: int
+    total_bytes: int
+
+
+class FakeInstance:
+    """Each load adds ``footprint`` bytes, the first inference ``lazy`` more."""
+
+    def __init__(
+        self,
+        *,
+        total: int,
+        baseline: int,
+        footprint: int,
+        lazy: int = 0,
+        fail_at: int | None = None,
+    ) -> None:
+        self.total, self.used = total, baseline
+        self.footprint, self.lazy, self.fail_at = footprint, lazy, fail_at
+        self.loaded: list[str] = []
+        self.invoked: set[str] = set()
+        self.in_flight = 0
+
+    async def acquire(self, target: str, *, wait_timeout_s: float | None = None) -> Any:
+        if self.fail_at is not None and len(self.loaded) + 1 == self.fail_at:
+            raise ModelLoadError("boom", model_name=target)
+        self.loaded.append(target)
+        self.used += self.footprint
+        self.in_flight += 1
+
+    def release(self, target: str) -> None:
+        self.in_flight -= 1
+
+    async def invoke(self, target: str, body: bytes, headers: list[tuple[str, str]]) -> Any:
+        if target not in self.invoked:
+            self.invoked.add(target)
+            self.used += self.lazy
+        return 200, b"{}", {}
+
+    async def read_memory(self) -> _Reading:
+        return _Reading(self.used, self.total)
+
+
+def _result(measurement: Any) -> CapacityResult:
+    return CapacityResult(
+        source="fake",
+        label="",
+        model_format="x",
+        probe="fake",
+        threshold=0.9,
+        total_bytes=measurement.total_bytes,
+        baseline_bytes=measurement.baseline_bytes,
+        loads=measurement.loads,
+        next_copy=measurement.next_copy,
+        stopped_reason=measurement.stopped_reason,
+    )
+
+
+def run_fake_capacity(instance: FakeInstance, **kwargs: Any) -> CapacityResult:
+    targets = [f"model-{i}.tar.gz" for i in range(50)]
+    coro = measure_instance(instance, targets, payload=b"{}", **kwargs)
+    return _result(asyncio.run(coro))
+
+
+def fake_loadtest(failing_from: int = 60) -> LoadTestResult:
+    shape = stepped_shape(max_users=80)
+    steps = []
+    for stage in shape.stages:
+        failures = 3 if stage.users >= failing_from else 0
+        steps.append(
+            StepStats(
+                name=stage.name,
+                target_users=stage.users,
+                users=stage.users,
+                duration_s=30.0,
+                requests=stage.users * 100,
+                successes=stage.users * 100 - failures,
+                failures=failures,
+                throughput_rps=stage.users * 100 / 30.0,
+                avg_latency_ms=stage.users / 2,
+                p50_latency_ms=stage.users / 2.5,
+                p95_latency_ms=stage.users * 1.0,
+                p99_latency_ms=stage.users * 1.5,
+                max_latency_ms=stage.users * 2.0,
+            )
+        )
+    total = sum(s.requests for s in steps)
+    return LoadTestResult(
+        endpoint="http://127.0.0.1:1/endpoints/x",
+        mode="invocations",
+        target_count=10,
+        shape=shape,
+        steps=tuple(steps),
+        wall_s=150.0,
+        loadgen_cpu_percent=40.0,
+        locust_total_requests=total,
+        locust_total_failures=sum(s.failures for s in steps),
+        first_failure_users=60,
+        errors={"HTTP 500": 6},
+    )

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from _render import open_every_png
+from bench_helpers import open_every_png
 
 from mmelocal.cli.main import main
 

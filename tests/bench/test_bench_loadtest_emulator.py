@@ -6,10 +6,10 @@ import csv
 import json
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
-from _render import open_every_png
-from conftest import EmulatorWithCopies
+from bench_helpers import open_every_png
 
 from mmelocal.cli.main import main
 
@@ -24,9 +24,7 @@ def _emulator_invocations(url: str) -> float:
     return sum(v for k, v in metrics.items() if k == "Invocations" or k.startswith("Invocations{"))
 
 
-def test_default_shape_shortened_on_10_copies(
-    emulator_10_copies: EmulatorWithCopies, tmp_path: Path
-) -> None:
+def test_default_shape_shortened_on_10_copies(emulator_10_copies: Any, tmp_path: Path) -> None:
     emu = emulator_10_copies
     payload = tmp_path / "payload.json"
     payload.write_bytes(emu.payload)
@@ -78,7 +76,7 @@ def test_default_shape_shortened_on_10_copies(
     assert len(open_every_png(report / "index.html")) == 2
 
 
-def test_boto3_user_against_the_emulator(emulator_10_copies: EmulatorWithCopies) -> None:
+def test_boto3_user_against_the_emulator(emulator_10_copies: Any) -> None:
     """The boto3 user (what a real SageMaker endpoint needs) works with endpoint_url."""
     from mmelocal.bench.loadtest import LoadTestConfig, expand_targets, run_loadtest
     from mmelocal.bench.shape import shape_from_stages

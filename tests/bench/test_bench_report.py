@@ -6,60 +6,22 @@ import csv
 import json
 from pathlib import Path
 
-from _render import open_every_png
-from test_capacity_loop import FakeInstance, _run
+from bench_helpers import FakeInstance, fake_loadtest, open_every_png, run_fake_capacity
 
-from mmelocal.bench.loadtest import LoadTestResult
 from mmelocal.bench.projection import project
 from mmelocal.bench.report import write_report
 from mmelocal.bench.results import read_results, write_result, write_results
-from mmelocal.bench.shape import stepped_shape
-from mmelocal.bench.stepstats import StepStats
 
 MIB = 1024 * 1024
 
 
-def fake_loadtest(failing_from: int = 60) -> LoadTestResult:
-    shape = stepped_shape(max_users=80)
-    steps = []
-    for stage in shape.stages:
-        failures = 3 if stage.users >= failing_from else 0
-        steps.append(
-            StepStats(
-                name=stage.name,
-                target_users=stage.users,
-                users=stage.users,
-                duration_s=30.0,
-                requests=stage.users * 100,
-                successes=stage.users * 100 - failures,
-                failures=failures,
-                throughput_rps=stage.users * 100 / 30.0,
-                avg_latency_ms=stage.users / 2,
-                p50_latency_ms=stage.users / 2.5,
-                p95_latency_ms=stage.users * 1.0,
-                p99_latency_ms=stage.users * 1.5,
-                max_latency_ms=stage.users * 2.0,
-            )
-        )
-    total = sum(s.requests for s in steps)
-    return LoadTestResult(
-        endpoint="http://127.0.0.1:1/endpoints/x",
-        mode="invocations",
-        target_count=10,
-        shape=shape,
-        steps=tuple(steps),
-        wall_s=150.0,
-        loadgen_cpu_percent=40.0,
-        locust_total_requests=total,
-        locust_total_failures=sum(s.failures for s in steps),
-        first_failure_users=60,
-        errors={"HTTP 500": 6},
-    )
+def _instance() -> FakeInstance:
+    return FakeInstance(total=1000 * MIB, baseline=100 * MIB, footprint=200 * MIB)
 
 
 def test_report_renders_every_part(tmp_path: Path) -> None:
     loadtest = fake_loadtest()
-    capacity = _run(FakeInstance(total=1000 * MIB, baseline=100 * MIB, footprint=200 * MIB))
+    capacity = run_fake_capacity(_instance())
     projection = project(per_model_bytes=200 * MIB, baseline_bytes=100 * MIB)
     files = write_report([loadtest, capacity, projection], tmp_path / "out", title="T")
     sizes = open_every_png(files.html)
@@ -80,7 +42,7 @@ def test_results_read_back_by_kind(tmp_path: Path) -> None:
     path = write_result(loadtest, tmp_path / "lt.json")
     (again,) = read_results(path)
     assert again == loadtest and again.max_users_without_failure == 40
-    capacity = _run(FakeInstance(total=1000 * MIB, baseline=100 * MIB, footprint=200 * MIB))
+    capacity = run_fake_capacity(_instance())
     both = write_results([loadtest, capacity], tmp_path / "both.json")
     assert [r.kind for r in read_results(both)] == ["loadtest", "capacity"]
 

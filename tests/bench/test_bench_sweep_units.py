@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_report import fake_loadtest
+from bench_helpers import fake_loadtest
 
 from mmelocal.bench.prices import load_prices
 from mmelocal.bench.sweep_result import (
