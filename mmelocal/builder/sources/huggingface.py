@@ -1,4 +1,7 @@
-"""Hugging Face text models: a hub name in the local cache, a local folder, or the MiniLM.
+"""Hugging Face models: a hub name in the local cache, a local folder, or the MiniLM.
+
+Text models are handled here; image models (main input ``pixel_values``) are passed
+to :mod:`mmelocal.builder.sources.hf_vision` once loaded.
 
 Loading never touches the network: every ``from_pretrained`` call passes
 ``local_files_only=True``, and a hub name is looked up in the local cache first so
