@@ -99,3 +99,49 @@ def test_exception_inside_context_stops_the_server(tmp_path):
         raise RuntimeError("test body failed")
     assert not launcher.is_alive()
     assert not psutil.pid_exists(pid) or not _is_running(pid)
+
+
+def test_a_hanging_load_times_out_instead_of_hanging(tmp_path):
+    from mmelocal.errors import RuntimeLayerError
+
+    write_python_model(tmp_path, "sleeper", init="import time; time.sleep(60)")
+    config = ServerConfig(model_repository=tmp_path, exit_timeout_s=1)
+    with LocalLauncher(config, stop_timeout_s=2) as launcher:
+        client = TritonClient.for_launcher(launcher)
+        started = time.monotonic()
+        with pytest.raises(RuntimeLayerError, match="no answer") as info:
+            client.load("sleeper", timeout_s=3)
+        assert 2.5 < time.monotonic() - started < 8
+        assert not isinstance(info.value, ServerDiedError)
+        stubs = _stub_pids(launcher.pid())
+        client.close()
+    assert not launcher.is_alive()
+    assert stubs and not [pid for pid in stubs if _is_running(pid)]  # the group was killed
+
+
+def test_server_dies_with_the_process_that_started_it(tmp_path):
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, time\n"
+        "from mmelocal.runtime.config import ServerConfig\n"
+        "from mmelocal.runtime.local import LocalLauncher\n"
+        f"launcher = LocalLauncher(ServerConfig(model_repository={str(tmp_path)!r}))\n"
+        "launcher.start()\n"
+        "print(launcher.pid(), flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        server_pid = int(parent.stdout.readline())
+        assert psutil.pid_exists(server_pid)
+        parent.kill()  # SIGKILL: no cleanup code runs in the parent
+        parent.wait(timeout=10)
+        deadline = time.monotonic() + 15
+        while _is_running(server_pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _is_running(server_pid)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
