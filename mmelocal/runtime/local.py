@@ -282,6 +282,7 @@ class LocalLauncher:
             return
         t0 = time.monotonic()
         install = find_tritonserver(self._tritonserver)
+        _warn_if_small_shm(self._requested.python_shm_default_bytes)
         backends = self._requested.backend_directory or prepare_backend_directory(install)
         config = dataclasses.replace(
             self._requested.resolved(),
@@ -395,6 +396,23 @@ class LocalLauncher:
         state = "alive" if self.is_alive() else "stopped"
         url = self._endpoints.http_url if self._endpoints else "-"
         return f"LocalLauncher({state}, {url}, pid={self.pid()})"
+
+
+def _warn_if_small_shm(per_instance_bytes: int) -> None:
+    """Each Python-backend instance maps a region of this size in /dev/shm: warn when few fit."""
+    try:
+        stat = os.statvfs("/dev/shm")
+    except OSError:
+        return
+    free_bytes = stat.f_bavail * stat.f_frsize
+    if free_bytes < 4 * per_instance_bytes:
+        logger.warning(
+            "/dev/shm has %.0f MB free; each Python-backend model instance needs %.0f MB there "
+            "(python_shm_default_bytes): loads may fail with 'Failed to increase the shared "
+            "memory pool size'. Enlarge /dev/shm (docker: --shm-size) or lower the setting",
+            free_bytes / 1e6,
+            per_instance_bytes / 1e6,
+        )
 
 
 def _kill_group(pgid: int) -> None:
