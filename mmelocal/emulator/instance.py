@@ -16,8 +16,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -130,6 +132,8 @@ class TritonInstance:
         self.events = events
         self.options = options or InstanceOptions()
         self.prepare = prepare
+        #: the artifact folder as the server sees it (a container mounts the cache elsewhere)
+        self.url_for: Callable[[Path], str] = str
         self.models: dict[str, ModelEntry] = {}
         self.footprints: dict[str, int] = {}
         self.last_reading: MemoryReading | None = None
@@ -325,7 +329,7 @@ class TritonInstance:
                 raise InstanceUnavailableError(f"instance {self.index} is restarting; retry")
             self.cache.pin(entry.target)
             try:
-                await self._load_locked(entry, str(fetch.artifact.serve_dir))
+                await self._load_locked(entry, self.url_for(fetch.artifact.serve_dir))
             except BaseException:
                 self.cache.unpin(entry.target)
                 raise

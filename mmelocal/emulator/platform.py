@@ -9,6 +9,7 @@ Triton's answer with the timings the metrics need.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import tempfile
 import time
@@ -188,9 +189,11 @@ class Emulator:
 
             url = self.config.external_urls[index % len(self.config.external_urls)]
             return ExternalLauncher(url, sagemaker_url=url)
-        from mmelocal.runtime import docker
+        from mmelocal.runtime.docker import DockerLauncher
 
-        return docker.DockerLauncher(server, image=self.config.image)  # type: ignore[attr-defined,no-any-return]
+        # the container sees the artifact cache as its (read-only) model repository
+        server = dataclasses.replace(server, model_repository=self.cache.root)
+        return DockerLauncher(server, image=self.config.image, log_path=workdir / "docker.log")
 
     def _prepare_hook(self, launcher: TritonLauncher) -> Prepare | None:
         """For the wheel's Python-only server: derive python-backend copies of native models."""
@@ -228,6 +231,16 @@ class Emulator:
         hook = self._prepare_hook(self.instances[0].launcher)
         for inst in self.instances:
             inst.prepare = hook
+            if self.config.launcher == "docker":
+                from mmelocal.runtime.docker import CONTAINER_MODEL_REPOSITORY
+
+                root = self.cache.root
+
+                def in_container(path: Path, root: Path = root) -> str:
+                    return f"{CONTAINER_MODEL_REPOSITORY}/{path.relative_to(root)}"
+
+                inst.url_for = in_container
+
         self.watchdog.start()
         logger.info(
             "MME emulator up: store %s, %d instance(s), probe %s, cache %s",
