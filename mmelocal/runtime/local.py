@@ -120,8 +120,13 @@ def _install_from_binary(binary: Path) -> TritonInstall:
     wheel = _wheel_install()
     if wheel is not None and wheel.binary.resolve() == binary.resolve():
         return wheel
-    backends = binary.parent.parent / "backends"
-    return TritonInstall(binary=binary, backends_dir=backends if backends.is_dir() else None)
+    root = binary.parent.parent
+    backends, libs = root / "backends", root / "lib"
+    return TritonInstall(
+        binary=binary,
+        backends_dir=backends if backends.is_dir() else None,
+        libs_dir=libs if libs.is_dir() else None,
+    )
 
 
 def cache_dir() -> Path:

@@ -204,3 +204,41 @@ def test_runner_template_is_packaged():
 
     assert runner_template().name == "model.py"
     assert Path(runner_template()).read_text().count("class TritonPythonModel") == 1
+
+
+def test_find_tritonserver_in_a_user_install(tmp_path, monkeypatch):
+    from mmelocal.runtime.local import (
+        TRITONSERVER_ENV,
+        find_tritonserver,
+        prepare_backend_directory,
+        server_environment,
+    )
+
+    root = tmp_path / "tritonserver"
+    (root / "bin").mkdir(parents=True)
+    (root / "bin" / "tritonserver").write_text("#!/bin/sh\n")
+    (root / "backends" / "onnxruntime").mkdir(parents=True)
+    (root / "lib").mkdir()
+    install = find_tritonserver(root)
+    assert install.binary == root / "bin" / "tritonserver" and not install.from_wheel
+    assert prepare_backend_directory(install) == root / "backends"
+    assert available_backends(root / "backends") == {"onnxruntime", "ensemble"}
+    env = server_environment(install, ServerConfig(model_repository=tmp_path))
+    assert str(root / "lib") in env["LD_LIBRARY_PATH"].split(":")
+    monkeypatch.setenv(TRITONSERVER_ENV, str(root / "bin" / "tritonserver"))
+    assert find_tritonserver().binary == root / "bin" / "tritonserver"
+    with pytest.raises(UserInputError, match="not found"):
+        find_tritonserver(tmp_path / "nowhere")
+
+
+def test_wheel_install_assembles_backend_folder_once(tmp_path):
+    from mmelocal.runtime.local import find_tritonserver, prepare_backend_directory
+
+    install = find_tritonserver()
+    assert install.from_wheel and install.libs_dir is not None
+    first = prepare_backend_directory(install, cache=tmp_path)
+    assert first is not None
+    assert (first / "python" / "triton_python_backend_stub").is_file()
+    assert (first / "python" / "libtriton_python.so").is_file()
+    assert prepare_backend_directory(install, cache=tmp_path) == first
+    assert [p.name for p in (tmp_path / "triton-backends").iterdir()] == [first.name]
