@@ -246,3 +246,17 @@ def test_pretrained_torchvision_weights_from_the_cache(tmp_path: Path, monkeypat
     src = load_source("torchvision:resnet18", pretrained=True, batch_size=1)
     assert src.notes == ()
     assert torch.equal(src.module.state_dict()["fc.weight"], weights["fc.weight"])
+
+
+@pytest.mark.parametrize(
+    ("path", "name"),
+    [
+        ("a/resnet50.onnx", "resnet50"),
+        ("repo/bert_large/1/model.pt", "bert_large"),
+        ("exports/minilm/model.onnx", "minilm"),
+    ],
+)
+def test_file_model_names(path: str, name: str) -> None:
+    from mmelocal.builder.sources.files import file_model_name
+
+    assert file_model_name(Path(path)) == name

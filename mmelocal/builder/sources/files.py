@@ -76,7 +76,7 @@ def load_onnx_file(
     length = seq_len if has_seq else None
     return ModelSource(
         spec=spec,
-        name=name or suggest_name(path.stem if path.stem != "model" else path.parent.name),
+        name=name or file_model_name(path),
         kind=kind,
         family=None,
         input_names=names,
@@ -161,7 +161,7 @@ def load_torchscript_file(
     axes = infer_dynamic_axes(module, factory, inputs, outputs, length)
     return ModelSource(
         spec=spec,
-        name=name or suggest_name(path.stem if path.stem != "model" else path.parent.name),
+        name=name or file_model_name(path),
         kind=kind,
         family=None,
         input_names=inputs,
@@ -177,6 +177,16 @@ def load_torchscript_file(
     )
 
 
+def file_model_name(path: Path) -> str:
+    """A model name for a file: its stem, or for ``<model>/<version>/model.pt`` the model."""
+    if path.stem != "model":
+        return suggest_name(path.stem)
+    parent = path.resolve().parent
+    if parent.name.isdigit():
+        parent = parent.parent
+    return suggest_name(parent.name)
+
+
 def _vocab_size(module: Any) -> int:
     for key, value in module.state_dict().items():
         if "word_embeddings" in key and getattr(value, "ndim", 0) == 2:
@@ -184,4 +194,4 @@ def _vocab_size(module: Any) -> int:
     return _FALLBACK_VOCAB
 
 
-__all__ = ["load_onnx_file", "load_torchscript_file"]
+__all__ = ["file_model_name", "load_onnx_file", "load_torchscript_file"]
