@@ -1,0 +1,198 @@
+"""Where tritonserver and its pieces are, and the environment it needs.
+
+The ``nvidia-pytriton`` wheel ships ``pytriton/tritonserver/{bin,backends/python,
+python_backend_stubs/<X.Y>}`` and its libraries in ``site-packages/nvidia_pytriton.libs``;
+an ``/opt/tritonserver`` style install has ``bin``, ``backends`` and ``lib``. For the wheel a
+backend folder (the Python backend plus the stub for the running Python) is assembled
+once per (wheel, Python) pair in mmelocal's cache folder, atomically.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import shutil
+import sys
+import sysconfig
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from mmelocal.errors import MissingDependencyError, UserInputError
+from mmelocal.runtime.config import ServerConfig
+
+logger = logging.getLogger(__name__)
+
+TRITONSERVER_ENV = "MMELOCAL_TRITONSERVER"
+CACHE_ENV = "MMELOCAL_CACHE_DIR"
+
+
+@dataclass(frozen=True, kw_only=True)
+class TritonInstall:
+    """Where a tritonserver binary and its pieces are.
+
+    ``backends_dir`` is a ready backend folder (an ``/opt/tritonserver`` install) or
+    ``None`` when one must be assembled from ``python_backend_src`` + ``stub`` (the wheel).
+    """
+
+    binary: Path
+    backends_dir: Path | None = None
+    python_backend_src: Path | None = None
+    stub: Path | None = None
+    libs_dir: Path | None = None
+
+    @property
+    def from_wheel(self) -> bool:
+        """True when this is the nvidia-pytriton wheel's binary."""
+        return self.python_backend_src is not None
+
+
+def find_tritonserver(path: Path | str | None = None) -> TritonInstall:
+    """Locate tritonserver: ``path``, ``$MMELOCAL_TRITONSERVER``, the wheel, then PATH/opt."""
+    given = path or os.environ.get(TRITONSERVER_ENV)
+    if given:
+        binary = Path(given)
+        if binary.is_dir():
+            binary = binary / "bin" / "tritonserver"
+        if not binary.is_file():
+            raise UserInputError(f"tritonserver not found at {binary}: give the binary's path")
+        return _install_from_binary(binary)
+    wheel = _wheel_install()
+    if wheel is not None:
+        return wheel
+    for candidate in (shutil.which("tritonserver"), "/opt/tritonserver/bin/tritonserver"):
+        if candidate and Path(candidate).is_file():
+            return _install_from_binary(Path(candidate))
+    raise MissingDependencyError(
+        "nvidia-pytriton", extra="triton", feature="The local Triton launcher"
+    )
+
+
+def _wheel_install() -> TritonInstall | None:
+    import importlib.util
+
+    spec = importlib.util.find_spec("pytriton")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    root = Path(next(iter(spec.submodule_search_locations)))
+    server = root / "tritonserver"
+    binary = server / "bin" / "tritonserver"
+    if not binary.is_file():
+        return None
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    stub = server / "python_backend_stubs" / version / "triton_python_backend_stub"
+    if not stub.is_file():
+        raise UserInputError(
+            f"nvidia-pytriton has no Python backend stub for Python {version} ({stub}); "
+            "use a Python version the wheel supports"
+        )
+    return TritonInstall(
+        binary=binary,
+        python_backend_src=server / "backends" / "python",
+        stub=stub,
+        libs_dir=root.parent / "nvidia_pytriton.libs",
+    )
+
+
+def _install_from_binary(binary: Path) -> TritonInstall:
+    wheel = _wheel_install()
+    if wheel is not None and wheel.binary.resolve() == binary.resolve():
+        return wheel
+    root = binary.parent.parent
+    backends, libs = root / "backends", root / "lib"
+    return TritonInstall(
+        binary=binary,
+        backends_dir=backends if backends.is_dir() else None,
+        libs_dir=libs if libs.is_dir() else None,
+    )
+
+
+def cache_dir() -> Path:
+    """mmelocal's cache folder (``$MMELOCAL_CACHE_DIR``, else ``$XDG_CACHE_HOME/mmelocal``)."""
+    env = os.environ.get(CACHE_ENV)
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "mmelocal"
+
+
+def prepare_backend_directory(install: TritonInstall, *, cache: Path | None = None) -> Path | None:
+    """A backend folder: ``python/`` plus the stub for this Python (built once, atomically)."""
+    if not install.from_wheel:
+        return install.backends_dir
+    assert install.python_backend_src is not None and install.stub is not None
+    stat = install.stub.stat()
+    key = hashlib.sha256(
+        f"{install.python_backend_src.resolve()}|{install.stub.resolve()}|{stat.st_size}|"
+        f"{stat.st_mtime_ns}".encode()
+    ).hexdigest()[:16]
+    root = (cache or cache_dir()) / "triton-backends"
+    target = root / f"py{sys.version_info.major}{sys.version_info.minor}-{key}"
+    if (target / "python" / "triton_python_backend_stub").is_file():
+        return target
+    root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=root))
+    try:
+        shutil.copytree(install.python_backend_src, staging / "python")
+        shutil.copy2(install.stub, staging / "python" / "triton_python_backend_stub")
+        try:
+            os.rename(staging, target)
+        except OSError:
+            if not (target / "python" / "triton_python_backend_stub").is_file():
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    logger.info("assembled Triton backend folder %s", target)
+    return target
+
+
+def server_environment(install: TritonInstall, config: ServerConfig) -> dict[str, str]:
+    """The child environment: ours + library path + this Python's site-packages + config env."""
+    env = dict(os.environ)
+    lib_dirs: list[str] = []
+    libdir = sysconfig.get_config_var("LIBDIR")
+    ldlibrary = sysconfig.get_config_var("INSTSONAME")
+    if libdir and ldlibrary and (Path(libdir) / ldlibrary).exists():
+        lib_dirs.append(libdir)
+    if install.libs_dir is not None and install.libs_dir.is_dir():
+        lib_dirs.append(str(install.libs_dir))
+    env["LD_LIBRARY_PATH"] = _join_paths(lib_dirs, env.get("LD_LIBRARY_PATH"))
+    env["PYTHONPATH"] = _join_paths(_site_packages(), env.get("PYTHONPATH"))
+    # The stub's embedded interpreter starts isolated (PYTHONPATH is not read) and finds its
+    # prefix from the first ``python3`` on PATH: this environment's bin makes it load the
+    # same site-packages (a venv's pyvenv.cfg included).
+    env["PATH"] = _join_paths([str(Path(sys.executable).parent)], env.get("PATH"))
+    env.update(config.to_env())
+    return env
+
+
+def _site_packages() -> list[str]:
+    import site
+
+    paths = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
+    with contextlib.suppress(AttributeError):
+        paths += site.getsitepackages()
+    paths += [p for p in sys.path if p.endswith("site-packages")]
+    seen: list[str] = []
+    for p in paths:
+        if p not in seen and Path(p).is_dir():
+            seen.append(p)
+    return seen
+
+
+def _join_paths(first: list[str], existing: str | None) -> str:
+    items = list(first) + [p for p in (existing or "").split(os.pathsep) if p and p not in first]
+    return os.pathsep.join(items)
+
+
+__all__ = [
+    "CACHE_ENV",
+    "TRITONSERVER_ENV",
+    "TritonInstall",
+    "cache_dir",
+    "find_tritonserver",
+    "prepare_backend_directory",
+    "server_environment",
+]
