@@ -1,1 +1,21 @@
-"""mmelocal.runtime"""
+"""A running Triton: launchers, readiness, clients, native-platform serving and ``check``.
+
+==================  ==========================================================================
+``config``          :class:`~mmelocal.runtime.config.ServerConfig`: typed tritonserver options
+``launcher``        the :class:`~mmelocal.runtime.launcher.TritonLauncher` protocol, ``Endpoints``
+``install``         find tritonserver, assemble its Python backend, its environment
+``local``           :class:`~mmelocal.runtime.local.LocalLauncher`: the pip binary as a child
+``docker``          :class:`~mmelocal.runtime.docker.DockerLauncher`: a Triton image
+``external``        :class:`~mmelocal.runtime.external.ExternalLauncher`: a running server
+``kept``            servers that outlive their command (``mmelocal triton start``)
+``readiness``       :func:`~mmelocal.runtime.readiness.wait_until_ready`
+``client``          :class:`~mmelocal.runtime.client.TritonClient`: numpy in, numpy out
+``sagemaker``       :class:`~mmelocal.runtime.sagemaker.SageMakerClient`: Triton's MME routes
+``native``          Python-backend copies of TorchScript / ONNX / TensorRT models
+``samples``         sample requests from a config, output checks
+``memory``          host RSS of the server's process tree, GPU memory via NVML
+``check``           :func:`~mmelocal.runtime.check.check_path` (``mmelocal check``)
+==================  ==========================================================================
+
+Nothing is imported here: import the module you need.
+"""
