@@ -105,8 +105,7 @@ def build_model(
         raise UserInputError(f"repo {repo} exists and is not a folder")
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
     if options is None:
-        guess = presets.detect_family(spec if isinstance(spec, str) else spec.family)
-        presets.preset_options(guess, **overrides)
+        _precheck_overrides(spec if isinstance(spec, str) else spec.family, overrides)
     if format == "tensorrt":
         from mmelocal.builder.onnx2trt import choose_builder
 
@@ -205,6 +204,31 @@ def _check_args(
         raise UserInputError(f"seq_len must be >= 1, got {seq_len}")
     if (fp16 or int8) and format != "tensorrt":
         raise UserInputError(f"fp16/int8 apply to format tensorrt only, got format {format!r}")
+
+
+def _precheck_overrides(hint: str | None, overrides: Mapping[str, Any]) -> None:
+    """Fail before loading when the overrides cannot fit the family the spec suggests.
+
+    When the spec says nothing about the family (a bare folder), an error is raised only
+    if the overrides fit no preset at all; the real family is checked after loading.
+    """
+    from mmelocal.builder import presets
+    from mmelocal.errors import ConfigError
+
+    guess = presets.detect_family(hint)
+    if guess != presets.GENERIC:
+        presets.preset_options(guess, **overrides)
+        return
+    first: ConfigError | None = None
+    for family in presets.list_presets():
+        try:
+            presets.preset_options(family, **overrides)
+        except ConfigError as exc:
+            first = first or exc
+        else:
+            return
+    if first is not None:
+        raise first
 
 
 def _load(spec: str, task: str | None, seq_len: int, pretrained: bool) -> ModelSource:

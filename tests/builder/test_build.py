@@ -197,3 +197,32 @@ def test_source_failing_on_random_inputs_is_one_error(tmp_path: Path) -> None:
     src = source_from_module(FailsOnBatchThree(), {"x": torch.randn(2, 3)}, name="odd")
     with pytest.raises(SourceError, match=r"failed on inputs \{'x': \[4, 3\]\}: batch 4 is not"):
         build_model(src, repo=tmp_path, format="onnx")
+
+
+def test_overrides_are_checked_against_the_real_family(tmp_path: Path) -> None:
+    """A bare folder name says nothing about the family: fitting some preset is enough
+    before loading, then the detected family's preset decides."""
+    import shutil
+
+    import torch
+    import transformers as tf
+
+    folder = tmp_path / "my_model"
+    torch.manual_seed(0)
+    tf.ResNetForImageClassification(
+        tf.ResNetConfig(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], num_labels=3)
+    ).save_pretrained(folder)
+    # 16 > generic max_batch_size 8, but fine for the resnet preset (32)
+    result = build_model(
+        str(folder),
+        repo=tmp_path / "repo",
+        verify=False,
+        overrides={"preferred_batch_sizes": (16,)},
+    )
+    assert result.family == "resnet" and result.options.max_batch_size == 32
+    assert list(result.config.dynamic_batching.preferred_batch_size) == [16]
+    shutil.rmtree(tmp_path / "repo")
+    start = time.perf_counter()
+    with pytest.raises(ConfigError, match="max_batch_size must be >= 0"):
+        build_model(str(folder), repo=tmp_path / "repo", overrides={"max_batch_size": -1})
+    assert time.perf_counter() - start < 2
