@@ -25,7 +25,7 @@ from mmelocal.cli._output import console
 
 MODEL = "minilm"
 HOT_COPIES = 3
-HOT_WEIGHT = 12.0
+HOT_WEIGHT = 20.0
 
 
 @dataclass
@@ -189,9 +189,7 @@ def _report(state: dict[str, Any], calls: _Calls, limit: int, footprint: int, ba
         for column in ("model", "freed", "unload", "reason"):
             log.add_column(column)
         for e in evictions:
-            log.add_row(
-                e["target"], _mib(e["bytes"]), f"{e['duration_ms']:,.0f} ms", e["reason"][:80]
-            )
+            log.add_row(e["target"], _mib(e["bytes"]), f"{e['duration_ms']:,.0f} ms", e["reason"])
         console.print(log)
     for error in calls.errors[:5]:
         console.print(f"[red]error:[/] {error}")

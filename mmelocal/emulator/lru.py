@@ -81,7 +81,10 @@ def plan_eviction(
             needed_bytes=0,
             expected_freed_bytes=0,
             fits=True,
-            reason=f"fits: used {used_bytes} + need {need_bytes} <= limit {limit_bytes}",
+            reason=(
+                f"fits: used {_mib(used_bytes)} + need {_mib(need_bytes)} <= "
+                f"limit {_mib(limit_bytes)}"
+            ),
         )
     skip = set(exclude)
     fallback = estimate_footprint(models)
@@ -99,8 +102,8 @@ def plan_eviction(
         freed += model.footprint_bytes or fallback or 1
     fits = freed >= target
     reason = (
-        f"used {used_bytes} + need {need_bytes} > limit {limit_bytes}: "
-        f"free {target} bytes from {len(victims)} least recently used model(s)"
+        f"used {_mib(used_bytes)} + need {_mib(need_bytes)} > limit {_mib(limit_bytes)}: "
+        f"free {_mib(target)} from {len(victims)} least recently used model(s)"
     )
     if not fits:
         busy = sum(1 for m in models if not m.evictable)
@@ -112,6 +115,10 @@ def plan_eviction(
         fits=fits,
         reason=reason,
     )
+
+
+def _mib(value: int) -> str:
+    return f"{value / 2**20:,.0f} MiB"
 
 
 @dataclass(frozen=True, kw_only=True)
