@@ -30,6 +30,11 @@ import click
     help="Comma-separated backends the server has (default: python for the local binary, "
     "all for docker); models needing others run through mmelocal's Python runner.",
 )
+@click.option(
+    "--all-loaded",
+    is_flag=True,
+    help="Keep every model loaded and report the memory they take together.",
+)
 @click.option("--atol", type=float, default=1e-3, show_default=True, help="Absolute tolerance.")
 @click.option("--rtol", type=float, default=1e-3, show_default=True, help="Relative tolerance.")
 @click.option(
@@ -48,6 +53,7 @@ def check(
     tritonserver: Path | None,
     image: str | None,
     backends: str | None,
+    all_loaded: bool,
     atol: float,
     rtol: float,
     load_timeout_s: float,
@@ -69,6 +75,7 @@ def check(
         atol=atol,
         rtol=rtol,
         load_timeout_s=load_timeout_s,
+        all_loaded=all_loaded,
     )
     if as_json:
         report = check_path(path, options)
@@ -111,6 +118,13 @@ def _print_report(console: Any, report: Any) -> None:
                 console.print(f"[dim]{note}[/]", highlight=False, soft_wrap=True)
             for error in m.errors:
                 console.print(f"[bold red]{m.name}[/]: {error}", highlight=False, soft_wrap=True)
+    if report.all_loaded_memory_bytes is not None:
+        console.print(
+            f"all models loaded together: {report.all_loaded_memory_bytes / 1e6:.0f} MB "
+            f"({report.memory_kind}) over the server's "
+            f"{(report.baseline_memory_bytes or 0) / 1e6:.0f} MB baseline",
+            highlight=False,
+        )
     if report.server_log:
         console.print(f"[dim]server log: {report.server_log}[/]", highlight=False)
     passed = sum(m.status == "passed" for m in report.models)

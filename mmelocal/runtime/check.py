@@ -45,7 +45,11 @@ ALL_NATIVE_BACKENDS = frozenset({v[0] for v in NATIVE_FORMATS.values()} | {"pyth
 
 @dataclass(frozen=True, kw_only=True)
 class CheckOptions:
-    """How :func:`check_path` runs: launcher, tolerances, timeouts, sample shape."""
+    """How :func:`check_path` runs: launcher, tolerances, timeouts, sample shape.
+
+    ``all_loaded`` keeps every model loaded until the end and measures the memory they take
+    together (does the repository fit beside its neighbours?), instead of one at a time.
+    """
 
     launcher: str = "local"
     url: str | None = None
@@ -59,6 +63,7 @@ class CheckOptions:
     infer_timeout_s: float = 60.0
     batch_size: int = 1
     dynamic_dim: int = 8
+    all_loaded: bool = False
 
     def __post_init__(self) -> None:
         if self.launcher not in LAUNCHERS:
@@ -106,6 +111,9 @@ class CheckReport:
     models: list[ModelCheck] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     server_log: str | None = None
+    baseline_memory_bytes: int | None = None
+    all_loaded_memory_bytes: int | None = None
+    memory_kind: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -123,6 +131,9 @@ class CheckReport:
             "validation": self.validation.to_dict(),
             "models": [asdict(m) for m in self.models],
             "server_log": self.server_log,
+            "baseline_memory_bytes": self.baseline_memory_bytes,
+            "all_loaded_memory_bytes": self.all_loaded_memory_bytes,
+            "memory_kind": self.memory_kind,
         }
 
 
@@ -172,17 +183,20 @@ def check_path(
         say(f"starting Triton ({opts.launcher})")
         with launcher:
             report.server_log = str(launcher.log_path) if launcher.log_path else None
+            report.baseline_memory_bytes, report.memory_kind = _memory(launcher, gpu)
+            restarted = False
             for index, target in enumerate(targets):
                 say(f"checking {target.check.name}")
                 if not launcher.is_alive():
                     say("restarting Triton")
                     launcher.stop()
                     launcher.start()
+                    restarted = True
                 client = TritonClient.for_launcher(
                     launcher, timeout_s=opts.infer_timeout_s, load_timeout_s=opts.load_timeout_s
                 )
                 try:
-                    _check_model(client, launcher, target, opts, gpu)
+                    _check_model(client, launcher, target, opts, gpu, unload=not opts.all_loaded)
                 except ServerDiedError as exc:
                     reason = crash_reason(launcher.log_path)
                     target.check.fail(
@@ -195,6 +209,8 @@ def check_path(
                     )
                 finally:
                     client.close()
+            if opts.all_loaded and launcher.is_alive():
+                _measure_and_unload_all(launcher, targets, report, opts, gpu, restarted)
         return report
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -265,8 +281,38 @@ class _Target:
     config: Any
 
 
+def _measure_and_unload_all(
+    launcher: TritonLauncher,
+    targets: list[_Target],
+    report: CheckReport,
+    opts: CheckOptions,
+    gpu: bool,
+    restarted: bool,
+) -> None:
+    now, _ = _memory(launcher, gpu)
+    if now is not None and report.baseline_memory_bytes is not None and not restarted:
+        report.all_loaded_memory_bytes = max(0, now - report.baseline_memory_bytes)
+    client = TritonClient.for_launcher(launcher, load_timeout_s=opts.load_timeout_s)
+    try:
+        for target in targets:
+            if target.check.load_time_s is None or not client.model_ready(target.check.name):
+                continue
+            try:
+                target.check.unload_time_s = client.unload(target.check.name)
+            except MmeLocalError as exc:
+                target.check.fail(f"unload: {exc}")
+    finally:
+        client.close()
+
+
 def _check_model(
-    client: TritonClient, launcher: TritonLauncher, target: _Target, opts: CheckOptions, gpu: bool
+    client: TritonClient,
+    launcher: TritonLauncher,
+    target: _Target,
+    opts: CheckOptions,
+    gpu: bool,
+    *,
+    unload: bool = True,
 ) -> None:
     check, config = target.check, target.config
     files, config_json = _external_payload(launcher, target.served_dir, config)
@@ -284,10 +330,11 @@ def _check_model(
     try:
         _query(client, check, target.model_dir, config, opts)
     finally:
-        try:
-            check.unload_time_s = client.unload(check.name, timeout_s=opts.load_timeout_s)
-        except MmeLocalError as exc:
-            check.fail(f"unload: {exc}")
+        if unload:
+            try:
+                check.unload_time_s = client.unload(check.name, timeout_s=opts.load_timeout_s)
+            except MmeLocalError as exc:
+                check.fail(f"unload: {exc}")
 
 
 def _query(

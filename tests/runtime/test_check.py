@@ -103,3 +103,15 @@ def test_triton_start_status_stop(tmp_path, capsys, monkeypatch):
     assert (
         not psutil.pid_exists(started["pid"]) or psutil.Process(started["pid"]).status() == "zombie"
     )
+
+
+def test_check_all_loaded_measures_models_together(tmp_path):
+    repo = tmp_path / "repo"
+    write_python_model(repo, "py_a")
+    write_python_model(repo, "py_b")
+    report = check_path(repo, CheckOptions(all_loaded=True))
+    assert report.ok, report.to_dict()
+    assert report.baseline_memory_bytes and report.all_loaded_memory_bytes
+    each = sum(m.memory_bytes or 0 for m in report.models)
+    assert report.all_loaded_memory_bytes >= 0.5 * each  # both stubs alive at the same time
+    assert all(m.unload_time_s is not None for m in report.models)
