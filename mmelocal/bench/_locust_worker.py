@@ -206,7 +206,9 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
         gevent.sleep(0.5)
         now = time.perf_counter()
         current = recorder.stage
-        recorder.users_seen[current] = max(recorder.users_seen[current], runner.user_count)
+        if shape_driver.finished_at is None:
+            # the last count seen in a stage is the one it settled at (ramps up or down)
+            recorder.users_seen[current] = runner.user_count
         _emit(
             {
                 "event": "progress",

@@ -62,7 +62,7 @@ def steps_table(result: Any, *, title: str = "Load test") -> Table:
         table.add_column(column, justify="left" if column == "step" else "right", no_wrap=True)
     for index, step in enumerate(result.steps, start=1):
         table.add_row(
-            "warmup" if step.name == "warmup" else str(index),
+            str(index) if step.name == f"{step.target_users} users" else step.name,
             str(step.users),
             f"{step.throughput_rps:,.0f}",
             ms(step.avg_latency_ms),
