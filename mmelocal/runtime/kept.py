@@ -160,6 +160,8 @@ def stop_kept(
             os.killpg(kept.pid, signal.SIGKILL)
         if kept.is_alive():
             raise RuntimeLayerError(f"kept Triton pid {kept.pid} did not stop")
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(kept.pid, os.WNOHANG)  # reap it when this process started it
     _state_file(name, root).unlink(missing_ok=True)
     logger.info("kept Triton %r stopped (pid %s)", name, kept.pid)
     return kept
