@@ -157,7 +157,8 @@ async def ping(request: web.Request) -> web.Response:
 async def metrics(request: web.Request) -> web.Response:
     """``GET /metrics``: Prometheus text with the CloudWatch names."""
     emulator = request.app[EMULATOR_KEY]
-    gauges = await asyncio.get_running_loop().run_in_executor(None, emulator.gauges)
+    gauges = emulator.gauges()
+    gauges.update(await asyncio.get_running_loop().run_in_executor(None, emulator.read_gauges))
     return web.Response(
         text=emulator.metrics.render(gauges), content_type="text/plain", charset="utf-8"
     )

@@ -18,15 +18,25 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
 from mmelocal.emulator.cache import ArtifactCache, Prepare, target_key
+from mmelocal.emulator.entries import (
+    LOADING,
+    READY,
+    Acquired,
+    InstanceOptions,
+    InstanceUnavailableError,
+    ModelEntry,
+    ModelNotReadyError,
+    quiet_future,
+)
 from mmelocal.emulator.events import EventLog
-from mmelocal.emulator.lru import ModelUsage, estimate_footprint, plan_eviction
+from mmelocal.emulator.eviction import EvictionMixin
+from mmelocal.emulator.lru import estimate_footprint
 from mmelocal.emulator.metrics import Metrics
 from mmelocal.emulator.probes import MemoryProbe, MemoryReading
 from mmelocal.emulator.upstream import UpstreamError, UpstreamPool
@@ -34,82 +44,14 @@ from mmelocal.errors import (
     EmulatorError,
     ModelLoadError,
     OutOfMemoryError,
-    UserInputError,
 )
 from mmelocal.runtime.launcher import TritonLauncher
 from mmelocal.runtime.sagemaker import TARGET_MODEL_HEADER, load_body
 
 logger = logging.getLogger(__name__)
 
-LOADING, READY, UNLOADING = "loading", "ready", "unloading"
 
-
-class ModelNotReadyError(EmulatorError):
-    """The cold load takes longer than the caller may wait; it goes on in the background."""
-
-    def __init__(self, message: str, *, target_model: str) -> None:
-        super().__init__(message)
-        self.target_model = target_model
-
-
-class InstanceUnavailableError(EmulatorError):
-    """The Triton process is down or restarting: retry shortly (answered as 503)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class InstanceOptions:
-    """Tuning of one instance (times in seconds, memory threshold as a fraction)."""
-
-    memory_threshold: float = 0.9
-    load_timeout_s: float = 300.0
-    unload_timeout_s: float = 360.0
-    release_timeout_s: float = 5.0
-    busy_wait_s: float = 30.0
-    oom_retries: int = 8
-
-    def __post_init__(self) -> None:
-        if not 0.0 < self.memory_threshold <= 1.0:
-            raise UserInputError(f"memory_threshold must be in (0, 1], got {self.memory_threshold}")
-        for name in ("load_timeout_s", "unload_timeout_s", "release_timeout_s", "busy_wait_s"):
-            if getattr(self, name) <= 0:
-                raise UserInputError(f"{name} must be > 0, got {getattr(self, name)}")
-
-
-@dataclass
-class ModelEntry:
-    """One model in this instance's loaded set."""
-
-    target: str
-    key: str
-    state: str
-    last_used_s: float
-    future: asyncio.Future[None]
-    in_flight: int = 0
-    waiters: int = 0
-    footprint_bytes: int | None = None
-    loaded_at_s: float = 0.0
-    task: asyncio.Future[None] | None = None
-
-    def usage(self) -> ModelUsage:
-        """The plain-data view the eviction policy works on."""
-        return ModelUsage(
-            name=self.target,
-            last_used_s=self.last_used_s,
-            footprint_bytes=self.footprint_bytes,
-            in_flight=self.in_flight,
-            pinned=self.waiters > 0 or self.state != READY,
-        )
-
-
-@dataclass(frozen=True, kw_only=True)
-class Acquired:
-    """What :meth:`TritonInstance.acquire` did: hit or cold load, and the time spent."""
-
-    cache_hit: bool
-    wait_s: float = 0.0
-
-
-class TritonInstance:
+class TritonInstance(EvictionMixin):
     """The loaded set and the load/unload/invoke calls of one Triton server."""
 
     def __init__(
@@ -281,7 +223,7 @@ class TritonInstance:
             key=target_key(target),
             state=LOADING,
             last_used_s=time.monotonic(),
-            future=_quiet_future(),
+            future=quiet_future(),
             footprint_bytes=self.footprints.get(target),
         )
         self.models[target] = entry
@@ -342,38 +284,6 @@ class TritonInstance:
         if self.footprints:
             return int(sum(self.footprints.values()) / len(self.footprints))
         return estimate_footprint(e.usage() for e in self.models.values())
-
-    async def _make_room(
-        self, need_bytes: int, *, exclude: str, why: str, strict: bool = True
-    ) -> MemoryReading:
-        """Evict least recently used models until ``need_bytes`` fits under the threshold."""
-        busy_deadline = time.monotonic() + self.options.busy_wait_s
-        while True:
-            reading = await self.read_memory()
-            others = [e.usage() for e in self.models.values() if e.target != exclude]
-            plan = plan_eviction(
-                others,
-                used_bytes=reading.used_bytes,
-                limit_bytes=self.limit_bytes,
-                need_bytes=need_bytes,
-            )
-            if not plan.victims and plan.fits:
-                return reading
-            if plan.victims:
-                for victim in plan.victims:
-                    await self._unload(
-                        self.models[victim], kind="evict", reason=f"{why}: {plan.reason}"
-                    )
-                continue
-            loaded_others = [e for e in self.models.values() if e.target != exclude]
-            if not loaded_others or not strict:
-                return reading  # alone: try; Triton's 507 (or the budget check after) decides
-            if time.monotonic() > busy_deadline:
-                raise OutOfMemoryError(
-                    f"instance {self.index}: no room for {exclude!r} ({plan.reason}) and every "
-                    f"loaded model stayed busy for {self.options.busy_wait_s:g}s"
-                )
-            await asyncio.sleep(0.01)
 
     async def _load_locked(self, entry: ModelEntry, url_dir: str) -> None:
         pending = self._deletes.get(entry.target)
@@ -454,119 +364,6 @@ class TritonInstance:
         except aiohttp.ClientError as exc:
             raise self._connection_error(exc) from exc
 
-    async def _delete(self, entry: ModelEntry) -> int:
-        assert self.session is not None
-        try:
-            async with self.session.delete(
-                f"{self._sm_url}/models/{entry.key}",
-                headers={TARGET_MODEL_HEADER: entry.target},
-                timeout=aiohttp.ClientTimeout(total=self.options.unload_timeout_s),
-            ) as resp:
-                await resp.read()
-                return resp.status
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-            raise self._connection_error(exc) from exc
-
-    async def _unload(self, entry: ModelEntry, *, kind: str, reason: str) -> None:
-        """Unload one idle model; return once the probe shows its memory released.
-
-        Triton's SageMaker ``DELETE`` answers only after a fixed poll pause (about 2 s)
-        even when the model went away at once; the memory is usually back long before.
-        So the next load starts as soon as the probe shows the release (with a known
-        footprint), while the ``DELETE`` finishes in the background; a new load of the
-        same target waits for it.
-        """
-        if entry.state != READY or not entry.usage().evictable:
-            return
-        entry.state = UNLOADING
-        entry.future = _quiet_future()
-        before = await self.read_memory()
-        t0 = time.perf_counter()
-        delete = asyncio.ensure_future(self._delete(entry))
-        self._deletes[entry.target] = delete
-        after = before
-        try:
-            after = await self._wait_released(before, entry.footprint_bytes, delete)
-        finally:
-            if self.models.get(entry.target) is entry:
-                del self.models[entry.target]
-            if not entry.future.done():
-                entry.future.set_result(None)
-            done = asyncio.ensure_future(
-                self._finish_unload(entry, delete, t0, before, after, kind, reason)
-            )
-            self._finishing.add(done)
-            done.add_done_callback(self._finishing.discard)
-
-    async def _finish_unload(
-        self,
-        entry: ModelEntry,
-        delete: asyncio.Future[int],
-        t0: float,
-        before: MemoryReading,
-        after: MemoryReading,
-        kind: str,
-        reason: str,
-    ) -> None:
-        try:
-            status = await delete
-        except Exception as exc:
-            status = 0
-            reason = f"{reason} (DELETE failed: {exc})"
-        finally:
-            if self._deletes.get(entry.target) is delete:
-                del self._deletes[entry.target]
-            self.cache.unpin(entry.target)
-        seconds = time.perf_counter() - t0
-        freed = before.used_bytes - after.used_bytes
-        if freed > 0:
-            self.footprints[entry.target] = max(freed, entry.footprint_bytes or 0)
-        self.metrics.observe("ModelUnloadingTime", seconds * 1e6)
-        self.metrics.inc("ModelUnloads")
-        if kind == "evict":
-            self.metrics.inc("ModelEvictions")
-        self.events.add(
-            kind,
-            entry.target,
-            instance=self.index,
-            reason=reason if status in (0, 200) else f"{reason} (Triton answered {status})",
-            bytes=freed,
-            duration_ms=seconds * 1e3,
-            memory_used_bytes=after.used_bytes,
-        )
-
-    async def _wait_released(
-        self, before: MemoryReading, expected: int | None, delete: asyncio.Future[int]
-    ) -> MemoryReading:
-        """Poll the probe until half the footprint is back, or the DELETE is done and the
-        reading stops moving (bounded by ``release_timeout_s`` after the DELETE)."""
-        deadline: float | None = None
-        previous = before.used_bytes
-        while True:
-            reading = await self.read_memory()
-            dropped = before.used_bytes - reading.used_bytes
-            if expected and dropped >= expected // 2:
-                return reading
-            if delete.done():
-                if delete.exception() is not None:
-                    raise delete.exception()  # type: ignore[misc]
-                if deadline is None:
-                    deadline = time.monotonic() + self.options.release_timeout_s
-                if not expected and reading.used_bytes == previous:
-                    return reading
-                if time.monotonic() > deadline:
-                    logger.warning(
-                        "instance %d: memory not released %.1fs after unload (dropped %d of %s "
-                        "bytes); the framework may keep it",
-                        self.index,
-                        self.options.release_timeout_s,
-                        dropped,
-                        expected,
-                    )
-                    return reading
-            previous = reading.used_bytes
-            await asyncio.sleep(0.02)
-
     async def unload(self, target: str, *, reason: str) -> None:
         """Unload ``target`` here when it is idle (used by the router and shutdown)."""
         async with self._load_lock:
@@ -626,13 +423,6 @@ class TritonInstance:
             }
             for e in sorted(self.models.values(), key=lambda e: e.last_used_s)
         ]
-
-
-def _quiet_future() -> asyncio.Future[None]:
-    """A future whose exception counts as retrieved even when no caller is left waiting."""
-    future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    future.add_done_callback(lambda f: f.cancelled() or f.exception())
-    return future
 
 
 __all__ = [

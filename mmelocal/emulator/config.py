@@ -1,0 +1,101 @@
+"""Options of the emulator (``mmelocal serve``) and size parsing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mmelocal.emulator.instance import InstanceOptions
+from mmelocal.errors import UserInputError
+
+GiB = 1024**3
+LAUNCHERS = ("local", "docker", "external")
+
+
+@dataclass(frozen=True, kw_only=True)
+class EmulatorConfig:
+    """Options of ``mmelocal serve`` (sizes in bytes, times in seconds).
+
+    ``memory_budget_bytes`` is per instance and used by the host probe (no GPU); ``None``
+    means half of this machine's memory divided among the instances. ``instances=None``
+    means one per GPU, or one without a GPU. ``external_urls`` are the SageMaker front
+    ends (``http://host:port``) of already running servers for ``launcher="external"``.
+    """
+
+    store: str
+    cache_dir: Path | None = None
+    memory_threshold: float = 0.9
+    memory_budget_bytes: int | None = None
+    disk_budget_bytes: int = 20 * GiB
+    instances: int | None = None
+    launcher: str = "local"
+    image: str | None = None
+    tritonserver: Path | None = None
+    external_urls: tuple[str, ...] = ()
+    endpoint_name: str | None = None
+    load_wait_timeout_s: float = 60.0
+    load_timeout_s: float = 300.0
+    hot_rps_threshold: float = 50.0
+    s3_endpoint_url: str | None = None
+    watchdog_interval_s: float = 0.2
+    gpus: tuple[int, ...] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.launcher not in LAUNCHERS:
+            raise UserInputError(
+                f"launcher must be one of {', '.join(LAUNCHERS)}, got {self.launcher!r}"
+            )
+        if self.instances is not None and self.instances < 1:
+            raise UserInputError(f"instances must be >= 1, got {self.instances}")
+        if self.memory_budget_bytes is not None and self.memory_budget_bytes <= 0:
+            raise UserInputError(f"memory_budget_bytes must be > 0, got {self.memory_budget_bytes}")
+        if self.disk_budget_bytes <= 0:
+            raise UserInputError(f"disk_budget_bytes must be > 0, got {self.disk_budget_bytes}")
+        if self.load_wait_timeout_s <= 0:
+            raise UserInputError(f"load_wait_timeout_s must be > 0, got {self.load_wait_timeout_s}")
+        if self.launcher == "external" and not self.external_urls:
+            raise UserInputError("launcher 'external' needs external_urls (SageMaker front ends)")
+        # InstanceOptions checks memory_threshold with the same message style
+        InstanceOptions(memory_threshold=self.memory_threshold)
+
+
+def parse_size(text: str | int) -> int:
+    """Bytes from ``4GiB``, ``512MB``, ``1.5G``, ``1000`` (binary and decimal units)."""
+    if isinstance(text, int):
+        return text
+    raw = text.strip()
+    units = {
+        "": 1,
+        "b": 1,
+        "k": 1000,
+        "kb": 1000,
+        "m": 1000**2,
+        "mb": 1000**2,
+        "g": 1000**3,
+        "gb": 1000**3,
+        "t": 1000**4,
+        "tb": 1000**4,
+        "kib": 1024,
+        "mib": 1024**2,
+        "gib": 1024**3,
+        "tib": 1024**4,
+    }
+    number = raw.rstrip("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ ")
+    unit = raw[len(number) :].strip().lower()
+    if unit not in units or not number:
+        raise UserInputError(
+            f"size must be a number with an optional unit (B, KB, MB, GB, TB, KiB, MiB, GiB, "
+            f"TiB), got {text!r}"
+        )
+    try:
+        value = float(number)
+    except ValueError:
+        raise UserInputError(f"size must start with a number, got {text!r}") from None
+    if value <= 0:
+        raise UserInputError(f"size must be > 0, got {text!r}")
+    return int(value * units[unit])
+
+
+__all__ = ["LAUNCHERS", "EmulatorConfig", "GiB", "parse_size"]

@@ -1,0 +1,96 @@
+"""The plain data of one instance's loaded set, its options and its errors."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from mmelocal.emulator.lru import ModelUsage
+from mmelocal.errors import EmulatorError, UserInputError
+
+LOADING, READY, UNLOADING = "loading", "ready", "unloading"
+
+
+class ModelNotReadyError(EmulatorError):
+    """The cold load takes longer than the caller may wait; it goes on in the background."""
+
+    def __init__(self, message: str, *, target_model: str) -> None:
+        super().__init__(message)
+        self.target_model = target_model
+
+
+class InstanceUnavailableError(EmulatorError):
+    """The Triton process is down or restarting: retry shortly (answered as 503)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class InstanceOptions:
+    """Tuning of one instance (times in seconds, memory threshold as a fraction)."""
+
+    memory_threshold: float = 0.9
+    load_timeout_s: float = 300.0
+    unload_timeout_s: float = 360.0
+    release_timeout_s: float = 5.0
+    busy_wait_s: float = 30.0
+    oom_retries: int = 8
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.memory_threshold <= 1.0:
+            raise UserInputError(f"memory_threshold must be in (0, 1], got {self.memory_threshold}")
+        for name in ("load_timeout_s", "unload_timeout_s", "release_timeout_s", "busy_wait_s"):
+            if getattr(self, name) <= 0:
+                raise UserInputError(f"{name} must be > 0, got {getattr(self, name)}")
+
+
+@dataclass
+class ModelEntry:
+    """One model in this instance's loaded set."""
+
+    target: str
+    key: str
+    state: str
+    last_used_s: float
+    future: asyncio.Future[None]
+    in_flight: int = 0
+    waiters: int = 0
+    footprint_bytes: int | None = None
+    loaded_at_s: float = 0.0
+    task: asyncio.Future[None] | None = None
+
+    def usage(self) -> ModelUsage:
+        """The plain-data view the eviction policy works on."""
+        return ModelUsage(
+            name=self.target,
+            last_used_s=self.last_used_s,
+            footprint_bytes=self.footprint_bytes,
+            in_flight=self.in_flight,
+            pinned=self.waiters > 0 or self.state != READY,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Acquired:
+    """What :meth:`TritonInstance.acquire` did: hit or cold load, and the time spent."""
+
+    cache_hit: bool
+    wait_s: float = 0.0
+
+
+def quiet_future() -> asyncio.Future[None]:
+    """A future whose exception counts as retrieved even when no caller is left waiting."""
+    future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    future.add_done_callback(lambda f: f.cancelled() or f.exception())
+    return future
+
+
+__all__ = [
+    "LOADING",
+    "READY",
+    "UNLOADING",
+    "Acquired",
+    "InstanceOptions",
+    "InstanceUnavailableError",
+    "ModelEntry",
+    "ModelNotReadyError",
+    "quiet_future",
+]
