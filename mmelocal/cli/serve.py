@@ -71,7 +71,8 @@ def _size(ctx: click.Context, param: click.Parameter, value: str | None) -> int 
     "--triton-url",
     "triton_urls",
     multiple=True,
-    help="SageMaker front end of a running Triton (--launcher external; repeat per instance).",
+    help="--launcher external: SAGEMAKER_URL[,V2_HTTP_URL] of a running Triton on this "
+    "machine (repeat per instance).",
 )
 @click.option("--tritonserver", type=click.Path(path_type=Path), help="tritonserver binary.")
 @click.option(

@@ -20,7 +20,9 @@ class EmulatorConfig:
     ``memory_budget_bytes`` is per instance and used by the host probe (no GPU); ``None``
     means half of this machine's memory divided among the instances. ``instances=None``
     means one per GPU, or one without a GPU. ``external_urls`` are the SageMaker front
-    ends (``http://host:port``) of already running servers for ``launcher="external"``.
+    ends of already running servers for ``launcher="external"``, each
+    ``SAGEMAKER_URL[,HTTP_URL]`` (the KServe v2 URL serves metadata; the servers must see
+    the cache folder at the same path).
     """
 
     store: str

@@ -135,8 +135,9 @@ class Emulator:
         if kind == "external":
             from mmelocal.runtime.external import ExternalLauncher
 
-            url = self.config.external_urls[index % len(self.config.external_urls)]
-            return ExternalLauncher(url, sagemaker_url=url)
+            spec = self.config.external_urls[index % len(self.config.external_urls)]
+            sagemaker_url, _, http_url = spec.partition(",")
+            return ExternalLauncher(http_url or sagemaker_url, sagemaker_url=sagemaker_url)
         from mmelocal.runtime.docker import DockerLauncher
 
         # the container sees the artifact cache as its (read-only) model repository
