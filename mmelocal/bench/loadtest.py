@@ -13,7 +13,8 @@ Endpoints:
 - ``http://host:port`` with ``mode="triton-v2"`` -> ``POST /v2/models/TARGET/infer``
   (a plain Triton, used by the sweep);
 - a bare name (no scheme) -> a real SageMaker endpoint through boto3's
-  ``sagemaker-runtime`` client (region and credentials from the usual AWS settings).
+  ``sagemaker-runtime`` client (region and credentials from the usual AWS settings;
+  ``AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME`` points it elsewhere, e.g. at the emulator).
 """
 
 from __future__ import annotations
@@ -98,7 +99,11 @@ class LoadTestConfig:
                     f"endpoint {self.endpoint!r} has no http(s):// scheme, so it is taken as a "
                     f"SageMaker endpoint name (mode boto3); mode {self.mode!r} needs a URL"
                 )
-            return {**base, "mode": "boto3", "endpoint_url": None, "endpoint_name": self.endpoint}
+            # boto3's own override variables, read now so signing and region can follow them
+            url = os.environ.get("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME") or os.environ.get(
+                "AWS_ENDPOINT_URL"
+            )
+            return {**base, "mode": "boto3", "endpoint_url": url, "endpoint_name": self.endpoint}
         parts = urlsplit(self.endpoint)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise UserInputError(

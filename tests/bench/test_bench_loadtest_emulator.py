@@ -76,19 +76,28 @@ def test_default_shape_shortened_on_10_copies(emulator_10_copies: Any, tmp_path:
     assert len(open_every_png(report / "index.html")) == 2
 
 
-def test_boto3_user_against_the_emulator(emulator_10_copies: Any) -> None:
-    """The boto3 user (what a real SageMaker endpoint needs) works with endpoint_url."""
+@pytest.mark.parametrize("how", ["url", "env"])
+def test_boto3_user_against_the_emulator(
+    emulator_10_copies: Any, how: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The boto3 user (what a real SageMaker endpoint needs): an endpoint URL, or a bare
+    endpoint name with boto3's AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME."""
     from mmelocal.bench.loadtest import LoadTestConfig, expand_targets, run_loadtest
     from mmelocal.bench.shape import shape_from_stages
 
     emu = emulator_10_copies
+    endpoint = emu.endpoint
+    if how == "env":
+        monkeypatch.setenv("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME", emu.url)
+        endpoint = "local"
     result = run_loadtest(
         LoadTestConfig(
-            endpoint=emu.endpoint,
+            endpoint=endpoint,
             mode="boto3",
             targets=expand_targets("model-{i}.tar.gz", emu.count),
             payload=emu.payload,
             shape=shape_from_stages([{"users": 4, "duration_s": 2}]),
+            prewarm=True,
         )
     )
     assert result.mode == "boto3"
