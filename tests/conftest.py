@@ -8,12 +8,17 @@ Shared model fixtures (session-scoped, built once, heavy imports inside):
 
 from __future__ import annotations
 
+import os
 import string
 from pathlib import Path
 
 import pytest
 
 TINY_BERT_VOCAB_SIZE = 1000
+
+# mmelocal's own CI must exercise Docker for real: a missing engine fails, it does not skip.
+if os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
+    os.environ.setdefault("MMELOCAL_REQUIRE_DOCKER", "1")
 
 
 def make_tiny_bert(folder: Path) -> Path:
