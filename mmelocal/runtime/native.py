@@ -98,12 +98,14 @@ def gpu_available() -> bool:
 
 def runner_template() -> Path:
     """The generic runner file (installed wheel or source tree)."""
-    here = Path(__file__).resolve().parent.parent
-    for root in (here / "model_repo_templates", here.parent / "model_repo_templates"):
-        candidate = root / "python_runner" / RUNNER_FILE
-        if candidate.is_file():
-            return candidate
-    raise FileNotFoundError("model_repo_templates/python_runner/model.py is missing")
+    from mmelocal.builder.presets import templates_dir
+
+    candidate = templates_dir() / "python_runner" / RUNNER_FILE
+    if not candidate.is_file():
+        raise FileNotFoundError(
+            f"{candidate} is missing: reinstall mmelocal (pip install --force-reinstall mmelocal)"
+        )
+    return candidate
 
 
 def prepare_model_for_server(
