@@ -109,23 +109,31 @@ def sweep(
 def _table(result: Any) -> Table:
     table = Table(
         title=f"Sweep of {result.source}: target {result.target_rps:g} req/s, "
-        f"p99 <= {result.max_latency_ms:g} ms, {result.instance_type}"
+        f"p99 <= {result.max_latency_ms:g} ms, {result.instance_type}",
+        caption="inv/min: invocations per minute per instance at the chosen load; "
+        "triton ms: Triton's own mean time per request over the test; inst.: instances needed",
     )
-    columns = (
+    columns: tuple[str, ...] = (
         "config",
-        "inv/min/instance",
+        "inv/min",
         "users",
         "p50 ms",
         "p99 ms",
-        "triton avg ms",
-        "instances",
+        "triton ms",
+        "inst.",
         f"{result.currency}/h",
         "note",
     )
+    if all(row.status == "ok" and not row.reason for row in result.rows):
+        columns = columns[:-1]
     for column in columns:
-        table.add_column(column, justify="left" if column in ("config", "note") else "right")
+        table.add_column(
+            column,
+            justify="left" if column in ("config", "note") else "right",
+            no_wrap=column == "config",
+        )
     for row in result.rows:
-        table.add_row(
+        cells = [
             row.name,
             "-" if row.invocations_per_minute is None else f"{row.invocations_per_minute:,.0f}",
             "-" if row.users_at_load is None else str(row.users_at_load),
@@ -135,5 +143,6 @@ def _table(result: Any) -> Table:
             "-" if row.instances_needed is None else str(row.instances_needed),
             "-" if row.cost_per_hour is None else f"{row.cost_per_hour:,.2f}",
             row.reason if row.status == "ok" else f"[yellow]{row.status}[/]: {row.reason}",
-        )
+        ][: len(columns)]
+        table.add_row(*cells)
     return table
