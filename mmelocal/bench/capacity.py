@@ -244,9 +244,15 @@ def measure_capacity(
     model_format: str = "torchscript",
     progress: Callable[[LoadRecord], None] | None = None,
     label: str = "",
+    payload: bytes | None = None,
+    content_type: str = "application/json",
 ) -> CapacityResult:
     """Build (if needed) and package ``source``, serve it with the emulator on one Triton, and
-    load copies until one crosses the threshold (see the module docstring)."""
+    load copies until one crosses the threshold (see the module docstring).
+
+    ``payload`` is the warm-up request sent after each load (default: a KServe v2 JSON body
+    from the model's recorded sample inputs; without either, no warm-up inference runs).
+    """
     opts = options or CapacityOptions()
     from mmelocal.bench.payload import payload_from_model
     from mmelocal.bench.sources import resolve_model
@@ -268,13 +274,15 @@ def measure_capacity(
             work / "store",
             copies=copies_needed(opts.max_copies, verify_next=opts.verify_next),
         )
-        try:
-            payload: bytes | None = payload_from_model(model.path)
-        except UserInputError as exc:
-            logger.warning("capacity: no warm-up inference (%s)", exc)
-            payload = None
+        if payload is None:
+            try:
+                payload = payload_from_model(model.path)
+            except UserInputError as exc:
+                logger.warning("capacity: no warm-up inference (%s)", exc)
         measurement, probe = asyncio.run(
-            _measure_with_emulator(work, [p.name for p in copies], opts, use_gpu, payload, progress)
+            _measure_with_emulator(
+                work, [p.name for p in copies], opts, use_gpu, payload, content_type, progress
+            )
         )
     projection = None
     if measurement.loads:
@@ -316,6 +324,7 @@ async def _measure_with_emulator(
     opts: CapacityOptions,
     use_gpu: bool,
     payload: bytes | None,
+    content_type: str,
     progress: Callable[[LoadRecord], None] | None,
 ) -> tuple[Measurement, str]:
     from mmelocal.emulator.platform import Emulator, EmulatorConfig
@@ -348,6 +357,7 @@ async def _measure_with_emulator(
             threshold=opts.threshold,
             max_copies=opts.max_copies,
             payload=payload,
+            content_type=content_type,
             verify_next=opts.verify_next,
             total_bytes=total,
             progress=progress,

@@ -73,6 +73,12 @@ def capacity() -> None:
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="Your own GPU table (YAML) for the projection.",
 )
+@click.option(
+    "--payload",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Warm-up request body sent after each load (default: from the model's sample inputs).",
+)
+@click.option("--content-type", default="application/json", show_default=True)
 @click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--report", "report_dir", type=click.Path(file_okay=False, path_type=Path))
 def measure(
@@ -83,6 +89,8 @@ def measure(
     formats: str,
     no_verify_next: bool,
     gpus_file: Path | None,
+    payload: Path | None,
+    content_type: str,
     json_out: Path | None,
     report_dir: Path | None,
 ) -> None:
@@ -113,6 +121,8 @@ def measure(
             options=options,
             model_format=fmt if fmt != "prebuilt" else "torchscript",
             progress=show,
+            payload=payload.read_bytes() if payload is not None else None,
+            content_type=content_type,
         )
         if gpus_file is not None and result.per_model_mean_bytes:
             import dataclasses
