@@ -173,6 +173,12 @@ def _add_capacity(page: _Page, result: Any, stem: str) -> None:
 
 def _add_sweep(page: _Page, result: Any, stem: str) -> None:
     page.heading(f"Configuration sweep: {result.source}")
+    page.para(
+        f"Target {result.target_rps:g} requests/s with p99 latency <= {result.max_latency_ms:g} ms"
+        f" on {result.instance_type}; each configuration's rate is the best load-test step with"
+        f" no failure within that limit. Measured on {result.machine or 'this machine'}"
+        f" ({result.started_at})."
+    )
     page.para(f"Recommendation: {result.recommendation}")
     page.para(result.price_note, note=True)
     page.image(f"{stem}-comparison", lambda: plots.sweep_comparison(result), "sweep comparison")
