@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 import sys
@@ -70,6 +71,8 @@ class Listener:
             await self._front.start(host, port)
         else:
             await web.TCPSite(self._runner, host, port, backlog=1024).start()
+        gc.collect()
+        gc.freeze()  # start-up objects leave the collector's view: shorter pauses later
         logger.info(
             "MME emulator listening on http://%s:%d (%s)",
             host,
