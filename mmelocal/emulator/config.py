@@ -37,7 +37,7 @@ class EmulatorConfig:
     external_urls: tuple[str, ...] = ()
     endpoint_name: str | None = None
     load_wait_timeout_s: float = 60.0
-    load_timeout_s: float = 300.0
+    load_timeout_s: float = 360.0
     hot_rps_threshold: float = 50.0
     s3_endpoint_url: str | None = None
     watchdog_interval_s: float = 0.2

@@ -28,7 +28,7 @@ class InstanceOptions:
     """Tuning of one instance (times in seconds, memory threshold as a fraction)."""
 
     memory_threshold: float = 0.9
-    load_timeout_s: float = 300.0
+    load_timeout_s: float = 360.0
     unload_timeout_s: float = 360.0
     release_timeout_s: float = 5.0
     busy_wait_s: float = 30.0
