@@ -112,6 +112,11 @@ class TritonInstance(EvictionMixin):
         """Stop the server (idempotent)."""
         self.up = False
         self._upstream.close()
+        pending: list[asyncio.Future[Any]] = [*self._deletes.values(), *self._finishing]
+        pending += [e.task for e in self.models.values() if e.task is not None]
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._process_thread, self.launcher.stop)
 

@@ -202,6 +202,7 @@ class Emulator:
     async def stop(self) -> None:
         """Stop the watchdog and every instance; close the session."""
         await self.watchdog.stop()
+        await self.router.stop()
         if self.session is not None:  # Triton waits for open connections before it exits
             await self.session.close()
             self.session = None

@@ -78,6 +78,13 @@ class Router:
             raise InstanceUnavailableError("every Triton instance is restarting; retry")
         return max(up, key=lambda i: (i.free_bytes, -len(i.models)))
 
+    async def stop(self) -> None:
+        """Cancel hot-model replications in progress."""
+        tasks = list(self._replicating.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
     def rate_rps(self, target: str) -> float:
         """The target's request rate over the last full window."""
         rate = self._rates.get(target)
