@@ -23,7 +23,14 @@ from mmelocal.emulator.upstream import UpstreamError, UpstreamPool
 
 logger = logging.getLogger(__name__)
 
-_HOP_BY_HOP = {b"connection", b"keep-alive", b"transfer-encoding", b"content-length", b"host"}
+_HOP_BY_HOP = {
+    b"connection",
+    b"keep-alive",
+    b"transfer-encoding",
+    b"content-length",
+    b"host",
+    b"expect",
+}
 _REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
 MAX_BODY_BYTES = 128 * 1024 * 1024
 
@@ -106,6 +113,11 @@ class _Protocol(asyncio.Protocol):
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self.request.headers[name.lower()] = value
+
+    def on_headers_complete(self) -> None:
+        expect = self.request.headers.get(b"expect")
+        if expect is not None and expect.lower() == b"100-continue" and self.transport:
+            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def on_body(self, body: bytes) -> None:
         self.size += len(body)
