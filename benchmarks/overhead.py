@@ -61,6 +61,28 @@ def measure(url, body, headers, clients, seconds):
     return asyncio.run(_run(url, body, headers, clients, seconds))
 
 
+def tree(pid: int) -> list[int]:
+    """``pid`` and its descendants."""
+    import psutil
+
+    root = psutil.Process(pid)
+    return [pid, *(p.pid for p in root.children(recursive=True))]
+
+
+def cpu_s(pids: list[int]) -> float:
+    """User + system CPU seconds used so far by ``pids``."""
+    import psutil
+
+    total = 0.0
+    for pid in pids:
+        try:
+            times = psutil.Process(pid).cpu_times()
+        except psutil.Error:
+            continue
+        total += times.user + times.system
+    return total
+
+
 def wait_ping(url: str, timeout_s: float = 120.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -76,7 +98,7 @@ def wait_ping(url: str, timeout_s: float = 120.0) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=3.0, help="per round")
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 16])
     args = parser.parse_args()
 
@@ -132,6 +154,7 @@ def main() -> int:
             f"{'+p50 ms':>9}{'+p99 ms':>9}{'direct rps':>11}{'emu rps':>9}{'ratio':>7}"
         )
         ok = True
+        cpu_rows: list[str] = []
         for name, (direct_url, emu_url, headers) in pairs.items():
             for clients in args.clients:
                 measure(direct_url, body, headers, clients, 0.5)  # warm both paths
@@ -140,13 +163,21 @@ def main() -> int:
                 e_lat: list[float] = []
                 d_rps: list[float] = []
                 e_rps: list[float] = []
+                emu_cpu_s = triton_cpu_s = 0.0
                 for _ in range(args.rounds):
                     lat, rps = measure(direct_url, body, headers, clients, args.seconds)
                     d_lat += lat
                     d_rps.append(rps)
+                    e0, t0 = cpu_s([proc.pid]), cpu_s(tree(inst["pid"]))
                     lat, rps = measure(emu_url, body, headers, clients, args.seconds)
+                    emu_cpu_s += cpu_s([proc.pid]) - e0
+                    triton_cpu_s += cpu_s(tree(inst["pid"])) - t0
                     e_lat += lat
                     e_rps.append(rps)
+                cpu_rows.append(
+                    f"{name:<5}{clients:>8}  emulator {emu_cpu_s / len(e_lat) * 1e6:6.0f} us"
+                    f"  Triton {triton_cpu_s / len(e_lat) * 1e6:6.0f} us  (CPU per request)"
+                )
                 dp50, dp99 = np.percentile(d_lat, [50, 99]) * 1e3
                 ep50, ep99 = np.percentile(e_lat, [50, 99]) * 1e3
                 ratio = float(np.mean(e_rps) / np.mean(d_rps))
@@ -156,6 +187,7 @@ def main() -> int:
                     f"{ep50 - dp50:>9.3f}{ep99 - dp99:>9.3f}{np.mean(d_rps):>11.0f}"
                     f"{np.mean(e_rps):>9.0f}{ratio:>7.2f}"
                 )
+        print("\n".join(cpu_rows))
         print(
             "goal (<= 1 ms p50, <= 3 ms p99 added, >= 0.9x throughput):", "met" if ok else "NOT met"
         )
