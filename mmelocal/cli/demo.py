@@ -181,7 +181,7 @@ def _report(state: dict[str, Any], calls: _Calls, limit: int, footprint: int, ba
     table.add_row("cold latency p50 / p99", f"{_ms(cold, 50)} / {_ms(cold, 99)}")
     table.add_row("per-model footprint (measured)", _mib(footprint))
     table.add_row("Triton baseline", _mib(base))
-    table.add_row("memory limit (baseline + 3.5 models)", _mib(limit))
+    table.add_row("memory limit (baseline + fit x footprint)", _mib(limit))
     console.print(table)
     evictions = [e for e in state["events"] if e["kind"] == "evict"][-5:]
     if evictions:
@@ -198,15 +198,15 @@ def _report(state: dict[str, Any], calls: _Calls, limit: int, footprint: int, ba
 @click.command()
 @click.option("--copies", type=click.IntRange(min=2), default=20, show_default=True)
 @click.option(
-    "--seconds", type=click.FloatRange(min=5), default=60, show_default=True, help="Traffic."
+    "--seconds", type=click.FloatRange(min=5), default=45, show_default=True, help="Traffic."
 )
 @click.option("--clients", type=click.IntRange(min=1), default=3, show_default=True)
 @click.option(
     "--fit",
     type=click.FloatRange(min=1.0),
-    default=3.5,
+    default=4.5,
     show_default=True,
-    help="How many copies the memory limit holds.",
+    help="How many copies the memory limit holds (the hot three and a slot for the tail).",
 )
 @click.option(
     "--workdir",
@@ -254,6 +254,14 @@ def demo(
         console.print(
             f"[green]✓[/] one copy takes {_mib(footprint)} beside Triton's {_mib(base)}: "
             f"memory limit set to {_mib(limit)} (about {fit:g} copies)"
+        )
+        with console.status(f"warming the {HOT_COPIES} hot copies"):
+            for target in targets[1:HOT_COPIES]:
+                mme_call(server, target, body)
+        console.print(
+            f"[green]✓[/] hot copies {', '.join(targets[:HOT_COPIES])} loaded; now "
+            f"{clients} boto3 clients call random copies for {seconds:g}s "
+            f"({HOT_WEIGHT:g}x more often the hot ones)"
         )
         calls = _traffic(server, targets, body, reference, clients, seconds)
         _report(server.call(_state(server)), calls, limit, footprint, base)
