@@ -369,6 +369,17 @@ class TritonInstance(EvictionMixin):
         except aiohttp.ClientError as exc:
             raise self._connection_error(exc) from exc
 
+    async def trim(self) -> None:
+        """Evict idle models when the loaded set grew over the limit since its loads
+        (frameworks allocate more at their first inferences)."""
+        if not self.up or self._load_lock.locked():
+            return
+        reading = await self.read_memory()
+        if reading.used_bytes <= self.limit_bytes:
+            return
+        async with self._load_lock:
+            await self._make_room(0, exclude="", why="memory grew over the limit", strict=False)
+
     async def unload(self, target: str, *, reason: str) -> None:
         """Unload ``target`` here when it is idle (used by the router and shutdown)."""
         async with self._load_lock:

@@ -1,5 +1,8 @@
 """Recovery: notice a dead Triton process, restart it, load its models again.
 
+The same watchdog trims every few seconds: when the loaded set's memory grew over the
+limit after its loads, idle least recently used models are unloaded.
+
 While an instance is down its requests fail at once with a retryable error (503
 ``ServiceUnavailable``, which boto3 retries) instead of hanging. The watchdog restarts
 the server (with a growing pause after repeated failures) and loads the models that were
@@ -27,9 +30,11 @@ class Watchdog:
         *,
         interval_s: float = 0.2,
         max_backoff_s: float = 30.0,
+        trim_interval_s: float = 2.0,
     ) -> None:
         self.instances = list(instances)
         self.interval_s = interval_s
+        self.trim_interval_s = trim_interval_s
         self.max_backoff_s = max_backoff_s
         self.restarts = 0
         self._task: asyncio.Task[None] | None = None
@@ -53,12 +58,18 @@ class Watchdog:
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         backoff = {inst.index: 0.0 for inst in self.instances}
+        next_trim = loop.time() + self.trim_interval_s
         while True:
             await asyncio.sleep(self.interval_s)
+            trim = loop.time() >= next_trim
+            if trim:
+                next_trim = loop.time() + self.trim_interval_s
             for inst in self.instances:
                 alive = await loop.run_in_executor(None, inst.launcher.is_alive)
                 if alive and inst.up:
                     backoff[inst.index] = 0.0
+                    if trim:
+                        await self._trim(inst)
                     continue
                 if alive and not inst.up:
                     inst.up = True  # a connection hiccup marked it down; the process is fine
@@ -80,6 +91,12 @@ class Watchdog:
                 task = asyncio.ensure_future(self._reload(inst, previous))
                 self._reloads.add(task)
                 task.add_done_callback(self._reloads.discard)
+
+    async def _trim(self, inst: TritonInstance) -> None:
+        try:
+            await inst.trim()
+        except Exception as exc:
+            logger.warning("instance %d: trimming the loaded set failed: %s", inst.index, exc)
 
     async def _reload(self, inst: TritonInstance, targets: list[str]) -> None:
         for target in targets:

@@ -1,0 +1,41 @@
+"""The watchdog trims a loaded set that grew over the limit after its loads."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from emulator_helpers import payload
+
+from mmelocal.emulator.platform import EmulatorConfig
+from mmelocal.emulator.server import EmulatorServer
+from mmelocal.testing.emulator_fixtures import MmeEndpoint
+from mmelocal.testing.tiny_model import write_tarball
+
+pytestmark = pytest.mark.triton
+
+
+def test_loaded_set_over_the_limit_is_trimmed(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    store.mkdir()
+    for i in range(3):
+        write_tarball(store / f"model-{i}.tar.gz", scale=float(i + 1))
+    config = EmulatorConfig(store=str(store), cache_dir=tmp_path / "cache")
+    with EmulatorServer(config) as server:
+        mme = MmeEndpoint(url=server.url, store=store, server=server)
+        _, body = payload(rows=1)
+        for i in range(3):
+            mme.invoke(f"model-{i}.tar.gz", body)
+        inst = mme.state()["instances"][0]
+        used, footprint = inst["memory_used_bytes"], min(mme.state()["footprints_bytes"].values())
+        # as if the models had grown: the limit now holds one model less
+        server.emulator.instances[0].limit_override_bytes = used - footprint // 2
+        for _ in range(100):
+            state = mme.state()
+            if state["event_counts"]["evict"] >= 1:
+                break
+            time.sleep(0.1)
+        evictions = [e for e in state["events"] if e["kind"] == "evict"]
+        assert [e["target"] for e in evictions] == ["model-0.tar.gz"]
+        assert "grew over the limit" in evictions[0]["reason"]
