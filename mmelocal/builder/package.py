@@ -33,14 +33,15 @@ log = logging.getLogger(__name__)
 _FICLONE = 0x40049409  # _IOW(0x94, 9, int) from linux/fs.h
 CopyCallback = Callable[[int, Path, str], None]
 """Called after each copy with (index, path, method) - method is hardlink/reflink/copy."""
+#: the most copies one call makes (far above what one GPU holds; stops a typo filling a disk)
+MAX_COPIES = 100_000
 
 
 def package_model(
     model_dir: Path | str, out_dir: Path | str, *, filename: str = "model.tar.gz"
 ) -> Path:
     """Write ``out_dir/model.tar.gz`` with the model folder at the archive's top level."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = _out_folder(out_dir)
     return create_model_tarball(model_dir, out / filename)
 
 
@@ -60,15 +61,18 @@ def package_copies(
     """
     src = Path(model_dir_or_tarball)
     out = Path(out_dir)
-    if copies < 1:
-        raise UserInputError(f"copies must be >= 1, got {copies}")
-    if not prefix or "/" in prefix or prefix.startswith("."):
-        raise UserInputError(f"prefix must be a plain file-name prefix, got {prefix!r}")
+    if not 1 <= copies <= MAX_COPIES:
+        raise UserInputError(f"copies must be >= 1 and <= {MAX_COPIES}, got {copies}")
+    if not prefix or prefix.startswith(".") or "/" in prefix or not prefix.isprintable():
+        raise UserInputError(
+            f"prefix must be a plain file-name prefix (printable, no '/', no leading '.'), "
+            f"got {prefix!r}"
+        )
     if not src.exists():
         raise UserInputError(f"model folder or tarball not found: {src}")
     if src.is_file() and not is_gzip(src):
         raise UserInputError(f"{src} is not a gzip file; pass a model folder or a model.tar.gz")
-    out.mkdir(parents=True, exist_ok=True)
+    out = _out_folder(out)
     paths = [out / f"{prefix}{i}.tar.gz" for i in range(copies)]
     first = paths[0]
     if src.is_dir():
@@ -86,6 +90,18 @@ def package_copies(
             on_copy(index, path, method)
     log.info("%d copies of %s in %s", copies, src, out)
     return paths
+
+
+def _out_folder(out_dir: Path | str) -> Path:
+    """``out_dir``, created if missing; a UserInputError when it is a file."""
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise UserInputError(f"output folder {out} is a file; name a folder for the tarball(s)")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserInputError(f"cannot create the output folder {out}: {exc.strerror}") from exc
+    return out
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -151,4 +167,4 @@ def disk_usage_bytes(paths: Iterable[Path | str]) -> int:
     return total
 
 
-__all__ = ["CopyCallback", "disk_usage_bytes", "package_copies", "package_model"]
+__all__ = ["MAX_COPIES", "CopyCallback", "disk_usage_bytes", "package_copies", "package_model"]

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from mmelocal.builder.package import MAX_COPIES
+
 
 @click.command()
 @click.argument("model_dir", type=click.Path(path_type=Path))
@@ -18,7 +20,7 @@ import click
 )
 @click.option(
     "--copies",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=MAX_COPIES),
     default=None,
     help="Write N copies {prefix}{i}.tar.gz (hard links: about one copy on disk).",
 )

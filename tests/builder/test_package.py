@@ -76,12 +76,47 @@ def test_fallback_when_links_are_refused(
     ("kwargs", "match"),
     [
         ({"copies": 0}, "copies must be >= 1"),
+        ({"copies": 100_001}, "copies must be >= 1 and <= 100000"),
         ({"copies": 2, "prefix": "a/b"}, "prefix"),
+        ({"copies": 2, "prefix": ".."}, "prefix"),
+        ({"copies": 2, "prefix": "a\x00b"}, "prefix"),
+        ({"copies": 2, "prefix": "a\nb"}, "prefix"),
     ],
 )
 def test_bad_arguments(tmp_path: Path, model: Path, kwargs: dict, match: str) -> None:
     with pytest.raises(UserInputError, match=match):
         package_copies(model, tmp_path / "out", **kwargs)
+
+
+def test_out_dir_that_is_a_file_is_refused_and_kept(tmp_path: Path, model: Path) -> None:
+    out = tmp_path / "out"
+    out.write_text("keep me")
+    with pytest.raises(UserInputError, match="is a file"):
+        package_model(model, out)
+    with pytest.raises(UserInputError, match="is a file"):
+        package_copies(model, out, copies=2)
+    with pytest.raises(UserInputError, match="cannot create the output folder"):
+        package_copies(model, out / "sub", copies=2)
+    assert out.read_text() == "keep me"
+
+
+def test_cli_package_bad_inputs_one_line_exit_2(
+    tmp_path: Path, model: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "file").write_text("keep me")
+    cases = [
+        ["--out", str(tmp_path / "file")],
+        ["--out", str(tmp_path / "o"), "--copies", "100000000000"],
+        ["--out", str(tmp_path / "o"), "--copies", "2", "--prefix", "../x"],
+        ["--out", str(model)],
+    ]
+    for args in cases:
+        capsys.readouterr()
+        assert main(["package", str(model), *args]) == 2, args
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and err.strip(), args
+    assert (tmp_path / "file").read_text() == "keep me"
+    assert not list(model.rglob("*.tar.gz"))
 
 
 def test_not_gzip_input(tmp_path: Path) -> None:
