@@ -33,7 +33,7 @@ def raw_request(
     path: str,
     headers: list[tuple[str, str]] | None = None,
     body: bytes = b"",
-    timeout_s: float = 30.0,
+    timeout_s: float = 120.0,
 ) -> tuple[int, dict[str, str], bytes]:
     """One HTTP/1.1 request on a fresh socket, bytes exactly as given (NUL included)."""
     host, port = url.split("://", 1)[1].split(":")
