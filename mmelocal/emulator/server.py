@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import os
 import signal
 import sys
 import threading
@@ -54,7 +55,9 @@ class Listener:
 
     def __init__(self, emulator: Emulator, *, fast: bool | None = None) -> None:
         self.emulator = emulator
-        self.fast = fastpath.available() if fast is None else fast
+        if fast is None:  # MMELOCAL_EMULATOR_FAST=0 forces the plain aiohttp server
+            fast = os.environ.get("MMELOCAL_EMULATOR_FAST", "1") != "0" and fastpath.available()
+        self.fast = fast
         self._runner: web.AppRunner | None = None
         self._front: fastpath.FastFrontServer | None = None
 
