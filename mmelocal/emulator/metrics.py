@@ -120,9 +120,9 @@ class Metrics:
             qs = summary.quantiles((0.5, 0.99))
             out[name] = {
                 "count": summary.count,
-                "mean": summary.mean,
-                "p50": qs[0.5],
-                "p99": qs[0.99],
+                "mean": _finite(summary.mean),
+                "p50": _finite(qs[0.5]),
+                "p99": _finite(qs[0.99]),
             }
         if self._gauges is not None:
             out.update(self._gauges())
@@ -149,6 +149,11 @@ class Metrics:
             lines.append(f"{name}_sum{{{labels}}} {_num(summary.total)}")
             lines.append(f"{name}_count{{{labels}}} {summary.count}")
         return "\n".join(lines) + "\n"
+
+
+def _finite(value: float) -> float | None:
+    """None for NaN (JSON has no NaN)."""
+    return None if math.isnan(value) else value
 
 
 def _escape(value: str) -> str:
