@@ -1,1 +1,23 @@
-"""mmelocal.emulator"""
+"""The SageMaker multi-model endpoint platform, emulated in front of real Triton servers.
+
+What SageMaker does between the client and the Triton container, done locally::
+
+    client (boto3 / tritonclient)
+      │  POST /endpoints/{name}/invocations, /v2/models/{target}/infer
+      ▼
+    fastpath.py / app.py     HTTP (httptools front server, aiohttp app for the rest)
+    handlers.py              boto3-exact answers and errors, v2 binary translation
+    platform.py              Emulator: the facade the HTTP layer drives
+    router.py                model affinity, most free memory for cold models, hot replicas
+    instance.py              one Triton: loaded set, single-flight loads, invoke
+    eviction.py + lru.py     least recently used eviction (pure policy in lru.py)
+    probes.py                memory: NVML on a GPU, RSS of the Triton tree on a CPU
+    cache.py + store.py      artifacts: local folder or S3 -> safe extraction -> disk budget
+    recovery.py              restart a dead Triton, load its models again, trim
+    metrics.py + events.py   CloudWatch-named metrics, the load/unload/eviction log
+    server.py                run it: foreground (``mmelocal serve``) or on a thread
+
+Triton is driven through its SageMaker front end exactly as SageMaker does
+(``POST /models``, ``DELETE /models/KEY``, ``POST /models/KEY/invoke`` with
+``X-Amzn-SageMaker-Target-Model``).
+"""
