@@ -28,11 +28,9 @@ import socket
 import tempfile
 import threading
 import time
-import urllib.request
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from mmelocal.errors import ServerStartError, UserInputError
@@ -54,8 +52,8 @@ from mmelocal.runtime.docker_engine import (
     gpu_device_requests,
     sagemaker_triton_image,
 )
-from mmelocal.runtime.launcher import Endpoints
-from mmelocal.runtime.readiness import wait_until_ready
+from mmelocal.runtime.launcher import Endpoints, LauncherContext
+from mmelocal.runtime.readiness import triton_ready, wait_until_ready
 
 logger = logging.getLogger(__name__)
 
@@ -64,14 +62,6 @@ CONTAINER_MODEL_REPOSITORY = "/models"
 CONTAINER_PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002, "sagemaker": 8080}
 DEFAULT_SHM_SIZE_BYTES = 256 * 1024 * 1024
 PULL_POLICIES = ("missing", "always", "never")
-
-
-def _http_ok(url: str, timeout_s: float = 1.0) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:
-            return bool(response.status == 200)
-    except OSError:
-        return False
 
 
 def container_server_config(config: ServerConfig) -> ServerConfig:
@@ -87,7 +77,7 @@ def container_server_config(config: ServerConfig) -> ServerConfig:
     )
 
 
-class DockerLauncher:
+class DockerLauncher(LauncherContext):
     """Start Triton in a container (see the module docstring).
 
     ``image`` defaults (``None``) to :data:`DEFAULT_IMAGE`; ``pull`` is ``"missing"`` (pull
@@ -240,9 +230,9 @@ class DockerLauncher:
                 target=_pump_logs, args=(self._container, self._log_path), daemon=True
             )
             self._pump.start()
-            self._endpoints = self._published_endpoints()
+            self._endpoints = endpoints = self._published_endpoints()
             self.ready_after_s = wait_until_ready(
-                self._ready_check,
+                lambda: triton_ready(endpoints),
                 timeout_s=self.start_timeout_s,
                 url=self._endpoints.http_url,
                 log_path=self._log_path,
@@ -303,14 +293,6 @@ class DockerLauncher:
             metrics_url=url("metrics"),
             sagemaker_url=url("sagemaker") if self.config.sagemaker else None,
         )
-
-    def _ready_check(self) -> bool:
-        assert self._endpoints is not None
-        if not _http_ok(f"{self._endpoints.http_url}/v2/health/ready"):
-            return False
-        if self._endpoints.sagemaker_url is not None:
-            return _http_ok(f"{self._endpoints.sagemaker_url}/ping")
-        return True
 
     def _alive_during_start(self) -> bool:
         alive = self.is_alive()
@@ -375,18 +357,6 @@ class DockerLauncher:
         self._container = None
         self._pump = None
         logger.info("container %s stopped in %.1fs", self.name, time.monotonic() - t0)
-
-    def __enter__(self) -> DockerLauncher:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def __repr__(self) -> str:
         state = "alive" if self.is_alive() else "stopped"

@@ -7,27 +7,19 @@ protocol without owning a process: ``start()`` only waits until the server answe
 
 from __future__ import annotations
 
-import urllib.request
 from pathlib import Path
-from types import TracebackType
 
-from mmelocal.runtime.launcher import Endpoints
-from mmelocal.runtime.readiness import wait_until_ready
-
-
-def _ok(url: str, timeout_s: float) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:
-            return bool(response.status == 200)
-    except OSError:
-        return False
+from mmelocal.runtime.launcher import Endpoints, LauncherContext
+from mmelocal.runtime.readiness import http_ok, wait_for_listener, wait_until_ready
 
 
-class ExternalLauncher:
+class ExternalLauncher(LauncherContext):
     """A handle on a running Triton at ``url`` (``http://host:port``).
 
     ``grpc_url``, ``metrics_url`` and ``sagemaker_url`` are optional; ``model_repository``
     is the server's repository when it is on this machine (needed to add models to it).
+    ``start()`` gives up after ``connect_grace_s`` when every connection is refused (nothing
+    listens at ``url``), else after ``start_timeout_s``.
     """
 
     def __init__(
@@ -41,6 +33,7 @@ class ExternalLauncher:
         log_path: Path | str | None = None,
         pid: int | None = None,
         start_timeout_s: float = 30.0,
+        connect_grace_s: float = 5.0,
     ) -> None:
         self._endpoints = Endpoints(
             http_url=url, grpc_url=grpc_url, metrics_url=metrics_url, sagemaker_url=sagemaker_url
@@ -49,6 +42,7 @@ class ExternalLauncher:
         self._log_path = Path(log_path) if log_path is not None else None
         self._pid = pid
         self.start_timeout_s = start_timeout_s
+        self.connect_grace_s = connect_grace_s
 
     @property
     def endpoints(self) -> Endpoints:
@@ -71,8 +65,11 @@ class ExternalLauncher:
 
     def start(self) -> None:
         """Wait until the server answers ready (it is not started here)."""
+        wait_for_listener(
+            self._endpoints.http_url, grace_s=min(self.connect_grace_s, self.start_timeout_s)
+        )
         wait_until_ready(
-            lambda: _ok(f"{self._endpoints.http_url}/v2/health/ready", 2.0),
+            lambda: http_ok(f"{self._endpoints.http_url}/v2/health/ready", 2.0),
             timeout_s=self.start_timeout_s,
             url=self._endpoints.http_url,
             log_path=self._log_path,
@@ -83,19 +80,7 @@ class ExternalLauncher:
 
     def is_alive(self) -> bool:
         """True when the server's liveness endpoint answers 200."""
-        return _ok(f"{self._endpoints.http_url}/v2/health/live", 2.0)
-
-    def __enter__(self) -> ExternalLauncher:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
+        return http_ok(f"{self._endpoints.http_url}/v2/health/live", 2.0)
 
 
 __all__ = ["ExternalLauncher"]

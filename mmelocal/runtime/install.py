@@ -53,11 +53,16 @@ def find_tritonserver(path: Path | str | None = None) -> TritonInstall:
     """Locate tritonserver: ``path``, ``$MMELOCAL_TRITONSERVER``, the wheel, then PATH/opt."""
     given = path or os.environ.get(TRITONSERVER_ENV)
     if given:
-        binary = Path(given)
+        binary = Path(given).expanduser().absolute()
         if binary.is_dir():
             binary = binary / "bin" / "tritonserver"
         if not binary.is_file():
             raise UserInputError(f"tritonserver not found at {binary}: give the binary's path")
+        if not os.access(binary, os.X_OK):
+            raise UserInputError(
+                f"{binary} is not executable: give the tritonserver binary's path "
+                "(or its install folder)"
+            )
         return _install_from_binary(binary)
     wheel = _wheel_install()
     if wheel is not None:

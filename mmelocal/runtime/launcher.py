@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Protocol, runtime_checkable
+from typing import Protocol, Self, runtime_checkable
 
 from mmelocal.errors import UserInputError
 
@@ -99,4 +99,31 @@ class TritonLauncher(Protocol):
     ) -> None: ...
 
 
-__all__ = ["Endpoints", "TritonLauncher"]
+class LauncherContext:
+    """The context manager every launcher shares: ``start()`` on enter, ``stop()`` on exit.
+
+    ``start()`` cleans up after itself when it fails, so a failed enter leaks nothing.
+    """
+
+    def start(self) -> None:
+        """Start the server and wait until it is ready (implemented by the launcher)."""
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        """Stop the server (implemented by the launcher)."""
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+__all__ = ["Endpoints", "LauncherContext", "TritonLauncher"]

@@ -25,10 +25,8 @@ import signal
 import subprocess
 import tempfile
 import time
-import urllib.request
 import uuid
 from pathlib import Path
-from types import TracebackType
 
 from mmelocal.errors import ServerStartError, UserInputError
 from mmelocal.runtime.config import ServerConfig
@@ -41,8 +39,8 @@ from mmelocal.runtime.install import (
     prepare_backend_directory,
     server_environment,
 )
-from mmelocal.runtime.launcher import Endpoints
-from mmelocal.runtime.readiness import wait_until_ready
+from mmelocal.runtime.launcher import Endpoints, LauncherContext
+from mmelocal.runtime.readiness import triton_ready, wait_until_ready
 
 logger = logging.getLogger(__name__)
 
@@ -54,15 +52,7 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-def _http_ok(url: str, timeout_s: float = 1.0) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:
-            return bool(response.status == 200)
-    except OSError:
-        return False
-
-
-class LocalLauncher:
+class LocalLauncher(LauncherContext):
     """Start the tritonserver binary as a child process (see the module docstring).
 
     ``tritonserver`` is a binary path or an install folder (default: the wheel). The log
@@ -144,7 +134,7 @@ class LocalLauncher:
             self._log_path = Path(tempfile.mkdtemp(prefix="mmelocal-triton-")) / "tritonserver.log"
         self._log_path.parent.mkdir(parents=True, exist_ok=True)
         host = "127.0.0.1" if config.host in ("0.0.0.0", "") else config.host
-        self._endpoints = Endpoints(
+        self._endpoints = endpoints = Endpoints(
             http_url=f"http://{host}:{config.http_port}",
             grpc_url=f"{host}:{config.grpc_port}",
             metrics_url=f"http://{host}:{config.metrics_port}",
@@ -152,19 +142,24 @@ class LocalLauncher:
         )
         argv = [str(install.binary), *config.to_args()]
         logger.debug("starting %s", " ".join(argv))
-        with open(self._log_path, "ab") as log:
-            self._process = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=server_environment(install, config),
-                start_new_session=True,
-                preexec_fn=_die_with_parent if self._die_with_parent else None,
-            )
+        try:
+            with open(self._log_path, "ab") as log:
+                self._process = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=server_environment(install, config),
+                    start_new_session=True,
+                    preexec_fn=_die_with_parent if self._die_with_parent else None,
+                )
+        except OSError as exc:  # not an executable for this machine, no permission, ...
+            raise ServerStartError(
+                f"could not run {install.binary}: {exc.strerror or exc}", log_path=self._log_path
+            ) from exc
         try:
             self.ready_after_s = wait_until_ready(
-                self._ready_check,
+                lambda: triton_ready(endpoints),
                 timeout_s=self.start_timeout_s,
                 url=self._endpoints.http_url,
                 log_path=self._log_path,
@@ -182,14 +177,6 @@ class LocalLauncher:
             self._endpoints.http_url,
             self._log_path,
         )
-
-    def _ready_check(self) -> bool:
-        assert self._endpoints is not None
-        if not _http_ok(f"{self._endpoints.http_url}/v2/health/ready"):
-            return False
-        if self._endpoints.sagemaker_url is not None:
-            return _http_ok(f"{self._endpoints.sagemaker_url}/ping")
-        return True
 
     def is_alive(self) -> bool:
         """True while tritonserver runs."""
@@ -226,18 +213,6 @@ class LocalLauncher:
             for leftover in shm.glob(f"{self._shm_prefix}*"):
                 with contextlib.suppress(OSError):
                     leftover.unlink()
-
-    def __enter__(self) -> LocalLauncher:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def __repr__(self) -> str:
         state = "alive" if self.is_alive() else "stopped"

@@ -9,12 +9,18 @@ from __future__ import annotations
 
 import logging
 import re
+import socket
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+from urllib.parse import urlsplit
 
 from mmelocal.errors import ServerStartError
+
+if TYPE_CHECKING:
+    from mmelocal.runtime.launcher import Endpoints
 
 logger = logging.getLogger(__name__)
 
@@ -23,6 +29,52 @@ DEFAULT_LOG_TAIL_LINES = 30
 
 class _Process(Protocol):
     def poll(self) -> int | None: ...
+
+
+def http_ok(url: str, timeout_s: float = 1.0) -> bool:
+    """True when ``GET url`` answers 200 within ``timeout_s`` (False on any network error)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+def triton_ready(endpoints: Endpoints, timeout_s: float = 1.0) -> bool:
+    """True when Triton answers ready, and its SageMaker front end (when enabled) ``/ping``."""
+    if not http_ok(f"{endpoints.http_url}/v2/health/ready", timeout_s):
+        return False
+    if endpoints.sagemaker_url is not None:
+        return http_ok(f"{endpoints.sagemaker_url}/ping", timeout_s)
+    return True
+
+
+def wait_for_listener(url: str, *, grace_s: float) -> None:
+    """Return once something accepts TCP connections at ``url``'s host and port.
+
+    Raises ServerStartError when every try is refused for ``grace_s`` seconds (nothing
+    listens there: a wrong URL or a server that is not running). Other network errors
+    return at once and are left to :func:`wait_until_ready` and its timeout.
+    """
+    parts = urlsplit(url)
+    host = parts.hostname or "127.0.0.1"
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    start = time.monotonic()
+    while True:
+        try:
+            with socket.create_connection((host, port), timeout=1.0):
+                return
+        except ConnectionRefusedError:
+            waited = time.monotonic() - start
+            if waited >= grace_s:
+                raise ServerStartError(
+                    f"nothing listens at {url} (connection refused for {waited:.1f}s): start "
+                    "the server first or check the URL",
+                    url=url,
+                ) from None
+        except OSError:
+            return
+        time.sleep(0.1)
 
 
 def log_tail(log_path: Path | str | None, *, lines: int = DEFAULT_LOG_TAIL_LINES) -> str:
@@ -120,4 +172,11 @@ def _tail_text(log_path: Path | str | None) -> str:
     return f"\n--- from {log_path} ---\n{excerpt}"
 
 
-__all__ = ["log_excerpt", "log_tail", "wait_until_ready"]
+__all__ = [
+    "http_ok",
+    "log_excerpt",
+    "log_tail",
+    "triton_ready",
+    "wait_for_listener",
+    "wait_until_ready",
+]

@@ -217,6 +217,7 @@ def test_find_tritonserver_in_a_user_install(tmp_path, monkeypatch):
     root = tmp_path / "tritonserver"
     (root / "bin").mkdir(parents=True)
     (root / "bin" / "tritonserver").write_text("#!/bin/sh\n")
+    (root / "bin" / "tritonserver").chmod(0o755)
     (root / "backends" / "onnxruntime").mkdir(parents=True)
     (root / "lib").mkdir()
     install = find_tritonserver(root)
@@ -229,6 +230,9 @@ def test_find_tritonserver_in_a_user_install(tmp_path, monkeypatch):
     assert find_tritonserver().binary == root / "bin" / "tritonserver"
     with pytest.raises(UserInputError, match="not found"):
         find_tritonserver(tmp_path / "nowhere")
+    (tmp_path / "notes.txt").write_text("not a binary")
+    with pytest.raises(UserInputError, match="is not executable"):
+        find_tritonserver(tmp_path / "notes.txt")
 
 
 def test_wheel_install_assembles_backend_folder_once(tmp_path):
@@ -242,3 +246,40 @@ def test_wheel_install_assembles_backend_folder_once(tmp_path):
     assert (first / "python" / "libtriton_python.so").is_file()
     assert prepare_backend_directory(install, cache=tmp_path) == first
     assert [p.name for p in (tmp_path / "triton-backends").iterdir()] == [first.name]
+
+
+def test_external_launcher_fails_fast_when_nothing_listens():
+    import socket
+    import time
+
+    from mmelocal.errors import ServerStartError
+    from mmelocal.runtime.external import ExternalLauncher
+
+    with socket.socket() as sock:  # bound, never listening: connections are refused
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        launcher = ExternalLauncher(url, start_timeout_s=600, connect_grace_s=0.2)
+        t0 = time.monotonic()
+        with pytest.raises(ServerStartError, match="nothing listens at"), launcher:
+            pass
+    assert time.monotonic() - t0 < 300  # the grace, not the 600 s start timeout
+
+
+def test_local_launcher_binary_that_cannot_run_is_a_start_error(tmp_path):
+    from mmelocal.errors import ServerStartError
+    from mmelocal.runtime.local import LocalLauncher
+
+    root = tmp_path / "tritonserver"
+    (root / "bin").mkdir(parents=True)
+    binary = root / "bin" / "tritonserver"
+    binary.write_bytes(b"\x00\x01 not a program")
+    binary.chmod(0o755)
+    (root / "backends").mkdir()
+    launcher = LocalLauncher(
+        ServerConfig(model_repository=tmp_path, backend_directory=root / "backends"),
+        tritonserver=binary,
+        log_path=tmp_path / "log",
+    )
+    with pytest.raises(ServerStartError, match="could not run"):
+        launcher.start()
+    assert not launcher.is_alive()
