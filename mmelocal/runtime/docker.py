@@ -43,12 +43,14 @@ from mmelocal.runtime.docker_engine import (
     LABEL_OWNER,
     LABEL_PID,
     LABEL_SESSION,
+    PULL_POLICIES,
     DockerEngineError,
     DockerImageError,
     cleanup_containers,
     default_session_id,
     docker_client,
     engine_has_nvidia_runtime,
+    ensure_image,
     gpu_device_requests,
     sagemaker_triton_image,
 )
@@ -61,7 +63,6 @@ CONTAINER_MODEL_REPOSITORY = "/models"
 #: Triton's default ports inside the container (http, grpc, metrics, sagemaker).
 CONTAINER_PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002, "sagemaker": 8080}
 DEFAULT_SHM_SIZE_BYTES = 256 * 1024 * 1024
-PULL_POLICIES = ("missing", "always", "never")
 
 
 def container_server_config(config: ServerConfig) -> ServerConfig:
@@ -212,7 +213,7 @@ class DockerLauncher(LauncherContext):
         t0 = time.monotonic()
         client = docker_client(self._client)
         self._client = client
-        self._ensure_image(client)
+        ensure_image(client, self.image, pull=self.pull)
         gpus = engine_has_nvidia_runtime(client) if self.gpus is None else self.gpus
         kwargs = self.run_kwargs(gpu_requests=gpu_device_requests(gpus))
         if self._log_path is None:
@@ -252,30 +253,6 @@ class DockerLauncher(LauncherContext):
             self._endpoints.http_url,
             self._log_path,
         )
-
-    def _ensure_image(self, client: Any) -> None:
-        from docker.errors import DockerException, ImageNotFound
-
-        if self.pull != "always":
-            try:
-                client.images.get(self.image)
-                return
-            except ImageNotFound:
-                if self.pull == "never":
-                    raise DockerImageError(
-                        f"image {self.image} is not on this machine and pull='never': "
-                        f"{_image_hint(self.image)}",
-                        image=self.image,
-                    ) from None
-        logger.info("pulling %s", self.image)
-        try:
-            client.images.pull(self.image)
-        except DockerException as exc:
-            raise DockerImageError(
-                f"image {self.image} is not on this machine and could not be pulled ({exc}): "
-                f"{_image_hint(self.image)}",
-                image=self.image,
-            ) from exc
 
     def _published_endpoints(self) -> Endpoints:
         self._container.reload()
@@ -375,16 +352,6 @@ def _pump_logs(container: Any, path: Path) -> None:
         logger.debug("log stream of %s ended: %s", getattr(container, "name", "?"), exc)
 
 
-def _image_hint(image: str) -> str:
-    if image.startswith("mmelocal-test/"):
-        return "build it with tests/runtime/docker_image/build_image.sh"
-    return (
-        f"pull it where there is network (`docker pull {image}`, then `docker save` / "
-        "`docker load`), log in first for a private registry (`docker login`), or name a local "
-        "image (the test image: tests/runtime/docker_image/build_image.sh)"
-    )
-
-
 __all__ = [
     "CONTAINER_MODEL_REPOSITORY",
     "CONTAINER_PORTS",
@@ -405,6 +372,7 @@ __all__ = [
     "default_session_id",
     "docker_client",
     "engine_has_nvidia_runtime",
+    "ensure_image",
     "gpu_device_requests",
     "sagemaker_triton_image",
 ]

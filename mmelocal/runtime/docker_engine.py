@@ -34,6 +34,8 @@ LABEL_SESSION = "mmelocal.session"
 LABEL_HOST = "mmelocal.host"
 LABEL_PID = "mmelocal.pid"
 SESSION_ENV = "MMELOCAL_SESSION"
+#: when to pull the image: only when absent, always, or never
+PULL_POLICIES = ("missing", "always", "never")
 
 #: AWS accounts that publish ``sagemaker-tritonserver`` images, per region.
 SAGEMAKER_TRITON_ACCOUNTS = {
@@ -117,6 +119,36 @@ def docker_client(client: Any = None) -> Any:
     return found
 
 
+def ensure_image(client: Any, image: str, *, pull: str = "missing") -> None:
+    """Make sure ``image`` is on the engine: pull it per ``pull`` (see :data:`PULL_POLICIES`).
+
+    Raises :class:`DockerImageError` with what to do when it is absent and cannot be pulled.
+    """
+    from docker.errors import DockerException, ImageNotFound
+
+    if pull not in PULL_POLICIES:
+        raise UserInputError(f"pull must be one of {', '.join(PULL_POLICIES)}, got {pull!r}")
+    if pull != "always":
+        try:
+            client.images.get(image)
+            return
+        except ImageNotFound:
+            if pull == "never":
+                raise DockerImageError(
+                    f"image {image} is not on this machine and pull='never': {_image_hint(image)}",
+                    image=image,
+                ) from None
+    logger.info("pulling %s", image)
+    try:
+        client.images.pull(image)
+    except DockerException as exc:
+        raise DockerImageError(
+            f"image {image} is not on this machine and could not be pulled ({exc}): "
+            f"{_image_hint(image)}",
+            image=image,
+        ) from exc
+
+
 def engine_has_nvidia_runtime(client: Any) -> bool:
     """True when the engine lists the ``nvidia`` runtime (NVIDIA Container Toolkit)."""
     try:
@@ -186,6 +218,16 @@ def _owner_alive(labels: Mapping[str, str]) -> bool:
     return True
 
 
+def _image_hint(image: str) -> str:
+    if image.startswith("mmelocal-test/"):
+        return "build it with tests/runtime/docker_image/build_image.sh"
+    return (
+        f"pull it where there is network (`docker pull {image}`, then `docker save` / "
+        "`docker load`), log in first for a private registry (`docker login`), or name a local "
+        "image (the test image: tests/runtime/docker_image/build_image.sh)"
+    )
+
+
 __all__ = [
     "DEFAULT_IMAGE",
     "DEFAULT_TRITON_IMAGE_TAG",
@@ -194,6 +236,7 @@ __all__ = [
     "LABEL_OWNER",
     "LABEL_PID",
     "LABEL_SESSION",
+    "PULL_POLICIES",
     "SAGEMAKER_TRITON_ACCOUNTS",
     "DockerEngineError",
     "DockerImageError",
@@ -201,6 +244,7 @@ __all__ = [
     "default_session_id",
     "docker_client",
     "engine_has_nvidia_runtime",
+    "ensure_image",
     "gpu_device_requests",
     "sagemaker_triton_image",
 ]

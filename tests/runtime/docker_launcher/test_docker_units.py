@@ -125,3 +125,40 @@ def test_missing_sdk_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "docker", None)
     with pytest.raises(MissingDependencyError, match=r"mmelocal\[docker\]"):
         docker_client()
+
+
+def test_ensure_image_pull_policies() -> None:
+    from docker.errors import APIError, ImageNotFound
+
+    from mmelocal.runtime.docker_engine import DockerImageError, ensure_image
+
+    pulled: list[str] = []
+
+    class Images:
+        def __init__(self, present: bool, pull_ok: bool) -> None:
+            self.present, self.pull_ok = present, pull_ok
+
+        def get(self, image: str) -> object:
+            if not self.present:
+                raise ImageNotFound("no such image")
+            return object()
+
+        def pull(self, image: str) -> None:
+            if not self.pull_ok:
+                raise APIError("no network")
+            pulled.append(image)
+
+    class Client:
+        def __init__(self, present: bool, pull_ok: bool) -> None:
+            self.images = Images(present, pull_ok)
+
+    ensure_image(Client(True, False), "a:1")  # present: no pull
+    ensure_image(Client(True, True), "a:1", pull="always")
+    ensure_image(Client(False, True), "b:1")
+    assert pulled == ["a:1", "b:1"]
+    with pytest.raises(DockerImageError, match="pull='never'"):
+        ensure_image(Client(False, True), "c:1", pull="never")
+    with pytest.raises(DockerImageError, match=r"could not be pulled .*docker save"):
+        ensure_image(Client(False, False), "d:1")
+    with pytest.raises(DockerImageError, match=r"build_image\.sh"):
+        ensure_image(Client(False, False), "mmelocal-test/triton:1")
