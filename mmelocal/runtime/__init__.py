@@ -6,10 +6,12 @@
 ``install``         find tritonserver, assemble its Python backend, its environment
 ``local``           :class:`~mmelocal.runtime.local.LocalLauncher`: the pip binary as a child
 ``docker``          :class:`~mmelocal.runtime.docker.DockerLauncher`: a Triton image
+``docker_engine``   the Docker engine: client, images, GPUs, labels, clean-up
 ``external``        :class:`~mmelocal.runtime.external.ExternalLauncher`: a running server
 ``kept``            servers that outlive their command (``mmelocal triton start``)
-``readiness``       :func:`~mmelocal.runtime.readiness.wait_until_ready`
+``readiness``       :func:`~mmelocal.runtime.readiness.wait_until_ready`, health probes
 ``client``          :class:`~mmelocal.runtime.client.TritonClient`: numpy in, numpy out
+``client_errors``   how tritonclient failures become mmelocal errors (dead server, timeout)
 ``sagemaker``       :class:`~mmelocal.runtime.sagemaker.SageMakerClient`: Triton's MME routes
 ``native``          Python-backend copies of TorchScript / ONNX / TensorRT models
 ``samples``         sample requests from a config, output checks

@@ -1,7 +1,8 @@
 """A thin layer over ``tritonclient`` (HTTP, or gRPC) with numpy in and out.
 
 Every call has a timeout (a load whose stub cannot start hangs with no error, so nothing
-may wait forever). Triton's refusals become :class:`~mmelocal.errors.ModelLoadError` or
+may wait forever). Errors are mapped by :mod:`mmelocal.runtime.client_errors`: Triton's
+refusals become :class:`~mmelocal.errors.ModelLoadError` or
 :class:`~mmelocal.errors.InferenceError` carrying Triton's own message; a connection
 failure while the server process is gone (``is_alive`` says so) becomes
 :class:`~mmelocal.errors.ServerDiedError` at once.
@@ -16,20 +17,15 @@ import logging
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from mmelocal.errors import (
-    InferenceError,
-    ModelLoadError,
-    RuntimeLayerError,
-    ServerDiedError,
-    UserInputError,
-)
+from mmelocal.errors import InferenceError, RuntimeLayerError, UserInputError
+from mmelocal.runtime.client_errors import DEATH_GRACE_S, ErrorMapper, server_gone, status_code
 from mmelocal.runtime.launcher import Endpoints, TritonLauncher
 
 logger = logging.getLogger(__name__)
@@ -37,8 +33,6 @@ logger = logging.getLogger(__name__)
 PROTOCOLS = ("http", "grpc")
 DEFAULT_TIMEOUT_S = 60.0
 DEFAULT_LOAD_TIMEOUT_S = 300.0
-#: after a connection error, how long to wait for a dying server's process to exit
-DEATH_GRACE_S = 1.0
 
 
 class TritonClient:
@@ -71,8 +65,7 @@ class TritonClient:
         self.timeout_s = timeout_s
         self.load_timeout_s = load_timeout_s
         self.metrics_url = metrics_url
-        self._is_alive = is_alive
-        self._log_path = log_path
+        self._errors = ErrorMapper(self.url, is_alive=is_alive, log_path=log_path)
         self._local = threading.local()
         self._all_lock = threading.Lock()
         self._all: list[Any] = []
@@ -120,40 +113,11 @@ class TritonClient:
     def _grpc_kwargs(self, timeout_s: float) -> dict[str, Any]:
         return {"client_timeout": timeout_s} if self.protocol == "grpc" else {}
 
-    def _check_alive(self, what: str, exc: BaseException, *, grace_s: float = 0.0) -> None:
-        if server_gone(self._is_alive, grace_s=grace_s):
-            log = f" (log: {self._log_path})" if self._log_path else ""
-            raise ServerDiedError(
-                f"Triton is not running any more: {what} failed ({exc}){log}",
-                log_path=self._log_path,
-            ) from exc
-
-    @contextmanager
-    def _call(self, what: str, timeout_s: float) -> Iterator[None]:
-        from tritonclient.utils import InferenceServerException
-
-        try:
-            yield
-        except InferenceServerException:
-            raise
-        except (UserInputError, RuntimeLayerError):
-            raise
-        except Exception as exc:  # socket, gevent and grpc errors
-            self._check_alive(what, exc, grace_s=DEATH_GRACE_S)
-            if _is_timeout(exc):
-                raise RuntimeLayerError(
-                    f"{what} got no answer from Triton at {self.url} within {timeout_s:g}s; "
-                    "the model may hang at load (Python backend stub unable to start?): "
-                    "read the server log"
-                ) from exc
-            raise RuntimeLayerError(
-                f"{what} failed talking to Triton at {self.url}: {exc}"
-            ) from exc
+    def _call(self, what: str, timeout_s: float) -> AbstractContextManager[None]:
+        return self._errors.call(what, timeout_s)
 
     def _server_error(self, exc: Any, what: str) -> str:
-        unavailable = _status(exc) is None or "UNAVAILABLE" in str(exc.status())
-        self._check_alive(what, exc, grace_s=DEATH_GRACE_S if unavailable else 0.0)
-        return str(exc.message() if hasattr(exc, "message") else exc)
+        return self._errors.server_message(exc, what)
 
     # -- health -----------------------------------------------------------------------
     def server_live(self) -> bool:
@@ -205,13 +169,7 @@ class TritonClient:
                     }
                 self._raw(timeout).load_model(name, **kwargs, **self._grpc_kwargs(timeout))
             except InferenceServerException as exc:
-                message = self._server_error(exc, f"load {name}")
-                raise ModelLoadError(
-                    f"Triton could not load {name!r}: {message}",
-                    model_name=name,
-                    triton_message=message,
-                    status_code=_status(exc),
-                ) from None
+                raise self._errors.load_error(exc, "load", name) from None
         took = time.monotonic() - start
         logger.info("loaded %s in %.2fs", name, took)
         return took
@@ -235,13 +193,7 @@ class TritonClient:
                     name, unload_dependents=unload_dependents, **self._grpc_kwargs(timeout)
                 )
             except InferenceServerException as exc:
-                message = self._server_error(exc, f"unload {name}")
-                raise ModelLoadError(
-                    f"Triton could not unload {name!r}: {message}",
-                    model_name=name,
-                    triton_message=message,
-                    status_code=_status(exc),
-                ) from None
+                raise self._errors.load_error(exc, "unload", name) from None
         while wait and self._state(name) in ("READY", "UNLOADING"):
             if time.monotonic() - start > timeout:
                 raise RuntimeLayerError(f"{name!r} was still unloading after {timeout:g}s")
@@ -303,7 +255,7 @@ class TritonClient:
                 raise InferenceError(
                     f"{what}: {self._server_error(exc, what)}",
                     model_name=name,
-                    status_code=_status(exc),
+                    status_code=status_code(exc),
                 ) from None
         if self.protocol == "grpc" and "config" in result and what.startswith("config"):
             result = result["config"]
@@ -348,7 +300,7 @@ class TritonClient:
                 raise InferenceError(
                     f"inference on {name!r} failed: {message}",
                     model_name=name,
-                    status_code=_status(exc),
+                    status_code=status_code(exc),
                 ) from None
         response = result.get_response()
         names = outputs or [
@@ -365,7 +317,7 @@ class TritonClient:
             with urllib.request.urlopen(f"{self.metrics_url}/metrics", timeout=self.timeout_s) as r:
                 return str(r.read().decode("utf-8"))
         except OSError as exc:
-            self._check_alive("metrics", exc)
+            self._errors.check_alive("metrics", exc)
             raise RuntimeLayerError(f"metrics at {self.metrics_url} failed: {exc}") from exc
 
     def close(self) -> None:
@@ -390,19 +342,6 @@ class TritonClient:
         self.close()
 
 
-def server_gone(is_alive: Callable[[], bool] | None, *, grace_s: float = 0.0) -> bool:
-    """True when ``is_alive`` says the server is gone, waiting up to ``grace_s`` for it to say
-    so (a crashing server drops connections a moment before its process exits)."""
-    if is_alive is None:
-        return False
-    deadline = time.monotonic() + grace_s
-    while is_alive():
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
 def _module(protocol: str) -> Any:
     if protocol == "http":
         import tritonclient.http as th
@@ -419,22 +358,4 @@ def _outputs_of(response: Any) -> list[Any]:
     return list(response.outputs)
 
 
-def _status(exc: Any) -> int | None:
-    try:
-        status = exc.status()
-    except Exception:
-        return None
-    if status is None:
-        return None
-    try:
-        return int(status)
-    except (TypeError, ValueError):
-        return None
-
-
-def _is_timeout(exc: BaseException) -> bool:
-    name = type(exc).__name__.lower()
-    return isinstance(exc, TimeoutError) or "timeout" in name or "deadline" in str(exc).lower()
-
-
-__all__ = ["PROTOCOLS", "TritonClient", "server_gone"]
+__all__ = ["DEATH_GRACE_S", "PROTOCOLS", "TritonClient", "server_gone"]

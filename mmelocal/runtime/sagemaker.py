@@ -51,7 +51,7 @@ from typing import Any
 from urllib.parse import quote
 
 from mmelocal.errors import ModelLoadError, RuntimeLayerError, ServerDiedError, UserInputError
-from mmelocal.runtime.client import DEATH_GRACE_S, server_gone
+from mmelocal.runtime.client_errors import DEATH_GRACE_S, server_gone
 
 logger = logging.getLogger(__name__)
 
