@@ -82,7 +82,7 @@ def test_hub_name_not_cached_fails_fast() -> None:
     start = time.perf_counter()
     with pytest.raises(SourceError, match="save_pretrained") as info:
         load_source("some-org/not-a-cached-model")
-    assert time.perf_counter() - start < 5
+    assert time.perf_counter() - start < 60  # no network retries (they take minutes)
     assert "not in the local cache" in str(info.value)
 
 
@@ -129,7 +129,7 @@ def test_pretrained_without_cached_weights(tmp_path: Path, monkeypatch) -> None:
     start = time.perf_counter()
     with pytest.raises(SourceError, match="not in the local cache"):
         load_source("torchvision:resnet18", pretrained=True)
-    assert time.perf_counter() - start < 5
+    assert time.perf_counter() - start < 60  # no network retries (they take minutes)
 
 
 def test_resnet18_source(resnet_source) -> None:

@@ -166,11 +166,13 @@ def test_uncached_hub_name_fails_fast_in_a_fresh_process(tmp_path: Path) -> None
         [sys.executable, "-m", "mmelocal", "build", "bert-base-uncased", "--repo", str(tmp_path)],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=300,
     )
     elapsed = time.perf_counter() - start
     assert proc.returncode == 2
-    assert elapsed < 10, elapsed
+    # importing torch + transformers in a fresh process takes 3 s idle, 15 s+ on a busy
+    # 2-core machine; network retries would take minutes
+    assert elapsed < 90, elapsed
     lines = error_lines(proc.stdout + proc.stderr)
     assert len(lines) == 1 and "save_pretrained" in lines[0]
     assert "Traceback" not in proc.stderr

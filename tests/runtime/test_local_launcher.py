@@ -37,22 +37,27 @@ def test_sigkill_is_seen_quickly_and_stubs_are_reaped(tmp_path):
         stubs = _stub_pids(launcher.pid())
         assert stubs
         os.kill(launcher.pid(), signal.SIGKILL)
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 30
         while launcher.is_alive() and time.monotonic() < deadline:
             time.sleep(0.02)
         assert not launcher.is_alive()
         started = time.monotonic()
         with pytest.raises(ServerDiedError) as info:
             client.infer("victim", {"INPUT0": np.zeros((1, 4), np.float32)})
-        assert time.monotonic() - started < 2.0
+        # seen within the death grace (1 s), not after the 60 s call timeout; generous for
+        # a loaded 2-core CI machine
+        assert time.monotonic() - started < 20
         assert "not running" in str(info.value)
         with pytest.raises(ServerDiedError):
             client.load("victim")
         sm = SageMakerClient("http://127.0.0.1:1", is_alive=launcher.is_alive, timeout_s=2)
         with pytest.raises(ServerDiedError):
             sm.invoke("victim", b"{}")
-    # stop() after the kill reaped the stub processes left in the group
-    time.sleep(0.2)
+    # stop() after the kill reaped the stub processes left in the group (SIGKILL is
+    # asynchronous: poll instead of sleeping a fixed time)
+    deadline = time.monotonic() + 15
+    while [pid for pid in stubs if _is_running(pid)] and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert not [pid for pid in stubs if psutil.pid_exists(pid) and _is_running(pid)]
 
 
@@ -81,11 +86,11 @@ def test_stop_is_idempotent_and_context_manager_cleans_up(tmp_path):
 
 def test_start_failure_names_url_seconds_and_log_tail(tmp_path):
     config = ServerConfig(model_repository=tmp_path, extra_args=("--no-such-flag-mmelocal=1",))
-    launcher = LocalLauncher(config, start_timeout_s=30)
+    launcher = LocalLauncher(config, start_timeout_s=600)
     started = time.monotonic()
     with pytest.raises(ServerStartError) as info:
         launcher.start()
-    assert time.monotonic() - started < 10  # the exit is seen at once, no timeout wait
+    assert time.monotonic() - started < 120  # the exit is seen at once, no 600 s timeout wait
     message = str(info.value)
     assert "http://127.0.0.1:" in message and "exited" in message
     assert "no-such-flag-mmelocal" in message  # tritonserver's own complaint, from the log
@@ -111,7 +116,7 @@ def test_a_hanging_load_times_out_instead_of_hanging(tmp_path):
         started = time.monotonic()
         with pytest.raises(RuntimeLayerError, match="no answer") as info:
             client.load("sleeper", timeout_s=3)
-        assert 2.5 < time.monotonic() - started < 8
+        assert 2.5 < time.monotonic() - started < 40  # the 3 s timeout, not the 60 s sleep
         assert not isinstance(info.value, ServerDiedError)
         stubs = _stub_pids(launcher.pid())
         client.close()
@@ -133,15 +138,19 @@ def test_server_dies_with_the_process_that_started_it(tmp_path):
         "time.sleep(120)\n"
     )
     parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    server_pid = None
     try:
         server_pid = int(parent.stdout.readline())
         assert psutil.pid_exists(server_pid)
         parent.kill()  # SIGKILL: no cleanup code runs in the parent
-        parent.wait(timeout=10)
-        deadline = time.monotonic() + 15
+        parent.wait(timeout=60)
+        # SIGTERM, then Triton's own exit timeout: poll with a bound generous for loaded CI
+        deadline = time.monotonic() + 60
         while _is_running(server_pid) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not _is_running(server_pid)
     finally:
         if parent.poll() is None:
             parent.kill()
+        if server_pid is not None and _is_running(server_pid):  # never leak a server
+            os.killpg(server_pid, signal.SIGKILL)
