@@ -8,6 +8,7 @@ Every function returns PNG bytes. Inputs are the plain result objects of
 from __future__ import annotations
 
 import io
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,6 +34,20 @@ def _png(fig: Any) -> bytes:
     return buffer.getvalue()
 
 
+def _from_zero(ax: Any) -> None:
+    """Start the y axis at 0 (a dip from 2,300 to 1,900 must not look like a collapse) and
+    keep 10 % headroom above the highest point."""
+    ax.relim()
+    ax.autoscale_view()
+    ax.set_ylim(0, max(ax.get_ylim()[1], 1e-9) * 1.1)
+
+
+def _integer_x(ax: Any) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
 def _none_to_nan(values: Sequence[float | None]) -> list[float]:
     return [float("nan") if v is None else float(v) for v in values]
 
@@ -53,12 +68,16 @@ def loadtest_latency_throughput(result: Any) -> bytes:
     left.set_xlabel("users")
     left.set_ylabel("latency (ms)")
     left.set_title("Latency against users")
+    _from_zero(left)
+    _integer_x(left)
     left.grid(alpha=0.3)
     left.legend()
     right.plot(users, [s.throughput_rps for s in steps], marker="o", color="tab:green")
     right.set_xlabel("users")
     right.set_ylabel("requests / s")
     right.set_title("Throughput against users")
+    _from_zero(right)
+    _integer_x(right)
     right.grid(alpha=0.3)
     return _png(fig)
 
@@ -74,11 +93,23 @@ def loadtest_success_failure(result: Any) -> bytes:
     bad = [step.failures for step in steps]
     ax.bar(xs, ok, color="tab:green", label="successful")
     ax.bar(xs, bad, bottom=ok, color="tab:red", label="failed")
+    for x, good, failed in zip(xs, ok, bad, strict=True):
+        if failed:  # a few failures among thousands would be an invisible sliver of red
+            ax.text(
+                x,
+                good + failed,
+                f"{failed:,} failed",
+                ha="center",
+                va="bottom",
+                color="tab:red",
+                fontsize=8,
+            )
     ax.set_xticks(xs, labels)
     ax.set_xlabel("users (per step)")
     ax.set_ylabel("requests")
     ax.set_title("Successful and failed requests per step")
-    ax.legend()
+    ax.set_ylim(0, max([g + f for g, f in zip(ok, bad, strict=True)], default=0) * 1.2 or 1)
+    ax.legend(loc="upper left", ncols=2)
     return _png(fig)
 
 
@@ -112,9 +143,7 @@ def capacity_memory(result: Any) -> bytes:
             zorder=3,
             label=f"copy {crossing.copies} crossed",
         )
-    from matplotlib.ticker import MaxNLocator
-
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    _integer_x(ax)
     ax.set_xlabel("models loaded")
     ax.set_ylabel("memory in use (MiB)")
     ax.set_title(f"Memory against models loaded: {result.label or result.source}")
@@ -130,7 +159,11 @@ def sweep_comparison(result: Any) -> bytes:
     left, right = fig.subplots(1, 2)
     names = [row.name for row in rows]
     xs = list(range(len(rows)))
-    left.bar(xs, [row.invocations_per_minute for row in rows], color="tab:blue")
+    per_minute = _none_to_nan([row.invocations_per_minute for row in rows])
+    left.bar(xs, per_minute, color="tab:blue")
+    for x, value in zip(xs, per_minute, strict=True):
+        if math.isnan(value):
+            left.text(x, 0, "none within\nthe limit", ha="center", va="bottom", fontsize=8)
     left.set_xticks(xs, names, rotation=30)
     left.set_ylabel("invocations / minute / instance")
     left.set_title("Throughput within the latency limit")
@@ -156,6 +189,8 @@ def sweep_throughput_curves(result: Any) -> bytes:
         )
     ax.set_xlabel("users")
     ax.set_ylabel("requests / s")
+    _from_zero(ax)
+    _integer_x(ax)
     ax.set_title("Throughput against users per configuration")
     ax.grid(alpha=0.3)
     ax.legend()

@@ -29,10 +29,11 @@ logger = logging.getLogger(__name__)
 
 MIB = 1024 * 1024
 _STYLE = """
-body { font-family: system-ui, sans-serif; margin: 2em; color: #222; max-width: 1100px; }
-table { border-collapse: collapse; margin: 0.8em 0; font-size: 0.9em; }
-th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; }
-th { background: #f0f0f0; } td.l, th.l { text-align: left; }
+body { font-family: system-ui, sans-serif; margin: 2em; color: #222; max-width: 1300px; }
+table { border-collapse: collapse; margin: 0.8em 0; font-size: 0.85em; }
+th, td { border: 1px solid #ccc; padding: 0.2em 0.45em; text-align: right; }
+th { background: #f0f0f0; vertical-align: bottom; } td.l, th.l { text-align: left; }
+td.l { white-space: nowrap; } .wide { overflow-x: auto; }
 img { max-width: 100%; border: 1px solid #ddd; margin: 0.5em 0; }
 .note { color: #666; font-size: 0.9em; } h2 { border-bottom: 1px solid #ddd; }
 """
@@ -73,20 +74,25 @@ class _Page:
             f'data-file="{html.escape(path.name)}">'
         )
 
-    def table(self, stem: str, rows: Sequence[dict[str, Any]], *, write_csv: bool = True) -> None:
+    def table(
+        self, stem: str, rows: Sequence[dict[str, Any]], *, html_hides: Sequence[str] = ()
+    ) -> None:
+        """Write ``rows`` as ``<stem>.csv`` (every column) and as an HTML table (every column
+        but ``html_hides``)."""
         if not rows:
             self.para("(no rows)", note=True)
             return
-        columns = list(rows[0])
-        if write_csv:
-            path = self.out_dir / f"{stem}.csv"
-            with path.open("w", newline="", encoding="utf-8") as fh:
-                writer = csv.DictWriter(fh, fieldnames=columns)
-                writer.writeheader()
-                writer.writerows(rows)
-            self.csv.append(path)
+        path = self.out_dir / f"{stem}.csv"
+        with path.open("w", newline="", encoding="utf-8") as fh:
+            writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+        self.csv.append(path)
+        columns = [c for c in rows[0] if c not in html_hides]
         head = "".join(
-            f'<th class="l">{html.escape(c)}</th>' if i == 0 else f"<th>{html.escape(c)}</th>"
+            f'<th class="l">{html.escape(_header(c))}</th>'
+            if i == 0
+            else f"<th>{html.escape(_header(c))}</th>"
             for i, c in enumerate(columns)
         )
         body = []
@@ -96,14 +102,30 @@ class _Page:
                 for i, c in enumerate(columns)
             )
             body.append(f"<tr>{cells}</tr>")
-        self.parts.append(f"<table><tr>{head}</tr>{''.join(body)}</table>")
+        self.parts.append(f'<div class="wide"><table><tr>{head}</tr>{"".join(body)}</table></div>')
+
+
+#: Column-name suffixes (the CSV field names) shown as units in the page's table headers.
+_UNIT_SUFFIXES = (("_ms", "ms"), ("_rps", "req/s"), ("_mib", "MiB"), ("_s", "s"))
+
+
+def _header(column: str) -> str:
+    """``p99_latency_ms`` -> ``p99 latency (ms)``: the CSV name, readable, unit in brackets."""
+    for suffix, unit in _UNIT_SUFFIXES:
+        if column.endswith(suffix):
+            return f"{column[: -len(suffix)].replace('_', ' ')} ({unit})"
+    return column.replace("_", " ")
 
 
 def _cell(value: Any) -> str:
     if value is None:
         return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
     if isinstance(value, float):
-        return f"{value:,.2f}"
+        return f"{value:,.1f}" if abs(value) >= 100 else f"{value:,.2f}"
     return html.escape(str(value))
 
 
@@ -115,9 +137,11 @@ def _add_loadtest(page: _Page, result: Any, stem: str) -> None:
     from mmelocal.bench.loadtest_result import summary_lines
 
     page.heading(f"Load test: {result.label or result.endpoint}")
+    started = f", started {result.started_at}" if result.started_at else ""
     page.para(
-        f"{result.endpoint} ({result.mode}), {result.target_count} targets, "
-        f"started {result.started_at}, {result.wall_s:.0f} s"
+        f"{result.endpoint} ({result.mode}), {result.target_count} targets{started}, "
+        f"{result.wall_s:.0f} s, {len(result.shape.stages)} steps up to "
+        f"{result.shape.max_users} users"
     )
     for line in summary_lines(result):
         page.para(line)
@@ -177,7 +201,7 @@ def _add_sweep(page: _Page, result: Any, stem: str) -> None:
         f"Target {result.target_rps:g} requests/s with p99 latency <= {result.max_latency_ms:g} ms"
         f" on {result.instance_type}; each configuration's rate is the best load-test step with"
         f" no failure within that limit. Measured on {result.machine or 'this machine'}"
-        f" ({result.started_at})."
+        + (f" ({result.started_at})." if result.started_at else ".")
     )
     page.para(f"Recommendation: {result.recommendation}")
     page.para(result.price_note, note=True)
@@ -188,7 +212,10 @@ def _add_sweep(page: _Page, result: Any, stem: str) -> None:
             lambda: plots.sweep_throughput_curves(result),
             "throughput against users per configuration",
         )
-    page.table(f"{stem}-rows", result.table_rows())
+    page.table(f"{stem}-rows", result.table_rows(), html_hides=("reason",))
+    for row in result.rows:
+        if row.reason:
+            page.para(f"{row.name} ({row.status}): {row.reason}", note=True)
 
 
 def write_report(results: Sequence[Any], out_dir: Path | str, *, title: str = "") -> ReportFiles:

@@ -57,3 +57,45 @@ def test_report_command_reads_result_files(tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text('{"kind": "nonsense"}')
     assert main(["report", str(bad), "--out", str(tmp_path / "r2")]) == 2
+
+
+def test_sweep_report_with_rows_that_never_met_the_limit(tmp_path: Path) -> None:
+    """A configuration that ran but never met the latency limit has no rate: the report
+    still renders (it used to crash on the missing bar height) and says why per row."""
+    from mmelocal.bench.sweep_result import SweepResult, SweepRow, row_from_loadtest
+
+    def row(name: str, **kw: object) -> SweepRow:
+        base: dict[str, object] = {
+            "model_format": "torchscript",
+            "dynamic_batching": False,
+            "instance_count": 1,
+            "status": "ok",
+        }
+        return SweepRow(name=name, **{**base, **kw})  # type: ignore[arg-type]
+
+    rows = (
+        row_from_loadtest(
+            row("pt-base"), fake_loadtest(), target_rps=500, max_latency_ms=1000, price_per_hour=1
+        ),
+        row_from_loadtest(
+            row("pt-db"), fake_loadtest(), target_rps=500, max_latency_ms=1, price_per_hour=1
+        ),
+        row("trt-base", model_format="tensorrt", status="skipped", reason="no GPU"),
+    )
+    assert rows[1].invocations_per_minute is None and rows[1].reason
+    result = SweepResult(
+        source="s",
+        instance_type="ml.g4dn.xlarge",
+        target_rps=500,
+        max_latency_ms=1,
+        rows=rows,
+        recommendation="pt-base",
+        price_note="example",
+    )
+    files = write_report([result], tmp_path / "out")
+    assert len(open_every_png(files.html)) == 2
+    text = files.html.read_text()
+    assert "pt-db (ok): no tested load kept p99" in text
+    assert "p99 latency (ms)" in text  # readable headers with units; CSV keeps field names
+    header = (tmp_path / "out" / "sweep-1-rows.csv").read_text().splitlines()[0]
+    assert "p99_latency_ms" in header and "reason" in header
