@@ -71,7 +71,14 @@ def start(
 
 @triton.command()
 @click.option("--name", default="default", show_default=True, help="Name of the kept server.")
-@click.option("--timeout", "timeout_s", type=float, default=15.0, show_default=True)
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=15.0,
+    show_default=True,
+    help="Seconds to wait after SIGTERM before SIGKILL.",
+)
 def stop(name: str, timeout_s: float) -> None:
     """Stop the kept server (SIGTERM, then SIGKILL after the timeout)."""
     from mmelocal.cli._output import console

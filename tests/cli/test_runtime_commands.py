@@ -1,0 +1,79 @@
+"""``mmelocal check`` and ``mmelocal triton``: bad inputs end in one line, never a traceback."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from mmelocal.cli.main import main
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    code = main(list(args))
+    captured = capsys.readouterr()
+    return code, captured.out + captured.err
+
+
+def error_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.strip().lower().startswith("error")]
+
+
+@pytest.fixture
+def refused_url():
+    """A URL where connections are refused (a bound socket that never listens)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+def test_check_bad_inputs_give_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MMELOCAL_STATE_DIR", str(tmp_path / "state"))
+    not_a_binary = tmp_path / "notes.txt"
+    not_a_binary.write_text("x")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    cases: list[tuple[list[str], int, str]] = [
+        (["check", str(empty)], 1, "no model folder"),
+        (["check", str(tmp_path / "missing")], 1, "does not exist"),
+        (["check", str(not_a_binary)], 1, "not a gzip file"),
+        (["check", str(empty), "--launcher", "external"], 2, "needs url"),
+        (["check", str(empty), "--load-timeout", "0"], 2, "--load-timeout"),
+        (["check", str(empty), "--atol", "-1"], 2, "atol and rtol must be >= 0"),
+        (["triton", "stop", "--timeout", "-1"], 2, "--timeout"),
+        (["triton", "start", "--repo", str(not_a_binary)], 2, "is a file"),
+        (["triton", "start", "--repo", str(empty), "--name", "../x"], 2, "simple word"),
+    ]
+    for args, code, reason in cases:
+        got, text = run(capsys, *args)
+        assert got == code and "Traceback" not in text, (args, text)
+        lines = error_lines(text)
+        assert lines and reason in lines[-1], (args, text)
+
+
+def test_check_model_errors_give_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, refused_url: str
+) -> None:
+    """Failures found once the repository is valid: a server that is not there, a binary
+    that is not one."""
+    model = tmp_path / "repo" / "m"
+    (model / "1").mkdir(parents=True)
+    (model / "1" / "model.py").write_text("class TritonPythonModel:\n    pass\n")
+    (model / "config.pbtxt").write_text(
+        'name: "m"\nbackend: "python"\nmax_batch_size: 0\n'
+        'input [{ name: "IN", data_type: TYPE_FP32, dims: [1] }]\n'
+        'output [{ name: "OUT", data_type: TYPE_FP32, dims: [1] }]\n'
+    )
+    not_a_binary = tmp_path / "notes.txt"
+    not_a_binary.write_text("x")
+    for args, reason in [
+        (["--launcher", "external", "--url", refused_url], "nothing listens at"),
+        (["--tritonserver", str(not_a_binary)], "is not executable"),
+        (["--launcher", "external", "--url", "foo"], "must start with http://"),
+    ]:
+        got, text = run(capsys, "check", str(tmp_path / "repo"), *args)
+        assert got != 0 and "Traceback" not in text, (args, text)
+        assert any(reason in line for line in error_lines(text)), (args, text)
