@@ -70,6 +70,8 @@ def package_copies(
         )
     if not src.exists():
         raise UserInputError(f"model folder or tarball not found: {src}")
+    if not src.is_dir() and not src.is_file():
+        raise UserInputError(f"{src} is neither a model folder nor a file (a pipe, a device?)")
     if src.is_file() and not is_gzip(src):
         raise UserInputError(f"{src} is not a gzip file; pass a model folder or a model.tar.gz")
     out = _out_folder(out)

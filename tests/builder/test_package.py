@@ -119,6 +119,16 @@ def test_cli_package_bad_inputs_one_line_exit_2(
     assert not list(model.rglob("*.tar.gz"))
 
 
+def test_a_pipe_is_not_packaged(tmp_path: Path) -> None:
+    import os
+
+    pipe = tmp_path / "model.tar.gz"
+    os.mkfifo(pipe)
+    with pytest.raises(UserInputError, match="neither a model folder nor a file"):
+        package_copies(pipe, tmp_path / "out", copies=2)
+    assert not (tmp_path / "out").exists()
+
+
 def test_not_gzip_input(tmp_path: Path) -> None:
     p = tmp_path / "x.tar.gz"
     p.write_text("no")
