@@ -69,20 +69,9 @@ _TRITON_TO_NUMPY: dict[str, Any] = {
     "TYPE_FP64": np.float64,
     "TYPE_STRING": np.object_,
 }
-# torch dtype names (str(torch.float32) without the "torch." prefix)
+# torch dtype names (str(torch.float32) without the "torch." prefix): numpy's numeric names + bf16
 _TORCH_TO_TRITON: dict[str, str] = {
-    "bool": "TYPE_BOOL",
-    "uint8": "TYPE_UINT8",
-    "uint16": "TYPE_UINT16",
-    "uint32": "TYPE_UINT32",
-    "uint64": "TYPE_UINT64",
-    "int8": "TYPE_INT8",
-    "int16": "TYPE_INT16",
-    "int32": "TYPE_INT32",
-    "int64": "TYPE_INT64",
-    "float16": "TYPE_FP16",
-    "float32": "TYPE_FP32",
-    "float64": "TYPE_FP64",
+    **{k: v for k, v in _NUMPY_TO_TRITON.items() if v != "TYPE_STRING"},
     "bfloat16": "TYPE_BF16",
 }
 _TORCH_ALIASES: dict[str, str] = {

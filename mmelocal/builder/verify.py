@@ -212,7 +212,8 @@ def _compare(
     name: str, b: int, s: int | None, got: Any, want: np.ndarray, atol: float, rtol: float
 ) -> VerifyRow:
     shape = tuple(int(d) for d in want.shape)
-    if got is None:
+
+    def failed(problem: str) -> VerifyRow:
         return VerifyRow(
             output=name,
             batch_size=b,
@@ -221,20 +222,14 @@ def _compare(
             max_abs_diff=np.inf,
             max_rel_diff=np.inf,
             ok=False,
-            problem="missing from the artifact",
+            problem=problem,
         )
+
+    if got is None:
+        return failed("missing from the artifact")
     got = _to_numpy(got)
     if got.shape != want.shape:
-        return VerifyRow(
-            output=name,
-            batch_size=b,
-            seq_len=s,
-            shape=shape,
-            max_abs_diff=np.inf,
-            max_rel_diff=np.inf,
-            ok=False,
-            problem=f"shape {list(got.shape)} != source {list(shape)}",
-        )
+        return failed(f"shape {list(got.shape)} != source {list(shape)}")
     g = got.astype(np.float64)
     w = want.astype(np.float64)
     diff = np.abs(g - w)
