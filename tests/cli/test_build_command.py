@@ -136,6 +136,8 @@ def test_bad_files_and_folders(capsys, tmp_path: Path, tiny_bert_dir: Path) -> N
     plain.mkdir()
     a_file = tmp_path / "file.txt"
     a_file.write_text("x")
+    plain_pt = tmp_path / "folder.pt"
+    plain_pt.mkdir()
     cases = [
         ([str(bad_onnx)], "not a readable ONNX model"),
         ([str(bad_pt)], "not a loadable TorchScript model"),
@@ -145,6 +147,7 @@ def test_bad_files_and_folders(capsys, tmp_path: Path, tiny_bert_dir: Path) -> N
         ([str(tiny_bert_dir), "--task", "image-classification"], "cannot load"),
         ([str(bad_onnx), "--task", "feature-extraction"], "task applies to"),
         (["minilm", "--repo", str(a_file)], "is a file"),
+        ([str(plain_pt)], "is a folder, not a model file"),
     ]
     for args, reason in cases:
         repo = [] if "--repo" in args else ["--repo", str(tmp_path / "repo")]

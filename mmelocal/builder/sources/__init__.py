@@ -159,7 +159,8 @@ def _load_file(
     name: str | None,
 ) -> ModelSource:
     if not path.is_file():
-        raise SourceError(f"{path} does not exist (no such file)", source=spec)
+        what = "is a folder, not a model file" if path.is_dir() else "does not exist (no such file)"
+        raise SourceError(f"{path} {what}", source=spec)
     if task is not None:
         raise SourceError(
             f"task applies to Hugging Face and image models, not to a file ({path.name})",
