@@ -10,6 +10,7 @@ from typing import Any
 import click
 from rich.console import Console
 from rich.logging import RichHandler
+from rich.markup import escape
 
 from mmelocal.errors import MmeLocalError
 
@@ -29,7 +30,7 @@ def configure_logging(verbose: int) -> None:
 
 def fail(message: str, code: int = 2) -> None:
     """Print one red line on stderr and exit with ``code``."""
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     sys.exit(code)
 
 
@@ -52,7 +53,10 @@ def run_cli(group: click.Group, argv: list[str] | None) -> int:
         exc.show()
         return exc.exit_code
     except MmeLocalError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        # escaped: a message quoting a path like /endpoints/NAME[/invocations] is not markup
+        err_console.print(
+            f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True
+        )
         return 2
     except KeyboardInterrupt:
         err_console.print("interrupted")
