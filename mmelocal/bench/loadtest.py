@@ -116,7 +116,7 @@ class LoadTestConfig:
             name = segments[1]
         elif segments:
             raise UserInputError(
-                f"endpoint URL path must be empty or /endpoints/NAME[/invocations], "
+                f"endpoint URL path must be empty, /endpoints/NAME or /endpoints/NAME/invocations, "
                 f"got {parts.path!r}"
             )
         mode = "invocations" if self.mode == "auto" else self.mode
@@ -166,6 +166,7 @@ def run_loadtest(
             len(config.shape.stages),
             config.shape.duration_s,
         )
+        check_reachable(worker)
         if config.prewarm:
             prewarm(config)
         data = _run_worker(config_path, out_path, err_path, config.shape, progress)
@@ -192,6 +193,31 @@ def run_loadtest(
         result.loadgen_cpu_percent,
     )
     return result
+
+
+def check_reachable(worker: dict[str, Any], *, timeout_s: float = 5.0) -> None:
+    """Open one TCP connection to an http(s) endpoint, so a wrong URL or a stopped server
+    fails in seconds with the reason instead of a whole load test of failed requests
+    (boto3 endpoints are left to boto3)."""
+    if worker["mode"] == "boto3":
+        return
+    import socket
+
+    parts = urlsplit(worker["host"])
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parts.hostname or "", port), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        reason = (
+            f"no answer within {timeout_s:g} s"
+            if isinstance(exc, TimeoutError)
+            else exc.strerror or str(exc)
+        )
+        raise BenchError(
+            f"cannot reach {worker['host']} ({reason}): is the server running and the "
+            "endpoint URL right?"
+        ) from exc
 
 
 def prewarm(config: LoadTestConfig) -> float:
@@ -341,6 +367,7 @@ __all__ = [
     "LoadProgress",
     "LoadTestConfig",
     "LoadTestResult",
+    "check_reachable",
     "expand_targets",
     "prewarm",
     "run_loadtest",

@@ -113,13 +113,21 @@ class LoadTestResult:
 def summary_lines(result: LoadTestResult) -> Sequence[str]:
     """A few plain-text lines that sum the test up (for logs and reports)."""
     ceiling = result.max_users_without_failure
+    if result.failures == 0:
+        ceiling_line = f"no failed request up to {ceiling} users (the highest tested)"
+    elif ceiling is None:
+        ceiling_line = "highest user count before the first failure: none (the first step failed)"
+    else:
+        ceiling_line = f"highest user count before the first failure: {ceiling}"
     return (
-        f"{result.requests} requests, {result.failures} failed, "
-        f"peak {result.peak_throughput_rps:.1f} requests/s",
-        "highest user count before the first failure: "
-        + ("none (the first step already failed)" if ceiling is None else str(ceiling))
-        + (" (no failures)" if result.failures == 0 else ""),
+        f"{result.requests:,} requests, {result.failures:,} failed, "
+        f"peak {result.peak_throughput_rps:,.1f} requests/s",
+        ceiling_line,
         f"load generator CPU: {result.loadgen_cpu_percent:.0f}% of one core",
+        *(
+            f"error seen {count:,} times: {error}"
+            for error, count in sorted(result.errors.items(), key=lambda kv: -kv[1])[:3]
+        ),
     )
 
 

@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-import yaml
-
+from mmelocal.bench.datafile import parse_yaml
 from mmelocal.errors import UserInputError
 
 
@@ -47,10 +46,7 @@ class PriceTable:
 
 def parse_prices(text: str, *, origin: str) -> PriceTable:
     """Parse a prices YAML document (``currency``, ``source``, ``prices: {type: hourly}``)."""
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise UserInputError(f"{origin}: not valid YAML: {exc}") from exc
+    data = parse_yaml(text, origin=origin)
     if not isinstance(data, dict) or not isinstance(data.get("prices"), dict):
         raise UserInputError(f"{origin}: expected a mapping with a 'prices:' mapping")
     prices: dict[str, float] = {}

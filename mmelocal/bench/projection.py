@@ -16,12 +16,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from importlib import resources
 from pathlib import Path
 from typing import Any, ClassVar
 
-import yaml
-
+from mmelocal.bench.datafile import parse_yaml
 from mmelocal.errors import UserInputError
 
 MIB = 1024 * 1024
@@ -109,14 +109,19 @@ def validate_threshold(threshold: float) -> float:
 def project_count(
     *, total_bytes: int, baseline_bytes: int, per_model_bytes: float, threshold: float = 0.9
 ) -> int:
-    """``floor((threshold * total - baseline) / per_model)``, never below 0."""
+    """``floor((threshold * total - baseline) / per_model)``, never below 0.
+
+    Computed in exact fractions with the threshold taken as the decimal it was written as,
+    so a count that lands exactly on the limit is not lost to float rounding (0.29 x 100
+    is 28.999... in floats).
+    """
     validate_threshold(threshold)
     if per_model_bytes <= 0:
         raise UserInputError(f"per_model_bytes must be > 0, got {per_model_bytes}")
     if baseline_bytes < 0:
         raise UserInputError(f"baseline_bytes must be >= 0, got {baseline_bytes}")
-    room = threshold * total_bytes - baseline_bytes
-    return max(0, math.floor(room / per_model_bytes))
+    room = Fraction(repr(float(threshold))) * total_bytes - baseline_bytes
+    return max(0, math.floor(room / Fraction(per_model_bytes)))
 
 
 def default_gpus_text() -> str:
@@ -126,10 +131,7 @@ def default_gpus_text() -> str:
 
 def parse_gpus(text: str, *, origin: str = "<gpus>") -> list[GpuSpec]:
     """Parse a ``gpus:`` YAML document into GPU specs (errors name the file and entry)."""
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise UserInputError(f"{origin}: not valid YAML: {exc}") from exc
+    data = parse_yaml(text, origin=origin)
     if not isinstance(data, dict) or not isinstance(data.get("gpus"), list):
         raise UserInputError(f"{origin}: expected a mapping with a 'gpus:' list")
     specs: list[GpuSpec] = []

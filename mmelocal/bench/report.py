@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from mmelocal.bench import plots
+from mmelocal.bench.results import output_dir, write_text
 from mmelocal.errors import BenchError
 
 logger = logging.getLogger(__name__)
@@ -222,8 +223,7 @@ def write_report(results: Sequence[Any], out_dir: Path | str, *, title: str = ""
     """Write the HTML page, PNGs, CSVs and ``results.json`` for ``results`` into ``out_dir``."""
     if not results:
         raise BenchError("nothing to report: give at least one result")
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = output_dir(out_dir)
     page = _Page(out)
     counts: dict[str, int] = {}
     for result in results:
@@ -249,11 +249,10 @@ def write_report(results: Sequence[Any], out_dir: Path | str, *, title: str = ""
         + "\n".join(page.parts)
         + "</body></html>\n"
     )
-    html_path = out / "index.html"
-    html_path.write_text(document, "utf-8")
-    json_path = out / "results.json"
-    json_path.write_text(
-        json.dumps([r.to_dict() for r in results], indent=2, default=str) + "\n", "utf-8"
+    html_path = write_text(out / "index.html", document)
+    json_path = write_text(
+        out / "results.json",
+        json.dumps([r.to_dict() for r in results], indent=2, default=str) + "\n",
     )
     logger.info("report written to %s (%d plots, %d CSV)", html_path, len(page.png), len(page.csv))
     return ReportFiles(html=html_path, json=json_path, csv=tuple(page.csv), png=tuple(page.png))

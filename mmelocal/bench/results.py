@@ -19,7 +19,7 @@ from mmelocal.errors import UserInputError
 RESULT_TYPES: dict[str, tuple[str, str]] = {
     "capacity": ("mmelocal.bench.capacity_result", "CapacityResult"),
     "loadtest": ("mmelocal.bench.loadtest_result", "LoadTestResult"),
-    "sweep": ("mmelocal.bench.sweep", "SweepResult"),
+    "sweep": ("mmelocal.bench.sweep_result", "SweepResult"),
     "projection": ("mmelocal.bench.projection", "Projection"),
 }
 
@@ -32,12 +32,33 @@ class Result(Protocol):
         ...
 
 
+def output_dir(path: Path | str) -> Path:
+    """Create the folder ``path`` (and its parents) for results; UserInputError naming the
+    path when that is impossible (a file in the way, no permission)."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
+        reason = f"{blocker} is a file" if blocker is not None else exc.strerror or str(exc)
+        raise UserInputError(f"cannot create folder {path}: {reason}") from exc
+    return path
+
+
+def write_text(path: Path | str, text: str) -> Path:
+    """Write ``text`` to ``path`` (parent folders created); UserInputError when impossible."""
+    path = Path(path)
+    output_dir(path.parent)
+    try:
+        path.write_text(text, "utf-8")
+    except OSError as exc:
+        raise UserInputError(f"cannot write {path}: {exc.strerror or exc}") from exc
+    return path
+
+
 def write_result(result: Result, path: Path | str) -> Path:
     """Write ``result`` as indented JSON (parent folders are created)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result.to_dict(), indent=2, default=str) + "\n", "utf-8")
-    return path
+    return write_text(path, json.dumps(result.to_dict(), indent=2, default=str) + "\n")
 
 
 def result_from_dict(data: Any, *, origin: str = "<result>") -> Any:
@@ -52,8 +73,12 @@ def result_from_dict(data: Any, *, origin: str = "<result>") -> Any:
     cls = getattr(importlib.import_module(entry[0]), entry[1])
     try:
         return cls.from_dict(data)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise UserInputError(f"{origin}: malformed {data['kind']} result: {exc!r}") from exc
+    except KeyError as exc:
+        raise UserInputError(
+            f"{origin}: malformed {data['kind']} result: missing field {exc.args[0]!r}"
+        ) from exc
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise UserInputError(f"{origin}: malformed {data['kind']} result: {exc}") from exc
 
 
 def read_results(path: Path | str) -> list[Any]:
@@ -74,18 +99,17 @@ def write_results(results: Sequence[Result], path: Path | str) -> Path:
     """Write one result as an object, several as a JSON list."""
     if len(results) == 1:
         return write_result(results[0], path)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     payload = [r.to_dict() for r in results]
-    path.write_text(json.dumps(payload, indent=2, default=str) + "\n", "utf-8")
-    return path
+    return write_text(path, json.dumps(payload, indent=2, default=str) + "\n")
 
 
 __all__ = [
     "RESULT_TYPES",
     "Result",
+    "output_dir",
     "read_results",
     "result_from_dict",
     "write_result",
     "write_results",
+    "write_text",
 ]

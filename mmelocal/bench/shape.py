@@ -20,8 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from mmelocal.bench.datafile import parse_yaml
 from mmelocal.errors import UserInputError
 
 #: Locust's shape worker re-reads the shape once a second, so shorter stages would be skipped.
@@ -205,10 +204,13 @@ def load_shape(spec: str | Path | None, *, max_users: int = 200) -> LoadShape:
         raise UserInputError(
             f"--shape must be 'stages' or a YAML/JSON file; cannot read {path}: {exc.strerror}"
         ) from exc
-    try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError) as exc:
-        raise UserInputError(f"{path}: cannot parse shape file: {exc}") from exc
+    if path.suffix == ".json":
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise UserInputError(f"{path}: not valid JSON: {exc}") from exc
+    else:
+        data = parse_yaml(text, origin=str(path))
     return LoadShape.from_dict(data, origin=str(path))
 
 

@@ -71,8 +71,10 @@ class SweepOptions:
         for count in self.instances:
             if not isinstance(count, int) or count < 1:
                 raise UserInputError(f"instances must be ints >= 1, got {count!r}")
-        if self.target_rps <= 0 or self.max_latency_ms <= 0:
-            raise UserInputError("target_rps and max_latency_ms must be > 0")
+        if not self.target_rps > 0:
+            raise UserInputError(f"target_rps must be > 0 requests/s, got {self.target_rps}")
+        if not self.max_latency_ms > 0:
+            raise UserInputError(f"max_latency_ms must be > 0, got {self.max_latency_ms}")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -141,6 +141,8 @@ def recommend(
 ) -> str:
     """The recommendation line, with why."""
     candidates = [r for r in rows if r.status == "ok" and r.instances_needed is not None]
+    if not any(r.status == "ok" for r in rows):
+        return "none: no configuration could be built, loaded and measured (see the notes)"
     if not candidates:
         return (
             f"none: no configuration kept p99 latency <= {max_latency_ms:g} ms without failures "

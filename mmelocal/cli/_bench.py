@@ -80,9 +80,11 @@ def projection_table(projection: Any) -> Table:
     table = Table(
         title=f"Projected models (threshold {projection.threshold:.0%}, "
         f"baseline {mib(projection.baseline_bytes)} MiB, per model "
-        f"{mib(projection.per_model_bytes)} MiB)"
+        f"{mib(projection.per_model_bytes)} MiB)",
+        caption="per GPU = floor((threshold x GPU MiB - baseline) / per model); "
+        "GPU MiB as NVML reports it (gpus.yaml, --gpus FILE)",
     )
-    for column in ("GPU", "MiB", "instance type", "GPUs", "per GPU", "per instance"):
+    for column in ("GPU", "GPU MiB", "instance type", "GPUs", "per GPU", "per instance"):
         numeric = column not in ("GPU", "instance type")
         table.add_column(column, justify="right" if numeric else "left", no_wrap=True)
     for row in projection.rows:
@@ -129,6 +131,16 @@ def loadtest_progress(enabled: bool = True) -> Iterator[Callable[[Any], None]]:
         yield update
 
 
+def prepare_outputs(json_out: Path | None, report_dir: Path | None) -> None:
+    """Create the folders results go to before a long run, so a bad path fails at once."""
+    from mmelocal.bench.results import output_dir
+
+    if json_out is not None:
+        output_dir(json_out.parent)
+    if report_dir is not None:
+        output_dir(report_dir)
+
+
 def announce_files(label: str, paths: list[Path]) -> None:
     """Print where result files went."""
     for path in paths:
@@ -143,6 +155,7 @@ __all__ = [
     "ms",
     "parse_duration_s",
     "parse_size_bytes",
+    "prepare_outputs",
     "projection_table",
     "steps_table",
 ]

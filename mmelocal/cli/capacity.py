@@ -12,7 +12,13 @@ from typing import Any
 import click
 from rich.table import Table
 
-from mmelocal.cli._bench import csv_list, mib, parse_size_bytes, projection_table
+from mmelocal.cli._bench import (
+    csv_list,
+    mib,
+    parse_size_bytes,
+    prepare_outputs,
+    projection_table,
+)
 from mmelocal.cli._output import console
 
 MIB = 1024 * 1024
@@ -105,6 +111,7 @@ def measure(
         memory_budget_bytes=parse_size_bytes(memory_budget) if memory_budget else None,
         verify_next=not no_verify_next,
     )
+    prepare_outputs(json_out, report_dir)
     fmt_list = ["prebuilt"] if is_prebuilt(source) else [check_format(f) for f in csv_list(formats)]
     results: list[Any] = []
     for fmt in fmt_list:
@@ -136,7 +143,7 @@ def measure(
             result = dataclasses.replace(result, projection=projection)
         results.append(result)
         for line in result.summary_lines():
-            console.print(line)
+            console.print(line, markup=False)
         if result.projection is not None:
             console.print(projection_table(result.projection))
     if len(results) > 1:
@@ -145,9 +152,17 @@ def measure(
 
 
 @capacity.command("project")
-@click.option("--per-model-mib", type=float, required=True, help="Memory one copy adds (MiB).")
 @click.option(
-    "--baseline-mib", type=float, required=True, help="Memory in use with no model loaded (MiB)."
+    "--per-model-mib",
+    type=click.FloatRange(min=0, min_open=True),
+    required=True,
+    help="Memory one copy adds (MiB).",
+)
+@click.option(
+    "--baseline-mib",
+    type=click.FloatRange(min=0),
+    required=True,
+    help="Memory in use with no model loaded (MiB).",
 )
 @click.option("--threshold", type=float, default=0.9, show_default=True)
 @click.option(

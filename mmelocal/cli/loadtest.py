@@ -6,8 +6,13 @@ from pathlib import Path
 
 import click
 
-from mmelocal.cli._bench import loadtest_progress, parse_duration_s, steps_table
-from mmelocal.cli._output import console
+from mmelocal.cli._bench import (
+    loadtest_progress,
+    parse_duration_s,
+    prepare_outputs,
+    steps_table,
+)
+from mmelocal.cli._output import console, err_console
 
 
 @click.command()
@@ -146,6 +151,7 @@ def loadtest(
         seed=seed,
         prewarm=prewarm,
     )
+    prepare_outputs(json_out, report_dir)
     console.print(
         f"load test of {endpoint}: {count} targets, {len(load_shape_.stages)} steps up to "
         f"{load_shape_.max_users} users, {load_shape_.duration_s:.0f} s"
@@ -154,7 +160,7 @@ def loadtest(
         result = run_loadtest(config, progress=progress)
     console.print(steps_table(result))
     for line in summary_lines(result):
-        console.print(line)
+        console.print(line, markup=False)
     if json_out is not None:
         from mmelocal.bench.results import write_result
 
@@ -163,3 +169,6 @@ def loadtest(
         from mmelocal.bench.report import write_report
 
         console.print(f"report: {write_report([result], report_dir, title='Load test').html}")
+    if result.requests and result.failures == result.requests:
+        err_console.print("[bold red]every request failed[/] (see the errors above)")
+        raise SystemExit(1)

@@ -6,9 +6,10 @@ from pathlib import Path
 from typing import Any
 
 import click
+from rich.markup import escape
 from rich.table import Table
 
-from mmelocal.cli._bench import csv_list, ms, parse_duration_s
+from mmelocal.cli._bench import csv_list, ms, parse_duration_s, prepare_outputs
 from mmelocal.cli._output import console, err_console
 
 _ON_OFF = {"on": True, "off": False, "true": True, "false": False, "1": True, "0": False}
@@ -24,8 +25,8 @@ def _on_off(text: str) -> tuple[bool, ...]:
 def _ints(text: str) -> tuple[int, ...]:
     try:
         return tuple(int(item) for item in csv_list(text))
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated integers, got {text!r}") from None
 
 
 @click.command()
@@ -91,11 +92,16 @@ def sweep(
         prices_file=prices_file,
         verify=not no_verify,
     )
+    prepare_outputs(json_out, report_dir)
     with err_console.status("sweep starting") as status:
         result = run_sweep(source, options=options, progress=lambda m: status.update(m))
     console.print(_table(result))
-    console.print(f"[bold]Recommendation:[/] {result.recommendation}")
-    console.print(f"[dim]{result.price_note}[/]")
+    for row in result.rows:
+        if row.reason:
+            style = "yellow" if row.status != "ok" else "dim"
+            console.print(f"[{style}]{row.name} ({row.status}):[/] {escape(row.reason)}")
+    console.print(f"[bold]Recommendation:[/] {escape(result.recommendation)}")
+    console.print(f"[dim]{escape(result.price_note)}[/]")
     if json_out is not None:
         from mmelocal.bench.results import write_result
 
@@ -104,6 +110,9 @@ def sweep(
         from mmelocal.bench.report import write_report
 
         console.print(f"report: {write_report([result], report_dir, title='Sweep').html}")
+    if not any(row.status == "ok" for row in result.rows):
+        err_console.print("[bold red]no configuration could be measured[/] (see the notes above)")
+        raise SystemExit(1)
 
 
 def _table(result: Any) -> Table:
@@ -111,7 +120,8 @@ def _table(result: Any) -> Table:
         title=f"Sweep of {result.source}: target {result.target_rps:g} req/s, "
         f"p99 <= {result.max_latency_ms:g} ms, {result.instance_type}",
         caption="inv/min: invocations per minute per instance at the chosen load; "
-        "triton ms: Triton's own mean time per request over the test; inst.: instances needed",
+        "triton ms: Triton's own mean time per request over the test; inst.: instances needed; "
+        "notes below the table",
     )
     columns: tuple[str, ...] = (
         "config",
@@ -122,15 +132,10 @@ def _table(result: Any) -> Table:
         "triton ms",
         "inst.",
         f"{result.currency}/h",
-        "note",
     )
-    if all(row.status == "ok" and not row.reason for row in result.rows):
-        columns = columns[:-1]
     for column in columns:
         table.add_column(
-            column,
-            justify="left" if column in ("config", "note") else "right",
-            no_wrap=column == "config",
+            column, justify="left" if column == "config" else "right", no_wrap=column == "config"
         )
     for row in result.rows:
         cells = [
@@ -142,7 +147,8 @@ def _table(result: Any) -> Table:
             ms(row.model_latency_ms),
             "-" if row.instances_needed is None else str(row.instances_needed),
             "-" if row.cost_per_hour is None else f"{row.cost_per_hour:,.2f}",
-            row.reason if row.status == "ok" else f"[yellow]{row.status}[/]: {row.reason}",
-        ][: len(columns)]
+        ]
+        if row.status != "ok":
+            cells[1:] = [f"[yellow]{row.status}[/]", *["" for _ in cells[2:]]]
         table.add_row(*cells)
     return table

@@ -150,3 +150,16 @@ def test_result_round_trips_through_json() -> None:
     result = _synthetic_capacity(4 * GIB, 300 * MIB, [700 * MIB] * 10, 0.9)
     again = CapacityResult.from_dict(result.to_dict())
     assert again == result and again.to_dict()["count"] == result.count == 4
+
+
+def test_a_count_exactly_on_the_limit_is_not_lost_to_float_rounding() -> None:
+    # 0.29 * 100 is 28.999... in floats: floor would say 0 copies of 29 bytes instead of 1
+    assert project_count(total_bytes=100, baseline_bytes=0, per_model_bytes=29, threshold=0.29) == 1
+    per_model = 420 * MIB
+    total = (10 * 420 + 900) * MIB  # with threshold 1: room for exactly 10 copies
+    assert (
+        project_count(
+            total_bytes=total, baseline_bytes=900 * MIB, per_model_bytes=per_model, threshold=1.0
+        )
+        == 10
+    )

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from bench_helpers import fake_loadtest
 
+from mmelocal.bench.loadtest_result import LoadTestResult
 from mmelocal.bench.prices import load_prices
 from mmelocal.bench.sweep_result import (
     SweepResult,
@@ -90,3 +92,89 @@ def test_prices_are_labelled_inputs(tmp_path: Path) -> None:
     mine.write_text("prices:\n  ml.g5.xlarge: cheap\n")
     with pytest.raises(UserInputError, match="must be a number"):
         load_prices(mine)
+
+
+def _steps(*rows: tuple[int, float, float | None, int]) -> LoadTestResult:
+    """A load test whose steps are (users, req/s, p99 ms, failures)."""
+    from bench_helpers import fake_loadtest
+
+    from mmelocal.bench.stepstats import StepStats
+
+    steps = tuple(
+        StepStats(
+            name=f"{users} users",
+            target_users=users,
+            users=users,
+            duration_s=10.0,
+            requests=int(rps * 10),
+            successes=int(rps * 10) - failures,
+            failures=failures,
+            throughput_rps=rps,
+            avg_latency_ms=p99,
+            p50_latency_ms=p99,
+            p95_latency_ms=p99,
+            p99_latency_ms=p99,
+            max_latency_ms=p99,
+        )
+        for users, rps, p99, failures in rows
+    )
+    return replace(fake_loadtest(), steps=steps)
+
+
+def _sized(loadtest: LoadTestResult, **kw: float | None) -> SweepRow:
+    args: dict[str, float | None] = {
+        "target_rps": 500.0,
+        "max_latency_ms": 100.0,
+        "price_per_hour": 1.5,
+    }
+    args.update(kw)
+    return row_from_loadtest(_row("pt-base"), loadtest, **args)  # type: ignore[arg-type]
+
+
+def test_zero_throughput_cannot_meet_the_target() -> None:
+    row = _sized(_steps((5, 0.0, None, 0)))
+    assert row.instances_needed is None and row.cost_per_hour is None
+    assert row.throughput_rps is None and "no tested load" in row.reason
+
+
+def test_latency_never_under_the_limit_cannot_meet_the_target() -> None:
+    row = _sized(_steps((5, 100.0, 150.0, 0), (10, 150.0, 300.0, 0)))
+    assert row.instances_needed is None and "p99 <= 100 ms" in row.reason
+    assert row.peak_throughput_rps == 150.0  # still reported, but not used for sizing
+    text = recommend([row], target_rps=500, max_latency_ms=100, instance_type="ml.g4dn.xlarge")
+    assert text.startswith("none: no configuration kept p99 latency <= 100 ms")
+
+
+def test_failing_steps_do_not_count_even_when_fast() -> None:
+    row = _sized(_steps((5, 100.0, 10.0, 0), (10, 400.0, 20.0, 1)))
+    assert row.throughput_rps == 100.0 and row.users_at_load == 5 and row.instances_needed == 5
+
+
+def test_one_instance_when_it_already_beats_the_target_and_rounding_up() -> None:
+    assert _sized(_steps((5, 900.0, 10.0, 0))).instances_needed == 1
+    assert _sized(_steps((5, 500.0, 10.0, 0))).instances_needed == 1  # exactly the target
+    row = _sized(_steps((5, 499.0, 10.0, 0)))
+    assert row.instances_needed == 2 and row.cost_per_hour == pytest.approx(3.0)
+
+
+def test_no_price_means_no_cost_and_ranking_by_instances() -> None:
+    slow = replace(_sized(_steps((5, 100.0, 10.0, 0)), price_per_hour=None), name="pt-base")
+    fast = replace(_sized(_steps((5, 260.0, 50.0, 0)), price_per_hour=None), name="pt-db")
+    assert slow.cost_per_hour is None and (slow.instances_needed, fast.instances_needed) == (5, 2)
+    text = recommend([slow, fast], target_rps=500, max_latency_ms=100, instance_type="t")
+    assert text.startswith("pt-db: 2 x t for 500 req/s") and "USD" not in text.split(";")[0]
+
+
+def test_nothing_measured_is_not_blamed_on_latency() -> None:
+    rows = [_row("pt-base", status="failed", reason="build failed: x")]
+    text = recommend(rows, target_rps=500, max_latency_ms=100, instance_type="t")
+    assert text.startswith("none: no configuration could be built, loaded and measured")
+
+
+def test_sweep_options_reject_a_zero_target() -> None:
+    from mmelocal.bench.sweep import SweepOptions
+
+    with pytest.raises(UserInputError, match="target_rps must be > 0"):
+        SweepOptions(target_rps=0)
+    with pytest.raises(UserInputError, match="max_latency_ms must be > 0"):
+        SweepOptions(max_latency_ms=-1)

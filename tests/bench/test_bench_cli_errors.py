@@ -1,0 +1,211 @@
+"""Bad input to the bench commands ends in one line and a non-zero exit, never a traceback."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from mmelocal.cli.main import main
+from mmelocal.runtime.config import pick_free_port
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> Path:
+    (tmp_path / "not-json.json").write_text("{")
+    (tmp_path / "wrong-kind.json").write_text('{"kind": "capacity"}')
+    (tmp_path / "unknown-kind.json").write_text('{"kind": "nonsense"}')
+    (tmp_path / "bad.yaml").write_text("stages: [\n")
+    (tmp_path / "bad-stage.yaml").write_text("stages:\n  - {users: 5, duration_s: -1}\n")
+    (tmp_path / "payload.json").write_text("{}")
+    (tmp_path / "a-file").write_text("")
+    return tmp_path
+
+
+CASES = {
+    "report: not JSON": (["report", "{d}/not-json.json", "--out", "{d}/o"], "not JSON"),
+    "report: wrong kind": (["report", "{d}/wrong-kind.json", "--out", "{d}/o"], "'source'"),
+    "report: unknown kind": (["report", "{d}/unknown-kind.json", "--out", "{d}/o"], "kind"),
+    "report: out under a file": (
+        ["report", "{d}/lt.json", "--out", "{d}/a-file/sub"],
+        "a-file is a file",
+    ),
+    "project: threshold 1.5": (
+        [
+            "capacity",
+            "project",
+            "--per-model-mib",
+            "1",
+            "--baseline-mib",
+            "1",
+            "--threshold",
+            "1.5",
+        ],
+        "threshold",
+    ),
+    "project: negative MiB": (
+        ["capacity", "project", "--per-model-mib", "-3", "--baseline-mib", "1"],
+        "--per-model-mib",
+    ),
+    "project: malformed GPU YAML": (
+        [
+            "capacity",
+            "project",
+            "--per-model-mib",
+            "1",
+            "--baseline-mib",
+            "1",
+            "--gpus",
+            "{d}/bad.yaml",
+        ],
+        "not valid YAML at line",
+    ),
+    "project: json under a file": (
+        [
+            "capacity",
+            "project",
+            "--per-model-mib",
+            "1",
+            "--baseline-mib",
+            "1",
+            "--json",
+            "{d}/a-file/x.json",
+        ],
+        "a-file is a file",
+    ),
+    "capacity: zero budget": (["capacity", "x", "--memory-budget", "0"], "memory_budget"),
+    "loadtest: count 0": (
+        [
+            "loadtest",
+            "--endpoint",
+            "http://127.0.0.1:1",
+            "--payload",
+            "{d}/payload.json",
+            "--count",
+            "0",
+        ],
+        "--count",
+    ),
+    "loadtest: max users -5": (
+        [
+            "loadtest",
+            "--endpoint",
+            "http://127.0.0.1:1",
+            "--payload",
+            "{d}/payload.json",
+            "--max-users",
+            "-5",
+        ],
+        "--max-users",
+    ),
+    "loadtest: malformed shape YAML": (
+        [
+            "loadtest",
+            "--endpoint",
+            "http://127.0.0.1:1",
+            "--payload",
+            "{d}/payload.json",
+            "--shape",
+            "{d}/bad.yaml",
+        ],
+        "not valid YAML at line",
+    ),
+    "loadtest: bad stage": (
+        [
+            "loadtest",
+            "--endpoint",
+            "http://127.0.0.1:1",
+            "--payload",
+            "{d}/payload.json",
+            "--shape",
+            "{d}/bad-stage.yaml",
+        ],
+        "stages[0]",
+    ),
+    "loadtest: URL path (not markup)": (
+        ["loadtest", "--endpoint", "http://127.0.0.1:1/foo", "--payload", "{d}/payload.json"],
+        "/endpoints/NAME/invocations",
+    ),
+    "sweep: unknown format": (["sweep", "x", "--formats", "bogus"], "format must be one of"),
+    "sweep: target-rps 0": (["sweep", "x", "--target-rps", "0"], "target_rps must be > 0"),
+    "sweep: users not ints": (["sweep", "x", "--users", "a,b"], "comma-separated integers"),
+    "sweep: report under a file": (["sweep", "x", "--report", "{d}/a-file/r"], "is a file"),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_bad_input_is_one_line(name: str, files: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from bench_helpers import fake_loadtest
+
+    from mmelocal.bench.results import write_result
+
+    write_result(fake_loadtest(), files / "lt.json")
+    argv, expected = CASES[name]
+    code = main([arg.replace("{d}", str(files)) for arg in argv])
+    out, err = capsys.readouterr()
+    assert code != 0
+    assert "Traceback" not in out + err
+    assert expected in err, err
+    error_lines = [line for line in err.splitlines() if line.lower().startswith("error")]
+    assert len(error_lines) == 1, err
+
+
+def test_unreachable_endpoint_fails_fast(files: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    port = pick_free_port()  # nothing listens there
+    t0 = time.monotonic()
+    code = main(
+        [
+            "loadtest",
+            "--endpoint",
+            f"http://127.0.0.1:{port}/endpoints/x",
+            "--payload",
+            str(files / "payload.json"),
+        ]
+    )
+    _, err = capsys.readouterr()
+    assert code == 2 and time.monotonic() - t0 < 10
+    assert f"cannot reach http://127.0.0.1:{port}" in err
+
+
+@pytest.fixture
+def always_500() -> Iterator[str]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            body = b"broken"
+            self.send_response(500)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/endpoints/x"
+    server.shutdown()
+    thread.join(10)
+
+
+def test_every_request_failing_exits_1_and_names_the_error(
+    always_500: str, files: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shape = files / "one.yaml"
+    shape.write_text("stages:\n  - {users: 2, duration_s: 1}\n")
+    out_json = files / "lt-failed.json"
+    argv = ["loadtest", "--endpoint", always_500, "--payload", str(files / "payload.json")]
+    code = main([*argv, "--shape", str(shape), "--json", str(out_json)])
+    out, err = capsys.readouterr()
+    assert code == 1 and "every request failed" in err
+    assert "error seen" in out and "500" in out
+    data = json.loads(out_json.read_text())  # the numbers are still written
+    assert data["requests"] > 0 and data["failures"] == data["requests"]
