@@ -71,7 +71,7 @@ def check(
         url=url,
         tritonserver=tritonserver,
         docker_image=image,
-        backends=frozenset(b.strip() for b in backends.split(",")) if backends else None,
+        backends=_backend_names(backends),
         atol=atol,
         rtol=rtol,
         load_timeout_s=load_timeout_s,
@@ -130,6 +130,12 @@ def _print_report(console: Any, report: Any) -> None:
     passed = sum(m.status == "passed" for m in report.models)
     verdict = "[bold green]OK[/]" if report.ok else "[bold red]FAILED[/]"
     console.print(f"{verdict} {passed}/{len(report.models)} model(s) passed", highlight=False)
+
+
+def _backend_names(text: str | None) -> frozenset[str] | None:
+    """``--backends a,b`` as a set; None (the launcher's own) when absent or empty."""
+    names = frozenset(b.strip() for b in (text or "").split(",") if b.strip())
+    return names or None
 
 
 def _fmt(value: float | None, pattern: str) -> str:

@@ -77,3 +77,10 @@ def test_check_model_errors_give_one_line(
         got, text = run(capsys, "check", str(tmp_path / "repo"), *args)
         assert got != 0 and "Traceback" not in text, (args, text)
         assert any(reason in line for line in error_lines(text)), (args, text)
+
+
+def test_backends_option_ignores_empty_names() -> None:
+    from mmelocal.cli.check import _backend_names
+
+    assert _backend_names(None) is None and _backend_names(",, ") is None
+    assert _backend_names(" python, onnxruntime,") == {"python", "onnxruntime"}
