@@ -58,7 +58,10 @@ class EmulatorConfig:
         if self.load_wait_timeout_s <= 0:
             raise UserInputError(f"load_wait_timeout_s must be > 0, got {self.load_wait_timeout_s}")
         if self.launcher == "external" and not self.external_urls:
-            raise UserInputError("launcher 'external' needs external_urls (SageMaker front ends)")
+            raise UserInputError(
+                "launcher 'external' needs external_urls: the SageMaker front end of each "
+                "running Triton (mmelocal serve --triton-url SAGEMAKER_URL[,V2_HTTP_URL])"
+            )
         # InstanceOptions checks memory_threshold with the same message style
         InstanceOptions(memory_threshold=self.memory_threshold)
 

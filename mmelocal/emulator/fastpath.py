@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from collections import deque
 from http import HTTPStatus
 from typing import Any
@@ -159,10 +160,10 @@ class FastFrontServer:
         self.app = UpstreamPool(app_url)
         self._server: asyncio.AbstractServer | None = None
 
-    async def start(self, host: str, port: int) -> None:
-        """Listen on ``host:port``."""
+    async def start(self, sock: socket.socket) -> None:
+        """Serve on ``sock`` (bound and listening; see :func:`.server.bind_socket`)."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: _Protocol(self), host, port, backlog=1024)
+        self._server = await loop.create_server(lambda: _Protocol(self), sock=sock, backlog=1024)
 
     async def stop(self) -> None:
         """Stop listening and close the connections to the app."""

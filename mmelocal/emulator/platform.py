@@ -173,6 +173,8 @@ class Emulator:
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=5),
         )
         try:
+            # a store that cannot work fails now, before any Triton starts
+            await asyncio.get_running_loop().run_in_executor(None, self.store.check)
             await asyncio.gather(*(inst.start(self.session) for inst in self.instances))
         except BaseException:
             await self.stop()

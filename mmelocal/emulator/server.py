@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import gc
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Coroutine
@@ -24,7 +26,7 @@ from aiohttp import web
 from mmelocal.emulator import fastpath
 from mmelocal.emulator.app import create_app
 from mmelocal.emulator.platform import Emulator, EmulatorConfig
-from mmelocal.errors import EmulatorError
+from mmelocal.errors import EmulatorError, UserInputError
 from mmelocal.runtime.config import pick_free_port
 
 logger = logging.getLogger(__name__)
@@ -48,6 +50,30 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)  # pragma: no cover - Python 3.10
 
 
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port``, bound before Triton starts so a port in
+    use fails at once (UserInputError naming the address) instead of after the start-up."""
+    try:
+        infos = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except socket.gaierror as exc:
+        raise UserInputError(f"cannot listen on {host}:{port}: unknown host ({exc})") from None
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(1024)
+    except OSError as exc:
+        sock.close()
+        in_use = exc.errno == errno.EADDRINUSE
+        hint = " (another server uses it: choose another --port)" if in_use else ""
+        raise UserInputError(f"cannot listen on {host}:{port}: {exc.strerror}{hint}") from None
+    sock.setblocking(False)
+    return sock
+
+
 class Listener:
     """The emulator's HTTP listener: the fast front server when ``httptools`` is installed
     (hot routes answered directly, the rest passed to the aiohttp app on a private port),
@@ -62,18 +88,24 @@ class Listener:
         self._front: fastpath.FastFrontServer | None = None
 
     async def start(self, host: str, port: int) -> None:
-        """Start Triton (through the app's start-up) and listen on ``host:port``."""
-        self._runner = web.AppRunner(
-            create_app(self.emulator), access_log=None, handle_signals=False
-        )
-        await self._runner.setup()
-        if self.fast:
-            private = pick_free_port("127.0.0.1")
-            await web.TCPSite(self._runner, "127.0.0.1", private, backlog=1024).start()
-            self._front = fastpath.FastFrontServer(self.emulator, f"http://127.0.0.1:{private}")
-            await self._front.start(host, port)
-        else:
-            await web.TCPSite(self._runner, host, port, backlog=1024).start()
+        """Take ``host:port``, start Triton (through the app's start-up), then serve."""
+        sock = bind_socket(host, port)
+        try:
+            self._runner = web.AppRunner(
+                create_app(self.emulator), access_log=None, handle_signals=False
+            )
+            await self._runner.setup()
+            if self.fast:
+                private = pick_free_port("127.0.0.1")
+                await web.TCPSite(self._runner, "127.0.0.1", private, backlog=1024).start()
+                app_url = f"http://127.0.0.1:{private}"
+                self._front = fastpath.FastFrontServer(self.emulator, app_url)
+                await self._front.start(sock)
+            else:
+                await web.SockSite(self._runner, sock, backlog=1024).start()
+        except BaseException:
+            sock.close()
+            raise
         gc.collect()
         gc.freeze()  # start-up objects leave the collector's view: shorter pauses later
         logger.info(

@@ -8,6 +8,7 @@ before any store is asked; the HTTP layer turns that error into a 400 ``Validati
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 from dataclasses import dataclass
@@ -21,6 +22,10 @@ from mmelocal.errors import (
     UserInputError,
 )
 
+logger = logging.getLogger(__name__)
+
+#: seconds to wait for a TCP connection to the S3 endpoint (two attempts)
+S3_CONNECT_TIMEOUT_S = 5.0
 #: SageMaker's own limit for the ``X-Amzn-SageMaker-Target-Model`` header.
 MAX_TARGET_LENGTH = 1024
 
@@ -92,19 +97,34 @@ class ModelStore(Protocol):
         """Copy ``target`` to the file ``dest``; return the bytes written."""
         ...
 
+    def check(self) -> None:
+        """Fail fast at start-up when the store cannot be used (credentials, reachability)."""
+        ...
+
 
 class LocalStore:
     """A folder of tarballs; ``target`` is the path relative to the folder."""
 
     def __init__(self, root: Path | str) -> None:
         self.root = Path(root).resolve()
+        if self.root.exists() and not self.root.is_dir():
+            raise UserInputError(
+                f"model store {self.root} is a file, not a folder: give the folder that holds "
+                "the *.tar.gz artifacts (TargetModel is the path relative to it)"
+            )
         if not self.root.is_dir():
-            raise UserInputError(f"model store folder {self.root} does not exist")
+            raise UserInputError(
+                f"model store folder {self.root} does not exist: create it, or give the folder "
+                "that holds the *.tar.gz artifacts"
+            )
 
     @property
     def description(self) -> str:
         """The store folder."""
         return str(self.root)
+
+    def check(self) -> None:
+        """Nothing to check beyond the constructor (the folder exists)."""
 
     def _path(self, target: str) -> Path:
         validate_target(target)
@@ -148,7 +168,18 @@ class S3Store:
                 import boto3
             except ImportError as exc:  # pragma: no cover - boto3 is a core dependency
                 raise MissingDependencyError("boto3", extra="s3", feature="S3 store") from exc
-            client = boto3.client("s3", endpoint_url=endpoint_url)
+            from botocore.config import Config
+
+            # fail in seconds, not minutes, when the endpoint does not answer
+            config = Config(
+                connect_timeout=S3_CONNECT_TIMEOUT_S,
+                read_timeout=60,
+                retries={"max_attempts": 2, "mode": "standard"},
+            )
+            # a fresh session reads credentials now (boto3's default one caches them)
+            session = boto3.session.Session()
+            client = session.client("s3", endpoint_url=endpoint_url, config=config)
+        self.endpoint_url = endpoint_url
         self._client = client
 
     @property
@@ -158,6 +189,35 @@ class S3Store:
 
     def _key(self, target: str) -> str:
         return self.prefix + validate_target(target)
+
+    def _unreachable(self, exc: Exception) -> EmulatorError:
+        where = f" at {self.endpoint_url}" if self.endpoint_url else ""
+        return EmulatorError(f"cannot reach the S3 store {self.description}{where}: {exc}")
+
+    def check(self) -> None:
+        """List at most one key under the prefix: credentials present, endpoint reachable,
+        bucket there. A listing refused for lack of permission is only logged (reading
+        objects may still be allowed, as on SageMaker)."""
+        from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+
+        try:
+            self._client.list_objects_v2(Bucket=self.bucket, Prefix=self.prefix, MaxKeys=1)
+        except NoCredentialsError:
+            raise UserInputError(
+                f"no AWS credentials for the S3 store {self.description}: set "
+                "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE); a local "
+                "S3-compatible server accepts any values"
+            ) from None
+        except ClientError as exc:
+            code = str(exc.response.get("Error", {}).get("Code", ""))
+            if code in ("AccessDenied", "AllAccessDisabled"):
+                logger.warning("cannot list %s (%s); going on", self.description, code)
+                return
+            raise UserInputError(
+                f"the S3 store {self.description} cannot be used ({code or 'error'}): {exc}"
+            ) from None
+        except BotoCoreError as exc:
+            raise self._unreachable(exc) from None
 
     def _not_found(self, target: str, exc: Exception) -> ModelNotFoundError:
         return ModelNotFoundError(
@@ -174,7 +234,7 @@ class S3Store:
         except ClientError as exc:
             raise self._not_found(target, exc) from exc
         except BotoCoreError as exc:
-            raise EmulatorError(f"cannot reach the S3 store {self.description}: {exc}") from exc
+            raise self._unreachable(exc) from exc
         return ArtifactInfo(
             target=target,
             size_bytes=int(head["ContentLength"]),
@@ -183,12 +243,14 @@ class S3Store:
 
     def fetch(self, target: str, dest: Path) -> int:
         """Download the object to ``dest``."""
-        from botocore.exceptions import ClientError
+        from botocore.exceptions import BotoCoreError, ClientError
 
         try:
             self._client.download_file(self.bucket, self._key(target), str(dest))
         except ClientError as exc:
             raise self._not_found(target, exc) from exc
+        except BotoCoreError as exc:
+            raise self._unreachable(exc) from exc
         return os.path.getsize(dest)
 
 

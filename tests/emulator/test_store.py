@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,8 @@ from mmelocal.emulator.store import (
     open_store,
     validate_target,
 )
-from mmelocal.errors import ModelNotFoundError, UserInputError
+from mmelocal.errors import EmulatorError, ModelNotFoundError, UserInputError
+from mmelocal.runtime.config import pick_free_port
 
 BAD_TARGETS = [
     "",
@@ -63,6 +65,8 @@ def test_local_store(tmp_path: Path) -> None:
         store.stat("sub")
     with pytest.raises(UserInputError, match="does not exist"):
         LocalStore(tmp_path / "nope")
+    with pytest.raises(UserInputError, match="is a file, not a folder"):
+        LocalStore(tmp_path / "sub" / "m.tar.gz")
 
 
 def test_open_store_kinds(tmp_path: Path) -> None:
@@ -86,3 +90,28 @@ def test_s3_store_against_moto(moto_s3: str, tmp_path: Path) -> None:
         store.stat("missing.tar.gz")
     with pytest.raises(InvalidTargetError):
         store.stat("../pre/team/m.tar.gz")
+    store.check()
+    with pytest.raises(UserInputError, match="NoSuchBucket"):
+        S3Store("no-such-bucket", endpoint_url=moto_s3).check()
+
+
+def test_s3_store_without_credentials_fails_at_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    store = S3Store("bucket", "prefix", endpoint_url="http://127.0.0.1:1")
+    with pytest.raises(UserInputError, match=r"no AWS credentials .*AWS_ACCESS_KEY_ID"):
+        store.check()
+
+
+def test_s3_store_unreachable_endpoint_fails_fast(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "x")
+    port = pick_free_port()  # nothing listens there
+    store = S3Store("bucket", endpoint_url=f"http://127.0.0.1:{port}")
+    t0 = time.monotonic()
+    with pytest.raises(EmulatorError, match=rf"cannot reach the S3 store .*127\.0\.0\.1:{port}"):
+        store.check()
+    assert time.monotonic() - t0 < 30
