@@ -159,7 +159,7 @@ async def _invocation(
             message,
             OriginalStatusCode=result.status,
             OriginalMessage=original,
-            LogStreamArn=f"local:{emulator.cache.root}",
+            LogStreamArn=_log_stream(emulator, result.instance),
         )
         return answer, result.model_latency_s
     headers = [
@@ -172,6 +172,13 @@ async def _invocation(
     if custom is not None:
         headers.append((CUSTOM_ATTRIBUTES, custom))
     return Answer(200, headers, result.body), result.model_latency_s
+
+
+def _log_stream(emulator: Emulator, instance: int) -> str:
+    """Where to read what the model said: the instance's Triton log (SageMaker names its
+    CloudWatch log stream here)."""
+    log_path = emulator.instances[instance].launcher.log_path
+    return f"local:{log_path}" if log_path is not None else f"local:triton-{instance}"
 
 
 async def handle_v2_infer(

@@ -14,6 +14,7 @@ from emulator_hostile import make_hostile
 
 from mmelocal.emulator.platform import EmulatorConfig
 from mmelocal.emulator.server import EmulatorServer
+from mmelocal.testing.emulator_fixtures import MmeEndpoint
 from mmelocal.testing.tiny_model import expected, write_tarball
 
 pytestmark = pytest.mark.triton
@@ -188,6 +189,38 @@ def test_bad_payloads_are_model_errors(
     assert answer["OriginalStatusCode"] == 400
     assert answer["OriginalMessage"], case
     assert GOOD in answer["message"]
+
+
+def test_boto3_raises_the_modelled_exceptions(setup: Setup) -> None:
+    """botocore's sagemaker-runtime model: ValidationError (400) and ModelError (424, with
+    OriginalStatusCode / OriginalMessage / LogStreamArn) come out as the client's classes."""
+    client = MmeEndpoint(url=setup.url, store=setup.store, server=None).client()
+
+    def call(target: str, body: bytes, endpoint: str = "ep") -> Any:
+        return client.invoke_endpoint(
+            EndpointName=endpoint, TargetModel=target, ContentType=JSON, Body=body
+        )
+
+    for target, endpoint, words in (
+        ("missing.tar.gz", "ep", "not found"),
+        ("../x.tar.gz", "ep", "'..'"),
+        (GOOD, "other", "Endpoint other not found"),
+    ):
+        with pytest.raises(client.exceptions.ValidationError) as info:
+            call(target, GOOD_BODY, endpoint)
+        assert words in info.value.response["Error"]["Message"]
+        assert info.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+    wrong = _v2([{"name": "NOPE", "shape": [1, 4], "datatype": "FP32", "data": [1] * 4}])
+    with pytest.raises(client.exceptions.ModelError) as model_error:
+        call(GOOD, wrong)
+    response = model_error.value.response
+    assert response["OriginalStatusCode"] == 400
+    assert "NOPE" in response["OriginalMessage"]
+    assert response["LogStreamArn"].endswith("tritonserver.log")
+    with pytest.raises(client.exceptions.ModelError) as load_error:
+        call("failing-init.tar.gz", GOOD_BODY)
+    assert load_error.value.response["OriginalStatusCode"] == 400
+    assert "fails to import" in load_error.value.response["OriginalMessage"]
 
 
 def test_still_up_and_nothing_written_outside(setup: Setup) -> None:

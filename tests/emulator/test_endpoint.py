@@ -167,8 +167,6 @@ def test_ping_metrics_and_state(endpoint: MmeEndpoint) -> None:
 
 
 def test_model_not_ready_when_the_load_is_slower_than_the_wait(tmp_path: Path) -> None:
-    from botocore.exceptions import ClientError
-
     store = tmp_path / "store"
     store.mkdir()
     write_tarball(store / "slow.tar.gz", scale=5.0)
@@ -178,7 +176,7 @@ def test_model_not_ready_when_the_load_is_slower_than_the_wait(tmp_path: Path) -
     with EmulatorServer(config) as server:
         mme = MmeEndpoint(url=server.url, store=store, server=server)
         x, body = payload(rows=1)
-        with pytest.raises(ClientError) as info:
+        with pytest.raises(mme.client().exceptions.ModelNotReadyException) as info:
             mme.invoke("slow.tar.gz", body)
         error: dict[str, Any] = info.value.response["Error"]
         assert error["Code"] == "ModelNotReadyException"
