@@ -120,6 +120,16 @@ async def measure_instance(
     loads: list[LoadRecord] = []
     previous = int(baseline.used_bytes)
     reason = f"all {len(targets)} copies available were loaded"
+
+    def measured(stopped_reason: str, next_copy: LoadRecord | None = None) -> Measurement:
+        return Measurement(
+            total_bytes=total,
+            baseline_bytes=int(baseline.used_bytes),
+            loads=tuple(loads),
+            next_copy=next_copy,
+            stopped_reason=stopped_reason,
+        )
+
     for target in targets:
         if len(loads) >= max_copies:
             reason = f"reached max copies ({max_copies})"
@@ -138,34 +148,16 @@ async def measure_instance(
         except (MmeLocalError, OSError) as exc:
             reason = f"copy {copies} ({target}) failed to load: {exc}"
             logger.warning("capacity: %s", reason)
-            return Measurement(
-                total_bytes=total,
-                baseline_bytes=int(baseline.used_bytes),
-                loads=tuple(loads),
-                next_copy=None,
-                stopped_reason=reason,
-            )
+            return measured(reason)
         if progress is not None:
             progress(record)
         if record.used_bytes > limit:
             reason = f"copy {copies} crossed {threshold:.0%} of the total"
             logger.info("capacity: %s (%d bytes in use)", reason, record.used_bytes)
-            return Measurement(
-                total_bytes=total,
-                baseline_bytes=int(baseline.used_bytes),
-                loads=tuple(loads),
-                next_copy=record,
-                stopped_reason=reason,
-            )
+            return measured(reason, next_copy=record)
         loads.append(record)
         previous = record.used_bytes
-    return Measurement(
-        total_bytes=total,
-        baseline_bytes=int(baseline.used_bytes),
-        loads=tuple(loads),
-        next_copy=None,
-        stopped_reason=reason,
-    )
+    return measured(reason)
 
 
 async def _load_one(

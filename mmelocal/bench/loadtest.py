@@ -36,7 +36,6 @@ from urllib.parse import urlsplit
 
 from mmelocal.bench.loadtest_result import LoadProgress, LoadTestResult, summary_lines
 from mmelocal.bench.shape import LoadShape
-from mmelocal.bench.stepstats import StepStats
 from mmelocal.errors import BenchError, UserInputError
 
 logger = logging.getLogger(__name__)
@@ -170,20 +169,16 @@ def run_loadtest(
         if config.prewarm:
             prewarm(config)
         data = _run_worker(config_path, out_path, err_path, config.shape, progress)
-    result = LoadTestResult(
-        label=label,
-        endpoint=config.endpoint,
-        mode=worker["mode"],
-        target_count=len(config.targets),
-        started_at=started_at,
-        shape=config.shape,
-        steps=tuple(StepStats.from_dict(step) for step in data["steps"]),
-        wall_s=float(data["wall_s"]),
-        loadgen_cpu_percent=float(data["loadgen_cpu_percent"]),
-        locust_total_requests=int(data["locust_total_requests"]),
-        locust_total_failures=int(data["locust_total_failures"]),
-        first_failure_users=data.get("first_failure_users"),
-        errors=dict(data.get("errors", {})),
+    result = LoadTestResult.from_dict(
+        {
+            **data,
+            "label": label,
+            "endpoint": config.endpoint,
+            "mode": worker["mode"],
+            "target_count": len(config.targets),
+            "started_at": started_at,
+            "shape": config.shape.to_dict(),
+        }
     )
     logger.info(
         "load test done: %d requests, %d failures, peak %.1f req/s, load generator CPU %.0f%%",

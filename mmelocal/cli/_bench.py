@@ -6,7 +6,7 @@ import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -131,6 +131,39 @@ def loadtest_progress(enabled: bool = True) -> Iterator[Callable[[Any], None]]:
         yield update
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def output_options(command: F) -> F:
+    """The ``--json OUT`` and ``--report DIR`` options every bench command shares."""
+    command = click.option(
+        "--report",
+        "report_dir",
+        type=click.Path(file_okay=False, path_type=Path),
+        help="Write the HTML report (PNG plots inside), CSV and JSON into this folder.",
+    )(command)
+    return click.option(
+        "--json",
+        "json_out",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="Write the result JSON here.",
+    )(command)
+
+
+def write_outputs(
+    results: list[Any], json_out: Path | None, report_dir: Path | None, *, title: str
+) -> None:
+    """Write the result JSON and the report where the user asked, and say where."""
+    if json_out is not None:
+        from mmelocal.bench.results import write_results
+
+        console.print(f"JSON: {write_results(results, json_out)}")
+    if report_dir is not None:
+        from mmelocal.bench.report import write_report
+
+        console.print(f"report: {write_report(results, report_dir, title=title).html}")
+
+
 def prepare_outputs(json_out: Path | None, report_dir: Path | None) -> None:
     """Create the folders results go to before a long run, so a bad path fails at once."""
     from mmelocal.bench.results import output_dir
@@ -153,9 +186,11 @@ __all__ = [
     "loadtest_progress",
     "mib",
     "ms",
+    "output_options",
     "parse_duration_s",
     "parse_size_bytes",
     "prepare_outputs",
     "projection_table",
     "steps_table",
+    "write_outputs",
 ]

@@ -15,9 +15,11 @@ from rich.table import Table
 from mmelocal.cli._bench import (
     csv_list,
     mib,
+    output_options,
     parse_size_bytes,
     prepare_outputs,
     projection_table,
+    write_outputs,
 )
 from mmelocal.cli._output import console
 
@@ -85,8 +87,7 @@ def capacity() -> None:
     help="Warm-up request body sent after each load (default: from the model's sample inputs).",
 )
 @click.option("--content-type", default="application/json", show_default=True)
-@click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--report", "report_dir", type=click.Path(file_okay=False, path_type=Path))
+@output_options
 def measure(
     source: str,
     threshold: float,
@@ -148,7 +149,7 @@ def measure(
             console.print(projection_table(result.projection))
     if len(results) > 1:
         console.print(_formats_table(results))
-    _write_outputs(results, json_out, report_dir, title="Capacity")
+    write_outputs(results, json_out, report_dir, title="Capacity")
 
 
 @capacity.command("project")
@@ -171,8 +172,7 @@ def measure(
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="YAML file adding or replacing cards (same format as the packaged gpus.yaml).",
 )
-@click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--report", "report_dir", type=click.Path(file_okay=False, path_type=Path))
+@output_options
 def project_command(
     per_model_mib: float,
     baseline_mib: float,
@@ -191,7 +191,7 @@ def project_command(
         gpus=load_gpus(gpus_file),
     )
     console.print(projection_table(projection))
-    _write_outputs([projection], json_out, report_dir, title="Projection")
+    write_outputs([projection], json_out, report_dir, title="Projection")
 
 
 def _formats_table(results: list[Any]) -> Table:
@@ -209,16 +209,3 @@ def _formats_table(results: list[Any]) -> Table:
             f"{sum(loads) / len(loads):.2f}" if loads else "-",
         )
     return table
-
-
-def _write_outputs(
-    results: list[Any], json_out: Path | None, report_dir: Path | None, *, title: str
-) -> None:
-    if json_out is not None:
-        from mmelocal.bench.results import write_results
-
-        console.print(f"JSON: {write_results(results, json_out)}")
-    if report_dir is not None:
-        from mmelocal.bench.report import write_report
-
-        console.print(f"report: {write_report(results, report_dir, title=title).html}")

@@ -8,9 +8,11 @@ import click
 
 from mmelocal.cli._bench import (
     loadtest_progress,
+    output_options,
     parse_duration_s,
     prepare_outputs,
     steps_table,
+    write_outputs,
 )
 from mmelocal.cli._output import console, err_console
 
@@ -88,18 +90,7 @@ from mmelocal.cli._output import console, err_console
     is_flag=True,
     help="Call every target once before the test so cold loads are not measured.",
 )
-@click.option(
-    "--json",
-    "json_out",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Write the result JSON here.",
-)
-@click.option(
-    "--report",
-    "report_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Write the HTML report, PNG plots, CSV and JSON into this folder.",
-)
+@output_options
 def loadtest(
     endpoint: str,
     targets: str,
@@ -161,14 +152,7 @@ def loadtest(
     console.print(steps_table(result))
     for line in summary_lines(result):
         console.print(line, markup=False)
-    if json_out is not None:
-        from mmelocal.bench.results import write_result
-
-        console.print(f"JSON: {write_result(result, json_out)}")
-    if report_dir is not None:
-        from mmelocal.bench.report import write_report
-
-        console.print(f"report: {write_report([result], report_dir, title='Load test').html}")
+    write_outputs([result], json_out, report_dir, title="Load test")
     if result.requests and result.failures == result.requests:
         err_console.print("[bold red]every request failed[/] (see the errors above)")
         raise SystemExit(1)

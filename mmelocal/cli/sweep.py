@@ -9,7 +9,14 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from mmelocal.cli._bench import csv_list, ms, parse_duration_s, prepare_outputs
+from mmelocal.cli._bench import (
+    csv_list,
+    ms,
+    output_options,
+    parse_duration_s,
+    prepare_outputs,
+    write_outputs,
+)
 from mmelocal.cli._output import console, err_console
 
 _ON_OFF = {"on": True, "off": False, "true": True, "false": False, "1": True, "0": False}
@@ -61,8 +68,7 @@ def _ints(text: str) -> tuple[int, ...]:
     help="Your hourly prices (YAML, same format as the packaged prices.yaml).",
 )
 @click.option("--no-verify", is_flag=True, help="Skip output verification when building.")
-@click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--report", "report_dir", type=click.Path(file_okay=False, path_type=Path))
+@output_options
 def sweep(
     source: str,
     formats: str,
@@ -102,14 +108,7 @@ def sweep(
             console.print(f"[{style}]{row.name} ({row.status}):[/] {escape(row.reason)}")
     console.print(f"[bold]Recommendation:[/] {escape(result.recommendation)}")
     console.print(f"[dim]{escape(result.price_note)}[/]")
-    if json_out is not None:
-        from mmelocal.bench.results import write_result
-
-        console.print(f"JSON: {write_result(result, json_out)}")
-    if report_dir is not None:
-        from mmelocal.bench.report import write_report
-
-        console.print(f"report: {write_report([result], report_dir, title='Sweep').html}")
+    write_outputs([result], json_out, report_dir, title="Sweep")
     if not any(row.status == "ok" for row in result.rows):
         err_console.print("[bold red]no configuration could be measured[/] (see the notes above)")
         raise SystemExit(1)
