@@ -35,6 +35,41 @@ class Event:
         return asdict(self)
 
 
+_VERBS = {
+    "download": ("downloaded", "for"),
+    "load": ("loaded", "on"),
+    "unload": ("unloaded", "from"),
+    "evict": ("evicted", "from"),
+    "restart": ("restarted Triton", ""),
+    "error": ("failed to load", "on"),
+}
+
+
+def _mib(value: int) -> str:
+    return f"{value / 2**20:,.0f} MiB ({value:,} bytes)"
+
+
+def describe(event: Event) -> str:
+    """One log line: what happened to which model where, the bytes, the time, the reason.
+
+    ``evicted model-3.tar.gz from instance 0: freed 655 MiB (686,817,280 bytes) in
+    2,515 ms, memory used 2,010 MiB (2,107,637,760 bytes); reason: load model-9.tar.gz: ...``
+    """
+    verb, preposition = _VERBS.get(event.kind, (event.kind, "on"))
+    target = "" if event.target == "-" else f" {event.target}"
+    where = f"{preposition} instance {event.instance}".strip()
+    what = ""
+    if event.bytes is not None:
+        freed = "freed " if event.kind in ("evict", "unload") else ""
+        what = freed + _mib(event.bytes)
+    if event.duration_ms is not None:
+        what = f"{what} in {event.duration_ms:,.0f} ms".strip()
+    if event.memory_used_bytes is not None:
+        what = f"{what}, memory used {_mib(event.memory_used_bytes)}"
+    facts = f": {what}" if what else ""
+    return f"{verb}{target} {where}{facts}; reason: {event.reason}"
+
+
 class EventLog:
     """A bounded list of recent events, logged as they happen."""
 
@@ -69,17 +104,8 @@ class EventLog:
         self._events.append(event)
         self.counts[kind] = self.counts.get(kind, 0) + 1
         level = logging.WARNING if kind in ("error", "restart") else logging.INFO
-        logger.log(
-            level,
-            "%s %s on instance %d: %s (bytes=%s, %.0f ms, memory used %s)",
-            kind,
-            target,
-            instance,
-            reason,
-            "?" if bytes is None else bytes,
-            duration_ms or 0.0,
-            "?" if memory_used_bytes is None else memory_used_bytes,
-        )
+        if logger.isEnabledFor(level):
+            logger.log(level, "%s", describe(event))
         return event
 
     def recent(self, kind: str | None = None, limit: int = 100) -> list[Event]:
@@ -88,4 +114,4 @@ class EventLog:
         return items[-limit:]
 
 
-__all__ = ["EVENT_KINDS", "Event", "EventLog"]
+__all__ = ["EVENT_KINDS", "Event", "EventLog", "describe"]
