@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import math
 from collections.abc import Sequence
+from itertools import pairwise
 from typing import Any
 
 from mmelocal.errors import MissingDependencyError
@@ -52,32 +53,45 @@ def _none_to_nan(values: Sequence[float | None]) -> list[float]:
     return [float("nan") if v is None else float(v) for v in values]
 
 
+def _users_axis(ax: Any, steps: Sequence[Any]) -> list[float]:
+    """x positions for ``steps``: their user counts when these only rise (the stepped shape);
+    otherwise the steps in order, labelled with name and users (a spike shape goes back down,
+    and a line drawn against users would double back on itself)."""
+    users = [step.users for step in steps]
+    if all(a < b for a, b in pairwise(users)):
+        ax.set_xlabel("users")
+        _integer_x(ax)
+        return [float(u) for u in users]
+    xs = [float(i) for i in range(len(steps))]
+    ax.set_xticks(xs, [f"{step.name}\n{step.users} users" for step in steps], fontsize=8)
+    ax.set_xlabel("step")
+    return xs
+
+
 def loadtest_latency_throughput(result: Any) -> bytes:
     """Latency percentiles (left) and throughput (right) against users, one point per step."""
     steps = result.steps
-    users = [step.users for step in steps]
     fig = _figure(9.0, 4.0)
     left, right = fig.subplots(1, 2)
+    xs = _users_axis(left, steps)
     for attr, label in (
         ("avg_latency_ms", "avg"),
         ("p50_latency_ms", "p50"),
         ("p95_latency_ms", "p95"),
         ("p99_latency_ms", "p99"),
     ):
-        left.plot(users, _none_to_nan([getattr(s, attr) for s in steps]), marker="o", label=label)
-    left.set_xlabel("users")
+        left.plot(xs, _none_to_nan([getattr(s, attr) for s in steps]), marker="o", label=label)
     left.set_ylabel("latency (ms)")
-    left.set_title("Latency against users")
+    per = "against users" if left.get_xlabel() == "users" else "per step"
+    left.set_title(f"Latency {per}")
     _from_zero(left)
-    _integer_x(left)
     left.grid(alpha=0.3)
     left.legend()
-    right.plot(users, [s.throughput_rps for s in steps], marker="o", color="tab:green")
-    right.set_xlabel("users")
+    _users_axis(right, steps)
+    right.plot(xs, [s.throughput_rps for s in steps], marker="o", color="tab:green")
     right.set_ylabel("requests / s")
-    right.set_title("Throughput against users")
+    right.set_title(f"Throughput {per}")
     _from_zero(right)
-    _integer_x(right)
     right.grid(alpha=0.3)
     return _png(fig)
 

@@ -99,3 +99,22 @@ def test_sweep_report_with_rows_that_never_met_the_limit(tmp_path: Path) -> None
     assert "p99 latency (ms)" in text  # readable headers with units; CSV keeps field names
     header = (tmp_path / "out" / "sweep-1-rows.csv").read_text().splitlines()[0]
     assert "p99_latency_ms" in header and "reason" in header
+
+
+def test_a_shape_that_goes_back_down_is_plotted_per_step(tmp_path: Path) -> None:
+    """Users 20 -> 150 -> 20 (examples/bench/spike_shape.yaml) would double back on a users
+    axis: the plots use the steps in order instead, and still render."""
+    import dataclasses
+
+    from mmelocal.bench.plots import _figure, _users_axis
+
+    loadtest = fake_loadtest()
+    users = (20, 150, 20)
+    steps = [
+        dataclasses.replace(s, users=u) for s, u in zip(loadtest.steps[:3], users, strict=True)
+    ]
+    ax = _figure().subplots()
+    assert _users_axis(ax, steps) == [0.0, 1.0, 2.0] and ax.get_xlabel() == "step"
+    assert _users_axis(ax, loadtest.steps) == [10.0, 20.0, 40.0, 60.0, 80.0]
+    spiky = dataclasses.replace(loadtest, steps=tuple(steps))
+    assert len(open_every_png(write_report([spiky], tmp_path / "out").html)) == 2
