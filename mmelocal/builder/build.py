@@ -97,12 +97,7 @@ def build_model(
 
     report = progress or (lambda stage, message: None)
     _check_args(format, atol, rtol, version, seq_len, fp16, int8)
-    if name is not None and (not name or "/" in name or "\\" in name or name.startswith(".")):
-        raise UserInputError(
-            f"name must be a folder name (no '/', not starting with '.'), got {name!r}"
-        )
-    if Path(repo).exists() and not Path(repo).is_dir():
-        raise UserInputError(f"repo {repo} exists and is not a folder")
+    _check_destination(repo, name)
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
     if options is None:
         _precheck_overrides(spec if isinstance(spec, str) else spec.family, overrides)
@@ -161,17 +156,13 @@ def build_model(
                 )
             except OSError as exc:
                 raise UserInputError(f"cannot write the model into {repo_path}: {exc}") from None
-    final = model_dir / str(version) / artifact.file_name
+    version_dir = model_dir / str(version)
     return BuildResult(
         name=model_name,
         model_dir=model_dir,
         config_path=model_dir / "config.pbtxt",
-        artifact_path=final,
-        artifact=dataclasses.replace(
-            artifact,
-            path=final,
-            extra_files=tuple(model_dir / str(version) / p.name for p in artifact.extra_files),
-        ),
+        artifact_path=version_dir / artifact.file_name,
+        artifact=_moved(artifact, version_dir),
         config=cfg,
         options=opts,
         family=family,
@@ -182,6 +173,24 @@ def build_model(
         timings_s=dict(timings),
         notes=tuple(dict.fromkeys(notes)),
     )
+
+
+def _moved(artifact: ExportedArtifact, version_dir: Path) -> ExportedArtifact:
+    """``artifact`` with its paths in the repository's version folder."""
+    return dataclasses.replace(
+        artifact,
+        path=version_dir / artifact.file_name,
+        extra_files=tuple(version_dir / p.name for p in artifact.extra_files),
+    )
+
+
+def _check_destination(repo: Path | str, name: str | None) -> None:
+    if name is not None and (not name or "/" in name or "\\" in name or name.startswith(".")):
+        raise UserInputError(
+            f"name must be a folder name (no '/', not starting with '.'), got {name!r}"
+        )
+    if Path(repo).exists() and not Path(repo).is_dir():
+        raise UserInputError(f"repo {repo} exists and is not a folder")
 
 
 def _check_args(
