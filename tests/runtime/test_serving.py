@@ -44,7 +44,9 @@ def test_user_folder_untouched(acceptance_models, triton_server):
 
 
 def test_dynamic_batching_is_real(tmp_path, load_model, triton_client):
-    folder = write_mlp(tmp_path, "mlp_batching", "torchscript", max_queue_delay_us=200_000)
+    # the batcher waits up to 2 s for the next request: the 8 threads open their connections
+    # after the barrier, which on a busy 2-core CI machine can spread them over > 200 ms
+    folder = write_mlp(tmp_path, "mlp_batching", "torchscript", max_queue_delay_us=2_000_000)
     name = load_model(folder)
     errors: list[BaseException] = []
     barrier = threading.Barrier(8)
