@@ -10,6 +10,7 @@ What SageMaker does between the client and the Triton container, done locally::
     platform.py              Emulator: the facade the HTTP layer drives
     router.py                model affinity, most free memory for cold models, hot replicas
     instance.py              one Triton: loaded set, single-flight loads, invoke
+    loading.py               fetch, make room, POST /models, measure the footprint
     eviction.py + lru.py     least recently used eviction (pure policy in lru.py)
     probes.py                memory: NVML on a GPU, RSS of the Triton tree on a CPU
     cache.py + store.py      artifacts: local folder or S3 -> safe extraction -> disk budget

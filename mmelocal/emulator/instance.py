@@ -25,33 +25,26 @@ import aiohttp
 
 from mmelocal.emulator.cache import ArtifactCache, Prepare, target_key
 from mmelocal.emulator.entries import (
-    LOADING,
     READY,
     Acquired,
     InstanceOptions,
     InstanceUnavailableError,
     ModelEntry,
     ModelNotReadyError,
-    quiet_future,
 )
 from mmelocal.emulator.events import EventLog
-from mmelocal.emulator.eviction import EvictionMixin
-from mmelocal.emulator.lru import estimate_footprint
+from mmelocal.emulator.loading import LoadingMixin
 from mmelocal.emulator.metrics import Metrics
 from mmelocal.emulator.probes import MemoryProbe, MemoryReading
 from mmelocal.emulator.upstream import UpstreamError, UpstreamPool
-from mmelocal.errors import (
-    EmulatorError,
-    ModelLoadError,
-    OutOfMemoryError,
-)
+from mmelocal.errors import EmulatorError
 from mmelocal.runtime.launcher import TritonLauncher
-from mmelocal.runtime.sagemaker import TARGET_MODEL_HEADER, load_body
+from mmelocal.runtime.sagemaker import TARGET_MODEL_HEADER
 
 logger = logging.getLogger(__name__)
 
 
-class TritonInstance(EvictionMixin):
+class TritonInstance(LoadingMixin):
     """The loaded set and the load/unload/invoke calls of one Triton server."""
 
     def __init__(
@@ -220,154 +213,6 @@ class TritonInstance(EvictionMixin):
                 f"instance {self.index}: Triton died ({exc}); it is being restarted, retry"
             )
         return InstanceUnavailableError(f"instance {self.index}: Triton did not answer ({exc})")
-
-    # -- loading -----------------------------------------------------------------------
-    def _new_entry(self, target: str) -> ModelEntry:
-        entry = ModelEntry(
-            target=target,
-            key=target_key(target),
-            state=LOADING,
-            last_used_s=time.monotonic(),
-            future=quiet_future(),
-            footprint_bytes=self.footprints.get(target),
-        )
-        self.models[target] = entry
-        return entry
-
-    async def _load(self, entry: ModelEntry) -> None:
-        """Run one load; its outcome goes to ``entry.future`` (what every caller awaits)."""
-        try:
-            await self._load_inner(entry)
-        except BaseException as exc:
-            if self.models.get(entry.target) is entry:
-                del self.models[entry.target]
-            if not entry.future.done():
-                if isinstance(exc, asyncio.CancelledError):
-                    exc = InstanceUnavailableError(f"instance {self.index}: load interrupted")
-                entry.future.set_exception(exc)
-            return
-        if not entry.future.done():
-            entry.future.set_result(None)
-
-    async def _load_inner(self, entry: ModelEntry) -> None:
-        loop = asyncio.get_running_loop()
-        fetch = await loop.run_in_executor(
-            None, lambda: self.cache.ensure(entry.target, prepare=self.prepare)
-        )
-        if fetch.downloaded:
-            seconds = fetch.download_s + fetch.extract_s + fetch.prepare_s
-            self.metrics.observe("ModelDownloadingTime", seconds * 1e6)
-            self.events.add(
-                "download",
-                entry.target,
-                instance=self.index,
-                reason=f"not on disk; from {self.cache.store.description}",
-                bytes=fetch.artifact.size_bytes,
-                duration_ms=seconds * 1e3,
-                detail={
-                    "download_s": fetch.download_s,
-                    "extract_s": fetch.extract_s,
-                    "prepare_s": fetch.prepare_s,
-                    "compressed_bytes": float(fetch.compressed_bytes),
-                },
-            )
-        async with self._load_lock:
-            if not self.up:
-                raise InstanceUnavailableError(f"instance {self.index} is restarting; retry")
-            self.cache.pin(entry.target)
-            try:
-                await self._load_locked(entry, self.url_for(fetch.artifact.serve_dir))
-            except BaseException:
-                self.cache.unpin(entry.target)
-                raise
-        entry.state = READY
-        entry.loaded_at_s = time.monotonic()
-
-    def _need_bytes(self, entry: ModelEntry) -> int:
-        if entry.footprint_bytes:
-            return entry.footprint_bytes
-        if self.footprints:
-            return int(sum(self.footprints.values()) / len(self.footprints))
-        return estimate_footprint(e.usage() for e in self.models.values())
-
-    async def _load_locked(self, entry: ModelEntry, url_dir: str) -> None:
-        pending = self._deletes.get(entry.target)
-        if pending is not None:
-            await asyncio.wait([pending])  # Triton still holds this name until its DELETE ends
-        need = self._need_bytes(entry)
-        before = await self._make_room(need, exclude=entry.target, why=f"load {entry.target}")
-        attempts = 0
-        while True:
-            t0 = time.perf_counter()
-            status, text = await self._post_load(entry, url_dir)
-            seconds = time.perf_counter() - t0
-            if status == 200 or status == 409:
-                break
-            if status == 507 and attempts < self.options.oom_retries:
-                attempts += 1
-                victims = [e for e in self.loaded() if self.models[e].usage().evictable]
-                victims = [v for v in victims if v != entry.target]
-                if victims:
-                    await self._unload(
-                        self.models[victims[0]],
-                        kind="evict",
-                        reason=f"Triton answered 507 loading {entry.target}: {text[:200]}",
-                    )
-                    before = await self.read_memory()
-                    continue
-            self.events.add("error", entry.target, instance=self.index, reason=text[:300])
-            if status == 507:
-                raise OutOfMemoryError(
-                    f"TargetModel {entry.target!r} does not fit in memory even with nothing "
-                    f"else loaded: {text}"
-                )
-            raise ModelLoadError(
-                f"Triton could not load {entry.target!r} (HTTP {status}): {text}",
-                model_name=entry.target,
-                triton_message=text,
-                status_code=status,
-            )
-        after = await self.read_memory()
-        grown = after.used_bytes - before.used_bytes
-        if grown > 0:
-            entry.footprint_bytes = max(grown, entry.footprint_bytes or 0)
-            self.footprints[entry.target] = entry.footprint_bytes
-        self.metrics.observe("ModelLoadingTime", seconds * 1e6)
-        self.metrics.inc("ModelLoads")
-        self.events.add(
-            "load",
-            entry.target,
-            instance=self.index,
-            reason=f"cold call ({len(self.models)} model(s) here)",
-            bytes=entry.footprint_bytes,
-            duration_ms=seconds * 1e3,
-            memory_used_bytes=after.used_bytes,
-        )
-        if after.used_bytes > self.limit_bytes:
-            await self._make_room(
-                0, exclude=entry.target, why=f"over the limit after {entry.target}", strict=False
-            )
-
-    async def _post_load(self, entry: ModelEntry, url_dir: str) -> tuple[int, str]:
-        assert self.session is not None
-        try:
-            async with self.session.post(
-                f"{self._sm_url}/models",
-                data=load_body(entry.key, url_dir),
-                headers={TARGET_MODEL_HEADER: entry.target, "Content-Type": "application/json"},
-                timeout=aiohttp.ClientTimeout(total=self.options.load_timeout_s),
-            ) as resp:
-                return resp.status, await resp.text()
-        except asyncio.TimeoutError as exc:
-            await self._delete(entry)
-            raise ModelLoadError(
-                f"Triton did not finish loading {entry.target!r} within "
-                f"{self.options.load_timeout_s:g}s (a stub that cannot start hangs the load; "
-                f"see {self.launcher.log_path})",
-                model_name=entry.target,
-            ) from exc
-        except aiohttp.ClientError as exc:
-            raise self._connection_error(exc) from exc
 
     async def trim(self) -> None:
         """Evict idle models when the loaded set grew over the limit since its loads

@@ -133,7 +133,7 @@ class HostProbe:
     @property
     def name(self) -> str:
         """``host-rss`` plus the budget."""
-        return f"host-rss(budget={self.budget_bytes})"
+        return f"host-rss(budget {self.budget_bytes / 2**30:,.2f} GiB)"
 
     def read(self) -> MemoryReading:
         """Sum of RSS over the server and its children."""
