@@ -41,6 +41,7 @@ def package_model(
     model_dir: Path | str, out_dir: Path | str, *, filename: str = "model.tar.gz"
 ) -> Path:
     """Write ``out_dir/model.tar.gz`` with the model folder at the archive's top level."""
+    _refuse_repository(Path(model_dir))
     out = _out_folder(out_dir)
     return create_model_tarball(model_dir, out / filename)
 
@@ -72,6 +73,7 @@ def package_copies(
         raise UserInputError(f"model folder or tarball not found: {src}")
     if not src.is_dir() and not src.is_file():
         raise UserInputError(f"{src} is neither a model folder nor a file (a pipe, a device?)")
+    _refuse_repository(src)
     if src.is_file() and not is_gzip(src):
         raise UserInputError(f"{src} is not a gzip file; pass a model folder or a model.tar.gz")
     out = _out_folder(out)
@@ -92,6 +94,19 @@ def package_copies(
             on_copy(index, path, method)
     log.info("%d copies of %s in %s", copies, src, out)
     return paths
+
+
+def _refuse_repository(src: Path) -> None:
+    """A repository (model folders inside, no config.pbtxt of its own) would be packaged
+    with the repository at the archive's top level, which no MME can load."""
+    if not src.is_dir() or (src / "config.pbtxt").exists():
+        return
+    models = sorted(p.parent.name for p in src.glob("*/config.pbtxt"))
+    if models:
+        raise UserInputError(
+            f"{src} is a model repository; package one of its model folders "
+            f"({', '.join(str(src / m) for m in models[:3])}{', ...' if len(models) > 3 else ''})"
+        )
 
 
 def _out_folder(out_dir: Path | str) -> Path:

@@ -119,6 +119,15 @@ def test_cli_package_bad_inputs_one_line_exit_2(
     assert not list(model.rglob("*.tar.gz"))
 
 
+def test_a_repository_is_not_packaged_as_a_model(tmp_path: Path, model: Path) -> None:
+    repo = model.parent
+    with pytest.raises(UserInputError, match="is a model repository; package one of"):
+        package_model(repo, tmp_path / "out")
+    with pytest.raises(UserInputError, match=f"{model.name}"):
+        package_copies(repo, tmp_path / "out", copies=2)
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_pipe_is_not_packaged(tmp_path: Path) -> None:
     import os
 
