@@ -185,9 +185,12 @@ def _moved(artifact: ExportedArtifact, version_dir: Path) -> ExportedArtifact:
 
 
 def _check_destination(repo: Path | str, name: str | None) -> None:
-    if name is not None and (not name or "/" in name or "\\" in name or name.startswith(".")):
+    bad = name is not None and (
+        not name or "/" in name or "\\" in name or name.startswith(".") or not name.isprintable()
+    )
+    if bad:
         raise UserInputError(
-            f"name must be a folder name (no '/', not starting with '.'), got {name!r}"
+            f"name must be a folder name (printable, no '/', not starting with '.'), got {name!r}"
         )
     if Path(repo).exists() and not Path(repo).is_dir():
         raise UserInputError(f"repo {repo} exists and is not a folder")

@@ -110,6 +110,8 @@ def test_existing_onnx_file_is_reused(artifact_of, tmp_path: Path) -> None:
         ({"seq_len": 0}, UserInputError, "seq_len must be >= 1"),
         ({"version": 0}, UserInputError, "version must be an integer >= 1"),
         ({"fp16": True}, UserInputError, "tensorrt only"),
+        ({"name": "a\x00b"}, UserInputError, "name must be a folder name"),
+        ({"name": "../up"}, UserInputError, "name must be a folder name"),
     ],
 )
 def test_bad_options_fail_before_loading(
