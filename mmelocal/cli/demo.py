@@ -25,7 +25,8 @@ from mmelocal.cli._output import console
 
 MODEL = "minilm"
 HOT_COPIES = 3
-HOT_WEIGHT = 20.0
+#: the long-tail client calls a cold copy this often (a load and an eviction each time)
+TAIL_PERIOD_S = 10.0
 
 
 @dataclass
@@ -47,7 +48,7 @@ def _ms(values: list[float], q: float) -> str:
         return "-"
     import numpy as np
 
-    return f"{float(np.percentile(values, q)) * 1e3:,.1f} ms"
+    return f"{float(np.percentile(values, q)) * 1e3:,.1f}"
 
 
 def _build(workdir: Path, rebuild: bool) -> Path:
@@ -117,16 +118,16 @@ def _traffic(
     from mmelocal.testing.emulator_fixtures import MmeEndpoint
 
     mme = MmeEndpoint(url=server.url, store=Path("."), server=server)
-    # a few hot copies get most of the traffic, the long tail causes the loads and evictions
-    weights = [HOT_WEIGHT if i < HOT_COPIES else 1.0 for i in range(len(targets))]
+    hot, tail = targets[:HOT_COPIES], targets[HOT_COPIES:]
     calls = _Calls()
     stop = time.monotonic() + seconds
 
-    def worker(seed: int) -> None:
+    def worker(seed: int, copies: list[str], period_s: float) -> None:
         rng = random.Random(seed)
         client = mme.client(retries={"max_attempts": 3})
+        pause = threading.Event()  # never set: waits out the rest of the period
         while time.monotonic() < stop:
-            target = rng.choices(targets, weights)[0]
+            target = rng.choice(copies)
             t0 = time.perf_counter()
             try:
                 response = client.invoke_endpoint(
@@ -148,8 +149,12 @@ def _traffic(
                 calls.latencies_s.append((latency, hit))
                 if not np.allclose(got, reference, atol=1e-4, rtol=1e-3):
                     calls.mismatches += 1
+            pause.wait(max(0.0, period_s - latency))
 
-    threads = [threading.Thread(target=worker, args=(k,), daemon=True) for k in range(clients)]
+    # the hot clients keep the hot copies busy; one client walks the long tail (a call every
+    # TAIL_PERIOD_S), so each of its calls is cold and pushes the least recently used out
+    plan = [(k, hot, 0.0) for k in range(clients)] + [(clients, tail, TAIL_PERIOD_S)]
+    threads = [threading.Thread(target=worker, args=job, daemon=True) for job in plan]
     for thread in threads:
         thread.start()
     start = time.monotonic()
@@ -162,45 +167,76 @@ def _traffic(
     return calls
 
 
+def _latency_row(table: Table, label: str, values: list[float]) -> None:
+    table.add_row(label, f"{len(values)}", _ms(values, 50), _ms(values, 99), _ms(values, 100))
+
+
 def _report(state: dict[str, Any], calls: _Calls, limit: int, footprint: int, base: int) -> None:
     cold = [lat for lat, hit in calls.latencies_s if not hit]
     warm = [lat for lat, hit in calls.latencies_s if hit]
     every = cold + warm
     counts = state["event_counts"]
-    table = Table(title="mmelocal demo: SageMaker MME emulated on this machine")
-    table.add_column("what")
-    table.add_column("value", justify="right")
-    table.add_row("calls through boto3", f"{len(every)}")
-    table.add_row("failed calls", f"{len(calls.errors)}")
-    table.add_row("answers matching the build's reference", f"{len(every) - calls.mismatches}")
-    table.add_row("cache hits", f"{len(warm)} ({100.0 * len(warm) / max(1, len(every)):.0f} %)")
-    table.add_row("model loads", f"{counts['load']}")
-    table.add_row("evictions (LRU)", f"{counts['evict']}")
-    table.add_row("latency p50 / p99", f"{_ms(every, 50)} / {_ms(every, 99)}")
-    table.add_row("warm latency p50 / p99", f"{_ms(warm, 50)} / {_ms(warm, 99)}")
-    table.add_row("cold latency p50 / p99", f"{_ms(cold, 50)} / {_ms(cold, 99)}")
-    table.add_row("per-model footprint (measured)", _mib(footprint))
-    table.add_row("Triton baseline", _mib(base))
-    table.add_row("memory limit (baseline + fit x footprint)", _mib(limit))
+    table = Table(title="mmelocal demo: what the multi-model endpoint did")
+    table.add_column("calls through boto3", justify="right")
+    table.add_column("failed", justify="right")
+    table.add_column("equal to the reference", justify="right")
+    table.add_column("cache hits", justify="right")
+    table.add_column("loads", justify="right")
+    table.add_column("evictions (LRU)", justify="right")
+    table.add_row(
+        f"{len(every)}",
+        f"{len(calls.errors)}",
+        f"{len(every) - calls.mismatches}",
+        f"{len(warm)} ({100.0 * len(warm) / max(1, len(every)):.0f} %)",
+        f"{counts['load']}",
+        f"{counts['evict']}",
+    )
     console.print(table)
+    latency = Table(title="latency seen by the boto3 clients")
+    latency.add_column("calls")
+    for column in ("count", "p50 (ms)", "p99 (ms)", "max (ms)"):
+        latency.add_column(column, justify="right")
+    _latency_row(latency, "warm: model already loaded", warm)
+    _latency_row(latency, "cold: download, load (and evict) first", cold)
+    _latency_row(latency, "all", every)
+    console.print(latency)
+    console.print(
+        f"memory: one copy {_mib(footprint)} (measured), Triton alone {_mib(base)}, "
+        f"limit {_mib(limit)}. Warm p99 includes calls that waited while Triton's SageMaker "
+        "front end unloaded a model (it holds invokes during a DELETE, on SageMaker too).",
+        highlight=False,
+    )
     evictions = [e for e in state["events"] if e["kind"] == "evict"][-5:]
     if evictions:
         log = Table(title="last evictions (what SageMaker does not show you)")
-        for column in ("model", "freed", "unload", "reason"):
-            log.add_column(column)
+        for column in ("model", "freed (MiB)", "unload (ms)", "reason"):
+            log.add_column(column, justify="left" if column in ("model", "reason") else "right")
         for e in evictions:
-            log.add_row(e["target"], _mib(e["bytes"]), f"{e['duration_ms']:,.0f} ms", e["reason"])
+            freed = "-" if e["bytes"] is None else f"{e['bytes'] / 2**20:,.0f}"
+            log.add_row(e["target"], freed, f"{e['duration_ms']:,.0f}", e["reason"])
         console.print(log)
     for error in calls.errors[:5]:
         console.print(f"[red]error:[/] {error}")
 
 
 @click.command()
-@click.option("--copies", type=click.IntRange(min=2), default=20, show_default=True)
+@click.option(
+    "--copies",
+    type=click.IntRange(min=HOT_COPIES + 1),
+    default=20,
+    show_default=True,
+    help=f"Copies in the store ({HOT_COPIES} hot ones, the rest the long tail).",
+)
 @click.option(
     "--seconds", type=click.FloatRange(min=5), default=45, show_default=True, help="Traffic."
 )
-@click.option("--clients", type=click.IntRange(min=1), default=3, show_default=True)
+@click.option(
+    "--clients",
+    type=click.IntRange(min=1),
+    default=2,
+    show_default=True,
+    help="boto3 clients calling the hot copies (one more walks the long tail).",
+)
 @click.option(
     "--fit",
     type=click.FloatRange(min=1.0),
@@ -219,8 +255,9 @@ def demo(
 ) -> None:
     """Build MiniLM, package copies, serve them as an MME and call them through boto3.
 
-    Three hot copies get most calls; the others are the long tail that makes the emulator
-    load, evict and reload, as a multi-model endpoint does under the same traffic.
+    Three hot copies stay loaded under steady calls; one more client walks the long tail
+    of the other copies, so the emulator loads each of them cold and evicts the least
+    recently used, as a multi-model endpoint does under the same traffic.
     """
     from mmelocal.builder.package import package_copies
     from mmelocal.emulator.platform import EmulatorConfig
@@ -259,9 +296,10 @@ def demo(
             for target in targets[1:HOT_COPIES]:
                 mme_call(server, target, body)
         console.print(
-            f"[green]✓[/] hot copies {', '.join(targets[:HOT_COPIES])} loaded; now "
-            f"{clients} boto3 clients call random copies for {seconds:g}s "
-            f"({HOT_WEIGHT:g}x more often the hot ones)"
+            f"[green]✓[/] hot copies {', '.join(targets[:HOT_COPIES])} loaded; now for "
+            f"{seconds:g}s {clients} boto3 client(s) call them at random while one more "
+            f"calls one of the other {len(targets) - HOT_COPIES} every {TAIL_PERIOD_S:g}s "
+            "(each call cold)"
         )
         calls = _traffic(server, targets, body, reference, clients, seconds)
         _report(server.call(_state(server)), calls, limit, footprint, base)
