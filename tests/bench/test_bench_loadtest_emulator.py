@@ -41,7 +41,7 @@ def test_default_shape_shortened_on_10_copies(emulator_10_copies: Any, tmp_path:
             "--shape",
             "stages",
             "--duration",
-            "33s",
+            "22s",  # 11 steps of 2 s: every step still gets requests
             "--prewarm",
             "--payload",
             str(payload),
