@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 MODEL ?= minilm
 FORMAT ?= torchscript
 REPO ?= model_repository
-PYTEST_ARGS ?=
+PYTEST_ARGS ?= --durations=15
 
 .PHONY: install test lint typecheck pytest repo demo clean bench
 
