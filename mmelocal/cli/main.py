@@ -33,9 +33,11 @@ class LazyGroup(click.Group):
     """A click group whose subcommands are imported on first use."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
+        """Names of the subcommands whose module is installed, in help order."""
         return [name for name, (mod, _, _) in _COMMANDS.items() if _module_exists(mod)]
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        """Import the subcommand's module and return its click command (None if unknown)."""
         entry = _COMMANDS.get(cmd_name)
         if entry is None or not _module_exists(entry[0]):
             return None
@@ -44,6 +46,7 @@ class LazyGroup(click.Group):
         return command
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """List the subcommands with their one-line help, without importing them."""
         rows = [(name, _COMMANDS[name][2]) for name in self.list_commands(ctx)]
         if rows:
             with formatter.section("Commands"):
