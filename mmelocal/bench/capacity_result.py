@@ -117,7 +117,19 @@ class CapacityResult:
         if self.loads:
             load_times = [load.load_s for load in self.loads]
             lines.append(f"load time per copy: mean {statistics.fmean(load_times):.2f} s")
+        if self.projection is not None and self.on_host_memory:
+            lines.append(
+                "caution: measured as host memory on CPU, where each copy also carries its own "
+                "Python stub and framework runtime; the GPU projection assumes the same "
+                "footprint on a GPU, which it is not: measure on a GPU, or give a GPU figure "
+                "to `mmelocal capacity project`"
+            )
         return lines
+
+    @property
+    def on_host_memory(self) -> bool:
+        """True when the readings are host RSS (no GPU), not GPU device memory."""
+        return self.probe.startswith("host")
 
     def load_rows(self) -> list[dict[str, Any]]:
         """One row per reading (baseline, each copy, the crossing copy) for CSV/tables."""

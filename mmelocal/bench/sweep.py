@@ -131,6 +131,7 @@ def run_sweep(
             max_latency_ms=opts.max_latency_ms,
             instance_type=opts.instance_type,
             currency=prices.currency,
+            price_origin=prices.origin,
         ),
         price_note=prices.note(opts.instance_type)
         + " Throughput was measured on this machine, where one Triton server stands for one"

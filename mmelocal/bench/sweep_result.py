@@ -138,8 +138,9 @@ def recommend(
     max_latency_ms: float,
     instance_type: str,
     currency: str = "USD",
+    price_origin: str = "",
 ) -> str:
-    """The recommendation line, with why."""
+    """The recommendation line, with why (a cost names ``price_origin``, the price file)."""
     candidates = [r for r in rows if r.status == "ok" and r.instances_needed is not None]
     if not any(r.status == "ok" for r in rows):
         return "none: no configuration could be built, loaded and measured (see the notes)"
@@ -158,7 +159,11 @@ def recommend(
     ranked = sorted(candidates, key=key)
     best = ranked[0]
     assert best.throughput_rps is not None and best.instances_needed is not None
-    cost = f" = {best.cost_per_hour:,.2f} {currency}/h" if best.cost_per_hour is not None else ""
+    cost = ""
+    if best.cost_per_hour is not None:
+        cost = f" = {best.cost_per_hour:,.2f} {currency}/h" + (
+            f" (hourly price from {price_origin})" if price_origin else ""
+        )
     text = (
         f"{best.name}: {best.instances_needed} x {instance_type}{cost} for {target_rps:g} req/s; "
         f"why: it sustains {best.throughput_rps:,.1f} req/s per instance "

@@ -163,3 +163,16 @@ def test_a_count_exactly_on_the_limit_is_not_lost_to_float_rounding() -> None:
         )
         == 10
     )
+
+
+def test_a_cpu_measurement_projected_onto_gpus_carries_a_caution() -> None:
+    import dataclasses
+
+    result = _synthetic_capacity(4 * GIB, 300 * MIB, [700 * MIB] * 10, 0.9)
+    projection = project(per_model_bytes=700 * MIB, baseline_bytes=300 * MIB)
+    on_cpu = dataclasses.replace(
+        result, probe="host RSS of the Triton tree, budget 4,096 MiB", projection=projection
+    )
+    assert on_cpu.on_host_memory and any("caution" in line for line in on_cpu.summary_lines())
+    on_gpu = dataclasses.replace(on_cpu, probe="nvml:0")
+    assert not any("caution" in line for line in on_gpu.summary_lines())

@@ -64,7 +64,15 @@ def test_sizing_and_recommendation() -> None:
     text = recommend(
         [row, faster, skipped], target_rps=500, max_latency_ms=1000, instance_type="ml.g4dn.xlarge"
     )
-    assert text.startswith("pt-ig-db: 2 x ml.g4dn.xlarge")
+    assert text.startswith("pt-ig-db: 2 x ml.g4dn.xlarge = 4.00 USD/h for")
+    priced = recommend(
+        [row, faster],
+        target_rps=500,
+        max_latency_ms=1000,
+        instance_type="ml.g4dn.xlarge",
+        price_origin="the packaged prices.yaml",
+    )
+    assert "4.00 USD/h (hourly price from the packaged prices.yaml) for 500 req/s" in priced
     assert "3.0x pt-base" in text and "not measured: trt-base" in text
     assert recommend([skipped], target_rps=1, max_latency_ms=1, instance_type="x").startswith(
         "none"
