@@ -157,6 +157,7 @@ def capacity_memory(result: Any) -> bytes:
             zorder=3,
             label=f"copy {crossing.copies} crossed",
         )
+    _from_zero(ax)
     _integer_x(ax)
     ax.set_xlabel("models loaded")
     ax.set_ylabel("memory in use (MiB)")
