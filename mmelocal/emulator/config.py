@@ -17,6 +17,9 @@ LAUNCHERS = ("local", "docker", "external")
 class EmulatorConfig:
     """Options of ``mmelocal serve`` (sizes in bytes, times in seconds).
 
+    ``invoke_timeout_s`` is how long the model may take to answer one invocation (60 s on
+    SageMaker); past it the caller gets a ModelError with ``OriginalStatusCode`` 504.
+
     ``memory_budget_bytes`` is per instance and used by the host probe (no GPU); ``None``
     means half of this machine's memory divided among the instances. ``instances=None``
     means one per GPU, or one without a GPU. ``external_urls`` are the SageMaker front
@@ -38,6 +41,7 @@ class EmulatorConfig:
     endpoint_name: str | None = None
     load_wait_timeout_s: float = 60.0
     load_timeout_s: float = 360.0
+    invoke_timeout_s: float = 60.0
     hot_rps_threshold: float = 50.0
     s3_endpoint_url: str | None = None
     watchdog_interval_s: float = 0.2
@@ -63,7 +67,9 @@ class EmulatorConfig:
                 "running Triton (mmelocal serve --triton-url SAGEMAKER_URL[,V2_HTTP_URL])"
             )
         # InstanceOptions checks memory_threshold with the same message style
-        InstanceOptions(memory_threshold=self.memory_threshold)
+        InstanceOptions(
+            memory_threshold=self.memory_threshold, invoke_timeout_s=self.invoke_timeout_s
+        )
 
 
 def parse_size(text: str | int) -> int:

@@ -30,6 +30,8 @@ class InstanceOptions:
     memory_threshold: float = 0.9
     load_timeout_s: float = 360.0
     unload_timeout_s: float = 360.0
+    #: SageMaker's limit for the container's answer to one invocation
+    invoke_timeout_s: float = 60.0
     release_timeout_s: float = 5.0
     busy_wait_s: float = 30.0
     oom_retries: int = 8
@@ -37,7 +39,13 @@ class InstanceOptions:
     def __post_init__(self) -> None:
         if not 0.0 < self.memory_threshold <= 1.0:
             raise UserInputError(f"memory_threshold must be in (0, 1], got {self.memory_threshold}")
-        for name in ("load_timeout_s", "unload_timeout_s", "release_timeout_s", "busy_wait_s"):
+        for name in (
+            "load_timeout_s",
+            "unload_timeout_s",
+            "invoke_timeout_s",
+            "release_timeout_s",
+            "busy_wait_s",
+        ):
             if getattr(self, name) <= 0:
                 raise UserInputError(f"{name} must be > 0, got {getattr(self, name)}")
 

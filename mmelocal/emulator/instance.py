@@ -14,6 +14,7 @@ instance, so memory readings before and after a load measure that load alone.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -36,7 +37,7 @@ from mmelocal.emulator.events import EventLog
 from mmelocal.emulator.loading import LoadingMixin
 from mmelocal.emulator.metrics import Metrics
 from mmelocal.emulator.probes import MemoryProbe, MemoryReading
-from mmelocal.emulator.upstream import UpstreamError, UpstreamPool
+from mmelocal.emulator.upstream import UpstreamError, UpstreamPool, UpstreamTimeoutError
 from mmelocal.errors import EmulatorError
 from mmelocal.runtime.launcher import TritonLauncher
 from mmelocal.runtime.sagemaker import TARGET_MODEL_HEADER
@@ -198,9 +199,18 @@ class TritonInstance(LoadingMixin):
         entry = self.models.get(target)
         key = entry.key if entry is not None else target_key(target)
         headers.append((TARGET_MODEL_HEADER, target))
+        timeout_s = self.options.invoke_timeout_s
         try:
             status, out_headers, data = await self._upstream.request(
-                "POST", f"/models/{key}/invoke", headers, body
+                "POST", f"/models/{key}/invoke", headers, body, timeout_s=timeout_s
+            )
+        except UpstreamTimeoutError:
+            # as SageMaker: the model's answer is late; the caller gets a ModelError
+            message = f"the model did not answer within {timeout_s:g}s (SageMaker's limit is 60 s)"
+            return (
+                504,
+                json.dumps({"error": message}).encode(),
+                {"content-type": "application/json"},
             )
         except UpstreamError as exc:
             raise self._connection_error(exc) from exc

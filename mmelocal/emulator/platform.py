@@ -78,7 +78,9 @@ class Emulator:
         count = config.instances or max(1, len(self._gpus))
         budget = config.memory_budget_bytes or _default_budget(count)
         options = InstanceOptions(
-            memory_threshold=config.memory_threshold, load_timeout_s=config.load_timeout_s
+            memory_threshold=config.memory_threshold,
+            load_timeout_s=config.load_timeout_s,
+            invoke_timeout_s=config.invoke_timeout_s,
         )
         self.instances: list[TritonInstance] = []
         for index in range(count):

@@ -21,6 +21,10 @@ class UpstreamError(ConnectionError):
     """The connection to Triton failed or closed before a full answer."""
 
 
+class UpstreamTimeoutError(UpstreamError):
+    """Triton did not answer within the request's deadline (the connection is closed)."""
+
+
 class _Connection(asyncio.Protocol):
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
@@ -48,6 +52,14 @@ class _Connection(asyncio.Protocol):
         self.future = asyncio.get_running_loop().create_future()
         self.transport.write(data)
         return self.future
+
+    def expire(self, timeout_s: float) -> None:
+        """The deadline passed: fail the request in progress and drop the connection."""
+        if self.future is not None and not self.future.done():
+            self.future.set_exception(UpstreamTimeoutError(f"no answer within {timeout_s:g}s"))
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
 
     def data_received(self, data: bytes) -> None:
         self.buffer += data
@@ -138,14 +150,20 @@ class UpstreamPool:
         path: str,
         headers: Iterable[tuple[str, str]],
         body: bytes = b"",
+        *,
+        timeout_s: float | None = None,
     ) -> tuple[int, dict[str, str], bytes]:
-        """Send one request; (status, lower-cased headers, body)."""
+        """Send one request; (status, lower-cased headers, body). After ``timeout_s``
+        without a full answer, UpstreamTimeoutError."""
         head = [f"{method} {path} HTTP/1.1\r\nHost: ".encode(), self._hostport]
         for name, value in headers:
             head.append(f"\r\n{name}: {value}".encode("latin-1"))
         head.append(f"\r\nContent-Length: {len(body)}\r\n\r\n".encode())
         head.append(body)
         conn = await self._connection()
+        deadline = None
+        if timeout_s is not None:
+            deadline = asyncio.get_running_loop().call_later(timeout_s, conn.expire, timeout_s)
         try:
             result = await conn.start(b"".join(head))
         except BaseException:
@@ -153,6 +171,9 @@ class UpstreamPool:
             if conn.transport is not None:
                 conn.transport.close()
             raise
+        finally:
+            if deadline is not None:
+                deadline.cancel()
         if conn.keep_alive and not conn.closed and len(self._idle) < self.max_idle:
             self._idle.append(conn)
         elif conn.transport is not None:
@@ -168,4 +189,4 @@ class UpstreamPool:
         self._idle.clear()
 
 
-__all__ = ["UpstreamError", "UpstreamPool"]
+__all__ = ["UpstreamError", "UpstreamPool", "UpstreamTimeoutError"]

@@ -8,7 +8,7 @@ import pytest
 
 from mmelocal.emulator.fastpath import encode_answer
 from mmelocal.emulator.handlers import Answer, parse_v2_path
-from mmelocal.emulator.upstream import UpstreamError, UpstreamPool
+from mmelocal.emulator.upstream import UpstreamError, UpstreamPool, UpstreamTimeoutError
 
 RESPONSES = [
     b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 7\r\n\r\n{"a":1}',
@@ -64,3 +64,23 @@ def test_encode_answer_and_v2_paths() -> None:
     assert parse_v2_path("m.tar.gz/versions/2/infer") == ("m.tar.gz", "2", "infer")
     assert parse_v2_path("team/m.tar.gz") == ("team/m.tar.gz", None, "")
     assert parse_v2_path("m/ready") == ("m", None, "ready")
+
+
+def test_a_request_past_its_deadline_fails_and_drops_the_connection() -> None:
+    async def main() -> None:
+        async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.read()  # never answers
+
+        server = await asyncio.start_server(silent, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        pool = UpstreamPool(f"http://127.0.0.1:{port}")
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        with pytest.raises(UpstreamTimeoutError, match=r"no answer within 0\.2s"):
+            await pool.request("POST", "/x", [], b"{}", timeout_s=0.2)
+        assert loop.time() - t0 < 10
+        assert pool._idle == []  # the late connection is not reused
+        server.close()
+        pool.close()
+
+    asyncio.run(main())
