@@ -129,8 +129,8 @@ def serve(
         root.setLevel(logging.INFO)  # loads, unloads and evictions are the point: show them
     shown = host if host not in ("0.0.0.0", "") else "127.0.0.1"
     console.print(
-        f"[bold]MME emulator[/] store [cyan]{emulator.store.description}[/] on "
-        f"[green]http://{shown}:{port}[/]\n"
+        f"[bold]MME emulator[/] starting: store [cyan]{emulator.store.description}[/], "
+        f"endpoint [green]http://{shown}:{port}[/] (Ctrl-C or SIGTERM stops it)\n"
         f"  boto3: boto3.client('sagemaker-runtime', endpoint_url='http://{shown}:{port}')"
         f".invoke_endpoint(EndpointName='{endpoint_name or 'local'}', "
         "TargetModel='model.tar.gz', ...)\n"

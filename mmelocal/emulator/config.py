@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from mmelocal.emulator.instance import InstanceOptions
 from mmelocal.errors import UserInputError
@@ -46,7 +45,6 @@ class EmulatorConfig:
     s3_endpoint_url: str | None = None
     watchdog_interval_s: float = 0.2
     gpus: tuple[int, ...] | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.launcher not in LAUNCHERS:
@@ -66,9 +64,16 @@ class EmulatorConfig:
                 "launcher 'external' needs external_urls: the SageMaker front end of each "
                 "running Triton (mmelocal serve --triton-url SAGEMAKER_URL[,V2_HTTP_URL])"
             )
-        # InstanceOptions checks memory_threshold with the same message style
+        # InstanceOptions checks the threshold and the timeouts with the same message style
+        if self.watchdog_interval_s <= 0 or self.hot_rps_threshold <= 0:
+            raise UserInputError(
+                "watchdog_interval_s and hot_rps_threshold must be > 0, got "
+                f"{self.watchdog_interval_s} and {self.hot_rps_threshold}"
+            )
         InstanceOptions(
-            memory_threshold=self.memory_threshold, invoke_timeout_s=self.invoke_timeout_s
+            memory_threshold=self.memory_threshold,
+            load_timeout_s=self.load_timeout_s,
+            invoke_timeout_s=self.invoke_timeout_s,
         )
 
 

@@ -155,3 +155,24 @@ def test_serve_s3_without_credentials_fails_fast(tmp_path: Path) -> None:
         env=env,
     )
     _one_line_error(result, "no AWS credentials for the S3 store s3://bucket/prefix/")
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "words"),
+    [
+        ("memory_threshold", 0.0, "memory_threshold must be in (0, 1]"),
+        ("instances", 0, "instances must be >= 1"),
+        ("invoke_timeout_s", 0.0, "invoke_timeout_s must be > 0"),
+        ("load_timeout_s", -1.0, "load_timeout_s must be > 0"),
+        ("watchdog_interval_s", 0.0, "watchdog_interval_s and hot_rps_threshold"),
+        ("launcher", "k8s", "launcher must be one of local, docker, external"),
+    ],
+)
+def test_config_names_the_field_and_the_allowed_values(
+    field: str, value: object, words: str
+) -> None:
+    from mmelocal.emulator.config import EmulatorConfig
+
+    with pytest.raises(UserInputError) as info:
+        EmulatorConfig(store="unused", **{field: value})  # type: ignore[arg-type]
+    assert words in str(info.value)
