@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from emulator_helpers import MemorySampler, output_of, payload, raw_request
+from emulator_helpers import MemorySampler, output_of, payload, raw_request, wait_for
 
 from mmelocal.emulator.platform import EmulatorConfig
 from mmelocal.emulator.server import EmulatorServer
@@ -182,10 +182,7 @@ def test_model_not_ready_when_the_load_is_slower_than_the_wait(tmp_path: Path) -
         assert error["Code"] == "ModelNotReadyException"
         assert info.value.response["ResponseMetadata"]["HTTPStatusCode"] == 429
         assert "still loading" in error["Message"]
-        for _ in range(100):
-            if any(e["kind"] == "load" for e in mme.state()["events"]):
-                break
-            threading.Event().wait(0.1)
+        wait_for(lambda: any(e["kind"] == "load" for e in mme.state()["events"]))
         np.testing.assert_array_equal(output_of(mme.invoke("slow.tar.gz", body)), expected(x, 5.0))
 
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 import types
 from typing import Any
 
 import pytest
+from emulator_helpers import wait_for
 
 from mmelocal.emulator.probes import HostProbe, NvmlProbe, choose_probe, process_tree_rss
 from mmelocal.errors import UserInputError
@@ -17,9 +17,13 @@ from mmelocal.errors import UserInputError
 def test_host_probe_sums_the_process_tree() -> None:
     proc = subprocess.Popen(["bash", "-c", "sleep 30 & sleep 30 & wait"])
     try:
-        time.sleep(0.3)
-        used, pids = process_tree_rss(proc.pid)
-        assert proc.pid in pids and len(pids) == 3
+
+        def tree() -> tuple[int, list[int]] | None:
+            found = process_tree_rss(proc.pid)
+            return found if len(found[1]) == 3 else None  # bash and its two children
+
+        used, pids = wait_for(tree, timeout_s=30)
+        assert proc.pid in pids
         assert used > 0
         probe = HostProbe(lambda: proc.pid, budget_bytes=10 * 1024**3)
         reading = probe.read()

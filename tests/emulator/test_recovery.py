@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from emulator_helpers import output_of, payload, raw_request
+from emulator_helpers import output_of, payload, raw_request, wait_for
 
 from mmelocal.emulator.platform import EmulatorConfig
 from mmelocal.emulator.server import EmulatorServer
@@ -59,7 +59,7 @@ def test_sigkill_during_traffic_recovers_within_10s(tmp_path: Path) -> None:
 
         thread = threading.Thread(target=traffic, daemon=True)
         thread.start()
-        time.sleep(0.5)
+        wait_for(lambda: len(calls) >= 3)  # traffic flows before the kill
         killed_at = time.monotonic()
         os.kill(before["pid"], signal.SIGKILL)  # our own child: the emulator started it
         deadline = killed_at + 30
@@ -83,12 +83,8 @@ def test_sigkill_during_traffic_recovers_within_10s(tmp_path: Path) -> None:
         state = mme.state()
         assert state["restarts"] == 1
         assert state["instances"][0]["pid"] != before["pid"]
-        for _ in range(100):
-            loaded = {m["target"] for m in mme.state()["instances"][0]["loaded"]}
-            if loaded == {"model-0.tar.gz", "model-1.tar.gz"}:
-                break
-            time.sleep(0.1)
-        assert loaded == {"model-0.tar.gz", "model-1.tar.gz"}
+        both = {"model-0.tar.gz", "model-1.tar.gz"}
+        wait_for(lambda: {m["target"] for m in mme.state()["instances"][0]["loaded"]} == both)
         np.testing.assert_array_equal(
             output_of(mme.invoke("model-1.tar.gz", body)), expected(x, 2.0)
         )

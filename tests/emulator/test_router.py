@@ -75,11 +75,11 @@ def test_hot_model_gets_a_second_instance() -> None:
         a, b = FakeInstance(0, free_bytes=100), FakeInstance(1, free_bytes=500)
         a.models["hot"] = _Entry()
         r = router(a, b, hot_rps_threshold=50, rate_window_s=0.05)
-        deadline = time.monotonic() + 0.2
-        while time.monotonic() < deadline:
-            r.pick("hot")
-            await asyncio.sleep(0.001)
-        await asyncio.sleep(0.01)
+        deadline = time.monotonic() + 30  # generous: a busy CI box may be slow
+        while not b.acquired and time.monotonic() < deadline:
+            for _ in range(10):  # bursts: well over 50 requests/s even on a slow loop
+                r.pick("hot")
+            await asyncio.sleep(0.001)  # lets the replication task run
         return a, b
 
     _, b = asyncio.run(run())

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
+from typing import Any
 
 import pytest
-from emulator_helpers import payload
+from emulator_helpers import payload, wait_for
 
 from mmelocal.emulator.platform import EmulatorConfig
 from mmelocal.emulator.server import EmulatorServer
@@ -31,11 +31,12 @@ def test_loaded_set_over_the_limit_is_trimmed(tmp_path: Path) -> None:
         used, footprint = inst["memory_used_bytes"], min(mme.state()["footprints_bytes"].values())
         # as if the models had grown: the limit now holds one model less
         server.emulator.instances[0].limit_override_bytes = used - footprint // 2
-        for _ in range(100):
-            state = mme.state()
-            if state["event_counts"]["evict"] >= 1:
-                break
-            time.sleep(0.1)
+
+        def evicted() -> dict[str, Any] | None:
+            state: dict[str, Any] = mme.state()
+            return state if state["event_counts"]["evict"] >= 1 else None
+
+        state = wait_for(evicted)
         evictions = [e for e in state["events"] if e["kind"] == "evict"]
         assert [e["target"] for e in evictions] == ["model-0.tar.gz"]
         assert "grew over the limit" in evictions[0]["reason"]
