@@ -176,13 +176,16 @@ def _report(state: dict[str, Any], calls: _Calls, limit: int, footprint: int, ba
     warm = [lat for lat, hit in calls.latencies_s if hit]
     every = cold + warm
     counts = state["event_counts"]
-    table = Table(title="mmelocal demo: what the multi-model endpoint did")
-    table.add_column("calls through boto3", justify="right")
+    table = Table(
+        title="mmelocal demo: what the multi-model endpoint did",
+        caption="= reference: answers equal to the build's reference outputs",
+    )
+    table.add_column("boto3 calls", justify="right")
     table.add_column("failed", justify="right")
-    table.add_column("equal to the reference", justify="right")
+    table.add_column("= reference", justify="right")
     table.add_column("cache hits", justify="right")
     table.add_column("loads", justify="right")
-    table.add_column("evictions (LRU)", justify="right")
+    table.add_column("LRU evictions", justify="right")
     table.add_row(
         f"{len(every)}",
         f"{len(calls.errors)}",
@@ -197,7 +200,7 @@ def _report(state: dict[str, Any], calls: _Calls, limit: int, footprint: int, ba
     for column in ("count", "p50 (ms)", "p99 (ms)", "max (ms)"):
         latency.add_column(column, justify="right")
     _latency_row(latency, "warm: model already loaded", warm)
-    _latency_row(latency, "cold: download, load (and evict) first", cold)
+    _latency_row(latency, "cold: loaded on the call", cold)
     _latency_row(latency, "all", every)
     console.print(latency)
     console.print(
