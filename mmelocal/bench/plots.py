@@ -208,7 +208,7 @@ def sweep_throughput_curves(result: Any) -> bytes:
     _integer_x(ax)
     ax.set_title("Throughput against users per configuration")
     ax.grid(alpha=0.3)
-    ax.legend()
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)  # beside, not on, the lines
     return _png(fig)
 
 

@@ -214,9 +214,8 @@ def _add_sweep(page: _Page, result: Any, stem: str) -> None:
             "throughput against users per configuration",
         )
     page.table(f"{stem}-rows", result.table_rows(), html_hides=("reason",))
-    for row in result.rows:
-        if row.reason:
-            page.para(f"{row.name} ({row.status}): {row.reason}", note=True)
+    for note in result.notes():
+        page.para(note, note=True)
 
 
 def write_report(results: Sequence[Any], out_dir: Path | str, *, title: str = "") -> ReportFiles:

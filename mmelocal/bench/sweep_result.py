@@ -198,6 +198,16 @@ class SweepResult:
     machine: str = ""
     started_at: str = ""
 
+    def notes(self) -> list[str]:
+        """One line per distinct (status, reason): ``trt-base, trt-db (skipped): no GPU``."""
+        groups: dict[tuple[str, str], list[str]] = {}
+        for row in self.rows:
+            if row.reason:
+                groups.setdefault((row.status, row.reason), []).append(row.name)
+        return [
+            f"{', '.join(names)} ({status}): {reason}" for (status, reason), names in groups.items()
+        ]
+
     def table_rows(self) -> list[dict[str, Any]]:
         """One flat row per configuration for CSV and tables."""
         return [

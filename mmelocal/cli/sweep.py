@@ -102,10 +102,8 @@ def sweep(
     with err_console.status("sweep starting") as status:
         result = run_sweep(source, options=options, progress=lambda m: status.update(m))
     console.print(_table(result))
-    for row in result.rows:
-        if row.reason:
-            style = "yellow" if row.status != "ok" else "dim"
-            console.print(f"[{style}]{row.name} ({row.status}):[/] {escape(row.reason)}")
+    for note in result.notes():
+        console.print(f"[yellow]{escape(note)}[/]")
     console.print(f"[bold]Recommendation:[/] {escape(result.recommendation)}")
     console.print(f"[dim]{escape(result.price_note)}[/]")
     write_outputs([result], json_out, report_dir, title="Sweep")

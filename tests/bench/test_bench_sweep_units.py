@@ -87,6 +87,9 @@ def test_sizing_and_recommendation() -> None:
         price_note="n",
     )
     assert SweepResult.from_dict(result.to_dict()) == result
+    assert result.notes() == ["trt-base (skipped): no GPU"]
+    twice = replace(result, rows=(row, skipped, replace(skipped, name="trt-db")))
+    assert twice.notes() == ["trt-base, trt-db (skipped): no GPU"]
 
 
 def test_prices_are_labelled_inputs(tmp_path: Path) -> None:
