@@ -192,9 +192,10 @@ def run_loadtest(
 
 def check_reachable(worker: dict[str, Any], *, timeout_s: float = 5.0) -> None:
     """Open one TCP connection to an http(s) endpoint, so a wrong URL or a stopped server
-    fails in seconds with the reason instead of a whole load test of failed requests
-    (boto3 endpoints are left to boto3)."""
+    fails in seconds with the reason instead of a whole load test of failed requests; for
+    a SageMaker endpoint name, check that boto3 finds a region and credentials."""
     if worker["mode"] == "boto3":
+        _check_boto3_settings(worker)
         return
     import socket
 
@@ -213,6 +214,25 @@ def check_reachable(worker: dict[str, Any], *, timeout_s: float = 5.0) -> None:
             f"cannot reach {worker['host']} ({reason}): is the server running and the "
             "endpoint URL right?"
         ) from exc
+
+
+def _check_boto3_settings(worker: dict[str, Any]) -> None:
+    if worker.get("endpoint_url"):
+        return  # a local endpoint: the worker signs with us-east-1 or not at all
+    import boto3
+
+    session = boto3.session.Session(region_name=worker.get("region") or None)
+    name = worker["endpoint_name"]
+    if session.region_name is None:
+        raise BenchError(
+            f"no AWS region for SageMaker endpoint {name!r}: pass --region or set AWS_REGION; "
+            "for a local endpoint give its http:// URL"
+        )
+    if session.get_credentials() is None:
+        raise BenchError(
+            f"no AWS credentials for SageMaker endpoint {name!r}: configure them (aws "
+            "configure, AWS_PROFILE, ...); for a local endpoint give its http:// URL"
+        )
 
 
 def prewarm(config: LoadTestConfig) -> float:

@@ -113,7 +113,9 @@ class LoadTestResult:
 def summary_lines(result: LoadTestResult) -> Sequence[str]:
     """A few plain-text lines that sum the test up (for logs and reports)."""
     ceiling = result.max_users_without_failure
-    if result.failures == 0:
+    if result.requests == 0:
+        ceiling_line = "no request completed: nothing was measured"
+    elif result.failures == 0:
         ceiling_line = f"no failed request up to {ceiling} users (the highest tested)"
     elif ceiling is None:
         ceiling_line = "highest user count before the first failure: none (the first step failed)"

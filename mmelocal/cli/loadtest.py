@@ -153,6 +153,9 @@ def loadtest(
     for line in summary_lines(result):
         console.print(line, markup=False)
     write_outputs([result], json_out, report_dir, title="Load test")
-    if result.requests and result.failures == result.requests:
+    if result.requests == 0:
+        err_console.print("[bold red]no request completed[/]: nothing was measured")
+        raise SystemExit(1)
+    if result.failures == result.requests:
         err_console.print("[bold red]every request failed[/] (see the errors above)")
         raise SystemExit(1)

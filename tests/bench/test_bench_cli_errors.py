@@ -209,3 +209,39 @@ def test_every_request_failing_exits_1_and_names_the_error(
     assert "error seen" in out and "500" in out
     data = json.loads(out_json.read_text())  # the numbers are still written
     assert data["requests"] > 0 and data["failures"] == data["requests"]
+
+
+def test_sagemaker_endpoint_name_without_region_or_credentials(
+    files: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bare endpoint name goes through boto3: without a region or credentials it used to
+    run the whole shape sending nothing and report 'no failures'."""
+    for name in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE", "AWS_ACCESS_KEY_ID",
+                 "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL",
+                 "AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME"):  # fmt: skip
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(files / "no-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(files / "no-credentials"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    argv = ["loadtest", "--endpoint", "my-endpoint", "--payload", str(files / "payload.json")]
+    assert main(argv) == 2
+    assert "no AWS region for SageMaker endpoint 'my-endpoint'" in capsys.readouterr().err
+    assert main([*argv, "--region", "eu-west-1"]) == 2
+    assert "no AWS credentials" in capsys.readouterr().err
+
+
+def test_zero_requests_is_not_reported_as_no_failures() -> None:
+    import dataclasses
+
+    from bench_helpers import fake_loadtest
+
+    from mmelocal.bench.loadtest_result import summary_lines
+
+    loadtest = fake_loadtest()
+    empty = dataclasses.replace(
+        loadtest,
+        steps=tuple(
+            dataclasses.replace(s, requests=0, successes=0, failures=0) for s in loadtest.steps
+        ),
+    )
+    assert "nothing was measured" in summary_lines(empty)[1]
