@@ -16,6 +16,7 @@ nothing over the threshold.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import math
 import tempfile
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from mmelocal.bench.capacity_result import CapacityResult, LoadRecord
-from mmelocal.bench.projection import validate_threshold
+from mmelocal.bench.projection import GpuSpec, validate_threshold
 from mmelocal.errors import BenchError, MmeLocalError, UserInputError
 
 logger = logging.getLogger(__name__)
@@ -238,10 +239,12 @@ def measure_capacity(
     label: str = "",
     payload: bytes | None = None,
     content_type: str = "application/json",
+    gpus: Sequence[GpuSpec] | None = None,
 ) -> CapacityResult:
     """Build (if needed) and package ``source``, serve it with the emulator on one Triton, and
     load copies until one crosses the threshold (see the module docstring).
 
+    The result carries the projection onto ``gpus`` (default: the packaged cards).
     ``payload`` is the warm-up request sent after each load (default: a KServe v2 JSON body
     from the model's recorded sample inputs; without either, no warm-up inference runs).
     """
@@ -276,20 +279,7 @@ def measure_capacity(
                 work, [p.name for p in copies], opts, use_gpu, payload, content_type, progress
             )
         )
-    projection = None
-    if measurement.loads:
-        from mmelocal.bench.projection import project
-
-        mean = (measurement.loads[-1].used_bytes - measurement.baseline_bytes) / len(
-            measurement.loads
-        )
-        if mean > 0:
-            projection = project(
-                per_model_bytes=mean,
-                baseline_bytes=measurement.baseline_bytes,
-                threshold=opts.threshold,
-            )
-    return CapacityResult(
+    result = CapacityResult(
         source=str(source),
         label=label or f"{source} ({model.model_format})",
         model_format=model.model_format,
@@ -301,8 +291,19 @@ def measure_capacity(
         next_copy=measurement.next_copy,
         stopped_reason=measurement.stopped_reason,
         started_at=started_at,
-        projection=projection,
     )
+    mean = result.per_model_mean_bytes
+    if mean is None or mean <= 0:
+        return result
+    from mmelocal.bench.projection import project
+
+    projection = project(
+        per_model_bytes=mean,
+        baseline_bytes=result.baseline_bytes,
+        threshold=opts.threshold,
+        gpus=gpus,
+    )
+    return dataclasses.replace(result, projection=projection)
 
 
 #: Budget handed to the emulator on CPU so that it never evicts during a capacity run (the

@@ -103,7 +103,7 @@ def measure(
 ) -> None:
     """Load copy after copy of SOURCE through the emulator and read memory after each."""
     from mmelocal.bench.capacity import CapacityOptions, measure_capacity
-    from mmelocal.bench.projection import load_gpus, project
+    from mmelocal.bench.projection import load_gpus
     from mmelocal.bench.sources import check_format, is_prebuilt
 
     options = CapacityOptions(
@@ -131,17 +131,8 @@ def measure(
             progress=show,
             payload=payload.read_bytes() if payload is not None else None,
             content_type=content_type,
+            gpus=load_gpus(gpus_file),
         )
-        if gpus_file is not None and result.per_model_mean_bytes:
-            import dataclasses
-
-            projection = project(
-                per_model_bytes=result.per_model_mean_bytes,
-                baseline_bytes=result.baseline_bytes,
-                threshold=threshold,
-                gpus=load_gpus(gpus_file),
-            )
-            result = dataclasses.replace(result, projection=projection)
         results.append(result)
         for line in result.summary_lines():
             console.print(line, markup=False)
