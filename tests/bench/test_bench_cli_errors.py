@@ -27,6 +27,9 @@ def files(tmp_path: Path) -> Path:
     return tmp_path
 
 
+PROJECT = ["capacity", "project", "--per-model-mib", "1", "--baseline-mib", "1"]
+LOADTEST = ["loadtest", "--endpoint", "http://127.0.0.1:1", "--payload", "{d}/payload.json"]
+
 CASES = {
     "report: not JSON": (["report", "{d}/not-json.json", "--out", "{d}/o"], "not JSON"),
     "report: wrong kind": (["report", "{d}/wrong-kind.json", "--out", "{d}/o"], "'source'"),
@@ -35,98 +38,15 @@ CASES = {
         ["report", "{d}/lt.json", "--out", "{d}/a-file/sub"],
         "a-file is a file",
     ),
-    "project: threshold 1.5": (
-        [
-            "capacity",
-            "project",
-            "--per-model-mib",
-            "1",
-            "--baseline-mib",
-            "1",
-            "--threshold",
-            "1.5",
-        ],
-        "threshold",
-    ),
-    "project: negative MiB": (
-        ["capacity", "project", "--per-model-mib", "-3", "--baseline-mib", "1"],
-        "--per-model-mib",
-    ),
-    "project: malformed GPU YAML": (
-        [
-            "capacity",
-            "project",
-            "--per-model-mib",
-            "1",
-            "--baseline-mib",
-            "1",
-            "--gpus",
-            "{d}/bad.yaml",
-        ],
-        "not valid YAML at line",
-    ),
-    "project: json under a file": (
-        [
-            "capacity",
-            "project",
-            "--per-model-mib",
-            "1",
-            "--baseline-mib",
-            "1",
-            "--json",
-            "{d}/a-file/x.json",
-        ],
-        "a-file is a file",
-    ),
+    "project: threshold 1.5": ([*PROJECT, "--threshold", "1.5"], "threshold"),
+    "project: negative MiB": ([*PROJECT[:3], "-3", *PROJECT[4:]], "--per-model-mib"),
+    "project: malformed GPU YAML": ([*PROJECT, "--gpus", "{d}/bad.yaml"], "not valid YAML at"),
+    "project: json under a file": ([*PROJECT, "--json", "{d}/a-file/x.json"], "is a file"),
     "capacity: zero budget": (["capacity", "x", "--memory-budget", "0"], "memory_budget"),
-    "loadtest: count 0": (
-        [
-            "loadtest",
-            "--endpoint",
-            "http://127.0.0.1:1",
-            "--payload",
-            "{d}/payload.json",
-            "--count",
-            "0",
-        ],
-        "--count",
-    ),
-    "loadtest: max users -5": (
-        [
-            "loadtest",
-            "--endpoint",
-            "http://127.0.0.1:1",
-            "--payload",
-            "{d}/payload.json",
-            "--max-users",
-            "-5",
-        ],
-        "--max-users",
-    ),
-    "loadtest: malformed shape YAML": (
-        [
-            "loadtest",
-            "--endpoint",
-            "http://127.0.0.1:1",
-            "--payload",
-            "{d}/payload.json",
-            "--shape",
-            "{d}/bad.yaml",
-        ],
-        "not valid YAML at line",
-    ),
-    "loadtest: bad stage": (
-        [
-            "loadtest",
-            "--endpoint",
-            "http://127.0.0.1:1",
-            "--payload",
-            "{d}/payload.json",
-            "--shape",
-            "{d}/bad-stage.yaml",
-        ],
-        "stages[0]",
-    ),
+    "loadtest: count 0": ([*LOADTEST, "--count", "0"], "--count"),
+    "loadtest: max users -5": ([*LOADTEST, "--max-users", "-5"], "--max-users"),
+    "loadtest: malformed shape YAML": ([*LOADTEST, "--shape", "{d}/bad.yaml"], "not valid YAML"),
+    "loadtest: bad stage": ([*LOADTEST, "--shape", "{d}/bad-stage.yaml"], "stages[0]"),
     "loadtest: URL path (not markup)": (
         ["loadtest", "--endpoint", "http://127.0.0.1:1/foo", "--payload", "{d}/payload.json"],
         "/endpoints/NAME/invocations",
