@@ -27,6 +27,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from mmelocal.errors import ServerStartError, UserInputError
 from mmelocal.runtime.config import ServerConfig
@@ -188,6 +189,7 @@ class LocalLauncher(LauncherContext):
         if process is None:
             return
         pgid = process.pid
+        members = _descendants(pgid)
         if process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 process.send_signal(signal.SIGTERM)
@@ -202,6 +204,7 @@ class LocalLauncher(LauncherContext):
         _kill_group(pgid)
         with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(timeout=5)
+        _wait_gone(members, timeout_s=10.0)
         self._cleanup_shm()
         if self._process is process:
             logger.info("tritonserver pid %s stopped (code %s)", pgid, process.returncode)
@@ -234,6 +237,46 @@ def _warn_if_small_shm(per_instance_bytes: int) -> None:
             "memory pool size'. Enlarge /dev/shm (docker: --shm-size) or lower the setting",
             free_bytes / 1e6,
             per_instance_bytes / 1e6,
+        )
+
+
+def _descendants(pid: int) -> list[Any]:
+    """The server's child processes (Python-backend stubs), read while it still runs."""
+    import psutil
+
+    try:
+        return list(psutil.Process(pid).children(recursive=True))
+    except psutil.Error:
+        return []
+
+
+def _wait_gone(processes: list[Any], *, timeout_s: float) -> None:
+    """Wait until each process has exited (a zombie counts as gone), up to ``timeout_s``.
+
+    SIGKILL is asynchronous: a stub in the middle of a system call dies a moment later, and
+    its memory is only free then. Returning before that would let the next reading or the
+    next load see memory that is about to be released.
+    """
+    import psutil
+
+    deadline = time.monotonic() + timeout_s
+    pending = list(processes)
+    while pending and time.monotonic() < deadline:
+        still = []
+        for proc in pending:
+            try:
+                if proc.status() != psutil.STATUS_ZOMBIE:
+                    still.append(proc)
+            except psutil.Error:
+                pass
+        pending = still
+        if pending:
+            time.sleep(0.01)
+    if pending:
+        logger.warning(
+            "stub processes %s still running %.0fs after SIGKILL",
+            [p.pid for p in pending],
+            timeout_s,
         )
 
 
