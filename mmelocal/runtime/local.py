@@ -24,6 +24,7 @@ import os
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -158,6 +159,7 @@ class LocalLauncher(LauncherContext):
             raise ServerStartError(
                 f"could not run {install.binary}: {exc.strerror or exc}", log_path=self._log_path
             ) from exc
+        _reap_group_on_exit(self._process)
         try:
             self.ready_after_s = wait_until_ready(
                 lambda: triton_ready(endpoints),
@@ -238,6 +240,21 @@ def _warn_if_small_shm(per_instance_bytes: int) -> None:
             free_bytes / 1e6,
             per_instance_bytes / 1e6,
         )
+
+
+def _reap_group_on_exit(process: subprocess.Popen[bytes]) -> None:
+    """When tritonserver exits for any reason, SIGKILL the rest of its process group.
+
+    Python-backend stubs inherit the server's sockets: a stub that outlives a crashed
+    server keeps client connections open, and a call in flight then waits for its whole
+    timeout instead of failing at once. Killing the group closes them.
+    """
+
+    def watch() -> None:
+        process.wait()
+        _kill_group(process.pid)
+
+    threading.Thread(target=watch, name=f"tritonserver-{process.pid}-reaper", daemon=True).start()
 
 
 def _descendants(pid: int) -> list[Any]:

@@ -43,7 +43,8 @@ def test_check_passes_on_a_good_repository(tmp_path, capsys):
 def test_check_fails_with_a_clear_reason_on_broken_repositories(tmp_path, capsys):
     failures = {}
     for case, (repo, expected_text) in broken_repositories(tmp_path).items():
-        code, report = _run_json(capsys, str(repo))
+        # A bounded load/unload wait: a model that hangs must cost a minute, not five.
+        code, report = _run_json(capsys, str(repo), "--load-timeout", "60")
         assert code == 1, (case, report)
         assert report["ok"] is False
         [model] = report["models"]
