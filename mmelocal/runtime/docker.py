@@ -54,7 +54,7 @@ from mmelocal.runtime.docker_engine import (
     gpu_device_requests,
     sagemaker_triton_image,
 )
-from mmelocal.runtime.launcher import Endpoints, LauncherContext
+from mmelocal.runtime.launcher import Endpoints, OwnedServerLauncher
 from mmelocal.runtime.readiness import triton_ready, wait_until_ready
 
 logger = logging.getLogger(__name__)
@@ -78,7 +78,7 @@ def container_server_config(config: ServerConfig) -> ServerConfig:
     )
 
 
-class DockerLauncher(LauncherContext):
+class DockerLauncher(OwnedServerLauncher):
     """Start Triton in a container (see the module docstring).
 
     ``image`` defaults (``None``) to :data:`DEFAULT_IMAGE`; ``pull`` is ``"missing"`` (pull
@@ -86,7 +86,14 @@ class DockerLauncher(LauncherContext):
     engine has the nvidia runtime, else none; see :func:`gpu_device_requests` for the rest.
     ``command_prefix`` is what runs before Triton's flags; ``entrypoint`` overrides the
     image's. ``run_options`` are passed to ``containers.run`` as is (e.g. ``mem_limit``).
+
+    ``endpoints`` are on 127.0.0.1; ``log_path`` is the file the container's output is
+    streamed to; ``model_repository`` is the host folder mounted read-only at
+    :data:`CONTAINER_MODEL_REPOSITORY`; ``ready_after_s`` counts from container start and
+    ``start_overhead_s`` is the part of ``start_total_s`` that was Docker's and the launcher's.
     """
+
+    _not_started_message = "the container has not been started: call start() first"
 
     def __init__(
         self,
@@ -128,32 +135,9 @@ class DockerLauncher(LauncherContext):
         self.name = name or f"mmelocal-triton-{uuid.uuid4().hex[:10]}"
         self.run_options = dict(run_options or {})
         self._client = client
-        self._log_path = Path(log_path) if log_path is not None else None
+        self._init_server_state(log_path)
         self._container: Any = None
         self._pump: threading.Thread | None = None
-        self._endpoints: Endpoints | None = None
-        #: seconds from container start until Triton answered ready
-        self.ready_after_s: float | None = None
-        #: seconds start() took in all, and the part that was Docker's and the launcher's
-        self.start_total_s: float | None = None
-        self.start_overhead_s: float | None = None
-
-    @property
-    def endpoints(self) -> Endpoints:
-        """The server's URLs on 127.0.0.1 (after ``start()``)."""
-        if self._endpoints is None:
-            raise ServerStartError("the container has not been started: call start() first")
-        return self._endpoints
-
-    @property
-    def log_path(self) -> Path | None:
-        """The file the container's output is streamed to."""
-        return self._log_path
-
-    @property
-    def model_repository(self) -> Path | None:
-        """The host folder mounted read-only at :data:`CONTAINER_MODEL_REPOSITORY`."""
-        return self.config.model_repository
 
     @property
     def container_id(self) -> str | None:

@@ -14,7 +14,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Protocol, Self, runtime_checkable
 
-from mmelocal.errors import UserInputError
+from mmelocal.errors import ServerStartError, UserInputError
+from mmelocal.runtime.config import ServerConfig
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -126,4 +127,49 @@ class LauncherContext:
         self.stop()
 
 
-__all__ = ["Endpoints", "LauncherContext", "TritonLauncher"]
+class _HasConfig(Protocol):
+    @property
+    def config(self) -> ServerConfig: ...
+
+
+class OwnedServerLauncher(LauncherContext):
+    """What the launchers that start their own Triton (local binary, Docker) share.
+
+    The :attr:`endpoints` / :attr:`log_path` / :attr:`model_repository` properties and the
+    start timings: ``ready_after_s`` (seconds from spawn until the server answered ready),
+    ``start_total_s`` (seconds ``start()`` took in all) and ``start_overhead_s`` (the part
+    that was the launcher's own work). Subclasses call :meth:`_init_server_state` and
+    provide ``config`` (a :class:`ServerConfig`).
+    """
+
+    #: the error ``endpoints`` raises before ``start()``
+    _not_started_message = "the server has not been started: call start() first"
+
+    def _init_server_state(self, log_path: Path | str | None) -> None:
+        self._log_path = Path(log_path) if log_path is not None else None
+        self._endpoints: Endpoints | None = None
+        #: seconds from spawn until the server answered ready
+        self.ready_after_s: float | None = None
+        #: seconds start() took in all, and the part that was the launcher's own work
+        self.start_total_s: float | None = None
+        self.start_overhead_s: float | None = None
+
+    @property
+    def endpoints(self) -> Endpoints:
+        """The server's URLs (after ``start()``)."""
+        if self._endpoints is None:
+            raise ServerStartError(self._not_started_message)
+        return self._endpoints
+
+    @property
+    def log_path(self) -> Path | None:
+        """The server's log file."""
+        return self._log_path
+
+    @property
+    def model_repository(self: _HasConfig) -> Path | None:
+        """The model repository of ``config`` (the one the server serves)."""
+        return self.config.model_repository
+
+
+__all__ = ["Endpoints", "LauncherContext", "OwnedServerLauncher", "TritonLauncher"]

@@ -41,7 +41,7 @@ from mmelocal.runtime.install import (
     prepare_backend_directory,
     server_environment,
 )
-from mmelocal.runtime.launcher import Endpoints, LauncherContext
+from mmelocal.runtime.launcher import Endpoints, OwnedServerLauncher
 from mmelocal.runtime.readiness import triton_ready, wait_until_ready
 
 logger = logging.getLogger(__name__)
@@ -54,11 +54,13 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-class LocalLauncher(LauncherContext):
+class LocalLauncher(OwnedServerLauncher):
     """Start the tritonserver binary as a child process (see the module docstring).
 
     ``tritonserver`` is a binary path or an install folder (default: the wheel). The log
-    goes to ``log_path`` (default ``<temp>/tritonserver.log``, kept after stop).
+    goes to ``log_path`` (default ``<temp>/tritonserver.log``, kept after stop);
+    ``model_repository`` is the repository passed to tritonserver; ``ready_after_s`` is
+    tritonserver's own start.
     """
 
     def __init__(
@@ -77,39 +79,16 @@ class LocalLauncher(LauncherContext):
         self._tritonserver = tritonserver
         self.start_timeout_s = start_timeout_s
         self.stop_timeout_s = stop_timeout_s
-        self._log_path = Path(log_path) if log_path is not None else None
+        self._init_server_state(log_path)
         self._die_with_parent = die_with_parent
         self._config: ServerConfig | None = None
         self._process: subprocess.Popen[bytes] | None = None
-        self._endpoints: Endpoints | None = None
         self._shm_prefix = f"mmelocal_{os.getpid()}_{uuid.uuid4().hex[:8]}_"
-        #: seconds from spawn until the server answered ready (tritonserver's own start)
-        self.ready_after_s: float | None = None
-        #: seconds start() took in all, and the part that was the launcher's own work
-        self.start_total_s: float | None = None
-        self.start_overhead_s: float | None = None
 
     @property
     def config(self) -> ServerConfig:
         """The config in use (ports resolved once started)."""
         return self._config or self._requested
-
-    @property
-    def endpoints(self) -> Endpoints:
-        """The server's URLs (after ``start()``)."""
-        if self._endpoints is None:
-            raise ServerStartError("the server has not been started: call start() first")
-        return self._endpoints
-
-    @property
-    def log_path(self) -> Path | None:
-        """The server's log file."""
-        return self._log_path
-
-    @property
-    def model_repository(self) -> Path | None:
-        """The repository passed to tritonserver."""
-        return self.config.model_repository
 
     def pid(self) -> int | None:
         """tritonserver's pid (None before start)."""
