@@ -55,7 +55,8 @@ class EvictionMixin:
         """A fresh probe reading (the instance defines it)."""
         raise NotImplementedError
 
-    def _connection_error(self, exc: BaseException) -> EmulatorError:
+    def connection_error(self, exc: BaseException) -> EmulatorError:
+        """The error for a failed connection to Triton (the instance defines it)."""
         raise NotImplementedError
 
     async def _make_room(
@@ -101,7 +102,7 @@ class EvictionMixin:
                 await resp.read()
                 return resp.status
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-            raise self._connection_error(exc) from exc
+            raise self.connection_error(exc) from exc
 
     async def _unload(self, entry: ModelEntry, *, kind: str, reason: str) -> None:
         """Unload one idle model; return once the probe shows its memory released.

@@ -21,10 +21,10 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from mmelocal.emulator.instance import InstanceUnavailableError, ModelNotReadyError
-from mmelocal.emulator.platform import Emulator
+from mmelocal.emulator.platform import Emulator, InvokeResult
 from mmelocal.errors import (
     ModelLoadError,
     ModelNotFoundError,
@@ -47,19 +47,17 @@ JSON_TYPE = "application/json"
 HeaderGetter = Callable[[str], "str | None"]
 
 _REQUEST_IDS = itertools.count()
-_REQUEST_PREFIX = uuid.uuid4().hex[:20]
+_HEX = uuid.uuid4().hex
+_REQUEST_PREFIX = f"{_HEX[:8]}-{_HEX[8:12]}-{_HEX[12:16]}-{_HEX[16:20]}-"
 
 
 def request_id() -> str:
     """A unique ``x-amzn-RequestId`` (uuid-shaped; a counter after a random prefix)."""
-    n = next(_REQUEST_IDS)
-    p = _REQUEST_PREFIX
-    return f"{p[:8]}-{p[8:12]}-{p[12:16]}-{p[16:20]}-{n:012x}"
+    return f"{_REQUEST_PREFIX}{next(_REQUEST_IDS):012x}"
 
 
-@dataclass(frozen=True, slots=True)
-class Answer:
-    """A complete HTTP answer."""
+class Answer(NamedTuple):
+    """A complete HTTP answer (a tuple: built on every request)."""
 
     status: int
     headers: list[tuple[str, str]]
@@ -136,16 +134,27 @@ async def _invocation(
     try:
         result = await emulator.invoke(target, body, forward_headers(get))
     except Exception as exc:
-        status, kind, message = error_for(exc)
-        if status == 500:
-            logger.exception("invocation of %r failed", target)
-        extra: dict[str, object] = {}
-        if isinstance(exc, ModelLoadError):
-            extra = {
-                "OriginalStatusCode": exc.status_code or 500,
-                "OriginalMessage": exc.triton_message or message,
-            }
-        return sagemaker_error(status, kind, message, **extra), 0.0
+        return invocation_error(exc, target), 0.0
+    return invocation_answer(emulator, target, result), result.model_latency_s
+
+
+def invocation_error(exc: BaseException, target: str) -> Answer:
+    """The InvokeEndpoint answer for an exception from the platform."""
+    status, kind, message = error_for(exc)
+    if status == 500:
+        logger.error("invocation of %r failed", target, exc_info=exc)
+    extra: dict[str, object] = {}
+    if isinstance(exc, ModelLoadError):
+        extra = {
+            "OriginalStatusCode": exc.status_code or 500,
+            "OriginalMessage": exc.triton_message or message,
+        }
+    return sagemaker_error(status, kind, message, **extra)
+
+
+def invocation_answer(emulator: Emulator, target: str, result: InvokeResult) -> Answer:
+    """The InvokeEndpoint answer for Triton's reply: the body unchanged on success, a
+    ``ModelError`` carrying Triton's status and message otherwise."""
     if result.status != 200:
         original = result.body.decode("utf-8", errors="replace")
         side = "client" if result.status < 500 else "server"
@@ -153,7 +162,7 @@ async def _invocation(
             f"Received {side} error ({result.status}) from model {target!r} with message "
             f'"{original}".'
         )
-        answer = sagemaker_error(
+        return sagemaker_error(
             424,
             "ModelError",
             message,
@@ -161,7 +170,6 @@ async def _invocation(
             OriginalMessage=original,
             LogStreamArn=_log_stream(emulator, result.instance),
         )
-        return answer, result.model_latency_s
     headers = [
         ("Content-Type", result.headers.get("content-type", JSON_TYPE)),
         (VARIANT_HEADER, "AllTraffic"),
@@ -171,7 +179,7 @@ async def _invocation(
     custom = result.headers.get(CUSTOM_ATTRIBUTES.lower())
     if custom is not None:
         headers.append((CUSTOM_ATTRIBUTES, custom))
-    return Answer(200, headers, result.body), result.model_latency_s
+    return Answer(200, headers, result.body)
 
 
 def _log_stream(emulator: Emulator, instance: int) -> str:
@@ -192,21 +200,32 @@ async def handle_v2_infer(
     try:
         result = await emulator.invoke(target, body, forward_headers(get, content_type))
         model_s = result.model_latency_s
-        out: list[tuple[str, str]] = []
-        kind = result.headers.get("content-type", JSON_TYPE)
-        if kind.startswith(SAGEMAKER_BINARY):
-            out.append((V2_BINARY_HEADER, kind[len(SAGEMAKER_BINARY) :]))
-            kind = "application/octet-stream"
-        out.append(("Content-Type", kind))
-        answer = Answer(result.status, out, result.body)
+        answer = v2_answer(result)
     except Exception as exc:
-        status, _kind, message = error_for(exc)
-        if status == 500:
-            logger.exception("v2 infer for %r failed", target)
-        answer = v2_error(status if status != 429 else 503, message)
+        answer = v2_infer_error(exc, target)
     emulator.metrics.record_invocation(answer.status)
     emulator.metrics.observe("OverheadLatency", max(0.0, time.perf_counter() - t0 - model_s) * 1e6)
     return answer
+
+
+def v2_answer(result: InvokeResult) -> Answer:
+    """The v2 infer answer for Triton's reply (SageMaker's binary content type translated
+    back to the v2 binary extension's header)."""
+    out: list[tuple[str, str]] = []
+    kind = result.headers.get("content-type", JSON_TYPE)
+    if kind.startswith(SAGEMAKER_BINARY):
+        out.append((V2_BINARY_HEADER, kind[len(SAGEMAKER_BINARY) :]))
+        kind = "application/octet-stream"
+    out.append(("Content-Type", kind))
+    return Answer(result.status, out, result.body)
+
+
+def v2_infer_error(exc: BaseException, target: str) -> Answer:
+    """The v2 infer answer (Triton's error shape) for an exception from the platform."""
+    status, _kind, message = error_for(exc)
+    if status == 500:
+        logger.error("v2 infer for %r failed", target, exc_info=exc)
+    return v2_error(status if status != 429 else 503, message)
 
 
 V2_ACTIONS = ("infer", "ready", "config", "stats")
@@ -234,7 +253,11 @@ __all__ = [
     "forward_headers",
     "handle_invocation",
     "handle_v2_infer",
+    "invocation_answer",
+    "invocation_error",
     "parse_v2_path",
     "sagemaker_error",
+    "v2_answer",
     "v2_error",
+    "v2_infer_error",
 ]

@@ -45,6 +45,13 @@ from mmelocal.runtime.sagemaker import TARGET_MODEL_HEADER
 logger = logging.getLogger(__name__)
 
 
+def late_reply(timeout_s: float) -> tuple[int, bytes, dict[str, str]]:
+    """Triton's answer came later than the limit: as SageMaker, a 504 the caller gets as a
+    ModelError."""
+    message = f"the model did not answer within {timeout_s:g}s (SageMaker's limit is 60 s)"
+    return 504, json.dumps({"error": message}).encode(), {"content-type": "application/json"}
+
+
 class TritonInstance(LoadingMixin):
     """The loaded set and the load/unload/invoke calls of one Triton server."""
 
@@ -205,18 +212,19 @@ class TritonInstance(LoadingMixin):
                 "POST", f"/models/{key}/invoke", headers, body, timeout_s=timeout_s
             )
         except UpstreamTimeoutError:
-            # as SageMaker: the model's answer is late; the caller gets a ModelError
-            message = f"the model did not answer within {timeout_s:g}s (SageMaker's limit is 60 s)"
-            return (
-                504,
-                json.dumps({"error": message}).encode(),
-                {"content-type": "application/json"},
-            )
+            return late_reply(timeout_s)
         except UpstreamError as exc:
-            raise self._connection_error(exc) from exc
+            raise self.connection_error(exc) from exc
         return status, data, out_headers
 
-    def _connection_error(self, exc: BaseException) -> EmulatorError:
+    @property
+    def upstream(self) -> UpstreamPool:
+        """The keep-alive connections to this server's SageMaker front end."""
+        return self._upstream
+
+    def connection_error(self, exc: BaseException) -> EmulatorError:
+        """The error for a failed connection to Triton (marks the instance down when the
+        process died)."""
         if not self.launcher.is_alive():
             self.up = False
             return InstanceUnavailableError(
@@ -303,4 +311,5 @@ __all__ = [
     "ModelEntry",
     "ModelNotReadyError",
     "TritonInstance",
+    "late_reply",
 ]

@@ -194,7 +194,7 @@ class LoadingMixin(EvictionMixin):
                 model_name=entry.target,
             ) from exc
         except aiohttp.ClientError as exc:
-            raise self._connection_error(exc) from exc
+            raise self.connection_error(exc) from exc
 
 
 __all__ = ["LoadingMixin"]

@@ -36,7 +36,7 @@ logger = logging.getLogger(__name__)
 LauncherFactory = Callable[[int, Path], TritonLauncher]
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class InvokeResult:
     """Triton's answer to one forwarded request and where the time went."""
 
@@ -227,6 +227,18 @@ class Emulator:
             self._valid_targets.add(target)
         return target
 
+    def known_target(self, target: str) -> bool:
+        """True when ``target`` already passed :meth:`check_target` (no new validation)."""
+        return target in self._valid_targets
+
+    def note_served(self, *, cache_hit: bool, wait_s: float, model_latency_s: float) -> None:
+        """Record one request Triton answered: cache hit, load wait, model latency."""
+        observe = self.metrics.observe
+        observe("ModelCacheHit", 1.0 if cache_hit else 0.0)
+        if not cache_hit:
+            observe("ModelLoadingWaitTime", wait_s * 1e6)
+        observe("ModelLatency", model_latency_s * 1e6)
+
     async def invoke(
         self, target: str, body: bytes, headers: list[tuple[str, str]], *, retries: int = 1
     ) -> InvokeResult:
@@ -246,10 +258,9 @@ class Emulator:
                 attempt += 1
                 await self._recover_from(inst, target, status)
                 continue
-            self.metrics.observe("ModelCacheHit", 1.0 if acquired.cache_hit else 0.0)
-            if not acquired.cache_hit:
-                self.metrics.observe("ModelLoadingWaitTime", acquired.wait_s * 1e6)
-            self.metrics.observe("ModelLatency", latency * 1e6)
+            self.note_served(
+                cache_hit=acquired.cache_hit, wait_s=acquired.wait_s, model_latency_s=latency
+            )
             return InvokeResult(
                 status=status,
                 body=data,

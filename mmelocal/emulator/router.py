@@ -78,6 +78,24 @@ class Router:
             raise InstanceUnavailableError("every Triton instance is restarting; retry")
         return max(up, key=lambda i: (i.free_bytes, -len(i.models)))
 
+    def pick_ready(self, target: str) -> TritonInstance | None:
+        """The instance to serve ``target`` when it is loaded somewhere, else None (no
+        error: the caller takes :meth:`pick`'s path)."""
+        if len(self.instances) == 1:
+            only = self.instances[0]
+            return only if only.up and only.is_ready(target) else None
+        best: TritonInstance | None = None
+        best_busy = 0
+        for inst in self.instances:
+            entry = inst.models.get(target)
+            if entry is None or not inst.up or not inst.is_ready(target):
+                continue
+            if best is None or entry.in_flight < best_busy:
+                best, best_busy = inst, entry.in_flight
+        if best is not None:
+            self._note(target, best)
+        return best
+
     async def stop(self) -> None:
         """Cancel hot-model replications in progress."""
         tasks = list(self._replicating.values())

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from mmelocal.errors import UserInputError
 
@@ -25,11 +25,19 @@ class UpstreamTimeoutError(UpstreamError):
     """Triton did not answer within the request's deadline (the connection is closed)."""
 
 
-class _Connection(asyncio.Protocol):
+#: (status, lower-cased headers, body)
+Reply = tuple[int, dict[str, str], bytes]
+#: called once per request with the reply, or with None and the error
+ReplyCallback = Callable[["Reply | None", "UpstreamError | None"], None]
+
+
+class UpstreamConnection(asyncio.Protocol):
+    """One keep-alive connection to Triton; one request at a time."""
+
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self.buffer = bytearray()
-        self.future: asyncio.Future[tuple[int, dict[str, str], bytes]] | None = None
+        self.callback: ReplyCallback | None = None
         self.closed = False
         self.keep_alive = True
         self._head: tuple[int, dict[str, str]] | None = None
@@ -42,24 +50,42 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        if self.future is not None and not self.future.done():
-            self.future.set_exception(UpstreamError(f"Triton closed the connection ({exc})"))
+        self._reply(None, UpstreamError(f"Triton closed the connection ({exc})"))
 
-    def start(self, data: bytes) -> asyncio.Future[tuple[int, dict[str, str], bytes]]:
+    def send(self, data: bytes, callback: ReplyCallback) -> None:
+        """Write one request; ``callback`` gets the reply (or the error) exactly once."""
         assert self.transport is not None
         self.buffer.clear()
         self._head = None
-        self.future = asyncio.get_running_loop().create_future()
+        self.callback = callback
         self.transport.write(data)
-        return self.future
+
+    def start(self, data: bytes) -> asyncio.Future[Reply]:
+        """:meth:`send` with a future for the reply."""
+        future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+
+        def settle(reply: Reply | None, error: UpstreamError | None) -> None:
+            if future.done():
+                return
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(reply)  # type: ignore[arg-type]
+
+        self.send(data, settle)
+        return future
 
     def expire(self, timeout_s: float) -> None:
         """The deadline passed: fail the request in progress and drop the connection."""
-        if self.future is not None and not self.future.done():
-            self.future.set_exception(UpstreamTimeoutError(f"no answer within {timeout_s:g}s"))
         self.closed = True
         if self.transport is not None:
             self.transport.close()
+        self._reply(None, UpstreamTimeoutError(f"no answer within {timeout_s:g}s"))
+
+    def _reply(self, reply: Reply | None, error: UpstreamError | None) -> None:
+        callback, self.callback = self.callback, None
+        if callback is not None:
+            callback(reply, error)
 
     def data_received(self, data: bytes) -> None:
         self.buffer += data
@@ -112,8 +138,7 @@ class _Connection(asyncio.Protocol):
     def _finish(self, body: bytes) -> None:
         assert self._head is not None
         status, headers = self._head
-        if self.future is not None and not self.future.done():
-            self.future.set_result((status, headers, body))
+        self._reply((status, headers, body), None)
 
 
 class UpstreamPool:
@@ -128,16 +153,36 @@ class UpstreamPool:
         self.port = int(port)
         self._hostport = hostport.encode()
         self.max_idle = max_idle
-        self._idle: list[_Connection] = []
+        self._idle: list[UpstreamConnection] = []
 
-    async def _connection(self) -> _Connection:
+    @property
+    def hostport(self) -> bytes:
+        """``host:port`` as the ``Host`` header carries it."""
+        return self._hostport
+
+    def take_idle(self) -> UpstreamConnection | None:
+        """An open idle connection, or None (then use :meth:`request`)."""
         while self._idle:
             conn = self._idle.pop()
             if not conn.closed:
                 return conn
+        return None
+
+    def give_back(self, conn: UpstreamConnection) -> None:
+        """Return a connection after its reply (closed unless it can be kept alive)."""
+        if conn.keep_alive and not conn.closed and len(self._idle) < self.max_idle:
+            self._idle.append(conn)
+        elif conn.transport is not None:
+            conn.closed = True
+            conn.transport.close()
+
+    async def _connection(self) -> UpstreamConnection:
+        conn = self.take_idle()
+        if conn is not None:
+            return conn
         loop = asyncio.get_running_loop()
         try:
-            _, conn = await loop.create_connection(_Connection, self.host, self.port)
+            _, conn = await loop.create_connection(UpstreamConnection, self.host, self.port)
         except OSError as exc:
             raise UpstreamError(
                 f"cannot connect to Triton at {self.host}:{self.port}: {exc}"
@@ -174,10 +219,7 @@ class UpstreamPool:
         finally:
             if deadline is not None:
                 deadline.cancel()
-        if conn.keep_alive and not conn.closed and len(self._idle) < self.max_idle:
-            self._idle.append(conn)
-        elif conn.transport is not None:
-            conn.transport.close()
+        self.give_back(conn)
         return result
 
     def close(self) -> None:
@@ -189,4 +231,11 @@ class UpstreamPool:
         self._idle.clear()
 
 
-__all__ = ["UpstreamError", "UpstreamPool", "UpstreamTimeoutError"]
+__all__ = [
+    "Reply",
+    "ReplyCallback",
+    "UpstreamConnection",
+    "UpstreamError",
+    "UpstreamPool",
+    "UpstreamTimeoutError",
+]
