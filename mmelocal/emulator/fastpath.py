@@ -19,6 +19,7 @@ from http import HTTPStatus
 from typing import Any
 
 from mmelocal.emulator.handlers import Answer, handle_invocation, handle_v2_infer, v2_error
+from mmelocal.emulator.hotlane import HotLane
 from mmelocal.emulator.platform import Emulator
 from mmelocal.emulator.upstream import UpstreamError, UpstreamPool
 
@@ -47,16 +48,17 @@ def available() -> bool:
 
 def encode_answer(answer: Answer, *, keep_alive: bool) -> bytes:
     """Status line, headers and body as one buffer."""
-    reason = _REASONS.get(answer.status, b"Unknown")
-    parts = [b"HTTP/1.1 %d %s\r\n" % (answer.status, reason)]
-    for name, value in answer.headers:
-        parts.append(f"{name}: {value}\r\n".encode("latin-1"))
-    parts.append(b"Content-Length: %d\r\n" % len(answer.body))
-    if not keep_alive:
-        parts.append(b"Connection: close\r\n")
-    parts.append(b"\r\n")
-    parts.append(answer.body)
-    return b"".join(parts)
+    status, headers, body = answer
+    head = "".join([f"{name}: {value}\r\n" for name, value in headers]).encode("latin-1")
+    close = b"" if keep_alive else b"Connection: close\r\n"
+    return b"HTTP/1.1 %d %s\r\n%sContent-Length: %d\r\n%s\r\n%s" % (
+        status,
+        _REASONS.get(status, b"Unknown"),
+        head,
+        len(body),
+        close,
+        body,
+    )
 
 
 class _Request:
@@ -80,6 +82,8 @@ class _Protocol(asyncio.Protocol):
         self.request = _Request()
         self.queue: deque[_Request] = deque()
         self.worker: asyncio.Task[None] | None = None
+        #: a request is on the hot lane: later ones wait in the queue (answers in order)
+        self.busy = False
         self.size = 0
 
     # -- transport callbacks -----------------------------------------------------------
@@ -131,11 +135,40 @@ class _Protocol(asyncio.Protocol):
         request = self.request
         request.method = self.parser.get_method()
         request.keep_alive = self.parser.should_keep_alive()
+        idle = not self.busy and not self.queue and (self.worker is None or self.worker.done())
+        if idle and self.server.serve_hot(request, self):
+            self.busy = True
+            return
         self.queue.append(request)
-        if self.worker is None or self.worker.done():
-            self.worker = asyncio.ensure_future(self._serve())
+        self._kick()
 
     # -- serving -----------------------------------------------------------------------
+    def _kick(self) -> None:
+        """Serve the queue on the coroutine path unless that is already under way."""
+        if self.queue and not self.busy and (self.worker is None or self.worker.done()):
+            self.worker = asyncio.ensure_future(self._serve())
+
+    def hot_done(self, request: object, answer: Answer) -> None:
+        """The hot lane's answer to ``request``."""
+        self.busy = False
+        if self.transport is None:
+            return
+        keep_alive = getattr(request, "keep_alive", False)
+        self.transport.write(encode_answer(answer, keep_alive=keep_alive))
+        if not keep_alive:
+            self.transport.close()
+            return
+        self._kick()
+
+    def hot_fallback(self, request: object) -> None:
+        """The hot lane gave ``request`` back: serve it first, on the coroutine path."""
+        self.busy = False
+        if self.transport is None:
+            return
+        assert isinstance(request, _Request)
+        self.queue.appendleft(request)
+        self._kick()
+
     async def _serve(self) -> None:
         while self.queue:
             request = self.queue.popleft()
@@ -155,9 +188,12 @@ class _Protocol(asyncio.Protocol):
 class FastFrontServer:
     """Answers the hot routes itself; passes everything else to the aiohttp app."""
 
-    def __init__(self, emulator: Emulator, app_url: str) -> None:
+    def __init__(self, emulator: Emulator, app_url: str, *, hot_lane: bool = True) -> None:
         self.emulator = emulator
         self.app = UpstreamPool(app_url)
+        #: cache hits served with callbacks (:mod:`.hotlane`); None: every request takes
+        #: the coroutine path
+        self.lane = HotLane(emulator) if hot_lane else None
         self._server: asyncio.AbstractServer | None = None
 
     async def start(self, sock: socket.socket) -> None:
@@ -171,6 +207,29 @@ class FastFrontServer:
             self._server.close()
             self._server = None
         self.app.close()
+
+    def serve_hot(self, request: _Request, requester: _Protocol) -> bool:
+        """Start ``request`` on the hot lane when it is a warm hot-route call."""
+        url = request.url
+        lane = self.lane
+        if lane is None or request.method != b"POST" or b"?" in url or b"%" in url:
+            return False
+        parts = request.body
+        body = parts[0] if len(parts) == 1 else b"".join(parts)
+        if url.startswith(b"/endpoints/") and url.endswith(b"/invocations"):
+            name = url[len(b"/endpoints/") : -len(b"/invocations")]
+            if not name or b"/" in name:
+                return False
+            return lane.invocation(
+                name.decode("latin-1"), request.headers, body, request, requester
+            )
+        if url.startswith(b"/v2/models/") and url.endswith(b"/infer"):
+            target = url[len(b"/v2/models/") : -len(b"/infer")].decode("latin-1")
+            head, sep, version = target.rpartition("/versions/")
+            if sep and version.isdigit():
+                target = head
+            return lane.v2_infer(target, request.headers, body, request, requester)
+        return False
 
     async def answer(self, request: _Request) -> Answer:
         """Route one request."""

@@ -33,6 +33,8 @@ COUNTERS: dict[str, str] = {
     "ModelLoads": "models loaded into Triton",
     "ModelUnloads": "models unloaded from Triton",
     "ModelEvictions": "models unloaded to make room (least recently used)",
+    "HotLaneInvocations": "invocations of warm targets served on the hot lane (callbacks)",
+    "HotLaneFallbacks": "hot-lane invocations handed to the coroutine path (404, 507, lost link)",
 }
 GAUGES: dict[str, str] = {
     "LoadedModelCount": "models loaded in Triton",

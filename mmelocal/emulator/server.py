@@ -77,13 +77,19 @@ def bind_socket(host: str, port: int) -> socket.socket:
 class Listener:
     """The emulator's HTTP listener: the fast front server when ``httptools`` is installed
     (hot routes answered directly, the rest passed to the aiohttp app on a private port),
-    else the aiohttp app alone."""
+    else the aiohttp app alone. ``hot_lane`` (default: on unless
+    ``MMELOCAL_EMULATOR_HOT_LANE=0``) serves cache hits with callbacks (:mod:`.hotlane`)."""
 
-    def __init__(self, emulator: Emulator, *, fast: bool | None = None) -> None:
+    def __init__(
+        self, emulator: Emulator, *, fast: bool | None = None, hot_lane: bool | None = None
+    ) -> None:
         self.emulator = emulator
         if fast is None:  # MMELOCAL_EMULATOR_FAST=0 forces the plain aiohttp server
             fast = os.environ.get("MMELOCAL_EMULATOR_FAST", "1") != "0" and fastpath.available()
         self.fast = fast
+        if hot_lane is None:
+            hot_lane = os.environ.get("MMELOCAL_EMULATOR_HOT_LANE", "1") != "0"
+        self.hot_lane = hot_lane
         self._runner: web.AppRunner | None = None
         self._front: fastpath.FastFrontServer | None = None
 
@@ -99,7 +105,9 @@ class Listener:
                 private = pick_free_port("127.0.0.1")
                 await web.TCPSite(self._runner, "127.0.0.1", private, backlog=1024).start()
                 app_url = f"http://127.0.0.1:{private}"
-                self._front = fastpath.FastFrontServer(self.emulator, app_url)
+                self._front = fastpath.FastFrontServer(
+                    self.emulator, app_url, hot_lane=self.hot_lane
+                )
                 await self._front.start(sock)
             else:
                 await web.SockSite(self._runner, sock, backlog=1024).start()
@@ -149,6 +157,7 @@ class EmulatorServer:
         port: int = 0,
         start_timeout_s: float = 180.0,
         fast: bool | None = None,
+        hot_lane: bool | None = None,
     ) -> None:
         self.emulator = config if isinstance(config, Emulator) else Emulator(config)
         self.host = host
@@ -158,6 +167,7 @@ class EmulatorServer:
         self._thread: threading.Thread | None = None
         self._listener: Listener | None = None
         self.fast = fast
+        self.hot_lane = hot_lane
         self._ready = threading.Event()
         self._error: BaseException | None = None
 
@@ -201,7 +211,7 @@ class EmulatorServer:
             loop.close()
 
     async def _setup(self) -> None:
-        self._listener = Listener(self.emulator, fast=self.fast)
+        self._listener = Listener(self.emulator, fast=self.fast, hot_lane=self.hot_lane)
         await self._listener.start(self.host, self.port)
 
     async def _cleanup(self) -> None:

@@ -1,0 +1,210 @@
+"""The hot lane (warm targets served with callbacks) answers byte for byte as the
+coroutine path does, keeps answers in order on one connection, and hands a request back
+when Triton lost the model."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import urllib.request
+from collections.abc import Iterator
+from contextlib import closing
+from pathlib import Path
+
+import numpy as np
+import pytest
+from emulator_helpers import output_of, payload
+
+from mmelocal.emulator.cache import target_key
+from mmelocal.emulator.platform import Emulator, EmulatorConfig
+from mmelocal.emulator.server import EmulatorServer, Listener
+from mmelocal.testing.tiny_model import expected, write_tarball
+
+pytestmark = pytest.mark.triton
+
+SCALES = {"a.tar.gz": 2.0, "b.tar.gz": 3.0, "c.tar.gz": 5.0}
+BINARY = "application/vnd.sagemaker-triton.binary+json;json-header-size="
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, EmulatorServer]]:
+    """Two emulators on one store: with the hot lane and without it."""
+    root = tmp_path_factory.mktemp("hotlane")
+    store = root / "store"
+    store.mkdir()
+    for name, scale in SCALES.items():
+        write_tarball(store / name, scale=scale)
+    made = {
+        kind: EmulatorServer(
+            EmulatorConfig(  # paths of one length: error bodies name the Triton log
+                store=str(store), cache_dir=root / f"cache-{index}", memory_budget_bytes=4 << 30
+            ),
+            fast=True,
+            hot_lane=kind == "lane",
+        )
+        for index, kind in enumerate(("lane", "plain"))
+    }
+    with made["lane"], made["plain"]:
+        yield made
+
+
+def _binary_body(x: np.ndarray) -> tuple[bytes, int]:
+    import tritonclient.http as httpclient
+
+    tensor = httpclient.InferInput("INPUT0", list(x.shape), "FP32")
+    tensor.set_data_from_numpy(x, binary_data=True)
+    out = httpclient.InferRequestedOutput("OUTPUT0", binary_data=True)
+    body, json_size = httpclient.InferenceServerClient.generate_request_body([tensor], [out])
+    return body, int(json_size)
+
+
+def _requests() -> list[tuple[str, str, dict[str, str], bytes]]:
+    """(label, path, headers, body): success and failure on both hot routes."""
+    x, body = payload(rows=3, start=1.5)
+    binary, json_size = _binary_body(x)
+    wrong = json.dumps(
+        {"inputs": [{"name": "NOPE", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}]}
+    ).encode()
+    mme = "/endpoints/ep/invocations"
+    target = {"X-Amzn-SageMaker-Target-Model": "a.tar.gz"}
+    js = {"Content-Type": "application/json"}
+    return [
+        ("mme json", mme, {**js, **target, "Accept": "application/json"}, body),
+        (
+            "mme binary + custom attributes",
+            mme,
+            {
+                "Content-Type": f"{BINARY}{json_size}",
+                "X-Amzn-SageMaker-Custom-Attributes": "trace=1",
+                **target,
+            },
+            binary,
+        ),
+        ("mme wrong input name", mme, {**js, **target}, wrong),
+        ("v2 json", "/v2/models/a.tar.gz/infer", js, body),
+        ("v2 version path", "/v2/models/b.tar.gz/versions/1/infer", js, body),
+        (
+            "v2 binary",
+            "/v2/models/a.tar.gz/infer",
+            {"Inference-Header-Content-Length": str(json_size)},
+            binary,
+        ),
+        ("v2 wrong input name", "/v2/models/a.tar.gz/infer", js, wrong),
+    ]
+
+
+def _send(
+    conn: http.client.HTTPConnection, path: str, headers: dict[str, str], body: bytes
+) -> tuple[int, list[tuple[str, str]], bytes]:
+    conn.request("POST", path, body=body, headers=headers)
+    response = conn.getresponse()
+    data = response.read()
+    kept = [(k.lower(), v) for k, v in response.getheaders() if k.lower() != "x-amzn-requestid"]
+    return response.status, kept, data
+
+
+def test_the_lane_answers_exactly_as_the_coroutine_path(
+    servers: dict[str, EmulatorServer],
+) -> None:
+    conns = {
+        kind: http.client.HTTPConnection(server.host, server.port, timeout=120)
+        for kind, server in servers.items()
+    }
+    requests = _requests()
+    for _label, path, headers, body in requests:  # first calls load the models
+        for conn in conns.values():
+            _send(conn, path, headers, body)
+    lane_metrics = servers["lane"].emulator.metrics.counters
+    before = lane_metrics["HotLaneInvocations"]
+    for label, path, headers, body in requests:
+        answers = {}
+        for kind, conn in conns.items():
+            status, head, data = _send(conn, path, headers, body)
+            cache = str(servers[kind].emulator.cache_dir).encode()
+            answers[kind] = (status, head, data.replace(cache, b"<cache>"))
+        assert answers["lane"] == answers["plain"], label
+        assert answers["lane"][0] in (200, 400, 424), label
+    assert lane_metrics["HotLaneInvocations"] - before == len(requests)
+    assert servers["plain"].emulator.metrics.counters["HotLaneInvocations"] == 0
+    for conn in conns.values():
+        conn.close()
+
+
+def _read_answers(sock: socket.socket, count: int) -> list[tuple[int, bytes]]:
+    """``count`` HTTP answers (status, body) read in order from one connection."""
+    buffer = b""
+    answers: list[tuple[int, bytes]] = []
+    while len(answers) < count:
+        end = buffer.find(b"\r\n\r\n")
+        if end >= 0:
+            head = buffer[:end].decode("latin-1").split("\r\n")
+            length = next(
+                int(line.split(":", 1)[1])
+                for line in head
+                if line.lower().startswith("content-length:")
+            )
+            if len(buffer) >= end + 4 + length:
+                answers.append((int(head[0].split()[1]), buffer[end + 4 : end + 4 + length]))
+                buffer = buffer[end + 4 + length :]
+                continue
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise AssertionError(f"connection closed after {len(answers)} answers")
+        buffer += chunk
+    return answers
+
+
+def test_pipelined_requests_are_answered_in_order(servers: dict[str, EmulatorServer]) -> None:
+    server = servers["lane"]
+    x, body = payload(rows=2, start=-3.0)
+    with closing(http.client.HTTPConnection(server.host, server.port, timeout=120)) as conn:
+        for target in ("a.tar.gz", "b.tar.gz"):
+            _send(conn, f"/v2/models/{target}/infer", {}, body)  # warm
+    server.call(server.emulator.instances[0].unload("c.tar.gz", reason="test: make it cold"))
+    order = ["a.tar.gz", "c.tar.gz", "b.tar.gz"]  # warm (lane), cold (queued), warm (queued)
+    data = b"".join(
+        b"POST /endpoints/ep/invocations HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+        b"\r\nX-Amzn-SageMaker-Target-Model: %s\r\nContent-Length: %d\r\n\r\n%s"
+        % (target.encode(), len(body), body)
+        for target in order
+    )
+    with socket.create_connection((server.host, server.port), timeout=120) as sock:
+        sock.sendall(data)  # one write: the server parses all three at once
+        answers = _read_answers(sock, len(order))
+    for target, (status, answer) in zip(order, answers, strict=True):
+        assert status == 200, answer
+        np.testing.assert_array_equal(output_of(answer), expected(x, SCALES[target]))
+
+
+def test_a_model_triton_lost_goes_back_to_the_coroutine_path(
+    servers: dict[str, EmulatorServer],
+) -> None:
+    server = servers["lane"]
+    x, body = payload(rows=1, start=7.0)
+    headers = {"Content-Type": "application/json", "X-Amzn-SageMaker-Target-Model": "b.tar.gz"}
+    with closing(http.client.HTTPConnection(server.host, server.port, timeout=120)) as conn:
+        assert _send(conn, "/endpoints/ep/invocations", headers, body)[0] == 200  # warm
+        sagemaker_url = server.emulator.instances[0].launcher.endpoints.sagemaker_url
+        request = urllib.request.Request(
+            f"{sagemaker_url}/models/{target_key('b.tar.gz')}",
+            headers={"X-Amzn-SageMaker-Target-Model": "b.tar.gz"},
+            method="DELETE",
+        )
+        urllib.request.urlopen(request, timeout=60).read()  # behind the emulator's back
+        counters = server.emulator.metrics.counters
+        fallbacks = counters["HotLaneFallbacks"]
+        status, _, answer = _send(conn, "/endpoints/ep/invocations", headers, body)
+    assert status == 200, answer
+    np.testing.assert_array_equal(output_of(answer), expected(x, SCALES["b.tar.gz"]))
+    assert counters["HotLaneFallbacks"] == fallbacks + 1
+    assert server.emulator.instances[0].is_ready("b.tar.gz")
+
+
+def test_the_switch_turns_the_lane_off(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    emulator = Emulator(EmulatorConfig(store=str(tmp_path), cache_dir=tmp_path / "cache"))
+    monkeypatch.setenv("MMELOCAL_EMULATOR_HOT_LANE", "0")
+    assert Listener(emulator).hot_lane is False
+    monkeypatch.delenv("MMELOCAL_EMULATOR_HOT_LANE")
+    assert Listener(emulator).hot_lane is True
+    assert Listener(emulator, hot_lane=False).hot_lane is False
