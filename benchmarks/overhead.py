@@ -1,28 +1,43 @@
 """What the MME emulator adds on top of Triton, measured against Triton in the same run.
 
-The same model (a tiny Python-backend model, warm) and the same payload are sent
-directly to Triton and through the emulator (a separate ``mmelocal serve`` process), at
-1 and 16 concurrent clients, alternating direct and emulated rounds so both see the same
-machine. Two paths are compared:
+The same model (a tiny Python-backend model, warm: the worst case for a proxy, since
+Triton answers it in about half a millisecond) and the same payload are sent at 1 and 16
+concurrent keep-alive clients, in interleaved rounds so every arm sees the same machine:
 
-* MME: Triton's ``POST /models/KEY/invoke`` vs the emulator's ``InvokeEndpoint`` route;
-* v2: Triton's ``/v2/models/T/infer`` vs the emulator's ``/v2/models/T/infer``.
+* ``direct``: straight to Triton (``POST /models/KEY/invoke`` of its SageMaker front end,
+  or ``/v2/models/T/infer``);
+* ``emulator``: through ``mmelocal serve`` (``InvokeEndpoint``, or the emulator's v2
+  route), a separate process;
+* reference hops in front of the same Triton, same route: ``relay``, a bare byte relay
+  (uvloop, one upstream connection per client connection, no HTTP parsing: the least any
+  user-space hop can cost) and ``haproxy`` (HTTP mode, keep-alive) when it is installed.
+  They answer one question: what does *any* extra hop cost on this machine?
 
-Goal: <= 1 ms added at p50, <= 3 ms at p99, throughput >= 0.9x direct.
-Run: ``.venv/bin/python benchmarks/overhead.py [--seconds 3] [--rounds 2]``.
+Placements: ``shared`` (every process may use every core: what a laptop run looks like;
+the emulator's CPU is taken from Triton and the clients) and ``split`` (the proxy pinned
+to its own core, the clients and Triton to the others: a GPU host, where the emulator
+does not compete with the model for cores). ``direct`` is measured in both.
+
+Goal (issue 4): <= 1 ms added at p50, <= 3 ms at p99, throughput >= 0.9x direct.
+Run: ``.venv/bin/python benchmarks/overhead.py [--seconds 3] [--rounds 2]
+[--placements shared split] [--clients 1 16]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
+import shutil
+import socket
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
@@ -33,6 +48,8 @@ from mmelocal.runtime.config import pick_free_port
 from mmelocal.testing.tiny_model import request_json, write_tarball
 
 TARGET = "model-0.tar.gz"
+MME_HEADERS = {"Content-Type": "application/json", "X-Amzn-SageMaker-Target-Model": TARGET}
+GOAL_P50_MS, GOAL_P99_MS, GOAL_RATIO = 1.0, 3.0, 0.9
 
 
 async def _run(url: str, body: bytes, headers: dict[str, str], clients: int, seconds: float):
@@ -61,6 +78,74 @@ def measure(url, body, headers, clients, seconds):
     return asyncio.run(_run(url, body, headers, clients, seconds))
 
 
+# -- the bare relay (run in its own process: ``overhead.py --relay UP_PORT PORT``) -------
+def run_relay(up_port: int, port: int) -> None:
+    """Relay bytes between each client connection and its own upstream connection."""
+    import uvloop
+
+    class Up(asyncio.Protocol):
+        def __init__(self, down: Down) -> None:
+            self.down = down
+
+        def connection_made(self, transport) -> None:
+            self.transport = transport
+
+        def data_received(self, data: bytes) -> None:
+            self.down.transport.write(data)
+
+        def connection_lost(self, exc) -> None:
+            self.down.transport.close()
+
+    class Down(asyncio.Protocol):
+        def connection_made(self, transport) -> None:
+            self.transport = transport
+            self.up: Up | None = None
+            self.pending: list[bytes] = []
+            self.connecting = asyncio.ensure_future(self.connect())
+
+        async def connect(self) -> None:
+            loop = asyncio.get_running_loop()
+            _, self.up = await loop.create_connection(lambda: Up(self), "127.0.0.1", up_port)
+            for data in self.pending:
+                self.up.transport.write(data)
+
+        def data_received(self, data: bytes) -> None:
+            if self.up is None:
+                self.pending.append(data)
+            else:
+                self.up.transport.write(data)
+
+        def connection_lost(self, exc) -> None:
+            if self.up is not None:
+                self.up.transport.close()
+
+    async def main() -> None:
+        server = await asyncio.get_running_loop().create_server(Down, "127.0.0.1", port)
+        await server.serve_forever()
+
+    uvloop.run(main())
+
+
+def haproxy_config(up_port: int, port: int) -> str:
+    """HTTP mode, keep-alive both sides, one thread, no logs."""
+    return f"""global
+  nbthread 1
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 60s
+  timeout server 60s
+  option http-keep-alive
+frontend front
+  bind 127.0.0.1:{port}
+  default_backend triton
+backend triton
+  http-reuse always
+  server t 127.0.0.1:{up_port}
+"""
+
+
+# -- processes and cores ------------------------------------------------------------------
 def tree(pid: int) -> list[int]:
     """``pid`` and its descendants."""
     import psutil
@@ -83,6 +168,31 @@ def cpu_s(pids: list[int]) -> float:
     return total
 
 
+def pin(pids: list[int], cpus: set[int]) -> None:
+    """Every thread of ``pids`` onto ``cpus``."""
+    import psutil
+
+    for pid in pids:
+        try:
+            threads = [t.id for t in psutil.Process(pid).threads()]
+        except psutil.Error:
+            continue
+        for tid in threads:
+            with contextlib.suppress(OSError):  # a thread that just exited
+                os.sched_setaffinity(tid, cpus)
+
+
+def wait_port(port: int, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on port {port} after {timeout_s}s")
+
+
 def wait_ping(url: str, timeout_s: float = 120.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -95,108 +205,211 @@ def wait_ping(url: str, timeout_s: float = 120.0) -> None:
     raise RuntimeError(f"emulator at {url} did not answer /ping within {timeout_s}s")
 
 
+# -- measurement ----------------------------------------------------------------------------
+@dataclass
+class Arm:
+    """One way to reach the model, and what its rounds measured."""
+
+    name: str
+    url: str
+    pids: list[int] = field(default_factory=list)
+    latencies: list[float] = field(default_factory=list)
+    rps: list[float] = field(default_factory=list)
+    cpu_s: float = 0.0
+
+    def p(self, q: float) -> float:
+        return float(np.percentile(self.latencies, q) * 1e3)
+
+    @property
+    def mean_rps(self) -> float:
+        return float(np.mean(self.rps))
+
+
+def run_rounds(arms: list[Arm], body, headers, clients, seconds, rounds) -> None:
+    for arm in arms:  # warm every path and connection
+        measure(arm.url, body, headers, clients, 0.5)
+    for _ in range(rounds):
+        for arm in arms:
+            before = cpu_s(arm.pids)
+            lat, rps = measure(arm.url, body, headers, clients, seconds)
+            arm.cpu_s += cpu_s(arm.pids) - before
+            arm.latencies += lat
+            arm.rps.append(rps)
+
+
+class Setup:
+    """The emulator (with its Triton) and the reference hops, as child processes."""
+
+    def __init__(self, work: Path) -> None:
+        self.procs: list[subprocess.Popen] = []
+        store = work / "store"
+        store.mkdir()
+        write_tarball(store / TARGET, scale=2.0)
+        port = pick_free_port()
+        self.emu = f"http://127.0.0.1:{port}"
+        command = [sys.executable, "-m", "mmelocal", "serve", "--store", str(store)]
+        command += ["--port", str(port), "--memory-budget", "2GiB"]
+        command += ["--cache-dir", str(work / "cache")]
+        log = open(work / "serve.log", "wb")  # noqa: SIM115
+        self.serve = self._spawn(command, stderr=log)
+        self.proxies = {"emulator": self.serve.pid}
+        self.ports: dict[str, int] = {}
+
+    def _spawn(self, command: list[str], **kwargs) -> subprocess.Popen:
+        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, **kwargs)
+        self.procs.append(proc)
+        return proc
+
+    def start(self, body: bytes, headers: dict[str, str], work: Path) -> None:
+        """Load the model once (cold), then start the reference hops in front of Triton."""
+        wait_ping(self.emu)
+        url = f"{self.emu}/endpoints/bench/invocations"
+        request = urllib.request.Request(url, data=body, headers=headers)
+        urllib.request.urlopen(request, timeout=120).read()
+        with urllib.request.urlopen(f"{self.emu}/emulator/state") as r:
+            inst = json.loads(r.read())["instances"][0]
+        self.triton_port = int(inst["sagemaker_url"].rsplit(":", 1)[1])  # SageMaker front end
+        self.triton_v2_port = int(inst["http_url"].rsplit(":", 1)[1])
+        self.triton_pids = tree(inst["pid"])
+        port = self.ports["relay"] = pick_free_port()
+        relay = self._spawn([sys.executable, __file__, "--relay", str(self.triton_port), str(port)])
+        self.proxies["relay"] = relay.pid
+        if shutil.which("haproxy"):
+            port = self.ports["haproxy"] = pick_free_port()
+            cfg = work / "haproxy.cfg"
+            cfg.write_text(haproxy_config(self.triton_port, port))
+            haproxy = self._spawn(["haproxy", "-f", str(cfg)], stderr=subprocess.DEVNULL)
+            self.proxies["haproxy"] = haproxy.pid
+        else:
+            print("haproxy not installed: its reference row is skipped (apt-get install haproxy)")
+        for port in self.ports.values():
+            wait_port(port)
+
+    def place(self, placement: str, cpus: set[int]) -> None:
+        """``split``: the proxies on the last core, clients and Triton on the others;
+        ``shared``: everyone everywhere."""
+        proxies = list(self.proxies.values())
+        if placement == "split":
+            proxy_cpu = {max(cpus)}
+            pin([os.getpid(), *self.triton_pids], cpus - proxy_cpu)
+            pin(proxies, proxy_cpu)
+        else:
+            pin([os.getpid(), *self.triton_pids, *proxies], cpus)
+
+    def stop(self) -> None:
+        for proc in self.procs[::-1]:
+            proc.terminate()
+        for proc in self.procs[::-1]:
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def arms_for(setup: Setup, route: str, placement: str) -> tuple[list[Arm], dict[str, str]]:
+    """The arms of one table block and the request headers of the route."""
+    if route == "MME":
+        path = f"/models/{target_key(TARGET)}/invoke"
+        emu_url = f"{setup.emu}/endpoints/bench/invocations"
+        headers = MME_HEADERS
+    else:
+        path = f"/v2/models/{TARGET}/infer"
+        emu_url = f"{setup.emu}/v2/models/{TARGET}/infer"
+        headers = {"Content-Type": "application/json"}
+    port = setup.triton_port if route == "MME" else setup.triton_v2_port
+    arms = [Arm("direct", f"http://127.0.0.1:{port}{path}")]
+    arms.append(Arm("emulator", emu_url, pids=[setup.serve.pid]))
+    if route == "MME" and placement == "shared":
+        for name, port in setup.ports.items():
+            arms.append(Arm(name, f"http://127.0.0.1:{port}{path}", pids=[setup.proxies[name]]))
+    return arms, headers
+
+
+def misses(arm: Arm, direct: Arm) -> list[str]:
+    """The goal items ``arm`` misses against ``direct``."""
+    out = []
+    added50, added99 = arm.p(50) - direct.p(50), arm.p(99) - direct.p(99)
+    ratio = arm.mean_rps / direct.mean_rps
+    if added50 > GOAL_P50_MS:
+        out.append(f"+p50 {added50:.2f} ms")
+    if added99 > GOAL_P99_MS:
+        out.append(f"+p99 {added99:.2f} ms")
+    if ratio < GOAL_RATIO:
+        out.append(f"throughput {ratio:.2f}x")
+    return out
+
+
+def row(placement: str, route: str, clients: int, arm: Arm, direct: Arm) -> str:
+    added50 = arm.p(50) - direct.p(50) if arm is not direct else 0.0
+    added99 = arm.p(99) - direct.p(99) if arm is not direct else 0.0
+    cpu = f"{arm.cpu_s / len(arm.latencies) * 1e6:6.0f} us" if arm.pids else ""
+    return (
+        f"{placement:<7}{route:<6}{clients:>7}  {arm.name:<9}{arm.p(50):>8.3f}{arm.p(99):>8.3f}"
+        f"{added50:>8.3f}{added99:>8.3f}{arm.mean_rps:>8.0f}"
+        f"{arm.mean_rps / direct.mean_rps:>7.2f}{cpu:>10}"
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=3.0, help="per round")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 16])
+    parser.add_argument(
+        "--placements", nargs="+", default=["shared", "split"], choices=["shared", "split"]
+    )
+    parser.add_argument("--relay", type=int, nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.relay:
+        run_relay(*args.relay)
+        return 0
+    cpus = os.sched_getaffinity(0)
+    placements = list(args.placements)
+    if "split" in placements and len(cpus) < 2:
+        print("split placement skipped: one core only")
+        placements.remove("split")
 
     work = Path(tempfile.mkdtemp(prefix="mmelocal-overhead-"))
-    store = work / "store"
-    store.mkdir()
-    write_tarball(store / TARGET, scale=2.0)
-    port = pick_free_port()
-    emu = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "mmelocal",
-            "serve",
-            "--store",
-            str(store),
-            "--port",
-            str(port),
-            "--memory-budget",
-            "2GiB",
-            "--cache-dir",
-            str(work / "cache"),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=open(work / "serve.log", "wb"),  # noqa: SIM115
-        env={**os.environ},
-    )
+    body = json.dumps(request_json(np.arange(4, dtype=np.float32).reshape(1, 4))).encode()
+    setup = Setup(work)
     try:
-        wait_ping(emu)
-        body = json.dumps(request_json(np.arange(4, dtype=np.float32).reshape(1, 4))).encode()
-        json_headers = {"Content-Type": "application/json", "X-Amzn-SageMaker-Target-Model": TARGET}
-        req = urllib.request.Request(
-            f"{emu}/endpoints/bench/invocations", data=body, headers=json_headers
-        )
-        urllib.request.urlopen(req, timeout=120).read()  # cold load once
-        with urllib.request.urlopen(f"{emu}/emulator/state") as r:
-            inst = json.loads(r.read())["instances"][0]
-        pairs = {
-            "MME": (
-                f"{inst['sagemaker_url']}/models/{target_key(TARGET)}/invoke",
-                f"{emu}/endpoints/bench/invocations",
-                json_headers,
-            ),
-            "v2": (
-                f"{inst['http_url']}/v2/models/{TARGET}/infer",
-                f"{emu}/v2/models/{TARGET}/infer",
-                {"Content-Type": "application/json"},
-            ),
-        }
+        setup.start(body, MME_HEADERS, work)
         print(
-            f"{'path':<5}{'clients':>8}{'direct p50':>12}{'p99':>8}{'emu p50':>10}{'p99':>8}"
-            f"{'+p50 ms':>9}{'+p99 ms':>9}{'direct rps':>11}{'emu rps':>9}{'ratio':>7}"
+            f"{'place':<7}{'route':<6}{'clients':>7}  {'arm':<9}{'p50 ms':>8}{'p99 ms':>8}"
+            f"{'+p50':>8}{'+p99':>8}{'req/s':>8}{'ratio':>7}{'CPU/req':>10}"
         )
-        ok = True
-        cpu_rows: list[str] = []
-        for name, (direct_url, emu_url, headers) in pairs.items():
-            for clients in args.clients:
-                measure(direct_url, body, headers, clients, 0.5)  # warm both paths
-                measure(emu_url, body, headers, clients, 0.5)
-                d_lat: list[float] = []
-                e_lat: list[float] = []
-                d_rps: list[float] = []
-                e_rps: list[float] = []
-                emu_cpu_s = triton_cpu_s = 0.0
-                for _ in range(args.rounds):
-                    lat, rps = measure(direct_url, body, headers, clients, args.seconds)
-                    d_lat += lat
-                    d_rps.append(rps)
-                    e0, t0 = cpu_s([proc.pid]), cpu_s(tree(inst["pid"]))
-                    lat, rps = measure(emu_url, body, headers, clients, args.seconds)
-                    emu_cpu_s += cpu_s([proc.pid]) - e0
-                    triton_cpu_s += cpu_s(tree(inst["pid"])) - t0
-                    e_lat += lat
-                    e_rps.append(rps)
-                cpu_rows.append(
-                    f"{name:<5}{clients:>8}  emulator {emu_cpu_s / len(e_lat) * 1e6:6.0f} us"
-                    f"  Triton {triton_cpu_s / len(e_lat) * 1e6:6.0f} us  (CPU per request)"
-                )
-                dp50, dp99 = np.percentile(d_lat, [50, 99]) * 1e3
-                ep50, ep99 = np.percentile(e_lat, [50, 99]) * 1e3
-                ratio = float(np.mean(e_rps) / np.mean(d_rps))
-                ok &= (ep50 - dp50) <= 1.0 and (ep99 - dp99) <= 3.0 and ratio >= 0.9
-                print(
-                    f"{name:<5}{clients:>8}{dp50:>12.3f}{dp99:>8.3f}{ep50:>10.3f}{ep99:>8.3f}"
-                    f"{ep50 - dp50:>9.3f}{ep99 - dp99:>9.3f}{np.mean(d_rps):>11.0f}"
-                    f"{np.mean(e_rps):>9.0f}{ratio:>7.2f}"
-                )
-        print("\n".join(cpu_rows))
+        verdicts: dict[str, list[str]] = {p: [] for p in placements}
+        references: list[str] = []
+        for placement in placements:
+            setup.place(placement, cpus)
+            for route in ("MME", "v2"):
+                for clients in args.clients:
+                    arms, headers = arms_for(setup, route, placement)
+                    run_rounds(arms, body, headers, clients, args.seconds, args.rounds)
+                    direct = arms[0]
+                    for arm in arms:
+                        print(row(placement, route, clients, arm, direct), flush=True)
+                    where = f"{route} x{clients}"
+                    missed = misses(arms[1], direct)
+                    verdicts[placement].append(
+                        f"{where} "
+                        + ("met" if not missed else "missed (" + ", ".join(missed) + ")")
+                    )
+                    references += [
+                        f"{arm.name} x{clients} {arm.mean_rps / direct.mean_rps:.2f}x"
+                        for arm in arms[2:]
+                    ]
+            setup.place("shared", cpus)
         print(
-            "goal (<= 1 ms p50, <= 3 ms p99 added, >= 0.9x throughput):", "met" if ok else "NOT met"
+            f"\ngoal: <= {GOAL_P50_MS:g} ms added at p50, <= {GOAL_P99_MS:g} ms added at p99, "
+            f">= {GOAL_RATIO}x direct throughput"
         )
+        for placement, lines in verdicts.items():
+            print(f"  emulator, {placement}: " + "; ".join(lines))
+        if references:
+            print("  reference hops (shared, MME), throughput vs direct: " + ", ".join(references))
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        setup.stop()
     return 0
 
 
