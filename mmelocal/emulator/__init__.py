@@ -6,6 +6,7 @@ What SageMaker does between the client and the Triton container, done locally::
       │  POST /endpoints/{name}/invocations, /v2/models/{target}/infer
       ▼
     fastpath.py / app.py     HTTP (httptools front server, aiohttp app for the rest)
+    hotlane.py               warm targets served with callbacks (no task per request)
     handlers.py              boto3-exact answers and errors, v2 binary translation
     platform.py              Emulator: the facade the HTTP layer drives
     router.py                model affinity, most free memory for cold models, hot replicas

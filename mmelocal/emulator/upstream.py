@@ -88,6 +88,20 @@ class UpstreamConnection(asyncio.Protocol):
             callback(reply, error)
 
     def data_received(self, data: bytes) -> None:
+        if self._head is None and not self.buffer:
+            # the common case: the whole answer in one segment, parsed without copies
+            end = data.find(b"\r\n\r\n")
+            if end >= 0:
+                self._parse_head(data[:end])
+                start = end + 4
+                length = self._length
+                if length is not None and len(data) - start >= length:
+                    self._finish(data[start : start + length])
+                    return
+                self.buffer += data
+                self._body_start = start
+                self._continue()
+                return
         self.buffer += data
         if self._head is None:
             end = self.buffer.find(b"\r\n\r\n")
@@ -95,6 +109,9 @@ class UpstreamConnection(asyncio.Protocol):
                 return
             self._parse_head(bytes(self.buffer[:end]))
             self._body_start = end + 4
+        self._continue()
+
+    def _continue(self) -> None:
         if self._chunked:
             self._try_chunked()
         elif self._length is not None and len(self.buffer) - self._body_start >= self._length:

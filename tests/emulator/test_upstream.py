@@ -18,7 +18,9 @@ RESPONSES = [
 ]
 
 
-async def _serve(responses: list[bytes]) -> tuple[asyncio.AbstractServer, int, list[bytes]]:
+async def _serve(
+    responses: list[bytes], piece: int = 5
+) -> tuple[asyncio.AbstractServer, int, list[bytes]]:
     seen: list[bytes] = []
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -27,8 +29,8 @@ async def _serve(responses: list[bytes]) -> tuple[asyncio.AbstractServer, int, l
             length = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
             seen.append(head + await reader.readexactly(length))
             reply = responses.pop(0)
-            for i in range(0, len(reply), 5):  # dribble it out in small pieces
-                writer.write(reply[i : i + 5])
+            for i in range(0, len(reply), piece):  # dribble it out in pieces
+                writer.write(reply[i : i + piece])
                 await writer.drain()
         writer.close()
 
@@ -36,9 +38,10 @@ async def _serve(responses: list[bytes]) -> tuple[asyncio.AbstractServer, int, l
     return server, server.sockets[0].getsockname()[1], seen
 
 
-def test_upstream_pool_parses_length_chunked_and_close() -> None:
+@pytest.mark.parametrize("piece", [5, 72, 1 << 16], ids=["dribbled", "head-then-body", "whole"])
+def test_upstream_pool_parses_length_chunked_and_close(piece: int) -> None:
     async def run() -> None:
-        server, port, seen = await _serve(list(RESPONSES))
+        server, port, seen = await _serve(list(RESPONSES), piece)
         pool = UpstreamPool(f"http://127.0.0.1:{port}")
         status, headers, body = await pool.request("POST", "/x", [("A", "b")], b"hello")
         assert (status, body, headers["content-type"]) == (200, b'{"a":1}', "application/json")
