@@ -1,8 +1,10 @@
 """What the MME emulator adds on top of Triton, measured against Triton in the same run.
 
-The same model (a tiny Python-backend model, warm: the worst case for a proxy, since
-Triton answers it in about half a millisecond) and the same payload are sent at 1 and 16
-concurrent keep-alive clients, in interleaved rounds so every arm sees the same machine:
+The same model and the same payload are sent at 1 and 16 concurrent keep-alive clients,
+in interleaved rounds so every arm sees the same machine. Models: the tiny Python-backend
+model, warm (``0ms``: Triton answers it in about half a millisecond, the worst case for
+any hop) and the same model waiting 5 ms per execution without using the CPU, with
+dynamic batching (``5ms``: a stand-in for a GPU model such as BERT-base). Arms:
 
 * ``direct``: straight to Triton (``POST /models/KEY/invoke`` of its SageMaker front end,
   or ``/v2/models/T/infer``);
@@ -20,7 +22,7 @@ does not compete with the model for cores). ``direct`` is measured in both.
 
 Goal (issue 4): <= 1 ms added at p50, <= 3 ms at p99, throughput >= 0.9x direct.
 Run: ``.venv/bin/python benchmarks/overhead.py [--seconds 3] [--rounds 2]
-[--placements shared split] [--clients 1 16]``.
+[--placements shared split] [--clients 1 16] [--model-ms 0 5]`` (about 3 minutes).
 """
 
 from __future__ import annotations
@@ -47,8 +49,16 @@ from mmelocal.emulator.cache import target_key
 from mmelocal.runtime.config import pick_free_port
 from mmelocal.testing.tiny_model import request_json, write_tarball
 
-TARGET = "model-0.tar.gz"
-MME_HEADERS = {"Content-Type": "application/json", "X-Amzn-SageMaker-Target-Model": TARGET}
+
+def target(model_ms: float) -> str:
+    """The store's name of the model that computes ``model_ms`` per execution."""
+    return f"model-{model_ms:g}ms.tar.gz"
+
+
+def mme_headers(name: str) -> dict[str, str]:
+    return {"Content-Type": "application/json", "X-Amzn-SageMaker-Target-Model": name}
+
+
 GOAL_P50_MS, GOAL_P99_MS, GOAL_RATIO = 1.0, 3.0, 0.9
 
 
@@ -240,11 +250,19 @@ def run_rounds(arms: list[Arm], body, headers, clients, seconds, rounds) -> None
 class Setup:
     """The emulator (with its Triton) and the reference hops, as child processes."""
 
-    def __init__(self, work: Path) -> None:
+    def __init__(self, work: Path, models_ms: list[float]) -> None:
         self.procs: list[subprocess.Popen] = []
+        self.models_ms = models_ms
         store = work / "store"
         store.mkdir()
-        write_tarball(store / TARGET, scale=2.0)
+        for model_ms in models_ms:
+            # a model with compute time batches concurrent requests, as GPU models do
+            write_tarball(
+                store / target(model_ms),
+                scale=2.0,
+                compute_ms=model_ms,
+                dynamic_batching=model_ms > 0,
+            )
         port = pick_free_port()
         self.emu = f"http://127.0.0.1:{port}"
         command = [sys.executable, "-m", "mmelocal", "serve", "--store", str(store)]
@@ -260,12 +278,14 @@ class Setup:
         self.procs.append(proc)
         return proc
 
-    def start(self, body: bytes, headers: dict[str, str], work: Path) -> None:
-        """Load the model once (cold), then start the reference hops in front of Triton."""
+    def start(self, body: bytes, work: Path) -> None:
+        """Load the models once (cold), then start the reference hops in front of Triton."""
         wait_ping(self.emu)
         url = f"{self.emu}/endpoints/bench/invocations"
-        request = urllib.request.Request(url, data=body, headers=headers)
-        urllib.request.urlopen(request, timeout=120).read()
+        for model_ms in self.models_ms:
+            headers = mme_headers(target(model_ms))
+            request = urllib.request.Request(url, data=body, headers=headers)
+            urllib.request.urlopen(request, timeout=120).read()
         with urllib.request.urlopen(f"{self.emu}/emulator/state") as r:
             inst = json.loads(r.read())["instances"][0]
         self.triton_port = int(inst["sagemaker_url"].rsplit(":", 1)[1])  # SageMaker front end
@@ -306,22 +326,25 @@ class Setup:
                 proc.kill()
 
 
-def arms_for(setup: Setup, route: str, placement: str) -> tuple[list[Arm], dict[str, str]]:
+def arms_for(
+    setup: Setup, model_ms: float, route: str, placement: str
+) -> tuple[list[Arm], dict[str, str]]:
     """The arms of one table block and the request headers of the route."""
+    name = target(model_ms)
     if route == "MME":
-        path = f"/models/{target_key(TARGET)}/invoke"
+        path = f"/models/{target_key(name)}/invoke"
         emu_url = f"{setup.emu}/endpoints/bench/invocations"
-        headers = MME_HEADERS
+        headers = mme_headers(name)
     else:
-        path = f"/v2/models/{TARGET}/infer"
-        emu_url = f"{setup.emu}/v2/models/{TARGET}/infer"
+        path = f"/v2/models/{name}/infer"
+        emu_url = f"{setup.emu}/v2/models/{name}/infer"
         headers = {"Content-Type": "application/json"}
     port = setup.triton_port if route == "MME" else setup.triton_v2_port
     arms = [Arm("direct", f"http://127.0.0.1:{port}{path}")]
     arms.append(Arm("emulator", emu_url, pids=[setup.serve.pid]))
-    if route == "MME" and placement == "shared":
-        for name, port in setup.ports.items():
-            arms.append(Arm(name, f"http://127.0.0.1:{port}{path}", pids=[setup.proxies[name]]))
+    if route == "MME" and placement == "shared" and model_ms == 0:
+        for hop, port in setup.ports.items():
+            arms.append(Arm(hop, f"http://127.0.0.1:{port}{path}", pids=[setup.proxies[hop]]))
     return arms, headers
 
 
@@ -339,12 +362,12 @@ def misses(arm: Arm, direct: Arm) -> list[str]:
     return out
 
 
-def row(placement: str, route: str, clients: int, arm: Arm, direct: Arm) -> str:
+def row(block: str, route: str, clients: int, arm: Arm, direct: Arm) -> str:
     added50 = arm.p(50) - direct.p(50) if arm is not direct else 0.0
     added99 = arm.p(99) - direct.p(99) if arm is not direct else 0.0
     cpu = f"{arm.cpu_s / len(arm.latencies) * 1e6:6.0f} us" if arm.pids else ""
     return (
-        f"{placement:<7}{route:<6}{clients:>7}  {arm.name:<9}{arm.p(50):>8.3f}{arm.p(99):>8.3f}"
+        f"{block:<13}{route:<6}{clients:>7}  {arm.name:<9}{arm.p(50):>8.3f}{arm.p(99):>8.3f}"
         f"{added50:>8.3f}{added99:>8.3f}{arm.mean_rps:>8.0f}"
         f"{arm.mean_rps / direct.mean_rps:>7.2f}{cpu:>10}"
     )
@@ -357,6 +380,13 @@ def main() -> int:
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 16])
     parser.add_argument(
         "--placements", nargs="+", default=["shared", "split"], choices=["shared", "split"]
+    )
+    parser.add_argument(
+        "--model-ms",
+        type=float,
+        nargs="+",
+        default=[0.0, 5.0],
+        help="model compute time per execution (waits without CPU, as for a GPU kernel)",
     )
     parser.add_argument("--relay", type=int, nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -371,28 +401,31 @@ def main() -> int:
 
     work = Path(tempfile.mkdtemp(prefix="mmelocal-overhead-"))
     body = json.dumps(request_json(np.arange(4, dtype=np.float32).reshape(1, 4))).encode()
-    setup = Setup(work)
+    models_ms = sorted(set(args.model_ms))
+    setup = Setup(work, models_ms)
+    # the trivial model in every placement (with the reference hops); slower models shared
+    blocks = [(m, p) for m in models_ms for p in placements if m == models_ms[0] or p == "shared"]
     try:
-        setup.start(body, MME_HEADERS, work)
+        setup.start(body, work)
         print(
-            f"{'place':<7}{'route':<6}{'clients':>7}  {'arm':<9}{'p50 ms':>8}{'p99 ms':>8}"
+            f"{'model place':<13}{'route':<6}{'clients':>7}  {'arm':<9}{'p50 ms':>8}{'p99 ms':>8}"
             f"{'+p50':>8}{'+p99':>8}{'req/s':>8}{'ratio':>7}{'CPU/req':>10}"
         )
-        verdicts: dict[str, list[str]] = {p: [] for p in placements}
+        verdicts: dict[str, list[str]] = {}
         references: list[str] = []
-        for placement in placements:
+        for model_ms, placement in blocks:
+            block = f"{model_ms:g}ms {placement}"
             setup.place(placement, cpus)
             for route in ("MME", "v2"):
                 for clients in args.clients:
-                    arms, headers = arms_for(setup, route, placement)
+                    arms, headers = arms_for(setup, model_ms, route, placement)
                     run_rounds(arms, body, headers, clients, args.seconds, args.rounds)
                     direct = arms[0]
                     for arm in arms:
-                        print(row(placement, route, clients, arm, direct), flush=True)
-                    where = f"{route} x{clients}"
+                        print(row(block, route, clients, arm, direct), flush=True)
                     missed = misses(arms[1], direct)
-                    verdicts[placement].append(
-                        f"{where} "
+                    verdicts.setdefault(block, []).append(
+                        f"{route} x{clients} "
                         + ("met" if not missed else "missed (" + ", ".join(missed) + ")")
                     )
                     references += [
@@ -404,10 +437,13 @@ def main() -> int:
             f"\ngoal: <= {GOAL_P50_MS:g} ms added at p50, <= {GOAL_P99_MS:g} ms added at p99, "
             f">= {GOAL_RATIO}x direct throughput"
         )
-        for placement, lines in verdicts.items():
-            print(f"  emulator, {placement}: " + "; ".join(lines))
+        for block, lines in verdicts.items():
+            print(f"  emulator, model {block}: " + "; ".join(lines))
         if references:
-            print("  reference hops (shared, MME), throughput vs direct: " + ", ".join(references))
+            print(
+                f"  reference hops ({models_ms[0]:g}ms shared, MME), throughput vs direct: "
+                + ", ".join(references)
+            )
     finally:
         setup.stop()
     return 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import closing
@@ -23,7 +24,8 @@ from mmelocal.testing.tiny_model import expected, write_tarball
 
 pytestmark = pytest.mark.triton
 
-SCALES = {"a.tar.gz": 2.0, "b.tar.gz": 3.0, "c.tar.gz": 5.0}
+SCALES = {"a.tar.gz": 2.0, "b.tar.gz": 3.0, "c.tar.gz": 5.0, "slow.tar.gz": 7.0}
+SLOW_MS = 50.0
 BINARY = "application/vnd.sagemaker-triton.binary+json;json-header-size="
 
 
@@ -34,7 +36,9 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Emul
     store = root / "store"
     store.mkdir()
     for name, scale in SCALES.items():
-        write_tarball(store / name, scale=scale)
+        slow = name == "slow.tar.gz"  # waits SLOW_MS per execution and batches requests
+        compute_ms = SLOW_MS if slow else 0.0
+        write_tarball(store / name, scale=scale, compute_ms=compute_ms, dynamic_batching=slow)
     made = {
         kind: EmulatorServer(
             EmulatorConfig(  # paths of one length: error bodies name the Triton log
@@ -208,3 +212,41 @@ def test_the_switch_turns_the_lane_off(monkeypatch: pytest.MonkeyPatch, tmp_path
     monkeypatch.delenv("MMELOCAL_EMULATOR_HOT_LANE")
     assert Listener(emulator).hot_lane is True
     assert Listener(emulator, hot_lane=False).hot_lane is False
+
+
+def test_concurrent_hits_on_a_batching_model_are_batched_through_the_lane(
+    servers: dict[str, EmulatorServer],
+) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    server = servers["lane"]
+    path = "/endpoints/ep/invocations"
+    headers = {"Content-Type": "application/json", "X-Amzn-SageMaker-Target-Model": "slow.tar.gz"}
+    x, body = payload(rows=1, start=2.0)
+
+    def call(_: int) -> tuple[float, int, bytes]:
+        with closing(http.client.HTTPConnection(server.host, server.port, timeout=120)) as conn:
+            t0 = time.perf_counter()
+            status, _, answer = _send(conn, path, headers, body)
+            return time.perf_counter() - t0, status, answer
+
+    call(0)  # load
+    with ThreadPoolExecutor(8) as pool:  # a first burst opens the upstream connections
+        list(pool.map(call, range(8)))
+    counters = server.emulator.metrics.counters
+    before = counters["HotLaneInvocations"]
+    with urllib.request.urlopen(f"{server.url}/v2/models/slow.tar.gz/stats") as r:
+        stats0 = json.loads(r.read())["model_stats"][0]
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(call, range(8)))
+    with urllib.request.urlopen(f"{server.url}/v2/models/slow.tar.gz/stats") as r:
+        stats1 = json.loads(r.read())["model_stats"][0]
+    for seconds, status, answer in results:
+        assert status == 200, answer
+        assert seconds >= SLOW_MS / 1e3  # the model's compute time is really spent
+        np.testing.assert_array_equal(output_of(answer), expected(x, SCALES["slow.tar.gz"]))
+    inferences = stats1["inference_count"] - stats0["inference_count"]
+    executions = stats1["execution_count"] - stats0["execution_count"]
+    assert inferences == 8
+    assert executions < inferences  # Triton batched requests that came through the lane
+    assert counters["HotLaneInvocations"] - before == 8
