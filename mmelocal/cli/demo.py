@@ -164,6 +164,8 @@ def _traffic(
             state = server.call(_state(server))
             live.update(_live_table(state, calls, time.monotonic() - start, seconds))
             time.sleep(0.5)
+    if not console.is_terminal:  # Live's last frame ends without a newline in a log file
+        console.line()
     return calls
 
 
