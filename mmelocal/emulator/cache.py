@@ -27,6 +27,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -104,7 +105,24 @@ class ArtifactCache:
         self._lock = threading.Lock()
         self._target_locks: dict[str, threading.Lock] = {}
         self._downloads = self.root / ".downloads"
+        # deletes downloaded tarballs off the cold call's path (freeing an 80 MB file's
+        # blocks takes ~19 ms on ext4); created on first use, joined by close()
+        self._janitor: ThreadPoolExecutor | None = None
         self._scan()
+
+    def close(self) -> None:
+        """Finish pending deletions of downloaded tarballs (idempotent)."""
+        with self._lock:
+            janitor, self._janitor = self._janitor, None
+        if janitor is not None:
+            janitor.shutdown(wait=True)
+
+    def _discard_later(self, path: Path) -> None:
+        with self._lock:
+            if self._janitor is None:
+                self._janitor = ThreadPoolExecutor(1, thread_name_prefix="mmelocal-janitor")
+            janitor = self._janitor
+        janitor.submit(path.unlink, missing_ok=True)
 
     # -- bookkeeping -------------------------------------------------------------------
     def _scan(self) -> None:
@@ -209,7 +227,7 @@ class ArtifactCache:
             else:
                 safe_extract(tarball, staging / "model", max_unpacked_bytes=self.max_unpacked_bytes)
             t2 = time.perf_counter()
-            tarball.unlink(missing_ok=True)
+            self._discard_later(tarball)
             _check_layout(staging / "model", target)
             serve_rel = "model"
             if prepare is not None and prepare(staging / "model", staging / "served") is not None:

@@ -150,9 +150,11 @@ class Emulator:
         """For the wheel's Python-only server: derive python-backend copies of native models."""
         if self.config.launcher != "local":
             return None
-        from google.protobuf import text_format  # noqa: F401  (imported now, not on a cold call)
+        # imported now, not on a cold call
+        from google.protobuf import descriptor_pb2, text_format  # noqa: F401
         from tritonclient.grpc import model_config_pb2  # noqa: F401
 
+        from mmelocal.builder import presets  # noqa: F401  (the runner template's folder)
         from mmelocal.runtime import native
 
         backend_dir = getattr(getattr(launcher, "config", None), "backend_directory", None)
@@ -213,6 +215,7 @@ class Emulator:
         await asyncio.gather(*(inst.stop() for inst in self.instances), return_exceptions=True)
         for inst in self.instances:
             inst.close()
+        self.cache.close()
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None

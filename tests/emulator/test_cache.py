@@ -37,6 +37,9 @@ def test_download_extract_and_hit(store: Path, tmp_path: Path) -> None:
     assert not again.downloaded
     assert cache.utilization_percent > 0
     assert not any(p.name.startswith(".staging-") for p in cache.root.iterdir())
+    cache.close()  # the downloaded tarball is deleted off the call's path, and is gone now
+    assert list((cache.root / ".downloads").iterdir()) == []
+    cache.close()  # idempotent
 
 
 def test_cache_survives_a_restart(store: Path, tmp_path: Path) -> None:
