@@ -13,6 +13,7 @@ never estimated. A configuration that fails to build or load is listed as failed
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import shutil
@@ -40,9 +41,14 @@ _PLATFORM_SHORT = {"pytorch_libtorch": "pt", "onnxruntime_onnx": "onnx", "tensor
 
 
 def users_shape(users: Sequence[int], *, step_s: float = 10.0) -> LoadShape:
-    """One stage per user count, each held ``step_s`` seconds."""
+    """One stage per user count, each held ``step_s`` seconds (counts must increase: the
+    load test reports the highest count before the first failure)."""
     if not users:
         raise UserInputError("users must list at least one user count, e.g. 5,10,20")
+    if any(b <= a for a, b in itertools.pairwise(users)):
+        listed = ",".join(str(u) for u in users)
+        ordered = ",".join(str(u) for u in sorted(set(users)))
+        raise UserInputError(f"users must increase step by step, got {listed}; e.g. {ordered}")
     return LoadShape(
         stages=tuple(Stage(users=u, spawn_rate=float(max(u, 1)), duration_s=step_s) for u in users)
     )

@@ -54,6 +54,8 @@ CASES = {
     "sweep: unknown format": (["sweep", "x", "--formats", "bogus"], "format must be one of"),
     "sweep: target-rps 0": (["sweep", "x", "--target-rps", "0"], "target_rps must be > 0"),
     "sweep: users not ints": (["sweep", "x", "--users", "a,b"], "comma-separated integers"),
+    "sweep: users not increasing": (["sweep", "x", "--users", "40,5,10"], "e.g. 5,10,40"),
+    "sweep: users 0": (["sweep", "x", "--users", "0,5"], "users must be an int >= 1"),
     "sweep: report under a file": (["sweep", "x", "--report", "{d}/a-file/r"], "is a file"),
 }
 
