@@ -252,6 +252,7 @@ class Setup:
 
     def __init__(self, work: Path, models_ms: list[float]) -> None:
         self.procs: list[subprocess.Popen] = []
+        self.work = work
         self.models_ms = models_ms
         store = work / "store"
         store.mkdir()
@@ -278,7 +279,7 @@ class Setup:
         self.procs.append(proc)
         return proc
 
-    def start(self, body: bytes, work: Path) -> None:
+    def start(self, body: bytes) -> None:
         """Load the models once (cold), then start the reference hops in front of Triton."""
         wait_ping(self.emu)
         url = f"{self.emu}/endpoints/bench/invocations"
@@ -296,7 +297,7 @@ class Setup:
         self.proxies["relay"] = relay.pid
         if shutil.which("haproxy"):
             port = self.ports["haproxy"] = pick_free_port()
-            cfg = work / "haproxy.cfg"
+            cfg = self.work / "haproxy.cfg"
             cfg.write_text(haproxy_config(self.triton_port, port))
             haproxy = self._spawn(["haproxy", "-f", str(cfg)], stderr=subprocess.DEVNULL)
             self.proxies["haproxy"] = haproxy.pid
@@ -406,7 +407,7 @@ def main() -> int:
     # the trivial model in every placement (with the reference hops); slower models shared
     blocks = [(m, p) for m in models_ms for p in placements if m == models_ms[0] or p == "shared"]
     try:
-        setup.start(body, work)
+        setup.start(body)
         print(
             f"{'model place':<13}{'route':<6}{'clients':>7}  {'arm':<9}{'p50 ms':>8}{'p99 ms':>8}"
             f"{'+p50':>8}{'+p99':>8}{'req/s':>8}{'ratio':>7}{'CPU/req':>10}"
@@ -446,6 +447,7 @@ def main() -> int:
             )
     finally:
         setup.stop()
+        shutil.rmtree(work, ignore_errors=True)
     return 0
 
 

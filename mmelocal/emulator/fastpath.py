@@ -215,7 +215,9 @@ class FastFrontServer:
         if lane is None or request.method != b"POST" or b"?" in url or b"%" in url:
             return False
         parts = request.body
-        body = parts[0] if len(parts) == 1 else b"".join(parts)
+        if len(parts) != 1:  # joined once, kept for the coroutine path if the lane declines
+            parts[:] = [b"".join(parts)]
+        body = parts[0]
         if url.startswith(b"/endpoints/") and url.endswith(b"/invocations"):
             name = url[len(b"/endpoints/") : -len(b"/invocations")]
             if not name or b"/" in name:

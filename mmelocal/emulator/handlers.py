@@ -112,9 +112,7 @@ async def handle_invocation(
     """``POST /endpoints/{name}/invocations`` (metrics recorded here)."""
     t0 = time.perf_counter()
     answer, model_s = await _invocation(emulator, endpoint_name, get, body)
-    metrics = emulator.metrics
-    metrics.record_invocation(answer.status)
-    metrics.observe("OverheadLatency", max(0.0, time.perf_counter() - t0 - model_s) * 1e6)
+    emulator.metrics.record_invocation(answer.status, time.perf_counter() - t0 - model_s)
     return answer
 
 
@@ -203,8 +201,7 @@ async def handle_v2_infer(
         answer = v2_answer(result)
     except Exception as exc:
         answer = v2_infer_error(exc, target)
-    emulator.metrics.record_invocation(answer.status)
-    emulator.metrics.observe("OverheadLatency", max(0.0, time.perf_counter() - t0 - model_s) * 1e6)
+    emulator.metrics.record_invocation(answer.status, time.perf_counter() - t0 - model_s)
     return answer
 
 

@@ -122,7 +122,8 @@ class HotLane:
         inst = emulator.router.pick_ready(target)
         if inst is None:
             return False
-        conn = inst.upstream.take_idle()
+        upstream = inst.upstream
+        conn = upstream.take_idle()
         if conn is None:
             return False
         extra = b""
@@ -130,7 +131,6 @@ class HotLane:
             value = headers.get(name)
             if value is not None:
                 extra += b"%s: %s\r\n" % (title, value)
-        upstream = inst.upstream
         key = (raw_target, content_type, extra, upstream.hostport)
         head = self._heads.get(key)
         if head is None:
@@ -148,10 +148,8 @@ class HotLane:
                     raw_target,
                 )
             )
-        call = _Call(self, inst, target, conn, request, requester, v2)
-        entry = inst.models[target]
-        entry.in_flight += 1
-        entry.last_used_s = time.monotonic()
+        inst.hold_ready(target)  # pick_ready found it ready, on this same loop turn
+        call = _Call(emulator, inst, target, conn, request, requester, v2)
         timeout_s = inst.options.invoke_timeout_s
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
@@ -167,8 +165,8 @@ class _Call:
     __slots__ = (
         "conn",
         "deadline",
+        "emulator",
         "inst",
-        "lane",
         "request",
         "requester",
         "sent_s",
@@ -179,7 +177,7 @@ class _Call:
 
     def __init__(
         self,
-        lane: HotLane,
+        emulator: Emulator,
         inst: TritonInstance,
         target: str,
         conn: UpstreamConnection,
@@ -188,7 +186,7 @@ class _Call:
         v2: bool,
     ) -> None:
         self.start_s = time.perf_counter()
-        self.lane = lane
+        self.emulator = emulator
         self.inst = inst
         self.target = target
         self.conn = conn
@@ -211,12 +209,12 @@ class _Call:
         elif error is not None or reply is None or reply[0] in (404, 507):
             # a broken connection, a model Triton lost, or no memory: the coroutine path
             # recovers (new connection or 503, reload, evict and retry)
-            self.lane.emulator.metrics.counters["HotLaneFallbacks"] += 1
+            self.emulator.metrics.counters["HotLaneFallbacks"] += 1
             self.requester.hot_fallback(self.request)
             return
         else:
             status, headers, data = reply
-        emulator = self.lane.emulator
+        emulator = self.emulator
         emulator.note_served(cache_hit=True, wait_s=0.0, model_latency_s=latency_s)
         result = InvokeResult(
             status=status,
@@ -233,9 +231,7 @@ class _Call:
             answer = v2_infer_error(exc, target) if self.v2 else invocation_error(exc, target)
         metrics = emulator.metrics
         metrics.counters["HotLaneInvocations"] += 1
-        metrics.record_invocation(answer.status)
-        overhead_s = time.perf_counter() - self.start_s - latency_s
-        metrics.observe("OverheadLatency", max(0.0, overhead_s) * 1e6)
+        metrics.record_invocation(answer.status, time.perf_counter() - self.start_s - latency_s)
         self.requester.hot_done(self.request, answer)
 
 

@@ -161,10 +161,7 @@ class TritonInstance(LoadingMixin):
 
         Raises ModelNotReadyError after ``wait_timeout_s`` while the load goes on.
         """
-        entry = self.models.get(target)
-        if entry is not None and entry.state == READY and self.up:
-            entry.in_flight += 1
-            entry.last_used_s = time.monotonic()
+        if self.hold_ready(target):
             return Acquired(cache_hit=True)
         if not self.up:
             raise InstanceUnavailableError(f"instance {self.index} is restarting; retry")
@@ -191,6 +188,16 @@ class TritonInstance(LoadingMixin):
                 ) from None
             finally:
                 entry.waiters -= 1
+
+    def hold_ready(self, target: str) -> bool:
+        """Count one request in flight when ``target`` is loaded here and the server is up
+        (pair with :meth:`release`); False, holding nothing, otherwise."""
+        entry = self.models.get(target)
+        if entry is None or entry.state != READY or not self.up:
+            return False
+        entry.in_flight += 1
+        entry.last_used_s = time.monotonic()
+        return True
 
     def release(self, target: str) -> None:
         """One request for ``target`` finished."""

@@ -107,8 +107,11 @@ class Metrics:
         """Increase the counter ``name``."""
         self.counters[name] += by
 
-    def record_invocation(self, status: int) -> None:
-        """Count one invocation and its 4xx/5xx class."""
+    def record_invocation(self, status: int, overhead_s: float | None = None) -> None:
+        """Count one invocation and its 4xx/5xx class; ``overhead_s``: the time the
+        platform added beside the model (``OverheadLatency``, negative readings as 0)."""
+        if overhead_s is not None:
+            self.summaries["OverheadLatency"].observe(max(0.0, overhead_s) * 1e6)
         self.counters["Invocations"] += 1
         if 400 <= status < 500:
             self.counters["Invocation4XXErrors"] += 1
