@@ -94,20 +94,10 @@ def build_models(src: Path, quick: bool) -> None:
     write_mlp(src, "mlp_onnx", "onnx")
     if quick:
         return
-    import transformers
-
     from mmelocal.builder.build import build_model
+    from mmelocal.testing.tiny_bert import save_tiny_bert
 
-    bert = src.parent / "tinybert-src"
-    config = transformers.BertConfig(
-        vocab_size=128,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=64,
-    )
-    transformers.BertModel(config).eval().save_pretrained(bert)
+    bert = save_tiny_bert(src.parent / "tinybert-src", tokenizer=False)
     for spec, family in ((str(bert), "tinybert"), ("torchvision:resnet18", "resnet18")):
         for fmt in ("torchscript", "onnx"):
             build_model(

@@ -51,17 +51,7 @@ def emulator_10_copies(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emu
 @pytest.fixture(scope="session")
 def tiny_bert_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random BERT (2 layers, hidden 32) saved as a Hugging Face folder, no tokenizer."""
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    folder = tmp_path_factory.mktemp("tiny-bert")
-    torch.manual_seed(0)
-    config = transformers.BertConfig(
-        vocab_size=1000,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=256,
-    )
-    transformers.BertModel(config).eval().save_pretrained(folder)
-    return folder
+    pytest.importorskip("transformers")
+    from mmelocal.testing.tiny_bert import save_tiny_bert
+
+    return save_tiny_bert(tmp_path_factory.mktemp("tiny-bert"), tokenizer=False)

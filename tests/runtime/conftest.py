@@ -11,21 +11,13 @@ import pytest
 def acceptance_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Tiny BERT (random BertConfig) and resnet18 (weights=None), TorchScript and ONNX, built
     by mmelocal's builder with reference outputs of the torch model."""
-    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("transformers")
     pytest.importorskip("torchvision")
     from mmelocal.builder.build import build_model
+    from mmelocal.testing.tiny_bert import save_tiny_bert
 
     root = tmp_path_factory.mktemp("acceptance")
-    bert_dir = root / "tinybert-src"
-    config = transformers.BertConfig(
-        vocab_size=128,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=64,
-    )
-    transformers.BertModel(config).eval().save_pretrained(bert_dir)
+    bert_dir = save_tiny_bert(root / "tinybert-src", tokenizer=False)
     repo = root / "repo"
     built = {}
     overrides = {"warmup_batch_sizes": (1,)}
