@@ -170,7 +170,7 @@ class LocalLauncher(OwnedServerLauncher):
         if process is None:
             return
         pgid = process.pid
-        members = _descendants(pgid)
+        members = _group_members(pgid)  # stubs too, even after a crash reparented them
         if process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 process.send_signal(signal.SIGTERM)
@@ -236,14 +236,17 @@ def _reap_group_on_exit(process: subprocess.Popen[bytes]) -> None:
     threading.Thread(target=watch, name=f"tritonserver-{process.pid}-reaper", daemon=True).start()
 
 
-def _descendants(pid: int) -> list[Any]:
-    """The server's child processes (Python-backend stubs), read while it still runs."""
+def _group_members(pgid: int) -> list[Any]:
+    """The processes of the server's process group: the server and its Python-backend
+    stubs, found by group, since a stub whose server died is no longer its child."""
     import psutil
 
-    try:
-        return list(psutil.Process(pid).children(recursive=True))
-    except psutil.Error:
-        return []
+    members = []
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            if os.getpgid(proc.pid) == pgid:
+                members.append(proc)
+    return members
 
 
 def _wait_gone(processes: list[Any], *, timeout_s: float) -> None:
