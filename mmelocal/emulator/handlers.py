@@ -96,10 +96,14 @@ def v2_error(status: int, message: str) -> Answer:
     return Answer(status, [("Content-Type", JSON_TYPE)], json.dumps({"error": message}).encode())
 
 
+#: request headers passed on to Triton as they came, besides the content type
+FORWARDED_HEADERS = ("Accept", "Content-Encoding", CUSTOM_ATTRIBUTES)
+
+
 def forward_headers(get: HeaderGetter, content_type: str | None = None) -> list[tuple[str, str]]:
     """The request headers Triton needs (content type, accept, encoding, custom attributes)."""
     headers = [("Content-Type", content_type or get("Content-Type") or JSON_TYPE)]
-    for name in ("Accept", "Content-Encoding", CUSTOM_ATTRIBUTES):
+    for name in FORWARDED_HEADERS:
         value = get(name)
         if value is not None:
             headers.append((name, value))
@@ -245,6 +249,7 @@ def parse_v2_path(tail: str) -> tuple[str, str | None, str]:
 
 __all__ = [
     "CACHE_HEADER",
+    "FORWARDED_HEADERS",
     "Answer",
     "error_for",
     "forward_headers",

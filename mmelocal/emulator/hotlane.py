@@ -24,7 +24,7 @@ import time
 from typing import Protocol
 
 from mmelocal.emulator.handlers import (
-    CUSTOM_ATTRIBUTES,
+    FORWARDED_HEADERS,
     SAGEMAKER_BINARY,
     Answer,
     invocation_answer,
@@ -43,11 +43,7 @@ from mmelocal.emulator.upstream import (
 from mmelocal.runtime.sagemaker import TARGET_MODEL_HEADER
 
 _TARGET = TARGET_MODEL_HEADER.lower().encode()
-_FORWARDED = (
-    (b"accept", b"Accept"),
-    (b"content-encoding", b"Content-Encoding"),
-    (CUSTOM_ATTRIBUTES.lower().encode(), CUSTOM_ATTRIBUTES.encode()),
-)
+_FORWARDED = tuple((name.lower().encode(), name.encode()) for name in FORWARDED_HEADERS)
 _JSON = b"application/json"
 _BINARY = SAGEMAKER_BINARY.encode()
 _V2_LENGTH = b"inference-header-content-length"
