@@ -51,7 +51,8 @@ def _ms(values: list[float], q: float) -> str:
     return f"{float(np.percentile(values, q)) * 1e3:,.1f}"
 
 
-def _build(workdir: Path, rebuild: bool) -> Path:
+def build_minilm(workdir: Path, rebuild: bool = False) -> Path:
+    """The demo's MiniLM model folder under ``workdir/repo`` (built once, then reused)."""
     model_dir = workdir / "repo" / MODEL
     if (model_dir / "config.pbtxt").is_file() and not rebuild:
         console.print(f"[green]✓[/] using the model built before in {model_dir}")
@@ -71,7 +72,9 @@ def _build(workdir: Path, rebuild: bool) -> Path:
     return result.model_dir
 
 
-def _payload(model_dir: Path) -> tuple[bytes, Any]:
+def demo_request(model_dir: Path) -> tuple[bytes, Any]:
+    """The demo's JSON request body (a recorded sample, pooled output only) and the
+    output the build recorded for it."""
     import numpy as np
 
     ref = np.load(model_dir / "mmelocal_reference.npz")
@@ -272,11 +275,11 @@ def demo(
     work = workdir or cache_dir() / "demo"
     work.mkdir(parents=True, exist_ok=True)
     console.rule("[bold]mmelocal demo")
-    model_dir = _build(work, rebuild)
+    model_dir = build_minilm(work, rebuild)
     store = work / "store"
     paths = package_copies(model_dir, store, copies=copies)
     console.print(f"[green]✓[/] packaged {len(paths)} copies in {store} (hard links)")
-    body, reference = _payload(model_dir)
+    body, reference = demo_request(model_dir)
     targets = [p.name for p in paths]
     config = EmulatorConfig(
         store=str(store), cache_dir=work / "cache", endpoint_name="demo", instances=1
