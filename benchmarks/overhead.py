@@ -1,28 +1,39 @@
 """What the MME emulator adds on top of Triton, measured against Triton in the same run.
 
 The same model and the same payload are sent at 1 and 16 concurrent keep-alive clients,
-in interleaved rounds so every arm sees the same machine. Models: the tiny Python-backend
-model, warm (``0ms``: Triton answers it in about half a millisecond, the worst case for
-any hop) and the same model waiting 5 ms per execution without using the CPU, with
-dynamic batching (``5ms``: a stand-in for a GPU model such as BERT-base). Arms:
+in interleaved rounds so every arm sees the same machine. Models:
+
+* ``minilm``: the demo's model (all-MiniLM-L6-v2 as TorchScript, dynamic batching; the
+  demo's request: 128 tokens in, the pooled embedding out). On this CPU it takes about
+  25 ms and both cores, so at 16 clients the latency is mostly queueing.
+* ``tiny``: the tiny Python-backend model, which Triton answers in about half a
+  millisecond: the worst case for any hop.
+* ``tiny-5ms``: the same model waiting 5 ms per execution without using the CPU, with
+  dynamic batching: the shape of a GPU model such as BERT-base.
+
+Arms:
 
 * ``direct``: straight to Triton (``POST /models/KEY/invoke`` of its SageMaker front end,
   or ``/v2/models/T/infer``);
 * ``emulator``: through ``mmelocal serve`` (``InvokeEndpoint``, or the emulator's v2
   route), a separate process;
-* reference hops in front of the same Triton, same route: ``relay``, a bare byte relay
-  (uvloop, one upstream connection per client connection, no HTTP parsing: the least any
-  user-space hop can cost) and ``haproxy`` (HTTP mode, keep-alive) when it is installed.
-  They answer one question: what does *any* extra hop cost on this machine?
+* ``again``: direct Triton a second time, interleaved with the others (A/A): how far two
+  measurements of the same thing differ in this run, the noise floor of every figure;
+* reference hops in front of the same Triton, same route (``tiny`` model): ``relay``, a
+  bare byte relay (uvloop, one upstream connection per client connection, no HTTP
+  parsing: the least any user-space hop can cost) and ``haproxy`` (HTTP mode,
+  keep-alive) when it is installed. They answer one question: what does *any* extra hop
+  cost on this machine?
 
 Placements: ``shared`` (every process may use every core: what a laptop run looks like;
 the emulator's CPU is taken from Triton and the clients) and ``split`` (the proxy pinned
 to its own core, the clients and Triton to the others: a GPU host, where the emulator
-does not compete with the model for cores). ``direct`` is measured in both.
+does not compete with the model for cores; ``tiny`` only). ``direct`` is measured in both.
 
 Goal (issue 4): <= 1 ms added at p50, <= 3 ms at p99, throughput >= 0.9x direct.
-Run: ``.venv/bin/python benchmarks/overhead.py [--seconds 3] [--rounds 2]
-[--placements shared split] [--clients 1 16] [--model-ms 0 5]`` (about 3 minutes).
+Run: ``.venv/bin/python benchmarks/overhead.py [--seconds 2] [--rounds 4]
+[--placements shared split] [--clients 1 16] [--models minilm tiny tiny-5ms]`` (about
+7 minutes; the first run builds MiniLM into the demo's folder, as ``make demo`` does).
 """
 
 from __future__ import annotations
@@ -30,6 +41,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import json
 import os
 import shutil
@@ -50,9 +62,36 @@ from mmelocal.runtime.config import pick_free_port
 from mmelocal.testing.tiny_model import request_json, write_tarball
 
 
-def target(model_ms: float) -> str:
-    """The store's name of the model that computes ``model_ms`` per execution."""
-    return f"model-{model_ms:g}ms.tar.gz"
+@dataclass(frozen=True)
+class Model:
+    """One model of the run: its store name and the request body sent to it."""
+
+    label: str
+    target: str
+    body: bytes
+
+
+def tiny_model(store: Path, model_ms: float) -> Model:
+    """The tiny Python-backend model, computing ``model_ms`` per execution (batching if > 0)."""
+    label = "tiny" if model_ms == 0 else f"tiny-{model_ms:g}ms"
+    # a model with compute time batches concurrent requests, as GPU models do
+    path = write_tarball(
+        store / f"{label}.tar.gz", scale=2.0, compute_ms=model_ms, dynamic_batching=model_ms > 0
+    )
+    body = json.dumps(request_json(np.arange(4, dtype=np.float32).reshape(1, 4))).encode()
+    return Model(label, path.name, body)
+
+
+def minilm_model(store: Path) -> Model:
+    """The demo's MiniLM (all-MiniLM-L6-v2, TorchScript, dynamic batching), with the demo's
+    request: 128 tokens in, the pooled embedding out. Built once into the demo's folder."""
+    from mmelocal.builder.package import package_copies
+    from mmelocal.cli.demo import build_minilm, demo_request
+    from mmelocal.runtime.local import cache_dir
+
+    model_dir = build_minilm(cache_dir() / "demo")
+    (path,) = package_copies(model_dir, store, copies=1, prefix="minilm-")
+    return Model("minilm", path.name, demo_request(model_dir)[0])
 
 
 def mme_headers(name: str) -> dict[str, str]:
@@ -236,13 +275,20 @@ class Arm:
 
 
 def run_rounds(arms: list[Arm], body, headers, clients, seconds, rounds) -> None:
+    """Warm every arm, then ``rounds`` rounds of every arm, each round in another order
+    (rotated: no arm always follows the same one), with the client's GC off while timing."""
     for arm in arms:  # warm every path and connection
         measure(arm.url, body, headers, clients, 0.5)
-    for _ in range(rounds):
-        for arm in arms:
-            before = cpu_s(arm.pids)
-            lat, rps = measure(arm.url, body, headers, clients, seconds)
-            arm.cpu_s += cpu_s(arm.pids) - before
+    for r in range(rounds):
+        for arm in arms[r % len(arms) :] + arms[: r % len(arms)]:
+            gc.collect()
+            gc.disable()
+            try:
+                before = cpu_s(arm.pids)
+                lat, rps = measure(arm.url, body, headers, clients, seconds)
+                arm.cpu_s += cpu_s(arm.pids) - before
+            finally:
+                gc.enable()
             arm.latencies += lat
             arm.rps.append(rps)
 
@@ -250,24 +296,13 @@ def run_rounds(arms: list[Arm], body, headers, clients, seconds, rounds) -> None
 class Setup:
     """The emulator (with its Triton) and the reference hops, as child processes."""
 
-    def __init__(self, work: Path, models_ms: list[float]) -> None:
+    def __init__(self, work: Path, store: Path) -> None:
         self.procs: list[subprocess.Popen] = []
         self.work = work
-        self.models_ms = models_ms
-        store = work / "store"
-        store.mkdir()
-        for model_ms in models_ms:
-            # a model with compute time batches concurrent requests, as GPU models do
-            write_tarball(
-                store / target(model_ms),
-                scale=2.0,
-                compute_ms=model_ms,
-                dynamic_batching=model_ms > 0,
-            )
         port = pick_free_port()
         self.emu = f"http://127.0.0.1:{port}"
         command = [sys.executable, "-m", "mmelocal", "serve", "--store", str(store)]
-        command += ["--port", str(port), "--memory-budget", "2GiB"]
+        command += ["--port", str(port), "--memory-budget", "8GiB"]
         command += ["--cache-dir", str(work / "cache")]
         log = open(work / "serve.log", "wb")  # noqa: SIM115
         self.serve = self._spawn(command, stderr=log)
@@ -279,13 +314,13 @@ class Setup:
         self.procs.append(proc)
         return proc
 
-    def start(self, body: bytes) -> None:
+    def start(self, models: list[Model]) -> None:
         """Load the models once (cold), then start the reference hops in front of Triton."""
         wait_ping(self.emu)
         url = f"{self.emu}/endpoints/bench/invocations"
-        for model_ms in self.models_ms:
-            headers = mme_headers(target(model_ms))
-            request = urllib.request.Request(url, data=body, headers=headers)
+        for model in models:
+            headers = mme_headers(model.target)
+            request = urllib.request.Request(url, data=model.body, headers=headers)
             urllib.request.urlopen(request, timeout=120).read()
         with urllib.request.urlopen(f"{self.emu}/emulator/state") as r:
             inst = json.loads(r.read())["instances"][0]
@@ -328,10 +363,11 @@ class Setup:
 
 
 def arms_for(
-    setup: Setup, model_ms: float, route: str, placement: str
+    setup: Setup, model: Model, route: str, hops: bool
 ) -> tuple[list[Arm], dict[str, str]]:
-    """The arms of one table block and the request headers of the route."""
-    name = target(model_ms)
+    """The arms of one table block (with the reference hops if ``hops``) and the request
+    headers of the route."""
+    name = model.target
     if route == "MME":
         path = f"/models/{target_key(name)}/invoke"
         emu_url = f"{setup.emu}/endpoints/bench/invocations"
@@ -343,17 +379,22 @@ def arms_for(
     port = setup.triton_port if route == "MME" else setup.triton_v2_port
     arms = [Arm("direct", f"http://127.0.0.1:{port}{path}")]
     arms.append(Arm("emulator", emu_url, pids=[setup.serve.pid]))
-    if route == "MME" and placement == "shared" and model_ms == 0:
+    if route == "MME" and hops:
         for hop, port in setup.ports.items():
             arms.append(Arm(hop, f"http://127.0.0.1:{port}{path}", pids=[setup.proxies[hop]]))
+    arms.append(Arm("again", arms[0].url))  # A/A: the run's noise floor
     return arms, headers
+
+
+def versus(arm: Arm, direct: Arm) -> tuple[float, float, float]:
+    """Added p50 and p99 (ms) and the throughput ratio of ``arm`` against ``direct``."""
+    return arm.p(50) - direct.p(50), arm.p(99) - direct.p(99), arm.mean_rps / direct.mean_rps
 
 
 def misses(arm: Arm, direct: Arm) -> list[str]:
     """The goal items ``arm`` misses against ``direct``."""
     out = []
-    added50, added99 = arm.p(50) - direct.p(50), arm.p(99) - direct.p(99)
-    ratio = arm.mean_rps / direct.mean_rps
+    added50, added99, ratio = versus(arm, direct)
     if added50 > GOAL_P50_MS:
         out.append(f"+p50 {added50:.2f} ms")
     if added99 > GOAL_P99_MS:
@@ -368,7 +409,7 @@ def row(block: str, route: str, clients: int, arm: Arm, direct: Arm) -> str:
     added99 = arm.p(99) - direct.p(99) if arm is not direct else 0.0
     cpu = f"{arm.cpu_s / len(arm.latencies) * 1e6:6.0f} us" if arm.pids else ""
     return (
-        f"{block:<13}{route:<6}{clients:>7}  {arm.name:<9}{arm.p(50):>8.3f}{arm.p(99):>8.3f}"
+        f"{block:<16}{route:<6}{clients:>7}  {arm.name:<9}{arm.p(50):>8.3f}{arm.p(99):>8.3f}"
         f"{added50:>8.3f}{added99:>8.3f}{arm.mean_rps:>8.0f}"
         f"{arm.mean_rps / direct.mean_rps:>7.2f}{cpu:>10}"
     )
@@ -376,18 +417,18 @@ def row(block: str, route: str, clients: int, arm: Arm, direct: Arm) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=3.0, help="per round")
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--seconds", type=float, default=2.0, help="per round")
+    parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 16])
     parser.add_argument(
         "--placements", nargs="+", default=["shared", "split"], choices=["shared", "split"]
     )
     parser.add_argument(
-        "--model-ms",
-        type=float,
+        "--models",
         nargs="+",
-        default=[0.0, 5.0],
-        help="model compute time per execution (waits without CPU, as for a GPU kernel)",
+        default=["minilm", "tiny", "tiny-5ms"],
+        help="minilm (the demo's model), tiny (0.5 ms), tiny-Nms (waits N ms per execution "
+        "without CPU, as for a GPU kernel, with dynamic batching)",
     )
     parser.add_argument("--relay", type=int, nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -401,54 +442,75 @@ def main() -> int:
         placements.remove("split")
 
     work = Path(tempfile.mkdtemp(prefix="mmelocal-overhead-"))
-    body = json.dumps(request_json(np.arange(4, dtype=np.float32).reshape(1, 4))).encode()
-    models_ms = sorted(set(args.model_ms))
-    setup = Setup(work, models_ms)
-    # the trivial model in every placement (with the reference hops); slower models shared
-    blocks = [(m, p) for m in models_ms for p in placements if m == models_ms[0] or p == "shared"]
+    store = work / "store"
+    store.mkdir()
+    models = [model_for(label, store) for label in dict.fromkeys(args.models)]
+    setup = Setup(work, store)
+    # the tiny model in every placement, with the reference hops; the others shared
+    blocks = [(m, p) for m in models for p in placements if m.label == "tiny" or p == "shared"]
     try:
-        setup.start(body)
+        setup.start(models)
         print(
-            f"{'model place':<13}{'route':<6}{'clients':>7}  {'arm':<9}{'p50 ms':>8}{'p99 ms':>8}"
-            f"{'+p50':>8}{'+p99':>8}{'req/s':>8}{'ratio':>7}{'CPU/req':>10}"
+            f"{'model place':<16}{'route':<6}{'clients':>7}  {'arm':<9}{'p50 ms':>8}"
+            f"{'p99 ms':>8}{'+p50':>8}{'+p99':>8}{'req/s':>8}{'ratio':>7}{'CPU/req':>10}"
         )
         verdicts: dict[str, list[str]] = {}
         references: list[str] = []
-        for model_ms, placement in blocks:
-            block = f"{model_ms:g}ms {placement}"
+        for model, placement in blocks:
+            block = f"{model.label} {placement}"
             setup.place(placement, cpus)
+            hops = model.label == "tiny" and placement == "shared"
             for route in ("MME", "v2"):
                 for clients in args.clients:
-                    arms, headers = arms_for(setup, model_ms, route, placement)
-                    run_rounds(arms, body, headers, clients, args.seconds, args.rounds)
+                    arms, headers = arms_for(setup, model, route, hops)
+                    run_rounds(arms, model.body, headers, clients, args.seconds, args.rounds)
                     direct = arms[0]
                     for arm in arms:
                         print(row(block, route, clients, arm, direct), flush=True)
                     missed = misses(arms[1], direct)
+                    aa50, aa99, aa_ratio = versus(arms[-1], direct)
                     verdicts.setdefault(block, []).append(
                         f"{route} x{clients} "
                         + ("met" if not missed else "missed (" + ", ".join(missed) + ")")
+                        + f" [A/A {aa50:+.2f} / {aa99:+.2f} ms, {aa_ratio:.2f}x]"
                     )
                     references += [
                         f"{arm.name} x{clients} {arm.mean_rps / direct.mean_rps:.2f}x"
-                        for arm in arms[2:]
+                        for arm in arms[2:-1]
                     ]
             setup.place("shared", cpus)
         print(
             f"\ngoal: <= {GOAL_P50_MS:g} ms added at p50, <= {GOAL_P99_MS:g} ms added at p99, "
             f">= {GOAL_RATIO}x direct throughput"
         )
+        print(
+            "  [A/A: direct Triton measured twice, interleaved: +p50 / +p99, throughput "
+            "ratio; differences of that size are the run's noise]"
+        )
         for block, lines in verdicts.items():
-            print(f"  emulator, model {block}: " + "; ".join(lines))
+            print(f"  emulator, {block}:")
+            for line in lines:
+                print(f"    {line}")
         if references:
             print(
-                f"  reference hops ({models_ms[0]:g}ms shared, MME), throughput vs direct: "
+                "  reference hops (tiny shared, MME), throughput vs direct: "
                 + ", ".join(references)
             )
     finally:
         setup.stop()
         shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def model_for(label: str, store: Path) -> Model:
+    if label == "minilm":
+        return minilm_model(store)
+    if label == "tiny":
+        return tiny_model(store, 0.0)
+    if label.startswith("tiny-") and label.endswith("ms"):
+        with contextlib.suppress(ValueError):
+            return tiny_model(store, float(label[5:-2]))
+    raise SystemExit(f"unknown model {label!r}: minilm, tiny or tiny-<N>ms")
 
 
 if __name__ == "__main__":
