@@ -19,6 +19,10 @@ Arms:
   route), a separate process;
 * ``again``: direct Triton a second time, interleaved with the others (A/A): how far two
   measurements of the same thing differ in this run, the noise floor of every figure;
+* ``paired`` (1 client): the client alternates request by request between direct and the
+  emulator, so both see the same moments of the machine: the hop's added latency with
+  slow drift cancelled (what a CPU-bound model needs: its round-to-round drift is larger
+  than the goal);
 * reference hops in front of the same Triton, same route (``tiny`` model): ``relay``, a
   bare byte relay (uvloop, one upstream connection per client connection, no HTTP
   parsing: the least any user-space hop can cost) and ``haproxy`` (HTTP mode,
@@ -101,30 +105,63 @@ def mme_headers(name: str) -> dict[str, str]:
 GOAL_P50_MS, GOAL_P99_MS, GOAL_RATIO = 1.0, 3.0, 0.9
 
 
-async def _run(url: str, body: bytes, headers: dict[str, str], clients: int, seconds: float):
-    latencies: list[float] = []
+async def _run(
+    urls: list[str], body: bytes, headers: dict[str, str], clients: int, seconds: float
+) -> tuple[list[list[float]], float]:
+    """Each client sends to ``urls`` in turn (one url: a plain round); latencies per url."""
+    latencies: list[list[float]] = [[] for _ in urls]
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector) as session:
         deadline = time.perf_counter() + seconds
 
-        async def worker() -> None:
+        async def worker(first: int) -> None:
+            turn = first
             while time.perf_counter() < deadline:
+                url = urls[turn % len(urls)]
                 t0 = time.perf_counter()
                 async with session.post(url, data=body, headers=headers) as resp:
                     await resp.read()
                     if resp.status != 200:
                         raise RuntimeError(f"{url} answered {resp.status}")
-                latencies.append(time.perf_counter() - t0)
+                latencies[turn % len(urls)].append(time.perf_counter() - t0)
+                turn += 1
 
         start = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(clients)))
+        await asyncio.gather(*(worker(i) for i in range(clients)))
         elapsed = time.perf_counter() - start
-    return latencies, len(latencies) / elapsed
+    return latencies, sum(map(len, latencies)) / elapsed
 
 
 def measure(url, body, headers, clients, seconds):
     """Latencies (s) and throughput (req/s) of one round."""
-    return asyncio.run(_run(url, body, headers, clients, seconds))
+    latencies, rps = asyncio.run(_run([url], body, headers, clients, seconds))
+    return latencies[0], rps
+
+
+def measure_paired(url_a, url_b, body, headers, clients, seconds, rounds):
+    """Latencies (s) of ``url_a`` and ``url_b`` with every client alternating between them,
+    so both see the same moments of the machine (slow drift cancels out)."""
+    a: list[float] = []
+    b: list[float] = []
+    measure(url_a, body, headers, clients, 0.2)
+    for _ in range(rounds):
+        gc.collect()
+        gc.disable()
+        try:
+            (la, lb), _ = asyncio.run(_run([url_a, url_b], body, headers, clients, seconds))
+        finally:
+            gc.enable()
+        a += la
+        b += lb
+    return np.array(a), np.array(b)
+
+
+def paired_added(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
+    """Added p50 and p99 (ms) of ``b`` over ``a``."""
+    return (
+        float(np.percentile(b, 50) - np.percentile(a, 50)) * 1e3,
+        float(np.percentile(b, 99) - np.percentile(a, 99)) * 1e3,
+    )
 
 
 # -- the bare relay (run in its own process: ``overhead.py --relay UP_PORT PORT``) -------
@@ -469,10 +506,29 @@ def main() -> int:
                         print(row(block, route, clients, arm, direct), flush=True)
                     missed = misses(arms[1], direct)
                     aa50, aa99, aa_ratio = versus(arms[-1], direct)
+                    paired = ""
+                    if clients == 1:  # with more clients, alternation meets batching
+                        pair50, pair99 = paired_added(
+                            *measure_paired(
+                                direct.url,
+                                arms[1].url,
+                                model.body,
+                                headers,
+                                clients,
+                                args.seconds,
+                                args.rounds,
+                            )
+                        )
+                        print(
+                            f"{block:<16}{route:<6}{clients:>7}  {'paired':<9}{'':>16}"
+                            f"{pair50:>8.3f}{pair99:>8.3f}   (emulator and direct, alternating)",
+                            flush=True,
+                        )
+                        paired = f"; paired {pair50:+.2f} / {pair99:+.2f} ms"
                     verdicts.setdefault(block, []).append(
                         f"{route} x{clients} "
                         + ("met" if not missed else "missed (" + ", ".join(missed) + ")")
-                        + f" [A/A {aa50:+.2f} / {aa99:+.2f} ms, {aa_ratio:.2f}x]"
+                        + f" [A/A {aa50:+.2f} / {aa99:+.2f} ms, {aa_ratio:.2f}x{paired}]"
                     )
                     references += [
                         f"{arm.name} x{clients} {arm.mean_rps / direct.mean_rps:.2f}x"
@@ -485,7 +541,9 @@ def main() -> int:
         )
         print(
             "  [A/A: direct Triton measured twice, interleaved: +p50 / +p99, throughput "
-            "ratio; differences of that size are the run's noise]"
+            "ratio; differences of that size are the run's noise. paired (1 client): the "
+            "emulator's +p50 / +p99 with the client alternating between it and direct, "
+            "request by request, so slow drift of the machine cancels out]"
         )
         for block, lines in verdicts.items():
             print(f"  emulator, {block}:")
