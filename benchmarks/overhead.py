@@ -48,6 +48,7 @@ import contextlib
 import gc
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -478,10 +479,18 @@ def main() -> int:
         print("split placement skipped: one core only")
         placements.remove("split")
 
+    labels = list(dict.fromkeys(args.models))
+    bad = [label for label in labels if not MODEL_LABEL.fullmatch(label)]
+    if bad:
+        parser.error(f"unknown model(s) {', '.join(bad)}: use minilm, tiny or tiny-<N>ms")
     work = Path(tempfile.mkdtemp(prefix="mmelocal-overhead-"))
     store = work / "store"
     store.mkdir()
-    models = [model_for(label, store) for label in dict.fromkeys(args.models)]
+    try:
+        models = [model_for(label, store) for label in labels]
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
     setup = Setup(work, store)
     # the tiny model in every placement, with the reference hops; the others shared
     blocks = [(m, p) for m in models for p in placements if m.label == "tiny" or p == "shared"]
@@ -560,15 +569,16 @@ def main() -> int:
     return 0
 
 
+MODEL_LABEL = re.compile(r"minilm|tiny|tiny-\d+(\.\d+)?ms")
+
+
 def model_for(label: str, store: Path) -> Model:
+    """The model named ``label`` (see ``MODEL_LABEL``), written into ``store``."""
     if label == "minilm":
         return minilm_model(store)
     if label == "tiny":
         return tiny_model(store, 0.0)
-    if label.startswith("tiny-") and label.endswith("ms"):
-        with contextlib.suppress(ValueError):
-            return tiny_model(store, float(label[5:-2]))
-    raise SystemExit(f"unknown model {label!r}: minilm, tiny or tiny-<N>ms")
+    return tiny_model(store, float(label[len("tiny-") : -len("ms")]))
 
 
 if __name__ == "__main__":
