@@ -19,7 +19,6 @@ own requests. The answers are built by the same functions as the coroutine path'
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Protocol
 
@@ -66,7 +65,6 @@ class HotLane:
         self.emulator = emulator
         #: request heads up to the Content-Length value, per target and forwarded headers
         self._heads: dict[tuple[bytes, bytes, bytes, bytes], bytes] = {}
-        self._loop: asyncio.AbstractEventLoop | None = None
 
     def invocation(
         self,
@@ -146,12 +144,12 @@ class HotLane:
             )
         inst.hold_ready(target)  # pick_ready found it ready, on this same loop turn
         call = _Call(emulator, inst, target, conn, request, requester, v2)
-        timeout_s = inst.options.invoke_timeout_s
-        if self._loop is None:
-            self._loop = asyncio.get_running_loop()
-        call.deadline = self._loop.call_later(timeout_s, conn.expire, timeout_s)
         call.sent_s = time.perf_counter()
-        conn.send(b"%s%d\r\n\r\n%s" % (head, len(body), body), call.on_reply)
+        conn.send(
+            b"%s%d\r\n\r\n%s" % (head, len(body), body),
+            call.on_reply,
+            timeout_s=inst.options.invoke_timeout_s,
+        )
         return True
 
 
@@ -160,7 +158,6 @@ class _Call:
 
     __slots__ = (
         "conn",
-        "deadline",
         "emulator",
         "inst",
         "request",
@@ -189,14 +186,11 @@ class _Call:
         self.request = request
         self.requester = requester
         self.v2 = v2
-        self.deadline: asyncio.TimerHandle | None = None
         self.sent_s = 0.0
 
     def on_reply(self, reply: Reply | None, error: UpstreamError | None) -> None:
         """Triton answered (or the connection failed): record, answer or fall back."""
         latency_s = time.perf_counter() - self.sent_s
-        if self.deadline is not None:
-            self.deadline.cancel()
         inst, target = self.inst, self.target
         inst.release(target)
         inst.upstream.give_back(self.conn)

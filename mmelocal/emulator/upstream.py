@@ -38,6 +38,7 @@ class UpstreamConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.buffer = bytearray()
         self.callback: ReplyCallback | None = None
+        self._deadline: asyncio.TimerHandle | None = None
         self.closed = False
         self.keep_alive = True
         self._head: tuple[int, dict[str, str]] | None = None
@@ -52,15 +53,20 @@ class UpstreamConnection(asyncio.Protocol):
         self.closed = True
         self._reply(None, UpstreamError(f"Triton closed the connection ({exc})"))
 
-    def send(self, data: bytes, callback: ReplyCallback) -> None:
-        """Write one request; ``callback`` gets the reply (or the error) exactly once."""
+    def send(self, data: bytes, callback: ReplyCallback, *, timeout_s: float | None = None) -> None:
+        """Write one request; ``callback`` gets the reply (or the error) exactly once.
+        After ``timeout_s`` without a full answer, UpstreamTimeoutError (see :meth:`expire`)."""
         assert self.transport is not None
         self.buffer.clear()
         self._head = None
         self.callback = callback
+        if timeout_s is not None:
+            self._deadline = asyncio.get_running_loop().call_later(
+                timeout_s, self.expire, timeout_s
+            )
         self.transport.write(data)
 
-    def start(self, data: bytes) -> asyncio.Future[Reply]:
+    def start(self, data: bytes, *, timeout_s: float | None = None) -> asyncio.Future[Reply]:
         """:meth:`send` with a future for the reply."""
         future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
 
@@ -72,7 +78,7 @@ class UpstreamConnection(asyncio.Protocol):
             else:
                 future.set_result(reply)  # type: ignore[arg-type]
 
-        self.send(data, settle)
+        self.send(data, settle, timeout_s=timeout_s)
         return future
 
     def expire(self, timeout_s: float) -> None:
@@ -84,6 +90,9 @@ class UpstreamConnection(asyncio.Protocol):
 
     def _reply(self, reply: Reply | None, error: UpstreamError | None) -> None:
         callback, self.callback = self.callback, None
+        deadline, self._deadline = self._deadline, None
+        if deadline is not None:
+            deadline.cancel()
         if callback is not None:
             callback(reply, error)
 
@@ -223,19 +232,13 @@ class UpstreamPool:
         head.append(f"\r\nContent-Length: {len(body)}\r\n\r\n".encode())
         head.append(body)
         conn = await self._connection()
-        deadline = None
-        if timeout_s is not None:
-            deadline = asyncio.get_running_loop().call_later(timeout_s, conn.expire, timeout_s)
         try:
-            result = await conn.start(b"".join(head))
+            result = await conn.start(b"".join(head), timeout_s=timeout_s)
         except BaseException:
             conn.closed = True
             if conn.transport is not None:
                 conn.transport.close()
             raise
-        finally:
-            if deadline is not None:
-                deadline.cancel()
         self.give_back(conn)
         return result
 
