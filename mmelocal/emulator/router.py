@@ -54,23 +54,13 @@ class Router:
             if not only.up:
                 raise InstanceUnavailableError("the Triton instance is restarting; retry")
             return only
-        best: TritonInstance | None = None
-        best_busy = 0
-        loading: TritonInstance | None = None
-        for inst in self.instances:
-            if not inst.up:
-                continue
-            entry = inst.models.get(target)
-            if entry is None:
-                continue
-            if inst.is_ready(target):
-                if best is None or entry.in_flight < best_busy:
-                    best, best_busy = inst, entry.in_flight
-            elif loading is None:
-                loading = inst
+        best = self.pick_ready(target)
         if best is not None:
-            self._note(target, best)
             return best
+        loading = next(
+            (i for i in self.instances if i.up and target in i.models and not i.is_ready(target)),
+            None,
+        )
         if loading is not None:
             return loading
         up = [i for i in self.instances if i.up]
