@@ -50,7 +50,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -64,6 +63,7 @@ import numpy as np
 
 from mmelocal.emulator.cache import target_key
 from mmelocal.runtime.config import pick_free_port
+from mmelocal.runtime.readiness import http_ok, wait_for_listener, wait_until_ready
 from mmelocal.testing.tiny_model import request_json, write_tarball
 
 
@@ -269,29 +269,6 @@ def pin(pids: list[int], cpus: set[int]) -> None:
                 os.sched_setaffinity(tid, cpus)
 
 
-def wait_port(port: int, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on port {port} after {timeout_s}s")
-
-
-def wait_ping(url: str, timeout_s: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url + "/ping", timeout=1) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.2)
-    raise RuntimeError(f"emulator at {url} did not answer /ping within {timeout_s}s")
-
-
 # -- measurement ----------------------------------------------------------------------------
 @dataclass
 class Arm:
@@ -354,7 +331,13 @@ class Setup:
 
     def start(self, models: list[Model]) -> None:
         """Load the models once (cold), then start the reference hops in front of Triton."""
-        wait_ping(self.emu)
+        wait_until_ready(
+            lambda: http_ok(f"{self.emu}/ping"),
+            timeout_s=180,
+            url=self.emu,
+            log_path=self.work / "serve.log",
+            process=self.serve,
+        )
         url = f"{self.emu}/endpoints/bench/invocations"
         for model in models:
             headers = mme_headers(model.target)
@@ -377,7 +360,7 @@ class Setup:
         else:
             print("haproxy not installed: its reference row is skipped (apt-get install haproxy)")
         for port in self.ports.values():
-            wait_port(port)
+            wait_for_listener(f"http://127.0.0.1:{port}", grace_s=30)
 
     def place(self, placement: str, cpus: set[int]) -> None:
         """``split``: the proxies on the last core, clients and Triton on the others;
