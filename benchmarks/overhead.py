@@ -279,7 +279,11 @@ class Arm:
     pids: list[int] = field(default_factory=list)
     latencies: list[float] = field(default_factory=list)
     rps: list[float] = field(default_factory=list)
+    #: CPU seconds of the arm's own hop process (``pids``), of Triton's process tree and
+    #: of this client, over the arm's timed rounds
     cpu_s: float = 0.0
+    triton_cpu_s: float = 0.0
+    client_cpu_s: float = 0.0
 
     def p(self, q: float) -> float:
         return float(np.percentile(self.latencies, q) * 1e3)
@@ -288,10 +292,21 @@ class Arm:
     def mean_rps(self) -> float:
         return float(np.mean(self.rps))
 
+    def us_per_request(self, cpu_s: float) -> float:
+        return cpu_s / len(self.latencies) * 1e6
 
-def run_rounds(arms: list[Arm], body, headers, clients, seconds, rounds) -> None:
+    @property
+    def total_us(self) -> float:
+        """CPU per request of everything on the path: client, hop and Triton."""
+        return self.us_per_request(self.cpu_s + self.triton_cpu_s + self.client_cpu_s)
+
+
+def run_rounds(arms: list[Arm], triton: list[int], body, headers, clients, seconds, rounds):
     """Warm every arm, then ``rounds`` rounds of every arm, each round in another order
-    (rotated: no arm always follows the same one), with the client's GC off while timing."""
+    (rotated: no arm always follows the same one), with the client's GC off while timing.
+    Counts the CPU of each arm's hop, of Triton (``triton``: its process tree) and of the
+    client while the arm is timed."""
+    me = [os.getpid()]
     for arm in arms:  # warm every path and connection
         measure(arm.url, body, headers, clients, 0.5)
     for r in range(rounds):
@@ -299,9 +314,11 @@ def run_rounds(arms: list[Arm], body, headers, clients, seconds, rounds) -> None
             gc.collect()
             gc.disable()
             try:
-                before = cpu_s(arm.pids)
+                before = cpu_s(arm.pids), cpu_s(triton), cpu_s(me)
                 lat, rps = measure(arm.url, body, headers, clients, seconds)
-                arm.cpu_s += cpu_s(arm.pids) - before
+                arm.cpu_s += cpu_s(arm.pids) - before[0]
+                arm.triton_cpu_s += cpu_s(triton) - before[1]
+                arm.client_cpu_s += cpu_s(me) - before[2]
             finally:
                 gc.enable()
             arm.latencies += lat
@@ -428,11 +445,23 @@ def misses(arm: Arm, direct: Arm) -> list[str]:
 def row(block: str, route: str, clients: int, arm: Arm, direct: Arm) -> str:
     added50 = arm.p(50) - direct.p(50) if arm is not direct else 0.0
     added99 = arm.p(99) - direct.p(99) if arm is not direct else 0.0
-    cpu = f"{arm.cpu_s / len(arm.latencies) * 1e6:6.0f} us" if arm.pids else ""
+    hop = f"{arm.us_per_request(arm.cpu_s):.0f}" if arm.pids else "-"
     return (
         f"{block:<16}{route:<6}{clients:>7}  {arm.name:<9}{arm.p(50):>8.3f}{arm.p(99):>8.3f}"
         f"{added50:>8.3f}{added99:>8.3f}{arm.mean_rps:>8.0f}"
-        f"{arm.mean_rps / direct.mean_rps:>7.2f}{cpu:>10}"
+        f"{arm.mean_rps / direct.mean_rps:>7.2f}{hop:>6}"
+        f"{arm.us_per_request(arm.triton_cpu_s):>7.0f}{arm.us_per_request(arm.client_cpu_s):>7.0f}"
+        f"{arm.total_us / direct.total_us:>7.2f}"
+    )
+
+
+def cpu_bound(arm: Arm, direct: Arm) -> str:
+    """What the arm's CPU per request allows on cores that direct Triton keeps as busy."""
+    extra_triton = arm.us_per_request(arm.triton_cpu_s) - direct.us_per_request(direct.triton_cpu_s)
+    return (
+        f"CPU/req {arm.us_per_request(arm.cpu_s):.0f} us hop {extra_triton:+.0f} us Triton: "
+        f"{arm.total_us / direct.total_us:.2f}x direct's, so at most "
+        f"{direct.total_us / arm.total_us:.2f}x its throughput when the cores are the limit"
     )
 
 
@@ -481,7 +510,8 @@ def main() -> int:
         setup.start(models)
         print(
             f"{'model place':<16}{'route':<6}{'clients':>7}  {'arm':<9}{'p50 ms':>8}"
-            f"{'p99 ms':>8}{'+p50':>8}{'+p99':>8}{'req/s':>8}{'ratio':>7}{'CPU/req':>10}"
+            f"{'p99 ms':>8}{'+p50':>8}{'+p99':>8}{'req/s':>8}{'ratio':>7}"
+            f"{'hop':>6}{'Triton':>7}{'client':>7}{'CPU x':>7}"
         )
         verdicts: dict[str, list[str]] = {}
         references: list[str] = []
@@ -492,7 +522,15 @@ def main() -> int:
             for route in ("MME", "v2"):
                 for clients in args.clients:
                     arms, headers = arms_for(setup, model, route, hops)
-                    run_rounds(arms, model.body, headers, clients, args.seconds, args.rounds)
+                    run_rounds(
+                        arms,
+                        setup.triton_pids,
+                        model.body,
+                        headers,
+                        clients,
+                        args.seconds,
+                        args.rounds,
+                    )
                     direct = arms[0]
                     for arm in arms:
                         print(row(block, route, clients, arm, direct), flush=True)
@@ -521,9 +559,11 @@ def main() -> int:
                         f"{route} x{clients} "
                         + ("met" if not missed else "missed (" + ", ".join(missed) + ")")
                         + f" [A/A {aa50:+.2f} / {aa99:+.2f} ms, {aa_ratio:.2f}x{paired}]"
+                        + (f"\n      {cpu_bound(arms[1], direct)}" if clients > 1 else "")
                     )
                     references += [
                         f"{arm.name} x{clients} {arm.mean_rps / direct.mean_rps:.2f}x"
+                        + (f" ({cpu_bound(arm, direct)})" if clients > 1 else "")
                         for arm in arms[2:-1]
                     ]
             setup.place("shared", cpus)
@@ -535,17 +575,19 @@ def main() -> int:
             "  [A/A: direct Triton measured twice, interleaved: +p50 / +p99, throughput "
             "ratio; differences of that size are the run's noise. paired (1 client): the "
             "emulator's +p50 / +p99 with the client alternating between it and direct, "
-            "request by request, so slow drift of the machine cancels out]"
+            "request by request, so slow drift of the machine cancels out. CPU/req: the "
+            "hop's own CPU per request and what Triton spends beyond its direct figure; "
+            "columns hop, Triton, client: us of CPU per request, CPU x: their sum against "
+            "direct's]"
         )
         for block, lines in verdicts.items():
             print(f"  emulator, {block}:")
             for line in lines:
                 print(f"    {line}")
         if references:
-            print(
-                "  reference hops (tiny shared, MME), throughput vs direct: "
-                + ", ".join(references)
-            )
+            print("  reference hops (tiny shared, MME), throughput vs direct:")
+            for line in references:
+                print(f"    {line}")
     finally:
         setup.stop()
         shutil.rmtree(work, ignore_errors=True)
