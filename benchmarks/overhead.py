@@ -284,6 +284,8 @@ class Arm:
     cpu_s: float = 0.0
     triton_cpu_s: float = 0.0
     client_cpu_s: float = 0.0
+    #: wall time of the timed rounds
+    wall_s: float = 0.0
 
     def p(self, q: float) -> float:
         return float(np.percentile(self.latencies, q) * 1e3)
@@ -299,6 +301,11 @@ class Arm:
     def total_us(self) -> float:
         """CPU per request of everything on the path: client, hop and Triton."""
         return self.us_per_request(self.cpu_s + self.triton_cpu_s + self.client_cpu_s)
+
+    @property
+    def busy_cores(self) -> float:
+        """How many cores client, hop and Triton kept busy on average."""
+        return (self.cpu_s + self.triton_cpu_s + self.client_cpu_s) / self.wall_s
 
 
 def run_rounds(arms: list[Arm], triton: list[int], body, headers, clients, seconds, rounds):
@@ -323,6 +330,7 @@ def run_rounds(arms: list[Arm], triton: list[int], body, headers, clients, secon
                 gc.enable()
             arm.latencies += lat
             arm.rps.append(rps)
+            arm.wall_s += len(lat) / rps
 
 
 class Setup:
@@ -455,14 +463,21 @@ def row(block: str, route: str, clients: int, arm: Arm, direct: Arm) -> str:
     )
 
 
-def cpu_bound(arm: Arm, direct: Arm) -> str:
-    """What the arm's CPU per request allows on cores that direct Triton keeps as busy."""
+CORES_BUSY = 0.7  # direct keeps at least this share of the cores busy: they are the limit
+
+
+def cpu_bound(arm: Arm, direct: Arm, cores: int) -> str:
+    """The arm's CPU per request against direct's and, when direct keeps the cores busy,
+    the throughput ratio that CPU allows (if the arm kept them as busy)."""
     extra_triton = arm.us_per_request(arm.triton_cpu_s) - direct.us_per_request(direct.triton_cpu_s)
-    return (
+    text = (
         f"CPU/req {arm.us_per_request(arm.cpu_s):.0f} us hop {extra_triton:+.0f} us Triton: "
-        f"{arm.total_us / direct.total_us:.2f}x direct's, so at most "
-        f"{direct.total_us / arm.total_us:.2f}x its throughput when the cores are the limit"
+        f"{arm.total_us / direct.total_us:.2f}x direct's; direct keeps "
+        f"{direct.busy_cores:.1f} of {cores} cores busy"
     )
+    if direct.busy_cores < CORES_BUSY * cores:
+        return text + " (the cores are not the limit)"
+    return text + f", so this CPU allows at most {direct.total_us / arm.total_us:.2f}x"
 
 
 def main() -> int:
@@ -559,11 +574,15 @@ def main() -> int:
                         f"{route} x{clients} "
                         + ("met" if not missed else "missed (" + ", ".join(missed) + ")")
                         + f" [A/A {aa50:+.2f} / {aa99:+.2f} ms, {aa_ratio:.2f}x{paired}]"
-                        + (f"\n      {cpu_bound(arms[1], direct)}" if clients > 1 else "")
+                        + (
+                            f"\n      {cpu_bound(arms[1], direct, len(cpus))}"
+                            if clients > 1 and placement == "shared"  # split: a core each
+                            else ""
+                        )
                     )
                     references += [
                         f"{arm.name} x{clients} {arm.mean_rps / direct.mean_rps:.2f}x"
-                        + (f" ({cpu_bound(arm, direct)})" if clients > 1 else "")
+                        + (f" ({cpu_bound(arm, direct, len(cpus))})" if clients > 1 else "")
                         for arm in arms[2:-1]
                     ]
             setup.place("shared", cpus)
