@@ -34,6 +34,13 @@ the emulator's CPU is taken from Triton and the clients) and ``split`` (the prox
 to its own core, the clients and Triton to the others: a GPU host, where the emulator
 does not compete with the model for cores; ``tiny`` only). ``direct`` is measured in both.
 
+CPU: every row gives the CPU per request of the arm's hop, of Triton's process tree and
+of this client while the arm was timed ("CPU x": their sum against direct's). Where direct
+keeps the cores busy (16 clients, shared placement), throughput follows CPU per request,
+and the verdict says what ratio the arm's CPU allows at most: a hop's own CPU and what
+Triton spends beyond its direct figure (Triton serving a slower stream of requests pays
+more per request; the A/A row shows how much of that figure is noise).
+
 Goal (issue 4): <= 1 ms added at p50, <= 3 ms at p99, throughput >= 0.9x direct.
 Run: ``.venv/bin/python benchmarks/overhead.py [--seconds 2] [--rounds 4]
 [--placements shared split] [--clients 1 16] [--models minilm tiny tiny-5ms]`` (about
