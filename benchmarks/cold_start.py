@@ -32,11 +32,11 @@ from mmelocal.emulator.server import EmulatorServer
 
 def minilm_tarball(work: Path) -> tuple[Path, bytes]:
     """MiniLM built once (reused from the demo's folder) and one packaged copy."""
-    from mmelocal.cli.demo import _build, _payload
+    from mmelocal.cli.demo import build_minilm, demo_request
     from mmelocal.runtime.local import cache_dir
 
-    model_dir = _build(cache_dir() / "demo", rebuild=False)
-    body, _ = _payload(model_dir)
+    model_dir = build_minilm(cache_dir() / "demo")
+    body, _ = demo_request(model_dir)
     return package_copies(model_dir, work / "store", copies=1)[0], body
 
 
