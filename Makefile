@@ -28,7 +28,7 @@ lint: install
 	$(BIN)/ruff format --check mmelocal tests benchmarks examples
 
 typecheck: install
-	$(BIN)/mypy mmelocal
+	$(BIN)/mypy mmelocal benchmarks examples
 
 pytest: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
