@@ -305,14 +305,19 @@ class Arm:
         return cpu_s / len(self.latencies) * 1e6
 
     @property
+    def total_cpu_s(self) -> float:
+        """CPU seconds of everything on the path: hop, Triton and client."""
+        return self.cpu_s + self.triton_cpu_s + self.client_cpu_s
+
+    @property
     def total_us(self) -> float:
-        """CPU per request of everything on the path: client, hop and Triton."""
-        return self.us_per_request(self.cpu_s + self.triton_cpu_s + self.client_cpu_s)
+        """CPU per request of everything on the path."""
+        return self.us_per_request(self.total_cpu_s)
 
     @property
     def busy_cores(self) -> float:
-        """How many cores client, hop and Triton kept busy on average."""
-        return (self.cpu_s + self.triton_cpu_s + self.client_cpu_s) / self.wall_s
+        """How many cores the path kept busy on average."""
+        return self.total_cpu_s / self.wall_s
 
 
 def run_rounds(arms: list[Arm], triton: list[int], body, headers, clients, seconds, rounds):
@@ -458,13 +463,11 @@ def misses(arm: Arm, direct: Arm) -> list[str]:
 
 
 def row(block: str, route: str, clients: int, arm: Arm, direct: Arm) -> str:
-    added50 = arm.p(50) - direct.p(50) if arm is not direct else 0.0
-    added99 = arm.p(99) - direct.p(99) if arm is not direct else 0.0
+    added50, added99, ratio = versus(arm, direct)
     hop = f"{arm.us_per_request(arm.cpu_s):.0f}" if arm.pids else "-"
     return (
         f"{block:<16}{route:<6}{clients:>7}  {arm.name:<9}{arm.p(50):>8.3f}{arm.p(99):>8.3f}"
-        f"{added50:>8.3f}{added99:>8.3f}{arm.mean_rps:>8.0f}"
-        f"{arm.mean_rps / direct.mean_rps:>7.2f}{hop:>6}"
+        f"{added50:>8.3f}{added99:>8.3f}{arm.mean_rps:>8.0f}{ratio:>7.2f}{hop:>6}"
         f"{arm.us_per_request(arm.triton_cpu_s):>7.0f}{arm.us_per_request(arm.client_cpu_s):>7.0f}"
         f"{arm.total_us / direct.total_us:>7.2f}"
     )
