@@ -24,7 +24,6 @@ def resnet(tmp_path_factory):
     )
 
 
-@pytest.mark.triton
 def test_answers_like_torch(resnet, load_model, triton_client):
     name = load_model(resnet)  # served by Triton; unloaded again after the test
     with np.load(resnet.reference_path) as reference:
@@ -39,7 +38,6 @@ def test_answers_like_torch(resnet, load_model, triton_client):
         np.testing.assert_allclose(outputs[output_name], want, atol=1e-3, rtol=1e-3)
 
 
-@pytest.mark.triton
 def test_takes_a_batch_of_four(resnet, load_model, tritonclient_http):
     import tritonclient.http as th
 
@@ -52,8 +50,7 @@ def test_takes_a_batch_of_four(resnet, load_model, tritonclient_http):
     assert result.as_numpy(output_name).shape == (4, 1000)
 
 
-@pytest.mark.gpu
-@pytest.mark.triton
+@pytest.mark.mmelocal_gpu
 def test_runs_on_the_gpu(resnet, load_model, triton_server):
     name = load_model(resnet)  # skipped with the reason on machines without an NVIDIA GPU
     config = triton_server.client.model_config(name)

@@ -118,7 +118,7 @@ def _traffic(
 ) -> _Calls:
     import numpy as np
 
-    from mmelocal.testing.emulator_fixtures import MmeEndpoint
+    from mmelocal.testing.endpoint import MmeEndpoint
 
     mme = MmeEndpoint(url=server.url, store=Path("."), server=server)
     hot, tail = targets[:HOT_COPIES], targets[HOT_COPIES:]
@@ -324,7 +324,7 @@ async def _state(server: Any) -> dict[str, Any]:
 
 def mme_call(server: Any, target: str, body: bytes) -> bytes:
     """One InvokeEndpoint through boto3 (the first, cold call)."""
-    from mmelocal.testing.emulator_fixtures import MmeEndpoint
+    from mmelocal.testing.endpoint import MmeEndpoint
 
     mme = MmeEndpoint(url=server.url, store=Path("."), server=server, endpoint_name="demo")
     return mme.invoke(target, body)

@@ -13,8 +13,10 @@ Fixtures:
 ``triton_client``   the server's :class:`~mmelocal.runtime.client.TritonClient` (numpy in/out).
 ``tritonclient_http``  a raw ``tritonclient.http.InferenceServerClient`` on the server.
 
-Markers: ``gpu`` skips without an NVIDIA GPU; ``docker`` skips without a Docker engine
-(except with ``MMELOCAL_REQUIRE_DOCKER=1``: there a missing engine must fail, not hide).
+Markers (prefixed, so the plugin never acts on a project's own ``gpu`` or ``docker``
+markers): ``mmelocal_gpu`` skips without an NVIDIA GPU; ``mmelocal_docker`` skips without a
+Docker engine (except with ``MMELOCAL_REQUIRE_DOCKER=1``: there a missing engine must fail,
+not hide).
 This module is imported by every pytest run: everything heavy is imported inside fixtures.
 """
 
@@ -22,14 +24,22 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
+if TYPE_CHECKING:
+    import tritonclient.http
+
+    from mmelocal.runtime.client import TritonClient
+    from mmelocal.testing.triton import TestTritonServer
+
+GPU_MARKER = "mmelocal_gpu"
+DOCKER_MARKER = "mmelocal_docker"
 _MARKERS = (
-    "gpu: needs an NVIDIA GPU (skipped with the reason when none is present)",
-    "docker: needs a running Docker engine (skipped without one unless MMELOCAL_REQUIRE_DOCKER=1)",
-    "triton: starts a real tritonserver process",
+    f"{GPU_MARKER}: needs an NVIDIA GPU (mmelocal skips it with the reason when none is present)",
+    f"{DOCKER_MARKER}: needs a running Docker engine (mmelocal skips it without one unless "
+    "MMELOCAL_REQUIRE_DOCKER=1)",
 )
 
 
@@ -67,20 +77,24 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Skip ``gpu`` / ``docker`` tests, with the reason, when the hardware or engine is absent."""
-    if item.get_closest_marker("gpu") is not None:
+    """Skip ``mmelocal_gpu`` / ``mmelocal_docker`` tests when the GPU or engine is absent.
+
+    Only mmelocal's own markers are looked at: a project's ``gpu`` marker means what that
+    project says it means.
+    """
+    if item.get_closest_marker(GPU_MARKER) is not None:
         from mmelocal.runtime.native import gpu_available
 
         if not gpu_available():
             pytest.skip("needs an NVIDIA GPU (NVML finds none)")
-    if item.get_closest_marker("docker") is not None and not _in_ci():
+    if item.get_closest_marker(DOCKER_MARKER) is not None and not _docker_required():
         reason = _docker_missing_reason()
         if reason:
             pytest.skip(f"needs a Docker engine: {reason}")
 
 
-def _in_ci() -> bool:
-    """Whether a missing Docker engine must fail ``docker`` tests instead of skipping them.
+def _docker_required() -> bool:
+    """Whether a missing Docker engine must fail ``mmelocal_docker`` tests instead of skipping.
 
     Opt-in through ``MMELOCAL_REQUIRE_DOCKER=1`` (mmelocal's own CI sets it), so a user's
     CI without Docker still skips with the reason.
@@ -104,7 +118,7 @@ def _docker_missing_reason() -> str | None:
 
 
 @pytest.fixture(scope="session")
-def triton_server(request: pytest.FixtureRequest) -> Iterator[Any]:
+def triton_server(request: pytest.FixtureRequest) -> Iterator[TestTritonServer]:
     """A started Triton for the whole session (see the module docstring)."""
     from mmelocal.testing.triton import TestTritonServer
 
@@ -122,7 +136,7 @@ def triton_server(request: pytest.FixtureRequest) -> Iterator[Any]:
 
 
 @pytest.fixture
-def load_model(triton_server: Any) -> Iterator[Callable[..., str]]:
+def load_model(triton_server: TestTritonServer) -> Iterator[Callable[..., str]]:
     """``load_model(model_dir_or_build_result) -> name``; loaded models unload after the test."""
     loaded: list[str] = []
 
@@ -138,13 +152,15 @@ def load_model(triton_server: Any) -> Iterator[Callable[..., str]]:
 
 
 @pytest.fixture
-def triton_client(triton_server: Any) -> Any:
+def triton_client(triton_server: TestTritonServer) -> TritonClient:
     """The session server's mmelocal TritonClient (infer with numpy arrays)."""
     return triton_server.client
 
 
 @pytest.fixture
-def tritonclient_http(triton_server: Any) -> Iterator[Any]:
+def tritonclient_http(
+    triton_server: TestTritonServer,
+) -> Iterator[tritonclient.http.InferenceServerClient]:
     """A raw ``tritonclient.http.InferenceServerClient`` on the session server."""
     import tritonclient.http as th
 

@@ -44,7 +44,7 @@ def test_predictive_stop_never_loads_over_the_threshold(tiny_tarball: Path) -> N
     assert all(load.warmup_s > 0 for load in result.loads)  # an inference before each reading
 
 
-@pytest.mark.gpu
+@pytest.mark.mmelocal_gpu
 @pytest.mark.triton
 def test_gpu_capacity_reads_nvml(tiny_tarball: Path) -> None:
     options = CapacityOptions(max_copies=2, use_gpu=True)

@@ -149,7 +149,7 @@ def _has_gpu_tensorrt() -> bool:
         return False
 
 
-@pytest.mark.gpu
+@pytest.mark.mmelocal_gpu
 @pytest.mark.skipif(not _has_gpu_tensorrt(), reason="needs an NVIDIA GPU and TensorRT/trtexec")
 def test_real_engine_build(artifact_of, tmp_path: Path) -> None:
     plan = onnx2trt.build_engine(

@@ -121,7 +121,7 @@ def _cuda() -> bool:
     return bool(torch.cuda.is_available())
 
 
-@pytest.mark.gpu
+@pytest.mark.mmelocal_gpu
 @pytest.mark.skipif(not _cuda(), reason="needs an NVIDIA GPU")
 def test_cpu_traced_text_model_runs_on_the_gpu(tiny_bert_source, artifact_of) -> None:
     import torch

@@ -14,7 +14,7 @@ from emulator_hostile import make_hostile
 
 from mmelocal.emulator.platform import EmulatorConfig
 from mmelocal.emulator.server import EmulatorServer
-from mmelocal.testing.emulator_fixtures import MmeEndpoint
+from mmelocal.testing.endpoint import MmeEndpoint
 from mmelocal.testing.tiny_model import expected, write_tarball
 
 pytestmark = pytest.mark.triton

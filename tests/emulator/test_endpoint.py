@@ -16,7 +16,7 @@ from emulator_helpers import MemorySampler, output_of, payload, raw_request, wai
 
 from mmelocal.emulator.platform import EmulatorConfig
 from mmelocal.emulator.server import EmulatorServer
-from mmelocal.testing.emulator_fixtures import MmeEndpoint
+from mmelocal.testing.endpoint import MmeEndpoint
 from mmelocal.testing.tiny_model import expected, write_tarball
 
 pytestmark = pytest.mark.triton

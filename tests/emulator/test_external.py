@@ -12,7 +12,7 @@ from mmelocal.emulator.platform import EmulatorConfig
 from mmelocal.emulator.server import EmulatorServer
 from mmelocal.runtime.config import ServerConfig
 from mmelocal.runtime.local import LocalLauncher
-from mmelocal.testing.emulator_fixtures import MmeEndpoint
+from mmelocal.testing.endpoint import MmeEndpoint
 from mmelocal.testing.tiny_model import expected, write_tarball
 
 pytestmark = pytest.mark.triton

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from emulator_helpers import output_of, payload
 
-from mmelocal.testing.emulator_fixtures import MmeEndpoint
+from mmelocal.testing.endpoint import MmeEndpoint
 from mmelocal.testing.tiny_model import expected, write_tarball
 
 pytestmark = pytest.mark.triton

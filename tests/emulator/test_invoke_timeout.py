@@ -11,7 +11,7 @@ from emulator_helpers import output_of, payload
 
 from mmelocal.emulator.platform import EmulatorConfig
 from mmelocal.emulator.server import EmulatorServer
-from mmelocal.testing.emulator_fixtures import MmeEndpoint
+from mmelocal.testing.endpoint import MmeEndpoint
 from mmelocal.testing.tiny_model import MODEL_PY, expected, write_model, write_tarball
 
 pytestmark = pytest.mark.triton

@@ -15,7 +15,7 @@ from mmelocal.emulator.instance import InstanceUnavailableError
 from mmelocal.emulator.platform import EmulatorConfig
 from mmelocal.emulator.router import Router
 from mmelocal.emulator.server import EmulatorServer
-from mmelocal.testing.emulator_fixtures import MmeEndpoint
+from mmelocal.testing.endpoint import MmeEndpoint
 from mmelocal.testing.tiny_model import write_tarball
 
 

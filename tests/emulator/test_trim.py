@@ -10,7 +10,7 @@ from emulator_helpers import payload, wait_for
 
 from mmelocal.emulator.platform import EmulatorConfig
 from mmelocal.emulator.server import EmulatorServer
-from mmelocal.testing.emulator_fixtures import MmeEndpoint
+from mmelocal.testing.endpoint import MmeEndpoint
 from mmelocal.testing.tiny_model import write_tarball
 
 pytestmark = pytest.mark.triton

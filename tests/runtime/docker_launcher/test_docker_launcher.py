@@ -27,7 +27,7 @@ from mmelocal.runtime.docker import (
 )
 from mmelocal.runtime.launcher import TritonLauncher
 
-pytestmark = [pytest.mark.docker, pytest.mark.triton]
+pytestmark = [pytest.mark.mmelocal_docker, pytest.mark.triton]
 
 
 def _launcher(image: str, repo: Path, session: str, **kwargs: Any) -> DockerLauncher:
@@ -188,7 +188,7 @@ def test_unknown_image_says_how_to_get_it(add_one_repository: Path, docker_engin
     assert info.value.image == "localhost:1/no-such/image:0"
 
 
-@pytest.mark.gpu
+@pytest.mark.mmelocal_gpu
 def test_gpu_container_gets_a_gpu(
     triton_test_image: str, add_one_repository: Path, docker_session: str, docker_engine: Any
 ) -> None:

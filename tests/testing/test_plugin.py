@@ -1,0 +1,113 @@
+"""mmelocal's pytest plugin, seen from a project that installs it (pytester).
+
+The plugin is loaded through its ``pytest11`` entry point, as in any project that installs
+mmelocal; each test writes a small project and runs pytest on it.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from mmelocal.runtime.native import gpu_available
+
+pytest_plugins = ["pytester"]
+
+OWN_MARKERS_INI = """
+[pytest]
+addopts = --strict-markers
+markers =
+    gpu: this project's own meaning (runs on any machine)
+    docker: this project's own meaning (runs on any machine)
+"""
+
+
+def test_projects_own_gpu_and_docker_markers_run(pytester: pytest.Pytester) -> None:
+    pytester.makeini(OWN_MARKERS_INI)
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.gpu
+        def test_gpu_means_something_else():
+            assert True
+
+        @pytest.mark.docker
+        def test_docker_means_something_else():
+            assert True
+        """
+    )
+    result = pytester.runpytest("-p", "mmelocal")
+    result.assert_outcomes(passed=2)
+
+
+def test_mmelocal_gpu_marker_skips_with_reason_without_gpu(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.mmelocal_gpu
+        def test_needs_gpu():
+            assert True
+        """
+    )
+    result = pytester.runpytest("--strict-markers", "-rs")
+    if gpu_available():
+        result.assert_outcomes(passed=1)
+    else:
+        result.assert_outcomes(skipped=1)
+        result.stdout.fnmatch_lines(["*needs an NVIDIA GPU (NVML finds none)*"])
+
+
+def test_mmelocal_docker_marker_skips_or_fails_as_asked(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{pytester.path}/no-engine.sock")
+    monkeypatch.delenv("MMELOCAL_REQUIRE_DOCKER", raising=False)
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.mmelocal_docker
+        def test_needs_engine():
+            assert True
+        """
+    )
+    skipped = pytester.runpytest("--strict-markers", "-rs")
+    skipped.assert_outcomes(skipped=1)
+    skipped.stdout.fnmatch_lines(["*needs a Docker engine: no engine answers*"])
+
+    monkeypatch.setenv("MMELOCAL_REQUIRE_DOCKER", "1")
+    required = pytester.runpytest("--strict-markers")
+    required.assert_outcomes(passed=1)
+
+
+def test_fixtures_are_offered_and_default_config_is_empty(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        def test_config(mme_endpoint_config):
+            assert mme_endpoint_config == {}
+        """
+    )
+    result = pytester.runpytest("--strict-markers")
+    result.assert_outcomes(passed=1)
+    listing = pytester.runpytest("--fixtures").stdout.str()
+    for name in ("triton_server", "load_model", "triton_client", "tritonclient_http"):
+        assert f"\n{name} " in listing, name
+    for name in ("mme_endpoint", "mme_endpoint_config"):
+        assert f"\n{name} " in listing, name
+
+
+def test_plugin_declares_only_prefixed_markers(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.gpu
+        def test_undeclared():
+            assert True
+        """
+    )
+    # In a subprocess: pytest remembers declared markers per process.
+    result = pytester.runpytest_subprocess("--strict-markers")
+    result.stdout.fnmatch_lines(["*'gpu' not found in `markers` configuration option*"])
+    assert result.ret != 0
