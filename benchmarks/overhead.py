@@ -71,6 +71,7 @@ import numpy as np
 from mmelocal.emulator.cache import target_key
 from mmelocal.runtime.config import pick_free_port
 from mmelocal.runtime.readiness import http_ok, wait_for_listener, wait_until_ready
+from mmelocal.stats import percentile
 from mmelocal.testing.tiny_model import request_json, write_tarball
 
 
@@ -167,8 +168,8 @@ def measure_paired(url_a, url_b, body, headers, clients, seconds, rounds):
 def paired_added(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
     """Added p50 and p99 (ms) of ``b`` over ``a``."""
     return (
-        float(np.percentile(b, 50) - np.percentile(a, 50)) * 1e3,
-        float(np.percentile(b, 99) - np.percentile(a, 99)) * 1e3,
+        (percentile(b, 50) - percentile(a, 50)) * 1e3,
+        (percentile(b, 99) - percentile(a, 99)) * 1e3,
     )
 
 
@@ -295,7 +296,7 @@ class Arm:
     wall_s: float = 0.0
 
     def p(self, q: float) -> float:
-        return float(np.percentile(self.latencies, q) * 1e3)
+        return percentile(self.latencies, q) * 1e3
 
     @property
     def mean_rps(self) -> float:

@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from mmelocal.stats import percentiles
+
 
 @dataclass(frozen=True, kw_only=True)
 class StepStats:
@@ -59,7 +61,7 @@ def summarize_step(
     requests = len(latencies_ms)
     if requests:
         values = np.asarray(latencies_ms, dtype=np.float64)
-        p50, p95, p99 = (float(v) for v in np.percentile(values, [50, 95, 99]))
+        p50, p95, p99 = percentiles(latencies_ms, (50, 95, 99))
         avg: float | None = float(values.mean())
         peak: float | None = float(values.max())
     else:

@@ -16,7 +16,6 @@ from mmelocal.cli._output import console, err_console
 
 MIB = 1024 * 1024
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*$")
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
 
 
 def parse_duration_s(text: str) -> float:
@@ -27,17 +26,6 @@ def parse_duration_s(text: str) -> float:
     value = float(match.group(1))
     unit = match.group(2) or "s"
     return value * {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}[unit]
-
-
-def parse_size_bytes(text: str) -> int:
-    """``"4GiB"``, ``"512MiB"``, ``"2G"``, ``"1000000"`` -> bytes (K/M/G/T are powers of 1024)."""
-    match = _SIZE.match(text)
-    if not match:
-        raise click.BadParameter(f"expected a size like 4GiB or 512MiB, got {text!r}")
-    value = float(match.group(1))
-    unit = (match.group(2) or "b").lower()[:1]
-    factor = {"b": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}[unit]
-    return int(value * factor)
 
 
 def csv_list(text: str) -> list[str]:
@@ -188,7 +176,6 @@ __all__ = [
     "ms",
     "output_options",
     "parse_duration_s",
-    "parse_size_bytes",
     "prepare_outputs",
     "projection_table",
     "steps_table",

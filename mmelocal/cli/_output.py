@@ -34,6 +34,19 @@ def fail(message: str, code: int = 2) -> None:
     sys.exit(code)
 
 
+def size_option(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
+    """Click callback: a size option (``4GiB``, ``512MB``; see :mod:`mmelocal.units`) in bytes."""
+    if value is None:
+        return None
+    from mmelocal.errors import UserInputError
+    from mmelocal.units import parse_size_bytes
+
+    try:
+        return parse_size_bytes(value)
+    except UserInputError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 def print_json(data: Any) -> None:
     """Write machine-readable output on stdout (no colours, no wrapping)."""
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")

@@ -16,12 +16,11 @@ from mmelocal.cli._bench import (
     csv_list,
     mib,
     output_options,
-    parse_size_bytes,
     prepare_outputs,
     projection_table,
     write_outputs,
 )
-from mmelocal.cli._output import console
+from mmelocal.cli._output import console, size_option
 
 MIB = 1024 * 1024
 
@@ -61,6 +60,7 @@ def capacity() -> None:
 @click.option(
     "--memory-budget",
     default=None,
+    callback=size_option,
     help="Total to measure against on CPU (host RSS of the Triton tree), e.g. 4GiB.",
 )
 @click.option(
@@ -92,7 +92,7 @@ def measure(
     source: str,
     threshold: float,
     max_copies: int,
-    memory_budget: str | None,
+    memory_budget: int | None,
     formats: str,
     no_verify_next: bool,
     gpus_file: Path | None,
@@ -109,7 +109,7 @@ def measure(
     options = CapacityOptions(
         threshold=threshold,
         max_copies=max_copies,
-        memory_budget_bytes=parse_size_bytes(memory_budget) if memory_budget else None,
+        memory_budget_bytes=memory_budget,
         verify_next=not no_verify_next,
     )
     prepare_outputs(json_out, report_dir)

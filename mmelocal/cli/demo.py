@@ -46,9 +46,9 @@ def _mib(value: float | None) -> str:
 def _ms(values: list[float], q: float) -> str:
     if not values:
         return "-"
-    import numpy as np
+    from mmelocal.stats import percentile
 
-    return f"{float(np.percentile(values, q)) * 1e3:,.1f}"
+    return f"{percentile(values, q) * 1e3:,.1f}"
 
 
 def build_minilm(workdir: Path, rebuild: bool = False) -> Path:

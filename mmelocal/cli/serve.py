@@ -8,19 +8,7 @@ from pathlib import Path
 
 import click
 
-from mmelocal.cli._output import console
-
-
-def _size(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
-    if value is None:
-        return None
-    from mmelocal.emulator.platform import parse_size
-    from mmelocal.errors import UserInputError
-
-    try:
-        return parse_size(value)
-    except UserInputError as exc:
-        raise click.BadParameter(str(exc)) from None
+from mmelocal.cli._output import console, size_option
 
 
 @click.command()
@@ -40,12 +28,12 @@ def _size(ctx: click.Context, param: click.Parameter, value: str | None) -> int 
 )
 @click.option(
     "--memory-budget",
-    callback=_size,
+    callback=size_option,
     help="Host memory per Triton instance (no GPU), e.g. 4GiB; default half the RAM.",
 )
 @click.option(
     "--disk-budget",
-    callback=_size,
+    callback=size_option,
     default="20GiB",
     show_default=True,
     help="Disk for extracted artifacts (least recently used unloaded ones are deleted).",

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from mmelocal.emulator.instance import InstanceOptions
 from mmelocal.errors import UserInputError
+from mmelocal.units import GiB
 
-GiB = 1024**3
 LAUNCHERS = ("local", "docker", "external")
 
 
@@ -77,41 +77,4 @@ class EmulatorConfig:
         )
 
 
-def parse_size(text: str | int) -> int:
-    """Bytes from ``4GiB``, ``512MB``, ``1.5G``, ``1000`` (binary and decimal units)."""
-    if isinstance(text, int):
-        return text
-    raw = text.strip()
-    units = {
-        "": 1,
-        "b": 1,
-        "k": 1000,
-        "kb": 1000,
-        "m": 1000**2,
-        "mb": 1000**2,
-        "g": 1000**3,
-        "gb": 1000**3,
-        "t": 1000**4,
-        "tb": 1000**4,
-        "kib": 1024,
-        "mib": 1024**2,
-        "gib": 1024**3,
-        "tib": 1024**4,
-    }
-    number = raw.rstrip("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ ")
-    unit = raw[len(number) :].strip().lower()
-    if unit not in units or not number:
-        raise UserInputError(
-            f"size must be a number with an optional unit (B, KB, MB, GB, TB, KiB, MiB, GiB, "
-            f"TiB), got {text!r}"
-        )
-    try:
-        value = float(number)
-    except ValueError:
-        raise UserInputError(f"size must start with a number, got {text!r}") from None
-    if value <= 0:
-        raise UserInputError(f"size must be > 0, got {text!r}")
-    return int(value * units[unit])
-
-
-__all__ = ["LAUNCHERS", "EmulatorConfig", "GiB", "parse_size"]
+__all__ = ["LAUNCHERS", "EmulatorConfig"]

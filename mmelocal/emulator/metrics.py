@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from mmelocal.errors import UserInputError
+from mmelocal.stats import nearest_rank
 
 #: name -> help text; the order is the order in the exposition.
 SUMMARIES: dict[str, str] = {
@@ -47,14 +48,6 @@ GAUGES: dict[str, str] = {
 QUANTILES = (0.5, 0.9, 0.99)
 
 
-def quantile(sorted_values: list[float], q: float) -> float:
-    """Nearest-rank quantile of already sorted values (NaN when empty)."""
-    if not sorted_values:
-        return math.nan
-    idx = min(len(sorted_values) - 1, max(0, math.ceil(q * len(sorted_values)) - 1))
-    return sorted_values[idx]
-
-
 @dataclass
 class Summary:
     """Count, sum and a bounded window of recent values."""
@@ -83,7 +76,7 @@ class Summary:
     def quantiles(self, qs: Iterable[float] = QUANTILES) -> dict[float, float]:
         """Quantiles of the recent window."""
         values = sorted(self.recent)
-        return {q: quantile(values, q) for q in qs}
+        return {q: nearest_rank(values, q) for q in qs}
 
 
 class Metrics:
@@ -191,5 +184,4 @@ __all__ = [
     "Metrics",
     "Summary",
     "parse_prometheus",
-    "quantile",
 ]

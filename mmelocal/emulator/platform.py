@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 
 from mmelocal.emulator.cache import ArtifactCache, Prepare
-from mmelocal.emulator.config import EmulatorConfig, parse_size
+from mmelocal.emulator.config import EmulatorConfig
 from mmelocal.emulator.events import EventLog
 from mmelocal.emulator.instance import InstanceOptions, TritonInstance
 from mmelocal.emulator.metrics import Metrics
@@ -376,4 +376,4 @@ def loaded_targets(instances: Sequence[TritonInstance]) -> list[str]:
     return sorted({t for inst in instances for t in inst.loaded()})
 
 
-__all__ = ["Emulator", "EmulatorConfig", "InvokeResult", "loaded_targets", "parse_size"]
+__all__ = ["Emulator", "EmulatorConfig", "InvokeResult", "loaded_targets"]

@@ -42,7 +42,7 @@ CASES = {
     "project: negative MiB": ([*PROJECT[:3], "-3", *PROJECT[4:]], "--per-model-mib"),
     "project: malformed GPU YAML": ([*PROJECT, "--gpus", "{d}/bad.yaml"], "not valid YAML at"),
     "project: json under a file": ([*PROJECT, "--json", "{d}/a-file/x.json"], "is a file"),
-    "capacity: zero budget": (["capacity", "x", "--memory-budget", "0"], "memory_budget"),
+    "capacity: zero budget": (["capacity", "x", "--memory-budget", "0"], "memory-budget"),
     "loadtest: count 0": ([*LOADTEST, "--count", "0"], "--count"),
     "loadtest: max users -5": ([*LOADTEST, "--max-users", "-5"], "--max-users"),
     "loadtest: malformed shape YAML": ([*LOADTEST, "--shape", "{d}/bad.yaml"], "not valid YAML"),

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 from mmelocal.emulator.metrics import (
     COUNTERS,
     GAUGES,
@@ -11,7 +9,6 @@ from mmelocal.emulator.metrics import (
     Metrics,
     Summary,
     parse_prometheus,
-    quantile,
 )
 
 CLOUDWATCH = {
@@ -36,13 +33,6 @@ CLOUDWATCH = {
 
 def test_every_cloudwatch_name_is_exposed() -> None:
     assert set(SUMMARIES) | set(COUNTERS) | set(GAUGES) >= CLOUDWATCH
-
-
-def test_quantiles_nearest_rank() -> None:
-    values = [float(v) for v in range(1, 101)]
-    assert quantile(values, 0.5) == 50
-    assert quantile(values, 0.99) == 99
-    assert math.isnan(quantile([], 0.5))
 
 
 def test_summary_window_is_bounded() -> None:

@@ -14,24 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from mmelocal.emulator.platform import parse_size
 from mmelocal.errors import UserInputError
 from mmelocal.runtime.config import pick_free_port
 from mmelocal.testing.tiny_model import write_tarball
-
-
-@pytest.mark.parametrize(
-    ("text", "value"),
-    [("4GiB", 4 * 1024**3), ("512MB", 512 * 10**6), ("1.5G", 1_500_000_000), ("1000", 1000)],
-)
-def test_parse_size(text: str, value: int) -> None:
-    assert parse_size(text) == value
-
-
-@pytest.mark.parametrize("text", ["", "GiB", "-1GiB", "4 parsecs", "0"])
-def test_parse_size_refuses(text: str) -> None:
-    with pytest.raises(UserInputError, match="size"):
-        parse_size(text)
 
 
 @pytest.mark.triton
