@@ -8,19 +8,27 @@ can show it without parsing text::
     ├── UserInputError              bad arguments, names, options
     │   ├── SourceError             a model source cannot be found or loaded
     │   ├── ConfigError             a config.pbtxt or option that breaks Triton's schema
-    │   └── UnsafeArchiveError      a tarball that would write outside its folder
+    │   ├── UnsafeArchiveError      a tarball that would write outside its folder
+    │   │   └── BadArchiveError     not a readable gzip-compressed tar (corrupt, truncated)
+    │   └── InvalidTargetError      a TargetModel name that can never name an artifact
     ├── MissingDependencyError      an optional extra is not installed (with the pip hint)
     ├── ExportError                 an exporter failed (TorchScript, ONNX, TensorRT)
     ├── VerificationError           exported outputs differ from the source beyond tolerance
     ├── ValidationError             a repository / model folder / tarball has problems
     ├── RuntimeLayerError           a Triton server could not be started or reached
     │   ├── ServerStartError        did not become ready (names URL, seconds, log tail)
+    │   │   └── DockerImageError    the image is not here and could not be pulled
     │   ├── ServerDiedError         the process exited while in use
     │   ├── ModelLoadError          Triton refused a model (Triton's own message)
-    │   └── InferenceError          Triton refused a request
+    │   ├── InferenceError          Triton refused a request
+    │   └── DockerEngineError       the Docker engine cannot be reached
     ├── EmulatorError               the MME platform emulator
     │   ├── ModelNotFoundError      TargetModel not in the store
-    │   └── OutOfMemoryError        nothing left to evict and the model still does not fit
+    │   ├── OutOfMemoryError        nothing left to evict and the model still does not fit
+    │   ├── ModelNotReadyError      a cold load outlasts the caller's wait (goes on)
+    │   ├── InstanceUnavailableError  Triton is down or restarting (retry: 503)
+    │   └── UpstreamError           the connection to Triton failed (also ConnectionError)
+    │       └── UpstreamTimeoutError  Triton did not answer within the deadline
     └── BenchError                  capacity, load test, sweep or report failed
 """
 
@@ -78,6 +86,18 @@ class UnsafeArchiveError(UserInputError):
         super().__init__(message)
         self.archive = Path(archive) if archive is not None else None
         self.member = member
+
+
+class BadArchiveError(UnsafeArchiveError):
+    """The file is not a readable gzip-compressed tar archive (corrupt, truncated, wrong type)."""
+
+
+class InvalidTargetError(UserInputError):
+    """A TargetModel name that can never name an artifact (answered as a 400)."""
+
+    def __init__(self, message: str, *, target_model: str) -> None:
+        super().__init__(message)
+        self.target_model = target_model
 
 
 class MissingDependencyError(MmeLocalError):
@@ -164,6 +184,18 @@ class InferenceError(RuntimeLayerError):
         self.status_code = status_code
 
 
+class DockerEngineError(RuntimeLayerError):
+    """The Docker engine cannot be reached (or refused a request)."""
+
+
+class DockerImageError(ServerStartError):
+    """The image is not on this machine and could not be pulled."""
+
+    def __init__(self, message: str, *, image: str) -> None:
+        super().__init__(message)
+        self.image = image
+
+
 class EmulatorError(MmeLocalError):
     """The MME emulator could not serve a request."""
 
@@ -178,6 +210,26 @@ class ModelNotFoundError(EmulatorError):
 
 class OutOfMemoryError(EmulatorError):
     """The model does not fit even after every evictable model was unloaded."""
+
+
+class ModelNotReadyError(EmulatorError):
+    """The cold load takes longer than the caller may wait; it goes on in the background."""
+
+    def __init__(self, message: str, *, target_model: str) -> None:
+        super().__init__(message)
+        self.target_model = target_model
+
+
+class InstanceUnavailableError(EmulatorError):
+    """The Triton process is down or restarting: retry shortly (answered as 503)."""
+
+
+class UpstreamError(EmulatorError, ConnectionError):
+    """The connection to Triton failed or closed before a full answer (also a ConnectionError)."""
+
+
+class UpstreamTimeoutError(UpstreamError):
+    """Triton did not answer within the request's deadline (the connection is closed)."""
 
 
 class BenchError(MmeLocalError):

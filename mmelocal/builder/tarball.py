@@ -27,17 +27,17 @@ from pathlib import Path
 from typing import IO, cast
 
 from mmelocal.builder.gunzip import GunzipStream
-from mmelocal.errors import UnsafeArchiveError, UserInputError
+from mmelocal.errors import (
+    BadArchiveError,
+    UnsafeArchiveError,
+    UserInputError,
+)
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_MEMBERS = 10_000
 DEFAULT_MAX_UNPACKED_BYTES = 64 * 1024**3
 _CHUNK_BYTES = 1 << 20
-
-
-class BadArchiveError(UnsafeArchiveError):
-    """The file is not a readable gzip-compressed tar archive (corrupt, truncated, wrong type)."""
 
 
 def create_model_tarball(

@@ -6,21 +6,14 @@ import asyncio
 from dataclasses import dataclass
 
 from mmelocal.emulator.lru import ModelUsage
-from mmelocal.errors import EmulatorError, UserInputError
+from mmelocal.errors import (  # noqa: F401 (re-exported)
+    EmulatorError,
+    InstanceUnavailableError,
+    ModelNotReadyError,
+    UserInputError,
+)
 
 LOADING, READY, UNLOADING = "loading", "ready", "unloading"
-
-
-class ModelNotReadyError(EmulatorError):
-    """The cold load takes longer than the caller may wait; it goes on in the background."""
-
-    def __init__(self, message: str, *, target_model: str) -> None:
-        super().__init__(message)
-        self.target_model = target_model
-
-
-class InstanceUnavailableError(EmulatorError):
-    """The Triton process is down or restarting: retry shortly (answered as 503)."""
 
 
 @dataclass(frozen=True, kw_only=True)

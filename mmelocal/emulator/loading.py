@@ -146,7 +146,9 @@ class LoadingMixin(EvictionMixin):
             if status == 507:
                 raise OutOfMemoryError(
                     f"TargetModel {entry.target!r} does not fit in memory even with nothing "
-                    f"else loaded: {text}"
+                    f"else loaded: {text}. Give the instance more memory (--memory-budget on a "
+                    f"host without a GPU, a larger GPU otherwise) or shrink the model "
+                    f"(fewer instance_group copies, a smaller max_batch_size)"
                 )
             raise ModelLoadError(
                 f"Triton could not load {entry.target!r} (HTTP {status}): {text}",

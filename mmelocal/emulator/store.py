@@ -17,6 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from mmelocal.errors import (
     EmulatorError,
+    InvalidTargetError,
     MissingDependencyError,
     ModelNotFoundError,
     UserInputError,
@@ -28,14 +29,6 @@ logger = logging.getLogger(__name__)
 S3_CONNECT_TIMEOUT_S = 5.0
 #: SageMaker's own limit for the ``X-Amzn-SageMaker-Target-Model`` header.
 MAX_TARGET_LENGTH = 1024
-
-
-class InvalidTargetError(UserInputError):
-    """A TargetModel name that can never name an artifact (answered as a 400)."""
-
-    def __init__(self, message: str, *, target_model: str) -> None:
-        super().__init__(message)
-        self.target_model = target_model
 
 
 def validate_target(target: str) -> str:

@@ -14,16 +14,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable, Iterable
 
-from mmelocal.errors import UserInputError
-
-
-class UpstreamError(ConnectionError):
-    """The connection to Triton failed or closed before a full answer."""
-
-
-class UpstreamTimeoutError(UpstreamError):
-    """Triton did not answer within the request's deadline (the connection is closed)."""
-
+from mmelocal.errors import UpstreamError, UpstreamTimeoutError, UserInputError
 
 #: (status, lower-cased headers, body)
 Reply = tuple[int, dict[str, str], bytes]

@@ -17,9 +17,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mmelocal.errors import (
+    DockerEngineError,
+    DockerImageError,
     MissingDependencyError,
-    RuntimeLayerError,
-    ServerStartError,
     UserInputError,
 )
 
@@ -68,18 +68,6 @@ _INSTALL_HINT = (
     "docker`) or install Docker (Debian/Ubuntu: `sudo apt-get install docker.io`); "
     "DOCKER_HOST selects another engine"
 )
-
-
-class DockerEngineError(RuntimeLayerError):
-    """The Docker engine cannot be reached (or refused a request)."""
-
-
-class DockerImageError(ServerStartError):
-    """The image is not on this machine and could not be pulled."""
-
-    def __init__(self, message: str, *, image: str) -> None:
-        super().__init__(message)
-        self.image = image
 
 
 def sagemaker_triton_image(region: str, tag: str = DEFAULT_TRITON_IMAGE_TAG) -> str:
