@@ -12,7 +12,7 @@
 ``readiness``       :func:`~mmelocal.runtime.readiness.wait_until_ready`, health probes
 ``client``          :class:`~mmelocal.runtime.client.TritonClient`: numpy in, numpy out
 ``client_errors``   how tritonclient failures become mmelocal errors (dead server, timeout)
-``sagemaker``       :class:`~mmelocal.runtime.sagemaker.SageMakerClient`: Triton's MME routes
+``sagemaker``       Triton's MME routes: the contract, ``TARGET_MODEL_HEADER``, ``load_body``
 ``native``          Python-backend copies of TorchScript / ONNX / TensorRT models
 ``samples``         sample requests from a config, output checks
 ``memory``          host RSS of the server's process tree, GPU memory via NVML

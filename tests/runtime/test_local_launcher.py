@@ -15,7 +15,7 @@ from mmelocal.errors import ServerDiedError, ServerStartError
 from mmelocal.runtime.client import TritonClient
 from mmelocal.runtime.config import ServerConfig
 from mmelocal.runtime.local import LocalLauncher
-from mmelocal.runtime.sagemaker import SageMakerClient
+from mmelocal.testing.sagemaker_client import SageMakerClient
 
 pytestmark = pytest.mark.triton
 

@@ -11,7 +11,7 @@ from runtime_models import write_mlp
 
 from mmelocal.errors import ModelLoadError
 from mmelocal.runtime.native import prepare_model_for_server
-from mmelocal.runtime.sagemaker import SageMakerClient
+from mmelocal.testing.sagemaker_client import SageMakerClient
 
 pytestmark = pytest.mark.triton
 
