@@ -10,7 +10,7 @@ import click
 
 @click.group()
 def triton() -> None:
-    """Start, stop or inspect a kept Triton server (the pip tritonserver)."""
+    """Start, stop or inspect a detached Triton server (the pip tritonserver)."""
 
 
 @triton.command()
@@ -48,7 +48,7 @@ def start(
     """Start tritonserver in the background and record it (see `mmelocal triton status`)."""
     from mmelocal.cli._output import console, print_json
     from mmelocal.runtime.config import ServerConfig
-    from mmelocal.runtime.kept import start_kept
+    from mmelocal.runtime.detached import start_detached
 
     repository.mkdir(parents=True, exist_ok=True)
     config = ServerConfig(
@@ -61,7 +61,7 @@ def start(
         load_models=load_models,
         log_verbose=log_verbose,
     )
-    kept = start_kept(config, name=name, tritonserver=tritonserver)
+    kept = start_detached(config, name=name, tritonserver=tritonserver)
     if as_json:
         print_json(kept.to_dict())
     else:
@@ -82,9 +82,9 @@ def start(
 def stop(name: str, timeout_s: float) -> None:
     """Stop the kept server (SIGTERM, then SIGKILL after the timeout)."""
     from mmelocal.cli._output import console
-    from mmelocal.runtime.kept import stop_kept
+    from mmelocal.runtime.detached import stop_detached
 
-    kept = stop_kept(name, timeout_s=timeout_s)
+    kept = stop_detached(name, timeout_s=timeout_s)
     if kept is None:
         console.print(f"no kept Triton called {name!r}")
         raise SystemExit(1)
@@ -99,9 +99,9 @@ def status(name: str, as_json: bool) -> None:
     from mmelocal.cli._output import console, print_json
     from mmelocal.errors import MmeLocalError
     from mmelocal.runtime.client import TritonClient
-    from mmelocal.runtime.kept import read_kept
+    from mmelocal.runtime.detached import read_detached
 
-    kept = read_kept(name)
+    kept = read_detached(name)
     if kept is None:
         if as_json:
             print_json({"name": name, "running": False})

@@ -8,7 +8,7 @@
 ``docker``          :class:`~mmelocal.runtime.docker.DockerLauncher`: a Triton image
 ``docker_engine``   the Docker engine: client, images, GPUs, labels, clean-up
 ``external``        :class:`~mmelocal.runtime.external.ExternalLauncher`: a running server
-``kept``            servers that outlive their command (``mmelocal triton start``)
+``detached``        servers that outlive their command (``mmelocal triton start``)
 ``readiness``       :func:`~mmelocal.runtime.readiness.wait_until_ready`, health probes
 ``client``          :class:`~mmelocal.runtime.client.TritonClient`: numpy in, numpy out
 ``client_errors``   how tritonclient failures become mmelocal errors (dead server, timeout)

@@ -1,6 +1,6 @@
 """Triton servers that outlive the command that started them (``mmelocal triton start``).
 
-A kept server is a :class:`~mmelocal.runtime.local.LocalLauncher` started without the
+A detached server is a :class:`~mmelocal.runtime.local.LocalLauncher` started without the
 die-with-parent link; its pid, endpoints, repository and log are written to a JSON state
 file (``<state dir>/triton-<name>.json``) so that ``status`` and ``stop`` find it later and
 :class:`~mmelocal.runtime.external.ExternalLauncher` can attach to it.
@@ -28,7 +28,7 @@ STATE_ENV = "MMELOCAL_STATE_DIR"
 
 
 def state_dir() -> Path:
-    """Where kept-server state files live (``$MMELOCAL_STATE_DIR`` or ~/.local/state/mmelocal)."""
+    """Folder of the state files ($MMELOCAL_STATE_DIR, default ~/.local/state/mmelocal)."""
     env = os.environ.get(STATE_ENV)
     if env:
         return Path(env)
@@ -37,8 +37,8 @@ def state_dir() -> Path:
 
 
 @dataclass(frozen=True, kw_only=True)
-class KeptServer:
-    """What the state file records about one kept server."""
+class DetachedServer:
+    """What the state file records about one detached server."""
 
     name: str
     pid: int
@@ -85,30 +85,30 @@ def _state_file(name: str, root: Path | None) -> Path:
     return (root or state_dir()) / f"triton-{name}.json"
 
 
-def read_kept(name: str = "default", *, root: Path | None = None) -> KeptServer | None:
-    """The kept server called ``name``, or None when there is no state file."""
+def read_detached(name: str = "default", *, root: Path | None = None) -> DetachedServer | None:
+    """The detached server called ``name``, or None when there is no state file."""
     path = _state_file(name, root)
     if not path.is_file():
         return None
     data = json.loads(path.read_text(encoding="utf-8"))
-    return KeptServer(**data)
+    return DetachedServer(**data)
 
 
-def start_kept(
+def start_detached(
     config: ServerConfig,
     *,
     name: str = "default",
     tritonserver: Path | str | None = None,
     start_timeout_s: float = 120.0,
     root: Path | None = None,
-) -> KeptServer:
+) -> DetachedServer:
     """Start tritonserver detached from this process and record it; fails if one runs."""
     from mmelocal.runtime.local import LocalLauncher
 
-    existing = read_kept(name, root=root)
+    existing = read_detached(name, root=root)
     if existing is not None and existing.is_alive():
         raise UserInputError(
-            f"a kept Triton called {name!r} already runs (pid {existing.pid}, "
+            f"a detached Triton called {name!r} already runs (pid {existing.pid}, "
             f"{existing.http_url}): stop it first or choose another --name"
         )
     path = _state_file(name, root)
@@ -125,7 +125,7 @@ def start_kept(
     endpoints = launcher.endpoints
     pid = launcher.pid()
     assert pid is not None
-    kept = KeptServer(
+    kept = DetachedServer(
         name=name,
         pid=pid,
         http_url=endpoints.http_url,
@@ -139,15 +139,15 @@ def start_kept(
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(kept.to_dict(), indent=2), encoding="utf-8")
     tmp.replace(path)
-    logger.info("kept Triton %r started: pid %s at %s", name, pid, kept.http_url)
+    logger.info("detached Triton %r started: pid %s at %s", name, pid, kept.http_url)
     return kept
 
 
-def stop_kept(
+def stop_detached(
     name: str = "default", *, timeout_s: float = 15.0, root: Path | None = None
-) -> KeptServer | None:
-    """SIGTERM the kept server, SIGKILL its group after ``timeout_s``; remove the state file."""
-    kept = read_kept(name, root=root)
+) -> DetachedServer | None:
+    """SIGTERM the detached server, SIGKILL its group after ``timeout_s``; remove the state file."""
+    kept = read_detached(name, root=root)
     if kept is None:
         return None
     if kept.is_alive():
@@ -159,12 +159,12 @@ def stop_kept(
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(kept.pid, signal.SIGKILL)
         if kept.is_alive():
-            raise RuntimeLayerError(f"kept Triton pid {kept.pid} did not stop")
+            raise RuntimeLayerError(f"detached Triton pid {kept.pid} did not stop")
         with contextlib.suppress(ChildProcessError, OSError):
             os.waitpid(kept.pid, os.WNOHANG)  # reap it when this process started it
     _state_file(name, root).unlink(missing_ok=True)
-    logger.info("kept Triton %r stopped (pid %s)", name, kept.pid)
+    logger.info("detached Triton %r stopped (pid %s)", name, kept.pid)
     return kept
 
 
-__all__ = ["KeptServer", "read_kept", "start_kept", "state_dir", "stop_kept"]
+__all__ = ["DetachedServer", "read_detached", "start_detached", "state_dir", "stop_detached"]
