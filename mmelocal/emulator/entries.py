@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from mmelocal.emulator.lru import ModelUsage
 from mmelocal.errors import (  # noqa: F401 (re-exported)
@@ -69,6 +69,35 @@ class ModelEntry:
         )
 
 
+@dataclass(kw_only=True)
+class LoadedSet:
+    """One instance's models and the unloads still finishing, shared by the instance, its
+    :class:`~mmelocal.emulator.loading.Loader` and its
+    :class:`~mmelocal.emulator.eviction.Evictor`.
+
+    ``load_lock`` makes loads (and the unloads they cause) run one at a time, so memory
+    readings before and after a load measure that load alone; ``up`` is False while the
+    server is down or restarting.
+    """
+
+    index: int
+    options: InstanceOptions
+    models: dict[str, ModelEntry] = field(default_factory=dict)
+    #: measured footprint per target, kept for its next load
+    footprints: dict[str, int] = field(default_factory=dict)
+    #: DELETEs still running in the background, per target
+    deletes: dict[str, asyncio.Future[int]] = field(default_factory=dict)
+    #: unload bookkeeping still running in the background
+    finishing: set[asyncio.Future[None]] = field(default_factory=set)
+    load_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    up: bool = False
+
+    def loaded(self) -> list[str]:
+        """Targets loaded here, least recently used first."""
+        ready = [e for e in self.models.values() if e.state == READY]
+        return [e.target for e in sorted(ready, key=lambda e: e.last_used_s)]
+
+
 @dataclass(frozen=True, kw_only=True)
 class Acquired:
     """What :meth:`TritonInstance.acquire` did: hit or cold load, and the time spent."""
@@ -91,6 +120,7 @@ __all__ = [
     "Acquired",
     "InstanceOptions",
     "InstanceUnavailableError",
+    "LoadedSet",
     "ModelEntry",
     "ModelNotReadyError",
     "quiet_future",

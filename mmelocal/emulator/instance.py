@@ -25,16 +25,20 @@ from typing import Any
 import aiohttp
 
 from mmelocal.emulator.cache import ArtifactCache, Prepare, target_key
+from mmelocal.emulator.control import SageMakerControl
 from mmelocal.emulator.entries import (
     READY,
     Acquired,
     InstanceOptions,
     InstanceUnavailableError,
+    LoadedSet,
     ModelEntry,
     ModelNotReadyError,
 )
 from mmelocal.emulator.events import EventLog
-from mmelocal.emulator.loading import LoadingMixin
+from mmelocal.emulator.eviction import Evictor
+from mmelocal.emulator.gauge import MemoryGauge
+from mmelocal.emulator.loading import Loader
 from mmelocal.emulator.metrics import Metrics
 from mmelocal.emulator.probes import MemoryProbe, MemoryReading
 from mmelocal.emulator.upstream import UpstreamError, UpstreamPool, UpstreamTimeoutError
@@ -52,8 +56,15 @@ def late_reply(timeout_s: float) -> tuple[int, bytes, dict[str, str]]:
     return 504, json.dumps({"error": message}).encode(), {"content-type": "application/json"}
 
 
-class TritonInstance(LoadingMixin):
-    """The loaded set and the load/unload/invoke calls of one Triton server."""
+class TritonInstance:
+    """The loaded set and the load/unload/invoke calls of one Triton server.
+
+    Composed of a :class:`~mmelocal.emulator.entries.LoadedSet` (its models), a
+    :class:`~mmelocal.emulator.gauge.MemoryGauge`, the front end's control calls
+    (:class:`~mmelocal.emulator.control.SageMakerControl`), an
+    :class:`~mmelocal.emulator.eviction.Evictor` and a
+    :class:`~mmelocal.emulator.loading.Loader`.
+    """
 
     def __init__(
         self,
@@ -69,33 +80,104 @@ class TritonInstance(LoadingMixin):
     ) -> None:
         self.index = index
         self.launcher = launcher
-        self.probe = probe
         self.cache = cache
         self.metrics = metrics
         self.events = events
         self.options = options or InstanceOptions()
-        self.prepare = prepare
-        #: the artifact folder as the server sees it (a container mounts the cache elsewhere)
-        self.url_for: Callable[[Path], str] = str
-        self.models: dict[str, ModelEntry] = {}
-        self.footprints: dict[str, int] = {}
-        self.last_reading: MemoryReading | None = None
-        #: an absolute memory limit in bytes instead of threshold x total (demos, tests)
-        self.limit_override_bytes: int | None = None
-        self.up = False
-        self.session: aiohttp.ClientSession | None = None
-        self._sm_url = ""
+        self.state = LoadedSet(index=index, options=self.options)
+        self.gauge = MemoryGauge(probe, threshold=self.options.memory_threshold)
+        self.control = SageMakerControl(
+            options=self.options,
+            connection_error=self.connection_error,
+            log_path=lambda: self.launcher.log_path,
+        )
+        self.evictor = Evictor(
+            state=self.state,
+            control=self.control,
+            gauge=self.gauge,
+            cache=cache,
+            metrics=metrics,
+            events=events,
+        )
+        self.loader = Loader(
+            state=self.state,
+            control=self.control,
+            evictor=self.evictor,
+            gauge=self.gauge,
+            cache=cache,
+            metrics=metrics,
+            events=events,
+        )
+        self.loader.prepare = prepare
         self._upstream = UpstreamPool("http://127.0.0.1:0")
-        self._load_lock = asyncio.Lock()
-        self._deletes: dict[str, asyncio.Future[int]] = {}
-        self._finishing: set[asyncio.Future[None]] = set()
         # start/stop from one long-lived thread (the launcher ties the server's life to it)
         self._process_thread = ThreadPoolExecutor(1, thread_name_prefix=f"triton-{index}")
+
+    # -- the parts, as the platform and the router see them ------------------------------
+    @property
+    def probe(self) -> MemoryProbe:
+        """The memory probe behind :attr:`gauge`."""
+        return self.gauge.probe
+
+    @property
+    def models(self) -> dict[str, ModelEntry]:
+        """The loaded set: target -> entry."""
+        return self.state.models
+
+    @property
+    def footprints(self) -> dict[str, int]:
+        """Measured footprint per target (kept for its next load)."""
+        return self.state.footprints
+
+    @property
+    def up(self) -> bool:
+        """False while the server is down or restarting."""
+        return self.state.up
+
+    @up.setter
+    def up(self, value: bool) -> None:
+        self.state.up = value
+
+    @property
+    def prepare(self) -> Prepare | None:
+        """Derives what this server cannot serve as it is (set by the platform)."""
+        return self.loader.prepare
+
+    @prepare.setter
+    def prepare(self, hook: Prepare | None) -> None:
+        self.loader.prepare = hook
+
+    @property
+    def url_for(self) -> Callable[[Path], str]:
+        """The artifact folder as the server sees it (a container mounts the cache elsewhere)."""
+        return self.loader.url_for
+
+    @url_for.setter
+    def url_for(self, mapping: Callable[[Path], str]) -> None:
+        self.loader.url_for = mapping
+
+    @property
+    def last_reading(self) -> MemoryReading | None:
+        """The gauge's last reading."""
+        return self.gauge.last_reading
+
+    @last_reading.setter
+    def last_reading(self, reading: MemoryReading | None) -> None:
+        self.gauge.last_reading = reading
+
+    @property
+    def limit_override_bytes(self) -> int | None:
+        """An absolute memory limit instead of threshold x total (demos, tests)."""
+        return self.gauge.limit_override_bytes
+
+    @limit_override_bytes.setter
+    def limit_override_bytes(self, value: int | None) -> None:
+        self.gauge.limit_override_bytes = value
 
     # -- lifecycle ---------------------------------------------------------------------
     async def start(self, session: aiohttp.ClientSession) -> None:
         """Start (or adopt) the server and take a first memory reading."""
-        self.session = session
+        self.control.session = session
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._process_thread, self.launcher.start)
         url = self.launcher.endpoints.sagemaker_url
@@ -104,7 +186,7 @@ class TritonInstance(LoadingMixin):
                 f"instance {self.index}: the Triton server has no SageMaker front end; start "
                 "it with --allow-sagemaker=true and SAGEMAKER_MULTI_MODEL=true"
             )
-        self._sm_url = url
+        self.control.url = url
         self._upstream = UpstreamPool(url)
         self.up = True
         await self.read_memory()
@@ -113,7 +195,7 @@ class TritonInstance(LoadingMixin):
         """Stop the server (idempotent)."""
         self.up = False
         self._upstream.close()
-        pending: list[asyncio.Future[Any]] = [*self._deletes.values(), *self._finishing]
+        pending: list[asyncio.Future[Any]] = [*self.state.deletes.values(), *self.state.finishing]
         pending += [e.task for e in self.models.values() if e.task is not None]
         for task in pending:
             task.cancel()
@@ -127,23 +209,17 @@ class TritonInstance(LoadingMixin):
 
     async def read_memory(self) -> MemoryReading:
         """A fresh probe reading (in an executor)."""
-        reading = await asyncio.get_running_loop().run_in_executor(None, self.probe.read)
-        self.last_reading = reading
-        return reading
+        return await self.gauge.read()
 
     @property
     def limit_bytes(self) -> int:
         """Memory the loaded set may use: threshold x total (or the override when set)."""
-        if self.limit_override_bytes is not None:
-            return self.limit_override_bytes
-        total = self.last_reading.total_bytes if self.last_reading else 0
-        return max(1, int(self.options.memory_threshold * total))
+        return self.gauge.limit_bytes
 
     @property
     def free_bytes(self) -> int:
-        """Room left under the threshold at the last reading."""
-        used = self.last_reading.used_bytes if self.last_reading else 0
-        return self.limit_bytes - used
+        """Room left under the limit at the last reading."""
+        return self.gauge.free_bytes
 
     def is_ready(self, target: str) -> bool:
         """True when ``target`` is loaded and servable here."""
@@ -152,8 +228,7 @@ class TritonInstance(LoadingMixin):
 
     def loaded(self) -> list[str]:
         """Targets loaded here, least recently used first."""
-        ready = [e for e in self.models.values() if e.state == READY]
-        return [e.target for e in sorted(ready, key=lambda e: e.last_used_s)]
+        return self.state.loaded()
 
     # -- serving -----------------------------------------------------------------------
     async def acquire(self, target: str, *, wait_timeout_s: float | None = None) -> Acquired:
@@ -174,8 +249,8 @@ class TritonInstance(LoadingMixin):
                 entry.last_used_s = time.monotonic()
                 return Acquired(cache_hit=False, wait_s=time.monotonic() - start)
             if entry is None:
-                entry = self._new_entry(target)
-                entry.task = asyncio.ensure_future(self._load(entry))
+                entry = self.loader.new_entry(target)
+                entry.task = asyncio.ensure_future(self.loader.load(entry))
             entry.waiters += 1
             try:
                 remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -242,20 +317,22 @@ class TritonInstance(LoadingMixin):
     async def trim(self) -> None:
         """Evict idle models when the loaded set grew over the limit since its loads
         (frameworks allocate more at their first inferences)."""
-        if not self.up or self._load_lock.locked():
+        if not self.up or self.state.load_lock.locked():
             return
         reading = await self.read_memory()
         if reading.used_bytes <= self.limit_bytes:
             return
-        async with self._load_lock:
-            await self._make_room(0, exclude="", why="memory grew over the limit", strict=False)
+        async with self.state.load_lock:
+            await self.evictor.make_room(
+                0, exclude="", why="memory grew over the limit", strict=False
+            )
 
     async def unload(self, target: str, *, reason: str) -> None:
         """Unload ``target`` here when it is idle (used by the router and shutdown)."""
-        async with self._load_lock:
+        async with self.state.load_lock:
             entry = self.models.get(target)
             if entry is not None:
-                await self._unload(entry, kind="unload", reason=reason)
+                await self.evictor.unload(entry, kind="unload", reason=reason)
 
     # -- recovery ----------------------------------------------------------------------
     async def restart(self) -> list[str]:
@@ -263,10 +340,10 @@ class TritonInstance(LoadingMixin):
         self.up = False
         previous = [e.target for e in sorted(self.models.values(), key=lambda e: -e.last_used_s)]
         died = InstanceUnavailableError(f"instance {self.index}: Triton died; restarting, retry")
-        pending: list[asyncio.Future[Any]] = [*self._deletes.values(), *self._finishing]
+        pending: list[asyncio.Future[Any]] = [*self.state.deletes.values(), *self.state.finishing]
         for task in pending:
             task.cancel()
-        self._deletes.clear()
+        self.state.deletes.clear()
         for entry in list(self.models.values()):
             if entry.state == READY:
                 self.cache.unpin(entry.target)
@@ -280,10 +357,10 @@ class TritonInstance(LoadingMixin):
         await loop.run_in_executor(self._process_thread, self.launcher.stop)
         await loop.run_in_executor(self._process_thread, self.launcher.start)
         url = self.launcher.endpoints.sagemaker_url
-        self._sm_url = url or self._sm_url
+        self.control.url = url or self.control.url
         self._upstream.close()
-        self._upstream = UpstreamPool(self._sm_url)
-        self._load_lock = asyncio.Lock()
+        self._upstream = UpstreamPool(self.control.url)
+        self.state.load_lock = asyncio.Lock()
         self.up = True
         await self.read_memory()
         self.events.add(

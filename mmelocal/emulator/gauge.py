@@ -1,0 +1,46 @@
+"""One instance's memory as the platform reads it: fresh probe readings and the limit.
+
+The probe's reading is blocking (``/proc`` or NVML), so :meth:`MemoryGauge.read` runs it in
+an executor. The limit the loaded set may use is ``threshold x total`` of the last reading,
+or an absolute override (demos and tests set one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from mmelocal.emulator.probes import MemoryProbe, MemoryReading
+
+
+class MemoryGauge:
+    """Readings of one instance's :class:`~mmelocal.emulator.probes.MemoryProbe`."""
+
+    def __init__(self, probe: MemoryProbe, *, threshold: float) -> None:
+        self.probe = probe
+        self.threshold = threshold
+        self.last_reading: MemoryReading | None = None
+        #: an absolute memory limit in bytes instead of threshold x total (demos, tests)
+        self.limit_override_bytes: int | None = None
+
+    async def read(self) -> MemoryReading:
+        """A fresh reading (in an executor); kept as :attr:`last_reading`."""
+        reading = await asyncio.get_running_loop().run_in_executor(None, self.probe.read)
+        self.last_reading = reading
+        return reading
+
+    @property
+    def limit_bytes(self) -> int:
+        """Memory the loaded set may use: threshold x total (or the override when set)."""
+        if self.limit_override_bytes is not None:
+            return self.limit_override_bytes
+        total = self.last_reading.total_bytes if self.last_reading else 0
+        return max(1, int(self.threshold * total))
+
+    @property
+    def free_bytes(self) -> int:
+        """Room left under the limit at the last reading."""
+        used = self.last_reading.used_bytes if self.last_reading else 0
+        return self.limit_bytes - used
+
+
+__all__ = ["MemoryGauge"]
