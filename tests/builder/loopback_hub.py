@@ -36,6 +36,7 @@ class HubRepo:
     files: dict[str, bytes]
     commit: str = "0123456789abcdef0123456789abcdef01234567"
     token: str | None = None
+    info_lists_files: bool = True  # False: /api/models/... has no "siblings", as some mirrors
 
 
 @dataclass
@@ -133,8 +134,9 @@ class _Handler(BaseHTTPRequestHandler):
             "sha": repo.commit,
             "private": False,
             "gated": "manual" if repo.token else False,
-            "siblings": [{"rfilename": name} for name in sorted(repo.files)],
         }
+        if repo.info_lists_files:
+            info["siblings"] = [{"rfilename": name} for name in sorted(repo.files)]
         self._send(200, json.dumps(info).encode(), {"Content-Type": "application/json"}, body)
 
     def _tree(self, match: re.Match[str], repo: HubRepo, body: bool) -> None:

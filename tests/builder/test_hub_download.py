@@ -227,6 +227,15 @@ def test_unreachable_hub_falls_back_to_a_complete_cache(
     assert "from the Hugging Face cache" in second.note
 
 
+def test_mirror_without_a_file_list_in_model_info(
+    hub: LoopbackHub, hub_env: dict[str, str]
+) -> None:
+    hub.repos[REPO].info_lists_files = False
+    snapshot = fetch_hub_model(REPO)
+    assert WEIGHTS in snapshot.downloaded and "pytorch_model.bin" not in snapshot.files
+    assert any("/tree/" in path for path in hub.asked("GET"))
+
+
 def test_cached_model_is_used_offline(
     hub: LoopbackHub, hub_env: dict[str, str], monkeypatch
 ) -> None:

@@ -148,8 +148,13 @@ def fetch_hub_model(repo_id: str, *, revision: str | None = None) -> HubSnapshot
     hub = _import_hub()
     if settings.offline:
         return _from_cache(hub, repo_id, revision, settings, why="HF_HUB_OFFLINE is set")
+    api = hub.HfApi(endpoint=settings.endpoint)
     try:
-        info = hub.HfApi(endpoint=settings.endpoint).model_info(repo_id, revision=revision)
+        info = api.model_info(repo_id, revision=revision)
+        # a mirror may leave out the file list: ask for it
+        names = [s.rfilename for s in info.siblings or ()] or api.list_repo_files(
+            repo_id, revision=revision
+        )
     except Exception as exc:
         if not _is_network_error(exc):
             raise translate_hub_error(exc, repo_id, revision, settings) from None
@@ -158,7 +163,7 @@ def fetch_hub_model(repo_id: str, *, revision: str | None = None) -> HubSnapshot
             return _from_cache(hub, repo_id, revision, settings, why="the hub cannot be reached")
         except DownloadError:
             raise translate_hub_error(exc, repo_id, revision, settings) from None
-    files = choose_files((s.rfilename for s in info.siblings or ()), repo_id=repo_id)
+    files = choose_files(names, repo_id=repo_id)
     before = _snapshot_dir(settings, repo_id, str(info.sha))
     missing = tuple(f for f in files if not (before / f).is_file())
     try:
@@ -192,7 +197,7 @@ def fetch_hub_file(
                     local_files_only=settings.offline,
                 )
             )
-        except hub.errors.RemoteEntryNotFoundError:
+        except _remote_missing(hub):
             continue  # the next name, or the error below
         except Exception as exc:
             if settings.offline and isinstance(exc, hub.errors.LocalEntryNotFoundError):
@@ -356,6 +361,13 @@ def _is_network_error(exc: BaseException) -> bool:
             return True
         seen = seen.__cause__ or seen.__context__
     return False
+
+
+def _remote_missing(hub: Any) -> type[Exception]:
+    """The client's "no such file in the repository" error (renamed in huggingface_hub 1.0)."""
+    errors = hub.errors
+    found: type[Exception] = getattr(errors, "RemoteEntryNotFoundError", errors.EntryNotFoundError)
+    return found
 
 
 def _reason(exc: BaseException) -> str:
