@@ -63,7 +63,8 @@ def hub_env(hub: LoopbackHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     huggingface_hub reads HF_ENDPOINT once at import for a side request of its own (an
     "agent harness" registry fetched when it builds its User-Agent, unless telemetry is
     off); that import-time setting is turned off here so that nothing leaves 127.0.0.1
-    when this process imported the client before HF_ENDPOINT was set.
+    when this process imported the client before HF_ENDPOINT was set. Its import-time
+    HF_HUB_OFFLINE is aligned with the environment set here for the same reason.
     """
     import huggingface_hub.constants
 
@@ -72,6 +73,7 @@ def hub_env(hub: LoopbackHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv("HF_ENDPOINT", hub.url)
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_DISABLE_TELEMETRY", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
     return dict(os.environ)
 
 
@@ -190,12 +192,18 @@ def test_gated_model_needs_a_token(
 
 
 def test_server_dying_mid_download_leaves_nothing_half_done(
-    hub: LoopbackHub, hub_env: dict[str, str], tiny_bert_dir: Path, tmp_path: Path, monkeypatch
+    hub: LoopbackHub,
+    hub_env: dict[str, str],
+    tiny_bert_dir: Path,
+    tmp_path: Path,
+    monkeypatch,
+    caplog,
 ) -> None:
     hub.die_on = WEIGHTS
     with pytest.raises(DownloadError, match="nothing partial is used") as info:
         fetch_hub_model(REPO)
     assert "\n" not in str(info.value)
+    assert "Trying to resume download" in caplog.text  # the client retried first
     assert len(weight_gets(hub)) == 1  # half sent, then the server was gone for the retries
     assert WEIGHTS not in snapshot_files(tmp_path / "hf")
     blobs = tmp_path / "hf" / "hub" / "models--tiny-org--tiny-bert" / "blobs"

@@ -114,6 +114,7 @@ def test_timm_weights_from_the_hub_on_loopback(tmp_path, monkeypatch) -> None:
         monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
         monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
         monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_DISABLE_TELEMETRY", True)
+        monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
         src = load_source("timm:resnet10t", weights="DEFAULT", batch_size=1)
     finally:
         hub.stop()
