@@ -55,6 +55,7 @@ _WEIGHT_SETS = (
     ("pytorch_model.bin",),
     ("pytorch_model.bin.index.json", "pytorch_model-*-of-*.bin"),
 )
+_OTHER_WEIGHTS = ("h5", "msgpack", "onnx", "ot", "tflite", "gguf", "pb")
 _NETWORK_MODULES = ("httpx", "httpx2", "httpcore", "httpcore2", "requests", "urllib3")
 
 
@@ -132,9 +133,6 @@ def choose_files(names: Iterable[str], *, repo_id: str) -> tuple[str, ...]:
         )
     extra = [n for n in top if n in TOKENIZER_FILES or n in _SIDE_FILES]
     return (CONFIG_FILE, *extra, *weights)
-
-
-_OTHER_WEIGHTS = ("h5", "msgpack", "onnx", "ot", "tflite", "gguf", "pb")
 
 
 def fetch_hub_model(repo_id: str, *, revision: str | None = None) -> HubSnapshot:
