@@ -12,6 +12,8 @@ can show it without parsing text::
     │   │   └── BadArchiveError     not a readable gzip-compressed tar (corrupt, truncated)
     │   └── InvalidTargetError      a TargetModel name that can never name an artifact
     ├── MissingDependencyError      an optional extra is not installed (with the pip hint)
+    ├── DownloadError               model files or weights could not be downloaded
+    │   └── AccessDeniedError       the hub refused the files (gated or private: licence, login)
     ├── ExportError                 an exporter failed (TorchScript, ONNX, TensorRT)
     ├── VerificationError           exported outputs differ from the source beyond tolerance
     ├── ValidationError             a repository / model folder / tarball has problems
@@ -110,6 +112,23 @@ class MissingDependencyError(MmeLocalError):
         )
         self.package = package
         self.extra = extra
+
+
+class DownloadError(MmeLocalError):
+    """Model files or pretrained weights could not be fetched (network, mirror, cache, integrity).
+
+    Nothing partly downloaded is ever used: ``source`` names what was asked for and ``url``
+    the address tried, when there was one.
+    """
+
+    def __init__(self, message: str, *, source: str | None = None, url: str | None = None) -> None:
+        super().__init__(message)
+        self.source = source
+        self.url = url
+
+
+class AccessDeniedError(DownloadError):
+    """The hub refused the files (HTTP 401/403): a gated or private model needs a token."""
 
 
 class ExportError(MmeLocalError):

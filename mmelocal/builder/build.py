@@ -69,7 +69,8 @@ def build_model(
     format: str = "torchscript",
     task: str | None = None,
     seq_len: int = 128,
-    pretrained: bool = False,
+    weights: str | None = None,
+    revision: str | None = None,
     options: ConfigOptions | None = None,
     overrides: Mapping[str, Any] | None = None,
     verify: bool = True,
@@ -92,6 +93,8 @@ def build_model(
     ``reference_npz`` (``input:<name>``/``output:<name>`` arrays, artifact names) makes the
     verification compare against those outputs instead of the source model, which is how
     an existing ``.pt``/``.onnx`` file used as it is can still be checked.
+    ``weights`` (torchvision/timm: None for random, ``"DEFAULT"`` or a name) and
+    ``revision`` (hub names) go to :func:`~mmelocal.builder.sources.load_source`.
     """
     from mmelocal.builder import presets
 
@@ -109,7 +112,11 @@ def build_model(
     clock = _Clock(timings, report)
 
     with clock("source", f"loading {spec if isinstance(spec, str) else spec.spec}"):
-        source = spec if isinstance(spec, ModelSource) else _load(spec, task, seq_len, pretrained)
+        source = (
+            spec
+            if isinstance(spec, ModelSource)
+            else _load(spec, task=task, seq_len=seq_len, weights=weights, revision=revision)
+        )
     family = presets.detect_family(source.family or source.name)
     opts = options or presets.preset_options(family, **overrides)
     model_name = name or source.name
@@ -243,10 +250,12 @@ def _precheck_overrides(hint: str | None, overrides: Mapping[str, Any]) -> None:
         raise first
 
 
-def _load(spec: str, task: str | None, seq_len: int, pretrained: bool) -> ModelSource:
+def _load(
+    spec: str, *, task: str | None, seq_len: int, weights: str | None, revision: str | None
+) -> ModelSource:
     from mmelocal.builder.sources import load_source
 
-    return load_source(spec, task=task, seq_len=seq_len, pretrained=pretrained)
+    return load_source(spec, task=task, seq_len=seq_len, weights=weights, revision=revision)
 
 
 def _export(

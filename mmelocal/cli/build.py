@@ -83,7 +83,15 @@ class _BatchSizes(click.ParamType):
 )
 @click.option("--atol", type=float, default=None, help="Absolute tolerance [1e-4].")
 @click.option("--rtol", type=float, default=None, help="Relative tolerance [1e-3].")
-@click.option("--pretrained", is_flag=True, help="torchvision/timm: trained weights (from cache).")
+@click.option(
+    "--weights",
+    default=None,
+    metavar="DEFAULT|NAME|none",
+    help="torchvision/timm weights, downloaded once into TORCH_HOME [DEFAULT]; none: random.",
+)
+@click.option(
+    "--revision", default=None, help="Hub names: branch, tag or commit [the default branch]."
+)
 @click.option(
     "--version",
     "model_version",
@@ -119,7 +127,8 @@ def build(
     do_verify: bool,
     atol: float | None,
     rtol: float | None,
-    pretrained: bool,
+    weights: str | None,
+    revision: str | None,
     model_version: int,
     fp16: bool,
     int8: bool,
@@ -132,7 +141,8 @@ def build(
     Options marked [preset] default to the model family's preset
     (model_repo_templates/presets); only the ones given override it.
 
-    SOURCE: minilm (the embedded default), a Hugging Face folder or cached hub name,
+    SOURCE: minilm (the embedded default), a Hugging Face folder, a hub name (org/name,
+    downloaded into the hub cache: HF_ENDPOINT, HF_HOME, HF_TOKEN and HF_HUB_OFFLINE apply),
     torchvision:NAME, timm:NAME, or an existing .pt / .onnx file.
     """
     from mmelocal.builder.build import build_model
@@ -153,7 +163,8 @@ def build(
         format=fmt,
         task=task,
         seq_len=seq_len,
-        pretrained=pretrained,
+        weights=weights if weights is not None else _default_weights(source),
+        revision=revision,
         overrides=overrides,
         verify=do_verify,
         atol=atol,
@@ -194,6 +205,12 @@ def build(
         print_json(result_to_dict(result))
     else:
         _print_result(result)
+
+
+def _default_weights(source: str) -> str | None:
+    """DEFAULT (trained) weights for torchvision:/timm: sources; others take none."""
+    prefix = source.strip().split(":", 1)[0].lower()
+    return "DEFAULT" if prefix in ("torchvision", "timm") and ":" in source else None
 
 
 def result_to_dict(result: Any) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from mmelocal.builder.sources import ACCEPTED_FORMS, load_source, source_from_module
-from mmelocal.errors import SourceError
+from mmelocal.errors import DownloadError, SourceError
 
 SEQ_LEN = 16  # as in tests/builder/conftest.py
 
@@ -78,12 +78,14 @@ def test_seq_len_beyond_the_model_limit(tiny_bert_dir: Path) -> None:
         load_source(str(tiny_bert_dir), seq_len=300)
 
 
-def test_hub_name_not_cached_fails_fast() -> None:
+def test_hub_name_not_cached_fails_fast_offline(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
     start = time.perf_counter()
-    with pytest.raises(SourceError, match="save_pretrained") as info:
+    with pytest.raises(DownloadError, match="not in the Hugging Face cache") as info:
         load_source("some-org/not-a-cached-model")
-    assert time.perf_counter() - start < 60  # no network retries (they take minutes)
-    assert "not in the local cache" in str(info.value)
+    assert time.perf_counter() - start < 5  # no network, no retries
+    assert "HF_HUB_OFFLINE" in str(info.value)
 
 
 @pytest.mark.parametrize(
@@ -122,14 +124,18 @@ def test_folder_without_config(tmp_path: Path) -> None:
         load_source(str(tmp_path))
 
 
-def test_pretrained_without_cached_weights(tmp_path: Path, monkeypatch) -> None:
-    import torch
+def test_pretrained_weights_unreachable(tmp_path: Path, monkeypatch) -> None:
+    import socket
 
-    monkeypatch.setattr(torch.hub, "get_dir", lambda: str(tmp_path))
-    start = time.perf_counter()
-    with pytest.raises(SourceError, match="not in the local cache"):
-        load_source("torchvision:resnet18", pretrained=True)
-    assert time.perf_counter() - start < 60  # no network retries (they take minutes)
+    with socket.socket() as sock:  # a loopback port with nothing listening
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path))
+    monkeypatch.setenv("MMELOCAL_TORCHVISION_MIRROR", f"http://127.0.0.1:{port}/weights")
+    with pytest.raises(DownloadError, match="--weights none for random weights") as info:
+        load_source("torchvision:resnet18", weights="DEFAULT")
+    assert f"127.0.0.1:{port}/weights/resnet18-" in str(info.value)
+    assert not any((tmp_path / "hub" / "checkpoints").iterdir())
 
 
 def test_resnet18_source(resnet_source) -> None:
@@ -221,16 +227,17 @@ def test_bad_files(tmp_path: Path) -> None:
 
 
 def test_hub_name_from_the_local_cache(tiny_bert_dir: Path, tmp_path: Path, monkeypatch) -> None:
-    from huggingface_hub import constants
-
     repo = tmp_path / "hub" / "models--some-org--tiny-bert"
     snapshot = repo / "snapshots" / "0123abcd"
     shutil.copytree(tiny_bert_dir, snapshot)
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text("0123abcd")
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     src = load_source("some-org/tiny-bert", seq_len=8)
-    assert src.name == "tiny-bert" and src.spec == "some-org/tiny-bert" and src.notes == ()
+    assert src.name == "tiny-bert" and src.spec == "some-org/tiny-bert"
+    cache = tmp_path / "hub"
+    assert src.notes == (f"some-org/tiny-bert@0123abcd from the Hugging Face cache ({cache})",)
     assert src.run(src.example_inputs)["last_hidden_state"].shape == (2, 8, 32)
 
 
@@ -240,11 +247,13 @@ def test_pretrained_torchvision_weights_from_the_cache(tmp_path: Path, monkeypat
 
     torch.manual_seed(3)
     weights = resnet18().state_dict()
-    (tmp_path / "checkpoints").mkdir()
-    torch.save(weights, tmp_path / "checkpoints" / ResNet18_Weights.DEFAULT.url.split("/")[-1])
-    monkeypatch.setattr(torch.hub, "get_dir", lambda: str(tmp_path))
-    src = load_source("torchvision:resnet18", pretrained=True, batch_size=1)
-    assert src.notes == ()
+    (tmp_path / "hub" / "checkpoints").mkdir(parents=True)
+    name = ResNet18_Weights.DEFAULT.url.split("/")[-1]
+    torch.save(weights, tmp_path / "hub" / "checkpoints" / name)
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path))
+    monkeypatch.setenv("MMELOCAL_TORCHVISION_MIRROR", "http://127.0.0.1:9/never-asked")
+    src = load_source("torchvision:resnet18", weights="IMAGENET1K_V1", batch_size=1)
+    assert src.notes == ("pretrained weights ResNet18_Weights.IMAGENET1K_V1",)
     assert torch.equal(src.module.state_dict()["fc.weight"], weights["fc.weight"])
 
 

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -111,7 +108,8 @@ BAD_INPUTS: list[tuple[list[str], str]] = [
     (["minilm", "--name", ".hidden"], "name must be a folder name"),
     (["minilm", "--bogus-flag"], "No such option"),
     (["torchvision:resnet18", "--task", "feature-extraction"], "image-classification"),
-    (["torchvision:resnet18", "--pretrained"], "not in the local cache"),
+    (["torchvision:resnet18", "--weights", "IMAGENET9K"], "has no weights 'IMAGENET9K'"),
+    (["minilm", "--weights", "none"], "weights apply to torchvision:NAME"),
 ]
 
 
@@ -161,21 +159,3 @@ def test_bad_files_and_folders(capsys, tmp_path: Path, tiny_bert_dir: Path) -> N
 def test_missing_repo_option(capsys) -> None:
     code, out, err = run(capsys, "minilm")
     assert code == 2 and error_lines(out + err) == ["Error: Missing option '--repo'."]
-
-
-def test_uncached_hub_name_fails_fast_in_a_fresh_process(tmp_path: Path) -> None:
-    start = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-m", "mmelocal", "build", "bert-base-uncased", "--repo", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    elapsed = time.perf_counter() - start
-    assert proc.returncode == 2
-    # importing torch + transformers in a fresh process takes 3 s idle, 15 s+ on a busy
-    # 2-core machine; network retries would take minutes
-    assert elapsed < 90, elapsed
-    lines = error_lines(proc.stdout + proc.stderr)
-    assert len(lines) == 1 and "save_pretrained" in lines[0]
-    assert "Traceback" not in proc.stderr

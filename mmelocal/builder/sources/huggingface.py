@@ -1,12 +1,12 @@
-"""Hugging Face models: a hub name in the local cache, a local folder, or the MiniLM.
+"""Hugging Face models from a folder: a ``save_pretrained`` folder, a hub snapshot, the MiniLM.
 
 Text models are handled here; image models (main input ``pixel_values``) are passed
 to :mod:`mmelocal.builder.sources.hf_vision` once loaded.
 
-Loading never touches the network: every ``from_pretrained`` call passes
-``local_files_only=True``, and a hub name is looked up in the local cache first so
-that a missing model fails at once with a hint (``save_pretrained`` a folder
-elsewhere and pass its path).
+Hub names are fetched first, in one place (:mod:`mmelocal.builder.sources.hub`), and
+loaded from their snapshot folder like any other folder: ``from_pretrained`` always gets
+a local folder and ``local_files_only=True``, so transformers itself never goes to the
+network and every download honours the same settings and errors.
 
 transformers 5 ignores ``torchscript=True``, so the model is wrapped in
 :func:`wrap_text_model`, a small module whose ``forward(input_ids, attention_mask)``
@@ -35,6 +35,7 @@ from mmelocal.builder.sources.base import (
     suggest_name,
     token_factory,
 )
+from mmelocal.builder.sources.hub import TOKENIZER_FILES
 from mmelocal.builder.sources.shapes import infer_dynamic_axes
 from mmelocal.errors import MissingDependencyError, SourceError
 
@@ -78,26 +79,6 @@ def minilm_dir() -> Path:
 def looks_like_hub_name(spec: str) -> bool:
     """True for ``name`` or ``org/name`` (not a path: no leading ``/``, ``.``, ``~``)."""
     return bool(_HUB_ID.match(spec)) and not spec.startswith((".", "~"))
-
-
-def cached_hub_dir(repo_id: str) -> Path:
-    """The snapshot folder of ``repo_id`` in the local Hugging Face cache, or SourceError."""
-    try:
-        from huggingface_hub import try_to_load_from_cache
-    except ImportError:
-        raise MissingDependencyError(
-            "huggingface_hub", extra="nlp", feature="Hugging Face models"
-        ) from None
-    found = try_to_load_from_cache(repo_id, "config.json")
-    if not isinstance(found, str):
-        raise SourceError(
-            f"Hugging Face model {repo_id!r} is not in the local cache and mmelocal never "
-            "downloads: on a machine with network run AutoModel.from_pretrained("
-            f"{repo_id!r}).save_pretrained(DIR) (and the tokenizer's), copy DIR here and "
-            "pass DIR as the source",
-            source=repo_id,
-        )
-    return Path(found).parent
 
 
 def normalise_task(task: str | None) -> str | None:
@@ -237,20 +218,10 @@ def _default_task(config: Any) -> str:
     return "feature-extraction"
 
 
-_TOKENIZER_FILES = (
-    "tokenizer.json",
-    "vocab.txt",
-    "vocab.json",
-    "spiece.model",
-    "sentencepiece.bpe.model",
-    "tokenizer.model",
-)
-
-
 def _tokenizer(transformers: Any, folder: Path) -> tuple[Any, tuple[str, ...]]:
     # transformers 5 makes an empty tokenizer (special tokens only) when the files are
     # missing, so look for them first.
-    if not any((folder / name).is_file() for name in _TOKENIZER_FILES):
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
         return None, (f"no tokenizer in {folder}: example inputs are random token ids",)
     try:
         tok = transformers.AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
@@ -328,7 +299,6 @@ def _quiet_transformers(transformers: Any) -> Iterator[None]:
 __all__ = [
     "MINILM_NAMES",
     "TASKS",
-    "cached_hub_dir",
     "load_hf",
     "looks_like_hub_name",
     "minilm_dir",

@@ -1,11 +1,12 @@
 """Image classifiers by name: ``torchvision:NAME`` and ``timm:NAME``.
 
-Weights are random (``weights=None`` / ``pretrained=False``) unless the caller asks
-for pretrained weights; those are used only when already in the local cache
-(torch hub's ``checkpoints`` folder, or the Hugging Face cache for timm), so a build
-never downloads and never hangs. The input is one float32 tensor named ``input``
-of shape ``(batch, 3, H, W)`` with H and W from the model's default weights/config
-(224 for most), named as in the family preset (``pixel_values``, the Hugging Face
+``weights`` picks the weights (see :mod:`mmelocal.builder.sources.weights`): ``None``
+or ``"none"`` keeps random weights (the library's default, for capacity and latency
+work; the CLI asks for ``DEFAULT``), ``"DEFAULT"`` or a name downloads trained ones
+through the libraries' own caches (``TORCH_HOME``, the Hugging Face cache for timm
+weights hosted on the hub) unless they are there already. The input is one float32
+tensor named ``input`` of shape ``(batch, 3, H, W)`` with H and W from the model's
+weights/config (224 for most), named as in the family preset (``pixel_values``, the Hugging Face
 name); the output is ``logits``.
 """
 
@@ -25,6 +26,13 @@ from mmelocal.builder.sources.base import (
     suggest_name,
 )
 from mmelocal.builder.sources.shapes import infer_dynamic_axes
+from mmelocal.builder.sources.weights import (
+    DEFAULT,
+    fetch_checkpoint,
+    normalise_weights,
+    torchvision_weights,
+    weights_note,
+)
 from mmelocal.errors import MissingDependencyError, SourceError
 
 logger = logging.getLogger(__name__)
@@ -57,7 +65,7 @@ def load_torchvision(
     spec: str,
     name: str | None = None,
     task: str | None = None,
-    pretrained: bool = False,
+    weights: str | None = None,
     batch_size: int = 2,
 ) -> ModelSource:
     """A torchvision classification model by architecture name (``resnet18``)."""
@@ -80,14 +88,14 @@ def load_torchvision(
             source=spec,
         )
     weights_enum = models.get_model_weights(arch)
-    size = _crop_size(weights_enum)
-    weights = None
-    if pretrained:
-        weights = weights_enum.DEFAULT
-        _require_cached_url(weights.url, spec)
+    wanted = normalise_weights(weights)
+    chosen = None if wanted is None else torchvision_weights(weights_enum, wanted, spec)
+    size = _crop_size(chosen or weights_enum.DEFAULT)
+    if chosen is not None:
+        fetch_checkpoint(chosen.url, spec=spec)  # then torchvision finds it in its cache
     with quiet_warnings():
         try:
-            module = models.get_model(arch, weights=weights)
+            module = models.get_model(arch, weights=chosen)
         except Exception as exc:
             raise SourceError(f"cannot build {spec}: {first_line(exc)}", source=spec) from None
     return _image_source(
@@ -97,7 +105,7 @@ def load_torchvision(
         family=arch,
         size=size,
         batch_size=batch_size,
-        pretrained=pretrained,
+        weights_label=None if chosen is None else f"{type(chosen).__name__}.{chosen.name}",
     )
 
 
@@ -107,10 +115,14 @@ def load_timm(
     spec: str,
     name: str | None = None,
     task: str | None = None,
-    pretrained: bool = False,
+    weights: str | None = None,
     batch_size: int = 2,
 ) -> ModelSource:
-    """A timm model by name (``timm:convnext_tiny``), if timm is installed."""
+    """A timm model by name (``timm:convnext_tiny``), if timm is installed.
+
+    ``weights`` other than DEFAULT is a pretrained tag: ``timm:resnet50`` with
+    ``weights="a1_in1k"`` is timm's ``resnet50.a1_in1k``.
+    """
     task = check_task(task, spec)
     import_torch("timm models")
     try:
@@ -122,14 +134,17 @@ def load_timm(
         hint = f"did you mean {', '.join(close)}? " if close else ""
         raise SourceError(f"unknown timm model {arch!r}; {hint}see timm.list_models()", source=spec)
     kwargs: dict[str, Any] = {}
-    if pretrained:
+    wanted = normalise_weights(weights)
+    label = None
+    if wanted is not None:
+        label = _timm_tagged_name(timm, arch, wanted, spec)
         kwargs = {
             "pretrained": True,
-            "pretrained_cfg_overlay": {"file": _timm_cached_file(timm, arch, spec)},
+            "pretrained_cfg_overlay": {"file": str(_timm_weights_file(timm, label, spec))},
         }
     with quiet_warnings():
         try:
-            module = timm.create_model(arch, **kwargs)
+            module = timm.create_model(label or arch, **kwargs)
         except Exception as exc:
             raise SourceError(f"cannot build {spec}: {first_line(exc)}", source=spec) from None
     cfg = getattr(module, "pretrained_cfg", None) or {}
@@ -141,7 +156,7 @@ def load_timm(
         family=arch,
         size=input_size[1:],
         batch_size=batch_size,
-        pretrained=pretrained,
+        weights_label=label,
     )
 
 
@@ -153,14 +168,14 @@ def _image_source(
     family: str,
     size: tuple[int, ...],
     batch_size: int,
-    pretrained: bool,
+    weights_label: str | None,
 ) -> ModelSource:
     module.eval()
     input_name = image_input_name(family)
     factory = float_image_factory((3, *size), input_name)
     example = factory(batch_size, None, 0)
     axes = infer_dynamic_axes(module, factory, (input_name,), (IMAGE_OUTPUT,), None)
-    notes = () if pretrained else ("random weights (--pretrained for trained ones)",)
+    notes = (weights_note(weights_label),)
     return ModelSource(
         spec=spec,
         name=name,
@@ -177,50 +192,53 @@ def _image_source(
     )
 
 
-def _crop_size(weights_enum: Any) -> tuple[int, int]:
+def _crop_size(weights: Any) -> tuple[int, int]:
     try:
-        crop = weights_enum.DEFAULT.transforms().crop_size
+        crop = weights.transforms().crop_size
         height, width = (int(crop[0]), int(crop[-1]))
     except Exception:  # models without a transforms preset keep the common size
         return (224, 224)
     return (height, width)
 
 
-def _require_cached_url(url: str, spec: str) -> Path:
-    torch = import_torch("pretrained weights")
-    path = Path(torch.hub.get_dir()) / "checkpoints" / url.rsplit("/", 1)[-1]
-    if not path.is_file():
+def _timm_tagged_name(timm: Any, arch: str, weights: str, spec: str) -> str:
+    """``arch.tag`` for the DEFAULT tag or the one named, or SourceError listing them."""
+    tagged = timm.list_pretrained(f"{arch}.*")
+    if not tagged:
+        raise SourceError(f"{spec} has no pretrained weights; pass --weights none", source=spec)
+    if weights == DEFAULT:
+        cfg = timm.get_pretrained_cfg(arch)
+        tag = getattr(cfg, "tag", None) if cfg is not None else None
+        return f"{arch}.{tag}" if tag else str(tagged[0])
+    name = f"{arch}.{weights.removeprefix(arch + '.')}"
+    if name not in tagged:
+        tags = ", ".join(t.split(".", 1)[1] for t in tagged)
         raise SourceError(
-            f"pretrained weights for {spec} are not in the local cache ({path}) and mmelocal "
-            f"never downloads: copy {url} there, or drop --pretrained for random weights",
+            f"{spec} has no weights {weights!r}; pass --weights with DEFAULT, none or one "
+            f"of {tags}",
             source=spec,
         )
-    return path
+    return name
 
 
-def _timm_cached_file(timm: Any, arch: str, spec: str) -> str:
-    cfg = timm.get_pretrained_cfg(arch)
+def _timm_weights_file(timm: Any, name: str, spec: str) -> Path:
+    """The weights file of ``name`` (``arch.tag``), fetched into the hub or torch cache."""
+    cfg = timm.get_pretrained_cfg(name)
     hub_id = getattr(cfg, "hf_hub_id", None) if cfg is not None else None
     if hub_id:
-        try:
-            from huggingface_hub import try_to_load_from_cache
-        except ImportError:
-            raise MissingDependencyError(
-                "huggingface_hub", extra="vision", feature="pretrained timm weights"
-            ) from None
-        for filename in ("model.safetensors", "pytorch_model.bin"):
-            found = try_to_load_from_cache(hub_id, filename)
-            if isinstance(found, str):
-                return found
-        raise SourceError(
-            f"pretrained weights for {spec} ({hub_id}) are not in the local Hugging Face "
-            "cache and mmelocal never downloads: drop --pretrained for random weights",
-            source=spec,
+        from mmelocal.builder.sources.hub import fetch_hub_file
+
+        repo_id, _, revision = str(hub_id).partition("@")
+        return fetch_hub_file(
+            repo_id,
+            ("model.safetensors", "pytorch_model.bin"),
+            spec=spec,
+            revision=revision or None,
         )
     url = getattr(cfg, "url", None) if cfg is not None else None
     if url:
-        return str(_require_cached_url(url, spec))
-    raise SourceError(f"{spec} has no pretrained weights to use", source=spec)
+        return fetch_checkpoint(str(url), spec=spec)
+    raise SourceError(f"{spec} has no downloadable weights; pass --weights none", source=spec)
 
 
 __all__ = [
