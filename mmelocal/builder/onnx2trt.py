@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mmelocal.builder.sources.base import first_line
+from mmelocal.builder.runners import first_line
 from mmelocal.builder.tensors import Signature, inspect_onnx
 from mmelocal.errors import ExportError, MissingDependencyError, UserInputError
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from mmelocal.builder.runners import import_torch
 from mmelocal.errors import ConfigError, MissingDependencyError, UserInputError
 
 TRITON_TYPES: tuple[str, ...] = (
@@ -221,7 +222,7 @@ def torch_to_triton(dtype: Any) -> str:
 
 def triton_to_torch(data_type: str) -> Any:
     """torch dtype for a Triton data-type name (imports torch)."""
-    torch = _import_torch("mapping Triton data types to torch")
+    torch = import_torch("mapping Triton data types to torch")
     for name, triton in _TORCH_TO_TRITON.items():
         if triton == data_type:
             return getattr(torch, name)
@@ -297,7 +298,7 @@ def torchscript_forward_args(path: Path | str) -> tuple[str, ...]:
     Read from the scripted schema after ``torch.jit.load`` on CPU; nothing is run.
     Traced modules keep the Python argument names (``input_ids``, ``attention_mask``).
     """
-    torch = _import_torch("reading a TorchScript model")
+    torch = import_torch("reading a TorchScript model")
     p = Path(path)
     if not p.is_file():
         raise UserInputError(f"TorchScript file not found: {p}")
@@ -346,14 +347,6 @@ def _import_onnx() -> Any:
     except ImportError:
         raise MissingDependencyError("onnx", extra="onnx", feature="reading ONNX models") from None
     return onnx
-
-
-def _import_torch(feature: str) -> Any:
-    try:
-        import torch
-    except ImportError:
-        raise MissingDependencyError("torch", extra="torch", feature=feature) from None
-    return torch
 
 
 __all__ = [

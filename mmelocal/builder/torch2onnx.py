@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from mmelocal.builder.artifact import FORMATS, ExportedArtifact
-from mmelocal.builder.sources.base import ModelSource, first_line, import_torch, quiet_warnings
+from mmelocal.builder.runners import first_line, import_torch, quiet_warnings
+from mmelocal.builder.sources.base import ModelSource
 from mmelocal.builder.tensors import inspect_onnx
 from mmelocal.errors import ExportError, MissingDependencyError
 

@@ -26,18 +26,18 @@ left (0 for our exports).
 from __future__ import annotations
 
 import shutil
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from mmelocal.builder.artifact import FORMATS, ExportedArtifact, measure_signature
-from mmelocal.builder.sources.base import (
-    ModelSource,
+from mmelocal.builder.runners import (
     first_line,
-    flatten_outputs,
     import_torch,
+    load_torchscript,
     quiet_warnings,
+    run_torchscript_module,
 )
+from mmelocal.builder.sources.base import ModelSource
 from mmelocal.builder.sources.shapes import probe_seq_lens
 from mmelocal.errors import ExportError
 
@@ -169,47 +169,9 @@ def _device_type(node: Any) -> str | None:
         return None
 
 
-def load_torchscript(path: Path | str) -> Any:
-    """``torch.jit.load`` on CPU in eval mode, with a one-line ExportError on failure."""
-    torch = import_torch("TorchScript models")
-    with quiet_warnings():
-        try:
-            module = torch.jit.load(str(path), map_location="cpu")
-        except Exception as exc:
-            raise ExportError(
-                f"{path} is not a loadable TorchScript model: {first_line(exc)}"
-            ) from None
-    module.eval()
-    return module
-
-
-def run_torchscript_module(
-    module: Any, inputs: Mapping[str, Any], output_names: tuple[str, ...]
-) -> dict[str, Any]:
-    """Run a loaded TorchScript module on inputs (in order); outputs keyed by ``output_names``."""
-    torch = import_torch("TorchScript models")
-    with torch.no_grad(), quiet_warnings():
-        try:
-            result = module(*inputs.values())
-        except Exception as exc:
-            shapes = {n: list(v.shape) for n, v in inputs.items()}
-            raise ExportError(
-                f"the TorchScript model failed on inputs {shapes}: {first_line(exc)}"
-            ) from None
-    tensors = flatten_outputs(result)
-    if len(tensors) != len(output_names):
-        raise ExportError(
-            f"the TorchScript model returned {len(tensors)} outputs, expected "
-            f"{len(output_names)} ({', '.join(output_names)})"
-        )
-    return dict(zip(output_names, tensors, strict=True))
-
-
 __all__ = [
     "cpu_device_constants",
     "export_torchscript",
     "follow_input_device",
-    "load_torchscript",
-    "run_torchscript_module",
     "torchscript_names",
 ]

@@ -26,8 +26,17 @@ from typing import Any
 import numpy as np
 
 from mmelocal.builder.artifact import ExportedArtifact
-from mmelocal.builder.sources.base import ModelSource, first_line, import_torch
-from mmelocal.errors import ExportError, MissingDependencyError, UserInputError, VerificationError
+from mmelocal.builder.runners import (
+    first_line,
+    import_torch,
+    load_torchscript,
+    onnx_session,
+    run_session,
+    run_torchscript_module,
+    to_numpy,
+)
+from mmelocal.builder.sources.base import ModelSource
+from mmelocal.errors import ExportError, UserInputError, VerificationError
 
 TOLERANCES: dict[str, tuple[float, float]] = {"fp32": (1e-4, 1e-3), "fp16": (1e-2, 1e-2)}
 """precision -> (atol, rtol)."""
@@ -227,7 +236,7 @@ def _compare(
 
     if got is None:
         return failed("missing from the artifact")
-    got = _to_numpy(got)
+    got = to_numpy(got)
     if got.shape != want.shape:
         return failed(f"shape {list(got.shape)} != source {list(shape)}")
     g = got.astype(np.float64)
@@ -273,8 +282,6 @@ class ArtifactRunner:
         self.artifact = artifact
         self._output_names = artifact.signature.output_names
         if artifact.format == "torchscript":
-            from mmelocal.builder.torch2torchscript import load_torchscript
-
             self._module = load_torchscript(artifact.path)
         elif artifact.format == "onnx":
             self._session = onnx_session(artifact.path)
@@ -284,53 +291,12 @@ class ArtifactRunner:
     def run(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """Outputs keyed by the artifact's names."""
         if self.artifact.format == "torchscript":
-            from mmelocal.builder.torch2torchscript import run_torchscript_module
-
             torch = import_torch("running TorchScript")
             tensors = {k: _to_torch(torch, v) for k, v in inputs.items()}
             ordered = {n: tensors[n] for n in self.artifact.signature.input_names}
             out = run_torchscript_module(self._module, ordered, self._output_names)
-            return {k: _to_numpy(v) for k, v in out.items()}
-        return _run_session(self._session, inputs)
-
-
-def onnx_session(path: Path | str) -> Any:
-    """An onnxruntime CPU session for ``path``."""
-    try:
-        import onnxruntime as ort
-    except ImportError:
-        raise MissingDependencyError(
-            "onnxruntime", extra="onnx", feature="running ONNX models"
-        ) from None
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    try:
-        return ort.InferenceSession(
-            str(path), sess_options=options, providers=["CPUExecutionProvider"]
-        )
-    except Exception as exc:
-        raise ExportError(f"onnxruntime cannot load {path}: {first_line(exc)}") from None
-
-
-def run_onnx(path: Path | str, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    """Run an ONNX file once on named inputs (numpy arrays or torch tensors)."""
-    return _run_session(onnx_session(path), inputs)
-
-
-def _run_session(session: Any, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    feed = {k: _to_numpy(v) for k, v in inputs.items()}
-    names = [o.name for o in session.get_outputs()]
-    try:
-        values = session.run(names, feed)
-    except Exception as exc:
-        raise ExportError(f"onnxruntime failed: {first_line(exc)}") from None
-    return dict(zip(names, values, strict=True))
-
-
-def _to_numpy(value: Any) -> np.ndarray:
-    if isinstance(value, np.ndarray):
-        return value
-    return value.detach().cpu().numpy()
+            return {k: to_numpy(v) for k, v in out.items()}
+        return run_session(self._session, inputs)
 
 
 def _to_torch(torch: Any, value: Any) -> Any:
@@ -345,7 +311,5 @@ __all__ = [
     "VerifyReport",
     "VerifyRow",
     "default_tolerances",
-    "onnx_session",
-    "run_onnx",
     "verify",
 ]

@@ -91,7 +91,8 @@ def test_trace_that_bakes_in_a_shape_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize("model", ["tiny_bert", "minilm"])
 def test_no_cpu_device_baked_into_the_trace(artifact_of, model: str) -> None:
     """A GPU instance gets CUDA inputs: created tensors must follow the input's device."""
-    from mmelocal.builder.torch2torchscript import cpu_device_constants, load_torchscript
+    from mmelocal.builder.runners import load_torchscript
+    from mmelocal.builder.torch2torchscript import cpu_device_constants
 
     module = load_torchscript(artifact_of(model, "torchscript").path)
     assert cpu_device_constants(module) == 0

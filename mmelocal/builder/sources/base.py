@@ -10,18 +10,16 @@ torch is imported inside functions only.
 
 from __future__ import annotations
 
-import contextlib
 import re
-import sys
-import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from mmelocal.errors import MissingDependencyError, SourceError
+from mmelocal.builder.runners import import_torch, run_module, run_onnx
+from mmelocal.errors import SourceError
 
 if TYPE_CHECKING:
     import torch
@@ -111,51 +109,8 @@ class ModelSource:
             return run_module(self.module, inputs, self.input_names, self.output_names)
         assert self.file is not None
         if self.file_format == "onnx":
-            from mmelocal.builder.verify import run_onnx
-
             return run_onnx(self.file, inputs)
         raise SourceError(f"cannot run {self.file}: unknown file format {self.file_format!r}")
-
-
-def run_module(
-    module: Any,
-    inputs: Mapping[str, Any],
-    input_names: tuple[str, ...],
-    output_names: tuple[str, ...],
-) -> dict[str, np.ndarray]:
-    """Call ``module(*inputs in order)`` without grad; map the outputs to ``output_names``."""
-    torch = import_torch("running a PyTorch model")
-    args = [inputs[n] for n in input_names]
-    with torch.no_grad(), quiet_warnings():
-        try:
-            result = module(*args)
-        except Exception as exc:
-            shapes = {n: list(inputs[n].shape) for n in input_names}
-            raise SourceError(
-                f"the source model failed on inputs {shapes}: {first_line(exc)}"
-            ) from None
-    outputs = flatten_outputs(result)
-    if len(outputs) != len(output_names):
-        raise SourceError(
-            f"the model returned {len(outputs)} outputs, expected {len(output_names)} "
-            f"({', '.join(output_names)})"
-        )
-    return {n: t.detach().cpu().numpy() for n, t in zip(output_names, outputs, strict=True)}
-
-
-def flatten_outputs(result: Any) -> list[Any]:
-    """A model's return value as a flat list of tensors (tensor, tuple, list or dict)."""
-    torch = import_torch("running a PyTorch model")
-    if isinstance(result, torch.Tensor):
-        return [result]
-    if isinstance(result, Mapping):
-        return [t for v in result.values() for t in flatten_outputs(v)]
-    if isinstance(result, (tuple, list)):
-        return [t for v in result if v is not None for t in flatten_outputs(v)]
-    raise SourceError(
-        f"the model returned {type(result).__name__}; it must return tensors "
-        "(a tensor, or a tuple/list/dict of tensors)"
-    )
 
 
 def float_image_factory(
@@ -207,56 +162,12 @@ def suggest_name(text: str) -> str:
     return name or "model"
 
 
-def import_torch(feature: str) -> Any:
-    """``import torch`` or a MissingDependencyError naming the feature."""
-    try:
-        import torch
-    except ImportError:
-        raise MissingDependencyError("torch", extra="torch", feature=feature) from None
-    return torch
-
-
-@contextlib.contextmanager
-def quiet_warnings() -> Iterator[None]:
-    """Silence framework warnings (deprecations, tracer notes) inside library calls.
-
-    transformers logs advisory warnings through its own handler; when it is loaded its
-    verbosity is lowered to errors for the duration.
-    """
-    tlog = None
-    level = None
-    if "transformers" in sys.modules:
-        tlog = sys.modules["transformers"].utils.logging
-        level = tlog.get_verbosity()
-        tlog.set_verbosity_error()
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        if tlog is not None and level is not None:
-            tlog.set_verbosity(level)
-
-
-def first_line(exc: BaseException) -> str:
-    """The first non-empty line of an exception's message (C++ traces are long)."""
-    for line in str(exc).strip().splitlines():
-        if line.strip():
-            return line.strip()
-    return type(exc).__name__
-
-
 __all__ = [
     "FILE_FORMATS",
     "KINDS",
     "InputFactory",
     "ModelSource",
-    "first_line",
-    "flatten_outputs",
     "float_image_factory",
-    "import_torch",
-    "quiet_warnings",
-    "run_module",
     "suggest_name",
     "token_factory",
 ]

@@ -18,12 +18,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from mmelocal.builder.runners import first_line, import_torch, quiet_warnings
 from mmelocal.builder.sources.base import (
     ModelSource,
-    first_line,
     float_image_factory,
-    import_torch,
-    quiet_warnings,
     suggest_name,
     token_factory,
 )
@@ -151,7 +149,7 @@ def load_torchscript_file(
                 "from Python with source_from_module(torch.jit.load(path), example_inputs=...)",
                 source=spec,
             ) from None
-    from mmelocal.builder.sources.base import flatten_outputs
+    from mmelocal.builder.runners import flatten_outputs
 
     count = len(flatten_outputs(result))
     if kind == "cv" and count == 1:

@@ -13,13 +13,9 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from mmelocal.builder.sources.base import (
-    ModelSource,
-    float_image_factory,
-    import_torch,
-    suggest_name,
-)
-from mmelocal.builder.sources.huggingface import select_outputs
+from mmelocal.builder.runners import import_torch
+from mmelocal.builder.sources.base import ModelSource, float_image_factory, suggest_name
+from mmelocal.builder.sources.hf_outputs import select_outputs
 from mmelocal.builder.sources.shapes import infer_dynamic_axes
 from mmelocal.errors import SourceError
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mmelocal.builder.sources.base import first_line
+from mmelocal.builder.runners import first_line
 from mmelocal.errors import AccessDeniedError, DownloadError, MissingDependencyError, SourceError
 
 logger = logging.getLogger(__name__)

@@ -27,14 +27,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from mmelocal.builder.sources.base import (
-    ModelSource,
-    first_line,
-    import_torch,
-    quiet_warnings,
-    suggest_name,
-    token_factory,
-)
+from mmelocal.builder.runners import first_line, import_torch, quiet_warnings
+from mmelocal.builder.sources.base import ModelSource, suggest_name, token_factory
+from mmelocal.builder.sources.hf_outputs import select_outputs
 from mmelocal.builder.sources.hub import TOKENIZER_FILES
 from mmelocal.builder.sources.shapes import infer_dynamic_axes
 from mmelocal.errors import MissingDependencyError, SourceError
@@ -51,11 +46,6 @@ SAMPLE_SENTENCES = (
     "A multi-model endpoint loads models on demand and evicts the least recently used.",
     "Short one.",
 )
-_OUTPUTS = {
-    "feature-extraction": ("last_hidden_state", "pooler_output"),
-    "sequence-classification": ("logits",),
-    "image-classification": ("logits",),
-}
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
 
@@ -258,27 +248,6 @@ def _pad_id(config: Any, tokenizer: Any) -> int:
     return 0
 
 
-def select_outputs(
-    torch: Any, model: Any, example: dict[str, Any], task: str, spec: str
-) -> tuple[str, ...]:
-    """The outputs to export for ``task``, among those the model returns on ``example``."""
-    with torch.no_grad(), quiet_warnings():
-        try:
-            out = model(**example, return_dict=True)
-        except Exception as exc:
-            raise SourceError(
-                f"{spec} failed on its example inputs: {first_line(exc)}", source=spec
-            ) from None
-    present = [k for k in out if isinstance(out[k], torch.Tensor)]
-    keys = tuple(k for k in _OUTPUTS[task] if k in present)
-    if not keys:
-        raise SourceError(
-            f"{spec} returned {present} for task {task}; expected {list(_OUTPUTS[task])}",
-            source=spec,
-        )
-    return keys
-
-
 @contextlib.contextmanager
 def _quiet_transformers(transformers: Any) -> Iterator[None]:
     """No progress bars or advisory warnings from transformers while loading."""
@@ -303,6 +272,5 @@ __all__ = [
     "looks_like_hub_name",
     "minilm_dir",
     "normalise_task",
-    "select_outputs",
     "wrap_text_model",
 ]

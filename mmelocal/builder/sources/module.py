@@ -14,15 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from mmelocal.builder.sources.base import (
-    KINDS,
-    ModelSource,
-    first_line,
-    flatten_outputs,
-    import_torch,
-    quiet_warnings,
-    suggest_name,
-)
+from mmelocal.builder.runners import first_line, flatten_outputs, import_torch, quiet_warnings
+from mmelocal.builder.sources.base import KINDS, ModelSource, suggest_name
 from mmelocal.builder.sources.shapes import infer_dynamic_axes
 from mmelocal.errors import SourceError
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from mmelocal.builder.sources.base import first_line, run_module
+from mmelocal.builder.runners import first_line, run_module
 from mmelocal.errors import SourceError
 
 _BATCHES = (2, 3)

@@ -17,14 +17,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from mmelocal.builder.sources.base import (
-    ModelSource,
-    first_line,
-    float_image_factory,
-    import_torch,
-    quiet_warnings,
-    suggest_name,
-)
+from mmelocal.builder.runners import first_line, import_torch, quiet_warnings
+from mmelocal.builder.sources.base import ModelSource, float_image_factory, suggest_name
 from mmelocal.builder.sources.shapes import infer_dynamic_axes
 from mmelocal.builder.sources.weights import (
     DEFAULT,

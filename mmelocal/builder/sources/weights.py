@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from mmelocal.builder.sources.base import import_torch
+from mmelocal.builder.runners import import_torch
 from mmelocal.errors import DownloadError, SourceError
 
 MIRROR_ENV = "MMELOCAL_TORCHVISION_MIRROR"

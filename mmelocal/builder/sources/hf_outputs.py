@@ -1,0 +1,43 @@
+"""What the two Hugging Face sources share: which outputs a task exports.
+
+:mod:`~mmelocal.builder.sources.huggingface` (text models) and
+:mod:`~mmelocal.builder.sources.hf_vision` (image models) both import this module; neither
+imports the other at module level.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mmelocal.builder.runners import first_line, quiet_warnings
+from mmelocal.errors import SourceError
+
+TASK_OUTPUTS = {
+    "feature-extraction": ("last_hidden_state", "pooler_output"),
+    "sequence-classification": ("logits",),
+    "image-classification": ("logits",),
+}
+
+
+def select_outputs(
+    torch: Any, model: Any, example: dict[str, Any], task: str, spec: str
+) -> tuple[str, ...]:
+    """The outputs to export for ``task``, among those the model returns on ``example``."""
+    with torch.no_grad(), quiet_warnings():
+        try:
+            out = model(**example, return_dict=True)
+        except Exception as exc:
+            raise SourceError(
+                f"{spec} failed on its example inputs: {first_line(exc)}", source=spec
+            ) from None
+    present = [k for k in out if isinstance(out[k], torch.Tensor)]
+    keys = tuple(k for k in TASK_OUTPUTS[task] if k in present)
+    if not keys:
+        raise SourceError(
+            f"{spec} returned {present} for task {task}; expected {list(TASK_OUTPUTS[task])}",
+            source=spec,
+        )
+    return keys
+
+
+__all__ = ["TASK_OUTPUTS", "select_outputs"]
