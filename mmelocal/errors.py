@@ -21,7 +21,8 @@ can show it without parsing text::
     ├── EmulatorError               the MME platform emulator
     │   ├── ModelNotFoundError      TargetModel not in the store
     │   └── OutOfMemoryError        nothing left to evict and the model still does not fit
-    └── BenchError                  capacity, load test, sweep or report failed
+    ├── BenchError                  capacity, load test, sweep or report failed
+    └── DeployError                 deploy / undeploy / smoke against SageMaker failed
 """
 
 from __future__ import annotations
@@ -182,3 +183,18 @@ class OutOfMemoryError(EmulatorError):
 
 class BenchError(MmeLocalError):
     """A capacity measurement, load test, sweep or report failed."""
+
+
+class DeployError(MmeLocalError):
+    """A deploy, undeploy or smoke test against SageMaker could not go on.
+
+    ``operation`` is the AWS API operation that failed (None before any call) and ``code``
+    the service's error code, so callers can react without parsing the message.
+    """
+
+    def __init__(
+        self, message: str, *, operation: str | None = None, code: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.operation = operation
+        self.code = code
