@@ -183,8 +183,7 @@ def _print_plan(plan: Any, options: Any) -> None:
     for action in ("upload", "copy", "skip"):
         steps = plan.objects_by_action(action)
         if steps:
-            mib = total_bytes(steps, action) / 2**20
-            detail = f"{len(steps)} object(s), {mib:,.1f} MiB"
+            detail = f"{len(steps)} object(s), {_size(total_bytes(steps, action))}"
             if action == "copy":
                 detail += " (server-side copies of identical bytes)"
             request = (
@@ -216,7 +215,18 @@ def _details(step: Any) -> str:
         )
     if step.action == "wait":
         return "until InService (FailureReason on failure)"
+    if step.operation == "CreateEndpoint" and params:
+        return f"config {params['EndpointConfigName']}"
+    if step.operation == "UpdateEndpoint" and params:
+        return f"to config {params['EndpointConfigName']} {step.note}"
     return str(step.note)
+
+
+def _size(size_bytes: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if size_bytes >= scale:
+            return f"{size_bytes / scale:,.1f} {unit}"
+    return f"{size_bytes} B"
 
 
 @click.command()

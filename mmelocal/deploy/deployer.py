@@ -76,8 +76,8 @@ def _endpoint_steps(clients: AwsClients, options: DeployOptions, config_name: st
     name = options.endpoint_name
     found = rs.describe(clients.sagemaker, "DescribeEndpoint", EndpointName=name)
     if found is None:
-        params = {"EndpointName": name, "EndpointConfigName": config_name, "Tags": rs.tags(name)}
-        yield rs.step("sagemaker", "CreateEndpoint", name, "create", params)
+        create = {"EndpointName": name, "EndpointConfigName": config_name, "Tags": rs.tags(name)}
+        yield rs.step("sagemaker", "CreateEndpoint", name, "create", create)
         return
     _mine(clients, found["EndpointArn"], "endpoint", name, name)
     status = found.get("EndpointStatus", "")
@@ -91,26 +91,44 @@ def _endpoint_steps(clients: AwsClients, options: DeployOptions, config_name: st
         return
     if status in _BUSY:
         raise DeployError(f"endpoint {name} is {status}: wait until it is InService, then deploy")
-    target = rs.describe(
+    old = rs.call(
+        clients.sagemaker,
+        "DescribeEndpointConfig",
+        name,
+        EndpointConfigName=found["EndpointConfigName"],
+    )
+    old_type = old["ProductionVariants"][0].get("InstanceType")
+    params: dict[str, Any] = {"EndpointName": name, "EndpointConfigName": config_name}
+    note = f"from {found['EndpointConfigName']}"
+    if old_type == options.instance_type:
+        # keeps the DesiredInstanceCount autoscaling reached; scaling stays on
+        params["RetainAllVariantProperties"] = True
+        note += ", keeping the instance count autoscaling set"
+    elif _scaling_target(clients, name):
+        # SageMaker fails an update that changes a scaling target's instance type
+        # ("Update endpoints that use auto scaling"); it is registered again afterwards
+        dereg = {
+            "ServiceNamespace": "sagemaker",
+            "ResourceId": rs.resource_id(name),
+            "ScalableDimension": rs.SCALABLE_DIMENSION,
+        }
+        why = f"instance type {old_type} -> {options.instance_type}"
+        yield rs.step(
+            "application-autoscaling", "DeregisterScalableTarget", rs.resource_id(name),
+            "delete", dereg, why,
+        )  # fmt: skip
+    yield rs.step("sagemaker", "UpdateEndpoint", name, "update", params, note)
+
+
+def _scaling_target(clients: AwsClients, name: str) -> bool:
+    found = rs.describe(
         clients.autoscaling,
         "DescribeScalableTargets",
         ServiceNamespace="sagemaker",
         ResourceIds=[rs.resource_id(name)],
         ScalableDimension=rs.SCALABLE_DIMENSION,
     )
-    if target and target.get("ScalableTargets"):
-        params = {
-            "ServiceNamespace": "sagemaker",
-            "ResourceId": rs.resource_id(name),
-            "ScalableDimension": rs.SCALABLE_DIMENSION,
-        }
-        note = "SageMaker refuses to update a variant that is a scaling target"
-        yield rs.step(
-            "application-autoscaling", "DeregisterScalableTarget", name, "delete", params, note
-        )
-    params = {"EndpointName": name, "EndpointConfigName": config_name}
-    note = f"from {found.get('EndpointConfigName')}"
-    yield rs.step("sagemaker", "UpdateEndpoint", name, "update", params, note)
+    return bool((found or {}).get("ScalableTargets"))
 
 
 def _scaling_steps(options: DeployOptions) -> Any:
@@ -119,11 +137,25 @@ def _scaling_steps(options: DeployOptions) -> Any:
         return
     if not options.wait:
         note = "skipped with --no-wait: run deploy again once the endpoint is InService"
-        yield rs.step("application-autoscaling", "RegisterScalableTarget", name, "reuse", {}, note)
+        yield rs.step(
+            "application-autoscaling",
+            "RegisterScalableTarget",
+            rs.resource_id(name),
+            "reuse",
+            {},
+            note,
+        )
         return
     target = rs.scalable_target_params(options)
     note = f"{options.instance_count}..{options.scaling_max} instances"
-    yield rs.step("application-autoscaling", "RegisterScalableTarget", name, "put", target, note)
+    yield rs.step(
+        "application-autoscaling",
+        "RegisterScalableTarget",
+        rs.resource_id(name),
+        "put",
+        target,
+        note,
+    )
     policy = rs.scaling_policy_params(options)
     note = f"GPUUtilization {options.target_gpu_utilization:g} %"
     yield rs.step(

@@ -197,7 +197,6 @@ def test_second_deploy_uploads_only_the_changed_tarball_and_updates(
     assert actions(second) == {
         "sagemaker:CreateModel": "reuse",
         "sagemaker:CreateEndpointConfig": "create",
-        "application-autoscaling:DeregisterScalableTarget": "delete",
         "sagemaker:UpdateEndpoint": "update",
         "sagemaker:DescribeEndpoint": "wait",
         "application-autoscaling:RegisterScalableTarget": "put",
@@ -214,10 +213,29 @@ def test_second_deploy_uploads_only_the_changed_tarball_and_updates(
     )
     assert len(targets["ScalableTargets"]) == 1
 
+    assert second.steps[2].params["RetainAllVariantProperties"] is True  # keep scaled count
+
     third = make_plan(opts, connect())
     assert {o.action for o in third.objects} == {"skip"}
     assert actions(third)["sagemaker:CreateEndpointConfig"] == "reuse"
     assert actions(third)["sagemaker:UpdateEndpoint"] == "reuse"
+
+    # another instance type: SageMaker needs the scaling target gone during the update
+    bigger = dataclasses.replace(opts, instance_type="ml.g4dn.2xlarge")
+    fourth = make_plan(bigger, connect())
+    assert [s.operation for s in fourth.steps if s.action not in ("reuse", "wait")] == [
+        "CreateEndpointConfig",
+        "DeregisterScalableTarget",
+        "UpdateEndpoint",
+        "RegisterScalableTarget",
+        "PutScalingPolicy",
+    ]
+    assert "RetainAllVariantProperties" not in fourth.steps[3].params
+    assert apply_plan(fourth, connect(), options=bigger) == "InService"
+    config = sm.describe_endpoint_config(
+        EndpointConfigName=sm.describe_endpoint(EndpointName=endpoint_name)["EndpointConfigName"]
+    )
+    assert config["ProductionVariants"][0]["InstanceType"] == "ml.g4dn.2xlarge"
 
 
 def test_interrupted_deploy_resumes(store: Path, bucket: str, endpoint_name: str) -> None:
