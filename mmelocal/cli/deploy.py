@@ -91,7 +91,7 @@ def deploy(
     validated against botocore's service models; --dry-run stops there. Running deploy
     again resumes an interrupted one; 'mmelocal undeploy NAME' removes what it created.
     """
-    from mmelocal.deploy.deployer import apply_plan, make_plan
+    from mmelocal.deploy.deployer import make_plan
     from mmelocal.deploy.plan import DeployOptions
     from mmelocal.deploy.session import connect
 
@@ -120,7 +120,7 @@ def deploy(
     if dry_run:
         console.print("dry run: nothing was changed", highlight=False)
         return
-    status = _apply(plan, clients, options, apply_plan)
+    status = _apply(plan, clients, options)
     console.print(f"[bold green]deployed[/] {endpoint_name}: {status}", highlight=False)
 
 
@@ -140,33 +140,40 @@ def _instance_type(
     return choice.instance_type
 
 
-def _apply(plan: Any, clients: Any, options: Any, apply_plan: Any) -> str:
-    from rich.progress import (
-        BarColumn,
-        DownloadColumn,
-        Progress,
-        TextColumn,
-        TransferSpeedColumn,
-    )
+def _apply(plan: Any, clients: Any, options: Any) -> str:
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+    from mmelocal.deploy.deployer import apply_steps
+    from mmelocal.deploy.plan import split_s3_uri
+    from mmelocal.deploy.upload import apply_objects, total_bytes
 
     moving = [o for o in plan.objects if o.action != "skip"]
-    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn())
-    with Progress(*columns, TransferSpeedColumn(), console=err_console) as progress:
-        task = progress.add_task(
-            f"S3: {len(moving)} object(s)", total=sum(o.size_bytes for o in moving)
-        )
-        status_task = progress.add_task("endpoint: waiting for the upload", total=None)
+    if moving:
+        done: list[Any] = []
+        columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn())
+        with Progress(*columns, TransferSpeedColumn(), console=err_console) as progress:
+            label = f"S3: 0/{len(moving)} objects"
+            task = progress.add_task(label, total=total_bytes(moving, "upload") or None)
 
-        def on_status(status: str) -> None:
-            progress.update(status_task, description=f"endpoint {plan.endpoint_name}: {status}")
+            def on_object(step: Any) -> None:
+                done.append(step)
+                label = f"S3: {len(done)}/{len(moving)} objects (copies are server-side)"
+                progress.update(task, description=label)
 
+            apply_objects(
+                clients.s3,
+                split_s3_uri(plan.model_data_url)[0],
+                plan.objects,
+                on_bytes=lambda n: progress.advance(task, n),
+                on_object=on_object,
+            )
+    with err_console.status(f"endpoint {plan.endpoint_name}") as status:
         return str(
-            apply_plan(
+            apply_steps(
                 plan,
                 clients,
                 options=options,
-                on_bytes=lambda n: progress.advance(task, n),
-                on_status=on_status,
+                on_status=lambda s: status.update(f"endpoint {plan.endpoint_name}: {s}"),
             )
         )
 
@@ -176,7 +183,8 @@ def _print_plan(plan: Any, options: Any) -> None:
 
     from mmelocal.deploy.upload import total_bytes
 
-    table = Table(title=f"deploy plan: {plan.endpoint_name} in {plan.region}", title_justify="left")
+    title = f"deploy plan: {plan.endpoint_name} in {plan.region}, image {plan.image}"
+    table = Table(title=title, title_justify="left")
     for column in ("#", "service", "request", "action", "resource", "details"):
         table.add_column(column, overflow="fold")
     row = 1
@@ -203,10 +211,8 @@ def _details(step: Any) -> str:
     params = step.params
     if step.operation == "CreateModel" and params:
         container = params["PrimaryContainer"]
-        return (
-            f"Mode {container['Mode']}, image {container['Image']}, "
-            f"ModelDataUrl {container['ModelDataUrl']}"
-        )
+        env = ", ".join(f"{k}={v}" for k, v in container.get("Environment", {}).items())
+        return f"{container['Mode']}, {container['ModelDataUrl']}" + (f", {env}" if env else "")
     if step.operation == "CreateEndpointConfig" and params:
         variant = params["ProductionVariants"][0]
         return (

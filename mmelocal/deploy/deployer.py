@@ -189,13 +189,26 @@ def apply_plan(
     *,
     options: DeployOptions,
     on_bytes: Callable[[int], None] | None = None,
+    on_object: Callable[[ObjectStep], None] | None = None,
     on_status: Callable[[str], None] | None = None,
 ) -> str:
-    """Carry out ``plan``; returns the endpoint's final status (InService, or the status
-    it had when ``options.wait`` is off)."""
+    """Carry out ``plan``: the objects (:func:`~mmelocal.deploy.upload.apply_objects`), then
+    the API steps (:func:`apply_steps`); returns the endpoint's last status."""
     bucket, _ = split_s3_uri(plan.model_data_url)
-    apply_objects(clients.s3, bucket, plan.objects, progress=on_bytes)
-    status = "unknown"
+    apply_objects(clients.s3, bucket, plan.objects, on_bytes=on_bytes, on_object=on_object)
+    return apply_steps(plan, clients, options=options, on_status=on_status)
+
+
+def apply_steps(
+    plan: DeployPlan,
+    clients: AwsClients,
+    *,
+    options: DeployOptions,
+    on_status: Callable[[str], None] | None = None,
+) -> str:
+    """Send the plan's API steps in order and wait where it says; returns the endpoint's
+    last status ('InService' after a wait, 'not waited' with ``--no-wait``)."""
+    status = "not waited"
     for step in plan.steps:
         if step.action == "wait":
             status = wait_in_service(
@@ -322,4 +335,4 @@ def _tagged(clients: AwsClients, method: str, key: str, name: str) -> list[str]:
     return found
 
 
-__all__ = ["apply_plan", "make_plan", "store_digest", "undeploy", "wait_in_service"]
+__all__ = ["apply_plan", "apply_steps", "make_plan", "store_digest", "undeploy", "wait_in_service"]

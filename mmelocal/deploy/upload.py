@@ -120,11 +120,14 @@ def apply_objects(
     s3: Any,
     bucket: str,
     steps: Iterable[ObjectStep],
-    progress: Callable[[int], None] | None = None,
+    *,
+    on_bytes: Callable[[int], None] | None = None,
+    on_object: Callable[[ObjectStep], None] | None = None,
 ) -> None:
     """Uploads first, then server-side copies (their sources exist by then).
 
-    ``progress`` receives byte counts as they are transferred (copies count their size).
+    ``on_bytes`` receives uploaded byte counts as they go (from the transfer threads);
+    ``on_object`` each step once its object is in place.
     """
     config = transfer_config()
     steps = list(steps)
@@ -136,10 +139,12 @@ def apply_objects(
                 step.key,
                 ExtraArgs={"Metadata": {SHA256_METADATA: step.sha256}},
                 Config=config,
-                Callback=progress,
+                Callback=on_bytes,
             )
         except Exception as exc:
             raise aws_error(exc, "PutObject", f"s3://{bucket}/{step.key}") from exc
+        if on_object is not None:
+            on_object(step)
     for step in (s for s in steps if s.action == "copy"):
         source = {"Bucket": bucket, "Key": step.source_key}
         copy_args: dict[str, Any] = {
@@ -150,8 +155,8 @@ def apply_objects(
             s3.copy(source, bucket, step.key, ExtraArgs=copy_args, Config=config)
         except Exception as exc:
             raise aws_error(exc, "CopyObject", f"s3://{bucket}/{step.key}") from exc
-        if progress is not None:
-            progress(step.size_bytes)
+        if on_object is not None:
+            on_object(step)
 
 
 def check_bucket(s3: Any, bucket: str, region: str) -> None:
