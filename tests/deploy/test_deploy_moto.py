@@ -238,6 +238,17 @@ def test_second_deploy_uploads_only_the_changed_tarball_and_updates(
     assert config["ProductionVariants"][0]["InstanceType"] == "ml.g4dn.2xlarge"
 
 
+def test_no_wait_plans_no_wait_and_no_scaling(store: Path, bucket: str, endpoint_name: str) -> None:
+    plan = make_plan(options(store, bucket, endpoint_name, wait=False), connect())
+    assert actions(plan) == {
+        "sagemaker:CreateModel": "create",
+        "sagemaker:CreateEndpointConfig": "create",
+        "sagemaker:CreateEndpoint": "create",
+        "application-autoscaling:RegisterScalableTarget": "reuse",  # skipped, with a note
+    }
+    assert "run deploy again" in plan.steps[-1].note
+
+
 def test_interrupted_deploy_resumes(store: Path, bucket: str, endpoint_name: str) -> None:
     opts = options(store, bucket, endpoint_name)
     clients = connect()

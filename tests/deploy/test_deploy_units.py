@@ -123,3 +123,19 @@ def test_objects_from_other_tools_are_skipped_by_etag(
     assert [o.action for o in plan_objects(s3, bucket, "m/", store)] == ["skip", "skip"]
     write_reference_tarball(small, scale=3.0)
     assert [o.action for o in plan_objects(s3, bucket, "m/", store)] == ["skip", "upload"]
+
+
+def test_service_errors_become_one_line_with_the_next_step() -> None:
+    from botocore.exceptions import ClientError
+
+    from mmelocal.deploy.session import aws_error
+
+    quota = ClientError(
+        {"Error": {"Code": "ResourceLimitExceeded", "Message": "account-level limit of 0"}},
+        "CreateEndpoint",
+    )
+    error = aws_error(quota, "CreateEndpoint", "ep")
+    assert error.code == "ResourceLimitExceeded" and error.operation == "CreateEndpoint"
+    assert "Service Quotas" in str(error) and "\n" not in str(error)
+    denied = ClientError({"Error": {"Code": "AccessDenied", "Message": "no"}}, "PutObject")
+    assert "IAM policy" in str(aws_error(denied, "PutObject", "s3://b/k"))
