@@ -1,17 +1,19 @@
 """The store's tarballs to S3 with boto3's transfer manager: unchanged objects are skipped.
 
-An object is unchanged when its size and checksum match the file: the SHA-256 mmelocal
-records as object metadata (``x-amz-meta-mmelocal-sha256``) or, for objects uploaded by
-other tools, S3's ETag (the MD5 of a single-part upload, or the MD5 of the parts' MD5s for a
-multipart upload with mmelocal's part size). Files with the same bytes (the hard-linked
-copies ``mmelocal package --copies`` writes) are uploaded once and the others are
-server-side copies of that object: the bytes cross the network once.
+An object is unchanged when its size and checksum match the file: S3's ETag from the
+listing (the MD5 of a single-part upload, or the MD5 of the parts' MD5s for a multipart
+upload with mmelocal's part size), else the SHA-256 mmelocal records as object metadata
+(``x-amz-meta-mmelocal-sha256``), read with one HEAD only for objects whose ETag differs.
+Files with the same bytes (the hard-linked copies ``mmelocal package --copies`` writes) are
+uploaded once and the others are server-side copies of that object: the bytes cross the
+network once.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,73 +44,103 @@ def store_files(store: Path) -> list[tuple[str, Path]]:
     return files
 
 
-def file_digests(paths: Iterable[Path]) -> dict[Path, str]:
-    """SHA-256 of each file; hard links (same device and inode) are read once."""
-    by_inode: dict[tuple[int, int], str] = {}
-    digests: dict[Path, str] = {}
+@dataclass(frozen=True)
+class FileDigest:
+    """A file's SHA-256 and the ETag S3 gives it when uploaded with mmelocal's part size."""
+
+    sha256: str
+    etag: str
+
+
+def file_digest(path: Path, part_size_bytes: int = PART_SIZE_BYTES) -> FileDigest:
+    """Both checksums of ``path`` in one read (the ETag: the MD5 of a single-part upload,
+    else the MD5 of the parts' MD5s and ``-<parts>``)."""
+    sha, part, parts, part_bytes = hashlib.sha256(), _md5(), [], 0
+    with path.open("rb") as handle:
+        while chunk := handle.read(min(_READ_BYTES, part_size_bytes - part_bytes)):
+            sha.update(chunk)
+            part.update(chunk)
+            part_bytes += len(chunk)
+            if part_bytes == part_size_bytes:
+                parts.append(part.digest())
+                part, part_bytes = _md5(), 0
+    if part_bytes or not parts:
+        parts.append(part.digest())
+    if len(parts) == 1:
+        return FileDigest(sha256=sha.hexdigest(), etag=parts[0].hex())
+    combined = _md5(b"".join(parts)).hexdigest()
+    return FileDigest(sha256=sha.hexdigest(), etag=f"{combined}-{len(parts)}")
+
+
+def _md5(data: bytes = b"") -> Any:
+    return hashlib.md5(data, usedforsecurity=False)
+
+
+def file_digests(paths: Iterable[Path]) -> dict[Path, FileDigest]:
+    """:func:`file_digest` of each file; hard links (same device and inode) are read once."""
+    by_inode: dict[tuple[int, int], FileDigest] = {}
+    digests: dict[Path, FileDigest] = {}
     for path in paths:
         stat = path.stat()
         inode = (stat.st_dev, stat.st_ino)
         if inode not in by_inode:
-            digest = hashlib.sha256()
-            with path.open("rb") as handle:
-                while chunk := handle.read(_READ_BYTES):
-                    digest.update(chunk)
-            by_inode[inode] = digest.hexdigest()
+            by_inode[inode] = file_digest(path)
         digests[path] = by_inode[inode]
     return digests
 
 
-def s3_etag(path: Path, part_size_bytes: int = PART_SIZE_BYTES) -> str:
-    """The ETag S3 gives ``path`` when uploaded with this part size (quotes stripped)."""
-    size = path.stat().st_size
-    parts = []
-    with path.open("rb") as handle:
-        while chunk := handle.read(part_size_bytes):
-            parts.append(hashlib.md5(chunk, usedforsecurity=False).digest())
-    if size < part_size_bytes or len(parts) <= 1:
-        return parts[0].hex() if parts else hashlib.md5(b"", usedforsecurity=False).hexdigest()
-    combined = hashlib.md5(b"".join(parts), usedforsecurity=False).hexdigest()
-    return f"{combined}-{len(parts)}"
+def listed_objects(s3: Any, bucket: str, prefix: str) -> dict[str, tuple[int, str]]:
+    """``key -> (size, ETag)`` of every object under ``prefix`` (1,000 per request)."""
+    found: dict[str, tuple[int, str]] = {}
+    try:
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+            for item in page.get("Contents", []):
+                found[item["Key"]] = (int(item["Size"]), str(item.get("ETag", "")).strip('"'))
+    except Exception as exc:
+        raise aws_error(exc, "ListObjectsV2", f"s3://{bucket}/{prefix}") from exc
+    return found
 
 
-def _unchanged(s3: Any, bucket: str, key: str, path: Path, sha256: str) -> bool:
+def _unchanged(
+    s3: Any, bucket: str, key: str, size: int, digest: FileDigest, listed: tuple[int, str] | None
+) -> bool:
+    if listed is None or listed[0] != size:
+        return False
+    if listed[1] == digest.etag:
+        return True
+    # another part size, or an ETag that is no MD5 (SSE-KMS): the checksum mmelocal recorded
     try:
         head = s3.head_object(Bucket=bucket, Key=key)
     except Exception as exc:
         if not_found(exc):
             return False
         raise aws_error(exc, "HeadObject", f"s3://{bucket}/{key}") from exc
-    if int(head.get("ContentLength", -1)) != path.stat().st_size:
-        return False
-    recorded = head.get("Metadata", {}).get(SHA256_METADATA)
-    if recorded is not None:
-        return bool(recorded == sha256)
-    return str(head.get("ETag", "")).strip('"') == s3_etag(path)
+    return bool(head.get("Metadata", {}).get(SHA256_METADATA) == digest.sha256)
 
 
 def plan_objects(s3: Any, bucket: str, prefix: str, store: Path) -> list[ObjectStep]:
     """One step per tarball: skip what S3 already holds, copy what another key holds."""
     files = store_files(store)
     digests = file_digests(path for _, path in files)
+    listed = listed_objects(s3, bucket, prefix)
     first_key: dict[str, str] = {}
     steps = []
     for rel, path in files:
-        key, sha = prefix + rel, digests[path]
+        key, digest = prefix + rel, digests[path]
         size = path.stat().st_size
-        if _unchanged(s3, bucket, key, path, sha):
+        if _unchanged(s3, bucket, key, size, digest, listed.get(key)):
             action, source = "skip", None
-        elif sha in first_key:
-            action, source = "copy", first_key[sha]
+        elif digest.sha256 in first_key:
+            action, source = "copy", first_key[digest.sha256]
         else:
             action, source = "upload", None
-        first_key.setdefault(sha, key)
+        first_key.setdefault(digest.sha256, key)
         steps.append(
             ObjectStep(
                 key=key,
                 path=str(path),
                 size_bytes=size,
-                sha256=sha,
+                sha256=digest.sha256,
                 action=action,
                 source_key=source,
             )
@@ -181,12 +213,10 @@ def check_bucket(s3: Any, bucket: str, region: str) -> None:
 def mmelocal_objects(s3: Any, bucket: str, prefix: str) -> list[str]:
     """Keys under ``prefix`` that mmelocal uploaded (they carry its SHA-256 metadata)."""
     keys = []
-    paginator = s3.get_paginator("list_objects_v2")
-    for page in paginator.paginate(Bucket=bucket, Prefix=prefix):
-        for item in page.get("Contents", []):
-            head = s3.head_object(Bucket=bucket, Key=item["Key"])
-            if SHA256_METADATA in head.get("Metadata", {}):
-                keys.append(item["Key"])
+    for key in listed_objects(s3, bucket, prefix):
+        head = s3.head_object(Bucket=bucket, Key=key)
+        if SHA256_METADATA in head.get("Metadata", {}):
+            keys.append(key)
     return keys
 
 
@@ -203,13 +233,15 @@ def total_bytes(steps: Iterable[ObjectStep], action: str) -> int:
 
 
 __all__ = [
+    "FileDigest",
     "apply_objects",
     "check_bucket",
     "delete_objects",
+    "file_digest",
     "file_digests",
+    "listed_objects",
     "mmelocal_objects",
     "plan_objects",
-    "s3_etag",
     "store_files",
     "total_bytes",
     "transfer_config",

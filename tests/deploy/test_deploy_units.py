@@ -20,7 +20,7 @@ from mmelocal.deploy.resources import (
     validate_request,
 )
 from mmelocal.deploy.sizing import cheapest_instance
-from mmelocal.deploy.upload import PART_SIZE_BYTES, plan_objects, s3_etag
+from mmelocal.deploy.upload import PART_SIZE_BYTES, file_digest, plan_objects
 from mmelocal.errors import DeployError
 
 GIB = 1024**3
@@ -106,23 +106,42 @@ def test_cheapest_instance_that_holds_the_hot_set(tmp_path: Path) -> None:
         cheapest_instance(result, hot_models=500)
 
 
-def test_objects_from_other_tools_are_skipped_by_etag(
+def test_unchanged_objects_are_skipped_by_etag_or_recorded_checksum(
     aws: str, bucket: str, tmp_path: Path
 ) -> None:
     from boto3.s3.transfer import TransferConfig
 
+    mib = 1024 * 1024
     store = tmp_path / "store"
-    small = write_reference_tarball(store / "small.tar.gz", scale=2.0)
-    big = store / "big.tar.gz"
+    small = write_reference_tarball(store / "a-small.tar.gz", scale=2.0)
+    big = store / "b-big.tar.gz"
     big.write_bytes(b"\0" * (PART_SIZE_BYTES + 1))
+    other_parts = [store / "c-recorded.tar.gz", store / "d-unknown.tar.gz"]
+    for n, path in enumerate(other_parts):
+        path.write_bytes(bytes([n + 1]) * (6 * mib))
     s3 = boto3.client("s3")
-    parts = TransferConfig(multipart_threshold=PART_SIZE_BYTES, multipart_chunksize=PART_SIZE_BYTES)
-    for path in (small, big):  # no mmelocal metadata: as the AWS CLI would upload them
-        s3.upload_file(str(path), bucket, f"m/{path.name}", Config=parts)
-    assert s3.head_object(Bucket=bucket, Key="m/big.tar.gz")["ETag"].strip('"') == s3_etag(big)
-    assert [o.action for o in plan_objects(s3, bucket, "m/", store)] == ["skip", "skip"]
+    ours = TransferConfig(multipart_threshold=PART_SIZE_BYTES, multipart_chunksize=PART_SIZE_BYTES)
+    for path in (small, big):  # no mmelocal metadata: as another tool would upload them
+        s3.upload_file(str(path), bucket, f"m/{path.name}", Config=ours)
+    theirs = TransferConfig(multipart_threshold=5 * mib, multipart_chunksize=5 * mib)
+    recorded = {"Metadata": {"mmelocal-sha256": file_digest(other_parts[0]).sha256}}
+    s3.upload_file(
+        str(other_parts[0]), bucket, "m/c-recorded.tar.gz", ExtraArgs=recorded, Config=theirs
+    )
+    s3.upload_file(str(other_parts[1]), bucket, "m/d-unknown.tar.gz", Config=theirs)
+
+    assert s3.head_object(Bucket=bucket, Key="m/b-big.tar.gz")["ETag"].strip('"') == (
+        file_digest(big).etag
+    )
+    # 2 parts of 5 MiB: an ETag mmelocal cannot predict; the recorded SHA-256 decides
+    assert [o.action for o in plan_objects(s3, bucket, "m/", store)] == [
+        "skip",
+        "skip",
+        "skip",
+        "upload",
+    ]
     write_reference_tarball(small, scale=3.0)
-    assert [o.action for o in plan_objects(s3, bucket, "m/", store)] == ["skip", "upload"]
+    assert plan_objects(s3, bucket, "m/", store)[0].action == "upload"
 
 
 def test_service_errors_become_one_line_with_the_next_step() -> None:
