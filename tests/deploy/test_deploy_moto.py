@@ -114,6 +114,26 @@ def test_dry_run_changes_nothing(
         sm.describe_endpoint(EndpointName=endpoint_name)
 
 
+def test_capacity_result_picks_the_instance_type(
+    capsys: pytest.CaptureFixture[str], store: Path, bucket: str, endpoint_name: str, tmp_path: Path
+) -> None:
+    from mmelocal.bench.projection import load_gpus, project
+    from mmelocal.bench.results import write_result
+
+    capacity = tmp_path / "capacity.json"
+    write_result(
+        project(per_model_bytes=4 * 2**30, baseline_bytes=2**30, gpus=load_gpus()), capacity
+    )
+    args = cli_args(store, bucket, endpoint_name, "--dry-run", "--json", str(tmp_path / "p.json"))
+    args = [a for a in args if a not in ("--instance-type", INSTANCE_TYPE)]
+    code, text = run(capsys, *args, "--capacity", str(capacity))  # hot set: the 4 tarballs
+    assert code == 0, text
+    assert "instance type ml.g5.xlarge: 4 models fit" in text
+    plan = json.loads((tmp_path / "p.json").read_text())
+    config = next(s for s in plan["steps"] if s["operation"] == "CreateEndpointConfig")
+    assert config["params"]["ProductionVariants"][0]["InstanceType"] == "ml.g5.xlarge"
+
+
 def test_deploy_creates_objects_model_endpoint_and_scaling(
     capsys: pytest.CaptureFixture[str], store: Path, bucket: str, endpoint_name: str
 ) -> None:
