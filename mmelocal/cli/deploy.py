@@ -94,6 +94,7 @@ def deploy(
     from mmelocal.deploy.deployer import make_plan
     from mmelocal.deploy.plan import DeployOptions
     from mmelocal.deploy.session import connect
+    from mmelocal.errors import DeployError
 
     chosen = _instance_type(instance_type, capacity, hot_models, store)
     options = DeployOptions(
@@ -120,7 +121,13 @@ def deploy(
     if dry_run:
         console.print("dry run: nothing was changed", highlight=False)
         return
-    status = _apply(plan, clients, options)
+    try:
+        status = _apply(plan, clients, options)
+    except KeyboardInterrupt:
+        raise DeployError(
+            f"interrupted: run the same deploy again to resume, or 'mmelocal undeploy "
+            f"{endpoint_name} --delete-artifacts' to remove what was made"
+        ) from None
     console.print(f"[bold green]deployed[/] {endpoint_name}: {status}", highlight=False)
 
 

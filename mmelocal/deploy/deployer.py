@@ -1,6 +1,6 @@
 """Plan, apply and undo a deployment of a model store to a SageMaker multi-model endpoint.
 
-:func:`make_plan` makes read-only calls only (bucket location, object heads, describes) and
+:func:`make_plan` makes read-only calls only (bucket location, object listing, describes) and
 returns a :class:`~mmelocal.deploy.plan.DeployPlan`; :func:`apply_plan` carries it out;
 :func:`undeploy` deletes what mmelocal created for an endpoint (resources tagged
 ``mmelocal:endpoint = NAME``) and nothing else.
@@ -13,7 +13,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from mmelocal.deploy import resources as rs
@@ -49,7 +49,9 @@ def _mine(clients: AwsClients, arn: str, kind: str, name: str, endpoint: str) ->
         )
 
 
-def _model_steps(clients: AwsClients, options: DeployOptions, image: str, digest: str) -> Any:
+def _model_steps(
+    clients: AwsClients, options: DeployOptions, image: str, digest: str
+) -> Iterator[ApiStep]:
     model = rs.model_params(options, image)
     name = model["ModelName"]
     found = rs.describe(clients.sagemaker, "DescribeModel", ModelName=name)
@@ -72,7 +74,9 @@ def _model_steps(clients: AwsClients, options: DeployOptions, image: str, digest
     )
 
 
-def _endpoint_steps(clients: AwsClients, options: DeployOptions, config_name: str) -> Any:
+def _endpoint_steps(
+    clients: AwsClients, options: DeployOptions, config_name: str
+) -> Iterator[ApiStep]:
     name = options.endpoint_name
     found = rs.describe(clients.sagemaker, "DescribeEndpoint", EndpointName=name)
     if found is None:
@@ -131,7 +135,7 @@ def _scaling_target(clients: AwsClients, name: str) -> bool:
     return bool((found or {}).get("ScalableTargets"))
 
 
-def _scaling_steps(options: DeployOptions) -> Any:
+def _scaling_steps(options: DeployOptions) -> Iterator[ApiStep]:
     name = options.endpoint_name
     if options.scaling_max <= options.instance_count:
         return
