@@ -287,6 +287,22 @@ def test_interrupted_deploy_resumes(store: Path, bucket: str, endpoint_name: str
     assert len(keys(bucket)) == 4
 
 
+def test_undeploy_cleans_an_interrupted_deploy(
+    store: Path, bucket: str, endpoint_name: str
+) -> None:
+    opts = options(store, bucket, endpoint_name)
+    clients = connect()
+    plan = make_plan(opts, clients)
+    apply_plan(dataclasses.replace(plan, steps=plan.steps[:2]), clients, options=opts)
+    deleted = undeploy(clients, endpoint_name, delete_artifacts=True)
+    assert deleted == [
+        f"endpoint config {plan.steps[1].resource}",
+        f"model {plan.steps[0].resource}",
+        f"4 objects under s3://{bucket}/models/",
+    ]
+    assert keys(bucket) == {} and models_named(endpoint_name) == []
+
+
 def test_undeploy_removes_what_it_created_and_nothing_else(
     store: Path, bucket: str, endpoint_name: str
 ) -> None:
