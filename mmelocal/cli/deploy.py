@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from mmelocal.cli._output import console, err_console, print_json
+from mmelocal.deploy.images import DEFAULT_TRITON_VERSION
 
 DEFAULT_INSTANCE_TYPE = "ml.g5.2xlarge"
 
@@ -49,7 +50,7 @@ def _env_pairs(values: tuple[str, ...]) -> dict[str, str]:
     help="Target of the GPUUtilization tracking policy, in percent.",
 )
 @click.option("--image", default=None, help="Container image URI (overrides the Triton table).")
-@click.option("--triton-version", default="24.09", show_default=True)
+@click.option("--triton-version", default=DEFAULT_TRITON_VERSION, show_default=True)
 @click.option("--env", "env", multiple=True, help="KEY=VALUE for the container (repeatable).")
 @click.option("--region", default=None, help="AWS region (default: your profile's).")
 @click.option(

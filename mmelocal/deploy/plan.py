@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mmelocal.deploy.images import DEFAULT_TRITON_VERSION
 from mmelocal.errors import DeployError
 
 #: the tag that marks what mmelocal created; its value is the endpoint name
@@ -57,7 +58,7 @@ class DeployOptions:
     max_instances: int | None = None
     target_gpu_utilization: float = 60.0
     image: str | None = None
-    triton_version: str = "24.09"
+    triton_version: str = DEFAULT_TRITON_VERSION
     environment: Mapping[str, str] = field(default_factory=dict)
     wait: bool = True
     poll_s: float = 30.0
