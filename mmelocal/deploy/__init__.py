@@ -5,6 +5,7 @@ One module per concept: :mod:`~mmelocal.deploy.plan` (the plan, pure data),
 :mod:`~mmelocal.deploy.session` (credentials, region, clients),
 :mod:`~mmelocal.deploy.upload` (the store's tarballs to S3),
 :mod:`~mmelocal.deploy.resources` (the API requests, validated offline against botocore's
-service models), :mod:`~mmelocal.deploy.deployer` (plan, apply, undeploy) and
+service models), :mod:`~mmelocal.deploy.sizing` (the instance type a capacity result
+asks for), :mod:`~mmelocal.deploy.deployer` (plan, apply, undeploy) and
 :mod:`~mmelocal.deploy.smoke` (the emulator's answer checks against a deployed endpoint).
 """
