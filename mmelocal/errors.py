@@ -31,7 +31,8 @@ can show it without parsing text::
     │   ├── InstanceUnavailableError  Triton is down or restarting (retry: 503)
     │   └── UpstreamError           the connection to Triton failed (also ConnectionError)
     │       └── UpstreamTimeoutError  Triton did not answer within the deadline
-    └── BenchError                  capacity, load test, sweep or report failed
+    ├── BenchError                  capacity, load test, sweep or report failed
+    └── DeployError                 deploy / undeploy / smoke against SageMaker failed
 """
 
 from __future__ import annotations
@@ -253,3 +254,18 @@ class UpstreamTimeoutError(UpstreamError):
 
 class BenchError(MmeLocalError):
     """A capacity measurement, load test, sweep or report failed."""
+
+
+class DeployError(MmeLocalError):
+    """A deploy, undeploy or smoke test against SageMaker could not go on.
+
+    ``operation`` is the AWS API operation that failed (None before any call) and ``code``
+    the service's error code, so callers can react without parsing the message.
+    """
+
+    def __init__(
+        self, message: str, *, operation: str | None = None, code: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.operation = operation
+        self.code = code

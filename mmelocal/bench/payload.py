@@ -32,6 +32,7 @@ _V2_TYPES = {
     "float32": "FP32",
     "float64": "FP64",
 }
+_NUMPY_TYPES = {v2: name for name, v2 in _V2_TYPES.items()}
 
 
 def v2_json_payload(inputs: Mapping[str, np.ndarray]) -> bytes:
@@ -54,19 +55,41 @@ def v2_json_payload(inputs: Mapping[str, np.ndarray]) -> bytes:
 
 def reference_inputs(path: Path | str, *, batch_size: int = 1) -> dict[str, np.ndarray]:
     """The recorded sample inputs of a built model folder or ``model.tar.gz`` (first rows)."""
-    path = Path(path)
+    return _reference_arrays(Path(path), "input", batch_size)
+
+
+def reference_outputs(path: Path | str, *, batch_size: int = 1) -> dict[str, np.ndarray]:
+    """The source model's outputs for :func:`reference_inputs` (the same first rows)."""
+    return _reference_arrays(Path(path), "output", batch_size)
+
+
+def _reference_arrays(path: Path, kind: str, batch_size: int) -> dict[str, np.ndarray]:
     if batch_size < 1:
         raise UserInputError(f"batch_size must be >= 1, got {batch_size}")
     data = _read_reference(path)
     with np.load(io.BytesIO(data)) as npz:
-        inputs = {
+        arrays = {
             key.split(":", 1)[1]: np.asarray(npz[key])[:batch_size]
             for key in npz.files
-            if key.startswith("input:")
+            if key.startswith(f"{kind}:")
         }
-    if not inputs:
-        raise UserInputError(f"{path}: {REFERENCE_FILE} has no 'input:<name>' arrays")
-    return inputs
+    if not arrays:
+        raise UserInputError(f"{path}: {REFERENCE_FILE} has no '{kind}:<name>' arrays")
+    return arrays
+
+
+def v2_json_outputs(body: bytes) -> dict[str, np.ndarray]:
+    """The output tensors of a KServe v2 JSON answer (name -> array of its shape)."""
+    try:
+        answer = json.loads(body)
+        outputs = {}
+        for tensor in answer["outputs"]:
+            dtype = _NUMPY_TYPES.get(str(tensor.get("datatype")), "float64")
+            data = np.asarray(tensor["data"], dtype=dtype)
+            outputs[str(tensor["name"])] = data.reshape(tensor["shape"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UserInputError(f"not a KServe v2 JSON answer ({exc}): {body[:200]!r}") from exc
+    return outputs
 
 
 def payload_from_model(path: Path | str, *, batch_size: int = 1) -> bytes:
@@ -97,4 +120,11 @@ def _read_reference(path: Path) -> bytes:
     raise UserInputError(f"{path}: expected a model folder or a .tar.gz")
 
 
-__all__ = ["REFERENCE_FILE", "payload_from_model", "reference_inputs", "v2_json_payload"]
+__all__ = [
+    "REFERENCE_FILE",
+    "payload_from_model",
+    "reference_inputs",
+    "reference_outputs",
+    "v2_json_outputs",
+    "v2_json_payload",
+]

@@ -1,0 +1,307 @@
+"""``mmelocal deploy``, ``undeploy`` and ``smoke``: the store on a real SageMaker MME."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from mmelocal.cli._output import console, err_console, print_json
+from mmelocal.deploy.images import DEFAULT_TRITON_VERSION
+
+DEFAULT_INSTANCE_TYPE = "ml.g5.2xlarge"
+
+
+def _env_pairs(values: tuple[str, ...]) -> dict[str, str]:
+    env = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="--env")
+        env[key] = value
+    return env
+
+
+@click.command()
+@click.argument("store", type=click.Path(path_type=Path))
+@click.option("--endpoint-name", required=True, help="SageMaker endpoint name.")
+@click.option("--s3-uri", required=True, help="s3://bucket/prefix/ the tarballs go under.")
+@click.option("--role", "role_arn", required=True, help="SageMaker execution role ARN.")
+@click.option(
+    "--instance-type",
+    default=None,
+    help=f"Instance type (default: the cheapest that holds --hot-models according to "
+    f"--capacity, else {DEFAULT_INSTANCE_TYPE}).",
+)
+@click.option("--instance-count", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option(
+    "--max-instances",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Autoscaling upper bound (default: twice --instance-count).",
+)
+@click.option(
+    "--target-gpu-utilization",
+    type=click.FloatRange(min=0, max=100, min_open=True),
+    default=60.0,
+    show_default=True,
+    help="Target of the GPUUtilization tracking policy, in percent.",
+)
+@click.option("--image", default=None, help="Container image URI (overrides the Triton table).")
+@click.option("--triton-version", default=DEFAULT_TRITON_VERSION, show_default=True)
+@click.option("--env", "env", multiple=True, help="KEY=VALUE for the container (repeatable).")
+@click.option("--region", default=None, help="AWS region (default: your profile's).")
+@click.option(
+    "--capacity",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="A capacity or projection result (mmelocal capacity --json) to size the instance.",
+)
+@click.option(
+    "--hot-models",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Models that must stay loaded at once on one instance (default: the whole store).",
+)
+@click.option("--dry-run", is_flag=True, help="Print the plan and stop: nothing changes.")
+@click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write the plan here.")
+@click.option("--no-wait", is_flag=True, help="Do not wait for InService (no autoscaling then).")
+def deploy(
+    store: Path,
+    endpoint_name: str,
+    s3_uri: str,
+    role_arn: str,
+    instance_type: str | None,
+    instance_count: int,
+    max_instances: int | None,
+    target_gpu_utilization: float,
+    image: str | None,
+    triton_version: str,
+    env: tuple[str, ...],
+    region: str | None,
+    capacity: Path | None,
+    hot_models: int | None,
+    dry_run: bool,
+    json_path: Path | None,
+    no_wait: bool,
+) -> None:
+    """Upload STORE's tarballs and create or update a SageMaker multi-model endpoint.
+
+    The plan (objects to upload, copy or skip; every API request) is printed first and
+    validated against botocore's service models; --dry-run stops there. Running deploy
+    again resumes an interrupted one; 'mmelocal undeploy NAME' removes what it created.
+    """
+    from mmelocal.deploy.deployer import make_plan
+    from mmelocal.deploy.plan import DeployOptions
+    from mmelocal.deploy.session import connect
+    from mmelocal.errors import DeployError
+
+    chosen = _instance_type(instance_type, capacity, hot_models, store)
+    options = DeployOptions(
+        store=store,
+        endpoint_name=endpoint_name,
+        s3_uri=s3_uri,
+        role_arn=role_arn,
+        instance_type=chosen,
+        instance_count=instance_count,
+        max_instances=max_instances,
+        target_gpu_utilization=target_gpu_utilization,
+        image=image,
+        triton_version=triton_version,
+        environment=_env_pairs(env),
+        wait=not no_wait,
+    )
+    clients = connect(region)
+    with err_console.status("planning: reading the bucket and the endpoint"):
+        plan = make_plan(options, clients)
+    _print_plan(plan, options)
+    if json_path is not None:
+        json_path.write_text(json.dumps(plan.to_dict(), indent=2) + "\n")
+        console.print(f"plan written to {json_path}", highlight=False)
+    if dry_run:
+        console.print("dry run: nothing was changed", highlight=False)
+        return
+    try:
+        status = _apply(plan, clients, options)
+    except KeyboardInterrupt:
+        raise DeployError(
+            f"interrupted: run the same deploy again to resume, or 'mmelocal undeploy "
+            f"{endpoint_name} --delete-artifacts' to remove what was made"
+        ) from None
+    console.print(f"[bold green]deployed[/] {endpoint_name}: {status}", highlight=False)
+
+
+def _instance_type(
+    given: str | None, capacity: Path | None, hot_models: int | None, store: Path
+) -> str:
+    if given is not None:
+        return given
+    if capacity is None:
+        return DEFAULT_INSTANCE_TYPE
+    from mmelocal.deploy.sizing import cheapest_instance
+    from mmelocal.deploy.upload import store_files
+
+    hot = hot_models if hot_models is not None else len(store_files(store))
+    choice = cheapest_instance(capacity, hot_models=hot)
+    console.print(choice.reason, highlight=False, soft_wrap=True)
+    return choice.instance_type
+
+
+def _apply(plan: Any, clients: Any, options: Any) -> str:
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+    from mmelocal.deploy.deployer import apply_steps
+    from mmelocal.deploy.plan import split_s3_uri
+    from mmelocal.deploy.upload import apply_objects, total_bytes
+
+    moving = [o for o in plan.objects if o.action != "skip"]
+    if moving:
+        done: list[Any] = []
+        columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn())
+        with Progress(*columns, TransferSpeedColumn(), console=err_console) as progress:
+            label = f"S3: 0/{len(moving)} objects"
+            task = progress.add_task(label, total=total_bytes(moving, "upload") or None)
+
+            def on_object(step: Any) -> None:
+                done.append(step)
+                label = f"S3: {len(done)}/{len(moving)} objects (copies are server-side)"
+                progress.update(task, description=label)
+
+            apply_objects(
+                clients.s3,
+                split_s3_uri(plan.model_data_url)[0],
+                plan.objects,
+                on_bytes=lambda n: progress.advance(task, n),
+                on_object=on_object,
+            )
+    with err_console.status(f"endpoint {plan.endpoint_name}") as status:
+        return str(
+            apply_steps(
+                plan,
+                clients,
+                options=options,
+                on_status=lambda s: status.update(f"endpoint {plan.endpoint_name}: {s}"),
+            )
+        )
+
+
+def _print_plan(plan: Any, options: Any) -> None:
+    from rich.table import Table
+
+    from mmelocal.deploy.upload import total_bytes
+
+    title = f"deploy plan: {plan.endpoint_name} in {plan.region}, image {plan.image}"
+    table = Table(title=title, title_justify="left")
+    for column in ("#", "service", "request", "action", "resource", "details"):
+        table.add_column(column, overflow="fold")
+    row = 1
+    for action in ("upload", "copy", "skip"):
+        steps = plan.objects_by_action(action)
+        if steps:
+            detail = f"{len(steps)} object(s), {_size(total_bytes(steps, action))}"
+            if action == "copy":
+                detail += " (server-side copies of identical bytes)"
+            request = (
+                "PutObject" if action == "upload" else "CopyObject" if action == "copy" else "-"
+            )
+            table.add_row(str(row), "s3", request, action, plan.model_data_url, detail)
+            row += 1
+    for step in plan.steps:
+        table.add_row(
+            str(row), step.service, step.operation, step.action, step.resource, _details(step)
+        )
+        row += 1
+    console.print(table)
+
+
+def _details(step: Any) -> str:
+    params = step.params
+    if step.operation == "CreateModel" and params:
+        container = params["PrimaryContainer"]
+        env = ", ".join(f"{k}={v}" for k, v in container.get("Environment", {}).items())
+        return f"{container['Mode']}, {container['ModelDataUrl']}" + (f", {env}" if env else "")
+    if step.operation == "CreateEndpointConfig" and params:
+        variant = params["ProductionVariants"][0]
+        return (
+            f"{variant['VariantName']}: {variant['InitialInstanceCount']} x "
+            f"{variant['InstanceType']}, model {variant['ModelName']}"
+        )
+    if step.action == "wait":
+        return "until InService (FailureReason on failure)"
+    if step.operation == "CreateEndpoint" and params:
+        return f"config {params['EndpointConfigName']}"
+    if step.operation == "UpdateEndpoint" and params:
+        return f"to config {params['EndpointConfigName']} {step.note}"
+    return str(step.note)
+
+
+def _size(size_bytes: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if size_bytes >= scale:
+            return f"{size_bytes / scale:,.1f} {unit}"
+    return f"{size_bytes} B"
+
+
+@click.command()
+@click.argument("name")
+@click.option("--region", default=None, help="AWS region (default: your profile's).")
+@click.option(
+    "--delete-artifacts", is_flag=True, help="Also delete the S3 objects mmelocal uploaded."
+)
+def undeploy(name: str, region: str | None, delete_artifacts: bool) -> None:
+    """Delete what 'mmelocal deploy' created for endpoint NAME (and nothing else)."""
+    from rich.table import Table
+
+    from mmelocal.deploy.deployer import undeploy as run_undeploy
+    from mmelocal.deploy.session import connect
+
+    clients = connect(region)
+    with err_console.status(f"undeploying {name}"):
+        deleted = run_undeploy(clients, name, delete_artifacts=delete_artifacts)
+    if not deleted:
+        console.print(f"nothing of mmelocal's to delete for {name}", highlight=False)
+        return
+    table = Table(title=f"undeploy {name}: deleted", title_justify="left")
+    table.add_column("resource")
+    for item in deleted:
+        table.add_row(item)
+    console.print(table)
+
+
+@click.command()
+@click.argument("name")
+@click.option("--region", default=None, help="AWS region (default: your profile's).")
+@click.option("--models", type=click.IntRange(min=1), default=5, show_default=True)
+@click.option("--atol", type=float, default=1e-3, show_default=True, help="Absolute tolerance.")
+@click.option("--rtol", type=float, default=1e-3, show_default=True, help="Relative tolerance.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
+def smoke(
+    name: str, region: str | None, models: int, atol: float, rtol: float, as_json: bool
+) -> None:
+    """Invoke MODELS tarballs of endpoint NAME; answers must equal the build's reference."""
+    from rich.table import Table
+
+    from mmelocal.deploy.session import connect
+    from mmelocal.deploy.smoke import smoke_endpoint
+
+    clients = connect(region)
+    with err_console.status(f"smoke test of {name}"):
+        report = smoke_endpoint(clients, name, models=models, atol=atol, rtol=rtol)
+    if as_json:
+        print_json(report.to_dict())
+    else:
+        table = Table(title=f"smoke {name}", title_justify="left")
+        for column in ("TargetModel", "result", "latency ms", "max |diff|", "problems"):
+            table.add_column(column, overflow="fold")
+        for r in report.results:
+            table.add_row(
+                r.target,
+                "[green]= reference[/]" if r.ok else "[bold red]FAILED[/]",
+                "-" if r.latency_ms is None else f"{r.latency_ms:,.1f}",
+                "-" if r.max_abs_diff is None else f"{r.max_abs_diff:.2g}",
+                "; ".join(r.problems),
+            )
+        console.print(table)
+    if not report.ok:
+        raise SystemExit(1)

@@ -1,0 +1,342 @@
+"""Plan, apply and undo a deployment of a model store to a SageMaker multi-model endpoint.
+
+:func:`make_plan` makes read-only calls only (bucket location, object listing, describes) and
+returns a :class:`~mmelocal.deploy.plan.DeployPlan`; :func:`apply_plan` carries it out;
+:func:`undeploy` deletes what mmelocal created for an endpoint (resources tagged
+``mmelocal:endpoint = NAME``) and nothing else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from mmelocal.deploy import resources as rs
+from mmelocal.deploy.images import triton_image_uri
+from mmelocal.deploy.plan import ApiStep, DeployOptions, DeployPlan, ObjectStep, split_s3_uri
+from mmelocal.deploy.session import AwsClients, aws_error
+from mmelocal.deploy.upload import (
+    apply_objects,
+    check_bucket,
+    delete_objects,
+    mmelocal_objects,
+    plan_objects,
+)
+from mmelocal.errors import DeployError
+
+logger = logging.getLogger(__name__)
+
+_BUSY = ("Creating", "Updating", "SystemUpdating", "RollingBack", "UpdateRollbackFailed")
+
+
+def store_digest(objects: list[ObjectStep]) -> str:
+    """SHA-256 over the keys and contents of the store (what the instances will serve)."""
+    blob = json.dumps([(o.key, o.sha256) for o in objects]).encode()
+    return hashlib.sha256(blob).hexdigest()
+
+
+def _mine(clients: AwsClients, arn: str, kind: str, name: str, endpoint: str) -> None:
+    found = rs.owner(clients.sagemaker, arn)
+    if found != endpoint:
+        raise DeployError(
+            f"{kind} {name} exists and was not created by mmelocal for endpoint {endpoint}: "
+            "nothing was changed; choose another --endpoint-name (or delete it yourself)"
+        )
+
+
+def _model_steps(
+    clients: AwsClients, options: DeployOptions, image: str, digest: str
+) -> Iterator[ApiStep]:
+    model = rs.model_params(options, image)
+    name = model["ModelName"]
+    found = rs.describe(clients.sagemaker, "DescribeModel", ModelName=name)
+    if found is not None:
+        _mine(clients, found["ModelArn"], "model", name, options.endpoint_name)
+    yield rs.step("sagemaker", "CreateModel", name, "reuse" if found else "create", model)
+    config = rs.endpoint_config_params(options, name, digest)
+    config_name = config["EndpointConfigName"]
+    found = rs.describe(clients.sagemaker, "DescribeEndpointConfig", EndpointConfigName=config_name)
+    if found is not None:
+        _mine(
+            clients,
+            found["EndpointConfigArn"],
+            "endpoint config",
+            config_name,
+            options.endpoint_name,
+        )
+    yield rs.step(
+        "sagemaker", "CreateEndpointConfig", config_name, "reuse" if found else "create", config
+    )
+
+
+def _endpoint_steps(
+    clients: AwsClients, options: DeployOptions, config_name: str
+) -> Iterator[ApiStep]:
+    name = options.endpoint_name
+    found = rs.describe(clients.sagemaker, "DescribeEndpoint", EndpointName=name)
+    if found is None:
+        create = {"EndpointName": name, "EndpointConfigName": config_name, "Tags": rs.tags(name)}
+        yield rs.step("sagemaker", "CreateEndpoint", name, "create", create)
+        return
+    _mine(clients, found["EndpointArn"], "endpoint", name, name)
+    status = found.get("EndpointStatus", "")
+    if status == "Failed":
+        raise DeployError(
+            f"endpoint {name} is Failed ({found.get('FailureReason', 'no reason given')}): "
+            f"run 'mmelocal undeploy {name}', then deploy again"
+        )
+    if found.get("EndpointConfigName") == config_name:
+        yield rs.step("sagemaker", "UpdateEndpoint", name, "reuse", {}, f"already on {config_name}")
+        return
+    if status in _BUSY:
+        raise DeployError(f"endpoint {name} is {status}: wait until it is InService, then deploy")
+    old = rs.call(
+        clients.sagemaker,
+        "DescribeEndpointConfig",
+        name,
+        EndpointConfigName=found["EndpointConfigName"],
+    )
+    old_type = old["ProductionVariants"][0].get("InstanceType")
+    params: dict[str, Any] = {"EndpointName": name, "EndpointConfigName": config_name}
+    note = f"from {found['EndpointConfigName']}"
+    if old_type == options.instance_type:
+        # keeps the DesiredInstanceCount autoscaling reached; scaling stays on
+        params["RetainAllVariantProperties"] = True
+        note += ", keeping the instance count autoscaling set"
+    elif _scaling_target(clients, name):
+        # SageMaker fails an update that changes a scaling target's instance type
+        # ("Update endpoints that use auto scaling"); it is registered again afterwards
+        dereg = {
+            "ServiceNamespace": "sagemaker",
+            "ResourceId": rs.resource_id(name),
+            "ScalableDimension": rs.SCALABLE_DIMENSION,
+        }
+        why = f"instance type {old_type} -> {options.instance_type}"
+        yield rs.step(
+            "application-autoscaling", "DeregisterScalableTarget", rs.resource_id(name),
+            "delete", dereg, why,
+        )  # fmt: skip
+    yield rs.step("sagemaker", "UpdateEndpoint", name, "update", params, note)
+
+
+def _scaling_target(clients: AwsClients, name: str) -> bool:
+    found = rs.describe(
+        clients.autoscaling,
+        "DescribeScalableTargets",
+        ServiceNamespace="sagemaker",
+        ResourceIds=[rs.resource_id(name)],
+        ScalableDimension=rs.SCALABLE_DIMENSION,
+    )
+    return bool((found or {}).get("ScalableTargets"))
+
+
+def _scaling_steps(options: DeployOptions) -> Iterator[ApiStep]:
+    name = options.endpoint_name
+    if options.scaling_max <= options.instance_count:
+        return
+    if not options.wait:
+        note = "skipped with --no-wait: run deploy again once the endpoint is InService"
+        yield rs.step(
+            "application-autoscaling",
+            "RegisterScalableTarget",
+            rs.resource_id(name),
+            "reuse",
+            {},
+            note,
+        )
+        return
+    target = rs.scalable_target_params(options)
+    note = f"{options.instance_count}..{options.scaling_max} instances"
+    yield rs.step(
+        "application-autoscaling",
+        "RegisterScalableTarget",
+        rs.resource_id(name),
+        "put",
+        target,
+        note,
+    )
+    policy = rs.scaling_policy_params(options)
+    note = f"GPUUtilization {options.target_gpu_utilization:g} %"
+    yield rs.step(
+        "application-autoscaling", "PutScalingPolicy", rs.POLICY_NAME, "put", policy, note
+    )
+
+
+def make_plan(options: DeployOptions, clients: AwsClients) -> DeployPlan:
+    """Everything the deploy will do; read-only calls only, every request validated."""
+    image = options.image or triton_image_uri(clients.region, options.triton_version)
+    check_bucket(clients.s3, options.bucket, clients.region)
+    objects = plan_objects(clients.s3, options.bucket, options.prefix, options.store)
+    steps: list[ApiStep] = list(_model_steps(clients, options, image, store_digest(objects)))
+    steps += _endpoint_steps(clients, options, steps[-1].resource)
+    if options.wait:
+        steps.append(rs.step("sagemaker", "DescribeEndpoint", options.endpoint_name, "wait", {}))
+    steps += _scaling_steps(options)
+    return DeployPlan(
+        endpoint_name=options.endpoint_name,
+        region=clients.region,
+        image=image,
+        model_data_url=options.model_data_url,
+        objects=tuple(objects),
+        steps=tuple(steps),
+    )
+
+
+def apply_plan(
+    plan: DeployPlan,
+    clients: AwsClients,
+    *,
+    options: DeployOptions,
+    on_bytes: Callable[[int], None] | None = None,
+    on_object: Callable[[ObjectStep], None] | None = None,
+    on_status: Callable[[str], None] | None = None,
+) -> str:
+    """Carry out ``plan``: the objects (:func:`~mmelocal.deploy.upload.apply_objects`), then
+    the API steps (:func:`apply_steps`); returns the endpoint's last status."""
+    bucket, _ = split_s3_uri(plan.model_data_url)
+    apply_objects(clients.s3, bucket, plan.objects, on_bytes=on_bytes, on_object=on_object)
+    return apply_steps(plan, clients, options=options, on_status=on_status)
+
+
+def apply_steps(
+    plan: DeployPlan,
+    clients: AwsClients,
+    *,
+    options: DeployOptions,
+    on_status: Callable[[str], None] | None = None,
+) -> str:
+    """Send the plan's API steps in order and wait where it says; returns the endpoint's
+    last status ('InService' after a wait, 'not waited' with ``--no-wait``)."""
+    status = "not waited"
+    for step in plan.steps:
+        if step.action == "wait":
+            status = wait_in_service(
+                clients.sagemaker,
+                plan.endpoint_name,
+                poll_s=options.poll_s,
+                timeout_s=options.timeout_s,
+                on_status=on_status,
+            )
+        elif step.action != "reuse":
+            logger.info("%s %s (%s)", step.operation, step.resource, step.action)
+            rs.send(clients, step)
+    return status
+
+
+def wait_in_service(
+    sagemaker: Any,
+    name: str,
+    *,
+    poll_s: float,
+    timeout_s: float,
+    on_status: Callable[[str], None] | None = None,
+) -> str:
+    """Poll DescribeEndpoint until InService; Failed raises with SageMaker's FailureReason."""
+    deadline = time.monotonic() + timeout_s
+    pause = threading.Event()
+    while True:
+        try:
+            found = sagemaker.describe_endpoint(EndpointName=name)
+        except Exception as exc:
+            raise aws_error(exc, "DescribeEndpoint", name) from exc
+        status = str(found.get("EndpointStatus", ""))
+        if on_status is not None:
+            on_status(status)
+        if status == "InService":
+            return status
+        if status == "Failed":
+            raise DeployError(
+                f"endpoint {name} failed: {found.get('FailureReason', 'no reason given')} "
+                f"(see its CloudWatch logs; 'mmelocal undeploy {name}' cleans up)"
+            )
+        if time.monotonic() > deadline:
+            raise DeployError(
+                f"endpoint {name} still {status} after {timeout_s:.0f} s: it goes on in the "
+                "background; run deploy again to wait, or undeploy to clean up"
+            )
+        pause.wait(poll_s)
+
+
+def undeploy(clients: AwsClients, name: str, *, delete_artifacts: bool = False) -> list[str]:
+    """Delete the scaling policy and target, endpoint, endpoint configs and models tagged
+    for ``name`` (and, when asked, the S3 objects mmelocal uploaded); what was deleted."""
+    sm, done = clients.sagemaker, []
+    found = rs.describe(sm, "DescribeEndpoint", EndpointName=name)
+    if found is not None:
+        _mine(clients, found["EndpointArn"], "endpoint", name, name)
+        done += _delete_scaling(clients, name)
+        rs.call(sm, "DeleteEndpoint", name, EndpointName=name)
+        done.append(f"endpoint {name}")
+    for config in _tagged(clients, "list_endpoint_configs", "EndpointConfigs", name):
+        rs.call(sm, "DeleteEndpointConfig", config, EndpointConfigName=config)
+        done.append(f"endpoint config {config}")
+    urls = []
+    for model in _tagged(clients, "list_models", "Models", name):
+        described = rs.describe(sm, "DescribeModel", ModelName=model) or {}
+        urls.append(described.get("PrimaryContainer", {}).get("ModelDataUrl", ""))
+        rs.call(sm, "DeleteModel", model, ModelName=model)
+        done.append(f"model {model}")
+    if delete_artifacts:
+        for url in sorted({u for u in urls if u}):
+            bucket, prefix = split_s3_uri(url)
+            keys = mmelocal_objects(clients.s3, bucket, prefix)
+            delete_objects(clients.s3, bucket, keys)
+            done.append(f"{len(keys)} objects under {url}")
+    return done
+
+
+def _delete_scaling(clients: AwsClients, name: str) -> list[str]:
+    aas, rid, done = clients.autoscaling, rs.resource_id(name), []
+    policies = rs.describe(
+        aas, "DescribeScalingPolicies", ServiceNamespace="sagemaker", ResourceId=rid
+    )
+    for policy in (policies or {}).get("ScalingPolicies", []):
+        if policy["PolicyName"] == rs.POLICY_NAME:
+            rs.call(
+                aas,
+                "DeleteScalingPolicy",
+                rid,
+                PolicyName=rs.POLICY_NAME,
+                ServiceNamespace="sagemaker",
+                ResourceId=rid,
+                ScalableDimension=rs.SCALABLE_DIMENSION,
+            )
+            done.append(f"scaling policy {rs.POLICY_NAME}")
+    targets = rs.describe(
+        aas, "DescribeScalableTargets", ServiceNamespace="sagemaker", ResourceIds=[rid]
+    )
+    if (targets or {}).get("ScalableTargets"):
+        rs.call(
+            aas,
+            "DeregisterScalableTarget",
+            rid,
+            ServiceNamespace="sagemaker",
+            ResourceId=rid,
+            ScalableDimension=rs.SCALABLE_DIMENSION,
+        )
+        done.append(f"scalable target {rid}")
+    return done
+
+
+def _tagged(clients: AwsClients, method: str, key: str, name: str) -> list[str]:
+    found = []
+    arn_key, name_key = key[:-1] + "Arn", key[:-1] + "Name"
+    paginator = clients.sagemaker.get_paginator(method)
+    try:
+        for page in paginator.paginate(NameContains=name):
+            for item in page.get(key, []):
+                if rs.owner(clients.sagemaker, item[arn_key]) == name:
+                    found.append(str(item[name_key]))
+    except DeployError:
+        raise
+    except Exception as exc:
+        raise aws_error(exc, method, name) from exc
+    return found
+
+
+__all__ = ["apply_plan", "apply_steps", "make_plan", "store_digest", "undeploy", "wait_in_service"]

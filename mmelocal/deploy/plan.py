@@ -1,0 +1,188 @@
+"""What a deploy will do, as plain data: the options, the objects and the API requests.
+
+A :class:`DeployPlan` is computed before anything changes (read-only calls only), printed
+as a table, written as JSON with ``--json``, and then applied step by step. Every step is
+idempotent, so a deploy that was interrupted is resumed by running it again.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mmelocal.deploy.images import DEFAULT_TRITON_VERSION
+from mmelocal.errors import DeployError
+
+#: the tag that marks what mmelocal created; its value is the endpoint name
+TAG_KEY = "mmelocal:endpoint"
+VARIANT_NAME = "AllTraffic"
+#: object metadata (x-amz-meta-mmelocal-sha256) that records the uploaded file's SHA-256
+SHA256_METADATA = "mmelocal-sha256"
+
+# SageMaker's own patterns (botocore's service model) for names and role ARNs
+_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+_ROLE_ARN = re.compile(r"^arn:aws[a-z\-]*:iam::\d{12}:role/?[a-zA-Z_0-9+=,.@\-_/]+$")
+_S3_URI = re.compile(r"^s3://([a-z0-9][a-z0-9.\-]{1,61}[a-z0-9])(/.*)?$")
+_ENV_KEY = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]{0,1023}$")
+
+
+def split_s3_uri(uri: str) -> tuple[str, str]:
+    """``s3://bucket/a/b`` -> ``("bucket", "a/b/")``: the prefix always ends with '/'
+    (or is empty), as an MME's ``ModelDataUrl`` must."""
+    match = _S3_URI.match(uri)
+    if match is None:
+        raise DeployError(f"--s3-uri must look like s3://bucket/prefix/, got {uri!r}")
+    prefix = (match.group(2) or "/").lstrip("/")
+    if prefix and not prefix.endswith("/"):
+        prefix += "/"
+    return match.group(1), prefix
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeployOptions:
+    """What ``mmelocal deploy`` was asked for (validated before any AWS call).
+
+    ``max_instances`` defaults to twice ``instance_count``; autoscaling is registered only
+    when it is above ``instance_count``. ``image`` overrides the Triton image table.
+    """
+
+    store: Path
+    endpoint_name: str
+    s3_uri: str
+    role_arn: str
+    instance_type: str = "ml.g5.2xlarge"
+    instance_count: int = 1
+    max_instances: int | None = None
+    target_gpu_utilization: float = 60.0
+    image: str | None = None
+    triton_version: str = DEFAULT_TRITON_VERSION
+    environment: Mapping[str, str] = field(default_factory=dict)
+    wait: bool = True
+    poll_s: float = 30.0
+    timeout_s: float = 3600.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "store", Path(self.store))
+        object.__setattr__(self, "environment", dict(self.environment))
+        if not self.store.is_dir():
+            raise DeployError(f"store {self.store} is not a folder of *.tar.gz")
+        if not _NAME.match(self.endpoint_name):
+            raise DeployError(
+                f"endpoint name must be 1-63 letters, digits or '-' (not first), got "
+                f"{self.endpoint_name!r}"
+            )
+        split_s3_uri(self.s3_uri)
+        if not _ROLE_ARN.match(self.role_arn):
+            raise DeployError(
+                f"--role must be an IAM role ARN such as arn:aws:iam::123456789012:role/"
+                f"SageMakerExecution, got {self.role_arn!r}"
+            )
+        if self.instance_count < 1:
+            raise DeployError(f"instance_count must be >= 1, got {self.instance_count}")
+        if self.max_instances is not None and self.max_instances < self.instance_count:
+            raise DeployError(
+                f"max_instances must be >= instance_count ({self.instance_count}), "
+                f"got {self.max_instances}"
+            )
+        if not 0 < self.target_gpu_utilization <= 100:
+            raise DeployError(
+                f"target GPU utilization must be in (0, 100], got {self.target_gpu_utilization}"
+            )
+        for key in self.environment:
+            if not _ENV_KEY.match(key):
+                raise DeployError(f"environment variable name {key!r} is not valid (--env K=V)")
+        if self.poll_s <= 0 or self.timeout_s <= 0:
+            raise DeployError("poll_s and timeout_s must be > 0")
+
+    @property
+    def bucket(self) -> str:
+        """The S3 bucket of ``s3_uri``."""
+        return split_s3_uri(self.s3_uri)[0]
+
+    @property
+    def prefix(self) -> str:
+        """The key prefix of ``s3_uri`` ('' or ending with '/')."""
+        return split_s3_uri(self.s3_uri)[1]
+
+    @property
+    def model_data_url(self) -> str:
+        """The MME's ``ModelDataUrl``: the prefix with its trailing slash."""
+        return f"s3://{self.bucket}/{self.prefix}"
+
+    @property
+    def scaling_max(self) -> int:
+        """The autoscaling upper bound (``max_instances`` or twice ``instance_count``)."""
+        return self.max_instances if self.max_instances is not None else 2 * self.instance_count
+
+
+@dataclass(frozen=True, kw_only=True)
+class ObjectStep:
+    """One tarball: ``upload``, ``copy`` (server-side, from ``source_key``) or ``skip``."""
+
+    key: str
+    path: str
+    size_bytes: int
+    sha256: str
+    action: str
+    source_key: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApiStep:
+    """One API request: ``action`` is create, update, put, delete, reuse or wait."""
+
+    service: str
+    operation: str
+    resource: str
+    action: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+    note: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeployPlan:
+    """Everything a deploy will do, in order: objects first, then the API steps."""
+
+    endpoint_name: str
+    region: str
+    image: str
+    model_data_url: str
+    objects: tuple[ObjectStep, ...]
+    steps: tuple[ApiStep, ...]
+
+    def objects_by_action(self, action: str) -> list[ObjectStep]:
+        """The object steps with this action."""
+        return [o for o in self.objects if o.action == action]
+
+    @property
+    def changes_anything(self) -> bool:
+        """False when applying would upload nothing and only reuse what exists."""
+        return any(o.action != "skip" for o in self.objects) or any(
+            s.action not in ("reuse", "wait") for s in self.steps
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (what ``--json`` writes)."""
+        return {
+            "endpoint_name": self.endpoint_name,
+            "region": self.region,
+            "image": self.image,
+            "model_data_url": self.model_data_url,
+            "objects": [asdict(o) for o in self.objects],
+            "steps": [{**asdict(s), "params": dict(s.params)} for s in self.steps],
+        }
+
+
+__all__ = [
+    "SHA256_METADATA",
+    "TAG_KEY",
+    "VARIANT_NAME",
+    "ApiStep",
+    "DeployOptions",
+    "DeployPlan",
+    "ObjectStep",
+    "split_s3_uri",
+]

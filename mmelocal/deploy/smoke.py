@@ -1,0 +1,189 @@
+"""``smoke``: call models of a deployed store and check their answers against the build.
+
+The check is the emulator's and ``mmelocal check``'s: the request is the build's recorded
+sample (:func:`~mmelocal.bench.payload.reference_inputs`, the load test's payload too) and
+the answer must equal the build's reference outputs within tolerance
+(:func:`~mmelocal.runtime.samples.compare_outputs`). The same :func:`run_smoke` runs
+against SageMaker or the local emulator: only the ``sagemaker-runtime`` client's endpoint
+differs.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mmelocal.bench.payload import (
+    reference_inputs,
+    reference_outputs,
+    v2_json_outputs,
+    v2_json_payload,
+)
+from mmelocal.deploy import resources as rs
+from mmelocal.deploy.plan import split_s3_uri
+from mmelocal.deploy.session import AwsClients, aws_error
+from mmelocal.errors import DeployError, MmeLocalError
+from mmelocal.runtime.samples import compare_outputs
+
+
+@dataclass(frozen=True)
+class SmokeCase:
+    """One TargetModel, its request body and the outputs it must answer."""
+
+    target: str
+    body: bytes
+    expected: dict[str, np.ndarray]
+
+
+@dataclass
+class SmokeResult:
+    """What one call gave: ``problems`` is empty when the answer matched."""
+
+    target: str
+    latency_ms: float | None = None
+    max_abs_diff: float | None = None
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when the call succeeded and the answer equals the reference."""
+        return not self.problems
+
+
+@dataclass
+class SmokeReport:
+    """Every call of a smoke test; ``ok`` only when there was one and all matched."""
+
+    endpoint_name: str
+    results: list[SmokeResult] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when at least one model was called and every answer matched."""
+        return bool(self.results) and all(r.ok for r in self.results)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "endpoint_name": self.endpoint_name,
+            "ok": self.ok,
+            "results": [{**vars(r), "ok": r.ok} for r in self.results],
+        }
+
+
+def smoke_case(target: str, tarball: Path | str) -> SmokeCase:
+    """The request and expected answer of ``target`` from its ``model.tar.gz``."""
+    return SmokeCase(
+        target=target,
+        body=v2_json_payload(reference_inputs(tarball)),
+        expected=reference_outputs(tarball),
+    )
+
+
+def run_smoke(
+    runtime: Any,
+    endpoint_name: str,
+    cases: list[SmokeCase],
+    *,
+    atol: float = 1e-3,
+    rtol: float = 1e-3,
+) -> SmokeReport:
+    """Invoke each case through boto3's ``sagemaker-runtime`` client and compare."""
+    report = SmokeReport(endpoint_name=endpoint_name)
+    for case in cases:
+        result = SmokeResult(target=case.target)
+        report.results.append(result)
+        start = time.perf_counter()
+        try:
+            answer = runtime.invoke_endpoint(
+                EndpointName=endpoint_name,
+                TargetModel=case.target,
+                ContentType="application/json",
+                Accept="application/json",
+                Body=case.body,
+            )
+            body = answer["Body"].read()
+        except Exception as exc:
+            result.problems.append(f"InvokeEndpoint failed: {exc}")
+            continue
+        result.latency_ms = (time.perf_counter() - start) * 1e3
+        try:
+            actual = v2_json_outputs(body)
+        except MmeLocalError as exc:
+            result.problems.append(str(exc))
+            continue
+        problems, worst = compare_outputs(case.expected, actual, atol=atol, rtol=rtol)
+        result.problems += problems
+        result.max_abs_diff = worst
+    return report
+
+
+def deployed_prefix(clients: AwsClients, endpoint_name: str) -> str:
+    """The ``ModelDataUrl`` of the endpoint's model (endpoint -> config -> model)."""
+    sm = clients.sagemaker
+    endpoint = rs.describe(sm, "DescribeEndpoint", EndpointName=endpoint_name)
+    if endpoint is None:
+        raise DeployError(f"endpoint {endpoint_name} does not exist (deploy it first)")
+    config = rs.call(
+        sm,
+        "DescribeEndpointConfig",
+        endpoint_name,
+        EndpointConfigName=endpoint["EndpointConfigName"],
+    )
+    model_name = config["ProductionVariants"][0]["ModelName"]
+    model = rs.call(sm, "DescribeModel", endpoint_name, ModelName=model_name)
+    container = model.get("PrimaryContainer", {})
+    if container.get("Mode") != "MultiModel":
+        raise DeployError(f"endpoint {endpoint_name} is not a multi-model endpoint")
+    return str(container["ModelDataUrl"])
+
+
+def smoke_endpoint(
+    clients: AwsClients,
+    endpoint_name: str,
+    *,
+    models: int = 5,
+    atol: float = 1e-3,
+    rtol: float = 1e-3,
+) -> SmokeReport:
+    """Smoke-test the first ``models`` tarballs of a deployed endpoint's S3 prefix (each is
+    downloaded to read its reference data)."""
+    if models < 1:
+        raise DeployError(f"models must be >= 1, got {models}")
+    bucket, prefix = split_s3_uri(deployed_prefix(clients, endpoint_name))
+    keys: list[str] = []
+    try:
+        for page in clients.s3.get_paginator("list_objects_v2").paginate(
+            Bucket=bucket, Prefix=prefix
+        ):
+            keys += [o["Key"] for o in page.get("Contents", []) if o["Key"].endswith(".tar.gz")]
+    except Exception as exc:
+        raise aws_error(exc, "ListObjectsV2", f"s3://{bucket}/{prefix}") from exc
+    if not keys:
+        raise DeployError(f"no *.tar.gz under s3://{bucket}/{prefix}: deploy the store first")
+    cases = []
+    with tempfile.TemporaryDirectory(prefix="mmelocal-smoke-") as work:
+        for index, key in enumerate(sorted(keys)[:models]):
+            local = Path(work) / f"{index}.tar.gz"
+            try:
+                clients.s3.download_file(bucket, key, str(local))
+            except Exception as exc:
+                raise aws_error(exc, "GetObject", f"s3://{bucket}/{key}") from exc
+            cases.append(smoke_case(key[len(prefix) :], local))
+    return run_smoke(clients.runtime, endpoint_name, cases, atol=atol, rtol=rtol)
+
+
+__all__ = [
+    "SmokeCase",
+    "SmokeReport",
+    "SmokeResult",
+    "deployed_prefix",
+    "run_smoke",
+    "smoke_case",
+    "smoke_endpoint",
+]

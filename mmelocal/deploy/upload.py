@@ -1,0 +1,248 @@
+"""The store's tarballs to S3 with boto3's transfer manager: unchanged objects are skipped.
+
+An object is unchanged when its size and checksum match the file: S3's ETag from the
+listing (the MD5 of a single-part upload, or the MD5 of the parts' MD5s for a multipart
+upload with mmelocal's part size), else the SHA-256 mmelocal records as object metadata
+(``x-amz-meta-mmelocal-sha256``), read with one HEAD only for objects whose ETag differs.
+Files with the same bytes (the hard-linked copies ``mmelocal package --copies`` writes) are
+uploaded once and the others are server-side copies of that object: the bytes cross the
+network once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mmelocal.deploy.plan import SHA256_METADATA, ObjectStep
+from mmelocal.deploy.session import aws_error, not_found
+from mmelocal.errors import DeployError
+
+PART_SIZE_BYTES = 64 * 1024 * 1024
+_READ_BYTES = 4 * 1024 * 1024
+
+
+def transfer_config() -> Any:
+    """boto3's ``TransferConfig``: multipart above one part, 8 parts in flight."""
+    from boto3.s3.transfer import TransferConfig
+
+    return TransferConfig(
+        multipart_threshold=PART_SIZE_BYTES, multipart_chunksize=PART_SIZE_BYTES, max_concurrency=8
+    )
+
+
+def store_files(store: Path) -> list[tuple[str, Path]]:
+    """``(relative key, path)`` of every ``*.tar.gz`` under ``store``, sorted by key."""
+    files = sorted(
+        (p.relative_to(store).as_posix(), p) for p in store.rglob("*.tar.gz") if p.is_file()
+    )
+    if not files:
+        raise DeployError(f"store {store} has no *.tar.gz: package models with mmelocal package")
+    return files
+
+
+@dataclass(frozen=True)
+class FileDigest:
+    """A file's SHA-256 and the ETag S3 gives it when uploaded with mmelocal's part size."""
+
+    sha256: str
+    etag: str
+
+
+def file_digest(path: Path, part_size_bytes: int = PART_SIZE_BYTES) -> FileDigest:
+    """Both checksums of ``path`` in one read (the ETag: the MD5 of a single-part upload,
+    else the MD5 of the parts' MD5s and ``-<parts>``)."""
+    sha, part, parts, part_bytes = hashlib.sha256(), _md5(), [], 0
+    with path.open("rb") as handle:
+        while chunk := handle.read(min(_READ_BYTES, part_size_bytes - part_bytes)):
+            sha.update(chunk)
+            part.update(chunk)
+            part_bytes += len(chunk)
+            if part_bytes == part_size_bytes:
+                parts.append(part.digest())
+                part, part_bytes = _md5(), 0
+    if part_bytes or not parts:
+        parts.append(part.digest())
+    if len(parts) == 1:
+        return FileDigest(sha256=sha.hexdigest(), etag=parts[0].hex())
+    combined = _md5(b"".join(parts)).hexdigest()
+    return FileDigest(sha256=sha.hexdigest(), etag=f"{combined}-{len(parts)}")
+
+
+def _md5(data: bytes = b"") -> Any:
+    return hashlib.md5(data, usedforsecurity=False)
+
+
+def file_digests(paths: Iterable[Path]) -> dict[Path, FileDigest]:
+    """:func:`file_digest` of each file; hard links (same device and inode) are read once."""
+    by_inode: dict[tuple[int, int], FileDigest] = {}
+    digests: dict[Path, FileDigest] = {}
+    for path in paths:
+        stat = path.stat()
+        inode = (stat.st_dev, stat.st_ino)
+        if inode not in by_inode:
+            by_inode[inode] = file_digest(path)
+        digests[path] = by_inode[inode]
+    return digests
+
+
+def listed_objects(s3: Any, bucket: str, prefix: str) -> dict[str, tuple[int, str]]:
+    """``key -> (size, ETag)`` of every object under ``prefix`` (1,000 per request)."""
+    found: dict[str, tuple[int, str]] = {}
+    try:
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+            for item in page.get("Contents", []):
+                found[item["Key"]] = (int(item["Size"]), str(item.get("ETag", "")).strip('"'))
+    except Exception as exc:
+        raise aws_error(exc, "ListObjectsV2", f"s3://{bucket}/{prefix}") from exc
+    return found
+
+
+def _unchanged(
+    s3: Any, bucket: str, key: str, size: int, digest: FileDigest, listed: tuple[int, str] | None
+) -> bool:
+    if listed is None or listed[0] != size:
+        return False
+    if listed[1] == digest.etag:
+        return True
+    # another part size, or an ETag that is no MD5 (SSE-KMS): the checksum mmelocal recorded
+    try:
+        head = s3.head_object(Bucket=bucket, Key=key)
+    except Exception as exc:
+        if not_found(exc):
+            return False
+        raise aws_error(exc, "HeadObject", f"s3://{bucket}/{key}") from exc
+    return bool(head.get("Metadata", {}).get(SHA256_METADATA) == digest.sha256)
+
+
+def plan_objects(s3: Any, bucket: str, prefix: str, store: Path) -> list[ObjectStep]:
+    """One step per tarball: skip what S3 already holds, copy what another key holds."""
+    files = store_files(store)
+    digests = file_digests(path for _, path in files)
+    listed = listed_objects(s3, bucket, prefix)
+    first_key: dict[str, str] = {}
+    steps = []
+    for rel, path in files:
+        key, digest = prefix + rel, digests[path]
+        size = path.stat().st_size
+        if _unchanged(s3, bucket, key, size, digest, listed.get(key)):
+            action, source = "skip", None
+        elif digest.sha256 in first_key:
+            action, source = "copy", first_key[digest.sha256]
+        else:
+            action, source = "upload", None
+        first_key.setdefault(digest.sha256, key)
+        steps.append(
+            ObjectStep(
+                key=key,
+                path=str(path),
+                size_bytes=size,
+                sha256=digest.sha256,
+                action=action,
+                source_key=source,
+            )
+        )
+    return steps
+
+
+def apply_objects(
+    s3: Any,
+    bucket: str,
+    steps: Iterable[ObjectStep],
+    *,
+    on_bytes: Callable[[int], None] | None = None,
+    on_object: Callable[[ObjectStep], None] | None = None,
+) -> None:
+    """Uploads first, then server-side copies (their sources exist by then).
+
+    ``on_bytes`` receives uploaded byte counts as they go (from the transfer threads);
+    ``on_object`` each step once its object is in place.
+    """
+    config = transfer_config()
+    steps = list(steps)
+    for step in (s for s in steps if s.action == "upload"):
+        try:
+            s3.upload_file(
+                step.path,
+                bucket,
+                step.key,
+                ExtraArgs={"Metadata": {SHA256_METADATA: step.sha256}},
+                Config=config,
+                Callback=on_bytes,
+            )
+        except Exception as exc:
+            raise aws_error(exc, "PutObject", f"s3://{bucket}/{step.key}") from exc
+        if on_object is not None:
+            on_object(step)
+    for step in (s for s in steps if s.action == "copy"):
+        source = {"Bucket": bucket, "Key": step.source_key}
+        copy_args: dict[str, Any] = {
+            "Metadata": {SHA256_METADATA: step.sha256},
+            "MetadataDirective": "REPLACE",
+        }
+        try:
+            s3.copy(source, bucket, step.key, ExtraArgs=copy_args, Config=config)
+        except Exception as exc:
+            raise aws_error(exc, "CopyObject", f"s3://{bucket}/{step.key}") from exc
+        if on_object is not None:
+            on_object(step)
+
+
+def check_bucket(s3: Any, bucket: str, region: str) -> None:
+    """The bucket exists and lives in ``region`` (SageMaker reads it from there)."""
+    try:
+        location = s3.get_bucket_location(Bucket=bucket).get("LocationConstraint") or "us-east-1"
+    except Exception as exc:
+        if not_found(exc):
+            raise DeployError(
+                f"bucket {bucket} does not exist: create it with "
+                f"'aws s3 mb s3://{bucket} --region {region}'"
+            ) from exc
+        raise aws_error(exc, "GetBucketLocation", f"s3://{bucket}") from exc
+    location = "eu-west-1" if location == "EU" else location
+    if location != region:
+        raise DeployError(
+            f"bucket {bucket} is in {location}, the endpoint in {region}: use a bucket in "
+            f"{region} or pass --region {location}"
+        )
+
+
+def mmelocal_objects(s3: Any, bucket: str, prefix: str) -> list[str]:
+    """Keys under ``prefix`` that mmelocal uploaded (they carry its SHA-256 metadata)."""
+    keys = []
+    for key in listed_objects(s3, bucket, prefix):
+        head = s3.head_object(Bucket=bucket, Key=key)
+        if SHA256_METADATA in head.get("Metadata", {}):
+            keys.append(key)
+    return keys
+
+
+def delete_objects(s3: Any, bucket: str, keys: list[str]) -> None:
+    """Delete ``keys`` (1,000 per request)."""
+    for start in range(0, len(keys), 1000):
+        batch = [{"Key": k} for k in keys[start : start + 1000]]
+        s3.delete_objects(Bucket=bucket, Delete={"Objects": batch, "Quiet": True})
+
+
+def total_bytes(steps: Iterable[ObjectStep], action: str) -> int:
+    """Bytes of the steps with ``action``."""
+    return sum(s.size_bytes for s in steps if s.action == action)
+
+
+__all__ = [
+    "FileDigest",
+    "apply_objects",
+    "check_bucket",
+    "delete_objects",
+    "file_digest",
+    "file_digests",
+    "listed_objects",
+    "mmelocal_objects",
+    "plan_objects",
+    "store_files",
+    "total_bytes",
+    "transfer_config",
+]

@@ -1,0 +1,423 @@
+"""``mmelocal deploy`` against moto's server on loopback (S3, SageMaker, autoscaling)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from conftest import INSTANCE_TYPE, REGION, ROLE, write_reference_tarball
+
+from mmelocal.cli.main import main
+from mmelocal.deploy.deployer import apply_plan, make_plan, undeploy
+from mmelocal.deploy.plan import DeployOptions, DeployPlan
+from mmelocal.deploy.session import connect
+from mmelocal.errors import DeployError
+
+IMAGE = "763104351884.dkr.ecr.us-east-1.amazonaws.com/sagemaker-tritonserver:24.09-py3"
+RESOURCE_ID = "endpoint/{}/variant/AllTraffic"
+
+
+def options(store: Path, bucket: str, name: str, **extra: Any) -> DeployOptions:
+    fields: dict[str, Any] = {
+        "store": store,
+        "endpoint_name": name,
+        "s3_uri": f"s3://{bucket}/models",
+        "role_arn": ROLE,
+        "instance_type": INSTANCE_TYPE,
+        "max_instances": 3,
+        "poll_s": 0.05,
+        "timeout_s": 30,
+    }
+    fields.update(extra)
+    return DeployOptions(**fields)
+
+
+def deploy(opts: DeployOptions) -> DeployPlan:
+    clients = connect()
+    plan = make_plan(opts, clients)
+    assert apply_plan(plan, clients, options=opts) == "InService"
+    return plan
+
+
+def actions(plan: DeployPlan) -> dict[str, str]:
+    return {f"{s.service}:{s.operation}": s.action for s in plan.steps}
+
+
+def keys(bucket: str) -> dict[str, str]:
+    """key -> ETag of every object in the bucket."""
+    listing = boto3.client("s3").list_objects_v2(Bucket=bucket)
+    return {o["Key"]: o["ETag"] for o in listing.get("Contents", [])}
+
+
+def models_named(part: str) -> list[str]:
+    """SageMaker models whose name contains ``part`` (moto ignores NameContains)."""
+    models = boto3.client("sagemaker").list_models(MaxResults=100)["Models"]
+    return sorted(m["ModelName"] for m in models if part in m["ModelName"])
+
+
+def configs_named(part: str) -> list[str]:
+    """Endpoint configs whose name contains ``part``."""
+    configs = boto3.client("sagemaker").list_endpoint_configs(MaxResults=100)["EndpointConfigs"]
+    return sorted(c["EndpointConfigName"] for c in configs if part in c["EndpointConfigName"])
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    code = main(list(args))
+    captured = capsys.readouterr()
+    return code, captured.out + captured.err
+
+
+def cli_args(store: Path, bucket: str, name: str, *more: str) -> list[str]:
+    return [
+        "deploy", str(store), "--endpoint-name", name, "--s3-uri", f"s3://{bucket}/models/",
+        "--role", ROLE, "--instance-type", INSTANCE_TYPE, "--max-instances", "3", *more,
+    ]  # fmt: skip
+
+
+def test_dry_run_changes_nothing(
+    capsys: pytest.CaptureFixture[str], store: Path, bucket: str, endpoint_name: str, tmp_path: Path
+) -> None:
+    plan_file = tmp_path / "plan.json"
+    code, text = run(
+        capsys, *cli_args(store, bucket, endpoint_name, "--dry-run", "--json", str(plan_file))
+    )
+    assert code == 0, text
+    assert "deploy plan" in text and "dry run: nothing was changed" in text
+    plan = json.loads(plan_file.read_text())
+    by_key = {o["key"]: o for o in plan["objects"]}
+    assert {k: o["action"] for k, o in by_key.items()} == {
+        "models/model-0.tar.gz": "upload",
+        "models/model-1.tar.gz": "copy",  # the hard link: a server-side copy
+        "models/model-2.tar.gz": "upload",
+        "models/team/model-3.tar.gz": "upload",
+    }
+    assert by_key["models/model-1.tar.gz"]["source_key"] == "models/model-0.tar.gz"
+    assert [(s["operation"], s["action"]) for s in plan["steps"]] == [
+        ("CreateModel", "create"),
+        ("CreateEndpointConfig", "create"),
+        ("CreateEndpoint", "create"),
+        ("DescribeEndpoint", "wait"),
+        ("RegisterScalableTarget", "put"),
+        ("PutScalingPolicy", "put"),
+    ]
+    assert plan["steps"][0]["params"]["PrimaryContainer"]["ModelDataUrl"] == (
+        f"s3://{bucket}/models/"
+    )
+    assert keys(bucket) == {}
+    sm = boto3.client("sagemaker")
+    assert models_named(endpoint_name) == configs_named(endpoint_name) == []
+    with pytest.raises(sm.exceptions.ClientError):
+        sm.describe_endpoint(EndpointName=endpoint_name)
+
+
+def test_capacity_result_picks_the_instance_type(
+    capsys: pytest.CaptureFixture[str], store: Path, bucket: str, endpoint_name: str, tmp_path: Path
+) -> None:
+    from mmelocal.bench.projection import load_gpus, project
+    from mmelocal.bench.results import write_result
+
+    capacity = tmp_path / "capacity.json"
+    write_result(
+        project(per_model_bytes=4 * 2**30, baseline_bytes=2**30, gpus=load_gpus()), capacity
+    )
+    args = cli_args(store, bucket, endpoint_name, "--dry-run", "--json", str(tmp_path / "p.json"))
+    args = [a for a in args if a not in ("--instance-type", INSTANCE_TYPE)]
+    code, text = run(capsys, *args, "--capacity", str(capacity))  # hot set: the 4 tarballs
+    assert code == 0, text
+    assert "instance type ml.g5.xlarge: 4 models fit" in text
+    plan = json.loads((tmp_path / "p.json").read_text())
+    config = next(s for s in plan["steps"] if s["operation"] == "CreateEndpointConfig")
+    assert config["params"]["ProductionVariants"][0]["InstanceType"] == "ml.g5.xlarge"
+
+
+def test_deploy_creates_objects_model_endpoint_and_scaling(
+    capsys: pytest.CaptureFixture[str], store: Path, bucket: str, endpoint_name: str
+) -> None:
+    env = ("--env", "SAGEMAKER_TRITON_LOG_VERBOSE=true")
+    code, text = run(capsys, *cli_args(store, bucket, endpoint_name, *env))
+    assert code == 0, text
+    assert f"deployed {endpoint_name}: InService" in text
+    s3 = boto3.client("s3")
+    objects = keys(bucket)
+    assert sorted(objects) == [
+        "models/model-0.tar.gz",
+        "models/model-1.tar.gz",
+        "models/model-2.tar.gz",
+        "models/team/model-3.tar.gz",
+    ]
+    for key in objects:
+        body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+        assert body == (store / key.removeprefix("models/")).read_bytes()
+    assert objects["models/model-1.tar.gz"] == objects["models/model-0.tar.gz"]
+
+    sm = boto3.client("sagemaker")
+    endpoint = sm.describe_endpoint(EndpointName=endpoint_name)
+    assert endpoint["EndpointStatus"] == "InService"
+    config = sm.describe_endpoint_config(EndpointConfigName=endpoint["EndpointConfigName"])
+    variant = config["ProductionVariants"][0]
+    assert (variant["VariantName"], variant["InstanceType"], variant["InitialInstanceCount"]) == (
+        "AllTraffic",
+        INSTANCE_TYPE,
+        1,
+    )
+    model = sm.describe_model(ModelName=variant["ModelName"])
+    assert model["PrimaryContainer"] == {
+        "Image": IMAGE,
+        "Mode": "MultiModel",
+        "ModelDataUrl": f"s3://{bucket}/models/",
+        "Environment": {"SAGEMAKER_TRITON_LOG_VERBOSE": "true"},
+    }
+    assert model["ExecutionRoleArn"] == ROLE
+    for arn in (model["ModelArn"], config["EndpointConfigArn"], endpoint["EndpointArn"]):
+        assert {"Key": "mmelocal:endpoint", "Value": endpoint_name} in sm.list_tags(
+            ResourceArn=arn
+        )["Tags"]
+
+    aas = boto3.client("application-autoscaling")
+    rid = RESOURCE_ID.format(endpoint_name)
+    target = aas.describe_scalable_targets(ServiceNamespace="sagemaker", ResourceIds=[rid])
+    assert [(t["MinCapacity"], t["MaxCapacity"]) for t in target["ScalableTargets"]] == [(1, 3)]
+    policies = aas.describe_scaling_policies(ServiceNamespace="sagemaker", ResourceId=rid)
+    (policy,) = policies["ScalingPolicies"]
+    assert policy["PolicyType"] == "TargetTrackingScaling"
+    tracking = policy["TargetTrackingScalingPolicyConfiguration"]
+    assert tracking["TargetValue"] == 60.0
+    assert tracking["CustomizedMetricSpecification"] == {
+        "MetricName": "GPUUtilization",
+        "Namespace": "/aws/sagemaker/Endpoints",
+        "Dimensions": [
+            {"Name": "EndpointName", "Value": endpoint_name},
+            {"Name": "VariantName", "Value": "AllTraffic"},
+        ],
+        "Statistic": "Average",
+        "Unit": "Percent",
+    }
+
+
+def test_second_deploy_uploads_only_the_changed_tarball_and_updates(
+    store: Path, bucket: str, endpoint_name: str
+) -> None:
+    opts = options(store, bucket, endpoint_name)
+    first = deploy(opts)
+    sm = boto3.client("sagemaker")
+    first_config = sm.describe_endpoint(EndpointName=endpoint_name)["EndpointConfigName"]
+
+    write_reference_tarball(store / "model-2.tar.gz", scale=5.0)
+    second = make_plan(opts, connect())
+    assert {o.key: o.action for o in second.objects} == {
+        "models/model-0.tar.gz": "skip",
+        "models/model-1.tar.gz": "skip",
+        "models/model-2.tar.gz": "upload",
+        "models/team/model-3.tar.gz": "skip",
+    }
+    assert actions(second) == {
+        "sagemaker:CreateModel": "reuse",
+        "sagemaker:CreateEndpointConfig": "create",
+        "sagemaker:UpdateEndpoint": "update",
+        "sagemaker:DescribeEndpoint": "wait",
+        "application-autoscaling:RegisterScalableTarget": "put",
+        "application-autoscaling:PutScalingPolicy": "put",
+    }
+    assert second.steps[0].resource == first.steps[0].resource  # same model
+    assert apply_plan(second, connect(), options=opts) == "InService"
+    endpoint = sm.describe_endpoint(EndpointName=endpoint_name)
+    assert endpoint["EndpointConfigName"] == second.steps[1].resource != first_config
+    body = boto3.client("s3").get_object(Bucket=bucket, Key="models/model-2.tar.gz")["Body"]
+    assert body.read() == (store / "model-2.tar.gz").read_bytes()
+    targets = boto3.client("application-autoscaling").describe_scalable_targets(
+        ServiceNamespace="sagemaker", ResourceIds=[RESOURCE_ID.format(endpoint_name)]
+    )
+    assert len(targets["ScalableTargets"]) == 1
+
+    assert second.steps[2].params["RetainAllVariantProperties"] is True  # keep scaled count
+
+    third = make_plan(opts, connect())
+    assert {o.action for o in third.objects} == {"skip"}
+    assert actions(third)["sagemaker:CreateEndpointConfig"] == "reuse"
+    assert actions(third)["sagemaker:UpdateEndpoint"] == "reuse"
+
+    # another instance type: SageMaker needs the scaling target gone during the update
+    bigger = dataclasses.replace(opts, instance_type="ml.g4dn.2xlarge")
+    fourth = make_plan(bigger, connect())
+    assert [s.operation for s in fourth.steps if s.action not in ("reuse", "wait")] == [
+        "CreateEndpointConfig",
+        "DeregisterScalableTarget",
+        "UpdateEndpoint",
+        "RegisterScalableTarget",
+        "PutScalingPolicy",
+    ]
+    assert "RetainAllVariantProperties" not in fourth.steps[3].params
+    assert apply_plan(fourth, connect(), options=bigger) == "InService"
+    config = sm.describe_endpoint_config(
+        EndpointConfigName=sm.describe_endpoint(EndpointName=endpoint_name)["EndpointConfigName"]
+    )
+    assert config["ProductionVariants"][0]["InstanceType"] == "ml.g4dn.2xlarge"
+
+
+def test_no_wait_plans_no_wait_and_no_scaling(store: Path, bucket: str, endpoint_name: str) -> None:
+    plan = make_plan(options(store, bucket, endpoint_name, wait=False), connect())
+    assert actions(plan) == {
+        "sagemaker:CreateModel": "create",
+        "sagemaker:CreateEndpointConfig": "create",
+        "sagemaker:CreateEndpoint": "create",
+        "application-autoscaling:RegisterScalableTarget": "reuse",  # skipped, with a note
+    }
+    assert "run deploy again" in plan.steps[-1].note
+
+
+def test_interrupted_deploy_resumes(store: Path, bucket: str, endpoint_name: str) -> None:
+    opts = options(store, bucket, endpoint_name)
+    clients = connect()
+    plan = make_plan(opts, clients)
+    # interrupted after two objects and the model
+    apply_plan(
+        dataclasses.replace(plan, objects=plan.objects[:2], steps=plan.steps[:1]),
+        clients,
+        options=opts,
+    )
+    resumed = make_plan(opts, clients)
+    assert [o.action for o in resumed.objects] == ["skip", "skip", "upload", "upload"]
+    assert actions(resumed)["sagemaker:CreateModel"] == "reuse"
+    assert actions(resumed)["sagemaker:CreateEndpoint"] == "create"
+    assert apply_plan(resumed, clients, options=opts) == "InService"
+    assert len(keys(bucket)) == 4
+
+
+def test_undeploy_cleans_an_interrupted_deploy(
+    store: Path, bucket: str, endpoint_name: str
+) -> None:
+    opts = options(store, bucket, endpoint_name)
+    clients = connect()
+    plan = make_plan(opts, clients)
+    apply_plan(dataclasses.replace(plan, steps=plan.steps[:2]), clients, options=opts)
+    deleted = undeploy(clients, endpoint_name, delete_artifacts=True)
+    assert deleted == [
+        f"endpoint config {plan.steps[1].resource}",
+        f"model {plan.steps[0].resource}",
+        f"4 objects under s3://{bucket}/models/",
+    ]
+    assert keys(bucket) == {} and models_named(endpoint_name) == []
+
+
+def test_undeploy_removes_what_it_created_and_nothing_else(
+    store: Path, bucket: str, endpoint_name: str
+) -> None:
+    sm = boto3.client("sagemaker")
+    s3 = boto3.client("s3")
+    # someone else's resources, named so that a NameContains filter would find them
+    mine_too = f"{endpoint_name}-manual"
+    sm.create_model(
+        ModelName=mine_too,
+        ExecutionRoleArn=ROLE,
+        PrimaryContainer={
+            "Image": IMAGE,
+            "Mode": "MultiModel",
+            "ModelDataUrl": f"s3://{bucket}/x/",
+        },
+    )
+    variant = {
+        "VariantName": "AllTraffic",
+        "ModelName": mine_too,
+        "InstanceType": INSTANCE_TYPE,
+        "InitialInstanceCount": 1,
+    }
+    sm.create_endpoint_config(EndpointConfigName=mine_too, ProductionVariants=[variant])
+    sm.create_endpoint(EndpointName=f"other-{endpoint_name}", EndpointConfigName=mine_too)
+    s3.put_object(Bucket=bucket, Key="models/README.txt", Body=b"not mmelocal's")
+
+    opts = options(store, bucket, endpoint_name)
+    deploy(opts)
+    write_reference_tarball(store / "model-2.tar.gz", scale=5.0)
+    deploy(opts)  # a second endpoint config now exists
+
+    deleted = undeploy(connect(), endpoint_name, delete_artifacts=True)
+    assert "endpoint " + endpoint_name in deleted
+    assert sum(d.startswith("endpoint config ") for d in deleted) == 2
+    assert sum(d.startswith("model ") for d in deleted) == 1
+    assert "scaling policy mmelocal-gpu-utilization" in deleted
+    with pytest.raises(sm.exceptions.ClientError):
+        sm.describe_endpoint(EndpointName=endpoint_name)
+    assert models_named(endpoint_name) == configs_named(endpoint_name) == [mine_too]
+    assert sm.describe_endpoint(EndpointName=f"other-{endpoint_name}")["EndpointStatus"]
+    aas = boto3.client("application-autoscaling")
+    rid = RESOURCE_ID.format(endpoint_name)
+    assert (
+        aas.describe_scalable_targets(ServiceNamespace="sagemaker", ResourceIds=[rid])[
+            "ScalableTargets"
+        ]
+        == []
+    )
+    assert list(keys(bucket)) == ["models/README.txt"]
+    assert undeploy(connect(), endpoint_name) == []  # a second undeploy finds nothing
+
+
+def test_foreign_endpoint_is_never_touched(
+    capsys: pytest.CaptureFixture[str], store: Path, bucket: str, endpoint_name: str
+) -> None:
+    sm = boto3.client("sagemaker")
+    model = f"hand-{endpoint_name}"
+    sm.create_model(
+        ModelName=model,
+        ExecutionRoleArn=ROLE,
+        PrimaryContainer={"Image": IMAGE, "ModelDataUrl": f"s3://{bucket}/x/model.tar.gz"},
+    )
+    variant = {
+        "VariantName": "AllTraffic",
+        "ModelName": model,
+        "InstanceType": INSTANCE_TYPE,
+        "InitialInstanceCount": 1,
+    }
+    sm.create_endpoint_config(EndpointConfigName=model, ProductionVariants=[variant])
+    sm.create_endpoint(EndpointName=endpoint_name, EndpointConfigName=model)
+
+    code, text = run(capsys, *cli_args(store, bucket, endpoint_name))
+    assert code == 2 and "was not created by mmelocal" in text, text
+    assert keys(bucket) == {}  # refused at plan time: nothing uploaded
+    with pytest.raises(DeployError, match="was not created by mmelocal"):
+        undeploy(connect(), endpoint_name)
+    endpoint = sm.describe_endpoint(EndpointName=endpoint_name)
+    assert endpoint["EndpointConfigName"] == model
+
+
+def test_bad_setups_fail_in_one_line_before_any_change(
+    capsys: pytest.CaptureFixture[str],
+    store: Path,
+    bucket: str,
+    endpoint_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    boto3.client("s3", region_name="eu-west-1").create_bucket(
+        Bucket=f"{bucket}-eu", CreateBucketConfiguration={"LocationConstraint": "eu-west-1"}
+    )
+    base = cli_args(store, bucket, endpoint_name)
+    cases: list[tuple[list[str], str]] = [
+        ([*base[:6], "--role", "SageMakerExecution", *base[8:]], "must be an IAM role ARN"),
+        ([*base[:6], "--role", "arn:aws:iam::12345:role/x", *base[8:]], "must be an IAM role ARN"),
+        ([*base[:4], "--s3-uri", "bucket/models", *base[6:]], "must look like s3://bucket/"),
+        ([*base[:4], "--s3-uri", f"s3://{bucket}-eu/m/", *base[6:]], "is in eu-west-1"),
+        ([*base[:4], "--s3-uri", f"s3://{bucket}-none/m/", *base[6:]], "does not exist"),
+        ([*base, "--region", "ap-southeast-7"], "no SageMaker Triton image known"),
+        ([*base, "--triton-version", "19.01"], "not in the image table"),
+        ([*base, "--env", "NOEQUALS"], "KEY=VALUE"),
+    ]
+    for args, reason in cases:
+        code, text = run(capsys, *args)
+        assert code == 2 and "Traceback" not in text, (args, text)
+        assert reason in text, (args, text)
+    assert keys(bucket) == {}
+    assert models_named(endpoint_name) == []
+
+    monkeypatch.delenv("AWS_DEFAULT_REGION")
+    code, text = run(capsys, *base)
+    assert code == 2 and "no AWS region: pass --region" in text, text
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    for args in (base, ["undeploy", endpoint_name], ["smoke", endpoint_name]):
+        code, text = run(capsys, *args)
+        assert code == 2 and "no AWS credentials found" in text, text
+        assert len([line for line in text.splitlines() if line.strip()]) == 1, text

@@ -1,0 +1,160 @@
+"""Deploy pieces without a server: options, the image table, botocore validation, sizing;
+and the S3 skip rule for objects another tool uploaded (moto)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import boto3
+import pytest
+from conftest import ROLE, write_reference_tarball
+
+from mmelocal.bench.projection import load_gpus, project
+from mmelocal.bench.results import write_result
+from mmelocal.deploy.images import triton_image_uri
+from mmelocal.deploy.plan import DeployOptions, split_s3_uri
+from mmelocal.deploy.resources import (
+    endpoint_config_params,
+    model_params,
+    scaling_policy_params,
+    validate_request,
+)
+from mmelocal.deploy.sizing import cheapest_instance
+from mmelocal.deploy.upload import PART_SIZE_BYTES, file_digest, plan_objects
+from mmelocal.errors import DeployError
+
+GIB = 1024**3
+
+
+def test_s3_uri_prefix_always_ends_with_a_slash() -> None:
+    assert split_s3_uri("s3://bucket/models") == ("bucket", "models/")
+    assert split_s3_uri("s3://bucket/a/b/") == ("bucket", "a/b/")
+    assert split_s3_uri("s3://bucket") == ("bucket", "")
+    for bad in ("bucket/models", "s3://B/x", "https://bucket.s3.amazonaws.com/x"):
+        with pytest.raises(DeployError, match="s3://bucket/prefix/"):
+            split_s3_uri(bad)
+
+
+def test_options_refuse_what_sagemaker_refuses(tmp_path: Path) -> None:
+    base = {"store": tmp_path, "endpoint_name": "ep", "s3_uri": "s3://bkt/m/", "role_arn": ROLE}
+    DeployOptions(**base)  # type: ignore[arg-type]
+    cases = {
+        "role_arn": ("arn:aws:iam::123:role/x", "IAM role ARN"),
+        "endpoint_name": ("my_endpoint", "endpoint name must be"),
+        "instance_count": (0, "instance_count must be >= 1"),
+        "target_gpu_utilization": (0, "target GPU utilization"),
+        "environment": ({"1BAD": "x"}, "environment variable name"),
+        "store": (tmp_path / "missing", "is not a folder"),
+    }
+    for field, (value, message) in cases.items():
+        with pytest.raises(DeployError, match=message):
+            DeployOptions(**{**base, field: value})  # type: ignore[arg-type]
+    with pytest.raises(DeployError, match="max_instances must be >= instance_count"):
+        DeployOptions(**base, instance_count=3, max_instances=2)  # type: ignore[arg-type]
+
+
+def test_triton_image_per_region() -> None:
+    assert triton_image_uri("eu-west-1") == (
+        "763104351884.dkr.ecr.eu-west-1.amazonaws.com/sagemaker-tritonserver:24.09-py3"
+    )
+    assert triton_image_uri("cn-north-1", "24.05") == (
+        "727897471807.dkr.ecr.cn-north-1.amazonaws.com.cn/sagemaker-tritonserver:24.05-py3"
+    )
+    with pytest.raises(DeployError, match="pass --image URI"):
+        triton_image_uri("mars-north-1")
+
+
+def test_requests_pass_botocore_validation_and_bad_ones_do_not(tmp_path: Path) -> None:
+    options = DeployOptions(
+        store=tmp_path, endpoint_name="ep", s3_uri="s3://bkt/m/", role_arn=ROLE,
+        instance_type="ml.g5.2xlarge",  # unknown to moto, fine for the service model
+    )  # fmt: skip
+    model = model_params(options, triton_image_uri("us-east-1"))
+    validate_request("sagemaker", "CreateModel", model)
+    config = endpoint_config_params(options, model["ModelName"], "digest")
+    validate_request("sagemaker", "CreateEndpointConfig", config)
+    validate_request("application-autoscaling", "PutScalingPolicy", scaling_policy_params(options))
+    variant = {**config["ProductionVariants"][0], "InitialInstanceCount": "one"}
+    with pytest.raises(DeployError, match="InitialInstanceCount"):
+        validate_request(
+            "sagemaker", "CreateEndpointConfig", {**config, "ProductionVariants": [variant]}
+        )
+    with pytest.raises(DeployError, match="ModelName"):
+        validate_request("sagemaker", "CreateModel", {"ExecutionRoleArn": ROLE})
+
+
+def test_names_change_with_what_they_name(tmp_path: Path) -> None:
+    options = DeployOptions(store=tmp_path, endpoint_name="ep", s3_uri="s3://bkt/m", role_arn=ROLE)
+    image = triton_image_uri("us-east-1")
+    name = model_params(options, image)["ModelName"]
+    assert name == model_params(options, image)["ModelName"]
+    assert name != model_params(options, image.replace("24.09", "24.05"))["ModelName"]
+    first = endpoint_config_params(options, name, "a")["EndpointConfigName"]
+    assert first != endpoint_config_params(options, name, "b")["EndpointConfigName"]
+    long = DeployOptions(store=tmp_path, endpoint_name="e" * 63, s3_uri="s3://bkt/m", role_arn=ROLE)
+    assert len(model_params(long, image)["ModelName"]) <= 63
+
+
+def test_cheapest_instance_that_holds_the_hot_set(tmp_path: Path) -> None:
+    result = tmp_path / "projection.json"
+    write_result(project(per_model_bytes=4 * GIB, baseline_bytes=GIB, gpus=load_gpus()), result)
+    # T4 (15,360 MiB): floor((0.9 * 15 GiB - 1 GiB) / 4 GiB) = 3; A10G: 4
+    assert cheapest_instance(result, hot_models=3).instance_type == "ml.g4dn.xlarge"
+    choice = cheapest_instance(result, hot_models=4)
+    assert choice.instance_type == "ml.g5.xlarge" and "4 models fit" in choice.reason
+    with pytest.raises(DeployError, match="no priced instance type holds 500"):
+        cheapest_instance(result, hot_models=500)
+
+
+def test_unchanged_objects_are_skipped_by_etag_or_recorded_checksum(
+    aws: str, bucket: str, tmp_path: Path
+) -> None:
+    from boto3.s3.transfer import TransferConfig
+
+    mib = 1024 * 1024
+    store = tmp_path / "store"
+    small = write_reference_tarball(store / "a-small.tar.gz", scale=2.0)
+    big = store / "b-big.tar.gz"
+    big.write_bytes(b"\0" * (PART_SIZE_BYTES + 1))
+    other_parts = [store / "c-recorded.tar.gz", store / "d-unknown.tar.gz"]
+    for n, path in enumerate(other_parts):
+        path.write_bytes(bytes([n + 1]) * (6 * mib))
+    s3 = boto3.client("s3")
+    ours = TransferConfig(multipart_threshold=PART_SIZE_BYTES, multipart_chunksize=PART_SIZE_BYTES)
+    for path in (small, big):  # no mmelocal metadata: as another tool would upload them
+        s3.upload_file(str(path), bucket, f"m/{path.name}", Config=ours)
+    theirs = TransferConfig(multipart_threshold=5 * mib, multipart_chunksize=5 * mib)
+    recorded = {"Metadata": {"mmelocal-sha256": file_digest(other_parts[0]).sha256}}
+    s3.upload_file(
+        str(other_parts[0]), bucket, "m/c-recorded.tar.gz", ExtraArgs=recorded, Config=theirs
+    )
+    s3.upload_file(str(other_parts[1]), bucket, "m/d-unknown.tar.gz", Config=theirs)
+
+    assert s3.head_object(Bucket=bucket, Key="m/b-big.tar.gz")["ETag"].strip('"') == (
+        file_digest(big).etag
+    )
+    # 2 parts of 5 MiB: an ETag mmelocal cannot predict; the recorded SHA-256 decides
+    assert [o.action for o in plan_objects(s3, bucket, "m/", store)] == [
+        "skip",
+        "skip",
+        "skip",
+        "upload",
+    ]
+    write_reference_tarball(small, scale=3.0)
+    assert plan_objects(s3, bucket, "m/", store)[0].action == "upload"
+
+
+def test_service_errors_become_one_line_with_the_next_step() -> None:
+    from botocore.exceptions import ClientError
+
+    from mmelocal.deploy.session import aws_error
+
+    quota = ClientError(
+        {"Error": {"Code": "ResourceLimitExceeded", "Message": "account-level limit of 0"}},
+        "CreateEndpoint",
+    )
+    error = aws_error(quota, "CreateEndpoint", "ep")
+    assert error.code == "ResourceLimitExceeded" and error.operation == "CreateEndpoint"
+    assert "Service Quotas" in str(error) and "\n" not in str(error)
+    denied = ClientError({"Error": {"Code": "AccessDenied", "Message": "no"}}, "PutObject")
+    assert "IAM policy" in str(aws_error(denied, "PutObject", "s3://b/k"))
