@@ -17,6 +17,7 @@ can show it without parsing text::
     │   ├── ServerStartError        did not become ready (names URL, seconds, log tail)
     │   ├── ServerDiedError         the process exited while in use
     │   ├── ModelLoadError          Triton refused a model (Triton's own message)
+    │   │   └── UnsupportedModelError   this host cannot run it (names the backend, what would)
     │   └── InferenceError          Triton refused a request
     ├── EmulatorError               the MME platform emulator
     │   ├── ModelNotFoundError      TargetModel not in the store
@@ -153,6 +154,10 @@ class ModelLoadError(RuntimeLayerError):
         self.model_name = model_name
         self.triton_message = triton_message
         self.status_code = status_code
+
+
+class UnsupportedModelError(ModelLoadError):
+    """The model needs what this host lacks (a GPU, a backend); the message says what runs it."""
 
 
 class InferenceError(RuntimeLayerError):

@@ -1,0 +1,57 @@
+"""``validate`` on the fidelity corpus: each tarball gets the platform's verdict and rule."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from fidelity_corpus import CASES, SHARED_A, SHARED_B, Case, build_store
+
+from mmelocal.builder.validate import validate_path
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("corpus") / "store"
+    build_store(root)
+    return root
+
+
+def test_corpus_has_the_cases_the_issue_names() -> None:
+    assert len(CASES) >= 20
+    assert len({c.name for c in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_validate_gives_the_platform_verdict(store: Path, case: Case) -> None:
+    report = validate_path(store / case.target)
+    assert report.kind == "tarball"
+    codes = {p.code for p in report.problems}
+    assert report.ok is case.validate_ok, (case.rule, report.to_json())
+    assert set(case.codes) <= codes, (case.rule, report.to_json())
+    if not case.validate_ok:
+        text = " ".join(p.message for p in report.errors)
+        for fragment in case.error_text:
+            if fragment not in ("GPU", "docker", "version"):
+                assert fragment in text, (fragment, text)
+
+
+def test_validate_a_store_warns_about_shared_step_names(store: Path, tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    for case in (SHARED_A, SHARED_B):
+        (shared / case.target).write_bytes((store / case.target).read_bytes())
+    report = validate_path(shared)
+    assert report.kind == "store"
+    warnings = [p for p in report.problems if p.code == "store.step_collision"]
+    assert len(warnings) == 1 and warnings[0].severity == "warning"
+    assert "'shared_pre'" in warnings[0].message
+    assert SHARED_A.target in warnings[0].message and SHARED_B.target in warnings[0].message
+    assert report.ok
+
+
+def test_validate_the_whole_store_names_every_bad_tarball(store: Path) -> None:
+    report = validate_path(store)
+    assert report.kind == "store"
+    bad = {p.path.split(":")[0] for p in report.errors}
+    assert bad == {c.target for c in CASES if not c.validate_ok}
