@@ -56,6 +56,8 @@ class CachedArtifact:
     version: str
     last_used_s: float
     pins: int = 0
+    steps: tuple[str, ...] = ()
+    """Ensemble steps the load adds under their own names (global in one Triton)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -147,6 +149,7 @@ class ArtifactCache:
                     size_bytes=int(meta["size_bytes"]),
                     version=str(meta.get("version", "")),
                     last_used_s=float(meta_path.stat().st_mtime),
+                    steps=tuple(str(s) for s in meta.get("steps", ())),
                 )
             except (OSError, ValueError, KeyError):
                 shutil.rmtree(meta_path.parent, ignore_errors=True)
@@ -233,10 +236,15 @@ class ArtifactCache:
                 safe_extract(tarball, staging / "model", max_unpacked_bytes=self.max_unpacked_bytes)
             t2 = time.perf_counter()
             self._discard_later(tarball)
-            serve_rel = _serve_folder(staging, target, prepare)
+            serve_rel, steps = _serve_folder(staging, target, prepare)
             t3 = time.perf_counter()
             size = tree_size(staging)
-            meta = {"target": target, "version": info.version, "size_bytes": size}
+            meta = {
+                "target": target,
+                "version": info.version,
+                "size_bytes": size,
+                "steps": list(steps),
+            }
             (staging / "meta.json").write_text(json.dumps(meta))
             entry = self.root / key
             if entry.exists():
@@ -262,6 +270,7 @@ class ArtifactCache:
             size_bytes=size,
             version=info.version,
             last_used_s=time.time(),
+            steps=steps,
         )
         with self._lock:
             self._entries[target] = art
@@ -329,21 +338,24 @@ class ArtifactCache:
         shutil.rmtree(art.entry_dir, ignore_errors=True)
 
 
-def _serve_folder(staging: Path, target: str, prepare: Prepare | None) -> str:
-    """Apply the layout rules to ``staging/model``; the folder (relative) to give Triton.
+def _serve_folder(
+    staging: Path, target: str, prepare: Prepare | None
+) -> tuple[str, tuple[str, ...]]:
+    """Apply the layout rules to ``staging/model``; the folder (relative) to give Triton
+    and the names of the ensemble steps the load adds.
 
     Triton's root rule only works under ``/opt/ml/models/<hash>/model``, so a root-layout
     model is re-homed as ``served/model/`` (the folder name SageMaker's Triton uses)."""
     layout = read_layout(staging / "model")
     layout.raise_for_errors(f"TargetModel {target!r}")
     if prepare is not None and prepare(layout, staging / "served") is not None:
-        return "served"
+        return "served", layout.step_names
     if layout.rule == "root":
         (staging / "served").mkdir()
         os.rename(staging / "model", staging / "served" / layout.served_folder_name())
         (staging / "model").mkdir()
-        return "served"
-    return "model"
+        return "served", layout.step_names
+    return "model", layout.step_names
 
 
 __all__ = ["ArtifactCache", "CachedArtifact", "FetchResult", "target_key", "tree_size"]

@@ -149,7 +149,8 @@ class LoadingMixin(EvictionMixin):
                     f"else loaded: {text}"
                 )
             raise ModelLoadError(
-                f"Triton could not load {entry.target!r} (HTTP {status}): {text}",
+                f"Triton could not load {entry.target!r} (HTTP {status}): {text}"
+                + self._step_collision(entry.target),
                 model_name=entry.target,
                 triton_message=text,
                 status_code=status,
@@ -174,6 +175,23 @@ class LoadingMixin(EvictionMixin):
             await self._make_room(
                 0, exclude=entry.target, why=f"over the limit after {entry.target}", strict=False
             )
+
+    def _step_collision(self, target: str) -> str:
+        """Which loaded TargetModels already hold ``target``'s ensemble steps ('' if none)."""
+        mine = self.cache.lookup(target)
+        if mine is None or not mine.steps:
+            return ""
+        clashes = []
+        for other in self.loaded():
+            art = self.cache.lookup(other)
+            shared = sorted(set(mine.steps) & set(art.steps)) if art is not None else []
+            clashes += [f"step {name!r} is also loaded by {other!r}" for name in shared]
+        if not clashes:
+            return ""
+        return (
+            f"; {'; '.join(clashes)}: ensemble step names are global in one Triton (on "
+            "SageMaker too), rename the steps so every tarball's are unique"
+        )
 
     async def _post_load(self, entry: ModelEntry, url_dir: str) -> tuple[int, str]:
         assert self.session is not None
