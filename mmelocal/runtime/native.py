@@ -128,7 +128,9 @@ def prepare_model_for_server(
     if not config_path.is_file():
         raise UserInputError(f"{source} has no config.pbtxt: not a Triton model folder")
     config = read_config(config_path)
-    if not config.name:
+    if folder_name is not None:
+        config.name = folder_name  # what Triton reads the folder as (MME: the TargetModel)
+    elif not config.name:
         config.name = source.name
     name = str(config.name)
     needed = required_backend(config)
