@@ -87,6 +87,13 @@ def _size(ctx: click.Context, param: click.Parameter, value: str | None) -> int 
     help="Seconds a call waits for a cold load before ModelNotReadyException.",
 )
 @click.option("--s3-endpoint-url", help="S3-compatible endpoint for an s3:// store (default AWS).")
+@click.option(
+    "--max-payload",
+    callback=_size,
+    default="6291456",
+    show_default=True,
+    help="Largest InvokeEndpoint body; larger ones get 413 as from the service (6 MB).",
+)
 def serve(
     store: str,
     host: str,
@@ -103,6 +110,7 @@ def serve(
     endpoint_name: str | None,
     load_wait: float,
     s3_endpoint_url: str | None,
+    max_payload: int,
 ) -> None:
     """Run the MME emulator: boto3 InvokeEndpoint and KServe v2 on one port."""
     from mmelocal.emulator.platform import Emulator, EmulatorConfig
@@ -122,6 +130,7 @@ def serve(
         endpoint_name=endpoint_name,
         load_wait_timeout_s=load_wait,
         s3_endpoint_url=s3_endpoint_url,
+        max_payload_bytes=max_payload,
     )
     emulator = Emulator(config)
     root = logging.getLogger("mmelocal")

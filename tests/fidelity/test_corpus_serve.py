@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 from botocore.exceptions import ClientError
-from fidelity_corpus import CASES, SHARED_A, SHARED_B, X, Case, Expect, build_store
+from fidelity_corpus import CASES, SHARED_A, SHARED_B, Case, Expect, X, build_store
 
 from mmelocal.testing.emulator_fixtures import MmeEndpoint
 from mmelocal.testing.tiny_model import request_json
@@ -106,3 +106,32 @@ def test_ensemble_steps_run_the_native_derivation(
     lin = Path(artifact.serve_dir) / "lin" / "config.pbtxt"
     text = lin.read_text()
     assert 'backend: "python"' in text and "KIND_CPU" in text and "KIND_GPU" not in text
+
+
+def test_bodies_over_the_service_limit_get_413(
+    corpus: tuple[MmeEndpoint, dict[str, Expect | None]],
+) -> None:
+    from mmelocal.emulator.config import SERVICE_MAX_PAYLOAD_BYTES
+
+    endpoint, expects = corpus
+    case = next(c for c in CASES if c.name == "seed-layout")
+    forward = expects[case.target]
+    assert forward is not None
+    request = json.dumps(request_json(X)).encode()
+    at_limit = request + b" " * (SERVICE_MAX_PAYLOAD_BYTES - len(request))
+    client = endpoint.client()
+    answer = client.invoke_endpoint(
+        EndpointName="local", TargetModel=case.target, ContentType="application/json", Body=at_limit
+    )
+    np.testing.assert_allclose(output_of(answer), forward(X), rtol=1e-5)
+    with pytest.raises(ClientError) as caught:
+        client.invoke_endpoint(
+            EndpointName="local",
+            TargetModel=case.target,
+            ContentType="application/json",
+            Body=at_limit + b" ",
+        )
+    response = caught.value.response
+    assert response["ResponseMetadata"]["HTTPStatusCode"] == 413
+    assert response["Error"]["Code"] == "413"
+    assert f"exceeded {SERVICE_MAX_PAYLOAD_BYTES} bytes" in response["Error"]["Message"]
