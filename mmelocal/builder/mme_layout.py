@@ -27,6 +27,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mmelocal.builder.findings import Problem
 from mmelocal.errors import ValidationError
 
 #: Triton's ``platform_ensemble_regex_``: matched anywhere in the raw config text
@@ -38,16 +39,6 @@ _MACOS_LITTER = ("__MACOSX", ".DS_Store")
 
 
 @dataclass(frozen=True, kw_only=True)
-class LayoutFinding:
-    """One thing the layout rules noticed: stable ``code``, where, what, how bad."""
-
-    code: str
-    path: str
-    message: str
-    severity: str = "error"
-
-
-@dataclass(frozen=True, kw_only=True)
 class MmeLayout:
     """What SageMaker's Triton does with one extracted tarball (module docstring)."""
 
@@ -55,7 +46,7 @@ class MmeLayout:
     rule: str
     served_dir: Path | None
     steps: tuple[Path, ...] = ()
-    findings: tuple[LayoutFinding, ...] = field(default_factory=tuple)
+    findings: tuple[Problem, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
         if self.rule not in RULES:
@@ -67,7 +58,7 @@ class MmeLayout:
         return self.served_dir is not None and not self.errors
 
     @property
-    def errors(self) -> list[LayoutFinding]:
+    def errors(self) -> list[Problem]:
         """Findings with severity ``error``."""
         return [f for f in self.findings if f.severity == "error"]
 
@@ -98,10 +89,10 @@ class MmeLayout:
 def read_layout(url: Path | str) -> MmeLayout:
     """Apply the platform's rules (module docstring) to the extracted folder ``url``."""
     root = Path(url)
-    findings: list[LayoutFinding] = []
+    findings: list[Problem] = []
     if (root / "config.pbtxt").is_file():
         findings.append(
-            LayoutFinding(
+            Problem(
                 code="layout.root",
                 path=str(root),
                 message="config.pbtxt at the archive's root: the root is the model folder",
@@ -115,7 +106,7 @@ def read_layout(url: Path | str) -> MmeLayout:
     ignored = [e.name for e in entries if not e.is_dir(follow_symlinks=False)]
     if ignored:
         findings.append(
-            LayoutFinding(
+            Problem(
                 code="layout.ignored_file",
                 path=str(root),
                 message=f"files at the top level are ignored by Triton: {ignored}",
@@ -124,7 +115,7 @@ def read_layout(url: Path | str) -> MmeLayout:
         )
     if not folders:
         findings.append(
-            LayoutFinding(
+            Problem(
                 code="layout.empty",
                 path=str(root),
                 message="no config.pbtxt at the root and no model folder: nothing to load; "
@@ -136,7 +127,7 @@ def read_layout(url: Path | str) -> MmeLayout:
     if len(ensembles) == 1:
         steps = _ensemble_steps(ensembles[0], folders, findings)
         findings.append(
-            LayoutFinding(
+            Problem(
                 code="layout.ensemble",
                 path=str(ensembles[0]),
                 message=f"ensemble {ensembles[0].name!r} is served; its steps load under their "
@@ -179,21 +170,21 @@ def ensemble_step_names(folder: Path) -> list[str]:
 
 
 def _ensemble_steps(
-    ensemble: Path, folders: list[Path], findings: list[LayoutFinding]
+    ensemble: Path, folders: list[Path], findings: list[Problem]
 ) -> tuple[Path, ...]:
     from mmelocal.errors import ConfigError
 
     try:
         names = ensemble_step_names(ensemble)
     except ConfigError as exc:
-        findings.append(LayoutFinding(code="config.invalid", path=str(ensemble), message=str(exc)))
+        findings.append(Problem(code="config.invalid", path=str(ensemble), message=str(exc)))
         return ()
     by_name = {f.name: f for f in folders}
     steps = tuple(by_name[n] for n in names if n in by_name)
     missing = [n for n in names if n not in by_name]
     if missing:
         findings.append(
-            LayoutFinding(
+            Problem(
                 code="layout.missing_step",
                 path=str(ensemble),
                 message=f"ensemble {ensemble.name!r} names steps with no folder in the "
@@ -203,7 +194,7 @@ def _ensemble_steps(
     unused = [f.name for f in folders if f != ensemble and f.name not in names]
     if unused:
         findings.append(
-            LayoutFinding(
+            Problem(
                 code="layout.unused_folder",
                 path=str(ensemble.parent),
                 message=f"folders that are not steps of ensemble {ensemble.name!r} are never "
@@ -214,7 +205,7 @@ def _ensemble_steps(
     return steps
 
 
-def _ambiguous(root: Path, folders: list[Path], ensembles: list[Path]) -> LayoutFinding:
+def _ambiguous(root: Path, folders: list[Path], ensembles: list[Path]) -> Problem:
     names = [f.name for f in folders]
     litter = [n for n in names if n in _MACOS_LITTER or n.startswith(".")]
     if ensembles:
@@ -227,7 +218,7 @@ def _ambiguous(root: Path, folders: list[Path], ensembles: list[Path]) -> Layout
         if litter
         else "; put one model per tarball, or add an ensemble that chains them"
     )
-    return LayoutFinding(
+    return Problem(
         code="layout.ambiguous",
         path=str(root),
         message=f"{what} at the top level: {names}; SageMaker's Triton serves whichever the "
@@ -249,7 +240,6 @@ __all__ = [
     "ENSEMBLE_PATTERN",
     "ROOT_FOLDER_NAME",
     "RULES",
-    "LayoutFinding",
     "MmeLayout",
     "ensemble_step_names",
     "is_ensemble",

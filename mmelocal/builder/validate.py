@@ -25,25 +25,11 @@ from mmelocal.builder import repository, tarball
 from mmelocal.builder.backends import execution_env_problem, host_limit
 from mmelocal.builder.compare import check_artifact
 from mmelocal.builder.config import read_config
+from mmelocal.builder.findings import SEVERITIES, Problem
 from mmelocal.builder.mme_layout import MmeLayout, read_layout, step_collisions
 from mmelocal.errors import ConfigError, UnsafeArchiveError
 
-SEVERITIES = ("error", "warning", "info")
 _GUESSED_FILES = [*repository.PLATFORM_FILES.values(), "model.py"]
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One finding: a stable ``code`` (e.g. ``io.dtype``), where, what, and how bad."""
-
-    code: str
-    path: str
-    message: str
-    severity: str = "error"
-
-    def __post_init__(self) -> None:
-        if self.severity not in SEVERITIES:
-            raise ValueError(f"severity must be one of {SEVERITIES}, got {self.severity!r}")
 
 
 @dataclass

@@ -24,6 +24,7 @@ from mmelocal.testing.tiny_model import MODEL_PY, expected, write_model
 #: the request every served case answers: a batch of 2 rows of 4 floats
 X = np.arange(8, dtype=np.float32).reshape(2, 4) / 4.0
 Expect = Callable[[np.ndarray], np.ndarray]
+Builder = Callable[[Path], "Expect | None"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,7 +33,7 @@ class Case:
 
     name: str
     rule: str
-    build: Callable[[Path], Expect | None]
+    build: Builder
     validate_ok: bool
     codes: tuple[str, ...] = ()
     served: bool = True
@@ -364,16 +365,51 @@ def config_only(dest: Path) -> None:
         tar.add(folder / "config.pbtxt", arcname="config.pbtxt")
 
 
-SHARED_A = Case(
-    name="shared-step-a",
-    rule="3: steps keep their own names (first load of shared_pre)",
-    build=shared_step(2.0),
-    validate_ok=True,
-    codes=("layout.ensemble",),
+def served(name: str, rule: str, build: Builder, *codes: str, input_name: str = "INPUT0") -> Case:
+    """A case the platform serves (validate passes; the answer is the framework's)."""
+    return Case(
+        name=name, rule=rule, build=build, validate_ok=True, codes=codes, input_name=input_name
+    )
+
+
+def refused(name: str, rule: str, build: Builder, code: str, error: str, *text: str) -> Case:
+    """A case validate fails with ``code`` and the emulator refuses with ``error``."""
+    return Case(
+        name=name,
+        rule=rule,
+        build=build,
+        validate_ok=False,
+        codes=(code,),
+        served=False,
+        error_code=error,
+        error_text=text,
+    )
+
+
+def unrunnable_here(name: str, rule: str, build: Builder, *text: str) -> Case:
+    """Served on SageMaker (validate warns), a ModelError at once on this CPU-only host."""
+    return Case(
+        name=name,
+        rule=rule,
+        build=build,
+        validate_ok=True,
+        codes=("host.unsupported",),
+        served=False,
+        error_code="ModelError",
+        error_text=text,
+    )
+
+
+ENSEMBLE_RULE = "2: the ensemble is served, its steps load by their names"
+SHARED_A = served(
+    "shared-step-a",
+    "3: steps keep their names (first shared_pre)",
+    shared_step(2.0),
+    "layout.ensemble",
 )
 SHARED_B = Case(
     name="shared-step-b",
-    rule="3: step names are global in one Triton: the second shared_pre collides",
+    rule="3: step names are global in one Triton: collision",
     build=shared_step(3.0),
     validate_ok=True,
     codes=("layout.ensemble",),
@@ -381,170 +417,101 @@ SHARED_B = Case(
     error_code="ModelError",
     error_text=("shared_pre",),
 )
+UNDEFINED = "layout.ambiguous", "ValidationError"
 
 CASES: tuple[Case, ...] = (
-    Case(
-        name="root-layout",
-        rule="1: config.pbtxt at the root",
-        build=root_layout,
-        validate_ok=True,
-        codes=("layout.root", "config.no_name"),
+    served(
+        "root-layout",
+        "1: config.pbtxt at the root",
+        root_layout,
+        "layout.root",
+        "config.no_name",
         input_name="INPUT__0",
     ),
-    Case(name="seed-layout", rule="2: one model folder", build=seed_layout, validate_ok=True),
-    Case(
-        name="folder-name-differs",
-        rule="3: served under the TargetModel, config name ignored",
-        build=folder_name_differs,
-        validate_ok=True,
-        codes=("config.name_ignored",),
+    served("seed-layout", "2: one model folder", seed_layout),
+    served(
+        "folder-name-differs",
+        "3: served as the TargetModel, config name ignored",
+        folder_name_differs,
+        "config.name_ignored",
     ),
-    Case(
-        name="no-name",
-        rule="3: a config may omit name",
-        build=no_name,
-        validate_ok=True,
-        codes=("config.no_name",),
-    ),
-    Case(
-        name="ensemble-2",
-        rule="2: the ensemble is served, its steps load by their names",
-        build=ensemble_two_steps,
-        validate_ok=True,
-        codes=("layout.ensemble",),
-    ),
-    Case(
-        name="ensemble-3",
-        rule="2: the ensemble is served, its steps load by their names",
-        build=ensemble_three_steps,
-        validate_ok=True,
-        codes=("layout.ensemble",),
-    ),
+    served("no-name", "3: a config may omit name", no_name, "config.no_name"),
+    served("ensemble-2", ENSEMBLE_RULE, ensemble_two_steps, "layout.ensemble"),
+    served("ensemble-3", ENSEMBLE_RULE, ensemble_three_steps, "layout.ensemble"),
     SHARED_A,
     SHARED_B,
-    Case(
-        name="two-plain-folders",
-        rule="2: several folders, no ensemble: undefined",
-        build=two_plain_folders,
-        validate_ok=False,
-        codes=("layout.ambiguous",),
-        served=False,
-        error_code="ValidationError",
-        error_text=("tiny", "tiny2", "undefined"),
+    refused(
+        "two-plain-folders",
+        "2: several folders, no ensemble: undefined",
+        two_plain_folders,
+        *UNDEFINED,
+        "tiny",
+        "tiny2",
+        "undefined",
     ),
-    Case(
-        name="dot-slash",
-        rule="2: `./` prefixes name the same folders",
-        build=dot_slash,
-        validate_ok=True,
+    served("dot-slash", "2: `./` prefixes name the same folders", dot_slash),
+    served("no-dir-entries", "2: folders implied by file members", no_directory_entries),
+    served(
+        "appledouble", "2: files at the top level are ignored", appledouble, "layout.ignored_file"
     ),
-    Case(
-        name="no-dir-entries",
-        rule="2: folders implied by file members",
-        build=no_directory_entries,
-        validate_ok=True,
+    refused(
+        "macosx-folder",
+        "2: __MACOSX is a folder too: undefined",
+        macosx_folder,
+        *UNDEFINED,
+        "__MACOSX",
     ),
-    Case(
-        name="appledouble",
-        rule="2: files at the top level are ignored",
-        build=appledouble,
-        validate_ok=True,
-        codes=("layout.ignored_file",),
+    served("ds-store", "2: files at the top level are ignored", ds_store, "layout.ignored_file"),
+    refused(
+        "hidden-folder",
+        "2: hidden folders count: undefined",
+        hidden_folder,
+        *UNDEFINED,
+        ".ipynb_checkpoints",
     ),
-    Case(
-        name="macosx-folder",
-        rule="2: __MACOSX is a folder too: undefined",
-        build=macosx_folder,
-        validate_ok=False,
-        codes=("layout.ambiguous",),
-        served=False,
-        error_code="ValidationError",
-        error_text=("__MACOSX",),
+    served(
+        "versions-policy", "Triton: version_policy picks the versions loaded", versions_with_policy
     ),
-    Case(
-        name="ds-store",
-        rule="2: files at the top level are ignored",
-        build=ds_store,
-        validate_ok=True,
-        codes=("layout.ignored_file",),
+    served("warmup-files", "Triton: warmup reads input_data_file from warmup/", warmup_with_files),
+    served("python-own-model", "Python backend: the user's model.py and files", python_own_model),
+    refused(
+        "python-missing-env",
+        "Python backend: EXECUTION_ENV_PATH must exist",
+        python_missing_env,
+        "python.execution_env",
+        "ModelError",
+        "py310.tar.gz",
     ),
-    Case(
-        name="hidden-folder",
-        rule="2: hidden folders count: undefined",
-        build=hidden_folder,
-        validate_ok=False,
-        codes=("layout.ambiguous",),
-        served=False,
-        error_code="ValidationError",
-        error_text=(".ipynb_checkpoints",),
+    unrunnable_here(
+        "tensorrt-plan",
+        "host: a TensorRT plan needs an NVIDIA GPU",
+        tensorrt_plan,
+        "tensorrt",
+        "GPU",
+        "docker",
     ),
-    Case(
-        name="versions-policy",
-        rule="Triton: version_policy picks the versions loaded",
-        build=versions_with_policy,
-        validate_ok=True,
+    unrunnable_here(
+        "tensorflow",
+        "host: the pip tritonserver has no tensorflow backend",
+        tensorflow_savedmodel,
+        "tensorflow",
+        "docker",
     ),
-    Case(
-        name="warmup-files",
-        rule="Triton: warmup reads input_data_file from warmup/",
-        build=warmup_with_files,
-        validate_ok=True,
+    refused(
+        "empty",
+        "an empty archive: nothing to load",
+        empty_tarball,
+        "archive.corrupt",
+        "ValidationError",
+        "empty archive",
     ),
-    Case(
-        name="python-own-model",
-        rule="Python backend: the user's model.py and files",
-        build=python_own_model,
-        validate_ok=True,
-    ),
-    Case(
-        name="python-missing-env",
-        rule="Python backend: EXECUTION_ENV_PATH must exist",
-        build=python_missing_env,
-        validate_ok=False,
-        codes=("python.execution_env",),
-        served=False,
-        error_code="ModelError",
-        error_text=("py310.tar.gz",),
-    ),
-    Case(
-        name="tensorrt-plan",
-        rule="host: a TensorRT plan needs an NVIDIA GPU",
-        build=tensorrt_plan,
-        validate_ok=True,
-        codes=("host.unsupported",),
-        served=False,
-        error_code="ModelError",
-        error_text=("tensorrt", "GPU", "docker"),
-    ),
-    Case(
-        name="tensorflow",
-        rule="host: the pip tritonserver has no tensorflow backend",
-        build=tensorflow_savedmodel,
-        validate_ok=True,
-        codes=("host.unsupported",),
-        served=False,
-        error_code="ModelError",
-        error_text=("tensorflow", "docker"),
-    ),
-    Case(
-        name="empty",
-        rule="an empty archive: nothing to load",
-        build=empty_tarball,
-        validate_ok=False,
-        codes=("archive.corrupt",),
-        served=False,
-        error_code="ValidationError",
-        error_text=("empty archive",),
-    ),
-    Case(
-        name="config-only",
-        rule="1 + Triton: a model needs a version folder",
-        build=config_only,
-        validate_ok=False,
-        codes=("layout.no_version",),
-        served=False,
-        error_code="ModelError",
-        error_text=("version",),
+    refused(
+        "config-only",
+        "1 + Triton: a model needs a version folder",
+        config_only,
+        "layout.no_version",
+        "ModelError",
+        "version",
     ),
 )
 

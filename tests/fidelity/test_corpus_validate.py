@@ -55,3 +55,28 @@ def test_validate_the_whole_store_names_every_bad_tarball(store: Path) -> None:
     assert report.kind == "store"
     bad = {p.path.split(":")[0] for p in report.errors}
     assert bad == {c.target for c in CASES if not c.validate_ok}
+
+
+@pytest.mark.parametrize("name", ["root-layout", "ensemble-2"])
+def test_cli_validate_exits_0_on_the_two_cases_of_the_issue(
+    store: Path, name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from mmelocal.cli.main import main
+
+    assert main(["validate", str(store / f"{name}.tar.gz")]) == 0, capsys.readouterr().out
+
+
+def test_package_repacks_every_served_case_into_a_tarball_validate_passes(
+    store: Path, tmp_path: Path
+) -> None:
+    from mmelocal.builder.mme_layout import read_layout
+    from mmelocal.builder.package import package_model
+    from mmelocal.builder.tarball import safe_extract
+
+    for case in CASES:
+        if not case.validate_ok:
+            continue
+        out = package_model(store / case.target, tmp_path / case.name)
+        assert validate_path(out).ok, case.name
+        layout = read_layout(safe_extract(out, tmp_path / f"{case.name}-x"))
+        assert layout.rule in ("folder", "ensemble"), case.name  # the seed layout
