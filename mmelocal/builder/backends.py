@@ -90,11 +90,14 @@ def execution_env_problem(config: Any, model_dir: Path, *, stub_python: str | No
             f"model {name!r}: EXECUTION_ENV_PATH names {env.name!r}, which is not in the model "
             f"folder; add the conda-pack tarball (conda pack -o {env.name}) beside config.pbtxt"
         )
-    found = _env_python(env)
-    if found is None:
+    found, activate = _env_contents(env)
+    if not activate or found is None:
+        lacking = " and ".join(
+            what for what, ok in (("bin/activate", activate), ("lib/pythonX.Y/", found)) if not ok
+        )
         return (
-            f"model {name!r}: {env.name} holds no lib/pythonX.Y folder; make it with "
-            "`conda pack` from an environment with python and numpy"
+            f"model {name!r}: {env.name} holds no {lacking}, which the Python backend needs; "
+            "make it with `conda pack` from an environment with python and numpy"
         )
     if stub_python is not None and found != stub_python:
         return (
@@ -105,20 +108,23 @@ def execution_env_problem(config: Any, model_dir: Path, *, stub_python: str | No
     return None
 
 
-def _env_python(env: Path) -> str | None:
+def _env_contents(env: Path) -> tuple[str | None, bool]:
+    """(the Python version under ``lib/pythonX.Y/``, whether ``bin/activate`` is there)."""
     import re
     import tarfile
 
-    pattern = re.compile(r"^(?:\./)?lib/python(3\.\d+)/")
+    python = re.compile(r"^(?:\./)?lib/python(3\.\d+)/")
+    version, activate = None, False
     try:
         with tarfile.open(env) as tar:
             for member in tar:
-                match = pattern.match(member.name)
-                if match:
-                    return match.group(1)
+                name = member.name.removeprefix("./")
+                activate = activate or name == "bin/activate"
+                match = python.match(name)
+                version = version or (match.group(1) if match else None)
     except (OSError, tarfile.TarError):
-        return None
-    return None
+        return None, False
+    return version, activate
 
 
 __all__ = [

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import errno
-import tarfile
 import os
+import tarfile
 from pathlib import Path
 
 import pytest

@@ -333,6 +333,27 @@ def python_missing_env(dest: Path) -> None:
     _pack(dest, {"tiny": folder})
 
 
+def python_with_env(dest: Path) -> Expect:
+    """EXECUTION_ENV_PATH naming a packed environment in the model folder whose Python is
+    the stub's (a stand-in for ``conda pack``: ``bin/activate`` puts this interpreter,
+    with numpy, first on PATH; the Python backend unpacks it and sources the script)."""
+    import sys
+
+    folder = _tiny(_work(), scale=2.5)
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    activate = f'export PATH="{Path(sys.executable).parent}:$PATH"\n'.encode()
+    with tarfile.open(folder / "env.tar.gz", "w:gz") as tar:
+        _add_bytes(tar, "bin/activate", activate)
+        _add_bytes(tar, f"lib/python{version}/site-packages/.keep", b"")
+    config = folder / "config.pbtxt"
+    config.write_text(
+        config.read_text() + 'parameters { key: "EXECUTION_ENV_PATH" value { string_value: '
+        '"$$TRITON_MODEL_DIRECTORY/env.tar.gz" } }\n'
+    )
+    _pack(dest, {"tiny": folder})
+    return _scaled(2.5)
+
+
 def tensorrt_plan(dest: Path) -> None:
     """``platform: "tensorrt_plan"`` with ``1/model.plan`` (built for a GPU)."""
     folder = _tiny(_work(), "trt")
@@ -474,6 +495,9 @@ CASES: tuple[Case, ...] = (
     ),
     served("warmup-files", "Triton: warmup reads input_data_file from warmup/", warmup_with_files),
     served("python-own-model", "Python backend: the user's model.py and files", python_own_model),
+    served(
+        "python-env", "Python backend: EXECUTION_ENV_PATH with the stub's Python", python_with_env
+    ),
     refused(
         "python-missing-env",
         "Python backend: EXECUTION_ENV_PATH must exist",

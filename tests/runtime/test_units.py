@@ -207,13 +207,17 @@ def test_execution_env_checks(tmp_path):
         prepare_model_for_server(folder, out, backends_available={"python"}, gpu=False)
     other = "3.8" if STUB_PYTHON != "3.8" else "3.9"
     with tarfile.open(folder / "env.tar.gz", "w:gz") as tar:
-        info = tarfile.TarInfo(f"lib/python{other}/site.py")
-        tar.addfile(info, io.BytesIO(b""))
+        tar.addfile(tarfile.TarInfo(f"lib/python{other}/site.py"), io.BytesIO(b""))
+    with pytest.raises(ModelLoadError, match="holds no bin/activate"):
+        prepare_model_for_server(folder, out, backends_available={"python"}, gpu=False)
+    with tarfile.open(folder / "env.tar.gz", "w:gz") as tar:
+        tar.addfile(tarfile.TarInfo(f"lib/python{other}/site.py"), io.BytesIO(b""))
+        tar.addfile(tarfile.TarInfo("bin/activate"), io.BytesIO(b""))
     with pytest.raises(ModelLoadError, match=f"Python {other}.*stub runs Python {STUB_PYTHON}"):
         prepare_model_for_server(folder, out, backends_available={"python"}, gpu=False)
     with tarfile.open(folder / "env.tar.gz", "w:gz") as tar:
-        info = tarfile.TarInfo(f"lib/python{STUB_PYTHON}/site.py")
-        tar.addfile(info, io.BytesIO(b""))
+        tar.addfile(tarfile.TarInfo(f"lib/python{STUB_PYTHON}/site.py"), io.BytesIO(b""))
+        tar.addfile(tarfile.TarInfo("./bin/activate"), io.BytesIO(b""))
     prepared = prepare_model_for_server(folder, out, backends_available={"python"}, gpu=False)
     assert (prepared.served_dir / "env.tar.gz").is_file()
 
