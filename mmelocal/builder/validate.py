@@ -29,6 +29,8 @@ from mmelocal.builder.findings import SEVERITIES, Problem
 from mmelocal.builder.mme_layout import MmeLayout, read_layout, step_collisions
 from mmelocal.errors import ConfigError, UnsafeArchiveError
 
+#: where Triton reads ``model_warmup`` ``input_data_file``s (``<model>/warmup/<file>``)
+WARMUP_FOLDER = "warmup"
 _GUESSED_FILES = [*repository.PLATFORM_FILES.values(), "model.py"]
 
 
@@ -220,6 +222,7 @@ def _validate_model(
         return
     _check_name(cfg, model_dir, report, where, served=served)
     _check_host(cfg, model_dir, report, where)
+    _check_warmup_files(cfg, model_dir, report, where)
     _check_batching(cfg, report, where)
     versions = _versions(model_dir, report, where)
     if cfg.platform == "ensemble":
@@ -289,10 +292,23 @@ def _check_host(cfg: Any, model_dir: Path, report: ValidationReport, where: str)
         report.add("python.execution_env", where, env_problem)
 
 
+def _check_warmup_files(cfg: Any, model_dir: Path, report: ValidationReport, where: str) -> None:
+    for warm in cfg.model_warmup:
+        for key, value in warm.inputs.items():
+            name = value.input_data_file
+            if name and not (model_dir / WARMUP_FOLDER / name).is_file():
+                report.add(
+                    "config.warmup",
+                    where,
+                    f"model_warmup {warm.name or '?'}: {key!r} reads {WARMUP_FOLDER}/{name}, "
+                    "which is missing; Triton fails the load",
+                )
+
+
 def _versions(model_dir: Path, report: ValidationReport, where: str) -> list[int]:
     versions = []
     for child in sorted(model_dir.iterdir()):
-        if not child.is_dir() or child.name.startswith("."):
+        if not child.is_dir() or child.name.startswith(".") or child.name == WARMUP_FOLDER:
             continue
         if child.name.isdigit() and not child.name.startswith("0"):
             versions.append(int(child.name))

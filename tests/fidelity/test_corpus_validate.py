@@ -80,3 +80,18 @@ def test_package_repacks_every_served_case_into_a_tarball_validate_passes(
         assert validate_path(out).ok, case.name
         layout = read_layout(safe_extract(out, tmp_path / f"{case.name}-x"))
         assert layout.rule in ("folder", "ensemble"), case.name  # the seed layout
+
+
+def test_warmup_data_folder_is_not_an_ignored_folder(store: Path) -> None:
+    report = validate_path(store / "warmup-files.tar.gz")
+    assert not [p for p in report.problems if p.code == "layout.ignored_folder"]
+
+
+def test_a_missing_warmup_data_file_is_an_error(store: Path, tmp_path: Path) -> None:
+    from mmelocal.builder.tarball import safe_extract
+
+    root = safe_extract(store / "warmup-files.tar.gz", tmp_path / "x")
+    (root / "tiny" / "warmup" / "INPUT0").unlink()
+    report = validate_path(root / "tiny")
+    assert [p.code for p in report.errors] == ["config.warmup"]
+    assert "warmup/INPUT0" in report.errors[0].message
