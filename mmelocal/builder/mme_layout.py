@@ -78,6 +78,15 @@ class MmeLayout:
             raise ValidationError(f"{self.url}: no folder to serve")
         return ROOT_FOLDER_NAME if self.rule == "root" else self.served_dir.name
 
+    @property
+    def named_folders(self) -> tuple[tuple[Path, str], ...]:
+        """``(folder, name)`` for every folder a load touches, named as Triton reads them
+        in a repository (the served one: ``model`` for the root layout)."""
+        if self.served_dir is None:
+            return ()
+        names = (self.served_folder_name(), *self.step_names)
+        return tuple(zip(self.folders, names, strict=True))
+
     def raise_for_errors(self, what: str) -> None:
         """Raise :class:`ValidationError` naming ``what`` and every error finding."""
         if self.ok:

@@ -89,7 +89,7 @@ def _archive_folders(layout: MmeLayout, root_name: str) -> list[tuple[Path, str]
     if layout.rule == "root":
         name = str(read_config(layout.served_dir / "config.pbtxt").name) or root_name
         return [(layout.served_dir, name)]
-    return [(folder, folder.name) for folder in layout.folders]
+    return list(layout.named_folders)
 
 
 def package_copies(

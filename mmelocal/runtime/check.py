@@ -246,8 +246,7 @@ def _model_dirs(source: Path, work: Path, report: CheckReport) -> list[tuple[Pat
     if not layout.ok:
         report.errors.extend(f"{source.name}: {f.message}" for f in layout.errors)
         return []
-    names = [layout.served_folder_name(), *layout.step_names]
-    return list(zip(layout.folders, names, strict=True))
+    return list(layout.named_folders)
 
 
 def _problems_for(validation: ValidationReport, model_dir: Path) -> list[str]:

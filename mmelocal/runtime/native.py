@@ -209,12 +209,11 @@ def prepare_layout(
     """:func:`prepare_model_for_server` for every folder one MME load touches (the served
     model and its ensemble steps), each under the folder name Triton will read."""
     available = frozenset(backends_available)
-    names = [layout.served_folder_name(), *layout.step_names]
     return [
         prepare_model_for_server(
             folder, out_dir, backends_available=available, gpu=gpu, folder_name=name
         )
-        for folder, name in zip(layout.folders, names, strict=True)
+        for folder, name in layout.named_folders
     ]
 
 
