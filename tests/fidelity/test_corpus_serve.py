@@ -135,3 +135,29 @@ def test_bodies_over_the_service_limit_get_413(
     assert response["ResponseMetadata"]["HTTPStatusCode"] == 413
     assert response["Error"]["Code"] == "413"
     assert f"exceeded {SERVICE_MAX_PAYLOAD_BYTES} bytes" in response["Error"]["Message"]
+
+
+def test_unloading_an_ensemble_unloads_its_steps(
+    corpus: tuple[MmeEndpoint, dict[str, Expect | None]],
+) -> None:
+    """Rule 4: the SageMaker DELETE unloads the model and its dependents (the steps)."""
+    import urllib.request
+
+    endpoint, _ = corpus
+    case = next(c for c in CASES if c.name == "ensemble-3")
+    invoke(endpoint, case)
+    triton = endpoint.server.emulator.instances[0].launcher.endpoints.http_url
+
+    def ready_models() -> set[str]:
+        request = urllib.request.Request(f"{triton}/v2/repository/index", data=b"{}")
+        with urllib.request.urlopen(request, timeout=30) as response:
+            index = json.loads(response.read())
+        return {m["name"] for m in index if m.get("state") == "READY"}
+
+    assert {"a", "b", "c"} <= ready_models()
+    unload = urllib.request.Request(
+        f"{endpoint.url}/v2/repository/models/{case.target}/unload", data=b"", method="POST"
+    )
+    with urllib.request.urlopen(unload, timeout=120) as response:
+        assert response.status == 200
+    assert not {"a", "b", "c"} & ready_models()
