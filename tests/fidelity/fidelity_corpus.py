@@ -94,6 +94,19 @@ def _set_config(folder: Path, old: str, new: str) -> None:
     path.write_text(text.replace(old, new, 1))
 
 
+def _append_config(folder: Path, text: str) -> None:
+    config = folder / "config.pbtxt"
+    config.write_text(config.read_text() + text)
+
+
+def _env_path_parameter(folder: Path, filename: str) -> None:
+    _append_config(
+        folder,
+        'parameters { key: "EXECUTION_ENV_PATH" value { string_value: '
+        f'"$$TRITON_MODEL_DIRECTORY/{filename}" }} }}\n',
+    )
+
+
 def _work() -> Path:
     return Path(tempfile.mkdtemp(prefix="corpus-"))
 
@@ -268,8 +281,7 @@ def versions_with_policy(dest: Path) -> Expect:
     folder = _tiny(_work(), scale=2.0)
     (folder / "2").mkdir()
     (folder / "2" / "model.py").write_text(MODEL_PY.replace("+ 1.0", "+ 101.0"))
-    config = folder / "config.pbtxt"
-    config.write_text(config.read_text() + "version_policy: { specific: { versions: [ 1 ] } }\n")
+    _append_config(folder, "version_policy: { specific: { versions: [ 1 ] } }\n")
     _pack(dest, {"tiny": folder})
     return _scaled(2.0)
 
@@ -279,10 +291,10 @@ def warmup_with_files(dest: Path) -> Expect:
     folder = _tiny(_work(), scale=1.5)
     (folder / "warmup").mkdir()
     (folder / "warmup" / "INPUT0").write_bytes(np.ones(4, dtype=np.float32).tobytes())
-    config = folder / "config.pbtxt"
-    config.write_text(
-        config.read_text() + 'model_warmup [ { name: "w" batch_size: 1 inputs { key: "INPUT0" '
-        'value { data_type: TYPE_FP32 dims: [ 4 ] input_data_file: "INPUT0" } } } ]\n'
+    _append_config(
+        folder,
+        'model_warmup [ { name: "w" batch_size: 1 inputs { key: "INPUT0" '
+        'value { data_type: TYPE_FP32 dims: [ 4 ] input_data_file: "INPUT0" } } } ]\n',
     )
     _pack(dest, {"tiny": folder})
     return _scaled(1.5)
@@ -325,11 +337,7 @@ def python_own_model(dest: Path) -> Expect:
 def python_missing_env(dest: Path) -> None:
     """EXECUTION_ENV_PATH names a conda-pack tarball the model folder does not hold."""
     folder = _tiny(_work())
-    config = folder / "config.pbtxt"
-    config.write_text(
-        config.read_text() + 'parameters { key: "EXECUTION_ENV_PATH" value { string_value: '
-        '"$$TRITON_MODEL_DIRECTORY/py310.tar.gz" } }\n'
-    )
+    _env_path_parameter(folder, "py310.tar.gz")
     _pack(dest, {"tiny": folder})
 
 
@@ -345,11 +353,7 @@ def python_with_env(dest: Path) -> Expect:
     with tarfile.open(folder / "env.tar.gz", "w:gz") as tar:
         _add_bytes(tar, "bin/activate", activate)
         _add_bytes(tar, f"lib/python{version}/site-packages/.keep", b"")
-    config = folder / "config.pbtxt"
-    config.write_text(
-        config.read_text() + 'parameters { key: "EXECUTION_ENV_PATH" value { string_value: '
-        '"$$TRITON_MODEL_DIRECTORY/env.tar.gz" } }\n'
-    )
+    _env_path_parameter(folder, "env.tar.gz")
     _pack(dest, {"tiny": folder})
     return _scaled(2.5)
 
@@ -540,10 +544,24 @@ CASES: tuple[Case, ...] = (
 )
 
 
+def case_named(name: str) -> Case:
+    """The corpus case called ``name``."""
+    return next(c for c in CASES if c.name == name)
+
+
 def build_store(store: Path) -> dict[str, Expect | None]:
     """Write every case's tarball into ``store``; ``{TargetModel: expected-output fn}``."""
     store.mkdir(parents=True, exist_ok=True)
     return {case.target: case.build(store / case.target) for case in CASES}
 
 
-__all__ = ["CASES", "SHARED_A", "SHARED_B", "Case", "X", "build_store", "torchscript_linear"]
+__all__ = [
+    "CASES",
+    "SHARED_A",
+    "SHARED_B",
+    "Case",
+    "X",
+    "build_store",
+    "case_named",
+    "torchscript_linear",
+]

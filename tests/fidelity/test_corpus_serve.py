@@ -13,12 +13,13 @@ from typing import Any
 import numpy as np
 import pytest
 from botocore.exceptions import ClientError
-from fidelity_corpus import CASES, SHARED_A, SHARED_B, Case, Expect, X, build_store
+from fidelity_corpus import CASES, SHARED_A, SHARED_B, Case, Expect, X, build_store, case_named
 
 from mmelocal.testing.emulator_fixtures import MmeEndpoint
 from mmelocal.testing.tiny_model import request_json
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
+Corpus = tuple[MmeEndpoint, dict[str, Expect | None]]
 
 
 @pytest.fixture(scope="module")
@@ -56,9 +57,7 @@ def output_of(response: Any) -> np.ndarray:
 @pytest.mark.parametrize(
     "case", [c for c in CASES if c not in (SHARED_A, SHARED_B)], ids=lambda c: c.name
 )
-def test_emulator_gives_the_platform_verdict(
-    corpus: tuple[MmeEndpoint, dict[str, Expect | None]], case: Case
-) -> None:
+def test_emulator_gives_the_platform_verdict(corpus: Corpus, case: Case) -> None:
     endpoint, expects = corpus
     if case.served:
         forward = expects[case.target]
@@ -79,7 +78,7 @@ def test_emulator_gives_the_platform_verdict(
 
 
 def test_two_tarballs_sharing_a_step_name_collide(
-    corpus: tuple[MmeEndpoint, dict[str, Expect | None]],
+    corpus: Corpus,
 ) -> None:
     endpoint, expects = corpus
     first = expects[SHARED_A.target]
@@ -96,11 +95,9 @@ def test_two_tarballs_sharing_a_step_name_collide(
     np.testing.assert_allclose(output_of(invoke(endpoint, SHARED_A)), first(X), rtol=1e-5)
 
 
-def test_ensemble_steps_run_the_native_derivation(
-    corpus: tuple[MmeEndpoint, dict[str, Expect | None]],
-) -> None:
+def test_ensemble_steps_run_the_native_derivation(corpus: Corpus) -> None:
     endpoint, _ = corpus
-    case = next(c for c in CASES if c.name == "ensemble-2")
+    case = case_named("ensemble-2")
     invoke(endpoint, case)
     artifact = endpoint.server.emulator.cache.lookup(case.target)
     lin = Path(artifact.serve_dir) / "lin" / "config.pbtxt"
@@ -109,12 +106,12 @@ def test_ensemble_steps_run_the_native_derivation(
 
 
 def test_bodies_over_the_service_limit_get_413(
-    corpus: tuple[MmeEndpoint, dict[str, Expect | None]],
+    corpus: Corpus,
 ) -> None:
     from mmelocal.emulator.config import SERVICE_MAX_PAYLOAD_BYTES
 
     endpoint, expects = corpus
-    case = next(c for c in CASES if c.name == "seed-layout")
+    case = case_named("seed-layout")
     forward = expects[case.target]
     assert forward is not None
     request = json.dumps(request_json(X)).encode()
@@ -137,14 +134,12 @@ def test_bodies_over_the_service_limit_get_413(
     assert f"exceeded {SERVICE_MAX_PAYLOAD_BYTES} bytes" in response["Error"]["Message"]
 
 
-def test_unloading_an_ensemble_unloads_its_steps(
-    corpus: tuple[MmeEndpoint, dict[str, Expect | None]],
-) -> None:
+def test_unloading_an_ensemble_unloads_its_steps(corpus: Corpus) -> None:
     """Rule 4: the SageMaker DELETE unloads the model and its dependents (the steps)."""
     import urllib.request
 
     endpoint, _ = corpus
-    case = next(c for c in CASES if c.name == "ensemble-3")
+    case = case_named("ensemble-3")
     invoke(endpoint, case)
     triton = endpoint.server.emulator.instances[0].launcher.endpoints.http_url
 
