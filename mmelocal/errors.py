@@ -22,6 +22,7 @@ can show it without parsing text::
     │   │   └── DockerImageError    the image is not here and could not be pulled
     │   ├── ServerDiedError         the process exited while in use
     │   ├── ModelLoadError          Triton refused a model (Triton's own message)
+    │   │   └── UnsupportedModelError   this host cannot run it (names the backend, what would)
     │   ├── InferenceError          Triton refused a request
     │   └── DockerEngineError       the Docker engine cannot be reached
     ├── EmulatorError               the MME platform emulator
@@ -193,6 +194,10 @@ class ModelLoadError(RuntimeLayerError):
         self.model_name = model_name
         self.triton_message = triton_message
         self.status_code = status_code
+
+
+class UnsupportedModelError(ModelLoadError):
+    """The model needs what this host lacks (a GPU, a backend); the message says what runs it."""
 
 
 class InferenceError(RuntimeLayerError):

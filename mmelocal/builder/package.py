@@ -25,7 +25,8 @@ import shutil
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from mmelocal.builder.tarball import create_model_tarball, is_gzip
+from mmelocal.builder.mme_layout import MmeLayout, read_layout
+from mmelocal.builder.tarball import create_folders_tarball, is_gzip, safe_extract
 from mmelocal.errors import UserInputError
 
 log = logging.getLogger(__name__)
@@ -40,10 +41,55 @@ MAX_COPIES = 100_000
 def package_model(
     model_dir: Path | str, out_dir: Path | str, *, filename: str = "model.tar.gz"
 ) -> Path:
-    """Write ``out_dir/model.tar.gz`` with the model folder at the archive's top level."""
-    _refuse_repository(Path(model_dir))
-    out = _out_folder(out_dir)
-    return create_model_tarball(model_dir, out / filename)
+    """Write ``out_dir/model.tar.gz`` in the seed layout: the model folder at the archive's
+    top level (an ensemble: with its steps beside it).
+
+    ``model_dir`` is a model folder, a folder holding an ensemble and its steps, or a
+    ``.tar.gz`` in any layout SageMaker serves (re-packed; e.g. the root layout that
+    packaging helpers write becomes ``<name>/config.pbtxt``)."""
+    src = Path(model_dir)
+    if src.is_file():
+        return _repack(src, _out_folder(out_dir) / filename)
+    folders = _folder_plan(src)
+    return create_folders_tarball(folders, _out_folder(out_dir) / filename)
+
+
+def _folder_plan(src: Path) -> list[tuple[Path, str]]:
+    """What to pack from a model folder (or an ensemble with its steps), seed layout."""
+    if not src.is_dir():
+        raise UserInputError(f"model folder not found: {src}")
+    layout = read_layout(src)
+    _refuse_repository(src, layout)
+    layout.raise_for_errors(str(src))
+    return _archive_folders(layout, src.resolve().name)
+
+
+def _repack(tar_path: Path, dest: Path) -> Path:
+    """Extract a tarball and pack what SageMaker would serve from it in the seed layout."""
+    import tempfile
+
+    if not is_gzip(tar_path):
+        raise UserInputError(
+            f"{tar_path} is not a gzip file; pass a model folder or a model.tar.gz"
+        )
+    with tempfile.TemporaryDirectory(prefix="mmelocal-repack-") as work:
+        root = safe_extract(tar_path, Path(work) / "x")
+        layout = read_layout(root)
+        layout.raise_for_errors(str(tar_path))
+        stem = tar_path.name.removesuffix(".gz").removesuffix(".tar").removesuffix(".tgz")
+        return create_folders_tarball(_archive_folders(layout, stem), dest)
+
+
+def _archive_folders(layout: MmeLayout, root_name: str) -> list[tuple[Path, str]]:
+    """``(folder, name in the archive)`` for every folder a load touches; a root-layout
+    model gets its config's name, else ``root_name``."""
+    from mmelocal.builder.config import read_config
+
+    assert layout.served_dir is not None  # raise_for_errors ran
+    if layout.rule == "root":
+        name = str(read_config(layout.served_dir / "config.pbtxt").name) or root_name
+        return [(layout.served_dir, name)]
+    return list(layout.named_folders)
 
 
 def package_copies(
@@ -73,14 +119,14 @@ def package_copies(
         raise UserInputError(f"model folder or tarball not found: {src}")
     if not src.is_dir() and not src.is_file():
         raise UserInputError(f"{src} is neither a model folder nor a file (a pipe, a device?)")
-    _refuse_repository(src)
+    folders = _folder_plan(src) if src.is_dir() else []
     if src.is_file() and not is_gzip(src):
         raise UserInputError(f"{src} is not a gzip file; pass a model folder or a model.tar.gz")
     out = _out_folder(out)
     paths = [out / f"{prefix}{i}.tar.gz" for i in range(copies)]
     first = paths[0]
-    if src.is_dir():
-        create_model_tarball(src, first)
+    if folders:
+        create_folders_tarball(folders, first)
         method = "packaged"
     elif _same_file(src, first):
         method = "hardlink"
@@ -96,10 +142,9 @@ def package_copies(
     return paths
 
 
-def _refuse_repository(src: Path) -> None:
-    """A repository (model folders inside, no config.pbtxt of its own) would be packaged
-    with the repository at the archive's top level, which no MME can load."""
-    if not src.is_dir() or (src / "config.pbtxt").exists():
+def _refuse_repository(src: Path, layout: MmeLayout) -> None:
+    """A repository (several model folders, no ensemble) is not one MME model."""
+    if layout.rule != "ambiguous":
         return
     models = sorted(p.parent.name for p in src.glob("*/config.pbtxt"))
     if models:

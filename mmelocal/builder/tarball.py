@@ -23,6 +23,7 @@ import shutil
 import tarfile
 import tempfile
 import zlib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, cast
 
@@ -50,15 +51,33 @@ def create_model_tarball(
     point inside the model folder. The file is written next to ``out_path`` and renamed.
     """
     src = Path(model_dir)
+    return create_folders_tarball(
+        [(src, src.resolve().name)], out_path, compresslevel=compresslevel, mtime=mtime
+    )
+
+
+def create_folders_tarball(
+    folders: Sequence[tuple[Path, str]],
+    out_path: Path | str,
+    *,
+    compresslevel: int = 6,
+    mtime: int = 0,
+) -> Path:
+    """Like :func:`create_model_tarball` with several top-level folders, each
+    ``(folder, name in the archive)`` (an ensemble and its steps)."""
     out = Path(out_path)
-    if not src.is_dir():
-        raise UserInputError(f"model folder not found: {src}")
+    if not folders:
+        raise UserInputError("nothing to package: no model folder given")
+    for src, _ in folders:
+        if not src.is_dir():
+            raise UserInputError(f"model folder not found: {src}")
+        if out.resolve().is_relative_to(src.resolve()):
+            raise UserInputError(
+                f"the tarball {out} must not be written inside the model folder {src}"
+            )
     if not 1 <= compresslevel <= 9:
         raise UserInputError(f"compresslevel must be in 1..9, got {compresslevel}")
-    if out.resolve().is_relative_to(src.resolve()):
-        raise UserInputError(f"the tarball {out} must not be written inside the model folder {src}")
     out.parent.mkdir(parents=True, exist_ok=True)
-    root_name = src.resolve().name
     fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
     try:
         with (
@@ -68,26 +87,31 @@ def create_model_tarball(
             ) as gz,
             tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
         ):
-            for path in _sorted_walk(src):
-                rel = path.relative_to(src).as_posix()
-                arcname = root_name if rel == "." else f"{root_name}/{rel}"
-                info = tar.gettarinfo(str(path), arcname)
-                _normalise(info, mtime)
-                if info.issym():
-                    _check_inside_link(src, path)
-                if info.isreg():
-                    with open(path, "rb") as fh:
-                        tar.addfile(info, fh)
-                elif info.isdir() or info.issym():
-                    tar.addfile(info)
-                else:
-                    raise UserInputError(f"{path} is not a file, folder or symlink; remove it")
+            for src, root_name in sorted(folders, key=lambda pair: pair[1]):
+                _add_folder(tar, src, root_name, mtime)
         os.replace(tmp_name, out)
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
         raise
     log.info("wrote %s (%d bytes)", out, out.stat().st_size)
     return out
+
+
+def _add_folder(tar: tarfile.TarFile, src: Path, root_name: str, mtime: int) -> None:
+    for path in _sorted_walk(src):
+        rel = path.relative_to(src).as_posix()
+        arcname = root_name if rel == "." else f"{root_name}/{rel}"
+        info = tar.gettarinfo(str(path), arcname)
+        _normalise(info, mtime)
+        if info.issym():
+            _check_inside_link(src, path)
+        if info.isreg():
+            with open(path, "rb") as fh:
+                tar.addfile(info, fh)
+        elif info.isdir() or info.issym():
+            tar.addfile(info)
+        else:
+            raise UserInputError(f"{path} is not a file, folder or symlink; remove it")
 
 
 def _sorted_walk(root: Path) -> list[Path]:
@@ -348,6 +372,7 @@ __all__ = [
     "DEFAULT_MAX_MEMBERS",
     "DEFAULT_MAX_UNPACKED_BYTES",
     "BadArchiveError",
+    "create_folders_tarball",
     "create_model_tarball",
     "is_gzip",
     "safe_extract",

@@ -7,7 +7,9 @@ count, data types, ranks and dims from the graph; TorchScript: the number and na
 ``forward`` arguments - ranks and dtypes are not recorded statically in TorchScript),
 the batch dimension against ``max_batch_size`` (see :mod:`mmelocal.builder.compare`), warmup
 and batching settings against ``max_batch_size``, and for tarballs the MME layout plus the
-safety checks of :func:`~mmelocal.builder.tarball.safe_extract`.
+safety checks of :func:`~mmelocal.builder.tarball.safe_extract`. Tarballs go through
+:func:`~mmelocal.builder.mme_layout.read_layout` (SageMaker's layout rules); a folder of
+tarballs (a store) is also checked for ensemble steps that two tarballs share.
 """
 
 from __future__ import annotations
@@ -20,26 +22,16 @@ from pathlib import Path
 from typing import Any
 
 from mmelocal.builder import repository, tarball
+from mmelocal.builder.backends import execution_env_problem, host_limit
 from mmelocal.builder.compare import check_artifact
 from mmelocal.builder.config import read_config
+from mmelocal.builder.findings import SEVERITIES, Problem
+from mmelocal.builder.mme_layout import MmeLayout, read_layout, step_collisions
 from mmelocal.errors import ConfigError, UnsafeArchiveError
 
-SEVERITIES = ("error", "warning", "info")
+#: where Triton reads ``model_warmup`` ``input_data_file``s (``<model>/warmup/<file>``)
+WARMUP_FOLDER = "warmup"
 _GUESSED_FILES = [*repository.PLATFORM_FILES.values(), "model.py"]
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One finding: a stable ``code`` (e.g. ``io.dtype``), where, what, and how bad."""
-
-    code: str
-    path: str
-    message: str
-    severity: str = "error"
-
-    def __post_init__(self) -> None:
-        if self.severity not in SEVERITIES:
-            raise ValueError(f"severity must be one of {SEVERITIES}, got {self.severity!r}")
 
 
 @dataclass
@@ -86,7 +78,8 @@ def validate_path(
     max_members: int = tarball.DEFAULT_MAX_MEMBERS,
     max_unpacked_bytes: int = tarball.DEFAULT_MAX_UNPACKED_BYTES,
 ) -> ValidationReport:
-    """Validate a repository, model folder or model.tar.gz; never raises for bad content."""
+    """Validate a repository, model folder, model.tar.gz or a store (a folder of tarballs);
+    never raises for bad content."""
     p = Path(path)
     report = ValidationReport(path=str(p))
     try:
@@ -113,6 +106,9 @@ def _validate_any(p: Path, report: ValidationReport, max_members: int, max_bytes
     elif _looks_like_model(p):
         report.kind = "model"
         _validate_model(p, report, display=p)
+    elif _looks_like_store(p):
+        report.kind = "store"
+        _validate_store(p, report, max_members, max_bytes)
     else:
         report.kind = "repository"
         _validate_repository(p, report)
@@ -123,6 +119,31 @@ def _looks_like_model(p: Path) -> bool:
         return True
     subdirs = [c for c in p.iterdir() if c.is_dir() and not c.name.startswith(".")]
     return bool(subdirs) and all(c.name.isdigit() for c in subdirs)
+
+
+def _looks_like_store(p: Path) -> bool:
+    """A folder of tarballs (an MME's S3 prefix, mirrored) and no model folder."""
+    has_models = any(c.is_dir() and (c / "config.pbtxt").is_file() for c in p.iterdir())
+    return not has_models and any(p.rglob("*.tar.gz"))
+
+
+def _validate_store(
+    store: Path, report: ValidationReport, max_members: int, max_bytes: int
+) -> None:
+    layouts: dict[str, MmeLayout] = {}
+    for tar_path in sorted(store.rglob("*.tar.gz")):
+        target = tar_path.relative_to(store).as_posix()
+        layout = _validate_tarball(tar_path, report, max_members, max_bytes, label=target)
+        if layout is not None:
+            layouts[target] = layout
+    for name, targets in step_collisions(layouts).items():
+        report.add(
+            "store.step_collision",
+            store,
+            f"ensemble step {name!r} is in {targets}: step names are global in one Triton, so "
+            "on an instance that has loaded one of them the others fail to load; rename the steps",
+            "warning",
+        )
 
 
 def _validate_repository(repo: Path, report: ValidationReport) -> None:
@@ -138,9 +159,17 @@ def _validate_repository(repo: Path, report: ValidationReport) -> None:
 
 
 def _validate_tarball(
-    tar_path: Path, report: ValidationReport, max_members: int, max_bytes: int
-) -> None:
+    tar_path: Path,
+    report: ValidationReport,
+    max_members: int,
+    max_bytes: int,
+    *,
+    label: str | None = None,
+) -> MmeLayout | None:
+    """Extract, apply the MME layout rules, validate every folder a load touches; the
+    layout with the extracted paths (gone on return), None when it did not extract."""
     tmp = Path(tempfile.mkdtemp(prefix="mmelocal-validate-"))
+    name = label or tar_path.name
     try:
         out = tmp / "x"
         try:
@@ -148,33 +177,23 @@ def _validate_tarball(
                 tar_path, out, max_members=max_members, max_unpacked_bytes=max_bytes
             )
         except tarball.BadArchiveError as exc:
-            report.add("archive.corrupt", tar_path, _strip_prefix(str(exc), tar_path))
-            return
+            report.add("archive.corrupt", name, _strip_prefix(str(exc), tar_path))
+            return None
         except UnsafeArchiveError as exc:
-            report.add("archive.unsafe", tar_path, _strip_prefix(str(exc), tar_path))
-            return
-        top = sorted(out.iterdir())
-        files = [c.name for c in top if not c.is_dir() or c.is_symlink()]
-        folders = [c for c in top if c.is_dir() and not c.is_symlink()]
-        if "config.pbtxt" in files:
-            report.add(
-                "archive.layout",
-                tar_path,
-                "config.pbtxt is at the top level; the model folder must be: "
-                "tar -C <repo> -czf model.tar.gz <model_name>",
-            )
-            return
-        if files:
-            report.add("archive.layout", tar_path, f"files at the top level: {files}")
-        if len(folders) != 1:
-            names = [f.name for f in folders]
-            report.add(
-                "archive.layout",
-                tar_path,
-                f"expected one model folder at the top level, found {len(folders)}: {names}",
-            )
-        if len(folders) == 1:
-            _validate_model(folders[0], report, display=f"{tar_path.name}:{folders[0].name}")
+            report.add("archive.unsafe", name, _strip_prefix(str(exc), tar_path))
+            return None
+        layout = read_layout(out)
+
+        def shown(path: Path | str) -> str:
+            rel = Path(path).relative_to(out).as_posix()
+            return name if rel == "." else f"{name}:{rel}"
+
+        for finding in layout.findings:
+            report.add(finding.code, shown(finding.path), finding.message, finding.severity)
+        for folder in layout.folders:
+            served = folder == layout.served_dir
+            _validate_model(folder, report, display=shown(folder), served=served)
+        return layout
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -183,7 +202,10 @@ def _strip_prefix(message: str, tar_path: Path) -> str:
     return message.removeprefix(f"{tar_path}: ").removeprefix(f"{tar_path} ")
 
 
-def _validate_model(model_dir: Path, report: ValidationReport, *, display: Path | str) -> None:
+def _validate_model(
+    model_dir: Path, report: ValidationReport, *, display: Path | str, served: bool = False
+) -> None:
+    """Check one model folder; ``served``: the folder an MME serves as the TargetModel."""
     where = str(display)
     report.models.append(model_dir.name)
     config_path = model_dir / "config.pbtxt"
@@ -198,18 +220,13 @@ def _validate_model(model_dir: Path, report: ValidationReport, *, display: Path 
             msg = f"line {exc.line}: {msg}"
         report.add("config.invalid", f"{where}/config.pbtxt", msg)
         return
-    if not cfg.name:
-        report.add(
-            "config.no_name", where, "config has no name; Triton uses the folder name", "warning"
-        )
-    elif cfg.name != model_dir.name:
-        report.add(
-            "config.name_mismatch",
-            where,
-            f"config name {cfg.name!r} differs from its folder {model_dir.name!r}",
-        )
+    _check_name(cfg, model_dir, report, where, served=served)
+    _check_host(cfg, model_dir, report, where)
+    _check_warmup_files(cfg, model_dir, report, where)
     _check_batching(cfg, report, where)
     versions = _versions(model_dir, report, where)
+    if cfg.platform == "ensemble":
+        return  # an ensemble's version folder is empty: its steps hold the artifacts
     filename = repository.artifact_filename(cfg)
     if not cfg.platform and not cfg.backend:
         report.add(
@@ -239,10 +256,59 @@ def _validate_model(model_dir: Path, report: ValidationReport, *, display: Path 
             )
 
 
+def _check_name(
+    cfg: Any, model_dir: Path, report: ValidationReport, where: str, *, served: bool
+) -> None:
+    if served and not cfg.name:
+        report.add("config.no_name", where, "config has no name: served as the TargetModel", "info")
+    elif served and cfg.name != model_dir.name:
+        report.add(
+            "config.name_ignored",
+            where,
+            f"config name {cfg.name!r} is ignored: an MME serves this model as the TargetModel",
+            "info",
+        )
+    elif not cfg.name:
+        report.add(
+            "config.no_name", where, "config has no name; Triton uses the folder name", "warning"
+        )
+    elif cfg.name != model_dir.name:
+        report.add(
+            "config.name_mismatch",
+            where,
+            f"config name {cfg.name!r} differs from its folder {model_dir.name!r}",
+        )
+
+
+def _check_host(cfg: Any, model_dir: Path, report: ValidationReport, where: str) -> None:
+    """What a CPU-only host cannot run (a warning: the cloud can), and a Python model's
+    execution environment (an error: no host can run it)."""
+    limit = host_limit(cfg, gpu=False)
+    if limit is not None:
+        message = f"SageMaker runs it; a CPU-only host cannot: {limit}"
+        report.add("host.unsupported", where, message, "warning")
+    env_problem = execution_env_problem(cfg, model_dir, stub_python=None)
+    if env_problem is not None:
+        report.add("python.execution_env", where, env_problem)
+
+
+def _check_warmup_files(cfg: Any, model_dir: Path, report: ValidationReport, where: str) -> None:
+    for warm in cfg.model_warmup:
+        for key, value in warm.inputs.items():
+            name = value.input_data_file
+            if name and not (model_dir / WARMUP_FOLDER / name).is_file():
+                report.add(
+                    "config.warmup",
+                    where,
+                    f"model_warmup {warm.name or '?'}: {key!r} reads {WARMUP_FOLDER}/{name}, "
+                    "which is missing; Triton fails the load",
+                )
+
+
 def _versions(model_dir: Path, report: ValidationReport, where: str) -> list[int]:
     versions = []
     for child in sorted(model_dir.iterdir()):
-        if not child.is_dir() or child.name.startswith("."):
+        if not child.is_dir() or child.name.startswith(".") or child.name == WARMUP_FOLDER:
             continue
         if child.name.isdigit() and not child.name.startswith("0"):
             versions.append(int(child.name))

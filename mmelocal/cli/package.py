@@ -33,7 +33,9 @@ from mmelocal.builder.package import MAX_COPIES
     help="Validate the model first and refuse to package a broken one.",
 )
 def package(model_dir: Path, out_dir: Path, copies: int | None, prefix: str, check: bool) -> None:
-    """Package MODEL_DIR (a model folder, or a model.tar.gz with --copies) for an MME."""
+    """Package MODEL_DIR for an MME: a model folder, an ensemble with its steps, or a
+    model.tar.gz in any layout SageMaker serves (re-packed in the seed layout; with
+    --copies, copied as it is)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
     from rich.table import Table
 
@@ -55,8 +57,6 @@ def package(model_dir: Path, out_dir: Path, copies: int | None, prefix: str, che
             )
     methods: dict[str, int] = {}
     if copies is None:
-        if model_dir.is_file():
-            fail(f"{model_dir} is already a tarball; pass --copies N to make copies of it")
         with console.status(f"packaging {model_dir}"):
             paths = [package_model(model_dir, out_dir)]
         methods["packaged"] = 1

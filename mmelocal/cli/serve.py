@@ -75,6 +75,13 @@ from mmelocal.cli._output import console, size_option
     help="Seconds a call waits for a cold load before ModelNotReadyException.",
 )
 @click.option("--s3-endpoint-url", help="S3-compatible endpoint for an s3:// store (default AWS).")
+@click.option(
+    "--max-payload",
+    callback=size_option,
+    default="6MiB",
+    show_default=True,
+    help="Largest InvokeEndpoint body; larger ones get 413 as from the service (6 MiB).",
+)
 def serve(
     store: str,
     host: str,
@@ -91,6 +98,7 @@ def serve(
     endpoint_name: str | None,
     load_wait: float,
     s3_endpoint_url: str | None,
+    max_payload: int,
 ) -> None:
     """Run the MME emulator: boto3 InvokeEndpoint and KServe v2 on one port."""
     from mmelocal.emulator.platform import Emulator, EmulatorConfig
@@ -110,6 +118,7 @@ def serve(
         endpoint_name=endpoint_name,
         load_wait_timeout_s=load_wait,
         s3_endpoint_url=s3_endpoint_url,
+        max_payload_bytes=max_payload,
     )
     emulator = Emulator(config)
     root = logging.getLogger("mmelocal")

@@ -3,7 +3,8 @@
 Layout under ``root``::
 
     <root>/<key>/model/        the extracted tarball (the folder given to Triton as "url")
-    <root>/<key>/served/       a derived copy Triton can run (only when ``prepare`` made one)
+    <root>/<key>/served/       a derived copy Triton can run (when ``prepare`` made one, or
+                               the root layout re-homed under ``served/model/``)
     <root>/<key>/meta.json     the TargetModel, the store version, the size on disk
     <root>/.staging-*/         work in progress (removed at start)
     <root>/.downloads/         tarballs being downloaded
@@ -31,13 +32,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from mmelocal.builder.mme_layout import MmeLayout, read_layout
 from mmelocal.emulator.lru import ArtifactUsage, plan_disk_eviction
 from mmelocal.emulator.store import ModelStore, validate_target
 from mmelocal.errors import EmulatorError, UnsafeArchiveError, UserInputError, ValidationError
 
 logger = logging.getLogger(__name__)
 
-Prepare = Callable[[Path, Path], "Path | None"]
+Prepare = Callable[[MmeLayout, Path], "Path | None"]
+"""``prepare(layout, out_dir)``: write the folders of ``layout`` Triton can run into
+``out_dir`` (returning it), or return None to serve the extracted folder as it is."""
 
 
 @dataclass
@@ -52,6 +56,8 @@ class CachedArtifact:
     version: str
     last_used_s: float
     pins: int = 0
+    steps: tuple[str, ...] = ()
+    """Ensemble steps the load adds under their own names (global in one Triton)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -143,6 +149,7 @@ class ArtifactCache:
                     size_bytes=int(meta["size_bytes"]),
                     version=str(meta.get("version", "")),
                     last_used_s=float(meta_path.stat().st_mtime),
+                    steps=tuple(str(s) for s in meta.get("steps", ())),
                 )
             except (OSError, ValueError, KeyError):
                 shutil.rmtree(meta_path.parent, ignore_errors=True)
@@ -192,8 +199,9 @@ class ArtifactCache:
     def ensure(self, target: str, *, prepare: Prepare | None = None) -> FetchResult:
         """The artifact for ``target`` on disk: a hit, or download + safe extraction.
 
-        ``prepare(model_dir, out_dir)`` may write a derived copy into ``out_dir`` (returning
-        it) or return None to serve the extracted folder as it is.
+        The extracted folder goes through :func:`~mmelocal.builder.mme_layout.read_layout`
+        (SageMaker's layout rules); ``prepare`` (see :data:`Prepare`) may then write a
+        derived copy.
         """
         validate_target(target)
         with self._lock:
@@ -228,13 +236,15 @@ class ArtifactCache:
                 safe_extract(tarball, staging / "model", max_unpacked_bytes=self.max_unpacked_bytes)
             t2 = time.perf_counter()
             self._discard_later(tarball)
-            _check_layout(staging / "model", target)
-            serve_rel = "model"
-            if prepare is not None and prepare(staging / "model", staging / "served") is not None:
-                serve_rel = "served"
+            serve_rel, steps = _serve_folder(staging, target, prepare)
             t3 = time.perf_counter()
             size = tree_size(staging)
-            meta = {"target": target, "version": info.version, "size_bytes": size}
+            meta = {
+                "target": target,
+                "version": info.version,
+                "size_bytes": size,
+                "steps": list(steps),
+            }
             (staging / "meta.json").write_text(json.dumps(meta))
             entry = self.root / key
             if entry.exists():
@@ -260,6 +270,7 @@ class ArtifactCache:
             size_bytes=size,
             version=info.version,
             last_used_s=time.time(),
+            steps=steps,
         )
         with self._lock:
             self._entries[target] = art
@@ -327,14 +338,24 @@ class ArtifactCache:
         shutil.rmtree(art.entry_dir, ignore_errors=True)
 
 
-def _check_layout(model_root: Path, target: str) -> None:
-    """The tarball must hold at least one model folder (with config.pbtxt) at its top level."""
-    folders = [p for p in model_root.iterdir() if p.is_dir() and (p / "config.pbtxt").is_file()]
-    if not folders:
-        raise ValidationError(
-            f"TargetModel {target!r}: the tarball holds no model folder with a config.pbtxt at "
-            "its top level; create it with `tar -C repo -czf model.tar.gz <model_name>`"
-        )
+def _serve_folder(
+    staging: Path, target: str, prepare: Prepare | None
+) -> tuple[str, tuple[str, ...]]:
+    """Apply the layout rules to ``staging/model``; the folder (relative) to give Triton
+    and the names of the ensemble steps the load adds.
+
+    Triton's root rule only works under ``/opt/ml/models/<hash>/model``, so a root-layout
+    model is re-homed as ``served/model/`` (the folder name SageMaker's Triton uses)."""
+    layout = read_layout(staging / "model")
+    layout.raise_for_errors(f"TargetModel {target!r}")
+    if prepare is not None and prepare(layout, staging / "served") is not None:
+        return "served", layout.step_names
+    if layout.rule == "root":
+        (staging / "served").mkdir()
+        os.rename(staging / "model", staging / "served" / layout.served_folder_name())
+        (staging / "model").mkdir()
+        return "served", layout.step_names
+    return "model", layout.step_names
 
 
 __all__ = ["ArtifactCache", "CachedArtifact", "FetchResult", "target_key", "tree_size"]

@@ -9,6 +9,13 @@ from mmelocal.emulator.instance import InstanceOptions
 from mmelocal.errors import UserInputError
 from mmelocal.units import GiB
 
+#: InvokeEndpoint's body limit: ``BodyBlob`` ``"max": 6291456`` in botocore's model
+#: (botocore/data/sagemaker-runtime/2017-05-13/service-2.json; botocore does not enforce it
+#: on the client) and "6 MB" in the InvokeEndpoint API reference. The service answers a
+#: larger body with HTTP 413 and no ``__type``, so boto3 raises ClientError with Code
+#: "413" and the message "HTTP content length exceeded N bytes." (as reported in
+#: aws/sagemaker-python-sdk#171, then with the older 5 MB limit).
+SERVICE_MAX_PAYLOAD_BYTES = 6_291_456
 LAUNCHERS = ("local", "docker", "external")
 
 
@@ -18,6 +25,8 @@ class EmulatorConfig:
 
     ``invoke_timeout_s`` is how long the model may take to answer one invocation (60 s on
     SageMaker); past it the caller gets a ModelError with ``OriginalStatusCode`` 504.
+    ``max_payload_bytes`` caps an InvokeEndpoint body as the service does (6 MB, answered
+    413, see :data:`SERVICE_MAX_PAYLOAD_BYTES`).
 
     ``memory_budget_bytes`` is per instance and used by the host probe (no GPU); ``None``
     means half of this machine's memory divided among the instances. ``instances=None``
@@ -45,6 +54,7 @@ class EmulatorConfig:
     s3_endpoint_url: str | None = None
     watchdog_interval_s: float = 0.2
     gpus: tuple[int, ...] | None = None
+    max_payload_bytes: int = SERVICE_MAX_PAYLOAD_BYTES
 
     def __post_init__(self) -> None:
         if self.launcher not in LAUNCHERS:
@@ -57,6 +67,8 @@ class EmulatorConfig:
             raise UserInputError(f"memory_budget_bytes must be > 0, got {self.memory_budget_bytes}")
         if self.disk_budget_bytes <= 0:
             raise UserInputError(f"disk_budget_bytes must be > 0, got {self.disk_budget_bytes}")
+        if self.max_payload_bytes <= 0:
+            raise UserInputError(f"max_payload_bytes must be > 0, got {self.max_payload_bytes}")
         if self.load_wait_timeout_s <= 0:
             raise UserInputError(f"load_wait_timeout_s must be > 0, got {self.load_wait_timeout_s}")
         if self.launcher == "external" and not self.external_urls:

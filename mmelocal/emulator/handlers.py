@@ -91,6 +91,17 @@ def sagemaker_error(status: int, error_type: str, message: str, **extra: object)
     return Answer(status, headers, json.dumps(body).encode())
 
 
+def payload_too_large(limit_bytes: int) -> Answer:
+    """The service's answer to a body over the InvokeEndpoint limit: 413 with no ``__type``,
+    which boto3 raises as ClientError Code "413" (source: ``SERVICE_MAX_PAYLOAD_BYTES``)."""
+    message = (
+        f"HTTP content length exceeded {limit_bytes} bytes. (InvokeEndpoint bodies are capped "
+        "at 6 MB; send less per call, or raise the emulator's cap with --max-payload)"
+    )
+    headers = [("Content-Type", JSON_TYPE), ("x-amzn-RequestId", request_id())]
+    return Answer(413, headers, json.dumps({"message": message}).encode())
+
+
 def v2_error(status: int, message: str) -> Answer:
     """Triton's error shape (``{"error": ...}``), which tritonclient raises as its exception."""
     return Answer(status, [("Content-Type", JSON_TYPE)], json.dumps({"error": message}).encode())
@@ -115,7 +126,11 @@ async def handle_invocation(
 ) -> Answer:
     """``POST /endpoints/{name}/invocations`` (metrics recorded here)."""
     t0 = time.perf_counter()
-    answer, model_s = await _invocation(emulator, endpoint_name, get, body)
+    limit = emulator.config.max_payload_bytes
+    if len(body) > limit:
+        answer, model_s = payload_too_large(limit), 0.0
+    else:
+        answer, model_s = await _invocation(emulator, endpoint_name, get, body)
     emulator.metrics.record_invocation(answer.status, time.perf_counter() - t0 - model_s)
     return answer
 

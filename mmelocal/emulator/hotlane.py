@@ -78,6 +78,8 @@ class HotLane:
         configured = self.emulator.config.endpoint_name
         if configured is not None and name != configured:
             return False
+        if len(body) > self.emulator.config.max_payload_bytes:
+            return False  # the coroutine path answers 413
         raw_target = headers.get(_TARGET)
         if raw_target is None:
             return False

@@ -162,7 +162,8 @@ class Loader:
                     f"(fewer instance_group copies, a smaller max_batch_size)"
                 )
             raise ModelLoadError(
-                f"Triton could not load {entry.target!r} (HTTP {status}): {text}",
+                f"Triton could not load {entry.target!r} (HTTP {status}): {text}"
+                + self._step_collision(entry.target),
                 model_name=entry.target,
                 triton_message=text,
                 status_code=status,
@@ -187,6 +188,23 @@ class Loader:
             await self.evictor.make_room(
                 0, exclude=entry.target, why=f"over the limit after {entry.target}", strict=False
             )
+
+    def _step_collision(self, target: str) -> str:
+        """Which loaded TargetModels already hold ``target``'s ensemble steps ('' if none)."""
+        mine = self.cache.lookup(target)
+        if mine is None or not mine.steps:
+            return ""
+        clashes = []
+        for other in self.state.loaded():
+            art = self.cache.lookup(other)
+            shared = sorted(set(mine.steps) & set(art.steps)) if art is not None else []
+            clashes += [f"step {name!r} is also loaded by {other!r}" for name in shared]
+        if not clashes:
+            return ""
+        return (
+            f"; {'; '.join(clashes)}: ensemble step names are global in one Triton (on "
+            "SageMaker too), rename the steps so every tarball's are unique"
+        )
 
 
 __all__ = ["Loader"]

@@ -20,6 +20,7 @@ from typing import Any
 
 import aiohttp
 
+from mmelocal.builder.mme_layout import MmeLayout
 from mmelocal.emulator.cache import ArtifactCache, Prepare
 from mmelocal.emulator.config import EmulatorConfig
 from mmelocal.emulator.events import EventLog
@@ -161,8 +162,8 @@ class Emulator:
         backends = native.available_backends(backend_dir)
         gpu = bool(self._gpus)
 
-        def prepare(model_dir: Path, out_dir: Path) -> Path | None:
-            native.prepare_repository(model_dir, out_dir, backends_available=backends, gpu=gpu)
+        def prepare(layout: MmeLayout, out_dir: Path) -> Path | None:
+            native.prepare_layout(layout, out_dir, backends_available=backends, gpu=gpu)
             return out_dir
 
         return prepare

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from mmelocal.builder.config import read_config
+from mmelocal.builder.mme_layout import read_layout
 from mmelocal.builder.tarball import safe_extract
 from mmelocal.builder.validate import ValidationReport, validate_path
 from mmelocal.errors import MmeLocalError, ModelLoadError, ServerDiedError, UserInputError
@@ -162,14 +163,18 @@ def check_path(
         backends = _backends(opts, launcher)
         gpu = gpu_available()
         targets: list[_Target] = []
-        for model_dir in model_dirs:
-            check = ModelCheck(name=model_dir.name)
+        for model_dir, folder_name in model_dirs:
+            check = ModelCheck(name=folder_name or model_dir.name)
             report.models.append(check)
             for problem in _problems_for(report.validation, model_dir):
                 check.fail(f"validate: {problem}")
             try:
                 prepared = prepare_model_for_server(
-                    model_dir, served, backends_available=backends, gpu=gpu
+                    model_dir,
+                    served,
+                    backends_available=backends,
+                    gpu=gpu,
+                    folder_name=folder_name,
                 )
             except MmeLocalError as exc:
                 check.fail(str(exc))
@@ -216,23 +221,32 @@ def check_path(
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _model_dirs(source: Path, work: Path, report: CheckReport) -> list[Path]:
+def _model_dirs(source: Path, work: Path, report: CheckReport) -> list[tuple[Path, str | None]]:
+    """The model folders to check, each with the folder name to serve it under (None: its
+    own). A tarball goes through the MME layout rules: the folders one load touches."""
     if not source.exists():
         report.errors.append(f"{source} does not exist")
         return []
     if source.is_file() and source.name == "config.pbtxt":
         source = source.parent
-    if source.is_file():
-        try:
-            root = safe_extract(source, work / "extracted")
-        except MmeLocalError as exc:
-            report.errors.append(f"cannot extract {source}: {exc}")
-            return []
-    else:
-        root = source
-    if (root / "config.pbtxt").is_file():
-        return [root]
-    return sorted(c for c in root.iterdir() if c.is_dir() and (c / "config.pbtxt").is_file())
+    if source.is_dir():
+        if (source / "config.pbtxt").is_file():
+            return [(source, None)]
+        return [
+            (c, None)
+            for c in sorted(source.iterdir())
+            if c.is_dir() and (c / "config.pbtxt").is_file()
+        ]
+    try:
+        root = safe_extract(source, work / "extracted")
+    except MmeLocalError as exc:
+        report.errors.append(f"cannot extract {source}: {exc}")
+        return []
+    layout = read_layout(root)
+    if not layout.ok:
+        report.errors.extend(f"{source.name}: {f.message}" for f in layout.errors)
+        return []
+    return list(layout.named_folders)
 
 
 def _problems_for(validation: ValidationReport, model_dir: Path) -> list[str]:

@@ -20,14 +20,17 @@ import contextlib
 import logging
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mmelocal.builder.backends import backend_of, execution_env_problem, host_limit
 from mmelocal.builder.config import config_to_text, read_config
-from mmelocal.errors import ConfigError, UserInputError
+from mmelocal.builder.mme_layout import MmeLayout
+from mmelocal.errors import ConfigError, ModelLoadError, UnsupportedModelError, UserInputError
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +46,8 @@ NATIVE_FORMATS: dict[str, tuple[str, str, str]] = {
 #: backends every Triton has without a backend folder
 BUILTIN_BACKENDS = frozenset({"ensemble"})
 RUNNER_FILE = "model.py"
+#: the Python the local launcher's Python-backend stub runs (the one running mmelocal)
+STUB_PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,14 +64,7 @@ class PreparedModel:
 
 def required_backend(config: Any) -> str:
     """The backend a ModelConfig needs (``platform`` mapped to its backend name)."""
-    if config.backend:
-        return str(config.backend)
-    platform = str(config.platform)
-    if platform in NATIVE_FORMATS:
-        return NATIVE_FORMATS[platform][0]
-    if platform.startswith("tensorflow"):
-        return "tensorflow"
-    return platform
+    return backend_of(config)
 
 
 def available_backends(backend_directory: Path | None) -> frozenset[str]:
@@ -114,33 +112,42 @@ def prepare_model_for_server(
     *,
     backends_available: Iterable[str],
     gpu: bool,
+    folder_name: str | None = None,
 ) -> PreparedModel:
-    """Write a copy of ``model_dir`` into ``out_dir/<name>`` that this server can load.
+    """Write a copy of ``model_dir`` into ``out_dir/<folder_name or name>`` that this
+    server can load.
 
     Models whose backend the server has are copied as they are (hard links), except that
     ``KIND_GPU`` groups become ``KIND_CPU`` when ``gpu`` is False. Native models the
-    server lacks are derived (module docstring). An existing ``out_dir/<name>`` is
-    replaced atomically.
+    server lacks are derived (module docstring). An existing folder is replaced
+    atomically. A model this host cannot run at all (a TensorRT plan without a GPU, a
+    TensorFlow model) raises :class:`~mmelocal.errors.UnsupportedModelError` at once.
     """
     source = Path(model_dir)
     config_path = source / "config.pbtxt"
     if not config_path.is_file():
         raise UserInputError(f"{source} has no config.pbtxt: not a Triton model folder")
     config = read_config(config_path)
-    if not config.name:
+    if folder_name is not None:
+        config.name = folder_name  # what Triton reads the folder as (MME: the TargetModel)
+    elif not config.name:
         config.name = source.name
     name = str(config.name)
     needed = required_backend(config)
     available = frozenset(backends_available)
     notes: list[str] = []
+    limit = host_limit(config, gpu=gpu, backends=available)
+    if limit is not None:
+        raise UnsupportedModelError(limit, model_name=name)
+    env_problem = execution_env_problem(config, source, stub_python=STUB_PYTHON)
+    if env_problem is not None:
+        raise ModelLoadError(env_problem, model_name=name)
     derived = needed not in available
     if derived:
-        if needed not in {v[0] for v in NATIVE_FORMATS.values()}:
+        if str(config.platform or config.backend) not in NATIVE_FORMATS:
             raise ConfigError(
-                f"model {name!r} needs the {needed!r} backend, which this server lacks and "
-                f"mmelocal cannot emulate (it runs pytorch_libtorch, onnxruntime_onnx and "
-                f"tensorrt_plan models through the Python backend); "
-                f"available: {', '.join(sorted(available))}",
+                f"model {name!r} sets neither platform nor backend; set one (e.g. platform: "
+                '"pytorch_libtorch" or backend: "python")',
                 path=config_path,
             )
         _derive_config(config, source, notes)
@@ -157,7 +164,7 @@ def prepare_model_for_server(
                 (version / RUNNER_FILE).unlink(missing_ok=True)
                 shutil.copy2(runner, version / RUNNER_FILE)
         (staging / "config.pbtxt").write_text(config_to_text(config), encoding="utf-8")
-        target = out_root / name
+        target = out_root / (folder_name or name)
         _swap_in(staging, target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -189,6 +196,24 @@ def prepare_repository(
         prepare_model_for_server(child, out_dir, backends_available=available, gpu=gpu)
         for child in sorted(root.iterdir())
         if child.is_dir() and (child / "config.pbtxt").is_file()
+    ]
+
+
+def prepare_layout(
+    layout: MmeLayout,
+    out_dir: Path | str,
+    *,
+    backends_available: Iterable[str],
+    gpu: bool,
+) -> list[PreparedModel]:
+    """:func:`prepare_model_for_server` for every folder one MME load touches (the served
+    model and its ensemble steps), each under the folder name Triton will read."""
+    available = frozenset(backends_available)
+    return [
+        prepare_model_for_server(
+            folder, out_dir, backends_available=available, gpu=gpu, folder_name=name
+        )
+        for folder, name in layout.named_folders
     ]
 
 
@@ -262,6 +287,7 @@ __all__ = [
     "PreparedModel",
     "available_backends",
     "gpu_available",
+    "prepare_layout",
     "prepare_model_for_server",
     "prepare_repository",
     "required_backend",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -121,6 +122,11 @@ def test_cli_package_bad_inputs_one_line_exit_2(
 
 def test_a_repository_is_not_packaged_as_a_model(tmp_path: Path, model: Path) -> None:
     repo = model.parent
+    # one model in it is unambiguous (SageMaker serves the only folder): seed layout
+    one = package_model(repo, tmp_path / "one")
+    with tarfile.open(one) as tar:
+        assert {m.name.split("/")[0] for m in tar.getmembers()} == {model.name}
+    make_onnx_model_dir(repo, "tiny2")
     with pytest.raises(UserInputError, match="is a model repository; package one of"):
         package_model(repo, tmp_path / "out")
     with pytest.raises(UserInputError, match=f"{model.name}"):
@@ -157,3 +163,28 @@ def test_cli_package(tmp_path: Path, model: Path, capsys: pytest.CaptureFixture[
     assert "config.invalid" in capsys.readouterr().out
     assert not (tmp_path / "q").exists()
     assert main(["package", str(tmp_path / "nope"), "--out", str(tmp_path / "q")]) == 2
+
+
+def test_root_layout_and_ensemble_are_repacked_in_the_seed_layout(
+    tmp_path: Path, model: Path
+) -> None:
+    root_tar = tmp_path / "root.tar.gz"
+    with tarfile.open(root_tar, "w:gz") as tar:
+        for child in model.iterdir():
+            tar.add(child, arcname=child.name)
+    repacked = package_model(root_tar, tmp_path / "a")
+    with tarfile.open(repacked) as tar:
+        names = tar.getnames()
+    assert "tiny/config.pbtxt" in names and "config.pbtxt" not in names
+    repo = tmp_path / "ens"
+    step = make_onnx_model_dir(repo, "step")
+    (repo / "ens" / "1").mkdir(parents=True)
+    (repo / "ens" / "config.pbtxt").write_text(
+        'name: "ens"\nplatform: "ensemble"\nmax_batch_size: 8\n'
+        'ensemble_scheduling { step [ { model_name: "step" model_version: -1 } ] }\n'
+    )
+    (repo / "unused").mkdir()
+    packed = package_model(repo, tmp_path / "b")
+    with tarfile.open(packed) as tar:
+        tops = {m.name.split("/")[0] for m in tar.getmembers()}
+    assert tops == {"ens", step.name}

@@ -159,25 +159,26 @@ def two_top_level_folders(tmp: Path) -> tuple[Path, list[str]]:
     with tarfile.open(p, "w:gz") as tar:
         tar.add(model, arcname="tiny")
         tar.add(model, arcname="tiny2")
-    return p, ["found 2"]
+    return p, ["layout.ambiguous", "'tiny', 'tiny2'", "undefined"]
 
 
 def file_at_top_level(tmp: Path) -> tuple[Path, list[str]]:
+    # files at the top level are ignored by Triton (a warning); with no folder beside them
+    # there is nothing to load
     model = _model(tmp)
     p = tmp / "m.tar.gz"
     with tarfile.open(p, "w:gz") as tar:
-        tar.add(model, arcname="tiny")
         tar.add(model / "config.pbtxt", arcname="README")
-    return p, ["files at the top level"]
+    return p, ["layout.empty", "nothing to load"]
 
 
 def config_at_top_level(tmp: Path) -> tuple[Path, list[str]]:
+    # the root layout is served (rule 1), but a model needs a version folder
     model = _model(tmp)
     p = tmp / "m.tar.gz"
     with tarfile.open(p, "w:gz") as tar:
-        for child in model.iterdir():
-            tar.add(child, arcname=child.name)
-    return p, ["config.pbtxt is at the top level"]
+        tar.add(model / "config.pbtxt", arcname="config.pbtxt")
+    return p, ["layout.no_version"]
 
 
 def missing_config(tmp: Path) -> tuple[Path, list[str]]:

@@ -101,3 +101,26 @@ def test_hostile_archives_never_write_outside(tmp_path: Path) -> None:
     assert all(p.startswith("cache") for p in new), new
     leftovers = [p for p in os.listdir(cache.root) if p.startswith(".staging-")]
     assert leftovers == []
+
+
+def test_root_layout_is_re_homed_for_any_launcher(tmp_path: Path) -> None:
+    """Triton's root rule needs /opt/ml/models/<hash>/model as the url, so without a prepare
+    hook (docker, external launchers) the root-layout model is served as served/model/."""
+    import tarfile
+
+    from mmelocal.testing.tiny_model import write_model
+
+    store = tmp_path / "store"
+    store.mkdir()
+    model = write_model(tmp_path / "src")
+    with tarfile.open(store / "root.tar.gz", "w:gz") as tar:
+        for child in model.iterdir():
+            tar.add(child, arcname=child.name)
+    cache = ArtifactCache(tmp_path / "cache", LocalStore(store), disk_budget_bytes=10**9)
+    art = cache.ensure("root.tar.gz").artifact
+    assert art.serve_dir.name == "served"
+    assert (art.serve_dir / "model" / "config.pbtxt").is_file()
+    assert (art.serve_dir / "model" / "1" / "model.py").is_file()
+    reopened = ArtifactCache(tmp_path / "cache", LocalStore(store), disk_budget_bytes=10**9)
+    assert reopened.lookup("root.tar.gz").serve_dir == art.serve_dir  # type: ignore[union-attr]
+    cache.close()

@@ -116,3 +116,24 @@ def test_check_all_loaded_measures_models_together(tmp_path):
     each = sum(m.memory_bytes or 0 for m in report.models)
     assert report.all_loaded_memory_bytes >= 0.5 * each  # both stubs alive at the same time
     assert all(m.unload_time_s is not None for m in report.models)
+
+
+def test_check_a_root_layout_tarball(tmp_path, capsys):
+    """config.pbtxt + 1/model.pt at the archive root, no name, KIND_GPU: the MME layout
+    rules make the root the model folder; it is checked under the name SageMaker gives it."""
+    import tarfile
+
+    folder = write_mlp(tmp_path / "src", "mlp", "torchscript")
+    config = folder / "config.pbtxt"
+    text = config.read_text().replace('name: "mlp"\n', "")
+    config.write_text(text.replace("instance_group {", "instance_group {\n  kind: KIND_GPU"))
+    tar_path = tmp_path / "root.tar.gz"
+    with tarfile.open(tar_path, "w:gz") as tar:
+        for child in sorted(folder.iterdir()):
+            tar.add(child, arcname=child.name)
+    code, report = _run_json(capsys, str(tar_path))
+    assert code == 0, report
+    [model] = report["models"]
+    assert model["name"] == "model" and model["status"] == "passed", model
+    assert model["reference"] == "matched"
+    assert any("KIND_CPU" in note for note in model["notes"])

@@ -12,9 +12,15 @@ import pytest
 from runtime_models import write_mlp, write_python_model
 
 from mmelocal.builder.config import read_config
-from mmelocal.errors import ConfigError, ServerStartError, UserInputError
+from mmelocal.errors import (
+    ModelLoadError,
+    ServerStartError,
+    UnsupportedModelError,
+    UserInputError,
+)
 from mmelocal.runtime.config import ServerConfig
 from mmelocal.runtime.native import (
+    STUB_PYTHON,
     available_backends,
     prepare_model_for_server,
     prepare_repository,
@@ -169,8 +175,51 @@ def test_unknown_backend_is_a_clear_error(tmp_path):
         .replace('backend: "python"', 'platform: "tensorflow_savedmodel"')
     )
     (folder / "config.pbtxt").write_text(text)
-    with pytest.raises(ConfigError, match="tensorflow"):
+    # a model this host cannot run is a model error (ModelError 424 through the emulator)
+    with pytest.raises(UnsupportedModelError, match=r"'tensorflow' backend.*Docker launcher"):
         prepare_model_for_server(folder, tmp_path / "out", backends_available={"python"}, gpu=False)
+
+
+def test_tensorrt_plan_needs_a_gpu(tmp_path):
+    folder = write_python_model(tmp_path / "src", "trt")
+    config = folder / "config.pbtxt"
+    config.write_text(config.read_text().replace('backend: "python"', 'platform: "tensorrt_plan"'))
+    with pytest.raises(UnsupportedModelError, match=r"NVIDIA GPU.*--launcher docker"):
+        prepare_model_for_server(folder, tmp_path / "out", backends_available={"python"}, gpu=False)
+    prepared = prepare_model_for_server(
+        folder, tmp_path / "out", backends_available={"python"}, gpu=True
+    )
+    assert prepared.derived and prepared.backend == "python"
+
+
+def test_execution_env_checks(tmp_path):
+    import io
+    import tarfile
+
+    folder = write_python_model(tmp_path / "src", "envmodel")
+    config = folder / "config.pbtxt"
+    config.write_text(
+        config.read_text() + 'parameters { key: "EXECUTION_ENV_PATH" value { string_value: '
+        '"$$TRITON_MODEL_DIRECTORY/env.tar.gz" } }\n'
+    )
+    out = tmp_path / "out"
+    with pytest.raises(ModelLoadError, match=r"env\.tar\.gz.*not in the model folder"):
+        prepare_model_for_server(folder, out, backends_available={"python"}, gpu=False)
+    other = "3.8" if STUB_PYTHON != "3.8" else "3.9"
+    with tarfile.open(folder / "env.tar.gz", "w:gz") as tar:
+        tar.addfile(tarfile.TarInfo(f"lib/python{other}/site.py"), io.BytesIO(b""))
+    with pytest.raises(ModelLoadError, match="holds no bin/activate"):
+        prepare_model_for_server(folder, out, backends_available={"python"}, gpu=False)
+    with tarfile.open(folder / "env.tar.gz", "w:gz") as tar:
+        tar.addfile(tarfile.TarInfo(f"lib/python{other}/site.py"), io.BytesIO(b""))
+        tar.addfile(tarfile.TarInfo("bin/activate"), io.BytesIO(b""))
+    with pytest.raises(ModelLoadError, match=f"Python {other}.*stub runs Python {STUB_PYTHON}"):
+        prepare_model_for_server(folder, out, backends_available={"python"}, gpu=False)
+    with tarfile.open(folder / "env.tar.gz", "w:gz") as tar:
+        tar.addfile(tarfile.TarInfo(f"lib/python{STUB_PYTHON}/site.py"), io.BytesIO(b""))
+        tar.addfile(tarfile.TarInfo("./bin/activate"), io.BytesIO(b""))
+    prepared = prepare_model_for_server(folder, out, backends_available={"python"}, gpu=False)
+    assert (prepared.served_dir / "env.tar.gz").is_file()
 
 
 def test_prepare_repository_and_backends(tmp_path):

@@ -1,0 +1,139 @@
+"""Which artifacts a host without the real backends can run, and what would run the rest.
+
+The pip ``tritonserver`` has the Python backend only; mmelocal serves TorchScript and ONNX
+models through it (:mod:`mmelocal.runtime.native`). A TensorRT plan needs an NVIDIA GPU
+(of the architecture it was built for); TensorFlow, OpenVINO, DALI, FIL ... need their
+own backend, which only a Triton container image has. :func:`host_limit` says so in one
+sentence, used by the emulator and ``check`` (an error, before any load) and by
+``validate`` (a warning: the cloud runs them).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+#: platform or backend -> the backend Triton needs for it
+PLATFORM_BACKENDS = {
+    "pytorch_libtorch": "pytorch",
+    "onnxruntime_onnx": "onnxruntime",
+    "tensorrt_plan": "tensorrt",
+    "tensorflow_savedmodel": "tensorflow",
+    "tensorflow_graphdef": "tensorflow",
+}
+#: backends mmelocal emulates through the Python backend (any host)
+EMULATED_BACKENDS = frozenset({"pytorch", "onnxruntime", "python", "ensemble"})
+#: backends mmelocal emulates only where an NVIDIA GPU is present
+GPU_BACKENDS = frozenset({"tensorrt"})
+DOCKER_HINT = (
+    "run it where it can: a machine with an NVIDIA GPU and the Docker launcher "
+    "(`mmelocal serve --launcher docker --image nvcr.io/nvidia/tritonserver:<yy.mm>-py3`, "
+    "the image SageMaker's Triton is built from)"
+)
+
+
+def backend_of(config: Any) -> str:
+    """The backend a ModelConfig needs (``platform`` mapped to its backend name)."""
+    if config.backend:
+        return str(config.backend)
+    platform = str(config.platform)
+    if platform.startswith("tensorflow"):
+        return "tensorflow"
+    return PLATFORM_BACKENDS.get(platform, platform)
+
+
+def host_limit(config: Any, *, gpu: bool, backends: frozenset[str] = frozenset()) -> str | None:
+    """Why a server with ``backends`` (plus mmelocal's emulation) cannot run ``config`` on a
+    host with or without a GPU, naming the backend and what would run it; None if it can."""
+    needed = backend_of(config)
+    if not needed or needed in backends or needed in EMULATED_BACKENDS:
+        return None
+    name = config.name or "this model"
+    if needed in GPU_BACKENDS:
+        if gpu:
+            return None
+        return (
+            f"{name!r} is a TensorRT plan (backend {needed!r}): it runs only on an NVIDIA GPU "
+            f"and this host has none; {DOCKER_HINT}"
+        )
+    return (
+        f"{name!r} needs the {needed!r} backend, which the pip tritonserver lacks and "
+        f"mmelocal does not emulate (it runs pytorch_libtorch, onnxruntime_onnx and python "
+        f"models, and tensorrt_plan on a GPU); {DOCKER_HINT}"
+    )
+
+
+def execution_env_path(config: Any, model_dir: Path) -> Path | None:
+    """The file ``parameters { key: "EXECUTION_ENV_PATH" }`` names (``$$TRITON_MODEL_DIRECTORY``
+    replaced by ``model_dir``), or None when the config sets none."""
+    if "EXECUTION_ENV_PATH" not in config.parameters:
+        return None
+    raw = str(config.parameters["EXECUTION_ENV_PATH"].string_value)
+    return Path(raw.replace("$$TRITON_MODEL_DIRECTORY", str(model_dir)))
+
+
+def execution_env_problem(config: Any, model_dir: Path, *, stub_python: str | None) -> str | None:
+    """What keeps a Python model's ``EXECUTION_ENV_PATH`` (a conda-pack tarball) from running
+    beside a stub for Python ``stub_python`` ("3.11"; None: do not compare), or None.
+
+    The Python backend runs its stub inside the unpacked environment: the file must exist,
+    and the environment's Python must be the one the stub was built for (else the stub
+    cannot start, which on Triton 2.51 hangs the load)."""
+    env = execution_env_path(config, model_dir)
+    if env is None:
+        return None
+    name = config.name or model_dir.name
+    if (model_dir / "triton_python_backend_stub").is_file():
+        stub_python = None  # the model brings its own stub
+    if not env.is_file():
+        return (
+            f"model {name!r}: EXECUTION_ENV_PATH names {env.name!r}, which is not in the model "
+            f"folder; add the conda-pack tarball (conda pack -o {env.name}) beside config.pbtxt"
+        )
+    found, activate = _env_contents(env)
+    if not activate or found is None:
+        lacking = " and ".join(
+            what for what, ok in (("bin/activate", activate), ("lib/pythonX.Y/", found)) if not ok
+        )
+        return (
+            f"model {name!r}: {env.name} holds no {lacking}, which the Python backend needs; "
+            "make it with `conda pack` from an environment with python and numpy"
+        )
+    if stub_python is not None and found != stub_python:
+        return (
+            f"model {name!r}: {env.name} holds Python {found} but this server's Python-backend "
+            f"stub runs Python {stub_python}; pack the environment with python={stub_python}, or "
+            f"put a triton_python_backend_stub built for {found} in the model folder"
+        )
+    return None
+
+
+def _env_contents(env: Path) -> tuple[str | None, bool]:
+    """(the Python version under ``lib/pythonX.Y/``, whether ``bin/activate`` is there)."""
+    import re
+    import tarfile
+
+    python = re.compile(r"^(?:\./)?lib/python(3\.\d+)/")
+    version, activate = None, False
+    try:
+        with tarfile.open(env) as tar:
+            for member in tar:
+                name = member.name.removeprefix("./")
+                activate = activate or name == "bin/activate"
+                match = python.match(name)
+                version = version or (match.group(1) if match else None)
+    except (OSError, tarfile.TarError):
+        return None, False
+    return version, activate
+
+
+__all__ = [
+    "DOCKER_HINT",
+    "EMULATED_BACKENDS",
+    "GPU_BACKENDS",
+    "PLATFORM_BACKENDS",
+    "backend_of",
+    "execution_env_path",
+    "execution_env_problem",
+    "host_limit",
+]

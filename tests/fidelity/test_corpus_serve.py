@@ -1,0 +1,158 @@
+"""The emulator on the fidelity corpus, through boto3 unchanged: served cases answer the
+framework's own output, refused ones get the platform's error code. One emulator (one
+Triton) for the whole module keeps it cheap."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from botocore.exceptions import ClientError
+from fidelity_corpus import CASES, SHARED_A, SHARED_B, Case, Expect, X, build_store, case_named
+
+from mmelocal.testing.emulator_fixtures import MmeEndpoint
+from mmelocal.testing.tiny_model import request_json
+
+pytestmark = [pytest.mark.triton, pytest.mark.slow]
+Corpus = tuple[MmeEndpoint, dict[str, Expect | None]]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[MmeEndpoint, dict]]:
+    from mmelocal.emulator.platform import EmulatorConfig
+    from mmelocal.emulator.server import EmulatorServer
+
+    root = tmp_path_factory.mktemp("corpus-serve")
+    store = root / "store"
+    expects = build_store(store)
+    config = EmulatorConfig(
+        store=str(store), cache_dir=root / "cache", memory_budget_bytes=4 * 1024**3
+    )
+    with EmulatorServer(config) as server:
+        yield MmeEndpoint(url=server.url, store=store, server=server), expects
+
+
+def invoke(endpoint: MmeEndpoint, case: Case) -> Any:
+    body = request_json(X)
+    body["inputs"][0]["name"] = case.input_name  # type: ignore[index]
+    return endpoint.client().invoke_endpoint(
+        EndpointName="local",
+        TargetModel=case.target,
+        ContentType="application/json",
+        Body=json.dumps(body),
+    )
+
+
+def output_of(response: Any) -> np.ndarray:
+    assert response["ContentType"].startswith("application/json")
+    tensor = json.loads(response["Body"].read())["outputs"][0]
+    return np.asarray(tensor["data"], dtype=np.float32).reshape(tensor["shape"])
+
+
+@pytest.mark.parametrize(
+    "case", [c for c in CASES if c not in (SHARED_A, SHARED_B)], ids=lambda c: c.name
+)
+def test_emulator_gives_the_platform_verdict(corpus: Corpus, case: Case) -> None:
+    endpoint, expects = corpus
+    if case.served:
+        forward = expects[case.target]
+        assert forward is not None
+        np.testing.assert_allclose(output_of(invoke(endpoint, case)), forward(X), rtol=1e-5)
+        return
+    started = time.monotonic()
+    with pytest.raises(ClientError) as caught:
+        invoke(endpoint, case)
+    error = caught.value.response["Error"]
+    assert error["Code"] == case.error_code, (case.rule, error)
+    status = caught.value.response["ResponseMetadata"]["HTTPStatusCode"]
+    assert status == (424 if case.error_code == "ModelError" else 400)
+    for fragment in case.error_text:
+        assert fragment.lower() in error["Message"].lower(), (fragment, error["Message"])
+    if case.name in ("tensorrt-plan", "tensorflow", "python-missing-env"):
+        assert time.monotonic() - started < 1.0, "a model this host cannot run fails at once"
+
+
+def test_two_tarballs_sharing_a_step_name_collide(
+    corpus: Corpus,
+) -> None:
+    endpoint, expects = corpus
+    first = expects[SHARED_A.target]
+    assert first is not None
+    np.testing.assert_allclose(output_of(invoke(endpoint, SHARED_A)), first(X), rtol=1e-5)
+    with pytest.raises(ClientError) as caught:
+        invoke(endpoint, SHARED_B)
+    error = caught.value.response["Error"]
+    assert error["Code"] == "ModelError"
+    # Triton's own message, then which loaded TargetModel holds the step
+    assert "failed to poll from model repository" in error["Message"]
+    assert "'shared_pre'" in error["Message"] and SHARED_A.target in error["Message"]
+    # the first ensemble keeps answering
+    np.testing.assert_allclose(output_of(invoke(endpoint, SHARED_A)), first(X), rtol=1e-5)
+
+
+def test_ensemble_steps_run_the_native_derivation(corpus: Corpus) -> None:
+    endpoint, _ = corpus
+    case = case_named("ensemble-2")
+    invoke(endpoint, case)
+    artifact = endpoint.server.emulator.cache.lookup(case.target)
+    lin = Path(artifact.serve_dir) / "lin" / "config.pbtxt"
+    text = lin.read_text()
+    assert 'backend: "python"' in text and "KIND_CPU" in text and "KIND_GPU" not in text
+
+
+def test_bodies_over_the_service_limit_get_413(
+    corpus: Corpus,
+) -> None:
+    from mmelocal.emulator.config import SERVICE_MAX_PAYLOAD_BYTES
+
+    endpoint, expects = corpus
+    case = case_named("seed-layout")
+    forward = expects[case.target]
+    assert forward is not None
+    request = json.dumps(request_json(X)).encode()
+    at_limit = request + b" " * (SERVICE_MAX_PAYLOAD_BYTES - len(request))
+    client = endpoint.client()
+    answer = client.invoke_endpoint(
+        EndpointName="local", TargetModel=case.target, ContentType="application/json", Body=at_limit
+    )
+    np.testing.assert_allclose(output_of(answer), forward(X), rtol=1e-5)
+    with pytest.raises(ClientError) as caught:
+        client.invoke_endpoint(
+            EndpointName="local",
+            TargetModel=case.target,
+            ContentType="application/json",
+            Body=at_limit + b" ",
+        )
+    response = caught.value.response
+    assert response["ResponseMetadata"]["HTTPStatusCode"] == 413
+    assert response["Error"]["Code"] == "413"
+    assert f"exceeded {SERVICE_MAX_PAYLOAD_BYTES} bytes" in response["Error"]["Message"]
+
+
+def test_unloading_an_ensemble_unloads_its_steps(corpus: Corpus) -> None:
+    """Rule 4: the SageMaker DELETE unloads the model and its dependents (the steps)."""
+    import urllib.request
+
+    endpoint, _ = corpus
+    case = case_named("ensemble-3")
+    invoke(endpoint, case)
+    triton = endpoint.server.emulator.instances[0].launcher.endpoints.http_url
+
+    def ready_models() -> set[str]:
+        request = urllib.request.Request(f"{triton}/v2/repository/index", data=b"{}")
+        with urllib.request.urlopen(request, timeout=30) as response:
+            index = json.loads(response.read())
+        return {m["name"] for m in index if m.get("state") == "READY"}
+
+    assert {"a", "b", "c"} <= ready_models()
+    unload = urllib.request.Request(
+        f"{endpoint.url}/v2/repository/models/{case.target}/unload", data=b"", method="POST"
+    )
+    with urllib.request.urlopen(unload, timeout=120) as response:
+        assert response.status == 200
+    assert not {"a", "b", "c"} & ready_models()
