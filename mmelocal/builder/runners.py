@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +58,32 @@ def first_line(exc: BaseException) -> str:
     return type(exc).__name__
 
 
+def call_module(
+    module: Any, inputs: Mapping[str, Any], fail: Callable[[str], Exception]
+) -> list[Any]:
+    """``module(*inputs.values())`` without grad, outputs flattened to a list of tensors.
+
+    A failure raises ``fail(message)``, the message naming the input shapes and the
+    framework's first line (its C++ traces are long).
+    """
+    torch = import_torch("running a PyTorch model")
+    with torch.no_grad(), quiet_warnings():
+        try:
+            result = module(*inputs.values())
+        except Exception as exc:
+            shapes = {n: list(v.shape) for n, v in inputs.items()}
+            raise fail(f"inputs {shapes}: {first_line(exc)}") from None
+    return flatten_outputs(result)
+
+
+def _check_count(tensors: list[Any], output_names: tuple[str, ...], fail: type[Exception]) -> None:
+    if len(tensors) != len(output_names):
+        raise fail(
+            f"the model returned {len(tensors)} outputs, expected {len(output_names)} "
+            f"({', '.join(output_names)})"
+        )
+
+
 def run_module(
     module: Any,
     inputs: Mapping[str, Any],
@@ -65,22 +91,11 @@ def run_module(
     output_names: tuple[str, ...],
 ) -> dict[str, np.ndarray]:
     """Call ``module(*inputs in order)`` without grad; map the outputs to ``output_names``."""
-    torch = import_torch("running a PyTorch model")
-    args = [inputs[n] for n in input_names]
-    with torch.no_grad(), quiet_warnings():
-        try:
-            result = module(*args)
-        except Exception as exc:
-            shapes = {n: list(inputs[n].shape) for n in input_names}
-            raise SourceError(
-                f"the source model failed on inputs {shapes}: {first_line(exc)}"
-            ) from None
-    outputs = flatten_outputs(result)
-    if len(outputs) != len(output_names):
-        raise SourceError(
-            f"the model returned {len(outputs)} outputs, expected {len(output_names)} "
-            f"({', '.join(output_names)})"
-        )
+    ordered = {n: inputs[n] for n in input_names}
+    outputs = call_module(
+        module, ordered, lambda why: SourceError(f"the source model failed on {why}")
+    )
+    _check_count(outputs, output_names, SourceError)
     return {n: t.detach().cpu().numpy() for n, t in zip(output_names, outputs, strict=True)}
 
 
@@ -117,21 +132,10 @@ def run_torchscript_module(
     module: Any, inputs: Mapping[str, Any], output_names: tuple[str, ...]
 ) -> dict[str, Any]:
     """Run a loaded TorchScript module on inputs (in order); outputs keyed by ``output_names``."""
-    torch = import_torch("TorchScript models")
-    with torch.no_grad(), quiet_warnings():
-        try:
-            result = module(*inputs.values())
-        except Exception as exc:
-            shapes = {n: list(v.shape) for n, v in inputs.items()}
-            raise ExportError(
-                f"the TorchScript model failed on inputs {shapes}: {first_line(exc)}"
-            ) from None
-    tensors = flatten_outputs(result)
-    if len(tensors) != len(output_names):
-        raise ExportError(
-            f"the TorchScript model returned {len(tensors)} outputs, expected "
-            f"{len(output_names)} ({', '.join(output_names)})"
-        )
+    tensors = call_module(
+        module, inputs, lambda why: ExportError(f"the TorchScript model failed on {why}")
+    )
+    _check_count(tensors, output_names, ExportError)
     return dict(zip(output_names, tensors, strict=True))
 
 
@@ -177,6 +181,7 @@ def to_numpy(value: Any) -> np.ndarray:
 
 
 __all__ = [
+    "call_module",
     "first_line",
     "flatten_outputs",
     "import_torch",

@@ -9,7 +9,7 @@ from typing import Any
 
 import boto3
 import pytest
-from conftest import INSTANCE_TYPE, REGION, ROLE, write_reference_tarball
+from deploy_helpers import INSTANCE_TYPE, REGION, ROLE, write_reference_tarball
 
 from mmelocal.cli.main import main
 from mmelocal.deploy.deployer import apply_plan, make_plan, undeploy

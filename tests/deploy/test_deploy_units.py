@@ -7,7 +7,7 @@ from pathlib import Path
 
 import boto3
 import pytest
-from conftest import ROLE, write_reference_tarball
+from deploy_helpers import ROLE, write_reference_tarball
 
 from mmelocal.bench.projection import load_gpus, project
 from mmelocal.bench.results import write_result

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import INSTANCE_TYPE, ROLE
+from deploy_helpers import INSTANCE_TYPE, ROLE
 
 from mmelocal.cli.main import main
 from mmelocal.deploy.deployer import apply_plan, make_plan

@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from mmelocal.builder.runners import first_line, import_torch, quiet_warnings
+from mmelocal.builder.runners import call_module, first_line, import_torch, quiet_warnings
 from mmelocal.builder.sources.base import (
     ModelSource,
     float_image_factory,
@@ -139,19 +139,17 @@ def load_torchscript_file(
             source=spec,
         )
     example = factory(batch_size, length, 0)
-    with torch.no_grad(), quiet_warnings():
-        try:
-            result = module(*example.values())
-        except Exception as exc:
-            shape = {k: list(v.shape) for k, v in example.items()}
-            raise SourceError(
-                f"{path} failed on a {kind} example input {shape}: {first_line(exc)}; build it "
-                "from Python with source_from_module(torch.jit.load(path), example_inputs=...)",
+    count = len(
+        call_module(
+            module,
+            example,
+            lambda why: SourceError(
+                f"{path} failed on a {kind} example with {why}; build it from Python with "
+                "source_from_module(torch.jit.load(path), example_inputs=...)",
                 source=spec,
-            ) from None
-    from mmelocal.builder.runners import flatten_outputs
-
-    count = len(flatten_outputs(result))
+            ),
+        )
+    )
     if kind == "cv" and count == 1:
         outputs: tuple[str, ...] = ("logits",)
     else:
