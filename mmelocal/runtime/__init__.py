@@ -15,7 +15,7 @@
 ``sagemaker``       :class:`~mmelocal.runtime.sagemaker.SageMakerClient`: Triton's MME routes
 ``native``          Python-backend copies of TorchScript / ONNX / TensorRT models
 ``samples``         sample requests from a config, output checks
-``memory``          host RSS of the server's process tree, GPU memory via NVML
+``memory``          PSS/USS/RSS of the server's process tree, GPU memory via NVML
 ``check``           :func:`~mmelocal.runtime.check.check_path` (``mmelocal check``)
 ==================  ==========================================================================
 
