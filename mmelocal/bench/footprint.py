@@ -34,16 +34,17 @@ class TreeReading(Protocol):
     per_process_bytes: Mapping[int, int] | None
 
 
-def marginal_bytes(before: TreeReading, after: TreeReading) -> int | None:
+def marginal_bytes(before: TreeReading | object, after: TreeReading | object) -> int | None:
     """Own memory of what was loaded between ``before`` and ``after``.
 
     The per-process memory of the processes new in ``after`` plus the change of the server
     process's own; None when a reading has no per-process figures (a driver that does not
-    report them) or the server changed (a restart).
+    report them, a probe that has none) or the server changed (a restart).
     """
-    old, new = before.per_process_bytes, after.per_process_bytes
-    server = after.server_pid
-    if old is None or new is None or server is None or before.server_pid != server:
+    old = getattr(before, "per_process_bytes", None)
+    new = getattr(after, "per_process_bytes", None)
+    server = getattr(after, "server_pid", None)
+    if old is None or new is None or server is None or getattr(before, "server_pid", None) != server:
         return None
     started = sum(used for pid, used in new.items() if pid not in old and pid != server)
     return started + new.get(server, 0) - old.get(server, 0)
