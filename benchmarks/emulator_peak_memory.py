@@ -1,7 +1,8 @@
 """Peak resident memory of the emulator process itself under many big requests at once.
 
-``mmelocal serve`` (a subprocess, one tritonserver, the tiny numpy model as the store) is
-warmed with one small call; then N callers (threads, one connection each, 127.0.0.1 only)
+``mmelocal serve`` (a subprocess, one tritonserver, the tiny numpy model as the store, made
+to take ``--compute-ms`` per execution as a CPU ResNet-50 would, so that the requests queue
+and every body is held by the emulator at the same time) is warmed with one small call; then N callers (threads, one connection each, 127.0.0.1 only)
 send one InvokeEndpoint each with a 3 MiB JSON body (a valid KServe v2 request padded with
 whitespace to the size of the seeds' ResNet-50 JSON payload), all released at once.
 The emulator's peak resident memory comes from ``VmHWM`` in ``/proc/PID/status`` (the
@@ -144,6 +145,9 @@ def one_round(store: Path, callers: int, body: bytes) -> dict[str, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--callers", default="50,200", help="comma-separated caller counts")
+    parser.add_argument(
+        "--compute-ms", type=float, default=20.0, help="model time per execution (default 20)"
+    )
     args = parser.parse_args()
     counts = [int(c) for c in args.callers.split(",")]
     if any(not 1 <= c <= MAX_CALLERS for c in counts):
@@ -152,7 +156,10 @@ def main() -> int:
 
     body = padded_body(BODY_BYTES)
     mib = 1024 * 1024
-    print(f"body {len(body) / mib:.1f} MiB; emulator process only (not Triton)")
+    print(
+        f"body {len(body) / mib:.1f} MiB, model {args.compute_ms:g} ms per execution; "
+        "emulator process only (not Triton)"
+    )
     print(
         f"{'callers':>8} {'ok':>5} {'s':>6} {'baseline MiB':>13} {'peak MiB':>9} "
         f"{'callers x body MiB':>19} {'peak / (c x b)':>15} {'(peak - base) / (c x b)':>24}"
@@ -160,7 +167,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="mmelocal-peak-") as tmp:
         store = Path(tmp) / "store"
         store.mkdir()
-        write_tarball(store / "t.tar.gz")
+        write_tarball(store / "t.tar.gz", compute_ms=args.compute_ms)
         for callers in counts:
             r = one_round(store, callers, body)
             held = callers * len(body)

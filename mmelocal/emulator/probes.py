@@ -10,7 +10,7 @@ both reading through :mod:`mmelocal.runtime.memory`:
   of the Triton process tree (the server and its Python-backend stubs) against a configured
   budget. PSS divides each shared page among the processes that map it, so libtorch or
   libpython count once for the tree, not once per stub as resident sizes (RSS) would. One
-  reading costs about 0.3 ms for a tree of 5 processes on the development machine
+  reading costs about 0.6 ms for a tree of 5 processes on the 2-core development machine
   (``benchmarks/probe_cost.py``).
 
 Readings are blocking (``/proc`` or NVML): call them from an executor, not the event loop.

@@ -14,11 +14,11 @@ Python-backend stubs) one read of ``/proc/PID/smaps_rollup`` gives
 Without ``smaps_rollup`` (kernels before 4.14, other systems) psutil's ``memory_full_info``
 gives the same three numbers (slower: it parses the whole ``smaps``).
 
-Cost: the kernel walks each process's page tables for ``smaps_rollup``; measured on the
-2-core development machine, a tree of 5 processes (a bash and 4 Python interpreters) costs
-about 0.25 ms per :func:`process_tree_memory` call; a Triton tree with 4 torch stubs
-(~700 MiB mapped each) about 1 ms (``benchmarks/probe_cost.py`` prints both). Cheap enough
-to sample several times a second during a load.
+Cost: the kernel walks each process's page tables for ``smaps_rollup``. Measured with
+``benchmarks/probe_cost.py`` on the shared 2-core development machine, one
+:func:`process_tree_memory` call on a tree of 5 processes (bash and 4 Python interpreters)
+takes about 0.6 ms, 4x less than psutil's ``memory_full_info`` for the same figures and 3x
+less than psutil's RSS alone: cheap enough to sample several times a second during a load.
 
 GPU memory (:class:`Nvml`): device used/total, utilization, and the GPU memory of given
 processes where the driver reports it (``nvmlDeviceGetComputeRunningProcesses``; inside
