@@ -2,9 +2,10 @@
 
 ``mmelocal serve`` (a subprocess, one tritonserver, the tiny numpy model as the store, made
 to take ``--compute-ms`` per execution as a CPU ResNet-50 would, so that the requests queue
-and every body is held by the emulator at the same time) is warmed with one small call; then N callers (threads, one connection each, 127.0.0.1 only)
-send one InvokeEndpoint each with a 3 MiB JSON body (a valid KServe v2 request padded with
-whitespace to the size of the seeds' ResNet-50 JSON payload), all released at once.
+and every body is held by the emulator at the same time) is warmed with one small call;
+then N callers (threads, one connection each, 127.0.0.1 only) send one InvokeEndpoint
+each with a 3 MiB JSON body (a valid KServe v2 request padded with whitespace to the size
+of the seeds' ResNet-50 JSON payload), all released at once.
 The emulator's peak resident memory comes from ``VmHWM`` in ``/proc/PID/status`` (the
 kernel's high-water mark, exact; a fresh server per caller count, so each peak is that
 round's) and from sampling ``VmRSS`` every 5 ms.

@@ -220,8 +220,8 @@ async def _load_one(
 @dataclass(frozen=True, kw_only=True)
 class CapacityOptions:
     """How to measure: ``memory_budget_bytes`` is the total on a machine without a GPU (the
-    Triton process tree's summed PSS is measured against it); with a GPU, NVML's device total is used
-    unless a budget is given."""
+    Triton process tree's summed PSS is measured against it); with a GPU, NVML's device
+    total is used unless a budget is given."""
 
     threshold: float = 0.9
     max_copies: int = 200
@@ -302,16 +302,18 @@ def measure_capacity(
         stopped_reason=measurement.stopped_reason,
         started_at=started_at,
     )
-    mean = result.per_model_mean_bytes
-    if mean is None or mean <= 0:
+    # each copy costs its marginal part; the shared runtime is paid once, like the baseline
+    per_model, baseline = result.marginal_mean_bytes, result.baseline_bytes
+    if per_model is not None and result.shared_runtime_bytes is not None:
+        baseline += result.shared_runtime_bytes
+    else:
+        per_model = result.per_model_mean_bytes
+    if per_model is None or per_model <= 0:
         return result
     from mmelocal.bench.projection import project
 
     projection = project(
-        per_model_bytes=mean,
-        baseline_bytes=result.baseline_bytes,
-        threshold=opts.threshold,
-        gpus=gpus,
+        per_model_bytes=per_model, baseline_bytes=baseline, threshold=opts.threshold, gpus=gpus
     )
     return dataclasses.replace(result, projection=projection)
 

@@ -44,7 +44,12 @@ def marginal_bytes(before: TreeReading | object, after: TreeReading | object) ->
     old = getattr(before, "per_process_bytes", None)
     new = getattr(after, "per_process_bytes", None)
     server = getattr(after, "server_pid", None)
-    if old is None or new is None or server is None or getattr(before, "server_pid", None) != server:
+    if (
+        old is None
+        or new is None
+        or server is None
+        or getattr(before, "server_pid", None) != server
+    ):
         return None
     started = sum(used for pid, used in new.items() if pid not in old and pid != server)
     return started + new.get(server, 0) - old.get(server, 0)

@@ -16,7 +16,6 @@ say so. The user's folder is never modified: files are hard-linked (or copied) i
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import shutil

@@ -23,7 +23,8 @@ pytestmark = pytest.mark.triton
 
 COPIES = 50
 MiB = 1024 * 1024
-BUDGET = 300 * MiB  # the tiny model's stub is ~40 MB RSS, less in PSS: about 5 copies fit under 90 %
+# the tiny model's stub is ~40 MB RSS, less in PSS: several copies fit under 90 %, not all
+BUDGET = 300 * MiB
 
 
 def scale_of(target: str) -> float:
