@@ -1,12 +1,17 @@
-"""Cost of one host-pss reading: ``process_tree_memory`` on a tree of 5 processes.
+"""Cost of one host-pss reading on a tree of 5 processes shaped like Triton with 4 stubs.
 
-The tree is a bash with 4 Python children (sleeping). One reading walks the tree through
-``/proc/PID/task/*/children`` and reads ``/proc/PID/smaps_rollup`` of each process (the
-kernel walks that process's page tables). Compared in the same run with psutil reading the
-same PSS (``memory_full_info``, which parses the full ``smaps``) and with psutil's RSS
-alone (``memory_info``, what the old host-rss probe cost about).
+The tree is a bash with 4 Python children that import torch and hold a 100 MB tensor each
+(as Python-backend stubs running TorchScript do), then sleep. A full reading
+(``process_tree_memory``) lists the tree through ``/proc/PID/task/*/children`` and reads
+``/proc/PID/smaps_rollup`` of each process, which makes the kernel walk that process's page
+tables: its cost grows with resident memory. The host probe's ``TreeMemoryReader`` repeats
+a full reading only when the tree changed; on a steady tree a reading is one ``statm`` per
+process. Both are compared in the same run with psutil reading the same PSS
+(``memory_full_info``, which parses the whole ``smaps``) and psutil's RSS alone
+(``memory_info``, about what the old host-rss probe cost).
 
-Run: ``.venv/bin/python benchmarks/probe_cost.py [--reads 300]``.
+Run: ``.venv/bin/python benchmarks/probe_cost.py [--reads 20] [--plain]`` (``--plain``:
+children that import nothing, a tree of small processes).
 """
 
 from __future__ import annotations
@@ -16,10 +21,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from subprocess import PIPE
 
 import psutil
 
-from mmelocal.runtime.memory import process_tree_memory, process_tree_pids
+from mmelocal.runtime.memory import TreeMemoryReader, process_tree_memory
 
 
 def per_read_us(fn: Callable[[], object], reads: int) -> float:
@@ -44,20 +50,25 @@ def psutil_tree(pid: int, full: bool) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--reads", type=int, default=300)
+    parser.add_argument("--reads", type=int, default=20)
+    parser.add_argument("--plain", action="store_true", help="children that import nothing")
     args = parser.parse_args()
-    sleeper = f"{sys.executable} -c 'import time; time.sleep(120)'"
-    proc = subprocess.Popen(["bash", "-c", " & ".join([sleeper] * 4) + " & wait"])
+    work = "" if args.plain else "import torch; x = torch.ones(25_000_000); "
+    child = f"{sys.executable} -c '{work}print(flush=True); import time; time.sleep(300)'"
+    proc = subprocess.Popen(["bash", "-c", " & ".join([child] * 4) + " & wait"], stdout=PIPE)
     try:
-        deadline = time.monotonic() + 60
-        while len(process_tree_pids(proc.pid)) < 5 and time.monotonic() < deadline:
-            time.sleep(0.1)
+        assert proc.stdout is not None
+        for _ in range(4):  # each child prints one line once it holds its memory
+            proc.stdout.readline()
         tree = process_tree_memory(proc.pid)
         if len(tree.processes) != 5:
             raise SystemExit(f"expected a tree of 5 processes, got {len(tree.processes)}")
-        ours = per_read_us(lambda: process_tree_memory(proc.pid), args.reads)
-        full = per_read_us(lambda: psutil_tree(proc.pid, True), args.reads)
-        rss = per_read_us(lambda: psutil_tree(proc.pid, False), args.reads)
+        reader = TreeMemoryReader()
+        reader.read(proc.pid)
+        full = per_read_us(lambda: process_tree_memory(proc.pid), args.reads)
+        steady = per_read_us(lambda: reader.read(proc.pid), args.reads * 10)
+        ps_full = per_read_us(lambda: psutil_tree(proc.pid, True), args.reads)
+        ps_rss = per_read_us(lambda: psutil_tree(proc.pid, False), args.reads * 10)
     finally:
         proc.kill()
         proc.wait()
@@ -66,9 +77,10 @@ def main() -> int:
         f"tree of 5: PSS {tree.pss_bytes / mib:.1f} MiB, USS {tree.uss_bytes / mib:.1f} MiB, "
         f"RSS {tree.rss_bytes / mib:.1f} MiB (RSS/PSS {tree.rss_bytes / tree.pss_bytes:.2f})"
     )
-    print(f"host-pss reading (smaps_rollup):      {ours:8.0f} us per read")
-    print(f"psutil memory_full_info (same PSS):   {full:8.0f} us per read ({full / ours:.1f}x)")
-    print(f"psutil memory_info (RSS only):        {rss:8.0f} us per read ({rss / ours:.2f}x)")
+    print(f"full reading (smaps_rollup x 5):        {full:9.0f} us per read")
+    print(f"host-pss reader, tree unchanged (statm): {steady:9.0f} us ({steady / full:.3f}x)")
+    print(f"psutil memory_full_info (same PSS):     {ps_full:9.0f} us ({ps_full / full:.2f}x)")
+    print(f"psutil memory_info (RSS only):          {ps_rss:9.0f} us ({ps_rss / full:.3f}x)")
     return 0
 
 

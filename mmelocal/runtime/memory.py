@@ -14,11 +14,12 @@ Python-backend stubs) one read of ``/proc/PID/smaps_rollup`` gives
 Without ``smaps_rollup`` (kernels before 4.14, other systems) psutil's ``memory_full_info``
 gives the same three numbers (slower: it parses the whole ``smaps``).
 
-Cost: the kernel walks each process's page tables for ``smaps_rollup``. Measured with
-``benchmarks/probe_cost.py`` on the shared 2-core development machine, one
-:func:`process_tree_memory` call on a tree of 5 processes (bash and 4 Python interpreters)
-takes about 0.6 ms, 4x less than psutil's ``memory_full_info`` for the same figures and 3x
-less than psutil's RSS alone: cheap enough to sample several times a second during a load.
+Cost (``benchmarks/probe_cost.py``, the shared 2-core development machine): reading
+``smaps_rollup`` makes the kernel walk the process's page tables, so it grows with resident
+memory: a tree of 5 small processes takes about 0.6 ms, a tree shaped like Triton with 4
+torch stubs (2.4 GiB resident) about 38 ms. :class:`TreeMemoryReader` (the host probe's)
+reads it again only when the tree changed, and otherwise costs one ``statm`` per process:
+about 0.2 ms for that same tree.
 
 GPU memory (:class:`Nvml`): device used/total, utilization, and the GPU memory of given
 processes where the driver reports it (``nvmlDeviceGetComputeRunningProcesses``; inside
@@ -30,8 +31,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import sys
+import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +43,7 @@ from mmelocal.errors import MissingDependencyError
 
 logger = logging.getLogger(__name__)
 
+_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _SMAPS_FIELDS = {b"Rss:": "rss", b"Pss:": "pss", b"Private_Clean:": "pc", b"Private_Dirty:": "pd"}
 
 
@@ -181,6 +186,63 @@ def process_tree_memory(pid: int | None) -> TreeMemory:
     return TreeMemory(processes=tuple(p for p in found if p is not None))
 
 
+def _statm_resident_bytes(pid: int) -> int | None:
+    """Resident bytes from ``/proc/PID/statm`` (O(1) for the kernel; None when gone)."""
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as fh:
+            return int(fh.read().split()[1]) * _PAGE_BYTES
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class TreeMemoryReader:
+    """:func:`process_tree_memory` that re-reads ``smaps_rollup`` only when needed.
+
+    ``smaps_rollup`` costs the kernel a walk of the process's page tables (about 15 ms
+    for a 700 MiB torch stub on the development machine); ``statm`` about 20 us. Each
+    read lists the tree and reads every ``statm``; when the set of processes is the same,
+    no resident size moved by more than ``tolerance_bytes`` and the last full reading is
+    younger than ``max_age_s``, the last reading is returned. Any change re-reads every
+    process (a new stub mapping libtorch lowers the PSS of the others), so a reading is
+    never a mix of old and new shares. Thread-safe.
+    """
+
+    def __init__(self, *, max_age_s: float = 2.0, tolerance_bytes: int = 1024 * 1024) -> None:
+        if max_age_s < 0 or tolerance_bytes < 0:
+            raise ValueError("max_age_s and tolerance_bytes must be >= 0")
+        self.max_age_s = max_age_s
+        self.tolerance_bytes = tolerance_bytes
+        self.full_reads = 0
+        self._lock = threading.Lock()
+        self._last = TreeMemory()
+        self._stamp: dict[int, int | None] = {}
+        self._at = -math.inf
+
+    def read(self, pid: int | None) -> TreeMemory:
+        """The tree under ``pid`` (see the class docstring for when it is read again)."""
+        pids = process_tree_pids(pid)
+        stamp = {p: _statm_resident_bytes(p) for p in pids}
+        with self._lock:
+            if self._unchanged(stamp):
+                return self._last
+        tree = TreeMemory(processes=tuple(m for m in map(process_memory, pids) if m is not None))
+        with self._lock:
+            self._last, self._stamp, self._at = tree, stamp, time.monotonic()
+            self.full_reads += 1
+        return tree
+
+    def _unchanged(self, stamp: dict[int, int | None]) -> bool:
+        if stamp.keys() != self._stamp.keys() or time.monotonic() - self._at > self.max_age_s:
+            return False
+        for pid, resident in stamp.items():
+            before = self._stamp[pid]
+            if resident is None or before is None:
+                return False
+            if abs(resident - before) > self.tolerance_bytes:
+                return False
+        return True
+
+
 def process_tree_pss_bytes(pid: int | None) -> int | None:
     """Summed PSS of the tree under ``pid`` (None when it is gone)."""
     tree = process_tree_memory(pid)
@@ -292,6 +354,7 @@ __all__ = [
     "Nvml",
     "ProcessMemory",
     "TreeMemory",
+    "TreeMemoryReader",
     "gpu_count",
     "gpu_used_bytes",
     "process_memory",

@@ -9,22 +9,28 @@ from typing import Any
 
 import psutil
 import pytest
-from emulator_helpers import wait_for
 
 from mmelocal.emulator.probes import HostProbe, NvmlProbe, choose_probe
 from mmelocal.errors import UserInputError
 from mmelocal.runtime import memory
-from mmelocal.runtime.memory import process_memory, process_tree_memory, process_tree_pids
+from mmelocal.runtime.memory import (
+    TreeMemoryReader,
+    process_memory,
+    process_tree_memory,
+    process_tree_pids,
+)
 
-PYTHON_SLEEP = f"{sys.executable} -c 'import time; time.sleep(30)'"
+PYTHON_SLEEP = f"{sys.executable} -c 'import time; print(flush=True); time.sleep(30)'"
 
 
 @pytest.fixture
 def tree() -> Any:
     """bash with two Python children (they share libpython's pages), until the test ends."""
-    proc = subprocess.Popen(["bash", "-c", f"{PYTHON_SLEEP} & {PYTHON_SLEEP} & wait"])
+    script = f"{PYTHON_SLEEP} & {PYTHON_SLEEP} & wait"
+    proc = subprocess.Popen(["bash", "-c", script], stdout=subprocess.PIPE)
     try:
-        wait_for(lambda: len(process_tree_pids(proc.pid)) == 3 or None, timeout_s=30)
+        assert proc.stdout is not None
+        assert proc.stdout.readline() + proc.stdout.readline() == b"\n\n"  # both asleep
         yield proc
     finally:
         proc.kill()
@@ -60,6 +66,37 @@ def test_smaps_rollup_agrees_with_psutil(
             assert got.pss_bytes == pytest.approx(info.pss, rel=0.02, abs=64 * 1024)
             assert got.uss_bytes == pytest.approx(info.uss, rel=0.02, abs=64 * 1024)
             assert got.rss_bytes == pytest.approx(info.rss, rel=0.02, abs=64 * 1024)
+
+
+def test_the_reader_reads_smaps_again_only_when_the_tree_changed() -> None:
+    grow = (
+        "import sys, time; print('ready', flush=True); sys.stdin.readline(); "
+        "x = bytearray(64 << 20); print('grown', flush=True); time.sleep(30)"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", grow], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        assert proc.stdout.readline() == b"ready\n"
+        reader = TreeMemoryReader(max_age_s=60, tolerance_bytes=1 << 20)
+        first = reader.read(proc.pid)
+        assert reader.read(proc.pid) is first and reader.full_reads == 1  # nothing moved
+        proc.stdin.write(b"go\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline() == b"grown\n"
+        grown = reader.read(proc.pid)
+        assert grown is not first and reader.full_reads == 2
+        assert grown.uss_bytes >= first.uss_bytes + (60 << 20)
+        assert grown.pss_bytes == pytest.approx(process_tree_memory(proc.pid).pss_bytes, rel=0.02)
+        expired = TreeMemoryReader(max_age_s=0)
+        expired.read(proc.pid)
+        expired.read(proc.pid)
+        assert expired.full_reads == 2  # too old: read again
+    finally:
+        proc.kill()
+        proc.wait()
+    assert reader.read(proc.pid).processes == ()  # gone: the set changed
 
 
 def test_a_gone_process_reads_empty_and_budget_is_checked() -> None:
