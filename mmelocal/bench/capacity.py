@@ -37,11 +37,6 @@ logger = logging.getLogger(__name__)
 MIB = 1024 * 1024
 
 
-class _Reading(Protocol):
-    used_bytes: int
-    total_bytes: int
-
-
 class CapacityInstance(Protocol):
     """What the loop needs of an emulator instance (``TritonInstance`` provides it)."""
 
