@@ -4,8 +4,9 @@ The loop (:func:`measure_instance`) drives one emulator :class:`TritonInstance` 
 loading path as ``mmelocal serve``: artifact cache, safe extraction, ``POST /models`` through
 Triton's SageMaker front end and the platform's memory waits — and after each load runs one
 inference (so lazily allocated memory is counted) and reads the probe until it settles:
-NVML device memory on a GPU, the host RSS of the Triton process tree against a budget
-otherwise.
+NVML device memory on a GPU, the summed PSS of the Triton process tree against a budget
+otherwise. Each copy's growth is split into its marginal part and, for the first copy, the
+shared runtime it brought in (see :mod:`mmelocal.bench.footprint`).
 
 It stops when a copy crosses ``threshold x total``: the copies before it are the count, the
 one that crossed is kept as the proof (``next_copy``). With ``verify_next=False`` it stops
@@ -34,11 +35,6 @@ from mmelocal.errors import BenchError, MmeLocalError, UserInputError
 logger = logging.getLogger(__name__)
 
 MIB = 1024 * 1024
-
-
-class _Reading(Protocol):
-    used_bytes: int
-    total_bytes: int
 
 
 class CapacityInstance(Protocol):
@@ -120,6 +116,7 @@ async def measure_instance(
         )
     loads: list[LoadRecord] = []
     previous = int(baseline.used_bytes)
+    previous_reading = baseline
     reason = f"all {len(targets)} copies available were loaded"
 
     def measured(stopped_reason: str, next_copy: LoadRecord | None = None) -> Measurement:
@@ -145,7 +142,9 @@ async def measure_instance(
                 break
         copies = len(loads) + 1
         try:
-            record = await _load_one(instance, target, copies, previous, payload, content_type)
+            record, reading = await _load_one(
+                instance, target, copies, previous_reading, payload, content_type
+            )
         except (MmeLocalError, OSError) as exc:
             reason = f"copy {copies} ({target}) failed to load: {exc}"
             logger.warning("capacity: %s", reason)
@@ -158,6 +157,7 @@ async def measure_instance(
             return measured(reason, next_copy=record)
         loads.append(record)
         previous = record.used_bytes
+        previous_reading = reading
     return measured(reason)
 
 
@@ -165,10 +165,13 @@ async def _load_one(
     instance: CapacityInstance,
     target: str,
     copies: int,
-    previous_bytes: int,
+    previous: Any,
     payload: bytes | None,
     content_type: str,
-) -> LoadRecord:
+) -> tuple[LoadRecord, Any]:
+    from mmelocal.bench.footprint import marginal_bytes
+
+    previous_bytes = int(previous.used_bytes)
     t0 = time.perf_counter()
     await instance.acquire(target)
     load_s = time.perf_counter() - t0
@@ -197,21 +200,23 @@ async def _load_one(
         used,
         used - previous_bytes,
     )
-    return LoadRecord(
+    record = LoadRecord(
         copies=copies,
         target=target,
         used_bytes=used,
         delta_bytes=used - previous_bytes,
         load_s=round(load_s, 4),
         warmup_s=round(warmup_s, 4),
+        marginal_bytes=marginal_bytes(previous, reading),
     )
+    return record, reading
 
 
 @dataclass(frozen=True, kw_only=True)
 class CapacityOptions:
     """How to measure: ``memory_budget_bytes`` is the total on a machine without a GPU (the
-    Triton process tree's RSS is measured against it); with a GPU, NVML's device total is used
-    unless a budget is given."""
+    Triton process tree's summed PSS is measured against it); with a GPU, NVML's device
+    total is used unless a budget is given."""
 
     threshold: float = 0.9
     max_copies: int = 200
@@ -292,16 +297,18 @@ def measure_capacity(
         stopped_reason=measurement.stopped_reason,
         started_at=started_at,
     )
-    mean = result.per_model_mean_bytes
-    if mean is None or mean <= 0:
+    # each copy costs its marginal part; the shared runtime is paid once, like the baseline
+    per_model, baseline = result.marginal_mean_bytes, result.baseline_bytes
+    if per_model is not None and result.shared_runtime_bytes is not None:
+        baseline += result.shared_runtime_bytes
+    else:
+        per_model = result.per_model_mean_bytes
+    if per_model is None or per_model <= 0:
         return result
     from mmelocal.bench.projection import project
 
     projection = project(
-        per_model_bytes=mean,
-        baseline_bytes=result.baseline_bytes,
-        threshold=opts.threshold,
-        gpus=gpus,
+        per_model_bytes=per_model, baseline_bytes=baseline, threshold=opts.threshold, gpus=gpus
     )
     return dataclasses.replace(result, projection=projection)
 
@@ -342,7 +349,7 @@ async def _measure_with_emulator(
         probe = (
             instance.probe.name
             if on_gpu
-            else f"host RSS of the Triton tree, budget {budget_mib:,.0f} MiB"
+            else f"host PSS of the Triton tree, budget {budget_mib:,.0f} MiB"
         )
         measurement = await measure_instance(
             instance,

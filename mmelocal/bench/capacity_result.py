@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from mmelocal.bench.footprint import implied_count, runtime_name
 from mmelocal.bench.projection import Projection, project_count
 
 MIB = 1024 * 1024
@@ -18,7 +19,11 @@ MIB = 1024 * 1024
 
 @dataclass(frozen=True, kw_only=True)
 class LoadRecord:
-    """One copy loaded: memory in use after it (and its warm-up inference), times taken."""
+    """One copy loaded: memory in use after it (and its warm-up inference), times taken.
+
+    ``marginal_bytes`` is the copy's own part of ``delta_bytes`` (USS of the stub it started
+    plus the server's own change; None where the probe has no per-process figures).
+    """
 
     copies: int
     target: str
@@ -26,6 +31,7 @@ class LoadRecord:
     delta_bytes: int
     load_s: float
     warmup_s: float
+    marginal_bytes: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON/CSV."""
@@ -81,6 +87,50 @@ class CapacityResult:
         return statistics.stdev(self.deltas_bytes) if len(self.loads) >= 2 else None
 
     @property
+    def marginal_mean_bytes(self) -> float | None:
+        """Mean marginal footprint per copy (None without per-process figures)."""
+        marginals = [load.marginal_bytes for load in self.loads]
+        if not marginals or any(m is None for m in marginals):
+            return None
+        return statistics.fmean(m for m in marginals if m is not None)
+
+    @property
+    def shared_runtime_bytes(self) -> int | None:
+        """What the first copy brought beyond its marginal part: the shared runtime."""
+        if not self.loads or self.loads[0].marginal_bytes is None:
+            return None
+        return max(0, self.loads[0].delta_bytes - self.loads[0].marginal_bytes)
+
+    @property
+    def runtime(self) -> str:
+        """Name of the shared runtime (``torch`` for TorchScript)."""
+        return runtime_name(self.model_format)
+
+    @property
+    def implied_count(self) -> int | None:
+        """Copies the two parts imply: ``floor((limit - baseline - shared) / marginal)``."""
+        marginal, shared = self.marginal_mean_bytes, self.shared_runtime_bytes
+        if marginal is None or shared is None or marginal <= 0:
+            return None
+        return implied_count(
+            limit_bytes=self.limit_bytes,
+            baseline_bytes=self.baseline_bytes,
+            shared_bytes=shared,
+            marginal_bytes=marginal,
+        )
+
+    def footprint_line(self) -> str | None:
+        """``copy: 180 MiB, torch runtime once: 420 MiB -> 9 copies`` (None without parts)."""
+        marginal, shared = self.marginal_mean_bytes, self.shared_runtime_bytes
+        if marginal is None or shared is None:
+            return None
+        return (
+            f"copy: {marginal / MIB:,.0f} MiB, {self.runtime} runtime once: "
+            f"{shared / MIB:,.0f} MiB -> {self.implied_count} copies under "
+            f"{self.limit_bytes / MIB:,.0f} MiB"
+        )
+
+    @property
     def projected_count(self) -> int | None:
         """The projection formula applied to the measured card itself (should be ``count``)."""
         mean = self.per_model_mean_bytes
@@ -109,6 +159,9 @@ class CapacityResult:
                 + f", max {max(self.deltas_bytes) / MIB:,.1f}"
             )
             lines.append(f"projection onto this card gives {self.projected_count} copies")
+        parts = self.footprint_line()
+        if parts is not None:
+            lines.append(parts)
         if self.next_copy is not None:
             lines.append(
                 f"copy {self.next_copy.copies} crossed the threshold: "
@@ -120,7 +173,7 @@ class CapacityResult:
         if self.projection is not None and self.on_host_memory:
             lines.append(
                 "caution: measured as host memory on CPU, where each copy also carries its own "
-                "Python stub and framework runtime; the GPU projection assumes the same "
+                "Python stub; the GPU projection assumes the same "
                 "footprint on a GPU, which it is not: measure on a GPU, or give a GPU figure "
                 "to `mmelocal capacity project`"
             )
@@ -128,7 +181,7 @@ class CapacityResult:
 
     @property
     def on_host_memory(self) -> bool:
-        """True when the readings are host RSS (no GPU), not GPU device memory."""
+        """True when the readings are host memory (no GPU), not GPU device memory."""
         return self.probe.startswith("host")
 
     def load_rows(self) -> list[dict[str, Any]]:
@@ -139,6 +192,7 @@ class CapacityResult:
                 "target": "(baseline)",
                 "used_mib": self.baseline_bytes / MIB,
                 "delta_mib": None,
+                "marginal_mib": None,
                 "load_s": None,
                 "warmup_s": None,
                 "within_threshold": True,
@@ -152,6 +206,9 @@ class CapacityResult:
                     "target": record.target,
                     "used_mib": record.used_bytes / MIB,
                     "delta_mib": record.delta_bytes / MIB,
+                    "marginal_mib": None
+                    if record.marginal_bytes is None
+                    else record.marginal_bytes / MIB,
                     "load_s": record.load_s,
                     "warmup_s": record.warmup_s,
                     "within_threshold": record.used_bytes <= self.limit_bytes,
@@ -176,6 +233,10 @@ class CapacityResult:
             "per_model_mean_bytes": self.per_model_mean_bytes,
             "per_model_stdev_bytes": self.per_model_stdev_bytes,
             "projected_count": self.projected_count,
+            "marginal_mean_bytes": self.marginal_mean_bytes,
+            "shared_runtime_bytes": self.shared_runtime_bytes,
+            "runtime": self.runtime,
+            "implied_count": self.implied_count,
             "stopped_reason": self.stopped_reason,
             "loads": [load.to_dict() for load in self.loads],
             "next_copy": self.next_copy.to_dict() if self.next_copy else None,

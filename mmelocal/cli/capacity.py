@@ -61,7 +61,7 @@ def capacity() -> None:
     "--memory-budget",
     default=None,
     callback=size_option,
-    help="Total to measure against on CPU (host RSS of the Triton tree), e.g. 4GiB.",
+    help="Total to measure against on CPU (summed PSS of the Triton tree), e.g. 4GiB.",
 )
 @click.option(
     "--format",
@@ -119,9 +119,10 @@ def measure(
         console.print(f"[bold]capacity of {source}[/] ({fmt})")
 
         def show(record: Any) -> None:
+            own = "" if record.marginal_bytes is None else f", own {mib(record.marginal_bytes)}"
             console.print(
                 f"  copy {record.copies:>3}: {mib(record.used_bytes)} MiB in use "
-                f"(+{mib(record.delta_bytes)}), load {record.load_s:.2f} s"
+                f"(+{mib(record.delta_bytes)}{own}), load {record.load_s:.2f} s"
             )
 
         result = measure_capacity(
@@ -187,7 +188,8 @@ def project_command(
 
 def _formats_table(results: list[Any]) -> Table:
     table = Table(title="Per format")
-    for column in ("format", "copies", "baseline MiB", "per model MiB", "± MiB", "load s"):
+    columns = ("format", "copies", "baseline MiB", "per model MiB", "± MiB")
+    for column in (*columns, "copy MiB", "runtime once MiB", "load s"):
         table.add_column(column, justify="left" if column == "format" else "right")
     for result in results:
         loads = [load.load_s for load in result.loads]
@@ -197,6 +199,8 @@ def _formats_table(results: list[Any]) -> Table:
             mib(result.baseline_bytes),
             mib(result.per_model_mean_bytes),
             mib(result.per_model_stdev_bytes),
+            mib(result.marginal_mean_bytes),
+            mib(result.shared_runtime_bytes),
             f"{sum(loads) / len(loads):.2f}" if loads else "-",
         )
     return table

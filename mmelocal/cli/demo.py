@@ -267,6 +267,7 @@ def demo(
     of the other copies, so the emulator loads each of them cold and evicts the least
     recently used, as a multi-model endpoint does under the same traffic.
     """
+    from mmelocal.bench.footprint import marginal_bytes
     from mmelocal.builder.package import package_copies
     from mmelocal.emulator.platform import EmulatorConfig
     from mmelocal.emulator.server import EmulatorServer
@@ -289,16 +290,20 @@ def demo(
     try:
         console.print(f"[green]✓[/] emulator at {server.url} (boto3 endpoint_url)")
         with console.status(f"cold call to {targets[0]} to measure one copy's footprint"):
+            probe = server.emulator.instances[0].probe
+            before = probe.read()
             mme_call(server, targets[0], body)
-            state = server.call(_state(server))
-        inst = state["instances"][0]
-        footprint = int(state["footprints_bytes"][targets[0]])
-        base = int(inst["memory_used_bytes"]) - footprint
-        limit = int(base + fit * footprint)
+            after = probe.read()
+        grown = after.used_bytes - before.used_bytes
+        footprint = marginal_bytes(before, after) or grown
+        runtime = max(0, grown - footprint)
+        base = before.used_bytes
+        limit = int(base + runtime + fit * footprint)
         server.emulator.instances[0].limit_override_bytes = limit
         console.print(
-            f"[green]✓[/] one copy takes {_mib(footprint)} beside Triton's {_mib(base)}: "
-            f"memory limit set to {_mib(limit)} (about {fit:g} copies)"
+            f"[green]✓[/] copy: {_mib(footprint)}, torch runtime once: {_mib(runtime)}, "
+            f"beside Triton's {_mib(base)}: memory limit set to {_mib(limit)} "
+            f"(about {fit:g} copies)"
         )
         with console.status(f"warming the {HOT_COPIES} hot copies"):
             for target in targets[1:HOT_COPIES]:

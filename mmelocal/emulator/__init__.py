@@ -13,7 +13,7 @@ What SageMaker does between the client and the Triton container, done locally::
     instance.py              one Triton: loaded set, single-flight loads, invoke
     loading.py               fetch, make room, POST /models, measure the footprint
     eviction.py + lru.py     least recently used eviction (pure policy in lru.py)
-    probes.py                memory: NVML on a GPU, RSS of the Triton tree on a CPU
+    probes.py                memory: NVML on a GPU, PSS of the Triton tree on a CPU
     cache.py + store.py      artifacts: local folder or S3 -> safe extraction -> disk budget
     recovery.py              restart a dead Triton, load its models again, trim
     metrics.py + events.py   CloudWatch-named metrics, the load/unload/eviction log

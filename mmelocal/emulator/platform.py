@@ -116,7 +116,7 @@ class Emulator:
             try:
                 return NvmlProbe(gpu, launcher.pid)
             except Exception as exc:
-                logger.warning("NVML probe unavailable (%s); using host RSS", exc)
+                logger.warning("NVML probe unavailable (%s); using host PSS", exc)
         return HostProbe(launcher.pid, budget_bytes=budget)
 
     def _default_launcher(self, index: int, workdir: Path) -> TritonLauncher:

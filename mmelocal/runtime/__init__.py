@@ -15,7 +15,7 @@
 ``sagemaker``       Triton's MME routes: the contract, ``TARGET_MODEL_HEADER``, ``load_body``
 ``native``          Python-backend copies of TorchScript / ONNX / TensorRT models
 ``samples``         sample requests from a config, output checks
-``memory``          host RSS of the server's process tree, GPU memory via NVML
+``memory``          PSS/USS/RSS of the server's process tree, GPU memory via NVML
 ``check``           :func:`~mmelocal.runtime.check.check_path` (``mmelocal check``)
 ==================  ==========================================================================
 

@@ -5,8 +5,8 @@ platforms become Python-backend copies on the pip server, see
 :mod:`mmelocal.runtime.native`), starts Triton, and for each model: loads it (Triton runs
 the config's warmup during the load), sends a sample request built from the config (or
 the build's reference inputs), checks the outputs' names and shapes, compares them with
-the reference outputs when recorded, measures the memory the load took (host RSS of the
-server and its stub processes; GPU memory through NVML when there is a GPU) and unloads
+the reference outputs when recorded, measures the memory the load took (summed PSS of
+the server and its stub processes; GPU memory through NVML when there is a GPU) and unloads
 it. A failing model carries Triton's own message. The user's files are never modified.
 """
 
@@ -29,7 +29,7 @@ from mmelocal.errors import MmeLocalError, ModelLoadError, ServerDiedError, User
 from mmelocal.runtime.client import TritonClient
 from mmelocal.runtime.config import ServerConfig
 from mmelocal.runtime.launcher import TritonLauncher
-from mmelocal.runtime.memory import gpu_used_bytes, process_tree_rss_bytes
+from mmelocal.runtime.memory import gpu_used_bytes, process_tree_pss_bytes
 from mmelocal.runtime.native import (
     NATIVE_FORMATS,
     available_backends,
@@ -393,7 +393,7 @@ def _memory(launcher: TritonLauncher, gpu: bool) -> tuple[int | None, str]:
         if used is not None:
             return used, "gpu"
     pid = launcher.pid()
-    return (process_tree_rss_bytes(pid) if pid else None), "host_rss"
+    return (process_tree_pss_bytes(pid) if pid else None), "host_pss"
 
 
 def _external_payload(

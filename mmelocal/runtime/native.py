@@ -16,7 +16,6 @@ say so. The user's folder is never modified: files are hard-linked (or copied) i
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import shutil
@@ -77,21 +76,9 @@ def available_backends(backend_directory: Path | None) -> frozenset[str]:
 
 def gpu_available() -> bool:
     """True when NVML sees at least one NVIDIA GPU (False without pynvml or a driver)."""
-    try:
-        import pynvml
-    except ImportError:
-        return False
-    try:
-        pynvml.nvmlInit()
-    except Exception:
-        return False
-    try:
-        return int(pynvml.nvmlDeviceGetCount()) > 0
-    except Exception:
-        return False
-    finally:
-        with contextlib.suppress(Exception):
-            pynvml.nvmlShutdown()
+    from mmelocal.runtime.memory import gpu_count
+
+    return gpu_count() > 0
 
 
 def runner_template() -> Path:

@@ -52,10 +52,17 @@ def open_every_png(html_path: Path) -> list[tuple[int, int]]:
 class _Reading:
     used_bytes: int
     total_bytes: int
+    server_pid: int | None = None
+    per_process_bytes: dict[int, int] | None = None
 
 
 class FakeInstance:
-    """Each load adds ``footprint`` bytes, the first inference ``lazy`` more."""
+    """Each load adds ``footprint`` bytes, the first inference ``lazy`` more.
+
+    With ``shared`` the first load also brings a shared runtime of that size, and readings
+    carry per-process figures as the host probe's do: the server (pid 1) holds the baseline,
+    each copy's stub (pid 100 + copy) its footprint and lazy memory.
+    """
 
     def __init__(
         self,
@@ -65,8 +72,11 @@ class FakeInstance:
         footprint: int,
         lazy: int = 0,
         fail_at: int | None = None,
+        shared: int | None = None,
     ) -> None:
         self.total, self.used = total, baseline
+        self.baseline, self.shared = baseline, shared
+        self.stubs: dict[int, int] = {}
         self.footprint, self.lazy, self.fail_at = footprint, lazy, fail_at
         self.loaded: list[str] = []
         self.invoked: set[str] = set()
@@ -76,7 +86,9 @@ class FakeInstance:
         if self.fail_at is not None and len(self.loaded) + 1 == self.fail_at:
             raise ModelLoadError("boom", model_name=target)
         self.loaded.append(target)
-        self.used += self.footprint
+        first = len(self.loaded) == 1
+        self.used += self.footprint + (self.shared or 0 if first else 0)
+        self.stubs[100 + len(self.loaded)] = self.footprint
         self.in_flight += 1
 
     def release(self, target: str) -> None:
@@ -86,17 +98,20 @@ class FakeInstance:
         if target not in self.invoked:
             self.invoked.add(target)
             self.used += self.lazy
+            self.stubs[100 + self.loaded.index(target) + 1] += self.lazy
         return 200, b"{}", {}
 
     async def read_memory(self) -> _Reading:
-        return _Reading(self.used, self.total)
+        if self.shared is None:
+            return _Reading(self.used, self.total)
+        return _Reading(self.used, self.total, 1, {1: self.baseline, **self.stubs})
 
 
 def _result(measurement: Any) -> CapacityResult:
     return CapacityResult(
         source="fake",
         label="",
-        model_format="x",
+        model_format="torchscript",
         probe="fake",
         threshold=0.9,
         total_bytes=measurement.total_bytes,

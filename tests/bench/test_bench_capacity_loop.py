@@ -40,3 +40,32 @@ def test_baseline_over_threshold_is_an_error() -> None:
 
     with pytest.raises(BenchError, match="raise the memory budget"):
         run_fake_capacity(FakeInstance(total=100 * MIB, baseline=95 * MIB, footprint=MIB))
+
+
+def test_footprint_in_two_parts_implies_the_measured_count() -> None:
+    # the first copy brings a 300 MiB runtime: 100 + 300 + 4 x (150 + 50) = 1200 > 1080
+    inst = FakeInstance(
+        total=1200 * MIB, baseline=100 * MIB, footprint=150 * MIB, lazy=50 * MIB, shared=300 * MIB
+    )
+    result = run_fake_capacity(inst)
+    assert [load.marginal_bytes for load in result.loads] == [200 * MIB] * result.count
+    assert result.marginal_mean_bytes == 200 * MIB
+    assert result.shared_runtime_bytes == 300 * MIB
+    # floor((1080 - 100 - 300) / 200) = 3, and 3 is what was loaded before one crossed
+    assert result.implied_count == result.count == 3
+    # the mean growth mixes the runtime into every copy and predicts too few on bigger cards
+    assert result.per_model_mean_bytes == 300 * MIB
+    line = result.footprint_line()
+    assert line is not None and "copy: 200 MiB, torch runtime once: 300 MiB -> 3 copies" in line
+    assert line in result.summary_lines()
+    data = result.to_dict()
+    assert data["shared_runtime_bytes"] == 300 * MIB and data["implied_count"] == 3
+    again = type(result).from_dict(data)
+    assert again.implied_count == 3 and again.loads == result.loads
+
+
+def test_without_per_process_figures_there_is_no_split() -> None:
+    result = run_fake_capacity(FakeInstance(total=1000 * MIB, baseline=0, footprint=100 * MIB))
+    assert result.loads[0].marginal_bytes is None
+    assert result.shared_runtime_bytes is None and result.implied_count is None
+    assert result.footprint_line() is None

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from mmelocal.emulator.probes import process_tree_rss
+from mmelocal.runtime.memory import process_tree_memory
 from mmelocal.testing.tiny_model import request_json
 
 T = TypeVar("T")
@@ -76,7 +76,7 @@ def raw_request(
 
 
 class MemorySampler:
-    """Samples the RSS of a process tree every ``interval_s`` on a thread; keeps the max."""
+    """Samples the summed PSS of a process tree every ``interval_s`` on a thread; keeps the max."""
 
     def __init__(self, pid_of: Any, interval_s: float = 0.02) -> None:
         self.pid_of = pid_of
@@ -88,7 +88,7 @@ class MemorySampler:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            used, _ = process_tree_rss(self.pid_of())
+            used = process_tree_memory(self.pid_of()).pss_bytes
             self.max_bytes = max(self.max_bytes, used)
             self.samples += 1
             time.sleep(self.interval_s)

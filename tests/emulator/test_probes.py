@@ -1,4 +1,4 @@
-"""Memory probes: the host RSS probe on a real process tree, NVML through a stand-in module."""
+"""Memory probes: the host PSS probe on a real process tree, NVML through a stand-in module."""
 
 from __future__ import annotations
 
@@ -7,34 +7,104 @@ import sys
 import types
 from typing import Any
 
+import psutil
 import pytest
-from emulator_helpers import wait_for
 
-from mmelocal.emulator.probes import HostProbe, NvmlProbe, choose_probe, process_tree_rss
+from mmelocal.emulator.probes import HostProbe, NvmlProbe, choose_probe
 from mmelocal.errors import UserInputError
+from mmelocal.runtime import memory
+from mmelocal.runtime.memory import (
+    TreeMemoryReader,
+    process_memory,
+    process_tree_memory,
+    process_tree_pids,
+)
+
+PYTHON_SLEEP = f"{sys.executable} -c 'import time; print(flush=True); time.sleep(30)'"
 
 
-def test_host_probe_sums_the_process_tree() -> None:
-    proc = subprocess.Popen(["bash", "-c", "sleep 30 & sleep 30 & wait"])
+@pytest.fixture
+def tree() -> Any:
+    """bash with two Python children (they share libpython's pages), until the test ends."""
+    script = f"{PYTHON_SLEEP} & {PYTHON_SLEEP} & wait"
+    proc = subprocess.Popen(["bash", "-c", script], stdout=subprocess.PIPE)
     try:
-
-        def tree() -> tuple[int, list[int]] | None:
-            found = process_tree_rss(proc.pid)
-            return found if len(found[1]) == 3 else None  # bash and its two children
-
-        used, pids = wait_for(tree, timeout_s=30)
-        assert proc.pid in pids
-        assert used > 0
-        probe = HostProbe(lambda: proc.pid, budget_bytes=10 * 1024**3)
-        reading = probe.read()
-        assert reading.used_bytes > 0 and reading.total_bytes == 10 * 1024**3
-        assert 0 < reading.used_fraction < 1
-        assert probe.kind == "host" and "host-rss" in probe.name
+        assert proc.stdout is not None
+        assert proc.stdout.readline() + proc.stdout.readline() == b"\n\n"  # both asleep
+        yield proc
     finally:
         proc.kill()
         proc.wait()
-    assert process_tree_rss(proc.pid) == (0, [])
-    assert process_tree_rss(None) == (0, [])
+
+
+def test_host_probe_reads_pss_of_the_process_tree(tree: subprocess.Popen[bytes]) -> None:
+    probe = HostProbe(lambda: tree.pid, budget_bytes=10 * 1024**3)
+    reading = probe.read()
+    assert probe.kind == "host" and probe.name.startswith("host-pss")
+    assert reading.total_bytes == 10 * 1024**3 and 0 < reading.used_fraction < 1
+    assert reading.server_pid == tree.pid
+    assert reading.per_process_bytes is not None
+    assert set(reading.per_process_bytes) == set(process_tree_pids(tree.pid))
+    # USS <= PSS <= RSS for the tree; shared libpython makes PSS strictly smaller than RSS
+    uss = sum(reading.per_process_bytes.values())
+    assert reading.rss_bytes is not None
+    assert 0 < uss <= reading.used_bytes < reading.rss_bytes
+
+
+def test_smaps_rollup_agrees_with_psutil(
+    tree: subprocess.Popen[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pids = process_tree_pids(tree.pid)
+    assert pids[0] == tree.pid
+    fast = {p: process_memory(p) for p in pids}
+    monkeypatch.setattr(memory, "_smaps_rollup", lambda pid: None)  # the psutil fallback
+    for pid in pids:
+        info = psutil.Process(pid).memory_full_info()
+        for got in (fast[pid], process_memory(pid)):
+            assert got is not None
+            # sleeping processes: the pages move by a few KiB at most between reads
+            assert got.pss_bytes == pytest.approx(info.pss, rel=0.02, abs=64 * 1024)
+            assert got.uss_bytes == pytest.approx(info.uss, rel=0.02, abs=64 * 1024)
+            assert got.rss_bytes == pytest.approx(info.rss, rel=0.02, abs=64 * 1024)
+
+
+def test_the_reader_reads_smaps_again_only_when_the_tree_changed() -> None:
+    grow = (
+        "import sys, time; print('ready', flush=True); sys.stdin.readline(); "
+        "x = bytearray(64 << 20); print('grown', flush=True); time.sleep(30)"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", grow], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        assert proc.stdout.readline() == b"ready\n"
+        reader = TreeMemoryReader(max_age_s=60, tolerance_bytes=1 << 20)
+        first = reader.read(proc.pid)
+        assert reader.read(proc.pid) is first and reader.full_reads == 1  # nothing moved
+        proc.stdin.write(b"go\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline() == b"grown\n"
+        grown = reader.read(proc.pid)
+        assert grown is not first and reader.full_reads == 2
+        assert grown.uss_bytes >= first.uss_bytes + (60 << 20)
+        assert grown.pss_bytes == pytest.approx(process_tree_memory(proc.pid).pss_bytes, rel=0.02)
+        expired = TreeMemoryReader(max_age_s=0)
+        expired.read(proc.pid)
+        expired.read(proc.pid)
+        assert expired.full_reads == 2  # too old: read again
+    finally:
+        proc.kill()
+        proc.wait()
+    assert reader.read(proc.pid).processes == ()  # gone: the set changed
+
+
+def test_a_gone_process_reads_empty_and_budget_is_checked() -> None:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    assert process_tree_memory(proc.pid).processes == ()
+    assert process_tree_memory(None).pss_bytes == 0
+    assert HostProbe(lambda: proc.pid, budget_bytes=1).read().used_bytes == 0
     with pytest.raises(UserInputError, match="budget_bytes"):
         HostProbe(lambda: None, budget_bytes=0)
 
@@ -70,15 +140,31 @@ class _Fake(types.ModuleType):
 
 def test_nvml_probe_with_a_stand_in_module(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", _Fake())
-    monkeypatch.setattr("mmelocal.emulator.probes.process_tree_rss", lambda pid: (0, [4242, 4243]))
+    monkeypatch.setattr("mmelocal.emulator.probes.process_tree_pids", lambda pid: [4242, 4243])
     probe = NvmlProbe(1, lambda: 4242)
     reading = probe.read()
     assert probe.name == "nvml:1" and probe.kind == "gpu"
     assert reading.used_bytes == 6 * 2**30 and reading.total_bytes == 16 * 2**30
     assert reading.process_bytes == 2**30  # only the Triton tree's processes
+    assert reading.server_pid == 4242 and reading.per_process_bytes == {4242: 2**30, 4243: 0}
     assert reading.utilization_percent == 42
     chosen = choose_probe(lambda: 4242, budget_bytes=1, gpu_index=0)
     assert chosen.kind == "gpu"
+
+
+def test_nvml_says_when_the_driver_reports_no_per_process_use(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake = _Fake()
+    fake.nvmlDeviceGetComputeRunningProcesses = lambda handle: [  # type: ignore[method-assign]
+        types.SimpleNamespace(pid=4242, usedGpuMemory=None)  # as inside some containers
+    ]
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.setattr("mmelocal.emulator.probes.process_tree_pids", lambda pid: [4242])
+    reading = NvmlProbe(0, lambda: 4242).read()
+    assert reading.used_bytes == 6 * 2**30
+    assert reading.process_bytes is None and reading.per_process_bytes is None
+    assert memory.gpu_count() == 2 and memory.gpu_used_bytes() == 12 * 2**30
 
 
 def test_choose_probe_falls_back_to_host(monkeypatch: pytest.MonkeyPatch) -> None:

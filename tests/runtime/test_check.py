@@ -32,7 +32,7 @@ def test_check_passes_on_a_good_repository(tmp_path, capsys):
     for model in models.values():
         assert model["status"] == "passed", model
         assert model["load_time_s"] > 0 and model["unload_time_s"] >= 0
-        assert model["memory_bytes"] > 0 and model["memory_kind"] == "host_rss"
+        assert model["memory_bytes"] > 0 and model["memory_kind"] == "host_pss"
         assert model["first_infer_ms"] > 0
     assert models["mlp_ts"]["reference"] == "matched"
     assert models["mlp_onnx"]["reference"] == "matched"

@@ -1,0 +1,279 @@
+"""GPU proof in one command: what mmelocal measures on a real NVIDIA GPU, in one report.
+
+``make gpu-proof`` (or ``python3 benchmarks/gpu_proof.py --wheels .whl --out DIR``) on a
+machine with an NVIDIA GPU:
+
+1. installs the wheels carried in ``--wheels`` (``pip install --no-index --no-deps
+   --target``; nothing is fetched) and puts them on the path;
+2. runs the ``mmelocal_gpu``-marked tests (``pytest -m mmelocal_gpu``);
+3. compares the NVML probe's device reading with ``nvidia-smi --query-gpu=memory.used,
+   memory.total --format=csv`` taken right after it;
+4. runs ``capacity`` on the GPU for a TorchScript ResNet-50 (``torchvision:resnet50``,
+   ``weights=None``, ``INPUT__0`` [3,224,224]) and for a tiny random BERT, each served by the
+   pip tritonserver (``nvidia-pytriton``) through the emulator, with its per-copy part, the
+   shared runtime and the projection onto the other cards;
+5. writes ``gpu-proof.json`` and ``gpu-proof.md`` under ``--out``.
+
+Without a GPU it prints one line saying so and exits with status 2; nothing is installed.
+
+What it expects of the GPU machine (the device machines lent to sessions: see
+DEVELOPERS.md, ``device``): x86-64, an NVIDIA driver with ``nvidia-smi``, Python 3.12 as
+``python3`` with CUDA torch, torchvision, transformers, numpy, protobuf, aiohttp, click,
+rich, pyyaml, psutil, uvloop, grpcio, nvidia-ml-py and pytest already installed. The rest
+travels as wheels in ``.whl/`` (ignored by git; name it in the device call's ``carry``),
+about 58 MiB of the 64 MiB the working tree may take, in this install order (one
+``pip install`` takes them all; the order is the one to drop from if space runs short):
+
+1. ``mmelocal`` itself (``python -m build --wheel`` here; pure Python, ~0.3 MiB)
+2. ``nvidia_pytriton-0.7.0-py3-none-manylinux_2_35_x86_64.whl`` (the tritonserver binary
+   and its Python backend, 53 MiB)
+3. ``httptools`` cp312 (the emulator's fast front, 0.5 MiB)
+4. ``tritonclient-2.73.0`` (0.1 MiB), ``python_rapidjson`` cp312 (1.7 MiB),
+   ``geventhttpclient`` cp312 (0.2 MiB)
+
+boto3/botocore (16 MiB) do not fit and are not needed (no S3 store, no boto3 load test).
+``--download-wheels .whl`` fetches exactly these here (pip, cp312 manylinux) and builds the
+mmelocal wheel. Then, in one device call: ``make gpu-proof GPU_PROOF_OUT=$OUT``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+WHEELS = (
+    "nvidia-pytriton==0.7.0",
+    "httptools==0.9.0",
+    "tritonclient==2.73.0",
+    "python-rapidjson==1.25",
+    "geventhttpclient==2.6.1",
+)
+PLATFORMS = ("manylinux_2_35_x86_64", "manylinux_2_28_x86_64", "manylinux_2_17_x86_64")
+MIB = 1024 * 1024
+
+
+@dataclass
+class GpuProofReport:
+    """What one run measured (JSON-able); ``format_only`` marks a synthetic format test."""
+
+    gpu: dict[str, Any]
+    started_at: str
+    nvml: dict[str, Any] = field(default_factory=dict)
+    nvidia_smi: dict[str, Any] = field(default_factory=dict)
+    gpu_tests: dict[str, Any] = field(default_factory=dict)
+    capacity: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    format_only: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for ``gpu-proof.json``."""
+        return {"kind": "gpu-proof", **vars(self)}
+
+    def markdown(self) -> str:
+        """The report as markdown (for the README)."""
+        lines = [f"# GPU proof: {self.gpu.get('name', '?')}", ""]
+        if self.format_only:
+            lines += ["**Format test with synthetic numbers: not a measurement.**", ""]
+        lines += [
+            f"started {self.started_at}; driver {self.gpu.get('driver', '?')}",
+            "",
+            "| memory | used MiB | total MiB |",
+            "| --- | ---: | ---: |",
+        ]
+        for name, reading in (("NVML probe", self.nvml), ("nvidia-smi", self.nvidia_smi)):
+            lines.append(
+                f"| {name} | {reading.get('used_mib', '-')} | {reading.get('total_mib', '-')} |"
+            )
+        lines += ["", f"gpu tests: {self.gpu_tests.get('summary', 'not run')}", ""]
+        if self.capacity:
+            lines += [
+                "| model | copies | baseline MiB | copy MiB | runtime once MiB | implied |",
+                "| --- | ---: | ---: | ---: | ---: | ---: |",
+            ]
+            for run in self.capacity:
+                lines.append(
+                    f"| {run['label']} | {run['count']} | {_mib(run['baseline_bytes'])} | "
+                    f"{_mib(run.get('marginal_mean_bytes'))} | "
+                    f"{_mib(run.get('shared_runtime_bytes'))} | {run.get('implied_count', '-')} |"
+                )
+            for run in self.capacity:
+                rows = (run.get("projection") or {}).get("rows", [])
+                if rows:
+                    lines += ["", f"projection of {run['label']}:", ""]
+                    lines += ["| GPU | instance type | per GPU |", "| --- | --- | ---: |"]
+                    lines += [
+                        f"| {r['gpu']} | {r['instance_type']} | {r['models_per_gpu']} |"
+                        for r in rows
+                    ]
+        lines += ["", *[f"- {note}" for note in self.notes]]
+        return "\n".join(lines).rstrip() + "\n"
+
+
+def _mib(value: float | None) -> str:
+    return "-" if value is None else f"{value / MIB:,.0f}"
+
+
+def write_report(report: GpuProofReport, out: Path) -> tuple[Path, Path]:
+    """``gpu-proof.json`` and ``gpu-proof.md`` under ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = out / "gpu-proof.json", out / "gpu-proof.md"
+    json_path.write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+    md_path.write_text(report.markdown())
+    return json_path, md_path
+
+
+def nvidia_smi() -> dict[str, Any] | None:
+    """GPU 0 as ``nvidia-smi`` reports it (None: no nvidia-smi, no driver or no GPU)."""
+    if shutil.which("nvidia-smi") is None:
+        return None
+    query = "--query-gpu=name,driver_version,memory.used,memory.total"
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", query, "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = [line for line in out.splitlines() if line.strip()]
+    if not lines:
+        return None
+    name, driver, used, total = (part.strip() for part in lines[0].split(","))
+    return {"name": name, "driver": driver, "used_mib": int(used), "total_mib": int(total)}
+
+
+def install_wheels(wheels: Path, site: Path) -> None:
+    """Install every carried wheel into ``site`` (offline) and put it on the path."""
+    found = sorted(str(p) for p in wheels.glob("*.whl"))
+    if not found:
+        raise SystemExit(f"gpu-proof: no wheels in {wheels} (see the script's docstring)")
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps"]
+    subprocess.run([*pip, "--no-compile", "--upgrade", "--target", str(site), *found], check=True)
+    sys.path.insert(0, str(site))
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(site), os.environ.get("PYTHONPATH")])
+    )
+    os.environ["PATH"] = f"{site / 'bin'}{os.pathsep}{os.environ['PATH']}"
+
+
+def run_gpu_tests(out: Path) -> dict[str, Any]:
+    """``pytest -m mmelocal_gpu`` (bounded to 300 s): exit code and pytest's closing line.
+
+    Only the test files that hold ``mmelocal_gpu``-marked tests are collected, so that modules
+    needing what does not travel (boto3, moto) are not imported there.
+    """
+    files = sorted(
+        str(p.relative_to(REPO))
+        for p in (REPO / "tests").rglob("test_*.py")
+        if "mark.mmelocal_gpu" in p.read_text(encoding="utf-8")
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-m",
+        "mmelocal_gpu",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        *files,
+    ]
+    try:
+        done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        return {"exit_code": None, "summary": "timed out after 300 s"}
+    (out / "gpu-tests.log").write_text(done.stdout + done.stderr)
+    tail = [line for line in done.stdout.splitlines() if line.strip()]
+    return {"exit_code": done.returncode, "summary": tail[-1] if tail else "no output"}
+
+
+def nvml_against_smi() -> tuple[dict[str, Any], dict[str, Any]]:
+    """The NVML probe's reading and nvidia-smi's, taken one right after the other."""
+    from mmelocal.emulator.probes import NvmlProbe
+
+    reading = NvmlProbe(0).read()
+    smi = nvidia_smi() or {}
+    nvml = {"used_mib": reading.used_bytes // MIB, "total_mib": reading.total_bytes // MIB}
+    if smi:
+        nvml["used_minus_smi_mib"] = nvml["used_mib"] - smi["used_mib"]
+    return nvml, smi
+
+
+def capacity_runs(max_copies: int, workdir: Path) -> list[dict[str, Any]]:
+    """``capacity`` on the GPU: TorchScript ResNet-50 (random weights) and a tiny BERT."""
+    from mmelocal.bench.capacity import CapacityOptions, measure_capacity
+    from mmelocal.testing.tiny_bert import save_tiny_bert
+
+    options = CapacityOptions(use_gpu=True, max_copies=max_copies, workdir=workdir)
+    bert = save_tiny_bert(workdir / "tiny-bert", tokenizer=False)
+    runs = []
+    for source, label in (("torchvision:resnet50", "ResNet-50 (TorchScript)"), (bert, "tiny BERT")):
+        t0 = time.monotonic()
+        result = measure_capacity(source, options=options, model_format="torchscript", label=label)
+        runs.append({**result.to_dict(), "seconds": round(time.monotonic() - t0, 1)})
+    return runs
+
+
+def download_wheels(dest: Path) -> int:
+    """Here (with network to the registry): the wheels above for cp312, and mmelocal's."""
+    dest.mkdir(parents=True, exist_ok=True)
+    platforms = [arg for p in PLATFORMS for arg in ("--platform", p)]
+    pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
+    pip += ["--python-version", "3.12", "--implementation", "cp", *platforms, "-d", str(dest)]
+    subprocess.run([*pip, *WHEELS], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "build", "--wheel", "-o", str(dest), str(REPO)], check=True
+    )
+    total = sum(p.stat().st_size for p in dest.glob("*.whl"))
+    print(f"{dest}: {total / MIB:.1f} MiB of wheels (the travelling tree may hold 64 MiB)")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("gpu-proof-out"))
+    parser.add_argument("--wheels", type=Path, default=REPO / ".whl")
+    parser.add_argument("--max-copies", type=int, default=12, help="per capacity run")
+    parser.add_argument("--download-wheels", type=Path, help="fetch the wheels here and stop")
+    args = parser.parse_args(argv)
+    if args.download_wheels is not None:
+        return download_wheels(args.download_wheels)
+    gpu = nvidia_smi()
+    if gpu is None:
+        print("gpu-proof: no NVIDIA GPU here (nvidia-smi absent or reports none); nothing run")
+        return 2
+    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    if args.wheels.is_dir():
+        install_wheels(args.wheels, Path(tempfile.mkdtemp(prefix="gpu-proof-site-")))
+    sys.path.insert(0, str(REPO))
+    args.out.mkdir(parents=True, exist_ok=True)
+    report = GpuProofReport(gpu={"name": gpu["name"], "driver": gpu["driver"]}, started_at=started)
+    report.nvml, report.nvidia_smi = nvml_against_smi()
+    report.gpu_tests = run_gpu_tests(args.out)
+    with tempfile.TemporaryDirectory(prefix="gpu-proof-") as tmp:
+        report.capacity = capacity_runs(args.max_copies, Path(tmp))
+    report.notes.append(
+        f"capacity runs stop at {args.max_copies} copies; counts beyond come "
+        "from the two parts (implied) and the projection"
+    )
+    for path in write_report(report, args.out):
+        print(f"wrote {path}")
+    print(report.markdown())
+    return 0 if report.gpu_tests.get("exit_code") == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
