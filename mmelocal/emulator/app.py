@@ -24,6 +24,7 @@ from aiohttp import web
 
 from mmelocal.emulator.handlers import (
     Answer,
+    body_limit_bytes,
     error_for,
     handle_invocation,
     handle_v2_infer,
@@ -34,7 +35,6 @@ from mmelocal.emulator.platform import Emulator
 
 logger = logging.getLogger(__name__)
 
-MAX_BODY_BYTES = 128 * 1024 * 1024
 EMULATOR_KEY: web.AppKey[Emulator] = web.AppKey("emulator", Emulator)
 
 
@@ -177,7 +177,7 @@ async def state(request: web.Request) -> web.Response:
 
 def create_app(emulator: Emulator) -> web.Application:
     """The aiohttp application serving ``emulator`` (started and stopped with the app)."""
-    app = web.Application(client_max_size=MAX_BODY_BYTES)
+    app = web.Application(client_max_size=body_limit_bytes(emulator))
     app[EMULATOR_KEY] = emulator
 
     async def lifecycle(app: web.Application) -> Any:

@@ -7,6 +7,11 @@ and ``POST /v2/models/{target}/infer`` itself through :mod:`.handlers`; every ot
 request (``/ping``, ``/metrics``, v2 metadata, ...) is passed as it is to the full aiohttp
 app listening on a private loopback port. Requests on one connection are answered in
 order (HTTP/1.1 keep-alive, no pipelining reordering).
+
+What one connection may hold is bounded: a body over the limit is answered 413 and the
+connection is closed with nothing after it parsed or served; pipelined requests queue up
+to :data:`MAX_QUEUED` requests or :data:`MAX_QUEUED_BYTES` of bodies, then the connection
+stops being read until the queue is half drained (TCP pushes back on the client).
 """
 
 from __future__ import annotations
@@ -18,7 +23,13 @@ from collections import deque
 from http import HTTPStatus
 from typing import Any
 
-from mmelocal.emulator.handlers import Answer, handle_invocation, handle_v2_infer, v2_error
+from mmelocal.emulator.handlers import (
+    Answer,
+    body_limit_bytes,
+    handle_invocation,
+    handle_v2_infer,
+    v2_error,
+)
 from mmelocal.emulator.hotlane import HotLane
 from mmelocal.emulator.platform import Emulator
 from mmelocal.emulator.upstream import UpstreamError, UpstreamPool
@@ -34,7 +45,10 @@ _HOP_BY_HOP = {
     b"expect",
 }
 _REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
-MAX_BODY_BYTES = 128 * 1024 * 1024
+#: pipelined requests one connection may have waiting before it is no longer read
+MAX_QUEUED = 32
+#: bytes of bodies one connection may have waiting before it is no longer read
+MAX_QUEUED_BYTES = 16 * 1024 * 1024
 
 
 def available() -> bool:
@@ -81,10 +95,14 @@ class _Protocol(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.request = _Request()
         self.queue: deque[_Request] = deque()
+        self.queued_bytes = 0
+        self.paused = False
         self.worker: asyncio.Task[None] | None = None
         #: a request is on the hot lane: later ones wait in the queue (answers in order)
         self.busy = False
         self.size = 0
+        #: an error was answered and the connection is closing: nothing more is parsed
+        self.failed = False
 
     # -- transport callbacks -----------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -98,12 +116,27 @@ class _Protocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         import httptools
 
+        if self.failed:
+            return
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
             self._fail(400, f"bad HTTP request: {exc}")
+        if not self.paused and self.transport is not None and self._queue_full():
+            self.paused = True
+            self.transport.pause_reading()
+
+    def _queue_full(self) -> bool:
+        return len(self.queue) >= MAX_QUEUED or self.queued_bytes >= MAX_QUEUED_BYTES
 
     def _fail(self, status: int, message: str) -> None:
+        """Answer an error and close: requests queued before it are dropped unanswered."""
+        if self.failed:
+            return
+        self.failed = True
+        self.queue.clear()
+        if self.worker is not None and not self.worker.done():
+            self.worker.cancel()
         if self.transport is not None:
             self.transport.write(encode_answer(v2_error(status, message), keep_alive=False))
             self.transport.close()
@@ -125,13 +158,18 @@ class _Protocol(asyncio.Protocol):
             self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def on_body(self, body: bytes) -> None:
+        if self.failed:
+            return
         self.size += len(body)
-        if self.size > MAX_BODY_BYTES:
-            self._fail(413, f"request body over {MAX_BODY_BYTES} bytes")
+        limit = body_limit_bytes(self.server.emulator)
+        if self.size > limit:
+            self._fail(413, f"request body over {limit} bytes")
             return
         self.request.body.append(body)
 
     def on_message_complete(self) -> None:
+        if self.failed:
+            return
         request = self.request
         request.method = self.parser.get_method()
         request.keep_alive = self.parser.should_keep_alive()
@@ -140,6 +178,7 @@ class _Protocol(asyncio.Protocol):
             self.busy = True
             return
         self.queue.append(request)
+        self.queued_bytes += self.size
         self._kick()
 
     # -- serving -----------------------------------------------------------------------
@@ -151,7 +190,7 @@ class _Protocol(asyncio.Protocol):
     def hot_done(self, request: object, answer: Answer) -> None:
         """The hot lane's answer to ``request``."""
         self.busy = False
-        if self.transport is None:
+        if self.transport is None or self.failed:
             return
         keep_alive = getattr(request, "keep_alive", False)
         self.transport.write(encode_answer(answer, keep_alive=keep_alive))
@@ -167,11 +206,20 @@ class _Protocol(asyncio.Protocol):
             return
         assert isinstance(request, _Request)
         self.queue.appendleft(request)
+        self.queued_bytes += sum(len(part) for part in request.body)
         self._kick()
+
+    def _take(self) -> _Request:
+        request = self.queue.popleft()
+        self.queued_bytes -= sum(len(part) for part in request.body)
+        if self.paused and self.transport is not None and len(self.queue) <= MAX_QUEUED // 2:
+            self.paused = False
+            self.transport.resume_reading()
+        return request
 
     async def _serve(self) -> None:
         while self.queue:
-            request = self.queue.popleft()
+            request = self._take()
             try:
                 answer = await self.server.answer(request)
             except Exception as exc:

@@ -46,6 +46,16 @@ JSON_TYPE = "application/json"
 
 HeaderGetter = Callable[[str], "str | None"]
 
+#: the most either HTTP server reads of one request body (v2 infer has no service limit;
+#: InvokeEndpoint bodies over ``--max-payload`` are answered 413 once read)
+MAX_BODY_BYTES = 128 * 1024 * 1024
+
+
+def body_limit_bytes(emulator: Emulator) -> int:
+    """How much of one request body the HTTP server reads before answering 413."""
+    return max(MAX_BODY_BYTES, emulator.config.max_payload_bytes + 1)
+
+
 _REQUEST_IDS = itertools.count()
 _HEX = uuid.uuid4().hex
 _REQUEST_PREFIX = f"{_HEX[:8]}-{_HEX[8:12]}-{_HEX[12:16]}-{_HEX[16:20]}-"
@@ -265,7 +275,9 @@ def parse_v2_path(tail: str) -> tuple[str, str | None, str]:
 __all__ = [
     "CACHE_HEADER",
     "FORWARDED_HEADERS",
+    "MAX_BODY_BYTES",
     "Answer",
+    "body_limit_bytes",
     "error_for",
     "forward_headers",
     "handle_invocation",

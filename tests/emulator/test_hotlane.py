@@ -4,6 +4,7 @@ when Triton lost the model."""
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import socket
@@ -250,3 +251,51 @@ def test_concurrent_hits_on_a_batching_model_are_batched_through_the_lane(
     assert inferences == 8
     assert executions < inferences  # Triton batched requests that came through the lane
     assert counters["HotLaneInvocations"] - before == 8
+
+
+def _invocation_bytes(target: str, body: bytes, length: int | None = None) -> bytes:
+    return (
+        b"POST /endpoints/ep/invocations HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+        b"\r\nX-Amzn-SageMaker-Target-Model: %s\r\nContent-Length: %d\r\n\r\n%s"
+        % (target.encode(), len(body) if length is None else length, body)
+    )
+
+
+def test_raw_socket_oversized_body_is_413_and_the_rest_is_never_served(
+    servers: dict[str, EmulatorServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mmelocal.emulator import handlers
+
+    server = servers["lane"]
+    monkeypatch.setattr(handlers, "MAX_BODY_BYTES", 1 << 20)
+    limit = handlers.body_limit_bytes(server.emulator)
+    _, body = payload(rows=1, start=1.0)
+    counters = server.emulator.metrics.counters
+    before = counters["Invocations"]
+    oversized = _invocation_bytes("a.tar.gz", b" " * (limit + 1))
+    with socket.create_connection((server.host, server.port), timeout=120) as sock:
+        with contextlib.suppress(ConnectionError):  # the server closes as soon as it answers
+            sock.sendall(oversized + _invocation_bytes("a.tar.gz", body))
+        ((status, answer),) = _read_answers(sock, 1)
+        assert status == 413, answer
+        assert sock.recv(65536) == b""  # closed, with nothing more answered
+    assert counters["Invocations"] == before
+    with closing(http.client.HTTPConnection(server.host, server.port, timeout=120)) as conn:
+        headers = {"Content-Type": "application/json", "X-Amzn-SageMaker-Target-Model": "a.tar.gz"}
+        assert _send(conn, "/endpoints/ep/invocations", headers, body)[0] == 200  # still serving
+
+
+def test_raw_socket_many_pipelined_requests_are_all_answered_in_order(
+    servers: dict[str, EmulatorServer],
+) -> None:
+    from mmelocal.emulator.fastpath import MAX_QUEUED
+
+    server = servers["lane"]
+    order = ["a.tar.gz", "b.tar.gz", "c.tar.gz"] * MAX_QUEUED  # 3x the queue's bound
+    x, body = payload(rows=1, start=0.5)
+    with socket.create_connection((server.host, server.port), timeout=120) as sock:
+        sock.sendall(b"".join(_invocation_bytes(target, body) for target in order))
+        answers = _read_answers(sock, len(order))
+    for target, (status, answer) in zip(order, answers, strict=True):
+        assert status == 200, answer
+        np.testing.assert_array_equal(output_of(answer), expected(x, SCALES[target]))

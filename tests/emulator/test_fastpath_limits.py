@@ -1,0 +1,152 @@
+"""What one connection to the fast front server may hold, driven through its parser.
+
+The protocol object is fed bytes as the event loop would feed them; the transport records
+what the server wrote and whether it stopped reading. The routes themselves are covered on
+real Triton in test_hotlane.py (including raw-socket versions of these cases).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from mmelocal.emulator import fastpath, handlers
+from mmelocal.emulator.handlers import Answer
+
+
+class Transport:
+    """Records writes, close and flow control."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.closed = False
+        self.paused = False
+        self.pauses = 0
+        self.resumes = 0
+
+    def write(self, data: bytes) -> None:
+        assert not self.closed, "written after close"
+        self.data += data
+
+    def close(self) -> None:
+        self.closed = True
+
+    def pause_reading(self) -> None:
+        self.paused = True
+        self.pauses += 1
+
+    def resume_reading(self) -> None:
+        self.paused = False
+        self.resumes += 1
+
+
+class Front:
+    """The part of FastFrontServer the protocol calls: nothing hot, answers held at a gate."""
+
+    def __init__(self) -> None:
+        self.emulator = SimpleNamespace(config=SimpleNamespace(max_payload_bytes=6_291_456))
+        self.gate = asyncio.Event()
+        self.started: list[bytes] = []
+        self.largest_queue = 0
+        self.protocol: Any = None
+
+    def serve_hot(self, request: Any, requester: Any) -> bool:
+        return False
+
+    async def answer(self, request: Any) -> Answer:
+        self.started.append(request.url)
+        self.largest_queue = max(self.largest_queue, len(self.protocol.queue))
+        await self.gate.wait()
+        return Answer(200, [], request.url)
+
+
+def post(path: str, body: bytes) -> bytes:
+    return b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (
+        path.encode(),
+        len(body),
+        body,
+    )
+
+
+def connect() -> tuple[Front, Transport, Any]:
+    front = Front()
+    protocol = fastpath._Protocol(front)  # type: ignore[arg-type]
+    front.protocol = protocol
+    transport = Transport()
+    protocol.connection_made(transport)  # type: ignore[arg-type]
+    return front, transport, protocol
+
+
+async def until(condition: Any) -> None:
+    """Let the loop run until ``condition()`` holds (bounded)."""
+    for _ in range(10_000):
+        if condition():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("condition never held")
+
+
+def test_a_body_over_the_limit_is_answered_413_and_nothing_after_it_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(handlers, "MAX_BODY_BYTES", 1000)
+    limit = handlers.body_limit_bytes(SimpleNamespace(config=SimpleNamespace(max_payload_bytes=10)))
+    assert limit == 1000
+
+    async def run() -> None:
+        front, transport, protocol = connect()
+        front.emulator.config.max_payload_bytes = 10
+        front.gate.set()
+        # the oversized request, complete, then a valid one in the same segment
+        protocol.data_received(post("/big", b"x" * 5000) + post("/after", b"{}"))
+        protocol.data_received(post("/later", b"{}"))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert front.started == []
+        assert transport.closed
+        assert transport.data.startswith(b"HTTP/1.1 413 ")
+        assert transport.data.count(b"HTTP/1.1") == 1
+        assert b"request body over 1000 bytes" in transport.data
+
+    asyncio.run(run())
+
+
+def test_pipelined_requests_are_bounded_then_read_again_as_they_drain() -> None:
+    async def run() -> None:
+        front, transport, protocol = connect()
+        count = 3 * fastpath.MAX_QUEUED
+        data = b"".join(post(f"/r{i}", b"{}") for i in range(count))
+        protocol.data_received(data[: len(data) // 2])
+        assert transport.paused and transport.pauses == 1
+        assert protocol.queued_bytes > 0
+        # a paused transport delivers nothing more until resumed
+        front.gate.set()
+        await until(lambda: not transport.paused)
+        assert len(protocol.queue) <= fastpath.MAX_QUEUED // 2
+        protocol.data_received(data[len(data) // 2 :])
+        await until(lambda: transport.data.count(b"HTTP/1.1 200") == count)
+        answers = [line for line in bytes(transport.data).split(b"\r\n\r\n")[1:] if line]
+        assert [a.split(b"HTTP/1.1")[0] for a in answers] == [
+            f"/r{i}".encode() for i in range(count)
+        ]
+        assert protocol.queued_bytes == 0
+        assert transport.resumes >= 1
+        assert not transport.closed
+
+    asyncio.run(run())
+
+
+def test_bytes_of_queued_bodies_are_bounded_too() -> None:
+    async def run() -> None:
+        front, transport, protocol = connect()
+        big = b"x" * (fastpath.MAX_QUEUED_BYTES // 2 + 1)
+        protocol.data_received(post("/a", big) + post("/b", big))
+        assert transport.paused
+        front.gate.set()
+        await until(lambda: transport.data.count(b"HTTP/1.1 200") == 2)
+        assert not transport.paused
+
+    asyncio.run(run())
