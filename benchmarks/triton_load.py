@@ -39,7 +39,7 @@ from mmelocal.runtime.local import (
     prepare_backend_directory,
     server_environment,
 )
-from mmelocal.runtime.native import prepare_repository
+from mmelocal.runtime.python_copies import prepare_repository
 from mmelocal.runtime.samples import load_reference, sample_inputs
 
 

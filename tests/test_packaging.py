@@ -50,7 +50,7 @@ def test_installed_wheel_finds_its_templates(wheel: Path, tmp_path: Path) -> Non
         timeout=300,
     )
     probe = (
-        "import mmelocal, mmelocal.builder.presets as p, mmelocal.runtime.native as n;"
+        "import mmelocal, mmelocal.builder.presets as p, mmelocal.runtime.python_copies as n;"
         "print(mmelocal.__file__); print(p.templates_dir()); print(n.runner_template());"
         "print(sorted(p.list_presets()))"
     )

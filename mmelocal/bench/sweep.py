@@ -266,7 +266,7 @@ def _serve_and_measure(
 ) -> dict[str, SweepRow]:
     from mmelocal.bench.loadtest import LoadTestConfig, run_loadtest
     from mmelocal.bench.payload import payload_from_model
-    from mmelocal.runtime import native
+    from mmelocal.runtime import python_copies
     from mmelocal.runtime.client import TritonClient
     from mmelocal.runtime.config import ServerConfig
     from mmelocal.runtime.local import LocalLauncher
@@ -278,12 +278,12 @@ def _serve_and_measure(
     with LocalLauncher(
         config, tritonserver=opts.tritonserver, log_path=work / "triton.log"
     ) as triton:
-        backends = native.available_backends(triton.config.backend_directory)
+        backends = python_copies.available_backends(triton.config.backend_directory)
         client = TritonClient.for_launcher(triton)
         for plan, model_dir in variants:
             say(f"{plan.name}: loading")
             try:
-                native.prepare_model_for_server(
+                python_copies.prepare_model_for_server(
                     model_dir, served, backends_available=backends, gpu=gpu
                 )
                 load_s = client.load(plan.name)

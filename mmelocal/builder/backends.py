@@ -1,7 +1,7 @@
 """Which artifacts a host without the real backends can run, and what would run the rest.
 
 The pip ``tritonserver`` has the Python backend only; mmelocal serves TorchScript and ONNX
-models through it (:mod:`mmelocal.runtime.native`). A TensorRT plan needs an NVIDIA GPU
+models through it (:mod:`mmelocal.runtime.python_copies`). A TensorRT plan needs an NVIDIA GPU
 (of the architecture it was built for); TensorFlow, OpenVINO, DALI, FIL ... need their
 own backend, which only a Triton container image has. :func:`host_limit` says so in one
 sentence, used by the emulator and ``check`` (an error, before any load) and by

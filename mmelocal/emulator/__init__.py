@@ -10,10 +10,12 @@ What SageMaker does between the client and the Triton container, done locally::
     handlers.py              boto3-exact answers and errors, v2 binary translation
     platform.py              Emulator: the facade the HTTP layer drives
     router.py                model affinity, most free memory for cold models, hot replicas
-    instance.py              one Triton: loaded set, single-flight loads, invoke
-    loading.py               fetch, make room, POST /models, measure the footprint
-    eviction.py + lru.py     least recently used eviction (pure policy in lru.py)
-    probes.py                memory: NVML on a GPU, PSS of the Triton tree on a CPU
+    instance.py              one Triton: composes the parts below; single-flight loads, invoke
+    model_state.py           its loaded set (LoadedSet, ModelEntry) and options
+    loading.py               Loader: fetch, make room, POST /models, measure the footprint
+    eviction.py + lru.py     Evictor: least recently used eviction (pure policy in lru.py)
+    control.py               POST /models and DELETE /models/KEY on Triton's front end
+    gauge.py + probes.py     memory: NVML on a GPU, PSS of the Triton tree on a CPU
     cache.py + store.py      artifacts: local folder or S3 -> safe extraction -> disk budget
     recovery.py              restart a dead Triton, load its models again, trim
     metrics.py + events.py   CloudWatch-named metrics, the load/unload/eviction log

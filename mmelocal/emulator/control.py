@@ -14,7 +14,7 @@ from pathlib import Path
 
 import aiohttp
 
-from mmelocal.emulator.entries import InstanceOptions, ModelEntry
+from mmelocal.emulator.model_state import InstanceOptions, ModelEntry
 from mmelocal.errors import EmulatorError, ModelLoadError
 from mmelocal.runtime.sagemaker import TARGET_MODEL_HEADER, load_body
 

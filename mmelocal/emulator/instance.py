@@ -26,7 +26,12 @@ import aiohttp
 
 from mmelocal.emulator.cache import ArtifactCache, Prepare, target_key
 from mmelocal.emulator.control import SageMakerControl
-from mmelocal.emulator.entries import (
+from mmelocal.emulator.events import EventLog
+from mmelocal.emulator.eviction import Evictor
+from mmelocal.emulator.gauge import MemoryGauge
+from mmelocal.emulator.loading import Loader
+from mmelocal.emulator.metrics import Metrics
+from mmelocal.emulator.model_state import (
     READY,
     Acquired,
     InstanceOptions,
@@ -35,11 +40,6 @@ from mmelocal.emulator.entries import (
     ModelEntry,
     ModelNotReadyError,
 )
-from mmelocal.emulator.events import EventLog
-from mmelocal.emulator.eviction import Evictor
-from mmelocal.emulator.gauge import MemoryGauge
-from mmelocal.emulator.loading import Loader
-from mmelocal.emulator.metrics import Metrics
 from mmelocal.emulator.probes import MemoryProbe, MemoryReading
 from mmelocal.emulator.upstream import UpstreamError, UpstreamPool, UpstreamTimeoutError
 from mmelocal.errors import EmulatorError
@@ -59,7 +59,7 @@ def late_reply(timeout_s: float) -> tuple[int, bytes, dict[str, str]]:
 class TritonInstance:
     """The loaded set and the load/unload/invoke calls of one Triton server.
 
-    Composed of a :class:`~mmelocal.emulator.entries.LoadedSet` (its models), a
+    Composed of a :class:`~mmelocal.emulator.model_state.LoadedSet` (its models), a
     :class:`~mmelocal.emulator.gauge.MemoryGauge`, the front end's control calls
     (:class:`~mmelocal.emulator.control.SageMakerControl`), an
     :class:`~mmelocal.emulator.eviction.Evictor` and a

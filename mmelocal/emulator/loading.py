@@ -16,7 +16,12 @@ from pathlib import Path
 
 from mmelocal.emulator.cache import ArtifactCache, Prepare, target_key
 from mmelocal.emulator.control import SageMakerControl
-from mmelocal.emulator.entries import (
+from mmelocal.emulator.events import EventLog
+from mmelocal.emulator.eviction import Evictor
+from mmelocal.emulator.gauge import MemoryGauge
+from mmelocal.emulator.lru import estimate_footprint
+from mmelocal.emulator.metrics import Metrics
+from mmelocal.emulator.model_state import (
     LOADING,
     READY,
     InstanceUnavailableError,
@@ -24,11 +29,6 @@ from mmelocal.emulator.entries import (
     ModelEntry,
     quiet_future,
 )
-from mmelocal.emulator.events import EventLog
-from mmelocal.emulator.eviction import Evictor
-from mmelocal.emulator.gauge import MemoryGauge
-from mmelocal.emulator.lru import estimate_footprint
-from mmelocal.emulator.metrics import Metrics
 from mmelocal.errors import ModelLoadError, OutOfMemoryError
 
 

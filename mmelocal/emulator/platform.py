@@ -156,14 +156,14 @@ class Emulator:
         from tritonclient.grpc import model_config_pb2  # noqa: F401
 
         from mmelocal.builder import presets  # noqa: F401  (the runner template's folder)
-        from mmelocal.runtime import native
+        from mmelocal.runtime import python_copies
 
         backend_dir = getattr(getattr(launcher, "config", None), "backend_directory", None)
-        backends = native.available_backends(backend_dir)
+        backends = python_copies.available_backends(backend_dir)
         gpu = bool(self._gpus)
 
         def prepare(layout: MmeLayout, out_dir: Path) -> Path | None:
-            native.prepare_layout(layout, out_dir, backends_available=backends, gpu=gpu)
+            python_copies.prepare_layout(layout, out_dir, backends_available=backends, gpu=gpu)
             return out_dir
 
         return prepare

@@ -1,4 +1,4 @@
-"""A running Triton: launchers, readiness, clients, native-platform serving and ``check``.
+"""A running Triton: launchers, readiness, clients, Python-backend model copies, ``check``.
 
 ==================  ==========================================================================
 ``config``          :class:`~mmelocal.runtime.config.ServerConfig`: typed tritonserver options
@@ -13,7 +13,7 @@
 ``client``          :class:`~mmelocal.runtime.client.TritonClient`: numpy in, numpy out
 ``client_errors``   how tritonclient failures become mmelocal errors (dead server, timeout)
 ``sagemaker``       Triton's MME routes: the contract, ``TARGET_MODEL_HEADER``, ``load_body``
-``native``          Python-backend copies of TorchScript / ONNX / TensorRT models
+``python_copies``   Python-backend copies of TorchScript / ONNX / TensorRT models
 ``samples``         sample requests from a config, output checks
 ``memory``          PSS/USS/RSS of the server's process tree, GPU memory via NVML
 ``check``           :func:`~mmelocal.runtime.check.check_path` (``mmelocal check``)

@@ -2,7 +2,7 @@
 
 :func:`check_path` runs the builder's static ``validate``, prepares a served copy (native
 platforms become Python-backend copies on the pip server, see
-:mod:`mmelocal.runtime.native`), starts Triton, and for each model: loads it (Triton runs
+:mod:`mmelocal.runtime.python_copies`), starts Triton, and for each model: loads it (Triton runs
 the config's warmup during the load), sends a sample request built from the config (or
 the build's reference inputs), checks the outputs' names and shapes, compares them with
 the reference outputs when recorded, measures the memory the load took (summed PSS of
@@ -30,7 +30,7 @@ from mmelocal.runtime.client import TritonClient
 from mmelocal.runtime.config import ServerConfig
 from mmelocal.runtime.launcher import TritonLauncher
 from mmelocal.runtime.memory import gpu_used_bytes, process_tree_pss_bytes
-from mmelocal.runtime.native import (
+from mmelocal.runtime.python_copies import (
     NATIVE_FORMATS,
     available_backends,
     gpu_available,

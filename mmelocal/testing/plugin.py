@@ -83,7 +83,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     project says it means.
     """
     if item.get_closest_marker(GPU_MARKER) is not None:
-        from mmelocal.runtime.native import gpu_available
+        from mmelocal.runtime.python_copies import gpu_available
 
         if not gpu_available():
             pytest.skip("needs an NVIDIA GPU (NVML finds none)")

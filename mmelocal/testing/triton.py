@@ -3,7 +3,7 @@
 :class:`TestTritonServer` is what the ``triton_server`` fixture yields. Models are added
 to its repository with :meth:`TestTritonServer.add_model` (a model folder, or anything with
 a ``model_dir`` attribute such as the builder's ``BuildResult``); native platforms the
-server lacks are served through mmelocal's Python runner (:mod:`mmelocal.runtime.native`).
+server lacks are served through mmelocal's Python runner (:mod:`mmelocal.runtime.python_copies`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from mmelocal.errors import UserInputError
 from mmelocal.runtime.client import TritonClient
 from mmelocal.runtime.config import ServerConfig
 from mmelocal.runtime.launcher import TritonLauncher
-from mmelocal.runtime.native import PreparedModel, gpu_available, prepare_model_for_server
+from mmelocal.runtime.python_copies import PreparedModel, gpu_available, prepare_model_for_server
 
 logger = logging.getLogger(__name__)
 

@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 
-from mmelocal.emulator.entries import READY, InstanceOptions, LoadedSet, ModelEntry
 from mmelocal.emulator.events import EventLog
 from mmelocal.emulator.eviction import Evictor
 from mmelocal.emulator.gauge import MemoryGauge
 from mmelocal.emulator.loading import Loader
 from mmelocal.emulator.metrics import Metrics
+from mmelocal.emulator.model_state import READY, InstanceOptions, LoadedSet, ModelEntry
 from mmelocal.emulator.probes import MemoryReading
 from mmelocal.errors import OutOfMemoryError
 

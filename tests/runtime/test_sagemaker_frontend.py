@@ -10,7 +10,7 @@ import pytest
 from runtime_models import write_mlp
 
 from mmelocal.errors import ModelLoadError
-from mmelocal.runtime.native import prepare_model_for_server
+from mmelocal.runtime.python_copies import prepare_model_for_server
 from mmelocal.testing.sagemaker_client import SageMakerClient
 
 pytestmark = pytest.mark.triton

@@ -19,7 +19,7 @@ from mmelocal.errors import (
     UserInputError,
 )
 from mmelocal.runtime.config import ServerConfig
-from mmelocal.runtime.native import (
+from mmelocal.runtime.python_copies import (
     STUB_PYTHON,
     available_backends,
     prepare_model_for_server,
@@ -249,7 +249,7 @@ def test_sample_inputs_and_output_checks(tmp_path):
 
 
 def test_runner_template_is_packaged():
-    from mmelocal.runtime.native import runner_template
+    from mmelocal.runtime.python_copies import runner_template
 
     assert runner_template().name == "model.py"
     assert Path(runner_template()).read_text().count("class TritonPythonModel") == 1

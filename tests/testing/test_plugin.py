@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from mmelocal.runtime.native import gpu_available
+from mmelocal.runtime.python_copies import gpu_available
 
 pytest_plugins = ["pytester"]
 
