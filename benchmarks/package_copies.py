@@ -28,9 +28,13 @@ def minilm_tarball(work: Path, quick: bool) -> tuple[Path, str]:
     """The MiniLM model.tar.gz and a note on how it was made."""
     if not quick:
         try:
-            from mmelocal.builder.build import build_model
+            from mmelocal.builder.build import BuildOptions, build_model
 
-            result = build_model("minilm", repo=work / "repo", format="torchscript", verify=False)
+            result = build_model(
+                "minilm",
+                repo=work / "repo",
+                options=BuildOptions(format="torchscript", verify=False),
+            )
             return package_model(result.model_dir, work / "src"), "built with build_model"
         except Exception as exc:  # the builder may be missing or fail; say so and go on
             print(f"build_model unavailable ({type(exc).__name__}: {exc}); using the wheel files")

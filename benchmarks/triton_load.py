@@ -94,7 +94,7 @@ def build_models(src: Path, quick: bool) -> None:
     write_mlp(src, "mlp_onnx", "onnx")
     if quick:
         return
-    from mmelocal.builder.build import build_model
+    from mmelocal.builder.build import BuildOptions, build_model
     from mmelocal.testing.tiny_bert import save_tiny_bert
 
     bert = save_tiny_bert(src.parent / "tinybert-src", tokenizer=False)
@@ -103,11 +103,13 @@ def build_models(src: Path, quick: bool) -> None:
             build_model(
                 spec,
                 repo=src,
-                name=f"{family}_{fmt}",
-                format=fmt,
-                seq_len=16,
-                verify=False,
-                overrides={"warmup_batch_sizes": (1,)},
+                options=BuildOptions(
+                    name=f"{family}_{fmt}",
+                    format=fmt,
+                    seq_len=16,
+                    verify=False,
+                    overrides={"warmup_batch_sizes": (1,)},
+                ),
             )
 
 

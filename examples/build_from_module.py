@@ -14,7 +14,7 @@ import sys
 
 import torch
 
-from mmelocal.builder.build import build_model
+from mmelocal.builder.build import BuildOptions, build_model
 from mmelocal.builder.sources import source_from_module
 
 
@@ -49,9 +49,11 @@ def main(repo: str) -> None:
     result = build_model(
         source,
         repo=repo,
-        format="onnx",
-        overrides={"max_batch_size": 16, "preferred_batch_sizes": (8, 16), "instance_count": 2},
         progress=lambda stage, message: print(f"{stage}: {message}"),
+        options=BuildOptions(
+            format="onnx",
+            overrides={"max_batch_size": 16, "preferred_batch_sizes": (8, 16), "instance_count": 2},
+        ),
     )
     report = result.verify_report
     print(result.config_path.read_text())

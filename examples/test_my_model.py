@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mmelocal.builder.build import build_model
+from mmelocal.builder.build import BuildOptions, build_model
 
 
 @pytest.fixture(scope="module")
@@ -19,8 +19,7 @@ def resnet(tmp_path_factory):
     return build_model(
         "torchvision:resnet18",
         repo=tmp_path_factory.mktemp("repo"),
-        format="onnx",
-        overrides={"warmup_batch_sizes": (1,)},
+        options=BuildOptions(format="onnx", overrides={"warmup_batch_sizes": (1,)}),
     )
 
 

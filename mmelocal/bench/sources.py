@@ -64,17 +64,16 @@ def resolve_model(
         stem = path.name.split(".")[0] if path.is_file() else path.name
         return PreparedModel(path=path, name=stem, model_format="prebuilt", built=False)
     check_format(model_format)
-    from mmelocal.builder.build import build_model
+    from mmelocal.builder.build import BuildOptions, build_model
 
     logger.info("building %s as %s for the bench", source, model_format)
     result = build_model(
         str(source),
         repo=workdir / "repository",
-        name=name,
-        format=model_format,
-        overrides=dict(overrides or {}),
-        verify=verify,
         progress=progress,
+        options=BuildOptions(
+            name=name, format=model_format, overrides=dict(overrides or {}), verify=verify
+        ),
     )
     return PreparedModel(
         path=result.model_dir,

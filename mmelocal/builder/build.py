@@ -61,34 +61,12 @@ class BuildResult:
     notes: tuple[str, ...] = ()
 
 
-def build_model(
-    spec: str | ModelSource,
-    *,
-    repo: Path | str,
-    name: str | None = None,
-    format: str = "torchscript",
-    task: str | None = None,
-    seq_len: int = 128,
-    weights: str | None = None,
-    revision: str | None = None,
-    options: ConfigOptions | None = None,
-    overrides: Mapping[str, Any] | None = None,
-    verify: bool = True,
-    atol: float | None = None,
-    rtol: float | None = None,
-    version: int = 1,
-    fp16: bool = False,
-    int8: bool = False,
-    trtexec: str | None = None,
-    trt_docker_image: str | None = None,
-    opset: int | None = None,
-    reference_npz: Path | str | None = None,
-    progress: ProgressCallback | None = None,
-) -> BuildResult:
-    """Build ``spec`` into ``repo/<name>/`` and return what was built.
+@dataclass(frozen=True, kw_only=True)
+class BuildOptions:
+    """How :func:`build_model` builds (``mmelocal build``'s flags); checked when created.
 
-    ``options`` is used as given; otherwise the family preset (detected from the model)
-    with ``overrides`` (ConfigOptions field names; ``None`` values ignored) applied.
+    ``config`` is used as given; otherwise the family preset (detected from the model) with
+    ``overrides`` (ConfigOptions field names; ``None`` values ignored) applied.
     ``fp16``/``int8``/``trtexec``/``trt_docker_image`` apply to ``format="tensorrt"``.
     ``reference_npz`` (``input:<name>``/``output:<name>`` arrays, artifact names) makes the
     verification compare against those outputs instead of the source model, which is how
@@ -96,54 +74,78 @@ def build_model(
     ``weights`` (torchvision/timm: None for random, ``"DEFAULT"`` or a name) and
     ``revision`` (hub names) go to :func:`~mmelocal.builder.sources.load_source`.
     """
+
+    name: str | None = None
+    format: str = "torchscript"
+    task: str | None = None
+    seq_len: int = 128
+    weights: str | None = None
+    revision: str | None = None
+    config: ConfigOptions | None = None
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+    verify: bool = True
+    atol: float | None = None
+    rtol: float | None = None
+    version: int = 1
+    fp16: bool = False
+    int8: bool = False
+    trtexec: str | None = None
+    trt_docker_image: str | None = None
+    opset: int | None = None
+    reference_npz: Path | str | None = None
+
+    def __post_init__(self) -> None:
+        _check_args(
+            self.format, self.atol, self.rtol, self.version, self.seq_len, self.fp16, self.int8
+        )
+        _check_name(self.name)
+
+    @property
+    def given_overrides(self) -> dict[str, Any]:
+        """The overrides that are set (``None`` values dropped)."""
+        return {k: v for k, v in self.overrides.items() if v is not None}
+
+
+def build_model(
+    spec: str | ModelSource,
+    *,
+    repo: Path | str,
+    options: BuildOptions | None = None,
+    progress: ProgressCallback | None = None,
+) -> BuildResult:
+    """Build ``spec`` into ``repo/<name>/`` as ``options`` say; return what was built."""
     from mmelocal.builder import presets
 
     report = progress or (lambda stage, message: None)
-    _check_args(format, atol, rtol, version, seq_len, fp16, int8)
-    _check_destination(repo, name)
-    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
-    if options is None:
+    opt = options or BuildOptions()
+    _check_repo(repo)
+    overrides = opt.given_overrides
+    if opt.config is None:
         _precheck_overrides(spec if isinstance(spec, str) else spec.family, overrides)
-    if format == "tensorrt":
+    if opt.format == "tensorrt":
         from mmelocal.builder.onnx2trt import choose_builder
 
-        choose_builder(trtexec=trtexec, docker_image=trt_docker_image)
+        choose_builder(trtexec=opt.trtexec, docker_image=opt.trt_docker_image)
     timings: dict[str, float] = {}
     clock = _Clock(timings, report)
 
     with clock("source", f"loading {spec if isinstance(spec, str) else spec.spec}"):
-        source = (
-            spec
-            if isinstance(spec, ModelSource)
-            else _load(spec, task=task, seq_len=seq_len, weights=weights, revision=revision)
-        )
+        source = spec if isinstance(spec, ModelSource) else _load(spec, opt)
     family = presets.detect_family(source.family or source.name)
-    opts = options or presets.preset_options(family, **overrides)
-    model_name = name or source.name
+    opts = opt.config or presets.preset_options(family, **overrides)
+    model_name = opt.name or source.name
     repo_path = Path(repo)
     notes = list(source.notes)
 
     with tempfile.TemporaryDirectory(prefix="mmelocal-build-") as tmp:
         work = Path(tmp)
-        with clock("export", f"exporting {source.name} to {format}"):
-            artifact, onnx_artifact = _export(
-                source,
-                work,
-                format,
-                opts,
-                opset=opset,
-                fp16=fp16,
-                int8=int8,
-                trtexec=trtexec,
-                docker_image=trt_docker_image,
-            )
+        with clock("export", f"exporting {source.name} to {opt.format}"):
+            artifact, onnx_artifact = _export(source, work, opts, opt)
         notes.extend(artifact.notes)
         verify_report = None
-        if verify:
+        if opt.verify:
             with clock("verify", "comparing the artifact with the source"):
-                verify_report = _verify(
-                    source, artifact, onnx_artifact, opts, atol, rtol, fp16, reference_npz
-                )
+                verify_report = _verify(source, artifact, onnx_artifact, opts, opt)
             notes.extend(verify_report.notes)
         with clock("config", f"writing config.pbtxt ({family} preset)"):
             cfg = _config(model_name, artifact, source, opts)
@@ -158,12 +160,12 @@ def build_model(
                     name=model_name,
                     config=cfg,
                     artifact=artifact.path,
-                    version=version,
+                    version=opt.version,
                     extra_files={REFERENCE_FILE: reference},
                 )
             except OSError as exc:
                 raise UserInputError(f"cannot write the model into {repo_path}: {exc}") from None
-    version_dir = model_dir / str(version)
+    version_dir = model_dir / str(opt.version)
     return BuildResult(
         name=model_name,
         model_dir=model_dir,
@@ -191,7 +193,7 @@ def _moved(artifact: ExportedArtifact, version_dir: Path) -> ExportedArtifact:
     )
 
 
-def _check_destination(repo: Path | str, name: str | None) -> None:
+def _check_name(name: str | None) -> None:
     bad = name is not None and (
         not name or "/" in name or "\\" in name or name.startswith(".") or not name.isprintable()
     )
@@ -199,6 +201,9 @@ def _check_destination(repo: Path | str, name: str | None) -> None:
         raise UserInputError(
             f"name must be a folder name (printable, no '/', not starting with '.'), got {name!r}"
         )
+
+
+def _check_repo(repo: Path | str) -> None:
     if Path(repo).exists() and not Path(repo).is_dir():
         raise UserInputError(f"repo {repo} exists and is not a folder")
 
@@ -250,34 +255,25 @@ def _precheck_overrides(hint: str | None, overrides: Mapping[str, Any]) -> None:
         raise first
 
 
-def _load(
-    spec: str, *, task: str | None, seq_len: int, weights: str | None, revision: str | None
-) -> ModelSource:
+def _load(spec: str, opt: BuildOptions) -> ModelSource:
     from mmelocal.builder.sources import load_source
 
-    return load_source(spec, task=task, seq_len=seq_len, weights=weights, revision=revision)
+    return load_source(
+        spec, task=opt.task, seq_len=opt.seq_len, weights=opt.weights, revision=opt.revision
+    )
 
 
 def _export(
-    source: ModelSource,
-    work: Path,
-    format: str,
-    opts: ConfigOptions,
-    *,
-    opset: int | None,
-    fp16: bool,
-    int8: bool,
-    trtexec: str | None,
-    docker_image: str | None,
+    source: ModelSource, work: Path, opts: ConfigOptions, opt: BuildOptions
 ) -> tuple[ExportedArtifact, ExportedArtifact | None]:
-    if format == "torchscript":
+    if opt.format == "torchscript":
         from mmelocal.builder.torch2torchscript import export_torchscript
 
         return export_torchscript(source, work / "model.pt"), None
     from mmelocal.builder.torch2onnx import export_onnx
 
-    onnx_artifact = export_onnx(source, work / "onnx" / "model.onnx", opset=opset)
-    if format == "onnx":
+    onnx_artifact = export_onnx(source, work / "onnx" / "model.onnx", opset=opt.opset)
+    if opt.format == "onnx":
         return onnx_artifact, None
     from mmelocal.builder.onnx2trt import build_engine, plan_signature
 
@@ -287,16 +283,16 @@ def _export(
     plan = build_engine(
         onnx_artifact.path,
         work / "model.plan",
-        fp16=fp16,
-        int8=int8,
+        fp16=opt.fp16,
+        int8=opt.int8,
         min_batch=1,
         opt_batch=opt_batch,
         max_batch=max_batch,
         seq_lens=(1, seq, seq) if seq is not None else None,
-        trtexec=trtexec,
-        docker_image=docker_image,
+        trtexec=opt.trtexec,
+        docker_image=opt.trt_docker_image,
     )
-    precision = "int8" if int8 else "fp16" if fp16 else "fp32"
+    precision = "int8" if opt.int8 else "fp16" if opt.fp16 else "fp32"
     signature = onnx_artifact.signature
     read = plan_signature(plan)
     if read is not None:
@@ -320,10 +316,7 @@ def _verify(
     artifact: ExportedArtifact,
     onnx_artifact: ExportedArtifact | None,
     opts: ConfigOptions,
-    atol: float | None,
-    rtol: float | None,
-    fp16: bool,
-    reference_npz: Path | str | None,
+    opt: BuildOptions,
 ) -> VerifyReport:
     from mmelocal.builder.verify import verify
 
@@ -332,13 +325,13 @@ def _verify(
     result = verify(
         source,
         target,
-        atol=a_def if atol is None else atol,
-        rtol=r_def if rtol is None else rtol,
+        atol=a_def if opt.atol is None else opt.atol,
+        rtol=r_def if opt.rtol is None else opt.rtol,
         max_batch_size=opts.max_batch_size,
-        reference_npz=reference_npz,
+        reference_npz=opt.reference_npz,
     )
     if artifact.format == "tensorrt":
-        a16, r16 = default_tolerances("fp16" if fp16 else "fp32")
+        a16, r16 = default_tolerances("fp16" if opt.fp16 else "fp32")
         note = (
             f"the TensorRT plan itself runs only on a GPU (expect diffs within "
             f"atol {a16:g}, rtol {r16:g}); its ONNX was verified"
@@ -405,4 +398,4 @@ class _Stage:
         self.clock.timings[self.stage] = time.perf_counter() - self.start
 
 
-__all__ = ["STAGES", "BuildResult", "ProgressCallback", "build_model"]
+__all__ = ["STAGES", "BuildOptions", "BuildResult", "ProgressCallback", "build_model"]

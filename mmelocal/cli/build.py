@@ -145,7 +145,7 @@ def build(
     downloaded into the hub cache: HF_ENDPOINT, HF_HOME, HF_TOKEN and HF_HUB_OFFLINE apply),
     torchvision:NAME, timm:NAME, or an existing .pt / .onnx file.
     """
-    from mmelocal.builder.build import build_model
+    from mmelocal.builder.build import BuildOptions, build_model
     from mmelocal.cli._output import err_console
 
     overrides = {
@@ -157,8 +157,7 @@ def build(
         "kind": kind,
         "warmup": warmup,
     }
-    kwargs: dict[str, Any] = dict(
-        repo=repo,
+    options = BuildOptions(
         name=name,
         format=fmt,
         task=task,
@@ -188,16 +187,18 @@ def build(
             job = bar.add_task("starting", total=None)
             result = build_model(
                 source,
+                repo=repo,
+                options=options,
                 progress=lambda stage, msg: bar.update(job, description=f"[bold]{stage}[/]: {msg}"),
-                **kwargs,
             )
     else:
         result = build_model(
             source,
+            repo=repo,
+            options=options,
             progress=lambda stage, msg: err_console.print(
                 f"[dim]{stage}: {msg}[/]", highlight=False
             ),
-            **kwargs,
         )
     if as_json:
         from mmelocal.cli._output import print_json

@@ -57,15 +57,14 @@ def build_minilm(workdir: Path, rebuild: bool = False) -> Path:
     if (model_dir / "config.pbtxt").is_file() and not rebuild:
         console.print(f"[green]✓[/] using the model built before in {model_dir}")
         return model_dir
-    from mmelocal.builder.build import build_model
+    from mmelocal.builder.build import BuildOptions, build_model
 
     with console.status("building MiniLM") as status:
         result = build_model(
             MODEL,
             repo=workdir / "repo",
-            name=MODEL,
-            format="torchscript",
             progress=lambda stage, message: status.update(f"build: {stage}: {message}"),
+            options=BuildOptions(name=MODEL, format="torchscript"),
         )
     seconds = sum(result.timings_s.values())
     console.print(f"[green]✓[/] built and verified {result.model_dir} in {seconds:.0f}s")

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mmelocal.builder.build import STAGES, build_model
+from mmelocal.builder.build import STAGES, BuildOptions, build_model
 from mmelocal.builder.config import read_config
 from mmelocal.errors import ConfigError, ExportError, UserInputError
 
@@ -23,7 +23,10 @@ def test_tiny_bert_to_torchscript_then_onnx(tiny_bert_source, tmp_path: Path) ->
     repo = tmp_path / "repo"
     stages: list[str] = []
     result = build_model(
-        tiny_bert_source, repo=repo, name="tiny", progress=lambda stage, msg: stages.append(stage)
+        tiny_bert_source,
+        repo=repo,
+        progress=lambda stage, msg: stages.append(stage),
+        options=BuildOptions(name="tiny"),
     )
     assert stages == list(STAGES)
     assert result.model_dir == repo / "tiny"
@@ -50,8 +53,12 @@ def test_tiny_bert_to_torchscript_then_onnx(tiny_bert_source, tmp_path: Path) ->
         assert ref["output:last_hidden_state__0"].shape == (2, 16, 32)
     _validate_ok(result.model_dir)
 
-    other = build_model(tiny_bert_source, repo=repo, name="neighbour", verify=False)
-    again = build_model(tiny_bert_source, repo=repo, name="tiny", format="onnx")
+    other = build_model(
+        tiny_bert_source, repo=repo, options=BuildOptions(name="neighbour", verify=False)
+    )
+    again = build_model(
+        tiny_bert_source, repo=repo, options=BuildOptions(name="tiny", format="onnx")
+    )
     assert sorted(p.name for p in (repo / "tiny" / "1").iterdir()) == ["model.onnx"]
     assert read_config(again.config_path).platform == "onnxruntime_onnx"
     assert again.verify_report is not None and again.verify_report.max_abs_diff < 2e-5
@@ -64,8 +71,10 @@ def test_minilm_onnx_with_overrides(minilm_source, tmp_path: Path) -> None:
     result = build_model(
         minilm_source,
         repo=tmp_path,
-        format="onnx",
-        overrides={"max_batch_size": 4, "instance_count": 2, "kind": "cpu", "warmup": False},
+        options=BuildOptions(
+            format="onnx",
+            overrides={"max_batch_size": 4, "instance_count": 2, "kind": "cpu", "warmup": False},
+        ),
     )
     cfg = result.config
     assert cfg.name == "minilm" and cfg.max_batch_size == 4
@@ -79,7 +88,11 @@ def test_minilm_onnx_with_overrides(minilm_source, tmp_path: Path) -> None:
 
 
 def test_resnet_no_batching(resnet_source, tmp_path: Path) -> None:
-    result = build_model(resnet_source, repo=tmp_path, name="rn", overrides={"max_batch_size": 0})
+    result = build_model(
+        resnet_source,
+        repo=tmp_path,
+        options=BuildOptions(name="rn", overrides={"max_batch_size": 0}),
+    )
     cfg = result.config
     assert cfg.max_batch_size == 0 and not cfg.HasField("dynamic_batching")
     assert list(cfg.input[0].dims) == [-1, 3, 224, 224]
@@ -92,7 +105,9 @@ def test_resnet_no_batching(resnet_source, tmp_path: Path) -> None:
 
 def test_existing_onnx_file_is_reused(artifact_of, tmp_path: Path) -> None:
     src = artifact_of("resnet", "onnx").path
-    result = build_model(str(src), repo=tmp_path, name="from-file", format="onnx")
+    result = build_model(
+        str(src), repo=tmp_path, options=BuildOptions(name="from-file", format="onnx")
+    )
     assert result.artifact.copied_from_source
     assert result.verify_report is not None and result.verify_report.skipped
     assert (tmp_path / "from-file" / "1" / "model.onnx").read_bytes() == src.read_bytes()
@@ -119,7 +134,7 @@ def test_bad_options_fail_before_loading(
 ) -> None:
     _forbid_loading(monkeypatch)
     with pytest.raises(error, match=message):
-        build_model("torchvision:resnet18", repo=tmp_path, **kwargs)
+        build_model("torchvision:resnet18", repo=tmp_path, options=BuildOptions(**kwargs))
     assert not any(tmp_path.iterdir())
 
 
@@ -138,7 +153,7 @@ def test_tensorrt_unavailable_fails_fast(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(onnx2trt, "tensorrt_installed", lambda: False)
     monkeypatch.setattr(onnx2trt, "find_trtexec", lambda name: None)
     with pytest.raises(ExportError, match="TensorRT is not available"):
-        build_model("minilm", repo=tmp_path, format="tensorrt")
+        build_model("minilm", repo=tmp_path, options=BuildOptions(format="tensorrt"))
 
 
 def test_tensorrt_build_with_a_fake_trtexec(tiny_bert_source, tmp_path: Path, monkeypatch) -> None:
@@ -153,7 +168,11 @@ def test_tensorrt_build_with_a_fake_trtexec(tiny_bert_source, tmp_path: Path, mo
     monkeypatch.setattr(onnx2trt, "tensorrt_installed", lambda: False)
     monkeypatch.setattr(onnx2trt, "find_trtexec", lambda name: "/usr/bin/trtexec")
     monkeypatch.setattr(onnx2trt, "_run_local", fake_run)
-    result = build_model(tiny_bert_source, repo=tmp_path, name="trt", format="tensorrt", fp16=True)
+    result = build_model(
+        tiny_bert_source,
+        repo=tmp_path,
+        options=BuildOptions(name="trt", format="tensorrt", fp16=True),
+    )
     assert result.artifact_path == tmp_path / "trt" / "1" / "model.plan"
     assert result.config.platform == "tensorrt_plan"
     assert "--optShapes=input_ids:8x16,attention_mask:8x16" in commands[0]
@@ -164,15 +183,15 @@ def test_tensorrt_build_with_a_fake_trtexec(tiny_bert_source, tmp_path: Path, mo
 
 def test_existing_file_checked_against_a_reference(artifact_of, tmp_path: Path) -> None:
     first = build_model(
-        str(artifact_of("resnet", "onnx").path), repo=tmp_path, name="a", format="onnx"
+        str(artifact_of("resnet", "onnx").path),
+        repo=tmp_path,
+        options=BuildOptions(name="a", format="onnx"),
     )
     assert first.verify_report is not None and first.verify_report.skipped
     again = build_model(
         str(first.artifact_path),
         repo=tmp_path,
-        name="b",
-        format="onnx",
-        reference_npz=first.reference_path,
+        options=BuildOptions(name="b", format="onnx", reference_npz=first.reference_path),
     )
     report = again.verify_report
     assert report is not None and not report.skipped and report.ok
@@ -190,7 +209,7 @@ def test_repository_that_cannot_be_written(tmp_path: Path) -> None:
     with pytest.raises(UserInputError, match="exists and is not a folder"):
         build_model(src, repo=a_file)
     with pytest.raises(UserInputError, match="cannot write the model into"):
-        build_model(src, repo=a_file / "sub" / "repo", verify=False)
+        build_model(src, repo=a_file / "sub" / "repo", options=BuildOptions(verify=False))
 
 
 def test_source_failing_on_random_inputs_is_one_error(tmp_path: Path) -> None:
@@ -207,7 +226,7 @@ def test_source_failing_on_random_inputs_is_one_error(tmp_path: Path) -> None:
 
     src = source_from_module(FailsOnBatchThree(), {"x": torch.randn(2, 3)}, name="odd")
     with pytest.raises(SourceError, match=r"failed on inputs \{'x': \[4, 3\]\}: batch 4 is not"):
-        build_model(src, repo=tmp_path, format="onnx")
+        build_model(src, repo=tmp_path, options=BuildOptions(format="onnx"))
 
 
 def test_overrides_are_checked_against_the_real_family(tmp_path: Path) -> None:
@@ -227,8 +246,7 @@ def test_overrides_are_checked_against_the_real_family(tmp_path: Path) -> None:
     result = build_model(
         str(folder),
         repo=tmp_path / "repo",
-        verify=False,
-        overrides={"preferred_batch_sizes": (16,)},
+        options=BuildOptions(verify=False, overrides={"preferred_batch_sizes": (16,)}),
     )
     assert result.family == "resnet" and result.options.max_batch_size == 32
     assert list(result.config.dynamic_batching.preferred_batch_size) == [16]
@@ -236,4 +254,8 @@ def test_overrides_are_checked_against_the_real_family(tmp_path: Path) -> None:
     with pytest.MonkeyPatch.context() as patch:
         _forbid_loading(patch)
         with pytest.raises(ConfigError, match="max_batch_size must be >= 0"):
-            build_model(str(folder), repo=tmp_path / "repo", overrides={"max_batch_size": -1})
+            build_model(
+                str(folder),
+                repo=tmp_path / "repo",
+                options=BuildOptions(overrides={"max_batch_size": -1}),
+            )

@@ -13,7 +13,7 @@ def acceptance_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Pat
     by mmelocal's builder with reference outputs of the torch model."""
     pytest.importorskip("transformers")
     pytest.importorskip("torchvision")
-    from mmelocal.builder.build import build_model
+    from mmelocal.builder.build import BuildOptions, build_model
     from mmelocal.testing.tiny_bert import save_tiny_bert
 
     root = tmp_path_factory.mktemp("acceptance")
@@ -27,11 +27,9 @@ def acceptance_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Pat
             result = build_model(
                 spec,
                 repo=repo,
-                name=name,
-                format=fmt,
-                seq_len=16,
-                verify=False,
-                overrides=overrides,
+                options=BuildOptions(
+                    name=name, format=fmt, seq_len=16, verify=False, overrides=overrides
+                ),
             )
             built[name] = result.model_dir
     return built
