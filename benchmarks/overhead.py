@@ -17,9 +17,6 @@ Arms:
   or ``/v2/models/T/infer``);
 * ``emulator``: through ``mmelocal serve`` (``InvokeEndpoint``, or the emulator's v2
   route), a separate process;
-* ``aiohttp``: a second ``mmelocal serve`` in front of the same Triton
-  (``--launcher external``) with its fast front server off (``MMELOCAL_EMULATOR_FAST=0``):
-  every route through the aiohttp app alone, the candidate for one HTTP path (issue 15);
 * ``again``: direct Triton a second time, interleaved with the others (A/A): how far two
   measurements of the same thing differ in this run, the noise floor of every figure;
 * ``paired`` (1 client): the client alternates request by request between direct and the
@@ -355,7 +352,6 @@ class Setup:
     def __init__(self, work: Path, store: Path) -> None:
         self.procs: list[subprocess.Popen] = []
         self.work = work
-        self.store = store
         port = pick_free_port()
         self.emu = f"http://127.0.0.1:{port}"
         command = [sys.executable, "-m", "mmelocal", "serve", "--store", str(store)]
@@ -390,7 +386,6 @@ class Setup:
         self.triton_port = int(inst["sagemaker_url"].rsplit(":", 1)[1])  # SageMaker front end
         self.triton_v2_port = int(inst["http_url"].rsplit(":", 1)[1])
         self.triton_pids = tree(inst["pid"])
-        self._start_aiohttp_only(inst["sagemaker_url"], inst["http_url"], models)
         port = self.ports["relay"] = pick_free_port()
         relay = self._spawn([sys.executable, __file__, "--relay", str(self.triton_port), str(port)])
         self.proxies["relay"] = relay.pid
@@ -404,32 +399,6 @@ class Setup:
             print("haproxy not installed: its reference row is skipped (apt-get install haproxy)")
         for port in self.ports.values():
             wait_for_listener(f"http://127.0.0.1:{port}", grace_s=30)
-
-    def _start_aiohttp_only(self, sagemaker_url: str, v2_url: str, models: list[Model]) -> None:
-        """The emulator with the aiohttp app alone, in front of the first one's Triton."""
-        port = pick_free_port()
-        self.aiohttp = f"http://127.0.0.1:{port}"
-        command = [sys.executable, "-m", "mmelocal", "serve", "--store", str(self.store)]
-        command += ["--port", str(port), "--memory-budget", "8GiB", "--launcher", "external"]
-        command += ["--triton-url", f"{sagemaker_url},{v2_url}"]
-        command += ["--cache-dir", str(self.work / "cache-aiohttp")]
-        log = open(self.work / "serve-aiohttp.log", "wb")  # noqa: SIM115
-        env = {**os.environ, "MMELOCAL_EMULATOR_FAST": "0"}
-        proc = self._spawn(command, stderr=log, env=env)
-        self.proxies["aiohttp"] = proc.pid
-        wait_until_ready(
-            lambda: http_ok(f"{self.aiohttp}/ping"),
-            timeout_s=120,
-            url=self.aiohttp,
-            log_path=self.work / "serve-aiohttp.log",
-            process=proc,
-        )
-        url = f"{self.aiohttp}/endpoints/bench/invocations"
-        for model in models:  # Triton has them loaded: 409 for the name, served as loaded
-            request = urllib.request.Request(
-                url, data=model.body, headers=mme_headers(model.target)
-            )
-            urllib.request.urlopen(request, timeout=120).read()
 
     def place(self, placement: str, cpus: set[int]) -> None:
         """``split``: the proxies on the last core, clients and Triton on the others;
@@ -469,8 +438,6 @@ def arms_for(
     port = setup.triton_port if route == "MME" else setup.triton_v2_port
     arms = [Arm("direct", f"http://127.0.0.1:{port}{path}")]
     arms.append(Arm("emulator", emu_url, pids=[setup.serve.pid]))
-    aiohttp_url = emu_url.replace(setup.emu, setup.aiohttp, 1)
-    arms.append(Arm("aiohttp", aiohttp_url, pids=[setup.proxies["aiohttp"]]))
     if route == "MME" and hops:
         for hop, port in setup.ports.items():
             arms.append(Arm(hop, f"http://127.0.0.1:{port}{path}", pids=[setup.proxies[hop]]))
@@ -508,46 +475,6 @@ def row(block: str, route: str, clients: int, arm: Arm, direct: Arm) -> str:
 
 
 CORES_BUSY = 0.7  # direct keeps at least this share of the cores busy: they are the limit
-
-
-def one_http_path(
-    cell: str, fast: Arm, plain: Arm, direct: Arm, again: Arm
-) -> tuple[str, str, bool]:
-    """The fast front server against aiohttp alone in one cell: which one is ahead by more
-    than the run's A/A noise (added p50 or throughput), "fast", "aiohttp" or "noise"; the
-    line also gives each one's own CPU per request (less noisy than time on shared cores)."""
-    f50, _, f_ratio = versus(fast, direct)
-    a50, _, a_ratio = versus(plain, direct)
-    aa50, _, aa_ratio = versus(again, direct)
-    noise_ms, noise_ratio = abs(aa50), abs(1.0 - aa_ratio)
-    if (a50 - f50) > noise_ms or (f_ratio - a_ratio) > noise_ratio:
-        outcome = "fast"
-    elif (f50 - a50) > noise_ms or (a_ratio - f_ratio) > noise_ratio:
-        outcome = "aiohttp"
-    else:
-        outcome = "noise"
-    fast_us, plain_us = fast.us_per_request(fast.cpu_s), plain.us_per_request(plain.cpu_s)
-    cpu = f"hop CPU {fast_us:.0f} vs {plain_us:.0f} us/req"
-    line = (
-        f"{cell}: +p50 {f50:.2f} vs {a50:.2f} ms, throughput {f_ratio:.2f}x vs {a_ratio:.2f}x, "
-        f"{cpu} (A/A {aa50:+.2f} ms, {aa_ratio:.2f}x): "
-        + {"fast": "fast ahead", "aiohttp": "aiohttp ahead", "noise": "within noise"}[outcome]
-    )
-    return line, outcome, fast_us < plain_us
-
-
-def one_path_decision(outcomes: list[str], fast_cpu_lower: int) -> str:
-    """Issue 15's rule: the fast front server serves every route itself when it wins by
-    more than the noise; in a mixed run, where more cells say so (ties: the cells where its
-    own CPU per request is lower, the steadier figure on shared cores)."""
-    ahead, behind = outcomes.count("fast"), outcomes.count("aiohttp")
-    cells = len(outcomes)
-    fast = ahead > behind or (ahead == behind and fast_cpu_lower > cells / 2)
-    verdict = "the fast front server should serve every route itself" if fast else "aiohttp alone"
-    return (
-        f"fast ahead in {ahead}, aiohttp ahead in {behind} of {cells} cells, fast's hop CPU "
-        f"lower in {fast_cpu_lower}: {verdict}"
-    )
 
 
 def cpu_bound(arm: Arm, direct: Arm, cores: int) -> str:
@@ -614,7 +541,6 @@ def main() -> int:
         )
         verdicts: dict[str, list[str]] = {}
         references: list[str] = []
-        one_path: list[tuple[str, str, bool]] = []
         for model, placement in blocks:
             block = f"{model.label} {placement}"
             setup.place(placement, cpus)
@@ -668,13 +594,8 @@ def main() -> int:
                     references += [
                         f"{arm.name} x{clients} {arm.mean_rps / direct.mean_rps:.2f}x"
                         + (f" ({cpu_bound(arm, direct, len(cpus))})" if clients > 1 else "")
-                        for arm in arms[3:-1]
+                        for arm in arms[2:-1]
                     ]
-                    one_path.append(
-                        one_http_path(
-                            f"{block} {route} x{clients}", arms[1], arms[2], direct, arms[-1]
-                        )
-                    )
             setup.place("shared", cpus)
         print(
             f"\ngoal: <= {GOAL_P50_MS:g} ms added at p50, <= {GOAL_P99_MS:g} ms added at p99, "
@@ -697,12 +618,6 @@ def main() -> int:
             print("  reference hops (tiny shared, MME), throughput vs direct:")
             for line in references:
                 print(f"    {line}")
-        print("  one HTTP path (issue 15): the fast front server (emulator) against aiohttp alone")
-        for line, _, _ in one_path:
-            print(f"    {line}")
-        outcomes = [outcome for _, outcome, _ in one_path]
-        cheaper = sum(lower for _, _, lower in one_path)
-        print(f"  decision: {one_path_decision(outcomes, cheaper)}")
     finally:
         setup.stop()
         shutil.rmtree(work, ignore_errors=True)

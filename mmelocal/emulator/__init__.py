@@ -5,8 +5,9 @@ What SageMaker does between the client and the Triton container, done locally::
     client (boto3 / tritonclient)
       │  POST /endpoints/{name}/invocations, /v2/models/{target}/infer
       ▼
-    fastpath.py / app.py     HTTP (httptools front server, aiohttp app for the rest)
+    fastpath.py              the one HTTP server (httptools), pipelining bounded
     hotlane.py               warm targets served with callbacks (no task per request)
+    routes.py                every route: ping, metrics, state, invocations, KServe v2
     handlers.py              boto3-exact answers and errors, v2 binary translation
     platform.py              Emulator: the facade the HTTP layer drives
     router.py                model affinity, most free memory for cold models, hot replicas

@@ -1,12 +1,10 @@
-"""A lean HTTP/1.1 front server for the two hot routes (needs ``httptools``).
+"""The emulator's one HTTP/1.1 server (``httptools``, the parser uvicorn uses).
 
-Every invocation pays the HTTP server's cost, and aiohttp's request/response objects cost
-more than Triton's own handling of a small model. This front server parses requests with
-``httptools`` (the parser uvicorn uses) and answers ``POST /endpoints/{name}/invocations``
-and ``POST /v2/models/{target}/infer`` itself through :mod:`.handlers`; every other
-request (``/ping``, ``/metrics``, v2 metadata, ...) is passed as it is to the full aiohttp
-app listening on a private loopback port. Requests on one connection are answered in
-order (HTTP/1.1 keep-alive, no pipelining reordering).
+Every invocation pays the HTTP server's cost, and a framework's request/response objects
+cost more than Triton's own handling of a small model (``benchmarks/overhead.py``'s
+aiohttp arm: 35-55 % more CPU per request). Warm invocations take the hot lane
+(:mod:`.hotlane`); everything else is answered by :func:`.routes.route`. Requests on one
+connection are answered in order (HTTP/1.1 keep-alive, no pipelining reordering).
 
 What one connection may hold is bounded: a body over the limit is answered 413 and the
 connection is closed with nothing after it parsed or served; pipelined requests queue up
@@ -23,41 +21,18 @@ from collections import deque
 from http import HTTPStatus
 from typing import Any
 
-from mmelocal.emulator.handlers import (
-    Answer,
-    body_limit_bytes,
-    handle_invocation,
-    handle_v2_infer,
-    v2_error,
-)
+from mmelocal.emulator.handlers import Answer, body_limit_bytes, v2_error
 from mmelocal.emulator.hotlane import HotLane
 from mmelocal.emulator.platform import Emulator
-from mmelocal.emulator.upstream import UpstreamError, UpstreamPool
+from mmelocal.emulator.routes import route
 
 logger = logging.getLogger(__name__)
 
-_HOP_BY_HOP = {
-    b"connection",
-    b"keep-alive",
-    b"transfer-encoding",
-    b"content-length",
-    b"host",
-    b"expect",
-}
 _REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
 #: pipelined requests one connection may have waiting before it is no longer read
 MAX_QUEUED = 32
 #: bytes of bodies one connection may have waiting before it is no longer read
 MAX_QUEUED_BYTES = 16 * 1024 * 1024
-
-
-def available() -> bool:
-    """True when ``httptools`` is installed."""
-    try:
-        import httptools  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def encode_answer(answer: Answer, *, keep_alive: bool) -> bytes:
@@ -234,11 +209,10 @@ class _Protocol(asyncio.Protocol):
 
 
 class FastFrontServer:
-    """Answers the hot routes itself; passes everything else to the aiohttp app."""
+    """The emulator's HTTP server: the hot lane for warm invocations, routes for the rest."""
 
-    def __init__(self, emulator: Emulator, app_url: str, *, hot_lane: bool = True) -> None:
+    def __init__(self, emulator: Emulator, *, hot_lane: bool = True) -> None:
         self.emulator = emulator
-        self.app = UpstreamPool(app_url)
         #: cache hits served with callbacks (:mod:`.hotlane`); None: every request takes
         #: the coroutine path
         self.lane = HotLane(emulator) if hot_lane else None
@@ -250,11 +224,10 @@ class FastFrontServer:
         self._server = await loop.create_server(lambda: _Protocol(self), sock=sock, backlog=1024)
 
     async def stop(self) -> None:
-        """Stop listening and close the connections to the app."""
+        """Stop listening."""
         if self._server is not None:
             self._server.close()
             self._server = None
-        self.app.close()
 
     def serve_hot(self, request: _Request, requester: _Protocol) -> bool:
         """Start ``request`` on the hot lane when it is a warm hot-route call."""
@@ -284,35 +257,13 @@ class FastFrontServer:
     async def answer(self, request: _Request) -> Answer:
         """Route one request."""
         path, _, _query = request.url.partition(b"?")
-        body = b"".join(request.body)
-        get = _getter(request.headers)
-        if request.method == b"POST":
-            if path.startswith(b"/endpoints/") and path.endswith(b"/invocations"):
-                name = path[len(b"/endpoints/") : -len(b"/invocations")].decode("latin-1")
-                if name and "/" not in name:
-                    return await handle_invocation(self.emulator, _unquote(name), get, body)
-            elif path.startswith(b"/v2/models/") and path.endswith(b"/infer"):
-                target = _unquote(path[len(b"/v2/models/") : -len(b"/infer")].decode("latin-1"))
-                head, sep, version = target.rpartition("/versions/")
-                if sep and version.isdigit():
-                    target = head
-                return await handle_v2_infer(self.emulator, target, get, body)
-        return await self._pass_on(request, body)
-
-    async def _pass_on(self, request: _Request, body: bytes) -> Answer:
-        headers = [
-            (k.decode("latin-1"), v.decode("latin-1"))
-            for k, v in request.headers.items()
-            if k not in _HOP_BY_HOP
-        ]
-        try:
-            status, out, data = await self.app.request(
-                request.method.decode(), request.url.decode("latin-1"), headers, body
-            )
-        except UpstreamError as exc:
-            return v2_error(502, f"emulator app unreachable: {exc}")
-        kept = [(k, v) for k, v in out.items() if k.encode() not in _HOP_BY_HOP]
-        return Answer(status, kept, data)
+        return await route(
+            self.emulator,
+            request.method.decode("latin-1"),
+            path.decode("latin-1"),
+            _getter(request.headers),
+            b"".join(request.body),
+        )
 
 
 def _getter(headers: dict[bytes, bytes]) -> Any:
@@ -323,12 +274,4 @@ def _getter(headers: dict[bytes, bytes]) -> Any:
     return get
 
 
-def _unquote(text: str) -> str:
-    if "%" not in text:
-        return text
-    from urllib.parse import unquote
-
-    return unquote(text)
-
-
-__all__ = ["FastFrontServer", "available", "encode_answer"]
+__all__ = ["FastFrontServer", "encode_answer"]

@@ -2,9 +2,9 @@
 
 :func:`handle_invocation` (SageMaker ``InvokeEndpoint``) and :func:`handle_v2_infer`
 (KServe v2 ``infer``) take the request's pieces (a header getter and the body) and return
-an :class:`Answer` (status, headers, body). The aiohttp app (:mod:`.app`) and the fast
-front server (:mod:`.fastpath`) both call them, so the answers are the same byte for
-byte whichever server runs.
+an :class:`Answer` (status, headers, body). The routes (:mod:`.routes`) and the hot lane
+(:mod:`.hotlane`) both build their answers here, so a warm call and a cold one are
+answered alike, byte for byte.
 
 Errors are shaped as botocore's rest-json parser expects: JSON ``{"__type", "message"}``
 plus the ``x-amzn-ErrorType`` header; 400 ``ValidationError``, 424 ``ModelError`` (with

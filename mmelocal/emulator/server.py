@@ -1,4 +1,4 @@
-"""Run the emulator's HTTP app: in the foreground (``mmelocal serve``) or on a thread.
+"""Run the emulator's HTTP server: in the foreground (``mmelocal serve``) or on a thread.
 
 :class:`EmulatorServer` runs its own event loop on a background thread so synchronous
 code (the pytest fixture, the demo, benchmarks, boto3 callers) can start an endpoint,
@@ -21,10 +21,7 @@ from collections.abc import Coroutine
 from types import TracebackType
 from typing import Any, TypeVar
 
-from aiohttp import web
-
 from mmelocal.emulator import fastpath
-from mmelocal.emulator.app import create_app
 from mmelocal.emulator.platform import Emulator, EmulatorConfig
 from mmelocal.errors import EmulatorError, UserInputError
 from mmelocal.runtime.config import pick_free_port
@@ -75,62 +72,46 @@ def bind_socket(host: str, port: int) -> socket.socket:
 
 
 class Listener:
-    """The emulator's HTTP listener: the fast front server when ``httptools`` is installed
-    (hot routes answered directly, the rest passed to the aiohttp app on a private port),
-    else the aiohttp app alone. ``hot_lane`` (default: on unless
-    ``MMELOCAL_EMULATOR_HOT_LANE=0``) serves cache hits with callbacks (:mod:`.hotlane`)."""
+    """The emulator's HTTP listener: :class:`~.fastpath.FastFrontServer` on one socket.
+    ``hot_lane`` (default: on unless ``MMELOCAL_EMULATOR_HOT_LANE=0``) serves cache hits
+    with callbacks (:mod:`.hotlane`)."""
 
-    def __init__(
-        self, emulator: Emulator, *, fast: bool | None = None, hot_lane: bool | None = None
-    ) -> None:
+    def __init__(self, emulator: Emulator, *, hot_lane: bool | None = None) -> None:
         self.emulator = emulator
-        if fast is None:  # MMELOCAL_EMULATOR_FAST=0 forces the plain aiohttp server
-            fast = os.environ.get("MMELOCAL_EMULATOR_FAST", "1") != "0" and fastpath.available()
-        self.fast = fast
         if hot_lane is None:
             hot_lane = os.environ.get("MMELOCAL_EMULATOR_HOT_LANE", "1") != "0"
         self.hot_lane = hot_lane
-        self._runner: web.AppRunner | None = None
         self._front: fastpath.FastFrontServer | None = None
+        self._started = False
 
     async def start(self, host: str, port: int) -> None:
-        """Take ``host:port``, start Triton (through the app's start-up), then serve."""
+        """Take ``host:port``, start the emulator (its Triton instances), then serve."""
         sock = bind_socket(host, port)
         try:
-            self._runner = web.AppRunner(
-                create_app(self.emulator), access_log=None, handle_signals=False
-            )
-            await self._runner.setup()
-            if self.fast:
-                private = pick_free_port("127.0.0.1")
-                await web.TCPSite(self._runner, "127.0.0.1", private, backlog=1024).start()
-                app_url = f"http://127.0.0.1:{private}"
-                self._front = fastpath.FastFrontServer(
-                    self.emulator, app_url, hot_lane=self.hot_lane
-                )
-                await self._front.start(sock)
-            else:
-                await web.SockSite(self._runner, sock, backlog=1024).start()
+            await self.emulator.start()
         except BaseException:
             sock.close()
             raise
+        self._started = True
+        try:
+            self._front = fastpath.FastFrontServer(self.emulator, hot_lane=self.hot_lane)
+            await self._front.start(sock)
+        except BaseException:
+            sock.close()
+            await self.stop()
+            raise
         gc.collect()
         gc.freeze()  # start-up objects leave the collector's view: shorter pauses later
-        logger.info(
-            "MME emulator listening on http://%s:%d (%s)",
-            host,
-            port,
-            "fast front server" if self.fast else "aiohttp",
-        )
+        logger.info("MME emulator listening on http://%s:%d", host, port)
 
     async def stop(self) -> None:
-        """Stop listening, then stop the emulator (Triton) through the app's clean-up."""
+        """Stop listening, then stop the emulator (Triton)."""
         if self._front is not None:
             await self._front.stop()
             self._front = None
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        if self._started:
+            self._started = False
+            await self.emulator.stop()
 
 
 async def serve_forever(emulator: Emulator, *, host: str, port: int) -> None:
@@ -156,7 +137,6 @@ class EmulatorServer:
         host: str = "127.0.0.1",
         port: int = 0,
         start_timeout_s: float = 180.0,
-        fast: bool | None = None,
         hot_lane: bool | None = None,
     ) -> None:
         self.emulator = config if isinstance(config, Emulator) else Emulator(config)
@@ -166,7 +146,6 @@ class EmulatorServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._listener: Listener | None = None
-        self.fast = fast
         self.hot_lane = hot_lane
         self._ready = threading.Event()
         self._error: BaseException | None = None
@@ -211,7 +190,7 @@ class EmulatorServer:
             loop.close()
 
     async def _setup(self) -> None:
-        self._listener = Listener(self.emulator, fast=self.fast, hot_lane=self.hot_lane)
+        self._listener = Listener(self.emulator, hot_lane=self.hot_lane)
         await self._listener.start(self.host, self.port)
 
     async def _cleanup(self) -> None:

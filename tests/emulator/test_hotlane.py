@@ -45,7 +45,6 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Emul
             EmulatorConfig(  # paths of one length: error bodies name the Triton log
                 store=str(store), cache_dir=root / f"cache-{index}", memory_budget_bytes=4 << 30
             ),
-            fast=True,
             hot_lane=kind == "lane",
         )
         for index, kind in enumerate(("lane", "plain"))

@@ -1,0 +1,182 @@
+"""Every route of the emulator's HTTP face, independent of the server that carries it.
+
+* ``POST /endpoints/{name}/invocations`` answers exactly what boto3's ``sagemaker-runtime``
+  client parses (:func:`~mmelocal.emulator.handlers.handle_invocation`).
+* ``/v2/...``: KServe v2 with on-demand loading, so tritonclient and perf_analyzer work
+  against MME semantics; the binary extension (``Inference-Header-Content-Length``) is
+  translated to and from Triton's SageMaker binary content type.
+* ``GET /ping``, ``GET /metrics`` (Prometheus text, CloudWatch names), ``GET /emulator/state``.
+
+:func:`route` takes the request's method, path (without the query), a header getter and
+the body, and returns an :class:`~mmelocal.emulator.handlers.Answer`; the fast front
+server (:mod:`.fastpath`) is the one HTTP server that calls it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+from urllib.parse import quote, unquote
+
+from mmelocal.emulator.handlers import (
+    Answer,
+    HeaderGetter,
+    error_for,
+    handle_invocation,
+    handle_v2_infer,
+    parse_v2_path,
+    v2_error,
+)
+from mmelocal.emulator.platform import Emulator
+
+logger = logging.getLogger(__name__)
+
+_JSON_HEADERS = [("Content-Type", "application/json; charset=utf-8")]
+
+
+def json_answer(data: Any, status: int = 200) -> Answer:
+    """A JSON answer (objects the standard encoder cannot write are written as text)."""
+    return Answer(status, list(_JSON_HEADERS), json.dumps(data, default=str).encode())
+
+
+def empty(status: int) -> Answer:
+    """An answer with no body."""
+    return Answer(status, [], b"")
+
+
+async def route(
+    emulator: Emulator, method: str, path: str, get: HeaderGetter, body: bytes
+) -> Answer:
+    """The answer to one request (``path`` without its query string, still quoted)."""
+    if method == "POST" and path.startswith("/endpoints/") and path.endswith("/invocations"):
+        name = unquote(path[len("/endpoints/") : -len("/invocations")])
+        if name and "/" not in name:
+            return await handle_invocation(emulator, name, get, body)
+    if path.startswith("/v2/models/"):
+        return await v2_models(emulator, method, unquote(path[len("/v2/models/") :]), get, body)
+    simple = _SIMPLE.get((method, path))
+    if simple is not None:
+        return await simple(emulator)
+    if method == "POST" and path.startswith("/v2/repository/models/"):
+        return await v2_repository_action(emulator, unquote(path[len("/v2/repository/") :]))
+    known = {p for _, p in _SIMPLE} | {"/endpoints/", "/v2/models/", "/v2/repository/models/"}
+    if path in known or any(path.startswith(p) for p in known if p.endswith("/")):
+        return v2_error(405, f"{method} is not supported on {path}")
+    return v2_error(404, f"no route {method} {path}")
+
+
+async def v2_models(
+    emulator: Emulator, method: str, tail: str, get: HeaderGetter, body: bytes
+) -> Answer:
+    """Everything under ``/v2/models/``: infer, and metadata/ready/config/stats (GET)."""
+    target, _version, action = parse_v2_path(tail)
+    if action == "infer" and method == "POST":
+        return await handle_v2_infer(emulator, target, get, body)
+    if method != "GET":
+        return v2_error(405, f"{method} is not supported on /v2/models/{tail}")
+    try:
+        inst = await emulator.ensure_loaded(target)
+        if action == "ready":
+            return empty(200)
+        suffix = f"/{action}" if action else ""
+        url = f"{inst.launcher.endpoints.http_url}/v2/models/{quote(target, safe='')}{suffix}"
+        return await _triton_get(emulator, url)
+    except Exception as exc:
+        status, _kind, message = error_for(exc)
+        if status == 500:
+            logger.exception("v2 request for %r failed", target)
+        return v2_error(status if status != 429 else 503, message)
+
+
+async def _triton_get(emulator: Emulator, url: str) -> Answer:
+    assert emulator.session is not None
+    async with emulator.session.get(url) as resp:
+        return Answer(resp.status, list(_JSON_HEADERS), await resp.read())
+
+
+async def v2_repository_action(emulator: Emulator, tail: str) -> Answer:
+    """``POST /v2/repository/models/{target}/load|unload``."""
+    target, _, action = tail.removeprefix("models/").rpartition("/")
+    try:
+        if action == "load":
+            await emulator.ensure_loaded(target)
+        elif action == "unload":
+            for inst in emulator.instances:
+                await inst.unload(target, reason="unload requested through /v2/repository")
+        else:
+            return v2_error(404, f"unknown repository action {action!r}")
+    except Exception as exc:
+        status, _kind, message = error_for(exc)
+        return v2_error(status if status != 429 else 503, message)
+    return empty(200)
+
+
+async def v2_server(emulator: Emulator) -> Answer:
+    """``GET /v2``: the first instance's server metadata."""
+    return await _triton_get(emulator, f"{emulator.instances[0].launcher.endpoints.http_url}/v2")
+
+
+async def v2_live(emulator: Emulator) -> Answer:
+    """``GET /v2/health/live``."""
+    return empty(200)
+
+
+async def v2_ready(emulator: Emulator) -> Answer:
+    """``GET /v2/health/ready``: 200 when an instance is up."""
+    return empty(200 if any(i.up for i in emulator.instances) else 503)
+
+
+async def v2_index(emulator: Emulator) -> Answer:
+    """``POST /v2/repository/index``: loaded models (the store is open-ended)."""
+    return json_answer(
+        [
+            {"name": t, "version": "1", "state": "READY"}
+            for inst in emulator.instances
+            for t in inst.loaded()
+        ]
+    )
+
+
+async def ping(emulator: Emulator) -> Answer:
+    """``GET /ping``: healthy when an instance is up; names the memory probe."""
+    up = any(i.up for i in emulator.instances)
+    body = {
+        "status": "Healthy" if up else "Unhealthy",
+        "instances": [
+            {"index": i.index, "up": i.up, "probe": i.probe.name} for i in emulator.instances
+        ],
+    }
+    return json_answer(body, status=200 if up else 503)
+
+
+async def metrics(emulator: Emulator) -> Answer:
+    """``GET /metrics``: Prometheus text with the CloudWatch names."""
+    gauges = emulator.gauges()
+    gauges.update(await asyncio.get_running_loop().run_in_executor(None, emulator.read_gauges))
+    text = emulator.metrics.render(gauges)
+    return Answer(200, [("Content-Type", "text/plain; charset=utf-8")], text.encode())
+
+
+async def state(emulator: Emulator) -> Answer:
+    """``GET /emulator/state``: loaded set, footprints, recent events, metric snapshot."""
+    data: dict[str, Any] = emulator.state()
+    data["metrics"] = {
+        k: v for k, v in emulator.metrics.snapshot().items() if not isinstance(v, float)
+    }
+    data["metrics"].update({k: v for k, v in emulator.metrics.counters.items()})
+    return json_answer(data)
+
+
+_SIMPLE = {
+    ("GET", "/ping"): ping,
+    ("GET", "/metrics"): metrics,
+    ("GET", "/emulator/state"): state,
+    ("GET", "/v2"): v2_server,
+    ("GET", "/v2/health/live"): v2_live,
+    ("GET", "/v2/health/ready"): v2_ready,
+    ("POST", "/v2/repository/index"): v2_index,
+}
+
+__all__ = ["json_answer", "route"]
