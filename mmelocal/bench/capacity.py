@@ -50,8 +50,8 @@ class CapacityInstance(Protocol):
 
     async def invoke(
         self, target: str, body: bytes, headers: list[tuple[str, str]]
-    ) -> tuple[int, bytes, Any]:
-        """Forward one inference: Triton's status, body and headers."""
+    ) -> tuple[int, dict[str, str], bytes]:
+        """Forward one inference: Triton's status, headers and body."""
         ...
 
     async def read_memory(self) -> Any:
@@ -179,7 +179,7 @@ async def _load_one(
     try:
         if payload is not None:
             t1 = time.perf_counter()
-            status, body, _ = await instance.invoke(
+            status, _, body = await instance.invoke(
                 target, payload, [("Content-Type", content_type)]
             )
             warmup_s = time.perf_counter() - t1

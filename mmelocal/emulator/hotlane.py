@@ -197,7 +197,7 @@ class _Call:
         inst.release(target)
         inst.upstream.give_back(self.conn)
         if isinstance(error, UpstreamTimeoutError):
-            status, data, headers = late_reply(inst.options.invoke_timeout_s)
+            status, headers, data = late_reply(inst.options.invoke_timeout_s)
         elif error is not None or reply is None or reply[0] in (404, 507):
             # a broken connection, a model Triton lost, or no memory: the coroutine path
             # recovers (new connection or 503, reload, evict and retry)

@@ -41,7 +41,7 @@ from mmelocal.emulator.model_state import (
     ModelNotReadyError,
 )
 from mmelocal.emulator.probes import MemoryProbe, MemoryReading
-from mmelocal.emulator.upstream import UpstreamError, UpstreamPool, UpstreamTimeoutError
+from mmelocal.emulator.upstream import Reply, UpstreamError, UpstreamPool, UpstreamTimeoutError
 from mmelocal.errors import EmulatorError
 from mmelocal.runtime.launcher import TritonLauncher
 from mmelocal.runtime.sagemaker import TARGET_MODEL_HEADER
@@ -49,11 +49,11 @@ from mmelocal.runtime.sagemaker import TARGET_MODEL_HEADER
 logger = logging.getLogger(__name__)
 
 
-def late_reply(timeout_s: float) -> tuple[int, bytes, dict[str, str]]:
+def late_reply(timeout_s: float) -> Reply:
     """Triton's answer came later than the limit: as SageMaker, a 504 the caller gets as a
     ModelError."""
     message = f"the model did not answer within {timeout_s:g}s (SageMaker's limit is 60 s)"
-    return 504, json.dumps({"error": message}).encode(), {"content-type": "application/json"}
+    return Reply(504, {"content-type": "application/json"}, json.dumps({"error": message}).encode())
 
 
 class TritonInstance:
@@ -281,23 +281,20 @@ class TritonInstance:
             entry.in_flight -= 1
             entry.last_used_s = time.monotonic()
 
-    async def invoke(
-        self, target: str, body: bytes, headers: list[tuple[str, str]]
-    ) -> tuple[int, bytes, dict[str, str]]:
-        """``POST /models/KEY/invoke``: Triton's status, body and (lower-cased) headers."""
+    async def invoke(self, target: str, body: bytes, headers: list[tuple[str, str]]) -> Reply:
+        """``POST /models/KEY/invoke``: Triton's :class:`~mmelocal.emulator.upstream.Reply`."""
         entry = self.models.get(target)
         key = entry.key if entry is not None else target_key(target)
         headers.append((TARGET_MODEL_HEADER, target))
         timeout_s = self.options.invoke_timeout_s
         try:
-            status, out_headers, data = await self._upstream.request(
+            return await self._upstream.request(
                 "POST", f"/models/{key}/invoke", headers, body, timeout_s=timeout_s
             )
         except UpstreamTimeoutError:
             return late_reply(timeout_s)
         except UpstreamError as exc:
             raise self.connection_error(exc) from exc
-        return status, data, out_headers
 
     @property
     def upstream(self) -> UpstreamPool:

@@ -254,7 +254,7 @@ class Emulator:
             acquired = await inst.acquire(target, wait_timeout_s=self.config.load_wait_timeout_s)
             try:
                 t0 = time.perf_counter()
-                status, data, out_headers = await inst.invoke(target, body, list(headers))
+                status, out_headers, data = await inst.invoke(target, body, list(headers))
                 latency = time.perf_counter() - t0
             finally:
                 inst.release(target)

@@ -1,11 +1,10 @@
-"""A lean HTTP/1.1 keep-alive client for the hot path to Triton.
+"""The emulator's HTTP/1.1 keep-alive client to Triton.
 
 The invoke path forwards every request to Triton, so its client cost is paid on every
-call. aiohttp's client builds several objects per request; this one writes the request
-in one ``write`` on a pooled connection and parses the answer in ``data_received``
-(status line, headers, ``Content-Length`` or chunked body) with no copies beyond one
-join. Everything that is not the hot path (loads, unloads, v2 metadata) still uses the
-shared aiohttp session.
+call: a request is written in one ``write`` on a pooled connection and the answer is
+parsed by ``httptools``' response parser as it arrives (``Content-Length`` or chunked,
+in any number of segments), the body joined once. Every call is answered as one
+:data:`Reply`.
 """
 
 from __future__ import annotations
@@ -13,11 +12,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Iterable
+from typing import NamedTuple
 
 from mmelocal.errors import UpstreamError, UpstreamTimeoutError, UserInputError
 
-#: (status, lower-cased headers, body)
-Reply = tuple[int, dict[str, str], bytes]
+
+class Reply(NamedTuple):
+    """One answer from Triton: status, lower-cased headers and body."""
+
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+
 #: called once per request with the reply, or with None and the error
 ReplyCallback = Callable[["Reply | None", "UpstreamError | None"], None]
 
@@ -26,16 +33,16 @@ class UpstreamConnection(asyncio.Protocol):
     """One keep-alive connection to Triton; one request at a time."""
 
     def __init__(self) -> None:
+        import httptools
+
+        self.parser = httptools.HttpResponseParser(self)
         self.transport: asyncio.Transport | None = None
-        self.buffer = bytearray()
         self.callback: ReplyCallback | None = None
         self._deadline: asyncio.TimerHandle | None = None
         self.closed = False
         self.keep_alive = True
-        self._head: tuple[int, dict[str, str]] | None = None
-        self._body_start = 0
-        self._length: int | None = None
-        self._chunked = False
+        self._headers: dict[str, str] = {}
+        self._body: list[bytes] = []
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -48,8 +55,6 @@ class UpstreamConnection(asyncio.Protocol):
         """Write one request; ``callback`` gets the reply (or the error) exactly once.
         After ``timeout_s`` without a full answer, UpstreamTimeoutError (see :meth:`expire`)."""
         assert self.transport is not None
-        self.buffer.clear()
-        self._head = None
         self.callback = callback
         if timeout_s is not None:
             self._deadline = asyncio.get_running_loop().call_later(
@@ -74,10 +79,13 @@ class UpstreamConnection(asyncio.Protocol):
 
     def expire(self, timeout_s: float) -> None:
         """The deadline passed: fail the request in progress and drop the connection."""
+        self._drop()
+        self._reply(None, UpstreamTimeoutError(f"no answer within {timeout_s:g}s"))
+
+    def _drop(self) -> None:
         self.closed = True
         if self.transport is not None:
             self.transport.close()
-        self._reply(None, UpstreamTimeoutError(f"no answer within {timeout_s:g}s"))
 
     def _reply(self, reply: Reply | None, error: UpstreamError | None) -> None:
         callback, self.callback = self.callback, None
@@ -88,74 +96,30 @@ class UpstreamConnection(asyncio.Protocol):
             callback(reply, error)
 
     def data_received(self, data: bytes) -> None:
-        if self._head is None and not self.buffer:
-            # the common case: the whole answer in one segment, parsed without copies
-            end = data.find(b"\r\n\r\n")
-            if end >= 0:
-                self._parse_head(data[:end])
-                start = end + 4
-                length = self._length
-                if length is not None and len(data) - start >= length:
-                    self._finish(data[start : start + length])
-                    return
-                self.buffer += data
-                self._body_start = start
-                self._continue()
-                return
-        self.buffer += data
-        if self._head is None:
-            end = self.buffer.find(b"\r\n\r\n")
-            if end < 0:
-                return
-            self._parse_head(bytes(self.buffer[:end]))
-            self._body_start = end + 4
-        self._continue()
+        import httptools
 
-    def _continue(self) -> None:
-        if self._chunked:
-            self._try_chunked()
-        elif self._length is not None and len(self.buffer) - self._body_start >= self._length:
-            body = bytes(self.buffer[self._body_start : self._body_start + self._length])
-            self._finish(body)
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self._drop()
+            self._reply(None, UpstreamError(f"Triton's answer is not HTTP/1.1 ({exc})"))
 
-    def _parse_head(self, head: bytes) -> None:
-        lines = head.decode("latin-1").split("\r\n")
-        parts = lines[0].split(" ", 2)
-        status = int(parts[1])
-        headers: dict[str, str] = {}
-        for line in lines[1:]:
-            name, _, value = line.partition(":")
-            headers[name.strip().lower()] = value.strip()
-        self._head = (status, headers)
-        self._chunked = "chunked" in headers.get("transfer-encoding", "").lower()
-        self._length = int(headers.get("content-length", "0")) if not self._chunked else None
-        if headers.get("connection", "").lower() == "close":
-            self.keep_alive = False
+    # -- parser callbacks -----------------------------------------------------------------
+    def on_message_begin(self) -> None:
+        self._headers = {}
+        self._body = []
 
-    def _try_chunked(self) -> None:
-        pos = self._body_start
-        body = bytearray()
-        buf = self.buffer
-        while True:
-            eol = buf.find(b"\r\n", pos)
-            if eol < 0:
-                return
-            size = int(bytes(buf[pos:eol]).split(b";")[0], 16)
-            if size == 0:
-                if buf.find(b"\r\n", eol + 2) < 0:
-                    return
-                self._finish(bytes(body))
-                return
-            start = eol + 2
-            if len(buf) < start + size + 2:
-                return
-            body += buf[start : start + size]
-            pos = start + size + 2
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers[name.decode("latin-1").lower()] = value.decode("latin-1")
 
-    def _finish(self, body: bytes) -> None:
-        assert self._head is not None
-        status, headers = self._head
-        self._reply((status, headers, body), None)
+    def on_body(self, body: bytes) -> None:
+        self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        self.keep_alive = self.parser.should_keep_alive()
+        parts = self._body
+        body = parts[0] if len(parts) == 1 else b"".join(parts)
+        self._reply(Reply(self.parser.get_status_code(), self._headers, body), None)
 
 
 class UpstreamPool:
@@ -214,9 +178,9 @@ class UpstreamPool:
         body: bytes = b"",
         *,
         timeout_s: float | None = None,
-    ) -> tuple[int, dict[str, str], bytes]:
-        """Send one request; (status, lower-cased headers, body). After ``timeout_s``
-        without a full answer, UpstreamTimeoutError."""
+    ) -> Reply:
+        """Send one request; its :class:`Reply`. After ``timeout_s`` without a full
+        answer, UpstreamTimeoutError."""
         head = [f"{method} {path} HTTP/1.1\r\nHost: ".encode(), self._hostport]
         for name, value in headers:
             head.append(f"\r\n{name}: {value}".encode("latin-1"))

@@ -99,7 +99,7 @@ class FakeInstance:
             self.invoked.add(target)
             self.used += self.lazy
             self.stubs[100 + self.loaded.index(target) + 1] += self.lazy
-        return 200, b"{}", {}
+        return 200, {}, b"{}"
 
     async def read_memory(self) -> _Reading:
         if self.shared is None:
