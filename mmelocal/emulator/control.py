@@ -1,29 +1,40 @@
-"""The control calls of Triton's SageMaker front end: ``POST /models`` and ``DELETE``.
+"""The one client to a Triton server: loads, unloads and invokes, and v2 reads.
 
-Loads and unloads go through the front end exactly as SageMaker drives it, each with
-``X-Amzn-SageMaker-Target-Model: TARGET`` (Triton names the model after that header; the
-URL's KEY is a URL-safe digest of it). Invocations take the keep-alive lane of
-:mod:`mmelocal.emulator.upstream` instead.
+Loads and unloads go through Triton's SageMaker front end exactly as SageMaker drives it,
+each with ``X-Amzn-SageMaker-Target-Model: TARGET`` (Triton names the model after that
+header; the URL's KEY is a URL-safe digest of it). Every call is a request on one of two
+keep-alive pools (:class:`~mmelocal.emulator.upstream.UpstreamPool`): the SageMaker front
+end's, which invocations share (the hot lane takes idle connections from it directly), and
+the v2 HTTP endpoint's, for model metadata. Every answer is one
+:class:`~mmelocal.emulator.upstream.Reply`.
 """
 
 from __future__ import annotations
 
-import asyncio
+import json
 from collections.abc import Callable
 from pathlib import Path
 
-import aiohttp
-
 from mmelocal.emulator.model_state import InstanceOptions, ModelEntry
+from mmelocal.emulator.upstream import Reply, UpstreamError, UpstreamPool, UpstreamTimeoutError
 from mmelocal.errors import EmulatorError, ModelLoadError
 from mmelocal.runtime.sagemaker import TARGET_MODEL_HEADER, load_body
 
 #: turns a failed connection into the error callers get (the instance decides: died or busy)
 ConnectionErrorFactory = Callable[[BaseException], EmulatorError]
 
+_NOT_STARTED = "http://127.0.0.1:0"
+
+
+def late_reply(timeout_s: float) -> Reply:
+    """Triton's answer came later than the limit: as SageMaker, a 504 the caller gets as a
+    ModelError."""
+    message = f"the model did not answer within {timeout_s:g}s (SageMaker's limit is 60 s)"
+    return Reply(504, {"content-type": "application/json"}, json.dumps({"error": message}).encode())
+
 
 class SageMakerControl:
-    """Load and unload calls to one Triton server's SageMaker front end."""
+    """Every call the emulator makes to one Triton server."""
 
     def __init__(
         self,
@@ -35,26 +46,40 @@ class SageMakerControl:
         self.options = options
         self.connection_error = connection_error
         self.log_path = log_path
-        self.session: aiohttp.ClientSession | None = None
-        #: the front end's base URL (set when the server starts or restarts)
-        self.url = ""
+        #: keep-alive connections to the SageMaker front end (loads, unloads, invokes)
+        self.pool = UpstreamPool(_NOT_STARTED)
+        #: keep-alive connections to the v2 HTTP endpoint (model metadata)
+        self.v2_pool: UpstreamPool | None = None
 
-    def _session(self) -> aiohttp.ClientSession:
-        if self.session is None:
-            raise EmulatorError("the instance is not started: no HTTP session to Triton")
-        return self.session
+    @property
+    def url(self) -> str:
+        """The SageMaker front end's base URL."""
+        return f"http://{self.pool.hostport.decode()}"
+
+    def connect(self, sagemaker_url: str, v2_url: str | None) -> None:
+        """Point the pools at a (re)started server; connections to the old one are closed."""
+        self.close()
+        self.pool = UpstreamPool(sagemaker_url)
+        self.v2_pool = UpstreamPool(v2_url) if v2_url else None
+
+    def close(self) -> None:
+        """Close the idle connections."""
+        self.pool.close()
+        if self.v2_pool is not None:
+            self.v2_pool.close()
 
     async def post_load(self, entry: ModelEntry, url_dir: str) -> tuple[int, str]:
         """``POST /models``: Triton's status and text; a load past the timeout is undone."""
+        headers = [(TARGET_MODEL_HEADER, entry.target), ("Content-Type", "application/json")]
         try:
-            async with self._session().post(
-                f"{self.url}/models",
-                data=load_body(entry.key, url_dir),
-                headers={TARGET_MODEL_HEADER: entry.target, "Content-Type": "application/json"},
-                timeout=aiohttp.ClientTimeout(total=self.options.load_timeout_s),
-            ) as resp:
-                return resp.status, await resp.text()
-        except asyncio.TimeoutError as exc:
+            reply = await self.pool.request(
+                "POST",
+                "/models",
+                headers,
+                load_body(entry.key, url_dir),
+                timeout_s=self.options.load_timeout_s,
+            )
+        except UpstreamTimeoutError as exc:
             await self.delete(entry)
             raise ModelLoadError(
                 f"Triton did not finish loading {entry.target!r} within "
@@ -62,21 +87,46 @@ class SageMakerControl:
                 f"see {self.log_path()})",
                 model_name=entry.target,
             ) from exc
-        except aiohttp.ClientError as exc:
+        except UpstreamError as exc:
             raise self.connection_error(exc) from exc
+        return reply.status, reply.body.decode("utf-8", errors="replace")
 
     async def delete(self, entry: ModelEntry) -> int:
         """``DELETE /models/KEY``: Triton's status once the model is unavailable."""
         try:
-            async with self._session().delete(
-                f"{self.url}/models/{entry.key}",
-                headers={TARGET_MODEL_HEADER: entry.target},
-                timeout=aiohttp.ClientTimeout(total=self.options.unload_timeout_s),
-            ) as resp:
-                await resp.read()
-                return resp.status
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            reply = await self.pool.request(
+                "DELETE",
+                f"/models/{entry.key}",
+                [(TARGET_MODEL_HEADER, entry.target)],
+                timeout_s=self.options.unload_timeout_s,
+            )
+        except UpstreamError as exc:
+            raise self.connection_error(exc) from exc
+        return reply.status
+
+    async def invoke(
+        self, key: str, target: str, body: bytes, headers: list[tuple[str, str]]
+    ) -> Reply:
+        """``POST /models/KEY/invoke``; a 504 reply past the invoke timeout (SageMaker's)."""
+        headers.append((TARGET_MODEL_HEADER, target))
+        timeout_s = self.options.invoke_timeout_s
+        try:
+            return await self.pool.request(
+                "POST", f"/models/{key}/invoke", headers, body, timeout_s=timeout_s
+            )
+        except UpstreamTimeoutError:
+            return late_reply(timeout_s)
+        except UpstreamError as exc:
+            raise self.connection_error(exc) from exc
+
+    async def v2_get(self, path: str) -> Reply:
+        """``GET`` on the v2 HTTP endpoint (model metadata, config, statistics)."""
+        if self.v2_pool is None:
+            raise EmulatorError("this Triton has no v2 HTTP endpoint the emulator knows of")
+        try:
+            return await self.v2_pool.request("GET", path, [], timeout_s=60.0)
+        except UpstreamError as exc:
             raise self.connection_error(exc) from exc
 
 
-__all__ = ["ConnectionErrorFactory", "SageMakerControl"]
+__all__ = ["ConnectionErrorFactory", "SageMakerControl", "late_reply"]

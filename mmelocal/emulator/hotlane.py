@@ -22,6 +22,7 @@ from __future__ import annotations
 import time
 from typing import Protocol
 
+from mmelocal.emulator.control import late_reply
 from mmelocal.emulator.handlers import (
     FORWARDED_HEADERS,
     SAGEMAKER_BINARY,
@@ -31,7 +32,7 @@ from mmelocal.emulator.handlers import (
     v2_answer,
     v2_infer_error,
 )
-from mmelocal.emulator.instance import TritonInstance, late_reply
+from mmelocal.emulator.instance import TritonInstance
 from mmelocal.emulator.platform import Emulator, InvokeResult
 from mmelocal.emulator.upstream import (
     Reply,

@@ -14,15 +14,12 @@ instance, so memory readings before and after a load measure that load alone.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
-
-import aiohttp
 
 from mmelocal.emulator.cache import ArtifactCache, Prepare, target_key
 from mmelocal.emulator.control import SageMakerControl
@@ -41,19 +38,11 @@ from mmelocal.emulator.model_state import (
     ModelNotReadyError,
 )
 from mmelocal.emulator.probes import MemoryProbe, MemoryReading
-from mmelocal.emulator.upstream import Reply, UpstreamError, UpstreamPool, UpstreamTimeoutError
+from mmelocal.emulator.upstream import Reply, UpstreamPool
 from mmelocal.errors import EmulatorError
 from mmelocal.runtime.launcher import TritonLauncher
-from mmelocal.runtime.sagemaker import TARGET_MODEL_HEADER
 
 logger = logging.getLogger(__name__)
-
-
-def late_reply(timeout_s: float) -> Reply:
-    """Triton's answer came later than the limit: as SageMaker, a 504 the caller gets as a
-    ModelError."""
-    message = f"the model did not answer within {timeout_s:g}s (SageMaker's limit is 60 s)"
-    return Reply(504, {"content-type": "application/json"}, json.dumps({"error": message}).encode())
 
 
 class TritonInstance:
@@ -109,7 +98,6 @@ class TritonInstance:
             events=events,
         )
         self.loader.prepare = prepare
-        self._upstream = UpstreamPool("http://127.0.0.1:0")
         # start/stop from one long-lived thread (the launcher ties the server's life to it)
         self._process_thread = ThreadPoolExecutor(1, thread_name_prefix=f"triton-{index}")
 
@@ -175,9 +163,8 @@ class TritonInstance:
         self.gauge.limit_override_bytes = value
 
     # -- lifecycle ---------------------------------------------------------------------
-    async def start(self, session: aiohttp.ClientSession) -> None:
+    async def start(self) -> None:
         """Start (or adopt) the server and take a first memory reading."""
-        self.control.session = session
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._process_thread, self.launcher.start)
         url = self.launcher.endpoints.sagemaker_url
@@ -186,15 +173,14 @@ class TritonInstance:
                 f"instance {self.index}: the Triton server has no SageMaker front end; start "
                 "it with --allow-sagemaker=true and SAGEMAKER_MULTI_MODEL=true"
             )
-        self.control.url = url
-        self._upstream = UpstreamPool(url)
+        self.control.connect(url, self.launcher.endpoints.http_url)
         self.up = True
         await self.read_memory()
 
     async def stop(self) -> None:
         """Stop the server (idempotent)."""
         self.up = False
-        self._upstream.close()
+        self.control.close()
         pending: list[asyncio.Future[Any]] = [*self.state.deletes.values(), *self.state.finishing]
         pending += [e.task for e in self.models.values() if e.task is not None]
         for task in pending:
@@ -285,21 +271,12 @@ class TritonInstance:
         """``POST /models/KEY/invoke``: Triton's :class:`~mmelocal.emulator.upstream.Reply`."""
         entry = self.models.get(target)
         key = entry.key if entry is not None else target_key(target)
-        headers.append((TARGET_MODEL_HEADER, target))
-        timeout_s = self.options.invoke_timeout_s
-        try:
-            return await self._upstream.request(
-                "POST", f"/models/{key}/invoke", headers, body, timeout_s=timeout_s
-            )
-        except UpstreamTimeoutError:
-            return late_reply(timeout_s)
-        except UpstreamError as exc:
-            raise self.connection_error(exc) from exc
+        return await self.control.invoke(key, target, body, headers)
 
     @property
     def upstream(self) -> UpstreamPool:
         """The keep-alive connections to this server's SageMaker front end."""
-        return self._upstream
+        return self.control.pool
 
     def connection_error(self, exc: BaseException) -> EmulatorError:
         """The error for a failed connection to Triton (marks the instance down when the
@@ -353,10 +330,8 @@ class TritonInstance:
         t0 = time.perf_counter()
         await loop.run_in_executor(self._process_thread, self.launcher.stop)
         await loop.run_in_executor(self._process_thread, self.launcher.start)
-        url = self.launcher.endpoints.sagemaker_url
-        self.control.url = url or self.control.url
-        self._upstream.close()
-        self._upstream = UpstreamPool(self.control.url)
+        url = self.launcher.endpoints.sagemaker_url or self.control.url
+        self.control.connect(url, self.launcher.endpoints.http_url)
         self.state.load_lock = asyncio.Lock()
         self.up = True
         await self.read_memory()
@@ -392,5 +367,4 @@ __all__ = [
     "ModelEntry",
     "ModelNotReadyError",
     "TritonInstance",
-    "late_reply",
 ]

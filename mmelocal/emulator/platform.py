@@ -18,8 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
 from mmelocal.builder.mme_layout import MmeLayout
 from mmelocal.emulator.cache import ArtifactCache, Prepare
 from mmelocal.emulator.config import EmulatorConfig
@@ -99,7 +97,6 @@ class Emulator:
             )
         self.router = Router(self.instances, hot_rps_threshold=config.hot_rps_threshold)
         self.watchdog = Watchdog(self.instances, interval_s=config.watchdog_interval_s)
-        self.session: aiohttp.ClientSession | None = None
         self._valid_targets: set[str] = set()
 
     # -- construction helpers ----------------------------------------------------------
@@ -171,16 +168,10 @@ class Emulator:
     # -- lifecycle ---------------------------------------------------------------------
     async def start(self) -> None:
         """Start every Triton instance (in parallel) and the watchdog."""
-        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60, ttl_dns_cache=None)
-        self.session = aiohttp.ClientSession(
-            connector=connector,
-            auto_decompress=False,
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=5),
-        )
         try:
             # a store that cannot work fails now, before any Triton starts
             await asyncio.get_running_loop().run_in_executor(None, self.store.check)
-            await asyncio.gather(*(inst.start(self.session) for inst in self.instances))
+            await asyncio.gather(*(inst.start() for inst in self.instances))
         except BaseException:
             await self.stop()
             raise
@@ -207,12 +198,10 @@ class Emulator:
         )
 
     async def stop(self) -> None:
-        """Stop the watchdog and every instance; close the session."""
+        """Stop the watchdog and every instance (each closes its connections first: Triton
+        waits for open connections before it exits)."""
         await self.watchdog.stop()
         await self.router.stop()
-        if self.session is not None:  # Triton waits for open connections before it exits
-            await self.session.close()
-            self.session = None
         await asyncio.gather(*(inst.stop() for inst in self.instances), return_exceptions=True)
         for inst in self.instances:
             inst.close()

@@ -30,6 +30,7 @@ from mmelocal.emulator.handlers import (
     v2_error,
 )
 from mmelocal.emulator.platform import Emulator
+from mmelocal.emulator.upstream import Reply
 
 logger = logging.getLogger(__name__)
 
@@ -81,8 +82,9 @@ async def v2_models(
         if action == "ready":
             return empty(200)
         suffix = f"/{action}" if action else ""
-        url = f"{inst.launcher.endpoints.http_url}/v2/models/{quote(target, safe='')}{suffix}"
-        return await _triton_get(emulator, url)
+        return _json_reply(
+            await inst.control.v2_get(f"/v2/models/{quote(target, safe='')}{suffix}")
+        )
     except Exception as exc:
         status, _kind, message = error_for(exc)
         if status == 500:
@@ -90,10 +92,8 @@ async def v2_models(
         return v2_error(status if status != 429 else 503, message)
 
 
-async def _triton_get(emulator: Emulator, url: str) -> Answer:
-    assert emulator.session is not None
-    async with emulator.session.get(url) as resp:
-        return Answer(resp.status, list(_JSON_HEADERS), await resp.read())
+def _json_reply(reply: Reply) -> Answer:
+    return Answer(reply.status, list(_JSON_HEADERS), reply.body)
 
 
 async def v2_repository_action(emulator: Emulator, tail: str) -> Answer:
@@ -115,7 +115,7 @@ async def v2_repository_action(emulator: Emulator, tail: str) -> Answer:
 
 async def v2_server(emulator: Emulator) -> Answer:
     """``GET /v2``: the first instance's server metadata."""
-    return await _triton_get(emulator, f"{emulator.instances[0].launcher.endpoints.http_url}/v2")
+    return _json_reply(await emulator.instances[0].control.v2_get("/v2"))
 
 
 async def v2_live(emulator: Emulator) -> Answer:
