@@ -15,7 +15,7 @@ What SageMaker does between the client and the Triton container, done locally::
     model_state.py           its loaded set (LoadedSet, ModelEntry) and options
     loading.py               Loader: fetch, make room, POST /models, measure the footprint
     eviction.py + lru.py     Evictor: least recently used eviction (pure policy in lru.py)
-    control.py               POST /models and DELETE /models/KEY on Triton's front end
+    control.py + upstream.py the one client to Triton: loads, unloads, invokes, v2 reads
     gauge.py + probes.py     memory: NVML on a GPU, PSS of the Triton tree on a CPU
     cache.py + store.py      artifacts: local folder or S3 -> safe extraction -> disk budget
     recovery.py              restart a dead Triton, load its models again, trim
