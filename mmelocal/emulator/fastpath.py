@@ -24,7 +24,7 @@ from typing import Any
 from mmelocal.emulator.handlers import Answer, body_limit_bytes, v2_error
 from mmelocal.emulator.hotlane import HotLane
 from mmelocal.emulator.platform import Emulator
-from mmelocal.emulator.routes import route
+from mmelocal.emulator.routes import invoke_route, route
 
 logger = logging.getLogger(__name__)
 
@@ -239,20 +239,13 @@ class FastFrontServer:
         if len(parts) != 1:  # joined once, kept for the coroutine path if the lane declines
             parts[:] = [b"".join(parts)]
         body = parts[0]
-        if url.startswith(b"/endpoints/") and url.endswith(b"/invocations"):
-            name = url[len(b"/endpoints/") : -len(b"/invocations")]
-            if not name or b"/" in name:
-                return False
-            return lane.invocation(
-                name.decode("latin-1"), request.headers, body, request, requester
-            )
-        if url.startswith(b"/v2/models/") and url.endswith(b"/infer"):
-            target = url[len(b"/v2/models/") : -len(b"/infer")].decode("latin-1")
-            head, sep, version = target.rpartition("/versions/")
-            if sep and version.isdigit():
-                target = head
-            return lane.v2_infer(target, request.headers, body, request, requester)
-        return False
+        hit = invoke_route("POST", url.decode("latin-1"))
+        if hit is None:
+            return False
+        kind, name = hit
+        if kind == "invocations":
+            return lane.invocation(name, request.headers, body, request, requester)
+        return lane.v2_infer(name, request.headers, body, request, requester)
 
     async def answer(self, request: _Request) -> Answer:
         """Route one request."""

@@ -47,16 +47,32 @@ def empty(status: int) -> Answer:
     return Answer(status, [], b"")
 
 
+def invoke_route(method: str, path: str) -> tuple[str, str] | None:
+    """``("invocations", endpoint name)`` or ``("infer", target)`` for the two invoke
+    routes (``path`` without its query, still quoted); None for any other request."""
+    if method != "POST":
+        return None
+    if path.startswith("/endpoints/") and path.endswith("/invocations"):
+        name = unquote(path[len("/endpoints/") : -len("/invocations")])
+        return ("invocations", name) if name and "/" not in name else None
+    if path.startswith("/v2/models/") and path.endswith("/infer"):
+        target, _version, _action = parse_v2_path(unquote(path[len("/v2/models/") :]))
+        return "infer", target
+    return None
+
+
 async def route(
     emulator: Emulator, method: str, path: str, get: HeaderGetter, body: bytes
 ) -> Answer:
     """The answer to one request (``path`` without its query string, still quoted)."""
-    if method == "POST" and path.startswith("/endpoints/") and path.endswith("/invocations"):
-        name = unquote(path[len("/endpoints/") : -len("/invocations")])
-        if name and "/" not in name:
+    invoke = invoke_route(method, path)
+    if invoke is not None:
+        kind, name = invoke
+        if kind == "invocations":
             return await handle_invocation(emulator, name, get, body)
+        return await handle_v2_infer(emulator, name, get, body)
     if path.startswith("/v2/models/"):
-        return await v2_models(emulator, method, unquote(path[len("/v2/models/") :]), get, body)
+        return await v2_models(emulator, method, unquote(path[len("/v2/models/") :]))
     simple = _SIMPLE.get((method, path))
     if simple is not None:
         return await simple(emulator)
@@ -68,13 +84,9 @@ async def route(
     return v2_error(404, f"no route {method} {path}")
 
 
-async def v2_models(
-    emulator: Emulator, method: str, tail: str, get: HeaderGetter, body: bytes
-) -> Answer:
-    """Everything under ``/v2/models/``: infer, and metadata/ready/config/stats (GET)."""
+async def v2_models(emulator: Emulator, method: str, tail: str) -> Answer:
+    """``/v2/models/`` but infer: metadata, ready, config and stats (GET)."""
     target, _version, action = parse_v2_path(tail)
-    if action == "infer" and method == "POST":
-        return await handle_v2_infer(emulator, target, get, body)
     if method != "GET":
         return v2_error(405, f"{method} is not supported on /v2/models/{tail}")
     try:
@@ -179,4 +191,4 @@ _SIMPLE = {
     ("POST", "/v2/repository/index"): v2_index,
 }
 
-__all__ = ["json_answer", "route"]
+__all__ = ["invoke_route", "json_answer", "route"]
