@@ -19,8 +19,6 @@ import re
 
 from mmelocal.errors import UserInputError
 
-KiB = 1024
-MiB = 1024**2
 GiB = 1024**3
 
 _FACTORS = {
@@ -67,4 +65,4 @@ def parse_size_bytes(text: str | int, *, what: str = "size") -> int:
     return value
 
 
-__all__ = ["UNITS_HELP", "GiB", "KiB", "MiB", "parse_size_bytes"]
+__all__ = ["UNITS_HELP", "GiB", "parse_size_bytes"]

@@ -298,7 +298,7 @@ def demo(
         runtime = max(0, grown - footprint)
         base = before.used_bytes
         limit = int(base + runtime + fit * footprint)
-        server.emulator.instances[0].limit_override_bytes = limit
+        server.emulator.instances[0].gauge.limit_override_bytes = limit
         console.print(
             f"[green]✓[/] copy: {_mib(footprint)}, torch runtime once: {_mib(runtime)}, "
             f"beside Triton's {_mib(base)}: memory limit set to {_mib(limit)} "

@@ -16,9 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 from mmelocal.emulator.cache import ArtifactCache, Prepare, target_key
@@ -88,16 +86,7 @@ class TritonInstance:
             metrics=metrics,
             events=events,
         )
-        self.loader = Loader(
-            state=self.state,
-            control=self.control,
-            evictor=self.evictor,
-            gauge=self.gauge,
-            cache=cache,
-            metrics=metrics,
-            events=events,
-        )
-        self.loader.prepare = prepare
+        self.loader = Loader(evictor=self.evictor, prepare=prepare)
         # start/stop from one long-lived thread (the launcher ties the server's life to it)
         self._process_thread = ThreadPoolExecutor(1, thread_name_prefix=f"triton-{index}")
 
@@ -125,42 +114,6 @@ class TritonInstance:
     @up.setter
     def up(self, value: bool) -> None:
         self.state.up = value
-
-    @property
-    def prepare(self) -> Prepare | None:
-        """Derives what this server cannot serve as it is (set by the platform)."""
-        return self.loader.prepare
-
-    @prepare.setter
-    def prepare(self, hook: Prepare | None) -> None:
-        self.loader.prepare = hook
-
-    @property
-    def url_for(self) -> Callable[[Path], str]:
-        """The artifact folder as the server sees it (a container mounts the cache elsewhere)."""
-        return self.loader.url_for
-
-    @url_for.setter
-    def url_for(self, mapping: Callable[[Path], str]) -> None:
-        self.loader.url_for = mapping
-
-    @property
-    def last_reading(self) -> MemoryReading | None:
-        """The gauge's last reading."""
-        return self.gauge.last_reading
-
-    @last_reading.setter
-    def last_reading(self, reading: MemoryReading | None) -> None:
-        self.gauge.last_reading = reading
-
-    @property
-    def limit_override_bytes(self) -> int | None:
-        """An absolute memory limit instead of threshold x total (demos, tests)."""
-        return self.gauge.limit_override_bytes
-
-    @limit_override_bytes.setter
-    def limit_override_bytes(self, value: int | None) -> None:
-        self.gauge.limit_override_bytes = value
 
     # -- lifecycle ---------------------------------------------------------------------
     async def start(self) -> None:

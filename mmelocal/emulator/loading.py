@@ -14,18 +14,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from mmelocal.emulator.cache import ArtifactCache, Prepare, target_key
-from mmelocal.emulator.control import SageMakerControl
-from mmelocal.emulator.events import EventLog
+from mmelocal.emulator.cache import Prepare, target_key
 from mmelocal.emulator.eviction import Evictor
-from mmelocal.emulator.gauge import MemoryGauge
 from mmelocal.emulator.lru import estimate_footprint
-from mmelocal.emulator.metrics import Metrics
 from mmelocal.emulator.model_state import (
     LOADING,
     READY,
     InstanceUnavailableError,
-    LoadedSet,
     ModelEntry,
     quiet_future,
 )
@@ -35,30 +30,23 @@ from mmelocal.errors import ModelLoadError, OutOfMemoryError
 class Loader:
     """Loads on one instance; concurrent callers of one target share its load."""
 
-    def __init__(
-        self,
-        *,
-        state: LoadedSet,
-        control: SageMakerControl,
-        evictor: Evictor,
-        gauge: MemoryGauge,
-        cache: ArtifactCache,
-        metrics: Metrics,
-        events: EventLog,
-    ) -> None:
-        self.state = state
-        self.control = control
+    def __init__(self, *, evictor: Evictor, prepare: Prepare | None = None) -> None:
+        """Loads share the evictor's parts: the loaded set, the front end's control calls,
+        the memory gauge, the artifact cache, metrics and events."""
         self.evictor = evictor
-        self.gauge = gauge
-        self.cache = cache
-        self.metrics = metrics
-        self.events = events
+        self.state = evictor.state
+        self.control = evictor.control
+        self.gauge = evictor.gauge
+        self.cache = evictor.cache
+        self.metrics = evictor.metrics
+        self.events = evictor.events
         #: derives what this server cannot serve as it is (set by the platform)
-        self.prepare: Prepare | None = None
+        self.prepare = prepare
         #: the artifact folder as the server sees it (a container mounts the cache elsewhere)
         self.url_for: Callable[[Path], str] = str
 
     def new_entry(self, target: str) -> ModelEntry:
+        """A new entry for ``target``, loading, in the loaded set (start it with :meth:`load`)."""
         entry = ModelEntry(
             target=target,
             key=target_key(target),

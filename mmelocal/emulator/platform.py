@@ -177,7 +177,7 @@ class Emulator:
             raise
         hook = self._prepare_hook(self.instances[0].launcher)
         for inst in self.instances:
-            inst.prepare = hook
+            inst.loader.prepare = hook
             if self.config.launcher == "docker":
                 from mmelocal.runtime.docker import CONTAINER_MODEL_REPOSITORY
 
@@ -186,7 +186,7 @@ class Emulator:
                 def in_container(path: Path, root: Path = root) -> str:
                     return f"{CONTAINER_MODEL_REPOSITORY}/{path.relative_to(root)}"
 
-                inst.url_for = in_container
+                inst.loader.url_for = in_container
 
         self.watchdog.start()
         logger.info(
@@ -301,7 +301,7 @@ class Emulator:
         cpu = 0.0
         for inst in self.instances:
             reading = inst.probe.read()
-            inst.last_reading = reading
+            inst.gauge.last_reading = reading
             if inst.probe.kind == "gpu":
                 gpu_mem.append(100.0 * reading.used_fraction)
                 if reading.utilization_percent is not None:
@@ -335,11 +335,11 @@ class Emulator:
                     "pid": inst.launcher.pid(),
                     "http_url": inst.launcher.endpoints.http_url if inst.up else None,
                     "sagemaker_url": inst.launcher.endpoints.sagemaker_url if inst.up else None,
-                    "memory_used_bytes": inst.last_reading.used_bytes
-                    if inst.last_reading
+                    "memory_used_bytes": inst.gauge.last_reading.used_bytes
+                    if inst.gauge.last_reading
                     else None,
                     "memory_total_bytes": (
-                        inst.last_reading.total_bytes if inst.last_reading else None
+                        inst.gauge.last_reading.total_bytes if inst.gauge.last_reading else None
                     ),
                     "memory_limit_bytes": inst.limit_bytes,
                     "loaded": inst.usage_snapshot(),

@@ -77,9 +77,9 @@ async def route(
     if simple is not None:
         return await simple(emulator)
     if method == "POST" and path.startswith("/v2/repository/models/"):
-        return await v2_repository_action(emulator, unquote(path[len("/v2/repository/") :]))
-    known = {p for _, p in _SIMPLE} | {"/endpoints/", "/v2/models/", "/v2/repository/models/"}
-    if path in known or any(path.startswith(p) for p in known if p.endswith("/")):
+        tail = unquote(path[len("/v2/repository/models/") :])
+        return await v2_repository_action(emulator, tail)
+    if path in _PATHS or path.startswith(_PREFIXES):
         return v2_error(405, f"{method} is not supported on {path}")
     return v2_error(404, f"no route {method} {path}")
 
@@ -109,8 +109,8 @@ def _json_reply(reply: Reply) -> Answer:
 
 
 async def v2_repository_action(emulator: Emulator, tail: str) -> Answer:
-    """``POST /v2/repository/models/{target}/load|unload``."""
-    target, _, action = tail.removeprefix("models/").rpartition("/")
+    """``POST /v2/repository/models/{target}/load|unload`` (``tail``: ``target/action``)."""
+    target, _, action = tail.rpartition("/")
     try:
         if action == "load":
             await emulator.ensure_loaded(target)
@@ -190,5 +190,8 @@ _SIMPLE = {
     ("GET", "/v2/health/ready"): v2_ready,
     ("POST", "/v2/repository/index"): v2_index,
 }
+#: paths and path prefixes that exist (another method on them is a 405, not a 404)
+_PATHS = frozenset(path for _, path in _SIMPLE)
+_PREFIXES = ("/endpoints/", "/v2/models/", "/v2/repository/models/")
 
 __all__ = ["invoke_route", "json_answer", "route"]

@@ -77,7 +77,7 @@ def test_pss_budget_loads_n_copies_without_eviction_and_reports_pss(bert_copies:
     # the budget: N copies by PSS plus 3/4 of one copy; the RSS sum of N copies exceeds it
     limit = one.used_bytes + int((N - 1 + 0.75) * marginal)
     assert one.rss_bytes + (N - 1) * stub_rss > limit, "RSS would not overstate here"
-    inst.limit_override_bytes = limit  # copy 1 loaded alone: no budget evicts for it
+    inst.gauge.limit_override_bytes = limit  # copy 1 loaded alone: no budget evicts for it
     for target in targets[1:N]:
         _load(server, target)
     assert emulator.events.counts.get("evict", 0) == 0

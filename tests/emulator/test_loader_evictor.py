@@ -89,16 +89,15 @@ def parts(machine: Machine, control: Control, *, limit_bytes: int) -> tuple[Load
     state.up = True
     gauge = MemoryGauge(machine, threshold=0.9)
     gauge.limit_override_bytes = limit_bytes
-    shared: dict[str, Any] = {"cache": Cache(), "metrics": Metrics(), "events": EventLog()}
-    evictor = Evictor(state=state, control=control, gauge=gauge, **shared)
-    loader = Loader(
+    evictor = Evictor(
         state=state,
         control=control,
-        evictor=evictor,
         gauge=gauge,
-        **shared,
+        cache=Cache(),
+        metrics=Metrics(),
+        events=EventLog(),
     )
-    return loader, state
+    return Loader(evictor=evictor), state
 
 
 async def load(loader: Loader, target: str) -> ModelEntry:

@@ -30,7 +30,7 @@ def test_loaded_set_over_the_limit_is_trimmed(tmp_path: Path) -> None:
         inst = mme.state()["instances"][0]
         used, footprint = inst["memory_used_bytes"], min(mme.state()["footprints_bytes"].values())
         # as if the models had grown: the limit now holds one model less
-        server.emulator.instances[0].limit_override_bytes = used - footprint // 2
+        server.emulator.instances[0].gauge.limit_override_bytes = used - footprint // 2
 
         def evicted() -> dict[str, Any] | None:
             state: dict[str, Any] = mme.state()
