@@ -55,27 +55,26 @@ def v2_json_payload(inputs: Mapping[str, np.ndarray]) -> bytes:
 
 def reference_inputs(path: Path | str, *, batch_size: int = 1) -> dict[str, np.ndarray]:
     """The recorded sample inputs of a built model folder or ``model.tar.gz`` (first rows)."""
-    return _reference_arrays(Path(path), "input", batch_size)
+    return reference_arrays(path, batch_size=batch_size)[0]
 
 
-def reference_outputs(path: Path | str, *, batch_size: int = 1) -> dict[str, np.ndarray]:
-    """The source model's outputs for :func:`reference_inputs` (the same first rows)."""
-    return _reference_arrays(Path(path), "output", batch_size)
-
-
-def _reference_arrays(path: Path, kind: str, batch_size: int) -> dict[str, np.ndarray]:
+def reference_arrays(
+    path: Path | str, *, batch_size: int = 1
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """The recorded sample inputs and the source model's outputs for them (first rows),
+    read from the folder or tarball once."""
     if batch_size < 1:
         raise UserInputError(f"batch_size must be >= 1, got {batch_size}")
-    data = _read_reference(path)
-    with np.load(io.BytesIO(data)) as npz:
-        arrays = {
-            key.split(":", 1)[1]: np.asarray(npz[key])[:batch_size]
-            for key in npz.files
-            if key.startswith(f"{kind}:")
-        }
-    if not arrays:
-        raise UserInputError(f"{path}: {REFERENCE_FILE} has no '{kind}:<name>' arrays")
-    return arrays
+    found: dict[str, dict[str, np.ndarray]] = {"input": {}, "output": {}}
+    with np.load(io.BytesIO(_read_reference(Path(path)))) as npz:
+        for key in npz.files:
+            kind, _, name = key.partition(":")
+            if kind in found:
+                found[kind][name] = np.asarray(npz[key])[:batch_size]
+    for kind, arrays in found.items():
+        if not arrays:
+            raise UserInputError(f"{path}: {REFERENCE_FILE} has no '{kind}:<name>' arrays")
+    return found["input"], found["output"]
 
 
 def v2_json_outputs(body: bytes) -> dict[str, np.ndarray]:
@@ -123,8 +122,8 @@ def _read_reference(path: Path) -> bytes:
 __all__ = [
     "REFERENCE_FILE",
     "payload_from_model",
+    "reference_arrays",
     "reference_inputs",
-    "reference_outputs",
     "v2_json_outputs",
     "v2_json_payload",
 ]

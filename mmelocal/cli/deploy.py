@@ -10,8 +10,8 @@ import click
 
 from mmelocal.cli._output import console, err_console, print_json
 from mmelocal.deploy.images import DEFAULT_TRITON_VERSION
-
-DEFAULT_INSTANCE_TYPE = "ml.g5.2xlarge"
+from mmelocal.deploy.plan import DEFAULT_INSTANCE_TYPE
+from mmelocal.deploy.smoke import DEFAULT_ATOL, DEFAULT_MODELS, DEFAULT_RTOL
 
 
 def _env_pairs(values: tuple[str, ...]) -> dict[str, str]:
@@ -272,9 +272,13 @@ def undeploy(name: str, region: str | None, delete_artifacts: bool) -> None:
 @click.command()
 @click.argument("name")
 @click.option("--region", default=None, help="AWS region (default: your profile's).")
-@click.option("--models", type=click.IntRange(min=1), default=5, show_default=True)
-@click.option("--atol", type=float, default=1e-3, show_default=True, help="Absolute tolerance.")
-@click.option("--rtol", type=float, default=1e-3, show_default=True, help="Relative tolerance.")
+@click.option("--models", type=click.IntRange(min=1), default=DEFAULT_MODELS, show_default=True)
+@click.option(
+    "--atol", type=float, default=DEFAULT_ATOL, show_default=True, help="Absolute tolerance."
+)
+@click.option(
+    "--rtol", type=float, default=DEFAULT_RTOL, show_default=True, help="Relative tolerance."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
 def smoke(
     name: str, region: str | None, models: int, atol: float, rtol: float, as_json: bool

@@ -41,6 +41,10 @@ def split_s3_uri(uri: str) -> tuple[str, str]:
     return match.group(1), prefix
 
 
+#: the instance type when the user gives none and no capacity result (one A10G, 24 GB)
+DEFAULT_INSTANCE_TYPE = "ml.g5.2xlarge"
+
+
 @dataclass(frozen=True, kw_only=True)
 class DeployOptions:
     """What ``mmelocal deploy`` was asked for (validated before any AWS call).
@@ -53,7 +57,7 @@ class DeployOptions:
     endpoint_name: str
     s3_uri: str
     role_arn: str
-    instance_type: str = "ml.g5.2xlarge"
+    instance_type: str = DEFAULT_INSTANCE_TYPE
     instance_count: int = 1
     max_instances: int | None = None
     target_gpu_utilization: float = 60.0
@@ -157,13 +161,6 @@ class DeployPlan:
         """The object steps with this action."""
         return [o for o in self.objects if o.action == action]
 
-    @property
-    def changes_anything(self) -> bool:
-        """False when applying would upload nothing and only reuse what exists."""
-        return any(o.action != "skip" for o in self.objects) or any(
-            s.action not in ("reuse", "wait") for s in self.steps
-        )
-
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (what ``--json`` writes)."""
         return {
@@ -177,6 +174,7 @@ class DeployPlan:
 
 
 __all__ = [
+    "DEFAULT_INSTANCE_TYPE",
     "SHA256_METADATA",
     "TAG_KEY",
     "VARIANT_NAME",

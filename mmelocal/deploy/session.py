@@ -28,7 +28,7 @@ class AwsClients:
     runtime: Any
 
 
-def connect(region: str | None = None, *, runtime_endpoint_url: str | None = None) -> AwsClients:
+def connect(region: str | None = None) -> AwsClients:
     """Clients for ``region`` (else the profile's or ``AWS_DEFAULT_REGION``); raises a
     :class:`DeployError` that says what to do when credentials or the region are missing."""
     import boto3
@@ -55,7 +55,6 @@ def connect(region: str | None = None, *, runtime_endpoint_url: str | None = Non
         autoscaling=session.client("application-autoscaling", config=config),
         runtime=session.client(
             "sagemaker-runtime",
-            endpoint_url=runtime_endpoint_url,
             config=Config(read_timeout=70, retries={"max_attempts": 3, "mode": "standard"}),
         ),
     )

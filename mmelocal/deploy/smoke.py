@@ -19,16 +19,21 @@ from typing import Any
 import numpy as np
 
 from mmelocal.bench.payload import (
-    reference_inputs,
-    reference_outputs,
+    reference_arrays,
     v2_json_outputs,
     v2_json_payload,
 )
 from mmelocal.deploy import resources as rs
 from mmelocal.deploy.plan import split_s3_uri
 from mmelocal.deploy.session import AwsClients, aws_error
+from mmelocal.deploy.upload import listed_objects
 from mmelocal.errors import DeployError, MmeLocalError
 from mmelocal.runtime.samples import compare_outputs
+
+#: how many of the deployed tarballs ``smoke`` checks, and its tolerances
+DEFAULT_MODELS = 5
+DEFAULT_ATOL = 1e-3
+DEFAULT_RTOL = 1e-3
 
 
 @dataclass(frozen=True)
@@ -78,11 +83,8 @@ class SmokeReport:
 
 def smoke_case(target: str, tarball: Path | str) -> SmokeCase:
     """The request and expected answer of ``target`` from its ``model.tar.gz``."""
-    return SmokeCase(
-        target=target,
-        body=v2_json_payload(reference_inputs(tarball)),
-        expected=reference_outputs(tarball),
-    )
+    inputs, outputs = reference_arrays(tarball)
+    return SmokeCase(target=target, body=v2_json_payload(inputs), expected=outputs)
 
 
 def run_smoke(
@@ -90,8 +92,8 @@ def run_smoke(
     endpoint_name: str,
     cases: list[SmokeCase],
     *,
-    atol: float = 1e-3,
-    rtol: float = 1e-3,
+    atol: float = DEFAULT_ATOL,
+    rtol: float = DEFAULT_RTOL,
 ) -> SmokeReport:
     """Invoke each case through boto3's ``sagemaker-runtime`` client and compare."""
     report = SmokeReport(endpoint_name=endpoint_name)
@@ -147,23 +149,16 @@ def smoke_endpoint(
     clients: AwsClients,
     endpoint_name: str,
     *,
-    models: int = 5,
-    atol: float = 1e-3,
-    rtol: float = 1e-3,
+    models: int = DEFAULT_MODELS,
+    atol: float = DEFAULT_ATOL,
+    rtol: float = DEFAULT_RTOL,
 ) -> SmokeReport:
     """Smoke-test the first ``models`` tarballs of a deployed endpoint's S3 prefix (each is
     downloaded to read its reference data)."""
     if models < 1:
         raise DeployError(f"models must be >= 1, got {models}")
     bucket, prefix = split_s3_uri(deployed_prefix(clients, endpoint_name))
-    keys: list[str] = []
-    try:
-        for page in clients.s3.get_paginator("list_objects_v2").paginate(
-            Bucket=bucket, Prefix=prefix
-        ):
-            keys += [o["Key"] for o in page.get("Contents", []) if o["Key"].endswith(".tar.gz")]
-    except Exception as exc:
-        raise aws_error(exc, "ListObjectsV2", f"s3://{bucket}/{prefix}") from exc
+    keys = [k for k in listed_objects(clients.s3, bucket, prefix) if k.endswith(".tar.gz")]
     if not keys:
         raise DeployError(f"no *.tar.gz under s3://{bucket}/{prefix}: deploy the store first")
     cases = []

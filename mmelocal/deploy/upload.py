@@ -214,17 +214,31 @@ def mmelocal_objects(s3: Any, bucket: str, prefix: str) -> list[str]:
     """Keys under ``prefix`` that mmelocal uploaded (they carry its SHA-256 metadata)."""
     keys = []
     for key in listed_objects(s3, bucket, prefix):
-        head = s3.head_object(Bucket=bucket, Key=key)
+        try:
+            head = s3.head_object(Bucket=bucket, Key=key)
+        except Exception as exc:
+            raise aws_error(exc, "HeadObject", f"s3://{bucket}/{key}") from exc
         if SHA256_METADATA in head.get("Metadata", {}):
             keys.append(key)
     return keys
 
 
 def delete_objects(s3: Any, bucket: str, keys: list[str]) -> None:
-    """Delete ``keys`` (1,000 per request)."""
+    """Delete ``keys`` (1,000 per request); a key S3 could not delete is a DeployError."""
     for start in range(0, len(keys), 1000):
         batch = [{"Key": k} for k in keys[start : start + 1000]]
-        s3.delete_objects(Bucket=bucket, Delete={"Objects": batch, "Quiet": True})
+        try:
+            answer = s3.delete_objects(Bucket=bucket, Delete={"Objects": batch, "Quiet": True})
+        except Exception as exc:
+            raise aws_error(exc, "DeleteObjects", f"s3://{bucket}") from exc
+        failed = answer.get("Errors", [])
+        if failed:
+            first = failed[0]
+            raise DeployError(
+                f"S3 did not delete {len(failed)} object(s) in s3://{bucket}, e.g. "
+                f"{first.get('Key')}: {first.get('Code')} {first.get('Message')}; check the "
+                "role's s3:DeleteObject permission and run undeploy --delete-artifacts again"
+            )
 
 
 def total_bytes(steps: Iterable[ObjectStep], action: str) -> int:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from deploy_helpers import INSTANCE_TYPE, REGION, ROLE, write_reference_tarball  # noqa: F401
+from deploy_helpers import REGION, write_reference_tarball
 
 
 @pytest.fixture
