@@ -70,26 +70,10 @@ def post(port: int, body: bytes, timeout_s: float = REQUEST_TIMEOUT_S) -> int:
         conn.close()
 
 
-def wait_ready(port: int, proc: subprocess.Popen[bytes], timeout_s: float = 180.0) -> None:
-    """Until ``GET /ping`` answers 200 (bounded)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"mmelocal serve exited with {proc.returncode}")
-        try:
-            conn = http.client.HTTPConnection(HOST, port, timeout=5)
-            conn.request("GET", "/ping")
-            if conn.getresponse().status == 200:
-                return
-        except OSError:
-            pass
-        time.sleep(0.5)
-    raise SystemExit(f"mmelocal serve not ready on port {port} after {timeout_s:g}s")
-
-
 def one_round(store: Path, callers: int, body: bytes) -> dict[str, float]:
     """Fresh server, warm call, ``callers`` big calls at once; memory figures in bytes."""
     from mmelocal.runtime.config import pick_free_port
+    from mmelocal.runtime.readiness import http_ok, wait_until_ready
 
     port = pick_free_port()
     cli = Path(sys.executable).with_name("mmelocal")
@@ -99,7 +83,10 @@ def one_round(store: Path, callers: int, body: bytes) -> dict[str, float]:
         stderr=subprocess.DEVNULL,
     )
     try:
-        wait_ready(port, proc)
+        url = f"http://{HOST}:{port}"
+        wait_until_ready(
+            lambda: http_ok(f"{url}/ping"), timeout_s=180, url=url, log_path=None, process=proc
+        )
         if post(port, padded_body(0)) != 200:  # the cold load, with a small body
             raise SystemExit("the warm-up call failed")
         baseline = status_kib(proc.pid, "VmRSS") * 1024

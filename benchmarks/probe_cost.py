@@ -3,12 +3,12 @@
 The tree is a bash with 4 Python children that import torch and hold a 100 MB tensor each
 (as Python-backend stubs running TorchScript do), then sleep. A full reading
 (``process_tree_memory``) lists the tree through ``/proc/PID/task/*/children`` and reads
-``/proc/PID/smaps_rollup`` of each process, which makes the kernel walk that process's page
-tables: its cost grows with resident memory. The host probe's ``TreeMemoryReader`` repeats
-a full reading only when the tree changed; on a steady tree a reading is one ``statm`` per
-process. Both are compared in the same run with psutil reading the same PSS
-(``memory_full_info``, which parses the whole ``smaps``) and psutil's RSS alone
-(``memory_info``, about what the old host-rss probe cost).
+each process's ``memory_full_info`` (psutil: ``/proc/PID/smaps_rollup``), which makes the
+kernel walk that process's page tables: its cost grows with resident memory. The host
+probe's ``TreeMemoryReader`` repeats a full reading only when the tree changed; on a steady
+tree a reading is one ``statm`` per process. Both are compared in the same run with psutil
+alone walking the tree (``children(recursive=True)``, which scans ``/proc``) for the same
+PSS, and for RSS only (``memory_info``, about what the old host-rss probe cost).
 
 Run: ``.venv/bin/python benchmarks/probe_cost.py [--reads 20] [--plain]`` (``--plain``:
 children that import nothing, a tree of small processes).

@@ -115,7 +115,6 @@ async def measure_instance(
             f"{threshold:.0%} of {total / MIB:,.0f} MiB: raise the memory budget"
         )
     loads: list[LoadRecord] = []
-    previous = int(baseline.used_bytes)
     previous_reading = baseline
     reason = f"all {len(targets)} copies available were loaded"
 
@@ -133,6 +132,7 @@ async def measure_instance(
             reason = f"reached max copies ({max_copies})"
             break
         if not verify_next and loads:
+            previous = int(previous_reading.used_bytes)
             mean = (previous - baseline.used_bytes) / len(loads)
             if previous + mean > limit:
                 reason = (
@@ -156,7 +156,6 @@ async def measure_instance(
             logger.info("capacity: %s (%d bytes in use)", reason, record.used_bytes)
             return measured(reason, next_copy=record)
         loads.append(record)
-        previous = record.used_bytes
         previous_reading = reading
     return measured(reason)
 
@@ -257,7 +256,7 @@ def measure_capacity(
     from mmelocal.bench.payload import payload_from_model
     from mmelocal.bench.sources import resolve_model
     from mmelocal.builder.package import package_copies
-    from mmelocal.emulator.probes import gpu_count
+    from mmelocal.runtime.memory import gpu_count
 
     use_gpu = opts.use_gpu if opts.use_gpu is not None else gpu_count() > 0
     if not use_gpu and opts.memory_budget_bytes is None:

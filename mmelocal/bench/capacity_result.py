@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from mmelocal.bench.footprint import implied_count, runtime_name
+from mmelocal.bench.footprint import runtime_name
 from mmelocal.bench.projection import Projection, project_count
 
 MIB = 1024 * 1024
@@ -108,15 +108,16 @@ class CapacityResult:
 
     @property
     def implied_count(self) -> int | None:
-        """Copies the two parts imply: ``floor((limit - baseline - shared) / marginal)``."""
+        """Copies the two parts imply: the projection formula with the shared runtime in
+        the baseline, ``floor((threshold x total - baseline - shared) / marginal)``."""
         marginal, shared = self.marginal_mean_bytes, self.shared_runtime_bytes
         if marginal is None or shared is None or marginal <= 0:
             return None
-        return implied_count(
-            limit_bytes=self.limit_bytes,
-            baseline_bytes=self.baseline_bytes,
-            shared_bytes=shared,
-            marginal_bytes=marginal,
+        return project_count(
+            total_bytes=self.total_bytes,
+            baseline_bytes=self.baseline_bytes + shared,
+            per_model_bytes=marginal,
+            threshold=self.threshold,
         )
 
     def footprint_line(self) -> str | None:

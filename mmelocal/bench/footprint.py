@@ -15,7 +15,6 @@ With both, the count follows: ``floor((threshold x total - baseline - shared) / 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Protocol
 
@@ -55,19 +54,9 @@ def marginal_bytes(before: TreeReading | object, after: TreeReading | object) ->
     return started + new.get(server, 0) - old.get(server, 0)
 
 
-def implied_count(
-    *, limit_bytes: float, baseline_bytes: int, shared_bytes: int, marginal_bytes: float
-) -> int:
-    """Copies that fit: ``floor((limit - baseline - shared) / marginal)`` (0 when none)."""
-    if marginal_bytes <= 0:
-        raise ValueError(f"marginal_bytes must be > 0, got {marginal_bytes}")
-    room = limit_bytes - baseline_bytes - shared_bytes
-    return max(0, math.floor(room / marginal_bytes))
-
-
 def runtime_name(model_format: str) -> str:
     """What to call the shared runtime of ``model_format`` (``torch`` for TorchScript)."""
     return FRAMEWORK_RUNTIMES.get(model_format, model_format or "framework")
 
 
-__all__ = ["FRAMEWORK_RUNTIMES", "implied_count", "marginal_bytes", "runtime_name"]
+__all__ = ["FRAMEWORK_RUNTIMES", "marginal_bytes", "runtime_name"]

@@ -99,7 +99,7 @@ def run_sweep(
 ) -> SweepResult:
     """Build, serve and load-test every configuration of ``source``; see the module doc."""
     from mmelocal.bench.prices import load_prices
-    from mmelocal.emulator.probes import gpu_count
+    from mmelocal.runtime.memory import gpu_count
 
     opts = options or SweepOptions()
     say = progress or (lambda message: None)
@@ -198,15 +198,14 @@ def _build_format(
 def _unpack(path: Path, dest: Path) -> Path:
     if path.is_dir():
         return path
+    from mmelocal.builder.mme_layout import read_layout
     from mmelocal.builder.tarball import safe_extract
 
-    extracted = Path(safe_extract(path, dest))
-    children = [c for c in extracted.iterdir() if (c / "config.pbtxt").is_file()]
-    if (extracted / "config.pbtxt").is_file():
-        return extracted
-    if len(children) != 1:
-        raise UserInputError(f"{path}: expected one model folder inside, found {len(children)}")
-    return children[0]
+    layout = read_layout(safe_extract(path, dest))  # the folder SageMaker's Triton serves
+    layout.raise_for_errors(str(path))
+    if layout.steps or layout.served_dir is None:
+        raise UserInputError(f"{path}: a sweep needs one model, not an ensemble and its steps")
+    return layout.served_dir
 
 
 def _short_of(model_dir: Path) -> str:

@@ -109,19 +109,22 @@ def execution_env_problem(config: Any, model_dir: Path, *, stub_python: str | No
 
 
 def _env_contents(env: Path) -> tuple[str | None, bool]:
-    """(the Python version under ``lib/pythonX.Y/``, whether ``bin/activate`` is there)."""
+    """(the Python version under ``lib/pythonX.Y/``, whether ``bin/activate`` is there),
+    read as a stream that stops as soon as both are known (packed environments are large)."""
     import re
     import tarfile
 
     python = re.compile(r"^(?:\./)?lib/python(3\.\d+)/")
     version, activate = None, False
     try:
-        with tarfile.open(env) as tar:
+        with tarfile.open(env, "r|*") as tar:
             for member in tar:
                 name = member.name.removeprefix("./")
                 activate = activate or name == "bin/activate"
                 match = python.match(name)
                 version = version or (match.group(1) if match else None)
+                if version and activate:
+                    break
     except (OSError, tarfile.TarError):
         return None, False
     return version, activate

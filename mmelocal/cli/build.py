@@ -210,8 +210,9 @@ def build(
 
 def _default_weights(source: str) -> str | None:
     """DEFAULT (trained) weights for torchvision:/timm: sources; others take none."""
-    prefix = source.strip().split(":", 1)[0].lower()
-    return "DEFAULT" if prefix in ("torchvision", "timm") and ":" in source else None
+    from mmelocal.builder.sources import is_vision_spec
+
+    return "DEFAULT" if is_vision_spec(source) else None
 
 
 def result_to_dict(result: Any) -> dict[str, Any]:

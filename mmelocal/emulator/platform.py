@@ -103,7 +103,7 @@ class Emulator:
     def _choose_gpus(self) -> list[int]:
         if self.config.gpus is not None:
             return list(self.config.gpus)
-        from mmelocal.emulator.probes import gpu_count
+        from mmelocal.runtime.memory import gpu_count
 
         return list(range(gpu_count()))
 

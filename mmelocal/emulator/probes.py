@@ -10,12 +10,8 @@ both reading through :mod:`mmelocal.runtime.memory`:
   of the Triton process tree (the server and its Python-backend stubs) against a configured
   budget. PSS divides each shared page among the processes that map it, so libtorch or
   libpython count once for the tree, not once per stub as resident sizes (RSS) would.
-  Cost per reading (``benchmarks/probe_cost.py``, 2-core development machine, a tree of 5
-  processes shaped like Triton with 4 torch stubs, 2.4 GiB resident): 38 ms when
-  ``smaps_rollup`` is read (the kernel walks each process's page tables), which the probe
-  does only when the tree changed (a process came or went, a resident size moved by more
-  than 1 MiB, or 2 s passed); 0.2 ms otherwise (one ``statm`` per process). A tree of 5
-  small processes: 0.6 ms for a full reading.
+  It reads through :class:`~mmelocal.runtime.memory.TreeMemoryReader`, whose docstring and
+  module give the cost per reading (``benchmarks/probe_cost.py``).
 
 Readings are blocking (``/proc`` or NVML): call them from an executor, not the event loop.
 """
@@ -28,13 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from mmelocal.errors import UserInputError
-from mmelocal.runtime.memory import (
-    Nvml,
-    TreeMemoryReader,
-    gpu_count,
-    process_tree_memory,
-    process_tree_pids,
-)
+from mmelocal.runtime.memory import Nvml, TreeMemoryReader, process_tree_pids
 
 logger = logging.getLogger(__name__)
 
@@ -212,6 +202,4 @@ __all__ = [
     "NvmlProbe",
     "choose_probe",
     "cpu_percent_of_tree",
-    "gpu_count",
-    "process_tree_memory",
 ]

@@ -1,7 +1,8 @@
 """Memory of a running Triton as the machine gives it: the process tree's PSS/USS/RSS, NVML.
 
 Host memory (:func:`process_tree_memory`): for the server and every descendant (the
-Python-backend stubs) one read of ``/proc/PID/smaps_rollup`` gives
+Python-backend stubs) psutil's ``memory_full_info`` (one read of ``/proc/PID/smaps_rollup``
+on Linux) gives
 
 * ``pss_bytes``: proportional set size, each shared page divided among the processes that
   map it. Summed over the tree it counts a shared library (libtorch, libpython) once, not
@@ -11,19 +12,16 @@ Python-backend stubs) one read of ``/proc/PID/smaps_rollup`` gives
 * ``rss_bytes``: resident set size, shared pages counted in full in every process (kept for
   comparison; summed over a tree it overstates by the shared runtime once per process).
 
-Without ``smaps_rollup`` (kernels before 4.14, other systems) psutil's ``memory_full_info``
-gives the same three numbers (slower: it parses the whole ``smaps``).
-
 Cost (``benchmarks/probe_cost.py``, the shared 2-core development machine): reading
 ``smaps_rollup`` makes the kernel walk the process's page tables, so it grows with resident
-memory: a tree of 5 small processes takes about 0.6 ms, a tree shaped like Triton with 4
-torch stubs (2.4 GiB resident) about 38 ms. :class:`TreeMemoryReader` (the host probe's)
+memory: a tree of 5 small processes takes 0.6-0.8 ms, a tree shaped like Triton with 4
+torch stubs (2.4 GiB resident) 34-38 ms. :class:`TreeMemoryReader` (the host probe's)
 reads it again only when the tree changed, and otherwise costs one ``statm`` per process:
 about 0.2 ms for that same tree.
 
 GPU memory (:class:`Nvml`): device used/total, utilization, and the GPU memory of given
 processes where the driver reports it (``nvmlDeviceGetComputeRunningProcesses``; inside
-containers and under some drivers it reports nothing, and :meth:`Nvml.processes_used_bytes`
+containers and under some drivers it reports nothing, and :meth:`Nvml.process_used_bytes`
 says so by answering None).
 """
 
@@ -44,7 +42,6 @@ from mmelocal.errors import MissingDependencyError
 logger = logging.getLogger(__name__)
 
 _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-_SMAPS_FIELDS = {b"Rss:": "rss", b"Pss:": "pss", b"Private_Clean:": "pc", b"Private_Dirty:": "pd"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,30 +85,9 @@ class TreeMemory:
         return {p.pid: p.uss_bytes for p in self.processes}
 
 
-def _smaps_rollup(pid: int) -> ProcessMemory | None:
-    """One process from ``/proc/PID/smaps_rollup`` (None when unreadable)."""
-    values = dict.fromkeys(_SMAPS_FIELDS.values(), 0)
-    try:
-        with open(f"/proc/{pid}/smaps_rollup", "rb") as fh:
-            data = fh.read()
-    except OSError:
-        return None
-    for line in data.splitlines():
-        key, _, rest = line.partition(b" ")
-        name = _SMAPS_FIELDS.get(key)
-        if name is not None:
-            values[name] = int(rest.split()[0]) * 1024
-    if not data:
-        return None  # a kernel thread, or a process that just exited
-    return ProcessMemory(
-        pid=pid,
-        rss_bytes=values["rss"],
-        pss_bytes=values["pss"],
-        uss_bytes=values["pc"] + values["pd"],
-    )
-
-
-def _psutil_memory(pid: int) -> ProcessMemory | None:
+def process_memory(pid: int) -> ProcessMemory | None:
+    """PSS/USS/RSS of one process (psutil; where a system has no PSS or USS, RSS stands in);
+    None when it is gone."""
     import psutil
 
     try:
@@ -125,15 +101,6 @@ def _psutil_memory(pid: int) -> ProcessMemory | None:
         pss_bytes=int(getattr(info, "pss", rss)),
         uss_bytes=int(getattr(info, "uss", rss)),
     )
-
-
-def process_memory(pid: int) -> ProcessMemory | None:
-    """PSS/USS/RSS of one process (``smaps_rollup``, else psutil); None when it is gone."""
-    if sys.platform.startswith("linux") and os.path.exists(f"/proc/{pid}/smaps_rollup"):
-        found = _smaps_rollup(pid)
-        if found is not None:
-            return found
-    return _psutil_memory(pid)
 
 
 def _proc_children(pid: int) -> list[int] | None:
@@ -198,13 +165,13 @@ def _statm_resident_bytes(pid: int) -> int | None:
 class TreeMemoryReader:
     """:func:`process_tree_memory` that re-reads ``smaps_rollup`` only when needed.
 
-    ``smaps_rollup`` costs the kernel a walk of the process's page tables (about 15 ms
-    for a 700 MiB torch stub on the development machine); ``statm`` about 20 us. Each
-    read lists the tree and reads every ``statm``; when the set of processes is the same,
-    no resident size moved by more than ``tolerance_bytes`` and the last full reading is
-    younger than ``max_age_s``, the last reading is returned. Any change re-reads every
-    process (a new stub mapping libtorch lowers the PSS of the others), so a reading is
-    never a mix of old and new shares. Thread-safe.
+    ``smaps_rollup`` costs the kernel a walk of the process's page tables, ``statm`` does
+    not (figures in the module docstring). Each read lists the tree and reads every
+    ``statm``; when the set of processes is the same, no resident size moved by more than
+    ``tolerance_bytes`` and the last full reading is younger than ``max_age_s``, the last
+    reading is returned. Any change re-reads every process (a new stub mapping libtorch
+    lowers the PSS of the others), so a reading is never a mix of old and new shares.
+    Thread-safe.
     """
 
     def __init__(self, *, max_age_s: float = 2.0, tolerance_bytes: int = 1024 * 1024) -> None:
@@ -269,14 +236,17 @@ class Nvml:
     def __init__(self) -> None:
         self.lib = _pynvml()
         self.lib.nvmlInit()
+        self._handles: dict[int, Any] = {}
 
     def device_count(self) -> int:
         """GPUs NVML sees."""
         return int(self.lib.nvmlDeviceGetCount())
 
     def handle(self, index: int) -> Any:
-        """NVML handle of GPU ``index``."""
-        return self.lib.nvmlDeviceGetHandleByIndex(index)
+        """NVML handle of GPU ``index`` (looked up once)."""
+        if index not in self._handles:
+            self._handles[index] = self.lib.nvmlDeviceGetHandleByIndex(index)
+        return self._handles[index]
 
     def memory(self, index: int) -> tuple[int, int]:
         """``(used_bytes, total_bytes)`` of GPU ``index``."""
@@ -306,13 +276,6 @@ class Nvml:
                 return None
             used[int(proc.pid)] = used.get(int(proc.pid), 0) + int(proc.usedGpuMemory)
         return used
-
-    def processes_used_bytes(self, index: int, pids: list[int]) -> int | None:
-        """GPU memory of ``pids`` on GPU ``index`` (None when the driver does not say)."""
-        used = self.process_used_bytes(index)
-        if used is None:
-            return None
-        return sum(b for pid, b in used.items() if pid in set(pids))
 
     def close(self) -> None:
         """Shut NVML down (readings after this fail)."""

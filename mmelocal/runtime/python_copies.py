@@ -131,10 +131,17 @@ def prepare_model_for_server(
         raise ModelLoadError(env_problem, model_name=name)
     derived = needed not in available
     if derived:
-        if str(config.platform or config.backend) not in NATIVE_FORMATS:
+        if not needed:
             raise ConfigError(
                 f"model {name!r} sets neither platform nor backend; set one (e.g. platform: "
                 '"pytorch_libtorch" or backend: "python")',
+                path=config_path,
+            )
+        if str(config.platform or config.backend) not in NATIVE_FORMATS:
+            raise ConfigError(
+                f"model {name!r} needs the {needed!r} backend, which this server lacks "
+                f"(available: {', '.join(sorted(available))}); start one that has it, e.g. "
+                "--launcher docker",
                 path=config_path,
             )
         _derive_config(config, source, notes)

@@ -7,7 +7,6 @@ import sys
 import types
 from typing import Any
 
-import psutil
 import pytest
 
 from mmelocal.emulator.probes import HostProbe, NvmlProbe, choose_probe
@@ -51,21 +50,27 @@ def test_host_probe_reads_pss_of_the_process_tree(tree: subprocess.Popen[bytes])
     assert 0 < uss <= reading.used_bytes < reading.rss_bytes
 
 
-def test_smaps_rollup_agrees_with_psutil(
-    tree: subprocess.Popen[bytes], monkeypatch: pytest.MonkeyPatch
+def _smaps_rollup_kib(pid: int) -> dict[str, int]:
+    """The kernel's own rollup, read here independently of mmelocal and psutil."""
+    with open(f"/proc/{pid}/smaps_rollup") as fh:
+        fields = (line.split() for line in fh if line[:1].isupper())
+        return {f[0].rstrip(":"): int(f[1]) for f in fields if len(f) >= 2 and f[1].isdigit()}
+
+
+def test_process_memory_agrees_with_the_kernels_smaps_rollup(
+    tree: subprocess.Popen[bytes],
 ) -> None:
     pids = process_tree_pids(tree.pid)
     assert pids[0] == tree.pid
-    fast = {p: process_memory(p) for p in pids}
-    monkeypatch.setattr(memory, "_smaps_rollup", lambda pid: None)  # the psutil fallback
     for pid in pids:
-        info = psutil.Process(pid).memory_full_info()
-        for got in (fast[pid], process_memory(pid)):
-            assert got is not None
-            # sleeping processes: the pages move by a few KiB at most between reads
-            assert got.pss_bytes == pytest.approx(info.pss, rel=0.02, abs=64 * 1024)
-            assert got.uss_bytes == pytest.approx(info.uss, rel=0.02, abs=64 * 1024)
-            assert got.rss_bytes == pytest.approx(info.rss, rel=0.02, abs=64 * 1024)
+        got = process_memory(pid)
+        kib = _smaps_rollup_kib(pid)
+        assert got is not None
+        # sleeping processes: the pages move by a few KiB at most between reads
+        assert got.pss_bytes == pytest.approx(kib["Pss"] * 1024, rel=0.02, abs=64 * 1024)
+        uss = (kib["Private_Clean"] + kib["Private_Dirty"]) * 1024
+        assert got.uss_bytes == pytest.approx(uss, rel=0.02, abs=64 * 1024)
+        assert got.rss_bytes == pytest.approx(kib["Rss"] * 1024, rel=0.02, abs=64 * 1024)
 
 
 def test_the_reader_reads_smaps_again_only_when_the_tree_changed() -> None:

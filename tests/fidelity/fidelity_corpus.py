@@ -107,8 +107,9 @@ def _env_path_parameter(folder: Path, filename: str) -> None:
     )
 
 
-def _work() -> Path:
-    return Path(tempfile.mkdtemp(prefix="corpus-"))
+def _work(dest: Path) -> Path:
+    """A scratch folder beside the store holding ``dest`` (under the test's own tmp)."""
+    return Path(tempfile.mkdtemp(prefix="corpus-", dir=dest.parent.parent))
 
 
 def torchscript_linear(folder: Path, *, name: str | None, kind: str = "KIND_GPU") -> Expect:
@@ -164,7 +165,7 @@ def _ensemble_folder(work: Path, name: str, config: str) -> Path:
 # -- the cases ----------------------------------------------------------------------------
 def root_layout(dest: Path) -> Expect:
     """config.pbtxt + 1/model.pt at the archive root, no name, KIND_GPU (packaging helpers)."""
-    work = _work()
+    work = _work(dest)
     forward = torchscript_linear(work / "m", name=None, kind="KIND_GPU")
     with tarfile.open(dest, "w:gz") as tar:
         for child in sorted((work / "m").iterdir()):
@@ -174,13 +175,13 @@ def root_layout(dest: Path) -> Expect:
 
 def seed_layout(dest: Path) -> Expect:
     """``tar -C repo -czf model.tar.gz tiny`` (what ``mmelocal package`` writes)."""
-    _pack(dest, {"tiny": _tiny(_work(), scale=3.0)})
+    _pack(dest, {"tiny": _tiny(_work(dest), scale=3.0)})
     return _scaled(3.0)
 
 
 def folder_name_differs(dest: Path) -> Expect:
     """Folder ``tiny`` whose config says ``name: "other"``."""
-    folder = _tiny(_work(), scale=4.0)
+    folder = _tiny(_work(dest), scale=4.0)
     _set_config(folder, 'name: "tiny"', 'name: "other"')
     _pack(dest, {"tiny": folder})
     return _scaled(4.0)
@@ -188,7 +189,7 @@ def folder_name_differs(dest: Path) -> Expect:
 
 def no_name(dest: Path) -> Expect:
     """A config without ``name``."""
-    folder = _tiny(_work(), scale=5.0)
+    folder = _tiny(_work(dest), scale=5.0)
     _set_config(folder, 'name: "tiny"\n', "")
     _pack(dest, {"tiny": folder})
     return _scaled(5.0)
@@ -196,7 +197,7 @@ def no_name(dest: Path) -> Expect:
 
 def ensemble_two_steps(dest: Path) -> Expect:
     """``pre/`` (Python) -> ``lin/`` (TorchScript) chained by ``ens/``."""
-    work = _work()
+    work = _work(dest)
     pre = _tiny(work, "pre", scale=2.0)
     forward = torchscript_linear(work / "lin", name="lin", kind="KIND_GPU")
     steps = [("pre", "INPUT0", "OUTPUT0"), ("lin", "INPUT__0", "OUTPUT__0")]
@@ -207,7 +208,7 @@ def ensemble_two_steps(dest: Path) -> Expect:
 
 def ensemble_three_steps(dest: Path) -> Expect:
     """Three Python steps ``a -> b -> c`` chained by ``chain/``."""
-    work = _work()
+    work = _work(dest)
     folders = {n: _tiny(work, n, scale=s) for n, s in (("a", 2.0), ("b", 0.5), ("c", 3.0))}
     steps = [(n, "INPUT0", "OUTPUT0") for n in folders]
     folders["chain"] = _ensemble_folder(work, "chain", ensemble_config("chain", steps, "Y", 4))
@@ -219,7 +220,7 @@ def shared_step(scale: float) -> Callable[[Path], Expect]:
     """An ensemble whose single step is named ``shared_pre`` (two tarballs use the name)."""
 
     def build(dest: Path) -> Expect:
-        work = _work()
+        work = _work(dest)
         pre = _tiny(work, "shared_pre", scale=scale)
         steps = [("shared_pre", "INPUT0", "OUTPUT0")]
         ens = _ensemble_folder(work, "ens", ensemble_config("ens", steps, "OUT", 4))
@@ -231,19 +232,19 @@ def shared_step(scale: float) -> Callable[[Path], Expect]:
 
 def two_plain_folders(dest: Path) -> None:
     """Two model folders, no ensemble."""
-    work = _work()
+    work = _work(dest)
     _pack(dest, {"tiny": _tiny(work), "tiny2": _tiny(work, "tiny2")})
 
 
 def dot_slash(dest: Path) -> Expect:
     """``tar -czf m.tar.gz .`` style members: ``./tiny/config.pbtxt``."""
-    _files_only(dest, _tiny(_work(), scale=6.0), prefix="./tiny/")
+    _files_only(dest, _tiny(_work(dest), scale=6.0), prefix="./tiny/")
     return _scaled(6.0)
 
 
 def no_directory_entries(dest: Path) -> Expect:
     """Only file members (zip-to-tar converters, some CI scripts)."""
-    _files_only(dest, _tiny(_work(), scale=7.0), prefix="tiny/")
+    _files_only(dest, _tiny(_work(dest), scale=7.0), prefix="tiny/")
     return _scaled(7.0)
 
 
@@ -251,26 +252,26 @@ def appledouble(dest: Path) -> Expect:
     """macOS tar: ``._*`` AppleDouble files beside every file, at the top level too."""
     junk = b"\x00\x05\x16\x07AppleDouble"
     extra = {"._tiny": junk, "tiny/._config.pbtxt": junk, "tiny/1/._model.py": junk}
-    _pack(dest, {"tiny": _tiny(_work(), scale=8.0)}, extra=extra)
+    _pack(dest, {"tiny": _tiny(_work(dest), scale=8.0)}, extra=extra)
     return _scaled(8.0)
 
 
 def macosx_folder(dest: Path) -> None:
     """Finder's compress: a ``__MACOSX/`` folder beside the model folder."""
     extra = {"__MACOSX/tiny/._config.pbtxt": b"\x00\x05\x16\x07"}
-    _pack(dest, {"tiny": _tiny(_work())}, extra=extra)
+    _pack(dest, {"tiny": _tiny(_work(dest))}, extra=extra)
 
 
 def ds_store(dest: Path) -> Expect:
     """``.DS_Store`` files at the top level and in the model folder."""
     extra = {".DS_Store": b"\x00\x00\x00\x01Bud1", "tiny/.DS_Store": b"\x00\x00\x00\x01Bud1"}
-    _pack(dest, {"tiny": _tiny(_work(), scale=9.0)}, extra=extra)
+    _pack(dest, {"tiny": _tiny(_work(dest), scale=9.0)}, extra=extra)
     return _scaled(9.0)
 
 
 def hidden_folder(dest: Path) -> None:
     """A Jupyter ``.ipynb_checkpoints/`` folder beside the model folder."""
-    work = _work()
+    work = _work(dest)
     (work / "cp").mkdir()
     (work / "cp" / "model-checkpoint.py").write_text("# checkpoint\n")
     _pack(dest, {"tiny": _tiny(work), ".ipynb_checkpoints": work / "cp"})
@@ -278,7 +279,7 @@ def hidden_folder(dest: Path) -> None:
 
 def versions_with_policy(dest: Path) -> Expect:
     """Versions ``1`` and ``2`` (2 adds 100); ``version_policy`` serves 1 only."""
-    folder = _tiny(_work(), scale=2.0)
+    folder = _tiny(_work(dest), scale=2.0)
     (folder / "2").mkdir()
     (folder / "2" / "model.py").write_text(MODEL_PY.replace("+ 1.0", "+ 101.0"))
     _append_config(folder, "version_policy: { specific: { versions: [ 1 ] } }\n")
@@ -288,7 +289,7 @@ def versions_with_policy(dest: Path) -> Expect:
 
 def warmup_with_files(dest: Path) -> Expect:
     """``model_warmup`` reading its input from ``warmup/INPUT0`` in the model folder."""
-    folder = _tiny(_work(), scale=1.5)
+    folder = _tiny(_work(dest), scale=1.5)
     (folder / "warmup").mkdir()
     (folder / "warmup" / "INPUT0").write_bytes(np.ones(4, dtype=np.float32).tobytes())
     _append_config(
@@ -326,7 +327,7 @@ class TritonPythonModel:
 
 def python_own_model(dest: Path) -> Expect:
     """A Python model the user wrote: own model.py importing a helper, a data file."""
-    folder = _tiny(_work())
+    folder = _tiny(_work(dest))
     (folder / "1" / "model.py").write_text(USER_MODEL_PY)
     (folder / "1" / "helpers.py").write_text("def offset():\n    return 0.25\n")
     (folder / "labels.txt").write_text("10\n")
@@ -336,7 +337,7 @@ def python_own_model(dest: Path) -> Expect:
 
 def python_missing_env(dest: Path) -> None:
     """EXECUTION_ENV_PATH names a conda-pack tarball the model folder does not hold."""
-    folder = _tiny(_work())
+    folder = _tiny(_work(dest))
     _env_path_parameter(folder, "py310.tar.gz")
     _pack(dest, {"tiny": folder})
 
@@ -347,7 +348,7 @@ def python_with_env(dest: Path) -> Expect:
     with numpy, first on PATH; the Python backend unpacks it and sources the script)."""
     import sys
 
-    folder = _tiny(_work(), scale=2.5)
+    folder = _tiny(_work(dest), scale=2.5)
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
     activate = f'export PATH="{Path(sys.executable).parent}:$PATH"\n'.encode()
     with tarfile.open(folder / "env.tar.gz", "w:gz") as tar:
@@ -360,7 +361,7 @@ def python_with_env(dest: Path) -> Expect:
 
 def tensorrt_plan(dest: Path) -> None:
     """``platform: "tensorrt_plan"`` with ``1/model.plan`` (built for a GPU)."""
-    folder = _tiny(_work(), "trt")
+    folder = _tiny(_work(dest), "trt")
     (folder / "1" / "model.py").unlink()
     (folder / "1" / "model.plan").write_bytes(b"ftrt" + bytes(64))
     _set_config(folder, 'backend: "python"', 'platform: "tensorrt_plan"')
@@ -369,7 +370,7 @@ def tensorrt_plan(dest: Path) -> None:
 
 def tensorflow_savedmodel(dest: Path) -> None:
     """``platform: "tensorflow_savedmodel"`` (a backend the pip tritonserver lacks)."""
-    folder = _tiny(_work(), "tf")
+    folder = _tiny(_work(dest), "tf")
     (folder / "1" / "model.py").unlink()
     (folder / "1" / "model.savedmodel").mkdir()
     (folder / "1" / "model.savedmodel" / "saved_model.pb").write_bytes(b"\x08\x01")
@@ -385,7 +386,7 @@ def empty_tarball(dest: Path) -> None:
 
 def config_only(dest: Path) -> None:
     """Just ``config.pbtxt`` at the root: no version folder, no model file."""
-    folder = _tiny(_work())
+    folder = _tiny(_work(dest))
     with tarfile.open(dest, "w:gz") as tar:
         tar.add(folder / "config.pbtxt", arcname="config.pbtxt")
 

@@ -42,6 +42,12 @@ _PREFIX = re.compile(r"^([A-Za-z][\w-]*):(.*)$")
 _VISION_PREFIXES = ("torchvision", "timm")
 
 
+def is_vision_spec(spec: str) -> bool:
+    """True for ``torchvision:NAME`` and ``timm:NAME`` (the sources that take weights)."""
+    prefix = _PREFIX.match(spec.strip())
+    return prefix is not None and prefix.group(1).lower() in _VISION_PREFIXES
+
+
 def load_source(
     spec: str,
     *,
@@ -72,8 +78,7 @@ def load_source(
     from mmelocal.builder.sources import huggingface as hf
 
     prefix = _PREFIX.match(spec)
-    vision = prefix is not None and prefix.group(1).lower() in _VISION_PREFIXES
-    if weights is not None and not vision:
+    if weights is not None and not is_vision_spec(spec):
         raise SourceError(
             f"weights apply to torchvision:NAME and timm:NAME sources, not to {spec}", source=spec
         )
@@ -218,4 +223,4 @@ def _forms() -> str:
     return "; ".join(ACCEPTED_FORMS)
 
 
-__all__ = ["ACCEPTED_FORMS", "ModelSource", "load_source", "source_from_module"]
+__all__ = ["ACCEPTED_FORMS", "ModelSource", "is_vision_spec", "load_source", "source_from_module"]
