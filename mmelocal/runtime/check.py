@@ -138,6 +138,10 @@ class CheckReport:
         }
 
 
+#: where a tarball is unpacked in the check's work folder
+EXTRACTED = "extracted"
+
+
 def check_path(
     path: Path | str,
     options: CheckOptions | None = None,
@@ -166,7 +170,7 @@ def check_path(
         for model_dir, folder_name in model_dirs:
             check = ModelCheck(name=folder_name or model_dir.name)
             report.models.append(check)
-            for problem in _problems_for(report.validation, model_dir):
+            for problem in _problems_for(report.validation, model_dir, source, work / EXTRACTED):
                 check.fail(f"validate: {problem}")
             try:
                 prepared = prepare_model_for_server(
@@ -238,7 +242,7 @@ def _model_dirs(source: Path, work: Path, report: CheckReport) -> list[tuple[Pat
             if c.is_dir() and (c / "config.pbtxt").is_file()
         ]
     try:
-        root = safe_extract(source, work / "extracted")
+        root = safe_extract(source, work / EXTRACTED)
     except MmeLocalError as exc:
         report.errors.append(f"cannot extract {source}: {exc}")
         return []
@@ -249,11 +253,24 @@ def _model_dirs(source: Path, work: Path, report: CheckReport) -> list[tuple[Pat
     return list(layout.named_folders)
 
 
-def _problems_for(validation: ValidationReport, model_dir: Path) -> list[str]:
+def _problems_for(
+    validation: ValidationReport, model_dir: Path, source: Path, extracted: Path
+) -> list[str]:
+    """Validation errors that concern ``model_dir``.
+
+    Inside a tarball (unpacked into ``extracted``) validate names places
+    ``ARCHIVE:FOLDER/...``, or ``ARCHIVE`` alone for what is at the top (a root-layout
+    model); elsewhere it names them by their path."""
     found = []
     for problem in validation.errors:
-        parts = Path(problem.path).parts
-        if model_dir.name in parts or str(problem.path).startswith(str(model_dir)):
+        label = str(problem.path)
+        archive, _, inner = label.partition(":")
+        if source.is_file() and archive == source.name:
+            rel = model_dir.resolve().relative_to(extracted.resolve()).as_posix()
+            hit = rel == "." or inner == rel or inner.startswith(rel + "/")
+        else:
+            hit = model_dir.name in Path(label).parts or label.startswith(str(model_dir))
+        if hit:
             found.append(f"{problem.code}: {problem.message}")
     return found
 

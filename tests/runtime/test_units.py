@@ -332,3 +332,39 @@ def test_local_launcher_binary_that_cannot_run_is_a_start_error(tmp_path):
     with pytest.raises(ServerStartError, match="could not run"):
         launcher.start()
     assert not launcher.is_alive()
+
+
+@pytest.mark.parametrize("root_layout", [False, True], ids=["seed", "root"])
+def test_check_maps_validation_errors_inside_a_tarball_to_its_model(
+    tmp_path: Path, root_layout: bool
+) -> None:
+    """validate names places in a tarball ``ARCHIVE:FOLDER/...`` (``ARCHIVE`` for a root
+    layout); check must fail that model on them, not only models given as folders."""
+    import tarfile
+
+    from mmelocal.builder.validate import validate_path
+    from mmelocal.runtime.check import _problems_for
+    from mmelocal.testing.tiny_model import write_model
+
+    folder = write_model(tmp_path / "src", name="tiny")
+    with (folder / "config.pbtxt").open("a") as fh:  # warmup data the tarball does not hold
+        fh.write(
+            'model_warmup [ { name: "w" batch_size: 1 inputs { key: "INPUT0" value { '
+            'data_type: TYPE_FP32 dims: [ 4 ] input_data_file: "INPUT0" } } } ]\n'
+        )
+    tarball = tmp_path / "m.tar.gz"
+    with tarfile.open(tarball, "w:gz") as tar:
+        if root_layout:
+            for item in folder.iterdir():
+                tar.add(item, arcname=item.name)
+        else:
+            tar.add(folder, arcname="tiny")
+    report = validate_path(tarball)
+    assert not report.ok
+    extracted = tmp_path / "work" / "extracted"
+    model_dir = extracted if root_layout else extracted / "tiny"
+    model_dir.mkdir(parents=True)
+    problems = _problems_for(report, model_dir, tarball, extracted)
+    assert problems and all("warmup" in p.lower() for p in problems), report.problems
+    (extracted / "other").mkdir()
+    assert _problems_for(report, extracted / "other", tarball, extracted) == []
