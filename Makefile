@@ -11,9 +11,14 @@ STAMP := $(VENV)/.installed
 MODEL ?= minilm
 FORMAT ?= torchscript
 REPO ?= model_repository
+# WEIGHTS (DEFAULT, none or a weights name) and REVISION (a hub branch, tag or commit) are
+# passed to `mmelocal build` only when set: its own defaults apply otherwise
+WEIGHTS ?=
+REVISION ?=
+SITE ?= site
 PYTEST_ARGS ?= --durations=15
 
-.PHONY: install test lint typecheck pytest repo demo clean bench gpu-proof
+.PHONY: install test lint typecheck docs pytest repo demo clean bench gpu-proof
 
 install: $(STAMP)
 
@@ -33,10 +38,15 @@ typecheck: install
 pytest: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-test: lint typecheck pytest
+# the docs site (MkDocs, Material): a broken link, nav entry or docstring reference fails
+docs: install
+	$(BIN)/mkdocs build --strict --site-dir $(SITE)
+
+test: lint typecheck docs pytest
 
 repo: install
-	$(BIN)/mmelocal build $(MODEL) --repo $(REPO) --format $(FORMAT)
+	$(BIN)/mmelocal build $(MODEL) --repo $(REPO) --format $(FORMAT) \
+		$(if $(WEIGHTS),--weights $(WEIGHTS)) $(if $(REVISION),--revision $(REVISION))
 
 demo: install
 	$(BIN)/mmelocal demo
@@ -55,4 +65,4 @@ gpu-proof:
 	$(GPU_PYTHON) benchmarks/gpu_proof.py --wheels $(WHEELS) --out $(GPU_PROOF_OUT)
 
 clean:
-	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build dist $(SITE) .pytest_cache .mypy_cache .ruff_cache

@@ -81,7 +81,9 @@ class GpuProofReport:
         return {"kind": "gpu-proof", **vars(self)}
 
     def markdown(self) -> str:
-        """The report as markdown (for the README)."""
+        """The report as markdown (for the docs)."""
+        from mmelocal.units import mib  # installed by now (this script may install it)
+
         lines = [f"# GPU proof: {self.gpu.get('name', '?')}", ""]
         if self.format_only:
             lines += ["**Format test with synthetic numbers: not a measurement.**", ""]
@@ -102,11 +104,13 @@ class GpuProofReport:
                 "| --- | ---: | ---: | ---: | ---: | ---: |",
             ]
             for run in self.capacity:
-                lines.append(
-                    f"| {run['label']} | {run['count']} | {_mib(run['baseline_bytes'])} | "
-                    f"{_mib(run.get('marginal_mean_bytes'))} | "
-                    f"{_mib(run.get('shared_runtime_bytes'))} | {run.get('implied_count', '-')} |"
-                )
+                sizes = [
+                    mib(run.get(key), suffix=False)
+                    for key in ("baseline_bytes", "marginal_mean_bytes", "shared_runtime_bytes")
+                ]
+                implied = str(run.get("implied_count", "-"))
+                cells = [run["label"], str(run["count"]), *sizes, implied]
+                lines.append("| " + " | ".join(cells) + " |")
             for run in self.capacity:
                 rows = (run.get("projection") or {}).get("rows", [])
                 if rows:
@@ -118,10 +122,6 @@ class GpuProofReport:
                     ]
         lines += ["", *[f"- {note}" for note in self.notes]]
         return "\n".join(lines).rstrip() + "\n"
-
-
-def _mib(value: float | None) -> str:
-    return "-" if value is None else f"{value / MIB:,.0f}"
 
 
 def write_report(report: GpuProofReport, out: Path) -> tuple[Path, Path]:

@@ -19,6 +19,7 @@ import re
 
 from mmelocal.errors import UserInputError
 
+MiB = 1024**2
 GiB = 1024**3
 
 _FACTORS = {
@@ -65,4 +66,23 @@ def parse_size_bytes(text: str | int, *, what: str = "size") -> int:
     return value
 
 
-__all__ = ["UNITS_HELP", "GiB", "parse_size_bytes"]
+def mib(value_bytes: float | None, *, digits: int = 0, suffix: bool = True) -> str:
+    """A size as every command prints it: ``1,234 MiB`` (``digits`` after the point;
+    ``suffix=False`` leaves the unit to a column heading); ``-`` for None."""
+    if value_bytes is None:
+        return "-"
+    text = f"{value_bytes / MiB:,.{digits}f}"
+    return f"{text} MiB" if suffix else text
+
+
+def mib_and_bytes(value_bytes: int) -> str:
+    """``655 MiB (686,817,280 bytes)``: the log's form, exact for whoever adds figures up."""
+    return f"{mib(value_bytes)} ({value_bytes:,} bytes)"
+
+
+def mib_value(value_bytes: float | None, *, digits: int = 1) -> float | None:
+    """The size in MiB as a number (for CSV, JSON and plots), rounded; None stays None."""
+    return None if value_bytes is None else round(value_bytes / MiB, digits)
+
+
+__all__ = ["UNITS_HELP", "GiB", "MiB", "mib", "mib_and_bytes", "mib_value", "parse_size_bytes"]

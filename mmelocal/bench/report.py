@@ -25,6 +25,7 @@ from typing import Any
 from mmelocal.bench import plots
 from mmelocal.bench.results import output_dir, write_text
 from mmelocal.errors import BenchError
+from mmelocal.units import mib_value
 
 logger = logging.getLogger(__name__)
 
@@ -130,10 +131,6 @@ def _cell(value: Any) -> str:
     return html.escape(str(value))
 
 
-def _mib(value: float | None) -> float | None:
-    return None if value is None else round(value / MIB, 1)
-
-
 def _add_loadtest(page: _Page, result: Any, stem: str) -> None:
     from mmelocal.bench.loadtest_result import summary_lines
 
@@ -164,8 +161,8 @@ def _add_loadtest(page: _Page, result: Any, stem: str) -> None:
 def _add_projection(page: _Page, projection: Any, stem: str, *, standalone: bool) -> None:
     if standalone:
         page.heading("Projection to other GPUs")
-    baseline_mib = _mib(projection.baseline_bytes)
-    per_model_mib = _mib(projection.per_model_bytes)
+    baseline_mib = mib_value(projection.baseline_bytes)
+    per_model_mib = mib_value(projection.per_model_bytes)
     page.para(
         f"count = floor(({projection.threshold:g} × total − baseline {baseline_mib} MiB)"
         f" / per model {per_model_mib} MiB)"
@@ -175,7 +172,7 @@ def _add_projection(page: _Page, projection: Any, stem: str, *, standalone: bool
         [
             {
                 "gpu": row.gpu,
-                "memory_mib": _mib(row.memory_bytes),
+                "memory_mib": mib_value(row.memory_bytes),
                 "instance_type": row.instance_type,
                 "gpus_per_instance": row.gpus_per_instance,
                 "models_per_gpu": row.models_per_gpu,

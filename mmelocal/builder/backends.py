@@ -10,21 +10,82 @@ sentence, used by the emulator and ``check`` (an error, before any load) and by
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-#: platform or backend -> the backend Triton needs for it
-PLATFORM_BACKENDS = {
-    "pytorch_libtorch": "pytorch",
-    "onnxruntime_onnx": "onnxruntime",
-    "tensorrt_plan": "tensorrt",
-    "tensorflow_savedmodel": "tensorflow",
-    "tensorflow_graphdef": "tensorflow",
+
+@dataclass(frozen=True, kw_only=True)
+class Backend:
+    """One Triton backend as mmelocal sees it: the one table every layer derives from."""
+
+    #: the backend's name (``backend:`` in config.pbtxt; the folder under backends/)
+    name: str
+    #: the ``platform:`` values that need this backend
+    platforms: tuple[str, ...] = ()
+    #: the format mmelocal's Python runner loads for it, and the artifact's default file
+    #: (None: models of this backend are not served through the runner)
+    runner_format: str | None = None
+    artifact: str | None = None
+    #: the pip ``tritonserver`` has it (the Python backend) or every Triton has it built in
+    in_pip_server: bool = False
+    #: built into every Triton, no backend folder (ensemble)
+    builtin: bool = False
+    #: runs only on an NVIDIA GPU (a TensorRT plan)
+    needs_gpu: bool = False
+
+
+#: backend name -> what mmelocal knows about it
+BACKENDS: dict[str, Backend] = {
+    b.name: b
+    for b in (
+        Backend(
+            name="pytorch",
+            platforms=("pytorch_libtorch",),
+            runner_format="torchscript",
+            artifact="model.pt",
+        ),
+        Backend(
+            name="onnxruntime",
+            platforms=("onnxruntime_onnx",),
+            runner_format="onnx",
+            artifact="model.onnx",
+        ),
+        Backend(
+            name="tensorrt",
+            platforms=("tensorrt_plan",),
+            runner_format="tensorrt",
+            artifact="model.plan",
+            needs_gpu=True,
+        ),
+        Backend(name="tensorflow", platforms=("tensorflow_savedmodel", "tensorflow_graphdef")),
+        Backend(name="python", artifact="model.py", in_pip_server=True),
+        Backend(name="ensemble", platforms=("ensemble",), in_pip_server=True, builtin=True),
+    )
 }
-#: backends mmelocal emulates through the Python backend (any host)
-EMULATED_BACKENDS = frozenset({"pytorch", "onnxruntime", "python", "ensemble"})
+#: platform -> the backend Triton needs for it
+PLATFORM_BACKENDS = {p: b.name for b in BACKENDS.values() for p in b.platforms if p != b.name}
+#: backends the pip tritonserver has (Python only, plus the built-in ensemble)
+PIP_SERVER_BACKENDS = frozenset(n for n, b in BACKENDS.items() if b.in_pip_server)
+#: backends every Triton has without a backend folder
+BUILTIN_BACKENDS = frozenset(n for n, b in BACKENDS.items() if b.builtin)
+#: backends mmelocal runs through the Python runner
+RUNNER_BACKENDS = frozenset(n for n, b in BACKENDS.items() if b.runner_format)
+#: backends mmelocal emulates on any host (served as they are, or through the runner)
+EMULATED_BACKENDS = frozenset(
+    n for n, b in BACKENDS.items() if (b.in_pip_server or b.runner_format) and not b.needs_gpu
+)
 #: backends mmelocal emulates only where an NVIDIA GPU is present
-GPU_BACKENDS = frozenset({"tensorrt"})
+GPU_BACKENDS = frozenset(n for n, b in BACKENDS.items() if b.needs_gpu)
+#: what a Triton container image is taken to have: everything mmelocal serves
+CONTAINER_BACKENDS = PIP_SERVER_BACKENDS | RUNNER_BACKENDS
+#: platform or backend name -> (backend, runner format, artifact file), for the runner
+NATIVE_FORMATS: dict[str, tuple[str, str, str]] = {
+    key: (b.name, b.runner_format, b.artifact)
+    for b in BACKENDS.values()
+    if b.runner_format and b.artifact
+    for key in (*b.platforms, b.name)
+}
 DOCKER_HINT = (
     "run it where it can: a machine with an NVIDIA GPU and the Docker launcher "
     "(`mmelocal serve --launcher docker --image nvcr.io/nvidia/tritonserver:<yy.mm>-py3`, "
@@ -131,10 +192,17 @@ def _env_contents(env: Path) -> tuple[str | None, bool]:
 
 
 __all__ = [
+    "BACKENDS",
+    "BUILTIN_BACKENDS",
+    "CONTAINER_BACKENDS",
     "DOCKER_HINT",
     "EMULATED_BACKENDS",
     "GPU_BACKENDS",
+    "NATIVE_FORMATS",
+    "PIP_SERVER_BACKENDS",
     "PLATFORM_BACKENDS",
+    "RUNNER_BACKENDS",
+    "Backend",
     "backend_of",
     "execution_env_path",
     "execution_env_problem",

@@ -42,6 +42,9 @@ class ValidationReport:
     kind: str = "unknown"
     models: list[str] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
+    #: the problems found in each model folder, keyed by the folder's resolved path (inside
+    #: a tarball: where it was extracted, see ``extract_to`` of :func:`validate_path`)
+    by_folder: dict[Path, list[Problem]] = field(default_factory=dict, repr=False)
 
     @property
     def ok(self) -> bool:
@@ -77,19 +80,26 @@ def validate_path(
     *,
     max_members: int = tarball.DEFAULT_MAX_MEMBERS,
     max_unpacked_bytes: int = tarball.DEFAULT_MAX_UNPACKED_BYTES,
+    extract_to: Path | None = None,
 ) -> ValidationReport:
     """Validate a repository, model folder, model.tar.gz or a store (a folder of tarballs);
-    never raises for bad content."""
+    never raises for bad content.
+
+    ``extract_to``: a ``model.tar.gz`` is extracted into this folder and left there (for a
+    caller that goes on with the same files, such as ``check``), instead of a temporary one.
+    """
     p = Path(path)
     report = ValidationReport(path=str(p))
     try:
-        _validate_any(p, report, max_members, max_unpacked_bytes)
+        _validate_any(p, report, max_members, max_unpacked_bytes, extract_to)
     except OSError as exc:
         report.add("path.unreadable", exc.filename or p, exc.strerror or str(exc))
     return report
 
 
-def _validate_any(p: Path, report: ValidationReport, max_members: int, max_bytes: int) -> None:
+def _validate_any(
+    p: Path, report: ValidationReport, max_members: int, max_bytes: int, extract_to: Path | None
+) -> None:
     if not p.exists():
         report.add("path.missing", p, "path does not exist")
     elif p.is_file():
@@ -98,7 +108,7 @@ def _validate_any(p: Path, report: ValidationReport, max_members: int, max_bytes
             _validate_model(p.parent, report, display=p.parent)
         elif tarball.is_gzip(p) or p.name.endswith((".tar.gz", ".tgz")):
             report.kind = "tarball"
-            _validate_tarball(p, report, max_members, max_bytes)
+            _validate_tarball(p, report, max_members, max_bytes, extract_to=extract_to)
         else:
             report.add("path.type", p, "not a folder or a .tar.gz file")
     elif not p.is_dir():
@@ -165,13 +175,15 @@ def _validate_tarball(
     max_bytes: int,
     *,
     label: str | None = None,
+    extract_to: Path | None = None,
 ) -> MmeLayout | None:
     """Extract, apply the MME layout rules, validate every folder a load touches; the
-    layout with the extracted paths (gone on return), None when it did not extract."""
+    layout with the extracted paths (gone on return unless extracted into ``extract_to``),
+    None when it did not extract."""
     tmp = Path(tempfile.mkdtemp(prefix="mmelocal-validate-"))
     name = label or tar_path.name
     try:
-        out = tmp / "x"
+        out = extract_to if extract_to is not None else tmp / "x"
         try:
             tarball.safe_extract(
                 tar_path, out, max_members=max_members, max_unpacked_bytes=max_bytes
@@ -205,7 +217,18 @@ def _strip_prefix(message: str, tar_path: Path) -> str:
 def _validate_model(
     model_dir: Path, report: ValidationReport, *, display: Path | str, served: bool = False
 ) -> None:
-    """Check one model folder; ``served``: the folder an MME serves as the TargetModel."""
+    """Check one model folder; ``served``: the folder an MME serves as the TargetModel.
+    What it finds is also kept under the folder in ``report.by_folder``."""
+    first = len(report.problems)
+    try:
+        _check_model_folder(model_dir, report, display=display, served=served)
+    finally:
+        report.by_folder[model_dir.resolve()] = report.problems[first:]
+
+
+def _check_model_folder(
+    model_dir: Path, report: ValidationReport, *, display: Path | str, served: bool
+) -> None:
     where = str(display)
     report.models.append(model_dir.name)
     config_path = model_dir / "config.pbtxt"

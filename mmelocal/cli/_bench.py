@@ -13,8 +13,8 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from mmelocal.cli._output import console, err_console
+from mmelocal.units import mib
 
-MIB = 1024 * 1024
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*$")
 
 
@@ -31,11 +31,6 @@ def parse_duration_s(text: str) -> float:
 def csv_list(text: str) -> list[str]:
     """``"a, b,c"`` -> ``["a", "b", "c"]``."""
     return [item.strip() for item in text.split(",") if item.strip()]
-
-
-def mib(value: float | None) -> str:
-    """Bytes as MiB text ('-' for None)."""
-    return "-" if value is None else f"{value / MIB:,.1f}"
 
 
 def ms(value: float | None) -> str:
@@ -67,8 +62,8 @@ def projection_table(projection: Any) -> Table:
     """One row per (GPU, instance type)."""
     table = Table(
         title=f"Projected models (threshold {projection.threshold:.0%}, "
-        f"baseline {mib(projection.baseline_bytes)} MiB, per model "
-        f"{mib(projection.per_model_bytes)} MiB)",
+        f"baseline {mib(projection.baseline_bytes, digits=1)}, per model "
+        f"{mib(projection.per_model_bytes, digits=1)})",
         caption="per GPU = floor((threshold x GPU MiB - baseline) / per model); "
         "GPU MiB as NVML reports it (gpus.yaml, --gpus FILE)",
     )
@@ -78,7 +73,7 @@ def projection_table(projection: Any) -> Table:
     for row in projection.rows:
         table.add_row(
             row.gpu,
-            f"{row.memory_bytes / MIB:,.0f}",
+            mib(row.memory_bytes, suffix=False),
             row.instance_type or "-",
             str(row.gpus_per_instance),
             str(row.models_per_gpu),

@@ -14,15 +14,13 @@ from rich.table import Table
 
 from mmelocal.cli._bench import (
     csv_list,
-    mib,
     output_options,
     prepare_outputs,
     projection_table,
     write_outputs,
 )
 from mmelocal.cli._output import console, size_option
-
-MIB = 1024 * 1024
+from mmelocal.units import MiB, mib
 
 
 class _DefaultToMeasure(click.Group):
@@ -119,10 +117,14 @@ def measure(
         console.print(f"[bold]capacity of {source}[/] ({fmt})")
 
         def show(record: Any) -> None:
-            own = "" if record.marginal_bytes is None else f", own {mib(record.marginal_bytes)}"
+            own = (
+                ""
+                if record.marginal_bytes is None
+                else f", own {mib(record.marginal_bytes, digits=1)}"
+            )
             console.print(
-                f"  copy {record.copies:>3}: {mib(record.used_bytes)} MiB in use "
-                f"(+{mib(record.delta_bytes)}{own}), load {record.load_s:.2f} s"
+                f"  copy {record.copies:>3}: {mib(record.used_bytes, digits=1)} in use "
+                f"(+{mib(record.delta_bytes, digits=1)}{own}), load {record.load_s:.2f} s"
             )
 
         result = measure_capacity(
@@ -177,8 +179,8 @@ def project_command(
     from mmelocal.bench.projection import load_gpus, project
 
     projection = project(
-        per_model_bytes=per_model_mib * MIB,
-        baseline_bytes=int(baseline_mib * MIB),
+        per_model_bytes=per_model_mib * MiB,
+        baseline_bytes=int(baseline_mib * MiB),
         threshold=threshold,
         gpus=load_gpus(gpus_file),
     )
@@ -196,11 +198,11 @@ def _formats_table(results: list[Any]) -> Table:
         table.add_row(
             result.model_format,
             str(result.count),
-            mib(result.baseline_bytes),
-            mib(result.per_model_mean_bytes),
-            mib(result.per_model_stdev_bytes),
-            mib(result.marginal_mean_bytes),
-            mib(result.shared_runtime_bytes),
+            mib(result.baseline_bytes, digits=1, suffix=False),
+            mib(result.per_model_mean_bytes, digits=1, suffix=False),
+            mib(result.per_model_stdev_bytes, digits=1, suffix=False),
+            mib(result.marginal_mean_bytes, digits=1, suffix=False),
+            mib(result.shared_runtime_bytes, digits=1, suffix=False),
             f"{sum(loads) / len(loads):.2f}" if loads else "-",
         )
     return table

@@ -7,13 +7,15 @@ from typing import Any
 
 import click
 
+from mmelocal.runtime.launchers import LAUNCHERS
+
 
 @click.command()
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
 @click.option(
     "--launcher",
-    type=click.Choice(["local", "docker", "external"]),
+    type=click.Choice(LAUNCHERS),
     default="local",
     show_default=True,
     help="local = the pip tritonserver; docker = a Triton image; external = a running server.",

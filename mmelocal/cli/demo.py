@@ -22,6 +22,7 @@ from rich.live import Live
 from rich.table import Table
 
 from mmelocal.cli._output import console
+from mmelocal.units import mib
 
 MODEL = "minilm"
 HOT_COPIES = 3
@@ -37,10 +38,6 @@ class _Calls:
     errors: list[str] = field(default_factory=list)
     mismatches: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
-
-
-def _mib(value: float | None) -> str:
-    return "-" if value is None else f"{value / 2**20:,.0f} MiB"
 
 
 def _ms(values: list[float], q: float) -> str:
@@ -107,7 +104,7 @@ def _live_table(state: dict[str, Any], calls: _Calls, elapsed_s: float, seconds:
     table.add_row("loaded now", ", ".join(m["target"] for m in inst["loaded"]) or "-")
     table.add_row(
         "memory used / limit",
-        f"{_mib(inst['memory_used_bytes'])} / {_mib(inst['memory_limit_bytes'])}",
+        f"{mib(inst['memory_used_bytes'])} / {mib(inst['memory_limit_bytes'])}",
     )
     return table
 
@@ -208,8 +205,8 @@ def _report(state: dict[str, Any], calls: _Calls, limit: int, footprint: int, ba
     _latency_row(latency, "all", every)
     console.print(latency)
     console.print(
-        f"memory: one copy {_mib(footprint)} (measured), Triton alone {_mib(base)}, "
-        f"limit {_mib(limit)}. Warm p99 includes calls that waited while Triton's SageMaker "
+        f"memory: one copy {mib(footprint)} (measured), Triton alone {mib(base)}, "
+        f"limit {mib(limit)}. Warm p99 includes calls that waited while Triton's SageMaker "
         "front end unloaded a model (it holds invokes during a DELETE, on SageMaker too).",
         highlight=False,
     )
@@ -300,8 +297,8 @@ def demo(
         limit = int(base + runtime + fit * footprint)
         server.emulator.instances[0].gauge.limit_override_bytes = limit
         console.print(
-            f"[green]✓[/] copy: {_mib(footprint)}, torch runtime once: {_mib(runtime)}, "
-            f"beside Triton's {_mib(base)}: memory limit set to {_mib(limit)} "
+            f"[green]✓[/] copy: {mib(footprint)}, torch runtime once: {mib(runtime)}, "
+            f"beside Triton's {mib(base)}: memory limit set to {mib(limit)} "
             f"(about {fit:g} copies)"
         )
         with console.status(f"warming the {HOT_COPIES} hot copies"):

@@ -12,6 +12,7 @@ from mmelocal.cli._output import console, err_console, print_json
 from mmelocal.deploy.images import DEFAULT_TRITON_VERSION
 from mmelocal.deploy.plan import DEFAULT_INSTANCE_TYPE
 from mmelocal.deploy.smoke import DEFAULT_ATOL, DEFAULT_MODELS, DEFAULT_RTOL
+from mmelocal.units import mib
 
 
 def _env_pairs(values: tuple[str, ...]) -> dict[str, str]:
@@ -199,7 +200,7 @@ def _print_plan(plan: Any, options: Any) -> None:
     for action in ("upload", "copy", "skip"):
         steps = plan.objects_by_action(action)
         if steps:
-            detail = f"{len(steps)} object(s), {_size(total_bytes(steps, action))}"
+            detail = f"{len(steps)} object(s), {mib(total_bytes(steps, action), digits=1)}"
             if action == "copy":
                 detail += " (server-side copies of identical bytes)"
             request = (
@@ -213,6 +214,11 @@ def _print_plan(plan: Any, options: Any) -> None:
         )
         row += 1
     console.print(table)
+    if options.wait:
+        console.print(
+            "then waits for the endpoint to be InService (FailureReason on failure)",
+            highlight=False,
+        )
 
 
 def _details(step: Any) -> str:
@@ -227,20 +233,13 @@ def _details(step: Any) -> str:
             f"{variant['VariantName']}: {variant['InitialInstanceCount']} x "
             f"{variant['InstanceType']}, model {variant['ModelName']}"
         )
-    if step.action == "wait":
-        return "until InService (FailureReason on failure)"
     if step.operation == "CreateEndpoint" and params:
         return f"config {params['EndpointConfigName']}"
     if step.operation == "UpdateEndpoint" and params:
         return f"to config {params['EndpointConfigName']} {step.note}"
+    if step.needs_in_service:
+        return f"{step.note} (once InService; skipped with --no-wait)"
     return str(step.note)
-
-
-def _size(size_bytes: int) -> str:
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if size_bytes >= scale:
-            return f"{size_bytes / scale:,.1f} {unit}"
-    return f"{size_bytes} B"
 
 
 @click.command()

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from mmelocal.cli._output import console, size_option
+from mmelocal.runtime.launchers import LAUNCHERS
 
 
 @click.command()
@@ -50,7 +51,7 @@ from mmelocal.cli._output import console, size_option
 )
 @click.option(
     "--launcher",
-    type=click.Choice(["local", "docker", "external"]),
+    type=click.Choice(LAUNCHERS),
     default="local",
     show_default=True,
 )

@@ -8,6 +8,7 @@ returns a :class:`~mmelocal.deploy.plan.DeployPlan`; :func:`apply_plan` carries 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -139,31 +140,24 @@ def _scaling_steps(options: DeployOptions) -> Iterator[ApiStep]:
     name = options.endpoint_name
     if options.scaling_max <= options.instance_count:
         return
-    if not options.wait:
-        note = "skipped with --no-wait: run deploy again once the endpoint is InService"
-        yield rs.step(
+    target = rs.scalable_target_params(options)
+    note = f"{options.instance_count}..{options.scaling_max} instances"
+    yield dataclasses.replace(
+        rs.step(
             "application-autoscaling",
             "RegisterScalableTarget",
             rs.resource_id(name),
-            "reuse",
-            {},
+            "put",
+            target,
             note,
-        )
-        return
-    target = rs.scalable_target_params(options)
-    note = f"{options.instance_count}..{options.scaling_max} instances"
-    yield rs.step(
-        "application-autoscaling",
-        "RegisterScalableTarget",
-        rs.resource_id(name),
-        "put",
-        target,
-        note,
+        ),
+        needs_in_service=True,
     )
     policy = rs.scaling_policy_params(options)
     note = f"GPUUtilization {options.target_gpu_utilization:g} %"
-    yield rs.step(
-        "application-autoscaling", "PutScalingPolicy", rs.POLICY_NAME, "put", policy, note
+    yield dataclasses.replace(
+        rs.step("application-autoscaling", "PutScalingPolicy", rs.POLICY_NAME, "put", policy, note),
+        needs_in_service=True,
     )
 
 
@@ -174,8 +168,6 @@ def make_plan(options: DeployOptions, clients: AwsClients) -> DeployPlan:
     objects = plan_objects(clients.s3, options.bucket, options.prefix, options.store)
     steps: list[ApiStep] = list(_model_steps(clients, options, image, store_digest(objects)))
     steps += _endpoint_steps(clients, options, steps[-1].resource)
-    if options.wait:
-        steps.append(rs.step("sagemaker", "DescribeEndpoint", options.endpoint_name, "wait", {}))
     steps += _scaling_steps(options)
     return DeployPlan(
         endpoint_name=options.endpoint_name,
@@ -210,22 +202,33 @@ def apply_steps(
     options: DeployOptions,
     on_status: Callable[[str], None] | None = None,
 ) -> str:
-    """Send the plan's API steps in order and wait where it says; returns the endpoint's
-    last status ('InService' after a wait, 'not waited' with ``--no-wait``)."""
-    status = "not waited"
+    """Send the plan's API requests in order, and wait for InService (the deployer's part,
+    not a plan step): before the first request that needs it (autoscaling) and at the end.
+    With ``options.wait`` False nothing waits and the requests that need InService are
+    skipped (deploy again once it is). Returns 'InService', or 'not waited'."""
+
+    def wait() -> str:
+        return wait_in_service(
+            clients.sagemaker,
+            plan.endpoint_name,
+            poll_s=options.poll_s,
+            timeout_s=options.timeout_s,
+            on_status=on_status,
+        )
+
+    status: str | None = None
     for step in plan.steps:
-        if step.action == "wait":
-            status = wait_in_service(
-                clients.sagemaker,
-                plan.endpoint_name,
-                poll_s=options.poll_s,
-                timeout_s=options.timeout_s,
-                on_status=on_status,
-            )
-        elif step.action != "reuse":
+        if step.needs_in_service and status is None:
+            if not options.wait:
+                logger.info("not waiting for InService: %s skipped", step.operation)
+                continue
+            status = wait()
+        if step.action != "reuse":
             logger.info("%s %s (%s)", step.operation, step.resource, step.action)
             rs.send(clients, step)
-    return status
+    if status is None and options.wait:
+        status = wait()
+    return status or "not waited"
 
 
 def wait_in_service(

@@ -136,7 +136,12 @@ class ObjectStep:
 
 @dataclass(frozen=True, kw_only=True)
 class ApiStep:
-    """One API request: ``action`` is create, update, put, delete, reuse or wait."""
+    """One API request: ``action`` is create, update, put, delete or reuse.
+
+    ``needs_in_service``: SageMaker accepts the request only once the endpoint is
+    InService (the autoscaling ones); the deployer waits before it, or skips it when told
+    not to wait.
+    """
 
     service: str
     operation: str
@@ -144,6 +149,7 @@ class ApiStep:
     action: str
     params: Mapping[str, Any] = field(default_factory=dict)
     note: str = ""
+    needs_in_service: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)

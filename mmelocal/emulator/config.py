@@ -7,6 +7,7 @@ from pathlib import Path
 
 from mmelocal.emulator.instance import InstanceOptions
 from mmelocal.errors import UserInputError
+from mmelocal.runtime.launchers import LAUNCHERS, check_launcher_kind
 from mmelocal.units import GiB
 
 #: InvokeEndpoint's body limit: ``BodyBlob`` ``"max": 6291456`` in botocore's model
@@ -16,7 +17,6 @@ from mmelocal.units import GiB
 #: "413" and the message "HTTP content length exceeded N bytes." (as reported in
 #: aws/sagemaker-python-sdk#171, then with the older 5 MB limit).
 SERVICE_MAX_PAYLOAD_BYTES = 6_291_456
-LAUNCHERS = ("local", "docker", "external")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,10 +57,7 @@ class EmulatorConfig:
     max_payload_bytes: int = SERVICE_MAX_PAYLOAD_BYTES
 
     def __post_init__(self) -> None:
-        if self.launcher not in LAUNCHERS:
-            raise UserInputError(
-                f"launcher must be one of {', '.join(LAUNCHERS)}, got {self.launcher!r}"
-            )
+        check_launcher_kind(self.launcher)
         if self.instances is not None and self.instances < 1:
             raise UserInputError(f"instances must be >= 1, got {self.instances}")
         if self.memory_budget_bytes is not None and self.memory_budget_bytes <= 0:

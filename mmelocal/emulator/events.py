@@ -11,6 +11,8 @@ import time
 from collections import deque
 from dataclasses import asdict, dataclass
 
+from mmelocal.units import mib_and_bytes
+
 logger = logging.getLogger(__name__)
 
 EVENT_KINDS = ("download", "load", "unload", "evict", "restart", "error")
@@ -45,10 +47,6 @@ _VERBS = {
 }
 
 
-def _mib(value: int) -> str:
-    return f"{value / 2**20:,.0f} MiB ({value:,} bytes)"
-
-
 def describe(event: Event) -> str:
     """One log line: what happened to which model where, the bytes, the time, the reason.
 
@@ -61,11 +59,11 @@ def describe(event: Event) -> str:
     what = ""
     if event.bytes is not None:
         freed = "freed " if event.kind in ("evict", "unload") else ""
-        what = freed + _mib(event.bytes)
+        what = freed + mib_and_bytes(event.bytes)
     if event.duration_ms is not None:
         what = f"{what} in {event.duration_ms:,.0f} ms".strip()
     if event.memory_used_bytes is not None:
-        what = f"{what}, memory used {_mib(event.memory_used_bytes)}"
+        what = f"{what}, memory used {mib_and_bytes(event.memory_used_bytes)}"
     facts = f": {what}" if what else ""
     return f"{verb}{target} {where}{facts}; reason: {event.reason}"
 

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from mmelocal.errors import UserInputError
+from mmelocal.units import mib
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,8 +83,7 @@ def plan_eviction(
             expected_freed_bytes=0,
             fits=True,
             reason=(
-                f"fits: used {_mib(used_bytes)} + need {_mib(need_bytes)} <= "
-                f"limit {_mib(limit_bytes)}"
+                f"fits: used {mib(used_bytes)} + need {mib(need_bytes)} <= limit {mib(limit_bytes)}"
             ),
         )
     skip = set(exclude)
@@ -102,8 +102,8 @@ def plan_eviction(
         freed += model.footprint_bytes or fallback or 1
     fits = freed >= target
     reason = (
-        f"used {_mib(used_bytes)} + need {_mib(need_bytes)} > limit {_mib(limit_bytes)}: "
-        f"free {_mib(target)} from {len(victims)} least recently used model(s)"
+        f"used {mib(used_bytes)} + need {mib(need_bytes)} > limit {mib(limit_bytes)}: "
+        f"free {mib(target)} from {len(victims)} least recently used model(s)"
     )
     if not fits:
         busy = sum(1 for m in models if not m.evictable)
@@ -115,10 +115,6 @@ def plan_eviction(
         fits=fits,
         reason=reason,
     )
-
-
-def _mib(value: int) -> str:
-    return f"{value / 2**20:,.0f} MiB"
 
 
 @dataclass(frozen=True, kw_only=True)

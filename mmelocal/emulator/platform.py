@@ -29,6 +29,7 @@ from mmelocal.emulator.recovery import Watchdog
 from mmelocal.emulator.router import Router
 from mmelocal.emulator.store import ModelStore, open_store, validate_target
 from mmelocal.runtime.launcher import TritonLauncher
+from mmelocal.runtime.launchers import make_launcher
 
 logger = logging.getLogger(__name__)
 
@@ -126,23 +127,23 @@ class Emulator:
             env["CUDA_VISIBLE_DEVICES"] = str(self._gpus[index % len(self._gpus)])
         server = ServerConfig(model_repository=repo, sagemaker=True, env=env)
         kind = self.config.launcher
-        if kind == "local":
-            from mmelocal.runtime.local import LocalLauncher
-
-            return LocalLauncher(
-                server, tritonserver=self.config.tritonserver, log_path=workdir / "tritonserver.log"
-            )
+        sagemaker_url = http_url = None
         if kind == "external":
-            from mmelocal.runtime.external import ExternalLauncher
-
             spec = self.config.external_urls[index % len(self.config.external_urls)]
             sagemaker_url, _, http_url = spec.partition(",")
-            return ExternalLauncher(http_url or sagemaker_url, sagemaker_url=sagemaker_url)
-        from mmelocal.runtime.docker import DockerLauncher
-
-        # the container sees the artifact cache as its (read-only) model repository
-        server = dataclasses.replace(server, model_repository=self.cache.root)
-        return DockerLauncher(server, image=self.config.image, log_path=workdir / "docker.log")
+        if kind == "docker":
+            # the container sees the artifact cache as its (read-only) model repository
+            server = dataclasses.replace(server, model_repository=self.cache.root)
+        log_name = "docker.log" if kind == "docker" else "tritonserver.log"
+        return make_launcher(
+            kind,
+            server,
+            tritonserver=self.config.tritonserver,
+            image=self.config.image,
+            url=http_url or sagemaker_url,
+            sagemaker_url=sagemaker_url,
+            log_path=None if kind == "external" else workdir / log_name,
+        )
 
     def _prepare_hook(self, launcher: TritonLauncher) -> Prepare | None:
         """For the wheel's Python-only server: derive python-backend copies of native models."""

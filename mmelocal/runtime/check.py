@@ -21,17 +21,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mmelocal.builder.backends import CONTAINER_BACKENDS
 from mmelocal.builder.config import read_config
 from mmelocal.builder.mme_layout import read_layout
-from mmelocal.builder.tarball import safe_extract
 from mmelocal.builder.validate import ValidationReport, validate_path
 from mmelocal.errors import MmeLocalError, ModelLoadError, ServerDiedError, UserInputError
 from mmelocal.runtime.client import TritonClient
 from mmelocal.runtime.config import ServerConfig
 from mmelocal.runtime.launcher import TritonLauncher
+from mmelocal.runtime.launchers import LAUNCHERS, check_launcher_kind, make_launcher
 from mmelocal.runtime.memory import gpu_used_bytes, process_tree_pss_bytes
 from mmelocal.runtime.python_copies import (
-    NATIVE_FORMATS,
     available_backends,
     gpu_available,
     prepare_model_for_server,
@@ -39,9 +39,6 @@ from mmelocal.runtime.python_copies import (
 from mmelocal.runtime.samples import check_outputs, compare_outputs, load_reference, sample_inputs
 
 logger = logging.getLogger(__name__)
-
-LAUNCHERS = ("local", "docker", "external")
-ALL_NATIVE_BACKENDS = frozenset({v[0] for v in NATIVE_FORMATS.values()} | {"python", "ensemble"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,10 +64,7 @@ class CheckOptions:
     all_loaded: bool = False
 
     def __post_init__(self) -> None:
-        if self.launcher not in LAUNCHERS:
-            raise UserInputError(
-                f"launcher must be one of {', '.join(LAUNCHERS)}, got {self.launcher!r}"
-            )
+        check_launcher_kind(self.launcher)
         if self.launcher == "external" and not self.url:
             raise UserInputError("launcher 'external' needs url (e.g. http://127.0.0.1:8000)")
         if self.atol < 0 or self.rtol < 0:
@@ -153,9 +147,11 @@ def check_path(
     say = progress or (lambda message: None)
     source = Path(path)
     say(f"validating {source}")
-    report = CheckReport(path=str(source), validation=validate_path(source))
     work = Path(tempfile.mkdtemp(prefix="mmelocal-check-"))
     try:
+        # a tarball is extracted once, by validate, into the folder the check goes on with
+        validation = validate_path(source, extract_to=work / EXTRACTED)
+        report = CheckReport(path=str(source), validation=validation)
         model_dirs = _model_dirs(source, work, report)
         if not model_dirs:
             if not report.errors:
@@ -170,8 +166,9 @@ def check_path(
         for model_dir, folder_name in model_dirs:
             check = ModelCheck(name=folder_name or model_dir.name)
             report.models.append(check)
-            for problem in _problems_for(report.validation, model_dir, source, work / EXTRACTED):
-                check.fail(f"validate: {problem}")
+            for problem in validation.by_folder.get(model_dir.resolve(), []):
+                if problem.severity == "error":
+                    check.fail(f"validate: {problem.code}: {problem.message}")
             try:
                 prepared = prepare_model_for_server(
                     model_dir,
@@ -241,10 +238,12 @@ def _model_dirs(source: Path, work: Path, report: CheckReport) -> list[tuple[Pat
             for c in sorted(source.iterdir())
             if c.is_dir() and (c / "config.pbtxt").is_file()
         ]
-    try:
-        root = safe_extract(source, work / EXTRACTED)
-    except MmeLocalError as exc:
-        report.errors.append(f"cannot extract {source}: {exc}")
+    root = work / EXTRACTED
+    if not root.is_dir() or report.validation.kind != "tarball":
+        reasons = [
+            p.message for p in report.validation.errors if p.code.startswith(("archive.", "path."))
+        ]
+        report.errors.append(f"cannot extract {source}: {'; '.join(reasons) or 'not a tarball'}")
         return []
     layout = read_layout(root)
     if not layout.ok:
@@ -253,44 +252,15 @@ def _model_dirs(source: Path, work: Path, report: CheckReport) -> list[tuple[Pat
     return list(layout.named_folders)
 
 
-def _problems_for(
-    validation: ValidationReport, model_dir: Path, source: Path, extracted: Path
-) -> list[str]:
-    """Validation errors that concern ``model_dir``.
-
-    Inside a tarball (unpacked into ``extracted``) validate names places
-    ``ARCHIVE:FOLDER/...``, or ``ARCHIVE`` alone for what is at the top (a root-layout
-    model); elsewhere it names them by their path."""
-    found = []
-    for problem in validation.errors:
-        label = str(problem.path)
-        archive, _, inner = label.partition(":")
-        if source.is_file() and archive == source.name:
-            rel = model_dir.resolve().relative_to(extracted.resolve()).as_posix()
-            hit = rel == "." or inner == rel or inner.startswith(rel + "/")
-        else:
-            hit = model_dir.name in Path(label).parts or label.startswith(str(model_dir))
-        if hit:
-            found.append(f"{problem.code}: {problem.message}")
-    return found
-
-
 def _make_launcher(opts: CheckOptions, served: Path) -> TritonLauncher:
-    config = ServerConfig(model_repository=served)
-    if opts.launcher == "local":
-        from mmelocal.runtime.local import LocalLauncher
-
-        return LocalLauncher(
-            config, tritonserver=opts.tritonserver, start_timeout_s=opts.start_timeout_s
-        )
-    if opts.launcher == "docker":
-        from mmelocal.runtime.docker import DockerLauncher
-
-        return DockerLauncher(config, image=opts.docker_image, start_timeout_s=opts.start_timeout_s)
-    from mmelocal.runtime.external import ExternalLauncher
-
-    assert opts.url is not None
-    return ExternalLauncher(opts.url, start_timeout_s=opts.start_timeout_s)
+    return make_launcher(
+        opts.launcher,
+        ServerConfig(model_repository=served),
+        tritonserver=opts.tritonserver,
+        image=opts.docker_image,
+        url=opts.url,
+        start_timeout_s=opts.start_timeout_s,
+    )
 
 
 def _backends(opts: CheckOptions, launcher: TritonLauncher) -> frozenset[str]:
@@ -301,7 +271,7 @@ def _backends(opts: CheckOptions, launcher: TritonLauncher) -> frozenset[str]:
 
         install = find_tritonserver(opts.tritonserver)
         return available_backends(prepare_backend_directory(install))
-    return ALL_NATIVE_BACKENDS
+    return CONTAINER_BACKENDS
 
 
 @dataclass

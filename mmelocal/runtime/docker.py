@@ -52,6 +52,7 @@ from mmelocal.runtime.docker_engine import (
     engine_has_nvidia_runtime,
     ensure_image,
     gpu_device_requests,
+    reap_orphans_once,
     sagemaker_triton_image,
 )
 from mmelocal.runtime.launcher import Endpoints, OwnedServerLauncher
@@ -197,6 +198,7 @@ class DockerLauncher(OwnedServerLauncher):
         t0 = time.monotonic()
         client = docker_client(self._client)
         self._client = client
+        reap_orphans_once(client)
         ensure_image(client, self.image, pull=self.pull)
         gpus = engine_has_nvidia_runtime(client) if self.gpus is None else self.gpus
         kwargs = self.run_kwargs(gpu_requests=gpu_device_requests(gpus))

@@ -4,7 +4,9 @@ Everything here talks to the engine through the ``docker`` SDK, imported lazily 
 SDK raises :class:`~mmelocal.errors.MissingDependencyError` with the ``docker`` extra).
 Containers started by mmelocal carry the labels :data:`LABEL_OWNER`, :data:`LABEL_SESSION`,
 :data:`LABEL_HOST` and :data:`LABEL_PID`; :func:`cleanup_containers` removes them by
-session, or only those whose launching process is gone.
+session, or only those whose launching process is gone; :func:`reap_orphans_once` does the
+latter once per process and engine, when the launcher first starts (as testcontainers'
+reaper does), so that a crashed run's containers do not stay up.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import contextlib
 import logging
 import os
 import socket
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -194,6 +197,28 @@ def cleanup_containers(
     return removed
 
 
+_reaped: set[str] = set()
+_reap_lock = threading.Lock()
+
+
+def reap_orphans_once(client: Any) -> list[str]:
+    """Remove the containers of dead mmelocal runs on this host, once per process and
+    engine; the names removed (none after the first call). Failures are logged, not raised:
+    a leftover container must not stop a start."""
+    from docker.errors import DockerException
+
+    key = str(getattr(getattr(client, "api", None), "base_url", id(client)))
+    with _reap_lock:
+        if key in _reaped:
+            return []
+        _reaped.add(key)
+    try:
+        return cleanup_containers(orphans_only=True, client=client)
+    except DockerException as exc:
+        logger.warning("could not list leftover containers: %s", exc)
+        return []
+
+
 def _owner_alive(labels: Mapping[str, str]) -> bool:
     if labels.get(LABEL_HOST) != socket.gethostname():
         return True  # another machine's process: not ours to judge
@@ -234,5 +259,6 @@ __all__ = [
     "engine_has_nvidia_runtime",
     "ensure_image",
     "gpu_device_requests",
+    "reap_orphans_once",
     "sagemaker_triton_image",
 ]

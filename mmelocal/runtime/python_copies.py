@@ -26,24 +26,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mmelocal.builder.backends import backend_of, execution_env_problem, host_limit
+from mmelocal.builder.backends import (
+    BUILTIN_BACKENDS,
+    NATIVE_FORMATS,
+    backend_of,
+    execution_env_problem,
+    host_limit,
+)
 from mmelocal.builder.config import config_to_text, read_config
 from mmelocal.builder.mme_layout import MmeLayout
 from mmelocal.errors import ConfigError, ModelLoadError, UnsupportedModelError, UserInputError
 
 logger = logging.getLogger(__name__)
 
-#: platform or backend name -> (backend the server needs, runner artifact format, file)
-NATIVE_FORMATS: dict[str, tuple[str, str, str]] = {
-    "pytorch_libtorch": ("pytorch", "torchscript", "model.pt"),
-    "pytorch": ("pytorch", "torchscript", "model.pt"),
-    "onnxruntime_onnx": ("onnxruntime", "onnx", "model.onnx"),
-    "onnxruntime": ("onnxruntime", "onnx", "model.onnx"),
-    "tensorrt_plan": ("tensorrt", "tensorrt", "model.plan"),
-    "tensorrt": ("tensorrt", "tensorrt", "model.plan"),
-}
-#: backends every Triton has without a backend folder
-BUILTIN_BACKENDS = frozenset({"ensemble"})
 RUNNER_FILE = "model.py"
 #: the Python the local launcher's Python-backend stub runs (the one running mmelocal)
 STUB_PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"

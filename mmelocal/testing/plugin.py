@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from mmelocal.runtime.launchers import OWNED_LAUNCHERS
+
 if TYPE_CHECKING:
     import tritonclient.http
 
@@ -48,7 +50,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("mmelocal", "mmelocal Triton fixtures")
     group.addoption(
         "--mmelocal-launcher",
-        choices=("local", "docker"),
+        choices=OWNED_LAUNCHERS,
         default=os.environ.get("MMELOCAL_TEST_LAUNCHER", "local"),
         help="how triton_server starts Triton: the pip tritonserver (local) or docker",
     )

@@ -16,17 +16,20 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from mmelocal.builder.backends import CONTAINER_BACKENDS, PIP_SERVER_BACKENDS
 from mmelocal.errors import UserInputError
 from mmelocal.runtime.client import TritonClient
 from mmelocal.runtime.config import ServerConfig
 from mmelocal.runtime.launcher import TritonLauncher
+from mmelocal.runtime.launchers import OWNED_LAUNCHERS, check_launcher_kind, make_launcher
 from mmelocal.runtime.python_copies import PreparedModel, gpu_available, prepare_model_for_server
 
 logger = logging.getLogger(__name__)
 
-LAUNCHERS = ("local", "docker")
-PYTHON_ONLY = frozenset({"python", "ensemble"})
-ALL_BACKENDS = frozenset({"python", "ensemble", "pytorch", "onnxruntime", "tensorrt"})
+#: the launchers a test server may use (an external server is not one the fixture owns)
+LAUNCHERS = OWNED_LAUNCHERS
+#: the backends of the pip tritonserver (kept under this name for tests that pass it)
+PYTHON_ONLY = PIP_SERVER_BACKENDS
 
 
 class TestTritonServer:
@@ -49,36 +52,21 @@ class TestTritonServer:
         start_timeout_s: float = 120.0,
         sagemaker: bool = True,
     ) -> None:
-        if launcher not in LAUNCHERS:
-            raise UserInputError(
-                f"launcher must be one of {', '.join(LAUNCHERS)}, got {launcher!r}"
-            )
+        check_launcher_kind(launcher, LAUNCHERS)
         self.workdir = Path(tempfile.mkdtemp(prefix="mmelocal-test-triton-"))
         self.repository = self.workdir / "repository"
         self.repository.mkdir()
         self.gpu = gpu_available()
-        config = ServerConfig(model_repository=self.repository, sagemaker=sagemaker)
-        self.launcher: TritonLauncher
-        if launcher == "local":
-            from mmelocal.runtime.local import LocalLauncher
-
-            self.launcher = LocalLauncher(
-                config,
-                tritonserver=tritonserver,
-                start_timeout_s=start_timeout_s,
-                log_path=self.workdir / "tritonserver.log",
-            )
-            self.backends = backends or PYTHON_ONLY
-        else:
-            from mmelocal.runtime.docker import DockerLauncher
-
-            self.launcher = DockerLauncher(
-                config,
-                image=docker_image,
-                start_timeout_s=start_timeout_s,
-                log_path=self.workdir / "tritonserver.log",
-            )
-            self.backends = backends or ALL_BACKENDS
+        self.launcher: TritonLauncher = make_launcher(
+            launcher,
+            ServerConfig(model_repository=self.repository, sagemaker=sagemaker),
+            tritonserver=tritonserver,
+            image=docker_image,
+            start_timeout_s=start_timeout_s,
+            log_path=self.workdir / "tritonserver.log",
+        )
+        default = PIP_SERVER_BACKENDS if launcher == "local" else CONTAINER_BACKENDS
+        self.backends = backends or default
         self._client: TritonClient | None = None
 
     @property

@@ -100,7 +100,6 @@ def test_dry_run_changes_nothing(
         ("CreateModel", "create"),
         ("CreateEndpointConfig", "create"),
         ("CreateEndpoint", "create"),
-        ("DescribeEndpoint", "wait"),
         ("RegisterScalableTarget", "put"),
         ("PutScalingPolicy", "put"),
     ]
@@ -218,7 +217,6 @@ def test_second_deploy_uploads_only_the_changed_tarball_and_updates(
         "sagemaker:CreateModel": "reuse",
         "sagemaker:CreateEndpointConfig": "create",
         "sagemaker:UpdateEndpoint": "update",
-        "sagemaker:DescribeEndpoint": "wait",
         "application-autoscaling:RegisterScalableTarget": "put",
         "application-autoscaling:PutScalingPolicy": "put",
     }
@@ -243,7 +241,7 @@ def test_second_deploy_uploads_only_the_changed_tarball_and_updates(
     # another instance type: SageMaker needs the scaling target gone during the update
     bigger = dataclasses.replace(opts, instance_type="ml.g4dn.2xlarge")
     fourth = make_plan(bigger, connect())
-    assert [s.operation for s in fourth.steps if s.action not in ("reuse", "wait")] == [
+    assert [s.operation for s in fourth.steps if s.action != "reuse"] == [
         "CreateEndpointConfig",
         "DeregisterScalableTarget",
         "UpdateEndpoint",
@@ -258,15 +256,24 @@ def test_second_deploy_uploads_only_the_changed_tarball_and_updates(
     assert config["ProductionVariants"][0]["InstanceType"] == "ml.g4dn.2xlarge"
 
 
-def test_no_wait_plans_no_wait_and_no_scaling(store: Path, bucket: str, endpoint_name: str) -> None:
-    plan = make_plan(options(store, bucket, endpoint_name, wait=False), connect())
-    assert actions(plan) == {
-        "sagemaker:CreateModel": "create",
-        "sagemaker:CreateEndpointConfig": "create",
-        "sagemaker:CreateEndpoint": "create",
-        "application-autoscaling:RegisterScalableTarget": "reuse",  # skipped, with a note
-    }
-    assert "run deploy again" in plan.steps[-1].note
+def test_no_wait_sends_the_plan_but_skips_what_needs_in_service(
+    store: Path, bucket: str, endpoint_name: str
+) -> None:
+    no_wait = options(store, bucket, endpoint_name, wait=False)
+    clients = connect()
+    plan = make_plan(no_wait, clients)
+    # waiting is the deployer's, not a plan step: the plan is the same either way
+    assert plan.steps == make_plan(options(store, bucket, endpoint_name), clients).steps
+    assert [s.operation for s in plan.steps if s.needs_in_service] == [
+        "RegisterScalableTarget",
+        "PutScalingPolicy",
+    ]
+    assert apply_plan(plan, clients, options=no_wait) == "not waited"
+    boto3.client("sagemaker").describe_endpoint(EndpointName=endpoint_name)
+    targets = boto3.client("application-autoscaling").describe_scalable_targets(
+        ServiceNamespace="sagemaker", ResourceIds=[RESOURCE_ID.format(endpoint_name)]
+    )
+    assert targets["ScalableTargets"] == []
 
 
 def test_interrupted_deploy_resumes(store: Path, bucket: str, endpoint_name: str) -> None:

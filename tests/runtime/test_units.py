@@ -335,15 +335,14 @@ def test_local_launcher_binary_that_cannot_run_is_a_start_error(tmp_path):
 
 
 @pytest.mark.parametrize("root_layout", [False, True], ids=["seed", "root"])
-def test_check_maps_validation_errors_inside_a_tarball_to_its_model(
+def test_check_keys_validation_errors_inside_a_tarball_by_folder(
     tmp_path: Path, root_layout: bool
 ) -> None:
-    """validate names places in a tarball ``ARCHIVE:FOLDER/...`` (``ARCHIVE`` for a root
-    layout); check must fail that model on them, not only models given as folders."""
+    """check extracts a tarball once (validate extracts it into check's folder) and fails a
+    model on the validate errors found in its folder, keyed by the folder itself."""
     import tarfile
 
     from mmelocal.builder.validate import validate_path
-    from mmelocal.runtime.check import _problems_for
     from mmelocal.testing.tiny_model import write_model
 
     folder = write_model(tmp_path / "src", name="tiny")
@@ -359,12 +358,12 @@ def test_check_maps_validation_errors_inside_a_tarball_to_its_model(
                 tar.add(item, arcname=item.name)
         else:
             tar.add(folder, arcname="tiny")
-    report = validate_path(tarball)
-    assert not report.ok
     extracted = tmp_path / "work" / "extracted"
+    report = validate_path(tarball, extract_to=extracted)
+    assert not report.ok
     model_dir = extracted if root_layout else extracted / "tiny"
-    model_dir.mkdir(parents=True)
-    problems = _problems_for(report, model_dir, tarball, extracted)
-    assert problems and all("warmup" in p.lower() for p in problems), report.problems
-    (extracted / "other").mkdir()
-    assert _problems_for(report, extracted / "other", tarball, extracted) == []
+    assert (model_dir / "config.pbtxt").is_file()  # left where check goes on with it
+    problems = [p for p in report.by_folder[model_dir.resolve()] if p.severity == "error"]
+    assert problems and all("warmup" in p.message.lower() for p in problems), report.problems
+    assert {p.code for p in problems} == {p.code for p in report.errors}
+    assert list(report.by_folder) == [model_dir.resolve()]

@@ -13,14 +13,17 @@ and would not see a later change): ``HF_ENDPOINT`` (a mirror), ``HF_HUB_CACHE`` 
 and ``HF_TOKEN`` (read by the client per request, as is a ``hf auth login`` token).
 Hub failures become one-line :class:`~mmelocal.errors.SourceError` (no such model or
 revision) or :class:`~mmelocal.errors.DownloadError` (network, access, cache) messages.
+The client's own progress bars are off while mmelocal fetches (the library prints
+nothing; the CLI shows its own progress, which the client's bars would cut through).
 """
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import logging
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -165,13 +168,14 @@ def fetch_hub_model(repo_id: str, *, revision: str | None = None) -> HubSnapshot
     before = _snapshot_dir(settings, repo_id, str(info.sha))
     missing = tuple(f for f in files if not (before / f).is_file())
     try:
-        folder = hub.snapshot_download(
-            repo_id,
-            revision=revision,
-            cache_dir=str(settings.cache_dir),
-            endpoint=settings.endpoint,
-            allow_patterns=list(files),
-        )
+        with no_progress_bars(hub):
+            folder = hub.snapshot_download(
+                repo_id,
+                revision=revision,
+                cache_dir=str(settings.cache_dir),
+                endpoint=settings.endpoint,
+                allow_patterns=list(files),
+            )
     except Exception as exc:
         raise translate_hub_error(exc, repo_id, revision, settings) from None
     return _checked(repo_id, Path(folder), files, missing, settings.endpoint)
@@ -185,8 +189,8 @@ def fetch_hub_file(
     hub = _import_hub()
     for filename in filenames:
         try:
-            return Path(
-                hub.hf_hub_download(
+            with no_progress_bars(hub):
+                found = hub.hf_hub_download(
                     repo_id,
                     filename,
                     revision=revision,
@@ -194,7 +198,7 @@ def fetch_hub_file(
                     endpoint=settings.endpoint,
                     local_files_only=settings.offline,
                 )
-            )
+            return Path(found)
         except _remote_missing(hub):
             continue  # the next name, or the error below
         except Exception as exc:
@@ -279,13 +283,14 @@ def _from_cache(
         )
     try:
         files = choose_files(names, repo_id=repo_id)
-        folder = hub.snapshot_download(
-            repo_id,
-            revision=revision,
-            cache_dir=str(settings.cache_dir),
-            allow_patterns=list(files),
-            local_files_only=True,
-        )
+        with no_progress_bars(hub):
+            folder = hub.snapshot_download(
+                repo_id,
+                revision=revision,
+                cache_dir=str(settings.cache_dir),
+                allow_patterns=list(files),
+                local_files_only=True,
+            )
     except (SourceError, hub.errors.LocalEntryNotFoundError) as exc:
         raise DownloadError(
             f"the cached copy of {repo_id} is incomplete ({_reason(exc)}) and {why}: "
@@ -371,6 +376,19 @@ def _remote_missing(hub: Any) -> type[Exception]:
 def _reason(exc: BaseException) -> str:
     text = first_line(exc).strip()
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+@contextlib.contextmanager
+def no_progress_bars(hub: Any) -> Iterator[None]:
+    """``huggingface_hub``'s progress bars off for the block (restored after)."""
+    utils = hub.utils
+    was_off = bool(utils.are_progress_bars_disabled())
+    utils.disable_progress_bars()
+    try:
+        yield
+    finally:
+        if not was_off:
+            utils.enable_progress_bars()
 
 
 def _import_hub() -> Any:

@@ -6,19 +6,25 @@ torchvision, a pretrained tag such as ``a1_in1k`` for timm). Files come through 
 libraries' own caches: torch hub's ``$TORCH_HOME/hub/checkpoints`` for URLs (what
 torchvision and timm use) and the Hugging Face cache for timm's hub-hosted weights.
 
-:func:`fetch_checkpoint` downloads a URL into torch hub's cache with
-``torch.hub.download_url_to_file``, which writes a ``.partial`` file, checks the
-SHA-256 prefix that torchvision puts in its file names, and only then renames it: a
-failed or corrupt download leaves nothing behind. ``MMELOCAL_TORCHVISION_MIRROR``
-(read at call time) replaces the host part of the URL by a mirror that serves the
-same file names, as a corporate mirror of download.pytorch.org does.
+:func:`fetch_checkpoint` downloads a URL into torch hub's cache as
+``torch.hub.download_url_to_file`` does (a ``.partial`` file, the SHA-256 prefix that
+torchvision puts in its file names checked, and only then renamed: a failed or corrupt
+download leaves nothing behind), but with a timeout on every read, so that a stalled
+mirror fails the build instead of hanging it (``MMELOCAL_DOWNLOAD_TIMEOUT_S``, default
+60 s, read at call time), and with no progress bar of its own (the CLI shows one).
+``MMELOCAL_TORCHVISION_MIRROR`` (read at call time) replaces the host part of the URL by
+a mirror that serves the same file names, as a corporate mirror of download.pytorch.org
+does.
 """
 
 from __future__ import annotations
 
+import hashlib
 import http.client
 import os
 import urllib.error
+import urllib.request
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -27,6 +33,8 @@ from mmelocal.builder.runners import import_torch
 from mmelocal.errors import DownloadError, SourceError
 
 MIRROR_ENV = "MMELOCAL_TORCHVISION_MIRROR"
+TIMEOUT_ENV = "MMELOCAL_DOWNLOAD_TIMEOUT_S"
+DEFAULT_TIMEOUT_S = 60.0
 DEFAULT = "DEFAULT"
 
 
@@ -93,7 +101,7 @@ def fetch_checkpoint(url: str, *, spec: str) -> Path:
     prefix = match.group(1) if match else None
     folder.mkdir(parents=True, exist_ok=True)
     try:
-        torch.hub.download_url_to_file(source, str(path), hash_prefix=prefix, progress=True)
+        download(source, path, hash_prefix=prefix, timeout_s=download_timeout_s())
     except RuntimeError as exc:
         if "invalid hash" not in str(exc):
             raise
@@ -114,7 +122,40 @@ def fetch_checkpoint(url: str, *, spec: str) -> Path:
     return path
 
 
+def download_timeout_s(environ: Mapping[str, str] | None = None) -> float:
+    """Seconds a download may wait for the next bytes (``$MMELOCAL_DOWNLOAD_TIMEOUT_S``)."""
+    env = os.environ if environ is None else environ
+    text = (env.get(TIMEOUT_ENV) or "").strip()
+    try:
+        value = float(text) if text else DEFAULT_TIMEOUT_S
+    except ValueError:
+        value = -1.0
+    if value <= 0:
+        raise SourceError(f"{TIMEOUT_ENV} must be a number of seconds > 0, got {text!r}")
+    return value
+
+
+def download(url: str, path: Path, *, hash_prefix: str | None, timeout_s: float) -> None:
+    """``url`` into ``path`` through a ``.partial`` file renamed when complete and checked
+    (the SHA-256 must start with ``hash_prefix``); every read waits ``timeout_s`` at most."""
+    partial = path.with_name(f"{path.name}.{uuid.uuid4().hex}.partial")
+    digest = hashlib.sha256()
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response, partial.open("wb") as out:
+            while chunk := response.read(1 << 20):
+                out.write(chunk)
+                digest.update(chunk)
+        found = digest.hexdigest()
+        if hash_prefix and not found.startswith(hash_prefix):
+            raise RuntimeError(f"invalid hash value (expected {hash_prefix!r}, got {found!r})")
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
 def _reason(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError) or isinstance(getattr(exc, "reason", None), TimeoutError):
+        return f"no data within {download_timeout_s():g} s ({TIMEOUT_ENV})"
     if isinstance(exc, urllib.error.HTTPError):
         return f"HTTP {exc.code}"
     if isinstance(exc, urllib.error.URLError):
@@ -124,9 +165,13 @@ def _reason(exc: BaseException) -> str:
 
 __all__ = [
     "DEFAULT",
+    "DEFAULT_TIMEOUT_S",
     "MIRROR_ENV",
+    "TIMEOUT_ENV",
     "checkpoint_name",
     "checkpoint_url",
+    "download",
+    "download_timeout_s",
     "fetch_checkpoint",
     "normalise_weights",
     "torchvision_weights",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -162,3 +163,43 @@ def test_ensure_image_pull_policies() -> None:
         ensure_image(Client(False, False), "d:1")
     with pytest.raises(DockerImageError, match=r"build_image\.sh"):
         ensure_image(Client(False, False), "mmelocal-test/triton:1")
+
+
+def test_orphans_of_dead_runs_are_reaped_once_at_start() -> None:
+    import socket
+    import subprocess
+
+    from mmelocal.runtime import docker_engine
+    from mmelocal.runtime.docker_engine import LABEL_HOST, LABEL_OWNER, LABEL_PID
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # a pid that no longer runs: the run that crashed
+    here = socket.gethostname()
+    removed: list[str] = []
+
+    class Container:
+        def __init__(self, name: str, host: str, pid: int) -> None:
+            self.name = name
+            self.labels = {LABEL_OWNER: "x", LABEL_HOST: here if host == "here" else host}
+            self.labels[LABEL_PID] = str(pid)
+
+        def remove(self, force: bool) -> None:
+            removed.append(self.name)
+
+    class Containers:
+        def list(self, all: bool, filters: dict[str, str]) -> list[Container]:
+            assert all and filters == {"label": LABEL_OWNER}
+            return [
+                Container("crashed", "here", dead.pid),
+                Container("running", "here", os.getpid()),
+                Container("elsewhere", "another-host", dead.pid),
+            ]
+
+    class Client:
+        containers = Containers()
+
+    client = Client()
+    docker_engine._reaped.discard(str(id(client)))
+    assert docker_engine.reap_orphans_once(client) == ["crashed"]
+    assert docker_engine.reap_orphans_once(client) == []  # once per process and engine
+    assert removed == ["crashed"]
