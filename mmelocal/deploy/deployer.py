@@ -203,7 +203,8 @@ def apply_steps(
     on_status: Callable[[str], None] | None = None,
 ) -> str:
     """Send the plan's API requests in order, and wait for InService (the deployer's part,
-    not a plan step): before the first request that needs it (autoscaling) and at the end.
+    not a plan step): before the first request that needs it (autoscaling), and at the end
+    of a plan that creates, updates or keeps the endpoint.
     With ``options.wait`` False nothing waits and the requests that need InService are
     skipped (deploy again once it is). Returns 'InService', or 'not waited'."""
 
@@ -226,7 +227,8 @@ def apply_steps(
         if step.action != "reuse":
             logger.info("%s %s (%s)", step.operation, step.resource, step.action)
             rs.send(clients, step)
-    if status is None and options.wait:
+    endpoint_steps = {"CreateEndpoint", "UpdateEndpoint"}
+    if status is None and options.wait and any(s.operation in endpoint_steps for s in plan.steps):
         status = wait()
     return status or "not waited"
 

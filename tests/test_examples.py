@@ -1,0 +1,86 @@
+"""Every Python example in examples/ runs, as a user runs it: its own process, its own
+folder, and it checks its own answers (an example that fails exits non-zero).
+
+The docs include these files (pymdownx.snippets), so what the docs show is what runs here.
+The deploy example runs in tests/deploy/test_deploy_example.py (it needs moto's server).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def run_example(name: str, *args: str, timeout_s: float = 600) -> str:
+    """Run ``examples/NAME`` with this Python; its stdout (stderr in the failure)."""
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / name), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+    assert done.returncode == 0, f"{name} exited {done.returncode}:\n{done.stderr[-3000:]}"
+    return done.stdout
+
+
+def test_every_example_is_run_by_a_test() -> None:
+    here = (
+        Path(__file__).read_text()
+        + (Path(__file__).parent / "deploy" / "test_deploy_example.py").read_text()
+    )
+    python_examples = sorted(p.name for p in EXAMPLES.glob("*.py"))
+    assert python_examples and all(f'"{name}"' in here for name in python_examples)
+
+
+def test_package_and_validate(tmp_path: Path) -> None:
+    out = run_example("package_and_validate.py", str(tmp_path))
+    assert "3 tarballs" in out and "store ok" in out
+    assert sorted(p.name for p in (tmp_path / "store").iterdir()) == [
+        "model-0.tar.gz",
+        "model-1.tar.gz",
+        "model-2.tar.gz",
+    ]
+
+
+@pytest.mark.slow
+def test_build_from_module(tmp_path: Path) -> None:
+    out = run_example("build_from_module.py", str(tmp_path / "repo"))
+    assert "verified: max abs diff" in out
+    assert (tmp_path / "repo" / "mean-pooled" / "1" / "model.onnx").is_file()
+
+
+@pytest.mark.triton
+def test_serve_and_invoke(tmp_path: Path) -> None:
+    out = run_example("serve_and_invoke.py", str(tmp_path))
+    assert "model-1.tar.gz (warm): [1.0, 3.0, 5.0, 7.0]" in out
+    assert "model-2.tar.gz (warm): [1.0, 4.0, 7.0, 10.0]" in out
+    assert "loaded: 2" in out
+
+
+@pytest.mark.triton
+def test_capacity(tmp_path: Path) -> None:
+    out = run_example("capacity.py", str(tmp_path))
+    assert "copy 1:" in out and "copy 3:" in out
+    assert "copies per GPU" in out
+
+
+@pytest.mark.triton
+@pytest.mark.slow
+def test_my_model_example_passes_under_pytest(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir",
+         str(tmp_path), str(EXAMPLES / "test_my_model.py")],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert "2 passed" in done.stdout  # the GPU test skips here, with its reason
