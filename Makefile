@@ -40,7 +40,7 @@ pytest: install
 
 # the docs site (MkDocs, Material): a broken link, nav entry or docstring reference fails
 docs: install
-	$(BIN)/mkdocs build --strict --site-dir $(SITE)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir $(SITE)
 
 test: lint typecheck docs pytest
 

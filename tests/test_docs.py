@@ -1,0 +1,115 @@
+"""The docs' code blocks stay true (the mechanism is described in docs/design.md).
+
+- a Python block in docs/ or the README is a snippet include of an example file (which
+  tests/test_examples.py runs) or says why it is not run (``<!-- not run: REASON -->``);
+- a ``console`` block right after ``<!-- run -->`` is run: each ``$`` line must exit 0 and
+  print the lines shown under it;
+- every snippet include names a file that exists.
+
+The site itself is built by ``make docs`` (``mkdocs build --strict``), part of ``make test``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]
+FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
+SNIPPET = re.compile(r'^--8<-- "([^"]+)"$', re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Block:
+    """One fenced block: where it is, its language, its text and the comment before it."""
+
+    page: Path
+    line: int
+    language: str
+    text: str
+    marker: str
+
+    def __str__(self) -> str:
+        return f"{self.page.name}:{self.line}"
+
+
+def blocks(page: Path) -> list[Block]:
+    """The fenced blocks of ``page``, each with the HTML comment just before it, if any."""
+    source = page.read_text()
+    found = []
+    for match in FENCE.finditer(source):
+        before = source[: match.start()].rstrip().splitlines()
+        last = before[-1].strip() if before else ""
+        marker = last if last.startswith("<!--") else ""
+        line = source.count("\n", 0, match.start()) + 1
+        found.append(Block(page, line, match.group(1), match.group(2), marker))
+    return found
+
+
+ALL = [b for page in PAGES for b in blocks(page)]
+RUN = [b for b in ALL if b.marker == "<!-- run -->"]
+
+
+def test_the_pages_have_blocks_to_check() -> None:
+    assert len(PAGES) > 10 and any(b.language == "python" for b in ALL) and RUN
+
+
+@pytest.mark.parametrize("block", [b for b in ALL if b.language == "python"], ids=str)
+def test_python_blocks_are_tested_examples_or_say_why_not(block: Block) -> None:
+    where = f"{block.page.relative_to(ROOT)}:{block.line}"
+    includes = SNIPPET.findall(block.text)
+    if includes:
+        assert block.text.strip() == f'--8<-- "{includes[0]}"', f"{where}: one include only"
+        assert includes[0].startswith("examples/"), f"{where}: include an example file"
+        assert (ROOT / includes[0]).is_file(), f"{where}: {includes[0]} does not exist"
+    else:
+        assert block.marker.startswith("<!-- not run: "), (
+            f"{where}: a Python block is an example include or says why it is not run"
+        )
+
+
+def test_every_snippet_names_a_file() -> None:
+    for page in PAGES:
+        for name in SNIPPET.findall(page.read_text()):
+            assert (ROOT / name).is_file(), f"{page.name} includes {name}, which is missing"
+
+
+def _commands(block: Block) -> list[tuple[str, list[str]]]:
+    """``($ command, [the output lines shown under it])`` in order."""
+    steps: list[tuple[str, list[str]]] = []
+    for line in block.text.splitlines():
+        if line.startswith("$ "):
+            steps.append((line[2:], []))
+        elif steps and line.strip():
+            steps[-1][1].append(line.strip())
+    return steps
+
+
+@pytest.mark.parametrize("block", RUN, ids=str)
+def test_console_blocks_marked_to_run(block: Block, tmp_path: Path) -> None:
+    assert block.language == "console", "a block marked to run is a console block"
+    env = {**os.environ, "COLUMNS": "120", "NO_COLOR": "1"}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    for command, shown in _commands(block):
+        done = subprocess.run(
+            ["bash", "-c", command],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=env,
+            timeout=300,
+            check=False,
+        )
+        assert done.returncode == 0, f"$ {command}\n{done.stderr[-2000:]}"
+        output = " ".join((done.stdout + done.stderr).split())
+        for line in shown:
+            assert " ".join(line.split()) in output, f"$ {command}: {line!r} not printed"
+    assert all(shlex.split(c) for c, _ in _commands(block))
