@@ -301,3 +301,16 @@ def test_settings_are_read_at_call_time(tmp_path: Path) -> None:
     assert HubSettings.from_env({}).endpoint == "https://huggingface.co"
     with pytest.raises(SourceError, match="HF_ENDPOINT must be an http"):
         HubSettings.from_env({"HF_ENDPOINT": "ftp://mirror"})
+
+
+def test_no_progress_bars_of_the_client(hub: LoopbackHub, hub_env: dict[str, str], capfd) -> None:
+    """The client's tqdm bars would cut through the CLI's progress line: they are off while
+    mmelocal fetches, and as they were afterwards."""
+    import huggingface_hub.utils
+
+    before = huggingface_hub.utils.are_progress_bars_disabled()
+    snapshot = fetch_hub_model(REPO)
+    assert WEIGHTS in snapshot.downloaded
+    err = capfd.readouterr().err
+    assert "%|" not in err and "it/s" not in err, err
+    assert huggingface_hub.utils.are_progress_bars_disabled() == before
