@@ -258,11 +258,13 @@ def _print_result(result: Any) -> None:
     from mmelocal.cli._output import console
 
     sig = result.artifact.signature_for(result.options.max_batch_size)
-    size_mb = result.artifact_path.stat().st_size / 1e6
+    from mmelocal.units import mib
+
+    size = mib(result.artifact_path.stat().st_size, digits=1)
     table = Table(title=f"built {result.name}", show_header=False, title_justify="left")
     table.add_column("what", style="bold")
     table.add_column("value", overflow="fold")
-    table.add_row("artifact", f"{result.artifact.file_name} ({size_mb:.1f} MB)")
+    table.add_row("artifact", f"{result.artifact.file_name} ({size})")
     table.add_row("platform", f"{result.artifact.platform} ({result.family} preset)")
     for label, specs in (("inputs", sig.inputs), ("outputs", sig.outputs)):
         table.add_row(label, "\n".join(f"{s.name}  {s.data_type}  {list(s.dims)}" for s in specs))

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from mmelocal.runtime.launchers import LAUNCHERS
+from mmelocal.units import mib
 
 
 @click.command()
@@ -100,7 +101,7 @@ def _print_report(console: Any, report: Any) -> None:
         console.print(f"[bold red]error[/] {error}", highlight=False, soft_wrap=True)
     if report.models:
         table = Table(title=f"mmelocal check {report.path}", title_justify="left")
-        for column in ("model", "status", "load s", "1st infer ms", "memory MB", "reference"):
+        for column in ("model", "status", "load s", "1st infer ms", "memory MiB", "reference"):
             table.add_column(column, overflow="fold")
         for m in report.models:
             style = "green" if m.status == "passed" else "bold red"
@@ -109,7 +110,7 @@ def _print_report(console: Any, report: Any) -> None:
                 f"[{style}]{m.status}[/]",
                 _fmt(m.load_time_s, "{:.2f}"),
                 _fmt(m.first_infer_ms, "{:.1f}"),
-                _fmt(m.memory_bytes / 1e6 if m.memory_bytes is not None else None, "{:.0f}")
+                mib(m.memory_bytes, suffix=False)
                 + (f" ({m.memory_kind})" if m.memory_kind else ""),
                 m.reference
                 + (f" (max |diff| {m.max_abs_diff:.2g})" if m.max_abs_diff is not None else ""),
@@ -122,9 +123,9 @@ def _print_report(console: Any, report: Any) -> None:
                 console.print(f"[bold red]{m.name}[/]: {error}", highlight=False, soft_wrap=True)
     if report.all_loaded_memory_bytes is not None:
         console.print(
-            f"all models loaded together: {report.all_loaded_memory_bytes / 1e6:.0f} MB "
+            f"all models loaded together: {mib(report.all_loaded_memory_bytes)} "
             f"({report.memory_kind}) over the server's "
-            f"{(report.baseline_memory_bytes or 0) / 1e6:.0f} MB baseline",
+            f"{mib(report.baseline_memory_bytes or 0)} baseline",
             highlight=False,
         )
     if report.server_log:

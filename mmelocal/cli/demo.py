@@ -216,7 +216,7 @@ def _report(state: dict[str, Any], calls: _Calls, limit: int, footprint: int, ba
         for column in ("model", "freed (MiB)", "unload (ms)", "reason"):
             log.add_column(column, justify="left" if column in ("model", "reason") else "right")
         for e in evictions:
-            freed = "-" if e["bytes"] is None else f"{e['bytes'] / 2**20:,.0f}"
+            freed = mib(e["bytes"], suffix=False)
             log.add_row(e["target"], freed, f"{e['duration_ms']:,.0f}", e["reason"])
         console.print(log)
     for error in calls.errors[:5]:

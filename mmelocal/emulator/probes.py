@@ -25,6 +25,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from mmelocal.errors import UserInputError
 from mmelocal.runtime.memory import Nvml, TreeMemoryReader, process_tree_pids
+from mmelocal.units import mib
 
 logger = logging.getLogger(__name__)
 
@@ -89,7 +90,7 @@ class HostProbe:
     @property
     def name(self) -> str:
         """``host-pss`` plus the budget."""
-        return f"host-pss(budget {self.budget_bytes / 2**30:,.2f} GiB)"
+        return f"host-pss(budget {mib(self.budget_bytes)})"
 
     def read(self) -> MemoryReading:
         """PSS summed over the server and its children (USS and RSS alongside)."""

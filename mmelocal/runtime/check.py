@@ -24,6 +24,7 @@ from typing import Any
 from mmelocal.builder.backends import CONTAINER_BACKENDS
 from mmelocal.builder.config import read_config
 from mmelocal.builder.mme_layout import read_layout
+from mmelocal.builder.tarball import safe_extract
 from mmelocal.builder.validate import ValidationReport, validate_path
 from mmelocal.errors import MmeLocalError, ModelLoadError, ServerDiedError, UserInputError
 from mmelocal.runtime.client import TritonClient
@@ -238,12 +239,17 @@ def _model_dirs(source: Path, work: Path, report: CheckReport) -> list[tuple[Pat
             for c in sorted(source.iterdir())
             if c.is_dir() and (c / "config.pbtxt").is_file()
         ]
-    root = work / EXTRACTED
-    if not root.is_dir() or report.validation.kind != "tarball":
-        reasons = [
-            p.message for p in report.validation.errors if p.code.startswith(("archive.", "path."))
-        ]
-        report.errors.append(f"cannot extract {source}: {'; '.join(reasons) or 'not a tarball'}")
+    root = work / EXTRACTED  # validate extracted a tarball there
+    if report.validation.kind != "tarball":  # not gzip: say what the archive reader says
+        try:
+            safe_extract(source, root)
+        except MmeLocalError as exc:
+            report.errors.append(f"cannot extract {source}: {exc}")
+            return []
+    if not root.is_dir():
+        found = report.validation.errors
+        reasons = [p.message for p in found if p.code.startswith("archive.")]
+        report.errors.append(f"cannot extract {source}: {'; '.join(reasons)}")
         return []
     layout = read_layout(root)
     if not layout.ok:
