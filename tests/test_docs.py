@@ -2,8 +2,9 @@
 
 - a Python block in docs/ or the README is a snippet include of an example file (which
   tests/test_examples.py runs) or says why it is not run (``<!-- not run: REASON -->``);
-- a ``console`` block right after ``<!-- run -->`` is run: each ``$`` line must exit 0 and
-  print the lines shown under it;
+- a ``console`` block right after ``<!-- run -->`` is run (in an empty folder where
+  ``examples/`` is the checkout's, with ``.venv/bin`` first on ``PATH``): each ``$`` line
+  must exit 0 and print the lines shown under it;
 - every snippet include names a file that exists.
 
 The site itself is built by ``make docs`` (``mkdocs build --strict``), part of ``make test``.
@@ -98,6 +99,7 @@ def test_console_blocks_marked_to_run(block: Block, tmp_path: Path) -> None:
     assert block.language == "console", "a block marked to run is a console block"
     env = {**os.environ, "COLUMNS": "120", "NO_COLOR": "1"}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    (tmp_path / "examples").symlink_to(ROOT / "examples")  # as in a checkout
     for command, shown in _commands(block):
         done = subprocess.run(
             ["bash", "-c", command],
