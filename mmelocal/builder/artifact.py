@@ -21,15 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mmelocal.builder.backends import FORMATS
 from mmelocal.builder.tensors import Signature, TensorSpec, numpy_to_triton, torch_to_triton
 from mmelocal.errors import ExportError
-
-FORMATS: dict[str, tuple[str, str]] = {
-    "torchscript": ("pytorch_libtorch", "model.pt"),
-    "onnx": ("onnxruntime_onnx", "model.onnx"),
-    "tensorrt": ("tensorrt_plan", "model.plan"),
-}
-"""format -> (Triton platform, artifact file name in the version folder)."""
 
 
 @dataclass(frozen=True, kw_only=True)

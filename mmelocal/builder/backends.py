@@ -10,7 +10,8 @@ sentence, used by the emulator and ``check`` (an error, before any load) and by
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +22,14 @@ class Backend:
 
     #: the backend's name (``backend:`` in config.pbtxt; the folder under backends/)
     name: str
-    #: the ``platform:`` values that need this backend
-    platforms: tuple[str, ...] = ()
-    #: the format mmelocal's Python runner loads for it, and the artifact's default file
-    #: (None: models of this backend are not served through the runner)
-    runner_format: str | None = None
+    #: the ``platform:`` values that need this backend -> the file Triton looks for in a
+    #: version folder (None: no file, as for an ensemble)
+    platforms: Mapping[str, str | None] = field(default_factory=dict)
+    #: the file Triton looks for when a config names the backend (``backend: "python"``)
     artifact: str | None = None
+    #: mmelocal's format name for it: what ``build`` exports and the Python runner loads
+    #: (None: models of this backend are neither exported nor served through the runner)
+    format: str | None = None
     #: the pip ``tritonserver`` has it (the Python backend) or every Triton has it built in
     in_pip_server: bool = False
     #: built into every Triton, no backend folder (ensemble)
@@ -41,27 +44,48 @@ BACKENDS: dict[str, Backend] = {
     for b in (
         Backend(
             name="pytorch",
-            platforms=("pytorch_libtorch",),
-            runner_format="torchscript",
+            platforms={"pytorch_libtorch": "model.pt"},
             artifact="model.pt",
+            format="torchscript",
         ),
         Backend(
             name="onnxruntime",
-            platforms=("onnxruntime_onnx",),
-            runner_format="onnx",
+            platforms={"onnxruntime_onnx": "model.onnx"},
             artifact="model.onnx",
+            format="onnx",
         ),
         Backend(
             name="tensorrt",
-            platforms=("tensorrt_plan",),
-            runner_format="tensorrt",
+            platforms={"tensorrt_plan": "model.plan"},
             artifact="model.plan",
+            format="tensorrt",
             needs_gpu=True,
         ),
-        Backend(name="tensorflow", platforms=("tensorflow_savedmodel", "tensorflow_graphdef")),
+        Backend(
+            name="tensorflow",
+            platforms={
+                "tensorflow_savedmodel": "model.savedmodel",
+                "tensorflow_graphdef": "model.graphdef",
+            },
+        ),
+        Backend(name="openvino", artifact="model.xml"),
         Backend(name="python", artifact="model.py", in_pip_server=True),
-        Backend(name="ensemble", platforms=("ensemble",), in_pip_server=True, builtin=True),
+        Backend(name="ensemble", platforms={"ensemble": None}, in_pip_server=True, builtin=True),
     )
+}
+#: every ``platform:`` value Triton knows, in the table's order
+PLATFORMS = tuple(p for b in BACKENDS.values() for p in b.platforms)
+#: platform -> the file Triton looks for in a version folder
+PLATFORM_FILES = {p: f for b in BACKENDS.values() for p, f in b.platforms.items() if f}
+#: backend -> the file Triton looks for when a config names the backend
+BACKEND_FILES = {n: b.artifact for n, b in BACKENDS.items() if b.artifact}
+#: mmelocal's export formats -> (platform, artifact file)
+FORMATS: dict[str, tuple[str, str]] = {
+    b.format: (p, f)
+    for b in BACKENDS.values()
+    if b.format
+    for p, f in list(b.platforms.items())[:1]
+    if f
 }
 #: platform -> the backend Triton needs for it
 PLATFORM_BACKENDS = {p: b.name for b in BACKENDS.values() for p in b.platforms if p != b.name}
@@ -70,22 +94,23 @@ PIP_SERVER_BACKENDS = frozenset(n for n, b in BACKENDS.items() if b.in_pip_serve
 #: backends every Triton has without a backend folder
 BUILTIN_BACKENDS = frozenset(n for n, b in BACKENDS.items() if b.builtin)
 #: backends mmelocal runs through the Python runner
-RUNNER_BACKENDS = frozenset(n for n, b in BACKENDS.items() if b.runner_format)
+RUNNER_BACKENDS = frozenset(n for n, b in BACKENDS.items() if b.format)
 #: backends mmelocal emulates on any host (served as they are, or through the runner)
 EMULATED_BACKENDS = frozenset(
-    n for n, b in BACKENDS.items() if (b.in_pip_server or b.runner_format) and not b.needs_gpu
+    n for n, b in BACKENDS.items() if (b.in_pip_server or b.format) and not b.needs_gpu
 )
 #: backends mmelocal emulates only where an NVIDIA GPU is present
 GPU_BACKENDS = frozenset(n for n, b in BACKENDS.items() if b.needs_gpu)
 #: what a Triton container image is taken to have: everything mmelocal serves
 CONTAINER_BACKENDS = PIP_SERVER_BACKENDS | RUNNER_BACKENDS
-#: platform or backend name -> (backend, runner format, artifact file), for the runner
+#: platform or backend name -> (backend, format, artifact file), for the Python runner
 NATIVE_FORMATS: dict[str, tuple[str, str, str]] = {
-    key: (b.name, b.runner_format, b.artifact)
+    key: (b.name, b.format, b.artifact)
     for b in BACKENDS.values()
-    if b.runner_format and b.artifact
+    if b.format and b.artifact
     for key in (*b.platforms, b.name)
 }
+
 DOCKER_HINT = (
     "run it where it can: a machine with an NVIDIA GPU and the Docker launcher "
     "(`mmelocal serve --launcher docker --image nvcr.io/nvidia/tritonserver:<yy.mm>-py3`, "
@@ -193,14 +218,18 @@ def _env_contents(env: Path) -> tuple[str | None, bool]:
 
 __all__ = [
     "BACKENDS",
+    "BACKEND_FILES",
     "BUILTIN_BACKENDS",
     "CONTAINER_BACKENDS",
     "DOCKER_HINT",
     "EMULATED_BACKENDS",
+    "FORMATS",
     "GPU_BACKENDS",
     "NATIVE_FORMATS",
     "PIP_SERVER_BACKENDS",
+    "PLATFORMS",
     "PLATFORM_BACKENDS",
+    "PLATFORM_FILES",
     "RUNNER_BACKENDS",
     "Backend",
     "backend_of",

@@ -26,19 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mmelocal.builder.backends import PLATFORMS
 from mmelocal.builder.tensors import Signature, TensorSpec
 from mmelocal.errors import ConfigError
 
 KINDS = ("auto", "gpu", "cpu")
 WARMUP_DATA = ("random", "zero")
-PLATFORMS = (
-    "pytorch_libtorch",
-    "onnxruntime_onnx",
-    "tensorrt_plan",
-    "tensorflow_savedmodel",
-    "tensorflow_graphdef",
-    "ensemble",
-)
 _FLOAT_TYPES = ("TYPE_FP16", "TYPE_FP32", "TYPE_FP64", "TYPE_BF16")
 
 

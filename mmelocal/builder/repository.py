@@ -25,24 +25,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from mmelocal.builder.backends import BACKEND_FILES, PLATFORM_FILES
 from mmelocal.errors import UserInputError
 
 log = logging.getLogger(__name__)
 
-PLATFORM_FILES: dict[str, str] = {
-    "pytorch_libtorch": "model.pt",
-    "onnxruntime_onnx": "model.onnx",
-    "tensorrt_plan": "model.plan",
-    "tensorflow_graphdef": "model.graphdef",
-    "tensorflow_savedmodel": "model.savedmodel",
-}
-BACKEND_FILES: dict[str, str] = {
-    "pytorch": "model.pt",
-    "onnxruntime": "model.onnx",
-    "tensorrt": "model.plan",
-    "python": "model.py",
-    "openvino": "model.xml",
-}
 REFERENCE_FILE = "mmelocal_reference.npz"
 """Reference inputs/outputs recorded by the build, at the top of the model folder."""
 

@@ -6,7 +6,8 @@ from typing import Any
 
 import click
 
-FORMATS = ("torchscript", "onnx", "tensorrt")
+from mmelocal.builder.backends import FORMATS
+
 TASKS = (
     "feature-extraction",
     "sequence-classification",

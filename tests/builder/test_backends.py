@@ -1,0 +1,54 @@
+"""The backend table (builder/backends.py) and what each layer derives from it."""
+
+from __future__ import annotations
+
+import pytest
+from tritonclient.grpc import model_config_pb2
+
+from mmelocal.builder import backends
+from mmelocal.builder.artifact import FORMATS as ARTIFACT_FORMATS
+from mmelocal.builder.config import PLATFORMS as CONFIG_PLATFORMS
+from mmelocal.builder.repository import artifact_filename
+from mmelocal.runtime import check, python_copies
+from mmelocal.testing import triton
+
+
+def config(**fields: str) -> model_config_pb2.ModelConfig:
+    return model_config_pb2.ModelConfig(name="m", **fields)
+
+
+@pytest.mark.parametrize(
+    ("fields", "gpu", "why"),
+    [
+        ({"platform": "pytorch_libtorch"}, False, None),
+        ({"platform": "onnxruntime_onnx"}, False, None),
+        ({"backend": "python"}, False, None),
+        ({"platform": "ensemble"}, False, None),
+        ({"platform": "tensorrt_plan"}, True, None),
+        ({"platform": "tensorrt_plan"}, False, "runs only on an NVIDIA GPU"),
+        ({"platform": "tensorflow_savedmodel"}, True, "needs the 'tensorflow' backend"),
+        ({"backend": "openvino"}, False, "needs the 'openvino' backend"),
+    ],
+)
+def test_host_limit_follows_the_table(fields: dict[str, str], gpu: bool, why: str | None) -> None:
+    found = backends.host_limit(config(**fields), gpu=gpu)
+    assert found is None if why is None else why in str(found)
+
+
+def test_every_consumer_derives_from_the_one_table() -> None:
+    assert ARTIFACT_FORMATS is backends.FORMATS
+    assert CONFIG_PLATFORMS is backends.PLATFORMS
+    assert python_copies.NATIVE_FORMATS is backends.NATIVE_FORMATS
+    assert check.CONTAINER_BACKENDS is backends.CONTAINER_BACKENDS
+    assert triton.PYTHON_ONLY is backends.PIP_SERVER_BACKENDS
+    assert set(backends.FORMATS) == {"torchscript", "onnx", "tensorrt"}
+    for platform, filename in backends.PLATFORM_FILES.items():
+        assert artifact_filename(config(platform=platform)) == filename
+    assert artifact_filename(config(backend="python")) == "model.py"
+
+
+def test_the_runner_serves_every_export_format() -> None:
+    for fmt, (platform, filename) in backends.FORMATS.items():
+        backend, runner_format, runner_file = backends.NATIVE_FORMATS[platform]
+        assert (runner_format, runner_file) == (fmt, filename)
+        assert backends.backend_of(config(platform=platform)) == backend
