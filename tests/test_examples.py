@@ -48,7 +48,6 @@ def test_package_and_validate(tmp_path: Path) -> None:
     ]
 
 
-@pytest.mark.slow
 def test_build_from_module(tmp_path: Path) -> None:
     out = run_example("build_from_module.py", str(tmp_path / "repo"))
     assert "verified: max abs diff" in out
