@@ -115,3 +115,10 @@ def test_console_blocks_marked_to_run(block: Block, tmp_path: Path) -> None:
         for line in shown:
             assert " ".join(line.split()) in output, f"$ {command}: {line!r} not printed"
     assert all(shlex.split(c) for c, _ in _commands(block))
+
+
+def test_the_readme_links_to_files_that_exist() -> None:
+    """mkdocs --strict checks the site's links; the README is read on the forge, not built."""
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", (ROOT / "README.md").read_text())
+    local = [link for link in links if "://" not in link]
+    assert local and all((ROOT / link).exists() for link in local), local
