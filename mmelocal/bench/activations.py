@@ -116,10 +116,14 @@ class _LiveTensors:
             stride = tuple(args[3]) if isinstance(args[3], (list, tuple)) else (args[3],)
             if any(k > s for k, s in zip(kernel, stride * len(kernel), strict=False)):
                 self.overlapping += 1
-        given = {_storage_key(t) for t in tree_leaves(args) if isinstance(t, torch.Tensor)}
-        for leaf in tree_leaves(out):
-            if isinstance(leaf, torch.Tensor) and _storage_key(leaf) not in given:
-                self._track(leaf)
+        returns = func._schema.returns
+        results = out if isinstance(out, (tuple, list)) and len(returns) > 1 else (out,)
+        for ret, result in zip(returns, results, strict=False):
+            if ret.alias_info is not None:
+                continue  # a view or an in-place/out= result: the input's storage
+            for leaf in tree_leaves(result):
+                if isinstance(leaf, torch.Tensor):
+                    self._track(leaf)
 
     def _track(self, tensor: Any) -> None:
         storage = tensor.untyped_storage()

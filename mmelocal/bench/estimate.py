@@ -54,7 +54,8 @@ ALLOCATOR_SLACK = 0.10
 #: convolutions (kernel > stride: 3x3, 7x7; not a ViT's patchify convolution). cuDNN docs:
 #: the workspace size depends on the algorithm chosen per layer; no published figure per
 #: model. Calibrated: the published ResNet-50 PyTorch curve on a T4 (271 MiB per copy) less
-#: its weights, its batch-1 activations and the cuBLAS segment leaves about 140 MiB.
+#: its weights (98 MiB), its batch-1 activations (one 20 MiB segment) and the cuBLAS segment
+#: (20 MiB) leaves 133 MiB.
 CUDNN_WORKSPACE_BYTES = (0, 128 * MIB, 256 * MIB)
 
 
@@ -382,6 +383,11 @@ class ModelFacts:
     notes: tuple[str, ...] = field(default_factory=tuple)
 
 
+def _segments(size: float) -> int:
+    """``size`` rounded up to whole caching-allocator segments (20 MiB, kLargeBuffer)."""
+    return -(-int(size) // CUBLAS_SEGMENT_BYTES) * CUBLAS_SEGMENT_BYTES
+
+
 def build_parts(facts: ModelFacts, *, model_format: str, batches: Batches) -> tuple[Part, ...]:
     """The parts of the footprint for ``model_format`` (see the module docstring)."""
     act = facts.activation_bytes
@@ -407,16 +413,20 @@ def build_parts(facts: ModelFacts, *, model_format: str, batches: Batches) -> tu
         source="sum of parameters and buffers x bytes per element; each instance loads its own",
     )
     low_act, high_act = act[batches.warmup], act[batches.max]
-    arena = ORT_ARENA_FACTOR if model_format == "onnx" else (1.0, 1.0, 1.0)
+    if model_format == "onnx":
+        held = (low_act, low_act, high_act * ORT_ARENA_FACTOR[2])
+        how = "; ONNX Runtime arena up to 2x (kNextPowerOfTwo)"
+    else:
+        held = (low_act, _segments(low_act), _segments(high_act))
+        how = "; held in whole 20 MiB allocator segments"
     activations = Part(
         name=f"activations at batch {batches.warmup} (warm-up) .. {batches.max} (max) x {n}",
         scope=PER_COPY,
-        low_bytes=int(low_act * arena[0]) * n,
-        point_bytes=int(low_act * arena[1]) * n,
-        high_bytes=int(high_act * arena[2]) * n,
+        low_bytes=int(held[0]) * n,
+        point_bytes=int(held[1]) * n,
+        high_bytes=int(held[2]) * n,
         source="peak of live tensors traced on fake tensors; the caching allocator keeps the "
-        "largest batch run so far, per instance stream"
-        + ("; ONNX Runtime arena up to 2x (kNextPowerOfTwo)" if model_format == "onnx" else ""),
+        "largest batch run so far, per instance stream" + how,
     )
     cudnn = CUDNN_WORKSPACE_BYTES if facts.overlapping_convolutions else (0, 0, 0)
     slack = int(ALLOCATOR_SLACK * (weights.high_bytes + activations.high_bytes))

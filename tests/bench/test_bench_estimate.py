@@ -1,0 +1,253 @@
+"""``capacity estimate``: each part against its own independent computation.
+
+Models are built with random weights (torchvision ``weights=None``, a tiny ``BertConfig``);
+nothing runs on a device. The activation peak is checked against a hand computation on a
+small MLP (peak of live tensors, not their sum), in PyTorch and in an ONNX graph.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mmelocal.bench.activations import onnx_weights, torch_weights, trace_onnx, trace_torch
+from mmelocal.bench.estimate import (
+    CUBLAS_SEGMENT_BYTES,
+    ONCE,
+    PER_COPY,
+    TRT_CONTEXT_FACTOR,
+    Batches,
+    Estimate,
+    Measured,
+    ModelFacts,
+    build_parts,
+    card_count,
+    check_precision,
+    estimate_from_facts,
+    sum_parts,
+)
+from mmelocal.bench.projection import GpuSpec
+from mmelocal.errors import UserInputError
+
+torch = pytest.importorskip("torch")
+MIB = 1024 * 1024
+
+
+def _mlp(inplace: bool = False) -> Any:
+    return torch.nn.Sequential(
+        torch.nn.Linear(4, 8), torch.nn.ReLU(inplace=inplace), torch.nn.Linear(8, 2)
+    ).eval()
+
+
+@pytest.mark.parametrize("batch", [1, 3, 16])
+def test_activation_peak_is_the_live_peak_not_the_sum(batch: int) -> None:
+    # input (4) stays live; Linear1 out (8) and ReLU out (8) are live together; Linear1's
+    # out is dropped before Linear2 makes its (2). Peak: 4 + 8 + 8 floats; sum: 4 + 8 + 8 + 2.
+    trace = trace_torch(_mlp().to("meta"), (torch.empty(batch, 4, device="meta"),))
+    assert trace.peak_bytes == batch * (4 + 8 + 8) * 4
+    assert trace.input_bytes == batch * 4 * 4
+    assert trace.output_bytes == batch * 2 * 4
+
+
+def test_in_place_ops_add_nothing_and_precision_scales_floats() -> None:
+    module = _mlp(inplace=True).to("meta")
+    trace = trace_torch(module, (torch.empty(5, 4, device="meta"),))
+    assert trace.peak_bytes == 5 * (4 + 8 + 2) * 4  # ReLU(inplace) reuses Linear1's output
+    half = trace_torch(module, (torch.empty(5, 4, device="meta"),), float_bytes=2)
+    assert half.peak_bytes == trace.peak_bytes // 2
+
+
+def test_weights_of_a_tiny_bert_with_random_weights() -> None:
+    transformers = pytest.importorskip("transformers")
+    config = transformers.BertConfig(
+        vocab_size=99,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=37,
+        max_position_embeddings=64,
+    )
+    model = transformers.BertModel(config).eval()
+    params = sum(p.numel() for p in model.parameters())
+    buffers = sum(b.numel() * b.element_size() for b in model.buffers())
+    # the same count from the config, by hand: embeddings, 2 layers, pooler
+    h, i, v, p = 32, 37, 99, 64
+    layer = 4 * (h * h + h) + 2 * 2 * h + (h * i + i) + (i * h + h)
+    expected = (v + p + 2) * h + 2 * h + 2 * layer + (h * h + h)
+    assert params == expected
+    weights = torch_weights(model)
+    assert weights.params == params
+    assert weights.total_bytes == params * 4 + buffers
+    assert torch_weights(model, float_bytes=2).param_bytes == params * 2
+
+
+def test_resnet18_random_weights_parameter_count_is_exact() -> None:
+    torchvision = pytest.importorskip("torchvision")
+    with torch.device("meta"):
+        model = torchvision.models.resnet18(weights=None)
+    assert torch_weights(model).params == 11_689_512  # torchvision's documented count
+    trace = trace_torch(model.eval(), (torch.empty(2, 3, 224, 224, device="meta"),))
+    assert trace.convolutions == 20 and trace.overlapping_convolutions == 17
+    # the peak holds the input and at least the largest feature map (64 x 112 x 112)
+    assert trace.peak_bytes >= trace.input_bytes + 2 * 64 * 112 * 112 * 4
+
+
+def _onnx_mlp(path: Path) -> Path:
+    onnx = pytest.importorskip("onnx")
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    inits = [
+        numpy_helper.from_array(np.zeros((8, 4), np.float32), "w1"),
+        numpy_helper.from_array(np.zeros(8, np.float32), "b1"),
+        numpy_helper.from_array(np.zeros((2, 8), np.float32), "w2"),
+        numpy_helper.from_array(np.zeros(2, np.float32), "b2"),
+    ]
+    nodes = [
+        helper.make_node("Gemm", ["x", "w1", "b1"], ["h1"], transB=1),
+        helper.make_node("Relu", ["h1"], ["h2"]),
+        helper.make_node("Gemm", ["h2", "w2", "b2"], ["y"], transB=1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 2])],
+        initializer=inits,
+    )
+    onnx.save(helper.make_model(graph), path)
+    return path
+
+
+def test_onnx_shape_inference_gives_the_same_peak(tmp_path: Path) -> None:
+    path = _onnx_mlp(tmp_path / "mlp.onnx")
+    trace = trace_onnx(path, batch_size=6)
+    assert trace.peak_bytes == 6 * (4 + 8 + 8) * 4
+    assert trace.unknown_tensors == 0
+    weights = onnx_weights(path)
+    assert weights.params == 8 * 4 + 8 + 2 * 8 + 2
+    assert weights.total_bytes == weights.params * 4
+
+
+FACTS = ModelFacts(
+    params=1_000_000,
+    weight_bytes=4_000_000,
+    weight_bytes_fp32=4_000_000,
+    activation_bytes={1: 1 * MIB, 4: 4 * MIB, 8: 8 * MIB},
+)
+BATCHES = Batches(warmup=1, preferred=4, max=8, instances=2)
+
+
+def test_libtorch_parts_and_count_follow_the_formula() -> None:
+    parts = build_parts(FACTS, model_format="torchscript", batches=BATCHES)
+    weights, acts, backend, runtime, server = parts
+    assert weights.point_bytes == 2 * 4_000_000  # two instances, two copies of the weights
+    # the traced peak, and the same held in whole 20 MiB allocator segments, per instance
+    assert (acts.low_bytes, acts.point_bytes) == (2 * MIB, 2 * CUBLAS_SEGMENT_BYTES)
+    assert acts.high_bytes == 2 * CUBLAS_SEGMENT_BYTES  # 8 MiB at max batch: one segment
+    assert backend.point_bytes == 2 * CUBLAS_SEGMENT_BYTES
+    assert runtime.scope == server.scope == ONCE
+    per_copy = weights.point_bytes + acts.point_bytes + backend.point_bytes
+    once = runtime.point_bytes + server.point_bytes
+    assert sum_parts(parts, PER_COPY)[1] == per_copy
+    total = 16 * 1024 * MIB
+    expected = math.floor((0.9 * total - once) / per_copy)
+    assert card_count(parts, memory_bytes=total, threshold=0.9)[1] == expected
+    low, point, high = card_count(parts, memory_bytes=total, threshold=0.9)
+    assert low <= point <= high
+
+
+def test_tensorrt_parts_range_from_fp16_to_fp32_weights() -> None:
+    facts = ModelFacts(
+        params=1_000_000,
+        weight_bytes=2_000_000,
+        weight_bytes_fp32=4_000_000,
+        activation_bytes={1: MIB, 8: 8 * MIB, 32: 32 * MIB},
+    )
+    batches = Batches(warmup=1, preferred=8, max=8, profile_max=32)
+    engine, context, _, _ = build_parts(facts, model_format="tensorrt", batches=batches)
+    assert (engine.low_bytes, engine.high_bytes) == (2_000_000, 4_000_000)
+    assert context.low_bytes == int(32 * MIB * TRT_CONTEXT_FACTOR[0])  # the profile's max
+
+
+def test_int8_is_for_tensorrt_only_and_names_the_fix() -> None:
+    assert check_precision("tensorrt", "int8") == 1
+    with pytest.raises(UserInputError, match="--format tensorrt"):
+        check_precision("torchscript", "int8")
+
+
+def test_measurement_wins_and_round_trips_through_json() -> None:
+    estimate = estimate_from_facts(
+        FACTS, source="m", model_format="torchscript", precision="fp32", batches=BATCHES
+    )
+    card = GpuSpec(name="T4", memory_bytes=15360 * MIB, instances={"ml.g4dn.xlarge": 1})
+    estimate = estimate.with_cards([card])
+    measured = Measured(
+        per_copy_bytes=100 * MIB,
+        baseline_bytes=500 * MIB,
+        count=120,
+        total_bytes=15360 * MIB,
+        probe="nvml",
+        origin="run",
+    )
+    both = estimate.with_measurement(measured)
+    assert both.cards[0].measured == math.floor((0.9 * 15360 - 500) / 100)
+    again = Estimate.from_dict(json.loads(json.dumps(both.to_dict())))
+    assert again.cards == both.cards and again.parts == both.parts
+    host = estimate.with_measurement(Measured(**{**vars(measured), "probe": "host-pss"}))
+    assert host.cards[0].measured is None  # host memory does not project to a GPU
+
+
+def test_built_torchscript_folder_reads_its_config(tmp_path: Path) -> None:
+    from mmelocal.bench.estimate_model import estimate_model
+
+    folder = tmp_path / "mlp"
+    (folder / "1").mkdir(parents=True)
+    torch.jit.script(_mlp()).save(str(folder / "1" / "model.pt"))
+    (folder / "config.pbtxt").write_text(
+        'platform: "pytorch_libtorch"\nmax_batch_size: 16\n'
+        'input { name: "INPUT__0" data_type: TYPE_FP32 dims: [4] }\n'
+        'output { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [2] }\n'
+        "dynamic_batching { preferred_batch_size: [4, 8] }\n"
+        "instance_group { count: 2 kind: KIND_GPU }\n"
+    )
+    estimate = estimate_model(folder, instance_types=["ml.g4dn.xlarge"])
+    assert estimate.model_format == "torchscript"
+    assert estimate.batches == Batches(warmup=1, preferred=8, max=16, instances=2)
+    assert estimate.params == 4 * 8 + 8 + 8 * 2 + 2
+    assert estimate.activation_bytes[16] == 16 * (4 + 8 + 8) * 4
+    assert [c.gpu for c in estimate.cards] == ["T4"]
+
+
+def test_cli_estimate_prints_parts_and_writes_json(tmp_path: Path) -> None:
+    pytest.importorskip("torchvision")
+    from click.testing import CliRunner
+
+    from mmelocal.cli.main import cli
+
+    out = tmp_path / "estimate.json"
+    result = CliRunner().invoke(
+        cli,
+        [
+            "capacity",
+            "estimate",
+            "torchvision:resnet18",
+            "--instance-type",
+            "ml.g4dn.xlarge",
+            "--json",
+            str(out),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "one copy" in result.output and "T4" in result.output
+    data = json.loads(out.read_text())
+    assert data["kind"] == "estimate" and data["params"] == 11_689_512
+    assert any("cuDNN workspace" in part["name"] for part in data["parts"])
+    bad = CliRunner().invoke(
+        cli, ["capacity", "estimate", "torchvision:resnet18", "--instance-type", "ml.nope"]
+    )
+    assert bad.exit_code != 0 and "unknown instance type" in str(bad.exception or bad.output)
