@@ -204,7 +204,8 @@ def _add_sweep(page: _Page, result: Any, stem: str) -> None:
         f" no failure within that limit. Measured on {result.machine or 'this machine'}"
         + (f" ({result.started_at})." if result.started_at else ".")
     )
-    page.para(f"Recommendation: {result.recommendation}")
+    label = "Recommendation (CPU run, no GPU sizing)" if result.relative_only else "Recommendation"
+    page.para(f"{label}: {result.recommendation}")
     page.para(result.price_note, note=True)
     page.image(f"{stem}-comparison", lambda: plots.sweep_comparison(result), "sweep comparison")
     if any(row.loadtest is not None for row in result.rows):
