@@ -251,3 +251,88 @@ def test_cli_estimate_prints_parts_and_writes_json(tmp_path: Path) -> None:
         cli, ["capacity", "estimate", "torchvision:resnet18", "--instance-type", "ml.nope"]
     )
     assert bad.exit_code != 0 and "unknown instance type" in str(bad.exception or bad.output)
+
+
+def _capacity(source: str, probe: str) -> Any:
+    from mmelocal.bench.capacity_result import CapacityResult, LoadRecord
+
+    loads = tuple(
+        LoadRecord(
+            copies=i,
+            target=f"m-{i}.tar.gz",
+            used_bytes=(500 + 100 * i) * MIB,
+            delta_bytes=100 * MIB,
+            load_s=1.0,
+            warmup_s=0.1,
+        )
+        for i in (1, 2, 3)
+    )
+    return CapacityResult(
+        source=source,
+        label=source,
+        model_format="torchscript",
+        probe=probe,
+        total_bytes=15360 * MIB,
+        threshold=0.9,
+        baseline_bytes=500 * MIB,
+        loads=loads,
+        next_copy=None,
+        stopped_reason="all copies loaded",
+    )
+
+
+@pytest.mark.parametrize(("probe", "wins"), [("nvml", True), ("host-pss", False)])
+def test_report_shows_estimate_and_measurement_side_by_side(
+    tmp_path: Path, probe: str, wins: bool
+) -> None:
+    from mmelocal.bench.report import write_report
+
+    card = GpuSpec(name="T4", memory_bytes=15360 * MIB, instances={"ml.g4dn.xlarge": 1})
+    estimate = estimate_from_facts(
+        FACTS, source="m", model_format="torchscript", precision="fp32", batches=BATCHES
+    ).with_cards([card])
+    files = write_report([estimate, _capacity("m", probe)], tmp_path / "r")
+    page = files.html.read_text()
+    assert "Capacity estimate: m" in page
+    assert ("the measurement wins" in page) is wins
+    cards = (tmp_path / "r" / "estimate-1-cards.csv").read_text().splitlines()
+    measured = cards[1].split(",")[-1]
+    assert measured == (str(math.floor((0.9 * 15360 - 500) / 100)) if wins else "")
+
+
+def test_onnx_model_folder_and_tarball(tmp_path: Path) -> None:
+    import tarfile
+
+    from mmelocal.bench.estimate_model import estimate_model
+
+    folder = tmp_path / "mlp"
+    (folder / "1").mkdir(parents=True)
+    _onnx_mlp(folder / "1" / "model.onnx")
+    (folder / "config.pbtxt").write_text(
+        'platform: "onnxruntime_onnx"\nmax_batch_size: 8\n'
+        'input { name: "x" data_type: TYPE_FP32 dims: [4] }\n'
+        'output { name: "y" data_type: TYPE_FP32 dims: [2] }\n'
+        'model_warmup { name: "w" batch_size: 4 inputs { key: "x" value '
+        "{ data_type: TYPE_FP32 dims: [4] zero_data: true } } }\n"
+    )
+    tarball = tmp_path / "mlp.tar.gz"
+    with tarfile.open(tarball, "w:gz") as tar:
+        tar.add(folder, arcname="mlp")
+    for path in (folder, tarball):
+        estimate = estimate_model(path, instance_types=["ml.g5.xlarge"])
+        assert estimate.model_format == "onnx"
+        assert estimate.batches == Batches(warmup=4, preferred=8, max=8)
+        assert estimate.activation_bytes == {4: 4 * 80, 8: 8 * 80}
+        activations = next(p for p in estimate.parts if p.name.startswith("activations"))
+        assert activations.high_bytes == 2 * 8 * 80  # ONNX Runtime's arena: up to 2x
+
+
+def test_a_tensorrt_plan_asks_for_its_source(tmp_path: Path) -> None:
+    from mmelocal.bench.estimate_model import estimate_model
+
+    folder = tmp_path / "trt"
+    (folder / "1").mkdir(parents=True)
+    (folder / "1" / "model.plan").write_bytes(b"plan")
+    (folder / "config.pbtxt").write_text('platform: "tensorrt_plan"\nmax_batch_size: 8\n')
+    with pytest.raises(UserInputError, match="--format tensorrt"):
+        estimate_model(folder)
