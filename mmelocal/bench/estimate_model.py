@@ -2,8 +2,9 @@
 
 What can be named: a builder source (``torchvision:resnet50``, ``minilm``, a Hugging Face
 folder or hub name, a ``.pt``/``.onnx`` file), a built model folder (``config.pbtxt`` +
-``1/model.pt`` or ``1/model.onnx``) or an MME tarball. A source's batches come from its
-family preset (with the user's overrides), a built model's from its ``config.pbtxt``.
+``1/model.pt`` or ``1/model.onnx``), a repository of such folders, or an MME tarball. A
+source's batches come from its family preset (with the user's overrides), a built model's
+from its ``config.pbtxt``.
 Nothing runs on a device: the module moves to the ``meta`` device and is traced on fake
 tensors; an ONNX file is read by shape inference. See :mod:`mmelocal.bench.estimate`.
 """
@@ -68,6 +69,8 @@ def estimate_model(
     instance_types: Sequence[str] = (),
 ) -> Estimate:
     """Estimate the footprint of ``source`` and the copies per card (module docstring)."""
+    from dataclasses import replace
+
     from mmelocal.bench.sources import is_prebuilt
 
     started = time.monotonic()
@@ -92,9 +95,22 @@ def estimate_model(
         threshold=threshold,
     )
     estimate = estimate.with_cards(gpus if gpus is not None else load_gpus(), instance_types)
-    from dataclasses import replace
-
     return replace(estimate, elapsed_s=time.monotonic() - started)
+
+
+def repository_models(path: Path | str) -> list[Path]:
+    """The model folders (with ``config.pbtxt``) directly inside a repository root; empty
+    for anything else (a model folder, a tarball, a source spec)."""
+    root = Path(path)
+    if not root.is_dir() or (root / "config.pbtxt").is_file():
+        return []
+    return sorted(p for p in root.iterdir() if p.is_dir() and (p / "config.pbtxt").is_file())
+
+
+def estimate_many(source: str | Path, **options: Any) -> list[Estimate]:
+    """:func:`estimate_model` for ``source``, or for every model of a repository root."""
+    models = repository_models(source)
+    return [estimate_model(m, **options) for m in models] or [estimate_model(source, **options)]
 
 
 def trace_module(
@@ -314,4 +330,11 @@ def _artifact(model_dir: Path, filename: str) -> Path:
     raise UserInputError(f"{model_dir}: no version folder holds {filename}")
 
 
-__all__ = ["estimate_model", "measured_from_capacity", "trace_module", "trace_onnx_file"]
+__all__ = [
+    "estimate_many",
+    "estimate_model",
+    "measured_from_capacity",
+    "repository_models",
+    "trace_module",
+    "trace_onnx_file",
+]

@@ -76,19 +76,21 @@ def estimate(
 ) -> None:
     """Estimate SOURCE's GPU footprint per copy and the copies per card; no GPU, no AWS.
 
+    SOURCE: a builder source, a built model folder, a repository of them, or a tarball.
+
     \b
     mmelocal capacity estimate torchvision:resnet50 --instance-type ml.g4dn.xlarge
     mmelocal capacity estimate minilm --format tensorrt --precision fp16
     mmelocal capacity estimate model.tar.gz --measured capacity.json
     """
-    from mmelocal.bench.estimate_model import estimate_model, measured_from_capacity
+    from mmelocal.bench.estimate_model import estimate_many, measured_from_capacity
     from mmelocal.bench.projection import load_gpus
 
     prepare_outputs(json_out, report_dir)
     overrides = {"max_batch_size": max_batch_size, "instance_count": instance_count}
     types = [t for item in instance_types for t in csv_list(item)]
     with err_console.status(f"tracing {source}"):
-        result = estimate_model(
+        results = estimate_many(
             source,
             model_format=model_format,
             precision=precision,
@@ -100,12 +102,14 @@ def estimate(
             instance_types=types,
         )
     if measured is not None:
-        result = result.with_measurement(measured_from_capacity(_capacity(measured)))
-    console.print(parts_table(result))
-    console.print(cards_table(result))
-    for line in summary_lines(result):
-        console.print(escape(line))
-    write_outputs([result], json_out, report_dir, title="Capacity estimate")
+        found = measured_from_capacity(_capacity(measured))
+        results = [r.with_measurement(found) for r in results]
+    for result in results:
+        console.print(parts_table(result))
+        console.print(cards_table(result))
+        for line in summary_lines(result):
+            console.print(escape(line))
+    write_outputs(results, json_out, report_dir, title="Capacity estimate")
 
 
 def _capacity(path: Path) -> Any:

@@ -336,3 +336,47 @@ def test_a_tensorrt_plan_asks_for_its_source(tmp_path: Path) -> None:
     (folder / "config.pbtxt").write_text('platform: "tensorrt_plan"\nmax_batch_size: 8\n')
     with pytest.raises(UserInputError, match="--format tensorrt"):
         estimate_model(folder)
+
+
+def test_a_repository_root_estimates_every_model(tmp_path: Path) -> None:
+    from mmelocal.bench.estimate_model import estimate_many
+
+    for name in ("a", "b"):
+        (tmp_path / name / "1").mkdir(parents=True)
+        _onnx_mlp(tmp_path / name / "1" / "model.onnx")
+        (tmp_path / name / "config.pbtxt").write_text(
+            f'platform: "onnxruntime_onnx"\nmax_batch_size: {4 if name == "a" else 2}\n'
+            'input { name: "x" data_type: TYPE_FP32 dims: [4] }\n'
+            'output { name: "y" data_type: TYPE_FP32 dims: [2] }\n'
+        )
+    found = estimate_many(tmp_path, instance_types=["ml.g4dn.xlarge"])
+    assert [e.source.rsplit("/", 1)[-1] for e in found] == ["a", "b"]
+    assert [e.batches.max for e in found] == [4, 2]
+
+
+def test_runtime_once_is_the_published_first_copy_excess() -> None:
+    from mmelocal.bench.published import PUBLISHED
+
+    # independent: first reading - empty server - slope of the curve, for conv PyTorch rows
+    rows = [
+        r for r in PUBLISHED if r.platform == "pytorch_libtorch" and r.model != "bert-base-uncased"
+    ]
+    rows = [r for r in rows if r.model != "roberta-large"]
+    excess = [
+        r.first_util * r.total_mib
+        - r.baseline_mib
+        - (r.last_util - r.first_util) / (r.printed - 1) * r.total_mib
+        for r in rows
+    ]
+    facts = ModelFacts(
+        params=1,
+        weight_bytes=4,
+        weight_bytes_fp32=4,
+        activation_bytes={1: 1},
+        convolutions=1,
+    )
+    batches = Batches(warmup=1, preferred=1, max=1)
+    runtime = build_parts(facts, model_format="torchscript", batches=batches)[3]
+    assert runtime.low_bytes == int(min(excess) * MIB)
+    assert runtime.high_bytes == int(max(excess) * MIB)
+    assert 700 < min(excess) <= max(excess) < 800  # libtorch + cuBLAS + cuDNN on a T4/V100
