@@ -210,6 +210,9 @@ def _source_facts(
     from mmelocal.builder.presets import detect_family, preset_options
     from mmelocal.builder.sources import load_source
 
+    config_json = _hf_config(spec)
+    if config_json is not None:
+        return _config_facts(spec, config_json, precision, seq_len, overrides, profile_max)
     source = load_source(spec, seq_len=seq_len)
     options = preset_options(detect_family(source.family or source.name), **overrides)
     batches = _batches(
@@ -227,6 +230,63 @@ def _source_facts(
     return trace_module(
         source.module, source.example_inputs, batches, precision=precision, notes=notes
     ), batches
+
+
+def _hf_config(spec: str) -> Path | None:
+    """The ``config.json`` of a Hugging Face folder or hub name (only that file is fetched:
+    the estimate needs shapes, not weights); None for any other source."""
+    from mmelocal.builder.sources.huggingface import MINILM_NAMES, looks_like_hub_name
+
+    path = Path(spec).expanduser()
+    if spec.lower() in MINILM_NAMES or ":" in spec:
+        return None
+    if path.is_dir():
+        return path / "config.json" if (path / "config.json").is_file() else None
+    if path.exists() or not looks_like_hub_name(spec):
+        return None
+    from mmelocal.builder.sources.hub import fetch_hub_file
+
+    return fetch_hub_file(spec, ("config.json",), spec=spec)
+
+
+def _config_facts(
+    spec: str,
+    config_json: Path,
+    precision: str,
+    seq_len: int,
+    overrides: dict[str, Any],
+    profile_max: int | None,
+) -> tuple[ModelFacts, Batches]:
+    """The base model of a Hugging Face config, built on the meta device (no weights read)."""
+    import torch
+    import transformers
+
+    from mmelocal.builder.presets import detect_family, preset_options
+
+    config = transformers.AutoConfig.from_pretrained(str(config_json.parent))
+    with torch.device("meta"):
+        model = transformers.AutoModel.from_config(config)
+    family = detect_family(getattr(config, "model_type", None) or spec)
+    options = preset_options(family, **overrides)
+    batches = _batches(
+        max_batch=options.max_batch_size,
+        preferred=options.preferred_batch_sizes if options.dynamic_batching else (),
+        warmup=options.warmup_batch_sizes if options.warmup else (),
+        instances=options.instance_count,
+        profile_max=profile_max,
+    )
+    if getattr(model, "main_input_name", "input_ids") == "pixel_values":
+        size = int(getattr(config, "image_size", 224) or 224)
+        channels = int(getattr(config, "num_channels", 3) or 3)
+        example = {"pixel_values": torch.empty(1, channels, size, size, device="meta")}
+    else:
+        ids = torch.empty(1, seq_len, dtype=torch.long, device="meta")
+        example = {"input_ids": ids, "attention_mask": torch.empty_like(ids)}
+    notes = (
+        f"{spec}: the base model built from its config.json on the meta device (no weights "
+        f"read; a task head is not counted); batches from the {family} preset",
+    )
+    return trace_module(model, example, batches, precision=precision, notes=notes), batches
 
 
 def _batches(

@@ -380,3 +380,23 @@ def test_runtime_once_is_the_published_first_copy_excess() -> None:
     assert runtime.low_bytes == int(min(excess) * MIB)
     assert runtime.high_bytes == int(max(excess) * MIB)
     assert 700 < min(excess) <= max(excess) < 800  # libtorch + cuBLAS + cuDNN on a T4/V100
+
+
+def test_a_hugging_face_folder_needs_only_its_config(tmp_path: Path) -> None:
+    transformers = pytest.importorskip("transformers")
+    from mmelocal.bench.estimate_model import estimate_model
+
+    config = transformers.BertConfig(
+        vocab_size=99,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=37,
+        max_position_embeddings=64,
+    )
+    config.save_pretrained(tmp_path)  # config.json only: no weights in the folder
+    estimate = estimate_model(tmp_path, seq_len=16, instance_types=["ml.g4dn.xlarge"])
+    expected = sum(p.numel() for p in transformers.BertModel(config).parameters())
+    assert estimate.params == expected
+    assert estimate.batches.max == 8  # the bert preset's max_batch_size
+    assert "no weights read" in " ".join(estimate.notes)
