@@ -221,7 +221,12 @@ def build_parts(facts: ModelFacts, *, model_format: str, batches: Batches) -> tu
         high_bytes=(CUBLAS_SEGMENT_BYTES + cudnn[2]) * n + slack,
         source="PyTorch default cuBLAS workspace 8.1 MiB in a 20 MiB allocator segment per "
         "stream; cuDNN convolution workspace calibrated on the published ResNet-50 curve; "
-        "up to 10 % allocator rounding and fragmentation",
+        "up to 10 % allocator rounding and fragmentation"
+        + (
+            "; ONNX Runtime's taken as PyTorch's (no published figure)"
+            if model_format == "onnx"
+            else ""
+        ),
     )
     once = _once_from_published("pytorch_libtorch", conv)
     runtime = Part(
