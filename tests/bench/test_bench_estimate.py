@@ -400,3 +400,34 @@ def test_a_hugging_face_folder_needs_only_its_config(tmp_path: Path) -> None:
     assert estimate.params == expected
     assert estimate.batches.max == 8  # the bert preset's max_batch_size
     assert "no weights read" in " ".join(estimate.notes)
+
+
+@pytest.mark.mmelocal_gpu
+def test_traced_peak_equals_what_the_cuda_caching_allocator_allocates() -> None:
+    """On a GPU: the activations the trace predicts are what PyTorch's CUDA caching allocator
+    hands out during one forward pass (sizes chosen as multiples of its 512-byte rounding;
+    a first pass makes the cuBLAS handle and workspace, which stay allocated)."""
+    import copy
+
+    if not torch.cuda.is_available():
+        pytest.skip("this torch has no CUDA build")
+    model = torch.nn.Sequential(
+        torch.nn.Linear(256, 512),
+        torch.nn.GELU(),
+        torch.nn.Linear(512, 512),
+        torch.nn.GELU(),
+        torch.nn.Linear(512, 128),
+    ).eval()
+    x = torch.randn(64, 256)
+    traced = trace_torch(copy.deepcopy(model).to("meta"), (x.to("meta"),))
+    cuda_model, cuda_x = model.cuda(), x.cuda()
+    with torch.no_grad():
+        cuda_model(cuda_x)
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        out = cuda_model(cuda_x)
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated()
+    assert out.shape == (64, 128)
+    assert peak - before == traced.peak_bytes - traced.input_bytes
