@@ -14,6 +14,7 @@ cards (same ``name`` replaces).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -180,6 +181,18 @@ def load_gpus(path: Path | str | None = None) -> list[GpuSpec]:
     return list(specs.values())
 
 
+_GPU_FAMILY = re.compile(r"^(ml\.)?(g|p)\d+[a-z]*\.")
+
+
+def is_gpu_instance_type(instance_type: str, gpus: Sequence[GpuSpec] | None = None) -> bool:
+    """True for an instance type with an NVIDIA GPU: one a card in ``gpus`` (default: the
+    packaged table) names, or one of the G and P families (``ml.g6e.xlarge``)."""
+    known = gpus if gpus is not None else load_gpus()
+    if any(instance_type in gpu.instances for gpu in known):
+        return True
+    return _GPU_FAMILY.match(instance_type) is not None
+
+
 def project(
     *,
     per_model_bytes: float,
@@ -223,6 +236,7 @@ __all__ = [
     "Projection",
     "ProjectionRow",
     "default_gpus_text",
+    "is_gpu_instance_type",
     "load_gpus",
     "parse_gpus",
     "project",

@@ -1,7 +1,7 @@
 """One self-contained HTML page (PNG plots inlined as data URIs) plus CSV and JSON files.
 
 :func:`write_report` takes any mix of results (load tests, capacity runs, projections,
-sweeps) and writes into ``out_dir``:
+sweeps, estimates) and writes into ``out_dir``:
 
 - ``index.html``: every plot as an inline PNG (also saved as ``*.png`` beside it) and the
   numbers as tables; the page needs no network and no other file;
@@ -201,7 +201,8 @@ def _add_sweep(page: _Page, result: Any, stem: str) -> None:
         f" no failure within that limit. Measured on {result.machine or 'this machine'}"
         + (f" ({result.started_at})." if result.started_at else ".")
     )
-    page.para(f"Recommendation: {result.recommendation}")
+    label = "Recommendation (CPU run, no GPU sizing)" if result.relative_only else "Recommendation"
+    page.para(f"{label}: {result.recommendation}")
     page.para(result.price_note, note=True)
     page.image(f"{stem}-comparison", lambda: plots.sweep_comparison(result), "sweep comparison")
     if any(row.loadtest is not None for row in result.rows):
@@ -212,6 +213,62 @@ def _add_sweep(page: _Page, result: Any, stem: str) -> None:
         )
     page.table(f"{stem}-rows", result.table_rows(), html_hides=("reason",))
     for note in result.notes():
+        page.para(note, note=True)
+
+
+def _add_estimate(page: _Page, result: Any, stem: str, measurements: Sequence[Any]) -> None:
+    """The estimate's parts and counts; a GPU capacity result of the same source in the
+    same report is shown beside it, and wins."""
+    if result.measured is None:
+        from mmelocal.bench.estimate_model import measured_from_capacity
+
+        same = [m for m in measurements if m.source == result.source and m.loads]
+        if same:
+            result = result.with_measurement(measured_from_capacity(same[0]))
+    page.heading(f"Capacity estimate: {result.source}")
+    b = result.batches
+    page.para(
+        f"{result.model_format}, {result.precision}, {result.params:,} parameters; batches: "
+        f"warm-up {b.warmup}, preferred {b.preferred}, max {b.max}, {b.instances} instance(s). "
+        "Estimated from the model (no GPU); each part is a range with its source."
+    )
+    page.table(
+        f"{stem}-parts",
+        [
+            {
+                "part": p.name,
+                "scope": p.scope,
+                "low_mib": _mib(p.low_bytes),
+                "point_mib": _mib(p.point_bytes),
+                "high_mib": _mib(p.high_bytes),
+                "source": p.source,
+            }
+            for p in result.parts
+        ],
+    )
+    m = result.measured
+    if m is not None:
+        _, point, _ = result.per_copy
+        page.para(
+            f"Measured ({m.origin}, {m.probe}): {_mib(m.per_copy_bytes)} MiB per copy against "
+            f"an estimated {_mib(point)} MiB"
+            + ("; the measurement wins." if m.on_gpu else "; host memory, so the estimate stands.")
+        )
+    page.table(
+        f"{stem}-cards",
+        [
+            {
+                "gpu": c.gpu,
+                "instance_types": ", ".join(c.instance_types),
+                "copies_low": c.low,
+                "copies_point": c.point,
+                "copies_high": c.high,
+                "copies_measured": c.measured,
+            }
+            for c in result.cards
+        ],
+    )
+    for note in result.notes:
         page.para(note, note=True)
 
 
@@ -234,6 +291,9 @@ def write_report(results: Sequence[Any], out_dir: Path | str, *, title: str = ""
             _add_projection(page, result, stem, standalone=True)
         elif kind == "sweep":
             _add_sweep(page, result, stem)
+        elif kind == "estimate":
+            runs = [r for r in results if getattr(r, "kind", "") == "capacity"]
+            _add_estimate(page, result, stem, runs)
         else:
             raise BenchError(f"cannot report a result of kind {kind!r}")
     generated = datetime.now(timezone.utc).isoformat(timespec="seconds")

@@ -1,6 +1,6 @@
 """Result files: every bench result is JSON with a ``kind`` field.
 
-``kind`` is ``"capacity"``, ``"loadtest"``, ``"sweep"`` or ``"projection"``;
+``kind`` is ``"capacity"``, ``"estimate"``, ``"loadtest"``, ``"sweep"`` or ``"projection"``;
 :func:`read_result` turns a file back into the matching result object so
 ``mmelocal report`` can lay out whatever it is given.
 """
@@ -18,6 +18,7 @@ from mmelocal.errors import UserInputError
 #: kind -> (module, class) of the result type that reads it.
 RESULT_TYPES: dict[str, tuple[str, str]] = {
     "capacity": ("mmelocal.bench.capacity_result", "CapacityResult"),
+    "estimate": ("mmelocal.bench.estimate", "Estimate"),
     "loadtest": ("mmelocal.bench.loadtest_result", "LoadTestResult"),
     "sweep": ("mmelocal.bench.sweep_result", "SweepResult"),
     "projection": ("mmelocal.bench.projection", "Projection"),

@@ -19,7 +19,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from mmelocal.bench.sweep_result import (
     SweepResult,
     SweepRow,
     config_name,
+    cpu_summary,
     recommend,
     row_from_loadtest,
 )
@@ -99,6 +100,7 @@ def run_sweep(
 ) -> SweepResult:
     """Build, serve and load-test every configuration of ``source``; see the module doc."""
     from mmelocal.bench.prices import load_prices
+    from mmelocal.bench.projection import is_gpu_instance_type
     from mmelocal.runtime.memory import gpu_count
 
     opts = options or SweepOptions()
@@ -106,6 +108,8 @@ def run_sweep(
     prices = load_prices(opts.prices_file)
     price = prices.price_for(opts.instance_type)
     gpu = gpu_count() > 0
+    # CPU throughput says nothing about how many GPU instances a load needs: ratios only
+    relative_only = not gpu and is_gpu_instance_type(opts.instance_type)
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     rows: dict[str, SweepRow] = {}
     with tempfile.TemporaryDirectory(prefix="mmelocal-sweep-", dir=opts.workdir) as tmp:
@@ -125,23 +129,35 @@ def run_sweep(
         if variants:
             rows.update(_serve_and_measure(variants, opts, price, gpu, work, say))
     ordered = tuple(rows[name] for name in order)
-    return SweepResult(
-        source=str(source),
-        instance_type=opts.instance_type,
-        target_rps=opts.target_rps,
-        max_latency_ms=opts.max_latency_ms,
-        rows=ordered,
-        recommendation=recommend(
+    if relative_only:
+        ordered = tuple(replace(r, instances_needed=None, cost_per_hour=None) for r in ordered)
+        recommendation = cpu_summary(ordered, instance_type=opts.instance_type)
+        where = (
+            " Throughput was measured on this machine's CPU: instance counts and costs for a "
+            "GPU instance are not derived from it."
+        )
+    else:
+        recommendation = recommend(
             ordered,
             target_rps=opts.target_rps,
             max_latency_ms=opts.max_latency_ms,
             instance_type=opts.instance_type,
             currency=prices.currency,
             price_origin=prices.origin,
-        ),
-        price_note=prices.note(opts.instance_type)
-        + " Throughput was measured on this machine, where one Triton server stands for one"
-        " instance.",
+        )
+        where = (
+            " Throughput was measured on this machine, where one Triton server stands for one"
+            " instance."
+        )
+    return SweepResult(
+        source=str(source),
+        instance_type=opts.instance_type,
+        target_rps=opts.target_rps,
+        max_latency_ms=opts.max_latency_ms,
+        rows=ordered,
+        recommendation=recommendation,
+        relative_only=relative_only,
+        price_note=prices.note(opts.instance_type) + where,
         currency=prices.currency,
         machine=_machine(gpu),
         started_at=started_at,

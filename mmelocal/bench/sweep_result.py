@@ -182,6 +182,38 @@ def recommend(
     return text
 
 
+def relative_effects(rows: Sequence[SweepRow]) -> str:
+    """Each measured configuration's peak rate against its format's ``-base`` row:
+    ``pt-db 1.9x, pt-ig 1.1x, pt-ig-db 2.0x pt-base``."""
+    parts: list[str] = []
+    for fmt in dict.fromkeys(r.model_format for r in rows):
+        group = [r for r in rows if r.model_format == fmt and r.status == "ok"]
+        base = next((r for r in group if r.name.endswith("-base")), None)
+        if base is None or not base.peak_throughput_rps:
+            continue
+        others = [
+            f"{r.name} {r.peak_throughput_rps / base.peak_throughput_rps:.1f}x"
+            for r in group
+            if r is not base and r.peak_throughput_rps
+        ]
+        if others:
+            parts.append(f"{', '.join(others)} {base.name}")
+    return "; ".join(parts) or "no two configurations of one format were measured"
+
+
+def cpu_summary(rows: Sequence[SweepRow], *, instance_type: str) -> str:
+    """What a sweep on a CPU host says about a GPU instance type: the relative effect of
+    batching and instances, no instance count, and where GPU numbers come from."""
+    return (
+        f"none: no instance count for {instance_type} from this run, which measured a CPU, not "
+        f"the instance's GPU. What it shows (peak rate, relative): {relative_effects(rows)}. "
+        f"For GPU numbers: `mmelocal capacity estimate SOURCE --instance-type {instance_type}` "
+        "(footprint and copies per card, from the model), `mmelocal capacity --endpoint NAME` "
+        "or `mmelocal sweep --endpoint NAME` on a deployed endpoint, or this sweep on a "
+        "machine with an NVIDIA GPU"
+    )
+
+
 @dataclass(frozen=True, kw_only=True)
 class SweepResult:
     """A finished sweep; JSON-able with ``kind = "sweep"``."""
@@ -197,6 +229,8 @@ class SweepResult:
     currency: str = "USD"
     machine: str = ""
     started_at: str = ""
+    relative_only: bool = False
+    """True when measured on a CPU for a GPU instance type: no counts or costs, ratios only."""
 
     def notes(self) -> list[str]:
         """One line per distinct (status, reason): ``trt-base, trt-db (skipped): no GPU``."""
@@ -243,6 +277,7 @@ class SweepResult:
             "price_note": self.price_note,
             "machine": self.machine,
             "started_at": self.started_at,
+            "relative_only": self.relative_only,
             "recommendation": self.recommendation,
             "rows": [row.to_dict() for row in self.rows],
         }
@@ -259,6 +294,7 @@ class SweepResult:
             price_note=str(data.get("price_note", "")),
             machine=str(data.get("machine", "")),
             started_at=str(data.get("started_at", "")),
+            relative_only=bool(data.get("relative_only", False)),
             recommendation=str(data["recommendation"]),
             rows=tuple(SweepRow.from_dict(row) for row in data["rows"]),
         )
@@ -270,6 +306,8 @@ __all__ = [
     "SweepRow",
     "best_step",
     "config_name",
+    "cpu_summary",
     "recommend",
+    "relative_effects",
     "row_from_loadtest",
 ]

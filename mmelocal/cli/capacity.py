@@ -1,7 +1,8 @@
 """``mmelocal capacity``: how many copies of a model fit, and the projection to other GPUs.
 
 ``mmelocal capacity SOURCE_OR_TARBALL ...`` measures (the ``measure`` subcommand is implied);
-``mmelocal capacity project --per-model-mib X --baseline-mib Y`` projects typed-in numbers.
+``mmelocal capacity project --per-model-mib X --baseline-mib Y`` projects typed-in numbers;
+``mmelocal capacity estimate SOURCE`` estimates from the model (:mod:`mmelocal.cli.estimate`).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ def capacity() -> None:
     mmelocal capacity model.tar.gz --memory-budget 4GiB --report out/
     mmelocal capacity minilm --format torchscript,onnx --memory-budget 6GiB
     mmelocal capacity project --per-model-mib 420 --baseline-mib 300
+    mmelocal capacity estimate torchvision:resnet50 --instance-type ml.g4dn.xlarge
     """
 
 
@@ -206,3 +208,12 @@ def _formats_table(results: list[Any]) -> Table:
             f"{sum(loads) / len(loads):.2f}" if loads else "-",
         )
     return table
+
+
+def _register_estimate() -> None:
+    from mmelocal.cli.estimate import estimate
+
+    capacity.add_command(estimate)
+
+
+_register_estimate()

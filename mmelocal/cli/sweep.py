@@ -104,7 +104,8 @@ def sweep(
     console.print(_table(result))
     for note in result.notes():
         console.print(f"[yellow]{escape(note)}[/]")
-    console.print(f"[bold]Recommendation:[/] {escape(result.recommendation)}")
+    label = "CPU run, no GPU sizing" if result.relative_only else "Recommendation"
+    console.print(f"[bold]{label}:[/] {escape(result.recommendation)}")
     console.print(f"[dim]{escape(result.price_note)}[/]")
     write_outputs([result], json_out, report_dir, title="Sweep")
     if not any(row.status == "ok" for row in result.rows):

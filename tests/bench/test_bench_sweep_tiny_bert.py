@@ -59,6 +59,13 @@ def test_four_rows_a_recommendation_and_the_report(tiny_bert_dir: Path, tmp_path
         assert rows[name]["throughput_rps"] is None and rows[name]["instances_needed"] is None
     recommendation = data["recommendation"]
     assert recommendation.split(":")[0] in rows or recommendation.startswith("none")
+    from mmelocal.runtime.memory import gpu_count
+
+    assert data["relative_only"] == (gpu_count() == 0)  # the default type is ml.g4dn.xlarge
+    if data["relative_only"]:  # measured on a CPU for a GPU instance: ratios, no sizing
+        assert "no GPU" in data["machine"]
+        assert all(row["instances_needed"] is None for row in rows.values())
+        assert "pt-db" in recommendation and "capacity estimate" in recommendation
     assert "not a fact" in data["price_note"]
     html = report / "index.html"
     assert "Recommendation" in html.read_text()

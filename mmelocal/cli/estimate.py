@@ -1,0 +1,209 @@
+"""``mmelocal capacity estimate``: a model's GPU footprint and copies per card, from the model.
+
+Registered as a subcommand of ``mmelocal capacity`` (``capacity SOURCE`` still measures).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.markup import escape
+from rich.table import Table
+
+from mmelocal.cli._bench import csv_list, mib, output_options, prepare_outputs, write_outputs
+from mmelocal.cli._output import console, err_console
+
+
+@click.command("estimate")
+@click.argument("source")
+@click.option(
+    "--format",
+    "model_format",
+    type=click.Choice(["torchscript", "onnx", "tensorrt"]),
+    default="torchscript",
+    show_default=True,
+    help="The artifact Triton will load (a built model folder or tarball: its own).",
+)
+@click.option(
+    "--precision",
+    type=click.Choice(["fp32", "fp16", "int8"]),
+    default=None,
+    help="Precision the artifact will hold [default: fp32]; int8 for TensorRT only.",
+)
+@click.option(
+    "--instance-type",
+    "instance_types",
+    multiple=True,
+    help="Only these instance types (repeat or comma-separate); default: every known card.",
+)
+@click.option("--max-batch-size", type=click.IntRange(min=0), help="Override the preset's.")
+@click.option("--instance-count", type=click.IntRange(min=1), help="Override the preset's.")
+@click.option(
+    "--profile-max-batch",
+    type=click.IntRange(min=1),
+    help="TensorRT: the optimisation profile's max batch [default: max batch size].",
+)
+@click.option("--seq-len", type=click.IntRange(min=1), default=128, show_default=True)
+@click.option("--threshold", type=float, default=0.9, show_default=True)
+@click.option(
+    "--gpus",
+    "gpus_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Your own GPU table (YAML), as for `capacity project`.",
+)
+@click.option(
+    "--measured",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="A capacity result (JSON) of the same model: shown beside the estimate; it wins.",
+)
+@output_options
+def estimate(
+    source: str,
+    model_format: str,
+    precision: str | None,
+    instance_types: tuple[str, ...],
+    max_batch_size: int | None,
+    instance_count: int | None,
+    profile_max_batch: int | None,
+    seq_len: int,
+    threshold: float,
+    gpus_file: Path | None,
+    measured: Path | None,
+    json_out: Path | None,
+    report_dir: Path | None,
+) -> None:
+    """Estimate SOURCE's GPU footprint per copy and the copies per card; no GPU, no AWS.
+
+    SOURCE: a builder source, a built model folder, a repository of them, or a tarball.
+
+    \b
+    mmelocal capacity estimate torchvision:resnet50 --instance-type ml.g4dn.xlarge
+    mmelocal capacity estimate minilm --format tensorrt --precision fp16
+    mmelocal capacity estimate model.tar.gz --measured capacity.json
+    """
+    from mmelocal.bench.estimate_model import estimate_many, measured_from_capacity
+    from mmelocal.bench.projection import load_gpus
+
+    prepare_outputs(json_out, report_dir)
+    overrides = {"max_batch_size": max_batch_size, "instance_count": instance_count}
+    types = [t for item in instance_types for t in csv_list(item)]
+    with err_console.status(f"tracing {source}"):
+        results = estimate_many(
+            source,
+            model_format=model_format,
+            precision=precision,
+            seq_len=seq_len,
+            overrides=overrides,
+            profile_max_batch=profile_max_batch,
+            threshold=threshold,
+            gpus=load_gpus(gpus_file),
+            instance_types=types,
+        )
+    if measured is not None:
+        found = measured_from_capacity(_capacity(measured))
+        results = [r.with_measurement(found) for r in results]
+    for result in results:
+        console.print(parts_table(result))
+        console.print(cards_table(result))
+        for line in summary_lines(result):
+            console.print(escape(line))
+    write_outputs(results, json_out, report_dir, title="Capacity estimate")
+
+
+def _capacity(path: Path) -> Any:
+    from mmelocal.bench.results import read_results
+    from mmelocal.errors import UserInputError
+
+    found = [r for r in read_results(path) if getattr(r, "kind", "") == "capacity"]
+    if not found:
+        raise UserInputError(f"{path} holds no capacity result; write one with `capacity --json`")
+    return found[0]
+
+
+def parts_table(result: Any) -> Table:
+    """One row per part: scope, low / point / high MiB, and where the numbers come from."""
+    b = result.batches
+    table = Table(
+        title=f"Estimate of {result.source} ({result.model_format}, {result.precision}, "
+        f"{result.params:,} parameters; batches: warm-up {b.warmup}, preferred {b.preferred}, "
+        f"max {b.max}, {b.instances} instance(s))",
+        caption=f"traced in {result.elapsed_s:.1f} s on fake tensors; no GPU used",
+    )
+    for column in ("part", "scope", "low MiB", "point MiB", "high MiB", "source"):
+        numeric = column.endswith("MiB")
+        table.add_column(column, justify="right" if numeric else "left", no_wrap=numeric)
+    for part in result.parts:
+        table.add_row(
+            escape(part.name),
+            part.scope,
+            mib(part.low_bytes),
+            mib(part.point_bytes),
+            mib(part.high_bytes),
+            escape(part.source),
+        )
+    low, point, high = result.per_copy
+    table.add_row("[bold]one copy[/]", "per copy", mib(low), mib(point), mib(high), "")
+    low, point, high = result.once
+    table.add_row("[bold]once[/]", "once per process", mib(low), mib(point), mib(high), "")
+    return table
+
+
+def cards_table(result: Any) -> Table:
+    """Copies per card: the estimate's range, and the measurement's projection when given."""
+    measured = result.measured is not None and result.measured.on_gpu
+    table = Table(
+        title=f"Copies per card (threshold {result.threshold:.0%})",
+        caption="copies = floor((threshold x card - once per process) / per copy); "
+        "low from the high footprint, high from the low one"
+        + ("; the measured column wins" if measured else ""),
+    )
+    columns = ["GPU", "GPU MiB", "instance types", "low", "point", "high"]
+    for column in [*columns, *(["measured"] if measured else [])]:
+        table.add_column(column, justify="left" if column in ("GPU", "instance types") else "right")
+    for card in result.cards:
+        row = [
+            card.gpu,
+            f"{card.memory_bytes / 2**20:,.0f}",
+            ", ".join(card.instance_types),
+            str(card.low),
+            f"[bold]{card.point}[/]",
+            str(card.high),
+        ]
+        if measured:
+            row.append(f"[bold green]{card.measured}[/]" if card.measured is not None else "-")
+        table.add_row(*row)
+    return table
+
+
+def summary_lines(result: Any) -> list[str]:
+    """The notes under the tables (measurement, caveats)."""
+    lines = list(result.notes)
+    by_batch = ", ".join(
+        f"batch {b}: {v / 2**20:,.1f} MiB" for b, v in sorted(result.activation_bytes.items())
+    )
+    lines.append(f"activation peak (live tensors, one instance) by batch: {by_batch}")
+    m = result.measured
+    if m is not None:
+        _, point, _ = result.per_copy
+        if m.on_gpu:
+            off = (point - m.per_copy_bytes) / m.per_copy_bytes
+            lines.append(
+                f"measured ({m.origin}, {m.probe}): {m.per_copy_bytes / 2**20:,.0f} MiB per copy, "
+                f"estimate {point / 2**20:,.0f} MiB ({off:+.0%}); {m.count} copies measured: "
+                "the measurement wins"
+            )
+        else:
+            lines.append(
+                f"the measurement ({m.origin}) read host memory ({m.probe}), not a GPU: "
+                "the estimate stands for GPU cards"
+            )
+    lines.append(
+        "for GPU numbers: `mmelocal capacity SOURCE` on a machine with an NVIDIA GPU, or "
+        "`mmelocal capacity --endpoint NAME` on a deployed endpoint"
+    )
+    return lines
+
+
+__all__ = ["cards_table", "estimate", "parts_table", "summary_lines"]

@@ -1,0 +1,83 @@
+"""A sweep on a CPU host recommends no instance count for a GPU instance type.
+
+Its throughput is a CPU's; what it can say is the relative effect of dynamic batching and
+instance count, and where GPU numbers come from (pure functions; the end-to-end run on this
+host is in test_bench_sweep_tiny_bert.py).
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from mmelocal.bench.projection import is_gpu_instance_type
+from mmelocal.bench.sweep_result import SweepResult, SweepRow, cpu_summary, relative_effects
+
+
+def _row(name: str, fmt: str = "torchscript", peak: float | None = None, **kw: object) -> SweepRow:
+    return SweepRow(
+        name=name,
+        model_format=fmt,
+        dynamic_batching="db" in name,
+        instance_count=2 if "-ig" in name else 1,
+        status=str(kw.pop("status", "ok")),
+        peak_throughput_rps=peak,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+ROWS = (
+    _row("pt-base", peak=100.0),
+    _row("pt-db", peak=190.0),
+    _row("pt-ig", peak=110.0),
+    _row("pt-ig-db", peak=205.0),
+    _row("onnx-base", "onnx", peak=50.0),
+    _row("onnx-db", "onnx", peak=150.0),
+    _row("trt-base", "tensorrt", status="skipped", reason="TensorRT needs an NVIDIA GPU"),
+)
+
+
+def test_relative_effects_are_ratios_to_each_formats_base() -> None:
+    assert relative_effects(ROWS) == (
+        "pt-db 1.9x, pt-ig 1.1x, pt-ig-db 2.0x pt-base; onnx-db 3.0x onnx-base"
+    )
+    assert "no two configurations" in relative_effects(ROWS[-1:])
+
+
+def test_cpu_summary_gives_no_instance_count_and_says_how_to_get_gpu_numbers() -> None:
+    text = cpu_summary(ROWS, instance_type="ml.g4dn.xlarge")
+    assert text.startswith("none:")
+    assert re.search(r"\d+ x ml\.g4dn", text) is None
+    assert "pt-db 1.9x" in text
+    assert "capacity estimate" in text and "--endpoint" in text and "NVIDIA GPU" in text
+
+
+@pytest.mark.parametrize(
+    ("instance_type", "gpu"),
+    [
+        ("ml.g4dn.xlarge", True),
+        ("ml.p3.2xlarge", True),
+        ("ml.g6e.2xlarge", True),  # not in gpus.yaml: known by its family
+        ("ml.c5.xlarge", False),
+        ("ml.m5.large", False),
+    ],
+)
+def test_gpu_instance_types(instance_type: str, gpu: bool) -> None:
+    assert is_gpu_instance_type(instance_type) is gpu
+
+
+def test_results_written_before_the_flag_read_as_sized() -> None:
+    data = SweepResult(
+        source="s",
+        instance_type="ml.g4dn.xlarge",
+        target_rps=1.0,
+        max_latency_ms=1.0,
+        rows=ROWS,
+        recommendation="r",
+        price_note="p",
+        relative_only=True,
+    ).to_dict()
+    assert SweepResult.from_dict(data).relative_only is True
+    del data["relative_only"]
+    assert SweepResult.from_dict(data).relative_only is False
