@@ -88,6 +88,16 @@ class LocalAws:
             "AWS_SECRET_ACCESS_KEY": LOCAL_KEYS[1],
         }
 
+    def emulator_url(self, endpoint_name: str, region: str = DEFAULT_REGION) -> str | None:
+        """The ``http://host:port`` of the emulator serving ``endpoint_name`` now (None when
+        it is not in service). boto3's ``sagemaker-runtime`` with this ``endpoint_url``
+        skips the local AWS's router: for load tests (this server opens a connection per
+        call)."""
+        if self.endpoints is None:
+            return None
+        fleet = self.endpoints.serving(region, endpoint_name)
+        return fleet.url if fleet is not None else None
+
     def start(self) -> LocalAws:
         """Listen and serve on a background thread; returns once the port answers."""
         if self._server is not None:
