@@ -295,12 +295,19 @@ class LocalAwsApp:
     def _list_endpoints(
         self, environ: dict[str, Any], region: str, params: dict[str, Any]
     ) -> tuple[int, Any]:
+        wanted = params.pop("StatusEquals", None)  # moto filters on its own (stale) status
+        if wanted is not None:
+            body = json.dumps(params).encode()
+            environ["wsgi.input"], environ["CONTENT_LENGTH"] = io.BytesIO(body), str(len(body))
         status, answer = self._moto_json(environ)
         if status == 200 and isinstance(answer, dict):
-            for summary in answer.get("Endpoints", []):
+            summaries = answer.get("Endpoints", [])
+            for summary in summaries:
                 state = self.endpoints.get(region, summary.get("EndpointName", ""))
                 if state is not None:
                     summary["EndpointStatus"] = state.status
+            if wanted is not None:
+                answer["Endpoints"] = [s for s in summaries if s["EndpointStatus"] == wanted]
         return status, answer
 
     # -- runtime -----------------------------------------------------------------------

@@ -84,6 +84,10 @@ def test_local_aws_command_serves_stops_cleanly_and_keeps_its_state(tmp_path: Pa
         sm.create_endpoint_config(EndpointConfigName="c", ProductionVariants=[variant])
         sm.create_endpoint(EndpointName="e", EndpointConfigName="c")
         assert wait_status(sm, "e", leaving="Creating")["EndpointStatus"] == "InService"
+        aas = boto3.client("application-autoscaling", endpoint_url=url, **KEYS)
+        target = {"ServiceNamespace": "sagemaker", "ResourceId": "endpoint/e/variant/AllTraffic",
+                  "ScalableDimension": "sagemaker:variant:DesiredInstanceCount"}  # fmt: skip
+        aas.register_scalable_target(**target, MinCapacity=1, MaxCapacity=4)
         tritons = tritons_of(procs[0])
         assert len(tritons) == 1
         text = stop(procs[0])
@@ -96,6 +100,8 @@ def test_local_aws_command_serves_stops_cleanly_and_keeps_its_state(tmp_path: Pa
         assert body == tarball.read_bytes()
         described = wait_status(sm, "e", leaving="Creating")
         assert (described["EndpointStatus"], described["EndpointConfigName"]) == ("InService", "c")
+        (restored,) = aas.describe_scalable_targets(ServiceNamespace="sagemaker")["ScalableTargets"]
+        assert (restored["ResourceId"], restored["MaxCapacity"]) == (target["ResourceId"], 4)
         config = sm.describe_endpoint_config(EndpointConfigName="c")
         assert config["ProductionVariants"][0]["InstanceType"] == "ml.g5.xlarge"
         answer = boto3.client("sagemaker-runtime", endpoint_url=url, **KEYS).invoke_endpoint(

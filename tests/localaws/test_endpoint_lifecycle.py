@@ -133,7 +133,9 @@ def test_endpoint_name_instances_and_duplicates(local_aws_env: LocalAws, tmp_pat
     mine = {p.pid for p in tritonservers()} - before
     assert len(mine) == 2  # InitialInstanceCount Triton instances, one endpoint
     np.testing.assert_array_equal(invoke(name), expected(X, 2.0))
-    summaries = sm.list_endpoints(NameContains=name)["Endpoints"]
+    creating = sm.list_endpoints(StatusEquals="Creating")["Endpoints"]
+    assert name not in [s["EndpointName"] for s in creating]
+    summaries = sm.list_endpoints(NameContains=name, StatusEquals="InService")["Endpoints"]
     assert [
         (s["EndpointName"], s["EndpointStatus"]) for s in summaries if s["EndpointName"] == name
     ] == [(name, "InService")]
