@@ -143,8 +143,12 @@ class LocalAwsApp:
             params = {}
         try:
             status, payload = handler(environ, region or "us-east-1", params)
-        except AwsServiceError as exc:
-            status, payload = exc.status, {"__type": exc.code, "message": str(exc)}
+        except AwsServiceError as exc:  # rendered by moto, as its own SageMaker errors
+            from moto.core.exceptions import JsonRESTError
+
+            error = JsonRESTError(exc.code, str(exc))
+            error.code = exc.status
+            return error(environ, start_response)  # type: ignore[no-any-return]
         body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
         start_response(
             f"{status} {'OK' if status == 200 else 'Error'}",
