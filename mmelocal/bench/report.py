@@ -238,9 +238,9 @@ def _add_estimate(page: _Page, result: Any, stem: str, measurements: Sequence[An
             {
                 "part": p.name,
                 "scope": p.scope,
-                "low_mib": _mib(p.low_bytes),
-                "point_mib": _mib(p.point_bytes),
-                "high_mib": _mib(p.high_bytes),
+                "low_mib": mib_value(p.low_bytes),
+                "point_mib": mib_value(p.point_bytes),
+                "high_mib": mib_value(p.high_bytes),
                 "source": p.source,
             }
             for p in result.parts
@@ -250,8 +250,8 @@ def _add_estimate(page: _Page, result: Any, stem: str, measurements: Sequence[An
     if m is not None:
         _, point, _ = result.per_copy
         page.para(
-            f"Measured ({m.origin}, {m.probe}): {_mib(m.per_copy_bytes)} MiB per copy against "
-            f"an estimated {_mib(point)} MiB"
+            f"Measured ({m.origin}, {m.probe}): {mib_value(m.per_copy_bytes)} MiB per copy against "
+            f"an estimated {mib_value(point)} MiB"
             + ("; the measurement wins." if m.on_gpu else "; host memory, so the estimate stands.")
         )
     page.table(
