@@ -1,0 +1,129 @@
+"""The endpoint probe model (``model_repo_templates/server_metrics``) outside Triton: its
+nvidia-smi parsing on a recorded output, its host reading against psutil, its GPU branches
+against mmelocal's own NVML reader (GPU-marked), and its tarball."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from mmelocal.bench.remote import (
+    PROBE_MODEL_NAME,
+    PROBE_TARGET,
+    parse_probe_answer,
+    probe_template,
+    write_probe_tarball,
+)
+
+DATA = Path(__file__).parent / "data"
+MIB = 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def probe() -> ModuleType:
+    """The probe's model.py imported as a plain module (Triton's utilities are imported
+    only inside ``execute``)."""
+    path = probe_template() / "1" / "model.py"
+    spec = importlib.util.spec_from_file_location("mmelocal_probe_model", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_nvidia_smi_output_of_four_t4s_is_parsed(probe: ModuleType) -> None:
+    devices = probe.parse_nvidia_smi((DATA / "nvidia-smi-g4dn-12xlarge.csv").read_text())
+    assert [d["bus_id"] for d in devices] == [f"00000000:00:1{c}.0" for c in "BCDE"]
+    assert {d["name"] for d in devices} == {"Tesla T4"}
+    assert [d["used_bytes"] // MIB for d in devices] == [6448, 259, 2, 15360]
+    assert [d["free_bytes"] // MIB for d in devices] == [8912, 15101, 15358, 0]
+    assert all(d["total_bytes"] == 15360 * MIB for d in devices)
+    assert [d["gpu_utilization"] for d in devices] == [37.0, 0.0, None, 100.0]
+    assert devices[2]["memory_utilization"] is None
+    outputs = probe.published_outputs(
+        {"devices": devices, "cpu_utilization": None, "memory_utilization": 0.25}
+    )
+    assert outputs["gpu_used_memory"] == [6448.0, 259.0, 2.0, 15360.0]
+    assert outputs["gpu_utilization"][2] == 0.0
+
+
+def test_nvidia_smi_output_without_devices_or_memory_is_refused(probe: ModuleType) -> None:
+    header = (DATA / "nvidia-smi-g4dn-12xlarge.csv").read_text().splitlines()[0]
+    with pytest.raises(ValueError, match="no GPU"):
+        probe.parse_nvidia_smi(header + "\n")
+    with pytest.raises(ValueError, match="without memory"):
+        probe.parse_nvidia_smi(header + "\nTesla T4, 0:1B.0, 1 %, 1 %, [N/A], [N/A], [N/A]\n")
+    with pytest.raises(ValueError, match="nothing"):
+        probe.parse_nvidia_smi("")
+
+
+def test_host_reading_is_the_tree_pss_psutil_measures(probe: ModuleType) -> None:
+    import psutil
+
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                             stdin=subprocess.PIPE)  # fmt: skip
+    try:
+        pss, own = probe.host_tree(os.getpid())
+        assert probe.tree_pids(os.getpid())[0] == os.getpid()
+        assert child.pid in own
+        expected = sum(
+            p.memory_full_info().pss for p in [psutil.Process(), *psutil.Process().children(True)]
+        )
+        assert abs(pss - expected) <= max(8 * MIB, expected // 20)
+        assert own[os.getpid()] == pytest.approx(psutil.Process().memory_full_info().uss, rel=0.05)
+    finally:
+        child.communicate(b"")
+    info = probe.meminfo()
+    assert info["MemTotal"] == psutil.virtual_memory().total
+
+
+def test_probe_tarball_holds_the_published_layout(tmp_path: Path) -> None:
+    tarball = write_probe_tarball(tmp_path / PROBE_TARGET)
+    with tarfile.open(tarball) as tar:
+        names = sorted(m.name for m in tar.getmembers())
+    assert names == [f"{PROBE_MODEL_NAME}/1/model.py", f"{PROBE_MODEL_NAME}/config.pbtxt"]
+    from mmelocal.builder.config import read_config
+
+    cfg = read_config(probe_template() / "config.pbtxt")
+    assert cfg.name == PROBE_MODEL_NAME and cfg.backend == "python"
+    assert [o.name for o in cfg.output][:5] == [
+        "gpu_utilization",
+        "gpu_memory_utilization",
+        "gpu_total_memory",
+        "gpu_free_memory",
+        "gpu_used_memory",
+    ]
+
+
+def test_an_answer_that_is_not_the_probe_is_refused() -> None:
+    from mmelocal.errors import BenchError
+
+    with pytest.raises(BenchError, match="not mmelocal's probe"):
+        parse_probe_answer(b'{"outputs": [{"name": "gpu_used_memory", "data": [1.0]}]}')
+
+
+@pytest.mark.mmelocal_gpu
+def test_gpu_branches_agree_with_mmelocal_nvml(probe: ModuleType) -> None:
+    from mmelocal.runtime.memory import Nvml
+
+    nvml = Nvml()
+    devices, per_process = probe.read_nvml([os.getpid()])
+    assert len(devices) == nvml.device_count()
+    used, total = nvml.memory(0)
+    assert devices[0]["total_bytes"] == total
+    assert abs(devices[0]["used_bytes"] - used) <= 64 * MIB  # other processes may allocate
+    assert per_process is None or set(per_process) == {os.getpid()}
+    smi = probe.read_nvidia_smi()
+    assert [d["bus_id"][-7:].lower() for d in smi] == [d["bus_id"][-7:].lower() for d in devices]
+    assert abs(smi[0]["total_bytes"] - total) <= MIB  # nvidia-smi rounds to MiB
+    reading = probe.read(os.getpid())
+    assert reading["source"] == "nvml" and reading["total_bytes"] == sum(
+        d["total_bytes"] for d in devices
+    )

@@ -1,0 +1,231 @@
+"""The benchmark procedure on a deployed endpoint, end to end.
+
+The endpoint is deployed with ``mmelocal deploy``'s functions to moto (control plane and
+S3); its runtime is the emulator serving the same S3 prefix, reached through
+``AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME`` as boto3 reaches any other endpoint. There is no GPU
+there, so the probe reads host memory (the Triton tree's PSS).
+"""
+
+from __future__ import annotations
+
+import json
+import tarfile
+import tempfile
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mmelocal.bench.capacity_result import CapacityResult
+from mmelocal.bench.remote import PROBE_TARGET, RemoteEndpoint, connect_endpoint
+from mmelocal.bench.remote_capacity import RemoteCapacityOptions, measure_endpoint_capacity
+from mmelocal.cli.main import main
+from mmelocal.testing.tiny_model import expected, write_model
+
+pytestmark = pytest.mark.triton
+
+REGION = "us-east-1"
+ROLE = "arn:aws:iam::123456789012:role/SageMakerExecution"
+INSTANCE_TYPE = "ml.g4dn.xlarge"
+MIB = 1024 * 1024
+BUDGET = "8GiB"
+
+
+def write_reference_tarball(path: Path, *, scale: float, name: str = "tiny") -> Path:
+    """The tiny model with the reference inputs a build records (the bench's payload)."""
+    x = np.arange(8, dtype=np.float32).reshape(2, 4) / 8
+    with tempfile.TemporaryDirectory() as work:
+        model = write_model(Path(work), name=name, scale=scale)
+        np.savez(
+            model / "mmelocal_reference.npz",
+            **{"input:INPUT0": x, "output:OUTPUT0": expected(x, scale)},
+        )
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(path, "w:gz") as tar:
+            tar.add(model, arcname=name)
+    return path
+
+
+@dataclass
+class Deployed:
+    """A deployed endpoint: moto's control plane and S3, the emulator as its runtime."""
+
+    name: str
+    bucket: str
+    tarball: Path
+    server: object
+
+
+@pytest.fixture(scope="module")
+def deployed(moto_s3: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployed]:
+    import boto3
+
+    from mmelocal.deploy.deployer import apply_plan, make_plan
+    from mmelocal.deploy.plan import DeployOptions
+    from mmelocal.deploy.session import connect
+    from mmelocal.emulator.platform import EmulatorConfig
+    from mmelocal.emulator.server import EmulatorServer
+
+    root = tmp_path_factory.mktemp("remote")
+    name, bucket = f"ep-{uuid.uuid4().hex[:10]}", f"mme-{uuid.uuid4().hex[:12]}"
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("AWS_ENDPOINT_URL", moto_s3)
+        env.setenv("AWS_DEFAULT_REGION", REGION)
+        env.setenv("AWS_EC2_METADATA_DISABLED", "true")
+        env.setenv("AWS_CONFIG_FILE", str(root / "no-aws-config"))
+        env.setenv("AWS_SHARED_CREDENTIALS_FILE", str(root / "no-aws-credentials"))
+        for variable in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_REGION"):
+            env.delenv(variable, raising=False)
+        boto3.client("s3", region_name=REGION).create_bucket(Bucket=bucket)
+        write_reference_tarball(root / "store" / "model-0.tar.gz", scale=2.0)
+        options = DeployOptions(
+            store=root / "store", endpoint_name=name, s3_uri=f"s3://{bucket}/models/",
+            role_arn=ROLE, instance_type=INSTANCE_TYPE, poll_s=0.05,
+        )  # fmt: skip
+        clients = connect()
+        apply_plan(make_plan(options, clients), clients, options=options)
+        config = EmulatorConfig(
+            store=f"s3://{bucket}/models/",
+            s3_endpoint_url=moto_s3,
+            cache_dir=root / "cache",
+            memory_budget_bytes=8 * 1024**3,
+            endpoint_name=name,
+            instances=1,
+        )
+        with EmulatorServer(config) as server:
+            env.setenv("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME", server.url)
+            yield Deployed(
+                name=name,
+                bucket=bucket,
+                tarball=write_reference_tarball(root / "tiny.tar.gz", scale=3.0),
+                server=server,
+            )
+
+
+def emulator_events(deployed: Deployed) -> list[dict[str, str]]:
+    import urllib.request
+
+    url = f"{deployed.server.url}/emulator/state"  # type: ignore[attr-defined]
+    with urllib.request.urlopen(url, timeout=30) as answer:
+        events: list[dict[str, str]] = json.loads(answer.read())["events"]
+    return events
+
+
+@pytest.fixture(scope="module")
+def endpoint(deployed: Deployed) -> RemoteEndpoint:
+    return connect_endpoint(deployed.name)
+
+
+def test_the_endpoint_is_described_from_its_config(
+    deployed: Deployed, endpoint: RemoteEndpoint
+) -> None:
+    assert endpoint.info.instance_type == INSTANCE_TYPE
+    assert endpoint.info.instance_count == 1
+    assert endpoint.s3_url == f"s3://{deployed.bucket}/models/"
+    from mmelocal.errors import UserInputError
+
+    with pytest.raises(UserInputError, match="is not the prefix endpoint"):
+        RemoteEndpoint(endpoint.clients, endpoint.info, s3_uri=f"s3://{deployed.bucket}/other/")
+
+
+def test_the_probe_reads_the_triton_tree_of_the_endpoint(
+    deployed: Deployed, endpoint: RemoteEndpoint, tmp_path: Path
+) -> None:
+    import boto3
+
+    from mmelocal.runtime.memory import process_tree_memory
+
+    first = endpoint.ensure_probe(tmp_path)
+    head = boto3.client("s3").head_object(Bucket=deployed.bucket, Key=f"models/{PROBE_TARGET}")
+    assert "mmelocal-sha256" in head["Metadata"]
+    assert first.source == "host-pss" and first.kind == "host" and first.devices == ()
+    assert first.server_pid is not None and first.per_process_bytes is not None
+    # the probe's stub is a child of the Triton server it reports on
+    assert len(first.per_process_bytes) >= 2
+    independent = process_tree_memory(first.server_pid).pss_bytes
+    again = endpoint.read_probe()
+    low, high = sorted((first.used_bytes, again.used_bytes))
+    assert low - max(16 * MIB, low // 10) <= independent <= high + max(16 * MIB, high // 10)
+    # the published outputs are there too (no GPU: empty GPU lists)
+    answer = json.loads(
+        endpoint.invoke(
+            PROBE_TARGET,
+            b'{"inputs": [{"name": "INPUT__0", "shape": [1], "datatype": "BYTES", "data": ["h"]}]}',
+        )
+    )
+    outputs = {o["name"]: o["data"] for o in answer["outputs"]}  # fmt: skip
+    assert outputs["gpu_used_memory"] == [] and 0 < outputs["memory_utilization"][0] < 1
+
+
+def test_capacity_copies_the_tarball_in_s3_and_loads_each_copy(
+    deployed: Deployed, endpoint: RemoteEndpoint
+) -> None:
+    import boto3
+
+    from mmelocal.bench.payload import payload_from_model
+    from mmelocal.bench.results import result_from_dict
+
+    seen: list[int] = []
+    run = measure_endpoint_capacity(
+        endpoint,
+        deployed.tarball,
+        payload=payload_from_model(deployed.tarball),
+        options=RemoteCapacityOptions(max_copies=3, memory_budget_bytes=8 * 1024**3),
+        progress=lambda record: seen.append(record.copies),
+    )
+    result = run.result
+    assert result.count == 3 and seen == [1, 2, 3]
+    assert result.stopped_reason == "reached max copies (3)"
+    assert result.instance_type == INSTANCE_TYPE and result.model_format == "python"
+    assert result.probe.startswith("host PSS") and deployed.name in result.probe
+    folder = run.loaded[0].split("/")[0]
+    assert run.loaded == tuple(f"{folder}/tiny-v{i}.tar.gz" for i in range(3))
+    assert run.created == (f"{folder}/tiny.tar.gz", *run.loaded)
+    s3 = boto3.client("s3")
+    for target in run.created:
+        head = s3.head_object(Bucket=deployed.bucket, Key=f"models/{target}")
+        assert head["ContentLength"] == deployed.tarball.stat().st_size
+    # every copy started its own Python stub: its own memory is counted, and it grew the tree
+    assert all(load.delta_bytes > 0 for load in result.loads)
+    assert all(load.marginal_bytes is not None and load.marginal_bytes > 0 for load in result.loads)
+    assert [load.used_bytes for load in result.loads] == sorted(
+        load.used_bytes for load in result.loads
+    )
+    assert result.projection is not None and result.projection.rows
+    again = result_from_dict(json.loads(json.dumps(result.to_dict())))
+    assert isinstance(again, CapacityResult) and again.instance_type == INSTANCE_TYPE
+    assert "measured on ml.g4dn.xlarge" in result.summary_lines()[0]
+    # the emulator loaded exactly those copies, once each (and the probe)
+    loads = [e["target"] for e in emulator_events(deployed) if e["kind"] == "load"]
+    assert [t for t in loads if t.startswith(folder)] == list(run.loaded)
+    endpoint.delete(list(run.created))
+    listed = s3.list_objects_v2(Bucket=deployed.bucket, Prefix=f"models/{folder}/")
+    assert listed.get("KeyCount", 0) == 0
+
+
+def test_capacity_cli_on_an_endpoint(
+    deployed: Deployed, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "capacity.json"
+    code = main(["capacity", str(deployed.tarball), "--endpoint", deployed.name,
+                 "--memory-budget", BUDGET, "--max-copies", "2", "--json", str(out)])  # fmt: skip
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert "measured on ml.g4dn.xlarge" in printed
+    data = json.loads(out.read_text())
+    assert data["kind"] == "capacity" and data["count"] == 2
+    assert data["instance_type"] == INSTANCE_TYPE
+
+
+def test_capacity_cli_names_a_missing_endpoint(
+    deployed: Deployed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["capacity", str(deployed.tarball), "--endpoint", "no-such-endpoint",
+                 "--memory-budget", BUDGET])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code != 0
+    assert "DescribeEndpoint failed for no-such-endpoint" in err
+    assert "Traceback" not in err
