@@ -107,6 +107,22 @@ def capacity_on_endpoint(
     return run
 
 
+def sweep_on_endpoint(
+    source: str,
+    endpoint_name: str,
+    s3_uri: str | None,
+    region: str | None,
+    options: Any,
+    status: Any,
+) -> Any:
+    """``mmelocal sweep SOURCE --endpoint NAME``: the variants as TargetModels of NAME."""
+    from mmelocal.bench.remote import connect_endpoint
+    from mmelocal.bench.remote_sweep import run_endpoint_sweep
+
+    endpoint = connect_endpoint(endpoint_name, region=region, s3_uri=s3_uri)
+    return run_endpoint_sweep(endpoint, source, options=options, progress=status.update)
+
+
 def _pattern(targets: Sequence[str]) -> str:
     first = targets[0] if targets else "model-v0.tar.gz"
     return first.replace("-v0.tar.gz", "-v{i}.tar.gz")
@@ -127,4 +143,5 @@ __all__ = [
     "region_option",
     "remote_tarball",
     "s3_uri_option",
+    "sweep_on_endpoint",
 ]

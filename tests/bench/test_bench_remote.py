@@ -229,3 +229,33 @@ def test_capacity_cli_names_a_missing_endpoint(
     assert code != 0
     assert "DescribeEndpoint failed for no-such-endpoint" in err
     assert "Traceback" not in err
+
+
+def test_sweep_cli_load_tests_each_variant_as_a_target_model(
+    deployed: Deployed, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import boto3
+
+    out = tmp_path / "sweep.json"
+    before = len(emulator_events(deployed))
+    code = main(["sweep", str(deployed.tarball), "--endpoint", deployed.name,
+                 "--dynamic-batching", "off,on", "--instances", "1", "--users", "2",
+                 "--step-duration", "2s", "--json", str(out)])  # fmt: skip
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    data = json.loads(out.read_text())
+    assert data["kind"] == "sweep" and data["instance_type"] == INSTANCE_TYPE
+    assert deployed.name in data["machine"]
+    rows = {row["name"]: row for row in data["rows"]}
+    assert list(rows) == ["model-base", "model-db"]
+    for row in rows.values():
+        assert row["status"] == "ok", row
+        steps = row["loadtest"]["steps"]
+        assert steps and steps[-1]["requests"] > 0 and steps[-1]["failures"] == 0
+        assert row["loadtest"]["mode"] == "boto3" and row["load_s"] > 0
+    # each variant was loaded once from its own object, on the one endpoint, then retired
+    loads = [e["target"] for e in emulator_events(deployed)[before:] if e["kind"] == "load"]
+    assert [t.split("/")[-1] for t in loads] == ["model-base.tar.gz", "model-db.tar.gz"]
+    folder = loads[0].split("/")[0]
+    listed = boto3.client("s3").list_objects_v2(Bucket=deployed.bucket, Prefix=f"models/{folder}/")
+    assert listed.get("KeyCount", 0) == 0
