@@ -15,6 +15,7 @@ has nvidia-ml-py, else ``nvidia-smi``, else host memory (the Triton tree's PSS).
 
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 import tarfile
@@ -54,11 +55,17 @@ def write_probe_tarball(dest: Path | str) -> Path:
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     source = probe_template()
-    with tarfile.open(dest, "w:gz") as tar:
+
+    def same_every_time(info: tarfile.TarInfo) -> tarfile.TarInfo:
+        info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+        return info
+
+    # the same bytes on every run (no time stamps), so an unchanged probe is not re-uploaded
+    with gzip.GzipFile(dest, "wb", mtime=0) as raw, tarfile.open(fileobj=raw, mode="w") as tar:
         for path in sorted(source.rglob("*")):
             if path.is_file() and "__pycache__" not in path.parts:
                 arcname = f"{PROBE_MODEL_NAME}/{path.relative_to(source).as_posix()}"
-                tar.add(path, arcname=arcname)
+                tar.add(path, arcname=arcname, filter=same_every_time)
     return dest
 
 

@@ -127,3 +127,12 @@ def test_gpu_branches_agree_with_mmelocal_nvml(probe: ModuleType) -> None:
     assert reading["source"] == "nvml" and reading["total_bytes"] == sum(
         d["total_bytes"] for d in devices
     )
+
+
+def test_probe_tarball_bytes_do_not_change_between_runs(tmp_path: Path) -> None:
+    first = write_probe_tarball(tmp_path / "a" / PROBE_TARGET).read_bytes()
+    second = write_probe_tarball(tmp_path / "b" / PROBE_TARGET).read_bytes()
+    assert first == second
+    assert first[4:8] == bytes(4)  # gzip header: no time stamp
+    with tarfile.open(tmp_path / "a" / PROBE_TARGET) as tar:
+        assert {(m.mtime, m.uid, m.uname) for m in tar.getmembers()} == {(0, 0, "")}

@@ -9,44 +9,23 @@ there, so the probe reads host memory (the Triton tree's PSS).
 from __future__ import annotations
 
 import json
-import tarfile
-import tempfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pytest
+from remote_helpers import INSTANCE_TYPE, REGION, ROLE, aws_env, write_reference_tarball
 
 from mmelocal.bench.capacity_result import CapacityResult
 from mmelocal.bench.remote import PROBE_TARGET, RemoteEndpoint, connect_endpoint
 from mmelocal.bench.remote_capacity import RemoteCapacityOptions, measure_endpoint_capacity
 from mmelocal.cli.main import main
-from mmelocal.testing.tiny_model import expected, write_model
 
 pytestmark = pytest.mark.triton
 
-REGION = "us-east-1"
-ROLE = "arn:aws:iam::123456789012:role/SageMakerExecution"
-INSTANCE_TYPE = "ml.g4dn.xlarge"
 MIB = 1024 * 1024
 BUDGET = "8GiB"
-
-
-def write_reference_tarball(path: Path, *, scale: float, name: str = "tiny") -> Path:
-    """The tiny model with the reference inputs a build records (the bench's payload)."""
-    x = np.arange(8, dtype=np.float32).reshape(2, 4) / 8
-    with tempfile.TemporaryDirectory() as work:
-        model = write_model(Path(work), name=name, scale=scale)
-        np.savez(
-            model / "mmelocal_reference.npz",
-            **{"input:INPUT0": x, "output:OUTPUT0": expected(x, scale)},
-        )
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(path, "w:gz") as tar:
-            tar.add(model, arcname=name)
-    return path
 
 
 @dataclass
@@ -72,13 +51,7 @@ def deployed(moto_s3: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     root = tmp_path_factory.mktemp("remote")
     name, bucket = f"ep-{uuid.uuid4().hex[:10]}", f"mme-{uuid.uuid4().hex[:12]}"
     with pytest.MonkeyPatch.context() as env:
-        env.setenv("AWS_ENDPOINT_URL", moto_s3)
-        env.setenv("AWS_DEFAULT_REGION", REGION)
-        env.setenv("AWS_EC2_METADATA_DISABLED", "true")
-        env.setenv("AWS_CONFIG_FILE", str(root / "no-aws-config"))
-        env.setenv("AWS_SHARED_CREDENTIALS_FILE", str(root / "no-aws-credentials"))
-        for variable in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_REGION"):
-            env.delenv(variable, raising=False)
+        aws_env(env, moto_s3, root)
         boto3.client("s3", region_name=REGION).create_bucket(Bucket=bucket)
         write_reference_tarball(root / "store" / "model-0.tar.gz", scale=2.0)
         options = DeployOptions(
