@@ -116,6 +116,12 @@ def measure(
     if endpoint_name is not None:
         from mmelocal.cli._remote import capacity_on_endpoint
 
+        if len(csv_list(formats)) > 1:
+            raise click.BadParameter(
+                "one format per endpoint: a count needs a GPU no other model filled; run "
+                "once per format on its own endpoint, or use 'mmelocal benchmark'",
+                param_hint="--format",
+            )
         prepare_outputs(json_out, report_dir)
         capacity_on_endpoint(
             source, endpoint_name=endpoint_name, s3_uri=s3_uri, region=region,

@@ -232,3 +232,12 @@ def test_sweep_cli_load_tests_each_variant_as_a_target_model(
     folder = loads[0].split("/")[0]
     listed = boto3.client("s3").list_objects_v2(Bucket=deployed.bucket, Prefix=f"models/{folder}/")
     assert listed.get("KeyCount", 0) == 0
+
+
+def test_capacity_cli_refuses_two_formats_on_one_endpoint(
+    deployed: Deployed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["capacity", str(deployed.tarball), "--endpoint", deployed.name,
+                 "--format", "torchscript,onnx"])  # fmt: skip
+    assert code != 0
+    assert "one format per endpoint" in capsys.readouterr().err
