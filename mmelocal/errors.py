@@ -33,7 +33,10 @@ can show it without parsing text::
     │   └── UpstreamError           the connection to Triton failed (also ConnectionError)
     │       └── UpstreamTimeoutError  Triton did not answer within the deadline
     ├── BenchError                  capacity, load test, sweep or report failed
-    └── DeployError                 deploy / undeploy / smoke against SageMaker failed
+    ├── DeployError                 deploy / undeploy / smoke against SageMaker failed
+    └── LocalAwsError               the local AWS (``mmelocal local-aws``)
+        ├── AwsServiceError         a request the service refuses (its code and status)
+        └── EndpointFailedError     an endpoint cannot be served (its FailureReason)
 """
 
 from __future__ import annotations
@@ -274,3 +277,21 @@ class DeployError(MmeLocalError):
         super().__init__(message)
         self.operation = operation
         self.code = code
+
+
+class LocalAwsError(MmeLocalError):
+    """The local AWS (``mmelocal local-aws``) could not start or serve a request."""
+
+
+class AwsServiceError(LocalAwsError):
+    """A request the emulated service refuses: ``code`` (e.g. ValidationException) and the
+    HTTP ``status`` it answers with."""
+
+    def __init__(self, message: str, *, code: str = "ValidationException", status: int = 400):
+        super().__init__(message)
+        self.code = code
+        self.status = status
+
+
+class EndpointFailedError(LocalAwsError):
+    """An endpoint cannot be served; the message is the ``FailureReason`` it shows."""

@@ -21,6 +21,7 @@ _COMMANDS: dict[str, tuple[str, str, str]] = {
     "check": ("mmelocal.cli.check", "check", "Pre-deployment check on a real Triton."),
     "triton": ("mmelocal.cli.triton", "triton", "Start, stop or inspect a kept Triton server."),
     "serve": ("mmelocal.cli.serve", "serve", "Run the SageMaker MME emulator."),
+    "local-aws": ("mmelocal.cli.local_aws", "local_aws", "A local AWS with real MME endpoints."),
     "demo": ("mmelocal.cli.demo", "demo", "The end-to-end demo on the packaged MiniLM."),
     "capacity": ("mmelocal.cli.capacity", "capacity", "How many copies of a model fit."),
     "loadtest": ("mmelocal.cli.loadtest", "loadtest", "Locust load test of an endpoint."),

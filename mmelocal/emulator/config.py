@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from mmelocal.emulator.instance import InstanceOptions
@@ -34,6 +35,9 @@ class EmulatorConfig:
     ends of already running servers for ``launcher="external"``, each
     ``SAGEMAKER_URL[,HTTP_URL]`` (the KServe v2 URL serves metadata; the servers must see
     the cache folder at the same path).
+
+    ``sagemaker_env`` is the SageMaker model's ``Environment`` (``SAGEMAKER_TRITON_*``),
+    which configures Triton as the image's entrypoint does.
     """
 
     store: str
@@ -55,6 +59,7 @@ class EmulatorConfig:
     watchdog_interval_s: float = 0.2
     gpus: tuple[int, ...] | None = None
     max_payload_bytes: int = SERVICE_MAX_PAYLOAD_BYTES
+    sagemaker_env: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.launcher not in LAUNCHERS:

@@ -176,3 +176,10 @@ from mmelocal.testing.emulator_fixtures import (  # noqa: E402, F401
     mme_endpoint,
     mme_endpoint_config,
 )
+
+# The local AWS fixtures (mmelocal.testing.local_aws_fixtures imports nothing heavy).
+from mmelocal.testing.local_aws_fixtures import (  # noqa: E402, F401
+    local_aws,
+    local_aws_env,
+    local_aws_options,
+)

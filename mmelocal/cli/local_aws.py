@@ -1,0 +1,80 @@
+"""``mmelocal local-aws``: S3, SageMaker, autoscaling and STS on one port, real endpoints."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+import click
+
+from mmelocal.cli._output import console, size_option
+
+
+@click.command("local-aws")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", type=click.IntRange(0, 65535), default=4566, show_default=True)
+@click.option(
+    "--data",
+    "data_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Folder for the endpoints' artifact caches and Triton logs (default: a temporary "
+    "folder). AWS state itself lives in memory and ends with the process.",
+)
+@click.option(
+    "--memory-budget",
+    callback=size_option,
+    help="Host memory per Triton instance (no GPU), e.g. 4GiB; default half the RAM.",
+)
+@click.option(
+    "--launcher",
+    type=click.Choice(["local", "docker"]),
+    default="local",
+    show_default=True,
+    help="How each endpoint starts Triton: the pip tritonserver, or the container image.",
+)
+@click.option("--tritonserver", type=click.Path(path_type=Path), help="tritonserver binary.")
+def local_aws(
+    host: str,
+    port: int,
+    data_dir: Path | None,
+    memory_budget: int | None,
+    launcher: str,
+    tritonserver: Path | None,
+) -> None:
+    """A local AWS for SageMaker MME scripts: set AWS_ENDPOINT_URL and run them unchanged."""
+    from mmelocal.localaws import LocalAws
+
+    root = logging.getLogger("mmelocal")
+    if root.level > logging.INFO or root.level == logging.NOTSET:
+        root.setLevel(logging.INFO)  # endpoints starting, loads and evictions: show them
+    stop = threading.Event()
+    aws = LocalAws(
+        host=host,
+        port=port,
+        data_dir=data_dir,
+        memory_budget_bytes=memory_budget,
+        launcher=launcher,
+        tritonserver=tritonserver,
+    )
+    with aws:
+        console.print(
+            f"[bold]local AWS[/] (S3, SageMaker, sagemaker-runtime, application-autoscaling, "
+            f"STS) on [green]{aws.url}[/]; data {aws.data_dir}\n"
+            f"  export AWS_ENDPOINT_URL={aws.url}\n"
+            "  (any AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY and region will do; "
+            "Ctrl-C or SIGTERM stops it)",
+            highlight=False,
+        )
+
+        def on_term(*_: Any) -> None:
+            stop.set()
+
+        with contextlib.suppress(ValueError):  # not the main thread (tests)
+            signal.signal(signal.SIGTERM, on_term)
+        with contextlib.suppress(KeyboardInterrupt):
+            stop.wait()
+    console.print("local AWS stopped")

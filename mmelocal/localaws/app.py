@@ -1,0 +1,347 @@
+"""The WSGI application on the local AWS port: moto, with SageMaker's endpoints made real.
+
+Requests are routed by what botocore sends, so one ``AWS_ENDPOINT_URL`` serves every
+client:
+
+* ``POST /endpoints/{name}/invocations`` signed for ``sagemaker`` (the runtime client):
+  forwarded to the endpoint's emulator; an endpoint not in service answers the service's
+  ``ValidationError``;
+* ``X-Amz-Target: SageMaker.<Operation>`` for the operations that create, update, delete
+  or describe models, configs and endpoints: the service's checks moto lacks
+  (:mod:`.checks`), then moto, then the endpoint's lifecycle (:mod:`.endpoints`);
+  ``UpdateEndpoint``, which moto does not have, is answered here;
+* everything else (S3, the rest of SageMaker, Application Auto Scaling, STS, ...) goes to
+  moto's own dispatcher, which reads the SigV4 credential scope as well.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import re
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from mmelocal.errors import AwsServiceError
+from mmelocal.localaws.checks import model_data_problem, model_violations
+from mmelocal.localaws.endpoints import EndpointManager
+
+logger = logging.getLogger(__name__)
+
+StartResponse = Callable[..., Any]
+WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
+
+#: an instance type moto's (lagging) list accepts, recorded in moto in place of the real one
+MOTO_INSTANCE_TYPE = "ml.m5.large"
+#: operations whose answers this layer completes even for mmelocal's own calls
+_OVERLAYS = frozenset({"DescribeEndpointConfig"})
+#: header that marks mmelocal's own calls to moto (they skip the endpoint layer)
+INTERNAL_HEADER = "X-Mmelocal-Internal"
+_INVOCATION = re.compile(r"^/endpoints/([^/]+)/invocations$")
+_SCOPE = re.compile(r"Credential=[^/]*/[^/]*/([^/]*)/([^/]*)/aws4_request")
+_JSON_11 = "application/x-amz-json-1.1"
+#: InvokeEndpoint's request headers the emulator reads
+_FORWARDED = ("Content-Type", "Accept", "Content-Encoding")
+_HOP_BY_HOP = frozenset(
+    ("connection", "keep-alive", "transfer-encoding", "content-length", "date", "server")
+)
+
+
+def credential_scope(environ: dict[str, Any]) -> tuple[str, str]:
+    """``(region, service)`` from the SigV4 ``Authorization`` header (``("", "")`` if none)."""
+    match = _SCOPE.search(environ.get("HTTP_AUTHORIZATION", ""))
+    return (match.group(1), match.group(2)) if match else ("", "")
+
+
+def _read_body(environ: dict[str, Any]) -> bytes:
+    try:
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        length = 0
+    body = environ["wsgi.input"].read(length) if length > 0 else b""
+    environ["wsgi.input"] = io.BytesIO(body)
+    return body
+
+
+class LocalAwsApp:
+    """The WSGI app (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        moto_app: WsgiApp,
+        endpoints: EndpointManager,
+        keys_under: Callable[[str, str], list[str] | None],
+        internal: Callable[[str], Any],
+        account_id: str,
+    ) -> None:
+        import urllib3
+
+        self._moto = moto_app
+        self.endpoints = endpoints
+        self._keys_under = keys_under
+        self._internal = internal
+        self.account_id = account_id
+        self._http = urllib3.PoolManager(maxsize=64, retries=False)
+        #: (region, config) -> each variant's InstanceType (moto's list of types lags)
+        self._instance_types: dict[tuple[str, str], list[str | None]] = {}
+        self._sagemaker: dict[str, Callable[[dict[str, Any], str, dict[str, Any]], Any]] = {
+            "CreateModel": self._create_model,
+            "CreateEndpointConfig": self._create_endpoint_config,
+            "DescribeEndpointConfig": self._describe_endpoint_config,
+            "CreateEndpoint": self._create_endpoint,
+            "UpdateEndpoint": self._update_endpoint,
+            "DeleteEndpoint": self._delete_endpoint,
+            "DescribeEndpoint": self._describe_endpoint,
+            "ListEndpoints": self._list_endpoints,
+        }
+
+    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        region, service = credential_scope(environ)
+        path = environ.get("PATH_INFO", "")
+        if environ.get("REQUEST_METHOD") == "POST" and service not in ("s3", ""):
+            match = _INVOCATION.match(path)
+            if match:
+                return self._invoke(environ, start_response, region, match.group(1))
+        target = environ.get("HTTP_X_AMZ_TARGET", "")
+        if target.startswith("SageMaker."):
+            operation = target.partition(".")[2]
+            if environ.get("HTTP_X_MMELOCAL_INTERNAL"):  # mmelocal's own: moto's records
+                handler = self._sagemaker.get(operation) if operation in _OVERLAYS else None
+            else:
+                handler = self._sagemaker.get(operation)
+            if handler is not None:
+                return self._sagemaker_call(handler, environ, start_response, region)
+        return self._moto(environ, start_response)
+
+    # -- SageMaker control plane -------------------------------------------------------
+    def _sagemaker_call(
+        self,
+        handler: Callable[[dict[str, Any], str, dict[str, Any]], Any],
+        environ: dict[str, Any],
+        start_response: StartResponse,
+        region: str,
+    ) -> Iterable[bytes]:
+        try:
+            params = json.loads(_read_body(environ) or b"{}")
+        except ValueError:
+            params = {}
+        try:
+            status, payload = handler(environ, region or "us-east-1", params)
+        except AwsServiceError as exc:
+            status, payload = exc.status, {"__type": exc.code, "message": str(exc)}
+        body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+        start_response(
+            f"{status} {'OK' if status == 200 else 'Error'}",
+            [("Content-Type", _JSON_11), ("Content-Length", str(len(body)))],
+        )
+        return [body]
+
+    def _moto_json(self, environ: dict[str, Any]) -> tuple[int, Any]:
+        """Forward the request to moto; its status and parsed JSON (bytes if not JSON)."""
+        from werkzeug.wrappers import Response
+
+        response = Response.from_app(self._moto, environ, buffered=True)
+        data = response.get_data()
+        try:
+            return response.status_code, json.loads(data) if data else {}
+        except ValueError:
+            return response.status_code, data
+
+    def _exists(self, region: str, describe: str, **name: str) -> dict[str, Any] | None:
+        from botocore.exceptions import ClientError
+
+        try:
+            answer: dict[str, Any] = getattr(self._internal(region), describe)(**name)
+        except ClientError:
+            return None
+        return answer
+
+    def _check(self, operation: str, params: dict[str, Any]) -> None:
+        problem = model_violations(operation, params)
+        if problem is not None:
+            raise AwsServiceError(problem)
+
+    def _create_model(
+        self, environ: dict[str, Any], region: str, params: dict[str, Any]
+    ) -> tuple[int, Any]:
+        self._check("CreateModel", params)
+        name = str(params.get("ModelName", ""))
+        existing = self._exists(region, "describe_model", ModelName=name)
+        if existing is not None:
+            raise AwsServiceError(f'Cannot create already existing model "{existing["ModelArn"]}".')
+        containers = [params.get("PrimaryContainer") or {}, *(params.get("Containers") or [])]
+        for container in containers:
+            problem = model_data_problem(container, keys_under=self._keys_under)
+            if problem is not None:
+                raise AwsServiceError(problem)
+        return self._moto_json(environ)
+
+    def _create_endpoint_config(
+        self, environ: dict[str, Any], region: str, params: dict[str, Any]
+    ) -> tuple[int, Any]:
+        self._check("CreateEndpointConfig", params)
+        name = str(params.get("EndpointConfigName", ""))
+        existing = self._exists(region, "describe_endpoint_config", EndpointConfigName=name)
+        if existing is not None:
+            arn = existing["EndpointConfigArn"]
+            raise AwsServiceError(f'Cannot create already existing endpoint configuration "{arn}".')
+        # moto checks instance types against its own (older) list; the service's list is
+        # botocore's enum, checked above: moto records a type it knows, this layer the real one
+        variants = params.get("ProductionVariants") or []
+        types = [v.get("InstanceType") if isinstance(v, dict) else None for v in variants]
+        for variant in variants:
+            if isinstance(variant, dict) and "InstanceType" in variant:
+                variant["InstanceType"] = MOTO_INSTANCE_TYPE
+        body = json.dumps(params).encode()
+        environ["wsgi.input"], environ["CONTENT_LENGTH"] = io.BytesIO(body), str(len(body))
+        status, answer = self._moto_json(environ)
+        if status == 200:
+            self._instance_types[(region, name)] = types
+        return status, answer
+
+    def _describe_endpoint_config(
+        self, environ: dict[str, Any], region: str, params: dict[str, Any]
+    ) -> tuple[int, Any]:
+        status, answer = self._moto_json(environ)
+        types = self._instance_types.get((region, str(params.get("EndpointConfigName", ""))))
+        if status == 200 and isinstance(answer, dict) and types is not None:
+            for variant, kind in zip(answer.get("ProductionVariants", []), types, strict=False):
+                if kind is not None:
+                    variant["InstanceType"] = kind
+        return status, answer
+
+    def _create_endpoint(
+        self, environ: dict[str, Any], region: str, params: dict[str, Any]
+    ) -> tuple[int, Any]:
+        self._check("CreateEndpoint", params)
+        name = str(params.get("EndpointName", ""))
+        existing = self._exists(region, "describe_endpoint", EndpointName=name)
+        if existing is not None:
+            arn = existing["EndpointArn"]
+            raise AwsServiceError(f'Cannot create already existing endpoint "{arn}".')
+        status, answer = self._moto_json(environ)
+        if status == 200:
+            self.endpoints.create(region, name, str(params["EndpointConfigName"]))
+        return status, answer
+
+    def _update_endpoint(
+        self, environ: dict[str, Any], region: str, params: dict[str, Any]
+    ) -> tuple[int, Any]:
+        self._check("UpdateEndpoint", params)
+        name = str(params.get("EndpointName", ""))
+        config_name = str(params.get("EndpointConfigName", ""))
+        endpoint = self._exists(region, "describe_endpoint", EndpointName=name)
+        state = self.endpoints.get(region, name)
+        if endpoint is None or state is None:
+            arn = f"arn:aws:sagemaker:{region}:{self.account_id}:endpoint/{name.lower()}"
+            raise AwsServiceError(f'Could not find endpoint "{arn}".')
+        config = self._exists(region, "describe_endpoint_config", EndpointConfigName=config_name)
+        if config is None:
+            arn = (
+                f"arn:aws:sagemaker:{region}:{self.account_id}:endpoint-config/"
+                f"{config_name.lower()}"
+            )
+            raise AwsServiceError(f'Could not find endpoint configuration "{arn}".')
+        if state.status in ("Creating", "Updating", "Deleting", "SystemUpdating"):
+            arn = endpoint["EndpointArn"]
+            raise AwsServiceError(f'Cannot update in-progress endpoint "{arn}".')
+        self.endpoints.update(region, name, config_name)
+        return 200, {"EndpointArn": endpoint["EndpointArn"]}
+
+    def _delete_endpoint(
+        self, environ: dict[str, Any], region: str, params: dict[str, Any]
+    ) -> tuple[int, Any]:
+        name = str(params.get("EndpointName", ""))
+        state = self.endpoints.get(region, name)
+        if state is None or state.status == "Deleting":
+            return self._moto_json(environ)  # moto's answer (not found, or a plain record)
+        self.endpoints.delete(region, name)
+        return 200, {}
+
+    def _describe_endpoint(
+        self, environ: dict[str, Any], region: str, params: dict[str, Any]
+    ) -> tuple[int, Any]:
+        status, answer = self._moto_json(environ)
+        state = self.endpoints.get(region, str(params.get("EndpointName", "")))
+        if status == 200 and isinstance(answer, dict) and state is not None:
+            answer["EndpointStatus"] = state.status
+            answer["EndpointConfigName"] = state.config_name
+            if state.variants:
+                answer["ProductionVariants"] = [dict(v) for v in state.variants]
+            elif state.status in ("Creating", "Failed"):
+                answer.pop("ProductionVariants", None)
+            if state.failure_reason:
+                answer["FailureReason"] = state.failure_reason
+            else:
+                answer.pop("FailureReason", None)
+        return status, answer
+
+    def _list_endpoints(
+        self, environ: dict[str, Any], region: str, params: dict[str, Any]
+    ) -> tuple[int, Any]:
+        status, answer = self._moto_json(environ)
+        if status == 200 and isinstance(answer, dict):
+            for summary in answer.get("Endpoints", []):
+                state = self.endpoints.get(region, summary.get("EndpointName", ""))
+                if state is not None:
+                    summary["EndpointStatus"] = state.status
+        return status, answer
+
+    # -- runtime -----------------------------------------------------------------------
+    def _invoke(
+        self, environ: dict[str, Any], start_response: StartResponse, region: str, name: str
+    ) -> Iterable[bytes]:
+        from mmelocal.emulator.handlers import sagemaker_error
+
+        fleet = self.endpoints.serving(region or "us-east-1", name)
+        target = environ.get("HTTP_X_AMZN_SAGEMAKER_TARGET_MODEL")
+        if fleet is None:
+            answer = sagemaker_error(
+                400, "ValidationError", f"Endpoint {name} of account {self.account_id} not found."
+            )
+            return self._answer(start_response, answer.status, answer.headers, answer.body)
+        single = fleet.plan.single_model_target
+        if single is not None and target is not None:
+            answer = sagemaker_error(
+                400,
+                "ValidationError",
+                f"Endpoint {name} is not a multi-model endpoint and does not support target "
+                "model header.",
+            )
+            return self._answer(start_response, answer.status, answer.headers, answer.body)
+        headers = {h: environ[k] for h in _FORWARDED if (k := _environ_key(h)) in environ}
+        for key, value in environ.items():
+            if key.startswith("HTTP_X_AMZN_SAGEMAKER_"):
+                headers["-".join(p.capitalize() for p in key[5:].split("_"))] = value
+        if single is not None:
+            headers["X-Amzn-SageMaker-Target-Model"] = single
+        body = _read_body(environ)
+        with fleet.call():
+            response = self._http.request(
+                "POST",
+                f"{fleet.url}/endpoints/{name}/invocations",
+                body=body,
+                headers=headers,
+                timeout=400.0,
+                preload_content=True,
+            )
+        out = [(k, v) for k, v in response.headers.items() if k.lower() not in _HOP_BY_HOP]
+        return self._answer(start_response, response.status, out, response.data)
+
+    @staticmethod
+    def _answer(
+        start_response: StartResponse, status: int, headers: Iterable[tuple[str, str]], body: bytes
+    ) -> Iterable[bytes]:
+        headers = [*headers, ("Content-Length", str(len(body)))]
+        start_response(f"{status} {'OK' if status == 200 else 'Error'}", headers)
+        return [body]
+
+
+def _environ_key(header: str) -> str:
+    key = header.upper().replace("-", "_")
+    return key if key in ("CONTENT_TYPE", "CONTENT_LENGTH") else f"HTTP_{key}"
+
+
+__all__ = ["INTERNAL_HEADER", "LocalAwsApp", "credential_scope"]

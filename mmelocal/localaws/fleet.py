@@ -1,0 +1,212 @@
+"""One endpoint config made real: the MME emulator (Triton behind it) that serves it.
+
+:func:`plan_fleet` reads what ``CreateEndpoint`` / ``UpdateEndpoint`` named (the config's
+first variant and its model) and decides what runs, or raises :class:`EndpointFailedError` with the
+``FailureReason`` the endpoint shows. :class:`Fleet` owns the running
+:class:`~mmelocal.emulator.server.EmulatorServer` and counts the calls in flight so an
+update or a delete can let them finish before it stops Triton.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mmelocal.errors import EndpointFailedError
+from mmelocal.localaws.checks import parse_s3_url
+
+#: the repository of SageMaker's Triton images (``<account>.dkr.ecr.<region>.amazonaws.com/
+#: sagemaker-tritonserver:<version>-py3``, see :mod:`mmelocal.deploy.images`)
+TRITON_REPOSITORY = "sagemaker-tritonserver"
+
+
+@dataclass(frozen=True, kw_only=True)
+class FleetPlan:
+    """What one endpoint config runs: an emulator on an S3 prefix (see the module doc)."""
+
+    endpoint_name: str
+    config_name: str
+    bucket: str
+    prefix: str
+    instances: int
+    instance_type: str
+    environment: Mapping[str, str] = field(default_factory=dict)
+    single_model_target: str | None = None
+    variants: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def store_url(self) -> str:
+        """``s3://bucket/prefix``: the emulator's store."""
+        return f"s3://{self.bucket}/{self.prefix}"
+
+
+def is_triton_image(image: str) -> bool:
+    """True for an image of SageMaker's Triton repository (any account, region and tag)."""
+    repository = image.rsplit("/", 1)[-1].split(":", 1)[0].split("@", 1)[0]
+    return repository == TRITON_REPOSITORY or repository.endswith("tritonserver")
+
+
+def described_variants(variants: list[dict[str, Any]]) -> tuple[dict[str, Any], ...]:
+    """``DescribeEndpoint``'s ``ProductionVariants`` for a config's variants, in service."""
+    out = []
+    for variant in variants:
+        count = int(variant.get("InitialInstanceCount", 1))
+        weight = float(variant.get("InitialVariantWeight", 1.0))
+        out.append(
+            {
+                "VariantName": variant["VariantName"],
+                "CurrentWeight": weight,
+                "DesiredWeight": weight,
+                "CurrentInstanceCount": count,
+                "DesiredInstanceCount": count,
+            }
+        )
+    return tuple(out)
+
+
+def plan_fleet(endpoint_name: str, config: dict[str, Any], model: dict[str, Any]) -> FleetPlan:
+    """The emulator an endpoint config asks for (``DescribeEndpointConfig`` and
+    ``DescribeModel`` answers); EndpointFailedError with the FailureReason when it cannot run."""
+    variants = config.get("ProductionVariants") or []
+    if not variants:
+        raise EndpointFailedError("the endpoint configuration has no production variant")
+    if "ServerlessConfig" in variants[0] or "InstanceType" not in variants[0]:
+        raise EndpointFailedError(
+            "mmelocal serves instance-backed variants only (InstanceType and "
+            "InitialInstanceCount); serverless variants are not emulated"
+        )
+    container: dict[str, Any] = model.get("PrimaryContainer") or next(
+        iter(model.get("Containers") or []), {}
+    )
+    image = str(container.get("Image", ""))
+    if not is_triton_image(image):
+        raise EndpointFailedError(
+            f"mmelocal runs SageMaker's Triton Inference Server images "
+            f"(<account>.dkr.ecr.<region>.amazonaws.com/{TRITON_REPOSITORY}:<version>-py3) "
+            f"only; the image {image!r} is not one of them"
+        )
+    url = str(container.get("ModelDataUrl", ""))
+    located = parse_s3_url(url)
+    if located is None:
+        raise EndpointFailedError(f"Could not find model data at {url or '(no ModelDataUrl)'}.")
+    bucket, key = located
+    single: str | None = None
+    if container.get("Mode") == "MultiModel":
+        prefix = key
+    else:
+        prefix, _, single = key.rpartition("/")
+        prefix = prefix + "/" if prefix else ""
+    first = variants[0]
+    return FleetPlan(
+        endpoint_name=endpoint_name,
+        config_name=str(config["EndpointConfigName"]),
+        bucket=bucket,
+        prefix=prefix,
+        instances=int(first.get("InitialInstanceCount", 1)),
+        instance_type=str(first["InstanceType"]),
+        environment=dict(container.get("Environment") or {}),
+        single_model_target=single,
+        variants=described_variants(variants),
+    )
+
+
+@dataclass(kw_only=True)
+class FleetOptions:
+    """How a :class:`Fleet` starts Triton (the ``LocalAws`` options)."""
+
+    work_dir: Path
+    memory_budget_bytes: int | None = None
+    launcher: str = "local"
+    tritonserver: Path | None = None
+    start_timeout_s: float = 300.0
+
+
+class Fleet:
+    """A running emulator for one :class:`FleetPlan` (start, count calls, drain, stop)."""
+
+    def __init__(self, plan: FleetPlan, *, s3_client: Any, options: FleetOptions) -> None:
+        from mmelocal.emulator.platform import Emulator, EmulatorConfig
+        from mmelocal.emulator.server import EmulatorServer
+        from mmelocal.emulator.store import S3Store
+
+        self.plan = plan
+        self._inflight = 0
+        self._idle = threading.Condition()
+        store = S3Store(plan.bucket, plan.prefix, client=s3_client)
+        config = EmulatorConfig(
+            store=plan.store_url,
+            cache_dir=options.work_dir,
+            instances=plan.instances,
+            endpoint_name=plan.endpoint_name,
+            memory_budget_bytes=options.memory_budget_bytes,
+            launcher=options.launcher,
+            tritonserver=options.tritonserver,
+            sagemaker_env=dict(plan.environment),
+        )
+        self.server = EmulatorServer(
+            Emulator(config, store=store), start_timeout_s=options.start_timeout_s
+        )
+
+    @property
+    def url(self) -> str:
+        """The emulator's ``http://host:port``."""
+        return self.server.url
+
+    def start(self) -> None:
+        """Start Triton (and, for a single-model endpoint, load the model as the container
+        does at start-up); raises EndpointFailedError with the reason."""
+        try:
+            self.server.start()
+            target = self.plan.single_model_target
+            if target is not None:
+                emulator = self.server.emulator
+                self.server.call(emulator.ensure_loaded(target), timeout_s=400)
+        except Exception as exc:
+            self.server.stop()
+            raise EndpointFailedError(_reason(exc)) from exc
+
+    @contextlib.contextmanager
+    def call(self) -> Iterator[None]:
+        """Count one call in flight (see :meth:`drain`)."""
+        with self._idle:
+            self._inflight += 1
+        try:
+            yield
+        finally:
+            with self._idle:
+                self._inflight -= 1
+                self._idle.notify_all()
+
+    @property
+    def inflight(self) -> int:
+        """Calls being served now."""
+        return self._inflight
+
+    def drain(self, timeout_s: float) -> bool:
+        """Wait until no call is in flight (at most ``timeout_s``); True when idle."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._inflight == 0, timeout=timeout_s)
+
+    def stop(self) -> None:
+        """Stop the emulator and its Triton instances (idempotent)."""
+        self.server.stop()
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0] if len(text) > 1000 else text
+
+
+__all__ = [
+    "TRITON_REPOSITORY",
+    "Fleet",
+    "FleetOptions",
+    "FleetPlan",
+    "described_variants",
+    "is_triton_image",
+    "plan_fleet",
+]

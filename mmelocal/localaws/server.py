@@ -1,0 +1,256 @@
+""":class:`LocalAws`: the local AWS for SageMaker MME on one port, as a context manager.
+
+It mounts moto's server application in-process behind :class:`~.app.LocalAwsApp` on a
+threaded WSGI server (a background thread), so a test, a benchmark or ``mmelocal
+local-aws`` gets S3, SageMaker, Application Auto Scaling and STS on one URL, with real
+Triton behind every endpoint. moto keeps its state in this process: two ``LocalAws`` in
+one process share it, and nothing survives the process (see the docs' "State" section).
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import threading
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from mmelocal.errors import EndpointFailedError, MissingDependencyError, UserInputError
+from mmelocal.localaws.app import INTERNAL_HEADER, LocalAwsApp
+from mmelocal.localaws.endpoints import EndpointManager
+from mmelocal.localaws.fleet import Fleet, FleetOptions, FleetPlan, plan_fleet
+
+logger = logging.getLogger(__name__)
+
+#: keys mmelocal's own clients sign with (the local AWS checks no signature)
+LOCAL_KEYS = ("mmelocal", "mmelocal")
+DEFAULT_REGION = "us-east-1"
+
+
+class LocalAws:
+    """S3, SageMaker (endpoints that serve), Application Auto Scaling and STS on one port.
+
+    ``with LocalAws() as aws: os.environ["AWS_ENDPOINT_URL"] = aws.url`` is all a script
+    needs. ``port=0`` picks a free port; ``data_dir`` holds each endpoint's artifact
+    cache and Triton logs (a temporary folder by default). ``memory_budget_bytes`` is the
+    host memory per Triton instance without a GPU (default: half the RAM shared by the
+    instances of an endpoint).
+    """
+
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        data_dir: Path | str | None = None,
+        memory_budget_bytes: int | None = None,
+        launcher: str = "local",
+        tritonserver: Path | None = None,
+        start_timeout_s: float = 300.0,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self._data_dir = Path(data_dir) if data_dir is not None else None
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self._fleet_options = dict(
+            memory_budget_bytes=memory_budget_bytes,
+            launcher=launcher,
+            tritonserver=tritonserver,
+            start_timeout_s=start_timeout_s,
+        )
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+        self._clients: dict[tuple[str, str], Any] = {}
+        self._clients_lock = threading.Lock()
+        self.endpoints: EndpointManager | None = None
+
+    # -- public ------------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        """``http://host:port``: the value of ``AWS_ENDPOINT_URL``."""
+        shown = self.host if self.host not in ("0.0.0.0", "", "::") else "127.0.0.1"
+        return f"http://{shown}:{self.port}"
+
+    @property
+    def data_dir(self) -> Path:
+        """Where the endpoints' caches and Triton logs go."""
+        if self._data_dir is None:
+            raise UserInputError("the local AWS is not started")
+        return self._data_dir
+
+    def env(self, region: str = DEFAULT_REGION) -> dict[str, str]:
+        """The environment a script needs: the endpoint URL, a region and (any) keys."""
+        return {
+            "AWS_ENDPOINT_URL": self.url,
+            "AWS_DEFAULT_REGION": region,
+            "AWS_ACCESS_KEY_ID": LOCAL_KEYS[0],
+            "AWS_SECRET_ACCESS_KEY": LOCAL_KEYS[1],
+        }
+
+    def start(self) -> LocalAws:
+        """Listen and serve on a background thread; returns once the port answers."""
+        if self._server is not None:
+            return self
+        try:
+            from moto.core import DEFAULT_ACCOUNT_ID
+            from moto.moto_server.werkzeug_app import MotoRequestHandler
+            from moto.server import DomainDispatcherApplication, create_backend_app
+            from werkzeug.serving import make_server
+        except ImportError as exc:
+            raise MissingDependencyError("moto", extra="aws", feature="the local AWS") from exc
+        if self._data_dir is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="mmelocal-aws-")
+            self._data_dir = Path(self._tmp.name)
+        self._data_dir.mkdir(parents=True, exist_ok=True)
+        self.endpoints = EndpointManager(
+            describe=self._plan,
+            start_fleet=self._start_fleet,
+            forget=self._forget,
+            work_dir=self._data_dir / "endpoints",
+        )
+        app = LocalAwsApp(
+            moto_app=DomainDispatcherApplication(create_backend_app),
+            endpoints=self.endpoints,
+            keys_under=self._keys_under,
+            internal=lambda region: self._client("sagemaker", region),
+            account_id=DEFAULT_ACCOUNT_ID,
+        )
+
+        class QuietHandler(MotoRequestHandler):  # one log line per request at DEBUG, not stderr
+            def log(self, type: str, message: str, *args: Any) -> None:
+                logger.debug("%s " + message, self.address_string(), *args)
+
+        try:
+            self._server = make_server(
+                self.host, self.port, app, threaded=True, request_handler=QuietHandler
+            )
+        except OSError as exc:
+            self._cleanup()
+            raise UserInputError(
+                f"cannot listen on {self.host}:{self.port}: {exc.strerror or exc} (another "
+                "server uses it: choose another --port)"
+            ) from None
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="mmelocal-local-aws", daemon=True
+        )
+        self._thread.start()
+        logger.info("local AWS listening on %s (data %s)", self.url, self._data_dir)
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and every endpoint's Triton (idempotent)."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            self._thread = None
+        if self.endpoints is not None:
+            self.endpoints.close()
+        self._cleanup()
+
+    def _cleanup(self) -> None:
+        self._clients.clear()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+            self._data_dir = None
+
+    def __enter__(self) -> LocalAws:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # -- internals ---------------------------------------------------------------------
+    def _client(self, service: str, region: str = DEFAULT_REGION) -> Any:
+        """A boto3 client of this server (mmelocal's own calls skip the endpoint layer)."""
+        key = (service, region)
+        with self._clients_lock:
+            client = self._clients.get(key)
+            if client is None:
+                client = self._new_client(service, region)
+                self._clients[key] = client
+        return client
+
+    def _new_client(self, service: str, region: str) -> Any:
+        import boto3
+        from botocore.config import Config
+
+        session = boto3.session.Session(
+            aws_access_key_id=LOCAL_KEYS[0],
+            aws_secret_access_key=LOCAL_KEYS[1],
+            region_name=region,
+        )
+        config = Config(
+            retries={"max_attempts": 2, "mode": "standard"},
+            s3={"addressing_style": "path"},
+            connect_timeout=5,
+            read_timeout=60,
+        )
+        client = session.client(service, endpoint_url=self.url, config=config)
+
+        def mark(request: Any, **_: Any) -> None:
+            request.headers[INTERNAL_HEADER] = "1"
+
+        client.meta.events.register(f"before-sign.{client.meta.service_model.signing_name}", mark)
+        return client
+
+    def _keys_under(self, bucket: str, prefix: str) -> list[str] | None:
+        """Up to 5 keys under ``prefix`` (None when the bucket does not exist)."""
+        from botocore.exceptions import ClientError
+
+        try:
+            listing = self._client("s3").list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=5)
+        except ClientError:
+            return None
+        return [obj["Key"] for obj in listing.get("Contents", [])]
+
+    def _plan(self, region: str, endpoint_name: str, config_name: str) -> FleetPlan:
+        from botocore.exceptions import ClientError
+
+        sagemaker = self._client("sagemaker", region)
+        try:
+            config = sagemaker.describe_endpoint_config(EndpointConfigName=config_name)
+            variants = config.get("ProductionVariants") or [{}]
+            model = sagemaker.describe_model(ModelName=variants[0].get("ModelName", ""))
+        except ClientError as exc:
+            raise EndpointFailedError(str(exc.response["Error"].get("Message", exc))) from exc
+        plan = plan_fleet(endpoint_name, config, model)
+        keys = self._keys_under(plan.bucket, plan.prefix + (plan.single_model_target or ""))
+        if not keys:
+            raise EndpointFailedError(
+                f"Could not find model data at {plan.store_url}{plan.single_model_target or ''}."
+            )
+        return plan
+
+    def _start_fleet(self, plan: FleetPlan, work_dir: Path) -> Fleet:
+        options = FleetOptions(work_dir=work_dir, **self._fleet_options)  # type: ignore[arg-type]
+        fleet = Fleet(plan, s3_client=self._new_client("s3", DEFAULT_REGION), options=options)
+        fleet.start()
+        return fleet
+
+    def _forget(self, region: str, endpoint_name: str) -> None:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        if self._server is None:
+            return
+        try:
+            self._client("sagemaker", region).delete_endpoint(EndpointName=endpoint_name)
+        except (BotoCoreError, ClientError) as exc:
+            logger.warning("could not forget endpoint %s: %s", endpoint_name, exc)
+
+
+__all__ = ["DEFAULT_REGION", "LOCAL_KEYS", "LocalAws"]

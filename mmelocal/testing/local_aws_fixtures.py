@@ -1,0 +1,62 @@
+"""The ``local_aws`` and ``local_aws_env`` pytest fixtures: a local AWS for SageMaker MME.
+
+Usage in a test::
+
+    def test_my_script(local_aws_env):
+        import boto3
+        sm = boto3.client("sagemaker")          # reaches the local AWS: no other change
+        ...
+
+``local_aws`` is one :class:`~mmelocal.localaws.LocalAws` for the whole session (its
+``url`` is the ``AWS_ENDPOINT_URL`` value; moto's state is shared, so name resources
+uniquely). ``local_aws_env`` points the environment at it for one test: the endpoint
+URL, a region, keys, and no profile or shared files. Override ``local_aws_options`` (a
+dict of ``LocalAws`` arguments) in a ``conftest.py`` to change the memory budget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from mmelocal.localaws import LocalAws
+
+
+@pytest.fixture(scope="session")
+def local_aws_options() -> dict[str, Any]:
+    """``LocalAws`` arguments for ``local_aws`` (override this fixture to change them)."""
+    return {"memory_budget_bytes": 2 * 1024**3}
+
+
+@pytest.fixture(scope="session")
+def local_aws(
+    tmp_path_factory: pytest.TempPathFactory, local_aws_options: dict[str, Any]
+) -> Iterator[LocalAws]:
+    """A running local AWS (S3, SageMaker with real endpoints, autoscaling, STS)."""
+    from mmelocal.localaws import LocalAws
+
+    options = {"data_dir": tmp_path_factory.mktemp("local-aws"), **local_aws_options}
+    with LocalAws(**options) as aws:
+        yield aws
+
+
+@pytest.fixture
+def local_aws_env(
+    local_aws: LocalAws, monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> LocalAws:
+    """The environment of a user whose AWS is ``local_aws`` (for this test only)."""
+    empty = tmp_path_factory.mktemp("no-aws-files")
+    for name, value in local_aws.env().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(empty / "config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(empty / "credentials"))
+    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_REGION"):
+        monkeypatch.delenv(name, raising=False)
+    return local_aws
+
+
+__all__ = ["local_aws", "local_aws_env", "local_aws_options"]

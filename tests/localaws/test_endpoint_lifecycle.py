@@ -1,0 +1,260 @@
+"""Endpoints on the local AWS: bad input answered as the service does, failures with their
+reason, instance counts, UpdateEndpoint and DeleteEndpoint while calls are in flight."""
+
+from __future__ import annotations
+
+import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import boto3
+import numpy as np
+import pytest
+from botocore.exceptions import ClientError
+from localaws_helpers import (
+    ROLE,
+    TRITON_IMAGE,
+    tritonservers,
+    unique,
+    wait_for,
+    wait_gone,
+    wait_status,
+)
+
+from mmelocal.localaws import LocalAws
+from mmelocal.testing.tiny_model import expected, request_json, write_tarball
+
+pytestmark = pytest.mark.triton
+X = np.arange(8, dtype=np.float32).reshape(2, 4)
+BODY = json.dumps(request_json(X))
+
+
+def upload_models(tmp_path: Path, prefix: str, *, scale: float, compute_ms: float = 0.0) -> str:
+    """A new bucket with ``model.tar.gz`` under ``prefix/``; the ``s3://`` prefix URL."""
+    s3 = boto3.client("s3")
+    bucket = unique("mme")
+    s3.create_bucket(Bucket=bucket)
+    tarball = write_tarball(tmp_path / f"{prefix}.tar.gz", scale=scale, compute_ms=compute_ms)
+    s3.upload_file(str(tarball), bucket, f"{prefix}/model.tar.gz")
+    return f"s3://{bucket}/{prefix}/"
+
+
+def model_and_config(
+    url: str, *, count: int = 1, image: str = TRITON_IMAGE, mode: str = "MultiModel"
+) -> str:
+    """A model and an endpoint config on ``url`` (same new name); the config name."""
+    sm = boto3.client("sagemaker")
+    name = unique("cfg")
+    container = {"Image": image, "ModelDataUrl": url, "Mode": mode}
+    sm.create_model(ModelName=name, ExecutionRoleArn=ROLE, PrimaryContainer=container)
+    variant = {
+        "VariantName": "AllTraffic",
+        "ModelName": name,
+        "InstanceType": "ml.g5.xlarge",
+        "InitialInstanceCount": count,
+    }
+    sm.create_endpoint_config(EndpointConfigName=name, ProductionVariants=[variant])
+    return name
+
+
+def invoke(name: str, target: str | None = "model.tar.gz", runtime: Any = None) -> np.ndarray:
+    """OUTPUT0 of one InvokeEndpoint call."""
+    extra: dict[str, Any] = {"TargetModel": target} if target else {}
+    runtime = runtime or boto3.client("sagemaker-runtime")
+    answer = runtime.invoke_endpoint(
+        EndpointName=name, ContentType="application/json", Body=BODY, **extra
+    )
+    out = json.loads(answer["Body"].read())["outputs"][0]
+    return np.array(out["data"], dtype=np.float32).reshape(out["shape"])
+
+
+def error_of(call: Any, *args: Any, **kwargs: Any) -> tuple[str, str]:
+    """The error code and message ``call(*args, **kwargs)`` raises."""
+    with pytest.raises(ClientError) as info:
+        call(*args, **kwargs)
+    return info.value.response["Error"]["Code"], info.value.response["Error"]["Message"]
+
+
+def test_bad_models_are_refused_as_the_service_does(
+    local_aws_env: LocalAws, tmp_path: Path
+) -> None:
+    sm = boto3.client("sagemaker")
+    url = upload_models(tmp_path, "models", scale=2.0)
+    bucket = url.split("/")[2]
+    cases = [
+        ("SageMakerExecutionRole-name", url, "at 'executionRoleArn' failed to satisfy constraint"),
+        (ROLE, url.rstrip("/"), "must end with '/'"),
+        (ROLE, f"s3://{bucket}-missing/models/", f"Could not find model data at s3://{bucket}-"),
+        (ROLE, f"s3://{bucket}/empty/", f"Could not find model data at s3://{bucket}/empty/"),
+    ]
+    for role, data_url, reason in cases:
+        name = unique("bad")
+        container = {"Image": TRITON_IMAGE, "ModelDataUrl": data_url, "Mode": "MultiModel"}
+        code, message = error_of(
+            sm.create_model, ModelName=name, ExecutionRoleArn=role, PrimaryContainer=container
+        )
+        assert code == "ValidationException" and reason in message, (data_url, message)
+        assert error_of(sm.describe_model, ModelName=name)[0] == "ValidationException"
+
+    config = model_and_config(url)
+    code, message = error_of(lambda: model_and_config(url.rstrip("/") + "/models/"))
+    assert "Could not find model data" in message
+    code, message = error_of(
+        lambda: sm.create_endpoint_config(
+            EndpointConfigName=unique("cfg"),
+            ProductionVariants=[
+                {
+                    "VariantName": "v",
+                    "ModelName": config,
+                    "InstanceType": "ml.x9.huge",
+                    "InitialInstanceCount": 1,
+                }
+            ],
+        )
+    )
+    assert code == "ValidationException" and "enum value set" in message, message
+
+
+def test_endpoint_name_instances_and_duplicates(local_aws_env: LocalAws, tmp_path: Path) -> None:
+    sm = boto3.client("sagemaker")
+    before = {p.pid for p in tritonservers()}
+    config = model_and_config(upload_models(tmp_path, "models", scale=2.0), count=2)
+    name = unique("ep")
+    sm.create_endpoint(EndpointName=name, EndpointConfigName=config)
+    code, message = error_of(sm.create_endpoint, EndpointName=name, EndpointConfigName=config)
+    assert code == "ValidationException"
+    arn = f"arn:aws:sagemaker:us-east-1:123456789012:endpoint/{name}"
+    assert message == f'Cannot create already existing endpoint "{arn}".'
+    described = wait_status(sm, name, leaving="Creating")
+    assert described["EndpointStatus"] == "InService", described
+    assert described["ProductionVariants"][0]["CurrentInstanceCount"] == 2
+    mine = {p.pid for p in tritonservers()} - before
+    assert len(mine) == 2  # InitialInstanceCount Triton instances, one endpoint
+    np.testing.assert_array_equal(invoke(name), expected(X, 2.0))
+    summaries = sm.list_endpoints(NameContains=name)["Endpoints"]
+    assert [
+        (s["EndpointName"], s["EndpointStatus"]) for s in summaries if s["EndpointName"] == name
+    ] == [(name, "InService")]
+    sm.delete_endpoint(EndpointName=name)
+    wait_gone(sm, name)
+    assert not mine & {p.pid for p in tritonservers()}
+
+
+def test_failures_name_their_cause(local_aws_env: LocalAws, tmp_path: Path) -> None:
+    sm, s3 = boto3.client("sagemaker"), boto3.client("s3")
+    url = upload_models(tmp_path, "models", scale=2.0)
+    xgboost = "683313688378.dkr.ecr.us-east-1.amazonaws.com/sagemaker-xgboost:1.7-1"
+    bad_image = model_and_config(url, image=xgboost)
+    emptied = model_and_config(url)
+    bucket, prefix = url.split("/")[2], url.split("/")[3]
+    s3.delete_object(Bucket=bucket, Key=f"{prefix}/model.tar.gz")
+    reasons = {}
+    for config in (bad_image, emptied):
+        name = unique("failing")
+        sm.create_endpoint(EndpointName=name, EndpointConfigName=config)
+        described = wait_status(sm, name, leaving="Creating")
+        assert described["EndpointStatus"] == "Failed"
+        reasons[config] = described["FailureReason"]
+        code, message = error_of(invoke, name)
+        assert (code, message) == (
+            "ValidationError",
+            f"Endpoint {name} of account 123456789012 not found.",
+        )
+        sm.delete_endpoint(EndpointName=name)
+        wait_gone(sm, name)
+    assert "sagemaker-xgboost" in reasons[bad_image] and "Triton" in reasons[bad_image]
+    assert reasons[emptied] == f"Could not find model data at {url}."
+
+
+def test_triton_that_cannot_start_fails_the_endpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broken = tmp_path / "tritonserver"
+    broken.write_text("#!/bin/sh\necho 'tritonserver: cannot start here' >&2\nexit 3\n")
+    broken.chmod(0o755)
+    with LocalAws(tritonserver=broken, data_dir=tmp_path / "data") as aws:
+        for key, value in aws.env().items():
+            monkeypatch.setenv(key, value)
+        sm = boto3.client("sagemaker")
+        config = model_and_config(upload_models(tmp_path, "models", scale=2.0))
+        name = unique("no-triton")
+        sm.create_endpoint(EndpointName=name, EndpointConfigName=config)
+        described = wait_status(sm, name, leaving="Creating")
+        assert described["EndpointStatus"] == "Failed"
+        assert "tritonserver" in described["FailureReason"], described["FailureReason"]
+
+
+def test_single_model_endpoint(local_aws_env: LocalAws, tmp_path: Path) -> None:
+    sm = boto3.client("sagemaker")
+    url = upload_models(tmp_path, "single", scale=4.0)
+    config = model_and_config(url + "model.tar.gz", mode="SingleModel")
+    name = unique("single")
+    sm.create_endpoint(EndpointName=name, EndpointConfigName=config)
+    assert wait_status(sm, name, leaving="Creating")["EndpointStatus"] == "InService"
+    np.testing.assert_array_equal(invoke(name, target=None), expected(X, 4.0))
+    code, message = error_of(invoke, name)
+    assert code == "ValidationError" and "is not a multi-model endpoint" in message
+    sm.delete_endpoint(EndpointName=name)
+    wait_gone(sm, name)
+
+
+def test_update_keeps_serving_and_delete_lets_calls_finish(
+    local_aws_env: LocalAws, tmp_path: Path
+) -> None:
+    sm, runtime = boto3.client("sagemaker"), boto3.client("sagemaker-runtime")
+    first = model_and_config(upload_models(tmp_path, "v1", scale=2.0, compute_ms=100))
+    second = model_and_config(upload_models(tmp_path, "v2", scale=5.0, compute_ms=300))
+    name = unique("swap")
+    sm.create_endpoint(EndpointName=name, EndpointConfigName=first)
+    assert wait_status(sm, name, leaving="Creating")["EndpointStatus"] == "InService"
+    v1_pids = {p.pid for p in tritonservers()}
+
+    scales: list[float] = []  # x[0, 1] is 1: the answer there is scale + 1
+    failures: list[BaseException] = []
+    stop = threading.Event()
+
+    def caller() -> None:
+        while not stop.is_set():
+            try:
+                scales.append(float(invoke(name, runtime=runtime)[0, 1]) - 1.0)
+            except BaseException as exc:
+                failures.append(exc)
+
+    with ThreadPoolExecutor(2) as pool:
+        calls = [pool.submit(caller) for _ in range(2)]
+        wait_for(lambda: len(scales) >= 2)
+        code, message = error_of(sm.update_endpoint, EndpointName=name, EndpointConfigName="nope")
+        assert code == "ValidationException" and "Could not find endpoint configuration" in message
+        sm.update_endpoint(EndpointName=name, EndpointConfigName=second)
+        assert sm.describe_endpoint(EndpointName=name)["EndpointStatus"] == "Updating"
+        code, message = error_of(sm.update_endpoint, EndpointName=name, EndpointConfigName=second)
+        assert "Cannot update in-progress endpoint" in message
+        described = wait_status(sm, name, leaving="Updating")
+        assert described["EndpointStatus"] == "InService"
+        assert described["EndpointConfigName"] == second
+        seen = len(scales)
+        wait_for(lambda: len(scales) >= seen + 4)
+        stop.set()
+        for call in calls:
+            call.result()
+    assert failures == []
+    assert scales[0] == 2.0 and scales[-1] == 5.0 and set(scales) == {2.0, 5.0}, scales
+    wait_for(lambda: not v1_pids & {p.pid for p in tritonservers()})  # the old fleet stopped
+    v2_pids = {p.pid for p in tritonservers()} - v1_pids
+
+    # delete while calls are in flight: they finish, later calls are refused
+    manager = local_aws_env.endpoints
+    fleet = manager.serving("us-east-1", name) if manager is not None else None
+    assert fleet is not None
+    with ThreadPoolExecutor(3) as pool:
+        inflight = [pool.submit(invoke, name, "model.tar.gz", runtime) for _ in range(3)]
+        wait_for(lambda: fleet.inflight >= 3, interval_s=0.005)
+        sm.delete_endpoint(EndpointName=name)
+        code, message = error_of(invoke, name, runtime=runtime)
+        assert code == "ValidationError" and "not found" in message
+        for call in inflight:
+            np.testing.assert_array_equal(call.result(), expected(X, 5.0))
+    wait_gone(sm, name)
+    assert v2_pids and not v2_pids & {p.pid for p in tritonservers()}
