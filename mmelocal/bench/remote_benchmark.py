@@ -122,6 +122,7 @@ class BenchmarkPlan:
     content_type: str = "application/json"
     payload: bytes | None = None
     keep_endpoints: bool = False
+    poll_s: float = 30.0
 
     def __post_init__(self) -> None:
         if not self.tarballs:
@@ -243,6 +244,7 @@ class _deployed:
             instance_count=1,
             max_instances=1,
             image=self.plan.image,
+            poll_s=self.plan.poll_s,
         )
         self.clients = connect(self.plan.region)
         self.say(f"deploying {self.name} ({self.plan.instance_type})")

@@ -58,6 +58,9 @@ from mmelocal.deploy.plan import DEFAULT_INSTANCE_TYPE
 @click.option("--yes", is_flag=True, help="Do not ask before creating billable resources.")
 @click.option("--keep-endpoints", is_flag=True, help="Leave the endpoints running at the end.")
 @click.option(
+    "--poll", default="30s", show_default=True, help="How often to ask whether it is InService."
+)
+@click.option(
     "--report", "report_dir", type=click.Path(file_okay=False, path_type=Path), help="Report here."
 )
 @click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path))
@@ -99,6 +102,8 @@ def benchmark(sources: tuple[str, ...], **kw: Any) -> None:
             shape=shape,
             capacity=_capacity_options(kw),
             sweep=_sweep_options(kw, _on_off, _ints) if kw["with_sweep"] else None,
+            keep_endpoints=kw["keep_endpoints"],
+            poll_s=parse_duration_s(kw["poll"]),
         )
         frameworks = [_framework(tarball_format(t)) for t in tarballs]
         prices = load_prices(kw["prices_file"])
