@@ -1,11 +1,12 @@
-"""What the remote bench tests share: a user's AWS environment pointed at moto, and the tiny
-model as a tarball carrying the reference inputs a build records."""
+"""What the remote bench tests share: a user's AWS environment pointed at the local AWS, and
+the tiny model as a tarball carrying the reference inputs a build records."""
 
 from __future__ import annotations
 
 import tarfile
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -18,10 +19,11 @@ ROLE = "arn:aws:iam::123456789012:role/SageMakerExecution"
 INSTANCE_TYPE = "ml.g4dn.xlarge"
 
 
-def aws_env(env: pytest.MonkeyPatch, moto_url: str, root: Path) -> None:
-    """A user whose AWS is moto: endpoint, region, no profile (keys are set by moto_s3)."""
-    env.setenv("AWS_ENDPOINT_URL", moto_url)
-    env.setenv("AWS_DEFAULT_REGION", REGION)
+def local_aws_environment(env: pytest.MonkeyPatch, local_aws: Any, root: Path) -> None:
+    """A user whose AWS is ``local_aws`` (what the ``local_aws_env`` fixture sets, for a
+    module-scoped fixture): endpoint, region, keys, no profile or shared files."""
+    for name, value in local_aws.env(REGION).items():
+        env.setenv(name, value)
     env.setenv("AWS_EC2_METADATA_DISABLED", "true")
     env.setenv("AWS_CONFIG_FILE", str(root / "no-aws-config"))
     env.setenv("AWS_SHARED_CREDENTIALS_FILE", str(root / "no-aws-credentials"))

@@ -1,9 +1,9 @@
-"""The benchmark procedure on a deployed endpoint, end to end.
+"""The benchmark procedure on a deployed endpoint, end to end, on the local AWS.
 
-The endpoint is deployed with ``mmelocal deploy``'s functions to moto (control plane and
-S3); its runtime is the emulator serving the same S3 prefix, reached through
-``AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME`` as boto3 reaches any other endpoint. There is no GPU
-there, so the probe reads host memory (the Triton tree's PSS).
+The endpoint is deployed with ``mmelocal deploy``'s functions to
+:class:`mmelocal.localaws.LocalAws` (S3 and SageMaker on one port, a real Triton behind
+every endpoint), reached through ``AWS_ENDPOINT_URL`` as boto3 reaches any other AWS. There
+is no GPU there, so the probe reads host memory (the Triton tree's PSS).
 """
 
 from __future__ import annotations
@@ -13,9 +13,16 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
-from remote_helpers import INSTANCE_TYPE, REGION, ROLE, aws_env, write_reference_tarball
+from remote_helpers import (
+    INSTANCE_TYPE,
+    REGION,
+    ROLE,
+    local_aws_environment,
+    write_reference_tarball,
+)
 
 from mmelocal.bench.capacity_result import CapacityResult
 from mmelocal.bench.remote import PROBE_TARGET, RemoteEndpoint, connect_endpoint
@@ -30,58 +37,52 @@ BUDGET = "8GiB"
 
 @dataclass
 class Deployed:
-    """A deployed endpoint: moto's control plane and S3, the emulator as its runtime."""
+    """An endpoint mmelocal deployed to the local AWS."""
 
     name: str
     bucket: str
     tarball: Path
-    server: object
+    aws: Any
 
 
 @pytest.fixture(scope="module")
-def deployed(moto_s3: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployed]:
+def deployed(local_aws: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployed]:
     import boto3
 
     from mmelocal.deploy.deployer import apply_plan, make_plan
     from mmelocal.deploy.plan import DeployOptions
     from mmelocal.deploy.session import connect
-    from mmelocal.emulator.platform import EmulatorConfig
-    from mmelocal.emulator.server import EmulatorServer
 
     root = tmp_path_factory.mktemp("remote")
     name, bucket = f"ep-{uuid.uuid4().hex[:10]}", f"mme-{uuid.uuid4().hex[:12]}"
     with pytest.MonkeyPatch.context() as env:
-        aws_env(env, moto_s3, root)
+        local_aws_environment(env, local_aws, root)
         boto3.client("s3", region_name=REGION).create_bucket(Bucket=bucket)
         write_reference_tarball(root / "store" / "model-0.tar.gz", scale=2.0)
         options = DeployOptions(
             store=root / "store", endpoint_name=name, s3_uri=f"s3://{bucket}/models/",
-            role_arn=ROLE, instance_type=INSTANCE_TYPE, poll_s=0.05,
+            role_arn=ROLE, instance_type=INSTANCE_TYPE, poll_s=0.1,
         )  # fmt: skip
         clients = connect()
         apply_plan(make_plan(options, clients), clients, options=options)
-        config = EmulatorConfig(
-            store=f"s3://{bucket}/models/",
-            s3_endpoint_url=moto_s3,
-            cache_dir=root / "cache",
-            memory_budget_bytes=8 * 1024**3,
-            endpoint_name=name,
-            instances=1,
-        )
-        with EmulatorServer(config) as server:
-            env.setenv("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME", server.url)
+        try:
             yield Deployed(
                 name=name,
                 bucket=bucket,
                 tarball=write_reference_tarball(root / "tiny.tar.gz", scale=3.0),
-                server=server,
+                aws=local_aws,
             )
+        finally:
+            from mmelocal.deploy.deployer import undeploy
+
+            undeploy(clients, name, delete_artifacts=True)
 
 
 def emulator_events(deployed: Deployed) -> list[dict[str, str]]:
     import urllib.request
 
-    url = f"{deployed.server.url}/emulator/state"  # type: ignore[attr-defined]
+    fleet = deployed.aws.endpoints.serving(REGION, deployed.name)
+    url = f"{fleet.url}/emulator/state"
     with urllib.request.urlopen(url, timeout=30) as answer:
         events: list[dict[str, str]] = json.loads(answer.read())["events"]
     return events

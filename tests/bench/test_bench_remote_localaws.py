@@ -1,9 +1,11 @@
-"""The whole benchmark against the local AWS (:class:`mmelocal.localaws.LocalAws`): the
-endpoint mmelocal deploys there is served by a real Triton, so nothing stands in for the
-runtime; the probe reads host memory (no GPU)."""
+"""``mmelocal benchmark`` against the local AWS (:class:`mmelocal.localaws.LocalAws`):
+deploy -> capacity -> load test -> sweep -> report -> undeploy. The endpoint mmelocal
+deploys there is served by a real Triton, so nothing stands in for the runtime; the probe
+reads host memory (no GPU)."""
 
 from __future__ import annotations
 
+import io
 import json
 import uuid
 from pathlib import Path
@@ -16,35 +18,75 @@ from mmelocal.cli.main import main
 pytestmark = pytest.mark.triton
 
 
-def test_benchmark_on_the_local_aws(
+def _args(tarball: Path, base: str, bucket: str, out: Path) -> list[str]:
+    return ["benchmark", str(tarball), "--endpoint-name", base,
+            "--s3-uri", f"s3://{bucket}/bench/", "--role", ROLE,
+            "--instance-type", INSTANCE_TYPE, "--memory-budget", "1GiB",
+            "--max-copies", "2", "--max-users", "2", "--duration", "3s",
+            "--users", "2", "--step-duration", "2s", "--dynamic-batching", "off",
+            "--instances", "2", "--poll", "0.2s",
+            "--report", str(out / "report"), "--json", str(out / "results.json")]  # fmt: skip
+
+
+def _fresh(tmp_path: Path) -> tuple[Path, str, str]:
+    import boto3
+
+    bucket, base = f"mme-{uuid.uuid4().hex[:12]}", f"la-{uuid.uuid4().hex[:8]}"
+    boto3.client("s3").create_bucket(Bucket=bucket)
+    return write_reference_tarball(tmp_path / "tiny.tar.gz", scale=2.0), base, bucket
+
+
+def test_benchmark_asks_first_and_creates_nothing_when_refused(
+    local_aws_env: object,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import boto3
+
+    tarball, base, bucket = _fresh(tmp_path)
+    monkeypatch.setattr("sys.stdin", io.StringIO("n\n"))
+    code = main(_args(tarball, base, bucket, tmp_path))
+    captured = capsys.readouterr()
+    assert code == 1
+    assert f"{base}-python: create the endpoint" in captured.out
+    assert INSTANCE_TYPE in captured.out and "USD/h =" in captured.out
+    assert "nothing was created" in captured.err
+    assert boto3.client("sagemaker").list_endpoints(NameContains=base)["Endpoints"] == []
+    assert boto3.client("s3").list_objects_v2(Bucket=bucket).get("KeyCount", 0) == 0
+
+
+def test_benchmark_deploys_measures_reports_and_undeploys(
     local_aws_env: object, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     import boto3
     from botocore.exceptions import ClientError
 
-    bucket, base = f"mme-{uuid.uuid4().hex[:12]}", f"la-{uuid.uuid4().hex[:8]}"
-    boto3.client("s3").create_bucket(Bucket=bucket)
-    tarball = write_reference_tarball(tmp_path / "tiny.tar.gz", scale=2.0)
-    code = main(["benchmark", str(tarball), "--endpoint-name", base,
-                 "--s3-uri", f"s3://{bucket}/bench/", "--role", ROLE,
-                 "--instance-type", INSTANCE_TYPE, "--memory-budget", "1GiB",
-                 "--max-copies", "2", "--max-users", "2", "--duration", "3s",
-                 "--users", "2", "--step-duration", "2s", "--dynamic-batching", "off",
-                 "--instances", "2", "--poll", "0.2s", "--yes",
-                 "--json", str(tmp_path / "results.json")])  # fmt: skip
+    tarball, base, bucket = _fresh(tmp_path)
+    code = main([*_args(tarball, base, bucket, tmp_path), "--yes"])
     printed = capsys.readouterr().out
     assert code == 0, printed
     bench, sweep = json.loads((tmp_path / "results.json").read_text())
     assert bench["kind"] == "benchmark" and bench["instance_type"] == INSTANCE_TYPE
+    assert bench["endpoint"] == f"{base}-python" and bench["framework"] == "python"
     capacity = bench["capacity"]
-    assert capacity["count"] == 2 and capacity["probe"].startswith("host PSS")
-    assert f"{base}-python" in capacity["probe"]
+    assert capacity["count"] == 2 and capacity["instance_type"] == INSTANCE_TYPE
+    assert capacity["probe"].startswith("host PSS") and f"{base}-python" in capacity["probe"]
     assert all(load["delta_bytes"] > 0 for load in capacity["loads"])
-    assert sum(step["requests"] for step in bench["loadtest"]["steps"]) > 0
-    assert bench["loadtest"]["failures"] == 0
+    steps = bench["loadtest"]["steps"]
+    assert bench["loadtest"]["target_count"] == 2 and bench["loadtest"]["failures"] == 0
+    assert sum(step["requests"] for step in steps) > 0
+    assert bench["throughput_rps"] == max(step["throughput_rps"] for step in steps)
     assert [(row["name"], row["status"]) for row in sweep["rows"]] == [("model-ig", "ok")]
+    assert sweep["instance_type"] == INSTANCE_TYPE
+    page = (tmp_path / "report" / "index.html").read_text()
+    assert "Comparison per model and framework" in page
+    comparison = (tmp_path / "report" / "benchmark-comparison.csv").read_text().splitlines()
+    assert comparison[0].startswith("instance_type,model,framework,max_models_loaded")
+    assert comparison[1].startswith(f"{INSTANCE_TYPE},tiny,python,2,")
     # nothing billable is left (DeleteEndpoint returns while the endpoint is Deleting), nor
-    # mmelocal's objects
+    # the objects mmelocal put in S3
+    assert f"deleted endpoint {base}-python" in printed
     try:
         status = boto3.client("sagemaker").describe_endpoint(EndpointName=f"{base}-python")[
             "EndpointStatus"
