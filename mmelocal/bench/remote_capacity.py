@@ -156,22 +156,26 @@ def measure_endpoint_capacity(
     ]
 
     async def copy_first(target: str) -> None:
-        await asyncio.to_thread(endpoint.copy, source, target)
         created.append(target)
+        await asyncio.to_thread(endpoint.copy, source, target)
 
-    measurement = asyncio.run(
-        measure_instance(
-            _EndpointInstance(endpoint, payload, content_type),
-            targets,
-            threshold=opts.threshold,
-            max_copies=opts.max_copies,
-            payload=None,  # the copy's first invocation is its load and its inference
-            verify_next=opts.verify_next,
-            total_bytes=opts.memory_budget_bytes if first.kind == "host" else None,
-            progress=progress,
-            before_load=copy_first,
+    try:
+        measurement = asyncio.run(
+            measure_instance(
+                _EndpointInstance(endpoint, payload, content_type),
+                targets,
+                threshold=opts.threshold,
+                max_copies=opts.max_copies,
+                payload=None,  # the copy's first invocation is its load and its inference
+                verify_next=opts.verify_next,
+                total_bytes=opts.memory_budget_bytes if first.kind == "host" else None,
+                progress=progress,
+                before_load=copy_first,
+            )
         )
-    )
+    except BaseException:
+        endpoint.delete(created)  # nothing of a failed run stays in the prefix
+        raise
     result = CapacityResult(
         source=str(tarball),
         label=label or f"{model} ({model_format})",

@@ -242,3 +242,18 @@ def test_capacity_cli_refuses_two_formats_on_one_endpoint(
                  "--format", "torchscript,onnx"])  # fmt: skip
     assert code != 0
     assert "one format per endpoint" in capsys.readouterr().err
+
+
+def test_a_failed_capacity_run_leaves_nothing_in_the_prefix(
+    deployed: Deployed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import boto3
+
+    code = main(["capacity", str(deployed.tarball), "--endpoint", deployed.name,
+                 "--memory-budget", "1MiB"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code != 0 and "the empty server already uses" in err and "Traceback" not in err
+    listed = boto3.client("s3").list_objects_v2(
+        Bucket=deployed.bucket, Prefix="models/mmelocal-capacity-"
+    )
+    assert listed.get("KeyCount", 0) == 0
