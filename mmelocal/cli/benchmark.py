@@ -23,7 +23,9 @@ from mmelocal.deploy.plan import DEFAULT_INSTANCE_TYPE
 @click.option("--instance-type", default=DEFAULT_INSTANCE_TYPE, show_default=True)
 @click.option("--region", default=None, help="AWS region (default: your profile's).")
 @click.option("--image", default=None, help="Container image URI (default: SageMaker's Triton).")
-@click.option("--model-name", default=None, help="Name in the comparison (default: first stem).")
+@click.option(
+    "--model-name", default=None, help="Name in the comparison (default: the stems' common start)."
+)
 @click.option(
     "--format",
     "model_format",
@@ -92,7 +94,7 @@ def benchmark(sources: tuple[str, ...], **kw: Any) -> None:
             shape = shape.fitted(parse_duration_s(kw["duration"]))
         plan = BenchmarkPlan(
             tarballs=tarballs,
-            model=kw["model_name"] or model_stem(tarballs[0]),
+            model=kw["model_name"] or common_name([model_stem(t) for t in tarballs]),
             endpoint_name=kw["endpoint_name"],
             s3_uri=kw["s3_uri"],
             role_arn=kw["role_arn"],
@@ -121,6 +123,17 @@ def benchmark(sources: tuple[str, ...], **kw: Any) -> None:
     write_outputs(
         outcome.results, kw["json_out"], kw["report_dir"], title=f"Benchmark of {plan.model}"
     )
+
+
+def common_name(stems: list[str]) -> str:
+    """``resnet50-pt`` and ``resnet50-trt`` -> ``resnet50`` (one stem: itself)."""
+    shared = stems[0]
+    for stem in stems[1:]:
+        length = 0
+        while length < min(len(shared), len(stem)) and shared[length] == stem[length]:
+            length += 1
+        shared = shared[:length]
+    return shared.rstrip("-_.") or stems[0]
 
 
 def _framework(model_format: str) -> str:
@@ -204,4 +217,4 @@ def _comparison_table(benchmarks: Any) -> Table:
     return table
 
 
-__all__ = ["benchmark"]
+__all__ = ["benchmark", "common_name"]

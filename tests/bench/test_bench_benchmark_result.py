@@ -102,3 +102,13 @@ def test_a_benchmark_result_survives_json() -> None:
 @pytest.mark.parametrize("fmt, short", [("torchscript", "pt"), ("tensorrt", "trt"), ("x", "x")])
 def test_framework_names(fmt: str, short: str) -> None:
     assert framework_of(fmt) == short
+
+
+@pytest.mark.parametrize(
+    "stems, name",
+    [(["resnet50-pt", "resnet50-trt"], "resnet50"), (["bert"], "bert"), (["a", "b"], "a")],
+)
+def test_the_model_name_is_the_stems_common_start(stems: list[str], name: str) -> None:
+    from mmelocal.cli.benchmark import common_name
+
+    assert common_name(stems) == name
