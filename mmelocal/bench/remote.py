@@ -319,6 +319,14 @@ def _client_error_text(exc: BaseException) -> str:
     return f"{text} ({original})" if original else text
 
 
+def loadtest_status(sample: Any) -> str:
+    """One status line from a live load-test sample."""
+    return (
+        f"load test {sample.elapsed_s:.0f}/{sample.duration_s:.0f} s: {sample.users} users, "
+        f"{sample.rps:,.1f} req/s, {sample.requests:,} requests, {sample.failures:,} failed"
+    )
+
+
 def connect_endpoint(
     name: str, *, region: str | None = None, s3_uri: str | None = None
 ) -> RemoteEndpoint:
@@ -341,6 +349,7 @@ __all__ = [
     "RemoteEndpoint",
     "connect_endpoint",
     "describe_endpoint",
+    "loadtest_status",
     "parse_probe_answer",
     "probe_template",
     "write_probe_tarball",

@@ -26,7 +26,7 @@ from typing import Any
 
 from mmelocal.bench.benchmark_result import BenchmarkResult, framework_of
 from mmelocal.bench.loadtest_result import LoadTestResult
-from mmelocal.bench.remote import RemoteEndpoint
+from mmelocal.bench.remote import RemoteEndpoint, loadtest_status
 from mmelocal.bench.remote_capacity import RemoteCapacityOptions, measure_endpoint_capacity
 from mmelocal.bench.shape import LoadShape
 from mmelocal.bench.sweep import SweepOptions
@@ -91,6 +91,7 @@ def benchmark_on_endpoint(
                 ),
                 label=f"{model} ({framework_of(run.result.model_format)}) over "
                 f"{len(run.loaded)} copies",
+                progress=lambda p: say(loadtest_status(p)),
             )
     finally:
         endpoint.delete(list(run.created))

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
-from mmelocal.bench.remote import RemoteEndpoint
+from mmelocal.bench.remote import RemoteEndpoint, loadtest_status
 from mmelocal.bench.sweep import SweepOptions, _build_format, _derive, _Plan, _row
 from mmelocal.bench.sweep_result import SweepResult, SweepRow, recommend, row_from_loadtest
 from mmelocal.errors import MmeLocalError
@@ -137,6 +137,7 @@ def _measure_variant(
                 shape=opts.shape,
             ),
             label=name,
+            progress=lambda sample: say(f"{name}: {loadtest_status(sample)}"),
         )
         return row_from_loadtest(
             _row(plan, status="ok", load_s=load_s),
