@@ -115,9 +115,9 @@ FORBIDDEN = {
     "emulator": {"bench", "cli", "deploy", "localaws"},
     "bench": {"localaws"},
     "deploy": {"localaws"},
-    # the local AWS composes the emulator (and may use runtime, deploy); only cli and
-    # testing import it
-    "localaws": {"bench", "cli", "testing"},
+    # the local AWS composes the emulator (and may use runtime, deploy and bench's GPU
+    # table); only cli and testing import it
+    "localaws": {"cli", "testing"},
 }
 
 

@@ -236,9 +236,11 @@ def wait_in_service(
     timeout_s: float,
     on_status: Callable[[str], None] | None = None,
 ) -> str:
-    """Poll DescribeEndpoint until InService; Failed raises with SageMaker's FailureReason."""
+    """Poll DescribeEndpoint until InService; Failed raises with SageMaker's FailureReason.
+    The pause starts at 1 s and doubles up to ``poll_s`` (a local endpoint is up in seconds)."""
     deadline = time.monotonic() + timeout_s
     pause = threading.Event()
+    interval_s = min(1.0, poll_s)
     while True:
         try:
             found = sagemaker.describe_endpoint(EndpointName=name)
@@ -259,7 +261,8 @@ def wait_in_service(
                 f"endpoint {name} still {status} after {timeout_s:.0f} s: it goes on in the "
                 "background; run deploy again to wait, or undeploy to clean up"
             )
-        pause.wait(poll_s)
+        pause.wait(interval_s)
+        interval_s = min(poll_s, interval_s * 2)
 
 
 def undeploy(clients: AwsClients, name: str, *, delete_artifacts: bool = False) -> list[str]:

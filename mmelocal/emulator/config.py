@@ -36,8 +36,10 @@ class EmulatorConfig:
     ``SAGEMAKER_URL[,HTTP_URL]`` (the KServe v2 URL serves metadata; the servers must see
     the cache folder at the same path).
 
-    ``sagemaker_env`` is the SageMaker model's ``Environment`` (``SAGEMAKER_TRITON_*``),
-    which configures Triton as the image's entrypoint does.
+    ``gpu_memory_bytes`` caps each GPU's memory for the budget (an instance type's card on
+    a bigger GPU); it has no effect without a GPU. ``sagemaker_env`` is the SageMaker
+    model's ``Environment`` (``SAGEMAKER_TRITON_*``), which configures Triton as the image's
+    entrypoint does.
     """
 
     store: str
@@ -60,6 +62,7 @@ class EmulatorConfig:
     gpus: tuple[int, ...] | None = None
     max_payload_bytes: int = SERVICE_MAX_PAYLOAD_BYTES
     sagemaker_env: Mapping[str, str] = field(default_factory=dict)
+    gpu_memory_bytes: int | None = None
 
     def __post_init__(self) -> None:
         if self.launcher not in LAUNCHERS:
@@ -72,6 +75,8 @@ class EmulatorConfig:
             raise UserInputError(f"memory_budget_bytes must be > 0, got {self.memory_budget_bytes}")
         if self.disk_budget_bytes <= 0:
             raise UserInputError(f"disk_budget_bytes must be > 0, got {self.disk_budget_bytes}")
+        if self.gpu_memory_bytes is not None and self.gpu_memory_bytes <= 0:
+            raise UserInputError(f"gpu_memory_bytes must be > 0, got {self.gpu_memory_bytes}")
         if self.max_payload_bytes <= 0:
             raise UserInputError(f"max_payload_bytes must be > 0, got {self.max_payload_bytes}")
         if self.load_wait_timeout_s <= 0:

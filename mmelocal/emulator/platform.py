@@ -24,7 +24,13 @@ from mmelocal.emulator.config import EmulatorConfig
 from mmelocal.emulator.events import EventLog
 from mmelocal.emulator.instance import InstanceOptions, TritonInstance
 from mmelocal.emulator.metrics import Metrics
-from mmelocal.emulator.probes import HostProbe, MemoryProbe, NvmlProbe, cpu_percent_of_tree
+from mmelocal.emulator.probes import (
+    CappedProbe,
+    HostProbe,
+    MemoryProbe,
+    NvmlProbe,
+    cpu_percent_of_tree,
+)
 from mmelocal.emulator.recovery import Watchdog
 from mmelocal.emulator.router import Router
 from mmelocal.emulator.store import ModelStore, open_store, validate_target
@@ -111,9 +117,12 @@ class Emulator:
         if self._gpus:
             gpu = self._gpus[index % len(self._gpus)]
             try:
-                return NvmlProbe(gpu, launcher.pid)
+                probe: MemoryProbe = NvmlProbe(gpu, launcher.pid)
             except Exception as exc:
                 logger.warning("NVML probe unavailable (%s); using host PSS", exc)
+            else:
+                cap = self.config.gpu_memory_bytes
+                return CappedProbe(probe, cap) if cap is not None else probe
         return HostProbe(launcher.pid, budget_bytes=budget)
 
     def _default_launcher(self, index: int, workdir: Path) -> TritonLauncher:

@@ -18,6 +18,7 @@ Readings are blocking (``/proc`` or NVML): call them from an executor, not the e
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -72,6 +73,30 @@ class MemoryProbe(Protocol):
     def read(self) -> MemoryReading:
         """A fresh reading (blocking)."""
         ...
+
+
+class CappedProbe:
+    """Another probe whose total is at most ``total_bytes``: a smaller card's memory on a
+    bigger GPU (the local AWS runs an ``ml.g5.xlarge`` endpoint as a 24 GB A10G)."""
+
+    def __init__(self, inner: MemoryProbe, total_bytes: int) -> None:
+        self.inner = inner
+        self.total_bytes = total_bytes
+
+    @property
+    def name(self) -> str:
+        """The inner probe's name and the cap."""
+        return f"{self.inner.name}(cap {self.total_bytes / 2**30:.2f} GiB)"
+
+    @property
+    def kind(self) -> str:
+        """The inner probe's kind."""
+        return self.inner.kind
+
+    def read(self) -> MemoryReading:
+        """The inner reading with its total capped."""
+        reading = self.inner.read()
+        return dataclasses.replace(reading, total_bytes=min(reading.total_bytes, self.total_bytes))
 
 
 class HostProbe:
@@ -196,6 +221,7 @@ def _cached_process(proc: Any) -> Any:
 
 
 __all__ = [
+    "CappedProbe",
     "HostProbe",
     "MemoryProbe",
     "MemoryReading",

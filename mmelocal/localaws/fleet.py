@@ -37,6 +37,7 @@ class FleetPlan:
     environment: Mapping[str, str] = field(default_factory=dict)
     single_model_target: str | None = None
     variants: tuple[dict[str, Any], ...] = ()
+    gpu_memory_bytes: int | None = None
 
     @property
     def store_url(self) -> str:
@@ -48,6 +49,17 @@ def is_triton_image(image: str) -> bool:
     """True for an image of SageMaker's Triton repository (any account, region and tag)."""
     repository = image.rsplit("/", 1)[-1].split(":", 1)[0].split("@", 1)[0]
     return repository == TRITON_REPOSITORY or repository.endswith("tritonserver")
+
+
+def card_memory_bytes(instance_type: str) -> int | None:
+    """The memory of one GPU of ``instance_type`` in mmelocal's GPU table
+    (``mmelocal/bench/data/gpus.yaml``); None for a type the table does not list."""
+    from mmelocal.bench.projection import load_gpus
+
+    for spec in load_gpus():
+        if instance_type in spec.instances:
+            return spec.memory_bytes
+    return None
 
 
 def described_variants(variants: list[dict[str, Any]]) -> tuple[dict[str, Any], ...]:
@@ -111,6 +123,7 @@ def plan_fleet(endpoint_name: str, config: dict[str, Any], model: dict[str, Any]
         environment=dict(container.get("Environment") or {}),
         single_model_target=single,
         variants=described_variants(variants),
+        gpu_memory_bytes=card_memory_bytes(str(first["InstanceType"])),
     )
 
 
@@ -146,6 +159,7 @@ class Fleet:
             launcher=options.launcher,
             tritonserver=options.tritonserver,
             sagemaker_env=dict(plan.environment),
+            gpu_memory_bytes=plan.gpu_memory_bytes,
         )
         self.server = EmulatorServer(
             Emulator(config, store=store), start_timeout_s=options.start_timeout_s
@@ -206,6 +220,7 @@ __all__ = [
     "Fleet",
     "FleetOptions",
     "FleetPlan",
+    "card_memory_bytes",
     "described_variants",
     "is_triton_image",
     "plan_fleet",

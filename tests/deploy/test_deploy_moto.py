@@ -1,4 +1,5 @@
-"""``mmelocal deploy`` against moto's server on loopback (S3, SageMaker, autoscaling)."""
+"""``mmelocal deploy`` against the local AWS on loopback (S3, SageMaker whose endpoints serve,
+autoscaling)."""
 
 from __future__ import annotations
 
@@ -310,6 +311,7 @@ def test_undeploy_removes_what_it_created_and_nothing_else(
     s3 = boto3.client("s3")
     # someone else's resources, named so that a NameContains filter would find them
     mine_too = f"{endpoint_name}-manual"
+    s3.upload_file(str(store / "model-0.tar.gz"), bucket, "x/model-0.tar.gz")  # CreateModel checks
     sm.create_model(
         ModelName=mine_too,
         ExecutionRoleArn=ROLE,
@@ -339,8 +341,9 @@ def test_undeploy_removes_what_it_created_and_nothing_else(
     assert sum(d.startswith("endpoint config ") for d in deleted) == 2
     assert sum(d.startswith("model ") for d in deleted) == 1
     assert "scaling policy mmelocal-gpu-utilization" in deleted
-    with pytest.raises(sm.exceptions.ClientError):
-        sm.describe_endpoint(EndpointName=endpoint_name)
+    sm.get_waiter("endpoint_deleted").wait(
+        EndpointName=endpoint_name, WaiterConfig={"Delay": 0.2, "MaxAttempts": 600}
+    )  # as the service does: Deleting while its instances stop, then gone
     assert models_named(endpoint_name) == configs_named(endpoint_name) == [mine_too]
     assert sm.describe_endpoint(EndpointName=f"other-{endpoint_name}")["EndpointStatus"]
     aas = boto3.client("application-autoscaling")
@@ -351,7 +354,7 @@ def test_undeploy_removes_what_it_created_and_nothing_else(
         ]
         == []
     )
-    assert list(keys(bucket)) == ["models/README.txt"]
+    assert list(keys(bucket)) == ["models/README.txt", "x/model-0.tar.gz"]
     assert undeploy(connect(), endpoint_name) == []  # a second undeploy finds nothing
 
 
@@ -360,6 +363,7 @@ def test_foreign_endpoint_is_never_touched(
 ) -> None:
     sm = boto3.client("sagemaker")
     model = f"hand-{endpoint_name}"
+    boto3.client("s3").upload_file(str(store / "model-0.tar.gz"), bucket, "x/model.tar.gz")
     sm.create_model(
         ModelName=model,
         ExecutionRoleArn=ROLE,
@@ -376,7 +380,7 @@ def test_foreign_endpoint_is_never_touched(
 
     code, text = run(capsys, *cli_args(store, bucket, endpoint_name))
     assert code == 2 and "was not created by mmelocal" in text, text
-    assert keys(bucket) == {}  # refused at plan time: nothing uploaded
+    assert list(keys(bucket)) == ["x/model.tar.gz"]  # refused at plan time: nothing uploaded
     with pytest.raises(DeployError, match="was not created by mmelocal"):
         undeploy(connect(), endpoint_name)
     endpoint = sm.describe_endpoint(EndpointName=endpoint_name)

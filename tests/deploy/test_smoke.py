@@ -1,8 +1,8 @@
 """``smoke``: the same answer checks against the local emulator and a deployed endpoint.
 
-SageMaker's runtime cannot run here (moto's InvokeEndpoint answers canned data), so the
-deployed side is moto for the control plane and S3, and the emulator for the runtime
-(``AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME``, as a user would point boto3 at it).
+The deployed side is mmelocal's local AWS (``AWS_ENDPOINT_URL`` only): ``deploy`` creates
+a real endpoint there, ``smoke`` checks its answers against the tarballs' references and
+``undeploy`` removes it, Triton included.
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import boto3
+import psutil
 import pytest
 from deploy_helpers import INSTANCE_TYPE, ROLE
 
@@ -23,13 +25,20 @@ from mmelocal.testing.emulator_fixtures import MmeEndpoint
 pytestmark = pytest.mark.triton
 
 
+def tritonservers() -> list[psutil.Process]:
+    """The running tritonserver processes this test process started."""
+    return [
+        p for p in psutil.Process().children(recursive=True)
+        if p.name().startswith("tritonserver") and p.status() != "zombie"
+    ]  # fmt: skip
+
+
 def test_smoke_checks_answers_on_the_emulator_and_on_a_deployment(
     mme_endpoint: MmeEndpoint,
     store: Path,
     bucket: str,
     endpoint_name: str,
     capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     tarballs = sorted((p.relative_to(store).as_posix(), p) for p in store.rglob("*.tar.gz"))
     for target, path in tarballs:
@@ -54,8 +63,8 @@ def test_smoke_checks_answers_on_the_emulator_and_on_a_deployment(
         role_arn=ROLE, instance_type=INSTANCE_TYPE, poll_s=0.05,
     )  # fmt: skip
     clients = connect()
-    apply_plan(make_plan(options, clients), clients, options=options)
-    monkeypatch.setenv("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME", mme_endpoint.url)
+    before = {p.pid for p in tritonservers()}
+    assert apply_plan(make_plan(options, clients), clients, options=options) == "InService"
     code = main(["smoke", endpoint_name, "--models", "3", "--json"])
     out = json.loads(capsys.readouterr().out)
     assert code == 0 and out["ok"], out
@@ -64,3 +73,13 @@ def test_smoke_checks_answers_on_the_emulator_and_on_a_deployment(
         "model-1.tar.gz",
         "model-2.tar.gz",
     ]
+    assert all(r["max_abs_diff"] == 0.0 for r in out["results"]), out
+    deployed = {p.pid for p in tritonservers()} - before
+    assert deployed  # the endpoint's own Triton answered
+
+    assert main(["undeploy", endpoint_name, "--delete-artifacts"]) == 0
+    boto3.client("sagemaker").get_waiter("endpoint_deleted").wait(
+        EndpointName=endpoint_name, WaiterConfig={"Delay": 0.2, "MaxAttempts": 600}
+    )
+    assert not deployed & {p.pid for p in tritonservers()}
+    assert boto3.client("s3").list_objects_v2(Bucket=bucket).get("KeyCount") == 0

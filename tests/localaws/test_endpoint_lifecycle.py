@@ -258,3 +258,32 @@ def test_update_keeps_serving_and_delete_lets_calls_finish(
             np.testing.assert_array_equal(call.result(), expected(X, 5.0))
     wait_gone(sm, name)
     assert v2_pids and not v2_pids & {p.pid for p in tritonservers()}
+
+
+@pytest.mark.mmelocal_gpu
+def test_the_instance_type_picks_the_cards_memory(local_aws_env: LocalAws, tmp_path: Path) -> None:
+    sm = boto3.client("sagemaker")
+    url = upload_models(tmp_path, "models", scale=2.0)
+    name = unique("t4")
+    model = unique("t4")
+    container = {"Image": TRITON_IMAGE, "ModelDataUrl": url, "Mode": "MultiModel"}
+    sm.create_model(ModelName=model, ExecutionRoleArn=ROLE, PrimaryContainer=container)
+    variant = {
+        "VariantName": "AllTraffic",
+        "ModelName": model,
+        "InstanceType": "ml.g4dn.xlarge",
+        "InitialInstanceCount": 1,
+    }
+    sm.create_endpoint_config(EndpointConfigName=model, ProductionVariants=[variant])
+    sm.create_endpoint(EndpointName=name, EndpointConfigName=model)
+    assert wait_status(sm, name, leaving="Creating")["EndpointStatus"] == "InService"
+    manager = local_aws_env.endpoints
+    fleet = manager.serving("us-east-1", name) if manager is not None else None
+    assert fleet is not None
+    probe = fleet.server.emulator.instances[0].probe
+    reading = probe.read()
+    assert probe.kind == "gpu"
+    assert reading.total_bytes <= 15360 * 2**20  # a T4's memory, whatever card runs it
+    np.testing.assert_array_equal(invoke(name), expected(X, 2.0))
+    sm.delete_endpoint(EndpointName=name)
+    wait_gone(sm, name)

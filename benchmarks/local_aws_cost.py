@@ -1,0 +1,192 @@
+"""What the local AWS costs: at start with nothing created, and per endpoint.
+
+Measured in one run, each in its own process, against references:
+
+* start: ``mmelocal local-aws`` until an STS call answers, against moto's own server
+  (``moto_server``) started the same way; memory is the process's PSS and RSS once it
+  answers (nothing created);
+* one endpoint (the tiny Python-backend model, one instance): ``CreateEndpoint`` until
+  ``InService`` and the process tree's PSS growth from just before ``CreateEndpoint`` (S3
+  and SageMaker already in use), against ``mmelocal serve`` on the same
+  tarball (start until ``/ping`` answers, then the tree's PSS).
+
+Goal: start < 2 s and < 200 MiB; an endpoint costs what one ``mmelocal serve`` costs.
+Run: ``.venv/bin/python benchmarks/local_aws_cost.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+import boto3
+
+from mmelocal.runtime.config import pick_free_port
+from mmelocal.runtime.memory import TreeMemory, process_tree_memory
+from mmelocal.testing.tiny_model import write_tarball
+
+MiB = 1024**2
+
+BIN = Path(sys.executable).parent
+IMAGE = "763104351884.dkr.ecr.us-east-1.amazonaws.com/sagemaker-tritonserver:24.09-py3"
+KEYS = {"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x", "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+def until(check: Callable[[], object], timeout_s: float = 120.0) -> float:
+    """Seconds until ``check()`` stops raising (polled every 10 ms)."""
+    t0 = time.perf_counter()
+    while True:
+        try:
+            check()
+            return time.perf_counter() - t0
+        except Exception:
+            if time.perf_counter() - t0 > timeout_s:
+                raise
+            time.sleep(0.01)
+
+
+def sts_answers(url: str) -> Callable[[], object]:
+    client = boto3.client("sts", endpoint_url=url, **_keys())
+    return client.get_caller_identity
+
+
+def _keys() -> dict[str, str]:
+    return {
+        "aws_access_key_id": "x",
+        "aws_secret_access_key": "x",
+        "region_name": "us-east-1",
+    }
+
+
+def start(args: list[str], check: Callable[[], object]) -> tuple[subprocess.Popen[bytes], float]:
+    """Start a server; the process and the seconds until ``check`` passes (from Popen)."""
+    t0 = time.perf_counter()
+    env = {**os.environ, **KEYS}
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    until(check)
+    return proc, time.perf_counter() - t0
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def mib(value: int) -> str:
+    return f"{value / MiB:,.0f} MiB"
+
+
+def main() -> None:
+    work = Path(tempfile.mkdtemp(prefix="local-aws-cost-"))
+    (work / "store").mkdir()
+    tarball = write_tarball(work / "store" / "model.tar.gz", scale=2.0)
+    rows: list[tuple[str, str, str, str]] = []
+
+    port = pick_free_port()
+    moto, moto_s = start(
+        [str(BIN / "moto_server"), "-p", str(port)], sts_answers(f"http://127.0.0.1:{port}")
+    )
+    moto_mem = process_tree_memory(moto.pid)
+    stop(moto)
+
+    port = pick_free_port()
+    url = f"http://127.0.0.1:{port}"
+    ours, ours_s = start(
+        [str(BIN / "mmelocal"), "local-aws", "--port", str(port), "--data", str(work / "data"),
+         "--memory-budget", "2GiB"],
+        sts_answers(url),
+    )  # fmt: skip
+    idle: TreeMemory = process_tree_memory(ours.pid)
+    rows.append(
+        (
+            "start, nothing created",
+            f"{ours_s:.2f} s",
+            mib(idle.pss_bytes),
+            f"RSS {mib(idle.rss_bytes)}",
+        )
+    )
+    rows.append(
+        (
+            "  moto_server (reference)",
+            f"{moto_s:.2f} s",
+            mib(moto_mem.pss_bytes),
+            f"RSS {mib(moto_mem.rss_bytes)}",
+        )
+    )
+
+    s3 = boto3.client("s3", endpoint_url=url, **_keys())
+    sm = boto3.client("sagemaker", endpoint_url=url, **_keys())
+    s3.create_bucket(Bucket="cost")
+    s3.upload_file(str(tarball), "cost", "models/model.tar.gz")
+    container = {"Image": IMAGE, "ModelDataUrl": "s3://cost/models/", "Mode": "MultiModel"}
+    sm.create_model(
+        ModelName="m",
+        ExecutionRoleArn="arn:aws:iam::123456789012:role/r",
+        PrimaryContainer=container,
+    )
+    variant = {
+        "VariantName": "AllTraffic",
+        "ModelName": "m",
+        "InstanceType": "ml.g5.xlarge",
+        "InitialInstanceCount": 1,
+    }
+    sm.create_endpoint_config(EndpointConfigName="c", ProductionVariants=[variant])
+    before_endpoint = process_tree_memory(ours.pid)  # S3 and SageMaker in use, no endpoint
+    t0 = time.perf_counter()
+    sm.create_endpoint(EndpointName="e", EndpointConfigName="c")
+
+    def in_service() -> None:
+        if sm.describe_endpoint(EndpointName="e")["EndpointStatus"] != "InService":
+            raise RuntimeError("not yet")
+
+    until(in_service)
+    endpoint_s = time.perf_counter() - t0
+    with_endpoint = process_tree_memory(ours.pid)
+    stop(ours)
+
+    port = pick_free_port()
+    serve, serve_s = start(
+        [str(BIN / "mmelocal"), "serve", "--store", str(work / "store"), "--port", str(port),
+         "--memory-budget", "2GiB"],
+        lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=2),
+    )  # fmt: skip
+    serve_mem = process_tree_memory(serve.pid)
+    stop(serve)
+
+    endpoint_pss = with_endpoint.pss_bytes - before_endpoint.pss_bytes
+    rows.append(("S3 + SageMaker in use, no endpoint", "", mib(before_endpoint.pss_bytes), ""))
+    rows.append(
+        (
+            "one endpoint (InService)",
+            f"{endpoint_s:.2f} s",
+            mib(endpoint_pss),
+            f"ratio {endpoint_pss / serve_mem.pss_bytes:.2f}x serve",
+        )
+    )
+    rows.append(
+        (
+            "  mmelocal serve (reference)",
+            f"{serve_s:.2f} s",
+            mib(serve_mem.pss_bytes),
+            f"time ratio {endpoint_s / serve_s:.2f}x",
+        )
+    )
+
+    print(f"{'what':32} {'time':>9} {'PSS':>10}  note")
+    for what, seconds, pss, note in rows:
+        print(f"{what:32} {seconds:>9} {pss:>10}  {note}")
+    print(f"goal: start < 2 s ({'met' if ours_s < 2 else 'MISSED'}) and < 200 MiB "
+          f"({'met' if idle.pss_bytes < 200 * MiB else 'MISSED'})")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

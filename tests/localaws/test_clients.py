@@ -1,0 +1,106 @@
+"""Every client reaches the local AWS through the variables boto3 and the AWS CLI read:
+``AWS_ENDPOINT_URL`` alone, or the service-specific ``AWS_ENDPOINT_URL_<SERVICE>``."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import boto3
+import numpy as np
+import pytest
+from botocore.exceptions import ClientError
+from localaws_helpers import ROLE, TRITON_IMAGE, unique, wait_gone, wait_status
+
+from mmelocal.localaws import LocalAws
+from mmelocal.testing.tiny_model import expected, request_json, write_tarball
+
+
+def aws_cli() -> str | None:
+    """The ``aws`` command beside this Python, else on PATH (None when not installed)."""
+    beside = Path(sys.executable).parent / "aws"
+    return str(beside) if beside.exists() else shutil.which("aws")
+
+
+def test_service_specific_variables_route_each_client(
+    local_aws_env: LocalAws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("AWS_ENDPOINT_URL")
+    for service in ("S3", "SAGEMAKER", "SAGEMAKER_RUNTIME", "STS", "APPLICATION_AUTO_SCALING"):
+        monkeypatch.setenv(f"AWS_ENDPOINT_URL_{service}", local_aws_env.url)
+    bucket = unique("routing")
+    boto3.client("s3").create_bucket(Bucket=bucket)
+    assert bucket in [b["Name"] for b in boto3.client("s3").list_buckets()["Buckets"]]
+    assert boto3.client("sts").get_caller_identity()["Account"] == "123456789012"
+    assert isinstance(boto3.client("sagemaker").list_models()["Models"], list)
+    targets = boto3.client("application-autoscaling").describe_scalable_targets(
+        ServiceNamespace="sagemaker"
+    )
+    assert isinstance(targets["ScalableTargets"], list)
+    with pytest.raises(ClientError) as info:
+        boto3.client("sagemaker-runtime").invoke_endpoint(
+            EndpointName="nobody", Body=b"{}", TargetModel="model.tar.gz"
+        )
+    assert info.value.response["Error"] == {
+        "Code": "ValidationError",
+        "Message": "Endpoint nobody of account 123456789012 not found.",
+    }
+
+
+@pytest.mark.triton
+def test_the_aws_cli(local_aws_env: LocalAws, tmp_path: Path) -> None:
+    cli = aws_cli()
+    if cli is None:
+        pytest.skip("the AWS CLI is not installed (pip install awscli)")
+    env = dict(os.environ)
+
+    def aws(*args: str) -> str:
+        done = subprocess.run(
+            [cli, *args], env=env, capture_output=True, text=True, timeout=120, check=False
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    bucket = unique("cli")
+    aws("s3", "mb", f"s3://{bucket}")
+    tarball = write_tarball(tmp_path / "model.tar.gz", scale=6.0)
+    aws("s3", "cp", str(tarball), f"s3://{bucket}/models/model-7.tar.gz")
+    assert "model-7.tar.gz" in aws("s3", "ls", f"s3://{bucket}/models/")
+
+    sm = boto3.client("sagemaker")
+    name = unique("cli")
+    container = {
+        "Image": TRITON_IMAGE,
+        "ModelDataUrl": f"s3://{bucket}/models/",
+        "Mode": "MultiModel",
+    }
+    sm.create_model(ModelName=name, ExecutionRoleArn=ROLE, PrimaryContainer=container)
+    variant = {
+        "VariantName": "AllTraffic",
+        "ModelName": name,
+        "InstanceType": "ml.g6.xlarge",
+        "InitialInstanceCount": 1,
+    }
+    sm.create_endpoint_config(EndpointConfigName=name, ProductionVariants=[variant])
+    sm.create_endpoint(EndpointName=name, EndpointConfigName=name)
+    assert wait_status(sm, name, leaving="Creating")["EndpointStatus"] == "InService"
+    described = json.loads(aws("sagemaker", "describe-endpoint", "--endpoint-name", name))
+    assert (described["EndpointStatus"], described["EndpointConfigName"]) == ("InService", name)
+
+    request = tmp_path / "request.json"
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    request.write_text(json.dumps(request_json(x)))
+    out = tmp_path / "answer.json"
+    aws(
+        "sagemaker-runtime", "invoke-endpoint", "--endpoint-name", name,
+        "--target-model", "model-7.tar.gz", "--content-type", "application/json",
+        "--body", f"fileb://{request}", str(out),
+    )  # fmt: skip
+    answer = json.loads(out.read_text())["outputs"][0]
+    assert answer["data"] == expected(x, 6.0).ravel().tolist()
+    sm.delete_endpoint(EndpointName=name)
+    wait_gone(sm, name)

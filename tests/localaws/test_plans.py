@@ -1,0 +1,134 @@
+"""The local AWS's pure parts: routing, the service's input checks, fleet plans, the GPU cap."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from localaws_helpers import ROLE, TRITON_IMAGE
+
+from mmelocal.emulator.probes import CappedProbe, MemoryReading
+from mmelocal.errors import EndpointFailedError
+from mmelocal.localaws.app import credential_scope
+from mmelocal.localaws.checks import model_data_problem, model_violations, parse_s3_url
+from mmelocal.localaws.fleet import card_memory_bytes, is_triton_image, plan_fleet
+
+MiB = 2**20
+
+
+def test_credential_scope_names_region_and_service() -> None:
+    header = (
+        "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20261125/eu-west-1/sagemaker/aws4_request, "
+        "SignedHeaders=host;x-amz-date, Signature=abc"
+    )
+    assert credential_scope({"HTTP_AUTHORIZATION": header}) == ("eu-west-1", "sagemaker")
+    assert credential_scope({}) == ("", "")
+
+
+def test_violations_follow_botocores_model() -> None:
+    message = model_violations(
+        "CreateModel",
+        {"ModelName": "m", "ExecutionRoleArn": "SageMakerRole-not-an-arn", "PrimaryContainer": {}},
+    )
+    assert message is not None
+    assert message.startswith("1 validation error detected: Value 'SageMakerRole-not-an-arn' at ")
+    assert (
+        "'executionRoleArn' failed to satisfy constraint: Member must satisfy regular " in message
+    )
+    assert model_violations("CreateModel", {"ModelName": "m", "ExecutionRoleArn": ROLE}) is None
+    variants = [{"VariantName": "v", "ModelName": "m", "InstanceType": "ml.z1.huge"}]
+    message = model_violations(
+        "CreateEndpointConfig", {"EndpointConfigName": "c", "ProductionVariants": variants}
+    )
+    assert message is not None
+    assert "at 'productionVariants.1.member.instanceType'" in message
+    assert "enum value set" in message and "ml.g5.2xlarge" in message
+
+
+def test_model_data_rules() -> None:
+    listing = {
+        ("bkt", "models/"): ["models/a.tar.gz"],
+        ("bkt", "one/model.tar.gz"): ["one/model.tar.gz"],
+    }
+
+    def keys_under(bucket: str, prefix: str) -> list[str] | None:
+        if bucket != "bkt":
+            return None
+        return listing.get((bucket, prefix), [])
+
+    def problem(url: str, mode: str | None = "MultiModel") -> str | None:
+        container: dict[str, Any] = {"ModelDataUrl": url}
+        if mode:
+            container["Mode"] = mode
+        return model_data_problem(container, keys_under=keys_under)
+
+    assert problem("s3://bkt/models/") is None
+    assert "must end with '/'" in str(problem("s3://bkt/models"))
+    assert problem("s3://bkt/empty/") == "Could not find model data at s3://bkt/empty/."
+    assert problem("s3://other/models/") == "Could not find model data at s3://other/models/."
+    assert problem("s3://bkt/one/model.tar.gz", mode=None) is None
+    assert problem("s3://bkt/one/other.tar.gz", mode=None) is not None
+    assert parse_s3_url("https://s3.us-east-1.amazonaws.com/bkt/models/") == ("bkt", "models/")
+
+
+def test_fleet_plans() -> None:
+    config = {
+        "EndpointConfigName": "c",
+        "ProductionVariants": [
+            {
+                "VariantName": "AllTraffic",
+                "ModelName": "m",
+                "InstanceType": "ml.g4dn.xlarge",
+                "InitialInstanceCount": 3,
+            }
+        ],
+    }
+    container = {
+        "Image": TRITON_IMAGE,
+        "ModelDataUrl": "s3://bkt/models/",
+        "Mode": "MultiModel",
+        "Environment": {"SAGEMAKER_TRITON_LOG_VERBOSE": "true"},
+    }
+    plan = plan_fleet("ep", config, {"PrimaryContainer": container})
+    assert (plan.bucket, plan.prefix, plan.instances) == ("bkt", "models/", 3)
+    assert plan.single_model_target is None
+    assert dict(plan.environment) == {"SAGEMAKER_TRITON_LOG_VERBOSE": "true"}
+    assert plan.gpu_memory_bytes == 15360 * MiB  # a T4
+    assert plan.variants[0]["CurrentInstanceCount"] == 3
+
+    single = container | {"Mode": "SingleModel", "ModelDataUrl": "s3://bkt/one/model.tar.gz"}
+    plan = plan_fleet("ep", config, {"PrimaryContainer": single})
+    assert (plan.prefix, plan.single_model_target) == ("one/", "model.tar.gz")
+
+    xgboost = container | {
+        "Image": "683313688378.dkr.ecr.us-east-1.amazonaws.com/sagemaker-xgboost:1.7-1"
+    }
+    with pytest.raises(EndpointFailedError, match=r"sagemaker-xgboost:1\.7-1' is not one of them"):
+        plan_fleet("ep", config, {"PrimaryContainer": xgboost})
+    serverless = {
+        "EndpointConfigName": "c",
+        "ProductionVariants": [{"VariantName": "v", "ModelName": "m", "ServerlessConfig": {}}],
+    }
+    with pytest.raises(EndpointFailedError, match="serverless"):
+        plan_fleet("ep", serverless, {"PrimaryContainer": container})
+    assert is_triton_image("123.dkr.ecr.us-west-2.amazonaws.com/sagemaker-tritonserver@sha256:ab")
+    assert not is_triton_image("nvcr.io/nvidia/pytorch:24.09-py3")
+    assert card_memory_bytes("ml.g5.2xlarge") == 23028 * MiB
+    assert card_memory_bytes("ml.m5.large") is None
+
+
+class _Card:
+    """Stands for an 80 GB GPU's NVML probe (no GPU here)."""
+
+    name = "nvml:0"
+    kind = "gpu"
+
+    def read(self) -> MemoryReading:
+        return MemoryReading(used_bytes=20 * 2**30, total_bytes=80 * 2**30)
+
+
+def test_capped_probe_reports_the_instance_types_card() -> None:
+    probe = CappedProbe(_Card(), 23028 * MiB)
+    reading = probe.read()
+    assert (reading.used_bytes, reading.total_bytes) == (20 * 2**30, 23028 * MiB)
+    assert probe.kind == "gpu" and probe.name.startswith("nvml:0(cap 22.49 GiB")
