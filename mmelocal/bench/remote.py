@@ -39,6 +39,8 @@ PROBE_TEMPLATE = "server_metrics"
 PROBE_PAYLOAD = json.dumps(
     {"inputs": [{"name": "INPUT__0", "shape": [1], "datatype": "BYTES", "data": ["h"]}]}
 ).encode()
+#: the largest object one CopyObject request copies (S3's limit)
+COPY_OBJECT_LIMIT_BYTES = 5 * 1024**3
 #: how long a cold load may answer ModelNotReadyException before we give up (the service's)
 LOAD_LIMIT_S = 360.0
 
@@ -278,22 +280,22 @@ class RemoteEndpoint:
         return "upload"
 
     def copy(self, source_target: str, target: str) -> None:
-        """A server-side copy (CopyObject; UploadPartCopy above one part): the bytes stay
-        in S3. The copy keeps mmelocal's SHA-256 metadata, so undeploy
-        ``--delete-artifacts`` finds it."""
+        """A server-side copy: one CopyObject up to S3's 5 GiB limit for it, else the
+        transfer manager's UploadPartCopy; the bytes stay in S3. The copy keeps mmelocal's
+        SHA-256 metadata, so undeploy ``--delete-artifacts`` finds it."""
         from mmelocal.deploy.upload import transfer_config
 
         s3, source = self.clients.s3, {"Bucket": self.bucket, "Key": self.key(source_target)}
         try:
             head = s3.head_object(**source)
             metadata = {SHA256_METADATA: head.get("Metadata", {}).get(SHA256_METADATA, "")}
-            s3.copy(
-                source,
-                self.bucket,
-                self.key(target),
-                ExtraArgs={"Metadata": metadata, "MetadataDirective": "REPLACE"},
-                Config=transfer_config(),
-            )
+            args = {"Metadata": metadata, "MetadataDirective": "REPLACE"}
+            if int(head.get("ContentLength", 0)) <= COPY_OBJECT_LIMIT_BYTES:
+                s3.copy_object(CopySource=source, Bucket=self.bucket, Key=self.key(target), **args)
+            else:
+                s3.copy(
+                    source, self.bucket, self.key(target), ExtraArgs=args, Config=transfer_config()
+                )
         except Exception as exc:
             raise aws_error(exc, "CopyObject", f"s3://{self.bucket}/{self.key(target)}") from exc
 

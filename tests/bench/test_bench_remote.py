@@ -8,6 +8,7 @@ is no GPU there, so the probe reads host memory (the Triton tree's PSS).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
 from collections.abc import Iterator
@@ -159,9 +160,11 @@ def test_capacity_copies_the_tarball_in_s3_and_loads_each_copy(
     assert run.loaded == tuple(f"{folder}/tiny-v{i}.tar.gz" for i in range(3))
     assert run.created == (f"{folder}/tiny.tar.gz", *run.loaded)
     s3 = boto3.client("s3")
-    for target in run.created:
+    sha = hashlib.sha256(deployed.tarball.read_bytes()).hexdigest()
+    for target in run.created:  # the upload and its server-side copies, with mmelocal's mark
         head = s3.head_object(Bucket=deployed.bucket, Key=f"models/{target}")
         assert head["ContentLength"] == deployed.tarball.stat().st_size
+        assert head["Metadata"]["mmelocal-sha256"] == sha
     # every copy started its own Python stub: its own memory is counted, and it grew the tree
     assert all(load.delta_bytes > 0 for load in result.loads)
     assert all(load.marginal_bytes is not None and load.marginal_bytes > 0 for load in result.loads)
