@@ -30,7 +30,7 @@ from mmelocal.bench.remote import RemoteEndpoint, loadtest_status
 from mmelocal.bench.remote_capacity import RemoteCapacityOptions, measure_endpoint_capacity
 from mmelocal.bench.shape import LoadShape
 from mmelocal.bench.sweep import SweepOptions
-from mmelocal.errors import UserInputError
+from mmelocal.errors import MmeLocalError, UserInputError
 
 logger = logging.getLogger(__name__)
 
@@ -162,11 +162,33 @@ class BenchmarkOutcome:
     benchmarks: tuple[BenchmarkResult, ...]
     sweeps: tuple[Any, ...]
     deleted: tuple[str, ...]
+    problems: tuple[str, ...] = ()
 
     @property
     def results(self) -> list[Any]:
         """The results for ``mmelocal report`` (benchmarks first, then sweeps)."""
         return [*self.benchmarks, *self.sweeps]
+
+
+def prepare(plan: BenchmarkPlan) -> list[tuple[Path, str, bytes]]:
+    """``(tarball, framework, payload)`` for each source, checked before anything is created:
+    one tarball per framework, and a request body for each."""
+    from mmelocal.bench.payload import payload_from_model
+    from mmelocal.bench.remote_capacity import tarball_format
+
+    frameworks = [framework_of(tarball_format(t)) for t in plan.tarballs]
+    if len(set(frameworks)) != len(frameworks):
+        raise UserInputError(
+            f"one tarball per framework, got {', '.join(frameworks)}: benchmark one model at a time"
+        )
+    return [
+        (
+            tarball,
+            framework,
+            plan.payload if plan.payload is not None else payload_from_model(tarball),
+        )
+        for tarball, framework in zip(plan.tarballs, frameworks, strict=True)
+    ]
 
 
 def run_benchmark(
@@ -175,48 +197,51 @@ def run_benchmark(
     progress: Callable[[str], None] | None = None,
     gpus: Sequence[Any] | None = None,
 ) -> BenchmarkOutcome:
-    """Deploy, measure and undeploy, framework after framework (see the module docstring)."""
-    from mmelocal.bench.payload import payload_from_model
-    from mmelocal.bench.remote_capacity import tarball_format
+    """Deploy, measure and undeploy, framework after framework (see the module docstring).
+
+    A framework whose run fails is recorded in ``problems`` (its endpoint is deleted all the
+    same) and the next one runs: what was measured is never lost."""
     from mmelocal.bench.remote_sweep import run_endpoint_sweep
 
     say = progress or (lambda message: None)
-    formats = [tarball_format(t) for t in plan.tarballs]
-    frameworks = [framework_of(f) for f in formats]
-    if len(set(frameworks)) != len(frameworks):
-        raise UserInputError(
-            f"one tarball per framework, got {', '.join(frameworks)}: benchmark one model at a time"
-        )
+    runs = prepare(plan)
     benchmarks: list[BenchmarkResult] = []
     sweeps: list[Any] = []
     deleted: list[str] = []
-    for index, (tarball, framework) in enumerate(zip(plan.tarballs, frameworks, strict=True)):
-        payload = plan.payload if plan.payload is not None else payload_from_model(tarball)
-        with _deployed(plan, framework, say, deleted) as endpoint:
-            benchmarks.append(
-                benchmark_on_endpoint(
-                    endpoint,
-                    tarball,
-                    payload=payload,
-                    model=plan.model,
-                    shape=plan.shape,
-                    options=plan.capacity,
-                    content_type=plan.content_type,
-                    progress=say,
-                    gpus=gpus,
-                )
-            )
-            if plan.sweep is not None and index == len(plan.tarballs) - 1:
-                for source in plan.tarballs:
-                    sweeps.append(
-                        run_endpoint_sweep(endpoint, source, options=plan.sweep, progress=say)
+    problems: list[str] = []
+    for index, (tarball, framework, payload) in enumerate(runs):
+        try:
+            with _Deployment(plan, framework, say, deleted) as endpoint:
+                benchmarks.append(
+                    benchmark_on_endpoint(
+                        endpoint,
+                        tarball,
+                        payload=payload,
+                        model=plan.model,
+                        shape=plan.shape,
+                        options=plan.capacity,
+                        content_type=plan.content_type,
+                        progress=say,
+                        gpus=gpus,
                     )
+                )
+                if plan.sweep is not None and index == len(runs) - 1:
+                    for source in plan.tarballs:
+                        sweeps.append(
+                            run_endpoint_sweep(endpoint, source, options=plan.sweep, progress=say)
+                        )
+        except MmeLocalError as exc:
+            logger.warning("benchmark of %s (%s) failed: %s", tarball.name, framework, exc)
+            problems.append(f"{plan.endpoint_for(framework)}: {exc}")
     return BenchmarkOutcome(
-        benchmarks=tuple(benchmarks), sweeps=tuple(sweeps), deleted=tuple(deleted)
+        benchmarks=tuple(benchmarks),
+        sweeps=tuple(sweeps),
+        deleted=tuple(deleted),
+        problems=tuple(problems),
     )
 
 
-class _deployed:
+class _Deployment:
     """Deploy ``<name>-<framework>`` (the probe as its store) on enter; undeploy on exit,
     also after an error, unless the plan keeps endpoints."""
 
@@ -287,5 +312,6 @@ __all__ = [
     "BenchmarkOutcome",
     "BenchmarkPlan",
     "benchmark_on_endpoint",
+    "prepare",
     "run_benchmark",
 ]

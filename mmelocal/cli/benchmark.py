@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from rich.markup import escape
 from rich.table import Table
 
 from mmelocal.cli._bench import ms, parse_duration_s, prepare_outputs, write_outputs
@@ -77,8 +78,8 @@ def benchmark(sources: tuple[str, ...], **kw: Any) -> None:
         --instance-type ml.g4dn.xlarge --report out/
     """
     from mmelocal.bench.prices import load_prices
-    from mmelocal.bench.remote_benchmark import BenchmarkPlan, run_benchmark
-    from mmelocal.bench.remote_capacity import model_stem, tarball_format
+    from mmelocal.bench.remote_benchmark import BenchmarkPlan, prepare, run_benchmark
+    from mmelocal.bench.remote_capacity import model_stem
     from mmelocal.bench.shape import stepped_shape
     from mmelocal.cli._remote import remote_tarball
     from mmelocal.cli.sweep import _ints, _on_off
@@ -107,7 +108,7 @@ def benchmark(sources: tuple[str, ...], **kw: Any) -> None:
             keep_endpoints=kw["keep_endpoints"],
             poll_s=parse_duration_s(kw["poll"]),
         )
-        frameworks = [_framework(tarball_format(t)) for t in tarballs]
+        frameworks = [framework for _, framework, _ in prepare(plan)]
         prices = load_prices(kw["prices_file"])
         console.print(_cost_table(plan, frameworks, prices))
         if not kw["yes"] and not click.confirm("Create these billable resources?", default=False):
@@ -120,9 +121,14 @@ def benchmark(sources: tuple[str, ...], **kw: Any) -> None:
         console.print(f"[bold]Sweep of {sweep.source}:[/] {sweep.recommendation}", highlight=False)
     for item in outcome.deleted:
         console.print(f"deleted {item}", highlight=False)
-    write_outputs(
-        outcome.results, kw["json_out"], kw["report_dir"], title=f"Benchmark of {plan.model}"
-    )
+    if outcome.results:
+        write_outputs(
+            outcome.results, kw["json_out"], kw["report_dir"], title=f"Benchmark of {plan.model}"
+        )
+    for problem in outcome.problems:
+        err_console.print(f"[bold red]failed[/] {escape(problem)}", highlight=False)
+    if outcome.problems:
+        raise SystemExit(1)
 
 
 def common_name(stems: list[str]) -> str:
@@ -134,12 +140,6 @@ def common_name(stems: list[str]) -> str:
             length += 1
         shared = shared[:length]
     return shared.rstrip("-_.") or stems[0]
-
-
-def _framework(model_format: str) -> str:
-    from mmelocal.bench.benchmark_result import framework_of
-
-    return framework_of(model_format)
 
 
 def _capacity_options(kw: dict[str, Any]) -> Any:

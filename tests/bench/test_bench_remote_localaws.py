@@ -95,3 +95,41 @@ def test_benchmark_deploys_measures_reports_and_undeploys(
         status = exc.response["Error"]["Code"]
     assert status in ("Deleting", "ValidationException"), status
     assert boto3.client("s3").list_objects_v2(Bucket=bucket).get("KeyCount", 0) == 0
+
+
+def test_a_source_without_a_request_body_is_refused_before_anything_is_created(
+    local_aws_env: object, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import tarfile
+
+    import boto3
+
+    from mmelocal.testing.tiny_model import write_model
+
+    _, base, bucket = _fresh(tmp_path)
+    bare = tmp_path / "bare.tar.gz"  # no mmelocal_reference.npz: no payload to send
+    with tarfile.open(bare, "w:gz") as tar:
+        tar.add(write_model(tmp_path / "m", name="bare"), arcname="bare")
+    code = main([*_args(bare, base, bucket, tmp_path), "--yes"])
+    err = capsys.readouterr().err
+    assert code != 0 and "mmelocal_reference.npz" in err and "Traceback" not in err
+    assert boto3.client("sagemaker").list_endpoints(NameContains=base)["Endpoints"] == []
+
+
+def test_a_run_that_fails_deletes_its_endpoint_and_says_why(
+    local_aws_env: object, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import boto3
+
+    tarball, base, bucket = _fresh(tmp_path)
+    args = _args(tarball, base, bucket, tmp_path)
+    args[args.index("--memory-budget") + 1] = "1MiB"  # the empty server is already over it
+    code = main([*args, "--yes"])
+    captured = capsys.readouterr()
+    assert code == 1
+    assert f"failed {base}-python:" in captured.err
+    assert "the empty server already uses" in captured.err
+    assert f"deleted endpoint {base}-python" in captured.out
+    found = boto3.client("sagemaker").list_endpoints(NameContains=base)["Endpoints"]
+    assert [e["EndpointStatus"] for e in found] in ([], ["Deleting"])
+    assert boto3.client("s3").list_objects_v2(Bucket=bucket).get("KeyCount", 0) == 0
