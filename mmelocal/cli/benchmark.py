@@ -34,6 +34,12 @@ from mmelocal.deploy.plan import DEFAULT_INSTANCE_TYPE
     show_default=True,
     help="Format to build a SOURCE that is not a tarball or model folder in.",
 )
+@click.option(
+    "--payload",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Request body for every SOURCE (default: each model's recorded sample inputs).",
+)
+@click.option("--content-type", default="application/json", show_default=True)
 @click.option("--threshold", type=float, default=0.9, show_default=True)
 @click.option("--max-copies", type=click.IntRange(min=1), default=200, show_default=True)
 @click.option(
@@ -106,6 +112,8 @@ def benchmark(sources: tuple[str, ...], **kw: Any) -> None:
             capacity=_capacity_options(kw),
             sweep=_sweep_options(kw, _on_off, _ints) if kw["with_sweep"] else None,
             keep_endpoints=kw["keep_endpoints"],
+            payload=kw["payload"].read_bytes() if kw["payload"] is not None else None,
+            content_type=kw["content_type"],
             poll_s=parse_duration_s(kw["poll"]),
         )
         frameworks = [framework for _, framework, _ in prepare(plan)]

@@ -98,7 +98,10 @@ def test_benchmark_deploys_measures_reports_and_undeploys(
 
 
 def test_a_source_without_a_request_body_is_refused_before_anything_is_created(
-    local_aws_env: object, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    local_aws_env: object,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     import tarfile
 
@@ -114,6 +117,15 @@ def test_a_source_without_a_request_body_is_refused_before_anything_is_created(
     err = capsys.readouterr().err
     assert code != 0 and "mmelocal_reference.npz" in err and "Traceback" not in err
     assert boto3.client("sagemaker").list_endpoints(NameContains=base)["Endpoints"] == []
+    # with a body of its own it passes the check and gets to the question
+    body = tmp_path / "body.json"
+    body.write_text('{"inputs": [{"name": "INPUT0", "shape": [1, 4], "datatype": "FP32", '
+                    '"data": [1, 2, 3, 4]}]}')  # fmt: skip
+    monkeypatch.setattr("sys.stdin", io.StringIO("n\n"))
+    code = main([*_args(bare, base, bucket, tmp_path), "--payload", str(body)])
+    captured = capsys.readouterr()
+    assert code == 1 and "nothing was created" in captured.err
+    assert f"{base}-python: create the endpoint" in captured.out
 
 
 def test_a_run_that_fails_deletes_its_endpoint_and_says_why(
