@@ -9,14 +9,16 @@ test sends the stepped shape over those copies, a random copy per request (the p
 Locust test), and the copies are deleted. The last endpoint also runs the sweep
 (:mod:`~mmelocal.bench.remote_sweep`) before it is taken down. An endpoint is deleted
 (with the objects mmelocal put under its prefix) even when a step fails, unless
-``keep_endpoints`` is set.
+``keep_endpoints`` is set. With ``existing`` set, the one framework is measured on that
+deployed endpoint instead, which is neither created nor deleted.
 
-:func:`plan_benchmark` says beforehand what will be billed: instance-hours from the expected
+:meth:`BenchmarkPlan.steps_s` says beforehand what will be billed: instance-hours from the expected
 duration of each step times the hourly price of the price table.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import tempfile
 from collections.abc import Callable, Sequence
@@ -111,11 +113,12 @@ class BenchmarkPlan:
 
     tarballs: tuple[Path, ...]
     model: str
-    endpoint_name: str
-    s3_uri: str
-    role_arn: str
-    instance_type: str
     shape: LoadShape
+    endpoint_name: str = ""
+    s3_uri: str = ""
+    role_arn: str = ""
+    instance_type: str = ""
+    existing: str | None = None
     capacity: RemoteCapacityOptions = field(default_factory=RemoteCapacityOptions)
     sweep: SweepOptions | None = None
     region: str | None = None
@@ -128,11 +131,36 @@ class BenchmarkPlan:
     def __post_init__(self) -> None:
         if not self.tarballs:
             raise UserInputError("give at least one model.tar.gz to benchmark")
+        if self.existing is not None:
+            if len(self.tarballs) != 1:
+                raise UserInputError(
+                    f"endpoint {self.existing} holds one framework's count (a count needs a "
+                    "GPU no other model filled): give one SOURCE, or let mmelocal deploy one "
+                    "endpoint per framework (--endpoint-name, --s3-uri, --role)"
+                )
+            return
+        missing = [
+            option
+            for option, value in (
+                ("--endpoint-name", self.endpoint_name),
+                ("--s3-uri", self.s3_uri),
+                ("--role", self.role_arn),
+                ("--instance-type", self.instance_type),
+            )
+            if not value
+        ]
+        if missing:
+            raise UserInputError(
+                f"to deploy, give {', '.join(missing)} (or --endpoint NAME to use a deployed one)"
+            )
         if not self.s3_uri.endswith("/"):
             object.__setattr__(self, "s3_uri", self.s3_uri + "/")
 
     def endpoint_for(self, framework: str) -> str:
-        """``<name>-<framework>`` (SageMaker names: letters, digits, '-')."""
+        """``<name>-<framework>`` (SageMaker names: letters, digits, '-'); the existing
+        endpoint's name when there is one."""
+        if self.existing is not None:
+            return self.existing
         return f"{self.endpoint_name}-{framework}".replace("_", "-")[:63]
 
     def steps_s(self, frameworks: Sequence[str]) -> list[tuple[str, float]]:
@@ -141,8 +169,9 @@ class BenchmarkPlan:
         for framework in frameworks:
             name = self.endpoint_for(framework)
             copies = min(self.capacity.max_copies, EXPECTED_COPIES)
+            if self.existing is None:
+                steps.append((f"{name}: create the endpoint", DEPLOY_S))
             steps += [
-                (f"{name}: create the endpoint", DEPLOY_S),
                 (f"{name}: capacity (~{copies} copies)", copies * PER_COPY_S),
                 (f"{name}: load test", self.shape.duration_s),
             ]
@@ -211,7 +240,7 @@ def run_benchmark(
     problems: list[str] = []
     for index, (tarball, framework, payload) in enumerate(runs):
         try:
-            with _Deployment(plan, framework, say, deleted) as endpoint:
+            with _endpoint(plan, framework, say, deleted) as endpoint:
                 benchmarks.append(
                     benchmark_on_endpoint(
                         endpoint,
@@ -239,6 +268,17 @@ def run_benchmark(
         deleted=tuple(deleted),
         problems=tuple(problems),
     )
+
+
+def _endpoint(
+    plan: BenchmarkPlan, framework: str, say: Callable[[str], None], deleted: list[str]
+) -> contextlib.AbstractContextManager[RemoteEndpoint]:
+    """The endpoint to measure on: the existing one as it is, else a fresh deployment."""
+    if plan.existing is None:
+        return _Deployment(plan, framework, say, deleted)
+    from mmelocal.bench.remote import connect_endpoint
+
+    return contextlib.nullcontext(connect_endpoint(plan.existing, region=plan.region))
 
 
 class _Deployment:

@@ -18,10 +18,21 @@ from mmelocal.deploy.plan import DEFAULT_INSTANCE_TYPE
 
 @click.command()
 @click.argument("sources", nargs=-1, required=True)
-@click.option("--endpoint-name", required=True, help="Base name: <name>-pt, <name>-trt ...")
-@click.option("--s3-uri", required=True, help="s3://bucket/prefix/ (one sub-prefix per framework).")
-@click.option("--role", "role_arn", required=True, help="SageMaker execution role ARN.")
-@click.option("--instance-type", default=DEFAULT_INSTANCE_TYPE, show_default=True)
+@click.option(
+    "--endpoint",
+    "existing",
+    default=None,
+    help="Measure on this deployed endpoint (one SOURCE); nothing is created or deleted.",
+)
+@click.option("--endpoint-name", default="", help="Base name: <name>-pt, <name>-trt ...")
+@click.option("--s3-uri", default="", help="s3://bucket/prefix/ (one sub-prefix per framework).")
+@click.option("--role", "role_arn", default="", help="SageMaker execution role ARN.")
+@click.option(
+    "--instance-type",
+    default=DEFAULT_INSTANCE_TYPE,
+    show_default=True,
+    help="Of the endpoints to deploy (with --endpoint: that endpoint's).",
+)
 @click.option("--region", default=None, help="AWS region (default: your profile's).")
 @click.option("--image", default=None, help="Container image URI (default: SageMaker's Triton).")
 @click.option(
@@ -77,6 +88,7 @@ def benchmark(sources: tuple[str, ...], **kw: Any) -> None:
     """Run the published MME GPU benchmark on real endpoints: for each SOURCE (one per
     framework, e.g. resnet50-pt.tar.gz resnet50-trt.tar.gz) deploy an endpoint, count the
     copies that fit, load-test them, sweep the configurations on the last one, undeploy.
+    With --endpoint NAME: the same on that deployed endpoint, for one SOURCE.
 
     \b
     mmelocal benchmark resnet50-pt.tar.gz resnet50-trt.tar.gz --endpoint-name rn50 \\
@@ -91,6 +103,12 @@ def benchmark(sources: tuple[str, ...], **kw: Any) -> None:
     from mmelocal.cli.sweep import _ints, _on_off
 
     prepare_outputs(kw["json_out"], kw["report_dir"])
+    if kw["existing"] is not None:
+        from mmelocal.bench.remote import connect_endpoint
+
+        kw["instance_type"] = connect_endpoint(
+            kw["existing"], region=kw["region"]
+        ).info.instance_type
     with tempfile.TemporaryDirectory(prefix="mmelocal-benchmark-") as tmp:
         tarballs = tuple(
             remote_tarball(source, Path(tmp) / str(i), kw["model_format"])
@@ -115,11 +133,13 @@ def benchmark(sources: tuple[str, ...], **kw: Any) -> None:
             payload=kw["payload"].read_bytes() if kw["payload"] is not None else None,
             content_type=kw["content_type"],
             poll_s=parse_duration_s(kw["poll"]),
+            existing=kw["existing"],
         )
         frameworks = [framework for _, framework, _ in prepare(plan)]
         prices = load_prices(kw["prices_file"])
         console.print(_cost_table(plan, frameworks, prices))
-        if not kw["yes"] and not click.confirm("Create these billable resources?", default=False):
+        asked = plan.existing is None and not kw["yes"]
+        if asked and not click.confirm("Create these billable resources?", default=False):
             err_console.print("nothing was created")
             raise SystemExit(1)
         with err_console.status("benchmark starting") as status:
@@ -184,9 +204,14 @@ def _cost_table(plan: Any, frameworks: list[str], prices: Any) -> Table:
         if price is not None
         else f"{hours:.2f} h; no price for {plan.instance_type} in {prices.origin} (--prices)"
     )
+    title = (
+        f"On endpoint {plan.existing} (running already: nothing is created)"
+        if plan.existing is not None
+        else f"Billable: one {plan.instance_type} endpoint at a time, {len(frameworks)} in all "
+        f"({', '.join(plan.endpoint_for(f) for f in frameworks)})"
+    )
     table = Table(
-        title=f"Billable: one {plan.instance_type} endpoint at a time, "
-        f"{len(frameworks)} in all ({', '.join(plan.endpoint_for(f) for f in frameworks)})",
+        title=title,
         caption=f"expected {cost}; an estimate (endpoint creation ~10 min, ~15 s per copy), "
         f"prices from {prices.origin}",
         title_justify="left",

@@ -260,3 +260,40 @@ def test_a_failed_capacity_run_leaves_nothing_in_the_prefix(
         Bucket=deployed.bucket, Prefix="models/mmelocal-capacity-"
     )
     assert listed.get("KeyCount", 0) == 0
+
+
+def test_benchmark_on_a_deployed_endpoint_leaves_it_running(
+    deployed: Deployed, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import boto3
+
+    code = main(["benchmark", str(deployed.tarball), "--endpoint", deployed.name,
+                 "--memory-budget", BUDGET, "--max-copies", "2", "--max-users", "2",
+                 "--duration", "3s", "--no-sweep", "--report", str(tmp_path / "report"),
+                 "--json", str(tmp_path / "results.json")])  # fmt: skip
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert f"On endpoint {deployed.name} (running already" in printed
+    assert "create the endpoint" not in printed
+    bench = json.loads((tmp_path / "results.json").read_text())  # one result: an object
+    assert (
+        bench["kind"] == "benchmark"
+        and bench["endpoint"] == deployed.name
+        and bench["instance_type"] == INSTANCE_TYPE
+    )
+    assert bench["max_models_loaded"] == 2 and bench["loadtest"]["target_count"] == 2
+    comparison = (tmp_path / "report" / "benchmark-comparison.csv").read_text().splitlines()
+    assert comparison[1].startswith(f"{INSTANCE_TYPE},tiny,python,2,")
+    status = boto3.client("sagemaker").describe_endpoint(EndpointName=deployed.name)
+    assert status["EndpointStatus"] == "InService"
+
+
+def test_benchmark_names_what_it_needs_to_deploy(
+    deployed: Deployed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["benchmark", str(deployed.tarball), "--endpoint-name", "x"])
+    err = capsys.readouterr().err
+    assert code != 0 and "give --s3-uri, --role" in err and "--endpoint NAME" in err
+    code = main(["benchmark", str(deployed.tarball), str(deployed.tarball),
+                 "--endpoint", deployed.name])  # fmt: skip
+    assert code != 0 and "give one SOURCE" in capsys.readouterr().err
