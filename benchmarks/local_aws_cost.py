@@ -10,6 +10,9 @@ Measured in one run, each in its own process, against references:
   and SageMaker already in use), against ``mmelocal serve`` on the same
   tarball (start until ``/ping`` answers, then the tree's PSS).
 
+* InvokeEndpoint p50 through the local AWS's port against the endpoint's emulator called
+  directly (the router's cost per call).
+
 Goal: start < 2 s and < 200 MiB; an endpoint costs what one ``mmelocal serve`` costs.
 Run: ``.venv/bin/python benchmarks/local_aws_cost.py``.
 """
@@ -26,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import boto3
+import numpy as np
 
 from mmelocal.runtime.config import pick_free_port
 from mmelocal.runtime.memory import TreeMemory, process_tree_memory
@@ -83,6 +87,64 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 def mib(value: int) -> str:
     return f"{value / MiB:,.0f} MiB"
+
+
+def invoke_latency(work: Path, tarball: Path) -> list[tuple[str, str, str, str]]:
+    """InvokeEndpoint p50 through the local AWS's router against the endpoint's emulator
+    called directly (``LocalAws.emulator_url``), 300 sequential calls each, in-process."""
+    import json
+
+    from mmelocal.localaws import LocalAws
+    from mmelocal.testing.tiny_model import request_json
+
+    body = json.dumps(request_json(np.ones((2, 4), dtype=np.float32)))
+    with LocalAws(data_dir=work / "latency", memory_budget_bytes=2 * 1024**3) as aws:
+        s3 = boto3.client("s3", endpoint_url=aws.url, **_keys())
+        sm = boto3.client("sagemaker", endpoint_url=aws.url, **_keys())
+        s3.create_bucket(Bucket="latency")
+        s3.upload_file(str(tarball), "latency", "models/model.tar.gz")
+        container = {"Image": IMAGE, "ModelDataUrl": "s3://latency/models/", "Mode": "MultiModel"}
+        sm.create_model(
+            ModelName="m",
+            ExecutionRoleArn="arn:aws:iam::123456789012:role/r",
+            PrimaryContainer=container,
+        )
+        variant = {
+            "VariantName": "AllTraffic",
+            "ModelName": "m",
+            "InstanceType": "ml.g5.xlarge",
+            "InitialInstanceCount": 1,
+        }
+        sm.create_endpoint_config(EndpointConfigName="c", ProductionVariants=[variant])
+        sm.create_endpoint(EndpointName="e", EndpointConfigName="c")
+
+        def serving() -> None:
+            if aws.emulator_url("e") is None:
+                raise RuntimeError("not in service yet")
+
+        until(serving)
+        p50 = {}
+        for label, url in (("router", aws.url), ("direct", str(aws.emulator_url("e")))):
+            runtime = boto3.client("sagemaker-runtime", endpoint_url=url, **_keys())
+            call = {"EndpointName": "e", "TargetModel": "model.tar.gz", "Body": body,
+                    "ContentType": "application/json"}  # fmt: skip
+            runtime.invoke_endpoint(**call)["Body"].read()  # the cold load
+            times = []
+            for _ in range(300):
+                t0 = time.perf_counter()
+                runtime.invoke_endpoint(**call)["Body"].read()
+                times.append(time.perf_counter() - t0)
+            p50[label] = sorted(times)[len(times) // 2]
+    return [
+        (
+            "invoke p50 through the local AWS",
+            f"{p50['router'] * 1e3:.2f} ms",
+            "",
+            f"+{(p50['router'] - p50['direct']) * 1e3:.2f} ms, "
+            f"{p50['router'] / p50['direct']:.2f}x",
+        ),
+        ("  the emulator direct (reference)", f"{p50['direct'] * 1e3:.2f} ms", "", ""),
+    ]
 
 
 def main() -> None:
@@ -181,6 +243,7 @@ def main() -> None:
         )
     )
 
+    rows.extend(invoke_latency(work, tarball))
     print(f"{'what':32} {'time':>9} {'PSS':>10}  note")
     for what, seconds, pss, note in rows:
         print(f"{what:32} {seconds:>9} {pss:>10}  {note}")

@@ -293,6 +293,8 @@ class LocalAwsApp:
     def _invoke(
         self, environ: dict[str, Any], start_response: StartResponse, region: str, name: str
     ) -> Iterable[bytes]:
+        import urllib3
+
         from mmelocal.emulator.handlers import sagemaker_error
 
         fleet = self.endpoints.serving(region or "us-east-1", name)
@@ -318,15 +320,21 @@ class LocalAwsApp:
         if single is not None:
             headers["X-Amzn-SageMaker-Target-Model"] = single
         body = _read_body(environ)
-        with fleet.call():
-            response = self._http.request(
-                "POST",
-                f"{fleet.url}/endpoints/{name}/invocations",
-                body=body,
-                headers=headers,
-                timeout=400.0,
-                preload_content=True,
+        try:
+            with fleet.call():
+                response = self._http.request(
+                    "POST",
+                    f"{fleet.url}/endpoints/{name}/invocations",
+                    body=body,
+                    headers=headers,
+                    timeout=400.0,
+                    preload_content=True,
+                )
+        except urllib3.exceptions.HTTPError as exc:  # the fleet stopped under the call
+            answer = sagemaker_error(
+                503, "ServiceUnavailable", f"Endpoint {name} could not serve the call: {exc}"
             )
+            return self._answer(start_response, answer.status, answer.headers, answer.body)
         out = [(k, v) for k, v in response.headers.items() if k.lower() not in _HOP_BY_HOP]
         return self._answer(start_response, response.status, out, response.data)
 

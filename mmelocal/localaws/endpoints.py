@@ -88,38 +88,50 @@ class EndpointManager:
         state = EndpointState(region=region, name=name, config_name=config_name)
         with self._lock:
             self._endpoints[(region, name)] = state
-        self._spawn(state, self._run_create, state)
+        self._spawn(state, self._run_create, state, state.generation)
 
     def update(self, region: str, name: str, config_name: str) -> None:
         """Move to another config: the old fleet serves until the new one is ready."""
-        state = self.get(region, name)
-        if state is None:
-            raise KeyError(name)
-        state.status = "Updating"
-        state.failure_reason = None
-        self._spawn(state, self._run_update, state, config_name)
+        with self._lock:
+            state = self._endpoints.get((region, name))
+            if state is None:
+                raise KeyError(name)
+            state.status = "Updating"
+            state.failure_reason = None
+            state.generation += 1
+            generation = state.generation
+        self._spawn(state, self._run_update, state, config_name, generation)
 
     def delete(self, region: str, name: str) -> None:
         """Deleting: new calls are refused, calls in flight finish, then Triton stops and
         moto forgets the endpoint."""
-        state = self.get(region, name)
-        if state is None:
-            raise KeyError(name)
-        state.status = "Deleting"
-        state.generation += 1
-        self._spawn(state, self._run_delete, state)
+        with self._lock:
+            state = self._endpoints.get((region, name))
+            if state is None:
+                raise KeyError(name)
+            state.status = "Deleting"
+            state.generation += 1
+            fleet, state.fleet = state.fleet, None
+        self._spawn(state, self._run_delete, state, fleet)
 
-    def close(self) -> None:
-        """Stop every fleet now (the server is shutting down)."""
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Stop every fleet (the server is shutting down); fleets still starting are stopped
+        by their worker, waited for up to ``timeout_s``."""
         with self._lock:
             self._closed = True
             states = list(self._endpoints.values())
             self._endpoints.clear()
-        for state in states:
-            state.generation += 1
-            if state.fleet is not None:
-                state.fleet.stop()
+            fleets = []
+            for state in states:
+                state.generation += 1
+                fleets.append(state.fleet)
                 state.fleet = None
+        for fleet in fleets:
+            if fleet is not None:
+                fleet.stop()
+        for state in states:
+            for worker in list(state.workers):
+                worker.join(timeout_s)
 
     def wait(self, timeout_s: float | None = None) -> None:
         """Wait for the transitions under way (tests, shutdown)."""
@@ -138,47 +150,51 @@ class EndpointManager:
     def _new_fleet(self, state: EndpointState, config_name: str) -> Fleet:
         plan = self._describe(state.region, state.name, config_name)
         work = self._work_dir / state.region / state.name / f"{config_name}-{state.generation}"
-        fleet = self._start_fleet(plan, work)
-        return fleet
+        return self._start_fleet(plan, work)
 
-    def _run_create(self, state: EndpointState) -> None:
-        generation = state.generation
+    def _install(self, state: EndpointState, generation: int, fleet: Fleet) -> Fleet | None:
+        """Make ``fleet`` the one serving, unless the endpoint moved on meanwhile (then it
+        is stopped); the fleet it replaces."""
+        with self._lock:
+            current = state.generation == generation and not self._closed
+            if current:
+                old, state.fleet = state.fleet, fleet
+                state.config_name, state.variants = fleet.plan.config_name, fleet.plan.variants
+                state.status, state.failure_reason = "InService", None
+        if not current:
+            fleet.stop()  # deleted, updated again or shut down while it was starting
+            return None
+        logger.info("endpoint %s in service on %s at %s", state.name, state.config_name, fleet.url)
+        return old
+
+    def _fail(self, state: EndpointState, generation: int, reason: str) -> None:
+        with self._lock:
+            if state.generation == generation:
+                # a failed update leaves the old fleet serving, as the service rolls back
+                state.status = "InService" if state.fleet is not None else "Failed"
+                state.failure_reason = reason
+        logger.info("endpoint %s failed: %s", state.name, reason)
+
+    def _run_create(self, state: EndpointState, generation: int) -> None:
         try:
             fleet = self._new_fleet(state, state.config_name)
         except EndpointFailedError as exc:
-            state.status, state.failure_reason = "Failed", str(exc)
-            logger.info("endpoint %s failed: %s", state.name, exc)
+            self._fail(state, generation, str(exc))
             return
-        if state.generation != generation or self._closed:
-            fleet.stop()  # deleted while it was starting
-            return
-        state.fleet, state.variants = fleet, fleet.plan.variants
-        state.status = "InService"
-        logger.info("endpoint %s in service at %s", state.name, fleet.url)
+        self._install(state, generation, fleet)
 
-    def _run_update(self, state: EndpointState, config_name: str) -> None:
-        generation = state.generation = state.generation + 1
+    def _run_update(self, state: EndpointState, config_name: str, generation: int) -> None:
         try:
             fleet = self._new_fleet(state, config_name)
         except EndpointFailedError as exc:
-            # the service rolls back: the old fleet keeps serving, the reason is shown
-            state.status = "InService" if state.fleet is not None else "Failed"
-            state.failure_reason = str(exc)
-            logger.info("update of endpoint %s failed: %s", state.name, exc)
+            self._fail(state, generation, str(exc))
             return
-        if state.generation != generation or self._closed:
-            fleet.stop()
-            return
-        old, state.fleet = state.fleet, fleet
-        state.config_name, state.variants = config_name, fleet.plan.variants
-        state.status = "InService"
-        logger.info("endpoint %s updated to %s", state.name, config_name)
+        old = self._install(state, generation, fleet)
         if old is not None:
             old.drain(DRAIN_TIMEOUT_S)
             old.stop()
 
-    def _run_delete(self, state: EndpointState) -> None:
-        fleet, state.fleet = state.fleet, None
+    def _run_delete(self, state: EndpointState, fleet: Fleet | None) -> None:
         if fleet is not None:
             fleet.drain(DRAIN_TIMEOUT_S)
             fleet.stop()

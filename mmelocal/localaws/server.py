@@ -9,7 +9,9 @@ one process share it, and nothing survives the process (see the docs' "State" se
 
 from __future__ import annotations
 
+import errno
 import logging
+import socket
 import tempfile
 import threading
 from pathlib import Path
@@ -88,6 +90,16 @@ class LocalAws:
             "AWS_SECRET_ACCESS_KEY": LOCAL_KEYS[1],
         }
 
+    def emulator_url(self, endpoint_name: str, region: str = DEFAULT_REGION) -> str | None:
+        """The ``http://host:port`` of the emulator serving ``endpoint_name`` now (None when
+        it is not in service). boto3's ``sagemaker-runtime`` with this ``endpoint_url``
+        skips the local AWS's router: for load tests (this server opens a connection per
+        call)."""
+        if self.endpoints is None:
+            return None
+        fleet = self.endpoints.serving(region, endpoint_name)
+        return fleet.url if fleet is not None else None
+
     def start(self) -> LocalAws:
         """Listen and serve on a background thread; returns once the port answers."""
         if self._server is not None:
@@ -121,16 +133,25 @@ class LocalAws:
             def log(self, type: str, message: str, *args: Any) -> None:
                 logger.debug("%s " + message, self.address_string(), *args)
 
-        try:
-            self._server = make_server(
-                self.host, self.port, app, threaded=True, request_handler=QuietHandler
-            )
+        try:  # bound here: werkzeug exits the process when the port is taken
+            sock = socket.create_server((self.host, self.port), backlog=1024)
         except OSError as exc:
             self._cleanup()
+            hint = " (another server uses it: choose another --port)"
+            in_use = exc.errno == errno.EADDRINUSE
             raise UserInputError(
-                f"cannot listen on {self.host}:{self.port}: {exc.strerror or exc} (another "
-                "server uses it: choose another --port)"
+                f"cannot listen on {self.host}:{self.port}: {exc.strerror or exc}"
+                + (hint if in_use else "")
             ) from None
+        with sock:
+            self._server = make_server(
+                self.host,
+                self.port,
+                app,
+                threaded=True,
+                request_handler=QuietHandler,
+                fd=sock.fileno(),
+            )
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="mmelocal-local-aws", daemon=True

@@ -1,7 +1,7 @@
 """The package works where pytest is not installed (it is only in the ``dev`` extra).
 
 A child interpreter refuses every import of pytest, then imports every mmelocal module
-except the two that are pytest plugins by nature. ``mmelocal demo`` once imported its
+except the three that are pytest plugins by nature. ``mmelocal demo`` once imported its
 endpoint helper from the fixture module and failed after the model was built.
 """
 
@@ -11,7 +11,11 @@ import subprocess
 import sys
 import textwrap
 
-PYTEST_ONLY = {"mmelocal.testing.plugin", "mmelocal.testing.emulator_fixtures"}
+PYTEST_ONLY = {
+    "mmelocal.testing.plugin",
+    "mmelocal.testing.emulator_fixtures",
+    "mmelocal.testing.local_aws_fixtures",
+}
 
 CHILD = textwrap.dedent(
     """
