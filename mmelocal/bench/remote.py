@@ -39,6 +39,7 @@ PROBE_TEMPLATE = "server_metrics"
 PROBE_PAYLOAD = json.dumps(
     {"inputs": [{"name": "INPUT__0", "shape": [1], "datatype": "BYTES", "data": ["h"]}]}
 ).encode()
+MIB = 1024 * 1024
 #: the largest object one CopyObject request copies (S3's limit)
 COPY_OBJECT_LIMIT_BYTES = 5 * 1024**3
 #: how long a cold load may answer ModelNotReadyException before we give up (the service's)
@@ -104,9 +105,15 @@ class ProbeReading:
 
 
 def parse_probe_answer(body: bytes) -> ProbeReading:
-    """The probe's KServe v2 JSON answer as a :class:`ProbeReading`."""
+    """The probe's KServe v2 JSON answer as a :class:`ProbeReading`.
+
+    The published ``server_metrics`` model (same TargetModel, no ``mmelocal`` output) is
+    read too, from its MiB figures: an endpoint that still has it loaded keeps serving it
+    even after mmelocal's probe replaced the object (SageMaker has no unload call)."""
     try:
         outputs = {o["name"]: o for o in json.loads(body)["outputs"]}
+        if "mmelocal" not in outputs:
+            return _published_reading(outputs)
         data = json.loads(outputs["mmelocal"]["data"][0])
         per_process = data.get("per_process_bytes")
         return ProbeReading(
@@ -125,6 +132,20 @@ def parse_probe_answer(body: bytes) -> ProbeReading:
             f"{PROBE_TARGET} answered something that is not mmelocal's probe ({exc}): "
             f"{body[:200]!r}; delete that object from the endpoint's prefix and run again"
         ) from exc
+
+
+def _published_reading(outputs: Mapping[str, Any]) -> ProbeReading:
+    used = [float(v) for v in outputs["gpu_used_memory"]["data"]]
+    total = [float(v) for v in outputs["gpu_total_memory"]["data"]]
+    if not total:
+        raise ValueError("the published probe reported no GPU")
+    return ProbeReading(
+        used_bytes=round(sum(used) * MIB),
+        total_bytes=round(sum(total) * MIB),
+        source="nvidia-smi",
+        devices=tuple({"name": "GPU"} for _ in total),
+        problems=("the published server_metrics model answered (MiB figures)",),
+    )
 
 
 @dataclass(frozen=True, kw_only=True)

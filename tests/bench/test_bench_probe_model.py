@@ -107,6 +107,31 @@ def test_an_answer_that_is_not_the_probe_is_refused() -> None:
 
     with pytest.raises(BenchError, match="not mmelocal's probe"):
         parse_probe_answer(b'{"outputs": [{"name": "gpu_used_memory", "data": [1.0]}]}')
+    with pytest.raises(BenchError, match="not mmelocal's probe"):
+        parse_probe_answer(b"<html>busy</html>")
+
+
+def test_the_published_server_metrics_answer_is_read_from_its_mib(probe: ModuleType) -> None:
+    """What the published model answers on a g4dn.12xlarge (its outputs, MiB per GPU)."""
+    import json
+
+    devices = probe.parse_nvidia_smi((DATA / "nvidia-smi-g4dn-12xlarge.csv").read_text())
+    outputs = probe.published_outputs(
+        {"devices": devices, "cpu_utilization": 3.0, "memory_utilization": 0.2}
+    )
+    body = json.dumps(
+        {
+            "outputs": [
+                {"name": k, "datatype": "FP32", "shape": [len(v)], "data": v}
+                for k, v in outputs.items()
+            ]
+        }
+    ).encode()
+    reading = parse_probe_answer(body)
+    assert reading.used_bytes == (6448 + 259 + 2 + 15360) * MIB
+    assert reading.total_bytes == 4 * 15360 * MIB
+    assert reading.kind == "gpu" and reading.per_process_bytes is None
+    assert "published" in reading.problems[0]
 
 
 @pytest.mark.mmelocal_gpu
