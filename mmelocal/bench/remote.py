@@ -98,9 +98,9 @@ class ProbeReading:
         """``nvml: 1 x NVIDIA A10G`` or ``host-pss`` (for the result's ``probe`` field)."""
         if not self.devices:
             return self.source
-        names: dict[str, int] = {}
-        for device in self.devices:
-            names[str(device.get("name", "GPU"))] = names.get(str(device.get("name", "GPU")), 0) + 1
+        from collections import Counter
+
+        names = Counter(str(device.get("name", "GPU")) for device in self.devices)
         return f"{self.source}: " + ", ".join(f"{n} x {name}" for name, n in names.items())
 
 

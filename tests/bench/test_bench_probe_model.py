@@ -132,6 +132,7 @@ def test_the_published_server_metrics_answer_is_read_from_its_mib(probe: ModuleT
     assert reading.total_bytes == 4 * 15360 * MIB
     assert reading.kind == "gpu" and reading.per_process_bytes is None
     assert "published" in reading.problems[0]
+    assert reading.describe() == "nvidia-smi: 4 x GPU"
 
 
 @pytest.mark.mmelocal_gpu
