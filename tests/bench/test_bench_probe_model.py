@@ -148,7 +148,8 @@ def test_gpu_branches_agree_with_mmelocal_nvml(probe: ModuleType) -> None:
     assert per_process is None or set(per_process) == {os.getpid()}
     smi = probe.read_nvidia_smi()
     assert [d["bus_id"][-7:].lower() for d in smi] == [d["bus_id"][-7:].lower() for d in devices]
-    assert abs(smi[0]["total_bytes"] - total) <= MIB  # nvidia-smi rounds to MiB
+    # nvidia-smi rounds to MiB (and some drivers leave their reserve out of its total)
+    assert abs(smi[0]["total_bytes"] - total) <= max(MIB, total // 100)
     reading = probe.read(os.getpid())
     assert reading["source"] == "nvml" and reading["total_bytes"] == sum(
         d["total_bytes"] for d in devices
