@@ -11,7 +11,12 @@ import uuid
 from pathlib import Path
 
 import pytest
-from remote_helpers import INSTANCE_TYPE, ROLE, write_reference_tarball
+from remote_helpers import (
+    INSTANCE_TYPE,
+    ROLE,
+    write_onnx_reference_tarball,
+    write_reference_tarball,
+)
 
 from mmelocal.cli.main import main
 
@@ -59,41 +64,52 @@ def test_benchmark_asks_first_and_creates_nothing_when_refused(
 def test_benchmark_deploys_measures_reports_and_undeploys(
     local_aws_env: object, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """Two frameworks (the Python model and an ONNX one): two endpoints, one after the
+    other, each measured on its own prefix; the sweep runs both on the last one."""
     import boto3
     from botocore.exceptions import ClientError
 
     tarball, base, bucket = _fresh(tmp_path)
-    code = main([*_args(tarball, base, bucket, tmp_path), "--yes"])
+    onnx = write_onnx_reference_tarball(tmp_path / "tiny-onnx.tar.gz")
+    args = _args(tarball, base, bucket, tmp_path)
+    code = main([*args[:2], str(onnx), *args[2:], "--yes"])
     printed = capsys.readouterr().out
     assert code == 0, printed
-    bench, sweep = json.loads((tmp_path / "results.json").read_text())
-    assert bench["kind"] == "benchmark" and bench["instance_type"] == INSTANCE_TYPE
-    assert bench["endpoint"] == f"{base}-python" and bench["framework"] == "python"
-    capacity = bench["capacity"]
-    assert capacity["count"] == 2 and capacity["instance_type"] == INSTANCE_TYPE
-    assert capacity["probe"].startswith("host PSS") and f"{base}-python" in capacity["probe"]
-    assert all(load["delta_bytes"] > 0 for load in capacity["loads"])
-    steps = bench["loadtest"]["steps"]
-    assert bench["loadtest"]["target_count"] == 2 and bench["loadtest"]["failures"] == 0
-    assert sum(step["requests"] for step in steps) > 0
-    assert bench["throughput_rps"] == max(step["throughput_rps"] for step in steps)
-    assert [(row["name"], row["status"]) for row in sweep["rows"]] == [("model-ig", "ok")]
-    assert sweep["instance_type"] == INSTANCE_TYPE
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert [(r["kind"], r.get("framework")) for r in results] == [
+        ("benchmark", "python"), ("benchmark", "onnx"), ("sweep", None), ("sweep", None),
+    ]  # fmt: skip
+    for bench in results[:2]:
+        framework = bench["framework"]
+        assert bench["endpoint"] == f"{base}-{framework}" and bench["model"] == "tiny"
+        capacity = bench["capacity"]
+        assert capacity["count"] == 2 and capacity["instance_type"] == INSTANCE_TYPE
+        assert capacity["probe"].startswith("host PSS") and bench["endpoint"] in capacity["probe"]
+        assert all(load["delta_bytes"] > 0 for load in capacity["loads"])
+        steps = bench["loadtest"]["steps"]
+        assert bench["loadtest"]["target_count"] == 2 and bench["loadtest"]["failures"] == 0
+        assert sum(step["requests"] for step in steps) > 0
+        assert bench["throughput_rps"] == max(step["throughput_rps"] for step in steps)
+    assert [[(r["name"], r["status"]) for r in sweep["rows"]] for sweep in results[2:]] == [
+        [("model-ig", "ok")], [("onnx-ig", "ok")],
+    ]  # fmt: skip
     page = (tmp_path / "report" / "index.html").read_text()
     assert "Comparison per model and framework" in page
     comparison = (tmp_path / "report" / "benchmark-comparison.csv").read_text().splitlines()
     assert comparison[0].startswith("instance_type,model,framework,max_models_loaded")
-    assert comparison[1].startswith(f"{INSTANCE_TYPE},tiny,python,2,")
+    assert [line.split(",")[:4] for line in comparison[1:]] == [
+        [INSTANCE_TYPE, "tiny", "onnx", "2"], [INSTANCE_TYPE, "tiny", "python", "2"],
+    ]  # fmt: skip
     # nothing billable is left (DeleteEndpoint returns while the endpoint is Deleting), nor
     # the objects mmelocal put in S3
-    assert f"deleted endpoint {base}-python" in printed
-    try:
-        status = boto3.client("sagemaker").describe_endpoint(EndpointName=f"{base}-python")[
-            "EndpointStatus"
-        ]
-    except ClientError as exc:
-        status = exc.response["Error"]["Code"]
-    assert status in ("Deleting", "ValidationException"), status
+    sagemaker = boto3.client("sagemaker")
+    for name in (f"{base}-python", f"{base}-onnx"):
+        assert f"deleted endpoint {name}" in printed
+        try:
+            status = sagemaker.describe_endpoint(EndpointName=name)["EndpointStatus"]
+        except ClientError as exc:
+            status = exc.response["Error"]["Code"]
+        assert status in ("Deleting", "ValidationException"), status
     assert boto3.client("s3").list_objects_v2(Bucket=bucket).get("KeyCount", 0) == 0
 
 
