@@ -141,6 +141,30 @@ def comparison_rows(results: Sequence[BenchmarkResult]) -> list[dict[str, Any]]:
     return rows
 
 
+def step_rows(results: Sequence[BenchmarkResult]) -> list[dict[str, Any]]:
+    """Every load-test step of every run, one row each: the published
+    ``summary_results.csv`` (model, instance type, platform, models loaded, then the step)."""
+    rows: list[dict[str, Any]] = []
+    for result in results:
+        for step in result.loadtest.steps if result.loadtest else ():
+            rows.append(
+                {
+                    "model_name": result.model,
+                    "instance_type": result.instance_type,
+                    "platform": result.framework,
+                    "max_models_loaded": result.max_models_loaded,
+                    "users": step.users,
+                    "throughput_rps": step.throughput_rps,
+                    "avg_latency_ms": step.avg_latency_ms,
+                    "p50_latency_ms": step.p50_latency_ms,
+                    "max_latency_ms": step.max_latency_ms,
+                    "successful_requests": step.successes,
+                    "failed_requests": step.failures,
+                }
+            )
+    return rows
+
+
 __all__ = [
     "FRAMEWORKS",
     "METRICS",
@@ -148,4 +172,5 @@ __all__ = [
     "comparison_rows",
     "framework_of",
     "percent_difference",
+    "step_rows",
 ]

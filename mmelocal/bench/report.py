@@ -219,7 +219,7 @@ def _add_sweep(page: _Page, result: Any, stem: str) -> None:
 
 
 def _add_comparison(page: _Page, results: Sequence[Any]) -> None:
-    from mmelocal.bench.benchmark_result import comparison_rows
+    from mmelocal.bench.benchmark_result import comparison_rows, step_rows
 
     page.heading("Comparison per model and framework")
     page.para(
@@ -229,6 +229,8 @@ def _add_comparison(page: _Page, results: Sequence[Any]) -> None:
         "difference from PyTorch."
     )
     page.table("benchmark-comparison", comparison_rows(results))
+    page.para("Every load-test step of those runs (the published summary_results.csv):")
+    page.table("benchmark-steps", step_rows(results))
 
 
 def _add_benchmark(page: _Page, result: Any, stem: str) -> None:

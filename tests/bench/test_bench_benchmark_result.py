@@ -5,6 +5,7 @@ without a failed request) and TensorRT's difference from PyTorch in percent."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -112,3 +113,32 @@ def test_the_model_name_is_the_stems_common_start(stems: list[str], name: str) -
     from mmelocal.cli.benchmark import common_name
 
     assert common_name(stems) == name
+
+
+def test_step_rows_are_the_published_summary_per_step() -> None:
+    from mmelocal.bench.benchmark_result import step_rows
+
+    pt = _bench("torchscript", 4, [_step(20, 10.0, 300.0), _step(40, 18.0, 250.0, failures=2)])
+    rows = step_rows([pt])
+    assert [(r["platform"], r["max_models_loaded"], r["users"]) for r in rows] == [
+        ("pt", 4, 20),
+        ("pt", 4, 40),
+    ]
+    assert rows[1]["failed_requests"] == 2 and rows[1]["successful_requests"] == 538
+    assert rows[0]["model_name"] == "resnet50" and rows[0]["instance_type"] == "ml.g4dn.xlarge"
+
+
+def test_the_report_opens_with_the_comparison(tmp_path: Path) -> None:
+    from mmelocal.bench.report import write_report
+
+    pt = _bench("torchscript", 40, [_step(20, 20.0, 400.0)])
+    trt = _bench("tensorrt", 20, [_step(20, 30.0, 300.0)])
+    files = write_report([pt, trt], tmp_path)
+    page = files.html.read_text()
+    assert page.index("Comparison per model and framework") < page.index("Capacity: m")
+    assert "trt vs pt (%)" in page
+    names = {path.name for path in files.csv}
+    assert {"benchmark-comparison.csv", "benchmark-steps.csv"} <= names
+    steps = (tmp_path / "benchmark-steps.csv").read_text().splitlines()
+    assert steps[0].startswith("model_name,instance_type,platform,max_models_loaded,users")
+    assert len(steps) == 3
