@@ -84,6 +84,22 @@ def test_host_reading_is_the_tree_pss_psutil_measures(probe: ModuleType) -> None
     assert info["MemTotal"] == psutil.virtual_memory().total
 
 
+def test_the_tree_is_found_from_parents_where_the_kernel_lists_no_children(
+    probe: ModuleType,
+) -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                             stdin=subprocess.PIPE)  # fmt: skip
+    try:
+        from_children = probe.tree_pids(os.getpid())
+        from_parents = probe._tree_from_parents(os.getpid(), Path("/proc"))
+        # other children of this test process may come and go (servers of other tests)
+        assert from_parents[0] == from_children[0] == os.getpid()
+        assert child.pid in from_parents and child.pid in from_children
+    finally:
+        child.communicate(b"")
+    assert probe._tree_from_parents(2**22 + 7, Path("/proc")) == []  # no such process
+
+
 def test_probe_tarball_holds_the_published_layout(tmp_path: Path) -> None:
     tarball = write_probe_tarball(tmp_path / PROBE_TARGET)
     with tarfile.open(tarball) as tar:

@@ -146,7 +146,10 @@ def _nvml_bus_id(pynvml: Any, handle: Any) -> str:
 
 
 def tree_pids(root: int, proc: Path = Path("/proc")) -> list[int]:
-    """``root`` and its descendants (from ``/proc/PID/task/TID/children``), root first."""
+    """``root`` and its descendants, root first: from ``/proc/PID/task/TID/children``, or
+    from every process's parent in ``/proc/PID/stat`` on a kernel without those files."""
+    if not (proc / str(root) / "task" / str(root) / "children").exists():
+        return _tree_from_parents(root, proc)
     pids, queue = [], [root]
     while queue:
         pid = queue.pop(0)
@@ -158,6 +161,23 @@ def tree_pids(root: int, proc: Path = Path("/proc")) -> list[int]:
                 queue.extend(int(child) for child in children.read_text().split())
             except OSError:
                 continue
+    return pids
+
+
+def _tree_from_parents(root: int, proc: Path) -> list[int]:
+    parents: dict[int, int] = {}
+    for entry in proc.iterdir():
+        if entry.name.isdigit():
+            try:  # "pid (comm) state ppid ...": comm may hold spaces and brackets
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            parents[int(entry.name)] = int(fields[1])
+    pids, queue = [], [root] if (proc / str(root)).is_dir() else []
+    while queue:
+        pid = queue.pop(0)
+        pids.append(pid)
+        queue.extend(sorted(child for child, parent in parents.items() if parent == pid))
     return pids
 
 
