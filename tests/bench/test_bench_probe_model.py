@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import tarfile
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -64,39 +65,51 @@ def test_nvidia_smi_output_without_devices_or_memory_is_refused(probe: ModuleTyp
         probe.parse_nvidia_smi("")
 
 
-def test_host_reading_is_the_tree_pss_psutil_measures(probe: ModuleType) -> None:
+#: a process with one child, both waiting on stdin; it prints the child's PID
+TWO_LEVELS = """
+import subprocess, sys
+child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                         stdin=subprocess.PIPE)
+print(child.pid, flush=True)
+sys.stdin.read()
+child.communicate(b"")
+"""
+
+
+@pytest.fixture
+def two_levels() -> Iterator[tuple[int, int]]:
+    """``(parent PID, child PID)`` of a process tree of its own (not this test process's,
+    whose other children may come and go)."""
+    parent = subprocess.Popen([sys.executable, "-c", TWO_LEVELS], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    assert parent.stdout is not None
+    try:
+        yield parent.pid, int(parent.stdout.readline())
+    finally:
+        parent.communicate("")
+
+
+def test_host_reading_is_the_tree_pss_psutil_measures(
+    probe: ModuleType, two_levels: tuple[int, int]
+) -> None:
     import psutil
 
-    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
-                             stdin=subprocess.PIPE)  # fmt: skip
-    try:
-        pss, own = probe.host_tree(os.getpid())
-        assert probe.tree_pids(os.getpid())[0] == os.getpid()
-        assert child.pid in own
-        expected = sum(
-            p.memory_full_info().pss for p in [psutil.Process(), *psutil.Process().children(True)]
-        )
-        assert abs(pss - expected) <= max(8 * MIB, expected // 20)
-        assert own[os.getpid()] == pytest.approx(psutil.Process().memory_full_info().uss, rel=0.05)
-    finally:
-        child.communicate(b"")
+    root, child = two_levels
+    pss, own = probe.host_tree(root)
+    assert probe.tree_pids(root) == [root, child] and set(own) == {root, child}
+    expected = sum(psutil.Process(pid).memory_full_info().pss for pid in (root, child))
+    assert abs(pss - expected) <= max(MIB, expected // 20)
+    for pid in (root, child):
+        assert own[pid] == pytest.approx(psutil.Process(pid).memory_full_info().uss, rel=0.05)
     info = probe.meminfo()
     assert info["MemTotal"] == psutil.virtual_memory().total
 
 
 def test_the_tree_is_found_from_parents_where_the_kernel_lists_no_children(
-    probe: ModuleType,
+    probe: ModuleType, two_levels: tuple[int, int]
 ) -> None:
-    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
-                             stdin=subprocess.PIPE)  # fmt: skip
-    try:
-        from_children = probe.tree_pids(os.getpid())
-        from_parents = probe._tree_from_parents(os.getpid(), Path("/proc"))
-        # other children of this test process may come and go (servers of other tests)
-        assert from_parents[0] == from_children[0] == os.getpid()
-        assert child.pid in from_parents and child.pid in from_children
-    finally:
-        child.communicate(b"")
+    root, child = two_levels
+    assert probe._tree_from_parents(root, Path("/proc")) == [root, child]
     assert probe._tree_from_parents(2**22 + 7, Path("/proc")) == []  # no such process
 
 
