@@ -297,3 +297,32 @@ def test_benchmark_names_what_it_needs_to_deploy(
     code = main(["benchmark", str(deployed.tarball), str(deployed.tarball),
                  "--endpoint", deployed.name])  # fmt: skip
     assert code != 0 and "give one SOURCE" in capsys.readouterr().err
+
+
+def test_the_endpoint_measures_the_copy_the_local_run_measures(
+    deployed: Deployed, endpoint: RemoteEndpoint
+) -> None:
+    """The same tarball, measured locally (the emulator) and through the endpoint's probe:
+    each copy's own memory agrees within the spread the two runs show. (The endpoint's
+    baseline also holds the probe's own stub, so baselines and first deltas differ.)"""
+    import statistics
+
+    from mmelocal.bench.capacity import CapacityOptions, measure_capacity
+    from mmelocal.bench.payload import payload_from_model
+
+    local = measure_capacity(
+        deployed.tarball, options=CapacityOptions(max_copies=3, memory_budget_bytes=8 * 1024**3)
+    )
+    run = measure_endpoint_capacity(
+        endpoint,
+        deployed.tarball,
+        payload=payload_from_model(deployed.tarball),
+        options=RemoteCapacityOptions(max_copies=3, memory_budget_bytes=8 * 1024**3),
+    )
+    endpoint.delete(list(run.created))
+    remote = run.result
+    assert local.count == remote.count == 3
+    own = [[load.marginal_bytes or 0 for load in r.loads] for r in (local, remote)]
+    spread = max(statistics.pstdev(values) for values in own)
+    means = [statistics.fmean(values) for values in own]
+    assert abs(means[0] - means[1]) <= 3 * spread + MIB, (own, spread)
