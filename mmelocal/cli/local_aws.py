@@ -21,8 +21,9 @@ from mmelocal.cli._output import console, size_option
     "--data",
     "data_dir",
     type=click.Path(file_okay=False, path_type=Path),
-    help="Folder for the endpoints' artifact caches and Triton logs (default: a temporary "
-    "folder). AWS state itself lives in memory and ends with the process.",
+    help="Folder for the state (saved at a clean stop, restored at the next start: S3 "
+    "objects, models, configs, endpoints, scaling) and the endpoints' caches and Triton "
+    "logs. Default: a temporary folder, nothing kept.",
 )
 @click.option(
     "--memory-budget",

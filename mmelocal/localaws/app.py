@@ -20,6 +20,7 @@ import io
 import json
 import logging
 import re
+import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -38,6 +39,10 @@ MOTO_INSTANCE_TYPE = "ml.m5.large"
 _OVERLAYS = frozenset({"DescribeEndpointConfig"})
 #: header that marks mmelocal's own calls to moto (they skip the endpoint layer)
 INTERNAL_HEADER = "X-Mmelocal-Internal"
+#: header on every call mmelocal makes to itself (served while a restore holds the others)
+OWN_HEADER = "X-Mmelocal-Own"
+#: how long a user's call waits for the state being restored at start-up
+RESTORE_WAIT_S = 600.0
 _INVOCATION = re.compile(r"^/endpoints/([^/]+)/invocations$")
 _SCOPE = re.compile(r"Credential=[^/]*/[^/]*/([^/]*)/([^/]*)/aws4_request")
 _JSON_11 = "application/x-amz-json-1.1"
@@ -84,6 +89,11 @@ class LocalAwsApp:
         self._internal = internal
         self.account_id = account_id
         self._http = urllib3.PoolManager(maxsize=64, retries=False)
+        #: regions SageMaker or Application Auto Scaling were called in (the state to save)
+        self.regions: set[str] = set()
+        #: set once the saved state is back: users' calls wait for it, mmelocal's do not
+        self.ready = threading.Event()
+        self.ready.set()
         #: (region, config) -> each variant's InstanceType (moto's list of types lags)
         self._instance_types: dict[tuple[str, str], list[str | None]] = {}
         self._sagemaker: dict[str, Callable[[dict[str, Any], str, dict[str, Any]], Any]] = {
@@ -98,8 +108,12 @@ class LocalAwsApp:
         }
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        if not self.ready.is_set() and not environ.get("HTTP_X_MMELOCAL_OWN"):
+            self.ready.wait(RESTORE_WAIT_S)
         region, service = credential_scope(environ)
         path = environ.get("PATH_INFO", "")
+        if service in ("sagemaker", "application-autoscaling") and region not in self.regions:
+            self.regions.add(region)
         if environ.get("REQUEST_METHOD") == "POST" and service not in ("s3", ""):
             match = _INVOCATION.match(path)
             if match:
@@ -129,8 +143,12 @@ class LocalAwsApp:
             params = {}
         try:
             status, payload = handler(environ, region or "us-east-1", params)
-        except AwsServiceError as exc:
-            status, payload = exc.status, {"__type": exc.code, "message": str(exc)}
+        except AwsServiceError as exc:  # rendered by moto, as its own SageMaker errors
+            from moto.core.exceptions import JsonRESTError
+
+            error = JsonRESTError(exc.code, str(exc))
+            error.code = exc.status
+            return error(environ, start_response)  # type: ignore[no-any-return]
         body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
         start_response(
             f"{status} {'OK' if status == 200 else 'Error'}",
@@ -281,12 +299,19 @@ class LocalAwsApp:
     def _list_endpoints(
         self, environ: dict[str, Any], region: str, params: dict[str, Any]
     ) -> tuple[int, Any]:
+        wanted = params.pop("StatusEquals", None)  # moto filters on its own (stale) status
+        if wanted is not None:
+            body = json.dumps(params).encode()
+            environ["wsgi.input"], environ["CONTENT_LENGTH"] = io.BytesIO(body), str(len(body))
         status, answer = self._moto_json(environ)
         if status == 200 and isinstance(answer, dict):
-            for summary in answer.get("Endpoints", []):
+            summaries = answer.get("Endpoints", [])
+            for summary in summaries:
                 state = self.endpoints.get(region, summary.get("EndpointName", ""))
                 if state is not None:
                     summary["EndpointStatus"] = state.status
+            if wanted is not None:
+                answer["Endpoints"] = [s for s in summaries if s["EndpointStatus"] == wanted]
         return status, answer
 
     # -- runtime -----------------------------------------------------------------------
@@ -352,4 +377,4 @@ def _environ_key(header: str) -> str:
     return key if key in ("CONTENT_TYPE", "CONTENT_LENGTH") else f"HTTP_{key}"
 
 
-__all__ = ["INTERNAL_HEADER", "LocalAwsApp", "credential_scope"]
+__all__ = ["INTERNAL_HEADER", "OWN_HEADER", "LocalAwsApp", "credential_scope"]

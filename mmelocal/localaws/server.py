@@ -4,7 +4,8 @@ It mounts moto's server application in-process behind :class:`~.app.LocalAwsApp`
 threaded WSGI server (a background thread), so a test, a benchmark or ``mmelocal
 local-aws`` gets S3, SageMaker, Application Auto Scaling and STS on one URL, with real
 Triton behind every endpoint. moto keeps its state in this process: two ``LocalAws`` in
-one process share it, and nothing survives the process (see the docs' "State" section).
+one process share it (the last to stop clears it); with ``data_dir`` it is saved at a
+clean stop and restored at the next start (:mod:`.state`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from types import TracebackType
 from typing import Any
 
 from mmelocal.errors import EndpointFailedError, MissingDependencyError, UserInputError
-from mmelocal.localaws.app import INTERNAL_HEADER, LocalAwsApp
+from mmelocal.localaws.app import INTERNAL_HEADER, OWN_HEADER, LocalAwsApp
 from mmelocal.localaws.endpoints import EndpointManager
 from mmelocal.localaws.fleet import Fleet, FleetOptions, FleetPlan, plan_fleet
 
@@ -35,10 +36,15 @@ class LocalAws:
 
     ``with LocalAws() as aws: os.environ["AWS_ENDPOINT_URL"] = aws.url`` is all a script
     needs. ``port=0`` picks a free port; ``data_dir`` holds each endpoint's artifact
-    cache and Triton logs (a temporary folder by default). ``memory_budget_bytes`` is the
+    cache and Triton logs (a temporary folder by default) and, with ``persist`` (the
+    default when ``data_dir`` is given), the state saved at a clean stop and restored at
+    the next start (:mod:`.state`). ``memory_budget_bytes`` is the
     host memory per Triton instance without a GPU (default: half the RAM shared by the
     instances of an endpoint).
     """
+
+    #: LocalAws servers running in this process (they share moto's state)
+    _running = 0
 
     def __init__(
         self,
@@ -50,8 +56,12 @@ class LocalAws:
         launcher: str = "local",
         tritonserver: Path | None = None,
         start_timeout_s: float = 300.0,
+        persist: bool | None = None,
     ) -> None:
         self.host = host
+        self.persist = data_dir is not None if persist is None else persist
+        if self.persist and data_dir is None:
+            raise UserInputError("persist=True needs a data_dir to keep the state in")
         self.port = port
         self._data_dir = Path(data_dir) if data_dir is not None else None
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
@@ -62,6 +72,8 @@ class LocalAws:
             start_timeout_s=start_timeout_s,
         )
         self._server: Any = None
+        self._app: LocalAwsApp | None = None
+        self._restored = False
         self._thread: threading.Thread | None = None
         self._clients: dict[tuple[str, str], Any] = {}
         self._clients_lock = threading.Lock()
@@ -121,13 +133,16 @@ class LocalAws:
             forget=self._forget,
             work_dir=self._data_dir / "endpoints",
         )
-        app = LocalAwsApp(
+        app = self._app = LocalAwsApp(
             moto_app=DomainDispatcherApplication(create_backend_app),
             endpoints=self.endpoints,
             keys_under=self._keys_under,
             internal=lambda region: self._client("sagemaker", region),
             account_id=DEFAULT_ACCOUNT_ID,
         )
+
+        if self.persist:
+            app.ready.clear()  # users' calls wait until the saved state is back (start())
 
         class QuietHandler(MotoRequestHandler):  # one log line per request at DEBUG, not stderr
             def log(self, type: str, message: str, *args: Any) -> None:
@@ -157,12 +172,32 @@ class LocalAws:
             target=self._server.serve_forever, name="mmelocal-local-aws", daemon=True
         )
         self._thread.start()
+        LocalAws._running += 1
         logger.info("local AWS listening on %s (data %s)", self.url, self._data_dir)
+        if self.persist:
+            from mmelocal.localaws import state
+
+            try:
+                app.regions.update(state.restore(self._user_client, self._data_dir / "state"))
+            finally:
+                app.ready.set()
+            self._restored = True  # only a state that was read in full is written back
         return self
 
     def stop(self) -> None:
-        """Stop serving and every endpoint's Triton (idempotent)."""
+        """Save the state (``persist``), stop serving and every endpoint's Triton
+        (idempotent)."""
         if self._server is not None:
+            if self._restored and self._app is not None and self._data_dir is not None:
+                from mmelocal.localaws import state
+
+                try:
+                    state.save(self._user_client, self._data_dir / "state", self._app.regions)
+                except Exception:
+                    logger.exception("could not save the local AWS state; the last saved one stays")
+            LocalAws._running -= 1
+            if LocalAws._running == 0:  # moto's state is the process's: the last one clears it
+                self._reset_moto()
             self._server.shutdown()
             self._server.server_close()
             self._server = None
@@ -172,6 +207,16 @@ class LocalAws:
         if self.endpoints is not None:
             self.endpoints.close()
         self._cleanup()
+
+    def _reset_moto(self) -> None:
+        import urllib.request
+
+        request = urllib.request.Request(f"{self.url}/moto-api/reset", method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=30):
+                pass
+        except OSError as exc:
+            logger.warning("could not reset moto's state: %s", exc)
 
     def _cleanup(self) -> None:
         self._clients.clear()
@@ -206,7 +251,17 @@ class LocalAws:
                 self._clients[key] = client
         return client
 
-    def _new_client(self, service: str, region: str) -> Any:
+    def _user_client(self, service: str, region: str = DEFAULT_REGION) -> Any:
+        """A boto3 client of this server as a user's (answers completed by mmelocal)."""
+        key = (f"user:{service}", region)
+        with self._clients_lock:
+            client = self._clients.get(key)
+            if client is None:
+                client = self._new_client(service, region, internal=False)
+                self._clients[key] = client
+        return client
+
+    def _new_client(self, service: str, region: str, *, internal: bool = True) -> Any:
         import boto3
         from botocore.config import Config
 
@@ -224,7 +279,9 @@ class LocalAws:
         client = session.client(service, endpoint_url=self.url, config=config)
 
         def mark(request: Any, **_: Any) -> None:
-            request.headers[INTERNAL_HEADER] = "1"
+            request.headers[OWN_HEADER] = "1"
+            if internal:
+                request.headers[INTERNAL_HEADER] = "1"
 
         client.meta.events.register(f"before-sign.{client.meta.service_model.signing_name}", mark)
         return client

@@ -38,7 +38,8 @@ def local_aws(
     """A running local AWS (S3, SageMaker with real endpoints, autoscaling, STS)."""
     from mmelocal.localaws import LocalAws
 
-    options = {"data_dir": tmp_path_factory.mktemp("local-aws"), **local_aws_options}
+    options: dict[str, Any] = {"data_dir": tmp_path_factory.mktemp("local-aws"), "persist": False}
+    options.update(local_aws_options)
     with LocalAws(**options) as aws:
         yield aws
 

@@ -1,8 +1,10 @@
 """``mmelocal local-aws``: a real start, an endpoint, SIGTERM that leaves no Triton behind,
-and a port in use refused in one line."""
+the state back at the next start with the same ``--data``, and a port in use refused in
+one line."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -11,36 +13,62 @@ import sys
 from pathlib import Path
 
 import boto3
+import numpy as np
 import psutil
 import pytest
 from localaws_helpers import ROLE, TRITON_IMAGE, wait_for, wait_status
 
 from mmelocal.runtime.config import pick_free_port
-from mmelocal.testing.tiny_model import write_tarball
+from mmelocal.testing.tiny_model import expected, request_json, write_tarball
+
+KEYS = {"aws_access_key_id": "any", "aws_secret_access_key": "any", "region_name": "us-east-1"}
+
+
+def start(command: list[str], url: str) -> subprocess.Popen[bytes]:
+    """Start ``mmelocal local-aws``; return once its STS answers."""
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    sts = boto3.client("sts", endpoint_url=url, **KEYS)
+
+    def answers() -> bool:
+        if proc.poll() is not None:
+            raise AssertionError(proc.communicate()[0].decode())
+        try:
+            return bool(sts.get_caller_identity()["Account"])
+        except Exception:
+            return False
+
+    wait_for(answers, timeout_s=60)
+    return proc
+
+
+def stop(proc: subprocess.Popen[bytes]) -> str:
+    """SIGTERM, then its output (it must exit 0)."""
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out.decode()
+    return out.decode()
+
+
+def tritons_of(proc: subprocess.Popen[bytes]) -> list[psutil.Process]:
+    children = psutil.Process(proc.pid).children(recursive=True)
+    return [p for p in children if p.name().startswith("tritonserver")]
 
 
 @pytest.mark.triton
-def test_local_aws_command_serves_and_stops_cleanly(tmp_path: Path) -> None:
+def test_local_aws_command_serves_stops_cleanly_and_keeps_its_state(tmp_path: Path) -> None:
     port = pick_free_port()
     url = f"http://127.0.0.1:{port}"
     command = [sys.executable, "-m", "mmelocal", "local-aws", "--port", str(port),
                "--data", str(tmp_path / "data"), "--memory-budget", "1GiB"]  # fmt: skip
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    keys = {"aws_access_key_id": "any", "aws_secret_access_key": "any", "region_name": "us-east-1"}
+    tarball = write_tarball(tmp_path / "m.tar.gz", scale=3.0)
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    procs = []
     try:
-        sts = boto3.client("sts", endpoint_url=url, **keys)
-
-        def answers() -> bool:
-            try:
-                return bool(sts.get_caller_identity()["Account"])
-            except Exception:
-                return False
-
-        wait_for(answers, timeout_s=60)
-        s3 = boto3.client("s3", endpoint_url=url, **keys)
-        sm = boto3.client("sagemaker", endpoint_url=url, **keys)
+        procs.append(start(command, url))
+        s3 = boto3.client("s3", endpoint_url=url, **KEYS)
+        sm = boto3.client("sagemaker", endpoint_url=url, **KEYS)
         s3.create_bucket(Bucket="cli-bucket")
-        s3.upload_file(str(write_tarball(tmp_path / "m.tar.gz")), "cli-bucket", "m/m.tar.gz")
+        s3.upload_file(str(tarball), "cli-bucket", "m/m.tar.gz")
         container = {
             "Image": TRITON_IMAGE,
             "ModelDataUrl": "s3://cli-bucket/m/",
@@ -56,22 +84,38 @@ def test_local_aws_command_serves_and_stops_cleanly(tmp_path: Path) -> None:
         sm.create_endpoint_config(EndpointConfigName="c", ProductionVariants=[variant])
         sm.create_endpoint(EndpointName="e", EndpointConfigName="c")
         assert wait_status(sm, "e", leaving="Creating")["EndpointStatus"] == "InService"
-        tritons = [
-            p
-            for p in psutil.Process(proc.pid).children(recursive=True)
-            if p.name().startswith("tritonserver")
-        ]
+        aas = boto3.client("application-autoscaling", endpoint_url=url, **KEYS)
+        target = {"ServiceNamespace": "sagemaker", "ResourceId": "endpoint/e/variant/AllTraffic",
+                  "ScalableDimension": "sagemaker:variant:DesiredInstanceCount"}  # fmt: skip
+        aas.register_scalable_target(**target, MinCapacity=1, MaxCapacity=4)
+        tritons = tritons_of(procs[0])
         assert len(tritons) == 1
-        proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=120)
+        text = stop(procs[0])
+        assert f"export AWS_ENDPOINT_URL={url}" in text and "local AWS stopped" in text
+        assert not [p for p in tritons if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+        # the next start with the same --data has the objects, resources and endpoint back
+        procs.append(start(command, url))
+        body = s3.get_object(Bucket="cli-bucket", Key="m/m.tar.gz")["Body"].read()
+        assert body == tarball.read_bytes()
+        described = wait_status(sm, "e", leaving="Creating")
+        assert (described["EndpointStatus"], described["EndpointConfigName"]) == ("InService", "c")
+        (restored,) = aas.describe_scalable_targets(ServiceNamespace="sagemaker")["ScalableTargets"]
+        assert (restored["ResourceId"], restored["MaxCapacity"]) == (target["ResourceId"], 4)
+        config = sm.describe_endpoint_config(EndpointConfigName="c")
+        assert config["ProductionVariants"][0]["InstanceType"] == "ml.g5.xlarge"
+        answer = boto3.client("sagemaker-runtime", endpoint_url=url, **KEYS).invoke_endpoint(
+            EndpointName="e", TargetModel="m.tar.gz", ContentType="application/json",
+            Body=json.dumps(request_json(x)),
+        )  # fmt: skip
+        out = json.loads(answer["Body"].read())["outputs"][0]
+        assert out["data"] == expected(x, 3.0).ravel().tolist()
+        stop(procs[1])
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    text = out.decode()
-    assert proc.returncode == 0, text
-    assert f"export AWS_ENDPOINT_URL={url}" in text and "local AWS stopped" in text
-    assert not [p for p in tritons if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
 
 
 def test_port_in_use_is_one_line(tmp_path: Path) -> None:

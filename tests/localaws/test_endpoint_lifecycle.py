@@ -42,12 +42,19 @@ def upload_models(tmp_path: Path, prefix: str, *, scale: float, compute_ms: floa
 
 
 def model_and_config(
-    url: str, *, count: int = 1, image: str = TRITON_IMAGE, mode: str = "MultiModel"
+    url: str,
+    *,
+    count: int = 1,
+    image: str = TRITON_IMAGE,
+    mode: str = "MultiModel",
+    environment: dict[str, str] | None = None,
 ) -> str:
     """A model and an endpoint config on ``url`` (same new name); the config name."""
     sm = boto3.client("sagemaker")
     name = unique("cfg")
-    container = {"Image": image, "ModelDataUrl": url, "Mode": mode}
+    container: dict[str, Any] = {"Image": image, "ModelDataUrl": url, "Mode": mode}
+    if environment:
+        container["Environment"] = environment
     sm.create_model(ModelName=name, ExecutionRoleArn=ROLE, PrimaryContainer=container)
     variant = {
         "VariantName": "AllTraffic",
@@ -120,7 +127,9 @@ def test_bad_models_are_refused_as_the_service_does(
 def test_endpoint_name_instances_and_duplicates(local_aws_env: LocalAws, tmp_path: Path) -> None:
     sm = boto3.client("sagemaker")
     before = {p.pid for p in tritonservers()}
-    config = model_and_config(upload_models(tmp_path, "models", scale=2.0), count=2)
+    environment = {"SAGEMAKER_TRITON_LOG_VERBOSE": "true"}
+    url = upload_models(tmp_path, "models", scale=2.0)
+    config = model_and_config(url, count=2, environment=environment)
     name = unique("ep")
     sm.create_endpoint(EndpointName=name, EndpointConfigName=config)
     code, message = error_of(sm.create_endpoint, EndpointName=name, EndpointConfigName=config)
@@ -132,8 +141,13 @@ def test_endpoint_name_instances_and_duplicates(local_aws_env: LocalAws, tmp_pat
     assert described["ProductionVariants"][0]["CurrentInstanceCount"] == 2
     mine = {p.pid for p in tritonservers()} - before
     assert len(mine) == 2  # InitialInstanceCount Triton instances, one endpoint
+    fleet = local_aws_env.endpoints.serving("us-east-1", name) if local_aws_env.endpoints else None
+    assert fleet is not None  # the model's Environment configures its Triton
+    assert dict(fleet.server.emulator.config.sagemaker_env) == environment
     np.testing.assert_array_equal(invoke(name), expected(X, 2.0))
-    summaries = sm.list_endpoints(NameContains=name)["Endpoints"]
+    creating = sm.list_endpoints(StatusEquals="Creating")["Endpoints"]
+    assert name not in [s["EndpointName"] for s in creating]
+    summaries = sm.list_endpoints(NameContains=name, StatusEquals="InService")["Endpoints"]
     assert [
         (s["EndpointName"], s["EndpointStatus"]) for s in summaries if s["EndpointName"] == name
     ] == [(name, "InService")]

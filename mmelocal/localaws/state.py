@@ -1,0 +1,181 @@
+"""The local AWS's state on disk: saved at a clean stop, restored at the next start.
+
+Everything goes through the public API of the running server (boto3 on its own URL), so
+it does not depend on how moto stores things: at :func:`save`, the S3 objects are copied
+under ``DIR/state/s3/<bucket>/`` (an object whose ETag did not change is not copied
+again) and the resources are described into ``DIR/state/state.json``; at :func:`restore`,
+the buckets and objects are uploaded again and the resources re-created in order
+(models, endpoint configs, endpoints, which start their Triton again, scalable targets,
+scaling policies). A resource that already exists is kept as it is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+#: service, region -> a boto3 client of the local AWS (the public answers, overlays included)
+ClientFor = Callable[[str, str], Any]
+STATE_FILE = "state.json"
+_MODEL_FIELDS = ("ExecutionRoleArn", "PrimaryContainer", "Containers", "VpcConfig",
+                 "InferenceExecutionConfig", "EnableNetworkIsolation")  # fmt: skip
+_CONFIG_FIELDS = ("ProductionVariants", "DataCaptureConfig", "AsyncInferenceConfig", "KmsKeyId")
+_TARGET_FIELDS = ("ServiceNamespace", "ResourceId", "ScalableDimension", "MinCapacity",
+                  "MaxCapacity")  # fmt: skip
+_POLICY_FIELDS = ("PolicyName", "ServiceNamespace", "ResourceId", "ScalableDimension",
+                  "PolicyType", "TargetTrackingScalingPolicyConfiguration",
+                  "StepScalingPolicyConfiguration")  # fmt: skip
+
+
+def _pick(found: dict[str, Any], fields: Iterable[str]) -> dict[str, Any]:
+    """The non-empty ``fields`` of a Describe answer (what the Create call takes)."""
+    return {k: found[k] for k in fields if found.get(k) not in (None, {}, [], "")}
+
+
+def _pages(client: Any, operation: str, key: str, **params: Any) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    for page in client.get_paginator(operation).paginate(**params):
+        items.extend(page.get(key, []))
+    return items
+
+
+def _tags(sagemaker: Any, arn: str) -> list[dict[str, str]]:
+    tags: list[dict[str, str]] = sagemaker.list_tags(ResourceArn=arn).get("Tags", [])
+    return tags
+
+
+def _object_file(root: Path, bucket: str, key: str) -> Path:
+    return root / "s3" / bucket / hashlib.sha256(key.encode()).hexdigest()
+
+
+def _save_s3(s3: Any, root: Path, previous: dict[str, Any]) -> dict[str, Any]:
+    buckets: dict[str, Any] = {}
+    for bucket in s3.list_buckets().get("Buckets", []):
+        name = bucket["Name"]
+        region = s3.get_bucket_location(Bucket=name).get("LocationConstraint") or "us-east-1"
+        before = previous.get(name, {}).get("objects", {})
+        objects: dict[str, str] = {}
+        for item in _pages(s3, "list_objects_v2", "Contents", Bucket=name):
+            key, etag = item["Key"], item["ETag"]
+            path = _object_file(root, name, key)
+            if before.get(key) != etag or not path.is_file():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                s3.download_file(name, key, str(path))
+            objects[key] = etag
+        buckets[name] = {"region": region, "objects": objects}
+        kept = {_object_file(root, name, k).name for k in objects}
+        folder = root / "s3" / name
+        if folder.is_dir():
+            for stale in folder.iterdir():
+                if stale.name not in kept:
+                    stale.unlink()
+    return buckets
+
+
+def _save_region(client_for: ClientFor, region: str) -> dict[str, Any]:
+    sm = client_for("sagemaker", region)
+    models = []
+    for summary in _pages(sm, "list_models", "Models"):
+        found = sm.describe_model(ModelName=summary["ModelName"])
+        params = {"ModelName": found["ModelName"], **_pick(found, _MODEL_FIELDS)}
+        models.append({"params": params, "tags": _tags(sm, found["ModelArn"])})
+    configs = []
+    for summary in _pages(sm, "list_endpoint_configs", "EndpointConfigs"):
+        found = sm.describe_endpoint_config(EndpointConfigName=summary["EndpointConfigName"])
+        params = {"EndpointConfigName": found["EndpointConfigName"]}
+        params.update(_pick(found, _CONFIG_FIELDS))
+        configs.append({"params": params, "tags": _tags(sm, found["EndpointConfigArn"])})
+    endpoints = []
+    for summary in _pages(sm, "list_endpoints", "Endpoints"):
+        found = sm.describe_endpoint(EndpointName=summary["EndpointName"])
+        if found["EndpointStatus"] == "Deleting":
+            continue
+        params = {k: found[k] for k in ("EndpointName", "EndpointConfigName")}
+        endpoints.append({"params": params, "tags": _tags(sm, found["EndpointArn"])})
+    aas = client_for("application-autoscaling", region)
+    targets = _pages(
+        aas, "describe_scalable_targets", "ScalableTargets", ServiceNamespace="sagemaker"
+    )
+    policies = _pages(
+        aas, "describe_scaling_policies", "ScalingPolicies", ServiceNamespace="sagemaker"
+    )
+    return {
+        "models": models,
+        "endpoint_configs": configs,
+        "endpoints": endpoints,
+        "scalable_targets": [_pick(t, _TARGET_FIELDS) for t in targets],
+        "scaling_policies": [_pick(p, _POLICY_FIELDS) for p in policies],
+    }
+
+
+def save(client_for: ClientFor, root: Path, regions: Iterable[str]) -> None:
+    """Write the state under ``root`` (``DIR/state``)."""
+    root.mkdir(parents=True, exist_ok=True)
+    manifest = root / STATE_FILE
+    previous = json.loads(manifest.read_text()) if manifest.is_file() else {}
+    state = {
+        "version": 1,
+        "s3": _save_s3(client_for("s3", "us-east-1"), root, previous.get("s3", {})),
+        "regions": {region: _save_region(client_for, region) for region in sorted(regions)},
+    }
+    tmp = manifest.with_suffix(".tmp")
+    tmp.write_text(json.dumps(state, indent=1, default=str))
+    tmp.replace(manifest)
+    logger.info("local AWS state saved under %s", root)
+
+
+def _create(call: Callable[..., Any], what: str, **params: Any) -> None:
+    from botocore.exceptions import ClientError
+
+    try:
+        call(**params)
+    except ClientError as exc:
+        logger.warning("not restored: %s (%s)", what, exc)
+
+
+def restore(client_for: ClientFor, root: Path) -> list[str]:
+    """Re-create what :func:`save` wrote under ``root``; the regions it held."""
+    manifest = root / STATE_FILE
+    if not manifest.is_file():
+        return []
+    state = json.loads(manifest.read_text())
+    s3 = client_for("s3", "us-east-1")
+    for name, bucket in state.get("s3", {}).items():
+        create = {"Bucket": name}
+        if bucket["region"] != "us-east-1":
+            create["CreateBucketConfiguration"] = {"LocationConstraint": bucket["region"]}
+        _create(s3.create_bucket, f"bucket {name}", **create)
+        for key in bucket["objects"]:
+            s3.upload_file(str(_object_file(root, name, key)), name, key)
+    for region, held in state.get("regions", {}).items():
+        sm = client_for("sagemaker", region)
+        for kind, call in (
+            ("models", sm.create_model),
+            ("endpoint_configs", sm.create_endpoint_config),
+            ("endpoints", sm.create_endpoint),
+        ):
+            for item in held.get(kind, []):
+                params = dict(item["params"])
+                if item.get("tags"):
+                    params["Tags"] = item["tags"]
+                _create(call, f"{kind} {next(iter(item['params'].values()))}", **params)
+        aas = client_for("application-autoscaling", region)
+        for target in held.get("scalable_targets", []):
+            _create(
+                aas.register_scalable_target,
+                f"scalable target {target.get('ResourceId')}",
+                **target,
+            )
+        for policy in held.get("scaling_policies", []):
+            _create(aas.put_scaling_policy, f"scaling policy {policy.get('PolicyName')}", **policy)
+    logger.info("local AWS state restored from %s", root)
+    return list(state.get("regions", {}))
+
+
+__all__ = ["STATE_FILE", "restore", "save"]
