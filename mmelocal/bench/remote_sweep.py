@@ -63,8 +63,9 @@ def run_endpoint_sweep(
                     status = "skipped" if fmt == "tensorrt" and not local_gpu else "failed"
                     reason = str(problem)
                     if status == "skipped":
-                        reason += (
-                            " to build the engine for the endpoint's GPU: pass a TensorRT tarball"
+                        reason = (
+                            "a TensorRT engine is built on a GPU of the endpoint's kind and none "
+                            "is here: build the plan there and pass its tarball"
                         )
                     rows[plan.name] = _row(plan, status=status, reason=reason)
                     continue

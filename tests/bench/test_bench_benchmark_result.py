@@ -142,3 +142,19 @@ def test_the_report_opens_with_the_comparison(tmp_path: Path) -> None:
     steps = (tmp_path / "benchmark-steps.csv").read_text().splitlines()
     assert steps[0].startswith("model_name,instance_type,platform,max_models_loaded,users")
     assert len(steps) == 3
+
+
+def test_mmelocal_report_reads_benchmark_results(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from mmelocal.bench.results import write_results
+    from mmelocal.cli.main import main
+
+    pt = _bench("torchscript", 40, [_step(20, 20.0, 400.0)])
+    trt = _bench("tensorrt", 20, [_step(20, 30.0, 300.0)])
+    source = write_results([pt, trt], tmp_path / "results.json")
+    assert main(["report", str(source), "--out", str(tmp_path / "out")]) == 0
+    rows = (tmp_path / "out" / "benchmark-comparison.csv").read_text().splitlines()
+    assert [row.split(",")[2] for row in rows[1:]] == ["pt", "trt", "trt vs pt (%)"]
+    assert rows[3].split(",")[3:5] == ["-50.0", "-25.0"]  # models loaded, latency
+    assert "report:" in capsys.readouterr().out
