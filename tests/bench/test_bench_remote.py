@@ -326,3 +326,21 @@ def test_the_endpoint_measures_the_copy_the_local_run_measures(
     spread = max(statistics.pstdev(values) for values in own)
     means = [statistics.fmean(values) for values in own]
     assert abs(means[0] - means[1]) <= 3 * spread + MIB, (own, spread)
+
+
+def test_sweep_on_an_endpoint_skips_tensorrt_without_a_gpu_to_build_it(
+    deployed: Deployed, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from mmelocal.runtime.memory import gpu_count
+
+    if gpu_count() > 0:
+        pytest.skip("an NVIDIA GPU is here: the plan would be built, not skipped")
+    out = tmp_path / "sweep.json"
+    code = main(["sweep", "torchvision:resnet18", "--endpoint", deployed.name,
+                 "--formats", "tensorrt", "--dynamic-batching", "off", "--instances", "1",
+                 "--json", str(out)])  # fmt: skip
+    assert code == 1  # nothing could be measured
+    (row,) = json.loads(out.read_text())["rows"]
+    assert (row["name"], row["status"]) == ("trt-base", "skipped")
+    assert "built on a GPU of the endpoint's kind" in row["reason"]
+    assert "no configuration could be measured" in capsys.readouterr().err
