@@ -22,7 +22,7 @@ import logging
 import math
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -96,10 +96,13 @@ async def measure_instance(
     verify_next: bool = True,
     total_bytes: int | None = None,
     progress: Callable[[LoadRecord], None] | None = None,
+    before_load: Callable[[str], Awaitable[None]] | None = None,
 ) -> Measurement:
     """Load ``targets`` one by one on ``instance`` (see the module docstring).
 
     ``total_bytes`` replaces the probe's total (the CPU budget); default: the probe's.
+    ``before_load`` runs before each copy's load, untimed (a remote run copies the tarball
+    in S3 there).
     """
     validate_threshold(threshold)
     if max_copies < 1:
@@ -142,6 +145,8 @@ async def measure_instance(
                 break
         copies = len(loads) + 1
         try:
+            if before_load is not None:
+                await before_load(target)
             record, reading = await _load_one(
                 instance, target, copies, previous_reading, payload, content_type
             )
@@ -296,7 +301,12 @@ def measure_capacity(
         stopped_reason=measurement.stopped_reason,
         started_at=started_at,
     )
-    # each copy costs its marginal part; the shared runtime is paid once, like the baseline
+    return with_projection(result, gpus)
+
+
+def with_projection(result: CapacityResult, gpus: Sequence[GpuSpec] | None) -> CapacityResult:
+    """``result`` with its projection onto ``gpus`` (default: the packaged cards): each copy
+    costs its marginal part; the shared runtime is paid once, like the baseline."""
     per_model, baseline = result.marginal_mean_bytes, result.baseline_bytes
     if per_model is not None and result.shared_runtime_bytes is not None:
         baseline += result.shared_runtime_bytes
@@ -307,7 +317,7 @@ def measure_capacity(
     from mmelocal.bench.projection import project
 
     projection = project(
-        per_model_bytes=per_model, baseline_bytes=baseline, threshold=opts.threshold, gpus=gpus
+        per_model_bytes=per_model, baseline_bytes=baseline, threshold=result.threshold, gpus=gpus
     )
     return dataclasses.replace(result, projection=projection)
 
@@ -396,4 +406,5 @@ __all__ = [
     "measure_capacity",
     "measure_instance",
     "settle_reading",
+    "with_projection",
 ]

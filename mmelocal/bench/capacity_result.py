@@ -44,7 +44,8 @@ class CapacityResult:
 
     ``count`` copies stayed within ``threshold x total_bytes``; ``loads`` are those copies;
     ``next_copy`` is the copy that crossed (None when the run stopped on a prediction, a
-    load failure or ``max_copies``).
+    load failure or ``max_copies``). ``instance_type`` is set when the copies were loaded on
+    a deployed endpoint of that type (``capacity --endpoint``); empty for a local run.
     """
 
     kind: ClassVar[str] = "capacity"
@@ -60,6 +61,7 @@ class CapacityResult:
     stopped_reason: str
     started_at: str = ""
     projection: Projection | None = None
+    instance_type: str = ""
 
     @property
     def count(self) -> int:
@@ -147,7 +149,8 @@ class CapacityResult:
     def summary_lines(self) -> list[str]:
         """Plain-text summary for the CLI and the report."""
         mean, spread = self.per_model_mean_bytes, self.per_model_stdev_bytes
-        lines = [
+        lines = [] if not self.instance_type else [f"measured on {self.instance_type}"]
+        lines += [
             f"{self.count} copies fit under {self.threshold:.0%} of {self.total_bytes / MIB:,.0f}"
             f" MiB ({self.probe}); stopped: {self.stopped_reason}",
             f"baseline (server, no model): {self.baseline_bytes / MIB:,.1f} MiB",
@@ -226,6 +229,7 @@ class CapacityResult:
             "model_format": self.model_format,
             "probe": self.probe,
             "started_at": self.started_at,
+            "instance_type": self.instance_type,
             "total_bytes": self.total_bytes,
             "threshold": self.threshold,
             "limit_bytes": self.limit_bytes,
@@ -253,6 +257,7 @@ class CapacityResult:
             model_format=str(data.get("model_format", "")),
             probe=str(data["probe"]),
             started_at=str(data.get("started_at", "")),
+            instance_type=str(data.get("instance_type", "")),
             total_bytes=int(data["total_bytes"]),
             threshold=float(data["threshold"]),
             baseline_bytes=int(data["baseline_bytes"]),

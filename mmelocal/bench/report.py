@@ -272,12 +272,36 @@ def _add_estimate(page: _Page, result: Any, stem: str, measurements: Sequence[An
         page.para(note, note=True)
 
 
+def _add_comparison(page: _Page, results: Sequence[Any]) -> None:
+    from mmelocal.bench.benchmark_result import comparison_rows, step_rows
+
+    page.heading("Comparison per model and framework")
+    page.para(
+        "Per instance type: the models loaded within the memory threshold, and among the "
+        "load-test steps without a failed request the lowest mean latency, the highest "
+        "throughput and the most concurrent users; 'trt vs pt (%)' is TensorRT's "
+        "difference from PyTorch."
+    )
+    page.table("benchmark-comparison", comparison_rows(results))
+    page.para("Every load-test step of those runs (the published summary_results.csv):")
+    page.table("benchmark-steps", step_rows(results))
+
+
+def _add_benchmark(page: _Page, result: Any, stem: str) -> None:
+    _add_capacity(page, result.capacity, f"{stem}-capacity")
+    if result.loadtest is not None:
+        _add_loadtest(page, result.loadtest, f"{stem}-loadtest")
+
+
 def write_report(results: Sequence[Any], out_dir: Path | str, *, title: str = "") -> ReportFiles:
     """Write the HTML page, PNGs, CSVs and ``results.json`` for ``results`` into ``out_dir``."""
     if not results:
         raise BenchError("nothing to report: give at least one result")
     out = output_dir(out_dir)
     page = _Page(out)
+    benchmarks = [r for r in results if getattr(r, "kind", None) == "benchmark"]
+    if benchmarks:
+        _add_comparison(page, benchmarks)
     counts: dict[str, int] = {}
     for result in results:
         kind = getattr(result, "kind", None)
@@ -294,6 +318,8 @@ def write_report(results: Sequence[Any], out_dir: Path | str, *, title: str = ""
         elif kind == "estimate":
             runs = [r for r in results if getattr(r, "kind", "") == "capacity"]
             _add_estimate(page, result, stem, runs)
+        elif kind == "benchmark":
+            _add_benchmark(page, result, stem)
         else:
             raise BenchError(f"cannot report a result of kind {kind!r}")
     generated = datetime.now(timezone.utc).isoformat(timespec="seconds")

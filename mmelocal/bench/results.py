@@ -1,6 +1,7 @@
 """Result files: every bench result is JSON with a ``kind`` field.
 
-``kind`` is ``"capacity"``, ``"estimate"``, ``"loadtest"``, ``"sweep"`` or ``"projection"``;
+``kind`` is ``"capacity"``, ``"estimate"``, ``"loadtest"``, ``"sweep"``, ``"projection"`` or
+``"benchmark"``;
 :func:`read_result` turns a file back into the matching result object so
 ``mmelocal report`` can lay out whatever it is given.
 """
@@ -22,6 +23,7 @@ RESULT_TYPES: dict[str, tuple[str, str]] = {
     "loadtest": ("mmelocal.bench.loadtest_result", "LoadTestResult"),
     "sweep": ("mmelocal.bench.sweep_result", "SweepResult"),
     "projection": ("mmelocal.bench.projection", "Projection"),
+    "benchmark": ("mmelocal.bench.benchmark_result", "BenchmarkResult"),
 }
 
 

@@ -21,6 +21,7 @@ from mmelocal.cli._bench import (
     write_outputs,
 )
 from mmelocal.cli._output import console, size_option
+from mmelocal.cli._remote import endpoint_option, region_option, s3_uri_option
 from mmelocal.units import MiB, mib
 
 
@@ -42,6 +43,7 @@ def capacity() -> None:
     \b
     mmelocal capacity model.tar.gz --memory-budget 4GiB --report out/
     mmelocal capacity minilm --format torchscript,onnx --memory-budget 6GiB
+    mmelocal capacity model.tar.gz --endpoint my-mme   (on a deployed endpoint)
     mmelocal capacity project --per-model-mib 420 --baseline-mib 300
     mmelocal capacity estimate torchvision:resnet50 --instance-type ml.g4dn.xlarge
     """
@@ -87,6 +89,10 @@ def capacity() -> None:
     help="Warm-up request body sent after each load (default: from the model's sample inputs).",
 )
 @click.option("--content-type", default="application/json", show_default=True)
+@endpoint_option
+@s3_uri_option
+@region_option
+@click.option("--keep-copies", is_flag=True, help="With --endpoint: leave the S3 copies.")
 @output_options
 def measure(
     source: str,
@@ -98,10 +104,34 @@ def measure(
     gpus_file: Path | None,
     payload: Path | None,
     content_type: str,
+    endpoint_name: str | None,
+    s3_uri: str | None,
+    region: str | None,
+    keep_copies: bool,
     json_out: Path | None,
     report_dir: Path | None,
 ) -> None:
-    """Load copy after copy of SOURCE through the emulator and read memory after each."""
+    """Load copy after copy of SOURCE through the emulator and read memory after each
+    (with --endpoint: on a deployed endpoint, through its probe model)."""
+    if endpoint_name is not None:
+        from mmelocal.cli._remote import capacity_on_endpoint
+
+        if len(csv_list(formats)) > 1:
+            raise click.BadParameter(
+                "one format per endpoint: a count needs a GPU no other model filled; run "
+                "once per format on its own endpoint, or use 'mmelocal benchmark'",
+                param_hint="--format",
+            )
+        prepare_outputs(json_out, report_dir)
+        capacity_on_endpoint(
+            source, endpoint_name=endpoint_name, s3_uri=s3_uri, region=region,
+            model_format=csv_list(formats)[0], threshold=threshold, max_copies=max_copies,
+            memory_budget=memory_budget, verify_next=not no_verify_next,
+            keep_copies=keep_copies, gpus_file=gpus_file,
+            payload=payload.read_bytes() if payload is not None else None,
+            content_type=content_type, json_out=json_out, report_dir=report_dir,
+        )  # fmt: skip
+        return
     from mmelocal.bench.capacity import CapacityOptions, measure_capacity
     from mmelocal.bench.projection import load_gpus
     from mmelocal.bench.sources import check_format, is_prebuilt

@@ -30,6 +30,11 @@ _COMMANDS: dict[str, tuple[str, str, str]] = {
     "deploy": ("mmelocal.cli.deploy", "deploy", "Deploy a store to a SageMaker MME."),
     "undeploy": ("mmelocal.cli.deploy", "undeploy", "Delete what deploy created."),
     "smoke": ("mmelocal.cli.deploy", "smoke", "Check a deployed endpoint's answers."),
+    "benchmark": (
+        "mmelocal.cli.benchmark",
+        "benchmark",
+        "Deploy, measure (capacity, load test, sweep), report, undeploy.",
+    ),
 }
 
 

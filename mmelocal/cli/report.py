@@ -22,7 +22,9 @@ from mmelocal.cli._output import console
 )
 @click.option("--title", default="mmelocal report", show_default=True)
 def report(results: tuple[Path, ...], out_dir: Path, title: str) -> None:
-    """Lay out capacity, estimate, load-test, projection and sweep RESULTS (JSON) as a report."""
+    """Lay out capacity, estimate, load-test, projection, sweep and benchmark RESULTS (JSON
+    files) as a report; benchmark results (mmelocal benchmark) open it with their comparison
+    table."""
     from mmelocal.bench.report import write_report
     from mmelocal.bench.results import read_results
 

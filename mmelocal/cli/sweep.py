@@ -18,6 +18,7 @@ from mmelocal.cli._bench import (
     write_outputs,
 )
 from mmelocal.cli._output import console, err_console
+from mmelocal.cli._remote import endpoint_option, region_option, s3_uri_option
 
 _ON_OFF = {"on": True, "off": False, "true": True, "false": False, "1": True, "0": False}
 
@@ -68,6 +69,9 @@ def _ints(text: str) -> tuple[int, ...]:
     help="Your hourly prices (YAML, same format as the packaged prices.yaml).",
 )
 @click.option("--no-verify", is_flag=True, help="Skip output verification when building.")
+@endpoint_option
+@s3_uri_option
+@region_option
 @output_options
 def sweep(
     source: str,
@@ -81,10 +85,17 @@ def sweep(
     instance_type: str,
     prices_file: Path | None,
     no_verify: bool,
+    endpoint_name: str | None,
+    s3_uri: str | None,
+    region: str | None,
     json_out: Path | None,
     report_dir: Path | None,
 ) -> None:
-    """Build, serve and load-test every configuration of SOURCE; recommend one."""
+    """Build, serve and load-test every configuration of SOURCE; recommend one.
+
+    With --endpoint NAME the configurations are TargetModels of that deployed multi-model
+    endpoint (its instance type replaces --instance-type): no redeploy per configuration.
+    """
     from mmelocal.bench.sweep import SweepOptions, run_sweep, users_shape
 
     options = SweepOptions(
@@ -100,7 +111,12 @@ def sweep(
     )
     prepare_outputs(json_out, report_dir)
     with err_console.status("sweep starting") as status:
-        result = run_sweep(source, options=options, progress=lambda m: status.update(m))
+        if endpoint_name is not None:
+            from mmelocal.cli._remote import sweep_on_endpoint
+
+            result = sweep_on_endpoint(source, endpoint_name, s3_uri, region, options, status)
+        else:
+            result = run_sweep(source, options=options, progress=lambda m: status.update(m))
     console.print(_table(result))
     for note in result.notes():
         console.print(f"[yellow]{escape(note)}[/]")

@@ -1,0 +1,346 @@
+"""The benchmark procedure on a deployed endpoint, end to end, on the local AWS.
+
+The endpoint is deployed with ``mmelocal deploy``'s functions to
+:class:`mmelocal.localaws.LocalAws` (S3 and SageMaker on one port, a real Triton behind
+every endpoint), reached through ``AWS_ENDPOINT_URL`` as boto3 reaches any other AWS. There
+is no GPU there, so the probe reads host memory (the Triton tree's PSS).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from remote_helpers import (
+    INSTANCE_TYPE,
+    REGION,
+    ROLE,
+    local_aws_environment,
+    write_reference_tarball,
+)
+
+from mmelocal.bench.capacity_result import CapacityResult
+from mmelocal.bench.remote import PROBE_TARGET, RemoteEndpoint, connect_endpoint
+from mmelocal.bench.remote_capacity import RemoteCapacityOptions, measure_endpoint_capacity
+from mmelocal.cli.main import main
+
+pytestmark = pytest.mark.triton
+
+MIB = 1024 * 1024
+BUDGET = "8GiB"
+
+
+@dataclass
+class Deployed:
+    """An endpoint mmelocal deployed to the local AWS."""
+
+    name: str
+    bucket: str
+    tarball: Path
+    aws: Any
+
+
+@pytest.fixture(scope="module")
+def deployed(local_aws: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployed]:
+    import boto3
+
+    from mmelocal.deploy.deployer import apply_plan, make_plan
+    from mmelocal.deploy.plan import DeployOptions
+    from mmelocal.deploy.session import connect
+
+    root = tmp_path_factory.mktemp("remote")
+    name, bucket = f"ep-{uuid.uuid4().hex[:10]}", f"mme-{uuid.uuid4().hex[:12]}"
+    with pytest.MonkeyPatch.context() as env:
+        local_aws_environment(env, local_aws, root)
+        boto3.client("s3", region_name=REGION).create_bucket(Bucket=bucket)
+        write_reference_tarball(root / "store" / "model-0.tar.gz", scale=2.0)
+        options = DeployOptions(
+            store=root / "store", endpoint_name=name, s3_uri=f"s3://{bucket}/models/",
+            role_arn=ROLE, instance_type=INSTANCE_TYPE, poll_s=0.1,
+        )  # fmt: skip
+        clients = connect()
+        apply_plan(make_plan(options, clients), clients, options=options)
+        try:
+            yield Deployed(
+                name=name,
+                bucket=bucket,
+                tarball=write_reference_tarball(root / "tiny.tar.gz", scale=3.0),
+                aws=local_aws,
+            )
+        finally:
+            from mmelocal.deploy.deployer import undeploy
+
+            undeploy(clients, name, delete_artifacts=True)
+
+
+def emulator_events(deployed: Deployed) -> list[dict[str, str]]:
+    import urllib.request
+
+    fleet = deployed.aws.endpoints.serving(REGION, deployed.name)
+    url = f"{fleet.url}/emulator/state"
+    with urllib.request.urlopen(url, timeout=30) as answer:
+        events: list[dict[str, str]] = json.loads(answer.read())["events"]
+    return events
+
+
+@pytest.fixture(scope="module")
+def endpoint(deployed: Deployed) -> RemoteEndpoint:
+    return connect_endpoint(deployed.name)
+
+
+def test_the_endpoint_is_described_from_its_config(
+    deployed: Deployed, endpoint: RemoteEndpoint
+) -> None:
+    assert endpoint.info.instance_type == INSTANCE_TYPE
+    assert endpoint.info.instance_count == 1
+    assert endpoint.s3_url == f"s3://{deployed.bucket}/models/"
+    from mmelocal.errors import UserInputError
+
+    with pytest.raises(UserInputError, match="is not the prefix endpoint"):
+        RemoteEndpoint(endpoint.clients, endpoint.info, s3_uri=f"s3://{deployed.bucket}/other/")
+
+
+def test_the_probe_reads_the_triton_tree_of_the_endpoint(
+    deployed: Deployed, endpoint: RemoteEndpoint, tmp_path: Path
+) -> None:
+    import boto3
+
+    from mmelocal.runtime.memory import process_tree_memory
+
+    first = endpoint.ensure_probe(tmp_path)
+    head = boto3.client("s3").head_object(Bucket=deployed.bucket, Key=f"models/{PROBE_TARGET}")
+    assert "mmelocal-sha256" in head["Metadata"]
+    assert first.source == "host-pss" and first.kind == "host" and first.devices == ()
+    assert first.server_pid is not None and first.per_process_bytes is not None
+    # the probe's stub is a child of the Triton server it reports on
+    assert len(first.per_process_bytes) >= 2
+    independent = process_tree_memory(first.server_pid).pss_bytes
+    again = endpoint.read_probe()
+    low, high = sorted((first.used_bytes, again.used_bytes))
+    assert low - max(16 * MIB, low // 10) <= independent <= high + max(16 * MIB, high // 10)
+    # the published outputs are there too (no GPU: empty GPU lists)
+    answer = json.loads(
+        endpoint.invoke(
+            PROBE_TARGET,
+            b'{"inputs": [{"name": "INPUT__0", "shape": [1], "datatype": "BYTES", "data": ["h"]}]}',
+        )
+    )
+    outputs = {o["name"]: o["data"] for o in answer["outputs"]}  # fmt: skip
+    assert outputs["gpu_used_memory"] == [] and 0 < outputs["memory_utilization"][0] < 1
+
+
+def test_capacity_copies_the_tarball_in_s3_and_loads_each_copy(
+    deployed: Deployed, endpoint: RemoteEndpoint
+) -> None:
+    import boto3
+
+    from mmelocal.bench.payload import payload_from_model
+    from mmelocal.bench.results import result_from_dict
+
+    seen: list[int] = []
+    run = measure_endpoint_capacity(
+        endpoint,
+        deployed.tarball,
+        payload=payload_from_model(deployed.tarball),
+        options=RemoteCapacityOptions(max_copies=3, memory_budget_bytes=8 * 1024**3),
+        progress=lambda record: seen.append(record.copies),
+    )
+    result = run.result
+    assert result.count == 3 and seen == [1, 2, 3]
+    assert result.stopped_reason == "reached max copies (3)"
+    assert result.instance_type == INSTANCE_TYPE and result.model_format == "python"
+    assert result.probe.startswith("host PSS") and deployed.name in result.probe
+    folder = run.loaded[0].split("/")[0]
+    assert run.loaded == tuple(f"{folder}/tiny-v{i}.tar.gz" for i in range(3))
+    assert run.created == (f"{folder}/tiny.tar.gz", *run.loaded)
+    s3 = boto3.client("s3")
+    sha = hashlib.sha256(deployed.tarball.read_bytes()).hexdigest()
+    for target in run.created:  # the upload and its server-side copies, with mmelocal's mark
+        head = s3.head_object(Bucket=deployed.bucket, Key=f"models/{target}")
+        assert head["ContentLength"] == deployed.tarball.stat().st_size
+        assert head["Metadata"]["mmelocal-sha256"] == sha
+    # every copy started its own Python stub: its own memory is counted, and it grew the tree
+    assert all(load.delta_bytes > 0 for load in result.loads)
+    assert all(load.marginal_bytes is not None and load.marginal_bytes > 0 for load in result.loads)
+    assert [load.used_bytes for load in result.loads] == sorted(
+        load.used_bytes for load in result.loads
+    )
+    assert result.projection is not None and result.projection.rows
+    again = result_from_dict(json.loads(json.dumps(result.to_dict())))
+    assert isinstance(again, CapacityResult) and again.instance_type == INSTANCE_TYPE
+    assert "measured on ml.g4dn.xlarge" in result.summary_lines()[0]
+    # the emulator loaded exactly those copies, once each (and the probe)
+    loads = [e["target"] for e in emulator_events(deployed) if e["kind"] == "load"]
+    assert [t for t in loads if t.startswith(folder)] == list(run.loaded)
+    endpoint.delete(list(run.created))
+    listed = s3.list_objects_v2(Bucket=deployed.bucket, Prefix=f"models/{folder}/")
+    assert listed.get("KeyCount", 0) == 0
+
+
+def test_capacity_cli_on_an_endpoint(
+    deployed: Deployed, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "capacity.json"
+    code = main(["capacity", str(deployed.tarball), "--endpoint", deployed.name,
+                 "--memory-budget", BUDGET, "--max-copies", "2", "--json", str(out)])  # fmt: skip
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert "measured on ml.g4dn.xlarge" in printed
+    data = json.loads(out.read_text())
+    assert data["kind"] == "capacity" and data["count"] == 2
+    assert data["instance_type"] == INSTANCE_TYPE
+
+
+def test_capacity_cli_names_a_missing_endpoint(
+    deployed: Deployed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["capacity", str(deployed.tarball), "--endpoint", "no-such-endpoint",
+                 "--memory-budget", BUDGET])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code != 0
+    assert "DescribeEndpoint failed for no-such-endpoint" in err
+    assert "Traceback" not in err
+
+
+def test_sweep_cli_load_tests_each_variant_as_a_target_model(
+    deployed: Deployed, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import boto3
+
+    out = tmp_path / "sweep.json"
+    before = len(emulator_events(deployed))
+    code = main(["sweep", str(deployed.tarball), "--endpoint", deployed.name,
+                 "--dynamic-batching", "off,on", "--instances", "1", "--users", "2",
+                 "--step-duration", "2s", "--json", str(out)])  # fmt: skip
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    data = json.loads(out.read_text())
+    assert data["kind"] == "sweep" and data["instance_type"] == INSTANCE_TYPE
+    assert deployed.name in data["machine"]
+    rows = {row["name"]: row for row in data["rows"]}
+    assert list(rows) == ["model-base", "model-db"]
+    for row in rows.values():
+        assert row["status"] == "ok", row
+        steps = row["loadtest"]["steps"]
+        assert steps and steps[-1]["requests"] > 0 and steps[-1]["failures"] == 0
+        assert row["loadtest"]["mode"] == "boto3" and row["load_s"] > 0
+    # each variant was loaded once from its own object, on the one endpoint, then retired
+    loads = [e["target"] for e in emulator_events(deployed)[before:] if e["kind"] == "load"]
+    assert [t.split("/")[-1] for t in loads] == ["model-base.tar.gz", "model-db.tar.gz"]
+    folder = loads[0].split("/")[0]
+    listed = boto3.client("s3").list_objects_v2(Bucket=deployed.bucket, Prefix=f"models/{folder}/")
+    assert listed.get("KeyCount", 0) == 0
+
+
+def test_capacity_cli_refuses_two_formats_on_one_endpoint(
+    deployed: Deployed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["capacity", str(deployed.tarball), "--endpoint", deployed.name,
+                 "--format", "torchscript,onnx"])  # fmt: skip
+    assert code != 0
+    assert "one format per endpoint" in capsys.readouterr().err
+
+
+def test_a_failed_capacity_run_leaves_nothing_in_the_prefix(
+    deployed: Deployed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import boto3
+
+    code = main(["capacity", str(deployed.tarball), "--endpoint", deployed.name,
+                 "--memory-budget", "1MiB"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code != 0 and "the empty server already uses" in err and "Traceback" not in err
+    listed = boto3.client("s3").list_objects_v2(
+        Bucket=deployed.bucket, Prefix="models/mmelocal-capacity-"
+    )
+    assert listed.get("KeyCount", 0) == 0
+
+
+def test_benchmark_on_a_deployed_endpoint_leaves_it_running(
+    deployed: Deployed, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import boto3
+
+    code = main(["benchmark", str(deployed.tarball), "--endpoint", deployed.name,
+                 "--memory-budget", BUDGET, "--max-copies", "2", "--max-users", "2",
+                 "--duration", "3s", "--no-sweep", "--report", str(tmp_path / "report"),
+                 "--json", str(tmp_path / "results.json")])  # fmt: skip
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert f"On endpoint {deployed.name} (running already" in printed
+    assert "create the endpoint" not in printed
+    bench = json.loads((tmp_path / "results.json").read_text())  # one result: an object
+    assert (
+        bench["kind"] == "benchmark"
+        and bench["endpoint"] == deployed.name
+        and bench["instance_type"] == INSTANCE_TYPE
+    )
+    assert bench["max_models_loaded"] == 2 and bench["loadtest"]["target_count"] == 2
+    comparison = (tmp_path / "report" / "benchmark-comparison.csv").read_text().splitlines()
+    assert comparison[1].startswith(f"{INSTANCE_TYPE},tiny,python,2,")
+    status = boto3.client("sagemaker").describe_endpoint(EndpointName=deployed.name)
+    assert status["EndpointStatus"] == "InService"
+
+
+def test_benchmark_names_what_it_needs_to_deploy(
+    deployed: Deployed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["benchmark", str(deployed.tarball), "--endpoint-name", "x"])
+    err = capsys.readouterr().err
+    assert code != 0 and "give --s3-uri, --role" in err and "--endpoint NAME" in err
+    code = main(["benchmark", str(deployed.tarball), str(deployed.tarball),
+                 "--endpoint", deployed.name])  # fmt: skip
+    assert code != 0 and "give one SOURCE" in capsys.readouterr().err
+
+
+def test_the_endpoint_measures_the_copy_the_local_run_measures(
+    deployed: Deployed, endpoint: RemoteEndpoint
+) -> None:
+    """The same tarball, measured locally (the emulator) and through the endpoint's probe:
+    each copy's own memory agrees within the spread the two runs show. (The endpoint's
+    baseline also holds the probe's own stub, so baselines and first deltas differ.)"""
+    import statistics
+
+    from mmelocal.bench.capacity import CapacityOptions, measure_capacity
+    from mmelocal.bench.payload import payload_from_model
+
+    local = measure_capacity(
+        deployed.tarball, options=CapacityOptions(max_copies=3, memory_budget_bytes=8 * 1024**3)
+    )
+    run = measure_endpoint_capacity(
+        endpoint,
+        deployed.tarball,
+        payload=payload_from_model(deployed.tarball),
+        options=RemoteCapacityOptions(max_copies=3, memory_budget_bytes=8 * 1024**3),
+    )
+    endpoint.delete(list(run.created))
+    remote = run.result
+    assert local.count == remote.count == 3
+    own = [[load.marginal_bytes or 0 for load in r.loads] for r in (local, remote)]
+    spread = max(statistics.pstdev(values) for values in own)
+    means = [statistics.fmean(values) for values in own]
+    assert abs(means[0] - means[1]) <= 3 * spread + MIB, (own, spread)
+
+
+def test_sweep_on_an_endpoint_skips_tensorrt_without_a_gpu_to_build_it(
+    deployed: Deployed, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from mmelocal.runtime.memory import gpu_count
+
+    if gpu_count() > 0:
+        pytest.skip("an NVIDIA GPU is here: the plan would be built, not skipped")
+    out = tmp_path / "sweep.json"
+    code = main(["sweep", "torchvision:resnet18", "--endpoint", deployed.name,
+                 "--formats", "tensorrt", "--dynamic-batching", "off", "--instances", "1",
+                 "--json", str(out)])  # fmt: skip
+    assert code == 1  # nothing could be measured
+    (row,) = json.loads(out.read_text())["rows"]
+    assert (row["name"], row["status"]) == ("trt-base", "skipped")
+    assert "built on a GPU of the endpoint's kind" in row["reason"]
+    assert "no configuration could be measured" in capsys.readouterr().err
