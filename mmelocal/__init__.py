@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from mmelocal.errors import (
     AccessDeniedError,
+    AwsServiceError,
     BadArchiveError,
     BenchError,
     ConfigError,
@@ -35,10 +36,12 @@ from mmelocal.errors import (
     DockerImageError,
     DownloadError,
     EmulatorError,
+    EndpointFailedError,
     ExportError,
     InferenceError,
     InstanceUnavailableError,
     InvalidTargetError,
+    LocalAwsError,
     MissingDependencyError,
     MmeLocalError,
     ModelLoadError,
@@ -63,6 +66,9 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
     from mmelocal.bench.capacity import CapacityOptions, measure_capacity
     from mmelocal.bench.capacity_result import CapacityResult
+    from mmelocal.bench.estimate import Estimate
+    from mmelocal.bench.estimate_model import estimate_model
+    from mmelocal.bench.remote_capacity import RemoteCapacityOptions, measure_endpoint_capacity
     from mmelocal.builder.build import BuildOptions, BuildResult, build_model
     from mmelocal.builder.package import package_copies, package_model
     from mmelocal.builder.validate import ValidationReport, validate_path
@@ -71,6 +77,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
     from mmelocal.deploy.session import connect as connect_aws
     from mmelocal.emulator.config import EmulatorConfig
     from mmelocal.emulator.server import EmulatorServer
+    from mmelocal.localaws.server import LocalAws
     from mmelocal.runtime.check import CheckOptions, CheckReport, check_path
     from mmelocal.runtime.client import TritonClient
     from mmelocal.runtime.config import ServerConfig
@@ -111,6 +118,10 @@ _LAZY: dict[str, tuple[str, str]] = {
     "measure_capacity": ("mmelocal.bench.capacity", "measure_capacity"),
     "CapacityOptions": ("mmelocal.bench.capacity", "CapacityOptions"),
     "CapacityResult": ("mmelocal.bench.capacity_result", "CapacityResult"),
+    "estimate_model": ("mmelocal.bench.estimate_model", "estimate_model"),
+    "Estimate": ("mmelocal.bench.estimate", "Estimate"),
+    "measure_endpoint_capacity": ("mmelocal.bench.remote_capacity", "measure_endpoint_capacity"),
+    "RemoteCapacityOptions": ("mmelocal.bench.remote_capacity", "RemoteCapacityOptions"),
     # deploy
     "DeployOptions": ("mmelocal.deploy.plan", "DeployOptions"),
     "DeployPlan": ("mmelocal.deploy.plan", "DeployPlan"),
@@ -118,6 +129,8 @@ _LAZY: dict[str, tuple[str, str]] = {
     "make_plan": ("mmelocal.deploy.deployer", "make_plan"),
     "apply_plan": ("mmelocal.deploy.deployer", "apply_plan"),
     "undeploy": ("mmelocal.deploy.deployer", "undeploy"),
+    # the local AWS: the user's SageMaker script against real endpoints on loopback
+    "LocalAws": ("mmelocal.localaws.server", "LocalAws"),
     # sizes
     "parse_size_bytes": ("mmelocal.units", "parse_size_bytes"),
     "mib": ("mmelocal.units", "mib"),
@@ -142,6 +155,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "LAUNCHERS",
     "AccessDeniedError",
+    "AwsServiceError",
     "BadArchiveError",
     "BenchError",
     "BuildOptions",
@@ -161,12 +175,16 @@ __all__ = [
     "EmulatorConfig",
     "EmulatorError",
     "EmulatorServer",
+    "EndpointFailedError",
     "Endpoints",
+    "Estimate",
     "ExportError",
     "ExternalLauncher",
     "InferenceError",
     "InstanceUnavailableError",
     "InvalidTargetError",
+    "LocalAws",
+    "LocalAwsError",
     "LocalLauncher",
     "MissingDependencyError",
     "MmeLocalError",
@@ -174,6 +192,7 @@ __all__ = [
     "ModelNotFoundError",
     "ModelNotReadyError",
     "OutOfMemoryError",
+    "RemoteCapacityOptions",
     "RuntimeLayerError",
     "ServerConfig",
     "ServerDiedError",
@@ -194,9 +213,11 @@ __all__ = [
     "build_model",
     "check_path",
     "connect_aws",
+    "estimate_model",
     "make_launcher",
     "make_plan",
     "measure_capacity",
+    "measure_endpoint_capacity",
     "mib",
     "package_copies",
     "package_model",
