@@ -106,7 +106,12 @@ def connect_through(control: str | Path, port: int, *, timeout_s: float = 10.0) 
     bridge listening on the Unix socket ``control`` (blocking; the socket is non-blocking)."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as unix:
         unix.settimeout(timeout_s)
-        unix.connect(str(control))
+        try:
+            unix.connect(str(control))
+        except (FileNotFoundError, ConnectionRefusedError) as exc:
+            raise ConnectionRefusedError(
+                exc.errno, f"Triton's network-namespace bridge {control} is gone"
+            ) from None
         unix.sendall(b"%d\n" % port)
         message, fds, _flags, _addr = socket.recv_fds(unix, 1024, 1)
     if not fds:
