@@ -317,6 +317,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         with contextlib.suppress(OSError):
             os.unlink(args.control)
+            os.rmdir(os.path.dirname(args.control))  # the launcher made it for this socket
     if code < 0:  # died of a signal: so does the bridge, for the launcher to see the same
         signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)

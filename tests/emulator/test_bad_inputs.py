@@ -36,10 +36,20 @@ class Setup:
     def __init__(self, root: Path, url: str, store: Path, escape: Path) -> None:
         self.root, self.url, self.store, self.escape = root, url, store, escape
 
-    def invoke(
-        self, target: str | None, body: bytes, content_type: str = JSON, endpoint: str = "ep"
+    def invoke_with(
+        self, body: bytes, extra: list[tuple[str, str]]
     ) -> tuple[int, dict[str, str], dict[str, Any]]:
-        headers = [("Content-Type", content_type)]
+        return self.invoke(GOOD, body, extra=extra)
+
+    def invoke(
+        self,
+        target: str | None,
+        body: bytes,
+        content_type: str = JSON,
+        endpoint: str = "ep",
+        extra: list[tuple[str, str]] | None = None,
+    ) -> tuple[int, dict[str, str], dict[str, Any]]:
+        headers = [("Content-Type", content_type), *(extra or [])]
         if target is not None:
             headers.append(("X-Amzn-SageMaker-Target-Model", target))
         status, out, data = raw_request(
@@ -410,6 +420,9 @@ def test_gzip_v2_infer_is_inflated_as_triton_does(setup: Setup) -> None:
         answers = split_answers(read_until_closed(sock))
     assert answers[0][0] == 200, answers
     assert (output_of(answers[0][1]) == expected(x, 3.0)).all()
+    # InvokeEndpoint passes the header to Triton's SageMaker route, which does not inflate
+    status, _, answer = setup.invoke_with(packed, [("Content-Encoding", "gzip")])
+    assert status == 424 and answer["__type"] == "ModelError", answer
     # a gzip bomb is refused, not inflated into memory
     bomb = gzip.compress(bytes(200 * MiB))
     status, _, data = raw_request(
