@@ -198,6 +198,8 @@ class _Protocol(asyncio.Protocol):
 
     # -- parser callbacks --------------------------------------------------------------
     def on_message_begin(self) -> None:
+        if self.failed:
+            return
         self.request = _Request()
         self.size = 0
         self.reading = True
@@ -210,6 +212,8 @@ class _Protocol(asyncio.Protocol):
         self.request.headers[name.lower()] = value
 
     def on_headers_complete(self) -> None:
+        if self.failed:
+            return
         self._arm(self.timeouts.body_s, self._body_timeout)
         headers = self.request.headers
         expect = headers.get(b"expect")

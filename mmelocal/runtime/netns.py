@@ -40,6 +40,7 @@ import ctypes.util
 import fcntl
 import functools
 import os
+import resource
 import signal
 import socket
 import struct
@@ -319,6 +320,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.unlink(args.control)
             os.rmdir(os.path.dirname(args.control))  # the launcher made it for this socket
     if code < 0:  # died of a signal: so does the bridge, for the launcher to see the same
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # the server's core, not ours
         signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
     return code

@@ -195,3 +195,21 @@ def test_without_a_namespace_the_open_port_is_named_at_start(
     [message] = [m for m in warnings.messages if "SageMaker port" in m]
     assert f"SageMaker port {port} listens on 0.0.0.0" in message
     assert f"--dport {port}" in message
+
+
+def test_clients_reach_every_port_through_the_bridge(server: EmulatorServer) -> None:
+    """tritonclient over HTTP and gRPC (whose server speaks first), and the metrics text,
+    on the chosen address: what users of the Triton behind an emulator connect to."""
+    import urllib.request
+
+    import tritonclient.grpc
+    import tritonclient.http
+
+    endpoints = launcher_of(server).endpoints
+    assert tritonclient.http.InferenceServerClient(endpoints.http_host_port).is_server_ready()
+    assert endpoints.grpc_url is not None and endpoints.metrics_url is not None
+    grpc = tritonclient.grpc.InferenceServerClient(endpoints.grpc_url)
+    assert grpc.is_server_ready()
+    assert grpc.is_model_ready(TARGET)
+    with urllib.request.urlopen(f"{endpoints.metrics_url}/metrics", timeout=30) as answer:
+        assert b"nv_inference_request_success" in answer.read()
