@@ -83,6 +83,27 @@ from mmelocal.runtime.launchers import LAUNCHERS
     show_default=True,
     help="Largest InvokeEndpoint body; larger ones get 413 as from the service (6 MiB).",
 )
+@click.option(
+    "--header-timeout",
+    type=click.FloatRange(min=0.01),
+    default=30.0,
+    show_default=True,
+    help="Seconds a client may take to send a request's headers (then 408, closed).",
+)
+@click.option(
+    "--body-timeout",
+    type=click.FloatRange(min=0.01),
+    default=30.0,
+    show_default=True,
+    help="Longest pause, in seconds, while a client sends a body (then 408, closed).",
+)
+@click.option(
+    "--idle-timeout",
+    type=click.FloatRange(min=0.01),
+    default=60.0,
+    show_default=True,
+    help="Seconds a keep-alive connection may sit idle before it is closed.",
+)
 def serve(
     store: str,
     host: str,
@@ -100,8 +121,12 @@ def serve(
     load_wait: float,
     s3_endpoint_url: str | None,
     max_payload: int,
+    header_timeout: float,
+    body_timeout: float,
+    idle_timeout: float,
 ) -> None:
     """Run the MME emulator: boto3 InvokeEndpoint and KServe v2 on one port."""
+    from mmelocal.emulator.fastpath import HttpTimeouts
     from mmelocal.emulator.platform import Emulator, EmulatorConfig
     from mmelocal.emulator.server import run, serve_forever
 
@@ -136,5 +161,6 @@ def serve(
         highlight=False,
     )
     with contextlib.suppress(KeyboardInterrupt):
-        run(serve_forever(emulator, host=host, port=port))
+        timeouts = HttpTimeouts(header_s=header_timeout, body_s=body_timeout, idle_s=idle_timeout)
+        run(serve_forever(emulator, host=host, port=port, timeouts=timeouts))
     console.print("emulator stopped")

@@ -7,18 +7,25 @@ Layout under ``root``::
                                the root layout re-homed under ``served/model/``)
     <root>/<key>/meta.json     the TargetModel, the store version, the size on disk
     <root>/.staging-*/         work in progress (removed at start)
+    <root>/.trash-*/           artifacts being deleted (removed at start)
     <root>/.downloads/         tarballs being downloaded
 
 An entry is built in a staging folder and renamed into place, so a half-written model is
 never served. Extraction goes through :func:`mmelocal.builder.tarball.safe_extract` (no
-escapes, size and member limits). When the disk budget would be crossed, the least
-recently used artifacts that are not pinned (loaded in Triton) are deleted first.
-Every method here blocks: call it from an executor.
+escapes, size and member limits). An artifact's size is the disk blocks of its files,
+each inode counted once (``served/`` is mostly hard links to ``model/``). When the disk
+budget would be crossed, the least recently used artifacts that are not pinned (loaded in
+Triton) are deleted first; artifacts that are all pinned may hold more than the budget
+(a warning says so), and the moment one is unpinned (its model unloaded) the cache is
+brought back under the budget. Every method here blocks (call it from an executor) but
+:meth:`ArtifactCache.pin` / :meth:`ArtifactCache.unpin`, which only hand deletions to a
+background thread.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -27,6 +34,7 @@ import shutil
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -38,6 +46,10 @@ from mmelocal.emulator.store import ModelStore, validate_target
 from mmelocal.errors import EmulatorError, UnsafeArchiveError, UserInputError, ValidationError
 
 logger = logging.getLogger(__name__)
+
+#: seconds an artifact :meth:`ArtifactCache.ensure` returned is kept for its caller to
+#: pin it (a load may wait behind others for minutes); then it is fair game again
+CLAIM_S = 900.0
 
 Prepare = Callable[[MmeLayout, Path], "Path | None"]
 """``prepare(layout, out_dir)``: write the folders of ``layout`` Triton can run into
@@ -56,6 +68,8 @@ class CachedArtifact:
     version: str
     last_used_s: float
     pins: int = 0
+    claimed_until_s: float = 0.0
+    """:meth:`ArtifactCache.ensure` handed it out: kept until pinned, or until then."""
     steps: tuple[str, ...] = ()
     """Ensemble steps the load adds under their own names (global in one Triton)."""
 
@@ -78,12 +92,21 @@ def target_key(target: str) -> str:
 
 
 def tree_size(path: Path) -> int:
-    """Bytes of all regular files under ``path`` (symlinks not followed)."""
+    """Bytes of disk held by the files under ``path``: allocated blocks, each inode once
+    (hard links share their blocks); symlinks not followed."""
     total = 0
+    seen: set[tuple[int, int]] = set()
     for dirpath, _dirs, files in os.walk(path):
         for name in files:
-            with contextlib.suppress(OSError):
-                total += os.lstat(os.path.join(dirpath, name)).st_size
+            try:
+                st = os.lstat(os.path.join(dirpath, name))
+            except OSError:
+                continue
+            inode = (st.st_dev, st.st_ino)
+            if inode in seen:
+                continue
+            seen.add(inode)
+            total += st.st_blocks * 512
     return total
 
 
@@ -124,16 +147,20 @@ class ArtifactCache:
             janitor.shutdown(wait=True)
 
     def _discard_later(self, path: Path) -> None:
+        self._later(functools.partial(path.unlink, missing_ok=True))
+
+    def _later(self, work: Callable[[], object]) -> None:
         with self._lock:
             if self._janitor is None:
                 self._janitor = ThreadPoolExecutor(1, thread_name_prefix="mmelocal-janitor")
             janitor = self._janitor
-        janitor.submit(path.unlink, missing_ok=True)
+        janitor.submit(work)
 
     # -- bookkeeping -------------------------------------------------------------------
     def _scan(self) -> None:
-        for leftover in self.root.glob(".staging-*"):
-            shutil.rmtree(leftover, ignore_errors=True)
+        for pattern in (".staging-*", ".trash-*"):
+            for leftover in self.root.glob(pattern):
+                shutil.rmtree(leftover, ignore_errors=True)
         shutil.rmtree(self._downloads, ignore_errors=True)
         self._downloads.mkdir(parents=True, exist_ok=True)
         for meta_path in self.root.glob("*/meta.json"):
@@ -186,14 +213,57 @@ class ArtifactCache:
             art = self._entries.get(target)
             if art is not None:
                 art.pins += 1
+                art.claimed_until_s = 0.0
                 art.last_used_s = time.time()
 
     def unpin(self, target: str) -> None:
-        """Undo one :meth:`pin`."""
+        """Undo one :meth:`pin`. When the cache is over its budget (everything was pinned),
+        unpinned artifacts are deleted at once, least recently used first, down to it
+        (on a background thread: this never blocks)."""
         with self._lock:
             art = self._entries.get(target)
-            if art is not None and art.pins > 0:
-                art.pins -= 1
+            if art is None or art.pins == 0:
+                return
+            art.pins -= 1
+            if art.pins:
+                return
+            removed = self._plan_removal(0, exclude=None)
+        if removed:
+            self._later(functools.partial(self._delete, removed))
+
+    def _plan_removal(self, need_bytes: int, *, exclude: str | None) -> list[CachedArtifact]:
+        """Take the artifacts to delete out of the index (the lock held)."""
+        now_s = time.monotonic()
+        usage = [
+            ArtifactUsage(
+                target=a.target,
+                size_bytes=a.size_bytes,
+                last_used_s=a.last_used_s,
+                in_use=a.pins > 0 or a.target == exclude or a.claimed_until_s > now_s,
+            )
+            for a in self._entries.values()
+        ]
+        used = sum(a.size_bytes for a in usage)
+        victims = plan_disk_eviction(
+            usage, used_bytes=used, budget_bytes=self.disk_budget_bytes, need_bytes=need_bytes
+        )
+        removed = [self._entries.pop(v) for v in victims]
+        for art in removed:  # renamed now: a new download of the target may take its place
+            trash = self.root / f".trash-{art.key}-{uuid.uuid4().hex[:8]}"
+            with contextlib.suppress(OSError):
+                os.rename(art.entry_dir, trash)
+                art.entry_dir = trash
+        return removed
+
+    def _delete(self, removed: list[CachedArtifact]) -> None:
+        for art in removed:
+            shutil.rmtree(art.entry_dir, ignore_errors=True)
+            logger.info(
+                "deleted artifact %s (%d bytes, least recently used): disk budget %d bytes",
+                art.target,
+                art.size_bytes,
+                self.disk_budget_bytes,
+            )
 
     # -- the work ----------------------------------------------------------------------
     def ensure(self, target: str, *, prepare: Prepare | None = None) -> FetchResult:
@@ -210,6 +280,7 @@ class ArtifactCache:
             art = self._entries.get(target)
             if art is not None and art.entry_dir.is_dir():
                 art.last_used_s = time.time()
+                art.claimed_until_s = time.monotonic() + CLAIM_S
                 return FetchResult(artifact=art, downloaded=False)
             return self._download(target, prepare)
 
@@ -270,6 +341,7 @@ class ArtifactCache:
             size_bytes=size,
             version=info.version,
             last_used_s=time.time(),
+            claimed_until_s=time.monotonic() + CLAIM_S,
             steps=steps,
         )
         with self._lock:
@@ -294,31 +366,18 @@ class ArtifactCache:
 
     def _make_room(self, need_bytes: int, *, exclude: str) -> None:
         with self._lock:
-            usage = [
-                ArtifactUsage(
-                    target=a.target,
-                    size_bytes=a.size_bytes,
-                    last_used_s=a.last_used_s,
-                    in_use=a.pins > 0 or a.target == exclude,
-                )
-                for a in self._entries.values()
-            ]
-            used = sum(a.size_bytes for a in usage)
-            victims = plan_disk_eviction(
-                usage, used_bytes=used, budget_bytes=self.disk_budget_bytes, need_bytes=need_bytes
-            )
-            removed = [self._entries.pop(v) for v in victims]
-        for art in removed:
-            shutil.rmtree(art.entry_dir, ignore_errors=True)
-            logger.info(
-                "deleted artifact %s (%d bytes, least recently used): disk budget %d bytes",
-                art.target,
-                art.size_bytes,
+            used = sum(a.size_bytes for a in self._entries.values())
+            removed = self._plan_removal(need_bytes, exclude=exclude)
+        self._delete(removed)
+        left = used - sum(a.size_bytes for a in removed)
+        if not need_bytes and left > self.disk_budget_bytes:
+            logger.warning(
+                "artifacts of loaded models hold %d bytes of disk, over the budget of %d: "
+                "unused ones are deleted as soon as their models unload",
+                left,
                 self.disk_budget_bytes,
             )
-        if need_bytes and used - sum(a.size_bytes for a in removed) + need_bytes > (
-            self.disk_budget_bytes
-        ):
+        if need_bytes and left + need_bytes > self.disk_budget_bytes:
             if need_bytes > self.disk_budget_bytes:
                 raise EmulatorError(
                     f"artifact needs about {need_bytes} bytes of disk, more than the whole "

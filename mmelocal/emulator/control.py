@@ -56,11 +56,12 @@ class SageMakerControl:
         """The SageMaker front end's base URL."""
         return f"http://{self.pool.hostport.decode()}"
 
-    def connect(self, sagemaker_url: str, v2_url: str | None) -> None:
-        """Point the pools at a (re)started server; connections to the old one are closed."""
+    def connect(self, sagemaker_url: str, v2_url: str | None, *, bridge: str | None = None) -> None:
+        """Point the pools at a (re)started server; connections to the old one are closed.
+        ``bridge``: see :class:`~mmelocal.emulator.upstream.UpstreamPool`."""
         self.close()
-        self.pool = UpstreamPool(sagemaker_url)
-        self.v2_pool = UpstreamPool(v2_url) if v2_url else None
+        self.pool = UpstreamPool(sagemaker_url, bridge=bridge)
+        self.v2_pool = UpstreamPool(v2_url, bridge=bridge) if v2_url else None
 
     def close(self) -> None:
         """Close the idle connections."""

@@ -96,9 +96,11 @@ class HotLane:
         requester: Requester,
     ) -> bool:
         """KServe v2 ``infer`` for ``target``; False when the lane declines."""
+        if b"content-encoding" in headers:
+            return False  # inflated on the coroutine path, as Triton's v2 endpoint does
         length = headers.get(_V2_LENGTH)
         content_type = _BINARY + length if length else _JSON
-        raw_target = target.encode("latin-1")
+        raw_target = target.encode("utf-8", "surrogateescape")
         return self._start(raw_target, content_type, headers, body, request, requester, v2=True)
 
     def _start(
@@ -113,7 +115,10 @@ class HotLane:
         v2: bool,
     ) -> bool:
         emulator = self.emulator
-        target = raw_target.decode("latin-1")
+        try:
+            target = raw_target.decode("utf-8")
+        except UnicodeDecodeError:
+            return False  # the coroutine path refuses it
         if not emulator.known_target(target):
             return False
         inst = emulator.router.pick_ready(target)

@@ -126,7 +126,8 @@ class TritonInstance:
                 f"instance {self.index}: the Triton server has no SageMaker front end; start "
                 "it with --allow-sagemaker=true and SAGEMAKER_MULTI_MODEL=true"
             )
-        self.control.connect(url, self.launcher.endpoints.http_url)
+        endpoints = self.launcher.endpoints
+        self.control.connect(url, endpoints.http_url, bridge=endpoints.bridge)
         self.up = True
         await self.read_memory()
 
@@ -283,8 +284,9 @@ class TritonInstance:
         t0 = time.perf_counter()
         await loop.run_in_executor(self._process_thread, self.launcher.stop)
         await loop.run_in_executor(self._process_thread, self.launcher.start)
-        url = self.launcher.endpoints.sagemaker_url or self.control.url
-        self.control.connect(url, self.launcher.endpoints.http_url)
+        endpoints = self.launcher.endpoints
+        url = endpoints.sagemaker_url or self.control.url
+        self.control.connect(url, endpoints.http_url, bridge=endpoints.bridge)
         self.state.load_lock = asyncio.Lock()
         self.up = True
         await self.read_memory()

@@ -15,8 +15,11 @@ server (:mod:`.fastpath`) is the one HTTP server that calls it.
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import logging
+import re
+import zlib
 from typing import Any
 from urllib.parse import quote, unquote
 
@@ -27,6 +30,7 @@ from mmelocal.emulator.handlers import (
     handle_invocation,
     handle_v2_infer,
     parse_v2_path,
+    sagemaker_error,
     v2_error,
 )
 from mmelocal.emulator.platform import Emulator
@@ -47,14 +51,36 @@ def empty(status: int) -> Answer:
     return Answer(status, [], b"")
 
 
+#: botocore's ``EndpointName`` shape (sagemaker-runtime): at most 63 characters
+ENDPOINT_NAME_PATTERN = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9])*")
+MAX_ENDPOINT_NAME_LENGTH = 63
+
+
+def endpoint_name_error(name: str) -> str | None:
+    """The service's validation message for an EndpointName it refuses, else None."""
+    shown = name[:80]
+    if len(name) > MAX_ENDPOINT_NAME_LENGTH:
+        return (
+            f"1 validation error detected: Value '{shown}' at 'endpointName' failed to satisfy "
+            f"constraint: Member must have length less than or equal to {MAX_ENDPOINT_NAME_LENGTH}"
+        )
+    if not ENDPOINT_NAME_PATTERN.fullmatch(name):
+        return (
+            f"1 validation error detected: Value '{shown}' at 'endpointName' failed to satisfy "
+            "constraint: Member must satisfy regular expression pattern: "
+            "^[a-zA-Z0-9](-*[a-zA-Z0-9])*"
+        )
+    return None
+
+
 def invoke_route(method: str, path: str) -> tuple[str, str] | None:
     """``("invocations", endpoint name)`` or ``("infer", target)`` for the two invoke
-    routes (``path`` without its query, still quoted); None for any other request."""
+    routes (``path`` without its query, still quoted); None for any other request. The
+    endpoint name may be one the service refuses (see :func:`endpoint_name_error`)."""
     if method != "POST":
         return None
     if path.startswith("/endpoints/") and path.endswith("/invocations"):
-        name = unquote(path[len("/endpoints/") : -len("/invocations")])
-        return ("invocations", name) if name and "/" not in name else None
+        return "invocations", unquote(path[len("/endpoints/") : -len("/invocations")])
     if path.startswith("/v2/models/") and path.endswith("/infer"):
         target, _version, _action = parse_v2_path(unquote(path[len("/v2/models/") :]))
         return "infer", target
@@ -69,7 +95,16 @@ async def route(
     if invoke is not None:
         kind, name = invoke
         if kind == "invocations":
+            refused = endpoint_name_error(name)
+            if refused is not None:
+                return sagemaker_error(400, "ValidationError", refused)
             return await handle_invocation(emulator, name, get, body)
+        encoding = (get("Content-Encoding") or "").strip().lower()
+        if encoding and encoding != "identity":
+            decoded = _decode_body(encoding, body)
+            if isinstance(decoded, Answer):
+                return decoded
+            body, get = decoded, _without_encoding(get)
         return await handle_v2_infer(emulator, name, get, body)
     if path.startswith("/v2/models/"):
         return await v2_models(emulator, method, unquote(path[len("/v2/models/") :]))
@@ -82,6 +117,36 @@ async def route(
     if path in _PATHS or path.startswith(_PREFIXES):
         return v2_error(405, f"{method} is not supported on {path}")
     return v2_error(404, f"no route {method} {path}")
+
+
+#: the most a compressed v2 infer body may inflate to (a gzip bomb is refused)
+MAX_DECODED_BYTES = 128 * 1024 * 1024
+
+
+def _decode_body(encoding: str, body: bytes) -> bytes | Answer:
+    """Triton's v2 endpoint inflates ``gzip`` and ``deflate`` request bodies: the body as
+    Triton would read it, or Triton's 400 for an encoding it does not know or bad data."""
+    if encoding == "gzip":
+        wbits = 16 + zlib.MAX_WBITS
+    elif encoding == "deflate":
+        wbits = zlib.MAX_WBITS
+    else:
+        return v2_error(400, f"unsupported Content-Encoding {encoding!r} (gzip, deflate)")
+    inflater = zlib.decompressobj(wbits)
+    try:
+        out = inflater.decompress(body, MAX_DECODED_BYTES + 1)
+    except (zlib.error, gzip.BadGzipFile) as exc:
+        return v2_error(400, f"request body is not valid {encoding} data: {exc}")
+    if len(out) > MAX_DECODED_BYTES or inflater.unconsumed_tail:
+        return v2_error(413, f"request body inflates to over {MAX_DECODED_BYTES} bytes")
+    return out
+
+
+def _without_encoding(get: HeaderGetter) -> HeaderGetter:
+    def without(name: str) -> str | None:
+        return None if name.lower() == "content-encoding" else get(name)
+
+    return without
 
 
 async def v2_models(emulator: Emulator, method: str, tail: str) -> Answer:
@@ -194,4 +259,4 @@ _SIMPLE = {
 _PATHS = frozenset(path for _, path in _SIMPLE)
 _PREFIXES = ("/endpoints/", "/v2/models/", "/v2/repository/models/")
 
-__all__ = ["invoke_route", "json_answer", "route"]
+__all__ = ["endpoint_name_error", "invoke_route", "json_answer", "route"]

@@ -74,10 +74,18 @@ def bind_socket(host: str, port: int) -> socket.socket:
 class Listener:
     """The emulator's HTTP listener: :class:`~.fastpath.FastFrontServer` on one socket.
     ``hot_lane`` (default: on unless ``MMELOCAL_EMULATOR_HOT_LANE=0``) serves cache hits
-    with callbacks (:mod:`.hotlane`)."""
+    with callbacks (:mod:`.hotlane`); ``timeouts`` bound slow clients (default
+    :class:`~.fastpath.HttpTimeouts`)."""
 
-    def __init__(self, emulator: Emulator, *, hot_lane: bool | None = None) -> None:
+    def __init__(
+        self,
+        emulator: Emulator,
+        *,
+        hot_lane: bool | None = None,
+        timeouts: fastpath.HttpTimeouts | None = None,
+    ) -> None:
         self.emulator = emulator
+        self.timeouts = timeouts
         if hot_lane is None:
             hot_lane = os.environ.get("MMELOCAL_EMULATOR_HOT_LANE", "1") != "0"
         self.hot_lane = hot_lane
@@ -94,7 +102,9 @@ class Listener:
             raise
         self._started = True
         try:
-            self._front = fastpath.FastFrontServer(self.emulator, hot_lane=self.hot_lane)
+            self._front = fastpath.FastFrontServer(
+                self.emulator, hot_lane=self.hot_lane, timeouts=self.timeouts
+            )
             await self._front.start(sock)
         except BaseException:
             sock.close()
@@ -114,9 +124,15 @@ class Listener:
             await self.emulator.stop()
 
 
-async def serve_forever(emulator: Emulator, *, host: str, port: int) -> None:
+async def serve_forever(
+    emulator: Emulator,
+    *,
+    host: str,
+    port: int,
+    timeouts: fastpath.HttpTimeouts | None = None,
+) -> None:
     """Serve until SIGTERM or cancellation (the CLI runs this with :func:`run`)."""
-    listener = Listener(emulator)
+    listener = Listener(emulator, timeouts=timeouts)
     try:
         await listener.start(host, port)
         stop = asyncio.Event()
@@ -138,6 +154,7 @@ class EmulatorServer:
         port: int = 0,
         start_timeout_s: float = 180.0,
         hot_lane: bool | None = None,
+        timeouts: fastpath.HttpTimeouts | None = None,
     ) -> None:
         self.emulator = config if isinstance(config, Emulator) else Emulator(config)
         self.host = host
@@ -147,6 +164,7 @@ class EmulatorServer:
         self._thread: threading.Thread | None = None
         self._listener: Listener | None = None
         self.hot_lane = hot_lane
+        self.timeouts = timeouts
         self._ready = threading.Event()
         self._error: BaseException | None = None
 
@@ -190,7 +208,7 @@ class EmulatorServer:
             loop.close()
 
     async def _setup(self) -> None:
-        self._listener = Listener(self.emulator, hot_lane=self.hot_lane)
+        self._listener = Listener(self.emulator, hot_lane=self.hot_lane, timeouts=self.timeouts)
         await self._listener.start(self.host, self.port)
 
     async def _cleanup(self) -> None:

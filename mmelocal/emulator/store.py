@@ -27,8 +27,11 @@ logger = logging.getLogger(__name__)
 
 #: seconds to wait for a TCP connection to the S3 endpoint (two attempts)
 S3_CONNECT_TIMEOUT_S = 5.0
-#: SageMaker's own limit for the ``X-Amzn-SageMaker-Target-Model`` header.
+#: SageMaker's own limit for the ``X-Amzn-SageMaker-Target-Model`` header (botocore's
+#: ``TargetModelHeader``: 1 to 1024 characters, pattern ``\A\S[\p{Print}]*\z``).
 MAX_TARGET_LENGTH = 1024
+#: the longest file name most file systems take (``NAME_MAX``), in bytes
+MAX_NAME_BYTES = 255
 
 
 def validate_target(target: str) -> str:
@@ -44,6 +47,13 @@ def validate_target(target: str) -> str:
     if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in target):
         raise InvalidTargetError(
             f"TargetModel {shown} contains NUL or control characters", target_model=target
+        )
+    if target[0].isspace() or not target.isprintable():
+        raise InvalidTargetError(
+            f"TargetModel {shown} failed to satisfy constraint: Member must satisfy regular "
+            "expression pattern: \\A\\S[\\p{Print}]*\\z (printable characters, not starting "
+            "with whitespace)",
+            target_model=target,
         )
     if target.startswith("/") or "\\" in target:
         raise InvalidTargetError(
@@ -121,12 +131,23 @@ class LocalStore:
 
     def _path(self, target: str) -> Path:
         validate_target(target)
-        path = (self.root / target).resolve()
-        if not path.is_relative_to(self.root) or not path.is_file():
-            raise ModelNotFoundError(
-                f"TargetModel {target!r} was not found in the model store {self.root}",
-                target_model=target,
-            )
+        not_found = ModelNotFoundError(
+            f"TargetModel {target[:200]!r} was not found in the model store {self.root}",
+            target_model=target,
+        )
+        # a segment longer than a file name can be names no file here (and would make the
+        # file system answer "File name too long")
+        if any(
+            len(part.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES
+            for part in target.split("/")
+        ):
+            raise not_found
+        try:
+            path = (self.root / target).resolve()
+            if not path.is_relative_to(self.root) or not path.is_file():
+                raise not_found
+        except OSError:
+            raise not_found from None
         return path
 
     def stat(self, target: str) -> ArtifactInfo:

@@ -110,7 +110,7 @@ class UpstreamConnection(asyncio.Protocol):
         self._body = []
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+        self._headers[name.decode("latin-1").lower()] = value.decode("utf-8", "surrogateescape")
 
     def on_body(self, body: bytes) -> None:
         self._body.append(body)
@@ -123,9 +123,14 @@ class UpstreamConnection(asyncio.Protocol):
 
 
 class UpstreamPool:
-    """Keep-alive connections to one ``host:port``; one request per connection at a time."""
+    """Keep-alive connections to one ``host:port``; one request per connection at a time.
 
-    def __init__(self, url: str, *, max_idle: int = 256) -> None:
+    ``bridge``: the Unix socket of a server in its own network namespace
+    (:mod:`mmelocal.runtime.netns`); new connections are made inside it and handed over,
+    so requests reach Triton directly, not through the bridge's TCP copy.
+    """
+
+    def __init__(self, url: str, *, max_idle: int = 256, bridge: str | None = None) -> None:
         if not url.startswith("http://"):
             raise UserInputError(f"upstream url must start with http://, got {url!r}")
         hostport = url[len("http://") :].rstrip("/")
@@ -134,6 +139,7 @@ class UpstreamPool:
         self.port = int(port)
         self._hostport = hostport.encode()
         self.max_idle = max_idle
+        self.bridge = bridge
         self._idle: list[UpstreamConnection] = []
 
     @property
@@ -163,7 +169,13 @@ class UpstreamPool:
             return conn
         loop = asyncio.get_running_loop()
         try:
-            _, conn = await loop.create_connection(UpstreamConnection, self.host, self.port)
+            if self.bridge is not None:
+                from mmelocal.runtime.netns import connect_through
+
+                sock = await loop.run_in_executor(None, connect_through, self.bridge, self.port)
+                _, conn = await loop.create_connection(UpstreamConnection, sock=sock)
+            else:
+                _, conn = await loop.create_connection(UpstreamConnection, self.host, self.port)
         except OSError as exc:
             raise UpstreamError(
                 f"cannot connect to Triton at {self.host}:{self.port}: {exc}"
@@ -183,7 +195,7 @@ class UpstreamPool:
         answer, UpstreamTimeoutError."""
         head = [f"{method} {path} HTTP/1.1\r\nHost: ".encode(), self._hostport]
         for name, value in headers:
-            head.append(f"\r\n{name}: {value}".encode("latin-1"))
+            head.append(f"\r\n{name}: {value}".encode("utf-8", "surrogateescape"))
         head.append(f"\r\nContent-Length: {len(body)}\r\n\r\n".encode())
         head.append(body)
         conn = await self._connection()

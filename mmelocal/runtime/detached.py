@@ -151,13 +151,17 @@ def stop_detached(
     if kept is None:
         return None
     if kept.is_alive():
+        try:  # the server's group: under the namespace bridge, the bridge's pid
+            group = os.getpgid(kept.pid)
+        except ProcessLookupError:
+            group = kept.pid
         with contextlib.suppress(ProcessLookupError):
             os.kill(kept.pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
         while kept.is_alive() and time.monotonic() < deadline:
             time.sleep(0.1)
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(kept.pid, signal.SIGKILL)
+            os.killpg(group, signal.SIGKILL)
         if kept.is_alive():
             raise RuntimeLayerError(f"detached Triton pid {kept.pid} did not stop")
         with contextlib.suppress(ChildProcessError, OSError):

@@ -25,13 +25,16 @@ class Endpoints:
     ``http_url`` (KServe v2 over HTTP, e.g. ``http://127.0.0.1:8000``), ``grpc_url``
     (``host:port``, tritonclient's gRPC form, no scheme), ``metrics_url`` (the
     Prometheus text at ``<metrics_url>/metrics``) and ``sagemaker_url`` (Triton's
-    SageMaker front end, ``None`` when not enabled).
+    SageMaker front end, ``None`` when not enabled). ``bridge`` is the Unix socket that
+    hands out connections made inside the server's own network namespace
+    (:func:`mmelocal.runtime.netns.connect_through`), when it runs in one.
     """
 
     http_url: str
     grpc_url: str | None = None
     metrics_url: str | None = None
     sagemaker_url: str | None = None
+    bridge: str | None = None
 
     def __post_init__(self) -> None:
         if not self.http_url.startswith(("http://", "https://")):

@@ -7,6 +7,11 @@ running Python, and the child's environment (``LD_LIBRARY_PATH`` with the wheel'
 libraries, without which the stub cannot start and a load hangs silently; ``PATH`` with
 this environment's ``python3`` first, so Python models can import torch or onnxruntime).
 
+With the SageMaker front end on (it listens on ``0.0.0.0`` whatever the config says), the
+server runs in a network namespace of its own behind a bridge that listens only on the
+config's host (:mod:`mmelocal.runtime.netns`); where the kernel refuses that, it runs as
+before and a warning names the exposed port and how to firewall it.
+
 The server lives in its own process group (stub children included), receives SIGTERM
 when the thread that started it dies (``PR_SET_PDEATHSIG``: start it from a thread that
 lives as long as the server, e.g. the main thread), and :meth:`LocalLauncher.stop`
@@ -21,6 +26,7 @@ import ctypes.util
 import dataclasses
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -31,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from mmelocal.errors import ServerStartError, UserInputError
+from mmelocal.runtime import netns
 from mmelocal.runtime.config import ServerConfig
 from mmelocal.runtime.install import (
     CACHE_ENV,
@@ -60,7 +67,9 @@ class LocalLauncher(OwnedServerLauncher):
     ``tritonserver`` is a binary path or an install folder (default: the wheel). The log
     goes to ``log_path`` (default ``<temp>/tritonserver.log``, kept after stop);
     ``model_repository`` is the repository passed to tritonserver; ``ready_after_s`` is
-    tritonserver's own start.
+    tritonserver's own start. ``isolate_network`` (default: on unless
+    ``MMELOCAL_NETNS=0``) runs a SageMaker-enabled server in its own network namespace
+    where the kernel allows it; :attr:`isolated` says whether it did.
     """
 
     def __init__(
@@ -72,6 +81,7 @@ class LocalLauncher(OwnedServerLauncher):
         stop_timeout_s: float = 15.0,
         log_path: Path | str | None = None,
         die_with_parent: bool = True,
+        isolate_network: bool | None = None,
     ) -> None:
         if start_timeout_s <= 0 or stop_timeout_s <= 0:
             raise UserInputError("start_timeout_s and stop_timeout_s must be > 0")
@@ -84,6 +94,13 @@ class LocalLauncher(OwnedServerLauncher):
         self._config: ServerConfig | None = None
         self._process: subprocess.Popen[bytes] | None = None
         self._shm_prefix = f"mmelocal_{os.getpid()}_{uuid.uuid4().hex[:8]}_"
+        if isolate_network is None:
+            isolate_network = os.environ.get(netns.NETNS_ENV, "1") != "0"
+        self._isolate_network = isolate_network
+        #: the server runs in its own network namespace behind the bridge (after start)
+        self.isolated = False
+        self._bridge_dir: Path | None = None
+        self._server_pid: int | None = None
 
     @property
     def config(self) -> ServerConfig:
@@ -91,8 +108,14 @@ class LocalLauncher(OwnedServerLauncher):
         return self._config or self._requested
 
     def pid(self) -> int | None:
-        """tritonserver's pid (None before start)."""
-        return self._process.pid if self._process is not None else None
+        """tritonserver's pid (None before start; behind the bridge, the bridge's child)."""
+        if self._process is None:
+            return None
+        if not self.isolated:
+            return self._process.pid
+        if self._server_pid is None:
+            self._server_pid = _only_child(self._process.pid)
+        return self._server_pid
 
     def start(self) -> None:
         """Assemble the backend folder, spawn tritonserver and wait until it is ready."""
@@ -115,13 +138,14 @@ class LocalLauncher(OwnedServerLauncher):
             self._log_path = Path(tempfile.mkdtemp(prefix="mmelocal-triton-")) / "tritonserver.log"
         self._log_path.parent.mkdir(parents=True, exist_ok=True)
         host = "127.0.0.1" if config.host in ("0.0.0.0", "") else config.host
+        argv = self._argv(install, config)
         self._endpoints = endpoints = Endpoints(
             http_url=f"http://{host}:{config.http_port}",
             grpc_url=f"{host}:{config.grpc_port}",
             metrics_url=f"http://{host}:{config.metrics_port}",
-            sagemaker_url=f"http://127.0.0.1:{config.sagemaker_port}" if config.sagemaker else None,
+            sagemaker_url=f"http://{host}:{config.sagemaker_port}" if config.sagemaker else None,
+            bridge=str(self._bridge_dir / "bridge.sock") if self._bridge_dir else None,
         )
-        argv = [str(install.binary), *config.to_args()]
         logger.debug("starting %s", " ".join(argv))
         try:
             with open(self._log_path, "ab") as log:
@@ -154,10 +178,41 @@ class LocalLauncher(OwnedServerLauncher):
         self.start_overhead_s = self.start_total_s - self.ready_after_s
         logger.info(
             "tritonserver pid %s ready in %.2fs at %s (log %s)",
-            self._process.pid,
+            self.pid(),
             self.ready_after_s,
             self._endpoints.http_url,
             self._log_path,
+        )
+
+    def _argv(self, install: TritonInstall, config: ServerConfig) -> list[str]:
+        """tritonserver's argv, behind the namespace bridge when the SageMaker port would
+        otherwise be open to the network (see the module docstring)."""
+        self.isolated = False
+        self._server_pid = None
+        if not config.sagemaker:  # every other port listens on config.host already
+            return [str(install.binary), *config.to_args()]
+        refused = netns.isolation_refused() if self._isolate_network else f"{netns.NETNS_ENV}=0"
+        if refused is not None:
+            logger.warning(
+                "tritonserver's SageMaker port %d listens on 0.0.0.0, open to the network "
+                "(Triton has no option for its address, and a network namespace of its own "
+                "is not possible here: %s): anyone who reaches this machine can load, "
+                "unload and invoke models on it. Firewall it, e.g. "
+                "'sudo iptables -I INPUT -p tcp --dport %d ! -i lo -j DROP'",
+                config.sagemaker_port,
+                refused,
+                config.sagemaker_port,
+            )
+            return [str(install.binary), *config.to_args()]
+        self.isolated = True
+        self._bridge_dir = Path(tempfile.mkdtemp(prefix="mmelocal-ns-"))
+        inside = dataclasses.replace(config, host="127.0.0.1")
+        ports = [config.http_port, config.grpc_port, config.metrics_port, config.sagemaker_port]
+        return netns.bridge_argv(
+            host=config.host or "0.0.0.0",
+            ports=ports,
+            control=self._bridge_dir / "bridge.sock",
+            command=[str(install.binary), *inside.to_args()],
         )
 
     def is_alive(self) -> bool:
@@ -187,6 +242,9 @@ class LocalLauncher(OwnedServerLauncher):
             process.wait(timeout=5)
         _wait_gone(members, timeout_s=10.0)
         self._cleanup_shm()
+        if self._bridge_dir is not None:
+            shutil.rmtree(self._bridge_dir, ignore_errors=True)
+            self._bridge_dir = None
         if self._process is process:
             logger.info("tritonserver pid %s stopped (code %s)", pgid, process.returncode)
         self._process = None
@@ -234,6 +292,17 @@ def _reap_group_on_exit(process: subprocess.Popen[bytes]) -> None:
         _kill_group(process.pid)
 
     threading.Thread(target=watch, name=f"tritonserver-{process.pid}-reaper", daemon=True).start()
+
+
+def _only_child(pid: int) -> int | None:
+    """The pid of ``pid``'s child (the server under the namespace bridge), or None."""
+    import psutil
+
+    with contextlib.suppress(psutil.Error):
+        children = psutil.Process(pid).children()
+        if children:
+            return int(children[0].pid)
+    return None
 
 
 def _group_members(pgid: int) -> list[Any]:

@@ -1,9 +1,13 @@
 """At least 30 bad inputs: each gets the right 4xx and a clear message; the emulator stays up
-and nothing is written outside its cache folder."""
+and nothing is written outside its cache folder. Raw sockets send what client libraries
+would not: pipelined and malformed requests, HEAD, Expect, slow and silent clients."""
 
 from __future__ import annotations
 
+import gzip
 import json
+import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,6 +16,7 @@ import pytest
 from emulator_helpers import output_of, payload, raw_request
 from emulator_hostile import make_hostile
 
+from mmelocal.emulator.fastpath import HttpTimeouts
 from mmelocal.emulator.platform import EmulatorConfig
 from mmelocal.emulator.server import EmulatorServer
 from mmelocal.testing.endpoint import MmeEndpoint
@@ -21,6 +26,9 @@ pytestmark = pytest.mark.triton
 
 MiB = 1024 * 1024
 GOOD = "model-0.tar.gz"
+UNICODE = "modèle-ü.tar.gz"
+#: short, so the slow-client tests are quick; every other test sends at once
+TIMEOUTS = HttpTimeouts(header_s=1.0, body_s=1.0, idle_s=2.0)
 JSON = "application/json"
 
 
@@ -28,10 +36,20 @@ class Setup:
     def __init__(self, root: Path, url: str, store: Path, escape: Path) -> None:
         self.root, self.url, self.store, self.escape = root, url, store, escape
 
-    def invoke(
-        self, target: str | None, body: bytes, content_type: str = JSON, endpoint: str = "ep"
+    def invoke_with(
+        self, body: bytes, extra: list[tuple[str, str]]
     ) -> tuple[int, dict[str, str], dict[str, Any]]:
-        headers = [("Content-Type", content_type)]
+        return self.invoke(GOOD, body, extra=extra)
+
+    def invoke(
+        self,
+        target: str | None,
+        body: bytes,
+        content_type: str = JSON,
+        endpoint: str = "ep",
+        extra: list[tuple[str, str]] | None = None,
+    ) -> tuple[int, dict[str, str], dict[str, Any]]:
+        headers = [("Content-Type", content_type), *(extra or [])]
         if target is not None:
             headers.append(("X-Amzn-SageMaker-Target-Model", target))
         status, out, data = raw_request(
@@ -57,6 +75,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     escape.mkdir()
     (escape / "target.txt").write_text("secret")
     write_tarball(store / GOOD, scale=3.0)
+    write_tarball(store / UNICODE, scale=5.0)
     make_hostile(store, escape)
     config = EmulatorConfig(
         store=str(store),
@@ -65,7 +84,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
         memory_budget_bytes=2048 * MiB,
         endpoint_name="ep",
     )
-    with EmulatorServer(config) as server:
+    with EmulatorServer(config, timeouts=TIMEOUTS) as server:
         yield Setup(root, server.url, store, escape)
 
 
@@ -78,6 +97,9 @@ BAD_TARGETS = [
     ("a//b.tar.gz", "empty path segments"),
     ("a\\b.tar.gz", "backslash"),
     ("x" * 2000, "at most 1024"),
+    ("x" * 300 + ".tar.gz", "not found"),  # a segment longer than a file name (was a 500)
+    ("d/" + "y" * 400 + "/m.tar.gz", "not found"),
+    ("model\u00a0.tar.gz", "regular expression pattern"),
     ("", "must not be empty"),
     ("missing.tar.gz", "not found"),
     ("sub/missing.tar.gz", "not found"),
@@ -106,6 +128,36 @@ def test_missing_target_header_and_unknown_endpoint(setup: Setup) -> None:
     assert status == 400 and "multi-model endpoint" in body["message"]
     status, _, body = setup.invoke(GOOD, GOOD_BODY, endpoint="other")
     assert status == 400 and "Endpoint other not found" in body["message"]
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "words"),
+    [
+        ("bad_name", "regular expression pattern"),
+        ("-ep", "regular expression pattern"),
+        ("a" * 64, "less than or equal to 63"),
+        ("", "regular expression pattern"),
+        ("a%2Fb", "regular expression pattern"),
+    ],
+)
+def test_endpoint_names_the_service_refuses(setup: Setup, endpoint: str, words: str) -> None:
+    """botocore's EndpointName shape (63 characters, ^[a-zA-Z0-9](-*[a-zA-Z0-9])*): the
+    service's 400 ValidationError, not 405."""
+    status, headers, body = setup.invoke(GOOD, GOOD_BODY, endpoint=endpoint)
+    assert status == 400, body
+    assert headers["x-amzn-errortype"] == "ValidationError"
+    assert "at 'endpointName' failed to satisfy constraint" in body["message"]
+    assert words in body["message"]
+
+
+def test_a_non_ascii_target_is_read_as_utf8(setup: Setup) -> None:
+    """boto3 sends TargetModel as UTF-8; the service reads it so, and so does the emulator."""
+    client = MmeEndpoint(url=setup.url, store=setup.store, server=None).client()
+    x, body = payload(rows=2)
+    answer = client.invoke_endpoint(
+        EndpointName="ep", TargetModel=UNICODE, ContentType=JSON, Body=body
+    )
+    assert (output_of(answer["Body"].read()) == expected(x, 5.0)).all()
 
 
 HOSTILE = [
@@ -244,3 +296,176 @@ def test_still_up_and_nothing_written_outside(setup: Setup) -> None:
     }
     metrics = raw_request(setup.url, "GET", "/metrics")[2].decode()
     assert "Invocation4XXErrors" in metrics
+
+
+# -- raw HTTP/1.1: framing, pipelining, limits, slow clients --------------------------------
+
+
+def connect(setup: Setup) -> socket.socket:
+    host, port = setup.url.split("://", 1)[1].split(":")
+    return socket.create_connection((host, int(port)), timeout=30)
+
+
+def read_until_closed(sock: socket.socket) -> bytes:
+    chunks = []
+    while chunk := sock.recv(65536):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def split_answers(raw: bytes, head_first: bool = False) -> list[tuple[int, bytes]]:
+    """(status, body) of each answer in ``raw``, framed by Content-Length (no body for
+    the first when ``head_first``)."""
+    answers = []
+    while raw:
+        head, sep, raw = raw.partition(b"\r\n\r\n")
+        assert sep, f"unframed bytes: {head[:80]!r}"
+        lines = head.decode("latin-1").split("\r\n")
+        length = 0
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            if name.strip().lower() == "content-length":
+                length = int(value)
+        if head_first and not answers:
+            length = 0
+        answers.append((int(lines[0].split()[1]), raw[:length]))
+        raw = raw[length:]
+    return answers
+
+
+def request(method: str, path: str, body: bytes = b"", *extra: str) -> bytes:
+    head = [f"{method} {path} HTTP/1.1", "Host: x", f"Content-Length: {len(body)}", *extra]
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + body
+
+
+def invocation(body: bytes, *extra: str) -> bytes:
+    return request(
+        "POST",
+        "/endpoints/ep/invocations",
+        body,
+        f"X-Amzn-SageMaker-Target-Model: {GOOD}",
+        "Content-Type: application/json",
+        *extra,
+    )
+
+
+def test_head_answers_carry_no_body(setup: Setup) -> None:
+    """A HEAD answer with a body would be read as the start of the next answer."""
+    with connect(setup) as sock:
+        sock.sendall(request("HEAD", "/ping") + request("GET", "/ping", b"", "Connection: close"))
+        answers = split_answers(read_until_closed(sock), head_first=True)
+    assert [status for status, _ in answers][1:] == [200]
+    assert answers[0][1] == b""
+    assert json.loads(answers[1][1])["status"] == "Healthy"
+
+
+def test_after_a_413_the_connection_closes_unread(setup: Setup) -> None:
+    oversize = b"x" * (6 * MiB + 1)
+    with connect(setup) as sock:
+        sock.sendall(invocation(oversize) + invocation(GOOD_BODY))
+        answers = split_answers(read_until_closed(sock))
+    assert [status for status, _ in answers] == [413]
+    assert b"HTTP content length exceeded" in answers[0][1]
+
+
+def test_expect_100_continue_with_an_oversize_length_gets_413_at_once(setup: Setup) -> None:
+    head = (
+        b"POST /endpoints/ep/invocations HTTP/1.1\r\nHost: x\r\n"
+        b"X-Amzn-SageMaker-Target-Model: model-0.tar.gz\r\nContent-Type: application/json\r\n"
+        b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % (7 * MiB)
+    )
+    with connect(setup) as sock:
+        sock.sendall(head)  # and no body: the client waits for 100 Continue
+        raw = read_until_closed(sock)
+    assert raw.startswith(b"HTTP/1.1 413 "), raw[:80]
+    assert b"100 Continue" not in raw
+    # within the limit the client is asked for its body and served
+    with connect(setup) as sock:
+        sock.sendall(
+            invocation(b"", "Expect: 100-continue").replace(
+                b"Length: 0", b"Length: %d" % len(GOOD_BODY)
+            )
+        )
+        assert sock.recv(1024).startswith(b"HTTP/1.1 100 Continue")
+        sock.sendall(GOOD_BODY)
+        answer = sock.recv(65536)
+    assert answer.startswith(b"HTTP/1.1 200 ")
+
+
+def test_complete_requests_before_a_malformed_one_are_answered_first(setup: Setup) -> None:
+    """RFC 9112: the requests received before the broken one get their answers, in order."""
+    with connect(setup) as sock:
+        sock.sendall(request("GET", "/ping") + invocation(GOOD_BODY) + b"NOT HTTP AT ALL\r\n\r\n")
+        answers = split_answers(read_until_closed(sock))
+    assert [status for status, _ in answers] == [200, 200, 400]
+    x, _ = payload(rows=1)
+    assert (output_of(answers[1][1]) == expected(x, 3.0)).all()
+    assert b"bad HTTP request" in answers[2][1]
+
+
+def test_gzip_v2_infer_is_inflated_as_triton_does(setup: Setup) -> None:
+    x, body = payload(rows=2)
+    packed = gzip.compress(body)
+    with connect(setup) as sock:
+        sock.sendall(
+            request(
+                "POST",
+                f"/v2/models/{GOOD}/infer",
+                packed,
+                "Content-Encoding: gzip",
+                "Content-Type: application/json",
+                "Connection: close",
+            )
+        )
+        answers = split_answers(read_until_closed(sock))
+    assert answers[0][0] == 200, answers
+    assert (output_of(answers[0][1]) == expected(x, 3.0)).all()
+    # InvokeEndpoint passes the header to Triton's SageMaker route, which does not inflate
+    status, _, answer = setup.invoke_with(packed, [("Content-Encoding", "gzip")])
+    assert status == 424 and answer["__type"] == "ModelError", answer
+    # a gzip bomb is refused, not inflated into memory
+    bomb = gzip.compress(bytes(200 * MiB))
+    status, _, data = raw_request(
+        setup.url,
+        "POST",
+        f"/v2/models/{GOOD}/infer",
+        [("Content-Encoding", "gzip"), ("Content-Type", JSON)],
+        bomb,
+    )
+    assert status == 413 and b"inflates to over" in data
+
+
+def closed_after(sock: socket.socket) -> tuple[bytes, float]:
+    t0 = time.monotonic()
+    raw = read_until_closed(sock)
+    return raw, time.monotonic() - t0
+
+
+def test_headers_that_never_finish_get_408_and_close(setup: Setup) -> None:
+    with connect(setup) as sock:
+        sock.sendall(b"POST /endpoints/ep/invocations HTTP/1.1\r\nHost: x\r\n")
+        raw, waited_s = closed_after(sock)
+    assert raw.startswith(b"HTTP/1.1 408 "), raw[:80]
+    assert b"headers did not arrive within 1s" in raw
+    assert waited_s >= TIMEOUTS.header_s * 0.9
+
+
+def test_a_body_that_stalls_gets_408_and_close(setup: Setup) -> None:
+    with connect(setup) as sock:
+        sock.sendall(invocation(GOOD_BODY)[: -len(GOOD_BODY) // 2])
+        raw, waited_s = closed_after(sock)
+    assert raw.startswith(b"HTTP/1.1 408 "), raw[:80]
+    assert b"body paused" in raw
+    assert waited_s >= TIMEOUTS.body_s * 0.9
+
+
+def test_silent_and_idle_connections_are_closed(setup: Setup) -> None:
+    with connect(setup) as silent, connect(setup) as idle:
+        idle.sendall(request("GET", "/ping"))
+        status, _ = split_answers(idle.recv(65536))[0]
+        assert status == 200
+        raw, waited_s = closed_after(silent)
+        assert raw == b""
+        assert waited_s >= TIMEOUTS.header_s * 0.5
+        raw, _ = closed_after(idle)
+        assert raw == b""

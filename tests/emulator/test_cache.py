@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from emulator_hostile import make_hostile
 
-from mmelocal.emulator.cache import ArtifactCache, target_key
+from mmelocal.emulator.cache import ArtifactCache, target_key, tree_size
 from mmelocal.emulator.store import InvalidTargetError, LocalStore
 from mmelocal.errors import ModelNotFoundError, UnsafeArchiveError, ValidationError
 from mmelocal.testing.tiny_model import write_tarball
@@ -58,6 +58,8 @@ def test_disk_budget_deletes_least_recently_used_unpinned(store: Path, tmp_path:
     cache.ensure("model-0.tar.gz")
     cache.pin("model-0.tar.gz")  # loaded: must stay
     cache.ensure("model-1.tar.gz")
+    cache.pin("model-1.tar.gz")
+    cache.unpin("model-1.tar.gz")  # loaded, then unloaded: fair game
     cache.ensure("model-2.tar.gz")
     assert set(cache.targets()) == {"model-0.tar.gz", "model-2.tar.gz"}
     assert cache.used_bytes <= cache.disk_budget_bytes
@@ -124,3 +126,65 @@ def test_root_layout_is_re_homed_for_any_launcher(tmp_path: Path) -> None:
     reopened = ArtifactCache(tmp_path / "cache", LocalStore(store), disk_budget_bytes=10**9)
     assert reopened.lookup("root.tar.gz").serve_dir == art.serve_dir  # type: ignore[union-attr]
     cache.close()
+
+
+def _link_copy(layout: object, out_dir: Path) -> Path:
+    """A ``prepare`` that derives ``served/`` as hard links, as the Python-runner copies do."""
+    source = out_dir.parent / "model"
+    for path in source.rglob("*"):
+        dest = out_dir / path.relative_to(source)
+        if path.is_dir():
+            dest.mkdir(parents=True, exist_ok=True)
+        else:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.link(path, dest)
+    return out_dir
+
+
+def test_hard_linked_served_copies_are_counted_once(store: Path, tmp_path: Path) -> None:
+    """DiskUtilization read 141-188 % when served/ (hard links) and model/ were both summed."""
+    cache = ArtifactCache(tmp_path / "cache", LocalStore(store), disk_budget_bytes=10**9)
+    art = cache.ensure("model-0.tar.gz", prepare=_link_copy).artifact
+    assert art.serve_dir.name == "served"
+    extracted = tree_size(art.entry_dir / "model")
+    assert extracted > 0
+    assert art.size_bytes == extracted  # served/ adds links, not blocks
+    linked = sum(1 for p in art.serve_dir.rglob("*") if p.is_file() and p.stat().st_nlink == 2)
+    assert linked > 0
+
+
+def test_unpinning_over_the_budget_deletes_at_once(store: Path, tmp_path: Path) -> None:
+    """Everything pinned may hold more than the budget; the moment a model unloads, its
+    artifact goes (not at the next download)."""
+    probe = ArtifactCache(tmp_path / "probe", LocalStore(store), disk_budget_bytes=10**9)
+    size = probe.ensure("model-0.tar.gz").artifact.size_bytes
+    cache = ArtifactCache(tmp_path / "cache", LocalStore(store), disk_budget_bytes=int(2.5 * size))
+    for target in ("model-0.tar.gz", "model-1.tar.gz", "model-2.tar.gz"):
+        cache.ensure(target)
+        cache.pin(target)
+    assert len(cache) == 3 and cache.used_bytes > cache.disk_budget_bytes
+    cache.unpin("model-1.tar.gz")
+    assert set(cache.targets()) == {"model-0.tar.gz", "model-2.tar.gz"}
+    assert cache.used_bytes <= cache.disk_budget_bytes
+    cache.close()  # the deletion ran off the caller's thread
+    on_disk = {p.name for p in cache.root.iterdir() if not p.name.startswith(".")}
+    assert on_disk == {target_key("model-0.tar.gz"), target_key("model-2.tar.gz")}
+    assert not list(cache.root.glob(".trash-*"))
+    # under the budget, an unpinned artifact stays (a later call is a cache hit)
+    cache.unpin("model-0.tar.gz")
+    assert "model-0.tar.gz" in cache.targets()
+
+
+def test_an_artifact_handed_out_is_kept_until_its_load_pins_it(store: Path, tmp_path: Path) -> None:
+    """Between ensure() and pin() the load may wait behind others: another model's unload
+    or download must not delete the folder it is about to give Triton."""
+    probe = ArtifactCache(tmp_path / "probe", LocalStore(store), disk_budget_bytes=10**9)
+    size = probe.ensure("model-0.tar.gz").artifact.size_bytes
+    cache = ArtifactCache(tmp_path / "cache", LocalStore(store), disk_budget_bytes=int(1.5 * size))
+    cache.ensure("model-0.tar.gz")
+    cache.pin("model-0.tar.gz")
+    waiting = cache.ensure("model-1.tar.gz").artifact  # not pinned yet
+    cache.unpin("model-0.tar.gz")  # over the budget: model-0 goes, model-1 stays
+    cache.close()
+    assert cache.targets() == ["model-1.tar.gz"]
+    assert (waiting.serve_dir / "tiny" / "config.pbtxt").is_file()

@@ -14,8 +14,10 @@ import numpy as np
 import pytest
 from emulator_helpers import MemorySampler, output_of, payload, raw_request, wait_for
 
+from mmelocal.emulator.cache import ArtifactCache
 from mmelocal.emulator.platform import EmulatorConfig
 from mmelocal.emulator.server import EmulatorServer
+from mmelocal.emulator.store import LocalStore
 from mmelocal.testing.endpoint import MmeEndpoint
 from mmelocal.testing.tiny_model import expected, write_tarball
 
@@ -25,6 +27,8 @@ COPIES = 50
 MiB = 1024 * 1024
 # the tiny model's stub is ~40 MB RSS, less in PSS: several copies fit under 90 %, not all
 BUDGET = 300 * MiB
+#: the disk budget, in artifacts: fewer than the models memory holds at once
+DISK_ARTIFACTS = 2
 
 
 def scale_of(target: str) -> float:
@@ -38,8 +42,14 @@ def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MmeEndpoint]:
     store.mkdir()
     for i in range(COPIES):
         write_tarball(store / f"model-{i}.tar.gz", scale=float(i + 1))
+    probe = ArtifactCache(root / "probe", LocalStore(store), disk_budget_bytes=10**9)
+    artifact_bytes = probe.ensure("model-0.tar.gz").artifact.size_bytes
     config = EmulatorConfig(
-        store=str(store), cache_dir=root / "cache", memory_budget_bytes=BUDGET, endpoint_name="ep"
+        store=str(store),
+        cache_dir=root / "cache",
+        memory_budget_bytes=BUDGET,
+        disk_budget_bytes=DISK_ARTIFACTS * artifact_bytes,
+        endpoint_name="ep",
     )
     with EmulatorServer(config) as server:
         yield MmeEndpoint(url=server.url, store=store, server=server, endpoint_name="ep")
@@ -109,6 +119,32 @@ def test_boto3_many_copies_over_budget(endpoint: MmeEndpoint) -> None:
     assert 0 < hit_sum < hit_count
     assert any(k.startswith("LoadedModelCount") for k in metrics)
     assert any(k.startswith("DiskUtilization") for k in metrics)
+    assert_disk_within_budget(endpoint)
+
+
+def assert_disk_within_budget(endpoint: MmeEndpoint) -> None:
+    """The platform deletes unused artifacts when the volume is full: the disk holds more
+    than its budget only while loaded models need it, and then only theirs."""
+    assert endpoint.server is not None
+    cache = endpoint.server.emulator.cache
+    cache.close()  # deletions handed to the background thread are done
+    loaded = {m["target"] for m in endpoint.state()["instances"][0]["loaded"]}
+    on_disk = {json.loads(meta.read_text())["target"] for meta in cache.root.glob("*/meta.json")}
+    assert set(cache.targets()) == on_disk
+    assert len(loaded) > DISK_ARTIFACTS  # the case that matters: loaded alone fill the disk
+    assert on_disk == loaded, (on_disk - loaded, loaded - on_disk)
+    # DiskUtilization counts what the disk holds: each inode's blocks once (as extracted:
+    # the bytecode Python writes beside model.py at load is not counted)
+    blocks: dict[tuple[int, int], int] = {}
+    skip = {".downloads", "__pycache__"}
+    for path in cache.root.rglob("*"):
+        st = path.lstat()
+        if path.is_file() and path.name != "meta.json" and not skip & set(path.parts):
+            blocks[(st.st_dev, st.st_ino)] = st.st_blocks * 512
+    assert cache.used_bytes == sum(blocks.values())
+    metrics = endpoint.metrics()
+    disk = next(v for k, v in metrics.items() if k.startswith("DiskUtilization"))
+    assert disk == pytest.approx(100.0 * cache.used_bytes / cache.disk_budget_bytes)
 
 
 def test_32_simultaneous_first_calls_cause_one_load(endpoint: MmeEndpoint) -> None:

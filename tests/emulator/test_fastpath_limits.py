@@ -48,6 +48,7 @@ class Front:
 
     def __init__(self) -> None:
         self.emulator = SimpleNamespace(config=SimpleNamespace(max_payload_bytes=6_291_456))
+        self.timeouts = fastpath.HttpTimeouts()
         self.gate = asyncio.Event()
         self.started: list[bytes] = []
         self.largest_queue = 0
