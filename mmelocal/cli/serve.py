@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from mmelocal.cli._output import console, size_option
+from mmelocal.cli._output import console, env_option, size_option
 
 
 @click.command()
@@ -82,6 +82,14 @@ from mmelocal.cli._output import console, size_option
     show_default=True,
     help="Largest InvokeEndpoint body; larger ones get 413 as from the service (6 MiB).",
 )
+@click.option(
+    "--env",
+    "env",
+    multiple=True,
+    callback=env_option,
+    help="KEY=VALUE of the model's Environment, as for deploy --env (repeatable): "
+    "SAGEMAKER_TRITON_* keys give tritonserver the flags SageMaker's entrypoint would.",
+)
 def serve(
     store: str,
     host: str,
@@ -99,6 +107,7 @@ def serve(
     load_wait: float,
     s3_endpoint_url: str | None,
     max_payload: int,
+    env: dict[str, str],
 ) -> None:
     """Run the MME emulator: boto3 InvokeEndpoint and KServe v2 on one port."""
     from mmelocal.emulator.platform import Emulator, EmulatorConfig
@@ -119,6 +128,7 @@ def serve(
         load_wait_timeout_s=load_wait,
         s3_endpoint_url=s3_endpoint_url,
         max_payload_bytes=max_payload,
+        sagemaker_env=env,
     )
     emulator = Emulator(config)
     root = logging.getLogger("mmelocal")

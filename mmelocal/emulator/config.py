@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from mmelocal.emulator.instance import InstanceOptions
 from mmelocal.errors import UserInputError
+from mmelocal.runtime.entrypoint import check_sagemaker_env
 from mmelocal.units import GiB
+
+logger = logging.getLogger(__name__)
 
 #: InvokeEndpoint's body limit: ``BodyBlob`` ``"max": 6291456`` in botocore's model
 #: (botocore/data/sagemaker-runtime/2017-05-13/service-2.json; botocore does not enforce it
@@ -34,6 +39,12 @@ class EmulatorConfig:
     ends of already running servers for ``launcher="external"``, each
     ``SAGEMAKER_URL[,HTTP_URL]`` (the KServe v2 URL serves metadata; the servers must see
     the cache folder at the same path).
+
+    ``sagemaker_env`` is the model's ``Environment`` on SageMaker (the keys of ``deploy
+    --env``): the ``SAGEMAKER_TRITON_*`` variables from which SageMaker's entrypoint builds
+    tritonserver's flags (:mod:`mmelocal.runtime.entrypoint`), checked the same way: a value
+    tritonserver would refuse fails here, an unknown ``SAGEMAKER_TRITON_*`` key is a
+    warning. Every variable also reaches the server's environment, as on the platform.
     """
 
     store: str
@@ -55,8 +66,12 @@ class EmulatorConfig:
     watchdog_interval_s: float = 0.2
     gpus: tuple[int, ...] | None = None
     max_payload_bytes: int = SERVICE_MAX_PAYLOAD_BYTES
+    sagemaker_env: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "sagemaker_env", dict(self.sagemaker_env))
+        for warning in check_sagemaker_env(self.sagemaker_env):
+            logger.warning("%s", warning)
         if self.launcher not in LAUNCHERS:
             raise UserInputError(
                 f"launcher must be one of {', '.join(LAUNCHERS)}, got {self.launcher!r}"

@@ -124,7 +124,13 @@ class Emulator:
         env: dict[str, str] = {}
         if self._gpus:
             env["CUDA_VISIBLE_DEVICES"] = str(self._gpus[index % len(self._gpus)])
-        server = ServerConfig(model_repository=repo, sagemaker=True, env=env)
+        server = ServerConfig(
+            model_repository=repo,
+            sagemaker=True,
+            env=env,
+            sagemaker_env=self.config.sagemaker_env,
+            gpu_count=1 if self._gpus else 0,  # CUDA_VISIBLE_DEVICES: one GPU per instance
+        )
         kind = self.config.launcher
         if kind == "local":
             from mmelocal.runtime.local import LocalLauncher
