@@ -180,7 +180,7 @@ class Loader:
     def _step_collision(self, target: str) -> str:
         """Which loaded TargetModels already hold ``target``'s ensemble steps ('' if none)."""
         mine = self.cache.lookup(target)
-        if mine is None or not mine.steps:
+        if self.state.options.model_namespacing or mine is None or not mine.steps:
             return ""
         clashes = []
         for other in self.state.loaded():
@@ -190,8 +190,9 @@ class Loader:
         if not clashes:
             return ""
         return (
-            f"; {'; '.join(clashes)}: ensemble step names are global in one Triton (on "
-            "SageMaker too), rename the steps so every tarball's are unique"
+            f"; {'; '.join(clashes)}: without model namespacing "
+            "(SAGEMAKER_TRITON_DISABLE_MODEL_NAMESPACING=false) ensemble step names are global "
+            "in one Triton, on SageMaker too: rename the steps or leave namespacing on"
         )
 
 

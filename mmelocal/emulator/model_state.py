@@ -18,7 +18,11 @@ LOADING, READY, UNLOADING = "loading", "ready", "unloading"
 
 @dataclass(frozen=True, kw_only=True)
 class InstanceOptions:
-    """Tuning of one instance (times in seconds, memory threshold as a fraction)."""
+    """Tuning of one instance (times in seconds, memory threshold as a fraction).
+
+    ``model_namespacing`` says whether its Triton runs with it (the entrypoint's default):
+    without it, ensemble step names are global in the server.
+    """
 
     memory_threshold: float = 0.9
     load_timeout_s: float = 360.0
@@ -28,6 +32,7 @@ class InstanceOptions:
     release_timeout_s: float = 5.0
     busy_wait_s: float = 30.0
     oom_retries: int = 8
+    model_namespacing: bool = True
 
     def __post_init__(self) -> None:
         if not 0.0 < self.memory_threshold <= 1.0:

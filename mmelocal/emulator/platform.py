@@ -28,6 +28,7 @@ from mmelocal.emulator.probes import HostProbe, MemoryProbe, NvmlProbe, cpu_perc
 from mmelocal.emulator.recovery import Watchdog
 from mmelocal.emulator.router import Router
 from mmelocal.emulator.store import ModelStore, open_store, validate_target
+from mmelocal.runtime.entrypoint import model_namespacing
 from mmelocal.runtime.launcher import TritonLauncher
 
 logger = logging.getLogger(__name__)
@@ -80,6 +81,7 @@ class Emulator:
             memory_threshold=config.memory_threshold,
             load_timeout_s=config.load_timeout_s,
             invoke_timeout_s=config.invoke_timeout_s,
+            model_namespacing=model_namespacing(config.sagemaker_env),
         )
         self.instances: list[TritonInstance] = []
         for index in range(count):

@@ -433,16 +433,16 @@ SHARED_A = served(
     shared_step(2.0),
     "layout.ensemble",
 )
-SHARED_B = Case(
-    name="shared-step-b",
-    rule="3: step names are global in one Triton: collision",
-    build=shared_step(3.0),
-    validate_ok=True,
-    codes=("layout.ensemble",),
-    served=False,
-    error_code="ModelError",
-    error_text=("shared_pre",),
+#: served beside SHARED_A with its own step (the entrypoint turns model namespacing on);
+#: with SAGEMAKER_TRITON_DISABLE_MODEL_NAMESPACING=false its load collides with SHARED_A's
+SHARED_B = served(
+    "shared-step-b",
+    "3: model namespacing (the entrypoint's default): each tarball's steps are its own",
+    shared_step(3.0),
+    "layout.ensemble",
 )
+#: the environment under which the two collide, as on SageMaker
+NAMESPACING_OFF = {"SAGEMAKER_TRITON_DISABLE_MODEL_NAMESPACING": "false"}
 UNDEFINED = "layout.ambiguous", "ValidationError"
 
 CASES: tuple[Case, ...] = (
@@ -558,6 +558,7 @@ def build_store(store: Path) -> dict[str, Expect | None]:
 
 __all__ = [
     "CASES",
+    "NAMESPACING_OFF",
     "SHARED_A",
     "SHARED_B",
     "Case",

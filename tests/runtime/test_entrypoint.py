@@ -34,9 +34,9 @@ DEFAULTS = [
 
 
 def test_defaults_are_the_scripts() -> None:
-    assert entrypoint_args({}) == HEAD + DEFAULTS
+    assert entrypoint_args({}) == [*HEAD, *DEFAULTS]
     # an empty value is unset for `[ -n "$VAR" ]`
-    assert entrypoint_args({"SAGEMAKER_TRITON_LOG_VERBOSE": ""}) == HEAD + DEFAULTS
+    assert entrypoint_args({"SAGEMAKER_TRITON_LOG_VERBOSE": ""}) == [*HEAD, *DEFAULTS]
 
 
 def test_every_knob_in_the_scripts_order() -> None:
@@ -58,7 +58,8 @@ def test_every_knob_in_the_scripts_order() -> None:
         "SAGEMAKER_TRITON_ALLOW_GRPC": "true",
         "SAGEMAKER_TRITON_DISABLE_MODEL_NAMESPACING": "false",
     }
-    assert entrypoint_args(env, gpu_count=2) == HEAD + [
+    assert entrypoint_args(env, gpu_count=2) == [
+        *HEAD,
         "--model-repository=/tmp/sagemaker",
         "--model-namespacing=false",
         "--allow-grpc=true",
@@ -116,9 +117,7 @@ def test_ping_mode_reaches_the_server_only_when_exported() -> None:
         ({"SAGEMAKER_TRITON_SHM_DEFAULT_BYTE_SIZE": "1024"}, "at least 1 MB"),
     ],
 )
-def test_values_tritonserver_refuses_fail_with_its_message(
-    env: dict[str, str], words: str
-) -> None:
+def test_values_tritonserver_refuses_fail_with_its_message(env: dict[str, str], words: str) -> None:
     key = next(iter(env))
     with pytest.raises(UserInputError, match=key) as caught:
         check_sagemaker_env(env)
