@@ -16,7 +16,7 @@ from mmelocal.emulator.cache import ArtifactCache
 from mmelocal.emulator.control import SageMakerControl
 from mmelocal.emulator.events import EventLog
 from mmelocal.emulator.gauge import MemoryGauge
-from mmelocal.emulator.lru import plan_eviction
+from mmelocal.emulator.lru import eviction_order, plan_eviction
 from mmelocal.emulator.metrics import Metrics
 from mmelocal.emulator.model_state import READY, UNLOADING, LoadedSet, ModelEntry, quiet_future
 from mmelocal.emulator.probes import MemoryReading
@@ -76,6 +76,12 @@ class Evictor:
                     f"every loaded model stayed busy for {self.state.options.busy_wait_s:g}s"
                 )
             await asyncio.sleep(0.01)
+
+    def lru_victim(self, *, exclude: str) -> ModelEntry | None:
+        """The least recently used idle model but ``exclude`` (None when every other one is
+        busy): the one more to evict after Triton's 507."""
+        order = eviction_order((e.usage() for e in self.state.models.values()), exclude=[exclude])
+        return self.state.models[order[0].name] if order else None
 
     async def unload(self, entry: ModelEntry, *, kind: str, reason: str) -> None:
         """Unload one idle model; return once the probe shows its memory released.

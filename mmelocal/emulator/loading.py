@@ -30,9 +30,17 @@ from mmelocal.errors import ModelLoadError, OutOfMemoryError
 class Loader:
     """Loads on one instance; concurrent callers of one target share its load."""
 
-    def __init__(self, *, evictor: Evictor, prepare: Prepare | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        evictor: Evictor,
+        prepare: Prepare | None = None,
+        url_for: Callable[[Path], str] = str,
+    ) -> None:
         """Loads share the evictor's parts: the loaded set, the front end's control calls,
-        the memory gauge, the artifact cache, metrics and events."""
+        the memory gauge, the artifact cache, metrics and events. ``prepare`` derives what
+        this server cannot serve as it is; ``url_for`` is an artifact folder as the server
+        sees it (a container mounts the cache elsewhere)."""
         self.evictor = evictor
         self.state = evictor.state
         self.control = evictor.control
@@ -40,10 +48,8 @@ class Loader:
         self.cache = evictor.cache
         self.metrics = evictor.metrics
         self.events = evictor.events
-        #: derives what this server cannot serve as it is (set by the platform)
         self.prepare = prepare
-        #: the artifact folder as the server sees it (a container mounts the cache elsewhere)
-        self.url_for: Callable[[Path], str] = str
+        self.url_for = url_for
 
     def new_entry(self, target: str) -> ModelEntry:
         """A new entry for ``target``, loading, in the loaded set (start it with :meth:`load`)."""
@@ -63,6 +69,8 @@ class Loader:
         try:
             await self._load_inner(entry)
         except BaseException as exc:
+            if isinstance(exc, ModelLoadError) and exc.log_path is None:
+                exc.log_path = self.control.log_path()  # every ModelError names the log
             if self.state.models.get(entry.target) is entry:
                 del self.state.models[entry.target]
             if not entry.future.done():
@@ -131,11 +139,10 @@ class Loader:
                 break
             if status == 507 and attempts < self.state.options.oom_retries:
                 attempts += 1
-                victims = [e for e in self.state.loaded() if self.state.models[e].usage().evictable]
-                victims = [v for v in victims if v != entry.target]
-                if victims:
+                victim = self.evictor.lru_victim(exclude=entry.target)
+                if victim is not None:
                     await self.evictor.unload(
-                        self.state.models[victims[0]],
+                        victim,
                         kind="evict",
                         reason=f"Triton answered 507 loading {entry.target}: {text[:200]}",
                     )
@@ -155,6 +162,7 @@ class Loader:
                 model_name=entry.target,
                 triton_message=text,
                 status_code=status,
+                log_path=self.control.log_path(),
             )
         after = await self.gauge.read()
         grown = after.used_bytes - before.used_bytes

@@ -57,6 +57,18 @@ def estimate_footprint(models: Iterable[ModelUsage], default_bytes: int = 0) -> 
     return int(sum(known) / len(known)) if known else default_bytes
 
 
+def eviction_order(
+    models: Iterable[ModelUsage], *, exclude: Iterable[str] = ()
+) -> list[ModelUsage]:
+    """The evictable models, least recently used first: the order every eviction follows
+    (planned ones, and one more after Triton's 507)."""
+    skip = set(exclude)
+    return sorted(
+        (m for m in models if m.evictable and m.name not in skip),
+        key=lambda m: (m.last_used_s, m.name),
+    )
+
+
 def plan_eviction(
     models: Sequence[ModelUsage],
     *,
@@ -86,12 +98,8 @@ def plan_eviction(
                 f"limit {_mib(limit_bytes)}"
             ),
         )
-    skip = set(exclude)
     fallback = estimate_footprint(models)
-    candidates = sorted(
-        (m for m in models if m.evictable and m.name not in skip),
-        key=lambda m: (m.last_used_s, m.name),
-    )
+    candidates = eviction_order(models, exclude=exclude)
     victims: list[str] = []
     freed = 0
     target = max(overshoot, used_bytes - limit_bytes + 1, 1)
@@ -155,6 +163,7 @@ __all__ = [
     "EvictionPlan",
     "ModelUsage",
     "estimate_footprint",
+    "eviction_order",
     "plan_disk_eviction",
     "plan_eviction",
 ]

@@ -35,6 +35,10 @@ logger = logging.getLogger(__name__)
 
 LauncherFactory = Callable[[int, Path], TritonLauncher]
 
+#: Triton's answers to an invoke that the platform recovers from rather than pass on:
+#: 404 (Triton lost the model: load it again) and 507 (out of memory: evict, retry)
+RECOVERABLE_STATUSES = frozenset({404, 507})
+
 
 @dataclass(kw_only=True, slots=True)
 class InvokeResult:
@@ -95,6 +99,8 @@ class Emulator:
                     metrics=self.metrics,
                     events=self.events,
                     options=options,
+                    prepare=self._prepare_hook(launcher),
+                    url_for=self._url_for(),
                 )
             )
         self.router = Router(self.instances, hot_rps_threshold=config.hot_rps_threshold)
@@ -163,15 +169,29 @@ class Emulator:
         from mmelocal.builder import presets  # noqa: F401  (the runner template's folder)
         from mmelocal.runtime import python_copies
 
-        backend_dir = getattr(getattr(launcher, "config", None), "backend_directory", None)
-        backends = python_copies.available_backends(backend_dir)
         gpu = bool(self._gpus)
 
         def prepare(layout: MmeLayout, out_dir: Path) -> Path | None:
+            # the backend folder is assembled when the server starts: read it at the load
+            backend_dir = getattr(getattr(launcher, "config", None), "backend_directory", None)
+            backends = python_copies.available_backends(backend_dir)
             python_copies.prepare_layout(layout, out_dir, backends_available=backends, gpu=gpu)
             return out_dir
 
         return prepare
+
+    def _url_for(self) -> Callable[[Path], str]:
+        """An artifact folder as the server sees it (a container mounts the cache elsewhere)."""
+        if self.config.launcher != "docker":
+            return str
+        from mmelocal.runtime.docker import CONTAINER_MODEL_REPOSITORY
+
+        root = self.cache.root
+
+        def in_container(path: Path) -> str:
+            return f"{CONTAINER_MODEL_REPOSITORY}/{path.relative_to(root)}"
+
+        return in_container
 
     # -- lifecycle ---------------------------------------------------------------------
     async def start(self) -> None:
@@ -183,19 +203,6 @@ class Emulator:
         except BaseException:
             await self.stop()
             raise
-        hook = self._prepare_hook(self.instances[0].launcher)
-        for inst in self.instances:
-            inst.loader.prepare = hook
-            if self.config.launcher == "docker":
-                from mmelocal.runtime.docker import CONTAINER_MODEL_REPOSITORY
-
-                root = self.cache.root
-
-                def in_container(path: Path, root: Path = root) -> str:
-                    return f"{CONTAINER_MODEL_REPOSITORY}/{path.relative_to(root)}"
-
-                inst.loader.url_for = in_container
-
         self.watchdog.start()
         logger.info(
             "MME emulator up: store %s, %d instance(s), probe %s, cache %s",
@@ -255,7 +262,7 @@ class Emulator:
                 latency = time.perf_counter() - t0
             finally:
                 inst.release(target)
-            if status in (404, 507) and attempt < retries:
+            if status in RECOVERABLE_STATUSES and attempt < retries:
                 attempt += 1
                 await self._recover_from(inst, target, status)
                 continue
@@ -290,9 +297,9 @@ class Emulator:
                 "instance %d: Triton did not know %s; loading it again", inst.index, target
             )
         else:
-            victims = [t for t in inst.loaded() if t != target]
-            if victims:
-                await inst.unload(victims[0], reason=f"Triton answered 507 invoking {target}")
+            victim = inst.evictor.lru_victim(exclude=target)
+            if victim is not None:
+                await inst.unload(victim.target, reason=f"Triton answered 507 invoking {target}")
 
     def gauges(self) -> dict[str, float]:
         """Instance gauges at scrape time: counts here (on the loop), then blocking probe
@@ -374,4 +381,4 @@ def loaded_targets(instances: Sequence[TritonInstance]) -> list[str]:
     return sorted({t for inst in instances for t in inst.loaded()})
 
 
-__all__ = ["Emulator", "EmulatorConfig", "InvokeResult", "loaded_targets"]
+__all__ = ["RECOVERABLE_STATUSES", "Emulator", "EmulatorConfig", "InvokeResult", "loaded_targets"]
