@@ -391,6 +391,14 @@ def config_only(dest: Path) -> None:
         tar.add(folder / "config.pbtxt", arcname="config.pbtxt")
 
 
+def config_unparsable(dest: Path) -> None:
+    """A TorchScript model whose config.pbtxt does not parse (a typo in a value)."""
+    work = _work(dest)
+    torchscript_linear(work / "ts", name="ts")
+    _append_config(work / "ts", "max_batch_size: lots\n")
+    _pack(dest, {"ts": work / "ts"})
+
+
 def served(name: str, rule: str, build: Builder, *codes: str, input_name: str = "INPUT0") -> Case:
     """A case the platform serves (validate passes; the answer is the framework's)."""
     return Case(
@@ -533,6 +541,14 @@ CASES: tuple[Case, ...] = (
         "archive.corrupt",
         "ValidationError",
         "empty archive",
+    ),
+    refused(
+        "config-unparsable",
+        "Triton: the container refuses a config.pbtxt that does not parse (its load: 400)",
+        config_unparsable,
+        "config.invalid",
+        "ModelError",
+        "failed to poll from model repository",
     ),
     refused(
         "config-only",

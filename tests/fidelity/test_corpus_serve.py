@@ -81,6 +81,12 @@ def test_emulator_gives_the_platform_verdict(corpus: Corpus, case: Case) -> None
     assert error["Code"] == case.error_code, (case.rule, error)
     status = caught.value.response["ResponseMetadata"]["HTTPStatusCode"]
     assert status == (424 if case.error_code == "ModelError" else 400)
+    if case.error_code == "ModelError":  # every ModelError carries the container's side
+        response = caught.value.response
+        assert response["OriginalStatusCode"] in (400, 404, 500, 504), response
+        assert response["OriginalMessage"], response
+        log = response["LogStreamArn"]
+        assert log.startswith("local:") and Path(log[len("local:") :]).is_file(), log
     for fragment in case.error_text:
         assert fragment.lower() in error["Message"].lower(), (fragment, error["Message"])
     if case.name in ("tensorrt-plan", "tensorflow", "python-missing-env"):
@@ -183,6 +189,29 @@ def test_tritonserver_runs_the_entrypoints_argv(
     assert b"SAGEMAKER_MULTI_MODEL=true" in environ
     for key, value in env.items():
         assert f"{key}={value}".encode() in environ
+
+
+def test_a_config_that_does_not_parse_is_the_containers_400(corpus: Corpus) -> None:
+    """Triton answers the load 400 with its parse message: the caller gets a ModelError
+    with that status and text; the next call asks the container again, as SageMaker does
+    for a model that is not loaded (Triton unregisters a failed load's repository)."""
+    endpoint, _ = corpus
+    case = case_named("config-unparsable")
+    errors = []
+    for _ in range(2):
+        with pytest.raises(ClientError) as caught:
+            invoke(endpoint, case)
+        errors.append(caught.value.response)
+    for response in errors:
+        assert response["Error"]["Code"] == "ModelError"
+        assert response["OriginalStatusCode"] == 400
+        assert "failed to poll from model repository" in response["OriginalMessage"]
+    # Triton answers in short; which config failed to parse is in the log LogStreamArn names
+    log = Path(errors[0]["LogStreamArn"][len("local:") :])
+    assert "failed to read text proto" in log.read_text(errors="replace")
+    events = endpoint.server.emulator.events.recent(limit=500)
+    tries = [e for e in events if e.kind == "error" and e.target == case.target]
+    assert len(tries) >= 2
 
 
 def test_ensemble_steps_run_the_native_derivation(corpus: Corpus) -> None:

@@ -32,7 +32,8 @@ def test_validate_gives_the_platform_verdict(store: Path, case: Case) -> None:
     if not case.validate_ok:
         text = " ".join(p.message for p in report.errors)
         for fragment in case.error_text:
-            if fragment not in ("GPU", "docker", "version"):
+            # the host's and the container's own words are the emulator's, not validate's
+            if fragment not in ("GPU", "docker", "version", "failed to poll from model repository"):
                 assert fragment in text, (fragment, text)
 
 
