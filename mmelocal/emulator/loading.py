@@ -10,6 +10,7 @@ at a time per instance (``LoadedSet.load_lock``), so the readings measure that l
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,7 +25,9 @@ from mmelocal.emulator.model_state import (
     ModelEntry,
     quiet_future,
 )
+from mmelocal.emulator.probes import MemoryReading
 from mmelocal.errors import ModelLoadError, OutOfMemoryError
+from mmelocal.runtime.memory import marginal_bytes
 
 
 class Loader:
@@ -103,6 +106,7 @@ class Loader:
                     "compressed_bytes": float(fetch.compressed_bytes),
                 },
             )
+        entry.framework = framework_of(fetch.artifact.serve_dir)
         async with self.state.load_lock:
             if not self.state.up:
                 raise InstanceUnavailableError(f"instance {self.state.index} is restarting; retry")
@@ -116,11 +120,15 @@ class Loader:
         entry.loaded_at_s = time.monotonic()
 
     def _need_bytes(self, entry: ModelEntry) -> int:
+        """What the load will add: the model's own footprint (measured before, else the
+        mean of those known), plus its framework's runtime when no loaded model holds it."""
+        runtime = self.state.runtime_need_bytes(entry.framework, besides=entry.target)
         if entry.footprint_bytes:
-            return entry.footprint_bytes
+            return entry.footprint_bytes + runtime
         if self.state.footprints:
-            return int(sum(self.state.footprints.values()) / len(self.state.footprints))
-        return estimate_footprint(e.usage() for e in self.state.models.values())
+            mean = int(sum(self.state.footprints.values()) / len(self.state.footprints))
+            return mean + runtime
+        return estimate_footprint(e.usage() for e in self.state.models.values()) + runtime
 
     async def _load_locked(self, entry: ModelEntry, url_dir: str) -> None:
         pending = self.state.deletes.get(entry.target)
@@ -165,10 +173,7 @@ class Loader:
                 log_path=self.control.log_path(),
             )
         after = await self.gauge.read()
-        grown = after.used_bytes - before.used_bytes
-        if grown > 0:
-            entry.footprint_bytes = max(grown, entry.footprint_bytes or 0)
-            self.state.footprints[entry.target] = entry.footprint_bytes
+        self._record_footprint(entry, before, after)
         self.metrics.observe("ModelLoadingTime", seconds * 1e6)
         self.metrics.inc("ModelLoads")
         self.events.add(
@@ -184,6 +189,23 @@ class Loader:
             await self.evictor.make_room(
                 0, exclude=entry.target, why=f"over the limit after {entry.target}", strict=False
             )
+
+    def _record_footprint(
+        self, entry: ModelEntry, before: MemoryReading, after: MemoryReading
+    ) -> None:
+        """Split the load's growth into the model's own memory (what its processes hold:
+        kept as its footprint) and, for the first model of a framework, the shared runtime
+        it brought (kept per framework, reserved once)."""
+        grown = after.used_bytes - before.used_bytes
+        own = marginal_bytes(before, after)
+        first = not self.state.framework_loaded(entry.framework, besides=entry.target)
+        if own is None or own <= 0 or own > grown:
+            own = grown  # no per-process figures: the whole growth is the model's
+        elif entry.framework and first and grown > own:
+            self.state.runtimes[entry.framework] = grown - own
+        if own > 0:
+            entry.footprint_bytes = max(own, entry.footprint_bytes or 0)
+            self.state.footprints[entry.target] = entry.footprint_bytes
 
     def _step_collision(self, target: str) -> str:
         """Which loaded TargetModels already hold ``target``'s ensemble steps ('' if none)."""
@@ -204,4 +226,27 @@ class Loader:
         )
 
 
-__all__ = ["Loader"]
+_PLATFORM = re.compile(r'^\s*(platform|backend)\s*:\s*"([^"]+)"', re.MULTILINE)
+_SOURCE = re.compile(r'mmelocal_source_platform"\s*value\s*\{\s*string_value\s*:\s*"([^"]+)"')
+
+
+def framework_of(serve_dir: Path) -> str:
+    """The runtimes a load of ``serve_dir`` needs, e.g. ``pytorch_libtorch`` or
+    ``onnxruntime_onnx+python`` ("" when no config says): the platform or backend of each
+    model folder's config.pbtxt (a derived Python copy counts as its source's)."""
+    found: set[str] = set()
+    configs = [serve_dir / "config.pbtxt", *serve_dir.glob("*/config.pbtxt")]
+    for config in configs:
+        try:
+            text = config.read_text(errors="replace")
+        except OSError:
+            continue
+        source = _SOURCE.search(text)
+        if source is not None:
+            found.add(source.group(1))
+            continue
+        found.update(m.group(2) for m in _PLATFORM.finditer(text) if m.group(2) != "ensemble")
+    return "+".join(sorted(found))
+
+
+__all__ = ["Loader", "framework_of"]

@@ -18,8 +18,10 @@ from mmelocal.errors import UserInputError
 class ModelUsage:
     """One loaded (or loading) model as the policy sees it.
 
-    ``footprint_bytes`` is the memory its load was measured to take (None = unknown);
-    ``pinned`` covers in-flight requests, waiting callers and loads in progress.
+    ``footprint_bytes`` is the model's own memory, as its load measured it (None =
+    unknown); ``runtime_bytes`` the framework's shared runtime that leaves with it (it is
+    the last loaded model of its framework; 0 otherwise); ``pinned`` covers in-flight
+    requests, waiting callers and loads in progress.
     """
 
     name: str
@@ -27,6 +29,7 @@ class ModelUsage:
     footprint_bytes: int | None = None
     in_flight: int = 0
     pinned: bool = False
+    runtime_bytes: int = 0
 
     def __post_init__(self) -> None:
         if self.in_flight < 0:
@@ -107,7 +110,7 @@ def plan_eviction(
         if freed >= target:
             break
         victims.append(model.name)
-        freed += model.footprint_bytes or fallback or 1
+        freed += (model.footprint_bytes or fallback or 1) + model.runtime_bytes
     fits = freed >= target
     reason = (
         f"used {_mib(used_bytes)} + need {_mib(need_bytes)} > limit {_mib(limit_bytes)}: "
