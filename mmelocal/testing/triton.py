@@ -27,6 +27,8 @@ logger = logging.getLogger(__name__)
 LAUNCHERS = ("local", "docker")
 PYTHON_ONLY = frozenset({"python", "ensemble"})
 ALL_BACKENDS = frozenset({"python", "ensemble", "pytorch", "onnxruntime", "tensorrt"})
+#: the test server's environment: SageMaker's entrypoint with gRPC and metrics on
+TEST_SERVER_ENV = {"SAGEMAKER_TRITON_ALLOW_GRPC": "true", "SAGEMAKER_TRITON_ALLOW_METRICS": "true"}
 
 
 class TestTritonServer:
@@ -57,7 +59,13 @@ class TestTritonServer:
         self.repository = self.workdir / "repository"
         self.repository.mkdir()
         self.gpu = gpu_available()
-        config = ServerConfig(model_repository=self.repository, sagemaker=sagemaker)
+        # SageMaker's flags, with the entrypoint's own knobs for gRPC and metrics turned on:
+        # tests reach this server with tritonclient's gRPC client and read its metrics
+        config = ServerConfig(
+            model_repository=self.repository,
+            sagemaker=sagemaker,
+            sagemaker_env=TEST_SERVER_ENV if sagemaker else {},
+        )
         self.launcher: TritonLauncher
         if launcher == "local":
             from mmelocal.runtime.local import LocalLauncher
