@@ -190,3 +190,41 @@ def test_server_config_and_environment_must_agree(tmp_path: Path) -> None:
         )
     with pytest.raises(UserInputError, match="sagemaker=True"):
         ServerConfig(model_repository=tmp_path, sagemaker_env={"A": "1"})
+
+
+def test_deploy_and_serve_check_the_same_way(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """deploy --env refuses what serve --env refuses, with the same reason, and warns alike."""
+    from mmelocal.deploy.plan import DeployOptions
+    from mmelocal.emulator.config import EmulatorConfig
+    from mmelocal.errors import DeployError
+
+    common = {
+        "store": tmp_path,
+        "endpoint_name": "e",
+        "s3_uri": "s3://bucket/prefix/",
+        "role_arn": "arn:aws:iam::123456789012:role/SageMakerExecution",
+    }
+    bad = {"SAGEMAKER_TRITON_LOG_VERBOSE": "loud"}
+    with pytest.raises(DeployError, match=r"Invalid option value\. Got loud"):
+        DeployOptions(**common, environment=bad)  # type: ignore[arg-type]
+    with pytest.raises(UserInputError, match=r"Invalid option value\. Got loud"):
+        EmulatorConfig(store=str(tmp_path), sagemaker_env=bad)
+    typo = {"SAGEMAKER_TRITON_LOG_VERBOS": "0"}
+    with caplog.at_level("WARNING", logger="mmelocal"):
+        DeployOptions(**common, environment=typo)  # type: ignore[arg-type]
+        EmulatorConfig(store=str(tmp_path), sagemaker_env=typo)
+    warned = [r.getMessage() for r in caplog.records if "LOG_VERBOS is not read" in r.getMessage()]
+    assert len(warned) == 2
+
+
+def test_serve_cli_refuses_a_bad_value_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from mmelocal.cli.main import main
+
+    code = main(["serve", "--store", str(tmp_path), "--env", "SAGEMAKER_TRITON_ALLOW_GRPC=yes"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "SAGEMAKER_TRITON_ALLOW_GRPC" in err and "invalid value for bool option: yes" in err
