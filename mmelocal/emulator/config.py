@@ -72,6 +72,12 @@ class EmulatorConfig:
         object.__setattr__(self, "sagemaker_env", dict(self.sagemaker_env))
         for warning in check_sagemaker_env(self.sagemaker_env):
             logger.warning("%s", warning)
+        if self.sagemaker_env and self.launcher == "external":
+            logger.warning(
+                "launcher 'external': the running servers keep the flags they were started "
+                "with; sagemaker_env does not change them (start them with "
+                "mmelocal.runtime.entrypoint.entrypoint_args for the same environment)"
+            )
         if self.launcher not in LAUNCHERS:
             raise UserInputError(
                 f"launcher must be one of {', '.join(LAUNCHERS)}, got {self.launcher!r}"
