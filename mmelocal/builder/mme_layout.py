@@ -72,7 +72,8 @@ class MmeLayout:
 
     @property
     def step_names(self) -> tuple[str, ...]:
-        """Names the steps are loaded under (their folder names; global in one Triton)."""
+        """Names the steps are loaded under (their folder names; each tarball's own under
+        model namespacing)."""
         return tuple(step.name for step in self.steps)
 
     def served_folder_name(self) -> str:
@@ -146,7 +147,8 @@ def read_layout(url: Path | str) -> MmeLayout:
                 code="layout.ensemble",
                 path=str(ensembles[0]),
                 message=f"ensemble {ensembles[0].name!r} is served; its steps load under their "
-                f"own names {[s.name for s in steps]} (global in one Triton)",
+                f"own names {[s.name for s in steps]} (the tarball's own under model "
+                "namespacing, SageMaker's default)",
                 severity="info",
             )
         )
@@ -243,7 +245,8 @@ def _ambiguous(root: Path, folders: list[Path], ensembles: list[Path]) -> Proble
 
 def step_collisions(layouts: dict[str, MmeLayout]) -> dict[str, list[str]]:
     """Step names that two or more tarballs (``{TargetModel: layout}``) both load, each
-    with the TargetModels that load it: on one instance the second load fails."""
+    with the TargetModels that load it: without model namespacing, on one instance the
+    second load fails."""
     owners: dict[str, list[str]] = {}
     for target, layout in layouts.items():
         for name in layout.step_names:

@@ -67,7 +67,8 @@ class CachedArtifact:
     last_used_s: float
     pins: int = 0
     steps: tuple[str, ...] = ()
-    """Ensemble steps the load adds under their own names (global in one Triton)."""
+    """Ensemble steps the load adds under their own names (global in one Triton only
+    without model namespacing)."""
 
 
 @dataclass(frozen=True, kw_only=True)
