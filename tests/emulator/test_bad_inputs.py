@@ -120,7 +120,7 @@ HOSTILE = [
     ("not-gzip.tar.gz", 400),
     ("empty.tar.gz", 400),
     ("truncated.tar.gz", 400),
-    ("broken-config.tar.gz", 400),
+    ("broken-config.tar.gz", 424),  # the container refuses the load (400): a ModelError
     ("failing-init.tar.gz", 424),
 ]
 
