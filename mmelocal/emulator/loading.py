@@ -173,17 +173,19 @@ class Loader:
                 log_path=self.control.log_path(),
             )
         after = await self.gauge.read()
-        self._record_footprint(entry, before, after)
+        runtime = self._record_footprint(entry, before, after)
         self.metrics.observe("ModelLoadingTime", seconds * 1e6)
         self.metrics.inc("ModelLoads")
         self.events.add(
             "load",
             entry.target,
             instance=self.state.index,
-            reason=f"cold call ({len(self.state.models)} model(s) here)",
+            reason=f"cold call ({len(self.state.models)} model(s) here)"
+            + (f"; it brought the {entry.framework} runtime: {runtime:,} bytes" if runtime else ""),
             bytes=entry.footprint_bytes,
             duration_ms=seconds * 1e3,
             memory_used_bytes=after.used_bytes,
+            detail={"runtime_bytes": float(runtime)} if runtime else None,
         )
         if after.used_bytes > self.gauge.limit_bytes:
             await self.evictor.make_room(
@@ -192,20 +194,22 @@ class Loader:
 
     def _record_footprint(
         self, entry: ModelEntry, before: MemoryReading, after: MemoryReading
-    ) -> None:
+    ) -> int:
         """Split the load's growth into the model's own memory (what its processes hold:
         kept as its footprint) and, for the first model of a framework, the shared runtime
-        it brought (kept per framework, reserved once)."""
+        it brought (kept per framework, reserved once; returned, 0 when none)."""
         grown = after.used_bytes - before.used_bytes
         own = marginal_bytes(before, after)
         first = not self.state.framework_loaded(entry.framework, besides=entry.target)
+        runtime = 0
         if own is None or own <= 0 or own > grown:
             own = grown  # no per-process figures: the whole growth is the model's
         elif entry.framework and first and grown > own:
-            self.state.runtimes[entry.framework] = grown - own
+            runtime = self.state.runtimes[entry.framework] = grown - own
         if own > 0:
             entry.footprint_bytes = max(own, entry.footprint_bytes or 0)
             self.state.footprints[entry.target] = entry.footprint_bytes
+        return runtime
 
     def _step_collision(self, target: str) -> str:
         """Which loaded TargetModels already hold ``target``'s ensemble steps ('' if none)."""

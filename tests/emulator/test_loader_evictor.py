@@ -221,6 +221,8 @@ def test_a_frameworks_runtime_is_reserved_once(tmp_path: Path) -> None:
             assert entry.framework == "pytorch_libtorch"
             assert entry.footprint_bytes == own, name  # the runtime is not the model's
         assert state.runtimes == {"pytorch_libtorch": runtime}
+        loads = loader.events.recent("load")
+        assert [(e.detail or {}).get("runtime_bytes") for e in loads] == [runtime, None, None, None]
         assert not [c for c in control.calls if c[0] == "delete"], control.calls
         assert sorted(state.models) == ["a", "b", "c", "d"]
         # one more does not fit: exactly one eviction, the least recently used
