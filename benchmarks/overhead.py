@@ -43,7 +43,8 @@ more per request; the A/A row shows how much of that figure is noise).
 
 Goal (issue 4): <= 1 ms added at p50, <= 3 ms at p99, throughput >= 0.9x direct.
 Run: ``.venv/bin/python benchmarks/overhead.py [--seconds 2] [--rounds 4]
-[--placements shared split] [--clients 1 16] [--models minilm tiny tiny-5ms]`` (about
+[--placements shared split] [--clients 1 16] [--models minilm tiny tiny-5ms]
+[--env SAGEMAKER_TRITON_LOG_VERBOSE=0]`` (about
 7 minutes; the first run builds MiniLM into the demo's folder, as ``make demo`` does).
 """
 
@@ -349,7 +350,7 @@ def run_rounds(arms: list[Arm], triton: list[int], body, headers, clients, secon
 class Setup:
     """The emulator (with its Triton) and the reference hops, as child processes."""
 
-    def __init__(self, work: Path, store: Path) -> None:
+    def __init__(self, work: Path, store: Path, env: list[str] | None = None) -> None:
         self.procs: list[subprocess.Popen] = []
         self.work = work
         port = pick_free_port()
@@ -357,6 +358,7 @@ class Setup:
         command = [sys.executable, "-m", "mmelocal", "serve", "--store", str(store)]
         command += ["--port", str(port), "--memory-budget", "8GiB"]
         command += ["--cache-dir", str(work / "cache")]
+        command += [f"--env={item}" for item in env or []]
         log = open(work / "serve.log", "wb")  # noqa: SIM115
         self.serve = self._spawn(command, stderr=log)
         self.proxies = {"emulator": self.serve.pid}
@@ -506,6 +508,13 @@ def main() -> int:
         help="minilm (the demo's model), tiny (0.5 ms), tiny-Nms (waits N ms per execution "
         "without CPU, as for a GPU kernel, with dynamic batching)",
     )
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        help="KEY=VALUE for mmelocal serve --env (repeatable), e.g. "
+        "SAGEMAKER_TRITON_LOG_VERBOSE=0 to measure what SageMaker's verbose default costs",
+    )
     parser.add_argument("--relay", type=int, nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.relay:
@@ -529,7 +538,7 @@ def main() -> int:
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
-    setup = Setup(work, store)
+    setup = Setup(work, store, args.env)
     # the tiny model in every placement, with the reference hops; the others shared
     blocks = [(m, p) for m in models for p in placements if m.label == "tiny" or p == "shared"]
     try:

@@ -183,7 +183,8 @@ class ServerDiedError(RuntimeLayerError):
 
 
 class ModelLoadError(RuntimeLayerError):
-    """Triton refused to load a model; ``triton_message`` is Triton's own text."""
+    """Triton refused to load a model; ``triton_message`` is Triton's own text,
+    ``status_code`` its HTTP status and ``log_path`` the server log that says more."""
 
     def __init__(
         self,
@@ -192,11 +193,13 @@ class ModelLoadError(RuntimeLayerError):
         model_name: str,
         triton_message: str = "",
         status_code: int | None = None,
+        log_path: Path | str | None = None,
     ) -> None:
         super().__init__(message)
         self.model_name = model_name
         self.triton_message = triton_message
         self.status_code = status_code
+        self.log_path = Path(log_path) if log_path is not None else None
 
 
 class UnsupportedModelError(ModelLoadError):

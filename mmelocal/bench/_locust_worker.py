@@ -27,8 +27,9 @@ from locust.env import Environment  # noqa: E402
 
 from mmelocal.bench.shape import LoadShape  # noqa: E402
 from mmelocal.bench.stepstats import summarize_step  # noqa: E402
+from mmelocal.runtime.sagemaker import TARGET_MODEL_HEADER  # noqa: E402
 
-TARGET_HEADER = "X-Amzn-SageMaker-Target-Model"
+TARGET_HEADER = TARGET_MODEL_HEADER
 
 
 class _Recorder:

@@ -15,8 +15,7 @@ With both, the count follows: ``floor((threshold x total - baseline - shared) / 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Protocol
+from mmelocal.runtime.memory import marginal_bytes
 
 FRAMEWORK_RUNTIMES = {
     "torchscript": "torch",
@@ -24,34 +23,6 @@ FRAMEWORK_RUNTIMES = {
     "tensorrt": "TensorRT",
     "python": "Python",
 }
-
-
-class TreeReading(Protocol):
-    """What a split needs of a reading (a probe's ``MemoryReading`` provides it)."""
-
-    server_pid: int | None
-    per_process_bytes: Mapping[int, int] | None
-
-
-def marginal_bytes(before: TreeReading | object, after: TreeReading | object) -> int | None:
-    """Own memory of what was loaded between ``before`` and ``after``.
-
-    The per-process memory of the processes new in ``after`` plus the change of the server
-    process's own; None when a reading has no per-process figures (a driver that does not
-    report them, a probe that has none) or the server changed (a restart).
-    """
-    old = getattr(before, "per_process_bytes", None)
-    new = getattr(after, "per_process_bytes", None)
-    server = getattr(after, "server_pid", None)
-    if (
-        old is None
-        or new is None
-        or server is None
-        or getattr(before, "server_pid", None) != server
-    ):
-        return None
-    started = sum(used for pid, used in new.items() if pid not in old and pid != server)
-    return started + new.get(server, 0) - old.get(server, 0)
 
 
 def runtime_name(model_format: str) -> str:

@@ -37,13 +37,14 @@ from urllib.parse import urlsplit
 from mmelocal.bench.loadtest_result import LoadProgress, LoadTestResult, summary_lines
 from mmelocal.bench.shape import LoadShape
 from mmelocal.errors import BenchError, UserInputError
+from mmelocal.runtime.sagemaker import TARGET_MODEL_HEADER
 
 logger = logging.getLogger(__name__)
 
 MODES = ("auto", "invocations", "triton-v2", "boto3")
 DEFAULT_ENDPOINT_NAME = "mmelocal"
 WORKER_MODULE = "mmelocal.bench._locust_worker"
-TARGET_HEADER = "X-Amzn-SageMaker-Target-Model"
+TARGET_HEADER = TARGET_MODEL_HEADER
 
 
 @dataclass(frozen=True, kw_only=True)

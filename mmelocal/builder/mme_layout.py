@@ -16,14 +16,17 @@ call :func:`read_layout`; no other module repeats these rules.
    differs between file systems, so it is an error naming the folders (rule ``ambiguous``).
    No folder at all: nothing to load (rule ``empty``).
 3. The served model is registered under the TargetModel, whatever its folder or its
-   config's ``name`` says (a config may omit ``name``). Steps keep their folder names,
-   which are global in one Triton process: two tarballs with a same-named step collide.
+   config's ``name`` says (a config may omit ``name``). Steps keep their folder names;
+   each tarball is registered as its own repository and SageMaker's entrypoint turns
+   model namespacing on, so two tarballs with a same-named step do not collide; without
+   namespacing (``SAGEMAKER_TRITON_DISABLE_MODEL_NAMESPACING=false``) they do.
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -69,7 +72,8 @@ class MmeLayout:
 
     @property
     def step_names(self) -> tuple[str, ...]:
-        """Names the steps are loaded under (their folder names; global in one Triton)."""
+        """Names the steps are loaded under (their folder names; each tarball's own under
+        model namespacing)."""
         return tuple(step.name for step in self.steps)
 
     def served_folder_name(self) -> str:
@@ -87,11 +91,14 @@ class MmeLayout:
         names = (self.served_folder_name(), *self.step_names)
         return tuple(zip(self.folders, names, strict=True))
 
-    def raise_for_errors(self, what: str) -> None:
-        """Raise :class:`ValidationError` naming ``what`` and every error finding."""
-        if self.ok:
+    def raise_for_errors(self, what: str, *, except_codes: Iterable[str] = ()) -> None:
+        """Raise :class:`ValidationError` naming ``what`` and every error finding (but those
+        with a code in ``except_codes``)."""
+        skip = set(except_codes)
+        errors = [f for f in self.errors if f.code not in skip]
+        if self.served_dir is not None and not errors:
             return
-        reasons = "; ".join(f.message for f in self.errors) or "no folder to serve"
+        reasons = "; ".join(f.message for f in errors) or "no folder to serve"
         raise ValidationError(f"{what}: {reasons}")
 
 
@@ -140,7 +147,8 @@ def read_layout(url: Path | str) -> MmeLayout:
                 code="layout.ensemble",
                 path=str(ensembles[0]),
                 message=f"ensemble {ensembles[0].name!r} is served; its steps load under their "
-                f"own names {[s.name for s in steps]} (global in one Triton)",
+                f"own names {[s.name for s in steps]} (the tarball's own under model "
+                "namespacing, SageMaker's default)",
                 severity="info",
             )
         )
@@ -237,7 +245,8 @@ def _ambiguous(root: Path, folders: list[Path], ensembles: list[Path]) -> Proble
 
 def step_collisions(layouts: dict[str, MmeLayout]) -> dict[str, list[str]]:
     """Step names that two or more tarballs (``{TargetModel: layout}``) both load, each
-    with the TargetModels that load it: on one instance the second load fails."""
+    with the TargetModels that load it: without model namespacing, on one instance the
+    second load fails."""
     owners: dict[str, list[str]] = {}
     for target, layout in layouts.items():
         for name in layout.step_names:

@@ -9,7 +9,10 @@ the batch dimension against ``max_batch_size`` (see :mod:`mmelocal.builder.compa
 and batching settings against ``max_batch_size``, and for tarballs the MME layout plus the
 safety checks of :func:`~mmelocal.builder.tarball.safe_extract`. Tarballs go through
 :func:`~mmelocal.builder.mme_layout.read_layout` (SageMaker's layout rules); a folder of
-tarballs (a store) is also checked for ensemble steps that two tarballs share.
+tarballs (a store) is also checked for ensemble steps that two tarballs share, when the
+endpoint runs Triton without model namespacing (SageMaker's entrypoint turns it on unless
+``SAGEMAKER_TRITON_DISABLE_MODEL_NAMESPACING=false``; with it, each tarball's steps are
+its own).
 """
 
 from __future__ import annotations
@@ -81,24 +84,34 @@ def validate_path(
     max_members: int = tarball.DEFAULT_MAX_MEMBERS,
     max_unpacked_bytes: int = tarball.DEFAULT_MAX_UNPACKED_BYTES,
     extract_to: Path | None = None,
+    model_namespacing: bool = True,
 ) -> ValidationReport:
     """Validate a repository, model folder, model.tar.gz or a store (a folder of tarballs);
     never raises for bad content.
 
     ``extract_to``: a ``model.tar.gz`` is extracted into this folder and left there (for a
     caller that goes on with the same files, such as ``check``), instead of a temporary one.
+
+    ``model_namespacing`` is whether the endpoint's Triton runs with it (SageMaker's
+    default); without it, a store's tarballs whose ensembles share a step name collide
+    and each shared name is a warning.
     """
     p = Path(path)
     report = ValidationReport(path=str(p))
     try:
-        _validate_any(p, report, max_members, max_unpacked_bytes, extract_to)
+        _validate_any(p, report, max_members, max_unpacked_bytes, extract_to, model_namespacing)
     except OSError as exc:
         report.add("path.unreadable", exc.filename or p, exc.strerror or str(exc))
     return report
 
 
 def _validate_any(
-    p: Path, report: ValidationReport, max_members: int, max_bytes: int, extract_to: Path | None
+    p: Path,
+    report: ValidationReport,
+    max_members: int,
+    max_bytes: int,
+    extract_to: Path | None,
+    namespacing: bool = True,
 ) -> None:
     if not p.exists():
         report.add("path.missing", p, "path does not exist")
@@ -118,7 +131,7 @@ def _validate_any(
         _validate_model(p, report, display=p)
     elif _looks_like_store(p):
         report.kind = "store"
-        _validate_store(p, report, max_members, max_bytes)
+        _validate_store(p, report, max_members, max_bytes, namespacing)
     else:
         report.kind = "repository"
         _validate_repository(p, report)
@@ -138,7 +151,7 @@ def _looks_like_store(p: Path) -> bool:
 
 
 def _validate_store(
-    store: Path, report: ValidationReport, max_members: int, max_bytes: int
+    store: Path, report: ValidationReport, max_members: int, max_bytes: int, namespacing: bool
 ) -> None:
     layouts: dict[str, MmeLayout] = {}
     for tar_path in sorted(store.rglob("*.tar.gz")):
@@ -146,12 +159,16 @@ def _validate_store(
         layout = _validate_tarball(tar_path, report, max_members, max_bytes, label=target)
         if layout is not None:
             layouts[target] = layout
+    if namespacing:
+        return  # each tarball's steps are its own (SageMaker's default)
     for name, targets in step_collisions(layouts).items():
         report.add(
             "store.step_collision",
             store,
-            f"ensemble step {name!r} is in {targets}: step names are global in one Triton, so "
-            "on an instance that has loaded one of them the others fail to load; rename the steps",
+            f"ensemble step {name!r} is in {targets}: without model namespacing "
+            "(SAGEMAKER_TRITON_DISABLE_MODEL_NAMESPACING=false) step names are global in one "
+            "Triton, so on an instance that has loaded one of them the others fail to load; "
+            "rename the steps or leave namespacing on",
             "warning",
         )
 

@@ -47,6 +47,19 @@ def size_option(ctx: click.Context, param: click.Parameter, value: str | None) -
         raise click.BadParameter(str(exc)) from None
 
 
+def env_option(
+    ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
+) -> dict[str, str]:
+    """Click callback: repeated ``--env KEY=VALUE`` as a dict (``serve`` and ``deploy``)."""
+    env = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="--env")
+        env[key] = value
+    return env
+
+
 def print_json(data: Any) -> None:
     """Write machine-readable output on stdout (no colours, no wrapping)."""
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")

@@ -8,21 +8,11 @@ from typing import Any
 
 import click
 
-from mmelocal.cli._output import console, err_console, print_json
+from mmelocal.cli._output import console, env_option, err_console, print_json
 from mmelocal.deploy.images import DEFAULT_TRITON_VERSION
 from mmelocal.deploy.plan import DEFAULT_INSTANCE_TYPE
 from mmelocal.deploy.smoke import DEFAULT_ATOL, DEFAULT_MODELS, DEFAULT_RTOL
 from mmelocal.units import mib
-
-
-def _env_pairs(values: tuple[str, ...]) -> dict[str, str]:
-    env = {}
-    for item in values:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="--env")
-        env[key] = value
-    return env
 
 
 @click.command()
@@ -52,7 +42,14 @@ def _env_pairs(values: tuple[str, ...]) -> dict[str, str]:
 )
 @click.option("--image", default=None, help="Container image URI (overrides the Triton table).")
 @click.option("--triton-version", default=DEFAULT_TRITON_VERSION, show_default=True)
-@click.option("--env", "env", multiple=True, help="KEY=VALUE for the container (repeatable).")
+@click.option(
+    "--env",
+    "env",
+    multiple=True,
+    callback=env_option,
+    help="KEY=VALUE for the container (repeatable); SAGEMAKER_TRITON_* keys are checked as "
+    "SageMaker's Triton entrypoint reads them.",
+)
 @click.option("--region", default=None, help="AWS region (default: your profile's).")
 @click.option(
     "--capacity",
@@ -79,7 +76,7 @@ def deploy(
     target_gpu_utilization: float,
     image: str | None,
     triton_version: str,
-    env: tuple[str, ...],
+    env: dict[str, str],
     region: str | None,
     capacity: Path | None,
     hot_models: int | None,
@@ -110,7 +107,7 @@ def deploy(
         target_gpu_utilization=target_gpu_utilization,
         image=image,
         triton_version=triton_version,
-        environment=_env_pairs(env),
+        environment=env,
         wait=not no_wait,
     )
     clients = connect(region)

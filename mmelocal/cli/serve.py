@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from mmelocal.cli._output import console, size_option
+from mmelocal.cli._output import console, env_option, size_option
 from mmelocal.runtime.launchers import LAUNCHERS
 
 
@@ -104,6 +104,14 @@ from mmelocal.runtime.launchers import LAUNCHERS
     show_default=True,
     help="Seconds a keep-alive connection may sit idle before it is closed.",
 )
+@click.option(
+    "--env",
+    "env",
+    multiple=True,
+    callback=env_option,
+    help="KEY=VALUE of the model's Environment, as for deploy --env (repeatable): "
+    "SAGEMAKER_TRITON_* keys give tritonserver the flags SageMaker's entrypoint would.",
+)
 def serve(
     store: str,
     host: str,
@@ -124,6 +132,7 @@ def serve(
     header_timeout: float,
     body_timeout: float,
     idle_timeout: float,
+    env: dict[str, str],
 ) -> None:
     """Run the MME emulator: boto3 InvokeEndpoint and KServe v2 on one port."""
     from mmelocal.emulator.fastpath import HttpTimeouts
@@ -145,6 +154,7 @@ def serve(
         load_wait_timeout_s=load_wait,
         s3_endpoint_url=s3_endpoint_url,
         max_payload_bytes=max_payload,
+        sagemaker_env=env,
     )
     emulator = Emulator(config)
     root = logging.getLogger("mmelocal")

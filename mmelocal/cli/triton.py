@@ -29,7 +29,12 @@ def triton() -> None:
 @click.option("--sagemaker/--no-sagemaker", default=False, help="Turn on the SageMaker front end.")
 @click.option("--sagemaker-port", type=click.IntRange(0, 65535), default=0, help="0 = free.")
 @click.option("--load", "load_models", multiple=True, help="Model to load at start (repeatable).")
-@click.option("--log-verbose", type=click.IntRange(min=0), default=0, help="Triton log level.")
+@click.option(
+    "--log-verbose",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Triton log level (default 0; with --sagemaker the entrypoint's, verbose).",
+)
 @click.option("--tritonserver", type=click.Path(path_type=Path), help="tritonserver binary.")
 @click.option("--json", "as_json", is_flag=True, help="Print the server's record as JSON.")
 def start(
@@ -41,7 +46,7 @@ def start(
     sagemaker: bool,
     sagemaker_port: int,
     load_models: tuple[str, ...],
-    log_verbose: int,
+    log_verbose: int | None,
     tritonserver: Path | None,
     as_json: bool,
 ) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from mmelocal.builder.tarball import DEFAULT_MAX_MEMBERS, DEFAULT_MAX_UNPACKED_BYTES
+from mmelocal.cli._output import env_option
 
 _STYLE = {"error": "bold red", "warning": "yellow", "info": "dim"}
 
@@ -28,15 +29,35 @@ _STYLE = {"error": "bold red", "warning": "yellow", "info": "dim"}
     show_default=True,
     help="Refuse tarballs that unpack to more bytes.",
 )
-def validate(path: Path, as_json: bool, max_members: int, max_unpacked_bytes: int) -> None:
-    """Validate PATH (a model repository, a model folder or a model.tar.gz).
+@click.option(
+    "--env",
+    "env",
+    multiple=True,
+    callback=env_option,
+    help="KEY=VALUE of the endpoint's Environment, as for serve/deploy --env (repeatable); "
+    "SAGEMAKER_TRITON_DISABLE_MODEL_NAMESPACING=false makes shared step names collide.",
+)
+def validate(
+    path: Path, as_json: bool, max_members: int, max_unpacked_bytes: int, env: dict[str, str]
+) -> None:
+    """Validate PATH (a model repository, a model folder, a model.tar.gz or a folder of them).
 
     Exits 0 only when no error is found (warnings are allowed).
     """
+    import logging
+
     from mmelocal.builder.validate import validate_path
     from mmelocal.cli._output import console, print_json
+    from mmelocal.runtime.entrypoint import check_sagemaker_env, model_namespacing
 
-    report = validate_path(path, max_members=max_members, max_unpacked_bytes=max_unpacked_bytes)
+    for warning in check_sagemaker_env(env):
+        logging.getLogger("mmelocal.cli").warning("%s", warning)
+    report = validate_path(
+        path,
+        max_members=max_members,
+        max_unpacked_bytes=max_unpacked_bytes,
+        model_namespacing=model_namespacing(env),
+    )
     if as_json:
         print_json(report.to_dict())
     else:

@@ -7,6 +7,7 @@ idempotent, so a deploy that was interrupted is resumed by running it again.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -14,7 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from mmelocal.deploy.images import DEFAULT_TRITON_VERSION
-from mmelocal.errors import DeployError
+from mmelocal.errors import DeployError, UserInputError
+from mmelocal.runtime.entrypoint import check_sagemaker_env
+
+logger = logging.getLogger(__name__)
 
 #: the tag that marks what mmelocal created; its value is the endpoint name
 TAG_KEY = "mmelocal:endpoint"
@@ -98,6 +102,12 @@ class DeployOptions:
         for key in self.environment:
             if not _ENV_KEY.match(key):
                 raise DeployError(f"environment variable name {key!r} is not valid (--env K=V)")
+        try:  # the same check as serve --env: what SageMaker's entrypoint makes of them
+            warnings = check_sagemaker_env(self.environment)
+        except UserInputError as exc:
+            raise DeployError(str(exc)) from None
+        for warning in warnings:
+            logger.warning("%s", warning)
         if self.poll_s <= 0 or self.timeout_s <= 0:
             raise DeployError("poll_s and timeout_s must be > 0")
 

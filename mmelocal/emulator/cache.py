@@ -43,13 +43,23 @@ from pathlib import Path
 from mmelocal.builder.mme_layout import MmeLayout, read_layout
 from mmelocal.emulator.lru import ArtifactUsage, plan_disk_eviction
 from mmelocal.emulator.store import ModelStore, validate_target
-from mmelocal.errors import EmulatorError, UnsafeArchiveError, UserInputError, ValidationError
+from mmelocal.errors import (
+    ConfigError,
+    EmulatorError,
+    UnsafeArchiveError,
+    UserInputError,
+    ValidationError,
+)
 
 logger = logging.getLogger(__name__)
 
 #: seconds an artifact :meth:`ArtifactCache.ensure` returned is kept for its caller to
 #: pin it (a load may wait behind others for minutes); then it is fair game again
 CLAIM_S = 900.0
+
+#: layout findings the platform does not judge before the load: the container refuses
+#: such a model itself (an ensemble config.pbtxt that does not parse)
+TRITON_JUDGES = frozenset({"config.invalid"})
 
 Prepare = Callable[[MmeLayout, Path], "Path | None"]
 """``prepare(layout, out_dir)``: write the folders of ``layout`` Triton can run into
@@ -71,7 +81,8 @@ class CachedArtifact:
     claimed_until_s: float = 0.0
     """:meth:`ArtifactCache.ensure` handed it out: kept until pinned, or until then."""
     steps: tuple[str, ...] = ()
-    """Ensemble steps the load adds under their own names (global in one Triton)."""
+    """Ensemble steps the load adds under their own names (global in one Triton only
+    without model namespacing)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -406,9 +417,16 @@ def _serve_folder(
     Triton's root rule only works under ``/opt/ml/models/<hash>/model``, so a root-layout
     model is re-homed as ``served/model/`` (the folder name SageMaker's Triton uses)."""
     layout = read_layout(staging / "model")
-    layout.raise_for_errors(f"TargetModel {target!r}")
-    if prepare is not None and prepare(layout, staging / "served") is not None:
-        return "served", layout.step_names
+    layout.raise_for_errors(f"TargetModel {target!r}", except_codes=TRITON_JUDGES)
+    if prepare is not None and layout.ok:
+        try:
+            if prepare(layout, staging / "served") is not None:
+                return "served", layout.step_names
+        except ConfigError as exc:
+            # a config.pbtxt that does not parse (or names no backend) is the container's
+            # to refuse: Triton answers the load 400, the caller a ModelError with its text
+            logger.info("TargetModel %r: handing the original to Triton (%s)", target, exc)
+            shutil.rmtree(staging / "served", ignore_errors=True)
     if layout.rule == "root":
         (staging / "served").mkdir()
         os.rename(staging / "model", staging / "served" / layout.served_folder_name())

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from mmelocal.emulator.instance import InstanceOptions
 from mmelocal.errors import UserInputError
+from mmelocal.runtime.entrypoint import check_sagemaker_env
 from mmelocal.runtime.launchers import LAUNCHERS, check_launcher_kind
 from mmelocal.units import GiB
+
+logger = logging.getLogger(__name__)
 
 #: InvokeEndpoint's body limit: ``BodyBlob`` ``"max": 6291456`` in botocore's model
 #: (botocore/data/sagemaker-runtime/2017-05-13/service-2.json; botocore does not enforce it
@@ -37,9 +41,13 @@ class EmulatorConfig:
     the cache folder at the same path).
 
     ``gpu_memory_bytes`` caps each GPU's memory for the budget (an instance type's card on
-    a bigger GPU); it has no effect without a GPU. ``sagemaker_env`` is the SageMaker
-    model's ``Environment`` (``SAGEMAKER_TRITON_*``), which configures Triton as the image's
-    entrypoint does.
+    a bigger GPU); it has no effect without a GPU.
+
+    ``sagemaker_env`` is the model's ``Environment`` on SageMaker (the keys of ``deploy
+    --env``): the ``SAGEMAKER_TRITON_*`` variables from which SageMaker's entrypoint builds
+    tritonserver's flags (:mod:`mmelocal.runtime.entrypoint`), checked the same way: a value
+    tritonserver would refuse fails here, an unknown ``SAGEMAKER_TRITON_*`` key is a
+    warning. Every variable also reaches the server's environment, as on the platform.
     """
 
     store: str
@@ -66,6 +74,15 @@ class EmulatorConfig:
 
     def __post_init__(self) -> None:
         check_launcher_kind(self.launcher)
+        object.__setattr__(self, "sagemaker_env", dict(self.sagemaker_env))
+        for warning in check_sagemaker_env(self.sagemaker_env):
+            logger.warning("%s", warning)
+        if self.sagemaker_env and self.launcher == "external":
+            logger.warning(
+                "launcher 'external': the running servers keep the flags they were started "
+                "with; sagemaker_env does not change them (start them with "
+                "mmelocal.runtime.entrypoint.entrypoint_args for the same environment)"
+            )
         if self.instances is not None and self.instances < 1:
             raise UserInputError(f"instances must be >= 1, got {self.instances}")
         if self.memory_budget_bytes is not None and self.memory_budget_bytes <= 0:

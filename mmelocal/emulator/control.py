@@ -87,6 +87,7 @@ class SageMakerControl:
                 f"{self.options.load_timeout_s:g}s (a stub that cannot start hangs the load; "
                 f"see {self.log_path()})",
                 model_name=entry.target,
+                log_path=self.log_path(),
             ) from exc
         except UpstreamError as exc:
             raise self.connection_error(exc) from exc

@@ -16,11 +16,12 @@ from mmelocal.emulator.cache import ArtifactCache
 from mmelocal.emulator.control import SageMakerControl
 from mmelocal.emulator.events import EventLog
 from mmelocal.emulator.gauge import MemoryGauge
-from mmelocal.emulator.lru import plan_eviction
+from mmelocal.emulator.lru import eviction_order, plan_eviction
 from mmelocal.emulator.metrics import Metrics
 from mmelocal.emulator.model_state import READY, UNLOADING, LoadedSet, ModelEntry, quiet_future
 from mmelocal.emulator.probes import MemoryReading
 from mmelocal.errors import OutOfMemoryError
+from mmelocal.runtime.memory import marginal_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +53,7 @@ class Evictor:
         busy_deadline = time.monotonic() + self.state.options.busy_wait_s
         while True:
             reading = await self.gauge.read()
-            others = [e.usage() for e in self.state.models.values() if e.target != exclude]
+            others = self.state.usages(exclude=exclude)
             plan = plan_eviction(
                 others,
                 used_bytes=reading.used_bytes,
@@ -76,6 +77,12 @@ class Evictor:
                     f"every loaded model stayed busy for {self.state.options.busy_wait_s:g}s"
                 )
             await asyncio.sleep(0.01)
+
+    def lru_victim(self, *, exclude: str) -> ModelEntry | None:
+        """The least recently used idle model but ``exclude`` (None when every other one is
+        busy): the one more to evict after Triton's 507."""
+        order = eviction_order(self.state.usages(), exclude=[exclude])
+        return self.state.models[order[0].name] if order else None
 
     async def unload(self, entry: ModelEntry, *, kind: str, reason: str) -> None:
         """Unload one idle model; return once the probe shows its memory released.
@@ -129,8 +136,12 @@ class Evictor:
             self.cache.unpin(entry.target)
         seconds = time.perf_counter() - t0
         freed = before.used_bytes - after.used_bytes
-        if freed > 0:
-            self.state.footprints[entry.target] = max(freed, entry.footprint_bytes or 0)
+        # its own memory: what its processes held (the runtime may leave with the last one)
+        own = marginal_bytes(after, before)
+        if own is None or own <= 0:
+            own = freed if not self.state.runtimes.get(entry.framework) else 0
+        if own > 0:
+            self.state.footprints[entry.target] = max(own, entry.footprint_bytes or 0)
         self.metrics.observe("ModelUnloadingTime", seconds * 1e6)
         self.metrics.inc("ModelUnloads")
         if kind == "evict":

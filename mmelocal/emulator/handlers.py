@@ -7,10 +7,8 @@ an :class:`Answer` (status, headers, body). The routes (:mod:`.routes`) and the 
 answered alike, byte for byte.
 
 Errors are shaped as botocore's rest-json parser expects: JSON ``{"__type", "message"}``
-plus the ``x-amzn-ErrorType`` header; 400 ``ValidationError``, 424 ``ModelError`` (with
-``OriginalStatusCode``/``OriginalMessage``), 429 ``ModelNotReadyException``, 503
-``ServiceUnavailable`` (retryable), 507 when nothing is left to evict, 500
-``InternalFailure``.
+plus the ``x-amzn-ErrorType`` header. Which exception becomes which status, error type and
+extra fields is :data:`SAGEMAKER_ERRORS`, one table (adding an error code is one entry).
 """
 
 from __future__ import annotations
@@ -21,6 +19,8 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import NamedTuple
 
 from mmelocal.emulator.instance import InstanceUnavailableError, ModelNotReadyError
@@ -32,10 +32,11 @@ from mmelocal.errors import (
     UserInputError,
     ValidationError,
 )
+from mmelocal.runtime.sagemaker import TARGET_MODEL_HEADER
 
 logger = logging.getLogger(__name__)
 
-TARGET_HEADER = "X-Amzn-SageMaker-Target-Model"
+TARGET_HEADER = TARGET_MODEL_HEADER
 CUSTOM_ATTRIBUTES = "X-Amzn-SageMaker-Custom-Attributes"
 VARIANT_HEADER = "x-Amzn-Invoked-Production-Variant"
 SAGEMAKER_BINARY = "application/vnd.sagemaker-triton.binary+json;json-header-size="
@@ -74,20 +75,97 @@ class Answer(NamedTuple):
     body: bytes
 
 
+@dataclass(frozen=True, kw_only=True)
+class SageMakerError:
+    """How one kind of failure reaches the caller.
+
+    ``status`` and ``error_type`` are InvokeEndpoint's (botocore's sagemaker-runtime model
+    gives each error shape its ``httpStatusCode``); ``v2_status`` is the status on the
+    KServe v2 routes, where tritonclient has no ModelNotReadyException (a retryable 503
+    instead of 429); ``model_error`` adds ModelError's ``OriginalStatusCode``,
+    ``OriginalMessage`` and ``LogStreamArn``; ``source`` is where the platform's status
+    comes from (docs/errors.md lists them).
+    """
+
+    status: int
+    error_type: str
+    v2_status: int = 0
+    model_error: bool = False
+    source: str = ""
+
+    @property
+    def v2(self) -> int:
+        """The status on the v2 routes."""
+        return self.v2_status or self.status
+
+
+#: Exception class -> the caller's error, first match wins (subclasses before bases).
+SAGEMAKER_ERRORS: tuple[tuple[tuple[type[BaseException], ...], SageMakerError], ...] = (
+    (
+        (ModelNotReadyError,),
+        SageMakerError(
+            status=429,
+            error_type="ModelNotReadyException",
+            v2_status=503,
+            source="botocore ModelNotReadyException (429); the MME guide: a load past 60 s",
+        ),
+    ),
+    (
+        (InstanceUnavailableError,),
+        SageMakerError(
+            status=503, error_type="ServiceUnavailable", source="botocore ServiceUnavailable"
+        ),
+    ),
+    (
+        (OutOfMemoryError,),
+        SageMakerError(
+            status=507,
+            error_type="InsufficientMemory",
+            source="the emulator's (the container's 507 makes SageMaker evict; the caller's "
+            "answer when nothing is left to evict is not documented)",
+        ),
+    ),
+    (
+        (ModelLoadError,),
+        SageMakerError(
+            status=424,
+            error_type="ModelError",
+            model_error=True,
+            source="botocore ModelError (424): the container answered 4xx/5xx (Triton's "
+            "SageMaker front end answers a failed load 400)",
+        ),
+    ),
+    (
+        (UserInputError, ModelNotFoundError, ValidationError),
+        SageMakerError(status=400, error_type="ValidationError", source="botocore ValidationError"),
+    ),
+)
+INTERNAL_FAILURE = SageMakerError(
+    status=500, error_type="InternalFailure", source="botocore InternalFailure"
+)
+#: a ModelError's OriginalStatusCode when the emulator refused the load itself: Triton's
+#: SageMaker front end answers any load error but out-of-memory with 400
+LOAD_ERROR_STATUS = 400
+
+
+def error_kind(exc: BaseException) -> SageMakerError:
+    """The entry of :data:`SAGEMAKER_ERRORS` for ``exc`` (InternalFailure when none)."""
+    for classes, kind in SAGEMAKER_ERRORS:
+        if isinstance(exc, classes):
+            return kind
+    return INTERNAL_FAILURE
+
+
 def error_for(exc: BaseException) -> tuple[int, str, str]:
     """(HTTP status, SageMaker error type, message) for an exception from the platform."""
-    message = str(exc) or type(exc).__name__
-    if isinstance(exc, ModelNotReadyError):
-        return 429, "ModelNotReadyException", message
-    if isinstance(exc, InstanceUnavailableError):
-        return 503, "ServiceUnavailable", message
-    if isinstance(exc, OutOfMemoryError):
-        return 507, "InsufficientMemory", message
-    if isinstance(exc, ModelLoadError):
-        return 424, "ModelError", message
-    if isinstance(exc, (UserInputError, ModelNotFoundError, ValidationError)):
-        return 400, "ValidationError", message
-    return 500, "InternalFailure", message
+    kind = error_kind(exc)
+    return kind.status, kind.error_type, str(exc) or type(exc).__name__
+
+
+def log_stream_arn(log_path: Path | None, instance: int = 0) -> str:
+    """Where to read what the model said: the Triton log (SageMaker names its CloudWatch
+    log stream here)."""
+    return f"local:{log_path}" if log_path is not None else f"local:triton-{instance}"
 
 
 def sagemaker_error(status: int, error_type: str, message: str, **extra: object) -> Answer:
@@ -167,16 +245,18 @@ async def _invocation(
 
 def invocation_error(exc: BaseException, target: str) -> Answer:
     """The InvokeEndpoint answer for an exception from the platform."""
-    status, kind, message = error_for(exc)
-    if status == 500:
+    kind = error_kind(exc)
+    message = str(exc) or type(exc).__name__
+    if kind is INTERNAL_FAILURE:
         logger.error("invocation of %r failed", target, exc_info=exc)
     extra: dict[str, object] = {}
-    if isinstance(exc, ModelLoadError):
+    if kind.model_error:
         extra = {
-            "OriginalStatusCode": exc.status_code or 500,
-            "OriginalMessage": exc.triton_message or message,
+            "OriginalStatusCode": getattr(exc, "status_code", None) or LOAD_ERROR_STATUS,
+            "OriginalMessage": getattr(exc, "triton_message", "") or message,
+            "LogStreamArn": log_stream_arn(getattr(exc, "log_path", None)),
         }
-    return sagemaker_error(status, kind, message, **extra)
+    return sagemaker_error(kind.status, kind.error_type, message, **extra)
 
 
 def invocation_answer(emulator: Emulator, target: str, result: InvokeResult) -> Answer:
@@ -195,7 +275,9 @@ def invocation_answer(emulator: Emulator, target: str, result: InvokeResult) -> 
             message,
             OriginalStatusCode=result.status,
             OriginalMessage=original,
-            LogStreamArn=_log_stream(emulator, result.instance),
+            LogStreamArn=log_stream_arn(
+                emulator.instances[result.instance].launcher.log_path, result.instance
+            ),
         )
     headers = [
         ("Content-Type", result.headers.get("content-type", JSON_TYPE)),
@@ -207,13 +289,6 @@ def invocation_answer(emulator: Emulator, target: str, result: InvokeResult) -> 
     if custom is not None:
         headers.append((CUSTOM_ATTRIBUTES, custom))
     return Answer(200, headers, result.body)
-
-
-def _log_stream(emulator: Emulator, instance: int) -> str:
-    """Where to read what the model said: the instance's Triton log (SageMaker names its
-    CloudWatch log stream here)."""
-    log_path = emulator.instances[instance].launcher.log_path
-    return f"local:{log_path}" if log_path is not None else f"local:triton-{instance}"
 
 
 async def handle_v2_infer(
@@ -248,10 +323,14 @@ def v2_answer(result: InvokeResult) -> Answer:
 
 def v2_infer_error(exc: BaseException, target: str) -> Answer:
     """The v2 infer answer (Triton's error shape) for an exception from the platform."""
-    status, _kind, message = error_for(exc)
-    if status == 500:
+    if error_kind(exc) is INTERNAL_FAILURE:
         logger.error("v2 infer for %r failed", target, exc_info=exc)
-    return v2_error(status if status != 429 else 503, message)
+    return v2_exception(exc)
+
+
+def v2_exception(exc: BaseException) -> Answer:
+    """The v2 answer (Triton's error shape, :attr:`SageMakerError.v2` status) for ``exc``."""
+    return v2_error(error_kind(exc).v2, str(exc) or type(exc).__name__)
 
 
 V2_ACTIONS = ("infer", "ready", "config", "stats")
@@ -275,18 +354,24 @@ def parse_v2_path(tail: str) -> tuple[str, str | None, str]:
 __all__ = [
     "CACHE_HEADER",
     "FORWARDED_HEADERS",
+    "INTERNAL_FAILURE",
     "MAX_BODY_BYTES",
+    "SAGEMAKER_ERRORS",
     "Answer",
+    "SageMakerError",
     "body_limit_bytes",
     "error_for",
+    "error_kind",
     "forward_headers",
     "handle_invocation",
     "handle_v2_infer",
     "invocation_answer",
     "invocation_error",
+    "log_stream_arn",
     "parse_v2_path",
     "sagemaker_error",
     "v2_answer",
     "v2_error",
+    "v2_exception",
     "v2_infer_error",
 ]

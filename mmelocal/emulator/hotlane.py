@@ -33,7 +33,7 @@ from mmelocal.emulator.handlers import (
     v2_infer_error,
 )
 from mmelocal.emulator.instance import TritonInstance
-from mmelocal.emulator.platform import Emulator, InvokeResult
+from mmelocal.emulator.platform import RECOVERABLE_STATUSES, Emulator, InvokeResult
 from mmelocal.emulator.upstream import (
     Reply,
     UpstreamConnection,
@@ -204,7 +204,7 @@ class _Call:
         inst.upstream.give_back(self.conn)
         if isinstance(error, UpstreamTimeoutError):
             status, headers, data = late_reply(inst.options.invoke_timeout_s)
-        elif error is not None or reply is None or reply[0] in (404, 507):
+        elif error is not None or reply is None or reply[0] in RECOVERABLE_STATUSES:
             # a broken connection, a model Triton lost, or no memory: the coroutine path
             # recovers (new connection or 503, reload, evict and retry)
             self.emulator.metrics.counters["HotLaneFallbacks"] += 1

@@ -16,7 +16,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from mmelocal.emulator.cache import ArtifactCache, Prepare, target_key
@@ -64,6 +66,7 @@ class TritonInstance:
         events: EventLog,
         options: InstanceOptions | None = None,
         prepare: Prepare | None = None,
+        url_for: Callable[[Path], str] = str,
     ) -> None:
         self.index = index
         self.launcher = launcher
@@ -86,7 +89,7 @@ class TritonInstance:
             metrics=metrics,
             events=events,
         )
-        self.loader = Loader(evictor=self.evictor, prepare=prepare)
+        self.loader = Loader(evictor=self.evictor, prepare=prepare, url_for=url_for)
         # start/stop from one long-lived thread (the launcher ties the server's life to it)
         self._process_thread = ThreadPoolExecutor(1, thread_name_prefix=f"triton-{index}")
 

@@ -10,6 +10,7 @@ at a time per instance (``LoadedSet.load_lock``), so the readings measure that l
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,15 +25,25 @@ from mmelocal.emulator.model_state import (
     ModelEntry,
     quiet_future,
 )
+from mmelocal.emulator.probes import MemoryReading
 from mmelocal.errors import ModelLoadError, OutOfMemoryError
+from mmelocal.runtime.memory import marginal_bytes
 
 
 class Loader:
     """Loads on one instance; concurrent callers of one target share its load."""
 
-    def __init__(self, *, evictor: Evictor, prepare: Prepare | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        evictor: Evictor,
+        prepare: Prepare | None = None,
+        url_for: Callable[[Path], str] = str,
+    ) -> None:
         """Loads share the evictor's parts: the loaded set, the front end's control calls,
-        the memory gauge, the artifact cache, metrics and events."""
+        the memory gauge, the artifact cache, metrics and events. ``prepare`` derives what
+        this server cannot serve as it is; ``url_for`` is an artifact folder as the server
+        sees it (a container mounts the cache elsewhere)."""
         self.evictor = evictor
         self.state = evictor.state
         self.control = evictor.control
@@ -40,10 +51,8 @@ class Loader:
         self.cache = evictor.cache
         self.metrics = evictor.metrics
         self.events = evictor.events
-        #: derives what this server cannot serve as it is (set by the platform)
         self.prepare = prepare
-        #: the artifact folder as the server sees it (a container mounts the cache elsewhere)
-        self.url_for: Callable[[Path], str] = str
+        self.url_for = url_for
 
     def new_entry(self, target: str) -> ModelEntry:
         """A new entry for ``target``, loading, in the loaded set (start it with :meth:`load`)."""
@@ -63,6 +72,8 @@ class Loader:
         try:
             await self._load_inner(entry)
         except BaseException as exc:
+            if isinstance(exc, ModelLoadError) and exc.log_path is None:
+                exc.log_path = self.control.log_path()  # every ModelError names the log
             if self.state.models.get(entry.target) is entry:
                 del self.state.models[entry.target]
             if not entry.future.done():
@@ -95,6 +106,7 @@ class Loader:
                     "compressed_bytes": float(fetch.compressed_bytes),
                 },
             )
+        entry.framework = framework_of(fetch.artifact.serve_dir)
         async with self.state.load_lock:
             if not self.state.up:
                 raise InstanceUnavailableError(f"instance {self.state.index} is restarting; retry")
@@ -108,11 +120,15 @@ class Loader:
         entry.loaded_at_s = time.monotonic()
 
     def _need_bytes(self, entry: ModelEntry) -> int:
+        """What the load will add: the model's own footprint (measured before, else the
+        mean of those known), plus its framework's runtime when no loaded model holds it."""
+        runtime = self.state.runtime_need_bytes(entry.framework, besides=entry.target)
         if entry.footprint_bytes:
-            return entry.footprint_bytes
+            return entry.footprint_bytes + runtime
         if self.state.footprints:
-            return int(sum(self.state.footprints.values()) / len(self.state.footprints))
-        return estimate_footprint(e.usage() for e in self.state.models.values())
+            mean = int(sum(self.state.footprints.values()) / len(self.state.footprints))
+            return mean + runtime
+        return estimate_footprint(e.usage() for e in self.state.models.values()) + runtime
 
     async def _load_locked(self, entry: ModelEntry, url_dir: str) -> None:
         pending = self.state.deletes.get(entry.target)
@@ -131,11 +147,10 @@ class Loader:
                 break
             if status == 507 and attempts < self.state.options.oom_retries:
                 attempts += 1
-                victims = [e for e in self.state.loaded() if self.state.models[e].usage().evictable]
-                victims = [v for v in victims if v != entry.target]
-                if victims:
+                victim = self.evictor.lru_victim(exclude=entry.target)
+                if victim is not None:
                     await self.evictor.unload(
-                        self.state.models[victims[0]],
+                        victim,
                         kind="evict",
                         reason=f"Triton answered 507 loading {entry.target}: {text[:200]}",
                     )
@@ -155,32 +170,51 @@ class Loader:
                 model_name=entry.target,
                 triton_message=text,
                 status_code=status,
+                log_path=self.control.log_path(),
             )
         after = await self.gauge.read()
-        grown = after.used_bytes - before.used_bytes
-        if grown > 0:
-            entry.footprint_bytes = max(grown, entry.footprint_bytes or 0)
-            self.state.footprints[entry.target] = entry.footprint_bytes
+        runtime = self._record_footprint(entry, before, after)
         self.metrics.observe("ModelLoadingTime", seconds * 1e6)
         self.metrics.inc("ModelLoads")
         self.events.add(
             "load",
             entry.target,
             instance=self.state.index,
-            reason=f"cold call ({len(self.state.models)} model(s) here)",
+            reason=f"cold call ({len(self.state.models)} model(s) here)"
+            + (f"; it brought the {entry.framework} runtime: {runtime:,} bytes" if runtime else ""),
             bytes=entry.footprint_bytes,
             duration_ms=seconds * 1e3,
             memory_used_bytes=after.used_bytes,
+            detail={"runtime_bytes": float(runtime)} if runtime else None,
         )
         if after.used_bytes > self.gauge.limit_bytes:
             await self.evictor.make_room(
                 0, exclude=entry.target, why=f"over the limit after {entry.target}", strict=False
             )
 
+    def _record_footprint(
+        self, entry: ModelEntry, before: MemoryReading, after: MemoryReading
+    ) -> int:
+        """Split the load's growth into the model's own memory (what its processes hold:
+        kept as its footprint) and, for the first model of a framework, the shared runtime
+        it brought (kept per framework, reserved once; returned, 0 when none)."""
+        grown = after.used_bytes - before.used_bytes
+        own = marginal_bytes(before, after)
+        first = not self.state.framework_loaded(entry.framework, besides=entry.target)
+        runtime = 0
+        if own is None or own <= 0 or own > grown:
+            own = grown  # no per-process figures: the whole growth is the model's
+        elif entry.framework and first and grown > own:
+            runtime = self.state.runtimes[entry.framework] = grown - own
+        if own > 0:
+            entry.footprint_bytes = max(own, entry.footprint_bytes or 0)
+            self.state.footprints[entry.target] = entry.footprint_bytes
+        return runtime
+
     def _step_collision(self, target: str) -> str:
         """Which loaded TargetModels already hold ``target``'s ensemble steps ('' if none)."""
         mine = self.cache.lookup(target)
-        if mine is None or not mine.steps:
+        if self.state.options.model_namespacing or mine is None or not mine.steps:
             return ""
         clashes = []
         for other in self.state.loaded():
@@ -190,9 +224,33 @@ class Loader:
         if not clashes:
             return ""
         return (
-            f"; {'; '.join(clashes)}: ensemble step names are global in one Triton (on "
-            "SageMaker too), rename the steps so every tarball's are unique"
+            f"; {'; '.join(clashes)}: without model namespacing "
+            "(SAGEMAKER_TRITON_DISABLE_MODEL_NAMESPACING=false) ensemble step names are global "
+            "in one Triton, on SageMaker too: rename the steps or leave namespacing on"
         )
 
 
-__all__ = ["Loader"]
+_PLATFORM = re.compile(r'^\s*(platform|backend)\s*:\s*"([^"]+)"', re.MULTILINE)
+_SOURCE = re.compile(r'mmelocal_source_platform"\s*value\s*\{\s*string_value\s*:\s*"([^"]+)"')
+
+
+def framework_of(serve_dir: Path) -> str:
+    """The runtimes a load of ``serve_dir`` needs, e.g. ``pytorch_libtorch`` or
+    ``onnxruntime_onnx+python`` ("" when no config says): the platform or backend of each
+    model folder's config.pbtxt (a derived Python copy counts as its source's)."""
+    found: set[str] = set()
+    configs = [serve_dir / "config.pbtxt", *serve_dir.glob("*/config.pbtxt")]
+    for config in configs:
+        try:
+            text = config.read_text(errors="replace")
+        except OSError:
+            continue
+        source = _SOURCE.search(text)
+        if source is not None:
+            found.add(source.group(1))
+            continue
+        found.update(m.group(2) for m in _PLATFORM.finditer(text) if m.group(2) != "ensemble")
+    return "+".join(sorted(found))
+
+
+__all__ = ["Loader", "framework_of"]

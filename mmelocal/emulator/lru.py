@@ -19,8 +19,10 @@ from mmelocal.units import mib
 class ModelUsage:
     """One loaded (or loading) model as the policy sees it.
 
-    ``footprint_bytes`` is the memory its load was measured to take (None = unknown);
-    ``pinned`` covers in-flight requests, waiting callers and loads in progress.
+    ``footprint_bytes`` is the model's own memory, as its load measured it (None =
+    unknown); ``runtime_bytes`` the framework's shared runtime that leaves with it (it is
+    the last loaded model of its framework; 0 otherwise); ``pinned`` covers in-flight
+    requests, waiting callers and loads in progress.
     """
 
     name: str
@@ -28,6 +30,7 @@ class ModelUsage:
     footprint_bytes: int | None = None
     in_flight: int = 0
     pinned: bool = False
+    runtime_bytes: int = 0
 
     def __post_init__(self) -> None:
         if self.in_flight < 0:
@@ -58,6 +61,18 @@ def estimate_footprint(models: Iterable[ModelUsage], default_bytes: int = 0) -> 
     return int(sum(known) / len(known)) if known else default_bytes
 
 
+def eviction_order(
+    models: Iterable[ModelUsage], *, exclude: Iterable[str] = ()
+) -> list[ModelUsage]:
+    """The evictable models, least recently used first: the order every eviction follows
+    (planned ones, and one more after Triton's 507)."""
+    skip = set(exclude)
+    return sorted(
+        (m for m in models if m.evictable and m.name not in skip),
+        key=lambda m: (m.last_used_s, m.name),
+    )
+
+
 def plan_eviction(
     models: Sequence[ModelUsage],
     *,
@@ -86,12 +101,8 @@ def plan_eviction(
                 f"fits: used {mib(used_bytes)} + need {mib(need_bytes)} <= limit {mib(limit_bytes)}"
             ),
         )
-    skip = set(exclude)
     fallback = estimate_footprint(models)
-    candidates = sorted(
-        (m for m in models if m.evictable and m.name not in skip),
-        key=lambda m: (m.last_used_s, m.name),
-    )
+    candidates = eviction_order(models, exclude=exclude)
     victims: list[str] = []
     freed = 0
     target = max(overshoot, used_bytes - limit_bytes + 1, 1)
@@ -99,7 +110,7 @@ def plan_eviction(
         if freed >= target:
             break
         victims.append(model.name)
-        freed += model.footprint_bytes or fallback or 1
+        freed += (model.footprint_bytes or fallback or 1) + model.runtime_bytes
     fits = freed >= target
     reason = (
         f"used {mib(used_bytes)} + need {mib(need_bytes)} > limit {mib(limit_bytes)}: "
@@ -151,6 +162,7 @@ __all__ = [
     "EvictionPlan",
     "ModelUsage",
     "estimate_footprint",
+    "eviction_order",
     "plan_disk_eviction",
     "plan_eviction",
 ]

@@ -18,7 +18,11 @@ LOADING, READY, UNLOADING = "loading", "ready", "unloading"
 
 @dataclass(frozen=True, kw_only=True)
 class InstanceOptions:
-    """Tuning of one instance (times in seconds, memory threshold as a fraction)."""
+    """Tuning of one instance (times in seconds, memory threshold as a fraction).
+
+    ``model_namespacing`` says whether its Triton runs with it (the entrypoint's default):
+    without it, ensemble step names are global in the server.
+    """
 
     memory_threshold: float = 0.9
     load_timeout_s: float = 360.0
@@ -28,6 +32,7 @@ class InstanceOptions:
     release_timeout_s: float = 5.0
     busy_wait_s: float = 30.0
     oom_retries: int = 8
+    model_namespacing: bool = True
 
     def __post_init__(self) -> None:
         if not 0.0 < self.memory_threshold <= 1.0:
@@ -57,15 +62,19 @@ class ModelEntry:
     footprint_bytes: int | None = None
     loaded_at_s: float = 0.0
     task: asyncio.Future[None] | None = None
+    #: the shared runtime it needs (``torch``, ``onnxruntime``, ...; "" = unknown)
+    framework: str = ""
 
-    def usage(self) -> ModelUsage:
-        """The plain-data view the eviction policy works on."""
+    def usage(self, runtime_bytes: int = 0) -> ModelUsage:
+        """The plain-data view the eviction policy works on (``runtime_bytes``: the shared
+        runtime that leaves with it)."""
         return ModelUsage(
             name=self.target,
             last_used_s=self.last_used_s,
             footprint_bytes=self.footprint_bytes,
             in_flight=self.in_flight,
             pinned=self.waiters > 0 or self.state != READY,
+            runtime_bytes=runtime_bytes,
         )
 
 
@@ -83,8 +92,11 @@ class LoadedSet:
     index: int
     options: InstanceOptions
     models: dict[str, ModelEntry] = field(default_factory=dict)
-    #: measured footprint per target, kept for its next load
+    #: measured footprint per target (its own memory), kept for its next load
     footprints: dict[str, int] = field(default_factory=dict)
+    #: a framework's shared runtime (libtorch, libpython, ...) as its first model's load
+    #: measured it: reserved once, until the last model of that framework leaves
+    runtimes: dict[str, int] = field(default_factory=dict)
     #: DELETEs still running in the background, per target
     deletes: dict[str, asyncio.Future[int]] = field(default_factory=dict)
     #: unload bookkeeping still running in the background
@@ -96,6 +108,28 @@ class LoadedSet:
         """Targets loaded here, least recently used first."""
         ready = [e for e in self.models.values() if e.state == READY]
         return [e.target for e in sorted(ready, key=lambda e: e.last_used_s)]
+
+    def framework_loaded(self, framework: str, *, besides: str = "") -> bool:
+        """True when a model of ``framework`` other than ``besides`` holds its runtime."""
+        return any(
+            e.framework == framework and e.target != besides and e.state != LOADING
+            for e in self.models.values()
+        )
+
+    def runtime_need_bytes(self, framework: str, *, besides: str = "") -> int:
+        """The shared runtime a model of ``framework`` brings when none is loaded (0 else)."""
+        if not framework or self.framework_loaded(framework, besides=besides):
+            return 0
+        return self.runtimes.get(framework, 0)
+
+    def usages(self, *, exclude: str = "") -> list[ModelUsage]:
+        """Every model but ``exclude`` as the policy sees it, each carrying the runtime
+        that leaves with it when it is the last of its framework."""
+        return [
+            e.usage(self.runtime_need_bytes(e.framework, besides=e.target))
+            for e in self.models.values()
+            if e.target != exclude
+        ]
 
 
 @dataclass(frozen=True, kw_only=True)

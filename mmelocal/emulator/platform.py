@@ -34,12 +34,17 @@ from mmelocal.emulator.probes import (
 from mmelocal.emulator.recovery import Watchdog
 from mmelocal.emulator.router import Router
 from mmelocal.emulator.store import ModelStore, open_store, validate_target
+from mmelocal.runtime.entrypoint import model_namespacing
 from mmelocal.runtime.launcher import TritonLauncher
 from mmelocal.runtime.launchers import make_launcher
 
 logger = logging.getLogger(__name__)
 
 LauncherFactory = Callable[[int, Path], TritonLauncher]
+
+#: Triton's answers to an invoke that the platform recovers from rather than pass on:
+#: 404 (Triton lost the model: load it again) and 507 (out of memory: evict, retry)
+RECOVERABLE_STATUSES = frozenset({404, 507})
 
 
 @dataclass(kw_only=True, slots=True)
@@ -87,6 +92,7 @@ class Emulator:
             memory_threshold=config.memory_threshold,
             load_timeout_s=config.load_timeout_s,
             invoke_timeout_s=config.invoke_timeout_s,
+            model_namespacing=model_namespacing(config.sagemaker_env),
         )
         self.instances: list[TritonInstance] = []
         for index in range(count):
@@ -100,6 +106,8 @@ class Emulator:
                     metrics=self.metrics,
                     events=self.events,
                     options=options,
+                    prepare=self._prepare_hook(launcher),
+                    url_for=self._url_for(),
                 )
             )
         self.router = Router(self.instances, hot_rps_threshold=config.hot_rps_threshold)
@@ -134,7 +142,13 @@ class Emulator:
         env: dict[str, str] = {}
         if self._gpus:
             env["CUDA_VISIBLE_DEVICES"] = str(self._gpus[index % len(self._gpus)])
-        server = ServerConfig(model_repository=repo, sagemaker=True, env=env)
+        server = ServerConfig(
+            model_repository=repo,
+            sagemaker=True,
+            env=env,
+            sagemaker_env=self.config.sagemaker_env,
+            gpu_count=1 if self._gpus else 0,  # CUDA_VISIBLE_DEVICES: one GPU per instance
+        )
         kind = self.config.launcher
         sagemaker_url = http_url = None
         if kind == "external":
@@ -165,15 +179,29 @@ class Emulator:
         from mmelocal.builder import presets  # noqa: F401  (the runner template's folder)
         from mmelocal.runtime import python_copies
 
-        backend_dir = getattr(getattr(launcher, "config", None), "backend_directory", None)
-        backends = python_copies.available_backends(backend_dir)
         gpu = bool(self._gpus)
 
         def prepare(layout: MmeLayout, out_dir: Path) -> Path | None:
+            # the backend folder is assembled when the server starts: read it at the load
+            backend_dir = getattr(getattr(launcher, "config", None), "backend_directory", None)
+            backends = python_copies.available_backends(backend_dir)
             python_copies.prepare_layout(layout, out_dir, backends_available=backends, gpu=gpu)
             return out_dir
 
         return prepare
+
+    def _url_for(self) -> Callable[[Path], str]:
+        """An artifact folder as the server sees it (a container mounts the cache elsewhere)."""
+        if self.config.launcher != "docker":
+            return str
+        from mmelocal.runtime.docker import CONTAINER_MODEL_REPOSITORY
+
+        root = self.cache.root
+
+        def in_container(path: Path) -> str:
+            return f"{CONTAINER_MODEL_REPOSITORY}/{path.relative_to(root)}"
+
+        return in_container
 
     # -- lifecycle ---------------------------------------------------------------------
     async def start(self) -> None:
@@ -185,19 +213,6 @@ class Emulator:
         except BaseException:
             await self.stop()
             raise
-        hook = self._prepare_hook(self.instances[0].launcher)
-        for inst in self.instances:
-            inst.loader.prepare = hook
-            if self.config.launcher == "docker":
-                from mmelocal.runtime.docker import CONTAINER_MODEL_REPOSITORY
-
-                root = self.cache.root
-
-                def in_container(path: Path, root: Path = root) -> str:
-                    return f"{CONTAINER_MODEL_REPOSITORY}/{path.relative_to(root)}"
-
-                inst.loader.url_for = in_container
-
         self.watchdog.start()
         logger.info(
             "MME emulator up: store %s, %d instance(s), probe %s, cache %s",
@@ -257,7 +272,7 @@ class Emulator:
                 latency = time.perf_counter() - t0
             finally:
                 inst.release(target)
-            if status in (404, 507) and attempt < retries:
+            if status in RECOVERABLE_STATUSES and attempt < retries:
                 attempt += 1
                 await self._recover_from(inst, target, status)
                 continue
@@ -292,9 +307,9 @@ class Emulator:
                 "instance %d: Triton did not know %s; loading it again", inst.index, target
             )
         else:
-            victims = [t for t in inst.loaded() if t != target]
-            if victims:
-                await inst.unload(victims[0], reason=f"Triton answered 507 invoking {target}")
+            victim = inst.evictor.lru_victim(exclude=target)
+            if victim is not None:
+                await inst.unload(victim.target, reason=f"Triton answered 507 invoking {target}")
 
     def gauges(self) -> dict[str, float]:
         """Instance gauges at scrape time: counts here (on the loop), then blocking probe
@@ -376,4 +391,4 @@ def loaded_targets(instances: Sequence[TritonInstance]) -> list[str]:
     return sorted({t for inst in instances for t in inst.loaded()})
 
 
-__all__ = ["Emulator", "EmulatorConfig", "InvokeResult", "loaded_targets"]
+__all__ = ["RECOVERABLE_STATUSES", "Emulator", "EmulatorConfig", "InvokeResult", "loaded_targets"]

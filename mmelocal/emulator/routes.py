@@ -24,14 +24,16 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 from mmelocal.emulator.handlers import (
+    INTERNAL_FAILURE,
     Answer,
     HeaderGetter,
-    error_for,
+    error_kind,
     handle_invocation,
     handle_v2_infer,
     parse_v2_path,
     sagemaker_error,
     v2_error,
+    v2_exception,
 )
 from mmelocal.emulator.platform import Emulator
 from mmelocal.emulator.upstream import Reply
@@ -163,10 +165,9 @@ async def v2_models(emulator: Emulator, method: str, tail: str) -> Answer:
             await inst.control.v2_get(f"/v2/models/{quote(target, safe='')}{suffix}")
         )
     except Exception as exc:
-        status, _kind, message = error_for(exc)
-        if status == 500:
+        if error_kind(exc) is INTERNAL_FAILURE:
             logger.exception("v2 request for %r failed", target)
-        return v2_error(status if status != 429 else 503, message)
+        return v2_exception(exc)
 
 
 def _json_reply(reply: Reply) -> Answer:
@@ -185,8 +186,7 @@ async def v2_repository_action(emulator: Emulator, tail: str) -> Answer:
         else:
             return v2_error(404, f"unknown repository action {action!r}")
     except Exception as exc:
-        status, _kind, message = error_for(exc)
-        return v2_error(status if status != 429 else 503, message)
+        return v2_exception(exc)
     return empty(200)
 
 

@@ -4,6 +4,11 @@ Nothing here is assembled by string concatenation from user text: every option i
 field with a type and a check, and :meth:`ServerConfig.to_args` renders the flags
 Triton 2.x understands. Ports set to ``0`` are chosen free by :meth:`ServerConfig.resolved`
 just before start (so two servers on one machine never collide).
+
+With ``sagemaker=True`` (MME mode) the flags are SageMaker's: those its image's entrypoint
+builds from ``sagemaker_env`` (:func:`mmelocal.runtime.entrypoint.entrypoint_args`), the
+dummy repository replaced by ``model_repository``, then what mmelocal adds for itself,
+each listed with its reason in :data:`MMELOCAL_FLAGS`.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mmelocal.errors import UserInputError
+from mmelocal.runtime import entrypoint
 
 MODEL_CONTROL_MODES = ("explicit", "poll", "none")
 
@@ -22,6 +28,27 @@ MODEL_CONTROL_MODES = ("explicit", "poll", "none")
 #: default to 16 MB so that small ``/dev/shm`` mounts (Docker's default is 64 MB) still work.
 DEFAULT_PYTHON_SHM_BYTES = 16 * 1024 * 1024
 DEFAULT_PYTHON_SHM_GROWTH_BYTES = 1024 * 1024
+
+#: What mmelocal adds after the entrypoint's argv in MME mode, and why (later flags win in
+#: tritonserver's parser). Every other flag is the entrypoint's for the same environment.
+MMELOCAL_FLAGS: dict[str, str] = {
+    "--model-repository": "replaced, not added: an empty folder of this server instead of the "
+    "entrypoint's dummy /tmp/sagemaker (each tarball is registered as its own repository)",
+    "--sagemaker-port": "a free port per server (SageMaker sets 8080 through "
+    "SAGEMAKER_BIND_TO_PORT); several emulated instances share one machine",
+    "--allow-http=true, --http-address, --http-port": "KServe v2 HTTP on loopback: readiness "
+    "is read at /v2/health/ready and the emulator's /v2 routes read model metadata there; "
+    "SageMaker turns HTTP off and exposes only its own front end",
+    "--grpc-address, --grpc-port, --metrics-address, --metrics-port": "only when the "
+    "environment turns gRPC or metrics on: loopback and a free port, so servers never collide",
+    "--exit-timeout-secs": "a bounded stop (the launcher escalates to SIGKILL after it)",
+    "--backend-directory": "local binary only: the wheel's Python backend with the stub for "
+    "this Python (the image has its own backends)",
+    "--backend-config=python,shm-region-prefix-name": "local binary only: a prefix of this "
+    "server's own for its /dev/shm regions, so servers never share one and leftovers are "
+    "removed at stop",
+    "--strict-readiness, --load-model, extra_args": "only when the caller sets them",
+}
 
 
 def pick_free_port(host: str = "127.0.0.1") -> int:
@@ -38,8 +65,16 @@ class ServerConfig:
     ``model_repository`` is where models live (in explicit mode nothing is loaded at
     start unless listed in ``load_models``). ``sagemaker=True`` turns on Triton's
     SageMaker front end (``--allow-sagemaker=true``, ``SAGEMAKER_MULTI_MODEL=true``)
-    listening on ``sagemaker_port``. ``extra_args`` are appended verbatim as separate
-    argv items (each must start with ``--``); ``env`` adds environment variables.
+    listening on ``sagemaker_port``, with the flags SageMaker's entrypoint builds from
+    ``sagemaker_env`` (``SAGEMAKER_TRITON_*`` variables, checked as the entrypoint and
+    tritonserver would; they also reach the server's environment, as on the platform) for
+    ``gpu_count`` GPUs. ``extra_args`` are appended verbatim as separate argv items (each
+    must start with ``--``); ``env`` adds environment variables.
+
+    ``log_verbose`` ``None`` means the launch recipe's default: 0 for a plain server, the
+    entrypoint's (``true``) in MME mode. In MME mode ``log_verbose`` and the Python-backend
+    shared memory sizes are the entrypoint's knobs: a value given here is written into
+    ``sagemaker_env`` (and a value there is mirrored here); both at once must agree.
     """
 
     model_repository: Path
@@ -52,13 +87,15 @@ class ServerConfig:
     strict_readiness: bool = True
     sagemaker: bool = False
     sagemaker_port: int = 0
-    log_verbose: int = 0
+    log_verbose: int | None = None
     python_shm_default_bytes: int = DEFAULT_PYTHON_SHM_BYTES
     python_shm_growth_bytes: int = DEFAULT_PYTHON_SHM_GROWTH_BYTES
     exit_timeout_s: int = 10
     backend_directory: Path | None = None
     extra_args: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
+    sagemaker_env: Mapping[str, str] = field(default_factory=dict)
+    gpu_count: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "model_repository", Path(self.model_repository))
@@ -67,6 +104,11 @@ class ServerConfig:
         object.__setattr__(self, "extra_args", tuple(self.extra_args))
         object.__setattr__(self, "load_models", tuple(self.load_models))
         object.__setattr__(self, "env", dict(self.env))
+        object.__setattr__(self, "sagemaker_env", dict(self.sagemaker_env))
+        if self.sagemaker:
+            self._reconcile_with_entrypoint()
+        elif self.sagemaker_env:
+            raise UserInputError("sagemaker_env needs sagemaker=True (it drives MME mode)")
         for name in ("http_port", "grpc_port", "metrics_port", "sagemaker_port"):
             port = getattr(self, name)
             if not isinstance(port, int) or not 0 <= port <= 65535:
@@ -78,7 +120,9 @@ class ServerConfig:
             )
         if self.load_models and self.model_control_mode != "explicit":
             raise UserInputError("load_models needs model_control_mode='explicit'")
-        if self.log_verbose < 0:
+        if self.gpu_count < 0:
+            raise UserInputError(f"gpu_count must be >= 0, got {self.gpu_count}")
+        if self.log_verbose is not None and self.log_verbose < 0:
             raise UserInputError(f"log_verbose must be >= 0, got {self.log_verbose}")
         if self.python_shm_default_bytes < 1024 * 1024:
             raise UserInputError(
@@ -96,6 +140,37 @@ class ServerConfig:
                 raise UserInputError(
                     f"extra_args items must be flags starting with '--', got {arg!r}"
                 )
+
+    def _reconcile_with_entrypoint(self) -> None:
+        """MME mode: one source for the knobs the entrypoint owns (see the class doc)."""
+        if self.model_control_mode != "explicit":
+            raise UserInputError("sagemaker=True runs model_control_mode='explicit' (SageMaker's)")
+        env = dict(self.sagemaker_env)
+        entrypoint.check_sagemaker_env(env)
+        pairs = (
+            ("log_verbose", "SAGEMAKER_TRITON_LOG_VERBOSE", None),
+            (
+                "python_shm_default_bytes",
+                "SAGEMAKER_TRITON_SHM_DEFAULT_BYTE_SIZE",
+                DEFAULT_PYTHON_SHM_BYTES,
+            ),
+            (
+                "python_shm_growth_bytes",
+                "SAGEMAKER_TRITON_SHM_GROWTH_BYTE_SIZE",
+                DEFAULT_PYTHON_SHM_GROWTH_BYTES,
+            ),
+        )
+        for name, key, default in pairs:
+            mine, theirs = getattr(self, name), env.get(key) or None
+            if theirs is None:
+                if mine is not None and mine != default:
+                    env[key] = str(mine)
+                continue
+            value = entrypoint.knob_value(key, theirs)
+            if mine is not None and mine != default and mine != value:
+                raise UserInputError(f"{name}={mine} and {key}={theirs} disagree: set one of them")
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "sagemaker_env", env)
 
     def resolved(self) -> ServerConfig:
         """A copy with every port 0 replaced by a free port (SageMaker port only if enabled)."""
@@ -125,6 +200,8 @@ class ServerConfig:
             ports.append(self.sagemaker_port)
         if 0 in ports:
             raise UserInputError("ports are still 0: call ServerConfig.resolved() before to_args()")
+        if self.sagemaker:
+            return self.entrypoint_args() + self.mmelocal_args()
         args = [
             f"--model-repository={self.model_repository}",
             f"--model-control-mode={self.model_control_mode}",
@@ -135,18 +212,42 @@ class ServerConfig:
             f"--grpc-port={self.grpc_port}",
             f"--metrics-address={self.host}",
             f"--metrics-port={self.metrics_port}",
-            f"--log-verbose={self.log_verbose}",
+            f"--log-verbose={self.log_verbose or 0}",
             f"--exit-timeout-secs={self.exit_timeout_s}",
             f"--backend-config=python,shm-default-byte-size={self.python_shm_default_bytes}",
             f"--backend-config=python,shm-growth-byte-size={self.python_shm_growth_bytes}",
         ]
         if self.backend_directory is not None:
             args.append(f"--backend-directory={self.backend_directory}")
-        if self.sagemaker:
-            args += [
-                "--allow-sagemaker=true",
-                f"--sagemaker-port={self.sagemaker_port}",
-            ]
+        args += [f"--load-model={name}" for name in self.load_models]
+        args += list(self.extra_args)
+        return args
+
+    def entrypoint_args(self) -> list[str]:
+        """MME mode: the entrypoint's argv for ``sagemaker_env``, its dummy repository
+        replaced by ``model_repository``."""
+        args = entrypoint.entrypoint_args(self.sagemaker_env, gpu_count=self.gpu_count)
+        dummy = f"--model-repository={entrypoint.MME_MODEL_REPOSITORY}"
+        return [f"--model-repository={self.model_repository}" if a == dummy else a for a in args]
+
+    def mmelocal_args(self) -> list[str]:
+        """MME mode: what mmelocal adds after the entrypoint's argv (:data:`MMELOCAL_FLAGS`)."""
+        recipe = entrypoint.entrypoint_args(self.sagemaker_env, gpu_count=self.gpu_count)
+        args = [
+            "--allow-http=true",
+            f"--http-address={self.host}",
+            f"--http-port={self.http_port}",
+            f"--sagemaker-port={self.sagemaker_port}",
+        ]
+        if entrypoint.flag_enabled(recipe, "--allow-grpc"):
+            args += [f"--grpc-address={self.host}", f"--grpc-port={self.grpc_port}"]
+        if entrypoint.flag_enabled(recipe, "--allow-metrics"):
+            args += [f"--metrics-address={self.host}", f"--metrics-port={self.metrics_port}"]
+        args.append(f"--exit-timeout-secs={self.exit_timeout_s}")
+        if self.backend_directory is not None:
+            args.append(f"--backend-directory={self.backend_directory}")
+        if not self.strict_readiness:
+            args.append("--strict-readiness=false")
         args += [f"--load-model={name}" for name in self.load_models]
         args += list(self.extra_args)
         return args
@@ -155,7 +256,7 @@ class ServerConfig:
         """Environment variables this config adds (on top of the launcher's own)."""
         env: dict[str, str] = {}
         if self.sagemaker:
-            env["SAGEMAKER_MULTI_MODEL"] = "true"
+            env.update(entrypoint.entrypoint_environment(self.sagemaker_env))
         env.update(self.env)
         return env
 
@@ -167,6 +268,7 @@ def _flag(value: bool) -> str:
 __all__ = [
     "DEFAULT_PYTHON_SHM_BYTES",
     "DEFAULT_PYTHON_SHM_GROWTH_BYTES",
+    "MMELOCAL_FLAGS",
     "MODEL_CONTROL_MODES",
     "ServerConfig",
     "pick_free_port",

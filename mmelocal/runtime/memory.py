@@ -34,8 +34,9 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from mmelocal.errors import MissingDependencyError
 
@@ -313,13 +314,43 @@ def gpu_used_bytes(index: int | None = None) -> int | None:
         nvml.close()
 
 
+class TreeReading(Protocol):
+    """What a split needs of a reading (the emulator probe's ``MemoryReading`` provides it)."""
+
+    server_pid: int | None
+    per_process_bytes: Mapping[int, int] | None
+
+
+def marginal_bytes(before: TreeReading | object, after: TreeReading | object) -> int | None:
+    """Own memory of what was loaded between ``before`` and ``after``.
+
+    The per-process memory of the processes new in ``after`` plus the change of the server
+    process's own; None when a reading has no per-process figures (a driver that does not
+    report them, a probe that has none) or the server changed (a restart).
+    """
+    old = getattr(before, "per_process_bytes", None)
+    new = getattr(after, "per_process_bytes", None)
+    server = getattr(after, "server_pid", None)
+    if (
+        old is None
+        or new is None
+        or server is None
+        or getattr(before, "server_pid", None) != server
+    ):
+        return None
+    started = sum(used for pid, used in new.items() if pid not in old and pid != server)
+    return started + new.get(server, 0) - old.get(server, 0)
+
+
 __all__ = [
     "Nvml",
     "ProcessMemory",
     "TreeMemory",
     "TreeMemoryReader",
+    "TreeReading",
     "gpu_count",
     "gpu_used_bytes",
+    "marginal_bytes",
     "process_memory",
     "process_tree_memory",
     "process_tree_pids",

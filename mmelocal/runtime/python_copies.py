@@ -108,7 +108,9 @@ def prepare_model_for_server(
     source = Path(model_dir)
     config_path = source / "config.pbtxt"
     if not config_path.is_file():
-        raise UserInputError(f"{source} has no config.pbtxt: not a Triton model folder")
+        raise ConfigError(
+            "no config.pbtxt: not a Triton model folder", path=config_path, field="config"
+        )
     config = read_config(config_path)
     if folder_name is not None:
         config.name = folder_name  # what Triton reads the folder as (MME: the TargetModel)

@@ -28,7 +28,9 @@ from mmelocal.testing.endpoint import MmeEndpoint
 
 @pytest.fixture
 def mme_endpoint_config() -> dict[str, Any]:
-    """EmulatorConfig fields for ``mme_endpoint`` (override this fixture to change them)."""
+    """EmulatorConfig fields for ``mme_endpoint`` (override this fixture to change them),
+    e.g. ``{"sagemaker_env": {"SAGEMAKER_TRITON_LOG_VERBOSE": "0"}}`` for the model's
+    Environment as SageMaker's entrypoint reads it."""
     return {}
 
 

@@ -30,6 +30,8 @@ logger = logging.getLogger(__name__)
 LAUNCHERS = OWNED_LAUNCHERS
 #: the backends of the pip tritonserver (kept under this name for tests that pass it)
 PYTHON_ONLY = PIP_SERVER_BACKENDS
+#: the test server's environment: SageMaker's entrypoint with gRPC and metrics on
+TEST_SERVER_ENV = {"SAGEMAKER_TRITON_ALLOW_GRPC": "true", "SAGEMAKER_TRITON_ALLOW_METRICS": "true"}
 
 
 class TestTritonServer:
@@ -57,9 +59,16 @@ class TestTritonServer:
         self.repository = self.workdir / "repository"
         self.repository.mkdir()
         self.gpu = gpu_available()
+        # SageMaker's flags, with the entrypoint's own knobs for gRPC and metrics turned on:
+        # tests reach this server with tritonclient's gRPC client and read its metrics
+        config = ServerConfig(
+            model_repository=self.repository,
+            sagemaker=sagemaker,
+            sagemaker_env=TEST_SERVER_ENV if sagemaker else {},
+        )
         self.launcher: TritonLauncher = make_launcher(
             launcher,
-            ServerConfig(model_repository=self.repository, sagemaker=sagemaker),
+            config,
             tritonserver=tritonserver,
             image=docker_image,
             start_timeout_s=start_timeout_s,

@@ -2,12 +2,13 @@
 
 One real tritonserver under the emulator, copies of a tiny TorchScript BERT (each copy a
 Python-backend stub that imports torch): the emulator's used figure against PSS measured
-independently (psutil), and a budget that holds N copies by PSS but not by RSS.
+independently (psutil), and a budget that holds N copies by PSS but not by RSS. Every
+margin is a fraction of what the test measures here (one copy's own memory), so it holds
+on machines whose torch runtime and copies weigh differently.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -83,13 +84,17 @@ def test_pss_budget_loads_n_copies_without_eviction_and_reports_pss(bert_copies:
     assert emulator.events.counts.get("evict", 0) == 0
     assert sorted(inst.loaded()) == sorted(targets[:N])
 
-    # the used figure the emulator reports, and PSS read independently in the same second
-    t0 = time.monotonic()
+    # the used figure the emulator reports against PSS read independently just before and
+    # just after it (no timing assumption: the band is what the tree itself did meanwhile)
+    pss_before, _ = _independent_tree(inst.launcher.pid())
     reading = server.call(inst.read_memory())
-    pss, rss = _independent_tree(inst.launcher.pid())
-    assert time.monotonic() - t0 < 1.0
-    assert reading.used_bytes == pytest.approx(pss, rel=0.10)
+    pss_after, rss = _independent_tree(inst.launcher.pid())
+    low, high = sorted((pss_before, pss_after))
+    assert 0.9 * low <= reading.used_bytes <= 1.1 * high, (low, reading.used_bytes, high)
     assert rss > limit >= reading.used_bytes, (rss / MIB, limit / MIB, reading.used_bytes / MIB)
+    # the emulator kept each copy's own memory as its footprint, the runtime apart
+    assert all(b < 1.5 * marginal for b in inst.footprints.values()), inst.footprints
+    assert inst.state.runtimes, "the first copy's runtime was measured apart"
 
     # one copy more than the budget holds: exactly one eviction, the least recently used
     _load(server, targets[N])

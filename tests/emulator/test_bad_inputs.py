@@ -168,11 +168,11 @@ HOSTILE = [
     ("evil-device.tar.gz", 400),
     ("evil-fifo.tar.gz", 400),
     ("evil-bomb.tar.gz", 400),
-    ("no-config.tar.gz", 400),
+    ("no-config.tar.gz", 424),  # Triton refuses the load (400): a ModelError
     ("not-gzip.tar.gz", 400),
     ("empty.tar.gz", 400),
     ("truncated.tar.gz", 400),
-    ("broken-config.tar.gz", 400),
+    ("broken-config.tar.gz", 424),  # the container refuses the load (400): a ModelError
     ("failing-init.tar.gz", 424),
 ]
 

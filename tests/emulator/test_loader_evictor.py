@@ -164,3 +164,76 @@ def test_507_evicts_one_more_and_retries_then_gives_up_alone() -> None:
         assert "huge" not in state.models
 
     asyncio.run(run())
+
+
+class SharedRuntimeMachine(Machine):
+    """Each model is a stub process holding ``own`` bytes of its own; while any model of
+    the framework is loaded, its shared runtime (``runtime`` bytes) is counted once more
+    (PSS: the pages every stub maps). Readings carry per-process figures, as the host
+    probe's do."""
+
+    def __init__(self, *, total_bytes: int, base_bytes: int, runtime_bytes: int) -> None:
+        super().__init__(total_bytes=total_bytes, base_bytes=base_bytes)
+        self.runtime_bytes = runtime_bytes
+
+    def read(self) -> MemoryReading:
+        runtime = self.runtime_bytes if self.resident else 0
+        pids = {1: self.base_bytes}
+        pids.update({100 + sorted(self.resident).index(t): b for t, b in self.resident.items()})
+        return MemoryReading(
+            used_bytes=self.base_bytes + runtime + sum(self.resident.values()),
+            total_bytes=self.total_bytes,
+            server_pid=1,
+            per_process_bytes=pids,
+        )
+
+
+class TorchCache(Cache):
+    """Artifacts whose served folder is a TorchScript model (its config names the runtime)."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__()
+        self.root = root
+
+    def ensure(self, target: str, prepare: Any = None) -> Any:
+        folder = self.root / target / "m"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "config.pbtxt").write_text('name: "m"\nplatform: "pytorch_libtorch"\n')
+        artifact = SimpleNamespace(serve_dir=folder.parent, size_bytes=1)
+        return SimpleNamespace(downloaded=False, artifact=artifact)
+
+
+def test_a_frameworks_runtime_is_reserved_once(tmp_path: Path) -> None:
+    """The first TorchScript model's load brings libtorch (the runtime) beside its own
+    memory: its footprint is its own part, the runtime is kept per framework, and the
+    planner never evicts while used memory plus the next model's own footprint fits."""
+
+    async def run() -> None:
+        own, runtime, base = 100 * MIB, 250 * MIB, 50 * MIB
+        machine = SharedRuntimeMachine(
+            total_bytes=2000 * MIB, base_bytes=base, runtime_bytes=runtime
+        )
+        control = Control(machine, size=own)
+        loader, state = parts(machine, control, limit_bytes=base + runtime + 4 * own)
+        loader.cache = loader.evictor.cache = TorchCache(tmp_path)
+        for name in ("a", "b", "c", "d"):
+            entry = await load(loader, name)
+            assert entry.framework == "pytorch_libtorch"
+            assert entry.footprint_bytes == own, name  # the runtime is not the model's
+        assert state.runtimes == {"pytorch_libtorch": runtime}
+        loads = loader.events.recent("load")
+        assert [(e.detail or {}).get("runtime_bytes") for e in loads] == [runtime, None, None, None]
+        assert not [c for c in control.calls if c[0] == "delete"], control.calls
+        assert sorted(state.models) == ["a", "b", "c", "d"]
+        # one more does not fit: exactly one eviction, the least recently used
+        await load(loader, "e")
+        assert [c for c in control.calls if c[0] == "delete"] == [("delete", "a")]
+        # the last model of the framework takes the runtime with it: the policy counts it
+        usages = {u.name: u for u in state.usages()}
+        assert all(u.runtime_bytes == 0 for u in usages.values())
+        for name in ("b", "c", "d"):
+            await loader.evictor.unload(state.models[name], kind="unload", reason="test")
+        (last,) = state.usages()
+        assert last.name == "e" and last.runtime_bytes == runtime
+
+    asyncio.run(run())

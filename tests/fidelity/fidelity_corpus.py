@@ -391,6 +391,14 @@ def config_only(dest: Path) -> None:
         tar.add(folder / "config.pbtxt", arcname="config.pbtxt")
 
 
+def config_unparsable(dest: Path) -> None:
+    """A TorchScript model whose config.pbtxt does not parse (a typo in a value)."""
+    work = _work(dest)
+    torchscript_linear(work / "ts", name="ts")
+    _append_config(work / "ts", "max_batch_size: lots\n")
+    _pack(dest, {"ts": work / "ts"})
+
+
 def served(name: str, rule: str, build: Builder, *codes: str, input_name: str = "INPUT0") -> Case:
     """A case the platform serves (validate passes; the answer is the framework's)."""
     return Case(
@@ -433,16 +441,16 @@ SHARED_A = served(
     shared_step(2.0),
     "layout.ensemble",
 )
-SHARED_B = Case(
-    name="shared-step-b",
-    rule="3: step names are global in one Triton: collision",
-    build=shared_step(3.0),
-    validate_ok=True,
-    codes=("layout.ensemble",),
-    served=False,
-    error_code="ModelError",
-    error_text=("shared_pre",),
+#: served beside SHARED_A with its own step (the entrypoint turns model namespacing on);
+#: with SAGEMAKER_TRITON_DISABLE_MODEL_NAMESPACING=false its load collides with SHARED_A's
+SHARED_B = served(
+    "shared-step-b",
+    "3: model namespacing (the entrypoint's default): each tarball's steps are its own",
+    shared_step(3.0),
+    "layout.ensemble",
 )
+#: the environment under which the two collide, as on SageMaker
+NAMESPACING_OFF = {"SAGEMAKER_TRITON_DISABLE_MODEL_NAMESPACING": "false"}
 UNDEFINED = "layout.ambiguous", "ValidationError"
 
 CASES: tuple[Case, ...] = (
@@ -535,6 +543,14 @@ CASES: tuple[Case, ...] = (
         "empty archive",
     ),
     refused(
+        "config-unparsable",
+        "Triton: the container refuses a config.pbtxt that does not parse (its load: 400)",
+        config_unparsable,
+        "config.invalid",
+        "ModelError",
+        "failed to poll from model repository",
+    ),
+    refused(
         "config-only",
         "1 + Triton: a model needs a version folder",
         config_only,
@@ -558,6 +574,7 @@ def build_store(store: Path) -> dict[str, Expect | None]:
 
 __all__ = [
     "CASES",
+    "NAMESPACING_OFF",
     "SHARED_A",
     "SHARED_B",
     "Case",

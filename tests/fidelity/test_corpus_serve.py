@@ -13,7 +13,17 @@ from typing import Any
 import numpy as np
 import pytest
 from botocore.exceptions import ClientError
-from fidelity_corpus import CASES, SHARED_A, SHARED_B, Case, Expect, X, build_store, case_named
+from fidelity_corpus import (
+    CASES,
+    NAMESPACING_OFF,
+    SHARED_A,
+    SHARED_B,
+    Case,
+    Expect,
+    X,
+    build_store,
+    case_named,
+)
 
 from mmelocal.testing.emulator_fixtures import MmeEndpoint
 from mmelocal.testing.tiny_model import request_json
@@ -71,28 +81,137 @@ def test_emulator_gives_the_platform_verdict(corpus: Corpus, case: Case) -> None
     assert error["Code"] == case.error_code, (case.rule, error)
     status = caught.value.response["ResponseMetadata"]["HTTPStatusCode"]
     assert status == (424 if case.error_code == "ModelError" else 400)
+    if case.error_code == "ModelError":  # every ModelError carries the container's side
+        response = caught.value.response
+        assert response["OriginalStatusCode"] in (400, 404, 500, 504), response
+        assert response["OriginalMessage"], response
+        log = response["LogStreamArn"]
+        assert log.startswith("local:") and Path(log[len("local:") :]).is_file(), log
     for fragment in case.error_text:
         assert fragment.lower() in error["Message"].lower(), (fragment, error["Message"])
     if case.name in ("tensorrt-plan", "tensorflow", "python-missing-env"):
         assert time.monotonic() - started < 1.0, "a model this host cannot run fails at once"
 
 
-def test_two_tarballs_sharing_a_step_name_collide(
-    corpus: Corpus,
-) -> None:
+#: a few knobs beside namespacing off, for the argv comparison
+KNOBS_OFF = {
+    **NAMESPACING_OFF,
+    "SAGEMAKER_TRITON_LOG_VERBOSE": "0",
+    "SAGEMAKER_TRITON_THREAD_COUNT": "4",
+    "SAGEMAKER_TRITON_BUFFER_MANAGER_THREAD_COUNT": "2",
+    "SAGEMAKER_TRITON_SHM_DEFAULT_BYTE_SIZE": "33554432",
+}
+
+
+@pytest.fixture(scope="module")
+def namespacing_off(
+    corpus: Corpus, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[MmeEndpoint]:
+    """A second emulator on the same store, started as SageMaker would be with KNOBS_OFF."""
+    from mmelocal.emulator.platform import EmulatorConfig
+    from mmelocal.emulator.server import EmulatorServer
+
+    endpoint, _ = corpus
+    config = EmulatorConfig(
+        store=str(endpoint.store),
+        cache_dir=tmp_path_factory.mktemp("namespacing-off"),
+        memory_budget_bytes=4 * 1024**3,
+        sagemaker_env=KNOBS_OFF,
+    )
+    with EmulatorServer(config) as server:
+        yield MmeEndpoint(url=server.url, store=endpoint.store, server=server)
+
+
+def test_two_tarballs_sharing_a_step_name_are_both_served(corpus: Corpus) -> None:
+    """SageMaker's entrypoint runs Triton with model namespacing: each tarball's steps are
+    its own, so both ensembles answer with their own step, loaded side by side."""
     endpoint, expects = corpus
+    first, second = expects[SHARED_A.target], expects[SHARED_B.target]
+    assert first is not None and second is not None
+    np.testing.assert_allclose(output_of(invoke(endpoint, SHARED_A)), first(X), rtol=1e-5)
+    np.testing.assert_allclose(output_of(invoke(endpoint, SHARED_B)), second(X), rtol=1e-5)
+    np.testing.assert_allclose(output_of(invoke(endpoint, SHARED_A)), first(X), rtol=1e-5)
+    loaded = endpoint.server.emulator.instances[0].loaded()
+    assert {SHARED_A.target, SHARED_B.target} <= set(loaded)
+
+
+def test_without_namespacing_the_second_tarball_collides(
+    corpus: Corpus, namespacing_off: MmeEndpoint
+) -> None:
+    _, expects = corpus
     first = expects[SHARED_A.target]
     assert first is not None
-    np.testing.assert_allclose(output_of(invoke(endpoint, SHARED_A)), first(X), rtol=1e-5)
+    np.testing.assert_allclose(output_of(invoke(namespacing_off, SHARED_A)), first(X), rtol=1e-5)
     with pytest.raises(ClientError) as caught:
-        invoke(endpoint, SHARED_B)
+        invoke(namespacing_off, SHARED_B)
     error = caught.value.response["Error"]
     assert error["Code"] == "ModelError"
+    assert caught.value.response["ResponseMetadata"]["HTTPStatusCode"] == 424
     # Triton's own message, then which loaded TargetModel holds the step
     assert "failed to poll from model repository" in error["Message"]
     assert "'shared_pre'" in error["Message"] and SHARED_A.target in error["Message"]
     # the first ensemble keeps answering
-    np.testing.assert_allclose(output_of(invoke(endpoint, SHARED_A)), first(X), rtol=1e-5)
+    np.testing.assert_allclose(output_of(invoke(namespacing_off, SHARED_A)), first(X), rtol=1e-5)
+
+
+def _cmdline(pid: int | None) -> list[str]:
+    assert pid is not None
+    return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+
+
+@pytest.mark.parametrize("which", ["default", "knobs"])
+def test_tritonserver_runs_the_entrypoints_argv(
+    corpus: Corpus, namespacing_off: MmeEndpoint, which: str
+) -> None:
+    """The argv of the running tritonserver (from /proc) is the entrypoint's for the same
+    environment, its dummy repository replaced, then mmelocal's own flags."""
+    from mmelocal.runtime.config import MMELOCAL_FLAGS
+    from mmelocal.runtime.entrypoint import entrypoint_args
+
+    endpoint = corpus[0] if which == "default" else namespacing_off
+    env = {} if which == "default" else KNOBS_OFF
+    launcher = endpoint.server.emulator.instances[0].launcher
+    argv = _cmdline(launcher.pid())
+    assert Path(argv[0]).name == "tritonserver"
+    recipe = entrypoint_args(env)
+    repository = f"--model-repository={launcher.model_repository}"
+    expected = [repository if a.startswith("--model-repository=") else a for a in recipe]
+    assert argv[1 : 1 + len(expected)] == expected
+    ours = argv[1 + len(expected) :]
+    listed = " ".join(MMELOCAL_FLAGS)
+    assert ours and all(a.split("=")[0] in listed for a in ours), ours
+    namespacing = "true" if which == "default" else "false"
+    assert f"--model-namespacing={namespacing}" in argv[1 : 1 + len(expected)]
+    verbose = "true" if which == "default" else "0"
+    assert f"--log-verbose={verbose}" in argv
+    # the environment reached the process too, as on the platform
+    environ = Path(f"/proc/{launcher.pid()}/environ").read_bytes().split(b"\0")
+    assert b"SAGEMAKER_MULTI_MODEL=true" in environ
+    for key, value in env.items():
+        assert f"{key}={value}".encode() in environ
+
+
+def test_a_config_that_does_not_parse_is_the_containers_400(corpus: Corpus) -> None:
+    """Triton answers the load 400 with its parse message: the caller gets a ModelError
+    with that status and text; the next call asks the container again, as SageMaker does
+    for a model that is not loaded (Triton unregisters a failed load's repository)."""
+    endpoint, _ = corpus
+    case = case_named("config-unparsable")
+    errors = []
+    for _ in range(2):
+        with pytest.raises(ClientError) as caught:
+            invoke(endpoint, case)
+        errors.append(caught.value.response)
+    for response in errors:
+        assert response["Error"]["Code"] == "ModelError"
+        assert response["OriginalStatusCode"] == 400
+        assert "failed to poll from model repository" in response["OriginalMessage"]
+    # Triton answers in short; which config failed to parse is in the log LogStreamArn names
+    log = Path(errors[0]["LogStreamArn"][len("local:") :])
+    assert "failed to read text proto" in log.read_text(errors="replace")
+    events = endpoint.server.emulator.events.recent(limit=500)
+    tries = [e for e in events if e.kind == "error" and e.target == case.target]
+    assert len(tries) >= 2
 
 
 def test_ensemble_steps_run_the_native_derivation(corpus: Corpus) -> None:

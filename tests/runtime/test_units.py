@@ -48,7 +48,13 @@ def test_config_args_and_env(tmp_path):
     assert f"--sagemaker-port={config.sagemaker_port}" in args
     assert "--backend-config=python,shm-default-byte-size=33554432" in args
     assert "--log-verbose=1" in args and args[-1] == "--strict-model-config=false"
-    assert config.to_env() == {"SAGEMAKER_MULTI_MODEL": "true", "FOO": "bar"}
+    # in MME mode the two knobs are the entrypoint's: they reach the environment too
+    assert config.to_env() == {
+        "SAGEMAKER_MULTI_MODEL": "true",
+        "SAGEMAKER_TRITON_LOG_VERBOSE": "1",
+        "SAGEMAKER_TRITON_SHM_DEFAULT_BYTE_SIZE": "33554432",
+        "FOO": "bar",
+    }
     plain = ServerConfig(model_repository=tmp_path).resolved()
     assert not any("sagemaker" in a for a in plain.to_args())
     assert plain.to_env() == {}

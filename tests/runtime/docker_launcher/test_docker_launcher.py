@@ -33,7 +33,13 @@ pytestmark = [pytest.mark.mmelocal_docker, pytest.mark.triton]
 def _launcher(image: str, repo: Path, session: str, **kwargs: Any) -> DockerLauncher:
     sagemaker = kwargs.pop("sagemaker", False)
     return DockerLauncher(
-        ServerConfig(model_repository=repo, sagemaker=sagemaker, exit_timeout_s=3),
+        ServerConfig(
+            model_repository=repo,
+            sagemaker=sagemaker,
+            exit_timeout_s=3,
+            # SageMaker turns gRPC off; these checks use it
+            sagemaker_env={"SAGEMAKER_TRITON_ALLOW_GRPC": "true"} if sagemaker else {},
+        ),
         image=image,
         pull="never",
         session=session,

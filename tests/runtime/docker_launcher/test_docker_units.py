@@ -64,7 +64,9 @@ def test_container_config_uses_mount_and_default_ports(tmp_path: Path) -> None:
     args = inside.to_args()
     assert f"--model-repository={CONTAINER_MODEL_REPOSITORY}" in args
     assert "--model-control-mode=explicit" in args
-    assert {"--http-port=8000", "--grpc-port=8001", "--metrics-port=8002"} <= set(args)
+    assert "--http-port=8000" in args
+    # SageMaker's entrypoint turns gRPC and metrics off: no port of theirs is passed
+    assert "--allow-grpc=false" in args and not any("grpc-port" in a for a in args)
     assert "--http-address=0.0.0.0" in args and "--sagemaker-port=8080" in args
     assert inside.to_env() == {"SAGEMAKER_MULTI_MODEL": "true"}
 
