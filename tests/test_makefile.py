@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -14,9 +15,13 @@ pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="no make on
 
 def dry_run(*args: str) -> str:
     """What ``make -n ARGS`` would run, with the install stamp taken as up to date."""
+    # a clean environment of make's own: under `make test` the parent's MAKEFLAGS and
+    # MAKELEVEL would make this make print "Entering directory" lines around the commands
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
     done = subprocess.run(
-        ["make", "-n", "-o", ".venv/.installed", *args],
+        ["make", "--no-print-directory", "-n", "-o", ".venv/.installed", *args],
         cwd=ROOT,
+        env=env,
         capture_output=True,
         text=True,
         check=True,

@@ -60,7 +60,16 @@ def server(
     store = root / "store"
     store.mkdir()
     write_tarball(store / TARGET, scale=2.0)
-    config = EmulatorConfig(store=str(store), cache_dir=root / "cache")
+    # every port Triton can open is open here: gRPC and metrics are off by the entrypoint's
+    # defaults (as on SageMaker), so its own knobs turn them on for the bridge to carry
+    config = EmulatorConfig(
+        store=str(store),
+        cache_dir=root / "cache",
+        sagemaker_env={
+            "SAGEMAKER_TRITON_ALLOW_GRPC": "true",
+            "SAGEMAKER_TRITON_ALLOW_METRICS": "true",
+        },
+    )
     with EmulatorServer(config, host=CHOSEN) as running:
         x, body = payload(rows=1)
         status, _, data = invoke(running, body)
