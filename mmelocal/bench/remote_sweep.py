@@ -24,11 +24,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from mmelocal.bench.remote import RemoteEndpoint, loadtest_status
-from mmelocal.bench.sweep import SweepOptions, _build_format, _derive, _Plan, _row
+from mmelocal.bench.sweep import SweepOptions, _build_variants, _Plan, _row
 from mmelocal.bench.sweep_result import SweepResult, SweepRow, recommend, row_from_loadtest
 from mmelocal.errors import MmeLocalError
 
 logger = logging.getLogger(__name__)
+
+_TENSORRT_SKIPPED = (
+    "a TensorRT engine is built on a GPU of the endpoint's kind and none is here: build the "
+    "plan there and pass its tarball"
+)
 
 
 def run_endpoint_sweep(
@@ -56,24 +61,16 @@ def run_endpoint_sweep(
     with tempfile.TemporaryDirectory(prefix="mmelocal-remote-sweep-", dir=opts.workdir) as tmp:
         work = Path(tmp)
         for fmt in ("prebuilt",) if is_prebuilt(source) else opts.formats:
-            plans, base_dir, problem = _build_format(source, fmt, opts, work, local_gpu, say)
+            plans, failed, built = _build_variants(
+                source, fmt, opts, work, local_gpu, say, skipped_reason=_TENSORRT_SKIPPED
+            )
             order += [plan.name for plan in plans]
-            for plan in plans:
-                if problem is not None or base_dir is None:
-                    status = "skipped" if fmt == "tensorrt" and not local_gpu else "failed"
-                    reason = str(problem)
-                    if status == "skipped":
-                        reason = (
-                            "a TensorRT engine is built on a GPU of the endpoint's kind and none "
-                            "is here: build the plan there and pass its tarball"
-                        )
-                    rows[plan.name] = _row(plan, status=status, reason=reason)
-                    continue
+            rows.update(failed)
+            for plan, model_dir in built:
                 target = f"{run}{plan.name}.tar.gz"
                 rows[plan.name] = _measure_variant(
-                    endpoint, plan, _derive(base_dir, plan, work / "variants"), target, opts,
-                    price, work, say,
-                )  # fmt: skip
+                    endpoint, plan, model_dir, target, opts, price, work, say
+                )
     ordered = tuple(rows[name] for name in order)
     info = endpoint.info
     return SweepResult(
