@@ -217,19 +217,13 @@ async def _load_one(
 
 
 @dataclass(frozen=True, kw_only=True)
-class CapacityOptions:
-    """How to measure: ``memory_budget_bytes`` is the total on a machine without a GPU (the
-    Triton process tree's summed PSS is measured against it); with a GPU, NVML's device
-    total is used unless a budget is given."""
+class _LoopLimits:
+    """The copy loop's limits, the same here and on an endpoint (checked on creation)."""
 
     threshold: float = 0.9
     max_copies: int = 200
     memory_budget_bytes: int | None = None
     verify_next: bool = True
-    use_gpu: bool | None = None
-    tritonserver: Path | None = None
-    load_timeout_s: float = 300.0
-    workdir: Path | None = None
 
     def __post_init__(self) -> None:
         validate_threshold(self.threshold)
@@ -237,6 +231,18 @@ class CapacityOptions:
             raise UserInputError(f"max_copies must be >= 1, got {self.max_copies}")
         if self.memory_budget_bytes is not None and self.memory_budget_bytes <= 0:
             raise UserInputError(f"memory_budget_bytes must be > 0, got {self.memory_budget_bytes}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CapacityOptions(_LoopLimits):
+    """How to measure: ``memory_budget_bytes`` is the total on a machine without a GPU (the
+    Triton process tree's summed PSS is measured against it); with a GPU, NVML's device
+    total is used unless a budget is given."""
+
+    use_gpu: bool | None = None
+    tritonserver: Path | None = None
+    load_timeout_s: float = 300.0
+    workdir: Path | None = None
 
 
 def measure_capacity(
