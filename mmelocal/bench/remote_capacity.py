@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from mmelocal.bench.capacity import _LoopLimits, copies_needed, measure_instance, with_projection
+from mmelocal.bench.capacity import _LoopLimits, copies_needed, measure_instance
 from mmelocal.bench.capacity_result import CapacityResult, LoadRecord
 from mmelocal.bench.projection import GpuSpec
 from mmelocal.bench.remote import PROBE_TARGET, ProbeReading, RemoteEndpoint
@@ -165,24 +165,18 @@ def measure_endpoint_capacity(
     except BaseException:
         endpoint.delete(created)  # nothing of a failed run stays in the prefix
         raise
-    result = CapacityResult(
+    result = measurement.result(
         source=str(tarball),
         label=label or f"{model} ({model_format})",
         model_format=model_format,
         probe=_probe_text(first, endpoint, opts.memory_budget_bytes),
-        total_bytes=measurement.total_bytes,
         threshold=opts.threshold,
-        baseline_bytes=measurement.baseline_bytes,
-        loads=measurement.loads,
-        next_copy=measurement.next_copy,
-        stopped_reason=measurement.stopped_reason,
         started_at=started_at,
+        gpus=gpus,
         instance_type=endpoint.info.instance_type,
     )
     loaded = [load.target for load in measurement.loads]
-    return RemoteCapacity(
-        result=with_projection(result, gpus), loaded=tuple(loaded), created=tuple(created)
-    )
+    return RemoteCapacity(result=result, loaded=tuple(loaded), created=tuple(created))
 
 
 def _probe_text(first: ProbeReading, endpoint: RemoteEndpoint, budget: int | None) -> str:
