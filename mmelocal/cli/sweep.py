@@ -15,6 +15,8 @@ from mmelocal.cli._bench import (
     output_options,
     parse_duration_s,
     prepare_outputs,
+    prices_option,
+    sweep_grid_options,
     write_outputs,
 )
 from mmelocal.cli._output import console, err_console
@@ -37,6 +39,35 @@ def _ints(text: str) -> tuple[int, ...]:
         raise click.BadParameter(f"expected comma-separated integers, got {text!r}") from None
 
 
+def sweep_options(
+    *,
+    dynamic_batching: str,
+    instances: str,
+    users: str,
+    step_duration: str,
+    target_rps: float,
+    max_latency_ms: float,
+    instance_type: str,
+    prices_file: Path | None,
+    formats: str = "torchscript",
+    verify: bool = True,
+) -> Any:
+    """The ``SweepOptions`` of the options :data:`sweep_grid_options` adds (as typed)."""
+    from mmelocal.bench.sweep import SweepOptions, users_shape
+
+    return SweepOptions(
+        formats=tuple(csv_list(formats)),
+        dynamic_batching=_on_off(dynamic_batching),
+        instances=_ints(instances),
+        shape=users_shape(_ints(users), step_s=parse_duration_s(step_duration)),
+        target_rps=target_rps,
+        max_latency_ms=max_latency_ms,
+        instance_type=instance_type,
+        prices_file=prices_file,
+        verify=verify,
+    )
+
+
 @click.command()
 @click.argument("source")
 @click.option(
@@ -45,29 +76,9 @@ def _ints(text: str) -> tuple[int, ...]:
     show_default=True,
     help="Comma-separated: torchscript, onnx, tensorrt.",
 )
-@click.option("--dynamic-batching", "dynamic_batching", default="off,on", show_default=True)
-@click.option("--instances", default="1,2", show_default=True, help="instance_group counts to try.")
-@click.option(
-    "--users", default="5,10,20,40", show_default=True, help="User counts of the load test steps."
-)
-@click.option(
-    "--step-duration", default="10s", show_default=True, help="How long each user step lasts."
-)
-@click.option("--target-rps", type=float, default=500.0, show_default=True)
-@click.option(
-    "--max-latency-ms",
-    type=float,
-    default=500.0,
-    show_default=True,
-    help="p99 latency limit a configuration must keep.",
-)
+@sweep_grid_options
 @click.option("--instance-type", default="ml.g4dn.xlarge", show_default=True)
-@click.option(
-    "--prices",
-    "prices_file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Your hourly prices (YAML, same format as the packaged prices.yaml).",
-)
+@prices_option
 @click.option("--no-verify", is_flag=True, help="Skip output verification when building.")
 @endpoint_option
 @s3_uri_option
@@ -96,13 +107,14 @@ def sweep(
     With --endpoint NAME the configurations are TargetModels of that deployed multi-model
     endpoint (its instance type replaces --instance-type): no redeploy per configuration.
     """
-    from mmelocal.bench.sweep import SweepOptions, run_sweep, users_shape
+    from mmelocal.bench.sweep import run_sweep
 
-    options = SweepOptions(
-        formats=tuple(csv_list(formats)),
-        dynamic_batching=_on_off(dynamic_batching),
-        instances=_ints(instances),
-        shape=users_shape(_ints(users), step_s=parse_duration_s(step_duration)),
+    options = sweep_options(
+        formats=formats,
+        dynamic_batching=dynamic_batching,
+        instances=instances,
+        users=users,
+        step_duration=step_duration,
         target_rps=target_rps,
         max_latency_ms=max_latency_ms,
         instance_type=instance_type,
