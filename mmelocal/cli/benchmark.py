@@ -93,6 +93,7 @@ def benchmark(sources: tuple[str, ...], **kw: Any) -> None:
     from mmelocal.bench.remote_capacity import model_stem
     from mmelocal.bench.shape import stepped_shape
     from mmelocal.cli._remote import remote_tarball
+    from mmelocal.cli.sweep import sweep_options
 
     prepare_outputs(kw["json_out"], kw["report_dir"])
     if kw["existing"] is not None:
@@ -120,7 +121,7 @@ def benchmark(sources: tuple[str, ...], **kw: Any) -> None:
             image=kw["image"],
             shape=shape,
             capacity=_capacity_options(kw),
-            sweep=_sweep_options(kw) if kw["with_sweep"] else None,
+            sweep=sweep_options(kw) if kw["with_sweep"] else None,
             keep_endpoints=kw["keep_endpoints"],
             payload=kw["payload"].read_bytes() if kw["payload"] is not None else None,
             content_type=kw["content_type"],
@@ -170,21 +171,6 @@ def _capacity_options(kw: dict[str, Any]) -> Any:
         max_copies=kw["max_copies"],
         memory_budget_bytes=kw["memory_budget"],
         verify_next=not kw["no_verify_next"],
-    )
-
-
-def _sweep_options(kw: dict[str, Any]) -> Any:
-    from mmelocal.cli.sweep import sweep_options
-
-    return sweep_options(
-        dynamic_batching=kw["dynamic_batching"],
-        instances=kw["instances"],
-        users=kw["users"],
-        step_duration=kw["step_duration"],
-        target_rps=kw["target_rps"],
-        max_latency_ms=kw["max_latency_ms"],
-        instance_type=kw["instance_type"],
-        prices_file=kw["prices_file"],
     )
 
 

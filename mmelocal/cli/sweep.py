@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -40,30 +41,21 @@ def _ints(text: str) -> tuple[int, ...]:
 
 
 def sweep_options(
-    *,
-    dynamic_batching: str,
-    instances: str,
-    users: str,
-    step_duration: str,
-    target_rps: float,
-    max_latency_ms: float,
-    instance_type: str,
-    prices_file: Path | None,
-    formats: str = "torchscript",
-    verify: bool = True,
+    params: Mapping[str, Any], *, formats: str = "torchscript", verify: bool = True
 ) -> Any:
-    """The ``SweepOptions`` of the options :data:`sweep_grid_options` adds (as typed)."""
+    """The ``SweepOptions`` of a command's ``params``: the options :data:`sweep_grid_options`
+    adds, ``instance_type`` and ``prices_file`` (as typed; other keys are ignored)."""
     from mmelocal.bench.sweep import SweepOptions, users_shape
 
     return SweepOptions(
         formats=tuple(csv_list(formats)),
-        dynamic_batching=_on_off(dynamic_batching),
-        instances=_ints(instances),
-        shape=users_shape(_ints(users), step_s=parse_duration_s(step_duration)),
-        target_rps=target_rps,
-        max_latency_ms=max_latency_ms,
-        instance_type=instance_type,
-        prices_file=prices_file,
+        dynamic_batching=_on_off(params["dynamic_batching"]),
+        instances=_ints(params["instances"]),
+        shape=users_shape(_ints(params["users"]), step_s=parse_duration_s(params["step_duration"])),
+        target_rps=params["target_rps"],
+        max_latency_ms=params["max_latency_ms"],
+        instance_type=params["instance_type"],
+        prices_file=params["prices_file"],
         verify=verify,
     )
 
@@ -87,20 +79,13 @@ def sweep_options(
 def sweep(
     source: str,
     formats: str,
-    dynamic_batching: str,
-    instances: str,
-    users: str,
-    step_duration: str,
-    target_rps: float,
-    max_latency_ms: float,
-    instance_type: str,
-    prices_file: Path | None,
     no_verify: bool,
     endpoint_name: str | None,
     s3_uri: str | None,
     region: str | None,
     json_out: Path | None,
     report_dir: Path | None,
+    **params: Any,
 ) -> None:
     """Build, serve and load-test every configuration of SOURCE; recommend one.
 
@@ -109,18 +94,7 @@ def sweep(
     """
     from mmelocal.bench.sweep import run_sweep
 
-    options = sweep_options(
-        formats=formats,
-        dynamic_batching=dynamic_batching,
-        instances=instances,
-        users=users,
-        step_duration=step_duration,
-        target_rps=target_rps,
-        max_latency_ms=max_latency_ms,
-        instance_type=instance_type,
-        prices_file=prices_file,
-        verify=not no_verify,
-    )
+    options = sweep_options(params, formats=formats, verify=not no_verify)
     prepare_outputs(json_out, report_dir)
     with err_console.status("sweep starting") as status:
         if endpoint_name is not None:
