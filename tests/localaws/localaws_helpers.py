@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import psutil
+from shared_helpers import wait_for  # noqa: F401 (re-exported)
 
 TRITON_IMAGE = "763104351884.dkr.ecr.us-east-1.amazonaws.com/sagemaker-tritonserver:24.09-py3"
 ROLE = "arn:aws:iam::123456789012:role/SageMakerExecution"
@@ -111,17 +112,3 @@ def wait_gone(sm: Any, name: str, timeout_s: float = 180.0) -> None:
     sm.get_waiter("endpoint_deleted").wait(
         EndpointName=name, WaiterConfig={"Delay": 0.2, "MaxAttempts": int(timeout_s / 0.2)}
     )
-
-
-def wait_for(
-    check: Callable[[], Any], *, timeout_s: float = 120.0, interval_s: float = 0.05
-) -> Any:
-    """Poll ``check`` until it returns something true (returned); fail after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"still {value!r} after {timeout_s:g}s")
-        time.sleep(interval_s)
