@@ -83,6 +83,34 @@ def write_trt_tarball(dest: Path) -> Path:
         return _pack(folder, dest)
 
 
+def model_and_config(
+    url: str,
+    *,
+    count: int = 1,
+    image: str = TRITON_IMAGE,
+    mode: str = "MultiModel",
+    environment: dict[str, str] | None = None,
+    instance_type: str = "ml.g5.xlarge",
+) -> str:
+    """A model and an endpoint config on ``url`` (same new name); the config name."""
+    import boto3
+
+    sm = boto3.client("sagemaker")
+    name = unique("cfg")
+    container: dict[str, Any] = {"Image": image, "ModelDataUrl": url, "Mode": mode}
+    if environment:
+        container["Environment"] = environment
+    sm.create_model(ModelName=name, ExecutionRoleArn=ROLE, PrimaryContainer=container)
+    variant = {
+        "VariantName": "AllTraffic",
+        "ModelName": name,
+        "InstanceType": instance_type,
+        "InitialInstanceCount": count,
+    }
+    sm.create_endpoint_config(EndpointConfigName=name, ProductionVariants=[variant])
+    return name
+
+
 def wait_status(sm: Any, name: str, *, leaving: str, timeout_s: float = 180.0) -> dict[str, Any]:
     """The example's describe loop: DescribeEndpoint until the status is not ``leaving``
     (polled every 0.2 s, as the example does every 60 s)."""
