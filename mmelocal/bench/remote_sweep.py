@@ -23,7 +23,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
-from mmelocal.bench.remote import RemoteEndpoint, loadtest_status
+from mmelocal.bench.remote import RemoteEndpoint
 from mmelocal.bench.sweep import SweepOptions, _build_variants, _Plan, _row
 from mmelocal.bench.sweep_result import SweepResult, SweepRow, recommend, row_from_loadtest
 from mmelocal.errors import MmeLocalError
@@ -107,7 +107,6 @@ def _measure_variant(
 ) -> SweepRow:
     import time
 
-    from mmelocal.bench.loadtest import LoadTestConfig, run_loadtest
     from mmelocal.bench.payload import payload_from_model
     from mmelocal.builder.package import package_model
 
@@ -125,17 +124,12 @@ def _measure_variant(
         endpoint.invoke(target, payload)
         load_s = round(time.perf_counter() - t0, 3)
         say(f"{name}: load test ({opts.shape.duration_s:.0f} s)")
-        result = run_loadtest(
-            LoadTestConfig(
-                endpoint=endpoint.info.name,
-                mode="boto3",
-                region=endpoint.clients.region,
-                targets=(target,),
-                payload=payload,
-                shape=opts.shape,
-            ),
+        result = endpoint.loadtest(
+            (target,),
+            payload,
+            shape=opts.shape,
             label=name,
-            progress=lambda sample: say(f"{name}: {loadtest_status(sample)}"),
+            say=lambda line: say(f"{name}: {line}"),
         )
         return row_from_loadtest(
             _row(plan, status="ok", load_s=load_s),
