@@ -27,6 +27,7 @@ import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import boto3
 import numpy as np
@@ -89,6 +90,29 @@ def mib(value: int) -> str:
     return f"{value / MiB:,.0f} MiB"
 
 
+def endpoint_config(url: str, tarball: Path, *, bucket: str) -> Any:
+    """Upload ``tarball`` to ``s3://bucket/models/``, create model ``m`` and endpoint config
+    ``c`` (one ml.g5.xlarge) on the AWS at ``url``; the SageMaker client."""
+    s3 = boto3.client("s3", endpoint_url=url, **_keys())
+    sm = boto3.client("sagemaker", endpoint_url=url, **_keys())
+    s3.create_bucket(Bucket=bucket)
+    s3.upload_file(str(tarball), bucket, "models/model.tar.gz")
+    container = {"Image": IMAGE, "ModelDataUrl": f"s3://{bucket}/models/", "Mode": "MultiModel"}
+    sm.create_model(
+        ModelName="m",
+        ExecutionRoleArn="arn:aws:iam::123456789012:role/r",
+        PrimaryContainer=container,
+    )
+    variant = {
+        "VariantName": "AllTraffic",
+        "ModelName": "m",
+        "InstanceType": "ml.g5.xlarge",
+        "InitialInstanceCount": 1,
+    }
+    sm.create_endpoint_config(EndpointConfigName="c", ProductionVariants=[variant])
+    return sm
+
+
 def invoke_latency(work: Path, tarball: Path) -> list[tuple[str, str, str, str]]:
     """InvokeEndpoint p50 through the local AWS's router against the endpoint's emulator
     called directly (``LocalAws.emulator_url``), 300 sequential calls each, in-process."""
@@ -99,23 +123,7 @@ def invoke_latency(work: Path, tarball: Path) -> list[tuple[str, str, str, str]]
 
     body = json.dumps(request_json(np.ones((2, 4), dtype=np.float32)))
     with LocalAws(data_dir=work / "latency", memory_budget_bytes=2 * 1024**3) as aws:
-        s3 = boto3.client("s3", endpoint_url=aws.url, **_keys())
-        sm = boto3.client("sagemaker", endpoint_url=aws.url, **_keys())
-        s3.create_bucket(Bucket="latency")
-        s3.upload_file(str(tarball), "latency", "models/model.tar.gz")
-        container = {"Image": IMAGE, "ModelDataUrl": "s3://latency/models/", "Mode": "MultiModel"}
-        sm.create_model(
-            ModelName="m",
-            ExecutionRoleArn="arn:aws:iam::123456789012:role/r",
-            PrimaryContainer=container,
-        )
-        variant = {
-            "VariantName": "AllTraffic",
-            "ModelName": "m",
-            "InstanceType": "ml.g5.xlarge",
-            "InitialInstanceCount": 1,
-        }
-        sm.create_endpoint_config(EndpointConfigName="c", ProductionVariants=[variant])
+        sm = endpoint_config(aws.url, tarball, bucket="latency")
         sm.create_endpoint(EndpointName="e", EndpointConfigName="c")
 
         def serving() -> None:
@@ -185,23 +193,7 @@ def main() -> None:
         )
     )
 
-    s3 = boto3.client("s3", endpoint_url=url, **_keys())
-    sm = boto3.client("sagemaker", endpoint_url=url, **_keys())
-    s3.create_bucket(Bucket="cost")
-    s3.upload_file(str(tarball), "cost", "models/model.tar.gz")
-    container = {"Image": IMAGE, "ModelDataUrl": "s3://cost/models/", "Mode": "MultiModel"}
-    sm.create_model(
-        ModelName="m",
-        ExecutionRoleArn="arn:aws:iam::123456789012:role/r",
-        PrimaryContainer=container,
-    )
-    variant = {
-        "VariantName": "AllTraffic",
-        "ModelName": "m",
-        "InstanceType": "ml.g5.xlarge",
-        "InitialInstanceCount": 1,
-    }
-    sm.create_endpoint_config(EndpointConfigName="c", ProductionVariants=[variant])
+    sm = endpoint_config(url, tarball, bucket="cost")
     before_endpoint = process_tree_memory(ours.pid)  # S3 and SageMaker in use, no endpoint
     t0 = time.perf_counter()
     sm.create_endpoint(EndpointName="e", EndpointConfigName="c")

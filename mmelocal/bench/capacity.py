@@ -69,6 +69,35 @@ class Measurement:
     next_copy: LoadRecord | None
     stopped_reason: str
 
+    def result(
+        self,
+        *,
+        source: str,
+        label: str,
+        model_format: str,
+        probe: str,
+        threshold: float,
+        started_at: str,
+        gpus: Sequence[GpuSpec] | None,
+        instance_type: str = "",
+    ) -> CapacityResult:
+        """The :class:`CapacityResult` of this measurement, projected onto ``gpus``."""
+        result = CapacityResult(
+            source=source,
+            label=label,
+            model_format=model_format,
+            probe=probe,
+            total_bytes=self.total_bytes,
+            threshold=threshold,
+            baseline_bytes=self.baseline_bytes,
+            loads=self.loads,
+            next_copy=self.next_copy,
+            stopped_reason=self.stopped_reason,
+            started_at=started_at,
+            instance_type=instance_type,
+        )
+        return with_projection(result, gpus)
+
 
 async def settle_reading(
     read: Callable[[], Any], *, interval_s: float = 0.2, max_s: float = 3.0
@@ -217,19 +246,13 @@ async def _load_one(
 
 
 @dataclass(frozen=True, kw_only=True)
-class CapacityOptions:
-    """How to measure: ``memory_budget_bytes`` is the total on a machine without a GPU (the
-    Triton process tree's summed PSS is measured against it); with a GPU, NVML's device
-    total is used unless a budget is given."""
+class _LoopLimits:
+    """The copy loop's limits, the same here and on an endpoint (checked on creation)."""
 
     threshold: float = 0.9
     max_copies: int = 200
     memory_budget_bytes: int | None = None
     verify_next: bool = True
-    use_gpu: bool | None = None
-    tritonserver: Path | None = None
-    load_timeout_s: float = 300.0
-    workdir: Path | None = None
 
     def __post_init__(self) -> None:
         validate_threshold(self.threshold)
@@ -237,6 +260,18 @@ class CapacityOptions:
             raise UserInputError(f"max_copies must be >= 1, got {self.max_copies}")
         if self.memory_budget_bytes is not None and self.memory_budget_bytes <= 0:
             raise UserInputError(f"memory_budget_bytes must be > 0, got {self.memory_budget_bytes}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CapacityOptions(_LoopLimits):
+    """How to measure: ``memory_budget_bytes`` is the total on a machine without a GPU (the
+    Triton process tree's summed PSS is measured against it); with a GPU, NVML's device
+    total is used unless a budget is given."""
+
+    use_gpu: bool | None = None
+    tritonserver: Path | None = None
+    load_timeout_s: float = 300.0
+    workdir: Path | None = None
 
 
 def measure_capacity(
@@ -288,20 +323,15 @@ def measure_capacity(
                 work, [p.name for p in copies], opts, use_gpu, payload, content_type, progress
             )
         )
-    result = CapacityResult(
+    return measurement.result(
         source=str(source),
         label=label or f"{source} ({model.model_format})",
         model_format=model.model_format,
         probe=probe,
-        total_bytes=measurement.total_bytes,
         threshold=opts.threshold,
-        baseline_bytes=measurement.baseline_bytes,
-        loads=measurement.loads,
-        next_copy=measurement.next_copy,
-        stopped_reason=measurement.stopped_reason,
         started_at=started_at,
+        gpus=gpus,
     )
-    return with_projection(result, gpus)
 
 
 def with_projection(result: CapacityResult, gpus: Sequence[GpuSpec] | None) -> CapacityResult:

@@ -14,11 +14,13 @@ from __future__ import annotations
 import logging
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from mmelocal.bench.activations import (
+    ActivationTrace,
+    Weights,
     onnx_weights,
     torch_weights,
     trace_onnx,
@@ -131,25 +133,16 @@ def trace_module(
 
     float_bytes = PRECISION_BYTES[precision]
     module = module.to("meta").eval()
-    activations: dict[int, int] = {}
-    convs = overlapping = 0
-    for batch in batches.distinct():
+
+    def trace(batch: int) -> ActivationTrace:
         inputs = {
             name: torch.empty((batch, *tuple(t.shape)[1:]), dtype=t.dtype, device="meta")
             for name, t in example_inputs.items()
         }
-        trace = trace_torch(module, tuple(inputs.values()), float_bytes=float_bytes)
-        activations[batch] = trace.peak_bytes
-        convs, overlapping = trace.convolutions, trace.overlapping_convolutions
-    weights = torch_weights(module, float_bytes=float_bytes)
-    return ModelFacts(
-        params=weights.params,
-        weight_bytes=weights.total_bytes,
-        weight_bytes_fp32=torch_weights(module, float_bytes=4).total_bytes,
-        activation_bytes=activations,
-        convolutions=convs,
-        overlapping_convolutions=overlapping,
-        notes=notes,
+        return trace_torch(module, tuple(inputs.values()), float_bytes=float_bytes)
+
+    return _facts(
+        batches, trace, lambda size: torch_weights(module, float_bytes=size), float_bytes, notes
     )
 
 
@@ -158,27 +151,45 @@ def trace_onnx_file(
 ) -> ModelFacts:
     """Weights and activation peaks of the ONNX file at ``path`` (shape inference)."""
     float_bytes = PRECISION_BYTES[precision]
+    return _facts(
+        batches,
+        lambda batch: trace_onnx(
+            path, batch_size=batch, dynamic_dim=dynamic_dim, float_bytes=float_bytes
+        ),
+        lambda size: onnx_weights(path, float_bytes=size),
+        float_bytes,
+    )
+
+
+def _facts(
+    batches: Batches,
+    trace: Callable[[int], ActivationTrace],
+    weights: Callable[[int], Weights],
+    float_bytes: int,
+    notes: tuple[str, ...] = (),
+) -> ModelFacts:
+    """The facts from ``trace`` at every batch and ``weights`` at ``float_bytes`` (and fp32)."""
     activations: dict[int, int] = {}
-    notes: list[str] = []
+    unknown: list[str] = []
     convs = overlapping = 0
     for batch in batches.distinct():
-        trace = trace_onnx(path, batch_size=batch, dynamic_dim=dynamic_dim, float_bytes=float_bytes)
-        activations[batch] = trace.peak_bytes
-        convs, overlapping = trace.convolutions, trace.overlapping_convolutions
-        if trace.unknown_tensors:
-            notes.append(
-                f"batch {batch}: {trace.unknown_tensors} tensor(s) without an inferred shape "
+        found = trace(batch)
+        activations[batch] = found.peak_bytes
+        convs, overlapping = found.convolutions, found.overlapping_convolutions
+        if found.unknown_tensors:
+            unknown.append(
+                f"batch {batch}: {found.unknown_tensors} tensor(s) without an inferred shape "
                 "are not counted (the activation estimate is low)"
             )
-    weights = onnx_weights(path, float_bytes=float_bytes)
+    counted = weights(float_bytes)
     return ModelFacts(
-        params=weights.params,
-        weight_bytes=weights.total_bytes,
-        weight_bytes_fp32=onnx_weights(path, float_bytes=4).total_bytes,
+        params=counted.params,
+        weight_bytes=counted.total_bytes,
+        weight_bytes_fp32=weights(4).total_bytes,
         activation_bytes=activations,
         convolutions=convs,
         overlapping_convolutions=overlapping,
-        notes=tuple(dict.fromkeys(notes)),
+        notes=(*notes, *dict.fromkeys(unknown)),
     )
 
 

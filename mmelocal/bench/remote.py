@@ -21,14 +21,18 @@ import logging
 import tarfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mmelocal.deploy.plan import SHA256_METADATA, split_s3_uri
 from mmelocal.deploy.session import AwsClients, aws_error, error_code
 from mmelocal.errors import BenchError, UserInputError
+
+if TYPE_CHECKING:
+    from mmelocal.bench.loadtest_result import LoadTestResult
+    from mmelocal.bench.shape import LoadShape
 
 logger = logging.getLogger(__name__)
 
@@ -241,6 +245,31 @@ class RemoteEndpoint:
                 "one, and copies would spread over all: deploy it with --instance-count 1 "
                 "--max-instances 1 for the benchmark"
             )
+
+    def loadtest(
+        self,
+        targets: Sequence[str],
+        payload: bytes,
+        *,
+        shape: LoadShape,
+        label: str,
+        say: Callable[[str], None],
+        content_type: str = "application/json",
+    ) -> LoadTestResult:
+        """The boto3 load test over ``targets`` (TargetModels of this endpoint); progress
+        lines go to ``say``."""
+        from mmelocal.bench.loadtest import LoadTestConfig, run_loadtest
+
+        config = LoadTestConfig(
+            endpoint=self.info.name,
+            mode="boto3",
+            region=self.clients.region,
+            targets=tuple(targets),
+            payload=payload,
+            content_type=content_type,
+            shape=shape,
+        )
+        return run_loadtest(config, label=label, progress=lambda p: say(loadtest_status(p)))
 
     def invoke(self, target: str, body: bytes, content_type: str = "application/json") -> bytes:
         """InvokeEndpoint with ``TargetModel``; a cold load that answers

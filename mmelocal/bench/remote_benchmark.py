@@ -22,13 +22,13 @@ import contextlib
 import logging
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from mmelocal.bench.benchmark_result import BenchmarkResult, framework_of
 from mmelocal.bench.loadtest_result import LoadTestResult
-from mmelocal.bench.remote import RemoteEndpoint, loadtest_status
+from mmelocal.bench.remote import RemoteEndpoint
 from mmelocal.bench.remote_capacity import RemoteCapacityOptions, measure_endpoint_capacity
 from mmelocal.bench.shape import LoadShape
 from mmelocal.bench.sweep import SweepOptions
@@ -57,8 +57,6 @@ def benchmark_on_endpoint(
     gpus: Sequence[Any] | None = None,
 ) -> BenchmarkResult:
     """Capacity, then the load test over the loaded copies; the copies are deleted after."""
-    from mmelocal.bench.loadtest import LoadTestConfig, run_loadtest
-
     say = progress or (lambda message: None)
     opts = options or RemoteCapacityOptions()
     say(f"capacity of {tarball.name} on {endpoint.info.name}")
@@ -66,13 +64,7 @@ def benchmark_on_endpoint(
         endpoint,
         tarball,
         payload=payload,
-        options=RemoteCapacityOptions(
-            threshold=opts.threshold,
-            max_copies=opts.max_copies,
-            memory_budget_bytes=opts.memory_budget_bytes,
-            verify_next=opts.verify_next,
-            model_name=model,
-        ),
+        options=replace(opts, model_name=model),
         content_type=content_type,
         progress=lambda r: say(f"capacity: copy {r.copies} loaded ({r.used_bytes:,} bytes in use)"),
         gpus=gpus,
@@ -81,19 +73,14 @@ def benchmark_on_endpoint(
     try:
         if run.loaded:
             say(f"load test over {len(run.loaded)} copies ({shape.duration_s:.0f} s)")
-            loadtest = run_loadtest(
-                LoadTestConfig(
-                    endpoint=endpoint.info.name,
-                    mode="boto3",
-                    region=endpoint.clients.region,
-                    targets=run.loaded,
-                    payload=payload,
-                    content_type=content_type,
-                    shape=shape,
-                ),
+            loadtest = endpoint.loadtest(
+                run.loaded,
+                payload,
+                shape=shape,
                 label=f"{model} ({framework_of(run.result.model_format)}) over "
                 f"{len(run.loaded)} copies",
-                progress=lambda p: say(loadtest_status(p)),
+                say=say,
+                content_type=content_type,
             )
     finally:
         endpoint.delete(list(run.created))

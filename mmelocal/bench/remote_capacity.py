@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from mmelocal.bench.capacity import copies_needed, measure_instance, with_projection
+from mmelocal.bench.capacity import _LoopLimits, copies_needed, measure_instance
 from mmelocal.bench.capacity_result import CapacityResult, LoadRecord
-from mmelocal.bench.projection import GpuSpec, validate_threshold
+from mmelocal.bench.projection import GpuSpec
 from mmelocal.bench.remote import PROBE_TARGET, ProbeReading, RemoteEndpoint
 from mmelocal.errors import UserInputError
 
@@ -47,23 +47,12 @@ PLATFORM_FORMATS = {
 
 
 @dataclass(frozen=True, kw_only=True)
-class RemoteCapacityOptions:
+class RemoteCapacityOptions(_LoopLimits):
     """How to measure on an endpoint. ``memory_budget_bytes`` is needed only when the probe
     reads host memory (an endpoint without a GPU); ``verify_next=False`` stops on the
     prediction (the published loop) instead of loading the copy that crosses."""
 
-    threshold: float = 0.9
-    max_copies: int = 200
-    memory_budget_bytes: int | None = None
-    verify_next: bool = True
     model_name: str | None = None
-
-    def __post_init__(self) -> None:
-        validate_threshold(self.threshold)
-        if self.max_copies < 1:
-            raise UserInputError(f"max_copies must be >= 1, got {self.max_copies}")
-        if self.memory_budget_bytes is not None and self.memory_budget_bytes <= 0:
-            raise UserInputError(f"memory_budget_bytes must be > 0, got {self.memory_budget_bytes}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -176,24 +165,18 @@ def measure_endpoint_capacity(
     except BaseException:
         endpoint.delete(created)  # nothing of a failed run stays in the prefix
         raise
-    result = CapacityResult(
+    result = measurement.result(
         source=str(tarball),
         label=label or f"{model} ({model_format})",
         model_format=model_format,
         probe=_probe_text(first, endpoint, opts.memory_budget_bytes),
-        total_bytes=measurement.total_bytes,
         threshold=opts.threshold,
-        baseline_bytes=measurement.baseline_bytes,
-        loads=measurement.loads,
-        next_copy=measurement.next_copy,
-        stopped_reason=measurement.stopped_reason,
         started_at=started_at,
+        gpus=gpus,
         instance_type=endpoint.info.instance_type,
     )
     loaded = [load.target for load in measurement.loads]
-    return RemoteCapacity(
-        result=with_projection(result, gpus), loaded=tuple(loaded), created=tuple(created)
-    )
+    return RemoteCapacity(result=result, loaded=tuple(loaded), created=tuple(created))
 
 
 def _probe_text(first: ProbeReading, endpoint: RemoteEndpoint, budget: int | None) -> str:

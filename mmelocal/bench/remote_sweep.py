@@ -23,12 +23,17 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
-from mmelocal.bench.remote import RemoteEndpoint, loadtest_status
-from mmelocal.bench.sweep import SweepOptions, _build_format, _derive, _Plan, _row
+from mmelocal.bench.remote import RemoteEndpoint
+from mmelocal.bench.sweep import SweepOptions, _build_variants, _Plan, _row
 from mmelocal.bench.sweep_result import SweepResult, SweepRow, recommend, row_from_loadtest
 from mmelocal.errors import MmeLocalError
 
 logger = logging.getLogger(__name__)
+
+_TENSORRT_SKIPPED = (
+    "a TensorRT engine is built on a GPU of the endpoint's kind and none is here: build the "
+    "plan there and pass its tarball"
+)
 
 
 def run_endpoint_sweep(
@@ -56,24 +61,16 @@ def run_endpoint_sweep(
     with tempfile.TemporaryDirectory(prefix="mmelocal-remote-sweep-", dir=opts.workdir) as tmp:
         work = Path(tmp)
         for fmt in ("prebuilt",) if is_prebuilt(source) else opts.formats:
-            plans, base_dir, problem = _build_format(source, fmt, opts, work, local_gpu, say)
+            plans, failed, built = _build_variants(
+                source, fmt, opts, work, local_gpu, say, skipped_reason=_TENSORRT_SKIPPED
+            )
             order += [plan.name for plan in plans]
-            for plan in plans:
-                if problem is not None or base_dir is None:
-                    status = "skipped" if fmt == "tensorrt" and not local_gpu else "failed"
-                    reason = str(problem)
-                    if status == "skipped":
-                        reason = (
-                            "a TensorRT engine is built on a GPU of the endpoint's kind and none "
-                            "is here: build the plan there and pass its tarball"
-                        )
-                    rows[plan.name] = _row(plan, status=status, reason=reason)
-                    continue
+            rows.update(failed)
+            for plan, model_dir in built:
                 target = f"{run}{plan.name}.tar.gz"
                 rows[plan.name] = _measure_variant(
-                    endpoint, plan, _derive(base_dir, plan, work / "variants"), target, opts,
-                    price, work, say,
-                )  # fmt: skip
+                    endpoint, plan, model_dir, target, opts, price, work, say
+                )
     ordered = tuple(rows[name] for name in order)
     info = endpoint.info
     return SweepResult(
@@ -110,7 +107,6 @@ def _measure_variant(
 ) -> SweepRow:
     import time
 
-    from mmelocal.bench.loadtest import LoadTestConfig, run_loadtest
     from mmelocal.bench.payload import payload_from_model
     from mmelocal.builder.package import package_model
 
@@ -128,17 +124,12 @@ def _measure_variant(
         endpoint.invoke(target, payload)
         load_s = round(time.perf_counter() - t0, 3)
         say(f"{name}: load test ({opts.shape.duration_s:.0f} s)")
-        result = run_loadtest(
-            LoadTestConfig(
-                endpoint=endpoint.info.name,
-                mode="boto3",
-                region=endpoint.clients.region,
-                targets=(target,),
-                payload=payload,
-                shape=opts.shape,
-            ),
+        result = endpoint.loadtest(
+            (target,),
+            payload,
+            shape=opts.shape,
             label=name,
-            progress=lambda sample: say(f"{name}: {loadtest_status(sample)}"),
+            say=lambda line: say(f"{name}: {line}"),
         )
         return row_from_loadtest(
             _row(plan, status="ok", load_s=load_s),

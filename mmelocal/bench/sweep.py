@@ -111,21 +111,16 @@ def run_sweep(
     # CPU throughput says nothing about how many GPU instances a load needs: ratios only
     relative_only = not gpu and is_gpu_instance_type(opts.instance_type)
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    rows: dict[str, SweepRow] = {}
     with tempfile.TemporaryDirectory(prefix="mmelocal-sweep-", dir=opts.workdir) as tmp:
         work = Path(tmp)
+        rows: dict[str, SweepRow] = {}
         variants: list[tuple[_Plan, Path]] = []
         order: list[str] = []
         for fmt in ("prebuilt",) if is_prebuilt(source) else opts.formats:
-            plans, base_dir, problem = _build_format(source, fmt, opts, work, gpu, say)
+            plans, failed, built = _build_variants(source, fmt, opts, work, gpu, say)
             order += [plan.name for plan in plans]
-            for plan in plans:
-                if problem is not None:
-                    status = "skipped" if fmt == "tensorrt" and not gpu else "failed"
-                    rows[plan.name] = _row(plan, status=status, reason=problem)
-                else:
-                    assert base_dir is not None
-                    variants.append((plan, _derive(base_dir, plan, work / "variants")))
+            rows.update(failed)
+            variants += built
         if variants:
             rows.update(_serve_and_measure(variants, opts, price, gpu, work, say))
     ordered = tuple(rows[name] for name in order)
@@ -209,6 +204,35 @@ def _build_format(
         logger.warning("sweep: building %s as %s failed: %s", source, fmt, exc)
         return plans, None, f"build failed: {exc}"
     return plans, model.path, None
+
+
+def _build_variants(
+    source: str | Path,
+    fmt: str,
+    opts: SweepOptions,
+    work: Path,
+    gpu: bool,
+    say: Callable[[str], None],
+    *,
+    skipped_reason: str | None = None,
+) -> tuple[list[_Plan], dict[str, SweepRow], list[tuple[_Plan, Path]]]:
+    """Build ``source`` as ``fmt`` and derive its variants under ``work / "variants"``.
+
+    Returns the format's plans in order, the rows of those that could not be built (TensorRT
+    without a GPU is skipped, with ``skipped_reason`` when given) and the others with their
+    model folders.
+    """
+    plans, base_dir, problem = _build_format(source, fmt, opts, work, gpu, say)
+    rows: dict[str, SweepRow] = {}
+    variants: list[tuple[_Plan, Path]] = []
+    for plan in plans:
+        if problem is not None or base_dir is None:
+            status = "skipped" if fmt == "tensorrt" and not gpu else "failed"
+            reason = skipped_reason if status == "skipped" and skipped_reason else problem
+            rows[plan.name] = _row(plan, status=status, reason=str(reason))
+        else:
+            variants.append((plan, _derive(base_dir, plan, work / "variants")))
+    return plans, rows, variants
 
 
 def _unpack(path: Path, dest: Path) -> Path:

@@ -12,7 +12,7 @@ import click
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from mmelocal.cli._output import console, err_console
+from mmelocal.cli._output import console, err_console, size_option
 from mmelocal.units import mib
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*$")
@@ -133,6 +133,79 @@ def output_options(command: F) -> F:
     )(command)
 
 
+def _stacked(*options: Callable[[F], F]) -> Callable[[F], F]:
+    """One decorator applying ``options`` in the order written (the order ``--help`` lists)."""
+
+    def apply(command: F) -> F:
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return apply
+
+
+#: the request body's content type (capacity, loadtest, benchmark)
+content_type_option = click.option("--content-type", default="application/json", show_default=True)
+
+#: the user's price table (sweep, benchmark)
+prices_option = click.option(
+    "--prices",
+    "prices_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Your hourly prices (YAML, same format as the packaged prices.yaml).",
+)
+
+
+def copy_loop_options(*, memory_budget_help: str) -> Callable[[F], F]:
+    """The capacity loop's limits (``capacity`` and ``benchmark``): ``--threshold``,
+    ``--max-copies``, ``--memory-budget`` (bytes, via :func:`size_option`), ``--no-verify-next``."""
+    return _stacked(
+        click.option(
+            "--threshold",
+            type=float,
+            default=0.9,
+            show_default=True,
+            help="Fraction of the total the loaded copies may use.",
+        ),
+        click.option("--max-copies", type=click.IntRange(min=1), default=200, show_default=True),
+        click.option(
+            "--memory-budget", default=None, callback=size_option, help=memory_budget_help
+        ),
+        click.option(
+            "--no-verify-next",
+            is_flag=True,
+            help="Stop when the next copy is predicted to cross (the published loop); never "
+            "load over the threshold.",
+        ),
+    )
+
+
+#: the sweep's grid and judgement (``sweep`` and ``benchmark``), parsed by ``sweep_options``
+sweep_grid_options = _stacked(
+    click.option("--dynamic-batching", "dynamic_batching", default="off,on", show_default=True),
+    click.option(
+        "--instances", default="1,2", show_default=True, help="instance_group counts to try."
+    ),
+    click.option(
+        "--users",
+        default="5,10,20,40",
+        show_default=True,
+        help="User counts of the sweep's load test steps.",
+    ),
+    click.option(
+        "--step-duration", default="10s", show_default=True, help="How long each user step lasts."
+    ),
+    click.option("--target-rps", type=float, default=500.0, show_default=True),
+    click.option(
+        "--max-latency-ms",
+        type=float,
+        default=500.0,
+        show_default=True,
+        help="p99 latency limit a configuration must keep.",
+    ),
+)
+
+
 def write_outputs(
     results: list[Any], json_out: Path | None, report_dir: Path | None, *, title: str
 ) -> None:
@@ -165,6 +238,8 @@ def announce_files(label: str, paths: list[Path]) -> None:
 
 __all__ = [
     "announce_files",
+    "content_type_option",
+    "copy_loop_options",
     "csv_list",
     "loadtest_progress",
     "mib",
@@ -172,7 +247,9 @@ __all__ = [
     "output_options",
     "parse_duration_s",
     "prepare_outputs",
+    "prices_option",
     "projection_table",
     "steps_table",
+    "sweep_grid_options",
     "write_outputs",
 ]

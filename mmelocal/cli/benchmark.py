@@ -11,8 +11,17 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from mmelocal.cli._bench import ms, parse_duration_s, prepare_outputs, write_outputs
-from mmelocal.cli._output import console, err_console, size_option
+from mmelocal.cli._bench import (
+    content_type_option,
+    copy_loop_options,
+    ms,
+    parse_duration_s,
+    prepare_outputs,
+    prices_option,
+    sweep_grid_options,
+    write_outputs,
+)
+from mmelocal.cli._output import console, err_console
 from mmelocal.deploy.plan import DEFAULT_INSTANCE_TYPE
 
 
@@ -50,31 +59,15 @@ from mmelocal.deploy.plan import DEFAULT_INSTANCE_TYPE
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="Request body for every SOURCE (default: each model's recorded sample inputs).",
 )
-@click.option("--content-type", default="application/json", show_default=True)
-@click.option("--threshold", type=float, default=0.9, show_default=True)
-@click.option("--max-copies", type=click.IntRange(min=1), default=200, show_default=True)
-@click.option(
-    "--memory-budget",
-    default=None,
-    callback=size_option,
-    help="Only for an endpoint without a GPU (its probe reads host memory).",
+@content_type_option
+@copy_loop_options(
+    memory_budget_help="Only for an endpoint without a GPU (its probe reads host memory)."
 )
-@click.option("--no-verify-next", is_flag=True, help="Stop on the prediction (published loop).")
 @click.option("--max-users", type=click.IntRange(min=1), default=200, show_default=True)
 @click.option("--duration", default=None, help="Fit the load test into this time (e.g. 5m).")
 @click.option("--sweep/--no-sweep", "with_sweep", default=True, show_default=True)
-@click.option("--users", default="5,10,20,40", show_default=True, help="Sweep user steps.")
-@click.option("--step-duration", default="10s", show_default=True, help="Sweep step length.")
-@click.option("--dynamic-batching", default="off,on", show_default=True)
-@click.option("--instances", default="1,2", show_default=True)
-@click.option("--target-rps", type=float, default=500.0, show_default=True)
-@click.option("--max-latency-ms", type=float, default=500.0, show_default=True)
-@click.option(
-    "--prices",
-    "prices_file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Your hourly prices (YAML, same format as the packaged prices.yaml).",
-)
+@sweep_grid_options
+@prices_option
 @click.option("--yes", is_flag=True, help="Do not ask before creating billable resources.")
 @click.option("--keep-endpoints", is_flag=True, help="Leave the endpoints running at the end.")
 @click.option(
@@ -100,7 +93,7 @@ def benchmark(sources: tuple[str, ...], **kw: Any) -> None:
     from mmelocal.bench.remote_capacity import model_stem
     from mmelocal.bench.shape import stepped_shape
     from mmelocal.cli._remote import remote_tarball
-    from mmelocal.cli.sweep import _ints, _on_off
+    from mmelocal.cli.sweep import sweep_options
 
     prepare_outputs(kw["json_out"], kw["report_dir"])
     if kw["existing"] is not None:
@@ -128,7 +121,7 @@ def benchmark(sources: tuple[str, ...], **kw: Any) -> None:
             image=kw["image"],
             shape=shape,
             capacity=_capacity_options(kw),
-            sweep=_sweep_options(kw, _on_off, _ints) if kw["with_sweep"] else None,
+            sweep=sweep_options(kw) if kw["with_sweep"] else None,
             keep_endpoints=kw["keep_endpoints"],
             payload=kw["payload"].read_bytes() if kw["payload"] is not None else None,
             content_type=kw["content_type"],
@@ -178,20 +171,6 @@ def _capacity_options(kw: dict[str, Any]) -> Any:
         max_copies=kw["max_copies"],
         memory_budget_bytes=kw["memory_budget"],
         verify_next=not kw["no_verify_next"],
-    )
-
-
-def _sweep_options(kw: dict[str, Any], on_off: Any, ints: Any) -> Any:
-    from mmelocal.bench.sweep import SweepOptions, users_shape
-
-    return SweepOptions(
-        dynamic_batching=on_off(kw["dynamic_batching"]),
-        instances=ints(kw["instances"]),
-        shape=users_shape(ints(kw["users"]), step_s=parse_duration_s(kw["step_duration"])),
-        target_rps=kw["target_rps"],
-        max_latency_ms=kw["max_latency_ms"],
-        instance_type=kw["instance_type"],
-        prices_file=kw["prices_file"],
     )
 
 

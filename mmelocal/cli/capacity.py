@@ -14,13 +14,15 @@ import click
 from rich.table import Table
 
 from mmelocal.cli._bench import (
+    content_type_option,
+    copy_loop_options,
     csv_list,
     output_options,
     prepare_outputs,
     projection_table,
     write_outputs,
 )
-from mmelocal.cli._output import console, size_option
+from mmelocal.cli._output import console
 from mmelocal.cli._remote import endpoint_option, region_option, s3_uri_option
 from mmelocal.units import MiB, mib
 
@@ -51,19 +53,8 @@ def capacity() -> None:
 
 @capacity.command()
 @click.argument("source")
-@click.option(
-    "--threshold",
-    type=float,
-    default=0.9,
-    show_default=True,
-    help="Fraction of the total the loaded copies may use.",
-)
-@click.option("--max-copies", type=click.IntRange(min=1), default=200, show_default=True)
-@click.option(
-    "--memory-budget",
-    default=None,
-    callback=size_option,
-    help="Total to measure against on CPU (summed PSS of the Triton tree), e.g. 4GiB.",
+@copy_loop_options(
+    memory_budget_help="Total to measure against on CPU (summed PSS of the Triton tree), e.g. 4GiB."
 )
 @click.option(
     "--format",
@@ -71,11 +62,6 @@ def capacity() -> None:
     default="torchscript",
     show_default=True,
     help="Comma-separated formats to build and measure (for a source, not a tarball).",
-)
-@click.option(
-    "--no-verify-next",
-    is_flag=True,
-    help="Stop when the next copy is predicted to cross; never load over the threshold.",
 )
 @click.option(
     "--gpus",
@@ -88,7 +74,7 @@ def capacity() -> None:
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="Warm-up request body sent after each load (default: from the model's sample inputs).",
 )
-@click.option("--content-type", default="application/json", show_default=True)
+@content_type_option
 @endpoint_option
 @s3_uri_option
 @region_option

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from mmelocal.cli._bench import (
+    content_type_option,
     loadtest_progress,
     output_options,
     parse_duration_s,
@@ -68,7 +69,7 @@ from mmelocal.cli._output import console, err_console
     type=click.Path(exists=True, path_type=Path),
     help="Build a KServe v2 JSON body from a built model folder or model.tar.gz.",
 )
-@click.option("--content-type", default="application/json", show_default=True)
+@content_type_option
 @click.option(
     "--mode",
     type=click.Choice(["auto", "invocations", "triton-v2", "boto3"]),

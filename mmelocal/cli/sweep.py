@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,8 @@ from mmelocal.cli._bench import (
     output_options,
     parse_duration_s,
     prepare_outputs,
+    prices_option,
+    sweep_grid_options,
     write_outputs,
 )
 from mmelocal.cli._output import console, err_console
@@ -37,6 +40,26 @@ def _ints(text: str) -> tuple[int, ...]:
         raise click.BadParameter(f"expected comma-separated integers, got {text!r}") from None
 
 
+def sweep_options(
+    params: Mapping[str, Any], *, formats: str = "torchscript", verify: bool = True
+) -> Any:
+    """The ``SweepOptions`` of a command's ``params``: the options :data:`sweep_grid_options`
+    adds, ``instance_type`` and ``prices_file`` (as typed; other keys are ignored)."""
+    from mmelocal.bench.sweep import SweepOptions, users_shape
+
+    return SweepOptions(
+        formats=tuple(csv_list(formats)),
+        dynamic_batching=_on_off(params["dynamic_batching"]),
+        instances=_ints(params["instances"]),
+        shape=users_shape(_ints(params["users"]), step_s=parse_duration_s(params["step_duration"])),
+        target_rps=params["target_rps"],
+        max_latency_ms=params["max_latency_ms"],
+        instance_type=params["instance_type"],
+        prices_file=params["prices_file"],
+        verify=verify,
+    )
+
+
 @click.command()
 @click.argument("source")
 @click.option(
@@ -45,29 +68,9 @@ def _ints(text: str) -> tuple[int, ...]:
     show_default=True,
     help="Comma-separated: torchscript, onnx, tensorrt.",
 )
-@click.option("--dynamic-batching", "dynamic_batching", default="off,on", show_default=True)
-@click.option("--instances", default="1,2", show_default=True, help="instance_group counts to try.")
-@click.option(
-    "--users", default="5,10,20,40", show_default=True, help="User counts of the load test steps."
-)
-@click.option(
-    "--step-duration", default="10s", show_default=True, help="How long each user step lasts."
-)
-@click.option("--target-rps", type=float, default=500.0, show_default=True)
-@click.option(
-    "--max-latency-ms",
-    type=float,
-    default=500.0,
-    show_default=True,
-    help="p99 latency limit a configuration must keep.",
-)
+@sweep_grid_options
 @click.option("--instance-type", default="ml.g4dn.xlarge", show_default=True)
-@click.option(
-    "--prices",
-    "prices_file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Your hourly prices (YAML, same format as the packaged prices.yaml).",
-)
+@prices_option
 @click.option("--no-verify", is_flag=True, help="Skip output verification when building.")
 @endpoint_option
 @s3_uri_option
@@ -76,39 +79,22 @@ def _ints(text: str) -> tuple[int, ...]:
 def sweep(
     source: str,
     formats: str,
-    dynamic_batching: str,
-    instances: str,
-    users: str,
-    step_duration: str,
-    target_rps: float,
-    max_latency_ms: float,
-    instance_type: str,
-    prices_file: Path | None,
     no_verify: bool,
     endpoint_name: str | None,
     s3_uri: str | None,
     region: str | None,
     json_out: Path | None,
     report_dir: Path | None,
+    **params: Any,
 ) -> None:
     """Build, serve and load-test every configuration of SOURCE; recommend one.
 
     With --endpoint NAME the configurations are TargetModels of that deployed multi-model
     endpoint (its instance type replaces --instance-type): no redeploy per configuration.
     """
-    from mmelocal.bench.sweep import SweepOptions, run_sweep, users_shape
+    from mmelocal.bench.sweep import run_sweep
 
-    options = SweepOptions(
-        formats=tuple(csv_list(formats)),
-        dynamic_batching=_on_off(dynamic_batching),
-        instances=_ints(instances),
-        shape=users_shape(_ints(users), step_s=parse_duration_s(step_duration)),
-        target_rps=target_rps,
-        max_latency_ms=max_latency_ms,
-        instance_type=instance_type,
-        prices_file=prices_file,
-        verify=not no_verify,
-    )
+    options = sweep_options(params, formats=formats, verify=not no_verify)
     prepare_outputs(json_out, report_dir)
     with err_console.status("sweep starting") as status:
         if endpoint_name is not None:

@@ -18,13 +18,13 @@ import socket
 import sys
 import threading
 from collections.abc import Coroutine
-from types import TracebackType
 from typing import Any, TypeVar
 
 from mmelocal.emulator import fastpath
 from mmelocal.emulator.platform import Emulator, EmulatorConfig
 from mmelocal.errors import EmulatorError, UserInputError
 from mmelocal.runtime.config import pick_free_port
+from mmelocal.runtime.lifecycle import StartStopContext
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -143,7 +143,7 @@ async def serve_forever(
         await listener.stop()
 
 
-class EmulatorServer:
+class EmulatorServer(StartStopContext):
     """An emulator on a background thread (see the module docstring)."""
 
     def __init__(
@@ -231,17 +231,6 @@ class EmulatorServer:
             thread.join(timeout=120)
         self._thread = None
         self._loop = None
-
-    def __enter__(self) -> EmulatorServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 __all__ = ["EmulatorServer", "Listener", "new_event_loop", "run", "serve_forever"]

@@ -16,13 +16,13 @@ import socket
 import tempfile
 import threading
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from mmelocal.errors import EndpointFailedError, MissingDependencyError, UserInputError
 from mmelocal.localaws.app import INTERNAL_HEADER, OWN_HEADER, LocalAwsApp
 from mmelocal.localaws.endpoints import EndpointManager
 from mmelocal.localaws.fleet import Fleet, FleetOptions, FleetPlan, plan_fleet
+from mmelocal.runtime.lifecycle import StartStopContext
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ LOCAL_KEYS = ("mmelocal", "mmelocal")
 DEFAULT_REGION = "us-east-1"
 
 
-class LocalAws:
+class LocalAws(StartStopContext):
     """S3, SageMaker (endpoints that serve), Application Auto Scaling and STS on one port.
 
     ``with LocalAws() as aws: os.environ["AWS_ENDPOINT_URL"] = aws.url`` is all a script
@@ -224,21 +224,6 @@ class LocalAws:
             self._tmp.cleanup()
             self._tmp = None
             self._data_dir = None
-
-    def __enter__(self) -> LocalAws:
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     # -- internals ---------------------------------------------------------------------
     def _client(self, service: str, region: str = DEFAULT_REGION) -> Any:

@@ -12,10 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Protocol, Self, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from mmelocal.errors import ServerStartError, UserInputError
 from mmelocal.runtime.config import ServerConfig
+from mmelocal.runtime.lifecycle import StartStopContext
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,31 +104,16 @@ class TritonLauncher(Protocol):
     ) -> None: ...
 
 
-class LauncherContext:
+class LauncherContext(StartStopContext):
     """The context manager every launcher shares: ``start()`` on enter, ``stop()`` on exit.
 
-    ``start()`` cleans up after itself when it fails, so a failed enter leaks nothing.
+    ``start()`` cleans up after itself when it fails, and ``stop()`` is a no-op then, so a
+    failed enter leaks nothing.
     """
 
     def start(self) -> None:
         """Start the server and wait until it is ready (implemented by the launcher)."""
         raise NotImplementedError
-
-    def stop(self) -> None:
-        """Stop the server (implemented by the launcher)."""
-        raise NotImplementedError
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 class _HasConfig(Protocol):

@@ -17,6 +17,7 @@ dict of ``LocalAws`` arguments) in a ``conftest.py`` to change the memory budget
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -49,15 +50,21 @@ def local_aws_env(
     local_aws: LocalAws, monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
 ) -> LocalAws:
     """The environment of a user whose AWS is ``local_aws`` (for this test only)."""
-    empty = tmp_path_factory.mktemp("no-aws-files")
-    for name, value in local_aws.env().items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(empty / "config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(empty / "credentials"))
-    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_REGION"):
-        monkeypatch.delenv(name, raising=False)
+    point_environment_at(monkeypatch, local_aws, tmp_path_factory.mktemp("no-aws-files"))
     return local_aws
 
 
-__all__ = ["local_aws", "local_aws_env", "local_aws_options"]
+def point_environment_at(env: pytest.MonkeyPatch, local_aws: LocalAws, empty: Path) -> None:
+    """Set what ``local_aws_env`` sets through ``env`` (a module-scoped fixture's own
+    ``MonkeyPatch``, say): the endpoint URL, a region, keys, and no profile, session token or
+    shared files (``empty`` is a folder with none)."""
+    for name, value in local_aws.env().items():
+        env.setenv(name, value)
+    env.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    env.setenv("AWS_CONFIG_FILE", str(empty / "config"))
+    env.setenv("AWS_SHARED_CREDENTIALS_FILE", str(empty / "credentials"))
+    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_REGION"):
+        env.delenv(name, raising=False)
+
+
+__all__ = ["local_aws", "local_aws_env", "local_aws_options", "point_environment_at"]

@@ -13,7 +13,6 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from mmelocal.builder.backends import CONTAINER_BACKENDS, PIP_SERVER_BACKENDS
@@ -22,6 +21,7 @@ from mmelocal.runtime.client import TritonClient
 from mmelocal.runtime.config import ServerConfig
 from mmelocal.runtime.launcher import TritonLauncher
 from mmelocal.runtime.launchers import OWNED_LAUNCHERS, check_launcher_kind, make_launcher
+from mmelocal.runtime.lifecycle import StartStopContext
 from mmelocal.runtime.python_copies import PreparedModel, gpu_available, prepare_model_for_server
 
 logger = logging.getLogger(__name__)
@@ -34,7 +34,7 @@ PYTHON_ONLY = PIP_SERVER_BACKENDS
 TEST_SERVER_ENV = {"SAGEMAKER_TRITON_ALLOW_GRPC": "true", "SAGEMAKER_TRITON_ALLOW_METRICS": "true"}
 
 
-class TestTritonServer:
+class TestTritonServer(StartStopContext):
     """A started Triton on a temporary repository (explicit model control, SageMaker on).
 
     ``launcher`` is ``"local"`` (the pip tritonserver, default) or ``"docker"``;
@@ -128,21 +128,6 @@ class TestTritonServer:
     def unload_model(self, name: str, *, timeout_s: float | None = None) -> None:
         """Unload ``name`` and wait until Triton reports it gone."""
         self.client.unload(name, timeout_s=timeout_s)
-
-    def __enter__(self) -> TestTritonServer:
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 __all__ = ["TestTritonServer"]

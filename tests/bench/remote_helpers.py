@@ -1,49 +1,19 @@
-"""What the remote bench tests share: a user's AWS environment pointed at the local AWS, and
-the tiny model as a tarball carrying the reference inputs a build records."""
+"""What the remote bench tests share: the names of the deployment, and the tiny model as a
+tarball carrying the reference inputs a build records."""
 
 from __future__ import annotations
 
 import tarfile
 import tempfile
 from pathlib import Path
-from typing import Any
 
 import numpy as np
-import pytest
-
-from mmelocal.testing.tiny_model import expected, write_model
+from shared_helpers import write_reference_tarball  # noqa: F401 (re-exported)
 
 REGION = "us-east-1"
 ROLE = "arn:aws:iam::123456789012:role/SageMakerExecution"
 #: a GPU type moto's instance list accepts
 INSTANCE_TYPE = "ml.g4dn.xlarge"
-
-
-def local_aws_environment(env: pytest.MonkeyPatch, local_aws: Any, root: Path) -> None:
-    """A user whose AWS is ``local_aws`` (what the ``local_aws_env`` fixture sets, for a
-    module-scoped fixture): endpoint, region, keys, no profile or shared files."""
-    for name, value in local_aws.env(REGION).items():
-        env.setenv(name, value)
-    env.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    env.setenv("AWS_CONFIG_FILE", str(root / "no-aws-config"))
-    env.setenv("AWS_SHARED_CREDENTIALS_FILE", str(root / "no-aws-credentials"))
-    for variable in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_REGION"):
-        env.delenv(variable, raising=False)
-
-
-def write_reference_tarball(path: Path, *, scale: float, name: str = "tiny") -> Path:
-    """The tiny model with the reference inputs a build records (the bench's payload)."""
-    x = np.arange(8, dtype=np.float32).reshape(2, 4) / 8
-    with tempfile.TemporaryDirectory() as work:
-        model = write_model(Path(work), name=name, scale=scale)
-        np.savez(
-            model / "mmelocal_reference.npz",
-            **{"input:INPUT0": x, "output:OUTPUT0": expected(x, scale)},
-        )
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(path, "w:gz") as tar:
-            tar.add(model, arcname=name)
-    return path
 
 
 def write_onnx_reference_tarball(path: Path, *, name: str = "tiny") -> Path:

@@ -61,9 +61,9 @@ def test_in_place_ops_add_nothing_and_precision_scales_floats() -> None:
     assert half.peak_bytes == trace.peak_bytes // 2
 
 
-def test_weights_of_a_tiny_bert_with_random_weights() -> None:
-    transformers = pytest.importorskip("transformers")
-    config = transformers.BertConfig(
+def _tiny_bert_config(transformers: Any) -> Any:
+    """A two-layer BERT with hidden size 32 (random weights when built)."""
+    return transformers.BertConfig(
         vocab_size=99,
         hidden_size=32,
         num_hidden_layers=2,
@@ -71,6 +71,11 @@ def test_weights_of_a_tiny_bert_with_random_weights() -> None:
         intermediate_size=37,
         max_position_embeddings=64,
     )
+
+
+def test_weights_of_a_tiny_bert_with_random_weights() -> None:
+    transformers = pytest.importorskip("transformers")
+    config = _tiny_bert_config(transformers)
     model = transformers.BertModel(config).eval()
     params = sum(p.numel() for p in model.parameters())
     buffers = sum(b.numel() * b.element_size() for b in model.buffers())
@@ -386,14 +391,7 @@ def test_a_hugging_face_folder_needs_only_its_config(tmp_path: Path) -> None:
     transformers = pytest.importorskip("transformers")
     from mmelocal.bench.estimate_model import estimate_model
 
-    config = transformers.BertConfig(
-        vocab_size=99,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=37,
-        max_position_embeddings=64,
-    )
+    config = _tiny_bert_config(transformers)
     config.save_pretrained(tmp_path)  # config.json only: no weights in the folder
     estimate = estimate_model(tmp_path, seq_len=16, instance_types=["ml.g4dn.xlarge"])
     expected = sum(p.numel() for p in transformers.BertModel(config).parameters())

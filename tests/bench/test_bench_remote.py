@@ -21,7 +21,6 @@ from remote_helpers import (
     INSTANCE_TYPE,
     REGION,
     ROLE,
-    local_aws_environment,
     write_reference_tarball,
 )
 
@@ -29,6 +28,7 @@ from mmelocal.bench.capacity_result import CapacityResult
 from mmelocal.bench.remote import PROBE_TARGET, RemoteEndpoint, connect_endpoint
 from mmelocal.bench.remote_capacity import RemoteCapacityOptions, measure_endpoint_capacity
 from mmelocal.cli.main import main
+from mmelocal.testing.local_aws_fixtures import point_environment_at
 
 pytestmark = pytest.mark.triton
 
@@ -57,7 +57,7 @@ def deployed(local_aws: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     root = tmp_path_factory.mktemp("remote")
     name, bucket = f"ep-{uuid.uuid4().hex[:10]}", f"mme-{uuid.uuid4().hex[:12]}"
     with pytest.MonkeyPatch.context() as env:
-        local_aws_environment(env, local_aws, root)
+        point_environment_at(env, local_aws, root / "no-aws-files")
         boto3.client("s3", region_name=REGION).create_bucket(Bucket=bucket)
         write_reference_tarball(root / "store" / "model-0.tar.gz", scale=2.0)
         options = DeployOptions(

@@ -6,28 +6,15 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Callable
 from typing import Any, TypeVar
 
 import numpy as np
+from shared_helpers import wait_for  # noqa: F401 (re-exported)
 
 from mmelocal.runtime.memory import process_tree_memory
 from mmelocal.testing.tiny_model import request_json
 
 T = TypeVar("T")
-
-
-def wait_for(check: Callable[[], T], *, timeout_s: float = 120.0, interval_s: float = 0.1) -> T:
-    """Poll ``check`` until it returns something true (returned), or fail after
-    ``timeout_s`` (generous: loads crawl on a busy 2-core CI box)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"still {value!r} after {timeout_s:g}s")
-        time.sleep(interval_s)
 
 
 def payload(rows: int = 2, start: float = 0.0) -> tuple[np.ndarray, bytes]:

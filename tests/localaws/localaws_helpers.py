@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import psutil
+from shared_helpers import wait_for  # noqa: F401 (re-exported)
 
 TRITON_IMAGE = "763104351884.dkr.ecr.us-east-1.amazonaws.com/sagemaker-tritonserver:24.09-py3"
 ROLE = "arn:aws:iam::123456789012:role/SageMakerExecution"
@@ -82,6 +83,34 @@ def write_trt_tarball(dest: Path) -> Path:
         return _pack(folder, dest)
 
 
+def model_and_config(
+    url: str,
+    *,
+    count: int = 1,
+    image: str = TRITON_IMAGE,
+    mode: str = "MultiModel",
+    environment: dict[str, str] | None = None,
+    instance_type: str = "ml.g5.xlarge",
+) -> str:
+    """A model and an endpoint config on ``url`` (same new name); the config name."""
+    import boto3
+
+    sm = boto3.client("sagemaker")
+    name = unique("cfg")
+    container: dict[str, Any] = {"Image": image, "ModelDataUrl": url, "Mode": mode}
+    if environment:
+        container["Environment"] = environment
+    sm.create_model(ModelName=name, ExecutionRoleArn=ROLE, PrimaryContainer=container)
+    variant = {
+        "VariantName": "AllTraffic",
+        "ModelName": name,
+        "InstanceType": instance_type,
+        "InitialInstanceCount": count,
+    }
+    sm.create_endpoint_config(EndpointConfigName=name, ProductionVariants=[variant])
+    return name
+
+
 def wait_status(sm: Any, name: str, *, leaving: str, timeout_s: float = 180.0) -> dict[str, Any]:
     """The example's describe loop: DescribeEndpoint until the status is not ``leaving``
     (polled every 0.2 s, as the example does every 60 s)."""
@@ -111,17 +140,3 @@ def wait_gone(sm: Any, name: str, timeout_s: float = 180.0) -> None:
     sm.get_waiter("endpoint_deleted").wait(
         EndpointName=name, WaiterConfig={"Delay": 0.2, "MaxAttempts": int(timeout_s / 0.2)}
     )
-
-
-def wait_for(
-    check: Callable[[], Any], *, timeout_s: float = 120.0, interval_s: float = 0.05
-) -> Any:
-    """Poll ``check`` until it returns something true (returned); fail after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"still {value!r} after {timeout_s:g}s")
-        time.sleep(interval_s)

@@ -14,7 +14,7 @@ import boto3
 import numpy as np
 import pytest
 from botocore.exceptions import ClientError
-from localaws_helpers import ROLE, TRITON_IMAGE, unique, wait_gone, wait_status
+from localaws_helpers import model_and_config, unique, wait_gone, wait_status
 
 from mmelocal.localaws import LocalAws
 from mmelocal.testing.tiny_model import expected, request_json, write_tarball
@@ -73,23 +73,11 @@ def test_the_aws_cli(local_aws_env: LocalAws, tmp_path: Path) -> None:
 
     sm = boto3.client("sagemaker")
     name = unique("cli")
-    container = {
-        "Image": TRITON_IMAGE,
-        "ModelDataUrl": f"s3://{bucket}/models/",
-        "Mode": "MultiModel",
-    }
-    sm.create_model(ModelName=name, ExecutionRoleArn=ROLE, PrimaryContainer=container)
-    variant = {
-        "VariantName": "AllTraffic",
-        "ModelName": name,
-        "InstanceType": "ml.g6.xlarge",
-        "InitialInstanceCount": 1,
-    }
-    sm.create_endpoint_config(EndpointConfigName=name, ProductionVariants=[variant])
-    sm.create_endpoint(EndpointName=name, EndpointConfigName=name)
+    config = model_and_config(f"s3://{bucket}/models/", instance_type="ml.g6.xlarge")
+    sm.create_endpoint(EndpointName=name, EndpointConfigName=config)
     assert wait_status(sm, name, leaving="Creating")["EndpointStatus"] == "InService"
     described = json.loads(aws("sagemaker", "describe-endpoint", "--endpoint-name", name))
-    assert (described["EndpointStatus"], described["EndpointConfigName"]) == ("InService", name)
+    assert (described["EndpointStatus"], described["EndpointConfigName"]) == ("InService", config)
 
     request = tmp_path / "request.json"
     x = np.arange(8, dtype=np.float32).reshape(2, 4)

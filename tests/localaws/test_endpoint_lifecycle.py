@@ -16,6 +16,7 @@ from botocore.exceptions import ClientError
 from localaws_helpers import (
     ROLE,
     TRITON_IMAGE,
+    model_and_config,
     tritonservers,
     unique,
     wait_for,
@@ -39,31 +40,6 @@ def upload_models(tmp_path: Path, prefix: str, *, scale: float, compute_ms: floa
     tarball = write_tarball(tmp_path / f"{prefix}.tar.gz", scale=scale, compute_ms=compute_ms)
     s3.upload_file(str(tarball), bucket, f"{prefix}/model.tar.gz")
     return f"s3://{bucket}/{prefix}/"
-
-
-def model_and_config(
-    url: str,
-    *,
-    count: int = 1,
-    image: str = TRITON_IMAGE,
-    mode: str = "MultiModel",
-    environment: dict[str, str] | None = None,
-) -> str:
-    """A model and an endpoint config on ``url`` (same new name); the config name."""
-    sm = boto3.client("sagemaker")
-    name = unique("cfg")
-    container: dict[str, Any] = {"Image": image, "ModelDataUrl": url, "Mode": mode}
-    if environment:
-        container["Environment"] = environment
-    sm.create_model(ModelName=name, ExecutionRoleArn=ROLE, PrimaryContainer=container)
-    variant = {
-        "VariantName": "AllTraffic",
-        "ModelName": name,
-        "InstanceType": "ml.g5.xlarge",
-        "InitialInstanceCount": count,
-    }
-    sm.create_endpoint_config(EndpointConfigName=name, ProductionVariants=[variant])
-    return name
 
 
 def invoke(name: str, target: str | None = "model.tar.gz", runtime: Any = None) -> np.ndarray:
@@ -279,17 +255,8 @@ def test_the_instance_type_picks_the_cards_memory(local_aws_env: LocalAws, tmp_p
     sm = boto3.client("sagemaker")
     url = upload_models(tmp_path, "models", scale=2.0)
     name = unique("t4")
-    model = unique("t4")
-    container = {"Image": TRITON_IMAGE, "ModelDataUrl": url, "Mode": "MultiModel"}
-    sm.create_model(ModelName=model, ExecutionRoleArn=ROLE, PrimaryContainer=container)
-    variant = {
-        "VariantName": "AllTraffic",
-        "ModelName": model,
-        "InstanceType": "ml.g4dn.xlarge",
-        "InitialInstanceCount": 1,
-    }
-    sm.create_endpoint_config(EndpointConfigName=model, ProductionVariants=[variant])
-    sm.create_endpoint(EndpointName=name, EndpointConfigName=model)
+    config = model_and_config(url, instance_type="ml.g4dn.xlarge")
+    sm.create_endpoint(EndpointName=name, EndpointConfigName=config)
     assert wait_status(sm, name, leaving="Creating")["EndpointStatus"] == "InService"
     manager = local_aws_env.endpoints
     fleet = manager.serving("us-east-1", name) if manager is not None else None

@@ -22,6 +22,7 @@ from localaws_helpers import (
     INSTANCE_TYPE,
     ROLE,
     TRITON_IMAGE,
+    model_and_config,
     tritonservers,
     unique,
     wait_gone,
@@ -160,18 +161,8 @@ def test_two_hundred_copies_under_one_prefix(local_aws_env: LocalAws, tmp_path: 
     for index in range(200):
         s3.upload_fileobj(io.BytesIO(data), bucket, f"{prefix}/model-{index}.tar.gz")
     name = unique("copies")
-    container = {"Image": TRITON_IMAGE, "ModelDataUrl": f"s3://{bucket}/{prefix}/"}
-    sm.create_model(
-        ModelName=name, ExecutionRoleArn=ROLE, PrimaryContainer=container | {"Mode": "MultiModel"}
-    )
-    variant = {
-        "VariantName": "AllTraffic",
-        "ModelName": name,
-        "InstanceType": "ml.g4dn.xlarge",
-        "InitialInstanceCount": 1,
-    }
-    sm.create_endpoint_config(EndpointConfigName=name, ProductionVariants=[variant])
-    sm.create_endpoint(EndpointName=name, EndpointConfigName=name)
+    config = model_and_config(f"s3://{bucket}/{prefix}/", instance_type="ml.g4dn.xlarge")
+    sm.create_endpoint(EndpointName=name, EndpointConfigName=config)
     sm.get_waiter("endpoint_in_service").wait(
         EndpointName=name, WaiterConfig={"Delay": 0.2, "MaxAttempts": 900}
     )

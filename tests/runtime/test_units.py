@@ -373,3 +373,27 @@ def test_check_keys_validation_errors_inside_a_tarball_by_folder(
     assert problems and all("warmup" in p.message.lower() for p in problems), report.problems
     assert {p.code for p in problems} == {p.code for p in report.errors}
     assert list(report.by_folder) == [model_dir.resolve()]
+
+
+def test_start_stop_context_stops_a_failed_start_and_returns_itself():
+    from mmelocal.runtime.lifecycle import StartStopContext
+
+    class Server(StartStopContext):
+        def __init__(self, fail: bool) -> None:
+            self.fail, self.calls = fail, []
+
+        def start(self) -> None:
+            self.calls.append("start")
+            if self.fail:
+                raise ServerStartError("no")
+
+        def stop(self) -> None:
+            self.calls.append("stop")
+
+    with Server(fail=False) as server:
+        assert isinstance(server, Server) and server.calls == ["start"]
+    assert server.calls == ["start", "stop"]
+    failing = Server(fail=True)
+    with pytest.raises(ServerStartError), failing:
+        pass
+    assert failing.calls == ["start", "stop"]
