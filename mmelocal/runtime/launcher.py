@@ -15,7 +15,7 @@ from types import TracebackType
 from typing import Protocol, Self, runtime_checkable
 
 from mmelocal.errors import ServerStartError, UserInputError
-from mmelocal.runtime.config import ServerConfig
+from mmelocal.runtime.server_config import ServerConfig
 
 
 @dataclass(frozen=True, kw_only=True)
