@@ -25,8 +25,8 @@ from pathlib import Path
 
 from mmelocal.builder.package import package_copies
 from mmelocal.builder.tarball import safe_extract
+from mmelocal.emulator.emulator import EmulatorConfig
 from mmelocal.emulator.metrics import parse_prometheus
-from mmelocal.emulator.platform import EmulatorConfig
 from mmelocal.emulator.server import EmulatorServer
 
 

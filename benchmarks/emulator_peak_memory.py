@@ -72,8 +72,8 @@ def post(port: int, body: bytes, timeout_s: float = REQUEST_TIMEOUT_S) -> int:
 
 def one_round(store: Path, callers: int, body: bytes) -> dict[str, float]:
     """Fresh server, warm call, ``callers`` big calls at once; memory figures in bytes."""
-    from mmelocal.runtime.config import pick_free_port
     from mmelocal.runtime.readiness import http_ok, wait_until_ready
+    from mmelocal.runtime.server_config import pick_free_port
 
     port = pick_free_port()
     cli = Path(sys.executable).with_name("mmelocal")

@@ -29,7 +29,7 @@ import numpy as np
 
 from mmelocal.bench.loadtest import LoadTestConfig, LoadTestResult, expand_targets, run_loadtest
 from mmelocal.bench.sweep import users_shape
-from mmelocal.runtime.config import pick_free_port
+from mmelocal.runtime.server_config import pick_free_port
 
 COPIES = 10
 
@@ -81,7 +81,7 @@ def main() -> int:
     users = tuple(int(u) for u in args.users.split(","))
 
     from mmelocal.builder.package import package_copies
-    from mmelocal.emulator.platform import EmulatorConfig
+    from mmelocal.emulator.emulator import EmulatorConfig
     from mmelocal.emulator.server import EmulatorServer
     from mmelocal.testing.tiny_model import request_json, write_tarball
 

@@ -32,8 +32,8 @@ from typing import Any
 import boto3
 import numpy as np
 
-from mmelocal.runtime.config import pick_free_port
 from mmelocal.runtime.memory import TreeMemory, process_tree_memory
+from mmelocal.runtime.server_config import pick_free_port
 from mmelocal.testing.tiny_model import write_tarball
 
 MiB = 1024**2

@@ -39,9 +39,9 @@ from pathlib import Path
 import numpy as np
 
 from mmelocal.emulator.server import new_event_loop
-from mmelocal.runtime.config import ServerConfig, pick_free_port
 from mmelocal.runtime.local import LocalLauncher
 from mmelocal.runtime.netns import connect_through, isolation_refused
+from mmelocal.runtime.server_config import ServerConfig, pick_free_port
 from mmelocal.testing.tiny_model import request_json, write_model, write_tarball
 
 Opener = Callable[[], Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]]

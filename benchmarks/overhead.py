@@ -70,8 +70,8 @@ import aiohttp
 import numpy as np
 
 from mmelocal.emulator.cache import target_key
-from mmelocal.runtime.config import pick_free_port
 from mmelocal.runtime.readiness import http_ok, wait_for_listener, wait_until_ready
+from mmelocal.runtime.server_config import pick_free_port
 from mmelocal.stats import percentile
 from mmelocal.testing.tiny_model import request_json, write_tarball
 

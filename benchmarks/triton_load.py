@@ -32,7 +32,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "runti
 from runtime_models import write_mlp, write_python_model
 
 from mmelocal.runtime.client import TritonClient
-from mmelocal.runtime.config import ServerConfig
 from mmelocal.runtime.local import (
     LocalLauncher,
     find_tritonserver,
@@ -41,6 +40,7 @@ from mmelocal.runtime.local import (
 )
 from mmelocal.runtime.python_copies import prepare_repository
 from mmelocal.runtime.samples import load_reference, sample_inputs
+from mmelocal.runtime.server_config import ServerConfig
 
 
 def _ready(url: str) -> bool:
@@ -148,7 +148,7 @@ def main() -> None:
             if reference is not None and reference[0]:
                 inputs = reference[0]
             else:
-                from mmelocal.builder.config import read_config
+                from mmelocal.builder.model_config import read_config
 
                 inputs = sample_inputs(read_config(model_dir / "config.pbtxt"))
             load_s = client.load(name)

@@ -75,17 +75,17 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
     from mmelocal.deploy.deployer import apply_plan, make_plan, undeploy
     from mmelocal.deploy.plan import DeployOptions, DeployPlan
     from mmelocal.deploy.session import connect as connect_aws
-    from mmelocal.emulator.config import EmulatorConfig
+    from mmelocal.emulator.emulator_config import EmulatorConfig
     from mmelocal.emulator.server import EmulatorServer
     from mmelocal.localaws.server import LocalAws
     from mmelocal.runtime.check import CheckOptions, CheckReport, check_path
     from mmelocal.runtime.client import TritonClient
-    from mmelocal.runtime.config import ServerConfig
     from mmelocal.runtime.docker import DockerLauncher
     from mmelocal.runtime.external import ExternalLauncher
     from mmelocal.runtime.launcher import Endpoints, TritonLauncher
     from mmelocal.runtime.launchers import LAUNCHERS, make_launcher
     from mmelocal.runtime.local import LocalLauncher
+    from mmelocal.runtime.server_config import ServerConfig
     from mmelocal.units import mib, parse_size_bytes
 
 #: public name -> (module, attribute): loaded on first access by :func:`__getattr__`
@@ -99,7 +99,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "validate_path": ("mmelocal.builder.validate", "validate_path"),
     "ValidationReport": ("mmelocal.builder.validate", "ValidationReport"),
     # a real Triton: launchers, client, check
-    "ServerConfig": ("mmelocal.runtime.config", "ServerConfig"),
+    "ServerConfig": ("mmelocal.runtime.server_config", "ServerConfig"),
     "TritonLauncher": ("mmelocal.runtime.launcher", "TritonLauncher"),
     "Endpoints": ("mmelocal.runtime.launcher", "Endpoints"),
     "LAUNCHERS": ("mmelocal.runtime.launchers", "LAUNCHERS"),
@@ -113,7 +113,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "CheckReport": ("mmelocal.runtime.check", "CheckReport"),
     # serve: the MME emulator
     "EmulatorServer": ("mmelocal.emulator.server", "EmulatorServer"),
-    "EmulatorConfig": ("mmelocal.emulator.config", "EmulatorConfig"),
+    "EmulatorConfig": ("mmelocal.emulator.emulator_config", "EmulatorConfig"),
     # measure
     "measure_capacity": ("mmelocal.bench.capacity", "measure_capacity"),
     "CapacityOptions": ("mmelocal.bench.capacity", "CapacityOptions"),

@@ -34,7 +34,7 @@ def moto_s3() -> Iterator[str]:
     """moto's server on a loopback port (S3, SageMaker, Application Auto Scaling); its URL."""
     from moto.server import ThreadedMotoServer
 
-    from mmelocal.runtime.config import pick_free_port
+    from mmelocal.runtime.server_config import pick_free_port
 
     saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
     os.environ["AWS_ACCESS_KEY_ID"] = "testing"

@@ -366,7 +366,7 @@ async def _measure_with_emulator(
     content_type: str,
     progress: Callable[[LoadRecord], None] | None,
 ) -> tuple[Measurement, str]:
-    from mmelocal.emulator.platform import Emulator, EmulatorConfig
+    from mmelocal.emulator.emulator import Emulator, EmulatorConfig
 
     config = EmulatorConfig(
         store=str(work / "store"),

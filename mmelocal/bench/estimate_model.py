@@ -321,7 +321,7 @@ def _batches(
 def _prebuilt_facts(
     path: Path, tmp: Path, precision: str | None, seq_len: int, profile_max: int | None
 ) -> tuple[ModelFacts, str, str, Batches]:
-    from mmelocal.builder.config import read_config
+    from mmelocal.builder.model_config import read_config
 
     model_dir = _model_dir(path, tmp)
     cfg = read_config(model_dir / "config.pbtxt")

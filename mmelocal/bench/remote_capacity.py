@@ -90,8 +90,8 @@ class _EndpointInstance:
 
 def tarball_format(tarball: Path) -> str:
     """The format of the model SageMaker's Triton would serve from ``tarball``."""
-    from mmelocal.builder.config import read_config
     from mmelocal.builder.mme_layout import read_layout
+    from mmelocal.builder.model_config import read_config
     from mmelocal.builder.tarball import safe_extract
 
     with tempfile.TemporaryDirectory(prefix="mmelocal-peek-") as tmp:

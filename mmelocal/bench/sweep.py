@@ -249,7 +249,7 @@ def _unpack(path: Path, dest: Path) -> Path:
 
 
 def _short_of(model_dir: Path) -> str:
-    from mmelocal.builder.config import read_config
+    from mmelocal.builder.model_config import read_config
 
     cfg = read_config(model_dir / "config.pbtxt")
     return _PLATFORM_SHORT.get(str(cfg.platform) or str(cfg.backend), "model")
@@ -257,7 +257,7 @@ def _short_of(model_dir: Path) -> str:
 
 def _derive(base_dir: Path, plan: _Plan, out_root: Path) -> Path:
     """A copy of ``base_dir`` (artifact hard-linked) named ``plan.name`` with its config."""
-    from mmelocal.builder.config import read_config, write_config
+    from mmelocal.builder.model_config import read_config, write_config
 
     target = out_root / plan.name
     shutil.copytree(base_dir, target, copy_function=_link_or_copy)
@@ -307,8 +307,8 @@ def _serve_and_measure(
     from mmelocal.bench.payload import payload_from_model
     from mmelocal.runtime import python_copies
     from mmelocal.runtime.client import TritonClient
-    from mmelocal.runtime.config import ServerConfig
     from mmelocal.runtime.local import LocalLauncher
+    from mmelocal.runtime.server_config import ServerConfig
 
     served = work / "served"
     served.mkdir()

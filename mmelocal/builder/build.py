@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from mmelocal.builder.artifact import FORMATS, ExportedArtifact
-from mmelocal.builder.config import ConfigOptions
+from mmelocal.builder.model_config import ConfigOptions
 from mmelocal.builder.sources.base import ModelSource
 from mmelocal.builder.verify import VerifyReport, default_tolerances
 from mmelocal.errors import UserInputError
@@ -341,7 +341,7 @@ def _verify(
 
 
 def _config(name: str, artifact: ExportedArtifact, source: ModelSource, opts: ConfigOptions) -> Any:
-    from mmelocal.builder.config import build_model_config
+    from mmelocal.builder.model_config import build_model_config
 
     signature = artifact.signature_for(opts.max_batch_size)
     warmup: dict[str, list[int]] = {}

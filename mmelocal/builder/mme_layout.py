@@ -176,7 +176,7 @@ def is_ensemble(folder: Path) -> bool:
 
 def ensemble_step_names(folder: Path) -> list[str]:
     """The ``model_name`` of every step in an ensemble's config (in order, unique)."""
-    from mmelocal.builder.config import read_config
+    from mmelocal.builder.model_config import read_config
 
     config = read_config(folder / "config.pbtxt")
     names: list[str] = []

@@ -83,7 +83,7 @@ def _repack(tar_path: Path, dest: Path) -> Path:
 def _archive_folders(layout: MmeLayout, root_name: str) -> list[tuple[Path, str]]:
     """``(folder, name in the archive)`` for every folder a load touches; a root-layout
     model gets its config's name, else ``root_name``."""
-    from mmelocal.builder.config import read_config
+    from mmelocal.builder.model_config import read_config
 
     assert layout.served_dir is not None  # raise_for_errors ran
     if layout.rule == "root":

@@ -1,7 +1,7 @@
 """Per-family defaults for config.pbtxt, read from ``model_repo_templates/presets/*.yaml``.
 
 A preset only supplies defaults: :func:`preset_options` applies the user's overrides
-on top and returns a validated :class:`~mmelocal.builder.config.ConfigOptions`.
+on top and returns a validated :class:`~mmelocal.builder.model_config.ConfigOptions`.
 When the user lowers ``max_batch_size`` without naming the dependent options, those
 follow: preferred and warmup batch sizes above the new limit are dropped (the limit
 itself is used if none is left) and ``max_batch_size=0`` turns dynamic batching off.
@@ -15,7 +15,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from mmelocal.builder.config import ConfigOptions
+from mmelocal.builder.model_config import ConfigOptions
 from mmelocal.errors import ConfigError
 
 GENERIC = "generic"

@@ -64,7 +64,7 @@ def add_model(
     ``<name>/<version>/<file name for the platform>`` with any ONNX external data files.
     ``extra_files`` maps paths relative to the model folder to a file or bytes.
     """
-    from mmelocal.builder.config import write_config
+    from mmelocal.builder.model_config import write_config
 
     repo = Path(repo)
     artifact = Path(artifact)

@@ -27,9 +27,9 @@ from typing import Any
 from mmelocal.builder import repository, tarball
 from mmelocal.builder.backends import execution_env_problem, host_limit
 from mmelocal.builder.compare import check_artifact
-from mmelocal.builder.config import read_config
 from mmelocal.builder.findings import SEVERITIES, Problem
 from mmelocal.builder.mme_layout import MmeLayout, read_layout, step_collisions
+from mmelocal.builder.model_config import read_config
 from mmelocal.errors import ConfigError, UnsafeArchiveError
 
 #: where Triton reads ``model_warmup`` ``input_data_file``s (``<model>/warmup/<file>``)

@@ -265,7 +265,7 @@ def demo(
     """
     from mmelocal.bench.footprint import marginal_bytes
     from mmelocal.builder.package import package_copies
-    from mmelocal.emulator.platform import EmulatorConfig
+    from mmelocal.emulator.emulator import EmulatorConfig
     from mmelocal.emulator.server import EmulatorServer
     from mmelocal.runtime.local import cache_dir
 

@@ -135,8 +135,8 @@ def serve(
     env: dict[str, str],
 ) -> None:
     """Run the MME emulator: boto3 InvokeEndpoint and KServe v2 on one port."""
-    from mmelocal.emulator.fastpath import HttpTimeouts
-    from mmelocal.emulator.platform import Emulator, EmulatorConfig
+    from mmelocal.emulator.emulator import Emulator, EmulatorConfig
+    from mmelocal.emulator.http_server import HttpTimeouts
     from mmelocal.emulator.server import run, serve_forever
 
     config = EmulatorConfig(

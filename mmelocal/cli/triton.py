@@ -52,8 +52,8 @@ def start(
 ) -> None:
     """Start tritonserver in the background and record it (see `mmelocal triton status`)."""
     from mmelocal.cli._output import console, print_json
-    from mmelocal.runtime.config import ServerConfig
     from mmelocal.runtime.detached import start_detached
+    from mmelocal.runtime.server_config import ServerConfig
 
     repository.mkdir(parents=True, exist_ok=True)
     config = ServerConfig(

@@ -5,17 +5,19 @@ What SageMaker does between the client and the Triton container, done locally::
     client (boto3 / tritonclient)
       │  POST /endpoints/{name}/invocations, /v2/models/{target}/infer
       ▼
-    fastpath.py              the one HTTP server (httptools), pipelining bounded
+    http_server.py           the one HTTP server (httptools), pipelining bounded
     hotlane.py               warm targets served with callbacks (no task per request)
     routes.py                every route: ping, metrics, state, invocations, KServe v2
-    handlers.py              boto3-exact answers and errors, v2 binary translation
-    platform.py              Emulator: the facade the HTTP layer drives
+    answers.py               boto3-exact answers, the error table, v2 binary translation
+    emulator.py              Emulator: the facade the HTTP layer drives
+    emulator_config.py       EmulatorConfig: what one emulated endpoint runs
     router.py                model affinity, most free memory for cold models, hot replicas
     instance.py              one Triton: composes the parts below; single-flight loads, invoke
     model_state.py           its loaded set (LoadedSet, ModelEntry) and options
     loading.py               Loader: fetch, make room, POST /models, measure the footprint
     eviction.py + lru.py     Evictor: least recently used eviction (pure policy in lru.py)
-    control.py + upstream.py the one client to Triton: loads, unloads, invokes, v2 reads
+    sagemaker_control.py + upstream.py
+                             the one client to Triton: loads, unloads, invokes, v2 reads
     gauge.py + probes.py     memory: NVML on a GPU, PSS of the Triton tree on a CPU
     cache.py + store.py      artifacts: local folder or S3 -> safe extraction -> disk budget
     recovery.py              restart a dead Triton, load its models again, trim

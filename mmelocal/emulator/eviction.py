@@ -13,13 +13,13 @@ import logging
 import time
 
 from mmelocal.emulator.cache import ArtifactCache
-from mmelocal.emulator.control import SageMakerControl
 from mmelocal.emulator.events import EventLog
 from mmelocal.emulator.gauge import MemoryGauge
 from mmelocal.emulator.lru import eviction_order, plan_eviction
 from mmelocal.emulator.metrics import Metrics
 from mmelocal.emulator.model_state import READY, UNLOADING, LoadedSet, ModelEntry, quiet_future
 from mmelocal.emulator.probes import MemoryReading
+from mmelocal.emulator.sagemaker_control import SageMakerControl
 from mmelocal.errors import OutOfMemoryError
 from mmelocal.runtime.memory import marginal_bytes
 

@@ -2,7 +2,7 @@
 
 On a warm endpoint almost every request targets a model that is already loaded, and the
 emulator's work for it is bookkeeping: count it in flight, forward it, record metrics,
-answer. The coroutine path (:mod:`.handlers` -> :meth:`.Emulator.invoke`) spends more
+answer. The coroutine path (:mod:`.answers` -> :meth:`.Emulator.invoke`) spends more
 CPU on its task, coroutine chain and futures than on that work, and a proxy's CPU is
 what it takes away from Triton and the clients on the same machine. The lane does the
 same work from the parser's callback to the upstream reply's callback, with one small
@@ -22,8 +22,7 @@ from __future__ import annotations
 import time
 from typing import Protocol
 
-from mmelocal.emulator.control import late_reply
-from mmelocal.emulator.handlers import (
+from mmelocal.emulator.answers import (
     FORWARDED_HEADERS,
     SAGEMAKER_BINARY,
     Answer,
@@ -32,8 +31,9 @@ from mmelocal.emulator.handlers import (
     v2_answer,
     v2_infer_error,
 )
+from mmelocal.emulator.emulator import RECOVERABLE_STATUSES, Emulator, InvokeResult
 from mmelocal.emulator.instance import TritonInstance
-from mmelocal.emulator.platform import RECOVERABLE_STATUSES, Emulator, InvokeResult
+from mmelocal.emulator.sagemaker_control import late_reply
 from mmelocal.emulator.upstream import (
     Reply,
     UpstreamConnection,

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from mmelocal.emulator.cache import ArtifactCache, Prepare, target_key
-from mmelocal.emulator.control import SageMakerControl
 from mmelocal.emulator.events import EventLog
 from mmelocal.emulator.eviction import Evictor
 from mmelocal.emulator.gauge import MemoryGauge
@@ -38,6 +37,7 @@ from mmelocal.emulator.model_state import (
     ModelNotReadyError,
 )
 from mmelocal.emulator.probes import MemoryProbe, MemoryReading
+from mmelocal.emulator.sagemaker_control import SageMakerControl
 from mmelocal.emulator.upstream import Reply, UpstreamPool
 from mmelocal.errors import EmulatorError
 from mmelocal.runtime.launcher import TritonLauncher
@@ -50,7 +50,7 @@ class TritonInstance:
 
     Composed of a :class:`~mmelocal.emulator.model_state.LoadedSet` (its models), a
     :class:`~mmelocal.emulator.gauge.MemoryGauge`, the front end's control calls
-    (:class:`~mmelocal.emulator.control.SageMakerControl`), an
+    (:class:`~mmelocal.emulator.sagemaker_control.SageMakerControl`), an
     :class:`~mmelocal.emulator.eviction.Evictor` and a
     :class:`~mmelocal.emulator.loading.Loader`.
     """

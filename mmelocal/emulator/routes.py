@@ -1,15 +1,15 @@
 """Every route of the emulator's HTTP face, independent of the server that carries it.
 
 * ``POST /endpoints/{name}/invocations`` answers exactly what boto3's ``sagemaker-runtime``
-  client parses (:func:`~mmelocal.emulator.handlers.handle_invocation`).
+  client parses (:func:`~mmelocal.emulator.answers.handle_invocation`).
 * ``/v2/...``: KServe v2 with on-demand loading, so tritonclient and perf_analyzer work
   against MME semantics; the binary extension (``Inference-Header-Content-Length``) is
   translated to and from Triton's SageMaker binary content type.
 * ``GET /ping``, ``GET /metrics`` (Prometheus text, CloudWatch names), ``GET /emulator/state``.
 
 :func:`route` takes the request's method, path (without the query), a header getter and
-the body, and returns an :class:`~mmelocal.emulator.handlers.Answer`; the fast front
-server (:mod:`.fastpath`) is the one HTTP server that calls it.
+the body, and returns an :class:`~mmelocal.emulator.answers.Answer`; the fast front
+server (:mod:`.http_server`) is the one HTTP server that calls it.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import zlib
 from typing import Any
 from urllib.parse import quote, unquote
 
-from mmelocal.emulator.handlers import (
+from mmelocal.emulator.answers import (
     INTERNAL_FAILURE,
     Answer,
     HeaderGetter,
@@ -35,7 +35,7 @@ from mmelocal.emulator.handlers import (
     v2_error,
     v2_exception,
 )
-from mmelocal.emulator.platform import Emulator
+from mmelocal.emulator.emulator import Emulator
 from mmelocal.emulator.upstream import Reply
 
 logger = logging.getLogger(__name__)

@@ -20,11 +20,11 @@ import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from mmelocal.emulator import fastpath
-from mmelocal.emulator.platform import Emulator, EmulatorConfig
+from mmelocal.emulator import http_server
+from mmelocal.emulator.emulator import Emulator, EmulatorConfig
 from mmelocal.errors import EmulatorError, UserInputError
-from mmelocal.runtime.config import pick_free_port
 from mmelocal.runtime.lifecycle import StartStopContext
+from mmelocal.runtime.server_config import pick_free_port
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -72,24 +72,24 @@ def bind_socket(host: str, port: int) -> socket.socket:
 
 
 class Listener:
-    """The emulator's HTTP listener: :class:`~.fastpath.FastFrontServer` on one socket.
+    """The emulator's HTTP listener: :class:`~.http_server.FastFrontServer` on one socket.
     ``hot_lane`` (default: on unless ``MMELOCAL_EMULATOR_HOT_LANE=0``) serves cache hits
     with callbacks (:mod:`.hotlane`); ``timeouts`` bound slow clients (default
-    :class:`~.fastpath.HttpTimeouts`)."""
+    :class:`~.http_server.HttpTimeouts`)."""
 
     def __init__(
         self,
         emulator: Emulator,
         *,
         hot_lane: bool | None = None,
-        timeouts: fastpath.HttpTimeouts | None = None,
+        timeouts: http_server.HttpTimeouts | None = None,
     ) -> None:
         self.emulator = emulator
         self.timeouts = timeouts
         if hot_lane is None:
             hot_lane = os.environ.get("MMELOCAL_EMULATOR_HOT_LANE", "1") != "0"
         self.hot_lane = hot_lane
-        self._front: fastpath.FastFrontServer | None = None
+        self._front: http_server.FastFrontServer | None = None
         self._started = False
 
     async def start(self, host: str, port: int) -> None:
@@ -102,7 +102,7 @@ class Listener:
             raise
         self._started = True
         try:
-            self._front = fastpath.FastFrontServer(
+            self._front = http_server.FastFrontServer(
                 self.emulator, hot_lane=self.hot_lane, timeouts=self.timeouts
             )
             await self._front.start(sock)
@@ -129,7 +129,7 @@ async def serve_forever(
     *,
     host: str,
     port: int,
-    timeouts: fastpath.HttpTimeouts | None = None,
+    timeouts: http_server.HttpTimeouts | None = None,
 ) -> None:
     """Serve until SIGTERM or cancellation (the CLI runs this with :func:`run`)."""
     listener = Listener(emulator, timeouts=timeouts)
@@ -154,7 +154,7 @@ class EmulatorServer(StartStopContext):
         port: int = 0,
         start_timeout_s: float = 180.0,
         hot_lane: bool | None = None,
-        timeouts: fastpath.HttpTimeouts | None = None,
+        timeouts: http_server.HttpTimeouts | None = None,
     ) -> None:
         self.emulator = config if isinstance(config, Emulator) else Emulator(config)
         self.host = host

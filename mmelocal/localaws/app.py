@@ -320,7 +320,7 @@ class LocalAwsApp:
     ) -> Iterable[bytes]:
         import urllib3
 
-        from mmelocal.emulator.handlers import sagemaker_error
+        from mmelocal.emulator.answers import sagemaker_error
 
         fleet = self.endpoints.serving(region or "us-east-1", name)
         target = environ.get("HTTP_X_AMZN_SAGEMAKER_TARGET_MODEL")

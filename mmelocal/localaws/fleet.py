@@ -142,7 +142,7 @@ class Fleet:
     """A running emulator for one :class:`FleetPlan` (start, count calls, drain, stop)."""
 
     def __init__(self, plan: FleetPlan, *, s3_client: Any, options: FleetOptions) -> None:
-        from mmelocal.emulator.platform import Emulator, EmulatorConfig
+        from mmelocal.emulator.emulator import Emulator, EmulatorConfig
         from mmelocal.emulator.server import EmulatorServer
         from mmelocal.emulator.store import S3Store
 

@@ -1,7 +1,7 @@
 """A running Triton: launchers, readiness, clients, Python-backend model copies, ``check``.
 
 ==================  ==========================================================================
-``config``          :class:`~mmelocal.runtime.config.ServerConfig`: typed tritonserver options
+``server_config``   :class:`~mmelocal.runtime.server_config.ServerConfig`: tritonserver options
 ``launcher``        the :class:`~mmelocal.runtime.launcher.TritonLauncher` protocol, ``Endpoints``
 ``install``         find tritonserver, assemble its Python backend, its environment
 ``local``           :class:`~mmelocal.runtime.local.LocalLauncher`: the pip binary as a child

@@ -22,13 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from mmelocal.builder.backends import CONTAINER_BACKENDS
-from mmelocal.builder.config import read_config
 from mmelocal.builder.mme_layout import read_layout
+from mmelocal.builder.model_config import read_config
 from mmelocal.builder.tarball import safe_extract
 from mmelocal.builder.validate import ValidationReport, validate_path
 from mmelocal.errors import MmeLocalError, ModelLoadError, ServerDiedError, UserInputError
 from mmelocal.runtime.client import TritonClient
-from mmelocal.runtime.config import ServerConfig
 from mmelocal.runtime.launcher import TritonLauncher
 from mmelocal.runtime.launchers import LAUNCHERS, check_launcher_kind, make_launcher
 from mmelocal.runtime.memory import gpu_used_bytes, process_tree_pss_bytes
@@ -38,6 +37,7 @@ from mmelocal.runtime.python_copies import (
     prepare_model_for_server,
 )
 from mmelocal.runtime.samples import check_outputs, compare_outputs, load_reference, sample_inputs
+from mmelocal.runtime.server_config import ServerConfig
 
 logger = logging.getLogger(__name__)
 

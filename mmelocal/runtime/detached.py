@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from mmelocal.errors import RuntimeLayerError, UserInputError
-from mmelocal.runtime.config import ServerConfig
 from mmelocal.runtime.external import ExternalLauncher
+from mmelocal.runtime.server_config import ServerConfig
 
 logger = logging.getLogger(__name__)
 

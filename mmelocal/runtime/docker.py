@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Any
 
 from mmelocal.errors import ServerStartError, UserInputError
-from mmelocal.runtime.config import ServerConfig
 from mmelocal.runtime.docker_engine import (
     DEFAULT_IMAGE,
     DEFAULT_TRITON_IMAGE_TAG,
@@ -57,6 +56,7 @@ from mmelocal.runtime.docker_engine import (
 )
 from mmelocal.runtime.launcher import Endpoints, OwnedServerLauncher
 from mmelocal.runtime.readiness import triton_ready, wait_until_ready
+from mmelocal.runtime.server_config import ServerConfig
 
 logger = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ message, e.g. ``Bad option: "--log-verbose". Invalid option value. Got loud``) a
 a warning for every ``SAGEMAKER_TRITON_*`` key the entrypoint does not read.
 
 What mmelocal adds to the recipe for itself is :data:`MMELOCAL_FLAGS` in
-:mod:`mmelocal.runtime.config` (ports, the HTTP endpoint on loopback, the backend folder).
+:mod:`mmelocal.runtime.server_config` (ports, the HTTP endpoint on loopback, the backend folder).
 """
 
 from __future__ import annotations

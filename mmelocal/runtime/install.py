@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mmelocal.errors import MissingDependencyError, UserInputError
-from mmelocal.runtime.config import ServerConfig
+from mmelocal.runtime.server_config import ServerConfig
 
 logger = logging.getLogger(__name__)
 

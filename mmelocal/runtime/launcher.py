@@ -15,8 +15,8 @@ from types import TracebackType
 from typing import Protocol, runtime_checkable
 
 from mmelocal.errors import ServerStartError, UserInputError
-from mmelocal.runtime.config import ServerConfig
 from mmelocal.runtime.lifecycle import StartStopContext
+from mmelocal.runtime.server_config import ServerConfig
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from mmelocal.errors import UserInputError
-from mmelocal.runtime.config import ServerConfig
 from mmelocal.runtime.launcher import TritonLauncher
+from mmelocal.runtime.server_config import ServerConfig
 
 #: the launcher kinds: ``local`` (the pip tritonserver), ``docker`` (a Triton image),
 #: ``external`` (a server already running; needs its URL)

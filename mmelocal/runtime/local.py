@@ -38,7 +38,6 @@ from typing import Any
 
 from mmelocal.errors import ServerStartError, UserInputError
 from mmelocal.runtime import netns
-from mmelocal.runtime.config import ServerConfig
 from mmelocal.runtime.install import (
     CACHE_ENV,
     TRITONSERVER_ENV,
@@ -50,6 +49,7 @@ from mmelocal.runtime.install import (
 )
 from mmelocal.runtime.launcher import Endpoints, OwnedServerLauncher
 from mmelocal.runtime.readiness import triton_ready, wait_until_ready
+from mmelocal.runtime.server_config import ServerConfig
 
 logger = logging.getLogger(__name__)
 

@@ -33,8 +33,8 @@ from mmelocal.builder.backends import (
     execution_env_problem,
     host_limit,
 )
-from mmelocal.builder.config import config_to_text, read_config
 from mmelocal.builder.mme_layout import MmeLayout
+from mmelocal.builder.model_config import config_to_text, read_config
 from mmelocal.errors import ConfigError, ModelLoadError, UnsupportedModelError, UserInputError
 
 logger = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ Usage in a test::
         )
 
 Override the fixture ``mme_endpoint_config`` (a dict of
-:class:`~mmelocal.emulator.platform.EmulatorConfig` fields) to change the memory budget,
+:class:`~mmelocal.emulator.emulator.EmulatorConfig` fields) to change the memory budget,
 the load wait or the number of instances. Heavy modules are imported when the fixture
 runs, not when pytest loads the plugin.
 """
@@ -39,7 +39,7 @@ def mme_endpoint(
     tmp_path_factory: pytest.TempPathFactory, mme_endpoint_config: dict[str, Any]
 ) -> Iterator[MmeEndpoint]:
     """A running MME emulator (local tritonserver) on an empty temporary store."""
-    from mmelocal.emulator.platform import EmulatorConfig
+    from mmelocal.emulator.emulator import EmulatorConfig
     from mmelocal.emulator.server import EmulatorServer
 
     root = tmp_path_factory.mktemp("mme")

@@ -18,11 +18,11 @@ from typing import Any
 from mmelocal.builder.backends import CONTAINER_BACKENDS, PIP_SERVER_BACKENDS
 from mmelocal.errors import UserInputError
 from mmelocal.runtime.client import TritonClient
-from mmelocal.runtime.config import ServerConfig
 from mmelocal.runtime.launcher import TritonLauncher
 from mmelocal.runtime.launchers import OWNED_LAUNCHERS, check_launcher_kind, make_launcher
 from mmelocal.runtime.lifecycle import StartStopContext
 from mmelocal.runtime.python_copies import PreparedModel, gpu_available, prepare_model_for_server
+from mmelocal.runtime.server_config import ServerConfig
 
 logger = logging.getLogger(__name__)
 

@@ -31,7 +31,7 @@ class EmulatorWithCopies:
 def emulator_10_copies(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatorWithCopies]:
     """The MME emulator (real tritonserver) with 10 copies of the tiny numpy model."""
     from mmelocal.builder.package import package_copies
-    from mmelocal.emulator.platform import EmulatorConfig
+    from mmelocal.emulator.emulator import EmulatorConfig
     from mmelocal.emulator.server import EmulatorServer
     from mmelocal.testing.tiny_model import request_json, write_tarball
 

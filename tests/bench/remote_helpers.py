@@ -21,7 +21,7 @@ def write_onnx_reference_tarball(path: Path, *, name: str = "tiny") -> Path:
     second framework for the benchmark (onnxruntime, run in the Python backend here)."""
     from onnx import TensorProto, helper, save
 
-    from mmelocal.builder.config import ConfigOptions, build_model_config
+    from mmelocal.builder.model_config import ConfigOptions, build_model_config
     from mmelocal.builder.repository import add_model
     from mmelocal.builder.tensors import inspect_onnx
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from mmelocal.cli.main import main
-from mmelocal.runtime.config import pick_free_port
+from mmelocal.runtime.server_config import pick_free_port
 
 
 @pytest.fixture

@@ -119,7 +119,7 @@ def test_probe_tarball_holds_the_published_layout(tmp_path: Path) -> None:
     with tarfile.open(tarball) as tar:
         names = sorted(m.name for m in tar.getmembers())
     assert names == [f"{PROBE_MODEL_NAME}/1/model.py", f"{PROBE_MODEL_NAME}/config.pbtxt"]
-    from mmelocal.builder.config import read_config
+    from mmelocal.builder.model_config import read_config
 
     cfg = read_config(probe_template() / "config.pbtxt")
     assert cfg.name == PROBE_MODEL_NAME and cfg.backend == "python"

@@ -29,7 +29,7 @@ def bert_copies(tiny_bert_dir: Path, tmp_path_factory: pytest.TempPathFactory) -
     """An emulator (real Triton, no budget limit yet) with N + 1 TorchScript BERT copies."""
     from mmelocal.bench.sources import resolve_model
     from mmelocal.builder.package import package_copies
-    from mmelocal.emulator.platform import EmulatorConfig
+    from mmelocal.emulator.emulator import EmulatorConfig
     from mmelocal.emulator.server import EmulatorServer
 
     root = tmp_path_factory.mktemp("pss")

@@ -8,7 +8,7 @@ import tarfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from mmelocal.builder.config import ConfigOptions, build_model_config, write_config
+from mmelocal.builder.model_config import ConfigOptions, build_model_config, write_config
 from mmelocal.builder.repository import add_model
 from mmelocal.builder.tensors import inspect_onnx
 
@@ -55,7 +55,7 @@ def make_onnx_model_dir(
 
 def rewrite_config(model_dir: Path, **changes: object) -> None:
     """Re-read a model's config, set top-level fields, write it back."""
-    from mmelocal.builder.config import read_config
+    from mmelocal.builder.model_config import read_config
 
     cfg = read_config(model_dir / "config.pbtxt")
     for key, value in changes.items():

@@ -7,7 +7,7 @@ from tritonclient.grpc import model_config_pb2
 
 from mmelocal.builder import backends
 from mmelocal.builder.artifact import FORMATS as ARTIFACT_FORMATS
-from mmelocal.builder.config import PLATFORMS as CONFIG_PLATFORMS
+from mmelocal.builder.model_config import PLATFORMS as CONFIG_PLATFORMS
 from mmelocal.builder.repository import artifact_filename
 from mmelocal.runtime import check, python_copies
 from mmelocal.testing import triton

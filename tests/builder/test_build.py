@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from mmelocal.builder.build import STAGES, BuildOptions, build_model
-from mmelocal.builder.config import read_config
+from mmelocal.builder.model_config import read_config
 from mmelocal.errors import ConfigError, ExportError, UserInputError
 
 

@@ -8,7 +8,7 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as pb
 
-from mmelocal.builder.config import (
+from mmelocal.builder.model_config import (
     ConfigOptions,
     build_model_config,
     config_to_text,

@@ -9,7 +9,7 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from mmelocal.builder.config import ConfigOptions, build_model_config, config_to_text
+from mmelocal.builder.model_config import ConfigOptions, build_model_config, config_to_text
 from mmelocal.builder.presets import (
     detect_family,
     list_presets,

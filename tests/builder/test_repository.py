@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from builder_factories import FLOAT, make_onnx
 
-from mmelocal.builder.config import build_model_config
+from mmelocal.builder.model_config import build_model_config
 from mmelocal.builder.repository import (
     add_model,
     artifact_filename,

@@ -21,7 +21,7 @@ from builder_factories import (
     rewrite_config,
 )
 
-from mmelocal.builder.config import ConfigOptions
+from mmelocal.builder.model_config import ConfigOptions
 from mmelocal.builder.tarball import create_model_tarball
 from mmelocal.builder.validate import validate_path
 from mmelocal.cli.main import main
@@ -450,7 +450,7 @@ def test_python_dash_m_gives_no_traceback(tmp_path: Path) -> None:
 
 def test_torchscript_inputs_checked(tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
-    from mmelocal.builder.config import build_model_config
+    from mmelocal.builder.model_config import build_model_config
     from mmelocal.builder.repository import add_model
     from mmelocal.builder.tensors import Signature, TensorSpec
 

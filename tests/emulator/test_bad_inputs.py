@@ -16,8 +16,8 @@ import pytest
 from emulator_helpers import output_of, payload, raw_request
 from emulator_hostile import make_hostile
 
-from mmelocal.emulator.fastpath import HttpTimeouts
-from mmelocal.emulator.platform import EmulatorConfig
+from mmelocal.emulator.emulator import EmulatorConfig
+from mmelocal.emulator.http_server import HttpTimeouts
 from mmelocal.emulator.server import EmulatorServer
 from mmelocal.testing.endpoint import MmeEndpoint
 from mmelocal.testing.tiny_model import expected, write_tarball

@@ -15,7 +15,7 @@ import pytest
 from emulator_helpers import MemorySampler, output_of, payload, raw_request, wait_for
 
 from mmelocal.emulator.cache import ArtifactCache
-from mmelocal.emulator.platform import EmulatorConfig
+from mmelocal.emulator.emulator import EmulatorConfig
 from mmelocal.emulator.server import EmulatorServer
 from mmelocal.emulator.store import LocalStore
 from mmelocal.testing.endpoint import MmeEndpoint

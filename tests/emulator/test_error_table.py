@@ -14,7 +14,7 @@ import botocore.session
 import pytest
 from botocore.parsers import RestJSONParser
 
-from mmelocal.emulator.handlers import (
+from mmelocal.emulator.answers import (
     INTERNAL_FAILURE,
     SAGEMAKER_ERRORS,
     error_kind,

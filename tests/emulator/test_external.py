@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from emulator_helpers import output_of, payload
 
-from mmelocal.emulator.platform import EmulatorConfig
+from mmelocal.emulator.emulator import EmulatorConfig
 from mmelocal.emulator.server import EmulatorServer
-from mmelocal.runtime.config import ServerConfig
 from mmelocal.runtime.local import LocalLauncher
+from mmelocal.runtime.server_config import ServerConfig
 from mmelocal.testing.endpoint import MmeEndpoint
 from mmelocal.testing.tiny_model import expected, write_tarball
 

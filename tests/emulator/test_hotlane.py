@@ -19,7 +19,7 @@ import pytest
 from emulator_helpers import output_of, payload
 
 from mmelocal.emulator.cache import target_key
-from mmelocal.emulator.platform import Emulator, EmulatorConfig
+from mmelocal.emulator.emulator import Emulator, EmulatorConfig
 from mmelocal.emulator.server import EmulatorServer, Listener
 from mmelocal.testing.tiny_model import expected, write_tarball
 
@@ -263,11 +263,11 @@ def _invocation_bytes(target: str, body: bytes, length: int | None = None) -> by
 def test_raw_socket_oversized_body_is_413_and_the_rest_is_never_served(
     servers: dict[str, EmulatorServer], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from mmelocal.emulator import handlers
+    from mmelocal.emulator import answers
 
     server = servers["lane"]
-    monkeypatch.setattr(handlers, "MAX_BODY_BYTES", 1 << 20)
-    limit = handlers.body_limit_bytes(server.emulator)
+    monkeypatch.setattr(answers, "MAX_BODY_BYTES", 1 << 20)
+    limit = answers.body_limit_bytes(server.emulator)
     _, body = payload(rows=1, start=1.0)
     counters = server.emulator.metrics.counters
     before = counters["Invocations"]
@@ -287,7 +287,7 @@ def test_raw_socket_oversized_body_is_413_and_the_rest_is_never_served(
 def test_raw_socket_many_pipelined_requests_are_all_answered_in_order(
     servers: dict[str, EmulatorServer],
 ) -> None:
-    from mmelocal.emulator.fastpath import MAX_QUEUED
+    from mmelocal.emulator.http_server import MAX_QUEUED
 
     server = servers["lane"]
     order = ["a.tar.gz", "b.tar.gz", "c.tar.gz"] * MAX_QUEUED  # 3x the queue's bound

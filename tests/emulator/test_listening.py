@@ -20,12 +20,12 @@ import psutil
 import pytest
 from emulator_helpers import output_of, payload, raw_request
 
-from mmelocal.emulator.platform import EmulatorConfig
+from mmelocal.emulator.emulator import EmulatorConfig
 from mmelocal.emulator.server import EmulatorServer
 from mmelocal.runtime import netns
-from mmelocal.runtime.config import ServerConfig
 from mmelocal.runtime.local import LocalLauncher
 from mmelocal.runtime.memory import process_tree_memory
+from mmelocal.runtime.server_config import ServerConfig
 from mmelocal.testing.tiny_model import expected, write_tarball
 
 pytestmark = pytest.mark.triton

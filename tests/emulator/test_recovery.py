@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from emulator_helpers import output_of, payload, raw_request, wait_for
 
-from mmelocal.emulator.platform import EmulatorConfig
+from mmelocal.emulator.emulator import EmulatorConfig
 from mmelocal.emulator.server import EmulatorServer
 from mmelocal.testing.endpoint import MmeEndpoint
 from mmelocal.testing.tiny_model import expected, write_tarball

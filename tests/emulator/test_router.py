@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from emulator_helpers import payload
 
+from mmelocal.emulator.emulator import EmulatorConfig
 from mmelocal.emulator.instance import InstanceUnavailableError
-from mmelocal.emulator.platform import EmulatorConfig
 from mmelocal.emulator.router import Router
 from mmelocal.emulator.server import EmulatorServer
 from mmelocal.testing.endpoint import MmeEndpoint

@@ -9,7 +9,7 @@ import pytest
 from botocore.exceptions import ClientError
 from emulator_helpers import output_of, payload
 
-from mmelocal.emulator.platform import EmulatorConfig
+from mmelocal.emulator.emulator import EmulatorConfig
 from mmelocal.emulator.server import EmulatorServer
 from mmelocal.testing.endpoint import MmeEndpoint
 from mmelocal.testing.tiny_model import expected, write_tarball

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from mmelocal.errors import UserInputError
-from mmelocal.runtime.config import pick_free_port
+from mmelocal.runtime.server_config import pick_free_port
 from mmelocal.testing.tiny_model import write_tarball
 
 
@@ -156,7 +156,7 @@ def test_serve_s3_without_credentials_fails_fast(tmp_path: Path) -> None:
 def test_config_names_the_field_and_the_allowed_values(
     field: str, value: object, words: str
 ) -> None:
-    from mmelocal.emulator.config import EmulatorConfig
+    from mmelocal.emulator.emulator_config import EmulatorConfig
 
     with pytest.raises(UserInputError) as info:
         EmulatorConfig(store="unused", **{field: value})  # type: ignore[arg-type]

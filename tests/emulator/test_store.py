@@ -17,7 +17,7 @@ from mmelocal.emulator.store import (
     validate_target,
 )
 from mmelocal.errors import EmulatorError, ModelNotFoundError, UserInputError
-from mmelocal.runtime.config import pick_free_port
+from mmelocal.runtime.server_config import pick_free_port
 
 BAD_TARGETS = [
     "",

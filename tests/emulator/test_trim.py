@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from emulator_helpers import payload, wait_for
 
-from mmelocal.emulator.platform import EmulatorConfig
+from mmelocal.emulator.emulator import EmulatorConfig
 from mmelocal.emulator.server import EmulatorServer
 from mmelocal.testing.endpoint import MmeEndpoint
 from mmelocal.testing.tiny_model import write_tarball

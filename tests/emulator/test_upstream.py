@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from mmelocal.emulator.fastpath import encode_answer
-from mmelocal.emulator.handlers import Answer, parse_v2_path
+from mmelocal.emulator.answers import Answer, parse_v2_path
+from mmelocal.emulator.http_server import encode_answer
 from mmelocal.emulator.upstream import UpstreamError, UpstreamPool, UpstreamTimeoutError
 
 RESPONSES = [

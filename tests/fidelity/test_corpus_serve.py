@@ -34,7 +34,7 @@ Corpus = tuple[MmeEndpoint, dict[str, Expect | None]]
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[MmeEndpoint, dict]]:
-    from mmelocal.emulator.platform import EmulatorConfig
+    from mmelocal.emulator.emulator import EmulatorConfig
     from mmelocal.emulator.server import EmulatorServer
 
     root = tmp_path_factory.mktemp("corpus-serve")
@@ -108,7 +108,7 @@ def namespacing_off(
     corpus: Corpus, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[MmeEndpoint]:
     """A second emulator on the same store, started as SageMaker would be with KNOBS_OFF."""
-    from mmelocal.emulator.platform import EmulatorConfig
+    from mmelocal.emulator.emulator import EmulatorConfig
     from mmelocal.emulator.server import EmulatorServer
 
     endpoint, _ = corpus
@@ -165,8 +165,8 @@ def test_tritonserver_runs_the_entrypoints_argv(
 ) -> None:
     """The argv of the running tritonserver (from /proc) is the entrypoint's for the same
     environment, its dummy repository replaced, then mmelocal's own flags."""
-    from mmelocal.runtime.config import MMELOCAL_FLAGS
     from mmelocal.runtime.entrypoint import entrypoint_args
+    from mmelocal.runtime.server_config import MMELOCAL_FLAGS
 
     endpoint = corpus[0] if which == "default" else namespacing_off
     env = {} if which == "default" else KNOBS_OFF
@@ -227,7 +227,7 @@ def test_ensemble_steps_run_the_native_derivation(corpus: Corpus) -> None:
 def test_bodies_over_the_service_limit_get_413(
     corpus: Corpus,
 ) -> None:
-    from mmelocal.emulator.config import SERVICE_MAX_PAYLOAD_BYTES
+    from mmelocal.emulator.emulator_config import SERVICE_MAX_PAYLOAD_BYTES
 
     endpoint, expects = corpus
     case = case_named("seed-layout")

@@ -18,7 +18,7 @@ import psutil
 import pytest
 from localaws_helpers import ROLE, TRITON_IMAGE, wait_for, wait_status
 
-from mmelocal.runtime.config import pick_free_port
+from mmelocal.runtime.server_config import pick_free_port
 from mmelocal.testing.tiny_model import expected, request_json, write_tarball
 
 KEYS = {"aws_access_key_id": "any", "aws_secret_access_key": "any", "region_name": "us-east-1"}

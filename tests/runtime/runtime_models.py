@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mmelocal.builder.config import ConfigOptions, build_model_config, write_config
+from mmelocal.builder.model_config import ConfigOptions, build_model_config, write_config
 from mmelocal.builder.repository import REFERENCE_FILE
 from mmelocal.builder.tensors import Signature, TensorSpec
 

@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 
 from mmelocal.errors import UserInputError
-from mmelocal.runtime.config import MMELOCAL_FLAGS, ServerConfig
 from mmelocal.runtime.entrypoint import (
     check_sagemaker_env,
     entrypoint_args,
     entrypoint_environment,
     model_namespacing,
 )
+from mmelocal.runtime.server_config import MMELOCAL_FLAGS, ServerConfig
 
 HEAD = ["--allow-sagemaker=true", "--allow-http=false", "--model-control-mode=explicit"]
 DEFAULTS = [
@@ -197,7 +197,7 @@ def test_deploy_and_serve_check_the_same_way(
 ) -> None:
     """deploy --env refuses what serve --env refuses, with the same reason, and warns alike."""
     from mmelocal.deploy.plan import DeployOptions
-    from mmelocal.emulator.config import EmulatorConfig
+    from mmelocal.emulator.emulator_config import EmulatorConfig
     from mmelocal.errors import DeployError
 
     common = {

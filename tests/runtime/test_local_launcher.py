@@ -13,8 +13,8 @@ from runtime_models import write_python_model
 
 from mmelocal.errors import ServerDiedError, ServerStartError
 from mmelocal.runtime.client import TritonClient
-from mmelocal.runtime.config import ServerConfig
 from mmelocal.runtime.local import LocalLauncher
+from mmelocal.runtime.server_config import ServerConfig
 from mmelocal.testing.sagemaker_client import SageMakerClient
 
 pytestmark = pytest.mark.triton
@@ -127,7 +127,7 @@ def test_server_dies_with_the_process_that_started_it(tmp_path):
 
     script = (
         "import sys, time\n"
-        "from mmelocal.runtime.config import ServerConfig\n"
+        "from mmelocal.runtime.server_config import ServerConfig\n"
         "from mmelocal.runtime.local import LocalLauncher\n"
         f"launcher = LocalLauncher(ServerConfig(model_repository={str(tmp_path)!r}))\n"
         "launcher.start()\n"

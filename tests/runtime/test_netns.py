@@ -14,8 +14,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from mmelocal.runtime.config import pick_free_port
 from mmelocal.runtime.netns import bridge_argv, connect_through, isolation_refused
+from mmelocal.runtime.server_config import pick_free_port
 
 pytestmark = pytest.mark.skipif(
     isolation_refused() is not None,

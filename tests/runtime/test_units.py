@@ -11,14 +11,13 @@ import numpy as np
 import pytest
 from runtime_models import write_mlp, write_python_model
 
-from mmelocal.builder.config import read_config
+from mmelocal.builder.model_config import read_config
 from mmelocal.errors import (
     ModelLoadError,
     ServerStartError,
     UnsupportedModelError,
     UserInputError,
 )
-from mmelocal.runtime.config import ServerConfig
 from mmelocal.runtime.python_copies import (
     STUB_PYTHON,
     available_backends,
@@ -28,6 +27,7 @@ from mmelocal.runtime.python_copies import (
 )
 from mmelocal.runtime.readiness import wait_until_ready
 from mmelocal.runtime.samples import check_outputs, compare_outputs, sample_inputs
+from mmelocal.runtime.server_config import ServerConfig
 
 
 def test_config_args_and_env(tmp_path):

@@ -15,7 +15,6 @@ import pytest
 
 from mmelocal.errors import ServerStartError
 from mmelocal.runtime.client import TritonClient
-from mmelocal.runtime.config import ServerConfig
 from mmelocal.runtime.docker import (
     CONTAINER_MODEL_REPOSITORY,
     LABEL_HOST,
@@ -27,6 +26,7 @@ from mmelocal.runtime.docker import (
     cleanup_containers,
 )
 from mmelocal.runtime.launcher import TritonLauncher
+from mmelocal.runtime.server_config import ServerConfig
 
 pytestmark = [pytest.mark.mmelocal_docker, pytest.mark.triton]
 

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from mmelocal.errors import MissingDependencyError, UserInputError
-from mmelocal.runtime.config import ServerConfig
 from mmelocal.runtime.docker import (
     CONTAINER_MODEL_REPOSITORY,
     DEFAULT_IMAGE,
@@ -21,6 +20,7 @@ from mmelocal.runtime.docker import (
     gpu_device_requests,
     sagemaker_triton_image,
 )
+from mmelocal.runtime.server_config import ServerConfig
 
 
 def test_default_image_is_ngc_triton_2_51() -> None:

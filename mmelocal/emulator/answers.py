@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from mmelocal.emulator.emulator import Emulator, InvokeResult
 from mmelocal.emulator.instance import InstanceUnavailableError, ModelNotReadyError
-from mmelocal.emulator.platform import Emulator, InvokeResult
 from mmelocal.errors import (
     ModelLoadError,
     ModelNotFoundError,

@@ -20,7 +20,7 @@ from typing import Any
 
 from mmelocal.builder.mme_layout import MmeLayout
 from mmelocal.emulator.cache import ArtifactCache, Prepare
-from mmelocal.emulator.config import EmulatorConfig
+from mmelocal.emulator.emulator_config import EmulatorConfig
 from mmelocal.emulator.events import EventLog
 from mmelocal.emulator.instance import InstanceOptions, TritonInstance
 from mmelocal.emulator.metrics import Metrics
@@ -135,7 +135,7 @@ class Emulator:
         return HostProbe(launcher.pid, budget_bytes=budget)
 
     def _default_launcher(self, index: int, workdir: Path) -> TritonLauncher:
-        from mmelocal.runtime.config import ServerConfig
+        from mmelocal.runtime.server_config import ServerConfig
 
         repo = workdir / "repository"
         repo.mkdir(parents=True, exist_ok=True)

@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
 
-from mmelocal.emulator.handlers import Answer, body_limit_bytes, payload_too_large, v2_error
+from mmelocal.emulator.answers import Answer, body_limit_bytes, payload_too_large, v2_error
+from mmelocal.emulator.emulator import Emulator
 from mmelocal.emulator.hotlane import HotLane
-from mmelocal.emulator.platform import Emulator
 from mmelocal.emulator.routes import endpoint_name_error, invoke_route, route
 from mmelocal.errors import UserInputError
 

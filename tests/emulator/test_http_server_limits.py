@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from mmelocal.emulator import fastpath, handlers
-from mmelocal.emulator.handlers import Answer
+from mmelocal.emulator import answers, http_server
+from mmelocal.emulator.answers import Answer
 
 
 class Transport:
@@ -48,7 +48,7 @@ class Front:
 
     def __init__(self) -> None:
         self.emulator = SimpleNamespace(config=SimpleNamespace(max_payload_bytes=6_291_456))
-        self.timeouts = fastpath.HttpTimeouts()
+        self.timeouts = http_server.HttpTimeouts()
         self.gate = asyncio.Event()
         self.started: list[bytes] = []
         self.largest_queue = 0
@@ -74,7 +74,7 @@ def post(path: str, body: bytes) -> bytes:
 
 def connect() -> tuple[Front, Transport, Any]:
     front = Front()
-    protocol = fastpath._Protocol(front)  # type: ignore[arg-type]
+    protocol = http_server._Protocol(front)  # type: ignore[arg-type]
     front.protocol = protocol
     transport = Transport()
     protocol.connection_made(transport)  # type: ignore[arg-type]
@@ -93,8 +93,8 @@ async def until(condition: Any) -> None:
 def test_a_body_over_the_limit_is_answered_413_and_nothing_after_it_runs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(handlers, "MAX_BODY_BYTES", 1000)
-    limit = handlers.body_limit_bytes(SimpleNamespace(config=SimpleNamespace(max_payload_bytes=10)))
+    monkeypatch.setattr(answers, "MAX_BODY_BYTES", 1000)
+    limit = answers.body_limit_bytes(SimpleNamespace(config=SimpleNamespace(max_payload_bytes=10)))
     assert limit == 1000
 
     async def run() -> None:
@@ -118,7 +118,7 @@ def test_a_body_over_the_limit_is_answered_413_and_nothing_after_it_runs(
 def test_pipelined_requests_are_bounded_then_read_again_as_they_drain() -> None:
     async def run() -> None:
         front, transport, protocol = connect()
-        count = 3 * fastpath.MAX_QUEUED
+        count = 3 * http_server.MAX_QUEUED
         data = b"".join(post(f"/r{i}", b"{}") for i in range(count))
         protocol.data_received(data[: len(data) // 2])
         assert transport.paused and transport.pauses == 1
@@ -126,7 +126,7 @@ def test_pipelined_requests_are_bounded_then_read_again_as_they_drain() -> None:
         # a paused transport delivers nothing more until resumed
         front.gate.set()
         await until(lambda: not transport.paused)
-        assert len(protocol.queue) <= fastpath.MAX_QUEUED // 2
+        assert len(protocol.queue) <= http_server.MAX_QUEUED // 2
         protocol.data_received(data[len(data) // 2 :])
         await until(lambda: transport.data.count(b"HTTP/1.1 200") == count)
         answers = [line for line in bytes(transport.data).split(b"\r\n\r\n")[1:] if line]
@@ -143,7 +143,7 @@ def test_pipelined_requests_are_bounded_then_read_again_as_they_drain() -> None:
 def test_bytes_of_queued_bodies_are_bounded_too() -> None:
     async def run() -> None:
         front, transport, protocol = connect()
-        big = b"x" * (fastpath.MAX_QUEUED_BYTES // 2 + 1)
+        big = b"x" * (http_server.MAX_QUEUED_BYTES // 2 + 1)
         protocol.data_received(post("/a", big) + post("/b", big))
         assert transport.paused
         front.gate.set()
