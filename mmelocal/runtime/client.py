@@ -77,6 +77,11 @@ class TritonClient:
     ) -> TritonClient:
         """A client on ``launcher``'s endpoints that knows when its server died."""
         endpoints: Endpoints = launcher.endpoints
+        if protocol == "grpc" and not endpoints.grpc_url:
+            raise UserInputError(
+                "this Triton has no gRPC port: in SageMaker mode the entrypoint turns it off "
+                "unless SAGEMAKER_TRITON_ALLOW_GRPC=true is in its environment"
+            )
         url = endpoints.http_url if protocol == "http" else (endpoints.grpc_url or "")
         return cls(
             url,

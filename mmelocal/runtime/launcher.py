@@ -26,7 +26,8 @@ class Endpoints:
     ``http_url`` (KServe v2 over HTTP, e.g. ``http://127.0.0.1:8000``), ``grpc_url``
     (``host:port``, tritonclient's gRPC form, no scheme), ``metrics_url`` (the
     Prometheus text at ``<metrics_url>/metrics``) and ``sagemaker_url`` (Triton's
-    SageMaker front end, ``None`` when not enabled). ``bridge`` is the Unix socket that
+    SageMaker front end, ``None`` when not enabled); ``grpc_url`` and ``metrics_url`` are
+    ``None`` when the server does not open those ports (MME mode with SageMaker's defaults). ``bridge`` is the Unix socket that
     hands out connections made inside the server's own network namespace
     (:func:`mmelocal.runtime.netns.connect_through`), when it runs in one.
     """

@@ -141,8 +141,9 @@ class LocalLauncher(OwnedServerLauncher):
         argv = self._argv(install, config)
         self._endpoints = endpoints = Endpoints(
             http_url=f"http://{host}:{config.http_port}",
-            grpc_url=f"{host}:{config.grpc_port}",
-            metrics_url=f"http://{host}:{config.metrics_port}",
+            # a port tritonserver does not open (MME mode, SageMaker's defaults) has no URL
+            grpc_url=f"{host}:{config.grpc_port}" if config.serves_grpc else None,
+            metrics_url=f"http://{host}:{config.metrics_port}" if config.serves_metrics else None,
             sagemaker_url=f"http://{host}:{config.sagemaker_port}" if config.sagemaker else None,
             bridge=str(self._bridge_dir / "bridge.sock") if self._bridge_dir else None,
         )
@@ -207,7 +208,11 @@ class LocalLauncher(OwnedServerLauncher):
         self.isolated = True
         self._bridge_dir = Path(tempfile.mkdtemp(prefix="mmelocal-ns-"))
         inside = dataclasses.replace(config, host="127.0.0.1")
-        ports = [config.http_port, config.grpc_port, config.metrics_port, config.sagemaker_port]
+        ports = [config.http_port, config.sagemaker_port]  # only the ports Triton opens
+        if config.serves_grpc:
+            ports.append(config.grpc_port)
+        if config.serves_metrics:
+            ports.append(config.metrics_port)
         return netns.bridge_argv(
             host=config.host or "0.0.0.0",
             ports=ports,

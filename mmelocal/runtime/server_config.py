@@ -223,6 +223,21 @@ class ServerConfig:
         args += list(self.extra_args)
         return args
 
+    @property
+    def serves_grpc(self) -> bool:
+        """Whether tritonserver opens its gRPC port: always outside MME mode; in MME mode
+        only when the entrypoint's ``SAGEMAKER_TRITON_ALLOW_GRPC`` turns it on (off by
+        SageMaker's default)."""
+        return not self.sagemaker or entrypoint.flag_enabled(self.entrypoint_args(), "--allow-grpc")
+
+    @property
+    def serves_metrics(self) -> bool:
+        """Whether tritonserver opens its metrics port (as :attr:`serves_grpc`, for
+        ``SAGEMAKER_TRITON_ALLOW_METRICS``)."""
+        return not self.sagemaker or entrypoint.flag_enabled(
+            self.entrypoint_args(), "--allow-metrics"
+        )
+
     def entrypoint_args(self) -> list[str]:
         """MME mode: the entrypoint's argv for ``sagemaker_env``, its dummy repository
         replaced by ``model_repository``."""

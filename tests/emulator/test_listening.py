@@ -181,6 +181,13 @@ def test_stop_reaps_the_bridge_the_server_and_its_stubs(tmp_path: Path) -> None:
         started = [p for p in tree() if p.pid not in before]
         names = {p.name() for p in started}
         assert "tritonserver" in names and "triton_python_backend_stub" in names
+        # SageMaker's defaults open no gRPC or metrics port: none is published or bridged
+        launcher = launcher_of(running)
+        assert launcher.endpoints.grpc_url is None and launcher.endpoints.metrics_url is None
+        opened = {port for proc in started for _, port in listening(proc)}
+        assert launcher.config.grpc_port not in opened
+        assert launcher.config.metrics_port not in opened
+        assert launcher.config.sagemaker_port in opened
     for proc in started:
         with contextlib.suppress(psutil.NoSuchProcess):
             assert proc.status() == psutil.STATUS_ZOMBIE, proc

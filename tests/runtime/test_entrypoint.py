@@ -228,3 +228,18 @@ def test_serve_cli_refuses_a_bad_value_in_one_line(
     assert code == 2
     err = capsys.readouterr().err
     assert "SAGEMAKER_TRITON_ALLOW_GRPC" in err and "invalid value for bool option: yes" in err
+
+
+def test_grpc_and_metrics_ports_follow_the_entrypoint() -> None:
+    """Which listeners the launcher publishes and bridges: all of them outside MME mode,
+    in MME mode only those the entrypoint's knobs turn on (both off by default)."""
+    plain = ServerConfig(model_repository=Path("/m"))
+    assert plain.serves_grpc and plain.serves_metrics
+    mme = ServerConfig(model_repository=Path("/m"), sagemaker=True)
+    assert not mme.serves_grpc and not mme.serves_metrics
+    on = ServerConfig(
+        model_repository=Path("/m"),
+        sagemaker=True,
+        sagemaker_env={"SAGEMAKER_TRITON_ALLOW_GRPC": "true"},
+    )
+    assert on.serves_grpc and not on.serves_metrics

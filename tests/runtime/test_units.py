@@ -397,3 +397,18 @@ def test_start_stop_context_stops_a_failed_start_and_returns_itself():
     with pytest.raises(ServerStartError), failing:
         pass
     assert failing.calls == ["start", "stop"]
+
+
+def test_a_grpc_client_on_a_server_without_grpc_says_why() -> None:
+    from types import SimpleNamespace
+
+    from mmelocal.runtime.client import TritonClient
+    from mmelocal.runtime.launcher import Endpoints
+
+    launcher = SimpleNamespace(
+        endpoints=Endpoints(http_url="http://127.0.0.1:1", grpc_url=None, metrics_url=None),
+        is_alive=lambda: True,
+        log_path=None,
+    )
+    with pytest.raises(UserInputError, match="SAGEMAKER_TRITON_ALLOW_GRPC"):
+        TritonClient.for_launcher(launcher, protocol="grpc")  # type: ignore[arg-type]
