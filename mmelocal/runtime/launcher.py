@@ -27,8 +27,9 @@ class Endpoints:
     (``host:port``, tritonclient's gRPC form, no scheme), ``metrics_url`` (the
     Prometheus text at ``<metrics_url>/metrics``) and ``sagemaker_url`` (Triton's
     SageMaker front end, ``None`` when not enabled); ``grpc_url`` and ``metrics_url`` are
-    ``None`` when the server does not open those ports (MME mode with SageMaker's defaults). ``bridge`` is the Unix socket that
-    hands out connections made inside the server's own network namespace
+    ``None`` when the server does not open those ports (MME mode with SageMaker's
+    defaults). ``bridge`` is the Unix socket that hands out connections made inside the
+    server's own network namespace
     (:func:`mmelocal.runtime.netns.connect_through`), when it runs in one.
     """
 
