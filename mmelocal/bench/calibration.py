@@ -23,8 +23,7 @@ from mmelocal.bench.estimate import (
     sum_parts,
 )
 from mmelocal.bench.published import PUBLISHED, PublishedCount
-
-MIB = 1024 * 1024
+from mmelocal.units import MiB
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,7 +40,7 @@ class Comparison:
     def per_copy_mib(self) -> tuple[float, float, float]:
         """The estimate's per-copy (low, point, high) in MiB."""
         low, point, high = sum_parts(self.estimate.parts, "per copy")
-        return (low / MIB, point / MIB, high / MIB)
+        return (low / MiB, point / MiB, high / MiB)
 
     @property
     def count_error(self) -> float:
@@ -128,7 +127,7 @@ def compare(row: PublishedCount, *, threshold: float = 0.9) -> Comparison:
         threshold=threshold,
     )
     low, point, high = card_count(
-        estimate.parts, memory_bytes=int(row.total_mib * MIB), threshold=threshold, gpu=row.gpu
+        estimate.parts, memory_bytes=int(row.total_mib * MiB), threshold=threshold, gpu=row.gpu
     )
     return Comparison(
         published=row, estimate=estimate, count_low=low, count_point=point, count_high=high

@@ -31,10 +31,9 @@ from typing import Any, Protocol
 from mmelocal.bench.capacity_result import CapacityResult, LoadRecord
 from mmelocal.bench.projection import GpuSpec, validate_threshold
 from mmelocal.errors import BenchError, MmeLocalError, UserInputError
+from mmelocal.units import MiB
 
 logger = logging.getLogger(__name__)
-
-MIB = 1024 * 1024
 
 
 class CapacityInstance(Protocol):
@@ -108,7 +107,7 @@ async def settle_reading(
     while time.monotonic() < deadline:
         await asyncio.sleep(interval_s)
         reading = await read()
-        if abs(reading.used_bytes - previous.used_bytes) < max(MIB, previous.used_bytes // 200):
+        if abs(reading.used_bytes - previous.used_bytes) < max(MiB, previous.used_bytes // 200):
             return reading
         previous = reading
     return previous
@@ -143,8 +142,8 @@ async def measure_instance(
     limit = threshold * total
     if baseline.used_bytes > limit:
         raise BenchError(
-            f"the empty server already uses {baseline.used_bytes / MIB:,.0f} MiB, over "
-            f"{threshold:.0%} of {total / MIB:,.0f} MiB: raise the memory budget"
+            f"the empty server already uses {baseline.used_bytes / MiB:,.0f} MiB, over "
+            f"{threshold:.0%} of {total / MiB:,.0f} MiB: raise the memory budget"
         )
     loads: list[LoadRecord] = []
     previous_reading = baseline
@@ -169,7 +168,7 @@ async def measure_instance(
             if previous + mean > limit:
                 reason = (
                     f"the next copy would cross the threshold (predicted "
-                    f"{(previous + mean) / MIB:,.0f} MiB > {limit / MIB:,.0f} MiB)"
+                    f"{(previous + mean) / MiB:,.0f} MiB > {limit / MiB:,.0f} MiB)"
                 )
                 break
         copies = len(loads) + 1
@@ -384,7 +383,7 @@ async def _measure_with_emulator(
         instance = emulator.instances[0]
         on_gpu = instance.probe.kind == "gpu"
         total = None if on_gpu and opts.memory_budget_bytes is None else opts.memory_budget_bytes
-        budget_mib = (opts.memory_budget_bytes or 0) / MIB
+        budget_mib = (opts.memory_budget_bytes or 0) / MiB
         probe = (
             instance.probe.name
             if on_gpu

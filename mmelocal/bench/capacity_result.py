@@ -13,8 +13,7 @@ from typing import Any, ClassVar
 
 from mmelocal.bench.footprint import runtime_name
 from mmelocal.bench.projection import Projection, project_count
-
-MIB = 1024 * 1024
+from mmelocal.units import MiB
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -128,9 +127,9 @@ class CapacityResult:
         if marginal is None or shared is None:
             return None
         return (
-            f"copy: {marginal / MIB:,.0f} MiB, {self.runtime} runtime once: "
-            f"{shared / MIB:,.0f} MiB -> {self.implied_count} copies under "
-            f"{self.limit_bytes / MIB:,.0f} MiB"
+            f"copy: {marginal / MiB:,.0f} MiB, {self.runtime} runtime once: "
+            f"{shared / MiB:,.0f} MiB -> {self.implied_count} copies under "
+            f"{self.limit_bytes / MiB:,.0f} MiB"
         )
 
     @property
@@ -151,16 +150,16 @@ class CapacityResult:
         mean, spread = self.per_model_mean_bytes, self.per_model_stdev_bytes
         lines = [] if not self.instance_type else [f"measured on {self.instance_type}"]
         lines += [
-            f"{self.count} copies fit under {self.threshold:.0%} of {self.total_bytes / MIB:,.0f}"
+            f"{self.count} copies fit under {self.threshold:.0%} of {self.total_bytes / MiB:,.0f}"
             f" MiB ({self.probe}); stopped: {self.stopped_reason}",
-            f"baseline (server, no model): {self.baseline_bytes / MIB:,.1f} MiB",
+            f"baseline (server, no model): {self.baseline_bytes / MiB:,.1f} MiB",
         ]
         if mean is not None:
             lines.append(
-                f"per model: {mean / MIB:,.1f} MiB mean"
-                + (f", ±{spread / MIB:,.1f} MiB (stdev)" if spread is not None else "")
-                + f", min {min(self.deltas_bytes) / MIB:,.1f}"
-                + f", max {max(self.deltas_bytes) / MIB:,.1f}"
+                f"per model: {mean / MiB:,.1f} MiB mean"
+                + (f", ±{spread / MiB:,.1f} MiB (stdev)" if spread is not None else "")
+                + f", min {min(self.deltas_bytes) / MiB:,.1f}"
+                + f", max {max(self.deltas_bytes) / MiB:,.1f}"
             )
             lines.append(f"projection onto this card gives {self.projected_count} copies")
         parts = self.footprint_line()
@@ -169,7 +168,7 @@ class CapacityResult:
         if self.next_copy is not None:
             lines.append(
                 f"copy {self.next_copy.copies} crossed the threshold: "
-                f"{self.next_copy.used_bytes / MIB:,.1f} MiB > {self.limit_bytes / MIB:,.1f} MiB"
+                f"{self.next_copy.used_bytes / MiB:,.1f} MiB > {self.limit_bytes / MiB:,.1f} MiB"
             )
         if self.loads:
             load_times = [load.load_s for load in self.loads]
@@ -194,7 +193,7 @@ class CapacityResult:
             {
                 "copies": 0,
                 "target": "(baseline)",
-                "used_mib": self.baseline_bytes / MIB,
+                "used_mib": self.baseline_bytes / MiB,
                 "delta_mib": None,
                 "marginal_mib": None,
                 "load_s": None,
@@ -208,11 +207,11 @@ class CapacityResult:
                 {
                     "copies": record.copies,
                     "target": record.target,
-                    "used_mib": record.used_bytes / MIB,
-                    "delta_mib": record.delta_bytes / MIB,
+                    "used_mib": record.used_bytes / MiB,
+                    "delta_mib": record.delta_bytes / MiB,
                     "marginal_mib": None
                     if record.marginal_bytes is None
-                    else record.marginal_bytes / MIB,
+                    else record.marginal_bytes / MiB,
                     "load_s": record.load_s,
                     "warmup_s": record.warmup_s,
                     "within_threshold": record.used_bytes <= self.limit_bytes,

@@ -42,8 +42,6 @@ from mmelocal.bench.estimate_parts import (
 from mmelocal.bench.projection import GpuSpec, project_count, validate_threshold
 from mmelocal.errors import UserInputError
 
-MIB = 1024 * 1024
-
 
 @dataclass(frozen=True, kw_only=True)
 class CardCount:

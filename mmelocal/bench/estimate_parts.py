@@ -15,8 +15,7 @@ from typing import Any
 
 from mmelocal.bench.published import PUBLISHED
 from mmelocal.errors import UserInputError
-
-MIB = 1024 * 1024
+from mmelocal.units import MiB
 
 PRECISION_BYTES = {"fp32": 4, "fp16": 2, "int8": 1}
 ESTIMATE_FORMATS = ("torchscript", "onnx", "tensorrt")
@@ -34,7 +33,7 @@ ONCE = "once per process"
 #: (pytorch_backend src/libtorch.cc, ``SetCurrentCudaStream(stream_, ...)``) and the caching
 #: allocator keeps blocks per stream: workspace and activations are per instance, kept.
 CUBLAS_WORKSPACE_BYTES = 2 * 4096 * 1024 + 8 * 16 * 1024
-CUBLAS_SEGMENT_BYTES = 20 * MIB
+CUBLAS_SEGMENT_BYTES = 20 * MiB
 
 #: The caching allocator rounds every block (512 B, 2 MiB for large ones) and splits
 #: segments; an allowance of up to 10 % of weights and activations covers it (the published
@@ -47,7 +46,7 @@ ALLOCATOR_SLACK = 0.10
 #: model. Calibrated: the published ResNet-50 PyTorch curve on a T4 (271 MiB per copy) less
 #: its weights (98 MiB), its batch-1 activations (one 20 MiB segment) and the cuBLAS segment
 #: (20 MiB) leaves 133 MiB.
-CUDNN_WORKSPACE_BYTES = (0, 128 * MIB, 256 * MIB)
+CUDNN_WORKSPACE_BYTES = (0, 128 * MiB, 256 * MiB)
 
 
 def _once_from_published(platform: str, with_conv: bool | None) -> tuple[int, int, int]:
@@ -64,9 +63,9 @@ def _once_from_published(platform: str, with_conv: bool | None) -> tuple[int, in
         if p.platform == platform and (with_conv is None or (p.model in convs) == with_conv)
     ]
     return (
-        int(min(values) * MIB),
-        int(statistics.fmean(values) * MIB),
-        int(max(values) * MIB),
+        int(min(values) * MiB),
+        int(statistics.fmean(values) * MiB),
+        int(max(values) * MiB),
     )
 
 
@@ -74,8 +73,8 @@ def _once_from_published(platform: str, with_conv: bool | None) -> tuple[int, in
 #: Triton docs ``--cuda-memory-pool-byte-size``), as published: 165 MiB on a T4, 370 MiB on
 #: a V100 (sagemaker-tritonserver:22.10). Other cards: no published figure; the point is
 #: the larger reading and the high end an allowance for bigger contexts on newer cards.
-SERVER_BASELINE_BYTES = {"T4": 165 * MIB, "V100": 370 * MIB}
-SERVER_BASELINE_RANGE = (165 * MIB, 370 * MIB, 512 * MIB)
+SERVER_BASELINE_BYTES = {"T4": 165 * MiB, "V100": 370 * MiB}
+SERVER_BASELINE_RANGE = (165 * MiB, 370 * MiB, 512 * MiB)
 
 #: TensorRT context memory relative to the eager live-tensor peak at the profile's max
 #: shape: fusion (conv+BN+ReLU, GELU) shrinks it, attention that the ONNX export spells as
@@ -84,7 +83,7 @@ SERVER_BASELINE_RANGE = (165 * MIB, 370 * MIB, 512 * MIB)
 #: Published ratios: ResNet-50 0.76, ViT-L 1.24, BERT-base 1.5 (fp16 weights).
 TRT_CONTEXT_FACTOR = (0.5, 0.75, 1.5)
 #: Tactic scratch memory inside the context (TensorRT workspace memory pool): allowance.
-TRT_SCRATCH_BYTES = (0, 0, 64 * MIB)
+TRT_SCRATCH_BYTES = (0, 0, 64 * MiB)
 
 #: ONNX Runtime's CUDA arena grows by powers of two (ORT CUDA EP docs,
 #: ``arena_extend_strategy`` kNextPowerOfTwo): up to twice the activations. No published

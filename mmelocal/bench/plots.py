@@ -14,8 +14,7 @@ from itertools import pairwise
 from typing import Any
 
 from mmelocal.errors import MissingDependencyError
-
-MIB = 1024 * 1024
+from mmelocal.units import MiB
 
 
 def _figure(width_in: float = 7.5, height_in: float = 4.0) -> Any:
@@ -132,25 +131,25 @@ def capacity_memory(result: Any) -> bytes:
     fig = _figure()
     ax = fig.subplots()
     counts = [0] + [load.copies for load in result.loads]
-    used = [result.baseline_bytes / MIB] + [load.used_bytes / MIB for load in result.loads]
+    used = [result.baseline_bytes / MiB] + [load.used_bytes / MiB for load in result.loads]
     ax.plot(counts, used, marker="o", label=f"used ({result.probe})")
     ax.axhline(
-        result.threshold * result.total_bytes / MIB,
+        result.threshold * result.total_bytes / MiB,
         color="tab:red",
         linestyle="--",
-        label=f"threshold {result.threshold:.0%} of {result.total_bytes / MIB:,.0f} MiB",
+        label=f"threshold {result.threshold:.0%} of {result.total_bytes / MiB:,.0f} MiB",
     )
     crossing = getattr(result, "next_copy", None)
     if crossing is not None:
         ax.plot(
             [counts[-1], crossing.copies],
-            [used[-1], crossing.used_bytes / MIB],
+            [used[-1], crossing.used_bytes / MiB],
             linestyle=":",
             color="tab:red",
         )
         ax.scatter(
             [crossing.copies],
-            [crossing.used_bytes / MIB],
+            [crossing.used_bytes / MiB],
             marker="X",
             s=80,
             color="tab:red",

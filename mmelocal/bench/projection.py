@@ -24,8 +24,7 @@ from typing import Any, ClassVar
 
 from mmelocal.bench.datafile import parse_yaml
 from mmelocal.errors import UserInputError
-
-MIB = 1024 * 1024
+from mmelocal.units import MiB
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -146,9 +145,9 @@ def parse_gpus(text: str, *, origin: str = "<gpus>") -> list[GpuSpec]:
                 "name, nominal, memory_mib, memory_gib, instances"
             )
         if "memory_mib" in entry:
-            memory_bytes = int(float(entry["memory_mib"]) * MIB)
+            memory_bytes = int(float(entry["memory_mib"]) * MiB)
         elif "memory_gib" in entry:
-            memory_bytes = int(float(entry["memory_gib"]) * 1024 * MIB)
+            memory_bytes = int(float(entry["memory_gib"]) * 1024 * MiB)
         else:
             raise UserInputError(f"{origin}: gpus[{index}] needs memory_mib or memory_gib")
         instances = entry.get("instances") or {}

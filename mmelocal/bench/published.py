@@ -25,8 +25,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-MIB = 1024 * 1024
-
 BENCHMARK_REPO = "https://github.com/aws-samples/sagemaker-mme-gpu-benchmarking"
 BLOG_HIGH_PERFORMANCE = (
     "https://aws.amazon.com/blogs/machine-learning/achieve-high-performance-at-scale-for-"

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from mmelocal.deploy.plan import SHA256_METADATA, split_s3_uri
 from mmelocal.deploy.session import AwsClients, aws_error, error_code
 from mmelocal.errors import BenchError, UserInputError
+from mmelocal.units import MiB
 
 if TYPE_CHECKING:
     from mmelocal.bench.loadtest_result import LoadTestResult
@@ -43,7 +44,6 @@ PROBE_TEMPLATE = "server_metrics"
 PROBE_PAYLOAD = json.dumps(
     {"inputs": [{"name": "INPUT__0", "shape": [1], "datatype": "BYTES", "data": ["h"]}]}
 ).encode()
-MIB = 1024 * 1024
 #: the largest object one CopyObject request copies (S3's limit)
 COPY_OBJECT_LIMIT_BYTES = 5 * 1024**3
 #: how long a cold load may answer ModelNotReadyException before we give up (the service's)
@@ -144,8 +144,8 @@ def _published_reading(outputs: Mapping[str, Any]) -> ProbeReading:
     if not total:
         raise ValueError("the published probe reported no GPU")
     return ProbeReading(
-        used_bytes=round(sum(used) * MIB),
-        total_bytes=round(sum(total) * MIB),
+        used_bytes=round(sum(used) * MiB),
+        total_bytes=round(sum(total) * MiB),
         source="nvidia-smi",
         devices=tuple({"name": "GPU"} for _ in total),
         problems=("the published server_metrics model answered (MiB figures)",),

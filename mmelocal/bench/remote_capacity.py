@@ -33,10 +33,10 @@ from mmelocal.bench.capacity_result import CapacityResult, LoadRecord
 from mmelocal.bench.projection import GpuSpec
 from mmelocal.bench.remote import PROBE_TARGET, ProbeReading, RemoteEndpoint
 from mmelocal.errors import UserInputError
+from mmelocal.units import MiB
 
 logger = logging.getLogger(__name__)
 
-MIB = 1024 * 1024
 #: Triton platform (or backend) -> mmelocal's format name
 PLATFORM_FORMATS = {
     "pytorch_libtorch": "torchscript",
@@ -182,7 +182,7 @@ def measure_endpoint_capacity(
 def _probe_text(first: ProbeReading, endpoint: RemoteEndpoint, budget: int | None) -> str:
     where = f"{PROBE_TARGET} on endpoint {endpoint.info.name}"
     if first.kind == "host":
-        return f"host PSS of the Triton tree via {where}, budget {(budget or 0) / MIB:,.0f} MiB"
+        return f"host PSS of the Triton tree via {where}, budget {(budget or 0) / MiB:,.0f} MiB"
     return f"{first.describe()} via {where}"
 
 

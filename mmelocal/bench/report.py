@@ -29,7 +29,6 @@ from mmelocal.units import mib_value
 
 logger = logging.getLogger(__name__)
 
-MIB = 1024 * 1024
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; max-width: 1300px; }
 table { border-collapse: collapse; margin: 0.8em 0; font-size: 0.85em; }

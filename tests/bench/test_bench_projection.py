@@ -10,7 +10,6 @@ import pytest
 
 from mmelocal.bench.capacity import CapacityResult, LoadRecord
 from mmelocal.bench.projection import (
-    MIB,
     GpuSpec,
     load_gpus,
     parse_gpus,
@@ -18,6 +17,7 @@ from mmelocal.bench.projection import (
     project_count,
 )
 from mmelocal.errors import UserInputError
+from mmelocal.units import MiB as MIB
 
 GIB = 1024 * MIB
 
