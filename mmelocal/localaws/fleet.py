@@ -16,12 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mmelocal.deploy.images import REPOSITORY
 from mmelocal.errors import EndpointFailedError
 from mmelocal.localaws.checks import parse_s3_url
 
 #: the repository of SageMaker's Triton images (``<account>.dkr.ecr.<region>.amazonaws.com/
-#: sagemaker-tritonserver:<version>-py3``, see :mod:`mmelocal.deploy.images`)
-TRITON_REPOSITORY = "sagemaker-tritonserver"
+#: sagemaker-tritonserver:<version>-py3``)
+TRITON_REPOSITORY = REPOSITORY
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -75,7 +75,7 @@ class LocalAws(StartStopContext):
         self._app: LocalAwsApp | None = None
         self._restored = False
         self._thread: threading.Thread | None = None
-        self._clients: dict[tuple[str, str], Any] = {}
+        self._clients: dict[tuple[bool, str, str], Any] = {}
         self._clients_lock = threading.Lock()
         self.endpoints: EndpointManager | None = None
 
@@ -226,25 +226,21 @@ class LocalAws(StartStopContext):
             self._data_dir = None
 
     # -- internals ---------------------------------------------------------------------
-    def _client(self, service: str, region: str = DEFAULT_REGION) -> Any:
-        """A boto3 client of this server (mmelocal's own calls skip the endpoint layer)."""
-        key = (service, region)
+    def _client(self, service: str, region: str = DEFAULT_REGION, *, internal: bool = True) -> Any:
+        """A boto3 client of this server, one per (kind, service, region): mmelocal's own
+        calls (``internal``) skip the endpoint layer; a user's get answers completed by
+        mmelocal."""
+        key = (internal, service, region)
         with self._clients_lock:
             client = self._clients.get(key)
             if client is None:
-                client = self._new_client(service, region)
+                client = self._new_client(service, region, internal=internal)
                 self._clients[key] = client
         return client
 
     def _user_client(self, service: str, region: str = DEFAULT_REGION) -> Any:
         """A boto3 client of this server as a user's (answers completed by mmelocal)."""
-        key = (f"user:{service}", region)
-        with self._clients_lock:
-            client = self._clients.get(key)
-            if client is None:
-                client = self._new_client(service, region, internal=False)
-                self._clients[key] = client
-        return client
+        return self._client(service, region, internal=False)
 
     def _new_client(self, service: str, region: str, *, internal: bool = True) -> Any:
         import boto3

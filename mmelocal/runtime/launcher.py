@@ -113,10 +113,6 @@ class LauncherContext(StartStopContext):
     failed enter leaks nothing.
     """
 
-    def start(self) -> None:
-        """Start the server and wait until it is ready (implemented by the launcher)."""
-        raise NotImplementedError
-
 
 class _HasConfig(Protocol):
     @property

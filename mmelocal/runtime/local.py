@@ -21,9 +21,8 @@ escalates SIGTERM -> SIGKILL of the whole group after a bounded wait.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import dataclasses
+import functools
 import logging
 import os
 import shutil
@@ -52,13 +51,6 @@ from mmelocal.runtime.readiness import triton_ready, wait_until_ready
 from mmelocal.runtime.server_config import ServerConfig
 
 logger = logging.getLogger(__name__)
-
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 class LocalLauncher(OwnedServerLauncher):
@@ -157,7 +149,11 @@ class LocalLauncher(OwnedServerLauncher):
                     stderr=subprocess.STDOUT,
                     env=server_environment(install, config),
                     start_new_session=True,
-                    preexec_fn=_die_with_parent if self._die_with_parent else None,
+                    preexec_fn=(
+                        functools.partial(netns.die_with_parent, signal.SIGTERM)
+                        if self._die_with_parent
+                        else None
+                    ),
                 )
         except OSError as exc:  # not an executable for this machine, no permission, ...
             raise ServerStartError(

@@ -146,8 +146,10 @@ def _enter_namespace() -> None:
         fcntl.ioctl(sock, _SIOCSIFFLAGS, struct.pack("16sH", b"lo", flags | _IFF_UP))
 
 
-def _die_with_parent() -> None:  # runs in the server between fork and exec
-    _libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+def die_with_parent(sig: int = signal.SIGKILL) -> None:
+    """Ask the kernel to send ``sig`` to this process when its parent dies (Linux
+    ``PR_SET_PDEATHSIG``); meant as ``preexec_fn``, between fork and exec."""
+    _libc().prctl(_PR_SET_PDEATHSIG, sig)
 
 
 class _Pipe(asyncio.Protocol):
@@ -312,7 +314,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     control.bind(args.control)
     control.listen(128)
     control.setblocking(False)
-    server = subprocess.Popen(args.command, preexec_fn=_die_with_parent)
+    server = subprocess.Popen(args.command, preexec_fn=die_with_parent)
     try:
         code = asyncio.run(_run(listeners, control, server))
     finally:

@@ -247,16 +247,15 @@ class ServerConfig:
 
     def mmelocal_args(self) -> list[str]:
         """MME mode: what mmelocal adds after the entrypoint's argv (:data:`MMELOCAL_FLAGS`)."""
-        recipe = entrypoint.entrypoint_args(self.sagemaker_env, gpu_count=self.gpu_count)
         args = [
             "--allow-http=true",
             f"--http-address={self.host}",
             f"--http-port={self.http_port}",
             f"--sagemaker-port={self.sagemaker_port}",
         ]
-        if entrypoint.flag_enabled(recipe, "--allow-grpc"):
+        if self.serves_grpc:
             args += [f"--grpc-address={self.host}", f"--grpc-port={self.grpc_port}"]
-        if entrypoint.flag_enabled(recipe, "--allow-metrics"):
+        if self.serves_metrics:
             args += [f"--metrics-address={self.host}", f"--metrics-port={self.metrics_port}"]
         args.append(f"--exit-timeout-secs={self.exit_timeout_s}")
         if self.backend_directory is not None:
