@@ -83,6 +83,16 @@ def projection_table(projection: Any) -> Table:
 
 
 @contextmanager
+def copy_line(record: Any, *, timing: str = "load") -> str:
+    """One copy of the capacity loop as both capacity commands print it (``timing`` names
+    what ``load_s`` measured: a local load, or an endpoint's first invocation)."""
+    own = "" if record.marginal_bytes is None else f", own {mib(record.marginal_bytes, digits=1)}"
+    return (
+        f"  copy {record.copies:>3}: {mib(record.used_bytes, digits=1)} in use "
+        f"(+{mib(record.delta_bytes, digits=1)}{own}), {timing} {record.load_s:.2f} s"
+    )
+
+
 def loadtest_progress(enabled: bool = True) -> Iterator[Callable[[Any], None]]:
     """A live progress bar; yields the callback :func:`run_loadtest` calls with samples."""
     if not enabled or not err_console.is_terminal:
@@ -239,6 +249,7 @@ def announce_files(label: str, paths: list[Path]) -> None:
 __all__ = [
     "announce_files",
     "content_type_option",
+    "copy_line",
     "copy_loop_options",
     "csv_list",
     "loadtest_progress",

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from mmelocal.cli._bench import mib, projection_table, write_outputs
+from mmelocal.cli._bench import copy_line, projection_table, write_outputs
 from mmelocal.cli._output import console, err_console
 
 endpoint_option = click.option(
@@ -129,12 +129,7 @@ def _pattern(targets: Sequence[str]) -> str:
 
 
 def _show_copy(record: Any) -> None:
-    own = "" if record.marginal_bytes is None else f", own {mib(record.marginal_bytes)}"
-    err_console.print(
-        f"  copy {record.copies:>3}: {mib(record.used_bytes)} MiB in use "
-        f"(+{mib(record.delta_bytes)}{own}), first invocation {record.load_s:.2f} s",
-        highlight=False,
-    )
+    err_console.print(copy_line(record, timing="first invocation"), highlight=False)
 
 
 __all__ = [

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from mmelocal.cli._bench import (
     content_type_option,
+    copy_line,
     copy_loop_options,
     csv_list,
     output_options,
@@ -135,15 +136,7 @@ def measure(
         console.print(f"[bold]capacity of {source}[/] ({fmt})")
 
         def show(record: Any) -> None:
-            own = (
-                ""
-                if record.marginal_bytes is None
-                else f", own {mib(record.marginal_bytes, digits=1)}"
-            )
-            console.print(
-                f"  copy {record.copies:>3}: {mib(record.used_bytes, digits=1)} in use "
-                f"(+{mib(record.delta_bytes, digits=1)}{own}), load {record.load_s:.2f} s"
-            )
+            console.print(copy_line(record))
 
         result = measure_capacity(
             source,

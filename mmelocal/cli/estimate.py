@@ -138,15 +138,29 @@ def parts_table(result: Any) -> Table:
         table.add_row(
             escape(part.name),
             part.scope,
-            mib(part.low_bytes),
-            mib(part.point_bytes),
-            mib(part.high_bytes),
+            mib(part.low_bytes, suffix=False),
+            mib(part.point_bytes, suffix=False),
+            mib(part.high_bytes, suffix=False),
             escape(part.source),
         )
     low, point, high = result.per_copy
-    table.add_row("[bold]one copy[/]", "per copy", mib(low), mib(point), mib(high), "")
+    table.add_row(
+        "[bold]one copy[/]",
+        "per copy",
+        mib(low, suffix=False),
+        mib(point, suffix=False),
+        mib(high, suffix=False),
+        "",
+    )
     low, point, high = result.once
-    table.add_row("[bold]once[/]", "once per process", mib(low), mib(point), mib(high), "")
+    table.add_row(
+        "[bold]once[/]",
+        "once per process",
+        mib(low, suffix=False),
+        mib(point, suffix=False),
+        mib(high, suffix=False),
+        "",
+    )
     return table
 
 
@@ -165,7 +179,7 @@ def cards_table(result: Any) -> Table:
     for card in result.cards:
         row = [
             card.gpu,
-            f"{card.memory_bytes / 2**20:,.0f}",
+            mib(card.memory_bytes, suffix=False),
             ", ".join(card.instance_types),
             str(card.low),
             f"[bold]{card.point}[/]",
@@ -181,7 +195,7 @@ def summary_lines(result: Any) -> list[str]:
     """The notes under the tables (measurement, caveats)."""
     lines = list(result.notes)
     by_batch = ", ".join(
-        f"batch {b}: {v / 2**20:,.1f} MiB" for b, v in sorted(result.activation_bytes.items())
+        f"batch {b}: {mib(v, digits=1)}" for b, v in sorted(result.activation_bytes.items())
     )
     lines.append(f"activation peak (live tensors, one instance) by batch: {by_batch}")
     m = result.measured
@@ -190,8 +204,8 @@ def summary_lines(result: Any) -> list[str]:
         if m.on_gpu:
             off = (point - m.per_copy_bytes) / m.per_copy_bytes
             lines.append(
-                f"measured ({m.origin}, {m.probe}): {m.per_copy_bytes / 2**20:,.0f} MiB per copy, "
-                f"estimate {point / 2**20:,.0f} MiB ({off:+.0%}); {m.count} copies measured: "
+                f"measured ({m.origin}, {m.probe}): {mib(m.per_copy_bytes)} per copy, "
+                f"estimate {mib(point)} ({off:+.0%}); {m.count} copies measured: "
                 "the measurement wins"
             )
         else:

@@ -156,12 +156,6 @@ def error_kind(exc: BaseException) -> SageMakerError:
     return INTERNAL_FAILURE
 
 
-def error_for(exc: BaseException) -> tuple[int, str, str]:
-    """(HTTP status, SageMaker error type, message) for an exception from the platform."""
-    kind = error_kind(exc)
-    return kind.status, kind.error_type, str(exc) or type(exc).__name__
-
-
 def log_stream_arn(log_path: Path | None, instance: int = 0) -> str:
     """Where to read what the model said: the Triton log (SageMaker names its CloudWatch
     log stream here)."""
@@ -360,7 +354,6 @@ __all__ = [
     "Answer",
     "SageMakerError",
     "body_limit_bytes",
-    "error_for",
     "error_kind",
     "forward_headers",
     "handle_invocation",

@@ -345,7 +345,6 @@ class FastFrontServer:
         #: cache hits served with callbacks (:mod:`.hotlane`); None: every request takes
         #: the coroutine path
         self.lane = HotLane(emulator) if hot_lane else None
-        self._valid_names: set[str] = set()
         self._server: asyncio.AbstractServer | None = None
 
     async def start(self, sock: socket.socket) -> None:
@@ -374,11 +373,8 @@ class FastFrontServer:
             return False
         kind, name = hit
         if kind == "invocations":
-            if name not in self._valid_names:
-                if endpoint_name_error(name) is not None:
-                    return False  # the coroutine path answers the service's 400
-                if len(self._valid_names) < 1024:
-                    self._valid_names.add(name)
+            if endpoint_name_error(name) is not None:
+                return False  # the coroutine path answers the service's 400
             return lane.invocation(name, request.headers, body, request, requester)
         return lane.v2_infer(name, request.headers, body, request, requester)
 

@@ -15,6 +15,7 @@ server (:mod:`.http_server`) is the one HTTP server that calls it.
 from __future__ import annotations
 
 import asyncio
+import functools
 import gzip
 import json
 import logging
@@ -58,6 +59,7 @@ ENDPOINT_NAME_PATTERN = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9])*")
 MAX_ENDPOINT_NAME_LENGTH = 63
 
 
+@functools.lru_cache(maxsize=1024)  # a hot-path check: the same few names every call
 def endpoint_name_error(name: str) -> str | None:
     """The service's validation message for an EndpointName it refuses, else None."""
     shown = name[:80]

@@ -353,7 +353,11 @@ def test_head_answers_carry_no_body(setup: Setup) -> None:
     """A HEAD answer with a body would be read as the start of the next answer."""
     with connect(setup) as sock:
         sock.sendall(request("HEAD", "/ping") + request("GET", "/ping", b"", "Connection: close"))
-        answers = split_answers(read_until_closed(sock), head_first=True)
+        raw = read_until_closed(sock)
+    answers = split_answers(raw, head_first=True)
+    # the next answer starts right after the HEAD answer's headers: no body bytes between
+    assert raw.split(b"\r\n\r\n", 1)[1].startswith(b"HTTP/1.1 200 ")
+    assert len(answers) == 2
     assert [status for status, _ in answers][1:] == [200]
     assert answers[0][1] == b""
     assert json.loads(answers[1][1])["status"] == "Healthy"

@@ -131,7 +131,7 @@ def test_a_request_that_crashes_triton_gets_503_then_the_endpoint_recovers(
     if status != 503:  # this Triton build survived it: nothing to recover from
         assert status in (413, 424), data
         assert mme.state()["instances"][0]["pid"] == before["instances"][0]["pid"]
-        return
+        pytest.skip("this Triton build survived the request: no crash to recover from")
     assert out["x-amzn-errortype"] == "ServiceUnavailable"
     assert b"restart" in data
 
