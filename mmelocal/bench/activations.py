@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mmelocal.builder.runners import import_torch
 from mmelocal.errors import MissingDependencyError, UserInputError
 
 
@@ -54,16 +55,6 @@ class ActivationTrace:
     convolutions: int = 0
     overlapping_convolutions: int = 0
     unknown_tensors: int = 0
-
-
-def _torch() -> Any:
-    try:
-        import torch
-    except ImportError as exc:
-        raise MissingDependencyError(
-            "torch", extra="torch", feature="tracing a PyTorch model"
-        ) from exc
-    return torch
 
 
 def _tensor_bytes(t: Any, float_bytes: int | None) -> int:
@@ -106,7 +97,7 @@ class _LiveTensors:
         self._sizes: dict[int, int] = {}
 
     def seen(self, func: Any, args: tuple[Any, ...], out: Any) -> None:
-        torch = _torch()
+        torch = import_torch("tracing a PyTorch model")
         from torch.utils._pytree import tree_leaves
 
         self.ops += 1
@@ -151,7 +142,7 @@ def trace_torch(
     ``inputs`` is a mapping (passed as keyword arguments) or a tuple (positional). The
     module should sit on the ``meta`` device (``module.to("meta")``): nothing is computed.
     """
-    torch = _torch()
+    torch = import_torch("tracing a PyTorch model")
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_leaves, tree_map

@@ -212,15 +212,19 @@ def run_benchmark(
     *,
     progress: Callable[[str], None] | None = None,
     gpus: Sequence[Any] | None = None,
+    runs: Sequence[tuple[Path, str, bytes]] | None = None,
 ) -> BenchmarkOutcome:
     """Deploy, measure and undeploy, framework after framework (see the module docstring).
 
     A framework whose run fails is recorded in ``problems`` (its endpoint is deleted all the
-    same) and the next one runs: what was measured is never lost."""
+    same) and the next one runs: what was measured is never lost. ``runs`` is what
+    :func:`prepare` returned for ``plan`` when the caller already has it (each tarball is
+    read in full to find its format and request body)."""
     from mmelocal.bench.remote_sweep import run_endpoint_sweep
 
     say = progress or (lambda message: None)
-    runs = prepare(plan)
+    if runs is None:
+        runs = prepare(plan)
     benchmarks: list[BenchmarkResult] = []
     sweeps: list[Any] = []
     deleted: list[str] = []

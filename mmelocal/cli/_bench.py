@@ -82,7 +82,6 @@ def projection_table(projection: Any) -> Table:
     return table
 
 
-@contextmanager
 def copy_line(record: Any, *, timing: str = "load") -> str:
     """One copy of the capacity loop as both capacity commands print it (``timing`` names
     what ``load_s`` measured: a local load, or an endpoint's first invocation)."""
@@ -93,6 +92,7 @@ def copy_line(record: Any, *, timing: str = "load") -> str:
     )
 
 
+@contextmanager
 def loadtest_progress(enabled: bool = True) -> Iterator[Callable[[Any], None]]:
     """A live progress bar; yields the callback :func:`run_loadtest` calls with samples."""
     if not enabled or not err_console.is_terminal:

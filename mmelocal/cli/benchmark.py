@@ -3,6 +3,7 @@ real SageMaker endpoints, after showing what it will cost and asking."""
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -128,7 +129,8 @@ def benchmark(sources: tuple[str, ...], **kw: Any) -> None:
             poll_s=parse_duration_s(kw["poll"]),
             existing=kw["existing"],
         )
-        frameworks = [framework for _, framework, _ in prepare(plan)]
+        runs = prepare(plan)
+        frameworks = [framework for _, framework, _ in runs]
         prices = load_prices(kw["prices_file"])
         console.print(_cost_table(plan, frameworks, prices))
         asked = plan.existing is None and not kw["yes"]
@@ -136,7 +138,7 @@ def benchmark(sources: tuple[str, ...], **kw: Any) -> None:
             err_console.print("nothing was created")
             raise SystemExit(1)
         with err_console.status("benchmark starting") as status:
-            outcome = run_benchmark(plan, progress=status.update)
+            outcome = run_benchmark(plan, progress=status.update, runs=runs)
     console.print(_comparison_table(outcome.benchmarks))
     for sweep in outcome.sweeps:
         console.print(f"[bold]Sweep of {sweep.source}:[/] {sweep.recommendation}", highlight=False)
@@ -154,13 +156,8 @@ def benchmark(sources: tuple[str, ...], **kw: Any) -> None:
 
 def common_name(stems: list[str]) -> str:
     """``resnet50-pt`` and ``resnet50-trt`` -> ``resnet50`` (one stem: itself)."""
-    shared = stems[0]
-    for stem in stems[1:]:
-        length = 0
-        while length < min(len(shared), len(stem)) and shared[length] == stem[length]:
-            length += 1
-        shared = shared[:length]
-    return shared.rstrip("-_.") or stems[0]
+    # character by character on purpose: these are names, not paths
+    return os.path.commonprefix(stems).rstrip("-_.") or stems[0]  # noqa: RUF071
 
 
 def _capacity_options(kw: dict[str, Any]) -> Any:
