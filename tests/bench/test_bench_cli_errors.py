@@ -167,3 +167,21 @@ def test_zero_requests_is_not_reported_as_no_failures() -> None:
         ),
     )
     assert "nothing was measured" in summary_lines(empty)[1]
+
+
+def test_both_capacity_commands_print_a_copy_with_one_unit_per_size() -> None:
+    """capacity and capacity --endpoint share one line (the endpoint's printed 'MiB MiB')."""
+    from types import SimpleNamespace
+
+    from mmelocal.cli._bench import copy_line
+
+    record = SimpleNamespace(
+        copies=3,
+        marginal_bytes=20 * 2**20,
+        used_bytes=500 * 2**20,
+        delta_bytes=21 * 2**20,
+        load_s=1.5,
+    )
+    line = copy_line(record, timing="first invocation")
+    assert "MiB MiB" not in line
+    assert "500.0 MiB in use (+21.0 MiB, own 20.0 MiB), first invocation 1.50 s" in line
