@@ -23,8 +23,9 @@ check it equal to :func:`plan_eviction` on random inputs.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from mmelocal.errors import UserInputError
 from mmelocal.units import mib
@@ -274,7 +275,10 @@ def plan_disk_eviction(
     return tuple(victims)
 
 
-class FastLru:
+K = TypeVar("K", bound=Hashable)
+
+
+class FastLru(Generic[K]):
     """The loaded set of one instance in recency order, for the simulator: the same plans as
     :func:`plan_eviction` (every footprint known, no shared runtimes) without sorting.
 
@@ -289,7 +293,7 @@ class FastLru:
             raise UserInputError(f"limit_bytes must be > 0, got {limit_bytes}")
         self.limit_bytes = limit_bytes
         self.used_bytes = baseline_bytes
-        self.footprints: OrderedDict[str, int] = OrderedDict()
+        self.footprints: OrderedDict[K, int] = OrderedDict()
 
     def __contains__(self, target: object) -> bool:
         return target in self.footprints
@@ -297,22 +301,22 @@ class FastLru:
     def __len__(self) -> int:
         return len(self.footprints)
 
-    def touch(self, target: str) -> None:
+    def touch(self, target: K) -> None:
         """Mark ``target`` most recently used."""
         self.footprints.move_to_end(target)
 
-    def add(self, target: str, footprint_bytes: int) -> None:
+    def add(self, target: K, footprint_bytes: int) -> None:
         """Count ``target`` loaded (most recently used)."""
         self.footprints[target] = footprint_bytes
         self.used_bytes += footprint_bytes
 
-    def remove(self, target: str) -> None:
+    def remove(self, target: K) -> None:
         """Count ``target`` unloaded."""
         self.used_bytes -= self.footprints.pop(target)
 
     def plan(
-        self, need_bytes: int, busy: Callable[[str], bool] | None = None
-    ) -> tuple[list[str], bool]:
+        self, need_bytes: int, busy: Callable[[K], bool] | None = None
+    ) -> tuple[list[K], bool]:
         """The victims (least recently used idle models first) so that ``need_bytes`` fits,
         and whether they make room: :func:`plan_eviction`'s answer."""
         used, limit = self.used_bytes, self.limit_bytes
@@ -321,7 +325,7 @@ class FastLru:
         if overshoot <= 0 and used < limit:
             return [], True
         target = max(overshoot, used - limit + 1, 1)
-        victims: list[str] = []
+        victims: list[K] = []
         freed = 0
         for name, footprint in self.footprints.items():
             if freed >= target:

@@ -25,6 +25,7 @@ the requests for one model stay in order.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -177,10 +178,8 @@ async def _poll_state(
                     loads.append(e["duration_ms"] / 1e3)
         if stop.is_set():
             return
-        try:
+        with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=interval_s)
-        except asyncio.TimeoutError:
-            pass
 
 
 async def _open_loop(

@@ -10,7 +10,9 @@ LRU eviction, through :class:`~mmelocal.rules.routing.FastLru`) and
 3. the request goes where its target is ready (fewest in flight), else where it is loading
    (a miss that waits for that load), else (cold: a miss and a load) to the instance with
    the most room, after unloading least recently used idle models to make room;
-4. loads run one at a time per instance (as the emulator's do), in request order;
+4. loads run ``parallel_loads`` at a time per instance (1, the default, is the emulator's
+   rule), in request order; a caller that would wait longer than ``load_wait_timeout_s``
+   gets ``ModelNotReadyException`` (an error) while the load goes on;
 5. it waits for a free slot (``concurrency`` per instance) and takes ``service_s``.
 
 ``ModelCacheHit`` is 1 for a request whose target was ready where it went, as the
@@ -29,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from mmelocal.errors import UserInputError
+from mmelocal.facts.traffic import LOAD_WAIT_TIMEOUT_S, MODEL_NOT_READY
 from mmelocal.rules.routing import FastLru, count_request, replica_instance
 from mmelocal.traffic.results import TrafficResult, summarize
 from mmelocal.traffic.trace import Trace
@@ -110,6 +113,8 @@ class SimConfig:
     unload_s: float = 0.0
     service_s: float | None = None
     concurrency: int = 4
+    parallel_loads: int = 1
+    load_wait_timeout_s: float = LOAD_WAIT_TIMEOUT_S
     hot_rps_threshold: float = 50.0
     rate_window_s: float = 1.0
     autoscaling: Autoscaling | None = None
@@ -133,6 +138,10 @@ class SimConfig:
             )
         if self.memory_limit_bytes is not None and self.memory_limit_bytes <= 0:
             raise UserInputError(f"memory_limit_bytes must be > 0, got {self.memory_limit_bytes}")
+        if self.parallel_loads < 1:
+            raise UserInputError(f"--parallel-loads must be >= 1, got {self.parallel_loads}")
+        if self.load_wait_timeout_s <= 0:
+            raise UserInputError(f"load_wait_timeout_s must be > 0, got {self.load_wait_timeout_s}")
         if self.concurrency < 1:
             raise UserInputError(f"--concurrency must be >= 1, got {self.concurrency}")
         if self.service_s is not None and self.service_s < 0:
@@ -142,15 +151,15 @@ class SimConfig:
 
 
 class _Instance:
-    __slots__ = ("inflight", "loader_free_at", "lru", "ready_at", "slots", "up_at")
+    __slots__ = ("inflight", "loaders", "lru", "ready_at", "slots", "up_at")
 
-    def __init__(self, limit: int, concurrency: int, up_at: float) -> None:
+    def __init__(self, limit: int, concurrency: int, up_at: float, parallel_loads: int = 1) -> None:
         self.lru: FastLru[int] = FastLru(limit)
         self.ready_at: dict[int, float] = {}
         self.inflight: dict[int, int] = {}
         self.slots = [0.0] * concurrency
         self.up_at = up_at
-        self.loader_free_at = up_at
+        self.loaders = [up_at] * parallel_loads
 
 
 def simulate(
@@ -187,13 +196,18 @@ def simulate(
         if scaling is None
         else max(scaling.min_instances, min(config.instances, scaling.max_instances))
     )
-    fleet: list[_Instance] = [_Instance(limit, concurrency, 0.0) for _ in range(count0)]
+    fleet: list[_Instance] = [
+        _Instance(limit, concurrency, 0.0, config.parallel_loads) for _ in range(count0)
+    ]
     holders: dict[int, list[int]] = {}
     rates: dict[int, tuple[float, int]] = {}
     threshold, window = config.hot_rps_threshold, config.rate_window_s
     done: list[tuple[float, int, _Instance, int]] = []  # (finish time, request, where, model)
     latency = np.empty(n, dtype=np.float64)
     hit = np.zeros(n, dtype=np.bool_)
+    ok = np.ones(n, dtype=np.bool_)
+    timeouts = 0
+    wait_timeout = config.load_wait_timeout_s
     loaded_now = np.empty(n, dtype=np.int32)
     load_times: list[float] = []
     loads = 0
@@ -224,9 +238,10 @@ def simulate(
         inst = fleet[i]
         evicted = make_room(inst, i, sizes[m], now)
         seconds = draw_load()
-        # one load at a time per instance, as the emulator loads (its load lock)
-        ready = max(now, inst.loader_free_at) + (unload_s if evicted else 0.0) + seconds
-        inst.loader_free_at = ready
+        # parallel_loads at a time per instance (1: the emulator's load lock)
+        start = max(now, inst.loaders[0])
+        ready = start + (unload_s if evicted else 0.0) + seconds
+        heapq.heapreplace(inst.loaders, ready)
         inst.lru.add(m, sizes[m])
         inst.ready_at[m] = ready
         holders.setdefault(m, []).append(i)
@@ -257,10 +272,12 @@ def simulate(
         while done and done[0][0] <= t:
             _, _, di, dm = heapq.heappop(done)
             di.inflight[dm] -= 1
-        if scaler is not None and t >= scaler.next_eval_s:
+        if scaler is not None and scaling is not None and t >= scaler.next_eval_s:
             change = scaler.evaluate(t, len(fleet))
             if change:
-                _resize(fleet, holders, change, t, limit, concurrency, scaling)  # type: ignore[arg-type]
+                _resize(
+                    fleet, holders, change, t, limit, concurrency, scaling, config.parallel_loads
+                )
                 total_loaded = sum(len(x.lru) for x in fleet)
                 billed.append((t, len(fleet)))
         if scaler is not None:
@@ -310,6 +327,13 @@ def simulate(
                     )
                     if second is not None:
                         start_load(second, m, t)
+        if wait_until - t > wait_timeout:
+            # the caller gets ModelNotReadyException at the timeout; the load goes on
+            ok[k] = False
+            timeouts += 1
+            latency[k] = wait_timeout
+            loaded_now[k] = total_loaded
+            continue
         if wait_until > t:
             # waiting for a load holds no slot: it runs as the load ends
             end = wait_until + service
@@ -336,8 +360,8 @@ def simulate(
         times_s=trace.times_s,
         latency_s=latency,
         hit=hit,
-        ok=None,
-        errors={},
+        ok=ok,
+        errors={MODEL_NOT_READY: timeouts} if timeouts else {},
         loaded=loaded_now,
         load_times_s=np.asarray(load_times),
         loads=loads,
@@ -351,6 +375,7 @@ def simulate(
             "memory_limit_bytes": config.memory_limit_bytes,
             "load_seconds_source": config.load.source,
             "concurrency": concurrency,
+            "parallel_loads": config.parallel_loads,
             "scaling_activities": scaler.activities if scaler is not None else [],
         },
     )
@@ -371,11 +396,12 @@ def _resize(
     limit: int,
     concurrency: int,
     scaling: Autoscaling,
+    parallel_loads: int,
 ) -> None:
     """Grow the fleet (new instances serve after ``instance_start_s``) or shrink it (the
     newest instances go; their requests in flight finish)."""
     while len(fleet) < capacity:
-        fleet.append(_Instance(limit, concurrency, now + scaling.instance_start_s))
+        fleet.append(_Instance(limit, concurrency, now + scaling.instance_start_s, parallel_loads))
     while len(fleet) > capacity:
         gone = len(fleet) - 1
         inst = fleet.pop()

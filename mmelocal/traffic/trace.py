@@ -13,6 +13,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TextIO
 
 import numpy as np
 
@@ -67,9 +68,9 @@ class _Builder:
         self.index: dict[str, int] = {}
         self.last = 0.0
 
-    def add(self, line: int, stamp: object, target: object, payload: object = None) -> None:
+    def add(self, line: int, stamp: Any, target: Any, payload: Any = None) -> None:
         try:
-            t = float(stamp)  # type: ignore[arg-type]
+            t = float(stamp)
         except (TypeError, ValueError):
             raise _fail(self.origin, line, f"timestamp {stamp!r} is not a number") from None
         if not np.isfinite(t) or t < 0:
@@ -86,7 +87,7 @@ class _Builder:
             raise _fail(self.origin, line, "target_model is empty")
         if self.payloads is not None:
             try:
-                size = int(payload)  # type: ignore[arg-type]
+                size = int(payload)
             except (TypeError, ValueError):
                 raise _fail(
                     self.origin, line, f"payload_bytes {payload!r} is not an integer"
@@ -146,8 +147,8 @@ def read_trace(path: Path | str) -> Trace:
         return _read_csv(handle, origin)
 
 
-def _read_csv(handle: object, origin: str) -> Trace:
-    reader = csv.reader(handle)  # type: ignore[arg-type]
+def _read_csv(handle: TextIO, origin: str) -> Trace:
+    reader = csv.reader(handle)
     header = next(reader, None)
     if header is None:
         raise UserInputError(f"{origin}: empty file; a trace starts with timestamp,target_model")
@@ -166,9 +167,9 @@ def _read_csv(handle: object, origin: str) -> Trace:
     return builder.build()
 
 
-def _read_jsonl(handle: object, origin: str) -> Trace:
+def _read_jsonl(handle: TextIO, origin: str) -> Trace:
     builder: _Builder | None = None
-    for line, text in enumerate(handle, start=1):  # type: ignore[call-overload]
+    for line, text in enumerate(handle, start=1):
         if not text.strip():
             continue
         try:
