@@ -274,7 +274,8 @@ def _load_times(value: str | None) -> Any:
         return None
     if value.endswith(".json"):
         result = TrafficResult.read_json(value)
-        samples = tuple(float(x) for x in result.data.get("cold_load_s", []))
+        data = result.data
+        samples = tuple(float(x) for x in data.get("load_cycle_s") or data.get("cold_load_s", []))
         if not samples:
             raise UserInputError(f"{value} holds no cold-load times (cold_load_s is empty)")
         return LoadTimes(samples_s=samples, source=f"measured ({value})")

@@ -157,7 +157,7 @@ async def _poll_state(
     is bounded: the replay keeps its record)."""
     seen: set[tuple[float, str, int]] = set()
     samples: list[tuple[float, int]] = out.setdefault("samples", [])
-    loads: list[float] = out.setdefault("load_s", [])
+    loads: list[tuple[float, str, int, float]] = out.setdefault("load_events", [])
     while True:
         try:
             async with session.get(base + STATE_PATH) as resp:
@@ -167,7 +167,13 @@ async def _poll_state(
             state = None
         if state is not None:
             now = time.monotonic()
-            samples.append((now, sum(len(i.get("loaded") or []) for i in state["instances"])))
+            ready = sum(
+                1
+                for i in state["instances"]
+                for e in i.get("loaded") or []
+                if e["state"] == "ready"
+            )
+            samples.append((now, ready))
             out["load_count"] = state.get("event_counts", {}).get("load", 0)
             for e in state.get("events", []):
                 if e.get("kind") != "load" or e.get("duration_ms") is None:
@@ -175,7 +181,7 @@ async def _poll_state(
                 key = (e["time_s"], e["target"], e["instance"])
                 if key not in seen:
                     seen.add(key)
-                    loads.append(e["duration_ms"] / 1e3)
+                    loads.append((e["time_s"], e["target"], e["instance"], e["duration_ms"] / 1e3))
         if stop.is_set():
             return
         with contextlib.suppress(asyncio.TimeoutError):
@@ -301,6 +307,7 @@ async def _replay_http(
             else None
         )
         state["t0_monotonic"] = t0 - loop.time() + time.monotonic()
+        state["t0_wall"] = t0 - loop.time() + time.time()
         try:
             await _open_loop(trace, np.arange(n), send, options, progress, t0)
         finally:
@@ -450,7 +457,8 @@ def replay(
         )
     loaded = None
     max_loaded: int | None = None
-    load_s = np.asarray(state.get("load_s", []), dtype=np.float64)
+    events = sorted(state.get("load_events", []))
+    load_s = np.asarray([e[3] for e in events], dtype=np.float64)
     loads = 0
     if state.get("emulator"):
         samples = state.get("samples", [])
@@ -461,6 +469,7 @@ def replay(
             loaded = counts[pos]
             max_loaded = int(counts.max())
         loads = int(state.get("load_count", 0)) - int(state.get("loads_before", 0))
+        cycles = load_cycles(trace, rec, events, state["t0_wall"], options.speed)
         notes.append(
             "Hits per request from the emulator's X-Mmelocal-Model-Cache header; loads, "
             "load times and the loaded set from its /emulator/state."
@@ -488,6 +497,7 @@ def replay(
         errors=rec.errors,
         loaded=loaded,
         load_times_s=load_s,
+        load_cycle_s=cycles if state.get("emulator") else None,
         loads=loads,
         max_loaded=max_loaded,
         extra={"speed": options.speed, "notes": notes},
@@ -497,6 +507,41 @@ def replay(
             f"Replayed at --speed {options.speed:g}: times in the timeline are the trace's."
         )
     return result
+
+
+def load_cycles(
+    trace: Trace,
+    rec: _Record,
+    events: Sequence[tuple[float, str, int, float]],
+    t0_wall: float,
+    speed: float,
+) -> np.ndarray:
+    """How long each load held its instance, in trace seconds: from the later of the miss
+    that asked for it and the previous load's end on that instance, to its own end. Beside
+    Triton's load call this holds the eviction that made room, memory readings and, for a
+    first use, the download: the cold-load time a simulation of this endpoint needs."""
+    index = {m: i for i, m in enumerate(trace.models)}
+    misses = rec.ok & ~rec.hit
+    times = trace.times_s
+    by_model: dict[int, np.ndarray] = {}
+    previous_end: dict[int, float] = {}
+    last_load_of: dict[int, float] = {}
+    out: list[float] = []
+    for wall, target, instance, _seconds in events:
+        m = index.get(target)
+        if m is None:
+            continue
+        end = (wall - t0_wall) * speed
+        if m not in by_model:
+            by_model[m] = times[(trace.model_ids == m) & misses]
+        asked = by_model[m]
+        after = asked[(asked > last_load_of.get(m, -1.0)) & (asked <= end)]
+        start = float(after[0]) if len(after) else end
+        start = max(start, previous_end.get(instance, -1.0))
+        out.append(max(0.0, end - start))
+        previous_end[instance] = end
+        last_load_of[m] = end
+    return np.asarray(out)
 
 
 def _infer_hits(rec: _Record, ratio: float | None) -> np.ndarray:

@@ -84,9 +84,15 @@ def summarize(
     price_per_hour: float | None = None,
     service_measured: bool = True,
     max_loaded: int | None = None,
+    load_cycle_s: np.ndarray | None = None,
     extra: Mapping[str, Any] | None = None,
 ) -> TrafficResult:
-    """One result document from per-request arrays (see the module docstring)."""
+    """One result document from per-request arrays (see the module docstring).
+
+    ``load_times_s`` are the loads themselves (Triton's load call on the emulator);
+    ``load_cycle_s`` (replay of an emulator) how long each load held its instance, eviction
+    and download included: what a simulation takes as ``--load-seconds``.
+    """
     n = len(times_s)
     ok_mask = np.ones(n, dtype=np.bool_) if ok is None else ok
     hits = hit & ok_mask
@@ -110,6 +116,12 @@ def summarize(
         "max_loaded": int(max_loaded),
         "cold_load_s_p50": float(np.median(load_times_s)) if len(load_times_s) else None,
         "cold_load_s": [round(float(x), 4) for x in load_times_s[:10_000]],
+        "load_cycle_s_p50": float(np.median(load_cycle_s))
+        if load_cycle_s is not None and len(load_cycle_s)
+        else None,
+        "load_cycle_s": [round(float(x), 4) for x in load_cycle_s[:10_000]]
+        if load_cycle_s is not None
+        else [],
         "duration_s": duration,
         "latency_ms": {
             **_percentiles_ms(lat_ok),

@@ -10,9 +10,11 @@ LRU eviction, through :class:`~mmelocal.rules.routing.FastLru`) and
 3. the request goes where its target is ready (fewest in flight), else where it is loading
    (a miss that waits for that load), else (cold: a miss and a load) to the instance with
    the most room, after unloading least recently used idle models to make room;
-4. loads run ``parallel_loads`` at a time per instance (1, the default, is the emulator's
-   rule), in request order; a caller that would wait longer than ``load_wait_timeout_s``
-   gets ``ModelNotReadyException`` (an error) while the load goes on;
+4. loads queue per instance and run ``parallel_loads`` at a time (1, the default, is the
+   emulator's rule: one load holds the instance's load lock); room is made when a load
+   starts, as the emulator does, so models waiting in the queue hold no memory; a caller
+   that would wait longer than ``load_wait_timeout_s`` gets ``ModelNotReadyException``
+   (an error) while the load goes on;
 5. it waits for a free slot (``concurrency`` per instance) and takes ``service_s``.
 
 ``ModelCacheHit`` is 1 for a request whose target was ready where it went, as the
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -151,15 +154,20 @@ class SimConfig:
 
 
 class _Instance:
-    __slots__ = ("inflight", "loaders", "lru", "ready_at", "slots", "up_at")
+    __slots__ = ("inflight", "loaders", "lru", "pending", "queue", "ready_at", "slots", "up_at")
 
     def __init__(self, limit: int, concurrency: int, up_at: float, parallel_loads: int = 1) -> None:
         self.lru: FastLru[int] = FastLru(limit)
+        #: when each model held here is (or will be) ready; inf while its load is queued
         self.ready_at: dict[int, float] = {}
         self.inflight: dict[int, int] = {}
         self.slots = [0.0] * concurrency
         self.up_at = up_at
+        #: when each load slot is next free (1 slot: the emulator's load lock)
         self.loaders = [up_at] * parallel_loads
+        #: loads waiting for a slot, in request order, and the requests waiting on each
+        self.queue: deque[int] = deque()
+        self.pending: dict[int, list[int]] = {}
 
 
 def simulate(
@@ -203,26 +211,53 @@ def simulate(
     rates: dict[int, tuple[float, int]] = {}
     threshold, window = config.hot_rps_threshold, config.rate_window_s
     done: list[tuple[float, int, _Instance, int]] = []  # (finish time, request, where, model)
+    starts: list[tuple[float, int, _Instance]] = []  # (time a queued load starts, seq, where)
     latency = np.empty(n, dtype=np.float64)
     hit = np.zeros(n, dtype=np.bool_)
     ok = np.ones(n, dtype=np.bool_)
-    timeouts = 0
     wait_timeout = config.load_wait_timeout_s
     loaded_now = np.empty(n, dtype=np.int32)
     load_times: list[float] = []
-    loads = 0
-    total_loaded = 0
+    counts = {"loads": 0, "loaded": 0, "timeouts": 0, "seq": 0, "over": 0}
+    times = trace.times_s.tolist()
+    ids = trace.model_ids.tolist()
     # billing: (time, instances billed from then)
     billed: list[tuple[float, int]] = [(0.0, count0)]
     scaler = _Scaler(scaling, count0) if scaling is not None else None
 
-    def make_room(inst: _Instance, i: int, need: int, now: float) -> int:
-        nonlocal total_loaded
+    def index_of(inst: _Instance) -> int:
+        for j, x in enumerate(fleet):
+            if x is inst:
+                return j
+        return -1
 
-        def busy(m: int) -> bool:
-            return inst.inflight.get(m, 0) > 0 or inst.ready_at[m] > now
+    def serve_after_load(k: int, inst: _Instance, m: int, ready: float) -> None:
+        """Request ``k`` waited for ``m``'s load on ``inst``: a miss, served when ready."""
+        t = times[k]
+        if ready - t > wait_timeout:
+            # the caller gets ModelNotReadyException at the timeout; the load goes on
+            ok[k] = False
+            counts["timeouts"] += 1
+            latency[k] = wait_timeout
+            return
+        end = ready + service
+        inst.inflight[m] = inst.inflight.get(m, 0) + 1
+        heapq.heappush(done, (end, k, inst, m))
+        latency[k] = end - t
 
-        victims, _fits = inst.lru.plan(need, busy)
+    def start_next(inst: _Instance, now: float) -> None:
+        """Start the instance's next queued load at ``now``: make room (least recently used
+        idle models go), then load."""
+        m = inst.queue.popleft()
+        waiters = inst.pending.pop(m)
+
+        def busy(v: int) -> bool:
+            return inst.inflight.get(v, 0) > 0 or inst.ready_at[v] > now
+
+        victims, fits = inst.lru.plan(sizes[m], busy)
+        if not fits:
+            counts["over"] += 1
+        i = index_of(inst)
         for v in victims:
             inst.lru.remove(v)
             del inst.ready_at[v]
@@ -230,32 +265,40 @@ def simulate(
             hs.remove(i)
             if not hs:
                 del holders[v]
-        total_loaded -= len(victims)
-        return len(victims)
-
-    def start_load(i: int, m: int, now: float) -> float:
-        nonlocal loads, total_loaded
-        inst = fleet[i]
-        evicted = make_room(inst, i, sizes[m], now)
         seconds = draw_load()
-        # parallel_loads at a time per instance (1: the emulator's load lock)
-        start = max(now, inst.loaders[0])
-        ready = start + (unload_s if evicted else 0.0) + seconds
+        ready = now + (unload_s if victims else 0.0) + seconds
         heapq.heapreplace(inst.loaders, ready)
         inst.lru.add(m, sizes[m])
         inst.ready_at[m] = ready
-        holders.setdefault(m, []).append(i)
-        loads += 1
-        total_loaded += 1
+        counts["loads"] += 1
+        counts["loaded"] += 1 - len(victims)
         load_times.append(seconds)
-        return ready
+        for k in waiters:
+            serve_after_load(k, inst, m, ready)
+        if inst.queue:
+            counts["seq"] += 1
+            heapq.heappush(starts, (inst.loaders[0], counts["seq"], inst))
 
-    def cold_choice(now: float, exclude: Sequence[int] = ()) -> int:
+    def enqueue(i: int, m: int, now: float, waiter: int | None) -> None:
+        inst = fleet[i]
+        inst.queue.append(m)
+        inst.pending[m] = [] if waiter is None else [waiter]
+        inst.ready_at[m] = math.inf
+        holders.setdefault(m, []).append(i)
+        if len(inst.queue) == 1:
+            counts["seq"] += 1
+            heapq.heappush(starts, (max(now, inst.loaders[0]), counts["seq"], inst))
+
+    def run_starts(until: float) -> None:
+        while starts and starts[0][0] <= until:
+            at, _, inst = heapq.heappop(starts)
+            if inst.queue:
+                start_next(inst, at)
+
+    def cold_choice(now: float) -> int:
         best, best_key = -1, (0, 0)
         for i, inst in enumerate(fleet):
-            if i in exclude:
-                continue
-            key = (inst.lru.limit_bytes - inst.lru.used_bytes, -len(inst.lru))
+            key = (inst.lru.limit_bytes - inst.lru.used_bytes, -len(inst.lru) - len(inst.queue))
             # instances still starting are chosen only when none is up
             if inst.up_at > now:
                 key = (key[0] - (1 << 62), key[1])
@@ -263,32 +306,32 @@ def simulate(
                 best, best_key = i, key
         return best
 
-    times = trace.times_s.tolist()
-    ids = trace.model_ids.tolist()
     step = max(1, n // 200)
     for k in range(n):
         t = times[k]
         m = ids[k]
+        if starts and starts[0][0] <= t:
+            run_starts(t)
         while done and done[0][0] <= t:
             _, _, di, dm = heapq.heappop(done)
             di.inflight[dm] -= 1
         if scaler is not None and scaling is not None and t >= scaler.next_eval_s:
             change = scaler.evaluate(t, len(fleet))
             if change:
+                while change < len(fleet) and fleet[-1].queue:
+                    start_next(fleet[-1], max(t, fleet[-1].loaders[0]))  # its loads finish
                 _resize(
                     fleet, holders, change, t, limit, concurrency, scaling, config.parallel_loads
                 )
-                total_loaded = sum(len(x.lru) for x in fleet)
+                counts["loaded"] = sum(len(x.lru) for x in fleet)
                 billed.append((t, len(fleet)))
         if scaler is not None:
             scaler.count += 1
         hs = holders.get(m)
         i = -1
-        wait_until = t
-        is_hit = False
+        loading = -1
         if hs is not None:
             best_busy = -1
-            loading = -1
             for j in hs:
                 inst = fleet[j]
                 if inst.ready_at[m] <= t and inst.up_at <= t:
@@ -297,64 +340,66 @@ def simulate(
                         i, best_busy = j, busy
                 elif loading < 0:
                     loading = j
-            if i >= 0:
-                is_hit = True
-            else:
-                i = loading
-                wait_until = fleet[i].ready_at[m]
         if i < 0:
-            i = cold_choice(t)
-            wait_until = start_load(i, m, t)
+            # a miss: join the load in progress (or queued), else queue a new one
+            if loading < 0:
+                loading = cold_choice(t)
+                enqueue(loading, m, t, k)
+                if starts and starts[0][0] <= t:
+                    run_starts(t)
+            else:
+                inst = fleet[loading]
+                if m in inst.pending:
+                    inst.pending[m].append(k)
+                else:
+                    serve_after_load(k, inst, m, inst.ready_at[m])
+            inst = fleet[loading]
+            if m in inst.lru:
+                inst.lru.touch(m)
+            loaded_now[k] = counts["loaded"]
+            if progress is not None and k % step == 0:
+                progress(k, n)
+            continue
         inst = fleet[i]
         inst.lru.touch(m)
         # hot-model replication, the emulator's rule (counted on served requests)
-        if is_hit:
-            r = rates.get(m)
-            if r is None:
-                rates[m] = (t, 1)
-            else:
-                w0, c, measured = count_request(r[0], r[1], t, window)
-                rates[m] = (w0, c)
-                if measured is not None and len(fleet) > 1:
-                    second = replica_instance(
-                        measured,
-                        threshold,
-                        holders[m],
-                        [
-                            (j, x.up_at <= t, x.lru.limit_bytes - x.lru.used_bytes)
-                            for j, x in enumerate(fleet)
-                        ],
-                    )
-                    if second is not None:
-                        start_load(second, m, t)
-        if wait_until - t > wait_timeout:
-            # the caller gets ModelNotReadyException at the timeout; the load goes on
-            ok[k] = False
-            timeouts += 1
-            latency[k] = wait_timeout
-            loaded_now[k] = total_loaded
-            continue
-        if wait_until > t:
-            # waiting for a load holds no slot: it runs as the load ends
-            end = wait_until + service
+        r = rates.get(m)
+        if r is None:
+            rates[m] = (t, 1)
         else:
-            slots = inst.slots
-            start = slots[0]
-            if start < t:
-                start = t
-            end = start + service
-            heapq.heapreplace(slots, end)
+            w0, c, measured = count_request(r[0], r[1], t, window)
+            rates[m] = (w0, c)
+            if measured is not None and len(fleet) > 1:
+                second = replica_instance(
+                    measured,
+                    threshold,
+                    holders[m],
+                    [
+                        (j, x.up_at <= t, x.lru.limit_bytes - x.lru.used_bytes)
+                        for j, x in enumerate(fleet)
+                    ],
+                )
+                if second is not None:
+                    enqueue(second, m, t, None)
+        slots = inst.slots
+        start = slots[0]
+        if start < t:
+            start = t
+        end = start + service
+        heapq.heapreplace(slots, end)
         inst.inflight[m] = inst.inflight.get(m, 0) + 1
         heapq.heappush(done, (end, k, inst, m))
         latency[k] = end - t
-        hit[k] = is_hit
-        loaded_now[k] = total_loaded
+        hit[k] = True
+        loaded_now[k] = counts["loaded"]
         if progress is not None and k % step == 0:
             progress(k, n)
+    run_starts(math.inf)  # the loads still queued: their callers get their answers
     if progress is not None:
         progress(n, n)
     duration = trace.duration_s
     instance_hours = _instance_hours(billed, duration)
+    timeouts = counts["timeouts"]
     return summarize(
         source="simulated",
         times_s=trace.times_s,
@@ -364,7 +409,7 @@ def simulate(
         errors={MODEL_NOT_READY: timeouts} if timeouts else {},
         loaded=loaded_now,
         load_times_s=np.asarray(load_times),
-        loads=loads,
+        loads=counts["loads"],
         instances=[(t, c) for t, c in billed],
         instance_hours=instance_hours,
         instance_type=config.instance_type,
@@ -376,6 +421,7 @@ def simulate(
             "load_seconds_source": config.load.source,
             "concurrency": concurrency,
             "parallel_loads": config.parallel_loads,
+            "loads_over_capacity": counts["over"],
             "scaling_activities": scaler.activities if scaler is not None else [],
         },
     )
