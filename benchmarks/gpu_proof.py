@@ -214,7 +214,7 @@ def nvml_against_smi() -> tuple[dict[str, Any], dict[str, Any]]:
 
 def capacity_runs(max_copies: int, workdir: Path) -> list[dict[str, Any]]:
     """``capacity`` on the GPU: TorchScript ResNet-50 (random weights) and a tiny BERT."""
-    from mmelocal.bench.capacity import CapacityOptions, measure_capacity
+    from mmelocal.bench.capacity.loop import CapacityOptions, measure_capacity
     from mmelocal.testing.tiny_bert import save_tiny_bert
 
     options = CapacityOptions(use_gpu=True, max_copies=max_copies, workdir=workdir)

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mmelocal.aws.session import aws_error, not_found
 from mmelocal.deploy.plan import SHA256_METADATA, ObjectStep
-from mmelocal.deploy.session import aws_error, not_found
 from mmelocal.errors import DeployError
 
 PART_SIZE_BYTES = 64 * 1024 * 1024

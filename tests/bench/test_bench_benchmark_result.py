@@ -9,17 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from mmelocal.bench.benchmark_result import (
+from mmelocal.bench.capacity.result import CapacityResult, LoadRecord
+from mmelocal.bench.endpoint.result import (
     BenchmarkResult,
     comparison_rows,
     framework_of,
     percent_difference,
 )
-from mmelocal.bench.capacity_result import CapacityResult, LoadRecord
-from mmelocal.bench.loadtest_result import LoadTestResult
+from mmelocal.bench.loadtest.result import LoadTestResult
+from mmelocal.bench.loadtest.shape import LoadShape, Stage
+from mmelocal.bench.loadtest.stepstats import StepStats
 from mmelocal.bench.results import result_from_dict
-from mmelocal.bench.shape import LoadShape, Stage
-from mmelocal.bench.stepstats import StepStats
 
 MIB = 1024 * 1024
 
@@ -116,7 +116,7 @@ def test_the_model_name_is_the_stems_common_start(stems: list[str], name: str) -
 
 
 def test_step_rows_are_the_published_summary_per_step() -> None:
-    from mmelocal.bench.benchmark_result import step_rows
+    from mmelocal.bench.endpoint.result import step_rows
 
     pt = _bench("torchscript", 4, [_step(20, 10.0, 300.0), _step(40, 18.0, 250.0, failures=2)])
     rows = step_rows([pt])
@@ -129,7 +129,7 @@ def test_step_rows_are_the_published_summary_per_step() -> None:
 
 
 def test_the_report_opens_with_the_comparison(tmp_path: Path) -> None:
-    from mmelocal.bench.report import write_report
+    from mmelocal.bench.report.page import write_report
 
     pt = _bench("torchscript", 40, [_step(20, 20.0, 400.0)])
     trt = _bench("tensorrt", 20, [_step(20, 30.0, 300.0)])

@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from mmelocal.bench.capacity import _LoopLimits, copies_needed, measure_instance
-from mmelocal.bench.capacity_result import CapacityResult, LoadRecord
-from mmelocal.bench.projection import GpuSpec
-from mmelocal.bench.remote import PROBE_TARGET, ProbeReading, RemoteEndpoint
+from mmelocal.bench.capacity.loop import _LoopLimits, copies_needed, measure_instance
+from mmelocal.bench.capacity.projection import GpuSpec
+from mmelocal.bench.capacity.result import CapacityResult, LoadRecord
+from mmelocal.bench.endpoint.remote import PROBE_TARGET, ProbeReading, RemoteEndpoint
 from mmelocal.errors import UserInputError
 from mmelocal.units import MiB
 

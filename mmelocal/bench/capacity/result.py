@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from mmelocal.bench.footprint import runtime_name
-from mmelocal.bench.projection import Projection, project_count
+from mmelocal.bench.capacity.footprint import runtime_name
+from mmelocal.bench.capacity.projection import Projection, project_count
 from mmelocal.units import MiB
 
 

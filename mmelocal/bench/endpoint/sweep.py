@@ -23,9 +23,9 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
-from mmelocal.bench.remote import RemoteEndpoint
-from mmelocal.bench.sweep import SweepOptions, _build_variants, _Plan, _row
-from mmelocal.bench.sweep_result import SweepResult, SweepRow, recommend, row_from_loadtest
+from mmelocal.bench.endpoint.remote import RemoteEndpoint
+from mmelocal.bench.sweep.result import SweepResult, SweepRow, recommend, row_from_loadtest
+from mmelocal.bench.sweep.runner import SweepOptions, _build_variants, _Plan, _row
 from mmelocal.errors import MmeLocalError
 
 logger = logging.getLogger(__name__)
@@ -107,8 +107,8 @@ def _measure_variant(
 ) -> SweepRow:
     import time
 
-    from mmelocal.bench.payload import payload_from_model
     from mmelocal.builder.package import package_model
+    from mmelocal.builder.payload import payload_from_model
 
     name = plan.name
     try:

@@ -26,12 +26,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from mmelocal.bench.benchmark_result import BenchmarkResult, framework_of
-from mmelocal.bench.loadtest_result import LoadTestResult
-from mmelocal.bench.remote import RemoteEndpoint
-from mmelocal.bench.remote_capacity import RemoteCapacityOptions, measure_endpoint_capacity
-from mmelocal.bench.shape import LoadShape
-from mmelocal.bench.sweep import SweepOptions
+from mmelocal.bench.endpoint.capacity import RemoteCapacityOptions, measure_endpoint_capacity
+from mmelocal.bench.endpoint.remote import RemoteEndpoint
+from mmelocal.bench.endpoint.result import BenchmarkResult, framework_of
+from mmelocal.bench.loadtest.result import LoadTestResult
+from mmelocal.bench.loadtest.shape import LoadShape
+from mmelocal.bench.sweep.runner import SweepOptions
 from mmelocal.errors import MmeLocalError, UserInputError
 
 logger = logging.getLogger(__name__)
@@ -189,8 +189,8 @@ class BenchmarkOutcome:
 def prepare(plan: BenchmarkPlan) -> list[tuple[Path, str, bytes]]:
     """``(tarball, framework, payload)`` for each source, checked before anything is created:
     one tarball per framework, and a request body for each."""
-    from mmelocal.bench.payload import payload_from_model
-    from mmelocal.bench.remote_capacity import tarball_format
+    from mmelocal.bench.endpoint.capacity import tarball_format
+    from mmelocal.builder.payload import payload_from_model
 
     frameworks = [framework_of(tarball_format(t)) for t in plan.tarballs]
     if len(set(frameworks)) != len(frameworks):
@@ -220,7 +220,7 @@ def run_benchmark(
     same) and the next one runs: what was measured is never lost. ``runs`` is what
     :func:`prepare` returned for ``plan`` when the caller already has it (each tarball is
     read in full to find its format and request body)."""
-    from mmelocal.bench.remote_sweep import run_endpoint_sweep
+    from mmelocal.bench.endpoint.sweep import run_endpoint_sweep
 
     say = progress or (lambda message: None)
     if runs is None:
@@ -267,7 +267,7 @@ def _endpoint(
     """The endpoint to measure on: the existing one as it is, else a fresh deployment."""
     if plan.existing is None:
         return _Deployment(plan, framework, say, deleted)
-    from mmelocal.bench.remote import connect_endpoint
+    from mmelocal.bench.endpoint.remote import connect_endpoint
 
     return contextlib.nullcontext(connect_endpoint(plan.existing, region=plan.region))
 
@@ -285,10 +285,14 @@ class _Deployment:
         self._tmp = tempfile.TemporaryDirectory(prefix="mmelocal-benchmark-")
 
     def __enter__(self) -> RemoteEndpoint:
-        from mmelocal.bench.remote import PROBE_TARGET, describe_endpoint, write_probe_tarball
+        from mmelocal.aws.session import connect
+        from mmelocal.bench.endpoint.remote import (
+            PROBE_TARGET,
+            describe_endpoint,
+            write_probe_tarball,
+        )
         from mmelocal.deploy.deployer import apply_plan, make_plan
         from mmelocal.deploy.plan import DeployOptions
-        from mmelocal.deploy.session import connect
 
         store = Path(self._tmp.name) / "store"
         write_probe_tarball(store / PROBE_TARGET)

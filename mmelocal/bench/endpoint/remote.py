@@ -26,14 +26,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mmelocal.aws.session import AwsClients, aws_error, error_code
 from mmelocal.deploy.plan import SHA256_METADATA, split_s3_uri
-from mmelocal.deploy.session import AwsClients, aws_error, error_code
 from mmelocal.errors import BenchError, UserInputError
 from mmelocal.units import MiB
 
 if TYPE_CHECKING:
-    from mmelocal.bench.loadtest_result import LoadTestResult
-    from mmelocal.bench.shape import LoadShape
+    from mmelocal.bench.loadtest.result import LoadTestResult
+    from mmelocal.bench.loadtest.shape import LoadShape
 
 logger = logging.getLogger(__name__)
 
@@ -258,7 +258,7 @@ class RemoteEndpoint:
     ) -> LoadTestResult:
         """The boto3 load test over ``targets`` (TargetModels of this endpoint); progress
         lines go to ``say``."""
-        from mmelocal.bench.loadtest import LoadTestConfig, run_loadtest
+        from mmelocal.bench.loadtest.runner import LoadTestConfig, run_loadtest
 
         config = LoadTestConfig(
             endpoint=self.info.name,
@@ -383,7 +383,7 @@ def connect_endpoint(
     name: str, *, region: str | None = None, s3_uri: str | None = None
 ) -> RemoteEndpoint:
     """Clients for the region, the endpoint described and checked ready for a benchmark."""
-    from mmelocal.deploy.session import connect
+    from mmelocal.aws.session import connect
 
     clients = connect(region)
     endpoint = RemoteEndpoint(clients, describe_endpoint(clients.sagemaker, name), s3_uri=s3_uri)
