@@ -95,6 +95,7 @@ def benchmark(sources: tuple[str, ...], **kw: Any) -> None:
     from mmelocal.bench.prices import load_prices
     from mmelocal.cli._remote import remote_tarball
     from mmelocal.cli.sweep import sweep_options
+    from mmelocal.deploy.temporary import temporary_endpoint
 
     prepare_outputs(kw["json_out"], kw["report_dir"])
     if kw["existing"] is not None:
@@ -128,6 +129,7 @@ def benchmark(sources: tuple[str, ...], **kw: Any) -> None:
             content_type=kw["content_type"],
             poll_s=parse_duration_s(kw["poll"]),
             existing=kw["existing"],
+            deployer=temporary_endpoint,
         )
         runs = prepare(plan)
         frameworks = [framework for _, framework, _ in runs]

@@ -6,7 +6,7 @@ Triton's SageMaker front end and the platform's memory waits — and after each 
 inference (so lazily allocated memory is counted) and reads the probe until it settles:
 NVML device memory on a GPU, the summed PSS of the Triton process tree against a budget
 otherwise. Each copy's growth is split into its marginal part and, for the first copy, the
-shared runtime it brought in (see :mod:`mmelocal.bench.footprint`).
+shared runtime it brought in (see :mod:`mmelocal.bench.capacity.footprint`).
 
 It stops when a copy crosses ``threshold x total``: the copies before it are the count, the
 one that crossed is kept as the proof (``next_copy``). With ``verify_next=False`` it stops

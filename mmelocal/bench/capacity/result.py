@@ -1,6 +1,6 @@
 """Capacity results: the copies loaded, the memory after each, the footprint statistics.
 
-Kept apart from :mod:`mmelocal.bench.capacity` (which drives the emulator) so reports and
+Kept apart from :mod:`mmelocal.bench.capacity.loop` (which drives the emulator) so reports and
 tests can read results without importing the emulator.
 """
 

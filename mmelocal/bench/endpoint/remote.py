@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mmelocal.aws.s3 import SHA256_METADATA, split_s3_uri
 from mmelocal.aws.session import AwsClients, aws_error, error_code
-from mmelocal.deploy.plan import SHA256_METADATA, split_s3_uri
 from mmelocal.errors import BenchError, UserInputError
 from mmelocal.units import MiB
 
@@ -82,7 +82,7 @@ class ProbeReading:
     (``nvml``, ``nvidia-smi`` or ``host-pss``), summed over the instance's GPUs.
 
     ``server_pid`` and ``per_process_bytes`` split a load's growth into the copy's own
-    memory and the shared runtime (:mod:`mmelocal.bench.footprint`); None where the probe
+    memory and the shared runtime (:mod:`mmelocal.bench.capacity.footprint`); None where the probe
     could not match processes (a GPU container in its own PID namespace)."""
 
     used_bytes: int
@@ -306,7 +306,7 @@ class RemoteEndpoint:
     def put_file(self, path: Path, target: str) -> str:
         """Upload ``path`` as ``target`` unless S3 already holds the same bytes (the SHA-256
         mmelocal records as metadata); returns ``"upload"`` or ``"skip"``."""
-        from mmelocal.deploy.upload import file_digest, transfer_config
+        from mmelocal.aws.s3 import file_digest, transfer_config
 
         s3, key = self.clients.s3, self.key(target)
         digest = file_digest(path)
@@ -333,7 +333,7 @@ class RemoteEndpoint:
         """A server-side copy: one CopyObject up to S3's 5 GiB limit for it, else the
         transfer manager's UploadPartCopy; the bytes stay in S3. The copy keeps mmelocal's
         SHA-256 metadata, so undeploy ``--delete-artifacts`` finds it."""
-        from mmelocal.deploy.upload import transfer_config
+        from mmelocal.aws.s3 import transfer_config
 
         s3, source = self.clients.s3, {"Bucket": self.bucket, "Key": self.key(source_target)}
         try:
@@ -352,7 +352,7 @@ class RemoteEndpoint:
     def delete(self, targets: list[str]) -> None:
         """Delete the objects of ``targets`` (the platform unloads loaded ones when it needs
         the memory; SageMaker has no unload call)."""
-        from mmelocal.deploy.upload import delete_objects
+        from mmelocal.aws.s3 import delete_objects
 
         delete_objects(self.clients.s3, self.bucket, [self.key(t) for t in targets])
 

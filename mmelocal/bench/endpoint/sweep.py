@@ -5,7 +5,7 @@ The variants the local sweep names (``pt-base``, ``pt-db``, ``pt-ig``, ``pt-ig-d
 endpoint, so nothing is redeployed between them. Each variant in turn is packaged
 (``mmelocal-sweep-<run>/<variant>.tar.gz`` in the endpoint's prefix), uploaded, invoked
 once (its cold load, timed), load-tested with the boto3 load test
-(:func:`mmelocal.bench.loadtest.run_loadtest` on the endpoint's name), and its object is
+(:func:`mmelocal.bench.loadtest.runner.run_loadtest` on the endpoint's name), and its object is
 deleted. SageMaker has no call that unloads a model: the platform unloads an idle variant
 when it needs the memory (least recently used first), and an idle variant takes no GPU
 time from the next one.

@@ -4,7 +4,7 @@ For one model, every combination (named ``pt-base``, ``pt-db``, ``pt-ig``, ``pt-
 ``onnx-...``, ``trt-...``) is derived from one build per format (same artifact, only
 ``config.pbtxt`` differs), loaded on one local Triton (:class:`~mmelocal.runtime.local.
 LocalLauncher`, explicit model control) and load-tested the same way as ``mmelocal loadtest``
-through ``/v2/models/NAME/infer``. Then :mod:`~mmelocal.bench.sweep_result` sizes each
+through ``/v2/models/NAME/infer``. Then :mod:`~mmelocal.bench.sweep.result` sizes each
 configuration against the target rate and latency limit and prices it from the price table.
 
 TensorRT needs an NVIDIA GPU: without one its rows are listed as skipped with the reason and
