@@ -165,9 +165,12 @@ def test_a_plan_that_deploys_needs_a_deployer(tmp_path: Path) -> None:
     from mmelocal.errors import UserInputError
 
     fields = dict(
-        tarballs=(tmp_path / "m.tar.gz",), model="m",
+        tarballs=(tmp_path / "m.tar.gz",),
+        model="m",
         shape=LoadShape(stages=(Stage(users=1, spawn_rate=1, duration_s=10),)),
-        endpoint_name="rn50", s3_uri="s3://b/p/", role_arn="arn:aws:iam::123456789012:role/r",
+        endpoint_name="rn50",
+        s3_uri="s3://b/p/",
+        role_arn="arn:aws:iam::123456789012:role/r",
         instance_type="ml.g5.xlarge",
     )
     with pytest.raises(UserInputError, match="deployer="):
