@@ -93,12 +93,47 @@ def _wheel_install() -> TritonInstall | None:
             f"nvidia-pytriton has no Python backend stub for Python {version} ({stub}); "
             "use a Python version the wheel supports"
         )
+    check_stub_numpy()
     return TritonInstall(
         binary=binary,
         python_backend_src=server / "backends" / "python",
         stub=stub,
         libs_dir=root.parent / "nvidia_pytriton.libs",
     )
+
+
+#: The wheel's Python-backend stub (nvidia-pytriton 0.7.0, Triton 2.51) is built against
+#: numpy 1.x (the wheel requires ``numpy<2``). Under numpy 2 it reads array descriptors
+#: with the old layout: every output tensor comes back with 0 bytes (Triton answers
+#: "output tensor shape does not match size of output") and ``Tensor.from_dlpack`` returns
+#: wrong values. Seen on a GPU machine whose Python had numpy 2.5.2 and reproduced here with
+#: numpy 2.0.2 to 2.4.6, on CPU.
+STUB_NUMPY_MAJOR = 1
+
+
+def check_stub_numpy(version: str | None = None) -> None:
+    """Refuse to start the wheel's stub under a numpy it cannot read (see above).
+
+    ``version`` defaults to the numpy installed beside this Python: the stub loads the
+    site-packages of the first ``python3`` on its PATH, which is this one's.
+    """
+    if version is None:
+        from importlib.metadata import PackageNotFoundError
+        from importlib.metadata import version as dist_version
+
+        try:
+            version = dist_version("numpy")
+        except PackageNotFoundError:
+            return
+    major = int(version.split(".", 1)[0])
+    if major > STUB_NUMPY_MAJOR:
+        raise UserInputError(
+            f"numpy {version} is installed in {sys.prefix}, but the Python-backend stub of "
+            "nvidia-pytriton (Triton 2.51) is built for numpy 1.x: every model output would "
+            "come back empty ('output tensor shape does not match size of output'). "
+            f"Install numpy<2 there ({sys.executable} -m pip install 'numpy<2'), or run "
+            "Triton's Docker image (--launcher docker)"
+        )
 
 
 def _install_from_binary(binary: Path) -> TritonInstall:

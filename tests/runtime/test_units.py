@@ -412,3 +412,13 @@ def test_a_grpc_client_on_a_server_without_grpc_says_why() -> None:
     )
     with pytest.raises(UserInputError, match="SAGEMAKER_TRITON_ALLOW_GRPC"):
         TritonClient.for_launcher(launcher, protocol="grpc")  # type: ignore[arg-type]
+
+
+def test_the_wheels_stub_refuses_numpy_2_naming_the_fix() -> None:
+    from mmelocal.runtime.install import check_stub_numpy
+
+    check_stub_numpy("1.26.4")  # the ABI the stub was built for
+    with pytest.raises(UserInputError) as err:
+        check_stub_numpy("2.0.2")
+    message = str(err.value)
+    assert "numpy 2.0.2" in message and "numpy<2" in message and "--launcher docker" in message
