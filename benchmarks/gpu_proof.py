@@ -30,8 +30,9 @@ about 59 MiB of the 64 MiB the working tree may take, in this install order (one
    bundled libpython 3.13 go (53 -> 38 MiB)
 3. ``numpy==1.26.4`` cp312 (18 MiB): the wheel's stub reads numpy 1.x arrays only (see
    ``mmelocal.runtime.install.check_stub_numpy``) and the machine's Python has numpy 2, so
-   the script re-runs itself in an overlay environment (a venv whose own site-packages
-   hold numpy 1.26 and which sees the machine's packages after it) before anything starts
+   the stub runs in an overlay environment (``$MMELOCAL_STUB_PYTHON``: a venv whose own
+   site-packages hold numpy 1.26 and which sees the machine's packages after it) while
+   this process keeps numpy 2
 4. ``httptools`` cp312 (the emulator's fast front, 0.5 MiB)
 5. ``tritonclient-2.73.0`` (0.1 MiB), ``python_rapidjson`` cp312 (1.7 MiB),
    ``geventhttpclient`` cp312 (0.2 MiB)
@@ -161,7 +162,7 @@ def nvidia_smi() -> dict[str, Any] | None:
     return {"name": name, "driver": driver, "used_mib": int(used), "total_mib": int(total)}
 
 
-OVERLAY_ENV = "GPU_PROOF_OVERLAY"
+STUB_PYTHON_ENV = "MMELOCAL_STUB_PYTHON"  # mmelocal.runtime.install's (not importable yet)
 STUB_PYTHON = "3.12"
 
 
@@ -354,11 +355,11 @@ def main(argv: list[str] | None = None) -> int:
     if gpu is None:
         print("gpu-proof: no NVIDIA GPU here (nvidia-smi absent or reports none); nothing run")
         return 2
-    if numpy_major() >= 2 and not os.environ.get(OVERLAY_ENV):
-        python = overlay_python(args.wheels, Path(tempfile.mkdtemp(prefix="gpu-proof-venv-")))
-        os.environ[OVERLAY_ENV] = "1"
-        argv = sys.argv[1:] if argv is None else argv
-        os.execv(str(python), [str(python), str(Path(__file__).resolve()), *argv])
+    if numpy_major() >= 2 and not os.environ.get(STUB_PYTHON_ENV):
+        # the stub (only) runs in an overlay with numpy 1.x; this process keeps the
+        # machine's numpy 2, which its scipy and transformers need
+        root = Path(tempfile.mkdtemp(prefix="gpu-proof-venv-"))
+        os.environ[STUB_PYTHON_ENV] = str(overlay_python(args.wheels, root))
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     if args.wheels.is_dir():
         install_wheels(args.wheels, Path(tempfile.mkdtemp(prefix="gpu-proof-site-")))
