@@ -232,7 +232,8 @@ def trim_pytriton(dest: Path) -> None:
 
 def install_wheels(wheels: Path, site: Path) -> None:
     """Install every carried wheel into ``site`` (offline) and put it on the path."""
-    found = sorted(str(p) for p in wheels.glob("*.whl"))
+    # numpy 1.x is the stub's alone (overlay_python): this process keeps the machine's
+    found = sorted(str(p) for p in wheels.glob("*.whl") if not p.name.startswith("numpy-"))
     if not found:
         raise SystemExit(f"gpu-proof: no wheels in {wheels} (see the script's docstring)")
     pip = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps"]
