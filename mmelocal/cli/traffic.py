@@ -337,7 +337,7 @@ def _capacity_for(
         raise UserInputError(
             "footprints project onto a card: give --instance-type (e.g. ml.g5.xlarge)"
         )
-    from mmelocal.bench.projection import load_gpus, project_count
+    from mmelocal.bench.capacity.projection import load_gpus, project_count
 
     card = next((g for g in load_gpus() if instance_type in g.instances), None)
     if card is None:

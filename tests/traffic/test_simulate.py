@@ -113,3 +113,35 @@ def test_cost_and_capacity_from_footprints() -> None:
         simulate(trace, SimConfig(memory_limit_bytes=10, default_footprint_bytes=40))
     with pytest.raises(UserInputError, match="give the capacity per instance"):
         SimConfig()
+
+
+def test_autoscaling_follows_the_shared_target_tracking_rule() -> None:
+    from mmelocal.facts.autoscaling import HIGH_ALARM_DATAPOINTS, METRIC_PERIOD_S
+    from mmelocal.traffic.simulate import Autoscaling
+
+    # 600 requests/minute to 2 models for 20 minutes, target 100 per instance per minute
+    times = list(np.arange(0, 1200, 0.1))
+    trace = trace_of(times, [i % 2 for i in range(len(times))])
+    scaling = Autoscaling(
+        min_instances=1,
+        max_instances=4,
+        target_invocations_per_instance=100,
+        scale_out_cooldown_s=0,
+        instance_start_s=120,
+    )
+    data = simulate(
+        trace,
+        SimConfig(
+            models_per_instance=2,
+            service_s=0.001,
+            load=LoadTimes(samples_s=(0.5,)),
+            autoscaling=scaling,
+        ),
+    ).data
+    first = data["scaling_activities"][0]
+    # the high alarm needs HIGH_ALARM_DATAPOINTS full periods over the target
+    assert first["time_s"] == HIGH_ALARM_DATAPOINTS * METRIC_PERIOD_S
+    assert data["max_instances"] == 4  # capped by max
+    assert all(c <= 4 for _, c in data["instances"])
+    # billed from each decision: more than one instance-hour for 20 minutes
+    assert 1200 / 3600 < data["instance_hours"] < 4 * 1200 / 3600
