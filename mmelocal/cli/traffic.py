@@ -703,6 +703,8 @@ def size_command(
             r.latency_source,
         )
     console.print(out)
+    if shown is not None:
+        answer.notes.append(table.note(shown.instance_type))
     for note in answer.notes:
         console.print(f"[dim]{note}[/dim]")
     if json_out is not None:
@@ -713,7 +715,10 @@ def size_command(
                     "best": None if answer.best is None else answer.best.to_dict(),
                     "tried": [r.to_dict() for r in answer.rows],
                     "notes": answer.notes,
-                    "prices": {"origin": table.origin, "source": table.source},
+                    "prices": {
+                        "origin": table.origin,
+                        "sources": {t: table.source_for(t) for t in types},
+                    },
                 },
                 indent=2,
             )
@@ -739,6 +744,12 @@ def mme_gpu_types_with_price(table: Any) -> list[str]:
     from mmelocal.facts.traffic import MME_GPU_INSTANCE_TYPES
 
     types = [t for t in MME_GPU_INSTANCE_TYPES if table.price_for(t) is not None]
+    missing = [t for t in MME_GPU_INSTANCE_TYPES if t not in types]
+    if missing:
+        err_console.print(
+            f"[dim]not sized (no price in {table.origin}): {', '.join(missing)}; pass "
+            "--prices FILE with them[/dim]"
+        )
     if not types:
         raise UserInputError(
             f"the price table {table.origin} prices no MME GPU instance type: give --instance-type"
