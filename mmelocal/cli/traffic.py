@@ -666,6 +666,7 @@ def size_command(
             slo_p99_ms=slo_p99_ms,
             max_cold_per_min=max_cold_rate,
             max_count=max_count,
+            latency_source="given (--service-ms)",
             progress=lambda what: status.update(f"simulating {what}"),
         )
     if loads is None:
@@ -675,8 +676,8 @@ def size_command(
         )
     closest = answer.closest()
     out = Table(title=f"size for {trace_path.name} (p99 <= {slo_p99_ms:g} ms)")
+    out.add_column("instance type", no_wrap=True)
     for col in (
-        "instance type",
         "count",
         "inv/min/instance",
         "hit ratio",
@@ -684,10 +685,10 @@ def size_command(
         "p99 ms",
         "cost/h",
         "cost/month",
-        "capacity from",
-        "p99 from",
     ):
         out.add_column(col, justify="right")
+    out.add_column("capacity from")
+    out.add_column("p99 from")
     shown = answer.best if answer.best is not None else closest
     for r in [shown] if shown is not None else []:
         out.add_row(

@@ -112,9 +112,11 @@ def size(
     slo_p99_ms: float | None,
     max_cold_per_min: float | None = None,
     max_count: int = 16,
+    latency_source: str = "measured",
     progress: Callable[[str], None] | None = None,
 ) -> SizeAnswer:
-    """Search counts 1..``max_count`` of each candidate (see the module docstring)."""
+    """Search counts 1..``max_count`` of each candidate (see the module docstring);
+    ``latency_source`` says where the service time came from."""
     if not candidates:
         raise UserInputError("no instance type to size: give --instance-type or a price table")
     if slo_p99_ms is not None and slo_p99_ms <= 0:
@@ -179,7 +181,7 @@ def size(
                 hit_ratio=result["hit_ratio"] or 0.0,
                 cold_starts_per_min=cold,
                 p99_ms=p99,
-                latency_source="measured" if latency_known else "needs a measurement",
+                latency_source=latency_source if latency_known else "needs a measurement",
                 price_per_hour=cand.price_per_hour,
                 meets=not why,
                 why_not="; ".join(why),
