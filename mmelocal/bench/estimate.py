@@ -21,19 +21,18 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from mmelocal.bench.estimate_parts import (
-    ALLOCATOR_SLACK,
     CUBLAS_SEGMENT_BYTES,
     CUBLAS_WORKSPACE_BYTES,
-    CUDNN_WORKSPACE_BYTES,
+    CUDNN_WORKSPACE_PRIOR_BYTES,
     ESTIMATE_FORMATS,
     ONCE,
     PER_COPY,
     PRECISION_BYTES,
     SERVER_BASELINE_BYTES,
     SERVER_BASELINE_RANGE,
-    TRT_CONTEXT_FACTOR,
-    TRT_SCRATCH_BYTES,
+    SHIPPED,
     Batches,
+    Calibration,
     ModelFacts,
     Part,
     build_parts,
@@ -260,8 +259,12 @@ def estimate_from_facts(
     precision: str,
     batches: Batches,
     threshold: float = 0.9,
+    calibration: Calibration = SHIPPED,
 ) -> Estimate:
-    """The :class:`Estimate` of a traced model (no cards yet: see :meth:`Estimate.with_cards`)."""
+    """The :class:`Estimate` of a traced model (no cards yet: see :meth:`Estimate.with_cards`).
+
+    ``calibration`` holds the fitted constants (the leave-one-model-out check passes its
+    refits)."""
     validate_threshold(threshold)
     check_precision(model_format, precision)
     missing = [b for b in batches.distinct() if b not in facts.activation_bytes]
@@ -274,26 +277,27 @@ def estimate_from_facts(
         params=facts.params,
         batches=batches,
         activation_bytes=dict(facts.activation_bytes),
-        parts=build_parts(facts, model_format=model_format, batches=batches),
+        parts=build_parts(
+            facts, model_format=model_format, batches=batches, calibration=calibration
+        ),
         threshold=threshold,
         notes=facts.notes,
     )
 
 
 __all__ = [
-    "ALLOCATOR_SLACK",
     "CUBLAS_SEGMENT_BYTES",
     "CUBLAS_WORKSPACE_BYTES",
-    "CUDNN_WORKSPACE_BYTES",
+    "CUDNN_WORKSPACE_PRIOR_BYTES",
     "ESTIMATE_FORMATS",
     "ONCE",
     "PER_COPY",
     "PRECISION_BYTES",
     "SERVER_BASELINE_BYTES",
     "SERVER_BASELINE_RANGE",
-    "TRT_CONTEXT_FACTOR",
-    "TRT_SCRATCH_BYTES",
+    "SHIPPED",
     "Batches",
+    "Calibration",
     "CardCount",
     "Estimate",
     "Measured",

@@ -170,11 +170,13 @@ def _facts(
 ) -> ModelFacts:
     """The facts from ``trace`` at every batch and ``weights`` at ``float_bytes`` (and fp32)."""
     activations: dict[int, int] = {}
+    blocks: dict[int, tuple[int, ...]] = {}
     unknown: list[str] = []
     convs = overlapping = 0
     for batch in batches.distinct():
         found = trace(batch)
         activations[batch] = found.peak_bytes
+        blocks[batch] = found.peak_blocks
         convs, overlapping = found.convolutions, found.overlapping_convolutions
         if found.unknown_tensors:
             unknown.append(
@@ -190,6 +192,8 @@ def _facts(
         convolutions=convs,
         overlapping_convolutions=overlapping,
         notes=(*notes, *dict.fromkeys(unknown)),
+        weight_blocks=counted.blocks,
+        activation_blocks=blocks,
     )
 
 
@@ -310,7 +314,7 @@ def _batches(
 ) -> Batches:
     top = max(max_batch, 1)
     return Batches(
-        warmup=max(warmup, default=1),
+        warmup=max(warmup, default=0),
         preferred=max(preferred, default=top),
         max=top,
         instances=instances,
