@@ -39,7 +39,11 @@ from mmelocal.bench.estimate_parts import (
     sum_parts,
 )
 from mmelocal.bench.projection import GpuSpec, project_count, validate_threshold
+from mmelocal.bench.published import PUBLISHED
 from mmelocal.errors import UserInputError
+
+#: the cards published runs checked the estimate on; the others are projected
+CHECKED_CARDS = frozenset(row.gpu for row in PUBLISHED)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,6 +57,8 @@ class CardCount:
     point: int
     high: int
     measured: int | None = None
+    #: True for a card no published run has checked (A10G, L4, A100, H100)
+    projected: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data."""
@@ -166,6 +172,7 @@ class Estimate:
                     point=point,
                     high=high,
                     measured=self._measured_count(gpu.memory_bytes),
+                    projected=gpu.name not in CHECKED_CARDS,
                 )
             )
         return replace(self, cards=tuple(cards))
@@ -286,6 +293,7 @@ def estimate_from_facts(
 
 
 __all__ = [
+    "CHECKED_CARDS",
     "CUBLAS_SEGMENT_BYTES",
     "CUBLAS_WORKSPACE_BYTES",
     "CUDNN_WORKSPACE_PRIOR_BYTES",

@@ -104,16 +104,34 @@ MIN_MARGIN = 0.10
 #: Fitted on every published row by :func:`mmelocal.bench.holdout.fit_calibration`
 #: (``tests/bench/test_bench_estimate_holdout.py`` refits them and checks these values; the
 #: rows each is fitted on are in ``fitted_on`` and in ``docs/estimate.md``).
+_PT = ("resnet50/PyTorch/T4", "bert-base-uncased/PyTorch/T4", "vit_large_patch16_224/PyTorch/T4")
+_PT_V100 = ("vit_large_patch16_224/PyTorch/V100", "roberta-large/PyTorch/V100")
+_TRT = (
+    "resnet50/TensorRT/T4",
+    "bert-base-uncased/TensorRT/T4",
+    "vit_large_patch16_224/TensorRT/V100",
+    "roberta-large/TensorRT/V100",
+)
 SHIPPED = Calibration(
-    remainder=(0, 13_598_720, 21_495_808),
-    cudnn_workspace=(123_207_680, 123_207_680, 123_207_680),
-    runtime_plain=(557_318_144, 564_576_870, 571_424_360),
-    runtime_conv=(809_283_255, 812_322_303, 813_888_086),
-    runtime_tensorrt=(301_813_596, 330_436_952, 385_556_931),
-    trt_context=(0.76, 1.47, 1.51),
-    trt_context_conv=(0.76, 0.76, 1.51),
+    remainder=(0, 14_208_767, 21_640_744),
+    cudnn_workspace=(123_371_272, 123_371_272, 123_371_272),
+    runtime_plain=(557_315_148, 564_360_003, 571_404_858),
+    runtime_conv=(809_284_432, 812_097_947, 813_801_760),
+    runtime_tensorrt=(301_797_715, 328_553_999, 385_561_574),
+    trt_context=(0.76, 1.48, 1.52),
+    trt_context_conv=(0.76, 0.76, 1.52),
     margin=0.10,
-    fitted_on={},
+    fitted_on={
+        "remainder": (*_PT[1:], *_PT_V100),
+        "cudnn_workspace": _PT[:1],
+        "runtime_plain": (_PT[1], _PT_V100[1]),
+        "runtime_conv": (_PT[0], _PT[2], _PT_V100[0]),
+        "runtime_tensorrt": _TRT,
+        "trt_context": _TRT[1:],
+        "trt_context_conv": _TRT[:1],
+        "trt_context_range": _TRT,
+        "margin": tuple(sorted((*_PT, *_PT_V100))),
+    },
 )
 
 

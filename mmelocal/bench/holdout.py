@@ -93,7 +93,7 @@ def fit_calibration(
         "runtime_tensorrt": tuple(row_id(r) for r in trt),
         "trt_context": tuple(row_id(r) for r in trt_dense),
         "trt_context_conv": tuple(row_id(r) for r in trt_conv),
-        "trt_context range": tuple(row_id(r) for r in trt),
+        "trt_context_range": tuple(row_id(r) for r in trt),
     }
     fitted = Calibration(
         remainder=remainder,
@@ -237,4 +237,33 @@ def summarise(found: Sequence[HeldOut]) -> Summary:
     )
 
 
-__all__ = ["HeldOut", "Summary", "fit_calibration", "held_out", "row_id", "summarise"]
+HEADER = (
+    "| model | format | instance (GPU) | published | held-out estimate (range) | error "
+    "| inside | MiB/copy published | MiB/copy held-out |\n"
+    "|---|---|---|---|---|---|---|---|---|"
+)
+
+
+def markdown_row(found: HeldOut) -> str:
+    """One row of the held-out table in ``docs/estimate.md``."""
+    c, p = found.comparison, found.published
+    fmt = "PyTorch" if p.platform == "pytorch_libtorch" else f"TensorRT {p.precision}"
+    note = " (prior)" if found.prior else ""
+    return (
+        f"| {p.model} | {fmt} | {p.instance_type} ({p.gpu}) | {p.count} "
+        f"| {c.count_point} ({c.count_low}-{c.count_high}) | {found.count_error:+.0%}{note} "
+        f"| {'yes' if found.inside else 'no'} | {p.per_copy_mib:,.0f} "
+        f"| {c.per_copy_mib[1]:,.0f} |"
+    )
+
+
+__all__ = [
+    "HEADER",
+    "HeldOut",
+    "Summary",
+    "fit_calibration",
+    "held_out",
+    "markdown_row",
+    "row_id",
+    "summarise",
+]
