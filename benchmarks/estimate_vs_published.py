@@ -3,7 +3,7 @@
 For each model recorded in ``mmelocal/bench/published.py`` (AWS sample
 sagemaker-mme-gpu-benchmarking, ml.g4dn.2xlarge = T4 and ml.p3.2xlarge = V100), every
 calibrated constant is refit on the other models' rows only, and the model's rows are
-estimated with those constants (:func:`mmelocal.bench.holdout.held_out`): the errors are
+estimated with those constants (:func:`mmelocal.bench.estimate.holdout.held_out`): the errors are
 errors on models the estimate was not fitted to. Prints the table (and its markdown, the one
 in docs/estimate.md), the mean and max absolute count errors, and the shipped constants with
 the rows each is fitted on.
@@ -18,7 +18,13 @@ import time
 from rich.console import Console
 from rich.table import Table
 
-from mmelocal.bench.holdout import HEADER, fit_calibration, held_out, markdown_row, summarise
+from mmelocal.bench.estimate.holdout import (
+    HEADER,
+    fit_calibration,
+    held_out,
+    markdown_row,
+    summarise,
+)
 
 
 def main() -> None:
@@ -59,8 +65,8 @@ def main() -> None:
     for h in found:
         console.print(markdown_row(h), markup=False)
     console.print("\nshipped constants, fitted on:")
-    for name, rows in fit_calibration().fitted_on.items():
-        console.print(f"- {name}: {', '.join(rows) or 'no row (prior)'}", markup=False)
+    for name, fitted in fit_calibration().fitted_on.items():
+        console.print(f"- {name}: {', '.join(fitted) or 'no row (prior)'}", markup=False)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ splits only when more than 1 MiB remains)."""
 
 from __future__ import annotations
 
-from mmelocal.bench.allocator import reserved_bytes, round_size, segment_size
+from mmelocal.bench.estimate.allocator import reserved_bytes, round_size, segment_size
 
 MIB = 1 << 20
 KIB = 1 << 10

@@ -2,7 +2,7 @@
 
 For each published model (mmelocal/bench/published.py), every calibrated constant is refit
 on the other models' rows only and the model's rows are estimated with the refit constants
-(:func:`mmelocal.bench.holdout.held_out`). The errors must stay within the bounds
+(:func:`mmelocal.bench.estimate.holdout.held_out`). The errors must stay within the bounds
 ``docs/estimate.md`` states, and the docs' table must be the one computed here. The shipped
 constants must be the fit on every row. Models are rebuilt on the ``meta`` device (random
 weights, no memory) and traced once per session (cached).
@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from mmelocal.bench.published import G4DN_4XLARGE_RESNET50, PUBLISHED, PublishedCount
+from mmelocal.bench.estimate.published import G4DN_4XLARGE_RESNET50, PUBLISHED, PublishedCount
 
 pytest.importorskip("torchvision")
 pytest.importorskip("transformers")
 pytest.importorskip("timm")
 
-from mmelocal.bench.calibration import compare, published_facts
+from mmelocal.bench.capacity.projection import load_gpus
 from mmelocal.bench.estimate import (
     ONCE,
     PER_COPY,
@@ -28,14 +28,14 @@ from mmelocal.bench.estimate import (
     estimate_from_facts,
     sum_parts,
 )
-from mmelocal.bench.holdout import (
+from mmelocal.bench.estimate.calibration import compare, published_facts
+from mmelocal.bench.estimate.holdout import (
     HeldOut,
     fit_calibration,
     held_out,
     markdown_row,
     summarise,
 )
-from mmelocal.bench.projection import load_gpus
 
 MIB = 1024 * 1024
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "estimate.md"

@@ -1,15 +1,15 @@
 """The GPU footprint of one model copy and the copies per card, estimated from the model.
 
 No GPU and no AWS: the weights come from the parameters, the activations from a trace on
-fake tensors (:mod:`mmelocal.bench.activations`), and what the backend and the process add
-from the constants in :mod:`mmelocal.bench.estimate_parts`, each with its source. Every
+fake tensors (:mod:`mmelocal.bench.estimate.activations`), and what the backend and the process add
+from the constants in :mod:`mmelocal.bench.estimate.parts`, each with its source. Every
 part is a range (``low``/``point``/``high``); the count per card follows the projection
 formula with the "once per process" parts as the baseline::
 
     count = floor((threshold x card - once per process) / per copy)
 
 ``high`` copies come from the ``low`` footprint and the other way round. Counts were checked
-against the published runs in :mod:`mmelocal.bench.published` (``tests/bench/
+against the published runs in :mod:`mmelocal.bench.estimate.published` (``tests/bench/
 test_bench_estimate_published.py``; table in ``docs/estimate.md``). A measurement, when one
 exists, wins: :meth:`Estimate.with_measurement` keeps it beside the estimate.
 """
@@ -20,7 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from mmelocal.bench.estimate_parts import (
+from mmelocal.bench.capacity.projection import GpuSpec, project_count, validate_threshold
+from mmelocal.bench.estimate.parts import (
     CUBLAS_SEGMENT_BYTES,
     CUBLAS_WORKSPACE_BYTES,
     CUDNN_WORKSPACE_PRIOR_BYTES,
@@ -38,8 +39,7 @@ from mmelocal.bench.estimate_parts import (
     build_parts,
     sum_parts,
 )
-from mmelocal.bench.projection import GpuSpec, project_count, validate_threshold
-from mmelocal.bench.published import PUBLISHED
+from mmelocal.bench.estimate.published import PUBLISHED
 from mmelocal.errors import UserInputError
 
 #: the cards published runs checked the estimate on; the others are projected

@@ -58,7 +58,7 @@ class ActivationTrace:
     overlapping_convolutions: int = 0
     unknown_tensors: int = 0
     #: the sizes of the tensors live at the peak, inputs first (what the caching allocator
-    #: holds in blocks at that moment: :mod:`mmelocal.bench.allocator`)
+    #: holds in blocks at that moment: :mod:`mmelocal.bench.estimate.allocator`)
     peak_blocks: tuple[int, ...] = ()
 
 

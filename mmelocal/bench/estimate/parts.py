@@ -3,7 +3,7 @@ arithmetic that turns a traced model into parts (pure functions over plain data)
 
 Used by :mod:`mmelocal.bench.estimate`, which turns parts into counts per card. Every
 constant below names where it comes from: vendor documentation, the published MME runs in
-:mod:`mmelocal.bench.published`, or "allowance"/"calibrated" where no figure exists.
+:mod:`mmelocal.bench.estimate.published`, or "allowance"/"calibrated" where no figure exists.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from mmelocal.bench.allocator import reserved_bytes
+from mmelocal.bench.estimate.allocator import reserved_bytes
 from mmelocal.errors import UserInputError
 from mmelocal.units import MiB
 
@@ -27,7 +27,7 @@ ONCE = "once per process"
 #: ":4096:2:16:8" = 2 x 4096 KiB + 8 x 16 KiB (PyTorch docs, "Reproducibility" and
 #: aten/src/ATen/cuda/CublasHandlePool.cpp). It is allocated through the caching allocator
 #: (a 1-10 MiB request: a 20 MiB segment unless a free block holds it; see
-#: :mod:`mmelocal.bench.allocator`). Triton's PyTorch backend gives every instance its own
+#: :mod:`mmelocal.bench.estimate.allocator`). Triton's PyTorch backend gives every instance its own
 #: CUDA stream (pytorch_backend src/libtorch.cc, ``SetCurrentCudaStream(stream_, ...)``) and
 #: the caching allocator keeps blocks per stream: workspace and activations are per instance.
 CUBLAS_WORKSPACE_BYTES = 2 * 4096 * 1024 + 8 * 16 * 1024
@@ -68,7 +68,7 @@ Triple = tuple[int, int, int]
 
 @dataclass(frozen=True, kw_only=True)
 class Calibration:
-    """The constants fitted on published rows (:mod:`mmelocal.bench.holdout` fits them).
+    """The constants fitted on published rows (:mod:`mmelocal.bench.estimate.holdout` fits them).
 
     Bytes are (low, point, high); factors are (low, point, high) ratios. ``fitted_on`` names
     the published rows (``model/platform/GPU``) each constant was fitted on; a constant
@@ -101,7 +101,7 @@ class Calibration:
 #: the four published ones (other operators, other allocation orders).
 MIN_MARGIN = 0.10
 
-#: Fitted on every published row by :func:`mmelocal.bench.holdout.fit_calibration`
+#: Fitted on every published row by :func:`mmelocal.bench.estimate.holdout.fit_calibration`
 #: (``tests/bench/test_bench_estimate_holdout.py`` refits them and checks these values; the
 #: rows each is fitted on are in ``fitted_on`` and in ``docs/estimate.md``).
 _PT = ("resnet50/PyTorch/T4", "bert-base-uncased/PyTorch/T4", "vit_large_patch16_224/PyTorch/T4")
@@ -223,7 +223,7 @@ def sum_parts(parts: Sequence[Part], scope: str) -> tuple[int, int, int]:
 
 @dataclass(frozen=True, kw_only=True)
 class ModelFacts:
-    """What the estimate needs from a traced model (see :mod:`mmelocal.bench.activations`).
+    """What the estimate needs from a traced model (see :mod:`mmelocal.bench.estimate.activations`).
 
     ``activation_bytes`` maps each traced batch to its live-tensor peak at the precision;
     ``weight_bytes`` holds parameters and buffers at the precision, and ``weight_bytes_fp32``
@@ -245,7 +245,7 @@ class ModelFacts:
 
 def simulated_blocks(facts: ModelFacts, batch: int) -> tuple[int, int]:
     """(weights, weights + cuBLAS workspace + activations at ``batch``) as PyTorch's caching
-    allocator reserves them, loaded in that order (:mod:`mmelocal.bench.allocator`).
+    allocator reserves them, loaded in that order (:mod:`mmelocal.bench.estimate.allocator`).
 
     Without block sizes (facts made by hand), every tensor is taken as one block."""
     weights = facts.weight_blocks or (facts.weight_bytes,)

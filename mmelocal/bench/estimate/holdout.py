@@ -1,22 +1,22 @@
 """The estimate checked on models it was not fitted to: leave one model out.
 
 :func:`fit_calibration` fits every calibrated constant of the estimate
-(:class:`~mmelocal.bench.estimate_parts.Calibration`) on a set of published rows
-(:data:`mmelocal.bench.published.PUBLISHED`). :func:`held_out` holds out one model at a
+(:class:`~mmelocal.bench.estimate.parts.Calibration`) on a set of published rows
+(:data:`mmelocal.bench.estimate.published.PUBLISHED`). :func:`held_out` holds out one model at a
 time (all of its rows: every card, every format), refits every constant on the other
 models' rows only, and estimates the held-out rows with those constants: the error of each
 row is an error on a model the estimate has not seen. Where a constant has no row left to
 fit (the cuDNN workspace: only ResNet-50 has overlapping convolutions), the estimate uses
-its prior (:data:`~mmelocal.bench.estimate_parts.CUDNN_WORKSPACE_PRIOR_BYTES`) and the row
+its prior (:data:`~mmelocal.bench.estimate.parts.CUDNN_WORKSPACE_PRIOR_BYTES`) and the row
 says so.
 
 The range half-width of PyTorch / ONNX (``margin``) is itself fitted: the largest per-copy
 error of the rows held out from the rows given (nested: a held-out model's margin comes from
-the other models only), at least :data:`~mmelocal.bench.estimate_parts.MIN_MARGIN`. Rows
+the other models only), at least :data:`~mmelocal.bench.estimate.parts.MIN_MARGIN`. Rows
 whose term fell back to a prior are reported but set no margin.
 
 The published models are rebuilt on the ``meta`` device and traced (a few seconds each;
-:mod:`mmelocal.bench.calibration`); the fits themselves are arithmetic.
+:mod:`mmelocal.bench.estimate.calibration`); the fits themselves are arithmetic.
 """
 
 from __future__ import annotations
@@ -26,15 +26,15 @@ import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from mmelocal.bench.calibration import Comparison, compare, published_facts
-from mmelocal.bench.estimate_parts import (
+from mmelocal.bench.estimate.calibration import Comparison, compare, published_facts
+from mmelocal.bench.estimate.parts import (
     MIN_MARGIN,
     TRT_CONTEXT_PRIOR,
     Calibration,
     ModelFacts,
     simulated_blocks,
 )
-from mmelocal.bench.published import PUBLISHED, PublishedCount
+from mmelocal.bench.estimate.published import PUBLISHED, PublishedCount
 from mmelocal.units import MiB
 
 FactsOf = Callable[[PublishedCount], ModelFacts]
