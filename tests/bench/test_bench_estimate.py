@@ -268,15 +268,24 @@ def test_cli_estimate_prints_parts_and_writes_json(tmp_path: Path) -> None:
             "estimate",
             "torchvision:resnet18",
             "--instance-type",
-            "ml.g4dn.xlarge",
+            "ml.g4dn.xlarge,ml.g5.xlarge",
+            "--request-batch",
+            "64",
             "--json",
             str(out),
         ],
     )
     assert result.exit_code == 0, result.output
     assert "one copy" in result.output and "T4" in result.output
+    words = " ".join(result.output.split())
+    # the batches assumed, and the one that set the activations (64 > the warm-up's 32)
+    assert "load: batch 1; warm-up: batch 32; served requests: batch 64" in words
+    assert "activations sized by the served requests (batch 64)" in words
+    assert "published runs" in words and "projected" in words  # T4 checked, A10G projected
     data = json.loads(out.read_text())
     assert data["kind"] == "estimate" and data["params"] == 11_689_512
+    assert data["batches"]["request"] == 64 and "64" in data["activation_bytes"]
+    assert [c["projected"] for c in data["cards"]] == [False, True]
     assert any("cuDNN convolution workspace" in part["name"] for part in data["parts"])
     bad = CliRunner().invoke(
         cli, ["capacity", "estimate", "torchvision:resnet18", "--instance-type", "ml.nope"]
