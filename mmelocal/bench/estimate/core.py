@@ -8,9 +8,10 @@ formula with the "once per process" parts as the baseline::
 
     count = floor((threshold x card - once per process) / per copy)
 
-``high`` copies come from the ``low`` footprint and the other way round. Counts were checked
-against the published runs in :mod:`mmelocal.bench.estimate.published` (``tests/bench/
-test_bench_estimate_published.py``; table in ``docs/estimate.md``). A measurement, when one
+``high`` copies come from the ``low`` footprint and the other way round. Counts are checked
+on the published runs in :mod:`mmelocal.bench.estimate.published`, each model held out of
+the fit (:mod:`mmelocal.bench.estimate.holdout`, ``tests/bench/
+test_bench_estimate_holdout.py``; table in ``docs/estimate.md``). A measurement, when one
 exists, wins: :meth:`Estimate.with_measurement` keeps it beside the estimate.
 """
 
