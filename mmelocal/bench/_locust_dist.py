@@ -261,7 +261,7 @@ def run_master(
         latencies_ms=[np.concatenate(parts) if parts else [] for parts in latencies],
         failures=failures,
     )
-    details = []
+    details: list[dict[str, Any]] = []
     for number, cid in enumerate(order, start=1):
         worker = views[cid]
         if not worker.ready:
@@ -280,7 +280,7 @@ def run_master(
                 "missed_stages": [] if lost is None else [s.name for s in shape.stages[lost:]],
             }
         )
-    for missing in range(expect - len(details)):
+    for _ in range(expect - len(details)):
         details.append(
             {
                 "name": f"worker {len(details) + 1}",
@@ -294,7 +294,7 @@ def run_master(
                 "missed_stages": [s.name for s in shape.stages],
             }
         )
-    cpus = [d["cpu_percent"] for d in details if d["cpu_percent"] is not None]
+    cpus = [float(d["cpu_percent"]) for d in details if d["cpu_percent"] is not None]
     total_stats = env.stats.total
     return {
         "steps": steps,

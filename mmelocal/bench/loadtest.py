@@ -19,6 +19,7 @@ Endpoints:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -28,13 +29,18 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from mmelocal.bench.loadtest_result import LoadProgress, LoadTestResult, summary_lines
+from mmelocal.bench.loadtest_result import (
+    LoadProgress,
+    LoadTestResult,
+    summary_lines,
+    worker_lost_line,
+)
 from mmelocal.bench.shape import LoadShape
 from mmelocal.bench.workers import DEFAULT_MASTER_PORT, LoadGenerators, endpoint_is_local
 from mmelocal.errors import BenchError, UserInputError
@@ -66,7 +72,7 @@ class LoadTestConfig:
     wait_s: float = 0.0
     seed: int | None = None
     prewarm: bool = False
-    generators: LoadGenerators = LoadGenerators()
+    generators: LoadGenerators = field(default_factory=LoadGenerators)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "targets", tuple(self.targets))
@@ -195,6 +201,7 @@ def run_loadtest(
             "mode": worker["mode"],
             "target_count": len(config.targets),
             "started_at": started_at,
+            "workers": data.get("workers", 1),
             "shape": config.shape.to_dict(),
         }
     )
@@ -205,6 +212,10 @@ def run_loadtest(
         result.peak_throughput_rps,
         result.loadgen_cpu_percent,
     )
+    for lost in result.lost_workers:
+        logger.warning("%s", worker_lost_line(lost))
+    for saturated in result.saturated:
+        logger.warning("%s", saturated.message())
     return result
 
 
@@ -344,8 +355,10 @@ def _run_distributed(
         str(generators.connect_timeout_s),
     ]
     workers = [
-        (["worker", "--master-host", generators.connect_host, "--master-port", str(port)],
-         tmpdir / f"worker-{n}.log")
+        (
+            ["worker", "--master-host", generators.connect_host, "--master-port", str(port)],
+            tmpdir / f"worker-{n}.log",
+        )
         for n in range(1, local + 1)
     ]
     if generators.remote_workers:
@@ -428,10 +441,8 @@ def _run_worker(
             watchdog.cancel()
             for child in (proc, *children):
                 if child.poll() is None and child is not proc:
-                    try:
+                    with contextlib.suppress(subprocess.TimeoutExpired):
                         child.wait(timeout=5)  # a worker quits after its final report
-                    except subprocess.TimeoutExpired:
-                        pass
                 if child.poll() is None:
                     child.kill()
                     child.wait()

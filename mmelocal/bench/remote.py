@@ -34,6 +34,7 @@ from mmelocal.units import MiB
 if TYPE_CHECKING:
     from mmelocal.bench.loadtest_result import LoadTestResult
     from mmelocal.bench.shape import LoadShape
+    from mmelocal.bench.workers import LoadGenerators
 
 logger = logging.getLogger(__name__)
 
@@ -255,10 +256,12 @@ class RemoteEndpoint:
         label: str,
         say: Callable[[str], None],
         content_type: str = "application/json",
+        generators: LoadGenerators | None = None,
     ) -> LoadTestResult:
         """The boto3 load test over ``targets`` (TargetModels of this endpoint); progress
-        lines go to ``say``."""
+        lines go to ``say``; ``generators``: the Locust workers (default: one per core)."""
         from mmelocal.bench.loadtest import LoadTestConfig, run_loadtest
+        from mmelocal.bench.workers import LoadGenerators
 
         config = LoadTestConfig(
             endpoint=self.info.name,
@@ -268,6 +271,7 @@ class RemoteEndpoint:
             payload=payload,
             content_type=content_type,
             shape=shape,
+            generators=generators or LoadGenerators(),
         )
         return run_loadtest(config, label=label, progress=lambda p: say(loadtest_status(p)))
 

@@ -32,6 +32,7 @@ from mmelocal.bench.remote import RemoteEndpoint
 from mmelocal.bench.remote_capacity import RemoteCapacityOptions, measure_endpoint_capacity
 from mmelocal.bench.shape import LoadShape
 from mmelocal.bench.sweep import SweepOptions
+from mmelocal.bench.workers import LoadGenerators
 from mmelocal.errors import MmeLocalError, UserInputError
 
 logger = logging.getLogger(__name__)
@@ -55,6 +56,7 @@ def benchmark_on_endpoint(
     content_type: str = "application/json",
     progress: Callable[[str], None] | None = None,
     gpus: Sequence[Any] | None = None,
+    generators: LoadGenerators | None = None,
 ) -> BenchmarkResult:
     """Capacity, then the load test over the loaded copies; the copies are deleted after."""
     say = progress or (lambda message: None)
@@ -81,6 +83,7 @@ def benchmark_on_endpoint(
                 f"{len(run.loaded)} copies",
                 say=say,
                 content_type=content_type,
+                generators=generators,
             )
     finally:
         endpoint.delete(list(run.created))
@@ -114,6 +117,7 @@ class BenchmarkPlan:
     payload: bytes | None = None
     keep_endpoints: bool = False
     poll_s: float = 30.0
+    generators: LoadGenerators = field(default_factory=LoadGenerators)
 
     def __post_init__(self) -> None:
         if not self.tarballs:
@@ -243,6 +247,7 @@ def run_benchmark(
                         content_type=plan.content_type,
                         progress=say,
                         gpus=gpus,
+                        generators=plan.generators,
                     )
                 )
                 if plan.sweep is not None and index == len(runs) - 1:

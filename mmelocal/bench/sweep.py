@@ -34,6 +34,7 @@ from mmelocal.bench.sweep_result import (
     recommend,
     row_from_loadtest,
 )
+from mmelocal.bench.workers import LoadGenerators
 from mmelocal.errors import MmeLocalError, UserInputError
 
 logger = logging.getLogger(__name__)
@@ -70,6 +71,7 @@ class SweepOptions:
     tritonserver: Path | None = None
     workdir: Path | None = None
     verify: bool = True
+    generators: LoadGenerators = field(default_factory=LoadGenerators)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "formats", tuple(check_format(f) for f in self.formats))
@@ -340,6 +342,7 @@ def _serve_and_measure(
                         payload=payload_from_model(model_dir),
                         shape=opts.shape,
                         prewarm=True,
+                        generators=opts.generators,
                     ),
                     label=plan.name,
                 )
