@@ -44,6 +44,7 @@ from locust.runners import STATE_MISSING, STATE_STOPPED  # noqa: E402
 
 from mmelocal.bench._locust_worker import StageCpu, _emit, stage_steps, user_class  # noqa: E402
 from mmelocal.bench.shape import LoadShape  # noqa: E402
+from mmelocal.bench.workers import BATCH_INTERVAL_S  # noqa: E402
 
 HELLO = "mmelocal_hello"
 SETUP = "mmelocal_setup"
@@ -51,8 +52,6 @@ READY = "mmelocal_ready"
 STAGE = "mmelocal_stage"
 BATCH = "mmelocal_batch"
 FLUSH = "mmelocal_flush"
-#: how often a worker sends what it measured (what a dead worker loses at most)
-BATCH_INTERVAL_S = 1.0
 #: how long the master waits for the final batches after the last stage
 FLUSH_TIMEOUT_S = 15.0
 
@@ -240,6 +239,11 @@ def run_master(
             runner.stop()
             break
     end_s = driver.finished_at or (time.perf_counter() - wall_start)
+    for cid in ready:  # a worker that died near the end: a stopped one left the list
+        node = runner.clients.get(cid)
+        if views[cid].status == "ok" and node is not None and node.state == STATE_MISSING:
+            views[cid].status = "missing"
+            views[cid].lost_stage = views[cid].last_stage
     alive = [cid for cid in ready if views[cid].status == "ok"]
     for cid in alive:
         runner.send_message(FLUSH, None, cid)
@@ -250,7 +254,7 @@ def run_master(
     for cid in alive:
         if not views[cid].final:
             views[cid].status = "no final report"
-            views[cid].lost_stage = n - 1
+            views[cid].lost_stage = views[cid].last_stage
     runner.quit()
 
     steps = stage_steps(

@@ -31,6 +31,8 @@ SATURATED_CPU_PERCENT = 90.0
 TARGET_CPU_PERCENT = 70.0
 #: below this many users a run is tiny: one process generates it easily
 TINY_RUN_USERS = 20
+#: how often a worker sends the latencies it measured (what a dead worker loses at most)
+BATCH_INTERVAL_S = 1.0
 #: how long the master waits for its workers to connect
 DEFAULT_CONNECT_TIMEOUT_S = 60.0
 
@@ -122,6 +124,7 @@ def workers_needed(total_cpu_percent: float, workers: int) -> int:
 
 
 __all__ = [
+    "BATCH_INTERVAL_S",
     "DEFAULT_CONNECT_TIMEOUT_S",
     "DEFAULT_MASTER_HOST",
     "DEFAULT_MASTER_PORT",
