@@ -25,9 +25,14 @@ import urllib.request
 
 import psutil
 
-from mmelocal.bench.loadtest import LoadTestConfig, LoadTestResult, expand_targets, run_loadtest
-from mmelocal.bench.shape import shape_from_stages
-from mmelocal.bench.workers import TARGET_CPU_PERCENT, LoadGenerators, usable_cpus
+from mmelocal.bench.loadtest.runner import (
+    LoadTestConfig,
+    LoadTestResult,
+    expand_targets,
+    run_loadtest,
+)
+from mmelocal.bench.loadtest.shape import shape_from_stages
+from mmelocal.bench.loadtest.workers import TARGET_CPU_PERCENT, LoadGenerators, usable_cpus
 from mmelocal.runtime.server_config import pick_free_port
 
 TRIVIAL_SERVER = """

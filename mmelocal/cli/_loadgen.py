@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 
 import click
 
-from mmelocal.bench.workers import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_MASTER_HOST
+from mmelocal.bench.loadtest.workers import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_MASTER_HOST
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -60,8 +60,9 @@ def loadgen_options(command: F) -> F:
 
 
 def generators_from(params: Mapping[str, Any]) -> Any:
-    """The :class:`~mmelocal.bench.workers.LoadGenerators` of :func:`loadgen_options`' values."""
-    from mmelocal.bench.workers import LoadGenerators
+    """The :class:`~mmelocal.bench.loadtest.workers.LoadGenerators` of the values of
+    :func:`loadgen_options`."""
+    from mmelocal.bench.loadtest.workers import LoadGenerators
 
     return LoadGenerators(
         workers=params.get("workers"),

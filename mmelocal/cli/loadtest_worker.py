@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from mmelocal.bench.workers import DEFAULT_MASTER_PORT
+from mmelocal.bench.loadtest.workers import DEFAULT_MASTER_PORT
 from mmelocal.cli._output import err_console
 
 
@@ -35,7 +35,7 @@ def loadtest_worker(master_host: str, master_port: int, processes: int) -> None:
     import subprocess
     import sys
 
-    from mmelocal.bench.loadtest import DIST_MODULE, _child_env
+    from mmelocal.bench.loadtest.runner import DIST_MODULE, _child_env
 
     command = [
         sys.executable,

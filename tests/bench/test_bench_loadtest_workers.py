@@ -18,10 +18,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from mmelocal.bench.loadtest import LoadTestConfig, expand_targets, run_loadtest
-from mmelocal.bench.loadtest_result import LoadProgress, LoadTestResult, summary_lines
-from mmelocal.bench.shape import shape_from_stages
-from mmelocal.bench.workers import (
+from mmelocal.bench.loadtest.result import LoadProgress, LoadTestResult, summary_lines
+from mmelocal.bench.loadtest.runner import LoadTestConfig, expand_targets, run_loadtest
+from mmelocal.bench.loadtest.shape import shape_from_stages
+from mmelocal.bench.loadtest.workers import (
     BATCH_INTERVAL_S,
     SATURATED_CPU_PERCENT,
     TARGET_CPU_PERCENT,

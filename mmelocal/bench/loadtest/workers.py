@@ -5,8 +5,9 @@ about 765 boto3/SigV4 requests/s against a trivial server, ``benchmarks/loadgen_
 Past that the load test measures its own client. :class:`LoadGenerators` says how many
 worker processes to start on this machine (``workers``), how many more to wait for from
 other machines (``remote_workers``, started there with ``mmelocal loadtest-worker``), and
-where the master listens. The Locust side is :mod:`mmelocal.bench._locust_dist`; one local
-worker and no remote one runs today's single process (:mod:`mmelocal.bench._locust_worker`).
+where the master listens. The Locust side is :mod:`mmelocal.bench.loadtest._locust_dist`;
+one local worker and no remote one runs the single process of
+:mod:`mmelocal.bench.loadtest._locust_worker`.
 Pure data and arithmetic: nothing here imports locust.
 """
 

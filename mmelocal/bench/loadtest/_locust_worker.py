@@ -1,8 +1,8 @@
 """The Locust side of a load test, run in its own process.
 
 Importing locust monkey-patches the whole process with gevent, so nothing else in mmelocal
-imports it: :func:`mmelocal.bench.loadtest.run_loadtest` starts
-``python -m mmelocal.bench._locust_worker CONFIG OUT`` and reads its progress (JSON lines on
+imports it: :func:`mmelocal.bench.loadtest.run_loadtest` starts ``python -m
+mmelocal.bench.loadtest._locust_worker CONFIG OUT`` and reads its progress (JSON lines on
 stdout) and its result (JSON in OUT). Patching happens here, first, before any other
 import of this module.
 """
@@ -27,8 +27,8 @@ import psutil  # noqa: E402
 from locust import FastHttpUser, LoadTestShape, User, constant, task  # noqa: E402
 from locust.env import Environment  # noqa: E402
 
-from mmelocal.bench.shape import LoadShape  # noqa: E402
-from mmelocal.bench.stepstats import summarize_step  # noqa: E402
+from mmelocal.bench.loadtest.shape import LoadShape  # noqa: E402
+from mmelocal.bench.loadtest.stepstats import summarize_step  # noqa: E402
 from mmelocal.runtime.sagemaker import TARGET_MODEL_HEADER  # noqa: E402
 
 TARGET_HEADER = TARGET_MODEL_HEADER
@@ -339,9 +339,11 @@ def stage_steps(
 
 
 def main(argv: list[str]) -> int:
-    """``python -m mmelocal.bench._locust_worker CONFIG.json OUT.json``."""
+    """``python -m mmelocal.bench.loadtest._locust_worker CONFIG.json OUT.json``."""
     if len(argv) != 2:
-        sys.stderr.write("usage: python -m mmelocal.bench._locust_worker CONFIG.json OUT.json\n")
+        sys.stderr.write(
+            "usage: python -m mmelocal.bench.loadtest._locust_worker CONFIG.json OUT.json\n"
+        )
         return 2
     config = json.loads(Path(argv[0]).read_text("utf-8"))
     result = run(config)

@@ -13,10 +13,11 @@ Everything between the processes travels over Locust's own master/worker protoco
   last one (``final``) also carries the worker's CPU per stage;
 - ``mmelocal_flush`` (master -> workers, after the last stage): send the final batch and quit.
 
-Started by :mod:`mmelocal.bench.workers` as ``python -m mmelocal.bench._locust_dist master
-CONFIG OUT --bind-host H --bind-port P --expect N`` and ``... worker --master-host H
---master-port P``. Like :mod:`mmelocal.bench._locust_worker`, importing it patches the process
-with gevent: nothing else in mmelocal imports it.
+Started by :func:`mmelocal.bench.loadtest.runner.run_loadtest` as ``python -m
+mmelocal.bench.loadtest._locust_dist master CONFIG OUT --bind-host H --bind-port P --expect
+N`` and ``... worker --master-host H --master-port P``. Like
+:mod:`mmelocal.bench.loadtest._locust_worker`, importing it patches the process with
+gevent: nothing else in mmelocal imports it.
 """
 
 from gevent import monkey
@@ -42,9 +43,9 @@ from locust import LoadTestShape, User, argument_parser  # noqa: E402
 from locust.env import Environment  # noqa: E402
 from locust.runners import STATE_MISSING, STATE_STOPPED  # noqa: E402
 
-from mmelocal.bench._locust_worker import StageCpu, _emit, stage_steps, user_class  # noqa: E402
-from mmelocal.bench.shape import LoadShape  # noqa: E402
-from mmelocal.bench.workers import BATCH_INTERVAL_S  # noqa: E402
+from mmelocal.bench.loadtest._locust_worker import StageCpu, _emit, stage_steps, user_class  # noqa: E402
+from mmelocal.bench.loadtest.shape import LoadShape  # noqa: E402
+from mmelocal.bench.loadtest.workers import BATCH_INTERVAL_S  # noqa: E402
 
 HELLO = "mmelocal_hello"
 SETUP = "mmelocal_setup"
@@ -400,7 +401,7 @@ def run_worker(master_host: str, master_port: int) -> int:
 def main(argv: list[str]) -> int:
     """``master CONFIG OUT --bind-host H --bind-port P --expect N`` or ``worker --master-host
     H --master-port P``."""
-    parser = argparse.ArgumentParser(prog="python -m mmelocal.bench._locust_dist")
+    parser = argparse.ArgumentParser(prog="python -m mmelocal.bench.loadtest._locust_dist")
     sub = parser.add_subparsers(dest="role", required=True)
     master = sub.add_parser("master")
     master.add_argument("config")

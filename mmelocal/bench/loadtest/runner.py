@@ -1,9 +1,9 @@
 """Locust load tests of an MME endpoint (the emulator, a Triton, or a real SageMaker endpoint).
 
 Each simulated user sends requests back to back, each to a random target among the copies;
-the :mod:`~mmelocal.bench.shape` decides how many users run when. Locust monkey-patches
+the :mod:`~mmelocal.bench.loadtest.shape` decides how many users run when. Locust monkey-patches
 the process it is imported in, so :func:`run_loadtest` runs it in a child process
-(:mod:`mmelocal.bench._locust_worker`) and reads its progress and result; importing this
+(:mod:`mmelocal.bench.loadtest._locust_worker`) and reads its progress and result; importing this
 module never imports locust.
 
 Endpoints:
@@ -35,14 +35,18 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from mmelocal.bench.loadtest_result import (
+from mmelocal.bench.loadtest.result import (
     LoadProgress,
     LoadTestResult,
     summary_lines,
     worker_lost_line,
 )
-from mmelocal.bench.shape import LoadShape
-from mmelocal.bench.workers import DEFAULT_MASTER_PORT, LoadGenerators, endpoint_is_local
+from mmelocal.bench.loadtest.shape import LoadShape
+from mmelocal.bench.loadtest.workers import (
+    DEFAULT_MASTER_PORT,
+    LoadGenerators,
+    endpoint_is_local,
+)
 from mmelocal.errors import BenchError, UserInputError
 from mmelocal.runtime.sagemaker import TARGET_MODEL_HEADER
 
@@ -50,8 +54,8 @@ logger = logging.getLogger(__name__)
 
 MODES = ("auto", "invocations", "triton-v2", "boto3")
 DEFAULT_ENDPOINT_NAME = "mmelocal"
-WORKER_MODULE = "mmelocal.bench._locust_worker"
-DIST_MODULE = "mmelocal.bench._locust_dist"
+WORKER_MODULE = "mmelocal.bench.loadtest._locust_worker"
+DIST_MODULE = "mmelocal.bench.loadtest._locust_dist"
 TARGET_HEADER = TARGET_MODEL_HEADER
 
 
@@ -385,7 +389,7 @@ def _run_distributed(
 
 def _child_env() -> dict[str, str]:
     env = dict(os.environ)
-    package_root = str(Path(__file__).resolve().parents[2])
+    package_root = str(Path(__file__).resolve().parents[3])  # the folder holding mmelocal/
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
     return env
 

@@ -10,9 +10,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from mmelocal.bench.shape import LoadShape
-from mmelocal.bench.stepstats import StepStats, max_users_before_first_failure
-from mmelocal.bench.workers import SATURATED_CPU_PERCENT, workers_needed
+from mmelocal.bench.loadtest.shape import LoadShape
+from mmelocal.bench.loadtest.stepstats import StepStats, max_users_before_first_failure
+from mmelocal.bench.loadtest.workers import SATURATED_CPU_PERCENT, workers_needed
 
 #: what a result says about a worker that stopped reporting (Locust's heartbeat rule)
 MOVED_USERS_NOTE = (
