@@ -27,7 +27,7 @@ from locust.env import Environment  # noqa: E402
 
 from mmelocal.bench.shape import LoadShape  # noqa: E402
 from mmelocal.bench.stepstats import summarize_step  # noqa: E402
-from mmelocal.runtime.sagemaker import TARGET_MODEL_HEADER  # noqa: E402
+from mmelocal.facts.sagemaker import TARGET_MODEL_HEADER  # noqa: E402
 
 TARGET_HEADER = TARGET_MODEL_HEADER
 

@@ -23,6 +23,7 @@ from mmelocal.bench.estimate import (
     sum_parts,
 )
 from mmelocal.bench.published import PUBLISHED, PublishedCount
+from mmelocal.facts.sagemaker import MEMORY_THRESHOLD
 from mmelocal.units import MiB
 
 
@@ -114,7 +115,7 @@ def _facts(model: str, precision: str, profile_max: int) -> ModelFacts:
     return trace_module(module.eval(), inputs, batches, precision=precision)
 
 
-def compare(row: PublishedCount, *, threshold: float = 0.9) -> Comparison:
+def compare(row: PublishedCount, *, threshold: float = MEMORY_THRESHOLD) -> Comparison:
     """The estimate of ``row``'s model on ``row``'s card."""
     fmt = "tensorrt" if row.platform == "tensorrt_plan" else "torchscript"
     batches = published_batches(row)

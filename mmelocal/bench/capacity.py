@@ -31,6 +31,7 @@ from typing import Any, Protocol
 from mmelocal.bench.capacity_result import CapacityResult, LoadRecord
 from mmelocal.bench.projection import GpuSpec, validate_threshold
 from mmelocal.errors import BenchError, MmeLocalError, UserInputError
+from mmelocal.facts.sagemaker import DIRECT_LOAD_TIMEOUT_S, MEMORY_THRESHOLD
 from mmelocal.units import MiB
 
 logger = logging.getLogger(__name__)
@@ -117,7 +118,7 @@ async def measure_instance(
     instance: CapacityInstance,
     targets: Sequence[str],
     *,
-    threshold: float = 0.9,
+    threshold: float = MEMORY_THRESHOLD,
     max_copies: int = 200,
     payload: bytes | None = None,
     content_type: str = "application/json",
@@ -248,7 +249,7 @@ async def _load_one(
 class _LoopLimits:
     """The copy loop's limits, the same here and on an endpoint (checked on creation)."""
 
-    threshold: float = 0.9
+    threshold: float = MEMORY_THRESHOLD
     max_copies: int = 200
     memory_budget_bytes: int | None = None
     verify_next: bool = True
@@ -269,7 +270,7 @@ class CapacityOptions(_LoopLimits):
 
     use_gpu: bool | None = None
     tritonserver: Path | None = None
-    load_timeout_s: float = 300.0
+    load_timeout_s: float = DIRECT_LOAD_TIMEOUT_S
     workdir: Path | None = None
 
 

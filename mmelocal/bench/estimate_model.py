@@ -37,6 +37,7 @@ from mmelocal.bench.estimate import (
 )
 from mmelocal.bench.projection import GpuSpec, load_gpus
 from mmelocal.errors import UserInputError
+from mmelocal.facts.sagemaker import MEMORY_THRESHOLD
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +67,7 @@ def estimate_model(
     seq_len: int = 128,
     overrides: Mapping[str, Any] | None = None,
     profile_max_batch: int | None = None,
-    threshold: float = 0.9,
+    threshold: float = MEMORY_THRESHOLD,
     gpus: Sequence[GpuSpec] | None = None,
     instance_types: Sequence[str] = (),
 ) -> Estimate:

@@ -37,7 +37,7 @@ from urllib.parse import urlsplit
 from mmelocal.bench.loadtest_result import LoadProgress, LoadTestResult, summary_lines
 from mmelocal.bench.shape import LoadShape
 from mmelocal.errors import BenchError, UserInputError
-from mmelocal.runtime.sagemaker import TARGET_MODEL_HEADER
+from mmelocal.facts.sagemaker import INVOKE_TIMEOUT_S, TARGET_MODEL_HEADER
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ class LoadTestConfig:
     mode: str = "auto"
     endpoint_name: str | None = None
     region: str | None = None
-    timeout_s: float = 60.0
+    timeout_s: float = INVOKE_TIMEOUT_S
     wait_s: float = 0.0
     seed: int | None = None
     prewarm: bool = False

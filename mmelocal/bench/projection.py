@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 
 from mmelocal.bench.datafile import parse_yaml
 from mmelocal.errors import UserInputError
+from mmelocal.facts.sagemaker import MEMORY_THRESHOLD
 from mmelocal.units import MiB
 
 
@@ -107,7 +108,11 @@ def validate_threshold(threshold: float) -> float:
 
 
 def project_count(
-    *, total_bytes: int, baseline_bytes: int, per_model_bytes: float, threshold: float = 0.9
+    *,
+    total_bytes: int,
+    baseline_bytes: int,
+    per_model_bytes: float,
+    threshold: float = MEMORY_THRESHOLD,
 ) -> int:
     """``floor((threshold * total - baseline) / per_model)``, never below 0.
 
@@ -196,7 +201,7 @@ def project(
     *,
     per_model_bytes: float,
     baseline_bytes: int,
-    threshold: float = 0.9,
+    threshold: float = MEMORY_THRESHOLD,
     gpus: Sequence[GpuSpec] | None = None,
 ) -> Projection:
     """The projected count for every card and every instance type that carries it."""

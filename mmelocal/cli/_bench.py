@@ -13,6 +13,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from mmelocal.cli._output import console, err_console, size_option
+from mmelocal.facts.sagemaker import MEMORY_THRESHOLD
 from mmelocal.units import mib
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*$")
@@ -173,7 +174,7 @@ def copy_loop_options(*, memory_budget_help: str) -> Callable[[F], F]:
         click.option(
             "--threshold",
             type=float,
-            default=0.9,
+            default=MEMORY_THRESHOLD,
             show_default=True,
             help="Fraction of the total the loaded copies may use.",
         ),

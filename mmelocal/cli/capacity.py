@@ -25,6 +25,7 @@ from mmelocal.cli._bench import (
 )
 from mmelocal.cli._output import console
 from mmelocal.cli._remote import endpoint_option, region_option, s3_uri_option
+from mmelocal.facts.sagemaker import MEMORY_THRESHOLD
 from mmelocal.units import MiB, mib
 
 
@@ -170,7 +171,7 @@ def measure(
     required=True,
     help="Memory in use with no model loaded (MiB).",
 )
-@click.option("--threshold", type=float, default=0.9, show_default=True)
+@click.option("--threshold", type=float, default=MEMORY_THRESHOLD, show_default=True)
 @click.option(
     "--gpus",
     "gpus_file",

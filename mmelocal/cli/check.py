@@ -7,6 +7,8 @@ from typing import Any
 
 import click
 
+from mmelocal.cli._defaults import default_of
+from mmelocal.runtime.check import CheckOptions
 from mmelocal.runtime.launchers import LAUNCHERS
 from mmelocal.units import mib
 
@@ -17,7 +19,7 @@ from mmelocal.units import mib
 @click.option(
     "--launcher",
     type=click.Choice(LAUNCHERS),
-    default="local",
+    default=default_of(CheckOptions, "launcher"),
     show_default=True,
     help="local = the pip tritonserver; docker = a Triton image; external = a running server.",
 )
@@ -38,13 +40,25 @@ from mmelocal.units import mib
     is_flag=True,
     help="Keep every model loaded and report the memory they take together.",
 )
-@click.option("--atol", type=float, default=1e-3, show_default=True, help="Absolute tolerance.")
-@click.option("--rtol", type=float, default=1e-3, show_default=True, help="Relative tolerance.")
+@click.option(
+    "--atol",
+    type=float,
+    default=default_of(CheckOptions, "atol"),
+    show_default=True,
+    help="Absolute tolerance.",
+)
+@click.option(
+    "--rtol",
+    type=float,
+    default=default_of(CheckOptions, "rtol"),
+    show_default=True,
+    help="Relative tolerance.",
+)
 @click.option(
     "--load-timeout",
     "load_timeout_s",
     type=click.FloatRange(min=1),
-    default=300.0,
+    default=default_of(CheckOptions, "load_timeout_s"),
     show_default=True,
     help="Seconds one model may take to load.",
 )

@@ -14,6 +14,7 @@ from rich.table import Table
 
 from mmelocal.cli._bench import csv_list, mib, output_options, prepare_outputs, write_outputs
 from mmelocal.cli._output import console, err_console
+from mmelocal.facts.sagemaker import MEMORY_THRESHOLD
 
 
 @click.command("estimate")
@@ -46,7 +47,7 @@ from mmelocal.cli._output import console, err_console
     help="TensorRT: the optimisation profile's max batch [default: max batch size].",
 )
 @click.option("--seq-len", type=click.IntRange(min=1), default=128, show_default=True)
-@click.option("--threshold", type=float, default=0.9, show_default=True)
+@click.option("--threshold", type=float, default=MEMORY_THRESHOLD, show_default=True)
 @click.option(
     "--gpus",
     "gpus_file",

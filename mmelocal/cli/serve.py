@@ -8,7 +8,9 @@ from pathlib import Path
 
 import click
 
+from mmelocal.cli._defaults import default_of
 from mmelocal.cli._output import console, env_option, size_option
+from mmelocal.emulator.emulator_config import EmulatorConfig
 from mmelocal.runtime.launchers import LAUNCHERS
 
 
@@ -23,7 +25,7 @@ from mmelocal.runtime.launchers import LAUNCHERS
 @click.option(
     "--memory-threshold",
     type=click.FloatRange(0.0, 1.0, min_open=True),
-    default=0.9,
+    default=default_of(EmulatorConfig, "memory_threshold"),
     show_default=True,
     help="Evict before a load when memory in use would cross this fraction.",
 )
@@ -52,7 +54,7 @@ from mmelocal.runtime.launchers import LAUNCHERS
 @click.option(
     "--launcher",
     type=click.Choice(LAUNCHERS),
-    default="local",
+    default=default_of(EmulatorConfig, "launcher"),
     show_default=True,
 )
 @click.option("--image", help="Container image for --launcher docker.")
@@ -71,17 +73,18 @@ from mmelocal.runtime.launchers import LAUNCHERS
 @click.option(
     "--load-wait",
     type=click.FloatRange(min=0.1),
-    default=60.0,
+    default=default_of(EmulatorConfig, "load_wait_timeout_s"),
     show_default=True,
     help="Seconds a call waits for a cold load before ModelNotReadyException.",
 )
 @click.option("--s3-endpoint-url", help="S3-compatible endpoint for an s3:// store (default AWS).")
 @click.option(
     "--max-payload",
+    type=str,
     callback=size_option,
-    default="6MiB",
-    show_default=True,
-    help="Largest InvokeEndpoint body; larger ones get 413 as from the service (6 MiB).",
+    default=default_of(EmulatorConfig, "max_payload_bytes"),
+    show_default=f"{default_of(EmulatorConfig, 'max_payload_bytes'):,} bytes = 6MiB",
+    help="Largest InvokeEndpoint body; larger ones get 413 as from the service.",
 )
 @click.option(
     "--header-timeout",
