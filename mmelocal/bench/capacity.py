@@ -24,7 +24,7 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -304,7 +304,7 @@ def measure_capacity(
             "no GPU here: give a memory budget (e.g. --memory-budget 4GiB) to measure the "
             "Triton process tree's host memory against"
         )
-    started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    started_at = datetime.now(UTC).isoformat(timespec="seconds")
     with tempfile.TemporaryDirectory(prefix="mmelocal-capacity-", dir=opts.workdir) as tmp:
         work = Path(tmp)
         model = resolve_model(source, workdir=work, model_format=model_format)

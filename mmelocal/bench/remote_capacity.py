@@ -25,7 +25,7 @@ import tempfile
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from mmelocal.bench.capacity import _LoopLimits, copies_needed, measure_instance
@@ -127,7 +127,7 @@ def measure_endpoint_capacity(
         raise UserInputError(f"{tarball}: expected a model.tar.gz (package it with mmelocal)")
     model_format = tarball_format(tarball)
     model = opts.model_name or model_stem(tarball)
-    started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    started_at = datetime.now(UTC).isoformat(timespec="seconds")
     with tempfile.TemporaryDirectory(prefix="mmelocal-remote-") as tmp:
         first = endpoint.ensure_probe(Path(tmp))
     if first.kind == "host" and opts.memory_budget_bytes is None:
