@@ -23,6 +23,7 @@ from mmelocal.bench.estimate import (
     sum_parts,
 )
 from mmelocal.bench.published import PUBLISHED, PublishedCount
+from mmelocal.builder.backends import PLATFORM_FORMATS
 from mmelocal.facts.sagemaker import MEMORY_THRESHOLD
 from mmelocal.units import MiB
 
@@ -117,7 +118,7 @@ def _facts(model: str, precision: str, profile_max: int) -> ModelFacts:
 
 def compare(row: PublishedCount, *, threshold: float = MEMORY_THRESHOLD) -> Comparison:
     """The estimate of ``row``'s model on ``row``'s card."""
-    fmt = "tensorrt" if row.platform == "tensorrt_plan" else "torchscript"
+    fmt = PLATFORM_FORMATS.get(row.platform, "torchscript")
     batches = published_batches(row)
     estimate = estimate_from_facts(
         _facts(row.model, row.precision, batches.engine_max),

@@ -36,16 +36,13 @@ from mmelocal.bench.estimate import (
     estimate_from_facts,
 )
 from mmelocal.bench.projection import GpuSpec, load_gpus
+from mmelocal.builder.backends import PLATFORM_FORMATS
 from mmelocal.errors import UserInputError
 from mmelocal.facts.sagemaker import MEMORY_THRESHOLD
 
 logger = logging.getLogger(__name__)
 
-_PLATFORM_FORMAT = {
-    "pytorch_libtorch": "torchscript",
-    "onnxruntime_onnx": "onnx",
-    "tensorrt_plan": "tensorrt",
-}
+_PLATFORM_FORMAT = PLATFORM_FORMATS
 _TRITON_DTYPES = {
     "TYPE_FP32": "float32",
     "TYPE_FP16": "float16",

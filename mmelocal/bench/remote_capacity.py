@@ -32,18 +32,14 @@ from mmelocal.bench.capacity import _LoopLimits, copies_needed, measure_instance
 from mmelocal.bench.capacity_result import CapacityResult, LoadRecord
 from mmelocal.bench.projection import GpuSpec
 from mmelocal.bench.remote import PROBE_TARGET, ProbeReading, RemoteEndpoint
+from mmelocal.builder.backends import MODEL_KINDS
 from mmelocal.errors import UserInputError
 from mmelocal.units import MiB
 
 logger = logging.getLogger(__name__)
 
 #: Triton platform (or backend) -> mmelocal's format name
-PLATFORM_FORMATS = {
-    "pytorch_libtorch": "torchscript",
-    "onnxruntime_onnx": "onnx",
-    "tensorrt_plan": "tensorrt",
-    "python": "python",
-}
+PLATFORM_FORMATS = MODEL_KINDS
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -14,12 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mmelocal.builder.backends import EXPORT_FORMATS, FORMAT_SHORT_NAMES
 from mmelocal.errors import UserInputError
 
 logger = logging.getLogger(__name__)
 
-FORMATS = ("torchscript", "onnx", "tensorrt")
-SHORT_FORMAT_NAMES = {"torchscript": "pt", "onnx": "onnx", "tensorrt": "trt"}
+FORMATS = EXPORT_FORMATS
+SHORT_FORMAT_NAMES = FORMAT_SHORT_NAMES
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -12,6 +12,7 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
+from mmelocal.builder.backends import EXPORT_FORMATS
 from mmelocal.cli._bench import csv_list, mib, output_options, prepare_outputs, write_outputs
 from mmelocal.cli._output import console, err_console
 from mmelocal.facts.sagemaker import MEMORY_THRESHOLD
@@ -22,7 +23,7 @@ from mmelocal.facts.sagemaker import MEMORY_THRESHOLD
 @click.option(
     "--format",
     "model_format",
-    type=click.Choice(["torchscript", "onnx", "tensorrt"]),
+    type=click.Choice(EXPORT_FORMATS),
     default="torchscript",
     show_default=True,
     help="The artifact Triton will load (a built model folder or tarball: its own).",
