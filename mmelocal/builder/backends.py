@@ -42,34 +42,37 @@ class Backend:
     runtime: str | None = None
 
 
+def _exported(
+    name: str,
+    platform: str,
+    artifact: str,
+    fmt: str,
+    short: str,
+    runtime: str,
+    *,
+    needs_gpu: bool = False,
+) -> Backend:
+    """A backend whose models ``build`` exports."""
+    return Backend(
+        name=name,
+        platforms={platform: artifact},
+        artifact=artifact,
+        format=fmt,
+        short=short,
+        runtime=runtime,
+        needs_gpu=needs_gpu,
+    )
+
+
 #: backend name -> what mmelocal knows about it
 BACKENDS: dict[str, Backend] = {
     b.name: b
     for b in (
-        Backend(
-            name="pytorch",
-            platforms={"pytorch_libtorch": "model.pt"},
-            artifact="model.pt",
-            format="torchscript",
-            short="pt",
-            runtime="torch",
-        ),
-        Backend(
-            name="onnxruntime",
-            platforms={"onnxruntime_onnx": "model.onnx"},
-            artifact="model.onnx",
-            format="onnx",
-            short="onnx",
-            runtime="onnxruntime",
-        ),
-        Backend(
-            name="tensorrt",
-            platforms={"tensorrt_plan": "model.plan"},
-            artifact="model.plan",
-            format="tensorrt",
-            needs_gpu=True,
-            short="trt",
-            runtime="TensorRT",
+        # (backend, platform, artifact, format, short name, runtime): exported by ``build``
+        _exported("pytorch", "pytorch_libtorch", "model.pt", "torchscript", "pt", "torch"),
+        _exported("onnxruntime", "onnxruntime_onnx", "model.onnx", "onnx", "onnx", "onnxruntime"),
+        _exported(
+            "tensorrt", "tensorrt_plan", "model.plan", "tensorrt", "trt", "TensorRT", needs_gpu=True
         ),
         Backend(
             name="tensorflow",

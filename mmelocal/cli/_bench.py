@@ -158,6 +158,14 @@ def _stacked(*options: Callable[[F], F]) -> Callable[[F], F]:
 #: the request body's content type (capacity, loadtest, benchmark)
 content_type_option = click.option("--content-type", default="application/json", show_default=True)
 
+#: the user's GPU table (capacity, capacity project, capacity estimate)
+gpus_option = click.option(
+    "--gpus",
+    "gpus_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Your GPU table (YAML, as the packaged gpus.yaml): adds or replaces cards.",
+)
+
 #: the user's price table (sweep, benchmark)
 prices_option = click.option(
     "--prices",

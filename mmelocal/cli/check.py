@@ -7,22 +7,18 @@ from typing import Any
 
 import click
 
-from mmelocal.cli._defaults import default_of
+from mmelocal.cli._defaults import defaults_of, launcher_option
 from mmelocal.runtime.check import CheckOptions
-from mmelocal.runtime.launchers import LAUNCHERS
 from mmelocal.units import mib
+
+#: the defaults of ``check``'s options: the library's
+CHECK = defaults_of(CheckOptions)
 
 
 @click.command()
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
-@click.option(
-    "--launcher",
-    type=click.Choice(LAUNCHERS),
-    default=default_of(CheckOptions, "launcher"),
-    show_default=True,
-    help="local = the pip tritonserver; docker = a Triton image; external = a running server.",
-)
+@launcher_option(CHECK["launcher"])
 @click.option("--url", help="Server URL for --launcher external (http://host:port).")
 @click.option(
     "--tritonserver",
@@ -41,24 +37,16 @@ from mmelocal.units import mib
     help="Keep every model loaded and report the memory they take together.",
 )
 @click.option(
-    "--atol",
-    type=float,
-    default=default_of(CheckOptions, "atol"),
-    show_default=True,
-    help="Absolute tolerance.",
+    "--atol", type=float, default=CHECK["atol"], show_default=True, help="Absolute tolerance."
 )
 @click.option(
-    "--rtol",
-    type=float,
-    default=default_of(CheckOptions, "rtol"),
-    show_default=True,
-    help="Relative tolerance.",
+    "--rtol", type=float, default=CHECK["rtol"], show_default=True, help="Relative tolerance."
 )
 @click.option(
     "--load-timeout",
     "load_timeout_s",
     type=click.FloatRange(min=1),
-    default=default_of(CheckOptions, "load_timeout_s"),
+    default=CHECK["load_timeout_s"],
     show_default=True,
     help="Seconds one model may take to load.",
 )

@@ -8,10 +8,9 @@ from pathlib import Path
 
 import click
 
-from mmelocal.cli._defaults import default_of
+from mmelocal.cli._defaults import default_of, launcher_option
 from mmelocal.cli._output import console, env_option, size_option
 from mmelocal.emulator.emulator_config import EmulatorConfig
-from mmelocal.runtime.launchers import LAUNCHERS
 
 
 @click.command()
@@ -51,12 +50,7 @@ from mmelocal.runtime.launchers import LAUNCHERS
     type=click.IntRange(min=1),
     help="Triton instances; default one per GPU, one without a GPU.",
 )
-@click.option(
-    "--launcher",
-    type=click.Choice(LAUNCHERS),
-    default=default_of(EmulatorConfig, "launcher"),
-    show_default=True,
-)
+@launcher_option(default_of(EmulatorConfig, "launcher"))
 @click.option("--image", help="Container image for --launcher docker.")
 @click.option(
     "--triton-url",

@@ -33,6 +33,16 @@ class PublishedReading:
     nvml_total_mib: float
     baseline_mib: float
 
+    def run_fields(self) -> dict[str, Any]:
+        """The fields a published run takes from this reading (instance, card, total,
+        baseline), under :class:`~mmelocal.bench.estimate.published.PublishedCount`'s names."""
+        return {
+            "instance_type": self.instance_type,
+            "gpu": self.gpu,
+            "total_mib": self.nvml_total_mib,
+            "baseline_mib": self.baseline_mib,
+        }
+
 
 @cache
 def _data() -> dict[str, Any]:
