@@ -18,6 +18,7 @@ from mmelocal.cli._bench import (
 )
 from mmelocal.cli._loadgen import generators_from, loadgen_options
 from mmelocal.cli._output import console, err_console
+from mmelocal.facts.sagemaker import INVOKE_TIMEOUT_S
 
 
 @click.command()
@@ -83,7 +84,7 @@ from mmelocal.cli._output import console, err_console
     "--timeout",
     "timeout_s",
     type=float,
-    default=60.0,
+    default=INVOKE_TIMEOUT_S,
     show_default=True,
     help="Per-request timeout in seconds.",
 )
