@@ -16,13 +16,14 @@ from typing import Any
 
 from mmelocal.deploy.images import DEFAULT_TRITON_VERSION
 from mmelocal.errors import DeployError, UserInputError
+from mmelocal.facts.runtime_api import DEFAULT_VARIANT_NAME
 from mmelocal.runtime.entrypoint import check_sagemaker_env
 
 logger = logging.getLogger(__name__)
 
 #: the tag that marks what mmelocal created; its value is the endpoint name
 TAG_KEY = "mmelocal:endpoint"
-VARIANT_NAME = "AllTraffic"
+VARIANT_NAME = DEFAULT_VARIANT_NAME
 #: object metadata (x-amz-meta-mmelocal-sha256) that records the uploaded file's SHA-256
 SHA256_METADATA = "mmelocal-sha256"
 

@@ -32,13 +32,14 @@ from mmelocal.errors import (
     UserInputError,
     ValidationError,
 )
+from mmelocal.facts.runtime_api import INVOKED_VARIANT_HEADER
 from mmelocal.runtime.sagemaker import TARGET_MODEL_HEADER
 
 logger = logging.getLogger(__name__)
 
 TARGET_HEADER = TARGET_MODEL_HEADER
 CUSTOM_ATTRIBUTES = "X-Amzn-SageMaker-Custom-Attributes"
-VARIANT_HEADER = "x-Amzn-Invoked-Production-Variant"
+VARIANT_HEADER = INVOKED_VARIANT_HEADER
 SAGEMAKER_BINARY = "application/vnd.sagemaker-triton.binary+json;json-header-size="
 V2_BINARY_HEADER = "Inference-Header-Content-Length"
 #: the emulator's own answer header: was the model already loaded ("hit") or not ("miss")
@@ -275,7 +276,7 @@ def invocation_answer(emulator: Emulator, target: str, result: InvokeResult) -> 
         )
     headers = [
         ("Content-Type", result.headers.get("content-type", JSON_TYPE)),
-        (VARIANT_HEADER, "AllTraffic"),
+        (VARIANT_HEADER, emulator.config.variant_name),
         ("x-amzn-RequestId", request_id()),
         (CACHE_HEADER, "hit" if result.cache_hit else "miss"),
     ]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from mmelocal.emulator.instance import InstanceOptions
 from mmelocal.errors import UserInputError
+from mmelocal.facts.runtime_api import DEFAULT_VARIANT_NAME
 from mmelocal.runtime.entrypoint import check_sagemaker_env
 from mmelocal.runtime.launchers import LAUNCHERS, check_launcher_kind
 from mmelocal.units import GiB
@@ -40,6 +41,9 @@ class EmulatorConfig:
     ``SAGEMAKER_URL[,HTTP_URL]`` (the KServe v2 URL serves metadata; the servers must see
     the cache folder at the same path).
 
+    ``variant_name`` is the production variant this emulator serves: the answers'
+    ``x-Amzn-Invoked-Production-Variant`` and the metrics' ``VariantName``.
+
     ``gpu_memory_bytes`` caps each GPU's memory for the budget (an instance type's card on
     a bigger GPU); it has no effect without a GPU.
 
@@ -61,6 +65,7 @@ class EmulatorConfig:
     tritonserver: Path | None = None
     external_urls: tuple[str, ...] = ()
     endpoint_name: str | None = None
+    variant_name: str = DEFAULT_VARIANT_NAME
     load_wait_timeout_s: float = 60.0
     load_timeout_s: float = 360.0
     invoke_timeout_s: float = 60.0

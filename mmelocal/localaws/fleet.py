@@ -1,8 +1,9 @@
-"""One endpoint config made real: the MME emulator (Triton behind it) that serves it.
+"""One production variant made real: the MME emulator (Triton behind it) that serves it.
 
-:func:`plan_fleet` reads what ``CreateEndpoint`` / ``UpdateEndpoint`` named (the config's
-first variant and its model) and decides what runs, or raises :class:`EndpointFailedError` with the
-``FailureReason`` the endpoint shows. :class:`Fleet` owns the running
+:func:`plan_variant` reads what ``CreateEndpoint`` / ``UpdateEndpoint`` named (one of the
+config's variants and its model) and decides what runs, or raises
+:class:`EndpointFailedError` with the ``FailureReason`` the endpoint shows (an endpoint's
+variants together: :mod:`.variants`). :class:`Fleet` owns the running
 :class:`~mmelocal.emulator.server.EmulatorServer` and counts the calls in flight so an
 update or a delete can let them finish before it stops Triton.
 """
@@ -18,6 +19,7 @@ from typing import Any
 
 from mmelocal.deploy.images import REPOSITORY
 from mmelocal.errors import EndpointFailedError
+from mmelocal.facts.runtime_api import DEFAULT_VARIANT_NAME, DEFAULT_VARIANT_WEIGHT
 from mmelocal.localaws.checks import parse_s3_url
 
 #: the repository of SageMaker's Triton images (``<account>.dkr.ecr.<region>.amazonaws.com/
@@ -27,7 +29,7 @@ TRITON_REPOSITORY = REPOSITORY
 
 @dataclass(frozen=True, kw_only=True)
 class FleetPlan:
-    """What one endpoint config runs: an emulator on an S3 prefix (see the module doc)."""
+    """What one production variant runs: an emulator on an S3 prefix (see the module doc)."""
 
     endpoint_name: str
     config_name: str
@@ -37,8 +39,9 @@ class FleetPlan:
     instance_type: str
     environment: Mapping[str, str] = field(default_factory=dict)
     single_model_target: str | None = None
-    variants: tuple[dict[str, Any], ...] = ()
     gpu_memory_bytes: int | None = None
+    variant_name: str = DEFAULT_VARIANT_NAME
+    weight: float = DEFAULT_VARIANT_WEIGHT
 
     @property
     def store_url(self) -> str:
@@ -63,31 +66,23 @@ def card_memory_bytes(instance_type: str) -> int | None:
     return None
 
 
-def described_variants(variants: list[dict[str, Any]]) -> tuple[dict[str, Any], ...]:
-    """``DescribeEndpoint``'s ``ProductionVariants`` for a config's variants, in service."""
-    out = []
-    for variant in variants:
-        count = int(variant.get("InitialInstanceCount", 1))
-        weight = float(variant.get("InitialVariantWeight", 1.0))
-        out.append(
-            {
-                "VariantName": variant["VariantName"],
-                "CurrentWeight": weight,
-                "DesiredWeight": weight,
-                "CurrentInstanceCount": count,
-                "DesiredInstanceCount": count,
-            }
-        )
-    return tuple(out)
-
-
 def plan_fleet(endpoint_name: str, config: dict[str, Any], model: dict[str, Any]) -> FleetPlan:
-    """The emulator an endpoint config asks for (``DescribeEndpointConfig`` and
-    ``DescribeModel`` answers); EndpointFailedError with the FailureReason when it cannot run."""
+    """The emulator of an endpoint config's first variant (``DescribeEndpointConfig`` and
+    ``DescribeModel`` answers); EndpointFailedError with the FailureReason when it cannot
+    run. Every variant: :func:`mmelocal.localaws.variants.plan_endpoint`."""
     variants = config.get("ProductionVariants") or []
     if not variants:
         raise EndpointFailedError("the endpoint configuration has no production variant")
-    if "ServerlessConfig" in variants[0] or "InstanceType" not in variants[0]:
+    return plan_variant(endpoint_name, str(config["EndpointConfigName"]), variants[0], model)
+
+
+def plan_variant(
+    endpoint_name: str, config_name: str, variant: dict[str, Any], model: dict[str, Any]
+) -> FleetPlan:
+    """The emulator one production variant asks for (the variant as ``DescribeEndpointConfig``
+    gives it, its model as ``DescribeModel`` does); EndpointFailedError with the
+    FailureReason when it cannot run."""
+    if "ServerlessConfig" in variant or "InstanceType" not in variant:
         raise EndpointFailedError(
             "mmelocal serves instance-backed variants only (InstanceType and "
             "InitialInstanceCount); serverless variants are not emulated"
@@ -113,18 +108,19 @@ def plan_fleet(endpoint_name: str, config: dict[str, Any], model: dict[str, Any]
     else:
         prefix, _, single = key.rpartition("/")
         prefix = prefix + "/" if prefix else ""
-    first = variants[0]
+    weight = variant.get("InitialVariantWeight")
     return FleetPlan(
         endpoint_name=endpoint_name,
-        config_name=str(config["EndpointConfigName"]),
+        config_name=config_name,
         bucket=bucket,
         prefix=prefix,
-        instances=int(first.get("InitialInstanceCount", 1)),
-        instance_type=str(first["InstanceType"]),
+        instances=int(variant.get("InitialInstanceCount", 1)),
+        instance_type=str(variant["InstanceType"]),
         environment=dict(container.get("Environment") or {}),
         single_model_target=single,
-        variants=described_variants(variants),
-        gpu_memory_bytes=card_memory_bytes(str(first["InstanceType"])),
+        gpu_memory_bytes=card_memory_bytes(str(variant["InstanceType"])),
+        variant_name=str(variant.get("VariantName") or DEFAULT_VARIANT_NAME),
+        weight=DEFAULT_VARIANT_WEIGHT if weight is None else float(weight),
     )
 
 
@@ -156,6 +152,7 @@ class Fleet:
             cache_dir=options.work_dir,
             instances=plan.instances,
             endpoint_name=plan.endpoint_name,
+            variant_name=plan.variant_name,
             memory_budget_bytes=options.memory_budget_bytes,
             launcher=options.launcher,
             tritonserver=options.tritonserver,
@@ -222,7 +219,7 @@ __all__ = [
     "FleetOptions",
     "FleetPlan",
     "card_memory_bytes",
-    "described_variants",
     "is_triton_image",
     "plan_fleet",
+    "plan_variant",
 ]

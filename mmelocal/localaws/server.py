@@ -21,7 +21,8 @@ from typing import Any
 from mmelocal.errors import EndpointFailedError, MissingDependencyError, UserInputError
 from mmelocal.localaws.app import INTERNAL_HEADER, OWN_HEADER, LocalAwsApp
 from mmelocal.localaws.endpoints import EndpointManager
-from mmelocal.localaws.fleet import Fleet, FleetOptions, FleetPlan, plan_fleet
+from mmelocal.localaws.fleet import Fleet, FleetOptions, FleetPlan
+from mmelocal.localaws.variants import EndpointPlan, plan_endpoint
 from mmelocal.runtime.lifecycle import StartStopContext
 
 logger = logging.getLogger(__name__)
@@ -277,22 +278,25 @@ class LocalAws(StartStopContext):
             return None
         return [obj["Key"] for obj in listing.get("Contents", [])]
 
-    def _plan(self, region: str, endpoint_name: str, config_name: str) -> FleetPlan:
+    def _plan(self, region: str, endpoint_name: str, config_name: str) -> EndpointPlan:
         from botocore.exceptions import ClientError
 
         sagemaker = self._client("sagemaker", region)
         try:
             config = sagemaker.describe_endpoint_config(EndpointConfigName=config_name)
-            variants = config.get("ProductionVariants") or [{}]
-            model = sagemaker.describe_model(ModelName=variants[0].get("ModelName", ""))
+            models = {}
+            for variant in config.get("ProductionVariants") or []:
+                name = str(variant.get("ModelName", ""))
+                if name not in models:
+                    models[name] = sagemaker.describe_model(ModelName=name)
         except ClientError as exc:
             raise EndpointFailedError(str(exc.response["Error"].get("Message", exc))) from exc
-        plan = plan_fleet(endpoint_name, config, model)
-        keys = self._keys_under(plan.bucket, plan.prefix + (plan.single_model_target or ""))
-        if not keys:
-            raise EndpointFailedError(
-                f"Could not find model data at {plan.store_url}{plan.single_model_target or ''}."
-            )
+        plan = plan_endpoint(endpoint_name, config, models)
+        for fleet in plan.variants:
+            keys = self._keys_under(fleet.bucket, fleet.prefix + (fleet.single_model_target or ""))
+            if not keys:
+                where = fleet.store_url + (fleet.single_model_target or "")
+                raise EndpointFailedError(f"Could not find model data at {where}.")
         return plan
 
     def _start_fleet(self, plan: FleetPlan, work_dir: Path) -> Fleet:
