@@ -35,6 +35,7 @@ from mmelocal.facts.runtime_api import (
 )
 from mmelocal.localaws.checks import model_data_problem, model_violations
 from mmelocal.localaws.endpoints import EndpointManager
+from mmelocal.localaws.logs import LogShipper
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +90,7 @@ class LocalAwsApp:
         keys_under: Callable[[str, str], list[str] | None],
         internal: Callable[[str], Any],
         account_id: str,
+        logs: LogShipper | None = None,
     ) -> None:
         import urllib3
 
@@ -97,6 +99,7 @@ class LocalAwsApp:
         self._keys_under = keys_under
         self._internal = internal
         self.account_id = account_id
+        self.logs = logs
         self._http = urllib3.PoolManager(maxsize=64, retries=False)
         #: regions SageMaker or Application Auto Scaling were called in (the state to save)
         self.regions: set[str] = set()
@@ -415,7 +418,10 @@ class LocalAwsApp:
             )
             return self._answer(start_response, answer.status, answer.headers, answer.body)
         out = [(k, v) for k, v in response.headers.items() if k.lower() not in _HOP_BY_HOP]
-        return self._answer(start_response, response.status, out, response.data)
+        data = response.data
+        if response.status == 424 and self.logs is not None:  # ModelError: name its stream
+            data = self.logs.model_error_body(region or "us-east-1", fleet, data)
+        return self._answer(start_response, response.status, out, data)
 
     @staticmethod
     def _answer(

@@ -11,6 +11,7 @@ update or a delete can let them finish before it stops Triton.
 from __future__ import annotations
 
 import contextlib
+import secrets
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -42,6 +43,7 @@ class FleetPlan:
     gpu_memory_bytes: int | None = None
     variant_name: str = DEFAULT_VARIANT_NAME
     weight: float = DEFAULT_VARIANT_WEIGHT
+    region: str = "us-east-1"
 
     @property
     def store_url(self) -> str:
@@ -144,6 +146,9 @@ class Fleet:
         from mmelocal.emulator.store import S3Store
 
         self.plan = plan
+        #: one EC2-style id per instance (its log stream is ``{variant}/{id}``)
+        self.instance_ids = [new_instance_id() for _ in range(plan.instances)]
+        self.stopped = False
         self._inflight = 0
         self._idle = threading.Condition()
         store = S3Store(plan.bucket, plan.prefix, client=s3_client)
@@ -203,9 +208,19 @@ class Fleet:
         with self._idle:
             return self._idle.wait_for(lambda: self._inflight == 0, timeout=timeout_s)
 
+    def log_paths(self) -> list[Path | None]:
+        """Each instance's Triton log (None where the launcher keeps none)."""
+        return [inst.launcher.log_path for inst in self.server.emulator.instances]
+
     def stop(self) -> None:
         """Stop the emulator and its Triton instances (idempotent)."""
         self.server.stop()
+        self.stopped = True
+
+
+def new_instance_id() -> str:
+    """An id shaped like an EC2 instance's (``i-`` and 17 hex digits)."""
+    return "i-" + secrets.token_hex(9)[:17]
 
 
 def _reason(exc: BaseException) -> str:
@@ -220,6 +235,7 @@ __all__ = [
     "FleetPlan",
     "card_memory_bytes",
     "is_triton_image",
+    "new_instance_id",
     "plan_fleet",
     "plan_variant",
 ]

@@ -10,6 +10,7 @@ clean stop and restored at the next start (:mod:`.state`).
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import logging
 import socket
@@ -22,6 +23,7 @@ from mmelocal.errors import EndpointFailedError, MissingDependencyError, UserInp
 from mmelocal.localaws.app import INTERNAL_HEADER, OWN_HEADER, LocalAwsApp
 from mmelocal.localaws.endpoints import EndpointManager
 from mmelocal.localaws.fleet import Fleet, FleetOptions, FleetPlan
+from mmelocal.localaws.logs import LogShipper
 from mmelocal.localaws.variants import EndpointPlan, plan_endpoint
 from mmelocal.runtime.lifecycle import StartStopContext
 
@@ -79,6 +81,7 @@ class LocalAws(StartStopContext):
         self._clients: dict[tuple[bool, str, str], Any] = {}
         self._clients_lock = threading.Lock()
         self.endpoints: EndpointManager | None = None
+        self._logs: LogShipper | None = None
 
     # -- public ------------------------------------------------------------------------
     @property
@@ -134,12 +137,14 @@ class LocalAws(StartStopContext):
             forget=self._forget,
             work_dir=self._data_dir / "endpoints",
         )
+        self._logs = LogShipper(self._client, account_id=DEFAULT_ACCOUNT_ID)
         app = self._app = LocalAwsApp(
             moto_app=DomainDispatcherApplication(create_backend_app),
             endpoints=self.endpoints,
             keys_under=self._keys_under,
             internal=lambda region: self._client("sagemaker", region),
             account_id=DEFAULT_ACCOUNT_ID,
+            logs=self._logs,
         )
 
         if self.persist:
@@ -174,6 +179,7 @@ class LocalAws(StartStopContext):
         )
         self._thread.start()
         LocalAws._running += 1
+        self._logs.start()
         logger.info("local AWS listening on %s (data %s)", self.url, self._data_dir)
         if self.persist:
             from mmelocal.localaws import state
@@ -188,6 +194,11 @@ class LocalAws(StartStopContext):
     def stop(self) -> None:
         """Save the state (``persist``), stop serving and every endpoint's Triton
         (idempotent)."""
+        if self._logs is not None:
+            try:  # the last lines, while the server still answers
+                self._logs.stop()
+            except Exception:
+                logger.exception("could not ship the last endpoint log lines")
         if self._server is not None:
             if self._restored and self._app is not None and self._data_dir is not None:
                 from mmelocal.localaws import state
@@ -292,6 +303,9 @@ class LocalAws(StartStopContext):
         except ClientError as exc:
             raise EndpointFailedError(str(exc.response["Error"].get("Message", exc))) from exc
         plan = plan_endpoint(endpoint_name, config, models)
+        plan = dataclasses.replace(
+            plan, variants=tuple(dataclasses.replace(v, region=region) for v in plan.variants)
+        )
         for fleet in plan.variants:
             keys = self._keys_under(fleet.bucket, fleet.prefix + (fleet.single_model_target or ""))
             if not keys:
@@ -303,6 +317,11 @@ class LocalAws(StartStopContext):
         options = FleetOptions(work_dir=work_dir, **self._fleet_options)  # type: ignore[arg-type]
         fleet = Fleet(plan, s3_client=self._new_client("s3", DEFAULT_REGION), options=options)
         fleet.start()
+        if self._logs is not None:
+            try:
+                self._logs.watch(plan.region, fleet)
+            except Exception:  # logs are a view: an endpoint serves without them
+                logger.exception("could not create the log streams of %s", plan.endpoint_name)
         return fleet
 
     def _forget(self, region: str, endpoint_name: str) -> None:
