@@ -61,8 +61,9 @@ bench: install
 GPU_PROOF_OUT ?= gpu-proof-out
 WHEELS ?= .whl
 GPU_PYTHON ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
+GPU_PROOF_ARGS ?=
 gpu-proof:
-	$(GPU_PYTHON) benchmarks/gpu_proof.py --wheels $(WHEELS) --out $(GPU_PROOF_OUT)
+	$(GPU_PYTHON) benchmarks/gpu_proof.py --wheels $(WHEELS) --out $(GPU_PROOF_OUT) $(GPU_PROOF_ARGS)
 
 clean:
 	rm -rf $(VENV) build dist $(SITE) .pytest_cache .mypy_cache .ruff_cache
