@@ -215,16 +215,16 @@ class EndpointManager:
     def _run_create(self, state: EndpointState, generation: int) -> None:
         try:
             fleets = self._new_fleets(state, state.config_name)
-        except EndpointFailedError as exc:
-            self._fail(state, generation, str(exc))
+        except Exception as exc:  # the endpoint fails with the reason, never stays Creating
+            self._fail(state, generation, _reason(exc))
             return
         self._install(state, generation, fleets)
 
     def _run_update(self, state: EndpointState, config_name: str, generation: int) -> None:
         try:
             fleets = self._new_fleets(state, config_name)
-        except EndpointFailedError as exc:
-            self._fail(state, generation, str(exc))
+        except Exception as exc:  # the endpoint fails with the reason, never stays Creating
+            self._fail(state, generation, _reason(exc))
             return
         old = self._install(state, generation, fleets)
         if old is not None:
@@ -234,10 +234,10 @@ class EndpointManager:
     def _run_weights(self, state: EndpointState, fleets: VariantFleets, generation: int) -> None:
         try:
             fleets.apply(drain_timeout_s=DRAIN_TIMEOUT_S)
-        except EndpointFailedError as exc:
+        except Exception as exc:  # the old count goes on serving
             for variant in fleets.variants:  # what could not start stays as it was
                 variant.desired_instance_count = variant.current_instance_count
-            self._fail(state, generation, str(exc))
+            self._fail(state, generation, _reason(exc))
             return
         with self._lock:
             if state.generation == generation and state.fleets is fleets:
@@ -252,6 +252,13 @@ class EndpointManager:
                 del self._endpoints[(state.region, state.name)]
         self._forget(state.region, state.name)
         logger.info("endpoint %s deleted", state.name)
+
+
+def _reason(exc: BaseException) -> str:
+    """The FailureReason for an exception: its message (an unexpected one is logged)."""
+    if not isinstance(exc, EndpointFailedError):
+        logger.error("endpoint transition failed", exc_info=exc)
+    return (str(exc).strip() or type(exc).__name__)[:1024]  # FailureReason's maximum
 
 
 __all__ = ["DRAIN_TIMEOUT_S", "EndpointManager", "EndpointState"]
