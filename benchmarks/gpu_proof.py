@@ -308,7 +308,7 @@ def capacity_runs(
 ) -> list[dict[str, Any]]:
     """``capacity`` on the GPU: TorchScript ResNet-50 (random weights), a tiny BERT and, with
     ``bert_base``, a random BERT-base."""
-    from mmelocal.bench.capacity import CapacityOptions, measure_capacity
+    from mmelocal.bench.capacity.loop import CapacityOptions, measure_capacity
     from mmelocal.testing.tiny_bert import save_tiny_bert
 
     options = CapacityOptions(use_gpu=True, max_copies=max_copies, workdir=workdir)

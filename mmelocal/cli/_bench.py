@@ -225,7 +225,7 @@ def write_outputs(
 
         console.print(f"JSON: {write_results(results, json_out)}")
     if report_dir is not None:
-        from mmelocal.bench.report import write_report
+        from mmelocal.bench.report.page import write_report
 
         console.print(f"report: {write_report(results, report_dir, title=title).html}")
 

@@ -119,8 +119,8 @@ def measure(
             content_type=content_type, json_out=json_out, report_dir=report_dir,
         )  # fmt: skip
         return
-    from mmelocal.bench.capacity import CapacityOptions, measure_capacity
-    from mmelocal.bench.projection import load_gpus
+    from mmelocal.bench.capacity.loop import CapacityOptions, measure_capacity
+    from mmelocal.bench.capacity.projection import load_gpus
     from mmelocal.bench.sources import check_format, is_prebuilt
 
     options = CapacityOptions(
@@ -187,7 +187,7 @@ def project_command(
     report_dir: Path | None,
 ) -> None:
     """Models per GPU on the usual cards: floor((threshold x total - baseline) / per model)."""
-    from mmelocal.bench.projection import load_gpus, project
+    from mmelocal.bench.capacity.projection import load_gpus, project
 
     projection = project(
         per_model_bytes=per_model_mib * MiB,

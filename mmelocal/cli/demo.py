@@ -263,7 +263,7 @@ def demo(
     of the other copies, so the emulator loads each of them cold and evicts the least
     recently used, as a multi-model endpoint does under the same traffic.
     """
-    from mmelocal.bench.footprint import marginal_bytes
+    from mmelocal.bench.capacity.footprint import marginal_bytes
     from mmelocal.builder.package import package_copies
     from mmelocal.emulator.emulator import EmulatorConfig
     from mmelocal.emulator.server import EmulatorServer

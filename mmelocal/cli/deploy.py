@@ -90,9 +90,9 @@ def deploy(
     validated against botocore's service models; --dry-run stops there. Running deploy
     again resumes an interrupted one; 'mmelocal undeploy NAME' removes what it created.
     """
+    from mmelocal.aws.session import connect
     from mmelocal.deploy.deployer import make_plan
     from mmelocal.deploy.plan import DeployOptions
-    from mmelocal.deploy.session import connect
     from mmelocal.errors import DeployError
 
     chosen = _instance_type(instance_type, capacity, hot_models, store)
@@ -137,7 +137,7 @@ def _instance_type(
         return given
     if capacity is None:
         return DEFAULT_INSTANCE_TYPE
-    from mmelocal.deploy.sizing import cheapest_instance
+    from mmelocal.bench.capacity.sizing import cheapest_instance
     from mmelocal.deploy.upload import store_files
 
     hot = hot_models if hot_models is not None else len(store_files(store))
@@ -249,8 +249,8 @@ def undeploy(name: str, region: str | None, delete_artifacts: bool) -> None:
     """Delete what 'mmelocal deploy' created for endpoint NAME (and nothing else)."""
     from rich.table import Table
 
+    from mmelocal.aws.session import connect
     from mmelocal.deploy.deployer import undeploy as run_undeploy
-    from mmelocal.deploy.session import connect
 
     clients = connect(region)
     with err_console.status(f"undeploying {name}"):
@@ -282,7 +282,7 @@ def smoke(
     """Invoke MODELS tarballs of endpoint NAME; answers must equal the build's reference."""
     from rich.table import Table
 
-    from mmelocal.deploy.session import connect
+    from mmelocal.aws.session import connect
     from mmelocal.deploy.smoke import smoke_endpoint
 
     clients = connect(region)

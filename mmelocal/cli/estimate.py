@@ -83,8 +83,8 @@ def estimate(
     mmelocal capacity estimate minilm --format tensorrt --precision fp16
     mmelocal capacity estimate model.tar.gz --measured capacity.json
     """
-    from mmelocal.bench.estimate_model import estimate_many, measured_from_capacity
-    from mmelocal.bench.projection import load_gpus
+    from mmelocal.bench.capacity.projection import load_gpus
+    from mmelocal.bench.estimate.model import estimate_many, measured_from_capacity
 
     prepare_outputs(json_out, report_dir)
     overrides = {"max_batch_size": max_batch_size, "instance_count": instance_count}

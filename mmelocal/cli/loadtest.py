@@ -112,14 +112,14 @@ def loadtest(
     report_dir: Path | None,
 ) -> None:
     """Load-test an endpoint: each request targets a random one of COUNT copies."""
-    from mmelocal.bench.loadtest import (
+    from mmelocal.bench.loadtest.runner import (
         LoadTestConfig,
         expand_targets,
         run_loadtest,
         summary_lines,
     )
-    from mmelocal.bench.payload import payload_from_model
-    from mmelocal.bench.shape import load_shape
+    from mmelocal.bench.loadtest.shape import load_shape
+    from mmelocal.builder.payload import payload_from_model
 
     if (payload is None) == (payload_from is None):
         raise click.UsageError("give exactly one of --payload FILE or --payload-from MODEL")

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from mmelocal.bench.capacity import CapacityResult, LoadRecord
-from mmelocal.bench.projection import (
+from mmelocal.bench.capacity.loop import CapacityResult, LoadRecord
+from mmelocal.bench.capacity.projection import (
     GpuSpec,
     load_gpus,
     parse_gpus,

@@ -1,6 +1,6 @@
 """Capacity results: the copies loaded, the memory after each, the footprint statistics.
 
-Kept apart from :mod:`mmelocal.bench.capacity` (which drives the emulator) so reports and
+Kept apart from :mod:`mmelocal.bench.capacity.loop` (which drives the emulator) so reports and
 tests can read results without importing the emulator.
 """
 
@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from mmelocal.bench.footprint import runtime_name
-from mmelocal.bench.projection import Projection, project_count
+from mmelocal.bench.capacity.footprint import runtime_name
+from mmelocal.bench.capacity.projection import Projection, project_count
 from mmelocal.units import MiB
 
 

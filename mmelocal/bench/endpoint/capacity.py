@@ -2,18 +2,18 @@
 
 The procedure of aws-samples/sagemaker-mme-gpu-benchmarking, with the names it uses:
 
-1. ``metrics.tar.gz`` (mmelocal's probe, :mod:`mmelocal.bench.remote`) goes into the
+1. ``metrics.tar.gz`` (mmelocal's probe, :mod:`mmelocal.bench.endpoint.remote`) goes into the
    endpoint's prefix and is invoked once, which loads it; its reading is the baseline;
 2. the user's tarball is uploaded once; copy ``i`` is a server-side S3 copy of it named
    ``{model}-v{i}.tar.gz`` (under a run folder, so an earlier run's loaded copies never
    count), invoked once through ``InvokeEndpoint`` with ``TargetModel`` (which loads it and
    runs one inference), then the probe is read until it settles;
 3. it stops at ``threshold`` (90 %) of the memory the probe reports with the local run's
-   loop (:func:`mmelocal.bench.capacity.measure_instance`, same result): by default on the
+   loop (:func:`mmelocal.bench.capacity.loop.measure_instance`, same result): by default on the
    copy that crosses, kept as the proof; with ``verify_next=False`` as the published loop
    does, when the next copy is *predicted* to cross.
 
-The result is a :class:`~mmelocal.bench.capacity_result.CapacityResult` like the local
+The result is a :class:`~mmelocal.bench.capacity.result.CapacityResult` like the local
 one, with its projection onto other cards and ``instance_type`` set to the endpoint's.
 """
 
@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from mmelocal.bench.capacity import _LoopLimits, copies_needed, measure_instance
-from mmelocal.bench.capacity_result import CapacityResult, LoadRecord
-from mmelocal.bench.projection import GpuSpec
-from mmelocal.bench.remote import PROBE_TARGET, ProbeReading, RemoteEndpoint
+from mmelocal.bench.capacity.loop import _LoopLimits, copies_needed, measure_instance
+from mmelocal.bench.capacity.projection import GpuSpec
+from mmelocal.bench.capacity.result import CapacityResult, LoadRecord
+from mmelocal.bench.endpoint.remote import PROBE_TARGET, ProbeReading, RemoteEndpoint
 from mmelocal.errors import UserInputError
 from mmelocal.units import MiB
 
@@ -65,7 +65,7 @@ class RemoteCapacity:
 
 
 class _EndpointInstance:
-    """The loop's view of the endpoint (:class:`~mmelocal.bench.capacity.CapacityInstance`):
+    """The loop's view of the endpoint (:class:`~mmelocal.bench.capacity.loop.CapacityInstance`):
     a load is the copy's first invocation; memory is the probe's reading."""
 
     def __init__(self, endpoint: RemoteEndpoint, payload: bytes, content_type: str) -> None:

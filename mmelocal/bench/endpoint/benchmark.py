@@ -4,13 +4,15 @@ report -> undeploy.
 Each framework's tarball gets an endpoint of its own (``<name>-pt``, ``<name>-trt``, one
 instance, prefix ``<s3-uri><framework>/``), one after the other: a capacity count needs a
 GPU no other model has filled, and SageMaker offers no unload call. On it, capacity
-(:mod:`~mmelocal.bench.remote_capacity`) loads copies up to the threshold, then the load
+(:mod:`~mmelocal.bench.endpoint.capacity`) loads copies up to the threshold, then the load
 test sends the stepped shape over those copies, a random copy per request (the published
 Locust test), and the copies are deleted. The last endpoint also runs the sweep
-(:mod:`~mmelocal.bench.remote_sweep`) before it is taken down. An endpoint is deleted
+(:mod:`~mmelocal.bench.endpoint.sweep`) before it is taken down. An endpoint is deleted
 (with the objects mmelocal put under its prefix) even when a step fails, unless
 ``keep_endpoints`` is set. With ``existing`` set, the one framework is measured on that
-deployed endpoint instead, which is neither created nor deleted.
+deployed endpoint instead, which is neither created nor deleted. The endpoints are created and
+deleted by the plan's ``deployer`` (``mmelocal benchmark`` passes
+:func:`mmelocal.deploy.temporary.temporary_endpoint`), so bench never imports deploy.
 
 :meth:`BenchmarkPlan.steps_s` says beforehand what will be billed: instance-hours from the expected
 duration of each step times the hourly price of the price table.
@@ -21,17 +23,18 @@ from __future__ import annotations
 import contextlib
 import logging
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from mmelocal.bench.benchmark_result import BenchmarkResult, framework_of
-from mmelocal.bench.loadtest_result import LoadTestResult
-from mmelocal.bench.remote import RemoteEndpoint
-from mmelocal.bench.remote_capacity import RemoteCapacityOptions, measure_endpoint_capacity
-from mmelocal.bench.shape import LoadShape
-from mmelocal.bench.sweep import SweepOptions
+from mmelocal.aws.session import AwsClients
+from mmelocal.bench.endpoint.capacity import RemoteCapacityOptions, measure_endpoint_capacity
+from mmelocal.bench.endpoint.remote import RemoteEndpoint
+from mmelocal.bench.endpoint.result import BenchmarkResult, framework_of
+from mmelocal.bench.loadtest.result import LoadTestResult
+from mmelocal.bench.loadtest.shape import LoadShape
+from mmelocal.bench.sweep.runner import SweepOptions
 from mmelocal.errors import MmeLocalError, UserInputError
 
 logger = logging.getLogger(__name__)
@@ -114,6 +117,8 @@ class BenchmarkPlan:
     payload: bytes | None = None
     keep_endpoints: bool = False
     poll_s: float = 30.0
+    #: creates the endpoints when ``existing`` is None
+    deployer: Deployer | None = None
 
     def __post_init__(self) -> None:
         if not self.tarballs:
@@ -139,6 +144,11 @@ class BenchmarkPlan:
         if missing:
             raise UserInputError(
                 f"to deploy, give {', '.join(missing)} (or --endpoint NAME to use a deployed one)"
+            )
+        if self.deployer is None:
+            raise UserInputError(
+                "BenchmarkPlan needs deployer= to create endpoints (e.g. "
+                "mmelocal.deploy.temporary.temporary_endpoint), or existing= to use a deployed one"
             )
         if not self.s3_uri.endswith("/"):
             object.__setattr__(self, "s3_uri", self.s3_uri + "/")
@@ -189,8 +199,8 @@ class BenchmarkOutcome:
 def prepare(plan: BenchmarkPlan) -> list[tuple[Path, str, bytes]]:
     """``(tarball, framework, payload)`` for each source, checked before anything is created:
     one tarball per framework, and a request body for each."""
-    from mmelocal.bench.payload import payload_from_model
-    from mmelocal.bench.remote_capacity import tarball_format
+    from mmelocal.bench.endpoint.capacity import tarball_format
+    from mmelocal.builder.payload import payload_from_model
 
     frameworks = [framework_of(tarball_format(t)) for t in plan.tarballs]
     if len(set(frameworks)) != len(frameworks):
@@ -220,7 +230,7 @@ def run_benchmark(
     same) and the next one runs: what was measured is never lost. ``runs`` is what
     :func:`prepare` returned for ``plan`` when the caller already has it (each tarball is
     read in full to find its format and request body)."""
-    from mmelocal.bench.remote_sweep import run_endpoint_sweep
+    from mmelocal.bench.endpoint.sweep import run_endpoint_sweep
 
     say = progress or (lambda message: None)
     if runs is None:
@@ -266,73 +276,62 @@ def _endpoint(
 ) -> contextlib.AbstractContextManager[RemoteEndpoint]:
     """The endpoint to measure on: the existing one as it is, else a fresh deployment."""
     if plan.existing is None:
-        return _Deployment(plan, framework, say, deleted)
-    from mmelocal.bench.remote import connect_endpoint
+        return _deployment(plan, framework, say, deleted)
+    from mmelocal.bench.endpoint.remote import connect_endpoint
 
     return contextlib.nullcontext(connect_endpoint(plan.existing, region=plan.region))
 
 
-class _Deployment:
-    """Deploy ``<name>-<framework>`` (the probe as its store) on enter; undeploy on exit,
-    also after an error, unless the plan keeps endpoints."""
+class Deployer(Protocol):
+    """Deploys a store as a one-instance endpoint for one ``with`` block and yields its AWS
+    clients (:func:`mmelocal.deploy.temporary.temporary_endpoint` is one)."""
 
-    def __init__(
-        self, plan: BenchmarkPlan, framework: str, say: Callable[[str], None], deleted: list[str]
-    ) -> None:
-        self.plan, self.framework, self.say, self.deleted = plan, framework, say, deleted
-        self.name = plan.endpoint_for(framework)
-        self.clients: Any = None
-        self._tmp = tempfile.TemporaryDirectory(prefix="mmelocal-benchmark-")
+    def __call__(
+        self,
+        *,
+        store: Path,
+        endpoint_name: str,
+        s3_uri: str,
+        role_arn: str,
+        instance_type: str,
+        region: str | None,
+        image: str | None,
+        poll_s: float,
+        keep: bool,
+        say: Callable[[str], None],
+        deleted: list[str],
+    ) -> contextlib.AbstractContextManager[AwsClients]: ...
 
-    def __enter__(self) -> RemoteEndpoint:
-        from mmelocal.bench.remote import PROBE_TARGET, describe_endpoint, write_probe_tarball
-        from mmelocal.deploy.deployer import apply_plan, make_plan
-        from mmelocal.deploy.plan import DeployOptions
-        from mmelocal.deploy.session import connect
 
-        store = Path(self._tmp.name) / "store"
+@contextlib.contextmanager
+def _deployment(
+    plan: BenchmarkPlan, framework: str, say: Callable[[str], None], deleted: list[str]
+) -> Iterator[RemoteEndpoint]:
+    """Deploy ``<name>-<framework>`` (the probe as its store) with ``plan.deployer``; it is
+    undeployed on exit, also after an error, unless the plan keeps endpoints."""
+    from mmelocal.bench.endpoint.remote import PROBE_TARGET, describe_endpoint, write_probe_tarball
+
+    assert plan.deployer is not None  # checked by BenchmarkPlan
+    name = plan.endpoint_for(framework)
+    with tempfile.TemporaryDirectory(prefix="mmelocal-benchmark-") as tmp:
+        store = Path(tmp) / "store"
         write_probe_tarball(store / PROBE_TARGET)
-        options = DeployOptions(
+        with plan.deployer(
             store=store,
-            endpoint_name=self.name,
-            s3_uri=f"{self.plan.s3_uri}{self.framework}/",
-            role_arn=self.plan.role_arn,
-            instance_type=self.plan.instance_type,
-            instance_count=1,
-            max_instances=1,
-            image=self.plan.image,
-            poll_s=self.plan.poll_s,
-        )
-        self.clients = connect(self.plan.region)
-        self.say(f"deploying {self.name} ({self.plan.instance_type})")
-        try:
-            apply_plan(
-                make_plan(options, self.clients),
-                self.clients,
-                options=options,
-                on_status=lambda s: self.say(f"{self.name}: {s}"),
-            )
-            endpoint = RemoteEndpoint(
-                self.clients, describe_endpoint(self.clients.sagemaker, self.name)
-            )
+            endpoint_name=name,
+            s3_uri=f"{plan.s3_uri}{framework}/",
+            role_arn=plan.role_arn,
+            instance_type=plan.instance_type,
+            region=plan.region,
+            image=plan.image,
+            poll_s=plan.poll_s,
+            keep=plan.keep_endpoints,
+            say=say,
+            deleted=deleted,
+        ) as clients:
+            endpoint = RemoteEndpoint(clients, describe_endpoint(clients.sagemaker, name))
             endpoint.check_ready()
-        except BaseException:
-            self._undeploy()
-            raise
-        return endpoint
-
-    def __exit__(self, *exc: object) -> None:
-        self._undeploy()
-
-    def _undeploy(self) -> None:
-        from mmelocal.deploy.deployer import undeploy
-
-        try:
-            if self.clients is not None and not self.plan.keep_endpoints:
-                self.say(f"deleting {self.name}")
-                self.deleted.extend(undeploy(self.clients, self.name, delete_artifacts=True))
-        finally:
-            self._tmp.cleanup()
+            yield endpoint
 
 
 __all__ = [
@@ -342,6 +341,7 @@ __all__ = [
     "PER_VARIANT_S",
     "BenchmarkOutcome",
     "BenchmarkPlan",
+    "Deployer",
     "benchmark_on_endpoint",
     "prepare",
     "run_benchmark",

@@ -6,7 +6,7 @@ Triton's SageMaker front end and the platform's memory waits — and after each 
 inference (so lazily allocated memory is counted) and reads the probe until it settles:
 NVML device memory on a GPU, the summed PSS of the Triton process tree against a budget
 otherwise. Each copy's growth is split into its marginal part and, for the first copy, the
-shared runtime it brought in (see :mod:`mmelocal.bench.footprint`).
+shared runtime it brought in (see :mod:`mmelocal.bench.capacity.footprint`).
 
 It stops when a copy crosses ``threshold x total``: the copies before it are the count, the
 one that crossed is kept as the proof (``next_copy``). With ``verify_next=False`` it stops
@@ -28,8 +28,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
 
-from mmelocal.bench.capacity_result import CapacityResult, LoadRecord
-from mmelocal.bench.projection import GpuSpec, validate_threshold
+from mmelocal.bench.capacity.projection import GpuSpec, validate_threshold
+from mmelocal.bench.capacity.result import CapacityResult, LoadRecord
 from mmelocal.errors import BenchError, MmeLocalError, UserInputError
 from mmelocal.units import MiB
 
@@ -201,7 +201,7 @@ async def _load_one(
     payload: bytes | None,
     content_type: str,
 ) -> tuple[LoadRecord, Any]:
-    from mmelocal.bench.footprint import marginal_bytes
+    from mmelocal.bench.capacity.footprint import marginal_bytes
 
     previous_bytes = int(previous.used_bytes)
     t0 = time.perf_counter()
@@ -292,9 +292,9 @@ def measure_capacity(
     from the model's recorded sample inputs; without either, no warm-up inference runs).
     """
     opts = options or CapacityOptions()
-    from mmelocal.bench.payload import payload_from_model
     from mmelocal.bench.sources import resolve_model
     from mmelocal.builder.package import package_copies
+    from mmelocal.builder.payload import payload_from_model
     from mmelocal.runtime.memory import gpu_count
 
     use_gpu = opts.use_gpu if opts.use_gpu is not None else gpu_count() > 0
@@ -343,7 +343,7 @@ def with_projection(result: CapacityResult, gpus: Sequence[GpuSpec] | None) -> C
         per_model = result.per_model_mean_bytes
     if per_model is None or per_model <= 0:
         return result
-    from mmelocal.bench.projection import project
+    from mmelocal.bench.capacity.projection import project
 
     projection = project(
         per_model_bytes=per_model, baseline_bytes=baseline, threshold=result.threshold, gpus=gpus

@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from mmelocal.bench.loadtest_result import LoadTestResult
-from mmelocal.bench.stepstats import StepStats
+from mmelocal.bench.loadtest.result import LoadTestResult
+from mmelocal.bench.loadtest.stepstats import StepStats
 
 STATUSES = ("ok", "skipped", "failed")
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from mmelocal.bench.capacity_result import CapacityResult
+from mmelocal.bench.capacity.projection import Projection, project
+from mmelocal.bench.capacity.result import CapacityResult
 from mmelocal.bench.prices import PriceTable, load_prices
-from mmelocal.bench.projection import Projection, project
 from mmelocal.bench.results import read_results
 from mmelocal.errors import DeployError
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from mmelocal.bench.published import PUBLISHED
+from mmelocal.bench.estimate.published import PUBLISHED
 from mmelocal.errors import UserInputError
 from mmelocal.units import MiB
 

@@ -25,8 +25,8 @@ import psutil  # noqa: E402
 from locust import FastHttpUser, LoadTestShape, User, constant, task  # noqa: E402
 from locust.env import Environment  # noqa: E402
 
-from mmelocal.bench.shape import LoadShape  # noqa: E402
-from mmelocal.bench.stepstats import summarize_step  # noqa: E402
+from mmelocal.bench.loadtest.shape import LoadShape  # noqa: E402
+from mmelocal.bench.loadtest.stepstats import summarize_step  # noqa: E402
 from mmelocal.runtime.sagemaker import TARGET_MODEL_HEADER  # noqa: E402
 
 TARGET_HEADER = TARGET_MODEL_HEADER

@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from mmelocal.bench import plots
+from mmelocal.bench.report import plots
 from mmelocal.bench.results import output_dir, write_text
 from mmelocal.errors import BenchError
 from mmelocal.units import mib_value
@@ -131,7 +131,7 @@ def _cell(value: Any) -> str:
 
 
 def _add_loadtest(page: _Page, result: Any, stem: str) -> None:
-    from mmelocal.bench.loadtest_result import summary_lines
+    from mmelocal.bench.loadtest.result import summary_lines
 
     page.heading(f"Load test: {result.label or result.endpoint}")
     started = f", started {result.started_at}" if result.started_at else ""
@@ -219,7 +219,7 @@ def _add_estimate(page: _Page, result: Any, stem: str, measurements: Sequence[An
     """The estimate's parts and counts; a GPU capacity result of the same source in the
     same report is shown beside it, and wins."""
     if result.measured is None:
-        from mmelocal.bench.estimate_model import measured_from_capacity
+        from mmelocal.bench.estimate.model import measured_from_capacity
 
         same = [m for m in measurements if m.source == result.source and m.loads]
         if same:
@@ -272,7 +272,7 @@ def _add_estimate(page: _Page, result: Any, stem: str, measurements: Sequence[An
 
 
 def _add_comparison(page: _Page, results: Sequence[Any]) -> None:
-    from mmelocal.bench.benchmark_result import comparison_rows, step_rows
+    from mmelocal.bench.endpoint.result import comparison_rows, step_rows
 
     page.heading("Comparison per model and framework")
     page.para(

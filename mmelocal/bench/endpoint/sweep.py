@@ -5,7 +5,7 @@ The variants the local sweep names (``pt-base``, ``pt-db``, ``pt-ig``, ``pt-ig-d
 endpoint, so nothing is redeployed between them. Each variant in turn is packaged
 (``mmelocal-sweep-<run>/<variant>.tar.gz`` in the endpoint's prefix), uploaded, invoked
 once (its cold load, timed), load-tested with the boto3 load test
-(:func:`mmelocal.bench.loadtest.run_loadtest` on the endpoint's name), and its object is
+(:func:`mmelocal.bench.loadtest.runner.run_loadtest` on the endpoint's name), and its object is
 deleted. SageMaker has no call that unloads a model: the platform unloads an idle variant
 when it needs the memory (least recently used first), and an idle variant takes no GPU
 time from the next one.
@@ -23,9 +23,9 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
-from mmelocal.bench.remote import RemoteEndpoint
-from mmelocal.bench.sweep import SweepOptions, _build_variants, _Plan, _row
-from mmelocal.bench.sweep_result import SweepResult, SweepRow, recommend, row_from_loadtest
+from mmelocal.bench.endpoint.remote import RemoteEndpoint
+from mmelocal.bench.sweep.result import SweepResult, SweepRow, recommend, row_from_loadtest
+from mmelocal.bench.sweep.runner import SweepOptions, _build_variants, _Plan, _row
 from mmelocal.errors import MmeLocalError
 
 logger = logging.getLogger(__name__)
@@ -107,8 +107,8 @@ def _measure_variant(
 ) -> SweepRow:
     import time
 
-    from mmelocal.bench.payload import payload_from_model
     from mmelocal.builder.package import package_model
+    from mmelocal.builder.payload import payload_from_model
 
     name = plan.name
     try:

@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from mmelocal.bench.loadtest_result import LoadProgress, LoadTestResult, summary_lines
-from mmelocal.bench.shape import LoadShape
+from mmelocal.bench.loadtest.result import LoadProgress, LoadTestResult, summary_lines
+from mmelocal.bench.loadtest.shape import LoadShape
 from mmelocal.errors import BenchError, UserInputError
 from mmelocal.runtime.sagemaker import TARGET_MODEL_HEADER
 
@@ -43,7 +43,7 @@ logger = logging.getLogger(__name__)
 
 MODES = ("auto", "invocations", "triton-v2", "boto3")
 DEFAULT_ENDPOINT_NAME = "mmelocal"
-WORKER_MODULE = "mmelocal.bench._locust_worker"
+WORKER_MODULE = "mmelocal.bench.loadtest._locust_worker"
 TARGET_HEADER = TARGET_MODEL_HEADER
 
 
@@ -314,7 +314,7 @@ def _run_worker(
             [
                 sys.executable,
                 "-m",
-                "mmelocal.bench._locust_worker",
+                "mmelocal.bench.loadtest._locust_worker",
                 str(config_path),
                 str(out_path),
             ],

@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from mmelocal.bench.shape import LoadShape
-from mmelocal.bench.stepstats import StepStats, max_users_before_first_failure
+from mmelocal.bench.loadtest.shape import LoadShape
+from mmelocal.bench.loadtest.stepstats import StepStats, max_users_before_first_failure
 
 
 @dataclass(frozen=True)

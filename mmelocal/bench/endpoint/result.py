@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from mmelocal.bench.capacity_result import CapacityResult
-from mmelocal.bench.loadtest_result import LoadTestResult
+from mmelocal.bench.capacity.result import CapacityResult
+from mmelocal.bench.loadtest.result import LoadTestResult
 
 #: format -> the framework name the published comparison uses
 FRAMEWORKS = {"torchscript": "pt", "tensorrt": "trt", "onnx": "onnx", "python": "python"}

@@ -1,6 +1,6 @@
 """Per-step load-test numbers: users, requests/s, latency percentiles, successes, failures.
 
-Kept apart from :mod:`mmelocal.bench.loadtest` so the Locust worker process can use it
+Kept apart from :mod:`mmelocal.bench.loadtest.runner` so the Locust worker process can use it
 without importing anything else of mmelocal.
 """
 

@@ -4,7 +4,7 @@ For one model, every combination (named ``pt-base``, ``pt-db``, ``pt-ig``, ``pt-
 ``onnx-...``, ``trt-...``) is derived from one build per format (same artifact, only
 ``config.pbtxt`` differs), loaded on one local Triton (:class:`~mmelocal.runtime.local.
 LocalLauncher`, explicit model control) and load-tested the same way as ``mmelocal loadtest``
-through ``/v2/models/NAME/infer``. Then :mod:`~mmelocal.bench.sweep_result` sizes each
+through ``/v2/models/NAME/infer``. Then :mod:`~mmelocal.bench.sweep.result` sizes each
 configuration against the target rate and latency limit and prices it from the price table.
 
 TensorRT needs an NVIDIA GPU: without one its rows are listed as skipped with the reason and
@@ -24,9 +24,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from mmelocal.bench.shape import LoadShape, Stage
+from mmelocal.bench.loadtest.shape import LoadShape, Stage
 from mmelocal.bench.sources import SHORT_FORMAT_NAMES, check_format, is_prebuilt
-from mmelocal.bench.sweep_result import (
+from mmelocal.bench.sweep.result import (
     SweepResult,
     SweepRow,
     config_name,
@@ -99,8 +99,8 @@ def run_sweep(
     progress: Callable[[str], None] | None = None,
 ) -> SweepResult:
     """Build, serve and load-test every configuration of ``source``; see the module doc."""
+    from mmelocal.bench.capacity.projection import is_gpu_instance_type
     from mmelocal.bench.prices import load_prices
-    from mmelocal.bench.projection import is_gpu_instance_type
     from mmelocal.runtime.memory import gpu_count
 
     opts = options or SweepOptions()
@@ -303,8 +303,8 @@ def _serve_and_measure(
     work: Path,
     say: Callable[[str], None],
 ) -> dict[str, SweepRow]:
-    from mmelocal.bench.loadtest import LoadTestConfig, run_loadtest
-    from mmelocal.bench.payload import payload_from_model
+    from mmelocal.bench.loadtest.runner import LoadTestConfig, run_loadtest
+    from mmelocal.builder.payload import payload_from_model
     from mmelocal.runtime import python_copies
     from mmelocal.runtime.client import TritonClient
     from mmelocal.runtime.local import LocalLauncher

@@ -26,14 +26,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mmelocal.deploy.plan import SHA256_METADATA, split_s3_uri
-from mmelocal.deploy.session import AwsClients, aws_error, error_code
+from mmelocal.aws.s3 import SHA256_METADATA, split_s3_uri
+from mmelocal.aws.session import AwsClients, aws_error, error_code
 from mmelocal.errors import BenchError, UserInputError
 from mmelocal.units import MiB
 
 if TYPE_CHECKING:
-    from mmelocal.bench.loadtest_result import LoadTestResult
-    from mmelocal.bench.shape import LoadShape
+    from mmelocal.bench.loadtest.result import LoadTestResult
+    from mmelocal.bench.loadtest.shape import LoadShape
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ class ProbeReading:
     (``nvml``, ``nvidia-smi`` or ``host-pss``), summed over the instance's GPUs.
 
     ``server_pid`` and ``per_process_bytes`` split a load's growth into the copy's own
-    memory and the shared runtime (:mod:`mmelocal.bench.footprint`); None where the probe
+    memory and the shared runtime (:mod:`mmelocal.bench.capacity.footprint`); None where the probe
     could not match processes (a GPU container in its own PID namespace)."""
 
     used_bytes: int
@@ -258,7 +258,7 @@ class RemoteEndpoint:
     ) -> LoadTestResult:
         """The boto3 load test over ``targets`` (TargetModels of this endpoint); progress
         lines go to ``say``."""
-        from mmelocal.bench.loadtest import LoadTestConfig, run_loadtest
+        from mmelocal.bench.loadtest.runner import LoadTestConfig, run_loadtest
 
         config = LoadTestConfig(
             endpoint=self.info.name,
@@ -306,7 +306,7 @@ class RemoteEndpoint:
     def put_file(self, path: Path, target: str) -> str:
         """Upload ``path`` as ``target`` unless S3 already holds the same bytes (the SHA-256
         mmelocal records as metadata); returns ``"upload"`` or ``"skip"``."""
-        from mmelocal.deploy.upload import file_digest, transfer_config
+        from mmelocal.aws.s3 import file_digest, transfer_config
 
         s3, key = self.clients.s3, self.key(target)
         digest = file_digest(path)
@@ -333,7 +333,7 @@ class RemoteEndpoint:
         """A server-side copy: one CopyObject up to S3's 5 GiB limit for it, else the
         transfer manager's UploadPartCopy; the bytes stay in S3. The copy keeps mmelocal's
         SHA-256 metadata, so undeploy ``--delete-artifacts`` finds it."""
-        from mmelocal.deploy.upload import transfer_config
+        from mmelocal.aws.s3 import transfer_config
 
         s3, source = self.clients.s3, {"Bucket": self.bucket, "Key": self.key(source_target)}
         try:
@@ -352,7 +352,7 @@ class RemoteEndpoint:
     def delete(self, targets: list[str]) -> None:
         """Delete the objects of ``targets`` (the platform unloads loaded ones when it needs
         the memory; SageMaker has no unload call)."""
-        from mmelocal.deploy.upload import delete_objects
+        from mmelocal.aws.s3 import delete_objects
 
         delete_objects(self.clients.s3, self.bucket, [self.key(t) for t in targets])
 
@@ -383,7 +383,7 @@ def connect_endpoint(
     name: str, *, region: str | None = None, s3_uri: str | None = None
 ) -> RemoteEndpoint:
     """Clients for the region, the endpoint described and checked ready for a benchmark."""
-    from mmelocal.deploy.session import connect
+    from mmelocal.aws.session import connect
 
     clients = connect(region)
     endpoint = RemoteEndpoint(clients, describe_endpoint(clients.sagemaker, name), s3_uri=s3_uri)

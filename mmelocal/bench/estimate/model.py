@@ -18,7 +18,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from mmelocal.bench.activations import (
+from mmelocal.bench.capacity.projection import GpuSpec, load_gpus
+from mmelocal.bench.estimate.activations import (
     ActivationTrace,
     Weights,
     onnx_weights,
@@ -26,7 +27,7 @@ from mmelocal.bench.activations import (
     trace_onnx,
     trace_torch,
 )
-from mmelocal.bench.estimate import (
+from mmelocal.bench.estimate.core import (
     PRECISION_BYTES,
     Batches,
     Estimate,
@@ -35,7 +36,6 @@ from mmelocal.bench.estimate import (
     check_precision,
     estimate_from_facts,
 )
-from mmelocal.bench.projection import GpuSpec, load_gpus
 from mmelocal.errors import UserInputError
 
 logger = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from mmelocal.bench.estimate import (
+from mmelocal.bench.estimate.core import (
     Batches,
     Estimate,
     ModelFacts,
@@ -22,7 +22,7 @@ from mmelocal.bench.estimate import (
     estimate_from_facts,
     sum_parts,
 )
-from mmelocal.bench.published import PUBLISHED, PublishedCount
+from mmelocal.bench.estimate.published import PUBLISHED, PublishedCount
 from mmelocal.units import MiB
 
 
@@ -107,7 +107,7 @@ def published_batches(row: PublishedCount) -> Batches:
 
 @cache
 def _facts(model: str, precision: str, profile_max: int) -> ModelFacts:
-    from mmelocal.bench.estimate_model import trace_module
+    from mmelocal.bench.estimate.model import trace_module
 
     module, inputs = build_on_meta(model)
     batches = Batches(warmup=1, preferred=1, max=1, profile_max=profile_max)

@@ -20,7 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from mmelocal.bench.estimate_parts import (
+from mmelocal.bench.capacity.projection import GpuSpec, project_count, validate_threshold
+from mmelocal.bench.estimate.parts import (
     ALLOCATOR_SLACK,
     CUBLAS_SEGMENT_BYTES,
     CUBLAS_WORKSPACE_BYTES,
@@ -39,7 +40,6 @@ from mmelocal.bench.estimate_parts import (
     build_parts,
     sum_parts,
 )
-from mmelocal.bench.projection import GpuSpec, project_count, validate_threshold
 from mmelocal.errors import UserInputError
 
 

@@ -1,8 +1,8 @@
 """PNG plots of bench results (matplotlib's Agg canvas: no display, no global pyplot state).
 
 Every function returns PNG bytes. Inputs are the plain result objects of
-:mod:`~mmelocal.bench.loadtest`, :mod:`~mmelocal.bench.capacity` and
-:mod:`~mmelocal.bench.sweep`, typed loosely here so this module imports none of them.
+:mod:`~mmelocal.bench.loadtest.runner`, :mod:`~mmelocal.bench.capacity.loop` and
+:mod:`~mmelocal.bench.sweep.runner`, typed loosely here so this module imports none of them.
 """
 
 from __future__ import annotations
