@@ -16,6 +16,7 @@ from mmelocal.cli._bench import (
     write_outputs,
 )
 from mmelocal.cli._output import console, err_console
+from mmelocal.facts.sagemaker import INVOKE_TIMEOUT_S
 
 
 @click.command()
@@ -81,7 +82,7 @@ from mmelocal.cli._output import console, err_console
     "--timeout",
     "timeout_s",
     type=float,
-    default=60.0,
+    default=INVOKE_TIMEOUT_S,
     show_default=True,
     help="Per-request timeout in seconds.",
 )

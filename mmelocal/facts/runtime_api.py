@@ -6,7 +6,8 @@ Sources:
 * botocore's ``sagemaker-runtime`` model (``botocore/data/sagemaker-runtime/2017-05-13/
   service-2.json``): ``InvokeEndpoint``'s ``TargetVariant`` is the request header
   ``X-Amzn-SageMaker-Target-Variant``; the answer's ``InvokedProductionVariant`` is the
-  header ``x-Amzn-Invoked-Production-Variant``.
+  header ``x-Amzn-Invoked-Production-Variant`` (its name lives in
+  :mod:`mmelocal.facts.sagemaker` with the other runtime headers).
 * "Testing models with production variants" (SageMaker developer guide,
   https://docs.aws.amazon.com/sagemaker/latest/dg/model-ab-testing.html): traffic is shared
   by the variants' weights; ``TargetVariant`` overrides the weights for that call.
@@ -23,8 +24,6 @@ from __future__ import annotations
 
 #: InvokeEndpoint's request header naming the variant to serve the call
 TARGET_VARIANT_HEADER = "X-Amzn-SageMaker-Target-Variant"
-#: InvokeEndpoint's answer header naming the variant that served the call
-INVOKED_VARIANT_HEADER = "x-Amzn-Invoked-Production-Variant"
 #: the variant name the SageMaker SDK gives a lone variant (``production_variant()``)
 DEFAULT_VARIANT_NAME = "AllTraffic"
 #: ``InitialVariantWeight`` when the config leaves it out (ProductionVariant API reference)
@@ -67,7 +66,6 @@ __all__ = [
     "DEFAULT_VARIANT_NAME",
     "DEFAULT_VARIANT_WEIGHT",
     "DUPLICATE_VARIANT_IN_REQUEST",
-    "INVOKED_VARIANT_HEADER",
     "LOG_GROUP",
     "LOG_STREAM",
     "TARGET_VARIANT_HEADER",

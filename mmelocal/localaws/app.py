@@ -33,6 +33,7 @@ from mmelocal.facts.runtime_api import (
     UNKNOWN_TARGET_VARIANT,
     VARIANT_NOT_IN_CONFIG,
 )
+from mmelocal.facts.sagemaker import TARGET_MODEL_HEADER
 from mmelocal.localaws.checks import model_data_problem, model_violations
 from mmelocal.localaws.endpoints import EndpointManager
 from mmelocal.localaws.logs import LogShipper
@@ -400,7 +401,7 @@ class LocalAwsApp:
             if key.startswith("HTTP_X_AMZN_SAGEMAKER_") and key != _TARGET_VARIANT_KEY:
                 headers["-".join(p.capitalize() for p in key[5:].split("_"))] = value
         if single is not None:
-            headers["X-Amzn-SageMaker-Target-Model"] = single
+            headers[TARGET_MODEL_HEADER] = single
         body = _read_body(environ)
         try:
             with fleet.call():

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from mmelocal.aws.s3 import SHA256_METADATA, split_s3_uri
 from mmelocal.aws.session import AwsClients, aws_error, error_code
 from mmelocal.errors import BenchError, UserInputError
+from mmelocal.facts import sagemaker as sagemaker_facts
 from mmelocal.units import MiB
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ PROBE_PAYLOAD = json.dumps(
 #: the largest object one CopyObject request copies (S3's limit)
 COPY_OBJECT_LIMIT_BYTES = 5 * 1024**3
 #: how long a cold load may answer ModelNotReadyException before we give up (the service's)
-LOAD_LIMIT_S = 360.0
+LOAD_LIMIT_S = sagemaker_facts.LOAD_LIMIT_S
 
 
 def probe_template() -> Path:

@@ -23,6 +23,8 @@ from mmelocal.bench.estimate.core import (
     sum_parts,
 )
 from mmelocal.bench.estimate.published import PUBLISHED, PublishedCount
+from mmelocal.builder.backends import PLATFORM_FORMATS
+from mmelocal.facts.sagemaker import MEMORY_THRESHOLD
 from mmelocal.units import MiB
 
 
@@ -114,9 +116,9 @@ def _facts(model: str, precision: str, profile_max: int) -> ModelFacts:
     return trace_module(module.eval(), inputs, batches, precision=precision)
 
 
-def compare(row: PublishedCount, *, threshold: float = 0.9) -> Comparison:
+def compare(row: PublishedCount, *, threshold: float = MEMORY_THRESHOLD) -> Comparison:
     """The estimate of ``row``'s model on ``row``'s card."""
-    fmt = "tensorrt" if row.platform == "tensorrt_plan" else "torchscript"
+    fmt = PLATFORM_FORMATS.get(row.platform, "torchscript")
     batches = published_batches(row)
     estimate = estimate_from_facts(
         _facts(row.model, row.precision, batches.engine_max),

@@ -41,6 +41,7 @@ from mmelocal.bench.estimate.parts import (
     sum_parts,
 )
 from mmelocal.errors import UserInputError
+from mmelocal.facts.sagemaker import MEMORY_THRESHOLD
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -259,7 +260,7 @@ def estimate_from_facts(
     model_format: str,
     precision: str,
     batches: Batches,
-    threshold: float = 0.9,
+    threshold: float = MEMORY_THRESHOLD,
 ) -> Estimate:
     """The :class:`Estimate` of a traced model (no cards yet: see :meth:`Estimate.with_cards`)."""
     validate_threshold(threshold)

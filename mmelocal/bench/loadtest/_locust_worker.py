@@ -27,7 +27,8 @@ from locust.env import Environment  # noqa: E402
 
 from mmelocal.bench.loadtest.shape import LoadShape  # noqa: E402
 from mmelocal.bench.loadtest.stepstats import summarize_step  # noqa: E402
-from mmelocal.runtime.sagemaker import TARGET_MODEL_HEADER  # noqa: E402
+from mmelocal.facts.aws import LOAD_TEST, LOCAL_REGION, aws_client  # noqa: E402
+from mmelocal.facts.sagemaker import TARGET_MODEL_HEADER  # noqa: E402
 
 TARGET_HEADER = TARGET_MODEL_HEADER
 
@@ -92,21 +93,19 @@ def _user_classes(config: dict[str, Any]) -> type[User]:
     if mode == "boto3":
         import boto3
         from botocore import UNSIGNED
-        from botocore.config import Config
 
         endpoint_url = config.get("endpoint_url")
         session = boto3.session.Session(region_name=config.get("region") or None)
         if session.region_name is None and endpoint_url:
             # a local endpoint: boto3 still wants a region to sign with
-            session = boto3.session.Session(region_name="us-east-1")
+            session = boto3.session.Session(region_name=LOCAL_REGION)
         signed = session.get_credentials() is not None or not endpoint_url
-        boto_config = Config(
-            retries={"max_attempts": 0},
-            connect_timeout=timeout_s,
-            read_timeout=timeout_s,
-            max_pool_connections=4,
+        boto_config: dict[str, Any] = {
+            "connect_timeout": timeout_s,
+            "read_timeout": timeout_s,
+            "max_pool_connections": 4,
             **({} if signed else {"signature_version": UNSIGNED}),
-        )
+        }
         endpoint_name = config["endpoint_name"]
 
         class Boto3User(User):
@@ -115,8 +114,12 @@ def _user_classes(config: dict[str, Any]) -> type[User]:
             wait_time = constant(wait_s)
 
             def on_start(self) -> None:
-                self.client = session.client(
-                    "sagemaker-runtime", endpoint_url=endpoint_url, config=boto_config
+                self.client = aws_client(
+                    "sagemaker-runtime",
+                    LOAD_TEST,
+                    session=session,
+                    endpoint_url=endpoint_url,
+                    **boto_config,
                 )
 
             @task

@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -37,7 +37,8 @@ from urllib.parse import urlsplit
 from mmelocal.bench.loadtest.result import LoadProgress, LoadTestResult, summary_lines
 from mmelocal.bench.loadtest.shape import LoadShape
 from mmelocal.errors import BenchError, UserInputError
-from mmelocal.runtime.sagemaker import TARGET_MODEL_HEADER
+from mmelocal.facts.aws import LOCAL_REGION, RUNTIME, aws_client
+from mmelocal.facts.sagemaker import DIRECT_LOAD_TIMEOUT_S, INVOKE_TIMEOUT_S, TARGET_MODEL_HEADER
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +61,7 @@ class LoadTestConfig:
     mode: str = "auto"
     endpoint_name: str | None = None
     region: str | None = None
-    timeout_s: float = 60.0
+    timeout_s: float = INVOKE_TIMEOUT_S
     wait_s: float = 0.0
     seed: int | None = None
     prewarm: bool = False
@@ -149,7 +150,7 @@ def run_loadtest(
     The child is always ended before this returns (also on errors and Ctrl-C).
     """
     worker = config.worker_config()
-    started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    started_at = datetime.now(UTC).isoformat(timespec="seconds")
     with tempfile.TemporaryDirectory(prefix="mmelocal-loadtest-") as tmp:
         tmpdir = Path(tmp)
         payload_path = tmpdir / "payload.bin"
@@ -247,15 +248,18 @@ def prewarm(config: LoadTestConfig) -> float:
 
         session = boto3.session.Session(region_name=config.region)
         if session.region_name is None and worker["endpoint_url"]:
-            session = boto3.session.Session(region_name="us-east-1")
-        client_config = None
+            session = boto3.session.Session(region_name=LOCAL_REGION)
+        unsigned: dict[str, Any] = {}
         if session.get_credentials() is None and worker["endpoint_url"]:
             from botocore import UNSIGNED
-            from botocore.config import Config
 
-            client_config = Config(signature_version=UNSIGNED)
-        client = session.client(
-            "sagemaker-runtime", endpoint_url=worker["endpoint_url"], config=client_config
+            unsigned["signature_version"] = UNSIGNED
+        client = aws_client(
+            "sagemaker-runtime",
+            RUNTIME,
+            session=session,
+            endpoint_url=worker["endpoint_url"],
+            **unsigned,
         )
         for target in config.targets:
             try:
@@ -284,7 +288,9 @@ def prewarm(config: LoadTestConfig) -> float:
             headers={"Content-Type": config.content_type, TARGET_HEADER: target},
         )
         try:
-            with urllib.request.urlopen(request, timeout=max(config.timeout_s, 300.0)) as resp:
+            with urllib.request.urlopen(
+                request, timeout=max(config.timeout_s, DIRECT_LOAD_TIMEOUT_S)
+            ) as resp:
                 resp.read()
         except urllib.error.HTTPError as exc:
             detail = exc.read()[:300].decode("utf-8", "replace")

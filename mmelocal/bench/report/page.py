@@ -18,7 +18,7 @@ import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -321,7 +321,7 @@ def write_report(results: Sequence[Any], out_dir: Path | str, *, title: str = ""
             _add_benchmark(page, result, stem)
         else:
             raise BenchError(f"cannot report a result of kind {kind!r}")
-    generated = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    generated = datetime.now(UTC).isoformat(timespec="seconds")
     heading = title or "mmelocal report"
     document = (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
