@@ -1,6 +1,6 @@
 """Production variants on the local AWS: traffic shared by weight, TargetVariant, the
 invoked variant named in the answer, UpdateEndpointWeightsAndCapacities, metrics kept per
-variant; and the weighted draw itself (pure)."""
+variant (the weighted draw itself: tests/rules/test_variants_rules.py)."""
 
 from __future__ import annotations
 
@@ -17,25 +17,12 @@ from botocore.exceptions import ClientError
 from localaws_helpers import ROLE, TRITON_IMAGE, unique, wait_gone, wait_status
 
 from mmelocal.localaws import LocalAws
-from mmelocal.rules.variants import choose_variant, traffic_shares
 from mmelocal.testing.tiny_model import expected, request_json, write_tarball
 
 X = np.arange(8, dtype=np.float32).reshape(2, 4)
 BODY = json.dumps(request_json(X))
 #: a false failure once in a million runs: the two-sided normal quantile of 1e-6
 Z_ONE_IN_A_MILLION = 4.891638
-
-
-def test_traffic_shares_and_the_draw() -> None:
-    assert traffic_shares([3, 1]) == [0.75, 0.25]
-    assert traffic_shares([0, 0]) == [0.5, 0.5]
-    assert [choose_variant([3, 1], u) for u in (0.0, 0.74999, 0.75, 0.99999)] == [0, 0, 1, 1]
-    assert {choose_variant([0, 2, 0], u) for u in (0.0, 0.5, 0.999999)} == {1}
-    assert choose_variant([1, 0], 0.999999999) == 0  # a 0-weight variant is never drawn
-    with pytest.raises(Exception, match=">= 0"):
-        traffic_shares([1, -1])
-    with pytest.raises(Exception, match=r"\[0, 1\)"):
-        choose_variant([1], 1.0)
 
 
 def _variant_model(sm: Any, s3: Any, bucket: str, prefix: str, tmp_path: Path, scale: float) -> str:
