@@ -22,6 +22,7 @@ from mmelocal.cli._bench import (
     sweep_grid_options,
     write_outputs,
 )
+from mmelocal.cli._loadgen import generators_from, loadgen_options
 from mmelocal.cli._output import console, err_console
 from mmelocal.deploy.plan import DEFAULT_INSTANCE_TYPE
 
@@ -69,6 +70,7 @@ from mmelocal.deploy.plan import DEFAULT_INSTANCE_TYPE
 @click.option("--sweep/--no-sweep", "with_sweep", default=True, show_default=True)
 @sweep_grid_options
 @prices_option
+@loadgen_options
 @click.option("--yes", is_flag=True, help="Do not ask before creating billable resources.")
 @click.option("--keep-endpoints", is_flag=True, help="Leave the endpoints running at the end.")
 @click.option(
@@ -130,6 +132,7 @@ def benchmark(sources: tuple[str, ...], **kw: Any) -> None:
             poll_s=parse_duration_s(kw["poll"]),
             existing=kw["existing"],
             deployer=temporary_endpoint,
+            generators=generators_from(kw),
         )
         runs = prepare(plan)
         frameworks = [framework for _, framework, _ in runs]

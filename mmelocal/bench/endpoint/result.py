@@ -16,9 +16,10 @@ from typing import Any, ClassVar
 
 from mmelocal.bench.capacity.result import CapacityResult
 from mmelocal.bench.loadtest.result import LoadTestResult
+from mmelocal.builder.backends import KIND_SHORT_NAMES
 
 #: format -> the framework name the published comparison uses
-FRAMEWORKS = {"torchscript": "pt", "tensorrt": "trt", "onnx": "onnx", "python": "python"}
+FRAMEWORKS = KIND_SHORT_NAMES
 #: the metrics compared, with whether higher is better
 METRICS = (
     ("max_models_loaded", True),

@@ -25,6 +25,8 @@ from mmelocal.bench.estimate.core import (
     sum_parts,
 )
 from mmelocal.bench.estimate.published import PUBLISHED, PublishedCount
+from mmelocal.builder.backends import PLATFORM_FORMATS
+from mmelocal.facts.sagemaker import MEMORY_THRESHOLD
 from mmelocal.units import MiB
 
 
@@ -122,10 +124,10 @@ def published_facts(row: PublishedCount) -> ModelFacts:
 
 
 def compare(
-    row: PublishedCount, *, threshold: float = 0.9, calibration: Calibration = SHIPPED
+    row: PublishedCount, *, threshold: float = MEMORY_THRESHOLD, calibration: Calibration = SHIPPED
 ) -> Comparison:
     """The estimate of ``row``'s model on ``row``'s card (with ``calibration``'s constants)."""
-    fmt = "tensorrt" if row.platform == "tensorrt_plan" else "torchscript"
+    fmt = PLATFORM_FORMATS.get(row.platform, "torchscript")
     batches = published_batches(row)
     estimate = estimate_from_facts(
         published_facts(row),

@@ -42,6 +42,7 @@ from mmelocal.bench.estimate.parts import (
 )
 from mmelocal.bench.estimate.published import PUBLISHED
 from mmelocal.errors import UserInputError
+from mmelocal.facts.sagemaker import MEMORY_THRESHOLD
 
 #: the cards published runs checked the estimate on; the others are projected
 CHECKED_CARDS = frozenset(row.gpu for row in PUBLISHED)
@@ -266,7 +267,7 @@ def estimate_from_facts(
     model_format: str,
     precision: str,
     batches: Batches,
-    threshold: float = 0.9,
+    threshold: float = MEMORY_THRESHOLD,
     calibration: Calibration = SHIPPED,
 ) -> Estimate:
     """The :class:`Estimate` of a traced model (no cards yet: see :meth:`Estimate.with_cards`).

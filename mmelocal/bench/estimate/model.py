@@ -36,15 +36,13 @@ from mmelocal.bench.estimate.core import (
     check_precision,
     estimate_from_facts,
 )
+from mmelocal.builder.backends import PLATFORM_FORMATS
 from mmelocal.errors import UserInputError
+from mmelocal.facts.sagemaker import MEMORY_THRESHOLD
 
 logger = logging.getLogger(__name__)
 
-_PLATFORM_FORMAT = {
-    "pytorch_libtorch": "torchscript",
-    "onnxruntime_onnx": "onnx",
-    "tensorrt_plan": "tensorrt",
-}
+_PLATFORM_FORMAT = PLATFORM_FORMATS
 _TRITON_DTYPES = {
     "TYPE_FP32": "float32",
     "TYPE_FP16": "float16",
@@ -66,7 +64,7 @@ def estimate_model(
     seq_len: int = 128,
     overrides: Mapping[str, Any] | None = None,
     profile_max_batch: int | None = None,
-    threshold: float = 0.9,
+    threshold: float = MEMORY_THRESHOLD,
     gpus: Sequence[GpuSpec] | None = None,
     instance_types: Sequence[str] = (),
     request_batch: int = 1,

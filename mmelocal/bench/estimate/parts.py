@@ -13,11 +13,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mmelocal.bench.estimate.allocator import reserved_bytes
+from mmelocal.builder.backends import EXPORT_FORMATS
 from mmelocal.errors import UserInputError
 from mmelocal.units import MiB
 
 PRECISION_BYTES = {"fp32": 4, "fp16": 2, "int8": 1}
-ESTIMATE_FORMATS = ("torchscript", "onnx", "tensorrt")
+ESTIMATE_FORMATS = EXPORT_FORMATS
 PER_COPY = "per copy"
 ONCE = "once per process"
 

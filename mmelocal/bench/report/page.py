@@ -18,7 +18,7 @@ import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -140,8 +140,9 @@ def _add_loadtest(page: _Page, result: Any, stem: str) -> None:
         f"{result.wall_s:.0f} s, {len(result.shape.stages)} steps up to "
         f"{result.shape.max_users} users"
     )
+    warnings = {s.message() for s in result.saturated}
     for line in summary_lines(result):
-        page.para(line)
+        page.para(line, note=line in warnings)  # saturated: latency includes client queueing
     page.image(
         f"{stem}-latency-throughput",
         lambda: plots.loadtest_latency_throughput(result),
@@ -153,6 +154,21 @@ def _add_loadtest(page: _Page, result: Any, stem: str) -> None:
         "successful and failed requests per step",
     )
     page.table(f"{stem}-steps", [step.to_dict() for step in result.steps])
+    if result.workers > 1 or result.lost_workers:
+        page.table(
+            f"{stem}-workers",
+            [
+                {
+                    "worker": w.name,
+                    "host": w.host,
+                    "status": w.status,
+                    "requests": w.requests,
+                    "cpu_percent_of_a_core": w.cpu_percent,
+                    "missed_stages": ", ".join(w.missed_stages),
+                }
+                for w in result.worker_details
+            ],
+        )
     if result.errors:
         page.table(f"{stem}-errors", [{"error": k, "count": v} for k, v in result.errors.items()])
 
@@ -337,7 +353,7 @@ def write_report(results: Sequence[Any], out_dir: Path | str, *, title: str = ""
             _add_benchmark(page, result, stem)
         else:
             raise BenchError(f"cannot report a result of kind {kind!r}")
-    generated = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    generated = datetime.now(UTC).isoformat(timespec="seconds")
     heading = title or "mmelocal report"
     document = (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
