@@ -13,6 +13,7 @@ import click
 
 from mmelocal.cli._output import console, err_console
 from mmelocal.errors import UserInputError
+from mmelocal.facts.sagemaker import MEMORY_THRESHOLD
 
 MiB = 1024 * 1024
 
@@ -398,7 +399,11 @@ def _service_s(service_ms: float | None, from_replay: Path | None) -> tuple[floa
     help="A capacity or estimate result (JSON) for the footprint.",
 )
 @click.option(
-    "--threshold", type=float, default=0.9, show_default=True, help="Memory fraction used."
+    "--threshold",
+    type=float,
+    default=MEMORY_THRESHOLD,
+    show_default=True,
+    help="Memory fraction used.",
 )
 @click.option(
     "--load-seconds",
@@ -590,7 +595,7 @@ def simulate(
     default=None,
     help="A capacity or estimate result (JSON) for the footprint.",
 )
-@click.option("--threshold", type=float, default=0.9, show_default=True)
+@click.option("--threshold", type=float, default=MEMORY_THRESHOLD, show_default=True)
 @click.option("--service-ms", type=float, default=None, help="Measured time per request on a GPU.")
 @click.option(
     "--load-seconds", default=None, help="Measured cold-load time (seconds, list or replay JSON)."

@@ -24,11 +24,6 @@ MME_GPU_INSTANCE_TYPES: tuple[str, ...] = (
     "ml.g4dn.8xlarge",
     "ml.g4dn.16xlarge",
 )
-#: a cold load longer than this answers the caller ModelNotReadyException while loading goes
-#: on (domain brief; the emulator's ``load_wait_timeout_s`` default is the same 60 s)
-LOAD_WAIT_TIMEOUT_S = 60.0
-MODEL_NOT_READY = "ModelNotReadyException"
-
 MME_GPU_DOC_URL = "https://docs.aws.amazon.com/sagemaker/latest/dg/multi-model-support.html"
 
-__all__ = ["LOAD_WAIT_TIMEOUT_S", "MME_GPU_DOC_URL", "MME_GPU_INSTANCE_TYPES", "MODEL_NOT_READY"]
+__all__ = ["MME_GPU_DOC_URL", "MME_GPU_INSTANCE_TYPES"]

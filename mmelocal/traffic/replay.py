@@ -294,7 +294,7 @@ async def _replay_http(
                     else:
                         kind = _error_class(resp.status, resp.headers, answer)
                         rec.errors[kind] = rec.errors.get(kind, 0) + 1
-            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, aiohttp.ClientError) as exc:
                 done = loop.time()
                 kind = type(exc).__name__
                 rec.errors[kind] = rec.errors.get(kind, 0) + 1
@@ -397,8 +397,8 @@ def cloudwatch_hit_ratio(
     import boto3
 
     cw = boto3.client("cloudwatch", endpoint_url=endpoint_url, region_name=region)
-    start = datetime.datetime.fromtimestamp(start_s - 60, tz=datetime.timezone.utc)
-    end = datetime.datetime.fromtimestamp(end_s + 60, tz=datetime.timezone.utc)
+    start = datetime.datetime.fromtimestamp(start_s - 60, tz=datetime.UTC)
+    end = datetime.datetime.fromtimestamp(end_s + 60, tz=datetime.UTC)
     answer = cw.get_metric_statistics(
         Namespace="AWS/SageMaker",
         MetricName="ModelCacheHit",

@@ -34,10 +34,15 @@ from typing import Any
 import numpy as np
 
 from mmelocal.errors import UserInputError
-from mmelocal.facts.traffic import LOAD_WAIT_TIMEOUT_S, MODEL_NOT_READY
+from mmelocal.facts.sagemaker import MODEL_NOT_READY_AFTER_S
+
 from mmelocal.rules.routing import FastLru, count_request, replica_instance
 from mmelocal.traffic.results import TrafficResult, summarize
 from mmelocal.traffic.trace import Trace
+
+
+#: the error class a caller gets when a cold load outlasts MODEL_NOT_READY_AFTER_S
+MODEL_NOT_READY = "ModelNotReadyException"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -117,7 +122,7 @@ class SimConfig:
     service_s: float | None = None
     concurrency: int = 4
     parallel_loads: int = 1
-    load_wait_timeout_s: float = LOAD_WAIT_TIMEOUT_S
+    load_wait_timeout_s: float = MODEL_NOT_READY_AFTER_S
     hot_rps_threshold: float = 50.0
     rate_window_s: float = 1.0
     autoscaling: Autoscaling | None = None
