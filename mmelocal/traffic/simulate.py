@@ -35,11 +35,9 @@ import numpy as np
 
 from mmelocal.errors import UserInputError
 from mmelocal.facts.sagemaker import MODEL_NOT_READY_AFTER_S
-
 from mmelocal.rules.routing import FastLru, count_request, replica_instance
 from mmelocal.traffic.results import TrafficResult, summarize
 from mmelocal.traffic.trace import Trace
-
 
 #: the error class a caller gets when a cold load outlasts MODEL_NOT_READY_AFTER_S
 MODEL_NOT_READY = "ModelNotReadyException"
