@@ -477,14 +477,18 @@ def replay(
     hit = rec.hit
     if endpoint_name is not None:
         start, end = state["window"]
-        ratio = cloudwatch_hit_ratio(
-            endpoint_name, start, end, endpoint_url=endpoint_url, region=region
-        )
+        unread = ""
+        try:
+            ratio = cloudwatch_hit_ratio(
+                endpoint_name, start, end, endpoint_url=endpoint_url, region=region
+            )
+        except Exception as exc:  # the replay's own figures stand; say what is missing
+            ratio, unread = None, f" (could not read CloudWatch: {type(exc).__name__}: {exc})"
         hit = _infer_hits(rec, ratio)
         notes.append(
             "Real endpoint: hits per request are not visible. The hit ratio is CloudWatch's "
             "ModelCacheHit for the window"
-            + (" (no datapoint yet: retry in a few minutes)" if ratio is None else "")
+            + (unread or (" (no datapoint yet: retry in a few minutes)" if ratio is None else ""))
             + "; the warm/cold split of latencies is INFERRED (the slowest answered requests "
             "counted cold, as many as the ratio implies)."
         )
@@ -502,6 +506,10 @@ def replay(
         max_loaded=max_loaded,
         extra={"speed": options.speed, "notes": notes},
     )
+    if endpoint_name is not None and not hit.any() and rec.ok.any():
+        # CloudWatch gave no ratio: hits and the warm/cold split are unknown, not zero
+        result.data.update(hit_ratio=None, cold_starts=None, cold_starts_per_min=None)
+        result.data["latency_ms"]["warm"] = result.data["latency_ms"]["cold"] = None
     if options.speed != 1.0:
         result.data["notes"].append(
             f"Replayed at --speed {options.speed:g}: times in the timeline are the trace's."
@@ -545,9 +553,9 @@ def load_cycles(
 
 
 def _infer_hits(rec: _Record, ratio: float | None) -> np.ndarray:
-    hit = rec.ok.copy()
     if ratio is None:
-        return hit
+        return np.zeros_like(rec.ok)  # unknown: no request is counted a hit
+    hit = rec.ok.copy()
     answered = np.flatnonzero(rec.ok)
     cold = round((1.0 - ratio) * len(answered))
     if cold:

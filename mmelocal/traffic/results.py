@@ -244,6 +244,10 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:,.1f}"
 
 
+def _pair(lat: dict[str, Any] | None) -> str:
+    return "-" if lat is None else f"{_ms(lat['p50'])} / {_ms(lat['p99'])}"
+
+
 def summary_rows(result: TrafficResult) -> list[tuple[str, str]]:
     """The headline figures as (name, text) rows, for the CLI table and the HTML page."""
     d = result.data
@@ -254,7 +258,12 @@ def summary_rows(result: TrafficResult) -> list[tuple[str, str]]:
         ("requests", f"{d['requests']:,}"),
         ("errors", f"{d['errors']:,}" + (f" {d['errors_by_class']}" if d["errors"] else "")),
         ("hit ratio (ModelCacheHit)", "-" if hit is None else f"{hit:.3f}"),
-        ("cold starts", f"{d['cold_starts']:,} ({d['cold_starts_per_min']:.2f}/min)"),
+        (
+            "cold starts",
+            "-"
+            if d["cold_starts"] is None
+            else f"{d['cold_starts']:,} ({d['cold_starts_per_min']:.2f}/min)",
+        ),
         ("loads", f"{d['loads']:,}"),
         ("most models loaded at once", f"{d['max_loaded']:,}"),
         (
@@ -265,8 +274,8 @@ def summary_rows(result: TrafficResult) -> list[tuple[str, str]]:
             "latency p50 / p90 / p99 (ms)",
             f"{_ms(lat['p50'])} / {_ms(lat['p90'])} / {_ms(lat['p99'])}",
         ),
-        ("warm p50 / p99 (ms)", f"{_ms(lat['warm']['p50'])} / {_ms(lat['warm']['p99'])}"),
-        ("cold p50 / p99 (ms)", f"{_ms(lat['cold']['p50'])} / {_ms(lat['cold']['p99'])}"),
+        ("warm p50 / p99 (ms)", _pair(lat["warm"])),
+        ("cold p50 / p99 (ms)", _pair(lat["cold"])),
     ]
     if "instance_hours" in d:
         rows.append(("instance-hours", f"{d['instance_hours']:.3f}"))

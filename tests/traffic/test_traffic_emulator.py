@@ -194,3 +194,22 @@ def test_in_flight_cap_fails_and_rate_check(served: Served) -> None:
     )
     with pytest.raises(UserInputError, match="peaks at 2,000 requests/s"):
         replay(busy, body=BODY, url=served.url, options=ReplayOptions(max_rate_rps=1000))
+
+
+def test_replay_through_boto3_says_the_split_is_inferred(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    (served.store / "boto.tar.gz").unlink(missing_ok=True)
+    (served.store / "boto.tar.gz").hardlink_to(served.tarball)
+    trace = Trace(
+        times_s=np.array([0.0, 0.2]), model_ids=np.zeros(2, dtype=np.int32), models=("boto.tar.gz",)
+    )
+    result = replay(
+        trace, body=BODY, endpoint_name="local", endpoint_url=served.url, region="us-east-1"
+    )
+    assert result["requests"] == 2 and result["answered"] == 2
+    # the emulator is no CloudWatch: the ratio is unknown, and the report says why
+    assert result["hit_ratio"] is None and result["cold_starts"] is None
+    assert any("INFERRED" in n and "could not read CloudWatch" in n for n in result["notes"])
