@@ -9,6 +9,7 @@ answer as in the cloud. It ships on a background thread every :data:`SHIP_INTERV
 at once for the instance behind a ``ModelError`` (:meth:`LogShipper.model_error_body`), so
 the stream the error's ``LogStreamArn`` names already holds the lines that explain it.
 Events carry the time they were shipped; a group outlives its endpoint, as in the cloud.
+``--data`` keeps the groups (:func:`save_log_groups`, :func:`restore_log_groups`).
 """
 
 from __future__ import annotations
@@ -202,6 +203,56 @@ class LogShipper:
         return json.dumps(error).encode()
 
 
+def save_log_groups(logs: Any) -> list[dict[str, Any]]:
+    """Every endpoint's log group with its streams and events (for ``--data``'s state)."""
+    groups = []
+    paginator = logs.get_paginator("describe_log_groups")
+    for page in paginator.paginate(logGroupNamePrefix=log_group_name("")):
+        for group in page.get("logGroups", []):
+            name = group["logGroupName"]
+            streams = []
+            for spage in logs.get_paginator("describe_log_streams").paginate(logGroupName=name):
+                for stream in spage.get("logStreams", []):
+                    streams.append(
+                        {"name": stream["logStreamName"], "events": _all_events(logs, name, stream)}
+                    )
+            groups.append({"name": name, "streams": streams})
+    return groups
+
+
+def _all_events(logs: Any, group: str, stream: dict[str, Any]) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = []
+    token: str | None = None
+    while True:
+        params: dict[str, Any] = {
+            "logGroupName": group,
+            "logStreamName": stream["logStreamName"],
+            "startFromHead": True,
+        }
+        if token is not None:
+            params["nextToken"] = token
+        page = logs.get_log_events(**params)
+        events.extend(
+            {"timestamp": e["timestamp"], "message": e["message"]} for e in page["events"]
+        )
+        if not page["events"] or page.get("nextForwardToken") in (None, token):
+            return events
+        token = page["nextForwardToken"]
+
+
+def restore_log_groups(logs: Any, groups: list[dict[str, Any]]) -> None:
+    """Make again what :func:`save_log_groups` saved (events CloudWatch Logs no longer
+    accepts, older than its 14 days, are left out by it)."""
+    for group in groups:
+        _ensure(logs.create_log_group, logGroupName=group["name"])
+        for stream in group["streams"]:
+            tail = _Tail(region="", group=group["name"], stream=stream["name"], path=None)
+            _ensure(logs.create_log_stream, logGroupName=tail.group, logStreamName=tail.stream)
+            events = sorted(stream["events"], key=lambda e: e["timestamp"])
+            for start in range(0, len(events), _MAX_EVENTS // 2):
+                _put(logs, tail, events[start : start + _MAX_EVENTS // 2])
+
+
 def _ensure(call: Callable[..., Any], **params: Any) -> None:
     """``call(**params)``, an already existing resource being fine."""
     from botocore.exceptions import ClientError
@@ -227,4 +278,4 @@ def _put(logs: Any, tail: _Tail, events: list[dict[str, Any]]) -> None:
         logs.put_log_events(logGroupName=tail.group, logStreamName=tail.stream, logEvents=events)
 
 
-__all__ = ["SHIP_INTERVAL_S", "LogShipper"]
+__all__ = ["SHIP_INTERVAL_S", "LogShipper", "restore_log_groups", "save_log_groups"]

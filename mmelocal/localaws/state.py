@@ -6,7 +6,8 @@ under ``DIR/state/s3/<bucket>/`` (an object whose ETag did not change is not cop
 again) and the resources are described into ``DIR/state/state.json``; at :func:`restore`,
 the buckets and objects are uploaded again and the resources re-created in order
 (models, endpoint configs, endpoints, which start their Triton again, scalable targets,
-scaling policies). A resource that already exists is kept as it is.
+scaling policies) and the endpoints' log groups with their events. A resource that
+already exists is kept as it is.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import logging
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
+
+from mmelocal.localaws.logs import restore_log_groups, save_log_groups
 
 logger = logging.getLogger(__name__)
 
@@ -123,6 +126,7 @@ def save(client_for: ClientFor, root: Path, regions: Iterable[str]) -> None:
         "version": 1,
         "s3": _save_s3(client_for("s3", "us-east-1"), root, previous.get("s3", {})),
         "regions": {region: _save_region(client_for, region) for region in sorted(regions)},
+        "logs": {r: save_log_groups(client_for("logs", r)) for r in sorted(regions)},
     }
     tmp = manifest.with_suffix(".tmp")
     tmp.write_text(json.dumps(state, indent=1, default=str))
@@ -174,6 +178,8 @@ def restore(client_for: ClientFor, root: Path) -> list[str]:
             )
         for policy in held.get("scaling_policies", []):
             _create(aas.put_scaling_policy, f"scaling policy {policy.get('PolicyName')}", **policy)
+    for region, groups in state.get("logs", {}).items():
+        restore_log_groups(client_for("logs", region), groups)
     logger.info("local AWS state restored from %s", root)
     return list(state.get("regions", {}))
 
