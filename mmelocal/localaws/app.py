@@ -14,6 +14,9 @@ client:
   are answered here;
 * everything else (S3, the rest of SageMaker, Application Auto Scaling, STS, ...) goes to
   moto's own dispatcher, which reads the SigV4 credential scope as well.
+
+Requests that came through the HTTPS proxy (``CONNECT`` to an AWS host, :mod:`.proxy`)
+arrive here decrypted and are routed the same way.
 """
 
 from __future__ import annotations
