@@ -206,6 +206,25 @@ class Fleet:
         with self._idle:
             return self._idle.wait_for(lambda: self._inflight == 0, timeout=timeout_s)
 
+    @property
+    def instance_count(self) -> int:
+        """Triton instances serving now (those starting or draining not counted)."""
+        return len(self.server.emulator.instances)
+
+    def scale_to(self, count: int, *, timeout_s: float, drain_timeout_s: float = 75.0) -> int:
+        """Add or drain instances, one at a time, until ``count`` serve; the count reached.
+        A new instance joins routing once Triton is up; a drained one finishes its calls
+        and loads first (no call fails)."""
+        emulator = self.server.emulator
+        while self.instance_count < count:
+            if self.server.call(emulator.add_instance(), timeout_s=timeout_s) is None:
+                break  # stopped meanwhile
+        while self.instance_count > max(1, count):
+            removing = emulator.remove_instance(drain_timeout_s=drain_timeout_s)
+            if not self.server.call(removing, timeout_s=drain_timeout_s + timeout_s):
+                break
+        return self.instance_count
+
     def stop(self) -> None:
         """Stop the emulator and its Triton instances (idempotent)."""
         self.server.stop()
