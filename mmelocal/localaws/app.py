@@ -103,6 +103,9 @@ class LocalAwsApp:
         #: X-Amz-Target prefix (a JSON service) -> what completes moto's answers there
         #: (CloudWatch, Application Auto Scaling: :mod:`.cloudwatch_api`, :mod:`.scaling`)
         self.overlays: dict[str, Overlay] = {}
+        #: (region, endpoint, its DescribeEndpoint, the new config) -> raise AwsServiceError to
+        #: refuse an UpdateEndpoint (autoscaling's: :meth:`.scaling.Autoscaler.check_update`)
+        self.update_checks: list[Callable[[str, str, dict[str, Any], dict[str, Any]], None]] = []
         self._sagemaker: dict[str, Callable[[dict[str, Any], str, dict[str, Any]], Any]] = {
             "CreateModel": self._create_model,
             "CreateEndpointConfig": self._create_endpoint_config,
@@ -346,6 +349,8 @@ class LocalAwsApp:
         if state.status in ("Creating", "Updating", "Deleting", "SystemUpdating"):
             arn = endpoint["EndpointArn"]
             raise AwsServiceError(f'Cannot update in-progress endpoint "{arn}".')
+        for check in self.update_checks:
+            check(region, name, endpoint, config)
         self.endpoints.update(region, name, config_name)
         return 200, {"EndpointArn": endpoint["EndpointArn"]}
 

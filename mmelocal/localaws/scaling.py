@@ -157,11 +157,9 @@ class Autoscaler:
                     self.delete_alarms(region, arn)
             return status, answer
         if operation == "DeregisterScalableTarget":
-            arns = self._policy_arns(region, params)
             status, answer = forward(params)
             if status == 200:
-                for arn in arns:
-                    self.delete_alarms(region, arn)
+                self._drop_policies(region, str(params.get("ResourceId", "")))
             return status, answer
         status, answer = forward(params)
         if status == 200 and isinstance(answer, dict):
@@ -184,6 +182,22 @@ class Autoscaler:
         policies = aas.describe_scaling_policies(**query).get("ScalingPolicies", [])
         return [p["PolicyARN"] for p in policies]
 
+    def _drop_policies(self, region: str, resource: str) -> None:
+        """Deregistering a target deletes its policies (and their alarms), as the service
+        does (moto keeps them)."""
+        aas = self._client_for("application-autoscaling", region)
+        policies = aas.describe_scaling_policies(
+            ServiceNamespace=SERVICE_NAMESPACE, ResourceId=resource
+        ).get("ScalingPolicies", [])
+        for policy in policies:
+            self.delete_alarms(region, policy["PolicyARN"])
+            aas.delete_scaling_policy(
+                PolicyName=policy["PolicyName"],
+                ServiceNamespace=SERVICE_NAMESPACE,
+                ResourceId=resource,
+                ScalableDimension=policy["ScalableDimension"],
+            )
+
     def forget_endpoint(self, region: str, endpoint: str) -> None:
         """SageMaker deregisters a deleted endpoint's scalable targets (and their
         policies' alarms go with them)."""
@@ -195,8 +209,7 @@ class Autoscaler:
             located = parse_resource(target["ResourceId"])
             if located is None or located[0] != endpoint:
                 continue
-            for arn in self._policy_arns(region, target):
-                self.delete_alarms(region, arn)
+            self._drop_policies(region, target["ResourceId"])
             aas.deregister_scalable_target(
                 ServiceNamespace=SERVICE_NAMESPACE,
                 ResourceId=target["ResourceId"],
@@ -245,6 +258,38 @@ class Autoscaler:
                 code="ObjectNotFoundException",
                 status=400,
             )
+
+    def check_update(
+        self, region: str, endpoint: str, described: dict[str, Any], config: dict[str, Any]
+    ) -> None:
+        """The service's rule for ``UpdateEndpoint``: an update that changes the instance
+        type of a variant registered for autoscaling, or removes it, fails."""
+        aas = self._client_for("application-autoscaling", region)
+        targets = aas.describe_scalable_targets(ServiceNamespace=SERVICE_NAMESPACE).get(
+            "ScalableTargets", []
+        )
+        scaled = {
+            located[1]
+            for t in targets
+            if (located := parse_resource(t["ResourceId"])) is not None and located[0] == endpoint
+        }
+        if not scaled:
+            return
+        sagemaker = self._client_for("sagemaker", region)
+        current = sagemaker.describe_endpoint_config(
+            EndpointConfigName=described["EndpointConfigName"]
+        )
+        before = {v["VariantName"]: v.get("InstanceType") for v in current["ProductionVariants"]}
+        after = {v["VariantName"]: v.get("InstanceType") for v in config["ProductionVariants"]}
+        for variant in sorted(scaled):
+            if variant not in after or after[variant] != before.get(variant):
+                raise AwsServiceError(
+                    f"The variant {variant} of endpoint {endpoint} is registered with Application "
+                    "Auto Scaling; an update may not change its instance type or remove it. "
+                    "Deregister the scalable target first (DeregisterScalableTarget), update, "
+                    "then register it again.",
+                    code="ValidationException",
+                )
 
     def _target(self, region: str, resource: str) -> dict[str, Any] | None:
         aas = self._client_for("application-autoscaling", region)
@@ -400,6 +445,13 @@ class Autoscaler:
                 continue
             limits = ScalingLimits(int(target["MinCapacity"]), int(target["MaxCapacity"]))
             suspended = target.get("SuspendedState") or {}
+            current = fleet.instance_count
+            if limits.clamp(current) != current:  # with or without a policy, as the service
+                _, decision = target_tracking_step(
+                    now_s, ScalingState(current), [], TargetTrackingPolicy(1.0), limits
+                )
+                self._resize(region, resource, fleet, decision.capacity, str(decision.cause))
+                continue
             for policy in [p for p in policies if p["ResourceId"] == resource]:
                 if policy.get("PolicyType") == "TargetTrackingScaling":
                     capacity = self._target_tracking(

@@ -268,6 +268,7 @@ class LocalAws(StartStopContext):
             clock, lambda region: self._client("cloudwatch", region)
         )
         app.overlays[AUTOSCALING_TARGET] = scaler
+        app.update_checks.append(scaler.check_update)
 
     def _running_variants(self) -> list[Running]:
         out = []
@@ -278,6 +279,10 @@ class LocalAws(StartStopContext):
         return out
 
     def _variant_fleet(self, region: str, endpoint: str, variant: str) -> Fleet | None:
+        """The fleet the autoscaler may resize: the endpoint in service, no change under way."""
+        state = self.endpoints.get(region, endpoint) if self.endpoints is not None else None
+        if state is None or state.status != "InService":
+            return None
         return next(
             (
                 r.fleet

@@ -199,7 +199,11 @@ def test_target_tracking_scales_out_and_in_with_no_failed_call(
     aas.deregister_scalable_target(
         ServiceNamespace="sagemaker", ResourceId=resource, ScalableDimension=dimension
     )
+    # deregistering deletes the target's policies and their alarms, as the service does
     assert not boto3.client("cloudwatch").describe_alarms(AlarmNames=names)["MetricAlarms"]
+    assert not aas.describe_scaling_policies(ServiceNamespace="sagemaker", ResourceId=resource)[
+        "ScalingPolicies"
+    ]
 
     # CloudWatch's Invocations sum over the run is the emulator's own counter
     fleet = fast_aws.endpoints.serving("us-east-1", endpoint)  # type: ignore[union-attr]
@@ -244,6 +248,24 @@ def test_the_services_answers_to_what_it_refuses(fast_aws: LocalAws, endpoint: s
         )  # fmt: skip
     assert info.value.response["Error"]["Code"] == "ObjectNotFoundException"
     assert "No scalable target registered" in info.value.response["Error"]["Message"]
+    # a variant registered for autoscaling keeps its instance type through an update
+    sm = boto3.client("sagemaker")
+    current = sm.describe_endpoint_config(
+        EndpointConfigName=sm.describe_endpoint(EndpointName=endpoint)["EndpointConfigName"]
+    )["ProductionVariants"][0]
+    bigger = unique("cfg")
+    sm.create_endpoint_config(
+        EndpointConfigName=bigger,
+        ProductionVariants=[{**current, "InstanceType": "ml.g5.12xlarge"}],
+    )
+    target = {"ServiceNamespace": "sagemaker", "ScalableDimension": dimension,
+              "ResourceId": f"endpoint/{endpoint}/variant/AllTraffic"}  # fmt: skip
+    aas.register_scalable_target(**target, MinCapacity=1, MaxCapacity=2)
+    with pytest.raises(ClientError) as info:
+        sm.update_endpoint(EndpointName=endpoint, EndpointConfigName=bigger)
+    assert info.value.response["Error"]["Code"] == "ValidationException"
+    assert "Deregister the scalable target first" in info.value.response["Error"]["Message"]
+    aas.deregister_scalable_target(**target)
     # an operation moto lacks answers the service's error shape, not an HTML 500
     with pytest.raises(ClientError) as info:
         boto3.client("cloudwatch").describe_anomaly_detectors()
