@@ -89,16 +89,17 @@ def benchmark(sources: tuple[str, ...], **kw: Any) -> None:
         --s3-uri s3://my-bucket/bench/ --role arn:aws:iam::123456789012:role/SageMaker \\
         --instance-type ml.g4dn.xlarge --report out/
     """
+    from mmelocal.bench.endpoint.benchmark import BenchmarkPlan, prepare, run_benchmark
+    from mmelocal.bench.endpoint.capacity import model_stem
+    from mmelocal.bench.loadtest.shape import stepped_shape
     from mmelocal.bench.prices import load_prices
-    from mmelocal.bench.remote_benchmark import BenchmarkPlan, prepare, run_benchmark
-    from mmelocal.bench.remote_capacity import model_stem
-    from mmelocal.bench.shape import stepped_shape
     from mmelocal.cli._remote import remote_tarball
     from mmelocal.cli.sweep import sweep_options
+    from mmelocal.deploy.temporary import temporary_endpoint
 
     prepare_outputs(kw["json_out"], kw["report_dir"])
     if kw["existing"] is not None:
-        from mmelocal.bench.remote import connect_endpoint
+        from mmelocal.bench.endpoint.remote import connect_endpoint
 
         kw["instance_type"] = connect_endpoint(
             kw["existing"], region=kw["region"]
@@ -128,6 +129,7 @@ def benchmark(sources: tuple[str, ...], **kw: Any) -> None:
             content_type=kw["content_type"],
             poll_s=parse_duration_s(kw["poll"]),
             existing=kw["existing"],
+            deployer=temporary_endpoint,
         )
         runs = prepare(plan)
         frameworks = [framework for _, framework, _ in runs]
@@ -161,7 +163,7 @@ def common_name(stems: list[str]) -> str:
 
 
 def _capacity_options(kw: dict[str, Any]) -> Any:
-    from mmelocal.bench.remote_capacity import RemoteCapacityOptions
+    from mmelocal.bench.endpoint.capacity import RemoteCapacityOptions
 
     return RemoteCapacityOptions(
         threshold=kw["threshold"],
@@ -200,7 +202,7 @@ def _cost_table(plan: Any, frameworks: list[str], prices: Any) -> Table:
 
 
 def _comparison_table(benchmarks: Any) -> Table:
-    from mmelocal.bench.benchmark_result import comparison_rows
+    from mmelocal.bench.endpoint.result import comparison_rows
 
     table = Table(title="Comparison (steps without a failed request)", title_justify="left")
     columns = ("instance type", "model", "framework", "models loaded", "latency ms")

@@ -16,6 +16,7 @@ from mmelocal.cli._bench import (
     write_outputs,
 )
 from mmelocal.cli._output import console, err_console
+from mmelocal.facts.sagemaker import INVOKE_TIMEOUT_S
 
 
 @click.command()
@@ -81,7 +82,7 @@ from mmelocal.cli._output import console, err_console
     "--timeout",
     "timeout_s",
     type=float,
-    default=60.0,
+    default=INVOKE_TIMEOUT_S,
     show_default=True,
     help="Per-request timeout in seconds.",
 )
@@ -112,14 +113,14 @@ def loadtest(
     report_dir: Path | None,
 ) -> None:
     """Load-test an endpoint: each request targets a random one of COUNT copies."""
-    from mmelocal.bench.loadtest import (
+    from mmelocal.bench.loadtest.runner import (
         LoadTestConfig,
         expand_targets,
         run_loadtest,
         summary_lines,
     )
-    from mmelocal.bench.payload import payload_from_model
-    from mmelocal.bench.shape import load_shape
+    from mmelocal.bench.loadtest.shape import load_shape
+    from mmelocal.builder.payload import payload_from_model
 
     if (payload is None) == (payload_from is None):
         raise click.UsageError("give exactly one of --payload FILE or --payload-from MODEL")

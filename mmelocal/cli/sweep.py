@@ -45,7 +45,7 @@ def sweep_options(
 ) -> Any:
     """The ``SweepOptions`` of a command's ``params``: the options :data:`sweep_grid_options`
     adds, ``instance_type`` and ``prices_file`` (as typed; other keys are ignored)."""
-    from mmelocal.bench.sweep import SweepOptions, users_shape
+    from mmelocal.bench.sweep.runner import SweepOptions, users_shape
 
     return SweepOptions(
         formats=tuple(csv_list(formats)),
@@ -92,7 +92,7 @@ def sweep(
     With --endpoint NAME the configurations are TargetModels of that deployed multi-model
     endpoint (its instance type replaces --instance-type): no redeploy per configuration.
     """
-    from mmelocal.bench.sweep import run_sweep
+    from mmelocal.bench.sweep.runner import run_sweep
 
     options = sweep_options(params, formats=formats, verify=not no_verify)
     prepare_outputs(json_out, report_dir)

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from mmelocal.errors import AwsServiceError
+from mmelocal.facts.sagemaker import TARGET_MODEL_HEADER
 from mmelocal.localaws.checks import model_data_problem, model_violations
 from mmelocal.localaws.endpoints import EndpointManager
 
@@ -429,7 +430,7 @@ class LocalAwsApp:
             if key.startswith("HTTP_X_AMZN_SAGEMAKER_"):
                 headers["-".join(p.capitalize() for p in key[5:].split("_"))] = value
         if single is not None:
-            headers["X-Amzn-SageMaker-Target-Model"] = single
+            headers[TARGET_MODEL_HEADER] = single
         body = _read_body(environ)
         try:
             with fleet.call():

@@ -54,8 +54,8 @@ def is_triton_image(image: str) -> bool:
 
 def card_memory_bytes(instance_type: str) -> int | None:
     """The memory of one GPU of ``instance_type`` in mmelocal's GPU table
-    (``mmelocal/bench/data/gpus.yaml``); None for a type the table does not list."""
-    from mmelocal.bench.projection import load_gpus
+    (``mmelocal/facts/gpus.yaml``); None for a type the table does not list."""
+    from mmelocal.bench.capacity.projection import load_gpus
 
     for spec in load_gpus():
         if instance_type in spec.instances:

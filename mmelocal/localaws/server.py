@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from mmelocal.errors import EndpointFailedError, MissingDependencyError, UserInputError
+from mmelocal.facts.aws import LOCAL, aws_client
 from mmelocal.localaws.app import INTERNAL_HEADER, OWN_HEADER, LocalAwsApp
 from mmelocal.localaws.cloudwatch import ControlLoop, Running
 from mmelocal.localaws.cloudwatch_api import CloudWatchOverlay
@@ -354,20 +355,15 @@ class LocalAws(StartStopContext):
 
     def _new_client(self, service: str, region: str, *, internal: bool = True) -> Any:
         import boto3
-        from botocore.config import Config
 
         session = boto3.session.Session(
             aws_access_key_id=LOCAL_KEYS[0],
             aws_secret_access_key=LOCAL_KEYS[1],
             region_name=region,
         )
-        config = Config(
-            retries={"max_attempts": 2, "mode": "standard"},
-            s3={"addressing_style": "path"},
-            connect_timeout=5,
-            read_timeout=60,
+        client = aws_client(
+            service, LOCAL, session=session, endpoint_url=self.url, s3={"addressing_style": "path"}
         )
-        client = session.client(service, endpoint_url=self.url, config=config)
 
         def mark(request: Any, **_: Any) -> None:
             request.headers[OWN_HEADER] = "1"
