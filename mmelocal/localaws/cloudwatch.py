@@ -224,7 +224,7 @@ class ControlLoop:
             {"Name": "EndpointName", "Value": item.endpoint_name},
             {"Name": "VariantName", "Value": item.variant_name},
         ]
-        stamp = dt.datetime.fromtimestamp(start_s, dt.timezone.utc)
+        stamp = dt.datetime.fromtimestamp(start_s, dt.UTC)
         cloudwatch = self._client_for("cloudwatch", item.region)
         for namespace, units, values in (
             (INVOCATION_NAMESPACE, INVOCATION_METRICS, deltas),
@@ -324,7 +324,7 @@ class ControlLoop:
             )
         data = {
             "version": "1.0",
-            "queryDate": dt.datetime.fromtimestamp(end_s, dt.timezone.utc).isoformat(),
+            "queryDate": dt.datetime.fromtimestamp(end_s, dt.UTC).isoformat(),
             "statistic": alarm.get("ExtendedStatistic") or alarm.get("Statistic"),
             "period": alarm["Period"],
             "recentDatapoints": present,

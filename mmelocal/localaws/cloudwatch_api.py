@@ -31,7 +31,7 @@ def _seconds(value: Any) -> float:
     except ValueError:
         stamp = dt.datetime.fromisoformat(text)
         if stamp.tzinfo is None:
-            stamp = stamp.replace(tzinfo=dt.timezone.utc)
+            stamp = stamp.replace(tzinfo=dt.UTC)
         return stamp.timestamp()
 
 

@@ -145,7 +145,7 @@ def test_latency_alarm_goes_to_alarm_under_load_and_back(fast_aws: LocalAws, end
         "ALARM to OK"
     )  # fmt: skip
     # the percentile CloudWatch computes (moto has none): p50 of the load's ModelLatency
-    end = dt.datetime.now(dt.timezone.utc)
+    end = dt.datetime.now(dt.UTC)
     stats = cloudwatch.get_metric_statistics(
         Namespace="AWS/SageMaker", MetricName="ModelLatency",
         Dimensions=[{"Name": "EndpointName", "Value": endpoint},
@@ -214,7 +214,7 @@ def test_target_tracking_scales_out_and_in_with_no_failed_call(
 
 
 def _cloudwatch_sum(endpoint: str) -> float:
-    end = dt.datetime.now(dt.timezone.utc) + dt.timedelta(minutes=1)
+    end = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=1)
     stats = boto3.client("cloudwatch").get_metric_statistics(
         Namespace="AWS/SageMaker", MetricName="Invocations",
         Dimensions=[{"Name": "EndpointName", "Value": endpoint},
