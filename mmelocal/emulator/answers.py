@@ -202,7 +202,7 @@ def invocation_answer(emulator: Emulator, target: str, result: InvokeResult) -> 
         )
     headers = [
         ("Content-Type", result.headers.get("content-type", JSON_TYPE)),
-        (VARIANT_HEADER, "AllTraffic"),
+        (VARIANT_HEADER, emulator.config.variant_name),
         (REQUEST_ID_HEADER, request_id()),
         (CACHE_HEADER, "hit" if result.cache_hit else "miss"),
     ]

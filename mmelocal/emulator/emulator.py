@@ -82,7 +82,9 @@ class Emulator:
         self.cache = ArtifactCache(
             self.cache_dir / "artifacts", self.store, disk_budget_bytes=config.disk_budget_bytes
         )
-        self.metrics = Metrics(endpoint_name=config.endpoint_name or "local")
+        self.metrics = Metrics(
+            endpoint_name=config.endpoint_name or "local", variant_name=config.variant_name
+        )
         self.events = EventLog()
         self._launcher_factory = launcher_factory or self._default_launcher
         self._gpus = self._choose_gpus()
@@ -98,6 +100,8 @@ class Emulator:
         self._next_index = count
         #: instances starting (scale-out) or draining (scale-in): stopped with the emulator
         self._changing: list[TritonInstance] = []
+        #: instances out of routing, finishing their calls before they stop (scale-in)
+        self.draining: list[TritonInstance] = []
         self._stopped = False
         self.router = Router(self.instances, hot_rps_threshold=config.hot_rps_threshold)
         self.watchdog = Watchdog(self.instances, interval_s=config.watchdog_interval_s)
@@ -275,6 +279,7 @@ class Emulator:
             if inst in group:
                 group.remove(inst)
         self._changing.append(inst)
+        self.draining.append(inst)
         try:
             loop = asyncio.get_running_loop()
             deadline = loop.time() + drain_timeout_s
@@ -284,6 +289,7 @@ class Emulator:
             inst.close()
         finally:
             self._changing.remove(inst)
+            self.draining.remove(inst)
         logger.info("instance %d drained and stopped (%d left)", inst.index, len(self.instances))
         return True
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from mmelocal.emulator.instance import InstanceOptions
 from mmelocal.errors import UserInputError
+from mmelocal.facts.runtime_api import DEFAULT_VARIANT_NAME
 from mmelocal.facts.sagemaker import (
     INVOKE_TIMEOUT_S,
     LOAD_LIMIT_S,
@@ -42,6 +43,9 @@ class EmulatorConfig:
     ``SAGEMAKER_URL[,HTTP_URL]`` (the KServe v2 URL serves metadata; the servers must see
     the cache folder at the same path).
 
+    ``variant_name`` is the production variant this emulator serves: the answers'
+    ``x-Amzn-Invoked-Production-Variant`` and the metrics' ``VariantName``.
+
     ``gpu_memory_bytes`` caps each GPU's memory for the budget (an instance type's card on
     a bigger GPU); it has no effect without a GPU.
 
@@ -63,6 +67,7 @@ class EmulatorConfig:
     tritonserver: Path | None = None
     external_urls: tuple[str, ...] = ()
     endpoint_name: str | None = None
+    variant_name: str = DEFAULT_VARIANT_NAME
     load_wait_timeout_s: float = MODEL_NOT_READY_AFTER_S
     load_timeout_s: float = LOAD_LIMIT_S
     invoke_timeout_s: float = INVOKE_TIMEOUT_S

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from mmelocal.errors import UserInputError
 from mmelocal.facts.cloudwatch import INSTANCE_METRICS, INVOCATION_METRICS
+from mmelocal.facts.runtime_api import DEFAULT_VARIANT_NAME
 from mmelocal.stats import nearest_rank
 
 #: name -> help text; the order is the order in the exposition.
@@ -98,7 +99,9 @@ class Summary:
 class Metrics:
     """Counters, summaries and gauge sources of one emulated endpoint."""
 
-    def __init__(self, *, endpoint_name: str = "local", variant_name: str = "AllTraffic") -> None:
+    def __init__(
+        self, *, endpoint_name: str = "local", variant_name: str = DEFAULT_VARIANT_NAME
+    ) -> None:
         self.labels = {"EndpointName": endpoint_name, "VariantName": variant_name}
         self.summaries = {name: Summary() for name in SUMMARIES}
         self.counters = dict.fromkeys(COUNTERS, 0)

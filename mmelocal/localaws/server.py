@@ -10,6 +10,7 @@ clean stop and restored at the next start (:mod:`.state`).
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import logging
 import socket
@@ -24,8 +25,10 @@ from mmelocal.localaws.app import INTERNAL_HEADER, OWN_HEADER, LocalAwsApp
 from mmelocal.localaws.cloudwatch import ControlLoop, Running
 from mmelocal.localaws.cloudwatch_api import CloudWatchOverlay
 from mmelocal.localaws.endpoints import EndpointManager
-from mmelocal.localaws.fleet import Fleet, FleetOptions, FleetPlan, plan_fleet
+from mmelocal.localaws.fleet import Fleet, FleetOptions, FleetPlan
+from mmelocal.localaws.logs import LogShipper
 from mmelocal.localaws.scaling import Autoscaler
+from mmelocal.localaws.variants import EndpointPlan, plan_endpoint
 from mmelocal.runtime.lifecycle import StartStopContext
 
 logger = logging.getLogger(__name__)
@@ -94,6 +97,7 @@ class LocalAws(StartStopContext):
         self.endpoints: EndpointManager | None = None
         self.clock: ControlLoop | None = None
         self.autoscaler: Autoscaler | None = None
+        self._logs: LogShipper | None = None
 
     # -- public ------------------------------------------------------------------------
     @property
@@ -149,12 +153,14 @@ class LocalAws(StartStopContext):
             forget=self._forget,
             work_dir=self._data_dir / "endpoints",
         )
+        self._logs = LogShipper(self._client, account_id=DEFAULT_ACCOUNT_ID)
         app = self._app = LocalAwsApp(
             moto_app=DomainDispatcherApplication(create_backend_app),
             endpoints=self.endpoints,
             keys_under=self._keys_under,
             internal=lambda region: self._client("sagemaker", region),
             account_id=DEFAULT_ACCOUNT_ID,
+            logs=self._logs,
         )
 
         self._start_clock(app)
@@ -190,6 +196,7 @@ class LocalAws(StartStopContext):
         )
         self._thread.start()
         LocalAws._running += 1
+        self._logs.start()
         logger.info("local AWS listening on %s (data %s)", self.url, self._data_dir)
         if self.clock is not None:
             self.clock.start()
@@ -206,6 +213,11 @@ class LocalAws(StartStopContext):
     def stop(self) -> None:
         """Save the state (``persist``), stop serving and every endpoint's Triton
         (idempotent)."""
+        if self._logs is not None:
+            try:  # the last lines, while the server still answers
+                self._logs.stop()
+            except Exception:
+                logger.exception("could not ship the last endpoint log lines")
         if self._server is not None:
             if self._restored and self._app is not None and self._data_dir is not None:
                 from mmelocal.localaws import state
@@ -274,24 +286,19 @@ class LocalAws(StartStopContext):
     def _running_variants(self) -> list[Running]:
         out = []
         for state in self.endpoints.states() if self.endpoints is not None else []:
-            if state.fleet is not None and state.status in ("InService", "Updating"):
-                variant = state.variants[0]["VariantName"] if state.variants else "AllTraffic"
-                out.append(Running(state.region, state.name, variant, state.fleet))
+            fleets = state.fleets
+            if fleets is not None and state.status in ("InService", "Updating"):
+                for variant in fleets.variants:
+                    out.append(Running(state.region, state.name, variant.name, variant.fleet))
         return out
 
     def _variant_fleet(self, region: str, endpoint: str, variant: str) -> Fleet | None:
         """The fleet the autoscaler may resize: the endpoint in service, no change under way."""
         state = self.endpoints.get(region, endpoint) if self.endpoints is not None else None
-        if state is None or state.status != "InService":
+        if state is None or state.status != "InService" or state.fleets is None:
             return None
-        return next(
-            (
-                r.fleet
-                for r in self._running_variants()
-                if (r.region, r.endpoint_name, r.variant_name) == (region, endpoint, variant)
-            ),
-            None,
-        )
+        found = state.fleets.get(variant)
+        return found.fleet if found is not None else None
 
     def _variant_names(self, region: str, endpoint: str) -> list[str] | None:
         from botocore.exceptions import ClientError
@@ -299,8 +306,8 @@ class LocalAws(StartStopContext):
         state = self.endpoints.get(region, endpoint) if self.endpoints is not None else None
         if state is None or state.status in ("Deleting", "Failed"):
             return None
-        if state.variants:
-            return [str(v["VariantName"]) for v in state.variants]
+        if state.fleets is not None:
+            return state.fleets.names()
         try:
             config = self._client("sagemaker", region).describe_endpoint_config(
                 EndpointConfigName=state.config_name
@@ -318,22 +325,19 @@ class LocalAws(StartStopContext):
         desired: int | None,
         updating: bool,
     ) -> None:
-        """DescribeEndpoint while a variant scales: Updating, both instance counts."""
+        """DescribeEndpoint while a variant scales: Updating, its DesiredInstanceCount
+        (CurrentInstanceCount is what serves, read from the fleet)."""
         state = self.endpoints.get(region, endpoint) if self.endpoints is not None else None
-        if state is None:
+        if state is None or state.fleets is None:
             return
-        for described in state.variants:
-            if described.get("VariantName") == variant:
-                if current is not None:
-                    described["CurrentInstanceCount"] = current
-                described["DesiredInstanceCount"] = (
-                    desired
-                    if desired is not None
-                    else (current if current is not None else described.get("CurrentInstanceCount"))
-                )
+        found = state.fleets.get(variant)
+        if found is not None:
+            found.desired_instance_count = (
+                desired if desired is not None else (found.current_instance_count)
+            )
         if updating and state.status == "InService":
             state.status = "Updating"
-        elif not updating and state.status == "Updating" and state.fleet is not None:
+        elif not updating and state.status == "Updating":
             state.status = "InService"
 
     # -- internals ---------------------------------------------------------------------
@@ -383,28 +387,39 @@ class LocalAws(StartStopContext):
             return None
         return [obj["Key"] for obj in listing.get("Contents", [])]
 
-    def _plan(self, region: str, endpoint_name: str, config_name: str) -> FleetPlan:
+    def _plan(self, region: str, endpoint_name: str, config_name: str) -> EndpointPlan:
         from botocore.exceptions import ClientError
 
         sagemaker = self._client("sagemaker", region)
         try:
             config = sagemaker.describe_endpoint_config(EndpointConfigName=config_name)
-            variants = config.get("ProductionVariants") or [{}]
-            model = sagemaker.describe_model(ModelName=variants[0].get("ModelName", ""))
+            models = {}
+            for variant in config.get("ProductionVariants") or []:
+                name = str(variant.get("ModelName", ""))
+                if name not in models:
+                    models[name] = sagemaker.describe_model(ModelName=name)
         except ClientError as exc:
             raise EndpointFailedError(str(exc.response["Error"].get("Message", exc))) from exc
-        plan = plan_fleet(endpoint_name, config, model)
-        keys = self._keys_under(plan.bucket, plan.prefix + (plan.single_model_target or ""))
-        if not keys:
-            raise EndpointFailedError(
-                f"Could not find model data at {plan.store_url}{plan.single_model_target or ''}."
-            )
+        plan = plan_endpoint(endpoint_name, config, models)
+        plan = dataclasses.replace(
+            plan, variants=tuple(dataclasses.replace(v, region=region) for v in plan.variants)
+        )
+        for fleet in plan.variants:
+            keys = self._keys_under(fleet.bucket, fleet.prefix + (fleet.single_model_target or ""))
+            if not keys:
+                where = fleet.store_url + (fleet.single_model_target or "")
+                raise EndpointFailedError(f"Could not find model data at {where}.")
         return plan
 
     def _start_fleet(self, plan: FleetPlan, work_dir: Path) -> Fleet:
         options = FleetOptions(work_dir=work_dir, **self._fleet_options)  # type: ignore[arg-type]
         fleet = Fleet(plan, s3_client=self._new_client("s3", DEFAULT_REGION), options=options)
         fleet.start()
+        if self._logs is not None:
+            try:
+                self._logs.watch(plan.region, fleet)
+            except Exception:  # logs are a view: an endpoint serves without them
+                logger.exception("could not create the log streams of %s", plan.endpoint_name)
         return fleet
 
     def _forget(self, region: str, endpoint_name: str) -> None:
