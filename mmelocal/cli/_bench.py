@@ -117,7 +117,8 @@ def loadtest_progress(enabled: bool = True) -> Iterator[Callable[[Any], None]]:
                 completed=min(sample.elapsed_s, sample.duration_s),
                 description=f"{sample.stage_name}",
                 status=(
-                    f"{sample.users} users  {sample.rps:,.0f} req/s  "
+                    (f"{sample.workers} workers  " if sample.workers > 1 else "")
+                    + f"{sample.users} users  {sample.rps:,.0f} req/s  "
                     f"{sample.requests} requests  {sample.failures} failed"
                 ),
             )

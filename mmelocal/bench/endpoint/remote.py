@@ -35,6 +35,7 @@ from mmelocal.units import MiB
 if TYPE_CHECKING:
     from mmelocal.bench.loadtest.result import LoadTestResult
     from mmelocal.bench.loadtest.shape import LoadShape
+    from mmelocal.bench.loadtest.workers import LoadGenerators
 
 logger = logging.getLogger(__name__)
 
@@ -256,10 +257,12 @@ class RemoteEndpoint:
         label: str,
         say: Callable[[str], None],
         content_type: str = "application/json",
+        generators: LoadGenerators | None = None,
     ) -> LoadTestResult:
         """The boto3 load test over ``targets`` (TargetModels of this endpoint); progress
-        lines go to ``say``."""
+        lines go to ``say``; ``generators``: the Locust workers (default: one per core)."""
         from mmelocal.bench.loadtest.runner import LoadTestConfig, run_loadtest
+        from mmelocal.bench.loadtest.workers import LoadGenerators
 
         config = LoadTestConfig(
             endpoint=self.info.name,
@@ -269,6 +272,7 @@ class RemoteEndpoint:
             payload=payload,
             content_type=content_type,
             shape=shape,
+            generators=generators or LoadGenerators(),
         )
         return run_loadtest(config, label=label, progress=lambda p: say(loadtest_status(p)))
 

@@ -130,6 +130,7 @@ def _measure_variant(
             shape=opts.shape,
             label=name,
             say=lambda line: say(f"{name}: {line}"),
+            generators=opts.generators,
         )
         return row_from_loadtest(
             _row(plan, status="ok", load_s=load_s),

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from mmelocal.bench.loadtest.shape import LoadShape, Stage
+from mmelocal.bench.loadtest.workers import LoadGenerators
 from mmelocal.bench.sources import check_format, is_prebuilt
 from mmelocal.bench.sweep.result import (
     SweepResult,
@@ -71,6 +72,7 @@ class SweepOptions:
     tritonserver: Path | None = None
     workdir: Path | None = None
     verify: bool = True
+    generators: LoadGenerators = field(default_factory=LoadGenerators)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "formats", tuple(check_format(f) for f in self.formats))
@@ -341,6 +343,7 @@ def _serve_and_measure(
                         payload=payload_from_model(model_dir),
                         shape=opts.shape,
                         prewarm=True,
+                        generators=opts.generators,
                     ),
                     label=plan.name,
                 )
