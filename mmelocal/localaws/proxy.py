@@ -150,7 +150,7 @@ class CertificateAuthority:
             handle.write(key_pem)
         self.cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
         self._ca_cert, self._ca_key = cert, key
-        logger.info("made the local AWS's CA: %s", self.cert_path)
+        logger.debug("made the local AWS's CA: %s", self.cert_path)
 
     def context_for(self, host: str) -> ssl.SSLContext:
         """A server-side TLS context presenting a certificate for ``host``."""

@@ -182,7 +182,6 @@ class LocalAws(StartStopContext):
             app.ready.clear()  # users' calls wait until the saved state is back (start())
 
         ca = CertificateAuthority(self._data_dir / "ca")
-        ca.ensure()
         proxy = HttpsProxy(ca, relay_others=is_loopback(self.host))
 
         class QuietHandler(MotoRequestHandler):  # one log line per request at DEBUG, not stderr
@@ -212,6 +211,7 @@ class LocalAws(StartStopContext):
                 fd=sock.fileno(),
             )
         self.port = self._server.server_address[1]
+        ca.ensure()  # made (once per data folder) before anyone is told its path
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="mmelocal-local-aws", daemon=True
         )

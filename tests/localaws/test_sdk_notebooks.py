@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -27,6 +28,7 @@ VENVS = Path(
 )
 MAJORS = ("sdk2", "sdk3")
 X = np.arange(8, dtype=np.float32).reshape(2, 4)
+RESULT = re.compile(r"(uploaded|outputs|deleted) (.+)$", re.MULTILINE)
 
 
 def test_sdk_2_and_3_scripts_run_unmodified(local_aws_env: LocalAws, tmp_path: Path) -> None:
@@ -62,7 +64,8 @@ def test_sdk_2_and_3_scripts_run_unmodified(local_aws_env: LocalAws, tmp_path: P
     for major, run in runs.items():
         out, err = run.communicate(timeout=300)
         assert run.returncode == 0, f"{major}:\n{out}\n{err[-4000:]}"
-        lines = dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
+        # the scripts' own lines (2.x's wait prints progress marks with no newline before them)
+        lines = dict(RESULT.findall(out))
         answer = np.array(json.loads(lines["outputs"]), dtype=np.float32).reshape(X.shape)
         np.testing.assert_array_equal(answer, expected(X, 2.0))
         # default_bucket() made the SDK's bucket (named after the account STS answered)
