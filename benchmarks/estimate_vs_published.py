@@ -1,6 +1,6 @@
 """The capacity estimate beside every published per-card MME count (no GPU, no AWS).
 
-For each run recorded in ``mmelocal/bench/published.py`` (AWS sample
+For each run recorded in ``mmelocal/bench/estimate/published.py`` (AWS sample
 sagemaker-mme-gpu-benchmarking, ml.g4dn.2xlarge = T4 and ml.p3.2xlarge = V100), the same
 model is rebuilt with random weights on the meta device, traced the way the published run
 used it, and its copies per card computed on the card total the run reported. Prints one
@@ -18,7 +18,7 @@ import time
 from rich.console import Console
 from rich.table import Table
 
-from mmelocal.bench.calibration import compare_published
+from mmelocal.bench.estimate.calibration import compare_published
 
 
 def main() -> None:

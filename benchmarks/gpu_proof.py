@@ -21,14 +21,20 @@ DEVELOPERS.md, ``device``): x86-64, an NVIDIA driver with ``nvidia-smi``, Python
 ``python3`` with CUDA torch, torchvision, transformers, numpy, protobuf, aiohttp, click,
 rich, pyyaml, psutil, uvloop, grpcio, nvidia-ml-py and pytest already installed. The rest
 travels as wheels in ``.whl/`` (ignored by git; name it in the device call's ``carry``),
-about 58 MiB of the 64 MiB the working tree may take, in this install order (one
+about 59 MiB of the 64 MiB the working tree may take, in this install order (one
 ``pip install`` takes them all; the order is the one to drop from if space runs short):
 
 1. ``mmelocal`` itself (``python -m build --wheel`` here; pure Python, ~0.3 MiB)
 2. ``nvidia_pytriton-0.7.0-py3-none-manylinux_2_35_x86_64.whl`` (the tritonserver binary
-   and its Python backend, 53 MiB)
-3. ``httptools`` cp312 (the emulator's fast front, 0.5 MiB)
-4. ``tritonclient-2.73.0`` (0.1 MiB), ``python_rapidjson`` cp312 (1.7 MiB),
+   and its Python backend), trimmed to the Python 3.12 stub: the other stubs and the
+   bundled libpython 3.13 go (53 -> 38 MiB)
+3. ``numpy==1.26.4`` cp312 (18 MiB): the wheel's stub reads numpy 1.x arrays only (see
+   ``mmelocal.runtime.install.check_stub_numpy``) and the machine's Python has numpy 2, so
+   the stub runs in an overlay environment (``$MMELOCAL_STUB_PYTHON``: a venv whose own
+   site-packages hold numpy 1.26 and which sees the machine's packages after it) while
+   this process keeps numpy 2
+4. ``httptools`` cp312 (the emulator's fast front, 0.5 MiB)
+5. ``tritonclient-2.73.0`` (0.1 MiB), ``python_rapidjson`` cp312 (1.7 MiB),
    ``geventhttpclient`` cp312 (0.2 MiB)
 
 boto3/botocore (16 MiB) do not fit and are not needed (no S3 store, no boto3 load test).
@@ -47,13 +53,14 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 WHEELS = (
     "nvidia-pytriton==0.7.0",
+    "numpy==1.26.4",
     "httptools==0.9.0",
     "tritonclient==2.73.0",
     "python-rapidjson==1.25",
@@ -155,9 +162,78 @@ def nvidia_smi() -> dict[str, Any] | None:
     return {"name": name, "driver": driver, "used_mib": int(used), "total_mib": int(total)}
 
 
+STUB_PYTHON_ENV = "MMELOCAL_STUB_PYTHON"  # mmelocal.runtime.install's (not importable yet)
+STUB_PYTHON = "3.12"
+
+
+def numpy_major() -> int:
+    """The major version of the numpy beside this Python (0 when there is none)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return int(version("numpy").split(".", 1)[0])
+    except PackageNotFoundError:
+        return 0
+
+
+def overlay_python(wheels: Path, root: Path) -> Path:
+    """A venv at ``root`` whose own site-packages hold the carried numpy 1.x, then this
+    Python's packages (a ``.pth`` file): the stub, which loads the site-packages of the
+    first ``python3`` on its PATH, then sees numpy 1.x and the machine's torch."""
+    import site
+    import sysconfig
+
+    found = sorted(wheels.glob("numpy-1.*.whl"))
+    if not found:
+        raise SystemExit(f"gpu-proof: numpy is 2.x here and {wheels} has no numpy 1.x wheel")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
+    python = root / "bin" / "python"
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps"]
+    subprocess.run([*pip, "--target", purelib, str(found[-1])], check=True)
+    parents = [sysconfig.get_paths()["purelib"], *site.getsitepackages()]
+    # addsitedir, not bare paths: the parent's own .pth files (editable installs) count too
+    lines = [f"import site; site.addsitedir({p!r})" for p in dict.fromkeys(parents)]
+    Path(purelib, "zz_gpu_proof_parent.pth").write_text("\n".join(lines) + "\n")
+    return python
+
+
+def trim_pytriton(dest: Path) -> None:
+    """Keep only the Python ``STUB_PYTHON`` stub in the downloaded nvidia-pytriton wheel (its
+    other stubs and the libpython they bundle do not fit the travelling tree)."""
+    import zipfile
+
+    for wheel in dest.glob("nvidia_pytriton-*.whl"):
+        trimmed = wheel.with_suffix(".trim")
+
+        def keep(name: str) -> bool:
+            if "/python_backend_stubs/" in name:
+                return f"/python_backend_stubs/{STUB_PYTHON}/" in name
+            return "nvidia_pytriton.libs/libpython3-" not in name
+
+        with zipfile.ZipFile(wheel) as src, zipfile.ZipFile(trimmed, "w") as out:
+            for info in src.infolist():
+                if not keep(info.filename):
+                    continue
+                data = src.read(info)
+                if info.filename.endswith(".dist-info/RECORD"):
+                    lines = data.decode().splitlines()
+                    data = (
+                        "\n".join(ln for ln in lines if keep(ln.split(",", 1)[0])) + "\n"
+                    ).encode()
+                out.writestr(info, data, compress_type=zipfile.ZIP_DEFLATED)
+        trimmed.replace(wheel)
+
+
 def install_wheels(wheels: Path, site: Path) -> None:
     """Install every carried wheel into ``site`` (offline) and put it on the path."""
-    found = sorted(str(p) for p in wheels.glob("*.whl"))
+    # numpy 1.x is the stub's alone (overlay_python): this process keeps the machine's
+    found = sorted(str(p) for p in wheels.glob("*.whl") if not p.name.startswith("numpy-"))
     if not found:
         raise SystemExit(f"gpu-proof: no wheels in {wheels} (see the script's docstring)")
     pip = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps"]
@@ -189,6 +265,9 @@ def run_gpu_tests(out: Path) -> dict[str, Any]:
         "-q",
         "-p",
         "no:cacheprovider",
+        # a module importing what does not travel (boto3, moto, docker) is reported as an
+        # error, not a reason to run none of the others
+        "--continue-on-collection-errors",
         *files,
     ]
     try:
@@ -212,15 +291,33 @@ def nvml_against_smi() -> tuple[dict[str, Any], dict[str, Any]]:
     return nvml, smi
 
 
-def capacity_runs(max_copies: int, workdir: Path) -> list[dict[str, Any]]:
-    """``capacity`` on the GPU: TorchScript ResNet-50 (random weights) and a tiny BERT."""
-    from mmelocal.bench.capacity import CapacityOptions, measure_capacity
+def save_bert_base(folder: Path) -> Path:
+    """A BERT-base (``BertConfig()``'s defaults: 12 layers, hidden 768, 110M parameters) with
+    random weights, saved as a Hugging Face folder: the published BERT rows' architecture,
+    no hub download (the device machine reaches nothing outside)."""
+    import torch
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(0)
+    BertModel(BertConfig()).eval().save_pretrained(folder)
+    return folder
+
+
+def capacity_runs(
+    max_copies: int, workdir: Path, *, bert_base: bool = False
+) -> list[dict[str, Any]]:
+    """``capacity`` on the GPU: TorchScript ResNet-50 (random weights), a tiny BERT and, with
+    ``bert_base``, a random BERT-base."""
+    from mmelocal.bench.capacity.loop import CapacityOptions, measure_capacity
     from mmelocal.testing.tiny_bert import save_tiny_bert
 
     options = CapacityOptions(use_gpu=True, max_copies=max_copies, workdir=workdir)
-    bert = save_tiny_bert(workdir / "tiny-bert", tokenizer=False)
+    models: list[tuple[str | Path, str]] = [("torchvision:resnet50", "ResNet-50 (TorchScript)")]
+    models.append((save_tiny_bert(workdir / "tiny-bert", tokenizer=False), "tiny BERT"))
+    if bert_base:
+        models.append((save_bert_base(workdir / "bert-base"), "BERT-base (TorchScript)"))
     runs = []
-    for source, label in (("torchvision:resnet50", "ResNet-50 (TorchScript)"), (bert, "tiny BERT")):
+    for source, label in models:
         t0 = time.monotonic()
         result = measure_capacity(source, options=options, model_format="torchscript", label=label)
         runs.append({**result.to_dict(), "seconds": round(time.monotonic() - t0, 1)})
@@ -234,6 +331,7 @@ def download_wheels(dest: Path) -> int:
     pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
     pip += ["--python-version", "3.12", "--implementation", "cp", *platforms, "-d", str(dest)]
     subprocess.run([*pip, *WHEELS], check=True)
+    trim_pytriton(dest)
     subprocess.run(
         [sys.executable, "-m", "build", "--wheel", "-o", str(dest), str(REPO)], check=True
     )
@@ -248,6 +346,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wheels", type=Path, default=REPO / ".whl")
     parser.add_argument("--max-copies", type=int, default=12, help="per capacity run")
     parser.add_argument("--download-wheels", type=Path, help="fetch the wheels here and stop")
+    parser.add_argument(
+        "--bert-base", action="store_true", help="also a random BERT-base (110M parameters)"
+    )
     args = parser.parse_args(argv)
     if args.download_wheels is not None:
         return download_wheels(args.download_wheels)
@@ -255,7 +356,12 @@ def main(argv: list[str] | None = None) -> int:
     if gpu is None:
         print("gpu-proof: no NVIDIA GPU here (nvidia-smi absent or reports none); nothing run")
         return 2
-    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    if numpy_major() >= 2 and not os.environ.get(STUB_PYTHON_ENV):
+        # the stub (only) runs in an overlay with numpy 1.x; this process keeps the
+        # machine's numpy 2, which its scipy and transformers need
+        root = Path(tempfile.mkdtemp(prefix="gpu-proof-venv-"))
+        os.environ[STUB_PYTHON_ENV] = str(overlay_python(args.wheels, root))
+    started = datetime.now(UTC).isoformat(timespec="seconds")
     if args.wheels.is_dir():
         install_wheels(args.wheels, Path(tempfile.mkdtemp(prefix="gpu-proof-site-")))
     sys.path.insert(0, str(REPO))
@@ -264,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
     report.nvml, report.nvidia_smi = nvml_against_smi()
     report.gpu_tests = run_gpu_tests(args.out)
     with tempfile.TemporaryDirectory(prefix="gpu-proof-") as tmp:
-        report.capacity = capacity_runs(args.max_copies, Path(tmp))
+        report.capacity = capacity_runs(args.max_copies, Path(tmp), bert_base=args.bert_base)
     report.notes.append(
         f"capacity runs stop at {args.max_copies} copies; counts beyond come "
         "from the two parts (implied) and the projection"

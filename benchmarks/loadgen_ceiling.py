@@ -27,8 +27,13 @@ from pathlib import Path
 
 import numpy as np
 
-from mmelocal.bench.loadtest import LoadTestConfig, LoadTestResult, expand_targets, run_loadtest
-from mmelocal.bench.sweep import users_shape
+from mmelocal.bench.loadtest.runner import (
+    LoadTestConfig,
+    LoadTestResult,
+    expand_targets,
+    run_loadtest,
+)
+from mmelocal.bench.sweep.runner import users_shape
 from mmelocal.runtime.server_config import pick_free_port
 
 COPIES = 10
@@ -104,7 +109,7 @@ def main() -> int:
                     payload=payload,
                     shape=users_shape((1,)),
                 )
-                from mmelocal.bench.loadtest import prewarm
+                from mmelocal.bench.loadtest.runner import prewarm
 
                 prewarm(warm)
                 results: dict[str, list[LoadTestResult]] = {"trivial": [], "emulator": []}

@@ -64,17 +64,17 @@ from mmelocal.errors import (
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
-    from mmelocal.bench.capacity import CapacityOptions, measure_capacity
-    from mmelocal.bench.capacity_result import CapacityResult
-    from mmelocal.bench.estimate import Estimate
-    from mmelocal.bench.estimate_model import estimate_model
-    from mmelocal.bench.remote_capacity import RemoteCapacityOptions, measure_endpoint_capacity
+    from mmelocal.aws.session import connect as connect_aws
+    from mmelocal.bench.capacity.loop import CapacityOptions, measure_capacity
+    from mmelocal.bench.capacity.result import CapacityResult
+    from mmelocal.bench.endpoint.capacity import RemoteCapacityOptions, measure_endpoint_capacity
+    from mmelocal.bench.estimate.core import Estimate
+    from mmelocal.bench.estimate.model import estimate_model
     from mmelocal.builder.build import BuildOptions, BuildResult, build_model
     from mmelocal.builder.package import package_copies, package_model
     from mmelocal.builder.validate import ValidationReport, validate_path
     from mmelocal.deploy.deployer import apply_plan, make_plan, undeploy
     from mmelocal.deploy.plan import DeployOptions, DeployPlan
-    from mmelocal.deploy.session import connect as connect_aws
     from mmelocal.emulator.emulator_config import EmulatorConfig
     from mmelocal.emulator.server import EmulatorServer
     from mmelocal.localaws.server import LocalAws
@@ -115,17 +115,17 @@ _LAZY: dict[str, tuple[str, str]] = {
     "EmulatorServer": ("mmelocal.emulator.server", "EmulatorServer"),
     "EmulatorConfig": ("mmelocal.emulator.emulator_config", "EmulatorConfig"),
     # measure
-    "measure_capacity": ("mmelocal.bench.capacity", "measure_capacity"),
-    "CapacityOptions": ("mmelocal.bench.capacity", "CapacityOptions"),
-    "CapacityResult": ("mmelocal.bench.capacity_result", "CapacityResult"),
-    "estimate_model": ("mmelocal.bench.estimate_model", "estimate_model"),
-    "Estimate": ("mmelocal.bench.estimate", "Estimate"),
-    "measure_endpoint_capacity": ("mmelocal.bench.remote_capacity", "measure_endpoint_capacity"),
-    "RemoteCapacityOptions": ("mmelocal.bench.remote_capacity", "RemoteCapacityOptions"),
+    "measure_capacity": ("mmelocal.bench.capacity.loop", "measure_capacity"),
+    "CapacityOptions": ("mmelocal.bench.capacity.loop", "CapacityOptions"),
+    "CapacityResult": ("mmelocal.bench.capacity.result", "CapacityResult"),
+    "estimate_model": ("mmelocal.bench.estimate.model", "estimate_model"),
+    "Estimate": ("mmelocal.bench.estimate.core", "Estimate"),
+    "measure_endpoint_capacity": ("mmelocal.bench.endpoint.capacity", "measure_endpoint_capacity"),
+    "RemoteCapacityOptions": ("mmelocal.bench.endpoint.capacity", "RemoteCapacityOptions"),
     # deploy
     "DeployOptions": ("mmelocal.deploy.plan", "DeployOptions"),
     "DeployPlan": ("mmelocal.deploy.plan", "DeployPlan"),
-    "connect_aws": ("mmelocal.deploy.session", "connect"),
+    "connect_aws": ("mmelocal.aws.session", "connect"),
     "make_plan": ("mmelocal.deploy.deployer", "make_plan"),
     "apply_plan": ("mmelocal.deploy.deployer", "apply_plan"),
     "undeploy": ("mmelocal.deploy.deployer", "undeploy"),

@@ -18,12 +18,12 @@ from mmelocal.errors import UserInputError
 
 #: kind -> (module, class) of the result type that reads it.
 RESULT_TYPES: dict[str, tuple[str, str]] = {
-    "capacity": ("mmelocal.bench.capacity_result", "CapacityResult"),
-    "estimate": ("mmelocal.bench.estimate", "Estimate"),
-    "loadtest": ("mmelocal.bench.loadtest_result", "LoadTestResult"),
-    "sweep": ("mmelocal.bench.sweep_result", "SweepResult"),
-    "projection": ("mmelocal.bench.projection", "Projection"),
-    "benchmark": ("mmelocal.bench.benchmark_result", "BenchmarkResult"),
+    "capacity": ("mmelocal.bench.capacity.result", "CapacityResult"),
+    "estimate": ("mmelocal.bench.estimate.core", "Estimate"),
+    "loadtest": ("mmelocal.bench.loadtest.result", "LoadTestResult"),
+    "sweep": ("mmelocal.bench.sweep.result", "SweepResult"),
+    "projection": ("mmelocal.bench.capacity.projection", "Projection"),
+    "benchmark": ("mmelocal.bench.endpoint.result", "BenchmarkResult"),
 }
 
 

@@ -58,10 +58,10 @@ def capacity_on_endpoint(
     """``mmelocal capacity SOURCE --endpoint NAME``: measure, print, write; returns the run."""
     import tempfile
 
-    from mmelocal.bench.payload import payload_from_model
-    from mmelocal.bench.projection import load_gpus
-    from mmelocal.bench.remote import connect_endpoint
-    from mmelocal.bench.remote_capacity import RemoteCapacityOptions, measure_endpoint_capacity
+    from mmelocal.bench.capacity.projection import load_gpus
+    from mmelocal.bench.endpoint.capacity import RemoteCapacityOptions, measure_endpoint_capacity
+    from mmelocal.bench.endpoint.remote import connect_endpoint
+    from mmelocal.builder.payload import payload_from_model
 
     endpoint = connect_endpoint(endpoint_name, region=region, s3_uri=s3_uri)
     info = endpoint.info
@@ -116,8 +116,8 @@ def sweep_on_endpoint(
     status: Any,
 ) -> Any:
     """``mmelocal sweep SOURCE --endpoint NAME``: the variants as TargetModels of NAME."""
-    from mmelocal.bench.remote import connect_endpoint
-    from mmelocal.bench.remote_sweep import run_endpoint_sweep
+    from mmelocal.bench.endpoint.remote import connect_endpoint
+    from mmelocal.bench.endpoint.sweep import run_endpoint_sweep
 
     endpoint = connect_endpoint(endpoint_name, region=region, s3_uri=s3_uri)
     return run_endpoint_sweep(endpoint, source, options=options, progress=status.update)

@@ -22,6 +22,7 @@ from mmelocal.cli._bench import (
     sweep_grid_options,
     write_outputs,
 )
+from mmelocal.cli._loadgen import generators_from, loadgen_options
 from mmelocal.cli._output import console, err_console
 from mmelocal.deploy.plan import DEFAULT_INSTANCE_TYPE
 
@@ -69,6 +70,7 @@ from mmelocal.deploy.plan import DEFAULT_INSTANCE_TYPE
 @click.option("--sweep/--no-sweep", "with_sweep", default=True, show_default=True)
 @sweep_grid_options
 @prices_option
+@loadgen_options
 @click.option("--yes", is_flag=True, help="Do not ask before creating billable resources.")
 @click.option("--keep-endpoints", is_flag=True, help="Leave the endpoints running at the end.")
 @click.option(
@@ -89,16 +91,17 @@ def benchmark(sources: tuple[str, ...], **kw: Any) -> None:
         --s3-uri s3://my-bucket/bench/ --role arn:aws:iam::123456789012:role/SageMaker \\
         --instance-type ml.g4dn.xlarge --report out/
     """
+    from mmelocal.bench.endpoint.benchmark import BenchmarkPlan, prepare, run_benchmark
+    from mmelocal.bench.endpoint.capacity import model_stem
+    from mmelocal.bench.loadtest.shape import stepped_shape
     from mmelocal.bench.prices import load_prices
-    from mmelocal.bench.remote_benchmark import BenchmarkPlan, prepare, run_benchmark
-    from mmelocal.bench.remote_capacity import model_stem
-    from mmelocal.bench.shape import stepped_shape
     from mmelocal.cli._remote import remote_tarball
     from mmelocal.cli.sweep import sweep_options
+    from mmelocal.deploy.temporary import temporary_endpoint
 
     prepare_outputs(kw["json_out"], kw["report_dir"])
     if kw["existing"] is not None:
-        from mmelocal.bench.remote import connect_endpoint
+        from mmelocal.bench.endpoint.remote import connect_endpoint
 
         kw["instance_type"] = connect_endpoint(
             kw["existing"], region=kw["region"]
@@ -128,6 +131,8 @@ def benchmark(sources: tuple[str, ...], **kw: Any) -> None:
             content_type=kw["content_type"],
             poll_s=parse_duration_s(kw["poll"]),
             existing=kw["existing"],
+            deployer=temporary_endpoint,
+            generators=generators_from(kw),
         )
         runs = prepare(plan)
         frameworks = [framework for _, framework, _ in runs]
@@ -161,7 +166,7 @@ def common_name(stems: list[str]) -> str:
 
 
 def _capacity_options(kw: dict[str, Any]) -> Any:
-    from mmelocal.bench.remote_capacity import RemoteCapacityOptions
+    from mmelocal.bench.endpoint.capacity import RemoteCapacityOptions
 
     return RemoteCapacityOptions(
         threshold=kw["threshold"],
@@ -200,7 +205,7 @@ def _cost_table(plan: Any, frameworks: list[str], prices: Any) -> Table:
 
 
 def _comparison_table(benchmarks: Any) -> Table:
-    from mmelocal.bench.benchmark_result import comparison_rows
+    from mmelocal.bench.endpoint.result import comparison_rows
 
     table = Table(title="Comparison (steps without a failed request)", title_justify="left")
     columns = ("instance type", "model", "framework", "models loaded", "latency ms")

@@ -114,6 +114,7 @@ def _traffic(
 ) -> _Calls:
     import numpy as np
 
+    from mmelocal.facts.aws import RUNTIME
     from mmelocal.testing.endpoint import MmeEndpoint
 
     mme = MmeEndpoint(url=server.url, store=Path("."), server=server)
@@ -123,7 +124,7 @@ def _traffic(
 
     def worker(seed: int, copies: list[str], period_s: float) -> None:
         rng = random.Random(seed)
-        client = mme.client(retries={"max_attempts": 3})
+        client = mme.client(retries=RUNTIME.retry_options)
         pause = threading.Event()  # never set: waits out the rest of the period
         while time.monotonic() < stop:
             target = rng.choice(copies)
@@ -263,7 +264,7 @@ def demo(
     of the other copies, so the emulator loads each of them cold and evicts the least
     recently used, as a multi-model endpoint does under the same traffic.
     """
-    from mmelocal.bench.footprint import marginal_bytes
+    from mmelocal.bench.capacity.footprint import marginal_bytes
     from mmelocal.builder.package import package_copies
     from mmelocal.emulator.emulator import EmulatorConfig
     from mmelocal.emulator.server import EmulatorServer

@@ -8,9 +8,10 @@ from typing import Any
 
 import click
 
+from mmelocal.cli._defaults import default_of
 from mmelocal.cli._output import console, env_option, err_console, print_json
 from mmelocal.deploy.images import DEFAULT_TRITON_VERSION
-from mmelocal.deploy.plan import DEFAULT_INSTANCE_TYPE
+from mmelocal.deploy.plan import DEFAULT_INSTANCE_TYPE, DeployOptions
 from mmelocal.deploy.smoke import DEFAULT_ATOL, DEFAULT_MODELS, DEFAULT_RTOL
 from mmelocal.units import mib
 
@@ -36,7 +37,7 @@ from mmelocal.units import mib
 @click.option(
     "--target-gpu-utilization",
     type=click.FloatRange(min=0, max=100, min_open=True),
-    default=60.0,
+    default=default_of(DeployOptions, "target_gpu_utilization"),
     show_default=True,
     help="Target of the GPUUtilization tracking policy, in percent.",
 )
@@ -90,9 +91,9 @@ def deploy(
     validated against botocore's service models; --dry-run stops there. Running deploy
     again resumes an interrupted one; 'mmelocal undeploy NAME' removes what it created.
     """
+    from mmelocal.aws.session import connect
     from mmelocal.deploy.deployer import make_plan
     from mmelocal.deploy.plan import DeployOptions
-    from mmelocal.deploy.session import connect
     from mmelocal.errors import DeployError
 
     chosen = _instance_type(instance_type, capacity, hot_models, store)
@@ -137,7 +138,7 @@ def _instance_type(
         return given
     if capacity is None:
         return DEFAULT_INSTANCE_TYPE
-    from mmelocal.deploy.sizing import cheapest_instance
+    from mmelocal.bench.capacity.sizing import cheapest_instance
     from mmelocal.deploy.upload import store_files
 
     hot = hot_models if hot_models is not None else len(store_files(store))
@@ -249,8 +250,8 @@ def undeploy(name: str, region: str | None, delete_artifacts: bool) -> None:
     """Delete what 'mmelocal deploy' created for endpoint NAME (and nothing else)."""
     from rich.table import Table
 
+    from mmelocal.aws.session import connect
     from mmelocal.deploy.deployer import undeploy as run_undeploy
-    from mmelocal.deploy.session import connect
 
     clients = connect(region)
     with err_console.status(f"undeploying {name}"):
@@ -282,7 +283,7 @@ def smoke(
     """Invoke MODELS tarballs of endpoint NAME; answers must equal the build's reference."""
     from rich.table import Table
 
-    from mmelocal.deploy.session import connect
+    from mmelocal.aws.session import connect
     from mmelocal.deploy.smoke import smoke_endpoint
 
     clients = connect(region)

@@ -12,19 +12,23 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from mmelocal.cli._bench import csv_list, mib, output_options, prepare_outputs, write_outputs
+from mmelocal.cli._bench import (
+    csv_list,
+    gpus_option,
+    mib,
+    output_options,
+    prepare_outputs,
+    write_outputs,
+)
+from mmelocal.cli._defaults import format_option
 from mmelocal.cli._output import console, err_console
+from mmelocal.facts.sagemaker import MEMORY_THRESHOLD
 
 
 @click.command("estimate")
 @click.argument("source")
-@click.option(
-    "--format",
-    "model_format",
-    type=click.Choice(["torchscript", "onnx", "tensorrt"]),
-    default="torchscript",
-    show_default=True,
-    help="The artifact Triton will load (a built model folder or tarball: its own).",
+@format_option(
+    "model_format", "The artifact Triton will load (a built model folder or tarball: its own)."
 )
 @click.option(
     "--precision",
@@ -46,13 +50,8 @@ from mmelocal.cli._output import console, err_console
     help="TensorRT: the optimisation profile's max batch [default: max batch size].",
 )
 @click.option("--seq-len", type=click.IntRange(min=1), default=128, show_default=True)
-@click.option("--threshold", type=float, default=0.9, show_default=True)
-@click.option(
-    "--gpus",
-    "gpus_file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Your own GPU table (YAML), as for `capacity project`.",
-)
+@click.option("--threshold", type=float, default=MEMORY_THRESHOLD, show_default=True)
+@gpus_option
 @click.option(
     "--measured",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -83,8 +82,8 @@ def estimate(
     mmelocal capacity estimate minilm --format tensorrt --precision fp16
     mmelocal capacity estimate model.tar.gz --measured capacity.json
     """
-    from mmelocal.bench.estimate_model import estimate_many, measured_from_capacity
-    from mmelocal.bench.projection import load_gpus
+    from mmelocal.bench.capacity.projection import load_gpus
+    from mmelocal.bench.estimate.model import estimate_many, measured_from_capacity
 
     prepare_outputs(json_out, report_dir)
     overrides = {"max_batch_size": max_batch_size, "instance_count": instance_count}

@@ -25,7 +25,7 @@ def report(results: tuple[Path, ...], out_dir: Path, title: str) -> None:
     """Lay out capacity, estimate, load-test, projection, sweep and benchmark RESULTS (JSON
     files) as a report; benchmark results (mmelocal benchmark) open it with their comparison
     table."""
-    from mmelocal.bench.report import write_report
+    from mmelocal.bench.report.page import write_report
     from mmelocal.bench.results import read_results
 
     loaded = [item for path in results for item in read_results(path)]

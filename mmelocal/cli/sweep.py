@@ -20,6 +20,7 @@ from mmelocal.cli._bench import (
     sweep_grid_options,
     write_outputs,
 )
+from mmelocal.cli._loadgen import generators_from, loadgen_options
 from mmelocal.cli._output import console, err_console
 from mmelocal.cli._remote import endpoint_option, region_option, s3_uri_option
 
@@ -45,7 +46,7 @@ def sweep_options(
 ) -> Any:
     """The ``SweepOptions`` of a command's ``params``: the options :data:`sweep_grid_options`
     adds, ``instance_type`` and ``prices_file`` (as typed; other keys are ignored)."""
-    from mmelocal.bench.sweep import SweepOptions, users_shape
+    from mmelocal.bench.sweep.runner import SweepOptions, users_shape
 
     return SweepOptions(
         formats=tuple(csv_list(formats)),
@@ -57,6 +58,7 @@ def sweep_options(
         instance_type=params["instance_type"],
         prices_file=params["prices_file"],
         verify=verify,
+        generators=generators_from(params),
     )
 
 
@@ -75,6 +77,7 @@ def sweep_options(
 @endpoint_option
 @s3_uri_option
 @region_option
+@loadgen_options
 @output_options
 def sweep(
     source: str,
@@ -92,7 +95,7 @@ def sweep(
     With --endpoint NAME the configurations are TargetModels of that deployed multi-model
     endpoint (its instance type replaces --instance-type): no redeploy per configuration.
     """
-    from mmelocal.bench.sweep import run_sweep
+    from mmelocal.bench.sweep.runner import run_sweep
 
     options = sweep_options(params, formats=formats, verify=not no_verify)
     prepare_outputs(json_out, report_dir)

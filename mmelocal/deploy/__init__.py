@@ -2,10 +2,18 @@
 
 One module per concept: :mod:`~mmelocal.deploy.plan` (the plan, pure data),
 :mod:`~mmelocal.deploy.images` (SageMaker's Triton image per region),
-:mod:`~mmelocal.deploy.session` (credentials, region, clients),
 :mod:`~mmelocal.deploy.upload` (the store's tarballs to S3),
 :mod:`~mmelocal.deploy.resources` (the API requests, validated offline against botocore's
-service models), :mod:`~mmelocal.deploy.sizing` (the instance type a capacity result
-asks for), :mod:`~mmelocal.deploy.deployer` (plan, apply, undeploy) and
+service models), :mod:`~mmelocal.deploy.deployer` (plan, apply, undeploy),
+:mod:`~mmelocal.deploy.temporary` (an endpoint for one ``with`` block) and
 :mod:`~mmelocal.deploy.smoke` (the emulator's answer checks against a deployed endpoint).
+Credentials, region, clients and S3 helpers come from :mod:`mmelocal.aws` (its former path
+``mmelocal.deploy.session`` still imports); the instance type a capacity result asks for
+is the bench's (:mod:`mmelocal.bench.capacity.sizing`).
 """
+
+from __future__ import annotations
+
+from mmelocal._moved import keep_old_paths
+
+keep_old_paths(__name__, {"session": "mmelocal.aws.session"})

@@ -17,10 +17,10 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from mmelocal.aws.session import AwsClients, aws_error
 from mmelocal.deploy import resources as rs
 from mmelocal.deploy.images import triton_image_uri
 from mmelocal.deploy.plan import ApiStep, DeployOptions, DeployPlan, ObjectStep, split_s3_uri
-from mmelocal.deploy.session import AwsClients, aws_error
 from mmelocal.deploy.upload import (
     apply_objects,
     check_bucket,

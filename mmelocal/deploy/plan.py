@@ -14,35 +14,22 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mmelocal.aws.s3 import SHA256_METADATA, split_s3_uri
 from mmelocal.deploy.images import DEFAULT_TRITON_VERSION
 from mmelocal.errors import DeployError, UserInputError
+from mmelocal.facts.runtime_api import DEFAULT_VARIANT_NAME
 from mmelocal.runtime.entrypoint import check_sagemaker_env
 
 logger = logging.getLogger(__name__)
 
 #: the tag that marks what mmelocal created; its value is the endpoint name
 TAG_KEY = "mmelocal:endpoint"
-VARIANT_NAME = "AllTraffic"
-#: object metadata (x-amz-meta-mmelocal-sha256) that records the uploaded file's SHA-256
-SHA256_METADATA = "mmelocal-sha256"
+VARIANT_NAME = DEFAULT_VARIANT_NAME
 
 # SageMaker's own patterns (botocore's service model) for names and role ARNs
 _NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
 _ROLE_ARN = re.compile(r"^arn:aws[a-z\-]*:iam::\d{12}:role/?[a-zA-Z_0-9+=,.@\-_/]+$")
-_S3_URI = re.compile(r"^s3://([a-z0-9][a-z0-9.\-]{1,61}[a-z0-9])(/.*)?$")
 _ENV_KEY = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]{0,1023}$")
-
-
-def split_s3_uri(uri: str) -> tuple[str, str]:
-    """``s3://bucket/a/b`` -> ``("bucket", "a/b/")``: the prefix always ends with '/'
-    (or is empty), as an MME's ``ModelDataUrl`` must."""
-    match = _S3_URI.match(uri)
-    if match is None:
-        raise DeployError(f"--s3-uri must look like s3://bucket/prefix/, got {uri!r}")
-    prefix = (match.group(2) or "/").lstrip("/")
-    if prefix and not prefix.endswith("/"):
-        prefix += "/"
-    return match.group(1), prefix
 
 
 #: the instance type when the user gives none and no capacity result (one A10G, 24 GB)

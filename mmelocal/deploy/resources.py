@@ -14,8 +14,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from mmelocal.aws.session import aws_error, not_found
 from mmelocal.deploy.plan import TAG_KEY, VARIANT_NAME, ApiStep, DeployOptions
-from mmelocal.deploy.session import aws_error, not_found
 from mmelocal.errors import DeployError
 
 SCALABLE_DIMENSION = "sagemaker:variant:DesiredInstanceCount"

@@ -1,7 +1,7 @@
 """``smoke``: call models of a deployed store and check their answers against the build.
 
 The check is the emulator's and ``mmelocal check``'s: the request is the build's recorded
-sample (:func:`~mmelocal.bench.payload.reference_inputs`, the load test's payload too) and
+sample (:func:`~mmelocal.builder.payload.reference_inputs`, the load test's payload too) and
 the answer must equal the build's reference outputs within tolerance
 (:func:`~mmelocal.runtime.samples.compare_outputs`). The same :func:`run_smoke` runs
 against SageMaker or the local emulator: only the ``sagemaker-runtime`` client's endpoint
@@ -18,14 +18,14 @@ from typing import Any
 
 import numpy as np
 
-from mmelocal.bench.payload import (
+from mmelocal.aws.session import AwsClients, aws_error
+from mmelocal.builder.payload import (
     reference_arrays,
     v2_json_outputs,
     v2_json_payload,
 )
 from mmelocal.deploy import resources as rs
 from mmelocal.deploy.plan import split_s3_uri
-from mmelocal.deploy.session import AwsClients, aws_error
 from mmelocal.deploy.upload import listed_objects
 from mmelocal.errors import DeployError, MmeLocalError
 from mmelocal.runtime.samples import compare_outputs

@@ -81,7 +81,9 @@ class Emulator:
         self.cache = ArtifactCache(
             self.cache_dir / "artifacts", self.store, disk_budget_bytes=config.disk_budget_bytes
         )
-        self.metrics = Metrics(endpoint_name=config.endpoint_name or "local")
+        self.metrics = Metrics(
+            endpoint_name=config.endpoint_name or "local", variant_name=config.variant_name
+        )
         self.events = EventLog()
         self._launcher_factory = launcher_factory or self._default_launcher
         self._gpus = self._choose_gpus()

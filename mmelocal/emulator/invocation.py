@@ -48,7 +48,7 @@ from mmelocal.emulator.upstream import (
     UpstreamError,
     UpstreamTimeoutError,
 )
-from mmelocal.runtime.sagemaker import TARGET_MODEL_HEADER
+from mmelocal.facts.sagemaker import TARGET_MODEL_HEADER
 
 _TARGET = TARGET_MODEL_HEADER.lower().encode()
 _TARGET_TITLE = TARGET_MODEL_HEADER.encode()
@@ -116,6 +116,8 @@ class InvocationPath:
     def __init__(self, emulator: Emulator) -> None:
         self.emulator = emulator
         self.invoke_timeout_s = emulator.config.invoke_timeout_s
+        #: the production variant the answers name
+        self.variant = emulator.config.variant_name
         #: request heads up to the Content-Length value, per target, content type,
         #: forwarded headers and upstream
         self.heads: dict[tuple[bytes, bytes, bytes, bytes], bytes] = {}
@@ -374,7 +376,7 @@ class Invocation:
             )
         elif status == 200 and _CUSTOM not in headers:
             answer = encode_invocation_ok(
-                content_type, self.cache_hit, data, keep_alive=self.keep_alive
+                content_type, self.path.variant, self.cache_hit, data, keep_alive=self.keep_alive
             )
         else:
             result = InvokeResult(

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from mmelocal.errors import UserInputError
+from mmelocal.facts.runtime_api import DEFAULT_VARIANT_NAME
 from mmelocal.stats import nearest_rank
 
 #: name -> help text; the order is the order in the exposition.
@@ -82,7 +83,9 @@ class Summary:
 class Metrics:
     """Counters, summaries and gauge sources of one emulated endpoint."""
 
-    def __init__(self, *, endpoint_name: str = "local", variant_name: str = "AllTraffic") -> None:
+    def __init__(
+        self, *, endpoint_name: str = "local", variant_name: str = DEFAULT_VARIANT_NAME
+    ) -> None:
         self.labels = {"EndpointName": endpoint_name, "VariantName": variant_name}
         self.summaries = {name: Summary() for name in SUMMARIES}
         self.counters = dict.fromkeys(COUNTERS, 0)

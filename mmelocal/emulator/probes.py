@@ -40,7 +40,7 @@ class MemoryReading:
     ``per_process_bytes`` is what each process of the Triton tree holds on its own (USS on
     the host, the driver's per-process figure on a GPU; None where the driver does not say)
     and ``server_pid`` the tree's root: together they split a load's growth into the new
-    model's own memory and the rest (see :mod:`mmelocal.bench.footprint`).
+    model's own memory and the rest (see :mod:`mmelocal.bench.capacity.footprint`).
     """
 
     used_bytes: int

@@ -4,12 +4,14 @@ Requests are routed by what botocore sends, so one ``AWS_ENDPOINT_URL`` serves e
 client:
 
 * ``POST /endpoints/{name}/invocations`` signed for ``sagemaker`` (the runtime client):
-  forwarded to the endpoint's emulator; an endpoint not in service answers the service's
-  ``ValidationError``;
+  forwarded to the emulator of one of the endpoint's production variants (``TargetVariant``,
+  else drawn by weight: :mod:`.variants`); an endpoint not in service, or an unknown
+  variant, answers the service's ``ValidationError``;
 * ``X-Amz-Target: SageMaker.<Operation>`` for the operations that create, update, delete
   or describe models, configs and endpoints: the service's checks moto lacks
   (:mod:`.checks`), then moto, then the endpoint's lifecycle (:mod:`.endpoints`);
-  ``UpdateEndpoint``, which moto does not have, is answered here;
+  ``UpdateEndpoint``, which moto does not have, and ``UpdateEndpointWeightsAndCapacities``
+  are answered here;
 * everything else (S3, the rest of SageMaker, Application Auto Scaling, STS, ...) goes to
   moto's own dispatcher, which reads the SigV4 credential scope as well.
 """
@@ -25,8 +27,16 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from mmelocal.errors import AwsServiceError
+from mmelocal.facts.runtime_api import (
+    DUPLICATE_VARIANT_IN_REQUEST,
+    TARGET_VARIANT_HEADER,
+    UNKNOWN_TARGET_VARIANT,
+    VARIANT_NOT_IN_CONFIG,
+)
+from mmelocal.facts.sagemaker import TARGET_MODEL_HEADER
 from mmelocal.localaws.checks import model_data_problem, model_violations
 from mmelocal.localaws.endpoints import EndpointManager
+from mmelocal.localaws.logs import LogShipper
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +56,7 @@ RESTORE_WAIT_S = 600.0
 _INVOCATION = re.compile(r"^/endpoints/([^/]+)/invocations$")
 _SCOPE = re.compile(r"Credential=[^/]*/[^/]*/([^/]*)/([^/]*)/aws4_request")
 _JSON_11 = "application/x-amz-json-1.1"
+_TARGET_VARIANT_KEY = "HTTP_" + TARGET_VARIANT_HEADER.upper().replace("-", "_")
 #: InvokeEndpoint's request headers the emulator reads
 _FORWARDED = ("Content-Type", "Accept", "Content-Encoding")
 _HOP_BY_HOP = frozenset(
@@ -80,6 +91,7 @@ class LocalAwsApp:
         keys_under: Callable[[str, str], list[str] | None],
         internal: Callable[[str], Any],
         account_id: str,
+        logs: LogShipper | None = None,
     ) -> None:
         import urllib3
 
@@ -88,6 +100,7 @@ class LocalAwsApp:
         self._keys_under = keys_under
         self._internal = internal
         self.account_id = account_id
+        self.logs = logs
         self._http = urllib3.PoolManager(maxsize=64, retries=False)
         #: regions SageMaker or Application Auto Scaling were called in (the state to save)
         self.regions: set[str] = set()
@@ -102,6 +115,7 @@ class LocalAwsApp:
             "DescribeEndpointConfig": self._describe_endpoint_config,
             "CreateEndpoint": self._create_endpoint,
             "UpdateEndpoint": self._update_endpoint,
+            "UpdateEndpointWeightsAndCapacities": self._update_weights_and_capacities,
             "DeleteEndpoint": self._delete_endpoint,
             "DescribeEndpoint": self._describe_endpoint,
             "ListEndpoints": self._list_endpoints,
@@ -268,6 +282,40 @@ class LocalAwsApp:
         self.endpoints.update(region, name, config_name)
         return 200, {"EndpointArn": endpoint["EndpointArn"]}
 
+    def _update_weights_and_capacities(
+        self, environ: dict[str, Any], region: str, params: dict[str, Any]
+    ) -> tuple[int, Any]:
+        self._check("UpdateEndpointWeightsAndCapacities", params)
+        name = str(params.get("EndpointName", ""))
+        endpoint = self._exists(region, "describe_endpoint", EndpointName=name)
+        state = self.endpoints.get(region, name)
+        if endpoint is None or state is None:
+            arn = f"arn:aws:sagemaker:{region}:{self.account_id}:endpoint/{name.lower()}"
+            raise AwsServiceError(f'Could not find endpoint "{arn}".')
+        fleets = state.fleets
+        if state.status != "InService" or fleets is None:
+            arn = endpoint["EndpointArn"]
+            raise AwsServiceError(f'Cannot update in-progress endpoint "{arn}".')
+        desired = list(params.get("DesiredWeightsAndCapacities") or [])
+        seen: set[str] = set()
+        for item in desired:
+            variant = str(item.get("VariantName", ""))
+            if variant in seen:
+                raise AwsServiceError(DUPLICATE_VARIANT_IN_REQUEST.format(variant=variant))
+            if fleets.get(variant) is None:
+                raise AwsServiceError(
+                    VARIANT_NOT_IN_CONFIG.format(variant=variant, config=fleets.config_name)
+                )
+            seen.add(variant)
+            if item.get("DesiredInstanceCount") == 0:
+                raise AwsServiceError(
+                    f"Variant {variant}: DesiredInstanceCount 0 is for endpoints that host "
+                    "inference components; an instance-backed variant keeps at least 1 "
+                    "instance."
+                )
+        self.endpoints.update_weights_and_capacities(region, name, desired)
+        return 200, {"EndpointArn": endpoint["EndpointArn"]}
+
     def _delete_endpoint(
         self, environ: dict[str, Any], region: str, params: dict[str, Any]
     ) -> tuple[int, Any]:
@@ -286,8 +334,9 @@ class LocalAwsApp:
         if status == 200 and isinstance(answer, dict) and state is not None:
             answer["EndpointStatus"] = state.status
             answer["EndpointConfigName"] = state.config_name
-            if state.variants:
-                answer["ProductionVariants"] = [dict(v) for v in state.variants]
+            fleets = state.fleets
+            if fleets is not None:
+                answer["ProductionVariants"] = [dict(v) for v in fleets.described()]
             elif state.status in ("Creating", "Failed"):
                 answer.pop("ProductionVariants", None)
             if state.failure_reason:
@@ -322,13 +371,22 @@ class LocalAwsApp:
 
         from mmelocal.emulator.answers import sagemaker_error
 
-        fleet = self.endpoints.serving(region or "us-east-1", name)
+        fleets = self.endpoints.variants(region or "us-east-1", name)
         target = environ.get("HTTP_X_AMZN_SAGEMAKER_TARGET_MODEL")
-        if fleet is None:
+        if fleets is None:
             answer = sagemaker_error(
                 400, "ValidationError", f"Endpoint {name} of account {self.account_id} not found."
             )
             return self._answer(start_response, answer.status, answer.headers, answer.body)
+        wanted = environ.get(_TARGET_VARIANT_KEY)
+        variant = fleets.choose(wanted)
+        if variant is None:
+            message = UNKNOWN_TARGET_VARIANT.format(
+                variant=wanted, endpoint=name, valid=", ".join(fleets.names())
+            )
+            answer = sagemaker_error(400, "ValidationError", message)
+            return self._answer(start_response, answer.status, answer.headers, answer.body)
+        fleet = variant.fleet
         single = fleet.plan.single_model_target
         if single is not None and target is not None:
             answer = sagemaker_error(
@@ -340,10 +398,10 @@ class LocalAwsApp:
             return self._answer(start_response, answer.status, answer.headers, answer.body)
         headers = {h: environ[k] for h in _FORWARDED if (k := _environ_key(h)) in environ}
         for key, value in environ.items():
-            if key.startswith("HTTP_X_AMZN_SAGEMAKER_"):
+            if key.startswith("HTTP_X_AMZN_SAGEMAKER_") and key != _TARGET_VARIANT_KEY:
                 headers["-".join(p.capitalize() for p in key[5:].split("_"))] = value
         if single is not None:
-            headers["X-Amzn-SageMaker-Target-Model"] = single
+            headers[TARGET_MODEL_HEADER] = single
         body = _read_body(environ)
         try:
             with fleet.call():
@@ -361,7 +419,10 @@ class LocalAwsApp:
             )
             return self._answer(start_response, answer.status, answer.headers, answer.body)
         out = [(k, v) for k, v in response.headers.items() if k.lower() not in _HOP_BY_HOP]
-        return self._answer(start_response, response.status, out, response.data)
+        data = response.data
+        if response.status == 424 and self.logs is not None:  # ModelError: name its stream
+            data = self.logs.model_error_body(region or "us-east-1", fleet, data)
+        return self._answer(start_response, response.status, out, data)
 
     @staticmethod
     def _answer(

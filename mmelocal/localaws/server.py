@@ -10,6 +10,7 @@ clean stop and restored at the next start (:mod:`.state`).
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import logging
 import socket
@@ -19,9 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from mmelocal.errors import EndpointFailedError, MissingDependencyError, UserInputError
+from mmelocal.facts.aws import LOCAL, aws_client
 from mmelocal.localaws.app import INTERNAL_HEADER, OWN_HEADER, LocalAwsApp
 from mmelocal.localaws.endpoints import EndpointManager
-from mmelocal.localaws.fleet import Fleet, FleetOptions, FleetPlan, plan_fleet
+from mmelocal.localaws.fleet import Fleet, FleetOptions, FleetPlan
+from mmelocal.localaws.logs import LogShipper
+from mmelocal.localaws.variants import EndpointPlan, plan_endpoint
 from mmelocal.runtime.lifecycle import StartStopContext
 
 logger = logging.getLogger(__name__)
@@ -78,6 +82,7 @@ class LocalAws(StartStopContext):
         self._clients: dict[tuple[bool, str, str], Any] = {}
         self._clients_lock = threading.Lock()
         self.endpoints: EndpointManager | None = None
+        self._logs: LogShipper | None = None
 
     # -- public ------------------------------------------------------------------------
     @property
@@ -133,12 +138,14 @@ class LocalAws(StartStopContext):
             forget=self._forget,
             work_dir=self._data_dir / "endpoints",
         )
+        self._logs = LogShipper(self._client, account_id=DEFAULT_ACCOUNT_ID)
         app = self._app = LocalAwsApp(
             moto_app=DomainDispatcherApplication(create_backend_app),
             endpoints=self.endpoints,
             keys_under=self._keys_under,
             internal=lambda region: self._client("sagemaker", region),
             account_id=DEFAULT_ACCOUNT_ID,
+            logs=self._logs,
         )
 
         if self.persist:
@@ -173,6 +180,7 @@ class LocalAws(StartStopContext):
         )
         self._thread.start()
         LocalAws._running += 1
+        self._logs.start()
         logger.info("local AWS listening on %s (data %s)", self.url, self._data_dir)
         if self.persist:
             from mmelocal.localaws import state
@@ -187,6 +195,11 @@ class LocalAws(StartStopContext):
     def stop(self) -> None:
         """Save the state (``persist``), stop serving and every endpoint's Triton
         (idempotent)."""
+        if self._logs is not None:
+            try:  # the last lines, while the server still answers
+                self._logs.stop()
+            except Exception:
+                logger.exception("could not ship the last endpoint log lines")
         if self._server is not None:
             if self._restored and self._app is not None and self._data_dir is not None:
                 from mmelocal.localaws import state
@@ -244,20 +257,15 @@ class LocalAws(StartStopContext):
 
     def _new_client(self, service: str, region: str, *, internal: bool = True) -> Any:
         import boto3
-        from botocore.config import Config
 
         session = boto3.session.Session(
             aws_access_key_id=LOCAL_KEYS[0],
             aws_secret_access_key=LOCAL_KEYS[1],
             region_name=region,
         )
-        config = Config(
-            retries={"max_attempts": 2, "mode": "standard"},
-            s3={"addressing_style": "path"},
-            connect_timeout=5,
-            read_timeout=60,
+        client = aws_client(
+            service, LOCAL, session=session, endpoint_url=self.url, s3={"addressing_style": "path"}
         )
-        client = session.client(service, endpoint_url=self.url, config=config)
 
         def mark(request: Any, **_: Any) -> None:
             request.headers[OWN_HEADER] = "1"
@@ -277,28 +285,39 @@ class LocalAws(StartStopContext):
             return None
         return [obj["Key"] for obj in listing.get("Contents", [])]
 
-    def _plan(self, region: str, endpoint_name: str, config_name: str) -> FleetPlan:
+    def _plan(self, region: str, endpoint_name: str, config_name: str) -> EndpointPlan:
         from botocore.exceptions import ClientError
 
         sagemaker = self._client("sagemaker", region)
         try:
             config = sagemaker.describe_endpoint_config(EndpointConfigName=config_name)
-            variants = config.get("ProductionVariants") or [{}]
-            model = sagemaker.describe_model(ModelName=variants[0].get("ModelName", ""))
+            models = {}
+            for variant in config.get("ProductionVariants") or []:
+                name = str(variant.get("ModelName", ""))
+                if name not in models:
+                    models[name] = sagemaker.describe_model(ModelName=name)
         except ClientError as exc:
             raise EndpointFailedError(str(exc.response["Error"].get("Message", exc))) from exc
-        plan = plan_fleet(endpoint_name, config, model)
-        keys = self._keys_under(plan.bucket, plan.prefix + (plan.single_model_target or ""))
-        if not keys:
-            raise EndpointFailedError(
-                f"Could not find model data at {plan.store_url}{plan.single_model_target or ''}."
-            )
+        plan = plan_endpoint(endpoint_name, config, models)
+        plan = dataclasses.replace(
+            plan, variants=tuple(dataclasses.replace(v, region=region) for v in plan.variants)
+        )
+        for fleet in plan.variants:
+            keys = self._keys_under(fleet.bucket, fleet.prefix + (fleet.single_model_target or ""))
+            if not keys:
+                where = fleet.store_url + (fleet.single_model_target or "")
+                raise EndpointFailedError(f"Could not find model data at {where}.")
         return plan
 
     def _start_fleet(self, plan: FleetPlan, work_dir: Path) -> Fleet:
         options = FleetOptions(work_dir=work_dir, **self._fleet_options)  # type: ignore[arg-type]
         fleet = Fleet(plan, s3_client=self._new_client("s3", DEFAULT_REGION), options=options)
         fleet.start()
+        if self._logs is not None:
+            try:
+                self._logs.watch(plan.region, fleet)
+            except Exception:  # logs are a view: an endpoint serves without them
+                logger.exception("could not create the log streams of %s", plan.endpoint_name)
         return fleet
 
     def _forget(self, region: str, endpoint_name: str) -> None:

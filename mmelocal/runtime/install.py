@@ -14,6 +14,7 @@ import hashlib
 import logging
 import os
 import shutil
+import subprocess
 import sys
 import sysconfig
 import tempfile
@@ -27,6 +28,10 @@ logger = logging.getLogger(__name__)
 
 TRITONSERVER_ENV = "MMELOCAL_TRITONSERVER"
 CACHE_ENV = "MMELOCAL_CACHE_DIR"
+#: The Python whose environment the wheel's Python-backend stub runs models in (default:
+#: the running one). Point it at an environment with numpy<2 (and the model's torch) when
+#: the running one has numpy 2 (see ``check_stub_numpy``).
+STUB_PYTHON_ENV = "MMELOCAL_STUB_PYTHON"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,12 +98,72 @@ def _wheel_install() -> TritonInstall | None:
             f"nvidia-pytriton has no Python backend stub for Python {version} ({stub}); "
             "use a Python version the wheel supports"
         )
+    check_stub_numpy()
     return TritonInstall(
         binary=binary,
         python_backend_src=server / "backends" / "python",
         stub=stub,
         libs_dir=root.parent / "nvidia_pytriton.libs",
     )
+
+
+#: The wheel's Python-backend stub (nvidia-pytriton 0.7.0, Triton 2.51) is built against
+#: numpy 1.x (the wheel requires ``numpy<2``). Under numpy 2 it reads array descriptors
+#: with the old layout: every output tensor comes back with 0 bytes (Triton answers
+#: "output tensor shape does not match size of output") and ``Tensor.from_dlpack`` returns
+#: wrong values. Seen on a GPU machine whose Python had numpy 2.5.2 and reproduced here with
+#: numpy 2.0.2 to 2.4.6, on CPU.
+STUB_NUMPY_MAJOR = 1
+
+
+def check_stub_numpy(version: str | None = None) -> None:
+    """Refuse to start the wheel's stub under a numpy it cannot read (see above).
+
+    ``version`` defaults to the numpy of :func:`stub_python`'s environment: the stub loads
+    the site-packages of the first ``python3`` on its PATH, which is that one's.
+    """
+    python = stub_python()
+    if version is None:
+        version = _numpy_version(python)
+        if version is None:
+            return
+    major = int(version.split(".", 1)[0])
+    if major > STUB_NUMPY_MAJOR:
+        raise UserInputError(
+            f"numpy {version} is installed for {python}, but the Python-backend stub of "
+            "nvidia-pytriton (Triton 2.51) is built for numpy 1.x: every model output would "
+            "come back empty ('output tensor shape does not match size of output'). "
+            f"Install numpy<2 there ({python} -m pip install 'numpy<2'), point "
+            f"${STUB_PYTHON_ENV} at a Python whose environment has numpy<2, or run "
+            "Triton's Docker image (--launcher docker)"
+        )
+
+
+def stub_python() -> Path:
+    """The Python whose environment the stub uses (``$MMELOCAL_STUB_PYTHON`` or this one)."""
+    given = os.environ.get(STUB_PYTHON_ENV)
+    if not given:
+        return Path(sys.executable)
+    python = Path(given).expanduser()
+    if not (python.is_file() and os.access(python, os.X_OK)):
+        raise UserInputError(f"${STUB_PYTHON_ENV}={given} is not an executable Python")
+    return python
+
+
+def _numpy_version(python: Path) -> str | None:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    if python == Path(sys.executable):
+        try:
+            return dist_version("numpy")
+        except PackageNotFoundError:
+            return None
+    code = "import importlib.metadata as m; print(m.version('numpy'))"
+    done = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=60)
+    if done.returncode != 0:
+        return None
+    return done.stdout.strip() or None
 
 
 def _install_from_binary(binary: Path) -> TritonInstall:
@@ -168,7 +233,7 @@ def server_environment(install: TritonInstall, config: ServerConfig) -> dict[str
     # The stub's embedded interpreter starts isolated (PYTHONPATH is not read) and finds its
     # prefix from the first ``python3`` on PATH: this environment's bin makes it load the
     # same site-packages (a venv's pyvenv.cfg included).
-    env["PATH"] = _join_paths([str(Path(sys.executable).parent)], env.get("PATH"))
+    env["PATH"] = _join_paths([str(stub_python().parent)], env.get("PATH"))
     env.update(config.to_env())
     return env
 
@@ -194,10 +259,13 @@ def _join_paths(first: list[str], existing: str | None) -> str:
 
 __all__ = [
     "CACHE_ENV",
+    "STUB_PYTHON_ENV",
     "TRITONSERVER_ENV",
     "TritonInstall",
     "cache_dir",
+    "check_stub_numpy",
     "find_tritonserver",
     "prepare_backend_directory",
     "server_environment",
+    "stub_python",
 ]

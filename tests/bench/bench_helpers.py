@@ -10,10 +10,10 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
-from mmelocal.bench.capacity import CapacityResult, measure_instance
-from mmelocal.bench.loadtest import LoadTestResult
-from mmelocal.bench.shape import stepped_shape
-from mmelocal.bench.stepstats import StepStats
+from mmelocal.bench.capacity.loop import CapacityResult, measure_instance
+from mmelocal.bench.loadtest.runner import LoadTestResult
+from mmelocal.bench.loadtest.shape import stepped_shape
+from mmelocal.bench.loadtest.stepstats import StepStats
 from mmelocal.errors import ModelLoadError
 
 MIB = 1024 * 1024

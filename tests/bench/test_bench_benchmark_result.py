@@ -9,17 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from mmelocal.bench.benchmark_result import (
+from mmelocal.bench.capacity.result import CapacityResult, LoadRecord
+from mmelocal.bench.endpoint.result import (
     BenchmarkResult,
     comparison_rows,
     framework_of,
     percent_difference,
 )
-from mmelocal.bench.capacity_result import CapacityResult, LoadRecord
-from mmelocal.bench.loadtest_result import LoadTestResult
+from mmelocal.bench.loadtest.result import LoadTestResult
+from mmelocal.bench.loadtest.shape import LoadShape, Stage
+from mmelocal.bench.loadtest.stepstats import StepStats
 from mmelocal.bench.results import result_from_dict
-from mmelocal.bench.shape import LoadShape, Stage
-from mmelocal.bench.stepstats import StepStats
 
 MIB = 1024 * 1024
 
@@ -116,7 +116,7 @@ def test_the_model_name_is_the_stems_common_start(stems: list[str], name: str) -
 
 
 def test_step_rows_are_the_published_summary_per_step() -> None:
-    from mmelocal.bench.benchmark_result import step_rows
+    from mmelocal.bench.endpoint.result import step_rows
 
     pt = _bench("torchscript", 4, [_step(20, 10.0, 300.0), _step(40, 18.0, 250.0, failures=2)])
     rows = step_rows([pt])
@@ -129,7 +129,7 @@ def test_step_rows_are_the_published_summary_per_step() -> None:
 
 
 def test_the_report_opens_with_the_comparison(tmp_path: Path) -> None:
-    from mmelocal.bench.report import write_report
+    from mmelocal.bench.report.page import write_report
 
     pt = _bench("torchscript", 40, [_step(20, 20.0, 400.0)])
     trt = _bench("tensorrt", 20, [_step(20, 30.0, 300.0)])
@@ -158,3 +158,38 @@ def test_mmelocal_report_reads_benchmark_results(
     assert [row.split(",")[2] for row in rows[1:]] == ["pt", "trt", "trt vs pt (%)"]
     assert rows[3].split(",")[3:5] == ["-50.0", "-25.0"]  # models loaded, latency
     assert "report:" in capsys.readouterr().out
+
+
+def test_a_plan_that_deploys_needs_a_deployer(tmp_path: Path) -> None:
+    from mmelocal.bench.endpoint.benchmark import BenchmarkPlan
+    from mmelocal.errors import UserInputError
+
+    fields = dict(
+        tarballs=(tmp_path / "m.tar.gz",),
+        model="m",
+        shape=LoadShape(stages=(Stage(users=1, spawn_rate=1, duration_s=10),)),
+        endpoint_name="rn50",
+        s3_uri="s3://b/p/",
+        role_arn="arn:aws:iam::123456789012:role/r",
+        instance_type="ml.g5.xlarge",
+    )
+    with pytest.raises(UserInputError, match="deployer="):
+        BenchmarkPlan(**fields)
+    assert BenchmarkPlan(**fields, deployer=lambda **kw: None).endpoint_for("pt") == "rn50-pt"
+    assert BenchmarkPlan(**{**fields, "existing": "live"}).endpoint_for("pt") == "live"
+
+
+def test_old_module_paths_name_the_moved_modules() -> None:
+    import mmelocal.bench.capacity_result as old_capacity
+    import mmelocal.bench.remote_capacity as old_remote
+    import mmelocal.deploy.session as old_session
+
+    from mmelocal.aws import session
+    from mmelocal.bench.capacity import measure_capacity
+    from mmelocal.bench.capacity.loop import measure_capacity as loop_measure
+    from mmelocal.bench.endpoint import capacity
+
+    assert old_capacity.CapacityResult is CapacityResult
+    assert old_remote is capacity
+    assert old_session is session
+    assert measure_capacity is loop_measure

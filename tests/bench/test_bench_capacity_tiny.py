@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mmelocal.bench.capacity import CapacityOptions, measure_capacity
+from mmelocal.bench.capacity.loop import CapacityOptions, measure_capacity
 
 MIB = 1024 * 1024
 

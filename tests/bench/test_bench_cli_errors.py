@@ -157,7 +157,7 @@ def test_zero_requests_is_not_reported_as_no_failures() -> None:
 
     from bench_helpers import fake_loadtest
 
-    from mmelocal.bench.loadtest_result import summary_lines
+    from mmelocal.bench.loadtest.result import summary_lines
 
     loadtest = fake_loadtest()
     empty = dataclasses.replace(

@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
-from mmelocal.bench.activations import onnx_weights, torch_weights, trace_onnx, trace_torch
-from mmelocal.bench.estimate import (
+from mmelocal.bench.capacity.projection import GpuSpec
+from mmelocal.bench.estimate.activations import onnx_weights, torch_weights, trace_onnx, trace_torch
+from mmelocal.bench.estimate.core import (
     CUBLAS_SEGMENT_BYTES,
     ONCE,
     PER_COPY,
@@ -30,7 +31,6 @@ from mmelocal.bench.estimate import (
     estimate_from_facts,
     sum_parts,
 )
-from mmelocal.bench.projection import GpuSpec
 from mmelocal.errors import UserInputError
 
 torch = pytest.importorskip("torch")
@@ -208,7 +208,7 @@ def test_measurement_wins_and_round_trips_through_json() -> None:
 
 
 def test_built_torchscript_folder_reads_its_config(tmp_path: Path) -> None:
-    from mmelocal.bench.estimate_model import estimate_model
+    from mmelocal.bench.estimate.model import estimate_model
 
     folder = tmp_path / "mlp"
     (folder / "1").mkdir(parents=True)
@@ -259,7 +259,7 @@ def test_cli_estimate_prints_parts_and_writes_json(tmp_path: Path) -> None:
 
 
 def _capacity(source: str, probe: str) -> Any:
-    from mmelocal.bench.capacity_result import CapacityResult, LoadRecord
+    from mmelocal.bench.capacity.result import CapacityResult, LoadRecord
 
     loads = tuple(
         LoadRecord(
@@ -290,7 +290,7 @@ def _capacity(source: str, probe: str) -> Any:
 def test_report_shows_estimate_and_measurement_side_by_side(
     tmp_path: Path, probe: str, wins: bool
 ) -> None:
-    from mmelocal.bench.report import write_report
+    from mmelocal.bench.report.page import write_report
 
     card = GpuSpec(name="T4", memory_bytes=15360 * MIB, instances={"ml.g4dn.xlarge": 1})
     estimate = estimate_from_facts(
@@ -308,7 +308,7 @@ def test_report_shows_estimate_and_measurement_side_by_side(
 def test_onnx_model_folder_and_tarball(tmp_path: Path) -> None:
     import tarfile
 
-    from mmelocal.bench.estimate_model import estimate_model
+    from mmelocal.bench.estimate.model import estimate_model
 
     folder = tmp_path / "mlp"
     (folder / "1").mkdir(parents=True)
@@ -333,7 +333,7 @@ def test_onnx_model_folder_and_tarball(tmp_path: Path) -> None:
 
 
 def test_a_tensorrt_plan_asks_for_its_source(tmp_path: Path) -> None:
-    from mmelocal.bench.estimate_model import estimate_model
+    from mmelocal.bench.estimate.model import estimate_model
 
     folder = tmp_path / "trt"
     (folder / "1").mkdir(parents=True)
@@ -344,7 +344,7 @@ def test_a_tensorrt_plan_asks_for_its_source(tmp_path: Path) -> None:
 
 
 def test_a_repository_root_estimates_every_model(tmp_path: Path) -> None:
-    from mmelocal.bench.estimate_model import estimate_many
+    from mmelocal.bench.estimate.model import estimate_many
 
     for name in ("a", "b"):
         (tmp_path / name / "1").mkdir(parents=True)
@@ -360,7 +360,7 @@ def test_a_repository_root_estimates_every_model(tmp_path: Path) -> None:
 
 
 def test_runtime_once_is_the_published_first_copy_excess() -> None:
-    from mmelocal.bench.published import PUBLISHED
+    from mmelocal.bench.estimate.published import PUBLISHED
 
     # independent: first reading - empty server - slope of the curve, for conv PyTorch rows
     rows = [
@@ -389,7 +389,7 @@ def test_runtime_once_is_the_published_first_copy_excess() -> None:
 
 def test_a_hugging_face_folder_needs_only_its_config(tmp_path: Path) -> None:
     transformers = pytest.importorskip("transformers")
-    from mmelocal.bench.estimate_model import estimate_model
+    from mmelocal.bench.estimate.model import estimate_model
 
     config = _tiny_bert_config(transformers)
     config.save_pretrained(tmp_path)  # config.json only: no weights in the folder

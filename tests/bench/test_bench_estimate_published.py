@@ -1,6 +1,6 @@
-"""The estimate against every published per-card count (mmelocal/bench/published.py).
+"""The estimate against every published per-card count (mmelocal/bench/estimate/published.py).
 
-:func:`mmelocal.bench.calibration.compare` rebuilds each published model with random
+:func:`mmelocal.bench.estimate.calibration.compare` rebuilds each published model with random
 weights on the ``meta`` device and traces it the way the published run used it. PyTorch
 counts must lie within 15 % of the published count, TensorRT counts inside the estimate's
 range, and parameter counts must equal the published ones exactly.
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from mmelocal.bench.calibration import Comparison, compare
-from mmelocal.bench.estimate import ONCE, PER_COPY, sum_parts
-from mmelocal.bench.published import G4DN_4XLARGE_RESNET50, PUBLISHED, PublishedCount
+from mmelocal.bench.estimate.calibration import Comparison, compare
+from mmelocal.bench.estimate.core import ONCE, PER_COPY, sum_parts
+from mmelocal.bench.estimate.published import G4DN_4XLARGE_RESNET50, PUBLISHED, PublishedCount
 
 pytest.importorskip("torchvision")
 pytest.importorskip("transformers")

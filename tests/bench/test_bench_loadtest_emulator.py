@@ -82,8 +82,8 @@ def test_boto3_user_against_the_emulator(
 ) -> None:
     """The boto3 user (what a real SageMaker endpoint needs): an endpoint URL, or a bare
     endpoint name with boto3's AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME."""
-    from mmelocal.bench.loadtest import LoadTestConfig, expand_targets, run_loadtest
-    from mmelocal.bench.shape import shape_from_stages
+    from mmelocal.bench.loadtest.runner import LoadTestConfig, expand_targets, run_loadtest
+    from mmelocal.bench.loadtest.shape import shape_from_stages
 
     emu = emulator_10_copies
     endpoint = emu.endpoint

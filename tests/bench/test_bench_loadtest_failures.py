@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from mmelocal.bench.loadtest import LoadTestConfig, expand_targets, run_loadtest
-from mmelocal.bench.shape import shape_from_stages
+from mmelocal.bench.loadtest.runner import LoadTestConfig, expand_targets, run_loadtest
+from mmelocal.bench.loadtest.shape import shape_from_stages
 from mmelocal.runtime.server_config import pick_free_port
 
 FAIL_AFTER_S = 3.0  # stage 1 is [0, 2) s, stage 2 [2, 4) s: failures start inside stage 2

@@ -15,7 +15,7 @@ from types import ModuleType
 
 import pytest
 
-from mmelocal.bench.remote import (
+from mmelocal.bench.endpoint.remote import (
     PROBE_MODEL_NAME,
     PROBE_TARGET,
     parse_probe_answer,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from mmelocal.bench.capacity import CapacityResult, LoadRecord
-from mmelocal.bench.projection import (
+from mmelocal.bench.capacity.loop import CapacityResult, LoadRecord
+from mmelocal.bench.capacity.projection import (
     GpuSpec,
     load_gpus,
     parse_gpus,
@@ -43,7 +43,7 @@ def test_count_never_negative_and_inputs_checked() -> None:
 
 
 def test_packaged_cards_are_readable_as_package_data() -> None:
-    text = importlib.resources.files("mmelocal.bench").joinpath("data/gpus.yaml").read_text()
+    text = importlib.resources.files("mmelocal.facts").joinpath("gpus.yaml").read_text()
     names = {gpu.name for gpu in parse_gpus(text)}
     assert {"T4", "A10G", "V100", "L4", "A100-40GB", "A100-80GB", "H100"} <= names
     instances = {i for gpu in load_gpus() for i in gpu.instances}

@@ -16,7 +16,7 @@ from typing import Any
 import psutil
 import pytest
 
-from mmelocal.bench.footprint import marginal_bytes
+from mmelocal.bench.capacity.footprint import marginal_bytes
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
 

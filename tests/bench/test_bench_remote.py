@@ -24,9 +24,9 @@ from remote_helpers import (
     write_reference_tarball,
 )
 
-from mmelocal.bench.capacity_result import CapacityResult
-from mmelocal.bench.remote import PROBE_TARGET, RemoteEndpoint, connect_endpoint
-from mmelocal.bench.remote_capacity import RemoteCapacityOptions, measure_endpoint_capacity
+from mmelocal.bench.capacity.result import CapacityResult
+from mmelocal.bench.endpoint.capacity import RemoteCapacityOptions, measure_endpoint_capacity
+from mmelocal.bench.endpoint.remote import PROBE_TARGET, RemoteEndpoint, connect_endpoint
 from mmelocal.cli.main import main
 from mmelocal.testing.local_aws_fixtures import point_environment_at
 
@@ -50,9 +50,9 @@ class Deployed:
 def deployed(local_aws: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployed]:
     import boto3
 
+    from mmelocal.aws.session import connect
     from mmelocal.deploy.deployer import apply_plan, make_plan
     from mmelocal.deploy.plan import DeployOptions
-    from mmelocal.deploy.session import connect
 
     root = tmp_path_factory.mktemp("remote")
     name, bucket = f"ep-{uuid.uuid4().hex[:10]}", f"mme-{uuid.uuid4().hex[:12]}"
@@ -140,8 +140,8 @@ def test_capacity_copies_the_tarball_in_s3_and_loads_each_copy(
 ) -> None:
     import boto3
 
-    from mmelocal.bench.payload import payload_from_model
     from mmelocal.bench.results import result_from_dict
+    from mmelocal.builder.payload import payload_from_model
 
     seen: list[int] = []
     run = measure_endpoint_capacity(
@@ -307,8 +307,8 @@ def test_the_endpoint_measures_the_copy_the_local_run_measures(
     baseline also holds the probe's own stub, so baselines and first deltas differ.)"""
     import statistics
 
-    from mmelocal.bench.capacity import CapacityOptions, measure_capacity
-    from mmelocal.bench.payload import payload_from_model
+    from mmelocal.bench.capacity.loop import CapacityOptions, measure_capacity
+    from mmelocal.builder.payload import payload_from_model
 
     local = measure_capacity(
         deployed.tarball, options=CapacityOptions(max_copies=3, memory_budget_bytes=8 * 1024**3)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from bench_helpers import FakeInstance, fake_loadtest, open_every_png, run_fake_capacity
 
-from mmelocal.bench.projection import project
-from mmelocal.bench.report import write_report
+from mmelocal.bench.capacity.projection import project
+from mmelocal.bench.report.page import write_report
 from mmelocal.bench.results import read_results, write_result, write_results
 
 MIB = 1024 * 1024
@@ -62,7 +62,7 @@ def test_report_command_reads_result_files(tmp_path: Path) -> None:
 def test_sweep_report_with_rows_that_never_met_the_limit(tmp_path: Path) -> None:
     """A configuration that ran but never met the latency limit has no rate: the report
     still renders (it used to crash on the missing bar height) and says why per row."""
-    from mmelocal.bench.sweep_result import SweepResult, SweepRow, row_from_loadtest
+    from mmelocal.bench.sweep.result import SweepResult, SweepRow, row_from_loadtest
 
     def row(name: str, **kw: object) -> SweepRow:
         base: dict[str, object] = {
@@ -106,7 +106,7 @@ def test_a_shape_that_goes_back_down_is_plotted_per_step(tmp_path: Path) -> None
     axis: the plots use the steps in order instead, and still render."""
     import dataclasses
 
-    from mmelocal.bench.plots import _figure, _users_axis
+    from mmelocal.bench.report.plots import _figure, _users_axis
 
     loadtest = fake_loadtest()
     users = (20, 150, 20)

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from mmelocal.bench.loadtest import LoadTestConfig, expand_targets
-from mmelocal.bench.shape import LoadShape, load_shape, stepped_shape
-from mmelocal.bench.stepstats import StepStats, max_users_before_first_failure
+from mmelocal.bench.loadtest.runner import LoadTestConfig, expand_targets
+from mmelocal.bench.loadtest.shape import LoadShape, load_shape, stepped_shape
+from mmelocal.bench.loadtest.stepstats import StepStats, max_users_before_first_failure
 from mmelocal.errors import UserInputError
 
 
@@ -108,8 +108,9 @@ def test_importing_bench_never_imports_locust() -> None:
 
     code = (
         "import sys\n"
-        "import mmelocal.bench.loadtest, mmelocal.bench.sweep, mmelocal.bench.capacity\n"
-        "import mmelocal.bench.report, mmelocal.cli.loadtest, mmelocal.cli.sweep\n"
+        "import mmelocal.bench.loadtest.runner, mmelocal.bench.sweep.runner\n"
+        "import mmelocal.bench.capacity.loop\n"
+        "import mmelocal.bench.report.page, mmelocal.cli.loadtest, mmelocal.cli.sweep\n"
         "bad = [m for m in ('locust', 'gevent', 'matplotlib') if m in sys.modules]\n"
         "assert not bad, bad\n"
     )

@@ -11,8 +11,8 @@ import re
 
 import pytest
 
-from mmelocal.bench.projection import is_gpu_instance_type
-from mmelocal.bench.sweep_result import SweepResult, SweepRow, cpu_summary, relative_effects
+from mmelocal.bench.capacity.projection import is_gpu_instance_type
+from mmelocal.bench.sweep.result import SweepResult, SweepRow, cpu_summary, relative_effects
 
 
 def _row(name: str, fmt: str = "torchscript", peak: float | None = None, **kw: object) -> SweepRow:

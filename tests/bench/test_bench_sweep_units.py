@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from bench_helpers import fake_loadtest
 
-from mmelocal.bench.loadtest_result import LoadTestResult
+from mmelocal.bench.loadtest.result import LoadTestResult
 from mmelocal.bench.prices import load_prices
-from mmelocal.bench.sweep_result import (
+from mmelocal.bench.sweep.result import (
     SweepResult,
     SweepRow,
     best_step,
@@ -109,7 +109,7 @@ def _steps(*rows: tuple[int, float, float | None, int]) -> LoadTestResult:
     """A load test whose steps are (users, req/s, p99 ms, failures)."""
     from bench_helpers import fake_loadtest
 
-    from mmelocal.bench.stepstats import StepStats
+    from mmelocal.bench.loadtest.stepstats import StepStats
 
     steps = tuple(
         StepStats(
@@ -183,7 +183,7 @@ def test_nothing_measured_is_not_blamed_on_latency() -> None:
 
 
 def test_sweep_options_reject_a_zero_target() -> None:
-    from mmelocal.bench.sweep import SweepOptions
+    from mmelocal.bench.sweep.runner import SweepOptions
 
     with pytest.raises(UserInputError, match="target_rps must be > 0"):
         SweepOptions(target_rps=0)

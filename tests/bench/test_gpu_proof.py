@@ -15,8 +15,8 @@ from types import ModuleType
 
 import pytest
 
-from mmelocal.bench.capacity_result import CapacityResult, LoadRecord
-from mmelocal.bench.projection import project
+from mmelocal.bench.capacity.projection import project
+from mmelocal.bench.capacity.result import CapacityResult, LoadRecord
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "benchmarks" / "gpu_proof.py"

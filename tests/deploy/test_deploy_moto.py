@@ -12,10 +12,10 @@ import boto3
 import pytest
 from deploy_helpers import INSTANCE_TYPE, REGION, ROLE, write_reference_tarball
 
+from mmelocal.aws.session import connect
 from mmelocal.cli.main import main
 from mmelocal.deploy.deployer import apply_plan, make_plan, undeploy
 from mmelocal.deploy.plan import DeployOptions, DeployPlan
-from mmelocal.deploy.session import connect
 from mmelocal.errors import DeployError
 
 IMAGE = "763104351884.dkr.ecr.us-east-1.amazonaws.com/sagemaker-tritonserver:24.09-py3"
@@ -117,7 +117,7 @@ def test_dry_run_changes_nothing(
 def test_capacity_result_picks_the_instance_type(
     capsys: pytest.CaptureFixture[str], store: Path, bucket: str, endpoint_name: str, tmp_path: Path
 ) -> None:
-    from mmelocal.bench.projection import load_gpus, project
+    from mmelocal.bench.capacity.projection import load_gpus, project
     from mmelocal.bench.results import write_result
 
     capacity = tmp_path / "capacity.json"

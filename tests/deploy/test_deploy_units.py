@@ -9,7 +9,8 @@ import boto3
 import pytest
 from deploy_helpers import ROLE, write_reference_tarball
 
-from mmelocal.bench.projection import load_gpus, project
+from mmelocal.bench.capacity.projection import load_gpus, project
+from mmelocal.bench.capacity.sizing import cheapest_instance
 from mmelocal.bench.results import write_result
 from mmelocal.deploy.images import triton_image_uri
 from mmelocal.deploy.plan import DeployOptions, split_s3_uri
@@ -19,7 +20,6 @@ from mmelocal.deploy.resources import (
     scaling_policy_params,
     validate_request,
 )
-from mmelocal.deploy.sizing import cheapest_instance
 from mmelocal.deploy.upload import PART_SIZE_BYTES, file_digest, plan_objects
 from mmelocal.errors import DeployError
 
@@ -147,7 +147,7 @@ def test_unchanged_objects_are_skipped_by_etag_or_recorded_checksum(
 def test_service_errors_become_one_line_with_the_next_step() -> None:
     from botocore.exceptions import ClientError
 
-    from mmelocal.deploy.session import aws_error
+    from mmelocal.aws.session import aws_error
 
     quota = ClientError(
         {"Error": {"Code": "ResourceLimitExceeded", "Message": "account-level limit of 0"}},

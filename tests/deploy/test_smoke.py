@@ -15,10 +15,10 @@ import psutil
 import pytest
 from deploy_helpers import INSTANCE_TYPE, ROLE
 
+from mmelocal.aws.session import connect
 from mmelocal.cli.main import main
 from mmelocal.deploy.deployer import apply_plan, make_plan
 from mmelocal.deploy.plan import DeployOptions
-from mmelocal.deploy.session import connect
 from mmelocal.deploy.smoke import SmokeCase, run_smoke, smoke_case
 from mmelocal.testing.emulator_fixtures import MmeEndpoint
 

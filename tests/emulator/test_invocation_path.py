@@ -146,7 +146,7 @@ def test_answer_heads_encoded_once_are_the_general_encoders_bytes() -> None:
     from mmelocal.emulator.emulator import InvokeResult
 
     ids = re.compile(rb"x-amzn-RequestId: [0-9a-f-]+\r\n")
-    emulator = SimpleNamespace(instances=[])
+    emulator = SimpleNamespace(instances=[], config=SimpleNamespace(variant_name="Blue"))
     for content_type in ("application/json", f"{BINARY}42", "text/csv; charset=utf-8"):
         for cache_hit in (True, False):
             for keep_alive in (True, False):
@@ -164,7 +164,9 @@ def test_answer_heads_encoded_once_are_the_general_encoders_bytes() -> None:
                     invocation_answer(emulator, "m", result),
                     keep_alive=keep_alive,  # type: ignore[arg-type]
                 )
-                fast = encode_invocation_ok(content_type, cache_hit, body, keep_alive=keep_alive)
+                fast = encode_invocation_ok(
+                    content_type, "Blue", cache_hit, body, keep_alive=keep_alive
+                )
                 assert ids.sub(b"", fast) == ids.sub(b"", general)
                 assert ids.search(fast) is not None
                 for status in (200, 400):

@@ -412,3 +412,24 @@ def test_a_grpc_client_on_a_server_without_grpc_says_why() -> None:
     )
     with pytest.raises(UserInputError, match="SAGEMAKER_TRITON_ALLOW_GRPC"):
         TritonClient.for_launcher(launcher, protocol="grpc")  # type: ignore[arg-type]
+
+
+def test_the_wheels_stub_refuses_numpy_2_naming_the_fix() -> None:
+    from mmelocal.runtime.install import check_stub_numpy
+
+    check_stub_numpy("1.26.4")  # the ABI the stub was built for
+    with pytest.raises(UserInputError) as err:
+        check_stub_numpy("2.0.2")
+    message = str(err.value)
+    assert "numpy 2.0.2" in message and "numpy<2" in message and "--launcher docker" in message
+
+
+def test_the_stub_python_is_checked_where_it_is_named(tmp_path, monkeypatch) -> None:
+    from mmelocal.runtime.install import STUB_PYTHON_ENV, check_stub_numpy, stub_python
+
+    monkeypatch.setenv(STUB_PYTHON_ENV, str(tmp_path / "nowhere" / "python"))
+    with pytest.raises(UserInputError, match=STUB_PYTHON_ENV):
+        stub_python()
+    monkeypatch.setenv(STUB_PYTHON_ENV, sys.executable)
+    assert stub_python() == Path(sys.executable)
+    check_stub_numpy()  # this environment's numpy is 1.x (nvidia-pytriton requires it)

@@ -1,0 +1,249 @@
+"""Project one capacity measurement onto other GPU cards.
+
+Published cloud figures show that a model's footprint is nearly the same on different
+cards, so one measurement (baseline of the empty server + memory per model copy) gives the
+count on any card of known size::
+
+    count = floor((threshold * total - baseline) / per_model)
+
+The cards and the instance types that carry them live in a YAML data file shipped in the
+package (``mmelocal/facts/gpus.yaml``); users pass their own file to add or replace
+cards (same ``name`` replaces).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, ClassVar
+
+from mmelocal.bench.datafile import parse_yaml
+from mmelocal.errors import UserInputError
+from mmelocal.facts.cards import gpus_text
+from mmelocal.facts.sagemaker import MEMORY_THRESHOLD
+from mmelocal.units import MiB
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuSpec:
+    """One GPU card: its usable memory and the instance types that carry it.
+
+    ``instances`` maps an instance type (``ml.g4dn.xlarge``) to its number of such GPUs.
+    """
+
+    name: str
+    memory_bytes: int
+    nominal: str = ""
+    instances: Mapping[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise UserInputError("GPU name must not be empty")
+        if self.memory_bytes <= 0:
+            raise UserInputError(
+                f"GPU {self.name}: memory_bytes must be > 0, got {self.memory_bytes}"
+            )
+        for instance, count in self.instances.items():
+            if not isinstance(count, int) or count < 1:
+                raise UserInputError(
+                    f"GPU {self.name}: instance {instance} must have an int GPU count >= 1, "
+                    f"got {count!r}"
+                )
+        object.__setattr__(self, "instances", dict(self.instances))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProjectionRow:
+    """The projected count on one card (and per instance type carrying it)."""
+
+    gpu: str
+    nominal: str
+    memory_bytes: int
+    instance_type: str
+    gpus_per_instance: int
+    models_per_gpu: int
+    models_per_instance: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Projection:
+    """A projection table, JSON-able with ``kind = "projection"``."""
+
+    kind: ClassVar[str] = "projection"
+    per_model_bytes: int
+    baseline_bytes: int
+    threshold: float
+    rows: tuple[ProjectionRow, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for JSON (the ``kind`` field tells ``mmelocal report`` what this is)."""
+        return {
+            "kind": self.kind,
+            "per_model_bytes": self.per_model_bytes,
+            "baseline_bytes": self.baseline_bytes,
+            "threshold": self.threshold,
+            "rows": [vars(row).copy() for row in self.rows],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Projection:
+        """Inverse of :meth:`to_dict`."""
+        return cls(
+            per_model_bytes=int(data["per_model_bytes"]),
+            baseline_bytes=int(data["baseline_bytes"]),
+            threshold=float(data["threshold"]),
+            rows=tuple(ProjectionRow(**row) for row in data["rows"]),
+        )
+
+
+def validate_threshold(threshold: float) -> float:
+    """Return ``threshold`` if it is a fraction in (0, 1], else raise UserInputError."""
+    if not 0.0 < threshold <= 1.0:
+        raise UserInputError(f"threshold must be in (0, 1] (e.g. 0.9), got {threshold}")
+    return float(threshold)
+
+
+def project_count(
+    *,
+    total_bytes: int,
+    baseline_bytes: int,
+    per_model_bytes: float,
+    threshold: float = MEMORY_THRESHOLD,
+) -> int:
+    """``floor((threshold * total - baseline) / per_model)``, never below 0.
+
+    Computed in exact fractions with the threshold taken as the decimal it was written as,
+    so a count that lands exactly on the limit is not lost to float rounding (0.29 x 100
+    is 28.999... in floats).
+    """
+    validate_threshold(threshold)
+    if per_model_bytes <= 0:
+        raise UserInputError(f"per_model_bytes must be > 0, got {per_model_bytes}")
+    if baseline_bytes < 0:
+        raise UserInputError(f"baseline_bytes must be >= 0, got {baseline_bytes}")
+    room = Fraction(repr(float(threshold))) * total_bytes - baseline_bytes
+    return max(0, math.floor(room / Fraction(per_model_bytes)))
+
+
+def default_gpus_text() -> str:
+    """The packaged ``gpus.yaml`` (:mod:`mmelocal.facts.cards`)."""
+    return gpus_text()
+
+
+def parse_gpus(text: str, *, origin: str = "<gpus>") -> list[GpuSpec]:
+    """Parse a ``gpus:`` YAML document into GPU specs (errors name the file and entry)."""
+    data = parse_yaml(text, origin=origin)
+    if not isinstance(data, dict) or not isinstance(data.get("gpus"), list):
+        raise UserInputError(f"{origin}: expected a mapping with a 'gpus:' list")
+    specs: list[GpuSpec] = []
+    for index, entry in enumerate(data["gpus"]):
+        if not isinstance(entry, dict):
+            raise UserInputError(f"{origin}: gpus[{index}] must be a mapping")
+        unknown = set(entry) - {"name", "nominal", "memory_mib", "memory_gib", "instances"}
+        if unknown:
+            raise UserInputError(
+                f"{origin}: gpus[{index}] has unknown field(s) {sorted(unknown)}; allowed: "
+                "name, nominal, memory_mib, memory_gib, instances"
+            )
+        if "memory_mib" in entry:
+            memory_bytes = int(float(entry["memory_mib"]) * MiB)
+        elif "memory_gib" in entry:
+            memory_bytes = int(float(entry["memory_gib"]) * 1024 * MiB)
+        else:
+            raise UserInputError(f"{origin}: gpus[{index}] needs memory_mib or memory_gib")
+        instances = entry.get("instances") or {}
+        if not isinstance(instances, dict):
+            raise UserInputError(
+                f"{origin}: gpus[{index}].instances must map instance type -> GPU count"
+            )
+        specs.append(
+            GpuSpec(
+                name=str(entry.get("name", "")),
+                memory_bytes=memory_bytes,
+                nominal=str(entry.get("nominal", "")),
+                instances={str(k): v for k, v in instances.items()},
+            )
+        )
+    return specs
+
+
+def load_gpus(path: Path | str | None = None) -> list[GpuSpec]:
+    """The packaged cards, extended (or overridden by name) by the cards in ``path``."""
+    specs = {spec.name: spec for spec in parse_gpus(default_gpus_text(), origin="gpus.yaml")}
+    if path is not None:
+        path = Path(path)
+        try:
+            text = path.read_text("utf-8")
+        except OSError as exc:
+            raise UserInputError(f"cannot read GPU file {path}: {exc.strerror}") from exc
+        for spec in parse_gpus(text, origin=str(path)):
+            specs[spec.name] = spec
+    return list(specs.values())
+
+
+_GPU_FAMILY = re.compile(r"^(ml\.)?(g|p)\d+[a-z]*\.")
+
+
+def is_gpu_instance_type(instance_type: str, gpus: Sequence[GpuSpec] | None = None) -> bool:
+    """True for an instance type with an NVIDIA GPU: one a card in ``gpus`` (default: the
+    packaged table) names, or one of the G and P families (``ml.g6e.xlarge``)."""
+    known = gpus if gpus is not None else load_gpus()
+    if any(instance_type in gpu.instances for gpu in known):
+        return True
+    return _GPU_FAMILY.match(instance_type) is not None
+
+
+def project(
+    *,
+    per_model_bytes: float,
+    baseline_bytes: int,
+    threshold: float = MEMORY_THRESHOLD,
+    gpus: Sequence[GpuSpec] | None = None,
+) -> Projection:
+    """The projected count for every card and every instance type that carries it."""
+    if gpus is None:
+        gpus = load_gpus()
+    rows: list[ProjectionRow] = []
+    for gpu in gpus:
+        per_gpu = project_count(
+            total_bytes=gpu.memory_bytes,
+            baseline_bytes=baseline_bytes,
+            per_model_bytes=per_model_bytes,
+            threshold=threshold,
+        )
+        for instance, count in (gpu.instances or {"": 1}).items():
+            rows.append(
+                ProjectionRow(
+                    gpu=gpu.name,
+                    nominal=gpu.nominal,
+                    memory_bytes=gpu.memory_bytes,
+                    instance_type=instance,
+                    gpus_per_instance=count,
+                    models_per_gpu=per_gpu,
+                    models_per_instance=per_gpu * count,
+                )
+            )
+    return Projection(
+        per_model_bytes=round(per_model_bytes),
+        baseline_bytes=baseline_bytes,
+        threshold=threshold,
+        rows=tuple(rows),
+    )
+
+
+__all__ = [
+    "GpuSpec",
+    "Projection",
+    "ProjectionRow",
+    "default_gpus_text",
+    "is_gpu_instance_type",
+    "load_gpus",
+    "parse_gpus",
+    "project",
+    "project_count",
+    "validate_threshold",
+]

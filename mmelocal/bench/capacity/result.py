@@ -1,0 +1,270 @@
+"""Capacity results: the copies loaded, the memory after each, the footprint statistics.
+
+Kept apart from :mod:`mmelocal.bench.capacity.loop` (which drives the emulator) so reports and
+tests can read results without importing the emulator.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from mmelocal.bench.capacity.footprint import runtime_name
+from mmelocal.bench.capacity.projection import Projection, project_count
+from mmelocal.units import MiB
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoadRecord:
+    """One copy loaded: memory in use after it (and its warm-up inference), times taken.
+
+    ``marginal_bytes`` is the copy's own part of ``delta_bytes`` (USS of the stub it started
+    plus the server's own change; None where the probe has no per-process figures).
+    """
+
+    copies: int
+    target: str
+    used_bytes: int
+    delta_bytes: int
+    load_s: float
+    warmup_s: float
+    marginal_bytes: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for JSON/CSV."""
+        return dict(vars(self))
+
+
+@dataclass(frozen=True, kw_only=True)
+class CapacityResult:
+    """A capacity measurement; JSON-able with ``kind = "capacity"``.
+
+    ``count`` copies stayed within ``threshold x total_bytes``; ``loads`` are those copies;
+    ``next_copy`` is the copy that crossed (None when the run stopped on a prediction, a
+    load failure or ``max_copies``). ``instance_type`` is set when the copies were loaded on
+    a deployed endpoint of that type (``capacity --endpoint``); empty for a local run.
+    """
+
+    kind: ClassVar[str] = "capacity"
+    source: str
+    label: str
+    model_format: str
+    probe: str
+    total_bytes: int
+    threshold: float
+    baseline_bytes: int
+    loads: tuple[LoadRecord, ...]
+    next_copy: LoadRecord | None
+    stopped_reason: str
+    started_at: str = ""
+    projection: Projection | None = None
+    instance_type: str = ""
+
+    @property
+    def count(self) -> int:
+        """Copies loaded within the threshold."""
+        return len(self.loads)
+
+    @property
+    def limit_bytes(self) -> int:
+        """``threshold x total``."""
+        return int(self.threshold * self.total_bytes)
+
+    @property
+    def deltas_bytes(self) -> list[int]:
+        """Memory each copy added (first one against the baseline)."""
+        return [load.delta_bytes for load in self.loads]
+
+    @property
+    def per_model_mean_bytes(self) -> float | None:
+        """Mean footprint per copy (None before any copy)."""
+        return statistics.fmean(self.deltas_bytes) if self.loads else None
+
+    @property
+    def per_model_stdev_bytes(self) -> float | None:
+        """Spread of the footprint (sample standard deviation; None under two copies)."""
+        return statistics.stdev(self.deltas_bytes) if len(self.loads) >= 2 else None
+
+    @property
+    def marginal_mean_bytes(self) -> float | None:
+        """Mean marginal footprint per copy (None without per-process figures)."""
+        marginals = [load.marginal_bytes for load in self.loads]
+        if not marginals or any(m is None for m in marginals):
+            return None
+        return statistics.fmean(m for m in marginals if m is not None)
+
+    @property
+    def shared_runtime_bytes(self) -> int | None:
+        """What the first copy brought beyond its marginal part: the shared runtime."""
+        if not self.loads or self.loads[0].marginal_bytes is None:
+            return None
+        return max(0, self.loads[0].delta_bytes - self.loads[0].marginal_bytes)
+
+    @property
+    def runtime(self) -> str:
+        """Name of the shared runtime (``torch`` for TorchScript)."""
+        return runtime_name(self.model_format)
+
+    @property
+    def implied_count(self) -> int | None:
+        """Copies the two parts imply: the projection formula with the shared runtime in
+        the baseline, ``floor((threshold x total - baseline - shared) / marginal)``."""
+        marginal, shared = self.marginal_mean_bytes, self.shared_runtime_bytes
+        if marginal is None or shared is None or marginal <= 0:
+            return None
+        return project_count(
+            total_bytes=self.total_bytes,
+            baseline_bytes=self.baseline_bytes + shared,
+            per_model_bytes=marginal,
+            threshold=self.threshold,
+        )
+
+    def footprint_line(self) -> str | None:
+        """``copy: 180 MiB, torch runtime once: 420 MiB -> 9 copies`` (None without parts)."""
+        marginal, shared = self.marginal_mean_bytes, self.shared_runtime_bytes
+        if marginal is None or shared is None:
+            return None
+        return (
+            f"copy: {marginal / MiB:,.0f} MiB, {self.runtime} runtime once: "
+            f"{shared / MiB:,.0f} MiB -> {self.implied_count} copies under "
+            f"{self.limit_bytes / MiB:,.0f} MiB"
+        )
+
+    @property
+    def projected_count(self) -> int | None:
+        """The projection formula applied to the measured card itself (should be ``count``)."""
+        mean = self.per_model_mean_bytes
+        if not mean or mean <= 0:
+            return None
+        return project_count(
+            total_bytes=self.total_bytes,
+            baseline_bytes=self.baseline_bytes,
+            per_model_bytes=mean,
+            threshold=self.threshold,
+        )
+
+    def summary_lines(self) -> list[str]:
+        """Plain-text summary for the CLI and the report."""
+        mean, spread = self.per_model_mean_bytes, self.per_model_stdev_bytes
+        lines = [] if not self.instance_type else [f"measured on {self.instance_type}"]
+        lines += [
+            f"{self.count} copies fit under {self.threshold:.0%} of {self.total_bytes / MiB:,.0f}"
+            f" MiB ({self.probe}); stopped: {self.stopped_reason}",
+            f"baseline (server, no model): {self.baseline_bytes / MiB:,.1f} MiB",
+        ]
+        if mean is not None:
+            lines.append(
+                f"per model: {mean / MiB:,.1f} MiB mean"
+                + (f", ±{spread / MiB:,.1f} MiB (stdev)" if spread is not None else "")
+                + f", min {min(self.deltas_bytes) / MiB:,.1f}"
+                + f", max {max(self.deltas_bytes) / MiB:,.1f}"
+            )
+            lines.append(f"projection onto this card gives {self.projected_count} copies")
+        parts = self.footprint_line()
+        if parts is not None:
+            lines.append(parts)
+        if self.next_copy is not None:
+            lines.append(
+                f"copy {self.next_copy.copies} crossed the threshold: "
+                f"{self.next_copy.used_bytes / MiB:,.1f} MiB > {self.limit_bytes / MiB:,.1f} MiB"
+            )
+        if self.loads:
+            load_times = [load.load_s for load in self.loads]
+            lines.append(f"load time per copy: mean {statistics.fmean(load_times):.2f} s")
+        if self.projection is not None and self.on_host_memory:
+            lines.append(
+                "caution: measured as host memory on CPU, where each copy also carries its own "
+                "Python stub; the GPU projection assumes the same "
+                "footprint on a GPU, which it is not: measure on a GPU, or give a GPU figure "
+                "to `mmelocal capacity project`"
+            )
+        return lines
+
+    @property
+    def on_host_memory(self) -> bool:
+        """True when the readings are host memory (no GPU), not GPU device memory."""
+        return self.probe.startswith("host")
+
+    def load_rows(self) -> list[dict[str, Any]]:
+        """One row per reading (baseline, each copy, the crossing copy) for CSV/tables."""
+        rows: list[dict[str, Any]] = [
+            {
+                "copies": 0,
+                "target": "(baseline)",
+                "used_mib": self.baseline_bytes / MiB,
+                "delta_mib": None,
+                "marginal_mib": None,
+                "load_s": None,
+                "warmup_s": None,
+                "within_threshold": True,
+            }
+        ]
+        records = [*self.loads, *([self.next_copy] if self.next_copy else [])]
+        for record in records:
+            rows.append(
+                {
+                    "copies": record.copies,
+                    "target": record.target,
+                    "used_mib": record.used_bytes / MiB,
+                    "delta_mib": record.delta_bytes / MiB,
+                    "marginal_mib": None
+                    if record.marginal_bytes is None
+                    else record.marginal_bytes / MiB,
+                    "load_s": record.load_s,
+                    "warmup_s": record.warmup_s,
+                    "within_threshold": record.used_bytes <= self.limit_bytes,
+                }
+            )
+        return rows
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for JSON (``kind`` tells ``mmelocal report`` what this is)."""
+        return {
+            "kind": self.kind,
+            "source": self.source,
+            "label": self.label,
+            "model_format": self.model_format,
+            "probe": self.probe,
+            "started_at": self.started_at,
+            "instance_type": self.instance_type,
+            "total_bytes": self.total_bytes,
+            "threshold": self.threshold,
+            "limit_bytes": self.limit_bytes,
+            "baseline_bytes": self.baseline_bytes,
+            "count": self.count,
+            "per_model_mean_bytes": self.per_model_mean_bytes,
+            "per_model_stdev_bytes": self.per_model_stdev_bytes,
+            "projected_count": self.projected_count,
+            "marginal_mean_bytes": self.marginal_mean_bytes,
+            "shared_runtime_bytes": self.shared_runtime_bytes,
+            "runtime": self.runtime,
+            "implied_count": self.implied_count,
+            "stopped_reason": self.stopped_reason,
+            "loads": [load.to_dict() for load in self.loads],
+            "next_copy": self.next_copy.to_dict() if self.next_copy else None,
+            "projection": self.projection.to_dict() if self.projection else None,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CapacityResult:
+        """Inverse of :meth:`to_dict` (derived numbers are recomputed)."""
+        return cls(
+            source=str(data["source"]),
+            label=str(data.get("label", "")),
+            model_format=str(data.get("model_format", "")),
+            probe=str(data["probe"]),
+            started_at=str(data.get("started_at", "")),
+            instance_type=str(data.get("instance_type", "")),
+            total_bytes=int(data["total_bytes"]),
+            threshold=float(data["threshold"]),
+            baseline_bytes=int(data["baseline_bytes"]),
+            loads=tuple(LoadRecord(**load) for load in data["loads"]),
+            next_copy=LoadRecord(**data["next_copy"]) if data.get("next_copy") else None,
+            stopped_reason=str(data["stopped_reason"]),
+            projection=Projection.from_dict(data["projection"]) if data.get("projection") else None,
+        )
+
+
+__all__ = ["CapacityResult", "LoadRecord"]

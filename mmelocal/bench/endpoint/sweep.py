@@ -1,0 +1,151 @@
+"""``sweep --endpoint``: the configuration sweep on a deployed multi-model endpoint.
+
+The variants the local sweep names (``pt-base``, ``pt-db``, ``pt-ig``, ``pt-ig-db``,
+``trt-...``: format x dynamic batching x instance count) are TargetModels of the one
+endpoint, so nothing is redeployed between them. Each variant in turn is packaged
+(``mmelocal-sweep-<run>/<variant>.tar.gz`` in the endpoint's prefix), uploaded, invoked
+once (its cold load, timed), load-tested with the boto3 load test
+(:func:`mmelocal.bench.loadtest.runner.run_loadtest` on the endpoint's name), and its object is
+deleted. SageMaker has no call that unloads a model: the platform unloads an idle variant
+when it needs the memory (least recently used first), and an idle variant takes no GPU
+time from the next one.
+
+TensorRT variants need an engine built for the endpoint's GPU: without a local NVIDIA GPU
+they are listed as skipped (build the plan on a machine with that GPU and pass the tarball).
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from mmelocal.bench.endpoint.remote import RemoteEndpoint
+from mmelocal.bench.sweep.result import SweepResult, SweepRow, recommend, row_from_loadtest
+from mmelocal.bench.sweep.runner import SweepOptions, _build_variants, _Plan, _row
+from mmelocal.errors import MmeLocalError
+
+logger = logging.getLogger(__name__)
+
+_TENSORRT_SKIPPED = (
+    "a TensorRT engine is built on a GPU of the endpoint's kind and none is here: build the "
+    "plan there and pass its tarball"
+)
+
+
+def run_endpoint_sweep(
+    endpoint: RemoteEndpoint,
+    source: str | Path,
+    *,
+    options: SweepOptions | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> SweepResult:
+    """Package, upload, load-test and retire every variant of ``source`` on ``endpoint``."""
+    from mmelocal.bench.prices import load_prices
+    from mmelocal.bench.sources import is_prebuilt
+    from mmelocal.runtime.memory import gpu_count
+
+    opts = options or SweepOptions()
+    say = progress or (lambda message: None)
+    instance_type = endpoint.info.instance_type
+    prices = load_prices(opts.prices_file)
+    price = prices.price_for(instance_type)
+    local_gpu = gpu_count() > 0
+    started_at = datetime.now(UTC).isoformat(timespec="seconds")
+    run = f"mmelocal-sweep-{uuid.uuid4().hex[:8]}/"
+    rows: dict[str, SweepRow] = {}
+    order: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="mmelocal-remote-sweep-", dir=opts.workdir) as tmp:
+        work = Path(tmp)
+        for fmt in ("prebuilt",) if is_prebuilt(source) else opts.formats:
+            plans, failed, built = _build_variants(
+                source, fmt, opts, work, local_gpu, say, skipped_reason=_TENSORRT_SKIPPED
+            )
+            order += [plan.name for plan in plans]
+            rows.update(failed)
+            for plan, model_dir in built:
+                target = f"{run}{plan.name}.tar.gz"
+                rows[plan.name] = _measure_variant(
+                    endpoint, plan, model_dir, target, opts, price, work, say
+                )
+    ordered = tuple(rows[name] for name in order)
+    info = endpoint.info
+    return SweepResult(
+        source=str(source),
+        instance_type=instance_type,
+        target_rps=opts.target_rps,
+        max_latency_ms=opts.max_latency_ms,
+        rows=ordered,
+        recommendation=recommend(
+            ordered,
+            target_rps=opts.target_rps,
+            max_latency_ms=opts.max_latency_ms,
+            instance_type=instance_type,
+            currency=prices.currency,
+            price_origin=prices.origin,
+        ),
+        price_note=prices.note(instance_type)
+        + f" Throughput was measured on one {instance_type} instance of endpoint {info.name}.",
+        currency=prices.currency,
+        machine=f"endpoint {info.name}: 1 x {instance_type} (SageMaker MME)",
+        started_at=started_at,
+    )
+
+
+def _measure_variant(
+    endpoint: RemoteEndpoint,
+    plan: _Plan,
+    model_dir: Path,
+    target: str,
+    opts: SweepOptions,
+    price: float | None,
+    work: Path,
+    say: Callable[[str], None],
+) -> SweepRow:
+    import time
+
+    from mmelocal.builder.package import package_model
+    from mmelocal.builder.payload import payload_from_model
+
+    name = plan.name
+    try:
+        tarball = package_model(model_dir, work / "tarballs", filename=f"{name}.tar.gz")
+        payload = payload_from_model(model_dir)
+        say(f"{name}: uploading to {endpoint.s3_url}{target}")
+        endpoint.put_file(tarball, target)
+    except MmeLocalError as exc:
+        return _row(plan, status="failed", reason=f"packaging or upload failed: {exc}")
+    try:
+        say(f"{name}: first invocation (cold load)")
+        t0 = time.perf_counter()
+        endpoint.invoke(target, payload)
+        load_s = round(time.perf_counter() - t0, 3)
+        say(f"{name}: load test ({opts.shape.duration_s:.0f} s)")
+        result = endpoint.loadtest(
+            (target,),
+            payload,
+            shape=opts.shape,
+            label=name,
+            say=lambda line: say(f"{name}: {line}"),
+            generators=opts.generators,
+        )
+        return row_from_loadtest(
+            _row(plan, status="ok", load_s=load_s),
+            result,
+            target_rps=opts.target_rps,
+            max_latency_ms=opts.max_latency_ms,
+            price_per_hour=price,
+        )
+    except MmeLocalError as exc:
+        return _row(plan, status="failed", reason=f"load test failed: {exc}")
+    finally:
+        try:
+            endpoint.delete([target])
+        except MmeLocalError as exc:
+            logger.warning("sweep: could not delete %s: %s", target, exc)
+
+
+__all__ = ["run_endpoint_sweep"]

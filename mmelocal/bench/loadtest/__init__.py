@@ -1,0 +1,11 @@
+"""Load tests: Locust in a child process (:mod:`~mmelocal.bench.loadtest.runner`, which
+starts :mod:`~mmelocal.bench.loadtest._locust_worker`), the load shapes
+(:mod:`~mmelocal.bench.loadtest.shape`), per-step statistics
+(:mod:`~mmelocal.bench.loadtest.stepstats`) and the result
+(:mod:`~mmelocal.bench.loadtest.result`).
+
+The names of :mod:`~mmelocal.bench.loadtest.runner` are importable from here.
+"""
+
+from mmelocal.bench.loadtest.runner import *  # noqa: F403
+from mmelocal.bench.loadtest.runner import __all__ as __all__

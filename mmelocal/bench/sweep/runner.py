@@ -1,0 +1,390 @@
+"""Configuration sweep: format x dynamic batching x instance count, each served and load-tested.
+
+For one model, every combination (named ``pt-base``, ``pt-db``, ``pt-ig``, ``pt-ig-db``,
+``onnx-...``, ``trt-...``) is derived from one build per format (same artifact, only
+``config.pbtxt`` differs), loaded on one local Triton (:class:`~mmelocal.runtime.local.
+LocalLauncher`, explicit model control) and load-tested the same way as ``mmelocal loadtest``
+through ``/v2/models/NAME/infer``. Then :mod:`~mmelocal.bench.sweep.result` sizes each
+configuration against the target rate and latency limit and prices it from the price table.
+
+TensorRT needs an NVIDIA GPU: without one its rows are listed as skipped with the reason and
+never estimated. A configuration that fails to build or load is listed as failed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from mmelocal.bench.loadtest.shape import LoadShape, Stage
+from mmelocal.bench.loadtest.workers import LoadGenerators
+from mmelocal.bench.sources import check_format, is_prebuilt
+from mmelocal.bench.sweep.result import (
+    SweepResult,
+    SweepRow,
+    config_name,
+    cpu_summary,
+    recommend,
+    row_from_loadtest,
+)
+from mmelocal.builder.backends import FORMAT_SHORT_NAMES
+from mmelocal.errors import MmeLocalError, UserInputError
+
+logger = logging.getLogger(__name__)
+
+_PLATFORM_SHORT = {"pytorch_libtorch": "pt", "onnxruntime_onnx": "onnx", "tensorrt_plan": "trt"}
+
+
+def users_shape(users: Sequence[int], *, step_s: float = 10.0) -> LoadShape:
+    """One stage per user count, each held ``step_s`` seconds (counts must increase: the
+    load test reports the highest count before the first failure)."""
+    if not users:
+        raise UserInputError("users must list at least one user count, e.g. 5,10,20")
+    if any(b <= a for a, b in itertools.pairwise(users)):
+        listed = ",".join(str(u) for u in users)
+        ordered = ",".join(str(u) for u in sorted(set(users)))
+        raise UserInputError(f"users must increase step by step, got {listed}; e.g. {ordered}")
+    return LoadShape(
+        stages=tuple(Stage(users=u, spawn_rate=float(max(u, 1)), duration_s=step_s) for u in users)
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class SweepOptions:
+    """What to sweep and how to judge it (rates in requests/s, latency in ms)."""
+
+    formats: tuple[str, ...] = ("torchscript",)
+    dynamic_batching: tuple[bool, ...] = (False, True)
+    instances: tuple[int, ...] = (1, 2)
+    shape: LoadShape = field(default_factory=lambda: users_shape((5, 10, 20, 40)))
+    target_rps: float = 500.0
+    max_latency_ms: float = 500.0
+    instance_type: str = "ml.g4dn.xlarge"
+    prices_file: Path | None = None
+    tritonserver: Path | None = None
+    workdir: Path | None = None
+    verify: bool = True
+    generators: LoadGenerators = field(default_factory=LoadGenerators)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "formats", tuple(check_format(f) for f in self.formats))
+        if not self.formats or not self.dynamic_batching or not self.instances:
+            raise UserInputError("formats, dynamic_batching and instances must not be empty")
+        for count in self.instances:
+            if not isinstance(count, int) or count < 1:
+                raise UserInputError(f"instances must be ints >= 1, got {count!r}")
+        if not self.target_rps > 0:
+            raise UserInputError(f"target_rps must be > 0 requests/s, got {self.target_rps}")
+        if not self.max_latency_ms > 0:
+            raise UserInputError(f"max_latency_ms must be > 0, got {self.max_latency_ms}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Plan:
+    name: str
+    model_format: str
+    dynamic_batching: bool
+    instance_count: int
+
+
+def run_sweep(
+    source: str | Path,
+    *,
+    options: SweepOptions | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> SweepResult:
+    """Build, serve and load-test every configuration of ``source``; see the module doc."""
+    from mmelocal.bench.capacity.projection import is_gpu_instance_type
+    from mmelocal.bench.prices import load_prices
+    from mmelocal.runtime.memory import gpu_count
+
+    opts = options or SweepOptions()
+    say = progress or (lambda message: None)
+    prices = load_prices(opts.prices_file)
+    price = prices.price_for(opts.instance_type)
+    gpu = gpu_count() > 0
+    # CPU throughput says nothing about how many GPU instances a load needs: ratios only
+    relative_only = not gpu and is_gpu_instance_type(opts.instance_type)
+    started_at = datetime.now(UTC).isoformat(timespec="seconds")
+    with tempfile.TemporaryDirectory(prefix="mmelocal-sweep-", dir=opts.workdir) as tmp:
+        work = Path(tmp)
+        rows: dict[str, SweepRow] = {}
+        variants: list[tuple[_Plan, Path]] = []
+        order: list[str] = []
+        for fmt in ("prebuilt",) if is_prebuilt(source) else opts.formats:
+            plans, failed, built = _build_variants(source, fmt, opts, work, gpu, say)
+            order += [plan.name for plan in plans]
+            rows.update(failed)
+            variants += built
+        if variants:
+            rows.update(_serve_and_measure(variants, opts, price, gpu, work, say))
+    ordered = tuple(rows[name] for name in order)
+    if relative_only:
+        ordered = tuple(replace(r, instances_needed=None, cost_per_hour=None) for r in ordered)
+        recommendation = cpu_summary(ordered, instance_type=opts.instance_type)
+        where = (
+            " Throughput was measured on this machine's CPU: instance counts and costs for a "
+            "GPU instance are not derived from it."
+        )
+    else:
+        recommendation = recommend(
+            ordered,
+            target_rps=opts.target_rps,
+            max_latency_ms=opts.max_latency_ms,
+            instance_type=opts.instance_type,
+            currency=prices.currency,
+            price_origin=prices.origin,
+        )
+        where = (
+            " Throughput was measured on this machine, where one Triton server stands for one"
+            " instance."
+        )
+    return SweepResult(
+        source=str(source),
+        instance_type=opts.instance_type,
+        target_rps=opts.target_rps,
+        max_latency_ms=opts.max_latency_ms,
+        rows=ordered,
+        recommendation=recommendation,
+        relative_only=relative_only,
+        price_note=prices.note(opts.instance_type) + where,
+        currency=prices.currency,
+        machine=_machine(gpu),
+        started_at=started_at,
+    )
+
+
+def _plans(short: str, fmt: str, opts: SweepOptions) -> list[_Plan]:
+    return [
+        _Plan(
+            name=config_name(short, dynamic_batching=db, instance_count=n),
+            model_format=fmt,
+            dynamic_batching=db,
+            instance_count=n,
+        )
+        for n in opts.instances
+        for db in opts.dynamic_batching
+    ]
+
+
+def _build_format(
+    source: str | Path,
+    fmt: str,
+    opts: SweepOptions,
+    work: Path,
+    gpu: bool,
+    say: Callable[[str], None],
+) -> tuple[list[_Plan], Path | None, str | None]:
+    """(plans, built model folder, problem) for one format."""
+    from mmelocal.bench.sources import resolve_model
+
+    if fmt == "prebuilt":
+        model_dir = _unpack(Path(source), work / "prebuilt")
+        short = _short_of(model_dir)
+        return _plans(short, short, opts), model_dir, None
+    plans = _plans(FORMAT_SHORT_NAMES[fmt], fmt, opts)
+    if fmt == "tensorrt" and not gpu:
+        return plans, None, "TensorRT needs an NVIDIA GPU; none found"
+    say(f"building {source} as {fmt}")
+    try:
+        model = resolve_model(
+            source,
+            workdir=work / fmt,
+            model_format=fmt,
+            name=f"{FORMAT_SHORT_NAMES[fmt]}-source",
+            overrides={"dynamic_batching": True, "instance_count": 1},
+            verify=opts.verify,
+        )
+    except MmeLocalError as exc:
+        logger.warning("sweep: building %s as %s failed: %s", source, fmt, exc)
+        return plans, None, f"build failed: {exc}"
+    return plans, model.path, None
+
+
+def _build_variants(
+    source: str | Path,
+    fmt: str,
+    opts: SweepOptions,
+    work: Path,
+    gpu: bool,
+    say: Callable[[str], None],
+    *,
+    skipped_reason: str | None = None,
+) -> tuple[list[_Plan], dict[str, SweepRow], list[tuple[_Plan, Path]]]:
+    """Build ``source`` as ``fmt`` and derive its variants under ``work / "variants"``.
+
+    Returns the format's plans in order, the rows of those that could not be built (TensorRT
+    without a GPU is skipped, with ``skipped_reason`` when given) and the others with their
+    model folders.
+    """
+    plans, base_dir, problem = _build_format(source, fmt, opts, work, gpu, say)
+    rows: dict[str, SweepRow] = {}
+    variants: list[tuple[_Plan, Path]] = []
+    for plan in plans:
+        if problem is not None or base_dir is None:
+            status = "skipped" if fmt == "tensorrt" and not gpu else "failed"
+            reason = skipped_reason if status == "skipped" and skipped_reason else problem
+            rows[plan.name] = _row(plan, status=status, reason=str(reason))
+        else:
+            variants.append((plan, _derive(base_dir, plan, work / "variants")))
+    return plans, rows, variants
+
+
+def _unpack(path: Path, dest: Path) -> Path:
+    if path.is_dir():
+        return path
+    from mmelocal.builder.mme_layout import read_layout
+    from mmelocal.builder.tarball import safe_extract
+
+    layout = read_layout(safe_extract(path, dest))  # the folder SageMaker's Triton serves
+    layout.raise_for_errors(str(path))
+    if layout.steps or layout.served_dir is None:
+        raise UserInputError(f"{path}: a sweep needs one model, not an ensemble and its steps")
+    return layout.served_dir
+
+
+def _short_of(model_dir: Path) -> str:
+    from mmelocal.builder.model_config import read_config
+
+    cfg = read_config(model_dir / "config.pbtxt")
+    return _PLATFORM_SHORT.get(str(cfg.platform) or str(cfg.backend), "model")
+
+
+def _derive(base_dir: Path, plan: _Plan, out_root: Path) -> Path:
+    """A copy of ``base_dir`` (artifact hard-linked) named ``plan.name`` with its config."""
+    from mmelocal.builder.model_config import read_config, write_config
+
+    target = out_root / plan.name
+    shutil.copytree(base_dir, target, copy_function=_link_or_copy)
+    (target / "config.pbtxt").unlink()
+    cfg = read_config(base_dir / "config.pbtxt")
+    cfg.name = plan.name
+    if plan.dynamic_batching:
+        cfg.dynamic_batching.SetInParent()
+    else:
+        cfg.ClearField("dynamic_batching")
+    if not cfg.instance_group:
+        cfg.instance_group.add()
+    for group in cfg.instance_group:
+        group.count = plan.instance_count
+    write_config(cfg, target / "config.pbtxt")
+    return target
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def _row(plan: _Plan, *, status: str, reason: str = "", load_s: float | None = None) -> SweepRow:
+    return SweepRow(
+        name=plan.name,
+        model_format=plan.model_format,
+        dynamic_batching=plan.dynamic_batching,
+        instance_count=plan.instance_count,
+        status=status,
+        reason=reason,
+        load_s=load_s,
+    )
+
+
+def _serve_and_measure(
+    variants: list[tuple[_Plan, Path]],
+    opts: SweepOptions,
+    price: float | None,
+    gpu: bool,
+    work: Path,
+    say: Callable[[str], None],
+) -> dict[str, SweepRow]:
+    from mmelocal.bench.loadtest.runner import LoadTestConfig, run_loadtest
+    from mmelocal.builder.payload import payload_from_model
+    from mmelocal.runtime import python_copies
+    from mmelocal.runtime.client import TritonClient
+    from mmelocal.runtime.local import LocalLauncher
+    from mmelocal.runtime.server_config import ServerConfig
+
+    served = work / "served"
+    served.mkdir()
+    rows: dict[str, SweepRow] = {}
+    config = ServerConfig(model_repository=served, model_control_mode="explicit")
+    with LocalLauncher(
+        config, tritonserver=opts.tritonserver, log_path=work / "triton.log"
+    ) as triton:
+        backends = python_copies.available_backends(triton.config.backend_directory)
+        client = TritonClient.for_launcher(triton)
+        for plan, model_dir in variants:
+            say(f"{plan.name}: loading")
+            try:
+                python_copies.prepare_model_for_server(
+                    model_dir, served, backends_available=backends, gpu=gpu
+                )
+                load_s = client.load(plan.name)
+            except MmeLocalError as exc:
+                rows[plan.name] = _row(plan, status="failed", reason=f"load failed: {exc}")
+                continue
+            try:
+                say(f"{plan.name}: load test ({opts.shape.duration_s:.0f} s)")
+                before = _success_stats(client, plan.name)
+                result = run_loadtest(
+                    LoadTestConfig(
+                        endpoint=triton.endpoints.http_url,
+                        mode="triton-v2",
+                        targets=(plan.name,),
+                        payload=payload_from_model(model_dir),
+                        shape=opts.shape,
+                        prewarm=True,
+                        generators=opts.generators,
+                    ),
+                    label=plan.name,
+                )
+                after = _success_stats(client, plan.name)
+                count, ns = after[0] - before[0], after[1] - before[1]
+                rows[plan.name] = row_from_loadtest(
+                    _row(plan, status="ok", load_s=load_s),
+                    result,
+                    model_latency_ms=ns / count / 1e6 if count > 0 else None,
+                    target_rps=opts.target_rps,
+                    max_latency_ms=opts.max_latency_ms,
+                    price_per_hour=price,
+                )
+            except MmeLocalError as exc:
+                rows[plan.name] = _row(plan, status="failed", reason=f"load test failed: {exc}")
+            finally:
+                try:
+                    client.unload(plan.name)
+                except MmeLocalError as exc:
+                    logger.warning("sweep: could not unload %s: %s", plan.name, exc)
+        client.close()
+    return rows
+
+
+def _success_stats(client: Any, name: str) -> tuple[int, int]:
+    """Triton's cumulative (successful requests, nanoseconds inside the server) for ``name``."""
+    try:
+        stats = client.statistics(name)
+        success = stats["model_stats"][0]["inference_stats"]["success"]
+        return int(success.get("count", 0)), int(success.get("ns", 0))
+    except (MmeLocalError, KeyError, IndexError, TypeError, ValueError) as exc:
+        logger.warning("sweep: no Triton statistics for %s: %s", name, exc)
+        return 0, 0
+
+
+def _machine(gpu: bool) -> str:
+    import platform
+
+    return f"{platform.machine()}, {os.cpu_count()} CPU(s), " + (
+        "NVIDIA GPU present" if gpu else "no GPU (CPU, Python backend)"
+    )
+
+
+__all__ = ["SweepOptions", "run_sweep", "users_shape"]

@@ -1,0 +1,84 @@
+"""Application Auto Scaling's numbers for SageMaker endpoint variants.
+
+Sources (read 2026-11):
+
+* Target tracking: "How target tracking scaling for Application Auto Scaling works",
+  https://docs.aws.amazon.com/autoscaling/application/userguide/target-tracking-scaling-policy-overview.html
+  (the service creates and manages the alarms; it scales out quickly and in gradually) and
+  "Target tracking scaling policies for Application Auto Scaling",
+  https://docs.aws.amazon.com/autoscaling/application/userguide/application-auto-scaling-target-tracking.html
+* The alarms target tracking creates for a SageMaker variant, as DescribeAlarms shows them:
+  high "InvocationsPerInstance > 1500 for 3 datapoints within 3 minutes", low
+  "InvocationsPerInstance < 1350 for 15 datapoints within 15 minutes" for a target of 1500
+  (so the low threshold is 90 % of the target),
+  https://repost.aws/questions/QUf450Wsd9RROGGOIwaolN9w/sagemaker-autoscaling-delay
+* Cooldown defaults: 300 s for scale-in and scale-out on "Amazon SageMaker endpoint
+  variants" (ScaleInCooldown / ScaleOutCooldown in TargetTrackingScalingPolicyConfiguration,
+  Application Auto Scaling API reference; the CDK documents the same defaults),
+  https://docs.aws.amazon.com/autoscaling/application/APIReference/API_TargetTrackingScalingPolicyConfiguration.html
+* The predefined metric: "Automatic scaling of Amazon SageMaker AI models" and "Load testing
+  your auto scaling configuration" (``SageMakerVariantInvocationsPerInstance`` is the
+  per-minute sum of ``InvocationsPerInstance``),
+  https://docs.aws.amazon.com/sagemaker/latest/dg/endpoint-auto-scaling.html,
+  https://docs.aws.amazon.com/sagemaker/latest/dg/endpoint-scaling-loadtest.html
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from mmelocal.facts.cloudwatch import INVOCATION_NAMESPACE
+
+#: SageMaker's CloudWatch metrics come in 1-minute periods.
+METRIC_PERIOD_S: Final = 60
+
+#: Target tracking's scale-out alarm: 3 datapoints within 3 minutes over the target.
+HIGH_ALARM_EVALUATION_PERIODS: Final = 3
+HIGH_ALARM_DATAPOINTS: Final = 3
+
+#: Its scale-in alarm: 15 datapoints within 15 minutes under the low threshold.
+LOW_ALARM_EVALUATION_PERIODS: Final = 15
+LOW_ALARM_DATAPOINTS: Final = 15
+
+#: The scale-in alarm's threshold is this fraction of the target value.
+LOW_ALARM_THRESHOLD_FACTOR: Final = 0.9
+
+#: Cooldown defaults for SageMaker endpoint variants.
+DEFAULT_SCALE_OUT_COOLDOWN_S: Final = 300.0
+DEFAULT_SCALE_IN_COOLDOWN_S: Final = 300.0
+
+#: Application Auto Scaling's names for a SageMaker variant.
+SERVICE_NAMESPACE: Final = "sagemaker"
+SCALABLE_DIMENSION: Final = "sagemaker:variant:DesiredInstanceCount"
+RESOURCE_ID_FORMAT: Final = "endpoint/{endpoint}/variant/{variant}"
+
+#: Predefined metric type -> (namespace, metric name, statistic) of the alarms it makes.
+PREDEFINED_METRICS: Final[dict[str, tuple[str, str, str]]] = {
+    "SageMakerVariantInvocationsPerInstance": (
+        INVOCATION_NAMESPACE,
+        "InvocationsPerInstance",
+        "Sum",
+    ),
+}
+
+#: How the service words the causes of target-tracking activities (DescribeScalingActivities).
+ALARM_CAUSE_FORMAT: Final = "monitor alarm {alarm} in state ALARM triggered policy {policy}"
+#: The high and low alarms' names: ``TargetTracking-{resource}-AlarmHigh-{uuid}``.
+ALARM_NAME_FORMAT: Final = "TargetTracking-{resource}-Alarm{side}-{suffix}"
+
+__all__ = [
+    "ALARM_CAUSE_FORMAT",
+    "ALARM_NAME_FORMAT",
+    "DEFAULT_SCALE_IN_COOLDOWN_S",
+    "DEFAULT_SCALE_OUT_COOLDOWN_S",
+    "HIGH_ALARM_DATAPOINTS",
+    "HIGH_ALARM_EVALUATION_PERIODS",
+    "LOW_ALARM_DATAPOINTS",
+    "LOW_ALARM_EVALUATION_PERIODS",
+    "LOW_ALARM_THRESHOLD_FACTOR",
+    "METRIC_PERIOD_S",
+    "PREDEFINED_METRICS",
+    "RESOURCE_ID_FORMAT",
+    "SCALABLE_DIMENSION",
+    "SERVICE_NAMESPACE",
+]

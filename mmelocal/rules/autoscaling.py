@@ -1,0 +1,251 @@
+"""Target tracking and alarm evaluation as pure code, shared by the local AWS and the traffic
+simulator. No I/O and no clock: times in seconds and datapoints are arguments.
+
+The numbers (alarm datapoints, the low alarm's threshold, cooldown defaults) live in
+:mod:`mmelocal.facts.autoscaling` with the documentation they come from. With a fast clock
+the caller passes periods of ``METRIC_PERIOD_S / N`` seconds and times in the same scale;
+the rules do not care.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from mmelocal.errors import UserInputError
+from mmelocal.facts.autoscaling import (
+    ALARM_CAUSE_FORMAT,
+    DEFAULT_SCALE_IN_COOLDOWN_S,
+    DEFAULT_SCALE_OUT_COOLDOWN_S,
+    HIGH_ALARM_DATAPOINTS,
+    HIGH_ALARM_EVALUATION_PERIODS,
+    LOW_ALARM_DATAPOINTS,
+    LOW_ALARM_EVALUATION_PERIODS,
+    LOW_ALARM_THRESHOLD_FACTOR,
+)
+from mmelocal.facts.cloudwatch import ALARM_STATES, COMPARISON_OPERATORS, TREAT_MISSING_DATA
+
+
+@dataclass(frozen=True)
+class ScalingLimits:
+    """A scalable target's MinCapacity and MaxCapacity."""
+
+    min_capacity: int
+    max_capacity: int
+
+    def __post_init__(self) -> None:
+        if self.min_capacity < 0:
+            raise UserInputError(f"min_capacity must be >= 0, got {self.min_capacity}")
+        if self.max_capacity < self.min_capacity:
+            raise UserInputError(
+                f"max_capacity ({self.max_capacity}) must be >= min_capacity ({self.min_capacity})"
+            )
+
+    def clamp(self, capacity: int) -> int:
+        """``capacity`` within [min_capacity, max_capacity]."""
+        return max(self.min_capacity, min(self.max_capacity, capacity))
+
+
+@dataclass(frozen=True)
+class TargetTrackingPolicy:
+    """A target tracking policy's target value, cooldowns and scale-in switch."""
+
+    target_value: float
+    scale_out_cooldown_s: float = DEFAULT_SCALE_OUT_COOLDOWN_S
+    scale_in_cooldown_s: float = DEFAULT_SCALE_IN_COOLDOWN_S
+    disable_scale_in: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.target_value > 0:
+            raise UserInputError(f"target_value must be > 0, got {self.target_value}")
+        if self.scale_out_cooldown_s < 0 or self.scale_in_cooldown_s < 0:
+            raise UserInputError("cooldowns must be >= 0 seconds")
+
+    @property
+    def low_threshold(self) -> float:
+        """The scale-in alarm's threshold."""
+        return self.target_value * LOW_ALARM_THRESHOLD_FACTOR
+
+
+@dataclass(frozen=True)
+class ScalingState:
+    """The capacity now and when it last changed (seconds, the caller's clock)."""
+
+    capacity: int
+    last_scale_out_s: float | None = None
+    last_scale_in_s: float | None = None
+
+
+@dataclass(frozen=True)
+class ScalingDecision:
+    """The desired capacity after an evaluation; ``cause`` is None when nothing changes."""
+
+    capacity: int
+    cause: str | None
+
+
+def _breaches(value: float, threshold: float, comparison: str) -> bool:
+    if comparison == "GreaterThanThreshold":
+        return value > threshold
+    if comparison == "GreaterThanOrEqualToThreshold":
+        return value >= threshold
+    if comparison == "LessThanThreshold":
+        return value < threshold
+    return value <= threshold
+
+
+def alarm_state(
+    datapoints: Sequence[float | None],
+    *,
+    threshold: float,
+    comparison: str,
+    evaluation_periods: int,
+    datapoints_to_alarm: int,
+    treat_missing_data: str = "missing",
+    current_state: str = "INSUFFICIENT_DATA",
+) -> str:
+    """An "M out of N" alarm's state from its newest ``evaluation_periods`` datapoints
+    (newest last; None = no data in that period).
+
+    ALARM when at least ``datapoints_to_alarm`` breach. Missing datapoints count as breaching
+    or not for ``breaching``/``notBreaching``; with ``missing`` and ``ignore`` they are left
+    out: OK once enough present datapoints are within the threshold that ALARM is out of
+    reach, otherwise the state stays ``current_state`` (``missing`` with no data at all is
+    INSUFFICIENT_DATA).
+    """
+    if comparison not in COMPARISON_OPERATORS:
+        raise UserInputError(
+            f"comparison must be one of {COMPARISON_OPERATORS}, got {comparison!r}"
+        )
+    if treat_missing_data not in TREAT_MISSING_DATA:
+        raise UserInputError(
+            f"treat_missing_data must be one of {TREAT_MISSING_DATA}, got {treat_missing_data!r}"
+        )
+    if current_state not in ALARM_STATES:
+        raise UserInputError(f"current_state must be one of {ALARM_STATES}, got {current_state!r}")
+    if not 1 <= datapoints_to_alarm <= evaluation_periods:
+        raise UserInputError(
+            f"datapoints_to_alarm must be in 1..evaluation_periods ({evaluation_periods}), "
+            f"got {datapoints_to_alarm}"
+        )
+    present = list(datapoints[-evaluation_periods:])
+    window: list[float | None] = [None] * (evaluation_periods - len(present))
+    window += present
+    breaching = within = 0
+    for value in window:
+        if value is None or math.isnan(value):
+            if treat_missing_data == "breaching":
+                breaching += 1
+            elif treat_missing_data == "notBreaching":
+                within += 1
+        elif _breaches(value, threshold, comparison):
+            breaching += 1
+        else:
+            within += 1
+    if breaching >= datapoints_to_alarm:
+        return "ALARM"
+    if within > evaluation_periods - datapoints_to_alarm:
+        return "OK"
+    if breaching == within == 0 and treat_missing_data == "missing":
+        return "INSUFFICIENT_DATA"
+    return current_state
+
+
+def _in_cooldown(now_s: float, since_s: float | None, cooldown_s: float) -> bool:
+    return since_s is not None and now_s - since_s < cooldown_s
+
+
+def _latest(values: Sequence[float | None]) -> float | None:
+    for value in reversed(values):
+        if value is not None and not math.isnan(value):
+            return value
+    return None
+
+
+def target_tracking_step(
+    now_s: float,
+    state: ScalingState,
+    metric_per_period: Sequence[float | None],
+    policy: TargetTrackingPolicy,
+    limits: ScalingLimits,
+    *,
+    policy_name: str = "TargetTrackingPolicy",
+    high_alarm_name: str = "AlarmHigh",
+    low_alarm_name: str = "AlarmLow",
+) -> tuple[ScalingState, ScalingDecision]:
+    """One evaluation of a target tracking policy.
+
+    ``metric_per_period``: one value per period, newest last, in the policy's unit (e.g.
+    invocations per instance in that period). The high alarm (metric over the target for
+    3 of 3 periods) scales out, the low alarm (under 90 % of the target for 15 of 15) scales
+    in, each to ``ceil(capacity * metric / target)`` from the newest datapoint, within the
+    limits. A scale-out waits out the scale-out cooldown after the previous scale-out; a
+    scale-in waits out the scale-in cooldown after the previous scale-in (a scale-out is
+    not held back by a scale-in's cooldown, as the service does). A capacity outside the
+    limits is brought inside them first.
+    """
+    capacity = state.capacity
+    clamped = limits.clamp(capacity)
+    if clamped != capacity:
+        cause = (
+            f"minimum capacity was set to {limits.min_capacity}"
+            if clamped > capacity
+            else f"maximum capacity was set to {limits.max_capacity}"
+        )
+        new = (
+            replace(state, capacity=clamped, last_scale_out_s=now_s)
+            if clamped > capacity
+            else replace(state, capacity=clamped, last_scale_in_s=now_s)
+        )
+        return new, ScalingDecision(clamped, cause)
+    latest = _latest(metric_per_period)
+    unchanged = ScalingDecision(capacity, None)
+    if latest is None:
+        return state, unchanged
+    desired = limits.clamp(math.ceil(max(capacity, 1) * latest / policy.target_value))
+    high = alarm_state(
+        metric_per_period,
+        threshold=policy.target_value,
+        comparison="GreaterThanThreshold",
+        evaluation_periods=HIGH_ALARM_EVALUATION_PERIODS,
+        datapoints_to_alarm=HIGH_ALARM_DATAPOINTS,
+    )
+    if high == "ALARM":
+        if desired > capacity and not _in_cooldown(
+            now_s, state.last_scale_out_s, policy.scale_out_cooldown_s
+        ):
+            cause = ALARM_CAUSE_FORMAT.format(alarm=high_alarm_name, policy=policy_name)
+            return replace(state, capacity=desired, last_scale_out_s=now_s), ScalingDecision(
+                desired, cause
+            )
+        return state, unchanged
+    if policy.disable_scale_in:
+        return state, unchanged
+    low = alarm_state(
+        metric_per_period,
+        threshold=policy.low_threshold,
+        comparison="LessThanThreshold",
+        evaluation_periods=LOW_ALARM_EVALUATION_PERIODS,
+        datapoints_to_alarm=LOW_ALARM_DATAPOINTS,
+    )
+    if (
+        low == "ALARM"
+        and desired < capacity
+        and not _in_cooldown(now_s, state.last_scale_in_s, policy.scale_in_cooldown_s)
+    ):
+        cause = ALARM_CAUSE_FORMAT.format(alarm=low_alarm_name, policy=policy_name)
+        return replace(state, capacity=desired, last_scale_in_s=now_s), ScalingDecision(
+            desired, cause
+        )
+    return state, unchanged
+
+
+__all__ = [
+    "ScalingDecision",
+    "ScalingLimits",
+    "ScalingState",
+    "TargetTrackingPolicy",
+    "alarm_state",
+    "target_tracking_step",
+]

@@ -1,0 +1,174 @@
+"""The shared autoscaling rules: alarm evaluation, proportional desired count, cooldowns."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from mmelocal.errors import UserInputError
+from mmelocal.facts import autoscaling as facts
+from mmelocal.rules.autoscaling import (
+    ScalingLimits,
+    ScalingState,
+    TargetTrackingPolicy,
+    alarm_state,
+    target_tracking_step,
+)
+
+HIGH = facts.HIGH_ALARM_EVALUATION_PERIODS
+LOW = facts.LOW_ALARM_EVALUATION_PERIODS
+
+
+def _alarm(points: list[float | None], **kw: object) -> str:
+    args: dict[str, object] = {
+        "threshold": 10.0,
+        "comparison": "GreaterThanThreshold",
+        "evaluation_periods": 3,
+        "datapoints_to_alarm": 3,
+    }
+    args.update(kw)
+    return alarm_state(points, **args)  # type: ignore[arg-type]
+
+
+def test_alarm_needs_m_of_n_breaching() -> None:
+    assert _alarm([11, 11, 11]) == "ALARM"
+    assert _alarm([11, 10, 11]) == "OK"  # 10 is not > 10
+    assert _alarm([9, 11, 11], datapoints_to_alarm=2) == "ALARM"
+    assert _alarm([1, 1, 11, 11, 11]) == "ALARM"  # only the newest N count
+    assert _alarm([11, 11, 11, 1]) == "OK"
+    assert (
+        _alarm(
+            [10],
+            comparison="GreaterThanOrEqualToThreshold",
+            evaluation_periods=1,
+            datapoints_to_alarm=1,
+        )
+        == "ALARM"
+    )
+    assert _alarm([5, 5, 5], comparison="LessThanThreshold") == "ALARM"
+
+
+def test_missing_data_as_cloudwatch_treats_it() -> None:
+    assert _alarm([]) == "INSUFFICIENT_DATA"
+    assert _alarm([None, None, None]) == "INSUFFICIENT_DATA"
+    assert _alarm([None, None, None], treat_missing_data="breaching") == "ALARM"
+    assert _alarm([None, None, None], treat_missing_data="notBreaching") == "OK"
+    assert _alarm([None, None, None], treat_missing_data="ignore", current_state="ALARM") == "ALARM"
+    # one present datapoint within the threshold makes 3-of-3 unreachable
+    assert _alarm([None, 1, None]) == "OK"
+    # two breaching and one missing: not enough to decide, the state stays
+    assert _alarm([11, None, 11], current_state="OK") == "OK"
+    assert _alarm([11, None, 11], current_state="ALARM") == "ALARM"
+    assert _alarm([11, math.nan, 11], treat_missing_data="breaching") == "ALARM"
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"comparison": "Bigger"},
+        {"treat_missing_data": "zero"},
+        {"datapoints_to_alarm": 4},
+        {"datapoints_to_alarm": 0},
+        {"current_state": "WARN"},
+    ],
+)
+def test_alarm_rejects_bad_arguments(kw: dict[str, object]) -> None:
+    with pytest.raises(UserInputError):
+        _alarm([1.0], **kw)
+
+
+def test_limits_and_policy_check_their_fields() -> None:
+    with pytest.raises(UserInputError, match="max_capacity"):
+        ScalingLimits(3, 2)
+    with pytest.raises(UserInputError, match="min_capacity"):
+        ScalingLimits(-1, 2)
+    with pytest.raises(UserInputError, match="target_value"):
+        TargetTrackingPolicy(0)
+    with pytest.raises(UserInputError, match="cooldown"):
+        TargetTrackingPolicy(1, scale_in_cooldown_s=-1)
+    assert TargetTrackingPolicy(100).low_threshold == pytest.approx(
+        100 * facts.LOW_ALARM_THRESHOLD_FACTOR
+    )
+
+
+POLICY = TargetTrackingPolicy(100.0, scale_out_cooldown_s=30, scale_in_cooldown_s=60)
+LIMITS = ScalingLimits(1, 4)
+
+
+def test_scale_out_after_the_high_alarms_datapoints_proportionally() -> None:
+    state = ScalingState(1)
+    _, decision = target_tracking_step(0, state, [250.0] * (HIGH - 1), POLICY, LIMITS)
+    assert decision.cause is None and decision.capacity == 1
+    new, decision = target_tracking_step(
+        0, state, [250.0] * HIGH, POLICY, LIMITS, policy_name="p", high_alarm_name="hi"
+    )
+    assert decision.capacity == math.ceil(1 * 250 / 100)
+    assert decision.cause == "monitor alarm hi in state ALARM triggered policy p"
+    assert new == ScalingState(3, last_scale_out_s=0)
+    # clamped to MaxCapacity
+    _, decision = target_tracking_step(0, state, [1000.0] * HIGH, POLICY, LIMITS)
+    assert decision.capacity == LIMITS.max_capacity
+
+
+def test_scale_out_cooldown_spaces_steps() -> None:
+    state = ScalingState(2, last_scale_out_s=100.0)
+    points = [300.0] * HIGH
+    _, held = target_tracking_step(100 + 29.9, state, points, POLICY, LIMITS)
+    assert held.cause is None and held.capacity == 2
+    _, moved = target_tracking_step(100 + 30, state, points, POLICY, LIMITS)
+    assert moved.capacity == 4
+
+
+def test_scale_in_only_after_the_low_alarms_datapoints() -> None:
+    state = ScalingState(4)
+    low_value = POLICY.low_threshold - 1  # 89 per instance
+    _, held = target_tracking_step(0, state, [low_value] * (LOW - 1), POLICY, LIMITS)
+    assert held.cause is None
+    # one period at the target in the window keeps it from scaling in
+    _, held = target_tracking_step(0, state, [100.0] + [low_value] * (LOW - 1), POLICY, LIMITS)
+    assert held.cause is None
+    new, moved = target_tracking_step(0, state, [0.0] * LOW, POLICY, LIMITS)
+    assert moved.capacity == LIMITS.min_capacity and moved.cause is not None
+    assert new.last_scale_in_s == 0
+    _, moved = target_tracking_step(0, state, [low_value] * LOW, POLICY, LIMITS)
+    assert moved.capacity == math.ceil(4 * low_value / 100)
+
+
+def test_scale_in_cooldown_and_disable_scale_in() -> None:
+    points = [0.0] * LOW
+    state = ScalingState(3, last_scale_in_s=0.0)
+    assert target_tracking_step(59, state, points, POLICY, LIMITS)[1].cause is None
+    assert target_tracking_step(60, state, points, POLICY, LIMITS)[1].capacity == 1
+    no_in = TargetTrackingPolicy(100.0, disable_scale_in=True)
+    assert target_tracking_step(10_000, state, points, no_in, LIMITS)[1].cause is None
+    # a scale-in's cooldown does not hold back a scale-out
+    _, out = target_tracking_step(1, state, [400.0] * HIGH, POLICY, LIMITS)
+    assert out.capacity == 4
+
+
+def test_capacity_outside_limits_is_brought_inside_first() -> None:
+    new, decision = target_tracking_step(5, ScalingState(0), [], POLICY, ScalingLimits(2, 3))
+    assert decision.capacity == 2 and "minimum" in (decision.cause or "")
+    assert new.last_scale_out_s == 5
+    _, decision = target_tracking_step(5, ScalingState(9), [], POLICY, ScalingLimits(2, 3))
+    assert decision.capacity == 3 and "maximum" in (decision.cause or "")
+
+
+def test_no_data_changes_nothing() -> None:
+    state = ScalingState(2)
+    assert target_tracking_step(0, state, [None] * LOW, POLICY, LIMITS) == (
+        state,
+        target_tracking_step(0, state, [], POLICY, LIMITS)[1],
+    )
+
+
+def test_defaults_come_from_the_facts() -> None:
+    policy = TargetTrackingPolicy(1.0)
+    assert policy.scale_out_cooldown_s == facts.DEFAULT_SCALE_OUT_COOLDOWN_S
+    assert policy.scale_in_cooldown_s == facts.DEFAULT_SCALE_IN_COOLDOWN_S
+    assert facts.PREDEFINED_METRICS["SageMakerVariantInvocationsPerInstance"] == (
+        "AWS/SageMaker",
+        "InvocationsPerInstance",
+        "Sum",
+    )
