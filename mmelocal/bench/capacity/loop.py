@@ -336,7 +336,10 @@ def measure_capacity(
 
 def with_projection(result: CapacityResult, gpus: Sequence[GpuSpec] | None) -> CapacityResult:
     """``result`` with its projection onto ``gpus`` (default: the packaged cards): each copy
-    costs its marginal part; the shared runtime is paid once, like the baseline."""
+    costs its marginal part; the shared runtime is paid once, like the baseline. A result
+    read from host memory (no GPU) gets none: host footprints do not project to a GPU."""
+    if result.on_host_memory:
+        return result
     per_model, baseline = result.marginal_mean_bytes, result.baseline_bytes
     if per_model is not None and result.shared_runtime_bytes is not None:
         baseline += result.shared_runtime_bytes

@@ -243,8 +243,8 @@ def _add_estimate(page: _Page, result: Any, stem: str, measurements: Sequence[An
     page.heading(f"Capacity estimate: {result.source}")
     b = result.batches
     page.para(
-        f"{result.model_format}, {result.precision}, {result.params:,} parameters; batches: "
-        f"warm-up {b.warmup}, preferred {b.preferred}, max {b.max}, {b.instances} instance(s). "
+        f"{result.model_format}, {result.precision}, {result.params:,} parameters, "
+        f"{b.instances} instance(s); batches assumed: {b.describe()}. "
         "Estimated from the model (no GPU); each part is a range with its source."
     )
     page.table(
@@ -275,6 +275,7 @@ def _add_estimate(page: _Page, result: Any, stem: str, measurements: Sequence[An
             {
                 "gpu": c.gpu,
                 "instance_types": ", ".join(c.instance_types),
+                "checked": "projected" if c.projected else "published runs",
                 "copies_low": c.low,
                 "copies_point": c.point,
                 "copies_high": c.high,
@@ -297,6 +298,15 @@ def _add_comparison(page: _Page, results: Sequence[Any]) -> None:
         "throughput and the most concurrent users; 'trt vs pt (%)' is TensorRT's "
         "difference from PyTorch."
     )
+    cpu = [r for r in results if r.on_cpu]
+    if cpu:
+        page.para(
+            "Where these figures were taken: "
+            + "; ".join(dict.fromkeys(r.figures_from for r in cpu))
+            + ". Models loaded are host-memory counts and latency and throughput CPU figures: "
+            "none of them is a GPU figure, and no GPU projection is made from them.",
+            note=True,
+        )
     page.table("benchmark-comparison", comparison_rows(results))
     page.para("Every load-test step of those runs (the published summary_results.csv):")
     page.table("benchmark-steps", step_rows(results))
@@ -304,6 +314,12 @@ def _add_comparison(page: _Page, results: Sequence[Any]) -> None:
 
 def _add_benchmark(page: _Page, result: Any, stem: str) -> None:
     _add_capacity(page, result.capacity, f"{stem}-capacity")
+    if result.loadtest is not None and result.on_cpu:
+        page.para(
+            f"Load test below: latency and throughput are CPU figures ({result.figures_from}),"
+            " not GPU figures.",
+            note=True,
+        )
     if result.loadtest is not None:
         _add_loadtest(page, result.loadtest, f"{stem}-loadtest")
 
