@@ -49,9 +49,7 @@ GAUGES: dict[str, str] = {
 }
 QUANTILES = (0.5, 0.9, 0.99)
 #: the emulator's own counters (not CloudWatch metrics: mmelocal's additions)
-OWN_COUNTERS = frozenset(
-    ("ModelLoads", "ModelUnloads", "ModelEvictions", "HotLaneInvocations", "HotLaneFallbacks")
-)
+OWN_COUNTERS = frozenset(("ModelLoads", "ModelUnloads", "ModelEvictions", "InvocationRetries"))
 
 
 def _check_names() -> None:
