@@ -152,3 +152,27 @@ def test_bytes_of_queued_bodies_are_bounded_too() -> None:
         assert not transport.paused
 
     asyncio.run(run())
+
+
+def test_the_server_port_is_bound_when_chosen_and_freed_if_never_served(tmp_path: Any) -> None:
+    """port=0: the system's choice, read from the bound socket, which is held from then on
+    (no other process can take it before the server serves it)."""
+    import errno
+    import socket
+
+    from mmelocal.emulator.emulator import EmulatorConfig
+    from mmelocal.emulator.server import EmulatorServer
+
+    server = EmulatorServer(EmulatorConfig(store=str(tmp_path), cache_dir=tmp_path / "cache"))
+    port = server.port
+    assert port > 0 and server.url.endswith(f":{port}")
+    other = socket.socket()
+    with pytest.raises(OSError) as taken:
+        other.bind(("127.0.0.1", port))
+    assert taken.value.errno == errno.EADDRINUSE
+    other.close()
+    server.stop()  # never started: the socket is closed
+    again = socket.socket()
+    again.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    again.bind(("127.0.0.1", port))
+    again.close()

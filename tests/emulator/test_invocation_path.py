@@ -110,7 +110,10 @@ COLD = ("mme json", "v2 binary")
 def test_warm_and_cold_calls_are_answered_alike(servers: dict[str, EmulatorServer]) -> None:
     """Requests on both invocation routes, cold (the model unloaded first) and warm: the
     same status, headers (but the cache header and request id) and body."""
+    import gc
+
     server = servers["lane"]
+    assert gc.get_freeze_count() == 0  # a server in this process froze nothing of it
     emulator = server.emulator
     with closing(http.client.HTTPConnection(server.host, server.port, timeout=120)) as conn:
         for label, path, headers, body in _requests():
