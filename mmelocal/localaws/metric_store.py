@@ -72,9 +72,10 @@ def is_percentile(statistic: str) -> bool:
 
 
 class MetricStore:
-    """Published datapoints per series, for ``retention_s`` (thread-safe)."""
+    """Published datapoints per series, for ``retention_s`` (thread-safe); percentiles come
+    from at most ``values_per_datum`` raw values of each datum (its newest)."""
 
-    def __init__(self, *, retention_s: float = 3 * 3600.0, values_per_datum: int = 4096) -> None:
+    def __init__(self, *, retention_s: float = 3600.0, values_per_datum: int = 1000) -> None:
         self.retention_s = retention_s
         self.values_per_datum = values_per_datum
         self._series: dict[SeriesKey, deque[Datum]] = {}

@@ -592,7 +592,7 @@ class Autoscaler:
             region=region,
             resource_id=resource,
             description=f"Setting desired instance count to {capacity}.",
-            cause=f"{_now_text()} {cause}",
+            cause=cause,
             start_s=time.time(),
         )
         with self._lock:
@@ -659,10 +659,6 @@ class Autoscaler:
         if start + size < len(found):
             answer["NextToken"] = str(start + size)
         return answer
-
-
-def _now_text() -> str:
-    return time.strftime("At %Y-%m-%dT%H:%M:%SZ", time.gmtime()) + " a"
 
 
 __all__ = ["Activity", "Autoscaler", "parse_resource"]

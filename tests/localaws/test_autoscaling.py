@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -113,8 +114,22 @@ def _counts(sm: Any, name: str, seen: list[tuple[str, int, int]]) -> tuple[str, 
 
 def test_latency_alarm_goes_to_alarm_under_load_and_back(fast_aws: LocalAws, endpoint: str) -> None:
     cloudwatch = boto3.client("cloudwatch")
+    aas = boto3.client("application-autoscaling")
     alarm = unique("latency")
+    # step scaling on the alarm: one more instance while latency is over the threshold
+    resource = f"endpoint/{endpoint}/variant/AllTraffic"
+    target = {"ServiceNamespace": "sagemaker", "ResourceId": resource,
+              "ScalableDimension": "sagemaker:variant:DesiredInstanceCount"}  # fmt: skip
+    aas.register_scalable_target(**target, MinCapacity=1, MaxCapacity=2)
+    step = aas.put_scaling_policy(
+        PolicyName="latency-step", PolicyType="StepScaling", **target,
+        StepScalingPolicyConfiguration={
+            "AdjustmentType": "ChangeInCapacity", "Cooldown": 60,
+            "StepAdjustments": [{"MetricIntervalLowerBound": 0.0, "ScalingAdjustment": 1}],
+        },
+    )  # fmt: skip
     cloudwatch.put_metric_alarm(
+        AlarmActions=[step["PolicyARN"]],
         AlarmName=alarm,
         Namespace="AWS/SageMaker",
         MetricName="ModelLatency",
@@ -156,6 +171,19 @@ def test_latency_alarm_goes_to_alarm_under_load_and_back(fast_aws: LocalAws, end
     (point,) = stats["Datapoints"]
     assert point["SampleCount"] >= load.ok
     assert point["ExtendedStatistics"]["p50"] >= COMPUTE_MS * 1e3
+    # the alarm's action scaled the variant out
+    (activity,) = aas.describe_scaling_activities(
+        ServiceNamespace="sagemaker", ResourceId=target["ResourceId"]
+    )["ScalingActivities"]
+    assert activity["Description"] == "Setting desired instance count to 2."
+    assert (
+        f"monitor alarm {alarm} in state ALARM triggered policy latency-step" in activity["Cause"]
+    )
+    # back to one instance the way a user would: a MaxCapacity below the count
+    aas.register_scalable_target(**target, MinCapacity=1, MaxCapacity=1)
+    sm = boto3.client("sagemaker")
+    wait_for(lambda: _counts(sm, endpoint, [])[:2] == ("InService", 1), timeout_s=60)
+    aas.deregister_scalable_target(**target)
 
 
 def test_target_tracking_scales_out_and_in_with_no_failed_call(
@@ -187,7 +215,9 @@ def test_target_tracking_scales_out_and_in_with_no_failed_call(
         wait_for(lambda: _counts(sm, endpoint, seen)[:2] == ("InService", 2), timeout_s=90)
     wait_for(lambda: _counts(sm, endpoint, seen)[:2] == ("InService", 1), timeout_s=90)
     assert load.ok > 0 and not load.failures
-    assert ("Updating", 1, 2) in seen and ("Updating", 2, 1) in seen
+    # Updating while the new instance starts (a drained idle instance stops in milliseconds:
+    # the scale-in shows in the activities below)
+    assert seen[0] == ("InService", 1, 1) and ("Updating", 1, 2) in seen
     activities = aas.describe_scaling_activities(ServiceNamespace="sagemaker", ResourceId=resource)
     listed = activities["ScalingActivities"]
     assert [a["Description"] for a in listed[:2]] == [
@@ -224,7 +254,9 @@ def _cloudwatch_sum(endpoint: str) -> float:
     return float(sum(p["Sum"] for p in stats["Datapoints"]))
 
 
-def test_the_services_answers_to_what_it_refuses(fast_aws: LocalAws, endpoint: str) -> None:
+def test_the_services_answers_to_what_it_refuses(
+    fast_aws: LocalAws, endpoint: str, caplog: pytest.LogCaptureFixture
+) -> None:
     aas = boto3.client("application-autoscaling")
     dimension = "sagemaker:variant:DesiredInstanceCount"
     cases = [
@@ -248,6 +280,24 @@ def test_the_services_answers_to_what_it_refuses(fast_aws: LocalAws, endpoint: s
         )  # fmt: skip
     assert info.value.response["Error"]["Code"] == "ObjectNotFoundException"
     assert "No scalable target registered" in info.value.response["Error"]["Message"]
+    # no GPU here: a policy on GPUUtilization never fires, and the local AWS says so
+    target = {"ServiceNamespace": "sagemaker", "ScalableDimension": dimension,
+              "ResourceId": f"endpoint/{endpoint}/variant/AllTraffic"}  # fmt: skip
+    aas.register_scalable_target(**target, MinCapacity=1, MaxCapacity=2)
+    with caplog.at_level(logging.WARNING, logger="mmelocal.localaws.scaling"):
+        gpu = aas.put_scaling_policy(
+            PolicyName="gpu", PolicyType="TargetTrackingScaling", **target,
+            TargetTrackingScalingPolicyConfiguration={"TargetValue": 60.0,
+                "CustomizedMetricSpecification": {
+                    "Namespace": "/aws/sagemaker/Endpoints", "MetricName": "GPUUtilization",
+                    "Dimensions": [{"Name": "EndpointName", "Value": endpoint},
+                                   {"Name": "VariantName", "Value": "AllTraffic"}],
+                    "Statistic": "Average"}},
+        )  # fmt: skip
+    assert len(gpu["Alarms"]) == 2
+    (warning,) = [r.getMessage() for r in caplog.records if "GPUUtilization" in r.getMessage()]
+    assert "never fires" in warning and "CPUUtilization" in warning
+    aas.deregister_scalable_target(**target)
     # a variant registered for autoscaling keeps its instance type through an update
     sm = boto3.client("sagemaker")
     current = sm.describe_endpoint_config(
@@ -258,8 +308,6 @@ def test_the_services_answers_to_what_it_refuses(fast_aws: LocalAws, endpoint: s
         EndpointConfigName=bigger,
         ProductionVariants=[{**current, "InstanceType": "ml.g5.12xlarge"}],
     )
-    target = {"ServiceNamespace": "sagemaker", "ScalableDimension": dimension,
-              "ResourceId": f"endpoint/{endpoint}/variant/AllTraffic"}  # fmt: skip
     aas.register_scalable_target(**target, MinCapacity=1, MaxCapacity=2)
     with pytest.raises(ClientError) as info:
         sm.update_endpoint(EndpointName=endpoint, EndpointConfigName=bigger)
