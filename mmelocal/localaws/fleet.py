@@ -208,6 +208,32 @@ class Fleet:
         with self._idle:
             return self._idle.wait_for(lambda: self._inflight == 0, timeout=timeout_s)
 
+    @property
+    def instance_count(self) -> int:
+        """Triton instances running: those serving and those draining (a scale-in counts an
+        instance until it stopped, as DescribeEndpoint's CurrentInstanceCount does)."""
+        emulator = self.server.emulator
+        return len(emulator.instances) + len(emulator.draining)
+
+    @property
+    def serving_count(self) -> int:
+        """Triton instances taking calls now."""
+        return len(self.server.emulator.instances)
+
+    def scale_to(self, count: int, *, timeout_s: float, drain_timeout_s: float = 75.0) -> int:
+        """Add or drain instances, one at a time, until ``count`` serve; the count reached.
+        A new instance joins routing once Triton is up; a drained one finishes its calls
+        and loads first (no call fails)."""
+        emulator = self.server.emulator
+        while self.serving_count < count:
+            if self.server.call(emulator.add_instance(), timeout_s=timeout_s) is None:
+                break  # stopped meanwhile
+        while self.serving_count > max(1, count):
+            removing = emulator.remove_instance(drain_timeout_s=drain_timeout_s)
+            if not self.server.call(removing, timeout_s=drain_timeout_s + timeout_s):
+                break
+        return self.serving_count
+
     def log_paths(self) -> list[Path | None]:
         """Each instance's Triton log (None where the launcher keeps none)."""
         return [inst.launcher.log_path for inst in self.server.emulator.instances]

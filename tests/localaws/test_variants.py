@@ -181,16 +181,17 @@ def test_a_variant_changes_its_instance_count(local_aws_env: LocalAws, tmp_path:
         EndpointName=name,
         DesiredWeightsAndCapacities=[{"VariantName": "AllTraffic", "DesiredInstanceCount": 2}],
     )
-    during = sm.describe_endpoint(EndpointName=name)
-    assert during["EndpointStatus"] == "Updating"
-    assert during["ProductionVariants"][0]["DesiredInstanceCount"] == 2
-    assert _invoke(runtime, name) == ("AllTraffic", 2.0)  # the old fleet serves meanwhile
+    # a Triton start takes far longer than these calls: the update is still under way
     with pytest.raises(ClientError) as info:
         sm.update_endpoint_weights_and_capacities(
             EndpointName=name,
             DesiredWeightsAndCapacities=[{"VariantName": "AllTraffic", "DesiredWeight": 2.0}],
         )
     assert "Cannot update in-progress endpoint" in info.value.response["Error"]["Message"]
+    during = sm.describe_endpoint(EndpointName=name)
+    assert during["EndpointStatus"] == "Updating"
+    assert during["ProductionVariants"][0]["DesiredInstanceCount"] == 2
+    assert _invoke(runtime, name) == ("AllTraffic", 2.0)  # the instance there serves meanwhile
     described = wait_status(sm, name, leaving="Updating")
     assert described["EndpointStatus"] == "InService", described
     variant = described["ProductionVariants"][0]
