@@ -8,6 +8,10 @@ errors on models the estimate was not fitted to. Prints the table (and its markd
 in docs/estimate.md), the mean and max absolute count errors, and the shipped constants with
 the rows each is fitted on.
 
+Then the checks measured on a GPU (:mod:`mmelocal.bench.estimate.gpu_checks`, the H200
+proof): each model's copy less a tiny BERT's (the per-process overhead of the serving path
+used there), against the estimate's difference of the same two models.
+
 Run: ``.venv/bin/python benchmarks/estimate_vs_published.py``
 """
 
@@ -25,6 +29,46 @@ from mmelocal.bench.estimate.holdout import (
     markdown_row,
     summarise,
 )
+
+
+def gpu_check_rows() -> list[str]:
+    """The markdown rows of the H200 check table in docs/estimate.md."""
+    import tempfile
+    from pathlib import Path
+
+    from transformers import BertConfig
+
+    from mmelocal.bench.estimate.gpu_checks import H200_CHECKS, TINY_BERT_H200
+    from mmelocal.bench.estimate.model import estimate_model
+    from mmelocal.testing.tiny_bert import save_tiny_bert
+    from mmelocal.units import MiB
+
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="estimate-gpu-checks-") as tmp:
+        BertConfig().save_pretrained(Path(tmp) / "bert-base")
+        specs = {
+            "torchvision:resnet50": "torchvision:resnet50",
+            "bert-base": str(Path(tmp) / "bert-base"),
+            "tiny-bert": str(save_tiny_bert(Path(tmp) / "tiny-bert", tokenizer=False)),
+        }
+        per_copy = {
+            spec: [
+                b / MiB for b in estimate_model(path, instance_types=["ml.g4dn.xlarge"]).per_copy
+            ]
+            for spec, path in specs.items()
+        }
+    tiny_low, tiny_point, tiny_high = per_copy[TINY_BERT_H200.spec]
+    for check in H200_CHECKS:
+        low, point, high = per_copy[check.spec]
+        measured = check.marginal_mib - TINY_BERT_H200.marginal_mib
+        diff = point - tiny_point
+        rows.append(
+            f"| {check.model} | {check.marginal_mib:,.0f} | {measured:,.0f} "
+            f"| {diff:,.0f} ({low - tiny_high:,.0f}-{high - tiny_low:,.0f}) "
+            f"| {(diff - measured) / measured:+.1%} | {point:,.0f} "
+            f"| {(point - measured) / measured:+.1%} |"
+        )
+    return rows
 
 
 def main() -> None:
@@ -64,6 +108,9 @@ def main() -> None:
     console.print("\nmarkdown (docs/estimate.md):\n" + HEADER)
     for h in found:
         console.print(markdown_row(h), markup=False)
+    console.print("\nH200 checks (docs/estimate.md, 'On a GPU'):")
+    for row in gpu_check_rows():
+        console.print(row, markup=False)
     console.print("\nshipped constants, fitted on:")
     for name, fitted in fit_calibration().fitted_on.items():
         console.print(f"- {name}: {', '.join(fitted) or 'no row (prior)'}", markup=False)

@@ -8,7 +8,9 @@ once). Arms are interleaved round by round so each sees the same machine; the sc
 requests/s, each worker's CPU (share of one core) and the server's, the 2-worker/1-worker
 ratio, and from the 1-worker rates how many workers the published stage shape (200 users)
 needs at the published throughputs. Run:
-``.venv/bin/python benchmarks/loadgen_workers.py [--users 32] [--seconds 8] [--rounds 2]``.
+``.venv/bin/python benchmarks/loadgen_workers.py [--users 32] [--seconds 8] [--rounds 2]
+[--workers 1,2,4] [--server-processes N]`` (more server processes share the port with
+SO_REUSEPORT, so a many-core machine measures the workers, not the server).
 """
 
 from __future__ import annotations
@@ -45,7 +47,9 @@ async def invocations(request):
 
 app = web.Application()
 app.router.add_post("/endpoints/{name}/invocations", invocations)
-web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None, access_log=None)
+web.run_app(
+    app, host="127.0.0.1", port=int(sys.argv[1]), print=None, access_log=None, reuse_port=True
+)
 """
 
 #: the published figure the issue quotes: one instance, BERT compiled with TensorRT
@@ -70,7 +74,12 @@ def _wait_http(url: str, timeout_s: float = 20.0) -> None:
 
 
 def _run(
-    port: int, mode: str, workers: int, users: int, seconds: float, server: psutil.Process
+    port: int,
+    mode: str,
+    workers: int,
+    users: int,
+    seconds: float,
+    servers: list[psutil.Process],
 ) -> tuple[LoadTestResult, float]:
     endpoint = f"http://127.0.0.1:{port}/endpoints/x" if mode == "raw" else "x"
     config = LoadTestConfig(
@@ -81,13 +90,15 @@ def _run(
         seed=1,
         generators=LoadGenerators(workers=workers),
     )
-    before = server.cpu_times()
+    before = [s.cpu_times() for s in servers]
     t0 = time.perf_counter()
     result = run_loadtest(config)
     wall = time.perf_counter() - t0
-    after = server.cpu_times()
-    server_cpu = 100.0 * ((after.user - before.user) + (after.system - before.system)) / wall
-    return result, server_cpu
+    after = [s.cpu_times() for s in servers]
+    cpu_s = sum(
+        (a.user - b.user) + (a.system - b.system) for a, b in zip(after, before, strict=True)
+    )
+    return result, 100.0 * cpu_s / wall
 
 
 def main() -> int:
@@ -95,7 +106,12 @@ def main() -> int:
     parser.add_argument("--users", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--workers", default="1,2", help="worker counts to compare")
+    parser.add_argument(
+        "--server-processes", type=int, default=1, help="trivial server processes (SO_REUSEPORT)"
+    )
     args = parser.parse_args()
+    counts = tuple(int(n) for n in args.workers.split(","))
 
     port = pick_free_port()
     # boto3 signs with these (SigV4) and sends to the trivial server
@@ -107,21 +123,25 @@ def main() -> int:
             "AWS_DEFAULT_REGION": "us-east-1",
         }
     )
-    arms = [(mode, workers) for mode in ("raw", "boto3") for workers in (1, 2)]
+    arms = [(mode, workers) for mode in ("raw", "boto3") for workers in counts]
     runs: dict[tuple[str, int], list[tuple[LoadTestResult, float]]] = {arm: [] for arm in arms}
-    trivial = subprocess.Popen([sys.executable, "-c", TRIVIAL_SERVER, str(port)])
+    trivial = [
+        subprocess.Popen([sys.executable, "-c", TRIVIAL_SERVER, str(port)])
+        for _ in range(args.server_processes)
+    ]
     try:
         _wait_http(f"http://127.0.0.1:{port}/")
-        server = psutil.Process(trivial.pid)
+        servers = [psutil.Process(p.pid) for p in trivial]
         for round_ in range(args.rounds):
             order = arms if round_ % 2 == 0 else arms[::-1]
             for mode, workers in order:
                 runs[(mode, workers)].append(
-                    _run(port, mode, workers, args.users, args.seconds, server)
+                    _run(port, mode, workers, args.users, args.seconds, servers)
                 )
     finally:
-        trivial.terminate()
-        trivial.wait(timeout=10)
+        for process in trivial:
+            process.terminate()
+            process.wait(timeout=10)
     _print(runs, args)
     return 0
 
@@ -130,7 +150,8 @@ def _print(
     runs: dict[tuple[str, int], list[tuple[LoadTestResult, float]]], args: argparse.Namespace
 ) -> None:
     print(
-        f"machine: {usable_cpus()} usable CPU(s); trivial server on the same machine; "
+        f"machine: {usable_cpus()} usable CPU(s); trivial server ({args.server_processes} "
+        "process(es)) on the same machine; "
         f"{args.users} users, one {args.seconds:g} s stage, {args.rounds} round(s), "
         f"medians over rounds; load average after: {os.getloadavg()[0]:.1f} (other work "
         "shares the cores); server CPU over the whole call, process starts included"
@@ -154,10 +175,12 @@ def _print(
         if workers == 1 and each[0] > 0:
             per_core[mode] = rps / (each[0] / 100.0)
         print(f"{mode:<6} {workers:>7} {rps:>9,.0f} {cpus:>22} {server:>13.0f} {failed:>7}")
+    counts = sorted({workers for _, workers in runs})
     for mode in ("raw", "boto3"):
-        one, two = rates[(mode, 1)], rates[(mode, 2)]
+        one = rates[(mode, counts[0])]
+        ratios = ", ".join(f"{n} workers {rates[(mode, n)] / one:.2f}x" for n in counts[1:])
         print(
-            f"{mode}: 2 workers / 1 worker = {two / one:.2f}x; one worker: "
+            f"{mode}: against {counts[0]} worker(s): {ratios}; one worker: "
             f"{per_core.get(mode, 0.0):,.0f} requests per CPU-second"
         )
     print(

@@ -1,9 +1,9 @@
 """The MME platform: store + artifact cache + Triton instances + router + recovery + metrics.
 
-:class:`Emulator` is what the HTTP app (and tests) drive: :meth:`Emulator.invoke` takes a
-TargetModel and a payload, makes sure the model is loaded on an instance (downloading,
-extracting, evicting as SageMaker would), forwards the payload unchanged and returns
-Triton's answer with the timings the metrics need.
+:class:`Emulator` is what the HTTP server (and tests) drive: it makes sure a TargetModel is
+loaded on an instance (downloading, extracting, evicting as SageMaker would), recovers
+when Triton lost a model or ran out of memory, and records what the metrics need; the
+forwarding itself is :mod:`.invocation`'s.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import asyncio
 import dataclasses
 import logging
 import tempfile
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,34 +88,39 @@ class Emulator:
         self._launcher_factory = launcher_factory or self._default_launcher
         self._gpus = self._choose_gpus()
         count = config.instances or max(1, len(self._gpus))
-        budget = config.memory_budget_bytes or _default_budget(count)
-        options = InstanceOptions(
+        self._budget = config.memory_budget_bytes or _default_budget(count)
+        self._options = InstanceOptions(
             memory_threshold=config.memory_threshold,
             load_timeout_s=config.load_timeout_s,
             invoke_timeout_s=config.invoke_timeout_s,
             model_namespacing=model_namespacing(config.sagemaker_env),
         )
-        self.instances: list[TritonInstance] = []
-        for index in range(count):
-            launcher = self._launcher_factory(index, self.cache_dir / f"triton-{index}")
-            self.instances.append(
-                TritonInstance(
-                    index=index,
-                    launcher=launcher,
-                    probe=self._probe(index, launcher, budget),
-                    cache=self.cache,
-                    metrics=self.metrics,
-                    events=self.events,
-                    options=options,
-                    prepare=self._prepare_hook(launcher),
-                    url_for=self._url_for(),
-                )
-            )
+        self.instances: list[TritonInstance] = [self._new_instance(i) for i in range(count)]
+        self._next_index = count
+        #: instances starting (scale-out) or draining (scale-in): stopped with the emulator
+        self._changing: list[TritonInstance] = []
+        #: instances out of routing, finishing their calls before they stop (scale-in)
+        self.draining: list[TritonInstance] = []
+        self._stopped = False
         self.router = Router(self.instances, hot_rps_threshold=config.hot_rps_threshold)
         self.watchdog = Watchdog(self.instances, interval_s=config.watchdog_interval_s)
         self._valid_targets: set[str] = set()
 
     # -- construction helpers ----------------------------------------------------------
+    def _new_instance(self, index: int) -> TritonInstance:
+        launcher = self._launcher_factory(index, self.cache_dir / f"triton-{index}")
+        return TritonInstance(
+            index=index,
+            launcher=launcher,
+            probe=self._probe(index, launcher, self._budget),
+            cache=self.cache,
+            metrics=self.metrics,
+            events=self.events,
+            options=self._options,
+            prepare=self._prepare_hook(launcher),
+            url_for=self._url_for(),
+        )
+
     def _choose_gpus(self) -> list[int]:
         if self.config.gpus is not None:
             return list(self.config.gpus)
@@ -226,16 +230,67 @@ class Emulator:
 
     async def stop(self) -> None:
         """Stop the watchdog and every instance (each closes its connections first: Triton
-        waits for open connections before it exits)."""
+        waits for open connections before it exits), those starting or draining included."""
+        self._stopped = True
         await self.watchdog.stop()
         await self.router.stop()
-        await asyncio.gather(*(inst.stop() for inst in self.instances), return_exceptions=True)
-        for inst in self.instances:
+        every = [*self.instances, *self._changing]
+        await asyncio.gather(*(inst.stop() for inst in every), return_exceptions=True)
+        for inst in every:
             inst.close()
         self.cache.close()
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
+
+    # -- scaling -----------------------------------------------------------------------
+    async def add_instance(self) -> TritonInstance | None:
+        """Start one more Triton instance; it joins routing once it is up. None when the
+        emulator stopped meanwhile (the instance is stopped, nothing is left running)."""
+        inst = self._new_instance(self._next_index)
+        self._next_index += 1
+        self._changing.append(inst)
+        try:
+            await inst.start()
+        except BaseException:
+            await inst.stop()
+            inst.close()
+            raise
+        finally:
+            self._changing.remove(inst)
+        if self._stopped:
+            await inst.stop()
+            inst.close()
+            return None
+        for group in (self.instances, self.router.instances, self.watchdog.instances):
+            group.append(inst)
+        logger.info("instance %d joined (%d instance(s))", inst.index, len(self.instances))
+        return inst
+
+    async def remove_instance(self, *, drain_timeout_s: float = 75.0) -> bool:
+        """Take the newest instance out of routing, let its calls in flight and its loads
+        finish (callers waiting on a load are served there), then stop it. False when
+        only one instance is left."""
+        if len(self.instances) <= 1:
+            return False
+        inst = self.instances[-1]
+        for group in (self.instances, self.router.instances, self.watchdog.instances):
+            if inst in group:
+                group.remove(inst)
+        self._changing.append(inst)
+        self.draining.append(inst)
+        try:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + drain_timeout_s
+            while _busy(inst) and loop.time() < deadline and not self._stopped:
+                await asyncio.sleep(0.02)
+            await inst.stop()
+            inst.close()
+        finally:
+            self._changing.remove(inst)
+            self.draining.remove(inst)
+        logger.info("instance %d drained and stopped (%d left)", inst.index, len(self.instances))
+        return True
 
     # -- serving -----------------------------------------------------------------------
     def check_target(self, target: str) -> str:
@@ -251,46 +306,6 @@ class Emulator:
         """True when ``target`` already passed :meth:`check_target` (no new validation)."""
         return target in self._valid_targets
 
-    def note_served(self, *, cache_hit: bool, wait_s: float, model_latency_s: float) -> None:
-        """Record one request Triton answered: cache hit, load wait, model latency."""
-        observe = self.metrics.observe
-        observe("ModelCacheHit", 1.0 if cache_hit else 0.0)
-        if not cache_hit:
-            observe("ModelLoadingWaitTime", wait_s * 1e6)
-        observe("ModelLatency", model_latency_s * 1e6)
-
-    async def invoke(
-        self, target: str, body: bytes, headers: list[tuple[str, str]], *, retries: int = 1
-    ) -> InvokeResult:
-        """Serve one request for ``target`` (load on demand); Triton's answer, unchanged."""
-        self.check_target(target)
-        attempt = 0
-        while True:
-            inst = self.router.pick(target)
-            acquired = await inst.acquire(target, wait_timeout_s=self.config.load_wait_timeout_s)
-            try:
-                t0 = time.perf_counter()
-                status, out_headers, data = await inst.invoke(target, body, list(headers))
-                latency = time.perf_counter() - t0
-            finally:
-                inst.release(target)
-            if status in RECOVERABLE_STATUSES and attempt < retries:
-                attempt += 1
-                await self._recover_from(inst, target, status)
-                continue
-            self.note_served(
-                cache_hit=acquired.cache_hit, wait_s=acquired.wait_s, model_latency_s=latency
-            )
-            return InvokeResult(
-                status=status,
-                body=data,
-                headers=out_headers,
-                cache_hit=acquired.cache_hit,
-                model_latency_s=latency,
-                wait_s=acquired.wait_s,
-                instance=inst.index,
-            )
-
     async def ensure_loaded(self, target: str) -> TritonInstance:
         """Load ``target`` on demand (no request forwarded); the instance holding it."""
         self.check_target(target)
@@ -299,7 +314,9 @@ class Emulator:
         inst.release(target)
         return inst
 
-    async def _recover_from(self, inst: TritonInstance, target: str, status: int) -> None:
+    async def recover_from(self, inst: TritonInstance, target: str, status: int) -> None:
+        """Triton answered ``status`` (404 or 507) invoking ``target`` on ``inst``: forget
+        the model so it loads again (404), or unload the least recently used one (507)."""
         if status == 404:
             # Triton lost the model (restarted behind our back): forget it, load again.
             entry = inst.models.pop(target, None)
@@ -386,6 +403,14 @@ def _default_budget(instances: int) -> int:
     import psutil
 
     return int(psutil.virtual_memory().total * 0.5 / max(1, instances))
+
+
+def _busy(inst: TritonInstance) -> bool:
+    """Calls in flight, callers waiting on a load, or a load under way on ``inst``."""
+    return any(
+        e.in_flight or e.waiters or (e.task is not None and not e.task.done())
+        for e in inst.models.values()
+    )
 
 
 def loaded_targets(instances: Sequence[TritonInstance]) -> list[str]:

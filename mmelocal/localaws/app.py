@@ -14,6 +14,9 @@ client:
   are answered here;
 * everything else (S3, the rest of SageMaker, Application Auto Scaling, STS, ...) goes to
   moto's own dispatcher, which reads the SigV4 credential scope as well.
+
+Requests that came through the HTTPS proxy (``CONNECT`` to an AWS host, :mod:`.proxy`)
+arrive here decrypted and are routed the same way.
 """
 
 from __future__ import annotations
@@ -42,6 +45,10 @@ logger = logging.getLogger(__name__)
 
 StartResponse = Callable[..., Any]
 WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
+#: forward the (possibly changed) parameters to moto: its status and parsed JSON answer
+Forward = Callable[[dict[str, Any]], tuple[int, Any]]
+#: (region, operation, parameters, forward) -> the answer, or None to let moto answer
+Overlay = Callable[[str, str, dict[str, Any], Forward], "tuple[int, Any] | None"]
 
 #: an instance type moto's (lagging) list accepts, recorded in moto in place of the real one
 MOTO_INSTANCE_TYPE = "ml.m5.large"
@@ -109,9 +116,16 @@ class LocalAwsApp:
         self.ready.set()
         #: (region, config) -> each variant's InstanceType (moto's list of types lags)
         self._instance_types: dict[tuple[str, str], list[str | None]] = {}
+        #: X-Amz-Target prefix (a JSON service) -> what completes moto's answers there
+        #: (CloudWatch, Application Auto Scaling: :mod:`.cloudwatch_api`, :mod:`.scaling`)
+        self.overlays: dict[str, Overlay] = {}
+        #: (region, endpoint, its DescribeEndpoint, the new config) -> raise AwsServiceError to
+        #: refuse an UpdateEndpoint (autoscaling's: :meth:`.scaling.Autoscaler.check_update`)
+        self.update_checks: list[Callable[[str, str, dict[str, Any], dict[str, Any]], None]] = []
         self._sagemaker: dict[str, Callable[[dict[str, Any], str, dict[str, Any]], Any]] = {
             "CreateModel": self._create_model,
             "CreateEndpointConfig": self._create_endpoint_config,
+            "DescribeModel": self._describe_model,
             "DescribeEndpointConfig": self._describe_endpoint_config,
             "CreateEndpoint": self._create_endpoint,
             "UpdateEndpoint": self._update_endpoint,
@@ -126,7 +140,10 @@ class LocalAwsApp:
             self.ready.wait(RESTORE_WAIT_S)
         region, service = credential_scope(environ)
         path = environ.get("PATH_INFO", "")
-        if service in ("sagemaker", "application-autoscaling") and region not in self.regions:
+        if (
+            service in ("sagemaker", "application-autoscaling", "monitoring")
+            and region not in self.regions
+        ):
             self.regions.add(region)
         if environ.get("REQUEST_METHOD") == "POST" and service not in ("s3", ""):
             match = _INVOCATION.match(path)
@@ -141,7 +158,78 @@ class LocalAwsApp:
                 handler = self._sagemaker.get(operation)
             if handler is not None:
                 return self._sagemaker_call(handler, environ, start_response, region)
-        return self._moto(environ, start_response)
+        prefix, _, operation = target.partition(".")
+        overlay = self.overlays.get(prefix)
+        if overlay is not None and not environ.get("HTTP_X_MMELOCAL_INTERNAL"):
+            return self._overlay_call(overlay, operation, environ, start_response, region)
+        try:
+            return self._moto(environ, start_response)
+        except NotImplementedError as exc:  # the service's error, never an HTML 500
+            return self._not_built(environ, start_response, target, exc)
+
+    def _not_built(
+        self, environ: dict[str, Any], start_response: StartResponse, target: str, exc: Exception
+    ) -> Iterable[bytes]:
+        operation = target.partition(".")[2] or environ.get("PATH_INFO", "")
+        message = f"mmelocal's local AWS does not implement {operation or 'this operation'}"
+        logger.warning("%s (%s)", message, exc)
+        if target:  # a JSON protocol
+            body = json.dumps({"__type": "UnknownOperationException", "message": message}).encode()
+            headers = [
+                ("Content-Type", _JSON_11),
+                ("x-amzn-ErrorType", "UnknownOperationException"),
+            ]
+        else:
+            body = (
+                "<ErrorResponse><Error><Type>Sender</Type><Code>InvalidAction</Code>"
+                f"<Message>{message}</Message></Error></ErrorResponse>"
+            ).encode()
+            headers = [("Content-Type", "text/xml")]
+        start_response("400 Bad Request", [*headers, ("Content-Length", str(len(body)))])
+        return [body]
+
+    def _overlay_call(
+        self,
+        overlay: Overlay,
+        operation: str,
+        environ: dict[str, Any],
+        start_response: StartResponse,
+        region: str,
+    ) -> Iterable[bytes]:
+        try:
+            params = json.loads(_read_body(environ) or b"{}")
+        except ValueError:
+            params = {}
+
+        def forward(changed: dict[str, Any]) -> tuple[int, Any]:
+            body = json.dumps(changed).encode()
+            environ["wsgi.input"], environ["CONTENT_LENGTH"] = io.BytesIO(body), str(len(body))
+            try:
+                return self._moto_json(environ)
+            except NotImplementedError as exc:
+                raise AwsServiceError(
+                    f"mmelocal's local AWS does not implement {operation}",
+                    code="UnknownOperationException",
+                ) from exc
+
+        try:
+            answer = overlay(region or "us-east-1", operation, params, forward)
+            if answer is None:
+                answer = forward(params)
+        except AwsServiceError as exc:
+            from moto.core.exceptions import JsonRESTError
+
+            error = JsonRESTError(exc.code, str(exc))
+            error.code = exc.status
+            return error(environ, start_response)  # type: ignore[no-any-return]
+        status, payload = answer
+        body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+        content_type = environ.get("CONTENT_TYPE") or _JSON_11
+        start_response(
+            f"{status} {'OK' if status == 200 else 'Error'}",
+            [("Content-Type", content_type), ("Content-Length", str(len(body)))],
+        )
+        return [body]
 
     # -- SageMaker control plane -------------------------------------------------------
     def _sagemaker_call(
@@ -233,10 +321,18 @@ class LocalAwsApp:
             self._instance_types[(region, name)] = types
         return status, answer
 
+    def _describe_model(
+        self, environ: dict[str, Any], region: str, params: dict[str, Any]
+    ) -> tuple[int, Any]:
+        status, answer = self._moto_json(environ)
+        return status, _without_unset(answer) if status == 200 else answer
+
     def _describe_endpoint_config(
         self, environ: dict[str, Any], region: str, params: dict[str, Any]
     ) -> tuple[int, Any]:
         status, answer = self._moto_json(environ)
+        if status == 200:
+            answer = _without_unset(answer)
         types = self._instance_types.get((region, str(params.get("EndpointConfigName", ""))))
         if status == 200 and isinstance(answer, dict) and types is not None:
             for variant, kind in zip(answer.get("ProductionVariants", []), types, strict=False):
@@ -279,6 +375,8 @@ class LocalAwsApp:
         if state.status in ("Creating", "Updating", "Deleting", "SystemUpdating"):
             arn = endpoint["EndpointArn"]
             raise AwsServiceError(f'Cannot update in-progress endpoint "{arn}".')
+        for check in self.update_checks:
+            check(region, name, endpoint, config)
         self.endpoints.update(region, name, config_name)
         return 200, {"EndpointArn": endpoint["EndpointArn"]}
 
@@ -330,6 +428,8 @@ class LocalAwsApp:
         self, environ: dict[str, Any], region: str, params: dict[str, Any]
     ) -> tuple[int, Any]:
         status, answer = self._moto_json(environ)
+        if status == 200:
+            answer = _without_unset(answer)
         state = self.endpoints.get(region, str(params.get("EndpointName", "")))
         if status == 200 and isinstance(answer, dict) and state is not None:
             answer["EndpointStatus"] = state.status
@@ -431,6 +531,16 @@ class LocalAwsApp:
         headers = [*headers, ("Content-Length", str(len(body)))]
         start_response(f"{status} {'OK' if status == 200 else 'Error'}", headers)
         return [body]
+
+
+def _without_unset(answer: Any) -> Any:
+    """A Describe answer without the empty structures and lists moto writes for what was
+    never set (``VpcConfig: {}``, ``DataCaptureConfig: {}``, ``Containers: []``): the
+    service leaves them out, and clients that validate the answer (the SageMaker SDK 3.x's
+    pydantic resources) refuse an empty structure whose members are required."""
+    if not isinstance(answer, dict):
+        return answer
+    return {k: v for k, v in answer.items() if v != {} and v != []}
 
 
 def _environ_key(header: str) -> str:

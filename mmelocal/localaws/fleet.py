@@ -146,8 +146,9 @@ class Fleet:
         from mmelocal.emulator.store import S3Store
 
         self.plan = plan
-        #: one EC2-style id per instance (its log stream is ``{variant}/{id}``)
-        self.instance_ids = [new_instance_id() for _ in range(plan.instances)]
+        #: an EC2-style id per instance, given on first sight (its log stream is
+        #: ``{variant}/{id}``), by the instance's Triton log
+        self._instance_ids: dict[str, str] = {}
         self.stopped = False
         self._inflight = 0
         self._idle = threading.Condition()
@@ -208,9 +209,45 @@ class Fleet:
         with self._idle:
             return self._idle.wait_for(lambda: self._inflight == 0, timeout=timeout_s)
 
-    def log_paths(self) -> list[Path | None]:
-        """Each instance's Triton log (None where the launcher keeps none)."""
-        return [inst.launcher.log_path for inst in self.server.emulator.instances]
+    @property
+    def instance_count(self) -> int:
+        """Triton instances running: those serving and those draining (a scale-in counts an
+        instance until it stopped, as DescribeEndpoint's CurrentInstanceCount does)."""
+        emulator = self.server.emulator
+        return len(emulator.instances) + len(emulator.draining)
+
+    @property
+    def serving_count(self) -> int:
+        """Triton instances taking calls now."""
+        return len(self.server.emulator.instances)
+
+    def scale_to(self, count: int, *, timeout_s: float, drain_timeout_s: float = 75.0) -> int:
+        """Add or drain instances, one at a time, until ``count`` serve; the count reached.
+        A new instance joins routing once Triton is up; a drained one finishes its calls
+        and loads first (no call fails)."""
+        emulator = self.server.emulator
+        while self.serving_count < count:
+            if self.server.call(emulator.add_instance(), timeout_s=timeout_s) is None:
+                break  # stopped meanwhile
+        while self.serving_count > max(1, count):
+            removing = emulator.remove_instance(drain_timeout_s=drain_timeout_s)
+            if not self.server.call(removing, timeout_s=drain_timeout_s + timeout_s):
+                break
+        return self.serving_count
+
+    def log_streams(self) -> list[tuple[str, Path | None]]:
+        """``(instance id, Triton log)`` of each instance running now, draining ones
+        included (the log is None where the launcher keeps none)."""
+        emulator = self.server.emulator
+        out = []
+        for inst in [*emulator.instances, *emulator.draining]:
+            path = inst.launcher.log_path
+            key = str(path) if path is not None else f"#{inst.index}"
+            iid = self._instance_ids.get(key)
+            if iid is None:
+                iid = self._instance_ids[key] = new_instance_id()
+            out.append((iid, path))
+        return out
 
     def stop(self) -> None:
         """Stop the emulator and its Triton instances (idempotent)."""

@@ -22,9 +22,13 @@ from typing import Any
 from mmelocal.errors import EndpointFailedError, MissingDependencyError, UserInputError
 from mmelocal.facts.aws import LOCAL, aws_client
 from mmelocal.localaws.app import INTERNAL_HEADER, OWN_HEADER, LocalAwsApp
+from mmelocal.localaws.cloudwatch import ControlLoop, Running
+from mmelocal.localaws.cloudwatch_api import CloudWatchOverlay
 from mmelocal.localaws.endpoints import EndpointManager
 from mmelocal.localaws.fleet import Fleet, FleetOptions, FleetPlan
 from mmelocal.localaws.logs import LogShipper
+from mmelocal.localaws.proxy import CA_FILE, CertificateAuthority, HttpsProxy, is_loopback
+from mmelocal.localaws.scaling import Autoscaler
 from mmelocal.localaws.variants import EndpointPlan, plan_endpoint
 from mmelocal.runtime.lifecycle import StartStopContext
 
@@ -33,6 +37,9 @@ logger = logging.getLogger(__name__)
 #: keys mmelocal's own clients sign with (the local AWS checks no signature)
 LOCAL_KEYS = ("mmelocal", "mmelocal")
 DEFAULT_REGION = "us-east-1"
+#: the X-Amz-Target prefixes of CloudWatch and Application Auto Scaling (JSON protocols)
+CLOUDWATCH_TARGET = "GraniteServiceVersion20100801"
+AUTOSCALING_TARGET = "AnyScaleFrontendService"
 
 
 class LocalAws(StartStopContext):
@@ -44,7 +51,9 @@ class LocalAws(StartStopContext):
     default when ``data_dir`` is given), the state saved at a clean stop and restored at
     the next start (:mod:`.state`). ``memory_budget_bytes`` is the
     host memory per Triton instance without a GPU (default: half the RAM shared by the
-    instances of an endpoint).
+    instances of an endpoint). ``time_scale`` runs the platform's clock that many times
+    faster: CloudWatch periods of ``60 / time_scale`` real seconds, alarm evaluation and
+    cooldowns on that clock (:mod:`.cloudwatch`, :mod:`.scaling`); timestamps stay real.
     """
 
     #: LocalAws servers running in this process (they share moto's state)
@@ -61,7 +70,11 @@ class LocalAws(StartStopContext):
         tritonserver: Path | None = None,
         start_timeout_s: float = 300.0,
         persist: bool | None = None,
+        time_scale: float = 1.0,
     ) -> None:
+        if not time_scale > 0:
+            raise UserInputError(f"time_scale must be > 0, got {time_scale}")
+        self.time_scale = time_scale
         self.host = host
         self.persist = data_dir is not None if persist is None else persist
         if self.persist and data_dir is None:
@@ -69,6 +82,7 @@ class LocalAws(StartStopContext):
         self.port = port
         self._data_dir = Path(data_dir) if data_dir is not None else None
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self._start_timeout_s = start_timeout_s
         self._fleet_options = dict(
             memory_budget_bytes=memory_budget_bytes,
             launcher=launcher,
@@ -82,6 +96,8 @@ class LocalAws(StartStopContext):
         self._clients: dict[tuple[bool, str, str], Any] = {}
         self._clients_lock = threading.Lock()
         self.endpoints: EndpointManager | None = None
+        self.clock: ControlLoop | None = None
+        self.autoscaler: Autoscaler | None = None
         self._logs: LogShipper | None = None
 
     # -- public ------------------------------------------------------------------------
@@ -98,13 +114,26 @@ class LocalAws(StartStopContext):
             raise UserInputError("the local AWS is not started")
         return self._data_dir
 
+    @property
+    def ca_bundle(self) -> Path:
+        """The certificate of the CA the local AWS's HTTPS proxy signs AWS's hosts with
+        (the value of ``AWS_CA_BUNDLE``; :mod:`.proxy`)."""
+        return self.data_dir / "ca" / CA_FILE
+
+    def proxy_env(self) -> dict[str, str]:
+        """``HTTPS_PROXY`` and ``AWS_CA_BUNDLE``: what reaches the local AWS from libraries
+        that hard-code AWS's addresses (the SageMaker SDK's STS client; :mod:`.proxy`)."""
+        return {"HTTPS_PROXY": self.url, "AWS_CA_BUNDLE": str(self.ca_bundle)}
+
     def env(self, region: str = DEFAULT_REGION) -> dict[str, str]:
-        """The environment a script needs: the endpoint URL, a region and (any) keys."""
+        """The environment a script needs: the endpoint URL, a region, (any) keys, and the
+        HTTPS proxy for hard-coded AWS addresses (:meth:`proxy_env`)."""
         return {
             "AWS_ENDPOINT_URL": self.url,
             "AWS_DEFAULT_REGION": region,
             "AWS_ACCESS_KEY_ID": LOCAL_KEYS[0],
             "AWS_SECRET_ACCESS_KEY": LOCAL_KEYS[1],
+            **self.proxy_env(),
         }
 
     def emulator_url(self, endpoint_name: str, region: str = DEFAULT_REGION) -> str | None:
@@ -148,12 +177,19 @@ class LocalAws(StartStopContext):
             logs=self._logs,
         )
 
+        self._start_clock(app)
         if self.persist:
             app.ready.clear()  # users' calls wait until the saved state is back (start())
+
+        ca = CertificateAuthority(self._data_dir / "ca")
+        proxy = HttpsProxy(ca, relay_others=is_loopback(self.host))
 
         class QuietHandler(MotoRequestHandler):  # one log line per request at DEBUG, not stderr
             def log(self, type: str, message: str, *args: Any) -> None:
                 logger.debug("%s " + message, self.address_string(), *args)
+
+            def do_CONNECT(self) -> None:  # HTTPS_PROXY: AWS's hosts served here (.proxy)
+                proxy.connect(self)
 
         try:  # bound here: werkzeug exits the process when the port is taken
             sock = socket.create_server((self.host, self.port), backlog=1024)
@@ -175,6 +211,7 @@ class LocalAws(StartStopContext):
                 fd=sock.fileno(),
             )
         self.port = self._server.server_address[1]
+        ca.ensure()  # made (once per data folder) before anyone is told its path
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="mmelocal-local-aws", daemon=True
         )
@@ -182,6 +219,8 @@ class LocalAws(StartStopContext):
         LocalAws._running += 1
         self._logs.start()
         logger.info("local AWS listening on %s (data %s)", self.url, self._data_dir)
+        if self.clock is not None:
+            self.clock.start()
         if self.persist:
             from mmelocal.localaws import state
 
@@ -208,6 +247,8 @@ class LocalAws(StartStopContext):
                     state.save(self._user_client, self._data_dir / "state", self._app.regions)
                 except Exception:
                     logger.exception("could not save the local AWS state; the last saved one stays")
+            if self.clock is not None:
+                self.clock.stop()
             LocalAws._running -= 1
             if LocalAws._running == 0:  # moto's state is the process's: the last one clears it
                 self._reset_moto()
@@ -237,6 +278,88 @@ class LocalAws(StartStopContext):
             self._tmp.cleanup()
             self._tmp = None
             self._data_dir = None
+
+    # -- the clock, CloudWatch and autoscaling ----------------------------------------
+    def _start_clock(self, app: LocalAwsApp) -> None:
+        clock = self.clock = ControlLoop(
+            client_for=self._client,
+            running=self._running_variants,
+            regions=lambda: sorted(app.regions),
+            time_scale=self.time_scale,
+        )
+        scaler = self.autoscaler = Autoscaler(
+            client_for=self._client,
+            store=clock.store,
+            fleet_of=self._variant_fleet,
+            variants_of=self._variant_names,
+            show_counts=self._show_counts,
+            time_scale=lambda: clock.time_scale,
+            regions=lambda: sorted(app.regions),
+            start_timeout_s=self._start_timeout_s,
+        )
+        clock.on_tick.append(scaler.tick)
+        app.overlays[CLOUDWATCH_TARGET] = CloudWatchOverlay(
+            clock, lambda region: self._client("cloudwatch", region)
+        )
+        app.overlays[AUTOSCALING_TARGET] = scaler
+        app.update_checks.append(scaler.check_update)
+
+    def _running_variants(self) -> list[Running]:
+        out = []
+        for state in self.endpoints.states() if self.endpoints is not None else []:
+            fleets = state.fleets
+            if fleets is not None and state.status in ("InService", "Updating"):
+                for variant in fleets.variants:
+                    out.append(Running(state.region, state.name, variant.name, variant.fleet))
+        return out
+
+    def _variant_fleet(self, region: str, endpoint: str, variant: str) -> Fleet | None:
+        """The fleet the autoscaler may resize: the endpoint in service, no change under way."""
+        state = self.endpoints.get(region, endpoint) if self.endpoints is not None else None
+        if state is None or state.status != "InService" or state.fleets is None:
+            return None
+        found = state.fleets.get(variant)
+        return found.fleet if found is not None else None
+
+    def _variant_names(self, region: str, endpoint: str) -> list[str] | None:
+        from botocore.exceptions import ClientError
+
+        state = self.endpoints.get(region, endpoint) if self.endpoints is not None else None
+        if state is None or state.status in ("Deleting", "Failed"):
+            return None
+        if state.fleets is not None:
+            return state.fleets.names()
+        try:
+            config = self._client("sagemaker", region).describe_endpoint_config(
+                EndpointConfigName=state.config_name
+            )
+        except ClientError:
+            return None
+        return [str(v["VariantName"]) for v in config.get("ProductionVariants", [])]
+
+    def _show_counts(
+        self,
+        region: str,
+        endpoint: str,
+        variant: str,
+        current: int | None,
+        desired: int | None,
+        updating: bool,
+    ) -> None:
+        """DescribeEndpoint while a variant scales: Updating, its DesiredInstanceCount
+        (CurrentInstanceCount is what serves, read from the fleet)."""
+        state = self.endpoints.get(region, endpoint) if self.endpoints is not None else None
+        if state is None or state.fleets is None:
+            return
+        found = state.fleets.get(variant)
+        if found is not None:
+            found.desired_instance_count = (
+                desired if desired is not None else (found.current_instance_count)
+            )
+        if updating and state.status == "InService":
+            state.status = "Updating"
+        elif not updating and state.status == "Updating":
+            state.status = "InService"
 
     # -- internals ---------------------------------------------------------------------
     def _client(self, service: str, region: str = DEFAULT_REGION, *, internal: bool = True) -> Any:
@@ -326,6 +449,8 @@ class LocalAws(StartStopContext):
         if self._server is None:
             return
         try:
+            if self.autoscaler is not None:
+                self.autoscaler.forget_endpoint(region, endpoint_name)
             self._client("sagemaker", region).delete_endpoint(EndpointName=endpoint_name)
         except (BotoCoreError, ClientError) as exc:
             logger.warning("could not forget endpoint %s: %s", endpoint_name, exc)

@@ -17,7 +17,7 @@ import random
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -76,8 +76,8 @@ class Variant:
 
     @property
     def current_instance_count(self) -> int:
-        """Instances serving now."""
-        return self.fleet.plan.instances
+        """Instances serving now (a scaling adds and drains them one at a time)."""
+        return self.fleet.instance_count
 
     def described(self) -> dict[str, Any]:
         """``DescribeEndpoint``'s ``ProductionVariantSummary`` of this variant."""
@@ -93,9 +93,8 @@ class Variant:
 class VariantFleets:
     """The variants serving one endpoint config (see the module docstring).
 
-    ``start_fleet`` starts a variant's fleet again with another instance count
-    (:meth:`resize`); ``work_dir`` holds the fleets' folders; ``rng`` draws the variant of
-    each call (a seeded ``random.Random`` makes the draws repeatable).
+    ``rng`` draws the variant of each call (a seeded ``random.Random`` makes the draws
+    repeatable); a variant's instance count changes in place (:meth:`resize`).
     """
 
     def __init__(
@@ -103,17 +102,12 @@ class VariantFleets:
         plan: EndpointPlan,
         fleets: Sequence[Fleet],
         *,
-        start_fleet: StartFleet,
-        work_dir: Path,
         rng: random.Random | None = None,
     ) -> None:
         self.plan = plan
         self.variants = [Variant(fleet) for fleet in fleets]
-        self._start_fleet = start_fleet
-        self._work_dir = work_dir
         self._rng = rng or random.Random()
         self._lock = threading.Lock()
-        self._resizes = 0
         self._stopped = False
 
     # -- routing -----------------------------------------------------------------------
@@ -175,11 +169,13 @@ class VariantFleets:
         for variant in self.variants:
             variant.current_weight = variant.desired_weight
 
-    def resize(self, name: str, count: int, *, drain_timeout_s: float) -> None:
-        """Serve the variant ``name`` on ``count`` instances: a fleet of ``count`` starts,
-        takes the variant's calls once it is ready, and the old one stops after its calls
-        in flight finished (no call fails). Raises EndpointFailedError (the old fleet goes
-        on serving)."""
+    def resize(
+        self, name: str, count: int, *, drain_timeout_s: float, start_timeout_s: float = 300.0
+    ) -> None:
+        """Serve the variant ``name`` on ``count`` instances, one instance at a time
+        (:meth:`~.fleet.Fleet.scale_to`): a new one takes calls once its Triton answers, a
+        removed one stops after its calls in flight and loads finished (no call fails).
+        Raises EndpointFailedError when the count is not reached (what runs goes on)."""
         variant = self.get(name)
         if variant is None:
             raise KeyError(name)
@@ -188,34 +184,25 @@ class VariantFleets:
                 f"variant {name}: mmelocal serves instance-backed variants on at least one "
                 f"instance, got {count}"
             )
-        if count == variant.current_instance_count:
+        before = variant.current_instance_count
+        if count == before:
             return
-        with self._lock:
-            self._resizes += 1
-            step = self._resizes
-        plan = replace(variant.fleet.plan, instances=count)
-        fleet = self._start_fleet(plan, self._work_dir / f"{name}-{step}")
+        reached = variant.fleet.scale_to(
+            count, timeout_s=start_timeout_s, drain_timeout_s=drain_timeout_s
+        )
         with self._lock:
             stopped = self._stopped
-            if not stopped:
-                old = variant.fleet
-                fresh = Variant(fleet)
-                fresh.current_weight = variant.current_weight
-                fresh.desired_weight = variant.desired_weight
-                fresh.desired_instance_count = variant.desired_instance_count
-                self.variants = [fresh if v is variant else v for v in self.variants]
-        if stopped:  # the endpoint was deleted (or the server stopped) meanwhile
-            fleet.stop()
-            return
         logger.info(
             "endpoint %s variant %s: %d -> %d instance(s)",
             self.plan.endpoint_name,
             name,
-            old.plan.instances,
-            count,
+            before,
+            reached,
         )
-        old.drain(drain_timeout_s)
-        old.stop()
+        if reached != count and not stopped:
+            raise EndpointFailedError(
+                f"variant {name}: {reached} instance(s) serve, {count} were asked for"
+            )
 
     # -- lifecycle ---------------------------------------------------------------------
     @property
@@ -270,7 +257,7 @@ def start_variants(
         for fleet in started:
             fleet.stop()
         raise failure
-    return VariantFleets(plan, started, start_fleet=start_fleet, work_dir=work_dir, rng=rng)
+    return VariantFleets(plan, started, rng=rng)
 
 
 __all__ = [
