@@ -80,6 +80,17 @@ class _Record:
     errors: dict[str, int] = field(default_factory=dict)
 
 
+def _aiohttp() -> Any:
+    """aiohttp (the ``bench`` extra), or an error that says how to install it."""
+    try:
+        import aiohttp
+    except ImportError:
+        raise UserInputError(
+            "replay over HTTP needs aiohttp: pip install 'mmelocal[bench]'"
+        ) from None
+    return aiohttp
+
+
 def shard_schedule(trace: Trace, shards: int) -> list[np.ndarray]:
     """The request indices of each shard: every model goes to one shard (a stable hash of
     its name), so each shard keeps one model's requests in their order."""
@@ -249,7 +260,7 @@ async def _replay_http(
     options: ReplayOptions,
     progress: Callable[[int, int], None] | None,
 ) -> tuple[_Record, dict[str, Any]]:
-    import aiohttp
+    aiohttp = _aiohttp()
 
     from mmelocal.emulator.answers import CACHE_HEADER
     from mmelocal.runtime.sagemaker import TARGET_MODEL_HEADER
@@ -334,7 +345,7 @@ async def _replay_workers(
     import sys
     import tempfile
 
-    import aiohttp
+    aiohttp = _aiohttp()
 
     from mmelocal.emulator.answers import CACHE_HEADER
     from mmelocal.runtime.sagemaker import TARGET_MODEL_HEADER
