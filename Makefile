@@ -2,8 +2,8 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-# torch/torchvision pins: the newest pair pip may install on our machines
-# (a pip constraint caps torch at 2.14.1; both lie in the local wheel cache).
+# torch/torchvision: the newest pair mmelocal is tested with (the extras' upper bounds);
+# another pair: make install TORCH_PINS="torch==X torchvision==Y".
 TORCH_PINS ?= torch==2.14.1 torchvision==0.29.1
 EXTRAS ?= torch,vision,nlp,onnx,gpu,docker,triton,bench,aws,minilm,dev
 STAMP := $(VENV)/.installed
@@ -55,9 +55,9 @@ bench: install
 	for f in benchmarks/*.py; do case $$f in */gpu_proof.py) continue;; esac; \
 		$(BIN)/python $$f || exit 1; done
 
-# On a machine with an NVIDIA GPU (a lent device machine: python3 there has CUDA torch; the
-# wheels it lacks travel in .whl/, see benchmarks/gpu_proof.py). Without a GPU it says so
-# and fails. Not part of `make test` or `make bench`.
+# On a machine with an NVIDIA GPU and a CUDA build of torch: proves the GPU paths
+# (benchmarks/gpu_proof.py; WHEELS is a folder of wheels to install first, if any). Without a
+# GPU it says so and fails. Not part of `make test` or `make bench`.
 GPU_PROOF_OUT ?= gpu-proof-out
 WHEELS ?= .whl
 GPU_PYTHON ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)

@@ -53,7 +53,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -361,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
         # machine's numpy 2, which its scipy and transformers need
         root = Path(tempfile.mkdtemp(prefix="gpu-proof-venv-"))
         os.environ[STUB_PYTHON_ENV] = str(overlay_python(args.wheels, root))
-    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    started = datetime.now(UTC).isoformat(timespec="seconds")
     if args.wheels.is_dir():
         install_wheels(args.wheels, Path(tempfile.mkdtemp(prefix="gpu-proof-site-")))
     sys.path.insert(0, str(REPO))

@@ -6,12 +6,17 @@ Measured in one run, each in its own process, against references:
   (``moto_server``) started the same way; memory is the process's PSS and RSS once it
   answers (nothing created);
 * one endpoint (the tiny Python-backend model, one instance): ``CreateEndpoint`` until
-  ``InService`` and the process tree's PSS growth from just before ``CreateEndpoint`` (S3
-  and SageMaker already in use), against ``mmelocal serve`` on the same
+  ``InService`` and the process tree's PSS growth from just before ``CreateEndpoint`` (S3,
+  SageMaker, CloudWatch and Application Auto Scaling already in use: moto loads each
+  backend at its first call), against ``mmelocal serve`` on the same
   tarball (start until ``/ping`` answers, then the tree's PSS).
 
 * InvokeEndpoint p50 through the local AWS's port against the endpoint's emulator called
   directly (the router's cost per call).
+* scaling the endpoint to two instances (a scalable target with MinCapacity 2, acted on at
+  the next period of the fast clock, ``--time-scale 60``): from ``RegisterScalableTarget``
+  until ``CurrentInstanceCount`` is 2, and the tree's PSS growth, against ``mmelocal serve
+  --instances 2`` less ``mmelocal serve`` (what one more instance costs there).
 
 Goal: start < 2 s and < 200 MiB; an endpoint costs what one ``mmelocal serve`` costs.
 Run: ``.venv/bin/python benchmarks/local_aws_cost.py``.
@@ -113,6 +118,26 @@ def endpoint_config(url: str, tarball: Path, *, bucket: str) -> Any:
     return sm
 
 
+def scale_to_two(url: str, sm: Any) -> float:
+    """Register endpoint ``e`` as a scalable target with MinCapacity 2 (the autoscaler
+    scales it out at its next period); seconds until DescribeEndpoint shows 2 instances."""
+    aas = boto3.client("application-autoscaling", endpoint_url=url, **_keys())
+    t0 = time.perf_counter()
+    aas.register_scalable_target(
+        ServiceNamespace="sagemaker", ResourceId="endpoint/e/variant/AllTraffic",
+        ScalableDimension="sagemaker:variant:DesiredInstanceCount", MinCapacity=2, MaxCapacity=2,
+    )  # fmt: skip
+
+    def two() -> None:
+        described = sm.describe_endpoint(EndpointName="e")
+        variant = described["ProductionVariants"][0]
+        if described["EndpointStatus"] != "InService" or variant["CurrentInstanceCount"] != 2:
+            raise RuntimeError("not yet")
+
+    until(two)
+    return time.perf_counter() - t0
+
+
 def invoke_latency(work: Path, tarball: Path) -> list[tuple[str, str, str, str]]:
     """InvokeEndpoint p50 through the local AWS's router against the endpoint's emulator
     called directly (``LocalAws.emulator_url``), 300 sequential calls each, in-process."""
@@ -172,7 +197,7 @@ def main() -> None:
     url = f"http://127.0.0.1:{port}"
     ours, ours_s = start(
         [str(BIN / "mmelocal"), "local-aws", "--port", str(port), "--data", str(work / "data"),
-         "--memory-budget", "2GiB"],
+         "--memory-budget", "2GiB", "--time-scale", "60"],
         sts_answers(url),
     )  # fmt: skip
     idle: TreeMemory = process_tree_memory(ours.pid)
@@ -194,7 +219,11 @@ def main() -> None:
     )
 
     sm = endpoint_config(url, tarball, bucket="cost")
-    before_endpoint = process_tree_memory(ours.pid)  # S3 and SageMaker in use, no endpoint
+    # the services an endpoint's clock uses (moto loads a backend at its first call)
+    boto3.client("cloudwatch", endpoint_url=url, **_keys()).list_metrics()
+    aas = boto3.client("application-autoscaling", endpoint_url=url, **_keys())
+    aas.describe_scalable_targets(ServiceNamespace="sagemaker")
+    before_endpoint = process_tree_memory(ours.pid)  # the services in use, no endpoint
     t0 = time.perf_counter()
     sm.create_endpoint(EndpointName="e", EndpointConfigName="c")
 
@@ -205,6 +234,7 @@ def main() -> None:
     until(in_service)
     endpoint_s = time.perf_counter() - t0
     with_endpoint = process_tree_memory(ours.pid)
+    scale_s, scaled = scale_to_two(url, sm), process_tree_memory(ours.pid)
     stop(ours)
 
     port = pick_free_port()
@@ -215,9 +245,19 @@ def main() -> None:
     )  # fmt: skip
     serve_mem = process_tree_memory(serve.pid)
     stop(serve)
+    port = pick_free_port()
+    serve2, serve2_s = start(
+        [str(BIN / "mmelocal"), "serve", "--store", str(work / "store"), "--port", str(port),
+         "--memory-budget", "2GiB", "--instances", "2"],
+        lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=2),
+    )  # fmt: skip
+    serve2_mem = process_tree_memory(serve2.pid)
+    stop(serve2)
 
     endpoint_pss = with_endpoint.pss_bytes - before_endpoint.pss_bytes
-    rows.append(("S3 + SageMaker in use, no endpoint", "", mib(before_endpoint.pss_bytes), ""))
+    rows.append(
+        ("S3, SageMaker, CloudWatch, AAS in use", "", mib(before_endpoint.pss_bytes), "no endpoint")
+    )
     rows.append(
         (
             "one endpoint (InService)",
@@ -235,6 +275,24 @@ def main() -> None:
         )
     )
 
+    one_more = serve2_mem.pss_bytes - serve_mem.pss_bytes
+    scaled_pss = scaled.pss_bytes - with_endpoint.pss_bytes
+    rows.append(
+        (
+            "scale-out 1 -> 2 instances",
+            f"{scale_s:.2f} s",
+            mib(scaled_pss),
+            f"ratio {scaled_pss / one_more:.2f}x serve's 2nd instance",
+        )
+    )
+    rows.append(
+        (
+            "  serve --instances 2 (reference)",
+            f"{serve2_s:.2f} s",
+            mib(serve2_mem.pss_bytes),
+            f"2nd instance {mib(one_more)}; scale-out time {scale_s / serve_s:.2f}x serve start",
+        )
+    )
     rows.extend(invoke_latency(work, tarball))
     print(f"{'what':32} {'time':>9} {'PSS':>10}  note")
     for what, seconds, pss, note in rows:

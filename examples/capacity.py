@@ -5,7 +5,7 @@
 ``measure_capacity`` serves copies of the model through the emulator's own loading path
 and loads one after another until memory would cross the threshold (here at most three
 copies, to keep the example short); the result carries the projection onto the cards of
-``mmelocal/bench/data/gpus.yaml``. On a machine without a GPU the memory is the host
+``mmelocal/facts/gpus.yaml``. On a machine without a GPU the memory is the host
 memory of Triton's process tree, not a GPU footprint: measure on a GPU for GPU numbers.
 """
 

@@ -4,8 +4,9 @@ Units are explicit about their base, so that ``4GiB`` never silently means somet
 in another command:
 
 * binary, powers of 1024: ``KiB``, ``MiB``, ``GiB``, ``TiB`` (what RAM and NVML report);
-* decimal, powers of 1000: ``KB``, ``MB``, ``GB``, ``TB`` (what disks and the SageMaker
-  service limits use: its 6 MB payload cap is 6,000,000 bytes);
+* decimal, powers of 1000: ``KB``, ``MB``, ``GB``, ``TB`` (what disks and most service
+  quotas use; the InvokeEndpoint body cap, written "6 MB" in AWS's documentation, is
+  6 MiB: :data:`mmelocal.facts.sagemaker.MAX_PAYLOAD_BYTES` says why);
 * ``B`` or no unit: bytes.
 
 A bare ``K``, ``M``, ``G`` or ``T`` is refused: tools disagree on it (Docker and ``free``

@@ -73,3 +73,14 @@ def test_type_checking_imports_match_the_lazy_table() -> None:
     exported = set(mmelocal.__all__) - {"__version__"}
     eager = {n for n in exported if n not in lazy}
     assert all(hasattr(errors, n) for n in eager)
+
+
+def test_the_public_list_is_the_errors_plus_the_lazy_table() -> None:
+    """``__all__`` stays a literal (ruff, mypy and editors read it) but says nothing of its
+    own: it is exactly the error classes, the lazy table's names and the version."""
+    classes = {
+        name
+        for name, value in vars(errors).items()
+        if inspect.isclass(value) and issubclass(value, errors.MmeLocalError)
+    }
+    assert set(mmelocal.__all__) == classes | set(mmelocal._LAZY) | {"__version__"}

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mmelocal.errors import DeployError
+from mmelocal.facts.aws import CONTROL_PLANE, RUNTIME, aws_client
 
 #: error codes that mean "ask for more": a quota, not a bug
 _QUOTA_CODES = ("ResourceLimitExceeded", "LimitExceededException", "ServiceQuotaExceededException")
@@ -32,7 +33,6 @@ def connect(region: str | None = None) -> AwsClients:
     """Clients for ``region`` (else the profile's or ``AWS_DEFAULT_REGION``); raises a
     :class:`DeployError` that says what to do when credentials or the region are missing."""
     import boto3
-    from botocore.config import Config
     from botocore.exceptions import BotoCoreError
 
     try:
@@ -47,16 +47,12 @@ def connect(region: str | None = None) -> AwsClients:
         )
     if not session.region_name:
         raise DeployError("no AWS region: pass --region (e.g. us-east-1) or set AWS_DEFAULT_REGION")
-    config = Config(retries={"max_attempts": 5, "mode": "standard"})
     return AwsClients(
         region=session.region_name,
-        s3=session.client("s3", config=config),
-        sagemaker=session.client("sagemaker", config=config),
-        autoscaling=session.client("application-autoscaling", config=config),
-        runtime=session.client(
-            "sagemaker-runtime",
-            config=Config(read_timeout=70, retries={"max_attempts": 3, "mode": "standard"}),
-        ),
+        s3=aws_client("s3", CONTROL_PLANE, session=session),
+        sagemaker=aws_client("sagemaker", CONTROL_PLANE, session=session),
+        autoscaling=aws_client("application-autoscaling", CONTROL_PLANE, session=session),
+        runtime=aws_client("sagemaker-runtime", RUNTIME, session=session),
     )
 
 

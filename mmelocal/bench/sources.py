@@ -14,12 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mmelocal.builder.backends import EXPORT_FORMATS
 from mmelocal.errors import UserInputError
 
 logger = logging.getLogger(__name__)
-
-FORMATS = ("torchscript", "onnx", "tensorrt")
-SHORT_FORMAT_NAMES = {"torchscript": "pt", "onnx": "onnx", "tensorrt": "trt"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,8 +41,10 @@ def is_prebuilt(source: str | Path) -> bool:
 
 def check_format(model_format: str) -> str:
     """Return ``model_format`` if known, else raise UserInputError naming the choices."""
-    if model_format not in FORMATS:
-        raise UserInputError(f"format must be one of {', '.join(FORMATS)}, got {model_format!r}")
+    if model_format not in EXPORT_FORMATS:
+        raise UserInputError(
+            f"format must be one of {', '.join(EXPORT_FORMATS)}, got {model_format!r}"
+        )
     return model_format
 
 
@@ -85,8 +85,6 @@ def resolve_model(
 
 
 __all__ = [
-    "FORMATS",
-    "SHORT_FORMAT_NAMES",
     "PreparedModel",
     "check_format",
     "is_prebuilt",

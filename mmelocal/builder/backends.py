@@ -36,30 +36,43 @@ class Backend:
     builtin: bool = False
     #: runs only on an NVIDIA GPU (a TensorRT plan)
     needs_gpu: bool = False
+    #: the short name of its models in configuration names and reports (``pt-db``, ``trt``)
+    short: str | None = None
+    #: what runs its models, as reports name the shared runtime (``torch``)
+    runtime: str | None = None
+
+
+def _exported(
+    name: str,
+    platform: str,
+    artifact: str,
+    fmt: str,
+    short: str,
+    runtime: str,
+    *,
+    needs_gpu: bool = False,
+) -> Backend:
+    """A backend whose models ``build`` exports."""
+    return Backend(
+        name=name,
+        platforms={platform: artifact},
+        artifact=artifact,
+        format=fmt,
+        short=short,
+        runtime=runtime,
+        needs_gpu=needs_gpu,
+    )
 
 
 #: backend name -> what mmelocal knows about it
 BACKENDS: dict[str, Backend] = {
     b.name: b
     for b in (
-        Backend(
-            name="pytorch",
-            platforms={"pytorch_libtorch": "model.pt"},
-            artifact="model.pt",
-            format="torchscript",
-        ),
-        Backend(
-            name="onnxruntime",
-            platforms={"onnxruntime_onnx": "model.onnx"},
-            artifact="model.onnx",
-            format="onnx",
-        ),
-        Backend(
-            name="tensorrt",
-            platforms={"tensorrt_plan": "model.plan"},
-            artifact="model.plan",
-            format="tensorrt",
-            needs_gpu=True,
+        # (backend, platform, artifact, format, short name, runtime): exported by ``build``
+        _exported("pytorch", "pytorch_libtorch", "model.pt", "torchscript", "pt", "torch"),
+        _exported("onnxruntime", "onnxruntime_onnx", "model.onnx", "onnx", "onnx", "onnxruntime"),
+        _exported(
+            "tensorrt", "tensorrt_plan", "model.plan", "tensorrt", "trt", "TensorRT", needs_gpu=True
         ),
         Backend(
             name="tensorflow",
@@ -69,7 +82,13 @@ BACKENDS: dict[str, Backend] = {
             },
         ),
         Backend(name="openvino", artifact="model.xml"),
-        Backend(name="python", artifact="model.py", in_pip_server=True),
+        Backend(
+            name="python",
+            artifact="model.py",
+            in_pip_server=True,
+            short="python",
+            runtime="Python",
+        ),
         Backend(name="ensemble", platforms={"ensemble": None}, in_pip_server=True, builtin=True),
     )
 }
@@ -86,6 +105,20 @@ FORMATS: dict[str, tuple[str, str]] = {
     if b.format
     for p, f in list(b.platforms.items())[:1]
     if f
+}
+#: mmelocal's export formats, in the table's order (what ``build`` and ``estimate`` take)
+EXPORT_FORMATS = tuple(FORMATS)
+#: export format -> its short name in configuration names (``pt``, ``onnx``, ``trt``)
+FORMAT_SHORT_NAMES = {b.format: b.short for b in BACKENDS.values() if b.format and b.short}
+#: a model's kind as reports name it (an export format, or ``python``) -> its short name
+KIND_SHORT_NAMES = {b.format or b.name: b.short for b in BACKENDS.values() if b.short}
+#: a model's kind -> what runs it, as reports name the shared runtime
+KIND_RUNTIMES = {b.format or b.name: b.runtime for b in BACKENDS.values() if b.runtime}
+#: ``platform:`` value -> mmelocal's export format
+PLATFORM_FORMATS = {p: b.format for b in BACKENDS.values() if b.format for p in b.platforms}
+#: ``platform:`` or backend name -> the model's kind (an export format, or ``python``)
+MODEL_KINDS = {
+    key: b.format or b.name for b in BACKENDS.values() if b.short for key in (*b.platforms, b.name)
 }
 #: platform -> the backend Triton needs for it
 PLATFORM_BACKENDS = {p: b.name for b in BACKENDS.values() for p in b.platforms if p != b.name}
@@ -223,13 +256,19 @@ __all__ = [
     "CONTAINER_BACKENDS",
     "DOCKER_HINT",
     "EMULATED_BACKENDS",
+    "EXPORT_FORMATS",
     "FORMATS",
+    "FORMAT_SHORT_NAMES",
     "GPU_BACKENDS",
+    "KIND_RUNTIMES",
+    "KIND_SHORT_NAMES",
+    "MODEL_KINDS",
     "NATIVE_FORMATS",
     "PIP_SERVER_BACKENDS",
     "PLATFORMS",
     "PLATFORM_BACKENDS",
     "PLATFORM_FILES",
+    "PLATFORM_FORMATS",
     "RUNNER_BACKENDS",
     "Backend",
     "backend_of",

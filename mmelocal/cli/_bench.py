@@ -13,6 +13,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from mmelocal.cli._output import console, err_console, size_option
+from mmelocal.facts.sagemaker import MEMORY_THRESHOLD
 from mmelocal.units import mib
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*$")
@@ -116,7 +117,8 @@ def loadtest_progress(enabled: bool = True) -> Iterator[Callable[[Any], None]]:
                 completed=min(sample.elapsed_s, sample.duration_s),
                 description=f"{sample.stage_name}",
                 status=(
-                    f"{sample.users} users  {sample.rps:,.0f} req/s  "
+                    (f"{sample.workers} workers  " if sample.workers > 1 else "")
+                    + f"{sample.users} users  {sample.rps:,.0f} req/s  "
                     f"{sample.requests} requests  {sample.failures} failed"
                 ),
             )
@@ -157,6 +159,14 @@ def _stacked(*options: Callable[[F], F]) -> Callable[[F], F]:
 #: the request body's content type (capacity, loadtest, benchmark)
 content_type_option = click.option("--content-type", default="application/json", show_default=True)
 
+#: the user's GPU table (capacity, capacity project, capacity estimate)
+gpus_option = click.option(
+    "--gpus",
+    "gpus_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Your GPU table (YAML, as the packaged gpus.yaml): adds or replaces cards.",
+)
+
 #: the user's price table (sweep, benchmark)
 prices_option = click.option(
     "--prices",
@@ -173,7 +183,7 @@ def copy_loop_options(*, memory_budget_help: str) -> Callable[[F], F]:
         click.option(
             "--threshold",
             type=float,
-            default=0.9,
+            default=MEMORY_THRESHOLD,
             show_default=True,
             help="Fraction of the total the loaded copies may use.",
         ),

@@ -22,6 +22,7 @@ from mmelocal.cli._bench import (
     sweep_grid_options,
     write_outputs,
 )
+from mmelocal.cli._loadgen import generators_from, loadgen_options
 from mmelocal.cli._output import console, err_console
 from mmelocal.deploy.plan import DEFAULT_INSTANCE_TYPE
 
@@ -69,6 +70,7 @@ from mmelocal.deploy.plan import DEFAULT_INSTANCE_TYPE
 @click.option("--sweep/--no-sweep", "with_sweep", default=True, show_default=True)
 @sweep_grid_options
 @prices_option
+@loadgen_options
 @click.option("--yes", is_flag=True, help="Do not ask before creating billable resources.")
 @click.option("--keep-endpoints", is_flag=True, help="Leave the endpoints running at the end.")
 @click.option(
@@ -130,6 +132,7 @@ def benchmark(sources: tuple[str, ...], **kw: Any) -> None:
             poll_s=parse_duration_s(kw["poll"]),
             existing=kw["existing"],
             deployer=temporary_endpoint,
+            generators=generators_from(kw),
         )
         runs = prepare(plan)
         frameworks = [framework for _, framework, _ in runs]
@@ -204,26 +207,37 @@ def _cost_table(plan: Any, frameworks: list[str], prices: Any) -> Table:
 def _comparison_table(benchmarks: Any) -> Table:
     from mmelocal.bench.endpoint.result import comparison_rows
 
-    table = Table(title="Comparison (steps without a failed request)", title_justify="left")
+    results = list(benchmarks)
+    cpu = any(b.on_cpu for b in results)
+    table = Table(
+        title="Comparison (steps without a failed request)"
+        + (": CPU figures (host memory, CPU latency), not GPU figures" if cpu else ""),
+        title_justify="left",
+    )
     columns = ("instance type", "model", "framework", "models loaded", "latency ms")
-    for column in (*columns, "req/s", "max users"):
-        table.add_column(column, justify="left" if column in columns[:3] else "right")
-    for row in comparison_rows(list(benchmarks)):
+    for column in (*columns, "req/s", "max users", "figures from"):
+        table.add_column(
+            column, justify="left" if column in (*columns[:3], "figures from") else "right"
+        )
+    for row in comparison_rows(results):
         pct = row["framework"].endswith("(%)")
+        on_cpu = "CPU" in row["figures_from"]
 
-        def cell(value: Any, *, pct: bool = pct) -> str:
+        def cell(value: Any, *, pct: bool = pct, unit: str = "") -> str:
             if value is None:
                 return "-"
             return (
                 f"{value:+.1f} %"
                 if pct
-                else (f"{value:,}" if isinstance(value, int) else ms(value))
+                else (f"{value:,}" if isinstance(value, int) else ms(value)) + unit
             )
 
+        speed = " (CPU)" if on_cpu else ""
         table.add_row(
             row["instance_type"], row["model"], row["framework"],
-            cell(row["max_models_loaded"]), cell(row["latency_ms"]),
-            cell(row["throughput_rps"]), cell(row["max_users"]),
+            cell(row["max_models_loaded"]), cell(row["latency_ms"], unit=speed),
+            cell(row["throughput_rps"], unit=speed), cell(row["max_users"]),
+            escape(row["figures_from"]),
         )  # fmt: skip
     return table
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from mmelocal.builder.backends import FORMATS
+from mmelocal.cli._defaults import format_option
 
 TASKS = (
     "feature-extraction",
@@ -37,14 +37,7 @@ class _BatchSizes(click.ParamType):
 @click.argument("source")
 @click.option("--repo", required=True, type=click.Path(file_okay=False), help="Model repository.")
 @click.option("--name", default=None, help="Model name (default: derived from SOURCE).")
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(FORMATS),
-    default="torchscript",
-    show_default=True,
-    help="Artifact format.",
-)
+@format_option("fmt", "Artifact format.")
 @click.option(
     "--task", type=click.Choice(TASKS), default=None, help="Model head (default: from the model)."
 )

@@ -18,6 +18,7 @@ from mmelocal.cli._bench import (
     copy_line,
     copy_loop_options,
     csv_list,
+    gpus_option,
     output_options,
     prepare_outputs,
     projection_table,
@@ -25,6 +26,7 @@ from mmelocal.cli._bench import (
 )
 from mmelocal.cli._output import console
 from mmelocal.cli._remote import endpoint_option, region_option, s3_uri_option
+from mmelocal.facts.sagemaker import MEMORY_THRESHOLD
 from mmelocal.units import MiB, mib
 
 
@@ -64,12 +66,7 @@ def capacity() -> None:
     show_default=True,
     help="Comma-separated formats to build and measure (for a source, not a tarball).",
 )
-@click.option(
-    "--gpus",
-    "gpus_file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Your own GPU table (YAML) for the projection.",
-)
+@gpus_option
 @click.option(
     "--payload",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -170,13 +167,8 @@ def measure(
     required=True,
     help="Memory in use with no model loaded (MiB).",
 )
-@click.option("--threshold", type=float, default=0.9, show_default=True)
-@click.option(
-    "--gpus",
-    "gpus_file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="YAML file adding or replacing cards (same format as the packaged gpus.yaml).",
-)
+@click.option("--threshold", type=float, default=MEMORY_THRESHOLD, show_default=True)
+@gpus_option
 @output_options
 def project_command(
     per_model_mib: float,

@@ -7,20 +7,18 @@ from typing import Any
 
 import click
 
-from mmelocal.runtime.launchers import LAUNCHERS
+from mmelocal.cli._defaults import defaults_of, launcher_option
+from mmelocal.runtime.check import CheckOptions
 from mmelocal.units import mib
+
+#: the defaults of ``check``'s options: the library's
+CHECK = defaults_of(CheckOptions)
 
 
 @click.command()
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
-@click.option(
-    "--launcher",
-    type=click.Choice(LAUNCHERS),
-    default="local",
-    show_default=True,
-    help="local = the pip tritonserver; docker = a Triton image; external = a running server.",
-)
+@launcher_option(CHECK["launcher"])
 @click.option("--url", help="Server URL for --launcher external (http://host:port).")
 @click.option(
     "--tritonserver",
@@ -38,13 +36,17 @@ from mmelocal.units import mib
     is_flag=True,
     help="Keep every model loaded and report the memory they take together.",
 )
-@click.option("--atol", type=float, default=1e-3, show_default=True, help="Absolute tolerance.")
-@click.option("--rtol", type=float, default=1e-3, show_default=True, help="Relative tolerance.")
+@click.option(
+    "--atol", type=float, default=CHECK["atol"], show_default=True, help="Absolute tolerance."
+)
+@click.option(
+    "--rtol", type=float, default=CHECK["rtol"], show_default=True, help="Relative tolerance."
+)
 @click.option(
     "--load-timeout",
     "load_timeout_s",
     type=click.FloatRange(min=1),
-    default=300.0,
+    default=CHECK["load_timeout_s"],
     show_default=True,
     help="Seconds one model may take to load.",
 )

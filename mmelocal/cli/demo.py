@@ -114,6 +114,7 @@ def _traffic(
 ) -> _Calls:
     import numpy as np
 
+    from mmelocal.facts.aws import RUNTIME
     from mmelocal.testing.endpoint import MmeEndpoint
 
     mme = MmeEndpoint(url=server.url, store=Path("."), server=server)
@@ -123,7 +124,7 @@ def _traffic(
 
     def worker(seed: int, copies: list[str], period_s: float) -> None:
         rng = random.Random(seed)
-        client = mme.client(retries={"max_attempts": 3})
+        client = mme.client(retries=RUNTIME.retry_options)
         pause = threading.Event()  # never set: waits out the rest of the period
         while time.monotonic() < stop:
             target = rng.choice(copies)

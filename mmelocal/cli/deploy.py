@@ -8,9 +8,10 @@ from typing import Any
 
 import click
 
+from mmelocal.cli._defaults import default_of
 from mmelocal.cli._output import console, env_option, err_console, print_json
 from mmelocal.deploy.images import DEFAULT_TRITON_VERSION
-from mmelocal.deploy.plan import DEFAULT_INSTANCE_TYPE
+from mmelocal.deploy.plan import DEFAULT_INSTANCE_TYPE, DeployOptions
 from mmelocal.deploy.smoke import DEFAULT_ATOL, DEFAULT_MODELS, DEFAULT_RTOL
 from mmelocal.units import mib
 
@@ -36,7 +37,7 @@ from mmelocal.units import mib
 @click.option(
     "--target-gpu-utilization",
     type=click.FloatRange(min=0, max=100, min_open=True),
-    default=60.0,
+    default=default_of(DeployOptions, "target_gpu_utilization"),
     show_default=True,
     help="Target of the GPUUtilization tracking policy, in percent.",
 )

@@ -12,19 +12,23 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from mmelocal.cli._bench import csv_list, mib, output_options, prepare_outputs, write_outputs
+from mmelocal.cli._bench import (
+    csv_list,
+    gpus_option,
+    mib,
+    output_options,
+    prepare_outputs,
+    write_outputs,
+)
+from mmelocal.cli._defaults import format_option
 from mmelocal.cli._output import console, err_console
+from mmelocal.facts.sagemaker import MEMORY_THRESHOLD
 
 
 @click.command("estimate")
 @click.argument("source")
-@click.option(
-    "--format",
-    "model_format",
-    type=click.Choice(["torchscript", "onnx", "tensorrt"]),
-    default="torchscript",
-    show_default=True,
-    help="The artifact Triton will load (a built model folder or tarball: its own).",
+@format_option(
+    "model_format", "The artifact Triton will load (a built model folder or tarball: its own)."
 )
 @click.option(
     "--precision",
@@ -45,14 +49,17 @@ from mmelocal.cli._output import console, err_console
     type=click.IntRange(min=1),
     help="TensorRT: the optimisation profile's max batch [default: max batch size].",
 )
-@click.option("--seq-len", type=click.IntRange(min=1), default=128, show_default=True)
-@click.option("--threshold", type=float, default=0.9, show_default=True)
 @click.option(
-    "--gpus",
-    "gpus_file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Your own GPU table (YAML), as for `capacity project`.",
+    "--request-batch",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="The batch your requests carry (the activations are sized for the largest of it, "
+    "the warm-up and the batch-1 load).",
 )
+@click.option("--seq-len", type=click.IntRange(min=1), default=128, show_default=True)
+@click.option("--threshold", type=float, default=MEMORY_THRESHOLD, show_default=True)
+@gpus_option
 @click.option(
     "--measured",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -67,6 +74,7 @@ def estimate(
     max_batch_size: int | None,
     instance_count: int | None,
     profile_max_batch: int | None,
+    request_batch: int,
     seq_len: int,
     threshold: float,
     gpus_file: Path | None,
@@ -82,6 +90,7 @@ def estimate(
     mmelocal capacity estimate torchvision:resnet50 --instance-type ml.g4dn.xlarge
     mmelocal capacity estimate minilm --format tensorrt --precision fp16
     mmelocal capacity estimate model.tar.gz --measured capacity.json
+    mmelocal capacity estimate model.tar.gz --request-batch 8
     """
     from mmelocal.bench.capacity.projection import load_gpus
     from mmelocal.bench.estimate.model import estimate_many, measured_from_capacity
@@ -100,6 +109,7 @@ def estimate(
             threshold=threshold,
             gpus=load_gpus(gpus_file),
             instance_types=types,
+            request_batch=request_batch,
         )
     if measured is not None:
         found = measured_from_capacity(_capacity(measured))
@@ -127,8 +137,8 @@ def parts_table(result: Any) -> Table:
     b = result.batches
     table = Table(
         title=f"Estimate of {result.source} ({result.model_format}, {result.precision}, "
-        f"{result.params:,} parameters; batches: warm-up {b.warmup}, preferred {b.preferred}, "
-        f"max {b.max}, {b.instances} instance(s))",
+        f"{result.params:,} parameters; {b.instances} instance(s); batches: load 1, warm-up "
+        f"{b.warmup or 'none'}, requests {b.request}, preferred {b.preferred}, max {b.max})",
         caption=f"traced in {result.elapsed_s:.1f} s on fake tensors; no GPU used",
     )
     for column in ("part", "scope", "low MiB", "point MiB", "high MiB", "source"):
@@ -170,10 +180,10 @@ def cards_table(result: Any) -> Table:
     table = Table(
         title=f"Copies per card (threshold {result.threshold:.0%})",
         caption="copies = floor((threshold x card - once per process) / per copy); "
-        "low from the high footprint, high from the low one"
-        + ("; the measured column wins" if measured else ""),
+        "low from the high footprint, high from the low one; 'projected': no published run "
+        "on this card checked the estimate" + ("; the measured column wins" if measured else ""),
     )
-    columns = ["GPU", "GPU MiB", "instance types", "low", "point", "high"]
+    columns = ["GPU", "GPU MiB", "instance types", "low", "point", "high", "checked"]
     for column in [*columns, *(["measured"] if measured else [])]:
         table.add_column(column, justify="left" if column in ("GPU", "instance types") else "right")
     for card in result.cards:
@@ -184,6 +194,7 @@ def cards_table(result: Any) -> Table:
             str(card.low),
             f"[bold]{card.point}[/]",
             str(card.high),
+            "projected" if card.projected else "published runs",
         ]
         if measured:
             row.append(f"[bold green]{card.measured}[/]" if card.measured is not None else "-")
@@ -194,6 +205,18 @@ def cards_table(result: Any) -> Table:
 def summary_lines(result: Any) -> list[str]:
     """The notes under the tables (measurement, caveats)."""
     lines = list(result.notes)
+    lines.append(f"batches assumed: {result.batches.describe()}")
+    if result.model_format == "tensorrt":
+        lines.append(
+            "TensorRT range: wider than PyTorch's because the execution context depends on the "
+            "fusions TensorRT finds and the engine may keep FP32 layers under --fp16; the "
+            f"context is sized for the profile's max batch {result.batches.engine_max}"
+        )
+    if any(p.name.startswith("cuDNN") for p in result.parts):
+        lines.append(
+            "the cuDNN workspace is calibrated on one published CNN (ResNet-50): for other "
+            "CNNs it is the least known part; measure on a GPU"
+        )
     by_batch = ", ".join(
         f"batch {b}: {mib(v, digits=1)}" for b, v in sorted(result.activation_bytes.items())
     )

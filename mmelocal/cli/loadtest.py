@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -15,7 +16,9 @@ from mmelocal.cli._bench import (
     steps_table,
     write_outputs,
 )
+from mmelocal.cli._loadgen import generators_from, loadgen_options
 from mmelocal.cli._output import console, err_console
+from mmelocal.facts.sagemaker import INVOKE_TIMEOUT_S
 
 
 @click.command()
@@ -81,7 +84,7 @@ from mmelocal.cli._output import console, err_console
     "--timeout",
     "timeout_s",
     type=float,
-    default=60.0,
+    default=INVOKE_TIMEOUT_S,
     show_default=True,
     help="Per-request timeout in seconds.",
 )
@@ -91,6 +94,7 @@ from mmelocal.cli._output import console, err_console
     is_flag=True,
     help="Call every target once before the test so cold loads are not measured.",
 )
+@loadgen_options
 @output_options
 def loadtest(
     endpoint: str,
@@ -110,6 +114,7 @@ def loadtest(
     prewarm: bool,
     json_out: Path | None,
     report_dir: Path | None,
+    **loadgen: Any,
 ) -> None:
     """Load-test an endpoint: each request targets a random one of COUNT copies."""
     from mmelocal.bench.loadtest.runner import (
@@ -142,6 +147,7 @@ def loadtest(
         timeout_s=timeout_s,
         seed=seed,
         prewarm=prewarm,
+        generators=generators_from(loadgen),
     )
     prepare_outputs(json_out, report_dir)
     console.print(

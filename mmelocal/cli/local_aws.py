@@ -38,6 +38,14 @@ from mmelocal.cli._output import console, size_option
     help="How each endpoint starts Triton: the pip tritonserver, or the container image.",
 )
 @click.option("--tritonserver", type=click.Path(path_type=Path), help="tritonserver binary.")
+@click.option(
+    "--time-scale",
+    type=click.FloatRange(min=0, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="Run the platform's clock N times faster: CloudWatch periods of 60/N real "
+    "seconds, alarms and autoscaling cooldowns on that clock (timestamps stay real).",
+)
 def local_aws(
     host: str,
     port: int,
@@ -45,6 +53,7 @@ def local_aws(
     memory_budget: int | None,
     launcher: str,
     tritonserver: Path | None,
+    time_scale: float,
 ) -> None:
     """A local AWS for SageMaker MME scripts: set AWS_ENDPOINT_URL and run them unchanged."""
     from mmelocal.localaws import LocalAws
@@ -60,12 +69,18 @@ def local_aws(
         memory_budget_bytes=memory_budget,
         launcher=launcher,
         tritonserver=tritonserver,
+        time_scale=time_scale,
     )
     with aws:
         console.print(
             f"[bold]local AWS[/] (S3, SageMaker, sagemaker-runtime, application-autoscaling, "
-            f"STS) on [green]{aws.url}[/]; data {aws.data_dir}\n"
-            f"  export AWS_ENDPOINT_URL={aws.url}\n"
+            f"STS, CloudWatch) on [green]{aws.url}[/]; data {aws.data_dir}\n"
+            + (
+                f"  fast clock: x{time_scale:g} (one CloudWatch minute = {60 / time_scale:g} s)\n"
+                if time_scale != 1.0
+                else ""
+            )
+            + f"  export AWS_ENDPOINT_URL={aws.url}\n"
             "  (any AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY and region will do; "
             "Ctrl-C or SIGTERM stops it)",
             highlight=False,

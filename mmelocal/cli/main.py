@@ -25,6 +25,11 @@ _COMMANDS: dict[str, tuple[str, str, str]] = {
     "demo": ("mmelocal.cli.demo", "demo", "The end-to-end demo on the packaged MiniLM."),
     "capacity": ("mmelocal.cli.capacity", "capacity", "How many copies of a model fit."),
     "loadtest": ("mmelocal.cli.loadtest", "loadtest", "Locust load test of an endpoint."),
+    "loadtest-worker": (
+        "mmelocal.cli.loadtest_worker",
+        "loadtest_worker",
+        "Locust workers here for a load test's master elsewhere.",
+    ),
     "sweep": ("mmelocal.cli.sweep", "sweep", "Configuration sweep with recommendations."),
     "report": ("mmelocal.cli.report", "report", "HTML report with plots from results."),
     "deploy": ("mmelocal.cli.deploy", "deploy", "Deploy a store to a SageMaker MME."),

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import click
 
+from mmelocal.cli._defaults import default_of, launcher_option
 from mmelocal.cli._output import console, env_option, size_option
-from mmelocal.runtime.launchers import LAUNCHERS
+from mmelocal.emulator.emulator_config import EmulatorConfig
 
 
 @click.command()
@@ -23,7 +24,7 @@ from mmelocal.runtime.launchers import LAUNCHERS
 @click.option(
     "--memory-threshold",
     type=click.FloatRange(0.0, 1.0, min_open=True),
-    default=0.9,
+    default=default_of(EmulatorConfig, "memory_threshold"),
     show_default=True,
     help="Evict before a load when memory in use would cross this fraction.",
 )
@@ -49,12 +50,7 @@ from mmelocal.runtime.launchers import LAUNCHERS
     type=click.IntRange(min=1),
     help="Triton instances; default one per GPU, one without a GPU.",
 )
-@click.option(
-    "--launcher",
-    type=click.Choice(LAUNCHERS),
-    default="local",
-    show_default=True,
-)
+@launcher_option(default_of(EmulatorConfig, "launcher"))
 @click.option("--image", help="Container image for --launcher docker.")
 @click.option(
     "--triton-url",
@@ -71,17 +67,18 @@ from mmelocal.runtime.launchers import LAUNCHERS
 @click.option(
     "--load-wait",
     type=click.FloatRange(min=0.1),
-    default=60.0,
+    default=default_of(EmulatorConfig, "load_wait_timeout_s"),
     show_default=True,
     help="Seconds a call waits for a cold load before ModelNotReadyException.",
 )
 @click.option("--s3-endpoint-url", help="S3-compatible endpoint for an s3:// store (default AWS).")
 @click.option(
     "--max-payload",
+    type=str,
     callback=size_option,
-    default="6MiB",
-    show_default=True,
-    help="Largest InvokeEndpoint body; larger ones get 413 as from the service (6 MiB).",
+    default=default_of(EmulatorConfig, "max_payload_bytes"),
+    show_default=f"{default_of(EmulatorConfig, 'max_payload_bytes'):,} bytes = 6MiB",
+    help="Largest InvokeEndpoint body; larger ones get 413 as from the service.",
 )
 @click.option(
     "--header-timeout",

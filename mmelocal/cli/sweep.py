@@ -20,6 +20,7 @@ from mmelocal.cli._bench import (
     sweep_grid_options,
     write_outputs,
 )
+from mmelocal.cli._loadgen import generators_from, loadgen_options
 from mmelocal.cli._output import console, err_console
 from mmelocal.cli._remote import endpoint_option, region_option, s3_uri_option
 
@@ -57,6 +58,7 @@ def sweep_options(
         instance_type=params["instance_type"],
         prices_file=params["prices_file"],
         verify=verify,
+        generators=generators_from(params),
     )
 
 
@@ -75,6 +77,7 @@ def sweep_options(
 @endpoint_option
 @s3_uri_option
 @region_option
+@loadgen_options
 @output_options
 def sweep(
     source: str,

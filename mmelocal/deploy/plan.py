@@ -17,13 +17,14 @@ from typing import Any
 from mmelocal.aws.s3 import SHA256_METADATA, split_s3_uri
 from mmelocal.deploy.images import DEFAULT_TRITON_VERSION
 from mmelocal.errors import DeployError, UserInputError
+from mmelocal.facts.runtime_api import DEFAULT_VARIANT_NAME
 from mmelocal.runtime.entrypoint import check_sagemaker_env
 
 logger = logging.getLogger(__name__)
 
 #: the tag that marks what mmelocal created; its value is the endpoint name
 TAG_KEY = "mmelocal:endpoint"
-VARIANT_NAME = "AllTraffic"
+VARIANT_NAME = DEFAULT_VARIANT_NAME
 
 # SageMaker's own patterns (botocore's service model) for names and role ARNs
 _NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")

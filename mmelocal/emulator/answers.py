@@ -8,7 +8,8 @@ answered alike, byte for byte.
 
 Errors are shaped as botocore's rest-json parser expects: JSON ``{"__type", "message"}``
 plus the ``x-amzn-ErrorType`` header. Which exception becomes which status, error type and
-extra fields is :data:`SAGEMAKER_ERRORS`, one table (adding an error code is one entry).
+extra fields is :data:`~mmelocal.facts.invoke_errors.SAGEMAKER_ERRORS`, one table (adding an
+error code is one entry).
 """
 
 from __future__ import annotations
@@ -19,27 +20,33 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
 from mmelocal.emulator.emulator import Emulator, InvokeResult
-from mmelocal.emulator.instance import InstanceUnavailableError, ModelNotReadyError
-from mmelocal.errors import (
-    ModelLoadError,
-    ModelNotFoundError,
-    OutOfMemoryError,
-    UserInputError,
-    ValidationError,
+from mmelocal.facts.invoke_errors import (
+    INTERNAL_FAILURE,
+    LOAD_ERROR_STATUS,
+    PAYLOAD_TOO_LARGE_STATUS,
+    SAGEMAKER_ERRORS,
+    SageMakerError,
+    error_kind,
 )
-from mmelocal.runtime.sagemaker import TARGET_MODEL_HEADER
+from mmelocal.facts.sagemaker import (
+    CUSTOM_ATTRIBUTES_HEADER,
+    ERROR_TYPE_HEADER,
+    INVOKED_VARIANT_HEADER,
+    REQUEST_ID_HEADER,
+    SAGEMAKER_BINARY_CONTENT_TYPE,
+    TARGET_MODEL_HEADER,
+)
 
 logger = logging.getLogger(__name__)
 
 TARGET_HEADER = TARGET_MODEL_HEADER
-CUSTOM_ATTRIBUTES = "X-Amzn-SageMaker-Custom-Attributes"
-VARIANT_HEADER = "x-Amzn-Invoked-Production-Variant"
-SAGEMAKER_BINARY = "application/vnd.sagemaker-triton.binary+json;json-header-size="
+CUSTOM_ATTRIBUTES = CUSTOM_ATTRIBUTES_HEADER
+VARIANT_HEADER = INVOKED_VARIANT_HEADER
+SAGEMAKER_BINARY = SAGEMAKER_BINARY_CONTENT_TYPE
 V2_BINARY_HEADER = "Inference-Header-Content-Length"
 #: the emulator's own answer header: was the model already loaded ("hit") or not ("miss")
 CACHE_HEADER = "X-Mmelocal-Model-Cache"
@@ -75,87 +82,6 @@ class Answer(NamedTuple):
     body: bytes
 
 
-@dataclass(frozen=True, kw_only=True)
-class SageMakerError:
-    """How one kind of failure reaches the caller.
-
-    ``status`` and ``error_type`` are InvokeEndpoint's (botocore's sagemaker-runtime model
-    gives each error shape its ``httpStatusCode``); ``v2_status`` is the status on the
-    KServe v2 routes, where tritonclient has no ModelNotReadyException (a retryable 503
-    instead of 429); ``model_error`` adds ModelError's ``OriginalStatusCode``,
-    ``OriginalMessage`` and ``LogStreamArn``; ``source`` is where the platform's status
-    comes from (docs/errors.md lists them).
-    """
-
-    status: int
-    error_type: str
-    v2_status: int = 0
-    model_error: bool = False
-    source: str = ""
-
-    @property
-    def v2(self) -> int:
-        """The status on the v2 routes."""
-        return self.v2_status or self.status
-
-
-#: Exception class -> the caller's error, first match wins (subclasses before bases).
-SAGEMAKER_ERRORS: tuple[tuple[tuple[type[BaseException], ...], SageMakerError], ...] = (
-    (
-        (ModelNotReadyError,),
-        SageMakerError(
-            status=429,
-            error_type="ModelNotReadyException",
-            v2_status=503,
-            source="botocore ModelNotReadyException (429); the MME guide: a load past 60 s",
-        ),
-    ),
-    (
-        (InstanceUnavailableError,),
-        SageMakerError(
-            status=503, error_type="ServiceUnavailable", source="botocore ServiceUnavailable"
-        ),
-    ),
-    (
-        (OutOfMemoryError,),
-        SageMakerError(
-            status=507,
-            error_type="InsufficientMemory",
-            source="the emulator's (the container's 507 makes SageMaker evict; the caller's "
-            "answer when nothing is left to evict is not documented)",
-        ),
-    ),
-    (
-        (ModelLoadError,),
-        SageMakerError(
-            status=424,
-            error_type="ModelError",
-            model_error=True,
-            source="botocore ModelError (424): the container answered 4xx/5xx (Triton's "
-            "SageMaker front end answers a failed load 400)",
-        ),
-    ),
-    (
-        (UserInputError, ModelNotFoundError, ValidationError),
-        SageMakerError(status=400, error_type="ValidationError", source="botocore ValidationError"),
-    ),
-)
-INTERNAL_FAILURE = SageMakerError(
-    status=500, error_type="InternalFailure", source="botocore InternalFailure"
-)
-#: a ModelError's OriginalStatusCode when the emulator refused the load itself: Triton's
-#: SageMaker front end answers any load error but out-of-memory with 400
-LOAD_ERROR_STATUS = 400
-
-
-def error_kind(exc: BaseException) -> SageMakerError:
-    """The entry of :data:`SAGEMAKER_ERRORS` for ``exc`` (InternalFailure when none)."""
-    for classes, kind in SAGEMAKER_ERRORS:
-        if isinstance(exc, classes):
-            return kind
-    return INTERNAL_FAILURE
-
-
 def log_stream_arn(log_path: Path | None, instance: int = 0) -> str:
     """Where to read what the model said: the Triton log (SageMaker names its CloudWatch
     log stream here)."""
@@ -167,21 +93,22 @@ def sagemaker_error(status: int, error_type: str, message: str, **extra: object)
     body = {"__type": error_type, "message": message, "Message": message, **extra}
     headers = [
         ("Content-Type", JSON_TYPE),
-        ("x-amzn-ErrorType", error_type),
-        ("x-amzn-RequestId", request_id()),
+        (ERROR_TYPE_HEADER, error_type),
+        (REQUEST_ID_HEADER, request_id()),
     ]
     return Answer(status, headers, json.dumps(body).encode())
 
 
 def payload_too_large(limit_bytes: int) -> Answer:
     """The service's answer to a body over the InvokeEndpoint limit: 413 with no ``__type``,
-    which boto3 raises as ClientError Code "413" (source: ``SERVICE_MAX_PAYLOAD_BYTES``)."""
+    which boto3 raises as ClientError Code "413" (the limit's source:
+    :data:`~mmelocal.facts.sagemaker.MAX_PAYLOAD_BYTES`)."""
     message = (
         f"HTTP content length exceeded {limit_bytes} bytes. (InvokeEndpoint bodies are capped "
         "at 6 MB; send less per call, or raise the emulator's cap with --max-payload)"
     )
-    headers = [("Content-Type", JSON_TYPE), ("x-amzn-RequestId", request_id())]
-    return Answer(413, headers, json.dumps({"message": message}).encode())
+    headers = [("Content-Type", JSON_TYPE), (REQUEST_ID_HEADER, request_id())]
+    return Answer(PAYLOAD_TOO_LARGE_STATUS, headers, json.dumps({"message": message}).encode())
 
 
 def v2_error(status: int, message: str) -> Answer:
@@ -275,8 +202,8 @@ def invocation_answer(emulator: Emulator, target: str, result: InvokeResult) -> 
         )
     headers = [
         ("Content-Type", result.headers.get("content-type", JSON_TYPE)),
-        (VARIANT_HEADER, "AllTraffic"),
-        ("x-amzn-RequestId", request_id()),
+        (VARIANT_HEADER, emulator.config.variant_name),
+        (REQUEST_ID_HEADER, request_id()),
         (CACHE_HEADER, "hit" if result.cache_hit else "miss"),
     ]
     custom = result.headers.get(CUSTOM_ATTRIBUTES.lower())

@@ -82,39 +82,46 @@ class Emulator:
         self.cache = ArtifactCache(
             self.cache_dir / "artifacts", self.store, disk_budget_bytes=config.disk_budget_bytes
         )
-        self.metrics = Metrics(endpoint_name=config.endpoint_name or "local")
+        self.metrics = Metrics(
+            endpoint_name=config.endpoint_name or "local", variant_name=config.variant_name
+        )
         self.events = EventLog()
         self._launcher_factory = launcher_factory or self._default_launcher
         self._gpus = self._choose_gpus()
         count = config.instances or max(1, len(self._gpus))
-        budget = config.memory_budget_bytes or _default_budget(count)
-        options = InstanceOptions(
+        self._budget = config.memory_budget_bytes or _default_budget(count)
+        self._options = InstanceOptions(
             memory_threshold=config.memory_threshold,
             load_timeout_s=config.load_timeout_s,
             invoke_timeout_s=config.invoke_timeout_s,
             model_namespacing=model_namespacing(config.sagemaker_env),
         )
-        self.instances: list[TritonInstance] = []
-        for index in range(count):
-            launcher = self._launcher_factory(index, self.cache_dir / f"triton-{index}")
-            self.instances.append(
-                TritonInstance(
-                    index=index,
-                    launcher=launcher,
-                    probe=self._probe(index, launcher, budget),
-                    cache=self.cache,
-                    metrics=self.metrics,
-                    events=self.events,
-                    options=options,
-                    prepare=self._prepare_hook(launcher),
-                    url_for=self._url_for(),
-                )
-            )
+        self.instances: list[TritonInstance] = [self._new_instance(i) for i in range(count)]
+        self._next_index = count
+        #: instances starting (scale-out) or draining (scale-in): stopped with the emulator
+        self._changing: list[TritonInstance] = []
+        #: instances out of routing, finishing their calls before they stop (scale-in)
+        self.draining: list[TritonInstance] = []
+        self._stopped = False
         self.router = Router(self.instances, hot_rps_threshold=config.hot_rps_threshold)
         self.watchdog = Watchdog(self.instances, interval_s=config.watchdog_interval_s)
         self._valid_targets: set[str] = set()
 
     # -- construction helpers ----------------------------------------------------------
+    def _new_instance(self, index: int) -> TritonInstance:
+        launcher = self._launcher_factory(index, self.cache_dir / f"triton-{index}")
+        return TritonInstance(
+            index=index,
+            launcher=launcher,
+            probe=self._probe(index, launcher, self._budget),
+            cache=self.cache,
+            metrics=self.metrics,
+            events=self.events,
+            options=self._options,
+            prepare=self._prepare_hook(launcher),
+            url_for=self._url_for(),
+        )
+
     def _choose_gpus(self) -> list[int]:
         if self.config.gpus is not None:
             return list(self.config.gpus)
@@ -224,16 +231,67 @@ class Emulator:
 
     async def stop(self) -> None:
         """Stop the watchdog and every instance (each closes its connections first: Triton
-        waits for open connections before it exits)."""
+        waits for open connections before it exits), those starting or draining included."""
+        self._stopped = True
         await self.watchdog.stop()
         await self.router.stop()
-        await asyncio.gather(*(inst.stop() for inst in self.instances), return_exceptions=True)
-        for inst in self.instances:
+        every = [*self.instances, *self._changing]
+        await asyncio.gather(*(inst.stop() for inst in every), return_exceptions=True)
+        for inst in every:
             inst.close()
         self.cache.close()
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
+
+    # -- scaling -----------------------------------------------------------------------
+    async def add_instance(self) -> TritonInstance | None:
+        """Start one more Triton instance; it joins routing once it is up. None when the
+        emulator stopped meanwhile (the instance is stopped, nothing is left running)."""
+        inst = self._new_instance(self._next_index)
+        self._next_index += 1
+        self._changing.append(inst)
+        try:
+            await inst.start()
+        except BaseException:
+            await inst.stop()
+            inst.close()
+            raise
+        finally:
+            self._changing.remove(inst)
+        if self._stopped:
+            await inst.stop()
+            inst.close()
+            return None
+        for group in (self.instances, self.router.instances, self.watchdog.instances):
+            group.append(inst)
+        logger.info("instance %d joined (%d instance(s))", inst.index, len(self.instances))
+        return inst
+
+    async def remove_instance(self, *, drain_timeout_s: float = 75.0) -> bool:
+        """Take the newest instance out of routing, let its calls in flight and its loads
+        finish (callers waiting on a load are served there), then stop it. False when
+        only one instance is left."""
+        if len(self.instances) <= 1:
+            return False
+        inst = self.instances[-1]
+        for group in (self.instances, self.router.instances, self.watchdog.instances):
+            if inst in group:
+                group.remove(inst)
+        self._changing.append(inst)
+        self.draining.append(inst)
+        try:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + drain_timeout_s
+            while _busy(inst) and loop.time() < deadline and not self._stopped:
+                await asyncio.sleep(0.02)
+            await inst.stop()
+            inst.close()
+        finally:
+            self._changing.remove(inst)
+            self.draining.remove(inst)
+        logger.info("instance %d drained and stopped (%d left)", inst.index, len(self.instances))
+        return True
 
     # -- serving -----------------------------------------------------------------------
     def check_target(self, target: str) -> str:
@@ -384,6 +442,14 @@ def _default_budget(instances: int) -> int:
     import psutil
 
     return int(psutil.virtual_memory().total * 0.5 / max(1, instances))
+
+
+def _busy(inst: TritonInstance) -> bool:
+    """Calls in flight, callers waiting on a load, or a load under way on ``inst``."""
+    return any(
+        e.in_flight or e.waiters or (e.task is not None and not e.task.done())
+        for e in inst.models.values()
+    )
 
 
 def loaded_targets(instances: Sequence[TritonInstance]) -> list[str]:

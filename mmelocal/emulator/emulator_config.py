@@ -9,19 +9,22 @@ from pathlib import Path
 
 from mmelocal.emulator.instance import InstanceOptions
 from mmelocal.errors import UserInputError
+from mmelocal.facts.runtime_api import DEFAULT_VARIANT_NAME
+from mmelocal.facts.sagemaker import (
+    INVOKE_TIMEOUT_S,
+    LOAD_LIMIT_S,
+    MAX_PAYLOAD_BYTES,
+    MEMORY_THRESHOLD,
+    MODEL_NOT_READY_AFTER_S,
+)
 from mmelocal.runtime.entrypoint import check_sagemaker_env
 from mmelocal.runtime.launchers import LAUNCHERS, check_launcher_kind
 from mmelocal.units import GiB
 
 logger = logging.getLogger(__name__)
 
-#: InvokeEndpoint's body limit: ``BodyBlob`` ``"max": 6291456`` in botocore's model
-#: (botocore/data/sagemaker-runtime/2017-05-13/service-2.json; botocore does not enforce it
-#: on the client) and "6 MB" in the InvokeEndpoint API reference. The service answers a
-#: larger body with HTTP 413 and no ``__type``, so boto3 raises ClientError with Code
-#: "413" and the message "HTTP content length exceeded N bytes." (as reported in
-#: aws/sagemaker-python-sdk#171, then with the older 5 MB limit).
-SERVICE_MAX_PAYLOAD_BYTES = 6_291_456
+#: InvokeEndpoint's body limit (kept under this name for users' imports)
+SERVICE_MAX_PAYLOAD_BYTES = MAX_PAYLOAD_BYTES
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -31,7 +34,7 @@ class EmulatorConfig:
     ``invoke_timeout_s`` is how long the model may take to answer one invocation (60 s on
     SageMaker); past it the caller gets a ModelError with ``OriginalStatusCode`` 504.
     ``max_payload_bytes`` caps an InvokeEndpoint body as the service does (6 MB, answered
-    413, see :data:`SERVICE_MAX_PAYLOAD_BYTES`).
+    413, see :data:`~mmelocal.facts.sagemaker.MAX_PAYLOAD_BYTES`).
 
     ``memory_budget_bytes`` is per instance and used by the host probe (no GPU); ``None``
     means half of this machine's memory divided among the instances. ``instances=None``
@@ -39,6 +42,9 @@ class EmulatorConfig:
     ends of already running servers for ``launcher="external"``, each
     ``SAGEMAKER_URL[,HTTP_URL]`` (the KServe v2 URL serves metadata; the servers must see
     the cache folder at the same path).
+
+    ``variant_name`` is the production variant this emulator serves: the answers'
+    ``x-Amzn-Invoked-Production-Variant`` and the metrics' ``VariantName``.
 
     ``gpu_memory_bytes`` caps each GPU's memory for the budget (an instance type's card on
     a bigger GPU); it has no effect without a GPU.
@@ -52,7 +58,7 @@ class EmulatorConfig:
 
     store: str
     cache_dir: Path | None = None
-    memory_threshold: float = 0.9
+    memory_threshold: float = MEMORY_THRESHOLD
     memory_budget_bytes: int | None = None
     disk_budget_bytes: int = 20 * GiB
     instances: int | None = None
@@ -61,14 +67,15 @@ class EmulatorConfig:
     tritonserver: Path | None = None
     external_urls: tuple[str, ...] = ()
     endpoint_name: str | None = None
-    load_wait_timeout_s: float = 60.0
-    load_timeout_s: float = 360.0
-    invoke_timeout_s: float = 60.0
+    variant_name: str = DEFAULT_VARIANT_NAME
+    load_wait_timeout_s: float = MODEL_NOT_READY_AFTER_S
+    load_timeout_s: float = LOAD_LIMIT_S
+    invoke_timeout_s: float = INVOKE_TIMEOUT_S
     hot_rps_threshold: float = 50.0
     s3_endpoint_url: str | None = None
     watchdog_interval_s: float = 0.2
     gpus: tuple[int, ...] | None = None
-    max_payload_bytes: int = SERVICE_MAX_PAYLOAD_BYTES
+    max_payload_bytes: int = MAX_PAYLOAD_BYTES
     sagemaker_env: Mapping[str, str] = field(default_factory=dict)
     gpu_memory_bytes: int | None = None
 

@@ -198,7 +198,7 @@ class TritonInstance:
             try:
                 remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
                 await asyncio.wait_for(asyncio.shield(entry.future), timeout=remaining)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 raise ModelNotReadyError(
                     f"TargetModel {target!r} is still loading after {wait_timeout_s:g}s; "
                     "the load goes on: retry shortly",

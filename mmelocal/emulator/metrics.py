@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from mmelocal.errors import UserInputError
+from mmelocal.facts.cloudwatch import INSTANCE_METRICS, INVOCATION_METRICS
+from mmelocal.facts.runtime_api import DEFAULT_VARIANT_NAME
 from mmelocal.stats import nearest_rank
 
 #: name -> help text; the order is the order in the exposition.
@@ -46,6 +48,21 @@ GAUGES: dict[str, str] = {
     "DiskUtilization": "percent of the artifact disk budget in use",
 }
 QUANTILES = (0.5, 0.9, 0.99)
+#: the emulator's own counters (not CloudWatch metrics: mmelocal's additions)
+OWN_COUNTERS = frozenset(
+    ("ModelLoads", "ModelUnloads", "ModelEvictions", "HotLaneInvocations", "HotLaneFallbacks")
+)
+
+
+def _check_names() -> None:
+    """Every CloudWatch name here is one of :mod:`mmelocal.facts.cloudwatch`'s (their home)."""
+    cloudwatch = {*INVOCATION_METRICS, *INSTANCE_METRICS}
+    unknown = {*SUMMARIES, *GAUGES, *(set(COUNTERS) - OWN_COUNTERS)} - cloudwatch
+    if unknown:
+        raise RuntimeError(f"metric names not in mmelocal.facts.cloudwatch: {sorted(unknown)}")
+
+
+_check_names()
 
 
 @dataclass
@@ -82,7 +99,9 @@ class Summary:
 class Metrics:
     """Counters, summaries and gauge sources of one emulated endpoint."""
 
-    def __init__(self, *, endpoint_name: str = "local", variant_name: str = "AllTraffic") -> None:
+    def __init__(
+        self, *, endpoint_name: str = "local", variant_name: str = DEFAULT_VARIANT_NAME
+    ) -> None:
         self.labels = {"EndpointName": endpoint_name, "VariantName": variant_name}
         self.summaries = {name: Summary() for name in SUMMARIES}
         self.counters = dict.fromkeys(COUNTERS, 0)

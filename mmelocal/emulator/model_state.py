@@ -12,6 +12,12 @@ from mmelocal.errors import (  # noqa: F401 (re-exported)
     ModelNotReadyError,
     UserInputError,
 )
+from mmelocal.facts.sagemaker import (
+    INVOKE_TIMEOUT_S,
+    LOAD_LIMIT_S,
+    MEMORY_THRESHOLD,
+    UNLOAD_TIMEOUT_S,
+)
 
 LOADING, READY, UNLOADING = "loading", "ready", "unloading"
 
@@ -24,11 +30,11 @@ class InstanceOptions:
     without it, ensemble step names are global in the server.
     """
 
-    memory_threshold: float = 0.9
-    load_timeout_s: float = 360.0
-    unload_timeout_s: float = 360.0
+    memory_threshold: float = MEMORY_THRESHOLD
+    load_timeout_s: float = LOAD_LIMIT_S
+    unload_timeout_s: float = UNLOAD_TIMEOUT_S
     #: SageMaker's limit for the container's answer to one invocation
-    invoke_timeout_s: float = 60.0
+    invoke_timeout_s: float = INVOKE_TIMEOUT_S
     release_timeout_s: float = 5.0
     busy_wait_s: float = 30.0
     oom_retries: int = 8

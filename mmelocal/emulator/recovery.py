@@ -64,8 +64,11 @@ class Watchdog:
             trim = loop.time() >= next_trim
             if trim:
                 next_trim = loop.time() + self.trim_interval_s
-            for inst in self.instances:
+            for inst in list(self.instances):  # scaling adds and removes instances
                 alive = await loop.run_in_executor(None, inst.launcher.is_alive)
+                if inst not in self.instances:
+                    continue  # taken out (scale-in) while we looked
+                backoff.setdefault(inst.index, 0.0)
                 if alive and inst.up:
                     backoff[inst.index] = 0.0
                     if trim:

@@ -15,7 +15,6 @@ import logging
 import os
 import signal
 import socket
-import sys
 import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -41,10 +40,8 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
     """``asyncio.run`` on :func:`new_event_loop`."""
-    if sys.version_info >= (3, 11):
-        with asyncio.Runner(loop_factory=new_event_loop) as runner:
-            return runner.run(coro)
-    return asyncio.run(coro)  # pragma: no cover - Python 3.10
+    with asyncio.Runner(loop_factory=new_event_loop) as runner:
+        return runner.run(coro)
 
 
 def bind_socket(host: str, port: int) -> socket.socket:

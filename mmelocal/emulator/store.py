@@ -22,11 +22,10 @@ from mmelocal.errors import (
     ModelNotFoundError,
     UserInputError,
 )
+from mmelocal.facts.aws import LOCAL, aws_client
 
 logger = logging.getLogger(__name__)
 
-#: seconds to wait for a TCP connection to the S3 endpoint (two attempts)
-S3_CONNECT_TIMEOUT_S = 5.0
 #: SageMaker's own limit for the ``X-Amzn-SageMaker-Target-Model`` header (botocore's
 #: ``TargetModelHeader``: 1 to 1024 characters, pattern ``\A\S[\p{Print}]*\z``).
 MAX_TARGET_LENGTH = 1024
@@ -182,17 +181,10 @@ class S3Store:
                 import boto3
             except ImportError as exc:  # pragma: no cover - boto3 is a core dependency
                 raise MissingDependencyError("boto3", extra="s3", feature="S3 store") from exc
-            from botocore.config import Config
-
-            # fail in seconds, not minutes, when the endpoint does not answer
-            config = Config(
-                connect_timeout=S3_CONNECT_TIMEOUT_S,
-                read_timeout=60,
-                retries={"max_attempts": 2, "mode": "standard"},
-            )
-            # a fresh session reads credentials now (boto3's default one caches them)
+            # a fresh session reads credentials now (boto3's default one caches them); the
+            # LOCAL policy fails in seconds, not minutes, when the endpoint does not answer
             session = boto3.session.Session()
-            client = session.client("s3", endpoint_url=endpoint_url, config=config)
+            client = aws_client("s3", LOCAL, session=session, endpoint_url=endpoint_url)
         self.endpoint_url = endpoint_url
         self._client = client
 

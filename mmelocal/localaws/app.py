@@ -4,12 +4,14 @@ Requests are routed by what botocore sends, so one ``AWS_ENDPOINT_URL`` serves e
 client:
 
 * ``POST /endpoints/{name}/invocations`` signed for ``sagemaker`` (the runtime client):
-  forwarded to the endpoint's emulator; an endpoint not in service answers the service's
-  ``ValidationError``;
+  forwarded to the emulator of one of the endpoint's production variants (``TargetVariant``,
+  else drawn by weight: :mod:`.variants`); an endpoint not in service, or an unknown
+  variant, answers the service's ``ValidationError``;
 * ``X-Amz-Target: SageMaker.<Operation>`` for the operations that create, update, delete
   or describe models, configs and endpoints: the service's checks moto lacks
   (:mod:`.checks`), then moto, then the endpoint's lifecycle (:mod:`.endpoints`);
-  ``UpdateEndpoint``, which moto does not have, is answered here;
+  ``UpdateEndpoint``, which moto does not have, and ``UpdateEndpointWeightsAndCapacities``
+  are answered here;
 * everything else (S3, the rest of SageMaker, Application Auto Scaling, STS, ...) goes to
   moto's own dispatcher, which reads the SigV4 credential scope as well.
 """
@@ -25,13 +27,25 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from mmelocal.errors import AwsServiceError
+from mmelocal.facts.runtime_api import (
+    DUPLICATE_VARIANT_IN_REQUEST,
+    TARGET_VARIANT_HEADER,
+    UNKNOWN_TARGET_VARIANT,
+    VARIANT_NOT_IN_CONFIG,
+)
+from mmelocal.facts.sagemaker import TARGET_MODEL_HEADER
 from mmelocal.localaws.checks import model_data_problem, model_violations
 from mmelocal.localaws.endpoints import EndpointManager
+from mmelocal.localaws.logs import LogShipper
 
 logger = logging.getLogger(__name__)
 
 StartResponse = Callable[..., Any]
 WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
+#: forward the (possibly changed) parameters to moto: its status and parsed JSON answer
+Forward = Callable[[dict[str, Any]], tuple[int, Any]]
+#: (region, operation, parameters, forward) -> the answer, or None to let moto answer
+Overlay = Callable[[str, str, dict[str, Any], Forward], "tuple[int, Any] | None"]
 
 #: an instance type moto's (lagging) list accepts, recorded in moto in place of the real one
 MOTO_INSTANCE_TYPE = "ml.m5.large"
@@ -46,6 +60,7 @@ RESTORE_WAIT_S = 600.0
 _INVOCATION = re.compile(r"^/endpoints/([^/]+)/invocations$")
 _SCOPE = re.compile(r"Credential=[^/]*/[^/]*/([^/]*)/([^/]*)/aws4_request")
 _JSON_11 = "application/x-amz-json-1.1"
+_TARGET_VARIANT_KEY = "HTTP_" + TARGET_VARIANT_HEADER.upper().replace("-", "_")
 #: InvokeEndpoint's request headers the emulator reads
 _FORWARDED = ("Content-Type", "Accept", "Content-Encoding")
 _HOP_BY_HOP = frozenset(
@@ -80,6 +95,7 @@ class LocalAwsApp:
         keys_under: Callable[[str, str], list[str] | None],
         internal: Callable[[str], Any],
         account_id: str,
+        logs: LogShipper | None = None,
     ) -> None:
         import urllib3
 
@@ -88,6 +104,7 @@ class LocalAwsApp:
         self._keys_under = keys_under
         self._internal = internal
         self.account_id = account_id
+        self.logs = logs
         self._http = urllib3.PoolManager(maxsize=64, retries=False)
         #: regions SageMaker or Application Auto Scaling were called in (the state to save)
         self.regions: set[str] = set()
@@ -96,12 +113,19 @@ class LocalAwsApp:
         self.ready.set()
         #: (region, config) -> each variant's InstanceType (moto's list of types lags)
         self._instance_types: dict[tuple[str, str], list[str | None]] = {}
+        #: X-Amz-Target prefix (a JSON service) -> what completes moto's answers there
+        #: (CloudWatch, Application Auto Scaling: :mod:`.cloudwatch_api`, :mod:`.scaling`)
+        self.overlays: dict[str, Overlay] = {}
+        #: (region, endpoint, its DescribeEndpoint, the new config) -> raise AwsServiceError to
+        #: refuse an UpdateEndpoint (autoscaling's: :meth:`.scaling.Autoscaler.check_update`)
+        self.update_checks: list[Callable[[str, str, dict[str, Any], dict[str, Any]], None]] = []
         self._sagemaker: dict[str, Callable[[dict[str, Any], str, dict[str, Any]], Any]] = {
             "CreateModel": self._create_model,
             "CreateEndpointConfig": self._create_endpoint_config,
             "DescribeEndpointConfig": self._describe_endpoint_config,
             "CreateEndpoint": self._create_endpoint,
             "UpdateEndpoint": self._update_endpoint,
+            "UpdateEndpointWeightsAndCapacities": self._update_weights_and_capacities,
             "DeleteEndpoint": self._delete_endpoint,
             "DescribeEndpoint": self._describe_endpoint,
             "ListEndpoints": self._list_endpoints,
@@ -112,7 +136,10 @@ class LocalAwsApp:
             self.ready.wait(RESTORE_WAIT_S)
         region, service = credential_scope(environ)
         path = environ.get("PATH_INFO", "")
-        if service in ("sagemaker", "application-autoscaling") and region not in self.regions:
+        if (
+            service in ("sagemaker", "application-autoscaling", "monitoring")
+            and region not in self.regions
+        ):
             self.regions.add(region)
         if environ.get("REQUEST_METHOD") == "POST" and service not in ("s3", ""):
             match = _INVOCATION.match(path)
@@ -127,7 +154,78 @@ class LocalAwsApp:
                 handler = self._sagemaker.get(operation)
             if handler is not None:
                 return self._sagemaker_call(handler, environ, start_response, region)
-        return self._moto(environ, start_response)
+        prefix, _, operation = target.partition(".")
+        overlay = self.overlays.get(prefix)
+        if overlay is not None and not environ.get("HTTP_X_MMELOCAL_INTERNAL"):
+            return self._overlay_call(overlay, operation, environ, start_response, region)
+        try:
+            return self._moto(environ, start_response)
+        except NotImplementedError as exc:  # the service's error, never an HTML 500
+            return self._not_built(environ, start_response, target, exc)
+
+    def _not_built(
+        self, environ: dict[str, Any], start_response: StartResponse, target: str, exc: Exception
+    ) -> Iterable[bytes]:
+        operation = target.partition(".")[2] or environ.get("PATH_INFO", "")
+        message = f"mmelocal's local AWS does not implement {operation or 'this operation'}"
+        logger.warning("%s (%s)", message, exc)
+        if target:  # a JSON protocol
+            body = json.dumps({"__type": "UnknownOperationException", "message": message}).encode()
+            headers = [
+                ("Content-Type", _JSON_11),
+                ("x-amzn-ErrorType", "UnknownOperationException"),
+            ]
+        else:
+            body = (
+                "<ErrorResponse><Error><Type>Sender</Type><Code>InvalidAction</Code>"
+                f"<Message>{message}</Message></Error></ErrorResponse>"
+            ).encode()
+            headers = [("Content-Type", "text/xml")]
+        start_response("400 Bad Request", [*headers, ("Content-Length", str(len(body)))])
+        return [body]
+
+    def _overlay_call(
+        self,
+        overlay: Overlay,
+        operation: str,
+        environ: dict[str, Any],
+        start_response: StartResponse,
+        region: str,
+    ) -> Iterable[bytes]:
+        try:
+            params = json.loads(_read_body(environ) or b"{}")
+        except ValueError:
+            params = {}
+
+        def forward(changed: dict[str, Any]) -> tuple[int, Any]:
+            body = json.dumps(changed).encode()
+            environ["wsgi.input"], environ["CONTENT_LENGTH"] = io.BytesIO(body), str(len(body))
+            try:
+                return self._moto_json(environ)
+            except NotImplementedError as exc:
+                raise AwsServiceError(
+                    f"mmelocal's local AWS does not implement {operation}",
+                    code="UnknownOperationException",
+                ) from exc
+
+        try:
+            answer = overlay(region or "us-east-1", operation, params, forward)
+            if answer is None:
+                answer = forward(params)
+        except AwsServiceError as exc:
+            from moto.core.exceptions import JsonRESTError
+
+            error = JsonRESTError(exc.code, str(exc))
+            error.code = exc.status
+            return error(environ, start_response)  # type: ignore[no-any-return]
+        status, payload = answer
+        body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+        content_type = environ.get("CONTENT_TYPE") or _JSON_11
+        start_response(
+            f"{status} {'OK' if status == 200 else 'Error'}",
+            [("Content-Type", content_type), ("Content-Length", str(len(body)))],
+        )
+        return [body]
 
     # -- SageMaker control plane -------------------------------------------------------
     def _sagemaker_call(
@@ -265,7 +363,43 @@ class LocalAwsApp:
         if state.status in ("Creating", "Updating", "Deleting", "SystemUpdating"):
             arn = endpoint["EndpointArn"]
             raise AwsServiceError(f'Cannot update in-progress endpoint "{arn}".')
+        for check in self.update_checks:
+            check(region, name, endpoint, config)
         self.endpoints.update(region, name, config_name)
+        return 200, {"EndpointArn": endpoint["EndpointArn"]}
+
+    def _update_weights_and_capacities(
+        self, environ: dict[str, Any], region: str, params: dict[str, Any]
+    ) -> tuple[int, Any]:
+        self._check("UpdateEndpointWeightsAndCapacities", params)
+        name = str(params.get("EndpointName", ""))
+        endpoint = self._exists(region, "describe_endpoint", EndpointName=name)
+        state = self.endpoints.get(region, name)
+        if endpoint is None or state is None:
+            arn = f"arn:aws:sagemaker:{region}:{self.account_id}:endpoint/{name.lower()}"
+            raise AwsServiceError(f'Could not find endpoint "{arn}".')
+        fleets = state.fleets
+        if state.status != "InService" or fleets is None:
+            arn = endpoint["EndpointArn"]
+            raise AwsServiceError(f'Cannot update in-progress endpoint "{arn}".')
+        desired = list(params.get("DesiredWeightsAndCapacities") or [])
+        seen: set[str] = set()
+        for item in desired:
+            variant = str(item.get("VariantName", ""))
+            if variant in seen:
+                raise AwsServiceError(DUPLICATE_VARIANT_IN_REQUEST.format(variant=variant))
+            if fleets.get(variant) is None:
+                raise AwsServiceError(
+                    VARIANT_NOT_IN_CONFIG.format(variant=variant, config=fleets.config_name)
+                )
+            seen.add(variant)
+            if item.get("DesiredInstanceCount") == 0:
+                raise AwsServiceError(
+                    f"Variant {variant}: DesiredInstanceCount 0 is for endpoints that host "
+                    "inference components; an instance-backed variant keeps at least 1 "
+                    "instance."
+                )
+        self.endpoints.update_weights_and_capacities(region, name, desired)
         return 200, {"EndpointArn": endpoint["EndpointArn"]}
 
     def _delete_endpoint(
@@ -286,8 +420,9 @@ class LocalAwsApp:
         if status == 200 and isinstance(answer, dict) and state is not None:
             answer["EndpointStatus"] = state.status
             answer["EndpointConfigName"] = state.config_name
-            if state.variants:
-                answer["ProductionVariants"] = [dict(v) for v in state.variants]
+            fleets = state.fleets
+            if fleets is not None:
+                answer["ProductionVariants"] = [dict(v) for v in fleets.described()]
             elif state.status in ("Creating", "Failed"):
                 answer.pop("ProductionVariants", None)
             if state.failure_reason:
@@ -322,13 +457,22 @@ class LocalAwsApp:
 
         from mmelocal.emulator.answers import sagemaker_error
 
-        fleet = self.endpoints.serving(region or "us-east-1", name)
+        fleets = self.endpoints.variants(region or "us-east-1", name)
         target = environ.get("HTTP_X_AMZN_SAGEMAKER_TARGET_MODEL")
-        if fleet is None:
+        if fleets is None:
             answer = sagemaker_error(
                 400, "ValidationError", f"Endpoint {name} of account {self.account_id} not found."
             )
             return self._answer(start_response, answer.status, answer.headers, answer.body)
+        wanted = environ.get(_TARGET_VARIANT_KEY)
+        variant = fleets.choose(wanted)
+        if variant is None:
+            message = UNKNOWN_TARGET_VARIANT.format(
+                variant=wanted, endpoint=name, valid=", ".join(fleets.names())
+            )
+            answer = sagemaker_error(400, "ValidationError", message)
+            return self._answer(start_response, answer.status, answer.headers, answer.body)
+        fleet = variant.fleet
         single = fleet.plan.single_model_target
         if single is not None and target is not None:
             answer = sagemaker_error(
@@ -340,10 +484,10 @@ class LocalAwsApp:
             return self._answer(start_response, answer.status, answer.headers, answer.body)
         headers = {h: environ[k] for h in _FORWARDED if (k := _environ_key(h)) in environ}
         for key, value in environ.items():
-            if key.startswith("HTTP_X_AMZN_SAGEMAKER_"):
+            if key.startswith("HTTP_X_AMZN_SAGEMAKER_") and key != _TARGET_VARIANT_KEY:
                 headers["-".join(p.capitalize() for p in key[5:].split("_"))] = value
         if single is not None:
-            headers["X-Amzn-SageMaker-Target-Model"] = single
+            headers[TARGET_MODEL_HEADER] = single
         body = _read_body(environ)
         try:
             with fleet.call():
@@ -361,7 +505,10 @@ class LocalAwsApp:
             )
             return self._answer(start_response, answer.status, answer.headers, answer.body)
         out = [(k, v) for k, v in response.headers.items() if k.lower() not in _HOP_BY_HOP]
-        return self._answer(start_response, response.status, out, response.data)
+        data = response.data
+        if response.status == 424 and self.logs is not None:  # ModelError: name its stream
+            data = self.logs.model_error_body(region or "us-east-1", fleet, data)
+        return self._answer(start_response, response.status, out, data)
 
     @staticmethod
     def _answer(

@@ -1,10 +1,12 @@
 """The endpoints' lifecycle: Creating -> InService (or Failed), Updating, Deleting.
 
 moto keeps the control plane's records (names, ARNs, tags, configs); this module keeps
-what moto cannot know: the status of the fleet behind each endpoint, its
+what moto cannot know: the status of the fleets behind each endpoint, its
 ``FailureReason``, the config it serves after an ``UpdateEndpoint`` (moto has no such
-operation), and the running :class:`~.fleet.Fleet` itself. Every transition runs on a
-worker thread, so the control-plane call answers at once as the service does.
+operation), and the running variants themselves (:class:`~.variants.VariantFleets`, one
+:class:`~.fleet.Fleet` per production variant), whose weights and instance counts
+``UpdateEndpointWeightsAndCapacities`` changes. Every transition runs on a worker thread,
+so the control-plane call answers at once as the service does.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from mmelocal.errors import EndpointFailedError
-from mmelocal.localaws.fleet import Fleet, FleetPlan
+from mmelocal.localaws.fleet import Fleet
+from mmelocal.localaws.variants import EndpointPlan, StartFleet, VariantFleets, start_variants
 
 logger = logging.getLogger(__name__)
 
@@ -26,21 +29,19 @@ logger = logging.getLogger(__name__)
 DRAIN_TIMEOUT_S = 75.0
 
 #: (region, endpoint name, config name) -> what the config serves, read from moto
-Describe = Callable[[str, str, str], FleetPlan]
-StartFleet = Callable[[FleetPlan, Path], Fleet]
+Describe = Callable[[str, str, str], EndpointPlan]
 
 
 @dataclass(kw_only=True)
 class EndpointState:
-    """What DescribeEndpoint shows beyond moto's record, and the fleet serving calls."""
+    """What DescribeEndpoint shows beyond moto's record, and the variants serving calls."""
 
     region: str
     name: str
     status: str = "Creating"
     config_name: str = ""
     failure_reason: str | None = None
-    variants: tuple[dict[str, Any], ...] = ()
-    fleet: Fleet | None = None
+    fleets: VariantFleets | None = None
     generation: int = 0
     workers: list[threading.Thread] = field(default_factory=list)
 
@@ -70,12 +71,18 @@ class EndpointManager:
         with self._lock:
             return self._endpoints.get((region, name))
 
-    def serving(self, region: str, name: str) -> Fleet | None:
-        """The fleet that answers calls to the endpoint now (None: not in service)."""
+    def variants(self, region: str, name: str) -> VariantFleets | None:
+        """The variants that answer calls to the endpoint now (None: not in service)."""
         state = self.get(region, name)
         if state is None or state.status in ("Creating", "Failed", "Deleting"):
             return None
-        return state.fleet
+        return state.fleets
+
+    def serving(self, region: str, name: str) -> Fleet | None:
+        """The fleet of the endpoint's first variant (None: not in service); every variant:
+        :meth:`variants`."""
+        fleets = self.variants(region, name)
+        return fleets.first if fleets is not None else None
 
     def states(self) -> list[EndpointState]:
         """Every known endpoint."""
@@ -111,8 +118,31 @@ class EndpointManager:
                 raise KeyError(name)
             state.status = "Deleting"
             state.generation += 1
-            fleet, state.fleet = state.fleet, None
-        self._spawn(state, self._run_delete, state, fleet)
+            fleets, state.fleets = state.fleets, None
+        self._spawn(state, self._run_delete, state, fleets)
+
+    def update_weights_and_capacities(
+        self, region: str, name: str, desired: list[dict[str, Any]]
+    ) -> None:
+        """``UpdateEndpointWeightsAndCapacities`` (checked by the caller): Updating, each
+        variant's desired weight and instance count shown at once, made current by a
+        worker; then InService. A count it cannot start leaves the old one serving, with
+        the reason as FailureReason."""
+        with self._lock:
+            state = self._endpoints.get((region, name))
+            if state is None or state.fleets is None:
+                raise KeyError(name)
+            for item in desired:
+                state.fleets.set_desired(
+                    str(item["VariantName"]),
+                    weight=item.get("DesiredWeight"),
+                    instance_count=item.get("DesiredInstanceCount"),
+                )
+            state.status = "Updating"
+            state.failure_reason = None
+            state.generation += 1
+            generation = state.generation
+        self._spawn(state, self._run_weights, state, state.fleets, generation)
 
     def close(self, timeout_s: float = 30.0) -> None:
         """Stop every fleet (the server is shutting down); fleets still starting are stopped
@@ -124,8 +154,8 @@ class EndpointManager:
             fleets = []
             for state in states:
                 state.generation += 1
-                fleets.append(state.fleet)
-                state.fleet = None
+                fleets.append(state.fleets)
+                state.fleets = None
         for fleet in fleets:
             if fleet is not None:
                 fleet.stop()
@@ -147,62 +177,88 @@ class EndpointManager:
         state.workers = [w for w in state.workers if w.is_alive()] + [worker]
         worker.start()
 
-    def _new_fleet(self, state: EndpointState, config_name: str) -> Fleet:
+    def _new_fleets(self, state: EndpointState, config_name: str) -> VariantFleets:
         plan = self._describe(state.region, state.name, config_name)
         work = self._work_dir / state.region / state.name / f"{config_name}-{state.generation}"
-        return self._start_fleet(plan, work)
+        return start_variants(plan, start_fleet=self._start_fleet, work_dir=work)
 
-    def _install(self, state: EndpointState, generation: int, fleet: Fleet) -> Fleet | None:
-        """Make ``fleet`` the one serving, unless the endpoint moved on meanwhile (then it
-        is stopped); the fleet it replaces."""
+    def _install(
+        self, state: EndpointState, generation: int, fleets: VariantFleets
+    ) -> VariantFleets | None:
+        """Make ``fleets`` the ones serving, unless the endpoint moved on meanwhile (then
+        they are stopped); the ones they replace."""
         with self._lock:
             current = state.generation == generation and not self._closed
             if current:
-                old, state.fleet = state.fleet, fleet
-                state.config_name, state.variants = fleet.plan.config_name, fleet.plan.variants
+                old, state.fleets = state.fleets, fleets
+                state.config_name = fleets.config_name
                 state.status, state.failure_reason = "InService", None
         if not current:
-            fleet.stop()  # deleted, updated again or shut down while it was starting
+            fleets.stop()  # deleted, updated again or shut down while it was starting
             return None
-        logger.info("endpoint %s in service on %s at %s", state.name, state.config_name, fleet.url)
+        logger.info(
+            "endpoint %s in service on %s: %s",
+            state.name,
+            state.config_name,
+            ", ".join(f"{v.name} at {v.fleet.url}" for v in fleets.variants),
+        )
         return old
 
     def _fail(self, state: EndpointState, generation: int, reason: str) -> None:
         with self._lock:
             if state.generation == generation:
                 # a failed update leaves the old fleet serving, as the service rolls back
-                state.status = "InService" if state.fleet is not None else "Failed"
+                state.status = "InService" if state.fleets is not None else "Failed"
                 state.failure_reason = reason
         logger.info("endpoint %s failed: %s", state.name, reason)
 
     def _run_create(self, state: EndpointState, generation: int) -> None:
         try:
-            fleet = self._new_fleet(state, state.config_name)
-        except EndpointFailedError as exc:
-            self._fail(state, generation, str(exc))
+            fleets = self._new_fleets(state, state.config_name)
+        except Exception as exc:  # the endpoint fails with the reason, never stays Creating
+            self._fail(state, generation, _reason(exc))
             return
-        self._install(state, generation, fleet)
+        self._install(state, generation, fleets)
 
     def _run_update(self, state: EndpointState, config_name: str, generation: int) -> None:
         try:
-            fleet = self._new_fleet(state, config_name)
-        except EndpointFailedError as exc:
-            self._fail(state, generation, str(exc))
+            fleets = self._new_fleets(state, config_name)
+        except Exception as exc:  # the endpoint fails with the reason, never stays Creating
+            self._fail(state, generation, _reason(exc))
             return
-        old = self._install(state, generation, fleet)
+        old = self._install(state, generation, fleets)
         if old is not None:
             old.drain(DRAIN_TIMEOUT_S)
             old.stop()
 
-    def _run_delete(self, state: EndpointState, fleet: Fleet | None) -> None:
-        if fleet is not None:
-            fleet.drain(DRAIN_TIMEOUT_S)
-            fleet.stop()
+    def _run_weights(self, state: EndpointState, fleets: VariantFleets, generation: int) -> None:
+        try:
+            fleets.apply(drain_timeout_s=DRAIN_TIMEOUT_S)
+        except Exception as exc:  # the old count goes on serving
+            for variant in fleets.variants:  # what could not start stays as it was
+                variant.desired_instance_count = variant.current_instance_count
+            self._fail(state, generation, _reason(exc))
+            return
+        with self._lock:
+            if state.generation == generation and state.fleets is fleets:
+                state.status, state.failure_reason = "InService", None
+
+    def _run_delete(self, state: EndpointState, fleets: VariantFleets | None) -> None:
+        if fleets is not None:
+            fleets.drain(DRAIN_TIMEOUT_S)
+            fleets.stop()
         with self._lock:
             if self._endpoints.get((state.region, state.name)) is state:
                 del self._endpoints[(state.region, state.name)]
         self._forget(state.region, state.name)
         logger.info("endpoint %s deleted", state.name)
+
+
+def _reason(exc: BaseException) -> str:
+    """The FailureReason for an exception: its message (an unexpected one is logged)."""
+    if not isinstance(exc, EndpointFailedError):
+        logger.error("endpoint transition failed", exc_info=exc)
+    return (str(exc).strip() or type(exc).__name__)[:1024]  # FailureReason's maximum
 
 
 __all__ = ["DRAIN_TIMEOUT_S", "EndpointManager", "EndpointState"]

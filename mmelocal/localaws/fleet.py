@@ -1,8 +1,9 @@
-"""One endpoint config made real: the MME emulator (Triton behind it) that serves it.
+"""One production variant made real: the MME emulator (Triton behind it) that serves it.
 
-:func:`plan_fleet` reads what ``CreateEndpoint`` / ``UpdateEndpoint`` named (the config's
-first variant and its model) and decides what runs, or raises :class:`EndpointFailedError` with the
-``FailureReason`` the endpoint shows. :class:`Fleet` owns the running
+:func:`plan_variant` reads what ``CreateEndpoint`` / ``UpdateEndpoint`` named (one of the
+config's variants and its model) and decides what runs, or raises
+:class:`EndpointFailedError` with the ``FailureReason`` the endpoint shows (an endpoint's
+variants together: :mod:`.variants`). :class:`Fleet` owns the running
 :class:`~mmelocal.emulator.server.EmulatorServer` and counts the calls in flight so an
 update or a delete can let them finish before it stops Triton.
 """
@@ -10,6 +11,7 @@ update or a delete can let them finish before it stops Triton.
 from __future__ import annotations
 
 import contextlib
+import secrets
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -18,6 +20,7 @@ from typing import Any
 
 from mmelocal.deploy.images import REPOSITORY
 from mmelocal.errors import EndpointFailedError
+from mmelocal.facts.runtime_api import DEFAULT_VARIANT_NAME, DEFAULT_VARIANT_WEIGHT
 from mmelocal.localaws.checks import parse_s3_url
 
 #: the repository of SageMaker's Triton images (``<account>.dkr.ecr.<region>.amazonaws.com/
@@ -27,7 +30,7 @@ TRITON_REPOSITORY = REPOSITORY
 
 @dataclass(frozen=True, kw_only=True)
 class FleetPlan:
-    """What one endpoint config runs: an emulator on an S3 prefix (see the module doc)."""
+    """What one production variant runs: an emulator on an S3 prefix (see the module doc)."""
 
     endpoint_name: str
     config_name: str
@@ -37,8 +40,10 @@ class FleetPlan:
     instance_type: str
     environment: Mapping[str, str] = field(default_factory=dict)
     single_model_target: str | None = None
-    variants: tuple[dict[str, Any], ...] = ()
     gpu_memory_bytes: int | None = None
+    variant_name: str = DEFAULT_VARIANT_NAME
+    weight: float = DEFAULT_VARIANT_WEIGHT
+    region: str = "us-east-1"
 
     @property
     def store_url(self) -> str:
@@ -54,7 +59,7 @@ def is_triton_image(image: str) -> bool:
 
 def card_memory_bytes(instance_type: str) -> int | None:
     """The memory of one GPU of ``instance_type`` in mmelocal's GPU table
-    (``mmelocal/bench/data/gpus.yaml``); None for a type the table does not list."""
+    (``mmelocal/facts/gpus.yaml``); None for a type the table does not list."""
     from mmelocal.bench.capacity.projection import load_gpus
 
     for spec in load_gpus():
@@ -63,31 +68,23 @@ def card_memory_bytes(instance_type: str) -> int | None:
     return None
 
 
-def described_variants(variants: list[dict[str, Any]]) -> tuple[dict[str, Any], ...]:
-    """``DescribeEndpoint``'s ``ProductionVariants`` for a config's variants, in service."""
-    out = []
-    for variant in variants:
-        count = int(variant.get("InitialInstanceCount", 1))
-        weight = float(variant.get("InitialVariantWeight", 1.0))
-        out.append(
-            {
-                "VariantName": variant["VariantName"],
-                "CurrentWeight": weight,
-                "DesiredWeight": weight,
-                "CurrentInstanceCount": count,
-                "DesiredInstanceCount": count,
-            }
-        )
-    return tuple(out)
-
-
 def plan_fleet(endpoint_name: str, config: dict[str, Any], model: dict[str, Any]) -> FleetPlan:
-    """The emulator an endpoint config asks for (``DescribeEndpointConfig`` and
-    ``DescribeModel`` answers); EndpointFailedError with the FailureReason when it cannot run."""
+    """The emulator of an endpoint config's first variant (``DescribeEndpointConfig`` and
+    ``DescribeModel`` answers); EndpointFailedError with the FailureReason when it cannot
+    run. Every variant: :func:`mmelocal.localaws.variants.plan_endpoint`."""
     variants = config.get("ProductionVariants") or []
     if not variants:
         raise EndpointFailedError("the endpoint configuration has no production variant")
-    if "ServerlessConfig" in variants[0] or "InstanceType" not in variants[0]:
+    return plan_variant(endpoint_name, str(config["EndpointConfigName"]), variants[0], model)
+
+
+def plan_variant(
+    endpoint_name: str, config_name: str, variant: dict[str, Any], model: dict[str, Any]
+) -> FleetPlan:
+    """The emulator one production variant asks for (the variant as ``DescribeEndpointConfig``
+    gives it, its model as ``DescribeModel`` does); EndpointFailedError with the
+    FailureReason when it cannot run."""
+    if "ServerlessConfig" in variant or "InstanceType" not in variant:
         raise EndpointFailedError(
             "mmelocal serves instance-backed variants only (InstanceType and "
             "InitialInstanceCount); serverless variants are not emulated"
@@ -113,18 +110,19 @@ def plan_fleet(endpoint_name: str, config: dict[str, Any], model: dict[str, Any]
     else:
         prefix, _, single = key.rpartition("/")
         prefix = prefix + "/" if prefix else ""
-    first = variants[0]
+    weight = variant.get("InitialVariantWeight")
     return FleetPlan(
         endpoint_name=endpoint_name,
-        config_name=str(config["EndpointConfigName"]),
+        config_name=config_name,
         bucket=bucket,
         prefix=prefix,
-        instances=int(first.get("InitialInstanceCount", 1)),
-        instance_type=str(first["InstanceType"]),
+        instances=int(variant.get("InitialInstanceCount", 1)),
+        instance_type=str(variant["InstanceType"]),
         environment=dict(container.get("Environment") or {}),
         single_model_target=single,
-        variants=described_variants(variants),
-        gpu_memory_bytes=card_memory_bytes(str(first["InstanceType"])),
+        gpu_memory_bytes=card_memory_bytes(str(variant["InstanceType"])),
+        variant_name=str(variant.get("VariantName") or DEFAULT_VARIANT_NAME),
+        weight=DEFAULT_VARIANT_WEIGHT if weight is None else float(weight),
     )
 
 
@@ -148,6 +146,9 @@ class Fleet:
         from mmelocal.emulator.store import S3Store
 
         self.plan = plan
+        #: one EC2-style id per instance (its log stream is ``{variant}/{id}``)
+        self.instance_ids = [new_instance_id() for _ in range(plan.instances)]
+        self.stopped = False
         self._inflight = 0
         self._idle = threading.Condition()
         store = S3Store(plan.bucket, plan.prefix, client=s3_client)
@@ -156,6 +157,7 @@ class Fleet:
             cache_dir=options.work_dir,
             instances=plan.instances,
             endpoint_name=plan.endpoint_name,
+            variant_name=plan.variant_name,
             memory_budget_bytes=options.memory_budget_bytes,
             launcher=options.launcher,
             tritonserver=options.tritonserver,
@@ -206,9 +208,45 @@ class Fleet:
         with self._idle:
             return self._idle.wait_for(lambda: self._inflight == 0, timeout=timeout_s)
 
+    @property
+    def instance_count(self) -> int:
+        """Triton instances running: those serving and those draining (a scale-in counts an
+        instance until it stopped, as DescribeEndpoint's CurrentInstanceCount does)."""
+        emulator = self.server.emulator
+        return len(emulator.instances) + len(emulator.draining)
+
+    @property
+    def serving_count(self) -> int:
+        """Triton instances taking calls now."""
+        return len(self.server.emulator.instances)
+
+    def scale_to(self, count: int, *, timeout_s: float, drain_timeout_s: float = 75.0) -> int:
+        """Add or drain instances, one at a time, until ``count`` serve; the count reached.
+        A new instance joins routing once Triton is up; a drained one finishes its calls
+        and loads first (no call fails)."""
+        emulator = self.server.emulator
+        while self.serving_count < count:
+            if self.server.call(emulator.add_instance(), timeout_s=timeout_s) is None:
+                break  # stopped meanwhile
+        while self.serving_count > max(1, count):
+            removing = emulator.remove_instance(drain_timeout_s=drain_timeout_s)
+            if not self.server.call(removing, timeout_s=drain_timeout_s + timeout_s):
+                break
+        return self.serving_count
+
+    def log_paths(self) -> list[Path | None]:
+        """Each instance's Triton log (None where the launcher keeps none)."""
+        return [inst.launcher.log_path for inst in self.server.emulator.instances]
+
     def stop(self) -> None:
         """Stop the emulator and its Triton instances (idempotent)."""
         self.server.stop()
+        self.stopped = True
+
+
+def new_instance_id() -> str:
+    """An id shaped like an EC2 instance's (``i-`` and 17 hex digits)."""
+    return "i-" + secrets.token_hex(9)[:17]
 
 
 def _reason(exc: BaseException) -> str:
@@ -222,7 +260,8 @@ __all__ = [
     "FleetOptions",
     "FleetPlan",
     "card_memory_bytes",
-    "described_variants",
     "is_triton_image",
+    "new_instance_id",
     "plan_fleet",
+    "plan_variant",
 ]

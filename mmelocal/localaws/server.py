@@ -10,6 +10,7 @@ clean stop and restored at the next start (:mod:`.state`).
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import logging
 import socket
@@ -19,9 +20,15 @@ from pathlib import Path
 from typing import Any
 
 from mmelocal.errors import EndpointFailedError, MissingDependencyError, UserInputError
+from mmelocal.facts.aws import LOCAL, aws_client
 from mmelocal.localaws.app import INTERNAL_HEADER, OWN_HEADER, LocalAwsApp
+from mmelocal.localaws.cloudwatch import ControlLoop, Running
+from mmelocal.localaws.cloudwatch_api import CloudWatchOverlay
 from mmelocal.localaws.endpoints import EndpointManager
-from mmelocal.localaws.fleet import Fleet, FleetOptions, FleetPlan, plan_fleet
+from mmelocal.localaws.fleet import Fleet, FleetOptions, FleetPlan
+from mmelocal.localaws.logs import LogShipper
+from mmelocal.localaws.scaling import Autoscaler
+from mmelocal.localaws.variants import EndpointPlan, plan_endpoint
 from mmelocal.runtime.lifecycle import StartStopContext
 
 logger = logging.getLogger(__name__)
@@ -29,6 +36,9 @@ logger = logging.getLogger(__name__)
 #: keys mmelocal's own clients sign with (the local AWS checks no signature)
 LOCAL_KEYS = ("mmelocal", "mmelocal")
 DEFAULT_REGION = "us-east-1"
+#: the X-Amz-Target prefixes of CloudWatch and Application Auto Scaling (JSON protocols)
+CLOUDWATCH_TARGET = "GraniteServiceVersion20100801"
+AUTOSCALING_TARGET = "AnyScaleFrontendService"
 
 
 class LocalAws(StartStopContext):
@@ -40,7 +50,9 @@ class LocalAws(StartStopContext):
     default when ``data_dir`` is given), the state saved at a clean stop and restored at
     the next start (:mod:`.state`). ``memory_budget_bytes`` is the
     host memory per Triton instance without a GPU (default: half the RAM shared by the
-    instances of an endpoint).
+    instances of an endpoint). ``time_scale`` runs the platform's clock that many times
+    faster: CloudWatch periods of ``60 / time_scale`` real seconds, alarm evaluation and
+    cooldowns on that clock (:mod:`.cloudwatch`, :mod:`.scaling`); timestamps stay real.
     """
 
     #: LocalAws servers running in this process (they share moto's state)
@@ -57,7 +69,11 @@ class LocalAws(StartStopContext):
         tritonserver: Path | None = None,
         start_timeout_s: float = 300.0,
         persist: bool | None = None,
+        time_scale: float = 1.0,
     ) -> None:
+        if not time_scale > 0:
+            raise UserInputError(f"time_scale must be > 0, got {time_scale}")
+        self.time_scale = time_scale
         self.host = host
         self.persist = data_dir is not None if persist is None else persist
         if self.persist and data_dir is None:
@@ -65,6 +81,7 @@ class LocalAws(StartStopContext):
         self.port = port
         self._data_dir = Path(data_dir) if data_dir is not None else None
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self._start_timeout_s = start_timeout_s
         self._fleet_options = dict(
             memory_budget_bytes=memory_budget_bytes,
             launcher=launcher,
@@ -78,6 +95,9 @@ class LocalAws(StartStopContext):
         self._clients: dict[tuple[bool, str, str], Any] = {}
         self._clients_lock = threading.Lock()
         self.endpoints: EndpointManager | None = None
+        self.clock: ControlLoop | None = None
+        self.autoscaler: Autoscaler | None = None
+        self._logs: LogShipper | None = None
 
     # -- public ------------------------------------------------------------------------
     @property
@@ -133,14 +153,17 @@ class LocalAws(StartStopContext):
             forget=self._forget,
             work_dir=self._data_dir / "endpoints",
         )
+        self._logs = LogShipper(self._client, account_id=DEFAULT_ACCOUNT_ID)
         app = self._app = LocalAwsApp(
             moto_app=DomainDispatcherApplication(create_backend_app),
             endpoints=self.endpoints,
             keys_under=self._keys_under,
             internal=lambda region: self._client("sagemaker", region),
             account_id=DEFAULT_ACCOUNT_ID,
+            logs=self._logs,
         )
 
+        self._start_clock(app)
         if self.persist:
             app.ready.clear()  # users' calls wait until the saved state is back (start())
 
@@ -173,7 +196,10 @@ class LocalAws(StartStopContext):
         )
         self._thread.start()
         LocalAws._running += 1
+        self._logs.start()
         logger.info("local AWS listening on %s (data %s)", self.url, self._data_dir)
+        if self.clock is not None:
+            self.clock.start()
         if self.persist:
             from mmelocal.localaws import state
 
@@ -187,6 +213,11 @@ class LocalAws(StartStopContext):
     def stop(self) -> None:
         """Save the state (``persist``), stop serving and every endpoint's Triton
         (idempotent)."""
+        if self._logs is not None:
+            try:  # the last lines, while the server still answers
+                self._logs.stop()
+            except Exception:
+                logger.exception("could not ship the last endpoint log lines")
         if self._server is not None:
             if self._restored and self._app is not None and self._data_dir is not None:
                 from mmelocal.localaws import state
@@ -195,6 +226,8 @@ class LocalAws(StartStopContext):
                     state.save(self._user_client, self._data_dir / "state", self._app.regions)
                 except Exception:
                     logger.exception("could not save the local AWS state; the last saved one stays")
+            if self.clock is not None:
+                self.clock.stop()
             LocalAws._running -= 1
             if LocalAws._running == 0:  # moto's state is the process's: the last one clears it
                 self._reset_moto()
@@ -225,6 +258,88 @@ class LocalAws(StartStopContext):
             self._tmp = None
             self._data_dir = None
 
+    # -- the clock, CloudWatch and autoscaling ----------------------------------------
+    def _start_clock(self, app: LocalAwsApp) -> None:
+        clock = self.clock = ControlLoop(
+            client_for=self._client,
+            running=self._running_variants,
+            regions=lambda: sorted(app.regions),
+            time_scale=self.time_scale,
+        )
+        scaler = self.autoscaler = Autoscaler(
+            client_for=self._client,
+            store=clock.store,
+            fleet_of=self._variant_fleet,
+            variants_of=self._variant_names,
+            show_counts=self._show_counts,
+            time_scale=lambda: clock.time_scale,
+            regions=lambda: sorted(app.regions),
+            start_timeout_s=self._start_timeout_s,
+        )
+        clock.on_tick.append(scaler.tick)
+        app.overlays[CLOUDWATCH_TARGET] = CloudWatchOverlay(
+            clock, lambda region: self._client("cloudwatch", region)
+        )
+        app.overlays[AUTOSCALING_TARGET] = scaler
+        app.update_checks.append(scaler.check_update)
+
+    def _running_variants(self) -> list[Running]:
+        out = []
+        for state in self.endpoints.states() if self.endpoints is not None else []:
+            fleets = state.fleets
+            if fleets is not None and state.status in ("InService", "Updating"):
+                for variant in fleets.variants:
+                    out.append(Running(state.region, state.name, variant.name, variant.fleet))
+        return out
+
+    def _variant_fleet(self, region: str, endpoint: str, variant: str) -> Fleet | None:
+        """The fleet the autoscaler may resize: the endpoint in service, no change under way."""
+        state = self.endpoints.get(region, endpoint) if self.endpoints is not None else None
+        if state is None or state.status != "InService" or state.fleets is None:
+            return None
+        found = state.fleets.get(variant)
+        return found.fleet if found is not None else None
+
+    def _variant_names(self, region: str, endpoint: str) -> list[str] | None:
+        from botocore.exceptions import ClientError
+
+        state = self.endpoints.get(region, endpoint) if self.endpoints is not None else None
+        if state is None or state.status in ("Deleting", "Failed"):
+            return None
+        if state.fleets is not None:
+            return state.fleets.names()
+        try:
+            config = self._client("sagemaker", region).describe_endpoint_config(
+                EndpointConfigName=state.config_name
+            )
+        except ClientError:
+            return None
+        return [str(v["VariantName"]) for v in config.get("ProductionVariants", [])]
+
+    def _show_counts(
+        self,
+        region: str,
+        endpoint: str,
+        variant: str,
+        current: int | None,
+        desired: int | None,
+        updating: bool,
+    ) -> None:
+        """DescribeEndpoint while a variant scales: Updating, its DesiredInstanceCount
+        (CurrentInstanceCount is what serves, read from the fleet)."""
+        state = self.endpoints.get(region, endpoint) if self.endpoints is not None else None
+        if state is None or state.fleets is None:
+            return
+        found = state.fleets.get(variant)
+        if found is not None:
+            found.desired_instance_count = (
+                desired if desired is not None else (found.current_instance_count)
+            )
+        if updating and state.status == "InService":
+            state.status = "Updating"
+        elif not updating and state.status == "Updating":
+            state.status = "InService"
+
     # -- internals ---------------------------------------------------------------------
     def _client(self, service: str, region: str = DEFAULT_REGION, *, internal: bool = True) -> Any:
         """A boto3 client of this server, one per (kind, service, region): mmelocal's own
@@ -244,20 +359,15 @@ class LocalAws(StartStopContext):
 
     def _new_client(self, service: str, region: str, *, internal: bool = True) -> Any:
         import boto3
-        from botocore.config import Config
 
         session = boto3.session.Session(
             aws_access_key_id=LOCAL_KEYS[0],
             aws_secret_access_key=LOCAL_KEYS[1],
             region_name=region,
         )
-        config = Config(
-            retries={"max_attempts": 2, "mode": "standard"},
-            s3={"addressing_style": "path"},
-            connect_timeout=5,
-            read_timeout=60,
+        client = aws_client(
+            service, LOCAL, session=session, endpoint_url=self.url, s3={"addressing_style": "path"}
         )
-        client = session.client(service, endpoint_url=self.url, config=config)
 
         def mark(request: Any, **_: Any) -> None:
             request.headers[OWN_HEADER] = "1"
@@ -277,28 +387,39 @@ class LocalAws(StartStopContext):
             return None
         return [obj["Key"] for obj in listing.get("Contents", [])]
 
-    def _plan(self, region: str, endpoint_name: str, config_name: str) -> FleetPlan:
+    def _plan(self, region: str, endpoint_name: str, config_name: str) -> EndpointPlan:
         from botocore.exceptions import ClientError
 
         sagemaker = self._client("sagemaker", region)
         try:
             config = sagemaker.describe_endpoint_config(EndpointConfigName=config_name)
-            variants = config.get("ProductionVariants") or [{}]
-            model = sagemaker.describe_model(ModelName=variants[0].get("ModelName", ""))
+            models = {}
+            for variant in config.get("ProductionVariants") or []:
+                name = str(variant.get("ModelName", ""))
+                if name not in models:
+                    models[name] = sagemaker.describe_model(ModelName=name)
         except ClientError as exc:
             raise EndpointFailedError(str(exc.response["Error"].get("Message", exc))) from exc
-        plan = plan_fleet(endpoint_name, config, model)
-        keys = self._keys_under(plan.bucket, plan.prefix + (plan.single_model_target or ""))
-        if not keys:
-            raise EndpointFailedError(
-                f"Could not find model data at {plan.store_url}{plan.single_model_target or ''}."
-            )
+        plan = plan_endpoint(endpoint_name, config, models)
+        plan = dataclasses.replace(
+            plan, variants=tuple(dataclasses.replace(v, region=region) for v in plan.variants)
+        )
+        for fleet in plan.variants:
+            keys = self._keys_under(fleet.bucket, fleet.prefix + (fleet.single_model_target or ""))
+            if not keys:
+                where = fleet.store_url + (fleet.single_model_target or "")
+                raise EndpointFailedError(f"Could not find model data at {where}.")
         return plan
 
     def _start_fleet(self, plan: FleetPlan, work_dir: Path) -> Fleet:
         options = FleetOptions(work_dir=work_dir, **self._fleet_options)  # type: ignore[arg-type]
         fleet = Fleet(plan, s3_client=self._new_client("s3", DEFAULT_REGION), options=options)
         fleet.start()
+        if self._logs is not None:
+            try:
+                self._logs.watch(plan.region, fleet)
+            except Exception:  # logs are a view: an endpoint serves without them
+                logger.exception("could not create the log streams of %s", plan.endpoint_name)
         return fleet
 
     def _forget(self, region: str, endpoint_name: str) -> None:
@@ -307,6 +428,8 @@ class LocalAws(StartStopContext):
         if self._server is None:
             return
         try:
+            if self.autoscaler is not None:
+                self.autoscaler.forget_endpoint(region, endpoint_name)
             self._client("sagemaker", region).delete_endpoint(EndpointName=endpoint_name)
         except (BotoCoreError, ClientError) as exc:
             logger.warning("could not forget endpoint %s: %s", endpoint_name, exc)

@@ -6,7 +6,9 @@ under ``DIR/state/s3/<bucket>/`` (an object whose ETag did not change is not cop
 again) and the resources are described into ``DIR/state/state.json``; at :func:`restore`,
 the buckets and objects are uploaded again and the resources re-created in order
 (models, endpoint configs, endpoints, which start their Triton again, scalable targets,
-scaling policies). A resource that already exists is kept as it is.
+scaling policies, which create their target tracking alarms again, CloudWatch metric
+alarms). A resource that already exists is kept as it is. Not kept: metric datapoints,
+alarm states and history (alarms start again at INSUFFICIENT_DATA), scaling activities.
 """
 
 from __future__ import annotations
@@ -31,6 +33,13 @@ _TARGET_FIELDS = ("ServiceNamespace", "ResourceId", "ScalableDimension", "MinCap
 _POLICY_FIELDS = ("PolicyName", "ServiceNamespace", "ResourceId", "ScalableDimension",
                   "PolicyType", "TargetTrackingScalingPolicyConfiguration",
                   "StepScalingPolicyConfiguration")  # fmt: skip
+_ALARM_FIELDS = ("AlarmName", "AlarmDescription", "ActionsEnabled", "OKActions", "AlarmActions",
+                 "InsufficientDataActions", "MetricName", "Namespace", "Statistic",
+                 "ExtendedStatistic", "Dimensions", "Period", "Unit", "EvaluationPeriods",
+                 "DatapointsToAlarm", "Threshold", "ComparisonOperator", "TreatMissingData",
+                 "EvaluateLowSampleCountPercentile", "Metrics", "ThresholdMetricId")  # fmt: skip
+#: the alarms target tracking creates (its policies create them again)
+_MANAGED_ALARM_PREFIX = "TargetTracking-"
 
 
 def _pick(found: dict[str, Any], fields: Iterable[str]) -> dict[str, Any]:
@@ -105,12 +114,18 @@ def _save_region(client_for: ClientFor, region: str) -> dict[str, Any]:
     policies = _pages(
         aas, "describe_scaling_policies", "ScalingPolicies", ServiceNamespace="sagemaker"
     )
+    alarms = _pages(client_for("cloudwatch", region), "describe_alarms", "MetricAlarms")
     return {
         "models": models,
         "endpoint_configs": configs,
         "endpoints": endpoints,
         "scalable_targets": [_pick(t, _TARGET_FIELDS) for t in targets],
         "scaling_policies": [_pick(p, _POLICY_FIELDS) for p in policies],
+        "alarms": [
+            _pick(a, _ALARM_FIELDS)
+            for a in alarms
+            if not a["AlarmName"].startswith(_MANAGED_ALARM_PREFIX)
+        ],
     }
 
 
@@ -174,6 +189,9 @@ def restore(client_for: ClientFor, root: Path) -> list[str]:
             )
         for policy in held.get("scaling_policies", []):
             _create(aas.put_scaling_policy, f"scaling policy {policy.get('PolicyName')}", **policy)
+        cloudwatch = client_for("cloudwatch", region)
+        for alarm in held.get("alarms", []):
+            _create(cloudwatch.put_metric_alarm, f"alarm {alarm.get('AlarmName')}", **alarm)
     logger.info("local AWS state restored from %s", root)
     return list(state.get("regions", {}))
 

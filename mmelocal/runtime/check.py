@@ -27,6 +27,7 @@ from mmelocal.builder.model_config import read_config
 from mmelocal.builder.tarball import safe_extract
 from mmelocal.builder.validate import ValidationReport, validate_path
 from mmelocal.errors import MmeLocalError, ModelLoadError, ServerDiedError, UserInputError
+from mmelocal.facts.sagemaker import DIRECT_LOAD_TIMEOUT_S, REQUEST_TIMEOUT_S
 from mmelocal.runtime.client import TritonClient
 from mmelocal.runtime.launcher import TritonLauncher
 from mmelocal.runtime.launchers import LAUNCHERS, check_launcher_kind, make_launcher
@@ -58,8 +59,8 @@ class CheckOptions:
     atol: float = 1e-3
     rtol: float = 1e-3
     start_timeout_s: float = 120.0
-    load_timeout_s: float = 300.0
-    infer_timeout_s: float = 60.0
+    load_timeout_s: float = DIRECT_LOAD_TIMEOUT_S
+    infer_timeout_s: float = REQUEST_TIMEOUT_S
     batch_size: int = 1
     dynamic_dim: int = 8
     all_loaded: bool = False

@@ -25,14 +25,15 @@ from typing import Any
 import numpy as np
 
 from mmelocal.errors import InferenceError, RuntimeLayerError, UserInputError
+from mmelocal.facts.sagemaker import DIRECT_LOAD_TIMEOUT_S, REQUEST_TIMEOUT_S
 from mmelocal.runtime.client_errors import DEATH_GRACE_S, ErrorMapper, server_gone, status_code
 from mmelocal.runtime.launcher import Endpoints, TritonLauncher
 
 logger = logging.getLogger(__name__)
 
 PROTOCOLS = ("http", "grpc")
-DEFAULT_TIMEOUT_S = 60.0
-DEFAULT_LOAD_TIMEOUT_S = 300.0
+DEFAULT_TIMEOUT_S = REQUEST_TIMEOUT_S
+DEFAULT_LOAD_TIMEOUT_S = DIRECT_LOAD_TIMEOUT_S
 
 
 class TritonClient:

@@ -240,7 +240,7 @@ async def _hand_out(control: socket.socket, ports: set[int]) -> None:
                     socket.send_fds(unix, [b"ok\n"], [inside.fileno()])
                 finally:
                     inside.close()
-            except (OSError, ValueError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, OSError, ValueError) as exc:
                 with contextlib.suppress(OSError):
                     unix.setblocking(True)
                     unix.sendall(f"{exc}\n".encode())

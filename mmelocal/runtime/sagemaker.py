@@ -44,11 +44,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-TARGET_MODEL_HEADER = "X-Amzn-SageMaker-Target-Model"
+from mmelocal.facts.sagemaker import (
+    DIRECT_LOAD_TIMEOUT_S,
+    REQUEST_TIMEOUT_S,
+    TARGET_MODEL_HEADER,
+    UNLOAD_TIMEOUT_S,
+)
+
 #: Triton's own wait for an unload is up to 350 s; ours must be a little longer.
-DEFAULT_UNLOAD_TIMEOUT_S = 360.0
-DEFAULT_LOAD_TIMEOUT_S = 300.0
-DEFAULT_TIMEOUT_S = 60.0
+DEFAULT_UNLOAD_TIMEOUT_S = UNLOAD_TIMEOUT_S
+DEFAULT_LOAD_TIMEOUT_S = DIRECT_LOAD_TIMEOUT_S
+DEFAULT_TIMEOUT_S = REQUEST_TIMEOUT_S
 
 
 def load_body(model_name: str, url_dir: Path | str) -> bytes:

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mmelocal.facts.aws import LOCAL_REGION, TESTING, aws_client
+
 
 @dataclass
 class MmeEndpoint:
@@ -30,17 +32,14 @@ class MmeEndpoint:
         Keyword arguments go to ``botocore.config.Config`` (e.g. ``retries={"max_attempts": 1}``).
         """
         import boto3
-        from botocore.config import Config
 
-        defaults: dict[str, Any] = {"read_timeout": 120, "retries": {"max_attempts": 1}}
-        defaults.update(config)
-        client = boto3.client(
-            "sagemaker-runtime",
-            endpoint_url=self.url,
-            region_name="us-east-1",
+        session = boto3.session.Session(
+            region_name=LOCAL_REGION,
             aws_access_key_id="mmelocal",
             aws_secret_access_key="mmelocal",
-            config=Config(**defaults),
+        )
+        client = aws_client(
+            "sagemaker-runtime", TESTING, session=session, endpoint_url=self.url, **config
         )
         self._clients.append(client)
         return client

@@ -92,6 +92,35 @@ def test_trt_against_pt_in_percent_per_instance_type() -> None:
     assert percent_difference(0.0, 1.0) is None and percent_difference(None, 1.0) is None
 
 
+def test_a_cpu_run_names_where_its_figures_come_from(tmp_path: Path) -> None:
+    import dataclasses
+
+    from rich.console import Console
+
+    from mmelocal.bench.endpoint.result import step_rows
+    from mmelocal.bench.report import write_report
+    from mmelocal.cli.benchmark import _comparison_table
+
+    pt = _bench("torchscript", 5, [_step(20, 11.4, 2220.0)])
+    host = "host PSS of the Triton tree via probe on endpoint ep, budget 8,192 MiB"
+    cpu = dataclasses.replace(pt, capacity=dataclasses.replace(pt.capacity, probe=host))
+    where = "local AWS, CPU host memory, as ml.g4dn.xlarge; latency and throughput on CPU"
+    assert cpu.on_cpu and cpu.figures_from == where
+    assert comparison_rows([cpu])[0]["figures_from"] == where
+    steps = step_rows([cpu])
+    assert list(steps[0])[-1] == "figures_from" and steps[0]["figures_from"] == where
+    # the published columns stay, in their order, before the new one
+    assert list(steps[0])[:-1] == list(step_rows([pt])[0])[:-1]
+    assert step_rows([pt])[0]["figures_from"] == "ml.g4dn.xlarge, GPU memory"
+    console = Console(width=300, record=True)
+    console.print(_comparison_table([cpu]))
+    printed = console.export_text()
+    assert "CPU figures" in printed and "(CPU)" in printed and "local AWS" in printed
+    page = write_report([cpu], tmp_path).html.read_text()
+    assert "local AWS, CPU host memory, as ml.g4dn.xlarge" in page
+    assert "not GPU figures" in page and "measured on ml.g4dn.xlarge" not in page
+
+
 def test_a_benchmark_result_survives_json() -> None:
     bench = _bench("tensorrt", 3, [_step(20, 30.0, 300.0)])
     again = result_from_dict(json.loads(json.dumps(bench.to_dict())))

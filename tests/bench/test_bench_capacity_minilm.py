@@ -64,5 +64,7 @@ def test_minilm_count_and_the_next_copy_crosses(tmp_path: Path) -> None:
     ]
     assert data["implied_count"] == implied
     assert abs(data["implied_count"] - data["count"]) <= 1, data
-    assert {row["gpu"] for row in data["projection"]["rows"]} >= {"T4", "A10G", "H100"}
+    # host memory on CPU: no GPU projection, and the result says where it was measured
+    assert data["projection"] is None
+    assert data["measured_where"] == "this machine, CPU host memory"
     assert len(open_every_png(report / "index.html")) == 1

@@ -20,7 +20,7 @@ from mmelocal.bench.estimate.core import (
     CUBLAS_SEGMENT_BYTES,
     ONCE,
     PER_COPY,
-    TRT_CONTEXT_FACTOR,
+    SHIPPED,
     Batches,
     Estimate,
     Measured,
@@ -149,14 +149,16 @@ BATCHES = Batches(warmup=1, preferred=4, max=8, instances=2)
 
 def test_libtorch_parts_and_count_follow_the_formula() -> None:
     parts = build_parts(FACTS, model_format="torchscript", batches=BATCHES)
-    weights, acts, backend, runtime, server = parts
-    assert weights.point_bytes == 2 * 4_000_000  # two instances, two copies of the weights
-    # the traced peak, and the same held in whole 20 MiB allocator segments, per instance
-    assert (acts.low_bytes, acts.point_bytes) == (2 * MIB, 2 * CUBLAS_SEGMENT_BYTES)
-    assert acts.high_bytes == 2 * CUBLAS_SEGMENT_BYTES  # 8 MiB at max batch: one segment
-    assert backend.point_bytes == 2 * CUBLAS_SEGMENT_BYTES
+    weights, acts, remainder, margin, runtime, server = parts
+    # one 4 MB block of weights: a 20 MiB segment, per instance (two instances, two copies)
+    assert weights.point_bytes == 2 * CUBLAS_SEGMENT_BYTES
+    # the cuBLAS workspace (8.1 MiB) fits in what the weights left of their 20 MiB segment;
+    # the 1 MiB of batch-1 activations is a small-pool block: one new 2 MiB segment
+    assert acts.point_bytes == 2 * 2 * MIB
+    assert remainder.point_bytes == 2 * SHIPPED.remainder[1]
+    assert margin.point_bytes == 0 and margin.high_bytes == -margin.low_bytes > 0
     assert runtime.scope == server.scope == ONCE
-    per_copy = weights.point_bytes + acts.point_bytes + backend.point_bytes
+    per_copy = weights.point_bytes + acts.point_bytes + remainder.point_bytes
     once = runtime.point_bytes + server.point_bytes
     assert sum_parts(parts, PER_COPY)[1] == per_copy
     total = 16 * 1024 * MIB
@@ -164,6 +166,29 @@ def test_libtorch_parts_and_count_follow_the_formula() -> None:
     assert card_count(parts, memory_bytes=total, threshold=0.9)[1] == expected
     low, point, high = card_count(parts, memory_bytes=total, threshold=0.9)
     assert low <= point <= high
+
+
+def test_the_request_batch_sets_the_activations_and_is_named() -> None:
+    big = ModelFacts(
+        params=1_000_000,
+        weight_bytes=4_000_000,
+        weight_bytes_fp32=4_000_000,
+        activation_bytes={1: 1 * MIB, 4: 40 * MIB, 8: 80 * MIB},
+    )
+    served = Batches(warmup=4, preferred=4, max=8, request=8)
+    assert served.activation == 8 and "served requests (batch 8)" in served.activation_driver
+    warm = Batches(warmup=4, preferred=4, max=8)
+    assert warm.activation == 4 and "warm-up (batch 4)" in warm.activation_driver
+    assert "load: batch 1; warm-up: batch 4; served requests: batch 1" in warm.describe()
+    none = Batches(warmup=0, preferred=4, max=8)
+    assert none.activation == 1 and "warm-up: none" in none.describe()
+    acts = [
+        build_parts(big, model_format="torchscript", batches=b)[1] for b in (served, warm, none)
+    ]
+    assert "batch 8" in acts[0].name and "batch 4" in acts[1].name and "batch 1" in acts[2].name
+    assert acts[0].point_bytes > acts[1].point_bytes > acts[2].point_bytes
+    with pytest.raises(UserInputError, match="request batch"):
+        Batches(warmup=1, preferred=1, max=1, request=0)
 
 
 def test_tensorrt_parts_range_from_fp16_to_fp32_weights() -> None:
@@ -176,7 +201,8 @@ def test_tensorrt_parts_range_from_fp16_to_fp32_weights() -> None:
     batches = Batches(warmup=1, preferred=8, max=8, profile_max=32)
     engine, context, _, _ = build_parts(facts, model_format="tensorrt", batches=batches)
     assert (engine.low_bytes, engine.high_bytes) == (2_000_000, 4_000_000)
-    assert context.low_bytes == int(32 * MIB * TRT_CONTEXT_FACTOR[0])  # the profile's max
+    assert context.low_bytes == int(32 * MIB * SHIPPED.trt_context[0])  # the profile's max
+    assert "measure TensorRT models" in context.source  # why the range is wider
 
 
 def test_int8_is_for_tensorrt_only_and_names_the_fix() -> None:
@@ -222,7 +248,7 @@ def test_built_torchscript_folder_reads_its_config(tmp_path: Path) -> None:
     )
     estimate = estimate_model(folder, instance_types=["ml.g4dn.xlarge"])
     assert estimate.model_format == "torchscript"
-    assert estimate.batches == Batches(warmup=1, preferred=8, max=16, instances=2)
+    assert estimate.batches == Batches(warmup=0, preferred=8, max=16, instances=2)
     assert estimate.params == 4 * 8 + 8 + 8 * 2 + 2
     assert estimate.activation_bytes[16] == 16 * (4 + 8 + 8) * 4
     assert [c.gpu for c in estimate.cards] == ["T4"]
@@ -242,16 +268,25 @@ def test_cli_estimate_prints_parts_and_writes_json(tmp_path: Path) -> None:
             "estimate",
             "torchvision:resnet18",
             "--instance-type",
-            "ml.g4dn.xlarge",
+            "ml.g4dn.xlarge,ml.g5.xlarge",
+            "--request-batch",
+            "64",
             "--json",
             str(out),
         ],
     )
     assert result.exit_code == 0, result.output
     assert "one copy" in result.output and "T4" in result.output
+    words = " ".join(result.output.split())
+    # the batches assumed, and the one that set the activations (64 > the warm-up's 32)
+    assert "load: batch 1; warm-up: batch 32; served requests: batch 64" in words
+    assert "activations sized by the served requests (batch 64)" in words
+    assert "published runs" in words and "projected" in words  # T4 checked, A10G projected
     data = json.loads(out.read_text())
     assert data["kind"] == "estimate" and data["params"] == 11_689_512
-    assert any("cuDNN workspace" in part["name"] for part in data["parts"])
+    assert data["batches"]["request"] == 64 and "64" in data["activation_bytes"]
+    assert [c["projected"] for c in data["cards"]] == [False, True]
+    assert any("cuDNN convolution workspace" in part["name"] for part in data["parts"])
     bad = CliRunner().invoke(
         cli, ["capacity", "estimate", "torchvision:resnet18", "--instance-type", "ml.nope"]
     )
@@ -328,8 +363,9 @@ def test_onnx_model_folder_and_tarball(tmp_path: Path) -> None:
         assert estimate.model_format == "onnx"
         assert estimate.batches == Batches(warmup=4, preferred=8, max=8)
         assert estimate.activation_bytes == {4: 4 * 80, 8: 8 * 80}
-        activations = next(p for p in estimate.parts if p.name.startswith("activations"))
-        assert activations.high_bytes == 2 * 8 * 80  # ONNX Runtime's arena: up to 2x
+        activations = next(p for p in estimate.parts if "activations" in p.name)
+        assert "batch 4" in activations.name  # the warm-up sets them
+        assert activations.high_bytes - activations.low_bytes == 4 * 80  # ORT arena: up to 2x
 
 
 def test_a_tensorrt_plan_asks_for_its_source(tmp_path: Path) -> None:
@@ -381,9 +417,13 @@ def test_runtime_once_is_the_published_first_copy_excess() -> None:
         convolutions=1,
     )
     batches = Batches(warmup=1, preferred=1, max=1)
-    runtime = build_parts(facts, model_format="torchscript", batches=batches)[3]
-    assert runtime.low_bytes == int(min(excess) * MIB)
-    assert runtime.high_bytes == int(max(excess) * MIB)
+    runtime = next(
+        p
+        for p in build_parts(facts, model_format="torchscript", batches=batches)
+        if p.name.startswith("runtime")
+    )
+    assert abs(runtime.low_bytes - min(excess) * MIB) < MIB
+    assert abs(runtime.high_bytes - max(excess) * MIB) < MIB
     assert 700 < min(excess) <= max(excess) < 800  # libtorch + cuBLAS + cuDNN on a T4/V100
 
 

@@ -43,7 +43,7 @@ def test_count_never_negative_and_inputs_checked() -> None:
 
 
 def test_packaged_cards_are_readable_as_package_data() -> None:
-    text = importlib.resources.files("mmelocal.bench").joinpath("data/gpus.yaml").read_text()
+    text = importlib.resources.files("mmelocal.facts").joinpath("gpus.yaml").read_text()
     names = {gpu.name for gpu in parse_gpus(text)}
     assert {"T4", "A10G", "V100", "L4", "A100-40GB", "A100-80GB", "H100"} <= names
     instances = {i for gpu in load_gpus() for i in gpu.instances}
@@ -165,14 +165,21 @@ def test_a_count_exactly_on_the_limit_is_not_lost_to_float_rounding() -> None:
     )
 
 
-def test_a_cpu_measurement_projected_onto_gpus_carries_a_caution() -> None:
+def test_a_cpu_measurement_names_where_and_projects_nothing() -> None:
     import dataclasses
 
+    from mmelocal.bench.capacity import with_projection
+
     result = _synthetic_capacity(4 * GIB, 300 * MIB, [700 * MIB] * 10, 0.9)
-    projection = project(per_model_bytes=700 * MIB, baseline_bytes=300 * MIB)
-    on_cpu = dataclasses.replace(
-        result, probe="host RSS of the Triton tree, budget 4,096 MiB", projection=projection
-    )
-    assert on_cpu.on_host_memory and any("caution" in line for line in on_cpu.summary_lines())
+    on_cpu = dataclasses.replace(result, probe="host RSS of the Triton tree, budget 4,096 MiB")
+    assert on_cpu.on_host_memory and with_projection(on_cpu, None).projection is None
+    lines = on_cpu.summary_lines()
+    assert lines[0].startswith("measured: this machine, CPU host memory")
+    assert any(line.startswith("no GPU projection") for line in lines)
+    emulated = dataclasses.replace(on_cpu, instance_type="ml.g4dn.xlarge")
+    assert emulated.measured_where == "local AWS, CPU host memory, as ml.g4dn.xlarge"
+    cpu_type = dataclasses.replace(on_cpu, instance_type="ml.m5.xlarge")
+    assert cpu_type.measured_where == "CPU host memory, on ml.m5.xlarge"
     on_gpu = dataclasses.replace(on_cpu, probe="nvml:0")
-    assert not any("caution" in line for line in on_gpu.summary_lines())
+    assert with_projection(on_gpu, None).projection is not None
+    assert not any("no GPU projection" in line for line in on_gpu.summary_lines())

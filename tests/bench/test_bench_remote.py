@@ -171,10 +171,10 @@ def test_capacity_copies_the_tarball_in_s3_and_loads_each_copy(
     assert [load.used_bytes for load in result.loads] == sorted(
         load.used_bytes for load in result.loads
     )
-    assert result.projection is not None and result.projection.rows
+    assert result.projection is None  # host memory: no GPU projection
     again = result_from_dict(json.loads(json.dumps(result.to_dict())))
     assert isinstance(again, CapacityResult) and again.instance_type == INSTANCE_TYPE
-    assert "measured on ml.g4dn.xlarge" in result.summary_lines()[0]
+    assert "local AWS, CPU host memory, as ml.g4dn.xlarge" in result.summary_lines()[0]
     # the emulator loaded exactly those copies, once each (and the probe)
     loads = [e["target"] for e in emulator_events(deployed) if e["kind"] == "load"]
     assert [t for t in loads if t.startswith(folder)] == list(run.loaded)
@@ -191,7 +191,8 @@ def test_capacity_cli_on_an_endpoint(
                  "--memory-budget", BUDGET, "--max-copies", "2", "--json", str(out)])  # fmt: skip
     printed = capsys.readouterr().out
     assert code == 0, printed
-    assert "measured on ml.g4dn.xlarge" in printed
+    assert "measured: local AWS, CPU host memory, as ml.g4dn.xlarge" in printed
+    assert "no GPU projection" in printed
     data = json.loads(out.read_text())
     assert data["kind"] == "capacity" and data["count"] == 2
     assert data["instance_type"] == INSTANCE_TYPE

@@ -85,6 +85,11 @@ def test_benchmark_deploys_measures_reports_and_undeploys(
         capacity = bench["capacity"]
         assert capacity["count"] == 2 and capacity["instance_type"] == INSTANCE_TYPE
         assert capacity["probe"].startswith("host PSS") and bench["endpoint"] in capacity["probe"]
+        # CPU figures under a GPU instance type: named as such, never projected onto GPUs
+        assert capacity["projection"] is None
+        assert bench["figures_from"] == (
+            f"local AWS, CPU host memory, as {INSTANCE_TYPE}; latency and throughput on CPU"
+        )
         assert all(load["delta_bytes"] > 0 for load in capacity["loads"])
         steps = bench["loadtest"]["steps"]
         assert bench["loadtest"]["target_count"] == 2 and bench["loadtest"]["failures"] == 0
@@ -95,6 +100,10 @@ def test_benchmark_deploys_measures_reports_and_undeploys(
     ]  # fmt: skip
     page = (tmp_path / "report" / "index.html").read_text()
     assert "Comparison per model and framework" in page
+    assert f"measured on {INSTANCE_TYPE}" not in page and "no GPU projection" in page
+    assert "CPU figures (host memory, CPU latency), not GPU figures" in " ".join(printed.split())
+    steps_csv = (tmp_path / "report" / "benchmark-steps.csv").read_text().splitlines()
+    assert steps_csv[0].endswith(",failed_requests,figures_from")
     comparison = (tmp_path / "report" / "benchmark-comparison.csv").read_text().splitlines()
     assert comparison[0].startswith("instance_type,model,framework,max_models_loaded")
     assert [line.split(",")[:4] for line in comparison[1:]] == [

@@ -88,6 +88,18 @@ def test_local_aws_command_serves_stops_cleanly_and_keeps_its_state(tmp_path: Pa
         target = {"ServiceNamespace": "sagemaker", "ResourceId": "endpoint/e/variant/AllTraffic",
                   "ScalableDimension": "sagemaker:variant:DesiredInstanceCount"}  # fmt: skip
         aas.register_scalable_target(**target, MinCapacity=1, MaxCapacity=4)
+        aas.put_scaling_policy(
+            PolicyName="p", PolicyType="TargetTrackingScaling", **target,
+            TargetTrackingScalingPolicyConfiguration={"TargetValue": 100.0,
+                "PredefinedMetricSpecification": {
+                    "PredefinedMetricType": "SageMakerVariantInvocationsPerInstance"}},
+        )  # fmt: skip
+        cloudwatch = boto3.client("cloudwatch", endpoint_url=url, **KEYS)
+        cloudwatch.put_metric_alarm(
+            AlarmName="errors", Namespace="AWS/SageMaker", MetricName="Invocation5XXErrors",
+            Statistic="Sum", Period=60, EvaluationPeriods=1, Threshold=0,
+            ComparisonOperator="GreaterThanThreshold",
+        )  # fmt: skip
         tritons = tritons_of(procs[0])
         assert len(tritons) == 1
         text = stop(procs[0])
@@ -102,6 +114,10 @@ def test_local_aws_command_serves_stops_cleanly_and_keeps_its_state(tmp_path: Pa
         assert (described["EndpointStatus"], described["EndpointConfigName"]) == ("InService", "c")
         (restored,) = aas.describe_scalable_targets(ServiceNamespace="sagemaker")["ScalableTargets"]
         assert (restored["ResourceId"], restored["MaxCapacity"]) == (target["ResourceId"], 4)
+        (policy,) = aas.describe_scaling_policies(ServiceNamespace="sagemaker")["ScalingPolicies"]
+        assert policy["PolicyName"] == "p" and len(policy["Alarms"]) == 2  # AlarmHigh, AlarmLow
+        names = {a["AlarmName"] for a in cloudwatch.describe_alarms()["MetricAlarms"]}
+        assert names == {"errors", *(a["AlarmName"] for a in policy["Alarms"])}
         config = sm.describe_endpoint_config(EndpointConfigName="c")
         assert config["ProductionVariants"][0]["InstanceType"] == "ml.g5.xlarge"
         answer = boto3.client("sagemaker-runtime", endpoint_url=url, **KEYS).invoke_endpoint(

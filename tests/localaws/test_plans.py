@@ -94,7 +94,7 @@ def test_fleet_plans() -> None:
     assert plan.single_model_target is None
     assert dict(plan.environment) == {"SAGEMAKER_TRITON_LOG_VERBOSE": "true"}
     assert plan.gpu_memory_bytes == 15360 * MiB  # a T4
-    assert plan.variants[0]["CurrentInstanceCount"] == 3
+    assert (plan.variant_name, plan.weight) == (config["ProductionVariants"][0]["VariantName"], 1.0)
 
     single = container | {"Mode": "SingleModel", "ModelDataUrl": "s3://bkt/one/model.tar.gz"}
     plan = plan_fleet("ep", config, {"PrimaryContainer": single})

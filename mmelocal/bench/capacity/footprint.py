@@ -15,14 +15,10 @@ With both, the count follows: ``floor((threshold x total - baseline - shared) / 
 
 from __future__ import annotations
 
+from mmelocal.builder.backends import KIND_RUNTIMES
 from mmelocal.runtime.memory import marginal_bytes
 
-FRAMEWORK_RUNTIMES = {
-    "torchscript": "torch",
-    "onnx": "onnxruntime",
-    "tensorrt": "TensorRT",
-    "python": "Python",
-}
+FRAMEWORK_RUNTIMES = KIND_RUNTIMES
 
 
 def runtime_name(model_format: str) -> str:

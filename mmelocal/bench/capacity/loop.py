@@ -24,13 +24,14 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
 from mmelocal.bench.capacity.projection import GpuSpec, validate_threshold
 from mmelocal.bench.capacity.result import CapacityResult, LoadRecord
 from mmelocal.errors import BenchError, MmeLocalError, UserInputError
+from mmelocal.facts.sagemaker import DIRECT_LOAD_TIMEOUT_S, MEMORY_THRESHOLD
 from mmelocal.units import MiB
 
 logger = logging.getLogger(__name__)
@@ -117,7 +118,7 @@ async def measure_instance(
     instance: CapacityInstance,
     targets: Sequence[str],
     *,
-    threshold: float = 0.9,
+    threshold: float = MEMORY_THRESHOLD,
     max_copies: int = 200,
     payload: bytes | None = None,
     content_type: str = "application/json",
@@ -248,7 +249,7 @@ async def _load_one(
 class _LoopLimits:
     """The copy loop's limits, the same here and on an endpoint (checked on creation)."""
 
-    threshold: float = 0.9
+    threshold: float = MEMORY_THRESHOLD
     max_copies: int = 200
     memory_budget_bytes: int | None = None
     verify_next: bool = True
@@ -269,7 +270,7 @@ class CapacityOptions(_LoopLimits):
 
     use_gpu: bool | None = None
     tritonserver: Path | None = None
-    load_timeout_s: float = 300.0
+    load_timeout_s: float = DIRECT_LOAD_TIMEOUT_S
     workdir: Path | None = None
 
 
@@ -303,7 +304,7 @@ def measure_capacity(
             "no GPU here: give a memory budget (e.g. --memory-budget 4GiB) to measure the "
             "Triton process tree's host memory against"
         )
-    started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    started_at = datetime.now(UTC).isoformat(timespec="seconds")
     with tempfile.TemporaryDirectory(prefix="mmelocal-capacity-", dir=opts.workdir) as tmp:
         work = Path(tmp)
         model = resolve_model(source, workdir=work, model_format=model_format)
@@ -335,7 +336,10 @@ def measure_capacity(
 
 def with_projection(result: CapacityResult, gpus: Sequence[GpuSpec] | None) -> CapacityResult:
     """``result`` with its projection onto ``gpus`` (default: the packaged cards): each copy
-    costs its marginal part; the shared runtime is paid once, like the baseline."""
+    costs its marginal part; the shared runtime is paid once, like the baseline. A result
+    read from host memory (no GPU) gets none: host footprints do not project to a GPU."""
+    if result.on_host_memory:
+        return result
     per_model, baseline = result.marginal_mean_bytes, result.baseline_bytes
     if per_model is not None and result.shared_runtime_bytes is not None:
         baseline += result.shared_runtime_bytes

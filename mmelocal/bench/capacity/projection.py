@@ -7,7 +7,7 @@ count on any card of known size::
     count = floor((threshold * total - baseline) / per_model)
 
 The cards and the instance types that carry them live in a YAML data file shipped in the
-package (``mmelocal/bench/data/gpus.yaml``); users pass their own file to add or replace
+package (``mmelocal/facts/gpus.yaml``); users pass their own file to add or replace
 cards (same ``name`` replaces).
 """
 
@@ -18,12 +18,13 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from importlib import resources
 from pathlib import Path
 from typing import Any, ClassVar
 
 from mmelocal.bench.datafile import parse_yaml
 from mmelocal.errors import UserInputError
+from mmelocal.facts.cards import gpus_text
+from mmelocal.facts.sagemaker import MEMORY_THRESHOLD
 from mmelocal.units import MiB
 
 
@@ -107,7 +108,11 @@ def validate_threshold(threshold: float) -> float:
 
 
 def project_count(
-    *, total_bytes: int, baseline_bytes: int, per_model_bytes: float, threshold: float = 0.9
+    *,
+    total_bytes: int,
+    baseline_bytes: int,
+    per_model_bytes: float,
+    threshold: float = MEMORY_THRESHOLD,
 ) -> int:
     """``floor((threshold * total - baseline) / per_model)``, never below 0.
 
@@ -125,8 +130,8 @@ def project_count(
 
 
 def default_gpus_text() -> str:
-    """The packaged ``gpus.yaml`` (read through importlib.resources, so it works in a wheel)."""
-    return resources.files("mmelocal.bench").joinpath("data/gpus.yaml").read_text("utf-8")
+    """The packaged ``gpus.yaml`` (:mod:`mmelocal.facts.cards`)."""
+    return gpus_text()
 
 
 def parse_gpus(text: str, *, origin: str = "<gpus>") -> list[GpuSpec]:
@@ -196,7 +201,7 @@ def project(
     *,
     per_model_bytes: float,
     baseline_bytes: int,
-    threshold: float = 0.9,
+    threshold: float = MEMORY_THRESHOLD,
     gpus: Sequence[GpuSpec] | None = None,
 ) -> Projection:
     """The projected count for every card and every instance type that carries it."""

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from mmelocal.bench.capacity.footprint import runtime_name
-from mmelocal.bench.capacity.projection import Projection, project_count
+from mmelocal.bench.capacity.projection import Projection, is_gpu_instance_type, project_count
 from mmelocal.units import MiB
 
 
@@ -148,7 +148,10 @@ class CapacityResult:
     def summary_lines(self) -> list[str]:
         """Plain-text summary for the CLI and the report."""
         mean, spread = self.per_model_mean_bytes, self.per_model_stdev_bytes
-        lines = [] if not self.instance_type else [f"measured on {self.instance_type}"]
+        if self.on_host_memory:
+            lines = [f"measured: {self.measured_where} (CPU figures, not GPU figures)"]
+        else:
+            lines = [] if not self.instance_type else [f"measured on {self.instance_type}"]
         lines += [
             f"{self.count} copies fit under {self.threshold:.0%} of {self.total_bytes / MiB:,.0f}"
             f" MiB ({self.probe}); stopped: {self.stopped_reason}",
@@ -161,7 +164,10 @@ class CapacityResult:
                 + f", min {min(self.deltas_bytes) / MiB:,.1f}"
                 + f", max {max(self.deltas_bytes) / MiB:,.1f}"
             )
-            lines.append(f"projection onto this card gives {self.projected_count} copies")
+            lines.append(
+                f"projection onto this {'memory budget' if self.on_host_memory else 'card'} "
+                f"gives {self.projected_count} copies"
+            )
         parts = self.footprint_line()
         if parts is not None:
             lines.append(parts)
@@ -173,14 +179,28 @@ class CapacityResult:
         if self.loads:
             load_times = [load.load_s for load in self.loads]
             lines.append(f"load time per copy: mean {statistics.fmean(load_times):.2f} s")
-        if self.projection is not None and self.on_host_memory:
+        if self.on_host_memory:
             lines.append(
-                "caution: measured as host memory on CPU, where each copy also carries its own "
-                "Python stub; the GPU projection assumes the same "
-                "footprint on a GPU, which it is not: measure on a GPU, or give a GPU figure "
-                "to `mmelocal capacity project`"
+                "no GPU projection: host memory on CPU (each copy also carries its own Python "
+                "stub) says nothing about a GPU. For GPU numbers: `mmelocal capacity estimate`, "
+                "`mmelocal capacity` on a GPU machine or on a deployed GPU endpoint, or a GPU "
+                "figure given to `mmelocal capacity project`"
             )
         return lines
+
+    @property
+    def measured_where(self) -> str:
+        """Where the figures were really taken: ``local AWS, CPU host memory, as
+        ml.g4dn.xlarge`` for a host-memory probe behind a GPU instance type (no GPU
+        instance reads host memory), ``CPU host memory, on ml.m5.xlarge``, ``this machine,
+        CPU host memory``; ``ml.g5.xlarge, GPU memory`` for a GPU probe."""
+        if not self.on_host_memory:
+            return f"{self.instance_type or 'this machine'}, GPU memory"
+        if not self.instance_type:
+            return "this machine, CPU host memory"
+        if is_gpu_instance_type(self.instance_type):
+            return f"local AWS, CPU host memory, as {self.instance_type}"
+        return f"CPU host memory, on {self.instance_type}"
 
     @property
     def on_host_memory(self) -> bool:
@@ -229,6 +249,7 @@ class CapacityResult:
             "probe": self.probe,
             "started_at": self.started_at,
             "instance_type": self.instance_type,
+            "measured_where": self.measured_where,
             "total_bytes": self.total_bytes,
             "threshold": self.threshold,
             "limit_bytes": self.limit_bytes,

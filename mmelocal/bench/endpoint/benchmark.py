@@ -34,6 +34,7 @@ from mmelocal.bench.endpoint.remote import RemoteEndpoint
 from mmelocal.bench.endpoint.result import BenchmarkResult, framework_of
 from mmelocal.bench.loadtest.result import LoadTestResult
 from mmelocal.bench.loadtest.shape import LoadShape
+from mmelocal.bench.loadtest.workers import LoadGenerators
 from mmelocal.bench.sweep.runner import SweepOptions
 from mmelocal.errors import MmeLocalError, UserInputError
 
@@ -58,6 +59,7 @@ def benchmark_on_endpoint(
     content_type: str = "application/json",
     progress: Callable[[str], None] | None = None,
     gpus: Sequence[Any] | None = None,
+    generators: LoadGenerators | None = None,
 ) -> BenchmarkResult:
     """Capacity, then the load test over the loaded copies; the copies are deleted after."""
     say = progress or (lambda message: None)
@@ -84,6 +86,7 @@ def benchmark_on_endpoint(
                 f"{len(run.loaded)} copies",
                 say=say,
                 content_type=content_type,
+                generators=generators,
             )
     finally:
         endpoint.delete(list(run.created))
@@ -119,6 +122,7 @@ class BenchmarkPlan:
     poll_s: float = 30.0
     #: creates the endpoints when ``existing`` is None
     deployer: Deployer | None = None
+    generators: LoadGenerators = field(default_factory=LoadGenerators)
 
     def __post_init__(self) -> None:
         if not self.tarballs:
@@ -253,6 +257,7 @@ def run_benchmark(
                         content_type=plan.content_type,
                         progress=say,
                         gpus=gpus,
+                        generators=plan.generators,
                     )
                 )
                 if plan.sweep is not None and index == len(runs) - 1:

@@ -25,25 +25,21 @@ import tempfile
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from mmelocal.bench.capacity.loop import _LoopLimits, copies_needed, measure_instance
 from mmelocal.bench.capacity.projection import GpuSpec
 from mmelocal.bench.capacity.result import CapacityResult, LoadRecord
 from mmelocal.bench.endpoint.remote import PROBE_TARGET, ProbeReading, RemoteEndpoint
+from mmelocal.builder.backends import MODEL_KINDS
 from mmelocal.errors import UserInputError
 from mmelocal.units import MiB
 
 logger = logging.getLogger(__name__)
 
 #: Triton platform (or backend) -> mmelocal's format name
-PLATFORM_FORMATS = {
-    "pytorch_libtorch": "torchscript",
-    "onnxruntime_onnx": "onnx",
-    "tensorrt_plan": "tensorrt",
-    "python": "python",
-}
+PLATFORM_FORMATS = MODEL_KINDS
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,7 +123,7 @@ def measure_endpoint_capacity(
         raise UserInputError(f"{tarball}: expected a model.tar.gz (package it with mmelocal)")
     model_format = tarball_format(tarball)
     model = opts.model_name or model_stem(tarball)
-    started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    started_at = datetime.now(UTC).isoformat(timespec="seconds")
     with tempfile.TemporaryDirectory(prefix="mmelocal-remote-") as tmp:
         first = endpoint.ensure_probe(Path(tmp))
     if first.kind == "host" and opts.memory_budget_bytes is None:

@@ -29,11 +29,13 @@ from typing import TYPE_CHECKING, Any
 from mmelocal.aws.s3 import SHA256_METADATA, split_s3_uri
 from mmelocal.aws.session import AwsClients, aws_error, error_code
 from mmelocal.errors import BenchError, UserInputError
+from mmelocal.facts import sagemaker as sagemaker_facts
 from mmelocal.units import MiB
 
 if TYPE_CHECKING:
     from mmelocal.bench.loadtest.result import LoadTestResult
     from mmelocal.bench.loadtest.shape import LoadShape
+    from mmelocal.bench.loadtest.workers import LoadGenerators
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +49,7 @@ PROBE_PAYLOAD = json.dumps(
 #: the largest object one CopyObject request copies (S3's limit)
 COPY_OBJECT_LIMIT_BYTES = 5 * 1024**3
 #: how long a cold load may answer ModelNotReadyException before we give up (the service's)
-LOAD_LIMIT_S = 360.0
+LOAD_LIMIT_S = sagemaker_facts.LOAD_LIMIT_S
 
 
 def probe_template() -> Path:
@@ -255,10 +257,12 @@ class RemoteEndpoint:
         label: str,
         say: Callable[[str], None],
         content_type: str = "application/json",
+        generators: LoadGenerators | None = None,
     ) -> LoadTestResult:
         """The boto3 load test over ``targets`` (TargetModels of this endpoint); progress
-        lines go to ``say``."""
+        lines go to ``say``; ``generators``: the Locust workers (default: one per core)."""
         from mmelocal.bench.loadtest.runner import LoadTestConfig, run_loadtest
+        from mmelocal.bench.loadtest.workers import LoadGenerators
 
         config = LoadTestConfig(
             endpoint=self.info.name,
@@ -268,6 +272,7 @@ class RemoteEndpoint:
             payload=payload,
             content_type=content_type,
             shape=shape,
+            generators=generators or LoadGenerators(),
         )
         return run_loadtest(config, label=label, progress=lambda p: say(loadtest_status(p)))
 

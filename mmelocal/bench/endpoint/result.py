@@ -16,9 +16,10 @@ from typing import Any, ClassVar
 
 from mmelocal.bench.capacity.result import CapacityResult
 from mmelocal.bench.loadtest.result import LoadTestResult
+from mmelocal.builder.backends import KIND_SHORT_NAMES
 
 #: format -> the framework name the published comparison uses
-FRAMEWORKS = {"torchscript": "pt", "tensorrt": "trt", "onnx": "onnx", "python": "python"}
+FRAMEWORKS = KIND_SHORT_NAMES
 #: the metrics compared, with whether higher is better
 METRICS = (
     ("max_models_loaded", True),
@@ -62,6 +63,18 @@ class BenchmarkResult:
         return max((s.throughput_rps for s in self._good_steps()), default=None)
 
     @property
+    def on_cpu(self) -> bool:
+        """True when the figures come from a CPU run (host memory, CPU latency), not a GPU."""
+        return self.capacity.on_host_memory
+
+    @property
+    def figures_from(self) -> str:
+        """Where every figure of this run was taken (``local AWS, CPU host memory, as
+        ml.g4dn.xlarge; latency and throughput on CPU``)."""
+        where = self.capacity.measured_where
+        return f"{where}; latency and throughput on CPU" if self.on_cpu else where
+
+    @property
     def max_users(self) -> int | None:
         """Highest user count before the first failed request."""
         return None if self.loadtest is None else self.loadtest.max_users_without_failure
@@ -78,6 +91,7 @@ class BenchmarkResult:
             "latency_ms": self.latency_ms,
             "throughput_rps": self.throughput_rps,
             "max_users": self.max_users,
+            "figures_from": self.figures_from,
             "capacity": self.capacity.to_dict(),
             "loadtest": self.loadtest.to_dict() if self.loadtest else None,
         }
@@ -123,6 +137,7 @@ def comparison_rows(results: Sequence[BenchmarkResult]) -> list[dict[str, Any]]:
                     "model": model,
                     "framework": framework,
                     **{name: getattr(result, name) for name, _ in METRICS},
+                    "figures_from": result.figures_from,
                 }
             )
         pt, trt = by_framework.get("pt"), by_framework.get("trt")
@@ -136,6 +151,7 @@ def comparison_rows(results: Sequence[BenchmarkResult]) -> list[dict[str, Any]]:
                         name: percent_difference(getattr(pt, name), getattr(trt, name))
                         for name, _ in METRICS
                     },
+                    "figures_from": "; ".join(dict.fromkeys((pt.figures_from, trt.figures_from))),
                 }
             )
     return rows
@@ -143,7 +159,8 @@ def comparison_rows(results: Sequence[BenchmarkResult]) -> list[dict[str, Any]]:
 
 def step_rows(results: Sequence[BenchmarkResult]) -> list[dict[str, Any]]:
     """Every load-test step of every run, one row each: the published
-    ``summary_results.csv`` (model, instance type, platform, models loaded, then the step)."""
+    ``summary_results.csv`` (model, instance type, platform, models loaded, then the step),
+    and a last column, ``figures_from``, saying where the figures were taken."""
     rows: list[dict[str, Any]] = []
     for result in results:
         for step in result.loadtest.steps if result.loadtest else ():
@@ -160,6 +177,7 @@ def step_rows(results: Sequence[BenchmarkResult]) -> list[dict[str, Any]]:
                     "max_latency_ms": step.max_latency_ms,
                     "successful_requests": step.successes,
                     "failed_requests": step.failures,
+                    "figures_from": result.figures_from,
                 }
             )
     return rows

@@ -20,7 +20,7 @@ import logging
 import tempfile
 import uuid
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from mmelocal.bench.endpoint.remote import RemoteEndpoint
@@ -54,7 +54,7 @@ def run_endpoint_sweep(
     prices = load_prices(opts.prices_file)
     price = prices.price_for(instance_type)
     local_gpu = gpu_count() > 0
-    started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    started_at = datetime.now(UTC).isoformat(timespec="seconds")
     run = f"mmelocal-sweep-{uuid.uuid4().hex[:8]}/"
     rows: dict[str, SweepRow] = {}
     order: list[str] = []
@@ -130,6 +130,7 @@ def _measure_variant(
             shape=opts.shape,
             label=name,
             say=lambda line: say(f"{name}: {line}"),
+            generators=opts.generators,
         )
         return row_from_loadtest(
             _row(plan, status="ok", load_s=load_s),

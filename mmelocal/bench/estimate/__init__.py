@@ -3,8 +3,10 @@ no GPU. The arithmetic and the :class:`Estimate` (:mod:`~mmelocal.bench.estimate
 its parts and their sources (:mod:`~mmelocal.bench.estimate.parts`), weights and
 activations traced on fake tensors (:mod:`~mmelocal.bench.estimate.activations`), a model,
 folder or tarball estimated (:mod:`~mmelocal.bench.estimate.model`), the published runs
-(:mod:`~mmelocal.bench.estimate.published`) and the check against them
-(:mod:`~mmelocal.bench.estimate.calibration`).
+(:mod:`~mmelocal.bench.estimate.published`), the check against them
+(:mod:`~mmelocal.bench.estimate.calibration`), each model held out of the fit
+(:mod:`~mmelocal.bench.estimate.holdout`), and PyTorch's caching allocator replayed
+(:mod:`~mmelocal.bench.estimate.allocator`).
 
 The names of :mod:`~mmelocal.bench.estimate.core` are importable from here.
 """

@@ -36,6 +36,8 @@ class Weights:
     params: int
     param_bytes: int
     buffer_bytes: int
+    #: every stored tensor's bytes, in the order a saved module loads them (state_dict order)
+    blocks: tuple[int, ...] = ()
 
     @property
     def total_bytes(self) -> int:
@@ -55,6 +57,9 @@ class ActivationTrace:
     convolutions: int = 0
     overlapping_convolutions: int = 0
     unknown_tensors: int = 0
+    #: the sizes of the tensors live at the peak, inputs first (what the caching allocator
+    #: holds in blocks at that moment: :mod:`mmelocal.bench.estimate.allocator`)
+    peak_blocks: tuple[int, ...] = ()
 
 
 def _tensor_bytes(t: Any, float_bytes: int | None) -> int:
@@ -67,10 +72,14 @@ def torch_weights(module: Any, *, float_bytes: int | None = None) -> Weights:
     """Parameters (count and bytes) and buffers of ``module``; tied tensors once."""
     params = list(module.parameters())
     buffers = list(module.buffers())
+    blocks: dict[int, int] = {}
+    for tensor in module.state_dict(keep_vars=True).values():
+        blocks.setdefault(_storage_key(tensor), _tensor_bytes(tensor, float_bytes))
     return Weights(
         params=sum(int(p.numel()) for p in params),
         param_bytes=sum(_tensor_bytes(p, float_bytes) for p in params),
         buffer_bytes=sum(_tensor_bytes(b, float_bytes) for b in buffers),
+        blocks=tuple(blocks.values()),
     )
 
 
@@ -91,6 +100,7 @@ class _LiveTensors:
         self.float_bytes = float_bytes
         self.live = start_bytes
         self.peak = start_bytes
+        self.peak_blocks: tuple[int, ...] = ()
         self.ops = 0
         self.convolutions = 0
         self.overlapping = 0
@@ -126,7 +136,9 @@ class _LiveTensors:
             size = size * self.float_bytes // int(tensor.element_size())
         self._sizes[key] = size
         self.live += size
-        self.peak = max(self.peak, self.live)
+        if self.live > self.peak:
+            self.peak = self.live
+            self.peak_blocks = tuple(self._sizes.values())
         weakref.finalize(storage, self._free, key)
 
     def _free(self, key: int) -> None:
@@ -160,6 +172,7 @@ def trace_torch(
         raise UserInputError("tracing needs at least one input tensor")
     input_bytes = sum(_tensor_bytes(t, float_bytes) for t in leaves)
     live = _LiveTensors(float_bytes, input_bytes)
+    input_blocks = tuple(_tensor_bytes(t, float_bytes) for t in leaves)
 
     class _Mode(TorchDispatchMode):
         def __torch_dispatch__(
@@ -182,6 +195,7 @@ def trace_torch(
         ops=live.ops,
         convolutions=live.convolutions,
         overlapping_convolutions=live.overlapping,
+        peak_blocks=(*input_blocks, *live.peak_blocks),
     )
 
 

@@ -15,7 +15,9 @@ from functools import cache
 from typing import Any
 
 from mmelocal.bench.estimate.core import (
+    SHIPPED,
     Batches,
+    Calibration,
     Estimate,
     ModelFacts,
     card_count,
@@ -23,6 +25,8 @@ from mmelocal.bench.estimate.core import (
     sum_parts,
 )
 from mmelocal.bench.estimate.published import PUBLISHED, PublishedCount
+from mmelocal.builder.backends import PLATFORM_FORMATS
+from mmelocal.facts.sagemaker import MEMORY_THRESHOLD
 from mmelocal.units import MiB
 
 
@@ -114,17 +118,25 @@ def _facts(model: str, precision: str, profile_max: int) -> ModelFacts:
     return trace_module(module.eval(), inputs, batches, precision=precision)
 
 
-def compare(row: PublishedCount, *, threshold: float = 0.9) -> Comparison:
-    """The estimate of ``row``'s model on ``row``'s card."""
-    fmt = "tensorrt" if row.platform == "tensorrt_plan" else "torchscript"
+def published_facts(row: PublishedCount) -> ModelFacts:
+    """The traced facts of ``row``'s model, the way its published run used it (cached)."""
+    return _facts(row.model, row.precision, published_batches(row).engine_max)
+
+
+def compare(
+    row: PublishedCount, *, threshold: float = MEMORY_THRESHOLD, calibration: Calibration = SHIPPED
+) -> Comparison:
+    """The estimate of ``row``'s model on ``row``'s card (with ``calibration``'s constants)."""
+    fmt = PLATFORM_FORMATS.get(row.platform, "torchscript")
     batches = published_batches(row)
     estimate = estimate_from_facts(
-        _facts(row.model, row.precision, batches.engine_max),
+        published_facts(row),
         source=row.spec,
         model_format=fmt,
         precision=row.precision,
         batches=batches,
         threshold=threshold,
+        calibration=calibration,
     )
     low, point, high = card_count(
         estimate.parts, memory_bytes=int(row.total_mib * MiB), threshold=threshold, gpu=row.gpu
@@ -139,4 +151,11 @@ def compare_published(rows: Sequence[PublishedCount] = PUBLISHED) -> list[Compar
     return [compare(row) for row in rows]
 
 
-__all__ = ["Comparison", "build_on_meta", "compare", "compare_published", "published_batches"]
+__all__ = [
+    "Comparison",
+    "build_on_meta",
+    "compare",
+    "compare_published",
+    "published_batches",
+    "published_facts",
+]

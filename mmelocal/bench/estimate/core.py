@@ -1,16 +1,17 @@
 """The GPU footprint of one model copy and the copies per card, estimated from the model.
 
 No GPU and no AWS: the weights come from the parameters, the activations from a trace on
-fake tensors (:mod:`mmelocal.bench.activations`), and what the backend and the process add
-from the constants in :mod:`mmelocal.bench.estimate_parts`, each with its source. Every
+fake tensors (:mod:`mmelocal.bench.estimate.activations`), and what the backend and the process add
+from the constants in :mod:`mmelocal.bench.estimate.parts`, each with its source. Every
 part is a range (``low``/``point``/``high``); the count per card follows the projection
 formula with the "once per process" parts as the baseline::
 
     count = floor((threshold x card - once per process) / per copy)
 
-``high`` copies come from the ``low`` footprint and the other way round. Counts were checked
-against the published runs in :mod:`mmelocal.bench.published` (``tests/bench/
-test_bench_estimate_published.py``; table in ``docs/estimate.md``). A measurement, when one
+``high`` copies come from the ``low`` footprint and the other way round. Counts are checked
+on the published runs in :mod:`mmelocal.bench.estimate.published`, each model held out of
+the fit (:mod:`mmelocal.bench.estimate.holdout`, ``tests/bench/
+test_bench_estimate_holdout.py``; table in ``docs/estimate.md``). A measurement, when one
 exists, wins: :meth:`Estimate.with_measurement` keeps it beside the estimate.
 """
 
@@ -22,25 +23,29 @@ from typing import Any, ClassVar
 
 from mmelocal.bench.capacity.projection import GpuSpec, project_count, validate_threshold
 from mmelocal.bench.estimate.parts import (
-    ALLOCATOR_SLACK,
     CUBLAS_SEGMENT_BYTES,
     CUBLAS_WORKSPACE_BYTES,
-    CUDNN_WORKSPACE_BYTES,
+    CUDNN_WORKSPACE_PRIOR_BYTES,
     ESTIMATE_FORMATS,
     ONCE,
     PER_COPY,
     PRECISION_BYTES,
     SERVER_BASELINE_BYTES,
     SERVER_BASELINE_RANGE,
-    TRT_CONTEXT_FACTOR,
-    TRT_SCRATCH_BYTES,
+    SHIPPED,
     Batches,
+    Calibration,
     ModelFacts,
     Part,
     build_parts,
     sum_parts,
 )
+from mmelocal.bench.estimate.published import PUBLISHED
 from mmelocal.errors import UserInputError
+from mmelocal.facts.sagemaker import MEMORY_THRESHOLD
+
+#: the cards published runs checked the estimate on; the others are projected
+CHECKED_CARDS = frozenset(row.gpu for row in PUBLISHED)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,6 +59,8 @@ class CardCount:
     point: int
     high: int
     measured: int | None = None
+    #: True for a card no published run has checked (A10G, L4, A100, H100)
+    projected: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data."""
@@ -167,6 +174,7 @@ class Estimate:
                     point=point,
                     high=high,
                     measured=self._measured_count(gpu.memory_bytes),
+                    projected=gpu.name not in CHECKED_CARDS,
                 )
             )
         return replace(self, cards=tuple(cards))
@@ -259,9 +267,13 @@ def estimate_from_facts(
     model_format: str,
     precision: str,
     batches: Batches,
-    threshold: float = 0.9,
+    threshold: float = MEMORY_THRESHOLD,
+    calibration: Calibration = SHIPPED,
 ) -> Estimate:
-    """The :class:`Estimate` of a traced model (no cards yet: see :meth:`Estimate.with_cards`)."""
+    """The :class:`Estimate` of a traced model (no cards yet: see :meth:`Estimate.with_cards`).
+
+    ``calibration`` holds the fitted constants (the leave-one-model-out check passes its
+    refits)."""
     validate_threshold(threshold)
     check_precision(model_format, precision)
     missing = [b for b in batches.distinct() if b not in facts.activation_bytes]
@@ -274,26 +286,28 @@ def estimate_from_facts(
         params=facts.params,
         batches=batches,
         activation_bytes=dict(facts.activation_bytes),
-        parts=build_parts(facts, model_format=model_format, batches=batches),
+        parts=build_parts(
+            facts, model_format=model_format, batches=batches, calibration=calibration
+        ),
         threshold=threshold,
         notes=facts.notes,
     )
 
 
 __all__ = [
-    "ALLOCATOR_SLACK",
+    "CHECKED_CARDS",
     "CUBLAS_SEGMENT_BYTES",
     "CUBLAS_WORKSPACE_BYTES",
-    "CUDNN_WORKSPACE_BYTES",
+    "CUDNN_WORKSPACE_PRIOR_BYTES",
     "ESTIMATE_FORMATS",
     "ONCE",
     "PER_COPY",
     "PRECISION_BYTES",
     "SERVER_BASELINE_BYTES",
     "SERVER_BASELINE_RANGE",
-    "TRT_CONTEXT_FACTOR",
-    "TRT_SCRATCH_BYTES",
+    "SHIPPED",
     "Batches",
+    "Calibration",
     "CardCount",
     "Estimate",
     "Measured",

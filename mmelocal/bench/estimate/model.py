@@ -36,15 +36,13 @@ from mmelocal.bench.estimate.core import (
     check_precision,
     estimate_from_facts,
 )
+from mmelocal.builder.backends import PLATFORM_FORMATS
 from mmelocal.errors import UserInputError
+from mmelocal.facts.sagemaker import MEMORY_THRESHOLD
 
 logger = logging.getLogger(__name__)
 
-_PLATFORM_FORMAT = {
-    "pytorch_libtorch": "torchscript",
-    "onnxruntime_onnx": "onnx",
-    "tensorrt_plan": "tensorrt",
-}
+_PLATFORM_FORMAT = PLATFORM_FORMATS
 _TRITON_DTYPES = {
     "TYPE_FP32": "float32",
     "TYPE_FP16": "float16",
@@ -66,11 +64,15 @@ def estimate_model(
     seq_len: int = 128,
     overrides: Mapping[str, Any] | None = None,
     profile_max_batch: int | None = None,
-    threshold: float = 0.9,
+    threshold: float = MEMORY_THRESHOLD,
     gpus: Sequence[GpuSpec] | None = None,
     instance_types: Sequence[str] = (),
+    request_batch: int = 1,
 ) -> Estimate:
-    """Estimate the footprint of ``source`` and the copies per card (module docstring)."""
+    """Estimate the footprint of ``source`` and the copies per card (module docstring).
+
+    ``request_batch`` is the batch the served requests carry (the activation term is sized
+    for the largest of it, the warm-up and the batch-1 load)."""
     from dataclasses import replace
 
     from mmelocal.bench.sources import is_prebuilt
@@ -79,14 +81,14 @@ def estimate_model(
     if is_prebuilt(source):
         with tempfile.TemporaryDirectory(prefix="mmelocal-estimate-") as tmp:
             facts, fmt, prec, batches = _prebuilt_facts(
-                Path(source), Path(tmp), precision, seq_len, profile_max_batch
+                Path(source), Path(tmp), precision, seq_len, profile_max_batch, request_batch
             )
     else:
         prec = precision or "fp32"
         check_precision(model_format, prec)
         fmt = model_format
         facts, batches = _source_facts(
-            str(source), fmt, prec, seq_len, dict(overrides or {}), profile_max_batch
+            str(source), fmt, prec, seq_len, dict(overrides or {}), profile_max_batch, request_batch
         )
     estimate = estimate_from_facts(
         facts,
@@ -170,11 +172,13 @@ def _facts(
 ) -> ModelFacts:
     """The facts from ``trace`` at every batch and ``weights`` at ``float_bytes`` (and fp32)."""
     activations: dict[int, int] = {}
+    blocks: dict[int, tuple[int, ...]] = {}
     unknown: list[str] = []
     convs = overlapping = 0
     for batch in batches.distinct():
         found = trace(batch)
         activations[batch] = found.peak_bytes
+        blocks[batch] = found.peak_blocks
         convs, overlapping = found.convolutions, found.overlapping_convolutions
         if found.unknown_tensors:
             unknown.append(
@@ -190,6 +194,8 @@ def _facts(
         convolutions=convs,
         overlapping_convolutions=overlapping,
         notes=(*notes, *dict.fromkeys(unknown)),
+        weight_blocks=counted.blocks,
+        activation_blocks=blocks,
     )
 
 
@@ -217,13 +223,14 @@ def _source_facts(
     seq_len: int,
     overrides: dict[str, Any],
     profile_max: int | None,
+    request: int = 1,
 ) -> tuple[ModelFacts, Batches]:
     from mmelocal.builder.presets import detect_family, preset_options
     from mmelocal.builder.sources import load_source
 
     config_json = _hf_config(spec)
     if config_json is not None:
-        return _config_facts(spec, config_json, precision, seq_len, overrides, profile_max)
+        return _config_facts(spec, config_json, precision, seq_len, overrides, profile_max, request)
     source = load_source(spec, seq_len=seq_len)
     options = preset_options(detect_family(source.family or source.name), **overrides)
     batches = _batches(
@@ -232,6 +239,7 @@ def _source_facts(
         warmup=options.warmup_batch_sizes if options.warmup else (),
         instances=options.instance_count,
         profile_max=profile_max,
+        request=request,
     )
     if source.module is None and source.file is not None:
         return trace_onnx_file(source.file, batches, precision=precision, dynamic_dim=seq_len), (
@@ -267,6 +275,7 @@ def _config_facts(
     seq_len: int,
     overrides: dict[str, Any],
     profile_max: int | None,
+    request: int = 1,
 ) -> tuple[ModelFacts, Batches]:
     """The base model of a Hugging Face config, built on the meta device (no weights read)."""
     import torch
@@ -285,6 +294,7 @@ def _config_facts(
         warmup=options.warmup_batch_sizes if options.warmup else (),
         instances=options.instance_count,
         profile_max=profile_max,
+        request=request,
     )
     if getattr(model, "main_input_name", "input_ids") == "pixel_values":
         size = int(getattr(config, "image_size", 224) or 224)
@@ -307,19 +317,26 @@ def _batches(
     warmup: Sequence[int],
     instances: int,
     profile_max: int | None,
+    request: int = 1,
 ) -> Batches:
     top = max(max_batch, 1)
     return Batches(
-        warmup=max(warmup, default=1),
+        warmup=max(warmup, default=0),
         preferred=max(preferred, default=top),
         max=top,
         instances=instances,
         profile_max=profile_max,
+        request=request,
     )
 
 
 def _prebuilt_facts(
-    path: Path, tmp: Path, precision: str | None, seq_len: int, profile_max: int | None
+    path: Path,
+    tmp: Path,
+    precision: str | None,
+    seq_len: int,
+    profile_max: int | None,
+    request: int = 1,
 ) -> tuple[ModelFacts, str, str, Batches]:
     from mmelocal.builder.model_config import read_config
 
@@ -345,6 +362,7 @@ def _prebuilt_facts(
         warmup=[int(w.batch_size) for w in cfg.model_warmup],
         instances=max(1, sum(int(g.count) or 1 for g in cfg.instance_group) or 1),
         profile_max=profile_max,
+        request=request,
     )
     artifact = _artifact(model_dir, "model.pt" if fmt == "torchscript" else "model.onnx")
     prec = precision or "fp32"

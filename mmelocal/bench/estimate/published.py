@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mmelocal.facts.cards import published_reading
+
 BENCHMARK_REPO = "https://github.com/aws-samples/sagemaker-mme-gpu-benchmarking"
 BLOG_HIGH_PERFORMANCE = (
     "https://aws.amazon.com/blogs/machine-learning/achieve-high-performance-at-scale-for-"
@@ -82,6 +84,9 @@ def _nb(commit: str, notebook: str) -> str:
     return f"{BENCHMARK_REPO}/blob/{commit}/{notebook} (stored outputs)"
 
 
+#: the cards' totals and baselines as the runs read them (ECC on), from the one data file
+_T4, _V100 = published_reading("T4"), published_reading("V100")
+
 _CV_AT = "ebcfe11ce1739b9f016d2483471dbf247d95f979"
 _VIT_P3_AT = "f8439c79e830a619bed2a388129bb9e913f4c5ea"
 _VIT_G4_AT = "ff1282a6b79bf8a7e48555f34e7e6eea4c037494"
@@ -94,10 +99,7 @@ PUBLISHED: tuple[PublishedCount, ...] = (
         params=25_557_032,
         platform="pytorch_libtorch",
         precision="fp32",
-        instance_type="ml.g4dn.2xlarge",
-        gpu="T4",
-        total_mib=15109,
-        baseline_mib=165,
+        **_T4.run_fields(),
         first_util=0.0802,
         last_util=0.8700,
         printed=45,
@@ -112,10 +114,7 @@ PUBLISHED: tuple[PublishedCount, ...] = (
         params=25_557_032,
         platform="tensorrt_plan",
         precision="fp16",
-        instance_type="ml.g4dn.2xlarge",
-        gpu="T4",
-        total_mib=15109,
-        baseline_mib=165,
+        **_T4.run_fields(),
         first_util=0.0723,
         last_util=0.8502,
         printed=22,
@@ -130,10 +129,7 @@ PUBLISHED: tuple[PublishedCount, ...] = (
         params=109_482_240,
         platform="pytorch_libtorch",
         precision="fp32",
-        instance_type="ml.g4dn.2xlarge",
-        gpu="T4",
-        total_mib=15109,
-        baseline_mib=165,
+        **_T4.run_fields(),
         first_util=0.0791,
         last_util=0.8498,
         printed=25,
@@ -148,10 +144,7 @@ PUBLISHED: tuple[PublishedCount, ...] = (
         params=109_482_240,
         platform="tensorrt_plan",
         precision="fp16",
-        instance_type="ml.g4dn.2xlarge",
-        gpu="T4",
-        total_mib=15109,
-        baseline_mib=165,
+        **_T4.run_fields(),
         first_util=0.0506,
         last_util=0.8758,
         printed=41,
@@ -166,10 +159,7 @@ PUBLISHED: tuple[PublishedCount, ...] = (
         params=304_326_632,
         platform="pytorch_libtorch",
         precision="fp32",
-        instance_type="ml.g4dn.2xlarge",
-        gpu="T4",
-        total_mib=15109,
-        baseline_mib=165,
+        **_T4.run_fields(),
         first_util=0.1420,
         last_util=0.7797,
         printed=9,
@@ -184,10 +174,7 @@ PUBLISHED: tuple[PublishedCount, ...] = (
         params=304_326_632,
         platform="pytorch_libtorch",
         precision="fp32",
-        instance_type="ml.p3.2xlarge",
-        gpu="V100",
-        total_mib=16160,
-        baseline_mib=370,
+        **_V100.run_fields(),
         first_util=0.1452,
         last_util=0.8161,
         printed=10,
@@ -202,10 +189,7 @@ PUBLISHED: tuple[PublishedCount, ...] = (
         params=304_326_632,
         platform="tensorrt_plan",
         precision="fp16",
-        instance_type="ml.p3.2xlarge",
-        gpu="V100",
-        total_mib=16160,
-        baseline_mib=370,
+        **_V100.run_fields(),
         first_util=0.1300,
         last_util=0.7504,
         printed=8,
@@ -220,10 +204,7 @@ PUBLISHED: tuple[PublishedCount, ...] = (
         params=355_359_744,
         platform="pytorch_libtorch",
         precision="fp32",
-        instance_type="ml.p3.2xlarge",
-        gpu="V100",
-        total_mib=16160,
-        baseline_mib=370,
+        **_V100.run_fields(),
         first_util=0.1418,
         last_util=0.7439,
         printed=8,
@@ -238,10 +219,7 @@ PUBLISHED: tuple[PublishedCount, ...] = (
         params=355_359_744,
         platform="tensorrt_plan",
         precision="fp16",
-        instance_type="ml.p3.2xlarge",
-        gpu="V100",
-        total_mib=16160,
-        baseline_mib=370,
+        **_V100.run_fields(),
         first_util=0.1335,
         last_util=0.7781,
         printed=8,
@@ -273,7 +251,7 @@ G4DN_4XLARGE_RESNET50 = PublishedUtilisation(
     spec="torchvision:resnet50",
     instance_type="ml.g4dn.4xlarge",
     gpu="T4",
-    total_mib=15109,
+    total_mib=_T4.nvml_total_mib,
     utilisation=0.383,
     more_than_copies=16,
     source=BLOG_RUN_MULTIPLE,

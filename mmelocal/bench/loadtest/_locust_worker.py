@@ -1,8 +1,8 @@
 """The Locust side of a load test, run in its own process.
 
 Importing locust monkey-patches the whole process with gevent, so nothing else in mmelocal
-imports it: :func:`mmelocal.bench.loadtest.run_loadtest` starts
-``python -m mmelocal.bench._locust_worker CONFIG OUT`` and reads its progress (JSON lines on
+imports it: :func:`mmelocal.bench.loadtest.run_loadtest` starts ``python -m
+mmelocal.bench.loadtest._locust_worker CONFIG OUT`` and reads its progress (JSON lines on
 stdout) and its result (JSON in OUT). Patching happens here, first, before any other
 import of this module.
 """
@@ -12,7 +12,9 @@ from gevent import monkey
 monkey.patch_all()
 
 import json  # noqa: E402
+import os  # noqa: E402
 import random  # noqa: E402
+import socket  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from collections import Counter  # noqa: E402
@@ -27,7 +29,8 @@ from locust.env import Environment  # noqa: E402
 
 from mmelocal.bench.loadtest.shape import LoadShape  # noqa: E402
 from mmelocal.bench.loadtest.stepstats import summarize_step  # noqa: E402
-from mmelocal.runtime.sagemaker import TARGET_MODEL_HEADER  # noqa: E402
+from mmelocal.facts.aws import LOAD_TEST, LOCAL_REGION, aws_client  # noqa: E402
+from mmelocal.facts.sagemaker import TARGET_MODEL_HEADER  # noqa: E402
 
 TARGET_HEADER = TARGET_MODEL_HEADER
 
@@ -80,9 +83,10 @@ class _StagesShape(LoadTestShape):
         return stage.users, stage.spawn_rate
 
 
-def _user_classes(config: dict[str, Any]) -> type[User]:
+def user_class(config: dict[str, Any], payload: bytes) -> type[User]:
+    """The Locust user class for ``config`` (named ``InvokeUser`` or ``Boto3User``: a master
+    and its workers find it by that name)."""
     targets: list[str] = list(config["targets"])
-    payload = Path(config["payload_path"]).read_bytes()
     content_type = str(config["content_type"])
     accept = str(config.get("accept") or "*/*")
     mode = config["mode"]
@@ -92,21 +96,19 @@ def _user_classes(config: dict[str, Any]) -> type[User]:
     if mode == "boto3":
         import boto3
         from botocore import UNSIGNED
-        from botocore.config import Config
 
         endpoint_url = config.get("endpoint_url")
         session = boto3.session.Session(region_name=config.get("region") or None)
         if session.region_name is None and endpoint_url:
             # a local endpoint: boto3 still wants a region to sign with
-            session = boto3.session.Session(region_name="us-east-1")
+            session = boto3.session.Session(region_name=LOCAL_REGION)
         signed = session.get_credentials() is not None or not endpoint_url
-        boto_config = Config(
-            retries={"max_attempts": 0},
-            connect_timeout=timeout_s,
-            read_timeout=timeout_s,
-            max_pool_connections=4,
+        boto_config: dict[str, Any] = {
+            "connect_timeout": timeout_s,
+            "read_timeout": timeout_s,
+            "max_pool_connections": 4,
             **({} if signed else {"signature_version": UNSIGNED}),
-        )
+        }
         endpoint_name = config["endpoint_name"]
 
         class Boto3User(User):
@@ -115,8 +117,12 @@ def _user_classes(config: dict[str, Any]) -> type[User]:
             wait_time = constant(wait_s)
 
             def on_start(self) -> None:
-                self.client = session.client(
-                    "sagemaker-runtime", endpoint_url=endpoint_url, config=boto_config
+                self.client = aws_client(
+                    "sagemaker-runtime",
+                    LOAD_TEST,
+                    session=session,
+                    endpoint_url=endpoint_url,
+                    **boto_config,
                 )
 
             @task
@@ -175,6 +181,37 @@ def _user_classes(config: dict[str, Any]) -> type[User]:
     return InvokeUser
 
 
+class StageCpu:
+    """This process's CPU time per stage, as a share of one core (saturation shows here)."""
+
+    def __init__(self, n_stages: int) -> None:
+        self.process = psutil.Process()
+        self.cpu_s = [0.0] * n_stages
+        self.wall_s = [0.0] * n_stages
+        self.stage: int | None = None
+        self._cpu = 0.0
+        self._wall = 0.0
+
+    def _now(self) -> tuple[float, float]:
+        times = self.process.cpu_times()
+        return times.user + times.system, time.perf_counter()
+
+    def enter(self, stage: int | None) -> None:
+        """Charge the time since the last call to the stage in effect, then switch."""
+        cpu, wall = self._now()
+        if self.stage is not None:
+            self.cpu_s[self.stage] += cpu - self._cpu
+            self.wall_s[self.stage] += wall - self._wall
+        self.stage, self._cpu, self._wall = stage, cpu, wall
+
+    def percents(self) -> list[float | None]:
+        """Per stage: CPU seconds / wall seconds x 100 (None for a stage never entered)."""
+        return [
+            100.0 * cpu / wall if wall > 0 else None
+            for cpu, wall in zip(self.cpu_s, self.wall_s, strict=True)
+        ]
+
+
 def _emit(event: dict[str, Any]) -> None:
     sys.stdout.write(json.dumps(event) + "\n")
     sys.stdout.flush()
@@ -186,9 +223,9 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
         random.seed(int(config["seed"]))
     shape = LoadShape.from_dict(config["shape"])
     recorder = _Recorder(len(shape.stages))
-    user_class = _user_classes(config)
+    users = user_class(config, Path(config["payload_path"]).read_bytes())
     shape_driver = _StagesShape(shape, recorder)
-    env = Environment(user_classes=[user_class], shape_class=shape_driver, events=locust.events)
+    env = Environment(user_classes=[users], shape_class=shape_driver, events=locust.events)
     runner = env.create_local_runner()
 
     def on_request(response_time: float, exception: Any = None, **_: Any) -> None:
@@ -200,6 +237,8 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
     process = psutil.Process()
     cpu_start = process.cpu_times()
     wall_start = time.perf_counter()
+    stage_cpu = StageCpu(len(shape.stages))
+    stage_cpu.enter(0)
     runner.start_shape()
     deadline = wall_start + shape.duration_s + float(config.get("grace_s", 60.0))
     last_total, last_time = 0, wall_start
@@ -207,6 +246,8 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
         gevent.sleep(0.5)
         now = time.perf_counter()
         current = recorder.stage
+        if shape_driver.finished_at is None and current != stage_cpu.stage:
+            stage_cpu.enter(current)
         if shape_driver.finished_at is None:
             # the last count seen in a stage is the one it settled at (ramps up or down)
             recorder.users_seen[current] = runner.user_count
@@ -231,31 +272,38 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
             break
     wall_s = time.perf_counter() - wall_start
     cpu_end = process.cpu_times()
+    stage_cpu.enter(None)
     runner.quit()
 
-    steps = []
-    for index, stage in enumerate(shape.stages):
-        started = recorder.started_at[index]
-        if started is None:
-            continue
-        later = [t for t in recorder.started_at[index + 1 :] if t is not None]
-        ended = later[0] if later else max(shape_driver.finished_at or wall_s, recorder.last_at)
-        steps.append(
-            summarize_step(
-                name=stage.name,
-                target_users=stage.users,
-                users=recorder.users_seen[index] or stage.users,
-                duration_s=max(ended - started, 1e-6),
-                latencies_ms=recorder.latencies_ms[index],
-                failures=recorder.failures[index],
-            )
-        )
+    steps = stage_steps(
+        shape,
+        started_at=recorder.started_at,
+        end_s=max(shape_driver.finished_at or wall_s, recorder.last_at),
+        users_seen=recorder.users_seen,
+        latencies_ms=recorder.latencies_ms,
+        failures=recorder.failures,
+    )
     cpu_s = (cpu_end.user - cpu_start.user) + (cpu_end.system - cpu_start.system)
+    cpu_percent = 100.0 * cpu_s / max(wall_s, 1e-6)
     total = env.stats.total
     return {
         "steps": steps,
         "wall_s": wall_s,
-        "loadgen_cpu_percent": 100.0 * cpu_s / max(wall_s, 1e-6),
+        "loadgen_cpu_percent": cpu_percent,
+        "workers": 1,
+        "worker_details": [
+            {
+                "name": "local",
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "status": "ok",
+                "requests": recorder.total,
+                "failures": recorder.total_failures,
+                "cpu_percent": cpu_percent,
+                "stage_cpu_percent": stage_cpu.percents(),
+                "missed_stages": [],
+            }
+        ],
         "locust_total_requests": total.num_requests,
         "locust_total_failures": total.num_failures,
         "first_failure_users": recorder.first_failure_users,
@@ -263,10 +311,42 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def stage_steps(
+    shape: LoadShape,
+    *,
+    started_at: list[float | None],
+    end_s: float,
+    users_seen: list[int],
+    latencies_ms: list[Any],
+    failures: list[int],
+) -> list[dict[str, Any]]:
+    """One :func:`summarize_step` per stage that started (a stage ends where the next began)."""
+    steps = []
+    for index, stage in enumerate(shape.stages):
+        started = started_at[index]
+        if started is None:
+            continue
+        later = [t for t in started_at[index + 1 :] if t is not None]
+        ended = later[0] if later else end_s
+        steps.append(
+            summarize_step(
+                name=stage.name,
+                target_users=stage.users,
+                users=users_seen[index] or stage.users,
+                duration_s=max(ended - started, 1e-6),
+                latencies_ms=latencies_ms[index],
+                failures=failures[index],
+            )
+        )
+    return steps
+
+
 def main(argv: list[str]) -> int:
-    """``python -m mmelocal.bench._locust_worker CONFIG.json OUT.json``."""
+    """``python -m mmelocal.bench.loadtest._locust_worker CONFIG.json OUT.json``."""
     if len(argv) != 2:
-        sys.stderr.write("usage: python -m mmelocal.bench._locust_worker CONFIG.json OUT.json\n")
+        sys.stderr.write(
+            "usage: python -m mmelocal.bench.loadtest._locust_worker CONFIG.json OUT.json\n"
+        )
         return 2
     config = json.loads(Path(argv[0]).read_text("utf-8"))
     result = run(config)

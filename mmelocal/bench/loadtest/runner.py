@@ -1,9 +1,9 @@
 """Locust load tests of an MME endpoint (the emulator, a Triton, or a real SageMaker endpoint).
 
 Each simulated user sends requests back to back, each to a random target among the copies;
-the :mod:`~mmelocal.bench.shape` decides how many users run when. Locust monkey-patches
+the :mod:`~mmelocal.bench.loadtest.shape` decides how many users run when. Locust monkey-patches
 the process it is imported in, so :func:`run_loadtest` runs it in a child process
-(:mod:`mmelocal.bench._locust_worker`) and reads its progress and result; importing this
+(:mod:`mmelocal.bench.loadtest._locust_worker`) and reads its progress and result; importing this
 module never imports locust.
 
 Endpoints:
@@ -19,6 +19,7 @@ Endpoints:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -27,23 +28,35 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import datetime, timezone
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from mmelocal.bench.loadtest.result import LoadProgress, LoadTestResult, summary_lines
+from mmelocal.bench.loadtest.result import (
+    LoadProgress,
+    LoadTestResult,
+    summary_lines,
+    worker_lost_line,
+)
 from mmelocal.bench.loadtest.shape import LoadShape
+from mmelocal.bench.loadtest.workers import (
+    DEFAULT_MASTER_PORT,
+    LoadGenerators,
+    endpoint_is_local,
+)
 from mmelocal.errors import BenchError, UserInputError
-from mmelocal.runtime.sagemaker import TARGET_MODEL_HEADER
+from mmelocal.facts.aws import LOCAL_REGION, RUNTIME, aws_client
+from mmelocal.facts.sagemaker import DIRECT_LOAD_TIMEOUT_S, INVOKE_TIMEOUT_S, TARGET_MODEL_HEADER
 
 logger = logging.getLogger(__name__)
 
 MODES = ("auto", "invocations", "triton-v2", "boto3")
 DEFAULT_ENDPOINT_NAME = "mmelocal"
 WORKER_MODULE = "mmelocal.bench.loadtest._locust_worker"
+DIST_MODULE = "mmelocal.bench.loadtest._locust_dist"
 TARGET_HEADER = TARGET_MODEL_HEADER
 
 
@@ -60,10 +73,11 @@ class LoadTestConfig:
     mode: str = "auto"
     endpoint_name: str | None = None
     region: str | None = None
-    timeout_s: float = 60.0
+    timeout_s: float = INVOKE_TIMEOUT_S
     wait_s: float = 0.0
     seed: int | None = None
     prewarm: bool = False
+    generators: LoadGenerators = field(default_factory=LoadGenerators)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "targets", tuple(self.targets))
@@ -144,12 +158,18 @@ def run_loadtest(
     progress: Callable[[LoadProgress], None] | None = None,
     label: str = "",
 ) -> LoadTestResult:
-    """Run the load test in a Locust child process and return its per-step numbers.
+    """Run the load test in Locust child processes and return its per-step numbers: one
+    process, or a master and ``config.generators`` workers (Locust's distributed mode).
 
-    The child is always ended before this returns (also on errors and Ctrl-C).
+    The children are always ended before this returns (also on errors and Ctrl-C).
     """
     worker = config.worker_config()
-    started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    generators = config.generators
+    local = generators.local_workers(
+        endpoint_is_local=endpoint_is_local(worker), max_users=config.shape.max_users
+    )
+    distributed = local + generators.remote_workers > 1 or generators.remote_workers > 0
+    started_at = datetime.now(UTC).isoformat(timespec="seconds")
     with tempfile.TemporaryDirectory(prefix="mmelocal-loadtest-") as tmp:
         tmpdir = Path(tmp)
         payload_path = tmpdir / "payload.bin"
@@ -159,17 +179,25 @@ def run_loadtest(
         out_path = tmpdir / "result.json"
         err_path = tmpdir / "worker.log"
         logger.info(
-            "load test of %s (%s, %d targets, %d stages, %.0f s planned)",
+            "load test of %s (%s, %d targets, %d stages, %.0f s planned, %d+%d workers)",
             config.endpoint,
             worker["mode"],
             len(config.targets),
             len(config.shape.stages),
             config.shape.duration_s,
+            local,
+            generators.remote_workers,
         )
         check_reachable(worker)
         if config.prewarm:
             prewarm(config)
-        data = _run_worker(config_path, out_path, err_path, config.shape, progress)
+        if not distributed:
+            command = [str(config_path), str(out_path)]
+            data = _run_worker(WORKER_MODULE, command, out_path, err_path, config.shape, progress)
+        else:
+            data = _run_distributed(
+                generators, local, config_path, out_path, tmpdir, config.shape, progress
+            )
     result = LoadTestResult.from_dict(
         {
             **data,
@@ -178,6 +206,7 @@ def run_loadtest(
             "mode": worker["mode"],
             "target_count": len(config.targets),
             "started_at": started_at,
+            "workers": data.get("workers", 1),
             "shape": config.shape.to_dict(),
         }
     )
@@ -188,6 +217,10 @@ def run_loadtest(
         result.peak_throughput_rps,
         result.loadgen_cpu_percent,
     )
+    for lost in result.lost_workers:
+        logger.warning("%s", worker_lost_line(lost))
+    for saturated in result.saturated:
+        logger.warning("%s", saturated.message())
     return result
 
 
@@ -247,15 +280,18 @@ def prewarm(config: LoadTestConfig) -> float:
 
         session = boto3.session.Session(region_name=config.region)
         if session.region_name is None and worker["endpoint_url"]:
-            session = boto3.session.Session(region_name="us-east-1")
-        client_config = None
+            session = boto3.session.Session(region_name=LOCAL_REGION)
+        unsigned: dict[str, Any] = {}
         if session.get_credentials() is None and worker["endpoint_url"]:
             from botocore import UNSIGNED
-            from botocore.config import Config
 
-            client_config = Config(signature_version=UNSIGNED)
-        client = session.client(
-            "sagemaker-runtime", endpoint_url=worker["endpoint_url"], config=client_config
+            unsigned["signature_version"] = UNSIGNED
+        client = aws_client(
+            "sagemaker-runtime",
+            RUNTIME,
+            session=session,
+            endpoint_url=worker["endpoint_url"],
+            **unsigned,
         )
         for target in config.targets:
             try:
@@ -284,7 +320,9 @@ def prewarm(config: LoadTestConfig) -> float:
             headers={"Content-Type": config.content_type, TARGET_HEADER: target},
         )
         try:
-            with urllib.request.urlopen(request, timeout=max(config.timeout_s, 300.0)) as resp:
+            with urllib.request.urlopen(
+                request, timeout=max(config.timeout_s, DIRECT_LOAD_TIMEOUT_S)
+            ) as resp:
                 resp.read()
         except urllib.error.HTTPError as exc:
             detail = exc.read()[:300].decode("utf-8", "replace")
@@ -298,26 +336,87 @@ def prewarm(config: LoadTestConfig) -> float:
     return seconds
 
 
-def _run_worker(
+def _run_distributed(
+    generators: LoadGenerators,
+    local: int,
     config_path: Path,
+    out_path: Path,
+    tmpdir: Path,
+    shape: LoadShape,
+    progress: Callable[[LoadProgress], None] | None,
+) -> dict[str, Any]:
+    from mmelocal.runtime.server_config import pick_free_port
+
+    port = generators.master_port
+    if port is None:
+        port = DEFAULT_MASTER_PORT if generators.remote_workers else pick_free_port()
+    expect = local + generators.remote_workers
+    master = [
+        "master",
+        str(config_path),
+        str(out_path),
+        "--bind-host",
+        generators.master_host,
+        "--bind-port",
+        str(port),
+        "--expect",
+        str(expect),
+        "--connect-timeout",
+        str(generators.connect_timeout_s),
+    ]
+    workers = [
+        (
+            ["worker", "--master-host", generators.connect_host, "--master-port", str(port)],
+            tmpdir / f"worker-{n}.log",
+        )
+        for n in range(1, local + 1)
+    ]
+    if generators.remote_workers:
+        logger.info(
+            "Locust master on %s:%d waits %.0f s for %d remote workers: start them with "
+            "mmelocal loadtest-worker --master-host HOST --master-port %d",
+            generators.master_host,
+            port,
+            generators.connect_timeout_s,
+            generators.remote_workers,
+            port,
+        )
+    return _run_worker(
+        DIST_MODULE,
+        master,
+        out_path,
+        tmpdir / "master.log",
+        shape,
+        progress,
+        workers=workers,
+        extra_s=generators.connect_timeout_s,
+    )
+
+
+def _child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    package_root = str(Path(__file__).resolve().parents[3])  # the folder holding mmelocal/
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def _run_worker(
+    module: str,
+    args: list[str],
     out_path: Path,
     err_path: Path,
     shape: LoadShape,
     progress: Callable[[LoadProgress], None] | None,
+    *,
+    workers: Sequence[tuple[list[str], Path]] = (),
+    extra_s: float = 0.0,
 ) -> dict[str, Any]:
-    env = dict(os.environ)
-    package_root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
-    limit_s = shape.duration_s + 120.0
+    env = _child_env()
+    limit_s = shape.duration_s + 120.0 + extra_s
+    children: list[subprocess.Popen[Any]] = []
     with open(err_path, "wb") as err:
         proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "mmelocal.bench.loadtest._locust_worker",
-                str(config_path),
-                str(out_path),
-            ],
+            [sys.executable, "-m", module, *args],
             stdout=subprocess.PIPE,
             stderr=err,
             stdin=subprocess.DEVNULL,
@@ -330,6 +429,18 @@ def _run_worker(
         watchdog.start()
         started = time.monotonic()
         try:
+            for worker_args, log_path in workers:
+                with open(log_path, "wb") as log:
+                    children.append(
+                        subprocess.Popen(
+                            [sys.executable, "-m", module, *worker_args],
+                            stdout=subprocess.DEVNULL,
+                            stderr=log,
+                            stdin=subprocess.DEVNULL,
+                            env=env,
+                            preexec_fn=_die_with_parent if _may_tie_to_thread() else None,
+                        )
+                    )
             assert proc.stdout is not None
             for line in proc.stdout:
                 event = _parse_event(line)
@@ -338,14 +449,19 @@ def _run_worker(
             code = proc.wait(timeout=30)
         finally:
             watchdog.cancel()
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+            for child in (proc, *children):
+                if child.poll() is None and child is not proc:
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        child.wait(timeout=5)  # a worker quits after its final report
+                if child.poll() is None:
+                    child.kill()
+                    child.wait()
     if time.monotonic() - started >= limit_s:
         raise BenchError(f"the load test did not finish within {limit_s:.0f} s and was stopped")
     if code != 0 or not out_path.exists():
         tail = "\n".join(err_path.read_text("utf-8", errors="replace").splitlines()[-15:])
-        raise BenchError(f"the Locust worker failed (exit code {code}):\n{tail}")
+        role = "Locust master" if workers or module == DIST_MODULE else "Locust worker"
+        raise BenchError(f"the {role} failed (exit code {code}):\n{tail}")
     result: dict[str, Any] = json.loads(out_path.read_text("utf-8"))
     return result
 
@@ -380,6 +496,7 @@ def _parse_event(line: str) -> dict[str, Any] | None:
 __all__ = [
     "DEFAULT_ENDPOINT_NAME",
     "MODES",
+    "LoadGenerators",
     "LoadProgress",
     "LoadTestConfig",
     "LoadTestResult",

@@ -18,7 +18,7 @@ import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -140,8 +140,9 @@ def _add_loadtest(page: _Page, result: Any, stem: str) -> None:
         f"{result.wall_s:.0f} s, {len(result.shape.stages)} steps up to "
         f"{result.shape.max_users} users"
     )
+    warnings = {s.message() for s in result.saturated}
     for line in summary_lines(result):
-        page.para(line)
+        page.para(line, note=line in warnings)  # saturated: latency includes client queueing
     page.image(
         f"{stem}-latency-throughput",
         lambda: plots.loadtest_latency_throughput(result),
@@ -153,6 +154,21 @@ def _add_loadtest(page: _Page, result: Any, stem: str) -> None:
         "successful and failed requests per step",
     )
     page.table(f"{stem}-steps", [step.to_dict() for step in result.steps])
+    if result.workers > 1 or result.lost_workers:
+        page.table(
+            f"{stem}-workers",
+            [
+                {
+                    "worker": w.name,
+                    "host": w.host,
+                    "status": w.status,
+                    "requests": w.requests,
+                    "cpu_percent_of_a_core": w.cpu_percent,
+                    "missed_stages": ", ".join(w.missed_stages),
+                }
+                for w in result.worker_details
+            ],
+        )
     if result.errors:
         page.table(f"{stem}-errors", [{"error": k, "count": v} for k, v in result.errors.items()])
 
@@ -227,8 +243,8 @@ def _add_estimate(page: _Page, result: Any, stem: str, measurements: Sequence[An
     page.heading(f"Capacity estimate: {result.source}")
     b = result.batches
     page.para(
-        f"{result.model_format}, {result.precision}, {result.params:,} parameters; batches: "
-        f"warm-up {b.warmup}, preferred {b.preferred}, max {b.max}, {b.instances} instance(s). "
+        f"{result.model_format}, {result.precision}, {result.params:,} parameters, "
+        f"{b.instances} instance(s); batches assumed: {b.describe()}. "
         "Estimated from the model (no GPU); each part is a range with its source."
     )
     page.table(
@@ -259,6 +275,7 @@ def _add_estimate(page: _Page, result: Any, stem: str, measurements: Sequence[An
             {
                 "gpu": c.gpu,
                 "instance_types": ", ".join(c.instance_types),
+                "checked": "projected" if c.projected else "published runs",
                 "copies_low": c.low,
                 "copies_point": c.point,
                 "copies_high": c.high,
@@ -281,6 +298,15 @@ def _add_comparison(page: _Page, results: Sequence[Any]) -> None:
         "throughput and the most concurrent users; 'trt vs pt (%)' is TensorRT's "
         "difference from PyTorch."
     )
+    cpu = [r for r in results if r.on_cpu]
+    if cpu:
+        page.para(
+            "Where these figures were taken: "
+            + "; ".join(dict.fromkeys(r.figures_from for r in cpu))
+            + ". Models loaded are host-memory counts and latency and throughput CPU figures: "
+            "none of them is a GPU figure, and no GPU projection is made from them.",
+            note=True,
+        )
     page.table("benchmark-comparison", comparison_rows(results))
     page.para("Every load-test step of those runs (the published summary_results.csv):")
     page.table("benchmark-steps", step_rows(results))
@@ -288,6 +314,12 @@ def _add_comparison(page: _Page, results: Sequence[Any]) -> None:
 
 def _add_benchmark(page: _Page, result: Any, stem: str) -> None:
     _add_capacity(page, result.capacity, f"{stem}-capacity")
+    if result.loadtest is not None and result.on_cpu:
+        page.para(
+            f"Load test below: latency and throughput are CPU figures ({result.figures_from}),"
+            " not GPU figures.",
+            note=True,
+        )
     if result.loadtest is not None:
         _add_loadtest(page, result.loadtest, f"{stem}-loadtest")
 
@@ -321,7 +353,7 @@ def write_report(results: Sequence[Any], out_dir: Path | str, *, title: str = ""
             _add_benchmark(page, result, stem)
         else:
             raise BenchError(f"cannot report a result of kind {kind!r}")
-    generated = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    generated = datetime.now(UTC).isoformat(timespec="seconds")
     heading = title or "mmelocal report"
     document = (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'

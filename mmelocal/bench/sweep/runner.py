@@ -20,12 +20,13 @@ import shutil
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from mmelocal.bench.loadtest.shape import LoadShape, Stage
-from mmelocal.bench.sources import SHORT_FORMAT_NAMES, check_format, is_prebuilt
+from mmelocal.bench.loadtest.workers import LoadGenerators
+from mmelocal.bench.sources import check_format, is_prebuilt
 from mmelocal.bench.sweep.result import (
     SweepResult,
     SweepRow,
@@ -34,6 +35,7 @@ from mmelocal.bench.sweep.result import (
     recommend,
     row_from_loadtest,
 )
+from mmelocal.builder.backends import FORMAT_SHORT_NAMES
 from mmelocal.errors import MmeLocalError, UserInputError
 
 logger = logging.getLogger(__name__)
@@ -70,6 +72,7 @@ class SweepOptions:
     tritonserver: Path | None = None
     workdir: Path | None = None
     verify: bool = True
+    generators: LoadGenerators = field(default_factory=LoadGenerators)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "formats", tuple(check_format(f) for f in self.formats))
@@ -110,7 +113,7 @@ def run_sweep(
     gpu = gpu_count() > 0
     # CPU throughput says nothing about how many GPU instances a load needs: ratios only
     relative_only = not gpu and is_gpu_instance_type(opts.instance_type)
-    started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    started_at = datetime.now(UTC).isoformat(timespec="seconds")
     with tempfile.TemporaryDirectory(prefix="mmelocal-sweep-", dir=opts.workdir) as tmp:
         work = Path(tmp)
         rows: dict[str, SweepRow] = {}
@@ -187,7 +190,7 @@ def _build_format(
         model_dir = _unpack(Path(source), work / "prebuilt")
         short = _short_of(model_dir)
         return _plans(short, short, opts), model_dir, None
-    plans = _plans(SHORT_FORMAT_NAMES[fmt], fmt, opts)
+    plans = _plans(FORMAT_SHORT_NAMES[fmt], fmt, opts)
     if fmt == "tensorrt" and not gpu:
         return plans, None, "TensorRT needs an NVIDIA GPU; none found"
     say(f"building {source} as {fmt}")
@@ -196,7 +199,7 @@ def _build_format(
             source,
             workdir=work / fmt,
             model_format=fmt,
-            name=f"{SHORT_FORMAT_NAMES[fmt]}-source",
+            name=f"{FORMAT_SHORT_NAMES[fmt]}-source",
             overrides={"dynamic_batching": True, "instance_count": 1},
             verify=opts.verify,
         )
@@ -340,6 +343,7 @@ def _serve_and_measure(
                         payload=payload_from_model(model_dir),
                         shape=opts.shape,
                         prewarm=True,
+                        generators=opts.generators,
                     ),
                     label=plan.name,
                 )

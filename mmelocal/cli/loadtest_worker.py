@@ -1,0 +1,62 @@
+"""``mmelocal loadtest-worker``: Locust workers on this machine for a master on another one."""
+
+from __future__ import annotations
+
+import click
+
+from mmelocal.bench.loadtest.workers import DEFAULT_MASTER_PORT
+from mmelocal.cli._output import err_console
+
+
+@click.command("loadtest-worker")
+@click.option("--master-host", required=True, help="Address of the machine running the master.")
+@click.option(
+    "--master-port",
+    type=click.IntRange(1, 65535),
+    default=DEFAULT_MASTER_PORT,
+    show_default=True,
+)
+@click.option(
+    "--processes",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Worker processes to start here (one per core they may use).",
+)
+def loadtest_worker(master_host: str, master_port: int, processes: int) -> None:
+    """Join the load test that `mmelocal loadtest --remote-workers N --master-host ADDR` runs
+    on another machine: the master sends the settings and the payload (no local files are
+    needed) and the stage to run; this exits when the master's test ends.
+
+    The endpoint URL is used as the master was given it: it must be reachable from here
+    (not 127.0.0.1 of the master's machine). boto3 mode signs with this machine's AWS
+    credentials.
+    """
+    import subprocess
+    import sys
+
+    from mmelocal.bench.loadtest.runner import DIST_MODULE, _child_env
+
+    command = [
+        sys.executable,
+        "-m",
+        DIST_MODULE,
+        "worker",
+        "--master-host",
+        master_host,
+        "--master-port",
+        str(master_port),
+    ]
+    err_console.print(
+        f"{processes} Locust worker(s) joining {master_host}:{master_port}", highlight=False
+    )
+    children = [subprocess.Popen(command, env=_child_env()) for _ in range(processes)]
+    try:
+        codes = [child.wait() for child in children]
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+    if any(codes):
+        raise SystemExit(max(codes))

@@ -1,0 +1,108 @@
+"""How mmelocal's AWS clients retry and time out, and the one factory that makes them.
+
+Every boto3 client mmelocal creates (deploy's, the remote benchmark's, the emulator's S3
+store, the local AWS's own calls, the load generator's, the test helpers') comes from
+:func:`aws_client` with one of the policies below, so a retry count or a timeout is
+written once. ``retries`` is botocore's ``retries={"max_attempts": N}``: the retries after
+the first attempt (0: none). Timeouts are in seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final
+
+from mmelocal.facts.sagemaker import INVOKE_TIMEOUT_S
+
+#: boto3 wants a region even for a local endpoint; this one is used where none is set
+LOCAL_REGION: Final = "us-east-1"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClientPolicy:
+    """Retries and timeouts of one kind of AWS client."""
+
+    #: what the policy is for (shown in docs and errors)
+    purpose: str
+    #: retries after the first attempt (botocore's ``max_attempts``)
+    retries: int
+    #: botocore's retry mode: "standard" backs off and retries throttling and 5xx answers
+    mode: str = "standard"
+    connect_timeout_s: float = 60.0
+    read_timeout_s: float = 60.0
+
+    @property
+    def retry_options(self) -> dict[str, Any]:
+        """botocore's ``retries=`` value for this policy."""
+        return {"max_attempts": self.retries, "mode": self.mode}
+
+    def config(self, **overrides: Any) -> Any:
+        """This policy as a ``botocore.config.Config``; ``overrides`` are Config's own
+        keyword arguments (``s3=``, ``signature_version=``, ``retries=`` ...) and win."""
+        from botocore.config import Config
+
+        options: dict[str, Any] = {
+            "retries": self.retry_options,
+            "connect_timeout": self.connect_timeout_s,
+            "read_timeout": self.read_timeout_s,
+        }
+        options.update(overrides)
+        return Config(**options)
+
+
+#: A deploy's control-plane calls (S3, SageMaker, Application Auto Scaling): throttling is
+#: common when many resources are created at once, so retry as the AWS SDKs' standard mode
+#: does, up to 5 times.
+CONTROL_PLANE: Final = ClientPolicy(purpose="AWS control plane", retries=5)
+#: InvokeEndpoint on a real endpoint: the model's 60 s plus 10 s of the platform's own time
+#: before the read gives up; 3 retries (a 503 while an instance restarts is retryable).
+RUNTIME: Final = ClientPolicy(
+    purpose="SageMaker runtime", retries=3, read_timeout_s=INVOKE_TIMEOUT_S + 10.0
+)
+#: A server on this machine or nearby (the emulator's S3 store, the local AWS's own calls):
+#: fail in seconds, not minutes, when it does not answer; 2 retries.
+LOCAL: Final = ClientPolicy(purpose="local server", retries=2, connect_timeout_s=5.0)
+#: A load generator's calls: no retries, a failure is counted (not hidden by a retry); the
+#: load test passes its per-request timeout.
+LOAD_TEST: Final = ClientPolicy(purpose="load test", retries=0)
+#: Tests against the emulator (``mmelocal.testing``): one retry in botocore's default
+#: ("legacy") mode, as a user's client without a Config retries, and a long read (a cold
+#: load on a busy CI machine).
+TESTING: Final = ClientPolicy(purpose="tests", retries=1, mode="legacy", read_timeout_s=120.0)
+
+POLICIES: Final = (CONTROL_PLANE, RUNTIME, LOCAL, LOAD_TEST, TESTING)
+
+
+def aws_client(
+    service: str,
+    policy: ClientPolicy,
+    *,
+    session: Any = None,
+    endpoint_url: str | None = None,
+    **config: Any,
+) -> Any:
+    """A boto3 client for ``service`` with ``policy``'s retries and timeouts.
+
+    ``session`` is a ``boto3.session.Session`` (default: a new one, which reads the
+    credentials and region now); ``endpoint_url`` points the client elsewhere than AWS
+    (None: boto3's own settings, ``AWS_ENDPOINT_URL*`` included); ``config`` goes to
+    :meth:`ClientPolicy.config`.
+    """
+    if session is None:
+        import boto3
+
+        session = boto3.session.Session()
+    return session.client(service, endpoint_url=endpoint_url, config=policy.config(**config))
+
+
+__all__ = [
+    "CONTROL_PLANE",
+    "LOAD_TEST",
+    "LOCAL",
+    "LOCAL_REGION",
+    "POLICIES",
+    "RUNTIME",
+    "TESTING",
+    "ClientPolicy",
+    "aws_client",
+]

@@ -1,0 +1,119 @@
+"""InvokeEndpoint's errors: which failure reaches the caller with which HTTP status, error
+type and extra fields, as one table (adding an error code is one entry).
+
+The statuses and types are botocore's (its sagemaker-runtime model gives each error shape
+its ``httpStatusCode``); ``source`` says where each comes from, and ``docs/errors.md``
+lists them (a test keeps the page and this table equal). The emulator's answers
+(:mod:`mmelocal.emulator.answers`) read it on the InvokeEndpoint route, the hot lane and
+the KServe v2 routes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mmelocal.errors import (
+    InstanceUnavailableError,
+    ModelLoadError,
+    ModelNotFoundError,
+    ModelNotReadyError,
+    OutOfMemoryError,
+    UserInputError,
+    ValidationError,
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SageMakerError:
+    """How one kind of failure reaches the caller.
+
+    ``status`` and ``error_type`` are InvokeEndpoint's (botocore's sagemaker-runtime model
+    gives each error shape its ``httpStatusCode``); ``v2_status`` is the status on the
+    KServe v2 routes, where tritonclient has no ModelNotReadyException (a retryable 503
+    instead of 429); ``model_error`` adds ModelError's ``OriginalStatusCode``,
+    ``OriginalMessage`` and ``LogStreamArn``; ``source`` is where the platform's status
+    comes from (docs/errors.md lists them).
+    """
+
+    status: int
+    error_type: str
+    v2_status: int = 0
+    model_error: bool = False
+    source: str = ""
+
+    @property
+    def v2(self) -> int:
+        """The status on the v2 routes."""
+        return self.v2_status or self.status
+
+
+#: Exception class -> the caller's error, first match wins (subclasses before bases).
+SAGEMAKER_ERRORS: tuple[tuple[tuple[type[BaseException], ...], SageMakerError], ...] = (
+    (
+        (ModelNotReadyError,),
+        SageMakerError(
+            status=429,
+            error_type="ModelNotReadyException",
+            v2_status=503,
+            source="botocore ModelNotReadyException (429); the MME guide: a load past 60 s",
+        ),
+    ),
+    (
+        (InstanceUnavailableError,),
+        SageMakerError(
+            status=503, error_type="ServiceUnavailable", source="botocore ServiceUnavailable"
+        ),
+    ),
+    (
+        (OutOfMemoryError,),
+        SageMakerError(
+            status=507,
+            error_type="InsufficientMemory",
+            source="the emulator's (the container's 507 makes SageMaker evict; the caller's "
+            "answer when nothing is left to evict is not documented)",
+        ),
+    ),
+    (
+        (ModelLoadError,),
+        SageMakerError(
+            status=424,
+            error_type="ModelError",
+            model_error=True,
+            source="botocore ModelError (424): the container answered 4xx/5xx (Triton's "
+            "SageMaker front end answers a failed load 400)",
+        ),
+    ),
+    (
+        (UserInputError, ModelNotFoundError, ValidationError),
+        SageMakerError(status=400, error_type="ValidationError", source="botocore ValidationError"),
+    ),
+)
+INTERNAL_FAILURE = SageMakerError(
+    status=500, error_type="InternalFailure", source="botocore InternalFailure"
+)
+#: a ModelError's OriginalStatusCode when the emulator refused the load itself: Triton's
+#: SageMaker front end answers any load error but out-of-memory with 400
+LOAD_ERROR_STATUS = 400
+
+
+#: InvokeEndpoint's answer to a body over :data:`~mmelocal.facts.sagemaker.MAX_PAYLOAD_BYTES`
+#: (no ``__type``: boto3 raises ClientError with Code "413")
+PAYLOAD_TOO_LARGE_STATUS = 413
+
+
+def error_kind(exc: BaseException) -> SageMakerError:
+    """The entry of :data:`SAGEMAKER_ERRORS` for ``exc`` (InternalFailure when none)."""
+    for classes, kind in SAGEMAKER_ERRORS:
+        if isinstance(exc, classes):
+            return kind
+    return INTERNAL_FAILURE
+
+
+__all__ = [
+    "INTERNAL_FAILURE",
+    "LOAD_ERROR_STATUS",
+    "PAYLOAD_TOO_LARGE_STATUS",
+    "SAGEMAKER_ERRORS",
+    "SageMakerError",
+    "error_kind",
+]

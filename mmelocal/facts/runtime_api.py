@@ -1,0 +1,76 @@
+"""Production variants, endpoint logs and the runtime API's variant headers: the service's
+names and messages, each with where it comes from.
+
+Sources:
+
+* botocore's ``sagemaker-runtime`` model (``botocore/data/sagemaker-runtime/2017-05-13/
+  service-2.json``): ``InvokeEndpoint``'s ``TargetVariant`` is the request header
+  ``X-Amzn-SageMaker-Target-Variant``; the answer's ``InvokedProductionVariant`` is the
+  header ``x-Amzn-Invoked-Production-Variant`` (its name lives in
+  :mod:`mmelocal.facts.sagemaker` with the other runtime headers).
+* "Testing models with production variants" (SageMaker developer guide,
+  https://docs.aws.amazon.com/sagemaker/latest/dg/model-ab-testing.html): traffic is shared
+  by the variants' weights; ``TargetVariant`` overrides the weights for that call.
+* CreateEndpointConfig / ProductionVariant API reference: a variant's traffic share is its
+  weight divided by the sum of all weights; the SageMaker SDK names a lone variant
+  ``AllTraffic``.
+* "Log Amazon SageMaker AI events with Amazon CloudWatch" (SageMaker developer guide,
+  https://docs.aws.amazon.com/sagemaker/latest/dg/logging-cloudwatch.html): endpoints log to
+  the group ``/aws/sagemaker/Endpoints/[EndpointName]``, stream
+  ``[production-variant-name]/[instance-id]``.
+"""
+
+from __future__ import annotations
+
+#: InvokeEndpoint's request header naming the variant to serve the call
+TARGET_VARIANT_HEADER = "X-Amzn-SageMaker-Target-Variant"
+#: the variant name the SageMaker SDK gives a lone variant (``production_variant()``)
+DEFAULT_VARIANT_NAME = "AllTraffic"
+#: ``InitialVariantWeight`` when the config leaves it out (ProductionVariant API reference)
+DEFAULT_VARIANT_WEIGHT = 1.0
+
+#: an unknown ``TargetVariant``: the service answers ``ValidationError`` (HTTP 400) with the
+#: variant's name in the message (the SageMaker SDK's integration test
+#: ``test_spark_ml_predict_invocation_with_target_variant`` asserts both); the exact wording
+#: is not published, so this one is ours
+UNKNOWN_TARGET_VARIANT = (
+    'The variant name "{variant}" is not present in endpoint "{endpoint}". Valid variant '
+    "names: {valid}."
+)
+
+#: UpdateEndpointWeightsAndCapacities' ``ValidationException`` messages (as moto words them,
+#: from the service's answers: moto's ``update_endpoint_weights_and_capacities``)
+DUPLICATE_VARIANT_IN_REQUEST = 'The variant name "{variant}" was non-unique within the request.'
+VARIANT_NOT_IN_CONFIG = (
+    'The variant name(s) "{variant}" is/are not present within endpoint configuration "{config}".'
+)
+
+#: the CloudWatch Logs group of an endpoint and its streams (one per variant and instance)
+LOG_GROUP = "/aws/sagemaker/Endpoints/{endpoint}"
+LOG_STREAM = "{variant}/{instance_id}"
+
+
+def log_group_name(endpoint: str) -> str:
+    """``/aws/sagemaker/Endpoints/{endpoint}``."""
+    return LOG_GROUP.format(endpoint=endpoint)
+
+
+def log_stream_arn(region: str, account: str, endpoint: str, stream: str) -> str:
+    """The ARN of one stream of an endpoint's log group (``ModelError``'s ``LogStreamArn``)."""
+    return (
+        f"arn:aws:logs:{region}:{account}:log-group:{log_group_name(endpoint)}:log-stream:{stream}"
+    )
+
+
+__all__ = [
+    "DEFAULT_VARIANT_NAME",
+    "DEFAULT_VARIANT_WEIGHT",
+    "DUPLICATE_VARIANT_IN_REQUEST",
+    "LOG_GROUP",
+    "LOG_STREAM",
+    "TARGET_VARIANT_HEADER",
+    "UNKNOWN_TARGET_VARIANT",
+    "VARIANT_NOT_IN_CONFIG",
+    "log_group_name",
+    "log_stream_arn",
+]

@@ -1,0 +1,100 @@
+"""SageMaker's limits, timeouts, header names and the memory threshold of its MME procedures.
+
+Each number here is one fact with one name; the modules that use it import it from here
+(the emulator, the runtime's SageMaker client, bench, deploy and the CLI's defaults).
+Where a figure is mmelocal's own choice rather than the platform's, its comment says so.
+
+Sources: the InvokeEndpoint API reference
+(https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_runtime_InvokeEndpoint.html),
+botocore's service model (``botocore/data/sagemaker-runtime/2017-05-13/service-2.json``),
+the MME guide ("Retry Requests on ModelNotReadyException Errors") and Triton 2.51's
+SageMaker front end (``src/sagemaker_server.cc``).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# --- the InvokeEndpoint body -------------------------------------------------------------
+
+#: The largest InvokeEndpoint body, in bytes: 6 MiB. botocore's model gives ``BodyBlob``
+#: ``"max": 6291456`` (botocore does not enforce it on the client) and the API reference
+#: says "6 MB". We take botocore's figure, which the emulator has always enforced: it is
+#: the only exact number published, the service's own 413 message names a binary figure
+#: (with the older 5 MB limit it read "HTTP content length exceeded 5246976 bytes",
+#: aws/sagemaker-python-sdk#171: more than 5,000,000), and of the two readings of "6 MB" it
+#: is the one that never refuses a body the service accepts. A larger body is answered 413
+#: with no ``__type``: boto3 raises ClientError with Code "413".
+MAX_PAYLOAD_BYTES: Final = 6_291_456
+
+# --- the platform's times (seconds) ------------------------------------------------------
+
+#: How long the container may take to answer one invocation (InvokeEndpoint API reference:
+#: "the model container has 60 seconds to respond"); past it the caller gets a ModelError.
+INVOKE_TIMEOUT_S: Final = 60.0
+#: How long a call to a cold model waits for its load before the platform answers
+#: ``ModelNotReadyException`` (429) while the load goes on (the MME guide).
+MODEL_NOT_READY_AFTER_S: Final = 60.0
+#: How long the platform lets a cold load go on after that answer (the MME guide: "up to
+#: 360 seconds"); a load that takes longer has failed.
+LOAD_LIMIT_S: Final = 360.0
+#: How long Triton's SageMaker front end polls after ``DELETE /models/NAME`` for the model
+#: to become unavailable before it answers (``SageMakerMMEUnloadModel``, 2.51).
+TRITON_UNLOAD_WAIT_S: Final = 350.0
+#: How long mmelocal waits for that DELETE to answer: Triton's wait plus a margin, so that
+#: Triton's own answer (or failure) arrives first.
+UNLOAD_TIMEOUT_S: Final = TRITON_UNLOAD_WAIT_S + 10.0
+
+# --- mmelocal's own waits (not the platform's) -------------------------------------------
+
+#: How long mmelocal waits for one load it asks a Triton for directly (``check``,
+#: ``capacity``, :class:`~mmelocal.runtime.client.TritonClient`), outside the emulator. Not
+#: a platform limit: shorter than :data:`LOAD_LIMIT_S`, so that a load that hangs (a Python
+#: stub that cannot start never answers) fails in minutes.
+DIRECT_LOAD_TIMEOUT_S: Final = 300.0
+#: How long mmelocal waits for one request to a Triton (metadata, inference, statistics).
+REQUEST_TIMEOUT_S: Final = INVOKE_TIMEOUT_S
+
+# --- memory ------------------------------------------------------------------------------
+
+#: The fraction of a GPU's memory the published "max models per GPU" procedure fills
+#: before it stops (the rest is left for batches); the emulator's eviction threshold and
+#: every capacity, estimate and projection default.
+MEMORY_THRESHOLD: Final = 0.9
+
+# --- header names ------------------------------------------------------------------------
+
+#: The model a call names (``TargetModel``); Triton's SageMaker front end also reads it on
+#: ``POST /models`` and ``DELETE``: the loaded model is known to Triton by its value.
+TARGET_MODEL_HEADER: Final = "X-Amzn-SageMaker-Target-Model"
+#: ``CustomAttributes``, passed to the container and back as they are.
+CUSTOM_ATTRIBUTES_HEADER: Final = "X-Amzn-SageMaker-Custom-Attributes"
+#: The variant that served a call (boto3: ``InvokedProductionVariant``).
+INVOKED_VARIANT_HEADER: Final = "x-Amzn-Invoked-Production-Variant"
+#: The error type of a rest-json error answer (beside ``__type`` in the body).
+ERROR_TYPE_HEADER: Final = "x-amzn-ErrorType"
+#: Every answer's request id.
+REQUEST_ID_HEADER: Final = "x-amzn-RequestId"
+#: The content type of Triton's binary tensors through its SageMaker front end (followed
+#: by the JSON header's length).
+SAGEMAKER_BINARY_CONTENT_TYPE: Final = (
+    "application/vnd.sagemaker-triton.binary+json;json-header-size="
+)
+
+__all__ = [
+    "CUSTOM_ATTRIBUTES_HEADER",
+    "DIRECT_LOAD_TIMEOUT_S",
+    "ERROR_TYPE_HEADER",
+    "INVOKED_VARIANT_HEADER",
+    "INVOKE_TIMEOUT_S",
+    "LOAD_LIMIT_S",
+    "MAX_PAYLOAD_BYTES",
+    "MEMORY_THRESHOLD",
+    "MODEL_NOT_READY_AFTER_S",
+    "REQUEST_ID_HEADER",
+    "REQUEST_TIMEOUT_S",
+    "SAGEMAKER_BINARY_CONTENT_TYPE",
+    "TARGET_MODEL_HEADER",
+    "TRITON_UNLOAD_WAIT_S",
+    "UNLOAD_TIMEOUT_S",
+]

@@ -1,0 +1,182 @@
+"""CloudWatch's API where moto falls short (an overlay on its JSON answers).
+
+* ``PutMetricAlarm``: a new alarm starts at ``INSUFFICIENT_DATA``, as the service starts it
+  (moto: OK), and its creation goes into the history;
+* ``DescribeAlarmHistory`` (moto: not implemented) from the control loop's history;
+* percentiles: ``GetMetricStatistics`` with ``ExtendedStatistics`` and ``GetMetricData``
+  with a ``pNN`` stat, computed from the raw values the control loop kept
+  (:class:`~.metric_store.MetricStore`) for the metrics it publishes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from typing import Any
+
+from mmelocal.errors import AwsServiceError
+from mmelocal.localaws.cloudwatch import ControlLoop
+from mmelocal.localaws.metric_store import STANDARD_STATISTICS, is_percentile, series_key
+
+Forward = Callable[[dict[str, Any]], tuple[int, Any]]
+
+
+def _seconds(value: Any) -> float:
+    """A JSON-protocol timestamp (epoch seconds, or ISO 8601) in epoch seconds."""
+    if isinstance(value, int | float):
+        return float(value)
+    text = str(value).replace("Z", "+00:00")
+    try:
+        return float(text)
+    except ValueError:
+        stamp = dt.datetime.fromisoformat(text)
+        if stamp.tzinfo is None:
+            stamp = stamp.replace(tzinfo=dt.UTC)
+        return stamp.timestamp()
+
+
+class CloudWatchOverlay:
+    """The overlay (see the module docstring); ``internal(region)`` is mmelocal's own
+    CloudWatch client."""
+
+    def __init__(self, loop: ControlLoop, internal: Callable[[str], Any]) -> None:
+        self._loop = loop
+        self._internal = internal
+
+    def __call__(
+        self, region: str, operation: str, params: dict[str, Any], forward: Forward
+    ) -> tuple[int, Any] | None:
+        if operation == "PutMetricAlarm":
+            return self._put_alarm(region, params, forward)
+        if operation == "DescribeAlarmHistory":
+            return 200, self._history(region, params)
+        if operation == "GetMetricStatistics" and params.get("ExtendedStatistics"):
+            return self._statistics(params, forward)
+        if operation == "GetMetricData":
+            return self._metric_data(params, forward)
+        return None
+
+    def _put_alarm(self, region: str, params: dict[str, Any], forward: Forward) -> tuple[int, Any]:
+        name = str(params.get("AlarmName", ""))
+        existed = bool(self._internal(region).describe_alarms(AlarmNames=[name])["MetricAlarms"])
+        status, answer = forward(params)
+        if status == 200 and not existed:
+            self._internal(region).set_alarm_state(
+                AlarmName=name,
+                StateValue="INSUFFICIENT_DATA",
+                StateReason="Unchecked: Initial alarm creation",
+            )
+            self._loop.record(
+                region, name, "ConfigurationUpdate", f'Alarm "{name}" created', {"type": "Create"}
+            )
+        elif status == 200:
+            self._loop.record(
+                region, name, "ConfigurationUpdate", f'Alarm "{name}" updated', {"type": "Update"}
+            )
+        return status, answer
+
+    def _history(self, region: str, params: dict[str, Any]) -> dict[str, Any]:
+        name = params.get("AlarmName")
+        kind = params.get("HistoryItemType")
+        start = _seconds(params["StartDate"]) if "StartDate" in params else None
+        end = _seconds(params["EndDate"]) if "EndDate" in params else None
+        with self._loop.history_lock:
+            items = [
+                item for item in self._loop.history
+                if item.region == region
+                and (name is None or item.alarm_name == name)
+                and (kind is None or item.kind == kind)
+                and (start is None or item.time_s >= start)
+                and (end is None or item.time_s <= end)
+            ]  # fmt: skip
+        if params.get("ScanBy", "TimestampDescending") == "TimestampDescending":
+            items.reverse()
+        first = int(params.get("NextToken") or 0)
+        size = int(params.get("MaxRecords") or 100)
+        answer: dict[str, Any] = {
+            "AlarmHistoryItems": [i.described() for i in items[first : first + size]]
+        }
+        if first + size < len(items):
+            answer["NextToken"] = str(first + size)
+        return answer
+
+    def _statistics(self, params: dict[str, Any], forward: Forward) -> tuple[int, Any] | None:
+        key = series_key(params["Namespace"], params["MetricName"], params.get("Dimensions", []))
+        if not self._loop.store.knows(key):
+            raise AwsServiceError(
+                "mmelocal computes percentiles (ExtendedStatistics) for the endpoint metrics "
+                "it publishes only; ask for Statistics on this metric",
+                code="InvalidParameterCombination",
+            )
+        wanted = [*params.get("Statistics", []), *params["ExtendedStatistics"]]
+        for statistic in params["ExtendedStatistics"]:
+            if not is_percentile(statistic):
+                raise AwsServiceError(
+                    f"The value {statistic} for parameter ExtendedStatistics is not supported.",
+                    code="InvalidParameterValue",
+                )
+        points = self._loop.store.datapoints(
+            key,
+            start_s=_seconds(params["StartTime"]),
+            end_s=_seconds(params["EndTime"]),
+            period_s=float(params["Period"]),
+            statistics=wanted,
+        )
+        datapoints = []
+        for start, values in points:
+            point: dict[str, Any] = {"Timestamp": start}
+            for statistic, value in values.items():
+                if statistic in STANDARD_STATISTICS:
+                    point[statistic] = value
+                else:
+                    point.setdefault("ExtendedStatistics", {})[statistic] = value
+            datapoints.append(point)
+        return 200, {"Label": params["MetricName"], "Datapoints": datapoints}
+
+    def _metric_data(self, params: dict[str, Any], forward: Forward) -> tuple[int, Any] | None:
+        queries = params.get("MetricDataQueries", [])
+        ours = [
+            q for q in queries
+            if is_percentile(str(q.get("MetricStat", {}).get("Stat", "")))
+        ]  # fmt: skip
+        if not ours:
+            return None
+        rest = [q for q in queries if q not in ours]
+        results: list[dict[str, Any]] = []
+        if rest:
+            status, answer = forward({**params, "MetricDataQueries": rest})
+            if status != 200:
+                return status, answer
+            results = list(answer.get("MetricDataResults", []))
+        start, end = _seconds(params["StartTime"]), _seconds(params["EndTime"])
+        for query in ours:
+            stat = query["MetricStat"]
+            metric = stat["Metric"]
+            key = series_key(
+                metric["Namespace"], metric["MetricName"], metric.get("Dimensions", [])
+            )
+            points = self._loop.store.datapoints(
+                key,
+                start_s=start,
+                end_s=end,
+                period_s=float(stat["Period"]),
+                statistics=[stat["Stat"]],
+            )
+            points = [(t, v) for t, v in points if stat["Stat"] in v]
+            if params.get("ScanBy", "TimestampDescending") == "TimestampDescending":
+                points.reverse()
+            results.append(
+                {
+                    "Id": query["Id"],
+                    "Label": query.get("Label", metric["MetricName"]),
+                    "Timestamps": [t for t, _ in points],
+                    "Values": [v[stat["Stat"]] for _, v in points],
+                    "StatusCode": "Complete",
+                }
+            )
+        order = {q["Id"]: i for i, q in enumerate(queries)}
+        results.sort(key=lambda r: order.get(r["Id"], len(order)))
+        return 200, {"MetricDataResults": results, "Messages": []}
+
+
+__all__ = ["CloudWatchOverlay"]

@@ -1,0 +1,230 @@
+"""Endpoint logs in the local AWS's CloudWatch Logs, as the service keeps them.
+
+Each endpoint logs to the group ``/aws/sagemaker/Endpoints/{EndpointName}``, one stream per
+variant and instance (``{VariantName}/{instance id}``), holding what that instance's Triton
+wrote (:mod:`mmelocal.facts.runtime_api`). :class:`LogShipper` tails every Triton log of
+every running fleet and sends the new lines with ``PutLogEvents`` through the local AWS's
+own API (moto's Logs), so ``GetLogEvents``, ``FilterLogEvents`` and ``DescribeLogStreams``
+answer as in the cloud. It ships on a background thread every :data:`SHIP_INTERVAL_S`, and
+at once for the instance behind a ``ModelError`` (:meth:`LogShipper.model_error_body`), so
+the stream the error's ``LogStreamArn`` names already holds the lines that explain it.
+Events carry the time they were shipped; a group outlives its endpoint, as in the cloud.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mmelocal.facts.runtime_api import LOG_STREAM, log_group_name, log_stream_arn
+
+logger = logging.getLogger(__name__)
+
+#: how often new Triton lines reach CloudWatch Logs (the agent in the cloud ships within
+#: seconds as well)
+SHIP_INTERVAL_S = 1.0
+#: PutLogEvents' limits (CloudWatch Logs API reference): 10,000 events and 1,048,576 bytes
+#: per call, counting 26 bytes per event; events over 256 KiB are cut
+_MAX_EVENTS = 10_000
+_MAX_BATCH_BYTES = 1_048_576
+_EVENT_OVERHEAD = 26
+_MAX_EVENT_BYTES = 256 * 1024 - _EVENT_OVERHEAD
+
+#: (service, region) -> a boto3 client of the local AWS (mmelocal's own)
+ClientFor = Callable[[str, str], Any]
+
+
+@dataclass(eq=False)
+class _Tail:
+    """One instance's log file and how far it has been shipped."""
+
+    region: str
+    group: str
+    stream: str
+    path: Path | None
+    offset: int = 0
+    pending: bytes = b""
+    done: bool = False
+
+
+class LogShipper:
+    """Tails the Triton logs of every watched fleet into CloudWatch Logs (see the module
+    docstring). ``client_for(service, region)`` gives boto3 clients of the local AWS."""
+
+    def __init__(self, client_for: ClientFor, *, account_id: str) -> None:
+        self._client_for = client_for
+        self.account_id = account_id
+        self._lock = threading.Lock()
+        self._ship_lock = threading.Lock()
+        self._tails: dict[int, list[_Tail]] = {}  # id(fleet) -> its instances' tails
+        self._fleets: dict[int, Any] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- what is watched ---------------------------------------------------------------
+    def watch(self, region: str, fleet: Any) -> None:
+        """Ship the logs of ``fleet`` (a started :class:`~.fleet.Fleet`): its group and
+        one stream per instance are created now."""
+        group = log_group_name(fleet.plan.endpoint_name)
+        tails = [
+            _Tail(
+                region=region,
+                group=group,
+                stream=LOG_STREAM.format(variant=fleet.plan.variant_name, instance_id=iid),
+                path=path,
+            )
+            for iid, path in zip(fleet.instance_ids, fleet.log_paths(), strict=True)
+        ]
+        logs = self._client_for("logs", region)
+        _ensure(logs.create_log_group, logGroupName=group)
+        for tail in tails:
+            _ensure(logs.create_log_stream, logGroupName=group, logStreamName=tail.stream)
+        with self._lock:
+            self._tails[id(fleet)] = tails
+            self._fleets[id(fleet)] = fleet
+
+    def stream_arn(self, region: str, fleet: Any, log_path: Path | None) -> str | None:
+        """The ARN of the stream holding ``log_path`` (an instance's Triton log) of
+        ``fleet``; None when it is not watched."""
+        with self._lock:
+            tails = self._tails.get(id(fleet), [])
+        for tail in tails:
+            if log_path is None or tail.path == log_path:
+                return log_stream_arn(
+                    region, self.account_id, fleet.plan.endpoint_name, tail.stream
+                )
+        return None
+
+    # -- shipping ----------------------------------------------------------------------
+    def start(self) -> None:
+        """Ship on a background thread every :data:`SHIP_INTERVAL_S` until :meth:`stop`."""
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="mmelocal-logs", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Ship what is left, then stop the thread (idempotent)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            self._thread = None
+        self.ship()
+
+    def _run(self) -> None:
+        while not self._stop.wait(SHIP_INTERVAL_S):
+            try:
+                self.ship()
+            except Exception:  # a failed round is retried by the next one
+                logger.exception("could not ship endpoint logs")
+
+    def ship(self, fleet: Any = None) -> None:
+        """Send the lines written since the last call (of ``fleet`` only, when given); a
+        fleet that stopped is shipped one last time and then forgotten."""
+        with self._lock:
+            if fleet is not None:
+                chosen = {id(fleet): self._tails.get(id(fleet), [])}
+            else:
+                chosen = dict(self._tails)
+            stopped = {k for k in chosen if getattr(self._fleets.get(k), "stopped", False)}
+        with self._ship_lock:  # one reader per file: offsets stay consistent
+            for tails in chosen.values():
+                for tail in tails:
+                    self._ship_tail(tail)
+        if stopped:
+            with self._lock:
+                for key in stopped:
+                    self._tails.pop(key, None)
+                    self._fleets.pop(key, None)
+
+    def _ship_tail(self, tail: _Tail) -> None:
+        if tail.path is None or not tail.path.is_file():
+            return
+        size = tail.path.stat().st_size
+        if size < tail.offset:  # the file was started again
+            tail.offset, tail.pending = 0, b""
+        if size == tail.offset:
+            return
+        with open(tail.path, "rb") as handle:
+            handle.seek(tail.offset)
+            data = handle.read(size - tail.offset)
+        tail.offset += len(data)
+        data = tail.pending + data
+        complete, _, tail.pending = data.rpartition(b"\n")
+        if not complete:
+            return
+        now = int(time.time() * 1000)
+        lines = [
+            line.decode("utf-8", errors="replace")[:_MAX_EVENT_BYTES]
+            for line in complete.split(b"\n")
+            if line.strip()
+        ]
+        logs = self._client_for("logs", tail.region)
+        batch: list[dict[str, Any]] = []
+        size_bytes = 0
+        for line in lines:
+            cost = len(line.encode()) + _EVENT_OVERHEAD
+            if batch and (len(batch) >= _MAX_EVENTS or size_bytes + cost > _MAX_BATCH_BYTES):
+                _put(logs, tail, batch)
+                batch, size_bytes = [], 0
+            batch.append({"timestamp": now, "message": line})
+            size_bytes += cost
+        if batch:
+            _put(logs, tail, batch)
+
+    # -- ModelError ----------------------------------------------------------------------
+    def model_error_body(self, region: str, fleet: Any, body: bytes) -> bytes:
+        """A ``ModelError`` answer's body with ``LogStreamArn`` naming the stream of the
+        instance that failed (its lines shipped first); the body unchanged otherwise."""
+        try:
+            error = json.loads(body)
+        except ValueError:
+            return body
+        if not isinstance(error, dict) or "LogStreamArn" not in error:
+            return body
+        local = str(error.get("LogStreamArn") or "")
+        path = Path(local[len("local:") :]) if local.startswith("local:/") else None
+        arn = self.stream_arn(region, fleet, path)
+        if arn is None:
+            return body
+        try:
+            self.ship(fleet)
+        except Exception:  # the error is answered even when its lines could not be shipped
+            logger.exception("could not ship the logs of endpoint %s", fleet.plan.endpoint_name)
+        error["LogStreamArn"] = arn
+        return json.dumps(error).encode()
+
+
+def _ensure(call: Callable[..., Any], **params: Any) -> None:
+    """``call(**params)``, an already existing resource being fine."""
+    from botocore.exceptions import ClientError
+
+    try:
+        call(**params)
+    except ClientError as exc:
+        if exc.response["Error"].get("Code") != "ResourceAlreadyExistsException":
+            raise
+
+
+def _put(logs: Any, tail: _Tail, events: list[dict[str, Any]]) -> None:
+    from botocore.exceptions import ClientError
+
+    try:
+        logs.put_log_events(logGroupName=tail.group, logStreamName=tail.stream, logEvents=events)
+    except ClientError as exc:
+        if exc.response["Error"].get("Code") != "ResourceNotFoundException":
+            raise
+        # the group or stream was deleted by the user: made again, as the agent does
+        _ensure(logs.create_log_group, logGroupName=tail.group)
+        _ensure(logs.create_log_stream, logGroupName=tail.group, logStreamName=tail.stream)
+        logs.put_log_events(logGroupName=tail.group, logStreamName=tail.stream, logEvents=events)
+
+
+__all__ = ["SHIP_INTERVAL_S", "LogShipper"]

@@ -1,0 +1,664 @@
+"""Application Auto Scaling acted on: scalable targets and policies that move real fleets.
+
+moto records targets and policies; this module adds what the service does with them:
+
+* the checks moto skips (:meth:`Autoscaler.check`): a target on an endpoint or variant that
+  does not exist, MinCapacity above MaxCapacity, a policy without a registered target;
+* the alarms target tracking creates (``TargetTracking-<resource>-AlarmHigh/Low-<uuid>``,
+  evaluated by the control loop like any alarm), deleted with their policy;
+* every period (:meth:`Autoscaler.tick`): each target tracking policy through
+  :func:`mmelocal.rules.autoscaling.target_tracking_step` on the published metric, and step
+  scaling when its alarm is in ALARM; a change resizes the variant's fleet on a worker
+  thread (new instances join routing once Triton is up; removed ones drain first) while
+  ``DescribeEndpoint`` shows ``Updating`` and both instance counts;
+* ``DescribeScalingActivities`` (moto answers a 500), worded as the service words it.
+
+Cooldowns and periods run on the control loop's clock (``--time-scale``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from mmelocal.errors import AwsServiceError
+from mmelocal.facts.autoscaling import (
+    ALARM_NAME_FORMAT,
+    DEFAULT_SCALE_IN_COOLDOWN_S,
+    DEFAULT_SCALE_OUT_COOLDOWN_S,
+    HIGH_ALARM_DATAPOINTS,
+    HIGH_ALARM_EVALUATION_PERIODS,
+    LOW_ALARM_DATAPOINTS,
+    LOW_ALARM_EVALUATION_PERIODS,
+    LOW_ALARM_THRESHOLD_FACTOR,
+    METRIC_PERIOD_S,
+    PREDEFINED_METRICS,
+    SCALABLE_DIMENSION,
+    SERVICE_NAMESPACE,
+)
+from mmelocal.facts.cloudwatch import GPU_METRICS, INSTANCE_NAMESPACE, LOCAL_STAND_IN
+from mmelocal.localaws.metric_store import MetricStore, series_key
+from mmelocal.rules.autoscaling import (
+    ScalingLimits,
+    ScalingState,
+    TargetTrackingPolicy,
+    target_tracking_step,
+)
+
+logger = logging.getLogger(__name__)
+
+#: (region, endpoint, variant) -> the fleet serving it now (None: not in service)
+FleetOf = Callable[[str, str, str], Any]
+#: (region, endpoint) -> the endpoint's variant names (None: no such endpoint)
+VariantsOf = Callable[[str, str], "list[str] | None"]
+#: (region, endpoint, variant, current or None, desired or None, updating) -> None
+ShowCounts = Callable[[str, str, str, "int | None", "int | None", bool], None]
+
+
+def parse_resource(resource_id: str) -> tuple[str, str] | None:
+    """``(endpoint, variant)`` of ``endpoint/{name}/variant/{variant}``, else None."""
+    parts = resource_id.split("/")
+    if len(parts) == 4 and parts[0] == "endpoint" and parts[2] == "variant":
+        return parts[1], parts[3]
+    return None
+
+
+@dataclass
+class Activity:
+    """One scaling activity as ``DescribeScalingActivities`` lists it."""
+
+    region: str
+    resource_id: str
+    description: str
+    cause: str
+    start_s: float
+    activity_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    end_s: float | None = None
+    status: str = "InProgress"
+    message: str | None = None
+
+    def described(self) -> dict[str, Any]:
+        """The activity as the API answers it."""
+        out: dict[str, Any] = {
+            "ActivityId": self.activity_id,
+            "ServiceNamespace": SERVICE_NAMESPACE,
+            "ResourceId": self.resource_id,
+            "ScalableDimension": SCALABLE_DIMENSION,
+            "Description": self.description,
+            "Cause": self.cause,
+            "StartTime": self.start_s,
+            "StatusCode": self.status,
+        }
+        if self.end_s is not None:
+            out["EndTime"] = self.end_s
+        if self.message:
+            out["StatusMessage"] = self.message
+        return out
+
+
+class Autoscaler:
+    """Application Auto Scaling for SageMaker variants (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        client_for: Callable[[str, str], Any],
+        store: MetricStore,
+        fleet_of: FleetOf,
+        variants_of: VariantsOf,
+        show_counts: ShowCounts,
+        time_scale: Callable[[], float],
+        regions: Callable[[], list[str]],
+        start_timeout_s: float = 300.0,
+    ) -> None:
+        self._client_for = client_for
+        self._regions = regions
+        self._store = store
+        self._fleet_of = fleet_of
+        self._variants_of = variants_of
+        self._show_counts = show_counts
+        self._time_scale = time_scale
+        self._start_timeout_s = start_timeout_s
+        self._lock = threading.Lock()
+        self.activities: list[Activity] = []
+        self._states: dict[tuple[str, str, str], ScalingState] = {}
+        self._busy: dict[tuple[str, str], threading.Thread] = {}
+        #: (region, policy ARN) -> the names of the alarms its target tracking created
+        self.alarms: dict[tuple[str, str], list[str]] = {}
+        #: (region, resource id) -> the last step scaling time (cooldown)
+        self._last_step: dict[tuple[str, str], float] = {}
+
+    # -- the API overlay ---------------------------------------------------------------
+    def __call__(
+        self,
+        region: str,
+        operation: str,
+        params: dict[str, Any],
+        forward: Callable[[dict[str, Any]], tuple[int, Any]],
+    ) -> tuple[int, Any] | None:
+        """Application Auto Scaling's answers where moto's fall short (an app overlay)."""
+        if operation == "DescribeScalingActivities":
+            return 200, self.describe_activities(region, params)
+        if operation in ("RegisterScalableTarget", "PutScalingPolicy"):
+            self.check(operation, region, params)
+        if params.get("ServiceNamespace") != SERVICE_NAMESPACE:
+            return None
+        if operation == "DeleteScalingPolicy":
+            arns = self._policy_arns(region, params, names=[params.get("PolicyName")])
+            status, answer = forward(params)
+            if status == 200:
+                for arn in arns:
+                    self.delete_alarms(region, arn)
+            return status, answer
+        if operation == "DeregisterScalableTarget":
+            status, answer = forward(params)
+            if status == 200:
+                self._drop_policies(region, str(params.get("ResourceId", "")))
+            return status, answer
+        status, answer = forward(params)
+        if status == 200 and isinstance(answer, dict):
+            if operation == "PutScalingPolicy":
+                self.policy_put(region, params, answer)
+            elif operation == "DescribeScalingPolicies":
+                for policy in answer.get("ScalingPolicies", []):
+                    policy["Alarms"] = self.described_alarms(region, policy["PolicyARN"])
+        return status, answer
+
+    def _policy_arns(
+        self, region: str, params: dict[str, Any], names: list[Any] | None = None
+    ) -> list[str]:
+        aas = self._client_for("application-autoscaling", region)
+        query: dict[str, Any] = {"ServiceNamespace": SERVICE_NAMESPACE}
+        if params.get("ResourceId"):
+            query["ResourceId"] = params["ResourceId"]
+        if names:
+            query["PolicyNames"] = [str(n) for n in names]
+        policies = aas.describe_scaling_policies(**query).get("ScalingPolicies", [])
+        return [p["PolicyARN"] for p in policies]
+
+    def _drop_policies(self, region: str, resource: str) -> None:
+        """Deregistering a target deletes its policies (and their alarms), as the service
+        does (moto keeps them)."""
+        aas = self._client_for("application-autoscaling", region)
+        policies = aas.describe_scaling_policies(
+            ServiceNamespace=SERVICE_NAMESPACE, ResourceId=resource
+        ).get("ScalingPolicies", [])
+        for policy in policies:
+            self.delete_alarms(region, policy["PolicyARN"])
+            aas.delete_scaling_policy(
+                PolicyName=policy["PolicyName"],
+                ServiceNamespace=SERVICE_NAMESPACE,
+                ResourceId=resource,
+                ScalableDimension=policy["ScalableDimension"],
+            )
+
+    def forget_endpoint(self, region: str, endpoint: str) -> None:
+        """SageMaker deregisters a deleted endpoint's scalable targets (and their
+        policies' alarms go with them)."""
+        aas = self._client_for("application-autoscaling", region)
+        targets = aas.describe_scalable_targets(ServiceNamespace=SERVICE_NAMESPACE).get(
+            "ScalableTargets", []
+        )
+        for target in targets:
+            located = parse_resource(target["ResourceId"])
+            if located is None or located[0] != endpoint:
+                continue
+            self._drop_policies(region, target["ResourceId"])
+            aas.deregister_scalable_target(
+                ServiceNamespace=SERVICE_NAMESPACE,
+                ResourceId=target["ResourceId"],
+                ScalableDimension=target["ScalableDimension"],
+            )
+        with self._lock:
+            for key in [
+                k
+                for k in self._states
+                if k[0] == region and (parse_resource(k[1]) or ("",))[0] == endpoint
+            ]:
+                del self._states[key]
+
+    # -- the service's checks ----------------------------------------------------------
+    def check(self, operation: str, region: str, params: dict[str, Any]) -> None:
+        """Raise the service's error for what moto would accept."""
+        if params.get("ServiceNamespace") != SERVICE_NAMESPACE:
+            return
+        resource = str(params.get("ResourceId", ""))
+        if operation == "RegisterScalableTarget":
+            low, high = params.get("MinCapacity"), params.get("MaxCapacity")
+            if low is not None and high is not None and int(low) > int(high):
+                raise AwsServiceError(
+                    "Minimum capacity cannot be greater than maximum capacity",
+                    code="ValidationException",
+                )
+            located = parse_resource(resource)
+            if located is None:
+                raise AwsServiceError(
+                    f"Unsupported resource ID {resource}: a SageMaker variant is "
+                    "endpoint/{EndpointName}/variant/{VariantName}",
+                    code="ValidationException",
+                )
+            variants = self._variants_of(region, located[0])
+            if variants is None or located[1] not in variants:
+                raise AwsServiceError(
+                    f"The endpoint {located[0]} does not exist or has no variant "
+                    f"{located[1]} (ResourceId {resource})",
+                    code="ValidationException",
+                )
+        elif operation == "PutScalingPolicy" and self._target(region, resource) is None:
+            raise AwsServiceError(
+                f"No scalable target registered for service namespace: {SERVICE_NAMESPACE}, "
+                f"resource ID: {resource}, scalable dimension: "
+                f"{params.get('ScalableDimension', SCALABLE_DIMENSION)}",
+                code="ObjectNotFoundException",
+                status=400,
+            )
+
+    def check_update(
+        self, region: str, endpoint: str, described: dict[str, Any], config: dict[str, Any]
+    ) -> None:
+        """The service's rule for ``UpdateEndpoint``: an update that changes the instance
+        type of a variant registered for autoscaling, or removes it, fails."""
+        aas = self._client_for("application-autoscaling", region)
+        targets = aas.describe_scalable_targets(ServiceNamespace=SERVICE_NAMESPACE).get(
+            "ScalableTargets", []
+        )
+        scaled = {
+            located[1]
+            for t in targets
+            if (located := parse_resource(t["ResourceId"])) is not None and located[0] == endpoint
+        }
+        if not scaled:
+            return
+        sagemaker = self._client_for("sagemaker", region)
+        current = sagemaker.describe_endpoint_config(
+            EndpointConfigName=described["EndpointConfigName"]
+        )
+        before = {v["VariantName"]: v.get("InstanceType") for v in current["ProductionVariants"]}
+        after = {v["VariantName"]: v.get("InstanceType") for v in config["ProductionVariants"]}
+        for variant in sorted(scaled):
+            if variant not in after or after[variant] != before.get(variant):
+                raise AwsServiceError(
+                    f"The variant {variant} of endpoint {endpoint} is registered with Application "
+                    "Auto Scaling; an update may not change its instance type or remove it. "
+                    "Deregister the scalable target first (DeregisterScalableTarget), update, "
+                    "then register it again.",
+                    code="ValidationException",
+                )
+
+    def _target(self, region: str, resource: str) -> dict[str, Any] | None:
+        aas = self._client_for("application-autoscaling", region)
+        found = aas.describe_scalable_targets(
+            ServiceNamespace=SERVICE_NAMESPACE, ResourceIds=[resource]
+        ).get("ScalableTargets", [])
+        return found[0] if found else None
+
+    # -- target tracking's alarms ------------------------------------------------------
+    def policy_put(self, region: str, params: dict[str, Any], answer: dict[str, Any]) -> None:
+        """After moto recorded a policy: create its alarms (target tracking) and say when a
+        GPU metric can never fire here; adds ``Alarms`` to ``answer``."""
+        config = params.get("TargetTrackingScalingPolicyConfiguration")
+        arn = str(answer.get("PolicyARN", ""))
+        if params.get("ServiceNamespace") != SERVICE_NAMESPACE or not config or not arn:
+            return
+        self.delete_alarms(region, arn)
+        namespace, metric, dimensions, statistic = self._metric(params)
+        if (
+            namespace == INSTANCE_NAMESPACE
+            and metric in GPU_METRICS
+            and not self._has_gpu(region, params)
+        ):
+            logger.warning(
+                "policy %s tracks %s, which is only published where a GPU is read: with no GPU "
+                "here it never fires. %s (same namespace and dimensions) is the local stand-in.",
+                params.get("PolicyName"),
+                metric,
+                LOCAL_STAND_IN[metric],
+            )
+        target = float(config["TargetValue"])
+        resource = str(params["ResourceId"])
+        cloudwatch = self._client_for("cloudwatch", region)
+        names, alarms = [], []
+        for side, comparison, periods, points, threshold in (
+            ("High", "GreaterThanThreshold", HIGH_ALARM_EVALUATION_PERIODS, HIGH_ALARM_DATAPOINTS,
+             target),
+            ("Low", "LessThanThreshold", LOW_ALARM_EVALUATION_PERIODS, LOW_ALARM_DATAPOINTS,
+             target * LOW_ALARM_THRESHOLD_FACTOR),
+        ):  # fmt: skip
+            if side == "Low" and config.get("DisableScaleIn"):
+                continue
+            name = ALARM_NAME_FORMAT.format(resource=resource, side=side, suffix=uuid.uuid4())
+            cloudwatch.put_metric_alarm(
+                AlarmName=name,
+                AlarmDescription=f"DO NOT EDIT OR DELETE. For TargetTrackingScaling policy {arn}.",
+                AlarmActions=[arn],
+                Namespace=namespace,
+                MetricName=metric,
+                Dimensions=dimensions,
+                Statistic=statistic,
+                Period=METRIC_PERIOD_S,
+                EvaluationPeriods=periods,
+                DatapointsToAlarm=points,
+                Threshold=threshold,
+                ComparisonOperator=comparison,
+            )
+            names.append(name)
+            described = cloudwatch.describe_alarms(AlarmNames=[name])["MetricAlarms"]
+            alarms.append({"AlarmName": name, "AlarmARN": described[0]["AlarmArn"]})
+        with self._lock:
+            self.alarms[(region, arn)] = names
+        answer["Alarms"] = alarms
+
+    def delete_alarms(self, region: str, policy_arn: str) -> None:
+        """Delete the alarms a policy created (its deletion, or a new version of it)."""
+        with self._lock:
+            names = self.alarms.pop((region, policy_arn), [])
+        if names:
+            self._client_for("cloudwatch", region).delete_alarms(AlarmNames=names)
+
+    def described_alarms(self, region: str, policy_arn: str) -> list[dict[str, str]]:
+        """``Alarms`` of a policy in ``DescribeScalingPolicies``."""
+        with self._lock:
+            names = list(self.alarms.get((region, policy_arn), []))
+        if not names:
+            return []
+        found = self._client_for("cloudwatch", region).describe_alarms(AlarmNames=names)
+        return [
+            {"AlarmName": a["AlarmName"], "AlarmARN": a["AlarmArn"]} for a in found["MetricAlarms"]
+        ]
+
+    @staticmethod
+    def _metric(params: dict[str, Any]) -> tuple[str, str, list[dict[str, str]], str]:
+        config = params["TargetTrackingScalingPolicyConfiguration"]
+        located = parse_resource(str(params["ResourceId"])) or ("", "")
+        predefined = config.get("PredefinedMetricSpecification")
+        if predefined:
+            kind = predefined.get("PredefinedMetricType", "")
+            if kind not in PREDEFINED_METRICS:
+                raise AwsServiceError(
+                    f"Unsupported predefined metric type {kind} for SageMaker; supported: "
+                    f"{', '.join(PREDEFINED_METRICS)}",
+                    code="ValidationException",
+                )
+            namespace, metric, statistic = PREDEFINED_METRICS[kind]
+            dimensions = [
+                {"Name": "EndpointName", "Value": located[0]},
+                {"Name": "VariantName", "Value": located[1]},
+            ]
+            return namespace, metric, dimensions, statistic
+        custom = config.get("CustomizedMetricSpecification") or {}
+        return (
+            str(custom.get("Namespace", "")),
+            str(custom.get("MetricName", "")),
+            list(custom.get("Dimensions") or []),
+            str(custom.get("Statistic") or "Average"),
+        )
+
+    def _has_gpu(self, region: str, params: dict[str, Any]) -> bool:
+        located = parse_resource(str(params["ResourceId"]))
+        if located is None:
+            return False
+        key = series_key(
+            INSTANCE_NAMESPACE,
+            "GPUUtilization",
+            [
+                {"Name": "EndpointName", "Value": located[0]},
+                {"Name": "VariantName", "Value": located[1]},
+            ],
+        )
+        return self._store.knows(key)
+
+    # -- acting ------------------------------------------------------------------------
+    def tick(self, now_s: float) -> None:
+        """Evaluate every SageMaker policy in every region the control plane saw."""
+        for region in self._regions():
+            try:
+                self._tick_region(region, now_s)
+            except Exception:
+                logger.exception("autoscaling in %s failed this period", region)
+
+    def _tick_region(self, region: str, now_s: float) -> None:
+        aas = self._client_for("application-autoscaling", region)
+        targets = {
+            t["ResourceId"]: t
+            for t in aas.describe_scalable_targets(ServiceNamespace=SERVICE_NAMESPACE).get(
+                "ScalableTargets", []
+            )
+        }
+        if not targets:
+            return
+        policies = aas.describe_scaling_policies(ServiceNamespace=SERVICE_NAMESPACE).get(
+            "ScalingPolicies", []
+        )
+        scale = self._time_scale()
+        for resource, target in targets.items():
+            located = parse_resource(resource)
+            if located is None or (region, resource) in self._busy:
+                continue
+            fleet = self._fleet_of(region, *located)
+            if fleet is None:
+                continue
+            limits = ScalingLimits(int(target["MinCapacity"]), int(target["MaxCapacity"]))
+            suspended = target.get("SuspendedState") or {}
+            current = fleet.instance_count
+            if limits.clamp(current) != current:  # with or without a policy, as the service
+                _, decision = target_tracking_step(
+                    now_s, ScalingState(current), [], TargetTrackingPolicy(1.0), limits
+                )
+                self._resize(region, resource, fleet, decision.capacity, str(decision.cause))
+                continue
+            for policy in [p for p in policies if p["ResourceId"] == resource]:
+                if policy.get("PolicyType") == "TargetTrackingScaling":
+                    capacity = self._target_tracking(
+                        region, policy, fleet, limits, now_s, scale, suspended
+                    )
+                elif policy.get("PolicyType") == "StepScaling":
+                    capacity = self._step(region, policy, fleet, limits, now_s, scale, suspended)
+                else:
+                    continue
+                if capacity is not None:
+                    break
+
+    def _target_tracking(
+        self,
+        region: str,
+        policy: dict[str, Any],
+        fleet: Any,
+        limits: ScalingLimits,
+        now_s: float,
+        scale: float,
+        suspended: dict[str, Any],
+    ) -> int | None:
+        config = policy["TargetTrackingScalingPolicyConfiguration"]
+        namespace, metric, dimensions, statistic = self._metric(policy)
+        key = series_key(namespace, metric, dimensions)
+        values = self._store.periods(
+            key,
+            end_s=now_s,
+            period_s=METRIC_PERIOD_S / scale,
+            count=LOW_ALARM_EVALUATION_PERIODS,
+            statistic=statistic,
+        )
+        rules = TargetTrackingPolicy(
+            float(config["TargetValue"]),
+            scale_out_cooldown_s=float(config.get("ScaleOutCooldown", DEFAULT_SCALE_OUT_COOLDOWN_S))
+            / scale,
+            scale_in_cooldown_s=float(config.get("ScaleInCooldown", DEFAULT_SCALE_IN_COOLDOWN_S))
+            / scale,
+            disable_scale_in=bool(config.get("DisableScaleIn"))
+            or bool(suspended.get("DynamicScalingInSuspended")),
+        )
+        state_key = (region, policy["ResourceId"], policy["PolicyName"])
+        with self._lock:
+            previous = self._states.get(state_key, ScalingState(fleet.instance_count))
+            alarm_names = list(self.alarms.get((region, policy["PolicyARN"]), []))
+        state = ScalingState(
+            fleet.instance_count, previous.last_scale_out_s, previous.last_scale_in_s
+        )
+        high = next((n for n in alarm_names if "-AlarmHigh-" in n), "AlarmHigh")
+        low = next((n for n in alarm_names if "-AlarmLow-" in n), "AlarmLow")
+        new, decision = target_tracking_step(
+            now_s, state, values, rules, limits,
+            policy_name=policy["PolicyName"], high_alarm_name=high, low_alarm_name=low,
+        )  # fmt: skip
+        if decision.cause is None:
+            return None
+        growing = decision.capacity > state.capacity
+        if suspended.get("DynamicScalingOutSuspended" if growing else "DynamicScalingInSuspended"):
+            return None
+        with self._lock:
+            self._states[state_key] = new
+        self._resize(region, policy["ResourceId"], fleet, decision.capacity, decision.cause)
+        return decision.capacity
+
+    def _step(
+        self,
+        region: str,
+        policy: dict[str, Any],
+        fleet: Any,
+        limits: ScalingLimits,
+        now_s: float,
+        scale: float,
+        suspended: dict[str, Any],
+    ) -> int | None:
+        config = policy.get("StepScalingPolicyConfiguration") or {}
+        cloudwatch = self._client_for("cloudwatch", region)
+        alarms = cloudwatch.describe_alarms(
+            ActionPrefix=policy["PolicyARN"], StateValue="ALARM"
+        ).get("MetricAlarms", [])
+        if not alarms:
+            return None
+        alarm = alarms[0]
+        cooldown_s = float(config.get("Cooldown", 0)) / scale
+        last = self._last_step.get((region, policy["ResourceId"]))
+        if last is not None and now_s - last < cooldown_s:
+            return None
+        key = series_key(alarm["Namespace"], alarm["MetricName"], alarm.get("Dimensions", []))
+        values = self._store.periods(
+            key,
+            end_s=now_s,
+            period_s=float(alarm["Period"]) / scale,
+            count=1,
+            statistic=alarm.get("ExtendedStatistic") or alarm.get("Statistic") or "Average",
+        )
+        value = values[-1]
+        if value is None:
+            return None
+        difference = value - float(alarm["Threshold"])
+        adjustment = None
+        for step in config.get("StepAdjustments", []):
+            low = step.get("MetricIntervalLowerBound")
+            high = step.get("MetricIntervalUpperBound")
+            if (low is None or difference >= float(low)) and (
+                high is None or difference < float(high)
+            ):
+                adjustment = int(step["ScalingAdjustment"])
+                break
+        if adjustment is None:
+            return None
+        current = fleet.instance_count
+        kind = config.get("AdjustmentType", "ChangeInCapacity")
+        if kind == "ExactCapacity":
+            desired = adjustment
+        elif kind == "PercentChangeInCapacity":
+            desired = current + int(
+                math.copysign(math.ceil(abs(current * adjustment / 100)), adjustment)
+            )
+        else:
+            desired = current + adjustment
+        desired = limits.clamp(desired)
+        if desired == current:
+            return None
+        if suspended.get(
+            "DynamicScalingOutSuspended" if desired > current else "DynamicScalingInSuspended"
+        ):
+            return None
+        self._last_step[(region, policy["ResourceId"])] = now_s
+        cause = (
+            f"monitor alarm {alarm['AlarmName']} in state ALARM triggered policy "
+            f"{policy['PolicyName']}"
+        )
+        self._resize(region, policy["ResourceId"], fleet, desired, cause)
+        return desired
+
+    def _resize(self, region: str, resource: str, fleet: Any, capacity: int, cause: str) -> None:
+        endpoint, variant = parse_resource(resource) or ("", "")
+        activity = Activity(
+            region=region,
+            resource_id=resource,
+            description=f"Setting desired instance count to {capacity}.",
+            cause=cause,
+            start_s=time.time(),
+        )
+        with self._lock:
+            self.activities.append(activity)
+        self._show_counts(region, endpoint, variant, fleet.instance_count, capacity, True)
+        logger.info("%s: %s (%s)", resource, activity.description, cause)
+
+        def run() -> None:
+            reached = None
+            try:
+                reached = fleet.scale_to(capacity, timeout_s=self._start_timeout_s)
+            except Exception as exc:
+                activity.status, activity.message = (
+                    "Failed",
+                    f"Failed to set desired instance count to {capacity}: {exc}",
+                )
+            else:
+                if reached == capacity:
+                    activity.status = "Successful"
+                    activity.message = (
+                        f"Successfully set desired instance count to {capacity}. Change "
+                        "successfully fulfilled by sagemaker."
+                    )
+                else:
+                    activity.status = "Failed"
+                    activity.message = f"The endpoint {endpoint} stopped while it was scaling."
+            finally:
+                activity.end_s = time.time()
+                self._show_counts(region, endpoint, variant, reached, None, False)
+                with self._lock:
+                    self._busy.pop((region, resource), None)
+
+        worker = threading.Thread(target=run, name=f"localaws-scale-{endpoint}", daemon=True)
+        with self._lock:
+            self._busy[(region, resource)] = worker
+        worker.start()
+
+    def wait(self, timeout_s: float | None = None) -> None:
+        """Wait for the resizes under way (tests, shutdown)."""
+        with self._lock:
+            workers = list(self._busy.values())
+        for worker in workers:
+            worker.join(timeout_s)
+
+    # -- DescribeScalingActivities -----------------------------------------------------
+    def describe_activities(self, region: str, params: dict[str, Any]) -> dict[str, Any]:
+        """The answer to ``DescribeScalingActivities`` (newest first)."""
+        namespace = params.get("ServiceNamespace")
+        resource = params.get("ResourceId")
+        dimension = params.get("ScalableDimension")
+        with self._lock:
+            found = [
+                a for a in reversed(self.activities)
+                if a.region == region
+                and namespace == SERVICE_NAMESPACE
+                and (resource is None or a.resource_id == resource)
+                and (dimension is None or dimension == SCALABLE_DIMENSION)
+            ]  # fmt: skip
+        start = int(params.get("NextToken") or 0)
+        size = int(params.get("MaxResults") or 50)
+        answer: dict[str, Any] = {
+            "ScalingActivities": [a.described() for a in found[start : start + size]]
+        }
+        if start + size < len(found):
+            answer["NextToken"] = str(start + size)
+        return answer
+
+
+__all__ = ["Activity", "Autoscaler", "parse_resource"]
