@@ -24,6 +24,14 @@ class PriceTable:
     source: str
     origin: str
     prices: Mapping[str, float] = field(default_factory=dict)
+    #: per instance type, where its price comes from and when it was read ("URL, date")
+    sources: Mapping[str, str] = field(default_factory=dict)
+    #: instance types the table lists without a checked price
+    unpriced: tuple[str, ...] = ()
+
+    def source_for(self, instance_type: str) -> str:
+        """Where ``instance_type``'s price comes from (the table's source when not given)."""
+        return self.sources.get(instance_type, self.source)
 
     def price_for(self, instance_type: str) -> float | None:
         """The hourly price of ``instance_type`` (None when the table has none)."""
@@ -39,18 +47,33 @@ class PriceTable:
             )
         return (
             f"Hourly price of {instance_type}: {price:g} {self.currency}, an input from "
-            f"{self.origin} ({self.source}), not a fact mmelocal checks; pass --prices FILE "
+            f"{self.origin} ({self.source_for(instance_type)}), not a fact mmelocal checks; "
+            "pass --prices FILE "
             "with your own."
         )
 
 
 def parse_prices(text: str, *, origin: str) -> PriceTable:
-    """Parse a prices YAML document (``currency``, ``source``, ``prices: {type: hourly}``)."""
+    """Parse a prices YAML document (``currency``, ``source``, ``prices: {type: hourly}``).
+
+    A price may also be a mapping ``{hourly: X, source: WHERE, date: YYYY-MM-DD}`` (its own
+    source and the date it was read); ``hourly: null`` lists a type with no checked price.
+    """
     data = parse_yaml(text, origin=origin)
     if not isinstance(data, dict) or not isinstance(data.get("prices"), dict):
         raise UserInputError(f"{origin}: expected a mapping with a 'prices:' mapping")
     prices: dict[str, float] = {}
+    sources: dict[str, str] = {}
+    unpriced: list[str] = []
     for name, value in data["prices"].items():
+        if isinstance(value, dict):
+            where = value.get("source")
+            if where:
+                sources[str(name)] = f"{where}, {value.get('date', 'undated')}"
+            value = value.get("hourly")
+            if value is None:
+                unpriced.append(str(name))
+                continue
         try:
             price = float(value)
         except (TypeError, ValueError):
@@ -65,6 +88,8 @@ def parse_prices(text: str, *, origin: str) -> PriceTable:
         source=str(data.get("source", "user-supplied")),
         origin=origin,
         prices=prices,
+        sources=sources,
+        unpriced=tuple(unpriced),
     )
 
 

@@ -74,13 +74,16 @@ def local_aws(
     with aws:
         console.print(
             f"[bold]local AWS[/] (S3, SageMaker, sagemaker-runtime, application-autoscaling, "
-            f"STS, CloudWatch) on [green]{aws.url}[/]; data {aws.data_dir}\n"
+            f"STS, CloudWatch, logs) on [green]{aws.url}[/]; data {aws.data_dir}\n"
             + (
                 f"  fast clock: x{time_scale:g} (one CloudWatch minute = {60 / time_scale:g} s)\n"
                 if time_scale != 1.0
                 else ""
             )
             + f"  export AWS_ENDPOINT_URL={aws.url}\n"
+            f"  export HTTPS_PROXY={aws.url} AWS_CA_BUNDLE={aws.ca_bundle}\n"
+            "  (HTTPS_PROXY and AWS_CA_BUNDLE: for libraries that hard-code AWS's addresses, "
+            "as the SageMaker Python SDK does for STS)\n"
             "  (any AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY and region will do; "
             "Ctrl-C or SIGTERM stops it)",
             highlight=False,

@@ -32,6 +32,11 @@ _COMMANDS: dict[str, tuple[str, str, str]] = {
     ),
     "sweep": ("mmelocal.cli.sweep", "sweep", "Configuration sweep with recommendations."),
     "report": ("mmelocal.cli.report", "report", "HTML report with plots from results."),
+    "traffic": (
+        "mmelocal.cli.traffic",
+        "traffic",
+        "Make, replay, simulate traffic; size the fleet.",
+    ),
     "deploy": ("mmelocal.cli.deploy", "deploy", "Deploy a store to a SageMaker MME."),
     "undeploy": ("mmelocal.cli.deploy", "undeploy", "Delete what deploy created."),
     "smoke": ("mmelocal.cli.deploy", "smoke", "Check a deployed endpoint's answers."),

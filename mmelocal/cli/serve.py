@@ -169,5 +169,5 @@ def serve(
     )
     with contextlib.suppress(KeyboardInterrupt):
         timeouts = HttpTimeouts(header_s=header_timeout, body_s=body_timeout, idle_s=idle_timeout)
-        run(serve_forever(emulator, host=host, port=port, timeouts=timeouts))
+        run(serve_forever(emulator, host=host, port=port, timeouts=timeouts, freeze_gc=True))
     console.print("emulator stopped")

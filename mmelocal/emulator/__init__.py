@@ -5,9 +5,10 @@ What SageMaker does between the client and the Triton container, done locally::
     client (boto3 / tritonclient)
       │  POST /endpoints/{name}/invocations, /v2/models/{target}/infer
       ▼
-    http_server.py           the one HTTP server (httptools), pipelining bounded
-    hotlane.py               warm targets served with callbacks (no task per request)
-    routes.py                every route: ping, metrics, state, invocations, KServe v2
+    http_server.py           the one HTTP server (httptools), pipelining bounded,
+                             one deadline check per connection
+    invocation.py            the one path of every invocation, warm or cold
+    routes.py                every other route: ping, metrics, state, KServe v2 reads
     answers.py               boto3-exact answers, the error table, v2 binary translation
     emulator.py              Emulator: the facade the HTTP layer drives
     emulator_config.py       EmulatorConfig: what one emulated endpoint runs

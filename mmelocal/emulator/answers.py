@@ -1,10 +1,10 @@
-"""The two hot routes, independent of the HTTP server that carries them.
+"""The answers of the two invocation routes, and how any answer is written.
 
-:func:`handle_invocation` (SageMaker ``InvokeEndpoint``) and :func:`handle_v2_infer`
-(KServe v2 ``infer``) take the request's pieces (a header getter and the body) and return
-an :class:`Answer` (status, headers, body). The routes (:mod:`.routes`) and the hot lane
-(:mod:`.hotlane`) both build their answers here, so a warm call and a cold one are
-answered alike, byte for byte.
+SageMaker ``InvokeEndpoint`` and KServe v2 ``infer`` (served by :mod:`.invocation`, the one
+path of every invocation, warm or cold) and every other route (:mod:`.routes`) build their
+answers here as :class:`Answer` (status, headers, body); :func:`encode_answer` writes one.
+A success's head is encoded once per content type (:func:`encode_invocation_ok`,
+:func:`encode_v2_ok`), from the same header lists, so it is the same bytes.
 
 Errors are shaped as botocore's rest-json parser expects: JSON ``{"__type", "message"}``
 plus the ``x-amzn-ErrorType`` header. Which exception becomes which status, error type and
@@ -14,12 +14,13 @@ error code is one entry).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import logging
-import time
 import uuid
 from collections.abc import Callable
+from http import HTTPStatus
 from pathlib import Path
 from typing import NamedTuple
 
@@ -67,11 +68,17 @@ def body_limit_bytes(emulator: Emulator) -> int:
 _REQUEST_IDS = itertools.count()
 _HEX = uuid.uuid4().hex
 _REQUEST_PREFIX = f"{_HEX[:8]}-{_HEX[8:12]}-{_HEX[12:16]}-{_HEX[16:20]}-"
+_REQUEST_PREFIX_BYTES = _REQUEST_PREFIX.encode()
 
 
 def request_id() -> str:
     """A unique ``x-amzn-RequestId`` (uuid-shaped; a counter after a random prefix)."""
     return f"{_REQUEST_PREFIX}{next(_REQUEST_IDS):012x}"
+
+
+def _request_id_bytes() -> bytes:
+    """:func:`request_id` as bytes (the same sequence)."""
+    return b"%s%012x" % (_REQUEST_PREFIX_BYTES, next(_REQUEST_IDS))
 
 
 class Answer(NamedTuple):
@@ -120,48 +127,13 @@ def v2_error(status: int, message: str) -> Answer:
 FORWARDED_HEADERS = ("Accept", "Content-Encoding", CUSTOM_ATTRIBUTES)
 
 
-def forward_headers(get: HeaderGetter, content_type: str | None = None) -> list[tuple[str, str]]:
-    """The request headers Triton needs (content type, accept, encoding, custom attributes)."""
-    headers = [("Content-Type", content_type or get("Content-Type") or JSON_TYPE)]
-    for name in FORWARDED_HEADERS:
-        value = get(name)
-        if value is not None:
-            headers.append((name, value))
-    return headers
-
-
-async def handle_invocation(
-    emulator: Emulator, endpoint_name: str, get: HeaderGetter, body: bytes
-) -> Answer:
-    """``POST /endpoints/{name}/invocations`` (metrics recorded here)."""
-    t0 = time.perf_counter()
-    limit = emulator.config.max_payload_bytes
-    if len(body) > limit:
-        answer, model_s = payload_too_large(limit), 0.0
-    else:
-        answer, model_s = await _invocation(emulator, endpoint_name, get, body)
-    emulator.metrics.record_invocation(answer.status, time.perf_counter() - t0 - model_s)
-    return answer
-
-
-async def _invocation(
-    emulator: Emulator, name: str, get: HeaderGetter, body: bytes
-) -> tuple[Answer, float]:
-    configured = emulator.config.endpoint_name
-    if configured is not None and name != configured:
-        return sagemaker_error(400, "ValidationError", f"Endpoint {name} not found."), 0.0
-    target = get(TARGET_HEADER)
-    if target is None:
-        message = (
-            f"This is a multi-model endpoint: the {TARGET_HEADER} header (boto3: "
-            "TargetModel=...) must name the model, e.g. 'model-7.tar.gz'"
-        )
-        return sagemaker_error(400, "ValidationError", message), 0.0
-    try:
-        result = await emulator.invoke(target, body, forward_headers(get))
-    except Exception as exc:
-        return invocation_error(exc, target), 0.0
-    return invocation_answer(emulator, target, result), result.model_latency_s
+def missing_target() -> Answer:
+    """InvokeEndpoint without a TargetModel on this multi-model endpoint."""
+    message = (
+        f"This is a multi-model endpoint: the {TARGET_HEADER} header (boto3: "
+        "TargetModel=...) must name the model, e.g. 'model-7.tar.gz'"
+    )
+    return sagemaker_error(400, "ValidationError", message)
 
 
 def invocation_error(exc: BaseException, target: str) -> Answer:
@@ -200,46 +172,113 @@ def invocation_answer(emulator: Emulator, target: str, result: InvokeResult) -> 
                 emulator.instances[result.instance].launcher.log_path, result.instance
             ),
         )
-    headers = [
-        ("Content-Type", result.headers.get("content-type", JSON_TYPE)),
-        (VARIANT_HEADER, emulator.config.variant_name),
-        (REQUEST_ID_HEADER, request_id()),
-        (CACHE_HEADER, "hit" if result.cache_hit else "miss"),
-    ]
+    headers = _ok_headers(
+        result.headers.get("content-type", JSON_TYPE),
+        emulator.config.variant_name,
+        request_id(),
+        result.cache_hit,
+    )
     custom = result.headers.get(CUSTOM_ATTRIBUTES.lower())
     if custom is not None:
         headers.append((CUSTOM_ATTRIBUTES, custom))
     return Answer(200, headers, result.body)
 
 
-async def handle_v2_infer(
-    emulator: Emulator, target: str, get: HeaderGetter, body: bytes
-) -> Answer:
-    """``POST /v2/models/{target}/infer``: on-demand load, binary extension translated."""
-    t0 = time.perf_counter()
-    header_length = get(V2_BINARY_HEADER)
-    content_type = SAGEMAKER_BINARY + header_length if header_length else JSON_TYPE
-    model_s = 0.0
-    try:
-        result = await emulator.invoke(target, body, forward_headers(get, content_type))
-        model_s = result.model_latency_s
-        answer = v2_answer(result)
-    except Exception as exc:
-        answer = v2_infer_error(exc, target)
-    emulator.metrics.record_invocation(answer.status, time.perf_counter() - t0 - model_s)
-    return answer
+def _ok_headers(
+    content_type: str, variant: str, request: str, cache_hit: bool
+) -> list[tuple[str, str]]:
+    """The headers of an InvokeEndpoint success (custom attributes come after them)."""
+    return [
+        ("Content-Type", content_type),
+        (VARIANT_HEADER, variant),
+        (REQUEST_ID_HEADER, request),
+        (CACHE_HEADER, "hit" if cache_hit else "miss"),
+    ]
+
+
+_ID_MARK = "\x00request-id\x00"
+
+
+@functools.lru_cache(maxsize=256)
+def _ok_head(content_type: str, variant: str, cache_hit: bool) -> tuple[bytes, bytes]:
+    """An InvokeEndpoint success's head, encoded once: the bytes before and after its
+    request id."""
+    head = answer_head(200, _ok_headers(content_type, variant, _ID_MARK, cache_hit))
+    before, _, after = head.partition(_ID_MARK.encode())
+    return before, after
+
+
+def encode_invocation_ok(
+    content_type: str, variant: str, cache_hit: bool, body: bytes, *, keep_alive: bool
+) -> bytes:
+    """``encode_answer(invocation_answer(...))`` of a success without custom attributes,
+    byte for byte, from a head encoded once per content type and variant."""
+    before, after = _ok_head(content_type, variant, cache_hit)
+    return b"%s%s%sContent-Length: %d\r\n%s\r\n%s" % (
+        before,
+        _request_id_bytes(),
+        after,
+        len(body),
+        b"" if keep_alive else _CLOSE,
+        body,
+    )
 
 
 def v2_answer(result: InvokeResult) -> Answer:
     """The v2 infer answer for Triton's reply (SageMaker's binary content type translated
     back to the v2 binary extension's header)."""
+    headers = _v2_headers(result.headers.get("content-type", JSON_TYPE))
+    return Answer(result.status, headers, result.body)
+
+
+def _v2_headers(kind: str) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
-    kind = result.headers.get("content-type", JSON_TYPE)
     if kind.startswith(SAGEMAKER_BINARY):
         out.append((V2_BINARY_HEADER, kind[len(SAGEMAKER_BINARY) :]))
         kind = "application/octet-stream"
     out.append(("Content-Type", kind))
-    return Answer(result.status, out, result.body)
+    return out
+
+
+@functools.lru_cache(maxsize=256)
+def _v2_head(status: int, kind: str) -> bytes:
+    return answer_head(status, _v2_headers(kind))
+
+
+def encode_v2_ok(status: int, content_type: str, body: bytes, *, keep_alive: bool) -> bytes:
+    """``encode_answer(v2_answer(...))`` byte for byte, from a head encoded once."""
+    return b"%sContent-Length: %d\r\n%s\r\n%s" % (
+        _v2_head(status, content_type),
+        len(body),
+        b"" if keep_alive else _CLOSE,
+        body,
+    )
+
+
+_REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
+_CLOSE = b"Connection: close\r\n"
+
+
+def answer_head(status: int, headers: list[tuple[str, str]]) -> bytes:
+    """The status line and header lines of an answer (Content-Length and the blank line
+    come after)."""
+    text = "".join([f"{name}: {value}\r\n" for name, value in headers])
+    return b"HTTP/1.1 %d %s\r\n%s" % (
+        status,
+        _REASONS.get(status, b"Unknown"),
+        text.encode("utf-8", "surrogateescape"),
+    )
+
+
+def encode_answer(answer: Answer, *, keep_alive: bool, head_only: bool = False) -> bytes:
+    """Status line, headers and body as one buffer (``head_only``: no body, for ``HEAD``)."""
+    status, headers, body = answer
+    return b"%sContent-Length: %d\r\n%s\r\n%s" % (
+        answer_head(status, headers),
+        len(body),
+        b"" if keep_alive else _CLOSE,
+        b"" if head_only else body,
+    )
 
 
 def v2_infer_error(exc: BaseException, target: str) -> Answer:
@@ -280,14 +319,16 @@ __all__ = [
     "SAGEMAKER_ERRORS",
     "Answer",
     "SageMakerError",
+    "answer_head",
     "body_limit_bytes",
+    "encode_answer",
+    "encode_invocation_ok",
+    "encode_v2_ok",
     "error_kind",
-    "forward_headers",
-    "handle_invocation",
-    "handle_v2_infer",
     "invocation_answer",
     "invocation_error",
     "log_stream_arn",
+    "missing_target",
     "parse_v2_path",
     "sagemaker_error",
     "v2_answer",

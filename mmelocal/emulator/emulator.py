@@ -1,9 +1,9 @@
 """The MME platform: store + artifact cache + Triton instances + router + recovery + metrics.
 
-:class:`Emulator` is what the HTTP app (and tests) drive: :meth:`Emulator.invoke` takes a
-TargetModel and a payload, makes sure the model is loaded on an instance (downloading,
-extracting, evicting as SageMaker would), forwards the payload unchanged and returns
-Triton's answer with the timings the metrics need.
+:class:`Emulator` is what the HTTP server (and tests) drive: it makes sure a TargetModel is
+loaded on an instance (downloading, extracting, evicting as SageMaker would), recovers
+when Triton lost a model or ran out of memory, and records what the metrics need; the
+forwarding itself is :mod:`.invocation`'s.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import asyncio
 import dataclasses
 import logging
 import tempfile
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -307,46 +306,6 @@ class Emulator:
         """True when ``target`` already passed :meth:`check_target` (no new validation)."""
         return target in self._valid_targets
 
-    def note_served(self, *, cache_hit: bool, wait_s: float, model_latency_s: float) -> None:
-        """Record one request Triton answered: cache hit, load wait, model latency."""
-        observe = self.metrics.observe
-        observe("ModelCacheHit", 1.0 if cache_hit else 0.0)
-        if not cache_hit:
-            observe("ModelLoadingWaitTime", wait_s * 1e6)
-        observe("ModelLatency", model_latency_s * 1e6)
-
-    async def invoke(
-        self, target: str, body: bytes, headers: list[tuple[str, str]], *, retries: int = 1
-    ) -> InvokeResult:
-        """Serve one request for ``target`` (load on demand); Triton's answer, unchanged."""
-        self.check_target(target)
-        attempt = 0
-        while True:
-            inst = self.router.pick(target)
-            acquired = await inst.acquire(target, wait_timeout_s=self.config.load_wait_timeout_s)
-            try:
-                t0 = time.perf_counter()
-                status, out_headers, data = await inst.invoke(target, body, list(headers))
-                latency = time.perf_counter() - t0
-            finally:
-                inst.release(target)
-            if status in RECOVERABLE_STATUSES and attempt < retries:
-                attempt += 1
-                await self._recover_from(inst, target, status)
-                continue
-            self.note_served(
-                cache_hit=acquired.cache_hit, wait_s=acquired.wait_s, model_latency_s=latency
-            )
-            return InvokeResult(
-                status=status,
-                body=data,
-                headers=out_headers,
-                cache_hit=acquired.cache_hit,
-                model_latency_s=latency,
-                wait_s=acquired.wait_s,
-                instance=inst.index,
-            )
-
     async def ensure_loaded(self, target: str) -> TritonInstance:
         """Load ``target`` on demand (no request forwarded); the instance holding it."""
         self.check_target(target)
@@ -355,7 +314,9 @@ class Emulator:
         inst.release(target)
         return inst
 
-    async def _recover_from(self, inst: TritonInstance, target: str, status: int) -> None:
+    async def recover_from(self, inst: TritonInstance, target: str, status: int) -> None:
+        """Triton answered ``status`` (404 or 507) invoking ``target`` on ``inst``: forget
+        the model so it loads again (404), or unload the least recently used one (507)."""
         if status == 404:
             # Triton lost the model (restarted behind our back): forget it, load again.
             entry = inst.models.pop(target, None)

@@ -2,9 +2,10 @@
 
 Every invocation pays the HTTP server's cost, and a framework's request/response objects
 cost more than Triton's own handling of a small model (``benchmarks/overhead.py``'s
-aiohttp arm: 35-55 % more CPU per request). Warm invocations take the hot lane
-(:mod:`.hotlane`); everything else is answered by :func:`.routes.route`. Requests on one
-connection are answered in order (HTTP/1.1 keep-alive, no pipelining reordering).
+aiohttp arm: 35-55 % more CPU per request). Invocations, warm or cold, take one path
+(:mod:`.invocation`), started from the parser's callback; everything else is answered by
+:func:`.routes.route`. Requests on one connection are answered in order (HTTP/1.1
+keep-alive, no pipelining reordering).
 
 What one connection may hold is bounded: a body over the limit is answered 413 and the
 connection is closed with nothing after it parsed or served (an ``Expect: 100-continue``
@@ -14,29 +15,36 @@ answered first, then the error, then the connection closes (RFC 9112 section 9.3
 Pipelined requests queue up to :data:`MAX_QUEUED` requests or :data:`MAX_QUEUED_BYTES` of
 bodies, then the connection stops being read until the queue is half drained (TCP pushes
 back on the client). :class:`HttpTimeouts` bounds how long a connection may take to send
-its headers, to send its body, and to sit idle between requests. ``HEAD`` answers carry
-the headers of the answer and no body.
+its headers, to send its body, and to sit idle between requests, with one deadline check
+per connection (no timer per request). ``HEAD`` answers carry the headers of the answer
+and no body. A request line without an HTTP version is answered 400 and ``CONNECT`` 405,
+then the connection closes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import socket
+import time
 from collections import deque
 from dataclasses import dataclass
-from http import HTTPStatus
 from typing import Any
 
-from mmelocal.emulator.answers import Answer, body_limit_bytes, payload_too_large, v2_error
+from mmelocal.emulator.answers import (
+    Answer,
+    body_limit_bytes,
+    encode_answer,
+    payload_too_large,
+    v2_error,
+)
 from mmelocal.emulator.emulator import Emulator
-from mmelocal.emulator.hotlane import HotLane
-from mmelocal.emulator.routes import endpoint_name_error, invoke_route, route
+from mmelocal.emulator.invocation import Invocation, InvocationPath
+from mmelocal.emulator.routes import invoke_route, route
 from mmelocal.errors import UserInputError
 
 logger = logging.getLogger(__name__)
-
-_REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
 #: pipelined requests one connection may have waiting before it is no longer read
 MAX_QUEUED = 32
 #: bytes of bodies one connection may have waiting before it is no longer read
@@ -66,36 +74,40 @@ class HttpTimeouts:
                 raise UserInputError(f"HttpTimeouts.{name} must be > 0 seconds, got {value}")
 
 
-def encode_answer(answer: Answer, *, keep_alive: bool, head_only: bool = False) -> bytes:
-    """Status line, headers and body as one buffer (``head_only``: no body, for ``HEAD``)."""
-    status, headers, body = answer
-    text = "".join([f"{name}: {value}\r\n" for name, value in headers])
-    head = text.encode("utf-8", "surrogateescape")
-    close = b"" if keep_alive else b"Connection: close\r\n"
-    return b"HTTP/1.1 %d %s\r\n%sContent-Length: %d\r\n%s\r\n%s" % (
-        status,
-        _REASONS.get(status, b"Unknown"),
-        head,
-        len(body),
-        close,
-        b"" if head_only else body,
-    )
-
-
 class _Request:
-    __slots__ = ("body", "error", "headers", "keep_alive", "method", "url")
+    __slots__ = ("body", "error", "headers", "keep_alive", "last", "method", "size", "url")
 
     def __init__(self) -> None:
         self.url = b""
         self.method = b""
         self.headers: dict[bytes, bytes] = {}
         self.body: list[bytes] = []
+        #: bytes of the body (counted in the connection's queued bytes until answered)
+        self.size = 0
         self.keep_alive = True
         #: not a request: the error answer that ends the connection, after those before it
         self.error: Answer | None = None
 
+        #: the connection ends here: after ``error`` (when set), or silently
+        self.last = False
+
+
+# what the connection's one deadline is for (see _Protocol._check)
+_NONE, _HEADER, _BODY, _IDLE = 0, 1, 2, 3
+#: a deadline this close is due (the loop's clock is coarser than perf_counter's)
+_SLACK_S = 0.001
+
 
 class _Protocol(asyncio.Protocol):
+    """One client connection: parse, answer in order, bound what it may hold.
+
+    One deadline check per connection replaces per-request timers: reading a request
+    (headers, body), idling between requests and the invocation in flight each set a
+    number, and one timer, re-armed at most every ``step_s`` seconds (the shortest
+    timeout), compares them with the clock. Since every deadline is at least ``step_s``
+    ahead when set, the timer never fires after one is due.
+    """
+
     def __init__(self, server: FastFrontServer) -> None:
         import httptools
 
@@ -107,26 +119,42 @@ class _Protocol(asyncio.Protocol):
         self.queue: deque[_Request] = deque()
         self.queued_bytes = 0
         self.paused = False
-        self.worker: asyncio.Task[None] | None = None
-        #: a request is on the hot lane: later ones wait in the queue (answers in order)
-        self.busy = False
+        #: the request being answered, its invocation in flight, or its route's task
+        self.current: _Request | None = None
+        self.call: Invocation | None = None
+        self.task: asyncio.Future[None] | None = None
+        self.kicking = False
         self.size = 0
         #: the parser is inside a request (its headers or body are still arriving)
         self.reading = False
         #: an error was found and the connection will close: nothing more is parsed
         self.failed = False
+        #: what ``deadline`` (perf_counter seconds) is for: _HEADER, _BODY, _IDLE or _NONE
+        self.phase = _NONE
+        self.deadline = math.inf
         self.timer: asyncio.TimerHandle | None = None
 
     # -- transport callbacks -----------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        self._arm(self.timeouts.header_s, self._header_timeout)
+        self.phase, self.deadline = _HEADER, time.perf_counter() + self.timeouts.header_s
+        self.timer = asyncio.get_running_loop().call_later(self.server.step_s, self._check)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
-        self._disarm()
-        if self.worker is not None and not self.worker.done():
-            self.worker.cancel()
+        self.phase = _NONE
+        self.queue.clear()
+        if self.task is not None:
+            self.task.cancel()
+            self.task = None
+        call = self.call
+        if call is not None:
+            call.cancel()  # a load goes on without it; a request sent to Triton is awaited
+            if call.conn is None:
+                self.call = None
+        if self.call is None and self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
 
     def data_received(self, data: bytes) -> None:
         import httptools
@@ -135,6 +163,10 @@ class _Protocol(asyncio.Protocol):
             return
         try:
             self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            # CONNECT was refused in on_headers_complete; an Upgrade request was
+            # served as plain HTTP: what follows it is not HTTP, so the connection ends
+            self._fail(None)
         except httptools.HttpParserError as exc:
             self._fail(v2_error(400, f"bad HTTP request: {exc}"))
         if not self.paused and self.transport is not None and self._queue_full():
@@ -144,57 +176,54 @@ class _Protocol(asyncio.Protocol):
     def _queue_full(self) -> bool:
         return len(self.queue) >= MAX_QUEUED or self.queued_bytes >= MAX_QUEUED_BYTES
 
-    def _fail(self, answer: Answer) -> None:
-        """Stop reading; answer the complete requests before this point, then ``answer``,
-        then close (RFC 9112: a server answers the requests it received in order)."""
+    def _fail(self, answer: Answer | None) -> None:
+        """Stop reading; answer the complete requests before this point, then ``answer``
+        (when given), then close (RFC 9112: a server answers the requests it received in
+        order)."""
         if self.failed:
             return
         self.failed = True
         self.reading = False
-        self._disarm()
-        error = _Request()
-        error.error = answer
-        self.queue.append(error)
+        self.phase = _NONE
+        end = _Request()
+        end.error = answer
+        end.last = True
+        self.queue.append(end)
         self._kick()
 
-    # -- timeouts ----------------------------------------------------------------------
-    def _arm(self, delay_s: float, callback: Any) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-        self.timer = asyncio.get_running_loop().call_later(delay_s, callback)
-
-    def _disarm(self) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
-
-    def _header_timeout(self) -> None:
+    # -- the deadline ------------------------------------------------------------------
+    def _check(self) -> None:
+        """The connection's one timer: act on what is due, then re-arm."""
         self.timer = None
-        self._timed_out(f"the request's headers did not arrive within {self.timeouts.header_s:g}s")
-
-    def _body_timeout(self) -> None:
-        self.timer = None
-        self._timed_out(f"the request body paused for over {self.timeouts.body_s:g}s")
-
-    def _timed_out(self, message: str) -> None:
-        if self.reading:
-            self._fail(v2_error(408, message))
-        elif self._settled() and self.transport is not None:
-            self.transport.close()  # nothing was asked yet: a silent connection is dropped
-
-    def _idle_timeout(self) -> None:
-        self.timer = None
-        if self._settled() and not self.reading and self.transport is not None:
-            self.transport.close()
-
-    def _settled(self) -> bool:
-        """Nothing is being answered or waits to be."""
-        return not self.busy and not self.queue and (self.worker is None or self.worker.done())
+        now = time.perf_counter()
+        call = self.call
+        if call is not None and now >= call.deadline - _SLACK_S:
+            call.expire()  # Triton is late: the caller gets the 504 ModelError
+        phase = self.phase
+        if phase and self.transport is not None and now >= self.deadline - _SLACK_S:
+            timeouts = self.timeouts
+            if self.reading and phase == _HEADER:
+                late = f"the request's headers did not arrive within {timeouts.header_s:g}s"
+                self._fail(v2_error(408, late))
+            elif self.reading:
+                self._fail(v2_error(408, f"the request body paused for over {timeouts.body_s:g}s"))
+            elif self.current is None and not self.queue:
+                self.phase = _NONE
+                self.transport.close()  # silent or idle: dropped with nothing said
+        call = self.call
+        if self.transport is None and call is None:
+            return
+        due = now + self.server.step_s
+        if call is not None and call.deadline < due:
+            due = call.deadline
+        if self.phase and self.deadline < due:
+            due = self.deadline
+        self.timer = asyncio.get_running_loop().call_later(max(0.0, due - now), self._check)
 
     def _idle(self) -> None:
         """An answer went out: with nothing else under way, the connection is idle."""
-        if not self.reading and not self.failed and not self.queue and not self.busy:
-            self._arm(self.timeouts.idle_s, self._idle_timeout)
+        if not self.reading and not self.failed and not self.queue and self.current is None:
+            self.phase, self.deadline = _IDLE, time.perf_counter() + self.timeouts.idle_s
 
     # -- parser callbacks --------------------------------------------------------------
     def on_message_begin(self) -> None:
@@ -203,7 +232,7 @@ class _Protocol(asyncio.Protocol):
         self.request = _Request()
         self.size = 0
         self.reading = True
-        self._arm(self.timeouts.header_s, self._header_timeout)
+        self.phase, self.deadline = _HEADER, time.perf_counter() + self.timeouts.header_s
 
     def on_url(self, url: bytes) -> None:
         self.request.url += url
@@ -214,7 +243,15 @@ class _Protocol(asyncio.Protocol):
     def on_headers_complete(self) -> None:
         if self.failed:
             return
-        self._arm(self.timeouts.body_s, self._body_timeout)
+        parser = self.parser
+        if parser.get_http_version() not in ("1.1", "1.0"):
+            self._fail(v2_error(400, "bad HTTP request: the request line has no HTTP version"))
+            return
+        self.request.method = method = parser.get_method()
+        if method == b"CONNECT":
+            self._fail(v2_error(405, "CONNECT is not supported: this server is not a proxy"))
+            return
+        self.phase, self.deadline = _BODY, time.perf_counter() + self.timeouts.body_s
         headers = self.request.headers
         expect = headers.get(b"expect")
         if expect is None or expect.lower() != b"100-continue" or self.transport is None:
@@ -251,100 +288,128 @@ class _Protocol(asyncio.Protocol):
             self._fail(v2_error(413, f"request body over {limit} bytes"))
             return
         self.request.body.append(body)
-        self._arm(self.timeouts.body_s, self._body_timeout)
+        self.deadline = time.perf_counter() + self.timeouts.body_s
 
     def on_message_complete(self) -> None:
         if self.failed:
             return
         self.reading = False
-        self._disarm()
+        self.phase = _NONE
         request = self.request
-        request.method = self.parser.get_method()
         request.keep_alive = self.parser.should_keep_alive()
-        if self._settled() and self.server.serve_hot(request, self):
-            self.busy = True
+        request.size = self.size
+        self.queued_bytes += self.size
+        if self.current is None and not self.queue and not self.kicking:
+            self._start(request)  # the usual case: nothing before it
             return
         self.queue.append(request)
-        self.queued_bytes += self.size
         self._kick()
 
     # -- serving -----------------------------------------------------------------------
     def _kick(self) -> None:
-        """Serve the queue on the coroutine path unless that is already under way."""
-        if self.queue and not self.busy and (self.worker is None or self.worker.done()):
-            self.worker = asyncio.ensure_future(self._serve())
-
-    def _write(self, request: _Request, answer: Answer) -> bool:
-        """Write ``answer`` to ``request``; False when the connection is now closing."""
-        if self.transport is None:
-            return False
-        # after a 413 the rest of the stream cannot be trusted to be framed as the client
-        # meant: close, as production front ends do
-        keep_alive = request.keep_alive and answer.status != 413
-        head_only = request.method == b"HEAD"
-        self.transport.write(encode_answer(answer, keep_alive=keep_alive, head_only=head_only))
-        if not keep_alive:
-            self.failed = True
-            self.queue.clear()
-            self._disarm()
-            self.transport.close()
-            return False
-        return True
-
-    def hot_done(self, request: object, answer: Answer) -> None:
-        """The hot lane's answer to ``request``."""
-        self.busy = False
-        assert isinstance(request, _Request)
-        if self._write(request, answer):
-            self._kick()
-            self._idle()
-
-    def hot_fallback(self, request: object) -> None:
-        """The hot lane gave ``request`` back: serve it first, on the coroutine path."""
-        self.busy = False
-        if self.transport is None:
-            return
-        assert isinstance(request, _Request)
-        self.queue.appendleft(request)
-        self.queued_bytes += sum(len(part) for part in request.body)
-        self._kick()
+        """Start the next request when none is being answered (in order, one at a time)."""
+        if self.kicking:
+            return  # the loop below goes on once the answer in progress returns
+        self.kicking = True
+        try:
+            while self.current is None and self.queue and self.transport is not None:
+                self._start(self._take())
+        finally:
+            self.kicking = False
 
     def _take(self) -> _Request:
         request = self.queue.popleft()
-        self.queued_bytes -= sum(len(part) for part in request.body)
-        if self.paused and self.transport is not None and len(self.queue) <= MAX_QUEUED // 2:
-            self.paused = False
-            self.transport.resume_reading()
+        self._resume()
         return request
 
-    async def _serve(self) -> None:
-        while self.queue:
-            request = self._take()
+    def _resume(self) -> None:
+        """Read again once the queue drained to half its bound (requests and bytes)."""
+        if (
+            self.paused
+            and self.transport is not None
+            and len(self.queue) <= MAX_QUEUED // 2
+            and self.queued_bytes < MAX_QUEUED_BYTES
+        ):
+            self.paused = False
+            self.transport.resume_reading()
+
+    def _start(self, request: _Request) -> None:
+        self.current = request
+        if request.last:
+            self.current = None
             if request.error is not None:
                 request.keep_alive = False
                 self._write(request, request.error)
-                return
-            try:
-                answer = await self.server.answer(request)
-            except Exception as exc:
-                logger.exception("request %r failed", request.url)
-                answer = v2_error(500, f"emulator error: {exc}")
-            if not self._write(request, answer):
-                return
-        self._idle()
+            elif self.transport is not None:
+                self.transport.close()
+            return
+        call = self.server.start_invocation(request, self)
+        if call is not None:
+            if not call.done:
+                self.call = call
+            return
+        self.task = asyncio.ensure_future(self._route(request))
+
+    async def _route(self, request: _Request) -> None:
+        try:
+            answer = await self.server.answer(request)
+        except Exception as exc:
+            logger.exception("request %r failed", request.url)
+            answer = v2_error(500, f"emulator error: {exc}")
+        self.task = None
+        self.answered(request, answer, answer.status)
+
+    def answered(self, request: object, answer: Answer | bytes, status: int) -> None:
+        """The answer to ``request`` (an Answer, or bytes encoded for its keep-alive)."""
+        call = self.call
+        if call is not None and call.request is request:
+            self.call = None
+        if request is not self.current:
+            return  # the connection was lost meanwhile
+        self.current = None
+        assert isinstance(request, _Request)
+        self.queued_bytes -= request.size
+        if self.paused:
+            self._resume()
+        if self._write(request, answer):
+            if self.queue:
+                self._kick()
+            self._idle()
+
+    def _write(self, request: _Request, answer: Answer | bytes) -> bool:
+        """Write ``answer`` to ``request``; False when the connection is now closing."""
+        transport = self.transport
+        if transport is None:
+            return False
+        if isinstance(answer, bytes):
+            keep_alive = request.keep_alive
+            transport.write(answer)
+        else:
+            # after a 413 the rest of the stream cannot be trusted to be framed as the
+            # client meant: close, as production front ends do
+            keep_alive = request.keep_alive and answer.status != 413
+            head_only = request.method == b"HEAD"
+            transport.write(encode_answer(answer, keep_alive=keep_alive, head_only=head_only))
+        if not keep_alive:
+            self.failed = True
+            self.phase = _NONE
+            self.queue.clear()
+            transport.close()
+            return False
+        return True
 
 
 class FastFrontServer:
-    """The emulator's HTTP server: the hot lane for warm invocations, routes for the rest."""
+    """The emulator's HTTP server: invocations on :mod:`.invocation`'s path, routes for
+    the rest."""
 
-    def __init__(
-        self, emulator: Emulator, *, hot_lane: bool = True, timeouts: HttpTimeouts | None = None
-    ) -> None:
+    def __init__(self, emulator: Emulator, *, timeouts: HttpTimeouts | None = None) -> None:
         self.emulator = emulator
         self.timeouts = timeouts or HttpTimeouts()
-        #: cache hits served with callbacks (:mod:`.hotlane`); None: every request takes
-        #: the coroutine path
-        self.lane = HotLane(emulator) if hot_lane else None
+        self.path = InvocationPath(emulator)
+        t = self.timeouts
+        #: how often, at most, a connection's deadline check runs (the shortest timeout)
+        self.step_s = min(t.header_s, t.body_s, t.idle_s, emulator.config.invoke_timeout_s)
         self._server: asyncio.AbstractServer | None = None
 
     async def start(self, sock: socket.socket) -> None:
@@ -358,28 +423,27 @@ class FastFrontServer:
             self._server.close()
             self._server = None
 
-    def serve_hot(self, request: _Request, requester: _Protocol) -> bool:
-        """Start ``request`` on the hot lane when it is a warm hot-route call."""
+    def start_invocation(self, request: _Request, requester: _Protocol) -> Invocation | None:
+        """Start ``request`` on the invocation path when it is an invocation (None: it is
+        another route's)."""
+        if request.method != b"POST":
+            return None
         url = request.url
-        lane = self.lane
-        if lane is None or request.method != b"POST" or b"?" in url or b"%" in url:
-            return False
-        parts = request.body
-        if len(parts) != 1:  # joined once, kept for the coroutine path if the lane declines
-            parts[:] = [b"".join(parts)]
-        body = parts[0]
-        hit = invoke_route("POST", url.decode("latin-1"))
+        path = (url.partition(b"?")[0] if b"?" in url else url).decode("latin-1")
+        hit = invoke_route("POST", path)
         if hit is None:
-            return False
-        kind, name = hit
-        if kind == "invocations":
-            if endpoint_name_error(name) is not None:
-                return False  # the coroutine path answers the service's 400
-            return lane.invocation(name, request.headers, body, request, requester)
-        return lane.v2_infer(name, request.headers, body, request, requester)
+            return None
+        parts = request.body
+        body = parts[0] if len(parts) == 1 else b"".join(parts)
+        call = Invocation(self.path, request, requester, request.keep_alive)
+        if hit[0] == "invocations":
+            call.invoke_endpoint(hit[1], request.headers, body)
+        else:
+            call.v2_infer(hit[1], request.headers, body)
+        return call
 
     async def answer(self, request: _Request) -> Answer:
-        """Route one request."""
+        """Route one request that is not an invocation."""
         path, _, _query = request.url.partition(b"?")
         return await route(
             self.emulator,
@@ -392,8 +456,7 @@ class FastFrontServer:
 
 def _getter(headers: dict[bytes, bytes]) -> Any:
     """Header values as text: UTF-8, as the service reads them (boto3 sends a non-ASCII
-    TargetModel as UTF-8); bytes that are not UTF-8 survive as surrogates (refused by
-    validation, or written back unchanged by :mod:`.upstream`)."""
+    TargetModel as UTF-8); bytes that are not UTF-8 survive as surrogates."""
 
     def get(name: str) -> str | None:
         value = headers.get(name.lower().encode("latin-1"))

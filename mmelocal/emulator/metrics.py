@@ -36,8 +36,8 @@ COUNTERS: dict[str, str] = {
     "ModelLoads": "models loaded into Triton",
     "ModelUnloads": "models unloaded from Triton",
     "ModelEvictions": "models unloaded to make room (least recently used)",
-    "HotLaneInvocations": "invocations of warm targets served on the hot lane (callbacks)",
-    "HotLaneFallbacks": "hot-lane invocations handed to the coroutine path (404, 507, lost link)",
+    "InvocationRetries": "invocations forwarded again (after a 404 or 507 from Triton, or a "
+    "kept-alive connection Triton had closed)",
 }
 GAUGES: dict[str, str] = {
     "LoadedModelCount": "models loaded in Triton",
@@ -49,9 +49,7 @@ GAUGES: dict[str, str] = {
 }
 QUANTILES = (0.5, 0.9, 0.99)
 #: the emulator's own counters (not CloudWatch metrics: mmelocal's additions)
-OWN_COUNTERS = frozenset(
-    ("ModelLoads", "ModelUnloads", "ModelEvictions", "HotLaneInvocations", "HotLaneFallbacks")
-)
+OWN_COUNTERS = frozenset(("ModelLoads", "ModelUnloads", "ModelEvictions", "InvocationRetries"))
 
 
 def _check_names() -> None:
@@ -129,6 +127,28 @@ class Metrics:
             self.counters["Invocation4XXErrors"] += 1
         elif status >= 500:
             self.counters["Invocation5XXErrors"] += 1
+
+    def record_served(
+        self,
+        status: int,
+        overhead_s: float,
+        model_latency_s: float,
+        cache_hit: bool,
+        wait_s: float = 0.0,
+    ) -> None:
+        """One invocation Triton answered, in one call (the invocation path's): the cache
+        hit, the load wait (misses only), the model's latency, then
+        :meth:`record_invocation`."""
+        summaries = self.summaries
+        summaries["ModelCacheHit"].observe(1.0 if cache_hit else 0.0)
+        if not cache_hit:
+            summaries["ModelLoadingWaitTime"].observe(wait_s * 1e6)
+        summaries["ModelLatency"].observe(model_latency_s * 1e6)
+        summaries["OverheadLatency"].observe(max(0.0, overhead_s) * 1e6)
+        counters = self.counters
+        counters["Invocations"] += 1
+        if status >= 400:
+            counters["Invocation4XXErrors" if status < 500 else "Invocation5XXErrors"] += 1
 
     def snapshot(self) -> dict[str, object]:
         """Plain data: counters, summary count/mean/p50/p99, gauges (for JSON and tests)."""

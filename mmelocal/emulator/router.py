@@ -1,4 +1,4 @@
-"""Model affinity across several Triton instances.
+"""Model affinity across several Triton instances (the rules: :mod:`mmelocal.rules.routing`).
 
 A request goes to an instance where its target is loaded (the least busy one when
 several are), else to one already loading it, else (cold) to the instance with the most
@@ -16,6 +16,13 @@ from dataclasses import dataclass
 
 from mmelocal.emulator.instance import InstanceUnavailableError, TritonInstance
 from mmelocal.errors import UserInputError
+from mmelocal.rules.routing import (
+    InstanceView,
+    choose_instance,
+    choose_ready,
+    count_request,
+    replica_instance,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -57,16 +64,10 @@ class Router:
         best = self.pick_ready(target)
         if best is not None:
             return best
-        loading = next(
-            (i for i in self.instances if i.up and target in i.models and not i.is_ready(target)),
-            None,
-        )
-        if loading is not None:
-            return loading
-        up = [i for i in self.instances if i.up]
-        if not up:
+        chosen = choose_instance([self._view(i, target) for i in self.instances])
+        if chosen is None:
             raise InstanceUnavailableError("every Triton instance is restarting; retry")
-        return max(up, key=lambda i: (i.free_bytes, -len(i.models)))
+        return self.instances[chosen]
 
     def pick_ready(self, target: str) -> TritonInstance | None:
         """The instance to serve ``target`` when it is loaded somewhere, else None (no
@@ -74,17 +75,25 @@ class Router:
         if len(self.instances) == 1:
             only = self.instances[0]
             return only if only.up and only.is_ready(target) else None
-        best: TritonInstance | None = None
-        best_busy = 0
-        for inst in self.instances:
-            entry = inst.models.get(target)
-            if entry is None or not inst.up or not inst.is_ready(target):
-                continue
-            if best is None or entry.in_flight < best_busy:
-                best, best_busy = inst, entry.in_flight
-        if best is not None:
-            self._note(target, best)
+        chosen = choose_ready([self._view(i, target) for i in self.instances])
+        if chosen is None:
+            return None
+        best = self.instances[chosen]
+        self._note(target, best)
         return best
+
+    @staticmethod
+    def _view(inst: TritonInstance, target: str) -> InstanceView:
+        entry = inst.models.get(target)
+        ready = entry is not None and inst.is_ready(target)
+        return InstanceView(
+            up=inst.up,
+            ready=ready,
+            loading=entry is not None and not ready,
+            in_flight=entry.in_flight if entry is not None else 0,
+            free_bytes=inst.free_bytes,
+            model_count=len(inst.models),
+        )
 
     async def stop(self) -> None:
         """Cancel hot-model replications in progress."""
@@ -104,19 +113,24 @@ class Router:
         if rate is None:
             self._rates[target] = _Rate(window_start_s=now, count=1)
             return
-        rate.count += 1
-        elapsed = now - rate.window_start_s
-        if elapsed < self.rate_window_s:
+        rate.window_start_s, rate.count, measured = count_request(
+            rate.window_start_s, rate.count, now, self.rate_window_s
+        )
+        if measured is None:
             return
-        rate.rate_rps = rate.count / elapsed
-        rate.window_start_s, rate.count = now, 0
-        if rate.rate_rps >= self.hot_rps_threshold and target not in self._replicating:
-            holders = [i for i in self.instances if target in i.models]
-            others = [i for i in self.instances if i.up and i not in holders]
-            if len(holders) == 1 and others:
-                second = max(others, key=lambda i: i.free_bytes)
-                task = asyncio.ensure_future(self._replicate(target, second, rate.rate_rps))
-                self._replicating[target] = task
+        rate.rate_rps = measured
+        if target in self._replicating:
+            return
+        second = replica_instance(
+            measured,
+            self.hot_rps_threshold,
+            (i.index for i in self.instances if target in i.models),
+            [(i.index, i.up, i.free_bytes) for i in self.instances],
+        )
+        if second is not None:
+            inst = next(i for i in self.instances if i.index == second)
+            task = asyncio.ensure_future(self._replicate(target, inst, measured))
+            self._replicating[target] = task
 
     async def _replicate(self, target: str, inst: TritonInstance, rate_rps: float) -> None:
         try:

@@ -1,10 +1,10 @@
 """Every route of the emulator's HTTP face, independent of the server that carries it.
 
-* ``POST /endpoints/{name}/invocations`` answers exactly what boto3's ``sagemaker-runtime``
-  client parses (:func:`~mmelocal.emulator.answers.handle_invocation`).
+* ``POST /endpoints/{name}/invocations`` and ``POST /v2/models/{target}/infer`` are
+  :mod:`.invocation`'s (:func:`invoke_route` recognises them; :func:`endpoint_name_error`
+  is the service's check of the endpoint name).
 * ``/v2/...``: KServe v2 with on-demand loading, so tritonclient and perf_analyzer work
-  against MME semantics; the binary extension (``Inference-Header-Content-Length``) is
-  translated to and from Triton's SageMaker binary content type.
+  against MME semantics.
 * ``GET /ping``, ``GET /metrics`` (Prometheus text, CloudWatch names), ``GET /emulator/state``.
 
 :func:`route` takes the request's method, path (without the query), a header getter and
@@ -16,11 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import gzip
 import json
 import logging
 import re
-import zlib
 from typing import Any
 from urllib.parse import quote, unquote
 
@@ -29,10 +27,7 @@ from mmelocal.emulator.answers import (
     Answer,
     HeaderGetter,
     error_kind,
-    handle_invocation,
-    handle_v2_infer,
     parse_v2_path,
-    sagemaker_error,
     v2_error,
     v2_exception,
 )
@@ -94,22 +89,10 @@ def invoke_route(method: str, path: str) -> tuple[str, str] | None:
 async def route(
     emulator: Emulator, method: str, path: str, get: HeaderGetter, body: bytes
 ) -> Answer:
-    """The answer to one request (``path`` without its query string, still quoted)."""
-    invoke = invoke_route(method, path)
-    if invoke is not None:
-        kind, name = invoke
-        if kind == "invocations":
-            refused = endpoint_name_error(name)
-            if refused is not None:
-                return sagemaker_error(400, "ValidationError", refused)
-            return await handle_invocation(emulator, name, get, body)
-        encoding = (get("Content-Encoding") or "").strip().lower()
-        if encoding and encoding != "identity":
-            decoded = _decode_body(encoding, body)
-            if isinstance(decoded, Answer):
-                return decoded
-            body, get = decoded, _without_encoding(get)
-        return await handle_v2_infer(emulator, name, get, body)
+    """The answer to one request that is not an invocation (``path`` without its query
+    string, still quoted)."""
+    if invoke_route(method, path) is not None:  # served by .invocation, never routed
+        raise AssertionError(f"{method} {path} is an invocation")
     if path.startswith("/v2/models/"):
         return await v2_models(emulator, method, unquote(path[len("/v2/models/") :]))
     simple = _SIMPLE.get((method, path))
@@ -121,36 +104,6 @@ async def route(
     if path in _PATHS or path.startswith(_PREFIXES):
         return v2_error(405, f"{method} is not supported on {path}")
     return v2_error(404, f"no route {method} {path}")
-
-
-#: the most a compressed v2 infer body may inflate to (a gzip bomb is refused)
-MAX_DECODED_BYTES = 128 * 1024 * 1024
-
-
-def _decode_body(encoding: str, body: bytes) -> bytes | Answer:
-    """Triton's v2 endpoint inflates ``gzip`` and ``deflate`` request bodies: the body as
-    Triton would read it, or Triton's 400 for an encoding it does not know or bad data."""
-    if encoding == "gzip":
-        wbits = 16 + zlib.MAX_WBITS
-    elif encoding == "deflate":
-        wbits = zlib.MAX_WBITS
-    else:
-        return v2_error(400, f"unsupported Content-Encoding {encoding!r} (gzip, deflate)")
-    inflater = zlib.decompressobj(wbits)
-    try:
-        out = inflater.decompress(body, MAX_DECODED_BYTES + 1)
-    except (zlib.error, gzip.BadGzipFile) as exc:
-        return v2_error(400, f"request body is not valid {encoding} data: {exc}")
-    if len(out) > MAX_DECODED_BYTES or inflater.unconsumed_tail:
-        return v2_error(413, f"request body inflates to over {MAX_DECODED_BYTES} bytes")
-    return out
-
-
-def _without_encoding(get: HeaderGetter) -> HeaderGetter:
-    def without(name: str) -> str | None:
-        return None if name.lower() == "content-encoding" else get(name)
-
-    return without
 
 
 async def v2_models(emulator: Emulator, method: str, tail: str) -> Answer:

@@ -4,7 +4,7 @@ Loads and unloads go through Triton's SageMaker front end exactly as SageMaker d
 each with ``X-Amzn-SageMaker-Target-Model: TARGET`` (Triton names the model after that
 header; the URL's KEY is a URL-safe digest of it). Every call is a request on one of two
 keep-alive pools (:class:`~mmelocal.emulator.upstream.UpstreamPool`): the SageMaker front
-end's, which invocations share (the hot lane takes idle connections from it directly), and
+end's, which invocations share (:mod:`.invocation` takes its connections directly), and
 the v2 HTTP endpoint's, for model metadata. Every answer is one
 :class:`~mmelocal.emulator.upstream.Reply`.
 """

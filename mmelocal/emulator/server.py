@@ -3,6 +3,9 @@
 :class:`EmulatorServer` runs its own event loop on a background thread so synchronous
 code (the pytest fixture, the demo, benchmarks, boto3 callers) can start an endpoint,
 use it over HTTP and stop it; ``start()`` returns once Triton is up and the port answers.
+Its port is bound when it is first needed (``port=0``: the system's choice, read back
+from the bound socket), and that socket is the one served: no other process can take the
+port in between.
 """
 
 from __future__ import annotations
@@ -12,7 +15,6 @@ import contextlib
 import errno
 import gc
 import logging
-import os
 import signal
 import socket
 import threading
@@ -23,7 +25,6 @@ from mmelocal.emulator import http_server
 from mmelocal.emulator.emulator import Emulator, EmulatorConfig
 from mmelocal.errors import EmulatorError, UserInputError
 from mmelocal.runtime.lifecycle import StartStopContext
-from mmelocal.runtime.server_config import pick_free_port
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -68,30 +69,31 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+def bound_port(sock: socket.socket) -> int:
+    """The port ``sock`` is bound to."""
+    return int(sock.getsockname()[1])
+
+
 class Listener:
-    """The emulator's HTTP listener: :class:`~.http_server.FastFrontServer` on one socket.
-    ``hot_lane`` (default: on unless ``MMELOCAL_EMULATOR_HOT_LANE=0``) serves cache hits
-    with callbacks (:mod:`.hotlane`); ``timeouts`` bound slow clients (default
-    :class:`~.http_server.HttpTimeouts`)."""
+    """The emulator's HTTP listener: :class:`~.http_server.FastFrontServer` on one socket;
+    ``timeouts`` bound slow clients (default :class:`~.http_server.HttpTimeouts`)."""
 
     def __init__(
-        self,
-        emulator: Emulator,
-        *,
-        hot_lane: bool | None = None,
-        timeouts: http_server.HttpTimeouts | None = None,
+        self, emulator: Emulator, *, timeouts: http_server.HttpTimeouts | None = None
     ) -> None:
         self.emulator = emulator
         self.timeouts = timeouts
-        if hot_lane is None:
-            hot_lane = os.environ.get("MMELOCAL_EMULATOR_HOT_LANE", "1") != "0"
-        self.hot_lane = hot_lane
         self._front: http_server.FastFrontServer | None = None
         self._started = False
+        #: the port served (known once :meth:`start` bound it)
+        self.port = 0
 
-    async def start(self, host: str, port: int) -> None:
-        """Take ``host:port``, start the emulator (its Triton instances), then serve."""
-        sock = bind_socket(host, port)
+    async def start(self, host: str, port: int, *, sock: socket.socket | None = None) -> None:
+        """Take ``host:port`` (or serve ``sock``, already bound and listening), start the
+        emulator (its Triton instances), then serve."""
+        if sock is None:
+            sock = bind_socket(host, port)
+        self.port = bound_port(sock)
         try:
             await self.emulator.start()
         except BaseException:
@@ -99,17 +101,13 @@ class Listener:
             raise
         self._started = True
         try:
-            self._front = http_server.FastFrontServer(
-                self.emulator, hot_lane=self.hot_lane, timeouts=self.timeouts
-            )
+            self._front = http_server.FastFrontServer(self.emulator, timeouts=self.timeouts)
             await self._front.start(sock)
         except BaseException:
             sock.close()
             await self.stop()
             raise
-        gc.collect()
-        gc.freeze()  # start-up objects leave the collector's view: shorter pauses later
-        logger.info("MME emulator listening on http://%s:%d", host, port)
+        logger.info("MME emulator listening on http://%s:%d", host, self.port)
 
     async def stop(self) -> None:
         """Stop listening, then stop the emulator (Triton)."""
@@ -127,11 +125,18 @@ async def serve_forever(
     host: str,
     port: int,
     timeouts: http_server.HttpTimeouts | None = None,
+    freeze_gc: bool = False,
 ) -> None:
-    """Serve until SIGTERM or cancellation (the CLI runs this with :func:`run`)."""
+    """Serve until SIGTERM or cancellation (the CLI runs this with :func:`run`).
+    ``freeze_gc``: once started, move every object so far out of the collector's view
+    (``gc.freeze``: shorter collection pauses while serving); only for a process that
+    does nothing else, as ``mmelocal serve``'s, never inside a user's process."""
     listener = Listener(emulator, timeouts=timeouts)
     try:
         await listener.start(host, port)
+        if freeze_gc:
+            gc.collect()
+            gc.freeze()
         stop = asyncio.Event()
         with contextlib.suppress(NotImplementedError, RuntimeError):
             asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
@@ -150,20 +155,30 @@ class EmulatorServer(StartStopContext):
         host: str = "127.0.0.1",
         port: int = 0,
         start_timeout_s: float = 180.0,
-        hot_lane: bool | None = None,
         timeouts: http_server.HttpTimeouts | None = None,
     ) -> None:
         self.emulator = config if isinstance(config, Emulator) else Emulator(config)
         self.host = host
-        self.port = port or pick_free_port(host)
+        self._port = port
+        #: the listening socket, bound at the first need of the port (see the module)
+        self._sock: socket.socket | None = None
+        self._bound = False
         self.start_timeout_s = start_timeout_s
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._listener: Listener | None = None
-        self.hot_lane = hot_lane
         self.timeouts = timeouts
         self._ready = threading.Event()
         self._error: BaseException | None = None
+
+    @property
+    def port(self) -> int:
+        """The port served (binds it on first use: ``port=0`` picks a free one)."""
+        if not self._bound:
+            self._bound = True
+            self._sock = bind_socket(self.host, self._port)
+            self._port = bound_port(self._sock)
+        return self._port
 
     @property
     def url(self) -> str:
@@ -174,6 +189,7 @@ class EmulatorServer(StartStopContext):
         """Start Triton and the HTTP server; return once both answer."""
         if self._thread is not None:
             return self
+        _ = self.port  # bound here, in the caller's thread: a port in use fails at once
         self._thread = threading.Thread(target=self._run, name="mme-emulator", daemon=True)
         self._thread.start()
         if not self._ready.wait(self.start_timeout_s):
@@ -205,8 +221,9 @@ class EmulatorServer(StartStopContext):
             loop.close()
 
     async def _setup(self) -> None:
-        self._listener = Listener(self.emulator, hot_lane=self.hot_lane, timeouts=self.timeouts)
-        await self._listener.start(self.host, self.port)
+        self._listener = Listener(self.emulator, timeouts=self.timeouts)
+        sock, self._sock = self._sock, None
+        await self._listener.start(self.host, self._port, sock=sock)
 
     async def _cleanup(self) -> None:
         if self._listener is not None:
@@ -228,6 +245,9 @@ class EmulatorServer(StartStopContext):
             thread.join(timeout=120)
         self._thread = None
         self._loop = None
+        if self._sock is not None:  # bound, never served
+            self._sock.close()
+            self._sock = None
 
 
 __all__ = ["EmulatorServer", "Listener", "new_event_loop", "run", "serve_forever"]

@@ -53,7 +53,9 @@ class UpstreamConnection(asyncio.Protocol):
 
     def send(self, data: bytes, callback: ReplyCallback, *, timeout_s: float | None = None) -> None:
         """Write one request; ``callback`` gets the reply (or the error) exactly once.
-        After ``timeout_s`` without a full answer, UpstreamTimeoutError (see :meth:`expire`)."""
+        After ``timeout_s`` without a full answer, UpstreamTimeoutError (see :meth:`expire`);
+        ``None``: no timer, the caller calls :meth:`expire` when its own deadline passes
+        (the invocation path checks one deadline per client connection)."""
         assert self.transport is not None
         self.callback = callback
         if timeout_s is not None:
@@ -163,8 +165,10 @@ class UpstreamPool:
             conn.closed = True
             conn.transport.close()
 
-    async def _connection(self) -> UpstreamConnection:
-        conn = self.take_idle()
+    async def connection(self, *, fresh: bool = False) -> UpstreamConnection:
+        """An idle connection, else a new one (``fresh``: always a new one); UpstreamError
+        when Triton cannot be reached."""
+        conn = None if fresh else self.take_idle()
         if conn is not None:
             return conn
         loop = asyncio.get_running_loop()
@@ -198,7 +202,7 @@ class UpstreamPool:
             head.append(f"\r\n{name}: {value}".encode("utf-8", "surrogateescape"))
         head.append(f"\r\nContent-Length: {len(body)}\r\n\r\n".encode())
         head.append(body)
-        conn = await self._connection()
+        conn = await self.connection()
         try:
             result = await conn.start(b"".join(head), timeout_s=timeout_s)
         except BaseException:

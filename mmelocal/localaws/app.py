@@ -14,6 +14,9 @@ client:
   are answered here;
 * everything else (S3, the rest of SageMaker, Application Auto Scaling, STS, ...) goes to
   moto's own dispatcher, which reads the SigV4 credential scope as well.
+
+Requests that came through the HTTPS proxy (``CONNECT`` to an AWS host, :mod:`.proxy`)
+arrive here decrypted and are routed the same way.
 """
 
 from __future__ import annotations
@@ -122,6 +125,7 @@ class LocalAwsApp:
         self._sagemaker: dict[str, Callable[[dict[str, Any], str, dict[str, Any]], Any]] = {
             "CreateModel": self._create_model,
             "CreateEndpointConfig": self._create_endpoint_config,
+            "DescribeModel": self._describe_model,
             "DescribeEndpointConfig": self._describe_endpoint_config,
             "CreateEndpoint": self._create_endpoint,
             "UpdateEndpoint": self._update_endpoint,
@@ -317,10 +321,18 @@ class LocalAwsApp:
             self._instance_types[(region, name)] = types
         return status, answer
 
+    def _describe_model(
+        self, environ: dict[str, Any], region: str, params: dict[str, Any]
+    ) -> tuple[int, Any]:
+        status, answer = self._moto_json(environ)
+        return status, _without_unset(answer) if status == 200 else answer
+
     def _describe_endpoint_config(
         self, environ: dict[str, Any], region: str, params: dict[str, Any]
     ) -> tuple[int, Any]:
         status, answer = self._moto_json(environ)
+        if status == 200:
+            answer = _without_unset(answer)
         types = self._instance_types.get((region, str(params.get("EndpointConfigName", ""))))
         if status == 200 and isinstance(answer, dict) and types is not None:
             for variant, kind in zip(answer.get("ProductionVariants", []), types, strict=False):
@@ -416,6 +428,8 @@ class LocalAwsApp:
         self, environ: dict[str, Any], region: str, params: dict[str, Any]
     ) -> tuple[int, Any]:
         status, answer = self._moto_json(environ)
+        if status == 200:
+            answer = _without_unset(answer)
         state = self.endpoints.get(region, str(params.get("EndpointName", "")))
         if status == 200 and isinstance(answer, dict) and state is not None:
             answer["EndpointStatus"] = state.status
@@ -517,6 +531,16 @@ class LocalAwsApp:
         headers = [*headers, ("Content-Length", str(len(body)))]
         start_response(f"{status} {'OK' if status == 200 else 'Error'}", headers)
         return [body]
+
+
+def _without_unset(answer: Any) -> Any:
+    """A Describe answer without the empty structures and lists moto writes for what was
+    never set (``VpcConfig: {}``, ``DataCaptureConfig: {}``, ``Containers: []``): the
+    service leaves them out, and clients that validate the answer (the SageMaker SDK 3.x's
+    pydantic resources) refuse an empty structure whose members are required."""
+    if not isinstance(answer, dict):
+        return answer
+    return {k: v for k, v in answer.items() if v != {} and v != []}
 
 
 def _environ_key(header: str) -> str:

@@ -146,8 +146,9 @@ class Fleet:
         from mmelocal.emulator.store import S3Store
 
         self.plan = plan
-        #: one EC2-style id per instance (its log stream is ``{variant}/{id}``)
-        self.instance_ids = [new_instance_id() for _ in range(plan.instances)]
+        #: an EC2-style id per instance, given on first sight (its log stream is
+        #: ``{variant}/{id}``), by the instance's Triton log
+        self._instance_ids: dict[str, str] = {}
         self.stopped = False
         self._inflight = 0
         self._idle = threading.Condition()
@@ -234,9 +235,19 @@ class Fleet:
                 break
         return self.serving_count
 
-    def log_paths(self) -> list[Path | None]:
-        """Each instance's Triton log (None where the launcher keeps none)."""
-        return [inst.launcher.log_path for inst in self.server.emulator.instances]
+    def log_streams(self) -> list[tuple[str, Path | None]]:
+        """``(instance id, Triton log)`` of each instance running now, draining ones
+        included (the log is None where the launcher keeps none)."""
+        emulator = self.server.emulator
+        out = []
+        for inst in [*emulator.instances, *emulator.draining]:
+            path = inst.launcher.log_path
+            key = str(path) if path is not None else f"#{inst.index}"
+            iid = self._instance_ids.get(key)
+            if iid is None:
+                iid = self._instance_ids[key] = new_instance_id()
+            out.append((iid, path))
+        return out
 
     def stop(self) -> None:
         """Stop the emulator and its Triton instances (idempotent)."""

@@ -9,6 +9,7 @@ answer as in the cloud. It ships on a background thread every :data:`SHIP_INTERV
 at once for the instance behind a ``ModelError`` (:meth:`LogShipper.model_error_body`), so
 the stream the error's ``LogStreamArn`` names already holds the lines that explain it.
 Events carry the time they were shipped; a group outlives its endpoint, as in the cloud.
+``--data`` keeps the groups (:func:`save_log_groups`, :func:`restore_log_groups`).
 """
 
 from __future__ import annotations
@@ -64,36 +65,50 @@ class LogShipper:
         self._ship_lock = threading.Lock()
         self._tails: dict[int, list[_Tail]] = {}  # id(fleet) -> its instances' tails
         self._fleets: dict[int, Any] = {}
+        self._regions: dict[int, str] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     # -- what is watched ---------------------------------------------------------------
     def watch(self, region: str, fleet: Any) -> None:
         """Ship the logs of ``fleet`` (a started :class:`~.fleet.Fleet`): its group and
-        one stream per instance are created now."""
-        group = log_group_name(fleet.plan.endpoint_name)
-        tails = [
-            _Tail(
-                region=region,
-                group=group,
-                stream=LOG_STREAM.format(variant=fleet.plan.variant_name, instance_id=iid),
-                path=path,
-            )
-            for iid, path in zip(fleet.instance_ids, fleet.log_paths(), strict=True)
-        ]
+        one stream per instance are created now; an instance added later (a scale-out)
+        gets its stream at the next round."""
         logs = self._client_for("logs", region)
-        _ensure(logs.create_log_group, logGroupName=group)
-        for tail in tails:
-            _ensure(logs.create_log_stream, logGroupName=group, logStreamName=tail.stream)
+        _ensure(logs.create_log_group, logGroupName=log_group_name(fleet.plan.endpoint_name))
         with self._lock:
-            self._tails[id(fleet)] = tails
+            self._tails[id(fleet)] = []
             self._fleets[id(fleet)] = fleet
+            self._regions[id(fleet)] = region
+        self._sync(fleet)
+
+    def _sync(self, fleet: Any) -> None:
+        """Add a tail (and its stream) for each instance of ``fleet`` not seen yet."""
+        with self._lock:
+            tails = self._tails.get(id(fleet))
+            region = self._regions.get(id(fleet), "")
+        if tails is None or fleet.stopped:
+            return
+        known = {t.stream for t in tails}
+        group = log_group_name(fleet.plan.endpoint_name)
+        for iid, path in fleet.log_streams():
+            stream = LOG_STREAM.format(variant=fleet.plan.variant_name, instance_id=iid)
+            if stream in known:
+                continue
+            _ensure(
+                self._client_for("logs", region).create_log_stream,
+                logGroupName=group,
+                logStreamName=stream,
+            )
+            tail = _Tail(region=region, group=group, stream=stream, path=path)
+            with self._lock:
+                tails.append(tail)
 
     def stream_arn(self, region: str, fleet: Any, log_path: Path | None) -> str | None:
         """The ARN of the stream holding ``log_path`` (an instance's Triton log) of
         ``fleet``; None when it is not watched."""
         with self._lock:
-            tails = self._tails.get(id(fleet), [])
+            tails = list(self._tails.get(id(fleet), []))
         for tail in tails:
             if log_path is None or tail.path == log_path:
                 return log_stream_arn(
@@ -129,10 +144,12 @@ class LogShipper:
         """Send the lines written since the last call (of ``fleet`` only, when given); a
         fleet that stopped is shipped one last time and then forgotten."""
         with self._lock:
-            if fleet is not None:
-                chosen = {id(fleet): self._tails.get(id(fleet), [])}
-            else:
-                chosen = dict(self._tails)
+            keys = [id(fleet)] if fleet is not None else list(self._tails)
+            fleets = [self._fleets[k] for k in keys if k in self._fleets]
+        for watched in fleets:
+            self._sync(watched)  # instances added since the last round
+        with self._lock:
+            chosen = {k: list(self._tails.get(k, [])) for k in keys}
             stopped = {k for k in chosen if getattr(self._fleets.get(k), "stopped", False)}
         with self._ship_lock:  # one reader per file: offsets stay consistent
             for tails in chosen.values():
@@ -143,6 +160,7 @@ class LogShipper:
                 for key in stopped:
                     self._tails.pop(key, None)
                     self._fleets.pop(key, None)
+                    self._regions.pop(key, None)
 
     def _ship_tail(self, tail: _Tail) -> None:
         if tail.path is None or not tail.path.is_file():
@@ -202,6 +220,56 @@ class LogShipper:
         return json.dumps(error).encode()
 
 
+def save_log_groups(logs: Any) -> list[dict[str, Any]]:
+    """Every endpoint's log group with its streams and events (for ``--data``'s state)."""
+    groups = []
+    paginator = logs.get_paginator("describe_log_groups")
+    for page in paginator.paginate(logGroupNamePrefix=log_group_name("")):
+        for group in page.get("logGroups", []):
+            name = group["logGroupName"]
+            streams = []
+            for spage in logs.get_paginator("describe_log_streams").paginate(logGroupName=name):
+                for stream in spage.get("logStreams", []):
+                    streams.append(
+                        {"name": stream["logStreamName"], "events": _all_events(logs, name, stream)}
+                    )
+            groups.append({"name": name, "streams": streams})
+    return groups
+
+
+def _all_events(logs: Any, group: str, stream: dict[str, Any]) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = []
+    token: str | None = None
+    while True:
+        params: dict[str, Any] = {
+            "logGroupName": group,
+            "logStreamName": stream["logStreamName"],
+            "startFromHead": True,
+        }
+        if token is not None:
+            params["nextToken"] = token
+        page = logs.get_log_events(**params)
+        events.extend(
+            {"timestamp": e["timestamp"], "message": e["message"]} for e in page["events"]
+        )
+        if not page["events"] or page.get("nextForwardToken") in (None, token):
+            return events
+        token = page["nextForwardToken"]
+
+
+def restore_log_groups(logs: Any, groups: list[dict[str, Any]]) -> None:
+    """Make again what :func:`save_log_groups` saved (events CloudWatch Logs no longer
+    accepts, older than its 14 days, are left out by it)."""
+    for group in groups:
+        _ensure(logs.create_log_group, logGroupName=group["name"])
+        for stream in group["streams"]:
+            tail = _Tail(region="", group=group["name"], stream=stream["name"], path=None)
+            _ensure(logs.create_log_stream, logGroupName=tail.group, logStreamName=tail.stream)
+            events = sorted(stream["events"], key=lambda e: e["timestamp"])
+            for start in range(0, len(events), _MAX_EVENTS // 2):
+                _put(logs, tail, events[start : start + _MAX_EVENTS // 2])
+
+
 def _ensure(call: Callable[..., Any], **params: Any) -> None:
     """``call(**params)``, an already existing resource being fine."""
     from botocore.exceptions import ClientError
@@ -227,4 +295,4 @@ def _put(logs: Any, tail: _Tail, events: list[dict[str, Any]]) -> None:
         logs.put_log_events(logGroupName=tail.group, logStreamName=tail.stream, logEvents=events)
 
 
-__all__ = ["SHIP_INTERVAL_S", "LogShipper"]
+__all__ = ["SHIP_INTERVAL_S", "LogShipper", "restore_log_groups", "save_log_groups"]

@@ -27,6 +27,7 @@ from mmelocal.localaws.cloudwatch_api import CloudWatchOverlay
 from mmelocal.localaws.endpoints import EndpointManager
 from mmelocal.localaws.fleet import Fleet, FleetOptions, FleetPlan
 from mmelocal.localaws.logs import LogShipper
+from mmelocal.localaws.proxy import CA_FILE, CertificateAuthority, HttpsProxy, is_loopback
 from mmelocal.localaws.scaling import Autoscaler
 from mmelocal.localaws.variants import EndpointPlan, plan_endpoint
 from mmelocal.runtime.lifecycle import StartStopContext
@@ -113,13 +114,26 @@ class LocalAws(StartStopContext):
             raise UserInputError("the local AWS is not started")
         return self._data_dir
 
+    @property
+    def ca_bundle(self) -> Path:
+        """The certificate of the CA the local AWS's HTTPS proxy signs AWS's hosts with
+        (the value of ``AWS_CA_BUNDLE``; :mod:`.proxy`)."""
+        return self.data_dir / "ca" / CA_FILE
+
+    def proxy_env(self) -> dict[str, str]:
+        """``HTTPS_PROXY`` and ``AWS_CA_BUNDLE``: what reaches the local AWS from libraries
+        that hard-code AWS's addresses (the SageMaker SDK's STS client; :mod:`.proxy`)."""
+        return {"HTTPS_PROXY": self.url, "AWS_CA_BUNDLE": str(self.ca_bundle)}
+
     def env(self, region: str = DEFAULT_REGION) -> dict[str, str]:
-        """The environment a script needs: the endpoint URL, a region and (any) keys."""
+        """The environment a script needs: the endpoint URL, a region, (any) keys, and the
+        HTTPS proxy for hard-coded AWS addresses (:meth:`proxy_env`)."""
         return {
             "AWS_ENDPOINT_URL": self.url,
             "AWS_DEFAULT_REGION": region,
             "AWS_ACCESS_KEY_ID": LOCAL_KEYS[0],
             "AWS_SECRET_ACCESS_KEY": LOCAL_KEYS[1],
+            **self.proxy_env(),
         }
 
     def emulator_url(self, endpoint_name: str, region: str = DEFAULT_REGION) -> str | None:
@@ -167,9 +181,15 @@ class LocalAws(StartStopContext):
         if self.persist:
             app.ready.clear()  # users' calls wait until the saved state is back (start())
 
+        ca = CertificateAuthority(self._data_dir / "ca")
+        proxy = HttpsProxy(ca, relay_others=is_loopback(self.host))
+
         class QuietHandler(MotoRequestHandler):  # one log line per request at DEBUG, not stderr
             def log(self, type: str, message: str, *args: Any) -> None:
                 logger.debug("%s " + message, self.address_string(), *args)
+
+            def do_CONNECT(self) -> None:  # HTTPS_PROXY: AWS's hosts served here (.proxy)
+                proxy.connect(self)
 
         try:  # bound here: werkzeug exits the process when the port is taken
             sock = socket.create_server((self.host, self.port), backlog=1024)
@@ -191,6 +211,7 @@ class LocalAws(StartStopContext):
                 fd=sock.fileno(),
             )
         self.port = self._server.server_address[1]
+        ca.ensure()  # made (once per data folder) before anyone is told its path
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="mmelocal-local-aws", daemon=True
         )

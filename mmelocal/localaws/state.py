@@ -7,8 +7,9 @@ again) and the resources are described into ``DIR/state/state.json``; at :func:`
 the buckets and objects are uploaded again and the resources re-created in order
 (models, endpoint configs, endpoints, which start their Triton again, scalable targets,
 scaling policies, which create their target tracking alarms again, CloudWatch metric
-alarms). A resource that already exists is kept as it is. Not kept: metric datapoints,
-alarm states and history (alarms start again at INSUFFICIENT_DATA), scaling activities.
+alarms) and the endpoints' log groups with their events. A resource that already exists
+is kept as it is. Not kept: metric datapoints, alarm states and history (alarms start
+again at INSUFFICIENT_DATA), scaling activities.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import logging
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
+
+from mmelocal.localaws.logs import restore_log_groups, save_log_groups
 
 logger = logging.getLogger(__name__)
 
@@ -138,6 +141,7 @@ def save(client_for: ClientFor, root: Path, regions: Iterable[str]) -> None:
         "version": 1,
         "s3": _save_s3(client_for("s3", "us-east-1"), root, previous.get("s3", {})),
         "regions": {region: _save_region(client_for, region) for region in sorted(regions)},
+        "logs": {r: save_log_groups(client_for("logs", r)) for r in sorted(regions)},
     }
     tmp = manifest.with_suffix(".tmp")
     tmp.write_text(json.dumps(state, indent=1, default=str))
@@ -192,6 +196,8 @@ def restore(client_for: ClientFor, root: Path) -> list[str]:
         cloudwatch = client_for("cloudwatch", region)
         for alarm in held.get("alarms", []):
             _create(cloudwatch.put_metric_alarm, f"alarm {alarm.get('AlarmName')}", **alarm)
+    for region, groups in state.get("logs", {}).items():
+        restore_log_groups(client_for("logs", region), groups)
     logger.info("local AWS state restored from %s", root)
     return list(state.get("regions", {}))
 

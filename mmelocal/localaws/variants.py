@@ -93,9 +93,8 @@ class Variant:
 class VariantFleets:
     """The variants serving one endpoint config (see the module docstring).
 
-    ``start_fleet`` starts a variant's fleet again with another instance count
-    (:meth:`resize`); ``work_dir`` holds the fleets' folders; ``rng`` draws the variant of
-    each call (a seeded ``random.Random`` makes the draws repeatable).
+    ``rng`` draws the variant of each call (a seeded ``random.Random`` makes the draws
+    repeatable); a variant's instance count changes in place (:meth:`resize`).
     """
 
     def __init__(
@@ -103,14 +102,10 @@ class VariantFleets:
         plan: EndpointPlan,
         fleets: Sequence[Fleet],
         *,
-        start_fleet: StartFleet,
-        work_dir: Path,
         rng: random.Random | None = None,
     ) -> None:
         self.plan = plan
         self.variants = [Variant(fleet) for fleet in fleets]
-        self._start_fleet = start_fleet
-        self._work_dir = work_dir
         self._rng = rng or random.Random()
         self._lock = threading.Lock()
         self._stopped = False
@@ -262,7 +257,7 @@ def start_variants(
         for fleet in started:
             fleet.stop()
         raise failure
-    return VariantFleets(plan, started, start_fleet=start_fleet, work_dir=work_dir, rng=rng)
+    return VariantFleets(plan, started, rng=rng)
 
 
 __all__ = [

@@ -27,6 +27,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
@@ -93,6 +94,8 @@ class LocalLauncher(OwnedServerLauncher):
         self.isolated = False
         self._bridge_dir: Path | None = None
         self._server_pid: int | None = None
+        #: listening sockets bound for the bridge, until it is started (see _argv)
+        self._bridge_sockets: dict[str, socket.socket] = {}
 
     @property
     def config(self) -> ServerConfig:
@@ -117,8 +120,9 @@ class LocalLauncher(OwnedServerLauncher):
         install = find_tritonserver(self._tritonserver)
         _warn_if_small_shm(self._requested.python_shm_default_bytes)
         backends = self._requested.backend_directory or prepare_backend_directory(install)
+        requested = self._bind_bridge_ports(self._requested)
         config = dataclasses.replace(
-            self._requested.resolved(),
+            requested.resolved(),
             backend_directory=backends,
             extra_args=(
                 f"--backend-config=python,shm-region-prefix-name={self._shm_prefix}",
@@ -154,11 +158,14 @@ class LocalLauncher(OwnedServerLauncher):
                         if self._die_with_parent
                         else None
                     ),
+                    pass_fds=[sock.fileno() for sock in self._bridge_sockets.values()],
                 )
         except OSError as exc:  # not an executable for this machine, no permission, ...
             raise ServerStartError(
                 f"could not run {install.binary}: {exc.strerror or exc}", log_path=self._log_path
             ) from exc
+        finally:
+            self._close_bridge_sockets()
         _reap_group_on_exit(self._process)
         try:
             self.ready_after_s = wait_until_ready(
@@ -180,6 +187,39 @@ class LocalLauncher(OwnedServerLauncher):
             self._endpoints.http_url,
             self._log_path,
         )
+
+    def _bind_bridge_ports(self, config: ServerConfig) -> ServerConfig:
+        """Behind the bridge, bind the ports Triton opens here and now (port 0: the
+        system's choice) and hand the sockets to the bridge: no other process can take
+        a port between its choice and its use. The config with the bound ports. (Without
+        the bridge tritonserver binds its ports itself, from the numbers it is given.)"""
+        self._bridge_sockets = {}
+        if not (config.sagemaker and self._isolate_network) or netns.isolation_refused():
+            return config
+        names = ["http_port", "sagemaker_port"]  # only the ports Triton opens
+        if config.serves_grpc:
+            names.append("grpc_port")
+        if config.serves_metrics:
+            names.append("metrics_port")
+        host = config.host or "0.0.0.0"
+        try:
+            for name in names:
+                self._bridge_sockets[name] = netns.listen_socket(host, getattr(config, name))
+        except OSError as exc:
+            self._close_bridge_sockets()
+            raise ServerStartError(
+                f"cannot listen on {host}:{getattr(config, name)}: {exc.strerror or exc} "
+                "(another server uses it: choose another port)",
+                log_path=self._log_path,
+            ) from None
+        ports = {name: sock.getsockname()[1] for name, sock in self._bridge_sockets.items()}
+        return dataclasses.replace(config, **ports)
+
+    def _close_bridge_sockets(self) -> None:
+        """The launcher's copies (the bridge holds its own once started)."""
+        for sock in self._bridge_sockets.values():
+            sock.close()
+        self._bridge_sockets = {}
 
     def _argv(self, install: TritonInstall, config: ServerConfig) -> list[str]:
         """tritonserver's argv, behind the namespace bridge when the SageMaker port would
@@ -204,16 +244,18 @@ class LocalLauncher(OwnedServerLauncher):
         self.isolated = True
         self._bridge_dir = Path(tempfile.mkdtemp(prefix="mmelocal-ns-"))
         inside = dataclasses.replace(config, host="127.0.0.1")
-        ports = [config.http_port, config.sagemaker_port]  # only the ports Triton opens
+        names = ["http_port", "sagemaker_port"]  # only the ports Triton opens
         if config.serves_grpc:
-            ports.append(config.grpc_port)
+            names.append("grpc_port")
         if config.serves_metrics:
-            ports.append(config.metrics_port)
+            names.append("metrics_port")
+        bound = self._bridge_sockets
         return netns.bridge_argv(
             host=config.host or "0.0.0.0",
-            ports=ports,
+            ports=[getattr(config, name) for name in names],
             control=self._bridge_dir / "bridge.sock",
             command=[str(install.binary), *inside.to_args()],
+            fds=[bound[name].fileno() for name in names] if len(bound) == len(names) else (),
         )
 
     def is_alive(self) -> bool:
@@ -226,6 +268,11 @@ class LocalLauncher(OwnedServerLauncher):
         if process is None:
             return
         pgid = process.pid
+        # behind the bridge the process started is the bridge: name tritonserver's pid
+        server_pid = self.pid() if process.poll() is None else self._server_pid
+        named = f"tritonserver pid {server_pid or pgid}" + (
+            f" (bridge pid {pgid})" if self.isolated else ""
+        )
         members = _group_members(pgid)  # stubs too, even after a crash reparented them
         if process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
@@ -234,9 +281,7 @@ class LocalLauncher(OwnedServerLauncher):
                 process.wait(timeout=self.stop_timeout_s)
             except subprocess.TimeoutExpired:
                 logger.warning(
-                    "tritonserver pid %s ignored SIGTERM for %.0fs; killing it",
-                    pgid,
-                    self.stop_timeout_s,
+                    "%s ignored SIGTERM for %.0fs; killing it", named, self.stop_timeout_s
                 )
         _kill_group(pgid)
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -247,7 +292,7 @@ class LocalLauncher(OwnedServerLauncher):
             shutil.rmtree(self._bridge_dir, ignore_errors=True)
             self._bridge_dir = None
         if self._process is process:
-            logger.info("tritonserver pid %s stopped (code %s)", pgid, process.returncode)
+            logger.info("%s stopped (code %s)", named, process.returncode)
         self._process = None
 
     def _cleanup_shm(self) -> None:

@@ -84,10 +84,18 @@ def isolation_refused() -> str | None:
 
 
 def bridge_argv(
-    *, host: str, ports: Sequence[int], control: Path, command: Sequence[str]
+    *,
+    host: str,
+    ports: Sequence[int],
+    control: Path,
+    command: Sequence[str],
+    fds: Sequence[int] = (),
 ) -> list[str]:
-    """The argv that runs ``command`` in a new namespace behind the bridge."""
-    return [
+    """The argv that runs ``command`` in a new namespace behind the bridge. ``fds``: the
+    listening sockets of ``ports``, bound by the launcher (see :func:`listen_socket`) and
+    inherited by the bridge (``pass_fds``), so no other process can take a port between
+    its choice and its use; without them the bridge binds ``ports`` itself."""
+    argv = [
         sys.executable,
         "-m",
         "mmelocal.runtime.netns",
@@ -97,9 +105,10 @@ def bridge_argv(
         ",".join(str(p) for p in ports),
         "--control",
         str(control),
-        "--",
-        *command,
     ]
+    if fds:
+        argv += ["--fds", ",".join(str(fd) for fd in fds)]
+    return [*argv, "--", *command]
 
 
 def connect_through(control: str | Path, port: int, *, timeout_s: float = 10.0) -> socket.socket:
@@ -273,12 +282,24 @@ def _forward(server: subprocess.Popen[bytes], sig: int) -> None:
         server.send_signal(sig)
 
 
-def _listen(host: str, port: int) -> socket.socket:
+def listen_socket(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (port 0: the system's choice, read it with
+    ``getsockname``), non-blocking."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(512)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(512)
+    except OSError:
+        sock.close()
+        raise
+    sock.setblocking(False)
+    return sock
+
+
+def _inherited(fd: int) -> socket.socket:
+    sock = socket.socket(fileno=fd)
     sock.setblocking(False)
     return sock
 
@@ -290,6 +311,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--ports", default="")
     parser.add_argument("--control")
+    parser.add_argument("--fds", default="")
     parser.add_argument("command", nargs="*")
     args = parser.parse_args(argv)
     if args.probe:
@@ -300,8 +322,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return REFUSED_EXIT
         return 0
     ports = [int(p) for p in args.ports.split(",") if p]
+    fds = [int(fd) for fd in args.fds.split(",") if fd]
     try:  # host side first: these sockets stay in the host's namespace
-        listeners = {port: _listen(args.host, port) for port in ports}
+        if fds:  # bound by the launcher, inherited
+            listeners = {port: _inherited(fd) for port, fd in zip(ports, fds, strict=True)}
+        else:
+            listeners = {port: listen_socket(args.host, port) for port in ports}
     except OSError as exc:
         print(f"mmelocal bridge: cannot listen on {args.host}: {exc}", file=sys.stderr)
         return 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
 import socket
 import time
 from collections.abc import Iterator
@@ -424,9 +425,10 @@ def test_gzip_v2_infer_is_inflated_as_triton_does(setup: Setup) -> None:
         answers = split_answers(read_until_closed(sock))
     assert answers[0][0] == 200, answers
     assert (output_of(answers[0][1]) == expected(x, 3.0)).all()
-    # InvokeEndpoint passes the header to Triton's SageMaker route, which does not inflate
+    # Triton's SageMaker front end inflates gzip too (SageMakerMMEHandleInfer)
     status, _, answer = setup.invoke_with(packed, [("Content-Encoding", "gzip")])
-    assert status == 424 and answer["__type"] == "ModelError", answer
+    assert status == 200, answer
+    assert (output_of(json.dumps(answer).encode()) == expected(x, 3.0)).all()
     # a gzip bomb is refused, not inflated into memory
     bomb = gzip.compress(bytes(200 * MiB))
     status, _, data = raw_request(
@@ -473,3 +475,62 @@ def test_silent_and_idle_connections_are_closed(setup: Setup) -> None:
         assert waited_s >= TIMEOUTS.header_s * 0.5
         raw, _ = closed_after(idle)
         assert raw == b""
+
+
+# -- the last raw-socket findings: HTTP/0.9, CONNECT, unknown content codings -------------
+
+
+def test_a_request_line_without_a_version_gets_400_and_close(setup: Setup) -> None:
+    with connect(setup) as sock:
+        sock.sendall(b"GET /ping\r\n\r\nGET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+        answers = split_answers(read_until_closed(sock))
+    assert [status for status, _ in answers] == [400]
+    assert b"no HTTP version" in answers[0][1]
+
+
+def test_connect_gets_405_and_close_with_nothing_in_the_log(
+    setup: Setup, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.ERROR), connect(setup) as sock:
+        sock.sendall(
+            b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n"
+            + request("GET", "/ping")
+        )
+        answers = split_answers(read_until_closed(sock))
+    assert [status for status, _ in answers] == [405]
+    assert b"CONNECT is not supported" in answers[0][1]
+    # no traceback (asyncio logged "Fatal error on transport" with one), no error line
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    assert raw_request(setup.url, "GET", "/ping")[0] == 200
+
+
+def test_unknown_content_codings_get_tritons_answers(setup: Setup) -> None:
+    """Triton's HTTP front ends inflate exactly "gzip" and "deflate": for another coding
+    the SageMaker front end answers 415 with no body and Accept-Encoding (a ModelError
+    through InvokeEndpoint) and the v2 endpoint 501 "Unsupported compression type"."""
+    for coding in ("br", "GZIP", "x-custom"):
+        with connect(setup) as sock:
+            sock.sendall(invocation(GOOD_BODY, f"Content-Encoding: {coding}", "Connection: close"))
+            raw = read_until_closed(sock)
+        ((status, body),) = split_answers(raw)
+        answer = json.loads(body)
+        assert status == 424 and answer["__type"] == "ModelError", answer
+        assert answer["OriginalStatusCode"] == 415 and answer["OriginalMessage"] == ""
+        with connect(setup) as sock:
+            sock.sendall(
+                request(
+                    "POST",
+                    f"/v2/models/{GOOD}/infer",
+                    GOOD_BODY,
+                    f"Content-Encoding: {coding}",
+                    "Connection: close",
+                )
+            )
+            raw = read_until_closed(sock)
+        ((status, body),) = split_answers(raw)
+        assert status == 501, raw
+        assert json.loads(body) == {"error": "Unsupported compression type"}
+        assert b"\r\nAccept-Encoding: gzip, deflate\r\n" in raw
+    # identity is the body as sent, on both routes
+    status, _, answer = setup.invoke_with(GOOD_BODY, [("Content-Encoding", "identity")])
+    assert status == 200, answer

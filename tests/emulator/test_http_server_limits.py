@@ -2,7 +2,7 @@
 
 The protocol object is fed bytes as the event loop would feed them; the transport records
 what the server wrote and whether it stopped reading. The routes themselves are covered on
-real Triton in test_hotlane.py (including raw-socket versions of these cases).
+real Triton in test_invocation_path.py (including raw-socket versions of these cases).
 """
 
 from __future__ import annotations
@@ -44,18 +44,19 @@ class Transport:
 
 
 class Front:
-    """The part of FastFrontServer the protocol calls: nothing hot, answers held at a gate."""
+    """The part of FastFrontServer the protocol calls: no invocation, answers held at a gate."""
 
     def __init__(self) -> None:
         self.emulator = SimpleNamespace(config=SimpleNamespace(max_payload_bytes=6_291_456))
         self.timeouts = http_server.HttpTimeouts()
+        self.step_s = 30.0
         self.gate = asyncio.Event()
         self.started: list[bytes] = []
         self.largest_queue = 0
         self.protocol: Any = None
 
-    def serve_hot(self, request: Any, requester: Any) -> bool:
-        return False
+    def start_invocation(self, request: Any, requester: Any) -> None:
+        return None  # every request takes the route below
 
     async def answer(self, request: Any) -> Answer:
         self.started.append(request.url)
@@ -151,3 +152,27 @@ def test_bytes_of_queued_bodies_are_bounded_too() -> None:
         assert not transport.paused
 
     asyncio.run(run())
+
+
+def test_the_server_port_is_bound_when_chosen_and_freed_if_never_served(tmp_path: Any) -> None:
+    """port=0: the system's choice, read from the bound socket, which is held from then on
+    (no other process can take it before the server serves it)."""
+    import errno
+    import socket
+
+    from mmelocal.emulator.emulator import EmulatorConfig
+    from mmelocal.emulator.server import EmulatorServer
+
+    server = EmulatorServer(EmulatorConfig(store=str(tmp_path), cache_dir=tmp_path / "cache"))
+    port = server.port
+    assert port > 0 and server.url.endswith(f":{port}")
+    other = socket.socket()
+    with pytest.raises(OSError) as taken:
+        other.bind(("127.0.0.1", port))
+    assert taken.value.errno == errno.EADDRINUSE
+    other.close()
+    server.stop()  # never started: the socket is closed
+    again = socket.socket()
+    again.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    again.bind(("127.0.0.1", port))
+    again.close()

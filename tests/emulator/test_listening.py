@@ -168,13 +168,17 @@ def test_memory_of_the_server_tree_is_read_through_the_namespace(server: Emulato
     assert b'"pid": %d' % pid in state
 
 
-def test_stop_reaps_the_bridge_the_server_and_its_stubs(tmp_path: Path) -> None:
-    """Its own emulator: stopping it must leave no process of its tree behind."""
+def test_stop_reaps_the_bridge_the_server_and_its_stubs(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its own emulator: stopping it must leave no process of its tree behind, and the
+    log names tritonserver's pid (not the bridge's) as the one that stopped."""
     store = tmp_path / "store"
     store.mkdir()
     write_tarball(store / TARGET, scale=2.0)
     config = EmulatorConfig(store=str(store), cache_dir=tmp_path / "cache")
     before = {p.pid for p in tree()}
+    caplog.set_level(logging.INFO, logger="mmelocal.runtime.local")
     with EmulatorServer(config, host=CHOSEN) as running:
         status, _, _ = invoke(running, payload(rows=1)[1])
         assert status == 200
@@ -188,6 +192,12 @@ def test_stop_reaps_the_bridge_the_server_and_its_stubs(tmp_path: Path) -> None:
         assert launcher.config.grpc_port not in opened
         assert launcher.config.metrics_port not in opened
         assert launcher.config.sagemaker_port in opened
+        server_pid = launcher.pid()
+        assert server_pid is not None
+        tritonserver = next(p for p in started if p.name() == "tritonserver")
+        assert server_pid == tritonserver.pid
+    stopped = [r.getMessage() for r in caplog.records if "stopped" in r.getMessage()]
+    assert stopped and stopped[-1].startswith(f"tritonserver pid {server_pid} "), stopped
     for proc in started:
         with contextlib.suppress(psutil.NoSuchProcess):
             assert proc.status() == psutil.STATUS_ZOMBIE, proc

@@ -59,7 +59,8 @@ def test_local_aws_command_serves_stops_cleanly_and_keeps_its_state(tmp_path: Pa
     port = pick_free_port()
     url = f"http://127.0.0.1:{port}"
     command = [sys.executable, "-m", "mmelocal", "local-aws", "--port", str(port),
-               "--data", str(tmp_path / "data"), "--memory-budget", "1GiB"]  # fmt: skip
+               "--data", str(tmp_path / "data"), "--memory-budget", "1GiB",
+               "--time-scale", "60"]  # fmt: skip
     tarball = write_tarball(tmp_path / "m.tar.gz", scale=3.0)
     x = np.arange(8, dtype=np.float32).reshape(2, 4)
     procs = []
@@ -104,6 +105,7 @@ def test_local_aws_command_serves_stops_cleanly_and_keeps_its_state(tmp_path: Pa
         assert len(tritons) == 1
         text = stop(procs[0])
         assert f"export AWS_ENDPOINT_URL={url}" in text and "local AWS stopped" in text
+        assert "fast clock: x60 (one CloudWatch minute = 1 s)" in text
         assert not [p for p in tritons if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 
         # the next start with the same --data has the objects, resources and endpoint back

@@ -13,6 +13,7 @@ from botocore.exceptions import ClientError
 from localaws_helpers import ROLE, TRITON_IMAGE, unique, wait_for, wait_gone, wait_status
 
 from mmelocal.localaws import LocalAws
+from mmelocal.localaws.logs import restore_log_groups, save_log_groups
 from mmelocal.testing.tiny_model import write_tarball
 
 pytestmark = pytest.mark.triton
@@ -94,3 +95,10 @@ def test_triton_lines_reach_the_endpoints_log_group(
     sm.delete_endpoint(EndpointName=name)
     wait_gone(sm, name)
     assert logs.describe_log_groups(logGroupNamePrefix=group)["logGroups"]  # kept, as in the cloud
+
+    # --data keeps the groups: what is saved comes back, events and all
+    saved = [g for g in save_log_groups(logs) if g["name"] == group]
+    assert {s["name"] for s in saved[0]["streams"]} == set(streams)
+    logs.delete_log_group(logGroupName=group)
+    restore_log_groups(logs, saved)
+    assert [g for g in save_log_groups(logs) if g["name"] == group] == saved

@@ -14,7 +14,7 @@ import boto3
 import numpy as np
 import pytest
 from botocore.exceptions import ClientError
-from localaws_helpers import ROLE, TRITON_IMAGE, unique, wait_gone, wait_status
+from localaws_helpers import ROLE, TRITON_IMAGE, unique, wait_for, wait_gone, wait_status
 
 from mmelocal.localaws import LocalAws
 from mmelocal.testing.tiny_model import expected, request_json, write_tarball
@@ -200,5 +200,11 @@ def test_a_variant_changes_its_instance_count(local_aws_env: LocalAws, tmp_path:
     fleet = manager.serving("us-east-1", name) if manager is not None else None
     assert fleet is not None and len(fleet.server.emulator.instances) == 2
     assert _invoke(runtime, name) == ("AllTraffic", 2.0)
+    # the instance added has its own log stream (made by the next shipping round)
+    logs, group = boto3.client("logs"), f"/aws/sagemaker/Endpoints/{name}"
+    wait_for(
+        lambda: len(logs.describe_log_streams(logGroupName=group)["logStreams"]) == 2,
+        timeout_s=60,
+    )
     sm.delete_endpoint(EndpointName=name)
     wait_gone(sm, name)

@@ -11,7 +11,8 @@ Everything between the processes travels over Locust's own master/worker protoco
 - ``mmelocal_batch`` (worker -> master, about once a second): every request's latency since
   the last batch (float64, not Locust's rounded histogram), failures, error texts; the
   last one (``final``) also carries the worker's CPU per stage;
-- ``mmelocal_flush`` (master -> workers, after the last stage): send the final batch and quit.
+- ``mmelocal_flush`` (master -> workers, at the planned end of the last stage): stop the
+  users, send the final batch and quit.
 
 Started by :func:`mmelocal.bench.loadtest.runner.run_loadtest` as ``python -m
 mmelocal.bench.loadtest._locust_dist master CONFIG OUT --bind-host H --bind-port P --expect
@@ -41,7 +42,7 @@ import locust  # noqa: E402
 import numpy as np  # noqa: E402
 from locust import LoadTestShape, User, argument_parser  # noqa: E402
 from locust.env import Environment  # noqa: E402
-from locust.runners import STATE_MISSING, STATE_STOPPED  # noqa: E402
+from locust.runners import STATE_MISSING  # noqa: E402
 
 from mmelocal.bench.loadtest._locust_worker import StageCpu, _emit, stage_steps, user_class  # noqa: E402
 from mmelocal.bench.loadtest.shape import LoadShape  # noqa: E402
@@ -63,14 +64,10 @@ class _MasterShape(LoadTestShape):
     def __init__(self, shape: LoadShape) -> None:
         super().__init__()
         self.shape = shape
-        self.finished_at: float | None = None
 
     def tick(self) -> tuple[int, float] | None:
-        run_time = self.get_run_time()
-        index = self.shape.stage_at(run_time)
+        index = self.shape.stage_at(self.get_run_time())
         if index is None:
-            if self.finished_at is None:
-                self.finished_at = run_time
             return None
         stage = self.shape.stages[index]
         return stage.users, stage.spawn_rate
@@ -146,7 +143,7 @@ def run_master(
     def on_ready(environment: Environment, msg: Any, **_: Any) -> None:
         worker = view(msg.node_id)
         worker.ready, worker.host, worker.pid = True, msg.data["host"], msg.data["pid"]
-        if running[0] and driver.finished_at is None:  # joined late: the stage now
+        if running[0]:  # joined late: the stage now
             runner.send_message(STAGE, {"stage": current[0]}, msg.node_id)
 
     def on_batch(environment: Environment, msg: Any, **_: Any) -> None:
@@ -197,26 +194,27 @@ def run_master(
     running[0] = True
     started_at[0] = 0.0
     runner.send_message(STAGE, {"stage": 0})
-    grace = float(config.get("grace_s", 60.0))
-    limit = wall_start + shape.duration_s + grace
     last_emit, last_total, last_time = 0.0, 0, wall_start
-    while True:
+    while True:  # until the planned end: then the workers stop their users (FLUSH)
         gevent.sleep(0.1)
         now = time.perf_counter()
         run_time = driver.get_run_time()
-        index = shape.stage_at(run_time) if driver.finished_at is None else None
-        if index is not None and index != current[0]:
+        index = shape.stage_at(run_time)
+        if index is None:
+            end_s = run_time
+            running[0] = False
+            break
+        if index != current[0]:
             current[0] = index
             started_at[index] = run_time
             runner.send_message(STAGE, {"stage": index})
-        if driver.finished_at is None:
-            users_seen[current[0]] = runner.user_count
-            for cid in ready:
-                worker = views[cid]
-                node = runner.clients.get(cid)
-                if worker.status == "ok" and (node is None or node.state == STATE_MISSING):
-                    worker.status = "missing"
-                    worker.lost_stage = worker.last_stage
+        users_seen[current[0]] = runner.user_count
+        for cid in ready:
+            worker = views[cid]
+            node = runner.clients.get(cid)
+            if worker.status == "ok" and (node is None or node.state == STATE_MISSING):
+                worker.status = "missing"
+                worker.lost_stage = worker.last_stage
         total = sum(v.requests for v in views.values())
         if now - last_emit >= 0.5:
             _emit(
@@ -234,17 +232,6 @@ def run_master(
                 }
             )
             last_emit, last_total, last_time = now, total, now
-        if driver.finished_at is not None and runner.state == STATE_STOPPED:
-            break
-        if now > limit:
-            runner.stop()
-            break
-    end_s = driver.finished_at or (time.perf_counter() - wall_start)
-    for cid in ready:  # a worker that died near the end: a stopped one left the list
-        node = runner.clients.get(cid)
-        if views[cid].status == "ok" and node is not None and node.state == STATE_MISSING:
-            views[cid].status = "missing"
-            views[cid].lost_stage = views[cid].last_stage
     alive = [cid for cid in ready if views[cid].status == "ok"]
     for cid in alive:
         runner.send_message(FLUSH, None, cid)
@@ -373,6 +360,7 @@ def run_worker(master_host: str, master_port: int) -> int:
             state.cpu.enter(state.stage)
 
     def on_flush(environment: Environment, msg: Any, **_: Any) -> None:
+        runner.stop()  # the planned end: no request starts after it
         done.set()
         batch = state.take()
         cpu = state.cpu

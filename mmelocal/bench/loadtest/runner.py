@@ -371,6 +371,14 @@ def _run_distributed(
         )
         for n in range(1, local + 1)
     ]
+    if generators.remote_workers and endpoint_is_local(
+        {"host": f"http://{generators.master_host}"}
+    ):
+        logger.warning(
+            "the Locust master binds %s (loopback): only workers on this machine can join; "
+            "give --master-host with an address the other machines reach",
+            generators.master_host,
+        )
     if generators.remote_workers:
         logger.info(
             "Locust master on %s:%d waits %.0f s for %d remote workers: start them with "

@@ -1,7 +1,7 @@
 """How many Locust processes generate the load, and where (Locust's distributed mode).
 
-One Locust process tops out at one core (measured here: about 3,600 raw HTTP requests/s,
-about 765 boto3/SigV4 requests/s against a trivial server, ``benchmarks/loadgen_workers.py``).
+One Locust process tops out at one core (``benchmarks/loadgen_workers.py`` measures how
+many raw HTTP and boto3/SigV4 requests/s that is against a trivial server).
 Past that the load test measures its own client. :class:`LoadGenerators` says how many
 worker processes to start on this machine (``workers``), how many more to wait for from
 other machines (``remote_workers``, started there with ``mmelocal loadtest-worker``), and

@@ -1,6 +1,6 @@
-"""The hot lane (warm targets served with callbacks) answers byte for byte as the
-coroutine path does, keeps answers in order on one connection, and hands a request back
-when Triton lost the model."""
+"""The one invocation path: a warm call and a cold one are answered alike, answers on one
+connection come in order, and a model Triton lost is loaded again and the call answered.
+The answer heads encoded once are the bytes the general encoder writes."""
 
 from __future__ import annotations
 
@@ -12,15 +12,14 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import closing
-from pathlib import Path
 
 import numpy as np
 import pytest
 from emulator_helpers import output_of, payload
 
 from mmelocal.emulator.cache import target_key
-from mmelocal.emulator.emulator import Emulator, EmulatorConfig
-from mmelocal.emulator.server import EmulatorServer, Listener
+from mmelocal.emulator.emulator import EmulatorConfig
+from mmelocal.emulator.server import EmulatorServer
 from mmelocal.testing.tiny_model import expected, write_tarball
 
 pytestmark = pytest.mark.triton
@@ -32,25 +31,17 @@ BINARY = "application/vnd.sagemaker-triton.binary+json;json-header-size="
 
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, EmulatorServer]]:
-    """Two emulators on one store: with the hot lane and without it."""
-    root = tmp_path_factory.mktemp("hotlane")
+    """One emulator (a dict, as the tests name it "lane")."""
+    root = tmp_path_factory.mktemp("invocation")
     store = root / "store"
     store.mkdir()
     for name, scale in SCALES.items():
         slow = name == "slow.tar.gz"  # waits SLOW_MS per execution and batches requests
         compute_ms = SLOW_MS if slow else 0.0
         write_tarball(store / name, scale=scale, compute_ms=compute_ms, dynamic_batching=slow)
-    made = {
-        kind: EmulatorServer(
-            EmulatorConfig(  # paths of one length: error bodies name the Triton log
-                store=str(store), cache_dir=root / f"cache-{index}", memory_budget_bytes=4 << 30
-            ),
-            hot_lane=kind == "lane",
-        )
-        for index, kind in enumerate(("lane", "plain"))
-    }
-    with made["lane"], made["plain"]:
-        yield made
+    config = EmulatorConfig(store=str(store), cache_dir=root / "cache", memory_budget_bytes=4 << 30)
+    with EmulatorServer(config) as server:
+        yield {"lane": server}
 
 
 def _binary_body(x: np.ndarray) -> tuple[bytes, int]:
@@ -108,31 +99,84 @@ def _send(
     return response.status, kept, data
 
 
-def test_the_lane_answers_exactly_as_the_coroutine_path(
-    servers: dict[str, EmulatorServer],
-) -> None:
-    conns = {
-        kind: http.client.HTTPConnection(server.host, server.port, timeout=120)
-        for kind, server in servers.items()
-    }
-    requests = _requests()
-    for _label, path, headers, body in requests:  # first calls load the models
-        for conn in conns.values():
-            _send(conn, path, headers, body)
-    lane_metrics = servers["lane"].emulator.metrics.counters
-    before = lane_metrics["HotLaneInvocations"]
-    for label, path, headers, body in requests:
-        answers = {}
-        for kind, conn in conns.items():
-            status, head, data = _send(conn, path, headers, body)
-            cache = str(servers[kind].emulator.cache_dir).encode()
-            answers[kind] = (status, head, data.replace(cache, b"<cache>"))
-        assert answers["lane"] == answers["plain"], label
-        assert answers["lane"][0] in (200, 400, 424), label
-    assert lane_metrics["HotLaneInvocations"] - before == len(requests)
-    assert servers["plain"].emulator.metrics.counters["HotLaneInvocations"] == 0
-    for conn in conns.values():
-        conn.close()
+def _without_cache(head: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    return [(k, v) for k, v in head if k != "x-mmelocal-model-cache"]
+
+
+#: the requests also sent cold (each cold call is a load, about a second)
+COLD = ("mme json", "v2 binary")
+
+
+def test_warm_and_cold_calls_are_answered_alike(servers: dict[str, EmulatorServer]) -> None:
+    """Requests on both invocation routes, cold (the model unloaded first) and warm: the
+    same status, headers (but the cache header and request id) and body."""
+    import gc
+
+    server = servers["lane"]
+    assert gc.get_freeze_count() == 0  # a server in this process froze nothing of it
+    emulator = server.emulator
+    with closing(http.client.HTTPConnection(server.host, server.port, timeout=120)) as conn:
+        for label, path, headers, body in _requests():
+            target = "b.tar.gz" if "/b.tar.gz/" in path else "a.tar.gz"
+            if label in COLD:
+                server.call(emulator.instances[0].unload(target, reason="test: make it cold"))
+            first = _send(conn, path, headers, body)
+            warm = _send(conn, path, headers, body)
+            assert (first[0], _without_cache(first[1]), first[2]) == (
+                warm[0],
+                _without_cache(warm[1]),
+                warm[2],
+            ), label
+            assert warm[0] in (200, 400, 424), label
+            if label in COLD and path.startswith("/endpoints/") and warm[0] == 200:
+                assert dict(first[1])["x-mmelocal-model-cache"] == "miss", label
+                assert dict(warm[1])["x-mmelocal-model-cache"] == "hit", label
+
+
+def test_answer_heads_encoded_once_are_the_general_encoders_bytes() -> None:
+    """The success heads kept per content type write what encode_answer writes for the
+    answers' builders, for every keep-alive and cache state (request ids aside)."""
+    import re
+    from types import SimpleNamespace
+
+    from mmelocal.emulator.answers import (
+        encode_answer,
+        encode_invocation_ok,
+        encode_v2_ok,
+        invocation_answer,
+        v2_answer,
+    )
+    from mmelocal.emulator.emulator import InvokeResult
+
+    ids = re.compile(rb"x-amzn-RequestId: [0-9a-f-]+\r\n")
+    emulator = SimpleNamespace(instances=[], config=SimpleNamespace(variant_name="Blue"))
+    for content_type in ("application/json", f"{BINARY}42", "text/csv; charset=utf-8"):
+        for cache_hit in (True, False):
+            for keep_alive in (True, False):
+                body = b'{"outputs": []}'
+                result = InvokeResult(
+                    status=200,
+                    body=body,
+                    headers={"content-type": content_type},
+                    cache_hit=cache_hit,
+                    model_latency_s=0.0,
+                    wait_s=0.0,
+                    instance=0,
+                )
+                general = encode_answer(
+                    invocation_answer(emulator, "m", result),
+                    keep_alive=keep_alive,  # type: ignore[arg-type]
+                )
+                fast = encode_invocation_ok(
+                    content_type, "Blue", cache_hit, body, keep_alive=keep_alive
+                )
+                assert ids.sub(b"", fast) == ids.sub(b"", general)
+                assert ids.search(fast) is not None
+                for status in (200, 400):
+                    result.status = status
+                    assert encode_v2_ok(
+                        status, content_type, body, keep_alive=keep_alive
+                    ) == encode_answer(v2_answer(result), keep_alive=keep_alive)
 
 
 def _read_answers(sock: socket.socket, count: int) -> list[tuple[int, bytes]]:
@@ -181,7 +225,7 @@ def test_pipelined_requests_are_answered_in_order(servers: dict[str, EmulatorSer
         np.testing.assert_array_equal(output_of(answer), expected(x, SCALES[target]))
 
 
-def test_a_model_triton_lost_goes_back_to_the_coroutine_path(
+def test_a_model_triton_lost_is_loaded_again_and_the_call_answered(
     servers: dict[str, EmulatorServer],
 ) -> None:
     server = servers["lane"]
@@ -197,24 +241,15 @@ def test_a_model_triton_lost_goes_back_to_the_coroutine_path(
         )
         urllib.request.urlopen(request, timeout=60).read()  # behind the emulator's back
         counters = server.emulator.metrics.counters
-        fallbacks = counters["HotLaneFallbacks"]
+        retries = counters["InvocationRetries"]
         status, _, answer = _send(conn, "/endpoints/ep/invocations", headers, body)
     assert status == 200, answer
     np.testing.assert_array_equal(output_of(answer), expected(x, SCALES["b.tar.gz"]))
-    assert counters["HotLaneFallbacks"] == fallbacks + 1
+    assert counters["InvocationRetries"] == retries + 1
     assert server.emulator.instances[0].is_ready("b.tar.gz")
 
 
-def test_the_switch_turns_the_lane_off(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    emulator = Emulator(EmulatorConfig(store=str(tmp_path), cache_dir=tmp_path / "cache"))
-    monkeypatch.setenv("MMELOCAL_EMULATOR_HOT_LANE", "0")
-    assert Listener(emulator).hot_lane is False
-    monkeypatch.delenv("MMELOCAL_EMULATOR_HOT_LANE")
-    assert Listener(emulator).hot_lane is True
-    assert Listener(emulator, hot_lane=False).hot_lane is False
-
-
-def test_concurrent_hits_on_a_batching_model_are_batched_through_the_lane(
+def test_concurrent_hits_on_a_batching_model_are_batched(
     servers: dict[str, EmulatorServer],
 ) -> None:
     from concurrent.futures import ThreadPoolExecutor
@@ -233,8 +268,6 @@ def test_concurrent_hits_on_a_batching_model_are_batched_through_the_lane(
     call(0)  # load
     with ThreadPoolExecutor(8) as pool:  # a first burst opens the upstream connections
         list(pool.map(call, range(8)))
-    counters = server.emulator.metrics.counters
-    before = counters["HotLaneInvocations"]
     with urllib.request.urlopen(f"{server.url}/v2/models/slow.tar.gz/stats") as r:
         stats0 = json.loads(r.read())["model_stats"][0]
     with ThreadPoolExecutor(8) as pool:
@@ -248,8 +281,7 @@ def test_concurrent_hits_on_a_batching_model_are_batched_through_the_lane(
     inferences = stats1["inference_count"] - stats0["inference_count"]
     executions = stats1["execution_count"] - stats0["execution_count"]
     assert inferences == 8
-    assert executions < inferences  # Triton batched requests that came through the lane
-    assert counters["HotLaneInvocations"] - before == 8
+    assert executions < inferences  # Triton batched requests that came through the path
 
 
 def _invocation_bytes(target: str, body: bytes, length: int | None = None) -> bytes:

@@ -1,0 +1,763 @@
+"""``mmelocal traffic``: make a trace, replay it against an endpoint, simulate the fleet,
+size the endpoint."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import click
+
+from mmelocal.cli._output import console, err_console
+from mmelocal.errors import UserInputError
+from mmelocal.facts.sagemaker import MEMORY_THRESHOLD
+
+MiB = 1024 * 1024
+
+
+@click.group()
+def traffic() -> None:
+    """Traffic before production: make -> replay -> simulate -> size."""
+
+
+@contextmanager
+def _progress(label: str, enabled: bool = True) -> Iterator[Callable[[int, int], None]]:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    if not enabled or not err_console.is_terminal:
+        yield lambda _done, _total: None
+        return
+    progress = Progress(
+        *Progress.get_default_columns()[:1],
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
+    )
+    with progress:
+        task = progress.add_task(label, total=1)
+
+        def update(done: int, total: int) -> None:
+            progress.update(task, completed=done, total=total)
+
+        yield update
+
+
+def _print_result(result: Any, title: str) -> None:
+    from rich.table import Table
+
+    from mmelocal.traffic.results import summary_rows
+
+    table = Table(title=title, show_header=False)
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    for name, value in summary_rows(result):
+        table.add_row(name, value)
+    console.print(table)
+    for note in result.data.get("notes", []):
+        console.print(f"[dim]{note}[/dim]")
+
+
+def _write_outputs(result: Any, json_out: Path | None, html_out: Path | None, title: str) -> None:
+    from mmelocal.traffic.results import write_html
+
+    if json_out is not None:
+        console.print(f"JSON: {result.write_json(json_out)}")
+    if html_out is not None:
+        console.print(f"HTML: {write_html(result, html_out, title=title)}")
+
+
+# -- make -----------------------------------------------------------------------------------
+@traffic.command()
+@click.option("--models", type=int, required=True, help="Number of models (model-0.tar.gz ...).")
+@click.option("--rate", type=float, required=True, help="Mean requests per second.")
+@click.option("--duration", type=float, required=True, help="Seconds of traffic.")
+@click.option(
+    "--zipf", type=float, default=None, help="Zipf popularity with exponent S (default 1.0)."
+)
+@click.option("--uniform", is_flag=True, help="Every model equally popular.")
+@click.option(
+    "--hot-set", default=None, metavar="K:FRACTION", help="FRACTION of requests to K models."
+)
+@click.option(
+    "--shift-at", type=float, default=None, help="Move the hot set / ranking at T seconds."
+)
+@click.option(
+    "--shape",
+    type=click.Choice(["constant", "steps", "diurnal"]),
+    default="constant",
+    show_default=True,
+    help="Rate over time (see the Traffic docs page).",
+)
+@click.option(
+    "--period", type=float, default=86_400.0, show_default=True, help="Diurnal period (s)."
+)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--out",
+    "out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="Trace file (.csv, or .jsonl for JSON lines).",
+)
+@click.option(
+    "--store",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Also fill this store folder with --tarball under every model name.",
+)
+@click.option(
+    "--tarball",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="The model.tar.gz to link under every name in --store.",
+)
+def make(
+    models: int,
+    rate: float,
+    duration: float,
+    zipf: float | None,
+    uniform: bool,
+    hot_set: str | None,
+    shift_at: float | None,
+    shape: str,
+    period: float,
+    seed: int,
+    out: Path,
+    store: Path | None,
+    tarball: Path | None,
+) -> None:
+    """Write a synthetic trace: Poisson arrivals and the popularity you choose."""
+    from mmelocal.traffic.make import Popularity, fill_store, make_trace, parse_hot_set
+    from mmelocal.traffic.trace import write_trace
+
+    chosen = [
+        name
+        for name, on in (
+            ("--zipf", zipf is not None),
+            ("--uniform", uniform),
+            ("--hot-set", hot_set is not None),
+        )
+        if on
+    ]
+    if len(chosen) > 1:
+        raise UserInputError(f"choose one popularity, got {' and '.join(chosen)}")
+    if (store is None) != (tarball is None):
+        raise UserInputError(
+            "--store and --tarball go together (the store gets the tarball under every name)"
+        )
+    if hot_set is not None:
+        popularity = parse_hot_set(hot_set)
+    elif uniform:
+        popularity = Popularity(kind="uniform")
+    else:
+        popularity = Popularity(kind="zipf", zipf_s=1.0 if zipf is None else zipf)
+    trace = make_trace(
+        models=models,
+        rate_rps=rate,
+        duration_s=duration,
+        popularity=popularity,
+        shift_at_s=shift_at,
+        shape=shape,
+        period_s=period,
+        seed=seed,
+    )
+    if store is not None and tarball is not None:
+        added = fill_store(store, tarball, trace.models)
+        console.print(f"store {store}: {added} tarball(s) added ({models} names)")
+    write_trace(trace, out)
+    console.print(
+        f"{out}: {len(trace):,} requests over {trace.duration_s:,.1f} s, {models} models, "
+        f"{popularity.describe()}, {shape}"
+        + (f", shift at {shift_at:g} s" if shift_at is not None else "")
+    )
+
+
+# -- replay ---------------------------------------------------------------------------------
+@traffic.command()
+@click.argument(
+    "trace_path", metavar="TRACE", type=click.Path(exists=True, dir_okay=False, path_type=Path)
+)
+@click.option("--url", default=None, help="mmelocal serve's URL (or an .../invocations URL).")
+@click.option("--endpoint-name", default=None, help="A SageMaker endpoint, called through boto3.")
+@click.option("--endpoint-url", default=None, help="With --endpoint-name: the local AWS's URL.")
+@click.option("--region", default=None, help="With --endpoint-name: the AWS region.")
+@click.option(
+    "--payload",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    required=True,
+    help="The request body sent with every request.",
+)
+@click.option("--content-type", default="application/json", show_default=True)
+@click.option("--speed", type=float, default=1.0, show_default=True, help="Time compression.")
+@click.option(
+    "--max-in-flight",
+    type=int,
+    default=256,
+    show_default=True,
+    help="Safety cap: fail (never slow down) when this many requests are unanswered.",
+)
+@click.option(
+    "--max-lag-ms",
+    type=float,
+    default=250.0,
+    show_default=True,
+    help="Fail when the sender is this late on a request's time.",
+)
+@click.option(
+    "--max-rate",
+    type=float,
+    default=2000.0,
+    show_default=True,
+    help="Refuse a trace peaking above this many requests/s (after --speed).",
+)
+@click.option(
+    "--store", default=None, help="Check every target exists here first (folder or s3://)."
+)
+@click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path), default=None)
+@click.option("--html", "html_out", type=click.Path(dir_okay=False, path_type=Path), default=None)
+def replay(
+    trace_path: Path,
+    url: str | None,
+    endpoint_name: str | None,
+    endpoint_url: str | None,
+    region: str | None,
+    payload: Path,
+    content_type: str,
+    speed: float,
+    max_in_flight: int,
+    max_lag_ms: float,
+    max_rate: float,
+    store: str | None,
+    json_out: Path | None,
+    html_out: Path | None,
+) -> None:
+    """Replay TRACE open loop against an endpoint and report what happened."""
+    from mmelocal.traffic.replay import ReplayOptions
+    from mmelocal.traffic.replay import replay as run_replay
+    from mmelocal.traffic.trace import read_trace
+
+    trace = read_trace(trace_path)
+    options = ReplayOptions(
+        speed=speed,
+        max_in_flight=max_in_flight,
+        max_lag_s=max_lag_ms / 1e3,
+        max_rate_rps=max_rate,
+        content_type=content_type,
+    )
+    body = payload.read_bytes()
+    with _progress("replay") as progress:
+        result = run_replay(
+            trace,
+            body=body,
+            url=url,
+            endpoint_name=endpoint_name,
+            endpoint_url=endpoint_url,
+            region=region,
+            store=store,
+            options=options,
+            progress=progress,
+        )
+    _print_result(result, f"replay of {trace_path.name}")
+    _write_outputs(result, json_out, html_out, f"Replay of {trace_path.name}")
+
+
+# -- simulate -------------------------------------------------------------------------------
+def _load_times(value: str | None) -> Any:
+    from mmelocal.traffic.results import TrafficResult
+    from mmelocal.traffic.simulate import LoadTimes
+
+    if value is None:
+        return None
+    if value.endswith(".json"):
+        result = TrafficResult.read_json(value)
+        data = result.data
+        samples = tuple(float(x) for x in data.get("load_cycle_s") or data.get("cold_load_s", []))
+        if not samples:
+            raise UserInputError(f"{value} holds no cold-load times (cold_load_s is empty)")
+        return LoadTimes(samples_s=samples, source=f"measured ({value})")
+    try:
+        samples = tuple(float(x) for x in value.split(","))
+    except ValueError:
+        raise UserInputError(
+            "--load-seconds takes seconds (2.5), a list (1.2,3.4), or a replay's JSON; "
+            f"got {value!r}"
+        ) from None
+    return LoadTimes(samples_s=samples, source="given")
+
+
+def _footprint_from_file(path: Path) -> tuple[int, int, str]:
+    """(per model bytes, baseline bytes, source) from a capacity or estimate result."""
+    try:
+        data = json.loads(path.read_text("utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise UserInputError(f"cannot read {path}: {exc}") from exc
+    if isinstance(data, list) and data:
+        data = data[0]
+    if not isinstance(data, dict):
+        raise UserInputError(f"{path}: expected a capacity or estimate result (a JSON object)")
+    if data.get("per_model_mean_bytes"):
+        probe = str(data.get("probe", ""))
+        source = "measured on CPU (host memory)" if probe.startswith("host") else "measured"
+        return int(data["per_model_mean_bytes"]), int(data.get("baseline_bytes", 0)), source
+    per_copy = data.get("per_copy_bytes")
+    if isinstance(per_copy, dict) and per_copy.get("point"):
+        return int(per_copy["point"]), int(data.get("baseline_bytes", 0) or 0), "estimate"
+    raise UserInputError(
+        f"{path}: no per-model footprint (per_model_mean_bytes of `mmelocal capacity`, or "
+        "per_copy_bytes of `mmelocal capacity estimate`)"
+    )
+
+
+def _capacity_for(
+    instance_type: str | None,
+    models_per_instance: int | None,
+    footprint_mib: float | None,
+    baseline_mib: float,
+    capacity_file: Path | None,
+    threshold: float,
+) -> tuple[int, str]:
+    """Models per instance and where the figure comes from."""
+    if models_per_instance is not None:
+        return models_per_instance, "given"
+    if footprint_mib is None and capacity_file is None:
+        raise UserInputError(
+            "give the capacity per instance: --models-per-instance K, --footprint-mib X, or "
+            "--capacity FILE (a capacity or estimate result)"
+        )
+    if capacity_file is not None:
+        per_model, baseline, source = _footprint_from_file(capacity_file)
+    else:
+        assert footprint_mib is not None
+        per_model, baseline, source = int(footprint_mib * MiB), int(baseline_mib * MiB), "given"
+    if instance_type is None:
+        raise UserInputError(
+            "footprints project onto a card: give --instance-type (e.g. ml.g5.xlarge)"
+        )
+    from mmelocal.bench.capacity.projection import load_gpus, project_count
+
+    card = next((g for g in load_gpus() if instance_type in g.instances), None)
+    if card is None:
+        raise UserInputError(
+            f"no GPU card known for {instance_type}: give --models-per-instance, or an MME GPU "
+            "type (mmelocal capacity project lists them)"
+        )
+    count = project_count(
+        total_bytes=card.memory_bytes,
+        baseline_bytes=baseline,
+        per_model_bytes=per_model,
+        threshold=threshold,
+    )
+    return count, f"{source}, projected on {card.name}"
+
+
+def _service_s(service_ms: float | None, from_replay: Path | None) -> tuple[float | None, str]:
+    if service_ms is not None and from_replay is not None:
+        raise UserInputError("give --service-ms or --from-replay, not both")
+    if service_ms is not None:
+        if service_ms < 0:
+            raise UserInputError(f"--service-ms must be >= 0, got {service_ms:g}")
+        return service_ms / 1e3, "given"
+    if from_replay is not None:
+        from mmelocal.traffic.results import TrafficResult
+
+        warm = TrafficResult.read_json(from_replay).data["latency_ms"]["warm"]["p50"]
+        if warm is None:
+            raise UserInputError(
+                f"{from_replay}: the replay has no warm request to take a service time from"
+            )
+        return warm / 1e3, f"measured (warm p50 of {from_replay})"
+    return None, "none"
+
+
+@traffic.command()
+@click.argument(
+    "trace_path", metavar="TRACE", type=click.Path(exists=True, dir_okay=False, path_type=Path)
+)
+@click.option(
+    "--instances",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Instances (start count with --autoscale).",
+)
+@click.option("--instance-type", default=None, help="For footprint projection and the price.")
+@click.option("--models-per-instance", type=int, default=None, help="Models one instance holds.")
+@click.option("--footprint-mib", type=float, default=None, help="Per-model footprint (MiB).")
+@click.option(
+    "--baseline-mib", type=float, default=0.0, show_default=True, help="Memory with no model."
+)
+@click.option(
+    "--capacity",
+    "capacity_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="A capacity or estimate result (JSON) for the footprint.",
+)
+@click.option(
+    "--threshold",
+    type=float,
+    default=MEMORY_THRESHOLD,
+    show_default=True,
+    help="Memory fraction used.",
+)
+@click.option(
+    "--load-seconds",
+    default="1.0",
+    show_default=True,
+    help="Cold-load time: seconds, a list to draw from, or a replay's --json.",
+)
+@click.option(
+    "--unload-seconds",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="Added to a load that first evicts.",
+)
+@click.option("--service-ms", type=float, default=None, help="Time per request on a loaded model.")
+@click.option(
+    "--from-replay",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Take the service time (warm p50) from a replay's --json.",
+)
+@click.option(
+    "--parallel-loads",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Loads at once per instance (1: the emulator's rule).",
+)
+@click.option(
+    "--concurrency",
+    type=int,
+    default=4,
+    show_default=True,
+    help="Requests served at once per instance.",
+)
+@click.option(
+    "--hot-rps",
+    type=float,
+    default=50.0,
+    show_default=True,
+    help="Hot-model replication threshold.",
+)
+@click.option(
+    "--autoscale",
+    default=None,
+    metavar="MIN:MAX",
+    help="Target-tracking autoscaling between MIN and MAX.",
+)
+@click.option(
+    "--target-invocations",
+    type=float,
+    default=None,
+    help="With --autoscale: InvocationsPerInstance target (per minute).",
+)
+@click.option(
+    "--scale-out-cooldown", type=float, default=None, help="Seconds (default: the service's)."
+)
+@click.option(
+    "--scale-in-cooldown", type=float, default=None, help="Seconds (default: the service's)."
+)
+@click.option(
+    "--instance-start-s",
+    type=float,
+    default=300.0,
+    show_default=True,
+    help="Seconds before a new instance serves (an assumption; minutes in the cloud).",
+)
+@click.option(
+    "--prices", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None
+)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path), default=None)
+@click.option("--html", "html_out", type=click.Path(dir_okay=False, path_type=Path), default=None)
+def simulate(
+    trace_path: Path,
+    instances: int,
+    instance_type: str | None,
+    models_per_instance: int | None,
+    footprint_mib: float | None,
+    baseline_mib: float,
+    capacity_file: Path | None,
+    threshold: float,
+    load_seconds: str,
+    unload_seconds: float,
+    service_ms: float | None,
+    from_replay: Path | None,
+    parallel_loads: int,
+    concurrency: int,
+    hot_rps: float,
+    autoscale: str | None,
+    target_invocations: float | None,
+    scale_out_cooldown: float | None,
+    scale_in_cooldown: float | None,
+    instance_start_s: float,
+    prices: Path | None,
+    seed: int,
+    json_out: Path | None,
+    html_out: Path | None,
+) -> None:
+    """Simulate the fleet serving TRACE: hit ratio, cold starts, latency, instances, cost."""
+    from mmelocal.traffic.simulate import Autoscaling, SimConfig
+    from mmelocal.traffic.simulate import simulate as run_simulate
+    from mmelocal.traffic.trace import read_trace
+
+    capacity, capacity_source = _capacity_for(
+        instance_type, models_per_instance, footprint_mib, baseline_mib, capacity_file, threshold
+    )
+    service_s, service_source = _service_s(service_ms, from_replay)
+    scaling = None
+    if autoscale is not None:
+        lo, sep, hi = autoscale.partition(":")
+        try:
+            low, high = int(lo), int(hi)
+            if not sep:
+                raise ValueError
+        except ValueError:
+            raise UserInputError(
+                f"--autoscale must be MIN:MAX (e.g. 1:8), got {autoscale!r}"
+            ) from None
+        if target_invocations is None:
+            raise UserInputError("--autoscale needs --target-invocations (per instance per minute)")
+        scaling = Autoscaling(
+            min_instances=low,
+            max_instances=high,
+            target_invocations_per_instance=target_invocations,
+            scale_out_cooldown_s=scale_out_cooldown,
+            scale_in_cooldown_s=scale_in_cooldown,
+            instance_start_s=instance_start_s,
+        )
+    price = None
+    if instance_type is not None:
+        from mmelocal.bench.prices import load_prices
+
+        price = load_prices(prices).price_for(instance_type)
+    config = SimConfig(
+        instances=instances,
+        models_per_instance=capacity,
+        load=_load_times(load_seconds),
+        unload_s=unload_seconds,
+        service_s=service_s,
+        concurrency=concurrency,
+        parallel_loads=parallel_loads,
+        hot_rps_threshold=hot_rps,
+        autoscaling=scaling,
+        instance_type=instance_type,
+        price_per_hour=price,
+        seed=seed,
+    )
+    trace = read_trace(trace_path)
+    with _progress("simulate") as progress:
+        result = run_simulate(trace, config, progress=progress)
+    notes = [
+        f"Capacity {capacity} models per instance ({capacity_source}); service time: "
+        f"{service_source}; load times: {config.load.source}.",
+    ]
+    if service_s is None:
+        notes.append(
+            "No service time: latencies hold only the waits for loads (p99 needs a measurement)."
+        )
+    if instance_type is not None and price is None:
+        notes.append(f"No price for {instance_type}: costs are not shown (--prices FILE).")
+    result.data["notes"] = notes
+    _print_result(result, f"simulation of {trace_path.name}")
+    _write_outputs(result, json_out, html_out, f"Simulation of {trace_path.name}")
+
+
+# -- size -----------------------------------------------------------------------------------
+@traffic.command(name="size")
+@click.argument(
+    "trace_path", metavar="TRACE", type=click.Path(exists=True, dir_okay=False, path_type=Path)
+)
+@click.option("--slo-p99-ms", type=float, required=True, help="The p99 latency to meet (ms).")
+@click.option(
+    "--max-cold-rate", type=float, default=None, help="Most cold starts per minute allowed."
+)
+@click.option(
+    "--instance-type",
+    "instance_types",
+    multiple=True,
+    help="Types to try (repeatable; default: every MME GPU type with a price).",
+)
+@click.option("--models-per-instance", type=int, default=None, help="Same capacity on every type.")
+@click.option("--footprint-mib", type=float, default=None, help="Per-model footprint (MiB).")
+@click.option("--baseline-mib", type=float, default=0.0, show_default=True)
+@click.option(
+    "--capacity",
+    "capacity_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="A capacity or estimate result (JSON) for the footprint.",
+)
+@click.option("--threshold", type=float, default=MEMORY_THRESHOLD, show_default=True)
+@click.option("--service-ms", type=float, default=None, help="Measured time per request on a GPU.")
+@click.option(
+    "--load-seconds", default=None, help="Measured cold-load time (seconds, list or replay JSON)."
+)
+@click.option(
+    "--parallel-loads",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Loads at once per instance (1: the emulator's rule).",
+)
+@click.option("--concurrency", type=int, default=4, show_default=True)
+@click.option("--max-count", type=int, default=16, show_default=True, help="Most instances to try.")
+@click.option(
+    "--prices", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None
+)
+@click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path), default=None)
+def size_command(
+    trace_path: Path,
+    slo_p99_ms: float,
+    max_cold_rate: float | None,
+    instance_types: tuple[str, ...],
+    models_per_instance: int | None,
+    footprint_mib: float | None,
+    baseline_mib: float,
+    capacity_file: Path | None,
+    threshold: float,
+    service_ms: float | None,
+    load_seconds: str | None,
+    parallel_loads: int,
+    concurrency: int,
+    max_count: int,
+    prices: Path | None,
+    json_out: Path | None,
+) -> None:
+    """Find the cheapest instance type and count for TRACE that meets the SLO."""
+    from rich.table import Table
+
+    from mmelocal.bench.prices import load_prices
+    from mmelocal.traffic.simulate import LoadTimes, SimConfig
+    from mmelocal.traffic.size import Candidate, size
+    from mmelocal.traffic.trace import read_trace
+
+    table = load_prices(prices)
+    types = list(instance_types) or mme_gpu_types_with_price(table)
+    candidates = []
+    for itype in types:
+        count, source = _capacity_for(
+            itype, models_per_instance, footprint_mib, baseline_mib, capacity_file, threshold
+        )
+        candidates.append(
+            Candidate(
+                instance_type=itype,
+                models_per_instance=count,
+                capacity_source=source,
+                price_per_hour=table.price_for(itype),
+            )
+        )
+    loads = _load_times(load_seconds)
+    base = SimConfig(
+        models_per_instance=1,
+        load=loads if loads is not None else LoadTimes(),
+        service_s=None if service_ms is None else service_ms / 1e3,
+        concurrency=concurrency,
+        parallel_loads=parallel_loads,
+    )
+    trace = read_trace(trace_path)
+    with err_console.status("sizing") as status:
+        answer = size(
+            trace,
+            candidates,
+            base,
+            slo_p99_ms=slo_p99_ms,
+            max_cold_per_min=max_cold_rate,
+            max_count=max_count,
+            latency_source="given (--service-ms)",
+            progress=lambda what: status.update(f"simulating {what}"),
+        )
+    if loads is None:
+        answer.notes.append(
+            "No measured cold-load time (--load-seconds): 1 s is assumed, so cold-start latency is "
+            "not a GPU figure."
+        )
+    closest = answer.closest()
+    out = Table(title=f"size for {trace_path.name} (p99 <= {slo_p99_ms:g} ms)")
+    out.add_column("instance type", no_wrap=True)
+    for col in (
+        "count",
+        "inv/min/instance",
+        "hit ratio",
+        "cold/min",
+        "p99 ms",
+        "cost/h",
+        "cost/month",
+    ):
+        out.add_column(col, justify="right")
+    out.add_column("capacity from")
+    out.add_column("p99 from")
+    shown = answer.best if answer.best is not None else closest
+    for r in [shown] if shown is not None else []:
+        out.add_row(
+            r.instance_type,
+            str(r.count),
+            f"{r.invocations_per_min_per_instance:,.0f}",
+            f"{r.hit_ratio:.3f}",
+            f"{r.cold_starts_per_min:.2f}",
+            "-" if r.p99_ms is None else f"{r.p99_ms:,.0f}",
+            "-" if r.cost_per_hour is None else f"{r.cost_per_hour:,.2f}",
+            "-" if r.cost_per_month is None else f"{r.cost_per_month:,.0f}",
+            r.capacity_source,
+            r.latency_source,
+        )
+    console.print(out)
+    if shown is not None:
+        answer.notes.append(table.note(shown.instance_type))
+    for note in answer.notes:
+        console.print(f"[dim]{note}[/dim]")
+    if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(
+            json.dumps(
+                {
+                    "best": None if answer.best is None else answer.best.to_dict(),
+                    "tried": [r.to_dict() for r in answer.rows],
+                    "notes": answer.notes,
+                    "prices": {
+                        "origin": table.origin,
+                        "sources": {t: table.source_for(t) for t in types},
+                    },
+                },
+                indent=2,
+            )
+            + "\n"
+        )
+        console.print(f"JSON: {json_out}")
+    if answer.best is None:
+        raise UserInputError(
+            f"no configuration meets the SLO (p99 <= {slo_p99_ms:g} ms"
+            + (f", <= {max_cold_rate:g} cold starts/min" if max_cold_rate is not None else "")
+            + f") up to {max_count} instances; the closest is shown above"
+            + (
+                f": {closest.instance_type} x {closest.count} ({closest.why_not})"
+                if closest
+                else ""
+            )
+            + ". Raise --max-count, relax the SLO, or give a larger instance type"
+        )
+
+
+def mme_gpu_types_with_price(table: Any) -> list[str]:
+    """The MME GPU instance types the price table prices."""
+    from mmelocal.facts.traffic import MME_GPU_INSTANCE_TYPES
+
+    types = [t for t in MME_GPU_INSTANCE_TYPES if table.price_for(t) is not None]
+    missing = [t for t in MME_GPU_INSTANCE_TYPES if t not in types]
+    if missing:
+        err_console.print(
+            f"[dim]not sized (no price in {table.origin}): {', '.join(missing)}; pass "
+            "--prices FILE with them[/dim]"
+        )
+    if not types:
+        raise UserInputError(
+            f"the price table {table.origin} prices no MME GPU instance type: give --instance-type"
+        )
+    return types

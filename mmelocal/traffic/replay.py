@@ -1,0 +1,605 @@
+"""Open-loop replay of a trace against an endpoint.
+
+Every request leaves at its scheduled time (``timestamp / speed`` after the start) whatever
+earlier requests are doing, and its latency counts from that scheduled time, so a slow
+answer never hides the requests queued behind it (no coordinated omission). Two guards
+stop a replay that could not keep its schedule, with a message, rather than slowing it:
+
+* ``max_in_flight``: requests sent and not yet answered; reaching it means the endpoint
+  answers slower than the trace sends;
+* ``max_lag_s``: how late the sender may be on a request's time; past it this process
+  cannot send the trace's rate.
+
+Targets: ``mmelocal serve`` (or any URL that answers SageMaker's
+``POST /endpoints/{name}/invocations``), whose ``X-Mmelocal-Model-Cache`` header tells a
+hit from a miss per request and whose ``GET /emulator/state`` gives loads and the loaded
+set; or an endpoint through boto3 (``endpoint_name``, with ``endpoint_url`` for the local
+AWS), where hits are not visible per request: the hit ratio then comes from CloudWatch's
+``ModelCacheHit`` for the window, and the warm/cold split of latencies is inferred.
+
+The schedule shards by target model (:func:`shard_schedule`): each shard keeps its
+requests' order and times, so shards can run in separate processes (Locust workers) and
+the requests for one model stay in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import numpy as np
+
+from mmelocal.errors import UserInputError
+from mmelocal.traffic.results import TrafficResult, summarize
+from mmelocal.traffic.trace import Trace
+
+logger = logging.getLogger(__name__)
+
+STATE_PATH = "/emulator/state"
+
+
+class ReplayAborted(UserInputError):
+    """The replay could not keep its schedule (in-flight cap or sender lag)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplayOptions:
+    """How to send (see the module docstring)."""
+
+    speed: float = 1.0
+    max_in_flight: int = 256
+    max_lag_s: float = 0.25
+    max_rate_rps: float = 2000.0
+    content_type: str = "application/json"
+    timeout_s: float = 120.0
+    state_interval_s: float = 0.25
+
+    def __post_init__(self) -> None:
+        if self.speed <= 0:
+            raise UserInputError(f"--speed must be > 0, got {self.speed:g}")
+        if self.max_in_flight < 1:
+            raise UserInputError(f"--max-in-flight must be >= 1, got {self.max_in_flight}")
+        if self.max_lag_s <= 0 or self.max_rate_rps <= 0:
+            raise UserInputError("--max-lag-ms and --max-rate must be > 0")
+
+
+@dataclass
+class _Record:
+    latency_s: np.ndarray
+    hit: np.ndarray
+    ok: np.ndarray
+    errors: dict[str, int] = field(default_factory=dict)
+
+
+def shard_schedule(trace: Trace, shards: int) -> list[np.ndarray]:
+    """The request indices of each shard: every model goes to one shard (a stable hash of
+    its name), so each shard keeps one model's requests in their order."""
+    if shards < 1:
+        raise UserInputError(f"shards must be >= 1, got {shards}")
+    owner = np.asarray([zlib.crc32(m.encode()) % shards for m in trace.models], dtype=np.int64)
+    of_request = owner[trace.model_ids]
+    return [np.flatnonzero(of_request == s) for s in range(shards)]
+
+
+def check_rate(trace: Trace, options: ReplayOptions) -> None:
+    """Refuse a trace whose peak rate (per second, after ``speed``) one sender cannot send."""
+    peak = trace.peak_rate_rps(1.0) * options.speed
+    if peak > options.max_rate_rps:
+        raise UserInputError(
+            f"the trace peaks at {peak:,.0f} requests/s (with --speed {options.speed:g}), over "
+            f"the {options.max_rate_rps:,.0f}/s one sender keeps on time: lower --speed, or "
+            "split the trace by model (mmelocal.traffic.replay.shard_schedule) across Locust "
+            "workers; raise --max-rate only after checking the sender keeps up"
+        )
+
+
+def check_targets(trace: Trace, store: str) -> None:
+    """Fail before sending when the store (a folder or ``s3://bucket/prefix/``) lacks a
+    target of the trace."""
+    missing: list[str]
+    if store.startswith("s3://"):
+        import boto3
+
+        parsed = urlparse(store)
+        prefix = parsed.path.lstrip("/")
+        s3 = boto3.client("s3")
+        have: set[str] = set()
+        for page in s3.get_paginator("list_objects_v2").paginate(
+            Bucket=parsed.netloc, Prefix=prefix
+        ):
+            have.update(o["Key"][len(prefix) :] for o in page.get("Contents", []))
+        missing = [m for m in trace.models if m not in have]
+    else:
+        root = Path(store)
+        if not root.is_dir():
+            raise UserInputError(f"model store {root} is not a folder")
+        missing = [m for m in trace.models if not (root / m).is_file()]
+    if missing:
+        first = int(np.flatnonzero(trace.model_ids == trace.models.index(missing[0]))[0])
+        raise UserInputError(
+            f"the store {store} lacks {len(missing)} TargetModel(s) the trace names, e.g. "
+            f"{missing[0]!r} (trace row {first + 2}, counting the header as line 1): add the "
+            "tarballs (mmelocal traffic make --store DIR --tarball T fills a folder) or fix the "
+            "trace"
+        )
+
+
+def _error_class(status: int, headers: Any, body: bytes) -> str:
+    kind = headers.get("x-amzn-ErrorType") or headers.get("x-amzn-errortype")
+    if not kind:
+        try:
+            kind = json.loads(body).get("__type")
+        except (ValueError, AttributeError):
+            kind = None
+    return f"{kind.split(':')[0]} ({status})" if kind else f"HTTP {status}"
+
+
+def invocations_url(url: str, endpoint: str) -> str:
+    """``URL/endpoints/NAME/invocations`` (a URL that already ends so is kept)."""
+    if "/endpoints/" in url and url.rstrip("/").endswith("/invocations"):
+        return url
+    return f"{url.rstrip('/')}/endpoints/{endpoint}/invocations"
+
+
+async def _poll_state(
+    session: Any, base: str, interval_s: float, stop: asyncio.Event, out: dict[str, Any]
+) -> None:
+    """Sample the emulator's loaded count and keep every load event (the emulator's own log
+    is bounded: the replay keeps its record)."""
+    seen: set[tuple[float, str, int]] = set()
+    samples: list[tuple[float, int]] = out.setdefault("samples", [])
+    loads: list[tuple[float, str, int, float]] = out.setdefault("load_events", [])
+    while True:
+        try:
+            async with session.get(base + STATE_PATH) as resp:
+                state = await resp.json() if resp.status == 200 else None
+        except Exception as exc:  # the replay goes on; the report says what is missing
+            out["state_error"] = f"{type(exc).__name__}: {exc}"
+            state = None
+        if state is not None:
+            now = time.monotonic()
+            ready = sum(
+                1
+                for i in state["instances"]
+                for e in i.get("loaded") or []
+                if e["state"] == "ready"
+            )
+            samples.append((now, ready))
+            out["load_count"] = state.get("event_counts", {}).get("load", 0)
+            for e in state.get("events", []):
+                if e.get("kind") != "load" or e.get("duration_ms") is None:
+                    continue
+                key = (e["time_s"], e["target"], e["instance"])
+                if key not in seen:
+                    seen.add(key)
+                    loads.append((e["time_s"], e["target"], e["instance"], e["duration_ms"] / 1e3))
+        if stop.is_set():
+            return
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=interval_s)
+
+
+async def _open_loop(
+    trace: Trace,
+    indices: np.ndarray,
+    send: Callable[[int], Any],
+    options: ReplayOptions,
+    progress: Callable[[int, int], None] | None,
+    t0: float,
+) -> None:
+    """Send request ``indices`` at their times (``send(i)`` is a coroutine)."""
+    loop = asyncio.get_running_loop()
+    in_flight: set[asyncio.Task[None]] = set()
+    times = trace.times_s
+    total = len(indices)
+    step = max(1, total // 200)
+    try:
+        for n, i in enumerate(indices.tolist()):
+            due = t0 + times[i] / options.speed
+            delay = due - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            else:
+                lag = -delay
+                if lag > options.max_lag_s:
+                    raise ReplayAborted(
+                        f"the sender fell {lag * 1e3:,.0f} ms behind the schedule at trace row "
+                        f"{i + 2} (t={times[i]:.3f} s): this process cannot send this rate on "
+                        "time; lower --speed or split the trace across Locust workers "
+                        "(no result is written)"
+                    )
+            if len(in_flight) >= options.max_in_flight:
+                raise ReplayAborted(
+                    f"{len(in_flight)} requests in flight at trace row {i + 2} "
+                    f"(t={times[i]:.3f} s), the --max-in-flight cap: the endpoint answers "
+                    "slower than the trace sends. Raise --max-in-flight, lower --speed, or give "
+                    "the endpoint more capacity (no result is written)"
+                )
+            task = asyncio.ensure_future(send(i))
+            in_flight.add(task)
+            task.add_done_callback(in_flight.discard)
+            if progress is not None and n % step == 0:
+                progress(n, total)
+        if in_flight:
+            await asyncio.gather(*in_flight)
+    finally:
+        for task in list(in_flight):
+            task.cancel()
+        if in_flight:
+            await asyncio.gather(*in_flight, return_exceptions=True)
+    if progress is not None:
+        progress(total, total)
+
+
+async def _replay_http(
+    trace: Trace,
+    url: str,
+    endpoint: str,
+    body: bytes,
+    options: ReplayOptions,
+    progress: Callable[[int, int], None] | None,
+) -> tuple[_Record, dict[str, Any]]:
+    import aiohttp
+
+    from mmelocal.emulator.answers import CACHE_HEADER
+    from mmelocal.runtime.sagemaker import TARGET_MODEL_HEADER
+
+    n = len(trace)
+    rec = _Record(
+        latency_s=np.full(n, np.nan),
+        hit=np.zeros(n, dtype=np.bool_),
+        ok=np.zeros(n, dtype=np.bool_),
+    )
+    target_url = invocations_url(url, endpoint)
+    base = f"{urlparse(target_url).scheme}://{urlparse(target_url).netloc}"
+    state: dict[str, Any] = {}
+    connector = aiohttp.TCPConnector(limit=options.max_in_flight, force_close=False)
+    timeout = aiohttp.ClientTimeout(total=options.timeout_s)
+    models = trace.models
+    ids = trace.model_ids
+    times = trace.times_s
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        try:
+            async with session.get(base + STATE_PATH) as resp:
+                emulator = resp.status == 200
+                if emulator:
+                    first = await resp.json()
+                    state["loads_before"] = first.get("event_counts", {}).get("load", 0)
+                    state["store"] = first.get("store")
+        except aiohttp.ClientError as exc:
+            raise UserInputError(f"cannot reach {base}: {exc}") from exc
+        loop = asyncio.get_running_loop()
+        t0 = loop.time() + 0.05
+        speed = options.speed
+        headers_base = {"Content-Type": options.content_type}
+
+        async def send(i: int) -> None:
+            headers = {**headers_base, TARGET_MODEL_HEADER: models[ids[i]]}
+            try:
+                async with session.post(target_url, data=body, headers=headers) as resp:
+                    answer = await resp.read()
+                    done = loop.time()
+                    if resp.status == 200:
+                        rec.ok[i] = True
+                        rec.hit[i] = resp.headers.get(CACHE_HEADER) == "hit"
+                    else:
+                        kind = _error_class(resp.status, resp.headers, answer)
+                        rec.errors[kind] = rec.errors.get(kind, 0) + 1
+            except (TimeoutError, aiohttp.ClientError) as exc:
+                done = loop.time()
+                kind = type(exc).__name__
+                rec.errors[kind] = rec.errors.get(kind, 0) + 1
+            rec.latency_s[i] = done - (t0 + times[i] / speed)
+
+        stop = asyncio.Event()
+        poller = (
+            asyncio.ensure_future(_poll_state(session, base, options.state_interval_s, stop, state))
+            if emulator
+            else None
+        )
+        state["t0_monotonic"] = t0 - loop.time() + time.monotonic()
+        state["t0_wall"] = t0 - loop.time() + time.time()
+        try:
+            await _open_loop(trace, np.arange(n), send, options, progress, t0)
+        finally:
+            stop.set()
+            if poller is not None:
+                await poller
+    state["emulator"] = emulator
+    return rec, state
+
+
+def _replay_boto3(
+    trace: Trace,
+    endpoint_name: str,
+    body: bytes,
+    options: ReplayOptions,
+    progress: Callable[[int, int], None] | None,
+    endpoint_url: str | None,
+    region: str | None,
+) -> tuple[_Record, dict[str, Any]]:
+    import concurrent.futures
+
+    import boto3
+    import botocore.config
+    import botocore.exceptions
+
+    n = len(trace)
+    rec = _Record(
+        latency_s=np.full(n, np.nan),
+        hit=np.zeros(n, dtype=np.bool_),
+        ok=np.zeros(n, dtype=np.bool_),
+    )
+    config = botocore.config.Config(
+        max_pool_connections=options.max_in_flight, retries={"max_attempts": 1}
+    )
+    runtime = boto3.client(
+        "sagemaker-runtime", endpoint_url=endpoint_url, region_name=region, config=config
+    )
+    models, ids, times = trace.models, trace.model_ids, trace.times_s
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=options.max_in_flight)
+    start_wall = time.time()
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        t0 = loop.time() + 0.05
+
+        def call(i: int) -> None:
+            try:
+                runtime.invoke_endpoint(
+                    EndpointName=endpoint_name,
+                    TargetModel=models[ids[i]],
+                    ContentType=options.content_type,
+                    Body=body,
+                )
+                rec.ok[i] = True
+            except botocore.exceptions.ClientError as exc:
+                err = exc.response.get("Error", {}).get("Code", "ClientError")
+                rec.errors[err] = rec.errors.get(err, 0) + 1
+            except Exception as exc:
+                rec.errors[type(exc).__name__] = rec.errors.get(type(exc).__name__, 0) + 1
+
+        async def send(i: int) -> None:
+            await loop.run_in_executor(pool, call, i)
+            rec.latency_s[i] = loop.time() - (t0 + times[i] / options.speed)
+
+        await _open_loop(trace, np.arange(n), send, options, progress, t0)
+
+    try:
+        asyncio.run(run())
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+    return rec, {"emulator": False, "window": (start_wall, time.time())}
+
+
+def cloudwatch_hit_ratio(
+    endpoint_name: str,
+    start_s: float,
+    end_s: float,
+    *,
+    variant: str = "AllTraffic",
+    endpoint_url: str | None = None,
+    region: str | None = None,
+) -> float | None:
+    """The mean of ``ModelCacheHit`` over the window (1-minute periods, weighted by their
+    sample counts), or None when CloudWatch has no datapoint yet."""
+    import datetime
+
+    import boto3
+
+    cw = boto3.client("cloudwatch", endpoint_url=endpoint_url, region_name=region)
+    start = datetime.datetime.fromtimestamp(start_s - 60, tz=datetime.UTC)
+    end = datetime.datetime.fromtimestamp(end_s + 60, tz=datetime.UTC)
+    answer = cw.get_metric_statistics(
+        Namespace="AWS/SageMaker",
+        MetricName="ModelCacheHit",
+        Dimensions=[
+            {"Name": "EndpointName", "Value": endpoint_name},
+            {"Name": "VariantName", "Value": variant},
+        ],
+        StartTime=start,
+        EndTime=end,
+        Period=60,
+        Statistics=["Average", "SampleCount"],
+    )
+    points = answer.get("Datapoints", [])
+    total = sum(p["SampleCount"] for p in points)
+    if not total:
+        return None
+    return float(sum(p["Average"] * p["SampleCount"] for p in points) / total)
+
+
+def replay(
+    trace: Trace,
+    *,
+    body: bytes,
+    url: str | None = None,
+    endpoint_name: str | None = None,
+    endpoint_url: str | None = None,
+    region: str | None = None,
+    store: str | None = None,
+    options: ReplayOptions | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> TrafficResult:
+    """Replay ``trace`` open loop (see the module docstring) and summarize what happened.
+
+    With ``url`` alone the requests go over HTTP to ``URL/endpoints/local/invocations`` (or
+    the invocations URL given); with ``endpoint_name`` through boto3 (``endpoint_url`` for
+    the local AWS). ``store`` (a folder or ``s3://`` prefix) is checked for every target
+    before anything is sent; for ``mmelocal serve`` the emulator's store is checked when it
+    is a folder this machine sees.
+    """
+    options = options or ReplayOptions()
+    if (url is None) == (endpoint_name is None):
+        raise UserInputError("give --url URL (mmelocal serve) or --endpoint-name NAME (boto3)")
+    check_rate(trace, options)
+    notes: list[str] = []
+    if store is not None:
+        check_targets(trace, store)
+    if url is not None:
+        store_seen = _emulator_store(url) if store is None else None
+        if store_seen is not None:
+            check_targets(trace, store_seen)
+        rec, state = asyncio.run(_replay_http(trace, url, "local", body, options, progress))
+    else:
+        assert endpoint_name is not None
+        rec, state = _replay_boto3(
+            trace, endpoint_name, body, options, progress, endpoint_url, region
+        )
+    loaded = None
+    max_loaded: int | None = None
+    events = sorted(state.get("load_events", []))
+    load_s = np.asarray([e[3] for e in events], dtype=np.float64)
+    loads = 0
+    if state.get("emulator"):
+        samples = state.get("samples", [])
+        if samples:
+            t_rel = (np.asarray([s[0] for s in samples]) - state["t0_monotonic"]) * options.speed
+            counts = np.asarray([s[1] for s in samples])
+            pos = np.clip(np.searchsorted(t_rel, trace.times_s, side="right") - 1, 0, None)
+            loaded = counts[pos]
+            max_loaded = int(counts.max())
+        loads = int(state.get("load_count", 0)) - int(state.get("loads_before", 0))
+        cycles = load_cycles(trace, rec, events, state["t0_wall"], options.speed)
+        notes.append(
+            "Hits per request from the emulator's X-Mmelocal-Model-Cache header; loads, "
+            "load times and the loaded set from its /emulator/state."
+        )
+    hit = rec.hit
+    if endpoint_name is not None:
+        start, end = state["window"]
+        unread = ""
+        try:
+            ratio = cloudwatch_hit_ratio(
+                endpoint_name, start, end, endpoint_url=endpoint_url, region=region
+            )
+        except Exception as exc:  # the replay's own figures stand; say what is missing
+            ratio, unread = None, f" (could not read CloudWatch: {type(exc).__name__}: {exc})"
+        hit = _infer_hits(rec, ratio)
+        notes.append(
+            "Real endpoint: hits per request are not visible. The hit ratio is CloudWatch's "
+            "ModelCacheHit for the window"
+            + (unread or (" (no datapoint yet: retry in a few minutes)" if ratio is None else ""))
+            + "; the warm/cold split of latencies is INFERRED (the slowest answered requests "
+            "counted cold, as many as the ratio implies)."
+        )
+    result = summarize(
+        source="replayed",
+        times_s=trace.times_s,
+        latency_s=rec.latency_s,
+        hit=hit,
+        ok=rec.ok,
+        errors=rec.errors,
+        loaded=loaded,
+        load_times_s=load_s,
+        load_cycle_s=cycles if state.get("emulator") else None,
+        loads=loads,
+        max_loaded=max_loaded,
+        extra={"speed": options.speed, "notes": notes},
+    )
+    if endpoint_name is not None and not hit.any() and rec.ok.any():
+        # CloudWatch gave no ratio: hits and the warm/cold split are unknown, not zero
+        result.data.update(hit_ratio=None, cold_starts=None, cold_starts_per_min=None)
+        result.data["latency_ms"]["warm"] = result.data["latency_ms"]["cold"] = None
+    if options.speed != 1.0:
+        result.data["notes"].append(
+            f"Replayed at --speed {options.speed:g}: times in the timeline are the trace's."
+        )
+    return result
+
+
+def load_cycles(
+    trace: Trace,
+    rec: _Record,
+    events: Sequence[tuple[float, str, int, float]],
+    t0_wall: float,
+    speed: float,
+) -> np.ndarray:
+    """How long each load held its instance, in trace seconds: from the later of the miss
+    that asked for it and the previous load's end on that instance, to its own end. Beside
+    Triton's load call this holds the eviction that made room, memory readings and, for a
+    first use, the download: the cold-load time a simulation of this endpoint needs."""
+    index = {m: i for i, m in enumerate(trace.models)}
+    misses = rec.ok & ~rec.hit
+    times = trace.times_s
+    by_model: dict[int, np.ndarray] = {}
+    previous_end: dict[int, float] = {}
+    last_load_of: dict[int, float] = {}
+    out: list[float] = []
+    for wall, target, instance, _seconds in events:
+        m = index.get(target)
+        if m is None:
+            continue
+        end = (wall - t0_wall) * speed
+        if m not in by_model:
+            by_model[m] = times[(trace.model_ids == m) & misses]
+        asked = by_model[m]
+        after = asked[(asked > last_load_of.get(m, -1.0)) & (asked <= end)]
+        start = float(after[0]) if len(after) else end
+        start = max(start, previous_end.get(instance, -1.0))
+        out.append(max(0.0, end - start))
+        previous_end[instance] = end
+        last_load_of[m] = end
+    return np.asarray(out)
+
+
+def _infer_hits(rec: _Record, ratio: float | None) -> np.ndarray:
+    if ratio is None:
+        return np.zeros_like(rec.ok)  # unknown: no request is counted a hit
+    hit = rec.ok.copy()
+    answered = np.flatnonzero(rec.ok)
+    cold = round((1.0 - ratio) * len(answered))
+    if cold:
+        slowest = answered[np.argsort(rec.latency_s[answered])[-cold:]]
+        hit[slowest] = False
+    return hit
+
+
+def _emulator_store(url: str) -> str | None:
+    """The emulator's store when it is a folder here or an s3:// prefix (None otherwise or
+    when ``url`` is no emulator)."""
+    import urllib.error
+    import urllib.request
+
+    parsed = urlparse(url)
+    try:
+        with urllib.request.urlopen(
+            f"{parsed.scheme}://{parsed.netloc}{STATE_PATH}", timeout=10
+        ) as resp:
+            store = json.loads(resp.read()).get("store")
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+    if not isinstance(store, str):
+        return None
+    if store.startswith("s3://") or Path(store).is_dir():
+        return store
+    return None
+
+
+def load_seconds_of(results: Sequence[TrafficResult]) -> tuple[float, ...]:
+    """The cold-load times a replay measured (for ``simulate --load-seconds FILE.json``)."""
+    out: list[float] = []
+    for r in results:
+        out.extend(float(x) for x in r.data.get("cold_load_s", []))
+    return tuple(out)
+
+
+__all__ = [
+    "ReplayAborted",
+    "ReplayOptions",
+    "check_rate",
+    "check_targets",
+    "cloudwatch_hit_ratio",
+    "invocations_url",
+    "replay",
+    "shard_schedule",
+]

@@ -1,0 +1,520 @@
+"""A discrete-event simulation of an MME fleet serving a trace.
+
+The fleet is ``instances`` identical instances (autoscaling changes the count). The rules
+are the platform's, from :mod:`mmelocal.rules.routing` (routing, hot-model replication,
+LRU eviction, through :class:`~mmelocal.rules.routing.FastLru`) and
+:mod:`mmelocal.rules.autoscaling` (target tracking). Per request, in time order:
+
+1. requests that finished by now leave (their models may be evicted again);
+2. autoscaling evaluates every closed metric period (invocations per instance);
+3. the request goes where its target is ready (fewest in flight), else where it is loading
+   (a miss that waits for that load), else (cold: a miss and a load) to the instance with
+   the most room, after unloading least recently used idle models to make room;
+4. loads queue per instance and run ``parallel_loads`` at a time (1, the default, is the
+   emulator's rule: one load holds the instance's load lock); room is made when a load
+   starts, as the emulator does, so models waiting in the queue hold no memory; a caller
+   that would wait longer than ``load_wait_timeout_s`` gets ``ModelNotReadyException``
+   (an error) while the load goes on;
+5. it waits for a free slot (``concurrency`` per instance) and takes ``service_s``.
+
+``ModelCacheHit`` is 1 for a request whose target was ready where it went, as the
+emulator and the service count it; ``cold_starts`` are the requests with 0 (they waited
+for a load), ``loads`` the loads themselves (replicas included).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from mmelocal.errors import UserInputError
+from mmelocal.facts.sagemaker import MODEL_NOT_READY_AFTER_S
+from mmelocal.rules.routing import FastLru, count_request, replica_instance
+from mmelocal.traffic.results import TrafficResult, summarize
+from mmelocal.traffic.trace import Trace
+
+#: the error class a caller gets when a cold load outlasts MODEL_NOT_READY_AFTER_S
+MODEL_NOT_READY = "ModelNotReadyException"
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoadTimes:
+    """Cold-load times in seconds: one value, or samples drawn at random (e.g. the cold
+    loads a replay measured)."""
+
+    samples_s: tuple[float, ...] = (1.0,)
+    source: str = "given"
+
+    def __post_init__(self) -> None:
+        if not self.samples_s or any(not math.isfinite(s) or s < 0 for s in self.samples_s):
+            raise UserInputError(f"load times must be >= 0 seconds, got {list(self.samples_s)[:5]}")
+
+    def sampler(self, rng: np.random.Generator) -> Callable[[], float]:
+        """A function returning one load time per call."""
+        if len(self.samples_s) == 1:
+            value = self.samples_s[0]
+            return lambda: value
+        pool = np.asarray(self.samples_s)[rng.integers(0, len(self.samples_s), 1 << 16)].tolist()
+        state = {"i": 0}
+
+        def draw() -> float:
+            i = state["i"] = (state["i"] + 1) & 0xFFFF
+            return float(pool[i])
+
+        return draw
+
+
+@dataclass(frozen=True, kw_only=True)
+class Autoscaling:
+    """Target tracking on invocations per instance per minute
+    (``SageMakerVariantInvocationsPerInstance``), with the service's alarms and cooldowns.
+
+    ``instance_start_s`` is how long a new instance takes to serve (billed from the
+    decision). The metric is the invocations per instance in each 1-minute period.
+    """
+
+    min_instances: int
+    max_instances: int
+    target_invocations_per_instance: float
+    scale_out_cooldown_s: float | None = None
+    scale_in_cooldown_s: float | None = None
+    instance_start_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.min_instances <= self.max_instances:
+            raise UserInputError(
+                f"autoscaling needs 1 <= min <= max, got {self.min_instances}..{self.max_instances}"
+            )
+        if self.target_invocations_per_instance <= 0:
+            raise UserInputError(
+                "the autoscaling target (invocations per instance per minute) must be > 0, got "
+                f"{self.target_invocations_per_instance:g}"
+            )
+        if self.instance_start_s < 0:
+            raise UserInputError(f"instance_start_s must be >= 0, got {self.instance_start_s}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SimConfig:
+    """What the simulated fleet is.
+
+    Capacity per instance: ``models_per_instance`` (every model the same size), or
+    ``memory_limit_bytes`` with ``footprint_bytes`` per model (``default_footprint_bytes``
+    for the others). ``service_s`` is the time one request takes on a loaded model (None:
+    unknown, latencies then hold only the waits for loads and slots).
+    """
+
+    instances: int = 1
+    models_per_instance: int | None = None
+    memory_limit_bytes: int | None = None
+    footprint_bytes: Mapping[str, int] = field(default_factory=dict)
+    default_footprint_bytes: int | None = None
+    load: LoadTimes = field(default_factory=LoadTimes)
+    unload_s: float = 0.0
+    service_s: float | None = None
+    concurrency: int = 4
+    parallel_loads: int = 1
+    load_wait_timeout_s: float = MODEL_NOT_READY_AFTER_S
+    hot_rps_threshold: float = 50.0
+    rate_window_s: float = 1.0
+    autoscaling: Autoscaling | None = None
+    instance_type: str | None = None
+    price_per_hour: float | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.instances < 1:
+            raise UserInputError(f"--instances must be >= 1, got {self.instances}")
+        if self.models_per_instance is None and (
+            self.memory_limit_bytes is None or self.default_footprint_bytes is None
+        ):
+            raise UserInputError(
+                "give the capacity per instance: --models-per-instance K, or footprints and "
+                "the card's memory (--footprints FILE / --footprint-mib with --instance-type)"
+            )
+        if self.models_per_instance is not None and self.models_per_instance < 1:
+            raise UserInputError(
+                f"--models-per-instance must be >= 1, got {self.models_per_instance}"
+            )
+        if self.memory_limit_bytes is not None and self.memory_limit_bytes <= 0:
+            raise UserInputError(f"memory_limit_bytes must be > 0, got {self.memory_limit_bytes}")
+        if self.parallel_loads < 1:
+            raise UserInputError(f"--parallel-loads must be >= 1, got {self.parallel_loads}")
+        if self.load_wait_timeout_s <= 0:
+            raise UserInputError(f"load_wait_timeout_s must be > 0, got {self.load_wait_timeout_s}")
+        if self.concurrency < 1:
+            raise UserInputError(f"--concurrency must be >= 1, got {self.concurrency}")
+        if self.service_s is not None and self.service_s < 0:
+            raise UserInputError(f"--service-ms must be >= 0, got {self.service_s * 1e3:g}")
+        if self.unload_s < 0:
+            raise UserInputError(f"--unload-seconds must be >= 0, got {self.unload_s}")
+
+
+class _Instance:
+    __slots__ = ("inflight", "loaders", "lru", "pending", "queue", "ready_at", "slots", "up_at")
+
+    def __init__(self, limit: int, concurrency: int, up_at: float, parallel_loads: int = 1) -> None:
+        self.lru: FastLru[int] = FastLru(limit)
+        #: when each model held here is (or will be) ready; inf while its load is queued
+        self.ready_at: dict[int, float] = {}
+        self.inflight: dict[int, int] = {}
+        self.slots = [0.0] * concurrency
+        self.up_at = up_at
+        #: when each load slot is next free (1 slot: the emulator's load lock)
+        self.loaders = [up_at] * parallel_loads
+        #: loads waiting for a slot, in request order, and the requests waiting on each
+        self.queue: deque[int] = deque()
+        self.pending: dict[int, list[int]] = {}
+
+
+def simulate(
+    trace: Trace,
+    config: SimConfig,
+    *,
+    progress: Callable[[int, int], None] | None = None,
+) -> TrafficResult:
+    """Run ``trace`` through the simulated fleet."""
+    n = len(trace)
+    if config.models_per_instance is not None:
+        limit = config.models_per_instance
+        sizes = [1] * len(trace.models)
+    else:
+        assert config.memory_limit_bytes is not None and config.default_footprint_bytes
+        limit = config.memory_limit_bytes
+        sizes = [
+            config.footprint_bytes.get(m, config.default_footprint_bytes) for m in trace.models
+        ]
+        too_big = [m for m, s in zip(trace.models, sizes, strict=True) if s > limit]
+        if too_big:
+            raise UserInputError(
+                f"{too_big[0]} needs {sizes[trace.models.index(too_big[0])]:,} bytes, more than "
+                f"an instance's limit of {limit:,}: choose a larger instance type"
+            )
+    rng = np.random.default_rng(config.seed)
+    draw_load = config.load.sampler(rng)
+    service = config.service_s or 0.0
+    unload_s = config.unload_s
+    concurrency = config.concurrency
+    scaling = config.autoscaling
+    count0 = (
+        config.instances
+        if scaling is None
+        else max(scaling.min_instances, min(config.instances, scaling.max_instances))
+    )
+    fleet: list[_Instance] = [
+        _Instance(limit, concurrency, 0.0, config.parallel_loads) for _ in range(count0)
+    ]
+    holders: dict[int, list[int]] = {}
+    rates: dict[int, tuple[float, int]] = {}
+    threshold, window = config.hot_rps_threshold, config.rate_window_s
+    done: list[tuple[float, int, _Instance, int]] = []  # (finish time, request, where, model)
+    starts: list[tuple[float, int, _Instance]] = []  # (time a queued load starts, seq, where)
+    latency = np.empty(n, dtype=np.float64)
+    hit = np.zeros(n, dtype=np.bool_)
+    ok = np.ones(n, dtype=np.bool_)
+    wait_timeout = config.load_wait_timeout_s
+    loaded_now = np.empty(n, dtype=np.int32)
+    load_times: list[float] = []
+    counts = {"loads": 0, "loaded": 0, "timeouts": 0, "seq": 0, "over": 0}
+    times = trace.times_s.tolist()
+    ids = trace.model_ids.tolist()
+    # billing: (time, instances billed from then)
+    billed: list[tuple[float, int]] = [(0.0, count0)]
+    scaler = _Scaler(scaling, count0) if scaling is not None else None
+
+    def index_of(inst: _Instance) -> int:
+        for j, x in enumerate(fleet):
+            if x is inst:
+                return j
+        return -1
+
+    def serve_after_load(k: int, inst: _Instance, m: int, ready: float) -> None:
+        """Request ``k`` waited for ``m``'s load on ``inst``: a miss, served when ready."""
+        t = times[k]
+        if ready - t > wait_timeout:
+            # the caller gets ModelNotReadyException at the timeout; the load goes on
+            ok[k] = False
+            counts["timeouts"] += 1
+            latency[k] = wait_timeout
+            return
+        end = ready + service
+        inst.inflight[m] = inst.inflight.get(m, 0) + 1
+        heapq.heappush(done, (end, k, inst, m))
+        latency[k] = end - t
+
+    def start_next(inst: _Instance, now: float) -> None:
+        """Start the instance's next queued load at ``now``: make room (least recently used
+        idle models go), then load."""
+        m = inst.queue.popleft()
+        waiters = inst.pending.pop(m)
+
+        def busy(v: int) -> bool:
+            return inst.inflight.get(v, 0) > 0 or inst.ready_at[v] > now
+
+        victims, fits = inst.lru.plan(sizes[m], busy)
+        if not fits:
+            counts["over"] += 1
+        i = index_of(inst)
+        for v in victims:
+            inst.lru.remove(v)
+            del inst.ready_at[v]
+            hs = holders[v]
+            hs.remove(i)
+            if not hs:
+                del holders[v]
+        seconds = draw_load()
+        ready = now + (unload_s if victims else 0.0) + seconds
+        heapq.heapreplace(inst.loaders, ready)
+        inst.lru.add(m, sizes[m])
+        inst.ready_at[m] = ready
+        counts["loads"] += 1
+        counts["loaded"] += 1 - len(victims)
+        load_times.append(seconds)
+        for k in waiters:
+            serve_after_load(k, inst, m, ready)
+        if inst.queue:
+            counts["seq"] += 1
+            heapq.heappush(starts, (inst.loaders[0], counts["seq"], inst))
+
+    def enqueue(i: int, m: int, now: float, waiter: int | None) -> None:
+        inst = fleet[i]
+        inst.queue.append(m)
+        inst.pending[m] = [] if waiter is None else [waiter]
+        inst.ready_at[m] = math.inf
+        holders.setdefault(m, []).append(i)
+        if len(inst.queue) == 1:
+            counts["seq"] += 1
+            heapq.heappush(starts, (max(now, inst.loaders[0]), counts["seq"], inst))
+
+    def run_starts(until: float) -> None:
+        while starts and starts[0][0] <= until:
+            at, _, inst = heapq.heappop(starts)
+            if inst.queue:
+                start_next(inst, at)
+
+    def cold_choice(now: float) -> int:
+        best, best_key = -1, (0, 0)
+        for i, inst in enumerate(fleet):
+            key = (inst.lru.limit_bytes - inst.lru.used_bytes, -len(inst.lru) - len(inst.queue))
+            # instances still starting are chosen only when none is up
+            if inst.up_at > now:
+                key = (key[0] - (1 << 62), key[1])
+            if best < 0 or key > best_key:
+                best, best_key = i, key
+        return best
+
+    step = max(1, n // 200)
+    for k in range(n):
+        t = times[k]
+        m = ids[k]
+        if starts and starts[0][0] <= t:
+            run_starts(t)
+        while done and done[0][0] <= t:
+            _, _, di, dm = heapq.heappop(done)
+            di.inflight[dm] -= 1
+        if scaler is not None and scaling is not None and t >= scaler.next_eval_s:
+            change = scaler.evaluate(t, len(fleet))
+            if change:
+                while change < len(fleet) and fleet[-1].queue:
+                    start_next(fleet[-1], max(t, fleet[-1].loaders[0]))  # its loads finish
+                _resize(
+                    fleet, holders, change, t, limit, concurrency, scaling, config.parallel_loads
+                )
+                counts["loaded"] = sum(len(x.lru) for x in fleet)
+                billed.append((t, len(fleet)))
+        if scaler is not None:
+            scaler.count += 1
+        hs = holders.get(m)
+        i = -1
+        loading = -1
+        if hs is not None:
+            best_busy = -1
+            for j in hs:
+                inst = fleet[j]
+                if inst.ready_at[m] <= t and inst.up_at <= t:
+                    busy = inst.inflight.get(m, 0)
+                    if best_busy < 0 or busy < best_busy:
+                        i, best_busy = j, busy
+                elif loading < 0:
+                    loading = j
+        if i < 0:
+            # a miss: join the load in progress (or queued), else queue a new one
+            if loading < 0:
+                loading = cold_choice(t)
+                enqueue(loading, m, t, k)
+                if starts and starts[0][0] <= t:
+                    run_starts(t)
+            else:
+                inst = fleet[loading]
+                if m in inst.pending:
+                    inst.pending[m].append(k)
+                else:
+                    serve_after_load(k, inst, m, inst.ready_at[m])
+            inst = fleet[loading]
+            if m in inst.lru:
+                inst.lru.touch(m)
+            loaded_now[k] = counts["loaded"]
+            if progress is not None and k % step == 0:
+                progress(k, n)
+            continue
+        inst = fleet[i]
+        inst.lru.touch(m)
+        # hot-model replication, the emulator's rule (counted on served requests)
+        r = rates.get(m)
+        if r is None:
+            rates[m] = (t, 1)
+        else:
+            w0, c, measured = count_request(r[0], r[1], t, window)
+            rates[m] = (w0, c)
+            if measured is not None and len(fleet) > 1:
+                second = replica_instance(
+                    measured,
+                    threshold,
+                    holders[m],
+                    [
+                        (j, x.up_at <= t, x.lru.limit_bytes - x.lru.used_bytes)
+                        for j, x in enumerate(fleet)
+                    ],
+                )
+                if second is not None:
+                    enqueue(second, m, t, None)
+        slots = inst.slots
+        start = slots[0]
+        if start < t:
+            start = t
+        end = start + service
+        heapq.heapreplace(slots, end)
+        inst.inflight[m] = inst.inflight.get(m, 0) + 1
+        heapq.heappush(done, (end, k, inst, m))
+        latency[k] = end - t
+        hit[k] = True
+        loaded_now[k] = counts["loaded"]
+        if progress is not None and k % step == 0:
+            progress(k, n)
+    run_starts(math.inf)  # the loads still queued: their callers get their answers
+    if progress is not None:
+        progress(n, n)
+    duration = trace.duration_s
+    instance_hours = _instance_hours(billed, duration)
+    timeouts = counts["timeouts"]
+    return summarize(
+        source="simulated",
+        times_s=trace.times_s,
+        latency_s=latency,
+        hit=hit,
+        ok=ok,
+        errors={MODEL_NOT_READY: timeouts} if timeouts else {},
+        loaded=loaded_now,
+        load_times_s=np.asarray(load_times),
+        loads=counts["loads"],
+        instances=[(t, c) for t, c in billed],
+        instance_hours=instance_hours,
+        instance_type=config.instance_type,
+        price_per_hour=config.price_per_hour,
+        service_measured=config.service_s is not None,
+        extra={
+            "models_per_instance": config.models_per_instance,
+            "memory_limit_bytes": config.memory_limit_bytes,
+            "load_seconds_source": config.load.source,
+            "concurrency": concurrency,
+            "parallel_loads": config.parallel_loads,
+            "loads_over_capacity": counts["over"],
+            "scaling_activities": scaler.activities if scaler is not None else [],
+        },
+    )
+
+
+def _instance_hours(billed: Sequence[tuple[float, int]], end_s: float) -> float:
+    total = 0.0
+    for (t0, c), (t1, _) in zip(billed, [*billed[1:], (end_s, 0)], strict=True):
+        total += max(0.0, min(t1, end_s) - t0) * c
+    return total / 3600.0
+
+
+def _resize(
+    fleet: list[_Instance],
+    holders: dict[int, list[int]],
+    capacity: int,
+    now: float,
+    limit: int,
+    concurrency: int,
+    scaling: Autoscaling,
+    parallel_loads: int,
+) -> None:
+    """Grow the fleet (new instances serve after ``instance_start_s``) or shrink it (the
+    newest instances go; their requests in flight finish)."""
+    while len(fleet) < capacity:
+        fleet.append(_Instance(limit, concurrency, now + scaling.instance_start_s, parallel_loads))
+    while len(fleet) > capacity:
+        gone = len(fleet) - 1
+        inst = fleet.pop()
+        for m in inst.lru.footprints:
+            hs = holders[m]
+            hs.remove(gone)
+            if not hs:
+                del holders[m]
+
+
+class _Scaler:
+    """Feeds the shared target-tracking rule one metric value per closed period."""
+
+    def __init__(self, scaling: Autoscaling, capacity: int) -> None:
+        from mmelocal.facts.autoscaling import METRIC_PERIOD_S
+        from mmelocal.rules.autoscaling import (
+            ScalingLimits,
+            ScalingState,
+            TargetTrackingPolicy,
+        )
+
+        self.period_s = float(METRIC_PERIOD_S)
+        self.next_eval_s = self.period_s
+        self.count = 0
+        self.metric: list[float | None] = []
+        self.limits = ScalingLimits(
+            min_capacity=scaling.min_instances, max_capacity=scaling.max_instances
+        )
+        policy_args: dict[str, Any] = {"target_value": scaling.target_invocations_per_instance}
+        if scaling.scale_out_cooldown_s is not None:
+            policy_args["scale_out_cooldown_s"] = scaling.scale_out_cooldown_s
+        if scaling.scale_in_cooldown_s is not None:
+            policy_args["scale_in_cooldown_s"] = scaling.scale_in_cooldown_s
+        self.policy = TargetTrackingPolicy(**policy_args)
+        self.state = ScalingState(capacity=capacity)
+        self.activities: list[dict[str, Any]] = []
+
+    def evaluate(self, now_s: float, instances: int) -> int | None:
+        """Close every period up to ``now_s``; the new capacity when it changes."""
+        from mmelocal.rules.autoscaling import ScalingState, target_tracking_step
+
+        changed: int | None = None
+        while now_s >= self.next_eval_s:
+            self.metric.append(self.count / max(1, instances))
+            self.count = 0
+            self.state = ScalingState(
+                capacity=instances,
+                last_scale_out_s=self.state.last_scale_out_s,
+                last_scale_in_s=self.state.last_scale_in_s,
+            )
+            self.state, decision = target_tracking_step(
+                self.next_eval_s, self.state, self.metric[-60:], self.policy, self.limits
+            )
+            if decision.cause is not None and decision.capacity != instances:
+                self.activities.append(
+                    {
+                        "time_s": self.next_eval_s,
+                        "capacity": decision.capacity,
+                        "cause": decision.cause,
+                    }
+                )
+                instances = changed = decision.capacity
+            self.next_eval_s += self.period_s
+        return changed
+
+
+__all__ = ["Autoscaling", "LoadTimes", "SimConfig", "simulate"]

@@ -1,0 +1,88 @@
+"""The shared routing rules (mmelocal.rules.routing): the simulator's fast eviction planner
+equals the emulator's planner on random inputs, and the routing choices hold."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from mmelocal.rules.routing import (
+    FastLru,
+    InstanceView,
+    ModelUsage,
+    choose_instance,
+    choose_ready,
+    count_request,
+    plan_eviction,
+    replica_instance,
+)
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_fast_lru_plans_what_plan_eviction_plans(seed: int) -> None:
+    rng = random.Random(seed)
+    n = rng.randint(0, 30)
+    names = [f"m{i}" for i in range(n)]
+    rng.shuffle(names)  # recency order, least recent first
+    footprints = {name: rng.randint(1, 1000) for name in names}
+    busy = {name for name in names if rng.random() < 0.3}
+    baseline = rng.randint(0, 2000)
+    limit = rng.randint(1, sum(footprints.values()) + baseline + 1000)
+    need = rng.randint(-10, 1500)
+    fast: FastLru[str] = FastLru(limit, baseline_bytes=baseline)
+    for name in names:
+        fast.add(name, footprints[name])
+    usages = [
+        ModelUsage(
+            name=name,
+            last_used_s=float(i),
+            footprint_bytes=footprints[name],
+            in_flight=1 if name in busy and rng.random() < 0.5 else 0,
+            pinned=name in busy,
+        )
+        for i, name in enumerate(names)
+    ]
+    plan = plan_eviction(usages, used_bytes=fast.used_bytes, limit_bytes=limit, need_bytes=need)
+    victims, fits = fast.plan(need, busy.__contains__)
+    assert (tuple(victims), fits) == (plan.victims, plan.fits)
+
+
+def test_fast_lru_keeps_recency_and_bytes() -> None:
+    lru: FastLru[int] = FastLru(3)
+    for m in (1, 2, 3):
+        lru.add(m, 1)
+    lru.touch(1)
+    assert lru.plan(1) == ([2], True)
+    lru.remove(2)
+    assert 2 not in lru and len(lru) == 2 and lru.used_bytes == 2
+    assert lru.plan(1) == ([], True)
+
+
+def test_routing_choices() -> None:
+    views = [
+        InstanceView(up=True, ready=True, in_flight=3, free_bytes=10),
+        InstanceView(up=True, ready=True, in_flight=1, free_bytes=0),
+        InstanceView(up=False, ready=True, in_flight=0, free_bytes=99),
+    ]
+    assert choose_ready(views) == 1  # the least busy up holder
+    loading = [InstanceView(up=True, free_bytes=5), InstanceView(up=True, loading=True)]
+    assert choose_instance(loading) == 1  # join the load in progress
+    cold = [
+        InstanceView(up=True, free_bytes=5, model_count=2),
+        InstanceView(up=True, free_bytes=5, model_count=1),
+        InstanceView(up=False, free_bytes=50),
+    ]
+    assert choose_instance(cold) == 1  # most free, then fewer models; never a down one
+    assert choose_instance([InstanceView(up=False)]) is None
+
+
+def test_rate_window_and_replica() -> None:
+    start, count, rate = count_request(0.0, 1, 0.5, 1.0)
+    assert (start, count, rate) == (0.0, 2, None)
+    start, count, rate = count_request(start, count, 2.0, 1.0)
+    assert (start, count) == (2.0, 0) and rate == pytest.approx(1.5)
+    candidates = [(0, True, 10), (1, True, 50), (2, False, 99)]
+    assert replica_instance(60, 50, [0], candidates) == 1
+    assert replica_instance(40, 50, [0], candidates) is None  # not hot
+    assert replica_instance(60, 50, [0, 1], candidates) is None  # already on two

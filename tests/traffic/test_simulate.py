@@ -1,0 +1,147 @@
+"""The fleet simulator on hand-made traces whose outcome follows from the rules."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mmelocal.errors import UserInputError
+from mmelocal.traffic.simulate import LoadTimes, SimConfig, simulate
+from mmelocal.traffic.trace import Trace
+
+
+def trace_of(times: list[float], models: list[int], n_models: int | None = None) -> Trace:
+    n = n_models or max(models) + 1
+    return Trace(
+        times_s=np.asarray(times, dtype=float),
+        model_ids=np.asarray(models, dtype=np.int32),
+        models=tuple(f"m{i}" for i in range(n)),
+    )
+
+
+def test_cycle_over_capacity_plus_one_always_misses_lru() -> None:
+    k = 3
+    models = [i % (k + 1) for i in range(40)]
+    trace = trace_of([float(i) * 10 for i in range(40)], models)
+    result = simulate(
+        trace, SimConfig(models_per_instance=k, load=LoadTimes(samples_s=(1.0,)), service_s=0.01)
+    ).data
+    assert result["hit_ratio"] == 0.0  # LRU's worst case: every request evicts the next
+    assert result["loads"] == 40 and result["max_loaded"] == k
+    models = [i % k for i in range(40)]
+    result = simulate(
+        trace_of([float(i) * 10 for i in range(40)], models),
+        SimConfig(models_per_instance=k, service_s=0.01),
+    ).data
+    assert result["loads"] == k and result["cold_starts"] == k
+    assert result["hit_ratio"] == pytest.approx(37 / 40)
+
+
+def test_waiters_on_a_load_are_misses_and_loads_queue() -> None:
+    # two cold models at t=0 on one instance, loads of 2 s one at a time
+    trace = trace_of([0.0, 0.0, 0.5, 5.0], [0, 1, 0, 1])
+    data = simulate(
+        trace, SimConfig(models_per_instance=4, load=LoadTimes(samples_s=(2.0,)), service_s=0.0)
+    ).data
+    assert data["cold_starts"] == 3 and data["loads"] == 2
+    cold = data["latency_ms"]["cold"]
+    assert data["latency_ms"]["warm"]["p50"] == 0.0
+    # m0 ready at 2 s, m1 queued behind it: ready at 4 s
+    assert cold["p99"] == pytest.approx(4000 * 0.99 + 2000 * 0.01, rel=0.05)
+    parallel = simulate(
+        trace,
+        SimConfig(
+            models_per_instance=4, load=LoadTimes(samples_s=(2.0,)), service_s=0.0, parallel_loads=2
+        ),
+    ).data
+    assert parallel["latency_ms"]["cold"]["p99"] == pytest.approx(2000)
+
+
+def test_affinity_across_instances_and_hot_replica() -> None:
+    times = [i * 0.001 for i in range(3000)]  # 1,000 req/s to one model
+    trace = trace_of(times, [0] * 3000)
+    data = simulate(
+        trace,
+        SimConfig(
+            instances=2,
+            models_per_instance=2,
+            load=LoadTimes(samples_s=(0.1,)),
+            service_s=0.001,
+            hot_rps_threshold=50,
+        ),
+    ).data
+    assert data["loads"] == 2  # the cold load, then one replica on the other instance
+    alone = simulate(
+        trace,
+        SimConfig(
+            instances=2,
+            models_per_instance=2,
+            service_s=0.001,
+            load=LoadTimes(samples_s=(0.1,)),
+            hot_rps_threshold=10_000,
+        ),
+    ).data
+    assert alone["loads"] == 1
+
+
+def test_long_waits_become_model_not_ready_errors() -> None:
+    trace = trace_of([0.0, 1.0], [0, 0])
+    data = simulate(
+        trace, SimConfig(models_per_instance=1, load=LoadTimes(samples_s=(90.0,)), service_s=0.0)
+    ).data
+    assert data["errors_by_class"] == {"ModelNotReadyException": 2}
+    assert data["answered"] == 0
+
+
+def test_cost_and_capacity_from_footprints() -> None:
+    trace = trace_of([0.0, 1800.0, 3600.0], [0, 1, 2])
+    data = simulate(
+        trace,
+        SimConfig(
+            instances=2,
+            memory_limit_bytes=100,
+            default_footprint_bytes=40,
+            footprint_bytes={"m2": 30},
+            price_per_hour=1.5,
+            service_s=0.0,
+            instance_type="ml.g5.xlarge",
+        ),
+    ).data
+    assert data["instance_hours"] == pytest.approx(2.0)
+    assert data["cost"]["total"] == pytest.approx(3.0)
+    with pytest.raises(UserInputError, match="more than an instance's limit"):
+        simulate(trace, SimConfig(memory_limit_bytes=10, default_footprint_bytes=40))
+    with pytest.raises(UserInputError, match="give the capacity per instance"):
+        SimConfig()
+
+
+def test_autoscaling_follows_the_shared_target_tracking_rule() -> None:
+    from mmelocal.facts.autoscaling import HIGH_ALARM_DATAPOINTS, METRIC_PERIOD_S
+    from mmelocal.traffic.simulate import Autoscaling
+
+    # 600 requests/minute to 2 models for 20 minutes, target 100 per instance per minute
+    times = list(np.arange(0, 1200, 0.1))
+    trace = trace_of(times, [i % 2 for i in range(len(times))])
+    scaling = Autoscaling(
+        min_instances=1,
+        max_instances=4,
+        target_invocations_per_instance=100,
+        scale_out_cooldown_s=0,
+        instance_start_s=120,
+    )
+    data = simulate(
+        trace,
+        SimConfig(
+            models_per_instance=2,
+            service_s=0.001,
+            load=LoadTimes(samples_s=(0.5,)),
+            autoscaling=scaling,
+        ),
+    ).data
+    first = data["scaling_activities"][0]
+    # the high alarm needs HIGH_ALARM_DATAPOINTS full periods over the target
+    assert first["time_s"] == HIGH_ALARM_DATAPOINTS * METRIC_PERIOD_S
+    assert data["max_instances"] == 4  # capped by max
+    assert all(c <= 4 for _, c in data["instances"])
+    # billed from each decision: more than one instance-hour for 20 minutes
+    assert 1200 / 3600 < data["instance_hours"] < 4 * 1200 / 3600

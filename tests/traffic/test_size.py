@@ -1,0 +1,67 @@
+"""Sizing: the cheapest configuration that meets the SLO, or the closest when none does."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from mmelocal.errors import UserInputError
+from mmelocal.traffic.make import Popularity, make_trace
+from mmelocal.traffic.simulate import LoadTimes, SimConfig, simulate
+from mmelocal.traffic.size import Candidate, size
+
+
+@pytest.fixture(scope="module")
+def trace():  # type: ignore[no-untyped-def]
+    return make_trace(
+        models=40, rate_rps=20, duration_s=300, popularity=Popularity(zipf_s=1.0), seed=4
+    )
+
+
+def test_cheapest_configuration_that_meets_the_slo(trace) -> None:  # type: ignore[no-untyped-def]
+    base = SimConfig(models_per_instance=1, load=LoadTimes(samples_s=(2.0,)), service_s=0.02)
+    small = Candidate(
+        instance_type="small", models_per_instance=10, capacity_source="given", price_per_hour=1.0
+    )
+    big = Candidate(
+        instance_type="big", models_per_instance=40, capacity_source="given", price_per_hour=5.0
+    )
+    # one big instance holds every model: its cold rate (the first loads) is the bar
+    everything = simulate(trace, replace(base, models_per_instance=40)).data
+    bar = everything["cold_starts_per_min"] * 1.2
+    answer = size(trace, [small, big], base, slo_p99_ms=None, max_cold_per_min=bar)
+    assert answer.best is not None and answer.best.meets
+    tried = {(r.instance_type, r.count): r for r in answer.rows}
+    assert answer.best.cold_starts_per_min <= bar
+    assert not tried[("small", 1)].meets  # 10 of 40 models: misses all along
+    cheaper_failing = [
+        r
+        for r in tried.values()
+        if r.cost_per_hour is not None and r.cost_per_hour < answer.best.cost_per_hour
+    ]
+    assert all(not r.meets for r in cheaper_failing)
+
+
+def test_no_service_time_ranks_without_p99(trace) -> None:  # type: ignore[no-untyped-def]
+    base = SimConfig(models_per_instance=1, service_s=None)
+    cand = Candidate(
+        instance_type="x", models_per_instance=40, capacity_source="estimate", price_per_hour=None
+    )
+    answer = size(trace, [cand], base, slo_p99_ms=1.0)
+    assert answer.best is not None and answer.best.p99_ms is None
+    assert answer.best.latency_source == "needs a measurement"
+    assert any("p99 needs a measurement" in n for n in answer.notes)
+
+
+def test_unreachable_slo_gives_the_closest(trace) -> None:  # type: ignore[no-untyped-def]
+    base = SimConfig(models_per_instance=1, load=LoadTimes(samples_s=(2.0,)), service_s=0.02)
+    cand = Candidate(
+        instance_type="x", models_per_instance=2, capacity_source="given", price_per_hour=1.0
+    )
+    answer = size(trace, [cand], base, slo_p99_ms=1.0, max_count=3)
+    assert answer.best is None
+    closest = answer.closest()
+    assert closest is not None and "p99" in closest.why_not
+    with pytest.raises(UserInputError, match="--slo-p99-ms must be > 0"):
+        size(trace, [cand], base, slo_p99_ms=-1)

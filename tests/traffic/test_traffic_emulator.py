@@ -1,0 +1,215 @@
+"""make -> replay -> simulate -> size through the CLI against a real ``mmelocal serve``
+(tiny Python-backend copies), and replay's refusals. One emulator serves the module."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from mmelocal.cli.main import cli
+from mmelocal.errors import UserInputError
+from mmelocal.testing.tiny_model import request_json, write_tarball
+from mmelocal.traffic.compare import agreement, config_from_replay
+from mmelocal.traffic.replay import ReplayAborted, ReplayOptions, replay
+from mmelocal.traffic.results import TrafficResult
+from mmelocal.traffic.simulate import simulate
+from mmelocal.traffic.trace import Trace, read_trace
+
+pytestmark = pytest.mark.triton
+
+BODY = json.dumps(request_json(np.ones((1, 4), dtype=np.float32))).encode()
+
+
+class Served:
+    def __init__(self, url: str, store: Path, tarball: Path) -> None:
+        self.url, self.store, self.tarball = url, store, tarball
+
+    def state(self) -> dict[str, Any]:
+        """GET /emulator/state."""
+        with urllib.request.urlopen(self.url + "/emulator/state", timeout=30) as resp:
+            return json.loads(resp.read())  # type: ignore[no-any-return]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    from mmelocal.emulator.emulator import EmulatorConfig
+    from mmelocal.emulator.server import EmulatorServer
+
+    root = tmp_path_factory.mktemp("traffic")
+    (root / "store").mkdir()
+    tarball = write_tarball(root / "tiny.tar.gz")
+    config = EmulatorConfig(
+        store=str(root / "store"), cache_dir=root / "cache", memory_budget_bytes=2 * 1024**3
+    )
+    with EmulatorServer(config) as server:
+        yield Served(server.url, root / "store", tarball)
+
+
+def _run(*args: str) -> str:
+    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_make_replay_simulate_size(served: Served, tmp_path: Path) -> None:
+    trace_path, payload = tmp_path / "t.csv", tmp_path / "body.json"
+    payload.write_bytes(BODY)
+    _run(
+        "traffic",
+        "make",
+        "--models",
+        "3",
+        "--rate",
+        "8",
+        "--duration",
+        "4",
+        "--zipf",
+        "1.2",
+        "--seed",
+        "1",
+        "--out",
+        str(trace_path),
+        "--store",
+        str(served.store),
+        "--tarball",
+        str(served.tarball),
+    )
+    trace = read_trace(trace_path)
+    loads_before = served.state()["event_counts"]["load"]
+    _run(
+        "traffic",
+        "replay",
+        str(trace_path),
+        "--url",
+        served.url,
+        "--payload",
+        str(payload),
+        "--json",
+        str(tmp_path / "r.json"),
+        "--html",
+        str(tmp_path / "r.html"),
+    )
+    replayed = TrafficResult.read_json(tmp_path / "r.json")
+    data = replayed.data
+    for key in (
+        "requests",
+        "errors",
+        "hit_ratio",
+        "cold_starts",
+        "max_loaded",
+        "cold_load_s_p50",
+        "latency_ms",
+    ):
+        assert key in data
+    assert data["requests"] == len(trace) and data["errors"] == 0
+    # the replay's own record of every load equals the emulator's count
+    loads = served.state()["event_counts"]["load"] - loads_before
+    assert data["loads"] == loads == len(data["cold_load_s"]) == len(set(trace.model_ids.tolist()))
+    assert data["cold_starts"] >= loads  # each load had at least the caller that asked for it
+    assert data["max_loaded"] == loads  # the budget holds them all: nothing evicted
+    # the caller that asked for the first load waited that whole load
+    assert data["latency_ms"]["cold"]["p99"] >= 0.5 * min(data["cold_load_s"]) * 1e3
+    assert "<img" in (tmp_path / "r.html").read_text()
+
+    # the small validation: simulated with what the replay measured
+    simulated = simulate(trace, config_from_replay(replayed))
+    agree = agreement(replayed, simulated)
+    assert simulated["loads"] == loads
+    # with every model fitting, only the callers during the first loads miss; the load
+    # queue decides how many: allow one request of difference per load either way
+    assert abs(agree.cold_starts_simulated - agree.cold_starts_replayed) <= max(
+        loads, 0.15 * agree.cold_starts_replayed
+    )
+
+    out = _run(
+        "traffic",
+        "simulate",
+        str(trace_path),
+        "--models-per-instance",
+        str(data["max_loaded"]),
+        "--load-seconds",
+        str(tmp_path / "r.json"),
+        "--from-replay",
+        str(tmp_path / "r.json"),
+        "--json",
+        str(tmp_path / "s.json"),
+    )
+    assert "hit ratio" in out
+    sim = json.loads((tmp_path / "s.json").read_text())
+    assert sim["cold_starts"] == simulated["cold_starts"]  # the CLI runs the same simulation
+    out = _run(
+        "traffic",
+        "size",
+        str(trace_path),
+        "--slo-p99-ms",
+        "100000",
+        "--instance-type",
+        "ml.g5.xlarge",
+        "--models-per-instance",
+        "3",
+        "--json",
+        str(tmp_path / "z.json"),
+    )
+    best = json.loads((tmp_path / "z.json").read_text())["best"]
+    assert best["instance_type"] == "ml.g5.xlarge" and best["count"] == 1
+    assert best["latency_source"] == "needs a measurement"  # no GPU service time was given
+
+
+def test_missing_target_fails_before_sending(served: Served) -> None:
+    trace = Trace(
+        times_s=np.array([0.0, 0.1]),
+        model_ids=np.array([0, 1], dtype=np.int32),
+        models=("model-0.tar.gz", "absent.tar.gz"),
+    )
+    (served.store / "model-0.tar.gz").unlink(missing_ok=True)
+    (served.store / "model-0.tar.gz").hardlink_to(served.tarball)
+    invocations = served.state()["metrics"]["Invocations"]
+    with pytest.raises(UserInputError, match=r"lacks 1 TargetModel.*'absent.tar.gz' \(trace row 3"):
+        replay(trace, body=BODY, url=served.url)
+    assert served.state()["metrics"]["Invocations"] == invocations  # nothing was sent
+
+
+def test_in_flight_cap_fails_and_rate_check(served: Served) -> None:
+    (served.store / "cap.tar.gz").unlink(missing_ok=True)
+    (served.store / "cap.tar.gz").hardlink_to(served.tarball)
+    # a cold model: the first call waits for its load, so the second finds it in flight
+    trace = Trace(
+        times_s=np.array([0.0, 0.01, 0.02]),
+        model_ids=np.zeros(3, dtype=np.int32),
+        models=("cap.tar.gz",),
+    )
+    with pytest.raises(ReplayAborted, match="--max-in-flight cap"):
+        replay(trace, body=BODY, url=served.url, options=ReplayOptions(max_in_flight=1))
+    busy = Trace(
+        times_s=np.linspace(0, 0.5, 2000),
+        model_ids=np.zeros(2000, dtype=np.int32),
+        models=("cap.tar.gz",),
+    )
+    with pytest.raises(UserInputError, match="peaks at 2,000 requests/s"):
+        replay(busy, body=BODY, url=served.url, options=ReplayOptions(max_rate_rps=1000))
+
+
+def test_replay_through_boto3_says_the_split_is_inferred(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    (served.store / "boto.tar.gz").unlink(missing_ok=True)
+    (served.store / "boto.tar.gz").hardlink_to(served.tarball)
+    trace = Trace(
+        times_s=np.array([0.0, 0.2]), model_ids=np.zeros(2, dtype=np.int32), models=("boto.tar.gz",)
+    )
+    result = replay(
+        trace, body=BODY, endpoint_name="local", endpoint_url=served.url, region="us-east-1"
+    )
+    assert result["requests"] == 2 and result["answered"] == 2
+    # the emulator is no CloudWatch: the ratio is unknown, and the report says why
+    assert result["hit_ratio"] is None and result["cold_starts"] is None
+    assert any("INFERRED" in n and "could not read CloudWatch" in n for n in result["notes"])
