@@ -218,6 +218,14 @@ def make(
 @click.option(
     "--store", default=None, help="Check every target exists here first (folder or s3://)."
 )
+@click.option(
+    "--workers",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Send over N Locust workers (the load tests'), the schedule sharded by model; "
+    "0: this process sends (with --url).",
+)
 @click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path), default=None)
 @click.option("--html", "html_out", type=click.Path(dir_okay=False, path_type=Path), default=None)
 def replay(
@@ -233,6 +241,7 @@ def replay(
     max_lag_ms: float,
     max_rate: float,
     store: str | None,
+    workers: int,
     json_out: Path | None,
     html_out: Path | None,
 ) -> None:
@@ -261,6 +270,7 @@ def replay(
             store=store,
             options=options,
             progress=progress,
+            workers=workers,
         )
     _print_result(result, f"replay of {trace_path.name}")
     _write_outputs(result, json_out, html_out, f"Replay of {trace_path.name}")

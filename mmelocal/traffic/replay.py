@@ -90,15 +90,16 @@ def shard_schedule(trace: Trace, shards: int) -> list[np.ndarray]:
     return [np.flatnonzero(of_request == s) for s in range(shards)]
 
 
-def check_rate(trace: Trace, options: ReplayOptions) -> None:
-    """Refuse a trace whose peak rate (per second, after ``speed``) one sender cannot send."""
+def check_rate(trace: Trace, options: ReplayOptions, senders: int = 1) -> None:
+    """Refuse a trace whose peak rate (per second, after ``speed``) the senders cannot send
+    (``max_rate_rps`` per sender)."""
     peak = trace.peak_rate_rps(1.0) * options.speed
-    if peak > options.max_rate_rps:
+    if peak > options.max_rate_rps * max(1, senders):
         raise UserInputError(
             f"the trace peaks at {peak:,.0f} requests/s (with --speed {options.speed:g}), over "
-            f"the {options.max_rate_rps:,.0f}/s one sender keeps on time: lower --speed, or "
-            "split the trace by model (mmelocal.traffic.replay.shard_schedule) across Locust "
-            "workers; raise --max-rate only after checking the sender keeps up"
+            f"the {options.max_rate_rps:,.0f}/s per sender ({max(1, senders)}) kept on time: lower "
+            "--speed or add --workers (Locust workers, the schedule sharded by model); raise "
+            "--max-rate only after checking a sender keeps up"
         )
 
 
@@ -318,6 +319,160 @@ async def _replay_http(
     return rec, state
 
 
+async def _replay_workers(
+    trace: Trace,
+    url: str,
+    body: bytes,
+    options: ReplayOptions,
+    progress: Callable[[int, int], None] | None,
+    workers: int,
+) -> tuple[_Record, dict[str, Any]]:
+    """The schedule sharded by model over ``workers`` Locust workers (the load tests'
+    worker processes, started here) and a master that gathers every request's outcome."""
+    import contextlib
+    import os
+    import sys
+    import tempfile
+
+    import aiohttp
+
+    from mmelocal.emulator.answers import CACHE_HEADER
+    from mmelocal.runtime.sagemaker import TARGET_MODEL_HEADER
+    from mmelocal.runtime.server_config import pick_free_port
+
+    n = len(trace)
+    rec = _Record(
+        latency_s=np.full(n, np.nan),
+        hit=np.zeros(n, dtype=np.bool_),
+        ok=np.zeros(n, dtype=np.bool_),
+    )
+    target_url = invocations_url(url, "local")
+    base = f"{urlparse(target_url).scheme}://{urlparse(target_url).netloc}"
+    shards = [s for s in shard_schedule(trace, workers) if len(s)]
+    times, models, ids = trace.times_s, trace.models, trace.model_ids
+    state: dict[str, Any] = {}
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    with (
+        tempfile.TemporaryDirectory(prefix="mmelocal-replay-") as work_dir,
+        contextlib.ExitStack() as files,
+    ):
+        work = Path(work_dir)
+        (work / "body").write_bytes(body)
+        config = {
+            "url": target_url,
+            "body_path": str(work / "body"),
+            "content_type": options.content_type,
+            "speed": options.speed,
+            "max_in_flight": options.max_in_flight,
+            "max_lag_s": options.max_lag_s,
+            "timeout_s": options.timeout_s,
+            "target_header": TARGET_MODEL_HEADER,
+            "cache_header": CACHE_HEADER,
+            "shards": [
+                {
+                    "indices": shard.tolist(),
+                    "times": times[shard].tolist(),
+                    "targets": [models[m] for m in ids[shard].tolist()],
+                }
+                for shard in shards
+            ],
+        }
+        (work / "config.json").write_text(json.dumps(config), "utf-8")
+        port = pick_free_port()
+        master = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "mmelocal.traffic._locust_replay",
+            str(work / "config.json"),
+            str(work / "out.json"),
+            "--bind-port",
+            str(port),
+            "--expect",
+            str(len(shards)),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=files.enter_context(open(work / "master.log", "wb")),
+            env=env,
+        )
+        children = [
+            await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "mmelocal.bench.loadtest._locust_dist",
+                "worker",
+                "--master-host",
+                "127.0.0.1",
+                "--master-port",
+                str(port),
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=files.enter_context(open(work / f"worker-{k}.log", "wb")),
+                env=env,
+            )
+            for k in range(len(shards))
+        ]
+        stop = asyncio.Event()
+        poller = None
+        try:
+            async with aiohttp.ClientSession() as session:
+                try:
+                    async with session.get(base + STATE_PATH) as resp:
+                        emulator = resp.status == 200
+                        if emulator:
+                            first = await resp.json()
+                            state["loads_before"] = first.get("event_counts", {}).get("load", 0)
+                except aiohttp.ClientError as exc:
+                    raise UserInputError(f"cannot reach {base}: {exc}") from exc
+                if emulator:
+                    poller = asyncio.ensure_future(
+                        _poll_state(session, base, options.state_interval_s, stop, state)
+                    )
+                assert master.stdout is not None
+                async for raw in master.stdout:
+                    line = raw.decode(errors="replace").strip()
+                    if not line.startswith("{"):
+                        continue
+                    event = json.loads(line)
+                    if event.get("event") == "started":
+                        t0_wall = float(event["t0_wall"])
+                        state["t0_wall"] = t0_wall
+                        state["t0_monotonic"] = time.monotonic() - (time.time() - t0_wall)
+                    elif event.get("event") == "progress" and progress is not None:
+                        progress(int(event["done"]), n)
+                code = await master.wait()
+                stop.set()
+                if poller is not None:
+                    await poller
+        finally:
+            for child in (master, *children):
+                if child.returncode is None:
+                    try:
+                        await asyncio.wait_for(child.wait(), timeout=10)
+                    except TimeoutError:
+                        child.kill()
+                        await child.wait()
+        out = work / "out.json"
+        if code != 0 or not out.exists():
+            tail = (work / "master.log").read_text("utf-8", errors="replace").splitlines()[-10:]
+            raise UserInputError("the replay's Locust master failed:\n" + "\n".join(tail))
+        result = json.loads(out.read_text("utf-8"))
+    if result["aborted"]:
+        raise ReplayAborted(result["aborted"][0] + " (no result is written)")
+    index = np.asarray(result["indices"], dtype=np.int64)
+    codes = np.asarray(result["codes"], dtype=np.int8)
+    rec.latency_s[index] = result["latency_s"]
+    rec.ok[index] = codes != 2
+    rec.hit[index] = codes == 1
+    rec.errors.update(result["errors"])
+    if not result["complete"] or len(index) != n:
+        rec.errors["not reported by a worker"] = n - len(index)
+    state["emulator"] = emulator
+    state["workers"] = result["workers"]
+    if progress is not None:
+        progress(n, n)
+    return rec, state
+
+
 def _replay_boto3(
     trace: Trace,
     endpoint_name: str,
@@ -429,6 +584,7 @@ def replay(
     store: str | None = None,
     options: ReplayOptions | None = None,
     progress: Callable[[int, int], None] | None = None,
+    workers: int = 0,
 ) -> TrafficResult:
     """Replay ``trace`` open loop (see the module docstring) and summarize what happened.
 
@@ -436,12 +592,17 @@ def replay(
     the invocations URL given); with ``endpoint_name`` through boto3 (``endpoint_url`` for
     the local AWS). ``store`` (a folder or ``s3://`` prefix) is checked for every target
     before anything is sent; for ``mmelocal serve`` the emulator's store is checked when it
-    is a folder this machine sees.
+    is a folder this machine sees. ``workers`` > 0 sends over that many Locust workers (the
+    load tests' worker processes), the schedule sharded by model.
     """
     options = options or ReplayOptions()
+    if workers < 0:
+        raise UserInputError(f"--workers must be >= 0, got {workers}")
+    if workers and url is None:
+        raise UserInputError("--workers sends over HTTP: give --url (not --endpoint-name)")
     if (url is None) == (endpoint_name is None):
         raise UserInputError("give --url URL (mmelocal serve) or --endpoint-name NAME (boto3)")
-    check_rate(trace, options)
+    check_rate(trace, options, max(1, workers))
     notes: list[str] = []
     if store is not None:
         check_targets(trace, store)
@@ -449,7 +610,14 @@ def replay(
         store_seen = _emulator_store(url) if store is None else None
         if store_seen is not None:
             check_targets(trace, store_seen)
-        rec, state = asyncio.run(_replay_http(trace, url, "local", body, options, progress))
+        if workers > 0:
+            rec, state = asyncio.run(_replay_workers(trace, url, body, options, progress, workers))
+            notes.append(
+                f"Sent by {state['workers']} Locust worker(s) of the load tests, the schedule "
+                "sharded by model (each model's requests in order on one worker)."
+            )
+        else:
+            rec, state = asyncio.run(_replay_http(trace, url, "local", body, options, progress))
     else:
         assert endpoint_name is not None
         rec, state = _replay_boto3(

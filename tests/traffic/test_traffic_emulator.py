@@ -17,7 +17,7 @@ from mmelocal.cli.main import cli
 from mmelocal.errors import UserInputError
 from mmelocal.testing.tiny_model import request_json, write_tarball
 from mmelocal.traffic.compare import agreement, config_from_replay
-from mmelocal.traffic.replay import ReplayAborted, ReplayOptions, replay
+from mmelocal.traffic.replay import ReplayAborted, ReplayOptions, replay, shard_schedule
 from mmelocal.traffic.results import TrafficResult
 from mmelocal.traffic.simulate import simulate
 from mmelocal.traffic.trace import Trace, read_trace
@@ -213,3 +213,35 @@ def test_replay_through_boto3_says_the_split_is_inferred(
     # the emulator is no CloudWatch: the ratio is unknown, and the report says why
     assert result["hit_ratio"] is None and result["cold_starts"] is None
     assert any("INFERRED" in n and "could not read CloudWatch" in n for n in result["notes"])
+
+
+def test_replay_over_the_load_tests_locust_workers(served: Served) -> None:
+    names = ("w0.tar.gz", "w2.tar.gz")  # their name hashes put them on different workers
+    assert (
+        len(
+            {
+                shard.tolist()[0]
+                for shard in shard_schedule(
+                    Trace(
+                        times_s=np.zeros(2), model_ids=np.arange(2, dtype=np.int32), models=names
+                    ),
+                    2,
+                )
+            }
+        )
+        == 2
+    )
+    for name in names:
+        (served.store / name).unlink(missing_ok=True)
+        (served.store / name).hardlink_to(served.tarball)
+    warm = Trace(times_s=np.zeros(1), model_ids=np.zeros(1, dtype=np.int32), models=names)
+    replay(warm, body=BODY, url=served.url)  # w0 is loaded (and stays: the budget holds all)
+    times = np.arange(24) * 0.05
+    trace = Trace(times_s=times, model_ids=(np.arange(24) % 2).astype(np.int32), models=names)
+    loads_before = served.state()["event_counts"]["load"]
+    result = replay(trace, body=BODY, url=served.url, workers=2)
+    assert result["requests"] == result["answered"] == 24 and result["errors"] == 0
+    assert result["loads"] == served.state()["event_counts"]["load"] - loads_before == 1
+    # every request is classified from the worker's answer: w0's 12 were hits, w2's first a miss
+    assert result["hit_ratio"] >= 12 / 24 and result["cold_starts"] >= 1
+    assert any("2 Locust worker" in n for n in result["notes"])

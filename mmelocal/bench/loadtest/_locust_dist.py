@@ -44,6 +44,7 @@ from locust import LoadTestShape, User, argument_parser  # noqa: E402
 from locust.env import Environment  # noqa: E402
 from locust.runners import STATE_MISSING  # noqa: E402
 
+from mmelocal.bench.loadtest._locust_schedule import register_replay  # noqa: E402
 from mmelocal.bench.loadtest._locust_worker import StageCpu, _emit, stage_steps, user_class  # noqa: E402
 from mmelocal.bench.loadtest.shape import LoadShape  # noqa: E402
 from mmelocal.bench.loadtest.workers import BATCH_INTERVAL_S  # noqa: E402
@@ -380,6 +381,7 @@ def run_worker(master_host: str, master_port: int) -> int:
     runner.register_message(SETUP, on_setup)
     runner.register_message(STAGE, on_stage)
     runner.register_message(FLUSH, on_flush)
+    register_replay(runner)  # the same workers send `mmelocal traffic replay --workers` shards
     env.events.request.add_listener(on_request)
     runner.send_message(HELLO)  # Locust connected in create_worker_runner: handlers are set now
     runner.greenlet.join()
