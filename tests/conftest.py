@@ -23,7 +23,9 @@ if os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
 
 @pytest.fixture(scope="session")
 def tiny_bert_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny random BERT + tokenizer saved with save_pretrained (built once per session)."""
+    """A tiny random BERT + tokenizer saved with save_pretrained (built once per session; the
+    suite's one tiny BERT: tests that need it without a tokenizer copy the weights only)."""
+    pytest.importorskip("transformers")
     from mmelocal.testing.tiny_bert import save_tiny_bert
 
     return save_tiny_bert(tmp_path_factory.mktemp("tiny_bert") / "tiny-bert")

@@ -17,16 +17,19 @@ from mmelocal.testing.tiny_model import expected, write_model
 T = TypeVar("T")
 
 
-def wait_for(check: Callable[[], T], *, timeout_s: float = 120.0, interval_s: float = 0.05) -> T:
+def wait_for(
+    check: Callable[[], T], *, timeout_s: float = 120.0, interval_s: float = 0.05, what: str = ""
+) -> T:
     """Poll ``check`` until it returns something true (returned), or fail after
-    ``timeout_s`` (generous: loads crawl on a busy 2-core CI box)."""
+    ``timeout_s`` (generous: loads crawl on a busy 2-core CI box) saying ``what`` was
+    awaited. The one polling loop of the suite: tests do not write their own."""
     deadline = time.monotonic() + timeout_s
     while True:
         value = check()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"still {value!r} after {timeout_s:g}s")
+            raise AssertionError(f"{what or 'waited'}: still {value!r} after {timeout_s:g}s")
         time.sleep(interval_s)
 
 

@@ -46,12 +46,3 @@ def emulator_10_copies(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emu
         yield EmulatorWithCopies(
             url=server.url, store=root / "store", count=10, payload=payload, server=server
         )
-
-
-@pytest.fixture(scope="session")
-def tiny_bert_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny random BERT (2 layers, hidden 32) saved as a Hugging Face folder, no tokenizer."""
-    pytest.importorskip("transformers")
-    from mmelocal.testing.tiny_bert import save_tiny_bert
-
-    return save_tiny_bert(tmp_path_factory.mktemp("tiny-bert"), tokenizer=False)

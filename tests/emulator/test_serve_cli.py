@@ -13,6 +13,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from shared_helpers import wait_for
 
 from mmelocal.errors import UserInputError
 from mmelocal.runtime.server_config import pick_free_port
@@ -45,15 +46,15 @@ def test_serve_starts_answers_and_stops_cleanly(tmp_path: Path) -> None:
         stderr=subprocess.STDOUT,
     )
     try:
-        ping: dict[str, str] = {}
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
+
+        def pinged() -> dict[str, str] | None:
             try:
                 with urllib.request.urlopen(f"{url}/ping", timeout=1) as r:
-                    ping = json.loads(r.read())
-                    break
+                    return dict(json.loads(r.read()))
             except OSError:
-                time.sleep(0.2)
+                return None
+
+        ping = wait_for(pinged, timeout_s=120, interval_s=0.2, what=f"{url}/ping")
         assert ping["status"] == "Healthy"
         with urllib.request.urlopen(f"{url}/emulator/state", timeout=10) as r:
             triton_pid = json.loads(r.read())["instances"][0]["pid"]

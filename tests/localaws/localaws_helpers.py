@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import tarfile
 import tempfile
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -12,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import psutil
-from shared_helpers import wait_for  # noqa: F401 (re-exported)
+from shared_helpers import wait_for
 
 TRITON_IMAGE = "763104351884.dkr.ecr.us-east-1.amazonaws.com/sagemaker-tritonserver:24.09-py3"
 ROLE = "arn:aws:iam::123456789012:role/SageMakerExecution"
@@ -114,12 +113,12 @@ def model_and_config(
 def wait_status(sm: Any, name: str, *, leaving: str, timeout_s: float = 180.0) -> dict[str, Any]:
     """The example's describe loop: DescribeEndpoint until the status is not ``leaving``
     (polled every 0.2 s, as the example does every 60 s)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
+
+    def left() -> dict[str, Any] | None:
         described: dict[str, Any] = sm.describe_endpoint(EndpointName=name)
-        if described["EndpointStatus"] != leaving or time.monotonic() > deadline:
-            return described
-        time.sleep(0.2)
+        return described if described["EndpointStatus"] != leaving else None
+
+    return wait_for(left, timeout_s=timeout_s, interval_s=0.2, what=f"{name} leaving {leaving}")
 
 
 def tritonservers() -> list[psutil.Process]:

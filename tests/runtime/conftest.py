@@ -8,20 +8,19 @@ import pytest
 
 
 @pytest.fixture(scope="session")
-def acceptance_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def acceptance_models(
+    tmp_path_factory: pytest.TempPathFactory, tiny_bert_dir: Path
+) -> dict[str, Path]:
     """Tiny BERT (random BertConfig) and resnet18 (weights=None), TorchScript and ONNX, built
     by mmelocal's builder with reference outputs of the torch model."""
-    pytest.importorskip("transformers")
     pytest.importorskip("torchvision")
     from mmelocal.builder.build import BuildOptions, build_model
-    from mmelocal.testing.tiny_bert import save_tiny_bert
 
     root = tmp_path_factory.mktemp("acceptance")
-    bert_dir = save_tiny_bert(root / "tinybert-src", tokenizer=False)
     repo = root / "repo"
     built = {}
     overrides = {"warmup_batch_sizes": (1,)}
-    for spec, family in ((str(bert_dir), "tinybert"), ("torchvision:resnet18", "resnet18")):
+    for spec, family in ((str(tiny_bert_dir), "tinybert"), ("torchvision:resnet18", "resnet18")):
         for fmt in ("torchscript", "onnx"):
             name = f"{family}_{fmt}"
             result = build_model(

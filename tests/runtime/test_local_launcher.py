@@ -10,6 +10,7 @@ import numpy as np
 import psutil
 import pytest
 from runtime_models import write_python_model
+from shared_helpers import wait_for
 
 from mmelocal.errors import ServerDiedError, ServerStartError
 from mmelocal.runtime.client import TritonClient
@@ -37,10 +38,7 @@ def test_sigkill_is_seen_quickly_and_stubs_are_reaped(tmp_path):
         stubs = _stub_pids(launcher.pid())
         assert stubs
         os.kill(launcher.pid(), signal.SIGKILL)
-        deadline = time.monotonic() + 30
-        while launcher.is_alive() and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert not launcher.is_alive()
+        wait_for(lambda: not launcher.is_alive(), timeout_s=30, interval_s=0.02, what="death")
         started = time.monotonic()
         with pytest.raises(ServerDiedError) as info:
             client.infer("victim", {"INPUT0": np.zeros((1, 4), np.float32)})
@@ -142,10 +140,7 @@ def test_server_dies_with_the_process_that_started_it(tmp_path):
         parent.kill()  # SIGKILL: no cleanup code runs in the parent
         parent.wait(timeout=60)
         # SIGTERM, then Triton's own exit timeout: poll with a bound generous for loaded CI
-        deadline = time.monotonic() + 60
-        while _is_running(server_pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not _is_running(server_pid)
+        wait_for(lambda: not _is_running(server_pid), timeout_s=60, interval_s=0.1, what="exit")
     finally:
         if parent.poll() is None:
             parent.kill()

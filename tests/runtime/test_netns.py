@@ -6,13 +6,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
+from shared_helpers import wait_for
 
 from mmelocal.runtime.netns import bridge_argv, connect_through, isolation_refused
 from mmelocal.runtime.server_config import pick_free_port
@@ -49,11 +49,12 @@ def bridged(tmp_path: Path) -> Iterator[Bridged]:
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
-    deadline = time.monotonic() + 60
-    while get(port) != 200:  # the server inside starts after the bridge listens
+
+    def answered() -> bool:  # the server inside starts after the bridge listens
         assert process.poll() is None, "the bridge exited"
-        assert time.monotonic() < deadline, "the server behind the bridge never answered"
-        time.sleep(0.05)
+        return get(port) == 200
+
+    wait_for(answered, timeout_s=60, what="the server behind the bridge")
     yield Bridged(process, port, control)
     if process.poll() is None:
         os.killpg(process.pid, signal.SIGKILL)
