@@ -168,9 +168,7 @@ def invocation_answer(emulator: Emulator, target: str, result: InvokeResult) -> 
             message,
             OriginalStatusCode=result.status,
             OriginalMessage=original,
-            LogStreamArn=log_stream_arn(
-                emulator.instances[result.instance].launcher.log_path, result.instance
-            ),
+            LogStreamArn=log_stream_arn(result.log_path, result.instance),
         )
     headers = _ok_headers(
         result.headers.get("content-type", JSON_TYPE),

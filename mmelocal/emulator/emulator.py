@@ -57,6 +57,9 @@ class InvokeResult:
     model_latency_s: float
     wait_s: float
     instance: int
+    #: the answering instance's Triton log (its index is no list position once the fleet
+    #: scaled, and a draining instance is in no list at all)
+    log_path: Path | None = None
 
 
 class Emulator:

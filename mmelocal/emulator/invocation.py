@@ -387,6 +387,7 @@ class Invocation:
                 model_latency_s=latency_s,
                 wait_s=self.wait_s,
                 instance=inst.index,
+                log_path=inst.launcher.log_path,
             )
             try:
                 answer = invocation_answer(self.emulator, target, result)

@@ -86,3 +86,32 @@ def test_a_model_error_names_the_log_it_carries(tmp_path: Path) -> None:
     exc = ModelLoadError("no", model_name="m", status_code=400, log_path=log)
     body = json.loads(invocation_error(exc, "m").body)
     assert body["LogStreamArn"] == f"local:{log}"
+
+
+def test_a_model_error_from_a_scaled_fleet_names_its_instances_log(tmp_path: Path) -> None:
+    """After a scale-in and a scale-out the answering instance's index (here 2) is no
+    position in the instance list (two long), and a draining one is in no list: Triton's
+    4xx still answers 424 ModelError naming that instance's log, never a 500."""
+    from types import SimpleNamespace
+
+    from mmelocal.emulator.answers import invocation_answer
+    from mmelocal.emulator.emulator import InvokeResult
+
+    log = tmp_path / "triton-2.log"
+    result = InvokeResult(
+        status=400,
+        body=b"bad input",
+        headers={},
+        cache_hit=True,
+        model_latency_s=0.0,
+        wait_s=0.0,
+        instance=2,
+        log_path=log,
+    )
+    for instances in ([object(), object()], []):
+        emulator = SimpleNamespace(instances=instances, config=SimpleNamespace(variant_name="v"))
+        answer = invocation_answer(emulator, "m", result)  # type: ignore[arg-type]
+        body = json.loads(answer.body)
+        assert answer.status == 424
+        assert body["__type"] == "ModelError" and body["OriginalStatusCode"] == 400
+        assert body["LogStreamArn"] == f"local:{log}"
