@@ -46,6 +46,8 @@ LOW_ALARM_THRESHOLD_FACTOR: Final = 0.9
 #: Cooldown defaults for SageMaker endpoint variants.
 DEFAULT_SCALE_OUT_COOLDOWN_S: Final = 300.0
 DEFAULT_SCALE_IN_COOLDOWN_S: Final = 300.0
+#: A step scaling policy's ``Cooldown`` when the request leaves it out (SageMaker variants).
+DEFAULT_STEP_COOLDOWN_S: Final = 300.0
 
 #: Application Auto Scaling's names for a SageMaker variant.
 SERVICE_NAMESPACE: Final = "sagemaker"
@@ -71,6 +73,7 @@ __all__ = [
     "ALARM_NAME_FORMAT",
     "DEFAULT_SCALE_IN_COOLDOWN_S",
     "DEFAULT_SCALE_OUT_COOLDOWN_S",
+    "DEFAULT_STEP_COOLDOWN_S",
     "HIGH_ALARM_DATAPOINTS",
     "HIGH_ALARM_EVALUATION_PERIODS",
     "LOW_ALARM_DATAPOINTS",

@@ -24,7 +24,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mmelocal.errors import AwsServiceError
@@ -32,6 +32,7 @@ from mmelocal.facts.autoscaling import (
     ALARM_NAME_FORMAT,
     DEFAULT_SCALE_IN_COOLDOWN_S,
     DEFAULT_SCALE_OUT_COOLDOWN_S,
+    DEFAULT_STEP_COOLDOWN_S,
     HIGH_ALARM_DATAPOINTS,
     HIGH_ALARM_EVALUATION_PERIODS,
     LOW_ALARM_DATAPOINTS,
@@ -497,9 +498,7 @@ class Autoscaler:
         with self._lock:
             previous = self._states.get(state_key, ScalingState(fleet.instance_count))
             alarm_names = list(self.alarms.get((region, policy["PolicyARN"]), []))
-        state = ScalingState(
-            fleet.instance_count, previous.last_scale_out_s, previous.last_scale_in_s
-        )
+        state = replace(previous, capacity=fleet.instance_count)
         high = next((n for n in alarm_names if "-AlarmHigh-" in n), "AlarmHigh")
         low = next((n for n in alarm_names if "-AlarmLow-" in n), "AlarmLow")
         new, decision = target_tracking_step(
@@ -534,7 +533,7 @@ class Autoscaler:
         if not alarms:
             return None
         alarm = alarms[0]
-        cooldown_s = float(config.get("Cooldown", 0)) / scale
+        cooldown_s = float(config.get("Cooldown", DEFAULT_STEP_COOLDOWN_S)) / scale
         last = self._last_step.get((region, policy["ResourceId"]))
         if last is not None and now_s - last < cooldown_s:
             return None

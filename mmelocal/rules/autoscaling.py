@@ -70,11 +70,14 @@ class TargetTrackingPolicy:
 
 @dataclass(frozen=True)
 class ScalingState:
-    """The capacity now and when it last changed (seconds, the caller's clock)."""
+    """The capacity now and when it last changed (seconds, the caller's clock);
+    ``scale_out_from``: the capacity before the scale-out that started the scale-out
+    cooldown (the base a scale-out in that cooldown is computed from)."""
 
     capacity: int
     last_scale_out_s: float | None = None
     last_scale_in_s: float | None = None
+    scale_out_from: int | None = None
 
 
 @dataclass(frozen=True)
@@ -180,7 +183,9 @@ def target_tracking_step(
     invocations per instance in that period). The high alarm (metric over the target for
     3 of 3 periods) scales out, the low alarm (under 90 % of the target for 15 of 15) scales
     in, each to ``ceil(capacity * metric / target)`` from the newest datapoint, within the
-    limits. A scale-out waits out the scale-out cooldown after the previous scale-out; a
+    limits. During the scale-out cooldown the capacity the initiating scale-out added counts
+    as part of the next one (the service's words): the desired count is computed from the
+    capacity before that scale-out, and only a larger scale-out than it made happens; a
     scale-in waits out the scale-in cooldown after the previous scale-in (a scale-out is
     not held back by a scale-in's cooldown, as the service does). A capacity outside the
     limits is brought inside them first.
@@ -212,13 +217,16 @@ def target_tracking_step(
         datapoints_to_alarm=HIGH_ALARM_DATAPOINTS,
     )
     if high == "ALARM":
-        if desired > capacity and not _in_cooldown(
-            now_s, state.last_scale_out_s, policy.scale_out_cooldown_s
-        ):
+        base = capacity
+        if _in_cooldown(now_s, state.last_scale_out_s, policy.scale_out_cooldown_s):
+            # the capacity the initiating scale-out added is part of this one: computed
+            # from the capacity before it, only a larger scale-out goes ahead
+            base = state.scale_out_from if state.scale_out_from is not None else capacity
+            desired = limits.clamp(math.ceil(max(base, 1) * latest / policy.target_value))
+        if desired > capacity:
             cause = ALARM_CAUSE_FORMAT.format(alarm=high_alarm_name, policy=policy_name)
-            return replace(state, capacity=desired, last_scale_out_s=now_s), ScalingDecision(
-                desired, cause
-            )
+            new = replace(state, capacity=desired, last_scale_out_s=now_s, scale_out_from=base)
+            return new, ScalingDecision(desired, cause)
         return state, unchanged
     if policy.disable_scale_in:
         return state, unchanged

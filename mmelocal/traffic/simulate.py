@@ -28,7 +28,7 @@ import heapq
 import math
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -490,17 +490,13 @@ class _Scaler:
 
     def evaluate(self, now_s: float, instances: int) -> int | None:
         """Close every period up to ``now_s``; the new capacity when it changes."""
-        from mmelocal.rules.autoscaling import ScalingState, target_tracking_step
+        from mmelocal.rules.autoscaling import target_tracking_step
 
         changed: int | None = None
         while now_s >= self.next_eval_s:
             self.metric.append(self.count / max(1, instances))
             self.count = 0
-            self.state = ScalingState(
-                capacity=instances,
-                last_scale_out_s=self.state.last_scale_out_s,
-                last_scale_in_s=self.state.last_scale_in_s,
-            )
+            self.state = replace(self.state, capacity=instances)
             self.state, decision = target_tracking_step(
                 self.next_eval_s, self.state, self.metric[-60:], self.policy, self.limits
             )

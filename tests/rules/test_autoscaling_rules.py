@@ -105,17 +105,23 @@ def test_scale_out_after_the_high_alarms_datapoints_proportionally() -> None:
     )
     assert decision.capacity == math.ceil(1 * 250 / 100)
     assert decision.cause == "monitor alarm hi in state ALARM triggered policy p"
-    assert new == ScalingState(3, last_scale_out_s=0)
+    assert new == ScalingState(3, last_scale_out_s=0, scale_out_from=1)
     # clamped to MaxCapacity
     _, decision = target_tracking_step(0, state, [1000.0] * HIGH, POLICY, LIMITS)
     assert decision.capacity == LIMITS.max_capacity
 
 
 def test_scale_out_cooldown_spaces_steps() -> None:
-    state = ScalingState(2, last_scale_out_s=100.0)
-    points = [300.0] * HIGH
+    """In the cooldown of a scale-out from 1 to 2, the added instance counts as part of the
+    next scale-out: the metric that asked for 2 holds (no compounding), a larger one
+    scales out at once; after the cooldown the count is computed from the capacity now."""
+    state = ScalingState(2, last_scale_out_s=100.0, scale_out_from=1)
+    points = [200.0] * HIGH
     _, held = target_tracking_step(100 + 29.9, state, points, POLICY, LIMITS)
     assert held.cause is None and held.capacity == 2
+    larger, moved = target_tracking_step(100 + 29.9, state, [300.0] * HIGH, POLICY, LIMITS)
+    assert moved.capacity == 3 and moved.cause is not None
+    assert larger == ScalingState(3, last_scale_out_s=129.9, scale_out_from=1)
     _, moved = target_tracking_step(100 + 30, state, points, POLICY, LIMITS)
     assert moved.capacity == 4
 
