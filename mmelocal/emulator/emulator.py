@@ -277,6 +277,7 @@ class Emulator:
         if len(self.instances) <= 1:
             return False
         inst = self.instances[-1]
+        inst.retired = True
         for group in (self.instances, self.router.instances, self.watchdog.instances):
             if inst in group:
                 group.remove(inst)

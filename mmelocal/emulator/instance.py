@@ -69,6 +69,9 @@ class TritonInstance:
         url_for: Callable[[Path], str] = str,
     ) -> None:
         self.index = index
+        #: taken out by a scale-in: a restart in progress stops what it started, and no
+        #: new restart begins (a retired instance's process must not outlive it)
+        self.retired = False
         self.launcher = launcher
         self.cache = cache
         self.metrics = metrics
@@ -267,7 +270,10 @@ class TritonInstance:
 
     # -- recovery ----------------------------------------------------------------------
     async def restart(self) -> list[str]:
-        """Restart a dead server; return the targets that were loaded (to load again)."""
+        """Restart a dead server; return the targets that were loaded (to load again).
+        Raises InstanceUnavailableError for a retired instance (scale-in took it out)."""
+        if self.retired:
+            raise InstanceUnavailableError(f"instance {self.index}: retired; not restarted")
         self.up = False
         previous = [e.target for e in sorted(self.models.values(), key=lambda e: -e.last_used_s)]
         died = InstanceUnavailableError(f"instance {self.index}: Triton died; restarting, retry")
@@ -287,6 +293,9 @@ class TritonInstance:
         t0 = time.perf_counter()
         await loop.run_in_executor(self._process_thread, self.launcher.stop)
         await loop.run_in_executor(self._process_thread, self.launcher.start)
+        if self.retired:  # a scale-in stopped it meanwhile: stop what we just started
+            await loop.run_in_executor(None, self.launcher.stop)
+            raise InstanceUnavailableError(f"instance {self.index}: retired; not restarted")
         endpoints = self.launcher.endpoints
         url = endpoints.sagemaker_url or self.control.url
         self.control.connect(url, endpoints.http_url, bridge=endpoints.bridge)

@@ -79,9 +79,13 @@ class Watchdog:
                     continue
                 inst.up = False
                 await asyncio.sleep(backoff[inst.index])
+                if inst.retired or inst not in self.instances:
+                    continue  # taken out (scale-in) while we waited: never restart it
                 try:
                     previous = await inst.restart()
                 except Exception as exc:
+                    if inst.retired:
+                        continue
                     backoff[inst.index] = min(self.max_backoff_s, 2 * backoff[inst.index] or 1.0)
                     logger.error(
                         "instance %d: restart failed (%s); next try in %.0fs",
