@@ -21,6 +21,7 @@ import logging
 import math
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -92,10 +93,12 @@ class HistoryItem:
 
 
 class _Reader:
-    """Per-fleet deltas of the emulator's counters and summaries between two reads."""
+    """Per-fleet deltas of the emulator's counters and summaries between two reads (the
+    cursor is keyed by the fleet itself: an id() is reused once a deleted endpoint's fleet
+    is gone, and a new fleet must start from zero)."""
 
     def __init__(self) -> None:
-        self._last: dict[int, dict[str, int]] = {}
+        self._last: weakref.WeakKeyDictionary[Any, dict[str, int]] = weakref.WeakKeyDictionary()
 
     def read(self, fleet: Any) -> dict[str, list[float]]:
         emulator = fleet.server.emulator
@@ -110,7 +113,7 @@ class _Reader:
             return dict(metrics.counters), summaries
 
         counters, summaries = fleet.server.call(snapshot(), timeout_s=10.0)
-        last = self._last.setdefault(id(fleet), {})
+        last = self._last.setdefault(fleet, {})
         out: dict[str, list[float]] = {}
         for name in _COUNTERS:
             now = int(counters.get(name, 0))
@@ -124,8 +127,8 @@ class _Reader:
         return out
 
     def forget(self, alive: Iterable[Any]) -> None:
-        keep = {id(f) for f in alive}
-        for key in [k for k in self._last if k not in keep]:
+        keep = set(alive)
+        for key in [k for k in list(self._last.keys()) if k not in keep]:
             del self._last[key]
 
 
@@ -157,6 +160,8 @@ class ControlLoop:
         self._thread: threading.Thread | None = None
         self.ticks = 0
         self._tick_done = threading.Condition()
+        #: one period published at a time: a tick by hand waits for the clock's own
+        self._tick_lock = threading.Lock()
 
     @property
     def period_s(self) -> float:
@@ -199,7 +204,12 @@ class ControlLoop:
                 self._tick_done.notify_all()
 
     def tick(self, start_s: float, end_s: float) -> None:
-        """Publish the period ``[start_s, end_s)``, evaluate the alarms, run the callbacks."""
+        """Publish the period ``[start_s, end_s)``, evaluate the alarms, run the callbacks
+        (one tick at a time: a call is published once whichever tick reads it)."""
+        with self._tick_lock:
+            self._tick(start_s, end_s)
+
+    def _tick(self, start_s: float, end_s: float) -> None:
         running = self._running()
         for item in running:
             try:
