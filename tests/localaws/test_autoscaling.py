@@ -5,6 +5,7 @@ what it refuses; a scale-in while a model loads and a delete mid-scaling lose no
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import json
 import logging
@@ -31,6 +32,7 @@ SCALE = 240.0
 BODY = json.dumps(request_json(np.arange(8, dtype=np.float32).reshape(2, 4)))
 #: the tiny model's compute time: ModelLatency >= this under load
 COMPUTE_MS = 4.0
+SCALABLE = "sagemaker:variant:DesiredInstanceCount"
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +49,9 @@ def fast_aws(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalAws]:
 
 
 @pytest.fixture(scope="module")
-def endpoint(fast_aws: LocalAws, tmp_path_factory: pytest.TempPathFactory) -> str:
-    """An MME endpoint with two tarballs (``model.tar.gz`` and a cold ``other.tar.gz``)."""
+def endpoint_config(fast_aws: LocalAws, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """An MME endpoint config with two tarballs (``model.tar.gz`` and a cold
+    ``other.tar.gz``)."""
     work = tmp_path_factory.mktemp("models")
     s3 = boto3.client("s3")
     bucket = unique("scale")
@@ -56,11 +59,39 @@ def endpoint(fast_aws: LocalAws, tmp_path_factory: pytest.TempPathFactory) -> st
     for key, scale in (("model.tar.gz", 2.0), ("other.tar.gz", 3.0)):
         tarball = write_tarball(work / key, scale=scale, compute_ms=COMPUTE_MS)
         s3.upload_file(str(tarball), bucket, f"models/{key}")
-    config = model_and_config(f"s3://{bucket}/models/")
-    name = unique("ep")
+    return model_and_config(f"s3://{bucket}/models/")
+
+
+_ENDPOINT = unique("ep")
+
+
+@pytest.fixture
+def endpoint(endpoint_config: str) -> str:
+    """The module's endpoint in the state every test starts from, whatever ran before:
+    InService at one instance with no scalable target (created again where a test deleted
+    it), so each test holds alone and in any order."""
     sm = boto3.client("sagemaker")
-    sm.create_endpoint(EndpointName=name, EndpointConfigName=config)
-    assert wait_endpoint(sm, name, leaving="Creating")["EndpointStatus"] == "InService"
+    aas = boto3.client("application-autoscaling")
+    name = _ENDPOINT
+    target = {"ServiceNamespace": "sagemaker", "ScalableDimension": SCALABLE,
+              "ResourceId": f"endpoint/{name}/variant/AllTraffic"}  # fmt: skip
+    try:
+        sm.describe_endpoint(EndpointName=name)
+    except ClientError:
+        sm.create_endpoint(EndpointName=name, EndpointConfigName=endpoint_config)
+    if aas.describe_scalable_targets(
+        ServiceNamespace="sagemaker", ResourceIds=[target["ResourceId"]]
+    )["ScalableTargets"]:
+        aas.deregister_scalable_target(**target)
+    status = wait_endpoint(sm, name, leaving="Creating")
+    wait_for(lambda: _counts(sm, name, [])[0] == "InService", timeout_s=120)
+    status = sm.describe_endpoint(EndpointName=name)
+    if status["ProductionVariants"][0]["CurrentInstanceCount"] != 1:
+        sm.update_endpoint_weights_and_capacities(
+            EndpointName=name,
+            DesiredWeightsAndCapacities=[{"VariantName": "AllTraffic", "DesiredInstanceCount": 1}],
+        )
+    wait_for(lambda: _counts(sm, name, []) == ("InService", 1, 1), timeout_s=120)
     return name
 
 
@@ -155,10 +186,11 @@ def test_latency_alarm_goes_to_alarm_under_load_and_back(fast_aws: LocalAws, end
     wait_for(lambda: state() == "OK", timeout_s=60)
     history = cloudwatch.describe_alarm_history(AlarmName=alarm, HistoryItemType="StateUpdate")
     summaries = [item["HistorySummary"] for item in reversed(history["AlarmHistoryItems"])]
-    assert summaries[-2:] == ["Alarm updated from INSUFFICIENT_DATA to ALARM",
-                              "Alarm updated from ALARM to OK"] or summaries[-1].endswith(
-        "ALARM to OK"
-    )  # fmt: skip
+    # from INSUFFICIENT_DATA (to OK first where a period passed before the load's data), to
+    # ALARM under the load, and back to OK after it, in that order
+    assert summaries[0].startswith("Alarm updated from INSUFFICIENT_DATA to "), summaries
+    assert summaries[-1] == "Alarm updated from ALARM to OK", summaries
+    assert any(s.endswith(" to ALARM") for s in summaries[:-1]), summaries
     # the percentile CloudWatch computes (moto has none): p50 of the load's ModelLatency
     end = dt.datetime.now(dt.UTC)
     stats = cloudwatch.get_metric_statistics(
@@ -172,9 +204,9 @@ def test_latency_alarm_goes_to_alarm_under_load_and_back(fast_aws: LocalAws, end
     assert point["SampleCount"] >= load.ok
     assert point["ExtendedStatistics"]["p50"] >= COMPUTE_MS * 1e3
     # the alarm's action scaled the variant out
-    (activity,) = aas.describe_scaling_activities(
+    activity = aas.describe_scaling_activities(  # newest first (earlier tests' come after)
         ServiceNamespace="sagemaker", ResourceId=target["ResourceId"]
-    )["ScalingActivities"]
+    )["ScalingActivities"][0]
     assert activity["Description"] == "Setting desired instance count to 2."
     assert (
         f"monitor alarm {alarm} in state ALARM triggered policy latency-step" in activity["Cause"]
@@ -341,18 +373,36 @@ def test_scale_in_while_a_model_loads_serves_its_caller(fast_aws: LocalAws, endp
         except ClientError as exc:
             answers.append(exc)
 
+    async def hold(lock: asyncio.Lock) -> None:
+        await lock.acquire()
+
+    async def let_go(lock: asyncio.Lock) -> None:
+        lock.release()
+
+    # the new instance's load lock held: the cold load waits there until we let it go
+    gate = newest.state.load_lock
+    fleet.server.call(hold(gate))
     caller = threading.Thread(target=cold_call)
     caller.start()
-    # the cold model goes to the instance with the most free memory: the new, empty one
-    wait_for(lambda: "other.tar.gz" in newest.models, timeout_s=60)
-    loading = newest.models["other.tar.gz"].state
-    assert fleet.scale_to(1, timeout_s=120) == 1
+    scaled: list[int] = []
+    scaling = threading.Thread(target=lambda: scaled.append(fleet.scale_to(1, timeout_s=120)))
+    try:
+        # the cold model goes to the instance with the most free memory: the new, empty one
+        wait_for(lambda: "other.tar.gz" in newest.models, timeout_s=60)
+        scaling.start()
+        wait_for(lambda: newest in emulator.draining, timeout_s=60)
+        # the scale-in took it out of routing while its load is under way, its caller waits
+        assert newest.models["other.tar.gz"].state == "loading"
+        assert not answers and newest.up
+    finally:
+        fleet.server.call(let_go(gate))
+    scaling.join()
     caller.join()
+    assert scaled == [1]
     assert newest not in emulator.instances and not newest.up
     (answer,) = answers
     assert isinstance(answer, bytes), answer
     assert json.loads(answer)["outputs"][0]["name"] == "OUTPUT0"
-    assert loading in ("loading", "ready")
 
 
 def test_delete_mid_scaling_leaves_nothing_running(fast_aws: LocalAws, endpoint: str) -> None:
@@ -375,8 +425,16 @@ def test_delete_mid_scaling_leaves_nothing_running(fast_aws: LocalAws, endpoint:
     assert not aas.describe_scalable_targets(ServiceNamespace="sagemaker", ResourceIds=[resource])[
         "ScalableTargets"
     ]
+    # the scale-out ended (never left InProgress) and says how: cut short by the delete, or
+    # (a fast machine) done before it
     activity = aas.describe_scaling_activities(ServiceNamespace="sagemaker", ResourceId=resource)
-    assert activity["ScalingActivities"][0]["StatusCode"] in ("Failed", "Successful")
+    newest = activity["ScalingActivities"][0]
+    assert newest["Description"] == "Setting desired instance count to 3."
+    expected = {
+        "Failed": f"The endpoint {endpoint} stopped while it was scaling.",
+        "Successful": "Successfully set desired instance count to 3.",
+    }
+    assert newest["StatusMessage"].startswith(expected[newest["StatusCode"]]), newest
 
 
 def _ours(endpoint: str) -> list[Any]:
