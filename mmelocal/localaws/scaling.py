@@ -45,6 +45,7 @@ from mmelocal.facts.autoscaling import (
 )
 from mmelocal.facts.cloudwatch import GPU_METRICS, INSTANCE_NAMESPACE, LOCAL_STAND_IN
 from mmelocal.localaws.metric_store import MetricStore, series_key
+from mmelocal.localaws.state import repoint_alarms
 from mmelocal.rules.autoscaling import (
     ScalingLimits,
     ScalingState,
@@ -68,6 +69,18 @@ def parse_resource(resource_id: str) -> tuple[str, str] | None:
     if len(parts) == 4 and parts[0] == "endpoint" and parts[2] == "variant":
         return parts[1], parts[3]
     return None
+
+
+def _matching(policies: list[dict[str, Any]], query: dict[str, Any]) -> list[dict[str, Any]]:
+    """The policies a DescribeScalingPolicies query names: moto ignores ``PolicyNames`` and
+    matches ``ResourceId`` as a substring; the service filters on both exactly."""
+    names, resource = query.get("PolicyNames"), query.get("ResourceId")
+    return [
+        p
+        for p in policies
+        if (not names or p.get("PolicyName") in names)
+        and (not resource or p.get("ResourceId") == resource)
+    ]
 
 
 @dataclass
@@ -162,11 +175,22 @@ class Autoscaler:
             if status == 200:
                 self._drop_policies(region, str(params.get("ResourceId", "")))
             return status, answer
+        if operation == "PutScalingPolicy":
+            # moto gives a policy put again a new ARN (the service keeps it): the old one's
+            # alarms go, the user's alarms acting on it act on the new one
+            before = self._policy_arns(region, params, names=[params.get("PolicyName")])
         status, answer = forward(params)
         if status == 200 and isinstance(answer, dict):
             if operation == "PutScalingPolicy":
+                new_arn = str(answer.get("PolicyARN", ""))
+                moved = {old: new_arn for old in before if new_arn and old != new_arn}
+                for old in moved:
+                    self.delete_alarms(region, old)
+                if moved:
+                    repoint_alarms(self._client_for("cloudwatch", region), moved)
                 self.policy_put(region, params, answer)
             elif operation == "DescribeScalingPolicies":
+                answer["ScalingPolicies"] = _matching(answer.get("ScalingPolicies", []), params)
                 for policy in answer.get("ScalingPolicies", []):
                     policy["Alarms"] = self.described_alarms(region, policy["PolicyARN"])
         return status, answer
@@ -181,7 +205,7 @@ class Autoscaler:
         if names:
             query["PolicyNames"] = [str(n) for n in names]
         policies = aas.describe_scaling_policies(**query).get("ScalingPolicies", [])
-        return [p["PolicyARN"] for p in policies]
+        return [p["PolicyARN"] for p in _matching(policies, query)]
 
     def _drop_policies(self, region: str, resource: str) -> None:
         """Deregistering a target deletes its policies (and their alarms), as the service

@@ -124,6 +124,8 @@ def _save_region(client_for: ClientFor, region: str) -> dict[str, Any]:
         "endpoints": endpoints,
         "scalable_targets": [_pick(t, _TARGET_FIELDS) for t in targets],
         "scaling_policies": [_pick(p, _POLICY_FIELDS) for p in policies],
+        # a restored policy gets a new ARN: the alarms acting on the old one are repointed
+        "policy_arns": [p["PolicyARN"] for p in policies],
         "alarms": [
             _pick(a, _ALARM_FIELDS)
             for a in alarms
@@ -149,13 +151,37 @@ def save(client_for: ClientFor, root: Path, regions: Iterable[str]) -> None:
     logger.info("local AWS state saved under %s", root)
 
 
-def _create(call: Callable[..., Any], what: str, **params: Any) -> None:
+def _create(call: Callable[..., Any], what: str, **params: Any) -> Any:
     from botocore.exceptions import ClientError
 
     try:
-        call(**params)
+        return call(**params)
     except ClientError as exc:
         logger.warning("not restored: %s (%s)", what, exc)
+        return None
+
+
+_ACTION_FIELDS = ("AlarmActions", "OKActions", "InsufficientDataActions")
+
+
+def repoint_actions(alarm: dict[str, Any], arns: dict[str, str]) -> dict[str, Any]:
+    """``alarm``'s parameters with each policy ARN of ``arns`` in its actions replaced by
+    the policy's new ARN."""
+    out = dict(alarm)
+    for name in _ACTION_FIELDS:
+        if out.get(name):
+            out[name] = [arns.get(action, action) for action in out[name]]
+    return out
+
+
+def repoint_alarms(cloudwatch: Any, arns: dict[str, str]) -> None:
+    """Point the user's alarms acting on a policy at its new ARN (moto gives a policy put
+    again a new ARN where the service keeps it: without this a step scaling alarm would
+    never fire its policy again)."""
+    for old in arns:
+        for alarm in cloudwatch.describe_alarms(ActionPrefix=old).get("MetricAlarms", []):
+            if not alarm["AlarmName"].startswith(_MANAGED_ALARM_PREFIX):
+                cloudwatch.put_metric_alarm(**repoint_actions(_pick(alarm, _ALARM_FIELDS), arns))
 
 
 def restore(client_for: ClientFor, root: Path) -> list[str]:
@@ -191,15 +217,27 @@ def restore(client_for: ClientFor, root: Path) -> list[str]:
                 f"scalable target {target.get('ResourceId')}",
                 **target,
             )
-        for policy in held.get("scaling_policies", []):
-            _create(aas.put_scaling_policy, f"scaling policy {policy.get('PolicyName')}", **policy)
+        arns: dict[str, str] = {}
+        policies = held.get("scaling_policies", [])
+        for policy, old_arn in zip(
+            policies, held.get("policy_arns", [None] * len(policies)), strict=False
+        ):
+            put = _create(
+                aas.put_scaling_policy, f"scaling policy {policy.get('PolicyName')}", **policy
+            )
+            if put is not None and old_arn:
+                arns[old_arn] = put["PolicyARN"]
         cloudwatch = client_for("cloudwatch", region)
         for alarm in held.get("alarms", []):
-            _create(cloudwatch.put_metric_alarm, f"alarm {alarm.get('AlarmName')}", **alarm)
+            _create(
+                cloudwatch.put_metric_alarm,
+                f"alarm {alarm.get('AlarmName')}",
+                **repoint_actions(alarm, arns),
+            )
     for region, groups in state.get("logs", {}).items():
         restore_log_groups(client_for("logs", region), groups)
     logger.info("local AWS state restored from %s", root)
     return list(state.get("regions", {}))
 
 
-__all__ = ["STATE_FILE", "restore", "save"]
+__all__ = ["STATE_FILE", "repoint_actions", "repoint_alarms", "restore", "save"]

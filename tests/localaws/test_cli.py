@@ -89,13 +89,24 @@ def test_local_aws_command_serves_stops_cleanly_and_keeps_its_state(tmp_path: Pa
         target = {"ServiceNamespace": "sagemaker", "ResourceId": "endpoint/e/variant/AllTraffic",
                   "ScalableDimension": "sagemaker:variant:DesiredInstanceCount"}  # fmt: skip
         aas.register_scalable_target(**target, MinCapacity=1, MaxCapacity=4)
-        aas.put_scaling_policy(
-            PolicyName="p", PolicyType="TargetTrackingScaling", **target,
-            TargetTrackingScalingPolicyConfiguration={"TargetValue": 100.0,
-                "PredefinedMetricSpecification": {
-                    "PredefinedMetricType": "SageMakerVariantInvocationsPerInstance"}},
+        for value in (50.0, 100.0):  # put again: it replaces the first one's alarms
+            aas.put_scaling_policy(
+                PolicyName="p", PolicyType="TargetTrackingScaling", **target,
+                TargetTrackingScalingPolicyConfiguration={"TargetValue": value,
+                    "PredefinedMetricSpecification": {
+                        "PredefinedMetricType": "SageMakerVariantInvocationsPerInstance"}},
+            )  # fmt: skip
+        step = aas.put_scaling_policy(
+            PolicyName="step", PolicyType="StepScaling", **target,
+            StepScalingPolicyConfiguration={"AdjustmentType": "ChangeInCapacity",
+                "StepAdjustments": [{"MetricIntervalLowerBound": 0.0, "ScalingAdjustment": 1}]},
         )  # fmt: skip
         cloudwatch = boto3.client("cloudwatch", endpoint_url=url, **KEYS)
+        cloudwatch.put_metric_alarm(
+            AlarmName="latency", Namespace="AWS/SageMaker", MetricName="ModelLatency",
+            Statistic="Average", Period=60, EvaluationPeriods=1, Threshold=1e6,
+            ComparisonOperator="GreaterThanThreshold", AlarmActions=[step["PolicyARN"]],
+        )  # fmt: skip
         cloudwatch.put_metric_alarm(
             AlarmName="errors", Namespace="AWS/SageMaker", MetricName="Invocation5XXErrors",
             Statistic="Sum", Period=60, EvaluationPeriods=1, Threshold=0,
@@ -116,10 +127,14 @@ def test_local_aws_command_serves_stops_cleanly_and_keeps_its_state(tmp_path: Pa
         assert (described["EndpointStatus"], described["EndpointConfigName"]) == ("InService", "c")
         (restored,) = aas.describe_scalable_targets(ServiceNamespace="sagemaker")["ScalableTargets"]
         assert (restored["ResourceId"], restored["MaxCapacity"]) == (target["ResourceId"], 4)
-        (policy,) = aas.describe_scaling_policies(ServiceNamespace="sagemaker")["ScalingPolicies"]
+        policies = aas.describe_scaling_policies(ServiceNamespace="sagemaker")["ScalingPolicies"]
+        policy, step = sorted(policies, key=lambda p: p["PolicyName"])
         assert policy["PolicyName"] == "p" and len(policy["Alarms"]) == 2  # AlarmHigh, AlarmLow
-        names = {a["AlarmName"] for a in cloudwatch.describe_alarms()["MetricAlarms"]}
-        assert names == {"errors", *(a["AlarmName"] for a in policy["Alarms"])}
+        assert policy["TargetTrackingScalingPolicyConfiguration"]["TargetValue"] == 100.0
+        alarms = {a["AlarmName"]: a for a in cloudwatch.describe_alarms()["MetricAlarms"]}
+        assert set(alarms) == {"errors", "latency", *(a["AlarmName"] for a in policy["Alarms"])}
+        # the step scaling alarm acts on the restored policy (its ARN is a new one here)
+        assert alarms["latency"]["AlarmActions"] == [step["PolicyARN"]]
         config = sm.describe_endpoint_config(EndpointConfigName="c")
         assert config["ProductionVariants"][0]["InstanceType"] == "ml.g5.xlarge"
         answer = boto3.client("sagemaker-runtime", endpoint_url=url, **KEYS).invoke_endpoint(
