@@ -44,6 +44,13 @@ DUPLICATE_VARIANT_IN_REQUEST = 'The variant name "{variant}" was non-unique with
 VARIANT_NOT_IN_CONFIG = (
     'The variant name(s) "{variant}" is/are not present within endpoint configuration "{config}".'
 )
+#: UpdateEndpoint / UpdateEndpointWeightsAndCapacities on an endpoint not InService
+ENDPOINT_IN_PROGRESS = 'Cannot update in-progress endpoint "{arn}".'
+#: DesiredInstanceCount 0 (serverless-style scale to zero) on an instance-backed variant
+ZERO_INSTANCES = (
+    "Variant {variant}: DesiredInstanceCount 0 is for endpoints that host inference "
+    "components; an instance-backed variant keeps at least 1 instance."
+)
 
 #: the CloudWatch Logs group of an endpoint and its streams (one per variant and instance)
 LOG_GROUP = "/aws/sagemaker/Endpoints/{endpoint}"
@@ -66,11 +73,13 @@ __all__ = [
     "DEFAULT_VARIANT_NAME",
     "DEFAULT_VARIANT_WEIGHT",
     "DUPLICATE_VARIANT_IN_REQUEST",
+    "ENDPOINT_IN_PROGRESS",
     "LOG_GROUP",
     "LOG_STREAM",
     "TARGET_VARIANT_HEADER",
     "UNKNOWN_TARGET_VARIANT",
     "VARIANT_NOT_IN_CONFIG",
+    "ZERO_INSTANCES",
     "log_group_name",
     "log_stream_arn",
 ]

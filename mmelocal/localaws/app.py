@@ -32,9 +32,11 @@ from typing import Any
 from mmelocal.errors import AwsServiceError
 from mmelocal.facts.runtime_api import (
     DUPLICATE_VARIANT_IN_REQUEST,
+    ENDPOINT_IN_PROGRESS,
     TARGET_VARIANT_HEADER,
     UNKNOWN_TARGET_VARIANT,
     VARIANT_NOT_IN_CONFIG,
+    ZERO_INSTANCES,
 )
 from mmelocal.facts.sagemaker import TARGET_MODEL_HEADER
 from mmelocal.localaws.checks import model_data_problem, model_violations
@@ -373,8 +375,7 @@ class LocalAwsApp:
             )
             raise AwsServiceError(f'Could not find endpoint configuration "{arn}".')
         if state.status in ("Creating", "Updating", "Deleting", "SystemUpdating"):
-            arn = endpoint["EndpointArn"]
-            raise AwsServiceError(f'Cannot update in-progress endpoint "{arn}".')
+            raise AwsServiceError(ENDPOINT_IN_PROGRESS.format(arn=endpoint["EndpointArn"]))
         for check in self.update_checks:
             check(region, name, endpoint, config)
         self.endpoints.update(region, name, config_name)
@@ -392,8 +393,7 @@ class LocalAwsApp:
             raise AwsServiceError(f'Could not find endpoint "{arn}".')
         fleets = state.fleets
         if state.status != "InService" or fleets is None:
-            arn = endpoint["EndpointArn"]
-            raise AwsServiceError(f'Cannot update in-progress endpoint "{arn}".')
+            raise AwsServiceError(ENDPOINT_IN_PROGRESS.format(arn=endpoint["EndpointArn"]))
         desired = list(params.get("DesiredWeightsAndCapacities") or [])
         seen: set[str] = set()
         for item in desired:
@@ -406,12 +406,10 @@ class LocalAwsApp:
                 )
             seen.add(variant)
             if item.get("DesiredInstanceCount") == 0:
-                raise AwsServiceError(
-                    f"Variant {variant}: DesiredInstanceCount 0 is for endpoints that host "
-                    "inference components; an instance-backed variant keeps at least 1 "
-                    "instance."
-                )
-        self.endpoints.update_weights_and_capacities(region, name, desired)
+                raise AwsServiceError(ZERO_INSTANCES.format(variant=variant))
+        if not self.endpoints.update_weights_and_capacities(region, name, desired):
+            # the autoscaler claimed it since the check above
+            raise AwsServiceError(ENDPOINT_IN_PROGRESS.format(arn=endpoint["EndpointArn"]))
         return 200, {"EndpointArn": endpoint["EndpointArn"]}
 
     def _delete_endpoint(

@@ -63,6 +63,8 @@ class EndpointManager:
         self._work_dir = work_dir
         self._lock = threading.Lock()
         self._endpoints: dict[tuple[str, str], EndpointState] = {}
+        #: the generation each autoscaler resize under way began at
+        self._resizing: dict[tuple[str, str], int] = {}
         self._closed = False
 
     # -- queries -----------------------------------------------------------------------
@@ -123,15 +125,18 @@ class EndpointManager:
 
     def update_weights_and_capacities(
         self, region: str, name: str, desired: list[dict[str, Any]]
-    ) -> None:
+    ) -> bool:
         """``UpdateEndpointWeightsAndCapacities`` (checked by the caller): Updating, each
         variant's desired weight and instance count shown at once, made current by a
         worker; then InService. A count it cannot start leaves the old one serving, with
-        the reason as FailureReason."""
+        the reason as FailureReason. False (nothing changes) when the endpoint is no longer
+        InService (the autoscaler's resize began meanwhile: one change at a time)."""
         with self._lock:
             state = self._endpoints.get((region, name))
             if state is None or state.fleets is None:
                 raise KeyError(name)
+            if state.status != "InService":
+                return False
             for item in desired:
                 state.fleets.set_desired(
                     str(item["VariantName"]),
@@ -143,6 +148,36 @@ class EndpointManager:
             state.generation += 1
             generation = state.generation
         self._spawn(state, self._run_weights, state, state.fleets, generation)
+        return True
+
+    def begin_resize(self, region: str, name: str, variant: str) -> Any | None:
+        """Claim an endpoint InService for the autoscaler's resize of ``variant``: Updating,
+        under the lock the API's changes take (one change at a time); the variant's fleet,
+        None when the endpoint is not InService or has no such variant (nothing changes)."""
+        with self._lock:
+            state = self._endpoints.get((region, name))
+            if state is None or state.status != "InService" or state.fleets is None:
+                return None
+            found = state.fleets.get(variant)
+            if found is None:
+                return None
+            state.status = "Updating"
+            self._resizing[(region, name)] = state.generation
+            return found.fleet
+
+    def end_resize(self, region: str, name: str) -> None:
+        """The autoscaler's resize ended: InService again, unless the endpoint moved on
+        meanwhile (deleted, updated)."""
+        with self._lock:
+            generation = self._resizing.pop((region, name), None)
+            state = self._endpoints.get((region, name))
+            if (
+                state is not None
+                and state.generation == generation
+                and state.status == "Updating"
+                and state.fleets is not None
+            ):
+                state.status = "InService"
 
     def close(self, timeout_s: float = 30.0) -> None:
         """Stop every fleet (the server is shutting down); fleets still starting are stopped

@@ -29,6 +29,7 @@ from typing import Any
 
 from mmelocal.errors import AwsServiceError
 from mmelocal.facts.autoscaling import (
+    ALARM_CAUSE_FORMAT,
     ALARM_NAME_FORMAT,
     DEFAULT_SCALE_IN_COOLDOWN_S,
     DEFAULT_SCALE_OUT_COOLDOWN_S,
@@ -60,7 +61,7 @@ FleetOf = Callable[[str, str, str], Any]
 #: (region, endpoint) -> the endpoint's variant names (None: no such endpoint)
 VariantsOf = Callable[[str, str], "list[str] | None"]
 #: (region, endpoint, variant, current or None, desired or None, updating) -> None
-ShowCounts = Callable[[str, str, str, "int | None", "int | None", bool], None]
+ShowCounts = Callable[[str, str, str, "int | None", "int | None", bool], bool]
 
 
 def parse_resource(resource_id: str) -> tuple[str, str] | None:
@@ -534,9 +535,10 @@ class Autoscaler:
         growing = decision.capacity > state.capacity
         if suspended.get("DynamicScalingOutSuspended" if growing else "DynamicScalingInSuspended"):
             return None
+        if not self._resize(region, policy["ResourceId"], fleet, decision.capacity, decision.cause):
+            return None
         with self._lock:
             self._states[state_key] = new
-        self._resize(region, policy["ResourceId"], fleet, decision.capacity, decision.cause)
         return decision.capacity
 
     def _step(
@@ -601,16 +603,19 @@ class Autoscaler:
             "DynamicScalingOutSuspended" if desired > current else "DynamicScalingInSuspended"
         ):
             return None
+        cause = ALARM_CAUSE_FORMAT.format(alarm=alarm["AlarmName"], policy=policy["PolicyName"])
+        if not self._resize(region, policy["ResourceId"], fleet, desired, cause):
+            return None
         self._last_step[(region, policy["ResourceId"])] = now_s
-        cause = (
-            f"monitor alarm {alarm['AlarmName']} in state ALARM triggered policy "
-            f"{policy['PolicyName']}"
-        )
-        self._resize(region, policy["ResourceId"], fleet, desired, cause)
         return desired
 
-    def _resize(self, region: str, resource: str, fleet: Any, capacity: int, cause: str) -> None:
+    def _resize(self, region: str, resource: str, fleet: Any, capacity: int, cause: str) -> bool:
+        """Start resizing ``fleet`` on a worker; False when the endpoint is not InService
+        (another change under way: nothing happens)."""
         endpoint, variant = parse_resource(resource) or ("", "")
+        # claim the endpoint (one change at a time with UpdateEndpointWeightsAndCapacities)
+        if not self._show_counts(region, endpoint, variant, fleet.instance_count, capacity, True):
+            return False
         activity = Activity(
             region=region,
             resource_id=resource,
@@ -620,7 +625,6 @@ class Autoscaler:
         )
         with self._lock:
             self.activities.append(activity)
-        self._show_counts(region, endpoint, variant, fleet.instance_count, capacity, True)
         logger.info("%s: %s (%s)", resource, activity.description, cause)
 
         def run() -> None:
@@ -652,6 +656,7 @@ class Autoscaler:
         with self._lock:
             self._busy[(region, resource)] = worker
         worker.start()
+        return True
 
     def wait(self, timeout_s: float | None = None) -> None:
         """Wait for the resizes under way (tests, shutdown)."""

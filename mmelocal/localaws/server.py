@@ -260,6 +260,8 @@ class LocalAws(StartStopContext):
             self._thread = None
         if self.endpoints is not None:
             self.endpoints.close()
+        if self.autoscaler is not None:  # resizes under way end with their stopped fleets
+            self.autoscaler.wait(timeout_s=30)
         self._cleanup()
 
     def _reset_moto(self) -> None:
@@ -345,21 +347,26 @@ class LocalAws(StartStopContext):
         current: int | None,
         desired: int | None,
         updating: bool,
-    ) -> None:
-        """DescribeEndpoint while a variant scales: Updating, its DesiredInstanceCount
-        (CurrentInstanceCount is what serves, read from the fleet)."""
-        state = self.endpoints.get(region, endpoint) if self.endpoints is not None else None
-        if state is None or state.fleets is None:
-            return
-        found = state.fleets.get(variant)
+    ) -> bool:
+        """An autoscaler resize begins (``updating``: the endpoint claimed under the lock
+        UpdateEndpointWeightsAndCapacities takes, Updating, the variant's
+        DesiredInstanceCount shown; False when it is not InService: no resize) or ends
+        (InService again). CurrentInstanceCount is what serves, read from the fleet."""
+        if self.endpoints is None:
+            return False
+        if updating:
+            if self.endpoints.begin_resize(region, endpoint, variant) is None:
+                return False
+        else:
+            self.endpoints.end_resize(region, endpoint)
+        state = self.endpoints.get(region, endpoint)
+        fleets = state.fleets if state is not None else None
+        found = fleets.get(variant) if fleets is not None else None
         if found is not None:
             found.desired_instance_count = (
-                desired if desired is not None else (found.current_instance_count)
+                desired if desired is not None else found.current_instance_count
             )
-        if updating and state.status == "InService":
-            state.status = "Updating"
-        elif not updating and state.status == "Updating":
-            state.status = "InService"
+        return True
 
     # -- internals ---------------------------------------------------------------------
     def _client(self, service: str, region: str = DEFAULT_REGION, *, internal: bool = True) -> Any:

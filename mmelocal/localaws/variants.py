@@ -6,8 +6,9 @@ instances, sharing the calls by weight.
 :class:`VariantFleets` is what serves the endpoint: it picks the variant of each call
 (``TargetVariant``, else a draw by weight: :func:`mmelocal.rules.variants.choose_variant`),
 describes the variants as ``DescribeEndpoint`` does, and changes weights and instance
-counts (``UpdateEndpointWeightsAndCapacities``, and the autoscaler through
-:meth:`VariantFleets.resize`).
+counts for ``UpdateEndpointWeightsAndCapacities`` (:meth:`VariantFleets.apply`). The
+autoscaler resizes a variant's fleet itself (:meth:`~.fleet.Fleet.scale_to`) once it
+claimed the endpoint from the endpoint manager (one change at a time).
 """
 
 from __future__ import annotations
@@ -144,7 +145,7 @@ class VariantFleets:
         """``DescribeEndpoint``'s ``ProductionVariants``."""
         return tuple(v.described() for v in self.variants)
 
-    # -- changes (UpdateEndpointWeightsAndCapacities, the autoscaler) --------------------
+    # -- changes (UpdateEndpointWeightsAndCapacities) -----------------------------------
     def set_desired(
         self, name: str, *, weight: float | None = None, instance_count: int | None = None
     ) -> None:
