@@ -17,8 +17,15 @@ from typing import Any
 from mmelocal.aws.session import aws_error, not_found
 from mmelocal.deploy.plan import TAG_KEY, VARIANT_NAME, ApiStep, DeployOptions
 from mmelocal.errors import DeployError
+from mmelocal.facts.autoscaling import (
+    MME_GPU_SCALE_IN_COOLDOWN_S,
+    MME_GPU_SCALE_OUT_COOLDOWN_S,
+    RESOURCE_ID_FORMAT,
+    SCALABLE_DIMENSION,
+    SERVICE_NAMESPACE,
+)
+from mmelocal.facts.cloudwatch import INSTANCE_NAMESPACE
 
-SCALABLE_DIMENSION = "sagemaker:variant:DesiredInstanceCount"
 POLICY_NAME = "mmelocal-gpu-utilization"
 _SERVICE_CLIENT = {"sagemaker": "sagemaker", "application-autoscaling": "autoscaling"}
 
@@ -88,13 +95,13 @@ def endpoint_config_params(
 
 def resource_id(endpoint_name: str) -> str:
     """Application Auto Scaling's id of the endpoint's variant."""
-    return f"endpoint/{endpoint_name}/variant/{VARIANT_NAME}"
+    return RESOURCE_ID_FORMAT.format(endpoint=endpoint_name, variant=VARIANT_NAME)
 
 
 def scalable_target_params(options: DeployOptions) -> dict[str, Any]:
     """RegisterScalableTarget on the variant's DesiredInstanceCount."""
     return {
-        "ServiceNamespace": "sagemaker",
+        "ServiceNamespace": SERVICE_NAMESPACE,
         "ResourceId": resource_id(options.endpoint_name),
         "ScalableDimension": SCALABLE_DIMENSION,
         "MinCapacity": options.instance_count,
@@ -106,8 +113,8 @@ def scaling_policy_params(options: DeployOptions) -> dict[str, Any]:
     """PutScalingPolicy: target tracking on the endpoint's average GPU utilization, the
     customized metric SageMaker's MME-on-GPU documentation gives."""
     metric = {
-        "MetricName": "GPUUtilization",
-        "Namespace": "/aws/sagemaker/Endpoints",
+        "MetricName": "GPUUtilization",  # an INSTANCE_METRICS name
+        "Namespace": INSTANCE_NAMESPACE,
         "Dimensions": [
             {"Name": "EndpointName", "Value": options.endpoint_name},
             {"Name": "VariantName", "Value": VARIANT_NAME},
@@ -117,15 +124,15 @@ def scaling_policy_params(options: DeployOptions) -> dict[str, Any]:
     }
     return {
         "PolicyName": POLICY_NAME,
-        "ServiceNamespace": "sagemaker",
+        "ServiceNamespace": SERVICE_NAMESPACE,
         "ResourceId": resource_id(options.endpoint_name),
         "ScalableDimension": SCALABLE_DIMENSION,
         "PolicyType": "TargetTrackingScaling",
         "TargetTrackingScalingPolicyConfiguration": {
             "TargetValue": float(options.target_gpu_utilization),
             "CustomizedMetricSpecification": metric,
-            "ScaleInCooldown": 600,
-            "ScaleOutCooldown": 300,
+            "ScaleInCooldown": MME_GPU_SCALE_IN_COOLDOWN_S,
+            "ScaleOutCooldown": MME_GPU_SCALE_OUT_COOLDOWN_S,
         },
     }
 

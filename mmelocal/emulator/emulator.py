@@ -33,6 +33,7 @@ from mmelocal.emulator.probes import (
 from mmelocal.emulator.recovery import Watchdog
 from mmelocal.emulator.router import Router
 from mmelocal.emulator.store import ModelStore, open_store, validate_target
+from mmelocal.facts.sagemaker import DRAIN_TIMEOUT_S
 from mmelocal.runtime.entrypoint import model_namespacing
 from mmelocal.runtime.launcher import TritonLauncher
 from mmelocal.runtime.launchers import make_launcher
@@ -270,7 +271,7 @@ class Emulator:
         logger.info("instance %d joined (%d instance(s))", inst.index, len(self.instances))
         return inst
 
-    async def remove_instance(self, *, drain_timeout_s: float = 75.0) -> bool:
+    async def remove_instance(self, *, drain_timeout_s: float = DRAIN_TIMEOUT_S) -> bool:
         """Take the newest instance out of routing, let its calls in flight and its loads
         finish (callers waiting on a load are served there), then stop it. False when
         only one instance is left."""

@@ -48,6 +48,10 @@ DEFAULT_SCALE_OUT_COOLDOWN_S: Final = 300.0
 DEFAULT_SCALE_IN_COOLDOWN_S: Final = 300.0
 #: A step scaling policy's ``Cooldown`` when the request leaves it out (SageMaker variants).
 DEFAULT_STEP_COOLDOWN_S: Final = 300.0
+#: The cooldowns of the GPU-utilization target tracking policy the MME-on-GPU guide gives
+#: (``mmelocal deploy`` puts it): scale in slowly, scale out at the service's default.
+MME_GPU_SCALE_IN_COOLDOWN_S: Final = 600
+MME_GPU_SCALE_OUT_COOLDOWN_S: Final = 300
 
 #: Application Auto Scaling's names for a SageMaker variant.
 SERVICE_NAMESPACE: Final = "sagemaker"
@@ -80,6 +84,8 @@ __all__ = [
     "LOW_ALARM_EVALUATION_PERIODS",
     "LOW_ALARM_THRESHOLD_FACTOR",
     "METRIC_PERIOD_S",
+    "MME_GPU_SCALE_IN_COOLDOWN_S",
+    "MME_GPU_SCALE_OUT_COOLDOWN_S",
     "PREDEFINED_METRICS",
     "RESOURCE_ID_FORMAT",
     "SCALABLE_DIMENSION",

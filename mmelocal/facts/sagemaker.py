@@ -54,6 +54,14 @@ UNLOAD_TIMEOUT_S: Final = TRITON_UNLOAD_WAIT_S + 10.0
 DIRECT_LOAD_TIMEOUT_S: Final = 300.0
 #: How long mmelocal waits for one request to a Triton (metadata, inference, statistics).
 REQUEST_TIMEOUT_S: Final = INVOKE_TIMEOUT_S
+#: How long an update, a delete or a scale-in lets the calls in flight on what it stops
+#: finish: the container's time to answer plus a margin.
+DRAIN_TIMEOUT_S: Final = INVOKE_TIMEOUT_S + 15.0
+#: How long the local AWS waits for a fleet's answer to one call (or a single-model
+#: endpoint's first load): a cold load's whole time, then the invocation's.
+LOAD_AND_INVOKE_TIMEOUT_S: Final = LOAD_LIMIT_S + INVOKE_TIMEOUT_S
+#: ``DescribeEndpoint``'s ``FailureReason``: at most this many characters (API reference).
+FAILURE_REASON_MAX_CHARS: Final = 1024
 
 # --- memory ------------------------------------------------------------------------------
 
@@ -84,9 +92,12 @@ SAGEMAKER_BINARY_CONTENT_TYPE: Final = (
 __all__ = [
     "CUSTOM_ATTRIBUTES_HEADER",
     "DIRECT_LOAD_TIMEOUT_S",
+    "DRAIN_TIMEOUT_S",
     "ERROR_TYPE_HEADER",
+    "FAILURE_REASON_MAX_CHARS",
     "INVOKED_VARIANT_HEADER",
     "INVOKE_TIMEOUT_S",
+    "LOAD_AND_INVOKE_TIMEOUT_S",
     "LOAD_LIMIT_S",
     "MAX_PAYLOAD_BYTES",
     "MEMORY_THRESHOLD",

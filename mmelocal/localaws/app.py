@@ -38,7 +38,7 @@ from mmelocal.facts.runtime_api import (
     VARIANT_NOT_IN_CONFIG,
     ZERO_INSTANCES,
 )
-from mmelocal.facts.sagemaker import TARGET_MODEL_HEADER
+from mmelocal.facts.sagemaker import LOAD_AND_INVOKE_TIMEOUT_S, TARGET_MODEL_HEADER
 from mmelocal.localaws.checks import model_data_problem, model_violations
 from mmelocal.localaws.endpoints import EndpointManager
 from mmelocal.localaws.logs import LogShipper
@@ -508,7 +508,7 @@ class LocalAwsApp:
                     f"{fleet.url}/endpoints/{name}/invocations",
                     body=body,
                     headers=headers,
-                    timeout=400.0,
+                    timeout=LOAD_AND_INVOKE_TIMEOUT_S,
                     preload_content=True,
                 )
         except urllib3.exceptions.HTTPError as exc:  # the fleet stopped under the call

@@ -19,14 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from mmelocal.errors import EndpointFailedError
+from mmelocal.facts.sagemaker import DRAIN_TIMEOUT_S, FAILURE_REASON_MAX_CHARS
 from mmelocal.localaws.fleet import Fleet
 from mmelocal.localaws.variants import EndpointPlan, StartFleet, VariantFleets, start_variants
 
 logger = logging.getLogger(__name__)
-
-#: how long an update or a delete lets calls in flight finish (the service's model
-#: timeout is 60 s)
-DRAIN_TIMEOUT_S = 75.0
 
 #: (region, endpoint name, config name) -> what the config serves, read from moto
 Describe = Callable[[str, str, str], EndpointPlan]
@@ -293,7 +290,7 @@ def _reason(exc: BaseException) -> str:
     """The FailureReason for an exception: its message (an unexpected one is logged)."""
     if not isinstance(exc, EndpointFailedError):
         logger.error("endpoint transition failed", exc_info=exc)
-    return (str(exc).strip() or type(exc).__name__)[:1024]  # FailureReason's maximum
+    return (str(exc).strip() or type(exc).__name__)[:FAILURE_REASON_MAX_CHARS]
 
 
-__all__ = ["DRAIN_TIMEOUT_S", "EndpointManager", "EndpointState"]
+__all__ = ["EndpointManager", "EndpointState"]

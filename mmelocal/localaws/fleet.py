@@ -21,6 +21,11 @@ from typing import Any
 from mmelocal.deploy.images import REPOSITORY
 from mmelocal.errors import EndpointFailedError
 from mmelocal.facts.runtime_api import DEFAULT_VARIANT_NAME, DEFAULT_VARIANT_WEIGHT
+from mmelocal.facts.sagemaker import (
+    DRAIN_TIMEOUT_S,
+    FAILURE_REASON_MAX_CHARS,
+    LOAD_AND_INVOKE_TIMEOUT_S,
+)
 from mmelocal.localaws.checks import parse_s3_url
 
 #: the repository of SageMaker's Triton images (``<account>.dkr.ecr.<region>.amazonaws.com/
@@ -182,7 +187,9 @@ class Fleet:
             target = self.plan.single_model_target
             if target is not None:
                 emulator = self.server.emulator
-                self.server.call(emulator.ensure_loaded(target), timeout_s=400)
+                self.server.call(
+                    emulator.ensure_loaded(target), timeout_s=LOAD_AND_INVOKE_TIMEOUT_S
+                )
         except Exception as exc:
             self.server.stop()
             raise EndpointFailedError(_reason(exc)) from exc
@@ -221,7 +228,9 @@ class Fleet:
         """Triton instances taking calls now."""
         return len(self.server.emulator.instances)
 
-    def scale_to(self, count: int, *, timeout_s: float, drain_timeout_s: float = 75.0) -> int:
+    def scale_to(
+        self, count: int, *, timeout_s: float, drain_timeout_s: float = DRAIN_TIMEOUT_S
+    ) -> int:
         """Add or drain instances, one at a time, until ``count`` serve; the count reached.
         A new instance joins routing once Triton is up; a drained one finishes its calls
         and loads first (no call fails)."""
@@ -262,7 +271,9 @@ def new_instance_id() -> str:
 
 def _reason(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0] if len(text) > 1000 else text
+    if len(text) > FAILURE_REASON_MAX_CHARS:
+        text = text.splitlines()[0]
+    return text[:FAILURE_REASON_MAX_CHARS]
 
 
 __all__ = [
