@@ -1,0 +1,49 @@
+"""The autoscaler and UpdateEndpointWeightsAndCapacities change an endpoint one at a time:
+the autoscaler claims it under the endpoint manager's lock (Updating), the API's change is
+refused meanwhile, and the claim's end returns it to InService unless it moved on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from mmelocal.localaws.endpoints import EndpointManager, EndpointState
+from mmelocal.localaws.variants import VariantFleets
+
+
+def _manager(tmp_path: Path) -> tuple[EndpointManager, EndpointState, Any]:
+    def unused(*_: Any) -> Any:
+        raise AssertionError("no fleet starts here")
+
+    manager = EndpointManager(describe=unused, start_fleet=unused, forget=unused, work_dir=tmp_path)
+    fleet = SimpleNamespace(
+        plan=SimpleNamespace(variant_name="AllTraffic", weight=1.0, instances=1),
+        instance_count=1,
+    )
+    fleets = VariantFleets(SimpleNamespace(endpoint_name="e"), [fleet])  # type: ignore[arg-type, list-item]
+    state = EndpointState(region="r", name="e", status="InService", fleets=fleets)
+    manager._endpoints[("r", "e")] = state
+    return manager, state, fleet
+
+
+def test_a_resize_claims_the_endpoint_and_the_api_waits(tmp_path: Path) -> None:
+    manager, state, fleet = _manager(tmp_path)
+    assert manager.begin_resize("r", "e", "Missing") is None
+    assert manager.begin_resize("r", "e", "AllTraffic") is fleet
+    assert state.status == "Updating"
+    assert manager.begin_resize("r", "e", "AllTraffic") is None  # one resize at a time
+    change = [{"VariantName": "AllTraffic", "DesiredInstanceCount": 2}]
+    assert manager.update_weights_and_capacities("r", "e", change) is False
+    assert state.fleets is not None
+    assert state.fleets.variants[0].desired_instance_count == 1  # nothing changed
+    manager.end_resize("r", "e")
+    assert state.status == "InService"
+
+
+def test_a_resize_ending_after_the_endpoint_moved_on_leaves_its_status(tmp_path: Path) -> None:
+    manager, state, _ = _manager(tmp_path)
+    assert manager.begin_resize("r", "e", "AllTraffic") is not None
+    state.generation += 1  # an UpdateEndpoint or a delete took over meanwhile
+    manager.end_resize("r", "e")
+    assert state.status == "Updating"
