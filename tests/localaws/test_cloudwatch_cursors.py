@@ -28,3 +28,4 @@ def test_a_new_fleet_starts_from_zero_after_a_deleted_one() -> None:
         assert reader.read(fleet)["Invocations"] == [0.0]
         del fleet
         gc.collect()
+        assert not list(reader._last.keys())  # its cursor went with it: no id() to reuse
