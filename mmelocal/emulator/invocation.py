@@ -337,7 +337,9 @@ class Invocation:
             conn.expire(self.path.invoke_timeout_s)
 
     def cancel(self) -> None:
-        """The client went away: stop waiting (a load or a recovery goes on without it)."""
+        """The client went away: stop waiting (a load or a recovery goes on without it:
+        :meth:`~mmelocal.emulator.instance.TritonInstance.acquire` waits on the load and
+        :meth:`_recover` on the recovery through :func:`asyncio.shield`)."""
         task = self.task
         if task is not None and not task.done():
             task.cancel()
@@ -403,8 +405,11 @@ class Invocation:
         self._attempt()
 
     async def _recover(self, inst: TritonInstance, status: int) -> None:
+        # shielded: a client that goes away stops waiting, the unload it began finishes
+        recovery = asyncio.ensure_future(self.emulator.recover_from(inst, self.target, status))
+        recovery.add_done_callback(lambda f: f.cancelled() or f.exception())
         try:
-            await self.emulator.recover_from(inst, self.target, status)
+            await asyncio.shield(recovery)
         except Exception as exc:
             self.task = None
             self._fail(exc)
