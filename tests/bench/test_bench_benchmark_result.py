@@ -212,13 +212,15 @@ def test_old_module_paths_name_the_moved_modules() -> None:
     import mmelocal.bench.capacity_result as old_capacity
     import mmelocal.bench.remote_capacity as old_remote
     import mmelocal.deploy.session as old_session
+    import mmelocal.deploy.sizing as old_sizing
 
     from mmelocal.aws import session
-    from mmelocal.bench.capacity import measure_capacity
+    from mmelocal.bench.capacity import measure_capacity, sizing
     from mmelocal.bench.capacity.loop import measure_capacity as loop_measure
     from mmelocal.bench.endpoint import capacity
 
     assert old_capacity.CapacityResult is CapacityResult
     assert old_remote is capacity
     assert old_session is session
+    assert old_sizing is sizing
     assert measure_capacity is loop_measure
