@@ -54,6 +54,16 @@ from mmelocal.runtime.server_config import ServerConfig
 logger = logging.getLogger(__name__)
 
 
+def _opened_port_names(config: ServerConfig) -> list[str]:
+    """The config's fields naming the ports tritonserver opens (the bridge's ports)."""
+    names = ["http_port", "sagemaker_port"]
+    if config.serves_grpc:
+        names.append("grpc_port")
+    if config.serves_metrics:
+        names.append("metrics_port")
+    return names
+
+
 class LocalLauncher(OwnedServerLauncher):
     """Start the tritonserver binary as a child process (see the module docstring).
 
@@ -121,6 +131,34 @@ class LocalLauncher(OwnedServerLauncher):
         _warn_if_small_shm(self._requested.python_shm_default_bytes)
         backends = self._requested.backend_directory or prepare_backend_directory(install)
         requested = self._bind_bridge_ports(self._requested)
+        try:  # from the bind to the spawn: the launcher's copies close whatever happens
+            endpoints = self._spawn(install, backends, requested)
+        finally:
+            self._close_bridge_sockets()
+        _reap_group_on_exit(self._process)
+        try:
+            self.ready_after_s = wait_until_ready(
+                lambda: triton_ready(endpoints),
+                timeout_s=self.start_timeout_s,
+                url=self._endpoints.http_url,
+                log_path=self._log_path,
+                process=self._process,
+            )
+        except BaseException:
+            self.stop()
+            raise
+        self.start_total_s = time.monotonic() - t0
+        self.start_overhead_s = self.start_total_s - self.ready_after_s
+        logger.info(
+            "tritonserver pid %s ready in %.2fs at %s (log %s)",
+            self.pid(),
+            self.ready_after_s,
+            self._endpoints.http_url,
+            self._log_path,
+        )
+
+    def _spawn(self, install: TritonInstall, backends: Path, requested: ServerConfig) -> Endpoints:
+        """Resolve the config, write the argv and start the process (its endpoints)."""
         config = dataclasses.replace(
             requested.resolved(),
             backend_directory=backends,
@@ -164,29 +202,7 @@ class LocalLauncher(OwnedServerLauncher):
             raise ServerStartError(
                 f"could not run {install.binary}: {exc.strerror or exc}", log_path=self._log_path
             ) from exc
-        finally:
-            self._close_bridge_sockets()
-        _reap_group_on_exit(self._process)
-        try:
-            self.ready_after_s = wait_until_ready(
-                lambda: triton_ready(endpoints),
-                timeout_s=self.start_timeout_s,
-                url=self._endpoints.http_url,
-                log_path=self._log_path,
-                process=self._process,
-            )
-        except BaseException:
-            self.stop()
-            raise
-        self.start_total_s = time.monotonic() - t0
-        self.start_overhead_s = self.start_total_s - self.ready_after_s
-        logger.info(
-            "tritonserver pid %s ready in %.2fs at %s (log %s)",
-            self.pid(),
-            self.ready_after_s,
-            self._endpoints.http_url,
-            self._log_path,
-        )
+        return endpoints
 
     def _bind_bridge_ports(self, config: ServerConfig) -> ServerConfig:
         """Behind the bridge, bind the ports Triton opens here and now (port 0: the
@@ -196,11 +212,7 @@ class LocalLauncher(OwnedServerLauncher):
         self._bridge_sockets = {}
         if not (config.sagemaker and self._isolate_network) or netns.isolation_refused():
             return config
-        names = ["http_port", "sagemaker_port"]  # only the ports Triton opens
-        if config.serves_grpc:
-            names.append("grpc_port")
-        if config.serves_metrics:
-            names.append("metrics_port")
+        names = _opened_port_names(config)
         host = config.host or "0.0.0.0"
         try:
             for name in names:
@@ -244,11 +256,7 @@ class LocalLauncher(OwnedServerLauncher):
         self.isolated = True
         self._bridge_dir = Path(tempfile.mkdtemp(prefix="mmelocal-ns-"))
         inside = dataclasses.replace(config, host="127.0.0.1")
-        names = ["http_port", "sagemaker_port"]  # only the ports Triton opens
-        if config.serves_grpc:
-            names.append("grpc_port")
-        if config.serves_metrics:
-            names.append("metrics_port")
+        names = _opened_port_names(config)
         bound = self._bridge_sockets
         return netns.bridge_argv(
             host=config.host or "0.0.0.0",
