@@ -48,7 +48,11 @@ from mmelocal.emulator.upstream import (
     UpstreamError,
     UpstreamTimeoutError,
 )
-from mmelocal.facts.sagemaker import TARGET_MODEL_HEADER
+from mmelocal.facts.sagemaker import (
+    CUSTOM_ATTRIBUTES_HEADER,
+    INFERENCE_HEADER_CONTENT_LENGTH,
+    TARGET_MODEL_HEADER,
+)
 
 _TARGET = TARGET_MODEL_HEADER.lower().encode()
 _TARGET_TITLE = TARGET_MODEL_HEADER.encode()
@@ -56,8 +60,8 @@ _FORWARDED = tuple((name.lower().encode(), name.encode()) for name in FORWARDED_
 _ENCODING = b"content-encoding"
 _JSON = b"application/json"
 _BINARY = SAGEMAKER_BINARY.encode()
-_V2_LENGTH = b"inference-header-content-length"
-_CUSTOM = "x-amzn-sagemaker-custom-attributes"
+_V2_LENGTH = INFERENCE_HEADER_CONTENT_LENGTH.lower().encode()
+_CUSTOM = CUSTOM_ATTRIBUTES_HEADER.lower()
 
 #: the most a compressed v2 infer body may inflate to (a gzip bomb is refused)
 MAX_DECODED_BYTES = 128 * 1024 * 1024
