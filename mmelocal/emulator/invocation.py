@@ -100,7 +100,10 @@ def decode_body(encoding: bytes, body: bytes) -> bytes | tuple[int, str]:
 def sagemaker_encoding_reply(status: int, message: str) -> Reply:
     """What Triton's SageMaker front end answers an invoke whose body it cannot inflate
     (``SageMakerMMEHandleInfer``): 415 with no body and the codings it reads in
-    ``Accept-Encoding`` for an unknown coding; its JSON error (400) for bad data."""
+    ``Accept-Encoding`` for an unknown coding (``status`` 0); its JSON error (400) for
+    anything else :func:`decode_body` refuses: bad data (400) and a body that inflates past
+    :data:`MAX_DECODED_BYTES` (413 there: mmelocal's own guard, answered as Triton answers
+    a failed inflate)."""
     if status == 0:
         return Reply(415, {"accept-encoding": "gzip, deflate"}, b"")
     body = json.dumps({"error": message}, separators=(",", ":")).encode()
