@@ -206,6 +206,8 @@ def test_a_plan_that_deploys_needs_a_deployer(tmp_path: Path) -> None:
         BenchmarkPlan(**fields)
     assert BenchmarkPlan(**fields, deployer=lambda **kw: None).endpoint_for("pt") == "rn50-pt"
     assert BenchmarkPlan(**{**fields, "existing": "live"}).endpoint_for("pt") == "live"
+    long = BenchmarkPlan(**{**fields, "endpoint_name": "a" * 62}, deployer=lambda **kw: None)
+    assert long.endpoint_for("pt") == "a" * 62  # cut to 63, never ending with '-'
 
 
 def test_old_module_paths_name_the_moved_modules() -> None:

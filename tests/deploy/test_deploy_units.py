@@ -51,6 +51,10 @@ def test_options_refuse_what_sagemaker_refuses(tmp_path: Path) -> None:
             DeployOptions(**{**base, field: value})  # type: ignore[arg-type]
     with pytest.raises(DeployError, match="max_instances must be >= instance_count"):
         DeployOptions(**base, instance_count=3, max_instances=2)  # type: ignore[arg-type]
+    for name in ("ep\n", "ep-", "e" * 64):  # the service's rule: whole name, 63 at most
+        with pytest.raises(DeployError, match="endpoint name must be"):
+            DeployOptions(**{**base, "endpoint_name": name})  # type: ignore[arg-type]
+    DeployOptions(**{**base, "endpoint_name": "e--p" + "e" * 59})  # type: ignore[arg-type]
 
 
 def test_triton_image_per_region() -> None:
