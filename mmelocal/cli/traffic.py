@@ -3,6 +3,7 @@ size the endpoint."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -14,8 +15,7 @@ import click
 from mmelocal.cli._output import console, err_console
 from mmelocal.errors import UserInputError
 from mmelocal.facts.sagemaker import MEMORY_THRESHOLD
-
-MiB = 1024 * 1024
+from mmelocal.units import MiB
 
 
 @click.group()
@@ -300,8 +300,12 @@ def _load_times(value: str | None) -> Any:
     return LoadTimes(samples_s=samples, source="given")
 
 
-def _footprint_from_file(path: Path) -> tuple[int, int, str]:
-    """(per model bytes, baseline bytes, source) from a capacity or estimate result."""
+_BY_FIGURE = "--models-per-instance K or --footprint-mib X"
+
+
+def _estimate_footprint(path: Path) -> tuple[int, int] | None:
+    """(per copy bytes, baseline bytes) of a `capacity estimate` result; None if ``path``
+    holds a capacity result instead."""
     try:
         data = json.loads(path.read_text("utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
@@ -310,17 +314,28 @@ def _footprint_from_file(path: Path) -> tuple[int, int, str]:
         data = data[0]
     if not isinstance(data, dict):
         raise UserInputError(f"{path}: expected a capacity or estimate result (a JSON object)")
-    if data.get("per_model_mean_bytes"):
-        probe = str(data.get("probe", ""))
-        source = "measured on CPU (host memory)" if probe.startswith("host") else "measured"
-        return int(data["per_model_mean_bytes"]), int(data.get("baseline_bytes", 0)), source
+    if data.get("kind") == "capacity":
+        return None
     per_copy = data.get("per_copy_bytes")
     if isinstance(per_copy, dict) and per_copy.get("point"):
-        return int(per_copy["point"]), int(data.get("baseline_bytes", 0) or 0), "estimate"
+        return int(per_copy["point"]), int(data.get("baseline_bytes", 0) or 0)
     raise UserInputError(
-        f"{path}: no per-model footprint (per_model_mean_bytes of `mmelocal capacity`, or "
-        "per_copy_bytes of `mmelocal capacity estimate`)"
+        f"{path}: no per-model footprint (a GPU result of `mmelocal capacity --json FILE`, or "
+        "per_copy_bytes of `mmelocal capacity estimate --json FILE`)"
     )
+
+
+def _capacity_result(path: Path) -> Any:
+    """The GPU capacity result in ``path`` (a host-memory one is refused: CPU figures never
+    project onto a GPU card)."""
+    from mmelocal.bench.capacity.result import CapacityResult, host_memory_refusal
+    from mmelocal.bench.results import read_results
+
+    result = read_results(path)[0]
+    assert isinstance(result, CapacityResult)
+    if result.on_host_memory:
+        raise UserInputError(host_memory_refusal(path, _BY_FIGURE))
+    return result
 
 
 def _capacity_for(
@@ -339,16 +354,18 @@ def _capacity_for(
             "give the capacity per instance: --models-per-instance K, --footprint-mib X, or "
             "--capacity FILE (a capacity or estimate result)"
         )
-    if capacity_file is not None:
-        per_model, baseline, source = _footprint_from_file(capacity_file)
-    else:
-        assert footprint_mib is not None
-        per_model, baseline, source = int(footprint_mib * MiB), int(baseline_mib * MiB), "given"
+    estimate = _estimate_footprint(capacity_file) if capacity_file is not None else None
+    measured = (
+        _capacity_result(capacity_file)
+        if capacity_file is not None and estimate is None
+        else None
+    )
     if instance_type is None:
         raise UserInputError(
             "footprints project onto a card: give --instance-type (e.g. ml.g5.xlarge)"
         )
-    from mmelocal.bench.capacity.projection import load_gpus, project_count
+    from mmelocal.bench.capacity.loop import with_projection
+    from mmelocal.bench.capacity.projection import load_gpus, project
 
     card = next((g for g in load_gpus() if instance_type in g.instances), None)
     if card is None:
@@ -356,13 +373,23 @@ def _capacity_for(
             f"no GPU card known for {instance_type}: give --models-per-instance, or an MME GPU "
             "type (mmelocal capacity project lists them)"
         )
-    count = project_count(
-        total_bytes=card.memory_bytes,
-        baseline_bytes=baseline,
-        per_model_bytes=per_model,
-        threshold=threshold,
-    )
-    return count, f"{source}, projected on {card.name}"
+    if measured is not None:
+        # capacity's own projection: each copy its marginal part, the shared runtime once
+        measured = dataclasses.replace(measured, threshold=threshold)
+        projection, source = with_projection(measured, [card]).projection, "measured on a GPU"
+        if projection is None:
+            raise UserInputError(f"{capacity_file}: the capacity result loaded no copy")
+    else:
+        if estimate is not None:
+            (per_model, baseline), source = estimate, "estimate"
+        else:
+            assert footprint_mib is not None
+            per_model, baseline, source = int(footprint_mib * MiB), int(baseline_mib * MiB), "given"
+        projection = project(
+            per_model_bytes=per_model, baseline_bytes=baseline, threshold=threshold, gpus=[card]
+        )
+    row = next(r for r in projection.rows if r.instance_type == instance_type)
+    return row.models_per_gpu, f"{source}, projected on {card.name}"
 
 
 def _service_s(service_ms: float | None, from_replay: Path | None) -> tuple[float | None, str]:
