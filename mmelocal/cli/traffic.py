@@ -277,6 +277,26 @@ def replay(
 
 
 # -- simulate -------------------------------------------------------------------------------
+_CPU_FIGURE = "CPU figure"
+
+
+def _replay_source(what: str, path: object, data: dict[str, Any]) -> str:
+    """How a figure taken from a replay's JSON is labelled: a replay of ``mmelocal serve``
+    without a GPU measured CPU figures, never shown as GPU ones."""
+    where = data.get("measured_where")
+    on = data.get("measured_on")
+    if on == "gpu":
+        return f"measured on a GPU ({what} of {path}: {where})"
+    if on == "endpoint":
+        return f"measured ({what} of {path}: {where})"
+    if on == "cpu":
+        return f"{_CPU_FIGURE}, not a GPU one ({what} of {path}: {where})"
+    return (
+        f"measured where unknown, not known to be a GPU figure ({what} of {path}"
+        + (f": {where})" if where else ")")
+    )
+
+
 def _load_times(value: str | None) -> Any:
     from mmelocal.traffic.results import TrafficResult
     from mmelocal.traffic.simulate import LoadTimes
@@ -289,7 +309,7 @@ def _load_times(value: str | None) -> Any:
         samples = tuple(float(x) for x in data.get("load_cycle_s") or data.get("cold_load_s", []))
         if not samples:
             raise UserInputError(f"{value} holds no cold-load times (cold_load_s is empty)")
-        return LoadTimes(samples_s=samples, source=f"measured ({value})")
+        return LoadTimes(samples_s=samples, source=_replay_source("load times", value, data))
     try:
         samples = tuple(float(x) for x in value.split(","))
     except ValueError:
@@ -402,12 +422,13 @@ def _service_s(service_ms: float | None, from_replay: Path | None) -> tuple[floa
     if from_replay is not None:
         from mmelocal.traffic.results import TrafficResult
 
-        warm = TrafficResult.read_json(from_replay).data["latency_ms"]["warm"]["p50"]
+        data = TrafficResult.read_json(from_replay).data
+        warm = data["latency_ms"]["warm"]["p50"]
         if warm is None:
             raise UserInputError(
                 f"{from_replay}: the replay has no warm request to take a service time from"
             )
-        return warm / 1e3, f"measured (warm p50 of {from_replay})"
+        return warm / 1e3, _replay_source("warm p50", from_replay, data)
     return None, "none"
 
 
@@ -600,6 +621,11 @@ def simulate(
         notes.append(
             "No service time: latencies hold only the waits for loads (p99 needs a measurement)."
         )
+    if instance_type is not None and _CPU_FIGURE in service_source + config.load.source:
+        notes.append(
+            f"The service or load times are CPU figures: latencies are not what {instance_type}'s "
+            "GPU would show (measure a GPU endpoint, or give --service-ms / --load-seconds)."
+        )
     if instance_type is not None and price is None:
         notes.append(f"No price for {instance_type}: costs are not shown (--prices FILE).")
     result.data["notes"] = notes
@@ -711,7 +737,14 @@ def size_command(
             latency_source="given (--service-ms)",
             progress=lambda what: status.update(f"simulating {what}"),
         )
-    if loads is None:
+    if loads is not None:
+        answer.notes.append(f"Cold-load times: {loads.source}.")
+        if _CPU_FIGURE in loads.source:
+            answer.notes.append(
+                "Cold-start latencies come from CPU load times: not what the GPU instance types "
+                "would show (a GPU endpoint's replay, or --load-seconds SECONDS)."
+            )
+    else:
         answer.notes.append(
             "No measured cold-load time (--load-seconds): 1 s is assumed, so cold-start latency is "
             "not a GPU figure."

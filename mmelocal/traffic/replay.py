@@ -30,7 +30,7 @@ import json
 import logging
 import time
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -287,6 +287,7 @@ async def _replay_http(
                     first = await resp.json()
                     state["loads_before"] = first.get("event_counts", {}).get("load", 0)
                     state["store"] = first.get("store")
+                    state["probe_kinds"] = _probe_kinds(first)
         except aiohttp.ClientError as exc:
             raise UserInputError(f"cannot reach {base}: {exc}") from exc
         loop = asyncio.get_running_loop()
@@ -432,6 +433,7 @@ async def _replay_workers(
                         if emulator:
                             first = await resp.json()
                             state["loads_before"] = first.get("event_counts", {}).get("load", 0)
+                            state["probe_kinds"] = _probe_kinds(first)
                 except aiohttp.ClientError as exc:
                     raise UserInputError(f"cannot reach {base}: {exc}") from exc
                 if emulator:
@@ -634,6 +636,7 @@ def replay(
         rec, state = _replay_boto3(
             trace, endpoint_name, body, options, progress, endpoint_url, region
         )
+    measured_on, measured_where = _measured_where(url, endpoint_name, endpoint_url, state)
     loaded = None
     max_loaded: int | None = None
     events = sorted(state.get("load_events", []))
@@ -683,7 +686,12 @@ def replay(
         load_cycle_s=cycles if state.get("emulator") else None,
         loads=loads,
         max_loaded=max_loaded,
-        extra={"speed": options.speed, "notes": notes},
+        extra={
+            "speed": options.speed,
+            "notes": notes,
+            "measured_on": measured_on,
+            "measured_where": measured_where,
+        },
     )
     if endpoint_name is not None and not hit.any() and rec.ok.any():
         # CloudWatch gave no ratio: hits and the warm/cold split are unknown, not zero
@@ -694,6 +702,33 @@ def replay(
             f"Replayed at --speed {options.speed:g}: times in the timeline are the trace's."
         )
     return result
+
+
+def _probe_kinds(state: Mapping[str, Any]) -> list[str]:
+    """``gpu`` / ``host`` of each emulator instance's memory probe."""
+    return [str(i.get("probe_kind", "")) for i in state.get("instances", [])]
+
+
+def _measured_where(
+    url: str | None, endpoint_name: str | None, endpoint_url: str | None, state: Mapping[str, Any]
+) -> tuple[str, str]:
+    """(``cpu`` / ``gpu`` / ``endpoint`` / ``unknown``, where the replay measured, in words):
+    the latencies and load times of ``mmelocal serve`` without a GPU are CPU figures."""
+    if url is None:
+        if endpoint_url is not None:
+            return "unknown", f"endpoint {endpoint_name} of the AWS at {endpoint_url}"
+        return "endpoint", f"endpoint {endpoint_name}"
+    netloc = urlparse(url).netloc
+    host = urlparse(url).hostname or ""
+    here = "on this machine" if host in ("localhost", "::1") or host.startswith("127.") else (
+        f"at {netloc}"
+    )
+    if not state.get("emulator"):
+        return "unknown", f"the server at {netloc} (not mmelocal serve: device unknown)"
+    kinds = state.get("probe_kinds") or []
+    if kinds and all(kind == "gpu" for kind in kinds):
+        return "gpu", f"mmelocal serve {here} (GPU)"
+    return "cpu", f"mmelocal serve {here} (CPU)"
 
 
 def load_cycles(
