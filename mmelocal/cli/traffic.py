@@ -291,9 +291,8 @@ def _replay_source(what: str, path: object, data: dict[str, Any]) -> str:
         return f"measured ({what} of {path}: {where})"
     if on == "cpu":
         return f"{_CPU_FIGURE}, not a GPU one ({what} of {path}: {where})"
-    return (
-        f"measured where unknown, not known to be a GPU figure ({what} of {path}"
-        + (f": {where})" if where else ")")
+    return f"measured where unknown, not known to be a GPU figure ({what} of {path}" + (
+        f": {where})" if where else ")"
     )
 
 
@@ -376,9 +375,7 @@ def _capacity_for(
         )
     estimate = _estimate_footprint(capacity_file) if capacity_file is not None else None
     measured = (
-        _capacity_result(capacity_file)
-        if capacity_file is not None and estimate is None
-        else None
+        _capacity_result(capacity_file) if capacity_file is not None and estimate is None else None
     )
     if instance_type is None:
         raise UserInputError(

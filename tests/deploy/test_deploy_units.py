@@ -129,7 +129,9 @@ def _capacity_result(probe: str, marginal: int | None) -> CapacityResult:
 def test_sizing_refuses_host_memory_and_uses_the_marginal_split(tmp_path: Path) -> None:
     on_cpu = tmp_path / "cpu.json"
     write_result(_capacity_result("host PSS of the Triton tree, budget 4,096 MiB", None), on_cpu)
-    with pytest.raises(DeployError, match=r"host-memory \(CPU\).*capacity estimate.*--instance-type"):
+    with pytest.raises(
+        DeployError, match=r"host-memory \(CPU\).*capacity estimate.*--instance-type"
+    ):
         cheapest_instance(on_cpu, hot_models=1)
     on_gpu = tmp_path / "gpu.json"
     # 4 GiB per copy, of which 3 GiB marginal and 1 GiB shared runtime (paid once): on an
