@@ -12,9 +12,12 @@ from typing import Any
 
 import click
 
+from mmelocal.cli._defaults import default_of
 from mmelocal.cli._output import console, err_console
 from mmelocal.errors import UserInputError
 from mmelocal.facts.sagemaker import MEMORY_THRESHOLD
+from mmelocal.traffic.replay import ReplayOptions
+from mmelocal.traffic.simulate import Autoscaling, LoadTimes, SimConfig
 from mmelocal.units import MiB
 
 
@@ -192,26 +195,34 @@ def make(
     required=True,
     help="The request body sent with every request.",
 )
-@click.option("--content-type", default="application/json", show_default=True)
-@click.option("--speed", type=float, default=1.0, show_default=True, help="Time compression.")
+@click.option(
+    "--content-type", default=default_of(ReplayOptions, "content_type"), show_default=True
+)
+@click.option(
+    "--speed",
+    type=float,
+    default=default_of(ReplayOptions, "speed"),
+    show_default=True,
+    help="Time compression.",
+)
 @click.option(
     "--max-in-flight",
     type=int,
-    default=256,
+    default=default_of(ReplayOptions, "max_in_flight"),
     show_default=True,
     help="Safety cap: fail (never slow down) when this many requests are unanswered.",
 )
 @click.option(
     "--max-lag-ms",
     type=float,
-    default=250.0,
+    default=default_of(ReplayOptions, "max_lag_s") * 1e3,
     show_default=True,
     help="Fail when the sender is this late on a request's time.",
 )
 @click.option(
     "--max-rate",
     type=float,
-    default=2000.0,
+    default=default_of(ReplayOptions, "max_rate_rps"),
     show_default=True,
     help="Refuse a trace peaking above this many requests/s (after --speed).",
 )
@@ -246,7 +257,6 @@ def replay(
     html_out: Path | None,
 ) -> None:
     """Replay TRACE open loop against an endpoint and report what happened."""
-    from mmelocal.traffic.replay import ReplayOptions
     from mmelocal.traffic.replay import replay as run_replay
     from mmelocal.traffic.trace import read_trace
 
@@ -298,7 +308,6 @@ def _replay_source(what: str, path: object, data: dict[str, Any]) -> str:
 
 def _load_times(value: str | None) -> Any:
     from mmelocal.traffic.results import TrafficResult
-    from mmelocal.traffic.simulate import LoadTimes
 
     if value is None:
         return None
@@ -462,7 +471,7 @@ def _service_s(service_ms: float | None, from_replay: Path | None) -> tuple[floa
 )
 @click.option(
     "--load-seconds",
-    default="1.0",
+    default=",".join(f"{x:g}" for x in default_of(LoadTimes, "samples_s")),
     show_default=True,
     help="Cold-load time: seconds, a list to draw from, or a replay's --json.",
 )
@@ -490,14 +499,14 @@ def _service_s(service_ms: float | None, from_replay: Path | None) -> tuple[floa
 @click.option(
     "--concurrency",
     type=int,
-    default=4,
+    default=default_of(SimConfig, "concurrency"),
     show_default=True,
     help="Requests served at once per instance.",
 )
 @click.option(
     "--hot-rps",
     type=float,
-    default=50.0,
+    default=default_of(SimConfig, "hot_rps_threshold"),
     show_default=True,
     help="Hot-model replication threshold.",
 )
@@ -522,7 +531,7 @@ def _service_s(service_ms: float | None, from_replay: Path | None) -> tuple[floa
 @click.option(
     "--instance-start-s",
     type=float,
-    default=300.0,
+    default=default_of(Autoscaling, "instance_start_s"),
     show_default=True,
     help="Seconds before a new instance serves (an assumption; minutes in the cloud).",
 )
@@ -559,7 +568,6 @@ def simulate(
     html_out: Path | None,
 ) -> None:
     """Simulate the fleet serving TRACE: hit ratio, cold starts, latency, instances, cost."""
-    from mmelocal.traffic.simulate import Autoscaling, SimConfig
     from mmelocal.traffic.simulate import simulate as run_simulate
     from mmelocal.traffic.trace import read_trace
 
@@ -667,7 +675,9 @@ def simulate(
     show_default=True,
     help="Loads at once per instance (1: the emulator's rule).",
 )
-@click.option("--concurrency", type=int, default=4, show_default=True)
+@click.option(
+    "--concurrency", type=int, default=default_of(SimConfig, "concurrency"), show_default=True
+)
 @click.option("--max-count", type=int, default=16, show_default=True, help="Most instances to try.")
 @click.option(
     "--prices", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None
@@ -695,7 +705,6 @@ def size_command(
     from rich.table import Table
 
     from mmelocal.bench.prices import load_prices
-    from mmelocal.traffic.simulate import LoadTimes, SimConfig
     from mmelocal.traffic.size import Candidate, size
     from mmelocal.traffic.trace import read_trace
 
@@ -743,8 +752,8 @@ def size_command(
             )
     else:
         answer.notes.append(
-            "No measured cold-load time (--load-seconds): 1 s is assumed, so cold-start latency is "
-            "not a GPU figure."
+            f"No measured cold-load time (--load-seconds): {LoadTimes().samples_s[0]:g} s is "
+            "assumed, so cold-start latency is not a GPU figure."
         )
     closest = answer.closest()
     out = Table(title=f"size for {trace_path.name} (p99 <= {slo_p99_ms:g} ms)")

@@ -850,14 +850,6 @@ def _emulator_store(url: str) -> str | None:
     return None
 
 
-def load_seconds_of(results: Sequence[TrafficResult]) -> tuple[float, ...]:
-    """The cold-load times a replay measured (for ``simulate --load-seconds FILE.json``)."""
-    out: list[float] = []
-    for r in results:
-        out.extend(float(x) for x in r.data.get("cold_load_s", []))
-    return tuple(out)
-
-
 __all__ = [
     "ReplayAborted",
     "ReplayOptions",

@@ -24,6 +24,7 @@ for a load), ``loads`` the loads themselves (replicas included).
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 from collections import deque
@@ -33,14 +34,20 @@ from typing import Any
 
 import numpy as np
 
-from mmelocal.errors import UserInputError
+from mmelocal.emulator.emulator_config import EmulatorConfig
+from mmelocal.errors import ModelNotReadyError, UserInputError
+from mmelocal.facts.invoke_errors import error_kind
 from mmelocal.facts.sagemaker import MODEL_NOT_READY_AFTER_S
 from mmelocal.rules.routing import FastLru, count_request, replica_instance
 from mmelocal.traffic.results import TrafficResult, summarize
 from mmelocal.traffic.trace import Trace
 
 #: the error class a caller gets when a cold load outlasts MODEL_NOT_READY_AFTER_S
-MODEL_NOT_READY = "ModelNotReadyException"
+MODEL_NOT_READY = error_kind(ModelNotReadyError("", target_model="")).error_type
+#: the emulator's hot-model replication threshold (requests/s), its config's default
+HOT_RPS_THRESHOLD: float = next(
+    f.default for f in dataclasses.fields(EmulatorConfig) if f.name == "hot_rps_threshold"
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,7 +128,7 @@ class SimConfig:
     concurrency: int = 4
     parallel_loads: int = 1
     load_wait_timeout_s: float = MODEL_NOT_READY_AFTER_S
-    hot_rps_threshold: float = 50.0
+    hot_rps_threshold: float = HOT_RPS_THRESHOLD
     rate_window_s: float = 1.0
     autoscaling: Autoscaling | None = None
     instance_type: str | None = None
@@ -136,7 +143,7 @@ class SimConfig:
         ):
             raise UserInputError(
                 "give the capacity per instance: --models-per-instance K, or footprints and "
-                "the card's memory (--footprints FILE / --footprint-mib with --instance-type)"
+                "the card's memory (--footprint-mib or --capacity FILE, with --instance-type)"
             )
         if self.models_per_instance is not None and self.models_per_instance < 1:
             raise UserInputError(
