@@ -33,7 +33,7 @@ import math
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -55,7 +55,9 @@ from mmelocal.traffic.trace import Trace
 MODEL_NOT_READY = error_kind(ModelNotReadyError("", target_model="")).error_type
 #: the emulator's hot-model replication threshold (requests/s), its config's default
 HOT_RPS_THRESHOLD: float = next(
-    f.default for f in dataclasses.fields(EmulatorConfig) if f.name == "hot_rps_threshold"
+    cast(float, f.default)
+    for f in dataclasses.fields(EmulatorConfig)
+    if f.name == "hot_rps_threshold"
 )
 
 
