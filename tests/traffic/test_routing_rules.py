@@ -87,3 +87,37 @@ def test_rate_window_and_replica() -> None:
     assert replica_instance(60, 50, [0], candidates) == 1
     assert replica_instance(40, 50, [0], candidates) is None  # not hot
     assert replica_instance(60, 50, [0, 1], candidates) is None  # already on two
+
+
+def test_simulators_ready_choice_is_choose_ready() -> None:
+    from types import SimpleNamespace
+
+    from mmelocal.traffic.simulate import pick_holder
+
+    rng = random.Random(7)
+    for _ in range(2000):
+        size = rng.randint(1, 6)
+        fleet = [
+            SimpleNamespace(
+                up_at=rng.choice([0.0, 0.0, 5.0]),
+                ready_at={0: rng.choice([0.0, 1.0, 5.0, float("inf")])},
+                inflight={0: rng.randint(0, 2)},  # ties are common
+            )
+            for _ in range(size)
+        ]
+        holders = rng.sample(range(size), rng.randint(1, size))  # in the order they loaded
+        t = rng.choice([0.5, 2.0, 6.0])
+        i, loading = pick_holder(fleet, holders, 0, t)
+        order = sorted(holders)
+        views = [
+            InstanceView(
+                up=fleet[j].up_at <= t,
+                ready=fleet[j].ready_at[0] <= t,
+                in_flight=fleet[j].inflight[0],
+            )
+            for j in order
+        ]
+        chosen = choose_ready(views)
+        assert i == (-1 if chosen is None else order[chosen])
+        waiting = [j for j, v in zip(order, views, strict=True) if not (v.up and v.ready)]
+        assert loading == (waiting[0] if waiting else -1)

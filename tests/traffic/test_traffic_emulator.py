@@ -138,12 +138,22 @@ def test_make_replay_simulate_size(served: Served, tmp_path: Path) -> None:
         str(tmp_path / "r.json"),
         "--from-replay",
         str(tmp_path / "r.json"),
+        "--instance-type",
+        "ml.g5.xlarge",
         "--json",
         str(tmp_path / "s.json"),
     )
     assert "hit ratio" in out
     sim = json.loads((tmp_path / "s.json").read_text())
     assert sim["cold_starts"] == simulated["cold_starts"]  # the CLI runs the same simulation
+    # the replay says where it measured; mmelocal serve without a GPU gives CPU figures,
+    # which simulate labels so beside a GPU instance type
+    on_gpu = all(i["probe_kind"] == "gpu" for i in served.state()["instances"])
+    assert data["measured_on"] == ("gpu" if on_gpu else "cpu")
+    assert data["measured_where"].startswith("mmelocal serve on this machine")
+    if not on_gpu:
+        assert sim["load_seconds_source"].startswith("CPU figure, not a GPU one")
+        assert "CPU figures" in " ".join(sim["notes"])
     out = _run(
         "traffic",
         "size",
