@@ -38,7 +38,7 @@ from urllib.parse import urlparse
 
 import numpy as np
 
-from mmelocal.errors import UserInputError
+from mmelocal.errors import ReplayAbortedError, UserInputError
 from mmelocal.facts.sagemaker import ERROR_TYPE_HEADER
 from mmelocal.traffic.results import TrafficResult, summarize
 from mmelocal.traffic.trace import Trace
@@ -56,10 +56,6 @@ MASTER_MARGIN_S = 60.0
 def _schedule_s(trace: Trace, options: ReplayOptions) -> float:
     """Wall-clock seconds from the first request to the last one's scheduled time."""
     return trace.duration_s / options.speed
-
-
-class ReplayAborted(UserInputError):
-    """The replay could not keep its schedule (in-flight cap or sender lag)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -248,14 +244,14 @@ async def _open_loop(
             else:
                 lag = -delay
                 if lag > options.max_lag_s:
-                    raise ReplayAborted(
+                    raise ReplayAbortedError(
                         f"the sender fell {lag * 1e3:,.0f} ms behind the schedule at trace row "
                         f"{i + 2} (t={times[i]:.3f} s): this process cannot send this rate on "
                         "time; lower --speed or split the trace across Locust workers "
                         "(no result is written)"
                     )
             if len(in_flight) >= options.max_in_flight:
-                raise ReplayAborted(
+                raise ReplayAbortedError(
                     f"{len(in_flight)} requests in flight at trace row {i + 2} "
                     f"(t={times[i]:.3f} s), the --max-in-flight cap: the endpoint answers "
                     "slower than the trace sends. Raise --max-in-flight, lower --speed, or give "
@@ -498,7 +494,7 @@ async def _replay_workers(
             raise UserInputError("the replay's Locust master failed:\n" + "\n".join(tail))
         result = json.loads(out.read_text("utf-8"))
     if result["aborted"]:
-        raise ReplayAborted(result["aborted"][0] + " (no result is written)")
+        raise ReplayAbortedError(result["aborted"][0] + " (no result is written)")
     index = np.asarray(result["indices"], dtype=np.int64)
     codes = np.asarray(result["codes"], dtype=np.int8)
     rec.latency_s[index] = result["latency_s"]
@@ -851,7 +847,6 @@ def _emulator_store(url: str) -> str | None:
 
 
 __all__ = [
-    "ReplayAborted",
     "ReplayOptions",
     "check_rate",
     "check_targets",

@@ -14,10 +14,10 @@ import pytest
 from click.testing import CliRunner
 
 from mmelocal.cli.main import cli
-from mmelocal.errors import UserInputError
+from mmelocal.errors import ReplayAbortedError, UserInputError
 from mmelocal.testing.tiny_model import request_json, write_tarball
 from mmelocal.traffic.compare import agreement, config_from_replay
-from mmelocal.traffic.replay import ReplayAborted, ReplayOptions, replay, shard_schedule
+from mmelocal.traffic.replay import ReplayOptions, replay, shard_schedule
 from mmelocal.traffic.results import TrafficResult
 from mmelocal.traffic.simulate import simulate
 from mmelocal.traffic.trace import Trace, read_trace
@@ -195,7 +195,7 @@ def test_in_flight_cap_fails_and_rate_check(served: Served) -> None:
         model_ids=np.zeros(3, dtype=np.int32),
         models=("cap.tar.gz",),
     )
-    with pytest.raises(ReplayAborted, match="--max-in-flight cap"):
+    with pytest.raises(ReplayAbortedError, match="--max-in-flight cap"):
         replay(trace, body=BODY, url=served.url, options=ReplayOptions(max_in_flight=1))
     busy = Trace(
         times_s=np.linspace(0, 0.5, 2000),
