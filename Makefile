@@ -39,9 +39,11 @@ pytest: install sdk-venvs
 	MMELOCAL_SDK_VENVS=$(SDK_VENVS) $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The SageMaker Python SDK 2.x and 3.x, each in its own virtual environment (they cannot
-# share one), for tests/localaws/test_sdk_notebooks.py: built once per machine and pin
-# (about 20 s and 100 s from pip's cache), outside the test run. If pip cannot reach the
-# package index the environment is left out and that test skips, saying why.
+# share one), for tests/localaws/test_sdk_notebooks.py: built once per machine and per pin
+# file (about 20 s and 100 s from pip's cache), outside the test run. If pip cannot reach
+# the package index the environment is left out and that test skips, saying why; pip
+# gives up at once there (no retries, 15 s per connection), since no stamp is written and
+# every run tries again.
 SDK_VENVS ?= $(HOME)/.cache/mmelocal/sdk-venvs
 SDK_PINS := tests/localaws/sdk
 sdk-venvs: $(SDK_VENVS)/sdk2/.installed $(SDK_VENVS)/sdk3/.installed
@@ -49,7 +51,7 @@ sdk-venvs: $(SDK_VENVS)/sdk2/.installed $(SDK_VENVS)/sdk3/.installed
 $(SDK_VENVS)/%/.installed: $(SDK_PINS)/requirements-%.txt
 	rm -rf $(SDK_VENVS)/$*
 	{ $(PYTHON) -m venv $(SDK_VENVS)/$* && \
-		$(SDK_VENVS)/$*/bin/python -m pip install --quiet -r $< && touch $@; } || \
+		$(SDK_VENVS)/$*/bin/python -m pip install --quiet --retries 0 --timeout 15 -r $< && touch $@; } || \
 		{ rm -rf $(SDK_VENVS)/$*; \
 		echo "sdk-venvs: could not install $< (is the package index reachable?): its test will skip"; }
 

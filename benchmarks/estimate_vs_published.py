@@ -1,6 +1,6 @@
 """The capacity estimate on every published per-card MME count, leave one model out.
 
-For each model recorded in ``mmelocal/bench/published.py`` (AWS sample
+For each model recorded in ``mmelocal/bench/estimate/published.py`` (AWS sample
 sagemaker-mme-gpu-benchmarking, ml.g4dn.2xlarge = T4 and ml.p3.2xlarge = V100), every
 calibrated constant is refit on the other models' rows only, and the model's rows are
 estimated with those constants (:func:`mmelocal.bench.estimate.holdout.held_out`): the errors are

@@ -10,7 +10,8 @@ can show it without parsing text::
     │   ├── ConfigError             a config.pbtxt or option that breaks Triton's schema
     │   ├── UnsafeArchiveError      a tarball that would write outside its folder
     │   │   └── BadArchiveError     not a readable gzip-compressed tar (corrupt, truncated)
-    │   └── InvalidTargetError      a TargetModel name that can never name an artifact
+    │   ├── InvalidTargetError      a TargetModel name that can never name an artifact
+    │   └── ReplayAbortedError      a trace replay could not keep its schedule
     ├── MissingDependencyError      an optional extra is not installed (with the pip hint)
     ├── DownloadError               model files or weights could not be downloaded
     │   └── AccessDeniedError       the hub refused the files (gated or private: licence, login)
@@ -105,6 +106,11 @@ class InvalidTargetError(UserInputError):
     def __init__(self, message: str, *, target_model: str) -> None:
         super().__init__(message)
         self.target_model = target_model
+
+
+class ReplayAbortedError(UserInputError):
+    """A trace replay could not keep its schedule (in-flight cap or sender lag): it stops
+    rather than send late, and says which limit to raise."""
 
 
 class MissingDependencyError(MmeLocalError):

@@ -15,7 +15,8 @@ sub-package per job.
 Shared by all of them: :mod:`~mmelocal.bench.results` (result files, JSON with a ``kind``
 field), :mod:`~mmelocal.bench.sources` (what the user named: a folder, a tarball or a source
 to build), :mod:`~mmelocal.bench.prices` (the price table) and
-:mod:`~mmelocal.bench.datafile`; the GPU and price tables are in ``data/``.
+:mod:`~mmelocal.bench.datafile`; the price table is in ``data/``, the GPU table in
+:mod:`mmelocal.facts` (``gpus.yaml``).
 
 The modules' former flat paths (``mmelocal.bench.capacity_result``,
 ``mmelocal.bench.remote_capacity``, ...) still import: they name the same modules.

@@ -11,6 +11,8 @@ import click
 from mmelocal.cli._defaults import default_of, launcher_option
 from mmelocal.cli._output import console, env_option, size_option
 from mmelocal.emulator.emulator_config import EmulatorConfig
+from mmelocal.emulator.http_server import HttpTimeouts
+from mmelocal.units import GiB
 
 
 @click.command()
@@ -35,8 +37,9 @@ from mmelocal.emulator.emulator_config import EmulatorConfig
 )
 @click.option(
     "--disk-budget",
+    type=str,
     callback=size_option,
-    default="20GiB",
+    default=f"{default_of(EmulatorConfig, 'disk_budget_bytes') / GiB:g}GiB",
     show_default=True,
     help="Disk for extracted artifacts (least recently used unloaded ones are deleted).",
 )
@@ -83,21 +86,21 @@ from mmelocal.emulator.emulator_config import EmulatorConfig
 @click.option(
     "--header-timeout",
     type=click.FloatRange(min=0.01),
-    default=30.0,
+    default=default_of(HttpTimeouts, "header_s"),
     show_default=True,
     help="Seconds a client may take to send a request's headers (then 408, closed).",
 )
 @click.option(
     "--body-timeout",
     type=click.FloatRange(min=0.01),
-    default=30.0,
+    default=default_of(HttpTimeouts, "body_s"),
     show_default=True,
     help="Longest pause, in seconds, while a client sends a body (then 408, closed).",
 )
 @click.option(
     "--idle-timeout",
     type=click.FloatRange(min=0.01),
-    default=60.0,
+    default=default_of(HttpTimeouts, "idle_s"),
     show_default=True,
     help="Seconds a keep-alive connection may sit idle before it is closed.",
 )
@@ -132,8 +135,7 @@ def serve(
     env: dict[str, str],
 ) -> None:
     """Run the MME emulator: boto3 InvokeEndpoint and KServe v2 on one port."""
-    from mmelocal.emulator.emulator import Emulator, EmulatorConfig
-    from mmelocal.emulator.http_server import HttpTimeouts
+    from mmelocal.emulator.emulator import Emulator
     from mmelocal.emulator.server import run, serve_forever
 
     config = EmulatorConfig(

@@ -3,6 +3,7 @@ size the endpoint."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -11,11 +12,13 @@ from typing import Any
 
 import click
 
+from mmelocal.cli._defaults import default_of
 from mmelocal.cli._output import console, err_console
 from mmelocal.errors import UserInputError
 from mmelocal.facts.sagemaker import MEMORY_THRESHOLD
-
-MiB = 1024 * 1024
+from mmelocal.traffic.replay import ReplayOptions
+from mmelocal.traffic.simulate import Autoscaling, LoadTimes, SimConfig
+from mmelocal.units import MiB
 
 
 @click.group()
@@ -192,26 +195,34 @@ def make(
     required=True,
     help="The request body sent with every request.",
 )
-@click.option("--content-type", default="application/json", show_default=True)
-@click.option("--speed", type=float, default=1.0, show_default=True, help="Time compression.")
+@click.option(
+    "--content-type", default=default_of(ReplayOptions, "content_type"), show_default=True
+)
+@click.option(
+    "--speed",
+    type=float,
+    default=default_of(ReplayOptions, "speed"),
+    show_default=True,
+    help="Time compression.",
+)
 @click.option(
     "--max-in-flight",
     type=int,
-    default=256,
+    default=default_of(ReplayOptions, "max_in_flight"),
     show_default=True,
     help="Safety cap: fail (never slow down) when this many requests are unanswered.",
 )
 @click.option(
     "--max-lag-ms",
     type=float,
-    default=250.0,
+    default=default_of(ReplayOptions, "max_lag_s") * 1e3,
     show_default=True,
     help="Fail when the sender is this late on a request's time.",
 )
 @click.option(
     "--max-rate",
     type=float,
-    default=2000.0,
+    default=default_of(ReplayOptions, "max_rate_rps"),
     show_default=True,
     help="Refuse a trace peaking above this many requests/s (after --speed).",
 )
@@ -246,7 +257,6 @@ def replay(
     html_out: Path | None,
 ) -> None:
     """Replay TRACE open loop against an endpoint and report what happened."""
-    from mmelocal.traffic.replay import ReplayOptions
     from mmelocal.traffic.replay import replay as run_replay
     from mmelocal.traffic.trace import read_trace
 
@@ -277,9 +287,27 @@ def replay(
 
 
 # -- simulate -------------------------------------------------------------------------------
+_CPU_FIGURE = "CPU figure"
+
+
+def _replay_source(what: str, path: object, data: dict[str, Any]) -> str:
+    """How a figure taken from a replay's JSON is labelled: a replay of ``mmelocal serve``
+    without a GPU measured CPU figures, never shown as GPU ones."""
+    where = data.get("measured_where")
+    on = data.get("measured_on")
+    if on == "gpu":
+        return f"measured on a GPU ({what} of {path}: {where})"
+    if on == "endpoint":
+        return f"measured ({what} of {path}: {where})"
+    if on == "cpu":
+        return f"{_CPU_FIGURE}, not a GPU one ({what} of {path}: {where})"
+    return f"measured where unknown, not known to be a GPU figure ({what} of {path}" + (
+        f": {where})" if where else ")"
+    )
+
+
 def _load_times(value: str | None) -> Any:
     from mmelocal.traffic.results import TrafficResult
-    from mmelocal.traffic.simulate import LoadTimes
 
     if value is None:
         return None
@@ -289,7 +317,7 @@ def _load_times(value: str | None) -> Any:
         samples = tuple(float(x) for x in data.get("load_cycle_s") or data.get("cold_load_s", []))
         if not samples:
             raise UserInputError(f"{value} holds no cold-load times (cold_load_s is empty)")
-        return LoadTimes(samples_s=samples, source=f"measured ({value})")
+        return LoadTimes(samples_s=samples, source=_replay_source("load times", value, data))
     try:
         samples = tuple(float(x) for x in value.split(","))
     except ValueError:
@@ -300,8 +328,12 @@ def _load_times(value: str | None) -> Any:
     return LoadTimes(samples_s=samples, source="given")
 
 
-def _footprint_from_file(path: Path) -> tuple[int, int, str]:
-    """(per model bytes, baseline bytes, source) from a capacity or estimate result."""
+_BY_FIGURE = "--models-per-instance K or --footprint-mib X"
+
+
+def _estimate_footprint(path: Path) -> tuple[int, int] | None:
+    """(per copy bytes, baseline bytes) of a `capacity estimate` result; None if ``path``
+    holds a capacity result instead."""
     try:
         data = json.loads(path.read_text("utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
@@ -310,17 +342,28 @@ def _footprint_from_file(path: Path) -> tuple[int, int, str]:
         data = data[0]
     if not isinstance(data, dict):
         raise UserInputError(f"{path}: expected a capacity or estimate result (a JSON object)")
-    if data.get("per_model_mean_bytes"):
-        probe = str(data.get("probe", ""))
-        source = "measured on CPU (host memory)" if probe.startswith("host") else "measured"
-        return int(data["per_model_mean_bytes"]), int(data.get("baseline_bytes", 0)), source
+    if data.get("kind") == "capacity":
+        return None
     per_copy = data.get("per_copy_bytes")
     if isinstance(per_copy, dict) and per_copy.get("point"):
-        return int(per_copy["point"]), int(data.get("baseline_bytes", 0) or 0), "estimate"
+        return int(per_copy["point"]), int(data.get("baseline_bytes", 0) or 0)
     raise UserInputError(
-        f"{path}: no per-model footprint (per_model_mean_bytes of `mmelocal capacity`, or "
-        "per_copy_bytes of `mmelocal capacity estimate`)"
+        f"{path}: no per-model footprint (a GPU result of `mmelocal capacity --json FILE`, or "
+        "per_copy_bytes of `mmelocal capacity estimate --json FILE`)"
     )
+
+
+def _capacity_result(path: Path) -> Any:
+    """The GPU capacity result in ``path`` (a host-memory one is refused: CPU figures never
+    project onto a GPU card)."""
+    from mmelocal.bench.capacity.result import CapacityResult, host_memory_refusal
+    from mmelocal.bench.results import read_results
+
+    result = read_results(path)[0]
+    assert isinstance(result, CapacityResult)
+    if result.on_host_memory:
+        raise UserInputError(host_memory_refusal(path, _BY_FIGURE))
+    return result
 
 
 def _capacity_for(
@@ -339,16 +382,16 @@ def _capacity_for(
             "give the capacity per instance: --models-per-instance K, --footprint-mib X, or "
             "--capacity FILE (a capacity or estimate result)"
         )
-    if capacity_file is not None:
-        per_model, baseline, source = _footprint_from_file(capacity_file)
-    else:
-        assert footprint_mib is not None
-        per_model, baseline, source = int(footprint_mib * MiB), int(baseline_mib * MiB), "given"
+    estimate = _estimate_footprint(capacity_file) if capacity_file is not None else None
+    measured = (
+        _capacity_result(capacity_file) if capacity_file is not None and estimate is None else None
+    )
     if instance_type is None:
         raise UserInputError(
             "footprints project onto a card: give --instance-type (e.g. ml.g5.xlarge)"
         )
-    from mmelocal.bench.capacity.projection import load_gpus, project_count
+    from mmelocal.bench.capacity.loop import with_projection
+    from mmelocal.bench.capacity.projection import load_gpus, project
 
     card = next((g for g in load_gpus() if instance_type in g.instances), None)
     if card is None:
@@ -356,13 +399,23 @@ def _capacity_for(
             f"no GPU card known for {instance_type}: give --models-per-instance, or an MME GPU "
             "type (mmelocal capacity project lists them)"
         )
-    count = project_count(
-        total_bytes=card.memory_bytes,
-        baseline_bytes=baseline,
-        per_model_bytes=per_model,
-        threshold=threshold,
-    )
-    return count, f"{source}, projected on {card.name}"
+    if measured is not None:
+        # capacity's own projection: each copy its marginal part, the shared runtime once
+        measured = dataclasses.replace(measured, threshold=threshold)
+        projection, source = with_projection(measured, [card]).projection, "measured on a GPU"
+        if projection is None:
+            raise UserInputError(f"{capacity_file}: the capacity result loaded no copy")
+    else:
+        if estimate is not None:
+            (per_model, baseline), source = estimate, "estimate"
+        else:
+            assert footprint_mib is not None
+            per_model, baseline, source = int(footprint_mib * MiB), int(baseline_mib * MiB), "given"
+        projection = project(
+            per_model_bytes=per_model, baseline_bytes=baseline, threshold=threshold, gpus=[card]
+        )
+    row = next(r for r in projection.rows if r.instance_type == instance_type)
+    return row.models_per_gpu, f"{source}, projected on {card.name}"
 
 
 def _service_s(service_ms: float | None, from_replay: Path | None) -> tuple[float | None, str]:
@@ -375,12 +428,13 @@ def _service_s(service_ms: float | None, from_replay: Path | None) -> tuple[floa
     if from_replay is not None:
         from mmelocal.traffic.results import TrafficResult
 
-        warm = TrafficResult.read_json(from_replay).data["latency_ms"]["warm"]["p50"]
+        data = TrafficResult.read_json(from_replay).data
+        warm = data["latency_ms"]["warm"]["p50"]
         if warm is None:
             raise UserInputError(
                 f"{from_replay}: the replay has no warm request to take a service time from"
             )
-        return warm / 1e3, f"measured (warm p50 of {from_replay})"
+        return warm / 1e3, _replay_source("warm p50", from_replay, data)
     return None, "none"
 
 
@@ -417,7 +471,7 @@ def _service_s(service_ms: float | None, from_replay: Path | None) -> tuple[floa
 )
 @click.option(
     "--load-seconds",
-    default="1.0",
+    default=",".join(f"{x:g}" for x in default_of(LoadTimes, "samples_s")),
     show_default=True,
     help="Cold-load time: seconds, a list to draw from, or a replay's --json.",
 )
@@ -445,14 +499,14 @@ def _service_s(service_ms: float | None, from_replay: Path | None) -> tuple[floa
 @click.option(
     "--concurrency",
     type=int,
-    default=4,
+    default=default_of(SimConfig, "concurrency"),
     show_default=True,
     help="Requests served at once per instance.",
 )
 @click.option(
     "--hot-rps",
     type=float,
-    default=50.0,
+    default=default_of(SimConfig, "hot_rps_threshold"),
     show_default=True,
     help="Hot-model replication threshold.",
 )
@@ -477,7 +531,7 @@ def _service_s(service_ms: float | None, from_replay: Path | None) -> tuple[floa
 @click.option(
     "--instance-start-s",
     type=float,
-    default=300.0,
+    default=default_of(Autoscaling, "instance_start_s"),
     show_default=True,
     help="Seconds before a new instance serves (an assumption; minutes in the cloud).",
 )
@@ -514,7 +568,6 @@ def simulate(
     html_out: Path | None,
 ) -> None:
     """Simulate the fleet serving TRACE: hit ratio, cold starts, latency, instances, cost."""
-    from mmelocal.traffic.simulate import Autoscaling, SimConfig
     from mmelocal.traffic.simulate import simulate as run_simulate
     from mmelocal.traffic.trace import read_trace
 
@@ -573,6 +626,11 @@ def simulate(
         notes.append(
             "No service time: latencies hold only the waits for loads (p99 needs a measurement)."
         )
+    if instance_type is not None and _CPU_FIGURE in service_source + config.load.source:
+        notes.append(
+            f"The service or load times are CPU figures: latencies are not what {instance_type}'s "
+            "GPU would show (measure a GPU endpoint, or give --service-ms / --load-seconds)."
+        )
     if instance_type is not None and price is None:
         notes.append(f"No price for {instance_type}: costs are not shown (--prices FILE).")
     result.data["notes"] = notes
@@ -617,7 +675,9 @@ def simulate(
     show_default=True,
     help="Loads at once per instance (1: the emulator's rule).",
 )
-@click.option("--concurrency", type=int, default=4, show_default=True)
+@click.option(
+    "--concurrency", type=int, default=default_of(SimConfig, "concurrency"), show_default=True
+)
 @click.option("--max-count", type=int, default=16, show_default=True, help="Most instances to try.")
 @click.option(
     "--prices", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None
@@ -645,7 +705,6 @@ def size_command(
     from rich.table import Table
 
     from mmelocal.bench.prices import load_prices
-    from mmelocal.traffic.simulate import LoadTimes, SimConfig
     from mmelocal.traffic.size import Candidate, size
     from mmelocal.traffic.trace import read_trace
 
@@ -684,10 +743,17 @@ def size_command(
             latency_source="given (--service-ms)",
             progress=lambda what: status.update(f"simulating {what}"),
         )
-    if loads is None:
+    if loads is not None:
+        answer.notes.append(f"Cold-load times: {loads.source}.")
+        if _CPU_FIGURE in loads.source:
+            answer.notes.append(
+                "Cold-start latencies come from CPU load times: not what the GPU instance types "
+                "would show (a GPU endpoint's replay, or --load-seconds SECONDS)."
+            )
+    else:
         answer.notes.append(
-            "No measured cold-load time (--load-seconds): 1 s is assumed, so cold-start latency is "
-            "not a GPU figure."
+            f"No measured cold-load time (--load-seconds): {LoadTimes().samples_s[0]:g} s is "
+            "assumed, so cold-start latency is not a GPU figure."
         )
     closest = answer.closest()
     out = Table(title=f"size for {trace_path.name} (p99 <= {slo_p99_ms:g} ms)")

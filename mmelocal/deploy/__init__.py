@@ -9,11 +9,15 @@ service models), :mod:`~mmelocal.deploy.deployer` (plan, apply, undeploy),
 :mod:`~mmelocal.deploy.smoke` (the emulator's answer checks against a deployed endpoint).
 Credentials, region, clients and S3 helpers come from :mod:`mmelocal.aws` (its former path
 ``mmelocal.deploy.session`` still imports); the instance type a capacity result asks for
-is the bench's (:mod:`mmelocal.bench.capacity.sizing`).
+is the bench's (:mod:`mmelocal.bench.capacity.sizing`; its former path
+``mmelocal.deploy.sizing`` still imports: the bench is loaded only when that old path is,
+deploy's own modules never import it).
 """
 
 from __future__ import annotations
 
 from mmelocal._moved import keep_old_paths
 
-keep_old_paths(__name__, {"session": "mmelocal.aws.session"})
+keep_old_paths(
+    __name__, {"session": "mmelocal.aws.session", "sizing": "mmelocal.bench.capacity.sizing"}
+)

@@ -18,6 +18,7 @@ from mmelocal.aws.s3 import SHA256_METADATA, split_s3_uri
 from mmelocal.deploy.images import DEFAULT_TRITON_VERSION
 from mmelocal.errors import DeployError, UserInputError
 from mmelocal.facts.runtime_api import DEFAULT_VARIANT_NAME
+from mmelocal.facts.sagemaker import ENDPOINT_NAME_PATTERN, MAX_ENDPOINT_NAME_LENGTH
 from mmelocal.runtime.entrypoint import check_sagemaker_env
 
 logger = logging.getLogger(__name__)
@@ -27,7 +28,7 @@ TAG_KEY = "mmelocal:endpoint"
 VARIANT_NAME = DEFAULT_VARIANT_NAME
 
 # SageMaker's own patterns (botocore's service model) for names and role ARNs
-_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+_NAME = re.compile(ENDPOINT_NAME_PATTERN)
 _ROLE_ARN = re.compile(r"^arn:aws[a-z\-]*:iam::\d{12}:role/?[a-zA-Z_0-9+=,.@\-_/]+$")
 _ENV_KEY = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]{0,1023}$")
 
@@ -64,10 +65,11 @@ class DeployOptions:
         object.__setattr__(self, "environment", dict(self.environment))
         if not self.store.is_dir():
             raise DeployError(f"store {self.store} is not a folder of *.tar.gz")
-        if not _NAME.match(self.endpoint_name):
+        name = self.endpoint_name
+        if len(name) > MAX_ENDPOINT_NAME_LENGTH or not _NAME.fullmatch(name):
             raise DeployError(
-                f"endpoint name must be 1-63 letters, digits or '-' (not first), got "
-                f"{self.endpoint_name!r}"
+                f"endpoint name must be 1-{MAX_ENDPOINT_NAME_LENGTH} letters, digits or '-' "
+                f"(neither first nor last), got {name!r}"
             )
         split_s3_uri(self.s3_uri)
         if not _ROLE_ARN.match(self.role_arn):

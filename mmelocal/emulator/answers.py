@@ -36,6 +36,7 @@ from mmelocal.facts.invoke_errors import (
 from mmelocal.facts.sagemaker import (
     CUSTOM_ATTRIBUTES_HEADER,
     ERROR_TYPE_HEADER,
+    INFERENCE_HEADER_CONTENT_LENGTH,
     INVOKED_VARIANT_HEADER,
     REQUEST_ID_HEADER,
     SAGEMAKER_BINARY_CONTENT_TYPE,
@@ -48,14 +49,14 @@ TARGET_HEADER = TARGET_MODEL_HEADER
 CUSTOM_ATTRIBUTES = CUSTOM_ATTRIBUTES_HEADER
 VARIANT_HEADER = INVOKED_VARIANT_HEADER
 SAGEMAKER_BINARY = SAGEMAKER_BINARY_CONTENT_TYPE
-V2_BINARY_HEADER = "Inference-Header-Content-Length"
+V2_BINARY_HEADER = INFERENCE_HEADER_CONTENT_LENGTH
 #: the emulator's own answer header: was the model already loaded ("hit") or not ("miss")
 CACHE_HEADER = "X-Mmelocal-Model-Cache"
 JSON_TYPE = "application/json"
 
 HeaderGetter = Callable[[str], "str | None"]
 
-#: the most either HTTP server reads of one request body (v2 infer has no service limit;
+#: the most the HTTP server reads of one request body (v2 infer has no service limit;
 #: InvokeEndpoint bodies over ``--max-payload`` are answered 413 once read)
 MAX_BODY_BYTES = 128 * 1024 * 1024
 

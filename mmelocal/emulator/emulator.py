@@ -381,6 +381,7 @@ class Emulator:
                     "index": inst.index,
                     "up": inst.up,
                     "probe": inst.probe.name,
+                    "probe_kind": inst.probe.kind,
                     "pid": inst.launcher.pid(),
                     "http_url": inst.launcher.endpoints.http_url if inst.up else None,
                     "sagemaker_url": inst.launcher.endpoints.sagemaker_url if inst.up else None,

@@ -11,6 +11,7 @@ from mmelocal.emulator.instance import InstanceOptions
 from mmelocal.errors import UserInputError
 from mmelocal.facts.runtime_api import DEFAULT_VARIANT_NAME
 from mmelocal.facts.sagemaker import (
+    HOT_MODEL_RPS,
     INVOKE_TIMEOUT_S,
     LOAD_LIMIT_S,
     MAX_PAYLOAD_BYTES,
@@ -71,7 +72,7 @@ class EmulatorConfig:
     load_wait_timeout_s: float = MODEL_NOT_READY_AFTER_S
     load_timeout_s: float = LOAD_LIMIT_S
     invoke_timeout_s: float = INVOKE_TIMEOUT_S
-    hot_rps_threshold: float = 50.0
+    hot_rps_threshold: float = HOT_MODEL_RPS
     s3_endpoint_url: str | None = None
     watchdog_interval_s: float = 0.2
     gpus: tuple[int, ...] | None = None

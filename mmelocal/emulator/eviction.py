@@ -95,9 +95,12 @@ class Evictor:
         """
         if entry.state != READY or not entry.usage().evictable:
             return
+        # read before the state changes: a cancel here leaves the model READY, not UNLOADING
+        before = await self.gauge.read()
+        if entry.state != READY or not entry.usage().evictable:
+            return  # it changed while the probe read
         entry.state = UNLOADING
         entry.future = quiet_future()
-        before = await self.gauge.read()
         t0 = time.perf_counter()
         delete = asyncio.ensure_future(self.control.delete(entry))
         self.state.deletes[entry.target] = delete

@@ -48,7 +48,11 @@ from mmelocal.emulator.upstream import (
     UpstreamError,
     UpstreamTimeoutError,
 )
-from mmelocal.facts.sagemaker import TARGET_MODEL_HEADER
+from mmelocal.facts.sagemaker import (
+    CUSTOM_ATTRIBUTES_HEADER,
+    INFERENCE_HEADER_CONTENT_LENGTH,
+    TARGET_MODEL_HEADER,
+)
 
 _TARGET = TARGET_MODEL_HEADER.lower().encode()
 _TARGET_TITLE = TARGET_MODEL_HEADER.encode()
@@ -56,8 +60,8 @@ _FORWARDED = tuple((name.lower().encode(), name.encode()) for name in FORWARDED_
 _ENCODING = b"content-encoding"
 _JSON = b"application/json"
 _BINARY = SAGEMAKER_BINARY.encode()
-_V2_LENGTH = b"inference-header-content-length"
-_CUSTOM = "x-amzn-sagemaker-custom-attributes"
+_V2_LENGTH = INFERENCE_HEADER_CONTENT_LENGTH.lower().encode()
+_CUSTOM = CUSTOM_ATTRIBUTES_HEADER.lower()
 
 #: the most a compressed v2 infer body may inflate to (a gzip bomb is refused)
 MAX_DECODED_BYTES = 128 * 1024 * 1024
@@ -96,7 +100,10 @@ def decode_body(encoding: bytes, body: bytes) -> bytes | tuple[int, str]:
 def sagemaker_encoding_reply(status: int, message: str) -> Reply:
     """What Triton's SageMaker front end answers an invoke whose body it cannot inflate
     (``SageMakerMMEHandleInfer``): 415 with no body and the codings it reads in
-    ``Accept-Encoding`` for an unknown coding; its JSON error (400) for bad data."""
+    ``Accept-Encoding`` for an unknown coding (``status`` 0); its JSON error (400) for
+    anything else :func:`decode_body` refuses: bad data (400) and a body that inflates past
+    :data:`MAX_DECODED_BYTES` (413 there: mmelocal's own guard, answered as Triton answers
+    a failed inflate)."""
     if status == 0:
         return Reply(415, {"accept-encoding": "gzip, deflate"}, b"")
     body = json.dumps({"error": message}, separators=(",", ":")).encode()
@@ -337,7 +344,9 @@ class Invocation:
             conn.expire(self.path.invoke_timeout_s)
 
     def cancel(self) -> None:
-        """The client went away: stop waiting (a load or a recovery goes on without it)."""
+        """The client went away: stop waiting (a load or a recovery goes on without it:
+        :meth:`~mmelocal.emulator.instance.TritonInstance.acquire` waits on the load and
+        :meth:`_recover` on the recovery through :func:`asyncio.shield`)."""
         task = self.task
         if task is not None and not task.done():
             task.cancel()
@@ -404,8 +413,11 @@ class Invocation:
         self._attempt()
 
     async def _recover(self, inst: TritonInstance, status: int) -> None:
+        # shielded: a client that goes away stops waiting, the unload it began finishes
+        recovery = asyncio.ensure_future(self.emulator.recover_from(inst, self.target, status))
+        recovery.add_done_callback(lambda f: f.cancelled() or f.exception())
         try:
-            await self.emulator.recover_from(inst, self.target, status)
+            await asyncio.shield(recovery)
         except Exception as exc:
             self.task = None
             self._fail(exc)

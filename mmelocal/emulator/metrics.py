@@ -31,8 +31,10 @@ SUMMARIES: dict[str, str] = {
 }
 COUNTERS: dict[str, str] = {
     "Invocations": "invocations received",
-    "Invocation4XXErrors": "invocations answered with a 4xx status",
-    "Invocation5XXErrors": "invocations answered with a 5xx status",
+    "Invocation4XXErrors": "invocations the model answered with a 4xx status (Triton's "
+    "status; the platform's own where no model answer came)",
+    "Invocation5XXErrors": "invocations the model answered with a 5xx status (Triton's "
+    "status; the platform's own where no model answer came)",
     "ModelLoads": "models loaded into Triton",
     "ModelUnloads": "models unloaded from Triton",
     "ModelEvictions": "models unloaded to make room (least recently used)",
@@ -117,16 +119,25 @@ class Metrics:
         """Increase the counter ``name``."""
         self.counters[name] += by
 
+    def _count_invocation(self, status: int) -> None:
+        """Count one invocation and its 4xx/5xx class, CloudWatch's meaning: the status
+        the model returned (Triton's, not the caller's: Triton's 500 reaches the caller
+        as a 424 ``ModelError`` and counts as a 5xx); where no model answer came (a
+        failed load, a refusal), the status the platform answered."""
+        counters = self.counters
+        counters["Invocations"] += 1
+        if 400 <= status < 500:
+            counters["Invocation4XXErrors"] += 1
+        elif status >= 500:
+            counters["Invocation5XXErrors"] += 1
+
     def record_invocation(self, status: int, overhead_s: float | None = None) -> None:
-        """Count one invocation and its 4xx/5xx class; ``overhead_s``: the time the
-        platform added beside the model (``OverheadLatency``, negative readings as 0)."""
+        """One invocation no model answered (``status``: the platform's answer);
+        ``overhead_s``: the time the platform added beside the model
+        (``OverheadLatency``, negative readings as 0)."""
         if overhead_s is not None:
             self.summaries["OverheadLatency"].observe(max(0.0, overhead_s) * 1e6)
-        self.counters["Invocations"] += 1
-        if 400 <= status < 500:
-            self.counters["Invocation4XXErrors"] += 1
-        elif status >= 500:
-            self.counters["Invocation5XXErrors"] += 1
+        self._count_invocation(status)
 
     def record_served(
         self,
@@ -136,19 +147,16 @@ class Metrics:
         cache_hit: bool,
         wait_s: float = 0.0,
     ) -> None:
-        """One invocation Triton answered, in one call (the invocation path's): the cache
-        hit, the load wait (misses only), the model's latency, then
-        :meth:`record_invocation`."""
+        """One invocation Triton answered with ``status``, in one call (the invocation
+        path's): the cache hit, the load wait (misses only), the model's latency, the
+        overhead, and the counts (:meth:`_count_invocation`)."""
         summaries = self.summaries
         summaries["ModelCacheHit"].observe(1.0 if cache_hit else 0.0)
         if not cache_hit:
             summaries["ModelLoadingWaitTime"].observe(wait_s * 1e6)
         summaries["ModelLatency"].observe(model_latency_s * 1e6)
         summaries["OverheadLatency"].observe(max(0.0, overhead_s) * 1e6)
-        counters = self.counters
-        counters["Invocations"] += 1
-        if status >= 400:
-            counters["Invocation4XXErrors" if status < 500 else "Invocation5XXErrors"] += 1
+        self._count_invocation(status)
 
     def snapshot(self) -> dict[str, object]:
         """Plain data: counters, summary count/mean/p50/p99, gauges (for JSON and tests)."""

@@ -2,8 +2,10 @@
 
 A request goes to an instance where its target is loaded (the least busy one when
 several are), else to one already loading it, else (cold) to the instance with the most
-free memory. A target whose request rate passes ``hot_rps_threshold`` is also loaded on
-a second instance in the background, as SageMaker does for very hot models.
+free memory. A target whose request rate passes ``hot_rps_threshold`` (default
+:data:`~mmelocal.facts.sagemaker.HOT_MODEL_RPS` over
+:data:`~mmelocal.facts.sagemaker.HOT_MODEL_WINDOW_S`) is also loaded on a second instance
+in the background, as SageMaker does for very hot models.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 
 from mmelocal.emulator.instance import InstanceUnavailableError, TritonInstance
 from mmelocal.errors import UserInputError
+from mmelocal.facts.sagemaker import HOT_MODEL_RPS, HOT_MODEL_WINDOW_S
 from mmelocal.rules.routing import (
     InstanceView,
     choose_instance,
@@ -41,8 +44,8 @@ class Router:
         self,
         instances: Sequence[TritonInstance],
         *,
-        hot_rps_threshold: float = 50.0,
-        rate_window_s: float = 1.0,
+        hot_rps_threshold: float = HOT_MODEL_RPS,
+        rate_window_s: float = HOT_MODEL_WINDOW_S,
     ) -> None:
         if not instances:
             raise UserInputError("a router needs at least one instance")

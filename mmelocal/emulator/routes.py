@@ -33,6 +33,7 @@ from mmelocal.emulator.answers import (
 )
 from mmelocal.emulator.emulator import Emulator
 from mmelocal.emulator.upstream import Reply
+from mmelocal.facts.sagemaker import ENDPOINT_NAME_PATTERN, MAX_ENDPOINT_NAME_LENGTH
 
 logger = logging.getLogger(__name__)
 
@@ -49,9 +50,7 @@ def empty(status: int) -> Answer:
     return Answer(status, [], b"")
 
 
-#: botocore's ``EndpointName`` shape (sagemaker-runtime): at most 63 characters
-ENDPOINT_NAME_PATTERN = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9])*")
-MAX_ENDPOINT_NAME_LENGTH = 63
+_ENDPOINT_NAME = re.compile(ENDPOINT_NAME_PATTERN)
 
 
 @functools.lru_cache(maxsize=1024)  # a hot-path check: the same few names every call
@@ -63,11 +62,10 @@ def endpoint_name_error(name: str) -> str | None:
             f"1 validation error detected: Value '{shown}' at 'endpointName' failed to satisfy "
             f"constraint: Member must have length less than or equal to {MAX_ENDPOINT_NAME_LENGTH}"
         )
-    if not ENDPOINT_NAME_PATTERN.fullmatch(name):
+    if not _ENDPOINT_NAME.fullmatch(name):
         return (
             f"1 validation error detected: Value '{shown}' at 'endpointName' failed to satisfy "
-            "constraint: Member must satisfy regular expression pattern: "
-            "^[a-zA-Z0-9](-*[a-zA-Z0-9])*"
+            f"constraint: Member must satisfy regular expression pattern: {ENDPOINT_NAME_PATTERN}"
         )
     return None
 

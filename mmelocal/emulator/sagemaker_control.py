@@ -18,6 +18,7 @@ from pathlib import Path
 from mmelocal.emulator.model_state import InstanceOptions, ModelEntry
 from mmelocal.emulator.upstream import Reply, UpstreamError, UpstreamPool, UpstreamTimeoutError
 from mmelocal.errors import EmulatorError, ModelLoadError
+from mmelocal.facts.sagemaker import INVOKE_TIMEOUT_S, REQUEST_TIMEOUT_S
 from mmelocal.runtime.sagemaker import TARGET_MODEL_HEADER, load_body
 
 #: turns a failed connection into the error callers get (the instance decides: died or busy)
@@ -29,7 +30,10 @@ _NOT_STARTED = "http://127.0.0.1:0"
 def late_reply(timeout_s: float) -> Reply:
     """Triton's answer came later than the limit: as SageMaker, a 504 the caller gets as a
     ModelError."""
-    message = f"the model did not answer within {timeout_s:g}s (SageMaker's limit is 60 s)"
+    message = (
+        f"the model did not answer within {timeout_s:g}s "
+        f"(SageMaker's limit is {INVOKE_TIMEOUT_S:g} s)"
+    )
     return Reply(504, {"content-type": "application/json"}, json.dumps({"error": message}).encode())
 
 
@@ -126,7 +130,7 @@ class SageMakerControl:
         if self.v2_pool is None:
             raise EmulatorError("this Triton has no v2 HTTP endpoint the emulator knows of")
         try:
-            return await self.v2_pool.request("GET", path, [], timeout_s=60.0)
+            return await self.v2_pool.request("GET", path, [], timeout_s=REQUEST_TIMEOUT_S)
         except UpstreamError as exc:
             raise self.connection_error(exc) from exc
 

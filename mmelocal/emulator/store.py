@@ -23,12 +23,13 @@ from mmelocal.errors import (
     UserInputError,
 )
 from mmelocal.facts.aws import LOCAL, aws_client
+from mmelocal.facts.sagemaker import MAX_TARGET_MODEL_LENGTH
 
 logger = logging.getLogger(__name__)
 
-#: SageMaker's own limit for the ``X-Amzn-SageMaker-Target-Model`` header (botocore's
-#: ``TargetModelHeader``: 1 to 1024 characters, pattern ``\A\S[\p{Print}]*\z``).
-MAX_TARGET_LENGTH = 1024
+#: SageMaker's own limit for the ``X-Amzn-SageMaker-Target-Model`` header (the fact's name
+#: here is kept for callers of this module)
+MAX_TARGET_LENGTH = MAX_TARGET_MODEL_LENGTH
 #: the longest file name most file systems take (``NAME_MAX``), in bytes
 MAX_NAME_BYTES = 255
 

@@ -19,6 +19,8 @@ INSTANCE_NAMESPACE: Final = "/aws/sagemaker/Endpoints"
 #: The dimensions of every endpoint metric, in this order.
 DIMENSIONS: Final = ("EndpointName", "VariantName")
 
+#: The multi-model endpoint's cache hit metric (1 when the target was loaded, else 0).
+MODEL_CACHE_HIT: Final = "ModelCacheHit"
 #: Invocation metrics (``AWS/SageMaker``) -> CloudWatch unit.
 INVOCATION_METRICS: Final[dict[str, str]] = {
     "Invocations": "None",
@@ -31,7 +33,7 @@ INVOCATION_METRICS: Final[dict[str, str]] = {
     "ModelLoadingTime": "Microseconds",
     "ModelUnloadingTime": "Microseconds",
     "ModelDownloadingTime": "Microseconds",
-    "ModelCacheHit": "None",
+    MODEL_CACHE_HIT: "None",
 }
 #: Instance metrics (``/aws/sagemaker/Endpoints``) -> CloudWatch unit.
 INSTANCE_METRICS: Final[dict[str, str]] = {
@@ -70,5 +72,6 @@ __all__ = [
     "INVOCATION_METRICS",
     "INVOCATION_NAMESPACE",
     "LOCAL_STAND_IN",
+    "MODEL_CACHE_HIT",
     "TREAT_MISSING_DATA",
 ]

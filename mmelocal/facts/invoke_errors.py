@@ -4,8 +4,9 @@ type and extra fields, as one table (adding an error code is one entry).
 The statuses and types are botocore's (its sagemaker-runtime model gives each error shape
 its ``httpStatusCode``); ``source`` says where each comes from, and ``docs/errors.md``
 lists them (a test keeps the page and this table equal). The emulator's answers
-(:mod:`mmelocal.emulator.answers`) read it on the InvokeEndpoint route, the hot lane and
-the KServe v2 routes.
+(:mod:`mmelocal.emulator.answers`) read it on the invocation path
+(:mod:`mmelocal.emulator.invocation`: InvokeEndpoint and KServe v2 infer) and the other
+KServe v2 routes.
 """
 
 from __future__ import annotations

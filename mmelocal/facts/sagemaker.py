@@ -1,4 +1,5 @@
-"""SageMaker's limits, timeouts, header names and the memory threshold of its MME procedures.
+"""SageMaker's limits, timeouts, name rules, header names and the memory threshold of its MME
+procedures.
 
 Each number here is one fact with one name; the modules that use it import it from here
 (the emulator, the runtime's SageMaker client, bench, deploy and the CLI's defaults).
@@ -27,6 +28,19 @@ from typing import Final
 #: with no ``__type``: boto3 raises ClientError with Code "413".
 MAX_PAYLOAD_BYTES: Final = 6_291_456
 
+# --- names -------------------------------------------------------------------------------
+
+#: The rule for an ``EndpointName``, as botocore's models give it: the runtime's
+#: (``sagemaker-runtime``: pattern ``^[a-zA-Z0-9](-*[a-zA-Z0-9])*``, ``"max": 63``) and the
+#: control plane's (``sagemaker``: the same with ``{0,62}`` groups, ``"max": 63``) are the
+#: same rule: this pattern (matched whole) and this length. The pattern is the runtime's
+#: text, which the service's validation message quotes.
+ENDPOINT_NAME_PATTERN: Final = "^[a-zA-Z0-9](-*[a-zA-Z0-9])*"
+MAX_ENDPOINT_NAME_LENGTH: Final = 63
+#: The longest ``TargetModel`` (botocore's ``TargetModelHeader``: 1 to 1024 characters,
+#: pattern ``\A\S[\p{Print}]*\z``).
+MAX_TARGET_MODEL_LENGTH: Final = 1024
+
 # --- the platform's times (seconds) ------------------------------------------------------
 
 #: How long the container may take to answer one invocation (InvokeEndpoint API reference:
@@ -45,7 +59,7 @@ TRITON_UNLOAD_WAIT_S: Final = 350.0
 #: Triton's own answer (or failure) arrives first.
 UNLOAD_TIMEOUT_S: Final = TRITON_UNLOAD_WAIT_S + 10.0
 
-# --- mmelocal's own waits (not the platform's) -------------------------------------------
+# --- mmelocal's own waits and thresholds (not the platform's) ----------------------------
 
 #: How long mmelocal waits for one load it asks a Triton for directly (``check``,
 #: ``capacity``, :class:`~mmelocal.runtime.client.TritonClient`), outside the emulator. Not
@@ -62,6 +76,12 @@ DRAIN_TIMEOUT_S: Final = INVOKE_TIMEOUT_S + 15.0
 LOAD_AND_INVOKE_TIMEOUT_S: Final = LOAD_LIMIT_S + INVOKE_TIMEOUT_S
 #: ``DescribeEndpoint``'s ``FailureReason``: at most this many characters (API reference).
 FAILURE_REASON_MAX_CHARS: Final = 1024
+#: A model called more than this many times per second (over :data:`HOT_MODEL_WINDOW_S`)
+#: is hot: the emulator's router (and the traffic simulator) loads it on one more instance.
+#: SageMaker replicates hot models but publishes no threshold: mmelocal's own figure.
+HOT_MODEL_RPS: Final = 50.0
+#: The window, in seconds, over which a model's request rate is counted for that rule.
+HOT_MODEL_WINDOW_S: Final = 1.0
 
 # --- memory ------------------------------------------------------------------------------
 
@@ -83,6 +103,9 @@ INVOKED_VARIANT_HEADER: Final = "x-Amzn-Invoked-Production-Variant"
 ERROR_TYPE_HEADER: Final = "x-amzn-ErrorType"
 #: Every answer's request id.
 REQUEST_ID_HEADER: Final = "x-amzn-RequestId"
+#: Triton's header (KServe v2 binary tensor extension, also through its SageMaker front
+#: end) giving the length of the JSON part of a body that carries binary tensors.
+INFERENCE_HEADER_CONTENT_LENGTH: Final = "Inference-Header-Content-Length"
 #: The content type of Triton's binary tensors through its SageMaker front end (followed
 #: by the JSON header's length).
 SAGEMAKER_BINARY_CONTENT_TYPE: Final = (
@@ -93,13 +116,19 @@ __all__ = [
     "CUSTOM_ATTRIBUTES_HEADER",
     "DIRECT_LOAD_TIMEOUT_S",
     "DRAIN_TIMEOUT_S",
+    "ENDPOINT_NAME_PATTERN",
     "ERROR_TYPE_HEADER",
     "FAILURE_REASON_MAX_CHARS",
+    "HOT_MODEL_RPS",
+    "HOT_MODEL_WINDOW_S",
+    "INFERENCE_HEADER_CONTENT_LENGTH",
     "INVOKED_VARIANT_HEADER",
     "INVOKE_TIMEOUT_S",
     "LOAD_AND_INVOKE_TIMEOUT_S",
     "LOAD_LIMIT_S",
+    "MAX_ENDPOINT_NAME_LENGTH",
     "MAX_PAYLOAD_BYTES",
+    "MAX_TARGET_MODEL_LENGTH",
     "MEMORY_THRESHOLD",
     "MODEL_NOT_READY_AFTER_S",
     "REQUEST_ID_HEADER",

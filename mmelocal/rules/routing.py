@@ -174,8 +174,9 @@ class EvictionPlan:
 
 
 def estimate_footprint(models: Iterable[ModelUsage], default_bytes: int = 0) -> int:
-    """Mean measured footprint of ``models`` (``default_bytes`` when none is known)."""
-    known = [m.footprint_bytes for m in models if m.footprint_bytes]
+    """Mean measured footprint of ``models`` (``default_bytes`` when none is known; None is
+    unknown, 0 a known zero)."""
+    known = [m.footprint_bytes for m in models if m.footprint_bytes is not None]
     return int(sum(known) / len(known)) if known else default_bytes
 
 
@@ -201,8 +202,9 @@ def plan_eviction(
 ) -> EvictionPlan:
     """Least recently used evictable models to unload so ``used + need <= limit``.
 
-    A model whose footprint is unknown counts as the mean of the known ones (its real
-    release is measured afterwards, and the caller plans again). When ``used_bytes`` is
+    A model whose footprint is unknown (None; 0 is a known zero) counts as the mean of the
+    known ones, 1 byte when none is known (its real release is measured afterwards, and
+    the caller plans again). When ``used_bytes`` is
     already over ``limit_bytes`` with ``need_bytes == 0`` the plan trims down to the limit.
     """
     if limit_bytes <= 0:
@@ -228,7 +230,8 @@ def plan_eviction(
         if freed >= target:
             break
         victims.append(model.name)
-        freed += (model.footprint_bytes or fallback or 1) + model.runtime_bytes
+        footprint = model.footprint_bytes
+        freed += (footprint if footprint is not None else fallback or 1) + model.runtime_bytes
     fits = freed >= target
     reason = (
         f"used {mib(used_bytes)} + need {mib(need_bytes)} > limit {mib(limit_bytes)}: "
@@ -333,7 +336,7 @@ class FastLru(Generic[K]):
             if busy is not None and busy(name):
                 continue
             victims.append(name)
-            freed += footprint or 1
+            freed += footprint  # a known 0 frees nothing, as in plan_eviction
         return victims, freed >= target
 
 

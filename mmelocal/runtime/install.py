@@ -71,6 +71,7 @@ def find_tritonserver(path: Path | str | None = None) -> TritonInstall:
         return _install_from_binary(binary)
     wheel = _wheel_install()
     if wheel is not None:
+        check_stub_numpy()  # the wheel's stub only: another Triton brings its own backend
         return wheel
     for candidate in (shutil.which("tritonserver"), "/opt/tritonserver/bin/tritonserver"):
         if candidate and Path(candidate).is_file():
@@ -98,7 +99,6 @@ def _wheel_install() -> TritonInstall | None:
             f"nvidia-pytriton has no Python backend stub for Python {version} ({stub}); "
             "use a Python version the wheel supports"
         )
-    check_stub_numpy()
     return TritonInstall(
         binary=binary,
         python_backend_src=server / "backends" / "python",
@@ -169,6 +169,7 @@ def _numpy_version(python: Path) -> str | None:
 def _install_from_binary(binary: Path) -> TritonInstall:
     wheel = _wheel_install()
     if wheel is not None and wheel.binary.resolve() == binary.resolve():
+        check_stub_numpy()
         return wheel
     root = binary.parent.parent
     backends, libs = root / "backends", root / "lib"

@@ -54,6 +54,29 @@ from mmelocal.runtime.server_config import ServerConfig
 logger = logging.getLogger(__name__)
 
 
+def _endpoints_of(config: ServerConfig, bridge_dir: Path | None) -> Endpoints:
+    """The URLs of a started server (a port tritonserver does not open, as in MME mode
+    with SageMaker's defaults, has no URL)."""
+    host = "127.0.0.1" if config.host in ("0.0.0.0", "") else config.host
+    return Endpoints(
+        http_url=f"http://{host}:{config.http_port}",
+        grpc_url=f"{host}:{config.grpc_port}" if config.serves_grpc else None,
+        metrics_url=f"http://{host}:{config.metrics_port}" if config.serves_metrics else None,
+        sagemaker_url=f"http://{host}:{config.sagemaker_port}" if config.sagemaker else None,
+        bridge=str(bridge_dir / "bridge.sock") if bridge_dir else None,
+    )
+
+
+def _opened_port_names(config: ServerConfig) -> list[str]:
+    """The config's fields naming the ports tritonserver opens (the bridge's ports)."""
+    names = ["http_port", "sagemaker_port"]
+    if config.serves_grpc:
+        names.append("grpc_port")
+    if config.serves_metrics:
+        names.append("metrics_port")
+    return names
+
+
 class LocalLauncher(OwnedServerLauncher):
     """Start the tritonserver binary as a child process (see the module docstring).
 
@@ -121,49 +144,45 @@ class LocalLauncher(OwnedServerLauncher):
         _warn_if_small_shm(self._requested.python_shm_default_bytes)
         backends = self._requested.backend_directory or prepare_backend_directory(install)
         requested = self._bind_bridge_ports(self._requested)
-        config = dataclasses.replace(
-            requested.resolved(),
-            backend_directory=backends,
-            extra_args=(
-                f"--backend-config=python,shm-region-prefix-name={self._shm_prefix}",
-                *self._requested.extra_args,
-            ),
-        )
-        self._config = config
-        if self._log_path is None:
-            self._log_path = Path(tempfile.mkdtemp(prefix="mmelocal-triton-")) / "tritonserver.log"
-        self._log_path.parent.mkdir(parents=True, exist_ok=True)
-        host = "127.0.0.1" if config.host in ("0.0.0.0", "") else config.host
-        argv = self._argv(install, config)
-        self._endpoints = endpoints = Endpoints(
-            http_url=f"http://{host}:{config.http_port}",
-            # a port tritonserver does not open (MME mode, SageMaker's defaults) has no URL
-            grpc_url=f"{host}:{config.grpc_port}" if config.serves_grpc else None,
-            metrics_url=f"http://{host}:{config.metrics_port}" if config.serves_metrics else None,
-            sagemaker_url=f"http://{host}:{config.sagemaker_port}" if config.sagemaker else None,
-            bridge=str(self._bridge_dir / "bridge.sock") if self._bridge_dir else None,
-        )
-        logger.debug("starting %s", " ".join(argv))
-        try:
-            with open(self._log_path, "ab") as log:
-                self._process = subprocess.Popen(
-                    argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env=server_environment(install, config),
-                    start_new_session=True,
-                    preexec_fn=(
-                        functools.partial(netns.die_with_parent, signal.SIGTERM)
-                        if self._die_with_parent
-                        else None
-                    ),
-                    pass_fds=[sock.fileno() for sock in self._bridge_sockets.values()],
+        try:  # from the bind to the spawn: the launcher's copies close whatever happens
+            config = dataclasses.replace(
+                requested.resolved(),
+                backend_directory=backends,
+                extra_args=(
+                    f"--backend-config=python,shm-region-prefix-name={self._shm_prefix}",
+                    *self._requested.extra_args,
+                ),
+            )
+            self._config = config
+            if self._log_path is None:
+                self._log_path = (
+                    Path(tempfile.mkdtemp(prefix="mmelocal-triton-")) / "tritonserver.log"
                 )
-        except OSError as exc:  # not an executable for this machine, no permission, ...
-            raise ServerStartError(
-                f"could not run {install.binary}: {exc.strerror or exc}", log_path=self._log_path
-            ) from exc
+            self._log_path.parent.mkdir(parents=True, exist_ok=True)
+            argv = self._argv(install, config)
+            self._endpoints = endpoints = _endpoints_of(config, self._bridge_dir)
+            logger.debug("starting %s", " ".join(argv))
+            try:
+                with open(self._log_path, "ab") as log:
+                    self._process = subprocess.Popen(
+                        argv,
+                        stdin=subprocess.DEVNULL,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        env=server_environment(install, config),
+                        start_new_session=True,
+                        preexec_fn=(
+                            functools.partial(netns.die_with_parent, signal.SIGTERM)
+                            if self._die_with_parent
+                            else None
+                        ),
+                        pass_fds=[sock.fileno() for sock in self._bridge_sockets.values()],
+                    )
+            except OSError as exc:  # not an executable for this machine, no permission, ...
+                raise ServerStartError(
+                    f"could not run {install.binary}: {exc.strerror or exc}",
+                    log_path=self._log_path,
+                ) from exc
         finally:
             self._close_bridge_sockets()
         _reap_group_on_exit(self._process)
@@ -196,11 +215,7 @@ class LocalLauncher(OwnedServerLauncher):
         self._bridge_sockets = {}
         if not (config.sagemaker and self._isolate_network) or netns.isolation_refused():
             return config
-        names = ["http_port", "sagemaker_port"]  # only the ports Triton opens
-        if config.serves_grpc:
-            names.append("grpc_port")
-        if config.serves_metrics:
-            names.append("metrics_port")
+        names = _opened_port_names(config)
         host = config.host or "0.0.0.0"
         try:
             for name in names:
@@ -244,11 +259,7 @@ class LocalLauncher(OwnedServerLauncher):
         self.isolated = True
         self._bridge_dir = Path(tempfile.mkdtemp(prefix="mmelocal-ns-"))
         inside = dataclasses.replace(config, host="127.0.0.1")
-        names = ["http_port", "sagemaker_port"]  # only the ports Triton opens
-        if config.serves_grpc:
-            names.append("grpc_port")
-        if config.serves_metrics:
-            names.append("metrics_port")
+        names = _opened_port_names(config)
         bound = self._bridge_sockets
         return netns.bridge_argv(
             host=config.host or "0.0.0.0",

@@ -5,8 +5,8 @@ are :mod:`mmelocal.bench.loadtest._locust_schedule`, registered on the load test
 (:mod:`mmelocal.bench.loadtest._locust_dist`), so one set of workers sends both.
 
 Started by :func:`mmelocal.traffic.replay.replay` as ``python -m
-mmelocal.traffic._locust_replay CONFIG OUT --bind-port P --expect N``. Importing this module
-patches the process with gevent: only Locust processes import it.
+mmelocal.traffic._locust_replay CONFIG OUT --bind-port P --expect N --timeout S``. Importing
+this module patches the process with gevent: only Locust processes import it.
 """
 
 from gevent import monkey
@@ -28,6 +28,7 @@ from locust.env import Environment  # noqa: E402
 
 from mmelocal.bench.loadtest._locust_dist import HELLO  # noqa: E402
 from mmelocal.bench.loadtest._locust_schedule import BATCH, GO, READY, REPLAY  # noqa: E402
+from mmelocal.bench.loadtest.workers import DEFAULT_CONNECT_TIMEOUT_S  # noqa: E402
 
 START_DELAY_S = 0.5
 
@@ -78,12 +79,15 @@ def run_master(
     runner.register_message(HELLO, on_hello)
     runner.register_message(READY, on_ready)
     runner.register_message(BATCH, on_batch)
-    deadline = time.time() + 60.0
+    deadline = time.time() + DEFAULT_CONNECT_TIMEOUT_S
     while len(ready) < min(expect, len(shards)) and time.time() < deadline:
         gevent.sleep(0.05)
     if len(ready) < min(expect, len(shards)):
         runner.quit()
-        raise SystemExit(f"only {len(ready)} of {expect} Locust workers were ready in 60 s")
+        raise SystemExit(
+            f"only {len(ready)} of {expect} Locust workers were ready in "
+            f"{DEFAULT_CONNECT_TIMEOUT_S:g} s"
+        )
     t0_wall = time.time() + START_DELAY_S
     runner.send_message(GO, {"t0_wall": t0_wall})
     _emit({"event": "started", "t0_wall": t0_wall})

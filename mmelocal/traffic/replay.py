@@ -30,7 +30,7 @@ import json
 import logging
 import time
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,7 +38,8 @@ from urllib.parse import urlparse
 
 import numpy as np
 
-from mmelocal.errors import UserInputError
+from mmelocal.errors import ReplayAbortedError, UserInputError
+from mmelocal.facts.sagemaker import ERROR_TYPE_HEADER
 from mmelocal.traffic.results import TrafficResult, summarize
 from mmelocal.traffic.trace import Trace
 
@@ -47,8 +48,14 @@ logger = logging.getLogger(__name__)
 STATE_PATH = "/emulator/state"
 
 
-class ReplayAborted(UserInputError):
-    """The replay could not keep its schedule (in-flight cap or sender lag)."""
+#: What the Locust master waits, beyond the schedule and a request's timeout, for the
+#: workers' final batches before it reports what it has.
+MASTER_MARGIN_S = 60.0
+
+
+def _schedule_s(trace: Trace, options: ReplayOptions) -> float:
+    """Wall-clock seconds from the first request to the last one's scheduled time."""
+    return trace.duration_s / options.speed
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,15 +109,29 @@ def shard_schedule(trace: Trace, shards: int) -> list[np.ndarray]:
 
 
 def check_rate(trace: Trace, options: ReplayOptions, senders: int = 1) -> None:
-    """Refuse a trace whose peak rate (per second, after ``speed``) the senders cannot send
-    (``max_rate_rps`` per sender)."""
-    peak = trace.peak_rate_rps(1.0) * options.speed
-    if peak > options.max_rate_rps * max(1, senders):
+    """Refuse a trace whose peak rate (per second, after ``speed``) a sender cannot send
+    (``max_rate_rps`` per sender). With several senders each gets its shard of models
+    (:func:`shard_schedule`), so the busiest shard's own peak is what counts: one sender
+    may carry most of a skewed trace."""
+    senders = max(1, senders)
+    shards = shard_schedule(trace, senders) if senders > 1 else [np.arange(len(trace))]
+    peaks = [
+        Trace(
+            times_s=trace.times_s[s], model_ids=trace.model_ids[s], models=trace.models
+        ).peak_rate_rps(1.0)
+        * options.speed
+        for s in shards
+    ]
+    busiest = int(np.argmax(peaks))
+    peak = peaks[busiest]
+    if peak > options.max_rate_rps:
+        where = "" if senders == 1 else f" on sender {busiest + 1} of {senders} (its models' shard)"
         raise UserInputError(
-            f"the trace peaks at {peak:,.0f} requests/s (with --speed {options.speed:g}), over "
-            f"the {options.max_rate_rps:,.0f}/s per sender ({max(1, senders)}) kept on time: lower "
-            "--speed or add --workers (Locust workers, the schedule sharded by model); raise "
-            "--max-rate only after checking a sender keeps up"
+            f"the trace peaks at {peak:,.0f} requests/s{where} (with --speed "
+            f"{options.speed:g}), over the {options.max_rate_rps:,.0f}/s a sender keeps on time: "
+            "lower --speed or add --workers (Locust workers, the schedule sharded by model; one "
+            "model's requests stay on one worker); raise --max-rate only after checking a "
+            "sender keeps up"
         )
 
 
@@ -119,11 +140,11 @@ def check_targets(trace: Trace, store: str) -> None:
     target of the trace."""
     missing: list[str]
     if store.startswith("s3://"):
-        import boto3
+        from mmelocal.facts.aws import CONTROL_PLANE, aws_client
 
         parsed = urlparse(store)
         prefix = parsed.path.lstrip("/")
-        s3 = boto3.client("s3")
+        s3 = aws_client("s3", CONTROL_PLANE)
         have: set[str] = set()
         for page in s3.get_paginator("list_objects_v2").paginate(
             Bucket=parsed.netloc, Prefix=prefix
@@ -146,7 +167,7 @@ def check_targets(trace: Trace, store: str) -> None:
 
 
 def _error_class(status: int, headers: Any, body: bytes) -> str:
-    kind = headers.get("x-amzn-ErrorType") or headers.get("x-amzn-errortype")
+    kind = headers.get(ERROR_TYPE_HEADER) or headers.get(ERROR_TYPE_HEADER.lower())
     if not kind:
         try:
             kind = json.loads(body).get("__type")
@@ -223,14 +244,14 @@ async def _open_loop(
             else:
                 lag = -delay
                 if lag > options.max_lag_s:
-                    raise ReplayAborted(
+                    raise ReplayAbortedError(
                         f"the sender fell {lag * 1e3:,.0f} ms behind the schedule at trace row "
                         f"{i + 2} (t={times[i]:.3f} s): this process cannot send this rate on "
                         "time; lower --speed or split the trace across Locust workers "
                         "(no result is written)"
                     )
             if len(in_flight) >= options.max_in_flight:
-                raise ReplayAborted(
+                raise ReplayAbortedError(
                     f"{len(in_flight)} requests in flight at trace row {i + 2} "
                     f"(t={times[i]:.3f} s), the --max-in-flight cap: the endpoint answers "
                     "slower than the trace sends. Raise --max-in-flight, lower --speed, or give "
@@ -287,6 +308,7 @@ async def _replay_http(
                     first = await resp.json()
                     state["loads_before"] = first.get("event_counts", {}).get("load", 0)
                     state["store"] = first.get("store")
+                    state["probe_kinds"] = _probe_kinds(first)
         except aiohttp.ClientError as exc:
             raise UserInputError(f"cannot reach {base}: {exc}") from exc
         loop = asyncio.get_running_loop()
@@ -402,6 +424,9 @@ async def _replay_workers(
             str(port),
             "--expect",
             str(len(shards)),
+            "--timeout",
+            # the whole schedule, its last request's timeout, and the batches' way back
+            str(_schedule_s(trace, options) + options.timeout_s + MASTER_MARGIN_S),
             stdout=asyncio.subprocess.PIPE,
             stderr=files.enter_context(open(work / "master.log", "wb")),
             env=env,
@@ -432,6 +457,7 @@ async def _replay_workers(
                         if emulator:
                             first = await resp.json()
                             state["loads_before"] = first.get("event_counts", {}).get("load", 0)
+                            state["probe_kinds"] = _probe_kinds(first)
                 except aiohttp.ClientError as exc:
                     raise UserInputError(f"cannot reach {base}: {exc}") from exc
                 if emulator:
@@ -468,7 +494,7 @@ async def _replay_workers(
             raise UserInputError("the replay's Locust master failed:\n" + "\n".join(tail))
         result = json.loads(out.read_text("utf-8"))
     if result["aborted"]:
-        raise ReplayAborted(result["aborted"][0] + " (no result is written)")
+        raise ReplayAbortedError(result["aborted"][0] + " (no result is written)")
     index = np.asarray(result["indices"], dtype=np.int64)
     codes = np.asarray(result["codes"], dtype=np.int8)
     rec.latency_s[index] = result["latency_s"]
@@ -496,8 +522,9 @@ def _replay_boto3(
     import concurrent.futures
 
     import boto3
-    import botocore.config
     import botocore.exceptions
+
+    from mmelocal.facts.aws import LOAD_TEST, aws_client
 
     n = len(trace)
     rec = _Record(
@@ -505,11 +532,16 @@ def _replay_boto3(
         hit=np.zeros(n, dtype=np.bool_),
         ok=np.zeros(n, dtype=np.bool_),
     )
-    config = botocore.config.Config(
-        max_pool_connections=options.max_in_flight, retries={"max_attempts": 1}
-    )
-    runtime = boto3.client(
-        "sagemaker-runtime", endpoint_url=endpoint_url, region_name=region, config=config
+    # a load generator's client: no retries (a failure is counted, not hidden), a pool as
+    # wide as the requests in flight, and the replay's per-request timeout
+    runtime = aws_client(
+        "sagemaker-runtime",
+        LOAD_TEST,
+        session=boto3.session.Session(region_name=region),
+        endpoint_url=endpoint_url,
+        max_pool_connections=options.max_in_flight,
+        connect_timeout=options.timeout_s,
+        read_timeout=options.timeout_s,
     )
     models, ids, times = trace.models, trace.model_ids, trace.times_s
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=options.max_in_flight)
@@ -552,32 +584,46 @@ def cloudwatch_hit_ratio(
     start_s: float,
     end_s: float,
     *,
-    variant: str = "AllTraffic",
+    variants: Sequence[str] | None = None,
     endpoint_url: str | None = None,
     region: str | None = None,
 ) -> float | None:
-    """The mean of ``ModelCacheHit`` over the window (1-minute periods, weighted by their
-    sample counts), or None when CloudWatch has no datapoint yet."""
+    """The mean of ``ModelCacheHit`` over the window and over the endpoint's variants
+    (1-minute periods, weighted by their sample counts), or None when CloudWatch has no
+    datapoint yet. ``variants`` default to the endpoint's own (``DescribeEndpoint``)."""
     import datetime
 
     import boto3
 
-    cw = boto3.client("cloudwatch", endpoint_url=endpoint_url, region_name=region)
-    start = datetime.datetime.fromtimestamp(start_s - 60, tz=datetime.UTC)
-    end = datetime.datetime.fromtimestamp(end_s + 60, tz=datetime.UTC)
-    answer = cw.get_metric_statistics(
-        Namespace="AWS/SageMaker",
-        MetricName="ModelCacheHit",
-        Dimensions=[
-            {"Name": "EndpointName", "Value": endpoint_name},
-            {"Name": "VariantName", "Value": variant},
-        ],
-        StartTime=start,
-        EndTime=end,
-        Period=60,
-        Statistics=["Average", "SampleCount"],
-    )
-    points = answer.get("Datapoints", [])
+    from mmelocal.facts.autoscaling import METRIC_PERIOD_S
+    from mmelocal.facts.aws import CONTROL_PLANE, aws_client
+    from mmelocal.facts.cloudwatch import DIMENSIONS, INVOCATION_NAMESPACE, MODEL_CACHE_HIT
+
+    session = boto3.session.Session(region_name=region)
+    if variants is None:
+        sagemaker = aws_client(
+            "sagemaker", CONTROL_PLANE, session=session, endpoint_url=endpoint_url
+        )
+        described = sagemaker.describe_endpoint(EndpointName=endpoint_name)
+        variants = [v["VariantName"] for v in described.get("ProductionVariants", [])]
+    cw = aws_client("cloudwatch", CONTROL_PLANE, session=session, endpoint_url=endpoint_url)
+    start = datetime.datetime.fromtimestamp(start_s - METRIC_PERIOD_S, tz=datetime.UTC)
+    end = datetime.datetime.fromtimestamp(end_s + METRIC_PERIOD_S, tz=datetime.UTC)
+    points: list[dict[str, Any]] = []
+    for variant in variants:
+        answer = cw.get_metric_statistics(
+            Namespace=INVOCATION_NAMESPACE,
+            MetricName=MODEL_CACHE_HIT,
+            Dimensions=[
+                {"Name": name, "Value": value}
+                for name, value in zip(DIMENSIONS, (endpoint_name, variant), strict=True)
+            ],
+            StartTime=start,
+            EndTime=end,
+            Period=METRIC_PERIOD_S,
+            Statistics=["Average", "SampleCount"],
+        )
+        points.extend(answer.get("Datapoints", []))
     total = sum(p["SampleCount"] for p in points)
     if not total:
         return None
@@ -634,6 +680,7 @@ def replay(
         rec, state = _replay_boto3(
             trace, endpoint_name, body, options, progress, endpoint_url, region
         )
+    measured_on, measured_where = _measured_where(url, endpoint_name, endpoint_url, state)
     loaded = None
     max_loaded: int | None = None
     events = sorted(state.get("load_events", []))
@@ -654,6 +701,7 @@ def replay(
             "load times and the loaded set from its /emulator/state."
         )
     hit = rec.hit
+    ratio: float | None = None
     if endpoint_name is not None:
         start, end = state["window"]
         unread = ""
@@ -683,9 +731,14 @@ def replay(
         load_cycle_s=cycles if state.get("emulator") else None,
         loads=loads,
         max_loaded=max_loaded,
-        extra={"speed": options.speed, "notes": notes},
+        extra={
+            "speed": options.speed,
+            "notes": notes,
+            "measured_on": measured_on,
+            "measured_where": measured_where,
+        },
     )
-    if endpoint_name is not None and not hit.any() and rec.ok.any():
+    if endpoint_name is not None and ratio is None:
         # CloudWatch gave no ratio: hits and the warm/cold split are unknown, not zero
         result.data.update(hit_ratio=None, cold_starts=None, cold_starts_per_min=None)
         result.data["latency_ms"]["warm"] = result.data["latency_ms"]["cold"] = None
@@ -694,6 +747,35 @@ def replay(
             f"Replayed at --speed {options.speed:g}: times in the timeline are the trace's."
         )
     return result
+
+
+def _probe_kinds(state: Mapping[str, Any]) -> list[str]:
+    """``gpu`` / ``host`` of each emulator instance's memory probe."""
+    return [str(i.get("probe_kind", "")) for i in state.get("instances", [])]
+
+
+def _measured_where(
+    url: str | None, endpoint_name: str | None, endpoint_url: str | None, state: Mapping[str, Any]
+) -> tuple[str, str]:
+    """(``cpu`` / ``gpu`` / ``endpoint`` / ``unknown``, where the replay measured, in words):
+    the latencies and load times of ``mmelocal serve`` without a GPU are CPU figures."""
+    if url is None:
+        if endpoint_url is not None:
+            return "unknown", f"endpoint {endpoint_name} of the AWS at {endpoint_url}"
+        return "endpoint", f"endpoint {endpoint_name}"
+    netloc = urlparse(url).netloc
+    host = urlparse(url).hostname or ""
+    here = (
+        "on this machine"
+        if host in ("localhost", "::1") or host.startswith("127.")
+        else (f"at {netloc}")
+    )
+    if not state.get("emulator"):
+        return "unknown", f"the server at {netloc} (not mmelocal serve: device unknown)"
+    kinds = state.get("probe_kinds") or []
+    if kinds and all(kind == "gpu" for kind in kinds):
+        return "gpu", f"mmelocal serve {here} (GPU)"
+    return "cpu", f"mmelocal serve {here} (CPU)"
 
 
 def load_cycles(
@@ -764,16 +846,7 @@ def _emulator_store(url: str) -> str | None:
     return None
 
 
-def load_seconds_of(results: Sequence[TrafficResult]) -> tuple[float, ...]:
-    """The cold-load times a replay measured (for ``simulate --load-seconds FILE.json``)."""
-    out: list[float] = []
-    for r in results:
-        out.extend(float(x) for x in r.data.get("cold_load_s", []))
-    return tuple(out)
-
-
 __all__ = [
-    "ReplayAborted",
     "ReplayOptions",
     "check_rate",
     "check_targets",

@@ -9,7 +9,10 @@ LRU eviction, through :class:`~mmelocal.rules.routing.FastLru`) and
 2. autoscaling evaluates every closed metric period (invocations per instance);
 3. the request goes where its target is ready (fewest in flight), else where it is loading
    (a miss that waits for that load), else (cold: a miss and a load) to the instance with
-   the most room, after unloading least recently used idle models to make room;
+   the most room, after unloading least recently used idle models to make room. The cold
+   choice calls :func:`~mmelocal.rules.routing.choose_cold` (instances still starting are
+   chosen only when none is up); the ready choice, per request, is :func:`pick_holder`,
+   tested equal to :func:`~mmelocal.rules.routing.choose_ready` on random inputs;
 4. loads queue per instance and run ``parallel_loads`` at a time (1, the default, is the
    emulator's rule: one load holds the instance's load lock); room is made when a load
    starts, as the emulator does, so models waiting in the queue hold no memory; a caller
@@ -24,23 +27,57 @@ for a load), ``loads`` the loads themselves (replicas included).
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
-from mmelocal.errors import UserInputError
+from mmelocal.emulator.emulator_config import EmulatorConfig
+from mmelocal.errors import ModelNotReadyError, UserInputError
+from mmelocal.facts.invoke_errors import error_kind
 from mmelocal.facts.sagemaker import MODEL_NOT_READY_AFTER_S
-from mmelocal.rules.routing import FastLru, count_request, replica_instance
+from mmelocal.rules.routing import (
+    FastLru,
+    InstanceView,
+    choose_cold,
+    count_request,
+    replica_instance,
+)
 from mmelocal.traffic.results import TrafficResult, summarize
 from mmelocal.traffic.trace import Trace
 
 #: the error class a caller gets when a cold load outlasts MODEL_NOT_READY_AFTER_S
-MODEL_NOT_READY = "ModelNotReadyException"
+MODEL_NOT_READY = error_kind(ModelNotReadyError("", target_model="")).error_type
+#: the emulator's hot-model replication threshold (requests/s), its config's default
+HOT_RPS_THRESHOLD: float = next(
+    cast(float, f.default)
+    for f in dataclasses.fields(EmulatorConfig)
+    if f.name == "hot_rps_threshold"
+)
+
+
+def pick_holder(fleet: Sequence[Any], holders: Sequence[int], m: int, t: float) -> tuple[int, int]:
+    """(where a request for ``m`` at ``t`` goes among the instances holding it, -1 if it is
+    ready on none; the first holder still loading it or not up, -1 if none): the emulator's
+    :func:`~mmelocal.rules.routing.choose_ready` (the up instance where it is ready with the
+    fewest in flight, the first in fleet order on a tie) without building its views per
+    request; the tests check the two equal on random inputs."""
+    i = loading = -1
+    best_busy = -1
+    for j in holders:
+        inst = fleet[j]
+        if inst.ready_at[m] <= t and inst.up_at <= t:
+            busy = inst.inflight.get(m, 0)
+            if best_busy < 0 or busy < best_busy or (busy == best_busy and j < i):
+                i, best_busy = j, busy
+        elif loading < 0 or j < loading:
+            loading = j
+    return i, loading
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,7 +158,7 @@ class SimConfig:
     concurrency: int = 4
     parallel_loads: int = 1
     load_wait_timeout_s: float = MODEL_NOT_READY_AFTER_S
-    hot_rps_threshold: float = 50.0
+    hot_rps_threshold: float = HOT_RPS_THRESHOLD
     rate_window_s: float = 1.0
     autoscaling: Autoscaling | None = None
     instance_type: str | None = None
@@ -136,7 +173,7 @@ class SimConfig:
         ):
             raise UserInputError(
                 "give the capacity per instance: --models-per-instance K, or footprints and "
-                "the card's memory (--footprints FILE / --footprint-mib with --instance-type)"
+                "the card's memory (--footprint-mib or --capacity FILE, with --instance-type)"
             )
         if self.models_per_instance is not None and self.models_per_instance < 1:
             raise UserInputError(
@@ -299,15 +336,21 @@ def simulate(
                 start_next(inst, at)
 
     def cold_choice(now: float) -> int:
-        best, best_key = -1, (0, 0)
-        for i, inst in enumerate(fleet):
-            key = (inst.lru.limit_bytes - inst.lru.used_bytes, -len(inst.lru) - len(inst.queue))
-            # instances still starting are chosen only when none is up
-            if inst.up_at > now:
-                key = (key[0] - (1 << 62), key[1])
-            if best < 0 or key > best_key:
-                best, best_key = i, key
-        return best
+        # the emulator's rule (a miss, so not per request); the models an instance holds
+        # are its loaded ones and those queued to load, as the emulator's entries are
+        views = [
+            InstanceView(
+                up=inst.up_at <= now,
+                free_bytes=inst.lru.limit_bytes - inst.lru.used_bytes,
+                model_count=len(inst.lru) + len(inst.queue),
+            )
+            for inst in fleet
+        ]
+        chosen = choose_cold(views)
+        if chosen is None:  # none is up yet: the same rule among those starting
+            chosen = choose_cold([dataclasses.replace(v, up=True) for v in views])
+        assert chosen is not None
+        return chosen
 
     step = max(1, n // 200)
     for k in range(n):
@@ -333,16 +376,16 @@ def simulate(
         hs = holders.get(m)
         i = -1
         loading = -1
-        if hs is not None:
-            best_busy = -1
-            for j in hs:
-                inst = fleet[j]
-                if inst.ready_at[m] <= t and inst.up_at <= t:
-                    busy = inst.inflight.get(m, 0)
-                    if best_busy < 0 or busy < best_busy:
-                        i, best_busy = j, busy
-                elif loading < 0:
-                    loading = j
+        if hs is not None and len(hs) == 1:
+            # the rule on one holder, inline (the common case, per request)
+            j = hs[0]
+            inst = fleet[j]
+            if inst.ready_at[m] <= t and inst.up_at <= t:
+                i = j
+            else:
+                loading = j
+        elif hs:
+            i, loading = pick_holder(fleet, hs, m, t)  # a replicated model
         if i < 0:
             # a miss: join the load in progress (or queued), else queue a new one
             if loading < 0:

@@ -206,19 +206,23 @@ def test_a_plan_that_deploys_needs_a_deployer(tmp_path: Path) -> None:
         BenchmarkPlan(**fields)
     assert BenchmarkPlan(**fields, deployer=lambda **kw: None).endpoint_for("pt") == "rn50-pt"
     assert BenchmarkPlan(**{**fields, "existing": "live"}).endpoint_for("pt") == "live"
+    long = BenchmarkPlan(**{**fields, "endpoint_name": "a" * 62}, deployer=lambda **kw: None)
+    assert long.endpoint_for("pt") == "a" * 62  # cut to 63, never ending with '-'
 
 
 def test_old_module_paths_name_the_moved_modules() -> None:
     import mmelocal.bench.capacity_result as old_capacity
     import mmelocal.bench.remote_capacity as old_remote
     import mmelocal.deploy.session as old_session
+    import mmelocal.deploy.sizing as old_sizing
 
     from mmelocal.aws import session
-    from mmelocal.bench.capacity import measure_capacity
+    from mmelocal.bench.capacity import measure_capacity, sizing
     from mmelocal.bench.capacity.loop import measure_capacity as loop_measure
     from mmelocal.bench.endpoint import capacity
 
     assert old_capacity.CapacityResult is CapacityResult
     assert old_remote is capacity
     assert old_session is session
+    assert old_sizing is sizing
     assert measure_capacity is loop_measure

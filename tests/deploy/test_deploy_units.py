@@ -10,6 +10,7 @@ import pytest
 from deploy_helpers import ROLE, write_reference_tarball
 
 from mmelocal.bench.capacity.projection import load_gpus, project
+from mmelocal.bench.capacity.result import CapacityResult, LoadRecord
 from mmelocal.bench.capacity.sizing import cheapest_instance
 from mmelocal.bench.results import write_result
 from mmelocal.deploy.images import triton_image_uri
@@ -51,6 +52,10 @@ def test_options_refuse_what_sagemaker_refuses(tmp_path: Path) -> None:
             DeployOptions(**{**base, field: value})  # type: ignore[arg-type]
     with pytest.raises(DeployError, match="max_instances must be >= instance_count"):
         DeployOptions(**base, instance_count=3, max_instances=2)  # type: ignore[arg-type]
+    for name in ("ep\n", "ep-", "e" * 64):  # the service's rule: whole name, 63 at most
+        with pytest.raises(DeployError, match="endpoint name must be"):
+            DeployOptions(**{**base, "endpoint_name": name})  # type: ignore[arg-type]
+    DeployOptions(**{**base, "endpoint_name": "e--p" + "e" * 59})  # type: ignore[arg-type]
 
 
 def test_triton_image_per_region() -> None:
@@ -104,6 +109,41 @@ def test_cheapest_instance_that_holds_the_hot_set(tmp_path: Path) -> None:
     assert choice.instance_type == "ml.g5.xlarge" and "4 models fit" in choice.reason
     with pytest.raises(DeployError, match="no priced instance type holds 500"):
         cheapest_instance(result, hot_models=500)
+
+
+def _capacity_result(probe: str, marginal: int | None) -> CapacityResult:
+    loads = tuple(
+        LoadRecord(
+            copies=i + 1,
+            target=f"m{i}",
+            used_bytes=GIB + (i + 1) * 4 * GIB,
+            delta_bytes=4 * GIB,
+            load_s=1.0,
+            warmup_s=0.0,
+            marginal_bytes=marginal,
+        )
+        for i in range(2)
+    )
+    return CapacityResult(
+        source="m.tar.gz", label="m", model_format="onnx", probe=probe, total_bytes=16 * GIB,
+        threshold=0.9, baseline_bytes=GIB, loads=loads, next_copy=None, stopped_reason="done",
+    )  # fmt: skip
+
+
+def test_sizing_refuses_host_memory_and_uses_the_marginal_split(tmp_path: Path) -> None:
+    on_cpu = tmp_path / "cpu.json"
+    write_result(_capacity_result("host PSS of the Triton tree, budget 4,096 MiB", None), on_cpu)
+    with pytest.raises(
+        DeployError, match=r"host-memory \(CPU\).*capacity estimate.*--instance-type"
+    ):
+        cheapest_instance(on_cpu, hot_models=1)
+    on_gpu = tmp_path / "gpu.json"
+    # 4 GiB per copy, of which 3 GiB marginal and 1 GiB shared runtime (paid once): on an
+    # A10G (22.5 GiB) floor((0.9 * 22.5 - 1 - 1) / 3) = 6, where the plain mean would give
+    # floor((0.9 * 22.5 - 1) / 4) = 4.
+    write_result(_capacity_result("nvml:0", 3 * GIB), on_gpu)
+    choice = cheapest_instance(on_gpu, hot_models=6)
+    assert choice.instance_type == "ml.g5.xlarge" and "6 models fit" in choice.reason
 
 
 def test_unchanged_objects_are_skipped_by_etag_or_recorded_checksum(

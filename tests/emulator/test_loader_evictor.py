@@ -10,6 +10,7 @@ more model and retries.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -140,6 +141,45 @@ def test_a_busy_model_is_never_evicted() -> None:
         await load(loader, "new")
         assert ("delete", "busy") not in control.calls
         assert ("delete", "idle") in control.calls
+
+    asyncio.run(run())
+
+
+def test_an_unload_cancelled_while_the_probe_reads_leaves_the_model_ready() -> None:
+    """A client that goes away mid-recovery cancels the unload; the model stays servable
+    (it used to stay UNLOADING for good, and later calls waited, then got 429)."""
+
+    class SlowMachine(Machine):
+        def __init__(self) -> None:
+            super().__init__(total_bytes=1000 * MIB)
+            self.hold = False
+            self.entered = threading.Event()
+            self.go_on = threading.Event()
+
+        def read(self) -> MemoryReading:
+            if self.hold:
+                self.entered.set()
+                self.go_on.wait(timeout=30)
+            return super().read()
+
+    async def run() -> None:
+        machine = SlowMachine()
+        control = Control(machine, size=100 * MIB)
+        loader, state = parts(machine, control, limit_bytes=400 * MIB)
+        entry = await load(loader, "a")
+        machine.hold = True
+        unload = asyncio.ensure_future(loader.evictor.unload(entry, kind="evict", reason="t"))
+        assert await asyncio.to_thread(machine.entered.wait, 30)
+        unload.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await unload
+        machine.hold = False
+        machine.go_on.set()
+        assert entry.state == READY and state.models["a"] is entry
+        assert ("delete", "a") not in control.calls
+        await loader.evictor.unload(entry, kind="evict", reason="t")  # and it still unloads
+        assert ("delete", "a") in control.calls
+        assert "a" not in state.models
 
     asyncio.run(run())
 

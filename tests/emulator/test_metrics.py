@@ -57,6 +57,18 @@ def test_invocation_counters_and_cache_hit_ratio() -> None:
     assert snap["ModelCacheHit"]["mean"] == 0.75  # type: ignore[index]
 
 
+def test_served_and_unserved_invocations_count_the_same_way() -> None:
+    """CloudWatch's meaning for both: the model's status (Triton's 500 is a 5xx even though
+    the caller gets a 424 ModelError)."""
+    served, unserved = Metrics(), Metrics()
+    for status in (200, 400, 404, 500, 507):
+        served.record_served(status, 0.0, 0.001, cache_hit=True)
+        unserved.record_invocation(status)
+    names = ("Invocations", "Invocation4XXErrors", "Invocation5XXErrors")
+    assert [served.counters[n] for n in names] == [5, 2, 2]
+    assert [unserved.counters[n] for n in names] == [5, 2, 2]
+
+
 def test_prometheus_text_round_trip() -> None:
     m = Metrics(endpoint_name='e"p')
     m.record_invocation(200)

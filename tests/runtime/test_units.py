@@ -340,6 +340,44 @@ def test_local_launcher_binary_that_cannot_run_is_a_start_error(tmp_path):
     assert not launcher.is_alive()
 
 
+def test_bridge_sockets_close_when_the_start_fails_before_the_spawn(tmp_path, monkeypatch):
+    from mmelocal.runtime import netns
+    from mmelocal.runtime.local import LocalLauncher
+
+    root = tmp_path / "tritonserver"
+    (root / "bin").mkdir(parents=True)
+    binary = root / "bin" / "tritonserver"
+    binary.write_bytes(b"\x00\x01 not a program")
+    binary.chmod(0o755)
+    (root / "backends").mkdir()
+    bound = []
+    listen = netns.listen_socket
+
+    def recorded(host, port):
+        bound.append(listen(host, port))
+        return bound[-1]
+
+    def broken_argv(install, config):
+        raise RuntimeError("argv failed")
+
+    monkeypatch.setattr(netns, "isolation_refused", lambda: None)
+    monkeypatch.setattr(netns, "listen_socket", recorded)
+    config = ServerConfig(
+        model_repository=tmp_path,
+        backend_directory=root / "backends",
+        sagemaker=True,
+        host="127.0.0.1",
+    )
+    launcher = LocalLauncher(
+        config, tritonserver=binary, log_path=tmp_path / "log", isolate_network=True
+    )
+    monkeypatch.setattr(launcher, "_argv", broken_argv)
+    with pytest.raises(RuntimeError, match="argv failed"):
+        launcher.start()
+    assert len(bound) >= 2  # the HTTP and SageMaker ports at least
+    assert all(sock.fileno() == -1 for sock in bound)  # closed, none leaked
+
+
 @pytest.mark.parametrize("root_layout", [False, True], ids=["seed", "root"])
 def test_check_keys_validation_errors_inside_a_tarball_by_folder(
     tmp_path: Path, root_layout: bool

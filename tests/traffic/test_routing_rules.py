@@ -25,7 +25,8 @@ def test_fast_lru_plans_what_plan_eviction_plans(seed: int) -> None:
     n = rng.randint(0, 30)
     names = [f"m{i}" for i in range(n)]
     rng.shuffle(names)  # recency order, least recent first
-    footprints = {name: rng.randint(1, 1000) for name in names}
+    # zero footprints too: a known 0 frees nothing in both (None is the unknown one)
+    footprints = {name: 0 if rng.random() < 0.2 else rng.randint(1, 1000) for name in names}
     busy = {name for name in names if rng.random() < 0.3}
     baseline = rng.randint(0, 2000)
     limit = rng.randint(1, sum(footprints.values()) + baseline + 1000)
@@ -86,3 +87,37 @@ def test_rate_window_and_replica() -> None:
     assert replica_instance(60, 50, [0], candidates) == 1
     assert replica_instance(40, 50, [0], candidates) is None  # not hot
     assert replica_instance(60, 50, [0, 1], candidates) is None  # already on two
+
+
+def test_simulators_ready_choice_is_choose_ready() -> None:
+    from types import SimpleNamespace
+
+    from mmelocal.traffic.simulate import pick_holder
+
+    rng = random.Random(7)
+    for _ in range(2000):
+        size = rng.randint(1, 6)
+        fleet = [
+            SimpleNamespace(
+                up_at=rng.choice([0.0, 0.0, 5.0]),
+                ready_at={0: rng.choice([0.0, 1.0, 5.0, float("inf")])},
+                inflight={0: rng.randint(0, 2)},  # ties are common
+            )
+            for _ in range(size)
+        ]
+        holders = rng.sample(range(size), rng.randint(1, size))  # in the order they loaded
+        t = rng.choice([0.5, 2.0, 6.0])
+        i, loading = pick_holder(fleet, holders, 0, t)
+        order = sorted(holders)
+        views = [
+            InstanceView(
+                up=fleet[j].up_at <= t,
+                ready=fleet[j].ready_at[0] <= t,
+                in_flight=fleet[j].inflight[0],
+            )
+            for j in order
+        ]
+        chosen = choose_ready(views)
+        assert i == (-1 if chosen is None else order[chosen])
+        waiting = [j for j, v in zip(order, views, strict=True) if not (v.up and v.ready)]
+        assert loading == (waiting[0] if waiting else -1)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -145,3 +147,29 @@ def test_autoscaling_follows_the_shared_target_tracking_rule() -> None:
     assert all(c <= 4 for _, c in data["instances"])
     # billed from each decision: more than one instance-hour for 20 minutes
     assert 1200 / 3600 < data["instance_hours"] < 4 * 1200 / 3600
+
+
+def test_capacity_file_host_memory_refused_gpu_projected(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from mmelocal.bench.capacity.result import CapacityResult, LoadRecord
+    from mmelocal.bench.results import write_result
+    from mmelocal.cli.traffic import _capacity_for
+
+    gib = 1024**3
+    loads = tuple(
+        LoadRecord(copies=i + 1, target=f"m{i}", used_bytes=(i + 2) * 4 * gib,
+                   delta_bytes=4 * gib, load_s=1.0, warmup_s=0.0, marginal_bytes=3 * gib)
+        for i in range(2)
+    )  # fmt: skip
+    measured = CapacityResult(
+        source="m.tar.gz", label="m", model_format="onnx", probe="nvml:0", total_bytes=16 * gib,
+        threshold=0.9, baseline_bytes=gib, loads=loads, next_copy=None, stopped_reason="done",
+    )  # fmt: skip
+    on_cpu = write_result(
+        dataclasses.replace(measured, probe="host PSS of the Triton tree"), tmp_path / "cpu.json"
+    )
+    with pytest.raises(UserInputError, match=r"host-memory \(CPU\).*--models-per-instance"):
+        _capacity_for("ml.g5.xlarge", None, None, 0.0, on_cpu, 0.9)
+    on_gpu = write_result(measured, tmp_path / "gpu.json")
+    # A10G (22.5 GiB): the 1 GiB shared runtime once, 3 GiB a copy: (0.9*22.5 - 2) / 3 -> 6
+    count, source = _capacity_for("ml.g5.xlarge", None, None, 0.0, on_gpu, 0.9)
+    assert (count, source) == (6, "measured on a GPU, projected on A10G")

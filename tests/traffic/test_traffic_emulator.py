@@ -14,10 +14,10 @@ import pytest
 from click.testing import CliRunner
 
 from mmelocal.cli.main import cli
-from mmelocal.errors import UserInputError
+from mmelocal.errors import ReplayAbortedError, UserInputError
 from mmelocal.testing.tiny_model import request_json, write_tarball
 from mmelocal.traffic.compare import agreement, config_from_replay
-from mmelocal.traffic.replay import ReplayAborted, ReplayOptions, replay, shard_schedule
+from mmelocal.traffic.replay import ReplayOptions, replay, shard_schedule
 from mmelocal.traffic.results import TrafficResult
 from mmelocal.traffic.simulate import simulate
 from mmelocal.traffic.trace import Trace, read_trace
@@ -138,12 +138,22 @@ def test_make_replay_simulate_size(served: Served, tmp_path: Path) -> None:
         str(tmp_path / "r.json"),
         "--from-replay",
         str(tmp_path / "r.json"),
+        "--instance-type",
+        "ml.g5.xlarge",
         "--json",
         str(tmp_path / "s.json"),
     )
     assert "hit ratio" in out
     sim = json.loads((tmp_path / "s.json").read_text())
     assert sim["cold_starts"] == simulated["cold_starts"]  # the CLI runs the same simulation
+    # the replay says where it measured; mmelocal serve without a GPU gives CPU figures,
+    # which simulate labels so beside a GPU instance type
+    on_gpu = all(i["probe_kind"] == "gpu" for i in served.state()["instances"])
+    assert data["measured_on"] == ("gpu" if on_gpu else "cpu")
+    assert data["measured_where"].startswith("mmelocal serve on this machine")
+    if not on_gpu:
+        assert sim["load_seconds_source"].startswith("CPU figure, not a GPU one")
+        assert "CPU figures" in " ".join(sim["notes"])
     out = _run(
         "traffic",
         "size",
@@ -185,7 +195,7 @@ def test_in_flight_cap_fails_and_rate_check(served: Served) -> None:
         model_ids=np.zeros(3, dtype=np.int32),
         models=("cap.tar.gz",),
     )
-    with pytest.raises(ReplayAborted, match="--max-in-flight cap"):
+    with pytest.raises(ReplayAbortedError, match="--max-in-flight cap"):
         replay(trace, body=BODY, url=served.url, options=ReplayOptions(max_in_flight=1))
     busy = Trace(
         times_s=np.linspace(0, 0.5, 2000),

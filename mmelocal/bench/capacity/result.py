@@ -288,4 +288,14 @@ class CapacityResult:
         )
 
 
-__all__ = ["CapacityResult", "LoadRecord"]
+def host_memory_refusal(source: object, instead: str) -> str:
+    """Why a host-memory (CPU) capacity result from ``source`` cannot size a GPU instance,
+    and what to do instead (``instead``: the option that gives the figure directly)."""
+    return (
+        f"{source} is a host-memory (CPU) capacity result: a CPU figure never projects onto a "
+        "GPU card. Measure on a GPU (`mmelocal capacity` on a GPU machine or a deployed GPU "
+        f"endpoint), use `mmelocal capacity estimate --json FILE`, or pass {instead}"
+    )
+
+
+__all__ = ["CapacityResult", "LoadRecord", "host_memory_refusal"]

@@ -7,8 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from mmelocal.bench.capacity.projection import Projection, project
-from mmelocal.bench.capacity.result import CapacityResult
+from mmelocal.bench.capacity.loop import with_projection
+from mmelocal.bench.capacity.projection import Projection
+from mmelocal.bench.capacity.result import CapacityResult, host_memory_refusal
 from mmelocal.bench.prices import PriceTable, load_prices
 from mmelocal.bench.results import read_results
 from mmelocal.errors import DeployError
@@ -28,15 +29,12 @@ def _projection(path: Path) -> Projection:
         if isinstance(result, Projection):
             return result
         if isinstance(result, CapacityResult):
-            if result.projection is not None:
-                return result.projection
-            mean = result.per_model_mean_bytes
-            if mean:
-                return project(
-                    per_model_bytes=mean,
-                    baseline_bytes=result.baseline_bytes,
-                    threshold=result.threshold,
-                )
+            if result.on_host_memory:
+                raise DeployError(host_memory_refusal(path, "--instance-type"))
+            # the marginal / shared-runtime split of capacity's own projection, onto every card
+            projection = with_projection(result, None).projection
+            if projection is not None:
+                return projection
     raise DeployError(
         f"{path} holds no capacity or projection result with a per-model footprint: "
         "run 'mmelocal capacity ... --json FILE' or pass --instance-type"

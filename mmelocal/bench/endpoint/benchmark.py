@@ -37,6 +37,7 @@ from mmelocal.bench.loadtest.shape import LoadShape
 from mmelocal.bench.loadtest.workers import LoadGenerators
 from mmelocal.bench.sweep.runner import SweepOptions
 from mmelocal.errors import MmeLocalError, UserInputError
+from mmelocal.facts.sagemaker import MAX_ENDPOINT_NAME_LENGTH
 
 logger = logging.getLogger(__name__)
 
@@ -158,11 +159,13 @@ class BenchmarkPlan:
             object.__setattr__(self, "s3_uri", self.s3_uri + "/")
 
     def endpoint_for(self, framework: str) -> str:
-        """``<name>-<framework>`` (SageMaker names: letters, digits, '-'); the existing
-        endpoint's name when there is one."""
+        """``<name>-<framework>`` (SageMaker names: letters, digits, '-', cut to the
+        service's length, never ending with '-'); the existing endpoint's name when there
+        is one."""
         if self.existing is not None:
             return self.existing
-        return f"{self.endpoint_name}-{framework}".replace("_", "-")[:63]
+        name = f"{self.endpoint_name}-{framework}".replace("_", "-")
+        return name[:MAX_ENDPOINT_NAME_LENGTH].rstrip("-")
 
     def steps_s(self, frameworks: Sequence[str]) -> list[tuple[str, float]]:
         """The billable steps and their expected seconds (see the module constants)."""

@@ -1,12 +1,12 @@
 """Open-loop schedules on the load tests' Locust workers: the worker side of
 ``mmelocal traffic replay --workers N`` (the master is :mod:`mmelocal.traffic._locust_replay`).
 
-One sending engine: the workers a load test starts (or ``mmelocal loadtest-worker`` on other
-machines) also send a replay shard. A shard is every request of some models (one model's
-requests all in one shard, in their order), each sent at ``t0 + time / speed`` whatever the
-earlier ones are doing, its latency counted from that time. Guards stop the shard with a
-message (never a slower schedule): a worker more than ``max_lag_s`` late, or
-``max_in_flight`` requests unanswered.
+One sending engine: the worker processes a load test starts also send a replay shard (the
+replay starts them on this machine, its master bound to 127.0.0.1: no remote workers). A
+shard is every request of some models (one model's requests all in one shard, in their
+order), each sent at ``t0 + time / speed`` whatever the earlier ones are doing, its latency
+counted from that time. Guards stop the shard with a message (never a slower schedule): a
+worker more than ``max_lag_s`` late, or ``max_in_flight`` requests unanswered.
 
 Messages: ``mmelocal_replay`` (master -> worker: the shard and settings), answered
 ``mmelocal_replay_ready``; ``mmelocal_replay_go`` (the wall-clock start);
@@ -21,6 +21,8 @@ from typing import Any
 
 import gevent
 import numpy as np
+
+from mmelocal.facts.sagemaker import ERROR_TYPE_HEADER
 
 REPLAY = "mmelocal_replay"
 READY = "mmelocal_replay_ready"
@@ -99,7 +101,7 @@ def _send_shard(runner: Any, shard: dict[str, Any], t0: float, urllib3: Any) -> 
             if resp.status == 200:
                 code = HIT if resp.headers.get(shard["cache_header"]) == "hit" else MISS
             else:
-                kind = resp.headers.get("x-amzn-ErrorType") or f"HTTP {resp.status}"
+                kind = resp.headers.get(ERROR_TYPE_HEADER) or f"HTTP {resp.status}"
                 kind = f"{kind.split(':')[0]} ({resp.status})"
         except Exception as exc:
             kind = type(exc).__name__

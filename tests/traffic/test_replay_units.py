@@ -1,0 +1,58 @@
+"""Replay pieces without a server: the per-sender rate check, the hit split, where it
+measured."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mmelocal.errors import UserInputError
+from mmelocal.traffic.replay import (
+    ReplayOptions,
+    _infer_hits,
+    _measured_where,
+    _Record,
+    check_rate,
+    shard_schedule,
+)
+from mmelocal.traffic.trace import Trace
+
+
+def test_rate_check_counts_the_busiest_shard_not_the_total() -> None:
+    # 1,500 requests in one second: 1,400 to one model, 100 spread over 20 others. Two
+    # senders could send 2,000/s together, but one model's requests all go to one sender.
+    models = tuple(f"m{i}" for i in range(21))
+    ids = np.concatenate([np.zeros(1400), np.arange(100) % 20 + 1]).astype(np.int32)
+    trace = Trace(times_s=np.linspace(0.0, 0.99, 1500), model_ids=ids, models=models)
+    options = ReplayOptions(max_rate_rps=1000)
+    heaviest = max(len(s) for s in shard_schedule(trace, 2))
+    assert heaviest >= 1400 and trace.peak_rate_rps() < 2 * 1000
+    with pytest.raises(UserInputError, match=f"peaks at {heaviest:,} requests/s on sender"):
+        check_rate(trace, options, 2)
+    check_rate(trace, ReplayOptions(max_rate_rps=heaviest), 2)  # each shard within the cap
+
+
+def test_a_zero_hit_ratio_is_a_figure_not_unknown() -> None:
+    rec = _Record(
+        latency_s=np.array([0.1, 0.2, 0.3, 0.4]),
+        hit=np.zeros(4, dtype=np.bool_),
+        ok=np.array([True, True, True, False]),
+    )
+    assert not _infer_hits(rec, 0.0).any()  # every answered request cold
+    assert _infer_hits(rec, 1.0).tolist() == [True, True, True, False]
+    assert _infer_hits(rec, 2 / 3).tolist() == [True, True, False, False]  # slowest is cold
+
+
+def test_where_a_replay_measured() -> None:
+    serve = {"emulator": True, "probe_kinds": ["host"]}
+    assert _measured_where("http://127.0.0.1:8080", None, None, serve) == (
+        "cpu",
+        "mmelocal serve on this machine (CPU)",
+    )
+    gpu = {"emulator": True, "probe_kinds": ["gpu"]}
+    assert _measured_where("http://gpu-box:8080", None, None, gpu) == (
+        "gpu",
+        "mmelocal serve at gpu-box:8080 (GPU)",
+    )
+    assert _measured_where("http://x:1", None, None, {"emulator": False})[0] == "unknown"
+    assert _measured_where(None, "prod", None, {}) == ("endpoint", "endpoint prod")
