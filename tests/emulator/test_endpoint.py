@@ -127,12 +127,20 @@ def assert_disk_within_budget(endpoint: MmeEndpoint) -> None:
     than its budget only while loaded models need it, and then only theirs."""
     assert endpoint.server is not None
     cache = endpoint.server.emulator.cache
-    cache.close()  # deletions handed to the background thread are done
-    loaded = {m["target"] for m in endpoint.state()["instances"][0]["loaded"]}
-    on_disk = {json.loads(meta.read_text())["target"] for meta in cache.root.glob("*/meta.json")}
+
+    def settled() -> tuple[set[str], set[str]] | None:
+        # an eviction's unload (or a trim) may still be finishing after the last answer:
+        # its artifact goes once Triton has let the model go, so compare once both agree
+        cache.close()  # deletions handed to the background thread are done
+        loaded = {m["target"] for m in endpoint.state()["instances"][0]["loaded"]}
+        on_disk = {
+            json.loads(meta.read_text())["target"] for meta in cache.root.glob("*/meta.json")
+        }
+        return (loaded, on_disk) if on_disk == loaded else None
+
+    loaded, on_disk = wait_for(settled, what="the artifacts on disk to be the loaded models'")
     assert set(cache.targets()) == on_disk
     assert len(loaded) > DISK_ARTIFACTS  # the case that matters: loaded alone fill the disk
-    assert on_disk == loaded, (on_disk - loaded, loaded - on_disk)
     # DiskUtilization counts what the disk holds: each inode's blocks once (as extracted:
     # the bytecode Python writes beside model.py at load is not counted)
     blocks: dict[tuple[int, int], int] = {}

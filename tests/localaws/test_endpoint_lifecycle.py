@@ -197,9 +197,11 @@ def test_update_keeps_serving_and_delete_lets_calls_finish(
     first = model_and_config(upload_models(tmp_path, "v1", scale=2.0, compute_ms=100))
     second = model_and_config(upload_models(tmp_path, "v2", scale=5.0, compute_ms=300))
     name = unique("swap")
+    others = {p.pid for p in tritonservers()}  # endpoints other tests left running
     sm.create_endpoint(EndpointName=name, EndpointConfigName=first)
     assert wait_status(sm, name, leaving="Creating")["EndpointStatus"] == "InService"
-    v1_pids = {p.pid for p in tritonservers()}
+    v1_pids = {p.pid for p in tritonservers()} - others
+    assert v1_pids  # this endpoint's own fleet
 
     scales: list[float] = []  # x[0, 1] is 1: the answer there is scale + 1
     failures: list[BaseException] = []
@@ -232,7 +234,7 @@ def test_update_keeps_serving_and_delete_lets_calls_finish(
     assert failures == []
     assert scales[0] == 2.0 and scales[-1] == 5.0 and set(scales) == {2.0, 5.0}, scales
     wait_for(lambda: not v1_pids & {p.pid for p in tritonservers()})  # the old fleet stopped
-    v2_pids = {p.pid for p in tritonservers()} - v1_pids
+    v2_pids = {p.pid for p in tritonservers()} - v1_pids - others
 
     # delete while calls are in flight: they finish, later calls are refused
     manager = local_aws_env.endpoints
