@@ -26,6 +26,81 @@ def traffic() -> None:
     """Traffic before production: make -> replay -> simulate -> size."""
 
 
+# -- options several commands share --------------------------------------------------------
+_IN_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
+_OUT_FILE = click.Path(dir_okay=False, path_type=Path)
+_Decorator = Callable[[Any], Any]
+
+_trace_argument = click.argument("trace_path", metavar="TRACE", type=_IN_FILE)
+_prices_option = click.option("--prices", type=_IN_FILE, default=None)
+_parallel_loads_option = click.option(
+    "--parallel-loads",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Loads at once per instance (1: the emulator's rule).",
+)
+
+
+def _stack(*decorators: _Decorator) -> _Decorator:
+    """``decorators`` applied as if written one above the other, in this order."""
+
+    def apply(func: Any) -> Any:
+        for decorator in reversed(decorators):
+            func = decorator(func)
+        return func
+
+    return apply
+
+
+def _outputs(html: bool) -> _Decorator:
+    """``--json`` (and ``--html``): where the result is written."""
+    options = [click.option("--json", "json_out", type=_OUT_FILE, default=None)]
+    if html:
+        options.append(click.option("--html", "html_out", type=_OUT_FILE, default=None))
+    return _stack(*options)
+
+
+def _capacity_options(
+    models_help: str, baseline_help: str | None = None, threshold_help: str | None = None
+) -> _Decorator:
+    """What gives the models an instance holds (read by :func:`_capacity_for`)."""
+    return _stack(
+        click.option("--models-per-instance", type=int, default=None, help=models_help),
+        click.option(
+            "--footprint-mib", type=float, default=None, help="Per-model footprint (MiB)."
+        ),
+        click.option(
+            "--baseline-mib", type=float, default=0.0, show_default=True, help=baseline_help
+        ),
+        click.option(
+            "--capacity",
+            "capacity_file",
+            type=_IN_FILE,
+            default=None,
+            help="A capacity or estimate result (JSON) for the footprint.",
+        ),
+        click.option(
+            "--threshold",
+            type=float,
+            default=MEMORY_THRESHOLD,
+            show_default=True,
+            help=threshold_help,
+        ),
+    )
+
+
+def _concurrency_option(help: str | None = None) -> _Decorator:
+    """``--concurrency``: requests one instance serves at once (the simulator's default)."""
+    return click.option(
+        "--concurrency",
+        type=int,
+        default=default_of(SimConfig, "concurrency"),
+        show_default=True,
+        help=help,
+    )
+
+
 @contextmanager
 def _progress(label: str, enabled: bool = True) -> Iterator[Callable[[int, int], None]]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
@@ -182,9 +257,7 @@ def make(
 
 # -- replay ---------------------------------------------------------------------------------
 @traffic.command()
-@click.argument(
-    "trace_path", metavar="TRACE", type=click.Path(exists=True, dir_okay=False, path_type=Path)
-)
+@_trace_argument
 @click.option("--url", default=None, help="mmelocal serve's URL (or an .../invocations URL).")
 @click.option("--endpoint-name", default=None, help="A SageMaker endpoint, called through boto3.")
 @click.option("--endpoint-url", default=None, help="With --endpoint-name: the local AWS's URL.")
@@ -237,8 +310,7 @@ def make(
     help="Send over N Locust workers (the load tests'), the schedule sharded by model; "
     "0: this process sends (with --url).",
 )
-@click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path), default=None)
-@click.option("--html", "html_out", type=click.Path(dir_okay=False, path_type=Path), default=None)
+@_outputs(html=True)
 def replay(
     trace_path: Path,
     url: str | None,
@@ -439,9 +511,7 @@ def _service_s(service_ms: float | None, from_replay: Path | None) -> tuple[floa
 
 
 @traffic.command()
-@click.argument(
-    "trace_path", metavar="TRACE", type=click.Path(exists=True, dir_okay=False, path_type=Path)
-)
+@_trace_argument
 @click.option(
     "--instances",
     type=int,
@@ -450,24 +520,10 @@ def _service_s(service_ms: float | None, from_replay: Path | None) -> tuple[floa
     help="Instances (start count with --autoscale).",
 )
 @click.option("--instance-type", default=None, help="For footprint projection and the price.")
-@click.option("--models-per-instance", type=int, default=None, help="Models one instance holds.")
-@click.option("--footprint-mib", type=float, default=None, help="Per-model footprint (MiB).")
-@click.option(
-    "--baseline-mib", type=float, default=0.0, show_default=True, help="Memory with no model."
-)
-@click.option(
-    "--capacity",
-    "capacity_file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    default=None,
-    help="A capacity or estimate result (JSON) for the footprint.",
-)
-@click.option(
-    "--threshold",
-    type=float,
-    default=MEMORY_THRESHOLD,
-    show_default=True,
-    help="Memory fraction used.",
+@_capacity_options(
+    models_help="Models one instance holds.",
+    baseline_help="Memory with no model.",
+    threshold_help="Memory fraction used.",
 )
 @click.option(
     "--load-seconds",
@@ -489,20 +545,8 @@ def _service_s(service_ms: float | None, from_replay: Path | None) -> tuple[floa
     default=None,
     help="Take the service time (warm p50) from a replay's --json.",
 )
-@click.option(
-    "--parallel-loads",
-    type=int,
-    default=1,
-    show_default=True,
-    help="Loads at once per instance (1: the emulator's rule).",
-)
-@click.option(
-    "--concurrency",
-    type=int,
-    default=default_of(SimConfig, "concurrency"),
-    show_default=True,
-    help="Requests served at once per instance.",
-)
+@_parallel_loads_option
+@_concurrency_option(help="Requests served at once per instance.")
 @click.option(
     "--hot-rps",
     type=float,
@@ -535,12 +579,9 @@ def _service_s(service_ms: float | None, from_replay: Path | None) -> tuple[floa
     show_default=True,
     help="Seconds before a new instance serves (an assumption; minutes in the cloud).",
 )
-@click.option(
-    "--prices", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None
-)
+@_prices_option
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path), default=None)
-@click.option("--html", "html_out", type=click.Path(dir_okay=False, path_type=Path), default=None)
+@_outputs(html=True)
 def simulate(
     trace_path: Path,
     instances: int,
@@ -640,9 +681,7 @@ def simulate(
 
 # -- size -----------------------------------------------------------------------------------
 @traffic.command(name="size")
-@click.argument(
-    "trace_path", metavar="TRACE", type=click.Path(exists=True, dir_okay=False, path_type=Path)
-)
+@_trace_argument
 @click.option("--slo-p99-ms", type=float, required=True, help="The p99 latency to meet (ms).")
 @click.option(
     "--max-cold-rate", type=float, default=None, help="Most cold starts per minute allowed."
@@ -653,36 +692,16 @@ def simulate(
     multiple=True,
     help="Types to try (repeatable; default: every MME GPU type with a price).",
 )
-@click.option("--models-per-instance", type=int, default=None, help="Same capacity on every type.")
-@click.option("--footprint-mib", type=float, default=None, help="Per-model footprint (MiB).")
-@click.option("--baseline-mib", type=float, default=0.0, show_default=True)
-@click.option(
-    "--capacity",
-    "capacity_file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    default=None,
-    help="A capacity or estimate result (JSON) for the footprint.",
-)
-@click.option("--threshold", type=float, default=MEMORY_THRESHOLD, show_default=True)
+@_capacity_options(models_help="Same capacity on every type.")
 @click.option("--service-ms", type=float, default=None, help="Measured time per request on a GPU.")
 @click.option(
     "--load-seconds", default=None, help="Measured cold-load time (seconds, list or replay JSON)."
 )
-@click.option(
-    "--parallel-loads",
-    type=int,
-    default=1,
-    show_default=True,
-    help="Loads at once per instance (1: the emulator's rule).",
-)
-@click.option(
-    "--concurrency", type=int, default=default_of(SimConfig, "concurrency"), show_default=True
-)
+@_parallel_loads_option
+@_concurrency_option()
 @click.option("--max-count", type=int, default=16, show_default=True, help="Most instances to try.")
-@click.option(
-    "--prices", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None
-)
-@click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path), default=None)
+@_prices_option
+@_outputs(html=False)
 def size_command(
     trace_path: Path,
     slo_p99_ms: float,
