@@ -40,7 +40,7 @@ from mmelocal.facts.runtime_api import (
 )
 from mmelocal.facts.sagemaker import LOAD_AND_INVOKE_TIMEOUT_S, TARGET_MODEL_HEADER
 from mmelocal.localaws.checks import model_data_problem, model_violations
-from mmelocal.localaws.endpoints import EndpointManager
+from mmelocal.localaws.endpoints import EndpointManager, EndpointState
 from mmelocal.localaws.logs import LogShipper
 
 logger = logging.getLogger(__name__)
@@ -198,10 +198,7 @@ class LocalAwsApp:
         start_response: StartResponse,
         region: str,
     ) -> Iterable[bytes]:
-        try:
-            params = json.loads(_read_body(environ) or b"{}")
-        except ValueError:
-            params = {}
+        params = _json_params(environ)
 
         def forward(changed: dict[str, Any]) -> tuple[int, Any]:
             body = json.dumps(changed).encode()
@@ -219,19 +216,11 @@ class LocalAwsApp:
             if answer is None:
                 answer = forward(params)
         except AwsServiceError as exc:
-            from moto.core.exceptions import JsonRESTError
-
-            error = JsonRESTError(exc.code, str(exc))
-            error.code = exc.status
-            return error(environ, start_response)  # type: ignore[no-any-return]
+            return _moto_error(exc, environ, start_response)
         status, payload = answer
-        body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-        content_type = environ.get("CONTENT_TYPE") or _JSON_11
-        start_response(
-            f"{status} {'OK' if status == 200 else 'Error'}",
-            [("Content-Type", content_type), ("Content-Length", str(len(body)))],
+        return self._json_answer(
+            start_response, status, payload, environ.get("CONTENT_TYPE") or _JSON_11
         )
-        return [body]
 
     # -- SageMaker control plane -------------------------------------------------------
     def _sagemaker_call(
@@ -241,24 +230,12 @@ class LocalAwsApp:
         start_response: StartResponse,
         region: str,
     ) -> Iterable[bytes]:
-        try:
-            params = json.loads(_read_body(environ) or b"{}")
-        except ValueError:
-            params = {}
+        params = _json_params(environ)
         try:
             status, payload = handler(environ, region or "us-east-1", params)
         except AwsServiceError as exc:  # rendered by moto, as its own SageMaker errors
-            from moto.core.exceptions import JsonRESTError
-
-            error = JsonRESTError(exc.code, str(exc))
-            error.code = exc.status
-            return error(environ, start_response)  # type: ignore[no-any-return]
-        body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-        start_response(
-            f"{status} {'OK' if status == 200 else 'Error'}",
-            [("Content-Type", _JSON_11), ("Content-Length", str(len(body)))],
-        )
-        return [body]
+            return _moto_error(exc, environ, start_response)
+        return self._json_answer(start_response, status, payload, _JSON_11)
 
     def _moto_json(self, environ: dict[str, Any]) -> tuple[int, Any]:
         """Forward the request to moto; its status and parsed JSON (bytes if not JSON)."""
@@ -285,14 +262,44 @@ class LocalAwsApp:
         if problem is not None:
             raise AwsServiceError(problem)
 
+    def _new_name(
+        self,
+        operation: str,
+        region: str,
+        params: dict[str, Any],
+        describe: str,
+        key: str,
+        what: str,
+    ) -> str:
+        """The name under ``key`` that ``operation`` creates, after the checks of its
+        parameters; refused as the service refuses it where ``describe`` finds that ``what``
+        already."""
+        self._check(operation, params)
+        name = str(params.get(key, ""))
+        existing = self._exists(region, describe, **{key: name})
+        if existing is not None:
+            arn = existing[key.removesuffix("Name") + "Arn"]
+            raise AwsServiceError(f'Cannot create already existing {what} "{arn}".')
+        return name
+
+    def _endpoint_to_change(
+        self, operation: str, region: str, params: dict[str, Any]
+    ) -> tuple[str, dict[str, Any], EndpointState]:
+        """The name, Describe answer and state of the endpoint ``operation`` changes, after
+        the checks of its parameters; refused as the service refuses an unknown endpoint."""
+        self._check(operation, params)
+        name = str(params.get("EndpointName", ""))
+        endpoint = self._exists(region, "describe_endpoint", EndpointName=name)
+        state = self.endpoints.get(region, name)
+        if endpoint is None or state is None:
+            arn = f"arn:aws:sagemaker:{region}:{self.account_id}:endpoint/{name.lower()}"
+            raise AwsServiceError(f'Could not find endpoint "{arn}".')
+        return name, endpoint, state
+
     def _create_model(
         self, environ: dict[str, Any], region: str, params: dict[str, Any]
     ) -> tuple[int, Any]:
-        self._check("CreateModel", params)
-        name = str(params.get("ModelName", ""))
-        existing = self._exists(region, "describe_model", ModelName=name)
-        if existing is not None:
-            raise AwsServiceError(f'Cannot create already existing model "{existing["ModelArn"]}".')
+        self._new_name("CreateModel", region, params, "describe_model", "ModelName", "model")
         containers = [params.get("PrimaryContainer") or {}, *(params.get("Containers") or [])]
         for container in containers:
             problem = model_data_problem(container, keys_under=self._keys_under)
@@ -303,12 +310,14 @@ class LocalAwsApp:
     def _create_endpoint_config(
         self, environ: dict[str, Any], region: str, params: dict[str, Any]
     ) -> tuple[int, Any]:
-        self._check("CreateEndpointConfig", params)
-        name = str(params.get("EndpointConfigName", ""))
-        existing = self._exists(region, "describe_endpoint_config", EndpointConfigName=name)
-        if existing is not None:
-            arn = existing["EndpointConfigArn"]
-            raise AwsServiceError(f'Cannot create already existing endpoint configuration "{arn}".')
+        name = self._new_name(
+            "CreateEndpointConfig",
+            region,
+            params,
+            "describe_endpoint_config",
+            "EndpointConfigName",
+            "endpoint configuration",
+        )
         # moto checks instance types against its own (older) list; the service's list is
         # botocore's enum, checked above: moto records a type it knows, this layer the real one
         variants = params.get("ProductionVariants") or []
@@ -345,12 +354,9 @@ class LocalAwsApp:
     def _create_endpoint(
         self, environ: dict[str, Any], region: str, params: dict[str, Any]
     ) -> tuple[int, Any]:
-        self._check("CreateEndpoint", params)
-        name = str(params.get("EndpointName", ""))
-        existing = self._exists(region, "describe_endpoint", EndpointName=name)
-        if existing is not None:
-            arn = existing["EndpointArn"]
-            raise AwsServiceError(f'Cannot create already existing endpoint "{arn}".')
+        name = self._new_name(
+            "CreateEndpoint", region, params, "describe_endpoint", "EndpointName", "endpoint"
+        )
         status, answer = self._moto_json(environ)
         if status == 200:
             self.endpoints.create(region, name, str(params["EndpointConfigName"]))
@@ -359,14 +365,8 @@ class LocalAwsApp:
     def _update_endpoint(
         self, environ: dict[str, Any], region: str, params: dict[str, Any]
     ) -> tuple[int, Any]:
-        self._check("UpdateEndpoint", params)
-        name = str(params.get("EndpointName", ""))
+        name, endpoint, state = self._endpoint_to_change("UpdateEndpoint", region, params)
         config_name = str(params.get("EndpointConfigName", ""))
-        endpoint = self._exists(region, "describe_endpoint", EndpointName=name)
-        state = self.endpoints.get(region, name)
-        if endpoint is None or state is None:
-            arn = f"arn:aws:sagemaker:{region}:{self.account_id}:endpoint/{name.lower()}"
-            raise AwsServiceError(f'Could not find endpoint "{arn}".')
         config = self._exists(region, "describe_endpoint_config", EndpointConfigName=config_name)
         if config is None:
             arn = (
@@ -384,13 +384,9 @@ class LocalAwsApp:
     def _update_weights_and_capacities(
         self, environ: dict[str, Any], region: str, params: dict[str, Any]
     ) -> tuple[int, Any]:
-        self._check("UpdateEndpointWeightsAndCapacities", params)
-        name = str(params.get("EndpointName", ""))
-        endpoint = self._exists(region, "describe_endpoint", EndpointName=name)
-        state = self.endpoints.get(region, name)
-        if endpoint is None or state is None:
-            arn = f"arn:aws:sagemaker:{region}:{self.account_id}:endpoint/{name.lower()}"
-            raise AwsServiceError(f'Could not find endpoint "{arn}".')
+        name, endpoint, state = self._endpoint_to_change(
+            "UpdateEndpointWeightsAndCapacities", region, params
+        )
         fleets = state.fleets
         if state.status != "InService" or fleets is None:
             raise AwsServiceError(ENDPOINT_IN_PROGRESS.format(arn=endpoint["EndpointArn"]))
@@ -522,6 +518,14 @@ class LocalAwsApp:
             data = self.logs.model_error_body(region or "us-east-1", fleet, data)
         return self._answer(start_response, response.status, out, data)
 
+    @classmethod
+    def _json_answer(
+        cls, start_response: StartResponse, status: int, payload: Any, content_type: str
+    ) -> Iterable[bytes]:
+        """``payload`` (JSON, or bytes as they are) as the answer."""
+        body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+        return cls._answer(start_response, status, [("Content-Type", content_type)], body)
+
     @staticmethod
     def _answer(
         start_response: StartResponse, status: int, headers: Iterable[tuple[str, str]], body: bytes
@@ -529,6 +533,26 @@ class LocalAwsApp:
         headers = [*headers, ("Content-Length", str(len(body)))]
         start_response(f"{status} {'OK' if status == 200 else 'Error'}", headers)
         return [body]
+
+
+def _json_params(environ: dict[str, Any]) -> Any:
+    """The request's JSON parameters (none where the body is not JSON: the operation's own
+    checks then name what is missing)."""
+    try:
+        return json.loads(_read_body(environ) or b"{}")
+    except ValueError:
+        return {}
+
+
+def _moto_error(
+    exc: AwsServiceError, environ: dict[str, Any], start_response: StartResponse
+) -> Iterable[bytes]:
+    """``exc`` rendered by moto, as its own errors of the JSON protocols."""
+    from moto.core.exceptions import JsonRESTError
+
+    error = JsonRESTError(exc.code, str(exc))
+    error.code = exc.status
+    return error(environ, start_response)  # type: ignore[no-any-return]
 
 
 def _without_unset(answer: Any) -> Any:
