@@ -33,6 +33,7 @@ from mmelocal.facts.cloudwatch import (
     INVOCATION_METRICS,
     INVOCATION_NAMESPACE,
 )
+from mmelocal.localaws.background import BackgroundThread
 from mmelocal.localaws.metric_store import (
     STANDARD_STATISTICS,
     MetricStore,
@@ -156,8 +157,7 @@ class ControlLoop:
         self.history_lock = threading.Lock()
         self.on_tick: list[Callable[[float], None]] = []
         self._reader = _Reader()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._loop = BackgroundThread(self._run, "localaws-clock")
         self.ticks = 0
         self._tick_done = threading.Condition()
         #: one period published at a time: a tick by hand waits for the clock's own
@@ -171,17 +171,11 @@ class ControlLoop:
     # -- lifecycle ---------------------------------------------------------------------
     def start(self) -> None:
         """Run on a background thread until :meth:`stop`."""
-        if self._thread is None:
-            self._stop.clear()
-            self._thread = threading.Thread(target=self._run, name="localaws-clock", daemon=True)
-            self._thread.start()
+        self._loop.start()
 
     def stop(self) -> None:
         """Stop ticking (idempotent)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
-            self._thread = None
+        self._loop.stop()
 
     def wait_ticks(self, count: int, timeout_s: float) -> bool:
         """Wait until ``count`` more periods were published and evaluated (tests)."""
@@ -190,10 +184,10 @@ class ControlLoop:
             return self._tick_done.wait_for(lambda: self.ticks >= target, timeout=timeout_s)
 
     def _run(self) -> None:
-        while not self._stop.is_set():
+        while not self._loop.stopping.is_set():
             period = self.period_s
             boundary = (math.floor(time.time() / period) + 1) * period
-            if self._stop.wait(max(0.0, boundary - time.time())):
+            if self._loop.stopping.wait(max(0.0, boundary - time.time())):
                 return
             try:
                 self.tick(boundary - period, boundary)

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from mmelocal.facts.runtime_api import LOG_STREAM, log_group_name, log_stream_arn
+from mmelocal.localaws.background import BackgroundThread
 
 logger = logging.getLogger(__name__)
 
@@ -66,8 +67,7 @@ class LogShipper:
         self._tails: dict[int, list[_Tail]] = {}  # id(fleet) -> its instances' tails
         self._fleets: dict[int, Any] = {}
         self._regions: dict[int, str] = {}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._loop = BackgroundThread(self._run, "mmelocal-logs")
 
     # -- what is watched ---------------------------------------------------------------
     def watch(self, region: str, fleet: Any) -> None:
@@ -119,22 +119,15 @@ class LogShipper:
     # -- shipping ----------------------------------------------------------------------
     def start(self) -> None:
         """Ship on a background thread every :data:`SHIP_INTERVAL_S` until :meth:`stop`."""
-        if self._thread is not None:
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="mmelocal-logs", daemon=True)
-        self._thread.start()
+        self._loop.start()
 
     def stop(self) -> None:
         """Ship what is left, then stop the thread (idempotent)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
-            self._thread = None
+        self._loop.stop()
         self.ship()
 
     def _run(self) -> None:
-        while not self._stop.wait(SHIP_INTERVAL_S):
+        while not self._loop.stopping.wait(SHIP_INTERVAL_S):
             try:
                 self.ship()
             except Exception:  # a failed round is retried by the next one
