@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -13,6 +15,17 @@ from mmelocal.cli._output import console, env_option, size_option
 from mmelocal.emulator.emulator_config import EmulatorConfig
 from mmelocal.emulator.http_server import HttpTimeouts
 from mmelocal.units import GiB
+
+
+def _http_timeout_option(flag: str, field: str, help: str) -> Callable[[Any], Any]:
+    """An option for ``field`` of :class:`HttpTimeouts` (seconds; its default)."""
+    return click.option(
+        flag,
+        type=click.FloatRange(min=0.01),
+        default=default_of(HttpTimeouts, field),
+        show_default=True,
+        help=help,
+    )
 
 
 @click.command()
@@ -83,26 +96,20 @@ from mmelocal.units import GiB
     show_default=f"{default_of(EmulatorConfig, 'max_payload_bytes'):,} bytes = 6MiB",
     help="Largest InvokeEndpoint body; larger ones get 413 as from the service.",
 )
-@click.option(
+@_http_timeout_option(
     "--header-timeout",
-    type=click.FloatRange(min=0.01),
-    default=default_of(HttpTimeouts, "header_s"),
-    show_default=True,
-    help="Seconds a client may take to send a request's headers (then 408, closed).",
+    "header_s",
+    "Seconds a client may take to send a request's headers (then 408, closed).",
 )
-@click.option(
+@_http_timeout_option(
     "--body-timeout",
-    type=click.FloatRange(min=0.01),
-    default=default_of(HttpTimeouts, "body_s"),
-    show_default=True,
-    help="Longest pause, in seconds, while a client sends a body (then 408, closed).",
+    "body_s",
+    "Longest pause, in seconds, while a client sends a body (then 408, closed).",
 )
-@click.option(
+@_http_timeout_option(
     "--idle-timeout",
-    type=click.FloatRange(min=0.01),
-    default=default_of(HttpTimeouts, "idle_s"),
-    show_default=True,
-    help="Seconds a keep-alive connection may sit idle before it is closed.",
+    "idle_s",
+    "Seconds a keep-alive connection may sit idle before it is closed.",
 )
 @click.option(
     "--env",
