@@ -25,7 +25,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from mmelocal.errors import AwsServiceError
 from mmelocal.facts.autoscaling import (
@@ -115,6 +115,17 @@ class Activity:
         if self.message:
             out["StatusMessage"] = self.message
         return out
+
+
+class _Period(NamedTuple):
+    """What the policies of one scalable target are evaluated with, one period."""
+
+    region: str
+    fleet: Any
+    limits: ScalingLimits
+    now_s: float
+    scale: float
+    suspended: dict[str, Any]
 
 
 class Autoscaler:
@@ -478,28 +489,19 @@ class Autoscaler:
                 )
                 self._resize(region, resource, fleet, decision.capacity, str(decision.cause))
                 continue
+            period = _Period(region, fleet, limits, now_s, scale, suspended)
             for policy in [p for p in policies if p["ResourceId"] == resource]:
                 if policy.get("PolicyType") == "TargetTrackingScaling":
-                    capacity = self._target_tracking(
-                        region, policy, fleet, limits, now_s, scale, suspended
-                    )
+                    capacity = self._target_tracking(policy, period)
                 elif policy.get("PolicyType") == "StepScaling":
-                    capacity = self._step(region, policy, fleet, limits, now_s, scale, suspended)
+                    capacity = self._step(policy, period)
                 else:
                     continue
                 if capacity is not None:
                     break
 
-    def _target_tracking(
-        self,
-        region: str,
-        policy: dict[str, Any],
-        fleet: Any,
-        limits: ScalingLimits,
-        now_s: float,
-        scale: float,
-        suspended: dict[str, Any],
-    ) -> int | None:
+    def _target_tracking(self, policy: dict[str, Any], period: _Period) -> int | None:
+        region, fleet, limits, now_s, scale, suspended = period
         config = policy["TargetTrackingScalingPolicyConfiguration"]
         namespace, metric, dimensions, statistic = self._metric(policy)
         key = series_key(namespace, metric, dimensions)
@@ -532,25 +534,14 @@ class Autoscaler:
         )  # fmt: skip
         if decision.cause is None:
             return None
-        growing = decision.capacity > state.capacity
-        if suspended.get("DynamicScalingOutSuspended" if growing else "DynamicScalingInSuspended"):
-            return None
-        if not self._resize(region, policy["ResourceId"], fleet, decision.capacity, decision.cause):
+        if not self._act(period, policy, state.capacity, decision.capacity, decision.cause):
             return None
         with self._lock:
             self._states[state_key] = new
         return decision.capacity
 
-    def _step(
-        self,
-        region: str,
-        policy: dict[str, Any],
-        fleet: Any,
-        limits: ScalingLimits,
-        now_s: float,
-        scale: float,
-        suspended: dict[str, Any],
-    ) -> int | None:
+    def _step(self, policy: dict[str, Any], period: _Period) -> int | None:
+        region, fleet, limits, now_s, scale, _ = period
         config = policy.get("StepScalingPolicyConfiguration") or {}
         cloudwatch = self._client_for("cloudwatch", region)
         alarms = cloudwatch.describe_alarms(
@@ -599,15 +590,23 @@ class Autoscaler:
         desired = limits.clamp(desired)
         if desired == current:
             return None
-        if suspended.get(
-            "DynamicScalingOutSuspended" if desired > current else "DynamicScalingInSuspended"
-        ):
-            return None
         cause = ALARM_CAUSE_FORMAT.format(alarm=alarm["AlarmName"], policy=policy["PolicyName"])
-        if not self._resize(region, policy["ResourceId"], fleet, desired, cause):
+        if not self._act(period, policy, current, desired, cause):
             return None
         self._last_step[(region, policy["ResourceId"])] = now_s
         return desired
+
+    def _act(
+        self, period: _Period, policy: dict[str, Any], current: int, capacity: int, cause: str
+    ) -> bool:
+        """Resize from ``current`` to ``capacity`` for ``policy``, unless the target's
+        suspended state holds that direction back; False when nothing started."""
+        growing = capacity > current
+        if period.suspended.get(
+            "DynamicScalingOutSuspended" if growing else "DynamicScalingInSuspended"
+        ):
+            return False
+        return self._resize(period.region, policy["ResourceId"], period.fleet, capacity, cause)
 
     def _resize(self, region: str, resource: str, fleet: Any, capacity: int, cause: str) -> bool:
         """Start resizing ``fleet`` on a worker; False when the endpoint is not InService
