@@ -225,27 +225,20 @@ def _source_facts(
     profile_max: int | None,
     request: int = 1,
 ) -> tuple[ModelFacts, Batches]:
-    from mmelocal.builder.presets import detect_family, preset_options
+    from mmelocal.builder.presets import detect_family
     from mmelocal.builder.sources import load_source
 
     config_json = _hf_config(spec)
     if config_json is not None:
         return _config_facts(spec, config_json, precision, seq_len, overrides, profile_max, request)
     source = load_source(spec, seq_len=seq_len)
-    options = preset_options(detect_family(source.family or source.name), **overrides)
-    batches = _batches(
-        max_batch=options.max_batch_size,
-        preferred=options.preferred_batch_sizes if options.dynamic_batching else (),
-        warmup=options.warmup_batch_sizes if options.warmup else (),
-        instances=options.instance_count,
-        profile_max=profile_max,
-        request=request,
-    )
+    family = detect_family(source.family or source.name)
+    batches = _preset_batches(family, overrides, profile_max, request)
     if source.module is None and source.file is not None:
         return trace_onnx_file(source.file, batches, precision=precision, dynamic_dim=seq_len), (
             batches
         )
-    notes = (f"{spec}: batches from the {detect_family(source.family or source.name)} preset",)
+    notes = (f"{spec}: batches from the {family} preset",)
     return trace_module(
         source.module, source.example_inputs, batches, precision=precision, notes=notes
     ), batches
@@ -281,21 +274,13 @@ def _config_facts(
     import torch
     import transformers
 
-    from mmelocal.builder.presets import detect_family, preset_options
+    from mmelocal.builder.presets import detect_family
 
     config = transformers.AutoConfig.from_pretrained(str(config_json.parent))
     with torch.device("meta"):
         model = transformers.AutoModel.from_config(config)
     family = detect_family(getattr(config, "model_type", None) or spec)
-    options = preset_options(family, **overrides)
-    batches = _batches(
-        max_batch=options.max_batch_size,
-        preferred=options.preferred_batch_sizes if options.dynamic_batching else (),
-        warmup=options.warmup_batch_sizes if options.warmup else (),
-        instances=options.instance_count,
-        profile_max=profile_max,
-        request=request,
-    )
+    batches = _preset_batches(family, overrides, profile_max, request)
     if getattr(model, "main_input_name", "input_ids") == "pixel_values":
         size = int(getattr(config, "image_size", 224) or 224)
         channels = int(getattr(config, "num_channels", 3) or 3)
@@ -308,6 +293,23 @@ def _config_facts(
         f"read; a task head is not counted); batches from the {family} preset",
     )
     return trace_module(model, example, batches, precision=precision, notes=notes), batches
+
+
+def _preset_batches(
+    family: str, overrides: dict[str, Any], profile_max: int | None, request: int
+) -> Batches:
+    """The batches the build preset of ``family`` (with ``overrides``) configures."""
+    from mmelocal.builder.presets import preset_options
+
+    options = preset_options(family, **overrides)
+    return _batches(
+        max_batch=options.max_batch_size,
+        preferred=options.preferred_batch_sizes if options.dynamic_batching else (),
+        warmup=options.warmup_batch_sizes if options.warmup else (),
+        instances=options.instance_count,
+        profile_max=profile_max,
+        request=request,
+    )
 
 
 def _batches(
