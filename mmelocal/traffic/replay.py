@@ -86,6 +86,21 @@ class _Record:
     ok: np.ndarray
     errors: dict[str, int] = field(default_factory=dict)
 
+    @classmethod
+    def empty(cls, n: int) -> _Record:
+        """The record of ``n`` requests none of which has an answer yet."""
+        return cls(
+            latency_s=np.full(n, np.nan),
+            hit=np.zeros(n, dtype=np.bool_),
+            ok=np.zeros(n, dtype=np.bool_),
+        )
+
+
+def _origin(url: str) -> str:
+    """``scheme://host:port`` of ``url``."""
+    parts = urlparse(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
 
 def _aiohttp() -> Any:
     """aiohttp (the ``bench`` extra), or an error that says how to install it."""
@@ -287,13 +302,9 @@ async def _replay_http(
     from mmelocal.runtime.sagemaker import TARGET_MODEL_HEADER
 
     n = len(trace)
-    rec = _Record(
-        latency_s=np.full(n, np.nan),
-        hit=np.zeros(n, dtype=np.bool_),
-        ok=np.zeros(n, dtype=np.bool_),
-    )
+    rec = _Record.empty(n)
     target_url = invocations_url(url, endpoint)
-    base = f"{urlparse(target_url).scheme}://{urlparse(target_url).netloc}"
+    base = _origin(target_url)
     state: dict[str, Any] = {}
     connector = aiohttp.TCPConnector(limit=options.max_in_flight, force_close=False)
     timeout = aiohttp.ClientTimeout(total=options.timeout_s)
@@ -374,13 +385,9 @@ async def _replay_workers(
     from mmelocal.runtime.server_config import pick_free_port
 
     n = len(trace)
-    rec = _Record(
-        latency_s=np.full(n, np.nan),
-        hit=np.zeros(n, dtype=np.bool_),
-        ok=np.zeros(n, dtype=np.bool_),
-    )
+    rec = _Record.empty(n)
     target_url = invocations_url(url, "local")
-    base = f"{urlparse(target_url).scheme}://{urlparse(target_url).netloc}"
+    base = _origin(target_url)
     shards = [s for s in shard_schedule(trace, workers) if len(s)]
     times, models, ids = trace.times_s, trace.models, trace.model_ids
     state: dict[str, Any] = {}
@@ -527,11 +534,7 @@ def _replay_boto3(
     from mmelocal.facts.aws import LOAD_TEST, aws_client
 
     n = len(trace)
-    rec = _Record(
-        latency_s=np.full(n, np.nan),
-        hit=np.zeros(n, dtype=np.bool_),
-        ok=np.zeros(n, dtype=np.bool_),
-    )
+    rec = _Record.empty(n)
     # a load generator's client: no retries (a failure is counted, not hidden), a pool as
     # wide as the requests in flight, and the replay's per-request timeout
     runtime = aws_client(
