@@ -96,6 +96,18 @@ class _Record:
         )
 
 
+async def _state_before(aiohttp: Any, session: Any, base: str) -> tuple[bool, Any]:
+    """Whether ``base`` is an emulator (it has a state page), and that state before the
+    replay; a server that cannot be reached is a UserInputError."""
+    try:
+        async with session.get(base + STATE_PATH) as resp:
+            if resp.status != 200:
+                return False, None
+            return True, await resp.json()
+    except aiohttp.ClientError as exc:
+        raise UserInputError(f"cannot reach {base}: {exc}") from exc
+
+
 def _origin(url: str) -> str:
     """``scheme://host:port`` of ``url``."""
     parts = urlparse(url)
@@ -312,16 +324,11 @@ async def _replay_http(
     ids = trace.model_ids
     times = trace.times_s
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-        try:
-            async with session.get(base + STATE_PATH) as resp:
-                emulator = resp.status == 200
-                if emulator:
-                    first = await resp.json()
-                    state["loads_before"] = first.get("event_counts", {}).get("load", 0)
-                    state["store"] = first.get("store")
-                    state["probe_kinds"] = _probe_kinds(first)
-        except aiohttp.ClientError as exc:
-            raise UserInputError(f"cannot reach {base}: {exc}") from exc
+        emulator, first = await _state_before(aiohttp, session, base)
+        if emulator:
+            state["loads_before"] = first.get("event_counts", {}).get("load", 0)
+            state["store"] = first.get("store")
+            state["probe_kinds"] = _probe_kinds(first)
         loop = asyncio.get_running_loop()
         t0 = loop.time() + 0.05
         speed = options.speed
@@ -458,15 +465,10 @@ async def _replay_workers(
         poller = None
         try:
             async with aiohttp.ClientSession() as session:
-                try:
-                    async with session.get(base + STATE_PATH) as resp:
-                        emulator = resp.status == 200
-                        if emulator:
-                            first = await resp.json()
-                            state["loads_before"] = first.get("event_counts", {}).get("load", 0)
-                            state["probe_kinds"] = _probe_kinds(first)
-                except aiohttp.ClientError as exc:
-                    raise UserInputError(f"cannot reach {base}: {exc}") from exc
+                emulator, first = await _state_before(aiohttp, session, base)
+                if emulator:
+                    state["loads_before"] = first.get("event_counts", {}).get("load", 0)
+                    state["probe_kinds"] = _probe_kinds(first)
                 if emulator:
                     poller = asyncio.ensure_future(
                         _poll_state(session, base, options.state_interval_s, stop, state)
