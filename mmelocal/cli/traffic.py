@@ -4,11 +4,12 @@ size the endpoint."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import click
 
@@ -61,11 +62,21 @@ def _outputs(html: bool) -> _Decorator:
     return _stack(*options)
 
 
+class _CapacityArgs(NamedTuple):
+    """The options that give the models an instance holds (read by :func:`_capacity_for`)."""
+
+    models_per_instance: int | None
+    footprint_mib: float | None
+    baseline_mib: float
+    capacity_file: Path | None
+    threshold: float
+
+
 def _capacity_options(
     models_help: str, baseline_help: str | None = None, threshold_help: str | None = None
 ) -> _Decorator:
-    """What gives the models an instance holds (read by :func:`_capacity_for`)."""
-    return _stack(
+    """The options of :class:`_CapacityArgs`, handed to the command as ``capacity_args``."""
+    options = _stack(
         click.option("--models-per-instance", type=int, default=None, help=models_help),
         click.option(
             "--footprint-mib", type=float, default=None, help="Per-model footprint (MiB)."
@@ -88,6 +99,18 @@ def _capacity_options(
             help=threshold_help,
         ),
     )
+
+    def apply(func: Any) -> Any:
+        @functools.wraps(func)
+        def command(**kwargs: Any) -> Any:
+            kwargs["capacity_args"] = _CapacityArgs(
+                **{name: kwargs.pop(name) for name in _CapacityArgs._fields}
+            )
+            return func(**kwargs)
+
+        return options(command)
+
+    return apply
 
 
 def _concurrency_option(help: str | None = None) -> _Decorator:
@@ -438,15 +461,9 @@ def _capacity_result(path: Path) -> Any:
     return result
 
 
-def _capacity_for(
-    instance_type: str | None,
-    models_per_instance: int | None,
-    footprint_mib: float | None,
-    baseline_mib: float,
-    capacity_file: Path | None,
-    threshold: float,
-) -> tuple[int, str]:
+def _capacity_for(instance_type: str | None, capacity_args: _CapacityArgs) -> tuple[int, str]:
     """Models per instance and where the figure comes from."""
+    models_per_instance, footprint_mib, baseline_mib, capacity_file, threshold = capacity_args
     if models_per_instance is not None:
         return models_per_instance, "given"
     if footprint_mib is None and capacity_file is None:
@@ -586,11 +603,7 @@ def simulate(
     trace_path: Path,
     instances: int,
     instance_type: str | None,
-    models_per_instance: int | None,
-    footprint_mib: float | None,
-    baseline_mib: float,
-    capacity_file: Path | None,
-    threshold: float,
+    capacity_args: _CapacityArgs,
     load_seconds: str,
     unload_seconds: float,
     service_ms: float | None,
@@ -612,9 +625,7 @@ def simulate(
     from mmelocal.traffic.simulate import simulate as run_simulate
     from mmelocal.traffic.trace import read_trace
 
-    capacity, capacity_source = _capacity_for(
-        instance_type, models_per_instance, footprint_mib, baseline_mib, capacity_file, threshold
-    )
+    capacity, capacity_source = _capacity_for(instance_type, capacity_args)
     service_s, service_source = _service_s(service_ms, from_replay)
     scaling = None
     if autoscale is not None:
@@ -707,11 +718,7 @@ def size_command(
     slo_p99_ms: float,
     max_cold_rate: float | None,
     instance_types: tuple[str, ...],
-    models_per_instance: int | None,
-    footprint_mib: float | None,
-    baseline_mib: float,
-    capacity_file: Path | None,
-    threshold: float,
+    capacity_args: _CapacityArgs,
     service_ms: float | None,
     load_seconds: str | None,
     parallel_loads: int,
@@ -731,9 +738,7 @@ def size_command(
     types = list(instance_types) or mme_gpu_types_with_price(table)
     candidates = []
     for itype in types:
-        count, source = _capacity_for(
-            itype, models_per_instance, footprint_mib, baseline_mib, capacity_file, threshold
-        )
+        count, source = _capacity_for(itype, capacity_args)
         candidates.append(
             Candidate(
                 instance_type=itype,

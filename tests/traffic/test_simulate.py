@@ -152,7 +152,7 @@ def test_autoscaling_follows_the_shared_target_tracking_rule() -> None:
 def test_capacity_file_host_memory_refused_gpu_projected(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from mmelocal.bench.capacity.result import CapacityResult, LoadRecord
     from mmelocal.bench.results import write_result
-    from mmelocal.cli.traffic import _capacity_for
+    from mmelocal.cli.traffic import _capacity_for, _CapacityArgs
 
     gib = 1024**3
     loads = tuple(
@@ -168,8 +168,8 @@ def test_capacity_file_host_memory_refused_gpu_projected(tmp_path) -> None:  # t
         dataclasses.replace(measured, probe="host PSS of the Triton tree"), tmp_path / "cpu.json"
     )
     with pytest.raises(UserInputError, match=r"host-memory \(CPU\).*--models-per-instance"):
-        _capacity_for("ml.g5.xlarge", None, None, 0.0, on_cpu, 0.9)
+        _capacity_for("ml.g5.xlarge", _CapacityArgs(None, None, 0.0, on_cpu, 0.9))
     on_gpu = write_result(measured, tmp_path / "gpu.json")
     # A10G (22.5 GiB): the 1 GiB shared runtime once, 3 GiB a copy: (0.9*22.5 - 2) / 3 -> 6
-    count, source = _capacity_for("ml.g5.xlarge", None, None, 0.0, on_gpu, 0.9)
+    count, source = _capacity_for("ml.g5.xlarge", _CapacityArgs(None, None, 0.0, on_gpu, 0.9))
     assert (count, source) == (6, "measured on a GPU, projected on A10G")
