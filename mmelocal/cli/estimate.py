@@ -5,6 +5,7 @@ Registered as a subcommand of ``mmelocal capacity`` (``capacity SOURCE`` still m
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -145,33 +146,29 @@ def parts_table(result: Any) -> Table:
         numeric = column.endswith("MiB")
         table.add_column(column, justify="right" if numeric else "left", no_wrap=numeric)
     for part in result.parts:
-        table.add_row(
+        _range_row(
+            table,
             escape(part.name),
             part.scope,
-            mib(part.low_bytes, suffix=False),
-            mib(part.point_bytes, suffix=False),
-            mib(part.high_bytes, suffix=False),
+            (part.low_bytes, part.point_bytes, part.high_bytes),
             escape(part.source),
         )
-    low, point, high = result.per_copy
-    table.add_row(
-        "[bold]one copy[/]",
-        "per copy",
-        mib(low, suffix=False),
-        mib(point, suffix=False),
-        mib(high, suffix=False),
-        "",
-    )
-    low, point, high = result.once
-    table.add_row(
-        "[bold]once[/]",
-        "once per process",
-        mib(low, suffix=False),
-        mib(point, suffix=False),
-        mib(high, suffix=False),
-        "",
-    )
+    _range_row(table, "[bold]one copy[/]", "per copy", result.per_copy, "")
+    _range_row(table, "[bold]once[/]", "once per process", result.once, "")
     return table
+
+
+def _range_row(table: Table, label: str, scope: str, span: Sequence[int], source: str) -> None:
+    """A row of :func:`parts_table`: ``span`` is (low, point, high) bytes, shown in MiB."""
+    low, point, high = span
+    table.add_row(
+        label,
+        scope,
+        mib(low, suffix=False),
+        mib(point, suffix=False),
+        mib(high, suffix=False),
+        source,
+    )
 
 
 def cards_table(result: Any) -> Table:

@@ -311,13 +311,11 @@ def build_parts(
     parts = [weights, activations]
     rem = cal.remainder
     parts.append(
-        Part(
-            name=f"remainder x {n}",
-            scope=PER_COPY,
-            low_bytes=rem[0] * n,
-            point_bytes=rem[1] * n,
-            high_bytes=rem[2] * n,
-            source="calibrated: what published PyTorch copies hold beyond their simulated "
+        _per_instance(
+            f"remainder x {n}",
+            rem,
+            n,
+            "calibrated: what published PyTorch copies hold beyond their simulated "
             "blocks (fragmentation from freed temporaries); rows in docs/estimate.md",
         )
     )
@@ -327,20 +325,16 @@ def build_parts(
         if cudnn is None:
             cudnn = (CUDNN_WORKSPACE_PRIOR_BYTES,) * 3
         parts.append(
-            Part(
-                name=f"cuDNN convolution workspace x {n}",
-                scope=PER_COPY,
-                low_bytes=cudnn[0] * n,
-                point_bytes=cudnn[1] * n,
-                high_bytes=cudnn[2] * n,
-                source=(
-                    "prior: one 20 MiB allocator segment (Conv_v7.cpp allocates the "
-                    "workspace through the caching allocator; no published model to fit)"
-                    if prior
-                    else "calibrated on the published ResNet-50 curve (the only published "
-                    "model with overlapping convolutions): its copy less its simulated "
-                    "blocks and the remainder"
-                ),
+            _per_instance(
+                f"cuDNN convolution workspace x {n}",
+                cudnn,
+                n,
+                "prior: one 20 MiB allocator segment (Conv_v7.cpp allocates the "
+                "workspace through the caching allocator; no published model to fit)"
+                if prior
+                else "calibrated on the published ResNet-50 curve (the only published "
+                "model with overlapping convolutions): its copy less its simulated "
+                "blocks and the remainder",
             )
         )
     point = sum(p.point_bytes for p in parts)
@@ -372,6 +366,18 @@ def build_parts(
         ),
     )
     return (*parts, runtime, server)
+
+
+def _per_instance(name: str, span: Sequence[int], n: int, source: str) -> Part:
+    """A per-copy part of ``span`` (low, point, high) bytes in each of ``n`` instances."""
+    return Part(
+        name=name,
+        scope=PER_COPY,
+        low_bytes=span[0] * n,
+        point_bytes=span[1] * n,
+        high_bytes=span[2] * n,
+        source=source,
+    )
 
 
 def _tensorrt_parts(
