@@ -7,6 +7,7 @@ imports the other at module level.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from mmelocal.builder.runners import first_line, quiet_warnings
@@ -17,6 +18,26 @@ TASK_OUTPUTS = {
     "sequence-classification": ("logits",),
     "image-classification": ("logits",),
 }
+
+
+@functools.cache
+def outputs_wrapper_base(torch: Any) -> Any:
+    """The ``torch.nn.Module`` the two sources' wrappers derive from: it holds the model and
+    the names of the outputs its ``forward`` returns, in order (:meth:`named`). Made on first
+    use, with the ``torch`` module the caller imported, so that importing this module does not
+    import torch."""
+
+    class OutputsWrapper(torch.nn.Module):  # type: ignore[misc,name-defined]
+        def __init__(self, model: Any, output_keys: tuple[str, ...]) -> None:
+            super().__init__()
+            self.model = model
+            self.output_keys = tuple(output_keys)
+
+        def named(self, out: Any) -> tuple[Any, ...]:
+            """The outputs ``output_keys`` of the model's answer ``out``, in order."""
+            return tuple(out[k] for k in self.output_keys)
+
+    return OutputsWrapper
 
 
 def select_outputs(

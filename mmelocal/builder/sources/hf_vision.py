@@ -15,7 +15,7 @@ from typing import Any
 
 from mmelocal.builder.runners import import_torch
 from mmelocal.builder.sources.base import ModelSource, float_image_factory, suggest_name
-from mmelocal.builder.sources.hf_outputs import select_outputs
+from mmelocal.builder.sources.hf_outputs import outputs_wrapper_base, select_outputs
 from mmelocal.builder.sources.shapes import infer_dynamic_axes
 from mmelocal.errors import SourceError
 
@@ -77,17 +77,11 @@ def image_size(config: Any) -> tuple[int, int]:
 def _wrapper_class() -> Any:
     torch = import_torch("Hugging Face image models")
 
-    class ImageModelWrapper(torch.nn.Module):  # type: ignore[misc,name-defined]
+    class ImageModelWrapper(outputs_wrapper_base(torch)):  # type: ignore[misc]
         """``forward(pixel_values)`` -> tuple of the named model outputs."""
 
-        def __init__(self, model: Any, output_keys: tuple[str, ...]) -> None:
-            super().__init__()
-            self.model = model
-            self.output_keys = tuple(output_keys)
-
         def forward(self, pixel_values: Any) -> tuple[Any, ...]:
-            out = self.model(pixel_values=pixel_values, return_dict=True)
-            return tuple(out[k] for k in self.output_keys)
+            return self.named(self.model(pixel_values=pixel_values, return_dict=True))
 
     return ImageModelWrapper
 

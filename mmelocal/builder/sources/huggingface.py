@@ -29,7 +29,7 @@ from typing import Any
 
 from mmelocal.builder.runners import first_line, import_torch, quiet_warnings
 from mmelocal.builder.sources.base import ModelSource, suggest_name, token_factory
-from mmelocal.builder.sources.hf_outputs import select_outputs
+from mmelocal.builder.sources.hf_outputs import outputs_wrapper_base, select_outputs
 from mmelocal.builder.sources.hub import TOKENIZER_FILES
 from mmelocal.builder.sources.shapes import infer_dynamic_axes
 from mmelocal.errors import MissingDependencyError, SourceError
@@ -174,17 +174,12 @@ def load_hf(
 def _wrapper_class() -> Any:
     torch = import_torch("Hugging Face models")
 
-    class TextModelWrapper(torch.nn.Module):  # type: ignore[misc,name-defined]
+    class TextModelWrapper(outputs_wrapper_base(torch)):  # type: ignore[misc]
         """``forward(input_ids, attention_mask)`` -> tuple of the named model outputs."""
-
-        def __init__(self, model: Any, output_keys: tuple[str, ...]) -> None:
-            super().__init__()
-            self.model = model
-            self.output_keys = tuple(output_keys)
 
         def forward(self, input_ids: Any, attention_mask: Any) -> tuple[Any, ...]:
             out = self.model(input_ids=input_ids, attention_mask=attention_mask, return_dict=True)
-            return tuple(out[k] for k in self.output_keys)
+            return self.named(out)
 
     return TextModelWrapper
 
