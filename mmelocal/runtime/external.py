@@ -1,7 +1,7 @@
 """Attach to a Triton someone else runs (a kept ``mmelocal triton start`` server, a container).
 
 :class:`ExternalLauncher` follows the :class:`~mmelocal.runtime.launcher.TritonLauncher`
-protocol without owning a process: ``start()`` only waits until the server answers ready,
+protocol without owning a process: ``start()`` only waits until the server answers live,
 ``stop()`` does nothing, and ``is_alive()`` asks the server's health endpoint.
 """
 
@@ -64,12 +64,16 @@ class ExternalLauncher(LauncherContext):
         return self._pid
 
     def start(self) -> None:
-        """Wait until the server answers ready (it is not started here)."""
+        """Wait until the server answers live (it is not started here).
+
+        Live, not ready: a server started with ``--strict-readiness`` (Triton's default)
+        answers not-ready while any model it holds failed to load, and the models an
+        external server holds are not ours to judge; ours are checked when they load."""
         wait_for_listener(
             self._endpoints.http_url, grace_s=min(self.connect_grace_s, self.start_timeout_s)
         )
         wait_until_ready(
-            lambda: http_ok(f"{self._endpoints.http_url}/v2/health/ready", 2.0),
+            lambda: http_ok(f"{self._endpoints.http_url}/v2/health/live", 2.0),
             timeout_s=self.start_timeout_s,
             url=self._endpoints.http_url,
             log_path=self._log_path,
