@@ -15,7 +15,7 @@ from contextlib import closing
 
 import numpy as np
 import pytest
-from emulator_helpers import output_of, payload
+from emulator_helpers import output_of, payload, wait_for
 
 from mmelocal.emulator.cache import target_key
 from mmelocal.emulator.emulator import EmulatorConfig
@@ -265,15 +265,23 @@ def test_concurrent_hits_on_a_batching_model_are_batched(
             status, _, answer = _send(conn, path, headers, body)
             return time.perf_counter() - t0, status, answer
 
+    def stats_once_counted(inferences: int) -> dict[str, int]:
+        # Triton records a request's statistics as it releases it, just after the answer
+        # went out: read them once every answered request is counted
+        def read() -> dict[str, int] | None:
+            with urllib.request.urlopen(f"{server.url}/v2/models/slow.tar.gz/stats") as r:
+                stats: dict[str, int] = json.loads(r.read())["model_stats"][0]
+            return stats if stats["inference_count"] >= inferences else None
+
+        return wait_for(read, what=f"Triton's statistics to count {inferences} inferences")
+
     call(0)  # load
     with ThreadPoolExecutor(8) as pool:  # a first burst opens the upstream connections
         list(pool.map(call, range(8)))
-    with urllib.request.urlopen(f"{server.url}/v2/models/slow.tar.gz/stats") as r:
-        stats0 = json.loads(r.read())["model_stats"][0]
+    stats0 = stats_once_counted(1 + 8)
     with ThreadPoolExecutor(8) as pool:
         results = list(pool.map(call, range(8)))
-    with urllib.request.urlopen(f"{server.url}/v2/models/slow.tar.gz/stats") as r:
-        stats1 = json.loads(r.read())["model_stats"][0]
+    stats1 = stats_once_counted(stats0["inference_count"] + 8)
     for seconds, status, answer in results:
         assert status == 200, answer
         assert seconds >= SLOW_MS / 1e3  # the model's compute time is really spent
