@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import io
+import threading
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
@@ -164,3 +167,43 @@ def fake_loadtest(failing_from: int = 60) -> LoadTestResult:
         first_failure_users=60,
         errors={"HTTP 500": 6},
     )
+
+
+@contextlib.contextmanager
+def invocations_server(
+    answer: Callable[[Any], Awaitable[Any]],
+) -> Iterator[str]:
+    """An aiohttp server on a loopback port the kernel picks (bound once: no pick-then-bind
+    race), answering ``POST /endpoints/{name}/invocations`` with ``answer(request)`` on its
+    own thread; yields the endpoint URL the load tests take."""
+    from aiohttp import web
+
+    loop = asyncio.new_event_loop()
+    ready = threading.Event()
+    ports: list[int] = []
+
+    async def serve() -> web.AppRunner:
+        app = web.Application()
+        app.router.add_post("/endpoints/{name}/invocations", answer)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        ports.append(runner.addresses[0][1])
+        return runner
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        runner = loop.run_until_complete(serve())
+        ready.set()
+        loop.run_forever()
+        loop.run_until_complete(runner.cleanup())
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    assert ready.wait(10), "the local invocations server did not start"
+    try:
+        yield f"http://127.0.0.1:{ports[0]}/endpoints/x"
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)

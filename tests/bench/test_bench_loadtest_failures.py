@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
 from collections.abc import Iterator
 
 import pytest
+from bench_helpers import invocations_server
 
 from mmelocal.bench.loadtest.runner import LoadTestConfig, expand_targets, run_loadtest
 from mmelocal.bench.loadtest.shape import shape_from_stages
-from mmelocal.runtime.server_config import pick_free_port
 
 FAIL_AFTER_S = 3.0  # stage 1 is [0, 2) s, stage 2 [2, 4) s: failures start inside stage 2
 
@@ -21,10 +19,7 @@ def failing_server() -> Iterator[str]:
     """Answers 200 for FAIL_AFTER_S seconds after its first request, then 503."""
     from aiohttp import web
 
-    port = pick_free_port()
     first: list[float] = []
-    loop = asyncio.new_event_loop()
-    ready = threading.Event()
 
     async def invocations(request: web.Request) -> web.Response:
         await request.read()
@@ -34,27 +29,8 @@ def failing_server() -> Iterator[str]:
             return web.Response(status=503, text="overloaded")
         return web.Response(body=b"{}", content_type="application/json")
 
-    async def serve() -> web.AppRunner:
-        app = web.Application()
-        app.router.add_post("/endpoints/{name}/invocations", invocations)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", port).start()
-        return runner
-
-    def run() -> None:
-        asyncio.set_event_loop(loop)
-        runner = loop.run_until_complete(serve())
-        ready.set()
-        loop.run_forever()
-        loop.run_until_complete(runner.cleanup())
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    ready.wait(10)
-    yield f"http://127.0.0.1:{port}/endpoints/x"
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(10)
+    with invocations_server(invocations) as url:
+        yield url
 
 
 def test_failures_are_counted_per_step_and_set_the_ceiling(failing_server: str) -> None:

@@ -5,17 +5,16 @@ The server is a tiny aiohttp app in this process; stages last seconds.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import signal
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
+from bench_helpers import invocations_server
 
 from mmelocal.bench.loadtest.result import LoadProgress, LoadTestResult, summary_lines
 from mmelocal.bench.loadtest.runner import LoadTestConfig, expand_targets, run_loadtest
@@ -39,35 +38,12 @@ def trivial_endpoint() -> Iterator[str]:
     """Answers every invocation with ``{}`` at once."""
     from aiohttp import web
 
-    port = pick_free_port()
-    loop = asyncio.new_event_loop()
-    ready = threading.Event()
-
     async def invocations(request: web.Request) -> web.Response:
         await request.read()
         return web.Response(body=b"{}", content_type="application/json")
 
-    async def serve() -> web.AppRunner:
-        app = web.Application()
-        app.router.add_post("/endpoints/{name}/invocations", invocations)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", port).start()
-        return runner
-
-    def run() -> None:
-        asyncio.set_event_loop(loop)
-        runner = loop.run_until_complete(serve())
-        ready.set()
-        loop.run_forever()
-        loop.run_until_complete(runner.cleanup())
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    assert ready.wait(10)
-    yield f"http://127.0.0.1:{port}/endpoints/x"
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(10)
+    with invocations_server(invocations) as url:
+        yield url
 
 
 def _config(endpoint: str, stages: list[dict[str, float]], **generators: object) -> LoadTestConfig:
