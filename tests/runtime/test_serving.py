@@ -110,8 +110,16 @@ def test_explicit_load_unload_index(tmp_path, triton_server, triton_client):
 def test_load_error_carries_triton_message(tmp_path, triton_server, triton_client):
     folder = write_python_model(tmp_path, "boom_load", init='raise RuntimeError("no weights here")')
     triton_server.add_model(folder)
-    with pytest.raises(ModelLoadError) as info:
+    try:
+        with pytest.raises(ModelLoadError) as info:
+            triton_client.load("boom_load")
+    finally:
+        # the session server answers not-ready (and SageMaker's /ping fails) while it holds
+        # a model that failed to load: a working model under that name, loaded and unloaded,
+        # clears it, so later tests on the server do not inherit the failure
+        triton_server.add_model(write_python_model(tmp_path / "fixed", "boom_load"))
         triton_client.load("boom_load")
+        triton_client.unload("boom_load")
     assert "no weights here" in info.value.triton_message
     assert info.value.model_name == "boom_load"
 
