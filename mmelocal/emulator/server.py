@@ -209,9 +209,12 @@ class EmulatorServer(StartStopContext):
             loop.run_until_complete(self._setup())
         except BaseException as exc:
             self._error = exc
-            self._ready.set()
-            loop.run_until_complete(self._cleanup())
-            loop.close()
+            try:
+                loop.run_until_complete(self._cleanup())
+            finally:
+                loop.close()
+                # only now: the caller's stop() must find the loop gone, not closing
+                self._ready.set()
             return
         self._ready.set()
         try:
@@ -241,7 +244,8 @@ class EmulatorServer(StartStopContext):
         """Stop the HTTP server and every Triton instance (idempotent)."""
         loop, thread = self._loop, self._thread
         if loop is not None and thread is not None and thread.is_alive():
-            loop.call_soon_threadsafe(loop.stop)
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: it is ending
+                loop.call_soon_threadsafe(loop.stop)
             thread.join(timeout=120)
         self._thread = None
         self._loop = None

@@ -1,0 +1,67 @@
+"""A Triton that cannot start fails ``EmulatorServer.start`` with tritonserver's own words.
+
+The setup error used to be handed over before the server's loop closed, so the caller's
+``stop()`` could meet a loop closed under it and raise "Event loop is closed" in place of
+the reason (the local AWS showed that as an endpoint's FailureReason, once, under load)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+import pytest
+
+from mmelocal.emulator import server as server_module
+from mmelocal.emulator.emulator import EmulatorConfig
+from mmelocal.emulator.server import EmulatorServer
+
+
+@pytest.fixture
+def broken_tritonserver(tmp_path: Path) -> Path:
+    broken = tmp_path / "tritonserver"
+    broken.write_text("#!/bin/sh\necho 'tritonserver: cannot start here' >&2\nexit 3\n")
+    broken.chmod(0o755)
+    return broken
+
+
+def test_the_reason_survives_a_loop_closing_as_the_caller_stops(
+    tmp_path: Path, broken_tritonserver: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The caller's stop() runs once the server's loop is closed, while its thread still
+    lives (the waits are bounded: where the error is handed over only after the close, the
+    caller cannot be in stop() yet, and the thread's wait times out)."""
+    closed, stopping, stopped = threading.Event(), threading.Event(), threading.Event()
+    real_loop, real_stop = server_module.new_event_loop, EmulatorServer.stop
+
+    def lingering_loop() -> asyncio.AbstractEventLoop:
+        loop = real_loop()
+        close = loop.close
+
+        def close_then_linger() -> None:
+            close()
+            closed.set()
+            if stopping.wait(timeout=0.5):
+                stopped.wait(timeout=0.5)
+
+        loop.close = close_then_linger  # type: ignore[method-assign]
+        return loop
+
+    def stop(self: EmulatorServer) -> None:
+        stopping.set()
+        closed.wait(timeout=0.5)
+        try:
+            real_stop(self)
+        finally:
+            stopped.set()
+
+    monkeypatch.setattr(server_module, "new_event_loop", lingering_loop)
+    monkeypatch.setattr(EmulatorServer, "stop", stop)
+    (tmp_path / "store").mkdir()
+    server = EmulatorServer(
+        EmulatorConfig(store=str(tmp_path / "store"), tritonserver=broken_tritonserver)
+    )
+    with pytest.raises(Exception, match="cannot start here"):
+        server.start()
+    server.stop()  # idempotent after a failed start
+    assert not any(t.name == "mme-emulator" for t in threading.enumerate())
