@@ -7,6 +7,8 @@ commands' outputs and loops; ``_loadgen``: Locust's distributed mode; ``_remote`
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -35,6 +37,22 @@ def stacked(*options: Callable[[F], F]) -> Callable[[F], F]:
         for option in reversed(options):
             command = option(command)
         return command
+
+    return apply
+
+
+def grouped(into: str, build: Callable[..., Any], *options: Callable[[F], F]) -> Callable[[F], F]:
+    """``options`` (in the order written), whose values the command receives together as one
+    argument ``into``: ``build`` called with them (its parameters are the options' names)."""
+    names = list(inspect.signature(build).parameters)
+
+    def apply(command: F) -> F:
+        @functools.wraps(command)
+        def with_group(**kwargs: Any) -> Any:
+            kwargs[into] = build(**{name: kwargs.pop(name) for name in names})
+            return command(**kwargs)
+
+        return stacked(*options)(with_group)  # type: ignore[arg-type]
 
     return apply
 
@@ -84,6 +102,7 @@ __all__ = [
     "OUT_DIR",
     "OUT_FILE",
     "PROFILE_REGION_HELP",
+    "grouped",
     "json_flag",
     "listen_options",
     "memory_budget_option",

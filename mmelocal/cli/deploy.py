@@ -44,7 +44,7 @@ from mmelocal.units import mib
 @field_option(DeployOptions, "triton_version")
 @click.option(
     "--env",
-    "env",
+    "environment",
     multiple=True,
     callback=env_option,
     help="KEY=VALUE for the container (repeatable); SAGEMAKER_TRITON_* keys are checked as "
@@ -67,22 +67,14 @@ from mmelocal.units import mib
 @click.option("--no-wait", is_flag=True, help="Do not wait for InService (no autoscaling then).")
 def deploy(
     store: Path,
-    endpoint_name: str,
-    s3_uri: str,
-    role_arn: str,
     instance_type: str | None,
-    instance_count: int,
-    max_instances: int | None,
-    target_gpu_utilization: float,
-    image: str | None,
-    triton_version: str,
-    env: dict[str, str],
     region: str | None,
     capacity: Path | None,
     hot_models: int | None,
     dry_run: bool,
     json_path: Path | None,
     no_wait: bool,
+    **fields: Any,
 ) -> None:
     """Upload STORE's tarballs and create or update a SageMaker multi-model endpoint.
 
@@ -92,24 +84,11 @@ def deploy(
     """
     from mmelocal.aws.session import connect
     from mmelocal.deploy.deployer import make_plan
-    from mmelocal.deploy.plan import DeployOptions
     from mmelocal.errors import DeployError
 
     chosen = _instance_type(instance_type, capacity, hot_models, store)
-    options = DeployOptions(
-        store=store,
-        endpoint_name=endpoint_name,
-        s3_uri=s3_uri,
-        role_arn=role_arn,
-        instance_type=chosen,
-        instance_count=instance_count,
-        max_instances=max_instances,
-        target_gpu_utilization=target_gpu_utilization,
-        image=image,
-        triton_version=triton_version,
-        environment=env,
-        wait=not no_wait,
-    )
+    # the other options are named after the DeployOptions fields they set
+    options = DeployOptions(store=store, instance_type=chosen, wait=not no_wait, **fields)
     clients = connect(region)
     with err_console.status("planning: reading the bucket and the endpoint"):
         plan = make_plan(options, clients)
@@ -125,9 +104,9 @@ def deploy(
     except KeyboardInterrupt:
         raise DeployError(
             f"interrupted: run the same deploy again to resume, or 'mmelocal undeploy "
-            f"{endpoint_name} --delete-artifacts' to remove what was made"
+            f"{options.endpoint_name} --delete-artifacts' to remove what was made"
         ) from None
-    console.print(f"[bold green]deployed[/] {endpoint_name}: {status}", highlight=False)
+    console.print(f"[bold green]deployed[/] {options.endpoint_name}: {status}", highlight=False)
 
 
 def _instance_type(

@@ -7,6 +7,13 @@ from typing import Any
 
 import click
 
+from mmelocal.cli._defaults import field_option
+from mmelocal.cli._options import json_flag, tritonserver_option
+from mmelocal.runtime.detached import start_detached, stop_detached
+
+#: ``--name``: which kept server (start, stop and status)
+_name_option = field_option(start_detached, "name", help="Name of the kept server.")
+
 
 @click.group()
 def triton() -> None:
@@ -22,7 +29,7 @@ def triton() -> None:
     show_default=True,
     help="Model repository (created if missing; explicit model control).",
 )
-@click.option("--name", default="default", show_default=True, help="Name of the kept server.")
+@_name_option
 @click.option("--http-port", type=click.IntRange(0, 65535), default=0, help="0 = a free port.")
 @click.option("--grpc-port", type=click.IntRange(0, 65535), default=0, help="0 = a free port.")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=0, help="0 = a free port.")
@@ -35,8 +42,8 @@ def triton() -> None:
     default=None,
     help="Triton log level (default 0; with --sagemaker the entrypoint's, verbose).",
 )
-@click.option("--tritonserver", type=click.Path(path_type=Path), help="tritonserver binary.")
-@click.option("--json", "as_json", is_flag=True, help="Print the server's record as JSON.")
+@tritonserver_option()
+@json_flag("Print the server's record as JSON.")
 def start(
     repository: Path,
     name: str,
@@ -52,7 +59,6 @@ def start(
 ) -> None:
     """Start tritonserver in the background and record it (see `mmelocal triton status`)."""
     from mmelocal.cli._output import console, print_json
-    from mmelocal.runtime.detached import start_detached
     from mmelocal.runtime.server_config import ServerConfig
 
     repository.mkdir(parents=True, exist_ok=True)
@@ -75,19 +81,17 @@ def start(
 
 
 @triton.command()
-@click.option("--name", default="default", show_default=True, help="Name of the kept server.")
-@click.option(
-    "--timeout",
+@_name_option
+@field_option(
+    stop_detached,
     "timeout_s",
+    "--timeout",
     type=click.FloatRange(min=0, min_open=True),
-    default=15.0,
-    show_default=True,
     help="Seconds to wait after SIGTERM before SIGKILL.",
 )
 def stop(name: str, timeout_s: float) -> None:
     """Stop the kept server (SIGTERM, then SIGKILL after the timeout)."""
     from mmelocal.cli._output import console
-    from mmelocal.runtime.detached import stop_detached
 
     kept = stop_detached(name, timeout_s=timeout_s)
     if kept is None:
@@ -97,8 +101,8 @@ def stop(name: str, timeout_s: float) -> None:
 
 
 @triton.command()
-@click.option("--name", default="default", show_default=True, help="Name of the kept server.")
-@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+@_name_option
+@json_flag("Print the status as JSON.")
 def status(name: str, as_json: bool) -> None:
     """Show whether the kept server runs, its URLs and its loaded models. Exit 1 if down."""
     from mmelocal.cli._output import console, print_json
