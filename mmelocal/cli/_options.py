@@ -26,6 +26,9 @@ OUT_FILE = click.Path(dir_okay=False, path_type=Path)
 #: a folder the command writes into
 OUT_DIR = click.Path(file_okay=False, path_type=Path)
 
+#: a TCP port (0: a free one, where the option says so)
+PORT = click.IntRange(0, 65535)
+
 #: ``--region``'s help where the command talks to AWS with the user's profile
 PROFILE_REGION_HELP = "AWS region (default: your profile's)."
 
@@ -93,7 +96,7 @@ def listen_options(port: int) -> Callable[[F], F]:
         click.option(
             "--host", default="127.0.0.1", show_default=True, help="Address to listen on."
         ),
-        click.option("--port", type=click.IntRange(0, 65535), default=port, show_default=True),
+        click.option("--port", type=PORT, default=port, show_default=True),
     )
 
 
@@ -101,6 +104,7 @@ __all__ = [
     "IN_FILE",
     "OUT_DIR",
     "OUT_FILE",
+    "PORT",
     "PROFILE_REGION_HELP",
     "grouped",
     "json_flag",
