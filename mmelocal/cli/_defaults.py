@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from mmelocal.builder.backends import EXPORT_FORMATS
+from mmelocal.cli._options import stacked
 from mmelocal.runtime.launchers import LAUNCHERS
 
 LAUNCHER_HELP = (
@@ -52,22 +53,14 @@ def field_option(owner: Any, name: str, *decls: str, **attrs: Any) -> Callable[[
     return click.option(*flags, default=default_of(owner, name), **attrs)
 
 
-def launcher_option(default: str) -> Callable[[Any], Any]:
-    """``--launcher`` (``default`` read from the command's dataclass)."""
-    return click.option(
-        "--launcher",
-        type=click.Choice(LAUNCHERS),
-        default=default,
-        show_default=True,
-        help=LAUNCHER_HELP,
-    )
+def launcher_option(owner: Any) -> Callable[[Any], Any]:
+    """``--launcher``, with ``owner``'s default (as :func:`field_option` reads it)."""
+    return field_option(owner, "launcher", type=click.Choice(LAUNCHERS), help=LAUNCHER_HELP)
 
 
 def tolerance_options(owner: Any) -> Callable[[Any], Any]:
     """``--atol`` and ``--rtol``: how close an answer must be to the reference (``owner``'s
     defaults, as :func:`field_option` reads them)."""
-    from mmelocal.cli._options import stacked
-
     return stacked(
         field_option(owner, "atol", type=float, help="Absolute tolerance."),
         field_option(owner, "rtol", type=float, help="Relative tolerance."),

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from mmelocal.cli._defaults import default_of, field_option, launcher_option, tolerance_options
+from mmelocal.cli._defaults import field_option, launcher_option, tolerance_options
 from mmelocal.cli._options import json_flag, tritonserver_option
 from mmelocal.runtime.check import CheckOptions
 from mmelocal.units import mib
@@ -16,7 +16,7 @@ from mmelocal.units import mib
 @click.command()
 @click.argument("path", type=click.Path(path_type=Path))
 @json_flag()
-@launcher_option(default_of(CheckOptions, "launcher"))
+@launcher_option(CheckOptions)
 @click.option("--url", help="Server URL for --launcher external (http://host:port).")
 @tritonserver_option(
     "tritonserver binary or install folder (default: the nvidia-pytriton wheel's)."

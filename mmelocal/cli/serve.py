@@ -53,7 +53,7 @@ _SECONDS = click.FloatRange(min=0.01)
     type=click.IntRange(min=1),
     help="Triton instances; default one per GPU, one without a GPU.",
 )
-@launcher_option(default_of(EmulatorConfig, "launcher"))
+@launcher_option(EmulatorConfig)
 @click.option("--image", help="Container image for --launcher docker.")
 @click.option(
     "--triton-url",
