@@ -144,6 +144,43 @@ def wait_until_ready(
         interval_s = min(max_interval_s, interval_s * 1.3)
 
 
+#: the line mmelocal's servers log once they listen ("MME emulator listening on
+#: http://127.0.0.1:8080", "local AWS listening on http://127.0.0.1:4566 (data ...)"); a
+#: log handler may wrap it between words
+LISTENING = re.compile(r"listening\s+on\s+(https?://[^\s()]+)")
+
+
+def wait_for_logged_url(
+    log_path: Path | str,
+    *,
+    process: _Process,
+    timeout_s: float,
+    pattern: re.Pattern[str] = LISTENING,
+) -> str:
+    """The URL a server in a child process logs once it listens: started on port 0, the
+    port it bound (nobody can take it between a choice and the bind, as with a port
+    picked free beforehand). ``log_path`` gets the child's log (its stderr);
+    ``pattern``'s first group is the URL. Fails like :func:`wait_until_ready` when the
+    child exits or ``timeout_s`` passes first."""
+    found: list[str] = []
+
+    def logged() -> bool:
+        match = pattern.search(log_tail(log_path, lines=10_000))
+        if match is not None:
+            found.append(match[1])
+        return match is not None
+
+    wait_until_ready(  # polled often: start-up timings may count from the spawn
+        logged,
+        timeout_s=timeout_s,
+        url=str(log_path),
+        log_path=log_path,
+        process=process,
+        max_interval_s=0.02,
+    )
+    return found[-1]
+
+
 _NOTABLE = re.compile(r"^E\d{4} |unrecognized option|error:|failed to|Usage: ", re.IGNORECASE)
 
 
@@ -173,10 +210,12 @@ def _tail_text(log_path: Path | str | None) -> str:
 
 
 __all__ = [
+    "LISTENING",
     "http_ok",
     "log_excerpt",
     "log_tail",
     "triton_ready",
     "wait_for_listener",
+    "wait_for_logged_url",
     "wait_until_ready",
 ]
