@@ -51,6 +51,7 @@ from mmelocal.runtime.docker_engine import (
     reap_orphans_once,
 )
 from mmelocal.runtime.launcher import Endpoints, OwnedServerLauncher
+from mmelocal.runtime.readiness import exited_during_start
 from mmelocal.runtime.server_config import ServerConfig
 
 logger = logging.getLogger(__name__)
@@ -216,7 +217,7 @@ class DockerLauncher(OwnedServerLauncher):
                 target=_pump_logs, args=(self._container, self._log_path), daemon=True
             )
             self._pump.start()
-            self._endpoints = self._published_endpoints()
+            self._endpoints = self._published_endpoints(t0)
             self._await_ready(t0, is_alive=self._alive_during_start, interval_s=0.1)
         except BaseException:
             self.stop()
@@ -225,15 +226,23 @@ class DockerLauncher(OwnedServerLauncher):
     def _server_name(self) -> str:
         return f"container {self.name} ({self.image})"
 
-    def _published_endpoints(self) -> Endpoints:
+    def _published_endpoints(self, started_at: float) -> Endpoints:
+        """The host ports the engine chose, read back from the running container."""
         self._container.reload()
         published = self._container.attrs["NetworkSettings"]["Ports"] or {}
 
         def url(key: str, scheme: str = "http://") -> str:
             bindings = published.get(f"{CONTAINER_PORTS[key]}/tcp") or []
-            if not bindings:
-                raise ServerStartError(f"Docker published no host port for Triton's {key} port")
-            return f"{scheme}127.0.0.1:{bindings[0]['HostPort']}"
+            if bindings:
+                return f"{scheme}127.0.0.1:{bindings[0]['HostPort']}"
+            if not self._alive_during_start():  # gone already: its ports went with it
+                raise exited_during_start(
+                    url=f"container {self.name}",
+                    log_path=self._log_path,
+                    waited_s=time.monotonic() - started_at,
+                    exit_code=self._container.attrs.get("State", {}).get("ExitCode"),
+                )
+            raise ServerStartError(f"Docker published no host port for Triton's {key} port")
 
         return Endpoints(
             http_url=url("http"),

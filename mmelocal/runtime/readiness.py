@@ -117,13 +117,8 @@ def wait_until_ready(
         exit_code = process.poll() if process is not None else None
         gone = exit_code is not None or (is_alive is not None and not is_alive())
         if gone:
-            waited = time.monotonic() - start
-            detail = f" with code {exit_code}" if exit_code is not None else ""
-            raise ServerStartError(
-                f"Triton exited{detail} during start-up after {waited:.1f}s "
-                f"(waiting for {url}){_tail_text(log_path)}",
-                url=url,
-                log_path=log_path,
+            raise exited_during_start(
+                url=url, log_path=log_path, waited_s=time.monotonic() - start, exit_code=exit_code
             )
         try:
             if check():
@@ -181,6 +176,19 @@ def wait_for_logged_url(
     return found[-1]
 
 
+def exited_during_start(
+    *, url: str, log_path: Path | str | None, waited_s: float, exit_code: int | None = None
+) -> ServerStartError:
+    """The error for a server that exited before it was ready (with the log's excerpt)."""
+    detail = f" with code {exit_code}" if exit_code is not None else ""
+    return ServerStartError(
+        f"Triton exited{detail} during start-up after {waited_s:.1f}s "
+        f"(waiting for {url}){_tail_text(log_path)}",
+        url=url,
+        log_path=log_path,
+    )
+
+
 _NOTABLE = re.compile(r"^E\d{4} |unrecognized option|error:|failed to|Usage: ", re.IGNORECASE)
 
 
@@ -211,6 +219,7 @@ def _tail_text(log_path: Path | str | None) -> str:
 
 __all__ = [
     "LISTENING",
+    "exited_during_start",
     "http_ok",
     "log_excerpt",
     "log_tail",

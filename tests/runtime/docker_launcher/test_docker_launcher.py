@@ -218,6 +218,33 @@ def test_start_failure_shows_log_tail_and_cleans_up(
     assert not docker_engine.containers.list(all=True, filters={"name": launcher.name})
 
 
+def test_a_container_gone_before_its_ports_are_read_says_why(
+    triton_test_image: str,
+    add_one_repository: Path,
+    docker_session: str,
+    docker_engine: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A container that exits at once can be gone before the launcher reads its published
+    ports (seen under load): the error is Triton's exit and its log, not 'no host port'."""
+    read_ports = DockerLauncher._published_endpoints
+
+    def after_the_exit(self: DockerLauncher, started_at: float) -> Any:
+        self._container.wait(timeout=60)
+        return read_ports(self, started_at)
+
+    monkeypatch.setattr(DockerLauncher, "_published_endpoints", after_the_exit)
+    launcher = DockerLauncher(
+        ServerConfig(model_repository=add_one_repository, extra_args=("--no-such-flag=1",)),
+        image=triton_test_image,
+        pull="never",
+        session=docker_session,
+    )
+    with pytest.raises(ServerStartError, match=r"(?s)exited with code 1 during start-up.*no-such"):
+        launcher.start()
+    assert not docker_engine.containers.list(all=True, filters={"name": launcher.name})
+
+
 def test_unknown_image_says_how_to_get_it(add_one_repository: Path, docker_engine: Any) -> None:
     config = ServerConfig(model_repository=add_one_repository)
     launcher = DockerLauncher(config, image="mmelocal-test/no-such-image:0", pull="never")
