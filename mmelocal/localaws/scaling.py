@@ -46,6 +46,7 @@ from mmelocal.facts.autoscaling import (
 )
 from mmelocal.facts.cloudwatch import GPU_METRICS, INSTANCE_NAMESPACE, LOCAL_STAND_IN
 from mmelocal.localaws.metric_store import MetricStore, series_key
+from mmelocal.localaws.paging import one_page
 from mmelocal.localaws.state import repoint_alarms
 from mmelocal.rules.autoscaling import (
     ScalingLimits,
@@ -678,14 +679,9 @@ class Autoscaler:
                 and (resource is None or a.resource_id == resource)
                 and (dimension is None or dimension == SCALABLE_DIMENSION)
             ]  # fmt: skip
-        start = int(params.get("NextToken") or 0)
-        size = int(params.get("MaxResults") or 50)
-        answer: dict[str, Any] = {
-            "ScalingActivities": [a.described() for a in found[start : start + size]]
-        }
-        if start + size < len(found):
-            answer["NextToken"] = str(start + size)
-        return answer
+        return one_page(
+            found, params, key="ScalingActivities", size_param="MaxResults", default_size=50
+        )
 
 
 __all__ = ["Activity", "Autoscaler", "parse_resource"]
