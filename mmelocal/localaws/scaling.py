@@ -34,11 +34,8 @@ from mmelocal.facts.autoscaling import (
     DEFAULT_SCALE_IN_COOLDOWN_S,
     DEFAULT_SCALE_OUT_COOLDOWN_S,
     DEFAULT_STEP_COOLDOWN_S,
-    HIGH_ALARM_DATAPOINTS,
-    HIGH_ALARM_EVALUATION_PERIODS,
-    LOW_ALARM_DATAPOINTS,
-    LOW_ALARM_EVALUATION_PERIODS,
-    LOW_ALARM_THRESHOLD_FACTOR,
+    HIGH_ALARM,
+    LOW_ALARM,
     METRIC_PERIOD_S,
     PREDEFINED_METRICS,
     SCALABLE_DIMENSION,
@@ -362,15 +359,10 @@ class Autoscaler:
         resource = str(params["ResourceId"])
         cloudwatch = self._client_for("cloudwatch", region)
         names, alarms = [], []
-        for side, comparison, periods, points, threshold in (
-            ("High", "GreaterThanThreshold", HIGH_ALARM_EVALUATION_PERIODS, HIGH_ALARM_DATAPOINTS,
-             target),
-            ("Low", "LessThanThreshold", LOW_ALARM_EVALUATION_PERIODS, LOW_ALARM_DATAPOINTS,
-             target * LOW_ALARM_THRESHOLD_FACTOR),
-        ):  # fmt: skip
-            if side == "Low" and config.get("DisableScaleIn"):
+        for alarm in (HIGH_ALARM, LOW_ALARM):
+            if alarm is LOW_ALARM and config.get("DisableScaleIn"):
                 continue
-            name = ALARM_NAME_FORMAT.format(resource=resource, side=side, suffix=uuid.uuid4())
+            name = ALARM_NAME_FORMAT.format(resource=resource, side=alarm.side, suffix=uuid.uuid4())
             cloudwatch.put_metric_alarm(
                 AlarmName=name,
                 AlarmDescription=f"DO NOT EDIT OR DELETE. For TargetTrackingScaling policy {arn}.",
@@ -380,10 +372,10 @@ class Autoscaler:
                 Dimensions=dimensions,
                 Statistic=statistic,
                 Period=METRIC_PERIOD_S,
-                EvaluationPeriods=periods,
-                DatapointsToAlarm=points,
-                Threshold=threshold,
-                ComparisonOperator=comparison,
+                EvaluationPeriods=alarm.evaluation_periods,
+                DatapointsToAlarm=alarm.datapoints_to_alarm,
+                Threshold=target * alarm.threshold_factor,
+                ComparisonOperator=alarm.comparison,
             )
             names.append(name)
             described = cloudwatch.describe_alarms(AlarmNames=[name])["MetricAlarms"]
@@ -510,7 +502,7 @@ class Autoscaler:
             key,
             end_s=now_s,
             period_s=METRIC_PERIOD_S / scale,
-            count=LOW_ALARM_EVALUATION_PERIODS,
+            count=LOW_ALARM.evaluation_periods,
             statistic=statistic,
         )
         rules = TargetTrackingPolicy(
