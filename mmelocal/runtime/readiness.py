@@ -113,6 +113,7 @@ def wait_until_ready(
     start = time.monotonic()
     deadline = start + timeout_s
     last_error: BaseException | None = None
+
     while True:
         exit_code = process.poll() if process is not None else None
         gone = exit_code is not None or (is_alive is not None and not is_alive())
@@ -127,11 +128,10 @@ def wait_until_ready(
         except Exception as exc:
             last_error = exc
         if time.monotonic() >= deadline:
-            waited = time.monotonic() - start
             reason = f"; last error: {last_error}" if last_error is not None else ""
-            raise ServerStartError(
-                f"Triton was not ready at {url} after {waited:.1f}s (timeout {timeout_s:g}s)"
-                f"{reason}; raise the timeout or read the log{_tail_text(log_path)}",
+            raise _start_failure(
+                f"Triton was not ready at {url} after {time.monotonic() - start:.1f}s "
+                f"(timeout {timeout_s:g}s){reason}; raise the timeout or read the log",
                 url=url,
                 log_path=log_path,
             )
@@ -181,12 +181,16 @@ def exited_during_start(
 ) -> ServerStartError:
     """The error for a server that exited before it was ready (with the log's excerpt)."""
     detail = f" with code {exit_code}" if exit_code is not None else ""
-    return ServerStartError(
-        f"Triton exited{detail} during start-up after {waited_s:.1f}s "
-        f"(waiting for {url}){_tail_text(log_path)}",
+    return _start_failure(
+        f"Triton exited{detail} during start-up after {waited_s:.1f}s (waiting for {url})",
         url=url,
         log_path=log_path,
     )
+
+
+def _start_failure(message: str, *, url: str, log_path: Path | str | None) -> ServerStartError:
+    """The start-up failure ``message``, followed by the tail of Triton's log."""
+    return ServerStartError(f"{message}{_tail_text(log_path)}", url=url, log_path=log_path)
 
 
 _NOTABLE = re.compile(r"^E\d{4} |unrecognized option|error:|failed to|Usage: ", re.IGNORECASE)
