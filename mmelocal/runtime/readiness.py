@@ -113,17 +113,19 @@ def wait_until_ready(
     start = time.monotonic()
     deadline = start + timeout_s
     last_error: BaseException | None = None
+
+    def failed(message: str) -> ServerStartError:
+        """The start-up failure ``message``, followed by the tail of Triton's log."""
+        return ServerStartError(f"{message}{_tail_text(log_path)}", url=url, log_path=log_path)
+
     while True:
         exit_code = process.poll() if process is not None else None
         gone = exit_code is not None or (is_alive is not None and not is_alive())
         if gone:
-            waited = time.monotonic() - start
             detail = f" with code {exit_code}" if exit_code is not None else ""
-            raise ServerStartError(
-                f"Triton exited{detail} during start-up after {waited:.1f}s "
-                f"(waiting for {url}){_tail_text(log_path)}",
-                url=url,
-                log_path=log_path,
+            raise failed(
+                f"Triton exited{detail} during start-up after {time.monotonic() - start:.1f}s "
+                f"(waiting for {url})",
             )
         try:
             if check():
@@ -132,13 +134,10 @@ def wait_until_ready(
         except Exception as exc:
             last_error = exc
         if time.monotonic() >= deadline:
-            waited = time.monotonic() - start
             reason = f"; last error: {last_error}" if last_error is not None else ""
-            raise ServerStartError(
-                f"Triton was not ready at {url} after {waited:.1f}s (timeout {timeout_s:g}s)"
-                f"{reason}; raise the timeout or read the log{_tail_text(log_path)}",
-                url=url,
-                log_path=log_path,
+            raise failed(
+                f"Triton was not ready at {url} after {time.monotonic() - start:.1f}s "
+                f"(timeout {timeout_s:g}s){reason}; raise the timeout or read the log",
             )
         time.sleep(interval_s)
         interval_s = min(max_interval_s, interval_s * 1.3)

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mmelocal.bench.loadtest.shape import LoadShape, Stage
 from mmelocal.bench.loadtest.workers import LoadGenerators
@@ -37,6 +37,9 @@ from mmelocal.bench.sweep.result import (
 )
 from mmelocal.builder.backends import FORMAT_SHORT_NAMES
 from mmelocal.errors import MmeLocalError, UserInputError
+
+if TYPE_CHECKING:
+    from mmelocal.bench.prices import PriceTable
 
 logger = logging.getLogger(__name__)
 
@@ -114,19 +117,14 @@ def run_sweep(
     # CPU throughput says nothing about how many GPU instances a load needs: ratios only
     relative_only = not gpu and is_gpu_instance_type(opts.instance_type)
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
-    with tempfile.TemporaryDirectory(prefix="mmelocal-sweep-", dir=opts.workdir) as tmp:
-        work = Path(tmp)
-        rows: dict[str, SweepRow] = {}
-        variants: list[tuple[_Plan, Path]] = []
-        order: list[str] = []
-        for fmt in ("prebuilt",) if is_prebuilt(source) else opts.formats:
-            plans, failed, built = _build_variants(source, fmt, opts, work, gpu, say)
-            order += [plan.name for plan in plans]
-            rows.update(failed)
-            variants += built
-        if variants:
-            rows.update(_serve_and_measure(variants, opts, price, gpu, work, say))
-    ordered = tuple(rows[name] for name in order)
+    ordered = sweep_rows(
+        source,
+        opts,
+        gpu,
+        say,
+        measure=lambda variants, work: _serve_and_measure(variants, opts, price, gpu, work, say),
+        prefix="mmelocal-sweep-",
+    )
     if relative_only:
         ordered = tuple(replace(r, instances_needed=None, cost_per_hour=None) for r in ordered)
         recommendation = cpu_summary(ordered, instance_type=opts.instance_type)
@@ -135,14 +133,7 @@ def run_sweep(
             "GPU instance are not derived from it."
         )
     else:
-        recommendation = recommend(
-            ordered,
-            target_rps=opts.target_rps,
-            max_latency_ms=opts.max_latency_ms,
-            instance_type=opts.instance_type,
-            currency=prices.currency,
-            price_origin=prices.origin,
-        )
+        recommendation = recommend_for(ordered, opts, prices, opts.instance_type)
         where = (
             " Throughput was measured on this machine, where one Triton server stands for one"
             " instance."
@@ -159,6 +150,55 @@ def run_sweep(
         currency=prices.currency,
         machine=_machine(gpu),
         started_at=started_at,
+    )
+
+
+#: the measured rows of the variants built under ``work`` (plan name -> row)
+Measure = Callable[[list[tuple[_Plan, Path]], Path], dict[str, SweepRow]]
+
+
+def sweep_rows(
+    source: str | Path,
+    opts: SweepOptions,
+    gpu: bool,
+    say: Callable[[str], None],
+    *,
+    measure: Measure,
+    prefix: str,
+    skipped_reason: str | None = None,
+) -> tuple[SweepRow, ...]:
+    """Every variant's row, in the order of ``opts``: each format built once (in a temporary
+    folder named ``prefix...``), its variants derived, and those built handed to ``measure``
+    (the others are listed as failed or skipped, see :func:`_build_variants`)."""
+    with tempfile.TemporaryDirectory(prefix=prefix, dir=opts.workdir) as tmp:
+        work = Path(tmp)
+        rows: dict[str, SweepRow] = {}
+        variants: list[tuple[_Plan, Path]] = []
+        order: list[str] = []
+        for fmt in ("prebuilt",) if is_prebuilt(source) else opts.formats:
+            plans, failed, built = _build_variants(
+                source, fmt, opts, work, gpu, say, skipped_reason=skipped_reason
+            )
+            order += [plan.name for plan in plans]
+            rows.update(failed)
+            variants += built
+        if variants:
+            rows.update(measure(variants, work))
+    return tuple(rows[name] for name in order)
+
+
+def recommend_for(
+    rows: Sequence[SweepRow], opts: SweepOptions, prices: PriceTable, instance_type: str
+) -> str:
+    """:func:`~mmelocal.bench.sweep.result.recommend` with the targets of ``opts``, priced
+    from ``prices`` for ``instance_type``."""
+    return recommend(
+        rows,
+        target_rps=opts.target_rps,
+        max_latency_ms=opts.max_latency_ms,
+        instance_type=instance_type,
+        currency=prices.currency,
+        price_origin=prices.origin,
     )
 
 
