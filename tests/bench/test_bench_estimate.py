@@ -1,8 +1,9 @@
 """``capacity estimate``: each part against its own independent computation.
 
-Models are built with random weights (torchvision ``weights=None``, the tiny BERT's config, ``mmelocal.testing.tiny_bert``);
-nothing runs on a device. The activation peak is checked against a hand computation on a
-small MLP (peak of live tensors, not their sum), in PyTorch and in an ONNX graph.
+Models are built with random weights (torchvision ``weights=None``, the tiny BERT's config
+from ``mmelocal.testing.tiny_bert``); nothing runs on a device. The activation peak is
+checked against a hand computation on a small MLP (peak of live tensors, not their sum), in
+PyTorch and in an ONNX graph.
 """
 
 from __future__ import annotations
