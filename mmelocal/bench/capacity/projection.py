@@ -6,6 +6,13 @@ count on any card of known size::
 
     count = floor((threshold * total - baseline) / per_model)
 
+An instance type with several such cards holds the same count, not a multiple of it:
+Triton gives each model one execution instance on every GPU it sees unless the model's
+``instance_group`` says otherwise ("By default, Triton gives each model a single instance
+for each available GPU in the system", Triton's user guide, Concurrent Model Execution),
+so every loaded model takes its memory on each card, and a multi-model endpoint loads the
+same ``config.pbtxt`` for every copy. More cards buy throughput, not room.
+
 The cards and the instance types that carry them live in a YAML data file shipped in the
 package (``mmelocal/facts/gpus.yaml``); users pass their own file to add or replace
 cards (same ``name`` replaces).
@@ -66,6 +73,7 @@ class ProjectionRow:
     instance_type: str
     gpus_per_instance: int
     models_per_gpu: int
+    #: models_per_gpu: each model takes an instance on every card (see the module)
     models_per_instance: int
 
 
@@ -224,7 +232,7 @@ def project(
                     instance_type=instance,
                     gpus_per_instance=count,
                     models_per_gpu=per_gpu,
-                    models_per_instance=per_gpu * count,
+                    models_per_instance=per_gpu,
                 )
             )
     return Projection(
