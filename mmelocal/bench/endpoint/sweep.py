@@ -24,7 +24,7 @@ from pathlib import Path
 
 from mmelocal.bench.endpoint.remote import RemoteEndpoint
 from mmelocal.bench.sweep.result import SweepResult, SweepRow, row_from_loadtest
-from mmelocal.bench.sweep.runner import SweepOptions, _Plan, _row, recommend_for, sweep_rows
+from mmelocal.bench.sweep.runner import SweepOptions, _Plan, _row, sweep_result, sweep_rows
 from mmelocal.errors import MmeLocalError
 
 logger = logging.getLogger(__name__)
@@ -71,16 +71,14 @@ def run_endpoint_sweep(
         prefix="mmelocal-remote-sweep-",
         skipped_reason=_TENSORRT_SKIPPED,
     )
-    return SweepResult(
-        source=str(source),
-        instance_type=info.instance_type,
-        target_rps=opts.target_rps,
-        max_latency_ms=opts.max_latency_ms,
-        rows=ordered,
-        recommendation=recommend_for(ordered, opts, prices, info.instance_type),
-        price_note=prices.note(info.instance_type)
-        + f" Throughput was measured on one {info.instance_type} instance of endpoint {info.name}.",
-        currency=prices.currency,
+    return sweep_result(
+        source,
+        ordered,
+        opts,
+        prices,
+        info.instance_type,
+        where=f" Throughput was measured on one {info.instance_type} instance of endpoint "
+        f"{info.name}.",
         machine=f"endpoint {info.name}: 1 x {info.instance_type} (SageMaker MME)",
         started_at=started_at,
     )
