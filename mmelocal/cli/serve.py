@@ -118,7 +118,7 @@ def serve(
 ) -> None:
     """Run the MME emulator: boto3 InvokeEndpoint and KServe v2 on one port."""
     from mmelocal.emulator.emulator import Emulator
-    from mmelocal.emulator.server import run, serve_forever
+    from mmelocal.emulator.server import bind_socket, bound_port, run, serve_forever
 
     # every option but --host, --port and the HTTP timeouts is named after the
     # EmulatorConfig field it sets
@@ -126,6 +126,8 @@ def serve(
     root = logging.getLogger("mmelocal")
     if root.level > logging.INFO or root.level == logging.NOTSET:
         root.setLevel(logging.INFO)  # loads, unloads and evictions are the point: show them
+    sock = bind_socket(host, port)  # before the banner: --port 0 shows the port it got
+    port = bound_port(sock)
     shown = host if host not in ("0.0.0.0", "") else "127.0.0.1"
     endpoint_name = config["endpoint_name"] or "local"
     console.print(
@@ -139,5 +141,9 @@ def serve(
     )
     with contextlib.suppress(KeyboardInterrupt):
         timeouts = HttpTimeouts(header_s=header_s, body_s=body_s, idle_s=idle_s)
-        run(serve_forever(emulator, host=host, port=port, timeouts=timeouts, freeze_gc=True))
+        run(
+            serve_forever(
+                emulator, host=host, port=port, timeouts=timeouts, freeze_gc=True, sock=sock
+            )
+        )
     console.print("emulator stopped")
