@@ -78,14 +78,22 @@ def load_image_model(
     check_task(task, spec)
     import_torch(f"{library} models")
     module, size, label = build(arch, weights, spec)
-    return _image_source(
-        module,
+    module.eval()
+    input_name = image_input_name(arch)
+    factory = float_image_factory((3, *size), input_name)
+    return ModelSource(
         spec=spec,
         name=name or suggest_name(arch),
+        kind="cv",
         family=arch,
-        size=size,
-        batch_size=batch_size,
-        weights_label=label,
+        input_names=(input_name,),
+        output_names=(IMAGE_OUTPUT,),
+        example_inputs=factory(batch_size, None, 0),
+        input_factory=factory,
+        dynamic_axes=infer_dynamic_axes(module, factory, (input_name,), (IMAGE_OUTPUT,), None),
+        module=module,
+        task="image-classification",
+        notes=(weights_note(label),),
     )
 
 
@@ -156,38 +164,6 @@ def _create(spec: str, create: Callable[..., Any], *args: Any, **kwargs: Any) ->
             return create(*args, **kwargs)
         except Exception as exc:
             raise SourceError(f"cannot build {spec}: {first_line(exc)}", source=spec) from None
-
-
-def _image_source(
-    module: Any,
-    *,
-    spec: str,
-    name: str,
-    family: str,
-    size: tuple[int, ...],
-    batch_size: int,
-    weights_label: str | None,
-) -> ModelSource:
-    module.eval()
-    input_name = image_input_name(family)
-    factory = float_image_factory((3, *size), input_name)
-    example = factory(batch_size, None, 0)
-    axes = infer_dynamic_axes(module, factory, (input_name,), (IMAGE_OUTPUT,), None)
-    notes = (weights_note(weights_label),)
-    return ModelSource(
-        spec=spec,
-        name=name,
-        kind="cv",
-        family=family,
-        input_names=(input_name,),
-        output_names=(IMAGE_OUTPUT,),
-        example_inputs=example,
-        input_factory=factory,
-        dynamic_axes=axes,
-        module=module,
-        task="image-classification",
-        notes=notes,
-    )
 
 
 def _crop_size(weights: Any) -> tuple[int, int]:
