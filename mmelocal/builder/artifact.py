@@ -32,9 +32,9 @@ class ExportedArtifact:
 
     path: Path
     format: str
-    signature: Signature
     #: Triton's platform for ``format`` (``FORMATS``'s; derived from ``format`` when not given)
     platform: str = ""
+    signature: Signature
     batch_dynamic: bool = True
     name_map: Mapping[str, str] = field(default_factory=dict)
     extra_files: tuple[Path, ...] = ()

@@ -7,7 +7,8 @@ from typing import Any
 
 import click
 
-from mmelocal.builder.tarball import DEFAULT_MAX_MEMBERS, DEFAULT_MAX_UNPACKED_BYTES
+from mmelocal.builder.validate import validate_path
+from mmelocal.cli._defaults import field_option
 from mmelocal.cli._options import json_flag
 from mmelocal.cli._output import env_option
 
@@ -17,18 +18,16 @@ _STYLE = {"error": "bold red", "warning": "yellow", "info": "dim"}
 @click.command()
 @click.argument("path", type=click.Path(path_type=Path))
 @json_flag()
-@click.option(
-    "--max-members",
+@field_option(
+    validate_path,
+    "max_members",
     type=click.IntRange(min=1),
-    default=DEFAULT_MAX_MEMBERS,
-    show_default=True,
     help="Refuse tarballs with more members.",
 )
-@click.option(
-    "--max-unpacked-bytes",
+@field_option(
+    validate_path,
+    "max_unpacked_bytes",
     type=click.IntRange(min=0),
-    default=DEFAULT_MAX_UNPACKED_BYTES,
-    show_default=True,
     help="Refuse tarballs that unpack to more bytes.",
 )
 @click.option(
@@ -48,7 +47,6 @@ def validate(
     """
     import logging
 
-    from mmelocal.builder.validate import validate_path
     from mmelocal.cli._output import finish
     from mmelocal.runtime.entrypoint import check_sagemaker_env, model_namespacing
 
