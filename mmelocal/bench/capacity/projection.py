@@ -26,9 +26,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from mmelocal.bench.datafile import parse_yaml
+from mmelocal.bench.results import BenchResult
 from mmelocal.errors import UserInputError
 from mmelocal.facts.cards import gpus_text
 from mmelocal.facts.sagemaker import MEMORY_THRESHOLD
@@ -77,11 +78,9 @@ class ProjectionRow:
     models_per_instance: int
 
 
-@dataclass(frozen=True, kw_only=True)
-class Projection:
+class Projection(BenchResult, kind="projection"):
     """A projection table, JSON-able with ``kind = "projection"``."""
 
-    kind: ClassVar[str] = "projection"
     per_model_bytes: int
     baseline_bytes: int
     threshold: float

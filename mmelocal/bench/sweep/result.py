@@ -11,10 +11,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar
+from typing import Any
 
 from mmelocal.bench.loadtest.result import LoadTestResult
 from mmelocal.bench.loadtest.stepstats import StepStats
+from mmelocal.bench.results import BenchResult
 
 STATUSES = ("ok", "skipped", "failed")
 
@@ -212,11 +213,9 @@ def cpu_summary(rows: Sequence[SweepRow], *, instance_type: str) -> str:
     )
 
 
-@dataclass(frozen=True, kw_only=True)
-class SweepResult:
+class SweepResult(BenchResult, kind="sweep"):
     """A finished sweep; JSON-able with ``kind = "sweep"``."""
 
-    kind: ClassVar[str] = "sweep"
     source: str
     instance_type: str
     target_rps: float
