@@ -184,3 +184,25 @@ def test_a_cpu_measurement_names_where_and_projects_nothing() -> None:
     on_gpu = dataclasses.replace(on_cpu, probe="nvml:0")
     assert with_projection(on_gpu, None).projection is not None
     assert not any("no GPU projection" in line for line in on_gpu.summary_lines())
+
+
+def test_a_projection_written_with_the_multiple_reads_one_cards_count(tmp_path: Path) -> None:
+    """A projection file from before the several-cards fix (models_per_instance = the
+    count times the cards) sizes an instance by one card's count, as a new one does."""
+    import json
+
+    from mmelocal.bench.capacity.sizing import cheapest_instance
+    from mmelocal.errors import DeployError
+
+    table = project(per_model_bytes=500 * MIB, baseline_bytes=300 * MIB, threshold=0.9)
+    old = table.to_dict()
+    for row in old["rows"]:
+        row["models_per_instance"] = row["models_per_gpu"] * row["gpus_per_instance"]
+    assert any(r["models_per_instance"] != r["models_per_gpu"] for r in old["rows"])
+    assert type(table).from_dict(old) == table
+    path = tmp_path / "projection.json"
+    path.write_text(json.dumps(old))
+    most = max(r.models_per_gpu for r in table.rows)
+    # more models than the largest card holds: no instance type fits, whatever its cards
+    with pytest.raises(DeployError, match=f"the largest holds {most}\\)"):
+        cheapest_instance(path, hot_models=most + 1)

@@ -98,12 +98,17 @@ class Projection(BenchResult, kind="projection"):
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Projection:
-        """Inverse of :meth:`to_dict`."""
+        """Inverse of :meth:`to_dict`. A row's ``models_per_instance`` is read as its
+        ``models_per_gpu``: files written before the fix for several cards hold the count
+        times the cards, which no instance type holds (see the module)."""
         return cls(
             per_model_bytes=int(data["per_model_bytes"]),
             baseline_bytes=int(data["baseline_bytes"]),
             threshold=float(data["threshold"]),
-            rows=tuple(ProjectionRow(**row) for row in data["rows"]),
+            rows=tuple(
+                ProjectionRow(**{**row, "models_per_instance": row["models_per_gpu"]})
+                for row in data["rows"]
+            ),
         )
 
 
