@@ -32,7 +32,8 @@ RESULT_TYPES: dict[str, tuple[str, str]] = {
 class BenchResult:
     """The base of the JSON-able bench results: a subclass names its ``kind`` once
     (``class Projection(BenchResult, kind="projection")``) and is a frozen, keyword-only
-    dataclass; its ``to_dict`` writes ``kind`` first and its ``from_dict`` reads it back."""
+    dataclass. Each subclass still writes its own ``to_dict`` (``kind`` first) and
+    ``from_dict``, and is listed in :data:`RESULT_TYPES` under its ``kind``."""
 
     kind: ClassVar[str]
 

@@ -214,7 +214,11 @@ def sweep_result(
         target_rps=opts.target_rps,
         max_latency_ms=opts.max_latency_ms,
         rows=rows,
-        recommendation=recommendation or recommend_for(rows, opts, prices, instance_type),
+        recommendation=(
+            recommend_for(rows, opts, prices, instance_type)
+            if recommendation is None
+            else recommendation
+        ),
         relative_only=relative_only,
         price_note=prices.note(instance_type) + where,
         currency=prices.currency,
