@@ -34,8 +34,8 @@ def default_of(owner: Any, name: str) -> Any:
     """The default of field ``name`` of dataclass ``owner``, or of parameter ``name`` of the
     function or class ``owner`` (a KeyError names one with no plain default: a programming
     error, found by any ``--help``)."""
-    if dataclasses.is_dataclass(owner):
-        return defaults_of(owner)[name]  # type: ignore[arg-type]
+    if isinstance(owner, type) and dataclasses.is_dataclass(owner):
+        return defaults_of(owner)[name]
     default = inspect.signature(owner).parameters[name].default
     if default is inspect.Parameter.empty:
         raise KeyError(name)
