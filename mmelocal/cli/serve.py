@@ -14,10 +14,12 @@ from mmelocal.cli._options import listen_options, memory_budget_option, tritonse
 from mmelocal.cli._output import console, env_option, size_option
 from mmelocal.emulator.emulator_config import EmulatorConfig
 from mmelocal.emulator.http_server import HttpTimeouts
-from mmelocal.units import GiB
+from mmelocal.units import GiB, MiB
 
 #: the HTTP timeouts' type: seconds
 _SECONDS = click.FloatRange(min=0.01)
+#: the largest InvokeEndpoint body (the library's default, shown in bytes and MiB)
+_MAX_PAYLOAD = default_of(EmulatorConfig, "max_payload_bytes")
 
 
 @click.command()
@@ -81,7 +83,7 @@ _SECONDS = click.FloatRange(min=0.01)
     "--max-payload",
     type=str,
     callback=size_option,
-    show_default=f"{default_of(EmulatorConfig, 'max_payload_bytes'):,} bytes = 6MiB",
+    show_default=f"{_MAX_PAYLOAD:,} bytes = {_MAX_PAYLOAD / MiB:g}MiB",
     help="Largest InvokeEndpoint body; larger ones get 413 as from the service.",
 )
 @field_option(

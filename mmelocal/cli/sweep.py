@@ -44,14 +44,16 @@ def _ints(text: str) -> tuple[int, ...]:
 
 
 def sweep_options(
-    params: Mapping[str, Any], *, formats: str = "torchscript", verify: bool = True
+    params: Mapping[str, Any], *, formats: str | None = None, verify: bool = True
 ) -> SweepOptions:
     """The ``SweepOptions`` of a command's ``params``: the options :data:`sweep_grid_options`
-    adds, ``instance_type`` and ``prices_file`` (as typed; other keys are ignored)."""
+    adds, ``instance_type`` and ``prices_file`` (as typed; other keys are ignored);
+    ``formats`` comma-separated (default: SweepOptions')."""
     from mmelocal.bench.sweep.runner import users_shape
 
+    chosen = {} if formats is None else {"formats": tuple(csv_list(formats))}
     return SweepOptions(
-        formats=tuple(csv_list(formats)),
+        **chosen,
         dynamic_batching=_on_off(params["dynamic_batching"]),
         instances=_ints(params["instances"]),
         shape=users_shape(_ints(params["users"]), step_s=parse_duration_s(params["step_duration"])),
