@@ -102,8 +102,10 @@ def wait_until_ready(
     interval_s: float = 0.01,
     max_interval_s: float = 0.25,
     is_alive: Callable[[], bool] | None = None,
+    server: str = "Triton",
 ) -> float:
-    """Poll ``check`` until it returns True; return the seconds it took.
+    """Poll ``check`` until it returns True; return the seconds it took (``server``: what
+    the errors call the server waited for).
 
     Exceptions raised by ``check`` count as "not ready yet". When ``process`` (anything
     with ``poll()``) exits, or ``is_alive`` returns False, the wait stops at once with
@@ -119,7 +121,11 @@ def wait_until_ready(
         gone = exit_code is not None or (is_alive is not None and not is_alive())
         if gone:
             raise exited_during_start(
-                url=url, log_path=log_path, waited_s=time.monotonic() - start, exit_code=exit_code
+                url=url,
+                log_path=log_path,
+                waited_s=time.monotonic() - start,
+                exit_code=exit_code,
+                server=server,
             )
         try:
             if check():
@@ -130,7 +136,7 @@ def wait_until_ready(
         if time.monotonic() >= deadline:
             reason = f"; last error: {last_error}" if last_error is not None else ""
             raise _start_failure(
-                f"Triton was not ready at {url} after {time.monotonic() - start:.1f}s "
+                f"{server} was not ready at {url} after {time.monotonic() - start:.1f}s "
                 f"(timeout {timeout_s:g}s){reason}; raise the timeout or read the log",
                 url=url,
                 log_path=log_path,
@@ -168,21 +174,28 @@ def wait_for_logged_url(
     wait_until_ready(  # polled often: start-up timings may count from the spawn
         logged,
         timeout_s=timeout_s,
-        url=str(log_path),
+        url=f"its log {log_path}",
         log_path=log_path,
         process=process,
         max_interval_s=0.02,
+        server="The server",
     )
     return found[-1]
 
 
 def exited_during_start(
-    *, url: str, log_path: Path | str | None, waited_s: float, exit_code: int | None = None
+    *,
+    url: str,
+    log_path: Path | str | None,
+    waited_s: float,
+    exit_code: int | None = None,
+    server: str = "Triton",
 ) -> ServerStartError:
-    """The error for a server that exited before it was ready (with the log's excerpt)."""
+    """The error for a server (``server``: what it is called) that exited before it was
+    ready (with the log's excerpt)."""
     detail = f" with code {exit_code}" if exit_code is not None else ""
     return _start_failure(
-        f"Triton exited{detail} during start-up after {waited_s:.1f}s (waiting for {url})",
+        f"{server} exited{detail} during start-up after {waited_s:.1f}s (waiting for {url})",
         url=url,
         log_path=log_path,
     )

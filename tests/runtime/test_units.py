@@ -494,5 +494,5 @@ def test_a_child_servers_port_is_read_back_from_its_log(tmp_path):
         child.wait()
     with open(log, "wb") as err:
         quits = subprocess.Popen([sys.executable, "-c", "print('port in use')"], stdout=err)
-    with pytest.raises(ServerStartError, match=r"(?s)exited with code 0.*port in use"):
+    with pytest.raises(ServerStartError, match=r"(?s)^The server exited with code 0.*port in use"):
         wait_for_logged_url(log, process=quits, timeout_s=600)
