@@ -51,9 +51,9 @@ def sweep_options(
     ``formats`` comma-separated (default: SweepOptions')."""
     from mmelocal.bench.sweep.runner import users_shape
 
-    chosen = {} if formats is None else {"formats": tuple(csv_list(formats))}
+    chosen = default_of(SweepOptions, "formats") if formats is None else tuple(csv_list(formats))
     return SweepOptions(
-        **chosen,
+        formats=chosen,
         dynamic_batching=_on_off(params["dynamic_batching"]),
         instances=_ints(params["instances"]),
         shape=users_shape(_ints(params["users"]), step_s=parse_duration_s(params["step_duration"])),
