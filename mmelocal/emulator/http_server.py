@@ -92,6 +92,10 @@ class _Request:
         self.last = False
 
 
+#: POST urls whose route :class:`FastFrontServer` keeps (the same few, call after call)
+MAX_ROUTES = 1024
+_UNSEEN: Any = object()
+
 # what the connection's one deadline is for (see _Protocol._check)
 _NONE, _HEADER, _BODY, _IDLE = 0, 1, 2, 3
 #: a deadline this close is due (the loop's clock is coarser than perf_counter's)
@@ -116,6 +120,12 @@ class _Protocol(asyncio.Protocol):
         self.parser = httptools.HttpRequestParser(self)
         self.transport: asyncio.Transport | None = None
         self.request = _Request()
+        #: the headers of the request being read (``request.headers``)
+        self.headers = self.request.headers
+        #: perf_counter when the data being parsed arrived (one reading per read)
+        self.now = 0.0
+        #: what one request body may be (read per connection, not per request)
+        self.body_limit = body_limit_bytes(server.emulator)
         self.queue: deque[_Request] = deque()
         self.queued_bytes = 0
         self.paused = False
@@ -161,6 +171,7 @@ class _Protocol(asyncio.Protocol):
 
         if self.failed:
             return
+        self.now = time.perf_counter()
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -169,12 +180,13 @@ class _Protocol(asyncio.Protocol):
             self._fail(None)
         except httptools.HttpParserError as exc:
             self._fail(v2_error(400, f"bad HTTP request: {exc}"))
-        if not self.paused and self.transport is not None and self._queue_full():
+        if (
+            not self.paused
+            and (len(self.queue) >= MAX_QUEUED or self.queued_bytes >= MAX_QUEUED_BYTES)
+            and self.transport is not None
+        ):
             self.paused = True
             self.transport.pause_reading()
-
-    def _queue_full(self) -> bool:
-        return len(self.queue) >= MAX_QUEUED or self.queued_bytes >= MAX_QUEUED_BYTES
 
     def _fail(self, answer: Answer | None) -> None:
         """Stop reading; answer the complete requests before this point, then ``answer``
@@ -229,16 +241,17 @@ class _Protocol(asyncio.Protocol):
     def on_message_begin(self) -> None:
         if self.failed:
             return
-        self.request = _Request()
+        self.request = request = _Request()
+        self.headers = request.headers
         self.size = 0
         self.reading = True
-        self.phase, self.deadline = _HEADER, time.perf_counter() + self.timeouts.header_s
+        self.phase, self.deadline = _HEADER, self.now + self.timeouts.header_s
 
     def on_url(self, url: bytes) -> None:
         self.request.url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self.request.headers[name.lower()] = value
+        self.headers[name.lower()] = value
 
     def on_headers_complete(self) -> None:
         if self.failed:
@@ -251,8 +264,8 @@ class _Protocol(asyncio.Protocol):
         if method == b"CONNECT":
             self._fail(v2_error(405, "CONNECT is not supported: this server is not a proxy"))
             return
-        self.phase, self.deadline = _BODY, time.perf_counter() + self.timeouts.body_s
-        headers = self.request.headers
+        self.phase, self.deadline = _BODY, self.now + self.timeouts.body_s
+        headers = self.headers
         expect = headers.get(b"expect")
         if expect is None or expect.lower() != b"100-continue" or self.transport is None:
             return
@@ -273,7 +286,7 @@ class _Protocol(asyncio.Protocol):
         if hit is not None and hit[0] == "invocations":
             limit = emulator.config.max_payload_bytes
             return payload_too_large(limit) if length > limit else None
-        limit = body_limit_bytes(emulator)
+        limit = self.body_limit
         return v2_error(413, f"request body over {limit} bytes") if length > limit else None
 
     def _path(self) -> str:
@@ -283,12 +296,11 @@ class _Protocol(asyncio.Protocol):
         if self.failed:
             return
         self.size += len(body)
-        limit = body_limit_bytes(self.server.emulator)
-        if self.size > limit:
-            self._fail(v2_error(413, f"request body over {limit} bytes"))
+        if self.size > self.body_limit:
+            self._fail(v2_error(413, f"request body over {self.body_limit} bytes"))
             return
         self.request.body.append(body)
-        self.deadline = time.perf_counter() + self.timeouts.body_s
+        self.deadline = self.now + self.timeouts.body_s
 
     def on_message_complete(self) -> None:
         if self.failed:
@@ -410,6 +422,8 @@ class FastFrontServer:
         t = self.timeouts
         #: how often, at most, a connection's deadline check runs (the shortest timeout)
         self.step_s = min(t.header_s, t.body_s, t.idle_s, emulator.config.invoke_timeout_s)
+        #: POST urls seen -> their invoke route (None: another route's)
+        self.routes: dict[bytes, tuple[str, str] | None] = {}
         self._server: asyncio.AbstractServer | None = None
 
     async def start(self, sock: socket.socket) -> None:
@@ -429,8 +443,13 @@ class FastFrontServer:
         if request.method != b"POST":
             return None
         url = request.url
-        path = (url.partition(b"?")[0] if b"?" in url else url).decode("latin-1")
-        hit = invoke_route("POST", path)
+        routes = self.routes
+        hit = routes.get(url, _UNSEEN)
+        if hit is _UNSEEN:
+            hit = invoke_route("POST", url.partition(b"?")[0].decode("latin-1"))
+            if len(routes) >= MAX_ROUTES:
+                routes.clear()
+            routes[url] = hit
         if hit is None:
             return None
         parts = request.body

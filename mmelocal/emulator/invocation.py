@@ -46,6 +46,7 @@ from mmelocal.emulator.upstream import (
     Reply,
     UpstreamConnection,
     UpstreamError,
+    UpstreamPool,
     UpstreamTimeoutError,
 )
 from mmelocal.facts.sagemaker import (
@@ -147,6 +148,7 @@ class Invocation:
         "inst",
         "keep_alive",
         "path",
+        "pool",
         "raw_target",
         "refused",
         "request",
@@ -176,6 +178,8 @@ class Invocation:
         self.body = b""
         self.inst: TritonInstance | None = None
         self.conn: UpstreamConnection | None = None
+        #: the connections ``conn`` came from
+        self.pool: UpstreamPool | None = None
         self.task: asyncio.Future[None] | None = None
         #: when the request in flight to Triton is late (perf_counter seconds)
         self.deadline = math.inf
@@ -260,11 +264,12 @@ class Invocation:
             except Exception as exc:
                 self._fail(exc)
                 return
-        inst = emulator.router.pick_ready(target)  # the usual case: _attempt's first lines
-        if inst is not None and inst.hold_ready(target):
-            conn = inst.upstream.take_idle()
+        inst = emulator.router.hold_ready(target)  # the usual case: _attempt's first lines
+        if inst is not None:
+            pool = inst.upstream
+            conn = pool.take_idle()
             if conn is not None:
-                self._send(inst, conn)
+                self._send(inst, pool, conn)
                 return
             inst.release(target)
         self._attempt()
@@ -273,12 +278,13 @@ class Invocation:
     def _attempt(self) -> None:
         """Forward now when the target is ready and a connection idle, else await both."""
         target = self.target
-        inst = self.emulator.router.pick_ready(target)
-        if inst is not None and not self.fresh and inst.hold_ready(target):
-            conn = inst.upstream.take_idle()
+        inst = None if self.fresh else self.emulator.router.hold_ready(target)
+        if inst is not None:
+            pool = inst.upstream
+            conn = pool.take_idle()
             if conn is not None:
                 self.cache_hit, self.wait_s = True, 0.0
-                self._send(inst, conn)
+                self._send(inst, pool, conn)
                 return
             inst.release(target)
         self.task = asyncio.ensure_future(self._prepare())
@@ -289,8 +295,9 @@ class Invocation:
             inst = emulator.router.pick(target)
             wait_s = emulator.config.load_wait_timeout_s
             acquired = await inst.acquire(target, wait_timeout_s=wait_s)
+            pool = inst.upstream
             try:
-                conn = await inst.upstream.connection(fresh=self.fresh)
+                conn = await pool.connection(fresh=self.fresh)
             except UpstreamError as exc:
                 inst.release(target)
                 raise inst.connection_error(exc) from exc
@@ -303,11 +310,11 @@ class Invocation:
             return
         self.task = None
         self.cache_hit, self.wait_s = acquired.cache_hit, acquired.wait_s
-        self._send(inst, conn)
+        self._send(inst, pool, conn)
 
     # -- forwarding and the reply ------------------------------------------------------------
-    def _send(self, inst: TritonInstance, conn: UpstreamConnection) -> None:
-        upstream = inst.upstream
+    def _send(self, inst: TritonInstance, upstream: UpstreamPool, conn: UpstreamConnection) -> None:
+        self.pool = upstream
         if self.refused is not None:  # the front end answers without running the model
             self.inst, self.conn = inst, conn
             self.sent_s = time.perf_counter()
@@ -360,7 +367,7 @@ class Invocation:
         self.conn = None
         self.deadline = math.inf
         inst.release(target)
-        inst.upstream.give_back(conn)
+        self.pool.give_back(conn)  # type: ignore[union-attr]
         if error is not None:
             if isinstance(error, UpstreamTimeoutError):
                 reply = late_reply(self.path.invoke_timeout_s)

@@ -139,15 +139,11 @@ class UpstreamPool:
         host, _, port = hostport.rpartition(":")
         self.host = host
         self.port = int(port)
-        self._hostport = hostport.encode()
+        #: ``host:port`` as the ``Host`` header carries it
+        self.hostport = hostport.encode()
         self.max_idle = max_idle
         self.bridge = bridge
         self._idle: list[UpstreamConnection] = []
-
-    @property
-    def hostport(self) -> bytes:
-        """``host:port`` as the ``Host`` header carries it."""
-        return self._hostport
 
     def take_idle(self) -> UpstreamConnection | None:
         """An open idle connection, or None (then use :meth:`request`)."""
@@ -197,7 +193,7 @@ class UpstreamPool:
     ) -> Reply:
         """Send one request; its :class:`Reply`. After ``timeout_s`` without a full
         answer, UpstreamTimeoutError."""
-        head = [f"{method} {path} HTTP/1.1\r\nHost: ".encode(), self._hostport]
+        head = [f"{method} {path} HTTP/1.1\r\nHost: ".encode(), self.hostport]
         for name, value in headers:
             head.append(f"\r\n{name}: {value}".encode("utf-8", "surrogateescape"))
         head.append(f"\r\nContent-Length: {len(body)}\r\n\r\n".encode())
