@@ -309,10 +309,16 @@ class _Protocol(asyncio.Protocol):
         self.phase = _NONE
         request = self.request
         request.keep_alive = self.parser.should_keep_alive()
-        request.size = self.size
-        self.queued_bytes += self.size
+        request.size = size = self.size
+        self.queued_bytes += size
         if self.current is None and not self.queue and not self.kicking:
-            self._start(request)  # the usual case: nothing before it
+            # the usual case, nothing before it: _start's, in short
+            self.current = request
+            call = self.server.start_invocation(request, self)
+            if call is None:
+                self.task = asyncio.ensure_future(self._route(request))
+            elif not call.done:
+                self.call = call
             return
         self.queue.append(request)
         self._kick()
@@ -376,17 +382,21 @@ class _Protocol(asyncio.Protocol):
         call = self.call
         if call is not None and call.request is request:
             self.call = None
-        if request is not self.current:
+        current = self.current
+        if current is None or request is not current:
             return  # the connection was lost meanwhile
         self.current = None
-        assert isinstance(request, _Request)
-        self.queued_bytes -= request.size
+        self.queued_bytes -= current.size
         if self.paused:
             self._resume()
-        if self._write(request, answer):
-            if self.queue:
-                self._kick()
-            self._idle()
+        transport = self.transport
+        if type(answer) is bytes and current.keep_alive and transport is not None:
+            transport.write(answer)  # the usual case: _write's, in short
+        elif not self._write(current, answer):
+            return
+        if self.queue:
+            self._kick()
+        self._idle()
 
     def _write(self, request: _Request, answer: Answer | bytes) -> bool:
         """Write ``answer`` to ``request``; False when the connection is now closing."""

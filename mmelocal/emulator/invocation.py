@@ -57,7 +57,8 @@ from mmelocal.facts.sagemaker import (
 
 _TARGET = TARGET_MODEL_HEADER.lower().encode()
 _TARGET_TITLE = TARGET_MODEL_HEADER.encode()
-_FORWARDED = tuple((name.lower().encode(), name.encode()) for name in FORWARDED_HEADERS)
+_FORWARDED_NAMES = tuple(name.lower().encode() for name in FORWARDED_HEADERS)
+_FORWARDED_TITLES = tuple(name.encode() for name in FORWARDED_HEADERS)
 _ENCODING = b"content-encoding"
 _JSON = b"application/json"
 _BINARY = SAGEMAKER_BINARY.encode()
@@ -127,39 +128,39 @@ class InvocationPath:
         #: the production variant the answers name
         self.variant = emulator.config.variant_name
         #: request heads up to the Content-Length value, per target, content type,
-        #: forwarded headers and upstream
-        self.heads: dict[tuple[bytes, bytes, bytes, bytes], bytes] = {}
+        #: forwarded headers' values and upstream
+        self.heads: dict[tuple[bytes, bytes, tuple[bytes | None, ...], bytes], bytes] = {}
 
 
 class Invocation:
     """One request on the path, from its checks to its answer."""
 
-    __slots__ = (
-        "attempts",
-        "body",
-        "cache_hit",
-        "conn",
-        "content_type",
-        "deadline",
-        "done",
-        "emulator",
-        "extra",
-        "fresh",
-        "inst",
-        "keep_alive",
-        "path",
-        "pool",
-        "raw_target",
-        "refused",
-        "request",
-        "requester",
-        "sent_s",
-        "start_s",
-        "target",
-        "task",
-        "v2",
-        "wait_s",
-    )
+    # What every request sets is set in __init__ and _begin; the rest starts as these
+    # class attributes, so a warm call assigns only what it changes (no __slots__: a slot
+    # cannot have a class default).
+    v2 = False
+    target = ""
+    raw_target = b""
+    content_type = _JSON
+    #: the values of the forwarded headers (None: absent), in FORWARDED_HEADERS' order
+    forwarded: tuple[bytes | None, ...] = ()
+    body = b""
+    inst: TritonInstance | None = None
+    conn: UpstreamConnection | None = None
+    #: the connections ``conn`` came from
+    pool: UpstreamPool | None = None
+    task: asyncio.Future[None] | None = None
+    #: when the request in flight to Triton is late (perf_counter seconds)
+    deadline = math.inf
+    sent_s = 0.0
+    cache_hit = True
+    wait_s = 0.0
+    #: recoveries after a 404 or 507 (one), a broken reused connection (one)
+    attempts = 0
+    fresh = False
+    done = False
+    #: Triton's answer to a body it cannot inflate, given once the target is ready
+    refused: Reply | None = None
 
     def __init__(
         self, path: InvocationPath, request: object, requester: Requester, keep_alive: bool
@@ -170,28 +171,6 @@ class Invocation:
         self.request = request
         self.requester = requester
         self.keep_alive = keep_alive
-        self.v2 = False
-        self.target = ""
-        self.raw_target = b""
-        self.content_type = _JSON
-        self.extra = b""
-        self.body = b""
-        self.inst: TritonInstance | None = None
-        self.conn: UpstreamConnection | None = None
-        #: the connections ``conn`` came from
-        self.pool: UpstreamPool | None = None
-        self.task: asyncio.Future[None] | None = None
-        #: when the request in flight to Triton is late (perf_counter seconds)
-        self.deadline = math.inf
-        self.sent_s = 0.0
-        self.cache_hit = True
-        self.wait_s = 0.0
-        #: recoveries after a 404 or 507 (one), a broken reused connection (one)
-        self.attempts = 0
-        self.fresh = False
-        self.done = False
-        #: Triton's answer to a body it cannot inflate, given once the target is ready
-        self.refused: Reply | None = None
 
     # -- the two routes' checks ------------------------------------------------------------
     def invoke_endpoint(self, name: str, headers: dict[bytes, bytes], body: bytes) -> None:
@@ -251,12 +230,7 @@ class Invocation:
             content_type,
             body,
         )
-        extra = b""
-        for name, title in _FORWARDED:
-            value = headers.get(name)
-            if value is not None:
-                extra += b"%s: %s\r\n" % (title, value)
-        self.extra = extra
+        self.forwarded = tuple(map(headers.get, _FORWARDED_NAMES))
         emulator = self.emulator
         if not emulator.known_target(target):
             try:
@@ -320,7 +294,7 @@ class Invocation:
             self.sent_s = time.perf_counter()
             self.on_reply(self.refused, None)
             return
-        key = (self.raw_target, self.content_type, self.extra, upstream.hostport)
+        key = (self.raw_target, self.content_type, self.forwarded, upstream.hostport)
         heads = self.path.heads
         head = heads.get(key)
         if head is None:
@@ -333,7 +307,11 @@ class Invocation:
                     inst.models[self.target].key.encode(),
                     upstream.hostport,
                     self.content_type,
-                    self.extra,
+                    b"".join(
+                        b"%s: %s\r\n" % (title, value)
+                        for title, value in zip(_FORWARDED_TITLES, self.forwarded, strict=True)
+                        if value is not None
+                    ),
                     _TARGET_TITLE,
                     self.raw_target,
                 )

@@ -118,10 +118,18 @@ class UpstreamConnection(asyncio.Protocol):
         self._body.append(body)
 
     def on_message_complete(self) -> None:
-        self.keep_alive = self.parser.should_keep_alive()
+        parser = self.parser
+        self.keep_alive = parser.should_keep_alive()
         parts = self._body
         body = parts[0] if len(parts) == 1 else b"".join(parts)
-        self._reply(Reply(self.parser.get_status_code(), self._headers, body), None)
+        # Reply(...) without the named tuple's Python-level __new__; _reply, in short
+        reply = tuple.__new__(Reply, (parser.get_status_code(), self._headers, body))
+        callback, self.callback = self.callback, None
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+        if callback is not None:
+            callback(reply, None)
 
 
 class UpstreamPool:
