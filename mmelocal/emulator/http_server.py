@@ -75,21 +75,21 @@ class HttpTimeouts:
 
 
 class _Request:
-    __slots__ = ("body", "error", "headers", "keep_alive", "last", "method", "size", "url")
+    # what every request sets is set in __init__ or as it is parsed; the rest starts as
+    # these class attributes (no __slots__: a slot cannot have a class default)
+    url = b""
+    method = b""
+    #: bytes of the body (counted in the connection's queued bytes until answered)
+    size = 0
+    keep_alive = True
+    #: not a request: the error answer that ends the connection, after those before it
+    error: Answer | None = None
+    #: the connection ends here: after ``error`` (when set), or silently
+    last = False
 
     def __init__(self) -> None:
-        self.url = b""
-        self.method = b""
         self.headers: dict[bytes, bytes] = {}
         self.body: list[bytes] = []
-        #: bytes of the body (counted in the connection's queued bytes until answered)
-        self.size = 0
-        self.keep_alive = True
-        #: not a request: the error answer that ends the connection, after those before it
-        self.error: Answer | None = None
-
-        #: the connection ends here: after ``error`` (when set), or silently
-        self.last = False
 
 
 #: POST urls whose route :class:`FastFrontServer` keeps (the same few, call after call)

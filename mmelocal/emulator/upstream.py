@@ -41,6 +41,8 @@ class UpstreamConnection(asyncio.Protocol):
         self._deadline: asyncio.TimerHandle | None = None
         self.closed = False
         self.keep_alive = True
+        #: the answer being read (emptied when it is complete: no on_message_begin, one
+        #: parser callback less per answer)
         self._headers: dict[str, str] = {}
         self._body: list[bytes] = []
 
@@ -107,10 +109,6 @@ class UpstreamConnection(asyncio.Protocol):
             self._reply(None, UpstreamError(f"Triton's answer is not HTTP/1.1 ({exc})"))
 
     # -- parser callbacks -----------------------------------------------------------------
-    def on_message_begin(self) -> None:
-        self._headers = {}
-        self._body = []
-
     def on_header(self, name: bytes, value: bytes) -> None:
         self._headers[name.decode("latin-1").lower()] = value.decode("utf-8", "surrogateescape")
 
@@ -124,6 +122,8 @@ class UpstreamConnection(asyncio.Protocol):
         body = parts[0] if len(parts) == 1 else b"".join(parts)
         # Reply(...) without the named tuple's Python-level __new__; _reply, in short
         reply = tuple.__new__(Reply, (parser.get_status_code(), self._headers, body))
+        self._headers = {}
+        self._body = []
         callback, self.callback = self.callback, None
         if self._deadline is not None:
             self._deadline.cancel()
