@@ -116,7 +116,8 @@ class _Protocol(asyncio.Protocol):
         import httptools
 
         self.server = server
-        self.timeouts = server.timeouts
+        self.timeouts = t = server.timeouts
+        self.header_s, self.body_s, self.idle_s = t.header_s, t.body_s, t.idle_s
         self.parser = httptools.HttpRequestParser(self)
         self.transport: asyncio.Transport | None = None
         self.request = _Request()
@@ -232,11 +233,6 @@ class _Protocol(asyncio.Protocol):
             due = self.deadline
         self.timer = asyncio.get_running_loop().call_later(max(0.0, due - now), self._check)
 
-    def _idle(self) -> None:
-        """An answer went out: with nothing else under way, the connection is idle."""
-        if not self.reading and not self.failed and not self.queue and self.current is None:
-            self.phase, self.deadline = _IDLE, time.perf_counter() + self.timeouts.idle_s
-
     # -- parser callbacks --------------------------------------------------------------
     def on_message_begin(self) -> None:
         if self.failed:
@@ -245,7 +241,7 @@ class _Protocol(asyncio.Protocol):
         self.headers = request.headers
         self.size = 0
         self.reading = True
-        self.phase, self.deadline = _HEADER, self.now + self.timeouts.header_s
+        self.phase, self.deadline = _HEADER, self.now + self.header_s
 
     def on_url(self, url: bytes) -> None:
         self.request.url += url
@@ -264,7 +260,7 @@ class _Protocol(asyncio.Protocol):
         if method == b"CONNECT":
             self._fail(v2_error(405, "CONNECT is not supported: this server is not a proxy"))
             return
-        self.phase, self.deadline = _BODY, self.now + self.timeouts.body_s
+        self.phase, self.deadline = _BODY, self.now + self.body_s
         headers = self.headers
         expect = headers.get(b"expect")
         if expect is None or expect.lower() != b"100-continue" or self.transport is None:
@@ -300,7 +296,7 @@ class _Protocol(asyncio.Protocol):
             self._fail(v2_error(413, f"request body over {self.body_limit} bytes"))
             return
         self.request.body.append(body)
-        self.deadline = self.now + self.timeouts.body_s
+        self.deadline = self.now + self.body_s
 
     def on_message_complete(self) -> None:
         if self.failed:
@@ -396,7 +392,9 @@ class _Protocol(asyncio.Protocol):
             return
         if self.queue:
             self._kick()
-        self._idle()
+        # with nothing else under way, the connection is idle
+        if not self.reading and not self.failed and not self.queue and self.current is None:
+            self.phase, self.deadline = _IDLE, time.perf_counter() + self.idle_s
 
     def _write(self, request: _Request, answer: Answer | bytes) -> bool:
         """Write ``answer`` to ``request``; False when the connection is now closing."""
