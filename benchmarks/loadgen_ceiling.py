@@ -34,11 +34,13 @@ from mmelocal.bench.loadtest.runner import (
     run_loadtest,
 )
 from mmelocal.bench.sweep.runner import users_shape
-from mmelocal.runtime.server_config import pick_free_port
+from mmelocal.emulator.server import bind_socket, bound_port
 
 COPIES = 10
 
+#: serves the listening socket whose fd is its argument (bound by the parent on port 0)
 TRIVIAL_SERVER = """
+import socket
 import sys
 from aiohttp import web
 
@@ -48,7 +50,8 @@ async def invocations(request):
 
 app = web.Application()
 app.router.add_post("/endpoints/{name}/invocations", invocations)
-web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None, access_log=None)
+sock = socket.socket(fileno=int(sys.argv[1]))
+web.run_app(app, sock=sock, print=None, access_log=None)
 """
 
 
@@ -94,8 +97,11 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="loadgen-ceiling-") as tmp:
         root = Path(tmp)
         package_copies(write_tarball(root / "tiny.tar.gz"), root / "store", copies=COPIES)
-        port = pick_free_port()
-        trivial = subprocess.Popen([sys.executable, "-c", TRIVIAL_SERVER, str(port)])
+        with bind_socket("127.0.0.1", 0) as sock:  # handed over: no port to race for
+            port = bound_port(sock)
+            trivial = subprocess.Popen(
+                [sys.executable, "-c", TRIVIAL_SERVER, str(sock.fileno())], pass_fds=[sock.fileno()]
+            )
         try:
             _wait_http(f"http://127.0.0.1:{port}/")
             config = EmulatorConfig(

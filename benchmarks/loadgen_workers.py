@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import socket
 import statistics
 import subprocess
 import sys
@@ -35,7 +36,6 @@ from mmelocal.bench.loadtest.runner import (
 )
 from mmelocal.bench.loadtest.shape import shape_from_stages
 from mmelocal.bench.loadtest.workers import TARGET_CPU_PERCENT, LoadGenerators, usable_cpus
-from mmelocal.runtime.server_config import pick_free_port
 
 TRIVIAL_SERVER = """
 import sys
@@ -113,7 +113,13 @@ def main() -> int:
     args = parser.parse_args()
     counts = tuple(int(n) for n in args.workers.split(","))
 
-    port = pick_free_port()
+    # the port, bound here with SO_REUSEPORT (not listening: no connection comes to it) and
+    # held while the trivial servers run: they join it, and no other process can take it
+    # between its choice and their bind
+    reserved = socket.socket()
+    reserved.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    reserved.bind(("127.0.0.1", 0))
+    port = reserved.getsockname()[1]
     # boto3 signs with these (SigV4) and sends to the trivial server
     os.environ.update(
         {
@@ -142,6 +148,7 @@ def main() -> int:
         for process in trivial:
             process.terminate()
             process.wait(timeout=10)
+        reserved.close()
     _print(runs, args)
     return 0
 

@@ -38,6 +38,7 @@ import boto3
 import numpy as np
 
 from mmelocal.runtime.memory import TreeMemory, process_tree_memory
+from mmelocal.runtime.readiness import wait_for_logged_url
 from mmelocal.runtime.server_config import pick_free_port
 from mmelocal.testing.tiny_model import write_tarball
 
@@ -81,6 +82,27 @@ def start(args: list[str], check: Callable[[], object]) -> tuple[subprocess.Pope
     proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     until(check)
     return proc, time.perf_counter() - t0
+
+
+def start_ours(
+    args: list[str], check: Callable[[str], Callable[[], object]], log: Path
+) -> tuple[subprocess.Popen[bytes], float, str]:
+    """One of mmelocal's servers on port 0: the process, the seconds until ``check(url)``
+    passes (from Popen) and its URL (the port it bound, read back from its log: no port
+    picked here and bound there later)."""
+    t0 = time.perf_counter()
+    env = {**os.environ, **KEYS, "COLUMNS": "200"}
+    with open(log, "wb") as err:
+        proc = subprocess.Popen(
+            [*args, "--port", "0"], env=env, stdout=subprocess.DEVNULL, stderr=err
+        )
+    url = wait_for_logged_url(log, process=proc, timeout_s=120)
+    until(check(url))
+    return proc, time.perf_counter() - t0, url
+
+
+def serve_answers(url: str) -> Callable[[], object]:
+    return lambda: urllib.request.urlopen(f"{url}/ping", timeout=2)
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
@@ -186,19 +208,18 @@ def main() -> None:
     tarball = write_tarball(work / "store" / "model.tar.gz", scale=2.0)
     rows: list[tuple[str, str, str, str]] = []
 
-    port = pick_free_port()
+    port = pick_free_port()  # moto_server (the reference, not ours) takes a number only
     moto, moto_s = start(
         [str(BIN / "moto_server"), "-p", str(port)], sts_answers(f"http://127.0.0.1:{port}")
     )
     moto_mem = process_tree_memory(moto.pid)
     stop(moto)
 
-    port = pick_free_port()
-    url = f"http://127.0.0.1:{port}"
-    ours, ours_s = start(
-        [str(BIN / "mmelocal"), "local-aws", "--port", str(port), "--data", str(work / "data"),
+    ours, ours_s, url = start_ours(
+        [str(BIN / "mmelocal"), "local-aws", "--data", str(work / "data"),
          "--memory-budget", "2GiB", "--time-scale", "60"],
-        sts_answers(url),
+        sts_answers,
+        work / "local-aws.log",
     )  # fmt: skip
     idle: TreeMemory = process_tree_memory(ours.pid)
     rows.append(
@@ -237,19 +258,19 @@ def main() -> None:
     scale_s, scaled = scale_to_two(url, sm), process_tree_memory(ours.pid)
     stop(ours)
 
-    port = pick_free_port()
-    serve, serve_s = start(
-        [str(BIN / "mmelocal"), "serve", "--store", str(work / "store"), "--port", str(port),
+    serve, serve_s, _ = start_ours(
+        [str(BIN / "mmelocal"), "serve", "--store", str(work / "store"),
          "--memory-budget", "2GiB"],
-        lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=2),
+        serve_answers,
+        work / "serve.log",
     )  # fmt: skip
     serve_mem = process_tree_memory(serve.pid)
     stop(serve)
-    port = pick_free_port()
-    serve2, serve2_s = start(
-        [str(BIN / "mmelocal"), "serve", "--store", str(work / "store"), "--port", str(port),
+    serve2, serve2_s, _ = start_ours(
+        [str(BIN / "mmelocal"), "serve", "--store", str(work / "store"),
          "--memory-budget", "2GiB", "--instances", "2"],
-        lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=2),
+        serve_answers,
+        work / "serve-2.log",
     )  # fmt: skip
     serve2_mem = process_tree_memory(serve2.pid)
     stop(serve2)

@@ -41,7 +41,8 @@ import numpy as np
 from mmelocal.emulator.server import new_event_loop
 from mmelocal.runtime.local import LocalLauncher
 from mmelocal.runtime.netns import connect_through, isolation_refused
-from mmelocal.runtime.server_config import ServerConfig, pick_free_port
+from mmelocal.runtime.readiness import wait_for_logged_url
+from mmelocal.runtime.server_config import ServerConfig
 from mmelocal.testing.tiny_model import request_json, write_model, write_tarball
 
 Opener = Callable[[], Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]]
@@ -95,10 +96,14 @@ def handed_over(control: str, port: int) -> Opener:
 
 
 def start_emulator(store: Path, netns: bool) -> tuple[subprocess.Popen[bytes], int]:
-    port = pick_free_port()
-    env = {**os.environ, "MMELOCAL_NETNS": "1" if netns else "0"}
-    cmd = [sys.executable, "-m", "mmelocal", "serve", "--store", str(store), "--port", str(port)]
-    process = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    """``mmelocal serve`` on port 0 (the port it binds, read back from its log)."""
+    env = {**os.environ, "MMELOCAL_NETNS": "1" if netns else "0", "COLUMNS": "200"}
+    cmd = [sys.executable, "-m", "mmelocal", "serve", "--store", str(store), "--port", "0"]
+    log = store.parent / f"serve-netns-{int(netns)}.log"
+    with open(log, "wb") as err:
+        process = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=err)
+    url = wait_for_logged_url(log, process=process, timeout_s=180)
+    port = int(url.rsplit(":", 1)[1])
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
         try:

@@ -58,6 +58,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -71,8 +72,13 @@ import aiohttp
 import numpy as np
 
 from mmelocal.emulator.cache import target_key
-from mmelocal.runtime.readiness import http_ok, wait_for_listener, wait_until_ready
-from mmelocal.runtime.server_config import pick_free_port
+from mmelocal.emulator.server import bind_socket, bound_port
+from mmelocal.runtime.readiness import (
+    http_ok,
+    wait_for_listener,
+    wait_for_logged_url,
+    wait_until_ready,
+)
 from mmelocal.stats import percentile
 from mmelocal.testing.tiny_model import request_json, write_tarball
 
@@ -175,9 +181,10 @@ def paired_added(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
     )
 
 
-# -- the bare relay (run in its own process: ``overhead.py --relay UP_PORT PORT``) -------
-def run_relay(up_port: int, port: int) -> None:
-    """Relay bytes between each client connection and its own upstream connection."""
+# -- the bare relay (run in its own process: ``overhead.py --relay UP_PORT FD``) ---------
+def run_relay(up_port: int, fd: int) -> None:
+    """Relay bytes between each client connection (on the listening socket ``fd``) and its
+    own upstream connection."""
     import uvloop
 
     class Up(asyncio.Protocol):
@@ -217,14 +224,16 @@ def run_relay(up_port: int, port: int) -> None:
                 self.up.transport.close()
 
     async def main() -> None:
-        server = await asyncio.get_running_loop().create_server(Down, "127.0.0.1", port)
+        sock = socket.socket(fileno=fd)
+        server = await asyncio.get_running_loop().create_server(Down, sock=sock)
         await server.serve_forever()
 
     uvloop.run(main())
 
 
-def haproxy_config(up_port: int, port: int) -> str:
-    """HTTP mode, keep-alive both sides, one thread, no logs."""
+def haproxy_config(up_port: int, fd: int) -> str:
+    """HTTP mode, keep-alive both sides, one thread, no logs; it serves the listening
+    socket ``fd`` it inherits."""
     return f"""global
   nbthread 1
 defaults
@@ -234,7 +243,7 @@ defaults
   timeout server 60s
   option http-keep-alive
 frontend front
-  bind 127.0.0.1:{port}
+  bind fd@{fd}
   default_backend triton
 backend triton
   http-reuse always
@@ -454,14 +463,13 @@ class Setup:
     def __init__(self, work: Path, store: Path, env: list[str] | None = None) -> None:
         self.procs: list[subprocess.Popen] = []
         self.work = work
-        port = pick_free_port()
-        self.emu = f"http://127.0.0.1:{port}"
+        self.emu = ""  # known once it listens (start)
         command = [sys.executable, "-m", "mmelocal", "serve", "--store", str(store)]
-        command += ["--port", str(port), "--memory-budget", "8GiB"]
+        command += ["--port", "0", "--memory-budget", "8GiB"]  # the port it binds: its log
         command += ["--cache-dir", str(work / "cache")]
         command += [f"--env={item}" for item in env or []]
         log = open(work / "serve.log", "wb")  # noqa: SIM115
-        self.serve = self._spawn(command, stderr=log)
+        self.serve = self._spawn(command, stderr=log, env={**os.environ, "COLUMNS": "200"})
         self.proxies = {"emulator": self.serve.pid}
         self.ports: dict[str, int] = {}
 
@@ -472,6 +480,7 @@ class Setup:
 
     def start(self, models: list[Model]) -> None:
         """Load the models once (cold), then start the reference hops in front of Triton."""
+        self.emu = wait_for_logged_url(self.work / "serve.log", process=self.serve, timeout_s=180)
         wait_until_ready(
             lambda: http_ok(f"{self.emu}/ping"),
             timeout_s=180,
@@ -489,15 +498,21 @@ class Setup:
         self.triton_port = int(inst["sagemaker_url"].rsplit(":", 1)[1])  # SageMaker front end
         self.triton_v2_port = int(inst["http_url"].rsplit(":", 1)[1])
         self.triton_pids = tree(inst["pid"])
-        port = self.ports["relay"] = pick_free_port()
-        relay = self._spawn([sys.executable, __file__, "--relay", str(self.triton_port), str(port)])
-        self.proxies["relay"] = relay.pid
+        # each hop serves a socket bound here (port 0) and handed over: no port to race for
+        with bind_socket("127.0.0.1", 0) as sock:
+            self.ports["relay"] = bound_port(sock)
+            fd = str(sock.fileno())
+            command = [sys.executable, __file__, "--relay", str(self.triton_port), fd]
+            self.proxies["relay"] = self._spawn(command, pass_fds=[sock.fileno()]).pid
         if shutil.which("haproxy"):
-            port = self.ports["haproxy"] = pick_free_port()
-            cfg = self.work / "haproxy.cfg"
-            cfg.write_text(haproxy_config(self.triton_port, port))
-            haproxy = self._spawn(["haproxy", "-f", str(cfg)], stderr=subprocess.DEVNULL)
-            self.proxies["haproxy"] = haproxy.pid
+            with bind_socket("127.0.0.1", 0) as sock:
+                self.ports["haproxy"] = bound_port(sock)
+                cfg = self.work / "haproxy.cfg"
+                cfg.write_text(haproxy_config(self.triton_port, sock.fileno()))
+                haproxy = self._spawn(
+                    ["haproxy", "-f", str(cfg)], stderr=subprocess.DEVNULL, pass_fds=[sock.fileno()]
+                )
+                self.proxies["haproxy"] = haproxy.pid
         else:
             print("haproxy not installed: its reference row is skipped (apt-get install haproxy)")
         for port in self.ports.values():

@@ -4,14 +4,17 @@ Shared model fixtures (session-scoped, built once, heavy imports inside):
 
 * ``tiny_bert_dir``: a random BERT (hidden 32, 2 layers, vocab 1000) and its WordPiece
   tokenizer saved with ``save_pretrained`` (a Hugging Face folder, ~0.3 MB).
-* ``moto_s3``: moto's server (S3, SageMaker, Application Auto Scaling...) on loopback.
+
+The servers are the plugin's (mmelocal.testing), one of each kind per session (per xdist
+worker): ``triton_server`` (a Triton), ``local_aws`` / ``local_aws_env`` (S3, SageMaker with
+real endpoints, autoscaling, STS, logs: moto's state on loopback). Name what you create in
+them uniquely and leave them as you found them. A module starts its own only where it needs
+its own configuration or breaks what it starts.
 """
 
 from __future__ import annotations
 
-import logging
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,32 +33,3 @@ def tiny_bert_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from mmelocal.testing.tiny_bert import save_tiny_bert
 
     return save_tiny_bert(tmp_path_factory.mktemp("tiny_bert") / "tiny-bert")
-
-
-@pytest.fixture(scope="session")
-def moto_s3() -> Iterator[str]:
-    """moto's server on a loopback port (S3, SageMaker, Application Auto Scaling); its URL."""
-    from moto.server import ThreadedMotoServer
-
-    from mmelocal.runtime.server_config import pick_free_port
-
-    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
-    os.environ["AWS_ACCESS_KEY_ID"] = "testing"
-    os.environ["AWS_SECRET_ACCESS_KEY"] = "testing"
-    # werkzeug would add its own stderr handler, bound to the stream of the test that made the
-    # first request (closed later: "Logging error"); its records go to pytest's capture instead
-    werkzeug = logging.getLogger("werkzeug")
-    werkzeug.addHandler(logging.NullHandler())
-    werkzeug.setLevel(logging.WARNING)
-    port = pick_free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.stop()
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value

@@ -1,16 +1,20 @@
 """What tests in several folders share (``from shared_helpers import ...``; ``tests/`` is on
-the path through ``tests/conftest.py``): polling, and the tiny model as a reference tarball."""
+the path through ``tests/conftest.py``): polling (the suite's one wait helper, in a thread
+or inside an event loop), the tritonservers a test started, waiting for an endpoint to go,
+and the tiny model as a reference tarball."""
 
 from __future__ import annotations
 
+import asyncio
 import tarfile
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
+import psutil
 
 from mmelocal.testing.tiny_model import expected, write_model
 
@@ -31,6 +35,42 @@ def wait_for(
         if time.monotonic() > deadline:
             raise AssertionError(f"{what or 'waited'}: still {value!r} after {timeout_s:g}s")
         time.sleep(interval_s)
+
+
+async def wait_for_async(
+    check: Callable[[], T], *, timeout_s: float = 120.0, interval_s: float = 0.05, what: str = ""
+) -> T:
+    """:func:`wait_for` inside a running event loop: between checks it awaits
+    ``asyncio.sleep(interval_s)`` (0 yields once), so the loop's other tasks run."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what or 'waited'}: still {value!r} after {timeout_s:g}s")
+        await asyncio.sleep(interval_s)
+
+
+def tritonservers() -> list[psutil.Process]:
+    """The tritonserver processes this test process started (and that still run)."""
+    found = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if child.name().startswith("tritonserver") and child.status() != "zombie":
+                found.append(child)
+        except psutil.NoSuchProcess:
+            continue
+    return found
+
+
+def wait_gone(sm: Any, name: str, timeout_s: float = 180.0) -> None:
+    """Wait until DescribeEndpoint no longer knows ``name`` (boto3's ``endpoint_deleted``
+    waiter, polled every 0.2 s: as the service does, the endpoint stays Deleting while its
+    instances stop, then goes)."""
+    sm.get_waiter("endpoint_deleted").wait(
+        EndpointName=name, WaiterConfig={"Delay": 0.2, "MaxAttempts": int(timeout_s / 0.2)}
+    )
 
 
 def write_reference_tarball(path: Path, *, scale: float, name: str = "tiny") -> Path:

@@ -29,6 +29,7 @@ def test_wheel_carries_templates_and_data(wheel: Path) -> None:
     assert "mmelocal/model_repo_templates/python_runner/model.py" in names
     assert "mmelocal/model_repo_templates/presets/bert.yaml" in names
     assert "mmelocal/facts/gpus.yaml" in names
+    assert "mmelocal/bench/data/published.yaml" in names  # read at import of bench.estimate
     assert any(n.endswith("entry_points.txt") for n in names)
 
 

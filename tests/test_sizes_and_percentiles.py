@@ -54,7 +54,7 @@ def test_the_serve_and_capacity_options_share_the_parser() -> None:
     from mmelocal.cli.serve import serve
 
     def budget_callback(command: click.Command) -> object:
-        (option,) = [p for p in command.params if p.name == "memory_budget"]
+        (option,) = [p for p in command.params if "--memory-budget" in p.opts]
         return option.callback
 
     assert budget_callback(serve) is budget_callback(measure) is not None

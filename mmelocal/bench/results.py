@@ -11,8 +11,9 @@ from __future__ import annotations
 import importlib
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol, dataclass_transform
 
 from mmelocal.errors import UserInputError
 
@@ -25,6 +26,20 @@ RESULT_TYPES: dict[str, tuple[str, str]] = {
     "projection": ("mmelocal.bench.capacity.projection", "Projection"),
     "benchmark": ("mmelocal.bench.endpoint.result", "BenchmarkResult"),
 }
+
+
+@dataclass_transform(kw_only_default=True, frozen_default=True)
+class BenchResult:
+    """The base of the JSON-able bench results: a subclass names its ``kind`` once
+    (``class Projection(BenchResult, kind="projection")``) and is a frozen, keyword-only
+    dataclass; its ``to_dict`` writes ``kind`` first and its ``from_dict`` reads it back."""
+
+    kind: ClassVar[str]
+
+    def __init_subclass__(cls, *, kind: str, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.kind = kind
+        dataclass(frozen=True, kw_only=True)(cls)
 
 
 class Result(Protocol):
@@ -108,6 +123,7 @@ def write_results(results: Sequence[Result], path: Path | str) -> Path:
 
 __all__ = [
     "RESULT_TYPES",
+    "BenchResult",
     "Result",
     "output_dir",
     "read_results",

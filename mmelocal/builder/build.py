@@ -300,7 +300,6 @@ def _export(
     trt = ExportedArtifact(
         path=plan,
         format="tensorrt",
-        platform=FORMATS["tensorrt"][0],
         signature=signature,
         batch_dynamic=onnx_artifact.batch_dynamic,
         notes=(

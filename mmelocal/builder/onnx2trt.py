@@ -209,7 +209,11 @@ def build_engine(
         _run_local(cmd, timeout_s)
     else:
         assert where is not None
-        _run_docker(where, onnx_file, out, profile, fp16=fp16, int8=int8, workspace=workspace_bytes)
+        _run_docker(
+            docker_run_spec(
+                where, onnx_file, out, profile, fp16=fp16, int8=int8, workspace=workspace_bytes
+            )
+        )
     if not out.is_file() or out.stat().st_size == 0:
         raise ExportError(f"the TensorRT build finished but wrote no plan at {out}")
     return out
@@ -303,16 +307,8 @@ def docker_run_spec(
     }
 
 
-def _run_docker(
-    image: str,
-    onnx_file: Path,
-    out: Path,
-    profile: Sequence[ProfileShapes],
-    *,
-    fp16: bool,
-    int8: bool,
-    workspace: int,
-) -> None:
+def _run_docker(spec: dict[str, Any]) -> None:
+    """Run the container of ``spec`` (:func:`docker_run_spec`) with the GPUs."""
     try:
         import docker
         from docker.types import DeviceRequest
@@ -320,9 +316,7 @@ def _run_docker(
         raise MissingDependencyError(
             "docker", extra="docker", feature="trtexec in Docker"
         ) from None
-    spec = docker_run_spec(
-        image, onnx_file, out, profile, fp16=fp16, int8=int8, workspace=workspace
-    )
+    image = spec["image"]
     try:
         client = docker.from_env()
         client.images.get(image)

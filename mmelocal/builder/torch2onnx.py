@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from mmelocal.builder.artifact import FORMATS, ExportedArtifact
+from mmelocal.builder.artifact import ExportedArtifact
 from mmelocal.builder.runners import first_line, import_torch, quiet_warnings
 from mmelocal.builder.sources.base import ModelSource
 from mmelocal.builder.tensors import inspect_onnx
@@ -72,7 +72,6 @@ def export_onnx(
     return ExportedArtifact(
         path=out,
         format="onnx",
-        platform=FORMATS["onnx"][0],
         signature=signature,
         batch_dynamic=batch_dynamic,
         name_map={},

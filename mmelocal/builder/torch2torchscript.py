@@ -29,7 +29,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from mmelocal.builder.artifact import FORMATS, ExportedArtifact, measure_signature
+from mmelocal.builder.artifact import ExportedArtifact, measure_signature
 from mmelocal.builder.runners import (
     first_line,
     import_torch,
@@ -90,7 +90,6 @@ def export_torchscript(source: ModelSource, out_path: Path | str) -> ExportedArt
     return ExportedArtifact(
         path=out,
         format="torchscript",
-        platform=FORMATS["torchscript"][0],
         signature=signature,
         batch_dynamic=batch_dynamic,
         name_map={**in_map, **out_map},

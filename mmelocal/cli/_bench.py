@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -12,8 +12,12 @@ import click
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from mmelocal.cli._output import console, err_console, size_option
-from mmelocal.facts.sagemaker import MEMORY_THRESHOLD
+from mmelocal.bench.capacity.loop import CapacityOptions
+from mmelocal.bench.loadtest.runner import LoadTestConfig
+from mmelocal.bench.sweep.runner import SweepOptions
+from mmelocal.cli._defaults import field_option
+from mmelocal.cli._options import IN_FILE, OUT_DIR, OUT_FILE, memory_budget_option, stacked
+from mmelocal.cli._output import console, err_console
 from mmelocal.units import mib
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*$")
@@ -128,42 +132,25 @@ def loadtest_progress(enabled: bool = True) -> Iterator[Callable[[Any], None]]:
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-
-def output_options(command: F) -> F:
-    """The ``--json OUT`` and ``--report DIR`` options every bench command shares."""
-    command = click.option(
+#: ``--report DIR`` and ``--json OUT``: where every bench command writes its results
+output_options = stacked(
+    click.option("--json", "json_out", type=OUT_FILE, help="Write the result JSON here."),
+    click.option(
         "--report",
         "report_dir",
-        type=click.Path(file_okay=False, path_type=Path),
+        type=OUT_DIR,
         help="Write the HTML report (PNG plots inside), CSV and JSON into this folder.",
-    )(command)
-    return click.option(
-        "--json",
-        "json_out",
-        type=click.Path(dir_okay=False, path_type=Path),
-        help="Write the result JSON here.",
-    )(command)
-
-
-def _stacked(*options: Callable[[F], F]) -> Callable[[F], F]:
-    """One decorator applying ``options`` in the order written (the order ``--help`` lists)."""
-
-    def apply(command: F) -> F:
-        for option in reversed(options):
-            command = option(command)
-        return command
-
-    return apply
-
+    ),
+)
 
 #: the request body's content type (capacity, loadtest, benchmark)
-content_type_option = click.option("--content-type", default="application/json", show_default=True)
+content_type_option = field_option(LoadTestConfig, "content_type")
 
 #: the user's GPU table (capacity, capacity project, capacity estimate)
 gpus_option = click.option(
     "--gpus",
     "gpus_file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=IN_FILE,
     help="Your GPU table (YAML, as the packaged gpus.yaml): adds or replaces cards.",
 )
 
@@ -171,26 +158,23 @@ gpus_option = click.option(
 prices_option = click.option(
     "--prices",
     "prices_file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=IN_FILE,
     help="Your hourly prices (YAML, same format as the packaged prices.yaml).",
 )
 
 
+def threshold_option(help: str | None = None) -> Callable[[F], F]:
+    """``--threshold``: the fraction of memory the loaded copies may use (the platform's)."""
+    return field_option(CapacityOptions, "threshold", type=float, help=help)
+
+
 def copy_loop_options(*, memory_budget_help: str) -> Callable[[F], F]:
     """The capacity loop's limits (``capacity`` and ``benchmark``): ``--threshold``,
-    ``--max-copies``, ``--memory-budget`` (bytes, via :func:`size_option`), ``--no-verify-next``."""
-    return _stacked(
-        click.option(
-            "--threshold",
-            type=float,
-            default=MEMORY_THRESHOLD,
-            show_default=True,
-            help="Fraction of the total the loaded copies may use.",
-        ),
-        click.option("--max-copies", type=click.IntRange(min=1), default=200, show_default=True),
-        click.option(
-            "--memory-budget", default=None, callback=size_option, help=memory_budget_help
-        ),
+    ``--max-copies``, ``--memory-budget`` (bytes), ``--no-verify-next``."""
+    return stacked(
+        threshold_option("Fraction of the total the loaded copies may use."),
+        field_option(CapacityOptions, "max_copies", type=click.IntRange(min=1)),
+        memory_budget_option(memory_budget_help),
         click.option(
             "--no-verify-next",
             is_flag=True,
@@ -200,27 +184,58 @@ def copy_loop_options(*, memory_budget_help: str) -> Callable[[F], F]:
     )
 
 
+L = TypeVar("L")
+
+
+def loop_limits(cls: Callable[..., L], params: Mapping[str, Any]) -> L:
+    """The loop's limits as ``cls`` (:class:`CapacityOptions`, or an endpoint's
+    ``RemoteCapacityOptions``) from the values :func:`copy_loop_options` gave."""
+    return cls(
+        threshold=params["threshold"],
+        max_copies=params["max_copies"],
+        memory_budget_bytes=params["memory_budget"],
+        verify_next=not params["no_verify_next"],
+    )
+
+
+def _csv(values: Iterable[Any]) -> str:
+    return ",".join(str(value) for value in values)
+
+
+#: the sweep's default grid (the options spell it as text)
+_GRID = SweepOptions()
+
 #: the sweep's grid and judgement (``sweep`` and ``benchmark``), parsed by ``sweep_options``
-sweep_grid_options = _stacked(
-    click.option("--dynamic-batching", "dynamic_batching", default="off,on", show_default=True),
+sweep_grid_options = stacked(
     click.option(
-        "--instances", default="1,2", show_default=True, help="instance_group counts to try."
+        "--dynamic-batching",
+        "dynamic_batching",
+        default=_csv("on" if on else "off" for on in _GRID.dynamic_batching),
+        show_default=True,
+    ),
+    click.option(
+        "--instances",
+        default=_csv(_GRID.instances),
+        show_default=True,
+        help="instance_group counts to try.",
     ),
     click.option(
         "--users",
-        default="5,10,20,40",
+        default=_csv(stage.users for stage in _GRID.shape.stages),
         show_default=True,
         help="User counts of the sweep's load test steps.",
     ),
     click.option(
-        "--step-duration", default="10s", show_default=True, help="How long each user step lasts."
-    ),
-    click.option("--target-rps", type=float, default=500.0, show_default=True),
-    click.option(
-        "--max-latency-ms",
-        type=float,
-        default=500.0,
+        "--step-duration",
+        default=f"{_GRID.shape.stages[0].duration_s:g}s",
         show_default=True,
+        help="How long each user step lasts.",
+    ),
+    field_option(SweepOptions, "target_rps", type=float),
+    field_option(
+        SweepOptions,
+        "max_latency_ms",
+        type=float,
         help="p99 latency limit a configuration must keep.",
     ),
 )
@@ -263,6 +278,7 @@ __all__ = [
     "copy_loop_options",
     "csv_list",
     "loadtest_progress",
+    "loop_limits",
     "mib",
     "ms",
     "output_options",
@@ -272,5 +288,6 @@ __all__ = [
     "projection_table",
     "steps_table",
     "sweep_grid_options",
+    "threshold_option",
     "write_outputs",
 ]

@@ -1,16 +1,19 @@
-"""Option defaults read from the library's dataclasses, so that a default lives in one place
-(the dataclass a command fills) and ``--help`` shows what the library would do anyway; and
-the options several commands share (``--launcher``, ``--format``)."""
+"""Option defaults read from the library's dataclasses and functions, so that a default lives
+in one place (the dataclass a command fills, the function it calls) and ``--help`` shows what
+the library would do anyway; and the options several commands share (``--launcher``,
+``--format``)."""
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Callable
 from typing import Any
 
 import click
 
 from mmelocal.builder.backends import EXPORT_FORMATS
+from mmelocal.cli._options import stacked
 from mmelocal.runtime.launchers import LAUNCHERS
 
 LAUNCHER_HELP = (
@@ -27,20 +30,40 @@ def defaults_of(cls: type) -> dict[str, Any]:
     }
 
 
-def default_of(cls: type, name: str) -> Any:
-    """The default of field ``name`` of dataclass ``cls`` (a KeyError names a field with no
-    plain default: a programming error, found by any ``--help``)."""
-    return defaults_of(cls)[name]
+def default_of(owner: Any, name: str) -> Any:
+    """The default of field ``name`` of dataclass ``owner``, or of parameter ``name`` of the
+    function or class ``owner`` (a KeyError names one with no plain default: a programming
+    error, found by any ``--help``)."""
+    if dataclasses.is_dataclass(owner):
+        return defaults_of(owner)[name]  # type: ignore[arg-type]
+    default = inspect.signature(owner).parameters[name].default
+    if default is inspect.Parameter.empty:
+        raise KeyError(name)
+    return default
 
 
-def launcher_option(default: str) -> Callable[[Any], Any]:
-    """``--launcher`` (``default`` read from the command's dataclass)."""
-    return click.option(
-        "--launcher",
-        type=click.Choice(LAUNCHERS),
-        default=default,
-        show_default=True,
-        help=LAUNCHER_HELP,
+def field_option(owner: Any, name: str, *decls: str, **attrs: Any) -> Callable[[Any], Any]:
+    """An option for ``name`` of ``owner`` (see :func:`default_of`): its default is the
+    library's, shown in ``--help``; the command receives it as ``name``. Its flag is
+    ``--name-with-dashes`` unless ``decls`` give the flags (and, if they differ, the name)."""
+    flags = decls or (f"--{name.replace('_', '-')}",)
+    if all(decl.startswith("-") for decl in flags):
+        flags = (*flags, name)
+    attrs.setdefault("show_default", True)
+    return click.option(*flags, default=default_of(owner, name), **attrs)
+
+
+def launcher_option(owner: Any) -> Callable[[Any], Any]:
+    """``--launcher``, with ``owner``'s default (as :func:`field_option` reads it)."""
+    return field_option(owner, "launcher", type=click.Choice(LAUNCHERS), help=LAUNCHER_HELP)
+
+
+def tolerance_options(owner: Any) -> Callable[[Any], Any]:
+    """``--atol`` and ``--rtol``: how close an answer must be to the reference (``owner``'s
+    defaults, as :func:`field_option` reads them)."""
+    return stacked(
+        field_option(owner, "atol", type=float, help="Absolute tolerance."),
+        field_option(owner, "rtol", type=float, help="Relative tolerance."),
     )
 
 
@@ -56,4 +79,11 @@ def format_option(param: str, help: str) -> Callable[[Any], Any]:
     )
 
 
-__all__ = ["default_of", "defaults_of", "format_option", "launcher_option"]
+__all__ = [
+    "default_of",
+    "defaults_of",
+    "field_option",
+    "format_option",
+    "launcher_option",
+    "tolerance_options",
+]

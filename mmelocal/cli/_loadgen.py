@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import click
 
-from mmelocal.bench.loadtest.workers import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_MASTER_HOST
+from mmelocal.bench.loadtest.workers import DEFAULT_MASTER_PORT, LoadGenerators
+from mmelocal.cli._defaults import field_option
+from mmelocal.cli._options import stacked
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def loadgen_options(command: F) -> F:
     """``--workers``, ``--remote-workers``, ``--master-host``, ``--master-port``,
-    ``--connect-timeout`` (Locust's distributed mode; see :func:`generators_from`)."""
-    options = [
+    ``--connect-timeout`` (Locust's distributed mode; see :func:`generators_from`): each
+    named after the :class:`LoadGenerators` field it sets, with its default."""
+    return stacked(
         click.option(
             "--workers",
             type=click.IntRange(min=0),
@@ -24,18 +28,16 @@ def loadgen_options(command: F) -> F:
             "core less one; half the cores when the endpoint is on this machine; 1 for runs "
             "under 20 users].",
         ),
-        click.option(
-            "--remote-workers",
+        field_option(
+            LoadGenerators,
+            "remote_workers",
             type=click.IntRange(min=0),
-            default=0,
-            show_default=True,
             help="Workers to wait for from other machines (start them there with mmelocal "
             "loadtest-worker --master-host THIS_HOST).",
         ),
-        click.option(
-            "--master-host",
-            default=DEFAULT_MASTER_HOST,
-            show_default=True,
+        field_option(
+            LoadGenerators,
+            "master_host",
             help="Address the Locust master binds (0.0.0.0 or this machine's address for "
             "remote workers).",
         ),
@@ -43,34 +45,24 @@ def loadgen_options(command: F) -> F:
             "--master-port",
             type=click.IntRange(1, 65535),
             default=None,
-            help="Port the master binds [default: 5557 with remote workers, else a free one].",
+            help=f"Port the master binds [default: {DEFAULT_MASTER_PORT} with remote workers, "
+            "else a free one].",
         ),
-        click.option(
-            "--connect-timeout",
+        field_option(
+            LoadGenerators,
             "connect_timeout_s",
+            "--connect-timeout",
             type=click.FloatRange(min=0, min_open=True),
-            default=DEFAULT_CONNECT_TIMEOUT_S,
-            show_default=True,
             help="Seconds the master waits for its workers to connect.",
         ),
-    ]
-    for option in reversed(options):
-        command = option(command)
-    return command
+    )(command)
 
 
-def generators_from(params: Mapping[str, Any]) -> Any:
+def generators_from(params: Mapping[str, Any]) -> LoadGenerators:
     """The :class:`~mmelocal.bench.loadtest.workers.LoadGenerators` of the values of
-    :func:`loadgen_options`."""
-    from mmelocal.bench.loadtest.workers import LoadGenerators
-
-    return LoadGenerators(
-        workers=params.get("workers"),
-        remote_workers=params.get("remote_workers", 0),
-        master_host=params.get("master_host", DEFAULT_MASTER_HOST),
-        master_port=params.get("master_port"),
-        connect_timeout_s=params.get("connect_timeout_s", DEFAULT_CONNECT_TIMEOUT_S),
-    )
+    :func:`loadgen_options` in ``params`` (other keys are ignored)."""
+    names = [item.name for item in dataclasses.fields(LoadGenerators)]
+    return LoadGenerators(**{name: params[name] for name in names if name in params})
 
 
 __all__ = ["generators_from", "loadgen_options"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -64,6 +65,17 @@ def print_json(data: Any) -> None:
     """Write machine-readable output on stdout (no colours, no wrapping)."""
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
     sys.stdout.flush()
+
+
+def finish(report: Any, as_json: bool, show: Callable[[Any], None]) -> None:
+    """Print ``report`` as JSON on stdout (``as_json``) or with ``show``; then exit 1 unless
+    ``report.ok`` (the checking commands: validate, check, smoke)."""
+    if as_json:
+        print_json(report.to_dict())
+    else:
+        show(report)
+    if not report.ok:
+        raise SystemExit(1)
 
 
 def run_cli(group: click.Group, argv: list[str] | None) -> int:

@@ -44,10 +44,7 @@ def capacity_on_endpoint(
     s3_uri: str | None,
     region: str | None,
     model_format: str,
-    threshold: float,
-    max_copies: int,
-    memory_budget: int | None,
-    verify_next: bool,
+    limits: Any,
     keep_copies: bool,
     gpus_file: Path | None,
     payload: bytes | None,
@@ -55,11 +52,12 @@ def capacity_on_endpoint(
     json_out: Path | None,
     report_dir: Path | None,
 ) -> Any:
-    """``mmelocal capacity SOURCE --endpoint NAME``: measure, print, write; returns the run."""
+    """``mmelocal capacity SOURCE --endpoint NAME``: measure, print, write; returns the run
+    (``limits``: the copy loop's ``RemoteCapacityOptions``)."""
     import tempfile
 
     from mmelocal.bench.capacity.projection import load_gpus
-    from mmelocal.bench.endpoint.capacity import RemoteCapacityOptions, measure_endpoint_capacity
+    from mmelocal.bench.endpoint.capacity import measure_endpoint_capacity
     from mmelocal.bench.endpoint.remote import connect_endpoint
     from mmelocal.builder.payload import payload_from_model
 
@@ -77,12 +75,7 @@ def capacity_on_endpoint(
             endpoint,
             tarball,
             payload=body,
-            options=RemoteCapacityOptions(
-                threshold=threshold,
-                max_copies=max_copies,
-                memory_budget_bytes=memory_budget,
-                verify_next=verify_next,
-            ),
+            options=limits,
             content_type=content_type,
             progress=_show_copy,
             gpus=load_gpus(gpus_file),

@@ -12,9 +12,13 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
+from mmelocal.bench.endpoint.benchmark import BenchmarkPlan
+from mmelocal.bench.endpoint.capacity import RemoteCapacityOptions
+from mmelocal.bench.loadtest.shape import stepped_shape
 from mmelocal.cli._bench import (
     content_type_option,
     copy_loop_options,
+    loop_limits,
     ms,
     parse_duration_s,
     prepare_outputs,
@@ -22,7 +26,9 @@ from mmelocal.cli._bench import (
     sweep_grid_options,
     write_outputs,
 )
+from mmelocal.cli._defaults import default_of, field_option
 from mmelocal.cli._loadgen import generators_from, loadgen_options
+from mmelocal.cli._options import OUT_DIR, OUT_FILE, payload_option, region_option
 from mmelocal.cli._output import console, err_console
 from mmelocal.deploy.plan import DEFAULT_INSTANCE_TYPE
 
@@ -44,7 +50,7 @@ from mmelocal.deploy.plan import DEFAULT_INSTANCE_TYPE
     show_default=True,
     help="Of the endpoints to deploy (with --endpoint: that endpoint's).",
 )
-@click.option("--region", default=None, help="AWS region (default: your profile's).")
+@region_option()
 @click.option("--image", default=None, help="Container image URI (default: SageMaker's Triton).")
 @click.option(
     "--model-name", default=None, help="Name in the comparison (default: the stems' common start)."
@@ -56,16 +62,12 @@ from mmelocal.deploy.plan import DEFAULT_INSTANCE_TYPE
     show_default=True,
     help="Format to build a SOURCE that is not a tarball or model folder in.",
 )
-@click.option(
-    "--payload",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Request body for every SOURCE (default: each model's recorded sample inputs).",
-)
+@payload_option("Request body for every SOURCE (default: each model's recorded sample inputs).")
 @content_type_option
 @copy_loop_options(
     memory_budget_help="Only for an endpoint without a GPU (its probe reads host memory)."
 )
-@click.option("--max-users", type=click.IntRange(min=1), default=200, show_default=True)
+@field_option(stepped_shape, "max_users", type=click.IntRange(min=1))
 @click.option("--duration", default=None, help="Fit the load test into this time (e.g. 5m).")
 @click.option("--sweep/--no-sweep", "with_sweep", default=True, show_default=True)
 @sweep_grid_options
@@ -74,12 +76,13 @@ from mmelocal.deploy.plan import DEFAULT_INSTANCE_TYPE
 @click.option("--yes", is_flag=True, help="Do not ask before creating billable resources.")
 @click.option("--keep-endpoints", is_flag=True, help="Leave the endpoints running at the end.")
 @click.option(
-    "--poll", default="30s", show_default=True, help="How often to ask whether it is InService."
+    "--poll",
+    default=f"{default_of(BenchmarkPlan, 'poll_s'):g}s",
+    show_default=True,
+    help="How often to ask whether it is InService.",
 )
-@click.option(
-    "--report", "report_dir", type=click.Path(file_okay=False, path_type=Path), help="Report here."
-)
-@click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--report", "report_dir", type=OUT_DIR, help="Report here.")
+@click.option("--json", "json_out", type=OUT_FILE)
 def benchmark(sources: tuple[str, ...], **kw: Any) -> None:
     """Run the published MME GPU benchmark on real endpoints: for each SOURCE (one per
     framework, e.g. resnet50-pt.tar.gz resnet50-trt.tar.gz) deploy an endpoint, count the
@@ -91,9 +94,8 @@ def benchmark(sources: tuple[str, ...], **kw: Any) -> None:
         --s3-uri s3://my-bucket/bench/ --role arn:aws:iam::123456789012:role/SageMaker \\
         --instance-type ml.g4dn.xlarge --report out/
     """
-    from mmelocal.bench.endpoint.benchmark import BenchmarkPlan, prepare, run_benchmark
+    from mmelocal.bench.endpoint.benchmark import prepare, run_benchmark
     from mmelocal.bench.endpoint.capacity import model_stem
-    from mmelocal.bench.loadtest.shape import stepped_shape
     from mmelocal.bench.prices import load_prices
     from mmelocal.cli._remote import remote_tarball
     from mmelocal.cli.sweep import sweep_options
@@ -124,7 +126,7 @@ def benchmark(sources: tuple[str, ...], **kw: Any) -> None:
             region=kw["region"],
             image=kw["image"],
             shape=shape,
-            capacity=_capacity_options(kw),
+            capacity=loop_limits(RemoteCapacityOptions, kw),
             sweep=sweep_options(kw) if kw["with_sweep"] else None,
             keep_endpoints=kw["keep_endpoints"],
             payload=kw["payload"].read_bytes() if kw["payload"] is not None else None,
@@ -163,17 +165,6 @@ def common_name(stems: list[str]) -> str:
     """``resnet50-pt`` and ``resnet50-trt`` -> ``resnet50`` (one stem: itself)."""
     # character by character on purpose: these are names, not paths
     return os.path.commonprefix(stems).rstrip("-_.") or stems[0]  # noqa: RUF071
-
-
-def _capacity_options(kw: dict[str, Any]) -> Any:
-    from mmelocal.bench.endpoint.capacity import RemoteCapacityOptions
-
-    return RemoteCapacityOptions(
-        threshold=kw["threshold"],
-        max_copies=kw["max_copies"],
-        memory_budget_bytes=kw["memory_budget"],
-        verify_next=not kw["no_verify_next"],
-    )
 
 
 def _cost_table(plan: Any, frameworks: list[str], prices: Any) -> Table:

@@ -6,7 +6,9 @@ from typing import Any
 
 import click
 
-from mmelocal.cli._defaults import format_option
+from mmelocal.builder.build import BuildOptions
+from mmelocal.cli._defaults import field_option, format_option
+from mmelocal.cli._options import json_flag
 
 TASKS = (
     "feature-extraction",
@@ -41,13 +43,7 @@ class _BatchSizes(click.ParamType):
 @click.option(
     "--task", type=click.Choice(TASKS), default=None, help="Model head (default: from the model)."
 )
-@click.option(
-    "--seq-len",
-    type=int,
-    default=128,
-    show_default=True,
-    help="Sequence length of text example inputs.",
-)
+@field_option(BuildOptions, "seq_len", type=int, help="Sequence length of text example inputs.")
 @click.option(
     "--max-batch-size", type=int, default=None, help="max_batch_size [preset: 8 NLP, 32 CNN]."
 )
@@ -86,13 +82,8 @@ class _BatchSizes(click.ParamType):
 @click.option(
     "--revision", default=None, help="Hub names: branch, tag or commit [the default branch]."
 )
-@click.option(
-    "--version",
-    "model_version",
-    type=int,
-    default=1,
-    show_default=True,
-    help="Version folder to write.",
+@field_option(
+    BuildOptions, "version", "--version", "model_version", type=int, help="Version folder to write."
 )
 @click.option("--fp16", is_flag=True, help="TensorRT: allow FP16 kernels.")
 @click.option("--int8", is_flag=True, help="TensorRT: allow INT8 kernels.")
@@ -103,7 +94,7 @@ class _BatchSizes(click.ParamType):
     default=None,
     help="Verify against this .npz (input:NAME / output:NAME) instead of the source.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@json_flag("Print the result as JSON.")
 def build(
     source: str,
     repo: str,
@@ -139,7 +130,7 @@ def build(
     downloaded into the hub cache: HF_ENDPOINT, HF_HOME, HF_TOKEN and HF_HUB_OFFLINE apply),
     torchvision:NAME, timm:NAME, or an existing .pt / .onnx file.
     """
-    from mmelocal.builder.build import BuildOptions, build_model
+    from mmelocal.builder.build import build_model
     from mmelocal.cli._output import err_console
 
     overrides = {

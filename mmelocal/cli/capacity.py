@@ -13,20 +13,24 @@ from typing import Any
 import click
 from rich.table import Table
 
+from mmelocal.bench.capacity.loop import CapacityOptions, measure_capacity
 from mmelocal.cli._bench import (
     content_type_option,
     copy_line,
     copy_loop_options,
     csv_list,
     gpus_option,
+    loop_limits,
     output_options,
     prepare_outputs,
     projection_table,
+    threshold_option,
     write_outputs,
 )
+from mmelocal.cli._defaults import default_of
+from mmelocal.cli._options import payload_option
 from mmelocal.cli._output import console
 from mmelocal.cli._remote import endpoint_option, region_option, s3_uri_option
-from mmelocal.facts.sagemaker import MEMORY_THRESHOLD
 from mmelocal.units import MiB, mib
 
 
@@ -62,15 +66,13 @@ def capacity() -> None:
 @click.option(
     "--format",
     "formats",
-    default="torchscript",
+    default=default_of(measure_capacity, "model_format"),
     show_default=True,
     help="Comma-separated formats to build and measure (for a source, not a tarball).",
 )
 @gpus_option
-@click.option(
-    "--payload",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Warm-up request body sent after each load (default: from the model's sample inputs).",
+@payload_option(
+    "Warm-up request body sent after each load (default: from the model's sample inputs)."
 )
 @content_type_option
 @endpoint_option
@@ -80,11 +82,7 @@ def capacity() -> None:
 @output_options
 def measure(
     source: str,
-    threshold: float,
-    max_copies: int,
-    memory_budget: int | None,
     formats: str,
-    no_verify_next: bool,
     gpus_file: Path | None,
     payload: Path | None,
     content_type: str,
@@ -94,10 +92,12 @@ def measure(
     keep_copies: bool,
     json_out: Path | None,
     report_dir: Path | None,
+    **limits: Any,
 ) -> None:
     """Load copy after copy of SOURCE through the emulator and read memory after each
     (with --endpoint: on a deployed endpoint, through its probe model)."""
     if endpoint_name is not None:
+        from mmelocal.bench.endpoint.capacity import RemoteCapacityOptions
         from mmelocal.cli._remote import capacity_on_endpoint
 
         if len(csv_list(formats)) > 1:
@@ -109,23 +109,16 @@ def measure(
         prepare_outputs(json_out, report_dir)
         capacity_on_endpoint(
             source, endpoint_name=endpoint_name, s3_uri=s3_uri, region=region,
-            model_format=csv_list(formats)[0], threshold=threshold, max_copies=max_copies,
-            memory_budget=memory_budget, verify_next=not no_verify_next,
+            model_format=csv_list(formats)[0], limits=loop_limits(RemoteCapacityOptions, limits),
             keep_copies=keep_copies, gpus_file=gpus_file,
             payload=payload.read_bytes() if payload is not None else None,
             content_type=content_type, json_out=json_out, report_dir=report_dir,
         )  # fmt: skip
         return
-    from mmelocal.bench.capacity.loop import CapacityOptions, measure_capacity
     from mmelocal.bench.capacity.projection import load_gpus
     from mmelocal.bench.sources import check_format, is_prebuilt
 
-    options = CapacityOptions(
-        threshold=threshold,
-        max_copies=max_copies,
-        memory_budget_bytes=memory_budget,
-        verify_next=not no_verify_next,
-    )
+    options = loop_limits(CapacityOptions, limits)
     prepare_outputs(json_out, report_dir)
     fmt_list = ["prebuilt"] if is_prebuilt(source) else [check_format(f) for f in csv_list(formats)]
     results: list[Any] = []
@@ -167,7 +160,7 @@ def measure(
     required=True,
     help="Memory in use with no model loaded (MiB).",
 )
-@click.option("--threshold", type=float, default=MEMORY_THRESHOLD, show_default=True)
+@threshold_option()
 @gpus_option
 @output_options
 def project_command(

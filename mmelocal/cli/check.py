@@ -7,27 +7,26 @@ from typing import Any
 
 import click
 
-from mmelocal.cli._defaults import defaults_of, launcher_option
+from mmelocal.cli._defaults import field_option, launcher_option, tolerance_options
+from mmelocal.cli._options import json_flag, tritonserver_option
 from mmelocal.runtime.check import CheckOptions
 from mmelocal.units import mib
-
-#: the defaults of ``check``'s options: the library's
-CHECK = defaults_of(CheckOptions)
 
 
 @click.command()
 @click.argument("path", type=click.Path(path_type=Path))
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
-@launcher_option(CHECK["launcher"])
+@json_flag()
+@launcher_option(CheckOptions)
 @click.option("--url", help="Server URL for --launcher external (http://host:port).")
-@click.option(
-    "--tritonserver",
-    type=click.Path(path_type=Path),
-    help="tritonserver binary or install folder (default: the nvidia-pytriton wheel's).",
+@tritonserver_option(
+    "tritonserver binary or install folder (default: the nvidia-pytriton wheel's)."
 )
-@click.option("--image", help="Docker image for --launcher docker (default: NVIDIA's Triton).")
+@click.option(
+    "--image", "docker_image", help="Docker image for --launcher docker (default: NVIDIA's Triton)."
+)
 @click.option(
     "--backends",
+    callback=lambda _ctx, _param, text: _backend_names(text),
     help="Comma-separated backends the server has (default: python for the local binary, "
     "all for docker); models needing others run through mmelocal's Python runner.",
 )
@@ -36,61 +35,31 @@ CHECK = defaults_of(CheckOptions)
     is_flag=True,
     help="Keep every model loaded and report the memory they take together.",
 )
-@click.option(
-    "--atol", type=float, default=CHECK["atol"], show_default=True, help="Absolute tolerance."
-)
-@click.option(
-    "--rtol", type=float, default=CHECK["rtol"], show_default=True, help="Relative tolerance."
-)
-@click.option(
-    "--load-timeout",
+@tolerance_options(CheckOptions)
+@field_option(
+    CheckOptions,
     "load_timeout_s",
+    "--load-timeout",
     type=click.FloatRange(min=1),
-    default=CHECK["load_timeout_s"],
-    show_default=True,
     help="Seconds one model may take to load.",
 )
-def check(
-    path: Path,
-    as_json: bool,
-    launcher: str,
-    url: str | None,
-    tritonserver: Path | None,
-    image: str | None,
-    backends: str | None,
-    all_loaded: bool,
-    atol: float,
-    rtol: float,
-    load_timeout_s: float,
-) -> None:
+def check(path: Path, as_json: bool, **options: Any) -> None:
     """Validate PATH, then load, warm up, query and unload each model on a real Triton.
 
     PATH is a model repository, a model folder or a model.tar.gz. Exits 0 only when every
     model passes; a failing model shows Triton's own error message.
     """
-    from mmelocal.cli._output import console, err_console, print_json
-    from mmelocal.runtime.check import CheckOptions, check_path
+    from mmelocal.cli._output import console, err_console, finish
+    from mmelocal.runtime.check import check_path
 
-    options = CheckOptions(
-        launcher=launcher,
-        url=url,
-        tritonserver=tritonserver,
-        docker_image=image,
-        backends=_backend_names(backends),
-        atol=atol,
-        rtol=rtol,
-        load_timeout_s=load_timeout_s,
-        all_loaded=all_loaded,
-    )
+    # every option but --json is named after the CheckOptions field it sets
+    check_options = CheckOptions(**options)
     if as_json:
-        report = check_path(path, options)
-        print_json(report.to_dict())
+        report = check_path(path, check_options)
     else:
         with err_console.status("checking") as status:
-            report = check_path(path, options, progress=lambda m: status.update(m))
-        _print_report(console, report)
-    if not report.ok:
-        raise SystemExit(1)
+            report = check_path(path, check_options, progress=lambda m: status.update(m))
+    finish(report, as_json, lambda report: _print_report(console, report))
 
 
 def _print_report(console: Any, report: Any) -> None:

@@ -8,11 +8,11 @@ from typing import Any
 
 import click
 
-from mmelocal.cli._defaults import default_of
-from mmelocal.cli._output import console, env_option, err_console, print_json
-from mmelocal.deploy.images import DEFAULT_TRITON_VERSION
+from mmelocal.cli._defaults import field_option, tolerance_options
+from mmelocal.cli._options import IN_FILE, json_flag, region_option
+from mmelocal.cli._output import console, env_option, err_console, finish
 from mmelocal.deploy.plan import DEFAULT_INSTANCE_TYPE, DeployOptions
-from mmelocal.deploy.smoke import DEFAULT_ATOL, DEFAULT_MODELS, DEFAULT_RTOL
+from mmelocal.deploy.smoke import smoke_endpoint
 from mmelocal.units import mib
 
 
@@ -27,34 +27,33 @@ from mmelocal.units import mib
     help=f"Instance type (default: the cheapest that holds --hot-models according to "
     f"--capacity, else {DEFAULT_INSTANCE_TYPE}).",
 )
-@click.option("--instance-count", type=click.IntRange(min=1), default=1, show_default=True)
+@field_option(DeployOptions, "instance_count", type=click.IntRange(min=1))
 @click.option(
     "--max-instances",
     type=click.IntRange(min=1),
     default=None,
     help="Autoscaling upper bound (default: twice --instance-count).",
 )
-@click.option(
-    "--target-gpu-utilization",
+@field_option(
+    DeployOptions,
+    "target_gpu_utilization",
     type=click.FloatRange(min=0, max=100, min_open=True),
-    default=default_of(DeployOptions, "target_gpu_utilization"),
-    show_default=True,
     help="Target of the GPUUtilization tracking policy, in percent.",
 )
 @click.option("--image", default=None, help="Container image URI (overrides the Triton table).")
-@click.option("--triton-version", default=DEFAULT_TRITON_VERSION, show_default=True)
+@field_option(DeployOptions, "triton_version")
 @click.option(
     "--env",
-    "env",
+    "environment",
     multiple=True,
     callback=env_option,
     help="KEY=VALUE for the container (repeatable); SAGEMAKER_TRITON_* keys are checked as "
     "SageMaker's Triton entrypoint reads them.",
 )
-@click.option("--region", default=None, help="AWS region (default: your profile's).")
+@region_option()
 @click.option(
     "--capacity",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=IN_FILE,
     help="A capacity or projection result (mmelocal capacity --json) to size the instance.",
 )
 @click.option(
@@ -68,22 +67,14 @@ from mmelocal.units import mib
 @click.option("--no-wait", is_flag=True, help="Do not wait for InService (no autoscaling then).")
 def deploy(
     store: Path,
-    endpoint_name: str,
-    s3_uri: str,
-    role_arn: str,
     instance_type: str | None,
-    instance_count: int,
-    max_instances: int | None,
-    target_gpu_utilization: float,
-    image: str | None,
-    triton_version: str,
-    env: dict[str, str],
     region: str | None,
     capacity: Path | None,
     hot_models: int | None,
     dry_run: bool,
     json_path: Path | None,
     no_wait: bool,
+    **fields: Any,
 ) -> None:
     """Upload STORE's tarballs and create or update a SageMaker multi-model endpoint.
 
@@ -93,24 +84,11 @@ def deploy(
     """
     from mmelocal.aws.session import connect
     from mmelocal.deploy.deployer import make_plan
-    from mmelocal.deploy.plan import DeployOptions
     from mmelocal.errors import DeployError
 
     chosen = _instance_type(instance_type, capacity, hot_models, store)
-    options = DeployOptions(
-        store=store,
-        endpoint_name=endpoint_name,
-        s3_uri=s3_uri,
-        role_arn=role_arn,
-        instance_type=chosen,
-        instance_count=instance_count,
-        max_instances=max_instances,
-        target_gpu_utilization=target_gpu_utilization,
-        image=image,
-        triton_version=triton_version,
-        environment=env,
-        wait=not no_wait,
-    )
+    # the other options are named after the DeployOptions fields they set
+    options = DeployOptions(store=store, instance_type=chosen, wait=not no_wait, **fields)
     clients = connect(region)
     with err_console.status("planning: reading the bucket and the endpoint"):
         plan = make_plan(options, clients)
@@ -126,9 +104,9 @@ def deploy(
     except KeyboardInterrupt:
         raise DeployError(
             f"interrupted: run the same deploy again to resume, or 'mmelocal undeploy "
-            f"{endpoint_name} --delete-artifacts' to remove what was made"
+            f"{options.endpoint_name} --delete-artifacts' to remove what was made"
         ) from None
-    console.print(f"[bold green]deployed[/] {endpoint_name}: {status}", highlight=False)
+    console.print(f"[bold green]deployed[/] {options.endpoint_name}: {status}", highlight=False)
 
 
 def _instance_type(
@@ -242,7 +220,7 @@ def _details(step: Any) -> str:
 
 @click.command()
 @click.argument("name")
-@click.option("--region", default=None, help="AWS region (default: your profile's).")
+@region_option()
 @click.option(
     "--delete-artifacts", is_flag=True, help="Also delete the S3 objects mmelocal uploaded."
 )
@@ -268,41 +246,34 @@ def undeploy(name: str, region: str | None, delete_artifacts: bool) -> None:
 
 @click.command()
 @click.argument("name")
-@click.option("--region", default=None, help="AWS region (default: your profile's).")
-@click.option("--models", type=click.IntRange(min=1), default=DEFAULT_MODELS, show_default=True)
-@click.option(
-    "--atol", type=float, default=DEFAULT_ATOL, show_default=True, help="Absolute tolerance."
-)
-@click.option(
-    "--rtol", type=float, default=DEFAULT_RTOL, show_default=True, help="Relative tolerance."
-)
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
+@region_option()
+@field_option(smoke_endpoint, "models", type=click.IntRange(min=1))
+@tolerance_options(smoke_endpoint)
+@json_flag()
 def smoke(
     name: str, region: str | None, models: int, atol: float, rtol: float, as_json: bool
 ) -> None:
     """Invoke MODELS tarballs of endpoint NAME; answers must equal the build's reference."""
-    from rich.table import Table
-
     from mmelocal.aws.session import connect
-    from mmelocal.deploy.smoke import smoke_endpoint
 
     clients = connect(region)
     with err_console.status(f"smoke test of {name}"):
         report = smoke_endpoint(clients, name, models=models, atol=atol, rtol=rtol)
-    if as_json:
-        print_json(report.to_dict())
-    else:
-        table = Table(title=f"smoke {name}", title_justify="left")
-        for column in ("TargetModel", "result", "latency ms", "max |diff|", "problems"):
-            table.add_column(column, overflow="fold")
-        for r in report.results:
-            table.add_row(
-                r.target,
-                "[green]= reference[/]" if r.ok else "[bold red]FAILED[/]",
-                "-" if r.latency_ms is None else f"{r.latency_ms:,.1f}",
-                "-" if r.max_abs_diff is None else f"{r.max_abs_diff:.2g}",
-                "; ".join(r.problems),
-            )
-        console.print(table)
-    if not report.ok:
-        raise SystemExit(1)
+    finish(report, as_json, _print_smoke)
+
+
+def _print_smoke(report: Any) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"smoke {report.endpoint_name}", title_justify="left")
+    for column in ("TargetModel", "result", "latency ms", "max |diff|", "problems"):
+        table.add_column(column, overflow="fold")
+    for r in report.results:
+        table.add_row(
+            r.target,
+            "[green]= reference[/]" if r.ok else "[bold red]FAILED[/]",
+            "-" if r.latency_ms is None else f"{r.latency_ms:,.1f}",
+            "-" if r.max_abs_diff is None else f"{r.max_abs_diff:.2g}",
+            "; ".join(r.problems),
+        )
+    console.print(table)

@@ -13,6 +13,7 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
+from mmelocal.bench.estimate.model import estimate_model
 from mmelocal.cli._bench import (
     csv_list,
     gpus_option,
@@ -21,9 +22,9 @@ from mmelocal.cli._bench import (
     prepare_outputs,
     write_outputs,
 )
-from mmelocal.cli._defaults import format_option
+from mmelocal.cli._defaults import field_option, format_option
+from mmelocal.cli._options import IN_FILE
 from mmelocal.cli._output import console, err_console
-from mmelocal.facts.sagemaker import MEMORY_THRESHOLD
 
 
 @click.command("estimate")
@@ -50,38 +51,32 @@ from mmelocal.facts.sagemaker import MEMORY_THRESHOLD
     type=click.IntRange(min=1),
     help="TensorRT: the optimisation profile's max batch [default: max batch size].",
 )
-@click.option(
-    "--request-batch",
+@field_option(
+    estimate_model,
+    "request_batch",
     type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
     help="The batch your requests carry (the activations are sized for the largest of it, "
     "the warm-up and the batch-1 load).",
 )
-@click.option("--seq-len", type=click.IntRange(min=1), default=128, show_default=True)
-@click.option("--threshold", type=float, default=MEMORY_THRESHOLD, show_default=True)
+@field_option(estimate_model, "seq_len", type=click.IntRange(min=1))
+@field_option(estimate_model, "threshold", type=float)
 @gpus_option
 @click.option(
     "--measured",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=IN_FILE,
     help="A capacity result (JSON) of the same model: shown beside the estimate; it wins.",
 )
 @output_options
 def estimate(
     source: str,
-    model_format: str,
-    precision: str | None,
     instance_types: tuple[str, ...],
     max_batch_size: int | None,
     instance_count: int | None,
-    profile_max_batch: int | None,
-    request_batch: int,
-    seq_len: int,
-    threshold: float,
     gpus_file: Path | None,
     measured: Path | None,
     json_out: Path | None,
     report_dir: Path | None,
+    **options: Any,
 ) -> None:
     """Estimate SOURCE's GPU footprint per copy and the copies per card; no GPU, no AWS.
 
@@ -100,17 +95,9 @@ def estimate(
     overrides = {"max_batch_size": max_batch_size, "instance_count": instance_count}
     types = [t for item in instance_types for t in csv_list(item)]
     with err_console.status(f"tracing {source}"):
+        # the other options are named after estimate_model's parameters
         results = estimate_many(
-            source,
-            model_format=model_format,
-            precision=precision,
-            seq_len=seq_len,
-            overrides=overrides,
-            profile_max_batch=profile_max_batch,
-            threshold=threshold,
-            gpus=load_gpus(gpus_file),
-            instance_types=types,
-            request_batch=request_batch,
+            source, overrides=overrides, gpus=load_gpus(gpus_file), instance_types=types, **options
         )
     if measured is not None:
         found = measured_from_capacity(_capacity(measured))

@@ -7,6 +7,8 @@ from typing import Any
 
 import click
 
+from mmelocal.bench.loadtest.runner import MODES, LoadTestConfig, expand_targets
+from mmelocal.bench.loadtest.shape import load_shape
 from mmelocal.cli._bench import (
     content_type_option,
     loadtest_progress,
@@ -16,9 +18,10 @@ from mmelocal.cli._bench import (
     steps_table,
     write_outputs,
 )
+from mmelocal.cli._defaults import field_option
 from mmelocal.cli._loadgen import generators_from, loadgen_options
+from mmelocal.cli._options import payload_option, region_option
 from mmelocal.cli._output import console, err_console
-from mmelocal.facts.sagemaker import INVOKE_TIMEOUT_S
 
 
 @click.command()
@@ -41,52 +44,32 @@ from mmelocal.facts.sagemaker import INVOKE_TIMEOUT_S
     show_default=True,
     help="How many copies to spread requests over (random per request).",
 )
-@click.option(
-    "--start", type=click.IntRange(min=0), default=0, show_default=True, help="First {i} value."
-)
+@field_option(expand_targets, "start", type=click.IntRange(min=0), help="First {i} value.")
 @click.option(
     "--shape",
     default="stages",
     show_default=True,
     help="'stages' (warm-up 10 users, +2/s to 20, then steps of 20) or a YAML/JSON file.",
 )
-@click.option(
-    "--max-users",
-    type=click.IntRange(min=1),
-    default=200,
-    show_default=True,
-    help="Last step of the stepped shape.",
+@field_option(
+    load_shape, "max_users", type=click.IntRange(min=1), help="Last step of the stepped shape."
 )
 @click.option(
     "--duration",
     default=None,
     help="Fit the whole shape into this time (e.g. 90s, 5m); default: the shape's own.",
 )
-@click.option(
-    "--payload",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Request body file.",
-)
+@payload_option("Request body file.")
 @click.option(
     "--payload-from",
     type=click.Path(exists=True, path_type=Path),
     help="Build a KServe v2 JSON body from a built model folder or model.tar.gz.",
 )
 @content_type_option
-@click.option(
-    "--mode",
-    type=click.Choice(["auto", "invocations", "triton-v2", "boto3"]),
-    default="auto",
-    show_default=True,
-)
-@click.option("--region", default=None, help="AWS region for a real SageMaker endpoint.")
-@click.option(
-    "--timeout",
-    "timeout_s",
-    type=float,
-    default=INVOKE_TIMEOUT_S,
-    show_default=True,
-    help="Per-request timeout in seconds.",
+@field_option(LoadTestConfig, "mode", type=click.Choice(MODES))
+@region_option("AWS region for a real SageMaker endpoint.")
+@field_option(
+    LoadTestConfig, "timeout_s", "--timeout", type=float, help="Per-request timeout in seconds."
 )
 @click.option("--seed", type=int, default=None, help="Seed for the random target choice.")
 @click.option(
@@ -117,13 +100,7 @@ def loadtest(
     **loadgen: Any,
 ) -> None:
     """Load-test an endpoint: each request targets a random one of COUNT copies."""
-    from mmelocal.bench.loadtest.runner import (
-        LoadTestConfig,
-        expand_targets,
-        run_loadtest,
-        summary_lines,
-    )
-    from mmelocal.bench.loadtest.shape import load_shape
+    from mmelocal.bench.loadtest.runner import run_loadtest, summary_lines
     from mmelocal.builder.payload import payload_from_model
 
     if (payload is None) == (payload_from is None):

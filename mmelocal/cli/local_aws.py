@@ -11,12 +11,14 @@ from typing import Any
 
 import click
 
-from mmelocal.cli._output import console, size_option
+from mmelocal.cli._defaults import field_option
+from mmelocal.cli._options import listen_options, memory_budget_option, tritonserver_option
+from mmelocal.cli._output import console
+from mmelocal.localaws import LocalAws
 
 
 @click.command("local-aws")
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", type=click.IntRange(0, 65535), default=4566, show_default=True)
+@listen_options(port=4566)
 @click.option(
     "--data",
     "data_dir",
@@ -25,52 +27,29 @@ from mmelocal.cli._output import console, size_option
     "objects, models, configs, endpoints, scaling) and the endpoints' caches and Triton "
     "logs. Default: a temporary folder, nothing kept.",
 )
-@click.option(
-    "--memory-budget",
-    callback=size_option,
-    help="Host memory per Triton instance (no GPU), e.g. 4GiB; default half the RAM.",
-)
-@click.option(
-    "--launcher",
+@memory_budget_option(name="memory_budget_bytes")
+@field_option(
+    LocalAws,
+    "launcher",
     type=click.Choice(["local", "docker"]),
-    default="local",
-    show_default=True,
     help="How each endpoint starts Triton: the pip tritonserver, or the container image.",
 )
-@click.option("--tritonserver", type=click.Path(path_type=Path), help="tritonserver binary.")
-@click.option(
-    "--time-scale",
+@tritonserver_option()
+@field_option(
+    LocalAws,
+    "time_scale",
     type=click.FloatRange(min=0, min_open=True),
-    default=1.0,
-    show_default=True,
     help="Run the platform's clock N times faster: CloudWatch periods of 60/N real "
     "seconds, alarms and autoscaling cooldowns on that clock (timestamps stay real).",
 )
-def local_aws(
-    host: str,
-    port: int,
-    data_dir: Path | None,
-    memory_budget: int | None,
-    launcher: str,
-    tritonserver: Path | None,
-    time_scale: float,
-) -> None:
+def local_aws(time_scale: float, **options: Any) -> None:
     """A local AWS for SageMaker MME scripts: set AWS_ENDPOINT_URL and run them unchanged."""
-    from mmelocal.localaws import LocalAws
-
     root = logging.getLogger("mmelocal")
     if root.level > logging.INFO or root.level == logging.NOTSET:
         root.setLevel(logging.INFO)  # endpoints starting, loads and evictions: show them
     stop = threading.Event()
-    aws = LocalAws(
-        host=host,
-        port=port,
-        data_dir=data_dir,
-        memory_budget_bytes=memory_budget,
-        launcher=launcher,
-        tritonserver=tritonserver,
-        time_scale=time_scale,
-    )
+    # every option is named after the LocalAws parameter it sets
+    aws = LocalAws(time_scale=time_scale, **options)
     with aws:
         console.print(
             f"[bold]local AWS[/] (S3, SageMaker, sagemaker-runtime, application-autoscaling, "

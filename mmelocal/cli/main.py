@@ -13,39 +13,35 @@ from typing import Any
 
 import click
 
-# command name -> (module, attribute, one-line help)
-_COMMANDS: dict[str, tuple[str, str, str]] = {
-    "build": ("mmelocal.cli.build", "build", "Build a verified Triton model from a source."),
-    "validate": ("mmelocal.cli.validate", "validate", "Validate a repository, model or tarball."),
-    "package": ("mmelocal.cli.package", "package", "Package a model folder as MME tarballs."),
-    "check": ("mmelocal.cli.check", "check", "Pre-deployment check on a real Triton."),
-    "triton": ("mmelocal.cli.triton", "triton", "Start, stop or inspect a kept Triton server."),
-    "serve": ("mmelocal.cli.serve", "serve", "Run the SageMaker MME emulator."),
-    "local-aws": ("mmelocal.cli.local_aws", "local_aws", "A local AWS with real MME endpoints."),
-    "demo": ("mmelocal.cli.demo", "demo", "The end-to-end demo on the packaged MiniLM."),
-    "capacity": ("mmelocal.cli.capacity", "capacity", "How many copies of a model fit."),
-    "loadtest": ("mmelocal.cli.loadtest", "loadtest", "Locust load test of an endpoint."),
-    "loadtest-worker": (
-        "mmelocal.cli.loadtest_worker",
-        "loadtest_worker",
-        "Locust workers here for a load test's master elsewhere.",
-    ),
-    "sweep": ("mmelocal.cli.sweep", "sweep", "Configuration sweep with recommendations."),
-    "report": ("mmelocal.cli.report", "report", "HTML report with plots from results."),
-    "traffic": (
-        "mmelocal.cli.traffic",
-        "traffic",
-        "Make, replay, simulate traffic; size the fleet.",
-    ),
-    "deploy": ("mmelocal.cli.deploy", "deploy", "Deploy a store to a SageMaker MME."),
-    "undeploy": ("mmelocal.cli.deploy", "undeploy", "Delete what deploy created."),
-    "smoke": ("mmelocal.cli.deploy", "smoke", "Check a deployed endpoint's answers."),
-    "benchmark": (
-        "mmelocal.cli.benchmark",
-        "benchmark",
-        "Deploy, measure (capacity, load test, sweep), report, undeploy.",
-    ),
+# command name -> one-line help; the command is the attribute named like it (dashes as
+# underscores) of the module mmelocal.cli.<same name>, or of the one _MODULES names
+_COMMANDS: dict[str, str] = {
+    "build": "Build a verified Triton model from a source.",
+    "validate": "Validate a repository, model or tarball.",
+    "package": "Package a model folder as MME tarballs.",
+    "check": "Pre-deployment check on a real Triton.",
+    "triton": "Start, stop or inspect a kept Triton server.",
+    "serve": "Run the SageMaker MME emulator.",
+    "local-aws": "A local AWS with real MME endpoints.",
+    "demo": "The end-to-end demo on the packaged MiniLM.",
+    "capacity": "How many copies of a model fit.",
+    "loadtest": "Locust load test of an endpoint.",
+    "loadtest-worker": "Locust workers here for a load test's master elsewhere.",
+    "sweep": "Configuration sweep with recommendations.",
+    "report": "HTML report with plots from results.",
+    "traffic": "Make, replay, simulate traffic; size the fleet.",
+    "deploy": "Deploy a store to a SageMaker MME.",
+    "undeploy": "Delete what deploy created.",
+    "smoke": "Check a deployed endpoint's answers.",
+    "benchmark": "Deploy, measure (capacity, load test, sweep), report, undeploy.",
 }
+_MODULES = {"undeploy": "deploy", "smoke": "deploy"}
+
+
+def _where(name: str) -> tuple[str, str]:
+    """(module, attribute) of command ``name``."""
+    attribute = name.replace("-", "_")
+    return f"mmelocal.cli.{_MODULES.get(name, attribute)}", attribute
 
 
 class LazyGroup(click.Group):
@@ -53,20 +49,21 @@ class LazyGroup(click.Group):
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         """Names of the subcommands whose module is installed, in help order."""
-        return [name for name, (mod, _, _) in _COMMANDS.items() if _module_exists(mod)]
+        return [name for name in _COMMANDS if _module_exists(_where(name)[0])]
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         """Import the subcommand's module and return its click command (None if unknown)."""
-        entry = _COMMANDS.get(cmd_name)
-        if entry is None or not _module_exists(entry[0]):
+        if cmd_name not in _COMMANDS:
             return None
-        module = importlib.import_module(entry[0])
-        command: click.Command = getattr(module, entry[1])
+        module, attribute = _where(cmd_name)
+        if not _module_exists(module):
+            return None
+        command: click.Command = getattr(importlib.import_module(module), attribute)
         return command
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """List the subcommands with their one-line help, without importing them."""
-        rows = [(name, _COMMANDS[name][2]) for name in self.list_commands(ctx)]
+        rows = [(name, _COMMANDS[name]) for name in self.list_commands(ctx)]
         if rows:
             with formatter.section("Commands"):
                 formatter.write_dl(rows)

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 
-from mmelocal.builder.package import MAX_COPIES
+from mmelocal.builder.package import MAX_COPIES, package_copies
+from mmelocal.cli._defaults import field_option
 
 
 @click.command()
@@ -24,7 +25,7 @@ from mmelocal.builder.package import MAX_COPIES
     default=None,
     help="Write N copies {prefix}{i}.tar.gz (hard links: about one copy on disk).",
 )
-@click.option("--prefix", default="model-", show_default=True, help="File name prefix of copies.")
+@field_option(package_copies, "prefix", help="File name prefix of copies.")
 @click.option(
     "--validate/--no-validate",
     "check",
@@ -39,7 +40,7 @@ def package(model_dir: Path, out_dir: Path, copies: int | None, prefix: str, che
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
     from rich.table import Table
 
-    from mmelocal.builder.package import disk_usage_bytes, package_copies, package_model
+    from mmelocal.builder.package import disk_usage_bytes, package_model
     from mmelocal.cli._output import console, fail
 
     if not model_dir.exists():

@@ -10,6 +10,7 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
+from mmelocal.bench.sweep.runner import SweepOptions
 from mmelocal.cli._bench import (
     csv_list,
     ms,
@@ -20,6 +21,7 @@ from mmelocal.cli._bench import (
     sweep_grid_options,
     write_outputs,
 )
+from mmelocal.cli._defaults import default_of, field_option
 from mmelocal.cli._loadgen import generators_from, loadgen_options
 from mmelocal.cli._output import console, err_console
 from mmelocal.cli._remote import endpoint_option, region_option, s3_uri_option
@@ -43,10 +45,10 @@ def _ints(text: str) -> tuple[int, ...]:
 
 def sweep_options(
     params: Mapping[str, Any], *, formats: str = "torchscript", verify: bool = True
-) -> Any:
+) -> SweepOptions:
     """The ``SweepOptions`` of a command's ``params``: the options :data:`sweep_grid_options`
     adds, ``instance_type`` and ``prices_file`` (as typed; other keys are ignored)."""
-    from mmelocal.bench.sweep.runner import SweepOptions, users_shape
+    from mmelocal.bench.sweep.runner import users_shape
 
     return SweepOptions(
         formats=tuple(csv_list(formats)),
@@ -66,12 +68,12 @@ def sweep_options(
 @click.argument("source")
 @click.option(
     "--formats",
-    default="torchscript",
+    default=",".join(default_of(SweepOptions, "formats")),
     show_default=True,
     help="Comma-separated: torchscript, onnx, tensorrt.",
 )
 @sweep_grid_options
-@click.option("--instance-type", default="ml.g4dn.xlarge", show_default=True)
+@field_option(SweepOptions, "instance_type")
 @prices_option
 @click.option("--no-verify", is_flag=True, help="Skip output verification when building.")
 @endpoint_option

@@ -4,7 +4,6 @@ size the endpoint."""
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -13,12 +12,23 @@ from typing import Any, NamedTuple
 
 import click
 
-from mmelocal.cli._defaults import default_of
+from mmelocal.cli._defaults import default_of, field_option
+from mmelocal.cli._options import (
+    IN_FILE,
+    OUT_FILE,
+    grouped,
+    payload_option,
+    region_option,
+    stacked,
+)
 from mmelocal.cli._output import console, err_console
 from mmelocal.errors import UserInputError
 from mmelocal.facts.sagemaker import MEMORY_THRESHOLD
+from mmelocal.traffic.make import make_trace
 from mmelocal.traffic.replay import ReplayOptions
+from mmelocal.traffic.replay import replay as run_replay
 from mmelocal.traffic.simulate import Autoscaling, LoadTimes, SimConfig
+from mmelocal.traffic.size import size as size_fleet
 from mmelocal.units import MiB
 
 
@@ -28,38 +38,24 @@ def traffic() -> None:
 
 
 # -- options several commands share --------------------------------------------------------
-_IN_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
-_OUT_FILE = click.Path(dir_okay=False, path_type=Path)
 _Decorator = Callable[[Any], Any]
 
-_trace_argument = click.argument("trace_path", metavar="TRACE", type=_IN_FILE)
-_prices_option = click.option("--prices", type=_IN_FILE, default=None)
-_parallel_loads_option = click.option(
-    "--parallel-loads",
+_trace_argument = click.argument("trace_path", metavar="TRACE", type=IN_FILE)
+_prices_option = click.option("--prices", type=IN_FILE, default=None)
+_parallel_loads_option = field_option(
+    SimConfig,
+    "parallel_loads",
     type=int,
-    default=1,
-    show_default=True,
     help="Loads at once per instance (1: the emulator's rule).",
 )
 
 
-def _stack(*decorators: _Decorator) -> _Decorator:
-    """``decorators`` applied as if written one above the other, in this order."""
-
-    def apply(func: Any) -> Any:
-        for decorator in reversed(decorators):
-            func = decorator(func)
-        return func
-
-    return apply
-
-
 def _outputs(html: bool) -> _Decorator:
     """``--json`` (and ``--html``): where the result is written."""
-    options = [click.option("--json", "json_out", type=_OUT_FILE, default=None)]
+    options = [click.option("--json", "json_out", type=OUT_FILE, default=None)]
     if html:
-        options.append(click.option("--html", "html_out", type=_OUT_FILE, default=None))
-    return _stack(*options)
+        options.append(click.option("--html", "html_out", type=OUT_FILE, default=None))
+    return stacked(*options)
 
 
 class _CapacityArgs(NamedTuple):
@@ -76,7 +72,9 @@ def _capacity_options(
     models_help: str, baseline_help: str | None = None, threshold_help: str | None = None
 ) -> _Decorator:
     """The options of :class:`_CapacityArgs`, handed to the command as ``capacity_args``."""
-    options = _stack(
+    return grouped(
+        "capacity_args",
+        _CapacityArgs,
         click.option("--models-per-instance", type=int, default=None, help=models_help),
         click.option(
             "--footprint-mib", type=float, default=None, help="Per-model footprint (MiB)."
@@ -87,7 +85,7 @@ def _capacity_options(
         click.option(
             "--capacity",
             "capacity_file",
-            type=_IN_FILE,
+            type=IN_FILE,
             default=None,
             help="A capacity or estimate result (JSON) for the footprint.",
         ),
@@ -100,28 +98,79 @@ def _capacity_options(
         ),
     )
 
-    def apply(func: Any) -> Any:
-        @functools.wraps(func)
-        def command(**kwargs: Any) -> Any:
-            kwargs["capacity_args"] = _CapacityArgs(
-                **{name: kwargs.pop(name) for name in _CapacityArgs._fields}
-            )
-            return func(**kwargs)
 
-        return options(command)
+def _autoscaling(
+    autoscale: str | None,
+    target_invocations_per_instance: float | None,
+    scale_out_cooldown_s: float | None,
+    scale_in_cooldown_s: float | None,
+    instance_start_s: float,
+) -> Autoscaling | None:
+    """The :class:`Autoscaling` of ``--autoscale MIN:MAX`` and its options (None without)."""
+    if autoscale is None:
+        return None
+    lo, sep, hi = autoscale.partition(":")
+    try:
+        low, high = int(lo), int(hi)
+        if not sep:
+            raise ValueError
+    except ValueError:
+        raise UserInputError(f"--autoscale must be MIN:MAX (e.g. 1:8), got {autoscale!r}") from None
+    if target_invocations_per_instance is None:
+        raise UserInputError("--autoscale needs --target-invocations (per instance per minute)")
+    return Autoscaling(
+        min_instances=low,
+        max_instances=high,
+        target_invocations_per_instance=target_invocations_per_instance,
+        scale_out_cooldown_s=scale_out_cooldown_s,
+        scale_in_cooldown_s=scale_in_cooldown_s,
+        instance_start_s=instance_start_s,
+    )
 
-    return apply
+
+#: target-tracking autoscaling, handed to the command as ``scaling`` (see :func:`_autoscaling`)
+_autoscaling_options = grouped(
+    "scaling",
+    _autoscaling,
+    click.option(
+        "--autoscale",
+        default=None,
+        metavar="MIN:MAX",
+        help="Target-tracking autoscaling between MIN and MAX.",
+    ),
+    click.option(
+        "--target-invocations",
+        "target_invocations_per_instance",
+        type=float,
+        default=None,
+        help="With --autoscale: InvocationsPerInstance target (per minute).",
+    ),
+    click.option(
+        "--scale-out-cooldown",
+        "scale_out_cooldown_s",
+        type=float,
+        default=None,
+        help="Seconds (default: the service's).",
+    ),
+    click.option(
+        "--scale-in-cooldown",
+        "scale_in_cooldown_s",
+        type=float,
+        default=None,
+        help="Seconds (default: the service's).",
+    ),
+    field_option(
+        Autoscaling,
+        "instance_start_s",
+        type=float,
+        help="Seconds before a new instance serves (an assumption; minutes in the cloud).",
+    ),
+)
 
 
 def _concurrency_option(help: str | None = None) -> _Decorator:
     """``--concurrency``: requests one instance serves at once (the simulator's default)."""
-    return click.option(
-        "--concurrency",
-        type=int,
-        default=default_of(SimConfig, "concurrency"),
-        show_default=True,
-        help=help,
-    )
+    return field_option(SimConfig, "concurrency", type=int, help=help)
 
 
 @contextmanager
@@ -175,8 +224,8 @@ def _write_outputs(result: Any, json_out: Path | None, html_out: Path | None, ti
 # -- make -----------------------------------------------------------------------------------
 @traffic.command()
 @click.option("--models", type=int, required=True, help="Number of models (model-0.tar.gz ...).")
-@click.option("--rate", type=float, required=True, help="Mean requests per second.")
-@click.option("--duration", type=float, required=True, help="Seconds of traffic.")
+@click.option("--rate", "rate_rps", type=float, required=True, help="Mean requests per second.")
+@click.option("--duration", "duration_s", type=float, required=True, help="Seconds of traffic.")
 @click.option(
     "--zipf", type=float, default=None, help="Zipf popularity with exponent S (default 1.0)."
 )
@@ -185,19 +234,20 @@ def _write_outputs(result: Any, json_out: Path | None, html_out: Path | None, ti
     "--hot-set", default=None, metavar="K:FRACTION", help="FRACTION of requests to K models."
 )
 @click.option(
-    "--shift-at", type=float, default=None, help="Move the hot set / ranking at T seconds."
+    "--shift-at",
+    "shift_at_s",
+    type=float,
+    default=None,
+    help="Move the hot set / ranking at T seconds.",
 )
-@click.option(
-    "--shape",
+@field_option(
+    make_trace,
+    "shape",
     type=click.Choice(["constant", "steps", "diurnal"]),
-    default="constant",
-    show_default=True,
     help="Rate over time (see the Traffic docs page).",
 )
-@click.option(
-    "--period", type=float, default=86_400.0, show_default=True, help="Diurnal period (s)."
-)
-@click.option("--seed", type=int, default=0, show_default=True)
+@field_option(make_trace, "period_s", "--period", type=float, help="Diurnal period (s).")
+@field_option(make_trace, "seed", type=int)
 @click.option(
     "--out",
     "out",
@@ -219,21 +269,18 @@ def _write_outputs(result: Any, json_out: Path | None, html_out: Path | None, ti
 )
 def make(
     models: int,
-    rate: float,
-    duration: float,
     zipf: float | None,
     uniform: bool,
     hot_set: str | None,
-    shift_at: float | None,
+    shift_at_s: float | None,
     shape: str,
-    period: float,
-    seed: int,
     out: Path,
     store: Path | None,
     tarball: Path | None,
+    **rate: Any,
 ) -> None:
     """Write a synthetic trace: Poisson arrivals and the popularity you choose."""
-    from mmelocal.traffic.make import Popularity, fill_store, make_trace, parse_hot_set
+    from mmelocal.traffic.make import Popularity, fill_store, parse_hot_set
     from mmelocal.traffic.trace import write_trace
 
     chosen = [
@@ -257,15 +304,9 @@ def make(
         popularity = Popularity(kind="uniform")
     else:
         popularity = Popularity(kind="zipf", zipf_s=1.0 if zipf is None else zipf)
+    # the rate options (rate, duration, period, seed) are named after make_trace's parameters
     trace = make_trace(
-        models=models,
-        rate_rps=rate,
-        duration_s=duration,
-        popularity=popularity,
-        shift_at_s=shift_at,
-        shape=shape,
-        period_s=period,
-        seed=seed,
+        models=models, popularity=popularity, shift_at_s=shift_at_s, shape=shape, **rate
     )
     if store is not None and tarball is not None:
         added = fill_store(store, tarball, trace.models)
@@ -274,7 +315,7 @@ def make(
     console.print(
         f"{out}: {len(trace):,} requests over {trace.duration_s:,.1f} s, {models} models, "
         f"{popularity.describe()}, {shape}"
-        + (f", shift at {shift_at:g} s" if shift_at is not None else "")
+        + (f", shift at {shift_at_s:g} s" if shift_at_s is not None else "")
     )
 
 
@@ -284,28 +325,14 @@ def make(
 @click.option("--url", default=None, help="mmelocal serve's URL (or an .../invocations URL).")
 @click.option("--endpoint-name", default=None, help="A SageMaker endpoint, called through boto3.")
 @click.option("--endpoint-url", default=None, help="With --endpoint-name: the local AWS's URL.")
-@click.option("--region", default=None, help="With --endpoint-name: the AWS region.")
-@click.option(
-    "--payload",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    required=True,
-    help="The request body sent with every request.",
-)
-@click.option(
-    "--content-type", default=default_of(ReplayOptions, "content_type"), show_default=True
-)
-@click.option(
-    "--speed",
-    type=float,
-    default=default_of(ReplayOptions, "speed"),
-    show_default=True,
-    help="Time compression.",
-)
-@click.option(
-    "--max-in-flight",
+@region_option("With --endpoint-name: the AWS region.")
+@payload_option("The request body sent with every request.", required=True)
+@field_option(ReplayOptions, "content_type")
+@field_option(ReplayOptions, "speed", type=float, help="Time compression.")
+@field_option(
+    ReplayOptions,
+    "max_in_flight",
     type=int,
-    default=default_of(ReplayOptions, "max_in_flight"),
-    show_default=True,
     help="Safety cap: fail (never slow down) when this many requests are unanswered.",
 )
 @click.option(
@@ -315,21 +342,20 @@ def make(
     show_default=True,
     help="Fail when the sender is this late on a request's time.",
 )
-@click.option(
+@field_option(
+    ReplayOptions,
+    "max_rate_rps",
     "--max-rate",
     type=float,
-    default=default_of(ReplayOptions, "max_rate_rps"),
-    show_default=True,
     help="Refuse a trace peaking above this many requests/s (after --speed).",
 )
 @click.option(
     "--store", default=None, help="Check every target exists here first (folder or s3://)."
 )
-@click.option(
-    "--workers",
+@field_option(
+    run_replay,
+    "workers",
     type=int,
-    default=0,
-    show_default=True,
     help="Send over N Locust workers (the load tests'), the schedule sharded by model; "
     "0: this process sends (with --url).",
 )
@@ -345,14 +371,13 @@ def replay(
     speed: float,
     max_in_flight: int,
     max_lag_ms: float,
-    max_rate: float,
+    max_rate_rps: float,
     store: str | None,
     workers: int,
     json_out: Path | None,
     html_out: Path | None,
 ) -> None:
     """Replay TRACE open loop against an endpoint and report what happened."""
-    from mmelocal.traffic.replay import replay as run_replay
     from mmelocal.traffic.trace import read_trace
 
     trace = read_trace(trace_path)
@@ -360,7 +385,7 @@ def replay(
         speed=speed,
         max_in_flight=max_in_flight,
         max_lag_s=max_lag_ms / 1e3,
-        max_rate_rps=max_rate,
+        max_rate_rps=max_rate_rps,
         content_type=content_type,
     )
     body = payload.read_bytes()
@@ -529,13 +554,7 @@ def _service_s(service_ms: float | None, from_replay: Path | None) -> tuple[floa
 
 @traffic.command()
 @_trace_argument
-@click.option(
-    "--instances",
-    type=int,
-    default=1,
-    show_default=True,
-    help="Instances (start count with --autoscale).",
-)
+@field_option(SimConfig, "instances", type=int, help="Instances (start count with --autoscale).")
 @click.option("--instance-type", default=None, help="For footprint projection and the price.")
 @_capacity_options(
     models_help="Models one instance holds.",
@@ -548,78 +567,41 @@ def _service_s(service_ms: float | None, from_replay: Path | None) -> tuple[floa
     show_default=True,
     help="Cold-load time: seconds, a list to draw from, or a replay's --json.",
 )
-@click.option(
-    "--unload-seconds",
-    type=float,
-    default=0.0,
-    show_default=True,
-    help="Added to a load that first evicts.",
+@field_option(
+    SimConfig, "unload_s", "--unload-seconds", type=float, help="Added to a load that first evicts."
 )
 @click.option("--service-ms", type=float, default=None, help="Time per request on a loaded model.")
 @click.option(
     "--from-replay",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=IN_FILE,
     default=None,
     help="Take the service time (warm p50) from a replay's --json.",
 )
 @_parallel_loads_option
 @_concurrency_option(help="Requests served at once per instance.")
-@click.option(
+@field_option(
+    SimConfig,
+    "hot_rps_threshold",
     "--hot-rps",
     type=float,
-    default=default_of(SimConfig, "hot_rps_threshold"),
-    show_default=True,
     help="Hot-model replication threshold.",
 )
-@click.option(
-    "--autoscale",
-    default=None,
-    metavar="MIN:MAX",
-    help="Target-tracking autoscaling between MIN and MAX.",
-)
-@click.option(
-    "--target-invocations",
-    type=float,
-    default=None,
-    help="With --autoscale: InvocationsPerInstance target (per minute).",
-)
-@click.option(
-    "--scale-out-cooldown", type=float, default=None, help="Seconds (default: the service's)."
-)
-@click.option(
-    "--scale-in-cooldown", type=float, default=None, help="Seconds (default: the service's)."
-)
-@click.option(
-    "--instance-start-s",
-    type=float,
-    default=default_of(Autoscaling, "instance_start_s"),
-    show_default=True,
-    help="Seconds before a new instance serves (an assumption; minutes in the cloud).",
-)
+@_autoscaling_options
 @_prices_option
-@click.option("--seed", type=int, default=0, show_default=True)
+@field_option(SimConfig, "seed", type=int)
 @_outputs(html=True)
 def simulate(
     trace_path: Path,
-    instances: int,
     instance_type: str | None,
     capacity_args: _CapacityArgs,
     load_seconds: str,
-    unload_seconds: float,
     service_ms: float | None,
     from_replay: Path | None,
-    parallel_loads: int,
-    concurrency: int,
-    hot_rps: float,
-    autoscale: str | None,
-    target_invocations: float | None,
-    scale_out_cooldown: float | None,
-    scale_in_cooldown: float | None,
-    instance_start_s: float,
+    scaling: Autoscaling | None,
     prices: Path | None,
-    seed: int,
     json_out: Path | None,
     html_out: Path | None,
+    **sim: Any,
 ) -> None:
     """Simulate the fleet serving TRACE: hit ratio, cold starts, latency, instances, cost."""
     from mmelocal.traffic.simulate import simulate as run_simulate
@@ -627,45 +609,21 @@ def simulate(
 
     capacity, capacity_source = _capacity_for(instance_type, capacity_args)
     service_s, service_source = _service_s(service_ms, from_replay)
-    scaling = None
-    if autoscale is not None:
-        lo, sep, hi = autoscale.partition(":")
-        try:
-            low, high = int(lo), int(hi)
-            if not sep:
-                raise ValueError
-        except ValueError:
-            raise UserInputError(
-                f"--autoscale must be MIN:MAX (e.g. 1:8), got {autoscale!r}"
-            ) from None
-        if target_invocations is None:
-            raise UserInputError("--autoscale needs --target-invocations (per instance per minute)")
-        scaling = Autoscaling(
-            min_instances=low,
-            max_instances=high,
-            target_invocations_per_instance=target_invocations,
-            scale_out_cooldown_s=scale_out_cooldown,
-            scale_in_cooldown_s=scale_in_cooldown,
-            instance_start_s=instance_start_s,
-        )
     price = None
     if instance_type is not None:
         from mmelocal.bench.prices import load_prices
 
         price = load_prices(prices).price_for(instance_type)
+    # the other options (instances, unload, concurrency, loads, hot rate, seed) are named
+    # after the SimConfig fields they set
     config = SimConfig(
-        instances=instances,
         models_per_instance=capacity,
         load=_load_times(load_seconds),
-        unload_s=unload_seconds,
         service_s=service_s,
-        concurrency=concurrency,
-        parallel_loads=parallel_loads,
-        hot_rps_threshold=hot_rps,
         autoscaling=scaling,
         instance_type=instance_type,
         price_per_hour=price,
-        seed=seed,
+        **sim,
     )
     trace = read_trace(trace_path)
     with _progress("simulate") as progress:
@@ -710,7 +668,7 @@ def simulate(
 )
 @_parallel_loads_option
 @_concurrency_option()
-@click.option("--max-count", type=int, default=16, show_default=True, help="Most instances to try.")
+@field_option(size_fleet, "max_count", type=int, help="Most instances to try.")
 @_prices_option
 @_outputs(html=False)
 def size_command(
@@ -731,7 +689,7 @@ def size_command(
     from rich.table import Table
 
     from mmelocal.bench.prices import load_prices
-    from mmelocal.traffic.size import Candidate, size
+    from mmelocal.traffic.size import Candidate
     from mmelocal.traffic.trace import read_trace
 
     table = load_prices(prices)
@@ -757,7 +715,7 @@ def size_command(
     )
     trace = read_trace(trace_path)
     with err_console.status("sizing") as status:
-        answer = size(
+        answer = size_fleet(
             trace,
             candidates,
             base,

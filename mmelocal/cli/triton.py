@@ -2,10 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
+
+from mmelocal.cli._defaults import default_of, field_option
+from mmelocal.cli._options import PORT, json_flag, tritonserver_option
+from mmelocal.runtime.detached import start_detached, stop_detached
+from mmelocal.runtime.server_config import ServerConfig
+
+#: ``--name``: which kept server (start, stop and status)
+_name_option = field_option(start_detached, "name", help="Name of the kept server.")
+
+
+def _port_option(field: str, help: str = "0 = a free port.") -> Callable[[Any], Any]:
+    """``--<field>``: one of the server's ports (ServerConfig's default: 0, a free one)."""
+    return field_option(ServerConfig, field, type=PORT, show_default=False, help=help)
 
 
 @click.group()
@@ -22,12 +36,16 @@ def triton() -> None:
     show_default=True,
     help="Model repository (created if missing; explicit model control).",
 )
-@click.option("--name", default="default", show_default=True, help="Name of the kept server.")
-@click.option("--http-port", type=click.IntRange(0, 65535), default=0, help="0 = a free port.")
-@click.option("--grpc-port", type=click.IntRange(0, 65535), default=0, help="0 = a free port.")
-@click.option("--metrics-port", type=click.IntRange(0, 65535), default=0, help="0 = a free port.")
-@click.option("--sagemaker/--no-sagemaker", default=False, help="Turn on the SageMaker front end.")
-@click.option("--sagemaker-port", type=click.IntRange(0, 65535), default=0, help="0 = free.")
+@_name_option
+@_port_option("http_port")
+@_port_option("grpc_port")
+@_port_option("metrics_port")
+@click.option(
+    "--sagemaker/--no-sagemaker",
+    default=default_of(ServerConfig, "sagemaker"),
+    help="Turn on the SageMaker front end.",
+)
+@_port_option("sagemaker_port", help="0 = free.")
 @click.option("--load", "load_models", multiple=True, help="Model to load at start (repeatable).")
 @click.option(
     "--log-verbose",
@@ -35,37 +53,17 @@ def triton() -> None:
     default=None,
     help="Triton log level (default 0; with --sagemaker the entrypoint's, verbose).",
 )
-@click.option("--tritonserver", type=click.Path(path_type=Path), help="tritonserver binary.")
-@click.option("--json", "as_json", is_flag=True, help="Print the server's record as JSON.")
+@tritonserver_option()
+@json_flag("Print the server's record as JSON.")
 def start(
-    repository: Path,
-    name: str,
-    http_port: int,
-    grpc_port: int,
-    metrics_port: int,
-    sagemaker: bool,
-    sagemaker_port: int,
-    load_models: tuple[str, ...],
-    log_verbose: int | None,
-    tritonserver: Path | None,
-    as_json: bool,
+    repository: Path, name: str, tritonserver: Path | None, as_json: bool, **server: Any
 ) -> None:
     """Start tritonserver in the background and record it (see `mmelocal triton status`)."""
     from mmelocal.cli._output import console, print_json
-    from mmelocal.runtime.detached import start_detached
-    from mmelocal.runtime.server_config import ServerConfig
 
     repository.mkdir(parents=True, exist_ok=True)
-    config = ServerConfig(
-        model_repository=repository.resolve(),
-        http_port=http_port,
-        grpc_port=grpc_port,
-        metrics_port=metrics_port,
-        sagemaker=sagemaker,
-        sagemaker_port=sagemaker_port,
-        load_models=load_models,
-        log_verbose=log_verbose,
-    )
+    # the ports, --sagemaker, --load and --log-verbose are named after ServerConfig's fields
+    config = ServerConfig(model_repository=repository.resolve(), **server)
     kept = start_detached(config, name=name, tritonserver=tritonserver)
     if as_json:
         print_json(kept.to_dict())
@@ -75,19 +73,17 @@ def start(
 
 
 @triton.command()
-@click.option("--name", default="default", show_default=True, help="Name of the kept server.")
-@click.option(
-    "--timeout",
+@_name_option
+@field_option(
+    stop_detached,
     "timeout_s",
+    "--timeout",
     type=click.FloatRange(min=0, min_open=True),
-    default=15.0,
-    show_default=True,
     help="Seconds to wait after SIGTERM before SIGKILL.",
 )
 def stop(name: str, timeout_s: float) -> None:
     """Stop the kept server (SIGTERM, then SIGKILL after the timeout)."""
     from mmelocal.cli._output import console
-    from mmelocal.runtime.detached import stop_detached
 
     kept = stop_detached(name, timeout_s=timeout_s)
     if kept is None:
@@ -97,8 +93,8 @@ def stop(name: str, timeout_s: float) -> None:
 
 
 @triton.command()
-@click.option("--name", default="default", show_default=True, help="Name of the kept server.")
-@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+@_name_option
+@json_flag("Print the status as JSON.")
 def status(name: str, as_json: bool) -> None:
     """Show whether the kept server runs, its URLs and its loaded models. Exit 1 if down."""
     from mmelocal.cli._output import console, print_json

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
-from mmelocal.builder.tarball import DEFAULT_MAX_MEMBERS, DEFAULT_MAX_UNPACKED_BYTES
+from mmelocal.builder.validate import validate_path
+from mmelocal.cli._defaults import field_option
+from mmelocal.cli._options import json_flag
 from mmelocal.cli._output import env_option
 
 _STYLE = {"error": "bold red", "warning": "yellow", "info": "dim"}
@@ -14,19 +17,17 @@ _STYLE = {"error": "bold red", "warning": "yellow", "info": "dim"}
 
 @click.command()
 @click.argument("path", type=click.Path(path_type=Path))
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
-@click.option(
-    "--max-members",
+@json_flag()
+@field_option(
+    validate_path,
+    "max_members",
     type=click.IntRange(min=1),
-    default=DEFAULT_MAX_MEMBERS,
-    show_default=True,
     help="Refuse tarballs with more members.",
 )
-@click.option(
-    "--max-unpacked-bytes",
+@field_option(
+    validate_path,
+    "max_unpacked_bytes",
     type=click.IntRange(min=0),
-    default=DEFAULT_MAX_UNPACKED_BYTES,
-    show_default=True,
     help="Refuse tarballs that unpack to more bytes.",
 )
 @click.option(
@@ -46,8 +47,7 @@ def validate(
     """
     import logging
 
-    from mmelocal.builder.validate import validate_path
-    from mmelocal.cli._output import console, print_json
+    from mmelocal.cli._output import finish
     from mmelocal.runtime.entrypoint import check_sagemaker_env, model_namespacing
 
     for warning in check_sagemaker_env(env):
@@ -58,28 +58,29 @@ def validate(
         max_unpacked_bytes=max_unpacked_bytes,
         model_namespacing=model_namespacing(env),
     )
-    if as_json:
-        print_json(report.to_dict())
-    else:
-        from rich.table import Table
+    finish(report, as_json, lambda report: _print_report(report, path))
 
-        if report.problems:
-            table = Table(title=f"{report.kind} {path}", title_justify="left")
-            for column in ("severity", "code", "where", "problem"):
-                table.add_column(column, overflow="fold")
-            for p in report.problems:
-                style = _STYLE.get(p.severity, "")
-                table.add_row(f"[{style}]{p.severity}[/]", p.code, p.path, p.message)
-            console.print(table)
-        models = ", ".join(report.models) or "none"
-        if report.ok:
-            console.print(f"[bold green]OK[/] {report.kind} {path} (models: {models})")
-        else:
-            first = report.errors[0]
-            console.print(
-                f"[bold red]FAILED[/] {len(report.errors)} error(s): {first.code}: {first.message}",
-                highlight=False,
-                soft_wrap=True,
-            )
-    if not report.ok:
-        raise SystemExit(1)
+
+def _print_report(report: Any, path: Path) -> None:
+    from rich.table import Table
+
+    from mmelocal.cli._output import console
+
+    if report.problems:
+        table = Table(title=f"{report.kind} {path}", title_justify="left")
+        for column in ("severity", "code", "where", "problem"):
+            table.add_column(column, overflow="fold")
+        for p in report.problems:
+            style = _STYLE.get(p.severity, "")
+            table.add_row(f"[{style}]{p.severity}[/]", p.code, p.path, p.message)
+        console.print(table)
+    models = ", ".join(report.models) or "none"
+    if report.ok:
+        console.print(f"[bold green]OK[/] {report.kind} {path} (models: {models})")
+    else:
+        first = report.errors[0]
+        console.print(
+            f"[bold red]FAILED[/] {len(report.errors)} error(s): {first.code}: {first.message}",
+            highlight=False,
+            soft_wrap=True,
+        )

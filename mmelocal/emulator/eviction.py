@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass
 
 from mmelocal.emulator.cache import ArtifactCache
 from mmelocal.emulator.events import EventLog
@@ -26,25 +27,16 @@ from mmelocal.runtime.memory import marginal_bytes
 logger = logging.getLogger(__name__)
 
 
+@dataclass(kw_only=True, eq=False)
 class Evictor:
     """Eviction and unloading on one instance."""
 
-    def __init__(
-        self,
-        *,
-        state: LoadedSet,
-        control: SageMakerControl,
-        gauge: MemoryGauge,
-        cache: ArtifactCache,
-        metrics: Metrics,
-        events: EventLog,
-    ) -> None:
-        self.state = state
-        self.control = control
-        self.gauge = gauge
-        self.cache = cache
-        self.metrics = metrics
-        self.events = events
+    state: LoadedSet
+    control: SageMakerControl
+    gauge: MemoryGauge
+    cache: ArtifactCache
+    metrics: Metrics
+    events: EventLog
 
     async def make_room(
         self, need_bytes: int, *, exclude: str, why: str, strict: bool = True

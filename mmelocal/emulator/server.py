@@ -126,14 +126,16 @@ async def serve_forever(
     port: int,
     timeouts: http_server.HttpTimeouts | None = None,
     freeze_gc: bool = False,
+    sock: socket.socket | None = None,
 ) -> None:
     """Serve until SIGTERM or cancellation (the CLI runs this with :func:`run`).
+    ``sock``: already bound to ``host:port`` (:func:`bind_socket`), served as it is.
     ``freeze_gc``: once started, move every object so far out of the collector's view
     (``gc.freeze``: shorter collection pauses while serving); only for a process that
     does nothing else, as ``mmelocal serve``'s, never inside a user's process."""
     listener = Listener(emulator, timeouts=timeouts)
     try:
-        await listener.start(host, port)
+        await listener.start(host, port, sock=sock)
         if freeze_gc:
             gc.collect()
             gc.freeze()

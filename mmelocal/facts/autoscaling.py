@@ -25,7 +25,7 @@ Sources (read 2026-11):
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, NamedTuple
 
 from mmelocal.facts.cloudwatch import INVOCATION_NAMESPACE
 
@@ -42,6 +42,31 @@ LOW_ALARM_DATAPOINTS: Final = 15
 
 #: The scale-in alarm's threshold is this fraction of the target value.
 LOW_ALARM_THRESHOLD_FACTOR: Final = 0.9
+
+
+class TrackingAlarm(NamedTuple):
+    """One of the two alarms target tracking creates: the side its name says, how it
+    compares, "M out of N" datapoints, and its threshold as a fraction of the target value."""
+
+    side: str
+    comparison: str
+    evaluation_periods: int
+    datapoints_to_alarm: int
+    threshold_factor: float
+
+
+#: Target tracking's scale-out alarm (over the target) and scale-in alarm (under
+#: :data:`LOW_ALARM_THRESHOLD_FACTOR` of it), the local AWS's and the rules' alike.
+HIGH_ALARM: Final = TrackingAlarm(
+    "High", "GreaterThanThreshold", HIGH_ALARM_EVALUATION_PERIODS, HIGH_ALARM_DATAPOINTS, 1.0
+)
+LOW_ALARM: Final = TrackingAlarm(
+    "Low",
+    "LessThanThreshold",
+    LOW_ALARM_EVALUATION_PERIODS,
+    LOW_ALARM_DATAPOINTS,
+    LOW_ALARM_THRESHOLD_FACTOR,
+)
 
 #: Cooldown defaults for SageMaker endpoint variants.
 DEFAULT_SCALE_OUT_COOLDOWN_S: Final = 300.0
@@ -78,8 +103,10 @@ __all__ = [
     "DEFAULT_SCALE_IN_COOLDOWN_S",
     "DEFAULT_SCALE_OUT_COOLDOWN_S",
     "DEFAULT_STEP_COOLDOWN_S",
+    "HIGH_ALARM",
     "HIGH_ALARM_DATAPOINTS",
     "HIGH_ALARM_EVALUATION_PERIODS",
+    "LOW_ALARM",
     "LOW_ALARM_DATAPOINTS",
     "LOW_ALARM_EVALUATION_PERIODS",
     "LOW_ALARM_THRESHOLD_FACTOR",
@@ -90,4 +117,5 @@ __all__ = [
     "RESOURCE_ID_FORMAT",
     "SCALABLE_DIMENSION",
     "SERVICE_NAMESPACE",
+    "TrackingAlarm",
 ]

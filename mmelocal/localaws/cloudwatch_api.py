@@ -17,6 +17,7 @@ from typing import Any
 from mmelocal.errors import AwsServiceError
 from mmelocal.localaws.cloudwatch import ControlLoop
 from mmelocal.localaws.metric_store import STANDARD_STATISTICS, is_percentile, series_key
+from mmelocal.localaws.paging import one_page
 
 Forward = Callable[[dict[str, Any]], tuple[int, Any]]
 
@@ -91,14 +92,9 @@ class CloudWatchOverlay:
             ]  # fmt: skip
         if params.get("ScanBy", "TimestampDescending") == "TimestampDescending":
             items.reverse()
-        first = int(params.get("NextToken") or 0)
-        size = int(params.get("MaxRecords") or 100)
-        answer: dict[str, Any] = {
-            "AlarmHistoryItems": [i.described() for i in items[first : first + size]]
-        }
-        if first + size < len(items):
-            answer["NextToken"] = str(first + size)
-        return answer
+        return one_page(
+            items, params, key="AlarmHistoryItems", size_param="MaxRecords", default_size=100
+        )
 
     def _statistics(self, params: dict[str, Any], forward: Forward) -> tuple[int, Any] | None:
         key = series_key(params["Namespace"], params["MetricName"], params.get("Dimensions", []))

@@ -11,9 +11,10 @@ update or a delete can let them finish before it stops Triton.
 from __future__ import annotations
 
 import contextlib
+import logging
 import secrets
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,8 @@ from mmelocal.localaws.checks import parse_s3_url
 #: the repository of SageMaker's Triton images (``<account>.dkr.ecr.<region>.amazonaws.com/
 #: sagemaker-tritonserver:<version>-py3``)
 TRITON_REPOSITORY = REPOSITORY
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -155,6 +158,8 @@ class Fleet:
         #: ``{variant}/{id}``), by the instance's Triton log
         self._instance_ids: dict[str, str] = {}
         self.stopped = False
+        #: called once, after the instances stopped (the logs' last lines are shipped so)
+        self.on_stopped: list[Callable[[], None]] = []
         self._inflight = 0
         self._idle = threading.Condition()
         store = S3Store(plan.bucket, plan.prefix, client=s3_client)
@@ -259,9 +264,18 @@ class Fleet:
         return out
 
     def stop(self) -> None:
-        """Stop the emulator and its Triton instances (idempotent)."""
+        """Stop the emulator and its Triton instances (idempotent); then run
+        :attr:`on_stopped`, so what watches the fleet is done when this returns (an
+        endpoint's last log lines are in its log group once DeleteEndpoint is over)."""
         self.server.stop()
+        if self.stopped:
+            return
         self.stopped = True
+        for callback in self.on_stopped:
+            try:
+                callback()
+            except Exception:  # a watcher's failure never keeps a fleet running
+                logger.exception("after stopping the fleet of %s", self.plan.endpoint_name)
 
 
 def new_instance_id() -> str:

@@ -80,6 +80,7 @@ class LogShipper:
             self._tails[id(fleet)] = []
             self._fleets[id(fleet)] = fleet
             self._regions[id(fleet)] = region
+        fleet.on_stopped.append(lambda: self.ship(fleet))  # its last lines, then forget it
         self._sync(fleet)
 
     def _sync(self, fleet: Any) -> None:

@@ -34,11 +34,8 @@ from mmelocal.facts.autoscaling import (
     DEFAULT_SCALE_IN_COOLDOWN_S,
     DEFAULT_SCALE_OUT_COOLDOWN_S,
     DEFAULT_STEP_COOLDOWN_S,
-    HIGH_ALARM_DATAPOINTS,
-    HIGH_ALARM_EVALUATION_PERIODS,
-    LOW_ALARM_DATAPOINTS,
-    LOW_ALARM_EVALUATION_PERIODS,
-    LOW_ALARM_THRESHOLD_FACTOR,
+    HIGH_ALARM,
+    LOW_ALARM,
     METRIC_PERIOD_S,
     PREDEFINED_METRICS,
     SCALABLE_DIMENSION,
@@ -46,6 +43,7 @@ from mmelocal.facts.autoscaling import (
 )
 from mmelocal.facts.cloudwatch import GPU_METRICS, INSTANCE_NAMESPACE, LOCAL_STAND_IN
 from mmelocal.localaws.metric_store import MetricStore, series_key
+from mmelocal.localaws.paging import one_page
 from mmelocal.localaws.state import repoint_alarms
 from mmelocal.rules.autoscaling import (
     ScalingLimits,
@@ -361,15 +359,10 @@ class Autoscaler:
         resource = str(params["ResourceId"])
         cloudwatch = self._client_for("cloudwatch", region)
         names, alarms = [], []
-        for side, comparison, periods, points, threshold in (
-            ("High", "GreaterThanThreshold", HIGH_ALARM_EVALUATION_PERIODS, HIGH_ALARM_DATAPOINTS,
-             target),
-            ("Low", "LessThanThreshold", LOW_ALARM_EVALUATION_PERIODS, LOW_ALARM_DATAPOINTS,
-             target * LOW_ALARM_THRESHOLD_FACTOR),
-        ):  # fmt: skip
-            if side == "Low" and config.get("DisableScaleIn"):
+        for alarm in (HIGH_ALARM, LOW_ALARM):
+            if alarm is LOW_ALARM and config.get("DisableScaleIn"):
                 continue
-            name = ALARM_NAME_FORMAT.format(resource=resource, side=side, suffix=uuid.uuid4())
+            name = ALARM_NAME_FORMAT.format(resource=resource, side=alarm.side, suffix=uuid.uuid4())
             cloudwatch.put_metric_alarm(
                 AlarmName=name,
                 AlarmDescription=f"DO NOT EDIT OR DELETE. For TargetTrackingScaling policy {arn}.",
@@ -379,10 +372,10 @@ class Autoscaler:
                 Dimensions=dimensions,
                 Statistic=statistic,
                 Period=METRIC_PERIOD_S,
-                EvaluationPeriods=periods,
-                DatapointsToAlarm=points,
-                Threshold=threshold,
-                ComparisonOperator=comparison,
+                EvaluationPeriods=alarm.evaluation_periods,
+                DatapointsToAlarm=alarm.datapoints_to_alarm,
+                Threshold=target * alarm.threshold_factor,
+                ComparisonOperator=alarm.comparison,
             )
             names.append(name)
             described = cloudwatch.describe_alarms(AlarmNames=[name])["MetricAlarms"]
@@ -509,7 +502,7 @@ class Autoscaler:
             key,
             end_s=now_s,
             period_s=METRIC_PERIOD_S / scale,
-            count=LOW_ALARM_EVALUATION_PERIODS,
+            count=LOW_ALARM.evaluation_periods,
             statistic=statistic,
         )
         rules = TargetTrackingPolicy(
@@ -678,14 +671,9 @@ class Autoscaler:
                 and (resource is None or a.resource_id == resource)
                 and (dimension is None or dimension == SCALABLE_DIMENSION)
             ]  # fmt: skip
-        start = int(params.get("NextToken") or 0)
-        size = int(params.get("MaxResults") or 50)
-        answer: dict[str, Any] = {
-            "ScalingActivities": [a.described() for a in found[start : start + size]]
-        }
-        if start + size < len(found):
-            answer["NextToken"] = str(start + size)
-        return answer
+        return one_page(
+            found, params, key="ScalingActivities", size_param="MaxResults", default_size=50
+        )
 
 
 __all__ = ["Activity", "Autoscaler", "parse_resource"]

@@ -18,11 +18,9 @@ from mmelocal.facts.autoscaling import (
     ALARM_CAUSE_FORMAT,
     DEFAULT_SCALE_IN_COOLDOWN_S,
     DEFAULT_SCALE_OUT_COOLDOWN_S,
-    HIGH_ALARM_DATAPOINTS,
-    HIGH_ALARM_EVALUATION_PERIODS,
-    LOW_ALARM_DATAPOINTS,
-    LOW_ALARM_EVALUATION_PERIODS,
-    LOW_ALARM_THRESHOLD_FACTOR,
+    HIGH_ALARM,
+    LOW_ALARM,
+    TrackingAlarm,
 )
 from mmelocal.facts.cloudwatch import ALARM_STATES, COMPARISON_OPERATORS, TREAT_MISSING_DATA
 
@@ -65,7 +63,7 @@ class TargetTrackingPolicy:
     @property
     def low_threshold(self) -> float:
         """The scale-in alarm's threshold."""
-        return self.target_value * LOW_ALARM_THRESHOLD_FACTOR
+        return self.target_value * LOW_ALARM.threshold_factor
 
 
 @dataclass(frozen=True)
@@ -166,6 +164,19 @@ def _latest(values: Sequence[float | None]) -> float | None:
     return None
 
 
+def _tracking_alarm_state(
+    datapoints: Sequence[float | None], alarm: TrackingAlarm, target_value: float
+) -> str:
+    """The state of target tracking's ``alarm`` for a policy's ``target_value``."""
+    return alarm_state(
+        datapoints,
+        threshold=target_value * alarm.threshold_factor,
+        comparison=alarm.comparison,
+        evaluation_periods=alarm.evaluation_periods,
+        datapoints_to_alarm=alarm.datapoints_to_alarm,
+    )
+
+
 def target_tracking_step(
     now_s: float,
     state: ScalingState,
@@ -209,13 +220,7 @@ def target_tracking_step(
     if latest is None:
         return state, unchanged
     desired = limits.clamp(math.ceil(max(capacity, 1) * latest / policy.target_value))
-    high = alarm_state(
-        metric_per_period,
-        threshold=policy.target_value,
-        comparison="GreaterThanThreshold",
-        evaluation_periods=HIGH_ALARM_EVALUATION_PERIODS,
-        datapoints_to_alarm=HIGH_ALARM_DATAPOINTS,
-    )
+    high = _tracking_alarm_state(metric_per_period, HIGH_ALARM, policy.target_value)
     if high == "ALARM":
         base = capacity
         if _in_cooldown(now_s, state.last_scale_out_s, policy.scale_out_cooldown_s):
@@ -230,13 +235,7 @@ def target_tracking_step(
         return state, unchanged
     if policy.disable_scale_in:
         return state, unchanged
-    low = alarm_state(
-        metric_per_period,
-        threshold=policy.low_threshold,
-        comparison="LessThanThreshold",
-        evaluation_periods=LOW_ALARM_EVALUATION_PERIODS,
-        datapoints_to_alarm=LOW_ALARM_DATAPOINTS,
-    )
+    low = _tracking_alarm_state(metric_per_period, LOW_ALARM, policy.target_value)
     if (
         low == "ALARM"
         and desired < capacity

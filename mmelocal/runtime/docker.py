@@ -34,28 +34,24 @@ from pathlib import Path
 from typing import Any
 
 from mmelocal.errors import ServerStartError, UserInputError
+from mmelocal.runtime import docker_engine
+from mmelocal.runtime.docker_engine import *  # noqa: F403 (re-exported: see __all__)
 from mmelocal.runtime.docker_engine import (
     DEFAULT_IMAGE,
-    DEFAULT_TRITON_IMAGE_TAG,
-    DEFAULT_TRITON_VERSION,
     LABEL_HOST,
     LABEL_OWNER,
     LABEL_PID,
     LABEL_SESSION,
     PULL_POLICIES,
-    DockerEngineError,
-    DockerImageError,
-    cleanup_containers,
     default_session_id,
     docker_client,
     engine_has_nvidia_runtime,
     ensure_image,
     gpu_device_requests,
     reap_orphans_once,
-    sagemaker_triton_image,
 )
 from mmelocal.runtime.launcher import Endpoints, OwnedServerLauncher
-from mmelocal.runtime.readiness import triton_ready, wait_until_ready
+from mmelocal.runtime.readiness import exited_during_start
 from mmelocal.runtime.server_config import ServerConfig
 
 logger = logging.getLogger(__name__)
@@ -209,46 +205,44 @@ class DockerLauncher(OwnedServerLauncher):
         try:
             self._container = client.containers.run(self.image, **kwargs)
         except DockerException as exc:
+            # run = create + start: a start refused (a host port taken) leaves it created
+            with contextlib.suppress(DockerException):
+                client.containers.get(self.name).remove(force=True)
             raise ServerStartError(
-                f"could not start a container from {self.image}: {exc}", log_path=self._log_path
+                f"could not start a container from {self.image}: {exc}{_port_hint(exc)}",
+                log_path=self._log_path,
             ) from exc
         try:
             self._pump = threading.Thread(
                 target=_pump_logs, args=(self._container, self._log_path), daemon=True
             )
             self._pump.start()
-            self._endpoints = endpoints = self._published_endpoints()
-            self.ready_after_s = wait_until_ready(
-                lambda: triton_ready(endpoints),
-                timeout_s=self.start_timeout_s,
-                url=self._endpoints.http_url,
-                log_path=self._log_path,
-                is_alive=self._alive_during_start,
-                interval_s=0.1,
-            )
+            self._endpoints = self._published_endpoints(t0)
+            self._await_ready(t0, is_alive=self._alive_during_start, interval_s=0.1)
         except BaseException:
             self.stop()
             raise
-        self.start_total_s = time.monotonic() - t0
-        self.start_overhead_s = self.start_total_s - self.ready_after_s
-        logger.info(
-            "container %s (%s) ready in %.2fs at %s (log %s)",
-            self.name,
-            self.image,
-            self.ready_after_s,
-            self._endpoints.http_url,
-            self._log_path,
-        )
 
-    def _published_endpoints(self) -> Endpoints:
+    def _server_name(self) -> str:
+        return f"container {self.name} ({self.image})"
+
+    def _published_endpoints(self, started_at: float) -> Endpoints:
+        """The host ports the engine chose, read back from the running container."""
         self._container.reload()
         published = self._container.attrs["NetworkSettings"]["Ports"] or {}
 
         def url(key: str, scheme: str = "http://") -> str:
             bindings = published.get(f"{CONTAINER_PORTS[key]}/tcp") or []
-            if not bindings:
-                raise ServerStartError(f"Docker published no host port for Triton's {key} port")
-            return f"{scheme}127.0.0.1:{bindings[0]['HostPort']}"
+            if bindings:
+                return f"{scheme}127.0.0.1:{bindings[0]['HostPort']}"
+            if not self._alive_during_start():  # gone already: its ports went with it
+                raise exited_during_start(
+                    url=f"container {self.name}",
+                    log_path=self._log_path,
+                    waited_s=time.monotonic() - started_at,
+                    exit_code=self._container.attrs.get("State", {}).get("ExitCode"),
+                )
+            raise ServerStartError(f"Docker published no host port for Triton's {key} port")
 
         return Endpoints(
             http_url=url("http"),
@@ -327,6 +321,17 @@ class DockerLauncher(OwnedServerLauncher):
         return f"DockerLauncher({self.image}, {state}, {url})"
 
 
+def _port_hint(exc: Exception) -> str:
+    """What to do when the engine could not publish a host port the config fixed."""
+    text = str(exc)
+    if "port is already allocated" in text or "address already in use" in text:
+        return (
+            " (a host port the config fixed is taken: choose another, or 0 to let the "
+            "engine pick a free one)"
+        )
+    return ""
+
+
 def _pump_logs(container: Any, path: Path) -> None:
     """Append the container's output to ``path`` until it stops."""
     try:
@@ -338,27 +343,12 @@ def _pump_logs(container: Any, path: Path) -> None:
         logger.debug("log stream of %s ended: %s", getattr(container, "name", "?"), exc)
 
 
+# the engine's names (image, labels, clean-up, GPUs) stay importable from here too
 __all__ = [
     "CONTAINER_MODEL_REPOSITORY",
     "CONTAINER_PORTS",
-    "DEFAULT_IMAGE",
     "DEFAULT_SHM_SIZE_BYTES",
-    "DEFAULT_TRITON_IMAGE_TAG",
-    "DEFAULT_TRITON_VERSION",
-    "LABEL_HOST",
-    "LABEL_OWNER",
-    "LABEL_PID",
-    "LABEL_SESSION",
-    "PULL_POLICIES",
-    "DockerEngineError",
-    "DockerImageError",
     "DockerLauncher",
-    "cleanup_containers",
     "container_server_config",
-    "default_session_id",
-    "docker_client",
-    "engine_has_nvidia_runtime",
-    "ensure_image",
-    "gpu_device_requests",
-    "sagemaker_triton_image",
 ]
+__all__ += docker_engine.__all__

@@ -9,13 +9,17 @@ the emulator and the pytest fixtures never care which one they got.
 
 from __future__ import annotations
 
+import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from mmelocal.errors import ServerStartError, UserInputError
 from mmelocal.runtime.lifecycle import StartStopContext
+from mmelocal.runtime.readiness import triton_ready, wait_until_ready
 from mmelocal.runtime.server_config import ServerConfig
 
 
@@ -126,11 +130,14 @@ class OwnedServerLauncher(LauncherContext):
     start timings: ``ready_after_s`` (seconds from spawn until the server answered ready),
     ``start_total_s`` (seconds ``start()`` took in all) and ``start_overhead_s`` (the part
     that was the launcher's own work). Subclasses call :meth:`_init_server_state` and
-    provide ``config`` (a :class:`ServerConfig`).
+    provide ``config`` (a :class:`ServerConfig`) and ``start_timeout_s``, and wait with
+    :meth:`_await_ready`.
     """
 
     #: the error ``endpoints`` raises before ``start()``
     _not_started_message = "the server has not been started: call start() first"
+    #: seconds a start may wait for the server to answer ready
+    start_timeout_s: float
 
     def _init_server_state(self, log_path: Path | str | None) -> None:
         self._log_path = Path(log_path) if log_path is not None else None
@@ -140,6 +147,43 @@ class OwnedServerLauncher(LauncherContext):
         #: seconds start() took in all, and the part that was the launcher's own work
         self.start_total_s: float | None = None
         self.start_overhead_s: float | None = None
+
+    def _await_ready(
+        self,
+        started_at: float,
+        *,
+        check: Callable[[], bool] | None = None,
+        **wait: Any,
+    ) -> None:
+        """Wait until the server at :attr:`endpoints` answers ready (``check``, default
+        :func:`~mmelocal.runtime.readiness.triton_ready`; ``wait``: more options of
+        :func:`~mmelocal.runtime.readiness.wait_until_ready`), stop it when the wait fails,
+        else record the start timings (``started_at``: when ``start()`` began) and log it."""
+        endpoints = self.endpoints
+        try:
+            self.ready_after_s = wait_until_ready(
+                check or (lambda: triton_ready(endpoints)),
+                timeout_s=self.start_timeout_s,
+                url=endpoints.http_url,
+                log_path=self._log_path,
+                **wait,
+            )
+        except BaseException:
+            self.stop()
+            raise
+        self.start_total_s = time.monotonic() - started_at
+        self.start_overhead_s = self.start_total_s - self.ready_after_s
+        logging.getLogger(type(self).__module__).info(  # the launcher's own logger
+            "%s ready in %.2fs at %s (log %s)",
+            self._server_name(),
+            self.ready_after_s,
+            endpoints.http_url,
+            self._log_path,
+        )
+
+    def _server_name(self) -> str:
+        """What the "ready" log line calls the server."""
+        return "Triton"
 
     @property
     def endpoints(self) -> Endpoints:

@@ -25,6 +25,7 @@ import dataclasses
 import functools
 import logging
 import os
+import re
 import shutil
 import signal
 import socket
@@ -33,6 +34,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +50,7 @@ from mmelocal.runtime.install import (
     server_environment,
 )
 from mmelocal.runtime.launcher import Endpoints, OwnedServerLauncher
-from mmelocal.runtime.readiness import triton_ready, wait_until_ready
+from mmelocal.runtime.readiness import triton_ready
 from mmelocal.runtime.server_config import ServerConfig
 
 logger = logging.getLogger(__name__)
@@ -69,12 +71,95 @@ def _endpoints_of(config: ServerConfig, bridge_dir: Path | None) -> Endpoints:
 
 def _opened_port_names(config: ServerConfig) -> list[str]:
     """The config's fields naming the ports tritonserver opens (the bridge's ports)."""
-    names = ["http_port", "sagemaker_port"]
+    names = ["http_port", "sagemaker_port"] if config.sagemaker else ["http_port"]
     if config.serves_grpc:
         names.append("grpc_port")
     if config.serves_metrics:
         names.append("metrics_port")
     return names
+
+
+def _opened_ports(config: ServerConfig) -> dict[str, int]:
+    """The ports tritonserver opens, by config field."""
+    return {name: getattr(config, name) for name in _opened_port_names(config)}
+
+
+#: how many times :meth:`LocalLauncher.start` starts tritonserver when another process
+#: takes one of its free ports between their choice and tritonserver's bind
+PORT_TRIES = 4
+
+#: tritonserver's line for a port it cannot bind (src/main.cc, Triton 2.x): HTTP, GRPC and
+#: Sagemaker make it exit; Metrics only logs it, and the server runs on without metrics
+_PORT_IN_USE = re.compile(
+    r"failed to start (?P<service>\w+) service: .*?Socket '(?P<address>[^']*?):(?P<port>\d+)' "
+    r"already in use"
+)
+
+
+class _PortWatch:
+    """Reads the part of the log one tritonserver start writes (from ``offset``) for
+    :data:`_PORT_IN_USE`: :meth:`taken` is ``(config field or None, "host:port")`` once
+    tritonserver has said that a port of ``config`` is held by another process."""
+
+    def __init__(self, log_path: Path, offset: int, config: ServerConfig) -> None:
+        self._path = log_path
+        self._offset = offset
+        self._ports = {port: name for name, port in _opened_ports(config).items()}
+        self._pending = ""
+        self._found: tuple[str | None, str] | None = None
+
+    def none_taken(self) -> bool:
+        """No port taken so far (the start goes on)."""
+        return self.taken() is None
+
+    def taken(self) -> tuple[str | None, str] | None:
+        if self._found is None:
+            try:
+                with open(self._path, "rb") as log:
+                    log.seek(self._offset)
+                    data = log.read()
+            except OSError:
+                return None
+            self._offset += len(data)
+            text = self._pending + data.decode("utf-8", errors="replace")
+            self._pending = text[text.rfind("\n") + 1 :]  # a line not finished yet
+            match = _PORT_IN_USE.search(text[: len(text) - len(self._pending)])
+            if match is not None:
+                port = int(match["port"])
+                self._found = (self._ports.get(port), f"{match['address']}:{port}")
+        return self._found
+
+
+def _listens_on(pid: int, ports: Mapping[str, int]) -> bool:
+    """Whether process ``pid`` listens on every port of ``ports`` (True when the system
+    does not say). tritonserver answers ready before it opens its metrics port, and goes
+    on without it when another process holds that port: only the listening sockets tell."""
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        connections = proc.net_connections("tcp")
+    except psutil.Error:
+        return True
+    listening = {c.laddr.port for c in connections if c.status == psutil.CONN_LISTEN}
+    return set(ports.values()) <= listening
+
+
+def _port_taken_message(address: str, port_name: str | None, *, fixed: bool, tries: int) -> str:
+    what = f"its {port_name.removesuffix('_port')} port" if port_name else "a port of its"
+    if fixed:
+        return (
+            f"tritonserver cannot listen on {address} ({what}, as the config asks): another "
+            f"process uses it. Stop that process, or choose another {port_name or 'port'} "
+            "(0: a free one)"
+        )
+    return (
+        f"tritonserver cannot listen on {address} ({what}): another process took a free "
+        f"port tritonserver was given before it could bind it ({tries} tries, each on new "
+        "ports). Something on this machine takes new ports as fast as they free up: start "
+        "again, or give tritonserver ports you know are free (ServerConfig's http_port, "
+        "grpc_port, metrics_port, sagemaker_port)"
+    )
 
 
 class LocalLauncher(OwnedServerLauncher):
@@ -136,13 +221,62 @@ class LocalLauncher(OwnedServerLauncher):
         return self._server_pid
 
     def start(self) -> None:
-        """Assemble the backend folder, spawn tritonserver and wait until it is ready."""
+        """Assemble the backend folder, spawn tritonserver and wait until it is ready.
+
+        Without the namespace bridge tritonserver binds its ports itself, from numbers
+        chosen free just before: another process can take one in between. Then
+        tritonserver says so in its log and (except for metrics) exits; the start is tried
+        again on other free ports, up to :data:`PORT_TRIES` times. A port the config
+        fixed is not changed: its error says to choose another."""
         if self._process is not None and self._process.poll() is None:
             return
         t0 = time.monotonic()
         install = find_tritonserver(self._tritonserver)
         _warn_if_small_shm(self._requested.python_shm_default_bytes)
         backends = self._requested.backend_directory or prepare_backend_directory(install)
+        for attempt in range(1, PORT_TRIES + 1):
+            watch = self._spawn(install, backends)
+            try:
+                self._await_ready(
+                    t0, check=self._ready, process=self._process, is_alive=watch.none_taken
+                )
+                return
+            except ServerStartError as exc:
+                taken = watch.taken()
+                if taken is None:
+                    raise
+                port_name, address = taken
+                fixed = port_name is not None and getattr(self._requested, port_name) != 0
+                if fixed or attempt == PORT_TRIES:
+                    raise ServerStartError(
+                        _port_taken_message(address, port_name, fixed=fixed, tries=attempt),
+                        url=exc.url,
+                        log_path=self._log_path,
+                    ) from None
+                logger.info(
+                    "another process took %s (tritonserver's %s) between its choice and "
+                    "tritonserver's start; starting again on other free ports (try %d of %d)",
+                    address,
+                    port_name or "port",
+                    attempt + 1,
+                    PORT_TRIES,
+                )
+
+    def _server_name(self) -> str:
+        return f"tritonserver pid {self.pid()}"
+
+    def _ready(self) -> bool:
+        """Triton answers ready, and (without the bridge, which holds the ports itself)
+        listens on every port it was given."""
+        if not triton_ready(self.endpoints):
+            return False
+        if self.isolated or self._process is None:
+            return True
+        return _listens_on(self._process.pid, _opened_ports(self.config))
+
+    def _spawn(self, install: TritonInstall, backends: Path | None) -> _PortWatch:
+        """Resolve the ports and start tritonserver (not waiting for it); a watch on the
+        part of the log it writes, for a port another process holds."""
         requested = self._bind_bridge_ports(self._requested)
         try:  # from the bind to the spawn: the launcher's copies close whatever happens
             config = dataclasses.replace(
@@ -160,10 +294,11 @@ class LocalLauncher(OwnedServerLauncher):
                 )
             self._log_path.parent.mkdir(parents=True, exist_ok=True)
             argv = self._argv(install, config)
-            self._endpoints = endpoints = _endpoints_of(config, self._bridge_dir)
+            self._endpoints = _endpoints_of(config, self._bridge_dir)
             logger.debug("starting %s", " ".join(argv))
             try:
                 with open(self._log_path, "ab") as log:
+                    watch = _PortWatch(self._log_path, log.tell(), config)
                     self._process = subprocess.Popen(
                         argv,
                         stdin=subprocess.DEVNULL,
@@ -186,26 +321,7 @@ class LocalLauncher(OwnedServerLauncher):
         finally:
             self._close_bridge_sockets()
         _reap_group_on_exit(self._process)
-        try:
-            self.ready_after_s = wait_until_ready(
-                lambda: triton_ready(endpoints),
-                timeout_s=self.start_timeout_s,
-                url=self._endpoints.http_url,
-                log_path=self._log_path,
-                process=self._process,
-            )
-        except BaseException:
-            self.stop()
-            raise
-        self.start_total_s = time.monotonic() - t0
-        self.start_overhead_s = self.start_total_s - self.ready_after_s
-        logger.info(
-            "tritonserver pid %s ready in %.2fs at %s (log %s)",
-            self.pid(),
-            self.ready_after_s,
-            self._endpoints.http_url,
-            self._log_path,
-        )
+        return watch
 
     def _bind_bridge_ports(self, config: ServerConfig) -> ServerConfig:
         """Behind the bridge, bind the ports Triton opens here and now (port 0: the

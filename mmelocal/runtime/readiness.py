@@ -113,17 +113,13 @@ def wait_until_ready(
     start = time.monotonic()
     deadline = start + timeout_s
     last_error: BaseException | None = None
+
     while True:
         exit_code = process.poll() if process is not None else None
         gone = exit_code is not None or (is_alive is not None and not is_alive())
         if gone:
-            waited = time.monotonic() - start
-            detail = f" with code {exit_code}" if exit_code is not None else ""
-            raise ServerStartError(
-                f"Triton exited{detail} during start-up after {waited:.1f}s "
-                f"(waiting for {url}){_tail_text(log_path)}",
-                url=url,
-                log_path=log_path,
+            raise exited_during_start(
+                url=url, log_path=log_path, waited_s=time.monotonic() - start, exit_code=exit_code
             )
         try:
             if check():
@@ -132,16 +128,69 @@ def wait_until_ready(
         except Exception as exc:
             last_error = exc
         if time.monotonic() >= deadline:
-            waited = time.monotonic() - start
             reason = f"; last error: {last_error}" if last_error is not None else ""
-            raise ServerStartError(
-                f"Triton was not ready at {url} after {waited:.1f}s (timeout {timeout_s:g}s)"
-                f"{reason}; raise the timeout or read the log{_tail_text(log_path)}",
+            raise _start_failure(
+                f"Triton was not ready at {url} after {time.monotonic() - start:.1f}s "
+                f"(timeout {timeout_s:g}s){reason}; raise the timeout or read the log",
                 url=url,
                 log_path=log_path,
             )
         time.sleep(interval_s)
         interval_s = min(max_interval_s, interval_s * 1.3)
+
+
+#: the line mmelocal's servers log once they listen ("MME emulator listening on
+#: http://127.0.0.1:8080", "local AWS listening on http://127.0.0.1:4566 (data ...)"); a
+#: log handler may wrap it between words
+LISTENING = re.compile(r"listening\s+on\s+(https?://[^\s()]+)")
+
+
+def wait_for_logged_url(
+    log_path: Path | str,
+    *,
+    process: _Process,
+    timeout_s: float,
+    pattern: re.Pattern[str] = LISTENING,
+) -> str:
+    """The URL a server in a child process logs once it listens: started on port 0, the
+    port it bound (nobody can take it between a choice and the bind, as with a port
+    picked free beforehand). ``log_path`` gets the child's log (its stderr);
+    ``pattern``'s first group is the URL. Fails like :func:`wait_until_ready` when the
+    child exits or ``timeout_s`` passes first."""
+    found: list[str] = []
+
+    def logged() -> bool:
+        match = pattern.search(log_tail(log_path, lines=10_000))
+        if match is not None:
+            found.append(match[1])
+        return match is not None
+
+    wait_until_ready(  # polled often: start-up timings may count from the spawn
+        logged,
+        timeout_s=timeout_s,
+        url=str(log_path),
+        log_path=log_path,
+        process=process,
+        max_interval_s=0.02,
+    )
+    return found[-1]
+
+
+def exited_during_start(
+    *, url: str, log_path: Path | str | None, waited_s: float, exit_code: int | None = None
+) -> ServerStartError:
+    """The error for a server that exited before it was ready (with the log's excerpt)."""
+    detail = f" with code {exit_code}" if exit_code is not None else ""
+    return _start_failure(
+        f"Triton exited{detail} during start-up after {waited_s:.1f}s (waiting for {url})",
+        url=url,
+        log_path=log_path,
+    )
+
+
+def _start_failure(message: str, *, url: str, log_path: Path | str | None) -> ServerStartError:
+    """The start-up failure ``message``, followed by the tail of Triton's log."""
+    return ServerStartError(f"{message}{_tail_text(log_path)}", url=url, log_path=log_path)
 
 
 _NOTABLE = re.compile(r"^E\d{4} |unrecognized option|error:|failed to|Usage: ", re.IGNORECASE)
@@ -173,10 +222,13 @@ def _tail_text(log_path: Path | str | None) -> str:
 
 
 __all__ = [
+    "LISTENING",
+    "exited_during_start",
     "http_ok",
     "log_excerpt",
     "log_tail",
     "triton_ready",
     "wait_for_listener",
+    "wait_for_logged_url",
     "wait_until_ready",
 ]

@@ -3,7 +3,9 @@
 Nothing here is assembled by string concatenation from user text: every option is a
 field with a type and a check, and :meth:`ServerConfig.to_args` renders the flags
 Triton 2.x understands. Ports set to ``0`` are chosen free by :meth:`ServerConfig.resolved`
-just before start (so two servers on one machine never collide).
+just before start (so two servers on one machine never collide). tritonserver binds them
+later: the local launcher starts again on new ports when another process took one in
+between (:meth:`mmelocal.runtime.local.LocalLauncher.start`).
 
 With ``sagemaker=True`` (MME mode) the flags are SageMaker's: those its image's entrypoint
 builds from ``sagemaker_env`` (:func:`mmelocal.runtime.entrypoint.entrypoint_args`), the

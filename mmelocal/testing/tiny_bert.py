@@ -9,18 +9,17 @@ from __future__ import annotations
 
 import string
 from pathlib import Path
+from typing import Any
 
 VOCAB_SIZE = 1000
 
 
-def save_tiny_bert(folder: Path, *, tokenizer: bool = True, seed: int = 0) -> Path:
-    """Save the model (and, with ``tokenizer``, its WordPiece tokenizer) in ``folder``."""
-    import torch
-    from transformers import BertConfig, BertModel, BertTokenizer
+def tiny_bert_config() -> Any:
+    """The tiny BERT's ``transformers.BertConfig`` (the one architecture every tiny BERT of
+    the tests and benchmarks has)."""
+    from transformers import BertConfig
 
-    folder.mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(seed)
-    config = BertConfig(
+    return BertConfig(
         vocab_size=VOCAB_SIZE,
         hidden_size=32,
         num_hidden_layers=2,
@@ -28,7 +27,16 @@ def save_tiny_bert(folder: Path, *, tokenizer: bool = True, seed: int = 0) -> Pa
         intermediate_size=64,
         max_position_embeddings=256,
     )
-    BertModel(config).eval().save_pretrained(folder)
+
+
+def save_tiny_bert(folder: Path, *, tokenizer: bool = True, seed: int = 0) -> Path:
+    """Save the model (and, with ``tokenizer``, its WordPiece tokenizer) in ``folder``."""
+    import torch
+    from transformers import BertModel, BertTokenizer
+
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    BertModel(tiny_bert_config()).eval().save_pretrained(folder)
     if tokenizer:
         words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
         words += list(string.ascii_lowercase + string.digits + string.punctuation)
@@ -41,4 +49,4 @@ def save_tiny_bert(folder: Path, *, tokenizer: bool = True, seed: int = 0) -> Pa
     return folder
 
 
-__all__ = ["VOCAB_SIZE", "save_tiny_bert"]
+__all__ = ["VOCAB_SIZE", "save_tiny_bert", "tiny_bert_config"]

@@ -226,3 +226,19 @@ def test_old_module_paths_name_the_moved_modules() -> None:
     assert old_session is session
     assert old_sizing is sizing
     assert measure_capacity is loop_measure
+
+
+def test_every_result_kind_names_a_frozen_keyword_only_bench_result() -> None:
+    """``RESULT_TYPES`` and the classes agree on ``kind``; each class, given its kind once
+    through :class:`BenchResult`, is a frozen dataclass that takes keywords only."""
+    import dataclasses
+    import importlib
+
+    from mmelocal.bench.results import RESULT_TYPES, BenchResult
+
+    for kind, (module, name) in RESULT_TYPES.items():
+        cls = getattr(importlib.import_module(module), name)
+        assert issubclass(cls, BenchResult) and cls.kind == kind
+        params = cls.__dataclass_params__
+        assert params.frozen and all(f.kw_only for f in dataclasses.fields(cls))
+        assert "kind" not in {f.name for f in dataclasses.fields(cls)}

@@ -1,8 +1,9 @@
 """``capacity estimate``: each part against its own independent computation.
 
-Models are built with random weights (torchvision ``weights=None``, a tiny ``BertConfig``);
-nothing runs on a device. The activation peak is checked against a hand computation on a
-small MLP (peak of live tensors, not their sum), in PyTorch and in an ONNX graph.
+Models are built with random weights (torchvision ``weights=None``, the tiny BERT's config
+from ``mmelocal.testing.tiny_bert``); nothing runs on a device. The activation peak is
+checked against a hand computation on a small MLP (peak of live tensors, not their sum), in
+PyTorch and in an ONNX graph.
 """
 
 from __future__ import annotations
@@ -61,26 +62,18 @@ def test_in_place_ops_add_nothing_and_precision_scales_floats() -> None:
     assert half.peak_bytes == trace.peak_bytes // 2
 
 
-def _tiny_bert_config(transformers: Any) -> Any:
-    """A two-layer BERT with hidden size 32 (random weights when built)."""
-    return transformers.BertConfig(
-        vocab_size=99,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=37,
-        max_position_embeddings=64,
-    )
-
-
 def test_weights_of_a_tiny_bert_with_random_weights() -> None:
     transformers = pytest.importorskip("transformers")
-    config = _tiny_bert_config(transformers)
+    from mmelocal.testing.tiny_bert import tiny_bert_config
+
+    config = tiny_bert_config()
     model = transformers.BertModel(config).eval()
     params = sum(p.numel() for p in model.parameters())
     buffers = sum(b.numel() * b.element_size() for b in model.buffers())
     # the same count from the config, by hand: embeddings, 2 layers, pooler
-    h, i, v, p = 32, 37, 99, 64
+    assert (config.num_hidden_layers, config.type_vocab_size) == (2, 2)
+    h, i = config.hidden_size, config.intermediate_size
+    v, p = config.vocab_size, config.max_position_embeddings
     layer = 4 * (h * h + h) + 2 * 2 * h + (h * i + i) + (i * h + h)
     expected = (v + p + 2) * h + 2 * h + 2 * layer + (h * h + h)
     assert params == expected
@@ -430,8 +423,9 @@ def test_runtime_once_is_the_published_first_copy_excess() -> None:
 def test_a_hugging_face_folder_needs_only_its_config(tmp_path: Path) -> None:
     transformers = pytest.importorskip("transformers")
     from mmelocal.bench.estimate.model import estimate_model
+    from mmelocal.testing.tiny_bert import tiny_bert_config
 
-    config = _tiny_bert_config(transformers)
+    config = tiny_bert_config()
     config.save_pretrained(tmp_path)  # config.json only: no weights in the folder
     estimate = estimate_model(tmp_path, seq_len=16, instance_types=["ml.g4dn.xlarge"])
     expected = sum(p.numel() for p in transformers.BertModel(config).parameters())

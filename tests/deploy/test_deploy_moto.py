@@ -11,6 +11,7 @@ from typing import Any
 import boto3
 import pytest
 from deploy_helpers import INSTANCE_TYPE, REGION, ROLE, write_reference_tarball
+from shared_helpers import wait_gone
 
 from mmelocal.aws.session import connect
 from mmelocal.cli.main import main
@@ -348,9 +349,7 @@ def test_undeploy_removes_what_it_created_and_nothing_else(
     assert sum(d.startswith("endpoint config ") for d in deleted) == 2
     assert sum(d.startswith("model ") for d in deleted) == 1
     assert "scaling policy mmelocal-gpu-utilization" in deleted
-    sm.get_waiter("endpoint_deleted").wait(
-        EndpointName=endpoint_name, WaiterConfig={"Delay": 0.2, "MaxAttempts": 600}
-    )  # as the service does: Deleting while its instances stop, then gone
+    wait_gone(sm, endpoint_name)  # as the service does: Deleting while its instances stop
     assert models_named(endpoint_name) == configs_named(endpoint_name) == [mine_too]
     assert sm.describe_endpoint(EndpointName=f"other-{endpoint_name}")["EndpointStatus"]
     aas = boto3.client("application-autoscaling")

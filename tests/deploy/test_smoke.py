@@ -11,9 +11,9 @@ import json
 from pathlib import Path
 
 import boto3
-import psutil
 import pytest
 from deploy_helpers import INSTANCE_TYPE, ROLE
+from shared_helpers import tritonservers, wait_gone
 
 from mmelocal.aws.session import connect
 from mmelocal.cli.main import main
@@ -23,14 +23,6 @@ from mmelocal.deploy.smoke import SmokeCase, run_smoke, smoke_case
 from mmelocal.testing.emulator_fixtures import MmeEndpoint
 
 pytestmark = pytest.mark.triton
-
-
-def tritonservers() -> list[psutil.Process]:
-    """The running tritonserver processes this test process started."""
-    return [
-        p for p in psutil.Process().children(recursive=True)
-        if p.name().startswith("tritonserver") and p.status() != "zombie"
-    ]  # fmt: skip
 
 
 def test_smoke_checks_answers_on_the_emulator_and_on_a_deployment(
@@ -78,8 +70,6 @@ def test_smoke_checks_answers_on_the_emulator_and_on_a_deployment(
     assert deployed  # the endpoint's own Triton answered
 
     assert main(["undeploy", endpoint_name, "--delete-artifacts"]) == 0
-    boto3.client("sagemaker").get_waiter("endpoint_deleted").wait(
-        EndpointName=endpoint_name, WaiterConfig={"Delay": 0.2, "MaxAttempts": 600}
-    )
+    wait_gone(boto3.client("sagemaker"), endpoint_name)
     assert not deployed & {p.pid for p in tritonservers()}
     assert boto3.client("s3").list_objects_v2(Bucket=bucket).get("KeyCount") == 0

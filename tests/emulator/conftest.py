@@ -1,2 +1,2 @@
-"""Fixtures for the emulator tests (mme_endpoint itself comes from the mmelocal pytest plugin;
-moto_s3 from tests/conftest.py)."""
+"""Fixtures for the emulator tests (mme_endpoint and local_aws_env, whose S3 the S3 store
+tests use, come from the mmelocal pytest plugin)."""

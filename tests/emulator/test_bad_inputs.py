@@ -397,6 +397,29 @@ def test_expect_100_continue_with_an_oversize_length_gets_413_at_once(setup: Set
     assert answer.startswith(b"HTTP/1.1 200 ")
 
 
+def test_curl_style_expect_continue_and_chunked_body(setup: Setup) -> None:
+    """What curl sends for a body of unknown length: Expect 100-continue and a chunked body."""
+    import http.client
+
+    x, body = payload(rows=1)
+    host, port = setup.url.split("://")[1].split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    conn.putrequest("POST", "/endpoints/ep/invocations")
+    conn.putheader("Content-Type", "application/json")
+    conn.putheader("X-Amzn-SageMaker-Target-Model", GOOD)
+    conn.putheader("Expect", "100-continue")
+    conn.putheader("Transfer-Encoding", "chunked")
+    conn.endheaders()
+    half = len(body) // 2
+    for chunk in (body[:half], body[half:]):
+        conn.send(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+    conn.send(b"0\r\n\r\n")
+    response = conn.getresponse()
+    assert response.status == 200
+    assert (output_of(response.read()) == expected(x, 3.0)).all()
+    conn.close()
+
+
 def test_complete_requests_before_a_malformed_one_are_answered_first(setup: Setup) -> None:
     """RFC 9112: the requests received before the broken one get their answers, in order."""
     with connect(setup) as sock:

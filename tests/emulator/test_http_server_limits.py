@@ -12,6 +12,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from shared_helpers import wait_for_async
 
 from mmelocal.emulator import answers, http_server
 from mmelocal.emulator.answers import Answer
@@ -87,12 +88,9 @@ def connect(max_payload_bytes: int | None = None) -> tuple[Front, Transport, Any
 
 
 async def until(condition: Any) -> None:
-    """Let the loop run until ``condition()`` holds (bounded)."""
-    for _ in range(10_000):
-        if condition():
-            return
-        await asyncio.sleep(0)
-    raise AssertionError("condition never held")
+    """Let the loop run until ``condition()`` holds (bounded: the fake transport needs a few
+    loop turns, not seconds)."""
+    await wait_for_async(condition, timeout_s=10.0, interval_s=0.0, what="the server's writes")
 
 
 def test_a_body_over_the_limit_is_answered_413_and_nothing_after_it_runs(

@@ -16,43 +16,60 @@ from mmelocal.testing.tiny_model import MODEL_PY, expected, write_model, write_t
 
 pytestmark = pytest.mark.triton
 
-SLOW_PY = MODEL_PY.replace(
-    "    def execute(self, requests):\n",
-    "    def execute(self, requests):\n        import time\n\n        time.sleep(20)\n",
-)
+#: the model takes 20 s per execution, unless the test releases it sooner (a file appears):
+#: Triton's stop waits for executions in flight
+SLOW_EXECUTE = """    def execute(self, requests):
+        import os
+        import time
+
+        until = time.monotonic() + 20
+        while time.monotonic() < until and not os.path.exists({release!r}):
+            time.sleep(0.05)
+"""
+
+
+def slow_py(release: Path) -> str:
+    """The tiny model, 20 s per execution or until ``release`` exists."""
+    return MODEL_PY.replace(
+        "    def execute(self, requests):\n", SLOW_EXECUTE.format(release=str(release))
+    )
 
 
 def test_an_answer_later_than_the_limit_is_a_model_error(tmp_path: Path) -> None:
     store = tmp_path / "store"
     store.mkdir()
     model = write_model(tmp_path / "work", name="slow", scale=2.0)
-    (model / "1" / "model.py").write_text(SLOW_PY)
+    release = tmp_path / "release"
+    (model / "1" / "model.py").write_text(slow_py(release))
     with tarfile.open(store / "slow.tar.gz", "w:gz") as tar:
         tar.add(model, arcname="slow")
     write_tarball(store / "fast.tar.gz", scale=3.0)
     config = EmulatorConfig(store=str(store), cache_dir=tmp_path / "cache", invoke_timeout_s=2.0)
     with EmulatorServer(config) as server:
-        mme = MmeEndpoint(url=server.url, store=store, server=server)
-        client = mme.client()
-        x, body = payload(rows=1)
-        mme.invoke("fast.tar.gz", body)  # Triton up and answering
-        with pytest.raises(client.exceptions.ModelError) as info:
-            client.invoke_endpoint(
-                EndpointName="local",
-                TargetModel="slow.tar.gz",
-                ContentType="application/json",
-                Body=body,
-            )
-        t0 = time.monotonic()
-        with pytest.raises(client.exceptions.ModelError) as warm:
-            client.invoke_endpoint(
-                EndpointName="local",
-                TargetModel="slow.tar.gz",
-                ContentType="application/json",
-                Body=body,
-            )
-        assert time.monotonic() - t0 < 15  # the limit, not the model's 20 s
-        for error in (info.value, warm.value):
-            assert error.response["OriginalStatusCode"] == 504
-            assert "did not answer within 2s" in error.response["OriginalMessage"]
-        assert (output_of(mme.invoke("fast.tar.gz", body)) == expected(x, 3.0)).all()
+        try:
+            mme = MmeEndpoint(url=server.url, store=store, server=server)
+            client = mme.client()
+            x, body = payload(rows=1)
+            mme.invoke("fast.tar.gz", body)  # Triton up and answering
+            with pytest.raises(client.exceptions.ModelError) as info:
+                client.invoke_endpoint(
+                    EndpointName="local",
+                    TargetModel="slow.tar.gz",
+                    ContentType="application/json",
+                    Body=body,
+                )
+            t0 = time.monotonic()
+            with pytest.raises(client.exceptions.ModelError) as warm:
+                client.invoke_endpoint(
+                    EndpointName="local",
+                    TargetModel="slow.tar.gz",
+                    ContentType="application/json",
+                    Body=body,
+                )
+            assert time.monotonic() - t0 < 15  # the limit, not the model's 20 s
+            for error in (info.value, warm.value):
+                assert error.response["OriginalStatusCode"] == 504
+                assert "did not answer within 2s" in error.response["OriginalMessage"]
+            assert (output_of(mme.invoke("fast.tar.gz", body)) == expected(x, 3.0)).all()
+        finally:
+            release.touch()  # the executions in flight end: the stop need not wait 20 s

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 from emulator_helpers import payload
+from shared_helpers import wait_for_async
 
 from mmelocal.emulator.emulator import EmulatorConfig
 from mmelocal.emulator.instance import InstanceUnavailableError
@@ -75,11 +75,14 @@ def test_hot_model_gets_a_second_instance() -> None:
         a, b = FakeInstance(0, free_bytes=100), FakeInstance(1, free_bytes=500)
         a.models["hot"] = _Entry()
         r = router(a, b, hot_rps_threshold=50, rate_window_s=0.05)
-        deadline = time.monotonic() + 30  # generous: a busy CI box may be slow
-        while not b.acquired and time.monotonic() < deadline:
+
+        def burst() -> list[str]:
             for _ in range(10):  # bursts: well over 50 requests/s even on a slow loop
                 r.pick("hot")
-            await asyncio.sleep(0.001)  # lets the replication task run
+            return b.acquired
+
+        # between bursts the loop runs the replication task
+        await wait_for_async(burst, timeout_s=30, interval_s=0.001, what="a second instance")
         return a, b
 
     _, b = asyncio.run(run())

@@ -1,8 +1,10 @@
-"""The emulator on an S3 store (moto's S3-compatible server on loopback)."""
+"""The emulator on an S3 store (the session's local AWS: moto's S3 on loopback)."""
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
@@ -14,19 +16,25 @@ from mmelocal.emulator.server import EmulatorServer
 from mmelocal.testing.endpoint import MmeEndpoint
 from mmelocal.testing.tiny_model import expected, write_tarball
 
+if TYPE_CHECKING:
+    from mmelocal.localaws import LocalAws
+
 pytestmark = pytest.mark.triton
 
 
-def test_s3_store_with_nested_keys(moto_s3: str, tmp_path: Path) -> None:
+def test_s3_store_with_nested_keys(local_aws_env: LocalAws, tmp_path: Path) -> None:
     import boto3
 
-    s3 = boto3.client("s3", endpoint_url=moto_s3, region_name="us-east-1")
-    s3.create_bucket(Bucket="mme")
+    bucket = f"mme-{uuid.uuid4().hex[:8]}"  # the session's local AWS is shared
+    s3 = boto3.client("s3", endpoint_url=local_aws_env.url, region_name="us-east-1")
+    s3.create_bucket(Bucket=bucket)
     for key, scale in (("models/model-a.tar.gz", 2.0), ("models/team/model-b.tar.gz", 4.0)):
         tarball = write_tarball(tmp_path / Path(key).name, scale=scale)
-        s3.upload_file(str(tarball), "mme", key)
+        s3.upload_file(str(tarball), bucket, key)
     config = EmulatorConfig(
-        store="s3://mme/models", s3_endpoint_url=moto_s3, cache_dir=tmp_path / "cache"
+        store=f"s3://{bucket}/models",
+        s3_endpoint_url=local_aws_env.url,
+        cache_dir=tmp_path / "cache",
     )
     with EmulatorServer(config) as server:
         mme = MmeEndpoint(url=server.url, store=tmp_path, server=server)
@@ -40,6 +48,8 @@ def test_s3_store_with_nested_keys(moto_s3: str, tmp_path: Path) -> None:
         with pytest.raises(ClientError) as info:
             mme.invoke("team/missing.tar.gz", body)
         assert info.value.response["Error"]["Code"] == "ValidationError"
-        assert "s3://mme/models/team/missing.tar.gz" in info.value.response["Error"]["Message"]
+        assert (
+            f"s3://{bucket}/models/team/missing.tar.gz" in info.value.response["Error"]["Message"]
+        )
         downloads = [e for e in mme.state()["events"] if e["kind"] == "download"]
         assert len(downloads) == 2

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -25,8 +27,6 @@ def test_serve_starts_answers_and_stops_cleanly(tmp_path: Path) -> None:
     store = tmp_path / "store"
     store.mkdir()
     write_tarball(store / "m.tar.gz")
-    port = pick_free_port()
-    url = f"http://127.0.0.1:{port}"
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -36,7 +36,7 @@ def test_serve_starts_answers_and_stops_cleanly(tmp_path: Path) -> None:
             "--store",
             str(store),
             "--port",
-            str(port),
+            "0",  # a free one, bound before the banner names it
             "--memory-budget",
             "1GiB",
             "--cache-dir",
@@ -45,7 +45,17 @@ def test_serve_starts_answers_and_stops_cleanly(tmp_path: Path) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )
+    lines: list[bytes] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, b"")))  # type: ignore[union-attr]
+    reader.start()
     try:
+
+        def announced() -> str | None:
+            found = re.search(rb"endpoint\s+http://127\.0\.0\.1:(\d+)\b", b"".join(lines))
+            return None if found is None else f"http://127.0.0.1:{int(found[1])}"
+
+        url = wait_for(announced, timeout_s=60, what="the banner's endpoint")
+        assert not url.endswith(":0")
 
         def pinged() -> dict[str, str] | None:
             try:
@@ -59,10 +69,12 @@ def test_serve_starts_answers_and_stops_cleanly(tmp_path: Path) -> None:
         with urllib.request.urlopen(f"{url}/emulator/state", timeout=10) as r:
             triton_pid = json.loads(r.read())["instances"][0]["pid"]
         proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=60)
+        proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
+        reader.join(timeout=60)
+    out = b"".join(lines)
     assert proc.returncode == 0, out.decode()
     assert b"MME emulator" in out
     assert not _alive(triton_pid, wait_s=30), "tritonserver outlived mmelocal serve"

@@ -1,10 +1,13 @@
-"""Model stores and TargetModel validation (the S3 store against moto on loopback)."""
+"""Model stores and TargetModel validation (the S3 store against the session's local AWS,
+moto's S3 on loopback)."""
 
 from __future__ import annotations
 
 import re
 import time
+import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -18,6 +21,9 @@ from mmelocal.emulator.store import (
 )
 from mmelocal.errors import EmulatorError, ModelNotFoundError, UserInputError
 from mmelocal.runtime.server_config import pick_free_port
+
+if TYPE_CHECKING:
+    from mmelocal.localaws import LocalAws
 
 BAD_TARGETS = [
     "",
@@ -76,23 +82,24 @@ def test_open_store_kinds(tmp_path: Path) -> None:
     assert s3.description == "s3://bucket/some/prefix/"
 
 
-def test_s3_store_against_moto(moto_s3: str, tmp_path: Path) -> None:
+def test_s3_store_against_the_local_aws(local_aws_env: LocalAws, tmp_path: Path) -> None:
     import boto3
 
-    client = boto3.client("s3", endpoint_url=moto_s3, region_name="us-east-1")
-    client.create_bucket(Bucket="models")
-    client.put_object(Bucket="models", Key="pre/team/m.tar.gz", Body=b"hello")
-    store = S3Store("models", "pre", endpoint_url=moto_s3)
+    bucket = f"models-{uuid.uuid4().hex[:8]}"  # the session's local AWS is shared
+    client = boto3.client("s3", endpoint_url=local_aws_env.url, region_name="us-east-1")
+    client.create_bucket(Bucket=bucket)
+    client.put_object(Bucket=bucket, Key="pre/team/m.tar.gz", Body=b"hello")
+    store = S3Store(bucket, "pre", endpoint_url=local_aws_env.url)
     info = store.stat("team/m.tar.gz")
     assert info.size_bytes == 5 and info.version
     assert store.fetch("team/m.tar.gz", tmp_path / "m.tar.gz") == 5
-    with pytest.raises(ModelNotFoundError, match=re.escape("s3://models/pre/missing.tar.gz")):
+    with pytest.raises(ModelNotFoundError, match=re.escape(f"s3://{bucket}/pre/missing.tar.gz")):
         store.stat("missing.tar.gz")
     with pytest.raises(InvalidTargetError):
         store.stat("../pre/team/m.tar.gz")
     store.check()
     with pytest.raises(UserInputError, match="NoSuchBucket"):
-        S3Store("no-such-bucket", endpoint_url=moto_s3).check()
+        S3Store("no-such-bucket", endpoint_url=local_aws_env.url).check()
 
 
 def test_s3_store_without_credentials_fails_at_check(monkeypatch: pytest.MonkeyPatch) -> None:

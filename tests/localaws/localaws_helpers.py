@@ -1,4 +1,5 @@
-"""Builders and waits the local AWS tests share (imported by name, not as fixtures)."""
+"""Builders and waits the local AWS tests share (imported by name, not as fixtures;
+``wait_for``, ``wait_gone`` and ``tritonservers`` come from ``shared_helpers``)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import psutil
-from shared_helpers import wait_for
+from shared_helpers import tritonservers, wait_for, wait_gone  # noqa: F401 (re-exported)
 
 TRITON_IMAGE = "763104351884.dkr.ecr.us-east-1.amazonaws.com/sagemaker-tritonserver:24.09-py3"
 ROLE = "arn:aws:iam::123456789012:role/SageMakerExecution"
@@ -119,23 +119,3 @@ def wait_status(sm: Any, name: str, *, leaving: str, timeout_s: float = 180.0) -
         return described if described["EndpointStatus"] != leaving else None
 
     return wait_for(left, timeout_s=timeout_s, interval_s=0.2, what=f"{name} leaving {leaving}")
-
-
-def tritonservers() -> list[psutil.Process]:
-    """The tritonserver processes this test process started (and that still run)."""
-    found = []
-    for child in psutil.Process().children(recursive=True):
-        try:
-            if child.name().startswith("tritonserver") and child.status() != "zombie":
-                found.append(child)
-        except psutil.NoSuchProcess:
-            continue
-    return found
-
-
-def wait_gone(sm: Any, name: str, timeout_s: float = 180.0) -> None:
-    """Wait until DescribeEndpoint no longer knows ``name`` (the ``endpoint_deleted`` waiter,
-    polled faster)."""
-    sm.get_waiter("endpoint_deleted").wait(
-        EndpointName=name, WaiterConfig={"Delay": 0.2, "MaxAttempts": int(timeout_s / 0.2)}
-    )

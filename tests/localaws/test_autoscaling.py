@@ -192,16 +192,21 @@ def test_latency_alarm_goes_to_alarm_under_load_and_back(fast_aws: LocalAws, end
     assert summaries[-1] == "Alarm updated from ALARM to OK", summaries
     assert any(s.endswith(" to ALARM") for s in summaries[:-1]), summaries
     # the percentile CloudWatch computes (moto has none): p50 of the load's ModelLatency
-    end = dt.datetime.now(dt.UTC)
-    stats = cloudwatch.get_metric_statistics(
-        Namespace="AWS/SageMaker", MetricName="ModelLatency",
-        Dimensions=[{"Name": "EndpointName", "Value": endpoint},
-                    {"Name": "VariantName", "Value": "AllTraffic"}],
-        StartTime=end - dt.timedelta(minutes=10), EndTime=end, Period=600,
-        ExtendedStatistics=["p50"], Statistics=["SampleCount"],
-    )  # fmt: skip
-    (point,) = stats["Datapoints"]
-    assert point["SampleCount"] >= load.ok
+
+    def latency() -> dict[str, Any] | None:
+        end = dt.datetime.now(dt.UTC)
+        stats = cloudwatch.get_metric_statistics(
+            Namespace="AWS/SageMaker", MetricName="ModelLatency",
+            Dimensions=[{"Name": "EndpointName", "Value": endpoint},
+                        {"Name": "VariantName", "Value": "AllTraffic"}],
+            StartTime=end - dt.timedelta(minutes=10), EndTime=end, Period=600,
+            ExtendedStatistics=["p50"], Statistics=["SampleCount"],
+        )  # fmt: skip
+        (point,) = stats["Datapoints"]
+        return point if point["SampleCount"] >= load.ok else None
+
+    # every answered call is counted, once the publisher's next tick has sent the last ones
+    point = wait_for(latency, timeout_s=60, what=f"ModelLatency samples for {load.ok} calls")
     assert point["ExtendedStatistics"]["p50"] >= COMPUTE_MS * 1e3
     # the alarm's action scaled the variant out
     activity = aas.describe_scaling_activities(  # newest first (earlier tests' come after)

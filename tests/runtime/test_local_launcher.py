@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+import urllib.request
 
 import numpy as np
 import psutil
@@ -146,3 +147,58 @@ def test_server_dies_with_the_process_that_started_it(tmp_path):
             parent.kill()
         if server_pid is not None and _is_running(server_pid):  # never leak a server
             os.killpg(server_pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def held_port():
+    """A port another process holds (bound and listening on loopback)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock.getsockname()[1]
+
+
+def test_a_free_port_taken_before_tritonserver_binds_it_is_replaced(
+    tmp_path, monkeypatch, held_port
+):
+    """The race of pick-then-bind, forced: the picker hands out a port another process
+    holds, once as HTTP (tritonserver exits) and once as metrics (tritonserver runs on
+    without metrics); the launcher starts again on other ports and serves on all three."""
+    from mmelocal.runtime import server_config
+
+    picks = []
+    real = server_config.pick_free_port
+
+    def picker(host="127.0.0.1"):
+        picks.append(host)
+        # calls 1-3: http, grpc, metrics of the first start; 4-6 of the second
+        return held_port if len(picks) in (1, 6) else real(host)
+
+    monkeypatch.setattr(server_config, "pick_free_port", picker)
+    with LocalLauncher(ServerConfig(model_repository=tmp_path)) as launcher:
+        assert len(picks) == 9  # three starts
+        config = launcher.config
+        assert held_port not in (config.http_port, config.grpc_port, config.metrics_port)
+        with TritonClient.for_launcher(launcher) as client:
+            assert client.server_ready()
+        with urllib.request.urlopen(f"{launcher.endpoints.metrics_url}/metrics", timeout=10) as r:
+            assert b"nv_" in r.read()  # Triton's own metrics, not the holder's silence
+        taken = [line for line in launcher.log_path.read_text().splitlines() if "in use" in line]
+    assert [("HTTP" in line, "Metrics" in line) for line in taken if "main.cc" in line] == [
+        (True, False),
+        (False, True),
+    ]
+    assert all(f":{held_port}'" in line for line in taken if "main.cc" in line)
+
+
+def test_a_fixed_port_in_use_fails_at_once_naming_it(tmp_path, held_port):
+    launcher = LocalLauncher(ServerConfig(model_repository=tmp_path, http_port=held_port))
+    with pytest.raises(ServerStartError) as info:
+        launcher.start()
+    message = str(info.value)
+    assert f"127.0.0.1:{held_port}" in message and "another process uses it" in message
+    assert "choose another http_port (0: a free one)" in message
+    assert launcher.log_path.read_text().count("already in use") == 1  # not tried again
+    assert not launcher.is_alive()

@@ -14,8 +14,7 @@ import psutil
 import pytest
 from shared_helpers import wait_for
 
-from mmelocal.runtime.netns import bridge_argv, connect_through, isolation_refused
-from mmelocal.runtime.server_config import pick_free_port
+from mmelocal.runtime.netns import bridge_argv, connect_through, isolation_refused, listen_socket
 
 pytestmark = pytest.mark.skipif(
     isolation_refused() is not None,
@@ -39,16 +38,22 @@ def get(port: int) -> int | None:
 @pytest.fixture
 def bridged(tmp_path: Path) -> Iterator[Bridged]:
     (tmp_path / "hello.txt").write_text("hello")
-    port = pick_free_port()
     control = tmp_path / "bridge.sock"
-    server = [sys.executable, "-m", "http.server", str(port), "--bind", "0.0.0.0"]
-    process = subprocess.Popen(
-        bridge_argv(host="127.0.0.1", ports=[port], control=control, command=server),
-        cwd=tmp_path,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    # bound here (port 0) and inherited by the bridge, as the launcher does it
+    with listen_socket("127.0.0.1", 0) as sock:
+        port = sock.getsockname()[1]
+        server = [sys.executable, "-m", "http.server", str(port), "--bind", "0.0.0.0"]
+        argv = bridge_argv(
+            host="127.0.0.1", ports=[port], control=control, command=server, fds=[sock.fileno()]
+        )
+        process = subprocess.Popen(
+            argv,
+            cwd=tmp_path,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            pass_fds=[sock.fileno()],
+        )
 
     def answered() -> bool:  # the server inside starts after the bridge listens
         assert process.poll() is None, "the bridge exited"

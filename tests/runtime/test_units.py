@@ -471,3 +471,28 @@ def test_the_stub_python_is_checked_where_it_is_named(tmp_path, monkeypatch) -> 
     monkeypatch.setenv(STUB_PYTHON_ENV, sys.executable)
     assert stub_python() == Path(sys.executable)
     check_stub_numpy()  # this environment's numpy is 1.x (nvidia-pytriton requires it)
+
+
+def test_a_child_servers_port_is_read_back_from_its_log(tmp_path):
+    """Started on port 0, a server of ours logs the URL it bound; a log handler may wrap
+    the line between words. A child that exits first fails at once with its log."""
+    from mmelocal.errors import ServerStartError
+    from mmelocal.runtime.readiness import wait_for_logged_url
+
+    log = tmp_path / "serve.log"
+    says = (
+        "import sys, time; print('INFO  starting', flush=True); "
+        "print('INFO  MME emulator listening on\\n      http://127.0.0.1:40123', flush=True); "
+        "time.sleep(30)"
+    )
+    with open(log, "wb") as err:
+        child = subprocess.Popen([sys.executable, "-c", says], stdout=err)
+    try:
+        assert wait_for_logged_url(log, process=child, timeout_s=60) == "http://127.0.0.1:40123"
+    finally:
+        child.kill()
+        child.wait()
+    with open(log, "wb") as err:
+        quits = subprocess.Popen([sys.executable, "-c", "print('port in use')"], stdout=err)
+    with pytest.raises(ServerStartError, match=r"(?s)exited with code 0.*port in use"):
+        wait_for_logged_url(log, process=quits, timeout_s=600)

@@ -61,7 +61,8 @@ class CapacityInstance(Protocol):
 
 @dataclass(frozen=True, kw_only=True)
 class Measurement:
-    """What :func:`measure_instance` read (before it becomes a :class:`CapacityResult`)."""
+    """What :func:`measure_instance` read (before it becomes a :class:`CapacityResult`): its
+    fields are the result's fields of the same names."""
 
     total_bytes: int
     baseline_bytes: int
@@ -83,16 +84,12 @@ class Measurement:
     ) -> CapacityResult:
         """The :class:`CapacityResult` of this measurement, projected onto ``gpus``."""
         result = CapacityResult(
+            **vars(self),
             source=source,
             label=label,
             model_format=model_format,
             probe=probe,
-            total_bytes=self.total_bytes,
             threshold=threshold,
-            baseline_bytes=self.baseline_bytes,
-            loads=self.loads,
-            next_copy=self.next_copy,
-            stopped_reason=self.stopped_reason,
             started_at=started_at,
             instance_type=instance_type,
         )

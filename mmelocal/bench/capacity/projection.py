@@ -6,6 +6,13 @@ count on any card of known size::
 
     count = floor((threshold * total - baseline) / per_model)
 
+An instance type with several such cards holds the same count, not a multiple of it:
+Triton gives each model one execution instance on every GPU it sees unless the model's
+``instance_group`` says otherwise ("By default, Triton gives each model a single instance
+for each available GPU in the system", Triton's user guide, Concurrent Model Execution),
+so every loaded model takes its memory on each card, and a multi-model endpoint loads the
+same ``config.pbtxt`` for every copy. More cards buy throughput, not room.
+
 The cards and the instance types that carry them live in a YAML data file shipped in the
 package (``mmelocal/facts/gpus.yaml``); users pass their own file to add or replace
 cards (same ``name`` replaces).
@@ -19,9 +26,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from mmelocal.bench.datafile import parse_yaml
+from mmelocal.bench.results import BenchResult
 from mmelocal.errors import UserInputError
 from mmelocal.facts.cards import gpus_text
 from mmelocal.facts.sagemaker import MEMORY_THRESHOLD
@@ -66,14 +74,13 @@ class ProjectionRow:
     instance_type: str
     gpus_per_instance: int
     models_per_gpu: int
+    #: models_per_gpu: each model takes an instance on every card (see the module)
     models_per_instance: int
 
 
-@dataclass(frozen=True, kw_only=True)
-class Projection:
+class Projection(BenchResult, kind="projection"):
     """A projection table, JSON-able with ``kind = "projection"``."""
 
-    kind: ClassVar[str] = "projection"
     per_model_bytes: int
     baseline_bytes: int
     threshold: float
@@ -224,7 +231,7 @@ def project(
                     instance_type=instance,
                     gpus_per_instance=count,
                     models_per_gpu=per_gpu,
-                    models_per_instance=per_gpu * count,
+                    models_per_instance=per_gpu,
                 )
             )
     return Projection(

@@ -9,10 +9,11 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from mmelocal.bench.capacity.footprint import runtime_name
 from mmelocal.bench.capacity.projection import Projection, is_gpu_instance_type, project_count
+from mmelocal.bench.results import BenchResult
 from mmelocal.units import MiB
 
 
@@ -37,8 +38,7 @@ class LoadRecord:
         return dict(vars(self))
 
 
-@dataclass(frozen=True, kw_only=True)
-class CapacityResult:
+class CapacityResult(BenchResult, kind="capacity"):
     """A capacity measurement; JSON-able with ``kind = "capacity"``.
 
     ``count`` copies stayed within ``threshold x total_bytes``; ``loads`` are those copies;
@@ -47,7 +47,6 @@ class CapacityResult:
     a deployed endpoint of that type (``capacity --endpoint``); empty for a local run.
     """
 
-    kind: ClassVar[str] = "capacity"
     source: str
     label: str
     model_format: str

@@ -1,6 +1,7 @@
 """The instance type a store needs: the cheapest whose GPUs hold its hot set, per a
 capacity measurement's projection (``count = floor((threshold*total - baseline) /
-per_model)`` per card, times the instance's GPUs) and the price table."""
+per_model)``, the count of one card whatever the instance's number of cards: Triton
+places every model on each of them) and the price table."""
 
 from __future__ import annotations
 
@@ -68,7 +69,8 @@ def cheapest_instance(
     price, row = ranked[0]
     reason = (
         f"instance type {row.instance_type}: {row.models_per_instance} models fit "
-        f"({row.gpus_per_instance} x {row.gpu}), >= {hot_models} hot; cheapest at {price:g} "
+        f"(on each of its {row.gpus_per_instance} {row.gpu}), >= {hot_models} hot; cheapest "
+        f"at {price:g} "
         f"{prices.currency}/h in {prices.origin}"
     )
     return InstanceChoice(

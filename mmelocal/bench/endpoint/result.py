@@ -11,11 +11,11 @@ out as that table, per instance type and model.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from mmelocal.bench.capacity.result import CapacityResult
 from mmelocal.bench.loadtest.result import LoadTestResult
+from mmelocal.bench.results import BenchResult
 from mmelocal.builder.backends import KIND_SHORT_NAMES
 
 #: format -> the framework name the published comparison uses
@@ -29,11 +29,9 @@ METRICS = (
 )
 
 
-@dataclass(frozen=True, kw_only=True)
-class BenchmarkResult:
+class BenchmarkResult(BenchResult, kind="benchmark"):
     """One model in one framework on one instance type (capacity + load test)."""
 
-    kind: ClassVar[str] = "benchmark"
     model: str
     framework: str
     instance_type: str

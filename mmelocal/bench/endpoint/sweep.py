@@ -17,15 +17,14 @@ they are listed as skipped (build the plan on a machine with that GPU and pass t
 from __future__ import annotations
 
 import logging
-import tempfile
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
 from mmelocal.bench.endpoint.remote import RemoteEndpoint
-from mmelocal.bench.sweep.result import SweepResult, SweepRow, recommend, row_from_loadtest
-from mmelocal.bench.sweep.runner import SweepOptions, _build_variants, _Plan, _row
+from mmelocal.bench.sweep.result import SweepResult, SweepRow, row_from_loadtest
+from mmelocal.bench.sweep.runner import SweepOptions, _Plan, _row, sweep_result, sweep_rows
 from mmelocal.errors import MmeLocalError
 
 logger = logging.getLogger(__name__)
@@ -45,52 +44,42 @@ def run_endpoint_sweep(
 ) -> SweepResult:
     """Package, upload, load-test and retire every variant of ``source`` on ``endpoint``."""
     from mmelocal.bench.prices import load_prices
-    from mmelocal.bench.sources import is_prebuilt
     from mmelocal.runtime.memory import gpu_count
 
     opts = options or SweepOptions()
     say = progress or (lambda message: None)
-    instance_type = endpoint.info.instance_type
+    info = endpoint.info
     prices = load_prices(opts.prices_file)
-    price = prices.price_for(instance_type)
-    local_gpu = gpu_count() > 0
+    price = prices.price_for(info.instance_type)
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
     run = f"mmelocal-sweep-{uuid.uuid4().hex[:8]}/"
-    rows: dict[str, SweepRow] = {}
-    order: list[str] = []
-    with tempfile.TemporaryDirectory(prefix="mmelocal-remote-sweep-", dir=opts.workdir) as tmp:
-        work = Path(tmp)
-        for fmt in ("prebuilt",) if is_prebuilt(source) else opts.formats:
-            plans, failed, built = _build_variants(
-                source, fmt, opts, work, local_gpu, say, skipped_reason=_TENSORRT_SKIPPED
+
+    def measure(variants: list[tuple[_Plan, Path]], work: Path) -> dict[str, SweepRow]:
+        return {
+            plan.name: _measure_variant(
+                endpoint, plan, model_dir, f"{run}{plan.name}.tar.gz", opts, price, work, say
             )
-            order += [plan.name for plan in plans]
-            rows.update(failed)
-            for plan, model_dir in built:
-                target = f"{run}{plan.name}.tar.gz"
-                rows[plan.name] = _measure_variant(
-                    endpoint, plan, model_dir, target, opts, price, work, say
-                )
-    ordered = tuple(rows[name] for name in order)
-    info = endpoint.info
-    return SweepResult(
-        source=str(source),
-        instance_type=instance_type,
-        target_rps=opts.target_rps,
-        max_latency_ms=opts.max_latency_ms,
-        rows=ordered,
-        recommendation=recommend(
-            ordered,
-            target_rps=opts.target_rps,
-            max_latency_ms=opts.max_latency_ms,
-            instance_type=instance_type,
-            currency=prices.currency,
-            price_origin=prices.origin,
-        ),
-        price_note=prices.note(instance_type)
-        + f" Throughput was measured on one {instance_type} instance of endpoint {info.name}.",
-        currency=prices.currency,
-        machine=f"endpoint {info.name}: 1 x {instance_type} (SageMaker MME)",
+            for plan, model_dir in variants
+        }
+
+    ordered = sweep_rows(
+        source,
+        opts,
+        gpu_count() > 0,
+        say,
+        measure=measure,
+        prefix="mmelocal-remote-sweep-",
+        skipped_reason=_TENSORRT_SKIPPED,
+    )
+    return sweep_result(
+        source,
+        ordered,
+        opts,
+        prices,
+        info.instance_type,
+        where=f" Throughput was measured on one {info.instance_type} instance of endpoint "
+        f"{info.name}.",
+        machine=f"endpoint {info.name}: 1 x {info.instance_type} (SageMaker MME)",
         started_at=started_at,
     )
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar
+from typing import Any
 
 from mmelocal.bench.capacity.projection import GpuSpec, project_count, validate_threshold
 from mmelocal.bench.estimate.parts import (
@@ -41,6 +41,7 @@ from mmelocal.bench.estimate.parts import (
     sum_parts,
 )
 from mmelocal.bench.estimate.published import PUBLISHED
+from mmelocal.bench.results import BenchResult
 from mmelocal.errors import UserInputError
 from mmelocal.facts.sagemaker import MEMORY_THRESHOLD
 
@@ -119,11 +120,9 @@ def card_count(
     )
 
 
-@dataclass(frozen=True, kw_only=True)
-class Estimate:
+class Estimate(BenchResult, kind="estimate"):
     """An estimate; JSON-able with ``kind = "estimate"``."""
 
-    kind: ClassVar[str] = "estimate"
     source: str
     model_format: str
     precision: str

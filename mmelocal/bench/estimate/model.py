@@ -229,19 +229,24 @@ def _source_facts(
     from mmelocal.builder.sources import load_source
 
     config_json = _hf_config(spec)
+    source = None
     if config_json is not None:
-        return _config_facts(spec, config_json, precision, seq_len, overrides, profile_max, request)
-    source = load_source(spec, seq_len=seq_len)
-    family = detect_family(source.family or source.name)
+        module, example, family = _config_model(spec, config_json, seq_len)
+        built = (
+            "the base model built from its config.json on the meta device (no weights read; "
+            "a task head is not counted); "
+        )
+    else:
+        source = load_source(spec, seq_len=seq_len)
+        module, example, built = source.module, source.example_inputs, ""
+        family = detect_family(source.family or source.name)
     batches = _preset_batches(family, overrides, profile_max, request)
-    if source.module is None and source.file is not None:
+    if source is not None and source.module is None and source.file is not None:
         return trace_onnx_file(source.file, batches, precision=precision, dynamic_dim=seq_len), (
             batches
         )
-    notes = (f"{spec}: batches from the {family} preset",)
-    return trace_module(
-        source.module, source.example_inputs, batches, precision=precision, notes=notes
-    ), batches
+    notes = (f"{spec}: {built}batches from the {family} preset",)
+    return trace_module(module, example, batches, precision=precision, notes=notes), batches
 
 
 def _hf_config(spec: str) -> Path | None:
@@ -261,16 +266,9 @@ def _hf_config(spec: str) -> Path | None:
     return fetch_hub_file(spec, ("config.json",), spec=spec)
 
 
-def _config_facts(
-    spec: str,
-    config_json: Path,
-    precision: str,
-    seq_len: int,
-    overrides: dict[str, Any],
-    profile_max: int | None,
-    request: int = 1,
-) -> tuple[ModelFacts, Batches]:
-    """The base model of a Hugging Face config, built on the meta device (no weights read)."""
+def _config_model(spec: str, config_json: Path, seq_len: int) -> tuple[Any, Mapping[str, Any], str]:
+    """The base model of a Hugging Face config, built on the meta device (no weights read),
+    an example input for it, and its family."""
     import torch
     import transformers
 
@@ -280,7 +278,6 @@ def _config_facts(
     with torch.device("meta"):
         model = transformers.AutoModel.from_config(config)
     family = detect_family(getattr(config, "model_type", None) or spec)
-    batches = _preset_batches(family, overrides, profile_max, request)
     if getattr(model, "main_input_name", "input_ids") == "pixel_values":
         size = int(getattr(config, "image_size", 224) or 224)
         channels = int(getattr(config, "num_channels", 3) or 3)
@@ -288,11 +285,7 @@ def _config_facts(
     else:
         ids = torch.empty(1, seq_len, dtype=torch.long, device="meta")
         example = {"input_ids": ids, "attention_mask": torch.empty_like(ids)}
-    notes = (
-        f"{spec}: the base model built from its config.json on the meta device (no weights "
-        f"read; a task head is not counted); batches from the {family} preset",
-    )
-    return trace_module(model, example, batches, precision=precision, notes=notes), batches
+    return model, example, family
 
 
 def _preset_batches(

@@ -207,6 +207,19 @@ class Part:
     high_bytes: int
     source: str
 
+    @classmethod
+    def of(cls, span: Sequence[int], *, name: str, scope: str, source: str) -> Part:
+        """The part of ``span``: its (low, point, high) bytes."""
+        low, point, high = span
+        return cls(
+            name=name,
+            scope=scope,
+            low_bytes=low,
+            point_bytes=point,
+            high_bytes=high,
+            source=source,
+        )
+
     def to_dict(self) -> dict[str, Any]:
         """Plain data."""
         return dict(vars(self))
@@ -265,12 +278,10 @@ def build_parts(
     """The parts of the footprint for ``model_format`` (see the module docstring)."""
     cal = calibration
     n = batches.instances
-    server = Part(
+    server = Part.of(
+        SERVER_BASELINE_RANGE,
         name="server: CUDA context + Triton",
         scope=ONCE,
-        low_bytes=SERVER_BASELINE_RANGE[0],
-        point_bytes=SERVER_BASELINE_RANGE[1],
-        high_bytes=SERVER_BASELINE_RANGE[2],
         source="published empty-server readings: T4 165 MiB, V100 370 MiB (aws-samples "
         "sagemaker-mme-gpu-benchmarking); others: allowance",
     )
@@ -281,12 +292,10 @@ def build_parts(
     conv = facts.convolutions > 0
     batch = batches.activation
     loaded, with_acts = simulated_blocks(facts, batch)
-    weights = Part(
+    weights = Part.of(
+        (loaded * n,) * 3,
         name=f"weights x {n} instance(s), in allocator segments",
         scope=PER_COPY,
-        low_bytes=loaded * n,
-        point_bytes=loaded * n,
-        high_bytes=loaded * n,
         source=f"{facts.weight_bytes / MiB:,.1f} MiB of parameters and buffers, each tensor a "
         "block of PyTorch's caching allocator (512 B rounding; 2 MiB, 20 MiB or 2 MiB-rounded "
         "segments: c10/cuda/CUDACachingAllocator.cpp); each instance loads its own",
@@ -351,13 +360,11 @@ def build_parts(
         )
     )
     once = cal.runtime_conv if conv else cal.runtime_plain
-    runtime = Part(
+    runtime = Part.of(
+        once,
         name=f"runtime: {'ONNX Runtime' if model_format == 'onnx' else 'libtorch'}, cuBLAS"
         + (", cuDNN" if conv else ""),
         scope=ONCE,
-        low_bytes=once[0],
-        point_bytes=once[1],
-        high_bytes=once[2],
         source="published first-copy minus later-copy footprints (PyTorch, T4 and V100)"
         + (
             "; ONNX Runtime: no published figure, libtorch's taken"
@@ -370,14 +377,7 @@ def build_parts(
 
 def _per_instance(name: str, span: Sequence[int], n: int, source: str) -> Part:
     """A per-copy part of ``span`` (low, point, high) bytes in each of ``n`` instances."""
-    return Part(
-        name=name,
-        scope=PER_COPY,
-        low_bytes=span[0] * n,
-        point_bytes=span[1] * n,
-        high_bytes=span[2] * n,
-        source=source,
-    )
+    return Part.of([bytes_ * n for bytes_ in span], name=name, scope=PER_COPY, source=source)
 
 
 def _tensorrt_parts(
@@ -399,23 +399,19 @@ def _tensorrt_parts(
         "engine is FP32-sized); instances share the engine",
     )
     low, point, high = ratios
-    context = Part(
+    context = Part.of(
+        [int(peak * ratio) * instances for ratio in ratios],
         name=f"execution context at the profile's max shape x {instances}",
         scope=PER_COPY,
-        low_bytes=int(peak * low) * instances,
-        point_bytes=int(peak * point) * instances,
-        high_bytes=int(peak * high) * instances,
         source=f"live-tensor peak at the max shape x {low:.2f} / {point:.2f} / {high:.2f} "
         "(the published engines' context / peak ratios, tactic scratch included). The range "
         "is wider than PyTorch's because the context depends on the fusions TensorRT finds "
         "and the engine may keep FP32 layers: measure TensorRT models",
     )
-    runtime = Part(
+    runtime = Part.of(
+        once,
         name="runtime: TensorRT",
         scope=ONCE,
-        low_bytes=once[0],
-        point_bytes=once[1],
-        high_bytes=once[2],
         source="published first-copy minus later-copy footprints (TensorRT, T4 and V100)",
     )
     return (engine, context, runtime, server)

@@ -11,7 +11,9 @@ next copy (at the mean footprint so far, baseline included) would cross 90 %. Th
 the copies loaded then. Each row keeps the raw readings the count came from: the card total
 NVML reported, the used memory before any model, the utilisation after the first and after
 the last printed copy, and how many copies were printed (so the per-copy slope is
-``(last - first) / (printed - 1) x total``).
+``(last - first) / (printed - 1) x total``). The rows are data: the packaged
+``mmelocal/bench/data/published.yaml``, each naming its card, whose reading (total and
+baseline) lives in the one data file of card memory (:mod:`mmelocal.facts.cards`).
 
 The one figure from the earlier AWS ML blog post "Run multiple deep learning models on GPU
 with Amazon SageMaker multi-model endpoints" is kept apart (:data:`G4DN_4XLARGE_RESNET50`):
@@ -24,6 +26,7 @@ ml.g5 and convnext figures); only its opening is in the reference store.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from importlib import resources
 
 from mmelocal.facts.cards import published_reading
 
@@ -84,151 +87,29 @@ def _nb(commit: str, notebook: str) -> str:
     return f"{BENCHMARK_REPO}/blob/{commit}/{notebook} (stored outputs)"
 
 
-#: the cards' totals and baselines as the runs read them (ECC on), from the one data file
-_T4, _V100 = published_reading("T4"), published_reading("V100")
+#: the packaged data file of the published counts (``mmelocal/bench/data/``)
+_PUBLISHED_FILE = "published.yaml"
 
-_CV_AT = "ebcfe11ce1739b9f016d2483471dbf247d95f979"
-_VIT_P3_AT = "f8439c79e830a619bed2a388129bb9e913f4c5ea"
-_VIT_G4_AT = "ff1282a6b79bf8a7e48555f34e7e6eea4c037494"
+
+def _published_counts() -> tuple[PublishedCount, ...]:
+    """The rows of the data file, each with its card's reading (total, baseline,
+    instance type) from the one data file of card memory."""
+    from mmelocal.bench.datafile import parse_yaml
+
+    text = resources.files("mmelocal.bench").joinpath(f"data/{_PUBLISHED_FILE}").read_text("utf-8")
+    rows = parse_yaml(text, origin=f"the packaged {_PUBLISHED_FILE}")["counts"]
+    return tuple(
+        PublishedCount(
+            **{k: v for k, v in row.items() if k not in ("gpu", "notebook", "at")},
+            **published_reading(row["gpu"]).run_fields(),
+            source=_nb(row["at"], row["notebook"]),
+        )
+        for row in rows
+    )
+
 
 #: The published counts (T4 = ml.g4dn.2xlarge, V100 = ml.p3.2xlarge), one row per run.
-PUBLISHED: tuple[PublishedCount, ...] = (
-    PublishedCount(
-        model="resnet50",
-        spec="torchvision:resnet50",
-        params=25_557_032,
-        platform="pytorch_libtorch",
-        precision="fp32",
-        **_T4.run_fields(),
-        first_util=0.0802,
-        last_util=0.8700,
-        printed=45,
-        count=46,
-        max_shape_batch=1,
-        seq_len=None,
-        source=_nb(_CV_AT, "cv-benchmark.ipynb"),
-    ),
-    PublishedCount(
-        model="resnet50",
-        spec="torchvision:resnet50",
-        params=25_557_032,
-        platform="tensorrt_plan",
-        precision="fp16",
-        **_T4.run_fields(),
-        first_util=0.0723,
-        last_util=0.8502,
-        printed=22,
-        count=23,
-        max_shape_batch=128,
-        seq_len=None,
-        source=_nb(_CV_AT, "cv-benchmark.ipynb"),
-    ),
-    PublishedCount(
-        model="bert-base-uncased",
-        spec="bert-base-uncased",
-        params=109_482_240,
-        platform="pytorch_libtorch",
-        precision="fp32",
-        **_T4.run_fields(),
-        first_util=0.0791,
-        last_util=0.8498,
-        printed=25,
-        count=26,
-        max_shape_batch=1,
-        seq_len=128,
-        source=_nb(_CV_AT, "nlp_benchmark.ipynb"),
-    ),
-    PublishedCount(
-        model="bert-base-uncased",
-        spec="bert-base-uncased",
-        params=109_482_240,
-        platform="tensorrt_plan",
-        precision="fp16",
-        **_T4.run_fields(),
-        first_util=0.0506,
-        last_util=0.8758,
-        printed=41,
-        count=42,
-        max_shape_batch=32,
-        seq_len=128,
-        source=_nb(_CV_AT, "nlp_benchmark.ipynb"),
-    ),
-    PublishedCount(
-        model="vit_large_patch16_224",
-        spec="timm:vit_large_patch16_224",
-        params=304_326_632,
-        platform="pytorch_libtorch",
-        precision="fp32",
-        **_T4.run_fields(),
-        first_util=0.1420,
-        last_util=0.7797,
-        printed=9,
-        count=10,
-        max_shape_batch=1,
-        seq_len=None,
-        source=_nb(_VIT_G4_AT, "cv-benchmark.ipynb"),
-    ),
-    PublishedCount(
-        model="vit_large_patch16_224",
-        spec="timm:vit_large_patch16_224",
-        params=304_326_632,
-        platform="pytorch_libtorch",
-        precision="fp32",
-        **_V100.run_fields(),
-        first_util=0.1452,
-        last_util=0.8161,
-        printed=10,
-        count=11,
-        max_shape_batch=1,
-        seq_len=None,
-        source=_nb(_VIT_P3_AT, "cv-benchmark.ipynb"),
-    ),
-    PublishedCount(
-        model="vit_large_patch16_224",
-        spec="timm:vit_large_patch16_224",
-        params=304_326_632,
-        platform="tensorrt_plan",
-        precision="fp16",
-        **_V100.run_fields(),
-        first_util=0.1300,
-        last_util=0.7504,
-        printed=8,
-        count=9,
-        max_shape_batch=128,
-        seq_len=None,
-        source=_nb(_VIT_P3_AT, "cv-benchmark.ipynb"),
-    ),
-    PublishedCount(
-        model="roberta-large",
-        spec="roberta-large",
-        params=355_359_744,
-        platform="pytorch_libtorch",
-        precision="fp32",
-        **_V100.run_fields(),
-        first_util=0.1418,
-        last_util=0.7439,
-        printed=8,
-        count=9,
-        max_shape_batch=1,
-        seq_len=128,
-        source=_nb(_VIT_P3_AT, "nlp_benchmark.ipynb"),
-    ),
-    PublishedCount(
-        model="roberta-large",
-        spec="roberta-large",
-        params=355_359_744,
-        platform="tensorrt_plan",
-        precision="fp16",
-        **_V100.run_fields(),
-        first_util=0.1335,
-        last_util=0.7781,
-        printed=8,
-        count=9,
-        max_shape_batch=32,
-        seq_len=128,
-        source=_nb(_VIT_P3_AT, "nlp_benchmark.ipynb"),
-    ),
-)
+PUBLISHED: tuple[PublishedCount, ...] = _published_counts()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -251,7 +132,7 @@ G4DN_4XLARGE_RESNET50 = PublishedUtilisation(
     spec="torchvision:resnet50",
     instance_type="ml.g4dn.4xlarge",
     gpu="T4",
-    total_mib=_T4.nvml_total_mib,
+    total_mib=published_reading("T4").nvml_total_mib,
     utilisation=0.383,
     more_than_copies=16,
     source=BLOG_RUN_MULTIPLE,

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 from mmelocal.bench.loadtest.shape import LoadShape
 from mmelocal.bench.loadtest.stepstats import StepStats, max_users_before_first_failure
 from mmelocal.bench.loadtest.workers import SATURATED_CPU_PERCENT, workers_needed
+from mmelocal.bench.results import BenchResult
 
 #: what a result says about a worker that stopped reporting (Locust's heartbeat rule)
 MOVED_USERS_NOTE = (
@@ -93,11 +94,9 @@ class Saturation:
         )
 
 
-@dataclass(frozen=True, kw_only=True)
-class LoadTestResult:
+class LoadTestResult(BenchResult, kind="loadtest"):
     """A finished load test; JSON-able with ``kind = "loadtest"``."""
 
-    kind: ClassVar[str] = "loadtest"
     endpoint: str
     mode: str
     target_count: int

@@ -11,10 +11,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar
+from typing import Any
 
 from mmelocal.bench.loadtest.result import LoadTestResult
 from mmelocal.bench.loadtest.stepstats import StepStats
+from mmelocal.bench.results import BenchResult
 
 STATUSES = ("ok", "skipped", "failed")
 
@@ -107,21 +108,19 @@ def row_from_loadtest(
 ) -> SweepRow:
     """``row`` filled in from its load test (see :class:`SweepRow`)."""
     step = best_step(loadtest.steps, max_latency_ms=max_latency_ms)
-    peak = loadtest.peak_throughput_rps
+    row = replace(
+        row,
+        loadtest=loadtest,
+        peak_throughput_rps=loadtest.peak_throughput_rps,
+        model_latency_ms=model_latency_ms,
+    )
     if step is None or step.throughput_rps <= 0:
         return replace(
-            row,
-            loadtest=loadtest,
-            peak_throughput_rps=peak,
-            model_latency_ms=model_latency_ms,
-            reason=f"no tested load kept p99 <= {max_latency_ms:g} ms without failures",
+            row, reason=f"no tested load kept p99 <= {max_latency_ms:g} ms without failures"
         )
     needed = max(1, math.ceil(target_rps / step.throughput_rps))
     return replace(
         row,
-        loadtest=loadtest,
-        peak_throughput_rps=peak,
-        model_latency_ms=model_latency_ms,
         throughput_rps=step.throughput_rps,
         users_at_load=step.users,
         p50_latency_ms=step.p50_latency_ms,
@@ -214,11 +213,9 @@ def cpu_summary(rows: Sequence[SweepRow], *, instance_type: str) -> str:
     )
 
 
-@dataclass(frozen=True, kw_only=True)
-class SweepResult:
+class SweepResult(BenchResult, kind="sweep"):
     """A finished sweep; JSON-able with ``kind = "sweep"``."""
 
-    kind: ClassVar[str] = "sweep"
     source: str
     instance_type: str
     target_rps: float

@@ -19,10 +19,10 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mmelocal.bench.loadtest.shape import LoadShape, Stage
 from mmelocal.bench.loadtest.workers import LoadGenerators
@@ -37,6 +37,9 @@ from mmelocal.bench.sweep.result import (
 )
 from mmelocal.builder.backends import FORMAT_SHORT_NAMES
 from mmelocal.errors import MmeLocalError, UserInputError
+
+if TYPE_CHECKING:
+    from mmelocal.bench.prices import PriceTable
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +92,8 @@ class SweepOptions:
 
 @dataclass(frozen=True, kw_only=True)
 class _Plan:
+    """A configuration to measure: the first fields of its :class:`SweepRow`."""
+
     name: str
     model_format: str
     dynamic_batching: bool
@@ -114,19 +119,14 @@ def run_sweep(
     # CPU throughput says nothing about how many GPU instances a load needs: ratios only
     relative_only = not gpu and is_gpu_instance_type(opts.instance_type)
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
-    with tempfile.TemporaryDirectory(prefix="mmelocal-sweep-", dir=opts.workdir) as tmp:
-        work = Path(tmp)
-        rows: dict[str, SweepRow] = {}
-        variants: list[tuple[_Plan, Path]] = []
-        order: list[str] = []
-        for fmt in ("prebuilt",) if is_prebuilt(source) else opts.formats:
-            plans, failed, built = _build_variants(source, fmt, opts, work, gpu, say)
-            order += [plan.name for plan in plans]
-            rows.update(failed)
-            variants += built
-        if variants:
-            rows.update(_serve_and_measure(variants, opts, price, gpu, work, say))
-    ordered = tuple(rows[name] for name in order)
+    ordered = sweep_rows(
+        source,
+        opts,
+        gpu,
+        say,
+        measure=lambda variants, work: _serve_and_measure(variants, opts, price, gpu, work, say),
+        prefix="mmelocal-sweep-",
+    )
     if relative_only:
         ordered = tuple(replace(r, instances_needed=None, cost_per_hour=None) for r in ordered)
         recommendation = cpu_summary(ordered, instance_type=opts.instance_type)
@@ -135,30 +135,106 @@ def run_sweep(
             "GPU instance are not derived from it."
         )
     else:
-        recommendation = recommend(
-            ordered,
-            target_rps=opts.target_rps,
-            max_latency_ms=opts.max_latency_ms,
-            instance_type=opts.instance_type,
-            currency=prices.currency,
-            price_origin=prices.origin,
-        )
+        recommendation = None
         where = (
             " Throughput was measured on this machine, where one Triton server stands for one"
             " instance."
         )
-    return SweepResult(
-        source=str(source),
-        instance_type=opts.instance_type,
-        target_rps=opts.target_rps,
-        max_latency_ms=opts.max_latency_ms,
-        rows=ordered,
-        recommendation=recommendation,
-        relative_only=relative_only,
-        price_note=prices.note(opts.instance_type) + where,
-        currency=prices.currency,
+    return sweep_result(
+        source,
+        ordered,
+        opts,
+        prices,
+        opts.instance_type,
+        where=where,
         machine=_machine(gpu),
         started_at=started_at,
+        recommendation=recommendation,
+        relative_only=relative_only,
+    )
+
+
+#: the measured rows of the variants built under ``work`` (plan name -> row)
+Measure = Callable[[list[tuple[_Plan, Path]], Path], dict[str, SweepRow]]
+
+
+def sweep_rows(
+    source: str | Path,
+    opts: SweepOptions,
+    gpu: bool,
+    say: Callable[[str], None],
+    *,
+    measure: Measure,
+    prefix: str,
+    skipped_reason: str | None = None,
+) -> tuple[SweepRow, ...]:
+    """Every variant's row, in the order of ``opts``: each format built once (in a temporary
+    folder named ``prefix...``), its variants derived, and those built handed to ``measure``
+    (the others are listed as failed, or as skipped: TensorRT without a GPU, with
+    ``skipped_reason`` when given). Variants are derived under ``work / "variants"``."""
+    with tempfile.TemporaryDirectory(prefix=prefix, dir=opts.workdir) as tmp:
+        work = Path(tmp)
+        rows: dict[str, SweepRow] = {}
+        variants: list[tuple[_Plan, Path]] = []
+        order: list[str] = []
+        for fmt in ("prebuilt",) if is_prebuilt(source) else opts.formats:
+            plans, base_dir, problem = _build_format(source, fmt, opts, work, gpu, say)
+            order += [plan.name for plan in plans]
+            if problem is None and base_dir is not None:
+                variants += [(plan, _derive(base_dir, plan, work / "variants")) for plan in plans]
+                continue
+            skipped = fmt == "tensorrt" and not gpu
+            status = "skipped" if skipped else "failed"
+            reason = str(skipped_reason if skipped and skipped_reason else problem)
+            rows.update({plan.name: _row(plan, status=status, reason=reason) for plan in plans})
+        if variants:
+            rows.update(measure(variants, work))
+    return tuple(rows[name] for name in order)
+
+
+def sweep_result(
+    source: str | Path,
+    rows: tuple[SweepRow, ...],
+    opts: SweepOptions,
+    prices: PriceTable,
+    instance_type: str,
+    *,
+    where: str,
+    machine: str,
+    started_at: str,
+    recommendation: str | None = None,
+    relative_only: bool = False,
+) -> SweepResult:
+    """The result of a sweep of ``source`` on ``instance_type``: the targets of ``opts``, the
+    price note of ``prices`` followed by ``where`` (what the throughput was measured on), and
+    :func:`recommend_for`'s recommendation unless one is given."""
+    return SweepResult(
+        source=str(source),
+        instance_type=instance_type,
+        target_rps=opts.target_rps,
+        max_latency_ms=opts.max_latency_ms,
+        rows=rows,
+        recommendation=recommendation or recommend_for(rows, opts, prices, instance_type),
+        relative_only=relative_only,
+        price_note=prices.note(instance_type) + where,
+        currency=prices.currency,
+        machine=machine,
+        started_at=started_at,
+    )
+
+
+def recommend_for(
+    rows: Sequence[SweepRow], opts: SweepOptions, prices: PriceTable, instance_type: str
+) -> str:
+    """:func:`~mmelocal.bench.sweep.result.recommend` with the targets of ``opts``, priced
+    from ``prices`` for ``instance_type``."""
+    return recommend(
+        rows,
+        target_rps=opts.target_rps,
+        max_latency_ms=opts.max_latency_ms,
+        instance_type=instance_type,
+        currency=prices.currency,
+        price_origin=prices.origin,
     )
 
 
@@ -207,35 +283,6 @@ def _build_format(
         logger.warning("sweep: building %s as %s failed: %s", source, fmt, exc)
         return plans, None, f"build failed: {exc}"
     return plans, model.path, None
-
-
-def _build_variants(
-    source: str | Path,
-    fmt: str,
-    opts: SweepOptions,
-    work: Path,
-    gpu: bool,
-    say: Callable[[str], None],
-    *,
-    skipped_reason: str | None = None,
-) -> tuple[list[_Plan], dict[str, SweepRow], list[tuple[_Plan, Path]]]:
-    """Build ``source`` as ``fmt`` and derive its variants under ``work / "variants"``.
-
-    Returns the format's plans in order, the rows of those that could not be built (TensorRT
-    without a GPU is skipped, with ``skipped_reason`` when given) and the others with their
-    model folders.
-    """
-    plans, base_dir, problem = _build_format(source, fmt, opts, work, gpu, say)
-    rows: dict[str, SweepRow] = {}
-    variants: list[tuple[_Plan, Path]] = []
-    for plan in plans:
-        if problem is not None or base_dir is None:
-            status = "skipped" if fmt == "tensorrt" and not gpu else "failed"
-            reason = skipped_reason if status == "skipped" and skipped_reason else problem
-            rows[plan.name] = _row(plan, status=status, reason=str(reason))
-        else:
-            variants.append((plan, _derive(base_dir, plan, work / "variants")))
-    return plans, rows, variants
 
 
 def _unpack(path: Path, dest: Path) -> Path:
@@ -287,15 +334,7 @@ def _link_or_copy(src: str, dst: str) -> None:
 
 
 def _row(plan: _Plan, *, status: str, reason: str = "", load_s: float | None = None) -> SweepRow:
-    return SweepRow(
-        name=plan.name,
-        model_format=plan.model_format,
-        dynamic_batching=plan.dynamic_batching,
-        instance_count=plan.instance_count,
-        status=status,
-        reason=reason,
-        load_s=load_s,
-    )
+    return SweepRow(**asdict(plan), status=status, reason=reason, load_s=load_s)
 
 
 def _serve_and_measure(

@@ -170,9 +170,14 @@ def _load_prefixed(
     _no_revision(spec, revision)
     from mmelocal.builder.sources import vision
 
-    loader = vision.load_torchvision if prefix == "torchvision" else vision.load_timm
-    return loader(
-        rest.strip(), spec=spec, name=name, task=task, weights=weights, batch_size=batch_size
+    return vision.load_image_model(
+        prefix,
+        rest.strip(),
+        spec=spec,
+        name=name,
+        task=task,
+        weights=weights,
+        batch_size=batch_size,
     )
 
 

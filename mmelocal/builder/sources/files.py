@@ -18,7 +18,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from mmelocal.builder.runners import call_module, first_line, import_torch, quiet_warnings
+from mmelocal.builder.runners import (
+    call_module,
+    import_torch,
+    load_torchscript,
+)
 from mmelocal.builder.sources.base import (
     ModelSource,
     float_image_factory,
@@ -26,7 +30,7 @@ from mmelocal.builder.sources.base import (
     token_factory,
 )
 from mmelocal.builder.sources.shapes import infer_dynamic_axes
-from mmelocal.errors import SourceError, UserInputError
+from mmelocal.errors import ExportError, SourceError, UserInputError
 
 _NLP_INPUTS = ("input_ids", "attention_mask")
 _FALLBACK_VOCAB = 100
@@ -113,15 +117,10 @@ def load_torchscript_file(
     batch_size: int = 2,
 ) -> ModelSource:
     """An existing TorchScript model whose input form can be recognised (see module doc)."""
-    torch = import_torch("TorchScript models")
-    with quiet_warnings():
-        try:
-            module = torch.jit.load(str(path), map_location="cpu")
-        except Exception as exc:
-            raise SourceError(
-                f"{path} is not a loadable TorchScript model: {first_line(exc)}", source=spec
-            ) from None
-    module.eval()
+    try:
+        module = load_torchscript(path)
+    except ExportError as exc:  # here the file is the user's source
+        raise SourceError(str(exc), source=spec) from None
     args = tuple(a.name for a in module.forward.schema.arguments if a.name != "self")
     inputs: tuple[str, ...]
     length: int | None

@@ -1,4 +1,5 @@
-"""What the two Hugging Face sources share: which outputs a task exports.
+"""What the two Hugging Face sources share: which outputs a task exports, and the
+:class:`~mmelocal.builder.sources.base.ModelSource` of a loaded model (:func:`hf_source`).
 
 :mod:`~mmelocal.builder.sources.huggingface` (text models) and
 :mod:`~mmelocal.builder.sources.hf_vision` (image models) both import this module; neither
@@ -8,9 +9,12 @@ imports the other at module level.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 from mmelocal.builder.runners import first_line, quiet_warnings
+from mmelocal.builder.sources.base import InputFactory, ModelSource, suggest_name
+from mmelocal.builder.sources.shapes import infer_dynamic_axes
 from mmelocal.errors import SourceError
 
 TASK_OUTPUTS = {
@@ -61,4 +65,45 @@ def select_outputs(
     return keys
 
 
-__all__ = ["TASK_OUTPUTS", "select_outputs"]
+def hf_source(
+    torch: Any,
+    model: Any,
+    config: Any,
+    *,
+    wrap: Callable[[Any, tuple[str, ...]], Any],
+    spec: str,
+    name: str | None,
+    kind: str,
+    task: str,
+    inputs: tuple[str, ...],
+    example: dict[str, Any],
+    factory: InputFactory,
+    seq_len: int | None = None,
+    max_seq_len: int | None = None,
+    notes: tuple[str, ...] = (),
+) -> ModelSource:
+    """The source of a loaded Hugging Face ``model``: the outputs ``task`` exports
+    (:func:`select_outputs` on ``example``), the model wrapped by ``wrap(model, keys)`` to
+    return them in order (in eval mode), and the dynamic axes a trace shows."""
+    keys = select_outputs(torch, model, example, task, spec)
+    wrapper = wrap(model, keys)
+    wrapper.eval()
+    return ModelSource(
+        spec=spec,
+        name=name or suggest_name(spec),
+        kind=kind,
+        family=getattr(config, "model_type", None),
+        input_names=inputs,
+        output_names=keys,
+        example_inputs=example,
+        input_factory=factory,
+        dynamic_axes=infer_dynamic_axes(wrapper, factory, inputs, keys, seq_len),
+        module=wrapper,
+        task=task,
+        seq_len=seq_len,
+        max_seq_len=max_seq_len,
+        notes=notes,
+    )
+
+
+__all__ = ["TASK_OUTPUTS", "hf_source", "select_outputs"]

@@ -14,9 +14,8 @@ import functools
 from typing import Any
 
 from mmelocal.builder.runners import import_torch
-from mmelocal.builder.sources.base import ModelSource, float_image_factory, suggest_name
-from mmelocal.builder.sources.hf_outputs import outputs_wrapper_base, select_outputs
-from mmelocal.builder.sources.shapes import infer_dynamic_axes
+from mmelocal.builder.sources.base import ModelSource, float_image_factory
+from mmelocal.builder.sources.hf_outputs import hf_source, outputs_wrapper_base
 from mmelocal.errors import SourceError
 
 IMAGE_TASKS = ("image-classification", "feature-extraction")
@@ -44,22 +43,18 @@ def hf_image_source(
     channels = int(getattr(config, "num_channels", 3) or 3)
     factory = float_image_factory((channels, height, width), "pixel_values")
     example = factory(batch_size, None, 0)
-    keys = select_outputs(torch, model, example, task, spec)
-    wrapper = _wrapper_class()(model, keys)
-    wrapper.eval()
-    axes = infer_dynamic_axes(wrapper, factory, ("pixel_values",), keys, None)
-    return ModelSource(
+    return hf_source(
+        torch,
+        model,
+        config,
+        wrap=_wrapper_class(),
         spec=spec,
-        name=name or suggest_name(spec),
+        name=name,
         kind="cv",
-        family=getattr(config, "model_type", None),
-        input_names=("pixel_values",),
-        output_names=keys,
-        example_inputs=example,
-        input_factory=factory,
-        dynamic_axes=axes,
-        module=wrapper,
         task=task,
+        inputs=("pixel_values",),
+        example=example,
+        factory=factory,
     )
 
 

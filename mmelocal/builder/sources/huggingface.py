@@ -28,10 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from mmelocal.builder.runners import first_line, import_torch, quiet_warnings
-from mmelocal.builder.sources.base import ModelSource, suggest_name, token_factory
-from mmelocal.builder.sources.hf_outputs import outputs_wrapper_base, select_outputs
+from mmelocal.builder.sources.base import ModelSource, token_factory
+from mmelocal.builder.sources.hf_outputs import hf_source, outputs_wrapper_base
 from mmelocal.builder.sources.hub import TOKENIZER_FILES
-from mmelocal.builder.sources.shapes import infer_dynamic_axes
 from mmelocal.errors import MissingDependencyError, SourceError
 
 logger = logging.getLogger(__name__)
@@ -149,21 +148,18 @@ def load_hf(
         example = _tokenize(tokenizer, batch_size, seq_len)
     else:
         example = factory(batch_size, seq_len, 0)
-    keys = select_outputs(torch, model, example, task, spec)
-    wrapper = wrap_text_model(model, keys)
-    axes = infer_dynamic_axes(wrapper, factory, ("input_ids", "attention_mask"), keys, seq_len)
-    return ModelSource(
+    return hf_source(
+        torch,
+        model,
+        config,
+        wrap=_wrapper_class(),
         spec=spec,
-        name=name or suggest_name(spec),
+        name=name,
         kind="nlp",
-        family=getattr(config, "model_type", None),
-        input_names=("input_ids", "attention_mask"),
-        output_names=keys,
-        example_inputs=example,
-        input_factory=factory,
-        dynamic_axes=axes,
-        module=wrapper,
         task=task,
+        inputs=("input_ids", "attention_mask"),
+        example=example,
+        factory=factory,
         seq_len=seq_len,
         max_seq_len=max_len if isinstance(max_len, int) else None,
         notes=notes,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +54,12 @@ def check_task(task: str | None, spec: str) -> str:
     )
 
 
-def load_torchvision(
+#: what a library's builder gives: the module, its input size (H, W), the weights' label
+_Built = tuple[Any, tuple[int, ...], str | None]
+
+
+def load_image_model(
+    library: str,
     arch: str,
     *,
     spec: str,
@@ -62,9 +68,37 @@ def load_torchvision(
     weights: str | None = None,
     batch_size: int = 2,
 ) -> ModelSource:
-    """A torchvision classification model by architecture name (``resnet18``)."""
-    task = check_task(task, spec)
-    import_torch("torchvision models")
+    """An image classifier of ``library`` (``torchvision`` or ``timm``) by architecture
+    name (``resnet18``, ``convnext_tiny``).
+
+    For timm, ``weights`` other than DEFAULT is a pretrained tag: ``timm:resnet50`` with
+    ``weights="a1_in1k"`` is timm's ``resnet50.a1_in1k``.
+    """
+    build = _BUILDERS[library]
+    check_task(task, spec)
+    import_torch(f"{library} models")
+    module, size, label = build(arch, weights, spec)
+    module.eval()
+    input_name = image_input_name(arch)
+    factory = float_image_factory((3, *size), input_name)
+    return ModelSource(
+        spec=spec,
+        name=name or suggest_name(arch),
+        kind="cv",
+        family=arch,
+        input_names=(input_name,),
+        output_names=(IMAGE_OUTPUT,),
+        example_inputs=factory(batch_size, None, 0),
+        input_factory=factory,
+        dynamic_axes=infer_dynamic_axes(module, factory, (input_name,), (IMAGE_OUTPUT,), None),
+        module=module,
+        task="image-classification",
+        notes=(weights_note(label),),
+    )
+
+
+def _torchvision_model(arch: str, weights: str | None, spec: str) -> _Built:
+    """(module, input size, weights label) of a torchvision classification model."""
     try:
         import torchvision
         from torchvision import models
@@ -87,38 +121,12 @@ def load_torchvision(
     size = _crop_size(chosen or weights_enum.DEFAULT)
     if chosen is not None:
         fetch_checkpoint(chosen.url, spec=spec)  # then torchvision finds it in its cache
-    with quiet_warnings():
-        try:
-            module = models.get_model(arch, weights=chosen)
-        except Exception as exc:
-            raise SourceError(f"cannot build {spec}: {first_line(exc)}", source=spec) from None
-    return _image_source(
-        module,
-        spec=spec,
-        name=name or suggest_name(arch),
-        family=arch,
-        size=size,
-        batch_size=batch_size,
-        weights_label=None if chosen is None else f"{type(chosen).__name__}.{chosen.name}",
-    )
+    module = _create(spec, models.get_model, arch, weights=chosen)
+    return module, size, None if chosen is None else f"{type(chosen).__name__}.{chosen.name}"
 
 
-def load_timm(
-    arch: str,
-    *,
-    spec: str,
-    name: str | None = None,
-    task: str | None = None,
-    weights: str | None = None,
-    batch_size: int = 2,
-) -> ModelSource:
-    """A timm model by name (``timm:convnext_tiny``), if timm is installed.
-
-    ``weights`` other than DEFAULT is a pretrained tag: ``timm:resnet50`` with
-    ``weights="a1_in1k"`` is timm's ``resnet50.a1_in1k``.
-    """
-    task = check_task(task, spec)
-    import_torch("timm models")
+def _timm_model(arch: str, weights: str | None, spec: str) -> _Built:
+    """(module, input size, weights label) of a timm model, if timm is installed."""
     try:
         import timm
     except ImportError:
@@ -136,54 +144,26 @@ def load_timm(
             "pretrained": True,
             "pretrained_cfg_overlay": {"file": str(_timm_weights_file(timm, label, spec))},
         }
-    with quiet_warnings():
-        try:
-            module = timm.create_model(label or arch, **kwargs)
-        except Exception as exc:
-            raise SourceError(f"cannot build {spec}: {first_line(exc)}", source=spec) from None
+    module = _create(spec, timm.create_model, label or arch, **kwargs)
     cfg = getattr(module, "pretrained_cfg", None) or {}
     input_size = tuple(cfg.get("input_size", (3, 224, 224)))
-    return _image_source(
-        module,
-        spec=spec,
-        name=name or suggest_name(arch),
-        family=arch,
-        size=input_size[1:],
-        batch_size=batch_size,
-        weights_label=label,
-    )
+    return module, input_size[1:], label
 
 
-def _image_source(
-    module: Any,
-    *,
-    spec: str,
-    name: str,
-    family: str,
-    size: tuple[int, ...],
-    batch_size: int,
-    weights_label: str | None,
-) -> ModelSource:
-    module.eval()
-    input_name = image_input_name(family)
-    factory = float_image_factory((3, *size), input_name)
-    example = factory(batch_size, None, 0)
-    axes = infer_dynamic_axes(module, factory, (input_name,), (IMAGE_OUTPUT,), None)
-    notes = (weights_note(weights_label),)
-    return ModelSource(
-        spec=spec,
-        name=name,
-        kind="cv",
-        family=family,
-        input_names=(input_name,),
-        output_names=(IMAGE_OUTPUT,),
-        example_inputs=example,
-        input_factory=factory,
-        dynamic_axes=axes,
-        module=module,
-        task="image-classification",
-        notes=notes,
-    )
+#: library -> (arch, weights, spec) -> (module, input size, weights label)
+_BUILDERS: dict[str, Callable[[str, str | None, str], _Built]] = {
+    "torchvision": _torchvision_model,
+    "timm": _timm_model,
+}
+
+
+def _create(spec: str, create: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``create(*args, **kwargs)``, quietly; SourceError naming ``spec`` when it fails."""
+    with quiet_warnings():
+        try:
+            return create(*args, **kwargs)
+        except Exception as exc:
+            raise SourceError(f"cannot build {spec}: {first_line(exc)}", source=spec) from None
 
 
 def _crop_size(weights: Any) -> tuple[int, int]:
@@ -241,6 +221,5 @@ __all__ = [
     "TASKS",
     "check_task",
     "image_input_name",
-    "load_timm",
-    "load_torchvision",
+    "load_image_model",
 ]

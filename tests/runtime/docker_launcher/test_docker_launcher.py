@@ -91,8 +91,38 @@ def test_ports_published_on_loopback_only(running: DockerLauncher, docker_engine
     assert set(published) == {"8000/tcp", "8001/tcp", "8002/tcp", "8080/tcp"}
     for bindings in published.values():
         assert bindings and all(b["HostIp"] == "127.0.0.1" for b in bindings)
-    for url in (running.endpoints.http_url, running.endpoints.metrics_url):
-        assert url is not None and url.startswith("http://127.0.0.1:")
+    # the config's ports are 0: the engine chose each host port as it bound it (no
+    # pick-then-bind race), and the launcher read them back from the container
+    assert running.config.http_port == 0
+    endpoints = running.endpoints
+    chosen = {
+        "8000/tcp": endpoints.http_url,
+        "8001/tcp": endpoints.grpc_url,
+        "8002/tcp": endpoints.metrics_url,
+        "8080/tcp": endpoints.sagemaker_url,
+    }
+    for port, url in chosen.items():
+        assert url is not None and url.removeprefix("http://") == (
+            f"127.0.0.1:{published[port][0]['HostPort']}"
+        )
+
+
+def test_a_fixed_host_port_in_use_says_so_and_leaves_no_container(
+    triton_test_image: str, add_one_repository: Path, docker_session: str, docker_engine: Any
+) -> None:
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        launcher = DockerLauncher(
+            ServerConfig(model_repository=add_one_repository, http_port=port),
+            image=triton_test_image,
+            pull="never",
+            session=docker_session,
+        )
+        with pytest.raises(ServerStartError, match="0 to let the engine pick a free one"):
+            launcher.start()
+    assert not docker_engine.containers.list(all=True, filters={"name": launcher.name})
 
 
 def test_repository_mounted_read_only(
@@ -185,6 +215,33 @@ def test_start_failure_shows_log_tail_and_cleans_up(
         pass
     assert launcher.log_path is not None and "no-such-flag" in launcher.log_path.read_text()
     assert "exited during start-up" in str(info.value) and str(launcher.log_path) in str(info.value)
+    assert not docker_engine.containers.list(all=True, filters={"name": launcher.name})
+
+
+def test_a_container_gone_before_its_ports_are_read_says_why(
+    triton_test_image: str,
+    add_one_repository: Path,
+    docker_session: str,
+    docker_engine: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A container that exits at once can be gone before the launcher reads its published
+    ports (seen under load): the error is Triton's exit and its log, not 'no host port'."""
+    read_ports = DockerLauncher._published_endpoints
+
+    def after_the_exit(self: DockerLauncher, started_at: float) -> Any:
+        self._container.wait(timeout=60)
+        return read_ports(self, started_at)
+
+    monkeypatch.setattr(DockerLauncher, "_published_endpoints", after_the_exit)
+    launcher = DockerLauncher(
+        ServerConfig(model_repository=add_one_repository, extra_args=("--no-such-flag=1",)),
+        image=triton_test_image,
+        pull="never",
+        session=docker_session,
+    )
+    with pytest.raises(ServerStartError, match=r"(?s)exited with code 1 during start-up.*no-such"):
+        launcher.start()
     assert not docker_engine.containers.list(all=True, filters={"name": launcher.name})
 
 

@@ -1,0 +1,117 @@
+"""Options and parameter types that several commands share, each declared once.
+
+The options a family of commands shares stay with that family (``_bench``: the bench
+commands' outputs and loops; ``_loadgen``: Locust's distributed mode; ``_remote``: the
+``--endpoint`` forms); what any command may take is here.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from mmelocal.cli._output import size_option
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: an existing file the command reads
+IN_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
+#: a file the command writes
+OUT_FILE = click.Path(dir_okay=False, path_type=Path)
+#: a folder the command writes into
+OUT_DIR = click.Path(file_okay=False, path_type=Path)
+
+#: a TCP port (0: a free one, where the option says so)
+PORT = click.IntRange(0, 65535)
+
+#: ``--region``'s help where the command talks to AWS with the user's profile
+PROFILE_REGION_HELP = "AWS region (default: your profile's)."
+
+
+def stacked(*options: Callable[[F], F]) -> Callable[[F], F]:
+    """One decorator applying ``options`` in the order written (the order ``--help`` lists)."""
+
+    def apply(command: F) -> F:
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return apply
+
+
+def grouped(into: str, build: Callable[..., Any], *options: Callable[[F], F]) -> Callable[[F], F]:
+    """``options`` (in the order written), whose values the command receives together as one
+    argument ``into``: ``build`` called with them (its parameters are the options' names)."""
+    names = list(inspect.signature(build).parameters)
+
+    def apply(command: F) -> F:
+        @functools.wraps(command)
+        def with_group(**kwargs: Any) -> Any:
+            kwargs[into] = build(**{name: kwargs.pop(name) for name in names})
+            return command(**kwargs)
+
+        return stacked(*options)(with_group)  # type: ignore[arg-type]
+
+    return apply
+
+
+def json_flag(help: str = "Print the report as JSON on stdout.") -> Callable[[F], F]:
+    """``--json`` (``as_json``): print the result as JSON instead of tables."""
+    return click.option("--json", "as_json", is_flag=True, help=help)
+
+
+def region_option(help: str = PROFILE_REGION_HELP) -> Callable[[F], F]:
+    """``--region``: the AWS region (default None: boto3's own choice)."""
+    return click.option("--region", default=None, help=help)
+
+
+def payload_option(help: str, *, required: bool = False) -> Callable[[F], F]:
+    """``--payload FILE``: a request body read from a file."""
+    return click.option("--payload", type=IN_FILE, required=required, help=help)
+
+
+def memory_budget_option(
+    help: str = "Host memory per Triton instance (no GPU), e.g. 4GiB; default half the RAM.",
+    *,
+    name: str = "memory_budget",
+) -> Callable[[F], F]:
+    """``--memory-budget SIZE`` in bytes (``4GiB``, ``512MB``; None when not given), handed
+    to the command as ``name``."""
+    return click.option("--memory-budget", name, default=None, callback=size_option, help=help)
+
+
+def tritonserver_option(help: str = "tritonserver binary.") -> Callable[[F], F]:
+    """``--tritonserver PATH``: the binary (or install folder) to run."""
+    return click.option("--tritonserver", type=click.Path(path_type=Path), help=help)
+
+
+def listen_options(port: int) -> Callable[[F], F]:
+    """``--host`` and ``--port`` of a server the command runs (``port``: its default)."""
+    return stacked(
+        click.option(
+            "--host", default="127.0.0.1", show_default=True, help="Address to listen on."
+        ),
+        click.option("--port", type=PORT, default=port, show_default=True),
+    )
+
+
+__all__ = [
+    "IN_FILE",
+    "OUT_DIR",
+    "OUT_FILE",
+    "PORT",
+    "PROFILE_REGION_HELP",
+    "grouped",
+    "json_flag",
+    "listen_options",
+    "memory_budget_option",
+    "payload_option",
+    "region_option",
+    "stacked",
+    "tritonserver_option",
+]
