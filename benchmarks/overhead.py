@@ -66,6 +66,7 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import numpy as np
@@ -248,6 +249,106 @@ backend triton
   http-reuse always
   server t 127.0.0.1:{up_port}
 """
+
+
+# -- the warm path's Python, in-process (``overhead.py --path-cost``) --------------------
+class _FakeTransport:
+    """Keeps what is written; reads nothing (the path's own work, no system calls)."""
+
+    def __init__(self) -> None:
+        self.out: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.out.append(data)
+
+    def close(self) -> None:
+        pass
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+def path_cost(calls: int = 20_000) -> None:
+    """One warm InvokeEndpoint through the emulator's HTTP server, invocation path and
+    upstream client, with fake sockets on both sides and Triton's answer fed back at
+    once: the Python the emulator runs per warm call (time on this core, bytecodes and
+    Python-level calls counted with ``sys.settrace``)."""
+
+    async def run() -> None:
+        from mmelocal.emulator import http_server
+        from mmelocal.emulator.emulator import Emulator, EmulatorConfig
+        from mmelocal.emulator.model_state import READY, ModelEntry
+        from mmelocal.emulator.upstream import UpstreamConnection, UpstreamPool
+
+        work = Path(tempfile.mkdtemp(prefix="mmelocal-path-cost-"))
+        try:
+            (work / "store").mkdir()
+            emulator = Emulator(EmulatorConfig(store=str(work / "store"), cache_dir=work))
+            target, inst = "tiny.tar.gz", emulator.instances[0]
+            ready = asyncio.get_running_loop().create_future()
+            ready.set_result(None)
+            inst.state.up = True
+            inst.state.models[target] = ModelEntry(
+                target=target, key=target_key(target), state=READY, last_used_s=0.0, future=ready
+            )
+            emulator.check_target(target)
+            inst.control.pool = UpstreamPool("http://127.0.0.1:9")
+            up, down = _FakeTransport(), _FakeTransport()
+            conn = UpstreamConnection()
+            conn.connection_made(up)  # type: ignore[arg-type]
+            inst.control.pool.give_back(conn)
+            client = http_server._Protocol(http_server.FastFrontServer(emulator))
+            client.connection_made(down)  # type: ignore[arg-type]
+            body = json.dumps(request_json(np.arange(4, dtype=np.float32).reshape(1, 4))).encode()
+            request = (
+                b"POST /endpoints/bench/invocations HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n"
+                b"Content-Type: application/json\r\nX-Amzn-SageMaker-Target-Model: %s\r\n"
+                b"Accept: */*\r\nAccept-Encoding: gzip, deflate\r\nContent-Length: %d\r\n\r\n%s"
+            ) % (target.encode(), len(body), body)
+            out = b'{"model_name":"k","outputs":[{"name":"OUTPUT0","data":[0.0,2.0,4.0,6.0]}]}'
+            answer = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+            answer += b"Content-Length: %d\r\n\r\n%s" % (len(out), out)
+
+            def one() -> None:
+                client.data_received(request)
+                conn.data_received(answer)
+
+            for _ in range(200):
+                one()
+            if len(down.out) != 200 or not down.out[-1].startswith(b"HTTP/1.1 200 OK"):
+                raise RuntimeError(f"the warm path did not answer: {down.out[-1:]!r}")
+            best = []
+            for _ in range(5):
+                up.out.clear()
+                down.out.clear()
+                start = time.process_time()
+                for _ in range(calls):
+                    one()
+                best.append((time.process_time() - start) / calls * 1e6)
+            counts = {"opcode": 0, "call": 0}
+
+            def trace(frame: Any, event: str, arg: Any) -> Any:
+                counts[event] = counts.get(event, 0) + 1
+                frame.f_trace_opcodes = True
+                return trace
+
+            sys.settrace(trace)
+            for _ in range(100):
+                one()
+            sys.settrace(None)
+            print(
+                f"warm InvokeEndpoint, in-process: {min(best):.2f} us per call (best of 5 x "
+                f"{calls}), {counts['opcode'] / 100:.0f} bytecodes in "
+                f"{counts['call'] / 100 - 1:.0f} Python-level calls"
+            )
+            client.connection_lost(None)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+    asyncio.run(run())
 
 
 # -- processes and cores ------------------------------------------------------------------
@@ -531,9 +632,17 @@ def main() -> int:
         "SAGEMAKER_TRITON_LOG_VERBOSE=0 to measure what SageMaker's verbose default costs",
     )
     parser.add_argument("--relay", type=int, nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--path-cost",
+        action="store_true",
+        help="only the Python of one warm call, in-process on fake sockets (seconds)",
+    )
     args = parser.parse_args()
     if args.relay:
         run_relay(*args.relay)
+        return 0
+    if args.path_cost:
+        path_cost()
         return 0
     cpus = os.sched_getaffinity(0)
     placements = list(args.placements)

@@ -77,11 +77,6 @@ def request_id() -> str:
     return f"{_REQUEST_PREFIX}{next(_REQUEST_IDS):012x}"
 
 
-def _request_id_bytes() -> bytes:
-    """:func:`request_id` as bytes (the same sequence)."""
-    return b"%s%012x" % (_REQUEST_PREFIX_BYTES, next(_REQUEST_IDS))
-
-
 class Answer(NamedTuple):
     """A complete HTTP answer (a tuple: built on every request)."""
 
@@ -213,9 +208,10 @@ def encode_invocation_ok(
     """``encode_answer(invocation_answer(...))`` of a success without custom attributes,
     byte for byte, from a head encoded once per content type and variant."""
     before, after = _ok_head(content_type, variant, cache_hit)
-    return b"%s%s%sContent-Length: %d\r\n%s\r\n%s" % (
+    return b"%s%s%012x%sContent-Length: %d\r\n%s\r\n%s" % (
         before,
-        _request_id_bytes(),
+        _REQUEST_PREFIX_BYTES,  # request_id()'s sequence, as bytes
+        next(_REQUEST_IDS),
         after,
         len(body),
         b"" if keep_alive else _CLOSE,

@@ -75,22 +75,26 @@ class HttpTimeouts:
 
 
 class _Request:
-    __slots__ = ("body", "error", "headers", "keep_alive", "last", "method", "size", "url")
+    # what every request sets is set in __init__ or as it is parsed; the rest starts as
+    # these class attributes (no __slots__: a slot cannot have a class default)
+    url = b""
+    method = b""
+    #: bytes of the body (counted in the connection's queued bytes until answered)
+    size = 0
+    keep_alive = True
+    #: not a request: the error answer that ends the connection, after those before it
+    error: Answer | None = None
+    #: the connection ends here: after ``error`` (when set), or silently
+    last = False
 
     def __init__(self) -> None:
-        self.url = b""
-        self.method = b""
         self.headers: dict[bytes, bytes] = {}
         self.body: list[bytes] = []
-        #: bytes of the body (counted in the connection's queued bytes until answered)
-        self.size = 0
-        self.keep_alive = True
-        #: not a request: the error answer that ends the connection, after those before it
-        self.error: Answer | None = None
 
-        #: the connection ends here: after ``error`` (when set), or silently
-        self.last = False
 
+#: POST urls whose route :class:`FastFrontServer` keeps (the same few, call after call)
+MAX_ROUTES = 1024
+_UNSEEN: Any = object()
 
 # what the connection's one deadline is for (see _Protocol._check)
 _NONE, _HEADER, _BODY, _IDLE = 0, 1, 2, 3
@@ -112,10 +116,17 @@ class _Protocol(asyncio.Protocol):
         import httptools
 
         self.server = server
-        self.timeouts = server.timeouts
+        self.timeouts = t = server.timeouts
+        self.header_s, self.body_s, self.idle_s = t.header_s, t.body_s, t.idle_s
         self.parser = httptools.HttpRequestParser(self)
         self.transport: asyncio.Transport | None = None
         self.request = _Request()
+        #: the headers of the request being read (``request.headers``)
+        self.headers = self.request.headers
+        #: perf_counter when the data being parsed arrived (one reading per read)
+        self.now = 0.0
+        #: what one request body may be (read per connection, not per request)
+        self.body_limit = body_limit_bytes(server.emulator)
         self.queue: deque[_Request] = deque()
         self.queued_bytes = 0
         self.paused = False
@@ -161,6 +172,7 @@ class _Protocol(asyncio.Protocol):
 
         if self.failed:
             return
+        self.now = time.perf_counter()
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -169,12 +181,13 @@ class _Protocol(asyncio.Protocol):
             self._fail(None)
         except httptools.HttpParserError as exc:
             self._fail(v2_error(400, f"bad HTTP request: {exc}"))
-        if not self.paused and self.transport is not None and self._queue_full():
+        if (
+            not self.paused
+            and (len(self.queue) >= MAX_QUEUED or self.queued_bytes >= MAX_QUEUED_BYTES)
+            and self.transport is not None
+        ):
             self.paused = True
             self.transport.pause_reading()
-
-    def _queue_full(self) -> bool:
-        return len(self.queue) >= MAX_QUEUED or self.queued_bytes >= MAX_QUEUED_BYTES
 
     def _fail(self, answer: Answer | None) -> None:
         """Stop reading; answer the complete requests before this point, then ``answer``
@@ -220,25 +233,21 @@ class _Protocol(asyncio.Protocol):
             due = self.deadline
         self.timer = asyncio.get_running_loop().call_later(max(0.0, due - now), self._check)
 
-    def _idle(self) -> None:
-        """An answer went out: with nothing else under way, the connection is idle."""
-        if not self.reading and not self.failed and not self.queue and self.current is None:
-            self.phase, self.deadline = _IDLE, time.perf_counter() + self.timeouts.idle_s
-
     # -- parser callbacks --------------------------------------------------------------
     def on_message_begin(self) -> None:
         if self.failed:
             return
-        self.request = _Request()
+        self.request = request = _Request()
+        self.headers = request.headers
         self.size = 0
         self.reading = True
-        self.phase, self.deadline = _HEADER, time.perf_counter() + self.timeouts.header_s
+        self.phase, self.deadline = _HEADER, self.now + self.header_s
 
     def on_url(self, url: bytes) -> None:
         self.request.url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self.request.headers[name.lower()] = value
+        self.headers[name.lower()] = value
 
     def on_headers_complete(self) -> None:
         if self.failed:
@@ -251,8 +260,8 @@ class _Protocol(asyncio.Protocol):
         if method == b"CONNECT":
             self._fail(v2_error(405, "CONNECT is not supported: this server is not a proxy"))
             return
-        self.phase, self.deadline = _BODY, time.perf_counter() + self.timeouts.body_s
-        headers = self.request.headers
+        self.phase, self.deadline = _BODY, self.now + self.body_s
+        headers = self.headers
         expect = headers.get(b"expect")
         if expect is None or expect.lower() != b"100-continue" or self.transport is None:
             return
@@ -273,7 +282,7 @@ class _Protocol(asyncio.Protocol):
         if hit is not None and hit[0] == "invocations":
             limit = emulator.config.max_payload_bytes
             return payload_too_large(limit) if length > limit else None
-        limit = body_limit_bytes(emulator)
+        limit = self.body_limit
         return v2_error(413, f"request body over {limit} bytes") if length > limit else None
 
     def _path(self) -> str:
@@ -283,12 +292,11 @@ class _Protocol(asyncio.Protocol):
         if self.failed:
             return
         self.size += len(body)
-        limit = body_limit_bytes(self.server.emulator)
-        if self.size > limit:
-            self._fail(v2_error(413, f"request body over {limit} bytes"))
+        if self.size > self.body_limit:
+            self._fail(v2_error(413, f"request body over {self.body_limit} bytes"))
             return
         self.request.body.append(body)
-        self.deadline = time.perf_counter() + self.timeouts.body_s
+        self.deadline = self.now + self.body_s
 
     def on_message_complete(self) -> None:
         if self.failed:
@@ -297,10 +305,16 @@ class _Protocol(asyncio.Protocol):
         self.phase = _NONE
         request = self.request
         request.keep_alive = self.parser.should_keep_alive()
-        request.size = self.size
-        self.queued_bytes += self.size
+        request.size = size = self.size
+        self.queued_bytes += size
         if self.current is None and not self.queue and not self.kicking:
-            self._start(request)  # the usual case: nothing before it
+            # the usual case, nothing before it: _start's, in short
+            self.current = request
+            call = self.server.start_invocation(request, self)
+            if call is None:
+                self.task = asyncio.ensure_future(self._route(request))
+            elif not call.done:
+                self.call = call
             return
         self.queue.append(request)
         self._kick()
@@ -364,17 +378,23 @@ class _Protocol(asyncio.Protocol):
         call = self.call
         if call is not None and call.request is request:
             self.call = None
-        if request is not self.current:
+        current = self.current
+        if current is None or request is not current:
             return  # the connection was lost meanwhile
         self.current = None
-        assert isinstance(request, _Request)
-        self.queued_bytes -= request.size
+        self.queued_bytes -= current.size
         if self.paused:
             self._resume()
-        if self._write(request, answer):
-            if self.queue:
-                self._kick()
-            self._idle()
+        transport = self.transport
+        if type(answer) is bytes and current.keep_alive and transport is not None:
+            transport.write(answer)  # the usual case: _write's, in short
+        elif not self._write(current, answer):
+            return
+        if self.queue:
+            self._kick()
+        # with nothing else under way, the connection is idle
+        if not self.reading and not self.failed and not self.queue and self.current is None:
+            self.phase, self.deadline = _IDLE, time.perf_counter() + self.idle_s
 
     def _write(self, request: _Request, answer: Answer | bytes) -> bool:
         """Write ``answer`` to ``request``; False when the connection is now closing."""
@@ -410,6 +430,8 @@ class FastFrontServer:
         t = self.timeouts
         #: how often, at most, a connection's deadline check runs (the shortest timeout)
         self.step_s = min(t.header_s, t.body_s, t.idle_s, emulator.config.invoke_timeout_s)
+        #: POST urls seen -> their invoke route (None: another route's)
+        self.routes: dict[bytes, tuple[str, str] | None] = {}
         self._server: asyncio.AbstractServer | None = None
 
     async def start(self, sock: socket.socket) -> None:
@@ -429,8 +451,13 @@ class FastFrontServer:
         if request.method != b"POST":
             return None
         url = request.url
-        path = (url.partition(b"?")[0] if b"?" in url else url).decode("latin-1")
-        hit = invoke_route("POST", path)
+        routes = self.routes
+        hit = routes.get(url, _UNSEEN)
+        if hit is _UNSEEN:
+            hit = invoke_route("POST", url.partition(b"?")[0].decode("latin-1"))
+            if len(routes) >= MAX_ROUTES:
+                routes.clear()
+            routes[url] = hit
         if hit is None:
             return None
         parts = request.body

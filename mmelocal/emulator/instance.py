@@ -213,8 +213,9 @@ class TritonInstance:
     def hold_ready(self, target: str) -> bool:
         """Count one request in flight when ``target`` is loaded here and the server is up
         (pair with :meth:`release`); False, holding nothing, otherwise."""
-        entry = self.models.get(target)
-        if entry is None or entry.state != READY or not self.up:
+        state = self.state
+        entry = state.models.get(target)
+        if entry is None or entry.state != READY or not state.up:
             return False
         entry.in_flight += 1
         entry.last_used_s = time.monotonic()
@@ -222,7 +223,7 @@ class TritonInstance:
 
     def release(self, target: str) -> None:
         """One request for ``target`` finished."""
-        entry = self.models.get(target)
+        entry = self.state.models.get(target)
         if entry is not None and entry.in_flight > 0:
             entry.in_flight -= 1
             entry.last_used_s = time.monotonic()

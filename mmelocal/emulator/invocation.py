@@ -46,6 +46,7 @@ from mmelocal.emulator.upstream import (
     Reply,
     UpstreamConnection,
     UpstreamError,
+    UpstreamPool,
     UpstreamTimeoutError,
 )
 from mmelocal.facts.sagemaker import (
@@ -56,7 +57,8 @@ from mmelocal.facts.sagemaker import (
 
 _TARGET = TARGET_MODEL_HEADER.lower().encode()
 _TARGET_TITLE = TARGET_MODEL_HEADER.encode()
-_FORWARDED = tuple((name.lower().encode(), name.encode()) for name in FORWARDED_HEADERS)
+_FORWARDED_NAMES = tuple(name.lower().encode() for name in FORWARDED_HEADERS)
+_FORWARDED_TITLES = tuple(name.encode() for name in FORWARDED_HEADERS)
 _ENCODING = b"content-encoding"
 _JSON = b"application/json"
 _BINARY = SAGEMAKER_BINARY.encode()
@@ -126,38 +128,39 @@ class InvocationPath:
         #: the production variant the answers name
         self.variant = emulator.config.variant_name
         #: request heads up to the Content-Length value, per target, content type,
-        #: forwarded headers and upstream
-        self.heads: dict[tuple[bytes, bytes, bytes, bytes], bytes] = {}
+        #: forwarded headers' values and upstream
+        self.heads: dict[tuple[bytes, bytes, tuple[bytes | None, ...], bytes], bytes] = {}
 
 
 class Invocation:
     """One request on the path, from its checks to its answer."""
 
-    __slots__ = (
-        "attempts",
-        "body",
-        "cache_hit",
-        "conn",
-        "content_type",
-        "deadline",
-        "done",
-        "emulator",
-        "extra",
-        "fresh",
-        "inst",
-        "keep_alive",
-        "path",
-        "raw_target",
-        "refused",
-        "request",
-        "requester",
-        "sent_s",
-        "start_s",
-        "target",
-        "task",
-        "v2",
-        "wait_s",
-    )
+    # What every request sets is set in __init__ and _begin; the rest starts as these
+    # class attributes, so a warm call assigns only what it changes (no __slots__: a slot
+    # cannot have a class default).
+    v2 = False
+    target = ""
+    raw_target = b""
+    content_type = _JSON
+    #: the values of the forwarded headers (None: absent), in FORWARDED_HEADERS' order
+    forwarded: tuple[bytes | None, ...] = ()
+    body = b""
+    inst: TritonInstance | None = None
+    conn: UpstreamConnection | None = None
+    #: the connections ``conn`` came from
+    pool: UpstreamPool | None = None
+    task: asyncio.Future[None] | None = None
+    #: when the request in flight to Triton is late (perf_counter seconds)
+    deadline = math.inf
+    sent_s = 0.0
+    cache_hit = True
+    wait_s = 0.0
+    #: recoveries after a 404 or 507 (one), a broken reused connection (one)
+    attempts = 0
+    fresh = False
+    done = False
+    #: Triton's answer to a body it cannot inflate, given once the target is ready
+    refused: Reply | None = None
 
     def __init__(
         self, path: InvocationPath, request: object, requester: Requester, keep_alive: bool
@@ -168,26 +171,6 @@ class Invocation:
         self.request = request
         self.requester = requester
         self.keep_alive = keep_alive
-        self.v2 = False
-        self.target = ""
-        self.raw_target = b""
-        self.content_type = _JSON
-        self.extra = b""
-        self.body = b""
-        self.inst: TritonInstance | None = None
-        self.conn: UpstreamConnection | None = None
-        self.task: asyncio.Future[None] | None = None
-        #: when the request in flight to Triton is late (perf_counter seconds)
-        self.deadline = math.inf
-        self.sent_s = 0.0
-        self.cache_hit = True
-        self.wait_s = 0.0
-        #: recoveries after a 404 or 507 (one), a broken reused connection (one)
-        self.attempts = 0
-        self.fresh = False
-        self.done = False
-        #: Triton's answer to a body it cannot inflate, given once the target is ready
-        self.refused: Reply | None = None
 
     # -- the two routes' checks ------------------------------------------------------------
     def invoke_endpoint(self, name: str, headers: dict[bytes, bytes], body: bytes) -> None:
@@ -247,12 +230,7 @@ class Invocation:
             content_type,
             body,
         )
-        extra = b""
-        for name, title in _FORWARDED:
-            value = headers.get(name)
-            if value is not None:
-                extra += b"%s: %s\r\n" % (title, value)
-        self.extra = extra
+        self.forwarded = tuple(map(headers.get, _FORWARDED_NAMES))
         emulator = self.emulator
         if not emulator.known_target(target):
             try:
@@ -260,11 +238,12 @@ class Invocation:
             except Exception as exc:
                 self._fail(exc)
                 return
-        inst = emulator.router.pick_ready(target)  # the usual case: _attempt's first lines
-        if inst is not None and inst.hold_ready(target):
-            conn = inst.upstream.take_idle()
+        inst = emulator.router.hold_ready(target)  # the usual case: _attempt's first lines
+        if inst is not None:
+            pool = inst.upstream
+            conn = pool.take_idle()
             if conn is not None:
-                self._send(inst, conn)
+                self._send(inst, pool, conn)
                 return
             inst.release(target)
         self._attempt()
@@ -273,12 +252,13 @@ class Invocation:
     def _attempt(self) -> None:
         """Forward now when the target is ready and a connection idle, else await both."""
         target = self.target
-        inst = self.emulator.router.pick_ready(target)
-        if inst is not None and not self.fresh and inst.hold_ready(target):
-            conn = inst.upstream.take_idle()
+        inst = None if self.fresh else self.emulator.router.hold_ready(target)
+        if inst is not None:
+            pool = inst.upstream
+            conn = pool.take_idle()
             if conn is not None:
                 self.cache_hit, self.wait_s = True, 0.0
-                self._send(inst, conn)
+                self._send(inst, pool, conn)
                 return
             inst.release(target)
         self.task = asyncio.ensure_future(self._prepare())
@@ -289,8 +269,9 @@ class Invocation:
             inst = emulator.router.pick(target)
             wait_s = emulator.config.load_wait_timeout_s
             acquired = await inst.acquire(target, wait_timeout_s=wait_s)
+            pool = inst.upstream
             try:
-                conn = await inst.upstream.connection(fresh=self.fresh)
+                conn = await pool.connection(fresh=self.fresh)
             except UpstreamError as exc:
                 inst.release(target)
                 raise inst.connection_error(exc) from exc
@@ -303,17 +284,17 @@ class Invocation:
             return
         self.task = None
         self.cache_hit, self.wait_s = acquired.cache_hit, acquired.wait_s
-        self._send(inst, conn)
+        self._send(inst, pool, conn)
 
     # -- forwarding and the reply ------------------------------------------------------------
-    def _send(self, inst: TritonInstance, conn: UpstreamConnection) -> None:
-        upstream = inst.upstream
+    def _send(self, inst: TritonInstance, upstream: UpstreamPool, conn: UpstreamConnection) -> None:
+        self.pool = upstream
         if self.refused is not None:  # the front end answers without running the model
             self.inst, self.conn = inst, conn
             self.sent_s = time.perf_counter()
             self.on_reply(self.refused, None)
             return
-        key = (self.raw_target, self.content_type, self.extra, upstream.hostport)
+        key = (self.raw_target, self.content_type, self.forwarded, upstream.hostport)
         heads = self.path.heads
         head = heads.get(key)
         if head is None:
@@ -326,7 +307,11 @@ class Invocation:
                     inst.models[self.target].key.encode(),
                     upstream.hostport,
                     self.content_type,
-                    self.extra,
+                    b"".join(
+                        b"%s: %s\r\n" % (title, value)
+                        for title, value in zip(_FORWARDED_TITLES, self.forwarded, strict=True)
+                        if value is not None
+                    ),
                     _TARGET_TITLE,
                     self.raw_target,
                 )
@@ -360,7 +345,7 @@ class Invocation:
         self.conn = None
         self.deadline = math.inf
         inst.release(target)
-        inst.upstream.give_back(conn)
+        self.pool.give_back(conn)  # type: ignore[union-attr]
         if error is not None:
             if isinstance(error, UpstreamTimeoutError):
                 reply = late_reply(self.path.invoke_timeout_s)

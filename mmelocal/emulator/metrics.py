@@ -4,7 +4,8 @@ Times are in microseconds, as CloudWatch reports them. Time metrics are Promethe
 summaries (``_count``, ``_sum`` and the 0.5/0.9/0.99 quantiles of a recent window);
 ``ModelCacheHit`` is a summary of 0/1 values, so its average is the hit ratio; the
 invocation counters are counters; instance figures (utilizations, ``LoadedModelCount``)
-are gauges read when scraped. Recording is O(1) and lock-free (one event loop).
+are gauges read when scraped. Recording is O(1) and lock-free (one event loop); a served
+invocation's times are kept as one tuple and folded into the summaries when they are read.
 """
 
 from __future__ import annotations
@@ -50,6 +51,9 @@ GAUGES: dict[str, str] = {
     "DiskUtilization": "percent of the artifact disk budget in use",
 }
 QUANTILES = (0.5, 0.9, 0.99)
+#: served invocations recorded before they are folded into the summaries (when nothing
+#: reads them sooner): recording one is an append
+_FOLD_EVERY = 512
 #: the emulator's own counters (not CloudWatch metrics: mmelocal's additions)
 OWN_COUNTERS = frozenset(("ModelLoads", "ModelUnloads", "ModelEvictions", "InvocationRetries"))
 
@@ -85,6 +89,15 @@ class Summary:
         self.total += value
         self.recent.append(value)
 
+    def observe_all(self, values: list[float]) -> None:
+        """Record ``values`` in order (as many :meth:`observe` calls would)."""
+        total = self.total
+        for value in values:
+            total += value
+        self.total = total
+        self.count += len(values)
+        self.recent.extend(values)
+
     @property
     def mean(self) -> float:
         """Average over all values (NaN when none)."""
@@ -103,9 +116,31 @@ class Metrics:
         self, *, endpoint_name: str = "local", variant_name: str = DEFAULT_VARIANT_NAME
     ) -> None:
         self.labels = {"EndpointName": endpoint_name, "VariantName": variant_name}
-        self.summaries = {name: Summary() for name in SUMMARIES}
+        self._summaries = {name: Summary() for name in SUMMARIES}
         self.counters = dict.fromkeys(COUNTERS, 0)
         self._gauges: Callable[[], Mapping[str, float]] | None = None
+        #: served invocations not yet folded into the summaries: (overhead s, model
+        #: latency s, cache hit, load wait s), folded when the summaries are read
+        self._served: list[tuple[float, float, bool, float]] = []
+
+    @property
+    def summaries(self) -> dict[str, Summary]:
+        """The summaries, every recorded value included."""
+        if self._served:
+            self._fold()
+        return self._summaries
+
+    def _fold(self) -> None:
+        """Fold the served invocations recorded so far into the summaries, in order."""
+        served, self._served = self._served, []
+        summaries = self._summaries
+        summaries["ModelCacheHit"].observe_all([1.0 if s[2] else 0.0 for s in served])
+        summaries["ModelLoadingWaitTime"].observe_all([s[3] * 1e6 for s in served if not s[2]])
+        summaries["ModelLatency"].observe_all([s[1] * 1e6 for s in served])
+        # negative readings as 0 (max(0.0, x), NaN included)
+        summaries["OverheadLatency"].observe_all(
+            [s[0] * 1e6 if s[0] > 0.0 else 0.0 for s in served]
+        )
 
     def set_gauge_source(self, source: Callable[[], Mapping[str, float]]) -> None:
         """A callable returning the current gauge values (called at scrape time)."""
@@ -149,14 +184,16 @@ class Metrics:
     ) -> None:
         """One invocation Triton answered with ``status``, in one call (the invocation
         path's): the cache hit, the load wait (misses only), the model's latency, the
-        overhead, and the counts (:meth:`_count_invocation`)."""
-        summaries = self.summaries
-        summaries["ModelCacheHit"].observe(1.0 if cache_hit else 0.0)
-        if not cache_hit:
-            summaries["ModelLoadingWaitTime"].observe(wait_s * 1e6)
-        summaries["ModelLatency"].observe(model_latency_s * 1e6)
-        summaries["OverheadLatency"].observe(max(0.0, overhead_s) * 1e6)
-        self._count_invocation(status)
+        overhead, and the counts (:meth:`_count_invocation`'s). The summaries take the
+        values when next read (:attr:`summaries`), at most :data:`_FOLD_EVERY` later."""
+        served = self._served
+        served.append((overhead_s, model_latency_s, cache_hit, wait_s))
+        if len(served) >= _FOLD_EVERY:
+            self._fold()
+        counters = self.counters
+        counters["Invocations"] += 1
+        if status >= 400:
+            counters["Invocation4XXErrors" if status < 500 else "Invocation5XXErrors"] += 1
 
     def snapshot(self) -> dict[str, object]:
         """Plain data: counters, summary count/mean/p50/p99, gauges (for JSON and tests)."""

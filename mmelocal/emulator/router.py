@@ -85,6 +85,17 @@ class Router:
         self._note(target, best)
         return best
 
+    def hold_ready(self, target: str) -> TritonInstance | None:
+        """:meth:`pick_ready`'s instance with one request for ``target`` counted in flight
+        (:meth:`~mmelocal.emulator.instance.TritonInstance.hold_ready`; pair with its
+        ``release``), else None, holding nothing."""
+        instances = self.instances
+        if len(instances) == 1:  # hold_ready checks what pick_ready would: up and ready
+            only = instances[0]
+            return only if only.hold_ready(target) else None
+        best = self.pick_ready(target)
+        return best if best is not None and best.hold_ready(target) else None
+
     @staticmethod
     def _view(inst: TritonInstance, target: str) -> InstanceView:
         entry = inst.models.get(target)

@@ -41,6 +41,8 @@ class UpstreamConnection(asyncio.Protocol):
         self._deadline: asyncio.TimerHandle | None = None
         self.closed = False
         self.keep_alive = True
+        #: the answer being read (emptied when it is complete: no on_message_begin, one
+        #: parser callback less per answer)
         self._headers: dict[str, str] = {}
         self._body: list[bytes] = []
 
@@ -107,10 +109,6 @@ class UpstreamConnection(asyncio.Protocol):
             self._reply(None, UpstreamError(f"Triton's answer is not HTTP/1.1 ({exc})"))
 
     # -- parser callbacks -----------------------------------------------------------------
-    def on_message_begin(self) -> None:
-        self._headers = {}
-        self._body = []
-
     def on_header(self, name: bytes, value: bytes) -> None:
         self._headers[name.decode("latin-1").lower()] = value.decode("utf-8", "surrogateescape")
 
@@ -118,10 +116,20 @@ class UpstreamConnection(asyncio.Protocol):
         self._body.append(body)
 
     def on_message_complete(self) -> None:
-        self.keep_alive = self.parser.should_keep_alive()
+        parser = self.parser
+        self.keep_alive = parser.should_keep_alive()
         parts = self._body
         body = parts[0] if len(parts) == 1 else b"".join(parts)
-        self._reply(Reply(self.parser.get_status_code(), self._headers, body), None)
+        # Reply(...) without the named tuple's Python-level __new__; _reply, in short
+        reply = tuple.__new__(Reply, (parser.get_status_code(), self._headers, body))
+        self._headers = {}
+        self._body = []
+        callback, self.callback = self.callback, None
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+        if callback is not None:
+            callback(reply, None)
 
 
 class UpstreamPool:
@@ -139,15 +147,11 @@ class UpstreamPool:
         host, _, port = hostport.rpartition(":")
         self.host = host
         self.port = int(port)
-        self._hostport = hostport.encode()
+        #: ``host:port`` as the ``Host`` header carries it
+        self.hostport = hostport.encode()
         self.max_idle = max_idle
         self.bridge = bridge
         self._idle: list[UpstreamConnection] = []
-
-    @property
-    def hostport(self) -> bytes:
-        """``host:port`` as the ``Host`` header carries it."""
-        return self._hostport
 
     def take_idle(self) -> UpstreamConnection | None:
         """An open idle connection, or None (then use :meth:`request`)."""
@@ -197,7 +201,7 @@ class UpstreamPool:
     ) -> Reply:
         """Send one request; its :class:`Reply`. After ``timeout_s`` without a full
         answer, UpstreamTimeoutError."""
-        head = [f"{method} {path} HTTP/1.1\r\nHost: ".encode(), self._hostport]
+        head = [f"{method} {path} HTTP/1.1\r\nHost: ".encode(), self.hostport]
         for name, value in headers:
             head.append(f"\r\n{name}: {value}".encode("utf-8", "surrogateescape"))
         head.append(f"\r\nContent-Length: {len(body)}\r\n\r\n".encode())

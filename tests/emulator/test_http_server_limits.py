@@ -74,8 +74,12 @@ def post(path: str, body: bytes) -> bytes:
     )
 
 
-def connect() -> tuple[Front, Transport, Any]:
+def connect(max_payload_bytes: int | None = None) -> tuple[Front, Transport, Any]:
+    """A connection to a Front (``max_payload_bytes``: its configuration's, which a
+    connection reads when it opens, as the real one is frozen)."""
     front = Front()
+    if max_payload_bytes is not None:
+        front.emulator.config.max_payload_bytes = max_payload_bytes
     protocol = http_server._Protocol(front)  # type: ignore[arg-type]
     front.protocol = protocol
     transport = Transport()
@@ -97,8 +101,7 @@ def test_a_body_over_the_limit_is_answered_413_and_nothing_after_it_runs(
     assert limit == 1000
 
     async def run() -> None:
-        front, transport, protocol = connect()
-        front.emulator.config.max_payload_bytes = 10
+        front, transport, protocol = connect(max_payload_bytes=10)
         front.gate.set()
         # the oversized request, complete, then a valid one in the same segment
         protocol.data_received(post("/big", b"x" * 5000) + post("/after", b"{}"))
