@@ -16,22 +16,27 @@ from mmelocal.testing.tiny_model import MODEL_PY, expected, write_model, write_t
 
 pytestmark = pytest.mark.triton
 
-#: the model takes 20 s per execution, unless the test releases it sooner (a file appears):
-#: Triton's stop waits for executions in flight
+#: the invocation limit the test sets, and the model's time per execution (far above it)
+LIMIT_S = 2.0
+SLOW_S = 20.0
+
+#: the model takes SLOW_S per execution, unless the test releases it sooner (a file
+#: appears): Triton's stop waits for executions in flight
 SLOW_EXECUTE = """    def execute(self, requests):
         import os
         import time
 
-        until = time.monotonic() + 20
+        until = time.monotonic() + {slow_s}
         while time.monotonic() < until and not os.path.exists({release!r}):
             time.sleep(0.05)
 """
 
 
 def slow_py(release: Path) -> str:
-    """The tiny model, 20 s per execution or until ``release`` exists."""
+    """The tiny model, SLOW_S per execution or until ``release`` exists."""
     return MODEL_PY.replace(
-        "    def execute(self, requests):\n", SLOW_EXECUTE.format(release=str(release))
+        "    def execute(self, requests):\n",
+        SLOW_EXECUTE.format(release=str(release), slow_s=SLOW_S),
     )
 
 
@@ -44,7 +49,9 @@ def test_an_answer_later_than_the_limit_is_a_model_error(tmp_path: Path) -> None
     with tarfile.open(store / "slow.tar.gz", "w:gz") as tar:
         tar.add(model, arcname="slow")
     write_tarball(store / "fast.tar.gz", scale=3.0)
-    config = EmulatorConfig(store=str(store), cache_dir=tmp_path / "cache", invoke_timeout_s=2.0)
+    config = EmulatorConfig(
+        store=str(store), cache_dir=tmp_path / "cache", invoke_timeout_s=LIMIT_S
+    )
     with EmulatorServer(config) as server:
         try:
             mme = MmeEndpoint(url=server.url, store=store, server=server)
@@ -66,10 +73,11 @@ def test_an_answer_later_than_the_limit_is_a_model_error(tmp_path: Path) -> None
                     ContentType="application/json",
                     Body=body,
                 )
-            assert time.monotonic() - t0 < 15  # the limit, not the model's 20 s
+            # the limit answered: the model itself cannot answer before SLOW_S
+            assert time.monotonic() - t0 < SLOW_S
             for error in (info.value, warm.value):
                 assert error.response["OriginalStatusCode"] == 504
-                assert "did not answer within 2s" in error.response["OriginalMessage"]
+                assert f"did not answer within {LIMIT_S:g}s" in error.response["OriginalMessage"]
             assert (output_of(mme.invoke("fast.tar.gz", body)) == expected(x, 3.0)).all()
         finally:
-            release.touch()  # the executions in flight end: the stop need not wait 20 s
+            release.touch()  # the executions in flight end: the stop need not wait SLOW_S

@@ -46,7 +46,9 @@ def test_serve_starts_answers_and_stops_cleanly(tmp_path: Path) -> None:
         stderr=subprocess.STDOUT,
     )
     lines: list[bytes] = []
-    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, b"")))  # type: ignore[union-attr]
+    stdout = proc.stdout
+    assert stdout is not None
+    reader = threading.Thread(target=lambda: lines.extend(iter(stdout.readline, b"")))
     reader.start()
     try:
 
