@@ -28,13 +28,9 @@ def wait_for(
     ``timeout_s`` (generous: loads crawl on a busy 2-core CI box) saying ``what`` was
     awaited. The one polling loop of the suite: tests do not write their own."""
     deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what or 'waited'}: still {value!r} after {timeout_s:g}s")
+    while (value := _checked(check, deadline, timeout_s, what)) is None:
         time.sleep(interval_s)
+    return value
 
 
 async def wait_for_async(
@@ -43,13 +39,19 @@ async def wait_for_async(
     """:func:`wait_for` inside a running event loop: between checks it awaits
     ``asyncio.sleep(interval_s)`` (0 yields once), so the loop's other tasks run."""
     deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what or 'waited'}: still {value!r} after {timeout_s:g}s")
+    while (value := _checked(check, deadline, timeout_s, what)) is None:
         await asyncio.sleep(interval_s)
+    return value
+
+
+def _checked(check: Callable[[], T], deadline: float, timeout_s: float, what: str) -> T | None:
+    """``check()`` when true; None to poll again; AssertionError once past ``deadline``."""
+    value = check()
+    if value:
+        return value
+    if time.monotonic() > deadline:
+        raise AssertionError(f"{what or 'waited'}: still {value!r} after {timeout_s:g}s")
+    return None
 
 
 def tritonservers() -> list[psutil.Process]:
