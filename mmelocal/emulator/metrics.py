@@ -190,10 +190,7 @@ class Metrics:
         served.append((overhead_s, model_latency_s, cache_hit, wait_s))
         if len(served) >= _FOLD_EVERY:
             self._fold()
-        counters = self.counters
-        counters["Invocations"] += 1
-        if status >= 400:
-            counters["Invocation4XXErrors" if status < 500 else "Invocation5XXErrors"] += 1
+        self._count_invocation(status)
 
     def snapshot(self) -> dict[str, object]:
         """Plain data: counters, summary count/mean/p50/p99, gauges (for JSON and tests)."""
