@@ -308,13 +308,7 @@ class _Protocol(asyncio.Protocol):
         request.size = size = self.size
         self.queued_bytes += size
         if self.current is None and not self.queue and not self.kicking:
-            # the usual case, nothing before it: _start's, in short
-            self.current = request
-            call = self.server.start_invocation(request, self)
-            if call is None:
-                self.task = asyncio.ensure_future(self._route(request))
-            elif not call.done:
-                self.call = call
+            self._start(request)  # the usual case: nothing before it
             return
         self.queue.append(request)
         self._kick()

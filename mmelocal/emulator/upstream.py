@@ -120,16 +120,11 @@ class UpstreamConnection(asyncio.Protocol):
         self.keep_alive = parser.should_keep_alive()
         parts = self._body
         body = parts[0] if len(parts) == 1 else b"".join(parts)
-        # Reply(...) without the named tuple's Python-level __new__; _reply, in short
+        # Reply(...) without the named tuple's Python-level __new__
         reply = tuple.__new__(Reply, (parser.get_status_code(), self._headers, body))
         self._headers = {}
         self._body = []
-        callback, self.callback = self.callback, None
-        if self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline = None
-        if callback is not None:
-            callback(reply, None)
+        self._reply(reply, None)
 
 
 class UpstreamPool:

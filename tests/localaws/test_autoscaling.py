@@ -83,7 +83,7 @@ def endpoint(endpoint_config: str) -> str:
         ServiceNamespace="sagemaker", ResourceIds=[target["ResourceId"]]
     )["ScalableTargets"]:
         aas.deregister_scalable_target(**target)
-    status = wait_endpoint(sm, name, leaving="Creating")
+    wait_endpoint(sm, name, leaving="Creating")  # out of Creating before its counts are read
     wait_for(lambda: _counts(sm, name, [])[0] == "InService", timeout_s=120)
     status = sm.describe_endpoint(EndpointName=name)
     if status["ProductionVariants"][0]["CurrentInstanceCount"] != 1:

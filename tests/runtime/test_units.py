@@ -320,16 +320,22 @@ def test_external_launcher_fails_fast_when_nothing_listens():
     assert time.monotonic() - t0 < 300  # the grace, not the 600 s start timeout
 
 
-def test_local_launcher_binary_that_cannot_run_is_a_start_error(tmp_path):
-    from mmelocal.errors import ServerStartError
-    from mmelocal.runtime.local import LocalLauncher
-
+def _unrunnable_install(tmp_path):
+    """A tritonserver install (``bin/``, ``backends/``) whose binary cannot run."""
     root = tmp_path / "tritonserver"
     (root / "bin").mkdir(parents=True)
     binary = root / "bin" / "tritonserver"
     binary.write_bytes(b"\x00\x01 not a program")
     binary.chmod(0o755)
     (root / "backends").mkdir()
+    return root, binary
+
+
+def test_local_launcher_binary_that_cannot_run_is_a_start_error(tmp_path):
+    from mmelocal.errors import ServerStartError
+    from mmelocal.runtime.local import LocalLauncher
+
+    root, binary = _unrunnable_install(tmp_path)
     launcher = LocalLauncher(
         ServerConfig(model_repository=tmp_path, backend_directory=root / "backends"),
         tritonserver=binary,
@@ -344,12 +350,7 @@ def test_bridge_sockets_close_when_the_start_fails_before_the_spawn(tmp_path, mo
     from mmelocal.runtime import netns
     from mmelocal.runtime.local import LocalLauncher
 
-    root = tmp_path / "tritonserver"
-    (root / "bin").mkdir(parents=True)
-    binary = root / "bin" / "tritonserver"
-    binary.write_bytes(b"\x00\x01 not a program")
-    binary.chmod(0o755)
-    (root / "backends").mkdir()
+    root, binary = _unrunnable_install(tmp_path)
     bound = []
     listen = netns.listen_socket
 
