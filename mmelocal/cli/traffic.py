@@ -452,9 +452,10 @@ def _load_times(value: str | None) -> Any:
 _BY_FIGURE = "--models-per-instance K or --footprint-mib X"
 
 
-def _estimate_footprint(path: Path) -> tuple[int, int] | None:
-    """(per copy bytes, baseline bytes) of a `capacity estimate` result; None if ``path``
-    holds a capacity result instead."""
+def _footprint_file(path: Path) -> tuple[int, int] | Any:
+    """(per copy bytes, baseline bytes) of a `capacity estimate` result, or the GPU
+    :class:`CapacityResult` ``path`` holds (read once; a host-memory one is refused: CPU
+    figures never project onto a GPU card)."""
     try:
         data = json.loads(path.read_text("utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
@@ -464,7 +465,7 @@ def _estimate_footprint(path: Path) -> tuple[int, int] | None:
     if not isinstance(data, dict):
         raise UserInputError(f"{path}: expected a capacity or estimate result (a JSON object)")
     if data.get("kind") == "capacity":
-        return None
+        return _capacity_result(data, path)
     per_copy = data.get("per_copy_bytes")
     if isinstance(per_copy, dict) and per_copy.get("point"):
         return int(per_copy["point"]), int(data.get("baseline_bytes", 0) or 0)
@@ -474,13 +475,13 @@ def _estimate_footprint(path: Path) -> tuple[int, int] | None:
     )
 
 
-def _capacity_result(path: Path) -> Any:
-    """The GPU capacity result in ``path`` (a host-memory one is refused: CPU figures never
-    project onto a GPU card)."""
+def _capacity_result(data: dict[str, Any], path: Path) -> Any:
+    """The GPU capacity result of ``data``, read from ``path`` (a host-memory one is
+    refused)."""
     from mmelocal.bench.capacity.result import CapacityResult, host_memory_refusal
-    from mmelocal.bench.results import read_results
+    from mmelocal.bench.results import result_from_dict
 
-    result = read_results(path)[0]
+    result = result_from_dict(data, origin=f"{path}")
     assert isinstance(result, CapacityResult)
     if result.on_host_memory:
         raise UserInputError(host_memory_refusal(path, _BY_FIGURE))
@@ -497,10 +498,9 @@ def _capacity_for(instance_type: str | None, capacity_args: _CapacityArgs) -> tu
             "give the capacity per instance: --models-per-instance K, --footprint-mib X, or "
             "--capacity FILE (a capacity or estimate result)"
         )
-    estimate = _estimate_footprint(capacity_file) if capacity_file is not None else None
-    measured = (
-        _capacity_result(capacity_file) if capacity_file is not None and estimate is None else None
-    )
+    found = _footprint_file(capacity_file) if capacity_file is not None else None
+    estimate = found if isinstance(found, tuple) else None
+    measured: Any = found if found is not None and estimate is None else None
     if instance_type is None:
         raise UserInputError(
             "footprints project onto a card: give --instance-type (e.g. ml.g5.xlarge)"
