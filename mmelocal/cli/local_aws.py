@@ -6,13 +6,17 @@ import contextlib
 import logging
 import signal
 import threading
-from pathlib import Path
 from typing import Any
 
 import click
 
 from mmelocal.cli._defaults import field_option
-from mmelocal.cli._options import listen_options, memory_budget_option, tritonserver_option
+from mmelocal.cli._options import (
+    OUT_DIR,
+    listen_options,
+    memory_budget_option,
+    tritonserver_option,
+)
 from mmelocal.cli._output import console
 from mmelocal.localaws import LocalAws
 
@@ -22,7 +26,7 @@ from mmelocal.localaws import LocalAws
 @click.option(
     "--data",
     "data_dir",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=OUT_DIR,
     help="Folder for the state (saved at a clean stop, restored at the next start: S3 "
     "objects, models, configs, endpoints, scaling) and the endpoints' caches and Triton "
     "logs. Default: a temporary folder, nothing kept.",

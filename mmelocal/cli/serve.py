@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from pathlib import Path
 from typing import Any
 
 import click
 
 from mmelocal.cli._defaults import default_of, field_option, launcher_option
-from mmelocal.cli._options import listen_options, memory_budget_option, tritonserver_option
+from mmelocal.cli._options import (
+    OUT_DIR,
+    listen_options,
+    memory_budget_option,
+    tritonserver_option,
+)
 from mmelocal.cli._output import console, env_option, size_option
 from mmelocal.emulator.emulator_config import EmulatorConfig
 from mmelocal.emulator.http_server import HttpTimeouts
@@ -47,7 +51,7 @@ _MAX_PAYLOAD = default_of(EmulatorConfig, "max_payload_bytes")
 )
 @click.option(
     "--cache-dir",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=OUT_DIR,
     help="Artifact cache folder (kept between runs); default a temporary folder.",
 )
 @click.option(

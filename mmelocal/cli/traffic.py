@@ -15,6 +15,7 @@ import click
 from mmelocal.cli._defaults import default_of, field_option
 from mmelocal.cli._options import (
     IN_FILE,
+    OUT_DIR,
     OUT_FILE,
     grouped,
     payload_option,
@@ -251,13 +252,13 @@ def _write_outputs(result: Any, json_out: Path | None, html_out: Path | None, ti
 @click.option(
     "--out",
     "out",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=OUT_FILE,
     required=True,
     help="Trace file (.csv, or .jsonl for JSON lines).",
 )
 @click.option(
     "--store",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=OUT_DIR,
     default=None,
     help="Also fill this store folder with --tarball under every model name.",
 )

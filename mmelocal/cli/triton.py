@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from mmelocal.cli._defaults import default_of, field_option
-from mmelocal.cli._options import PORT, json_flag, tritonserver_option
+from mmelocal.cli._options import OUT_DIR, PORT, json_flag, tritonserver_option
 from mmelocal.runtime.detached import start_detached, stop_detached
 from mmelocal.runtime.server_config import ServerConfig
 
@@ -31,7 +31,7 @@ def triton() -> None:
 @click.option(
     "--repo",
     "repository",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=OUT_DIR,
     default=Path("model_repository"),
     show_default=True,
     help="Model repository (created if missing; explicit model control).",

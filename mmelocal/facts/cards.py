@@ -3,8 +3,8 @@
 It holds two different facts per card, named apart: ``memory_mib`` (a card's full memory as
 NVML reports it with ECC off, what ``capacity project`` and ``estimate`` project onto) and
 the ``published_readings`` (one published run's NVML total with ECC on, and the memory in
-use before any model, which :mod:`mmelocal.bench.estimate.published` calibrates against). The T4 is
-15,360 MiB in the first and 15,109 MiB in the second.
+use before any model, which :mod:`mmelocal.bench.estimate.published` calibrates against).
+The T4 is 15,360 MiB in the first and 15,109 MiB in the second.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The estimate on models it was not fitted to: leave one published model out.
 
-For each published model (mmelocal/bench/estimate/published.py), every calibrated constant is refit
-on the other models' rows only and the model's rows are estimated with the refit constants
+For each published model (mmelocal/bench/data/published.yaml, read by
+mmelocal/bench/estimate/published.py), every calibrated constant is refit on the other models'
+rows only and the model's rows are estimated with the refit constants
 (:func:`mmelocal.bench.estimate.holdout.held_out`). The errors must stay within the bounds
 ``docs/estimate.md`` states, and the docs' table must be the one computed here. The shipped
 constants must be the fit on every row. Models are rebuilt on the ``meta`` device (random
