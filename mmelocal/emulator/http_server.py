@@ -116,7 +116,7 @@ class _Protocol(asyncio.Protocol):
         import httptools
 
         self.server = server
-        self.timeouts = t = server.timeouts
+        t = server.timeouts
         self.header_s, self.body_s, self.idle_s = t.header_s, t.body_s, t.idle_s
         self.parser = httptools.HttpRequestParser(self)
         self.transport: asyncio.Transport | None = None
@@ -148,7 +148,7 @@ class _Protocol(asyncio.Protocol):
     # -- transport callbacks -----------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        self.phase, self.deadline = _HEADER, time.perf_counter() + self.timeouts.header_s
+        self.phase, self.deadline = _HEADER, time.perf_counter() + self.header_s
         self.timer = asyncio.get_running_loop().call_later(self.server.step_s, self._check)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -214,12 +214,11 @@ class _Protocol(asyncio.Protocol):
             call.expire()  # Triton is late: the caller gets the 504 ModelError
         phase = self.phase
         if phase and self.transport is not None and now >= self.deadline - _SLACK_S:
-            timeouts = self.timeouts
             if self.reading and phase == _HEADER:
-                late = f"the request's headers did not arrive within {timeouts.header_s:g}s"
+                late = f"the request's headers did not arrive within {self.header_s:g}s"
                 self._fail(v2_error(408, late))
             elif self.reading:
-                self._fail(v2_error(408, f"the request body paused for over {timeouts.body_s:g}s"))
+                self._fail(v2_error(408, f"the request body paused for over {self.body_s:g}s"))
             elif self.current is None and not self.queue:
                 self.phase = _NONE
                 self.transport.close()  # silent or idle: dropped with nothing said

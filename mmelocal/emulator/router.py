@@ -89,10 +89,6 @@ class Router:
         """:meth:`pick_ready`'s instance with one request for ``target`` counted in flight
         (:meth:`~mmelocal.emulator.instance.TritonInstance.hold_ready`; pair with its
         ``release``), else None, holding nothing."""
-        instances = self.instances
-        if len(instances) == 1:  # hold_ready checks what pick_ready would: up and ready
-            only = instances[0]
-            return only if only.hold_ready(target) else None
         best = self.pick_ready(target)
         return best if best is not None and best.hold_ready(target) else None
 
