@@ -74,8 +74,11 @@ class ProjectionRow:
     instance_type: str
     gpus_per_instance: int
     models_per_gpu: int
-    #: models_per_gpu: each model takes an instance on every card (see the module)
-    models_per_instance: int
+
+    @property
+    def models_per_instance(self) -> int:
+        """``models_per_gpu``: each model takes an instance on every card (see the module)."""
+        return self.models_per_gpu
 
 
 class Projection(BenchResult, kind="projection"):
@@ -93,20 +96,22 @@ class Projection(BenchResult, kind="projection"):
             "per_model_bytes": self.per_model_bytes,
             "baseline_bytes": self.baseline_bytes,
             "threshold": self.threshold,
-            "rows": [vars(row).copy() for row in self.rows],
+            "rows": [
+                {**vars(row), "models_per_instance": row.models_per_instance} for row in self.rows
+            ],
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Projection:
-        """Inverse of :meth:`to_dict`. A row's ``models_per_instance`` is read as its
-        ``models_per_gpu``: files written before the fix for several cards hold the count
+        """Inverse of :meth:`to_dict`. A row's ``models_per_instance`` is not read (it is
+        its ``models_per_gpu``): files written before the fix for several cards hold the count
         times the cards, which no instance type holds (see the module)."""
         return cls(
             per_model_bytes=int(data["per_model_bytes"]),
             baseline_bytes=int(data["baseline_bytes"]),
             threshold=float(data["threshold"]),
             rows=tuple(
-                ProjectionRow(**{**row, "models_per_instance": row["models_per_gpu"]})
+                ProjectionRow(**{k: v for k, v in row.items() if k != "models_per_instance"})
                 for row in data["rows"]
             ),
         )
@@ -236,7 +241,6 @@ def project(
                     instance_type=instance,
                     gpus_per_instance=count,
                     models_per_gpu=per_gpu,
-                    models_per_instance=per_gpu,
                 )
             )
     return Projection(
