@@ -32,6 +32,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+import httptools
+
 from mmelocal.emulator.answers import (
     Answer,
     body_limit_bytes,
@@ -113,8 +115,6 @@ class _Protocol(asyncio.Protocol):
     """
 
     def __init__(self, server: FastFrontServer) -> None:
-        import httptools
-
         self.server = server
         t = server.timeouts
         self.header_s, self.body_s, self.idle_s = t.header_s, t.body_s, t.idle_s
@@ -168,8 +168,6 @@ class _Protocol(asyncio.Protocol):
             self.timer = None
 
     def data_received(self, data: bytes) -> None:
-        import httptools
-
         if self.failed:
             return
         self.now = time.perf_counter()

@@ -14,6 +14,8 @@ import contextlib
 from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
+import httptools
+
 from mmelocal.errors import UpstreamError, UpstreamTimeoutError, UserInputError
 
 
@@ -33,8 +35,6 @@ class UpstreamConnection(asyncio.Protocol):
     """One keep-alive connection to Triton; one request at a time."""
 
     def __init__(self) -> None:
-        import httptools
-
         self.parser = httptools.HttpResponseParser(self)
         self.transport: asyncio.Transport | None = None
         self.callback: ReplyCallback | None = None
@@ -100,8 +100,6 @@ class UpstreamConnection(asyncio.Protocol):
             callback(reply, error)
 
     def data_received(self, data: bytes) -> None:
-        import httptools
-
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
