@@ -33,14 +33,13 @@ import math
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
-from mmelocal.emulator.emulator_config import EmulatorConfig
 from mmelocal.errors import ModelNotReadyError, UserInputError
 from mmelocal.facts.invoke_errors import error_kind
-from mmelocal.facts.sagemaker import MODEL_NOT_READY_AFTER_S
+from mmelocal.facts.sagemaker import HOT_MODEL_RPS, HOT_MODEL_WINDOW_S, MODEL_NOT_READY_AFTER_S
 from mmelocal.rules.routing import (
     FastLru,
     InstanceView,
@@ -53,12 +52,6 @@ from mmelocal.traffic.trace import Trace
 
 #: the error class a caller gets when a cold load outlasts MODEL_NOT_READY_AFTER_S
 MODEL_NOT_READY = error_kind(ModelNotReadyError("", target_model="")).error_type
-#: the emulator's hot-model replication threshold (requests/s), its config's default
-HOT_RPS_THRESHOLD: float = next(
-    cast(float, f.default)
-    for f in dataclasses.fields(EmulatorConfig)
-    if f.name == "hot_rps_threshold"
-)
 
 
 def pick_holder(fleet: Sequence[Any], holders: Sequence[int], m: int, t: float) -> tuple[int, int]:
@@ -158,8 +151,8 @@ class SimConfig:
     concurrency: int = 4
     parallel_loads: int = 1
     load_wait_timeout_s: float = MODEL_NOT_READY_AFTER_S
-    hot_rps_threshold: float = HOT_RPS_THRESHOLD
-    rate_window_s: float = 1.0
+    hot_rps_threshold: float = HOT_MODEL_RPS
+    rate_window_s: float = HOT_MODEL_WINDOW_S
     autoscaling: Autoscaling | None = None
     instance_type: str | None = None
     price_per_hour: float | None = None
