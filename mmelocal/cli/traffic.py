@@ -452,8 +452,8 @@ def _load_times(value: str | None) -> Any:
 _BY_FIGURE = "--models-per-instance K or --footprint-mib X"
 
 
-def _footprint_file(path: Path) -> tuple[int, int] | Any:
-    """(per copy bytes, baseline bytes) of a `capacity estimate` result, or the GPU
+def _footprint_file(path: Path) -> Any:
+    """The `capacity estimate` result (an :class:`Estimate`) or the GPU
     :class:`CapacityResult` ``path`` holds (read once; a host-memory one is refused: CPU
     figures never project onto a GPU card)."""
     try:
@@ -466,12 +466,13 @@ def _footprint_file(path: Path) -> tuple[int, int] | Any:
         raise UserInputError(f"{path}: expected a capacity or estimate result (a JSON object)")
     if data.get("kind") == "capacity":
         return _capacity_result(data, path)
-    per_copy = data.get("per_copy_bytes")
-    if isinstance(per_copy, dict) and per_copy.get("point"):
-        return int(per_copy["point"]), int(data.get("baseline_bytes", 0) or 0)
+    if data.get("kind") == "estimate":
+        from mmelocal.bench.results import result_from_dict
+
+        return result_from_dict(data, origin=f"{path}")
     raise UserInputError(
         f"{path}: no per-model footprint (a GPU result of `mmelocal capacity --json FILE`, or "
-        "per_copy_bytes of `mmelocal capacity estimate --json FILE`)"
+        "a result of `mmelocal capacity estimate --json FILE`)"
     )
 
 
@@ -499,8 +500,6 @@ def _capacity_for(instance_type: str | None, capacity_args: _CapacityArgs) -> tu
             "--capacity FILE (a capacity or estimate result)"
         )
     found = _footprint_file(capacity_file) if capacity_file is not None else None
-    estimate = found if isinstance(found, tuple) else None
-    measured: Any = found if found is not None and estimate is None else None
     if instance_type is None:
         raise UserInputError(
             "footprints project onto a card: give --instance-type (e.g. ml.g5.xlarge)"
@@ -514,21 +513,26 @@ def _capacity_for(instance_type: str | None, capacity_args: _CapacityArgs) -> tu
             f"no GPU card known for {instance_type}: give --models-per-instance, or an MME GPU "
             "type (mmelocal capacity project lists them)"
         )
-    if measured is not None:
+    if found is not None and found.kind == "estimate":
+        # the estimate's own count on the card: its per-copy parts and the runtime and
+        # server it pays once (the card's published server baseline where there is one)
+        on_card = dataclasses.replace(found, threshold=threshold).with_cards([card])
+        return on_card.cards[0].point, f"estimate, on {card.name}"
+    if found is not None:
         # capacity's own projection: each copy its marginal part, the shared runtime once
-        measured = dataclasses.replace(measured, threshold=threshold)
+        measured = dataclasses.replace(found, threshold=threshold)
         projection, source = with_projection(measured, [card]).projection, "measured on a GPU"
         if projection is None:
             raise UserInputError(f"{capacity_file}: the capacity result loaded no copy")
     else:
-        if estimate is not None:
-            (per_model, baseline), source = estimate, "estimate"
-        else:
-            assert footprint_mib is not None
-            per_model, baseline, source = int(footprint_mib * MiB), int(baseline_mib * MiB), "given"
+        assert footprint_mib is not None
         projection = project(
-            per_model_bytes=per_model, baseline_bytes=baseline, threshold=threshold, gpus=[card]
+            per_model_bytes=int(footprint_mib * MiB),
+            baseline_bytes=int(baseline_mib * MiB),
+            threshold=threshold,
+            gpus=[card],
         )
+        source = "given"
     row = next(r for r in projection.rows if r.instance_type == instance_type)
     return row.models_per_gpu, f"{source}, projected on {card.name}"
 

@@ -280,6 +280,13 @@ def test_cli_estimate_prints_parts_and_writes_json(tmp_path: Path) -> None:
     assert data["batches"]["request"] == 64 and "64" in data["activation_bytes"]
     assert [c["projected"] for c in data["cards"]] == [False, True]
     assert any("cuDNN convolution workspace" in part["name"] for part in data["parts"])
+    # traffic's --capacity FILE takes the estimate's own count on the card, the runtime and
+    # server it pays once included (it once read a baseline key the file never had: 0)
+    from mmelocal.cli.traffic import _capacity_for, _CapacityArgs
+
+    t4 = next(c for c in data["cards"] if c["gpu"] == "T4")
+    args = _CapacityArgs(None, None, 0.0, out, data["threshold"])
+    assert _capacity_for("ml.g4dn.xlarge", args) == (t4["point"], "estimate, on T4")
     bad = CliRunner().invoke(
         cli, ["capacity", "estimate", "torchvision:resnet18", "--instance-type", "ml.nope"]
     )
