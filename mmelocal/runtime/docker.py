@@ -218,7 +218,9 @@ class DockerLauncher(OwnedServerLauncher):
             )
             self._pump.start()
             self._endpoints = self._published_endpoints(t0)
-            self._await_ready(t0, is_alive=self._alive_during_start, interval_s=0.1)
+            self._await_ready(
+                t0, is_alive=self._alive_during_start, exit_code=self._exit_code, interval_s=0.1
+            )
         except BaseException:
             self.stop()
             raise
@@ -240,7 +242,7 @@ class DockerLauncher(OwnedServerLauncher):
                     url=f"container {self.name}",
                     log_path=self._log_path,
                     waited_s=time.monotonic() - started_at,
-                    exit_code=self._container.attrs.get("State", {}).get("ExitCode"),
+                    exit_code=self._exit_code(),
                 )
             raise ServerStartError(f"Docker published no host port for Triton's {key} port")
 
@@ -256,6 +258,12 @@ class DockerLauncher(OwnedServerLauncher):
         if not alive and self._pump is not None:
             self._pump.join(timeout=2.0)  # let the last lines reach the log before the tail
         return alive
+
+    def _exit_code(self) -> int | None:
+        """The container's exit code, as of its last reload (None unless it exited)."""
+        state = self._container.attrs.get("State", {}) if self._container is not None else {}
+        code = state.get("ExitCode")
+        return int(code) if state.get("Status") in ("exited", "dead") and code is not None else None
 
     def is_alive(self) -> bool:
         """True while the container runs."""

@@ -102,6 +102,7 @@ def wait_until_ready(
     interval_s: float = 0.01,
     max_interval_s: float = 0.25,
     is_alive: Callable[[], bool] | None = None,
+    exit_code: Callable[[], int | None] | None = None,
     server: str = "Triton",
 ) -> float:
     """Poll ``check`` until it returns True; return the seconds it took (``server``: what
@@ -109,7 +110,8 @@ def wait_until_ready(
 
     Exceptions raised by ``check`` count as "not ready yet". When ``process`` (anything
     with ``poll()``) exits, or ``is_alive`` returns False, the wait stops at once with
-    the exit code and the log tail instead of running out the timeout. Polling starts
+    the exit code (``exit_code`` reads it once ``is_alive`` said the server is gone) and
+    the log tail instead of running out the timeout. Polling starts
     every ``interval_s`` and slows down by 30 % per try up to ``max_interval_s``.
     """
     start = time.monotonic()
@@ -117,14 +119,16 @@ def wait_until_ready(
     last_error: BaseException | None = None
 
     while True:
-        exit_code = process.poll() if process is not None else None
-        gone = exit_code is not None or (is_alive is not None and not is_alive())
+        code = process.poll() if process is not None else None
+        gone = code is not None or (is_alive is not None and not is_alive())
         if gone:
+            if code is None and exit_code is not None:
+                code = exit_code()
             raise exited_during_start(
                 url=url,
                 log_path=log_path,
                 waited_s=time.monotonic() - start,
-                exit_code=exit_code,
+                exit_code=code,
                 server=server,
             )
         try:

@@ -104,6 +104,23 @@ def test_wait_until_ready_fails_fast_when_process_exits(tmp_path):
     assert time.monotonic() - started < 120  # the exit, not the 600 s timeout
 
 
+@pytest.mark.parametrize("code", [2, None], ids=["code-known", "code-unknown"])
+def test_wait_until_ready_names_the_exit_code_read_after_is_alive_said_gone(code):
+    """A server watched through ``is_alive`` (a container) has its exit code read once it
+    is gone, so the message does not depend on which check saw the exit first."""
+    with pytest.raises(ServerStartError) as info:
+        wait_until_ready(
+            lambda: False,
+            timeout_s=600,
+            url="u",
+            log_path=None,
+            is_alive=lambda: False,
+            exit_code=lambda: code,
+        )
+    expected = "exited with code 2 during" if code is not None else "exited during"
+    assert expected in str(info.value)
+
+
 def test_wait_until_ready_returns_seconds():
     calls = iter([False, RuntimeError("not yet"), True])
 
