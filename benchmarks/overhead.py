@@ -25,9 +25,13 @@ Arms:
   than the goal);
 * reference hops in front of the same Triton, same route (``tiny`` model): ``relay``, a
   bare byte relay (uvloop, one upstream connection per client connection, no HTTP
-  parsing: the least any user-space hop can cost) and ``haproxy`` (HTTP mode,
-  keep-alive) when it is installed. They answer one question: what does *any* extra hop
-  cost on this machine?
+  parsing: the least any user-space hop can cost), ``parse``, the same relay parsing
+  every request and answer with ``httptools`` and writing them again (the least any
+  HTTP-aware Python hop can cost: the emulator must at least do this to read the target
+  and know where an answer ends) and ``haproxy`` (HTTP mode, keep-alive) when it is
+  installed. They answer one question: what does *any* extra hop cost on this machine?
+  Each block with them ends with every hop's CPU per request against the relay's (issue
+  25's goal: the emulator's at most 1.5x).
 
 Placements: ``shared`` (every process may use every core: what a laptop run looks like;
 the emulator's CPU is taken from Triton and the clients) and ``split`` (the proxy pinned
@@ -120,6 +124,8 @@ def mme_headers(name: str) -> dict[str, str]:
 
 
 GOAL_P50_MS, GOAL_P99_MS, GOAL_RATIO = 1.0, 3.0, 0.9
+#: issue 25: the emulator's CPU per request at most this multiple of the bare relay's
+GOAL_HOP_CPU = 1.5
 
 
 async def _run(
@@ -214,6 +220,94 @@ def run_relay(up_port: int, fd: int) -> None:
                 self.up.transport.write(data)
 
         def data_received(self, data: bytes) -> None:
+            if self.up is None:
+                self.pending.append(data)
+            else:
+                self.up.transport.write(data)
+
+        def connection_lost(self, exc) -> None:
+            if self.up is not None:
+                self.up.transport.close()
+
+    async def main() -> None:
+        sock = socket.socket(fileno=fd)
+        server = await asyncio.get_running_loop().create_server(Down, sock=sock)
+        await server.serve_forever()
+
+    uvloop.run(main())
+
+
+def run_parsing_relay(up_port: int, fd: int) -> None:
+    """:func:`run_relay`, parsing every request and answer (``httptools``, as the emulator
+    does) and writing each again in one ``write``: the least an HTTP-aware hop can do."""
+    import httptools
+    import uvloop
+
+    class Up(asyncio.Protocol):
+        def __init__(self, down: Down) -> None:
+            self.down = down
+            self.parser = httptools.HttpResponseParser(self)
+            self.headers: list[bytes] = []
+            self.body: list[bytes] = []
+
+        def connection_made(self, transport) -> None:
+            self.transport = transport
+
+        def data_received(self, data: bytes) -> None:
+            self.parser.feed_data(data)
+
+        def on_header(self, name: bytes, value: bytes) -> None:
+            self.headers.append(b"%s: %s\r\n" % (name, value))
+
+        def on_body(self, body: bytes) -> None:
+            self.body.append(body)
+
+        def on_message_complete(self) -> None:
+            status = self.parser.get_status_code()
+            head = b"HTTP/1.1 %d X\r\n%s\r\n" % (status, b"".join(self.headers))
+            self.down.transport.write(head + b"".join(self.body))
+            self.headers.clear()
+            self.body.clear()
+
+        def connection_lost(self, exc) -> None:
+            self.down.transport.close()
+
+    class Down(asyncio.Protocol):
+        def connection_made(self, transport) -> None:
+            self.transport = transport
+            self.up: Up | None = None
+            self.pending: list[bytes] = []
+            self.parser = httptools.HttpRequestParser(self)
+            self.url = b""
+            self.headers: list[bytes] = []
+            self.body: list[bytes] = []
+            self.connecting = asyncio.ensure_future(self.connect())
+
+        async def connect(self) -> None:
+            loop = asyncio.get_running_loop()
+            _, self.up = await loop.create_connection(lambda: Up(self), "127.0.0.1", up_port)
+            for data in self.pending:
+                self.up.transport.write(data)
+
+        def data_received(self, data: bytes) -> None:
+            self.parser.feed_data(data)
+
+        def on_url(self, url: bytes) -> None:
+            self.url += url
+
+        def on_header(self, name: bytes, value: bytes) -> None:
+            self.headers.append(b"%s: %s\r\n" % (name, value))
+
+        def on_body(self, body: bytes) -> None:
+            self.body.append(body)
+
+        def on_message_complete(self) -> None:
+            method = self.parser.get_method()
+            data = b"%s %s HTTP/1.1\r\n%s\r\n" % (method, self.url, b"".join(self.headers))
+            data += b"".join(self.body)
+            self.url = b""
+            self.headers.clear()
+            self.body.clear()
             if self.up is None:
                 self.pending.append(data)
             else:
@@ -499,11 +593,12 @@ class Setup:
         self.triton_v2_port = int(inst["http_url"].rsplit(":", 1)[1])
         self.triton_pids = tree(inst["pid"])
         # each hop serves a socket bound here (port 0) and handed over: no port to race for
-        with bind_socket("127.0.0.1", 0) as sock:
-            self.ports["relay"] = bound_port(sock)
-            fd = str(sock.fileno())
-            command = [sys.executable, __file__, "--relay", str(self.triton_port), fd]
-            self.proxies["relay"] = self._spawn(command, pass_fds=[sock.fileno()]).pid
+        for hop, flag in (("relay", "--relay"), ("parse", "--parsing-relay")):
+            with bind_socket("127.0.0.1", 0) as sock:
+                self.ports[hop] = bound_port(sock)
+                fd = str(sock.fileno())
+                command = [sys.executable, __file__, flag, str(self.triton_port), fd]
+                self.proxies[hop] = self._spawn(command, pass_fds=[sock.fileno()]).pid
         if shutil.which("haproxy"):
             with bind_socket("127.0.0.1", 0) as sock:
                 self.ports["haproxy"] = bound_port(sock)
@@ -592,6 +687,17 @@ def row(block: str, route: str, clients: int, arm: Arm, direct: Arm) -> str:
     )
 
 
+def against_relay(hops: list[Arm]) -> str:
+    """Each hop's CPU per request against the bare relay's (measured in the same rounds)."""
+    relay = next(arm for arm in hops if arm.name == "relay")
+    base = relay.us_per_request(relay.cpu_s)
+    parts = []
+    for arm in hops:
+        us = arm.us_per_request(arm.cpu_s)
+        parts.append(f"{arm.name} {us:.0f} us {us / base:.2f}x")
+    return ", ".join(parts)
+
+
 CORES_BUSY = 0.7  # direct keeps at least this share of the cores busy: they are the limit
 
 
@@ -632,6 +738,7 @@ def main() -> int:
         "SAGEMAKER_TRITON_LOG_VERBOSE=0 to measure what SageMaker's verbose default costs",
     )
     parser.add_argument("--relay", type=int, nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--parsing-relay", type=int, nargs=2, help=argparse.SUPPRESS)
     parser.add_argument(
         "--path-cost",
         action="store_true",
@@ -640,6 +747,9 @@ def main() -> int:
     args = parser.parse_args()
     if args.relay:
         run_relay(*args.relay)
+        return 0
+    if args.parsing_relay:
+        run_parsing_relay(*args.parsing_relay)
         return 0
     if args.path_cost:
         path_cost()
@@ -674,6 +784,7 @@ def main() -> int:
         )
         verdicts: dict[str, list[str]] = {}
         references: list[str] = []
+        hop_ratios: list[str] = []
         for model, placement in blocks:
             block = f"{model.label} {placement}"
             setup.place(placement, cpus)
@@ -729,6 +840,8 @@ def main() -> int:
                         + (f" ({cpu_bound(arm, direct, len(cpus))})" if clients > 1 else "")
                         for arm in arms[2:-1]
                     ]
+                    if hops and route == "MME":
+                        hop_ratios.append(f"x{clients}: {against_relay(arms[1:-1])}")
             setup.place("shared", cpus)
         print(
             f"\ngoal: <= {GOAL_P50_MS:g} ms added at p50, <= {GOAL_P99_MS:g} ms added at p99, "
@@ -750,6 +863,13 @@ def main() -> int:
         if references:
             print("  reference hops (tiny shared, MME), throughput vs direct:")
             for line in references:
+                print(f"    {line}")
+        if hop_ratios:
+            print(
+                "  hop CPU per request against the bare relay's (tiny shared, MME; goal for "
+                f"the emulator <= {GOAL_HOP_CPU}x):"
+            )
+            for line in hop_ratios:
                 print(f"    {line}")
     finally:
         setup.stop()
