@@ -151,3 +151,43 @@ def test_resnet50_on_g4dn_4xlarge_uses_38_percent_with_more_than_16_copies() -> 
     once = sum_parts(parts, ONCE)[1] - server.point_bytes + row.baseline_mib * MIB
     copies = (fig.utilisation * fig.total_mib * MIB - once) / per_copy
     assert fig.more_than_copies < copies <= fig.more_than_copies * 1.3
+
+
+#: the docs' "fitted on" table names each constant in words
+DOCS_CONSTANTS = {
+    "remainder": "remainder",
+    "cuDNN workspace": "cudnn_workspace",
+    "runtime, libtorch without convolutions": "runtime_plain",
+    "runtime, libtorch with convolutions": "runtime_conv",
+    "runtime, TensorRT": "runtime_tensorrt",
+    "TensorRT context ratio, no overlapping convolutions": "trt_context",
+    "TensorRT context ratio, overlapping convolutions": "trt_context_conv",
+    "TensorRT context range": "trt_context_range",
+    "range margin (PyTorch, ONNX)": "margin",
+}
+
+
+def test_the_docs_fitted_on_table_is_the_shipped_one() -> None:
+    """docs/estimate.md's "fitted on" table names, per constant, the rows SHIPPED is fitted
+    on ("every TensorRT row" and "every PyTorch row" stand for all of them)."""
+    text = DOCS.read_text()
+    table = text[text.index("| constant | fitted on |") :].split("\n\n", 1)[0]
+    rows = [line.strip("|").split("|") for line in table.splitlines()[2:]]
+    every = {
+        "every TensorRT row": {
+            r for rows in SHIPPED.fitted_on.values() for r in rows if "/TensorRT/" in r
+        },
+        "every PyTorch row": {
+            r for rows in SHIPPED.fitted_on.values() for r in rows if "/PyTorch/" in r
+        },
+    }
+    seen = set()
+    for label, cell in rows:
+        key = DOCS_CONSTANTS[label.strip()]
+        seen.add(key)
+        cell = cell.strip()
+        named = next((rows for phrase, rows in every.items() if cell.startswith(phrase)), None)
+        if named is None:
+            named = {part.split(" (")[0].strip() for part in cell.split(", ")}
+        assert named == set(SHIPPED.fitted_on[key]), label
+    assert seen == set(SHIPPED.fitted_on)
