@@ -286,14 +286,17 @@ def demo(
         server = EmulatorServer(config).start()
     try:
         console.print(f"[green]✓[/] emulator at {server.url} (boto3 endpoint_url)")
-        with console.status(f"cold call to {targets[0]} to measure one copy's footprint"):
+        with console.status(f"cold calls to {', '.join(targets[:2])} to measure a copy"):
+            # a copy's own part is read on the second: the first copy's stub is the only
+            # process mapping torch, so its own memory holds the runtime too
             probe = server.emulator.instances[0].probe
             before = probe.read()
             mme_call(server, targets[0], body)
+            first = probe.read()
+            mme_call(server, targets[1], body)
             after = probe.read()
-        grown = after.used_bytes - before.used_bytes
-        footprint = marginal_bytes(before, after) or grown
-        runtime = max(0, grown - footprint)
+        footprint = marginal_bytes(first, after) or after.used_bytes - first.used_bytes
+        runtime = max(0, first.used_bytes - before.used_bytes - footprint)
         base = before.used_bytes
         limit = int(base + runtime + fit * footprint)
         server.emulator.instances[0].gauge.limit_override_bytes = limit
@@ -303,7 +306,7 @@ def demo(
             f"(about {fit:g} copies)"
         )
         with console.status(f"warming the {HOT_COPIES} hot copies"):
-            for target in targets[1:HOT_COPIES]:
+            for target in targets[2:HOT_COPIES]:
                 mme_call(server, target, body)
         console.print(
             f"[green]✓[/] hot copies {', '.join(targets[:HOT_COPIES])} loaded; now for "

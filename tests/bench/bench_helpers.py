@@ -64,7 +64,9 @@ class FakeInstance:
 
     With ``shared`` the first load also brings a shared runtime of that size, and readings
     carry per-process figures as the host probe's do: the server (pid 1) holds the baseline,
-    each copy's stub (pid 100 + copy) its footprint and lazy memory.
+    each copy's stub (pid 100 + copy) its footprint and lazy memory. ``runtime_in_first``:
+    as on a real host, the first stub's own figure (USS) also holds the runtime while no
+    other process maps it, and drops to its footprint once a second stub shares it.
     """
 
     def __init__(
@@ -76,9 +78,11 @@ class FakeInstance:
         lazy: int = 0,
         fail_at: int | None = None,
         shared: int | None = None,
+        runtime_in_first: bool = False,
     ) -> None:
         self.total, self.used = total, baseline
         self.baseline, self.shared = baseline, shared
+        self.runtime_in_first = runtime_in_first
         self.stubs: dict[int, int] = {}
         self.footprint, self.lazy, self.fail_at = footprint, lazy, fail_at
         self.loaded: list[str] = []
@@ -92,6 +96,11 @@ class FakeInstance:
         first = len(self.loaded) == 1
         self.used += self.footprint + (self.shared or 0 if first else 0)
         self.stubs[100 + len(self.loaded)] = self.footprint
+        if self.runtime_in_first and self.shared:
+            if first:
+                self.stubs[101] += self.shared  # nobody else maps the runtime yet
+            elif len(self.loaded) == 2:
+                self.stubs[101] -= self.shared  # now shared: out of the first stub's USS
         self.in_flight += 1
 
     def release(self, target: str) -> None:

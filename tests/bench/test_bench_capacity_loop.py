@@ -64,6 +64,33 @@ def test_footprint_in_two_parts_implies_the_measured_count() -> None:
     assert again.implied_count == 3 and again.loads == result.loads
 
 
+def test_the_runtime_in_the_first_copys_own_memory_is_counted_once() -> None:
+    """On a real host the first stub is the only process mapping the runtime, so its USS
+    holds it: the copy's own part is read from the second copy on, the runtime is what the
+    first copy added beyond it, and the parts imply the measured count."""
+    inst = FakeInstance(
+        total=1200 * MIB,
+        baseline=100 * MIB,
+        footprint=150 * MIB,
+        lazy=50 * MIB,
+        shared=300 * MIB,
+        runtime_in_first=True,
+    )
+    result = run_fake_capacity(inst)
+    marginals = [load.marginal_bytes for load in result.loads]
+    assert marginals[0] == 500 * MIB and marginals[1:] == [200 * MIB] * (result.count - 1)
+    assert result.marginal_mean_bytes == 200 * MIB
+    assert result.shared_runtime_bytes == 300 * MIB
+    assert result.implied_count == result.count == 3
+
+
+def test_one_copy_splits_on_its_own_figure() -> None:
+    inst = FakeInstance(total=1200 * MIB, baseline=100 * MIB, footprint=150 * MIB, shared=300 * MIB)
+    result = run_fake_capacity(inst, max_copies=1)
+    assert result.count == 1 and result.marginal_mean_bytes == 150 * MIB
+    assert result.shared_runtime_bytes == 300 * MIB
+
+
 def test_without_per_process_figures_there_is_no_split() -> None:
     result = run_fake_capacity(FakeInstance(total=1000 * MIB, baseline=0, footprint=100 * MIB))
     assert result.loads[0].marginal_bytes is None

@@ -88,18 +88,28 @@ class CapacityResult(BenchResult, kind="capacity"):
 
     @property
     def marginal_mean_bytes(self) -> float | None:
-        """Mean marginal footprint per copy (None without per-process figures)."""
+        """Mean marginal footprint per copy, from the second copy on (None without
+        per-process figures).
+
+        A copy's own memory is the USS of the stub it started: the pages no other process
+        maps. The first copy's stub is the only process mapping the runtime it loads
+        (libtorch's pages), so its USS holds the runtime too, unless some process outside
+        the tree happens to map the same library (the measuring process, when it imported
+        torch). From the second copy on, the runtime's pages are shared and the USS is the
+        copy's own part alone. With one copy, its figure is all there is.
+        """
         marginals = [load.marginal_bytes for load in self.loads]
         if not marginals or any(m is None for m in marginals):
             return None
-        return statistics.fmean(m for m in marginals if m is not None)
+        return statistics.fmean(m for m in marginals[1:] or marginals if m is not None)
 
     @property
     def shared_runtime_bytes(self) -> int | None:
-        """What the first copy brought beyond its marginal part: the shared runtime."""
-        if not self.loads or self.loads[0].marginal_bytes is None:
+        """What the first copy brought beyond a copy's own part: the shared runtime."""
+        marginal = self.marginal_mean_bytes
+        if not self.loads or marginal is None:
             return None
-        return max(0, self.loads[0].delta_bytes - self.loads[0].marginal_bytes)
+        return max(0, round(self.loads[0].delta_bytes - marginal))
 
     @property
     def runtime(self) -> str:
