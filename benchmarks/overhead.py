@@ -73,6 +73,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import httptools
 import numpy as np
 
 from mmelocal.emulator.cache import target_key
@@ -188,138 +189,130 @@ def paired_added(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
 
 
 # -- the bare relay (run in its own process: ``overhead.py --relay UP_PORT FD``) ---------
-def run_relay(up_port: int, fd: int) -> None:
-    """Relay bytes between each client connection (on the listening socket ``fd``) and its
-    own upstream connection."""
+class _Up(asyncio.Protocol):
+    """The relay's upstream connection: Triton's bytes go straight to the client."""
+
+    def __init__(self, down: _Down) -> None:
+        self.down = down
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.down.transport.write(data)
+
+    def connection_lost(self, exc) -> None:
+        self.down.transport.close()
+
+
+class _Down(asyncio.Protocol):
+    """A client connection of the relay, with its own upstream connection to Triton."""
+
+    up_protocol: type[_Up] = _Up
+
+    def __init__(self, up_port: int) -> None:
+        self.up_port = up_port
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        self.up: _Up | None = None
+        self.pending: list[bytes] = []
+        self.connecting = asyncio.ensure_future(self.connect())
+
+    async def connect(self) -> None:
+        loop = asyncio.get_running_loop()
+        make = self.up_protocol
+        _, self.up = await loop.create_connection(lambda: make(self), "127.0.0.1", self.up_port)
+        for data in self.pending:
+            self.up.transport.write(data)
+
+    def data_received(self, data: bytes) -> None:
+        if self.up is None:
+            self.pending.append(data)
+        else:
+            self.up.transport.write(data)
+
+    def connection_lost(self, exc) -> None:
+        if self.up is not None:
+            self.up.transport.close()
+
+
+class _ParsingUp(_Up):
+    """:class:`_Up`, parsing each answer (``httptools``) and writing it again at once."""
+
+    def __init__(self, down: _Down) -> None:
+        super().__init__(down)
+        self.parser = httptools.HttpResponseParser(self)
+        self.headers: list[bytes] = []
+        self.body: list[bytes] = []
+
+    def data_received(self, data: bytes) -> None:
+        self.parser.feed_data(data)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append(b"%s: %s\r\n" % (name, value))
+
+    def on_body(self, body: bytes) -> None:
+        self.body.append(body)
+
+    def on_message_complete(self) -> None:
+        status = self.parser.get_status_code()
+        head = b"HTTP/1.1 %d X\r\n%s\r\n" % (status, b"".join(self.headers))
+        self.down.transport.write(head + b"".join(self.body))
+        self.headers.clear()
+        self.body.clear()
+
+
+class _ParsingDown(_Down):
+    """:class:`_Down`, parsing each request (``httptools``) and writing it again at once."""
+
+    up_protocol = _ParsingUp
+
+    def connection_made(self, transport) -> None:
+        super().connection_made(transport)
+        self.parser = httptools.HttpRequestParser(self)
+        self.url = b""
+        self.headers: list[bytes] = []
+        self.body: list[bytes] = []
+
+    def data_received(self, data: bytes) -> None:
+        self.parser.feed_data(data)
+
+    def on_url(self, url: bytes) -> None:
+        self.url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append(b"%s: %s\r\n" % (name, value))
+
+    def on_body(self, body: bytes) -> None:
+        self.body.append(body)
+
+    def on_message_complete(self) -> None:
+        method = self.parser.get_method()
+        data = b"%s %s HTTP/1.1\r\n%s\r\n" % (method, self.url, b"".join(self.headers))
+        data += b"".join(self.body)
+        self.url = b""
+        self.headers.clear()
+        self.body.clear()
+        if self.up is None:
+            self.pending.append(data)
+        else:
+            self.up.transport.write(data)
+
+
+def run_relay(up_port: int, fd: int, *, parse: bool = False) -> None:
+    """Relay between each client connection (on the listening socket ``fd``) and its own
+    upstream connection: bytes as they come, or (``parse``) every request and answer
+    parsed with ``httptools``, as the emulator does, and written again in one ``write``:
+    the least an HTTP-aware hop can do."""
     import uvloop
 
-    class Up(asyncio.Protocol):
-        def __init__(self, down: Down) -> None:
-            self.down = down
-
-        def connection_made(self, transport) -> None:
-            self.transport = transport
-
-        def data_received(self, data: bytes) -> None:
-            self.down.transport.write(data)
-
-        def connection_lost(self, exc) -> None:
-            self.down.transport.close()
-
-    class Down(asyncio.Protocol):
-        def connection_made(self, transport) -> None:
-            self.transport = transport
-            self.up: Up | None = None
-            self.pending: list[bytes] = []
-            self.connecting = asyncio.ensure_future(self.connect())
-
-        async def connect(self) -> None:
-            loop = asyncio.get_running_loop()
-            _, self.up = await loop.create_connection(lambda: Up(self), "127.0.0.1", up_port)
-            for data in self.pending:
-                self.up.transport.write(data)
-
-        def data_received(self, data: bytes) -> None:
-            if self.up is None:
-                self.pending.append(data)
-            else:
-                self.up.transport.write(data)
-
-        def connection_lost(self, exc) -> None:
-            if self.up is not None:
-                self.up.transport.close()
+    down = _ParsingDown if parse else _Down
 
     async def main() -> None:
         sock = socket.socket(fileno=fd)
-        server = await asyncio.get_running_loop().create_server(Down, sock=sock)
-        await server.serve_forever()
-
-    uvloop.run(main())
-
-
-def run_parsing_relay(up_port: int, fd: int) -> None:
-    """:func:`run_relay`, parsing every request and answer (``httptools``, as the emulator
-    does) and writing each again in one ``write``: the least an HTTP-aware hop can do."""
-    import httptools
-    import uvloop
-
-    class Up(asyncio.Protocol):
-        def __init__(self, down: Down) -> None:
-            self.down = down
-            self.parser = httptools.HttpResponseParser(self)
-            self.headers: list[bytes] = []
-            self.body: list[bytes] = []
-
-        def connection_made(self, transport) -> None:
-            self.transport = transport
-
-        def data_received(self, data: bytes) -> None:
-            self.parser.feed_data(data)
-
-        def on_header(self, name: bytes, value: bytes) -> None:
-            self.headers.append(b"%s: %s\r\n" % (name, value))
-
-        def on_body(self, body: bytes) -> None:
-            self.body.append(body)
-
-        def on_message_complete(self) -> None:
-            status = self.parser.get_status_code()
-            head = b"HTTP/1.1 %d X\r\n%s\r\n" % (status, b"".join(self.headers))
-            self.down.transport.write(head + b"".join(self.body))
-            self.headers.clear()
-            self.body.clear()
-
-        def connection_lost(self, exc) -> None:
-            self.down.transport.close()
-
-    class Down(asyncio.Protocol):
-        def connection_made(self, transport) -> None:
-            self.transport = transport
-            self.up: Up | None = None
-            self.pending: list[bytes] = []
-            self.parser = httptools.HttpRequestParser(self)
-            self.url = b""
-            self.headers: list[bytes] = []
-            self.body: list[bytes] = []
-            self.connecting = asyncio.ensure_future(self.connect())
-
-        async def connect(self) -> None:
-            loop = asyncio.get_running_loop()
-            _, self.up = await loop.create_connection(lambda: Up(self), "127.0.0.1", up_port)
-            for data in self.pending:
-                self.up.transport.write(data)
-
-        def data_received(self, data: bytes) -> None:
-            self.parser.feed_data(data)
-
-        def on_url(self, url: bytes) -> None:
-            self.url += url
-
-        def on_header(self, name: bytes, value: bytes) -> None:
-            self.headers.append(b"%s: %s\r\n" % (name, value))
-
-        def on_body(self, body: bytes) -> None:
-            self.body.append(body)
-
-        def on_message_complete(self) -> None:
-            method = self.parser.get_method()
-            data = b"%s %s HTTP/1.1\r\n%s\r\n" % (method, self.url, b"".join(self.headers))
-            data += b"".join(self.body)
-            self.url = b""
-            self.headers.clear()
-            self.body.clear()
-            if self.up is None:
-                self.pending.append(data)
-            else:
-                self.up.transport.write(data)
-
-        def connection_lost(self, exc) -> None:
-            if self.up is not None:
-                self.up.transport.close()
-
-    async def main() -> None:
-        sock = socket.socket(fileno=fd)
-        server = await asyncio.get_running_loop().create_server(Down, sock=sock)
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(lambda: down(up_port), sock=sock)
         await server.serve_forever()
 
     uvloop.run(main())
@@ -749,7 +742,7 @@ def main() -> int:
         run_relay(*args.relay)
         return 0
     if args.parsing_relay:
-        run_parsing_relay(*args.parsing_relay)
+        run_relay(*args.parsing_relay, parse=True)
         return 0
     if args.path_cost:
         path_cost()
