@@ -24,6 +24,7 @@ then the connection closes.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import socket
@@ -94,9 +95,11 @@ class _Request:
         self.body: list[bytes] = []
 
 
-#: POST urls whose route :class:`FastFrontServer` keeps (the same few, call after call)
-MAX_ROUTES = 1024
-_UNSEEN: Any = object()
+@functools.lru_cache(maxsize=1024)  # the same few urls, call after call
+def _post_route(url: bytes) -> tuple[str, str] | None:
+    """:func:`.routes.invoke_route` of a POST to ``url`` (query and all)."""
+    return invoke_route("POST", url.partition(b"?")[0].decode("latin-1"))
+
 
 # what the connection's one deadline is for (see _Protocol._check)
 _NONE, _HEADER, _BODY, _IDLE = 0, 1, 2, 3
@@ -275,15 +278,12 @@ class _Protocol(asyncio.Protocol):
         except ValueError:
             return None
         emulator = self.server.emulator
-        hit = invoke_route(self.parser.get_method().decode("latin-1"), self._path())
+        hit = _post_route(self.request.url) if self.request.method == b"POST" else None
         if hit is not None and hit[0] == "invocations":
             limit = emulator.config.max_payload_bytes
             return payload_too_large(limit) if length > limit else None
         limit = self.body_limit
         return v2_error(413, f"request body over {limit} bytes") if length > limit else None
-
-    def _path(self) -> str:
-        return self.request.url.partition(b"?")[0].decode("latin-1")
 
     def on_body(self, body: bytes) -> None:
         if self.failed:
@@ -421,8 +421,6 @@ class FastFrontServer:
         t = self.timeouts
         #: how often, at most, a connection's deadline check runs (the shortest timeout)
         self.step_s = min(t.header_s, t.body_s, t.idle_s, emulator.config.invoke_timeout_s)
-        #: POST urls seen -> their invoke route (None: another route's)
-        self.routes: dict[bytes, tuple[str, str] | None] = {}
         self._server: asyncio.AbstractServer | None = None
 
     async def start(self, sock: socket.socket) -> None:
@@ -441,14 +439,7 @@ class FastFrontServer:
         another route's)."""
         if request.method != b"POST":
             return None
-        url = request.url
-        routes = self.routes
-        hit = routes.get(url, _UNSEEN)
-        if hit is _UNSEEN:
-            hit = invoke_route("POST", url.partition(b"?")[0].decode("latin-1"))
-            if len(routes) >= MAX_ROUTES:
-                routes.clear()
-            routes[url] = hit
+        hit = _post_route(request.url)
         if hit is None:
             return None
         parts = request.body

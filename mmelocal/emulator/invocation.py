@@ -238,14 +238,6 @@ class Invocation:
             except Exception as exc:
                 self._fail(exc)
                 return
-        inst = emulator.router.hold_ready(target)  # the usual case: _attempt's first lines
-        if inst is not None:
-            pool = inst.upstream
-            conn = pool.take_idle()
-            if conn is not None:
-                self._send(inst, pool, conn)
-                return
-            inst.release(target)
         self._attempt()
 
     # -- getting an instance and a connection ---------------------------------------------
