@@ -150,7 +150,7 @@ def _port_taken_message(address: str, port_name: str | None, *, fixed: bool, tri
     if fixed:
         return (
             f"tritonserver cannot listen on {address} ({what}, as the config asks): another "
-            f"process uses it. Stop that process, or choose another {port_name or 'port'} "
+            f"process uses it. Stop that process, or choose another {port_name} "
             "(0: a free one)"
         )
     return (

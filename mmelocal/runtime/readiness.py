@@ -206,7 +206,7 @@ def exited_during_start(
 
 
 def _start_failure(message: str, *, url: str, log_path: Path | str | None) -> ServerStartError:
-    """The start-up failure ``message``, followed by the tail of Triton's log."""
+    """The start-up failure ``message``, followed by the tail of the server's log."""
     return ServerStartError(f"{message}{_tail_text(log_path)}", url=url, log_path=log_path)
 
 
