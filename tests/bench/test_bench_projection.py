@@ -16,7 +16,10 @@ from mmelocal.bench.capacity.projection import (
     project,
     project_count,
 )
-from mmelocal.errors import UserInputError
+from mmelocal.bench.capacity.sizing import cheapest_instance
+from mmelocal.bench.prices import PriceTable
+from mmelocal.bench.results import write_result
+from mmelocal.errors import DeployError, UserInputError
 from mmelocal.units import MiB as MIB
 
 GIB = 1024 * MIB
@@ -51,12 +54,25 @@ def test_packaged_cards_are_readable_as_package_data() -> None:
         assert any(i.startswith(family) for i in instances), family
 
 
-def test_projection_table_has_instances_and_more_cards_hold_the_same_count() -> None:
+def test_projection_table_has_instances_and_more_cards_hold_the_same_count(
+    tmp_path: Path,
+) -> None:
     table = project(per_model_bytes=500 * MIB, baseline_bytes=300 * MIB, threshold=0.9)
     p4d = [r for r in table.rows if r.instance_type == "ml.p4d.24xlarge"]
     assert len(p4d) == 1 and p4d[0].gpus_per_instance == 8
-    # Triton loads each model on every card it sees: 8 cards hold what one holds
-    assert p4d[0].models_per_instance == p4d[0].models_per_gpu
+    # Triton loads each model on every card it sees: 8 cards hold what one holds, so the
+    # 8-card type, priced, holds no model more than one of its cards
+    path = tmp_path / "projection.json"
+    write_result(table, path)
+    prices = PriceTable(
+        currency="USD", source="test", origin="test", prices={"ml.p4d.24xlarge": 1.0}
+    )
+    held = p4d[0].models_per_gpu
+    assert (
+        cheapest_instance(path, hot_models=held, prices=prices).instance_type == "ml.p4d.24xlarge"
+    )
+    with pytest.raises(DeployError, match=f"no priced instance type holds {held + 1}"):
+        cheapest_instance(path, hot_models=held + 1, prices=prices)
     t4 = next(r for r in table.rows if r.gpu == "T4")
     h100 = next(r for r in table.rows if r.gpu == "H100")
     assert h100.models_per_gpu > t4.models_per_gpu > 0

@@ -53,6 +53,7 @@ def test_serve_starts_answers_and_stops_cleanly(tmp_path: Path) -> None:
     try:
 
         def announced() -> str | None:
+            assert proc.poll() is None, b"".join(lines).decode(errors="replace")  # exited
             found = re.search(rb"endpoint\s+http://127\.0\.0\.1:(\d+)\b", b"".join(lines))
             return None if found is None else f"http://127.0.0.1:{int(found[1])}"
 
