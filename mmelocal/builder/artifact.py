@@ -32,8 +32,6 @@ class ExportedArtifact:
 
     path: Path
     format: str
-    #: Triton's platform for ``format`` (``FORMATS``'s; derived from ``format`` when not given)
-    platform: str = ""
     signature: Signature
     batch_dynamic: bool = True
     name_map: Mapping[str, str] = field(default_factory=dict)
@@ -44,15 +42,13 @@ class ExportedArtifact:
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
             raise ExportError(f"format must be one of {', '.join(FORMATS)}, got {self.format!r}")
-        if not self.platform:
-            object.__setattr__(self, "platform", FORMATS[self.format][0])
-        if self.platform != FORMATS[self.format][0]:
-            raise ExportError(
-                f"platform for format {self.format} must be {FORMATS[self.format][0]}, "
-                f"got {self.platform!r}"
-            )
         object.__setattr__(self, "path", Path(self.path))
         object.__setattr__(self, "extra_files", tuple(Path(p) for p in self.extra_files))
+
+    @property
+    def platform(self) -> str:
+        """Triton's platform for ``format`` (``FORMATS``'s)."""
+        return FORMATS[self.format][0]
 
     @property
     def file_name(self) -> str:

@@ -71,7 +71,7 @@ def test_copied_file_and_tensorrt_are_skipped(artifact_of) -> None:
     src = load_source(str(onnx_art.path))
     report = verify(src, copied)
     assert report.skipped and report.ok and "nothing independent" in report.notes[0]
-    plan = dataclasses.replace(onnx_art, format="tensorrt", platform="tensorrt_plan")
+    plan = dataclasses.replace(onnx_art, format="tensorrt")
     assert verify(src, plan).skipped
 
 

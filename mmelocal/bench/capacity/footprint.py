@@ -8,7 +8,8 @@ Loading a model into Triton adds two kinds of memory:
   model the server runs itself);
 * the **shared runtime** the first model of a framework brings in (libtorch, onnxruntime,
   libpython): pages every later copy maps too, counted once by PSS. It is what the first
-  copy added beyond its marginal part.
+  copy added beyond a later copy's marginal part (the first copy's own figure holds the
+  runtime too while its stub is the only process mapping it).
 
 With both, the count follows: ``floor((threshold x total - baseline - shared) / marginal)``.
 """

@@ -22,7 +22,9 @@ class LoadRecord:
     """One copy loaded: memory in use after it (and its warm-up inference), times taken.
 
     ``marginal_bytes`` is the copy's own part of ``delta_bytes`` (USS of the stub it started
-    plus the server's own change; None where the probe has no per-process figures).
+    plus the server's own change; None where the probe has no per-process figures). For the
+    first copy it holds the shared runtime too (see
+    :attr:`CapacityResult.marginal_mean_bytes`).
     """
 
     copies: int

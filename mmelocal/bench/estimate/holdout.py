@@ -6,9 +6,10 @@
 time (all of its rows: every card, every format), refits every constant on the other
 models' rows only, and estimates the held-out rows with those constants: the error of each
 row is an error on a model the estimate has not seen. Where a constant has no row left to
-fit (the cuDNN workspace: only ResNet-50 has overlapping convolutions), the estimate uses
-its prior (:data:`~mmelocal.bench.estimate.parts.CUDNN_WORKSPACE_PRIOR_BYTES`) and the row
-says so.
+fit (only ResNet-50 has overlapping convolutions: the cuDNN workspace and the TensorRT
+context ratio with them), the estimate uses its prior
+(:data:`~mmelocal.bench.estimate.parts.CUDNN_WORKSPACE_PRIOR_BYTES`,
+:data:`~mmelocal.bench.estimate.parts.TRT_CONTEXT_PRIOR`) and the row says so.
 
 The range half-width of PyTorch / ONNX (``margin``) is itself fitted: the largest per-copy
 error of the rows held out from the rows given (nested: a held-out model's margin comes from

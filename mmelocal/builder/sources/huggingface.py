@@ -9,7 +9,8 @@ a local folder and ``local_files_only=True``, so transformers itself never goes 
 network and every download honours the same settings and errors.
 
 transformers 5 ignores ``torchscript=True``, so the model is wrapped in
-:func:`wrap_text_model`, a small module whose ``forward(input_ids, attention_mask)``
+a small module (``_wrapper_class``, made into a source by
+:func:`~mmelocal.builder.sources.hf_outputs.hf_source`) whose ``forward(input_ids, attention_mask)``
 returns a tuple of tensors chosen by name (``last_hidden_state`` and
 ``pooler_output`` for feature extraction, ``logits`` for sequence classification).
 Those argument names are also the TorchScript input names (see
@@ -180,16 +181,6 @@ def _wrapper_class() -> Any:
     return TextModelWrapper
 
 
-def wrap_text_model(model: Any, output_keys: tuple[str, ...]) -> Any:
-    """An ``nn.Module`` whose ``forward(input_ids, attention_mask)`` returns the named outputs.
-
-    The class is defined on first use so that importing this module does not import torch.
-    """
-    wrapper = _wrapper_class()(model, output_keys)
-    wrapper.eval()
-    return wrapper
-
-
 def _default_task(config: Any) -> str:
     archs = getattr(config, "architectures", None) or []
     if any(str(a).endswith("ForSequenceClassification") for a in archs):
@@ -263,5 +254,4 @@ __all__ = [
     "looks_like_hub_name",
     "minilm_dir",
     "normalise_task",
-    "wrap_text_model",
 ]

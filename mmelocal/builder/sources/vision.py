@@ -75,7 +75,7 @@ def load_image_model(
     ``weights="a1_in1k"`` is timm's ``resnet50.a1_in1k``.
     """
     build = _BUILDERS[library]
-    check_task(task, spec)
+    task = check_task(task, spec)
     import_torch(f"{library} models")
     module, size, label = build(arch, weights, spec)
     module.eval()
@@ -92,7 +92,7 @@ def load_image_model(
         input_factory=factory,
         dynamic_axes=infer_dynamic_axes(module, factory, (input_name,), (IMAGE_OUTPUT,), None),
         module=module,
-        task="image-classification",
+        task=task,
         notes=(weights_note(label),),
     )
 
