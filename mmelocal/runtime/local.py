@@ -104,7 +104,9 @@ class _PortWatch:
     def __init__(self, log_path: Path, offset: int, config: ServerConfig) -> None:
         self._path = log_path
         self._offset = offset
-        self._ports = {port: name for name, port in _opened_ports(config).items()}
+        #: the ports this start opens: config field -> port
+        self.ports = _opened_ports(config)
+        self._ports = {port: name for name, port in self.ports.items()}
         self._pending = ""
         self._found: tuple[str | None, str] | None = None
 
@@ -238,7 +240,10 @@ class LocalLauncher(OwnedServerLauncher):
             watch = self._spawn(install, backends)
             try:
                 self._await_ready(
-                    t0, check=self._ready, process=self._process, is_alive=watch.none_taken
+                    t0,
+                    check=functools.partial(self._ready, watch.ports),
+                    process=self._process,
+                    is_alive=watch.none_taken,
                 )
                 return
             except ServerStartError as exc:
@@ -265,14 +270,14 @@ class LocalLauncher(OwnedServerLauncher):
     def _server_name(self) -> str:
         return f"tritonserver pid {self.pid()}"
 
-    def _ready(self) -> bool:
+    def _ready(self, ports: Mapping[str, int]) -> bool:
         """Triton answers ready, and (without the bridge, which holds the ports itself)
         listens on every port it was given."""
         if not triton_ready(self.endpoints):
             return False
         if self.isolated or self._process is None:
             return True
-        return _listens_on(self._process.pid, _opened_ports(self.config))
+        return _listens_on(self._process.pid, ports)
 
     def _spawn(self, install: TritonInstall, backends: Path | None) -> _PortWatch:
         """Resolve the ports and start tritonserver (not waiting for it); a watch on the
