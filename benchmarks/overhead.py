@@ -585,26 +585,28 @@ class Setup:
         self.triton_port = int(inst["sagemaker_url"].rsplit(":", 1)[1])  # SageMaker front end
         self.triton_v2_port = int(inst["http_url"].rsplit(":", 1)[1])
         self.triton_pids = tree(inst["pid"])
-        # each hop serves a socket bound here (port 0) and handed over: no port to race for
         for hop, flag in (("relay", "--relay"), ("parse", "--parsing-relay")):
-            with bind_socket("127.0.0.1", 0) as sock:
-                self.ports[hop] = bound_port(sock)
-                fd = str(sock.fileno())
-                command = [sys.executable, __file__, flag, str(self.triton_port), fd]
-                self.proxies[hop] = self._spawn(command, pass_fds=[sock.fileno()]).pid
+            self._hop(hop, lambda args, flag=flag: [sys.executable, __file__, flag, *args])
         if shutil.which("haproxy"):
-            with bind_socket("127.0.0.1", 0) as sock:
-                self.ports["haproxy"] = bound_port(sock)
-                cfg = self.work / "haproxy.cfg"
-                cfg.write_text(haproxy_config(self.triton_port, sock.fileno()))
-                haproxy = self._spawn(
-                    ["haproxy", "-f", str(cfg)], stderr=subprocess.DEVNULL, pass_fds=[sock.fileno()]
-                )
-                self.proxies["haproxy"] = haproxy.pid
+            cfg = self.work / "haproxy.cfg"
+
+            def haproxy(args: list[str]) -> list[str]:
+                cfg.write_text(haproxy_config(self.triton_port, int(args[1])))
+                return ["haproxy", "-f", str(cfg)]
+
+            self._hop("haproxy", haproxy, stderr=subprocess.DEVNULL)
         else:
             print("haproxy not installed: its reference row is skipped (apt-get install haproxy)")
         for port in self.ports.values():
             wait_for_listener(f"http://127.0.0.1:{port}", grace_s=30)
+
+    def _hop(self, name: str, command: Any, **popen: Any) -> None:
+        """Start the hop ``name`` on a socket bound here (port 0) and handed over, so there
+        is no port to race for; ``command([triton_port, fd])`` is its command line."""
+        with bind_socket("127.0.0.1", 0) as sock:
+            self.ports[name] = bound_port(sock)
+            args = [str(self.triton_port), str(sock.fileno())]
+            self.proxies[name] = self._spawn(command(args), pass_fds=[sock.fileno()], **popen).pid
 
     def place(self, placement: str, cpus: set[int]) -> None:
         """``split``: the proxies on the last core, clients and Triton on the others;
