@@ -53,12 +53,17 @@ def _data() -> dict[str, Any]:
     return data
 
 
+def published_readings() -> tuple[PublishedReading, ...]:
+    """Every card the published runs read, in the file's order."""
+    return tuple(PublishedReading(**entry) for entry in _data().get("published_readings", []))
+
+
 def published_reading(gpu: str) -> PublishedReading:
     """The published runs' reading of card ``gpu`` ("T4", "V100"); KeyError for another."""
-    for entry in _data().get("published_readings", []):
-        if entry["gpu"] == gpu:
-            return PublishedReading(**entry)
+    for reading in published_readings():
+        if reading.gpu == gpu:
+            return reading
     raise KeyError(f"no published reading of the {gpu} in {GPUS_FILE}")
 
 
-__all__ = ["GPUS_FILE", "PublishedReading", "gpus_text", "published_reading"]
+__all__ = ["GPUS_FILE", "PublishedReading", "gpus_text", "published_reading", "published_readings"]

@@ -32,10 +32,24 @@ from mmelocal.bench.estimate.core import (
     estimate_from_facts,
     sum_parts,
 )
+from mmelocal.bench.estimate.parts import SERVER_BASELINE_RANGE
 from mmelocal.errors import UserInputError
+from mmelocal.facts.cards import published_readings
 
 torch = pytest.importorskip("torch")
 MIB = 1024 * 1024
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "estimate.md"
+
+
+def test_the_docs_server_row_gives_the_published_readings() -> None:
+    """docs/estimate.md's server part names gpus.yaml's empty-server readings, and the
+    range a card without one gets (the smallest and largest reading, then the allowance)."""
+    row = next(line for line in DOCS.read_text().splitlines() if line.startswith("| server |"))
+    readings = [(r.gpu, r.baseline_mib) for r in published_readings()]
+    assert readings, "gpus.yaml has no published readings"
+    assert ", ".join(f"{gpu} {mib:g} MiB" for gpu, mib in readings) + ";" in row
+    low, point, high = (size // MIB for size in SERVER_BASELINE_RANGE)
+    assert f"other cards {low} / {point} / {high} MiB" in row
 
 
 def _mlp(inplace: bool = False) -> Any:

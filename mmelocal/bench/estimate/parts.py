@@ -15,6 +15,7 @@ from typing import Any
 from mmelocal.bench.estimate.allocator import reserved_bytes
 from mmelocal.builder.backends import EXPORT_FORMATS
 from mmelocal.errors import UserInputError
+from mmelocal.facts.cards import published_readings
 from mmelocal.units import MiB
 
 PRECISION_BYTES = {"fp32": 4, "fp16": 2, "int8": 1}
@@ -58,13 +59,25 @@ TRT_CONTEXT_PRIOR = 1.0
 ORT_ARENA_FACTOR = (1.0, 1.0, 2.0)
 
 #: CUDA context + Triton with nothing loaded (its CUDA memory pool, 64 MiB by default:
-#: Triton docs ``--cuda-memory-pool-byte-size``), as published: 165 MiB on a T4, 370 MiB on
-#: a V100 (sagemaker-tritonserver:22.10). Other cards: no published figure; the point is
-#: the larger reading and the high end an allowance for bigger contexts on newer cards.
-SERVER_BASELINE_BYTES = {"T4": 165 * MiB, "V100": 370 * MiB}
-SERVER_BASELINE_RANGE = (165 * MiB, 370 * MiB, 512 * MiB)
+#: Triton docs ``--cuda-memory-pool-byte-size``), per card, as published
+#: (sagemaker-tritonserver:22.10; ``baseline_mib`` of ``gpus.yaml``'s published readings).
+SERVER_BASELINE_BYTES = {r.gpu: round(r.baseline_mib * MiB) for r in published_readings()}
+#: the high end for a card with no published figure: an allowance for the bigger contexts
+#: of newer cards
+SERVER_BASELINE_ALLOWANCE_BYTES = 512 * MiB
+#: a card with no published figure: the smallest and the largest reading, then the allowance
+SERVER_BASELINE_RANGE = (
+    min(SERVER_BASELINE_BYTES.values()),
+    max(SERVER_BASELINE_BYTES.values()),
+    SERVER_BASELINE_ALLOWANCE_BYTES,
+)
 
 Triple = tuple[int, int, int]
+
+
+def _server_readings() -> str:
+    """The published empty-server readings as the parts table says them ("T4 165 MiB, ...")."""
+    return ", ".join(f"{gpu} {size / MiB:g} MiB" for gpu, size in SERVER_BASELINE_BYTES.items())
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -282,7 +295,7 @@ def build_parts(
         SERVER_BASELINE_RANGE,
         name="server: CUDA context + Triton",
         scope=ONCE,
-        source="published empty-server readings: T4 165 MiB, V100 370 MiB (aws-samples "
+        source=f"published empty-server readings: {_server_readings()} (aws-samples "
         "sagemaker-mme-gpu-benchmarking); others: allowance",
     )
     if model_format == "tensorrt":
