@@ -454,37 +454,19 @@ _BY_FIGURE = "--models-per-instance K or --footprint-mib X"
 
 def _footprint_file(path: Path) -> Any:
     """The `capacity estimate` result (an :class:`Estimate`) or the GPU
-    :class:`CapacityResult` ``path`` holds (read once; a host-memory one is refused: CPU
-    figures never project onto a GPU card)."""
-    try:
-        data = json.loads(path.read_text("utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise UserInputError(f"cannot read {path}: {exc}") from exc
-    if isinstance(data, list) and data:
-        data = data[0]
-    if not isinstance(data, dict):
-        raise UserInputError(f"{path}: expected a capacity or estimate result (a JSON object)")
-    if data.get("kind") == "capacity":
-        return _capacity_result(data, path)
-    if data.get("kind") == "estimate":
-        from mmelocal.bench.results import result_from_dict
+    :class:`CapacityResult` ``path`` holds (the first, in a file of several); a host-memory
+    one is refused: CPU figures never project onto a GPU card."""
+    from mmelocal.bench.capacity.result import host_memory_refusal
+    from mmelocal.bench.results import read_results
 
-        return result_from_dict(data, origin=f"{path}")
-    raise UserInputError(
-        f"{path}: no per-model footprint (a GPU result of `mmelocal capacity --json FILE`, or "
-        "a result of `mmelocal capacity estimate --json FILE`)"
-    )
-
-
-def _capacity_result(data: dict[str, Any], path: Path) -> Any:
-    """The GPU capacity result of ``data``, read from ``path`` (a host-memory one is
-    refused)."""
-    from mmelocal.bench.capacity.result import CapacityResult, host_memory_refusal
-    from mmelocal.bench.results import result_from_dict
-
-    result = result_from_dict(data, origin=f"{path}")
-    assert isinstance(result, CapacityResult)
-    if result.on_host_memory:
+    found = read_results(path)
+    result = found[0] if found else None
+    if result is None or result.kind not in ("capacity", "estimate"):
+        raise UserInputError(
+            f"{path}: no per-model footprint (a GPU result of `mmelocal capacity --json FILE`, "
+            "or a result of `mmelocal capacity estimate --json FILE`)"
+        )
+    if result.kind == "capacity" and result.on_host_memory:
         raise UserInputError(host_memory_refusal(path, _BY_FIGURE))
     return result
 

@@ -173,3 +173,14 @@ def test_capacity_file_host_memory_refused_gpu_projected(tmp_path) -> None:  # t
     # A10G (22.5 GiB): the 1 GiB shared runtime once, 3 GiB a copy: (0.9*22.5 - 2) / 3 -> 6
     count, source = _capacity_for("ml.g5.xlarge", _CapacityArgs(None, None, 0.0, on_gpu, 0.9))
     assert (count, source) == (6, "measured on a GPU, projected on A10G")
+    # a result with no per-model footprint (a projection, an empty list) is refused by name
+    from mmelocal.bench.capacity.projection import GpuSpec, project
+
+    a10g = GpuSpec(name="A10G", memory_bytes=23028 * 2**20, instances={"ml.g5.xlarge": 1})
+    projection = project(per_model_bytes=3 * gib, baseline_bytes=gib, gpus=[a10g])
+    other = write_result(projection, tmp_path / "projection.json")
+    empty = tmp_path / "empty.json"
+    empty.write_text("[]")
+    for path in (other, empty):
+        with pytest.raises(UserInputError, match=r"no per-model footprint"):
+            _capacity_for("ml.g5.xlarge", _CapacityArgs(None, None, 0.0, path, 0.9))
