@@ -13,7 +13,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Protocol, dataclass_transform
+from typing import Any, ClassVar, dataclass_transform
 
 from mmelocal.errors import UserInputError
 
@@ -42,13 +42,9 @@ class BenchResult:
         cls.kind = kind
         dataclass(frozen=True, kw_only=True)(cls)
 
-
-class Result(Protocol):
-    """What every bench result offers (and a class-level ``kind`` string)."""
-
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-able data including ``kind``."""
-        ...
+        """Plain JSON-able data, ``kind`` first (each result type writes its own)."""
+        raise NotImplementedError(f"{type(self).__name__} does not write its to_dict")
 
 
 def output_dir(path: Path | str) -> Path:
@@ -75,7 +71,7 @@ def write_text(path: Path | str, text: str) -> Path:
     return path
 
 
-def write_result(result: Result, path: Path | str) -> Path:
+def write_result(result: BenchResult, path: Path | str) -> Path:
     """Write ``result`` as indented JSON (parent folders are created)."""
     return write_text(path, json.dumps(result.to_dict(), indent=2, default=str) + "\n")
 
@@ -114,7 +110,7 @@ def read_results(path: Path | str) -> list[Any]:
     return [result_from_dict(item, origin=f"{path}") for item in items]
 
 
-def write_results(results: Sequence[Result], path: Path | str) -> Path:
+def write_results(results: Sequence[BenchResult], path: Path | str) -> Path:
     """Write one result as an object, several as a JSON list."""
     if len(results) == 1:
         return write_result(results[0], path)
@@ -125,7 +121,6 @@ def write_results(results: Sequence[Result], path: Path | str) -> Path:
 __all__ = [
     "RESULT_TYPES",
     "BenchResult",
-    "Result",
     "output_dir",
     "read_results",
     "result_from_dict",

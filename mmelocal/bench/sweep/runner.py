@@ -207,7 +207,8 @@ def sweep_result(
 ) -> SweepResult:
     """The result of a sweep of ``source`` on ``instance_type``: the targets of ``opts``, the
     price note of ``prices`` followed by ``where`` (what the throughput was measured on), and
-    :func:`recommend_for`'s recommendation unless one is given."""
+    :func:`~mmelocal.bench.sweep.result.recommend`'s recommendation for those targets, priced
+    for ``instance_type``, unless one is given."""
     return SweepResult(
         source=str(source),
         instance_type=instance_type,
@@ -215,7 +216,14 @@ def sweep_result(
         max_latency_ms=opts.max_latency_ms,
         rows=rows,
         recommendation=(
-            recommend_for(rows, opts, prices, instance_type)
+            recommend(
+                rows,
+                target_rps=opts.target_rps,
+                max_latency_ms=opts.max_latency_ms,
+                instance_type=instance_type,
+                currency=prices.currency,
+                price_origin=prices.origin,
+            )
             if recommendation is None
             else recommendation
         ),
@@ -224,21 +232,6 @@ def sweep_result(
         currency=prices.currency,
         machine=machine,
         started_at=started_at,
-    )
-
-
-def recommend_for(
-    rows: Sequence[SweepRow], opts: SweepOptions, prices: PriceTable, instance_type: str
-) -> str:
-    """:func:`~mmelocal.bench.sweep.result.recommend` with the targets of ``opts``, priced
-    from ``prices`` for ``instance_type``."""
-    return recommend(
-        rows,
-        target_rps=opts.target_rps,
-        max_latency_ms=opts.max_latency_ms,
-        instance_type=instance_type,
-        currency=prices.currency,
-        price_origin=prices.origin,
     )
 
 
