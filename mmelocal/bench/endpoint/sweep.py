@@ -2,7 +2,9 @@
 
 The variants the local sweep names (``pt-base``, ``pt-db``, ``pt-ig``, ``pt-ig-db``,
 ``trt-...``: format x dynamic batching x instance count) are TargetModels of the one
-endpoint, so nothing is redeployed between them. Each variant in turn is packaged
+endpoint, so nothing is redeployed between them. Every format is built here first (as the
+local sweep builds them, :func:`~mmelocal.bench.sweep.runner.sweep_rows`), so a build that
+fails is known before any endpoint time is spent. Then each variant in turn is packaged
 (``mmelocal-sweep-<run>/<variant>.tar.gz`` in the endpoint's prefix), uploaded, invoked
 once (its cold load, timed), load-tested with the boto3 load test
 (:func:`mmelocal.bench.loadtest.runner.run_loadtest` on the endpoint's name), and its object is
