@@ -50,7 +50,7 @@ from mmelocal.runtime.install import (
     server_environment,
 )
 from mmelocal.runtime.launcher import Endpoints, OwnedServerLauncher
-from mmelocal.runtime.readiness import triton_ready
+from mmelocal.runtime.readiness import LogWatch, triton_ready
 from mmelocal.runtime.server_config import ServerConfig
 
 logger = logging.getLogger(__name__)
@@ -102,12 +102,10 @@ class _PortWatch:
     tritonserver has said that a port of ``config`` is held by another process."""
 
     def __init__(self, log_path: Path, offset: int, config: ServerConfig) -> None:
-        self._path = log_path
-        self._offset = offset
+        self._watch = LogWatch(log_path, _PORT_IN_USE, offset=offset)
         #: the ports this start opens: config field -> port
         self.ports = _opened_ports(config)
         self._ports = {port: name for name, port in self.ports.items()}
-        self._pending = ""
         self._found: tuple[str | None, str] | None = None
 
     def none_taken(self) -> bool:
@@ -116,16 +114,7 @@ class _PortWatch:
 
     def taken(self) -> tuple[str | None, str] | None:
         if self._found is None:
-            try:
-                with open(self._path, "rb") as log:
-                    log.seek(self._offset)
-                    data = log.read()
-            except OSError:
-                return None
-            self._offset += len(data)
-            text = self._pending + data.decode("utf-8", errors="replace")
-            self._pending = text[text.rfind("\n") + 1 :]  # a line not finished yet
-            match = _PORT_IN_USE.search(text[: len(text) - len(self._pending)])
+            match = self._watch.next_match()
             if match is not None:
                 port = int(match["port"])
                 self._found = (self._ports.get(port), f"{match['address']}:{port}")

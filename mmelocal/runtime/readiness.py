@@ -7,6 +7,7 @@ the tail of the server log, so nobody has to go and find the log to learn why.
 
 from __future__ import annotations
 
+import codecs
 import logging
 import re
 import socket
@@ -155,6 +156,69 @@ def wait_until_ready(
 LISTENING = re.compile(r"listening\s+on\s+(https?://[^\s()]+)")
 
 
+class LogWatch:
+    """Finds ``pattern`` in a log as it grows, reading each byte once.
+
+    :meth:`next_match` reads what was appended since the last call (from ``offset`` at
+    first; a log that does not exist yet reads as empty) and returns the first match not
+    returned before, or None. Each match is returned once, in the log's order, as
+    :func:`re.finditer` would over the whole log: polling never re-reads the log, and
+    a found line is not found again.
+
+    Only complete lines are searched: a line still being written could match in part
+    (a URL cut short at the port). A match may span reads and line breaks (a log handler
+    wraps long lines between words): the last ``overlap`` characters of the text
+    searched before are searched again with the new lines, so any match up to that long
+    is found, and once. The log is decoded as UTF-8 (invalid bytes replaced) by an
+    incremental decoder: a character split between two reads stays whole. The log is
+    expected to grow only; text written over a truncated log is not seen. The matches'
+    positions are in the watch's window of the log, not in the file.
+    """
+
+    def __init__(
+        self,
+        path: Path | str,
+        pattern: re.Pattern[str],
+        *,
+        offset: int = 0,
+        overlap: int = 4096,
+    ) -> None:
+        self.path = path
+        self.pattern = pattern
+        #: the file position of the next byte to read
+        self.offset = offset
+        self._overlap = overlap
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._text = ""  # complete lines kept for the overlap, then lines read since
+        self._from = 0  # where in _text the next search starts
+
+    def next_match(self) -> re.Match[str] | None:
+        """The first match not returned before in the complete lines read so far (after
+        reading what was appended since the last call); None when there is none yet."""
+        self._read()
+        complete = self._text.rfind("\n") + 1
+        match = self.pattern.search(self._text, self._from, complete)
+        if match is not None:
+            self._from = match.end()
+            return match
+        # nothing up to `complete`: keep the overlap (from a line start) for a match that
+        # the next lines complete, and the unfinished line
+        start = self._text.rfind("\n", 0, max(0, complete - self._overlap)) + 1
+        self._from = max(self._from, complete - self._overlap) - start
+        self._text = self._text[start:]
+        return None
+
+    def _read(self) -> None:
+        try:
+            with open(self.path, "rb") as log:
+                log.seek(self.offset)
+                data = log.read()
+        except OSError:  # not there yet (or unreadable): nothing new
+            return
+        self.offset += len(data)
+        self._text += self._decoder.decode(data)
+
+
 def wait_for_logged_url(
     log_path: Path | str,
     *,
@@ -167,10 +231,11 @@ def wait_for_logged_url(
     picked free beforehand). ``log_path`` gets the child's log (its stderr);
     ``pattern``'s first group is the URL. Fails like :func:`wait_until_ready` when the
     child exits or ``timeout_s`` passes first."""
+    watch = LogWatch(log_path, pattern)
     found: list[str] = []
 
     def logged() -> bool:
-        match = pattern.search(log_tail(log_path, lines=10_000))
+        match = watch.next_match()
         if match is not None:
             found.append(match[1])
         return match is not None
@@ -240,6 +305,7 @@ def _tail_text(log_path: Path | str | None) -> str:
 
 __all__ = [
     "LISTENING",
+    "LogWatch",
     "exited_during_start",
     "http_ok",
     "log_excerpt",

@@ -514,3 +514,96 @@ def test_a_child_servers_port_is_read_back_from_its_log(tmp_path):
         quits = subprocess.Popen([sys.executable, "-c", "print('port in use')"], stdout=err)
     with pytest.raises(ServerStartError, match=r"(?s)^The server exited with code 0.*port in use"):
         wait_for_logged_url(log, process=quits, timeout_s=600)
+
+
+def _append(path: Path, data: bytes) -> None:
+    with open(path, "ab") as log:
+        log.write(data)
+
+
+def test_a_log_watch_finds_a_match_written_in_pieces(tmp_path):
+    """Split inside the match, inside a two-byte character, and wrapped across lines that
+    arrive in separate reads; a URL whose line is unfinished is not taken cut short."""
+    import re
+
+    from mmelocal.runtime.readiness import LISTENING, LogWatch
+
+    log = tmp_path / "serve.log"
+    watch = LogWatch(log, LISTENING)
+    assert watch.next_match() is None  # no log yet
+    _append(log, b"INFO  starting\nINFO  MME emulator listen")
+    assert watch.next_match() is None
+    _append(log, b"ing on http://127.0.0.1:401")
+    assert watch.next_match() is None  # the port may go on: only whole lines count
+    _append(log, b"23\n")
+    match = watch.next_match()
+    assert match is not None and match[1] == "http://127.0.0.1:40123"
+
+    wrapped = LogWatch(tmp_path / "wrapped.log", LISTENING)
+    _append(wrapped.path, b"x" * 100 + b"\n" * 10_000)  # more than the overlap before it
+    _append(wrapped.path, b"INFO  MME emulator listening\n")
+    assert wrapped.next_match() is None
+    _append(wrapped.path, b"      on\n")
+    assert wrapped.next_match() is None
+    _append(wrapped.path, b"      http://127.0.0.1:40124   server.py:110\n")
+    match = wrapped.next_match()
+    assert match is not None and match[1] == "http://127.0.0.1:40124"
+    assert len(match.string) < 10_000  # the overlap is kept, not the whole log
+
+    cafe = LogWatch(tmp_path / "cafe.log", re.compile(r"caf(.) (\S+)"))
+    _append(cafe.path, b"a caf\xc3")  # the first byte of an \xe9 (two in UTF-8)
+    assert cafe.next_match() is None
+    _append(cafe.path, b"\xa9 one\n\xff caf\xc3\xa9 two\n")  # then a byte not UTF-8
+    one, two = cafe.next_match(), cafe.next_match()
+    assert one is not None and (one[1], one[2]) == ("\xe9", "one")
+    assert two is not None and (two[1], two[2]) == ("\xe9", "two")
+    assert two.string.endswith("\ufffd caf\xe9 two\n")
+
+
+def test_a_log_watch_reads_each_byte_once_and_returns_each_match_once(tmp_path):
+    """Reads start at ``offset`` (an earlier start's lines are not seen), the offset moves
+    to the end of what was read, and matches come one per call, in the log's order."""
+    from mmelocal.runtime.readiness import LISTENING, LogWatch
+
+    log = tmp_path / "serve.log"
+    log.write_bytes(b"old listening on http://127.0.0.1:1\n")
+    watch = LogWatch(log, LISTENING, offset=log.stat().st_size)
+    assert watch.next_match() is None
+    _append(log, b"listening on http://127.0.0.1:2\nlistening on http://127.0.0.1:3\n")
+    first, second = watch.next_match(), watch.next_match()
+    assert first is not None and first[1] == "http://127.0.0.1:2"
+    assert second is not None and second[1] == "http://127.0.0.1:3"
+    assert watch.offset == log.stat().st_size
+    assert watch.next_match() is None  # not found again
+    _append(log, b"noise\n")
+    assert watch.next_match() is None
+    _append(log, b"listening\n on http://127.0.0.1:4\n")
+    fourth = watch.next_match()
+    assert fourth is not None and fourth[1] == "http://127.0.0.1:4"
+    assert watch.next_match() is None and watch.offset == log.stat().st_size
+
+
+def test_a_tritonserver_port_in_use_is_read_from_its_start_on(tmp_path):
+    """The launcher's watch: a port of this start named by config field, a port it does
+    not open by address alone, an earlier start's line ignored."""
+    from mmelocal.runtime.local import _PortWatch
+
+    log = tmp_path / "tritonserver.log"
+    line = "E0101 00:00:00.000 1 main.cc:245] failed to start {} service: Unavailable - "
+    line += "Socket '127.0.0.1:{}' already in use\n"
+    log.write_text(line.format("HTTP", 41001))  # the start before
+    config = ServerConfig(
+        model_repository=tmp_path, http_port=41001, grpc_port=41002, metrics_port=41003
+    )
+    watch = _PortWatch(log, log.stat().st_size, config)
+    assert watch.none_taken() and watch.taken() is None
+    text = line.format("Metrics", 41003)
+    _append(log, text[:60].encode())
+    assert watch.none_taken()
+    _append(log, text[60:].encode())
+    assert watch.taken() == ("metrics_port", "127.0.0.1:41003")
+    assert not watch.none_taken()
+
+    other = _PortWatch(log, log.stat().st_size, config)
+    _append(log, line.format("GRPC", 8001).encode())
+    assert other.taken() == (None, "127.0.0.1:8001")
