@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import codecs
 import logging
+import os
 import re
 import socket
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 from urllib.parse import urlsplit
@@ -21,6 +22,8 @@ from urllib.parse import urlsplit
 from mmelocal.errors import ServerStartError
 
 if TYPE_CHECKING:
+    import subprocess
+
     from mmelocal.runtime.launcher import Endpoints
 
 logger = logging.getLogger(__name__)
@@ -252,6 +255,47 @@ def wait_for_logged_url(
     return found[-1]
 
 
+def start_logging_server(
+    argv: Sequence[str],
+    log_path: Path | str,
+    *,
+    timeout_s: float,
+    env: Mapping[str, str] | None = None,
+) -> tuple[subprocess.Popen[bytes], str]:
+    """Start one of mmelocal's servers (``argv``: ``mmelocal serve ...``, ``mmelocal
+    local-aws ...``) in a child process on port 0; the process and the URL it logs once it
+    listens (:func:`wait_for_logged_url`, within ``timeout_s``).
+
+    ``--port 0`` is appended: the server binds a port the system chooses and logs it, so
+    no port is picked here and bound there later. Its stderr (the log) goes to
+    ``log_path`` (written anew), its stdout nowhere. The child's environment is this
+    one's with ``env`` and ``COLUMNS=200`` (the log handler wraps lines at the
+    terminal's width, 80 without a terminal). When the wait fails, the child is stopped
+    (SIGTERM, SIGKILL after 60 s) before the error goes on: a failed start leaves no
+    server behind.
+    """
+    import subprocess
+
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            [*argv, "--port", "0"],
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            env={**os.environ, **(env or {}), "COLUMNS": "200"},
+        )
+    try:
+        url = wait_for_logged_url(log_path, process=process, timeout_s=timeout_s)
+    except BaseException:
+        process.terminate()
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        raise
+    return process, url
+
+
 def exited_during_start(
     *,
     url: str,
@@ -310,6 +354,7 @@ __all__ = [
     "http_ok",
     "log_excerpt",
     "log_tail",
+    "start_logging_server",
     "triton_ready",
     "wait_for_listener",
     "wait_for_logged_url",

@@ -607,3 +607,41 @@ def test_a_tritonserver_port_in_use_is_read_from_its_start_on(tmp_path):
     other = _PortWatch(log, log.stat().st_size, config)
     _append(log, line.format("GRPC", 8001).encode())
     assert other.taken() == (None, "127.0.0.1:8001")
+
+
+def test_a_child_server_starts_on_port_0_and_is_stopped_if_its_wait_fails(tmp_path, monkeypatch):
+    """``--port 0`` appended, stderr to the log (stdout nowhere), ``env`` and COLUMNS=200
+    in its environment; a wait that fails stops the child before the error goes on."""
+    import signal
+
+    from mmelocal.errors import ServerStartError
+    from mmelocal.runtime import readiness
+
+    log = tmp_path / "serve.log"
+    says = (
+        "import os, sys, time; print('to stdout', flush=True); "
+        "print(sys.argv[1:], os.environ['COLUMNS'], os.environ['EXTRA'], file=sys.stderr); "
+        "print('INFO  listening on http://127.0.0.1:40123', file=sys.stderr, flush=True); "
+        "time.sleep(600)"
+    )
+    child, url = readiness.start_logging_server(
+        [sys.executable, "-c", says], log, timeout_s=60, env={"EXTRA": "yes"}
+    )
+    try:
+        assert url == "http://127.0.0.1:40123" and child.poll() is None
+    finally:
+        child.kill()
+        child.wait()
+    assert "['--port', '0'] 200 yes" in log.read_text()
+    assert "to stdout" not in log.read_text()
+
+    waited: list[subprocess.Popen[bytes]] = []
+
+    def fails(log_path, *, process, timeout_s):
+        waited.append(process)
+        raise ServerStartError("no URL")
+
+    monkeypatch.setattr(readiness, "wait_for_logged_url", fails)
+    with pytest.raises(ServerStartError, match="no URL"):
+        readiness.start_logging_server([sys.executable, "-c", says], log, timeout_s=60)
+    assert [process.returncode for process in waited] == [-signal.SIGTERM]
