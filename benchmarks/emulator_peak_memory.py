@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -73,19 +72,15 @@ def post(port: int, body: bytes, timeout_s: float = REQUEST_TIMEOUT_S) -> int:
 
 def one_round(store: Path, callers: int, body: bytes) -> dict[str, float]:
     """Fresh server, warm call, ``callers`` big calls at once; memory figures in bytes."""
-    from mmelocal.runtime.readiness import http_ok, wait_for_logged_url, wait_until_ready
+    from mmelocal.runtime.readiness import http_ok, start_logging_server, wait_until_ready
 
     cli = Path(sys.executable).with_name("mmelocal")
-    log = store.parent / "serve.log"
-    with open(log, "wb") as err:  # port 0: the port it binds, read back from its log
-        proc = subprocess.Popen(
-            [str(cli), "serve", "--store", str(store), "--host", HOST, "--port", "0"],
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-            env={**os.environ, "COLUMNS": "200"},
-        )
+    proc, url = start_logging_server(
+        [str(cli), "serve", "--store", str(store), "--host", HOST],
+        store.parent / "serve.log",
+        timeout_s=180,
+    )
     try:
-        url = wait_for_logged_url(log, process=proc, timeout_s=180)
         port = int(url.rsplit(":", 1)[1])
         wait_until_ready(
             lambda: http_ok(f"{url}/ping"), timeout_s=180, url=url, log_path=None, process=proc

@@ -38,7 +38,7 @@ import boto3
 import numpy as np
 
 from mmelocal.runtime.memory import TreeMemory, process_tree_memory
-from mmelocal.runtime.readiness import wait_for_logged_url
+from mmelocal.runtime.readiness import start_logging_server
 from mmelocal.runtime.server_config import pick_free_port
 from mmelocal.testing.tiny_model import write_tarball
 
@@ -91,12 +91,7 @@ def start_ours(
     passes (from Popen) and its URL (the port it bound, read back from its log: no port
     picked here and bound there later)."""
     t0 = time.perf_counter()
-    env = {**os.environ, **KEYS, "COLUMNS": "200"}
-    with open(log, "wb") as err:
-        proc = subprocess.Popen(
-            [*args, "--port", "0"], env=env, stdout=subprocess.DEVNULL, stderr=err
-        )
-    url = wait_for_logged_url(log, process=proc, timeout_s=120)
+    proc, url = start_logging_server(args, log, timeout_s=120, env=KEYS)
     until(check(url))
     return proc, time.perf_counter() - t0, url
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -41,7 +40,7 @@ import numpy as np
 from mmelocal.emulator.server import new_event_loop
 from mmelocal.runtime.local import LocalLauncher
 from mmelocal.runtime.netns import connect_through, isolation_refused
-from mmelocal.runtime.readiness import wait_for_logged_url
+from mmelocal.runtime.readiness import start_logging_server
 from mmelocal.runtime.server_config import ServerConfig
 from mmelocal.testing.tiny_model import request_json, write_model, write_tarball
 
@@ -97,12 +96,12 @@ def handed_over(control: str, port: int) -> Opener:
 
 def start_emulator(store: Path, netns: bool) -> tuple[subprocess.Popen[bytes], int]:
     """``mmelocal serve`` on port 0 (the port it binds, read back from its log)."""
-    env = {**os.environ, "MMELOCAL_NETNS": "1" if netns else "0", "COLUMNS": "200"}
-    cmd = [sys.executable, "-m", "mmelocal", "serve", "--store", str(store), "--port", "0"]
-    log = store.parent / f"serve-netns-{int(netns)}.log"
-    with open(log, "wb") as err:
-        process = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=err)
-    url = wait_for_logged_url(log, process=process, timeout_s=180)
+    process, url = start_logging_server(
+        [sys.executable, "-m", "mmelocal", "serve", "--store", str(store)],
+        store.parent / f"serve-netns-{int(netns)}.log",
+        timeout_s=180,
+        env={"MMELOCAL_NETNS": "1" if netns else "0"},
+    )
     port = int(url.rsplit(":", 1)[1])
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:

@@ -80,8 +80,8 @@ from mmelocal.emulator.cache import target_key
 from mmelocal.emulator.server import bind_socket, bound_port
 from mmelocal.runtime.readiness import (
     http_ok,
+    start_logging_server,
     wait_for_listener,
-    wait_for_logged_url,
     wait_until_ready,
 )
 from mmelocal.stats import percentile
@@ -551,13 +551,10 @@ class Setup:
         self.procs: list[subprocess.Popen] = []
         self.work = work
         self.emu = ""  # known once it listens (start)
-        command = [sys.executable, "-m", "mmelocal", "serve", "--store", str(store)]
-        command += ["--port", "0", "--memory-budget", "8GiB"]  # the port it binds: its log
-        command += ["--cache-dir", str(work / "cache")]
-        command += [f"--env={item}" for item in env or []]
-        log = open(work / "serve.log", "wb")  # noqa: SIM115
-        self.serve = self._spawn(command, stderr=log, env={**os.environ, "COLUMNS": "200"})
-        self.proxies = {"emulator": self.serve.pid}
+        self.serve_command = [sys.executable, "-m", "mmelocal", "serve", "--store", str(store)]
+        self.serve_command += ["--memory-budget", "8GiB", "--cache-dir", str(work / "cache")]
+        self.serve_command += [f"--env={item}" for item in env or []]
+        self.proxies: dict[str, int] = {}
         self.ports: dict[str, int] = {}
 
     def _spawn(self, command: list[str], **kwargs) -> subprocess.Popen:
@@ -566,8 +563,13 @@ class Setup:
         return proc
 
     def start(self, models: list[Model]) -> None:
-        """Load the models once (cold), then start the reference hops in front of Triton."""
-        self.emu = wait_for_logged_url(self.work / "serve.log", process=self.serve, timeout_s=180)
+        """Start the emulator, load the models once (cold), then start the reference hops in
+        front of Triton."""
+        self.serve, self.emu = start_logging_server(
+            self.serve_command, self.work / "serve.log", timeout_s=180
+        )
+        self.procs.append(self.serve)
+        self.proxies["emulator"] = self.serve.pid
         wait_until_ready(
             lambda: http_ok(f"{self.emu}/ping"),
             timeout_s=180,
