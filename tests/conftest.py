@@ -5,6 +5,8 @@ Shared model fixtures (session-scoped, built once, heavy imports inside):
 * ``tiny_bert_dir``: a random BERT (hidden 32, 2 layers, vocab 1000) and its WordPiece
   tokenizer saved with ``save_pretrained`` (a Hugging Face folder, ~0.3 MB).
 
+``held_port`` (per test): a loopback port another process holds for the whole test.
+
 The servers are the plugin's (mmelocal.testing), one of each kind per session (per xdist
 worker): ``triton_server`` (a Triton), ``local_aws`` / ``local_aws_env`` (S3, SageMaker with
 real endpoints, autoscaling, STS, logs: moto's state on loopback). Name what you create in
@@ -15,6 +17,8 @@ its own configuration or breaks what it starts.
 from __future__ import annotations
 
 import os
+import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,3 +37,13 @@ def tiny_bert_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from mmelocal.testing.tiny_bert import save_tiny_bert
 
     return save_tiny_bert(tmp_path_factory.mktemp("tiny_bert") / "tiny-bert")
+
+
+@pytest.fixture
+def held_port() -> Iterator[int]:
+    """A loopback port held for the whole test: bound and listening, never accepted (in use,
+    to a server that wants it; a peer that never answers, to a client)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock.getsockname()[1]
