@@ -5,7 +5,9 @@ Shared model fixtures (session-scoped, built once, heavy imports inside):
 * ``tiny_bert_dir``: a random BERT (hidden 32, 2 layers, vocab 1000) and its WordPiece
   tokenizer saved with ``save_pretrained`` (a Hugging Face folder, ~0.3 MB).
 
-``held_port`` (per test): a loopback port another process holds for the whole test.
+Per test: ``held_port``, a loopback port another process holds for the whole test;
+``bucket``, a new empty bucket in the session's local AWS (``local_aws_env``), deleted with
+what it holds after the test.
 
 The servers are the plugin's (mmelocal.testing), one of each kind per session (per xdist
 worker): ``triton_server`` (a Triton), ``local_aws`` / ``local_aws_env`` (S3, SageMaker with
@@ -20,8 +22,13 @@ import os
 import socket
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+from shared_helpers import unique
+
+if TYPE_CHECKING:
+    from mmelocal.localaws import LocalAws
 
 # CI exercises Docker for real: a missing engine fails, it does not skip (.ci/run sets 0
 # where no engine can start, so those tests skip there with the reason).
@@ -47,3 +54,20 @@ def held_port() -> Iterator[int]:
         sock.bind(("127.0.0.1", 0))
         sock.listen()
         yield sock.getsockname()[1]
+
+
+@pytest.fixture
+def bucket(local_aws_env: LocalAws) -> Iterator[str]:
+    """A new empty bucket in the session's local AWS, in us-east-1 (the test's environment
+    points at it: ``local_aws_env``); after the test it goes with what it holds, so the
+    tests after this one see none of it."""
+    import boto3
+
+    s3 = boto3.client("s3")
+    name = unique("mme")
+    s3.create_bucket(Bucket=name)
+    yield name
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=name):
+        if keys := [{"Key": item["Key"]} for item in page.get("Contents", [])]:
+            s3.delete_objects(Bucket=name, Delete={"Objects": keys})
+    s3.delete_bucket(Bucket=name)
