@@ -1,4 +1,5 @@
-"""Fixtures for the deploy tests: AWS pointed at the local AWS, a bucket, a small store."""
+"""Fixtures for the deploy tests: AWS pointed at the local AWS, a small store, an endpoint
+name (``bucket`` comes from ``tests/conftest.py``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from deploy_helpers import REGION, write_reference_tarball
+from deploy_helpers import write_reference_tarball
 from shared_helpers import unique
 
 if TYPE_CHECKING:
@@ -31,16 +32,6 @@ def aws(local_aws_env: LocalAws) -> str:
     """The environment of a user whose AWS is mmelocal's local AWS (endpoints that serve):
     endpoint URL, keys, region; no profile. Its URL."""
     return local_aws_env.url
-
-
-@pytest.fixture
-def bucket(aws: str) -> str:
-    """A new empty bucket in the local AWS's us-east-1."""
-    import boto3
-
-    name = unique("mme")
-    boto3.client("s3", region_name=REGION).create_bucket(Bucket=name)
-    return name
 
 
 @pytest.fixture
