@@ -5,6 +5,10 @@ Shared model fixtures (session-scoped, built once, heavy imports inside):
 * ``tiny_bert_dir``: a random BERT (hidden 32, 2 layers, vocab 1000) and its WordPiece
   tokenizer saved with ``save_pretrained`` (a Hugging Face folder, ~0.3 MB).
 
+Per test: ``held_port``, a loopback port another process holds for the whole test;
+``bucket``, a new empty bucket in the session's local AWS (``local_aws_env``), deleted with
+what it holds after the test.
+
 The servers are the plugin's (mmelocal.testing), one of each kind per session (per xdist
 worker): ``triton_server`` (a Triton), ``local_aws`` / ``local_aws_env`` (S3, SageMaker with
 real endpoints, autoscaling, STS, logs: moto's state on loopback). Name what you create in
@@ -15,9 +19,16 @@ its own configuration or breaks what it starts.
 from __future__ import annotations
 
 import os
+import socket
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+from shared_helpers import unique
+
+if TYPE_CHECKING:
+    from mmelocal.localaws import LocalAws
 
 # CI exercises Docker for real: a missing engine fails, it does not skip (.ci/run sets 0
 # where no engine can start, so those tests skip there with the reason).
@@ -33,3 +44,30 @@ def tiny_bert_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from mmelocal.testing.tiny_bert import save_tiny_bert
 
     return save_tiny_bert(tmp_path_factory.mktemp("tiny_bert") / "tiny-bert")
+
+
+@pytest.fixture
+def held_port() -> Iterator[int]:
+    """A loopback port held for the whole test: bound and listening, never accepted (in use,
+    to a server that wants it; a peer that never answers, to a client)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock.getsockname()[1]
+
+
+@pytest.fixture
+def bucket(local_aws_env: LocalAws) -> Iterator[str]:
+    """A new empty bucket in the session's local AWS, in us-east-1 (the test's environment
+    points at it: ``local_aws_env``); after the test it goes with what it holds, so the
+    tests after this one see none of it."""
+    import boto3
+
+    s3 = boto3.client("s3")
+    name = unique("mme")
+    s3.create_bucket(Bucket=name)
+    yield name
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=name):
+        if keys := [{"Key": item["Key"]} for item in page.get("Contents", [])]:
+            s3.delete_objects(Bucket=name, Delete={"Objects": keys})
+    s3.delete_bucket(Bucket=name)

@@ -1,7 +1,8 @@
 """What tests in several folders share (``from shared_helpers import ...``; ``tests/`` is on
 the path through ``tests/conftest.py``): polling (the suite's one wait helper, in a thread
 or inside an event loop), the tritonservers a test started, waiting for an endpoint to go,
-and the tiny model as a reference tarball."""
+the tiny model as a reference tarball, and a fresh name for what a test makes in a shared
+service."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import asyncio
 import tarfile
 import tempfile
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -73,6 +75,12 @@ def wait_gone(sm: Any, name: str, timeout_s: float = 180.0) -> None:
     sm.get_waiter("endpoint_deleted").wait(
         EndpointName=name, WaiterConfig={"Delay": 0.2, "MaxAttempts": int(timeout_s / 0.2)}
     )
+
+
+def unique(prefix: str) -> str:
+    """A fresh name, ``prefix`` and 8 hex digits (the session's local AWS and Docker engine
+    are shared: what a test makes there is named uniquely)."""
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def write_reference_tarball(path: Path, *, scale: float, name: str = "tiny") -> Path:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ from remote_helpers import (
     ROLE,
     write_reference_tarball,
 )
+from shared_helpers import unique
 
 from mmelocal.bench.capacity.result import CapacityResult
 from mmelocal.bench.endpoint.capacity import RemoteCapacityOptions, measure_endpoint_capacity
@@ -55,7 +55,7 @@ def deployed(local_aws: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     from mmelocal.deploy.plan import DeployOptions
 
     root = tmp_path_factory.mktemp("remote")
-    name, bucket = f"ep-{uuid.uuid4().hex[:10]}", f"mme-{uuid.uuid4().hex[:12]}"
+    name, bucket = unique("ep"), unique("mme")
     with pytest.MonkeyPatch.context() as env:
         point_environment_at(env, local_aws, root / "no-aws-files")
         boto3.client("s3", region_name=REGION).create_bucket(Bucket=bucket)

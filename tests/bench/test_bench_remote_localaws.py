@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import io
 import json
-import uuid
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from remote_helpers import (
     write_onnx_reference_tarball,
     write_reference_tarball,
 )
+from shared_helpers import unique
 
 from mmelocal.cli.main import main
 
@@ -36,7 +36,7 @@ def _args(tarball: Path, base: str, bucket: str, out: Path) -> list[str]:
 def _fresh(tmp_path: Path) -> tuple[Path, str, str]:
     import boto3
 
-    bucket, base = f"mme-{uuid.uuid4().hex[:12]}", f"la-{uuid.uuid4().hex[:8]}"
+    bucket, base = unique("mme"), unique("la")
     boto3.client("s3").create_bucket(Bucket=bucket)
     return write_reference_tarball(tmp_path / "tiny.tar.gz", scale=2.0), base, bucket
 

@@ -152,21 +152,15 @@ def test_mirror_url_is_read_at_call_time(monkeypatch) -> None:
     assert checkpoint_url(url) == "http://mirror.local/tv/resnet18-f37072fd.pth"
 
 
-def test_a_stalled_mirror_fails_at_the_timeout(tmp_path: Path, monkeypatch) -> None:
+def test_a_stalled_mirror_fails_at_the_timeout(tmp_path: Path, monkeypatch, held_port) -> None:
     """A mirror that accepts the connection and never answers: one DownloadError naming
     the timeout, no file and no .partial left (torch hub's own download would wait forever)."""
-    import socket
-
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(1)  # never accepted: the request is sent, no byte comes back
-        monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
-        monkeypatch.setenv(
-            "MMELOCAL_TORCHVISION_MIRROR", f"http://127.0.0.1:{listener.getsockname()[1]}"
-        )
-        monkeypatch.setenv("MMELOCAL_DOWNLOAD_TIMEOUT_S", "0.5")
-        with pytest.raises(DownloadError, match=r"no data within 0.5 s \(MMELOCAL_DOWNLOAD"):
-            load_source("torchvision:resnet18", weights="DEFAULT")
+    # the held port's listener never accepts: the request is sent, no byte comes back
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
+    monkeypatch.setenv("MMELOCAL_TORCHVISION_MIRROR", f"http://127.0.0.1:{held_port}")
+    monkeypatch.setenv("MMELOCAL_DOWNLOAD_TIMEOUT_S", "0.5")
+    with pytest.raises(DownloadError, match=r"no data within 0.5 s \(MMELOCAL_DOWNLOAD"):
+        load_source("torchvision:resnet18", weights="DEFAULT")
     assert checkpoints(tmp_path) == []
 
 

@@ -1,15 +1,16 @@
-"""Fixtures for the deploy tests: AWS pointed at the local AWS, a bucket, a small store."""
+"""Fixtures for the deploy tests: AWS pointed at the local AWS, a small store, an endpoint
+name (``bucket`` comes from ``tests/conftest.py``)."""
 
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from deploy_helpers import REGION, write_reference_tarball
+from deploy_helpers import write_reference_tarball
+from shared_helpers import unique
 
 if TYPE_CHECKING:
     from mmelocal.localaws import LocalAws
@@ -34,22 +35,12 @@ def aws(local_aws_env: LocalAws) -> str:
 
 
 @pytest.fixture
-def bucket(aws: str) -> str:
-    """A new empty bucket in the local AWS's us-east-1."""
-    import boto3
-
-    name = f"mme-{uuid.uuid4().hex[:12]}"
-    boto3.client("s3", region_name=REGION).create_bucket(Bucket=name)
-    return name
-
-
-@pytest.fixture
 def endpoint_name(aws: str) -> Iterator[str]:
     """A fresh endpoint name (the local AWS is shared by the whole session); the endpoints
     whose name holds it are deleted after the test, so their Triton stops."""
     import boto3
 
-    name = f"ep-{uuid.uuid4().hex[:10]}"
+    name = unique("ep")
     yield name
     sm = boto3.client("sagemaker")
     for endpoint in sm.list_endpoints(NameContains=name, MaxResults=100)["Endpoints"]:

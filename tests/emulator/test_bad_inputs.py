@@ -398,26 +398,33 @@ def test_expect_100_continue_with_an_oversize_length_gets_413_at_once(setup: Set
 
 
 def test_curl_style_expect_continue_and_chunked_body(setup: Setup) -> None:
-    """What curl sends for a body of unknown length: Expect 100-continue and a chunked body."""
-    import http.client
-
+    """What curl sends for a body of unknown length: Expect 100-continue and a chunked body
+    (and Connection: close, so the final answer ends where the bytes do). The 100 Continue
+    comes while the client waits with its body, the final answer only after the body."""
     x, body = payload(rows=1)
-    host, port = setup.url.split("://")[1].split(":")
-    conn = http.client.HTTPConnection(host, int(port), timeout=60)
-    conn.putrequest("POST", "/endpoints/ep/invocations")
-    conn.putheader("Content-Type", "application/json")
-    conn.putheader("X-Amzn-SageMaker-Target-Model", GOOD)
-    conn.putheader("Expect", "100-continue")
-    conn.putheader("Transfer-Encoding", "chunked")
-    conn.endheaders()
-    half = len(body) // 2
-    for chunk in (body[:half], body[half:]):
-        conn.send(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
-    conn.send(b"0\r\n\r\n")
-    response = conn.getresponse()
-    assert response.status == 200
-    assert (output_of(response.read()) == expected(x, 3.0)).all()
-    conn.close()
+    head = "\r\n".join([
+        "POST /endpoints/ep/invocations HTTP/1.1", "Host: x",
+        f"X-Amzn-SageMaker-Target-Model: {GOOD}", "Content-Type: application/json",
+        "Expect: 100-continue", "Transfer-Encoding: chunked", "Connection: close",
+    ])  # fmt: skip
+    interim = b"HTTP/1.1 100 Continue\r\n\r\n"
+    with connect(setup) as sock:
+        sock.sendall(head.encode() + b"\r\n\r\n")
+        before_body = b""  # read no further than the interim answer's length
+        while len(before_body) < len(interim):
+            chunk = sock.recv(len(interim) - len(before_body))
+            assert chunk, f"closed before the body was sent, after {before_body!r}"
+            before_body += chunk
+        assert before_body == interim
+        half = len(body) // 2
+        for part in (body[:half], body[half:]):
+            sock.sendall(f"{len(part):x}\r\n".encode() + part + b"\r\n")
+        sock.sendall(b"0\r\n\r\n")
+        after_body = read_until_closed(sock)
+    assert after_body.startswith(b"HTTP/1.1 200 "), after_body[:80]
+    ((status, answer),) = split_answers(after_body)  # the final answer, and nothing else
+    assert status == 200
+    assert (output_of(answer) == expected(x, 3.0)).all()
 
 
 def test_complete_requests_before_a_malformed_one_are_answered_first(setup: Setup) -> None:

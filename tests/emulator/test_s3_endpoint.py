@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,12 +21,10 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.triton
 
 
-def test_s3_store_with_nested_keys(local_aws_env: LocalAws, tmp_path: Path) -> None:
+def test_s3_store_with_nested_keys(local_aws_env: LocalAws, bucket: str, tmp_path: Path) -> None:
     import boto3
 
-    bucket = f"mme-{uuid.uuid4().hex[:8]}"  # the session's local AWS is shared
     s3 = boto3.client("s3", endpoint_url=local_aws_env.url, region_name="us-east-1")
-    s3.create_bucket(Bucket=bucket)
     for key, scale in (("models/model-a.tar.gz", 2.0), ("models/team/model-b.tar.gz", 4.0)):
         tarball = write_tarball(tmp_path / Path(key).name, scale=scale)
         s3.upload_file(str(tarball), bucket, key)

@@ -6,7 +6,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -112,14 +111,10 @@ def _one_line_error(result: subprocess.CompletedProcess[str], words: str) -> Non
     assert any(words in line for line in lines), result.stderr
 
 
-def test_serve_port_in_use_fails_before_starting_triton(tmp_path: Path) -> None:
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        t0 = time.monotonic()
-        result = _serve("--store", str(tmp_path), "--port", str(port))
-    _one_line_error(result, f"cannot listen on 127.0.0.1:{port}")
+def test_serve_port_in_use_fails_before_starting_triton(tmp_path: Path, held_port: int) -> None:
+    t0 = time.monotonic()
+    result = _serve("--store", str(tmp_path), "--port", str(held_port))
+    _one_line_error(result, f"cannot listen on 127.0.0.1:{held_port}")
     assert "choose another --port" in result.stderr
     assert time.monotonic() - t0 < 30
     assert not (tmp_path / "cache").exists()

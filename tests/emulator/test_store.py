@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 import time
-import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -82,12 +81,12 @@ def test_open_store_kinds(tmp_path: Path) -> None:
     assert s3.description == "s3://bucket/some/prefix/"
 
 
-def test_s3_store_against_the_local_aws(local_aws_env: LocalAws, tmp_path: Path) -> None:
+def test_s3_store_against_the_local_aws(
+    local_aws_env: LocalAws, bucket: str, tmp_path: Path
+) -> None:
     import boto3
 
-    bucket = f"models-{uuid.uuid4().hex[:8]}"  # the session's local AWS is shared
     client = boto3.client("s3", endpoint_url=local_aws_env.url, region_name="us-east-1")
-    client.create_bucket(Bucket=bucket)
     client.put_object(Bucket=bucket, Key="pre/team/m.tar.gz", Body=b"hello")
     store = S3Store(bucket, "pre", endpoint_url=local_aws_env.url)
     info = store.stat("team/m.tar.gz")

@@ -1,17 +1,16 @@
 """Builders and waits the local AWS tests share (imported by name, not as fixtures;
-``wait_for``, ``wait_gone`` and ``tritonservers`` come from ``shared_helpers``)."""
+``unique``, ``wait_for``, ``wait_gone`` and ``tritonservers`` come from ``shared_helpers``)."""
 
 from __future__ import annotations
 
 import tarfile
 import tempfile
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from shared_helpers import tritonservers, wait_for, wait_gone  # noqa: F401 (re-exported)
+from shared_helpers import tritonservers, unique, wait_for, wait_gone  # noqa: F401 (re-exported)
 
 TRITON_IMAGE = "763104351884.dkr.ecr.us-east-1.amazonaws.com/sagemaker-tritonserver:24.09-py3"
 ROLE = "arn:aws:iam::123456789012:role/SageMakerExecution"
@@ -19,11 +18,6 @@ ROLE = "arn:aws:iam::123456789012:role/SageMakerExecution"
 INSTANCE_TYPE = "ml.g5.2xlarge"
 #: the CPU-sized stand-in for ResNet-50: 3 x 32 x 32 images, 10 classes
 IMAGE_SHAPE = (3, 32, 32)
-
-
-def unique(prefix: str) -> str:
-    """A fresh resource name (the session's local AWS is shared)."""
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def _pack(folder: Path, dest: Path) -> Path:

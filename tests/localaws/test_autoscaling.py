@@ -360,6 +360,47 @@ def test_the_services_answers_to_what_it_refuses(
     assert info.value.response["Error"]["Code"] == "UnknownOperationException"
 
 
+def test_scaling_activities_page_through_boto3s_paginator(
+    fast_aws: LocalAws, endpoint: str
+) -> None:
+    """Four resizes (a range without the count: the autoscaler resizes into it) read in
+    pages of three: each activity once, newest first, as one page of them all (earlier
+    tests' activities on this endpoint come after these four)."""
+    sm = boto3.client("sagemaker")
+    aas = boto3.client("application-autoscaling")
+    resource = f"endpoint/{endpoint}/variant/AllTraffic"
+    target = {"ServiceNamespace": "sagemaker", "ResourceId": resource,
+              "ScalableDimension": SCALABLE}  # fmt: skip
+
+    def serving(capacity: int) -> bool:
+        return _counts(sm, endpoint, [])[:2] == ("InService", capacity)
+
+    try:
+        for capacity in (2, 1, 2, 1):
+            aas.register_scalable_target(**target, MinCapacity=capacity, MaxCapacity=capacity)
+            wait_for(lambda c=capacity: serving(c), timeout_s=120, what=f"{capacity} instances")
+    finally:
+        aas.deregister_scalable_target(**target)
+    query = {"ServiceNamespace": "sagemaker", "ResourceId": resource}
+    paginator = aas.get_paginator("describe_scaling_activities")
+    pages = list(paginator.paginate(**query, PaginationConfig={"PageSize": 3}))
+    whole = aas.describe_scaling_activities(**query)
+    assert "NextToken" not in whole and "NextToken" not in pages[-1]
+    listed = whole["ScalingActivities"]
+    assert [len(page["ScalingActivities"]) for page in pages] == [
+        min(3, len(listed) - first) for first in range(0, len(listed), 3)
+    ]
+    activities = [activity for page in pages for activity in page["ScalingActivities"]]
+    assert activities == listed
+    assert [a["Description"] for a in activities[:4]] == [
+        f"Setting desired instance count to {capacity}." for capacity in (1, 2, 1, 2)
+    ]
+    ids = [a["ActivityId"] for a in activities]
+    assert len(set(ids)) == len(ids)
+    starts = [a["StartTime"] for a in activities]
+    assert starts == sorted(starts, reverse=True)
+
+
 def test_scale_in_while_a_model_loads_serves_its_caller(fast_aws: LocalAws, endpoint: str) -> None:
     fleet = fast_aws.endpoints.serving("us-east-1", endpoint)  # type: ignore[union-attr]
     assert fleet is not None

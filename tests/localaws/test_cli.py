@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -151,16 +150,12 @@ def test_local_aws_command_serves_stops_cleanly_and_keeps_its_state(tmp_path: Pa
                 proc.communicate()
 
 
-def test_port_in_use_is_one_line(tmp_path: Path) -> None:
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen(1)
-        port = taken.getsockname()[1]
-        result = subprocess.run(
-            [sys.executable, "-m", "mmelocal", "local-aws", "--port", str(port)],
-            capture_output=True, text=True, timeout=60, env=dict(os.environ),
-        )  # fmt: skip
+def test_port_in_use_is_one_line(tmp_path: Path, held_port: int) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "mmelocal", "local-aws", "--port", str(held_port)],
+        capture_output=True, text=True, timeout=60, env=dict(os.environ),
+    )  # fmt: skip
     text = (result.stdout + result.stderr).strip()
     assert result.returncode == 2, text
     assert "Traceback" not in text and len(text.splitlines()) == 1, text
-    assert f"cannot listen on 127.0.0.1:{port}" in text and "choose another --port" in text
+    assert f"cannot listen on 127.0.0.1:{held_port}" in text and "choose another --port" in text

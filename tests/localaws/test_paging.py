@@ -1,10 +1,16 @@
 """The local AWS's pages of ``Describe*`` answers (DescribeAlarmHistory,
-DescribeScalingActivities): a token where the last page ended, none after the last."""
+DescribeScalingActivities): a token where the last page ended, none after the last; boto3's
+own paginator reads the alarm history through them (the scaling activities' pages are read
+in ``test_autoscaling.py``, where the fast clock scales an endpoint)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import boto3
+from localaws_helpers import unique
+
+from mmelocal.localaws import LocalAws
 from mmelocal.localaws.paging import one_page
 
 
@@ -39,3 +45,31 @@ def test_the_default_size_holds_when_none_is_asked() -> None:
     assert page["NextToken"] == "2"
     whole = one_page(items, {}, key="Things", size_param="MaxRecords", default_size=3)
     assert "NextToken" not in whole
+
+
+def test_alarm_history_pages_through_boto3s_paginator(local_aws_env: LocalAws) -> None:
+    """Seven items of one alarm's history (created, then updated six times) in pages of
+    three: 3 + 3 + 1, each item once, newest first, as one page of them all."""
+    cloudwatch = boto3.client("cloudwatch")
+    alarm = unique("paged")
+    try:
+        for threshold in range(7):  # the first put creates the alarm, each next one updates it
+            cloudwatch.put_metric_alarm(
+                AlarmName=alarm, Namespace="mmelocal/tests", MetricName="Paged",
+                Statistic="Sum", Period=60, EvaluationPeriods=1, Threshold=float(threshold),
+                ComparisonOperator="GreaterThanThreshold",
+            )  # fmt: skip
+        paginator = cloudwatch.get_paginator("describe_alarm_history")
+        pages = list(paginator.paginate(AlarmName=alarm, PaginationConfig={"PageSize": 3}))
+        whole = cloudwatch.describe_alarm_history(AlarmName=alarm)
+    finally:
+        cloudwatch.delete_alarms(AlarmNames=[alarm])
+    assert [len(page["AlarmHistoryItems"]) for page in pages] == [3, 3, 1]
+    assert "NextToken" not in pages[-1] and "NextToken" not in whole
+    items = [item for page in pages for item in page["AlarmHistoryItems"]]
+    assert items == whole["AlarmHistoryItems"]
+    assert [item["HistorySummary"] for item in items] == [f'Alarm "{alarm}" updated'] * 6 + [
+        f'Alarm "{alarm}" created'
+    ]
+    stamps = [item["Timestamp"] for item in items]
+    assert stamps == sorted(set(stamps), reverse=True)  # newest first, none twice

@@ -149,17 +149,6 @@ def test_server_dies_with_the_process_that_started_it(tmp_path):
             os.killpg(server_pid, signal.SIGKILL)
 
 
-@pytest.fixture
-def held_port():
-    """A port another process holds (bound and listening on loopback)."""
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        sock.listen()
-        yield sock.getsockname()[1]
-
-
 def test_a_free_port_taken_before_tritonserver_binds_it_is_replaced(
     tmp_path, monkeypatch, held_port
 ):

@@ -11,12 +11,12 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from shared_helpers import unique
 
 from mmelocal.errors import MissingDependencyError
 
@@ -113,7 +113,7 @@ def docker_session(docker_engine: Any) -> Iterator[str]:
     """A session label for this test run; its containers are all removed at the end."""
     from mmelocal.runtime.docker import cleanup_containers
 
-    session = f"pytest-{uuid.uuid4().hex[:8]}"
+    session = unique("pytest")
     yield session
     cleanup_containers(session=session, client=docker_engine)
 

@@ -108,20 +108,20 @@ def test_ports_published_on_loopback_only(running: DockerLauncher, docker_engine
 
 
 def test_a_fixed_host_port_in_use_says_so_and_leaves_no_container(
-    triton_test_image: str, add_one_repository: Path, docker_session: str, docker_engine: Any
+    triton_test_image: str,
+    add_one_repository: Path,
+    docker_session: str,
+    docker_engine: Any,
+    held_port: int,
 ) -> None:
-    with socket.socket() as held:
-        held.bind(("127.0.0.1", 0))
-        held.listen()
-        port = held.getsockname()[1]
-        launcher = DockerLauncher(
-            ServerConfig(model_repository=add_one_repository, http_port=port),
-            image=triton_test_image,
-            pull="never",
-            session=docker_session,
-        )
-        with pytest.raises(ServerStartError, match="0 to let the engine pick a free one"):
-            launcher.start()
+    launcher = DockerLauncher(
+        ServerConfig(model_repository=add_one_repository, http_port=held_port),
+        image=triton_test_image,
+        pull="never",
+        session=docker_session,
+    )
+    with pytest.raises(ServerStartError, match="0 to let the engine pick a free one"):
+        launcher.start()
     assert not docker_engine.containers.list(all=True, filters={"name": launcher.name})
 
 
