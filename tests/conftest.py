@@ -6,6 +6,7 @@ Shared model fixtures (session-scoped, built once, heavy imports inside):
   tokenizer saved with ``save_pretrained`` (a Hugging Face folder, ~0.3 MB).
 
 Per test: ``held_port``, a loopback port another process holds for the whole test;
+``refused_port``, a loopback port that refuses connections for the whole test;
 ``bucket``, a new empty bucket in the session's local AWS (``local_aws_env``), deleted with
 what it holds after the test.
 
@@ -53,6 +54,15 @@ def held_port() -> Iterator[int]:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         sock.listen()
+        yield sock.getsockname()[1]
+
+
+@pytest.fixture
+def refused_port() -> Iterator[int]:
+    """A loopback port that refuses connections for the whole test: bound and never
+    listening, so nothing else can take it meanwhile (a closed port could be)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
         yield sock.getsockname()[1]
 
 

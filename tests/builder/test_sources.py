@@ -124,12 +124,8 @@ def test_folder_without_config(tmp_path: Path) -> None:
         load_source(str(tmp_path))
 
 
-def test_pretrained_weights_unreachable(tmp_path: Path, monkeypatch) -> None:
-    import socket
-
-    with socket.socket() as sock:  # a loopback port with nothing listening
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+def test_pretrained_weights_unreachable(tmp_path: Path, monkeypatch, refused_port: int) -> None:
+    port = refused_port
     monkeypatch.setenv("TORCH_HOME", str(tmp_path))
     monkeypatch.setenv("MMELOCAL_TORCHVISION_MIRROR", f"http://127.0.0.1:{port}/weights")
     with pytest.raises(DownloadError, match="--weights none for random weights") as info:

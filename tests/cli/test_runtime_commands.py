@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import pytest
@@ -18,14 +17,6 @@ def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
 
 def error_lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.strip().lower().startswith("error")]
-
-
-@pytest.fixture
-def refused_url():
-    """A URL where connections are refused (a bound socket that never listens)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
 
 
 def test_check_bad_inputs_give_one_line(
@@ -55,7 +46,7 @@ def test_check_bad_inputs_give_one_line(
 
 
 def test_check_model_errors_give_one_line(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, refused_url: str
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, refused_port: int
 ) -> None:
     """Failures found once the repository is valid: a server that is not there, a binary
     that is not one."""
@@ -70,7 +61,10 @@ def test_check_model_errors_give_one_line(
     not_a_binary = tmp_path / "notes.txt"
     not_a_binary.write_text("x")
     for args, reason in [
-        (["--launcher", "external", "--url", refused_url], "nothing listens at"),
+        (
+            ["--launcher", "external", "--url", f"http://127.0.0.1:{refused_port}"],
+            "nothing listens at",
+        ),
         (["--tritonserver", str(not_a_binary)], "is not executable"),
         (["--launcher", "external", "--url", "foo"], "must start with http://"),
     ]:

@@ -320,20 +320,17 @@ def test_wheel_install_assembles_backend_folder_once(tmp_path):
     assert [p.name for p in (tmp_path / "triton-backends").iterdir()] == [first.name]
 
 
-def test_external_launcher_fails_fast_when_nothing_listens():
-    import socket
+def test_external_launcher_fails_fast_when_nothing_listens(refused_port: int) -> None:
     import time
 
     from mmelocal.errors import ServerStartError
     from mmelocal.runtime.external import ExternalLauncher
 
-    with socket.socket() as sock:  # bound, never listening: connections are refused
-        sock.bind(("127.0.0.1", 0))
-        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-        launcher = ExternalLauncher(url, start_timeout_s=600, connect_grace_s=0.2)
-        t0 = time.monotonic()
-        with pytest.raises(ServerStartError, match="nothing listens at"), launcher:
-            pass
+    url = f"http://127.0.0.1:{refused_port}"
+    launcher = ExternalLauncher(url, start_timeout_s=600, connect_grace_s=0.2)
+    t0 = time.monotonic()
+    with pytest.raises(ServerStartError, match="nothing listens at"), launcher:
+        pass
     assert time.monotonic() - t0 < 300  # the grace, not the 600 s start timeout
 
 
