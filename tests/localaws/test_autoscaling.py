@@ -489,13 +489,13 @@ def _ours(endpoint: str) -> list[Any]:
     return [p for p in tritonservers() if endpoint in " ".join(p.cmdline())]
 
 
-def test_invocations_sum_at_the_real_clock(local_aws_env: LocalAws, tmp_path: Path) -> None:
+def test_invocations_sum_at_the_real_clock(
+    local_aws_env: LocalAws, bucket: str, tmp_path: Path
+) -> None:
     """At N = 1 the same publisher runs every real minute: one period driven by hand. The
     shared clock may publish the same calls meanwhile: whichever tick reads them, each is
     counted once (one tick at a time, per-fleet cursors)."""
     s3 = boto3.client("s3")
-    bucket = unique("n1")
-    s3.create_bucket(Bucket=bucket)
     s3.upload_file(str(write_tarball(tmp_path / "m.tar.gz")), bucket, "m/model.tar.gz")
     sm = boto3.client("sagemaker")
     name = unique("ep")
