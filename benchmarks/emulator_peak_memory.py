@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-import subprocess
 import sys
 import tempfile
 import threading
@@ -72,7 +71,12 @@ def post(port: int, body: bytes, timeout_s: float = REQUEST_TIMEOUT_S) -> int:
 
 def one_round(store: Path, callers: int, body: bytes) -> dict[str, float]:
     """Fresh server, warm call, ``callers`` big calls at once; memory figures in bytes."""
-    from mmelocal.runtime.readiness import http_ok, start_logging_server, wait_until_ready
+    from mmelocal.runtime.readiness import (
+        http_ok,
+        start_logging_server,
+        stop_child,
+        wait_until_ready,
+    )
 
     cli = Path(sys.executable).with_name("mmelocal")
     proc, url = start_logging_server(
@@ -112,12 +116,7 @@ def one_round(store: Path, callers: int, body: bytes) -> dict[str, float]:
         sampler.join()
         hwm = status_kib(proc.pid, "VmHWM") * 1024
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_child(proc)
     return {
         "callers": callers,
         "ok": sum(1 for s in statuses if s == 200),

@@ -38,7 +38,7 @@ import boto3
 import numpy as np
 
 from mmelocal.runtime.memory import TreeMemory, process_tree_memory
-from mmelocal.runtime.readiness import start_logging_server
+from mmelocal.runtime.readiness import start_logging_server, stop_child
 from mmelocal.runtime.server_config import pick_free_port
 from mmelocal.testing.tiny_model import write_tarball
 
@@ -98,14 +98,6 @@ def start_ours(
 
 def serve_answers(url: str) -> Callable[[], object]:
     return lambda: urllib.request.urlopen(f"{url}/ping", timeout=2)
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
 
 
 def mib(value: int) -> str:
@@ -208,7 +200,7 @@ def main() -> None:
         [str(BIN / "moto_server"), "-p", str(port)], sts_answers(f"http://127.0.0.1:{port}")
     )
     moto_mem = process_tree_memory(moto.pid)
-    stop(moto)
+    stop_child(moto)
 
     ours, ours_s, url = start_ours(
         [str(BIN / "mmelocal"), "local-aws", "--data", str(work / "data"),
@@ -251,7 +243,7 @@ def main() -> None:
     endpoint_s = time.perf_counter() - t0
     with_endpoint = process_tree_memory(ours.pid)
     scale_s, scaled = scale_to_two(url, sm), process_tree_memory(ours.pid)
-    stop(ours)
+    stop_child(ours)
 
     serve, serve_s, _ = start_ours(
         [str(BIN / "mmelocal"), "serve", "--store", str(work / "store"),
@@ -260,7 +252,7 @@ def main() -> None:
         work / "serve.log",
     )  # fmt: skip
     serve_mem = process_tree_memory(serve.pid)
-    stop(serve)
+    stop_child(serve)
     serve2, serve2_s, _ = start_ours(
         [str(BIN / "mmelocal"), "serve", "--store", str(work / "store"),
          "--memory-budget", "2GiB", "--instances", "2"],
@@ -268,7 +260,7 @@ def main() -> None:
         work / "serve-2.log",
     )  # fmt: skip
     serve2_mem = process_tree_memory(serve2.pid)
-    stop(serve2)
+    stop_child(serve2)
 
     endpoint_pss = with_endpoint.pss_bytes - before_endpoint.pss_bytes
     rows.append(

@@ -40,7 +40,7 @@ import numpy as np
 from mmelocal.emulator.server import new_event_loop
 from mmelocal.runtime.local import LocalLauncher
 from mmelocal.runtime.netns import connect_through, isolation_refused
-from mmelocal.runtime.readiness import start_logging_server
+from mmelocal.runtime.readiness import start_logging_server, stop_child
 from mmelocal.runtime.server_config import ServerConfig
 from mmelocal.testing.tiny_model import request_json, write_model, write_tarball
 
@@ -175,9 +175,7 @@ def main() -> int:
                     table[(name, clients)] = (old[0] + lat, old[1] + count)
         loop.close()
     finally:
-        for process in emulators:
-            process.terminate()
-            process.wait(60)
+        stop_child(*emulators)
         plain.stop()
         isolated.stop()
     total_s = args.seconds * args.rounds

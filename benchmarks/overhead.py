@@ -81,6 +81,7 @@ from mmelocal.emulator.server import bind_socket, bound_port
 from mmelocal.runtime.readiness import (
     http_ok,
     start_logging_server,
+    stop_child,
     wait_for_listener,
     wait_until_ready,
 )
@@ -622,13 +623,7 @@ class Setup:
             pin([os.getpid(), *self.triton_pids, *proxies], cpus)
 
     def stop(self) -> None:
-        for proc in self.procs[::-1]:
-            proc.terminate()
-        for proc in self.procs[::-1]:
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_child(*self.procs[::-1])
 
 
 def arms_for(

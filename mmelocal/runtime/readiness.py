@@ -271,7 +271,7 @@ def start_logging_server(
     ``log_path`` (written anew), its stdout nowhere. The child's environment is this
     one's with ``env`` and ``COLUMNS=200`` (the log handler wraps lines at the
     terminal's width, 80 without a terminal). When the wait fails, the child is stopped
-    (SIGTERM, SIGKILL after 60 s) before the error goes on: a failed start leaves no
+    (:func:`stop_child`) before the error goes on: a failed start leaves no
     server behind.
     """
     import subprocess
@@ -286,14 +286,24 @@ def start_logging_server(
     try:
         url = wait_for_logged_url(log_path, process=process, timeout_s=timeout_s)
     except BaseException:
+        stop_child(process)
+        raise
+    return process, url
+
+
+def stop_child(*processes: subprocess.Popen[bytes], timeout_s: float = 60.0) -> None:
+    """Stop child processes (:func:`start_logging_server`'s): SIGTERM to each, then wait;
+    one still running after ``timeout_s`` gets SIGKILL. Idempotent."""
+    import subprocess
+
+    for process in processes:
         process.terminate()
+    for process in processes:
         try:
-            process.wait(timeout=60)
+            process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-        raise
-    return process, url
 
 
 def exited_during_start(
@@ -355,6 +365,7 @@ __all__ = [
     "log_excerpt",
     "log_tail",
     "start_logging_server",
+    "stop_child",
     "triton_ready",
     "wait_for_listener",
     "wait_for_logged_url",

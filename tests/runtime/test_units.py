@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from runtime_models import write_mlp, write_python_model
+from shared_helpers import wait_for
 
 from mmelocal.builder.model_config import read_config
 from mmelocal.errors import (
@@ -642,3 +643,30 @@ def test_a_child_server_starts_on_port_0_and_is_stopped_if_its_wait_fails(tmp_pa
     with pytest.raises(ServerStartError, match="no URL"):
         readiness.start_logging_server([sys.executable, "-c", says], log, timeout_s=60)
     assert [process.returncode for process in waited] == [-signal.SIGTERM]
+
+
+def test_stop_child_kills_what_ignores_sigterm(tmp_path: Path) -> None:
+    """SIGTERM to each, then SIGKILL to a child still running after the grace; a stopped
+    child is left as it is."""
+    import signal
+
+    from mmelocal.runtime.readiness import stop_child
+
+    ready = tmp_path / "ready"
+    stubborn = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import pathlib, signal, sys, time\n"
+            "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+            "pathlib.Path(sys.argv[1]).touch()\n"
+            "time.sleep(600)\n",
+            str(ready),
+        ]
+    )
+    polite = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    wait_for(lambda: ready.exists() or stubborn.poll() is not None, timeout_s=60)
+    stop_child(stubborn, polite, timeout_s=0.5)
+    assert (stubborn.returncode, polite.returncode) == (-signal.SIGKILL, -signal.SIGTERM)
+    stop_child(stubborn, polite)  # again: nothing left to stop, no error
+    assert (stubborn.returncode, polite.returncode) == (-signal.SIGKILL, -signal.SIGTERM)
