@@ -38,6 +38,12 @@ the emulator's CPU is taken from Triton and the clients) and ``split`` (the prox
 to its own core, the clients and Triton to the others: a GPU host, where the emulator
 does not compete with the model for cores; ``tiny`` only). ``direct`` is measured in both.
 
+Triton runs without its own network namespace (``MMELOCAL_NETNS=0``): every arm reaches
+the same tritonserver on loopback, as the emulator's keep-alive connections do with the
+namespace on (they are handed over from inside it). Through the namespace's TCP bridge,
+``direct`` and the reference hops would each pay a user-space copy the emulator does not
+(``benchmarks/netns_bridge.py`` measures it).
+
 CPU: every row gives the CPU per request of the arm's hop, of Triton's process tree and
 of this client while the arm was timed ("CPU x": their sum against direct's). Where direct
 keeps the cores busy (16 clients, shared placement), throughput follows CPU per request,
@@ -78,6 +84,7 @@ import numpy as np
 
 from mmelocal.emulator.cache import target_key
 from mmelocal.emulator.server import bind_socket, bound_port
+from mmelocal.runtime.netns import NETNS_ENV
 from mmelocal.runtime.readiness import (
     http_ok,
     start_logging_server,
@@ -566,8 +573,11 @@ class Setup:
     def start(self, models: list[Model]) -> None:
         """Start the emulator, load the models once (cold), then start the reference hops in
         front of Triton."""
+        # Triton outside a network namespace: direct and the reference hops reach it on
+        # loopback, as the emulator's handed-over connections do; through the namespace's
+        # bridge they would pay a user-space copy the emulator does not
         self.serve, self.emu = start_logging_server(
-            self.serve_command, self.work / "serve.log", timeout_s=180
+            self.serve_command, self.work / "serve.log", timeout_s=180, env={NETNS_ENV: "0"}
         )
         self.procs.append(self.serve)
         self.proxies["emulator"] = self.serve.pid
