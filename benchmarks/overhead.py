@@ -6,7 +6,7 @@ in interleaved rounds so every arm sees the same machine. Models:
 * ``minilm``: the demo's model (all-MiniLM-L6-v2 as TorchScript, dynamic batching; the
   demo's request: 128 tokens in, the pooled embedding out). On this CPU it takes about
   25 ms and both cores, so at 16 clients the latency is mostly queueing.
-* ``tiny``: the tiny Python-backend model, which Triton answers in about half a
+* ``tiny``: the tiny Python-backend model, which Triton answers in about a third of a
   millisecond: the worst case for any hop.
 * ``tiny-5ms``: the same model waiting 5 ms per execution without using the CPU, with
   dynamic batching: the shape of a GPU model such as BERT-base.
