@@ -245,14 +245,13 @@ class _Down(asyncio.Protocol):
             self.up.transport.close()
 
 
-class _ParsingUp(_Up):
-    """:class:`_Up`, parsing each answer (``httptools``) and writing it again at once."""
+class _Reparsing:
+    """What the parsing hop's two sides share: every byte through ``httptools``, each
+    header kept as a line and the body as its parts, for one ``write`` once complete."""
 
-    def __init__(self, down: _Down) -> None:
-        super().__init__(down)
-        self.parser = httptools.HttpResponseParser(self)
-        self.headers: list[bytes] = []
-        self.body: list[bytes] = []
+    parser: Any
+    headers: list[bytes]
+    body: list[bytes]
 
     def data_received(self, data: bytes) -> None:
         self.parser.feed_data(data)
@@ -262,6 +261,16 @@ class _ParsingUp(_Up):
 
     def on_body(self, body: bytes) -> None:
         self.body.append(body)
+
+
+class _ParsingUp(_Reparsing, _Up):
+    """:class:`_Up`, parsing each answer (``httptools``) and writing it again at once."""
+
+    def __init__(self, down: _Down) -> None:
+        super().__init__(down)
+        self.parser = httptools.HttpResponseParser(self)
+        self.headers = []
+        self.body = []
 
     def on_message_complete(self) -> None:
         status = self.parser.get_status_code()
@@ -271,7 +280,7 @@ class _ParsingUp(_Up):
         self.body.clear()
 
 
-class _ParsingDown(_Down):
+class _ParsingDown(_Reparsing, _Down):
     """:class:`_Down`, parsing each request (``httptools``) and writing it again at once."""
 
     up_protocol = _ParsingUp
@@ -280,20 +289,11 @@ class _ParsingDown(_Down):
         super().connection_made(transport)
         self.parser = httptools.HttpRequestParser(self)
         self.url = b""
-        self.headers: list[bytes] = []
-        self.body: list[bytes] = []
-
-    def data_received(self, data: bytes) -> None:
-        self.parser.feed_data(data)
+        self.headers = []
+        self.body = []
 
     def on_url(self, url: bytes) -> None:
         self.url += url
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers.append(b"%s: %s\r\n" % (name, value))
-
-    def on_body(self, body: bytes) -> None:
-        self.body.append(body)
 
     def on_message_complete(self) -> None:
         method = self.parser.get_method()
