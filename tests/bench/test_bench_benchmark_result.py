@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -193,7 +194,7 @@ def test_a_plan_that_deploys_needs_a_deployer(tmp_path: Path) -> None:
     from mmelocal.bench.endpoint.benchmark import BenchmarkPlan
     from mmelocal.errors import UserInputError
 
-    fields = dict(
+    fields: dict[str, Any] = dict(
         tarballs=(tmp_path / "m.tar.gz",),
         model="m",
         shape=LoadShape(stages=(Stage(users=1, spawn_rate=1, duration_s=10),)),
@@ -204,9 +205,10 @@ def test_a_plan_that_deploys_needs_a_deployer(tmp_path: Path) -> None:
     )
     with pytest.raises(UserInputError, match="deployer="):
         BenchmarkPlan(**fields)
-    assert BenchmarkPlan(**fields, deployer=lambda **kw: None).endpoint_for("pt") == "rn50-pt"
+    deploying: dict[str, Any] = {**fields, "deployer": lambda **kw: None}  # never called
+    assert BenchmarkPlan(**deploying).endpoint_for("pt") == "rn50-pt"
     assert BenchmarkPlan(**{**fields, "existing": "live"}).endpoint_for("pt") == "live"
-    long = BenchmarkPlan(**{**fields, "endpoint_name": "a" * 62}, deployer=lambda **kw: None)
+    long = BenchmarkPlan(**{**deploying, "endpoint_name": "a" * 62})
     assert long.endpoint_for("pt") == "a" * 62  # cut to 63, never ending with '-'
 
 

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -46,7 +47,7 @@ def trivial_endpoint() -> Iterator[str]:
         yield url
 
 
-def _config(endpoint: str, stages: list[dict[str, float]], **generators: object) -> LoadTestConfig:
+def _config(endpoint: str, stages: list[dict[str, Any]], **generators: object) -> LoadTestConfig:
     return LoadTestConfig(
         endpoint=endpoint,
         targets=expand_targets("model-{i}.tar.gz", 3),

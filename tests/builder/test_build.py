@@ -42,6 +42,7 @@ def test_tiny_bert_to_torchscript_then_onnx(tiny_bert_source, tmp_path: Path) ->
     report = result.verify_report
     assert report is not None and report.ok and report.max_abs_diff < 1e-6
     assert {r.batch_size for r in report.rows} == {1, 2, 4}
+    assert result.reference_path is not None
     with np.load(result.reference_path) as ref:
         assert sorted(ref.files) == [
             "input:attention_mask",
@@ -240,7 +241,9 @@ def test_overrides_are_checked_against_the_real_family(tmp_path: Path) -> None:
     folder = tmp_path / "my_model"
     torch.manual_seed(0)
     tf.ResNetForImageClassification(
-        tf.ResNetConfig(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], num_labels=3)
+        tf.ResNetConfig(  # type: ignore[call-arg]  # num_labels: PretrainedConfig's
+            embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], num_labels=3
+        )
     ).save_pretrained(folder)
     # 16 > generic max_batch_size 8, but fine for the resnet preset (32)
     result = build_model(

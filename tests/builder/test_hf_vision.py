@@ -25,7 +25,7 @@ def tiny_vit_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         num_hidden_layers=2,
         num_attention_heads=2,
         intermediate_size=64,
-        num_labels=5,
+        num_labels=5,  # type: ignore[call-arg]  # PretrainedConfig's, not in ViTConfig's stubs
     )
     folder = tmp_path_factory.mktemp("vit") / "tiny-vit"
     tf.ViTForImageClassification(config).eval().save_pretrained(folder)

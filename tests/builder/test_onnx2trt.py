@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -162,14 +163,14 @@ def test_docker_builder_runs_trtexec_with_the_gpus(
     monkeypatch, artifact_of, tmp_path: Path
 ) -> None:
     docker = pytest.importorskip("docker")
-    calls: dict[str, object] = {}
+    calls: dict[str, Any] = {}
 
     class Images:
         def get(self, image: str) -> None:
             calls["image"] = image
 
     class Containers:
-        def run(self, **kwargs: object) -> bytes:
+        def run(self, **kwargs: Any) -> bytes:
             calls.update(kwargs)
             out_dir = Path(next(k for k, v in kwargs["volumes"].items() if v["mode"] == "rw"))
             (out_dir / "model.plan").write_bytes(b"engine")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -103,7 +104,7 @@ def test_specs_from_arrays() -> None:
 
 
 def test_inspect_torchscript(tmp_path: Path) -> None:
-    torch = pytest.importorskip("torch")
+    torch: Any = pytest.importorskip("torch")
     from mmelocal.builder.tensors import inspect_torchscript, torchscript_forward_args
 
     class Three(torch.nn.Module):

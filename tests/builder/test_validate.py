@@ -10,6 +10,7 @@ import sys
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from builder_factories import (
@@ -449,7 +450,7 @@ def test_python_dash_m_gives_no_traceback(tmp_path: Path) -> None:
 
 
 def test_torchscript_inputs_checked(tmp_path: Path) -> None:
-    torch = pytest.importorskip("torch")
+    torch: Any = pytest.importorskip("torch")
     from mmelocal.builder.model_config import build_model_config
     from mmelocal.builder.repository import add_model
     from mmelocal.builder.tensors import Signature, TensorSpec

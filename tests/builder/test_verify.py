@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -123,7 +124,7 @@ def _tiny_family(family: str, folder: Path) -> Path:
     import transformers as tf
 
     torch.manual_seed(0)
-    small = {
+    small: dict[str, Any] = {
         "hidden_size": 32,
         "num_hidden_layers": 2,
         "num_attention_heads": 2,

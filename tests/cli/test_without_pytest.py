@@ -80,11 +80,12 @@ def test_no_module_imports_a_plugin_module_even_lazily() -> None:
         if module in PYTEST_ONLY:
             continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            names = []
             if isinstance(node, ast.ImportFrom) and node.module:
                 names = [node.module]
             elif isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]
+            else:
+                continue
             offenders += [f"{module}:{node.lineno} {n}" for n in names if n in PYTEST_ONLY]
             offenders += [
                 f"{module}:{node.lineno} {n}" for n in names if n.split(".")[0] == "pytest"

@@ -22,6 +22,13 @@ from mmelocal.testing.sagemaker_client import SageMakerClient
 pytestmark = pytest.mark.triton
 
 
+def _pid(launcher: LocalLauncher) -> int:
+    """The running server's pid."""
+    pid = launcher.pid()
+    assert pid is not None, "the launcher is not started"
+    return pid
+
+
 def _stub_pids(pid: int) -> list[int]:
     return [
         p.pid
@@ -36,9 +43,9 @@ def test_sigkill_is_seen_quickly_and_stubs_are_reaped(tmp_path):
     with launcher:
         client = TritonClient.for_launcher(launcher)
         client.load("victim")
-        stubs = _stub_pids(launcher.pid())
+        stubs = _stub_pids(_pid(launcher))
         assert stubs
-        os.kill(launcher.pid(), signal.SIGKILL)
+        os.kill(_pid(launcher), signal.SIGKILL)
         wait_for(lambda: not launcher.is_alive(), timeout_s=30, interval_s=0.02, what="death")
         started = time.monotonic()
         with pytest.raises(ServerDiedError) as info:
@@ -68,7 +75,7 @@ def test_stop_is_idempotent_and_context_manager_cleans_up(tmp_path):
     launcher = LocalLauncher(ServerConfig(model_repository=tmp_path))
     launcher.stop()  # never started: no-op
     with launcher as running:
-        pid = running.pid()
+        pid = _pid(running)
         assert running.is_alive()
         assert running.ready_after_s is not None and running.start_overhead_s is not None
         url = running.endpoints.http_url
@@ -96,7 +103,7 @@ def test_start_failure_names_url_seconds_and_log_tail(tmp_path):
 def test_exception_inside_context_stops_the_server(tmp_path):
     launcher = LocalLauncher(ServerConfig(model_repository=tmp_path))
     with pytest.raises(RuntimeError), launcher:
-        pid = launcher.pid()
+        pid = _pid(launcher)
         raise RuntimeError("test body failed")
     assert not launcher.is_alive()
     assert not psutil.pid_exists(pid) or not _is_running(pid)
@@ -114,7 +121,7 @@ def test_a_hanging_load_times_out_instead_of_hanging(tmp_path):
             client.load("sleeper", timeout_s=3)
         assert 2.5 < time.monotonic() - started < 40  # the 3 s timeout, not the 60 s sleep
         assert not isinstance(info.value, ServerDiedError)
-        stubs = _stub_pids(launcher.pid())
+        stubs = _stub_pids(_pid(launcher))
         client.close()
     assert not launcher.is_alive()
     assert stubs and not [pid for pid in stubs if _is_running(pid)]  # the group was killed
@@ -136,6 +143,7 @@ def test_server_dies_with_the_process_that_started_it(tmp_path):
     parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     server_pid = None
     try:
+        assert parent.stdout is not None
         server_pid = int(parent.stdout.readline())
         assert psutil.pid_exists(server_pid)
         parent.kill()  # SIGKILL: no cleanup code runs in the parent
@@ -174,6 +182,7 @@ def test_a_free_port_taken_before_tritonserver_binds_it_is_replaced(
             assert client.server_ready()
         with urllib.request.urlopen(f"{launcher.endpoints.metrics_url}/metrics", timeout=10) as r:
             assert b"nv_" in r.read()  # Triton's own metrics, not the holder's silence
+        assert launcher.log_path is not None
         taken = [line for line in launcher.log_path.read_text().splitlines() if "in use" in line]
     assert [("HTTP" in line, "Metrics" in line) for line in taken if "main.cc" in line] == [
         (True, False),
@@ -189,5 +198,6 @@ def test_a_fixed_port_in_use_fails_at_once_naming_it(tmp_path, held_port):
     message = str(info.value)
     assert f"127.0.0.1:{held_port}" in message and "another process uses it" in message
     assert "choose another http_port (0: a free one)" in message
+    assert launcher.log_path is not None
     assert launcher.log_path.read_text().count("already in use") == 1  # not tried again
     assert not launcher.is_alive()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -123,7 +124,7 @@ def test_wait_until_ready_names_the_exit_code_read_after_is_alive_said_gone(code
 
 
 def test_wait_until_ready_returns_seconds():
-    calls = iter([False, RuntimeError("not yet"), True])
+    calls: Iterator[bool | Exception] = iter([False, RuntimeError("not yet"), True])
 
     def check() -> bool:
         value = next(calls)
@@ -434,7 +435,8 @@ def test_start_stop_context_stops_a_failed_start_and_returns_itself():
 
     class Server(StartStopContext):
         def __init__(self, fail: bool) -> None:
-            self.fail, self.calls = fail, []
+            self.fail = fail
+            self.calls: list[str] = []
 
         def start(self) -> None:
             self.calls.append("start")
@@ -514,7 +516,7 @@ def test_a_child_servers_port_is_read_back_from_its_log(tmp_path):
         wait_for_logged_url(log, process=quits, timeout_s=600)
 
 
-def _append(path: Path, data: bytes) -> None:
+def _append(path: Path | str, data: bytes) -> None:
     with open(path, "ab") as log:
         log.write(data)
 
