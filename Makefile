@@ -38,7 +38,7 @@ lint: install
 	$(BIN)/ruff format --check mmelocal tests benchmarks examples
 
 typecheck: install
-	$(BIN)/mypy mmelocal benchmarks examples
+	$(BIN)/mypy mmelocal benchmarks examples tests
 
 pytest: install sdk-venvs
 	MMELOCAL_SDK_VENVS=$(SDK_VENVS) $(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -11,33 +11,38 @@ from pathlib import Path
 from mmelocal.testing.tiny_model import CONFIG, MODEL_PY
 
 
-def _tar(path: Path, add: Callable[[tarfile.TarFile], None]) -> Path:
+def _tar(path: Path, add: Callable[[tarfile.TarFile], object]) -> Path:
     with tarfile.open(path, "w:gz") as tar:
         add(tar)
     return path
 
 
-def _file(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+# each adds to ``tar`` and returns it, so that one lambda can add several members
+
+
+def _file(tar: tarfile.TarFile, name: str, data: bytes) -> tarfile.TarFile:
     info = tarfile.TarInfo(name)
     info.size = len(data)
     tar.addfile(info, io.BytesIO(data))
+    return tar
 
 
-def _model(tar: tarfile.TarFile, name: str = "m") -> None:
+def _model(tar: tarfile.TarFile, name: str = "m") -> tarfile.TarFile:
     _file(tar, f"{name}/config.pbtxt", CONFIG.format(name=name, scale=2.0).encode())
-    _file(tar, f"{name}/1/model.py", MODEL_PY.encode())
+    return _file(tar, f"{name}/1/model.py", MODEL_PY.encode())
 
 
-def _special(tar: tarfile.TarFile, name: str, kind: bytes, linkname: str = "") -> None:
+def _special(tar: tarfile.TarFile, name: str, kind: bytes, linkname: str = "") -> tarfile.TarFile:
     info = tarfile.TarInfo(name)
     info.type = kind
     info.linkname = linkname
     tar.addfile(info)
+    return tar
 
 
 def make_hostile(store: Path, escape_dir: Path) -> dict[str, str]:
     """Write hostile tarballs into ``store``; {target: what it tries}. Escapes aim at escape_dir."""
-    cases: dict[str, Callable[[tarfile.TarFile], None]] = {
+    cases: dict[str, Callable[[tarfile.TarFile], object]] = {
         "evil-traversal.tar.gz": lambda t: (_model(t), _file(t, "../../evil.txt", b"x")),
         "evil-absolute.tar.gz": lambda t: (_model(t), _file(t, str(escape_dir / "abs.txt"), b"x")),
         "evil-symlink.tar.gz": lambda t: (

@@ -317,7 +317,7 @@ def read_until_closed(sock: socket.socket) -> bytes:
 def split_answers(raw: bytes, head_first: bool = False) -> list[tuple[int, bytes]]:
     """(status, body) of each answer in ``raw``, framed by Content-Length (no body for
     the first when ``head_first``)."""
-    answers = []
+    answers: list[tuple[int, bytes]] = []
     while raw:
         head, sep, raw = raw.partition(b"\r\n\r\n")
         assert sep, f"unframed bytes: {head[:80]!r}"

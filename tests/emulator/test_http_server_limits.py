@@ -97,7 +97,8 @@ def test_a_body_over_the_limit_is_answered_413_and_nothing_after_it_runs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(answers, "MAX_BODY_BYTES", 1000)
-    limit = answers.body_limit_bytes(SimpleNamespace(config=SimpleNamespace(max_payload_bytes=10)))
+    emulator: Any = SimpleNamespace(config=SimpleNamespace(max_payload_bytes=10))
+    limit = answers.body_limit_bytes(emulator)
     assert limit == 1000
 
     async def run() -> None:

@@ -12,6 +12,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import closing
+from typing import Any
 
 import numpy as np
 import pytest
@@ -149,7 +150,7 @@ def test_answer_heads_encoded_once_are_the_general_encoders_bytes() -> None:
     from mmelocal.emulator.emulator import InvokeResult
 
     ids = re.compile(rb"x-amzn-RequestId: [0-9a-f-]+\r\n")
-    emulator = SimpleNamespace(instances=[], config=SimpleNamespace(variant_name="Blue"))
+    emulator: Any = SimpleNamespace(instances=[], config=SimpleNamespace(variant_name="Blue"))
     for content_type in ("application/json", f"{BINARY}42", "text/csv; charset=utf-8"):
         for cache_hit in (True, False):
             for keep_alive in (True, False):
@@ -259,7 +260,7 @@ def test_concurrent_hits_on_a_batching_model_are_batched(
     headers = {"Content-Type": "application/json", "X-Amzn-SageMaker-Target-Model": "slow.tar.gz"}
     x, body = payload(rows=1, start=2.0)
 
-    def call(_: int) -> tuple[float, int, bytes]:
+    def call(_index: int) -> tuple[float, int, bytes]:
         with closing(http.client.HTTPConnection(server.host, server.port, timeout=120)) as conn:
             t0 = time.perf_counter()
             status, _, answer = _send(conn, path, headers, body)

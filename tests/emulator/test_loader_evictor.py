@@ -92,9 +92,9 @@ def parts(machine: Machine, control: Control, *, limit_bytes: int) -> tuple[Load
     gauge.limit_override_bytes = limit_bytes
     evictor = Evictor(
         state=state,
-        control=control,
+        control=control,  # type: ignore[arg-type]  # fakes with what Evictor calls
         gauge=gauge,
-        cache=Cache(),
+        cache=Cache(),  # type: ignore[arg-type]
         metrics=Metrics(),
         events=EventLog(),
     )
@@ -255,7 +255,7 @@ def test_a_frameworks_runtime_is_reserved_once(tmp_path: Path) -> None:
         )
         control = Control(machine, size=own)
         loader, state = parts(machine, control, limit_bytes=base + runtime + 4 * own)
-        loader.cache = loader.evictor.cache = TorchCache(tmp_path)
+        loader.cache = loader.evictor.cache = TorchCache(tmp_path)  # type: ignore[assignment]
         for name in ("a", "b", "c", "d"):
             entry = await load(loader, name)
             assert entry.framework == "pytorch_libtorch"

@@ -246,8 +246,8 @@ def test_update_keeps_serving_and_delete_lets_calls_finish(
         sm.delete_endpoint(EndpointName=name)
         code, message = error_of(invoke, name, runtime=runtime)
         assert code == "ValidationError" and "not found" in message
-        for call in inflight:
-            np.testing.assert_array_equal(call.result(), expected(X, 5.0))
+        for answered in inflight:
+            np.testing.assert_array_equal(answered.result(), expected(X, 5.0))
     wait_gone(sm, name)
     assert v2_pids and not v2_pids & {p.pid for p in tritonservers()}
 

@@ -72,7 +72,7 @@ def test_model_data_rules() -> None:
 
 
 def test_fleet_plans() -> None:
-    config = {
+    config: dict[str, Any] = {
         "EndpointConfigName": "c",
         "ProductionVariants": [
             {

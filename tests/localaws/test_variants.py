@@ -100,7 +100,7 @@ def test_two_variants_share_traffic_by_weight(local_aws_env: LocalAws, tmp_path:
     assert error["Code"] == "ValidationError" and "VariantC" in error["Message"], error
 
     calls = 400
-    counts = Counter()
+    counts: Counter[str] = Counter()
     for _ in range(calls):
         variant, scale = _invoke(runtime, name)
         assert scale == scales[variant]
@@ -114,10 +114,10 @@ def test_two_variants_share_traffic_by_weight(local_aws_env: LocalAws, tmp_path:
     manager = local_aws_env.endpoints
     fleets = manager.variants("us-east-1", name) if manager is not None else None
     assert fleets is not None
-    for variant in fleets.variants:
-        metrics = variant.fleet.server.emulator.metrics
-        assert metrics.labels == {"EndpointName": name, "VariantName": variant.name}
-        assert metrics.counters["Invocations"] == counts[variant.name] + 1  # + the targeted call
+    for served in fleets.variants:
+        metrics = served.fleet.server.emulator.metrics
+        assert metrics.labels == {"EndpointName": name, "VariantName": served.name}
+        assert metrics.counters["Invocations"] == counts[served.name] + 1  # + the targeted call
 
     # weights change without a restart: VariantB at 0 gets nothing unless targeted
     sm.update_endpoint_weights_and_capacities(
