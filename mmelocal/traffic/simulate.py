@@ -357,8 +357,9 @@ def simulate(
         if scaler is not None and scaling is not None and t >= scaler.next_eval_s:
             change = scaler.evaluate(t, len(fleet))
             if change:
-                while change < len(fleet) and fleet[-1].queue:
-                    start_next(fleet[-1], max(t, fleet[-1].loaders[0]))  # its loads finish
+                for gone in fleet[change:]:  # every instance that goes: its loads finish
+                    while gone.queue:
+                        start_next(gone, max(t, gone.loaders[0]))
                 _resize(
                     fleet, holders, change, t, limit, concurrency, scaling, config.parallel_loads
                 )

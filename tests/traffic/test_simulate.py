@@ -184,3 +184,37 @@ def test_capacity_file_host_memory_refused_gpu_projected(tmp_path) -> None:  # t
     for path in (other, empty):
         with pytest.raises(UserInputError, match=r"no per-model footprint"):
             _capacity_for("ml.g5.xlarge", _CapacityArgs(None, None, 0.0, path, 0.9))
+
+
+def test_a_scale_in_of_several_instances_serves_their_queued_loads() -> None:
+    """A scale-in that removes several instances at once: the loads queued on every one of
+    them run (their callers get answers), not only those of the last instance."""
+    from mmelocal.traffic.simulate import Autoscaling
+
+    # a new model every 5 s for 20 minutes over 4 instances, loads of 30 s one at a time:
+    # each instance always has loads queued; 12 requests a minute against a target of 100
+    # per instance drive the low alarm, which scales 4 -> ceil(4 * 3 / 100) = 1 at once
+    n = 240
+    trace = trace_of([i * 5.0 for i in range(n)], list(range(n)))
+    scaling = Autoscaling(
+        min_instances=1,
+        max_instances=4,
+        target_invocations_per_instance=100,
+        scale_in_cooldown_s=0,
+    )
+    data = simulate(
+        trace,
+        SimConfig(
+            instances=4,
+            models_per_instance=2,
+            load=LoadTimes(samples_s=(30.0,)),
+            service_s=0.01,
+            autoscaling=scaling,
+        ),
+    ).data
+    assert [a["capacity"] for a in data["scaling_activities"]] == [1]
+    # every request was answered or failed with ModelNotReadyException, none lost
+    assert data["answered"] + data["errors"] == n
+    assert data["cold_starts"] == data["answered"]
+    # all cold: each waited a 30 s load at least and at most the 60 s timeout (+ 10 ms)
+    assert 30_000 <= data["latency_ms"]["p50"] <= data["latency_ms"]["p99"] <= 60_010 + 1e-6
