@@ -91,11 +91,13 @@ class SizeAnswer:
     notes: list[str]
 
     def closest(self) -> SizeRow | None:
-        """The configuration nearest the SLO when none meets it: lowest p99 (or cold rate)."""
-        if not self.rows:
+        """The configuration nearest the SLO when none meets it: lowest p99 (or cold rate),
+        among those simulated (a type that holds no model has no figures to be near with)."""
+        simulated = [r for r in self.rows if r.count > 0] or self.rows
+        if not simulated:
             return None
         return min(
-            self.rows,
+            simulated,
             key=lambda r: (
                 r.p99_ms if r.p99_ms is not None else 0.0,
                 r.cold_starts_per_min,

@@ -65,3 +65,22 @@ def test_unreachable_slo_gives_the_closest(trace) -> None:  # type: ignore[no-un
     assert closest is not None and "p99" in closest.why_not
     with pytest.raises(UserInputError, match="--slo-p99-ms must be > 0"):
         size(trace, [cand], base, slo_p99_ms=-1)
+
+
+def test_the_closest_is_never_a_type_that_holds_no_model(trace) -> None:  # type: ignore[no-untyped-def]
+    """When nothing meets the SLO, the closest configuration shown is one that was simulated,
+    not an instance type on whose card not one model fits (it has no p99 at all)."""
+    base = SimConfig(models_per_instance=1, load=LoadTimes(samples_s=(2.0,)), service_s=0.02)
+    tiny = Candidate(
+        instance_type="tiny", models_per_instance=0, capacity_source="given", price_per_hour=0.5
+    )
+    small = Candidate(
+        instance_type="small", models_per_instance=2, capacity_source="given", price_per_hour=1.0
+    )
+    answer = size(trace, [tiny, small], base, slo_p99_ms=1.0, max_count=3)
+    assert answer.best is None
+    closest = answer.closest()
+    assert closest is not None
+    assert closest.instance_type == "small" and closest.count >= 1
+    assert closest.p99_ms is not None
+    assert closest.p99_ms == min(r.p99_ms for r in answer.rows if r.p99_ms is not None)
