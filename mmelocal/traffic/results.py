@@ -5,8 +5,9 @@ Keys (both sources): ``requests``, ``errors`` (total) and ``errors_by_class``,
 (answered requests whose ModelCacheHit was 0: they waited for a load) and
 ``cold_starts_per_min``, ``loads``, ``max_loaded`` (most models loaded at once, all
 instances together), ``cold_load_s_p50``, ``latency_ms`` (``p50``/``p90``/``p99``, with
-``warm`` and ``cold`` apart), ``timeline`` (per time bin: rate, hit ratio, loaded models,
-p99, instances). A simulation adds ``instance_hours`` and ``cost``.
+``warm`` and ``cold`` apart; nearest rank, :mod:`mmelocal.stats`), ``timeline`` (per time
+bin: rate, hit ratio, loaded models, p99, instances). A simulation adds ``instance_hours``
+and ``cost``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from mmelocal.errors import UserInputError
+from mmelocal.stats import nearest_rank
 
 #: timeline bins per report
 TIMELINE_BINS = 100
@@ -63,8 +65,8 @@ class TrafficResult:
 def _percentiles_ms(values_s: np.ndarray) -> dict[str, float | None]:
     if not len(values_s):
         return {"p50": None, "p90": None, "p99": None}
-    p = np.percentile(values_s, [50, 90, 99]) * 1e3
-    return {"p50": float(p[0]), "p90": float(p[1]), "p99": float(p[2])}
+    ordered = np.sort(values_s).tolist()  # numpy sorts: millions of requests in a simulation
+    return {f"p{q}": nearest_rank(ordered, q / 100) * 1e3 for q in (50, 90, 99)}
 
 
 def summarize(
@@ -174,7 +176,7 @@ def _timeline(
     for b in range(count):
         lo, hi = edges[b], edges[b + 1]
         lat = latency_s[lo:hi][ok[lo:hi]]
-        p99.append(float(np.percentile(lat, 99) * 1e3) if len(lat) else None)
+        p99.append(nearest_rank(np.sort(lat).tolist(), 0.99) * 1e3 if len(lat) else None)
         if loaded is not None:
             most_loaded.append(int(loaded[lo:hi].max()) if hi > lo else None)
     starts = np.arange(count) * bin_s
