@@ -355,16 +355,16 @@ def simulate(
             _, _, di, dm = heapq.heappop(done)
             di.inflight[dm] -= 1
         if scaler is not None and scaling is not None and t >= scaler.next_eval_s:
-            change = scaler.evaluate(t, len(fleet))
-            if change:
+            # each change takes effect when it was decided (a quiet spell may hold several)
+            for at, change in scaler.evaluate(t, len(fleet)):
                 for gone in fleet[change:]:  # every instance that goes: its loads finish
                     while gone.queue:
-                        start_next(gone, max(t, gone.loaders[0]))
+                        start_next(gone, max(at, gone.loaders[0]))
                 _resize(
-                    fleet, holders, change, t, limit, concurrency, scaling, config.parallel_loads
+                    fleet, holders, change, at, limit, concurrency, scaling, config.parallel_loads
                 )
                 counts["loaded"] = sum(len(x.lru) for x in fleet)
-                billed.append((t, len(fleet)))
+                billed.append((at, len(fleet)))
         if scaler is not None:
             scaler.count += 1
         hs = holders.get(m)
@@ -525,11 +525,12 @@ class _Scaler:
         self.state = ScalingState(capacity=capacity)
         self.activities: list[dict[str, Any]] = []
 
-    def evaluate(self, now_s: float, instances: int) -> int | None:
-        """Close every period up to ``now_s``; the new capacity when it changes."""
+    def evaluate(self, now_s: float, instances: int) -> list[tuple[float, int]]:
+        """Close every period up to ``now_s``; each change as (the period's end, the new
+        capacity), in time order."""
         from mmelocal.rules.autoscaling import target_tracking_step
 
-        changed: int | None = None
+        changed: list[tuple[float, int]] = []
         while now_s >= self.next_eval_s:
             self.metric.append(self.count / max(1, instances))
             self.count = 0
@@ -545,7 +546,8 @@ class _Scaler:
                         "cause": decision.cause,
                     }
                 )
-                instances = changed = decision.capacity
+                instances = decision.capacity
+                changed.append((self.next_eval_s, instances))
             self.next_eval_s += self.period_s
         return changed
 

@@ -259,3 +259,24 @@ def test_report_percentiles_are_mmelocals_nearest_rank() -> None:
     ).data
     assert two["latency_ms"]["p50"] == pytest.approx(1.0)
     assert two["timeline"]["p99_ms"] == [pytest.approx(3.0)]  # one 1 s bin holds both
+
+
+def test_scaling_takes_effect_when_decided_not_at_the_next_request() -> None:
+    """A decision taken in a quiet spell (no request for hours) changes the fleet and its
+    bill at the decision's time, the time scaling_activities report, not at the next
+    request."""
+    from mmelocal.traffic.simulate import Autoscaling
+
+    # two requests a second for 20 minutes, then nothing until one request at 4 h
+    busy = [i * 0.5 for i in range(2400)]
+    trace = trace_of([*busy, 14_400.0], [i % 2 for i in range(2401)])
+    scaling = Autoscaling(min_instances=1, max_instances=2, target_invocations_per_instance=100)
+    data = simulate(
+        trace,
+        SimConfig(instances=2, models_per_instance=2, service_s=0.001, autoscaling=scaling),
+    ).data
+    (activity,) = data["scaling_activities"]
+    assert activity["capacity"] == 1 and 1200 < activity["time_s"] < 14_400
+    assert data["instances"] == [[0.0, 2], [activity["time_s"], 1]]
+    expected = (2 * activity["time_s"] + (14_400 - activity["time_s"])) / 3600
+    assert data["instance_hours"] == pytest.approx(expected)
