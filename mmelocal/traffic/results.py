@@ -3,8 +3,9 @@
 Keys (both sources): ``requests``, ``errors`` (total) and ``errors_by_class``,
 ``hit_ratio`` (the mean of ``ModelCacheHit`` over the answered requests), ``cold_starts``
 (answered requests whose ModelCacheHit was 0: they waited for a load) and
-``cold_starts_per_min``, ``loads``, ``max_loaded`` (most models loaded at once, all
-instances together), ``cold_load_s_p50``, ``latency_ms`` (``p50``/``p90``/``p99``, with
+``cold_starts_per_min`` (over the time up to the last request; None when that is 0 s),
+``loads``, ``max_loaded`` (most models loaded at once, all instances together),
+``cold_load_s_p50``, ``latency_ms`` (``p50``/``p90``/``p99``, with
 ``warm`` and ``cold`` apart; nearest rank, :mod:`mmelocal.stats`), ``timeline`` (per time
 bin: rate, hit ratio, loaded models, p99, instances). A simulation adds ``instance_hours``
 and ``cost``.
@@ -101,7 +102,11 @@ def summarize(
     answered = int(ok_mask.sum())
     cold = ok_mask & ~hit
     duration = float(times_s[-1]) if n else 0.0
-    minutes = max(duration, 1e-9) / 60.0
+    cold_count = int(cold.sum())
+    if duration > 0:
+        cold_per_min: float | None = cold_count / (duration / 60.0)
+    else:  # every request at one instant: no rate, unless there was nothing to count
+        cold_per_min = None if cold_count else 0.0
     lat_ok = latency_s[ok_mask]
     if max_loaded is None:
         max_loaded = int(loaded.max()) if loaded is not None and len(loaded) else 0
@@ -112,8 +117,8 @@ def summarize(
         "errors": int(sum(errors.values())),
         "errors_by_class": dict(errors),
         "hit_ratio": float(hits.sum() / answered) if answered else None,
-        "cold_starts": int(cold.sum()),
-        "cold_starts_per_min": float(cold.sum() / minutes) if n else 0.0,
+        "cold_starts": cold_count,
+        "cold_starts_per_min": cold_per_min,
         "loads": int(loads),
         "max_loaded": int(max_loaded),
         "cold_load_s_p50": float(np.median(load_times_s)) if len(load_times_s) else None,
@@ -264,7 +269,13 @@ def summary_rows(result: TrafficResult) -> list[tuple[str, str]]:
             "cold starts",
             "-"
             if d["cold_starts"] is None
-            else f"{d['cold_starts']:,} ({d['cold_starts_per_min']:.2f}/min)",
+            else f"{d['cold_starts']:,} ("
+            + (
+                "rate: the trace spans 0 s"
+                if d["cold_starts_per_min"] is None
+                else f"{d['cold_starts_per_min']:.2f}/min"
+            )
+            + ")",
         ),
         ("loads", f"{d['loads']:,}"),
         ("most models loaded at once", f"{d['max_loaded']:,}"),

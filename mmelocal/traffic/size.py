@@ -140,7 +140,13 @@ def size(
             "result of a real endpoint), so configurations are ranked by hit ratio and cold "
             "starts only and the p99 SLO is not checked."
         )
-    minutes = max(trace.duration_s, 1e-9) / 60.0
+    if trace.duration_s <= 0:
+        raise UserInputError(
+            f"the trace spans 0 s (its {len(trace):,} request(s) all at "
+            f"t={trace.duration_s:g} s): sizing needs rates per minute, so give a trace whose "
+            "requests spread over time"
+        )
+    minutes = trace.duration_s / 60.0
     rows: list[SizeRow] = []
     for cand in candidates:
         if cand.models_per_instance < 1:

@@ -280,3 +280,20 @@ def test_scaling_takes_effect_when_decided_not_at_the_next_request() -> None:
     assert data["instances"] == [[0.0, 2], [activity["time_s"], 1]]
     expected = (2 * activity["time_s"] + (14_400 - activity["time_s"])) / 3600
     assert data["instance_hours"] == pytest.approx(expected)
+
+
+def test_a_trace_that_spans_no_time_has_no_rate() -> None:
+    """Every request at one instant (one request, or a burst at t=0): a per-minute rate over
+    0 s is undefined, not 6e10/min."""
+    from mmelocal.traffic.results import summary_rows
+
+    for models in ([0], [0, 1]):
+        trace = trace_of([0.0] * len(models), models)
+        result = simulate(trace, SimConfig(models_per_instance=2, service_s=0.01))
+        assert result["cold_starts"] == len(models)
+        assert result["cold_starts_per_min"] is None
+    one = simulate(trace_of([0.0], [0]), SimConfig(models_per_instance=1, service_s=0.01))
+    assert dict(summary_rows(one))["cold starts"] == "1 (rate: the trace spans 0 s)"
+    # a trace over 30 s: one cold start in half a minute is 2 a minute
+    two = simulate(trace_of([0.0, 30.0], [0, 0]), SimConfig(models_per_instance=1))
+    assert two["cold_starts_per_min"] == pytest.approx(2.0)

@@ -123,3 +123,21 @@ def test_a_configuration_whose_callers_get_errors_does_not_meet_the_slo() -> Non
     from mmelocal.traffic.size import SizeAnswer
 
     assert SizeAnswer(None, [failing, answering], []).closest() is answering
+
+
+def test_a_trace_that_spans_no_time_is_refused() -> None:
+    """Rates per minute over a trace whose requests all come at one instant are undefined:
+    size says so instead of judging 6e10 cold starts a minute."""
+    import numpy as np
+
+    from mmelocal.traffic.trace import Trace
+
+    one = Trace(
+        times_s=np.asarray([0.0]), model_ids=np.asarray([0], dtype=np.int32), models=("m0",)
+    )
+    cand = Candidate(
+        instance_type="x", models_per_instance=1, capacity_source="given", price_per_hour=1.0
+    )
+    base = SimConfig(models_per_instance=1, service_s=0.01)
+    with pytest.raises(UserInputError, match="spans 0 s"):
+        size(one, [cand], base, slo_p99_ms=100.0, max_cold_per_min=10)
