@@ -244,6 +244,8 @@ def simulate(
     rates: dict[int, tuple[float, int]] = {}
     threshold, window = config.hot_rps_threshold, config.rate_window_s
     done: list[tuple[float, int, _Instance, int]] = []  # (finish time, request, where, model)
+    # callers of a load, served (a slot each) once it is ready: (ready, request, where, model)
+    waiting: list[tuple[float, int, _Instance, int]] = []
     starts: list[tuple[float, int, _Instance]] = []  # (time a queued load starts, seq, where)
     latency = np.empty(n, dtype=np.float64)
     hit = np.zeros(n, dtype=np.bool_)
@@ -265,7 +267,8 @@ def simulate(
         return -1
 
     def serve_after_load(k: int, inst: _Instance, m: int, ready: float) -> None:
-        """Request ``k`` waited for ``m``'s load on ``inst``: a miss, served when ready."""
+        """Request ``k`` waited for ``m``'s load on ``inst``: a miss, served when ready (in
+        flight from now: a waiting caller keeps the model from eviction)."""
         t = times[k]
         if ready - t > wait_timeout:
             # the caller gets ModelNotReadyException at the timeout; the load goes on
@@ -273,10 +276,18 @@ def simulate(
             counts["timeouts"] += 1
             latency[k] = wait_timeout
             return
-        end = ready + service
         inst.inflight[m] = inst.inflight.get(m, 0) + 1
-        heapq.heappush(done, (end, k, inst, m))
-        latency[k] = end - t
+        heapq.heappush(waiting, (ready, k, inst, m))
+
+    def serve_ready(until: float) -> None:
+        """The callers whose load was ready by ``until``, in that order: each takes a slot."""
+        while waiting and waiting[0][0] <= until:
+            ready, k, inst, m = heapq.heappop(waiting)
+            slots = inst.slots
+            end = max(ready, slots[0]) + service
+            heapq.heapreplace(slots, end)
+            heapq.heappush(done, (end, k, inst, m))
+            latency[k] = end - times[k]
 
     def start_next(inst: _Instance, now: float) -> None:
         """Start the instance's next queued load at ``now``: make room (least recently used
@@ -351,6 +362,8 @@ def simulate(
         m = ids[k]
         if starts and starts[0][0] <= t:
             run_starts(t)
+        if waiting and waiting[0][0] <= t:
+            serve_ready(t)
         while done and done[0][0] <= t:
             _, _, di, dm = heapq.heappop(done)
             di.inflight[dm] -= 1
@@ -435,6 +448,7 @@ def simulate(
         if progress is not None and k % step == 0:
             progress(k, n)
     run_starts(math.inf)  # the loads still queued: their callers get their answers
+    serve_ready(math.inf)
     if progress is not None:
         progress(n, n)
     duration = trace.duration_s

@@ -297,3 +297,28 @@ def test_a_trace_that_spans_no_time_has_no_rate() -> None:
     # a trace over 30 s: one cold start in half a minute is 2 a minute
     two = simulate(trace_of([0.0, 30.0], [0, 0]), SimConfig(models_per_instance=1))
     assert two["cold_starts_per_min"] == pytest.approx(2.0)
+
+
+def test_callers_of_a_load_take_the_instances_slots_too() -> None:
+    """Requests that waited for a load are then served like any other: ``concurrency`` at a
+    time, each ``service_s`` long (the module's step 5), not all at the instant it is ready."""
+    # ten callers of one cold model at t=0; a 1 s load; one slot; 1 s per request
+    trace = trace_of([0.0] * 10, [0] * 10)
+    data = simulate(
+        trace,
+        SimConfig(
+            models_per_instance=1, load=LoadTimes(samples_s=(1.0,)), service_s=1.0, concurrency=1
+        ),
+    ).data
+    # served one after the other from t=1 s: they finish at 2, 3, ..., 11 s
+    assert data["latency_ms"]["p50"] == pytest.approx(6_000)
+    assert data["latency_ms"]["p99"] == pytest.approx(11_000)
+    # a request that arrives while they hold the slot waits behind them
+    later = trace_of([0.0] * 10 + [5.0], [0] * 11)
+    data = simulate(
+        later,
+        SimConfig(
+            models_per_instance=1, load=LoadTimes(samples_s=(1.0,)), service_s=1.0, concurrency=1
+        ),
+    ).data
+    assert data["latency_ms"]["warm"]["p50"] == pytest.approx(12_000 - 5_000)
