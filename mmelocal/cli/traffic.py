@@ -595,6 +595,11 @@ def simulate(
     from mmelocal.traffic.trace import read_trace
 
     capacity, capacity_source = _capacity_for(instance_type, capacity_args)
+    if capacity < 1 and capacity_args.models_per_instance is None:
+        raise UserInputError(
+            f"not one model fits on {instance_type} ({capacity_source}: 0 models under "
+            f"{capacity_args.threshold:.0%} of its memory): choose a larger instance type"
+        )
     service_s, service_source = _service_s(service_ms, from_replay)
     price = None
     if instance_type is not None:

@@ -322,3 +322,20 @@ def test_callers_of_a_load_take_the_instances_slots_too() -> None:
         ),
     ).data
     assert data["latency_ms"]["warm"]["p50"] == pytest.approx(12_000 - 5_000)
+
+
+def test_simulate_a_model_larger_than_the_card_says_so(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A footprint over the card's memory: simulate names the card and the footprint, not an
+    option the user never gave (it said '--models-per-instance must be >= 1, got 0')."""
+    from click.testing import CliRunner
+
+    from mmelocal.cli.main import cli
+    from mmelocal.traffic.trace import write_trace
+
+    path = write_trace(trace_of([0.0, 1.0], [0, 0]), tmp_path / "t.csv")
+    args = ["traffic", "simulate", str(path), "--footprint-mib", "20000"]
+    with pytest.raises(UserInputError, match=r"not one model fits on ml\.g4dn\.xlarge") as info:
+        CliRunner().invoke(
+            cli, [*args, "--instance-type", "ml.g4dn.xlarge"], catch_exceptions=False
+        )
+    assert "--models-per-instance must be" not in str(info.value)
