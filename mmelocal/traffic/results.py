@@ -70,6 +70,13 @@ def _percentiles_ms(values_s: np.ndarray) -> dict[str, float | None]:
     return {f"p{q}": nearest_rank(ordered, q / 100) * 1e3 for q in (50, 90, 99)}
 
 
+def _p50(values_s: np.ndarray | None) -> float | None:
+    """The median by nearest rank (an observed value); None when there is none."""
+    if values_s is None or not len(values_s):
+        return None
+    return nearest_rank(np.sort(values_s).tolist(), 0.5)
+
+
 def summarize(
     *,
     source: str,
@@ -121,11 +128,9 @@ def summarize(
         "cold_starts_per_min": cold_per_min,
         "loads": int(loads),
         "max_loaded": int(max_loaded),
-        "cold_load_s_p50": float(np.median(load_times_s)) if len(load_times_s) else None,
+        "cold_load_s_p50": _p50(load_times_s),
         "cold_load_s": [round(float(x), 4) for x in load_times_s[:10_000]],
-        "load_cycle_s_p50": float(np.median(load_cycle_s))
-        if load_cycle_s is not None and len(load_cycle_s)
-        else None,
+        "load_cycle_s_p50": _p50(load_cycle_s),
         "load_cycle_s": [round(float(x), 4) for x in load_cycle_s[:10_000]]
         if load_cycle_s is not None
         else [],

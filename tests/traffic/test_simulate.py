@@ -339,3 +339,24 @@ def test_simulate_a_model_larger_than_the_card_says_so(tmp_path) -> None:  # typ
             cli, [*args, "--instance-type", "ml.g4dn.xlarge"], catch_exceptions=False
         )
     assert "--models-per-instance must be" not in str(info.value)
+
+
+def test_load_time_medians_are_observed_loads() -> None:
+    """``cold_load_s_p50`` and ``load_cycle_s_p50`` are p50s like the latencies': nearest
+    rank, a load that happened (two loads of 1 s and 3 s: 1 s, not 2 s)."""
+    from mmelocal.traffic.results import summarize
+
+    data = summarize(
+        source="replayed",
+        times_s=np.asarray([0.0, 5.0]),
+        latency_s=np.asarray([1.0, 3.0]),
+        hit=np.zeros(2, dtype=np.bool_),
+        ok=None,
+        errors={},
+        loaded=None,
+        load_times_s=np.asarray([3.0, 1.0]),
+        load_cycle_s=np.asarray([3.5, 1.5]),
+        loads=2,
+    ).data
+    assert data["cold_load_s_p50"] == 1.0
+    assert data["load_cycle_s_p50"] == 1.5
