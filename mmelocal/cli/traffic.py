@@ -225,7 +225,13 @@ def _write_outputs(result: Any, json_out: Path | None, html_out: Path | None, ti
 # -- make -----------------------------------------------------------------------------------
 @traffic.command()
 @click.option("--models", type=int, required=True, help="Number of models (model-0.tar.gz ...).")
-@click.option("--rate", "rate_rps", type=float, required=True, help="Mean requests per second.")
+@click.option(
+    "--rate",
+    "rate_rps",
+    type=float,
+    required=True,
+    help="Mean requests per second (diurnal: over whole periods).",
+)
 @click.option("--duration", "duration_s", type=float, required=True, help="Seconds of traffic.")
 @click.option(
     "--zipf", type=float, default=None, help="Zipf popularity with exponent S (default 1.0)."
