@@ -10,6 +10,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from fractions import Fraction
+
+#: the largest denominator a fraction is read back with: 9 decimal digits, so that 0.07
+#: (``7 / 100.0``) is 7/100 and not the float just above it
+_DENOMINATOR = 10**9
 
 
 def nearest_rank(sorted_values: Sequence[float], fraction: float) -> float:
@@ -18,7 +23,10 @@ def nearest_rank(sorted_values: Sequence[float], fraction: float) -> float:
         return math.nan
     if not 0.0 <= fraction <= 1.0:
         raise ValueError(f"fraction must be within [0, 1], got {fraction}")
-    index = min(len(sorted_values) - 1, max(0, math.ceil(fraction * len(sorted_values)) - 1))
+    # the rank in exact arithmetic: in floats 0.07 * 100 is 7.000000000000001, one rank up
+    exact = Fraction(fraction).limit_denominator(_DENOMINATOR)
+    rank = math.ceil(exact * len(sorted_values))
+    index = min(len(sorted_values) - 1, max(0, rank - 1))
     return float(sorted_values[index])
 
 

@@ -73,3 +73,20 @@ def test_nearest_rank_is_an_observed_value() -> None:
     assert float(np.percentile([1.0, 2.0], 50)) == 1.5
     with pytest.raises(ValueError, match="fraction"):
         nearest_rank([1.0], 1.5)
+
+
+@pytest.mark.parametrize(
+    ("p", "n", "rank"),
+    [
+        (7, 100, 7),  # 0.07 * 100 is 7.000000000000001 in floats
+        (55, 100, 55),
+        (28, 25, 7),
+        (67, 1500, 1005),
+        (99.9, 1000, 999),  # CloudWatch's p99.9 (the local AWS reads "p99.9" / 100)
+    ],
+)
+def test_float_rounding_never_pushes_the_rank_up(p: float, n: int, rank: int) -> None:
+    """The p-th percentile of 1..n is ceil(p n / 100) exactly, whatever the float product."""
+    values = list(range(1, n + 1))
+    assert percentile(values, p) == rank
+    assert nearest_rank(values, float(f"{p}") / 100.0) == rank

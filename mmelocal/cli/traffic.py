@@ -225,7 +225,13 @@ def _write_outputs(result: Any, json_out: Path | None, html_out: Path | None, ti
 # -- make -----------------------------------------------------------------------------------
 @traffic.command()
 @click.option("--models", type=int, required=True, help="Number of models (model-0.tar.gz ...).")
-@click.option("--rate", "rate_rps", type=float, required=True, help="Mean requests per second.")
+@click.option(
+    "--rate",
+    "rate_rps",
+    type=float,
+    required=True,
+    help="Mean requests per second (diurnal: over whole periods).",
+)
 @click.option("--duration", "duration_s", type=float, required=True, help="Seconds of traffic.")
 @click.option(
     "--zipf", type=float, default=None, help="Zipf popularity with exponent S (default 1.0)."
@@ -595,6 +601,11 @@ def simulate(
     from mmelocal.traffic.trace import read_trace
 
     capacity, capacity_source = _capacity_for(instance_type, capacity_args)
+    if capacity < 1 and capacity_args.models_per_instance is None:
+        raise UserInputError(
+            f"not one model fits on {instance_type} ({capacity_source}: 0 models under "
+            f"{capacity_args.threshold:.0%} of its memory): choose a larger instance type"
+        )
     service_s, service_source = _service_s(service_ms, from_replay)
     price = None
     if instance_type is not None:

@@ -12,7 +12,8 @@ Popularity (over ranks 0..N-1; rank r is ``model-{r}.tar.gz`` until a shift):
 with ``offset = max(K, N // 2)`` for a hot set (the new hot set shares no model with the
 old one when ``K <= N / 2``) and ``N // 2`` otherwise.
 
-Rate shapes (``rate_rps`` is the mean):
+Rate shapes (``rate_rps`` is the mean; for ``diurnal`` over whole periods only: a trace
+shorter than ``P`` stays near the trough, one hour of a one-day period averages 0.5 R):
 
 * ``constant``: ``R``;
 * ``steps``: four equal quarters of the duration at ``0.5 R, R, 1.5 R, R``;

@@ -793,15 +793,18 @@ def load_cycles(
     """How long each load held its instance, in trace seconds: from the later of the miss
     that asked for it and the previous load's end on that instance, to its own end. Beside
     Triton's load call this holds the eviction that made room, memory readings and, for a
-    first use, the download: the cold-load time a simulation of this endpoint needs."""
+    first use, the download: the cold-load time a simulation of this endpoint needs.
+
+    A caller that got an error (ModelNotReadyException after its wait) asked for the load
+    too; a load no caller asked for (a hot model's replica) is its own load time."""
     index = {m: i for i, m in enumerate(trace.models)}
-    misses = rec.ok & ~rec.hit
+    misses = ~rec.hit  # answered misses and failed calls: either may have asked for a load
     times = trace.times_s
     by_model: dict[int, np.ndarray] = {}
     previous_end: dict[int, float] = {}
     last_load_of: dict[int, float] = {}
     out: list[float] = []
-    for wall, target, instance, _seconds in events:
+    for wall, target, instance, seconds in events:
         m = index.get(target)
         if m is None:
             continue
@@ -810,9 +813,11 @@ def load_cycles(
             by_model[m] = times[(trace.model_ids == m) & misses]
         asked = by_model[m]
         after = asked[(asked > last_load_of.get(m, -1.0)) & (asked <= end)]
-        start = float(after[0]) if len(after) else end
-        start = max(start, previous_end.get(instance, -1.0))
-        out.append(max(0.0, end - start))
+        if len(after):
+            start = max(float(after[0]), previous_end.get(instance, -1.0))
+            out.append(max(0.0, end - start))
+        else:  # nobody waited for it: all there is to go by is the load itself
+            out.append(seconds * speed)
         previous_end[instance] = end
         last_load_of[m] = end
     return np.asarray(out)

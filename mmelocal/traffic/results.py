@@ -3,10 +3,12 @@
 Keys (both sources): ``requests``, ``errors`` (total) and ``errors_by_class``,
 ``hit_ratio`` (the mean of ``ModelCacheHit`` over the answered requests), ``cold_starts``
 (answered requests whose ModelCacheHit was 0: they waited for a load) and
-``cold_starts_per_min``, ``loads``, ``max_loaded`` (most models loaded at once, all
-instances together), ``cold_load_s_p50``, ``latency_ms`` (``p50``/``p90``/``p99``, with
-``warm`` and ``cold`` apart), ``timeline`` (per time bin: rate, hit ratio, loaded models,
-p99, instances). A simulation adds ``instance_hours`` and ``cost``.
+``cold_starts_per_min`` (over the time up to the last request; None when that is 0 s),
+``loads``, ``max_loaded`` (most models loaded at once, all instances together),
+``cold_load_s_p50``, ``latency_ms`` (``p50``/``p90``/``p99``, with
+``warm`` and ``cold`` apart; nearest rank, :mod:`mmelocal.stats`), ``timeline`` (per time
+bin: rate, hit ratio, loaded models, p99, instances). A simulation adds ``instance_hours``
+and ``cost``.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from mmelocal.errors import UserInputError
+from mmelocal.stats import nearest_rank
 
 #: timeline bins per report
 TIMELINE_BINS = 100
@@ -63,8 +66,15 @@ class TrafficResult:
 def _percentiles_ms(values_s: np.ndarray) -> dict[str, float | None]:
     if not len(values_s):
         return {"p50": None, "p90": None, "p99": None}
-    p = np.percentile(values_s, [50, 90, 99]) * 1e3
-    return {"p50": float(p[0]), "p90": float(p[1]), "p99": float(p[2])}
+    ordered = np.sort(values_s).tolist()  # numpy sorts: millions of requests in a simulation
+    return {f"p{q}": nearest_rank(ordered, q / 100) * 1e3 for q in (50, 90, 99)}
+
+
+def _p50(values_s: np.ndarray | None) -> float | None:
+    """The median by nearest rank (an observed value); None when there is none."""
+    if values_s is None or not len(values_s):
+        return None
+    return nearest_rank(np.sort(values_s).tolist(), 0.5)
 
 
 def summarize(
@@ -99,7 +109,11 @@ def summarize(
     answered = int(ok_mask.sum())
     cold = ok_mask & ~hit
     duration = float(times_s[-1]) if n else 0.0
-    minutes = max(duration, 1e-9) / 60.0
+    cold_count = int(cold.sum())
+    if duration > 0:
+        cold_per_min: float | None = cold_count / (duration / 60.0)
+    else:  # every request at one instant: no rate, unless there was nothing to count
+        cold_per_min = None if cold_count else 0.0
     lat_ok = latency_s[ok_mask]
     if max_loaded is None:
         max_loaded = int(loaded.max()) if loaded is not None and len(loaded) else 0
@@ -110,15 +124,13 @@ def summarize(
         "errors": int(sum(errors.values())),
         "errors_by_class": dict(errors),
         "hit_ratio": float(hits.sum() / answered) if answered else None,
-        "cold_starts": int(cold.sum()),
-        "cold_starts_per_min": float(cold.sum() / minutes) if n else 0.0,
+        "cold_starts": cold_count,
+        "cold_starts_per_min": cold_per_min,
         "loads": int(loads),
         "max_loaded": int(max_loaded),
-        "cold_load_s_p50": float(np.median(load_times_s)) if len(load_times_s) else None,
+        "cold_load_s_p50": _p50(load_times_s),
         "cold_load_s": [round(float(x), 4) for x in load_times_s[:10_000]],
-        "load_cycle_s_p50": float(np.median(load_cycle_s))
-        if load_cycle_s is not None and len(load_cycle_s)
-        else None,
+        "load_cycle_s_p50": _p50(load_cycle_s),
         "load_cycle_s": [round(float(x), 4) for x in load_cycle_s[:10_000]]
         if load_cycle_s is not None
         else [],
@@ -174,7 +186,7 @@ def _timeline(
     for b in range(count):
         lo, hi = edges[b], edges[b + 1]
         lat = latency_s[lo:hi][ok[lo:hi]]
-        p99.append(float(np.percentile(lat, 99) * 1e3) if len(lat) else None)
+        p99.append(nearest_rank(np.sort(lat).tolist(), 0.99) * 1e3 if len(lat) else None)
         if loaded is not None:
             most_loaded.append(int(loaded[lo:hi].max()) if hi > lo else None)
     starts = np.arange(count) * bin_s
@@ -262,7 +274,13 @@ def summary_rows(result: TrafficResult) -> list[tuple[str, str]]:
             "cold starts",
             "-"
             if d["cold_starts"] is None
-            else f"{d['cold_starts']:,} ({d['cold_starts_per_min']:.2f}/min)",
+            else f"{d['cold_starts']:,} ("
+            + (
+                "rate: the trace spans 0 s"
+                if d["cold_starts_per_min"] is None
+                else f"{d['cold_starts_per_min']:.2f}/min"
+            )
+            + ")",
         ),
         ("loads", f"{d['loads']:,}"),
         ("most models loaded at once", f"{d['max_loaded']:,}"),

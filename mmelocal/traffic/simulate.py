@@ -244,6 +244,8 @@ def simulate(
     rates: dict[int, tuple[float, int]] = {}
     threshold, window = config.hot_rps_threshold, config.rate_window_s
     done: list[tuple[float, int, _Instance, int]] = []  # (finish time, request, where, model)
+    # callers of a load, served (a slot each) once it is ready: (ready, request, where, model)
+    waiting: list[tuple[float, int, _Instance, int]] = []
     starts: list[tuple[float, int, _Instance]] = []  # (time a queued load starts, seq, where)
     latency = np.empty(n, dtype=np.float64)
     hit = np.zeros(n, dtype=np.bool_)
@@ -265,7 +267,8 @@ def simulate(
         return -1
 
     def serve_after_load(k: int, inst: _Instance, m: int, ready: float) -> None:
-        """Request ``k`` waited for ``m``'s load on ``inst``: a miss, served when ready."""
+        """Request ``k`` waited for ``m``'s load on ``inst``: a miss, served when ready (in
+        flight from now: a waiting caller keeps the model from eviction)."""
         t = times[k]
         if ready - t > wait_timeout:
             # the caller gets ModelNotReadyException at the timeout; the load goes on
@@ -273,10 +276,18 @@ def simulate(
             counts["timeouts"] += 1
             latency[k] = wait_timeout
             return
-        end = ready + service
         inst.inflight[m] = inst.inflight.get(m, 0) + 1
-        heapq.heappush(done, (end, k, inst, m))
-        latency[k] = end - t
+        heapq.heappush(waiting, (ready, k, inst, m))
+
+    def serve_ready(until: float) -> None:
+        """The callers whose load was ready by ``until``, in that order: each takes a slot."""
+        while waiting and waiting[0][0] <= until:
+            ready, k, inst, m = heapq.heappop(waiting)
+            slots = inst.slots
+            end = max(ready, slots[0]) + service
+            heapq.heapreplace(slots, end)
+            heapq.heappush(done, (end, k, inst, m))
+            latency[k] = end - times[k]
 
     def start_next(inst: _Instance, now: float) -> None:
         """Start the instance's next queued load at ``now``: make room (least recently used
@@ -351,19 +362,22 @@ def simulate(
         m = ids[k]
         if starts and starts[0][0] <= t:
             run_starts(t)
+        if waiting and waiting[0][0] <= t:
+            serve_ready(t)
         while done and done[0][0] <= t:
             _, _, di, dm = heapq.heappop(done)
             di.inflight[dm] -= 1
         if scaler is not None and scaling is not None and t >= scaler.next_eval_s:
-            change = scaler.evaluate(t, len(fleet))
-            if change:
-                while change < len(fleet) and fleet[-1].queue:
-                    start_next(fleet[-1], max(t, fleet[-1].loaders[0]))  # its loads finish
+            # each change takes effect when it was decided (a quiet spell may hold several)
+            for at, change in scaler.evaluate(t, len(fleet)):
+                for gone in fleet[change:]:  # every instance that goes: its loads finish
+                    while gone.queue:
+                        start_next(gone, max(at, gone.loaders[0]))
                 _resize(
-                    fleet, holders, change, t, limit, concurrency, scaling, config.parallel_loads
+                    fleet, holders, change, at, limit, concurrency, scaling, config.parallel_loads
                 )
                 counts["loaded"] = sum(len(x.lru) for x in fleet)
-                billed.append((t, len(fleet)))
+                billed.append((at, len(fleet)))
         if scaler is not None:
             scaler.count += 1
         hs = holders.get(m)
@@ -434,6 +448,7 @@ def simulate(
         if progress is not None and k % step == 0:
             progress(k, n)
     run_starts(math.inf)  # the loads still queued: their callers get their answers
+    serve_ready(math.inf)
     if progress is not None:
         progress(n, n)
     duration = trace.duration_s
@@ -524,11 +539,12 @@ class _Scaler:
         self.state = ScalingState(capacity=capacity)
         self.activities: list[dict[str, Any]] = []
 
-    def evaluate(self, now_s: float, instances: int) -> int | None:
-        """Close every period up to ``now_s``; the new capacity when it changes."""
+    def evaluate(self, now_s: float, instances: int) -> list[tuple[float, int]]:
+        """Close every period up to ``now_s``; each change as (the period's end, the new
+        capacity), in time order."""
         from mmelocal.rules.autoscaling import target_tracking_step
 
-        changed: int | None = None
+        changed: list[tuple[float, int]] = []
         while now_s >= self.next_eval_s:
             self.metric.append(self.count / max(1, instances))
             self.count = 0
@@ -544,7 +560,8 @@ class _Scaler:
                         "cause": decision.cause,
                     }
                 )
-                instances = changed = decision.capacity
+                instances = decision.capacity
+                changed.append((self.next_eval_s, instances))
             self.next_eval_s += self.period_s
         return changed
 

@@ -3,7 +3,10 @@
 For each instance type (one GPU each, as every MME GPU type has), the capacity per instance
 is ``--models-per-instance`` or projected from the footprints onto the card's memory
 (``floor((threshold * card - baseline) / per_model)``, :func:`project_count`). Counts grow
-from 1 until the configuration meets the SLO; the cheapest one that does wins.
+from 1 until the configuration meets the SLO; the cheapest one that does wins. A
+configuration whose callers get errors (``ModelNotReadyException`` after a long wait in the
+load queue) never meets it: those requests are in neither the p99 of answered requests nor
+the cold starts.
 
 Service time and cold-load time on a GPU type come only from measurements (a benchmark /
 loadtest of a real endpoint, or the user's ``--service-ms`` / ``--load-seconds``). Without
@@ -50,6 +53,7 @@ class SizeRow:
     price_per_hour: float | None
     meets: bool
     why_not: str = ""
+    errors: int = 0
 
     @property
     def cost_per_hour(self) -> float | None:
@@ -78,6 +82,7 @@ class SizeRow:
             "cost_per_month": self.cost_per_month,
             "meets": self.meets,
             "why_not": self.why_not,
+            "errors": self.errors,
         }
 
 
@@ -91,12 +96,16 @@ class SizeAnswer:
     notes: list[str]
 
     def closest(self) -> SizeRow | None:
-        """The configuration nearest the SLO when none meets it: lowest p99 (or cold rate)."""
-        if not self.rows:
+        """The configuration nearest the SLO when none meets it: fewest failed requests, then
+        lowest p99 (or cold rate), among those simulated (a type that holds no model has no
+        figures to be near with)."""
+        simulated = [r for r in self.rows if r.count > 0] or self.rows
+        if not simulated:
             return None
         return min(
-            self.rows,
+            simulated,
             key=lambda r: (
+                r.errors,
                 r.p99_ms if r.p99_ms is not None else 0.0,
                 r.cold_starts_per_min,
                 -r.hit_ratio,
@@ -131,7 +140,13 @@ def size(
             "result of a real endpoint), so configurations are ranked by hit ratio and cold "
             "starts only and the p99 SLO is not checked."
         )
-    minutes = max(trace.duration_s, 1e-9) / 60.0
+    if trace.duration_s <= 0:
+        raise UserInputError(
+            f"the trace spans 0 s (its {len(trace):,} request(s) all at "
+            f"t={trace.duration_s:g} s): sizing needs rates per minute, so give a trace whose "
+            "requests spread over time"
+        )
+    minutes = trace.duration_s / 60.0
     rows: list[SizeRow] = []
     for cand in candidates:
         if cand.models_per_instance < 1:
@@ -167,6 +182,10 @@ def size(
             result = simulate(trace, config).data
             p99 = result["latency_ms"]["p99"] if latency_known else None
             why: list[str] = []
+            errors = int(result["errors"])
+            if errors:
+                classes = ", ".join(f"{k} {v:,}" for k, v in result["errors_by_class"].items())
+                why.append(f"{errors:,} requests failed ({classes})")
             if slo_p99_ms is not None and p99 is not None and p99 > slo_p99_ms:
                 why.append(f"p99 {p99:,.0f} ms > {slo_p99_ms:g}")
             cold = result["cold_starts_per_min"]
@@ -185,6 +204,7 @@ def size(
                 price_per_hour=cand.price_per_hour,
                 meets=not why,
                 why_not="; ".join(why),
+                errors=errors,
             )
             rows.append(row)
             if row.meets:
@@ -209,7 +229,8 @@ def _no_better(before: SizeRow, after: SizeRow) -> bool:
     """True when one more instance changed nothing the SLO looks at (a plateau)."""
     same_cold = abs(after.cold_starts_per_min - before.cold_starts_per_min) < 1e-9
     same_p99 = (after.p99_ms or 0.0) >= (before.p99_ms or 0.0) * 0.999
-    return same_cold and same_p99 and after.count > 2
+    same_errors = after.errors >= before.errors
+    return same_cold and same_p99 and same_errors and after.count > 2
 
 
 __all__ = ["HOURS_PER_MONTH", "Candidate", "SizeAnswer", "SizeRow", "size"]

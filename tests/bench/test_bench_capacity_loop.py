@@ -27,6 +27,23 @@ def test_prediction_mode_never_goes_over_the_threshold() -> None:
     assert len(inst.loaded) == 4 and "would cross" in result.stopped_reason
 
 
+def test_prediction_mode_predicts_a_copy_without_the_first_copys_runtime() -> None:
+    """The first copy brings a 300 MiB runtime that no later copy repeats: predicting the
+    next copy with the mean growth (runtime included) stopped one copy short."""
+
+    # limit 0.8 x 1600 = 1280 MiB: 100 + 300 + 4 x (150 + 50) = 1200 fits, a fifth does not
+    def fake() -> FakeInstance:
+        return FakeInstance(
+            total=1600 * MIB, baseline=100 * MIB, footprint=150 * MIB, lazy=50 * MIB,
+            shared=300 * MIB,
+        )  # fmt: skip
+
+    assert run_fake_capacity(fake(), threshold=0.8).count == 4
+    predicted = run_fake_capacity(fake(), threshold=0.8, verify_next=False)
+    assert predicted.count == 4 and predicted.next_copy is None
+    assert "predicted 1,400 MiB" in predicted.stopped_reason
+
+
 def test_max_copies_and_load_failure_stop_therun_fake_capacity() -> None:
     big = FakeInstance(total=100_000 * MIB, baseline=0, footprint=MIB)
     assert run_fake_capacity(big, max_copies=3).count == 3

@@ -56,3 +56,30 @@ def test_where_a_replay_measured() -> None:
     )
     assert _measured_where("http://x:1", None, None, {"emulator": False})[0] == "unknown"
     assert _measured_where(None, "prod", None, {}) == ("endpoint", "endpoint prod")
+
+
+def test_load_cycles_of_a_timed_out_caller_and_of_a_replica() -> None:
+    """A load whose only caller got ModelNotReadyException (an error, not an answered miss)
+    still began at that call; a load no caller asked for (a hot model's replica) lasted its
+    own load time. Neither is a 0 s cycle for the simulation to draw."""
+    from mmelocal.traffic.replay import load_cycles
+
+    # m0 called at 0 s (timed out), m1 at 10 s, m0 again at 80 s (a hit)
+    trace = Trace(
+        times_s=np.asarray([0.0, 10.0, 80.0]),
+        model_ids=np.asarray([0, 1, 0], dtype=np.int32),
+        models=("m0", "m1"),
+    )
+    rec = _Record(
+        latency_s=np.asarray([60.0, 65.0, 0.01]),
+        hit=np.asarray([False, False, True]),
+        ok=np.asarray([False, True, True]),
+    )
+    t0 = 1_000.0
+    events = [
+        (t0 + 70.0, "m0", 0, 69.5),  # instance 0: m0 from 0 s to 70 s
+        (t0 + 75.0, "m1", 0, 4.8),  # then m1, asked at 10 s, from 70 s to 75 s
+        (t0 + 90.0, "m0", 1, 2.0),  # a replica of m0 on instance 1: nobody waited for it
+    ]
+    cycles = load_cycles(trace, rec, events, t0, 1.0)
+    assert cycles.tolist() == pytest.approx([70.0, 5.0, 2.0])

@@ -66,3 +66,79 @@ def test_unreachable_slo_gives_the_closest(trace) -> None:  # type: ignore[no-un
     assert closest is not None and "p99" in closest.why_not
     with pytest.raises(UserInputError, match="--slo-p99-ms must be > 0"):
         size(trace, [cand], base, slo_p99_ms=-1)
+
+
+def test_the_closest_is_never_a_type_that_holds_no_model(trace) -> None:  # type: ignore[no-untyped-def]
+    """When nothing meets the SLO, the closest configuration shown is one that was simulated,
+    not an instance type on whose card not one model fits (it has no p99 at all)."""
+    base = SimConfig(models_per_instance=1, load=LoadTimes(samples_s=(2.0,)), service_s=0.02)
+    tiny = Candidate(
+        instance_type="tiny", models_per_instance=0, capacity_source="given", price_per_hour=0.5
+    )
+    small = Candidate(
+        instance_type="small", models_per_instance=2, capacity_source="given", price_per_hour=1.0
+    )
+    answer = size(trace, [tiny, small], base, slo_p99_ms=1.0, max_count=3)
+    assert answer.best is None
+    closest = answer.closest()
+    assert closest is not None
+    assert closest.instance_type == "small" and closest.count >= 1
+    assert closest.p99_ms is not None
+    assert closest.p99_ms == min(r.p99_ms for r in answer.rows if r.p99_ms is not None)
+
+
+def test_a_configuration_whose_callers_get_errors_does_not_meet_the_slo() -> None:
+    """Requests that fail (ModelNotReadyException after 60 s in the load queue) are not in
+    the p99 of answered requests nor in the cold starts: a configuration that fails them must
+    not pass for one that meets the SLO."""
+    import numpy as np
+
+    from mmelocal.traffic.trace import Trace
+
+    # six cold models at t=0, loads of 18 s one at a time, then 1,000 warm requests to m0
+    times = [0.0] * 6 + [200.0 + 0.1 * i for i in range(1000)]
+    models = list(range(6)) + [0] * 1000
+    trace = Trace(
+        times_s=np.asarray(times),
+        model_ids=np.asarray(models, dtype=np.int32),
+        models=tuple(f"m{i}" for i in range(6)),
+    )
+    base = SimConfig(models_per_instance=1, load=LoadTimes(samples_s=(18.0,)), service_s=0.01)
+    cand = Candidate(
+        instance_type="x", models_per_instance=8, capacity_source="given", price_per_hour=1.0
+    )
+    # one instance: ready at 18, 36, 54 s, then 72, 90, 108 s: three callers time out;
+    # two instances: 18, 36, 54 s each, every caller answered
+    one = simulate(trace, replace(base, models_per_instance=8)).data
+    assert one["errors_by_class"] == {"ModelNotReadyException": 3}
+    assert one["latency_ms"]["p99"] == pytest.approx(10.0)  # of the answered ones
+    answer = size(trace, [cand], base, slo_p99_ms=100.0)
+    first = answer.rows[0]
+    assert first.count == 1 and not first.meets and "failed" in first.why_not
+    assert answer.best is not None and answer.best.count == 2
+    # with none meeting, the closest is the one whose callers got no error
+    only_one = size(trace, [cand], base, slo_p99_ms=100.0, max_count=1)
+    assert only_one.best is None and only_one.rows[0].errors == 3
+    failing = replace(first, p99_ms=10.0)
+    answering = replace(first, count=2, errors=0, p99_ms=20_000.0, why_not="p99")
+    from mmelocal.traffic.size import SizeAnswer
+
+    assert SizeAnswer(None, [failing, answering], []).closest() is answering
+
+
+def test_a_trace_that_spans_no_time_is_refused() -> None:
+    """Rates per minute over a trace whose requests all come at one instant are undefined:
+    size says so instead of judging 6e10 cold starts a minute."""
+    import numpy as np
+
+    from mmelocal.traffic.trace import Trace
+
+    one = Trace(
+        times_s=np.asarray([0.0]), model_ids=np.asarray([0], dtype=np.int32), models=("m0",)
+    )
+    cand = Candidate(
+        instance_type="x", models_per_instance=1, capacity_source="given", price_per_hour=1.0
+    )
+    base = SimConfig(models_per_instance=1, service_s=0.01)
+    with pytest.raises(UserInputError, match="spans 0 s"):
+        size(one, [cand], base, slo_p99_ms=100.0, max_cold_per_min=10)

@@ -10,8 +10,9 @@ shared runtime it brought in (see :mod:`mmelocal.bench.capacity.footprint`).
 
 It stops when a copy crosses ``threshold x total``: the copies before it are the count, the
 one that crossed is kept as the proof (``next_copy``). With ``verify_next=False`` it stops
-earlier, as soon as the next copy is *predicted* to cross (mean footprint so far), and loads
-nothing over the threshold.
+earlier, as soon as the next copy is *predicted* to cross (the mean growth of the copies
+after the first, whose growth also holds the shared runtime; the first's own while it is
+alone), and loads nothing over the threshold.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import asyncio
 import dataclasses
 import logging
 import math
+import statistics
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -162,11 +164,11 @@ async def measure_instance(
             break
         if not verify_next and loads:
             previous = int(previous_reading.used_bytes)
-            mean = (previous - baseline.used_bytes) / len(loads)
-            if previous + mean > limit:
+            step = _next_copy_bytes(loads)
+            if previous + step > limit:
                 reason = (
                     f"the next copy would cross the threshold (predicted "
-                    f"{(previous + mean) / MiB:,.0f} MiB > {limit / MiB:,.0f} MiB)"
+                    f"{(previous + step) / MiB:,.0f} MiB > {limit / MiB:,.0f} MiB)"
                 )
                 break
         copies = len(loads) + 1
@@ -189,6 +191,14 @@ async def measure_instance(
         loads.append(record)
         previous_reading = reading
     return measured(reason)
+
+
+def _next_copy_bytes(loads: Sequence[LoadRecord]) -> float:
+    """What the next copy should add: the mean growth of the copies after the first (the
+    first copy's growth also holds the shared runtime it brought, which no later copy
+    repeats), or the first copy's own growth while it is the only one."""
+    later = [load.delta_bytes for load in loads[1:]]
+    return statistics.fmean(later) if later else float(loads[0].delta_bytes)
 
 
 async def _load_one(
