@@ -195,8 +195,7 @@ class TritonInstance:
                 entry.last_used_s = time.monotonic()
                 return Acquired(cache_hit=False, wait_s=time.monotonic() - start)
             if entry is None:
-                entry = self.loader.new_entry(target)
-                entry.task = asyncio.ensure_future(self.loader.load(entry))
+                entry = self._start_load(target)
             entry.waiters += 1
             try:
                 remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -209,6 +208,23 @@ class TritonInstance:
                 ) from None
             finally:
                 entry.waiters -= 1
+
+    def _start_load(self, target: str) -> ModelEntry:
+        entry = self.loader.new_entry(target)
+        entry.task = asyncio.ensure_future(self.loader.load(entry))
+        return entry
+
+    async def reload(self, target: str, *, last_used_s: float) -> None:
+        """Load ``target`` again after a restart, as last used at ``last_used_s``: a reload
+        is no use, so the loaded set keeps the recency order it had (nothing to do when a
+        call already loads it, or it is here)."""
+        entry = self.models.get(target)
+        if entry is None:
+            if not self.up:
+                raise InstanceUnavailableError(f"instance {self.index} is restarting; retry")
+            entry = self._start_load(target)
+            entry.last_used_s = last_used_s
+        await asyncio.shield(entry.future)
 
     def hold_ready(self, target: str) -> bool:
         """Count one request in flight when ``target`` is loaded here and the server is up
@@ -270,13 +286,17 @@ class TritonInstance:
                 await self.evictor.unload(entry, kind="unload", reason=reason)
 
     # -- recovery ----------------------------------------------------------------------
-    async def restart(self) -> list[str]:
-        """Restart a dead server; return the targets that were loaded (to load again).
-        Raises InstanceUnavailableError for a retired instance (scale-in took it out)."""
+    async def restart(self) -> dict[str, float]:
+        """Restart a dead server; return the targets that were loaded (to load again with
+        :meth:`reload`), most recently used first, each with its last use. Raises
+        InstanceUnavailableError for a retired instance (scale-in took it out)."""
         if self.retired:
             raise InstanceUnavailableError(f"instance {self.index}: retired; not restarted")
         self.up = False
-        previous = [e.target for e in sorted(self.models.values(), key=lambda e: -e.last_used_s)]
+        previous = {
+            e.target: e.last_used_s
+            for e in sorted(self.models.values(), key=lambda e: -e.last_used_s)
+        }
         died = InstanceUnavailableError(f"instance {self.index}: Triton died; restarting, retry")
         pending: list[asyncio.Future[Any]] = [*self.state.deletes.values(), *self.state.finishing]
         for task in pending:

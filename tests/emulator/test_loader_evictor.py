@@ -17,6 +17,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from lifecycle_fakes import MIB, Cache, Control, Machine
 
 from mmelocal.emulator.events import EventLog
 from mmelocal.emulator.eviction import Evictor
@@ -26,63 +27,6 @@ from mmelocal.emulator.metrics import Metrics
 from mmelocal.emulator.model_state import READY, InstanceOptions, LoadedSet, ModelEntry
 from mmelocal.emulator.probes import MemoryReading
 from mmelocal.errors import OutOfMemoryError
-
-MIB = 2**20
-
-
-class Machine:
-    """Memory that follows the loads and unloads the control calls make."""
-
-    def __init__(self, *, total_bytes: int, base_bytes: int = 0) -> None:
-        self.total_bytes = total_bytes
-        self.resident: dict[str, int] = {}
-        self.base_bytes = base_bytes
-        self.name = "test"
-        self.kind = "host"
-
-    def read(self) -> MemoryReading:
-        used = self.base_bytes + sum(self.resident.values())
-        return MemoryReading(used_bytes=used, total_bytes=self.total_bytes)
-
-
-class Control:
-    """Records the control calls; a load adds ``size`` bytes, a DELETE frees them."""
-
-    def __init__(self, machine: Machine, *, size: int, answers: list[int] | None = None) -> None:
-        self.machine = machine
-        self.size = size
-        self.answers = answers or []
-        self.calls: list[tuple[str, str]] = []
-
-    async def post_load(self, entry: ModelEntry, url_dir: str) -> tuple[int, str]:
-        self.calls.append(("load", entry.target))
-        status = self.answers.pop(0) if self.answers else 200
-        if status == 200:
-            self.machine.resident[entry.target] = self.size
-        return status, "" if status == 200 else "CUDA out of memory"
-
-    async def delete(self, entry: ModelEntry) -> int:
-        self.calls.append(("delete", entry.target))
-        self.machine.resident.pop(entry.target, None)
-        return 200
-
-
-class Cache:
-    """The artifact cache's part the loader uses: ensure, pin, unpin."""
-
-    def __init__(self) -> None:
-        self.pinned: set[str] = set()
-        self.store = SimpleNamespace(description="test store")
-
-    def ensure(self, target: str, prepare: Any = None) -> Any:
-        artifact = SimpleNamespace(serve_dir=Path("/models") / target, size_bytes=1)
-        return SimpleNamespace(downloaded=False, artifact=artifact)
-
-    def pin(self, target: str) -> None:
-        self.pinned.add(target)
-
-    def unpin(self, target: str) -> None:
-        self.pinned.discard(target)
 
 
 def parts(machine: Machine, control: Control, *, limit_bytes: int) -> tuple[Loader, LoadedSet]:
