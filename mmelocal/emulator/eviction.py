@@ -60,7 +60,11 @@ class Evictor:
                         self.state.models[victim], kind="evict", reason=f"{why}: {plan.reason}"
                     )
                 continue
-            loaded_others = [e for e in self.state.models.values() if e.target != exclude]
+            # only a loaded model can become idle while this holds the load lock (a load
+            # queued behind it cannot end first)
+            loaded_others = [
+                e for e in self.state.models.values() if e.target != exclude and e.state == READY
+            ]
             if not loaded_others or not strict:
                 return reading  # alone: try; Triton's 507 (or the budget check after) decides
             if time.monotonic() > busy_deadline:

@@ -221,3 +221,30 @@ def test_a_frameworks_runtime_is_reserved_once(tmp_path: Path) -> None:
         assert last.name == "e" and last.runtime_bytes == runtime
 
     asyncio.run(run())
+
+
+def test_a_load_queued_behind_another_does_not_count_as_a_busy_model() -> None:
+    """A model that fits only alone loads alone, also while another cold call's load waits
+    for its turn (that load cannot end before this one: waiting for it was a pause of
+    ``busy_wait_s``, then OutOfMemoryError)."""
+
+    async def run() -> None:
+        machine = Machine(total_bytes=1000 * MIB, base_bytes=60 * MIB)
+        control = Control(machine, size=100 * MIB)
+        loader, state = parts(machine, control, limit_bytes=150 * MIB)
+        await load(loader, "a")  # alone, over the limit: loaded all the same
+        b, c = loader.new_entry("b"), loader.new_entry("c")
+        loads = [asyncio.ensure_future(loader.load(e)) for e in (b, c)]
+        await asyncio.gather(*loads)
+        await b.future
+        await c.future
+        assert c.state == READY and list(state.models) == ["c"]  # b loaded, then gave way
+        assert control.calls == [
+            ("load", "a"),
+            ("delete", "a"),
+            ("load", "b"),
+            ("delete", "b"),
+            ("load", "c"),
+        ]
+
+    asyncio.run(run())
