@@ -55,6 +55,8 @@ class Control:
 
     async def post_load(self, entry: ModelEntry, url_dir: str) -> tuple[int, str]:
         self.calls.append(("load", entry.target))
+        if entry.target in self.machine.resident:  # Triton's answer for a model it has
+            return 409, f"model {entry.target} is already loaded"
         status = self.answers.pop(0) if self.answers else 200
         if status == 200:
             self.machine.resident[entry.target] = self.size
@@ -67,21 +69,26 @@ class Control:
 
 
 class Cache:
-    """The artifact cache's part the loader uses: ensure, pin, unpin."""
+    """The artifact cache's part the loader uses: ensure, and pin / unpin counted per target
+    as the real cache counts them."""
 
     def __init__(self) -> None:
-        self.pinned: set[str] = set()
+        self.pins: dict[str, int] = {}
         self.store = SimpleNamespace(description="test store")
 
     def ensure(self, target: str, prepare: Any = None) -> Any:
         artifact = SimpleNamespace(serve_dir=Path("/models") / target, size_bytes=1)
         return SimpleNamespace(downloaded=False, artifact=artifact)
 
+    def lookup(self, target: str) -> Any:
+        return None
+
     def pin(self, target: str) -> None:
-        self.pinned.add(target)
+        self.pins[target] = self.pins.get(target, 0) + 1
 
     def unpin(self, target: str) -> None:
-        self.pinned.discard(target)
+        if self.pins.get(target):
+            self.pins[target] -= 1
 
 
 class Launcher:

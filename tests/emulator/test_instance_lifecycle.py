@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from types import SimpleNamespace
 
 from lifecycle_fakes import MIB, Control, Machine, fake_instance
 
+from mmelocal.emulator.emulator import Emulator
+from mmelocal.emulator.model_state import LOADING
 from mmelocal.emulator.recovery import Watchdog
 
 
@@ -38,6 +41,44 @@ def test_models_loaded_again_after_a_restart_keep_their_recency() -> None:
         inst.release("new")
         assert sorted(inst.loaded()) == ["hot", "new"]
         assert control.calls[-2:] == [("delete", "cold"), ("load", "new")]
+        await inst.stop()
+        inst.close()
+
+    asyncio.run(run())
+
+
+def test_two_calls_answered_404_load_the_model_once_and_pin_it_once() -> None:
+    """Triton lost a model while two calls were in flight: the first call's recovery loads
+    it again; the second's, coming while that load runs, leaves it alone (it used to drop
+    the loading entry: a second load, which Triton answered 409, and an artifact pinned
+    once too often, kept on disk for good)."""
+
+    async def run() -> None:
+        machine = Machine(total_bytes=1000 * MIB)
+        control = Control(machine, size=100 * MIB)
+        inst = fake_instance(machine, control, limit_bytes=500 * MIB)
+        emulator = SimpleNamespace(cache=inst.cache)  # what recover_from uses
+        await inst.start()
+        await inst.acquire("m")
+        await inst.acquire("m")  # two calls in flight
+        machine.resident.clear()  # Triton forgot it: both calls are answered 404
+
+        inst.release("m")
+        await Emulator.recover_from(emulator, inst, "m", 404)  # type: ignore[arg-type]
+        first = asyncio.ensure_future(inst.acquire("m"))
+        await asyncio.sleep(0)  # the first call's retry starts the load
+        assert inst.models["m"].state == LOADING
+
+        inst.release("m")
+        await Emulator.recover_from(emulator, inst, "m", 404)  # type: ignore[arg-type]
+        second = asyncio.ensure_future(inst.acquire("m"))
+        await asyncio.gather(first, second)
+        inst.release("m")
+        inst.release("m")
+
+        assert [c for c in control.calls if c == ("load", "m")] == [("load", "m")] * 2
+        assert inst.is_ready("m") and inst.models["m"].in_flight == 0
+        assert inst.cache.pins == {"m": 1}
         await inst.stop()
         inst.close()
 
