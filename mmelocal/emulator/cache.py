@@ -228,9 +228,10 @@ class ArtifactCache:
                 art.last_used_s = time.time()
 
     def unpin(self, target: str) -> None:
-        """Undo one :meth:`pin`. When the cache is over its budget (everything was pinned),
-        unpinned artifacts are deleted at once, least recently used first, down to it
-        (on a background thread: this never blocks)."""
+        """Undo one :meth:`pin` (the last one counts as the artifact's last use). When the
+        cache is over its budget (everything was pinned), unpinned artifacts are deleted at
+        once, least recently used first, down to it (on a background thread: this never
+        blocks)."""
         with self._lock:
             art = self._entries.get(target)
             if art is None or art.pins == 0:
@@ -238,6 +239,7 @@ class ArtifactCache:
             art.pins -= 1
             if art.pins:
                 return
+            art.last_used_s = time.time()  # in use until its last model unloaded
             removed = self._plan_removal(0, exclude=None)
         if removed:
             self._later(functools.partial(self._delete, removed))

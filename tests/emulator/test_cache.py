@@ -188,3 +188,21 @@ def test_an_artifact_handed_out_is_kept_until_its_load_pins_it(store: Path, tmp_
     cache.close()
     assert cache.targets() == ["model-1.tar.gz"]
     assert (waiting.serve_dir / "tiny" / "config.pbtxt").is_file()
+
+
+def test_an_artifact_is_in_use_until_its_model_unloads(store: Path, tmp_path: Path) -> None:
+    """The disk's least recently used artifact is the one whose model left first, not the
+    one loaded first (a model loaded early and served until its unload counted as unused
+    since its load, and its artifact went before one unused for longer)."""
+    probe = ArtifactCache(tmp_path / "probe", LocalStore(store), disk_budget_bytes=10**9)
+    size = probe.ensure("model-0.tar.gz").artifact.size_bytes
+    cache = ArtifactCache(tmp_path / "cache", LocalStore(store), disk_budget_bytes=int(2.5 * size))
+    cache.ensure("model-1.tar.gz")
+    cache.pin("model-1.tar.gz")  # loaded first, served until the end
+    cache.ensure("model-0.tar.gz")
+    cache.pin("model-0.tar.gz")
+    cache.unpin("model-0.tar.gz")  # unloaded early
+    cache.unpin("model-1.tar.gz")
+    cache.ensure("model-2.tar.gz")
+    assert set(cache.targets()) == {"model-1.tar.gz", "model-2.tar.gz"}
+    cache.close()
