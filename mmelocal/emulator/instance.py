@@ -271,8 +271,8 @@ class TritonInstance:
         if not self.up or self.state.load_lock.locked():
             return
         reading = await self.read_memory()
-        if reading.used_bytes <= self.limit_bytes:
-            return
+        if reading.used_bytes <= self.limit_bytes or self.state.load_lock.locked():
+            return  # a load that took the lock meanwhile trims after itself
         async with self.state.load_lock:
             await self.evictor.make_room(
                 0, exclude="", why="memory grew over the limit", strict=False

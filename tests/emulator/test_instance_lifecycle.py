@@ -5,13 +5,16 @@ acquire and release, restarts and the models loaded again after them, Triton's 4
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from types import SimpleNamespace
 
 from lifecycle_fakes import MIB, Control, Machine, fake_instance
+from shared_helpers import wait_for_async
 
 from mmelocal.emulator.emulator import Emulator
-from mmelocal.emulator.model_state import LOADING
+from mmelocal.emulator.model_state import LOADING, ModelEntry
+from mmelocal.emulator.probes import MemoryReading
 from mmelocal.emulator.recovery import Watchdog
 
 
@@ -79,6 +82,56 @@ def test_two_calls_answered_404_load_the_model_once_and_pin_it_once() -> None:
         assert [c for c in control.calls if c == ("load", "m")] == [("load", "m")] * 2
         assert inst.is_ready("m") and inst.models["m"].in_flight == 0
         assert inst.cache.pins == {"m": 1}
+        await inst.stop()
+        inst.close()
+
+    asyncio.run(run())
+
+
+def test_a_trim_does_not_wait_behind_a_load() -> None:
+    """The watchdog's periodic trim gives up when a load took the lock while it read the
+    memory (it used to wait for that load, minutes for a big model, and the watchdog with
+    it: a Triton that died meanwhile was not restarted)."""
+
+    class Gated(Control):
+        def __init__(self, machine: Machine) -> None:
+            super().__init__(machine, size=100 * MIB)
+            self.gate = asyncio.Event()
+
+        async def post_load(self, entry: ModelEntry, url_dir: str) -> tuple[int, str]:
+            await self.gate.wait()
+            return await super().post_load(entry, url_dir)
+
+    class Held(Machine):
+        def __init__(self) -> None:
+            super().__init__(total_bytes=1000 * MIB, base_bytes=900 * MIB)  # over the limit
+            self.hold = False
+            self.entered = threading.Event()
+            self.go_on = threading.Event()
+
+        def read(self) -> MemoryReading:
+            if self.hold:
+                self.hold = False
+                self.entered.set()
+                self.go_on.wait(timeout=30)
+            return super().read()
+
+    async def run() -> None:
+        machine = Held()
+        control = Gated(machine)
+        inst = fake_instance(machine, control, limit_bytes=500 * MIB)
+        await inst.start()
+        machine.hold = True
+        trim = asyncio.ensure_future(inst.trim())
+        assert await asyncio.to_thread(machine.entered.wait, 30)  # the trim reads
+        load = asyncio.ensure_future(inst.acquire("m"))
+        await wait_for_async(inst.state.load_lock.locked, timeout_s=30, what="the load's lock")
+        machine.go_on.set()
+        await wait_for_async(trim.done, timeout_s=5, what="the trim to give up")
+        assert not load.done()
+        control.gate.set()
+        await load
+        inst.release("m")
         await inst.stop()
         inst.close()
 
