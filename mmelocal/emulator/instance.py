@@ -29,6 +29,7 @@ from mmelocal.emulator.loading import Loader
 from mmelocal.emulator.metrics import Metrics
 from mmelocal.emulator.model_state import (
     READY,
+    UNLOADING,
     Acquired,
     InstanceOptions,
     InstanceUnavailableError,
@@ -293,9 +294,10 @@ class TritonInstance:
         if self.retired:
             raise InstanceUnavailableError(f"instance {self.index}: retired; not restarted")
         self.up = False
-        previous = {
+        previous = {  # not one an eviction was taking out: it made room for another
             e.target: e.last_used_s
             for e in sorted(self.models.values(), key=lambda e: -e.last_used_s)
+            if e.state != UNLOADING
         }
         died = InstanceUnavailableError(f"instance {self.index}: Triton died; restarting, retry")
         pending: list[asyncio.Future[Any]] = [*self.state.deletes.values(), *self.state.finishing]

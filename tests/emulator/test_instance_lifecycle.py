@@ -9,11 +9,17 @@ import threading
 import time
 from types import SimpleNamespace
 
+import pytest
 from lifecycle_fakes import MIB, Control, Machine, fake_instance
 from shared_helpers import wait_for_async
 
 from mmelocal.emulator.emulator import Emulator
-from mmelocal.emulator.model_state import LOADING, ModelEntry
+from mmelocal.emulator.model_state import (
+    LOADING,
+    UNLOADING,
+    InstanceUnavailableError,
+    ModelEntry,
+)
 from mmelocal.emulator.probes import MemoryReading
 from mmelocal.emulator.recovery import Watchdog
 
@@ -132,6 +138,45 @@ def test_a_trim_does_not_wait_behind_a_load() -> None:
         control.gate.set()
         await load
         inst.release("m")
+        await inst.stop()
+        inst.close()
+
+    asyncio.run(run())
+
+
+def test_a_model_being_evicted_when_triton_died_is_not_loaded_again() -> None:
+    """A restart loads again what was loaded, not the model an eviction was taking out to
+    make room (reloaded last, it evicted a more recently used model in turn)."""
+
+    class SlowDelete(Control):
+        def __init__(self, machine: Machine) -> None:
+            super().__init__(machine, size=100 * MIB)
+            self.gate = asyncio.Event()
+
+        async def delete(self, entry: ModelEntry) -> int:
+            await self.gate.wait()
+            return await super().delete(entry)
+
+    async def run() -> None:
+        machine = Machine(total_bytes=1000 * MIB)
+        control = SlowDelete(machine)
+        inst = fake_instance(machine, control, limit_bytes=250 * MIB)
+        await inst.start()
+        for target in ("a", "b"):
+            await inst.acquire(target)
+            inst.release(target)
+        inst.models["a"].last_used_s = time.monotonic() - 60.0
+        cold = asyncio.ensure_future(inst.acquire("c"))  # evicts "a" to make room
+        await wait_for_async(lambda: inst.models["a"].state == UNLOADING, timeout_s=30)
+
+        inst.launcher.stop()  # the process dies during the unload
+        previous = await inst.restart()
+        with pytest.raises(InstanceUnavailableError):
+            await cold
+        control.gate.set()
+        await Watchdog([inst])._reload(inst, previous)
+        assert sorted(inst.loaded()) == ["b", "c"]
+        assert ("load", "a") not in control.calls[2:]
         await inst.stop()
         inst.close()
 
