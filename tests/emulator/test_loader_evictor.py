@@ -279,3 +279,52 @@ def test_a_planned_victim_forgotten_meanwhile_is_skipped() -> None:
         assert control.calls[-2:] == [("delete", "a"), ("load", "c")]
 
     asyncio.run(run())
+
+
+def test_507_waits_for_a_busy_model_to_go_idle_then_evicts_it() -> None:
+    """Triton answers 507 while every other model serves a call: the load waits for one to
+    go idle, as make_room does, evicts it and retries (it failed at once, advising more
+    memory because the model did not fit 'even with nothing else loaded')."""
+
+    class Busy(Control):
+        async def post_load(self, entry: ModelEntry, url_dir: str) -> tuple[int, str]:
+            status, text = await super().post_load(entry, url_dir)
+            if status == 507:  # the call in flight on "old" ends a moment later
+                asyncio.get_running_loop().call_soon(release_old)
+            return status, text
+
+    def release_old() -> None:
+        state.models["old"].in_flight = 0
+
+    machine = Machine(total_bytes=1000 * MIB)
+    control = Busy(machine, size=100 * MIB)
+    loader, state = parts(machine, control, limit_bytes=900 * MIB)
+
+    async def run() -> None:
+        await load(loader, "old")
+        state.models["old"].in_flight = 1
+        control.answers = [507, 200]
+        entry = await load(loader, "new")
+        assert entry.state == READY and list(state.models) == ["new"]
+        assert control.calls[-3:] == [("load", "new"), ("delete", "old"), ("load", "new")]
+
+    asyncio.run(run())
+
+
+def test_507_with_every_other_model_busy_says_so() -> None:
+    """When the others stay busy past busy_wait_s, the error says they were busy."""
+
+    async def run() -> None:
+        machine = Machine(total_bytes=1000 * MIB)
+        control = Control(machine, size=100 * MIB)
+        loader, state = parts(machine, control, limit_bytes=900 * MIB)
+        await load(loader, "old")
+        state.models["old"].in_flight = 1
+        control.answers = [507]
+        entry = loader.new_entry("new")
+        await loader.load(entry)
+        with pytest.raises(OutOfMemoryError, match=r"beside 1 other model\(s\) that stayed busy"):
+            await entry.future
+        assert "new" not in state.models and "old" in state.models
+
+    asyncio.run(run())
