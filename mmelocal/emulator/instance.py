@@ -139,7 +139,7 @@ class TritonInstance:
         await self.read_memory()
 
     async def stop(self) -> None:
-        """Stop the server (idempotent)."""
+        """Stop the server and forget its loaded set (idempotent)."""
         self.up = False
         self.control.close()
         pending: list[asyncio.Future[Any]] = [*self.state.deletes.values(), *self.state.finishing]
@@ -147,6 +147,10 @@ class TritonInstance:
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
+        for entry in list(self.models.values()):
+            if entry.state == READY:
+                self.cache.unpin(entry.target)  # its models go with the server
+        self.models.clear()
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._process_thread, self.launcher.stop)
 

@@ -181,3 +181,24 @@ def test_a_model_being_evicted_when_triton_died_is_not_loaded_again() -> None:
         inst.close()
 
     asyncio.run(run())
+
+
+def test_a_stopped_instance_gives_up_its_artifacts() -> None:
+    """Stopping an instance (a scale-in takes one out) releases the artifacts its models
+    pinned: the disk budget may delete them again (they stayed pinned for good)."""
+
+    async def run() -> None:
+        machine = Machine(total_bytes=1000 * MIB)
+        control = Control(machine, size=100 * MIB)
+        inst = fake_instance(machine, control, limit_bytes=500 * MIB)
+        await inst.start()
+        for target in ("a", "b"):
+            await inst.acquire(target)
+            inst.release(target)
+        assert inst.cache.pins == {"a": 1, "b": 1}
+        await inst.stop()
+        inst.close()
+        assert inst.cache.pins == {"a": 0, "b": 0}
+        assert inst.loaded() == []
+
+    asyncio.run(run())
