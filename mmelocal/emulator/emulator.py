@@ -23,7 +23,6 @@ from mmelocal.emulator.emulator_config import EmulatorConfig
 from mmelocal.emulator.events import EventLog
 from mmelocal.emulator.instance import InstanceOptions, TritonInstance
 from mmelocal.emulator.metrics import Metrics
-from mmelocal.emulator.model_state import READY
 from mmelocal.emulator.probes import (
     CappedProbe,
     HostProbe,
@@ -321,20 +320,14 @@ class Emulator:
         return inst
 
     async def recover_from(self, inst: TritonInstance, target: str, status: int) -> None:
-        """Triton answered ``status`` (404 or 507) invoking ``target`` on ``inst``: forget
-        the model so it loads again (404), or unload the least recently used one (507)."""
+        """Triton answered ``status`` (404 or 507) invoking ``target`` on ``inst``: load the
+        model again (404), or unload the least recently used one (507)."""
         if status == 404:
-            # Triton lost the model (restarted behind our back): forget it, load again. Only
-            # a loaded entry: one loading or unloading is another call's recovery or an
-            # eviction under way, which this call waits for like any other.
-            entry = inst.models.get(target)
-            if entry is None or entry.state != READY:
-                return
-            del inst.models[target]
-            self.cache.unpin(target)
-            logger.warning(
-                "instance %d: Triton did not know %s; loading it again", inst.index, target
-            )
+            # Triton lost the model (restarted behind our back): load it again
+            if inst.load_again(target):
+                logger.warning(
+                    "instance %d: Triton did not know %s; loading it again", inst.index, target
+                )
         else:
             victim = inst.evictor.lru_victim(exclude=target)
             if victim is not None:

@@ -28,6 +28,7 @@ from mmelocal.emulator.gauge import MemoryGauge
 from mmelocal.emulator.loading import Loader
 from mmelocal.emulator.metrics import Metrics
 from mmelocal.emulator.model_state import (
+    LOADING,
     READY,
     UNLOADING,
     Acquired,
@@ -36,6 +37,7 @@ from mmelocal.emulator.model_state import (
     LoadedSet,
     ModelEntry,
     ModelNotReadyError,
+    quiet_future,
 )
 from mmelocal.emulator.probes import MemoryProbe, MemoryReading
 from mmelocal.emulator.sagemaker_control import SageMakerControl
@@ -218,6 +220,20 @@ class TritonInstance:
         entry = self.loader.new_entry(target)
         entry.task = asyncio.ensure_future(self.loader.load(entry))
         return entry
+
+    def load_again(self, target: str) -> bool:
+        """Triton lost ``target`` (it answered an invoke 404): load it again in the same entry,
+        so the calls still in flight on it release their own holds. False when it is not
+        loaded here (another call's recovery or an eviction is under way: it waits for that
+        like any call)."""
+        entry = self.models.get(target)
+        if entry is None or entry.state != READY:
+            return False
+        self.cache.unpin(target)  # the load pins it again
+        entry.state = LOADING
+        entry.future = quiet_future()
+        entry.task = asyncio.ensure_future(self.loader.load(entry))
+        return True
 
     async def reload(self, target: str, *, last_used_s: float) -> None:
         """Load ``target`` again after a restart, as last used at ``last_used_s``: a reload

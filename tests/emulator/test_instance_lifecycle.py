@@ -202,3 +202,33 @@ def test_a_stopped_instance_gives_up_its_artifacts() -> None:
         assert inst.loaded() == []
 
     asyncio.run(run())
+
+
+def test_a_late_404_does_not_release_another_calls_hold() -> None:
+    """Two calls in flight when Triton lost the model; the second's 404 comes back after
+    the first call's recovery loaded the model again and sent its retry. The second call
+    releases its own hold, not the first call's (the model counted no call in flight while
+    the retry ran: evictable under it)."""
+
+    async def run() -> None:
+        machine = Machine(total_bytes=1000 * MIB)
+        control = Control(machine, size=100 * MIB)
+        inst = fake_instance(machine, control, limit_bytes=500 * MIB)
+        emulator = SimpleNamespace(cache=inst.cache)
+        await inst.start()
+        await inst.acquire("m")
+        await inst.acquire("m")
+        machine.resident.clear()  # Triton forgot it
+
+        inst.release("m")  # the first call's 404
+        await Emulator.recover_from(emulator, inst, "m", 404)  # type: ignore[arg-type]
+        await inst.acquire("m")  # its retry, in flight once the model is back
+        assert inst.is_ready("m")
+
+        inst.release("m")  # the second call's 404, late
+        assert inst.models["m"].in_flight == 1
+        assert not inst.models["m"].usage().evictable
+        await inst.stop()
+        inst.close()
+
+    asyncio.run(run())
