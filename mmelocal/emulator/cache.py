@@ -80,6 +80,9 @@ class CachedArtifact:
     pins: int = 0
     claimed_until_s: float = 0.0
     """:meth:`ArtifactCache.ensure` handed it out: kept until pinned, or until then."""
+    claims: int = 0
+    """Hand-outs not pinned yet (several instances may load one artifact): each pin takes
+    one, the last one ends the claim."""
     steps: tuple[str, ...] = ()
     """Ensemble steps the load adds under their own names (global in one Triton only
     without model namespacing)."""
@@ -224,7 +227,9 @@ class ArtifactCache:
             art = self._entries.get(target)
             if art is not None:
                 art.pins += 1
-                art.claimed_until_s = 0.0
+                art.claims = max(0, art.claims - 1)
+                if not art.claims:
+                    art.claimed_until_s = 0.0
                 art.last_used_s = time.time()
 
     def unpin(self, target: str) -> None:
@@ -292,8 +297,10 @@ class ArtifactCache:
         with lock:
             art = self._entries.get(target)
             if art is not None and art.entry_dir.is_dir():
-                art.last_used_s = time.time()
-                art.claimed_until_s = time.monotonic() + CLAIM_S
+                with self._lock:
+                    art.last_used_s = time.time()
+                    art.claims += 1
+                    art.claimed_until_s = time.monotonic() + CLAIM_S
                 return FetchResult(artifact=art, downloaded=False)
             return self._download(target, prepare)
 
@@ -355,6 +362,7 @@ class ArtifactCache:
             version=info.version,
             last_used_s=time.time(),
             claimed_until_s=time.monotonic() + CLAIM_S,
+            claims=1,
             steps=steps,
         )
         with self._lock:
