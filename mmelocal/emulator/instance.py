@@ -75,6 +75,8 @@ class TritonInstance:
         #: taken out by a scale-in: a restart in progress stops what it started, and no
         #: new restart begins (a retired instance's process must not outlive it)
         self.retired = False
+        #: what a failed restart had to load again, for the next one
+        self._to_reload: dict[str, float] = {}
         self.launcher = launcher
         self.cache = cache
         self.metrics = metrics
@@ -314,11 +316,12 @@ class TritonInstance:
         if self.retired:
             raise InstanceUnavailableError(f"instance {self.index}: retired; not restarted")
         self.up = False
-        previous = {  # not one an eviction was taking out: it made room for another
-            e.target: e.last_used_s
-            for e in sorted(self.models.values(), key=lambda e: -e.last_used_s)
-            if e.state != UNLOADING
-        }
+        # not one an eviction was taking out (it made room for another); with what a failed
+        # restart before this one had to load again
+        lost = {e.target: e.last_used_s for e in self.models.values() if e.state != UNLOADING}
+        lost = {**self._to_reload, **lost}
+        previous = dict(sorted(lost.items(), key=lambda item: -item[1]))
+        self._to_reload = previous
         died = InstanceUnavailableError(f"instance {self.index}: Triton died; restarting, retry")
         pending: list[asyncio.Future[Any]] = [*self.state.deletes.values(), *self.state.finishing]
         for task in pending:
@@ -344,6 +347,7 @@ class TritonInstance:
         self.control.connect(url, endpoints.http_url, bridge=endpoints.bridge)
         self.state.load_lock = asyncio.Lock()
         self.up = True
+        self._to_reload = {}
         await self.read_memory()
         self.events.add(
             "restart",

@@ -14,6 +14,7 @@ from mmelocal.emulator.instance import TritonInstance
 from mmelocal.emulator.metrics import Metrics
 from mmelocal.emulator.model_state import InstanceOptions, ModelEntry
 from mmelocal.emulator.probes import MemoryReading
+from mmelocal.errors import ServerStartError
 from mmelocal.runtime.launcher import Endpoints
 
 MIB = 2**20
@@ -98,6 +99,8 @@ class Launcher:
         self.machine = machine
         self.alive = False
         self.starts = 0
+        #: how many of the next starts fail
+        self.failing_starts = 0
         self.endpoints = Endpoints(
             http_url="http://127.0.0.1:1", sagemaker_url="http://127.0.0.1:2"
         )
@@ -105,8 +108,11 @@ class Launcher:
         self.model_repository: Path | None = None
 
     def start(self) -> None:
-        self.alive = True
         self.starts += 1
+        if self.failing_starts:
+            self.failing_starts -= 1
+            raise ServerStartError("tritonserver did not become ready (test)")
+        self.alive = True
 
     def stop(self) -> None:
         self.alive = False

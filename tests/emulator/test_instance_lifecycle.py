@@ -22,6 +22,7 @@ from mmelocal.emulator.model_state import (
 )
 from mmelocal.emulator.probes import MemoryReading
 from mmelocal.emulator.recovery import Watchdog
+from mmelocal.errors import ServerStartError
 
 
 def test_models_loaded_again_after_a_restart_keep_their_recency() -> None:
@@ -228,6 +229,32 @@ def test_a_late_404_does_not_release_another_calls_hold() -> None:
         inst.release("m")  # the second call's 404, late
         assert inst.models["m"].in_flight == 1
         assert not inst.models["m"].usage().evictable
+        await inst.stop()
+        inst.close()
+
+    asyncio.run(run())
+
+
+def test_a_failed_restart_keeps_the_models_to_load_again() -> None:
+    """The first restart of a dead Triton fails; the next one still returns what was
+    loaded (the first had forgotten the loaded set, so nothing was loaded again)."""
+
+    async def run() -> None:
+        machine = Machine(total_bytes=1000 * MIB)
+        control = Control(machine, size=100 * MIB)
+        inst = fake_instance(machine, control, limit_bytes=500 * MIB)
+        await inst.start()
+        for target in ("cold", "hot"):
+            await inst.acquire(target)
+            inst.release(target)
+        launcher = inst.launcher
+        launcher.stop()  # the process dies
+        launcher.failing_starts = 1  # type: ignore[attr-defined]
+        with pytest.raises(ServerStartError):
+            await inst.restart()
+        assert not inst.up
+        previous = await inst.restart()
+        assert list(previous) == ["hot", "cold"]
         await inst.stop()
         inst.close()
 
