@@ -56,9 +56,9 @@ class Evictor:
                 return reading
             if plan.victims:
                 for victim in plan.victims:
-                    entry = self.state.models.get(victim)
-                    if entry is not None:  # else forgotten meanwhile (Triton lost it)
-                        await self.unload(entry, kind="evict", reason=f"{why}: {plan.reason}")
+                    await self.unload(
+                        self.state.models[victim], kind="evict", reason=f"{why}: {plan.reason}"
+                    )
                 continue
             # only a loaded model can become idle while this holds the load lock (a load
             # queued behind it cannot end first)

@@ -250,37 +250,6 @@ def test_a_load_queued_behind_another_does_not_count_as_a_busy_model() -> None:
     asyncio.run(run())
 
 
-def test_a_planned_victim_forgotten_meanwhile_is_skipped() -> None:
-    """A 404 recovery may forget a model (Triton lost it) while the evictor unloads the one
-    before it in its plan: the load goes on (it failed with a KeyError, a 500 to the
-    caller)."""
-
-    class Forgetting(Control):
-        def __init__(self, machine: Machine) -> None:
-            super().__init__(machine, size=100 * MIB)
-            self.models: dict[str, ModelEntry] = {}
-
-        async def delete(self, entry: ModelEntry) -> int:
-            if entry.target == "a":  # meanwhile a call to "b" is answered 404
-                self.models.pop("b")
-                self.machine.resident.pop("b")
-            return await super().delete(entry)
-
-    async def run() -> None:
-        machine = Machine(total_bytes=1000 * MIB)
-        control = Forgetting(machine)
-        loader, state = parts(machine, control, limit_bytes=250 * MIB)
-        control.models = state.models
-        await load(loader, "a")
-        await load(loader, "b")
-        state.footprints["c"] = 200 * MIB  # known: both others must go
-        entry = await load(loader, "c")
-        assert entry.state == READY and list(state.models) == ["c"]
-        assert control.calls[-2:] == [("delete", "a"), ("load", "c")]
-
-    asyncio.run(run())
-
-
 def test_507_waits_for_a_busy_model_to_go_idle_then_evicts_it() -> None:
     """Triton answers 507 while every other model serves a call: the load waits for one to
     go idle, as make_room does, evicts it and retries (it failed at once, advising more
