@@ -77,6 +77,8 @@ class TritonInstance:
         self.retired = False
         #: what a failed restart had to load again, for the next one
         self._to_reload: dict[str, float] = {}
+        #: the liveness check a failed connection started (one at a time)
+        self._liveness: asyncio.Future[bool] | None = None
         self.launcher = launcher
         self.cache = cache
         self.metrics = metrics
@@ -279,14 +281,21 @@ class TritonInstance:
         return self.control.pool
 
     def connection_error(self, exc: BaseException) -> EmulatorError:
-        """The error for a failed connection to Triton (marks the instance down when the
-        process died)."""
-        if not self.launcher.is_alive():
+        """The error for a failed connection to Triton. Whether the process died is checked
+        in an executor (a launcher's check may be an HTTP or Docker API call), which marks
+        the instance down when it did."""
+        if self._liveness is None or self._liveness.done():
+            check = asyncio.get_running_loop().run_in_executor(None, self.launcher.is_alive)
+            check.add_done_callback(self._liveness_checked)
+            self._liveness = check
+        return InstanceUnavailableError(
+            f"instance {self.index}: Triton did not answer ({exc}); if its process died it is "
+            "being restarted: retry"
+        )
+
+    def _liveness_checked(self, check: asyncio.Future[bool]) -> None:
+        if not check.cancelled() and check.exception() is None and not check.result():
             self.up = False
-            return InstanceUnavailableError(
-                f"instance {self.index}: Triton died ({exc}); it is being restarted, retry"
-            )
-        return InstanceUnavailableError(f"instance {self.index}: Triton did not answer ({exc})")
 
     async def trim(self) -> None:
         """Evict idle models when the loaded set grew over the limit since its loads

@@ -259,3 +259,30 @@ def test_a_failed_restart_keeps_the_models_to_load_again() -> None:
         inst.close()
 
     asyncio.run(run())
+
+
+def test_a_failed_connection_checks_the_process_off_the_event_loop() -> None:
+    """A launcher's liveness check may be an HTTP call (an external server: up to 2 s) or
+    a Docker API call: a failed connection runs it in an executor and marks the instance
+    down when the process is gone (it ran on the event loop, stalling every call)."""
+
+    async def run() -> None:
+        machine = Machine(total_bytes=1000 * MIB)
+        inst = fake_instance(machine, Control(machine, size=MIB), limit_bytes=500 * MIB)
+        await inst.start()
+        checked_on: list[threading.Thread] = []
+        launcher = inst.launcher
+
+        def is_alive() -> bool:
+            checked_on.append(threading.current_thread())
+            return False  # the process died
+
+        launcher.is_alive = is_alive  # type: ignore[method-assign]
+        error = inst.connection_error(ConnectionResetError("reset by peer"))
+        assert isinstance(error, InstanceUnavailableError) and "retry" in str(error)
+        await wait_for_async(lambda: not inst.up, timeout_s=30, what="the instance down")
+        assert checked_on and threading.current_thread() not in checked_on
+        await inst.stop()
+        inst.close()
+
+    asyncio.run(run())
