@@ -67,7 +67,7 @@ def test_two_calls_answered_404_load_the_model_once_and_pin_it_once() -> None:
         machine = Machine(total_bytes=1000 * MIB)
         control = Control(machine, size=100 * MIB)
         inst = fake_instance(machine, control, limit_bytes=500 * MIB)
-        emulator = SimpleNamespace(cache=inst.cache)  # what recover_from uses
+        emulator = SimpleNamespace()  # recover_from(404) needs only the instance
         await inst.start()
         await inst.acquire("m")
         await inst.acquire("m")  # two calls in flight
@@ -75,9 +75,8 @@ def test_two_calls_answered_404_load_the_model_once_and_pin_it_once() -> None:
 
         inst.release("m")
         await Emulator.recover_from(emulator, inst, "m", 404)  # type: ignore[arg-type]
-        first = asyncio.ensure_future(inst.acquire("m"))
-        await asyncio.sleep(0)  # the first call's retry starts the load
-        assert inst.models["m"].state == LOADING
+        assert inst.models["m"].state == LOADING  # the recovery started the load
+        first = asyncio.ensure_future(inst.acquire("m"))  # the first call's retry waits
 
         inst.release("m")
         await Emulator.recover_from(emulator, inst, "m", 404)  # type: ignore[arg-type]
@@ -215,7 +214,7 @@ def test_a_late_404_does_not_release_another_calls_hold() -> None:
         machine = Machine(total_bytes=1000 * MIB)
         control = Control(machine, size=100 * MIB)
         inst = fake_instance(machine, control, limit_bytes=500 * MIB)
-        emulator = SimpleNamespace(cache=inst.cache)
+        emulator = SimpleNamespace()
         await inst.start()
         await inst.acquire("m")
         await inst.acquire("m")
