@@ -80,6 +80,9 @@ class CachedArtifact:
     pins: int = 0
     claimed_until_s: float = 0.0
     """:meth:`ArtifactCache.ensure` handed it out: kept until pinned, or until then."""
+    claims: int = 0
+    """Hand-outs not pinned yet (several instances may load one artifact): each pin takes
+    one, the last one ends the claim."""
     steps: tuple[str, ...] = ()
     """Ensemble steps the load adds under their own names (global in one Triton only
     without model namespacing)."""
@@ -224,13 +227,16 @@ class ArtifactCache:
             art = self._entries.get(target)
             if art is not None:
                 art.pins += 1
-                art.claimed_until_s = 0.0
+                art.claims = max(0, art.claims - 1)
+                if not art.claims:
+                    art.claimed_until_s = 0.0
                 art.last_used_s = time.time()
 
     def unpin(self, target: str) -> None:
-        """Undo one :meth:`pin`. When the cache is over its budget (everything was pinned),
-        unpinned artifacts are deleted at once, least recently used first, down to it
-        (on a background thread: this never blocks)."""
+        """Undo one :meth:`pin` (the last one counts as the artifact's last use). When the
+        cache is over its budget (everything was pinned), unpinned artifacts are deleted at
+        once, least recently used first, down to it (on a background thread: this never
+        blocks)."""
         with self._lock:
             art = self._entries.get(target)
             if art is None or art.pins == 0:
@@ -238,6 +244,7 @@ class ArtifactCache:
             art.pins -= 1
             if art.pins:
                 return
+            art.last_used_s = time.time()  # in use until its last model unloaded
             removed = self._plan_removal(0, exclude=None)
         if removed:
             self._later(functools.partial(self._delete, removed))
@@ -290,8 +297,10 @@ class ArtifactCache:
         with lock:
             art = self._entries.get(target)
             if art is not None and art.entry_dir.is_dir():
-                art.last_used_s = time.time()
-                art.claimed_until_s = time.monotonic() + CLAIM_S
+                with self._lock:
+                    art.last_used_s = time.time()
+                    art.claims += 1
+                    art.claimed_until_s = time.monotonic() + CLAIM_S
                 return FetchResult(artifact=art, downloaded=False)
             return self._download(target, prepare)
 
@@ -353,6 +362,7 @@ class ArtifactCache:
             version=info.version,
             last_used_s=time.time(),
             claimed_until_s=time.monotonic() + CLAIM_S,
+            claims=1,
             steps=steps,
         )
         with self._lock:

@@ -320,16 +320,14 @@ class Emulator:
         return inst
 
     async def recover_from(self, inst: TritonInstance, target: str, status: int) -> None:
-        """Triton answered ``status`` (404 or 507) invoking ``target`` on ``inst``: forget
-        the model so it loads again (404), or unload the least recently used one (507)."""
+        """Triton answered ``status`` (404 or 507) invoking ``target`` on ``inst``: load the
+        model again (404), or unload the least recently used one (507)."""
         if status == 404:
-            # Triton lost the model (restarted behind our back): forget it, load again.
-            entry = inst.models.pop(target, None)
-            if entry is not None:
-                self.cache.unpin(target)
-            logger.warning(
-                "instance %d: Triton did not know %s; loading it again", inst.index, target
-            )
+            # Triton lost the model (restarted behind our back): load it again
+            if inst.load_again(target):
+                logger.warning(
+                    "instance %d: Triton did not know %s; loading it again", inst.index, target
+                )
         else:
             victim = inst.evictor.lru_victim(exclude=target)
             if victim is not None:

@@ -60,7 +60,11 @@ class Evictor:
                         self.state.models[victim], kind="evict", reason=f"{why}: {plan.reason}"
                     )
                 continue
-            loaded_others = [e for e in self.state.models.values() if e.target != exclude]
+            # only a loaded model can become idle while this holds the load lock (a load
+            # queued behind it cannot end first)
+            loaded_others = [
+                e for e in self.state.models.values() if e.target != exclude and e.state == READY
+            ]
             if not loaded_others or not strict:
                 return reading  # alone: try; Triton's 507 (or the budget check after) decides
             if time.monotonic() > busy_deadline:
@@ -75,6 +79,26 @@ class Evictor:
         busy): the one more to evict after Triton's 507."""
         order = eviction_order(self.state.usages(), exclude=[exclude])
         return self.state.models[order[0].name] if order else None
+
+    async def idle_victim(self, *, exclude: str) -> ModelEntry | None:
+        """:meth:`lru_victim`, waiting up to ``busy_wait_s`` while every other loaded model
+        is busy (as :meth:`make_room` does); None when none went idle or none is loaded."""
+        deadline = time.monotonic() + self.state.options.busy_wait_s
+        while True:
+            victim = self.lru_victim(exclude=exclude)
+            if victim is not None or not self.busy_others(exclude=exclude):
+                return victim
+            if time.monotonic() > deadline:
+                return None
+            await asyncio.sleep(0.01)
+
+    def busy_others(self, *, exclude: str) -> list[ModelEntry]:
+        """The loaded models but ``exclude`` that serve calls (none is idle to evict)."""
+        return [
+            e
+            for e in self.state.models.values()
+            if e.target != exclude and e.state == READY and not e.usage().evictable
+        ]
 
     async def unload(self, entry: ModelEntry, *, kind: str, reason: str) -> None:
         """Unload one idle model; return once the probe shows its memory released.

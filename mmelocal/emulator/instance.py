@@ -28,13 +28,16 @@ from mmelocal.emulator.gauge import MemoryGauge
 from mmelocal.emulator.loading import Loader
 from mmelocal.emulator.metrics import Metrics
 from mmelocal.emulator.model_state import (
+    LOADING,
     READY,
+    UNLOADING,
     Acquired,
     InstanceOptions,
     InstanceUnavailableError,
     LoadedSet,
     ModelEntry,
     ModelNotReadyError,
+    quiet_future,
 )
 from mmelocal.emulator.probes import MemoryProbe, MemoryReading
 from mmelocal.emulator.sagemaker_control import SageMakerControl
@@ -72,6 +75,10 @@ class TritonInstance:
         #: taken out by a scale-in: a restart in progress stops what it started, and no
         #: new restart begins (a retired instance's process must not outlive it)
         self.retired = False
+        #: what a failed restart had to load again, for the next one
+        self._to_reload: dict[str, float] = {}
+        #: the liveness check a failed connection started (one at a time)
+        self._liveness: asyncio.Future[bool] | None = None
         self.launcher = launcher
         self.cache = cache
         self.metrics = metrics
@@ -138,7 +145,7 @@ class TritonInstance:
         await self.read_memory()
 
     async def stop(self) -> None:
-        """Stop the server (idempotent)."""
+        """Stop the server and forget its loaded set (idempotent)."""
         self.up = False
         self.control.close()
         pending: list[asyncio.Future[Any]] = [*self.state.deletes.values(), *self.state.finishing]
@@ -146,6 +153,10 @@ class TritonInstance:
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
+        for entry in list(self.models.values()):
+            if entry.state == READY:
+                self.cache.unpin(entry.target)  # its models go with the server
+        self.models.clear()
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._process_thread, self.launcher.stop)
 
@@ -195,8 +206,7 @@ class TritonInstance:
                 entry.last_used_s = time.monotonic()
                 return Acquired(cache_hit=False, wait_s=time.monotonic() - start)
             if entry is None:
-                entry = self.loader.new_entry(target)
-                entry.task = asyncio.ensure_future(self.loader.load(entry))
+                entry = self._start_load(target)
             entry.waiters += 1
             try:
                 remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -209,6 +219,37 @@ class TritonInstance:
                 ) from None
             finally:
                 entry.waiters -= 1
+
+    def _start_load(self, target: str) -> ModelEntry:
+        entry = self.loader.new_entry(target)
+        entry.task = asyncio.ensure_future(self.loader.load(entry))
+        return entry
+
+    def load_again(self, target: str) -> bool:
+        """Triton lost ``target`` (it answered an invoke 404): load it again in the same entry,
+        so the calls still in flight on it release their own holds. False when it is not
+        loaded here (another call's recovery or an eviction is under way: it waits for that
+        like any call)."""
+        entry = self.models.get(target)
+        if entry is None or entry.state != READY:
+            return False
+        self.cache.unpin(target)  # the load pins it again
+        entry.state = LOADING
+        entry.future = quiet_future()
+        entry.task = asyncio.ensure_future(self.loader.load(entry))
+        return True
+
+    async def reload(self, target: str, *, last_used_s: float) -> None:
+        """Load ``target`` again after a restart, as last used at ``last_used_s``: a reload
+        is no use, so the loaded set keeps the recency order it had (nothing to do when a
+        call already loads it, or it is here)."""
+        entry = self.models.get(target)
+        if entry is None:
+            if not self.up:
+                raise InstanceUnavailableError(f"instance {self.index} is restarting; retry")
+            entry = self._start_load(target)
+            entry.last_used_s = last_used_s
+        await asyncio.shield(entry.future)
 
     def hold_ready(self, target: str) -> bool:
         """Count one request in flight when ``target`` is loaded here and the server is up
@@ -240,14 +281,21 @@ class TritonInstance:
         return self.control.pool
 
     def connection_error(self, exc: BaseException) -> EmulatorError:
-        """The error for a failed connection to Triton (marks the instance down when the
-        process died)."""
-        if not self.launcher.is_alive():
+        """The error for a failed connection to Triton. Whether the process died is checked
+        in an executor (a launcher's check may be an HTTP or Docker API call), which marks
+        the instance down when it did."""
+        if self._liveness is None or self._liveness.done():
+            check = asyncio.get_running_loop().run_in_executor(None, self.launcher.is_alive)
+            check.add_done_callback(self._liveness_checked)
+            self._liveness = check
+        return InstanceUnavailableError(
+            f"instance {self.index}: Triton did not answer ({exc}); if its process died it is "
+            "being restarted: retry"
+        )
+
+    def _liveness_checked(self, check: asyncio.Future[bool]) -> None:
+        if not check.cancelled() and check.exception() is None and not check.result():
             self.up = False
-            return InstanceUnavailableError(
-                f"instance {self.index}: Triton died ({exc}); it is being restarted, retry"
-            )
-        return InstanceUnavailableError(f"instance {self.index}: Triton did not answer ({exc})")
 
     async def trim(self) -> None:
         """Evict idle models when the loaded set grew over the limit since its loads
@@ -255,8 +303,8 @@ class TritonInstance:
         if not self.up or self.state.load_lock.locked():
             return
         reading = await self.read_memory()
-        if reading.used_bytes <= self.limit_bytes:
-            return
+        if reading.used_bytes <= self.limit_bytes or self.state.load_lock.locked():
+            return  # a load that took the lock meanwhile trims after itself
         async with self.state.load_lock:
             await self.evictor.make_room(
                 0, exclude="", why="memory grew over the limit", strict=False
@@ -270,13 +318,19 @@ class TritonInstance:
                 await self.evictor.unload(entry, kind="unload", reason=reason)
 
     # -- recovery ----------------------------------------------------------------------
-    async def restart(self) -> list[str]:
-        """Restart a dead server; return the targets that were loaded (to load again).
-        Raises InstanceUnavailableError for a retired instance (scale-in took it out)."""
+    async def restart(self) -> dict[str, float]:
+        """Restart a dead server; return the targets that were loaded (to load again with
+        :meth:`reload`), most recently used first, each with its last use. Raises
+        InstanceUnavailableError for a retired instance (scale-in took it out)."""
         if self.retired:
             raise InstanceUnavailableError(f"instance {self.index}: retired; not restarted")
         self.up = False
-        previous = [e.target for e in sorted(self.models.values(), key=lambda e: -e.last_used_s)]
+        # not one an eviction was taking out (it made room for another); with what a failed
+        # restart before this one had to load again
+        lost = {e.target: e.last_used_s for e in self.models.values() if e.state != UNLOADING}
+        lost = {**self._to_reload, **lost}
+        previous = dict(sorted(lost.items(), key=lambda item: -item[1]))
+        self._to_reload = previous
         died = InstanceUnavailableError(f"instance {self.index}: Triton died; restarting, retry")
         pending: list[asyncio.Future[Any]] = [*self.state.deletes.values(), *self.state.finishing]
         for task in pending:
@@ -302,6 +356,7 @@ class TritonInstance:
         self.control.connect(url, endpoints.http_url, bridge=endpoints.bridge)
         self.state.load_lock = asyncio.Lock()
         self.up = True
+        self._to_reload = {}
         await self.read_memory()
         self.events.add(
             "restart",

@@ -147,7 +147,7 @@ class Loader:
                 break
             if status == 507 and attempts < self.state.options.oom_retries:
                 attempts += 1
-                victim = self.evictor.lru_victim(exclude=entry.target)
+                victim = await self.evictor.idle_victim(exclude=entry.target)
                 if victim is not None:
                     await self.evictor.unload(
                         victim,
@@ -157,6 +157,15 @@ class Loader:
                     before = await self.gauge.read()
                     continue
             self.events.add("error", entry.target, instance=self.state.index, reason=text[:300])
+            busy = self.evictor.busy_others(exclude=entry.target)
+            if status == 507 and busy:
+                raise OutOfMemoryError(
+                    f"TargetModel {entry.target!r} does not fit in memory beside {len(busy)} "
+                    f"other model(s) that stayed busy with calls for "
+                    f"{self.state.options.busy_wait_s:g}s: {text}. Retry when fewer calls are in "
+                    f"flight, or give the instance more memory (--memory-budget on a host "
+                    f"without a GPU, a larger GPU otherwise)"
+                )
             if status == 507:
                 raise OutOfMemoryError(
                     f"TargetModel {entry.target!r} does not fit in memory even with nothing "

@@ -105,11 +105,10 @@ class Watchdog:
         except Exception as exc:
             logger.warning("instance %d: trimming the loaded set failed: %s", inst.index, exc)
 
-    async def _reload(self, inst: TritonInstance, targets: list[str]) -> None:
-        for target in targets:
+    async def _reload(self, inst: TritonInstance, previous: dict[str, float]) -> None:
+        for target, last_used_s in previous.items():
             try:
-                await inst.acquire(target)
-                inst.release(target)
+                await inst.reload(target, last_used_s=last_used_s)
             except Exception as exc:
                 logger.warning(
                     "instance %d: could not load %s again after restart: %s",

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from mmelocal.emulator.instance import InstanceUnavailableError, TritonInstance
+from mmelocal.emulator.model_state import LOADING
 from mmelocal.errors import UserInputError
 from mmelocal.facts.sagemaker import HOT_MODEL_RPS, HOT_MODEL_WINDOW_S
 from mmelocal.rules.routing import (
@@ -99,7 +100,7 @@ class Router:
         return InstanceView(
             up=inst.up,
             ready=ready,
-            loading=entry is not None and not ready,
+            loading=entry is not None and entry.state == LOADING,  # not one being unloaded
             in_flight=entry.in_flight if entry is not None else 0,
             free_bytes=inst.free_bytes,
             model_count=len(inst.models),

@@ -188,3 +188,46 @@ def test_an_artifact_handed_out_is_kept_until_its_load_pins_it(store: Path, tmp_
     cache.close()
     assert cache.targets() == ["model-1.tar.gz"]
     assert (waiting.serve_dir / "tiny" / "config.pbtxt").is_file()
+
+
+def test_an_artifact_is_in_use_until_its_model_unloads(store: Path, tmp_path: Path) -> None:
+    """The disk's least recently used artifact is the one whose model left first, not the
+    one loaded first (a model loaded early and served until its unload counted as unused
+    since its load, and its artifact went before one unused for longer)."""
+    probe = ArtifactCache(tmp_path / "probe", LocalStore(store), disk_budget_bytes=10**9)
+    size = probe.ensure("model-0.tar.gz").artifact.size_bytes
+    cache = ArtifactCache(tmp_path / "cache", LocalStore(store), disk_budget_bytes=int(2.5 * size))
+    cache.ensure("model-1.tar.gz")
+    cache.pin("model-1.tar.gz")  # loaded first, served until the end
+    cache.ensure("model-0.tar.gz")
+    cache.pin("model-0.tar.gz")
+    cache.unpin("model-0.tar.gz")  # unloaded early
+    cache.unpin("model-1.tar.gz")
+    cache.ensure("model-2.tar.gz")
+    assert set(cache.targets()) == {"model-1.tar.gz", "model-2.tar.gz"}
+    cache.close()
+
+
+def test_an_artifact_two_loads_were_handed_is_kept_until_both_pin_it(
+    store: Path, tmp_path: Path
+) -> None:
+    """Two instances load the same model (a hot model's second copy): the first one's pin,
+    then unload, must not leave the folder the second is about to give Triton unclaimed
+    (the first pin cleared every claim, and the unpin deleted it over the budget)."""
+    probe = ArtifactCache(tmp_path / "probe", LocalStore(store), disk_budget_bytes=10**9)
+    size = probe.ensure("model-0.tar.gz").artifact.size_bytes
+    cache = ArtifactCache(tmp_path / "cache", LocalStore(store), disk_budget_bytes=int(1.5 * size))
+    cache.ensure("model-0.tar.gz")
+    cache.pin("model-0.tar.gz")  # loaded elsewhere: the cache is over its budget below
+    first = cache.ensure("model-1.tar.gz").artifact
+    second = cache.ensure("model-1.tar.gz").artifact
+    assert first is second
+    cache.pin("model-1.tar.gz")  # the first instance loads it...
+    cache.unpin("model-1.tar.gz")  # ...and unloads it again
+    cache.close()
+    assert "model-1.tar.gz" in cache.targets()
+    assert (second.serve_dir / "tiny" / "config.pbtxt").is_file()
+    cache.pin("model-1.tar.gz")  # the second instance's load
+    cache.unpin("model-1.tar.gz")  # once it unloads, the budget applies again
+    cache.close()
+    assert "model-1.tar.gz" not in cache.targets()

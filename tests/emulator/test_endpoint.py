@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from emulator_helpers import MemorySampler, output_of, payload, raw_request, wait_for
 
-from mmelocal.emulator.cache import ArtifactCache
+from mmelocal.emulator.cache import ArtifactCache, target_key
 from mmelocal.emulator.emulator import EmulatorConfig
 from mmelocal.emulator.server import EmulatorServer
 from mmelocal.emulator.store import LocalStore
@@ -264,3 +264,27 @@ def test_binary_payload_passes_through_and_env_endpoint(
         response["Body"].read(), header_length=int(content_type[len(prefix) :])
     )
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), expected(x, scale_of(target)))
+
+
+def test_a_model_triton_lost_is_loaded_again(endpoint: MmeEndpoint) -> None:
+    """A model unloaded behind the emulator's back (Triton answers the invoke 404) is
+    loaded again in place and the call is served."""
+    target = "model-47.tar.gz"
+    x, body = payload(rows=1)
+    mme = endpoint.client()
+    call = {"EndpointName": "ep", "TargetModel": target, "ContentType": "application/json"}
+    mme.invoke_endpoint(Body=body, **call)
+    sagemaker_url = endpoint.state()["instances"][0]["sagemaker_url"]
+    status, _, _ = raw_request(
+        sagemaker_url,
+        "DELETE",
+        f"/models/{target_key(target)}",
+        [("X-Amzn-SageMaker-Target-Model", target)],
+    )
+    assert status == 200
+    response = mme.invoke_endpoint(Body=body, **call)
+    np.testing.assert_array_equal(output_of(response["Body"].read()), expected(x, scale_of(target)))
+    kinds = [e["kind"] for e in endpoint.state()["events"] if e["target"] == target]
+    assert kinds.count("load") == 2
+    loaded = endpoint.state()["instances"][0]["loaded"]
+    assert [m["in_flight"] for m in loaded if m["target"] == target] == [0]

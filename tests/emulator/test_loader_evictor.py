@@ -17,6 +17,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from lifecycle_fakes import MIB, Cache, Control, Machine
 
 from mmelocal.emulator.events import EventLog
 from mmelocal.emulator.eviction import Evictor
@@ -26,63 +27,6 @@ from mmelocal.emulator.metrics import Metrics
 from mmelocal.emulator.model_state import READY, InstanceOptions, LoadedSet, ModelEntry
 from mmelocal.emulator.probes import MemoryReading
 from mmelocal.errors import OutOfMemoryError
-
-MIB = 2**20
-
-
-class Machine:
-    """Memory that follows the loads and unloads the control calls make."""
-
-    def __init__(self, *, total_bytes: int, base_bytes: int = 0) -> None:
-        self.total_bytes = total_bytes
-        self.resident: dict[str, int] = {}
-        self.base_bytes = base_bytes
-        self.name = "test"
-        self.kind = "host"
-
-    def read(self) -> MemoryReading:
-        used = self.base_bytes + sum(self.resident.values())
-        return MemoryReading(used_bytes=used, total_bytes=self.total_bytes)
-
-
-class Control:
-    """Records the control calls; a load adds ``size`` bytes, a DELETE frees them."""
-
-    def __init__(self, machine: Machine, *, size: int, answers: list[int] | None = None) -> None:
-        self.machine = machine
-        self.size = size
-        self.answers = answers or []
-        self.calls: list[tuple[str, str]] = []
-
-    async def post_load(self, entry: ModelEntry, url_dir: str) -> tuple[int, str]:
-        self.calls.append(("load", entry.target))
-        status = self.answers.pop(0) if self.answers else 200
-        if status == 200:
-            self.machine.resident[entry.target] = self.size
-        return status, "" if status == 200 else "CUDA out of memory"
-
-    async def delete(self, entry: ModelEntry) -> int:
-        self.calls.append(("delete", entry.target))
-        self.machine.resident.pop(entry.target, None)
-        return 200
-
-
-class Cache:
-    """The artifact cache's part the loader uses: ensure, pin, unpin."""
-
-    def __init__(self) -> None:
-        self.pinned: set[str] = set()
-        self.store = SimpleNamespace(description="test store")
-
-    def ensure(self, target: str, prepare: Any = None) -> Any:
-        artifact = SimpleNamespace(serve_dir=Path("/models") / target, size_bytes=1)
-        return SimpleNamespace(downloaded=False, artifact=artifact)
-
-    def pin(self, target: str) -> None:
-        self.pinned.add(target)
-
-    def unpin(self, target: str) -> None:
-        self.pinned.discard(target)
 
 
 def parts(machine: Machine, control: Control, *, limit_bytes: int) -> tuple[Loader, LoadedSet]:
@@ -275,5 +219,81 @@ def test_a_frameworks_runtime_is_reserved_once(tmp_path: Path) -> None:
             await loader.evictor.unload(state.models[name], kind="unload", reason="test")
         (last,) = state.usages()
         assert last.name == "e" and last.runtime_bytes == runtime
+
+    asyncio.run(run())
+
+
+def test_a_load_queued_behind_another_does_not_count_as_a_busy_model() -> None:
+    """A model that fits only alone loads alone, also while another cold call's load waits
+    for its turn (that load cannot end before this one: waiting for it was a pause of
+    ``busy_wait_s``, then OutOfMemoryError)."""
+
+    async def run() -> None:
+        machine = Machine(total_bytes=1000 * MIB, base_bytes=60 * MIB)
+        control = Control(machine, size=100 * MIB)
+        loader, state = parts(machine, control, limit_bytes=150 * MIB)
+        await load(loader, "a")  # alone, over the limit: loaded all the same
+        b, c = loader.new_entry("b"), loader.new_entry("c")
+        loads = [asyncio.ensure_future(loader.load(e)) for e in (b, c)]
+        await asyncio.gather(*loads)
+        await b.future
+        await c.future
+        assert c.state == READY and list(state.models) == ["c"]  # b loaded, then gave way
+        assert control.calls == [
+            ("load", "a"),
+            ("delete", "a"),
+            ("load", "b"),
+            ("delete", "b"),
+            ("load", "c"),
+        ]
+
+    asyncio.run(run())
+
+
+def test_507_waits_for_a_busy_model_to_go_idle_then_evicts_it() -> None:
+    """Triton answers 507 while every other model serves a call: the load waits for one to
+    go idle, as make_room does, evicts it and retries (it failed at once, advising more
+    memory because the model did not fit 'even with nothing else loaded')."""
+
+    class Busy(Control):
+        async def post_load(self, entry: ModelEntry, url_dir: str) -> tuple[int, str]:
+            status, text = await super().post_load(entry, url_dir)
+            if status == 507:  # the call in flight on "old" ends a moment later
+                asyncio.get_running_loop().call_soon(release_old)
+            return status, text
+
+    def release_old() -> None:
+        state.models["old"].in_flight = 0
+
+    machine = Machine(total_bytes=1000 * MIB)
+    control = Busy(machine, size=100 * MIB)
+    loader, state = parts(machine, control, limit_bytes=900 * MIB)
+
+    async def run() -> None:
+        await load(loader, "old")
+        state.models["old"].in_flight = 1
+        control.answers = [507, 200]
+        entry = await load(loader, "new")
+        assert entry.state == READY and list(state.models) == ["new"]
+        assert control.calls[-3:] == [("load", "new"), ("delete", "old"), ("load", "new")]
+
+    asyncio.run(run())
+
+
+def test_507_with_every_other_model_busy_says_so() -> None:
+    """When the others stay busy past busy_wait_s, the error says they were busy."""
+
+    async def run() -> None:
+        machine = Machine(total_bytes=1000 * MIB)
+        control = Control(machine, size=100 * MIB)
+        loader, state = parts(machine, control, limit_bytes=900 * MIB)
+        await load(loader, "old")
+        state.models["old"].in_flight = 1
+        control.answers = [507]
+        entry = loader.new_entry("new")
+        await loader.load(entry)
+        with pytest.raises(OutOfMemoryError, match=r"beside 1 other model\(s\) that stayed busy"):
+            await entry.future
+        assert "new" not in state.models and "old" in state.models
 
     asyncio.run(run())

@@ -13,6 +13,7 @@ from shared_helpers import wait_for_async
 
 from mmelocal.emulator.emulator import EmulatorConfig
 from mmelocal.emulator.instance import InstanceUnavailableError
+from mmelocal.emulator.model_state import LOADING, READY, UNLOADING
 from mmelocal.emulator.router import Router
 from mmelocal.emulator.server import EmulatorServer
 from mmelocal.testing.endpoint import MmeEndpoint
@@ -23,6 +24,11 @@ from mmelocal.testing.tiny_model import write_tarball
 class _Entry:
     in_flight: int = 0
     ready: bool = True
+    unloading: bool = False
+
+    @property
+    def state(self) -> str:
+        return UNLOADING if self.unloading else READY if self.ready else LOADING
 
 
 @dataclass
@@ -60,6 +66,15 @@ def test_affinity_then_most_free_memory() -> None:
     assert r.pick("m") is b  # both hold it: the less busy one
     a.models["loading"] = _Entry(ready=False)
     assert r.pick("loading") is a  # join the load in progress
+
+
+def test_a_model_being_unloaded_counts_as_cold() -> None:
+    """An instance evicting the target is not 'loading' it: a cold call goes where memory
+    is free (it went to the instance short of memory, to wait for the unload and load the
+    model there again)."""
+    a, b = FakeInstance(0, free_bytes=100), FakeInstance(1, free_bytes=500)
+    a.models["m"] = _Entry(ready=False, unloading=True)
+    assert router(a, b).pick("m") is b
 
 
 def test_down_instances_are_skipped() -> None:

@@ -1,0 +1,287 @@
+"""One instance's loaded set across its lifecycle, with no server (see lifecycle_fakes):
+acquire and release, restarts and the models loaded again after them, Triton's 404 and
+507 answers to an invoke."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+from lifecycle_fakes import MIB, Control, Machine, fake_instance
+from shared_helpers import wait_for_async
+
+from mmelocal.emulator.emulator import Emulator
+from mmelocal.emulator.model_state import (
+    LOADING,
+    UNLOADING,
+    InstanceUnavailableError,
+    ModelEntry,
+)
+from mmelocal.emulator.probes import MemoryReading
+from mmelocal.emulator.recovery import Watchdog
+from mmelocal.errors import ServerStartError
+
+
+def test_models_loaded_again_after_a_restart_keep_their_recency() -> None:
+    """The reload after a restart is no use of the models: the least recently used one
+    before the restart is still the first evicted after it (the reload used to count as a
+    use, most recent first, so the order came back reversed and the hottest model went
+    first)."""
+
+    async def run() -> None:
+        machine = Machine(total_bytes=1000 * MIB)
+        control = Control(machine, size=100 * MIB)
+        inst = fake_instance(machine, control, limit_bytes=250 * MIB)
+        await inst.start()
+        for target in ("cold", "hot"):
+            await inst.acquire(target)
+            inst.release(target)
+        inst.models["cold"].last_used_s = time.monotonic() - 60.0
+        assert inst.loaded() == ["cold", "hot"]
+
+        inst.launcher.stop()  # the process dies
+        previous = await inst.restart()
+        await Watchdog([inst])._reload(inst, previous)
+        assert inst.loaded() == ["cold", "hot"]
+
+        await inst.acquire("new")  # no room for three: the least recently used goes
+        inst.release("new")
+        assert sorted(inst.loaded()) == ["hot", "new"]
+        assert control.calls[-2:] == [("delete", "cold"), ("load", "new")]
+        await inst.stop()
+        inst.close()
+
+    asyncio.run(run())
+
+
+def test_two_calls_answered_404_load_the_model_once_and_pin_it_once() -> None:
+    """Triton lost a model while two calls were in flight: the first call's recovery loads
+    it again; the second's, coming while that load runs, leaves it alone (it used to drop
+    the loading entry: a second load, which Triton answered 409, and an artifact pinned
+    once too often, kept on disk for good)."""
+
+    async def run() -> None:
+        machine = Machine(total_bytes=1000 * MIB)
+        control = Control(machine, size=100 * MIB)
+        inst = fake_instance(machine, control, limit_bytes=500 * MIB)
+        emulator = SimpleNamespace()  # recover_from(404) needs only the instance
+        await inst.start()
+        await inst.acquire("m")
+        await inst.acquire("m")  # two calls in flight
+        machine.resident.clear()  # Triton forgot it: both calls are answered 404
+
+        inst.release("m")
+        await Emulator.recover_from(emulator, inst, "m", 404)  # type: ignore[arg-type]
+        assert inst.models["m"].state == LOADING  # the recovery started the load
+        first = asyncio.ensure_future(inst.acquire("m"))  # the first call's retry waits
+
+        inst.release("m")
+        await Emulator.recover_from(emulator, inst, "m", 404)  # type: ignore[arg-type]
+        second = asyncio.ensure_future(inst.acquire("m"))
+        await asyncio.gather(first, second)
+        inst.release("m")
+        inst.release("m")
+
+        assert [c for c in control.calls if c == ("load", "m")] == [("load", "m")] * 2
+        assert inst.is_ready("m") and inst.models["m"].in_flight == 0
+        assert inst.cache.pins == {"m": 1}
+        await inst.stop()
+        inst.close()
+
+    asyncio.run(run())
+
+
+def test_a_trim_does_not_wait_behind_a_load() -> None:
+    """The watchdog's periodic trim gives up when a load took the lock while it read the
+    memory (it used to wait for that load, minutes for a big model, and the watchdog with
+    it: a Triton that died meanwhile was not restarted)."""
+
+    class Gated(Control):
+        def __init__(self, machine: Machine) -> None:
+            super().__init__(machine, size=100 * MIB)
+            self.gate = asyncio.Event()
+
+        async def post_load(self, entry: ModelEntry, url_dir: str) -> tuple[int, str]:
+            await self.gate.wait()
+            return await super().post_load(entry, url_dir)
+
+    class Held(Machine):
+        def __init__(self) -> None:
+            super().__init__(total_bytes=1000 * MIB, base_bytes=900 * MIB)  # over the limit
+            self.hold = False
+            self.entered = threading.Event()
+            self.go_on = threading.Event()
+
+        def read(self) -> MemoryReading:
+            if self.hold:
+                self.hold = False
+                self.entered.set()
+                self.go_on.wait(timeout=30)
+            return super().read()
+
+    async def run() -> None:
+        machine = Held()
+        control = Gated(machine)
+        inst = fake_instance(machine, control, limit_bytes=500 * MIB)
+        await inst.start()
+        machine.hold = True
+        trim = asyncio.ensure_future(inst.trim())
+        assert await asyncio.to_thread(machine.entered.wait, 30)  # the trim reads
+        load = asyncio.ensure_future(inst.acquire("m"))
+        await wait_for_async(inst.state.load_lock.locked, timeout_s=30, what="the load's lock")
+        machine.go_on.set()
+        await wait_for_async(trim.done, timeout_s=5, what="the trim to give up")
+        assert not load.done()
+        control.gate.set()
+        await load
+        inst.release("m")
+        await inst.stop()
+        inst.close()
+
+    asyncio.run(run())
+
+
+def test_a_model_being_evicted_when_triton_died_is_not_loaded_again() -> None:
+    """A restart loads again what was loaded, not the model an eviction was taking out to
+    make room (reloaded last, it evicted a more recently used model in turn)."""
+
+    class SlowDelete(Control):
+        def __init__(self, machine: Machine) -> None:
+            super().__init__(machine, size=100 * MIB)
+            self.gate = asyncio.Event()
+
+        async def delete(self, entry: ModelEntry) -> int:
+            await self.gate.wait()
+            return await super().delete(entry)
+
+    async def run() -> None:
+        machine = Machine(total_bytes=1000 * MIB)
+        control = SlowDelete(machine)
+        inst = fake_instance(machine, control, limit_bytes=250 * MIB)
+        await inst.start()
+        for target in ("a", "b"):
+            await inst.acquire(target)
+            inst.release(target)
+        inst.models["a"].last_used_s = time.monotonic() - 60.0
+        cold = asyncio.ensure_future(inst.acquire("c"))  # evicts "a" to make room
+        await wait_for_async(lambda: inst.models["a"].state == UNLOADING, timeout_s=30)
+
+        inst.launcher.stop()  # the process dies during the unload
+        previous = await inst.restart()
+        with pytest.raises(InstanceUnavailableError):
+            await cold
+        control.gate.set()
+        await Watchdog([inst])._reload(inst, previous)
+        assert sorted(inst.loaded()) == ["b", "c"]
+        assert ("load", "a") not in control.calls[2:]
+        await inst.stop()
+        inst.close()
+
+    asyncio.run(run())
+
+
+def test_a_stopped_instance_gives_up_its_artifacts() -> None:
+    """Stopping an instance (a scale-in takes one out) releases the artifacts its models
+    pinned: the disk budget may delete them again (they stayed pinned for good)."""
+
+    async def run() -> None:
+        machine = Machine(total_bytes=1000 * MIB)
+        control = Control(machine, size=100 * MIB)
+        inst = fake_instance(machine, control, limit_bytes=500 * MIB)
+        await inst.start()
+        for target in ("a", "b"):
+            await inst.acquire(target)
+            inst.release(target)
+        assert inst.cache.pins == {"a": 1, "b": 1}
+        await inst.stop()
+        inst.close()
+        assert inst.cache.pins == {"a": 0, "b": 0}
+        assert inst.loaded() == []
+
+    asyncio.run(run())
+
+
+def test_a_late_404_does_not_release_another_calls_hold() -> None:
+    """Two calls in flight when Triton lost the model; the second's 404 comes back after
+    the first call's recovery loaded the model again and sent its retry. The second call
+    releases its own hold, not the first call's (the model counted no call in flight while
+    the retry ran: evictable under it)."""
+
+    async def run() -> None:
+        machine = Machine(total_bytes=1000 * MIB)
+        control = Control(machine, size=100 * MIB)
+        inst = fake_instance(machine, control, limit_bytes=500 * MIB)
+        emulator = SimpleNamespace()
+        await inst.start()
+        await inst.acquire("m")
+        await inst.acquire("m")
+        machine.resident.clear()  # Triton forgot it
+
+        inst.release("m")  # the first call's 404
+        await Emulator.recover_from(emulator, inst, "m", 404)  # type: ignore[arg-type]
+        await inst.acquire("m")  # its retry, in flight once the model is back
+        assert inst.is_ready("m")
+
+        inst.release("m")  # the second call's 404, late
+        assert inst.models["m"].in_flight == 1
+        assert not inst.models["m"].usage().evictable
+        await inst.stop()
+        inst.close()
+
+    asyncio.run(run())
+
+
+def test_a_failed_restart_keeps_the_models_to_load_again() -> None:
+    """The first restart of a dead Triton fails; the next one still returns what was
+    loaded (the first had forgotten the loaded set, so nothing was loaded again)."""
+
+    async def run() -> None:
+        machine = Machine(total_bytes=1000 * MIB)
+        control = Control(machine, size=100 * MIB)
+        inst = fake_instance(machine, control, limit_bytes=500 * MIB)
+        await inst.start()
+        for target in ("cold", "hot"):
+            await inst.acquire(target)
+            inst.release(target)
+        launcher = inst.launcher
+        launcher.stop()  # the process dies
+        launcher.failing_starts = 1  # type: ignore[attr-defined]
+        with pytest.raises(ServerStartError):
+            await inst.restart()
+        assert not inst.up
+        previous = await inst.restart()
+        assert list(previous) == ["hot", "cold"]
+        await inst.stop()
+        inst.close()
+
+    asyncio.run(run())
+
+
+def test_a_failed_connection_checks_the_process_off_the_event_loop() -> None:
+    """A launcher's liveness check may be an HTTP call (an external server: up to 2 s) or
+    a Docker API call: a failed connection runs it in an executor and marks the instance
+    down when the process is gone (it ran on the event loop, stalling every call)."""
+
+    async def run() -> None:
+        machine = Machine(total_bytes=1000 * MIB)
+        inst = fake_instance(machine, Control(machine, size=MIB), limit_bytes=500 * MIB)
+        await inst.start()
+        checked_on: list[threading.Thread] = []
+        launcher = inst.launcher
+
+        def is_alive() -> bool:
+            checked_on.append(threading.current_thread())
+            return False  # the process died
+
+        launcher.is_alive = is_alive  # type: ignore[method-assign]
+        error = inst.connection_error(ConnectionResetError("reset by peer"))
+        assert isinstance(error, InstanceUnavailableError) and "retry" in str(error)
+        await wait_for_async(lambda: not inst.up, timeout_s=30, what="the instance down")
+        assert checked_on and threading.current_thread() not in checked_on
+        await inst.stop()
+        inst.close()
+
+    asyncio.run(run())
