@@ -1,7 +1,8 @@
 """CloudWatch's API where moto falls short (an overlay on its JSON answers).
 
 * ``PutMetricAlarm``: a new alarm starts at ``INSUFFICIENT_DATA``, as the service starts it
-  (moto: OK), and its creation goes into the history;
+  (moto: OK), an updated one keeps its state (moto: OK again), and both go into the
+  history;
 * ``DescribeAlarmHistory`` (moto: not implemented) from the control loop's history;
 * percentiles: ``GetMetricStatistics`` with ``ExtendedStatistics`` and ``GetMetricData``
   with a ``pNN`` stat, computed from the raw values the control loop kept
@@ -36,6 +37,18 @@ def _seconds(value: Any) -> float:
         return stamp.timestamp()
 
 
+def keep_state(cloudwatch: Any, before: dict[str, Any]) -> None:
+    """Give an alarm put again the state ``before`` (its DescribeAlarms answer) showed: the
+    service leaves an updated alarm's state unchanged (PutMetricAlarm API reference), moto
+    makes it again in OK."""
+    cloudwatch.set_alarm_state(
+        AlarmName=before["AlarmName"],
+        StateValue=before["StateValue"],
+        StateReason=before.get("StateReason") or "Unchecked: Initial alarm creation",
+        StateReasonData=before.get("StateReasonData") or "{}",
+    )
+
+
 class CloudWatchOverlay:
     """The overlay (see the module docstring); ``internal(region)`` is mmelocal's own
     CloudWatch client."""
@@ -59,8 +72,11 @@ class CloudWatchOverlay:
 
     def _put_alarm(self, region: str, params: dict[str, Any], forward: Forward) -> tuple[int, Any]:
         name = str(params.get("AlarmName", ""))
-        existed = bool(self._internal(region).describe_alarms(AlarmNames=[name])["MetricAlarms"])
+        found = self._internal(region).describe_alarms(AlarmNames=[name])["MetricAlarms"]
+        existed = bool(found)
         status, answer = forward(params)
+        if status == 200 and existed:
+            keep_state(self._internal(region), found[0])
         if status == 200 and not existed:
             self._internal(region).set_alarm_state(
                 AlarmName=name,
@@ -175,4 +191,4 @@ class CloudWatchOverlay:
         return 200, {"MetricDataResults": results, "Messages": []}
 
 
-__all__ = ["CloudWatchOverlay"]
+__all__ = ["CloudWatchOverlay", "keep_state"]
