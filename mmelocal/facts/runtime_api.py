@@ -46,6 +46,11 @@ VARIANT_NOT_IN_CONFIG = (
 )
 #: UpdateEndpoint / UpdateEndpointWeightsAndCapacities on an endpoint not InService
 ENDPOINT_IN_PROGRESS = 'Cannot update in-progress endpoint "{arn}".'
+#: ... on a Failed one: DescribeEndpoint's ``EndpointStatus`` (botocore's model) says
+#: "DeleteEndpoint is the only operation that can be performed on a failed endpoint"; the
+#: service's ``ValidationException`` reads "Cannot update failed endpoint" (deploy scripts
+#: match it), worded as the in-progress one with the endpoint's ARN
+ENDPOINT_FAILED = 'Cannot update failed endpoint "{arn}".'
 #: DesiredInstanceCount 0 (serverless-style scale to zero) on an instance-backed variant
 ZERO_INSTANCES = (
     "Variant {variant}: DesiredInstanceCount 0 is for endpoints that host inference "
@@ -73,6 +78,7 @@ __all__ = [
     "DEFAULT_VARIANT_NAME",
     "DEFAULT_VARIANT_WEIGHT",
     "DUPLICATE_VARIANT_IN_REQUEST",
+    "ENDPOINT_FAILED",
     "ENDPOINT_IN_PROGRESS",
     "LOG_GROUP",
     "LOG_STREAM",

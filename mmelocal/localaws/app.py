@@ -32,6 +32,7 @@ from typing import Any
 from mmelocal.errors import AwsServiceError
 from mmelocal.facts.runtime_api import (
     DUPLICATE_VARIANT_IN_REQUEST,
+    ENDPOINT_FAILED,
     ENDPOINT_IN_PROGRESS,
     TARGET_VARIANT_HEADER,
     UNKNOWN_TARGET_VARIANT,
@@ -374,8 +375,7 @@ class LocalAwsApp:
                 f"{config_name.lower()}"
             )
             raise AwsServiceError(f'Could not find endpoint configuration "{arn}".')
-        if state.status in ("Creating", "Updating", "Deleting", "SystemUpdating"):
-            raise AwsServiceError(ENDPOINT_IN_PROGRESS.format(arn=endpoint["EndpointArn"]))
+        _refuse_unless_in_service(state, endpoint)
         for check in self.update_checks:
             check(region, name, endpoint, config)
         self.endpoints.update(region, name, config_name)
@@ -387,8 +387,9 @@ class LocalAwsApp:
         name, endpoint, state = self._endpoint_to_change(
             "UpdateEndpointWeightsAndCapacities", region, params
         )
+        _refuse_unless_in_service(state, endpoint)
         fleets = state.fleets
-        if state.status != "InService" or fleets is None:
+        if fleets is None:
             raise AwsServiceError(ENDPOINT_IN_PROGRESS.format(arn=endpoint["EndpointArn"]))
         desired = list(params.get("DesiredWeightsAndCapacities") or [])
         seen: set[str] = set()
@@ -533,6 +534,15 @@ class LocalAwsApp:
         headers = [*headers, ("Content-Length", str(len(body)))]
         start_response(f"{status} {'OK' if status == 200 else 'Error'}", headers)
         return [body]
+
+
+def _refuse_unless_in_service(state: EndpointState, endpoint: dict[str, Any]) -> None:
+    """The service's refusal to change an endpoint that is not InService: a Failed one
+    can only be deleted, one in progress waits for its change to end."""
+    if state.status == "Failed":
+        raise AwsServiceError(ENDPOINT_FAILED.format(arn=endpoint["EndpointArn"]))
+    if state.status != "InService":
+        raise AwsServiceError(ENDPOINT_IN_PROGRESS.format(arn=endpoint["EndpointArn"]))
 
 
 def _json_params(environ: dict[str, Any]) -> Any:

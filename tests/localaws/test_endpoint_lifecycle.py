@@ -270,3 +270,32 @@ def test_the_instance_type_picks_the_cards_memory(local_aws_env: LocalAws, tmp_p
     np.testing.assert_array_equal(invoke(name), expected(X, 2.0))
     sm.delete_endpoint(EndpointName=name)
     wait_gone(sm, name)
+
+
+def test_a_failed_endpoint_can_only_be_deleted(local_aws_env: LocalAws, tmp_path: Path) -> None:
+    """DescribeEndpoint's EndpointStatus (botocore's model): "Failed: ... DeleteEndpoint is
+    the only operation that can be performed on a failed endpoint"; the service answers
+    an update with ValidationException "Cannot update failed endpoint"."""
+    sm = boto3.client("sagemaker")
+    url = upload_models(tmp_path, "models", scale=2.0)
+    xgboost = "683313688378.dkr.ecr.us-east-1.amazonaws.com/sagemaker-xgboost:1.7-1"
+    failing, good = model_and_config(url, image=xgboost), model_and_config(url)
+    name = unique("failed")
+    sm.create_endpoint(EndpointName=name, EndpointConfigName=failing)
+    described = wait_status(sm, name, leaving="Creating")
+    assert described["EndpointStatus"] == "Failed"
+    refused = f'Cannot update failed endpoint "{described["EndpointArn"]}".'
+    assert error_of(sm.update_endpoint, EndpointName=name, EndpointConfigName=good) == (
+        "ValidationException",
+        refused,
+    )
+    change = [{"VariantName": "AllTraffic", "DesiredWeight": 2.0}]
+    assert error_of(
+        sm.update_endpoint_weights_and_capacities,
+        EndpointName=name,
+        DesiredWeightsAndCapacities=change,
+    ) == ("ValidationException", refused)
+    described = sm.describe_endpoint(EndpointName=name)
+    assert (described["EndpointStatus"], described["EndpointConfigName"]) == ("Failed", failing)
+    sm.delete_endpoint(EndpointName=name)
+    wait_gone(sm, name)
