@@ -52,6 +52,13 @@ LOCAL_STAND_IN: Final[dict[str, str]] = {
     "GPUMemoryUtilization": "MemoryUtilization",
 }
 
+#: How CloudWatch rounds a statistics query's StartTime down, by its age (GetMetricStatistics
+#: and GetMetricData API reference, StartTime): (age up to, in seconds; rounded down to a
+#: multiple of this many seconds): under 15 days to the minute, to 63 days to 5 minutes,
+#: older to the hour. A Period of 5, 10, 20 or 30 s rounds to a multiple of itself.
+START_TIME_ROUNDING_S: Final = ((15 * 86_400, 60), (63 * 86_400, 300), (None, 3600))
+SUB_MINUTE_PERIODS_S: Final = (5, 10, 20, 30)
+
 #: Alarm states and the comparison operators an alarm may use.
 ALARM_STATES: Final = ("OK", "ALARM", "INSUFFICIENT_DATA")
 COMPARISON_OPERATORS: Final = (
@@ -73,5 +80,7 @@ __all__ = [
     "INVOCATION_NAMESPACE",
     "LOCAL_STAND_IN",
     "MODEL_CACHE_HIT",
+    "START_TIME_ROUNDING_S",
+    "SUB_MINUTE_PERIODS_S",
     "TREAT_MISSING_DATA",
 ]

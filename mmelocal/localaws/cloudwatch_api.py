@@ -12,12 +12,18 @@
 from __future__ import annotations
 
 import datetime as dt
+import time
 from collections.abc import Callable
 from typing import Any
 
 from mmelocal.errors import AwsServiceError
 from mmelocal.localaws.cloudwatch import ControlLoop
-from mmelocal.localaws.metric_store import STANDARD_STATISTICS, is_percentile, series_key
+from mmelocal.localaws.metric_store import (
+    STANDARD_STATISTICS,
+    is_percentile,
+    rounded_start,
+    series_key,
+)
 from mmelocal.localaws.paging import one_page
 
 Forward = Callable[[dict[str, Any]], tuple[int, Any]]
@@ -127,11 +133,12 @@ class CloudWatchOverlay:
                     f"The value {statistic} for parameter ExtendedStatistics is not supported.",
                     code="InvalidParameterValue",
                 )
+        period = float(params["Period"])
         points = self._loop.store.datapoints(
             key,
-            start_s=_seconds(params["StartTime"]),
+            start_s=rounded_start(_seconds(params["StartTime"]), period, time.time()),
             end_s=_seconds(params["EndTime"]),
-            period_s=float(params["Period"]),
+            period_s=period,
             statistics=wanted,
         )
         datapoints = []
@@ -169,7 +176,7 @@ class CloudWatchOverlay:
             )
             points = self._loop.store.datapoints(
                 key,
-                start_s=start,
+                start_s=rounded_start(start, float(stat["Period"]), time.time()),
                 end_s=end,
                 period_s=float(stat["Period"]),
                 statistics=[stat["Stat"]],

@@ -194,12 +194,16 @@ def test_latency_alarm_goes_to_alarm_under_load_and_back(fast_aws: LocalAws, end
     # the percentile CloudWatch computes (moto has none): p50 of the load's ModelLatency
 
     def latency() -> dict[str, Any] | None:
-        end = dt.datetime.now(dt.UTC)
+        # CloudWatch rounds StartTime down to the minute: from a whole minute 10 to 11
+        # minutes ago, one period of 11 minutes holds everything up to now
+        start = (dt.datetime.now(dt.UTC) - dt.timedelta(minutes=10)).replace(
+            second=0, microsecond=0
+        )
         stats = cloudwatch.get_metric_statistics(
             Namespace="AWS/SageMaker", MetricName="ModelLatency",
             Dimensions=[{"Name": "EndpointName", "Value": endpoint},
                         {"Name": "VariantName", "Value": "AllTraffic"}],
-            StartTime=end - dt.timedelta(minutes=10), EndTime=end, Period=600,
+            StartTime=start, EndTime=start + dt.timedelta(minutes=11), Period=660,
             ExtendedStatistics=["p50"], Statistics=["SampleCount"],
         )  # fmt: skip
         if not stats["Datapoints"]:

@@ -1,8 +1,10 @@
 """CloudWatch's API on the local AWS where moto's answers differ from the service's:
-alarm states across PutMetricAlarm."""
+alarm states across PutMetricAlarm, the periods of the percentiles it computes."""
 
 from __future__ import annotations
 
+import datetime as dt
+import time
 from typing import Any
 
 import boto3
@@ -10,6 +12,9 @@ from localaws_helpers import unique
 
 from mmelocal.localaws import LocalAws
 from mmelocal.localaws.app import INTERNAL_HEADER
+from mmelocal.localaws.cloudwatch import ControlLoop
+from mmelocal.localaws.cloudwatch_api import CloudWatchOverlay
+from mmelocal.localaws.metric_store import series_key
 from mmelocal.localaws.state import repoint_alarms
 
 
@@ -62,3 +67,51 @@ def test_an_alarm_repointed_at_a_policys_new_arn_keeps_its_state(local_aws_env: 
         cloudwatch.delete_alarms(AlarmNames=[name])
     assert alarm["AlarmActions"] == [new]
     assert (alarm["StateValue"], alarm["StateReason"]) == ("ALARM", "by hand")
+
+
+MINUTE = dt.datetime(2026, 11, 26, 12, 32, tzinfo=dt.UTC).timestamp()
+DIMENSIONS = [{"Name": "EndpointName", "Value": "e"}, {"Name": "VariantName", "Value": "v"}]
+
+
+def _overlay() -> CloudWatchOverlay:
+    """The overlay over one minute-stamped datum of ModelLatency (1..4 at 12:32:00)."""
+    loop = ControlLoop(client_for=_no_client, running=list, regions=list)
+    key = series_key("AWS/SageMaker", "ModelLatency", DIMENSIONS)
+    loop.store.add(key, MINUTE, [1.0, 2.0, 3.0, 4.0])
+    return CloudWatchOverlay(loop, _no_client)
+
+
+def _answer(operation: str, params: dict[str, Any]) -> dict[str, Any]:
+    answer = _overlay()("us-east-1", operation, params, _no)
+    assert answer is not None and answer[0] == 200
+    return dict(answer[1])
+
+
+def test_percentiles_round_the_start_down_to_the_minute(monkeypatch: Any) -> None:
+    """GetMetricStatistics' StartTime (botocore's model): "Start time less than 15 days ago -
+    Round down to the nearest whole minute. For example, 12:32:34 is rounded down to
+    12:32:00"; the datum stamped 12:32:00 is in the answer, under that timestamp."""
+    now = dt.datetime(2026, 11, 26, 12, 40, tzinfo=dt.UTC).timestamp()
+    monkeypatch.setattr(time, "time", lambda: now)
+    metric = {"Namespace": "AWS/SageMaker", "MetricName": "ModelLatency", "Dimensions": DIMENSIONS}
+    window = {"StartTime": MINUTE + 34, "EndTime": MINUTE + 334}  # 12:32:34 to 12:37:34
+    statistics = _answer(
+        "GetMetricStatistics",
+        {**metric, **window, "Period": 300, "ExtendedStatistics": ["p50"],
+         "Statistics": ["SampleCount"]},
+    )  # fmt: skip
+    (point,) = statistics["Datapoints"]
+    assert point["Timestamp"] == MINUTE
+    assert (point["SampleCount"], point["ExtendedStatistics"]) == (4.0, {"p50": 2.0})
+    query = {"Id": "p", "MetricStat": {"Metric": metric, "Period": 300, "Stat": "p50"}}
+    data = _answer("GetMetricData", {**window, "MetricDataQueries": [query]})
+    (result,) = data["MetricDataResults"]
+    assert (result["Timestamps"], result["Values"]) == ([MINUTE], [2.0])
+
+
+def _no_client(*_: Any) -> Any:
+    raise AssertionError("no client is needed")
+
+
+def _no(_: dict[str, Any]) -> tuple[int, Any]:
+    raise AssertionError("nothing is forwarded to moto")
