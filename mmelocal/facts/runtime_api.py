@@ -57,6 +57,12 @@ ZERO_INSTANCES = (
     "components; an instance-backed variant keeps at least 1 instance."
 )
 
+#: the variant properties ``UpdateEndpoint``'s ``RetainAllVariantProperties`` keeps from the
+#: running variants (botocore's ``VariantPropertyType``; its third, ``DataCaptureConfig``,
+#: is "Not currently supported"); ``ExcludeRetainedVariantProperties`` names those the new
+#: config's ``InitialInstanceCount`` / ``InitialVariantWeight`` override
+RETAINED_VARIANT_PROPERTIES = frozenset({"DesiredInstanceCount", "DesiredWeight"})
+
 #: the CloudWatch Logs group of an endpoint and its streams (one per variant and instance)
 LOG_GROUP = "/aws/sagemaker/Endpoints/{endpoint}"
 LOG_STREAM = "{variant}/{instance_id}"
@@ -82,6 +88,7 @@ __all__ = [
     "ENDPOINT_IN_PROGRESS",
     "LOG_GROUP",
     "LOG_STREAM",
+    "RETAINED_VARIANT_PROPERTIES",
     "TARGET_VARIANT_HEADER",
     "UNKNOWN_TARGET_VARIANT",
     "VARIANT_NOT_IN_CONFIG",

@@ -34,6 +34,7 @@ from mmelocal.facts.runtime_api import (
     DUPLICATE_VARIANT_IN_REQUEST,
     ENDPOINT_FAILED,
     ENDPOINT_IN_PROGRESS,
+    RETAINED_VARIANT_PROPERTIES,
     TARGET_VARIANT_HEADER,
     UNKNOWN_TARGET_VARIANT,
     VARIANT_NOT_IN_CONFIG,
@@ -378,7 +379,7 @@ class LocalAwsApp:
         _refuse_unless_in_service(state, endpoint)
         for check in self.update_checks:
             check(region, name, endpoint, config)
-        self.endpoints.update(region, name, config_name)
+        self.endpoints.update(region, name, config_name, retain=_retained(params))
         return 200, {"EndpointArn": endpoint["EndpointArn"]}
 
     def _update_weights_and_capacities(
@@ -534,6 +535,20 @@ class LocalAwsApp:
         headers = [*headers, ("Content-Length", str(len(body)))]
         start_response(f"{status} {'OK' if status == 200 else 'Error'}", headers)
         return [body]
+
+
+def _retained(params: dict[str, Any]) -> frozenset[str]:
+    """The variant properties an ``UpdateEndpoint`` keeps from the running variants: none
+    unless ``RetainAllVariantProperties``, then all but those
+    ``ExcludeRetainedVariantProperties`` names."""
+    if not params.get("RetainAllVariantProperties"):
+        return frozenset()
+    excluded = {
+        str(p.get("VariantPropertyType"))
+        for p in params.get("ExcludeRetainedVariantProperties") or []
+        if isinstance(p, dict)
+    }
+    return RETAINED_VARIANT_PROPERTIES - excluded
 
 
 def _refuse_unless_in_service(state: EndpointState, endpoint: dict[str, Any]) -> None:

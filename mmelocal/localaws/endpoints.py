@@ -21,7 +21,13 @@ from typing import Any
 from mmelocal.errors import EndpointFailedError
 from mmelocal.facts.sagemaker import DRAIN_TIMEOUT_S, FAILURE_REASON_MAX_CHARS
 from mmelocal.localaws.fleet import Fleet
-from mmelocal.localaws.variants import EndpointPlan, StartFleet, VariantFleets, start_variants
+from mmelocal.localaws.variants import (
+    EndpointPlan,
+    StartFleet,
+    VariantFleets,
+    retain_properties,
+    start_variants,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -96,8 +102,13 @@ class EndpointManager:
             self._endpoints[(region, name)] = state
         self._spawn(state, self._run_create, state, state.generation)
 
-    def update(self, region: str, name: str, config_name: str) -> None:
-        """Move to another config: the old fleet serves until the new one is ready."""
+    def update(
+        self, region: str, name: str, config_name: str, *, retain: frozenset[str] = frozenset()
+    ) -> None:
+        """Move to another config: the old fleet serves until the new one is ready. The
+        ``retain`` properties (``DesiredInstanceCount``, ``DesiredWeight``) of each variant
+        the new config names too are the ones it has now, not the config's
+        (``RetainAllVariantProperties``)."""
         with self._lock:
             state = self._endpoints.get((region, name))
             if state is None:
@@ -106,7 +117,8 @@ class EndpointManager:
             state.failure_reason = None
             state.generation += 1
             generation = state.generation
-        self._spawn(state, self._run_update, state, config_name, generation)
+            running = state.fleets if retain else None
+        self._spawn(state, self._run_update, state, config_name, generation, running, retain)
 
     def delete(self, region: str, name: str) -> None:
         """Deleting: new calls are refused, calls in flight finish, then Triton stops and
@@ -209,8 +221,16 @@ class EndpointManager:
         state.workers = [w for w in state.workers if w.is_alive()] + [worker]
         worker.start()
 
-    def _new_fleets(self, state: EndpointState, config_name: str) -> VariantFleets:
+    def _new_fleets(
+        self,
+        state: EndpointState,
+        config_name: str,
+        running: VariantFleets | None = None,
+        retain: frozenset[str] = frozenset(),
+    ) -> VariantFleets:
         plan = self._describe(state.region, state.name, config_name)
+        if running is not None:
+            plan = retain_properties(plan, running, retain)
         work = self._work_dir / state.region / state.name / f"{config_name}-{state.generation}"
         return start_variants(plan, start_fleet=self._start_fleet, work_dir=work)
 
@@ -252,9 +272,16 @@ class EndpointManager:
             return
         self._install(state, generation, fleets)
 
-    def _run_update(self, state: EndpointState, config_name: str, generation: int) -> None:
+    def _run_update(
+        self,
+        state: EndpointState,
+        config_name: str,
+        generation: int,
+        running: VariantFleets | None,
+        retain: frozenset[str],
+    ) -> None:
         try:
-            fleets = self._new_fleets(state, config_name)
+            fleets = self._new_fleets(state, config_name, running, retain)
         except Exception as exc:  # the endpoint fails with the reason, never stays Creating
             self._fail(state, generation, _reason(exc))
             return
