@@ -417,7 +417,9 @@ class LocalAwsApp:
         state = self.endpoints.get(region, name)
         if state is None or state.status == "Deleting":
             return self._moto_json(environ)  # moto's answer (not found, or a plain record)
-        self.endpoints.delete(region, name)
+        if not self.endpoints.delete(region, name):  # Creating or Updating
+            endpoint = self._exists(region, "describe_endpoint", EndpointName=name) or {}
+            raise AwsServiceError(ENDPOINT_IN_PROGRESS.format(arn=endpoint.get("EndpointArn")))
         return 200, {}
 
     def _describe_endpoint(

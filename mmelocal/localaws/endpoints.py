@@ -1,4 +1,5 @@
-"""The endpoints' lifecycle: Creating -> InService (or Failed), Updating, Deleting.
+"""The endpoints' lifecycle: Creating -> InService (or Failed), Updating, Deleting (from
+InService or Failed only, as the service allows).
 
 moto keeps the control plane's records (names, ARNs, tags, configs); this module keeps
 what moto cannot know: the status of the fleets behind each endpoint, its
@@ -31,6 +32,10 @@ from mmelocal.localaws.variants import (
 
 logger = logging.getLogger(__name__)
 
+#: the statuses of an endpoint whose change is under way: UpdateEndpoint,
+#: UpdateEndpointWeightsAndCapacities and DeleteEndpoint answer "Cannot update in-progress
+#: endpoint" (an autoscaler's resize shows Updating too)
+IN_PROGRESS = frozenset({"Creating", "Updating"})
 #: (region, endpoint name, config name) -> what the config serves, read from moto
 Describe = Callable[[str, str, str], EndpointPlan]
 
@@ -120,17 +125,21 @@ class EndpointManager:
             running = state.fleets if retain else None
         self._spawn(state, self._run_update, state, config_name, generation, running, retain)
 
-    def delete(self, region: str, name: str) -> None:
+    def delete(self, region: str, name: str) -> bool:
         """Deleting: new calls are refused, calls in flight finish, then Triton stops and
-        moto forgets the endpoint."""
+        moto forgets the endpoint. False (nothing changes) while the endpoint is Creating
+        or Updating: the service refuses to delete an endpoint in progress."""
         with self._lock:
             state = self._endpoints.get((region, name))
             if state is None:
                 raise KeyError(name)
+            if state.status in IN_PROGRESS:
+                return False
             state.status = "Deleting"
             state.generation += 1
             fleets, state.fleets = state.fleets, None
         self._spawn(state, self._run_delete, state, fleets)
+        return True
 
     def update_weights_and_capacities(
         self, region: str, name: str, desired: list[dict[str, Any]]
@@ -320,4 +329,4 @@ def _reason(exc: BaseException) -> str:
     return (str(exc).strip() or type(exc).__name__)[:FAILURE_REASON_MAX_CHARS]
 
 
-__all__ = ["EndpointManager", "EndpointState"]
+__all__ = ["IN_PROGRESS", "EndpointManager", "EndpointState"]

@@ -47,3 +47,18 @@ def test_a_resize_ending_after_the_endpoint_moved_on_leaves_its_status(tmp_path:
     state.generation += 1  # an UpdateEndpoint or a delete took over meanwhile
     manager.end_resize("r", "e")
     assert state.status == "Updating"
+
+
+def test_an_endpoint_is_not_deleted_while_a_change_is_under_way(tmp_path: Path) -> None:
+    """The service refuses DeleteEndpoint on an endpoint Creating or Updating ("Cannot
+    update in-progress endpoint"): an autoscaler's resize shows Updating, so a delete then
+    changes nothing and the resize's end returns the endpoint to InService."""
+    manager, state, _ = _manager(tmp_path)
+    assert manager.begin_resize("r", "e", "AllTraffic") is not None
+    assert manager.delete("r", "e") is False
+    assert state.status == "Updating" and state.fleets is not None
+    manager.end_resize("r", "e")
+    assert state.status == "InService"
+    state.status = "Creating"
+    assert manager.delete("r", "e") is False
+    assert state.status == "Creating"
