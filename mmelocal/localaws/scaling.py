@@ -8,9 +8,11 @@ moto records targets and policies; this module adds what the service does with t
   evaluated by the control loop like any alarm), deleted with their policy;
 * every period (:meth:`Autoscaler.tick`): each target tracking policy through
   :func:`mmelocal.rules.autoscaling.target_tracking_step` on the published metric, and step
-  scaling when its alarm is in ALARM; a change resizes the variant's fleet on a worker
-  thread (new instances join routing once Triton is up; removed ones drain first) while
-  ``DescribeEndpoint`` shows ``Updating`` and both instance counts;
+  scaling when its alarm is in ALARM; of the policies that would act, the one giving the
+  largest capacity wins, scale-out or scale-in (as the service decides); a change resizes
+  the variant's fleet on a worker thread (new instances join routing once Triton is up;
+  removed ones drain first) while ``DescribeEndpoint`` shows ``Updating`` and both
+  instance counts;
 * ``DescribeScalingActivities`` (moto answers a 500), worded as the service words it.
 
 Cooldowns and periods run on the control loop's clock (``--time-scale``).
@@ -124,6 +126,24 @@ class _Period(NamedTuple):
     now_s: float
     scale: float
     suspended: dict[str, Any]
+
+
+class _Proposal(NamedTuple):
+    """What one policy would do this period: the capacity, its cause, and what to record
+    (the policy's cooldown) once the resize it asked for started."""
+
+    capacity: int
+    cause: str
+    started: Callable[[], None]
+
+
+def _suspended(suspended: dict[str, Any], current: int, capacity: int) -> bool:
+    """True when the target's SuspendedState holds back the move from ``current`` to
+    ``capacity`` (scale-out or scale-in activities suspended)."""
+    growing = capacity > current
+    return bool(
+        suspended.get("DynamicScalingOutSuspended" if growing else "DynamicScalingInSuspended")
+    )
 
 
 class Autoscaler:
@@ -483,17 +503,24 @@ class Autoscaler:
                 self._resize(region, resource, fleet, decision.capacity, str(decision.cause))
                 continue
             period = _Period(region, fleet, limits, now_s, scale, suspended)
+            proposals = []
             for policy in [p for p in policies if p["ResourceId"] == resource]:
                 if policy.get("PolicyType") == "TargetTrackingScaling":
-                    capacity = self._target_tracking(policy, period)
+                    proposal = self._target_tracking(policy, period)
                 elif policy.get("PolicyType") == "StepScaling":
-                    capacity = self._step(policy, period)
+                    proposal = self._step(policy, period)
                 else:
                     continue
-                if capacity is not None:
-                    break
+                if proposal is not None and not _suspended(suspended, current, proposal.capacity):
+                    proposals.append(proposal)
+            if proposals:
+                # the service: "precedence to the policy that provides the largest capacity
+                # for both scale out and scale in" (PutScalingPolicy API reference)
+                chosen = max(proposals, key=lambda p: p.capacity)
+                if self._resize(region, resource, fleet, chosen.capacity, chosen.cause):
+                    chosen.started()
 
-    def _target_tracking(self, policy: dict[str, Any], period: _Period) -> int | None:
+    def _target_tracking(self, policy: dict[str, Any], period: _Period) -> _Proposal | None:
         region, fleet, limits, now_s, scale, suspended = period
         config = policy["TargetTrackingScalingPolicyConfiguration"]
         namespace, metric, dimensions, statistic = self._metric(policy)
@@ -527,13 +554,14 @@ class Autoscaler:
         )  # fmt: skip
         if decision.cause is None:
             return None
-        if not self._act(period, policy, state.capacity, decision.capacity, decision.cause):
-            return None
-        with self._lock:
-            self._states[state_key] = new
-        return decision.capacity
 
-    def _step(self, policy: dict[str, Any], period: _Period) -> int | None:
+        def started() -> None:
+            with self._lock:
+                self._states[state_key] = new
+
+        return _Proposal(decision.capacity, decision.cause, started)
+
+    def _step(self, policy: dict[str, Any], period: _Period) -> _Proposal | None:
         region, fleet, limits, now_s, scale, _ = period
         config = policy.get("StepScalingPolicyConfiguration") or {}
         cloudwatch = self._client_for("cloudwatch", region)
@@ -584,22 +612,11 @@ class Autoscaler:
         if desired == current:
             return None
         cause = ALARM_CAUSE_FORMAT.format(alarm=alarm["AlarmName"], policy=policy["PolicyName"])
-        if not self._act(period, policy, current, desired, cause):
-            return None
-        self._last_step[(region, policy["ResourceId"])] = now_s
-        return desired
 
-    def _act(
-        self, period: _Period, policy: dict[str, Any], current: int, capacity: int, cause: str
-    ) -> bool:
-        """Resize from ``current`` to ``capacity`` for ``policy``, unless the target's
-        suspended state holds that direction back; False when nothing started."""
-        growing = capacity > current
-        if period.suspended.get(
-            "DynamicScalingOutSuspended" if growing else "DynamicScalingInSuspended"
-        ):
-            return False
-        return self._resize(period.region, policy["ResourceId"], period.fleet, capacity, cause)
+        def started() -> None:
+            self._last_step[(region, policy["ResourceId"])] = now_s
+
+        return _Proposal(desired, cause, started)
 
     def _resize(self, region: str, resource: str, fleet: Any, capacity: int, cause: str) -> bool:
         """Start resizing ``fleet`` on a worker; False when the endpoint is not InService
