@@ -43,6 +43,17 @@ def _seconds(value: Any) -> float:
         return stamp.timestamp()
 
 
+#: a new alarm's state and reason (PutMetricAlarm API reference: "When this operation
+#: creates an alarm, the alarm state is immediately set to INSUFFICIENT_DATA")
+INITIAL_STATE = "INSUFFICIENT_DATA"
+INITIAL_REASON = "Unchecked: Initial alarm creation"
+
+
+def start_unchecked(cloudwatch: Any, name: str) -> None:
+    """Give an alarm just created the state the service starts it in (moto: OK)."""
+    cloudwatch.set_alarm_state(AlarmName=name, StateValue=INITIAL_STATE, StateReason=INITIAL_REASON)
+
+
 def keep_state(cloudwatch: Any, before: dict[str, Any]) -> None:
     """Give an alarm put again the state ``before`` (its DescribeAlarms answer) showed: the
     service leaves an updated alarm's state unchanged (PutMetricAlarm API reference), moto
@@ -50,7 +61,7 @@ def keep_state(cloudwatch: Any, before: dict[str, Any]) -> None:
     cloudwatch.set_alarm_state(
         AlarmName=before["AlarmName"],
         StateValue=before["StateValue"],
-        StateReason=before.get("StateReason") or "Unchecked: Initial alarm creation",
+        StateReason=before.get("StateReason") or INITIAL_REASON,
         StateReasonData=before.get("StateReasonData") or "{}",
     )
 
@@ -84,11 +95,7 @@ class CloudWatchOverlay:
         if status == 200 and existed:
             keep_state(self._internal(region), found[0])
         if status == 200 and not existed:
-            self._internal(region).set_alarm_state(
-                AlarmName=name,
-                StateValue="INSUFFICIENT_DATA",
-                StateReason="Unchecked: Initial alarm creation",
-            )
+            start_unchecked(self._internal(region), name)
             self._loop.record(
                 region, name, "ConfigurationUpdate", f'Alarm "{name}" created', {"type": "Create"}
             )
@@ -198,4 +205,4 @@ class CloudWatchOverlay:
         return 200, {"MetricDataResults": results, "Messages": []}
 
 
-__all__ = ["CloudWatchOverlay", "keep_state"]
+__all__ = ["INITIAL_REASON", "INITIAL_STATE", "CloudWatchOverlay", "keep_state", "start_unchecked"]

@@ -44,6 +44,7 @@ from mmelocal.facts.autoscaling import (
     SERVICE_NAMESPACE,
 )
 from mmelocal.facts.cloudwatch import GPU_METRICS, INSTANCE_NAMESPACE, LOCAL_STAND_IN
+from mmelocal.localaws.cloudwatch_api import start_unchecked
 from mmelocal.localaws.metric_store import MetricStore, series_key
 from mmelocal.localaws.paging import one_page
 from mmelocal.localaws.state import repoint_alarms
@@ -397,6 +398,7 @@ class Autoscaler:
                 Threshold=target * alarm.threshold_factor,
                 ComparisonOperator=alarm.comparison,
             )
+            start_unchecked(cloudwatch, name)  # a new alarm, as any (moto starts it OK)
             names.append(name)
             described = cloudwatch.describe_alarms(AlarmNames=[name])["MetricAlarms"]
             alarms.append({"AlarmName": name, "AlarmARN": described[0]["AlarmArn"]})

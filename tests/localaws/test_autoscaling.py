@@ -365,6 +365,33 @@ def test_the_services_answers_to_what_it_refuses(
     assert info.value.response["Error"]["Code"] == "UnknownOperationException"
 
 
+def test_target_tracking_alarms_start_with_insufficient_data(
+    fast_aws: LocalAws, endpoint: str
+) -> None:
+    """The alarms a target tracking policy creates are new alarms: PutMetricAlarm's API
+    reference, "When this operation creates an alarm, the alarm state is immediately set to
+    INSUFFICIENT_DATA". On a metric nothing publishes they stay there (moto: OK)."""
+    aas = boto3.client("application-autoscaling")
+    target = {"ServiceNamespace": "sagemaker", "ScalableDimension": SCALABLE,
+              "ResourceId": f"endpoint/{endpoint}/variant/AllTraffic"}  # fmt: skip
+    aas.register_scalable_target(**target, MinCapacity=1, MaxCapacity=2)
+    try:
+        policy = aas.put_scaling_policy(
+            PolicyName="unpublished", PolicyType="TargetTrackingScaling", **target,
+            TargetTrackingScalingPolicyConfiguration={"TargetValue": 5.0,
+                "CustomizedMetricSpecification": {
+                    "Namespace": "mmelocal/tests", "MetricName": "NeverPublished",
+                    "Dimensions": [{"Name": "EndpointName", "Value": endpoint}],
+                    "Statistic": "Average"}},
+        )  # fmt: skip
+        names = [alarm["AlarmName"] for alarm in policy["Alarms"]]
+        alarms = boto3.client("cloudwatch").describe_alarms(AlarmNames=names)["MetricAlarms"]
+    finally:
+        aas.deregister_scalable_target(**target)
+    assert len(alarms) == 2
+    assert {alarm["StateValue"] for alarm in alarms} == {"INSUFFICIENT_DATA"}
+
+
 def test_scaling_activities_page_through_boto3s_paginator(
     fast_aws: LocalAws, endpoint: str
 ) -> None:
