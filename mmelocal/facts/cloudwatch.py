@@ -59,6 +59,14 @@ LOCAL_STAND_IN: Final[dict[str, str]] = {
 START_TIME_ROUNDING_S: Final = ((15 * 86_400, 60), (63 * 86_400, 300), (None, 3600))
 SUB_MINUTE_PERIODS_S: Final = (5, 10, 20, 30)
 
+#: How many datapoints beyond its EvaluationPeriods an alarm retrieves (its "evaluation
+#: range"), among which missing ones are skipped before the treat-missing-data setting is
+#: used: CloudWatch User Guide, "How alarm state is evaluated when data is missing" (its
+#: examples retrieve the 5 most recent datapoints for 3 evaluation periods; the exact number
+#: "depends on the length of the alarm period" and is not published: mmelocal's choice
+#: follows the examples)
+EVALUATION_RANGE_EXTRA_PERIODS: Final = 2
+
 #: Alarm states and the comparison operators an alarm may use.
 ALARM_STATES: Final = ("OK", "ALARM", "INSUFFICIENT_DATA")
 COMPARISON_OPERATORS: Final = (
@@ -73,6 +81,7 @@ __all__ = [
     "ALARM_STATES",
     "COMPARISON_OPERATORS",
     "DIMENSIONS",
+    "EVALUATION_RANGE_EXTRA_PERIODS",
     "GPU_METRICS",
     "INSTANCE_METRICS",
     "INSTANCE_NAMESPACE",

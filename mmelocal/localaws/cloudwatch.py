@@ -28,6 +28,7 @@ from typing import Any
 
 from mmelocal.facts.autoscaling import METRIC_PERIOD_S
 from mmelocal.facts.cloudwatch import (
+    EVALUATION_RANGE_EXTRA_PERIODS,
     INSTANCE_METRICS,
     INSTANCE_NAMESPACE,
     INVOCATION_METRICS,
@@ -287,11 +288,11 @@ class ControlLoop:
                 continue  # not a metric this local AWS publishes
             statistic = alarm.get("ExtendedStatistic") or alarm.get("Statistic") or "Average"
             periods = int(alarm["EvaluationPeriods"])
-            values = self.store.periods(
+            values = self.store.periods(  # the alarm's evaluation range
                 key,
                 end_s=end_s,
                 period_s=float(alarm["Period"]) / self.time_scale,
-                count=periods,
+                count=periods + EVALUATION_RANGE_EXTRA_PERIODS,
                 statistic=statistic,
             )
             state = alarm_state(

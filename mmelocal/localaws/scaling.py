@@ -43,7 +43,12 @@ from mmelocal.facts.autoscaling import (
     SCALABLE_DIMENSION,
     SERVICE_NAMESPACE,
 )
-from mmelocal.facts.cloudwatch import GPU_METRICS, INSTANCE_NAMESPACE, LOCAL_STAND_IN
+from mmelocal.facts.cloudwatch import (
+    EVALUATION_RANGE_EXTRA_PERIODS,
+    GPU_METRICS,
+    INSTANCE_NAMESPACE,
+    LOCAL_STAND_IN,
+)
 from mmelocal.localaws.cloudwatch_api import start_unchecked
 from mmelocal.localaws.metric_store import MetricStore, series_key
 from mmelocal.localaws.paging import one_page
@@ -531,7 +536,7 @@ class Autoscaler:
             key,
             end_s=now_s,
             period_s=METRIC_PERIOD_S / scale,
-            count=LOW_ALARM.evaluation_periods,
+            count=LOW_ALARM.evaluation_periods + EVALUATION_RANGE_EXTRA_PERIODS,
             statistic=statistic,
         )
         rules = TargetTrackingPolicy(

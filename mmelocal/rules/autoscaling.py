@@ -22,7 +22,12 @@ from mmelocal.facts.autoscaling import (
     LOW_ALARM,
     TrackingAlarm,
 )
-from mmelocal.facts.cloudwatch import ALARM_STATES, COMPARISON_OPERATORS, TREAT_MISSING_DATA
+from mmelocal.facts.cloudwatch import (
+    ALARM_STATES,
+    COMPARISON_OPERATORS,
+    EVALUATION_RANGE_EXTRA_PERIODS,
+    TREAT_MISSING_DATA,
+)
 
 
 @dataclass(frozen=True)
@@ -106,14 +111,22 @@ def alarm_state(
     treat_missing_data: str = "missing",
     current_state: str = "INSUFFICIENT_DATA",
 ) -> str:
-    """An "M out of N" alarm's state from its newest ``evaluation_periods`` datapoints
-    (newest last; None = no data in that period).
+    """An "M out of N" alarm's state over its evaluation range, as CloudWatch evaluates it
+    (CloudWatch User Guide, "How alarm state is evaluated when data is missing").
 
-    ALARM when at least ``datapoints_to_alarm`` breach. Missing datapoints count as breaching
-    or not for ``breaching``/``notBreaching``; with ``missing`` and ``ignore`` they are left
-    out: OK once enough present datapoints are within the threshold that ALARM is out of
-    reach, otherwise the state stays ``current_state`` (``missing`` with no data at all is
-    INSUFFICIENT_DATA).
+    ``datapoints``: one per period, newest last (None or NaN: no data in that period); the
+    newest ``evaluation_periods`` + :data:`~mmelocal.facts.cloudwatch.
+    EVALUATION_RANGE_EXTRA_PERIODS` are the evaluation range (periods not given count as
+    missing). When the range holds at least ``evaluation_periods`` datapoints, the newest
+    that many are evaluated and ``treat_missing_data`` is not used; otherwise the missing
+    ones are filled in as few times as possible (breaching for ``breaching``, within the
+    threshold for ``notBreaching``, neither for ``missing`` and ``ignore``). ALARM when at
+    least ``datapoints_to_alarm`` breach, else OK; except, for ``missing`` and ``ignore``,
+    when every datapoint present breaches but too few do: ``ignore`` keeps
+    ``current_state``, ``missing`` is INSUFFICIENT_DATA unless the oldest datapoint of the
+    range is one of them (ALARM, as the guide's tables show). A range with no datapoint is
+    INSUFFICIENT_DATA (``missing``), ``current_state`` (``ignore``), ALARM (``breaching``)
+    or OK (``notBreaching``).
     """
     if comparison not in COMPARISON_OPERATORS:
         raise UserInputError(
@@ -130,27 +143,35 @@ def alarm_state(
             f"datapoints_to_alarm must be in 1..evaluation_periods ({evaluation_periods}), "
             f"got {datapoints_to_alarm}"
         )
-    present = list(datapoints[-evaluation_periods:])
-    window: list[float | None] = [None] * (evaluation_periods - len(present))
-    window += present
-    breaching = within = 0
-    for value in window:
-        if value is None or math.isnan(value):
-            if treat_missing_data == "breaching":
-                breaching += 1
-            elif treat_missing_data == "notBreaching":
-                within += 1
-        elif _breaches(value, threshold, comparison):
-            breaching += 1
-        else:
-            within += 1
+    size = evaluation_periods + EVALUATION_RANGE_EXTRA_PERIODS
+    given: list[float | None] = [
+        None if v is None or math.isnan(v) else v for v in datapoints[-size:]
+    ]
+    window: list[float | None] = [None] * (size - len(given))
+    window += given
+    present = [v for v in window if v is not None]
+    if not present:
+        return {
+            "missing": "INSUFFICIENT_DATA",
+            "ignore": current_state,
+            "breaching": "ALARM",
+            "notBreaching": "OK",
+        }[treat_missing_data]
+    if len(present) >= evaluation_periods:
+        newest = present[-evaluation_periods:]
+        breaching = sum(_breaches(v, threshold, comparison) for v in newest)
+        return "ALARM" if breaching >= datapoints_to_alarm else "OK"
+    fills = evaluation_periods - len(present)
+    breaching = sum(_breaches(v, threshold, comparison) for v in present)
+    if treat_missing_data == "breaching":
+        breaching += fills
     if breaching >= datapoints_to_alarm:
         return "ALARM"
-    if within > evaluation_periods - datapoints_to_alarm:
+    if treat_missing_data in ("breaching", "notBreaching") or breaching < len(present):
         return "OK"
-    if breaching == within == 0 and treat_missing_data == "missing":
-        return "INSUFFICIENT_DATA"
-    return current_state
+    if treat_missing_data == "ignore":
+        return current_state
+    return "ALARM" if window[0] is not None else "INSUFFICIENT_DATA"
 
 
 def _in_cooldown(now_s: float, since_s: float | None, cooldown_s: float) -> bool:
