@@ -315,10 +315,12 @@ class EndpointManager:
         if fleets is not None:
             fleets.drain(DRAIN_TIMEOUT_S)
             fleets.stop()
+        # moto first: until it forgets the endpoint, Describe and List show it Deleting
+        # (after, moto's own record would show its InService)
+        self._forget(state.region, state.name)
         with self._lock:
             if self._endpoints.get((state.region, state.name)) is state:
                 del self._endpoints[(state.region, state.name)]
-        self._forget(state.region, state.name)
         logger.info("endpoint %s deleted", state.name)
 
 

@@ -62,3 +62,26 @@ def test_an_endpoint_is_not_deleted_while_a_change_is_under_way(tmp_path: Path) 
     state.status = "Creating"
     assert manager.delete("r", "e") is False
     assert state.status == "Creating"
+
+
+def test_a_deleted_endpoint_shows_deleting_until_moto_forgets_it(tmp_path: Path) -> None:
+    """DescribeEndpoint goes from Deleting to "Could not find endpoint", never back to the
+    status moto keeps for it (InService): the endpoint stays Deleting here until moto has
+    forgotten it."""
+    seen: list[str | None] = []
+
+    def forget(region: str, name: str) -> None:
+        state = manager.get(region, name)
+        seen.append(state.status if state is not None else None)
+
+    manager = EndpointManager(
+        describe=lambda *_: None,  # type: ignore[arg-type, return-value]
+        start_fleet=lambda *_: None,  # type: ignore[arg-type, return-value]
+        forget=forget,
+        work_dir=tmp_path,
+    )
+    manager._endpoints[("r", "e")] = EndpointState(region="r", name="e", status="Failed")
+    assert manager.delete("r", "e") is True
+    manager.wait(timeout_s=30)
+    assert seen == ["Deleting"]
+    assert manager.get("r", "e") is None
