@@ -21,7 +21,6 @@ Cooldowns and periods run on the control loop's clock (``--time-scale``).
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 import uuid
@@ -57,6 +56,7 @@ from mmelocal.rules.autoscaling import (
     ScalingLimits,
     ScalingState,
     TargetTrackingPolicy,
+    step_scaling_step,
     target_tracking_step,
 )
 
@@ -181,8 +181,8 @@ class Autoscaler:
         self._busy: dict[tuple[str, str], threading.Thread] = {}
         #: (region, policy ARN) -> the names of the alarms its target tracking created
         self.alarms: dict[tuple[str, str], list[str]] = {}
-        #: (region, resource id) -> the last step scaling time (cooldown)
-        self._last_step: dict[tuple[str, str], float] = {}
+        #: (region, step scaling policy ARN) -> its last scale-out and scale-in (cooldowns)
+        self._step_states: dict[tuple[str, str], ScalingState] = {}
 
     # -- the API overlay ---------------------------------------------------------------
     def __call__(
@@ -579,9 +579,6 @@ class Autoscaler:
             return None
         alarm = alarms[0]
         cooldown_s = float(config.get("Cooldown", DEFAULT_STEP_COOLDOWN_S)) / scale
-        last = self._last_step.get((region, policy["ResourceId"]))
-        if last is not None and now_s - last < cooldown_s:
-            return None
         key = series_key(alarm["Namespace"], alarm["MetricName"], alarm.get("Dimensions", []))
         values = self._store.periods(
             key,
@@ -605,23 +602,24 @@ class Autoscaler:
                 break
         if adjustment is None:
             return None
-        current = fleet.instance_count
-        kind = config.get("AdjustmentType", "ChangeInCapacity")
-        if kind == "ExactCapacity":
-            desired = adjustment
-        elif kind == "PercentChangeInCapacity":
-            desired = current + int(
-                math.copysign(math.ceil(abs(current * adjustment / 100)), adjustment)
-            )
-        else:
-            desired = current + adjustment
-        desired = limits.clamp(desired)
-        if desired == current:
+        state_key = (region, policy["PolicyARN"])
+        with self._lock:
+            previous = self._step_states.get(state_key, ScalingState(fleet.instance_count))
+        new, desired = step_scaling_step(
+            now_s,
+            replace(previous, capacity=fleet.instance_count),
+            str(config.get("AdjustmentType", "ChangeInCapacity")),
+            adjustment,
+            limits,
+            cooldown_s,
+        )
+        if desired is None:
             return None
         cause = ALARM_CAUSE_FORMAT.format(alarm=alarm["AlarmName"], policy=policy["PolicyName"])
 
         def started() -> None:
-            self._last_step[(region, policy["ResourceId"])] = now_s
+            with self._lock:
+                self._step_states[state_key] = new
 
         return _Proposal(desired, cause, started)
 

@@ -269,11 +269,57 @@ def target_tracking_step(
     return state, unchanged
 
 
+def stepped_capacity(capacity: int, adjustment_type: str, adjustment: int) -> int:
+    """``capacity`` after a step adjustment of ``adjustment_type`` (``ChangeInCapacity``,
+    ``PercentChangeInCapacity`` (at least one instance either way), ``ExactCapacity``)."""
+    if adjustment_type == "ExactCapacity":
+        return adjustment
+    if adjustment_type == "PercentChangeInCapacity":
+        change = math.ceil(abs(capacity * adjustment / 100))
+        return capacity + int(math.copysign(change, adjustment))
+    return capacity + adjustment
+
+
+def step_scaling_step(
+    now_s: float,
+    state: ScalingState,
+    adjustment_type: str,
+    adjustment: int,
+    limits: ScalingLimits,
+    cooldown_s: float,
+) -> tuple[ScalingState, int | None]:
+    """One step scaling policy acting on its alarm: the new state and the capacity to go to
+    (None: no change). ``state`` is the policy's own (its last scale-out and scale-in).
+
+    In the cooldown after the policy's scale-out, the capacity that scale-out added is part
+    of the next one: the desired capacity is computed from the capacity before it and only
+    a larger scale-out goes ahead; a scale-in waits out the cooldown after the policy's
+    previous scale-in (StepScalingPolicyConfiguration API reference, Cooldown).
+    """
+    capacity = state.capacity
+    desired = limits.clamp(stepped_capacity(capacity, adjustment_type, adjustment))
+    if desired > capacity:
+        base = capacity
+        if _in_cooldown(now_s, state.last_scale_out_s, cooldown_s):
+            base = state.scale_out_from if state.scale_out_from is not None else capacity
+            desired = limits.clamp(stepped_capacity(base, adjustment_type, adjustment))
+            if desired <= capacity:
+                return state, None
+        return replace(state, capacity=desired, last_scale_out_s=now_s, scale_out_from=base), (
+            desired
+        )
+    if desired < capacity and not _in_cooldown(now_s, state.last_scale_in_s, cooldown_s):
+        return replace(state, capacity=desired, last_scale_in_s=now_s), desired
+    return state, None
+
+
 __all__ = [
     "ScalingDecision",
     "ScalingLimits",
     "ScalingState",
     "TargetTrackingPolicy",
     "alarm_state",
+    "step_scaling_step",
+    "stepped_capacity",
     "target_tracking_step",
 ]

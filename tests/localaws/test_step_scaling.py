@@ -1,0 +1,122 @@
+"""Step scaling's cooldown as Application Auto Scaling applies it (StepScalingPolicyConfiguration
+API reference, Cooldown): "While the cooldown period is in effect, capacity added by the
+initiating scale-out activity is calculated as part of the desired capacity for the next
+scale-out activity. For example, when an alarm triggers a step scaling policy to increase
+the capacity by 2 [...] If the alarm triggers again during the cooldown period but at a more
+aggressive step adjustment of 3, the previous increase of 2 is considered part of the
+current capacity. Therefore, only 1 is added", and "if another alarm triggers a scale-out
+activity during the cooldown period after a scale-in, Application Auto Scaling scales out
+the target immediately". The autoscaler runs on fake clients and a fake fleet."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from mmelocal.localaws.metric_store import MetricStore, series_key
+from mmelocal.localaws.scaling import Autoscaler
+
+RESOURCE = "endpoint/e/variant/AllTraffic"
+T0_S = 1_800_000_000.0
+DIMENSIONS = [{"Name": "EndpointName", "Value": "e"}]
+
+
+def _policy(name: str, steps: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "PolicyName": name,
+        "PolicyARN": f"arn:policy/{name}",
+        "ResourceId": RESOURCE,
+        "ScalableDimension": "sagemaker:variant:DesiredInstanceCount",
+        "PolicyType": "StepScaling",
+        "StepScalingPolicyConfiguration": {
+            "AdjustmentType": "ChangeInCapacity",
+            "Cooldown": 300,
+            "StepAdjustments": steps,
+        },
+    }
+
+
+def _alarm(name: str, comparison: str) -> dict[str, Any]:
+    return {
+        "AlarmName": f"alarm-{name}",
+        "AlarmActions": [f"arn:policy/{name}"],
+        "Namespace": "mmelocal/tests",
+        "MetricName": "Load",
+        "Dimensions": DIMENSIONS,
+        "Statistic": "Average",
+        "Period": 60,
+        "Threshold": 50.0,
+        "ComparisonOperator": comparison,
+    }
+
+
+class _World:
+    """One scalable target (1..10) with the given policies and alarms, a fleet whose count
+    follows every resize, the metric set by :meth:`period`."""
+
+    def __init__(self, policies: list[dict[str, Any]], capacity: int) -> None:
+        self.store = MetricStore(retention_s=1e9)
+        self.in_alarm: set[str] = set()
+        self.fleet = SimpleNamespace(instance_count=capacity, scale_to=self._scale_to)
+        target = {"ResourceId": RESOURCE, "MinCapacity": 1, "MaxCapacity": 10}
+        alarms = {
+            "out": _alarm("out", "GreaterThanThreshold"),
+            "in": _alarm("in", "LessThanThreshold"),
+        }
+
+        def firing(ActionPrefix: str, **_: Any) -> dict[str, Any]:
+            return {
+                "MetricAlarms": [
+                    a for n, a in alarms.items()
+                    if n in self.in_alarm and a["AlarmActions"][0] == ActionPrefix
+                ]
+            }  # fmt: skip
+
+        clients = SimpleNamespace(
+            describe_scalable_targets=lambda **_: {"ScalableTargets": [target]},
+            describe_scaling_policies=lambda **_: {"ScalingPolicies": policies},
+            describe_alarms=firing,
+        )
+        self.scaler = Autoscaler(
+            client_for=lambda service, region: clients,
+            store=self.store,
+            fleet_of=lambda region, endpoint, variant: self.fleet,
+            variants_of=lambda region, endpoint: ["AllTraffic"],
+            show_counts=lambda *_: True,
+            time_scale=lambda: 1.0,
+            regions=lambda: ["us-east-1"],
+        )
+
+    def _scale_to(self, capacity: int, **_: Any) -> int:
+        self.fleet.instance_count = capacity
+        return capacity
+
+    def period(self, minute: int, load: float, in_alarm: set[str]) -> int:
+        """The period ending ``minute`` minutes after T0 at ``load``; the count after it."""
+        end = T0_S + 60 * minute
+        self.store.add(series_key("mmelocal/tests", "Load", DIMENSIONS), end - 60, [load])
+        self.in_alarm = in_alarm
+        self.scaler.tick(end)
+        self.scaler.wait(timeout_s=30)
+        return int(self.fleet.instance_count)
+
+
+OUT_STEPS = [
+    {"MetricIntervalLowerBound": 0.0, "MetricIntervalUpperBound": 20.0, "ScalingAdjustment": 2},
+    {"MetricIntervalLowerBound": 20.0, "ScalingAdjustment": 3},
+]
+IN_STEPS = [{"MetricIntervalUpperBound": 0.0, "ScalingAdjustment": -1}]
+
+
+def test_a_larger_step_in_the_cooldown_adds_what_the_first_did_not() -> None:
+    world = _World([_policy("out", OUT_STEPS)], capacity=2)
+    assert world.period(1, 60.0, {"out"}) == 4  # +2
+    assert world.period(2, 60.0, {"out"}) == 4  # the same step again: in the cooldown
+    assert world.period(3, 80.0, {"out"}) == 5  # +3 from 2, of which the +2 is done
+
+
+def test_a_scale_out_is_not_held_back_by_a_scale_ins_cooldown() -> None:
+    world = _World([_policy("in", IN_STEPS), _policy("out", OUT_STEPS)], capacity=4)
+    assert world.period(1, 40.0, {"in"}) == 3
+    assert world.period(2, 60.0, {"out"}) == 5
+    assert world.period(3, 40.0, {"in"}) == 5  # the scale-in's own cooldown holds it back
