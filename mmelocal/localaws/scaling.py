@@ -56,6 +56,7 @@ from mmelocal.rules.autoscaling import (
     ScalingLimits,
     ScalingState,
     TargetTrackingPolicy,
+    step_adjustment,
     step_scaling_step,
     target_tracking_step,
 )
@@ -590,16 +591,11 @@ class Autoscaler:
         value = values[-1]
         if value is None:
             return None
-        difference = value - float(alarm["Threshold"])
-        adjustment = None
-        for step in config.get("StepAdjustments", []):
-            low = step.get("MetricIntervalLowerBound")
-            high = step.get("MetricIntervalUpperBound")
-            if (low is None or difference >= float(low)) and (
-                high is None or difference < float(high)
-            ):
-                adjustment = int(step["ScalingAdjustment"])
-                break
+        adjustment = step_adjustment(
+            value - float(alarm["Threshold"]),
+            config.get("StepAdjustments", []),
+            breach_above=str(alarm["ComparisonOperator"]).startswith("GreaterThan"),
+        )
         if adjustment is None:
             return None
         state_key = (region, policy["PolicyARN"])

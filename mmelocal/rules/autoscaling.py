@@ -10,8 +10,9 @@ the rules do not care.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from mmelocal.errors import UserInputError
 from mmelocal.facts.autoscaling import (
@@ -269,6 +270,29 @@ def target_tracking_step(
     return state, unchanged
 
 
+def step_adjustment(
+    difference: float, steps: Sequence[Mapping[str, Any]], *, breach_above: bool
+) -> int | None:
+    """The ``ScalingAdjustment`` of the step whose interval holds ``difference`` (the metric
+    minus the alarm's threshold), None when none does. Above the threshold (an alarm that
+    breaches upwards) a step's lower bound is inclusive and its upper bound exclusive;
+    below it the lower bound is exclusive and the upper bound inclusive (StepAdjustment,
+    Application Auto Scaling API reference). A missing bound is infinite."""
+    for step in steps:
+        low, high = step.get("MetricIntervalLowerBound"), step.get("MetricIntervalUpperBound")
+        if breach_above:
+            inside = (low is None or difference >= float(low)) and (
+                high is None or difference < float(high)
+            )
+        else:
+            inside = (low is None or difference > float(low)) and (
+                high is None or difference <= float(high)
+            )
+        if inside:
+            return int(step["ScalingAdjustment"])
+    return None
+
+
 def stepped_capacity(capacity: int, adjustment_type: str, adjustment: int) -> int:
     """``capacity`` after a step adjustment of ``adjustment_type`` (``ChangeInCapacity``,
     ``PercentChangeInCapacity`` (at least one instance either way), ``ExactCapacity``)."""
@@ -319,6 +343,7 @@ __all__ = [
     "ScalingState",
     "TargetTrackingPolicy",
     "alarm_state",
+    "step_adjustment",
     "step_scaling_step",
     "stepped_capacity",
     "target_tracking_step",

@@ -21,7 +21,7 @@ T0_S = 1_800_000_000.0
 DIMENSIONS = [{"Name": "EndpointName", "Value": "e"}]
 
 
-def _policy(name: str, steps: list[dict[str, Any]]) -> dict[str, Any]:
+def _policy(name: str, steps: list[dict[str, Any]], **config: Any) -> dict[str, Any]:
     return {
         "PolicyName": name,
         "PolicyARN": f"arn:policy/{name}",
@@ -32,6 +32,7 @@ def _policy(name: str, steps: list[dict[str, Any]]) -> dict[str, Any]:
             "AdjustmentType": "ChangeInCapacity",
             "Cooldown": 300,
             "StepAdjustments": steps,
+            **config,
         },
     }
 
@@ -120,3 +121,19 @@ def test_a_scale_out_is_not_held_back_by_a_scale_ins_cooldown() -> None:
     assert world.period(1, 40.0, {"in"}) == 3
     assert world.period(2, 60.0, {"out"}) == 5
     assert world.period(3, 40.0, {"in"}) == 5  # the scale-in's own cooldown holds it back
+
+
+def test_below_the_threshold_the_lower_bound_is_exclusive_and_the_upper_inclusive() -> None:
+    """StepAdjustment (botocore's model): "To initiate the adjustment when the metric is
+    greater than 40 and less than or equal to 50, specify a lower bound of -10 and an upper
+    bound of 0" (threshold 50): at 40 that step is not the one, the step under -10 is."""
+    steps = [
+        {"MetricIntervalUpperBound": -10.0, "ScalingAdjustment": -2},
+        {
+            "MetricIntervalLowerBound": -10.0,
+            "MetricIntervalUpperBound": 0.0,
+            "ScalingAdjustment": -1,
+        },
+    ]
+    world = _World([_policy("in", steps)], capacity=5)
+    assert world.period(1, 40.0, {"in"}) == 3
