@@ -608,6 +608,7 @@ class Autoscaler:
             adjustment,
             limits,
             cooldown_s,
+            config.get("MinAdjustmentMagnitude"),
         )
         if desired is None:
             return None

@@ -293,13 +293,16 @@ def step_adjustment(
     return None
 
 
-def stepped_capacity(capacity: int, adjustment_type: str, adjustment: int) -> int:
+def stepped_capacity(
+    capacity: int, adjustment_type: str, adjustment: int, min_magnitude: int | None = None
+) -> int:
     """``capacity`` after a step adjustment of ``adjustment_type`` (``ChangeInCapacity``,
-    ``PercentChangeInCapacity`` (at least one instance either way), ``ExactCapacity``)."""
+    ``PercentChangeInCapacity`` (at least one instance either way, and at least
+    ``min_magnitude``: ``MinAdjustmentMagnitude``), ``ExactCapacity``)."""
     if adjustment_type == "ExactCapacity":
         return adjustment
     if adjustment_type == "PercentChangeInCapacity":
-        change = math.ceil(abs(capacity * adjustment / 100))
+        change = max(math.ceil(abs(capacity * adjustment / 100)), min_magnitude or 0)
         return capacity + int(math.copysign(change, adjustment))
     return capacity + adjustment
 
@@ -311,6 +314,7 @@ def step_scaling_step(
     adjustment: int,
     limits: ScalingLimits,
     cooldown_s: float,
+    min_magnitude: int | None = None,
 ) -> tuple[ScalingState, int | None]:
     """One step scaling policy acting on its alarm: the new state and the capacity to go to
     (None: no change). ``state`` is the policy's own (its last scale-out and scale-in).
@@ -321,12 +325,14 @@ def step_scaling_step(
     previous scale-in (StepScalingPolicyConfiguration API reference, Cooldown).
     """
     capacity = state.capacity
-    desired = limits.clamp(stepped_capacity(capacity, adjustment_type, adjustment))
+    desired = limits.clamp(stepped_capacity(capacity, adjustment_type, adjustment, min_magnitude))
     if desired > capacity:
         base = capacity
         if _in_cooldown(now_s, state.last_scale_out_s, cooldown_s):
             base = state.scale_out_from if state.scale_out_from is not None else capacity
-            desired = limits.clamp(stepped_capacity(base, adjustment_type, adjustment))
+            desired = limits.clamp(
+                stepped_capacity(base, adjustment_type, adjustment, min_magnitude)
+            )
             if desired <= capacity:
                 return state, None
         return replace(state, capacity=desired, last_scale_out_s=now_s, scale_out_from=base), (

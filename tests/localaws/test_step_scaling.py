@@ -137,3 +137,17 @@ def test_below_the_threshold_the_lower_bound_is_exclusive_and_the_upper_inclusiv
     ]
     world = _World([_policy("in", steps)], capacity=5)
     assert world.period(1, 40.0, {"in"}) == 3
+
+
+def test_a_percent_step_moves_at_least_the_min_adjustment_magnitude() -> None:
+    """StepScalingPolicyConfiguration's MinAdjustmentMagnitude (botocore's model): "suppose
+    that you create a step scaling policy to scale out [...] by 25 percent and you specify a
+    MinAdjustmentMagnitude of 2. If the service has 4 tasks [...] 25 percent of 4 is 1.
+    However, because you specified a MinAdjustmentMagnitude of 2, Application Auto Scaling
+    scales out the service by 2 tasks"."""
+    steps = [{"MetricIntervalLowerBound": 0.0, "ScalingAdjustment": 25}]
+    policy = _policy(
+        "out", steps, AdjustmentType="PercentChangeInCapacity", MinAdjustmentMagnitude=2
+    )
+    world = _World([policy], capacity=4)
+    assert world.period(1, 60.0, {"out"}) == 6
