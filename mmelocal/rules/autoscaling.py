@@ -297,12 +297,15 @@ def stepped_capacity(
     capacity: int, adjustment_type: str, adjustment: int, min_magnitude: int | None = None
 ) -> int:
     """``capacity`` after a step adjustment of ``adjustment_type`` (``ChangeInCapacity``,
-    ``PercentChangeInCapacity`` (at least one instance either way, and at least
-    ``min_magnitude``: ``MinAdjustmentMagnitude``), ``ExactCapacity``)."""
+    ``PercentChangeInCapacity``, ``ExactCapacity``). A percentage is rounded as the
+    Application Auto Scaling User Guide says (step scaling, "Scaling adjustment types"):
+    toward zero, but to 1 or -1 between -1 and 1 ("add 30 percent of 11, 3.3, rounded down
+    to 3"); then at least ``min_magnitude`` (``MinAdjustmentMagnitude``)."""
     if adjustment_type == "ExactCapacity":
         return adjustment
     if adjustment_type == "PercentChangeInCapacity":
-        change = max(math.ceil(abs(capacity * adjustment / 100)), min_magnitude or 0)
+        exact = capacity * adjustment / 100
+        change = max(math.floor(abs(exact)), 1 if exact else 0, min_magnitude or 0)
         return capacity + int(math.copysign(change, adjustment))
     return capacity + adjustment
 

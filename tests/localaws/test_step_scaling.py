@@ -52,14 +52,14 @@ def _alarm(name: str, comparison: str) -> dict[str, Any]:
 
 
 class _World:
-    """One scalable target (1..10) with the given policies and alarms, a fleet whose count
+    """One scalable target (1..20) with the given policies and alarms, a fleet whose count
     follows every resize, the metric set by :meth:`period`."""
 
     def __init__(self, policies: list[dict[str, Any]], capacity: int) -> None:
         self.store = MetricStore(retention_s=1e9)
         self.in_alarm: set[str] = set()
         self.fleet = SimpleNamespace(instance_count=capacity, scale_to=self._scale_to)
-        target = {"ResourceId": RESOURCE, "MinCapacity": 1, "MaxCapacity": 10}
+        target = {"ResourceId": RESOURCE, "MinCapacity": 1, "MaxCapacity": 20}
         alarms = {
             "out": _alarm("out", "GreaterThanThreshold"),
             "in": _alarm("in", "LessThanThreshold"),
@@ -151,3 +151,22 @@ def test_a_percent_step_moves_at_least_the_min_adjustment_magnitude() -> None:
     )
     world = _World([policy], capacity=4)
     assert world.period(1, 60.0, {"out"}) == 6
+
+
+def test_percent_steps_round_as_the_user_guide_says() -> None:
+    """Application Auto Scaling User Guide, step scaling policies (awsdocs/
+    application-auto-scaling-user-guide): "add 30 percent of 11, 3.3, rounded down to 3",
+    "remove 10 percent of 14, 1.4, rounded down to 1"; values between -1 and 1 go to -1 or
+    1."""
+    out = [{"MetricIntervalLowerBound": 0.0, "ScalingAdjustment": 30}]
+    world = _World([_policy("out", out, AdjustmentType="PercentChangeInCapacity")], capacity=11)
+    assert world.period(1, 60.0, {"out"}) == 14
+    for capacity, adjustment, expected in ((14, -10, 13), (3, -10, 2), (3, 10, 4)):
+        steps = [{"MetricIntervalUpperBound": 0.0, "ScalingAdjustment": adjustment}]
+        if adjustment > 0:
+            steps = [{"MetricIntervalLowerBound": 0.0, "ScalingAdjustment": adjustment}]
+        name = "in" if adjustment < 0 else "out"
+        policy = _policy(name, steps, AdjustmentType="PercentChangeInCapacity")
+        world = _World([policy], capacity=capacity)
+        load = 40.0 if adjustment < 0 else 60.0
+        assert world.period(1, load, {name}) == expected, (capacity, adjustment)
