@@ -182,8 +182,9 @@ class Autoscaler:
         self._busy: dict[tuple[str, str], threading.Thread] = {}
         #: (region, policy ARN) -> the names of the alarms its target tracking created
         self.alarms: dict[tuple[str, str], list[str]] = {}
-        #: (region, step scaling policy ARN) -> its last scale-out and scale-in (cooldowns)
-        self._step_states: dict[tuple[str, str], ScalingState] = {}
+        #: (region, resource id, step scaling policy ARN) -> its last scale-out and
+        #: scale-in (cooldowns)
+        self._step_states: dict[tuple[str, str, str], ScalingState] = {}
 
     # -- the API overlay ---------------------------------------------------------------
     def __call__(
@@ -278,12 +279,13 @@ class Autoscaler:
                 ScalableDimension=target["ScalableDimension"],
             )
         with self._lock:
-            for key in [
-                k
-                for k in self._states
-                if k[0] == region and (parse_resource(k[1]) or ("",))[0] == endpoint
-            ]:
-                del self._states[key]
+            for states in (self._states, self._step_states):
+                for key in [
+                    k
+                    for k in states
+                    if k[0] == region and (parse_resource(k[1]) or ("",))[0] == endpoint
+                ]:
+                    del states[key]
 
     # -- the service's checks ----------------------------------------------------------
     def check(self, operation: str, region: str, params: dict[str, Any]) -> None:
@@ -527,6 +529,19 @@ class Autoscaler:
                 chosen = max(proposals, key=lambda p: p.capacity)
                 if self._resize(region, resource, fleet, chosen.capacity, chosen.cause):
                     chosen.started()
+                    if chosen.capacity > current:
+                        self._stop_scale_in_cooldowns(region, resource)
+
+    def _stop_scale_in_cooldowns(self, region: str, resource: str) -> None:
+        """A scale-out stops the scale-in cooldown of every policy of the target ("if
+        another alarm triggers a scale-out activity during the cooldown period after a
+        scale-in [...] the cooldown period for the scale-in activity stops and doesn't
+        complete": the Application Auto Scaling User Guide)."""
+        with self._lock:
+            for states in (self._states, self._step_states):
+                for key, state in states.items():
+                    if key[:2] == (region, resource) and state.last_scale_in_s is not None:
+                        states[key] = replace(state, last_scale_in_s=None)
 
     def _target_tracking(self, policy: dict[str, Any], period: _Period) -> _Proposal | None:
         region, fleet, limits, now_s, scale, suspended = period
@@ -598,7 +613,7 @@ class Autoscaler:
         )
         if adjustment is None:
             return None
-        state_key = (region, policy["PolicyARN"])
+        state_key = (region, policy["ResourceId"], policy["PolicyARN"])
         with self._lock:
             previous = self._step_states.get(state_key, ScalingState(fleet.instance_count))
         new, desired = step_scaling_step(

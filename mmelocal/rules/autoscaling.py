@@ -252,7 +252,14 @@ def target_tracking_step(
             desired = limits.clamp(math.ceil(max(base, 1) * latest / policy.target_value))
         if desired > capacity:
             cause = ALARM_CAUSE_FORMAT.format(alarm=high_alarm_name, policy=policy_name)
-            new = replace(state, capacity=desired, last_scale_out_s=now_s, scale_out_from=base)
+            # a scale-out stops the scale-in cooldown (ScaleInCooldown, API reference)
+            new = replace(
+                state,
+                capacity=desired,
+                last_scale_out_s=now_s,
+                scale_out_from=base,
+                last_scale_in_s=None,
+            )
             return new, ScalingDecision(desired, cause)
         return state, unchanged
     if policy.disable_scale_in:
@@ -325,7 +332,8 @@ def step_scaling_step(
     In the cooldown after the policy's scale-out, the capacity that scale-out added is part
     of the next one: the desired capacity is computed from the capacity before it and only
     a larger scale-out goes ahead; a scale-in waits out the cooldown after the policy's
-    previous scale-in (StepScalingPolicyConfiguration API reference, Cooldown).
+    previous scale-in, which a scale-out stops (StepScalingPolicyConfiguration API
+    reference, Cooldown).
     """
     capacity = state.capacity
     desired = limits.clamp(stepped_capacity(capacity, adjustment_type, adjustment, min_magnitude))
@@ -338,9 +346,14 @@ def step_scaling_step(
             )
             if desired <= capacity:
                 return state, None
-        return replace(state, capacity=desired, last_scale_out_s=now_s, scale_out_from=base), (
-            desired
+        new = replace(
+            state,
+            capacity=desired,
+            last_scale_out_s=now_s,
+            scale_out_from=base,
+            last_scale_in_s=None,  # the scale-in cooldown stops (the Cooldown's text)
         )
+        return new, desired
     if desired < capacity and not _in_cooldown(now_s, state.last_scale_in_s, cooldown_s):
         return replace(state, capacity=desired, last_scale_in_s=now_s), desired
     return state, None

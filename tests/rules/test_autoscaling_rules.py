@@ -13,6 +13,7 @@ from mmelocal.rules.autoscaling import (
     ScalingState,
     TargetTrackingPolicy,
     alarm_state,
+    step_scaling_step,
     target_tracking_step,
 )
 
@@ -218,3 +219,16 @@ def test_missing_data_follows_cloudwatchs_tables(
             current_state=current,
         )
         assert got == (current if expected == "retain" else expected), (treat, row)
+
+
+def test_a_scale_out_stops_the_scale_in_cooldown() -> None:
+    """TargetTrackingScalingPolicyConfiguration's ScaleInCooldown (Application Auto Scaling
+    API reference): "if another alarm triggers a scale-out activity during the scale-in
+    cooldown period, Application Auto Scaling scales out the target immediately. In this
+    case, the scale-in cooldown period stops and doesn't complete"; the step scaling
+    cooldown says the same."""
+    state = ScalingState(2, last_scale_in_s=0.0)
+    after_out, out = target_tracking_step(1, state, [400.0] * HIGH, POLICY, LIMITS)
+    assert out.capacity == 4 and after_out.last_scale_in_s is None
+    stepped, capacity = step_scaling_step(1, state, "ChangeInCapacity", 1, LIMITS, 60.0)
+    assert capacity == 3 and stepped.last_scale_in_s is None
