@@ -122,7 +122,12 @@ class CloudWatchOverlay:
         if params.get("ScanBy", "TimestampDescending") == "TimestampDescending":
             items.reverse()
         return one_page(
-            items, params, key="AlarmHistoryItems", size_param="MaxRecords", default_size=100
+            items,
+            params,
+            key="AlarmHistoryItems",
+            size_param="MaxRecords",
+            default_size=100,
+            invalid_token_code="InvalidNextToken",
         )
 
     def _statistics(self, params: dict[str, Any], forward: Forward) -> tuple[int, Any] | None:

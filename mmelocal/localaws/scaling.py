@@ -706,7 +706,12 @@ class Autoscaler:
                 and (dimension is None or dimension == SCALABLE_DIMENSION)
             ]  # fmt: skip
         return one_page(
-            found, params, key="ScalingActivities", size_param="MaxResults", default_size=50
+            found,
+            params,
+            key="ScalingActivities",
+            size_param="MaxResults",
+            default_size=50,
+            invalid_token_code="InvalidNextTokenException",
         )
 
 
