@@ -44,6 +44,14 @@ INSTANCE_METRICS: Final[dict[str, str]] = {
     "GPUUtilization": "Percent",
     "GPUMemoryUtilization": "Percent",
 }
+
+
+def published_unit(namespace: str, metric: str) -> str | None:
+    """The unit an endpoint metric is published in (None: not one of them)."""
+    table = {INVOCATION_NAMESPACE: INVOCATION_METRICS, INSTANCE_NAMESPACE: INSTANCE_METRICS}
+    return table.get(namespace, {}).get(metric)
+
+
 #: Instance metrics that exist only where a GPU is read.
 GPU_METRICS: Final = frozenset({"GPUUtilization", "GPUMemoryUtilization"})
 #: What stands in locally for a GPU metric when no GPU is read.
@@ -92,4 +100,5 @@ __all__ = [
     "START_TIME_ROUNDING_S",
     "SUB_MINUTE_PERIODS_S",
     "TREAT_MISSING_DATA",
+    "published_unit",
 ]

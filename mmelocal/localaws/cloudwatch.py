@@ -33,6 +33,7 @@ from mmelocal.facts.cloudwatch import (
     INSTANCE_NAMESPACE,
     INVOCATION_METRICS,
     INVOCATION_NAMESPACE,
+    published_unit,
 )
 from mmelocal.localaws.background import BackgroundThread
 from mmelocal.localaws.metric_store import (
@@ -288,13 +289,18 @@ class ControlLoop:
                 continue  # not a metric this local AWS publishes
             statistic = alarm.get("ExtendedStatistic") or alarm.get("Statistic") or "Average"
             periods = int(alarm["EvaluationPeriods"])
-            values = self.store.periods(  # the alarm's evaluation range
-                key,
-                end_s=end_s,
-                period_s=float(alarm["Period"]) / self.time_scale,
-                count=periods + EVALUATION_RANGE_EXTRA_PERIODS,
-                statistic=statistic,
-            )
+            count = periods + EVALUATION_RANGE_EXTRA_PERIODS  # the alarm's evaluation range
+            values: list[float | None] = [None] * count
+            unit = alarm.get("Unit")
+            if not unit or unit == published_unit(alarm["Namespace"], alarm["MetricName"]):
+                # (a unit the metric is not published in finds no datapoint: PutMetricAlarm)
+                values = self.store.periods(
+                    key,
+                    end_s=end_s,
+                    period_s=float(alarm["Period"]) / self.time_scale,
+                    count=count,
+                    statistic=statistic,
+                )
             state = alarm_state(
                 values,
                 threshold=float(alarm["Threshold"]),

@@ -115,3 +115,39 @@ def _no_client(*_: Any) -> Any:
 
 def _no(_: dict[str, Any]) -> tuple[int, Any]:
     raise AssertionError("nothing is forwarded to moto")
+
+
+def test_an_alarm_in_a_unit_not_published_has_no_data(local_aws_env: LocalAws) -> None:
+    """PutMetricAlarm's Unit (botocore's model): specifying "an incorrect unit that is not
+    published for this metric [...] causes the alarm to be stuck in the INSUFFICIENT DATA
+    state". ModelLatency is published in Microseconds: an alarm on it in Milliseconds gets
+    no datapoints, however high the latency; the same alarm without Unit goes to ALARM."""
+    clock = local_aws_env.clock
+    assert clock is not None
+    endpoint = unique("units")
+    dimensions = [
+        {"Name": "EndpointName", "Value": endpoint},
+        {"Name": "VariantName", "Value": "AllTraffic"},
+    ]
+    now = time.time()
+    key = series_key("AWS/SageMaker", "ModelLatency", dimensions)
+    for age in (3, 2, 1):
+        clock.store.add(key, now - 60 * age, [5_000_000.0])  # 5 s, in microseconds
+    cloudwatch = boto3.client("cloudwatch")
+    names = {unit: unique("latency") for unit in ("Milliseconds", None)}
+    try:
+        for unit, name in names.items():
+            cloudwatch.put_metric_alarm(
+                AlarmName=name, Namespace="AWS/SageMaker", MetricName="ModelLatency",
+                Dimensions=dimensions, Statistic="Average", Period=60, EvaluationPeriods=1,
+                Threshold=1000.0, ComparisonOperator="GreaterThanThreshold",
+                **({"Unit": unit} if unit else {}),
+            )  # fmt: skip
+        clock.tick(now - 60, now)
+        states = {
+            unit: cloudwatch.describe_alarms(AlarmNames=[name])["MetricAlarms"][0]["StateValue"]
+            for unit, name in names.items()
+        }
+    finally:
+        cloudwatch.delete_alarms(AlarmNames=list(names.values()))
+    assert states == {"Milliseconds": "INSUFFICIENT_DATA", None: "ALARM"}
