@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mmelocal.errors import AwsServiceError
+from mmelocal.facts.cloudwatch import published_unit
 from mmelocal.localaws.cloudwatch import ControlLoop
 from mmelocal.localaws.metric_store import (
     STANDARD_STATISTICS,
@@ -146,6 +147,7 @@ class CloudWatchOverlay:
                     code="InvalidParameterValue",
                 )
         period = float(params["Period"])
+        unit = published_unit(params["Namespace"], params["MetricName"])
         points = self._loop.store.datapoints(
             key,
             start_s=rounded_start(_seconds(params["StartTime"]), period, time.time()),
@@ -153,9 +155,13 @@ class CloudWatchOverlay:
             period_s=period,
             statistics=wanted,
         )
+        if params.get("Unit") and params["Unit"] != unit:
+            points = []  # data in another unit than asked: none (GetMetricStatistics' Unit)
         datapoints = []
         for start, values in points:
             point: dict[str, Any] = {"Timestamp": start}
+            if unit is not None:
+                point["Unit"] = unit
             for statistic, value in values.items():
                 if statistic in STANDARD_STATISTICS:
                     point[statistic] = value
@@ -194,6 +200,9 @@ class CloudWatchOverlay:
                 statistics=[stat["Stat"]],
             )
             points = [(t, v) for t, v in points if stat["Stat"] in v]
+            asked = stat.get("Unit")
+            if asked and asked != published_unit(metric["Namespace"], metric["MetricName"]):
+                points = []  # no data in the unit asked (MetricStat's Unit)
             if params.get("ScanBy", "TimestampDescending") == "TimestampDescending":
                 points.reverse()
             results.append(

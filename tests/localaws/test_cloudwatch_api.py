@@ -151,3 +151,22 @@ def test_an_alarm_in_a_unit_not_published_has_no_data(local_aws_env: LocalAws) -
     finally:
         cloudwatch.delete_alarms(AlarmNames=list(names.values()))
     assert states == {"Milliseconds": "INSUFFICIENT_DATA", None: "ALARM"}
+
+
+def test_percentiles_in_another_unit_are_empty() -> None:
+    """GetMetricStatistics' Unit (botocore's model): "If you specify a unit that does not
+    match the data collected, the results of the operation are null"; each datapoint
+    names its unit (Datapoint.Unit). ModelLatency is published in Microseconds."""
+    metric = {"Namespace": "AWS/SageMaker", "MetricName": "ModelLatency", "Dimensions": DIMENSIONS}
+    window = {"StartTime": MINUTE, "EndTime": MINUTE + 60, "Period": 60}
+    asked = {**metric, **window, "ExtendedStatistics": ["p50"]}
+    assert _answer("GetMetricStatistics", {**asked, "Unit": "Milliseconds"})["Datapoints"] == []
+    (point,) = _answer("GetMetricStatistics", {**asked, "Unit": "Microseconds"})["Datapoints"]
+    assert (point["Unit"], point["ExtendedStatistics"]) == ("Microseconds", {"p50": 2.0})
+    query = {
+        "Id": "p",
+        "MetricStat": {"Metric": metric, "Period": 60, "Stat": "p50", "Unit": "Milliseconds"},
+    }
+    data = _answer("GetMetricData", {"StartTime": MINUTE, "EndTime": MINUTE + 60,
+                                     "MetricDataQueries": [query]})  # fmt: skip
+    assert data["MetricDataResults"][0]["Values"] == []
