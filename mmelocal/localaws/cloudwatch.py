@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from mmelocal.errors import UserInputError
 from mmelocal.facts.autoscaling import METRIC_PERIOD_S
 from mmelocal.facts.cloudwatch import (
     EVALUATION_RANGE_EXTRA_PERIODS,
@@ -301,15 +302,19 @@ class ControlLoop:
                     count=count,
                     statistic=statistic,
                 )
-            state = alarm_state(
-                values,
-                threshold=float(alarm["Threshold"]),
-                comparison=alarm["ComparisonOperator"],
-                evaluation_periods=periods,
-                datapoints_to_alarm=int(alarm.get("DatapointsToAlarm") or periods),
-                treat_missing_data=alarm.get("TreatMissingData") or "missing",
-                current_state=alarm["StateValue"],
-            )
+            try:
+                state = alarm_state(
+                    values,
+                    threshold=float(alarm["Threshold"]),
+                    comparison=alarm["ComparisonOperator"],
+                    evaluation_periods=periods,
+                    datapoints_to_alarm=int(alarm.get("DatapointsToAlarm") or periods),
+                    treat_missing_data=alarm.get("TreatMissingData") or "missing",
+                    current_state=alarm["StateValue"],
+                )
+            except UserInputError as exc:  # moto took it; one such alarm stops no other
+                logger.warning("alarm %s is not evaluated: %s", alarm["AlarmName"], exc)
+                continue
             if state != alarm["StateValue"]:
                 self._set_state(cloudwatch, region, alarm, state, values, end_s)
 

@@ -170,3 +170,34 @@ def test_percentiles_in_another_unit_are_empty() -> None:
     data = _answer("GetMetricData", {"StartTime": MINUTE, "EndTime": MINUTE + 60,
                                      "MetricDataQueries": [query]})  # fmt: skip
     assert data["MetricDataResults"][0]["Values"] == []
+
+
+def test_an_alarm_that_cannot_be_evaluated_leaves_the_others_evaluated(
+    local_aws_env: LocalAws,
+) -> None:
+    """moto accepts an alarm whose DatapointsToAlarm exceeds its EvaluationPeriods; the
+    control loop cannot evaluate it, and the alarms after it are evaluated all the same."""
+    clock = local_aws_env.clock
+    assert clock is not None
+    endpoint = unique("broken")
+    dimensions = [
+        {"Name": "EndpointName", "Value": endpoint},
+        {"Name": "VariantName", "Value": "AllTraffic"},
+    ]
+    now = time.time()
+    clock.store.add(series_key("AWS/SageMaker", "Invocations", dimensions), now - 60, [9.0])
+    cloudwatch = boto3.client("cloudwatch")
+    broken, fine = f"a-{unique('broken')}", f"b-{unique('fine')}"  # evaluated in this order
+    try:
+        for name, datapoints in ((broken, 5), (fine, 1)):
+            cloudwatch.put_metric_alarm(
+                AlarmName=name, Namespace="AWS/SageMaker", MetricName="Invocations",
+                Dimensions=dimensions, Statistic="Sum", Period=60, EvaluationPeriods=1,
+                DatapointsToAlarm=datapoints, Threshold=1.0,
+                ComparisonOperator="GreaterThanThreshold",
+            )  # fmt: skip
+        clock.tick(now - 60, now)
+        (alarm,) = cloudwatch.describe_alarms(AlarmNames=[fine])["MetricAlarms"]
+    finally:
+        cloudwatch.delete_alarms(AlarmNames=[broken, fine])
+    assert alarm["StateValue"] == "ALARM"
