@@ -77,6 +77,20 @@ def wait_gone(sm: Any, name: str, timeout_s: float = 180.0) -> None:
     )
 
 
+def delete_endpoint(sm: Any, name: str, timeout_s: float = 180.0) -> None:
+    """DeleteEndpoint once ``name`` has left Creating and Updating: the service refuses to
+    delete an endpoint in progress ("Cannot update in-progress endpoint")."""
+
+    def settled() -> bool:
+        return sm.describe_endpoint(EndpointName=name)["EndpointStatus"] not in (
+            "Creating",
+            "Updating",
+        )
+
+    wait_for(settled, timeout_s=timeout_s, interval_s=0.2, what=f"{name} out of progress")
+    sm.delete_endpoint(EndpointName=name)
+
+
 def unique(prefix: str) -> str:
     """A fresh name, ``prefix`` and 8 hex digits (the session's local AWS and Docker engine
     are shared: what a test makes there is named uniquely)."""

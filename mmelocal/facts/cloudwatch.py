@@ -44,6 +44,14 @@ INSTANCE_METRICS: Final[dict[str, str]] = {
     "GPUUtilization": "Percent",
     "GPUMemoryUtilization": "Percent",
 }
+
+
+def published_unit(namespace: str, metric: str) -> str | None:
+    """The unit an endpoint metric is published in (None: not one of them)."""
+    table = {INVOCATION_NAMESPACE: INVOCATION_METRICS, INSTANCE_NAMESPACE: INSTANCE_METRICS}
+    return table.get(namespace, {}).get(metric)
+
+
 #: Instance metrics that exist only where a GPU is read.
 GPU_METRICS: Final = frozenset({"GPUUtilization", "GPUMemoryUtilization"})
 #: What stands in locally for a GPU metric when no GPU is read.
@@ -51,6 +59,21 @@ LOCAL_STAND_IN: Final[dict[str, str]] = {
     "GPUUtilization": "CPUUtilization",
     "GPUMemoryUtilization": "MemoryUtilization",
 }
+
+#: How CloudWatch rounds a statistics query's StartTime down, by its age (GetMetricStatistics
+#: and GetMetricData API reference, StartTime): (age up to, in seconds; rounded down to a
+#: multiple of this many seconds): under 15 days to the minute, to 63 days to 5 minutes,
+#: older to the hour. A Period of 5, 10, 20 or 30 s rounds to a multiple of itself.
+START_TIME_ROUNDING_S: Final = ((15 * 86_400, 60), (63 * 86_400, 300), (None, 3600))
+SUB_MINUTE_PERIODS_S: Final = (5, 10, 20, 30)
+
+#: How many datapoints beyond its EvaluationPeriods an alarm retrieves (its "evaluation
+#: range"), among which missing ones are skipped before the treat-missing-data setting is
+#: used: CloudWatch User Guide, "How alarm state is evaluated when data is missing" (its
+#: examples retrieve the 5 most recent datapoints for 3 evaluation periods; the exact number
+#: "depends on the length of the alarm period" and is not published: mmelocal's choice
+#: follows the examples)
+EVALUATION_RANGE_EXTRA_PERIODS: Final = 2
 
 #: Alarm states and the comparison operators an alarm may use.
 ALARM_STATES: Final = ("OK", "ALARM", "INSUFFICIENT_DATA")
@@ -66,6 +89,7 @@ __all__ = [
     "ALARM_STATES",
     "COMPARISON_OPERATORS",
     "DIMENSIONS",
+    "EVALUATION_RANGE_EXTRA_PERIODS",
     "GPU_METRICS",
     "INSTANCE_METRICS",
     "INSTANCE_NAMESPACE",
@@ -73,5 +97,8 @@ __all__ = [
     "INVOCATION_NAMESPACE",
     "LOCAL_STAND_IN",
     "MODEL_CACHE_HIT",
+    "START_TIME_ROUNDING_S",
+    "SUB_MINUTE_PERIODS_S",
     "TREAT_MISSING_DATA",
+    "published_unit",
 ]

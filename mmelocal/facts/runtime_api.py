@@ -46,11 +46,22 @@ VARIANT_NOT_IN_CONFIG = (
 )
 #: UpdateEndpoint / UpdateEndpointWeightsAndCapacities on an endpoint not InService
 ENDPOINT_IN_PROGRESS = 'Cannot update in-progress endpoint "{arn}".'
+#: ... on a Failed one: DescribeEndpoint's ``EndpointStatus`` (botocore's model) says
+#: "DeleteEndpoint is the only operation that can be performed on a failed endpoint"; the
+#: service's ``ValidationException`` reads "Cannot update failed endpoint" (deploy scripts
+#: match it), worded as the in-progress one with the endpoint's ARN
+ENDPOINT_FAILED = 'Cannot update failed endpoint "{arn}".'
 #: DesiredInstanceCount 0 (serverless-style scale to zero) on an instance-backed variant
 ZERO_INSTANCES = (
     "Variant {variant}: DesiredInstanceCount 0 is for endpoints that host inference "
     "components; an instance-backed variant keeps at least 1 instance."
 )
+
+#: the variant properties ``UpdateEndpoint``'s ``RetainAllVariantProperties`` keeps from the
+#: running variants (botocore's ``VariantPropertyType``; its third, ``DataCaptureConfig``,
+#: is "Not currently supported"); ``ExcludeRetainedVariantProperties`` names those the new
+#: config's ``InitialInstanceCount`` / ``InitialVariantWeight`` override
+RETAINED_VARIANT_PROPERTIES = frozenset({"DesiredInstanceCount", "DesiredWeight"})
 
 #: the CloudWatch Logs group of an endpoint and its streams (one per variant and instance)
 LOG_GROUP = "/aws/sagemaker/Endpoints/{endpoint}"
@@ -73,9 +84,11 @@ __all__ = [
     "DEFAULT_VARIANT_NAME",
     "DEFAULT_VARIANT_WEIGHT",
     "DUPLICATE_VARIANT_IN_REQUEST",
+    "ENDPOINT_FAILED",
     "ENDPOINT_IN_PROGRESS",
     "LOG_GROUP",
     "LOG_STREAM",
+    "RETAINED_VARIANT_PROPERTIES",
     "TARGET_VARIANT_HEADER",
     "UNKNOWN_TARGET_VARIANT",
     "VARIANT_NOT_IN_CONFIG",

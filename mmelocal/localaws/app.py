@@ -32,7 +32,9 @@ from typing import Any
 from mmelocal.errors import AwsServiceError
 from mmelocal.facts.runtime_api import (
     DUPLICATE_VARIANT_IN_REQUEST,
+    ENDPOINT_FAILED,
     ENDPOINT_IN_PROGRESS,
+    RETAINED_VARIANT_PROPERTIES,
     TARGET_VARIANT_HEADER,
     UNKNOWN_TARGET_VARIANT,
     VARIANT_NOT_IN_CONFIG,
@@ -374,11 +376,10 @@ class LocalAwsApp:
                 f"{config_name.lower()}"
             )
             raise AwsServiceError(f'Could not find endpoint configuration "{arn}".')
-        if state.status in ("Creating", "Updating", "Deleting", "SystemUpdating"):
-            raise AwsServiceError(ENDPOINT_IN_PROGRESS.format(arn=endpoint["EndpointArn"]))
+        _refuse_unless_in_service(state, endpoint)
         for check in self.update_checks:
             check(region, name, endpoint, config)
-        self.endpoints.update(region, name, config_name)
+        self.endpoints.update(region, name, config_name, retain=_retained(params))
         return 200, {"EndpointArn": endpoint["EndpointArn"]}
 
     def _update_weights_and_capacities(
@@ -387,8 +388,9 @@ class LocalAwsApp:
         name, endpoint, state = self._endpoint_to_change(
             "UpdateEndpointWeightsAndCapacities", region, params
         )
+        _refuse_unless_in_service(state, endpoint)
         fleets = state.fleets
-        if state.status != "InService" or fleets is None:
+        if fleets is None:
             raise AwsServiceError(ENDPOINT_IN_PROGRESS.format(arn=endpoint["EndpointArn"]))
         desired = list(params.get("DesiredWeightsAndCapacities") or [])
         seen: set[str] = set()
@@ -415,7 +417,9 @@ class LocalAwsApp:
         state = self.endpoints.get(region, name)
         if state is None or state.status == "Deleting":
             return self._moto_json(environ)  # moto's answer (not found, or a plain record)
-        self.endpoints.delete(region, name)
+        if not self.endpoints.delete(region, name):  # Creating or Updating
+            endpoint = self._exists(region, "describe_endpoint", EndpointName=name) or {}
+            raise AwsServiceError(ENDPOINT_IN_PROGRESS.format(arn=endpoint.get("EndpointArn")))
         return 200, {}
 
     def _describe_endpoint(
@@ -533,6 +537,29 @@ class LocalAwsApp:
         headers = [*headers, ("Content-Length", str(len(body)))]
         start_response(f"{status} {'OK' if status == 200 else 'Error'}", headers)
         return [body]
+
+
+def _retained(params: dict[str, Any]) -> frozenset[str]:
+    """The variant properties an ``UpdateEndpoint`` keeps from the running variants: none
+    unless ``RetainAllVariantProperties``, then all but those
+    ``ExcludeRetainedVariantProperties`` names."""
+    if not params.get("RetainAllVariantProperties"):
+        return frozenset()
+    excluded = {
+        str(p.get("VariantPropertyType"))
+        for p in params.get("ExcludeRetainedVariantProperties") or []
+        if isinstance(p, dict)
+    }
+    return RETAINED_VARIANT_PROPERTIES - excluded
+
+
+def _refuse_unless_in_service(state: EndpointState, endpoint: dict[str, Any]) -> None:
+    """The service's refusal to change an endpoint that is not InService: a Failed one
+    can only be deleted, one in progress waits for its change to end."""
+    if state.status == "Failed":
+        raise AwsServiceError(ENDPOINT_FAILED.format(arn=endpoint["EndpointArn"]))
+    if state.status != "InService":
+        raise AwsServiceError(ENDPOINT_IN_PROGRESS.format(arn=endpoint["EndpointArn"]))
 
 
 def _json_params(environ: dict[str, Any]) -> Any:

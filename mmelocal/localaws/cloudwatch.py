@@ -26,12 +26,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from mmelocal.errors import UserInputError
 from mmelocal.facts.autoscaling import METRIC_PERIOD_S
 from mmelocal.facts.cloudwatch import (
+    EVALUATION_RANGE_EXTRA_PERIODS,
     INSTANCE_METRICS,
     INSTANCE_NAMESPACE,
     INVOCATION_METRICS,
     INVOCATION_NAMESPACE,
+    published_unit,
 )
 from mmelocal.localaws.background import BackgroundThread
 from mmelocal.localaws.metric_store import (
@@ -287,22 +290,31 @@ class ControlLoop:
                 continue  # not a metric this local AWS publishes
             statistic = alarm.get("ExtendedStatistic") or alarm.get("Statistic") or "Average"
             periods = int(alarm["EvaluationPeriods"])
-            values = self.store.periods(
-                key,
-                end_s=end_s,
-                period_s=float(alarm["Period"]) / self.time_scale,
-                count=periods,
-                statistic=statistic,
-            )
-            state = alarm_state(
-                values,
-                threshold=float(alarm["Threshold"]),
-                comparison=alarm["ComparisonOperator"],
-                evaluation_periods=periods,
-                datapoints_to_alarm=int(alarm.get("DatapointsToAlarm") or periods),
-                treat_missing_data=alarm.get("TreatMissingData") or "missing",
-                current_state=alarm["StateValue"],
-            )
+            count = periods + EVALUATION_RANGE_EXTRA_PERIODS  # the alarm's evaluation range
+            values: list[float | None] = [None] * count
+            unit = alarm.get("Unit")
+            if not unit or unit == published_unit(alarm["Namespace"], alarm["MetricName"]):
+                # (a unit the metric is not published in finds no datapoint: PutMetricAlarm)
+                values = self.store.periods(
+                    key,
+                    end_s=end_s,
+                    period_s=float(alarm["Period"]) / self.time_scale,
+                    count=count,
+                    statistic=statistic,
+                )
+            try:
+                state = alarm_state(
+                    values,
+                    threshold=float(alarm["Threshold"]),
+                    comparison=alarm["ComparisonOperator"],
+                    evaluation_periods=periods,
+                    datapoints_to_alarm=int(alarm.get("DatapointsToAlarm") or periods),
+                    treat_missing_data=alarm.get("TreatMissingData") or "missing",
+                    current_state=alarm["StateValue"],
+                )
+            except UserInputError as exc:  # moto took it; one such alarm stops no other
+                logger.warning("alarm %s is not evaluated: %s", alarm["AlarmName"], exc)
+                continue
             if state != alarm["StateValue"]:
                 self._set_state(cloudwatch, region, alarm, state, values, end_s)
 

@@ -1,7 +1,8 @@
 """CloudWatch's API where moto falls short (an overlay on its JSON answers).
 
 * ``PutMetricAlarm``: a new alarm starts at ``INSUFFICIENT_DATA``, as the service starts it
-  (moto: OK), and its creation goes into the history;
+  (moto: OK), an updated one keeps its state (moto: OK again), and both go into the
+  history;
 * ``DescribeAlarmHistory`` (moto: not implemented) from the control loop's history;
 * percentiles: ``GetMetricStatistics`` with ``ExtendedStatistics`` and ``GetMetricData``
   with a ``pNN`` stat, computed from the raw values the control loop kept
@@ -11,12 +12,19 @@
 from __future__ import annotations
 
 import datetime as dt
+import time
 from collections.abc import Callable
 from typing import Any
 
 from mmelocal.errors import AwsServiceError
+from mmelocal.facts.cloudwatch import published_unit
 from mmelocal.localaws.cloudwatch import ControlLoop
-from mmelocal.localaws.metric_store import STANDARD_STATISTICS, is_percentile, series_key
+from mmelocal.localaws.metric_store import (
+    STANDARD_STATISTICS,
+    is_percentile,
+    rounded_start,
+    series_key,
+)
 from mmelocal.localaws.paging import one_page
 
 Forward = Callable[[dict[str, Any]], tuple[int, Any]]
@@ -34,6 +42,29 @@ def _seconds(value: Any) -> float:
         if stamp.tzinfo is None:
             stamp = stamp.replace(tzinfo=dt.UTC)
         return stamp.timestamp()
+
+
+#: a new alarm's state and reason (PutMetricAlarm API reference: "When this operation
+#: creates an alarm, the alarm state is immediately set to INSUFFICIENT_DATA")
+INITIAL_STATE = "INSUFFICIENT_DATA"
+INITIAL_REASON = "Unchecked: Initial alarm creation"
+
+
+def start_unchecked(cloudwatch: Any, name: str) -> None:
+    """Give an alarm just created the state the service starts it in (moto: OK)."""
+    cloudwatch.set_alarm_state(AlarmName=name, StateValue=INITIAL_STATE, StateReason=INITIAL_REASON)
+
+
+def keep_state(cloudwatch: Any, before: dict[str, Any]) -> None:
+    """Give an alarm put again the state ``before`` (its DescribeAlarms answer) showed: the
+    service leaves an updated alarm's state unchanged (PutMetricAlarm API reference), moto
+    makes it again in OK."""
+    cloudwatch.set_alarm_state(
+        AlarmName=before["AlarmName"],
+        StateValue=before["StateValue"],
+        StateReason=before.get("StateReason") or INITIAL_REASON,
+        StateReasonData=before.get("StateReasonData") or "{}",
+    )
 
 
 class CloudWatchOverlay:
@@ -59,14 +90,13 @@ class CloudWatchOverlay:
 
     def _put_alarm(self, region: str, params: dict[str, Any], forward: Forward) -> tuple[int, Any]:
         name = str(params.get("AlarmName", ""))
-        existed = bool(self._internal(region).describe_alarms(AlarmNames=[name])["MetricAlarms"])
+        found = self._internal(region).describe_alarms(AlarmNames=[name])["MetricAlarms"]
+        existed = bool(found)
         status, answer = forward(params)
+        if status == 200 and existed:
+            keep_state(self._internal(region), found[0])
         if status == 200 and not existed:
-            self._internal(region).set_alarm_state(
-                AlarmName=name,
-                StateValue="INSUFFICIENT_DATA",
-                StateReason="Unchecked: Initial alarm creation",
-            )
+            start_unchecked(self._internal(region), name)
             self._loop.record(
                 region, name, "ConfigurationUpdate", f'Alarm "{name}" created', {"type": "Create"}
             )
@@ -93,7 +123,12 @@ class CloudWatchOverlay:
         if params.get("ScanBy", "TimestampDescending") == "TimestampDescending":
             items.reverse()
         return one_page(
-            items, params, key="AlarmHistoryItems", size_param="MaxRecords", default_size=100
+            items,
+            params,
+            key="AlarmHistoryItems",
+            size_param="MaxRecords",
+            default_size=100,
+            invalid_token_code="InvalidNextToken",
         )
 
     def _statistics(self, params: dict[str, Any], forward: Forward) -> tuple[int, Any] | None:
@@ -111,16 +146,22 @@ class CloudWatchOverlay:
                     f"The value {statistic} for parameter ExtendedStatistics is not supported.",
                     code="InvalidParameterValue",
                 )
+        period = float(params["Period"])
+        unit = published_unit(params["Namespace"], params["MetricName"])
         points = self._loop.store.datapoints(
             key,
-            start_s=_seconds(params["StartTime"]),
+            start_s=rounded_start(_seconds(params["StartTime"]), period, time.time()),
             end_s=_seconds(params["EndTime"]),
-            period_s=float(params["Period"]),
+            period_s=period,
             statistics=wanted,
         )
+        if params.get("Unit") and params["Unit"] != unit:
+            points = []  # data in another unit than asked: none (GetMetricStatistics' Unit)
         datapoints = []
         for start, values in points:
             point: dict[str, Any] = {"Timestamp": start}
+            if unit is not None:
+                point["Unit"] = unit
             for statistic, value in values.items():
                 if statistic in STANDARD_STATISTICS:
                     point[statistic] = value
@@ -153,12 +194,15 @@ class CloudWatchOverlay:
             )
             points = self._loop.store.datapoints(
                 key,
-                start_s=start,
+                start_s=rounded_start(start, float(stat["Period"]), time.time()),
                 end_s=end,
                 period_s=float(stat["Period"]),
                 statistics=[stat["Stat"]],
             )
             points = [(t, v) for t, v in points if stat["Stat"] in v]
+            asked = stat.get("Unit")
+            if asked and asked != published_unit(metric["Namespace"], metric["MetricName"]):
+                points = []  # no data in the unit asked (MetricStat's Unit)
             if params.get("ScanBy", "TimestampDescending") == "TimestampDescending":
                 points.reverse()
             results.append(
@@ -175,4 +219,4 @@ class CloudWatchOverlay:
         return 200, {"MetricDataResults": results, "Messages": []}
 
 
-__all__ = ["CloudWatchOverlay"]
+__all__ = ["INITIAL_REASON", "INITIAL_STATE", "CloudWatchOverlay", "keep_state", "start_unchecked"]

@@ -1,4 +1,5 @@
-"""The endpoints' lifecycle: Creating -> InService (or Failed), Updating, Deleting.
+"""The endpoints' lifecycle: Creating -> InService (or Failed), Updating, Deleting (from
+InService or Failed only, as the service allows).
 
 moto keeps the control plane's records (names, ARNs, tags, configs); this module keeps
 what moto cannot know: the status of the fleets behind each endpoint, its
@@ -21,10 +22,20 @@ from typing import Any
 from mmelocal.errors import EndpointFailedError
 from mmelocal.facts.sagemaker import DRAIN_TIMEOUT_S, FAILURE_REASON_MAX_CHARS
 from mmelocal.localaws.fleet import Fleet
-from mmelocal.localaws.variants import EndpointPlan, StartFleet, VariantFleets, start_variants
+from mmelocal.localaws.variants import (
+    EndpointPlan,
+    StartFleet,
+    VariantFleets,
+    retain_properties,
+    start_variants,
+)
 
 logger = logging.getLogger(__name__)
 
+#: the statuses of an endpoint whose change is under way: UpdateEndpoint,
+#: UpdateEndpointWeightsAndCapacities and DeleteEndpoint answer "Cannot update in-progress
+#: endpoint" (an autoscaler's resize shows Updating too)
+IN_PROGRESS = frozenset({"Creating", "Updating"})
 #: (region, endpoint name, config name) -> what the config serves, read from moto
 Describe = Callable[[str, str, str], EndpointPlan]
 
@@ -96,8 +107,13 @@ class EndpointManager:
             self._endpoints[(region, name)] = state
         self._spawn(state, self._run_create, state, state.generation)
 
-    def update(self, region: str, name: str, config_name: str) -> None:
-        """Move to another config: the old fleet serves until the new one is ready."""
+    def update(
+        self, region: str, name: str, config_name: str, *, retain: frozenset[str] = frozenset()
+    ) -> None:
+        """Move to another config: the old fleet serves until the new one is ready. The
+        ``retain`` properties (``DesiredInstanceCount``, ``DesiredWeight``) of each variant
+        the new config names too are the ones it has now, not the config's
+        (``RetainAllVariantProperties``)."""
         with self._lock:
             state = self._endpoints.get((region, name))
             if state is None:
@@ -106,19 +122,24 @@ class EndpointManager:
             state.failure_reason = None
             state.generation += 1
             generation = state.generation
-        self._spawn(state, self._run_update, state, config_name, generation)
+            running = state.fleets if retain else None
+        self._spawn(state, self._run_update, state, config_name, generation, running, retain)
 
-    def delete(self, region: str, name: str) -> None:
+    def delete(self, region: str, name: str) -> bool:
         """Deleting: new calls are refused, calls in flight finish, then Triton stops and
-        moto forgets the endpoint."""
+        moto forgets the endpoint. False (nothing changes) while the endpoint is Creating
+        or Updating: the service refuses to delete an endpoint in progress."""
         with self._lock:
             state = self._endpoints.get((region, name))
             if state is None:
                 raise KeyError(name)
+            if state.status in IN_PROGRESS:
+                return False
             state.status = "Deleting"
             state.generation += 1
             fleets, state.fleets = state.fleets, None
         self._spawn(state, self._run_delete, state, fleets)
+        return True
 
     def update_weights_and_capacities(
         self, region: str, name: str, desired: list[dict[str, Any]]
@@ -209,8 +230,16 @@ class EndpointManager:
         state.workers = [w for w in state.workers if w.is_alive()] + [worker]
         worker.start()
 
-    def _new_fleets(self, state: EndpointState, config_name: str) -> VariantFleets:
+    def _new_fleets(
+        self,
+        state: EndpointState,
+        config_name: str,
+        running: VariantFleets | None = None,
+        retain: frozenset[str] = frozenset(),
+    ) -> VariantFleets:
         plan = self._describe(state.region, state.name, config_name)
+        if running is not None:
+            plan = retain_properties(plan, running, retain)
         work = self._work_dir / state.region / state.name / f"{config_name}-{state.generation}"
         return start_variants(plan, start_fleet=self._start_fleet, work_dir=work)
 
@@ -252,9 +281,16 @@ class EndpointManager:
             return
         self._install(state, generation, fleets)
 
-    def _run_update(self, state: EndpointState, config_name: str, generation: int) -> None:
+    def _run_update(
+        self,
+        state: EndpointState,
+        config_name: str,
+        generation: int,
+        running: VariantFleets | None,
+        retain: frozenset[str],
+    ) -> None:
         try:
-            fleets = self._new_fleets(state, config_name)
+            fleets = self._new_fleets(state, config_name, running, retain)
         except Exception as exc:  # the endpoint fails with the reason, never stays Creating
             self._fail(state, generation, _reason(exc))
             return
@@ -279,10 +315,12 @@ class EndpointManager:
         if fleets is not None:
             fleets.drain(DRAIN_TIMEOUT_S)
             fleets.stop()
+        # moto first: until it forgets the endpoint, Describe and List show it Deleting
+        # (after, moto's own record would show its InService)
+        self._forget(state.region, state.name)
         with self._lock:
             if self._endpoints.get((state.region, state.name)) is state:
                 del self._endpoints[(state.region, state.name)]
-        self._forget(state.region, state.name)
         logger.info("endpoint %s deleted", state.name)
 
 
@@ -293,4 +331,4 @@ def _reason(exc: BaseException) -> str:
     return (str(exc).strip() or type(exc).__name__)[:FAILURE_REASON_MAX_CHARS]
 
 
-__all__ = ["EndpointManager", "EndpointState"]
+__all__ = ["IN_PROGRESS", "EndpointManager", "EndpointState"]

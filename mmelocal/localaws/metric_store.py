@@ -14,6 +14,7 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from mmelocal.facts.cloudwatch import START_TIME_ROUNDING_S, SUB_MINUTE_PERIODS_S
 from mmelocal.stats import nearest_rank
 
 #: (namespace, metric name, sorted (dimension name, value) pairs)
@@ -59,6 +60,19 @@ def aggregate(data: Sequence[Datum], statistic: str) -> float | None:
             return None
         return nearest_rank(values, float(statistic[1:]) / 100.0)
     raise ValueError(f"unknown statistic {statistic!r}")
+
+
+def rounded_start(start_s: float, period_s: float, now_s: float) -> float:
+    """A statistics query's StartTime as CloudWatch rounds it down: to the minute when it
+    is under 15 days old, 5 minutes under 63 days, else the hour; to a multiple of the
+    period for periods of 5, 10, 20 and 30 s (:data:`~mmelocal.facts.cloudwatch.
+    START_TIME_ROUNDING_S`)."""
+    if period_s in SUB_MINUTE_PERIODS_S:
+        step = float(period_s)
+    else:
+        age = now_s - start_s
+        step = next(s for limit, s in START_TIME_ROUNDING_S if limit is None or age < limit)
+    return math.floor(start_s / step) * step
 
 
 def is_percentile(statistic: str) -> bool:
@@ -156,5 +170,6 @@ __all__ = [
     "SeriesKey",
     "aggregate",
     "is_percentile",
+    "rounded_start",
     "series_key",
 ]

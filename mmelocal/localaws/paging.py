@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from mmelocal.errors import AwsServiceError
+
 
 class Described(Protocol):
     """An item that knows its place in an answer (``AlarmHistoryItem``, ``Activity``)."""
@@ -25,11 +27,16 @@ def one_page(
     key: str,
     size_param: str,
     default_size: int,
+    invalid_token_code: str,
 ) -> dict[str, Any]:
     """``{key: [...], "NextToken": ...}``: the page of ``items`` that ``params`` asks for
     (``NextToken`` where the last page ended, ``size_param`` items at most, else
-    ``default_size``)."""
-    first = int(params.get("NextToken") or 0)
+    ``default_size``). A ``NextToken`` no page gave is refused with the service's
+    ``invalid_token_code`` (HTTP 400)."""
+    token = str(params.get("NextToken") or "0")
+    if not token.isdigit():
+        raise AwsServiceError("The next token specified is invalid.", code=invalid_token_code)
+    first = int(token)
     size = int(params.get(size_param) or default_size)
     answer: dict[str, Any] = {key: [item.described() for item in items[first : first + size]]}
     if first + size < len(items):

@@ -8,9 +8,11 @@ moto records targets and policies; this module adds what the service does with t
   evaluated by the control loop like any alarm), deleted with their policy;
 * every period (:meth:`Autoscaler.tick`): each target tracking policy through
   :func:`mmelocal.rules.autoscaling.target_tracking_step` on the published metric, and step
-  scaling when its alarm is in ALARM; a change resizes the variant's fleet on a worker
-  thread (new instances join routing once Triton is up; removed ones drain first) while
-  ``DescribeEndpoint`` shows ``Updating`` and both instance counts;
+  scaling when its alarm is in ALARM; of the policies that would act, the one giving the
+  largest capacity wins, scale-out or scale-in (as the service decides); a change resizes
+  the variant's fleet on a worker thread (new instances join routing once Triton is up;
+  removed ones drain first) while ``DescribeEndpoint`` shows ``Updating`` and both
+  instance counts;
 * ``DescribeScalingActivities`` (moto answers a 500), worded as the service words it.
 
 Cooldowns and periods run on the control loop's clock (``--time-scale``).
@@ -19,7 +21,6 @@ Cooldowns and periods run on the control loop's clock (``--time-scale``).
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 import uuid
@@ -41,7 +42,13 @@ from mmelocal.facts.autoscaling import (
     SCALABLE_DIMENSION,
     SERVICE_NAMESPACE,
 )
-from mmelocal.facts.cloudwatch import GPU_METRICS, INSTANCE_NAMESPACE, LOCAL_STAND_IN
+from mmelocal.facts.cloudwatch import (
+    EVALUATION_RANGE_EXTRA_PERIODS,
+    GPU_METRICS,
+    INSTANCE_NAMESPACE,
+    LOCAL_STAND_IN,
+)
+from mmelocal.localaws.cloudwatch_api import start_unchecked
 from mmelocal.localaws.metric_store import MetricStore, series_key
 from mmelocal.localaws.paging import one_page
 from mmelocal.localaws.state import repoint_alarms
@@ -49,6 +56,8 @@ from mmelocal.rules.autoscaling import (
     ScalingLimits,
     ScalingState,
     TargetTrackingPolicy,
+    step_adjustment,
+    step_scaling_step,
     target_tracking_step,
 )
 
@@ -126,6 +135,24 @@ class _Period(NamedTuple):
     suspended: dict[str, Any]
 
 
+class _Proposal(NamedTuple):
+    """What one policy would do this period: the capacity, its cause, and what to record
+    (the policy's cooldown) once the resize it asked for started."""
+
+    capacity: int
+    cause: str
+    started: Callable[[], None]
+
+
+def _suspended(suspended: dict[str, Any], current: int, capacity: int) -> bool:
+    """True when the target's SuspendedState holds back the move from ``current`` to
+    ``capacity`` (scale-out or scale-in activities suspended)."""
+    growing = capacity > current
+    return bool(
+        suspended.get("DynamicScalingOutSuspended" if growing else "DynamicScalingInSuspended")
+    )
+
+
 class Autoscaler:
     """Application Auto Scaling for SageMaker variants (see the module docstring)."""
 
@@ -155,8 +182,9 @@ class Autoscaler:
         self._busy: dict[tuple[str, str], threading.Thread] = {}
         #: (region, policy ARN) -> the names of the alarms its target tracking created
         self.alarms: dict[tuple[str, str], list[str]] = {}
-        #: (region, resource id) -> the last step scaling time (cooldown)
-        self._last_step: dict[tuple[str, str], float] = {}
+        #: (region, resource id, step scaling policy ARN) -> its last scale-out and
+        #: scale-in (cooldowns)
+        self._step_states: dict[tuple[str, str, str], ScalingState] = {}
 
     # -- the API overlay ---------------------------------------------------------------
     def __call__(
@@ -251,12 +279,13 @@ class Autoscaler:
                 ScalableDimension=target["ScalableDimension"],
             )
         with self._lock:
-            for key in [
-                k
-                for k in self._states
-                if k[0] == region and (parse_resource(k[1]) or ("",))[0] == endpoint
-            ]:
-                del self._states[key]
+            for states in (self._states, self._step_states):
+                for key in [
+                    k
+                    for k in states
+                    if k[0] == region and (parse_resource(k[1]) or ("",))[0] == endpoint
+                ]:
+                    del states[key]
 
     # -- the service's checks ----------------------------------------------------------
     def check(self, operation: str, region: str, params: dict[str, Any]) -> None:
@@ -377,6 +406,7 @@ class Autoscaler:
                 Threshold=target * alarm.threshold_factor,
                 ComparisonOperator=alarm.comparison,
             )
+            start_unchecked(cloudwatch, name)  # a new alarm, as any (moto starts it OK)
             names.append(name)
             described = cloudwatch.describe_alarms(AlarmNames=[name])["MetricAlarms"]
             alarms.append({"AlarmName": name, "AlarmARN": described[0]["AlarmArn"]})
@@ -483,17 +513,37 @@ class Autoscaler:
                 self._resize(region, resource, fleet, decision.capacity, str(decision.cause))
                 continue
             period = _Period(region, fleet, limits, now_s, scale, suspended)
+            proposals = []
             for policy in [p for p in policies if p["ResourceId"] == resource]:
                 if policy.get("PolicyType") == "TargetTrackingScaling":
-                    capacity = self._target_tracking(policy, period)
+                    proposal = self._target_tracking(policy, period)
                 elif policy.get("PolicyType") == "StepScaling":
-                    capacity = self._step(policy, period)
+                    proposal = self._step(policy, period)
                 else:
                     continue
-                if capacity is not None:
-                    break
+                if proposal is not None and not _suspended(suspended, current, proposal.capacity):
+                    proposals.append(proposal)
+            if proposals:
+                # the service: "precedence to the policy that provides the largest capacity
+                # for both scale out and scale in" (PutScalingPolicy API reference)
+                chosen = max(proposals, key=lambda p: p.capacity)
+                if self._resize(region, resource, fleet, chosen.capacity, chosen.cause):
+                    chosen.started()
+                    if chosen.capacity > current:
+                        self._stop_scale_in_cooldowns(region, resource)
 
-    def _target_tracking(self, policy: dict[str, Any], period: _Period) -> int | None:
+    def _stop_scale_in_cooldowns(self, region: str, resource: str) -> None:
+        """A scale-out stops the scale-in cooldown of every policy of the target ("if
+        another alarm triggers a scale-out activity during the cooldown period after a
+        scale-in [...] the cooldown period for the scale-in activity stops and doesn't
+        complete": the Application Auto Scaling User Guide)."""
+        with self._lock:
+            for states in (self._states, self._step_states):
+                for key, state in states.items():
+                    if key[:2] == (region, resource) and state.last_scale_in_s is not None:
+                        states[key] = replace(state, last_scale_in_s=None)
+
+    def _target_tracking(self, policy: dict[str, Any], period: _Period) -> _Proposal | None:
         region, fleet, limits, now_s, scale, suspended = period
         config = policy["TargetTrackingScalingPolicyConfiguration"]
         namespace, metric, dimensions, statistic = self._metric(policy)
@@ -502,7 +552,7 @@ class Autoscaler:
             key,
             end_s=now_s,
             period_s=METRIC_PERIOD_S / scale,
-            count=LOW_ALARM.evaluation_periods,
+            count=LOW_ALARM.evaluation_periods + EVALUATION_RANGE_EXTRA_PERIODS,
             statistic=statistic,
         )
         rules = TargetTrackingPolicy(
@@ -527,13 +577,14 @@ class Autoscaler:
         )  # fmt: skip
         if decision.cause is None:
             return None
-        if not self._act(period, policy, state.capacity, decision.capacity, decision.cause):
-            return None
-        with self._lock:
-            self._states[state_key] = new
-        return decision.capacity
 
-    def _step(self, policy: dict[str, Any], period: _Period) -> int | None:
+        def started() -> None:
+            with self._lock:
+                self._states[state_key] = new
+
+        return _Proposal(decision.capacity, decision.cause, started)
+
+    def _step(self, policy: dict[str, Any], period: _Period) -> _Proposal | None:
         region, fleet, limits, now_s, scale, _ = period
         config = policy.get("StepScalingPolicyConfiguration") or {}
         cloudwatch = self._client_for("cloudwatch", region)
@@ -544,9 +595,6 @@ class Autoscaler:
             return None
         alarm = alarms[0]
         cooldown_s = float(config.get("Cooldown", DEFAULT_STEP_COOLDOWN_S)) / scale
-        last = self._last_step.get((region, policy["ResourceId"]))
-        if last is not None and now_s - last < cooldown_s:
-            return None
         key = series_key(alarm["Namespace"], alarm["MetricName"], alarm.get("Dimensions", []))
         values = self._store.periods(
             key,
@@ -558,48 +606,34 @@ class Autoscaler:
         value = values[-1]
         if value is None:
             return None
-        difference = value - float(alarm["Threshold"])
-        adjustment = None
-        for step in config.get("StepAdjustments", []):
-            low = step.get("MetricIntervalLowerBound")
-            high = step.get("MetricIntervalUpperBound")
-            if (low is None or difference >= float(low)) and (
-                high is None or difference < float(high)
-            ):
-                adjustment = int(step["ScalingAdjustment"])
-                break
+        adjustment = step_adjustment(
+            value - float(alarm["Threshold"]),
+            config.get("StepAdjustments", []),
+            breach_above=str(alarm["ComparisonOperator"]).startswith("GreaterThan"),
+        )
         if adjustment is None:
             return None
-        current = fleet.instance_count
-        kind = config.get("AdjustmentType", "ChangeInCapacity")
-        if kind == "ExactCapacity":
-            desired = adjustment
-        elif kind == "PercentChangeInCapacity":
-            desired = current + int(
-                math.copysign(math.ceil(abs(current * adjustment / 100)), adjustment)
-            )
-        else:
-            desired = current + adjustment
-        desired = limits.clamp(desired)
-        if desired == current:
+        state_key = (region, policy["ResourceId"], policy["PolicyARN"])
+        with self._lock:
+            previous = self._step_states.get(state_key, ScalingState(fleet.instance_count))
+        new, desired = step_scaling_step(
+            now_s,
+            replace(previous, capacity=fleet.instance_count),
+            str(config.get("AdjustmentType", "ChangeInCapacity")),
+            adjustment,
+            limits,
+            cooldown_s,
+            config.get("MinAdjustmentMagnitude"),
+        )
+        if desired is None:
             return None
         cause = ALARM_CAUSE_FORMAT.format(alarm=alarm["AlarmName"], policy=policy["PolicyName"])
-        if not self._act(period, policy, current, desired, cause):
-            return None
-        self._last_step[(region, policy["ResourceId"])] = now_s
-        return desired
 
-    def _act(
-        self, period: _Period, policy: dict[str, Any], current: int, capacity: int, cause: str
-    ) -> bool:
-        """Resize from ``current`` to ``capacity`` for ``policy``, unless the target's
-        suspended state holds that direction back; False when nothing started."""
-        growing = capacity > current
-        if period.suspended.get(
-            "DynamicScalingOutSuspended" if growing else "DynamicScalingInSuspended"
-        ):
-            return False
-        return self._resize(period.region, policy["ResourceId"], period.fleet, capacity, cause)
+        def started() -> None:
+            with self._lock:
+                self._step_states[state_key] = new
+
+        return _Proposal(desired, cause, started)
 
     def _resize(self, region: str, resource: str, fleet: Any, capacity: int, cause: str) -> bool:
         """Start resizing ``fleet`` on a worker; False when the endpoint is not InService
@@ -672,7 +706,12 @@ class Autoscaler:
                 and (dimension is None or dimension == SCALABLE_DIMENSION)
             ]  # fmt: skip
         return one_page(
-            found, params, key="ScalingActivities", size_param="MaxResults", default_size=50
+            found,
+            params,
+            key="ScalingActivities",
+            size_param="MaxResults",
+            default_size=50,
+            invalid_token_code="InvalidNextTokenException",
         )
 
 

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from mmelocal.localaws.cloudwatch_api import keep_state
 from mmelocal.localaws.logs import restore_log_groups, save_log_groups
 
 logger = logging.getLogger(__name__)
@@ -177,11 +178,12 @@ def repoint_actions(alarm: dict[str, Any], arns: dict[str, str]) -> dict[str, An
 def repoint_alarms(cloudwatch: Any, arns: dict[str, str]) -> None:
     """Point the user's alarms acting on a policy at its new ARN (moto gives a policy put
     again a new ARN where the service keeps it: without this a step scaling alarm would
-    never fire its policy again)."""
+    never fire its policy again); each keeps its state, as an alarm the user updates does."""
     for old in arns:
         for alarm in cloudwatch.describe_alarms(ActionPrefix=old).get("MetricAlarms", []):
             if not alarm["AlarmName"].startswith(_MANAGED_ALARM_PREFIX):
                 cloudwatch.put_metric_alarm(**repoint_actions(_pick(alarm, _ALARM_FIELDS), arns))
+                keep_state(cloudwatch, alarm)
 
 
 def restore(client_for: ClientFor, root: Path) -> list[str]:

@@ -13,6 +13,7 @@ claimed the endpoint from the endpoint manager (one change at a time).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import threading
@@ -44,6 +45,26 @@ class EndpointPlan:
     def variant(self, name: str) -> FleetPlan | None:
         """The plan of the variant ``name`` (None if the config has none of that name)."""
         return next((v for v in self.variants if v.variant_name == name), None)
+
+
+def retain_properties(
+    plan: EndpointPlan, running: VariantFleets, properties: frozenset[str]
+) -> EndpointPlan:
+    """``plan`` (a new config's) with the ``properties`` (``DesiredInstanceCount``,
+    ``DesiredWeight``) of each variant of the same name ``running`` now, as
+    ``UpdateEndpoint`` with ``RetainAllVariantProperties`` starts it."""
+    variants = []
+    for variant in plan.variants:
+        current = running.get(variant.variant_name)
+        if current is not None:
+            changes: dict[str, Any] = {}
+            if "DesiredInstanceCount" in properties:
+                changes["instances"] = current.current_instance_count
+            if "DesiredWeight" in properties:
+                changes["weight"] = current.current_weight
+            variant = dataclasses.replace(variant, **changes)
+        variants.append(variant)
+    return dataclasses.replace(plan, variants=tuple(variants))
 
 
 def plan_endpoint(
@@ -267,5 +288,6 @@ __all__ = [
     "Variant",
     "VariantFleets",
     "plan_endpoint",
+    "retain_properties",
     "start_variants",
 ]

@@ -10,8 +10,9 @@ the rules do not care.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from mmelocal.errors import UserInputError
 from mmelocal.facts.autoscaling import (
@@ -22,7 +23,12 @@ from mmelocal.facts.autoscaling import (
     LOW_ALARM,
     TrackingAlarm,
 )
-from mmelocal.facts.cloudwatch import ALARM_STATES, COMPARISON_OPERATORS, TREAT_MISSING_DATA
+from mmelocal.facts.cloudwatch import (
+    ALARM_STATES,
+    COMPARISON_OPERATORS,
+    EVALUATION_RANGE_EXTRA_PERIODS,
+    TREAT_MISSING_DATA,
+)
 
 
 @dataclass(frozen=True)
@@ -106,14 +112,22 @@ def alarm_state(
     treat_missing_data: str = "missing",
     current_state: str = "INSUFFICIENT_DATA",
 ) -> str:
-    """An "M out of N" alarm's state from its newest ``evaluation_periods`` datapoints
-    (newest last; None = no data in that period).
+    """An "M out of N" alarm's state over its evaluation range, as CloudWatch evaluates it
+    (CloudWatch User Guide, "How alarm state is evaluated when data is missing").
 
-    ALARM when at least ``datapoints_to_alarm`` breach. Missing datapoints count as breaching
-    or not for ``breaching``/``notBreaching``; with ``missing`` and ``ignore`` they are left
-    out: OK once enough present datapoints are within the threshold that ALARM is out of
-    reach, otherwise the state stays ``current_state`` (``missing`` with no data at all is
-    INSUFFICIENT_DATA).
+    ``datapoints``: one per period, newest last (None or NaN: no data in that period); the
+    newest ``evaluation_periods`` + :data:`~mmelocal.facts.cloudwatch.
+    EVALUATION_RANGE_EXTRA_PERIODS` are the evaluation range (periods not given count as
+    missing). When the range holds at least ``evaluation_periods`` datapoints, the newest
+    that many are evaluated and ``treat_missing_data`` is not used; otherwise the missing
+    ones are filled in as few times as possible (breaching for ``breaching``, within the
+    threshold for ``notBreaching``, neither for ``missing`` and ``ignore``). ALARM when at
+    least ``datapoints_to_alarm`` breach, else OK; except, for ``missing`` and ``ignore``,
+    when every datapoint present breaches but too few do: ``ignore`` keeps
+    ``current_state``, ``missing`` is INSUFFICIENT_DATA unless the oldest datapoint of the
+    range is one of them (ALARM, as the guide's tables show). A range with no datapoint is
+    INSUFFICIENT_DATA (``missing``), ``current_state`` (``ignore``), ALARM (``breaching``)
+    or OK (``notBreaching``).
     """
     if comparison not in COMPARISON_OPERATORS:
         raise UserInputError(
@@ -130,27 +144,35 @@ def alarm_state(
             f"datapoints_to_alarm must be in 1..evaluation_periods ({evaluation_periods}), "
             f"got {datapoints_to_alarm}"
         )
-    present = list(datapoints[-evaluation_periods:])
-    window: list[float | None] = [None] * (evaluation_periods - len(present))
-    window += present
-    breaching = within = 0
-    for value in window:
-        if value is None or math.isnan(value):
-            if treat_missing_data == "breaching":
-                breaching += 1
-            elif treat_missing_data == "notBreaching":
-                within += 1
-        elif _breaches(value, threshold, comparison):
-            breaching += 1
-        else:
-            within += 1
+    size = evaluation_periods + EVALUATION_RANGE_EXTRA_PERIODS
+    given: list[float | None] = [
+        None if v is None or math.isnan(v) else v for v in datapoints[-size:]
+    ]
+    window: list[float | None] = [None] * (size - len(given))
+    window += given
+    present = [v for v in window if v is not None]
+    if not present:
+        return {
+            "missing": "INSUFFICIENT_DATA",
+            "ignore": current_state,
+            "breaching": "ALARM",
+            "notBreaching": "OK",
+        }[treat_missing_data]
+    if len(present) >= evaluation_periods:
+        newest = present[-evaluation_periods:]
+        breaching = sum(_breaches(v, threshold, comparison) for v in newest)
+        return "ALARM" if breaching >= datapoints_to_alarm else "OK"
+    fills = evaluation_periods - len(present)
+    breaching = sum(_breaches(v, threshold, comparison) for v in present)
+    if treat_missing_data == "breaching":
+        breaching += fills
     if breaching >= datapoints_to_alarm:
         return "ALARM"
-    if within > evaluation_periods - datapoints_to_alarm:
+    if treat_missing_data in ("breaching", "notBreaching") or breaching < len(present):
         return "OK"
-    if breaching == within == 0 and treat_missing_data == "missing":
-        return "INSUFFICIENT_DATA"
-    return current_state
+    if treat_missing_data == "ignore":
+        return current_state
+    return "ALARM" if window[0] is not None else "INSUFFICIENT_DATA"
 
 
 def _in_cooldown(now_s: float, since_s: float | None, cooldown_s: float) -> bool:
@@ -230,7 +252,14 @@ def target_tracking_step(
             desired = limits.clamp(math.ceil(max(base, 1) * latest / policy.target_value))
         if desired > capacity:
             cause = ALARM_CAUSE_FORMAT.format(alarm=high_alarm_name, policy=policy_name)
-            new = replace(state, capacity=desired, last_scale_out_s=now_s, scale_out_from=base)
+            # a scale-out stops the scale-in cooldown (ScaleInCooldown, API reference)
+            new = replace(
+                state,
+                capacity=desired,
+                last_scale_out_s=now_s,
+                scale_out_from=base,
+                last_scale_in_s=None,
+            )
             return new, ScalingDecision(desired, cause)
         return state, unchanged
     if policy.disable_scale_in:
@@ -248,11 +277,96 @@ def target_tracking_step(
     return state, unchanged
 
 
+def step_adjustment(
+    difference: float, steps: Sequence[Mapping[str, Any]], *, breach_above: bool
+) -> int | None:
+    """The ``ScalingAdjustment`` of the step whose interval holds ``difference`` (the metric
+    minus the alarm's threshold), None when none does. Above the threshold (an alarm that
+    breaches upwards) a step's lower bound is inclusive and its upper bound exclusive;
+    below it the lower bound is exclusive and the upper bound inclusive (StepAdjustment,
+    Application Auto Scaling API reference). A missing bound is infinite."""
+    for step in steps:
+        low, high = step.get("MetricIntervalLowerBound"), step.get("MetricIntervalUpperBound")
+        if breach_above:
+            inside = (low is None or difference >= float(low)) and (
+                high is None or difference < float(high)
+            )
+        else:
+            inside = (low is None or difference > float(low)) and (
+                high is None or difference <= float(high)
+            )
+        if inside:
+            return int(step["ScalingAdjustment"])
+    return None
+
+
+def stepped_capacity(
+    capacity: int, adjustment_type: str, adjustment: int, min_magnitude: int | None = None
+) -> int:
+    """``capacity`` after a step adjustment of ``adjustment_type`` (``ChangeInCapacity``,
+    ``PercentChangeInCapacity``, ``ExactCapacity``). A percentage is rounded as the
+    Application Auto Scaling User Guide says (step scaling, "Scaling adjustment types"):
+    toward zero, but to 1 or -1 between -1 and 1 ("add 30 percent of 11, 3.3, rounded down
+    to 3"); then at least ``min_magnitude`` (``MinAdjustmentMagnitude``)."""
+    if adjustment_type == "ExactCapacity":
+        return adjustment
+    if adjustment_type == "PercentChangeInCapacity":
+        exact = capacity * adjustment / 100
+        change = max(math.floor(abs(exact)), 1 if exact else 0, min_magnitude or 0)
+        return capacity + int(math.copysign(change, adjustment))
+    return capacity + adjustment
+
+
+def step_scaling_step(
+    now_s: float,
+    state: ScalingState,
+    adjustment_type: str,
+    adjustment: int,
+    limits: ScalingLimits,
+    cooldown_s: float,
+    min_magnitude: int | None = None,
+) -> tuple[ScalingState, int | None]:
+    """One step scaling policy acting on its alarm: the new state and the capacity to go to
+    (None: no change). ``state`` is the policy's own (its last scale-out and scale-in).
+
+    In the cooldown after the policy's scale-out, the capacity that scale-out added is part
+    of the next one: the desired capacity is computed from the capacity before it and only
+    a larger scale-out goes ahead; a scale-in waits out the cooldown after the policy's
+    previous scale-in, which a scale-out stops (StepScalingPolicyConfiguration API
+    reference, Cooldown).
+    """
+    capacity = state.capacity
+    desired = limits.clamp(stepped_capacity(capacity, adjustment_type, adjustment, min_magnitude))
+    if desired > capacity:
+        base = capacity
+        if _in_cooldown(now_s, state.last_scale_out_s, cooldown_s):
+            base = state.scale_out_from if state.scale_out_from is not None else capacity
+            desired = limits.clamp(
+                stepped_capacity(base, adjustment_type, adjustment, min_magnitude)
+            )
+            if desired <= capacity:
+                return state, None
+        new = replace(
+            state,
+            capacity=desired,
+            last_scale_out_s=now_s,
+            scale_out_from=base,
+            last_scale_in_s=None,  # the scale-in cooldown stops (the Cooldown's text)
+        )
+        return new, desired
+    if desired < capacity and not _in_cooldown(now_s, state.last_scale_in_s, cooldown_s):
+        return replace(state, capacity=desired, last_scale_in_s=now_s), desired
+    return state, None
+
+
 __all__ = [
     "ScalingDecision",
     "ScalingLimits",
     "ScalingState",
     "TargetTrackingPolicy",
     "alarm_state",
+    "step_adjustment",
+    "step_scaling_step",
+    "stepped_capacity",
     "target_tracking_step",
 ]

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 from deploy_helpers import write_reference_tarball
-from shared_helpers import unique
+from shared_helpers import delete_endpoint, unique
 
 if TYPE_CHECKING:
     from mmelocal.localaws import LocalAws
@@ -45,4 +45,4 @@ def endpoint_name(aws: str) -> Iterator[str]:
     sm = boto3.client("sagemaker")
     for endpoint in sm.list_endpoints(NameContains=name, MaxResults=100)["Endpoints"]:
         if name in endpoint["EndpointName"] and endpoint["EndpointStatus"] != "Deleting":
-            sm.delete_endpoint(EndpointName=endpoint["EndpointName"])
+            delete_endpoint(sm, endpoint["EndpointName"])

@@ -270,3 +270,65 @@ def test_the_instance_type_picks_the_cards_memory(local_aws_env: LocalAws, tmp_p
     np.testing.assert_array_equal(invoke(name), expected(X, 2.0))
     sm.delete_endpoint(EndpointName=name)
     wait_gone(sm, name)
+
+
+def test_a_failed_endpoint_can_only_be_deleted(local_aws_env: LocalAws, tmp_path: Path) -> None:
+    """DescribeEndpoint's EndpointStatus (botocore's model): "Failed: ... DeleteEndpoint is
+    the only operation that can be performed on a failed endpoint"; the service answers
+    an update with ValidationException "Cannot update failed endpoint"."""
+    sm = boto3.client("sagemaker")
+    url = upload_models(tmp_path, "models", scale=2.0)
+    xgboost = "683313688378.dkr.ecr.us-east-1.amazonaws.com/sagemaker-xgboost:1.7-1"
+    failing, good = model_and_config(url, image=xgboost), model_and_config(url)
+    name = unique("failed")
+    sm.create_endpoint(EndpointName=name, EndpointConfigName=failing)
+    described = wait_status(sm, name, leaving="Creating")
+    assert described["EndpointStatus"] == "Failed"
+    refused = f'Cannot update failed endpoint "{described["EndpointArn"]}".'
+    assert error_of(sm.update_endpoint, EndpointName=name, EndpointConfigName=good) == (
+        "ValidationException",
+        refused,
+    )
+    change = [{"VariantName": "AllTraffic", "DesiredWeight": 2.0}]
+    assert error_of(
+        sm.update_endpoint_weights_and_capacities,
+        EndpointName=name,
+        DesiredWeightsAndCapacities=change,
+    ) == ("ValidationException", refused)
+    described = sm.describe_endpoint(EndpointName=name)
+    assert (described["EndpointStatus"], described["EndpointConfigName"]) == ("Failed", failing)
+    sm.delete_endpoint(EndpointName=name)
+    wait_gone(sm, name)
+
+
+def test_an_endpoint_in_progress_cannot_be_deleted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DeleteEndpoint on an endpoint still Creating (or Updating) is refused with
+    ValidationException "Cannot update in-progress endpoint" (SageMaker's operator for
+    Kubernetes names that answer DeleteEndpointInProgressMessagePrefix); once the endpoint
+    has left Creating it is deleted. The Triton here waits for the test's gate, then fails."""
+    gate = tmp_path / "gate"
+    held = tmp_path / "tritonserver"
+    held.write_text(f"#!/bin/sh\nwhile [ ! -e {gate} ]; do sleep 0.05; done\nexit 3\n")
+    held.chmod(0o755)
+    with LocalAws(tritonserver=held, data_dir=tmp_path / "data") as aws:
+        for key, value in aws.env().items():
+            monkeypatch.setenv(key, value)
+        sm = boto3.client("sagemaker")
+        config = model_and_config(upload_models(tmp_path, "models", scale=2.0))
+        name = unique("held")
+        sm.create_endpoint(EndpointName=name, EndpointConfigName=config)
+        try:
+            described = sm.describe_endpoint(EndpointName=name)
+            assert described["EndpointStatus"] == "Creating"
+            assert error_of(sm.delete_endpoint, EndpointName=name) == (
+                "ValidationException",
+                f'Cannot update in-progress endpoint "{described["EndpointArn"]}".',
+            )
+            assert sm.describe_endpoint(EndpointName=name)["EndpointStatus"] == "Creating"
+        finally:
+            gate.touch()
+        assert wait_status(sm, name, leaving="Creating")["EndpointStatus"] == "Failed"
+        sm.delete_endpoint(EndpointName=name)
+        wait_gone(sm, name)

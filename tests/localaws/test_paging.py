@@ -13,6 +13,9 @@ from localaws_helpers import unique
 from mmelocal.localaws import LocalAws
 from mmelocal.localaws.paging import one_page
 
+#: the answer's key and the invalid-token error of a made-up service
+THINGS = {"key": "Things", "invalid_token_code": "InvalidNextToken"}
+
 
 class _Item:
     def __init__(self, n: int) -> None:
@@ -28,7 +31,7 @@ def test_pages_follow_each_other_to_the_last() -> None:
     params: dict[str, Any] = {"MaxResults": 2}
     pages = 0
     while True:
-        page = one_page(items, params, key="Things", size_param="MaxResults", default_size=50)
+        page = one_page(items, params, size_param="MaxResults", default_size=50, **THINGS)
         pages += 1
         seen += [thing["N"] for thing in page["Things"]]
         if "NextToken" not in page:
@@ -40,10 +43,10 @@ def test_pages_follow_each_other_to_the_last() -> None:
 
 def test_the_default_size_holds_when_none_is_asked() -> None:
     items = [_Item(n) for n in range(3)]
-    page = one_page(items, {}, key="Things", size_param="MaxRecords", default_size=2)
+    page = one_page(items, {}, size_param="MaxRecords", default_size=2, **THINGS)
     assert [thing["N"] for thing in page["Things"]] == [0, 1]
     assert page["NextToken"] == "2"
-    whole = one_page(items, {}, key="Things", size_param="MaxRecords", default_size=3)
+    whole = one_page(items, {}, size_param="MaxRecords", default_size=3, **THINGS)
     assert "NextToken" not in whole
 
 
@@ -73,3 +76,32 @@ def test_alarm_history_pages_through_boto3s_paginator(local_aws_env: LocalAws) -
     ]
     stamps = [item["Timestamp"] for item in items]
     assert stamps == sorted(set(stamps), reverse=True)  # newest first, none twice
+
+
+def test_a_token_the_service_never_gave_is_refused_as_the_service_refuses_it(
+    local_aws_env: LocalAws,
+) -> None:
+    """botocore's models: DescribeAlarmHistory answers InvalidNextToken (HTTP 400),
+    DescribeScalingActivities InvalidNextTokenException; never an HTML 500."""
+    from botocore.exceptions import ClientError
+
+    calls: tuple[tuple[Any, dict[str, Any], str], ...] = (
+        (boto3.client("cloudwatch").describe_alarm_history, {}, "InvalidNextToken"),
+        (
+            boto3.client("application-autoscaling").describe_scaling_activities,
+            {"ServiceNamespace": "sagemaker"},
+            "InvalidNextTokenException",
+        ),
+    )
+    for call, params, code in calls:
+        for token in ("bogus", "-1"):
+            try:
+                call(NextToken=token, **params)
+            except ClientError as exc:
+                error = exc.response
+                assert (error["Error"]["Code"], error["ResponseMetadata"]["HTTPStatusCode"]) == (
+                    code,
+                    400,
+                ), error
+            else:
+                raise AssertionError(f"{call.__name__} took NextToken={token!r}")

@@ -13,6 +13,7 @@ from mmelocal.rules.autoscaling import (
     ScalingState,
     TargetTrackingPolicy,
     alarm_state,
+    step_scaling_step,
     target_tracking_step,
 )
 
@@ -57,9 +58,12 @@ def test_missing_data_as_cloudwatch_treats_it() -> None:
     assert _alarm([None, None, None], treat_missing_data="ignore", current_state="ALARM") == "ALARM"
     # one present datapoint within the threshold makes 3-of-3 unreachable
     assert _alarm([None, 1, None]) == "OK"
-    # two breaching and one missing: not enough to decide, the state stays
-    assert _alarm([11, None, 11], current_state="OK") == "OK"
-    assert _alarm([11, None, 11], current_state="ALARM") == "ALARM"
+    # two breaching, too few for 3 of 3, none within and the rest missing: no state to
+    # decide for missing (as "- - - - X" in CloudWatch's tables), the state kept for ignore
+    assert _alarm([11, None, 11], current_state="OK") == "INSUFFICIENT_DATA"
+    assert _alarm([11, None, 11], current_state="ALARM", treat_missing_data="ignore") == "ALARM"
+    # enough datapoints in the evaluation range: the newest 3 are evaluated, missing or not
+    assert _alarm([11, 11, None, 11], treat_missing_data="notBreaching") == "ALARM"
     assert _alarm([11, math.nan, 11], treat_missing_data="breaching") == "ALARM"
 
 
@@ -178,3 +182,53 @@ def test_defaults_come_from_the_facts() -> None:
         "InvocationsPerInstance",
         "Sum",
     )
+
+
+#: CloudWatch User Guide, "How alarm state is evaluated when data is missing" (awsdocs/
+#: amazon-cloudwatch-user-guide, doc_source/AlarmThatSendsEmail.md): the 5 most recent
+#: datapoints CloudWatch retrieves for an alarm of 3 evaluation periods (0 within the
+#: threshold, X breaching, - missing) and the state for missing, ignore, breaching and
+#: notBreaching ("retain" keeps the current state)
+CLOUDWATCH_TABLES = [
+    (3, "0 - X - X", ("OK", "OK", "OK", "OK")),
+    (3, "0 - - - -", ("OK", "OK", "OK", "OK")),
+    (3, "- - - - -", ("INSUFFICIENT_DATA", "retain", "ALARM", "OK")),
+    (3, "0 X X - X", ("ALARM", "ALARM", "ALARM", "ALARM")),
+    (3, "- - - - X", ("INSUFFICIENT_DATA", "retain", "ALARM", "OK")),
+    (3, "X - - - -", ("ALARM", "retain", "ALARM", "OK")),
+    (2, "0 - X - X", ("ALARM", "ALARM", "ALARM", "ALARM")),
+    (2, "0 0 X 0 X", ("ALARM", "ALARM", "ALARM", "ALARM")),
+    (2, "0 - X - -", ("OK", "OK", "ALARM", "OK")),
+    (2, "- - - - 0", ("OK", "OK", "ALARM", "OK")),
+    (2, "- - - - X", ("INSUFFICIENT_DATA", "retain", "ALARM", "OK")),
+]
+
+
+@pytest.mark.parametrize(("datapoints_to_alarm", "row", "states"), CLOUDWATCH_TABLES)
+@pytest.mark.parametrize("current", ["OK", "ALARM", "INSUFFICIENT_DATA"])
+def test_missing_data_follows_cloudwatchs_tables(
+    datapoints_to_alarm: int, row: str, states: tuple[str, ...], current: str
+) -> None:
+    points = [None if c == "-" else (11.0 if c == "X" else 1.0) for c in row.split()]
+    treatments = ("missing", "ignore", "breaching", "notBreaching")
+    for treat, expected in zip(treatments, states, strict=True):
+        got = _alarm(
+            points,
+            datapoints_to_alarm=datapoints_to_alarm,
+            treat_missing_data=treat,
+            current_state=current,
+        )
+        assert got == (current if expected == "retain" else expected), (treat, row)
+
+
+def test_a_scale_out_stops_the_scale_in_cooldown() -> None:
+    """TargetTrackingScalingPolicyConfiguration's ScaleInCooldown (Application Auto Scaling
+    API reference): "if another alarm triggers a scale-out activity during the scale-in
+    cooldown period, Application Auto Scaling scales out the target immediately. In this
+    case, the scale-in cooldown period stops and doesn't complete"; the step scaling
+    cooldown says the same."""
+    state = ScalingState(2, last_scale_in_s=0.0)
+    after_out, out = target_tracking_step(1, state, [400.0] * HIGH, POLICY, LIMITS)
+    assert out.capacity == 4 and after_out.last_scale_in_s is None
+    stepped, capacity = step_scaling_step(1, state, "ChangeInCapacity", 1, LIMITS, 60.0)
+    assert capacity == 3 and stepped.last_scale_in_s is None
