@@ -49,6 +49,7 @@ from mmelocal.emulator.upstream import (
     UpstreamPool,
     UpstreamTimeoutError,
 )
+from mmelocal.errors import InstanceUnavailableError
 from mmelocal.facts.sagemaker import (
     CUSTOM_ATTRIBUTES_HEADER,
     INFERENCE_HEADER_CONTENT_LENGTH,
@@ -290,13 +291,19 @@ class Invocation:
         heads = self.path.heads
         head = heads.get(key)
         if head is None:
+            entry = inst.models.get(self.target)
+            if entry is None:  # the instance stopped or restarted since the call acquired it
+                inst.release(self.target)
+                upstream.give_back(conn)
+                self._fail(InstanceUnavailableError(f"instance {inst.index} is restarting; retry"))
+                return
             if len(heads) > 10_000:
                 heads.clear()
             head = heads[key] = (
                 b"POST /models/%s/invoke HTTP/1.1\r\nHost: %s\r\nContent-Type: %s\r\n%s%s: %s"
                 b"\r\nContent-Length: "
                 % (
-                    inst.models[self.target].key.encode(),
+                    entry.key.encode(),
                     upstream.hostport,
                     self.content_type,
                     b"".join(

@@ -8,6 +8,7 @@ import asyncio
 import threading
 import time
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from lifecycle_fakes import MIB, Control, Machine, fake_instance
@@ -285,3 +286,31 @@ def test_a_failed_connection_checks_the_process_off_the_event_loop() -> None:
         inst.close()
 
     asyncio.run(run())
+
+
+def test_a_call_whose_instance_stopped_before_it_was_sent_is_told_to_retry() -> None:
+    """A cold call acquires its model, then awaits a connection; an instance stopped (or
+    restarted) meanwhile has forgotten its loaded set: the call gets the retryable 503, its
+    connection goes back to the pool and its hold is released (it raised KeyError in the
+    call's task, and the client waited for its own timeout)."""
+    from mmelocal.emulator.invocation import Invocation, InvocationPath
+    from mmelocal.emulator.metrics import Metrics
+    from mmelocal.emulator.upstream import UpstreamConnection, UpstreamPool
+
+    config = SimpleNamespace(invoke_timeout_s=60.0, variant_name="AllTraffic")
+    emulator: Any = SimpleNamespace(config=config, metrics=Metrics())
+    answers: list[tuple[object, Any, int]] = []
+    requester = SimpleNamespace(answered=lambda *args: answers.append(args))
+    released: list[str] = []
+    inst: Any = SimpleNamespace(index=3, models={}, release=released.append)
+    pool = UpstreamPool("http://127.0.0.1:1")
+    conn = UpstreamConnection()
+    request = object()
+    call = Invocation(InvocationPath(emulator), request, requester, True)
+    call.target, call.raw_target = "m.tar.gz", b"m.tar.gz"
+    call._send(inst, pool, conn)
+    ((answered_request, answer, status),) = answers
+    assert answered_request is request and status == 503
+    assert b"ServiceUnavailable" in answer.body and b"instance 3 is restarting" in answer.body
+    assert released == ["m.tar.gz"]
+    assert pool.take_idle() is conn
