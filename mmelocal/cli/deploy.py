@@ -232,8 +232,14 @@ def undeploy(name: str, region: str | None, delete_artifacts: bool) -> None:
     from mmelocal.deploy.deployer import undeploy as run_undeploy
 
     clients = connect(region)
-    with err_console.status(f"undeploying {name}"):
-        deleted = run_undeploy(clients, name, delete_artifacts=delete_artifacts)
+    with err_console.status(f"undeploying {name}") as spinner:
+
+        def on_status(status: str) -> None:  # an endpoint in progress is waited out
+            spinner.update(f"undeploying {name}: endpoint {status}, waiting for it to settle")
+
+        deleted = run_undeploy(
+            clients, name, delete_artifacts=delete_artifacts, on_status=on_status
+        )
     if not deleted:
         console.print(f"nothing of mmelocal's to delete for {name}", highlight=False)
         return

@@ -20,7 +20,15 @@ from typing import Any
 from mmelocal.aws.session import AwsClients, aws_error
 from mmelocal.deploy import resources as rs
 from mmelocal.deploy.images import triton_image_uri
-from mmelocal.deploy.plan import ApiStep, DeployOptions, DeployPlan, ObjectStep, split_s3_uri
+from mmelocal.deploy.plan import (
+    POLL_S,
+    WAIT_TIMEOUT_S,
+    ApiStep,
+    DeployOptions,
+    DeployPlan,
+    ObjectStep,
+    split_s3_uri,
+)
 from mmelocal.deploy.upload import (
     apply_objects,
     check_bucket,
@@ -29,6 +37,7 @@ from mmelocal.deploy.upload import (
     plan_objects,
 )
 from mmelocal.errors import DeployError
+from mmelocal.facts.runtime_api import IN_PROGRESS_STATUSES
 
 logger = logging.getLogger(__name__)
 
@@ -241,19 +250,12 @@ def wait_in_service(
     timeout_s: float,
     on_status: Callable[[str], None] | None = None,
 ) -> str:
-    """Poll DescribeEndpoint until InService; Failed raises with SageMaker's FailureReason.
-    The pause starts at 1 s and doubles up to ``poll_s`` (a local endpoint is up in seconds)."""
+    """Poll DescribeEndpoint until InService; Failed raises with SageMaker's FailureReason."""
     deadline = time.monotonic() + timeout_s
-    pause = threading.Event()
-    interval_s = min(1.0, poll_s)
-    while True:
-        try:
-            found = sagemaker.describe_endpoint(EndpointName=name)
-        except Exception as exc:
-            raise aws_error(exc, "DescribeEndpoint", name) from exc
+    for found in _polls(sagemaker, name, poll_s=poll_s, on_status=on_status):
+        if found is None:
+            raise DeployError(f"endpoint {name} was deleted while waiting for it to be InService")
         status = str(found.get("EndpointStatus", ""))
-        if on_status is not None:
-            on_status(status)
         if status == "InService":
             return status
         if status == "Failed":
@@ -266,20 +268,74 @@ def wait_in_service(
                 f"endpoint {name} still {status} after {timeout_s:.0f} s: it goes on in the "
                 "background; run deploy again to wait, or undeploy to clean up"
             )
+    raise AssertionError("unreachable: _polls never ends")
+
+
+def _polls(
+    sagemaker: Any, name: str, *, poll_s: float, on_status: Callable[[str], None] | None
+) -> Iterator[dict[str, Any] | None]:
+    """DescribeEndpoint's answer for ``name`` (None once it is gone), again and again: the
+    pause between two starts at 1 s and doubles up to ``poll_s`` (a local endpoint changes
+    in seconds, a real one in minutes). ``on_status`` hears each status."""
+    pause = threading.Event()
+    interval_s = min(1.0, poll_s)
+    while True:
+        found = rs.describe(sagemaker, "DescribeEndpoint", EndpointName=name)
+        if on_status is not None:
+            on_status(str(found.get("EndpointStatus", "")) if found is not None else "deleted")
+        yield found
         pause.wait(interval_s)
         interval_s = min(poll_s, interval_s * 2)
 
 
-def undeploy(clients: AwsClients, name: str, *, delete_artifacts: bool = False) -> list[str]:
+def _settled(
+    sagemaker: Any,
+    name: str,
+    *,
+    poll_s: float,
+    timeout_s: float,
+    on_status: Callable[[str], None] | None,
+) -> dict[str, Any] | None:
+    """DescribeEndpoint's answer once ``name`` is no longer changing (None: it is gone)."""
+    deadline = time.monotonic() + timeout_s
+    for found in _polls(sagemaker, name, poll_s=poll_s, on_status=on_status):
+        status = None if found is None else found.get("EndpointStatus")
+        if status not in IN_PROGRESS_STATUSES:
+            return found
+        if time.monotonic() > deadline:
+            raise DeployError(
+                f"endpoint {name} still {status} after {timeout_s:.0f} s, and SageMaker does "
+                "not delete an endpoint in progress: run undeploy again once it is InService "
+                "or Failed"
+            )
+    raise AssertionError("unreachable: _polls never ends")
+
+
+def undeploy(
+    clients: AwsClients,
+    name: str,
+    *,
+    delete_artifacts: bool = False,
+    poll_s: float = POLL_S,
+    timeout_s: float = WAIT_TIMEOUT_S,
+    on_status: Callable[[str], None] | None = None,
+) -> list[str]:
     """Delete the scaling policy and target, endpoint, endpoint configs and models tagged
-    for ``name`` (and, when asked, the S3 objects mmelocal uploaded); what was deleted."""
+    for ``name`` (and, when asked, the S3 objects mmelocal uploaded); what was deleted.
+
+    SageMaker refuses to delete an endpoint that is being created or updated (an
+    interrupted deploy leaves it so): undeploy waits until it is InService or Failed, up to
+    ``timeout_s``, polling as the deploy does (``on_status`` hears each status)."""
     sm, done = clients.sagemaker, []
     found = rs.describe(sm, "DescribeEndpoint", EndpointName=name)
     if found is not None:
         _mine(clients, found["EndpointArn"], "endpoint", name, name)
         done += _delete_scaling(clients, name)
-        rs.call(sm, "DeleteEndpoint", name, EndpointName=name)
-        done.append(f"endpoint {name}")
+        if found.get("EndpointStatus") in IN_PROGRESS_STATUSES:
+            found = _settled(sm, name, poll_s=poll_s, timeout_s=timeout_s, on_status=on_status)
+        if found is not None and found.get("EndpointStatus") != "Deleting":
+            rs.call(sm, "DeleteEndpoint", name, EndpointName=name)
+            done.append(f"endpoint {name}")
     for config in _tagged(clients, "list_endpoint_configs", "EndpointConfigs", name):
         rs.call(sm, "DeleteEndpointConfig", config, EndpointConfigName=config)
         done.append(f"endpoint config {config}")

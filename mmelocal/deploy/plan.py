@@ -35,6 +35,10 @@ _ENV_KEY = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]{0,1023}$")
 
 #: the instance type when the user gives none and no capacity result (one A10G, 24 GB)
 DEFAULT_INSTANCE_TYPE = "ml.g5.2xlarge"
+#: the longest pause between two DescribeEndpoint polls (the first pause is 1 s, then doubles)
+POLL_S = 30.0
+#: how long deploy waits for InService, and undeploy for an endpoint in progress to settle
+WAIT_TIMEOUT_S = 3600.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,8 +61,8 @@ class DeployOptions:
     triton_version: str = DEFAULT_TRITON_VERSION
     environment: Mapping[str, str] = field(default_factory=dict)
     wait: bool = True
-    poll_s: float = 30.0
-    timeout_s: float = 3600.0
+    poll_s: float = POLL_S
+    timeout_s: float = WAIT_TIMEOUT_S
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "store", Path(self.store))
@@ -180,9 +184,11 @@ class DeployPlan:
 
 __all__ = [
     "DEFAULT_INSTANCE_TYPE",
+    "POLL_S",
     "SHA256_METADATA",
     "TAG_KEY",
     "VARIANT_NAME",
+    "WAIT_TIMEOUT_S",
     "ApiStep",
     "DeployOptions",
     "DeployPlan",

@@ -56,7 +56,13 @@ def temporary_endpoint(
     finally:
         if not keep:
             say(f"deleting {endpoint_name}")
-            gone = undeploy(clients, endpoint_name, delete_artifacts=True)
+            gone = undeploy(
+                clients,
+                endpoint_name,
+                delete_artifacts=True,
+                poll_s=poll_s,
+                on_status=lambda s: say(f"{endpoint_name}: {s}"),
+            )
             if deleted is not None:
                 deleted.extend(gone)
 

@@ -44,8 +44,14 @@ DUPLICATE_VARIANT_IN_REQUEST = 'The variant name "{variant}" was non-unique with
 VARIANT_NOT_IN_CONFIG = (
     'The variant name(s) "{variant}" is/are not present within endpoint configuration "{config}".'
 )
-#: UpdateEndpoint / UpdateEndpointWeightsAndCapacities on an endpoint not InService
+#: UpdateEndpoint / UpdateEndpointWeightsAndCapacities on an endpoint not InService, and
+#: DeleteEndpoint on one Creating or Updating
 ENDPOINT_IN_PROGRESS = 'Cannot update in-progress endpoint "{arn}".'
+#: DescribeEndpoint's ``EndpointStatus`` values of an endpoint whose change is under way:
+#: Creating and Updating (an autoscaler's resize too) refuse a change or a delete with
+#: :data:`ENDPOINT_IN_PROGRESS`; SystemUpdating and RollingBack are the service's own
+#: changes, which ``mmelocal undeploy`` waits out as well (the local AWS never shows them)
+IN_PROGRESS_STATUSES = frozenset({"Creating", "Updating", "SystemUpdating", "RollingBack"})
 #: ... on a Failed one: DescribeEndpoint's ``EndpointStatus`` (botocore's model) says
 #: "DeleteEndpoint is the only operation that can be performed on a failed endpoint"; the
 #: service's ``ValidationException`` reads "Cannot update failed endpoint" (deploy scripts
@@ -86,6 +92,7 @@ __all__ = [
     "DUPLICATE_VARIANT_IN_REQUEST",
     "ENDPOINT_FAILED",
     "ENDPOINT_IN_PROGRESS",
+    "IN_PROGRESS_STATUSES",
     "LOG_GROUP",
     "LOG_STREAM",
     "RETAINED_VARIANT_PROPERTIES",

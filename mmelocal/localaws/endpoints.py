@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from mmelocal.errors import EndpointFailedError
+from mmelocal.facts.runtime_api import IN_PROGRESS_STATUSES
 from mmelocal.facts.sagemaker import DRAIN_TIMEOUT_S, FAILURE_REASON_MAX_CHARS
 from mmelocal.localaws.fleet import Fleet
 from mmelocal.localaws.variants import (
@@ -32,10 +33,6 @@ from mmelocal.localaws.variants import (
 
 logger = logging.getLogger(__name__)
 
-#: the statuses of an endpoint whose change is under way: UpdateEndpoint,
-#: UpdateEndpointWeightsAndCapacities and DeleteEndpoint answer "Cannot update in-progress
-#: endpoint" (an autoscaler's resize shows Updating too)
-IN_PROGRESS = frozenset({"Creating", "Updating"})
 #: (region, endpoint name, config name) -> what the config serves, read from moto
 Describe = Callable[[str, str, str], EndpointPlan]
 
@@ -133,7 +130,7 @@ class EndpointManager:
             state = self._endpoints.get((region, name))
             if state is None:
                 raise KeyError(name)
-            if state.status in IN_PROGRESS:
+            if state.status in IN_PROGRESS_STATUSES:
                 return False
             state.status = "Deleting"
             state.generation += 1
@@ -331,4 +328,4 @@ def _reason(exc: BaseException) -> str:
     return (str(exc).strip() or type(exc).__name__)[:FAILURE_REASON_MAX_CHARS]
 
 
-__all__ = ["IN_PROGRESS", "EndpointManager", "EndpointState"]
+__all__ = ["EndpointManager", "EndpointState"]

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
 from deploy_helpers import INSTANCE_TYPE, REGION, ROLE, write_reference_tarball
-from shared_helpers import wait_gone
+from shared_helpers import unique, wait_for, wait_gone
 
 from mmelocal.aws.session import connect
 from mmelocal.cli.main import main
@@ -431,3 +432,54 @@ def test_bad_setups_fail_in_one_line_before_any_change(
         code, text = run(capsys, *args)
         assert code == 2 and "no AWS credentials found" in text, text
         assert len([line for line in text.splitlines() if line.strip()]) == 1, text
+
+
+def test_undeploy_waits_out_an_endpoint_still_being_created(
+    store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A deploy interrupted while its endpoint is Creating leaves it so, and SageMaker
+    refuses to delete an endpoint in progress: undeploy waits until it is InService or
+    Failed, then deletes it (it failed at once with "Cannot update in-progress endpoint",
+    and the endpoint, a GPU instance on AWS, stayed). The Triton here starts only once the
+    test saw undeploy waiting, then fails."""
+    from mmelocal.localaws import LocalAws
+
+    gate = tmp_path / "gate"
+    held = tmp_path / "tritonserver"
+    held.write_text(f"#!/bin/sh\nwhile [ ! -e {gate} ]; do sleep 0.05; done\nexit 3\n")
+    held.chmod(0o755)
+    with LocalAws(tritonserver=held, data_dir=tmp_path / "data") as local:
+        for key, value in local.env().items():
+            monkeypatch.setenv(key, value)
+        bucket = unique("held")
+        boto3.client("s3").create_bucket(Bucket=bucket)
+        name = unique("held")
+        opts = options(store, bucket, name, wait=False)
+        clients = connect()
+        assert apply_plan(make_plan(opts, clients), clients, options=opts) == "not waited"
+        statuses: list[str] = []
+        outcome: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                outcome["deleted"] = undeploy(
+                    clients, name, poll_s=0.05, timeout_s=120, on_status=statuses.append
+                )
+            except Exception as exc:
+                outcome["error"] = exc
+
+        worker = threading.Thread(target=run)
+        worker.start()
+        try:
+            wait_for(
+                lambda: statuses.count("Creating") >= 2 or outcome,
+                timeout_s=60,
+                what="undeploy waiting for the endpoint",
+            )
+        finally:
+            gate.touch()
+            worker.join(timeout=180)
+        assert "error" not in outcome, outcome
+        assert statuses[0] == "Creating" and statuses[-1] == "Failed", statuses
+        assert f"endpoint {name}" in outcome["deleted"]
+        wait_gone(boto3.client("sagemaker"), name)
