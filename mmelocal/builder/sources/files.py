@@ -1,7 +1,8 @@
 """Existing artifacts: a TorchScript ``.pt`` or an ``.onnx`` file, used without re-export.
 
 ONNX: names, dtypes and dims come from the graph; random inputs are made from them
-(``-1`` axes take the batch size or the sequence length). TorchScript files carry no
+(``-1`` axes take the batch size or the sequence length; ``token_type_ids`` are all 0, one
+segment, the only id every segment embedding holds). TorchScript files carry no
 shapes, so only two common forms are recognised from the ``forward`` argument names:
 ``(input_ids, attention_mask)`` (a text model, int64 ``(batch, seq_len)``) and a
 single argument (an image model, float32 ``(batch, 3, 224, 224)``, named
@@ -101,6 +102,8 @@ def _random_array(rng: Any, name: str, dtype: Any, shape: tuple[int, ...]) -> An
         if len(shape) == 2 and shape[0] > 1:
             mask[1:, max(1, shape[1] // 2) :] = 0
         return mask
+    if name == "token_type_ids":
+        return np.zeros(shape, dtype=dtype)
     if dtype.kind == "f":
         return rng.standard_normal(shape).astype(dtype)
     if dtype.kind == "b":
