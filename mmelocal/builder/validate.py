@@ -378,6 +378,14 @@ def _check_batching(cfg: Any, report: ValidationReport, where: str) -> None:
                 where,
                 f"preferred_batch_size {bad} outside 1..max_batch_size ({mbs})",
             )
+    _check_warmup(cfg, report, where)
+
+
+def _check_warmup(cfg: Any, report: ValidationReport, where: str) -> None:
+    """Triton makes each warmup sample into requests and normalises them as it does any
+    request while loading: a sample that lacks a required input, or whose dims do not fit
+    the input's (batch dim excluded when batching), fails the load."""
+    mbs = cfg.max_batch_size
     inputs = {t.name: t for t in cfg.input}
     for warm in cfg.model_warmup:
         label = f"model_warmup {warm.name or '?'}"
@@ -386,6 +394,14 @@ def _check_batching(cfg: Any, report: ValidationReport, where: str) -> None:
                 "config.warmup",
                 where,
                 f"{label}: batch_size {warm.batch_size} outside 1..{max(mbs, 1)}",
+            )
+        missing = [n for n, t in inputs.items() if not t.optional and n not in warm.inputs]
+        if missing:
+            report.add(
+                "config.warmup",
+                where,
+                f"{label}: no data for the required inputs {missing}; Triton fails the load "
+                "(a warmup request needs every input a request needs)",
             )
         for key, value in warm.inputs.items():
             if key not in inputs:
@@ -398,6 +414,22 @@ def _check_batching(cfg: Any, report: ValidationReport, where: str) -> None:
                     where,
                     f"{label}: {key!r} dims {list(value.dims)} must be concrete (> 0)",
                 )
+            elif key in inputs and not _dims_fit(value.dims, inputs[key].dims):
+                batch = " (the batch dim excluded)" if mbs > 0 else ""
+                report.add(
+                    "config.warmup",
+                    where,
+                    f"{label}: {key!r} dims {list(value.dims)} do not fit the input's dims "
+                    f"{list(inputs[key].dims)}{batch}; Triton fails the load",
+                )
+
+
+def _dims_fit(dims: Any, config_dims: Any) -> bool:
+    """Whether concrete ``dims`` match ``config_dims`` (-1 matches any size), as Triton
+    checks a request's shape."""
+    return len(dims) == len(config_dims) and all(
+        c == -1 or c == d for d, c in zip(dims, config_dims, strict=True)
+    )
 
 
 __all__ = ["SEVERITIES", "Problem", "ValidationReport", "validate_path"]

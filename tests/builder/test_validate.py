@@ -324,6 +324,27 @@ def dynamic_batching_without_batch(tmp: Path) -> tuple[Path, list[str]]:
     return model, ["config.batching"]
 
 
+def warmup_dims_not_the_inputs(tmp: Path) -> tuple[Path, list[str]]:
+    """Triton normalises each warmup request like any request: dims [5] for an input of
+    dims [4] fail the load ("unexpected shape for input 'x'")."""
+    model = _model(tmp)
+    cfg = model / "config.pbtxt"
+    text = cfg.read_text()
+    at = text.index("model_warmup")
+    cfg.write_text(text[:at] + text[at:].replace("dims: [4]", "dims: [5]"))
+    return model, ["config.warmup", "dims [5]", "[4]"]
+
+
+def warmup_lacks_an_input(tmp: Path) -> tuple[Path, list[str]]:
+    """A warmup sample must give every required input ("expected 2 inputs but got 1")."""
+    model = _model(tmp, inputs=(("a", FLOAT, ("b", 4)), ("m", FLOAT, ("b", 4))))
+    text = (model / "config.pbtxt").read_text()
+    start = text.index('  inputs {\n    key: "m"')
+    end = text.index("\n  }\n", start) + 5
+    (model / "config.pbtxt").write_text(text[:start] + text[end:])
+    return model, ["config.warmup", "'m'"]
+
+
 def corrupt_onnx(tmp: Path) -> tuple[Path, list[str]]:
     model = _model(tmp)
     (model / "1" / "model.onnx").write_bytes(b"\x08\x07garbage" * 10)
@@ -401,6 +422,8 @@ CASES: list[Case] = [
     missing_config_input,
     warmup_batch_too_big,
     dynamic_batching_without_batch,
+    warmup_dims_not_the_inputs,
+    warmup_lacks_an_input,
     corrupt_onnx,
     empty_repo,
     path_missing,
