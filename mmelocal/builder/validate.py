@@ -369,14 +369,21 @@ def _versions(model_dir: Path, report: ValidationReport, where: str) -> list[int
 def _check_batching(cfg: Any, report: ValidationReport, where: str) -> None:
     mbs = cfg.max_batch_size
     if cfg.HasField("dynamic_batching"):
-        if mbs == 0:
-            report.add("config.batching", where, "dynamic_batching needs max_batch_size > 0")
         bad = [b for b in cfg.dynamic_batching.preferred_batch_size if b > mbs or b < 1]
-        if mbs > 0 and bad:
+        if bad:
             report.add(
                 "config.batching",
                 where,
-                f"preferred_batch_size {bad} outside 1..max_batch_size ({mbs})",
+                f"preferred_batch_size {bad} outside 1..max_batch_size ({mbs}); Triton "
+                "refuses the config",
+            )
+        elif mbs == 0:
+            report.add(
+                "config.batching",
+                where,
+                "dynamic_batching with max_batch_size 0 batches nothing (Triton queues the "
+                "requests and runs them one at a time); set max_batch_size to batch them",
+                "warning",
             )
     _check_warmup(cfg, report, where)
 
@@ -389,7 +396,15 @@ def _check_warmup(cfg: Any, report: ValidationReport, where: str) -> None:
     inputs = {t.name: t for t in cfg.input}
     for warm in cfg.model_warmup:
         label = f"model_warmup {warm.name or '?'}"
-        if warm.batch_size < 1 or warm.batch_size > max(mbs, 1):
+        if warm.batch_size == 0:
+            report.add(
+                "config.warmup",
+                where,
+                f"{label}: batch_size 0 (or unset): Triton skips this sample; set batch_size",
+                "warning",
+            )
+            continue
+        if warm.batch_size > max(mbs, 1):
             report.add(
                 "config.warmup",
                 where,

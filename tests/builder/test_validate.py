@@ -505,3 +505,26 @@ def test_torchscript_inputs_checked(tmp_path: Path) -> None:
             assert code in codes, (name, report.problems)
         else:
             assert report.ok and "io.unchecked_ranks" in codes, (name, report.problems)
+
+
+def test_what_triton_serves_is_not_an_error(tmp_path: Path) -> None:
+    """Configs Triton loads are warnings at most: dynamic batching with max_batch_size 0
+    (the batcher runs with batches of one), and a warmup sample of batch_size 0 (skipped)."""
+    model = _model(
+        tmp_path,
+        inputs=(("x", FLOAT, (1, 4)),),
+        outputs=(("y", FLOAT, (1, 4)),),
+        options=ConfigOptions(max_batch_size=0, dynamic_batching=False),
+    )
+    text = (model / "config.pbtxt").read_text()
+    text = text.replace("batch_size: 1", "batch_size: 0")
+    (model / "config.pbtxt").write_text(text + "dynamic_batching {\n}\n")
+    report = validate_path(model)
+    assert report.ok, report.problems
+    codes = {p.code for p in report.problems if p.severity == "warning"}
+    assert {"config.batching", "config.warmup"} <= codes, report.problems
+    (model / "config.pbtxt").write_text(
+        text + "dynamic_batching {\n  preferred_batch_size: [2]\n}\n"
+    )
+    report = validate_path(model)
+    assert [p.code for p in report.errors] == ["config.batching"], report.problems
