@@ -334,10 +334,11 @@ def check_config(cfg: Any, *, path: Path | str | None = None, text: str | None =
                     line=line,
                     field=f"{where}.data_type",
                 )
-            dims = list(t.reshape.shape) if not t.dims and t.HasField("reshape") else list(t.dims)
-            if not t.dims and not t.HasField("reshape"):
+            dims = list(t.dims)
+            if not dims:
                 raise ConfigError(
-                    f"{where} {t.name!r} has no dims; Triton needs at least one",
+                    f"{where} {t.name!r} has no dims; Triton needs at least one (a reshape "
+                    "does not replace them)",
                     path=path,
                     line=line,
                     field=f"{where}.dims",

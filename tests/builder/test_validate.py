@@ -345,6 +345,15 @@ def warmup_lacks_an_input(tmp: Path) -> tuple[Path, list[str]]:
     return model, ["config.warmup", "'m'"]
 
 
+def reshape_without_dims(tmp: Path) -> tuple[Path, list[str]]:
+    """Triton refuses a tensor without dims even when it has a reshape ("must specify
+    'dims'")."""
+    model = _model(tmp)
+    cfg = model / "config.pbtxt"
+    cfg.write_text(cfg.read_text().replace("dims: [4]\n}", "reshape { shape: [4] }\n}", 1))
+    return model, ["config.invalid", "dims"]
+
+
 def corrupt_onnx(tmp: Path) -> tuple[Path, list[str]]:
     model = _model(tmp)
     (model / "1" / "model.onnx").write_bytes(b"\x08\x07garbage" * 10)
@@ -424,6 +433,7 @@ CASES: list[Case] = [
     dynamic_batching_without_batch,
     warmup_dims_not_the_inputs,
     warmup_lacks_an_input,
+    reshape_without_dims,
     corrupt_onnx,
     empty_repo,
     path_missing,
