@@ -8,7 +8,6 @@ they were built for and are not opened. Findings are plain data for the validato
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -19,8 +18,6 @@ from mmelocal.builder.tensors import (
     torchscript_forward_args,
 )
 from mmelocal.errors import MissingDependencyError, UserInputError
-
-_INDEXED_NAME = re.compile(r"^.+__(\d+)$")
 
 
 class Finding(NamedTuple):
@@ -164,7 +161,9 @@ def compare_torchscript(cfg: Any, forward_args: tuple[str, ...]) -> list[Finding
         ]
     out: list[Finding] = []
     indices = _indices(names)
-    if indices is not None:
+    if all(n in forward_args for n in names):
+        pass  # matched to forward's arguments by name
+    elif indices is not None:
         if indices != list(range(len(names))):
             out.append(
                 Finding(
@@ -174,14 +173,16 @@ def compare_torchscript(cfg: Any, forward_args: tuple[str, ...]) -> list[Finding
             )
     else:
         unknown = [n for n in names if n not in forward_args]
-        if unknown:
-            out.append(
-                Finding(
-                    "io.unknown_input",
-                    f"config inputs {unknown} are not forward() arguments "
-                    f"{list(forward_args)} (or use the NAME__<index> convention)",
-                )
+        order = ", ".join(f"{n} -> {a}" for n, a in zip(names, forward_args, strict=True))
+        out.append(
+            Finding(
+                "io.input_order",
+                f"config inputs {unknown} are not forward() arguments {list(forward_args)} "
+                "and not all inputs follow NAME__<index>: Triton falls back to the config's "
+                f"order ({order}); name them as forward's arguments to be sure",
+                "warning",
             )
+        )
     outputs = [t.name for t in cfg.output]
     if outputs and _indices(outputs) != list(range(len(outputs))):
         out.append(
@@ -204,10 +205,15 @@ def compare_torchscript(cfg: Any, forward_args: tuple[str, ...]) -> list[Finding
 
 
 def _indices(names: list[str]) -> list[int] | None:
-    matches = [_INDEXED_NAME.match(n) for n in names]
-    if not all(matches):
-        return None
-    return sorted(int(m.group(1)) for m in matches if m)
+    """The indices of ``NAME__<index>`` names, sorted, as the PyTorch backend reads them (the
+    digits after the first ``__``); None when a name does not follow the convention."""
+    found = []
+    for name in names:
+        _, sep, index = name.partition("__")
+        if not sep or not (index.isascii() and index.isdigit()):
+            return None
+        found.append(int(index))
+    return sorted(found)
 
 
 __all__ = ["Finding", "check_artifact", "compare_onnx", "compare_torchscript", "config_specs"]
