@@ -264,7 +264,7 @@ def _check_model_folder(
     _check_host(cfg, model_dir, report, where)
     _check_warmup_files(cfg, model_dir, report, where)
     _check_batching(cfg, report, where)
-    versions = _versions(model_dir, report, where)
+    versions = _loaded_versions(cfg, _versions(model_dir, report, where), report, where)
     if cfg.platform == "ensemble":
         return  # an ensemble's version folder is empty: its steps hold the artifacts
     filename = repository.artifact_filename(cfg)
@@ -364,6 +364,39 @@ def _versions(model_dir: Path, report: ValidationReport, where: str) -> list[int
             "layout.no_version", where, "no version folder (expected e.g. <model>/1/<model file>)"
         )
     return sorted(versions)
+
+
+def _loaded_versions(
+    cfg: Any, versions: list[int], report: ValidationReport, where: str
+) -> list[int]:
+    """The version folders Triton loads under the config's ``version_policy`` (default: the
+    latest one); a policy that picks none fails the load."""
+    policy = cfg.version_policy
+    choice = policy.WhichOneof("policy_choice")
+    if choice == "all":
+        loaded = list(versions)
+    elif choice == "specific":
+        loaded = [v for v in versions if v in set(policy.specific.versions)]
+    else:
+        count = policy.latest.num_versions if choice == "latest" else 1
+        loaded = versions[len(versions) - count :] if count > 0 else []
+    if versions and not loaded:
+        report.add(
+            "layout.no_version",
+            where,
+            f"version_policy picks none of the version folders {versions}; Triton fails the "
+            "load ('at least one version must be available under the version policy')",
+        )
+    unloaded = [v for v in versions if v not in loaded]
+    if loaded and unloaded:
+        report.add(
+            "layout.unloaded_version",
+            where,
+            f"version folders {unloaded} are not loaded under the version_policy "
+            f"(loaded: {loaded}); they are not checked",
+            "info",
+        )
+    return loaded
 
 
 def _check_batching(cfg: Any, report: ValidationReport, where: str) -> None:

@@ -547,3 +547,22 @@ def test_what_triton_serves_is_not_an_error(tmp_path: Path) -> None:
     )
     report = validate_path(model)
     assert [p.code for p in report.errors] == ["config.batching"], report.problems
+
+
+def test_only_the_versions_the_policy_loads_are_checked(tmp_path: Path) -> None:
+    """Triton loads the version folders its version_policy picks (default: the latest one)
+    and fails the load when the policy picks none; the other folders are never read."""
+    model = _model(tmp_path)
+    (model / "1").rename(model / "2")
+    (model / "1").mkdir()  # an old, emptied version
+    config = model / "config.pbtxt"
+    text = config.read_text()
+    report = validate_path(model)
+    assert report.ok, report.problems
+    assert "layout.unloaded_version" in {p.code for p in report.problems}
+    config.write_text(text + "version_policy {\n  all {\n  }\n}\n")
+    assert [p.code for p in validate_path(model).errors] == ["artifact.missing"]
+    config.write_text(text + "version_policy {\n  specific {\n    versions: [3]\n  }\n}\n")
+    report = validate_path(model)
+    assert [p.code for p in report.errors] == ["layout.no_version"], report.problems
+    assert "version_policy" in report.errors[0].message
