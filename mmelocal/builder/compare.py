@@ -15,7 +15,7 @@ from mmelocal.builder.tensors import (
     Signature,
     TensorSpec,
     inspect_onnx,
-    torchscript_forward_args,
+    torchscript_forward_arguments,
 )
 from mmelocal.errors import MissingDependencyError, UserInputError
 
@@ -35,7 +35,12 @@ def check_artifact(cfg: Any, artifact: Path) -> list[Finding]:
             signature, _ = inspect_onnx(artifact, strip_batch=False)
             return compare_onnx(cfg, signature)
         if artifact.suffix == ".pt" and cfg.platform == "pytorch_libtorch":
-            return compare_torchscript(cfg, torchscript_forward_args(artifact))
+            arguments = torchscript_forward_arguments(artifact)
+            return compare_torchscript(
+                cfg,
+                tuple(name for name, _ in arguments),
+                dict_input=[kind for _, kind in arguments] == ["DictType"],
+            )
         if artifact.suffix == ".plan":
             return [
                 Finding(
@@ -148,9 +153,16 @@ def _compare_tensor(kind: str, spec: TensorSpec, found: TensorSpec, mbs: int) ->
     return out
 
 
-def compare_torchscript(cfg: Any, forward_args: tuple[str, ...]) -> list[Finding]:
-    """Compare config inputs with ``forward``'s arguments; outputs by Triton's naming rule."""
+def compare_torchscript(
+    cfg: Any, forward_args: tuple[str, ...], *, dict_input: bool = False
+) -> list[Finding]:
+    """Compare config inputs with ``forward``'s arguments; outputs by Triton's naming rule.
+
+    ``dict_input``: ``forward`` takes one ``Dict[str, Tensor]``, into which the PyTorch
+    backend puts every config input by its name, so any inputs fit."""
     names = [t.name for t in cfg.input]
+    if dict_input:
+        return _compare_outputs(cfg)
     if len(names) != len(forward_args):
         return [
             Finding(
@@ -183,6 +195,11 @@ def compare_torchscript(cfg: Any, forward_args: tuple[str, ...]) -> list[Finding
                 "warning",
             )
         )
+    return out + _compare_outputs(cfg)
+
+
+def _compare_outputs(cfg: Any) -> list[Finding]:
+    out: list[Finding] = []
     outputs = [t.name for t in cfg.output]
     if outputs and _indices(outputs) != list(range(len(outputs))):
         out.append(

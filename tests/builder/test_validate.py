@@ -566,3 +566,29 @@ def test_only_the_versions_the_policy_loads_are_checked(tmp_path: Path) -> None:
     report = validate_path(model)
     assert [p.code for p in report.errors] == ["layout.no_version"], report.problems
     assert "version_policy" in report.errors[0].message
+
+
+def test_torchscript_with_one_dict_input_takes_any_named_inputs(tmp_path: Path) -> None:
+    """forward(self, inputs: Dict[str, Tensor]): the PyTorch backend passes every config
+    input into the dict by name (is_dict_input), so two config inputs for one argument
+    load; validate refused them (io.input_count)."""
+    torch: Any = pytest.importorskip("torch")
+    from mmelocal.builder.model_config import build_model_config
+    from mmelocal.builder.repository import add_model
+    from mmelocal.builder.tensors import Signature, TensorSpec
+
+    class Sum(torch.nn.Module):
+        def forward(self, inputs):  # type: ignore[no-untyped-def]
+            return inputs["a"] + inputs["b"]
+
+    pt = tmp_path / "dict.pt"
+    ones = torch.ones(2, 3)
+    with pytest.warns(Warning):
+        torch.jit.trace(Sum(), ({"a": ones, "b": ones},), strict=False).save(str(pt))
+    sig = Signature(
+        (TensorSpec("a", "TYPE_FP32", (3,)), TensorSpec("b", "TYPE_FP32", (3,))),
+        (TensorSpec("OUTPUT__0", "TYPE_FP32", (3,)),),
+    )
+    cfg = build_model_config(name="dict", platform="pytorch_libtorch", signature=sig)
+    report = validate_path(add_model(tmp_path / "repo", name="dict", config=cfg, artifact=pt))
+    assert report.ok, report.problems
