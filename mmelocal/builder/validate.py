@@ -18,6 +18,7 @@ its own).
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import tempfile
 from dataclasses import asdict, dataclass, field
@@ -30,6 +31,7 @@ from mmelocal.builder.compare import check_artifact
 from mmelocal.builder.findings import SEVERITIES, Problem
 from mmelocal.builder.mme_layout import MmeLayout, read_layout, step_collisions
 from mmelocal.builder.model_config import read_config
+from mmelocal.builder.tensors import triton_to_numpy
 from mmelocal.errors import ConfigError, UnsafeArchiveError
 
 #: where Triton reads ``model_warmup`` ``input_data_file``s (``<model>/warmup/<file>``)
@@ -333,16 +335,41 @@ def _check_host(cfg: Any, model_dir: Path, report: ValidationReport, where: str)
 
 
 def _check_warmup_files(cfg: Any, model_dir: Path, report: ValidationReport, where: str) -> None:
+    """Each ``input_data_file`` must exist and hold at least one request's bytes (Triton
+    reads it for every warmup request and fails the load when it is shorter)."""
     for warm in cfg.model_warmup:
         for key, value in warm.inputs.items():
             name = value.input_data_file
-            if name and not (model_dir / WARMUP_FOLDER / name).is_file():
+            if not name:
+                continue
+            path = model_dir / WARMUP_FOLDER / name
+            label = f"model_warmup {warm.name or '?'}: {key!r} reads {WARMUP_FOLDER}/{name}"
+            if not path.is_file():
+                report.add(
+                    "config.warmup", where, f"{label}, which is missing; Triton fails the load"
+                )
+                continue
+            needed = _byte_size(value.data_type, value.dims)
+            size = path.stat().st_size
+            if needed is not None and size < needed:
                 report.add(
                     "config.warmup",
                     where,
-                    f"model_warmup {warm.name or '?'}: {key!r} reads {WARMUP_FOLDER}/{name}, "
-                    "which is missing; Triton fails the load",
+                    f"{label}, which has {size} bytes; its dims {list(value.dims)} need "
+                    f"{needed}: Triton fails the load",
                 )
+
+
+def _byte_size(data_type: int, dims: Any) -> int | None:
+    """Bytes of one tensor of ``data_type`` and concrete ``dims`` (None: strings, or a dim
+    that is not concrete)."""
+    from tritonclient.grpc import model_config_pb2 as pb
+
+    name = pb.DataType.Name(data_type)
+    if name in ("TYPE_STRING", "TYPE_INVALID") or any(d < 1 for d in dims):
+        return None
+    itemsize = 2 if name == "TYPE_BF16" else triton_to_numpy(name).itemsize
+    return int(itemsize * math.prod(dims))
 
 
 def _versions(model_dir: Path, report: ValidationReport, where: str) -> list[int]:

@@ -345,6 +345,17 @@ def warmup_lacks_an_input(tmp: Path) -> tuple[Path, list[str]]:
     return model, ["config.warmup", "'m'"]
 
 
+def warmup_file_too_short(tmp: Path) -> tuple[Path, list[str]]:
+    """Triton reads input_data_file for each warmup request and refuses one shorter than
+    the input ("warmup setting expects 16 bytes, but the data provided ... only has 4")."""
+    model = _model(tmp)
+    (model / "warmup").mkdir()
+    (model / "warmup" / "x.bin").write_bytes(b"\0" * 4)
+    cfg = model / "config.pbtxt"
+    cfg.write_text(cfg.read_text().replace("random_data: true", 'input_data_file: "x.bin"'))
+    return model, ["config.warmup", "x.bin", "4 bytes", "16"]
+
+
 def reshape_without_dims(tmp: Path) -> tuple[Path, list[str]]:
     """Triton refuses a tensor without dims even when it has a reshape ("must specify
     'dims'")."""
@@ -433,6 +444,7 @@ CASES: list[Case] = [
     dynamic_batching_without_batch,
     warmup_dims_not_the_inputs,
     warmup_lacks_an_input,
+    warmup_file_too_short,
     reshape_without_dims,
     corrupt_onnx,
     empty_repo,
