@@ -330,13 +330,17 @@ def _start_failure(message: str, *, url: str, log_path: Path | str | None) -> Se
 
 
 _NOTABLE = re.compile(r"^E\d{4} |unrecognized option|error:|failed to|Usage: ", re.IGNORECASE)
+#: a group heading of tritonserver's usage text ("Server:", "Memory/Device Management:")
+_USAGE_HEADING = re.compile(r"[A-Za-z][\w /-]*:")
 
 
 def log_excerpt(log_path: Path | str | None, *, lines: int = DEFAULT_LOG_TAIL_LINES) -> str:
     """Error lines of the log (Triton's ``E....`` lines, bad options), then its tail.
 
-    A bad flag makes tritonserver print one line and then its whole usage text: the line
-    that matters is the one before ``Usage:``, not the tail.
+    A refused flag makes tritonserver print its whole usage text and exit: the lines that
+    matter are around it, not the tail. An unknown option is named before ``Usage:``; a
+    bad value (``Bad option: "--log-verbose".`` and the reason) after the usage text,
+    whose own lines are indented, blank or group headings.
     """
     tail = log_tail(log_path, lines=10_000)
     if not tail:
@@ -344,7 +348,12 @@ def log_excerpt(log_path: Path | str | None, *, lines: int = DEFAULT_LOG_TAIL_LI
     all_lines = tail.splitlines()
     if any(line.startswith("Usage: ") for line in all_lines):
         usage = next(i for i, line in enumerate(all_lines) if line.startswith("Usage: "))
-        return "\n".join(all_lines[max(0, usage - lines) : usage])
+        after = [
+            line
+            for line in all_lines[usage + 1 :]
+            if line.strip() and not line[0].isspace() and not _USAGE_HEADING.fullmatch(line)
+        ]
+        return "\n".join(all_lines[max(0, usage - lines) : usage] + after[:lines])
     notable = [line for line in all_lines[:-lines] if _NOTABLE.search(line)][-10:]
     kept = [*notable, "..."] if notable else []
     return "\n".join(kept + all_lines[-lines:])

@@ -87,8 +87,13 @@ def test_stop_is_idempotent_and_context_manager_cleans_up(tmp_path):
     assert launcher.log_path is not None and launcher.log_path.is_file()
 
 
-def test_start_failure_names_url_seconds_and_log_tail(tmp_path):
-    config = ServerConfig(model_repository=tmp_path, extra_args=("--no-such-flag-mmelocal=1",))
+@pytest.mark.parametrize(
+    ("flag", "complaint"),
+    [("--no-such-flag-mmelocal=1", "no-such-flag-mmelocal"), ("--log-verbose=loud", "Got loud")],
+    ids=["unknown-option", "bad-value"],
+)
+def test_start_failure_names_url_seconds_and_log_tail(tmp_path, flag, complaint):
+    config = ServerConfig(model_repository=tmp_path, extra_args=(flag,))
     launcher = LocalLauncher(config, start_timeout_s=600)
     started = time.monotonic()
     with pytest.raises(ServerStartError) as info:
@@ -96,7 +101,7 @@ def test_start_failure_names_url_seconds_and_log_tail(tmp_path):
     assert time.monotonic() - started < 120  # the exit is seen at once, no 600 s timeout wait
     message = str(info.value)
     assert "http://127.0.0.1:" in message and "exited" in message
-    assert "no-such-flag-mmelocal" in message  # tritonserver's own complaint, from the log
+    assert complaint in message  # tritonserver's own complaint, from the log
     assert not launcher.is_alive()
 
 
