@@ -5,10 +5,11 @@ The image is NVIDIA's ``nvcr.io/nvidia/tritonserver:<tag>-py3`` by default
 any image the user names. The container runs ``tritonserver`` (``command_prefix``, for
 images whose entry point differs) with the argv of :meth:`ServerConfig.to_args`, where
 ``model_repository`` is replaced by the read-only mount point :data:`CONTAINER_MODEL_REPOSITORY`
-and the ports by Triton's defaults inside the container. Those ports are published on
-``127.0.0.1`` only: the config's ports become the host ports, ``0`` meaning "any free port"
-(Docker picks it, so there is no race). Other paths in the config (``backend_directory``)
-are paths inside the container.
+and the ports by Triton's defaults inside the container. The ports tritonserver opens
+(in MME mode gRPC and metrics only when the entrypoint's environment turns them on) are
+published on ``127.0.0.1`` only: the config's ports become the host ports, ``0`` meaning
+"any free port" (Docker picks it, so there is no race). Other paths in the config
+(``backend_directory``) are paths inside the container.
 
 GPUs are requested as device requests (``--gpus``); by default only when the engine has
 the ``nvidia`` runtime. Every container carries the labels :data:`LABEL_OWNER`,
@@ -158,13 +159,25 @@ class DockerLauncher(OwnedServerLauncher):
         """The container command: ``command_prefix`` + Triton's flags."""
         return [*self.command_prefix, *container_server_config(self.config).to_args()]
 
+    def opened_ports(self) -> list[str]:
+        """The keys of :data:`CONTAINER_PORTS` tritonserver listens on, the ones published:
+        in MME mode gRPC and metrics only when the entrypoint's environment turns them on."""
+        keys = ["http"]
+        if self.config.serves_grpc:
+            keys.append("grpc")
+        if self.config.serves_metrics:
+            keys.append("metrics")
+        if self.config.sagemaker:
+            keys.append("sagemaker")
+        return keys
+
     def run_kwargs(self, *, gpu_requests: list[Any]) -> dict[str, Any]:
         """The keyword arguments given to ``containers.run`` (without the image)."""
         repo = Path(self.config.model_repository).resolve()
         if not repo.is_dir():
             raise UserInputError(f"model_repository {repo} is not a folder")
         ports: dict[str, tuple[str, int | None]] = {}
-        for key in ("http", "grpc", "metrics") + (("sagemaker",) if self.config.sagemaker else ()):
+        for key in self.opened_ports():
             host_port = getattr(self.config, f"{key}_port")
             ports[f"{CONTAINER_PORTS[key]}/tcp"] = ("127.0.0.1", host_port or None)
         kwargs: dict[str, Any] = {
@@ -246,11 +259,12 @@ class DockerLauncher(OwnedServerLauncher):
                 )
             raise ServerStartError(f"Docker published no host port for Triton's {key} port")
 
+        opened = self.opened_ports()
         return Endpoints(
             http_url=url("http"),
-            grpc_url=url("grpc", scheme=""),
-            metrics_url=url("metrics"),
-            sagemaker_url=url("sagemaker") if self.config.sagemaker else None,
+            grpc_url=url("grpc", scheme="") if "grpc" in opened else None,
+            metrics_url=url("metrics") if "metrics" in opened else None,
+            sagemaker_url=url("sagemaker") if "sagemaker" in opened else None,
         )
 
     def _alive_during_start(self) -> bool:

@@ -88,7 +88,8 @@ def test_sagemaker_front_end_published(running: DockerLauncher) -> None:
 def test_ports_published_on_loopback_only(running: DockerLauncher, docker_engine: Any) -> None:
     container = docker_engine.containers.get(running.container_id)
     published = container.attrs["NetworkSettings"]["Ports"]
-    assert set(published) == {"8000/tcp", "8001/tcp", "8002/tcp", "8080/tcp"}
+    # metrics stays off, as SageMaker's entrypoint has it: its port is not published
+    assert set(published) == {"8000/tcp", "8001/tcp", "8080/tcp"}
     for bindings in published.values():
         assert bindings and all(b["HostIp"] == "127.0.0.1" for b in bindings)
     # the config's ports are 0: the engine chose each host port as it bound it (no
@@ -98,9 +99,9 @@ def test_ports_published_on_loopback_only(running: DockerLauncher, docker_engine
     chosen = {
         "8000/tcp": endpoints.http_url,
         "8001/tcp": endpoints.grpc_url,
-        "8002/tcp": endpoints.metrics_url,
         "8080/tcp": endpoints.sagemaker_url,
     }
+    assert endpoints.metrics_url is None
     for port, url in chosen.items():
         assert url is not None and url.removeprefix("http://") == (
             f"127.0.0.1:{published[port][0]['HostPort']}"
