@@ -136,6 +136,7 @@ class DockerLauncher(OwnedServerLauncher):
         self._init_server_state(log_path)
         self._container: Any = None
         self._pump: threading.Thread | None = None
+        self._log_offset = 0
 
     @property
     def container_id(self) -> str | None:
@@ -214,6 +215,8 @@ class DockerLauncher(OwnedServerLauncher):
         if self._log_path is None:
             self._log_path = Path(tempfile.mkdtemp(prefix="mmelocal-triton-")) / "tritonserver.log"
         self._log_path.parent.mkdir(parents=True, exist_ok=True)
+        # the stream is appended: this container's output starts here (errors quote it)
+        self._log_offset = self._log_path.stat().st_size if self._log_path.exists() else 0
         logger.debug("docker run %s %s", self.image, " ".join(kwargs["command"]))
         try:
             self._container = client.containers.run(self.image, **kwargs)
@@ -232,7 +235,11 @@ class DockerLauncher(OwnedServerLauncher):
             self._pump.start()
             self._endpoints = self._published_endpoints(t0)
             self._await_ready(
-                t0, is_alive=self._alive_during_start, exit_code=self._exit_code, interval_s=0.1
+                t0,
+                is_alive=self._alive_during_start,
+                exit_code=self._exit_code,
+                interval_s=0.1,
+                log_offset=self._log_offset,
             )
         except BaseException:
             self.stop()
@@ -256,6 +263,7 @@ class DockerLauncher(OwnedServerLauncher):
                     log_path=self._log_path,
                     waited_s=time.monotonic() - started_at,
                     exit_code=self._exit_code(),
+                    log_offset=self._log_offset,
                 )
             raise ServerStartError(f"Docker published no host port for Triton's {key} port")
 

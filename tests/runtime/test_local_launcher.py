@@ -105,6 +105,24 @@ def test_start_failure_names_url_seconds_and_log_tail(tmp_path, flag, complaint)
     assert not launcher.is_alive()
 
 
+def test_start_failure_shows_this_starts_lines_not_an_earlier_runs(tmp_path):
+    """A log kept across runs (a detached server's, an emulator's cache folder) is appended
+    to: the error shows what this start wrote, not an earlier run's complaint."""
+    log = tmp_path / "kept" / "tritonserver.log"
+    log.parent.mkdir()
+    log.write_text(
+        "E1126 10:00:00.000 1 server.cc:1] an earlier run failed here\n"
+        "tritonserver: unrecognized option '--earlier-flag'\n"
+        "Usage: tritonserver [options]\n  --help\n\tPrint usage\n\n"
+    )
+    config = ServerConfig(model_repository=tmp_path, extra_args=("--log-verbose=loud",))
+    with pytest.raises(ServerStartError) as info:
+        LocalLauncher(config, log_path=log).start()
+    message = str(info.value)
+    assert "Got loud" in message
+    assert "earlier" not in message, message
+
+
 def test_exception_inside_context_stops_the_server(tmp_path):
     launcher = LocalLauncher(ServerConfig(model_repository=tmp_path))
     with pytest.raises(RuntimeError), launcher:

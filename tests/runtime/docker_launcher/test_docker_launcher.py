@@ -221,6 +221,30 @@ def test_start_failure_shows_log_tail_and_cleans_up(
     assert not docker_engine.containers.list(all=True, filters={"name": launcher.name})
 
 
+def test_start_failure_quotes_this_containers_output_not_an_earlier_runs(
+    triton_test_image: str, add_one_repository: Path, docker_session: str, tmp_path: Path
+) -> None:
+    """The log is appended to (an emulator's instance folder kept across runs): the error
+    quotes what this container wrote, not an earlier run's complaint."""
+    log = tmp_path / "docker.log"
+    log.write_text(
+        "E1126 10:00:00.000 1 server.cc:1] an earlier run failed here\n"
+        "tritonserver: unrecognized option '--earlier-flag'\n"
+        "Usage: tritonserver [options]\n  --help\n\tPrint usage\n\n"
+    )
+    launcher = DockerLauncher(
+        ServerConfig(model_repository=add_one_repository, extra_args=("--no-such-flag=1",)),
+        image=triton_test_image,
+        pull="never",
+        session=docker_session,
+        start_timeout_s=30,
+        log_path=log,
+    )
+    with pytest.raises(ServerStartError, match="exited with code 1") as info:
+        launcher.start()
+    assert "earlier" not in str(info.value)
+
+
 def test_a_container_gone_before_its_ports_are_read_says_why(
     triton_test_image: str,
     add_one_repository: Path,
