@@ -176,3 +176,21 @@ def test_choose_probe_falls_back_to_host(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails
     assert choose_probe(lambda: None, budget_bytes=5, gpu_index=0).kind == "host"
     assert choose_probe(lambda: None, budget_bytes=5).kind == "host"
+
+
+def test_an_instances_triton_runs_on_the_gpu_its_probe_reads(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """The probe reads NVML's device N (nvidia-smi's numbering, by PCI bus); CUDA numbers
+    devices fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID, so on a host with unlike
+    GPUs CUDA_VISIBLE_DEVICES=N alone can put Triton on another card than the one read."""
+    from mmelocal.emulator.emulator import Emulator, EmulatorConfig
+
+    monkeypatch.setitem(sys.modules, "pynvml", _Fake())
+    (tmp_path / "store").mkdir()
+    config = EmulatorConfig(store=str(tmp_path / "store"), cache_dir=tmp_path / "c", gpus=(1,))
+    [instance] = Emulator(config).instances
+    assert instance.probe.name == "nvml:1"
+    env = instance.launcher.config.env  # type: ignore[attr-defined]
+    assert env["CUDA_VISIBLE_DEVICES"] == "1"
+    assert env.get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID"
