@@ -92,6 +92,16 @@ def _byte_size(value: str) -> int:
     return number
 
 
+def _growth_size(value: str) -> int:
+    # the Python backend reads it with std::stol and refuses <= 0 at its first model's load
+    number = _stoi(value, bits=64)
+    if number <= 0:
+        raise ValueError(
+            f"shm-growth-byte-size can't be smaller than or equal to zero, got {value}"
+        )
+    return number
+
+
 def _any(value: str) -> None:
     return None
 
@@ -164,7 +174,7 @@ KNOBS: tuple[Knob, ...] = (
         key="SAGEMAKER_TRITON_SHM_GROWTH_BYTE_SIZE",
         flag="--backend-config=python,shm-growth-byte-size={}",
         default="1048576",
-        check=lambda v: _stoi(v, bits=64),
+        check=_growth_size,
     ),
     Knob(
         key="SAGEMAKER_TRITON_TENSORFLOW_VERSION",

@@ -118,6 +118,8 @@ def test_ping_mode_reaches_the_server_only_when_exported() -> None:
         ({"SAGEMAKER_TRITON_MODEL_LOAD_GPU_LIMIT": " 0.5"}, "Invalid option value"),
         ({"SAGEMAKER_TRITON_MODEL_LOAD_GPU_LIMIT": "half"}, "Invalid option value"),
         ({"SAGEMAKER_TRITON_SHM_DEFAULT_BYTE_SIZE": "1024"}, "at least 1 MB"),
+        # the Python backend's own refusal, at every Python model's load (2.51 checked)
+        ({"SAGEMAKER_TRITON_SHM_GROWTH_BYTE_SIZE": "0"}, "smaller than or equal to zero"),
     ],
 )
 def test_values_tritonserver_refuses_fail_with_its_message(env: dict[str, str], words: str) -> None:
