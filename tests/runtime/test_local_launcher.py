@@ -224,3 +224,17 @@ def test_a_fixed_port_in_use_fails_at_once_naming_it(tmp_path, held_port):
     assert launcher.log_path is not None
     assert launcher.log_path.read_text().count("already in use") == 1  # not tried again
     assert not launcher.is_alive()
+
+
+def test_the_platforms_safe_port_range_does_not_stop_the_start(tmp_path):
+    """``SAGEMAKER_SAFE_PORT_RANGE`` is SageMaker's own (a warning says mmelocal sets its own
+    ports): passed on, tritonserver refuses every port outside it that shares the SageMaker
+    front end's address, as the HTTP port does on 0.0.0.0 (in a container, or here)."""
+    config = ServerConfig(
+        model_repository=tmp_path,
+        sagemaker=True,
+        host="0.0.0.0",
+        sagemaker_env={"SAGEMAKER_SAFE_PORT_RANGE": "1-2"},
+    )
+    with LocalLauncher(config, isolate_network=False, start_timeout_s=60) as launcher:
+        assert launcher.is_alive()

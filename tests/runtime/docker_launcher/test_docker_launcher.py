@@ -245,6 +245,24 @@ def test_start_failure_quotes_this_containers_output_not_an_earlier_runs(
     assert "earlier" not in str(info.value)
 
 
+def test_a_container_starts_with_the_platforms_safe_port_range_in_its_environment(
+    triton_test_image: str, add_one_repository: Path, docker_session: str
+) -> None:
+    """SAGEMAKER_SAFE_PORT_RANGE is SageMaker's own: passed on as a flag, tritonserver in
+    the container refused its HTTP port 8000 (same 0.0.0.0 as the front end) and exited."""
+    config = ServerConfig(
+        model_repository=add_one_repository,
+        sagemaker=True,
+        exit_timeout_s=3,
+        sagemaker_env={"SAGEMAKER_SAFE_PORT_RANGE": "23000-23999"},
+    )
+    launcher = DockerLauncher(
+        config, image=triton_test_image, pull="never", session=docker_session, start_timeout_s=60
+    )
+    with launcher:
+        assert launcher.is_alive()
+
+
 def test_a_container_gone_before_its_ports_are_read_says_why(
     triton_test_image: str,
     add_one_repository: Path,
