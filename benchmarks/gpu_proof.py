@@ -104,7 +104,17 @@ class GpuProofReport:
             lines.append(
                 f"| {name} | {reading.get('used_mib', '-')} | {reading.get('total_mib', '-')} |"
             )
+        if "reserved_mib" in self.nvml:
+            lines += [
+                "",
+                f"NVML reserved (the driver's; in the probe's used, not in nvidia-smi's): "
+                f"{self.nvml['reserved_mib']} MiB",
+            ]
         lines += ["", f"gpu tests: {self.gpu_tests.get('summary', 'not run')}", ""]
+        for module, why in (self.gpu_tests.get("not_run") or {}).items():
+            lines.append(f"- not run here: {module} ({why})")
+        if self.gpu_tests.get("not_run"):
+            lines.append("")
         if self.capacity:
             lines += [
                 "| model | copies | baseline MiB | copy MiB | runtime once MiB | implied |",
@@ -245,17 +255,39 @@ def install_wheels(wheels: Path, site: Path) -> None:
     os.environ["PATH"] = f"{site / 'bin'}{os.pathsep}{os.environ['PATH']}"
 
 
+def missing_imports(path: Path) -> list[str]:
+    """The packages a test module imports at its top that are not installed here (the
+    tests' own helper modules, found under ``tests/``, do not count)."""
+    import ast
+    import importlib.util
+
+    helpers = {p.stem for p in (REPO / "tests").rglob("*.py")}
+    names: set[str] = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Import):
+            names |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module.split(".")[0])
+    return sorted(n for n in names - helpers if importlib.util.find_spec(n) is None)
+
+
 def run_gpu_tests(out: Path) -> dict[str, Any]:
     """``pytest -m mmelocal_gpu`` (bounded to 300 s): exit code and pytest's closing line.
 
-    Only the test files that hold ``mmelocal_gpu``-marked tests are collected, so that modules
-    needing what does not travel (boto3, moto) are not imported there.
+    Only the test files that hold ``mmelocal_gpu``-marked tests are collected, and of those
+    only the ones whose imports are installed here: a module that needs what does not
+    travel (boto3, moto) is listed under ``not_run`` with what it needs.
     """
-    files = sorted(
-        str(p.relative_to(REPO))
-        for p in (REPO / "tests").rglob("test_*.py")
-        if "mark.mmelocal_gpu" in p.read_text(encoding="utf-8")
-    )
+    files, not_run = [], {}
+    for path in sorted((REPO / "tests").rglob("test_*.py")):
+        if "mark.mmelocal_gpu" not in path.read_text(encoding="utf-8"):
+            continue
+        name = str(path.relative_to(REPO))
+        missing = missing_imports(path)
+        if missing:
+            not_run[name] = f"needs {', '.join(missing)}, which does not travel"
+        else:
+            files.append(name)
     cmd = [
         sys.executable,
         "-m",
@@ -265,18 +297,19 @@ def run_gpu_tests(out: Path) -> dict[str, Any]:
         "-q",
         "-p",
         "no:cacheprovider",
-        # a module importing what does not travel (boto3, moto, docker) is reported as an
-        # error, not a reason to run none of the others
+        # a module that still fails to import is reported as an error, not a reason to run
+        # none of the others
         "--continue-on-collection-errors",
         *files,
     ]
     try:
         done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
     except subprocess.TimeoutExpired:
-        return {"exit_code": None, "summary": "timed out after 300 s"}
+        return {"exit_code": None, "summary": "timed out after 300 s", "not_run": not_run}
     (out / "gpu-tests.log").write_text(done.stdout + done.stderr)
     tail = [line for line in done.stdout.splitlines() if line.strip()]
-    return {"exit_code": done.returncode, "summary": tail[-1] if tail else "no output"}
+    summary = tail[-1] if tail else "no output"
+    return {"exit_code": done.returncode, "summary": summary, "not_run": not_run}
 
 
 def nvml_against_smi() -> tuple[dict[str, Any], dict[str, Any]]:
@@ -286,9 +319,27 @@ def nvml_against_smi() -> tuple[dict[str, Any], dict[str, Any]]:
     reading = NvmlProbe(0).read()
     smi = nvidia_smi() or {}
     nvml = {"used_mib": reading.used_bytes // MIB, "total_mib": reading.total_bytes // MIB}
+    reserved = nvml_reserved_mib()
+    if reserved is not None:
+        nvml["reserved_mib"] = reserved
     if smi:
         nvml["used_minus_smi_mib"] = nvml["used_mib"] - smi["used_mib"]
     return nvml, smi
+
+
+def nvml_reserved_mib() -> int | None:
+    """What NVML's version 2 memory query calls reserved on GPU 0 (the driver's own; the
+    probe's version 1 ``used`` holds it, nvidia-smi's ``memory.used`` does not); None where
+    the driver has no version 2 query."""
+    import pynvml
+
+    try:
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        info = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
+        return int(info.reserved) // MIB
+    except (pynvml.NVMLError, AttributeError):
+        return None
 
 
 def save_bert_base(folder: Path) -> Path:

@@ -98,3 +98,26 @@ def test_report_format_with_synthetic_numbers(tmp_path: Path) -> None:
     # copy 100 MiB, runtime once 400 MiB: floor((3600 - 500 - 400) / 100) = 27 copies
     assert "| synthetic model | 3 | 500 | 100 | 400 | 27 |" in markdown
     assert "| H100 |" in markdown and "gpu tests: 3 passed" in markdown
+
+
+def test_a_gpu_test_module_that_needs_what_does_not_travel_is_listed_not_run(
+    tmp_path: Path,
+) -> None:
+    """On the GPU machine a marked module that imports boto3 (absent there) failed the
+    whole proof as a collection error; it is listed as not run, with what it needs (the
+    tests' own helper modules are not packages to install)."""
+    gpu_proof = _script()
+    module = tmp_path / "test_needs.py"
+    module.write_text(
+        "import json\nimport no_such_package_here\nfrom shared_helpers import unique\n"
+        "from no_such_other.sub import x\n"
+    )
+    assert gpu_proof.missing_imports(module) == ["no_such_other", "no_such_package_here"]
+    report = gpu_proof.GpuProofReport(gpu={"name": "T"}, started_at="now")
+    report.gpu_tests = {
+        "summary": "4 passed",
+        "not_run": {"tests/x/test_needs.py": "needs boto3, which does not travel"},
+    }
+    assert "- not run here: tests/x/test_needs.py (needs boto3, which does not travel)" in (
+        report.markdown()
+    )
