@@ -92,6 +92,13 @@ class LoadShape:
             ends.append(elapsed)
         return ends
 
+    def ramp_s(self, index: int) -> float:
+        """Planned seconds stage ``index`` spends reaching its users from the previous stage's
+        (from 0 for the first) at its spawn rate, at most the stage's duration."""
+        stage = self.stages[index]
+        before = self.stages[index - 1].users if index > 0 else 0
+        return min(abs(stage.users - before) / stage.spawn_rate, stage.duration_s)
+
     def stage_at(self, run_time_s: float) -> int | None:
         """Index of the stage planned at ``run_time_s``; None once the shape is over."""
         for index, end in enumerate(self.boundaries_s()):
