@@ -79,6 +79,27 @@ def test_highest_user_count_before_first_failure() -> None:
     assert max_users_before_first_failure([_step(10, 2)]) is None
 
 
+def test_a_step_where_no_request_completed_is_no_proof_of_its_users() -> None:
+    """The endpoint stalled at 20 users: nothing completed in that step (its timeouts land
+    in the next one). 20 users were never shown to work: the ceiling is 10."""
+    from dataclasses import replace
+
+    from bench_helpers import fake_loadtest
+
+    from mmelocal.bench.loadtest.result import summary_lines
+
+    stalled = replace(
+        _step(20, 0), requests=0, successes=0, throughput_rps=0.0, avg_latency_ms=None,
+        p50_latency_ms=None, p95_latency_ms=None, p99_latency_ms=None, max_latency_ms=None,
+    )  # fmt: skip
+    steps = [_step(10, 0), stalled, _step(40, 10)]
+    assert max_users_before_first_failure(steps) == 10
+    assert max_users_before_first_failure([_step(10, 0), stalled]) == 10
+    assert max_users_before_first_failure([stalled]) is None
+    result = replace(fake_loadtest(), steps=(_step(10, 0), stalled))
+    assert "no failed request up to 20 users" not in "\n".join(summary_lines(result))
+
+
 def test_endpoint_forms() -> None:
     shape = stepped_shape(max_users=10)
     targets = expand_targets("model-{i}.tar.gz", 3)

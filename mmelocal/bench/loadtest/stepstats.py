@@ -143,11 +143,12 @@ def _held(
 
 
 def max_users_before_first_failure(steps: Sequence[StepStats]) -> int | None:
-    """Users of the last step before the first step with a failure (all steps if none fail);
-    None when the very first step already failed."""
+    """Users of the last step before the first step with a failure, or with no completed
+    request (a stalled endpoint: nothing shows those users were served); all steps if none;
+    None when the very first step already failed or stalled."""
     best: int | None = None
     for step in steps:
-        if step.failures:
+        if step.failures or not step.requests:
             return best
         best = step.users if best is None else max(best, step.users)
     return best
