@@ -81,8 +81,11 @@ def test_the_summary_leaves_out_the_warm_up_step() -> None:
     pt = _bench("torchscript", 4, [warmup, _step(20, 10.0, 300.0), _step(40, 18.0, 250.0)])
     assert pt.latency_ms == 250.0
     assert pt.throughput_rps == 18.0
+    # a test that was only its warm-up (--max-users 10 or fewer) has nothing else to show
     only_warmup = _bench("torchscript", 4, [replace(_step(10, 30.0, 90.0), name="warmup")])
-    assert only_warmup.latency_ms is None and only_warmup.throughput_rps is None
+    assert only_warmup.latency_ms == 90.0 and only_warmup.throughput_rps == 30.0
+    failed = [replace(_step(10, 9.0, 90.0), name="warmup"), _step(20, 10.0, 300.0, failures=1)]
+    assert _bench("torchscript", 4, failed).latency_ms is None
 
 
 def test_trt_against_pt_in_percent_per_instance_type() -> None:

@@ -46,15 +46,12 @@ class BenchmarkResult(BenchResult, kind="benchmark"):
         return self.capacity.count
 
     def _good_steps(self) -> list[Any]:
-        """The measured steps (not the warm-up, as in the published summary) without a
-        failure."""
+        """The measured steps without a failure: not the warm-up, as in the published
+        summary, unless the test was only its warm-up (``--max-users`` 10 or fewer)."""
         if self.loadtest is None:
             return []
-        return [
-            s
-            for s in self.loadtest.steps
-            if s.failures == 0 and s.requests > 0 and s.name != WARMUP_STAGE_NAME
-        ]
+        steps = [s for s in self.loadtest.steps if s.name != WARMUP_STAGE_NAME]
+        return [s for s in steps or self.loadtest.steps if s.failures == 0 and s.requests > 0]
 
     @property
     def latency_ms(self) -> float | None:
