@@ -178,3 +178,10 @@ def test_a_step_rate_and_latency_are_those_of_its_hold_not_its_ramp() -> None:
     assert steps[0]["throughput_rps"] == 90 / 9.0
     # a stage that ended inside its ramp is summed over all of it
     assert steps[2]["duration_s"] == 10.0 and steps[2]["throughput_rps"] == 30.0
+    # so is one whose hold is too short to take a rate over (under a second)
+    (short,) = stage_steps(
+        shape_from_stages([{"users": 10, "spawn_rate": 1, "duration_s": 10}]),
+        started_at=[0.0], end_s=10.0, users_seen=[10], latencies_ms=[[5.0] * 200],
+        failures=[0], hold_at=[9.8], held_ms=[[5.0]],
+    )  # fmt: skip
+    assert short["duration_s"] == 10.0 and short["throughput_rps"] == 20.0

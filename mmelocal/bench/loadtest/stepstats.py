@@ -18,6 +18,11 @@ if TYPE_CHECKING:
     from mmelocal.bench.loadtest.shape import LoadShape
 
 
+#: the shortest hold a step's rate is taken over; a shorter one (a ramp that filled almost
+#: all of its stage) gives way to the whole stage
+MIN_HOLD_S = 1.0
+
+
 @dataclass(frozen=True, kw_only=True)
 class StepStats:
     """What one stage of a load test measured.
@@ -27,7 +32,7 @@ class StepStats:
     those of the stage's hold, once its users were reached: the ramp from the previous
     stage's users runs at other loads (the published summary keeps only the seconds at a
     step's user count). ``duration_s`` is the span the rate is taken over: the hold, or the
-    whole stage when it ended before its ramp did.
+    whole stage when its hold lasted under :data:`MIN_HOLD_S`.
     """
 
     name: str
@@ -71,7 +76,7 @@ def summarize_step(
     are the hold's)."""
     requests = len(latencies_ms)
     rated: Sequence[float] = latencies_ms
-    if held_latencies_ms is not None and held_s is not None and held_s > 0:
+    if held_latencies_ms is not None and held_s is not None and held_s >= MIN_HOLD_S:
         rated, duration_s = held_latencies_ms, held_s
     if len(rated):
         values = np.asarray(rated, dtype=np.float64)
@@ -155,6 +160,7 @@ def max_users_before_first_failure(steps: Sequence[StepStats]) -> int | None:
 
 
 __all__ = [
+    "MIN_HOLD_S",
     "StepStats",
     "max_users_before_first_failure",
     "stage_steps",
