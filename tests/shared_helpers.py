@@ -1,24 +1,30 @@
 """What tests in several folders share (``from shared_helpers import ...``; ``tests/`` is on
 the path through ``tests/conftest.py``): polling (the suite's one wait helper, in a thread
 or inside an event loop), the tritonservers a test started, waiting for an endpoint to go,
-the tiny model as a reference tarball, and a fresh name for what a test makes in a shared
-service."""
+the tiny model as a reference tarball, a fresh name for what a test makes in a shared
+service, and a local AWS of a test's own whose tritonserver is a stand-in script."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import tarfile
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import psutil
 
 from mmelocal.testing.tiny_model import expected, write_model
+
+if TYPE_CHECKING:
+    import pytest
+
+    from mmelocal.localaws import LocalAws
 
 T = TypeVar("T")
 
@@ -89,6 +95,29 @@ def delete_endpoint(sm: Any, name: str, timeout_s: float = 180.0) -> None:
 
     wait_for(settled, timeout_s=timeout_s, interval_s=0.2, what=f"{name} out of progress")
     sm.delete_endpoint(EndpointName=name)
+
+
+def gated_tritonserver(gate: Path) -> str:
+    """A stand-in tritonserver (``sh``) that waits until ``gate`` exists, then exits 3: an
+    endpoint that stays Creating for as long as the test needs, then fails."""
+    return f"#!/bin/sh\nwhile [ ! -e {gate} ]; do sleep 0.05; done\nexit 3\n"
+
+
+@contextlib.contextmanager
+def local_aws_running(
+    script: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[LocalAws]:
+    """A local AWS of the test's own whose endpoints start ``script`` (``sh``) as their
+    tritonserver, with the test's AWS environment pointed at it."""
+    from mmelocal.localaws import LocalAws
+
+    server = tmp_path / "tritonserver"
+    server.write_text(script)
+    server.chmod(0o755)
+    with LocalAws(tritonserver=server, data_dir=tmp_path / "data") as aws:
+        for key, value in aws.env().items():
+            monkeypatch.setenv(key, value)
+        yield aws
 
 
 def unique(prefix: str) -> str:

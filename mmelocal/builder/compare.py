@@ -8,7 +8,6 @@ they were built for and are not opened. Findings are plain data for the validato
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -16,11 +15,9 @@ from mmelocal.builder.tensors import (
     Signature,
     TensorSpec,
     inspect_onnx,
-    torchscript_forward_args,
+    torchscript_forward_arguments,
 )
 from mmelocal.errors import MissingDependencyError, UserInputError
-
-_INDEXED_NAME = re.compile(r"^.+__(\d+)$")
 
 
 class Finding(NamedTuple):
@@ -38,7 +35,12 @@ def check_artifact(cfg: Any, artifact: Path) -> list[Finding]:
             signature, _ = inspect_onnx(artifact, strip_batch=False)
             return compare_onnx(cfg, signature)
         if artifact.suffix == ".pt" and cfg.platform == "pytorch_libtorch":
-            return compare_torchscript(cfg, torchscript_forward_args(artifact))
+            arguments = torchscript_forward_arguments(artifact)
+            return compare_torchscript(
+                cfg,
+                tuple(name for name, _ in arguments),
+                dict_input=[kind for _, kind in arguments] == ["DictType"],
+            )
         if artifact.suffix == ".plan":
             return [
                 Finding(
@@ -151,9 +153,16 @@ def _compare_tensor(kind: str, spec: TensorSpec, found: TensorSpec, mbs: int) ->
     return out
 
 
-def compare_torchscript(cfg: Any, forward_args: tuple[str, ...]) -> list[Finding]:
-    """Compare config inputs with ``forward``'s arguments; outputs by Triton's naming rule."""
+def compare_torchscript(
+    cfg: Any, forward_args: tuple[str, ...], *, dict_input: bool = False
+) -> list[Finding]:
+    """Compare config inputs with ``forward``'s arguments; outputs by Triton's naming rule.
+
+    ``dict_input``: ``forward`` takes one ``Dict[str, Tensor]``, into which the PyTorch
+    backend puts every config input by its name, so any inputs fit."""
     names = [t.name for t in cfg.input]
+    if dict_input:
+        return _compare_outputs(cfg)
     if len(names) != len(forward_args):
         return [
             Finding(
@@ -164,7 +173,9 @@ def compare_torchscript(cfg: Any, forward_args: tuple[str, ...]) -> list[Finding
         ]
     out: list[Finding] = []
     indices = _indices(names)
-    if indices is not None:
+    if all(n in forward_args for n in names):
+        pass  # matched to forward's arguments by name
+    elif indices is not None:
         if indices != list(range(len(names))):
             out.append(
                 Finding(
@@ -174,14 +185,21 @@ def compare_torchscript(cfg: Any, forward_args: tuple[str, ...]) -> list[Finding
             )
     else:
         unknown = [n for n in names if n not in forward_args]
-        if unknown:
-            out.append(
-                Finding(
-                    "io.unknown_input",
-                    f"config inputs {unknown} are not forward() arguments "
-                    f"{list(forward_args)} (or use the NAME__<index> convention)",
-                )
+        order = ", ".join(f"{n} -> {a}" for n, a in zip(names, forward_args, strict=True))
+        out.append(
+            Finding(
+                "io.input_order",
+                f"config inputs {unknown} are not forward() arguments {list(forward_args)} "
+                "and not all inputs follow NAME__<index>: Triton falls back to the config's "
+                f"order ({order}); name them as forward's arguments to be sure",
+                "warning",
             )
+        )
+    return out + _compare_outputs(cfg)
+
+
+def _compare_outputs(cfg: Any) -> list[Finding]:
+    out: list[Finding] = []
     outputs = [t.name for t in cfg.output]
     if outputs and _indices(outputs) != list(range(len(outputs))):
         out.append(
@@ -204,10 +222,15 @@ def compare_torchscript(cfg: Any, forward_args: tuple[str, ...]) -> list[Finding
 
 
 def _indices(names: list[str]) -> list[int] | None:
-    matches = [_INDEXED_NAME.match(n) for n in names]
-    if not all(matches):
-        return None
-    return sorted(int(m.group(1)) for m in matches if m)
+    """The indices of ``NAME__<index>`` names, sorted, as the PyTorch backend reads them (the
+    digits after the first ``__``); None when a name does not follow the convention."""
+    found = []
+    for name in names:
+        _, sep, index = name.partition("__")
+        if not sep or not (index.isascii() and index.isdigit()):
+            return None
+        found.append(int(index))
+    return sorted(found)
 
 
 __all__ = ["Finding", "check_artifact", "compare_onnx", "compare_torchscript", "config_specs"]

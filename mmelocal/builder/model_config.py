@@ -26,13 +26,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mmelocal.builder.backends import PLATFORMS
+from mmelocal.builder.backends import BACKENDS, PLATFORM_BACKENDS, PLATFORMS
 from mmelocal.builder.tensors import Signature, TensorSpec
 from mmelocal.errors import ConfigError
 
 KINDS = ("auto", "gpu", "cpu")
 WARMUP_DATA = ("random", "zero")
 _FLOAT_TYPES = ("TYPE_FP16", "TYPE_FP32", "TYPE_FP64", "TYPE_BF16")
+#: backends Triton ties to their platforms (core ``GetBackendType``): named with another
+#: platform, the config is refused
+_PLATFORM_BOUND_BACKENDS = frozenset({"tensorflow", "tensorrt", "onnxruntime", "pytorch"})
+#: platforms Triton knows beyond the backends table (PyTorch AOTInductor, Triton 25.x)
+_OTHER_PLATFORMS = ("torch_aoti",)
 
 
 def _pb() -> Any:
@@ -314,6 +319,7 @@ def _field_of(message: str, text: str, line: int | None, column: int | None) -> 
 
 def check_config(cfg: Any, *, path: Path | str | None = None, text: str | None = None) -> None:
     """Semantic checks Triton applies that the schema cannot express; raises ConfigError."""
+    _check_platform(cfg, path=path, text=text)
     if cfg.max_batch_size < 0:
         raise ConfigError(
             f"max_batch_size must be >= 0, got {cfg.max_batch_size}",
@@ -334,10 +340,11 @@ def check_config(cfg: Any, *, path: Path | str | None = None, text: str | None =
                     line=line,
                     field=f"{where}.data_type",
                 )
-            dims = list(t.reshape.shape) if not t.dims and t.HasField("reshape") else list(t.dims)
-            if not t.dims and not t.HasField("reshape"):
+            dims = list(t.dims)
+            if not dims:
                 raise ConfigError(
-                    f"{where} {t.name!r} has no dims; Triton needs at least one",
+                    f"{where} {t.name!r} has no dims; Triton needs at least one (a reshape "
+                    "does not replace them)",
                     path=path,
                     line=line,
                     field=f"{where}.dims",
@@ -356,6 +363,44 @@ def check_config(cfg: Any, *, path: Path | str | None = None, text: str | None =
                 path=path,
                 field=f"instance_group[{i}].count",
             )
+
+
+def _check_platform(cfg: Any, *, path: Path | str | None, text: str | None) -> None:
+    """The platform / backend pairs Triton refuses (core ``ValidateModelConfig``, after
+    ``AutoCompleteBackendFields`` filled in what it could)."""
+    platform, backend = str(cfg.platform), str(cfg.backend)
+    if platform == "ensemble" and backend:
+        raise ConfigError(
+            f"an ensemble has platform 'ensemble' and no backend, got backend {backend!r}",
+            path=path,
+            line=_line_of(text, "backend"),
+            field="backend",
+        )
+    if not platform or platform in _OTHER_PLATFORMS:
+        return
+    owner = PLATFORM_BACKENDS.get(platform)
+    if backend in _PLATFORM_BOUND_BACKENDS and owner != backend:
+        takes = [p for p, b in PLATFORM_BACKENDS.items() if b == backend]
+        raise ConfigError(
+            f"platform {platform!r} does not go with backend {backend!r}, which takes "
+            f"platform {' or '.join(repr(p) for p in takes)} (or none); Triton refuses the pair",
+            path=path,
+            line=_line_of(text, "platform"),
+            field="platform",
+        )
+    if platform not in PLATFORMS and not backend and cfg.default_model_filename != "model.py":
+        hint = (
+            f"; {platform!r} is a backend: write backend: {platform!r}"
+            if platform in BACKENDS
+            else ""
+        )
+        raise ConfigError(
+            f"unknown platform {platform!r} (Triton refuses it): use one of "
+            f"{', '.join(PLATFORMS)}, or name a backend{hint}",
+            path=path,
+            line=_line_of(text, "platform"),
+            field="platform",
+        )
 
 
 def _line_of(text: str | None, needle: str) -> int | None:

@@ -98,6 +98,9 @@ def create_folders_tarball(
 
 
 def _add_folder(tar: tarfile.TarFile, src: Path, root_name: str, mtime: int) -> None:
+    # a folder given through a symlink is stored as the folder (the symlink would point
+    # at a path of this machine, and Triton lists only real folders as models)
+    src = src.resolve()
     for path in _sorted_walk(src):
         rel = path.relative_to(src).as_posix()
         arcname = root_name if rel == "." else f"{root_name}/{rel}"

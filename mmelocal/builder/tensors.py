@@ -298,6 +298,12 @@ def torchscript_forward_args(path: Path | str) -> tuple[str, ...]:
     Read from the scripted schema after ``torch.jit.load`` on CPU; nothing is run.
     Traced modules keep the Python argument names (``input_ids``, ``attention_mask``).
     """
+    return tuple(name for name, _ in torchscript_forward_arguments(path))
+
+
+def torchscript_forward_arguments(path: Path | str) -> tuple[tuple[str, str], ...]:
+    """``(name, type kind)`` of each ``forward`` argument (``self`` excluded): the kind is
+    TorchScript's (``"TensorType"``, ``"DictType"`` for ``Dict[str, Tensor]``, ...)."""
     torch = import_torch("reading a TorchScript model")
     p = Path(path)
     if not p.is_file():
@@ -313,7 +319,7 @@ def torchscript_forward_args(path: Path | str) -> tuple[str, ...]:
         first = text.splitlines()[0].split(". ")[0] if text else type(exc).__name__
         raise UserInputError(f"{p} is not a loadable TorchScript model: {first}") from None
     args = module.forward.schema.arguments
-    return tuple(a.name for a in args if a.name != "self")
+    return tuple((a.name, str(a.type.kind())) for a in args if a.name != "self")
 
 
 def inspect_torchscript(path: Path | str) -> int:
@@ -360,6 +366,7 @@ __all__ = [
     "specs_from_arrays",
     "torch_to_triton",
     "torchscript_forward_args",
+    "torchscript_forward_arguments",
     "triton_to_numpy",
     "triton_to_onnx",
     "triton_to_torch",

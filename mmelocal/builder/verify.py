@@ -3,7 +3,8 @@
 The source (the eager PyTorch module, or the ONNX file it came from) and the artifact
 (TorchScript through ``torch.jit.load``, ONNX through onnxruntime on CPU) get the same
 random inputs at several batch sizes and, for text models, several sequence lengths.
-Every output is compared element-wise like ``numpy.allclose``:
+Every output must have the source's shape and dtype, and is compared element-wise like
+``numpy.allclose``:
 ``|artifact - source| <= atol + rtol * |source|``. The report gives per output and
 input shape the largest absolute difference and the largest relative difference
 ``|a - s| / |s|``, taken over the elements where the relative term of the tolerance
@@ -239,6 +240,8 @@ def _compare(
     got = to_numpy(got)
     if got.shape != want.shape:
         return failed(f"shape {list(got.shape)} != source {list(shape)}")
+    if got.dtype != want.dtype:
+        return failed(f"dtype {got.dtype} != source {want.dtype}")
     g = got.astype(np.float64)
     w = want.astype(np.float64)
     diff = np.abs(g - w)

@@ -151,6 +151,9 @@ class Emulator:
         repo.mkdir(parents=True, exist_ok=True)
         env: dict[str, str] = {}
         if self._gpus:
+            # the probe's NVML index: CUDA numbers by PCI bus too only when told to (its
+            # default is fastest first, which differs on a host with unlike GPUs)
+            env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
             env["CUDA_VISIBLE_DEVICES"] = str(self._gpus[index % len(self._gpus)])
         server = ServerConfig(
             model_repository=repo,

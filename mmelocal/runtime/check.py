@@ -203,10 +203,11 @@ def check_path(
                 client = TritonClient.for_launcher(
                     launcher, timeout_s=opts.infer_timeout_s, load_timeout_s=opts.load_timeout_s
                 )
+                log_offset = _log_size(launcher.log_path)  # the log runs on across restarts
                 try:
                     _check_model(client, launcher, target, opts, gpu, unload=not opts.all_loaded)
                 except ServerDiedError as exc:
-                    reason = crash_reason(launcher.log_path)
+                    reason = crash_reason(launcher.log_path, offset=log_offset)
                     target.check.fail(
                         f"Triton crashed while checking this model{reason}: {exc}"
                         + (
@@ -373,12 +374,22 @@ def _query(
             check.fail(problem)
 
 
-def crash_reason(log_path: Path | None) -> str:
-    """`` (Signal (11) received.)`` style text from the end of a server log, or ''."""
+def crash_reason(log_path: Path | None, *, offset: int = 0) -> str:
+    """`` (Signal (11) received.)`` style text from the end of a server log, of what was
+    written from byte ``offset`` on (a crash's own lines, not an earlier crash's), or ''."""
     from mmelocal.runtime.readiness import log_tail
 
-    lines = [line for line in log_tail(log_path, lines=200).splitlines() if "Signal (" in line]
+    tail = log_tail(log_path, lines=200, offset=offset)
+    lines = [line for line in tail.splitlines() if "Signal (" in line]
     return f" ({lines[-1].strip()})" if lines else ""
+
+
+def _log_size(log_path: Path | None) -> int:
+    """The log's size now: where what the server writes next begins (0 when absent)."""
+    try:
+        return log_path.stat().st_size if log_path is not None else 0
+    except OSError:
+        return 0
 
 
 def _memory(launcher: TritonLauncher, gpu: bool) -> tuple[int | None, str]:

@@ -5,10 +5,11 @@ The image is NVIDIA's ``nvcr.io/nvidia/tritonserver:<tag>-py3`` by default
 any image the user names. The container runs ``tritonserver`` (``command_prefix``, for
 images whose entry point differs) with the argv of :meth:`ServerConfig.to_args`, where
 ``model_repository`` is replaced by the read-only mount point :data:`CONTAINER_MODEL_REPOSITORY`
-and the ports by Triton's defaults inside the container. Those ports are published on
-``127.0.0.1`` only: the config's ports become the host ports, ``0`` meaning "any free port"
-(Docker picks it, so there is no race). Other paths in the config (``backend_directory``)
-are paths inside the container.
+and the ports by Triton's defaults inside the container. The ports tritonserver opens
+(in MME mode gRPC and metrics only when the entrypoint's environment turns them on) are
+published on ``127.0.0.1`` only: the config's ports become the host ports, ``0`` meaning
+"any free port" (Docker picks it, so there is no race). Other paths in the config
+(``backend_directory``) are paths inside the container.
 
 GPUs are requested as device requests (``--gpus``); by default only when the engine has
 the ``nvidia`` runtime. Every container carries the labels :data:`LABEL_OWNER`,
@@ -135,6 +136,7 @@ class DockerLauncher(OwnedServerLauncher):
         self._init_server_state(log_path)
         self._container: Any = None
         self._pump: threading.Thread | None = None
+        self._log_offset = 0
 
     @property
     def container_id(self) -> str | None:
@@ -158,13 +160,25 @@ class DockerLauncher(OwnedServerLauncher):
         """The container command: ``command_prefix`` + Triton's flags."""
         return [*self.command_prefix, *container_server_config(self.config).to_args()]
 
+    def opened_ports(self) -> list[str]:
+        """The keys of :data:`CONTAINER_PORTS` tritonserver listens on, the ones published:
+        in MME mode gRPC and metrics only when the entrypoint's environment turns them on."""
+        keys = ["http"]
+        if self.config.serves_grpc:
+            keys.append("grpc")
+        if self.config.serves_metrics:
+            keys.append("metrics")
+        if self.config.sagemaker:
+            keys.append("sagemaker")
+        return keys
+
     def run_kwargs(self, *, gpu_requests: list[Any]) -> dict[str, Any]:
         """The keyword arguments given to ``containers.run`` (without the image)."""
         repo = Path(self.config.model_repository).resolve()
         if not repo.is_dir():
             raise UserInputError(f"model_repository {repo} is not a folder")
         ports: dict[str, tuple[str, int | None]] = {}
-        for key in ("http", "grpc", "metrics") + (("sagemaker",) if self.config.sagemaker else ()):
+        for key in self.opened_ports():
             host_port = getattr(self.config, f"{key}_port")
             ports[f"{CONTAINER_PORTS[key]}/tcp"] = ("127.0.0.1", host_port or None)
         kwargs: dict[str, Any] = {
@@ -201,6 +215,8 @@ class DockerLauncher(OwnedServerLauncher):
         if self._log_path is None:
             self._log_path = Path(tempfile.mkdtemp(prefix="mmelocal-triton-")) / "tritonserver.log"
         self._log_path.parent.mkdir(parents=True, exist_ok=True)
+        # the stream is appended: this container's output starts here (errors quote it)
+        self._log_offset = self._log_path.stat().st_size if self._log_path.exists() else 0
         logger.debug("docker run %s %s", self.image, " ".join(kwargs["command"]))
         try:
             self._container = client.containers.run(self.image, **kwargs)
@@ -219,7 +235,11 @@ class DockerLauncher(OwnedServerLauncher):
             self._pump.start()
             self._endpoints = self._published_endpoints(t0)
             self._await_ready(
-                t0, is_alive=self._alive_during_start, exit_code=self._exit_code, interval_s=0.1
+                t0,
+                is_alive=self._alive_during_start,
+                exit_code=self._exit_code,
+                interval_s=0.1,
+                log_offset=self._log_offset,
             )
         except BaseException:
             self.stop()
@@ -243,14 +263,16 @@ class DockerLauncher(OwnedServerLauncher):
                     log_path=self._log_path,
                     waited_s=time.monotonic() - started_at,
                     exit_code=self._exit_code(),
+                    log_offset=self._log_offset,
                 )
             raise ServerStartError(f"Docker published no host port for Triton's {key} port")
 
+        opened = self.opened_ports()
         return Endpoints(
             http_url=url("http"),
-            grpc_url=url("grpc", scheme=""),
-            metrics_url=url("metrics"),
-            sagemaker_url=url("sagemaker") if self.config.sagemaker else None,
+            grpc_url=url("grpc", scheme="") if "grpc" in opened else None,
+            metrics_url=url("metrics") if "metrics" in opened else None,
+            sagemaker_url=url("sagemaker") if "sagemaker" in opened else None,
         )
 
     def _alive_during_start(self) -> bool:

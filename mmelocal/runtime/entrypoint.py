@@ -92,6 +92,16 @@ def _byte_size(value: str) -> int:
     return number
 
 
+def _growth_size(value: str) -> int:
+    # the Python backend reads it with std::stol and refuses <= 0 at its first model's load
+    number = _stoi(value, bits=64)
+    if number <= 0:
+        raise ValueError(
+            f"shm-growth-byte-size can't be smaller than or equal to zero, got {value}"
+        )
+    return number
+
+
 def _any(value: str) -> None:
     return None
 
@@ -164,7 +174,7 @@ KNOBS: tuple[Knob, ...] = (
         key="SAGEMAKER_TRITON_SHM_GROWTH_BYTE_SIZE",
         flag="--backend-config=python,shm-growth-byte-size={}",
         default="1048576",
-        check=lambda v: _stoi(v, bits=64),
+        check=_growth_size,
     ),
     Knob(
         key="SAGEMAKER_TRITON_TENSORFLOW_VERSION",
@@ -219,6 +229,19 @@ def _set(env: Mapping[str, str], key: str) -> str | None:
     return value if value else None
 
 
+def _as_split(knob: Knob, value: str) -> tuple[str, list[str]]:
+    """What tritonserver receives for ``value`` once the script has split its flag on
+    whitespace: the flag's own value (``""`` when a leading space cut it off: ``" 5"``
+    gives ``--log-verbose=`` and ``5``) and the words left over after the flag."""
+    template = (knob.flag or "{}").replace("{gpu}", "0")
+    slots = template.format("\0").split()
+    index = next(i for i, word in enumerate(slots) if "\0" in word)
+    prefix = slots[index].split("\0")[0]
+    words = template.format(value).split()
+    seen = words[index][len(prefix) :] if index < len(words) else ""
+    return seen, words[len(slots) :]
+
+
 def entrypoint_args(env: Mapping[str, str], *, gpu_count: int = 0) -> list[str]:
     """The argv after ``tritonserver`` that the entrypoint runs in MME mode for ``env``.
 
@@ -261,11 +284,11 @@ def entrypoint_environment(env: Mapping[str, str]) -> dict[str, str]:
 def model_namespacing(env: Mapping[str, str]) -> bool:
     """Whether the entrypoint's tritonserver runs with model namespacing for ``env``
     (True unless ``SAGEMAKER_TRITON_DISABLE_MODEL_NAMESPACING`` is a false value)."""
-    value = _set(env, "SAGEMAKER_TRITON_DISABLE_MODEL_NAMESPACING") or "true"
+    key = "SAGEMAKER_TRITON_DISABLE_MODEL_NAMESPACING"
+    value = _set(env, key) or "true"
     try:
-        return _bool(value)
+        return _bool(_as_split(_BY_KEY[key], value)[0])
     except ValueError as exc:
-        key = "SAGEMAKER_TRITON_DISABLE_MODEL_NAMESPACING"
         raise UserInputError(_refusal(key, value, exc, flag="--model-namespacing")) from None
 
 
@@ -300,17 +323,17 @@ def check_sagemaker_env(env: Mapping[str, str]) -> list[str]:
             continue
         if not value or knob.flag in (None, "{}"):
             continue
-        words = value.split()
-        if len(words) > 1:
-            raise UserInputError(
-                _refusal(key, value, ValueError(f"Unexpected argument: {words[1]}"))
-                + " (the entrypoint splits values on spaces)"
-            )
+        seen, extra = _as_split(knob, value)  # tritonserver parses the flag, then the rest
         try:
-            knob.check(value)
+            knob.check(seen)
         except ValueError as exc:
             flag = (knob.flag or "").split("=")[0].split(" ")[0]
             raise UserInputError(_refusal(key, value, exc, flag=flag)) from None
+        if extra:
+            raise UserInputError(
+                _refusal(key, value, ValueError(f"Unexpected argument: {extra[0]}"))
+                + " (the entrypoint splits values on whitespace)"
+            )
     return warnings
 
 
@@ -324,7 +347,8 @@ def _refusal(key: str, value: str, exc: ValueError, *, flag: str = "") -> str:
 
 def knob_value(key: str, value: str) -> int:
     """The number tritonserver reads from a numeric knob's ``value`` (already checked)."""
-    return int(_BY_KEY[key].check(value))  # type: ignore[call-overload]
+    knob = _BY_KEY[key]
+    return int(knob.check(_as_split(knob, value)[0]))  # type: ignore[call-overload]
 
 
 def flag_enabled(args: list[str], flag: str) -> bool:

@@ -18,6 +18,9 @@ class ExternalLauncher(LauncherContext):
 
     ``grpc_url``, ``metrics_url`` and ``sagemaker_url`` are optional; ``model_repository``
     is the server's repository when it is on this machine (needed to add models to it).
+    A server known by its SageMaker front end alone (``url`` is ``sagemaker_url``) is
+    checked at ``GET /models``: that front end answers 400 to the KServe health routes, and
+    its ``/ping`` may answer "not ready" (a model that failed to load) while it runs.
     ``start()`` gives up after ``connect_grace_s`` when every connection is refused (nothing
     listens at ``url``), else after ``start_timeout_s``.
     """
@@ -73,7 +76,7 @@ class ExternalLauncher(LauncherContext):
             self._endpoints.http_url, grace_s=min(self.connect_grace_s, self.start_timeout_s)
         )
         wait_until_ready(
-            lambda: http_ok(f"{self._endpoints.http_url}/v2/health/live", 2.0),
+            lambda: http_ok(self._health_url(), 2.0),
             timeout_s=self.start_timeout_s,
             url=self._endpoints.http_url,
             log_path=self._log_path,
@@ -84,7 +87,14 @@ class ExternalLauncher(LauncherContext):
 
     def is_alive(self) -> bool:
         """True when the server's liveness endpoint answers 200."""
-        return http_ok(f"{self._endpoints.http_url}/v2/health/live", 2.0)
+        return http_ok(self._health_url(), 2.0)
+
+    def _health_url(self) -> str:
+        """KServe's ``/v2/health/live``, or the model list of a SageMaker front end alone."""
+        ends = self._endpoints
+        if ends.sagemaker_url is not None and ends.sagemaker_url == ends.http_url:
+            return f"{ends.sagemaker_url}/models"
+        return f"{ends.http_url}/v2/health/live"
 
 
 __all__ = ["ExternalLauncher"]

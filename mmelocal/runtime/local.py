@@ -102,6 +102,8 @@ class _PortWatch:
     tritonserver has said that a port of ``config`` is held by another process."""
 
     def __init__(self, log_path: Path, offset: int, config: ServerConfig) -> None:
+        #: where this start's output begins in the log
+        self.offset = offset
         self._watch = LogWatch(log_path, _PORT_IN_USE, offset=offset)
         #: the ports this start opens: config field -> port
         self.ports = _opened_ports(config)
@@ -233,6 +235,7 @@ class LocalLauncher(OwnedServerLauncher):
                     check=functools.partial(self._ready, watch.ports),
                     process=self._process,
                     is_alive=watch.none_taken,
+                    log_offset=watch.offset,
                 )
                 return
             except ServerStartError as exc:

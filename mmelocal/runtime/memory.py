@@ -86,13 +86,34 @@ class TreeMemory:
         return {p.pid: p.uss_bytes for p in self.processes}
 
 
+_rss_warned: set[int] = set()
+
+
 def process_memory(pid: int) -> ProcessMemory | None:
     """PSS/USS/RSS of one process (psutil; where a system has no PSS or USS, RSS stands in);
-    None when it is gone."""
+    None when it is gone.
+
+    ``smaps_rollup`` (PSS, USS) is readable by the process's owner and root alone,
+    ``statm`` (RSS) by anyone: for another user's process (a container's root-owned
+    Triton read by a non-root user) RSS stands in, with a warning once per process.
+    """
     import psutil
 
     try:
-        info = psutil.Process(pid).memory_full_info()
+        process = psutil.Process(pid)
+        info: Any
+        try:
+            info = process.memory_full_info()
+        except psutil.AccessDenied:
+            info = process.memory_info()
+            if pid not in _rss_warned:
+                _rss_warned.add(pid)
+                logger.warning(
+                    "cannot read the PSS of pid %d (another user's process: run mmelocal "
+                    "as that user or as root); its resident size (RSS) stands in, which "
+                    "counts shared libraries once per process",
+                    pid,
+                )
     except psutil.Error:
         return None
     rss = int(info.rss)

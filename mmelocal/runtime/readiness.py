@@ -81,15 +81,19 @@ def wait_for_listener(url: str, *, grace_s: float) -> None:
         time.sleep(0.1)
 
 
-def log_tail(log_path: Path | str | None, *, lines: int = DEFAULT_LOG_TAIL_LINES) -> str:
-    """The last ``lines`` lines of a log file ('' when absent or unreadable)."""
+def log_tail(
+    log_path: Path | str | None, *, lines: int = DEFAULT_LOG_TAIL_LINES, offset: int = 0
+) -> str:
+    """The last ``lines`` lines of a log file, of what was written from byte ``offset`` on
+    (a log appended to by several runs: this run's part); '' when absent or unreadable."""
     if log_path is None:
         return ""
     try:
         with open(log_path, "rb") as fh:
             fh.seek(0, 2)
             size = fh.tell()
-            fh.seek(max(0, size - 64 * 1024))
+            start = offset if 0 <= offset <= size else 0  # a truncated log: all of it
+            fh.seek(max(start, size - 64 * 1024))
             data = fh.read().decode("utf-8", errors="replace")
     except OSError:
         return ""
@@ -108,6 +112,7 @@ def wait_until_ready(
     is_alive: Callable[[], bool] | None = None,
     exit_code: Callable[[], int | None] | None = None,
     server: str = "Triton",
+    log_offset: int = 0,
 ) -> float:
     """Poll ``check`` until it returns True; return the seconds it took (``server``: what
     the errors call the server waited for).
@@ -115,7 +120,9 @@ def wait_until_ready(
     Exceptions raised by ``check`` count as "not ready yet". When ``process`` (anything
     with ``poll()``) exits, or ``is_alive`` returns False, the wait stops at once with
     the exit code (``exit_code`` reads it once ``is_alive`` said the server is gone) and
-    the log tail instead of running out the timeout. Polling starts
+    the log tail instead of running out the timeout. The errors quote the log from byte
+    ``log_offset`` on (where this start's output begins in a log kept across runs). Polling
+    starts
     every ``interval_s`` and slows down by 30 % per try up to ``max_interval_s``.
     """
     start = time.monotonic()
@@ -134,6 +141,7 @@ def wait_until_ready(
                 waited_s=time.monotonic() - start,
                 exit_code=code,
                 server=server,
+                log_offset=log_offset,
             )
         try:
             if check():
@@ -148,6 +156,7 @@ def wait_until_ready(
                 f"(timeout {timeout_s:g}s){reason}; raise the timeout or read the log",
                 url=url,
                 log_path=log_path,
+                log_offset=log_offset,
             )
         time.sleep(interval_s)
         interval_s = min(max_interval_s, interval_s * 1.3)
@@ -313,45 +322,64 @@ def exited_during_start(
     waited_s: float,
     exit_code: int | None = None,
     server: str = "Triton",
+    log_offset: int = 0,
 ) -> ServerStartError:
     """The error for a server (``server``: what it is called) that exited before it was
-    ready (with the log's excerpt)."""
+    ready (with the excerpt of the log from ``log_offset`` on)."""
     detail = f" with code {exit_code}" if exit_code is not None else ""
     return _start_failure(
         f"{server} exited{detail} during start-up after {waited_s:.1f}s (waiting for {url})",
         url=url,
         log_path=log_path,
+        log_offset=log_offset,
     )
 
 
-def _start_failure(message: str, *, url: str, log_path: Path | str | None) -> ServerStartError:
-    """The start-up failure ``message``, followed by the tail of the server's log."""
-    return ServerStartError(f"{message}{_tail_text(log_path)}", url=url, log_path=log_path)
+def _start_failure(
+    message: str, *, url: str, log_path: Path | str | None, log_offset: int = 0
+) -> ServerStartError:
+    """The start-up failure ``message``, followed by the tail of the server's log (from
+    ``log_offset`` on)."""
+    return ServerStartError(
+        f"{message}{_tail_text(log_path, log_offset)}", url=url, log_path=log_path
+    )
 
 
 _NOTABLE = re.compile(r"^E\d{4} |unrecognized option|error:|failed to|Usage: ", re.IGNORECASE)
+#: a group heading of tritonserver's usage text ("Server:", "Memory/Device Management:")
+_USAGE_HEADING = re.compile(r"[A-Za-z][\w /-]*:")
 
 
-def log_excerpt(log_path: Path | str | None, *, lines: int = DEFAULT_LOG_TAIL_LINES) -> str:
-    """Error lines of the log (Triton's ``E....`` lines, bad options), then its tail.
+def log_excerpt(
+    log_path: Path | str | None, *, lines: int = DEFAULT_LOG_TAIL_LINES, offset: int = 0
+) -> str:
+    """Error lines of the log (Triton's ``E....`` lines, bad options), then its tail; of
+    what was written from byte ``offset`` on (see :func:`log_tail`).
 
-    A bad flag makes tritonserver print one line and then its whole usage text: the line
-    that matters is the one before ``Usage:``, not the tail.
+    A refused flag makes tritonserver print its whole usage text and exit: the lines that
+    matter are around it, not the tail. An unknown option is named before ``Usage:``; a
+    bad value (``Bad option: "--log-verbose".`` and the reason) after the usage text,
+    whose own lines are indented, blank or group headings.
     """
-    tail = log_tail(log_path, lines=10_000)
+    tail = log_tail(log_path, lines=10_000, offset=offset)
     if not tail:
         return ""
     all_lines = tail.splitlines()
     if any(line.startswith("Usage: ") for line in all_lines):
         usage = next(i for i, line in enumerate(all_lines) if line.startswith("Usage: "))
-        return "\n".join(all_lines[max(0, usage - lines) : usage])
+        after = [
+            line
+            for line in all_lines[usage + 1 :]
+            if line.strip() and not line[0].isspace() and not _USAGE_HEADING.fullmatch(line)
+        ]
+        return "\n".join(all_lines[max(0, usage - lines) : usage] + after[:lines])
     notable = [line for line in all_lines[:-lines] if _NOTABLE.search(line)][-10:]
     kept = [*notable, "..."] if notable else []
     return "\n".join(kept + all_lines[-lines:])
 
 
-def _tail_text(log_path: Path | str | None) -> str:
-    excerpt = log_excerpt(log_path)
+def _tail_text(log_path: Path | str | None, offset: int = 0) -> str:
+    excerpt = log_excerpt(log_path, offset=offset)
     if not excerpt:
         return f" (log: {log_path})" if log_path else ""
     return f"\n--- from {log_path} ---\n{excerpt}"

@@ -242,8 +242,11 @@ class ServerConfig:
 
     def entrypoint_args(self) -> list[str]:
         """MME mode: the entrypoint's argv for ``sagemaker_env``, its dummy repository
-        replaced by ``model_repository``."""
-        args = entrypoint.entrypoint_args(self.sagemaker_env, gpu_count=self.gpu_count)
+        replaced by ``model_repository``. The platform's own keys (``SAGEMAKER_BIND_TO_PORT``,
+        ``SAGEMAKER_SAFE_PORT_RANGE``) are left out: mmelocal chooses its ports, and a safe
+        range would make tritonserver refuse every other port on the front end's address."""
+        env = {k: v for k, v in self.sagemaker_env.items() if k not in entrypoint.PLATFORM_KEYS}
+        args = entrypoint.entrypoint_args(env, gpu_count=self.gpu_count)
         dummy = f"--model-repository={entrypoint.MME_MODEL_REPOSITORY}"
         return [f"--model-repository={self.model_repository}" if a == dummy else a for a in args]
 

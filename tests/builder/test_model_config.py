@@ -123,6 +123,12 @@ def test_build_errors(kwargs: dict, message: str) -> None:
         ('name: "m"\ninput { name: "x" dims: [1] }\n', 2, "input[0].data_type"),
         ('name: "m"\noutput { name: "y" data_type: TYPE_FP32 }\n', 2, "output[0].dims"),
         ('name: "m"\noutput { name: "y" data_type: TYPE_FP32 dims: [0] }\n', 2, "output[0].dims"),
+        # Triton refuses a platform it does not know when no backend is named ...
+        ('name: "m"\nplatform: "onnxruntime"\n', 2, "platform"),
+        # ... a known backend with another backend's platform ...
+        ('name: "m"\nplatform: "onnxruntime_onnx"\nbackend: "pytorch"\n', 2, "platform"),
+        # ... and an ensemble with a backend
+        ('name: "m"\nplatform: "ensemble"\nbackend: "python"\n', 3, "backend"),
     ],
 )
 def test_read_config_names_file_line_and_field(
@@ -136,6 +142,23 @@ def test_read_config_names_file_line_and_field(
     assert (err.line, err.field) == (line, field)
     assert str(err).startswith(f"{path}:{line}: ")
     assert "\n" not in str(err)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'backend: "onnxruntime"\n',  # Triton fills in the platform
+        'platform: "pytorch_libtorch"\nbackend: "pytorch"\n',
+        'platform: "tensorflow_savedmodel"\nbackend: "tensorflow"\n',
+        'backend: "python"\nplatform: "anything"\n',  # python is tied to no platform
+        'platform: "anything"\ndefault_model_filename: "model.py"\n',  # python, by file
+        'backend: "my_custom"\nplatform: "my_platform"\n',
+    ],
+)
+def test_read_config_platform_and_backend_triton_accepts(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "config.pbtxt"
+    path.write_text('name: "m"\n' + text)
+    read_config(path)
 
 
 def test_read_config_missing_file(tmp_path: Path) -> None:

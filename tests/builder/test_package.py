@@ -188,3 +188,22 @@ def test_root_layout_and_ensemble_are_repacked_in_the_seed_layout(
     with tarfile.open(packed) as tar:
         tops = {m.name.split("/")[0] for m in tar.getmembers()}
     assert tops == {"ens", step.name}
+
+
+def test_a_model_folder_given_through_a_symlink_is_packed_as_a_folder(
+    tmp_path: Path, model: Path
+) -> None:
+    """``repo/bert -> /data/bert``: the archive's top-level entry is the folder itself; it was
+    the symlink (to an absolute path of this machine), which SageMaker's Triton does not list
+    as a model folder and safe_extract refuses."""
+    from mmelocal.builder.validate import validate_path
+
+    link = tmp_path / "links" / "tiny"
+    link.parent.mkdir()
+    link.symlink_to(model.resolve(), target_is_directory=True)
+    out = package_model(link, tmp_path / "out")
+    with tarfile.open(out) as tar:
+        top = tar.getmembers()[0]
+    assert top.name == "tiny" and top.isdir()
+    report = validate_path(out)
+    assert report.ok, report.problems

@@ -207,6 +207,90 @@ def test_existing_files_as_sources(artifact_of) -> None:
     assert ts.run(ts.make_inputs(1))["logits"].shape == (1, 1000)
 
 
+def test_onnx_bert_with_token_type_ids_runs_on_its_random_inputs(
+    tiny_bert_dir: Path, tmp_path: Path
+) -> None:
+    """An ONNX BERT exported with token_type_ids (the usual three-input export) gets segment
+    ids its embedding holds (type_vocab_size 2): random ids 1..99 failed onnxruntime's Gather
+    in the reference run, so such a file could not be built at all."""
+    import torch
+    from transformers import BertModel
+
+    bert = BertModel.from_pretrained(str(tiny_bert_dir)).eval()
+
+    class ThreeInputs(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bert = bert
+
+        def forward(self, input_ids, attention_mask, token_type_ids):  # type: ignore[no-untyped-def]
+            out = self.bert(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                token_type_ids=token_type_ids,
+                return_dict=False,
+            )
+            return out[0]
+
+    names = ["input_ids", "attention_mask", "token_type_ids"]
+    ids = torch.randint(1, 1000, (2, 8))
+    path = tmp_path / "bert.onnx"
+    with torch.no_grad():
+        torch.onnx.export(
+            ThreeInputs(),
+            (ids, torch.ones_like(ids), torch.zeros_like(ids)),
+            str(path),
+            dynamo=False,
+            input_names=names,
+            output_names=["last_hidden_state"],
+            dynamic_axes={n: {0: "batch", 1: "sequence"} for n in [*names, "last_hidden_state"]},
+            opset_version=17,
+        )
+    src = load_source(str(path), seq_len=8)
+    inputs = src.make_inputs(3, 8, seed=5)
+    assert not inputs["token_type_ids"].any()
+    assert src.run(inputs)["last_hidden_state"].shape == (3, 8, 32)
+
+
+def test_torchscript_bert_with_token_type_ids_is_a_text_source(
+    tiny_bert_dir: Path, tmp_path: Path
+) -> None:
+    """A BERT traced with its three inputs (input_ids, attention_mask, token_type_ids: what
+    tracing the model on its tokenizer's output gives) is a text model; it was refused as an
+    unrecognised form. Its token_type_ids are segment 0."""
+    import torch
+    from transformers import BertModel
+
+    bert = BertModel.from_pretrained(str(tiny_bert_dir)).eval()
+
+    class ThreeInputs(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bert = bert
+
+        def forward(self, input_ids, attention_mask, token_type_ids):  # type: ignore[no-untyped-def]
+            out = self.bert(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                token_type_ids=token_type_ids,
+                return_dict=False,
+            )
+            return out[0]
+
+    ids = torch.randint(1, 1000, (2, 8))
+    path = tmp_path / "bert.pt"
+    with torch.no_grad(), pytest.warns(Warning):
+        torch.jit.trace(ThreeInputs(), (ids, torch.ones_like(ids), torch.zeros_like(ids))).save(
+            str(path)
+        )
+    src = load_source(str(path), seq_len=8)
+    assert src.kind == "nlp"
+    assert src.input_names == ("input_ids", "attention_mask", "token_type_ids")
+    inputs = src.make_inputs(3, 8, seed=5)
+    assert not inputs["token_type_ids"].any()
+    assert src.run(inputs)["output"].shape == (3, 8, 32)
+
+
 def test_bad_files(tmp_path: Path) -> None:
     bad_onnx = tmp_path / "model.onnx"
     bad_onnx.write_text("not onnx")

@@ -324,6 +324,47 @@ def dynamic_batching_without_batch(tmp: Path) -> tuple[Path, list[str]]:
     return model, ["config.batching"]
 
 
+def warmup_dims_not_the_inputs(tmp: Path) -> tuple[Path, list[str]]:
+    """Triton normalises each warmup request like any request: dims [5] for an input of
+    dims [4] fail the load ("unexpected shape for input 'x'")."""
+    model = _model(tmp)
+    cfg = model / "config.pbtxt"
+    text = cfg.read_text()
+    at = text.index("model_warmup")
+    cfg.write_text(text[:at] + text[at:].replace("dims: [4]", "dims: [5]"))
+    return model, ["config.warmup", "dims [5]", "[4]"]
+
+
+def warmup_lacks_an_input(tmp: Path) -> tuple[Path, list[str]]:
+    """A warmup sample must give every required input ("expected 2 inputs but got 1")."""
+    model = _model(tmp, inputs=(("a", FLOAT, ("b", 4)), ("m", FLOAT, ("b", 4))))
+    text = (model / "config.pbtxt").read_text()
+    start = text.index('  inputs {\n    key: "m"')
+    end = text.index("\n  }\n", start) + 5
+    (model / "config.pbtxt").write_text(text[:start] + text[end:])
+    return model, ["config.warmup", "'m'"]
+
+
+def warmup_file_too_short(tmp: Path) -> tuple[Path, list[str]]:
+    """Triton reads input_data_file for each warmup request and refuses one shorter than
+    the input ("warmup setting expects 16 bytes, but the data provided ... only has 4")."""
+    model = _model(tmp)
+    (model / "warmup").mkdir()
+    (model / "warmup" / "x.bin").write_bytes(b"\0" * 4)
+    cfg = model / "config.pbtxt"
+    cfg.write_text(cfg.read_text().replace("random_data: true", 'input_data_file: "x.bin"'))
+    return model, ["config.warmup", "x.bin", "4 bytes", "16"]
+
+
+def reshape_without_dims(tmp: Path) -> tuple[Path, list[str]]:
+    """Triton refuses a tensor without dims even when it has a reshape ("must specify
+    'dims'")."""
+    model = _model(tmp)
+    cfg = model / "config.pbtxt"
+    cfg.write_text(cfg.read_text().replace("dims: [4]\n}", "reshape { shape: [4] }\n}", 1))
+    return model, ["config.invalid", "dims"]
+
+
 def corrupt_onnx(tmp: Path) -> tuple[Path, list[str]]:
     model = _model(tmp)
     (model / "1" / "model.onnx").write_bytes(b"\x08\x07garbage" * 10)
@@ -401,6 +442,10 @@ CASES: list[Case] = [
     missing_config_input,
     warmup_batch_too_big,
     dynamic_batching_without_batch,
+    warmup_dims_not_the_inputs,
+    warmup_lacks_an_input,
+    warmup_file_too_short,
+    reshape_without_dims,
     corrupt_onnx,
     empty_repo,
     path_missing,
@@ -470,7 +515,13 @@ def test_torchscript_inputs_checked(tmp_path: Path) -> None:
             None,
         ),
         "count": ((spec,), "io.input_count"),
-        "names": ((spec, TensorSpec("mask", "TYPE_FP32", (3,))), "io.unknown_input"),
+        "names": ((spec, TensorSpec("mask", "TYPE_FP32", (3,))), "io.input_order"),
+        # the backend reads the index after the first "__": these are not indexed names,
+        # so Triton takes them in config order (in__a__1 is forward's first argument)
+        "first_separator": (
+            (TensorSpec("in__a__1", "TYPE_FP32", (3,)), TensorSpec("in__a__0", "TYPE_FP32", (3,))),
+            "io.input_order",
+        ),
     }
     for name, (inputs, code) in cases.items():
         sig = Signature(inputs, (TensorSpec("OUTPUT__0", "TYPE_FP32", (3,)),))
@@ -478,7 +529,78 @@ def test_torchscript_inputs_checked(tmp_path: Path) -> None:
         model = add_model(tmp_path / "repo", name=name, config=cfg, artifact=pt)
         report = validate_path(model)
         codes = [p.code for p in report.problems]
-        if code:
+        if code == "io.input_order":
+            # Triton falls back to the config's order (input i is forward argument i)
+            assert report.ok and code in codes, (name, report.problems)
+        elif code:
             assert code in codes, (name, report.problems)
         else:
             assert report.ok and "io.unchecked_ranks" in codes, (name, report.problems)
+
+
+def test_what_triton_serves_is_not_an_error(tmp_path: Path) -> None:
+    """Configs Triton loads are warnings at most: dynamic batching with max_batch_size 0
+    (the batcher runs with batches of one), and a warmup sample of batch_size 0 (skipped)."""
+    model = _model(
+        tmp_path,
+        inputs=(("x", FLOAT, (1, 4)),),
+        outputs=(("y", FLOAT, (1, 4)),),
+        options=ConfigOptions(max_batch_size=0, dynamic_batching=False),
+    )
+    text = (model / "config.pbtxt").read_text()
+    text = text.replace("batch_size: 1", "batch_size: 0")
+    (model / "config.pbtxt").write_text(text + "dynamic_batching {\n}\n")
+    report = validate_path(model)
+    assert report.ok, report.problems
+    codes = {p.code for p in report.problems if p.severity == "warning"}
+    assert {"config.batching", "config.warmup"} <= codes, report.problems
+    (model / "config.pbtxt").write_text(
+        text + "dynamic_batching {\n  preferred_batch_size: [2]\n}\n"
+    )
+    report = validate_path(model)
+    assert [p.code for p in report.errors] == ["config.batching"], report.problems
+
+
+def test_only_the_versions_the_policy_loads_are_checked(tmp_path: Path) -> None:
+    """Triton loads the version folders its version_policy picks (default: the latest one)
+    and fails the load when the policy picks none; the other folders are never read."""
+    model = _model(tmp_path)
+    (model / "1").rename(model / "2")
+    (model / "1").mkdir()  # an old, emptied version
+    config = model / "config.pbtxt"
+    text = config.read_text()
+    report = validate_path(model)
+    assert report.ok, report.problems
+    assert "layout.unloaded_version" in {p.code for p in report.problems}
+    config.write_text(text + "version_policy {\n  all {\n  }\n}\n")
+    assert [p.code for p in validate_path(model).errors] == ["artifact.missing"]
+    config.write_text(text + "version_policy {\n  specific {\n    versions: [3]\n  }\n}\n")
+    report = validate_path(model)
+    assert [p.code for p in report.errors] == ["layout.no_version"], report.problems
+    assert "version_policy" in report.errors[0].message
+
+
+def test_torchscript_with_one_dict_input_takes_any_named_inputs(tmp_path: Path) -> None:
+    """forward(self, inputs: Dict[str, Tensor]): the PyTorch backend passes every config
+    input into the dict by name (is_dict_input), so two config inputs for one argument
+    load; validate refused them (io.input_count)."""
+    torch: Any = pytest.importorskip("torch")
+    from mmelocal.builder.model_config import build_model_config
+    from mmelocal.builder.repository import add_model
+    from mmelocal.builder.tensors import Signature, TensorSpec
+
+    class Sum(torch.nn.Module):
+        def forward(self, inputs):  # type: ignore[no-untyped-def]
+            return inputs["a"] + inputs["b"]
+
+    pt = tmp_path / "dict.pt"
+    ones = torch.ones(2, 3)
+    with pytest.warns(Warning):
+        torch.jit.trace(Sum(), ({"a": ones, "b": ones},), strict=False).save(str(pt))
+    sig = Signature(
+        (TensorSpec("a", "TYPE_FP32", (3,)), TensorSpec("b", "TYPE_FP32", (3,))),
+        (TensorSpec("OUTPUT__0", "TYPE_FP32", (3,)),),
+    )
+    cfg = build_model_config(name="dict", platform="pytorch_libtorch", signature=sig)
+    report = validate_path(add_model(tmp_path / "repo", name="dict", config=cfg, artifact=pt))
+    assert report.ok, report.problems

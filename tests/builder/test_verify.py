@@ -64,6 +64,32 @@ def test_wrong_weights_are_caught(tmp_path: Path) -> None:
         verify(b, art)
 
 
+def test_another_output_dtype_is_caught(tmp_path: Path) -> None:
+    """An artifact that returns the source's values in another dtype (float64 for float32:
+    the config then says TYPE_FP64 and clients read other bytes) is not the source."""
+    import torch
+
+    from mmelocal.builder.sources import source_from_module
+    from mmelocal.builder.torch2onnx import export_onnx
+
+    class Double(torch.nn.Module):
+        def __init__(self, inner: Any) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x):  # type: ignore[no-untyped-def]
+            return self.inner(x).double()
+
+    linear = torch.nn.Linear(8, 4)
+    source = source_from_module(linear, {"x": torch.randn(2, 8)}, name="a")
+    wide = source_from_module(Double(linear), {"x": torch.randn(2, 8)}, name="a")
+    art = export_onnx(wide, tmp_path / "model.onnx")
+    assert art.signature.outputs[0].data_type == "TYPE_FP64"
+    report = verify(source, art, raise_on_failure=False)
+    assert not report.ok
+    assert "dtype float64 != source float32" in report.rows[0].problem
+
+
 def test_copied_file_and_tensorrt_are_skipped(artifact_of) -> None:
     from mmelocal.builder.sources import load_source
 

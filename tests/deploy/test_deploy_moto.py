@@ -12,7 +12,7 @@ from typing import Any
 import boto3
 import pytest
 from deploy_helpers import INSTANCE_TYPE, REGION, ROLE, write_reference_tarball
-from shared_helpers import unique, wait_for, wait_gone
+from shared_helpers import gated_tritonserver, local_aws_running, unique, wait_for, wait_gone
 
 from mmelocal.aws.session import connect
 from mmelocal.cli.main import main
@@ -442,15 +442,8 @@ def test_undeploy_waits_out_an_endpoint_still_being_created(
     Failed, then deletes it (it failed at once with "Cannot update in-progress endpoint",
     and the endpoint, a GPU instance on AWS, stayed). The Triton here starts only once the
     test saw undeploy waiting, then fails."""
-    from mmelocal.localaws import LocalAws
-
     gate = tmp_path / "gate"
-    held = tmp_path / "tritonserver"
-    held.write_text(f"#!/bin/sh\nwhile [ ! -e {gate} ]; do sleep 0.05; done\nexit 3\n")
-    held.chmod(0o755)
-    with LocalAws(tritonserver=held, data_dir=tmp_path / "data") as local:
-        for key, value in local.env().items():
-            monkeypatch.setenv(key, value)
+    with local_aws_running(gated_tritonserver(gate), tmp_path, monkeypatch):
         bucket = unique("held")
         boto3.client("s3").create_bucket(Bucket=bucket)
         name = unique("held")

@@ -176,3 +176,40 @@ def test_choose_probe_falls_back_to_host(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails
     assert choose_probe(lambda: None, budget_bytes=5, gpu_index=0).kind == "host"
     assert choose_probe(lambda: None, budget_bytes=5).kind == "host"
+
+
+def test_an_instances_triton_runs_on_the_gpu_its_probe_reads(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """The probe reads NVML's device N (nvidia-smi's numbering, by PCI bus); CUDA numbers
+    devices fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID, so on a host with unlike
+    GPUs CUDA_VISIBLE_DEVICES=N alone can put Triton on another card than the one read."""
+    from mmelocal.emulator.emulator import Emulator, EmulatorConfig
+
+    monkeypatch.setitem(sys.modules, "pynvml", _Fake())
+    (tmp_path / "store").mkdir()
+    config = EmulatorConfig(store=str(tmp_path / "store"), cache_dir=tmp_path / "c", gpus=(1,))
+    [instance] = Emulator(config).instances
+    assert instance.probe.name == "nvml:1"
+    env = instance.launcher.config.env  # type: ignore[attr-defined]
+    assert env["CUDA_VISIBLE_DEVICES"] == "1"
+    assert env.get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID"
+
+
+def test_a_process_whose_smaps_cannot_be_read_counts_its_resident_size(
+    tree: subprocess.Popen[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``smaps_rollup`` is readable by the process's owner (and root) alone, ``statm`` by
+    anyone: a container's root-owned Triton read by a non-root user. Its processes count
+    with their resident size, not as gone (a tree of 0 bytes never evicts)."""
+    import psutil
+
+    def denied(self: psutil.Process) -> Any:
+        raise psutil.AccessDenied(self.pid)
+
+    monkeypatch.setattr(psutil.Process, "memory_full_info", denied)
+    reading = HostProbe(lambda: tree.pid, budget_bytes=10 * 1024**3).read()
+    assert reading.server_pid == tree.pid
+    assert reading.per_process_bytes is not None
+    assert set(reading.per_process_bytes) == set(process_tree_pids(tree.pid))
+    assert reading.rss_bytes is not None and reading.used_bytes == reading.rss_bytes > 0

@@ -23,6 +23,7 @@ from localaws_helpers import (
     wait_gone,
     wait_status,
 )
+from shared_helpers import gated_tritonserver, local_aws_running
 
 from mmelocal.localaws import LocalAws
 from mmelocal.testing.tiny_model import expected, request_json, write_tarball
@@ -161,12 +162,8 @@ def test_failures_name_their_cause(local_aws_env: LocalAws, tmp_path: Path) -> N
 def test_triton_that_cannot_start_fails_the_endpoint(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    broken = tmp_path / "tritonserver"
-    broken.write_text("#!/bin/sh\necho 'tritonserver: cannot start here' >&2\nexit 3\n")
-    broken.chmod(0o755)
-    with LocalAws(tritonserver=broken, data_dir=tmp_path / "data") as aws:
-        for key, value in aws.env().items():
-            monkeypatch.setenv(key, value)
+    broken = "#!/bin/sh\necho 'tritonserver: cannot start here' >&2\nexit 3\n"
+    with local_aws_running(broken, tmp_path, monkeypatch):
         sm = boto3.client("sagemaker")
         config = model_and_config(upload_models(tmp_path, "models", scale=2.0))
         name = unique("no-triton")
@@ -309,12 +306,7 @@ def test_an_endpoint_in_progress_cannot_be_deleted(
     Kubernetes names that answer DeleteEndpointInProgressMessagePrefix); once the endpoint
     has left Creating it is deleted. The Triton here waits for the test's gate, then fails."""
     gate = tmp_path / "gate"
-    held = tmp_path / "tritonserver"
-    held.write_text(f"#!/bin/sh\nwhile [ ! -e {gate} ]; do sleep 0.05; done\nexit 3\n")
-    held.chmod(0o755)
-    with LocalAws(tritonserver=held, data_dir=tmp_path / "data") as aws:
-        for key, value in aws.env().items():
-            monkeypatch.setenv(key, value)
+    with local_aws_running(gated_tritonserver(gate), tmp_path, monkeypatch):
         sm = boto3.client("sagemaker")
         config = model_and_config(upload_models(tmp_path, "models", scale=2.0))
         name = unique("held")

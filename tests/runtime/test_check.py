@@ -137,3 +137,19 @@ def test_check_a_root_layout_tarball(tmp_path, capsys):
     assert model["name"] == "model" and model["status"] == "passed", model
     assert model["reference"] == "matched"
     assert any("KIND_CPU" in note for note in model["notes"])
+
+
+def test_a_crash_is_explained_by_its_own_log_lines_not_an_earlier_crash(tmp_path):
+    """The server's log runs on across the restart after a crash: a second crash that
+    leaves no signal line (a SIGKILL, as the OOM killer sends) is not given the first's."""
+    repo = tmp_path / "repo"
+    # the load never completes: the server dies during it
+    kill = "import os, signal, time; os.kill(os.getppid(), signal.{}); time.sleep(60)"
+    write_python_model(repo, "a_segfaults", init=kill.format("SIGSEGV"))
+    write_python_model(repo, "b_is_killed", init=kill.format("SIGKILL"))
+    report = check_path(repo, CheckOptions(load_timeout_s=60))
+    errors = {m.name: " ".join(m.errors) for m in report.models}
+    assert "Triton crashed while checking this model" in errors["a_segfaults"], errors
+    assert "Signal (11)" in errors["a_segfaults"], errors
+    assert "Triton crashed while checking this model" in errors["b_is_killed"], errors
+    assert "Signal (11)" not in errors["b_is_killed"], errors

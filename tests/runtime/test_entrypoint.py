@@ -113,8 +113,13 @@ def test_ping_mode_reaches_the_server_only_when_exported() -> None:
         ({"SAGEMAKER_TRITON_THREAD_COUNT": "many"}, "Invalid option value. Got many"),
         ({"SAGEMAKER_TRITON_GRPC_PORT": "99999999999"}, "out of bound"),
         ({"SAGEMAKER_TRITON_LOG_INFO": "true false"}, "Unexpected argument: false"),
+        # the script's unquoted $SAGEMAKER_ARGS: a leading space leaves the flag empty
+        ({"SAGEMAKER_TRITON_LOG_VERBOSE": " 5"}, "Invalid option value. Got "),
+        ({"SAGEMAKER_TRITON_MODEL_LOAD_GPU_LIMIT": " 0.5"}, "Invalid option value"),
         ({"SAGEMAKER_TRITON_MODEL_LOAD_GPU_LIMIT": "half"}, "Invalid option value"),
         ({"SAGEMAKER_TRITON_SHM_DEFAULT_BYTE_SIZE": "1024"}, "at least 1 MB"),
+        # the Python backend's own refusal, at every Python model's load (2.51 checked)
+        ({"SAGEMAKER_TRITON_SHM_GROWTH_BYTE_SIZE": "0"}, "smaller than or equal to zero"),
     ],
 )
 def test_values_tritonserver_refuses_fail_with_its_message(env: dict[str, str], words: str) -> None:
@@ -136,6 +141,22 @@ def test_values_tritonserver_accepts() -> None:
         "OMP_NUM_THREADS": "1",
     }
     assert check_sagemaker_env(ok) == []
+
+
+def test_trailing_whitespace_is_dropped_as_the_script_drops_it(tmp_path: Path) -> None:
+    """The script expands $SAGEMAKER_ARGS unquoted: ``true `` (a value from a YAML file, a
+    here-doc) reaches tritonserver as ``true``, which it accepts."""
+    env = {
+        "SAGEMAKER_TRITON_ALLOW_GRPC": "true ",
+        "SAGEMAKER_TRITON_LOG_VERBOSE": "true\n",
+        "SAGEMAKER_TRITON_DISABLE_MODEL_NAMESPACING": "false\n",
+    }
+    assert check_sagemaker_env(env) == []
+    assert model_namespacing(env) is False
+    config = ServerConfig(model_repository=tmp_path, sagemaker=True, sagemaker_env=env)
+    assert config.log_verbose == 1 and config.serves_grpc
+    args = entrypoint_args(env)
+    assert "--allow-grpc=true" in args and "--model-namespacing=false" in args
 
 
 def test_unknown_and_platform_keys_are_warnings() -> None:

@@ -87,8 +87,13 @@ def test_stop_is_idempotent_and_context_manager_cleans_up(tmp_path):
     assert launcher.log_path is not None and launcher.log_path.is_file()
 
 
-def test_start_failure_names_url_seconds_and_log_tail(tmp_path):
-    config = ServerConfig(model_repository=tmp_path, extra_args=("--no-such-flag-mmelocal=1",))
+@pytest.mark.parametrize(
+    ("flag", "complaint"),
+    [("--no-such-flag-mmelocal=1", "no-such-flag-mmelocal"), ("--log-verbose=loud", "Got loud")],
+    ids=["unknown-option", "bad-value"],
+)
+def test_start_failure_names_url_seconds_and_log_tail(tmp_path, flag, complaint):
+    config = ServerConfig(model_repository=tmp_path, extra_args=(flag,))
     launcher = LocalLauncher(config, start_timeout_s=600)
     started = time.monotonic()
     with pytest.raises(ServerStartError) as info:
@@ -96,8 +101,26 @@ def test_start_failure_names_url_seconds_and_log_tail(tmp_path):
     assert time.monotonic() - started < 120  # the exit is seen at once, no 600 s timeout wait
     message = str(info.value)
     assert "http://127.0.0.1:" in message and "exited" in message
-    assert "no-such-flag-mmelocal" in message  # tritonserver's own complaint, from the log
+    assert complaint in message  # tritonserver's own complaint, from the log
     assert not launcher.is_alive()
+
+
+def test_start_failure_shows_this_starts_lines_not_an_earlier_runs(tmp_path):
+    """A log kept across runs (a detached server's, an emulator's cache folder) is appended
+    to: the error shows what this start wrote, not an earlier run's complaint."""
+    log = tmp_path / "kept" / "tritonserver.log"
+    log.parent.mkdir()
+    log.write_text(
+        "E1126 10:00:00.000 1 server.cc:1] an earlier run failed here\n"
+        "tritonserver: unrecognized option '--earlier-flag'\n"
+        "Usage: tritonserver [options]\n  --help\n\tPrint usage\n\n"
+    )
+    config = ServerConfig(model_repository=tmp_path, extra_args=("--log-verbose=loud",))
+    with pytest.raises(ServerStartError) as info:
+        LocalLauncher(config, log_path=log).start()
+    message = str(info.value)
+    assert "Got loud" in message
+    assert "earlier" not in message, message
 
 
 def test_exception_inside_context_stops_the_server(tmp_path):
@@ -201,3 +224,17 @@ def test_a_fixed_port_in_use_fails_at_once_naming_it(tmp_path, held_port):
     assert launcher.log_path is not None
     assert launcher.log_path.read_text().count("already in use") == 1  # not tried again
     assert not launcher.is_alive()
+
+
+def test_the_platforms_safe_port_range_does_not_stop_the_start(tmp_path):
+    """``SAGEMAKER_SAFE_PORT_RANGE`` is SageMaker's own (a warning says mmelocal sets its own
+    ports): passed on, tritonserver refuses every port outside it that shares the SageMaker
+    front end's address, as the HTTP port does on 0.0.0.0 (in a container, or here)."""
+    config = ServerConfig(
+        model_repository=tmp_path,
+        sagemaker=True,
+        host="0.0.0.0",
+        sagemaker_env={"SAGEMAKER_SAFE_PORT_RANGE": "1-2"},
+    )
+    with LocalLauncher(config, isolate_network=False, start_timeout_s=60) as launcher:
+        assert launcher.is_alive()

@@ -66,3 +66,20 @@ def test_sagemaker_load_error_is_400_with_tritons_message(tmp_path, triton_serve
         sagemaker.load("hash2", url_dir, timeout_s=60)
     assert info.value.status_code == 400
     assert "mlp_broken" in info.value.triton_message or "version" in info.value.triton_message
+
+
+def test_an_external_server_named_by_its_sagemaker_url_alone_is_up(tmp_path, triton_server):
+    """``--triton-url SAGEMAKER_URL`` without a KServe URL: the SageMaker front end answers
+    ``/ping`` and 400 to everything else, ``/v2/health/live`` included."""
+    from mmelocal.runtime.launchers import make_launcher
+    from mmelocal.runtime.server_config import ServerConfig
+
+    url = triton_server.launcher.endpoints.sagemaker_url
+    launcher = make_launcher(
+        "external",
+        ServerConfig(model_repository=tmp_path),
+        sagemaker_url=url,
+        start_timeout_s=5,
+    )
+    with launcher:
+        assert launcher.is_alive()

@@ -123,6 +123,35 @@ def test_wait_until_ready_names_the_exit_code_read_after_is_alive_said_gone(code
     assert expected in str(info.value)
 
 
+#: how tritonserver 2.51 ends when an option's value is bad (ParseException): its usage
+#: text first, the option and the reason after it (an unknown option is named before)
+_USAGE = (
+    "Usage: tritonserver [options]\n  --help\n\tPrint usage\n\n"
+    "Server:\n  --id <string>\n\tIdentifier for this server.\n\n"
+)
+_BAD_VALUE_END = 'Bad option: "--log-verbose".\nInvalid option value. Got loud\n\n\n'
+
+
+@pytest.mark.parametrize(
+    ("output", "expected"),
+    [
+        (_USAGE + _BAD_VALUE_END, ['Bad option: "--log-verbose".', "Got loud"]),
+        ("tritonserver: unrecognized option '--nope'\n" + _USAGE, ["unrecognized option '--nope'"]),
+    ],
+    ids=["bad-value-after-usage", "unknown-option-before-usage"],
+)
+def test_a_refused_option_is_named_in_the_start_error(tmp_path, output, expected):
+    """tritonserver names a bad value after its usage text, an unknown option before it:
+    the start error carries the line either way, not the usage."""
+    log = tmp_path / "tritonserver.log"
+    log.write_text(output)
+    with pytest.raises(ServerStartError) as info:
+        wait_until_ready(lambda: False, timeout_s=0, url="u", log_path=log)
+    message = str(info.value)
+    assert all(line in message for line in expected), message
+    assert "Identifier for this server" not in message  # the usage text is left out
+
+
 def test_wait_until_ready_returns_seconds():
     calls: Iterator[bool | Exception] = iter([False, RuntimeError("not yet"), True])
 

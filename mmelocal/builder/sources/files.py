@@ -1,9 +1,11 @@
 """Existing artifacts: a TorchScript ``.pt`` or an ``.onnx`` file, used without re-export.
 
 ONNX: names, dtypes and dims come from the graph; random inputs are made from them
-(``-1`` axes take the batch size or the sequence length). TorchScript files carry no
+(``-1`` axes take the batch size or the sequence length; ``token_type_ids`` are all 0, one
+segment, the only id every segment embedding holds). TorchScript files carry no
 shapes, so only two common forms are recognised from the ``forward`` argument names:
-``(input_ids, attention_mask)`` (a text model, int64 ``(batch, seq_len)``) and a
+``(input_ids, attention_mask)`` (a text model, int64 ``(batch, seq_len)``; also with
+``token_type_ids``, all 0, as a BERT traced on its tokenizer's output takes) and a
 single argument (an image model, float32 ``(batch, 3, 224, 224)``, named
 ``pixel_values`` -> ``logits`` like the image sources). Anything else
 should come through the Python API, :func:`~mmelocal.builder.sources.source_from_module`
@@ -33,6 +35,8 @@ from mmelocal.builder.sources.shapes import infer_dynamic_axes
 from mmelocal.errors import ExportError, SourceError, UserInputError
 
 _NLP_INPUTS = ("input_ids", "attention_mask")
+#: a BERT traced on its tokenizer's whole output
+_SEGMENT_INPUTS = (*_NLP_INPUTS, "token_type_ids")
 _FALLBACK_VOCAB = 100
 
 
@@ -101,6 +105,8 @@ def _random_array(rng: Any, name: str, dtype: Any, shape: tuple[int, ...]) -> An
         if len(shape) == 2 and shape[0] > 1:
             mask[1:, max(1, shape[1] // 2) :] = 0
         return mask
+    if name == "token_type_ids":
+        return np.zeros(shape, dtype=dtype)
     if dtype.kind == "f":
         return rng.standard_normal(shape).astype(dtype)
     if dtype.kind == "b":
@@ -124,9 +130,11 @@ def load_torchscript_file(
     args = tuple(a.name for a in module.forward.schema.arguments if a.name != "self")
     inputs: tuple[str, ...]
     length: int | None
-    if args == _NLP_INPUTS:
+    if args in (_NLP_INPUTS, _SEGMENT_INPUTS):
         factory = token_factory(vocab_size=_vocab_size(module), pad_id=0, low_id=1)
-        kind, length, inputs = "nlp", seq_len, _NLP_INPUTS
+        if args == _SEGMENT_INPUTS:
+            factory = _with_segment_ids(factory)
+        kind, length, inputs = "nlp", seq_len, args
     elif len(args) == 1:
         factory = float_image_factory((3, 224, 224))
         kind, length, inputs = "cv", None, ("pixel_values",)
@@ -170,6 +178,17 @@ def load_torchscript_file(
         seq_len=length,
         notes=(f"{path.name} is used as it is (no re-trace)",),
     )
+
+
+def _with_segment_ids(factory: Any) -> Any:
+    """``factory`` with ``token_type_ids`` added: all 0, one segment (the only id every
+    segment embedding holds)."""
+
+    def with_segments(batch_size: int, length: int | None, seed: int) -> dict[str, Any]:
+        made = factory(batch_size, length, seed)
+        return {**made, "token_type_ids": made["input_ids"].new_zeros(made["input_ids"].shape)}
+
+    return with_segments
 
 
 def file_model_name(path: Path) -> str:

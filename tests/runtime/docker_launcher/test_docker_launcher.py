@@ -88,7 +88,8 @@ def test_sagemaker_front_end_published(running: DockerLauncher) -> None:
 def test_ports_published_on_loopback_only(running: DockerLauncher, docker_engine: Any) -> None:
     container = docker_engine.containers.get(running.container_id)
     published = container.attrs["NetworkSettings"]["Ports"]
-    assert set(published) == {"8000/tcp", "8001/tcp", "8002/tcp", "8080/tcp"}
+    # metrics stays off, as SageMaker's entrypoint has it: its port is not published
+    assert set(published) == {"8000/tcp", "8001/tcp", "8080/tcp"}
     for bindings in published.values():
         assert bindings and all(b["HostIp"] == "127.0.0.1" for b in bindings)
     # the config's ports are 0: the engine chose each host port as it bound it (no
@@ -98,9 +99,9 @@ def test_ports_published_on_loopback_only(running: DockerLauncher, docker_engine
     chosen = {
         "8000/tcp": endpoints.http_url,
         "8001/tcp": endpoints.grpc_url,
-        "8002/tcp": endpoints.metrics_url,
         "8080/tcp": endpoints.sagemaker_url,
     }
+    assert endpoints.metrics_url is None
     for port, url in chosen.items():
         assert url is not None and url.removeprefix("http://") == (
             f"127.0.0.1:{published[port][0]['HostPort']}"
@@ -218,6 +219,48 @@ def test_start_failure_shows_log_tail_and_cleans_up(
     assert "exited with code 1 during start-up" in str(info.value)
     assert str(launcher.log_path) in str(info.value)
     assert not docker_engine.containers.list(all=True, filters={"name": launcher.name})
+
+
+def test_start_failure_quotes_this_containers_output_not_an_earlier_runs(
+    triton_test_image: str, add_one_repository: Path, docker_session: str, tmp_path: Path
+) -> None:
+    """The log is appended to (an emulator's instance folder kept across runs): the error
+    quotes what this container wrote, not an earlier run's complaint."""
+    log = tmp_path / "docker.log"
+    log.write_text(
+        "E1126 10:00:00.000 1 server.cc:1] an earlier run failed here\n"
+        "tritonserver: unrecognized option '--earlier-flag'\n"
+        "Usage: tritonserver [options]\n  --help\n\tPrint usage\n\n"
+    )
+    launcher = DockerLauncher(
+        ServerConfig(model_repository=add_one_repository, extra_args=("--no-such-flag=1",)),
+        image=triton_test_image,
+        pull="never",
+        session=docker_session,
+        start_timeout_s=30,
+        log_path=log,
+    )
+    with pytest.raises(ServerStartError, match="exited with code 1") as info:
+        launcher.start()
+    assert "earlier" not in str(info.value)
+
+
+def test_a_container_starts_with_the_platforms_safe_port_range_in_its_environment(
+    triton_test_image: str, add_one_repository: Path, docker_session: str
+) -> None:
+    """SAGEMAKER_SAFE_PORT_RANGE is SageMaker's own: passed on as a flag, tritonserver in
+    the container refused its HTTP port 8000 (same 0.0.0.0 as the front end) and exited."""
+    config = ServerConfig(
+        model_repository=add_one_repository,
+        sagemaker=True,
+        exit_timeout_s=3,
+        sagemaker_env={"SAGEMAKER_SAFE_PORT_RANGE": "23000-23999"},
+    )
+    launcher = DockerLauncher(
+        config, image=triton_test_image, pull="never", session=docker_session, start_timeout_s=60
+    )
+    with launcher:
+        assert launcher.is_alive()
 
 
 def test_a_container_gone_before_its_ports_are_read_says_why(

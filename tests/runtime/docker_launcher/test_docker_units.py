@@ -205,3 +205,40 @@ def test_orphans_of_dead_runs_are_reaped_once_at_start() -> None:
     assert docker_engine.reap_orphans_once(client) == ["crashed"]
     assert docker_engine.reap_orphans_once(client) == []  # once per process and engine
     assert removed == ["crashed"]
+
+
+@pytest.mark.parametrize(
+    ("sagemaker_env", "grpc", "metrics"),
+    [
+        ({}, False, False),
+        ({"SAGEMAKER_TRITON_ALLOW_GRPC": "true"}, True, False),
+        ({"SAGEMAKER_TRITON_ALLOW_METRICS": "true"}, False, True),
+    ],
+    ids=["sagemaker-defaults", "grpc-on", "metrics-on"],
+)
+def test_mme_container_publishes_and_names_only_the_ports_triton_opens(
+    tmp_path: Path, sagemaker_env: dict[str, str], grpc: bool, metrics: bool
+) -> None:
+    """SageMaker's entrypoint turns gRPC and metrics off unless the environment turns them
+    on: those ports are neither published nor given a URL (as the local launcher does),
+    so a client asked for gRPC says why instead of talking to a port nothing serves."""
+    config = ServerConfig(model_repository=tmp_path, sagemaker=True, sagemaker_env=sagemaker_env)
+    launcher = DockerLauncher(config)
+    ports = launcher.run_kwargs(gpu_requests=[])["ports"]
+    expected = {"8000/tcp", "8080/tcp"} | ({"8001/tcp"} if grpc else set())
+    assert set(ports) == expected | ({"8002/tcp"} if metrics else set())
+
+    class Container:  # what the engine reports once it published what was asked
+        status = "running"
+
+        def __init__(self) -> None:
+            published = {key: [{"HostPort": str(20000 + i)}] for i, key in enumerate(ports)}
+            self.attrs = {"NetworkSettings": {"Ports": published}}
+
+        def reload(self) -> None:
+            pass
+
+    launcher._container = Container()
+    endpoints = launcher._published_endpoints(0.0)
+    assert (endpoints.grpc_url is not None, endpoints.metrics_url is not None) == (grpc, metrics)
+    assert endpoints.sagemaker_url is not None
