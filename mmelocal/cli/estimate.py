@@ -160,7 +160,7 @@ def _range_row(table: Table, label: str, scope: str, span: Sequence[int], source
 
 def cards_table(result: Any) -> Table:
     """Copies per card: the estimate's range, and the measurement's projection when given."""
-    measured = result.measured is not None and result.measured.on_gpu
+    measured = result.measured is not None and result.measured.applies_to(result.model_format)
     table = Table(
         title=f"Copies per card (threshold {result.threshold:.0%})",
         caption="copies = floor((threshold x card - once per process) / per copy); "
@@ -208,7 +208,13 @@ def summary_lines(result: Any) -> list[str]:
     m = result.measured
     if m is not None:
         _, point, _ = result.per_copy
-        if m.on_gpu:
+        if m.on_gpu and not m.applies_to(result.model_format):
+            lines.append(
+                f"the measurement ({m.origin}) is of a {m.model_format} artifact, the estimate "
+                f"of {result.model_format}: the format changes the footprint, so the estimate "
+                "stands; measure the same format"
+            )
+        elif m.on_gpu:
             off = (point - m.per_copy_bytes) / m.per_copy_bytes
             lines.append(
                 f"measured ({m.origin}, {m.probe}): {mib(m.per_copy_bytes)} per copy, "

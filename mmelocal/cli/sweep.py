@@ -123,10 +123,20 @@ def sweep(
 
 
 def _table(result: Any) -> Table:
+    where = (
+        f"this CPU host (not {result.instance_type} figures)"
+        if result.relative_only
+        else result.instance_type
+    )
+    rate = (
+        "invocations per minute on this CPU host"
+        if result.relative_only
+        else "invocations per minute per instance"
+    )
     table = Table(
         title=f"Sweep of {result.source}: target {result.target_rps:g} req/s, "
-        f"p99 <= {result.max_latency_ms:g} ms, {result.instance_type}",
-        caption="inv/min: invocations per minute per instance at the chosen load; "
+        f"p99 <= {result.max_latency_ms:g} ms, {where}",
+        caption=f"inv/min: {rate} at the chosen load; "
         "triton ms: Triton's own mean time per request over the test; inst.: instances needed; "
         "notes below the table",
     )

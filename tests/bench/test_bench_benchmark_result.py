@@ -5,6 +5,7 @@ without a failed request) and TensorRT's difference from PyTorch in percent."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +72,20 @@ def test_the_summary_takes_only_steps_without_failures() -> None:
     assert pt.latency_ms == 250.0  # the failed step's rate and latency do not count
     assert pt.throughput_rps == 18.0
     assert pt.max_users == 40
+
+
+def test_the_summary_leaves_out_the_warm_up_step() -> None:
+    # the published summary keeps only the steps of 20, 40, ... users: the 10-user warm-up
+    # (lowest concurrency, so lowest latency) is never the "lowest latency" of a framework
+    warmup = replace(_step(10, 9.0, 90.0), name="warmup")
+    pt = _bench("torchscript", 4, [warmup, _step(20, 10.0, 300.0), _step(40, 18.0, 250.0)])
+    assert pt.latency_ms == 250.0
+    assert pt.throughput_rps == 18.0
+    # a test that was only its warm-up (--max-users 10 or fewer) has nothing else to show
+    only_warmup = _bench("torchscript", 4, [replace(_step(10, 30.0, 90.0), name="warmup")])
+    assert only_warmup.latency_ms == 90.0 and only_warmup.throughput_rps == 30.0
+    failed = [replace(_step(10, 9.0, 90.0), name="warmup"), _step(20, 10.0, 300.0, failures=1)]
+    assert _bench("torchscript", 4, failed).latency_ms is None
 
 
 def test_trt_against_pt_in_percent_per_instance_type() -> None:

@@ -240,6 +240,38 @@ def test_measurement_wins_and_round_trips_through_json() -> None:
     assert host.cards[0].measured is None  # host memory does not project to a GPU
 
 
+def test_a_measurement_of_another_format_does_not_win() -> None:
+    """TensorRT changes the footprint (CNNs about 2x, BERT-base smaller): a TorchScript
+    capacity run is no measurement of the TensorRT artifact, and the other way round."""
+    from mmelocal.cli.estimate import cards_table, summary_lines
+
+    card = GpuSpec(name="T4", memory_bytes=15360 * MIB, instances={"ml.g4dn.xlarge": 1})
+    trt = estimate_from_facts(
+        FACTS, source="m", model_format="tensorrt", precision="fp16", batches=BATCHES
+    ).with_cards([card])
+    measured = Measured(
+        per_copy_bytes=100 * MIB, baseline_bytes=500 * MIB, count=120,
+        total_bytes=15360 * MIB, probe="nvml", origin="run", model_format="torchscript",
+    )  # fmt: skip
+    other = trt.with_measurement(measured)
+    assert other.cards[0].measured is None
+    lines = " ".join(summary_lines(other))
+    assert "the measurement wins" not in lines and "torchscript" in lines
+    assert len(cards_table(other).columns) == len(cards_table(trt).columns)  # no measured column
+    same = trt.with_measurement(Measured(**{**vars(measured), "model_format": "tensorrt"}))
+    assert same.cards[0].measured == math.floor((0.9 * 15360 - 500) / 100)
+    # a capacity result carries its format into the measurement
+    from types import SimpleNamespace
+
+    from mmelocal.bench.estimate.model import measured_from_capacity
+
+    capacity = SimpleNamespace(
+        per_model_mean_bytes=100 * MIB, baseline_bytes=500 * MIB, count=120,
+        total_bytes=15360 * MIB, probe="nvml", label="", source="m", model_format="torchscript",
+    )  # fmt: skip
+    assert measured_from_capacity(capacity).model_format == "torchscript"
+
+
 def test_built_torchscript_folder_reads_its_config(tmp_path: Path) -> None:
     from mmelocal.bench.estimate.model import estimate_model
 
@@ -484,3 +516,27 @@ def test_traced_peak_equals_what_the_cuda_caching_allocator_allocates() -> None:
         peak = torch.cuda.max_memory_allocated()
     assert out.shape == (64, 128)
     assert peak - before == traced.peak_bytes - traced.input_bytes
+
+
+def test_the_report_pairs_an_estimate_only_with_a_measurement_of_its_format(
+    tmp_path: Path,
+) -> None:
+    from mmelocal.bench.capacity.result import CapacityResult, LoadRecord
+    from mmelocal.bench.report import write_report
+
+    card = GpuSpec(name="T4", memory_bytes=15360 * MIB, instances={"ml.g4dn.xlarge": 1})
+    trt = estimate_from_facts(
+        FACTS, source="m", model_format="tensorrt", precision="fp16", batches=BATCHES
+    ).with_cards([card])
+    loads = tuple(
+        LoadRecord(copies=i + 1, target=f"m-v{i}", used_bytes=(i + 6) * 100 * MIB,
+                   delta_bytes=100 * MIB, load_s=1.0, warmup_s=0.0)
+        for i in range(3)
+    )  # fmt: skip
+    pytorch_run = CapacityResult(
+        source="m", label="m", model_format="torchscript", probe="nvml: 1 x Tesla T4",
+        total_bytes=15360 * MIB, threshold=0.9, baseline_bytes=500 * MIB, loads=loads,
+        next_copy=None, stopped_reason="test",
+    )  # fmt: skip
+    page = write_report([trt, pytorch_run], tmp_path).html.read_text()
+    assert "the measurement wins" not in page

@@ -58,3 +58,48 @@ def test_failures_are_counted_per_step_and_set_the_ceiling(failing_server: str) 
     assert result.first_failure_users == 4
     assert result.failures == result.locust_total_failures
     assert any("503" in error for error in result.errors)
+
+
+@pytest.fixture(scope="module")
+def slow_server() -> Iterator[str]:
+    """Answers every invocation after SERVICE_S."""
+    import asyncio
+
+    from aiohttp import web
+
+    async def invocations(request: web.Request) -> web.Response:
+        await request.read()
+        await asyncio.sleep(SERVICE_S)
+        return web.Response(body=b"{}", content_type="application/json")
+
+    with invocations_server(invocations) as url:
+        yield url
+
+
+SERVICE_S = 0.05
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_step_rate_is_taken_at_its_users_not_over_its_ramp(
+    slow_server: str, workers: int
+) -> None:
+    """10 users reached at 2 users/s (5 s of ramp), then held 3 s. Users send back to back,
+    so at 10 users the rate is 10 / mean latency (Little's law); over the whole stage, ramp
+    included, it is about 70 % of that."""
+    from mmelocal.bench.loadtest.workers import LoadGenerators
+
+    shape = shape_from_stages([{"users": 10, "spawn_rate": 2, "duration_s": 8}])
+    config = LoadTestConfig(
+        endpoint=slow_server,
+        targets=expand_targets("model-{i}.tar.gz", 3),
+        payload=b"{}",
+        shape=shape,
+        generators=LoadGenerators(workers=workers),
+    )
+    (step,) = run_loadtest(config).steps
+    assert step.users == 10 and step.failures == 0
+    assert step.avg_latency_ms is not None and step.avg_latency_ms >= SERVICE_S * 1000
+    at_ten_users = 10 / (step.avg_latency_ms / 1000.0)
+    assert step.throughput_rps == pytest.approx(at_ten_users, rel=0.15)
+    assert step.duration_s < 8.0 * 0.6  # the hold, not the stage
+    assert step.requests > step.throughput_rps * step.duration_s  # the ramp's are counted

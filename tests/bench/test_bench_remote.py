@@ -224,6 +224,11 @@ def test_sweep_cli_load_tests_each_variant_as_a_target_model(
     data = json.loads(out.read_text())
     assert data["kind"] == "sweep" and data["instance_type"] == INSTANCE_TYPE
     assert deployed.name in data["machine"]
+    # the local AWS serves on this CPU (its probe reads host memory): no ml.g4dn.xlarge
+    # count or cost from CPU throughput, ratios only, as the local sweep on a CPU
+    assert data["relative_only"] is True, data["recommendation"]
+    assert all(row["instances_needed"] is None for row in data["rows"])
+    assert data["recommendation"].startswith("none: no instance count for ml.g4dn.xlarge")
     rows = {row["name"]: row for row in data["rows"]}
     assert list(rows) == ["model-base", "model-db"]
     for row in rows.values():
@@ -232,7 +237,11 @@ def test_sweep_cli_load_tests_each_variant_as_a_target_model(
         assert steps and steps[-1]["requests"] > 0 and steps[-1]["failures"] == 0
         assert row["loadtest"]["mode"] == "boto3" and row["load_s"] > 0
     # each variant was loaded once from its own object, on the one endpoint, then retired
-    loads = [e["target"] for e in emulator_events(deployed)[before:] if e["kind"] == "load"]
+    loads = [
+        e["target"]
+        for e in emulator_events(deployed)[before:]
+        if e["kind"] == "load" and e["target"] != "metrics.tar.gz"  # the probe, read first
+    ]
     assert [t.split("/")[-1] for t in loads] == ["model-base.tar.gz", "model-db.tar.gz"]
     folder = loads[0].split("/")[0]
     listed = boto3.client("s3").list_objects_v2(Bucket=deployed.bucket, Prefix=f"models/{folder}/")

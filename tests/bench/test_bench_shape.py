@@ -7,8 +7,12 @@ from pathlib import Path
 import pytest
 
 from mmelocal.bench.loadtest.runner import LoadTestConfig, expand_targets
-from mmelocal.bench.loadtest.shape import LoadShape, load_shape, stepped_shape
-from mmelocal.bench.loadtest.stepstats import StepStats, max_users_before_first_failure
+from mmelocal.bench.loadtest.shape import LoadShape, load_shape, shape_from_stages, stepped_shape
+from mmelocal.bench.loadtest.stepstats import (
+    StepStats,
+    max_users_before_first_failure,
+    stage_steps,
+)
 from mmelocal.errors import UserInputError
 
 
@@ -75,6 +79,27 @@ def test_highest_user_count_before_first_failure() -> None:
     assert max_users_before_first_failure([_step(10, 2)]) is None
 
 
+def test_a_step_where_no_request_completed_is_no_proof_of_its_users() -> None:
+    """The endpoint stalled at 20 users: nothing completed in that step (its timeouts land
+    in the next one). 20 users were never shown to work: the ceiling is 10."""
+    from dataclasses import replace
+
+    from bench_helpers import fake_loadtest
+
+    from mmelocal.bench.loadtest.result import summary_lines
+
+    stalled = replace(
+        _step(20, 0), requests=0, successes=0, throughput_rps=0.0, avg_latency_ms=None,
+        p50_latency_ms=None, p95_latency_ms=None, p99_latency_ms=None, max_latency_ms=None,
+    )  # fmt: skip
+    steps = [_step(10, 0), stalled, _step(40, 10)]
+    assert max_users_before_first_failure(steps) == 10
+    assert max_users_before_first_failure([_step(10, 0), stalled]) == 10
+    assert max_users_before_first_failure([stalled]) is None
+    result = replace(fake_loadtest(), steps=(_step(10, 0), stalled))
+    assert "no failed request up to 20 users" not in "\n".join(summary_lines(result))
+
+
 def test_endpoint_forms() -> None:
     shape = stepped_shape(max_users=10)
     targets = expand_targets("model-{i}.tar.gz", 3)
@@ -115,3 +140,48 @@ def test_importing_bench_never_imports_locust() -> None:
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_ramp_time_of_each_stage() -> None:
+    shape = stepped_shape(max_users=60)  # warmup 10 @10/s, 20 @2/s, 40 @10/s, 60 @10/s
+    assert [shape.ramp_s(i) for i in range(len(shape.stages))] == [1.0, 5.0, 2.0, 2.0]
+    slow = shape_from_stages([{"users": 50, "spawn_rate": 1, "duration_s": 10}])
+    assert slow.ramp_s(0) == 10.0  # never reached: the whole stage
+
+
+def test_a_step_rate_and_latency_are_those_of_its_hold_not_its_ramp() -> None:
+    shape = shape_from_stages(
+        [
+            {"users": 10, "spawn_rate": 10, "duration_s": 10},
+            {"users": 20, "spawn_rate": 2, "duration_s": 10},  # 5 s ramp, 5 s hold
+            {"users": 40, "spawn_rate": 1, "duration_s": 10},  # ramp longer than the stage
+        ]
+    )
+    ramp = [5.0] * 150  # 150 requests at 5 ms while users rose
+    hold = [10.0] * 400 + [50.0] * 100  # 500 requests in the 5 s hold
+    steps = stage_steps(
+        shape,
+        started_at=[0.0, 10.0, 20.0],
+        end_s=30.0,
+        users_seen=[10, 20, 30],
+        latencies_ms=[[1.0] * 100, ramp + hold, [7.0] * 300],
+        failures=[0, 2, 0],
+        hold_at=[1.0, 15.0, 30.0],
+        held_ms=[[1.0] * 90, hold, []],
+    )
+    second = steps[1]
+    assert second["requests"] == 650 and second["failures"] == 2 and second["successes"] == 648
+    assert second["duration_s"] == 5.0
+    assert second["throughput_rps"] == 500 / 5.0  # not 650 / 10
+    assert second["avg_latency_ms"] == (400 * 10.0 + 100 * 50.0) / 500  # 18.0, not 14.0
+    assert second["p50_latency_ms"] == 10.0 and second["p99_latency_ms"] == 50.0
+    assert steps[0]["throughput_rps"] == 90 / 9.0
+    # a stage that ended inside its ramp is summed over all of it
+    assert steps[2]["duration_s"] == 10.0 and steps[2]["throughput_rps"] == 30.0
+    # so is one whose hold is too short to take a rate over (under a second)
+    (short,) = stage_steps(
+        shape_from_stages([{"users": 10, "spawn_rate": 1, "duration_s": 10}]),
+        started_at=[0.0], end_s=10.0, users_seen=[10], latencies_ms=[[5.0] * 200],
+        failures=[0], hold_at=[9.8], held_ms=[[5.0]],
+    )  # fmt: skip
+    assert short["duration_s"] == 10.0 and short["throughput_rps"] == 20.0

@@ -81,3 +81,41 @@ def test_results_written_before_the_flag_read_as_sized() -> None:
     assert SweepResult.from_dict(data).relative_only is True
     del data["relative_only"]
     assert SweepResult.from_dict(data).relative_only is False
+
+
+def _measured(name: str, rps: float) -> SweepRow:
+    return _row(name, peak=rps, throughput_rps=rps, p99_latency_ms=20.0, users_at_load=10)
+
+
+def test_a_cpu_run_never_labels_its_rate_per_gpu_instance(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a CPU host for ml.g4dn.xlarge the rates are this CPU's: the table and the plot say
+    so, and neither calls them invocations per (GPU) instance."""
+    from rich.console import Console
+
+    from mmelocal.bench.report import plots
+    from mmelocal.cli.sweep import _table
+
+    rows = (_measured("pt-base", 100.0), _measured("pt-db", 190.0))
+    result = SweepResult(
+        source="s", instance_type="ml.g4dn.xlarge", target_rps=500.0, max_latency_ms=500.0,
+        rows=rows, recommendation="none: ...", price_note="p", relative_only=True,
+        machine="x86_64, 2 CPU(s), no GPU (CPU, Python backend)",
+    )  # fmt: skip
+    console = Console(width=300, record=True)
+    console.print(_table(result))
+    printed = console.export_text()
+    assert "per instance" not in printed and "CPU" in printed
+    figures: list[object] = []
+
+    def keep(fig: object) -> bytes:
+        figures.append(fig)
+        return b""
+
+    monkeypatch.setattr(plots, "_png", keep)
+    plots.sweep_comparison(result)
+    labels = [ax.get_ylabel() + " " + ax.get_title() for ax in figures[0].axes]  # type: ignore[attr-defined]
+    assert not any("instance" in label for label in labels) and "CPU" in labels[0]
+    # sized on a GPU (or for a CPU instance type) the labels stay per instance
+    figures.clear()
+    plots.sweep_comparison(SweepResult.from_dict({**result.to_dict(), "relative_only": False}))
+    assert "instance" in figures[0].axes[0].get_ylabel()  # type: ignore[attr-defined]

@@ -190,3 +190,19 @@ def test_sweep_options_reject_a_zero_target() -> None:
         SweepOptions(target_rps=0)
     with pytest.raises(UserInputError, match="max_latency_ms must be > 0"):
         SweepOptions(max_latency_ms=-1)
+
+
+def test_a_configuration_whose_requests_all_failed_has_no_peak_rate() -> None:
+    from mmelocal.bench.sweep.result import relative_effects
+
+    base = replace(_sized(_steps((5, 100.0, 10.0, 0), (10, 150.0, 20.0, 0))), name="pt-base")
+    # every request of pt-db failed, fast: 900 failures/s is no rate of the model's
+    all_failed = replace(
+        _sized(_steps((5, 900.0, 1.0, 9000), (10, 900.0, 1.0, 9000))), name="pt-db"
+    )
+    assert all_failed.throughput_rps is None
+    assert all_failed.peak_throughput_rps is None
+    # a step with a failure does not set the peak either (as the published summary)
+    some_failed = replace(_sized(_steps((5, 100.0, 10.0, 0), (10, 300.0, 20.0, 5))), name="pt-ig")
+    assert some_failed.peak_throughput_rps == 100.0
+    assert relative_effects([base, all_failed, some_failed]) == "pt-ig 0.7x pt-base"

@@ -15,6 +15,7 @@ from typing import Any
 
 from mmelocal.bench.capacity.result import CapacityResult
 from mmelocal.bench.loadtest.result import LoadTestResult
+from mmelocal.bench.loadtest.shape import WARMUP_STAGE_NAME
 from mmelocal.bench.results import BenchResult
 from mmelocal.builder.backends import KIND_SHORT_NAMES
 
@@ -45,19 +46,22 @@ class BenchmarkResult(BenchResult, kind="benchmark"):
         return self.capacity.count
 
     def _good_steps(self) -> list[Any]:
+        """The measured steps without a failure: not the warm-up, as in the published
+        summary, unless the test was only its warm-up (``--max-users`` 10 or fewer)."""
         if self.loadtest is None:
             return []
-        return [s for s in self.loadtest.steps if s.failures == 0 and s.requests > 0]
+        steps = [s for s in self.loadtest.steps if s.name != WARMUP_STAGE_NAME]
+        return [s for s in steps or self.loadtest.steps if s.failures == 0 and s.requests > 0]
 
     @property
     def latency_ms(self) -> float | None:
-        """Lowest mean latency among the steps without a failure."""
+        """Lowest mean latency among the steps (warm-up aside) without a failure."""
         values = [s.avg_latency_ms for s in self._good_steps() if s.avg_latency_ms is not None]
         return min(values, default=None)
 
     @property
     def throughput_rps(self) -> float | None:
-        """Highest request rate among the steps without a failure."""
+        """Highest request rate among the steps (warm-up aside) without a failure."""
         return max((s.throughput_rps for s in self._good_steps()), default=None)
 
     @property

@@ -14,18 +14,23 @@ time from the next one.
 
 TensorRT variants need an engine built for the endpoint's GPU: without a local NVIDIA GPU
 they are listed as skipped (build the plan on a machine with that GPU and pass the tarball).
+
+The endpoint's probe (``metrics.tar.gz``, placed as ``capacity --endpoint`` places it) says
+what serves it: an endpoint whose probe reads host memory (the local AWS, on a CPU) under a
+GPU instance type gets the CPU sweep's result, ratios and no instance count or cost.
 """
 
 from __future__ import annotations
 
 import logging
+import tempfile
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
 from mmelocal.bench.endpoint.remote import RemoteEndpoint
-from mmelocal.bench.sweep.result import SweepResult, SweepRow, row_from_loadtest
+from mmelocal.bench.sweep.result import SweepResult, SweepRow, cpu_summary, row_from_loadtest
 from mmelocal.bench.sweep.runner import SweepOptions, _Plan, _row, sweep_result, sweep_rows
 from mmelocal.errors import MmeLocalError
 
@@ -45,6 +50,9 @@ def run_endpoint_sweep(
     progress: Callable[[str], None] | None = None,
 ) -> SweepResult:
     """Package, upload, load-test and retire every variant of ``source`` on ``endpoint``."""
+    from dataclasses import replace
+
+    from mmelocal.bench.capacity.projection import is_gpu_instance_type
     from mmelocal.bench.prices import load_prices
     from mmelocal.runtime.memory import gpu_count
 
@@ -55,6 +63,10 @@ def run_endpoint_sweep(
     price = prices.price_for(info.instance_type)
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
     run = f"mmelocal-sweep-{uuid.uuid4().hex[:8]}/"
+    with tempfile.TemporaryDirectory(prefix="mmelocal-remote-sweep-probe-") as tmp:
+        on_cpu = endpoint.ensure_probe(Path(tmp)).kind == "host"
+    # CPU throughput says nothing about how many GPU instances a load needs: ratios only
+    relative_only = on_cpu and is_gpu_instance_type(info.instance_type)
 
     def measure(variants: list[tuple[_Plan, Path]], work: Path) -> dict[str, SweepRow]:
         return {
@@ -73,16 +85,31 @@ def run_endpoint_sweep(
         prefix="mmelocal-remote-sweep-",
         skipped_reason=_TENSORRT_SKIPPED,
     )
+    where = (
+        f" Throughput was measured on one {info.instance_type} instance of endpoint {info.name}."
+    )
+    machine = f"endpoint {info.name}: 1 x {info.instance_type} (SageMaker MME)"
+    recommendation = None
+    if relative_only:
+        ordered = tuple(replace(r, instances_needed=None, cost_per_hour=None) for r in ordered)
+        recommendation = cpu_summary(ordered, instance_type=info.instance_type)
+        where = (
+            f" Throughput was measured on endpoint {info.name}, whose probe reads host memory "
+            f"(a CPU, not a {info.instance_type} GPU): instance counts and costs are not "
+            "derived from it."
+        )
+        machine = f"endpoint {info.name}: CPU host memory, as {info.instance_type}"
     return sweep_result(
         source,
         ordered,
         opts,
         prices,
         info.instance_type,
-        where=f" Throughput was measured on one {info.instance_type} instance of endpoint "
-        f"{info.name}.",
-        machine=f"endpoint {info.name}: 1 x {info.instance_type} (SageMaker MME)",
+        where=where,
+        machine=machine,
         started_at=started_at,
+        recommendation=recommendation,
+        relative_only=relative_only,
     )
 
 

@@ -78,11 +78,19 @@ class Measured:
     total_bytes: int
     probe: str
     origin: str
+    #: the artifact's format (torchscript, tensorrt...); "" when not recorded
+    model_format: str = ""
 
     @property
     def on_gpu(self) -> bool:
         """True for GPU device memory (host-memory readings do not project to a GPU)."""
         return not self.probe.startswith("host")
+
+    def applies_to(self, model_format: str) -> bool:
+        """True when this measurement stands for an estimate of ``model_format``: GPU memory
+        of the same format (TensorRT changes the footprint: CNNs about 2x, BERT-base
+        smaller)."""
+        return self.on_gpu and (not self.model_format or self.model_format == model_format)
 
 
 def card_count(
@@ -190,7 +198,7 @@ class Estimate(BenchResult, kind="estimate"):
 
     def _measured_count(self, memory_bytes: int) -> int | None:
         m = self.measured
-        if m is None or not m.on_gpu or m.per_copy_bytes <= 0:
+        if m is None or not m.applies_to(self.model_format) or m.per_copy_bytes <= 0:
             return None
         return project_count(
             total_bytes=memory_bytes,

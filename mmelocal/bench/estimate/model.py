@@ -213,6 +213,7 @@ def measured_from_capacity(result: Any) -> Measured:
         total_bytes=int(result.total_bytes),
         probe=str(result.probe),
         origin=str(result.label or result.source),
+        model_format=str(getattr(result, "model_format", "") or ""),
     )
 
 

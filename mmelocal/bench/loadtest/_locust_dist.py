@@ -7,9 +7,11 @@ Everything between the processes travels over Locust's own master/worker protoco
   ``mmelocal_setup``: the settings and the payload, so a worker on another machine needs no
   local file; the worker answers ``mmelocal_ready``;
 - ``mmelocal_stage`` (master -> workers): the shape runs on the master, which says which
-  stage is in effect; workers file every request under it;
+  stage is in effect and, once its ramp is over, that its hold began (``hold``); workers
+  file every request under the stage, and those of the hold apart too;
 - ``mmelocal_batch`` (worker -> master, about once a second): every request's latency since
-  the last batch (float64, not Locust's rounded histogram), failures, error texts; the
+  the last batch (float64, not Locust's rounded histogram), those of a hold again
+  (``held``), failures, error texts; the
   last one (``final``) also carries the worker's CPU per stage;
 - ``mmelocal_flush`` (master -> workers, at the planned end of the last stage): stop the
   users, send the final batch and quit.
@@ -45,8 +47,9 @@ from locust.env import Environment  # noqa: E402
 from locust.runners import STATE_MISSING  # noqa: E402
 
 from mmelocal.bench.loadtest._locust_schedule import register_replay  # noqa: E402
-from mmelocal.bench.loadtest._locust_worker import StageCpu, _emit, stage_steps, user_class  # noqa: E402
+from mmelocal.bench.loadtest._locust_worker import StageCpu, _emit, user_class  # noqa: E402
 from mmelocal.bench.loadtest.shape import LoadShape  # noqa: E402
+from mmelocal.bench.loadtest.stepstats import stage_steps  # noqa: E402
 from mmelocal.bench.loadtest.workers import BATCH_INTERVAL_S  # noqa: E402
 
 HELLO = "mmelocal_hello"
@@ -125,6 +128,8 @@ def run_master(
     views: dict[str, _WorkerView] = {}
     order: list[str] = []
     latencies: list[list[np.ndarray]] = [[] for _ in range(n)]
+    held: list[list[np.ndarray]] = [[] for _ in range(n)]
+    holding = [False]
     failures = [0] * n
     errors: Counter[str] = Counter()
     first_failure_users: list[int] = []
@@ -145,7 +150,7 @@ def run_master(
         worker = view(msg.node_id)
         worker.ready, worker.host, worker.pid = True, msg.data["host"], msg.data["pid"]
         if running[0]:  # joined late: the stage now
-            runner.send_message(STAGE, {"stage": current[0]}, msg.node_id)
+            runner.send_message(STAGE, {"stage": current[0], "hold": holding[0]}, msg.node_id)
 
     def on_batch(environment: Environment, msg: Any, **_: Any) -> None:
         worker = view(msg.node_id)
@@ -154,6 +159,8 @@ def run_master(
             values = np.frombuffer(blob, dtype="<f8")
             latencies[stage].append(values)
             worker.requests += len(values)
+        for stage, blob in data.get("held", ()):
+            held[stage].append(np.frombuffer(blob, dtype="<f8"))
         for stage, count in data["failures"]:
             failures[stage] += count
             worker.failures += count
@@ -189,12 +196,14 @@ def run_master(
         )
 
     started_at: list[float | None] = [None] * n
+    hold_at: list[float | None] = [None] * n
     users_seen = [0] * n
     wall_start = time.perf_counter()
     runner.start_shape()
     running[0] = True
     started_at[0] = 0.0
     runner.send_message(STAGE, {"stage": 0})
+    holding[0] = False
     last_emit, last_total, last_time = 0.0, 0, wall_start
     while True:  # until the planned end: then the workers stop their users (FLUSH)
         gevent.sleep(0.1)
@@ -208,7 +217,13 @@ def run_master(
         if index != current[0]:
             current[0] = index
             started_at[index] = run_time
+            holding[0] = False
             runner.send_message(STAGE, {"stage": index})
+        began = started_at[index]
+        if not holding[0] and began is not None and run_time >= began + shape.ramp_s(index):
+            holding[0] = True  # the hold is timed from this message on, as workers file it
+            hold_at[index] = run_time
+            runner.send_message(STAGE, {"stage": index, "hold": True})
         users_seen[current[0]] = runner.user_count
         for cid in ready:
             worker = views[cid]
@@ -253,6 +268,8 @@ def run_master(
         users_seen=users_seen,
         latencies_ms=[np.concatenate(parts) if parts else [] for parts in latencies],
         failures=failures,
+        hold_at=hold_at,
+        held_ms=[np.concatenate(parts) if parts else [] for parts in held],
     )
     details: list[dict[str, Any]] = []
     for number, cid in enumerate(order, start=1):
@@ -307,13 +324,17 @@ class _WorkerState:
 
     def __init__(self) -> None:
         self.stage = 0
+        self.hold = False
         self.latencies: dict[int, list[float]] = {}
+        self.held: dict[int, list[float]] = {}
         self.failures: Counter[int] = Counter()
         self.errors: Counter[str] = Counter()
         self.cpu: StageCpu | None = None
 
     def record(self, response_time: float, exception: Any) -> None:
         self.latencies.setdefault(self.stage, []).append(float(response_time))
+        if self.hold:
+            self.held.setdefault(self.stage, []).append(float(response_time))
         if exception is not None:
             self.failures[self.stage] += 1
             self.errors[str(exception)[:200]] += 1
@@ -324,10 +345,14 @@ class _WorkerState:
                 [stage, np.asarray(values, dtype="<f8").tobytes()]
                 for stage, values in self.latencies.items()
             ],
+            "held": [
+                [stage, np.asarray(values, dtype="<f8").tobytes()]
+                for stage, values in self.held.items()
+            ],
             "failures": [[stage, count] for stage, count in self.failures.items()],
             "errors": dict(self.errors),
         }
-        self.latencies, self.failures, self.errors = {}, Counter(), Counter()
+        self.latencies, self.held, self.failures, self.errors = {}, {}, Counter(), Counter()
         return batch
 
 
@@ -357,6 +382,7 @@ def run_worker(master_host: str, master_port: int) -> int:
 
     def on_stage(environment: Environment, msg: Any, **_: Any) -> None:
         state.stage = int(msg.data["stage"])
+        state.hold = bool(msg.data.get("hold", False))
         if state.cpu is not None:
             state.cpu.enter(state.stage)
 

@@ -28,7 +28,7 @@ from locust import FastHttpUser, LoadTestShape, User, constant, task  # noqa: E4
 from locust.env import Environment  # noqa: E402
 
 from mmelocal.bench.loadtest.shape import LoadShape  # noqa: E402
-from mmelocal.bench.loadtest.stepstats import summarize_step  # noqa: E402
+from mmelocal.bench.loadtest.stepstats import stage_steps  # noqa: E402
 from mmelocal.facts.aws import LOAD_TEST, LOCAL_REGION, aws_client  # noqa: E402
 from mmelocal.facts.sagemaker import TARGET_MODEL_HEADER  # noqa: E402
 
@@ -36,11 +36,14 @@ TARGET_HEADER = TARGET_MODEL_HEADER
 
 
 class _Recorder:
-    """Collects every request's latency under the stage that was in effect."""
+    """Collects every request's latency under the stage that was in effect, and apart those
+    completed in the stage's hold (from ``hold_at``, once its ramp is over)."""
 
     def __init__(self, n_stages: int) -> None:
         self.stage = 0
         self.latencies_ms: list[list[float]] = [[] for _ in range(n_stages)]
+        self.held_ms: list[list[float]] = [[] for _ in range(n_stages)]
+        self.hold_at: list[float | None] = [None] * n_stages
         self.failures: list[int] = [0] * n_stages
         self.users_seen: list[int] = [0] * n_stages
         self.started_at: list[float | None] = [None] * n_stages
@@ -50,9 +53,12 @@ class _Recorder:
         self.total_failures = 0
         self.last_at = 0.0
 
-    def on_request(self, response_time: float, exception: Any, users: int) -> None:
+    def on_request(self, response_time: float, exception: Any, users: int, run_time: float) -> None:
         stage = self.stage
         self.latencies_ms[stage].append(float(response_time))
+        hold_at = self.hold_at[stage]
+        if hold_at is not None and run_time >= hold_at:
+            self.held_ms[stage].append(float(response_time))
         self.total += 1
         if exception is not None:
             self.failures[stage] += 1
@@ -78,6 +84,7 @@ class _StagesShape(LoadTestShape):
             return None
         if self.recorder.started_at[index] is None:
             self.recorder.started_at[index] = run_time
+            self.recorder.hold_at[index] = run_time + self.shape.ramp_s(index)
         self.recorder.stage = index
         stage = self.shape.stages[index]
         return stage.users, stage.spawn_rate
@@ -229,8 +236,9 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
     runner = env.create_local_runner()
 
     def on_request(response_time: float, exception: Any = None, **_: Any) -> None:
-        recorder.on_request(response_time, exception, runner.user_count)
-        recorder.last_at = shape_driver.get_run_time()
+        run_time = shape_driver.get_run_time()
+        recorder.on_request(response_time, exception, runner.user_count, run_time)
+        recorder.last_at = run_time
 
     env.events.request.add_listener(on_request)
 
@@ -282,6 +290,8 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
         users_seen=recorder.users_seen,
         latencies_ms=recorder.latencies_ms,
         failures=recorder.failures,
+        hold_at=recorder.hold_at,
+        held_ms=recorder.held_ms,
     )
     cpu_s = (cpu_end.user - cpu_start.user) + (cpu_end.system - cpu_start.system)
     cpu_percent = 100.0 * cpu_s / max(wall_s, 1e-6)
@@ -309,36 +319,6 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
         "first_failure_users": recorder.first_failure_users,
         "errors": dict(recorder.errors.most_common(10)),
     }
-
-
-def stage_steps(
-    shape: LoadShape,
-    *,
-    started_at: list[float | None],
-    end_s: float,
-    users_seen: list[int],
-    latencies_ms: list[Any],
-    failures: list[int],
-) -> list[dict[str, Any]]:
-    """One :func:`summarize_step` per stage that started (a stage ends where the next began)."""
-    steps = []
-    for index, stage in enumerate(shape.stages):
-        started = started_at[index]
-        if started is None:
-            continue
-        later = [t for t in started_at[index + 1 :] if t is not None]
-        ended = later[0] if later else end_s
-        steps.append(
-            summarize_step(
-                name=stage.name,
-                target_users=stage.users,
-                users=users_seen[index] or stage.users,
-                duration_s=max(ended - started, 1e-6),
-                latencies_ms=latencies_ms[index],
-                failures=failures[index],
-            )
-        )
-    return steps
 
 
 def main(argv: list[str]) -> int:

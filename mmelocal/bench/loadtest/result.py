@@ -125,7 +125,8 @@ class LoadTestResult(BenchResult, kind="loadtest"):
 
     @property
     def max_users_without_failure(self) -> int | None:
-        """Highest user count reached before the first step with a failed request."""
+        """Highest user count reached before the first step with a failed request (or with
+        no completed request)."""
         return max_users_before_first_failure(self.steps)
 
     @property
@@ -208,8 +209,13 @@ def summary_lines(result: LoadTestResult) -> Sequence[str]:
     ceiling = result.max_users_without_failure
     if result.requests == 0:
         ceiling_line = "no request completed: nothing was measured"
-    elif result.failures == 0:
+    elif result.failures == 0 and ceiling == max(step.users for step in result.steps):
         ceiling_line = f"no failed request up to {ceiling} users (the highest tested)"
+    elif result.failures == 0:
+        ceiling_line = (
+            f"no failed request, but a step completed no request: highest user count with "
+            f"every step answered: {ceiling if ceiling is not None else 'none'}"
+        )
     elif ceiling is None:
         ceiling_line = "highest user count before the first failure: none (the first step failed)"
     else:

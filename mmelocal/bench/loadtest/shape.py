@@ -25,6 +25,9 @@ from mmelocal.errors import UserInputError
 
 #: Locust's shape worker re-reads the shape once a second, so shorter stages would be skipped.
 MIN_STAGE_DURATION_S = 1.0
+#: the name of the stepped shape's first stage; summaries of the published procedure leave
+#: it out (they keep the steps of 20, 40, ... users)
+WARMUP_STAGE_NAME = "warmup"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,6 +91,13 @@ class LoadShape:
             elapsed += stage.duration_s
             ends.append(elapsed)
         return ends
+
+    def ramp_s(self, index: int) -> float:
+        """Planned seconds stage ``index`` spends reaching its users from the previous stage's
+        (from 0 for the first) at its spawn rate, at most the stage's duration."""
+        stage = self.stages[index]
+        before = self.stages[index - 1].users if index > 0 else 0
+        return min(abs(stage.users - before) / stage.spawn_rate, stage.duration_s)
 
     def stage_at(self, run_time_s: float) -> int | None:
         """Index of the stage planned at ``run_time_s``; None once the shape is over."""
@@ -176,7 +186,7 @@ def stepped_shape(
         raise UserInputError(f"max_users must be >= 1, got {max_users}")
     stages = [
         Stage(
-            name="warmup",
+            name=WARMUP_STAGE_NAME,
             users=min(warmup_users, max_users),
             spawn_rate=float(warmup_users),
             duration_s=warmup_s,
@@ -221,6 +231,7 @@ def shape_from_stages(stages: Sequence[Mapping[str, Any]]) -> LoadShape:
 
 __all__ = [
     "MIN_STAGE_DURATION_S",
+    "WARMUP_STAGE_NAME",
     "LoadShape",
     "Stage",
     "load_shape",

@@ -8,20 +8,31 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from mmelocal.stats import percentiles
+
+if TYPE_CHECKING:
+    from mmelocal.bench.loadtest.shape import LoadShape
+
+
+#: the shortest hold a step's rate is taken over; a shorter one (a ramp that filled almost
+#: all of its stage) gives way to the whole stage
+MIN_HOLD_S = 1.0
 
 
 @dataclass(frozen=True, kw_only=True)
 class StepStats:
     """What one stage of a load test measured.
 
-    Latencies cover every request completed during the stage (failed ones too, as Locust
-    counts them); ``requests == successes + failures``; ``throughput_rps`` is requests
-    per second over the stage's measured duration.
+    ``requests == successes + failures`` count every request completed during the stage.
+    ``throughput_rps`` and the latencies (failed requests too, as Locust counts them) are
+    those of the stage's hold, once its users were reached: the ramp from the previous
+    stage's users runs at other loads (the published summary keeps only the seconds at a
+    step's user count). ``duration_s`` is the span the rate is taken over: the hold, or the
+    whole stage when its hold lasted under :data:`MIN_HOLD_S`.
     """
 
     name: str
@@ -56,12 +67,20 @@ def summarize_step(
     duration_s: float,
     latencies_ms: Sequence[float],
     failures: int,
+    held_latencies_ms: Sequence[float] | None = None,
+    held_s: float | None = None,
 ) -> dict[str, Any]:
-    """The :class:`StepStats` fields (as a dict) for one stage's raw latencies."""
+    """The :class:`StepStats` fields (as a dict) for one stage's raw latencies: all of them
+    (``latencies_ms``, over ``duration_s``) and those completed in its hold
+    (``held_latencies_ms``, over ``held_s``; when the stage had one, its rate and latencies
+    are the hold's)."""
     requests = len(latencies_ms)
-    if requests:
-        values = np.asarray(latencies_ms, dtype=np.float64)
-        p50, p95, p99 = percentiles(latencies_ms, (50, 95, 99))
+    rated: Sequence[float] = latencies_ms
+    if held_latencies_ms is not None and held_s is not None and held_s >= MIN_HOLD_S:
+        rated, duration_s = held_latencies_ms, held_s
+    if len(rated):
+        values = np.asarray(rated, dtype=np.float64)
+        p50, p95, p99 = percentiles(rated, (50, 95, 99))
         avg: float | None = float(values.mean())
         peak: float | None = float(values.max())
     else:
@@ -74,7 +93,7 @@ def summarize_step(
         requests=requests,
         successes=requests - failures,
         failures=failures,
-        throughput_rps=requests / duration_s if duration_s > 0 else 0.0,
+        throughput_rps=len(rated) / duration_s if duration_s > 0 else 0.0,
         avg_latency_ms=avg,
         p50_latency_ms=p50,
         p95_latency_ms=p95,
@@ -83,15 +102,67 @@ def summarize_step(
     ).to_dict()
 
 
+def stage_steps(
+    shape: LoadShape,
+    *,
+    started_at: list[float | None],
+    end_s: float,
+    users_seen: list[int],
+    latencies_ms: list[Any],
+    failures: list[int],
+    hold_at: list[float | None] | None = None,
+    held_ms: list[Any] | None = None,
+) -> list[dict[str, Any]]:
+    """One :func:`summarize_step` per stage that started (a stage ends where the next began);
+    with ``hold_at`` and ``held_ms``, its rate and latencies are those of its hold, from
+    ``hold_at`` to its end."""
+    steps = []
+    for index, stage in enumerate(shape.stages):
+        started = started_at[index]
+        if started is None:
+            continue
+        later = [t for t in started_at[index + 1 :] if t is not None]
+        ended = later[0] if later else end_s
+        steps.append(
+            summarize_step(
+                name=stage.name,
+                target_users=stage.users,
+                users=users_seen[index] or stage.users,
+                duration_s=max(ended - started, 1e-6),
+                latencies_ms=latencies_ms[index],
+                failures=failures[index],
+                **_held(index, ended, hold_at, held_ms),
+            )
+        )
+    return steps
+
+
+def _held(
+    index: int, ended: float, hold_at: list[float | None] | None, held_ms: list[Any] | None
+) -> dict[str, Any]:
+    """The hold's arguments of :func:`summarize_step` for stage ``index`` (none without one)."""
+    start = None if hold_at is None else hold_at[index]
+    if start is None or held_ms is None:
+        return {}
+    return {"held_latencies_ms": held_ms[index], "held_s": ended - start}
+
+
 def max_users_before_first_failure(steps: Sequence[StepStats]) -> int | None:
-    """Users of the last step before the first step with a failure (all steps if none fail);
-    None when the very first step already failed."""
+    """Users of the last step before the first step with a failure, or with no completed
+    request (a stalled endpoint: nothing shows those users were served); all steps if none;
+    None when the very first step already failed or stalled."""
     best: int | None = None
     for step in steps:
-        if step.failures:
+        if step.failures or not step.requests:
             return best
         best = step.users if best is None else max(best, step.users)
     return best
 
 
-__all__ = ["StepStats", "max_users_before_first_failure", "summarize_step"]
+__all__ = [
+    "MIN_HOLD_S",
+    "StepStats",
+    "max_users_before_first_failure",
+    "stage_steps",
+    "summarize_step",
+]

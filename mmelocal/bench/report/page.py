@@ -238,6 +238,7 @@ def _add_estimate(page: _Page, result: Any, stem: str, measurements: Sequence[An
         from mmelocal.bench.estimate.model import measured_from_capacity
 
         same = [m for m in measurements if m.source == result.source and m.loads]
+        same.sort(key=lambda m: m.model_format != result.model_format)  # its format first
         if same:
             result = result.with_measurement(measured_from_capacity(same[0]))
     page.heading(f"Capacity estimate: {result.source}")
@@ -267,7 +268,13 @@ def _add_estimate(page: _Page, result: Any, stem: str, measurements: Sequence[An
         page.para(
             f"Measured ({m.origin}, {m.probe}): {mib_value(m.per_copy_bytes)} MiB per copy against "
             f"an estimated {mib_value(point)} MiB"
-            + ("; the measurement wins." if m.on_gpu else "; host memory, so the estimate stands.")
+            + (
+                "; the measurement wins."
+                if m.applies_to(result.model_format)
+                else f"; a {m.model_format} artifact, so the estimate stands."
+                if m.on_gpu
+                else "; host memory, so the estimate stands."
+            )
         )
     page.table(
         f"{stem}-cards",

@@ -179,13 +179,18 @@ def sweep_comparison(result: Any) -> bytes:
         if math.isnan(value):
             left.text(x, 0, "none within\nthe limit", ha="center", va="bottom", fontsize=8)
     left.set_xticks(xs, names, rotation=30)
-    left.set_ylabel("invocations / minute / instance")
-    left.set_title("Throughput within the latency limit")
+    cpu = getattr(result, "relative_only", False)  # a CPU's rate, for a GPU instance type
+    left.set_ylabel(
+        "invocations / minute, this CPU host" if cpu else "invocations / minute / instance"
+    )
+    left.set_title(
+        "CPU throughput within the latency limit" if cpu else "Throughput within the latency limit"
+    )
     right.bar(xs, _none_to_nan([row.p99_latency_ms for row in rows]), color="tab:orange")
     right.axhline(result.max_latency_ms, color="tab:red", linestyle="--", label="limit")
     right.set_xticks(xs, names, rotation=30)
     right.set_ylabel("p99 latency at that load (ms)")
-    right.set_title("Latency at that load")
+    right.set_title("CPU latency at that load" if cpu else "Latency at that load")
     right.legend()
     return _png(fig)
 

@@ -26,7 +26,9 @@ class SweepRow:
 
     ``throughput_rps`` is the best step rate with no failure and ``p99_latency_ms`` within the
     limit (None when no step qualified); ``instances_needed`` = ceil(target / throughput);
-    ``model_latency_ms`` is Triton's own mean time per request (queue + compute) over the test.
+    ``model_latency_ms`` is Triton's own mean time per request (queue + compute) over the test;
+    ``peak_throughput_rps`` is the best step rate with no failure, whatever its latency (None
+    when every step had one: a rate of failed requests is no rate of the configuration).
     """
 
     name: str
@@ -97,6 +99,13 @@ def best_step(steps: Sequence[StepStats], *, max_latency_ms: float) -> StepStats
     return max(good, key=lambda s: s.throughput_rps, default=None)
 
 
+def peak_step_rps(steps: Sequence[StepStats]) -> float | None:
+    """The highest step rate among the steps with requests and no failure (None if none)."""
+    return max(
+        (s.throughput_rps for s in steps if s.failures == 0 and s.requests > 0), default=None
+    )
+
+
 def row_from_loadtest(
     row: SweepRow,
     loadtest: LoadTestResult,
@@ -111,7 +120,7 @@ def row_from_loadtest(
     row = replace(
         row,
         loadtest=loadtest,
-        peak_throughput_rps=loadtest.peak_throughput_rps,
+        peak_throughput_rps=peak_step_rps(loadtest.steps),
         model_latency_ms=model_latency_ms,
     )
     if step is None or step.throughput_rps <= 0:
@@ -304,6 +313,7 @@ __all__ = [
     "best_step",
     "config_name",
     "cpu_summary",
+    "peak_step_rps",
     "recommend",
     "relative_effects",
     "row_from_loadtest",
