@@ -105,9 +105,11 @@ async def route(
 
 
 async def v2_models(emulator: Emulator, method: str, tail: str) -> Answer:
-    """``/v2/models/`` but infer: metadata, ready, config and stats (GET)."""
+    """``/v2/models/`` but infer: metadata, ready, config and stats (GET). Any other
+    method, and infer by anything but POST, is 405 before any load, as Triton's
+    ``HTTPAPIServer`` handlers answer (``src/http_server.cc``)."""
     target, _version, action = parse_v2_path(tail)
-    if method != "GET":
+    if method != "GET" or action == "infer":  # infer by POST is an invocation, never here
         return v2_error(405, f"{method} is not supported on /v2/models/{tail}")
     try:
         inst = await emulator.ensure_loaded(target)

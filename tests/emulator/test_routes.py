@@ -1,0 +1,57 @@
+"""The non-invocation routes, driven through :func:`mmelocal.emulator.routes.route` with a
+fake emulator that records what it was asked (no Triton): what Triton's own front ends
+refuse before they look at a model, the emulator refuses before it loads one."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from mmelocal.emulator import routes
+
+
+class FakeEmulator:
+    """Records the loads a route asks for; any v2 read answers 200 ``{}``."""
+
+    def __init__(self) -> None:
+        self.loaded: list[str] = []
+        self.instances: list[Any] = []
+
+    async def ensure_loaded(self, target: str) -> Any:
+        self.loaded.append(target)
+
+        async def v2_get(path: str) -> Any:
+            return SimpleNamespace(status=200, body=b"{}")
+
+        return SimpleNamespace(control=SimpleNamespace(v2_get=v2_get))
+
+
+def call(emulator: FakeEmulator, method: str, path: str) -> routes.Answer:
+    return asyncio.run(
+        routes.route(emulator, method, path, lambda name: None, b"")  # type: ignore[arg-type]
+    )
+
+
+@pytest.mark.parametrize("method", ["GET", "HEAD", "PUT", "DELETE"])
+@pytest.mark.parametrize(
+    "path", ["/v2/models/model-1.tar.gz/infer", "/v2/models/m/versions/1/infer"]
+)
+def test_infer_by_another_method_is_405_and_loads_nothing(method: str, path: str) -> None:
+    """Triton's v2 HandleInfer (src/http_server.cc) answers a non-POST infer 405 Method Not
+    Allowed before it looks at the model: a GET must not load (and evict for) a model."""
+    emulator = FakeEmulator()
+    answer = call(emulator, method, path)
+    assert answer.status == 405
+    assert emulator.loaded == []
+    assert "error" in json.loads(answer.body)
+
+
+def test_model_metadata_by_get_still_loads_on_demand() -> None:
+    emulator = FakeEmulator()
+    answer = call(emulator, "GET", "/v2/models/model-1.tar.gz/config")
+    assert answer.status == 200
+    assert emulator.loaded == ["model-1.tar.gz"]
