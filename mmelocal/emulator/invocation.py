@@ -40,7 +40,7 @@ from mmelocal.emulator.answers import (
 )
 from mmelocal.emulator.emulator import RECOVERABLE_STATUSES, Emulator, InvokeResult
 from mmelocal.emulator.instance import TritonInstance
-from mmelocal.emulator.routes import endpoint_name_error
+from mmelocal.emulator.routes import endpoint_name_error, header_error
 from mmelocal.emulator.sagemaker_control import late_reply
 from mmelocal.emulator.upstream import (
     Reply,
@@ -53,6 +53,7 @@ from mmelocal.errors import InstanceUnavailableError
 from mmelocal.facts.sagemaker import (
     CUSTOM_ATTRIBUTES_HEADER,
     INFERENCE_HEADER_CONTENT_LENGTH,
+    INFERENCE_ID_HEADER,
     TARGET_MODEL_HEADER,
 )
 
@@ -65,6 +66,8 @@ _JSON = b"application/json"
 _BINARY = SAGEMAKER_BINARY.encode()
 _V2_LENGTH = INFERENCE_HEADER_CONTENT_LENGTH.lower().encode()
 _CUSTOM = CUSTOM_ATTRIBUTES_HEADER.lower()
+_CUSTOM_NAME = _CUSTOM.encode()
+_INFERENCE_ID = INFERENCE_ID_HEADER.lower().encode()
 
 #: the most a compressed v2 infer body may inflate to (a gzip bomb is refused)
 MAX_DECODED_BYTES = 128 * 1024 * 1024
@@ -180,6 +183,12 @@ class Invocation:
         if refused is not None:  # refused before it reaches an endpoint: no metrics
             self._answer(sagemaker_error(400, "ValidationError", refused), record=False)
             return
+        custom, inference_id = headers.get(_CUSTOM_NAME), headers.get(_INFERENCE_ID)
+        if custom is not None or inference_id is not None:
+            refused = header_error(custom, inference_id)
+            if refused is not None:  # the service's input validation, as the name's
+                self._answer(sagemaker_error(400, "ValidationError", refused), record=False)
+                return
         config = self.emulator.config
         if len(body) > config.max_payload_bytes:
             self._answer(payload_too_large(config.max_payload_bytes))

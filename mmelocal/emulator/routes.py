@@ -33,7 +33,12 @@ from mmelocal.emulator.answers import (
 )
 from mmelocal.emulator.emulator import Emulator
 from mmelocal.emulator.upstream import Reply
-from mmelocal.facts.sagemaker import ENDPOINT_NAME_PATTERN, MAX_ENDPOINT_NAME_LENGTH
+from mmelocal.facts.sagemaker import (
+    ENDPOINT_NAME_PATTERN,
+    MAX_CUSTOM_ATTRIBUTES_LENGTH,
+    MAX_ENDPOINT_NAME_LENGTH,
+    MAX_INFERENCE_ID_LENGTH,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +73,52 @@ def endpoint_name_error(name: str) -> str | None:
             f"constraint: Member must satisfy regular expression pattern: {ENDPOINT_NAME_PATTERN}"
         )
     return None
+
+
+#: botocore's pattern of ``InferenceId`` (and ``TargetModel``): ``\A\S[\p{Print}]*\z``
+_ID_PATTERN = r"\A\S[\p{Print}]*\z"
+
+
+def header_error(custom: bytes | None, inference_id: bytes | None) -> str | None:
+    """The service's validation message for a ``CustomAttributes`` or ``InferenceId`` it
+    refuses (botocore's shapes: at most 1024 ASCII characters; 1 to 64 printable
+    characters, not starting with whitespace), else None. botocore checks only minimums
+    on the client, so these reach the service (the values are read as UTF-8)."""
+    errors: list[str] = []
+    if custom is not None:
+        if not custom.isascii():
+            errors.append(
+                "Value at 'customAttributes' failed to satisfy constraint: Member must "
+                "satisfy regular expression pattern: \\p{ASCII}* (visible US-ASCII "
+                "characters only)"
+            )
+        elif len(custom) > MAX_CUSTOM_ATTRIBUTES_LENGTH:
+            errors.append(
+                "Value at 'customAttributes' failed to satisfy constraint: Member must have "
+                f"length less than or equal to {MAX_CUSTOM_ATTRIBUTES_LENGTH}"
+            )
+    if inference_id is not None:
+        text = inference_id.decode("utf-8", "surrogateescape")
+        shown = text[:80]
+        if not text:
+            errors.append(
+                f"Value '{shown}' at 'inferenceId' failed to satisfy constraint: Member must "
+                "have length greater than or equal to 1"
+            )
+        elif len(text) > MAX_INFERENCE_ID_LENGTH:
+            errors.append(
+                f"Value '{shown}' at 'inferenceId' failed to satisfy constraint: Member must "
+                f"have length less than or equal to {MAX_INFERENCE_ID_LENGTH}"
+            )
+        elif text[0].isspace() or not text.isprintable():
+            errors.append(
+                f"Value {shown!r} at 'inferenceId' failed to satisfy constraint: Member "
+                f"must satisfy regular expression pattern: {_ID_PATTERN}"
+            )
+    if not errors:
+        return None
+    count = f"{len(errors)} validation error{'s' if len(errors) > 1 else ''} detected"
+    return f"{count}: {'; '.join(errors)}"
 
 
 def invoke_route(method: str, path: str) -> tuple[str, str] | None:
@@ -214,4 +265,4 @@ _SIMPLE = {
 _PATHS = frozenset(path for _, path in _SIMPLE)
 _PREFIXES = ("/endpoints/", "/v2/models/", "/v2/repository/models/")
 
-__all__ = ["endpoint_name_error", "invoke_route", "json_answer", "route"]
+__all__ = ["endpoint_name_error", "header_error", "invoke_route", "json_answer", "route"]

@@ -41,6 +41,13 @@ MAX_ENDPOINT_NAME_LENGTH: Final = 63
 #: pattern ``\A\S[\p{Print}]*\z``).
 MAX_TARGET_MODEL_LENGTH: Final = 1024
 
+#: The longest ``CustomAttributes`` (botocore's ``CustomAttributesHeader``: at most 1024
+#: characters, pattern ``\p{ASCII}*``; botocore checks neither on the client).
+MAX_CUSTOM_ATTRIBUTES_LENGTH: Final = 1024
+#: The longest ``InferenceId`` (botocore's ``InferenceId``: 1 to 64 characters, the
+#: pattern of ``TargetModel``).
+MAX_INFERENCE_ID_LENGTH: Final = 64
+
 # --- the platform's times (seconds) ------------------------------------------------------
 
 #: How long the container may take to answer one invocation (InvokeEndpoint API reference:
@@ -97,6 +104,8 @@ MEMORY_THRESHOLD: Final = 0.9
 TARGET_MODEL_HEADER: Final = "X-Amzn-SageMaker-Target-Model"
 #: ``CustomAttributes``, passed to the container and back as they are.
 CUSTOM_ATTRIBUTES_HEADER: Final = "X-Amzn-SageMaker-Custom-Attributes"
+#: ``InferenceId``: added to the captured data when data capture is on.
+INFERENCE_ID_HEADER: Final = "X-Amzn-SageMaker-Inference-Id"
 #: The variant that served a call (boto3: ``InvokedProductionVariant``).
 INVOKED_VARIANT_HEADER: Final = "x-Amzn-Invoked-Production-Variant"
 #: The error type of a rest-json error answer (beside ``__type`` in the body).
@@ -122,11 +131,14 @@ __all__ = [
     "HOT_MODEL_RPS",
     "HOT_MODEL_WINDOW_S",
     "INFERENCE_HEADER_CONTENT_LENGTH",
+    "INFERENCE_ID_HEADER",
     "INVOKED_VARIANT_HEADER",
     "INVOKE_TIMEOUT_S",
     "LOAD_AND_INVOKE_TIMEOUT_S",
     "LOAD_LIMIT_S",
+    "MAX_CUSTOM_ATTRIBUTES_LENGTH",
     "MAX_ENDPOINT_NAME_LENGTH",
+    "MAX_INFERENCE_ID_LENGTH",
     "MAX_PAYLOAD_BYTES",
     "MAX_TARGET_MODEL_LENGTH",
     "MEMORY_THRESHOLD",

@@ -151,6 +151,40 @@ def test_endpoint_names_the_service_refuses(setup: Setup, endpoint: str, words: 
     assert words in body["message"]
 
 
+@pytest.mark.parametrize(
+    ("name", "value", "words"),
+    [
+        ("X-Amzn-SageMaker-Custom-Attributes", "a" * 1025, "'customAttributes'"),
+        ("X-Amzn-SageMaker-Custom-Attributes", "trace=\u00e9t\u00e9", "'customAttributes'"),
+        ("X-Amzn-SageMaker-Inference-Id", "i" * 65, "less than or equal to 64"),
+        ("X-Amzn-SageMaker-Inference-Id", "", "greater than or equal to 1"),
+        ("X-Amzn-SageMaker-Inference-Id", "id\twith-tab", "regular expression pattern"),
+    ],
+)
+def test_headers_over_the_service_limits_are_validation_errors(
+    setup: Setup, name: str, value: str, words: str
+) -> None:
+    """botocore's sagemaker-runtime model: CustomAttributesHeader max 1024, pattern
+    \\p{ASCII}*; InferenceId 1 to 64, pattern \\A\\S[\\p{Print}]*\\z. botocore checks
+    only minimums on the client, so the service's 400 ValidationError is what a caller
+    gets."""
+    raw = value.encode() if value.isascii() else value.encode("utf-8")
+    status, headers, body = setup.invoke_with(GOOD_BODY, [(name, raw.decode("latin-1"))])
+    assert status == 400, body
+    assert headers["x-amzn-errortype"] == "ValidationError"
+    assert body["__type"] == "ValidationError"
+    assert words in body["message"]
+
+
+def test_headers_at_the_service_limits_are_served(setup: Setup) -> None:
+    extra = [
+        ("X-Amzn-SageMaker-Custom-Attributes", "c" * 1024),
+        ("X-Amzn-SageMaker-Inference-Id", "i" * 64),
+    ]
+    status, _, body = setup.invoke_with(GOOD_BODY, extra)
+    assert status == 200, body
+
+
 def test_a_non_ascii_target_is_read_as_utf8(setup: Setup) -> None:
     """boto3 sends TargetModel as UTF-8; the service reads it so, and so does the emulator."""
     client = MmeEndpoint(url=setup.url, store=setup.store, server=None).client()
