@@ -207,8 +207,9 @@ async def v2_live(emulator: Emulator) -> Answer:
 
 
 async def v2_ready(emulator: Emulator) -> Answer:
-    """``GET /v2/health/ready``: 200 when an instance is up."""
-    return empty(200 if any(i.up for i in emulator.instances) else 503)
+    """``GET /v2/health/ready``: 200 when an instance is up, else 400 as Triton answers a
+    server that is not ready (``HandleServerHealth``, ``src/http_server.cc``)."""
+    return empty(200 if any(i.up for i in emulator.instances) else 400)
 
 
 async def v2_index(emulator: Emulator) -> Answer:

@@ -55,3 +55,14 @@ def test_model_metadata_by_get_still_loads_on_demand() -> None:
     answer = call(emulator, "GET", "/v2/models/model-1.tar.gz/config")
     assert answer.status == 200
     assert emulator.loaded == ["model-1.tar.gz"]
+
+
+@pytest.mark.parametrize(("up", "status"), [(True, 200), (False, 400)])
+def test_server_ready_answers_as_triton(up: bool, status: int) -> None:
+    """Triton's HandleServerHealth (src/http_server.cc) answers a server that is not ready
+    400 (EVHTP_RES_BADREQ), not 503; tritonclient's is_server_ready reads only 200."""
+    emulator = FakeEmulator()
+    emulator.instances = [SimpleNamespace(up=up)]
+    answer = call(emulator, "GET", "/v2/health/ready")
+    assert answer.status == status
+    assert answer.body == b""
