@@ -168,12 +168,19 @@ async def v2_models(emulator: Emulator, method: str, tail: str) -> Answer:
             return empty(200)
         suffix = f"/{action}" if action else ""
         return _json_reply(
-            await inst.control.v2_get(f"/v2/models/{quote(target, safe='')}{suffix}")
+            await inst.control.v2_get(f"/v2/models/{quote(target, safe=_PCHAR)}{suffix}")
         )
     except Exception as exc:
         if error_kind(exc) is INTERNAL_FAILURE:
             logger.exception("v2 request for %r failed", target)
         return v2_exception(exc)
+
+
+#: the characters a path segment may hold as they are besides the unreserved ones (RFC
+#: 3986 ``pchar``): Triton's v2 endpoint does not percent-decode a model name, so only the
+#: characters a path cannot carry are encoded (a name with those, ``/`` included, cannot
+#: be asked for there)
+_PCHAR = "!$&'()*+,;=:@"
 
 
 def _json_reply(reply: Reply) -> Answer:

@@ -598,3 +598,15 @@ def test_unknown_content_codings_get_tritons_answers(setup: Setup) -> None:
     # identity is the body as sent, on both routes
     status, _, answer = setup.invoke_with(GOOD_BODY, [("Content-Encoding", "identity")])
     assert status == 200, answer
+
+
+def test_v2_metadata_of_a_target_with_sub_delimiters(setup: Setup) -> None:
+    """Triton 2.51's v2 HTTP endpoint does not percent-decode the model name in the path:
+    the emulator asks for ``a=b,c@d+e.tar.gz`` with those characters as they are (legal in
+    a path), not as ``a%3Db%2Cc%40d%2Be.tar.gz``, a name Triton does not know."""
+    target = "a=b,c@d+e.tar.gz"
+    write_tarball(setup.store / target, scale=2.0)
+    for suffix in ("", "/config", "/stats"):
+        status, _, data = raw_request(setup.url, "GET", f"/v2/models/{target}{suffix}")
+        assert status == 200, (suffix, data)
+    assert json.loads(data)["model_stats"][0]["name"] == target
