@@ -391,8 +391,8 @@ def _tagged(clients: AwsClients, method: str, key: str, name: str) -> list[str]:
     found = []
     arn_key, name_key = key[:-1] + "Arn", key[:-1] + "Name"
     paginator = clients.sagemaker.get_paginator(method)
-    try:
-        for page in paginator.paginate(NameContains=name):
+    try:  # the names keep the endpoint name's first characters only (digest_name)
+        for page in paginator.paginate(NameContains=name[: rs.NAME_BASE_LENGTH]):
             for item in page.get(key, []):
                 if rs.owner(clients.sagemaker, item[arn_key]) == name:
                     found.append(str(item[name_key]))

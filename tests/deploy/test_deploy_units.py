@@ -198,3 +198,64 @@ def test_service_errors_become_one_line_with_the_next_step() -> None:
     assert "Service Quotas" in str(error) and "\n" not in str(error)
     denied = ClientError({"Error": {"Code": "AccessDenied", "Message": "no"}}, "PutObject")
     assert "IAM policy" in str(aws_error(denied, "PutObject", "s3://b/k"))
+
+
+class _ListingSageMaker:
+    """SageMaker's listing as the service answers it: ``NameContains`` filters the names
+    (moto ignores it), tags by ARN; deletes are recorded."""
+
+    def __init__(self, models: dict[str, str], configs: dict[str, str]) -> None:
+        from types import SimpleNamespace
+
+        self.meta = SimpleNamespace(service_model=SimpleNamespace(service_name="sagemaker"))
+        self.items = {"Models": models, "EndpointConfigs": configs}
+        self.deleted: list[str] = []
+
+    def describe_endpoint(self, **_: object) -> None:
+        from botocore.exceptions import ClientError
+
+        error = {"Code": "ValidationException", "Message": "Could not find endpoint"}
+        raise ClientError({"Error": error}, "DescribeEndpoint")
+
+    def describe_model(self, **_: object) -> dict[str, object]:
+        return {}
+
+    def get_paginator(self, method: str) -> object:
+        key = "Models" if method == "list_models" else "EndpointConfigs"
+        kind = key[:-1]
+
+        class Paginator:
+            def paginate(inner, NameContains: str) -> list[dict[str, object]]:
+                names = [n for n in self.items[key] if NameContains in n]
+                return [{key: [{f"{kind}Name": n, f"{kind}Arn": f"arn:{n}"} for n in names]}]
+
+        return Paginator()
+
+    def list_tags(self, ResourceArn: str) -> dict[str, object]:
+        every = {**self.items["Models"], **self.items["EndpointConfigs"]}
+        return {"Tags": [{"Key": "mmelocal:endpoint", "Value": every[ResourceArn[4:]]}]}
+
+    def delete_model(self, ModelName: str) -> dict[str, object]:
+        self.deleted.append(ModelName)
+        return {}
+
+    def delete_endpoint_config(self, EndpointConfigName: str) -> dict[str, object]:
+        self.deleted.append(EndpointConfigName)
+        return {}
+
+
+def test_undeploy_finds_the_resources_of_a_63_character_endpoint(tmp_path: Path) -> None:
+    """Model and config names keep the endpoint name's first 54 characters (and a digest):
+    a list filtered with the whole name finds none of them."""
+    from mmelocal.aws.session import AwsClients
+    from mmelocal.deploy.deployer import undeploy
+
+    name = "e" * 63
+    opts = DeployOptions(store=tmp_path, endpoint_name=name, s3_uri="s3://bkt/m/", role_arn=ROLE)
+    model = model_params(opts, "image")["ModelName"]
+    config = endpoint_config_params(opts, model, "digest")["EndpointConfigName"]
+    assert name not in model and name not in config
+    sm = _ListingSageMaker({model: name}, {config: name})
+    clients = AwsClients(region="us-east-1", s3=None, sagemaker=sm, autoscaling=None, runtime=None)
+    assert undeploy(clients, name) == [f"endpoint config {config}", f"model {model}"]
+    assert sm.deleted == [config, model]
