@@ -259,3 +259,18 @@ def test_undeploy_finds_the_resources_of_a_63_character_endpoint(tmp_path: Path)
     clients = AwsClients(region="us-east-1", s3=None, sagemaker=sm, autoscaling=None, runtime=None)
     assert undeploy(clients, name) == [f"endpoint config {config}", f"model {model}"]
     assert sm.deleted == [config, model]
+
+
+def test_options_refuse_an_environment_sagemaker_refuses(tmp_path: Path) -> None:
+    """CreateModel's Environment: 100 entries, 1024 bytes a value, 32 KB in all (botocore's
+    model; its validator checks none of these, so they failed after the upload)."""
+    base = {"store": tmp_path, "endpoint_name": "ep", "s3_uri": "s3://bkt/m/", "role_arn": ROLE}
+    DeployOptions(**base, environment={"NOTE": "é" * 512})  # type: ignore[arg-type]
+    cases = {
+        "1024 bytes": {"NOTE": "é" * 513},
+        "100 variables": {f"K{i}": "v" for i in range(101)},
+        "32 KB": {f"K{i}": "v" * 1000 for i in range(40)},
+    }
+    for message, environment in cases.items():
+        with pytest.raises(DeployError, match=message):
+            DeployOptions(**base, environment=environment)  # type: ignore[arg-type]
