@@ -112,12 +112,19 @@ def _endpoint_steps(
         EndpointConfigName=found["EndpointConfigName"],
     )
     old_type = old["ProductionVariants"][0].get("InstanceType")
+    old_count = old["ProductionVariants"][0].get("InitialInstanceCount")
     params: dict[str, Any] = {"EndpointName": name, "EndpointConfigName": config_name}
     note = f"from {found['EndpointConfigName']}"
     if old_type == options.instance_type:
         # keeps the DesiredInstanceCount autoscaling reached; scaling stays on
         params["RetainAllVariantProperties"] = True
-        note += ", keeping the instance count autoscaling set"
+        if old_count == options.instance_count:
+            note += ", keeping the instance count autoscaling set"
+        else:  # a count the user changed is the new config's
+            params["ExcludeRetainedVariantProperties"] = [
+                {"VariantPropertyType": "DesiredInstanceCount"}
+            ]
+            note += f", instance count {old_count} -> {options.instance_count}"
     elif _scaling_target(clients, name):
         # SageMaker fails an update that changes a scaling target's instance type
         # ("Update endpoints that use auto scaling"); it is registered again afterwards

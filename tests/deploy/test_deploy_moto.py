@@ -259,6 +259,21 @@ def test_second_deploy_uploads_only_the_changed_tarball_and_updates(
     assert config["ProductionVariants"][0]["InstanceType"] == "ml.g4dn.2xlarge"
 
 
+def test_a_new_instance_count_reaches_the_endpoint(
+    store: Path, bucket: str, endpoint_name: str
+) -> None:
+    """An update that keeps the variant's properties keeps its instance count: the count
+    the user asks for now is dropped from what is kept, autoscaling or not."""
+    deploy(options(store, bucket, endpoint_name, max_instances=1))
+    more = options(store, bucket, endpoint_name, instance_count=2, max_instances=2)
+    plan = deploy(more)
+    assert actions(plan)["sagemaker:UpdateEndpoint"] == "update"
+    variant = boto3.client("sagemaker").describe_endpoint(EndpointName=endpoint_name)[
+        "ProductionVariants"
+    ][0]
+    assert variant["DesiredInstanceCount"] == 2
+
+
 def test_no_wait_sends_the_plan_but_skips_what_needs_in_service(
     store: Path, bucket: str, endpoint_name: str
 ) -> None:
