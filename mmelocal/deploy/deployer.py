@@ -128,17 +128,21 @@ def _endpoint_steps(
     elif _scaling_target(clients, name):
         # SageMaker fails an update that changes a scaling target's instance type
         # ("Update endpoints that use auto scaling"); it is registered again afterwards
-        dereg = {
-            "ServiceNamespace": "sagemaker",
-            "ResourceId": rs.resource_id(name),
-            "ScalableDimension": rs.SCALABLE_DIMENSION,
-        }
-        why = f"instance type {old_type} -> {options.instance_type}"
-        yield rs.step(
-            "application-autoscaling", "DeregisterScalableTarget", rs.resource_id(name),
-            "delete", dereg, why,
-        )  # fmt: skip
+        yield _deregister_step(name, f"instance type {old_type} -> {options.instance_type}")
     yield rs.step("sagemaker", "UpdateEndpoint", name, "update", params, note)
+
+
+def _deregister_step(name: str, why: str) -> ApiStep:
+    """DeregisterScalableTarget of the endpoint's variant (its policies go with it)."""
+    dereg = {
+        "ServiceNamespace": "sagemaker",
+        "ResourceId": rs.resource_id(name),
+        "ScalableDimension": rs.SCALABLE_DIMENSION,
+    }
+    return rs.step(
+        "application-autoscaling", "DeregisterScalableTarget", rs.resource_id(name),
+        "delete", dereg, why,
+    )  # fmt: skip
 
 
 def _scaling_target(clients: AwsClients, name: str) -> bool:
@@ -152,9 +156,14 @@ def _scaling_target(clients: AwsClients, name: str) -> bool:
     return bool((found or {}).get("ScalableTargets"))
 
 
-def _scaling_steps(options: DeployOptions) -> Iterator[ApiStep]:
+def _scaling_steps(
+    clients: AwsClients, options: DeployOptions, deregistered: bool
+) -> Iterator[ApiStep]:
     name = options.endpoint_name
     if options.scaling_max <= options.instance_count:
+        # autoscaling off: a target an earlier deploy registered would go on scaling
+        if not deregistered and _scaling_target(clients, name):
+            yield _deregister_step(name, "autoscaling off (--max-instances = --instance-count)")
         return
     target = rs.scalable_target_params(options)
     note = f"{options.instance_count}..{options.scaling_max} instances"
@@ -184,7 +193,8 @@ def make_plan(options: DeployOptions, clients: AwsClients) -> DeployPlan:
     objects = plan_objects(clients.s3, options.bucket, options.prefix, options.store)
     steps: list[ApiStep] = list(_model_steps(clients, options, image, store_digest(objects)))
     steps += _endpoint_steps(clients, options, steps[-1].resource)
-    steps += _scaling_steps(options)
+    deregistered = any(s.operation == "DeregisterScalableTarget" for s in steps)
+    steps += _scaling_steps(clients, options, deregistered)
     return DeployPlan(
         endpoint_name=options.endpoint_name,
         region=clients.region,

@@ -274,6 +274,20 @@ def test_a_new_instance_count_reaches_the_endpoint(
     assert variant["DesiredInstanceCount"] == 2
 
 
+def test_autoscaling_turned_off_is_deregistered(
+    store: Path, bucket: str, endpoint_name: str
+) -> None:
+    """A redeploy without autoscaling (--max-instances = --instance-count) leaves no
+    scaling target behind to go on scaling the endpoint up to the old maximum."""
+    deploy(options(store, bucket, endpoint_name))
+    plan = deploy(options(store, bucket, endpoint_name, max_instances=1))
+    assert actions(plan)["application-autoscaling:DeregisterScalableTarget"] == "delete"
+    targets = boto3.client("application-autoscaling").describe_scalable_targets(
+        ServiceNamespace="sagemaker", ResourceIds=[RESOURCE_ID.format(endpoint_name)]
+    )
+    assert targets["ScalableTargets"] == []
+
+
 def test_no_wait_sends_the_plan_but_skips_what_needs_in_service(
     store: Path, bucket: str, endpoint_name: str
 ) -> None:
