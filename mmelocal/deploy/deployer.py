@@ -356,18 +356,19 @@ def undeploy(
     for config in _tagged(clients, "list_endpoint_configs", "EndpointConfigs", name):
         rs.call(sm, "DeleteEndpointConfig", config, EndpointConfigName=config)
         done.append(f"endpoint config {config}")
-    urls = []
-    for model in _tagged(clients, "list_models", "Models", name):
+    models, urls = _tagged(clients, "list_models", "Models", name), []
+    for model in models:
         described = rs.describe(sm, "DescribeModel", ModelName=model) or {}
         urls.append(described.get("PrimaryContainer", {}).get("ModelDataUrl", ""))
-        rs.call(sm, "DeleteModel", model, ModelName=model)
-        done.append(f"model {model}")
-    if delete_artifacts:
+    if delete_artifacts:  # before the models: they are where a second try finds the prefix
         for url in sorted({u for u in urls if u}):
             bucket, prefix = split_s3_uri(url)
             keys = mmelocal_objects(clients.s3, bucket, prefix)
             delete_objects(clients.s3, bucket, keys)
             done.append(f"{len(keys)} objects under {url}")
+    for model in models:
+        rs.call(sm, "DeleteModel", model, ModelName=model)
+        done.append(f"model {model}")
     return done
 
 

@@ -336,9 +336,43 @@ def test_undeploy_cleans_an_interrupted_deploy(
     deleted = undeploy(clients, endpoint_name, delete_artifacts=True)
     assert deleted == [
         f"endpoint config {plan.steps[1].resource}",
-        f"model {plan.steps[0].resource}",
         f"4 objects under s3://{bucket}/models/",
+        f"model {plan.steps[0].resource}",
     ]
+    assert keys(bucket) == {} and models_named(endpoint_name) == []
+
+
+class _RefusingDeletes:
+    """An S3 client whose DeleteObjects is denied (the role lacks s3:DeleteObject)."""
+
+    def __init__(self, s3: Any) -> None:
+        self.s3 = s3
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.s3, name)
+
+    def delete_objects(self, **_: Any) -> Any:
+        from botocore.exceptions import ClientError
+
+        error = {"Code": "AccessDenied", "Message": "Access Denied"}
+        raise ClientError({"Error": error}, "DeleteObjects")
+
+
+def test_undeploy_again_deletes_the_artifacts_it_could_not(
+    store: Path, bucket: str, endpoint_name: str
+) -> None:
+    """The error says to run undeploy --delete-artifacts again: the second run still
+    knows the prefix (it is read from the models, which must outlive the objects)."""
+    opts = options(store, bucket, endpoint_name)
+    clients = connect()
+    plan = make_plan(opts, clients)
+    apply_plan(dataclasses.replace(plan, steps=plan.steps[:2]), clients, options=opts)
+    denied = dataclasses.replace(clients, s3=_RefusingDeletes(clients.s3))
+    with pytest.raises(DeployError, match="AccessDenied"):
+        undeploy(denied, endpoint_name, delete_artifacts=True)
+    assert len(keys(bucket)) == 4
+    deleted = undeploy(connect(), endpoint_name, delete_artifacts=True)
+    assert f"4 objects under s3://{bucket}/models/" in deleted
     assert keys(bucket) == {} and models_named(endpoint_name) == []
 
 
