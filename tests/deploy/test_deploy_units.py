@@ -274,3 +274,19 @@ def test_options_refuse_an_environment_sagemaker_refuses(tmp_path: Path) -> None
     for message, environment in cases.items():
         with pytest.raises(DeployError, match=message):
             DeployOptions(**base, environment=environment)  # type: ignore[arg-type]
+
+
+def test_etag_of_a_file_of_exactly_one_part(aws: str, bucket: str, tmp_path: Path) -> None:
+    """boto3 uploads a file of exactly the threshold in one multipart part (s3transfer:
+    size >= multipart_threshold), whose ETag is the MD5 of the part's MD5 and '-1'."""
+    from boto3.s3.transfer import TransferConfig
+
+    part = 5 * 1024 * 1024
+    path = tmp_path / "exact.tar.gz"
+    path.write_bytes(b"\1" * part)
+    s3 = boto3.client("s3")
+    config = TransferConfig(multipart_threshold=part, multipart_chunksize=part)
+    s3.upload_file(str(path), bucket, "m/exact.tar.gz", Config=config)
+    etag = s3.head_object(Bucket=bucket, Key="m/exact.tar.gz")["ETag"].strip('"')
+    assert etag.endswith("-1")
+    assert file_digest(path, part_size_bytes=part).etag == etag
