@@ -290,3 +290,58 @@ def test_etag_of_a_file_of_exactly_one_part(aws: str, bucket: str, tmp_path: Pat
     etag = s3.head_object(Bucket=bucket, Key="m/exact.tar.gz")["ETag"].strip('"')
     assert etag.endswith("-1")
     assert file_digest(path, part_size_bytes=part).etag == etag
+
+
+def test_smoke_checks_only_tarballs_that_carry_a_reference(
+    aws: str, bucket: str, tmp_path: Path
+) -> None:
+    """``mmelocal bench --endpoint`` leaves its probe (``metrics.tar.gz``, no reference
+    data) in the prefix, and it sorts before ``model-*``: smoke must pass over it."""
+    import datetime
+    import io
+    from types import SimpleNamespace
+
+    from botocore.stub import Stubber
+
+    from mmelocal.aws.session import AwsClients
+    from mmelocal.bench.endpoint.remote import write_probe_tarball
+    from mmelocal.deploy.smoke import smoke_endpoint
+
+    s3 = boto3.client("s3")
+    model = write_reference_tarball(tmp_path / "model-0.tar.gz", scale=2.0)
+    probe = write_probe_tarball(tmp_path / "metrics.tar.gz")
+    for path in (model, probe):
+        s3.upload_file(str(path), bucket, f"m/{path.name}")
+    sm = boto3.client("sagemaker")
+    now = datetime.datetime.now(datetime.UTC)
+    with Stubber(sm) as stub:
+        stub.add_response(
+            "describe_endpoint",
+            {"EndpointName": "ep", "EndpointArn": "arn:aws:sagemaker:us-east-1:1:endpoint/ep",
+             "EndpointConfigName": "cfg", "EndpointStatus": "InService",
+             "CreationTime": now, "LastModifiedTime": now},
+        )  # fmt: skip
+        stub.add_response(
+            "describe_endpoint_config",
+            {"EndpointConfigName": "cfg", "EndpointConfigArn": "arn:aws:sagemaker:us-east-1:1:x",
+             "ProductionVariants": [{"VariantName": "AllTraffic", "ModelName": "mdl"}],
+             "CreationTime": now},
+        )  # fmt: skip
+        stub.add_response(
+            "describe_model",
+            {"ModelName": "mdl", "ModelArn": "arn:aws:sagemaker:us-east-1:1:x", "CreationTime": now,
+             "PrimaryContainer": {"Mode": "MultiModel", "ModelDataUrl": f"s3://{bucket}/m/"}},
+        )  # fmt: skip
+        called: list[str] = []
+
+        def invoke_endpoint(**params: str) -> dict[str, object]:
+            called.append(params["TargetModel"])
+            return {"Body": io.BytesIO(b"{}")}
+
+        runtime = SimpleNamespace(invoke_endpoint=invoke_endpoint)
+        clients = AwsClients(
+            region="us-east-1", s3=s3, sagemaker=sm, autoscaling=None, runtime=runtime
+        )
+        report = smoke_endpoint(clients, "ep", models=5)
+    assert called == ["model-0.tar.gz"]
+    assert [r.target for r in report.results] == ["model-0.tar.gz"]
