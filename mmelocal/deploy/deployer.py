@@ -234,6 +234,8 @@ def apply_steps(
     With ``options.wait`` False nothing waits and the requests that need InService are
     skipped (deploy again once it is). Returns 'InService', or 'not waited'."""
 
+    configs = [s.resource for s in plan.steps if s.operation == "CreateEndpointConfig"]
+
     def wait() -> str:
         return wait_in_service(
             clients.sagemaker,
@@ -241,6 +243,7 @@ def apply_steps(
             poll_s=options.poll_s,
             timeout_s=options.timeout_s,
             on_status=on_status,
+            config_name=configs[0] if configs else None,
         )
 
     status: str | None = None
@@ -266,14 +269,25 @@ def wait_in_service(
     poll_s: float,
     timeout_s: float,
     on_status: Callable[[str], None] | None = None,
+    config_name: str | None = None,
 ) -> str:
-    """Poll DescribeEndpoint until InService; Failed raises with SageMaker's FailureReason."""
+    """Poll DescribeEndpoint until InService; Failed raises with SageMaker's FailureReason,
+    and so does InService on another config than ``config_name`` (an update that failed
+    is rolled back: the endpoint serves its old config again)."""
     deadline = time.monotonic() + timeout_s
     for found in _polls(sagemaker, name, poll_s=poll_s, on_status=on_status):
         if found is None:
             raise DeployError(f"endpoint {name} was deleted while waiting for it to be InService")
         status = str(found.get("EndpointStatus", ""))
-        if status == "InService":
+        serving = found.get("EndpointConfigName")
+        moved = config_name is None or serving == config_name
+        if status == "InService" and not moved and found.get("FailureReason"):
+            raise DeployError(
+                f"the update of endpoint {name} to {config_name} rolled back: "
+                f"{found['FailureReason']}; it still serves {serving} (see its CloudWatch "
+                "logs, fix, and deploy again)"
+            )
+        if status == "InService" and moved:
             return status
         if status == "Failed":
             raise DeployError(

@@ -288,6 +288,25 @@ def test_autoscaling_turned_off_is_deregistered(
     assert targets["ScalableTargets"] == []
 
 
+def test_an_update_that_rolled_back_fails_the_deploy(
+    store: Path, bucket: str, endpoint_name: str
+) -> None:
+    """A failed UpdateEndpoint rolls back: the endpoint is InService again, on its old
+    config, with a FailureReason. That is no successful deploy."""
+    first = deploy(options(store, bucket, endpoint_name, max_instances=1))
+    broken = options(
+        store, bucket, endpoint_name, max_instances=1,
+        image="123456789012.dkr.ecr.us-east-1.amazonaws.com/not-triton:1",
+    )  # fmt: skip
+    clients = connect()
+    plan = make_plan(broken, clients)
+    assert actions(plan)["sagemaker:UpdateEndpoint"] == "update"
+    with pytest.raises(DeployError, match=r"rolled back.*not-triton"):
+        apply_plan(plan, clients, options=broken)
+    endpoint = boto3.client("sagemaker").describe_endpoint(EndpointName=endpoint_name)
+    assert endpoint["EndpointConfigName"] == first.steps[1].resource
+
+
 def test_no_wait_sends_the_plan_but_skips_what_needs_in_service(
     store: Path, bucket: str, endpoint_name: str
 ) -> None:
