@@ -54,8 +54,9 @@ class FileDigest:
 
 
 def file_digest(path: Path, part_size_bytes: int = PART_SIZE_BYTES) -> FileDigest:
-    """Both checksums of ``path`` in one read (the ETag: the MD5 of a single-part upload,
-    else the MD5 of the parts' MD5s and ``-<parts>``)."""
+    """Both checksums of ``path`` in one read (the ETag: the MD5 of a file under one part,
+    sent as one PutObject, else the MD5 of the parts' MD5s and ``-<parts>``: boto3 uploads
+    a file of ``part_size_bytes`` or more in parts)."""
     sha, part, parts, part_bytes = hashlib.sha256(), _md5(), [], 0
     with path.open("rb") as handle:
         while chunk := handle.read(min(_READ_BYTES, part_size_bytes - part_bytes)):
@@ -65,9 +66,10 @@ def file_digest(path: Path, part_size_bytes: int = PART_SIZE_BYTES) -> FileDiges
             if part_bytes == part_size_bytes:
                 parts.append(part.digest())
                 part, part_bytes = _md5(), 0
+    whole_parts = len(parts)
     if part_bytes or not parts:
         parts.append(part.digest())
-    if len(parts) == 1:
+    if whole_parts == 0:  # under one part: one PutObject (exactly one part: multipart)
         return FileDigest(sha256=sha.hexdigest(), etag=parts[0].hex())
     combined = _md5(b"".join(parts)).hexdigest()
     return FileDigest(sha256=sha.hexdigest(), etag=f"{combined}-{len(parts)}")

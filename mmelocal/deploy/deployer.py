@@ -112,26 +112,37 @@ def _endpoint_steps(
         EndpointConfigName=found["EndpointConfigName"],
     )
     old_type = old["ProductionVariants"][0].get("InstanceType")
+    old_count = old["ProductionVariants"][0].get("InitialInstanceCount")
     params: dict[str, Any] = {"EndpointName": name, "EndpointConfigName": config_name}
     note = f"from {found['EndpointConfigName']}"
     if old_type == options.instance_type:
         # keeps the DesiredInstanceCount autoscaling reached; scaling stays on
         params["RetainAllVariantProperties"] = True
-        note += ", keeping the instance count autoscaling set"
+        if old_count == options.instance_count:
+            note += ", keeping the instance count autoscaling set"
+        else:  # a count the user changed is the new config's
+            params["ExcludeRetainedVariantProperties"] = [
+                {"VariantPropertyType": "DesiredInstanceCount"}
+            ]
+            note += f", instance count {old_count} -> {options.instance_count}"
     elif _scaling_target(clients, name):
         # SageMaker fails an update that changes a scaling target's instance type
         # ("Update endpoints that use auto scaling"); it is registered again afterwards
-        dereg = {
-            "ServiceNamespace": "sagemaker",
-            "ResourceId": rs.resource_id(name),
-            "ScalableDimension": rs.SCALABLE_DIMENSION,
-        }
-        why = f"instance type {old_type} -> {options.instance_type}"
-        yield rs.step(
-            "application-autoscaling", "DeregisterScalableTarget", rs.resource_id(name),
-            "delete", dereg, why,
-        )  # fmt: skip
+        yield _deregister_step(name, f"instance type {old_type} -> {options.instance_type}")
     yield rs.step("sagemaker", "UpdateEndpoint", name, "update", params, note)
+
+
+def _deregister_step(name: str, why: str) -> ApiStep:
+    """DeregisterScalableTarget of the endpoint's variant (its policies go with it)."""
+    dereg = {
+        "ServiceNamespace": "sagemaker",
+        "ResourceId": rs.resource_id(name),
+        "ScalableDimension": rs.SCALABLE_DIMENSION,
+    }
+    return rs.step(
+        "application-autoscaling", "DeregisterScalableTarget", rs.resource_id(name),
+        "delete", dereg, why,
+    )  # fmt: skip
 
 
 def _scaling_target(clients: AwsClients, name: str) -> bool:
@@ -145,9 +156,14 @@ def _scaling_target(clients: AwsClients, name: str) -> bool:
     return bool((found or {}).get("ScalableTargets"))
 
 
-def _scaling_steps(options: DeployOptions) -> Iterator[ApiStep]:
+def _scaling_steps(
+    clients: AwsClients, options: DeployOptions, deregistered: bool
+) -> Iterator[ApiStep]:
     name = options.endpoint_name
     if options.scaling_max <= options.instance_count:
+        # autoscaling off: a target an earlier deploy registered would go on scaling
+        if not deregistered and _scaling_target(clients, name):
+            yield _deregister_step(name, "autoscaling off (--max-instances = --instance-count)")
         return
     target = rs.scalable_target_params(options)
     note = f"{options.instance_count}..{options.scaling_max} instances"
@@ -177,7 +193,8 @@ def make_plan(options: DeployOptions, clients: AwsClients) -> DeployPlan:
     objects = plan_objects(clients.s3, options.bucket, options.prefix, options.store)
     steps: list[ApiStep] = list(_model_steps(clients, options, image, store_digest(objects)))
     steps += _endpoint_steps(clients, options, steps[-1].resource)
-    steps += _scaling_steps(options)
+    deregistered = any(s.operation == "DeregisterScalableTarget" for s in steps)
+    steps += _scaling_steps(clients, options, deregistered)
     return DeployPlan(
         endpoint_name=options.endpoint_name,
         region=clients.region,
@@ -217,6 +234,8 @@ def apply_steps(
     With ``options.wait`` False nothing waits and the requests that need InService are
     skipped (deploy again once it is). Returns 'InService', or 'not waited'."""
 
+    configs = [s.resource for s in plan.steps if s.operation == "CreateEndpointConfig"]
+
     def wait() -> str:
         return wait_in_service(
             clients.sagemaker,
@@ -224,6 +243,7 @@ def apply_steps(
             poll_s=options.poll_s,
             timeout_s=options.timeout_s,
             on_status=on_status,
+            config_name=configs[0] if configs else None,
         )
 
     status: str | None = None
@@ -249,14 +269,25 @@ def wait_in_service(
     poll_s: float,
     timeout_s: float,
     on_status: Callable[[str], None] | None = None,
+    config_name: str | None = None,
 ) -> str:
-    """Poll DescribeEndpoint until InService; Failed raises with SageMaker's FailureReason."""
+    """Poll DescribeEndpoint until InService; Failed raises with SageMaker's FailureReason,
+    and so does InService on another config than ``config_name`` (an update that failed
+    is rolled back: the endpoint serves its old config again)."""
     deadline = time.monotonic() + timeout_s
     for found in _polls(sagemaker, name, poll_s=poll_s, on_status=on_status):
         if found is None:
             raise DeployError(f"endpoint {name} was deleted while waiting for it to be InService")
         status = str(found.get("EndpointStatus", ""))
-        if status == "InService":
+        serving = found.get("EndpointConfigName")
+        moved = config_name is None or serving == config_name
+        if status == "InService" and not moved and found.get("FailureReason"):
+            raise DeployError(
+                f"the update of endpoint {name} to {config_name} rolled back: "
+                f"{found['FailureReason']}; it still serves {serving} (see its CloudWatch "
+                "logs, fix, and deploy again)"
+            )
+        if status == "InService" and moved:
             return status
         if status == "Failed":
             raise DeployError(
@@ -339,18 +370,19 @@ def undeploy(
     for config in _tagged(clients, "list_endpoint_configs", "EndpointConfigs", name):
         rs.call(sm, "DeleteEndpointConfig", config, EndpointConfigName=config)
         done.append(f"endpoint config {config}")
-    urls = []
-    for model in _tagged(clients, "list_models", "Models", name):
+    models, urls = _tagged(clients, "list_models", "Models", name), []
+    for model in models:
         described = rs.describe(sm, "DescribeModel", ModelName=model) or {}
         urls.append(described.get("PrimaryContainer", {}).get("ModelDataUrl", ""))
-        rs.call(sm, "DeleteModel", model, ModelName=model)
-        done.append(f"model {model}")
-    if delete_artifacts:
+    if delete_artifacts:  # before the models: they are where a second try finds the prefix
         for url in sorted({u for u in urls if u}):
             bucket, prefix = split_s3_uri(url)
             keys = mmelocal_objects(clients.s3, bucket, prefix)
             delete_objects(clients.s3, bucket, keys)
             done.append(f"{len(keys)} objects under {url}")
+    for model in models:
+        rs.call(sm, "DeleteModel", model, ModelName=model)
+        done.append(f"model {model}")
     return done
 
 
@@ -391,8 +423,8 @@ def _tagged(clients: AwsClients, method: str, key: str, name: str) -> list[str]:
     found = []
     arn_key, name_key = key[:-1] + "Arn", key[:-1] + "Name"
     paginator = clients.sagemaker.get_paginator(method)
-    try:
-        for page in paginator.paginate(NameContains=name):
+    try:  # the names keep the endpoint name's first characters only (digest_name)
+        for page in paginator.paginate(NameContains=name[: rs.NAME_BASE_LENGTH]):
             for item in page.get(key, []):
                 if rs.owner(clients.sagemaker, item[arn_key]) == name:
                     found.append(str(item[name_key]))

@@ -31,6 +31,11 @@ VARIANT_NAME = DEFAULT_VARIANT_NAME
 _NAME = re.compile(ENDPOINT_NAME_PATTERN)
 _ROLE_ARN = re.compile(r"^arn:aws[a-z\-]*:iam::\d{12}:role/?[a-zA-Z_0-9+=,.@\-_/]+$")
 _ENV_KEY = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]{0,1023}$")
+# CreateModel's Environment (botocore's model and its documentation; botocore's validator
+# checks none of these): entries, bytes of one value, bytes of all keys and values
+_ENV_MAX_ENTRIES = 100
+_ENV_MAX_VALUE_BYTES = 1024
+_ENV_MAX_TOTAL_BYTES = 32 * 1024
 
 
 #: the instance type when the user gives none and no capacity result (one A10G, 24 GB)
@@ -95,6 +100,7 @@ class DeployOptions:
         for key in self.environment:
             if not _ENV_KEY.match(key):
                 raise DeployError(f"environment variable name {key!r} is not valid (--env K=V)")
+        _check_environment_size(self.environment)
         try:  # the same check as serve --env: what SageMaker's entrypoint makes of them
             warnings = check_sagemaker_env(self.environment)
         except UserInputError as exc:
@@ -123,6 +129,26 @@ class DeployOptions:
     def scaling_max(self) -> int:
         """The autoscaling upper bound (``max_instances`` or twice ``instance_count``)."""
         return self.max_instances if self.max_instances is not None else 2 * self.instance_count
+
+
+def _check_environment_size(environment: Mapping[str, str]) -> None:
+    if len(environment) > _ENV_MAX_ENTRIES:
+        raise DeployError(
+            f"SageMaker takes at most {_ENV_MAX_ENTRIES} variables in a model's Environment, "
+            f"got {len(environment)} (--env K=V)"
+        )
+    for key, value in environment.items():
+        if len(value.encode()) > _ENV_MAX_VALUE_BYTES:
+            raise DeployError(
+                f"environment variable {key} is {len(value.encode())} bytes: SageMaker takes "
+                f"at most {_ENV_MAX_VALUE_BYTES} bytes a value (--env K=V)"
+            )
+    total = sum(len(k.encode()) + len(v.encode()) for k, v in environment.items())
+    if total > _ENV_MAX_TOTAL_BYTES:
+        raise DeployError(
+            f"the environment is {total} bytes of keys and values: SageMaker takes at most "
+            f"32 KB ({_ENV_MAX_TOTAL_BYTES} bytes) in all (--env K=V)"
+        )
 
 
 @dataclass(frozen=True, kw_only=True)

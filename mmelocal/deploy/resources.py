@@ -27,6 +27,8 @@ from mmelocal.facts.autoscaling import (
 from mmelocal.facts.cloudwatch import INSTANCE_NAMESPACE
 
 POLICY_NAME = "mmelocal-gpu-utilization"
+#: how much of the endpoint name a model or endpoint config name keeps (63 = 54 + '-' + 8)
+NAME_BASE_LENGTH = 54
 _SERVICE_CLIENT = {"sagemaker": "sagemaker", "application-autoscaling": "autoscaling"}
 
 
@@ -52,7 +54,7 @@ def validate_request(service: str, operation: str, params: Mapping[str, Any]) ->
 def digest_name(base: str, payload: Mapping[str, Any]) -> str:
     """``base-<8 hex>`` (at most 63 characters) naming exactly this ``payload``."""
     blob = json.dumps(payload, sort_keys=True, default=str).encode()
-    return f"{base[:54]}-{hashlib.sha256(blob).hexdigest()[:8]}"
+    return f"{base[:NAME_BASE_LENGTH]}-{hashlib.sha256(blob).hexdigest()[:8]}"
 
 
 def tags(endpoint_name: str) -> list[dict[str, str]]:
@@ -206,6 +208,7 @@ def operation_method(operation: str) -> str:
 
 
 __all__ = [
+    "NAME_BASE_LENGTH",
     "POLICY_NAME",
     "SCALABLE_DIMENSION",
     "call",

@@ -10,6 +10,7 @@ differs.
 
 from __future__ import annotations
 
+import logging
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -27,8 +28,10 @@ from mmelocal.builder.payload import (
 from mmelocal.deploy import resources as rs
 from mmelocal.deploy.plan import split_s3_uri
 from mmelocal.deploy.upload import listed_objects
-from mmelocal.errors import DeployError, MmeLocalError
+from mmelocal.errors import DeployError, MmeLocalError, UserInputError
 from mmelocal.runtime.samples import compare_outputs
+
+logger = logging.getLogger(__name__)
 
 #: how many of the deployed tarballs ``smoke`` checks, and its tolerances
 DEFAULT_MODELS = 5
@@ -153,23 +156,37 @@ def smoke_endpoint(
     atol: float = DEFAULT_ATOL,
     rtol: float = DEFAULT_RTOL,
 ) -> SmokeReport:
-    """Smoke-test the first ``models`` tarballs of a deployed endpoint's S3 prefix (each is
-    downloaded to read its reference data)."""
+    """Smoke-test the first ``models`` tarballs of a deployed endpoint's S3 prefix that carry
+    mmelocal's reference data (each is downloaded to read it; the others, such as the
+    endpoint bench's probe, are passed over)."""
     if models < 1:
         raise DeployError(f"models must be >= 1, got {models}")
     bucket, prefix = split_s3_uri(deployed_prefix(clients, endpoint_name))
     keys = [k for k in listed_objects(clients.s3, bucket, prefix) if k.endswith(".tar.gz")]
     if not keys:
         raise DeployError(f"no *.tar.gz under s3://{bucket}/{prefix}: deploy the store first")
-    cases = []
+    cases: list[SmokeCase] = []
+    skipped: list[str] = []
     with tempfile.TemporaryDirectory(prefix="mmelocal-smoke-") as work:
-        for index, key in enumerate(sorted(keys)[:models]):
+        for index, key in enumerate(sorted(keys)):
+            if len(cases) == models:
+                break
             local = Path(work) / f"{index}.tar.gz"
             try:
                 clients.s3.download_file(bucket, key, str(local))
             except Exception as exc:
                 raise aws_error(exc, "GetObject", f"s3://{bucket}/{key}") from exc
-            cases.append(smoke_case(key[len(prefix) :], local))
+            try:
+                cases.append(smoke_case(key[len(prefix) :], local))
+            except UserInputError as exc:  # not built by mmelocal (the bench's probe, ...)
+                logger.info("smoke passes over s3://%s/%s: %s", bucket, key, exc)
+                skipped.append(key[len(prefix) :])
+            local.unlink()
+    if not cases:
+        raise DeployError(
+            f"no tarball under s3://{bucket}/{prefix} carries mmelocal's reference data "
+            f"({', '.join(skipped[:3])} ...): build the models with mmelocal build"
+        )
     return run_smoke(clients.runtime, endpoint_name, cases, atol=atol, rtol=rtol)
 
 

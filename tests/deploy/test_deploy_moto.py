@@ -259,6 +259,54 @@ def test_second_deploy_uploads_only_the_changed_tarball_and_updates(
     assert config["ProductionVariants"][0]["InstanceType"] == "ml.g4dn.2xlarge"
 
 
+def test_a_new_instance_count_reaches_the_endpoint(
+    store: Path, bucket: str, endpoint_name: str
+) -> None:
+    """An update that keeps the variant's properties keeps its instance count: the count
+    the user asks for now is dropped from what is kept, autoscaling or not."""
+    deploy(options(store, bucket, endpoint_name, max_instances=1))
+    more = options(store, bucket, endpoint_name, instance_count=2, max_instances=2)
+    plan = deploy(more)
+    assert actions(plan)["sagemaker:UpdateEndpoint"] == "update"
+    variant = boto3.client("sagemaker").describe_endpoint(EndpointName=endpoint_name)[
+        "ProductionVariants"
+    ][0]
+    assert variant["DesiredInstanceCount"] == 2
+
+
+def test_autoscaling_turned_off_is_deregistered(
+    store: Path, bucket: str, endpoint_name: str
+) -> None:
+    """A redeploy without autoscaling (--max-instances = --instance-count) leaves no
+    scaling target behind to go on scaling the endpoint up to the old maximum."""
+    deploy(options(store, bucket, endpoint_name))
+    plan = deploy(options(store, bucket, endpoint_name, max_instances=1))
+    assert actions(plan)["application-autoscaling:DeregisterScalableTarget"] == "delete"
+    targets = boto3.client("application-autoscaling").describe_scalable_targets(
+        ServiceNamespace="sagemaker", ResourceIds=[RESOURCE_ID.format(endpoint_name)]
+    )
+    assert targets["ScalableTargets"] == []
+
+
+def test_an_update_that_rolled_back_fails_the_deploy(
+    store: Path, bucket: str, endpoint_name: str
+) -> None:
+    """A failed UpdateEndpoint rolls back: the endpoint is InService again, on its old
+    config, with a FailureReason. That is no successful deploy."""
+    first = deploy(options(store, bucket, endpoint_name, max_instances=1))
+    broken = options(
+        store, bucket, endpoint_name, max_instances=1,
+        image="123456789012.dkr.ecr.us-east-1.amazonaws.com/not-triton:1",
+    )  # fmt: skip
+    clients = connect()
+    plan = make_plan(broken, clients)
+    assert actions(plan)["sagemaker:UpdateEndpoint"] == "update"
+    with pytest.raises(DeployError, match=r"rolled back.*not-triton"):
+        apply_plan(plan, clients, options=broken)
+    endpoint = boto3.client("sagemaker").describe_endpoint(EndpointName=endpoint_name)
+    assert endpoint["EndpointConfigName"] == first.steps[1].resource
+
+
 def test_no_wait_sends_the_plan_but_skips_what_needs_in_service(
     store: Path, bucket: str, endpoint_name: str
 ) -> None:
@@ -307,9 +355,43 @@ def test_undeploy_cleans_an_interrupted_deploy(
     deleted = undeploy(clients, endpoint_name, delete_artifacts=True)
     assert deleted == [
         f"endpoint config {plan.steps[1].resource}",
-        f"model {plan.steps[0].resource}",
         f"4 objects under s3://{bucket}/models/",
+        f"model {plan.steps[0].resource}",
     ]
+    assert keys(bucket) == {} and models_named(endpoint_name) == []
+
+
+class _RefusingDeletes:
+    """An S3 client whose DeleteObjects is denied (the role lacks s3:DeleteObject)."""
+
+    def __init__(self, s3: Any) -> None:
+        self.s3 = s3
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.s3, name)
+
+    def delete_objects(self, **_: Any) -> Any:
+        from botocore.exceptions import ClientError
+
+        error = {"Code": "AccessDenied", "Message": "Access Denied"}
+        raise ClientError({"Error": error}, "DeleteObjects")
+
+
+def test_undeploy_again_deletes_the_artifacts_it_could_not(
+    store: Path, bucket: str, endpoint_name: str
+) -> None:
+    """The error says to run undeploy --delete-artifacts again: the second run still
+    knows the prefix (it is read from the models, which must outlive the objects)."""
+    opts = options(store, bucket, endpoint_name)
+    clients = connect()
+    plan = make_plan(opts, clients)
+    apply_plan(dataclasses.replace(plan, steps=plan.steps[:2]), clients, options=opts)
+    denied = dataclasses.replace(clients, s3=_RefusingDeletes(clients.s3))
+    with pytest.raises(DeployError, match="AccessDenied"):
+        undeploy(denied, endpoint_name, delete_artifacts=True)
+    assert len(keys(bucket)) == 4
+    deleted = undeploy(connect(), endpoint_name, delete_artifacts=True)
+    assert f"4 objects under s3://{bucket}/models/" in deleted
     assert keys(bucket) == {} and models_named(endpoint_name) == []
 
 

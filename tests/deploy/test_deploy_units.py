@@ -198,3 +198,150 @@ def test_service_errors_become_one_line_with_the_next_step() -> None:
     assert "Service Quotas" in str(error) and "\n" not in str(error)
     denied = ClientError({"Error": {"Code": "AccessDenied", "Message": "no"}}, "PutObject")
     assert "IAM policy" in str(aws_error(denied, "PutObject", "s3://b/k"))
+
+
+class _ListingSageMaker:
+    """SageMaker's listing as the service answers it: ``NameContains`` filters the names
+    (moto ignores it), tags by ARN; deletes are recorded."""
+
+    def __init__(self, models: dict[str, str], configs: dict[str, str]) -> None:
+        from types import SimpleNamespace
+
+        self.meta = SimpleNamespace(service_model=SimpleNamespace(service_name="sagemaker"))
+        self.items = {"Models": models, "EndpointConfigs": configs}
+        self.deleted: list[str] = []
+
+    def describe_endpoint(self, **_: object) -> None:
+        from botocore.exceptions import ClientError
+
+        error = {"Code": "ValidationException", "Message": "Could not find endpoint"}
+        raise ClientError({"Error": error}, "DescribeEndpoint")
+
+    def describe_model(self, **_: object) -> dict[str, object]:
+        return {}
+
+    def get_paginator(self, method: str) -> object:
+        key = "Models" if method == "list_models" else "EndpointConfigs"
+        kind = key[:-1]
+
+        class Paginator:
+            def paginate(inner, NameContains: str) -> list[dict[str, object]]:
+                names = [n for n in self.items[key] if NameContains in n]
+                return [{key: [{f"{kind}Name": n, f"{kind}Arn": f"arn:{n}"} for n in names]}]
+
+        return Paginator()
+
+    def list_tags(self, ResourceArn: str) -> dict[str, object]:
+        every = {**self.items["Models"], **self.items["EndpointConfigs"]}
+        return {"Tags": [{"Key": "mmelocal:endpoint", "Value": every[ResourceArn[4:]]}]}
+
+    def delete_model(self, ModelName: str) -> dict[str, object]:
+        self.deleted.append(ModelName)
+        return {}
+
+    def delete_endpoint_config(self, EndpointConfigName: str) -> dict[str, object]:
+        self.deleted.append(EndpointConfigName)
+        return {}
+
+
+def test_undeploy_finds_the_resources_of_a_63_character_endpoint(tmp_path: Path) -> None:
+    """Model and config names keep the endpoint name's first 54 characters (and a digest):
+    a list filtered with the whole name finds none of them."""
+    from mmelocal.aws.session import AwsClients
+    from mmelocal.deploy.deployer import undeploy
+
+    name = "e" * 63
+    opts = DeployOptions(store=tmp_path, endpoint_name=name, s3_uri="s3://bkt/m/", role_arn=ROLE)
+    model = model_params(opts, "image")["ModelName"]
+    config = endpoint_config_params(opts, model, "digest")["EndpointConfigName"]
+    assert name not in model and name not in config
+    sm = _ListingSageMaker({model: name}, {config: name})
+    clients = AwsClients(region="us-east-1", s3=None, sagemaker=sm, autoscaling=None, runtime=None)
+    assert undeploy(clients, name) == [f"endpoint config {config}", f"model {model}"]
+    assert sm.deleted == [config, model]
+
+
+def test_options_refuse_an_environment_sagemaker_refuses(tmp_path: Path) -> None:
+    """CreateModel's Environment: 100 entries, 1024 bytes a value, 32 KB in all (botocore's
+    model; its validator checks none of these, so they failed after the upload)."""
+    base = {"store": tmp_path, "endpoint_name": "ep", "s3_uri": "s3://bkt/m/", "role_arn": ROLE}
+    DeployOptions(**base, environment={"NOTE": "é" * 512})  # type: ignore[arg-type]
+    cases = {
+        "1024 bytes": {"NOTE": "é" * 513},
+        "100 variables": {f"K{i}": "v" for i in range(101)},
+        "32 KB": {f"K{i}": "v" * 1000 for i in range(40)},
+    }
+    for message, environment in cases.items():
+        with pytest.raises(DeployError, match=message):
+            DeployOptions(**base, environment=environment)  # type: ignore[arg-type]
+
+
+def test_etag_of_a_file_of_exactly_one_part(aws: str, bucket: str, tmp_path: Path) -> None:
+    """boto3 uploads a file of exactly the threshold in one multipart part (s3transfer:
+    size >= multipart_threshold), whose ETag is the MD5 of the part's MD5 and '-1'."""
+    from boto3.s3.transfer import TransferConfig
+
+    part = 5 * 1024 * 1024
+    path = tmp_path / "exact.tar.gz"
+    path.write_bytes(b"\1" * part)
+    s3 = boto3.client("s3")
+    config = TransferConfig(multipart_threshold=part, multipart_chunksize=part)
+    s3.upload_file(str(path), bucket, "m/exact.tar.gz", Config=config)
+    etag = s3.head_object(Bucket=bucket, Key="m/exact.tar.gz")["ETag"].strip('"')
+    assert etag.endswith("-1")
+    assert file_digest(path, part_size_bytes=part).etag == etag
+
+
+def test_smoke_checks_only_tarballs_that_carry_a_reference(
+    aws: str, bucket: str, tmp_path: Path
+) -> None:
+    """``mmelocal bench --endpoint`` leaves its probe (``metrics.tar.gz``, no reference
+    data) in the prefix, and it sorts before ``model-*``: smoke must pass over it."""
+    import datetime
+    import io
+    from types import SimpleNamespace
+
+    from botocore.stub import Stubber
+
+    from mmelocal.aws.session import AwsClients
+    from mmelocal.bench.endpoint.remote import write_probe_tarball
+    from mmelocal.deploy.smoke import smoke_endpoint
+
+    s3 = boto3.client("s3")
+    model = write_reference_tarball(tmp_path / "model-0.tar.gz", scale=2.0)
+    probe = write_probe_tarball(tmp_path / "metrics.tar.gz")
+    for path in (model, probe):
+        s3.upload_file(str(path), bucket, f"m/{path.name}")
+    sm = boto3.client("sagemaker")
+    now = datetime.datetime.now(datetime.UTC)
+    with Stubber(sm) as stub:
+        stub.add_response(
+            "describe_endpoint",
+            {"EndpointName": "ep", "EndpointArn": "arn:aws:sagemaker:us-east-1:1:endpoint/ep",
+             "EndpointConfigName": "cfg", "EndpointStatus": "InService",
+             "CreationTime": now, "LastModifiedTime": now},
+        )  # fmt: skip
+        stub.add_response(
+            "describe_endpoint_config",
+            {"EndpointConfigName": "cfg", "EndpointConfigArn": "arn:aws:sagemaker:us-east-1:1:x",
+             "ProductionVariants": [{"VariantName": "AllTraffic", "ModelName": "mdl"}],
+             "CreationTime": now},
+        )  # fmt: skip
+        stub.add_response(
+            "describe_model",
+            {"ModelName": "mdl", "ModelArn": "arn:aws:sagemaker:us-east-1:1:x", "CreationTime": now,
+             "PrimaryContainer": {"Mode": "MultiModel", "ModelDataUrl": f"s3://{bucket}/m/"}},
+        )  # fmt: skip
+        called: list[str] = []
+
+        def invoke_endpoint(**params: str) -> dict[str, object]:
+            called.append(params["TargetModel"])
+            return {"Body": io.BytesIO(b"{}")}
+
+        runtime = SimpleNamespace(invoke_endpoint=invoke_endpoint)
+        clients = AwsClients(
+            region="us-east-1", s3=s3, sagemaker=sm, autoscaling=None, runtime=runtime
+        )
+        report = smoke_endpoint(clients, "ep", models=5)
+    assert called == ["model-0.tar.gz"]
+    assert [r.target for r in report.results] == ["model-0.tar.gz"]
