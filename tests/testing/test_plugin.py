@@ -6,6 +6,10 @@ mmelocal; each test writes a small project and runs pytest on it.
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+from typing import Any
+
 import pytest
 
 from mmelocal.runtime.python_copies import gpu_available
@@ -111,3 +115,22 @@ def test_plugin_declares_only_prefixed_markers(pytester: pytest.Pytester) -> Non
     result = pytester.runpytest_subprocess("--strict-markers")
     result.stdout.fnmatch_lines(["*'gpu' not found in `markers` configuration option*"])
     assert result.ret != 0
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [{"start_timeout_s": 0}, {"launcher": "docker", "docker_image": " "}],
+    ids=["timeout", "image"],
+)
+def test_test_server_refused_at_construction_leaves_no_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bad: dict[str, Any]
+) -> None:
+    """A ``TestTritonServer`` whose launcher refuses its arguments raises before any ``with``
+    could clean up: its temporary folder must not outlive the error."""
+    from mmelocal.errors import UserInputError
+    from mmelocal.testing.triton import TestTritonServer
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with pytest.raises(UserInputError):
+        TestTritonServer(**bad)
+    assert list(tmp_path.iterdir()) == []
