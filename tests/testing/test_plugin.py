@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from mmelocal.runtime.python_copies import gpu_available
+
+if TYPE_CHECKING:
+    from mmelocal.testing.triton import TestTritonServer
 
 pytest_plugins = ["pytester"]
 
@@ -134,3 +137,53 @@ def test_test_server_refused_at_construction_leaves_no_folder(
     with pytest.raises(UserInputError):
         TestTritonServer(**bad)
     assert list(tmp_path.iterdir()) == []
+
+
+GATED_MODEL_PY = """
+import os
+import time
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        deadline = time.monotonic() + 120
+        while not os.path.exists({gate!r}) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def execute(self, requests):
+        return []
+"""
+
+
+@pytest.mark.triton
+def test_load_model_unloads_a_load_that_timed_out(
+    triton_server: TestTritonServer, tmp_path: Path
+) -> None:
+    """A load that times out goes on inside Triton and ends loaded: ``load_model`` must
+    unload it after the test as it does any other, or it stays for the rest of the session
+    (memory the next tests measure, a name they collide with)."""
+    from shared_helpers import wait_for
+
+    from mmelocal.errors import MmeLocalError
+    from mmelocal.testing import plugin
+    from mmelocal.testing.tiny_model import write_model
+
+    gate = tmp_path / "gate"
+    model = write_model(tmp_path / "src", name="plugin_gated_load")
+    (model / "1" / "model.py").write_text(GATED_MODEL_PY.format(gate=str(gate)))
+    fixture = plugin.load_model._get_wrapped_function()(triton_server)
+    load = next(fixture)
+    with pytest.raises(MmeLocalError):
+        load(model, timeout_s=1.0)
+    gate.touch()  # the load Triton goes on with now finishes
+
+    def state() -> str | None:
+        for entry in triton_server.client.index():
+            if entry.get("name") == "plugin_gated_load":
+                return str(entry.get("state") or "")
+        return ""
+
+    wait_for(lambda: state() == "READY", timeout_s=60, what="the timed-out load to finish")
+    with pytest.raises(StopIteration):
+        next(fixture)  # the fixture's teardown
+    assert state() != "READY"
