@@ -103,3 +103,16 @@ def test_launcher_options_for_another_launcher_are_refused(
         assert got == 2 and "Traceback" not in text, (args, text)
         lines = error_lines(text)
         assert lines and flag in lines[-1] and "--launcher" in lines[-1], (args, text)
+
+
+def test_triton_start_repo_that_cannot_be_made_is_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--repo`` under a file: a NotADirectoryError traceback before (exit 1)."""
+    monkeypatch.setenv("MMELOCAL_STATE_DIR", str(tmp_path / "state"))
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("x")
+    got, text = run(capsys, "triton", "start", "--repo", str(a_file / "repo"))
+    assert got == 2 and "Traceback" not in text, text
+    lines = error_lines(text)
+    assert lines and "cannot create the model repository" in lines[-1], text
