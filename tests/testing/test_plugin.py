@@ -6,6 +6,7 @@ mmelocal; each test writes a small project and runs pytest on it.
 
 from __future__ import annotations
 
+import sys
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -187,3 +188,23 @@ def test_load_model_unloads_a_load_that_timed_out(
     with pytest.raises(StopIteration):
         next(fixture)  # the fixture's teardown
     assert state() != "READY"
+
+
+def test_mmelocal_gpu_marker_without_nvml_package_says_what_to_install(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without nvidia-ml-py mmelocal cannot see a GPU that is there (docs/pytest.md's install
+    line has no ``gpu`` extra): the skip must say so, not claim there is no GPU."""
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml raises ImportError
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.mmelocal_gpu
+        def test_needs_gpu():
+            assert True
+        """
+    )
+    result = pytester.runpytest("--strict-markers", "-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*nvidia-ml-py*mmelocal[[]gpu[]]*"])
