@@ -58,6 +58,18 @@ def launcher_option(owner: Any) -> Callable[[Any], Any]:
     return field_option(owner, "launcher", type=click.Choice(LAUNCHERS), help=LAUNCHER_HELP)
 
 
+def refuse_other_launchers_options(launcher: str, given: dict[str, tuple[str, Any]]) -> None:
+    """Stop with a usage error when an option only one launcher reads was given with another
+    (``given``: flag -> (the launcher that reads it, its value; None or empty when absent)),
+    instead of running without it."""
+    for flag, (reader, value) in given.items():
+        if value not in (None, "", ()) and launcher != reader:
+            raise click.UsageError(
+                f"{flag} is only read by --launcher {reader} (the launcher is {launcher}): "
+                f"add --launcher {reader} or drop {flag}"
+            )
+
+
 def tolerance_options(owner: Any) -> Callable[[Any], Any]:
     """``--atol`` and ``--rtol``: how close an answer must be to the reference (``owner``'s
     defaults, as :func:`field_option` reads them)."""
@@ -85,5 +97,6 @@ __all__ = [
     "field_option",
     "format_option",
     "launcher_option",
+    "refuse_other_launchers_options",
     "tolerance_options",
 ]

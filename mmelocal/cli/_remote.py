@@ -26,6 +26,20 @@ s3_uri_option = click.option(
 region_option = click.option("--region", default=None, help="With --endpoint: the AWS region.")
 
 
+def refuse_without_endpoint(endpoint_name: str | None, given: dict[str, Any]) -> None:
+    """Stop with a usage error when an option only ``--endpoint`` reads (``given``: flag ->
+    value; None or False when absent) comes without it, instead of measuring locally
+    without it."""
+    if endpoint_name is not None:
+        return
+    for flag, value in given.items():
+        if value not in (None, False):
+            raise click.UsageError(
+                f"{flag} is only read with --endpoint (a deployed endpoint); add --endpoint "
+                f"NAME or drop {flag}"
+            )
+
+
 def remote_tarball(source: str, workdir: Path, model_format: str) -> Path:
     """``source`` as one ``model.tar.gz``: as it is, packaged from a folder, or built."""
     from mmelocal.bench.sources import resolve_model
@@ -128,6 +142,7 @@ def _show_copy(record: Any) -> None:
 __all__ = [
     "capacity_on_endpoint",
     "endpoint_option",
+    "refuse_without_endpoint",
     "region_option",
     "remote_tarball",
     "s3_uri_option",

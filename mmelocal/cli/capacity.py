@@ -30,7 +30,12 @@ from mmelocal.cli._bench import (
 from mmelocal.cli._defaults import default_of
 from mmelocal.cli._options import payload_option
 from mmelocal.cli._output import console
-from mmelocal.cli._remote import endpoint_option, region_option, s3_uri_option
+from mmelocal.cli._remote import (
+    endpoint_option,
+    refuse_without_endpoint,
+    region_option,
+    s3_uri_option,
+)
 from mmelocal.units import MiB, mib
 
 
@@ -96,6 +101,9 @@ def measure(
 ) -> None:
     """Load copy after copy of SOURCE through the emulator and read memory after each
     (with --endpoint: on a deployed endpoint, through its probe model)."""
+    refuse_without_endpoint(
+        endpoint_name, {"--s3-uri": s3_uri, "--region": region, "--keep-copies": keep_copies}
+    )
     if endpoint_name is not None:
         from mmelocal.bench.endpoint.capacity import RemoteCapacityOptions
         from mmelocal.cli._remote import capacity_on_endpoint

@@ -7,7 +7,12 @@ from typing import Any
 
 import click
 
-from mmelocal.cli._defaults import field_option, launcher_option, tolerance_options
+from mmelocal.cli._defaults import (
+    field_option,
+    launcher_option,
+    refuse_other_launchers_options,
+    tolerance_options,
+)
 from mmelocal.cli._options import json_flag, tritonserver_option
 from mmelocal.runtime.check import CheckOptions
 from mmelocal.units import mib
@@ -52,6 +57,14 @@ def check(path: Path, as_json: bool, **options: Any) -> None:
     from mmelocal.cli._output import console, err_console, finish
     from mmelocal.runtime.check import check_path
 
+    refuse_other_launchers_options(
+        options["launcher"],
+        {
+            "--url": ("external", options["url"]),
+            "--image": ("docker", options["docker_image"]),
+            "--tritonserver": ("local", options["tritonserver"]),
+        },
+    )
     # every option but --json is named after the CheckOptions field it sets
     check_options = CheckOptions(**options)
     if as_json:

@@ -8,7 +8,12 @@ from typing import Any
 
 import click
 
-from mmelocal.cli._defaults import default_of, field_option, launcher_option
+from mmelocal.cli._defaults import (
+    default_of,
+    field_option,
+    launcher_option,
+    refuse_other_launchers_options,
+)
 from mmelocal.cli._options import (
     OUT_DIR,
     listen_options,
@@ -126,6 +131,14 @@ def serve(
     from mmelocal.emulator.emulator import Emulator
     from mmelocal.emulator.server import bind_socket, bound_port, run, serve_forever
 
+    refuse_other_launchers_options(
+        config["launcher"],
+        {
+            "--triton-url": ("external", config["external_urls"]),
+            "--image": ("docker", config["image"]),
+            "--tritonserver": ("local", config["tritonserver"]),
+        },
+    )
     # every option but --host, --port and the HTTP timeouts is named after the
     # EmulatorConfig field it sets
     emulator = Emulator(EmulatorConfig(**config))

@@ -59,9 +59,12 @@ def start(
     repository: Path, name: str, tritonserver: Path | None, as_json: bool, **server: Any
 ) -> None:
     """Start tritonserver in the background and record it (see `mmelocal triton status`)."""
-    from mmelocal.cli._output import console, print_json
+    from mmelocal.cli._output import console, fail, print_json
 
-    repository.mkdir(parents=True, exist_ok=True)
+    try:
+        repository.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        fail(f"cannot create the model repository {repository}: {exc.strerror}; pass --repo FOLDER")
     # the ports, --sagemaker, --load and --log-verbose are named after ServerConfig's fields
     config = ServerConfig(model_repository=repository.resolve(), **server)
     kept = start_detached(config, name=name, tritonserver=tritonserver)

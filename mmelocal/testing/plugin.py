@@ -14,7 +14,8 @@ Fixtures:
 ``tritonclient_http``  a raw ``tritonclient.http.InferenceServerClient`` on the server.
 
 Markers (prefixed, so the plugin never acts on a project's own ``gpu`` or ``docker``
-markers): ``mmelocal_gpu`` skips without an NVIDIA GPU; ``mmelocal_docker`` skips without a
+markers): ``mmelocal_gpu`` skips without an NVIDIA GPU (or without ``nvidia-ml-py``, the
+reason naming ``mmelocal[gpu]``); ``mmelocal_docker`` skips without a
 Docker engine (except with ``MMELOCAL_REQUIRE_DOCKER=1``: there a missing engine must fail,
 not hide).
 This module is imported by every pytest run: everything heavy is imported inside fixtures.
@@ -85,10 +86,9 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     project says it means.
     """
     if item.get_closest_marker(GPU_MARKER) is not None:
-        from mmelocal.runtime.python_copies import gpu_available
-
-        if not gpu_available():
-            pytest.skip("needs an NVIDIA GPU (NVML finds none)")
+        reason = _gpu_missing_reason()
+        if reason:
+            pytest.skip(reason)
     if item.get_closest_marker(DOCKER_MARKER) is not None and not _docker_required():
         reason = _docker_missing_reason()
         if reason:
@@ -103,6 +103,24 @@ def _docker_required() -> bool:
     """
     value = os.environ.get("MMELOCAL_REQUIRE_DOCKER", "")
     return value.strip().lower() not in ("", "0", "false", "no")
+
+
+def _gpu_missing_reason() -> str | None:
+    """Why an ``mmelocal_gpu`` test cannot run here (None: NVML sees a GPU).
+
+    NVML is looked for first: without ``nvidia-ml-py`` a GPU that is there goes unseen, and
+    the reason says what to install instead of claiming there is none.
+    """
+    try:
+        import pynvml  # noqa: F401
+    except ImportError:
+        return (
+            "needs an NVIDIA GPU, which mmelocal looks for through NVML: nvidia-ml-py is not "
+            "installed (pip install 'mmelocal[gpu]')"
+        )
+    from mmelocal.runtime.python_copies import gpu_available
+
+    return None if gpu_available() else "needs an NVIDIA GPU (NVML finds none)"
 
 
 def _docker_missing_reason() -> str | None:
@@ -143,8 +161,10 @@ def load_model(triton_server: TestTritonServer) -> Iterator[Callable[..., str]]:
     loaded: list[str] = []
 
     def load(model: Any, *, timeout_s: float | None = None) -> str:
-        name = str(triton_server.load_model(model, timeout_s=timeout_s))
+        name = str(triton_server.add_model(model).name)
+        # recorded before the load: one that times out goes on in Triton and ends loaded
         loaded.append(name)
+        triton_server.client.load(name, timeout_s=timeout_s)
         return name
 
     yield load

@@ -56,24 +56,29 @@ class TestTritonServer(StartStopContext):
     ) -> None:
         check_launcher_kind(launcher, LAUNCHERS)
         self.workdir = Path(tempfile.mkdtemp(prefix="mmelocal-test-triton-"))
-        self.repository = self.workdir / "repository"
-        self.repository.mkdir()
-        self.gpu = gpu_available()
-        # SageMaker's flags, with the entrypoint's own knobs for gRPC and metrics turned on:
-        # tests reach this server with tritonclient's gRPC client and read its metrics
-        config = ServerConfig(
-            model_repository=self.repository,
-            sagemaker=sagemaker,
-            sagemaker_env=TEST_SERVER_ENV if sagemaker else {},
-        )
-        self.launcher: TritonLauncher = make_launcher(
-            launcher,
-            config,
-            tritonserver=tritonserver,
-            image=docker_image,
-            start_timeout_s=start_timeout_s,
-            log_path=self.workdir / "tritonserver.log",
-        )
+        try:
+            self.repository = self.workdir / "repository"
+            self.repository.mkdir()
+            self.gpu = gpu_available()
+            # SageMaker's flags, with the entrypoint's own knobs for gRPC and metrics turned
+            # on: tests reach this server with tritonclient's gRPC client and read its metrics
+            config = ServerConfig(
+                model_repository=self.repository,
+                sagemaker=sagemaker,
+                sagemaker_env=TEST_SERVER_ENV if sagemaker else {},
+            )
+            self.launcher: TritonLauncher = make_launcher(
+                launcher,
+                config,
+                tritonserver=tritonserver,
+                image=docker_image,
+                start_timeout_s=start_timeout_s,
+                log_path=self.workdir / "tritonserver.log",
+            )
+        except BaseException:
+            # no ``with`` (so no stop()) ever runs for an object that was never made
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            raise
         default = PIP_SERVER_BACKENDS if launcher == "local" else CONTAINER_BACKENDS
         self.backends = backends or default
         self._client: TritonClient | None = None

@@ -43,6 +43,19 @@ CASES = {
     "project: malformed GPU YAML": ([*PROJECT, "--gpus", "{d}/bad.yaml"], "not valid YAML at"),
     "project: json under a file": ([*PROJECT, "--json", "{d}/a-file/x.json"], "is a file"),
     "capacity: zero budget": (["capacity", "x", "--memory-budget", "0"], "memory-budget"),
+    # the --endpoint options were dropped without a word on a local measurement
+    "capacity: --s3-uri without --endpoint": (
+        ["capacity", "x", "--s3-uri", "s3://b/p/"],
+        "--s3-uri is only read with --endpoint",
+    ),
+    "capacity: --region without --endpoint": (
+        ["capacity", "x", "--region", "eu-west-1"],
+        "--region is only read with --endpoint",
+    ),
+    "capacity: --keep-copies without --endpoint": (
+        ["capacity", "x", "--keep-copies"],
+        "--keep-copies is only read with --endpoint",
+    ),
     "loadtest: count 0": ([*LOADTEST, "--count", "0"], "--count"),
     "loadtest: max users -5": ([*LOADTEST, "--max-users", "-5"], "--max-users"),
     "loadtest: malformed shape YAML": ([*LOADTEST, "--shape", "{d}/bad.yaml"], "not valid YAML"),

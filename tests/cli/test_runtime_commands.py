@@ -78,3 +78,41 @@ def test_backends_option_ignores_empty_names() -> None:
 
     assert _backend_names(None) is None and _backend_names(",, ") is None
     assert _backend_names(" python, onnxruntime,") == {"python", "onnxruntime"}
+
+
+def test_launcher_options_for_another_launcher_are_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, held_port: int
+) -> None:
+    """``--url`` without ``--launcher external`` (and the like) used to be dropped without a
+    word: check validated, then started the pip tritonserver instead of using the server."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    serve = ["serve", "--store", str(empty), "--port", str(held_port)]
+    cases: list[tuple[list[str], str]] = [
+        (["check", str(empty), "--url", "http://127.0.0.1:8000"], "--url"),
+        (["check", str(empty), "--image", "nvcr.io/x"], "--image"),
+        (
+            ["check", str(empty), "--launcher", "docker", "--tritonserver", "/bin/x"],
+            "--tritonserver",
+        ),
+        ([*serve, "--triton-url", "http://127.0.0.1:8080"], "--triton-url"),
+        ([*serve, "--image", "nvcr.io/x"], "--image"),
+    ]
+    for args, flag in cases:
+        got, text = run(capsys, *args)
+        assert got == 2 and "Traceback" not in text, (args, text)
+        lines = error_lines(text)
+        assert lines and flag in lines[-1] and "--launcher" in lines[-1], (args, text)
+
+
+def test_triton_start_repo_that_cannot_be_made_is_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--repo`` under a file: a NotADirectoryError traceback before (exit 1)."""
+    monkeypatch.setenv("MMELOCAL_STATE_DIR", str(tmp_path / "state"))
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("x")
+    got, text = run(capsys, "triton", "start", "--repo", str(a_file / "repo"))
+    assert got == 2 and "Traceback" not in text, text
+    lines = error_lines(text)
+    assert lines and "cannot create the model repository" in lines[-1], text

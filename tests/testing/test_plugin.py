@@ -6,9 +6,17 @@ mmelocal; each test writes a small project and runs pytest on it.
 
 from __future__ import annotations
 
+import sys
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
 import pytest
 
 from mmelocal.runtime.python_copies import gpu_available
+
+if TYPE_CHECKING:
+    from mmelocal.testing.triton import TestTritonServer
 
 pytest_plugins = ["pytester"]
 
@@ -111,3 +119,92 @@ def test_plugin_declares_only_prefixed_markers(pytester: pytest.Pytester) -> Non
     result = pytester.runpytest_subprocess("--strict-markers")
     result.stdout.fnmatch_lines(["*'gpu' not found in `markers` configuration option*"])
     assert result.ret != 0
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [{"start_timeout_s": 0}, {"launcher": "docker", "docker_image": " "}],
+    ids=["timeout", "image"],
+)
+def test_test_server_refused_at_construction_leaves_no_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bad: dict[str, Any]
+) -> None:
+    """A ``TestTritonServer`` whose launcher refuses its arguments raises before any ``with``
+    could clean up: its temporary folder must not outlive the error."""
+    from mmelocal.errors import UserInputError
+    from mmelocal.testing.triton import TestTritonServer
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with pytest.raises(UserInputError):
+        TestTritonServer(**bad)
+    assert list(tmp_path.iterdir()) == []
+
+
+GATED_MODEL_PY = """
+import os
+import time
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        deadline = time.monotonic() + 120
+        while not os.path.exists({gate!r}) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def execute(self, requests):
+        return []
+"""
+
+
+@pytest.mark.triton
+def test_load_model_unloads_a_load_that_timed_out(
+    triton_server: TestTritonServer, tmp_path: Path
+) -> None:
+    """A load that times out goes on inside Triton and ends loaded: ``load_model`` must
+    unload it after the test as it does any other, or it stays for the rest of the session
+    (memory the next tests measure, a name they collide with)."""
+    from shared_helpers import wait_for
+
+    from mmelocal.errors import MmeLocalError
+    from mmelocal.testing import plugin
+    from mmelocal.testing.tiny_model import write_model
+
+    gate = tmp_path / "gate"
+    model = write_model(tmp_path / "src", name="plugin_gated_load")
+    (model / "1" / "model.py").write_text(GATED_MODEL_PY.format(gate=str(gate)))
+    fixture = plugin.load_model._get_wrapped_function()(triton_server)
+    load = next(fixture)
+    with pytest.raises(MmeLocalError):
+        load(model, timeout_s=1.0)
+    gate.touch()  # the load Triton goes on with now finishes
+
+    def state() -> str | None:
+        for entry in triton_server.client.index():
+            if entry.get("name") == "plugin_gated_load":
+                return str(entry.get("state") or "")
+        return ""
+
+    wait_for(lambda: state() == "READY", timeout_s=60, what="the timed-out load to finish")
+    with pytest.raises(StopIteration):
+        next(fixture)  # the fixture's teardown
+    assert state() != "READY"
+
+
+def test_mmelocal_gpu_marker_without_nvml_package_says_what_to_install(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without nvidia-ml-py mmelocal cannot see a GPU that is there (docs/pytest.md's install
+    line has no ``gpu`` extra): the skip must say so, not claim there is no GPU."""
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml raises ImportError
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.mmelocal_gpu
+        def test_needs_gpu():
+            assert True
+        """
+    )
+    result = pytester.runpytest("--strict-markers", "-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*nvidia-ml-py*mmelocal[[]gpu[]]*"])
