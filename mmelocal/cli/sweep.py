@@ -24,7 +24,12 @@ from mmelocal.cli._bench import (
 from mmelocal.cli._defaults import default_of, field_option
 from mmelocal.cli._loadgen import generators_from, loadgen_options
 from mmelocal.cli._output import console, err_console
-from mmelocal.cli._remote import endpoint_option, region_option, s3_uri_option
+from mmelocal.cli._remote import (
+    endpoint_option,
+    refuse_without_endpoint,
+    region_option,
+    s3_uri_option,
+)
 
 _ON_OFF = {"on": True, "off": False, "true": True, "false": False, "1": True, "0": False}
 
@@ -101,6 +106,7 @@ def sweep(
     """
     from mmelocal.bench.sweep.runner import run_sweep
 
+    refuse_without_endpoint(endpoint_name, {"--s3-uri": s3_uri, "--region": region})
     options = sweep_options(params, formats=formats, verify=not no_verify)
     prepare_outputs(json_out, report_dir)
     with err_console.status("sweep starting") as status:

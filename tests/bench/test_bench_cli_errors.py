@@ -44,6 +44,14 @@ CASES = {
     "project: json under a file": ([*PROJECT, "--json", "{d}/a-file/x.json"], "is a file"),
     "capacity: zero budget": (["capacity", "x", "--memory-budget", "0"], "memory-budget"),
     # the --endpoint options were dropped without a word on a local measurement
+    "sweep: --s3-uri without --endpoint": (
+        ["sweep", "x", "--s3-uri", "s3://b/p/"],
+        "--s3-uri is only read with --endpoint",
+    ),
+    "sweep: --region without --endpoint": (
+        ["sweep", "x", "--region", "eu-west-1"],
+        "--region is only read with --endpoint",
+    ),
     "capacity: --s3-uri without --endpoint": (
         ["capacity", "x", "--s3-uri", "s3://b/p/"],
         "--s3-uri is only read with --endpoint",
