@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -214,30 +215,13 @@ def test_onnx_bert_with_token_type_ids_runs_on_its_random_inputs(
     ids its embedding holds (type_vocab_size 2): random ids 1..99 failed onnxruntime's Gather
     in the reference run, so such a file could not be built at all."""
     import torch
-    from transformers import BertModel
-
-    bert = BertModel.from_pretrained(str(tiny_bert_dir)).eval()
-
-    class ThreeInputs(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.bert = bert
-
-        def forward(self, input_ids, attention_mask, token_type_ids):  # type: ignore[no-untyped-def]
-            out = self.bert(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                token_type_ids=token_type_ids,
-                return_dict=False,
-            )
-            return out[0]
 
     names = ["input_ids", "attention_mask", "token_type_ids"]
     ids = torch.randint(1, 1000, (2, 8))
     path = tmp_path / "bert.onnx"
     with torch.no_grad():
         torch.onnx.export(
-            ThreeInputs(),
+            _three_input_bert(tiny_bert_dir),
             (ids, torch.ones_like(ids), torch.zeros_like(ids)),
             str(path),
             dynamo=False,
@@ -259,30 +243,13 @@ def test_torchscript_bert_with_token_type_ids_is_a_text_source(
     tracing the model on its tokenizer's output gives) is a text model; it was refused as an
     unrecognised form. Its token_type_ids are segment 0."""
     import torch
-    from transformers import BertModel
-
-    bert = BertModel.from_pretrained(str(tiny_bert_dir)).eval()
-
-    class ThreeInputs(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.bert = bert
-
-        def forward(self, input_ids, attention_mask, token_type_ids):  # type: ignore[no-untyped-def]
-            out = self.bert(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                token_type_ids=token_type_ids,
-                return_dict=False,
-            )
-            return out[0]
 
     ids = torch.randint(1, 1000, (2, 8))
     path = tmp_path / "bert.pt"
     with torch.no_grad(), pytest.warns(Warning):
-        torch.jit.trace(ThreeInputs(), (ids, torch.ones_like(ids), torch.zeros_like(ids))).save(
-            str(path)
-        )
+        torch.jit.trace(
+            _three_input_bert(tiny_bert_dir), (ids, torch.ones_like(ids), torch.zeros_like(ids))
+        ).save(str(path))
     src = load_source(str(path), seq_len=8)
     assert src.kind == "nlp"
     assert src.input_names == ("input_ids", "attention_mask", "token_type_ids")
@@ -349,3 +316,28 @@ def test_file_model_names(path: str, name: str) -> None:
     from mmelocal.builder.sources.files import file_model_name
 
     assert file_model_name(Path(path)) == name
+
+
+def _three_input_bert(tiny_bert_dir: Path) -> Any:
+    """The tiny BERT taking its tokenizer's three outputs (input_ids, attention_mask,
+    token_type_ids) and answering its last hidden state."""
+    import torch
+    from transformers import BertModel
+
+    bert = BertModel.from_pretrained(str(tiny_bert_dir)).eval()
+
+    class ThreeInputs(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bert = bert
+
+        def forward(self, input_ids, attention_mask, token_type_ids):  # type: ignore[no-untyped-def]
+            out = self.bert(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                token_type_ids=token_type_ids,
+                return_dict=False,
+            )
+            return out[0]
+
+    return ThreeInputs()
