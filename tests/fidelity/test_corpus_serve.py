@@ -90,7 +90,11 @@ def test_emulator_gives_the_platform_verdict(corpus: Corpus, case: Case) -> None
     for fragment in case.error_text:
         assert fragment.lower() in error["Message"].lower(), (fragment, error["Message"])
     if case.name in ("tensorrt-plan", "tensorflow", "python-missing-env"):
-        assert time.monotonic() - started < 1.0, "a model this host cannot run fails at once"
+        # refused from the artifact, before any load: not once a load's wait ran out (a fixed
+        # 1 s bound measured 1.33 s in a run whose CPU other test runs shared)
+        waits_s = endpoint.server.emulator.config.load_wait_timeout_s
+        elapsed = time.monotonic() - started
+        assert elapsed < waits_s / 4, f"a model this host cannot run fails at once: {elapsed}"
 
 
 #: a few knobs beside namespacing off, for the argv comparison
