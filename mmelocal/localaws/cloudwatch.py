@@ -235,6 +235,10 @@ class ControlLoop:
         instances = max(1, item.fleet.instance_count)
         deltas["InvocationsPerInstance"] = [deltas["Invocations"][0] / instances]
         gauges = self._gauges(item.fleet, instances)
+        # emitted per instance (its Average: models per instance; its Sum: all of them)
+        gauges["LoadedModelCount"] = item.fleet.server.call(
+            _call(lambda: _loaded_per_instance(item.fleet.server.emulator)), timeout_s=10.0
+        )
         dimensions = [
             {"Name": "EndpointName", "Value": item.endpoint_name},
             {"Name": "VariantName", "Value": item.variant_name},
@@ -243,7 +247,7 @@ class ControlLoop:
         cloudwatch = self._client_for("cloudwatch", item.region)
         for namespace, units, values in (
             (INVOCATION_NAMESPACE, INVOCATION_METRICS, deltas),
-            (INSTANCE_NAMESPACE, INSTANCE_METRICS, {k: [v] for k, v in gauges.items()}),
+            (INSTANCE_NAMESPACE, INSTANCE_METRICS, gauges),
         ):
             data = []
             for name, unit in units.items():
@@ -281,13 +285,13 @@ class ControlLoop:
                 )
 
     @staticmethod
-    def _gauges(fleet: Any, instances: int) -> dict[str, float]:
+    def _gauges(fleet: Any, instances: int) -> dict[str, list[float]]:
         emulator = fleet.server.emulator
         out = dict(fleet.server.call(_call(emulator.gauges), timeout_s=10.0))
         read = emulator.read_gauges()
         read["CPUUtilization"] = read.get("CPUUtilization", 0.0) / instances
         out.update(read)
-        return {k: float(v) for k, v in out.items() if k in INSTANCE_METRICS}
+        return {k: [float(v)] for k, v in out.items() if k in INSTANCE_METRICS}
 
     # -- alarms ------------------------------------------------------------------------
     def _evaluate(self, region: str, end_s: float) -> None:
@@ -393,6 +397,12 @@ class ControlLoop:
 
 async def _call(function: Callable[[], Any]) -> Any:
     return function()
+
+
+def _loaded_per_instance(emulator: Any) -> list[float]:
+    """The models loaded on each running instance (those draining included, as
+    :attr:`~mmelocal.localaws.fleet.Fleet.instance_count` counts them)."""
+    return [float(len(i.loaded())) for i in (*emulator.instances, *emulator.draining)]
 
 
 __all__ = ["STANDARD_STATISTICS", "ControlLoop", "HistoryItem", "Running", "is_percentile"]

@@ -19,36 +19,47 @@ class _CloudWatch:
             self.data[datum["MetricName"]] = datum
 
 
+class _Instance:
+    def __init__(self, loaded: int) -> None:
+        self._loaded = [f"model-{i}.tar.gz" for i in range(loaded)]
+
+    def loaded(self) -> list[str]:
+        return self._loaded
+
+
 class _Emulator:
-    def __init__(self, metrics: Metrics) -> None:
+    def __init__(self, metrics: Metrics, loaded: tuple[int, ...] = (1,)) -> None:
         self.metrics = metrics
+        self.instances = [_Instance(count) for count in loaded]
+        self.draining: list[_Instance] = []
 
     def gauges(self) -> dict[str, float]:
-        return {"LoadedModelCount": 1.0}
+        return {"LoadedModelCount": float(sum(len(i.loaded()) for i in self.instances))}
 
     def read_gauges(self) -> dict[str, float]:
         return {"CPUUtilization": 10.0}
 
 
 class _Server:
-    def __init__(self, metrics: Metrics) -> None:
-        self.emulator = _Emulator(metrics)
+    def __init__(self, metrics: Metrics, loaded: tuple[int, ...]) -> None:
+        self.emulator = _Emulator(metrics, loaded)
 
     def call(self, coro: Any, timeout_s: float) -> Any:
         return asyncio.run(coro)
 
 
 class _Fleet:
-    instance_count = 1
+    def __init__(self, metrics: Metrics, loaded: tuple[int, ...] = (1,)) -> None:
+        self.server = _Server(metrics, loaded)
+        self.instance_count = len(loaded)
 
-    def __init__(self, metrics: Metrics) -> None:
-        self.server = _Server(metrics)
 
-
-def _published(metrics: Metrics) -> tuple[dict[str, dict[str, Any]], ControlLoop]:
+def _published(
+    metrics: Metrics, loaded: tuple[int, ...] = (1,)
+) -> tuple[dict[str, dict[str, Any]], ControlLoop]:
     cloudwatch = _CloudWatch()
     loop = ControlLoop(client_for=lambda service, region: cloudwatch, running=list, regions=list)
-    loop._publish(Running("us-east-1", "e", "v", _Fleet(metrics)), 0.0)
+    loop._publish(Running("us-east-1", "e", "v", _Fleet(metrics, loaded)), 0.0)
     return cloudwatch.data, loop
 
 
@@ -66,3 +77,13 @@ def test_a_period_with_more_calls_than_the_window_publishes_them_all() -> None:
     assert stats["Maximum"] == 10e6
     (series,) = [s for k, s in loop.store._series.items() if k[1] == "ModelLatency"]
     assert (series[-1].count, series[-1].total) == (10.0, 55e6)
+
+
+def test_loaded_model_count_is_one_sample_per_instance() -> None:
+    """LoadedModelCount "is emitted per instance. The Average statistic [...] tells you the
+    average number of models loaded per instance. The Sum statistic tells you the total
+    number of models loaded across all instances" (SageMaker Developer Guide, "Multi-Model
+    Endpoint Model Instance Metrics"): 3 and 5 models on two instances are 2 samples, sum 8."""
+    data, _ = _published(Metrics(), loaded=(3, 5))
+    stats = data["LoadedModelCount"]["StatisticValues"]
+    assert stats == {"SampleCount": 2.0, "Sum": 8.0, "Minimum": 3.0, "Maximum": 5.0}
