@@ -234,7 +234,7 @@ class ControlLoop:
         deltas, totals = self._reader.read(item.fleet)
         instances = max(1, item.fleet.instance_count)
         deltas["InvocationsPerInstance"] = [deltas["Invocations"][0] / instances]
-        gauges = self._gauges(item.fleet, instances)
+        gauges = self._gauges(item.fleet)
         # emitted per instance (its Average: models per instance; its Sum: all of them)
         gauges["LoadedModelCount"] = item.fleet.server.call(
             _call(lambda: _loaded_per_instance(item.fleet.server.emulator)), timeout_s=10.0
@@ -285,11 +285,12 @@ class ControlLoop:
                 )
 
     @staticmethod
-    def _gauges(fleet: Any, instances: int) -> dict[str, list[float]]:
+    def _gauges(fleet: Any) -> dict[str, list[float]]:
         emulator = fleet.server.emulator
         out = dict(fleet.server.call(_call(emulator.gauges), timeout_s=10.0))
         read = emulator.read_gauges()
-        read["CPUUtilization"] = read.get("CPUUtilization", 0.0) / instances
+        # the sum over the instances read_gauges reads (those in service), per instance
+        read["CPUUtilization"] = read.get("CPUUtilization", 0.0) / max(1, len(emulator.instances))
         out.update(read)
         return {k: [float(v)] for k, v in out.items() if k in INSTANCE_METRICS}
 

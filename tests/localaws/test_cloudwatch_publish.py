@@ -87,3 +87,18 @@ def test_loaded_model_count_is_one_sample_per_instance() -> None:
     data, _ = _published(Metrics(), loaded=(3, 5))
     stats = data["LoadedModelCount"]["StatisticValues"]
     assert stats == {"SampleCount": 2.0, "Sum": 8.0, "Minimum": 3.0, "Maximum": 5.0}
+
+
+def test_cpu_utilization_is_averaged_over_the_instances_it_was_read_on() -> None:
+    """CPUUtilization is the average per instance ("the default view in CloudWatch shows
+    the average CPU utilization across all instances"): the emulator reads the instances
+    in service (80 % on one), so a second one draining does not halve it."""
+    metrics = Metrics()
+    fleet = _Fleet(metrics, loaded=(1,))
+    fleet.server.emulator.read_gauges = lambda: {"CPUUtilization": 80.0}  # type: ignore[method-assign]
+    fleet.server.emulator.draining.append(_Instance(0))
+    fleet.instance_count = 2  # as Fleet.instance_count counts a draining instance
+    cloudwatch = _CloudWatch()
+    loop = ControlLoop(client_for=lambda service, region: cloudwatch, running=list, regions=list)
+    loop._publish(Running("us-east-1", "e", "v", fleet), 0.0)
+    assert cloudwatch.data["CPUUtilization"]["Value"] == 80.0
