@@ -194,7 +194,9 @@ class Invocation:
             self._answer(payload_too_large(config.max_payload_bytes))
             return
         if config.endpoint_name is not None and name != config.endpoint_name:
-            self._answer(sagemaker_error(400, "ValidationError", f"Endpoint {name} not found."))
+            # another endpoint's call: none of this one's metrics (they name this one)
+            not_found = sagemaker_error(400, "ValidationError", f"Endpoint {name} not found.")
+            self._answer(not_found, record=False)
             return
         raw_target = headers.get(_TARGET)
         if raw_target is None:

@@ -103,37 +103,45 @@ class _Reader:
 
     def __init__(self) -> None:
         self._last: weakref.WeakKeyDictionary[Any, dict[str, int]] = weakref.WeakKeyDictionary()
+        self._sums: weakref.WeakKeyDictionary[Any, dict[str, float]] = weakref.WeakKeyDictionary()
 
-    def read(self, fleet: Any) -> dict[str, list[float]]:
+    def read(self, fleet: Any) -> tuple[dict[str, list[float]], dict[str, tuple[int, float]]]:
+        """The values recorded since the last read (a summary's: those its recent window
+        still holds) and, per summary, the exact sample count and sum of all of them."""
         emulator = fleet.server.emulator
 
-        async def snapshot() -> tuple[dict[str, int], dict[str, tuple[int, list[float]]]]:
-            metrics = emulator.metrics
-            summaries = {
-                name: (metrics.summaries[name].count, list(metrics.summaries[name].recent))
+        async def snapshot() -> tuple[dict[str, int], dict[str, tuple[int, float, list[float]]]]:
+            summaries = emulator.metrics.summaries
+            taken = {
+                name: (summaries[name].count, summaries[name].total, list(summaries[name].recent))
                 for name in _SUMMARIES
-                if name in metrics.summaries
+                if name in summaries
             }
-            return dict(metrics.counters), summaries
+            return dict(emulator.metrics.counters), taken
 
         counters, summaries = fleet.server.call(snapshot(), timeout_s=10.0)
         last = self._last.setdefault(fleet, {})
+        sums = self._sums.setdefault(fleet, {})
         out: dict[str, list[float]] = {}
+        totals: dict[str, tuple[int, float]] = {}
         for name in _COUNTERS:
             now = int(counters.get(name, 0))
             out[name] = [float(now - last.get(name, 0))]
             last[name] = now
-        for name, (count, recent) in summaries.items():
+        for name, (count, total, recent) in summaries.items():
             new = count - last.get(name, 0)
-            last[name] = count
+            new_sum = total - sums.get(name, 0.0)
+            last[name], sums[name] = count, total
             if new > 0 and recent:
                 out[name] = recent[-min(new, len(recent)) :]
-        return out
+                totals[name] = (new, new_sum)
+        return out, totals
 
     def forget(self, alive: Iterable[Any]) -> None:
         keep = set(alive)
         for key in [k for k in list(self._last.keys()) if k not in keep]:
             del self._last[key]
+            self._sums.pop(key, None)
 
 
 class ControlLoop:
@@ -223,10 +231,14 @@ class ControlLoop:
 
     # -- publishing --------------------------------------------------------------------
     def _publish(self, item: Running, start_s: float) -> None:
-        deltas = self._reader.read(item.fleet)
+        deltas, totals = self._reader.read(item.fleet)
         instances = max(1, item.fleet.instance_count)
         deltas["InvocationsPerInstance"] = [deltas["Invocations"][0] / instances]
-        gauges = self._gauges(item.fleet, instances)
+        gauges = self._gauges(item.fleet)
+        # emitted per instance (its Average: models per instance; its Sum: all of them)
+        gauges["LoadedModelCount"] = item.fleet.server.call(
+            _call(lambda: _loaded_per_instance(item.fleet.server.emulator)), timeout_s=10.0
+        )
         dimensions = [
             {"Name": "EndpointName", "Value": item.endpoint_name},
             {"Name": "VariantName", "Value": item.variant_name},
@@ -235,14 +247,21 @@ class ControlLoop:
         cloudwatch = self._client_for("cloudwatch", item.region)
         for namespace, units, values in (
             (INVOCATION_NAMESPACE, INVOCATION_METRICS, deltas),
-            (INSTANCE_NAMESPACE, INSTANCE_METRICS, {k: [v] for k, v in gauges.items()}),
+            (INSTANCE_NAMESPACE, INSTANCE_METRICS, gauges),
         ):
             data = []
             for name, unit in units.items():
                 points = values.get(name)
                 if not points:
                     continue
-                self.store.add(series_key(namespace, name, dimensions), start_s, points)
+                count, total = totals.get(name, (len(points), sum(points)))
+                self.store.add(
+                    series_key(namespace, name, dimensions),
+                    start_s,
+                    points,
+                    count=count,
+                    total=total,
+                )
                 datum: dict[str, Any] = {
                     "MetricName": name,
                     "Dimensions": dimensions,
@@ -250,12 +269,12 @@ class ControlLoop:
                     "Unit": unit,
                     "StorageResolution": 1,
                 }
-                if len(points) == 1:
+                if count == 1:
                     datum["Value"] = points[0]
                 else:
                     datum["StatisticValues"] = {
-                        "SampleCount": float(len(points)),
-                        "Sum": float(sum(points)),
+                        "SampleCount": float(count),
+                        "Sum": float(total),
                         "Minimum": float(min(points)),
                         "Maximum": float(max(points)),
                     }
@@ -266,13 +285,14 @@ class ControlLoop:
                 )
 
     @staticmethod
-    def _gauges(fleet: Any, instances: int) -> dict[str, float]:
+    def _gauges(fleet: Any) -> dict[str, list[float]]:
         emulator = fleet.server.emulator
         out = dict(fleet.server.call(_call(emulator.gauges), timeout_s=10.0))
         read = emulator.read_gauges()
-        read["CPUUtilization"] = read.get("CPUUtilization", 0.0) / instances
+        # the sum over the instances read_gauges reads (those in service), per instance
+        read["CPUUtilization"] = read.get("CPUUtilization", 0.0) / max(1, len(emulator.instances))
         out.update(read)
-        return {k: float(v) for k, v in out.items() if k in INSTANCE_METRICS}
+        return {k: [float(v)] for k, v in out.items() if k in INSTANCE_METRICS}
 
     # -- alarms ------------------------------------------------------------------------
     def _evaluate(self, region: str, end_s: float) -> None:
@@ -378,6 +398,12 @@ class ControlLoop:
 
 async def _call(function: Callable[[], Any]) -> Any:
     return function()
+
+
+def _loaded_per_instance(emulator: Any) -> list[float]:
+    """The models loaded on each running instance (those draining included, as
+    :attr:`~mmelocal.localaws.fleet.Fleet.instance_count` counts them)."""
+    return [float(len(i.loaded())) for i in (*emulator.instances, *emulator.draining)]
 
 
 __all__ = ["STANDARD_STATISTICS", "ControlLoop", "HistoryItem", "Running", "is_percentile"]

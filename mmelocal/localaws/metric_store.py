@@ -95,13 +95,27 @@ class MetricStore:
         self._series: dict[SeriesKey, deque[Datum]] = {}
         self._lock = threading.Lock()
 
-    def add(self, key: SeriesKey, time_s: float, values: Sequence[float]) -> None:
-        """Record the raw ``values`` of one datum (at least one)."""
+    def add(
+        self,
+        key: SeriesKey,
+        time_s: float,
+        values: Sequence[float],
+        *,
+        count: float | None = None,
+        total: float | None = None,
+    ) -> None:
+        """Record the raw ``values`` of one datum (at least one); ``count`` and ``total``:
+        its sample count and sum when ``values`` are only the last of them."""
         if not values:
             return
         kept = list(values[-self.values_per_datum :])
         datum = Datum(
-            time_s, float(len(values)), float(sum(values)), min(values), max(values), kept
+            time_s,
+            float(len(values) if count is None else count),
+            float(sum(values) if total is None else total),
+            min(values),
+            max(values),
+            kept,
         )
         with self._lock:
             series = self._series.setdefault(key, deque())

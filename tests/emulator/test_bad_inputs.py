@@ -19,6 +19,7 @@ from emulator_hostile import make_hostile
 
 from mmelocal.emulator.emulator import EmulatorConfig
 from mmelocal.emulator.http_server import HttpTimeouts
+from mmelocal.emulator.metrics import parse_prometheus
 from mmelocal.emulator.server import EmulatorServer
 from mmelocal.testing.endpoint import MmeEndpoint
 from mmelocal.testing.tiny_model import expected, write_tarball
@@ -129,6 +130,21 @@ def test_missing_target_header_and_unknown_endpoint(setup: Setup) -> None:
     assert status == 400 and "multi-model endpoint" in body["message"]
     status, _, body = setup.invoke(GOOD, GOOD_BODY, endpoint="other")
     assert status == 400 and "Endpoint other not found" in body["message"]
+
+
+def test_a_call_to_another_endpoint_is_not_counted_as_this_ones(setup: Setup) -> None:
+    """The metrics carry ``EndpointName="ep"``: a call naming another endpoint is none of
+    its invocations (nor an ``Invocation4XXErrors``, "where the model returned a 4xx")."""
+
+    def counts() -> tuple[float, float]:
+        parsed = parse_prometheus(raw_request(setup.url, "GET", "/metrics")[2].decode())
+        labels = '{EndpointName="ep",VariantName="AllTraffic"}'
+        return parsed[f"Invocations{labels}"], parsed[f"Invocation4XXErrors{labels}"]
+
+    before = counts()
+    status, _, body = setup.invoke(GOOD, GOOD_BODY, endpoint="other")
+    assert status == 400 and "Endpoint other not found" in body["message"]
+    assert counts() == before
 
 
 @pytest.mark.parametrize(

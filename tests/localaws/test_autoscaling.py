@@ -545,5 +545,14 @@ def test_invocations_sum_at_the_real_clock(
         now = time.time()
         clock.tick(now - 60, now)
         assert _cloudwatch_sum(name) == 7
+        end = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=1)
+        loaded = boto3.client("cloudwatch").get_metric_statistics(
+            Namespace="/aws/sagemaker/Endpoints", MetricName="LoadedModelCount",
+            Dimensions=[{"Name": "EndpointName", "Value": name},
+                        {"Name": "VariantName", "Value": "AllTraffic"}],
+            StartTime=end - dt.timedelta(hours=1), EndTime=end, Period=60,
+            Statistics=["Sum", "SampleCount"],
+        )["Datapoints"]  # fmt: skip
+        assert max(p["Sum"] for p in loaded) == 1  # published: one instance, one model
     finally:
         sm.delete_endpoint(EndpointName=name)

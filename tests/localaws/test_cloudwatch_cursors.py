@@ -24,8 +24,8 @@ def test_a_new_fleet_starts_from_zero_after_a_deleted_one() -> None:
     reader = _Reader()
     for count in (7, 3, 5):  # each made after the previous one is gone
         fleet = _Fleet(count)
-        assert reader.read(fleet)["Invocations"] == [float(count)]
-        assert reader.read(fleet)["Invocations"] == [0.0]
+        assert reader.read(fleet)[0]["Invocations"] == [float(count)]
+        assert reader.read(fleet)[0]["Invocations"] == [0.0]
         del fleet
         gc.collect()
         assert not list(reader._last.keys())  # its cursor went with it: no id() to reuse
