@@ -65,6 +65,7 @@ OWN_HEADER = "X-Mmelocal-Own"
 #: how long a user's call waits for the state being restored at start-up
 RESTORE_WAIT_S = 600.0
 _INVOCATION = re.compile(r"^/endpoints/([^/]+)/invocations$")
+_ASYNC_INVOCATION = re.compile(r"^/endpoints/([^/]+)/async-invocations$")
 _SCOPE = re.compile(r"Credential=[^/]*/[^/]*/([^/]*)/([^/]*)/aws4_request")
 _JSON_11 = "application/x-amz-json-1.1"
 _TARGET_VARIANT_KEY = "HTTP_" + TARGET_VARIANT_HEADER.upper().replace("-", "_")
@@ -153,6 +154,9 @@ class LocalAwsApp:
             match = _INVOCATION.match(path)
             if match:
                 return self._invoke(environ, start_response, region, match.group(1))
+            match = _ASYNC_INVOCATION.match(path)
+            if match:
+                return self._invoke_async(environ, start_response, region, match.group(1))
         target = environ.get("HTTP_X_AMZ_TARGET", "")
         if target.startswith("SageMaker."):
             operation = target.partition(".")[2]
@@ -521,6 +525,25 @@ class LocalAwsApp:
         if response.status == 424 and self.logs is not None:  # ModelError: name its stream
             data = self.logs.model_error_body(region or "us-east-1", fleet, data)
         return self._answer(start_response, response.status, out, data)
+
+    def _invoke_async(
+        self, environ: dict[str, Any], start_response: StartResponse, region: str, name: str
+    ) -> Iterable[bytes]:
+        """``InvokeEndpointAsync``, refused as the service refuses it on a real-time endpoint
+        (every endpoint here is one: asynchronous inference is not emulated), rather than
+        moto's canned 202 whose output never appears."""
+        from mmelocal.emulator.answers import sagemaker_error
+
+        _read_body(environ)
+        if self.endpoints.variants(region or "us-east-1", name) is None:
+            message = f"Endpoint {name} of account {self.account_id} not found."
+        else:
+            message = (
+                f"Endpoint {name} is not an asynchronous inference endpoint (it has no "
+                "AsyncInferenceConfig): mmelocal's local AWS serves real-time endpoints only."
+            )
+        answer = sagemaker_error(400, "ValidationError", message)
+        return self._answer(start_response, answer.status, answer.headers, answer.body)
 
     @classmethod
     def _json_answer(
