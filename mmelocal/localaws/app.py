@@ -66,6 +66,8 @@ OWN_HEADER = "X-Mmelocal-Own"
 RESTORE_WAIT_S = 600.0
 _INVOCATION = re.compile(r"^/endpoints/([^/]+)/invocations$")
 _ASYNC_INVOCATION = re.compile(r"^/endpoints/([^/]+)/async-invocations$")
+#: InvokeEndpoint's ``InferenceComponentName`` (botocore's sagemaker-runtime model)
+_INFERENCE_COMPONENT_KEY = "HTTP_X_AMZN_SAGEMAKER_INFERENCE_COMPONENT"
 _SCOPE = re.compile(r"Credential=[^/]*/[^/]*/([^/]*)/([^/]*)/aws4_request")
 _JSON_11 = "application/x-amz-json-1.1"
 _TARGET_VARIANT_KEY = "HTTP_" + TARGET_VARIANT_HEADER.upper().replace("-", "_")
@@ -478,6 +480,15 @@ class LocalAwsApp:
         if fleets is None:
             answer = sagemaker_error(
                 400, "ValidationError", f"Endpoint {name} of account {self.account_id} not found."
+            )
+            return self._answer(start_response, answer.status, answer.headers, answer.body)
+        component = environ.get(_INFERENCE_COMPONENT_KEY)
+        if component is not None:  # no endpoint here hosts inference components
+            answer = sagemaker_error(
+                400,
+                "ValidationError",
+                f"Inference component {component} not found: endpoint {name} of account "
+                f"{self.account_id} hosts no inference components.",
             )
             return self._answer(start_response, answer.status, answer.headers, answer.body)
         wanted = environ.get(_TARGET_VARIANT_KEY)

@@ -87,3 +87,14 @@ def test_invoke_endpoint_async_through_the_local_aws(local_aws_env: LocalAws) ->
         "Code": "ValidationError",
         "Message": "Endpoint nobody of account 123456789012 not found.",
     }
+
+
+def test_inference_component_name_is_refused() -> None:
+    runtime = _runtime_client(_app(endpoint_in_service=True))
+    with pytest.raises(ClientError) as info:
+        runtime.invoke_endpoint(
+            EndpointName="ep", Body=b"{}", InferenceComponentName="ic-1", TargetModel="m.tar.gz"
+        )
+    assert info.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+    assert info.value.response["Error"]["Code"] == "ValidationError"
+    assert "ic-1" in info.value.response["Error"]["Message"]
