@@ -65,7 +65,18 @@ OWN_HEADER = "X-Mmelocal-Own"
 #: how long a user's call waits for the state being restored at start-up
 RESTORE_WAIT_S = 600.0
 _INVOCATION = re.compile(r"^/endpoints/([^/]+)/invocations$")
-_ASYNC_INVOCATION = re.compile(r"^/endpoints/([^/]+)/async-invocations$")
+#: the runtime's calls no endpoint here serves: InvokeEndpointAsync, and
+#: InvokeEndpointWithResponseStream (botocore's sagemaker-runtime model)
+_UNSERVED_INVOCATION = re.compile(
+    r"^/endpoints/([^/]+)/(async-invocations|invocations-response-stream)$"
+)
+#: what each of them needs that the local AWS's (real-time, MME) endpoints lack
+_UNSERVED = {
+    "async-invocations": (
+        "is not an asynchronous inference endpoint (it has no AsyncInferenceConfig)"
+    ),
+    "invocations-response-stream": "does not support response streaming",
+}
 #: InvokeEndpoint's ``InferenceComponentName`` (botocore's sagemaker-runtime model)
 _INFERENCE_COMPONENT_KEY = "HTTP_X_AMZN_SAGEMAKER_INFERENCE_COMPONENT"
 _SCOPE = re.compile(r"Credential=[^/]*/[^/]*/([^/]*)/([^/]*)/aws4_request")
@@ -156,9 +167,11 @@ class LocalAwsApp:
             match = _INVOCATION.match(path)
             if match:
                 return self._invoke(environ, start_response, region, match.group(1))
-            match = _ASYNC_INVOCATION.match(path)
+            match = _UNSERVED_INVOCATION.match(path)
             if match:
-                return self._invoke_async(environ, start_response, region, match.group(1))
+                return self._refuse_invocation(
+                    environ, start_response, region, match.group(1), match.group(2)
+                )
         target = environ.get("HTTP_X_AMZ_TARGET", "")
         if target.startswith("SageMaker."):
             operation = target.partition(".")[2]
@@ -537,12 +550,18 @@ class LocalAwsApp:
             data = self.logs.model_error_body(region or "us-east-1", fleet, data)
         return self._answer(start_response, response.status, out, data)
 
-    def _invoke_async(
-        self, environ: dict[str, Any], start_response: StartResponse, region: str, name: str
+    def _refuse_invocation(
+        self,
+        environ: dict[str, Any],
+        start_response: StartResponse,
+        region: str,
+        name: str,
+        kind: str,
     ) -> Iterable[bytes]:
-        """``InvokeEndpointAsync``, refused as the service refuses it on a real-time endpoint
-        (every endpoint here is one: asynchronous inference is not emulated), rather than
-        moto's canned 202 whose output never appears."""
+        """``InvokeEndpointAsync`` or ``InvokeEndpointWithResponseStream`` (``kind``, the
+        path's last part), refused as the service refuses them on an endpoint that lacks
+        what they need (every endpoint here does: neither is emulated), rather than moto's
+        canned success whose output never appears or its HTML 404."""
         from mmelocal.emulator.answers import sagemaker_error
 
         _read_body(environ)
@@ -550,8 +569,8 @@ class LocalAwsApp:
             message = f"Endpoint {name} of account {self.account_id} not found."
         else:
             message = (
-                f"Endpoint {name} is not an asynchronous inference endpoint (it has no "
-                "AsyncInferenceConfig): mmelocal's local AWS serves real-time endpoints only."
+                f"Endpoint {name} {_UNSERVED[kind]}: mmelocal's local AWS serves "
+                "InvokeEndpoint only."
             )
         answer = sagemaker_error(400, "ValidationError", message)
         return self._answer(start_response, answer.status, answer.headers, answer.body)

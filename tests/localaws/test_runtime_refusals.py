@@ -98,3 +98,17 @@ def test_inference_component_name_is_refused() -> None:
     assert info.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
     assert info.value.response["Error"]["Code"] == "ValidationError"
     assert "ic-1" in info.value.response["Error"]["Message"]
+
+
+@pytest.mark.parametrize("in_service", [False, True])
+def test_invoke_endpoint_with_response_stream_is_refused(in_service: bool) -> None:
+    runtime = _runtime_client(_app(endpoint_in_service=in_service))
+    with pytest.raises(ClientError) as info:
+        runtime.invoke_endpoint_with_response_stream(EndpointName="ep", Body=b"{}")
+    error = info.value.response["Error"]
+    assert info.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+    assert error["Code"] == "ValidationError"
+    if in_service:
+        assert "response streaming" in error["Message"]
+    else:
+        assert error["Message"] == "Endpoint ep of account 123456789012 not found."
