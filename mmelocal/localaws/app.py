@@ -65,6 +65,20 @@ OWN_HEADER = "X-Mmelocal-Own"
 #: how long a user's call waits for the state being restored at start-up
 RESTORE_WAIT_S = 600.0
 _INVOCATION = re.compile(r"^/endpoints/([^/]+)/invocations$")
+#: the runtime's calls no endpoint here serves: InvokeEndpointAsync, and
+#: InvokeEndpointWithResponseStream (botocore's sagemaker-runtime model)
+_UNSERVED_INVOCATION = re.compile(
+    r"^/endpoints/([^/]+)/(async-invocations|invocations-response-stream)$"
+)
+#: what each of them needs that the local AWS's (real-time, MME) endpoints lack
+_UNSERVED = {
+    "async-invocations": (
+        "is not an asynchronous inference endpoint (it has no AsyncInferenceConfig)"
+    ),
+    "invocations-response-stream": "does not support response streaming",
+}
+#: InvokeEndpoint's ``InferenceComponentName`` (botocore's sagemaker-runtime model)
+_INFERENCE_COMPONENT_KEY = "HTTP_X_AMZN_SAGEMAKER_INFERENCE_COMPONENT"
 _SCOPE = re.compile(r"Credential=[^/]*/[^/]*/([^/]*)/([^/]*)/aws4_request")
 _JSON_11 = "application/x-amz-json-1.1"
 _TARGET_VARIANT_KEY = "HTTP_" + TARGET_VARIANT_HEADER.upper().replace("-", "_")
@@ -153,6 +167,11 @@ class LocalAwsApp:
             match = _INVOCATION.match(path)
             if match:
                 return self._invoke(environ, start_response, region, match.group(1))
+            match = _UNSERVED_INVOCATION.match(path)
+            if match:
+                return self._refuse_invocation(
+                    environ, start_response, region, match.group(1), match.group(2)
+                )
         target = environ.get("HTTP_X_AMZ_TARGET", "")
         if target.startswith("SageMaker."):
             operation = target.partition(".")[2]
@@ -476,6 +495,15 @@ class LocalAwsApp:
                 400, "ValidationError", f"Endpoint {name} of account {self.account_id} not found."
             )
             return self._answer(start_response, answer.status, answer.headers, answer.body)
+        component = environ.get(_INFERENCE_COMPONENT_KEY)
+        if component is not None:  # no endpoint here hosts inference components
+            answer = sagemaker_error(
+                400,
+                "ValidationError",
+                f"Inference component {component} not found: endpoint {name} of account "
+                f"{self.account_id} hosts no inference components.",
+            )
+            return self._answer(start_response, answer.status, answer.headers, answer.body)
         wanted = environ.get(_TARGET_VARIANT_KEY)
         variant = fleets.choose(wanted)
         if variant is None:
@@ -521,6 +549,31 @@ class LocalAwsApp:
         if response.status == 424 and self.logs is not None:  # ModelError: name its stream
             data = self.logs.model_error_body(region or "us-east-1", fleet, data)
         return self._answer(start_response, response.status, out, data)
+
+    def _refuse_invocation(
+        self,
+        environ: dict[str, Any],
+        start_response: StartResponse,
+        region: str,
+        name: str,
+        kind: str,
+    ) -> Iterable[bytes]:
+        """``InvokeEndpointAsync`` or ``InvokeEndpointWithResponseStream`` (``kind``, the
+        path's last part), refused as the service refuses them on an endpoint that lacks
+        what they need (every endpoint here does: neither is emulated), rather than moto's
+        canned success whose output never appears or its HTML 404."""
+        from mmelocal.emulator.answers import sagemaker_error
+
+        _read_body(environ)
+        if self.endpoints.variants(region or "us-east-1", name) is None:
+            message = f"Endpoint {name} of account {self.account_id} not found."
+        else:
+            message = (
+                f"Endpoint {name} {_UNSERVED[kind]}: mmelocal's local AWS serves "
+                "InvokeEndpoint only."
+            )
+        answer = sagemaker_error(400, "ValidationError", message)
+        return self._answer(start_response, answer.status, answer.headers, answer.body)
 
     @classmethod
     def _json_answer(

@@ -214,6 +214,27 @@ class LogShipper:
         return json.dumps(error).encode()
 
 
+#: the X-Amz-Target prefix of CloudWatch Logs' JSON protocol (botocore's ``logs`` model)
+LOGS_TARGET = "Logs_20140328"
+
+
+def logs_overlay(
+    region: str,
+    operation: str,
+    params: dict[str, Any],
+    forward: Callable[[dict[str, Any]], tuple[int, Any]],
+) -> tuple[int, Any] | None:
+    """What completes moto's CloudWatch Logs answers (an overlay of
+    :class:`~.app.LocalAwsApp`): ``GetLogEvents``' ``endTime`` is exclusive ("Events with a
+    timestamp equal to or later than this time are not included", botocore's model) and
+    moto includes it; timestamps are whole milliseconds, so the window ends 1 ms earlier.
+    ``FilterLogEvents``' ``endTime`` is inclusive, as moto has it."""
+    end = params.get("endTime")
+    if operation == "GetLogEvents" and isinstance(end, int):
+        return forward({**params, "endTime": end - 1})
+    return None
+
+
 def save_log_groups(logs: Any) -> list[dict[str, Any]]:
     """Every endpoint's log group with its streams and events (for ``--data``'s state)."""
     groups = []
@@ -289,4 +310,11 @@ def _put(logs: Any, tail: _Tail, events: list[dict[str, Any]]) -> None:
         logs.put_log_events(logGroupName=tail.group, logStreamName=tail.stream, logEvents=events)
 
 
-__all__ = ["SHIP_INTERVAL_S", "LogShipper", "restore_log_groups", "save_log_groups"]
+__all__ = [
+    "LOGS_TARGET",
+    "SHIP_INTERVAL_S",
+    "LogShipper",
+    "logs_overlay",
+    "restore_log_groups",
+    "save_log_groups",
+]

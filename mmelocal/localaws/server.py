@@ -26,7 +26,7 @@ from mmelocal.localaws.cloudwatch import ControlLoop, Running
 from mmelocal.localaws.cloudwatch_api import CloudWatchOverlay
 from mmelocal.localaws.endpoints import EndpointManager
 from mmelocal.localaws.fleet import Fleet, FleetOptions, FleetPlan
-from mmelocal.localaws.logs import LogShipper
+from mmelocal.localaws.logs import LOGS_TARGET, LogShipper, logs_overlay
 from mmelocal.localaws.proxy import CA_FILE, CertificateAuthority, HttpsProxy, is_loopback
 from mmelocal.localaws.scaling import Autoscaler
 from mmelocal.localaws.variants import EndpointPlan, plan_endpoint
@@ -304,6 +304,7 @@ class LocalAws(StartStopContext):
             clock, lambda region: self._client("cloudwatch", region)
         )
         app.overlays[AUTOSCALING_TARGET] = scaler
+        app.overlays[LOGS_TARGET] = logs_overlay
         app.update_checks.append(scaler.check_update)
 
     def _running_variants(self) -> list[Running]:

@@ -42,6 +42,10 @@ _ALARM_FIELDS = ("AlarmName", "AlarmDescription", "ActionsEnabled", "OKActions",
                  "ExtendedStatistic", "Dimensions", "Period", "Unit", "EvaluationPeriods",
                  "DatapointsToAlarm", "Threshold", "ComparisonOperator", "TreatMissingData",
                  "EvaluateLowSampleCountPercentile", "Metrics", "ThresholdMetricId")  # fmt: skip
+#: what ``HeadObject`` tells of an object that ``PutObject`` set (``upload_file``'s
+#: ExtraArgs take the same names)
+_OBJECT_FIELDS = ("ContentType", "ContentEncoding", "ContentDisposition", "ContentLanguage",
+                  "CacheControl", "Metadata")  # fmt: skip
 #: the alarms target tracking creates (its policies create them again)
 _MANAGED_ALARM_PREFIX = "TargetTracking-"
 
@@ -73,15 +77,22 @@ def _save_s3(s3: Any, root: Path, previous: dict[str, Any]) -> dict[str, Any]:
         name = bucket["Name"]
         region = s3.get_bucket_location(Bucket=name).get("LocationConstraint") or "us-east-1"
         before = previous.get(name, {}).get("objects", {})
+        attributes_before = previous.get(name, {}).get("attributes", {})
         objects: dict[str, str] = {}
+        attributes: dict[str, dict[str, Any]] = {}
         for item in _pages(s3, "list_objects_v2", "Contents", Bucket=name):
             key, etag = item["Key"], item["ETag"]
             path = _object_file(root, name, key)
-            if before.get(key) != etag or not path.is_file():
+            unchanged = before.get(key) == etag and path.is_file()
+            if not unchanged:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 s3.download_file(name, key, str(path))
+            if unchanged and key in attributes_before:
+                attributes[key] = attributes_before[key]
+            else:
+                attributes[key] = _pick(s3.head_object(Bucket=name, Key=key), _OBJECT_FIELDS)
             objects[key] = etag
-        buckets[name] = {"region": region, "objects": objects}
+        buckets[name] = {"region": region, "objects": objects, "attributes": attributes}
         kept = {_object_file(root, name, k).name for k in objects}
         folder = root / "s3" / name
         if folder.is_dir():
@@ -198,8 +209,11 @@ def restore(client_for: ClientFor, root: Path) -> list[str]:
         if bucket["region"] != "us-east-1":
             create["CreateBucketConfiguration"] = {"LocationConstraint": bucket["region"]}
         _create(s3.create_bucket, f"bucket {name}", **create)
+        attributes = bucket.get("attributes", {})
         for key in bucket["objects"]:
-            s3.upload_file(str(_object_file(root, name, key)), name, key)
+            s3.upload_file(
+                str(_object_file(root, name, key)), name, key, ExtraArgs=attributes.get(key)
+            )
     for region, held in state.get("regions", {}).items():
         sm = client_for("sagemaker", region)
         for kind, call in (

@@ -117,6 +117,21 @@ def test_fleet_plans() -> None:
     assert card_memory_bytes("ml.m5.large") is None
 
 
+def test_every_nvidia_instance_type_of_the_usual_families_has_its_card() -> None:
+    """A variant on a GPU type the table lacks got no card cap at all (the host GPU's
+    whole memory instead of the instance's card): every type of botocore's
+    ProductionVariantInstanceType in the families the table covers is in it."""
+    import botocore.session
+
+    model = botocore.session.get_session().get_service_model("sagemaker")
+    families = ("ml.g4dn.", "ml.g5.", "ml.g6.", "ml.p3.", "ml.p4d.", "ml.p4de.", "ml.p5.")
+    types = [
+        t for t in model.shape_for("ProductionVariantInstanceType").enum if t.startswith(families)
+    ]
+    assert "ml.g5.24xlarge" in types
+    assert [t for t in types if card_memory_bytes(t) is None] == []
+
+
 class _Card:
     """Stands for an 80 GB GPU's NVML probe (no GPU here)."""
 
