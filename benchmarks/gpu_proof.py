@@ -255,13 +255,17 @@ def install_wheels(wheels: Path, site: Path) -> None:
     os.environ["PATH"] = f"{site / 'bin'}{os.pathsep}{os.environ['PATH']}"
 
 
-def missing_imports(path: Path) -> list[str]:
-    """The packages a test module imports at its top that are not installed here (the
-    tests' own helper modules, found under ``tests/``, do not count)."""
+def tests_own_modules() -> set[str]:
+    """The names of the tests' own modules (importable there through ``tests/conftest.py``)."""
+    return {p.stem for p in (REPO / "tests").rglob("*.py")}
+
+
+def missing_imports(path: Path, helpers: set[str]) -> list[str]:
+    """The packages a test module imports at its top that are not installed here
+    (``helpers``, the tests' own modules: :func:`tests_own_modules`, do not count)."""
     import ast
     import importlib.util
 
-    helpers = {p.stem for p in (REPO / "tests").rglob("*.py")}
     names: set[str] = set()
     for node in ast.parse(path.read_text(encoding="utf-8")).body:
         if isinstance(node, ast.Import):
@@ -279,11 +283,12 @@ def run_gpu_tests(out: Path) -> dict[str, Any]:
     travel (boto3, moto) is listed under ``not_run`` with what it needs.
     """
     files, not_run = [], {}
+    helpers = tests_own_modules()
     for path in sorted((REPO / "tests").rglob("test_*.py")):
         if "mark.mmelocal_gpu" not in path.read_text(encoding="utf-8"):
             continue
         name = str(path.relative_to(REPO))
-        missing = missing_imports(path)
+        missing = missing_imports(path, helpers)
         if missing:
             not_run[name] = f"needs {', '.join(missing)}, which does not travel"
         else:

@@ -275,7 +275,9 @@ def wait_in_service(
     and so does InService on another config than ``config_name`` (an update that failed
     is rolled back: the endpoint serves its old config again)."""
     deadline = time.monotonic() + timeout_s
-    for found in _polls(sagemaker, name, poll_s=poll_s, on_status=on_status):
+    polls = _polls(sagemaker, name, poll_s=poll_s, on_status=on_status)
+    while True:
+        found = next(polls)
         if found is None:
             raise DeployError(f"endpoint {name} was deleted while waiting for it to be InService")
         status = str(found.get("EndpointStatus", ""))
@@ -299,7 +301,6 @@ def wait_in_service(
                 f"endpoint {name} still {status} after {timeout_s:.0f} s: it goes on in the "
                 "background; run deploy again to wait, or undeploy to clean up"
             )
-    raise AssertionError("unreachable: _polls never ends")
 
 
 def _polls(
@@ -329,7 +330,9 @@ def _settled(
 ) -> dict[str, Any] | None:
     """DescribeEndpoint's answer once ``name`` is no longer changing (None: it is gone)."""
     deadline = time.monotonic() + timeout_s
-    for found in _polls(sagemaker, name, poll_s=poll_s, on_status=on_status):
+    polls = _polls(sagemaker, name, poll_s=poll_s, on_status=on_status)
+    while True:
+        found = next(polls)
         status = None if found is None else found.get("EndpointStatus")
         if status not in IN_PROGRESS_STATUSES:
             return found
@@ -339,7 +342,6 @@ def _settled(
                 "not delete an endpoint in progress: run undeploy again once it is InService "
                 "or Failed"
             )
-    raise AssertionError("unreachable: _polls never ends")
 
 
 def undeploy(

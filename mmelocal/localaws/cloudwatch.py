@@ -235,10 +235,6 @@ class ControlLoop:
         instances = max(1, item.fleet.instance_count)
         deltas["InvocationsPerInstance"] = [deltas["Invocations"][0] / instances]
         gauges = self._gauges(item.fleet)
-        # emitted per instance (its Average: models per instance; its Sum: all of them)
-        gauges["LoadedModelCount"] = item.fleet.server.call(
-            _call(lambda: _loaded_per_instance(item.fleet.server.emulator)), timeout_s=10.0
-        )
         dimensions = [
             {"Name": "EndpointName", "Value": item.endpoint_name},
             {"Name": "VariantName", "Value": item.variant_name},
@@ -287,12 +283,18 @@ class ControlLoop:
     @staticmethod
     def _gauges(fleet: Any) -> dict[str, list[float]]:
         emulator = fleet.server.emulator
-        out = dict(fleet.server.call(_call(emulator.gauges), timeout_s=10.0))
+        found, loaded = fleet.server.call(
+            _call(lambda: (emulator.gauges(), _loaded_per_instance(emulator))), timeout_s=10.0
+        )
+        out = dict(found)
         read = emulator.read_gauges()
         # the sum over the instances read_gauges reads (those in service), per instance
         read["CPUUtilization"] = read.get("CPUUtilization", 0.0) / max(1, len(emulator.instances))
         out.update(read)
-        return {k: [float(v)] for k, v in out.items() if k in INSTANCE_METRICS}
+        gauges = {k: [float(v)] for k, v in out.items() if k in INSTANCE_METRICS}
+        # emitted per instance (its Average: models per instance; its Sum: all of them)
+        gauges["LoadedModelCount"] = loaded
+        return gauges
 
     # -- alarms ------------------------------------------------------------------------
     def _evaluate(self, region: str, end_s: float) -> None:

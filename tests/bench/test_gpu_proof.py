@@ -112,7 +112,8 @@ def test_a_gpu_test_module_that_needs_what_does_not_travel_is_listed_not_run(
         "import json\nimport no_such_package_here\nfrom shared_helpers import unique\n"
         "from no_such_other.sub import x\n"
     )
-    assert gpu_proof.missing_imports(module) == ["no_such_other", "no_such_package_here"]
+    found = gpu_proof.missing_imports(module, gpu_proof.tests_own_modules())
+    assert found == ["no_such_other", "no_such_package_here"]
     report = gpu_proof.GpuProofReport(gpu={"name": "T"}, started_at="now")
     report.gpu_tests = {
         "summary": "4 passed",
