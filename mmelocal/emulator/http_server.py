@@ -7,19 +7,19 @@ aiohttp arm: 35-55 % more CPU per request). Invocations, warm or cold, take one 
 :func:`.routes.route`. Requests on one connection are answered in order (HTTP/1.1
 keep-alive, no pipelining reordering).
 
-What one connection may hold is bounded: a body over the limit is answered 413 and the
-connection is closed with nothing after it parsed or served (an ``Expect: 100-continue``
-request whose ``Content-Length`` is over the limit gets its 413 before sending the body);
-any 413 closes the connection. Requests that arrived complete before a malformed one are
-answered first, then the error, then the connection closes (RFC 9112 section 9.3).
-Pipelined requests queue up to :data:`MAX_QUEUED` requests or :data:`MAX_QUEUED_BYTES` of
-bodies, then the connection stops being read until the queue is half drained (TCP pushes
-back on the client). :class:`HttpTimeouts` bounds how long a connection may take to send
-its headers, to send its body, and to sit idle between requests, with one deadline check
-per connection (no timer per request). ``HEAD`` answers carry the headers of the answer
-and no body. A request line without an HTTP version is answered 400 and ``CONNECT`` 405,
-then the connection closes.
-"""
+What one connection may hold is bounded: a request line and headers over
+:data:`MAX_HEAD_BYTES` are answered 431 and the connection closes; a body over the limit
+is answered 413 and the connection is closed with nothing after it parsed or served (an
+``Expect: 100-continue`` request whose ``Content-Length`` is over the limit gets its 413
+before sending the body); any 413 closes the connection. Requests that arrived complete
+before a malformed one are answered first, then the error, then the connection closes
+(RFC 9112 section 9.3). Pipelined requests queue up to :data:`MAX_QUEUED` requests or
+:data:`MAX_QUEUED_BYTES` of bodies, then the connection stops being read until the queue
+is half drained (TCP pushes back on the client). :class:`HttpTimeouts` bounds how long a
+connection may take to send its headers, to send its body, and to sit idle between
+requests, with one deadline check per connection (no timer per request). ``HEAD``
+answers carry the headers of the answer and no body. A request line without an HTTP
+version is answered 400 and ``CONNECT`` 405, then the connection closes."""
 
 from __future__ import annotations
 
@@ -52,6 +52,10 @@ logger = logging.getLogger(__name__)
 MAX_QUEUED = 32
 #: bytes of bodies one connection may have waiting before it is no longer read
 MAX_QUEUED_BYTES = 16 * 1024 * 1024
+#: bytes a request's line and headers may take (``httptools`` buffers a field for as long
+#: as it lasts); past it (give or take the read it began in and the read that passed it)
+#: the client gets ``431 Request Header Fields Too Large`` and the connection closes
+MAX_HEAD_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -139,6 +143,8 @@ class _Protocol(asyncio.Protocol):
         self.task: asyncio.Future[None] | None = None
         self.kicking = False
         self.size = 0
+        #: bytes of the request head read after the read it began in (-1: none yet)
+        self.head_bytes = -1
         #: the parser is inside a request (its headers or body are still arriving)
         self.reading = False
         #: an error was found and the connection will close: nothing more is parsed
@@ -182,6 +188,8 @@ class _Protocol(asyncio.Protocol):
             self._fail(None)
         except httptools.HttpParserError as exc:
             self._fail(v2_error(400, f"bad HTTP request: {exc}"))
+        if self.reading and self.phase == _HEADER:  # a head still arriving
+            self._count_head(len(data))
         if (
             not self.paused
             and (len(self.queue) >= MAX_QUEUED or self.queued_bytes >= MAX_QUEUED_BYTES)
@@ -189,6 +197,18 @@ class _Protocol(asyncio.Protocol):
         ):
             self.paused = True
             self.transport.pause_reading()
+
+    def _count_head(self, size: int) -> None:
+        """Bound a request head that spans reads (:data:`MAX_HEAD_BYTES`): the read it
+        began in is not counted (where in it the request began is not known), every later
+        one is."""
+        if self.head_bytes < 0:
+            self.head_bytes = 0
+            return
+        self.head_bytes += size
+        if self.head_bytes > MAX_HEAD_BYTES:
+            over = f"request line and headers over {MAX_HEAD_BYTES} bytes"
+            self._fail(v2_error(431, over))
 
     def _fail(self, answer: Answer | None) -> None:
         """Stop reading; answer the complete requests before this point, then ``answer``
@@ -240,6 +260,7 @@ class _Protocol(asyncio.Protocol):
         self.request = request = _Request()
         self.headers = request.headers
         self.size = 0
+        self.head_bytes = -1  # see _count_head
         self.reading = True
         self.phase, self.deadline = _HEADER, self.now + self.header_s
 

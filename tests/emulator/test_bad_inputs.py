@@ -4,6 +4,7 @@ would not: pipelined and malformed requests, HEAD, Expect, slow and silent clien
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import logging
@@ -17,6 +18,7 @@ import pytest
 from emulator_helpers import output_of, payload, raw_request
 from emulator_hostile import make_hostile
 
+from mmelocal.emulator import http_server
 from mmelocal.emulator.emulator import EmulatorConfig
 from mmelocal.emulator.http_server import HttpTimeouts
 from mmelocal.emulator.metrics import parse_prometheus
@@ -543,6 +545,23 @@ def test_a_body_that_stalls_gets_408_and_close(setup: Setup) -> None:
     assert raw.startswith(b"HTTP/1.1 408 "), raw[:80]
     assert b"body paused" in raw
     assert waited_s >= TIMEOUTS.body_s * 0.9
+
+
+def test_a_head_that_keeps_coming_gets_431_and_close(setup: Setup) -> None:
+    """One header value that never ends is not buffered without bound (it was: httptools
+    holds a field until it ends, for as long as the header timeout allows)."""
+    sent = 0
+    with connect(setup) as sock:
+        sock.sendall(request("GET", "/ping") + b"GET /ping HTTP/1.1\r\nX-Big: ")
+        chunk = b"a" * 16384
+        with contextlib.suppress(OSError):  # the server closes while we still send
+            while sent < 256 * http_server.MAX_HEAD_BYTES:
+                sock.sendall(chunk)
+                sent += len(chunk)
+        answers = split_answers(read_until_closed(sock))
+    assert [status for status, _ in answers] == [200, 431], answers
+    assert b"request line and headers over" in answers[1][1]
+    assert sent < 256 * http_server.MAX_HEAD_BYTES
 
 
 def test_silent_and_idle_connections_are_closed(setup: Setup) -> None:

@@ -178,3 +178,49 @@ def test_the_server_port_is_bound_when_chosen_and_freed_if_never_served(tmp_path
     again.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     again.bind(("127.0.0.1", port))
     again.close()
+
+
+def test_a_request_head_over_the_limit_is_answered_431_and_closed() -> None:
+    """A request line and headers that keep coming are bounded (httptools buffers a field
+    for as long as it lasts: 300 MiB of one header value held 611 MiB): the requests before
+    it are answered, then 431, then the connection closes and nothing more is read."""
+
+    async def run() -> None:
+        front, transport, protocol = connect()
+        front.gate.set()
+        protocol.data_received(post("/before", b"{}") + b"GET /big HTTP/1.1\r\nX-Big: ")
+        chunk = b"a" * 4096
+        fed = 0
+        while not protocol.failed and fed < 4 * http_server.MAX_HEAD_BYTES:
+            protocol.data_received(chunk)
+            fed += len(chunk)
+        await until(lambda: transport.closed)
+        # read no further than the limit and the two reads around it
+        assert fed <= http_server.MAX_HEAD_BYTES + 2 * len(chunk)
+        assert front.started == [b"/before"]
+        assert transport.data.count(b"HTTP/1.1 ") == 2
+        assert b"HTTP/1.1 431 " in transport.data
+        assert b"request line and headers over" in transport.data
+
+    asyncio.run(run())
+
+
+def test_a_long_url_counts_in_the_head_and_a_head_under_the_limit_is_served() -> None:
+    async def run() -> None:
+        front, transport, protocol = connect()
+        front.gate.set()
+        under = b"h" * (http_server.MAX_HEAD_BYTES // 2)
+        head = b"GET /ok HTTP/1.1\r\nX-Fine: %s\r\n\r\n" % under
+        for start in range(0, len(head), 1000):
+            protocol.data_received(head[start : start + 1000])
+        await until(lambda: b"HTTP/1.1 200" in transport.data)
+        assert not transport.closed
+        protocol.data_received(b"GET /" + b"u" * 1000)
+        fed = 0
+        while not protocol.failed and fed < 4 * http_server.MAX_HEAD_BYTES:
+            protocol.data_received(b"u" * 1000)
+            fed += 1000
+        await until(lambda: transport.closed)
+        assert b"HTTP/1.1 431 " in transport.data
+
+    asyncio.run(run())
