@@ -45,6 +45,7 @@ from mmelocal.rules.routing import (
     InstanceView,
     choose_cold,
     count_request,
+    open_rate_window,
     replica_instance,
 )
 from mmelocal.traffic.results import TrafficResult, summarize
@@ -418,7 +419,7 @@ def simulate(
         # hot-model replication, the emulator's rule (counted on served requests)
         r = rates.get(m)
         if r is None:
-            rates[m] = (t, 1)
+            rates[m] = open_rate_window(t)
         else:
             w0, c, measured = count_request(r[0], r[1], t, window)
             rates[m] = (w0, c)
