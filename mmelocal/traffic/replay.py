@@ -213,8 +213,9 @@ def invocations_url(url: str, endpoint: str) -> str:
 async def _poll_state(
     session: Any, base: str, interval_s: float, stop: asyncio.Event, out: dict[str, Any]
 ) -> None:
-    """Sample the emulator's loaded count and keep every load event (the emulator's own log
-    is bounded: the replay keeps its record)."""
+    """Sample the emulator's loaded count (all instances together, and the most any one
+    instance held) and keep every load event (the emulator's own log is bounded: the
+    replay keeps its record)."""
     seen: set[tuple[float, str, int]] = set()
     samples: list[tuple[float, int]] = out.setdefault("samples", [])
     loads: list[tuple[float, str, int, float]] = out.setdefault("load_events", [])
@@ -227,13 +228,15 @@ async def _poll_state(
             state = None
         if state is not None:
             now = time.monotonic()
-            ready = sum(
-                1
+            per_instance = [
+                sum(1 for e in i.get("loaded") or [] if e["state"] == "ready")
                 for i in state["instances"]
-                for e in i.get("loaded") or []
-                if e["state"] == "ready"
+            ]
+            samples.append((now, sum(per_instance)))
+            out["instance_count"] = len(per_instance)
+            out["max_loaded_per_instance"] = max(
+                out.get("max_loaded_per_instance", 0), max(per_instance, default=0)
             )
-            samples.append((now, ready))
             out["load_count"] = state.get("event_counts", {}).get("load", 0)
             for e in state.get("events", []):
                 if e.get("kind") != "load" or e.get("duration_ms") is None:
@@ -688,6 +691,7 @@ def replay(
     measured_on, measured_where = _measured_where(url, endpoint_name, endpoint_url, state)
     loaded = None
     max_loaded: int | None = None
+    per_instance: dict[str, int] = {}
     events = sorted(state.get("load_events", []))
     load_s = np.asarray([e[3] for e in events], dtype=np.float64)
     loads = 0
@@ -699,6 +703,10 @@ def replay(
             pos = np.clip(np.searchsorted(t_rel, trace.times_s, side="right") - 1, 0, None)
             loaded = counts[pos]
             max_loaded = int(counts.max())
+            per_instance = {
+                "max_loaded_per_instance": int(state["max_loaded_per_instance"]),
+                "emulator_instances": int(state["instance_count"]),
+            }
         loads = int(state.get("load_count", 0)) - int(state.get("loads_before", 0))
         cycles = load_cycles(trace, rec, events, state["t0_wall"], options.speed)
         notes.append(
@@ -741,6 +749,7 @@ def replay(
             "notes": notes,
             "measured_on": measured_on,
             "measured_where": measured_where,
+            **per_instance,
         },
     )
     if endpoint_name is not None and ratio is None:
