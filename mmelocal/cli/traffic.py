@@ -335,7 +335,12 @@ def make(
 @region_option("With --endpoint-name: the AWS region.")
 @payload_option("The request body sent with every request.", required=True)
 @field_option(ReplayOptions, "content_type")
-@field_option(ReplayOptions, "speed", type=float, help="Time compression.")
+@field_option(
+    ReplayOptions,
+    "speed",
+    type=float,
+    help="Send the trace K times faster (timestamp / K); measured times stay the endpoint's.",
+)
 @field_option(
     ReplayOptions,
     "max_in_flight",

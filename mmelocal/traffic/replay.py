@@ -17,6 +17,11 @@ set; or an endpoint through boto3 (``endpoint_name``, with ``endpoint_url`` for 
 AWS), where hits are not visible per request: the hit ratio then comes from CloudWatch's
 ``ModelCacheHit`` for the window, and the warm/cold split of latencies is inferred.
 
+``speed`` compresses the trace, not the endpoint: every duration the endpoint took
+(latencies, load times, load cycles) is in seconds as measured, never scaled; every instant
+and rate that places events in the trace (the timeline, the loaded count a request found,
+per-minute rates) is on the trace's clock.
+
 The schedule shards by target model (:func:`shard_schedule`): each shard keeps its
 requests' order and times, so shards can run in separate processes (Locust workers) and
 the requests for one model stay in order.
@@ -60,7 +65,9 @@ def _schedule_s(trace: Trace, options: ReplayOptions) -> float:
 
 @dataclass(frozen=True, kw_only=True)
 class ReplayOptions:
-    """How to send (see the module docstring)."""
+    """How to send (see the module docstring). ``speed`` K sends request ``i`` at
+    ``timestamp_i / K``; ``timeout_s``, ``max_lag_s`` and every time measured are seconds
+    of the replay (wall clock)."""
 
     speed: float = 1.0
     max_in_flight: int = 256
@@ -758,7 +765,10 @@ def replay(
         result.data["latency_ms"]["warm"] = result.data["latency_ms"]["cold"] = None
     if options.speed != 1.0:
         result.data["notes"].append(
-            f"Replayed at --speed {options.speed:g}: times in the timeline are the trace's."
+            f"Replayed at --speed {options.speed:g} (the trace sent {options.speed:g} times "
+            "faster): latencies, cold-load times and load cycles are the endpoint's seconds, "
+            "as measured; the timeline, the duration and the per-minute rates are on the "
+            "trace's clock."
         )
     return result
 
@@ -799,16 +809,19 @@ def load_cycles(
     t0_wall: float,
     speed: float,
 ) -> np.ndarray:
-    """How long each load held its instance, in trace seconds: from the later of the miss
-    that asked for it and the previous load's end on that instance, to its own end. Beside
-    Triton's load call this holds the eviction that made room, memory readings and, for a
-    first use, the download: the cold-load time a simulation of this endpoint needs.
+    """How long each load held its instance, in the endpoint's seconds (wall clock, as the
+    latencies; never scaled by ``speed``): from the later of the miss that asked for it
+    and the previous load's end on that instance, to its own end. Beside Triton's load
+    call this holds the eviction that made room, memory readings and, for a first use, the
+    download: the cold-load time a simulation of this endpoint needs.
 
     A caller that got an error (ModelNotReadyException after its wait) asked for the load
-    too; a load no caller asked for (a hot model's replica) is its own load time."""
+    too; a load no caller asked for (a hot model's replica) is its own load time.
+    ``events`` are (wall time it ended, target, instance, seconds); request ``i`` was sent
+    ``trace.times_s[i] / speed`` after ``t0_wall``."""
     index = {m: i for i, m in enumerate(trace.models)}
     misses = ~rec.hit  # answered misses and failed calls: either may have asked for a load
-    times = trace.times_s
+    sent = trace.times_s / speed  # when each request left, in seconds from the start
     by_model: dict[int, np.ndarray] = {}
     previous_end: dict[int, float] = {}
     last_load_of: dict[int, float] = {}
@@ -817,16 +830,16 @@ def load_cycles(
         m = index.get(target)
         if m is None:
             continue
-        end = (wall - t0_wall) * speed
+        end = wall - t0_wall
         if m not in by_model:
-            by_model[m] = times[(trace.model_ids == m) & misses]
+            by_model[m] = sent[(trace.model_ids == m) & misses]
         asked = by_model[m]
         after = asked[(asked > last_load_of.get(m, -1.0)) & (asked <= end)]
         if len(after):
             start = max(float(after[0]), previous_end.get(instance, -1.0))
             out.append(max(0.0, end - start))
         else:  # nobody waited for it: all there is to go by is the load itself
-            out.append(seconds * speed)
+            out.append(seconds)
         previous_end[instance] = end
         last_load_of[m] = end
     return np.asarray(out)

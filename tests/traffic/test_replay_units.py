@@ -83,3 +83,30 @@ def test_load_cycles_of_a_timed_out_caller_and_of_a_replica() -> None:
     ]
     cycles = load_cycles(trace, rec, events, t0, 1.0)
     assert cycles.tolist() == pytest.approx([70.0, 5.0, 2.0])
+
+
+def test_a_sped_up_replays_load_cycles_are_the_endpoints_seconds() -> None:
+    """At --speed 2 the trace's 10 s is the replay's 5 s; a load asked for then that ends
+    3 s later held its instance 3 s (as the latencies are the endpoint's seconds), not the
+    6 s of trace time it spans. A load nobody waited for is its own time, unscaled."""
+    from mmelocal.traffic.replay import load_cycles
+
+    trace = Trace(
+        times_s=np.asarray([10.0, 20.0]),
+        model_ids=np.asarray([0, 1], dtype=np.int32),
+        models=("m0", "m1"),
+    )
+    rec = _Record(
+        latency_s=np.asarray([3.0, 4.0]),
+        hit=np.asarray([False, False]),
+        ok=np.asarray([True, True]),
+    )
+    t0 = 1_000.0
+    events = [
+        (t0 + 8.0, "m0", 0, 2.5),  # asked at trace 10 s = replay 5 s, done at replay 8 s
+        (t0 + 14.0, "m1", 0, 3.5),  # asked at trace 20 s = replay 10 s
+        (t0 + 20.0, "m0", 1, 2.0),  # a replica
+    ]
+    cycles = load_cycles(trace, rec, events, t0, 2.0)
+    assert cycles.tolist() == pytest.approx([3.0, 4.0, 2.0])
+    assert cycles.tolist() == pytest.approx([*rec.latency_s.tolist(), 2.0])
