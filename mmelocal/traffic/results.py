@@ -297,6 +297,12 @@ def summary_rows(result: TrafficResult) -> list[tuple[str, str]]:
         ("warm p50 / p99 (ms)", _pair(lat["warm"])),
         ("cold p50 / p99 (ms)", _pair(lat["cold"])),
     ]
+    if d.get("download_seconds_source") is not None:
+        rows.append(
+            ("downloads (artifacts deleted)", f"{d['downloads']:,} ({d['artifacts_deleted']:,})")
+        )
+    if d.get("failed_loads"):
+        rows.append((f"failed loads (past {d['load_limit_s']:g} s)", f"{d['failed_loads']:,}"))
     if "instance_hours" in d:
         rows.append(("instance-hours", f"{d['instance_hours']:.3f}"))
         if d.get("max_instances") is not None:

@@ -183,3 +183,32 @@ def test_the_emulators_router_measures_the_first_window_the_same(
         clock["now"] = now
         r.pick_ready("hot")
     assert r.rate_rps("hot") == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_fast_lru_plans_the_disks_evictions_as_plan_disk_eviction(seed: int) -> None:
+    """The simulator keeps each instance's artifacts in a FastLru: for a download (need > 0)
+    it deletes what plan_disk_eviction deletes."""
+    from mmelocal.rules.routing import ArtifactUsage, plan_disk_eviction
+
+    rng = random.Random(seed)
+    names = [f"a{i}" for i in range(rng.randint(0, 30))]
+    rng.shuffle(names)  # least recently used first
+    sizes = {name: rng.randint(0, 1000) for name in names}
+    in_use = {name for name in names if rng.random() < 0.3}
+    used = sum(sizes.values())
+    budget = rng.randint(1, used + 1000)
+    need = rng.randint(1, 1500)
+    disk: FastLru[str] = FastLru(budget)
+    for name in names:
+        disk.add(name, sizes[name])
+    fast, _ = disk.plan(need, in_use.__contains__)
+    usages = [
+        ArtifactUsage(
+            target=name, size_bytes=sizes[name], last_used_s=float(i), in_use=name in in_use
+        )
+        for i, name in enumerate(names)
+    ]
+    assert tuple(fast) == plan_disk_eviction(
+        usages, used_bytes=used, budget_bytes=budget, need_bytes=need
+    )
