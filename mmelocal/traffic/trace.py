@@ -132,19 +132,26 @@ def _check_columns(origin: str, line: int, columns: list[str]) -> bool:
 
 
 def read_trace(path: Path | str) -> Trace:
-    """Read and check a CSV or JSON-lines trace (the format is told by its first character)."""
+    """Read and check a CSV or JSON-lines trace (the format is told by its first character).
+    UTF-8, with or without the byte order mark spreadsheets write."""
     path = Path(path)
     origin = str(path)
     try:
-        handle = path.open("r", encoding="utf-8", newline="")
+        handle = path.open("r", encoding="utf-8-sig", newline="")
     except OSError as exc:
         raise UserInputError(f"cannot read trace {path}: {exc.strerror}") from exc
     with handle:
-        first = handle.read(1)
-        handle.seek(0)
-        if first == "{":
-            return _read_jsonl(handle, origin)
-        return _read_csv(handle, origin)
+        try:
+            first = handle.read(1)
+            handle.seek(0)
+            if first == "{":
+                return _read_jsonl(handle, origin)
+            return _read_csv(handle, origin)
+        except UnicodeDecodeError as exc:
+            raise UserInputError(
+                f"{origin} is not UTF-8 text (byte {exc.start} cannot be decoded: "
+                f"{exc.reason}): save it as UTF-8"
+            ) from None
 
 
 def _read_csv(handle: TextIO, origin: str) -> Trace:
