@@ -152,3 +152,15 @@ def test_a_trace_that_is_not_utf8_is_refused_with_what_to_do(tmp_path: Path) -> 
     path.write_bytes("timestamp,target_model\n0.5,modèle.tar.gz\n".encode("latin-1"))
     with pytest.raises(UserInputError, match=r"t\.csv is not UTF-8 text .*save it as UTF-8"):
         read_trace(path)
+
+
+def test_unix_times_are_refused_with_what_to_do(tmp_path: Path) -> None:
+    """Timestamps copied from a log without subtracting the first: replay would wait 55
+    years for the first request (and its rate check count requests in 1.7e9 one-second
+    bins); the trace is refused with the fix."""
+    path = tmp_path / "t.csv"
+    path.write_text("timestamp,target_model\n1732611234.5,a\n1732611235.0,b\n")
+    with pytest.raises(UserInputError, match=r"line 2: timestamp 1\.73261e\+09 .*Unix time"):
+        read_trace(path)
+    path.write_text("timestamp,target_model\n0,a\n3600,b\n")  # an hour from the start is fine
+    assert read_trace(path).duration_s == 3600
