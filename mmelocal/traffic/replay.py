@@ -227,13 +227,20 @@ async def _poll_state(
     samples: list[tuple[float, int]] = out.setdefault("samples", [])
     loads: list[tuple[float, str, int, float]] = out.setdefault("load_events", [])
     while True:
+        out["state_polls"] = out.get("state_polls", 0) + 1
         try:
             async with session.get(base + STATE_PATH) as resp:
-                state = await resp.json() if resp.status == 200 else None
+                if resp.status == 200:
+                    state = await resp.json()
+                else:
+                    state = None
+                    out["state_error"] = f"HTTP {resp.status}"
         except Exception as exc:  # the replay goes on; the report says what is missing
             out["state_error"] = f"{type(exc).__name__}: {exc}"
             state = None
-        if state is not None:
+        if state is None:
+            out["state_failures"] = out.get("state_failures", 0) + 1
+        else:
             now = time.monotonic()
             per_instance = [
                 sum(1 for e in i.get("loaded") or [] if e["state"] == "ready")
@@ -720,6 +727,9 @@ def replay(
             "Hits per request from the emulator's X-Mmelocal-Model-Cache header; loads, "
             "load times and the loaded set from its /emulator/state."
         )
+        gaps = _state_note(state)
+        if gaps is not None:
+            notes.append(gaps)
     hit = rec.hit
     ratio: float | None = None
     if endpoint_name is not None:
@@ -771,6 +781,21 @@ def replay(
             "trace's clock."
         )
     return result
+
+
+def _state_note(state: Mapping[str, Any]) -> str | None:
+    """What the report must say when polls of the emulator's state page failed (None when
+    none did): the loaded set has gaps then, and loads the emulator's bounded event log
+    dropped meanwhile are missing from the load times."""
+    failures = int(state.get("state_failures", 0))
+    if not failures:
+        return None
+    return (
+        f"{failures} of {int(state.get('state_polls', failures))} reads of the emulator's "
+        f"{STATE_PATH} failed (last: {state.get('state_error')}): the loaded models have "
+        "gaps then, and load times the emulator's event log dropped meanwhile are missing "
+        "(hits, errors and latencies come from each answer and are complete)."
+    )
 
 
 def _probe_kinds(state: Mapping[str, Any]) -> list[str]:

@@ -110,3 +110,54 @@ def test_a_sped_up_replays_load_cycles_are_the_endpoints_seconds() -> None:
     cycles = load_cycles(trace, rec, events, t0, 2.0)
     assert cycles.tolist() == pytest.approx([3.0, 4.0, 2.0])
     assert cycles.tolist() == pytest.approx([*rec.latency_s.tolist(), 2.0])
+
+
+def test_a_state_page_that_fails_is_reported_not_skipped() -> None:
+    """The replay's record of loads and the loaded set comes from polling the emulator's
+    state page: a poll answered 503 (or failing) left a gap the report never mentioned."""
+    aiohttp = pytest.importorskip("aiohttp")
+    import asyncio
+
+    from aiohttp import web
+
+    from mmelocal.traffic.replay import STATE_PATH, _poll_state
+
+    polls: list[int] = []
+    answered = asyncio.Event()
+
+    async def state(request: web.Request) -> web.Response:
+        polls.append(1)
+        if len(polls) == 1:
+            return web.Response(status=503, text="busy")
+        answered.set()
+        return web.json_response({"instances": [], "events": [], "event_counts": {}})
+
+    async def run() -> dict[str, object]:
+        app = web.Application()
+        app.router.add_get(STATE_PATH, state)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        out: dict[str, object] = {}
+        stop = asyncio.Event()
+        try:
+            async with aiohttp.ClientSession() as session:
+                poll = asyncio.ensure_future(
+                    _poll_state(session, f"http://127.0.0.1:{port}", 0.001, stop, out)
+                )
+                await asyncio.wait_for(answered.wait(), timeout=30)
+                stop.set()
+                await poll
+        finally:
+            await runner.cleanup()
+        return out
+
+    out = asyncio.run(run())
+    assert out.get("state_failures") == 1 and "503" in str(out.get("state_error"))
+    from mmelocal.traffic.replay import _state_note
+
+    note = _state_note(out)
+    assert note is not None and "1 of" in note and "503" in note
+    assert _state_note({"samples": [(0.0, 1)]}) is None
