@@ -573,7 +573,9 @@ def _replay_boto3(
         loop = asyncio.get_running_loop()
         t0 = loop.time() + 0.05
 
-        def call(i: int) -> None:
+        def call(i: int) -> str | None:
+            """One invocation on a pool thread: None, or the error's class (counted by the
+            event loop's thread: a dict updated from many threads loses counts)."""
             try:
                 runtime.invoke_endpoint(
                     EndpointName=endpoint_name,
@@ -581,16 +583,19 @@ def _replay_boto3(
                     ContentType=options.content_type,
                     Body=body,
                 )
-                rec.ok[i] = True
             except botocore.exceptions.ClientError as exc:
-                err = exc.response.get("Error", {}).get("Code", "ClientError")
-                rec.errors[err] = rec.errors.get(err, 0) + 1
+                return str(exc.response.get("Error", {}).get("Code", "ClientError"))
             except Exception as exc:
-                rec.errors[type(exc).__name__] = rec.errors.get(type(exc).__name__, 0) + 1
+                return type(exc).__name__
+            return None
 
         async def send(i: int) -> None:
-            await loop.run_in_executor(pool, call, i)
+            err = await loop.run_in_executor(pool, call, i)
             rec.latency_s[i] = loop.time() - (t0 + times[i] / options.speed)
+            if err is None:
+                rec.ok[i] = True
+            else:
+                rec.errors[err] = rec.errors.get(err, 0) + 1
 
         await _open_loop(trace, np.arange(n), send, options, progress, t0)
 

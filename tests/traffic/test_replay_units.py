@@ -161,3 +161,70 @@ def test_a_state_page_that_fails_is_reported_not_skipped() -> None:
     note = _state_note(out)
     assert note is not None and "1 of" in note and "503" in note
     assert _state_note({"samples": [(0.0, 1)]}) is None
+
+
+def test_every_error_of_a_boto3_replay_is_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """boto3 calls run on a thread pool; each failed call's count must survive the others
+    (an unlocked read-modify-write of one dict from many threads loses some). The error
+    table's reads are slowed so that a race, if the counting has one, shows every time."""
+    import http.server
+    import json
+    import threading
+    import time
+
+    from mmelocal.traffic import replay as replay_module
+    from mmelocal.traffic.replay import _replay_boto3
+
+    class SlowReads(dict[str, int]):
+        def get(self, key: str, default: int | None = None) -> int | None:  # type: ignore[override]
+            value = super().get(key, default)
+            time.sleep(0.001)  # the window between the read and the write, widened
+            return value
+
+    empty = _Record.empty
+
+    def record_with_slow_errors(n: int) -> _Record:
+        rec = empty(n)
+        rec.errors = SlowReads()
+        return rec
+
+    monkeypatch.setattr(replay_module._Record, "empty", staticmethod(record_with_slow_errors))
+
+    class Refuse(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            body = json.dumps({"__type": "ValidationError", "message": "no"}).encode()
+            self.send_response(400)
+            self.send_header("Content-Type", "application/x-amz-json-1.1")
+            self.send_header("x-amzn-ErrorType", "ValidationError")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refuse)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    n = 200
+    trace = Trace(times_s=np.zeros(n), model_ids=np.zeros(n, dtype=np.int32), models=("m",))
+    try:
+        rec, _ = _replay_boto3(
+            trace,
+            "e",
+            b"{}",
+            ReplayOptions(max_in_flight=n, max_lag_s=600.0),
+            None,
+            f"http://127.0.0.1:{server.server_address[1]}",
+            "us-east-1",
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert not rec.ok.any()
+    assert rec.errors == {"ValidationError": n}
