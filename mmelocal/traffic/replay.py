@@ -44,7 +44,11 @@ from urllib.parse import urlparse
 import numpy as np
 
 from mmelocal.errors import ReplayAbortedError, UserInputError
-from mmelocal.facts.sagemaker import ERROR_TYPE_HEADER
+from mmelocal.facts.sagemaker import (
+    ERROR_TYPE_HEADER,
+    INVOKE_TIMEOUT_S,
+    MODEL_NOT_READY_AFTER_S,
+)
 from mmelocal.traffic.results import TrafficResult, summarize
 from mmelocal.traffic.trace import Trace
 
@@ -52,6 +56,9 @@ logger = logging.getLogger(__name__)
 
 STATE_PATH = "/emulator/state"
 
+
+#: How long the sender waits beyond the platform's slowest answer (mmelocal's own margin).
+SENDER_MARGIN_S = 15.0
 
 #: What the Locust master waits, beyond the schedule and a request's timeout, for the
 #: workers' final batches before it reports what it has.
@@ -74,7 +81,10 @@ class ReplayOptions:
     max_lag_s: float = 0.25
     max_rate_rps: float = 2000.0
     content_type: str = "application/json"
-    timeout_s: float = 120.0
+    #: past the platform's slowest answer (a cold load's wait, then the model's time), so
+    #: that the platform's own answer (ModelError, ModelNotReadyException) is what is
+    #: recorded, not the sender's TimeoutError
+    timeout_s: float = MODEL_NOT_READY_AFTER_S + INVOKE_TIMEOUT_S + SENDER_MARGIN_S
     state_interval_s: float = 0.25
 
     def __post_init__(self) -> None:

@@ -228,3 +228,13 @@ def test_every_error_of_a_boto3_replay_is_counted(monkeypatch: pytest.MonkeyPatc
         server.server_close()
     assert not rec.ok.any()
     assert rec.errors == {"ValidationError": n}
+
+
+def test_the_senders_timeout_outlasts_the_platforms_slowest_answer() -> None:
+    """A call may wait for a cold load up to MODEL_NOT_READY_AFTER_S and then for the model
+    up to INVOKE_TIMEOUT_S, and the platform answers then (its ModelError or
+    ModelNotReadyException): a sender that gives up at exactly that sum records its own
+    TimeoutError instead of the platform's answer."""
+    from mmelocal.facts.sagemaker import INVOKE_TIMEOUT_S, MODEL_NOT_READY_AFTER_S
+
+    assert ReplayOptions().timeout_s > MODEL_NOT_READY_AFTER_S + INVOKE_TIMEOUT_S
