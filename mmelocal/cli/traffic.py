@@ -22,7 +22,7 @@ from mmelocal.cli._options import (
     region_option,
     stacked,
 )
-from mmelocal.cli._output import console, err_console
+from mmelocal.cli._output import console, err_console, size_option
 from mmelocal.errors import UserInputError
 from mmelocal.facts.sagemaker import MEMORY_THRESHOLD
 from mmelocal.traffic.make import make_trace
@@ -48,6 +48,46 @@ _parallel_loads_option = field_option(
     "parallel_loads",
     type=int,
     help="Loads at once per instance (1: the emulator's rule).",
+)
+
+
+def _disk_config(
+    download_seconds: str | None, disk_budget: int | None, artifact_mib: float | None
+) -> dict[str, Any]:
+    """The SimConfig fields of the instances' disks (see :class:`SimConfig`)."""
+    download = None
+    if download_seconds is not None:
+        try:
+            samples = tuple(float(x) for x in download_seconds.split(","))
+        except ValueError:
+            raise UserInputError(
+                f"--download-seconds takes seconds (8) or a list (5,12.5); got {download_seconds!r}"
+            ) from None
+        download = LoadTimes(samples_s=samples, source="given")
+    return {
+        "download": download,
+        "disk_bytes": disk_budget,
+        "default_artifact_bytes": None if artifact_mib is None else int(artifact_mib * MiB),
+    }
+
+
+_disk_options = grouped(
+    "disk",
+    _disk_config,
+    click.option(
+        "--download-seconds",
+        default=None,
+        help="Download + extract time of an artifact not on the instance's disk (seconds or "
+        "a list); then --load-seconds is the load alone.",
+    ),
+    click.option(
+        "--disk-budget",
+        type=str,
+        callback=size_option,
+        default=None,
+        help="Each instance's disk for artifacts (e.g. 30GiB; default: all stay).",
+    ),
+    click.option("--artifact-mib", type=float, default=None, help="An artifact's size on disk."),
 )
 
 
@@ -335,7 +375,12 @@ def make(
 @region_option("With --endpoint-name: the AWS region.")
 @payload_option("The request body sent with every request.", required=True)
 @field_option(ReplayOptions, "content_type")
-@field_option(ReplayOptions, "speed", type=float, help="Time compression.")
+@field_option(
+    ReplayOptions,
+    "speed",
+    type=float,
+    help="Send the trace K times faster (timestamp / K); measured times stay the endpoint's.",
+)
 @field_option(
     ReplayOptions,
     "max_in_flight",
@@ -570,6 +615,7 @@ def _service_s(service_ms: float | None, from_replay: Path | None) -> tuple[floa
     default=None,
     help="Take the service time (warm p50) from a replay's --json.",
 )
+@_disk_options
 @_parallel_loads_option
 @_concurrency_option(help="Requests served at once per instance.")
 @field_option(
@@ -592,6 +638,7 @@ def simulate(
     from_replay: Path | None,
     scaling: Autoscaling | None,
     prices: Path | None,
+    disk: dict[str, Any],
     json_out: Path | None,
     html_out: Path | None,
     **sim: Any,
@@ -621,6 +668,7 @@ def simulate(
         autoscaling=scaling,
         instance_type=instance_type,
         price_per_hour=price,
+        **disk,
         **sim,
     )
     trace = read_trace(trace_path)
@@ -664,6 +712,7 @@ def simulate(
 @click.option(
     "--load-seconds", default=None, help="Measured cold-load time (seconds, list or replay JSON)."
 )
+@_disk_options
 @_parallel_loads_option
 @_concurrency_option()
 @field_option(size_fleet, "max_count", type=int, help="Most instances to try.")
@@ -677,6 +726,7 @@ def size_command(
     capacity_args: _CapacityArgs,
     service_ms: float | None,
     load_seconds: str | None,
+    disk: dict[str, Any],
     parallel_loads: int,
     concurrency: int,
     max_count: int,
@@ -710,6 +760,7 @@ def size_command(
         service_s=None if service_ms is None else service_ms / 1e3,
         concurrency=concurrency,
         parallel_loads=parallel_loads,
+        **disk,
     )
     trace = read_trace(trace_path)
     with err_console.status("sizing") as status:

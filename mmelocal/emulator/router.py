@@ -25,6 +25,7 @@ from mmelocal.rules.routing import (
     choose_instance,
     choose_ready,
     count_request,
+    open_rate_window,
     replica_instance,
 )
 
@@ -122,7 +123,8 @@ class Router:
         now = time.monotonic()
         rate = self._rates.get(target)
         if rate is None:
-            self._rates[target] = _Rate(window_start_s=now, count=1)
+            start, count = open_rate_window(now)
+            self._rates[target] = _Rate(window_start_s=start, count=count)
             return
         rate.window_start_s, rate.count, measured = count_request(
             rate.window_start_s, rate.count, now, self.rate_window_s

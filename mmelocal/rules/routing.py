@@ -7,7 +7,8 @@ One definition of each rule, used by the emulator (:mod:`mmelocal.emulator.route
   (the least busy one when several are, :func:`choose_ready`), else to one already loading
   it, else (cold) to the instance with the most free memory, fewer models breaking ties
   (:func:`choose_instance`).
-* **Replication**: a target whose request rate over a window (:func:`count_request`) reaches
+* **Replication**: a target whose request rate over a window (:func:`open_rate_window`,
+  :func:`count_request`) reaches
   the hot threshold and that only one instance holds is loaded on a second one, the up
   instance with the most free memory (:func:`replica_instance`).
 * **Eviction**: least recently used idle models first, until the new load fits under the
@@ -88,14 +89,23 @@ def choose_instance(views: Sequence[InstanceView]) -> int | None:
     return choose_cold(views)
 
 
+def open_rate_window(now_s: float) -> tuple[float, int]:
+    """``(window_start_s, count)`` of the window a target's first request opens: it starts
+    there and is not counted in it, as a window closed by a request starts the next one at
+    that request, counted in the window it closed. Every window then counts the requests in
+    ``(start, end]``: ``n`` requests at equal spacing over ``window_s`` measure ``n /
+    window_s`` (the intervals), the first window as the later ones."""
+    return now_s, 0
+
+
 def count_request(
     window_start_s: float, count: int, now_s: float, window_s: float
 ) -> tuple[float, int, float | None]:
-    """Count one request in a target's rate window.
+    """Count one request in a target's rate window (the first request opens it instead:
+    :func:`open_rate_window`).
 
     Returns the new ``(window_start_s, count)`` and, when the window closed with this
-    request, the rate it measured in requests per second (None otherwise). A first request
-    opens its window with ``window_start_s = now_s, count = 1`` (the caller's job).
+    request, the rate it measured in requests per second (None otherwise).
     """
     count += 1
     elapsed = now_s - window_start_s
@@ -352,6 +362,7 @@ __all__ = [
     "count_request",
     "estimate_footprint",
     "eviction_order",
+    "open_rate_window",
     "plan_disk_eviction",
     "plan_eviction",
     "replica_instance",

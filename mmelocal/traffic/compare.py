@@ -15,12 +15,30 @@ MAX_HIT_RATIO_POINTS = 5.0
 MAX_COLD_STARTS_RELATIVE = 0.15
 
 
-def config_from_replay(replayed: TrafficResult, *, instances: int = 1, seed: int = 0) -> SimConfig:
-    """The simulation of the endpoint a replay measured: capacity = the most models it held
-    ready at once (identical copies: memory-based eviction acts as a model count), load
-    times = how long each load held its instance, service time = the warm p50."""
+def config_from_replay(
+    replayed: TrafficResult, *, instances: int | None = None, seed: int = 0
+) -> SimConfig:
+    """The simulation of the endpoint a replay measured: capacity per instance = the most
+    models one emulator instance held ready at once (identical copies: memory-based
+    eviction acts as a model count), load times = how long each load held its instance,
+    service time = the warm p50. ``instances`` defaults to the emulator's instance count.
+
+    A replay written before it recorded each instance's most (``max_loaded_per_instance``)
+    has only the fleet's total: that is one instance's capacity only for one instance."""
     data = replayed.data
-    capacity = int(data.get("max_loaded") or 0)
+    count = instances if instances is not None else int(data.get("emulator_instances") or 1)
+    if count < 1:
+        raise UserInputError(f"instances must be >= 1, got {count}")
+    per_instance = data.get("max_loaded_per_instance")
+    if per_instance is None:
+        if count > 1:
+            raise UserInputError(
+                "the replay records only the models loaded on all instances together (no "
+                "max_loaded_per_instance), not what one instance holds: replay again with "
+                "this version, or simulate one instance"
+            )
+        per_instance = data.get("max_loaded")
+    capacity = int(per_instance or 0)
     if capacity < 1:
         raise UserInputError("the replay saw no model loaded: nothing to take a capacity from")
     cycles = tuple(data.get("load_cycle_s") or data.get("cold_load_s") or ())
@@ -28,7 +46,7 @@ def config_from_replay(replayed: TrafficResult, *, instances: int = 1, seed: int
         raise UserInputError("the replay recorded no load: nothing to take load times from")
     warm = data["latency_ms"]["warm"]["p50"]
     return SimConfig(
-        instances=instances,
+        instances=count,
         models_per_instance=capacity,
         load=LoadTimes(samples_s=cycles, source="measured by the replay"),
         service_s=None if warm is None else warm / 1e3,

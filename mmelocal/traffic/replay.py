@@ -17,6 +17,11 @@ set; or an endpoint through boto3 (``endpoint_name``, with ``endpoint_url`` for 
 AWS), where hits are not visible per request: the hit ratio then comes from CloudWatch's
 ``ModelCacheHit`` for the window, and the warm/cold split of latencies is inferred.
 
+``speed`` compresses the trace, not the endpoint: every duration the endpoint took
+(latencies, load times, load cycles) is in seconds as measured, never scaled; every instant
+and rate that places events in the trace (the timeline, the loaded count a request found,
+per-minute rates) is on the trace's clock.
+
 The schedule shards by target model (:func:`shard_schedule`): each shard keeps its
 requests' order and times, so shards can run in separate processes (Locust workers) and
 the requests for one model stay in order.
@@ -39,7 +44,11 @@ from urllib.parse import urlparse
 import numpy as np
 
 from mmelocal.errors import ReplayAbortedError, UserInputError
-from mmelocal.facts.sagemaker import ERROR_TYPE_HEADER
+from mmelocal.facts.sagemaker import (
+    ERROR_TYPE_HEADER,
+    INVOKE_TIMEOUT_S,
+    MODEL_NOT_READY_AFTER_S,
+)
 from mmelocal.traffic.results import TrafficResult, summarize
 from mmelocal.traffic.trace import Trace
 
@@ -47,6 +56,9 @@ logger = logging.getLogger(__name__)
 
 STATE_PATH = "/emulator/state"
 
+
+#: How long the sender waits beyond the platform's slowest answer (mmelocal's own margin).
+SENDER_MARGIN_S = 15.0
 
 #: What the Locust master waits, beyond the schedule and a request's timeout, for the
 #: workers' final batches before it reports what it has.
@@ -60,14 +72,19 @@ def _schedule_s(trace: Trace, options: ReplayOptions) -> float:
 
 @dataclass(frozen=True, kw_only=True)
 class ReplayOptions:
-    """How to send (see the module docstring)."""
+    """How to send (see the module docstring). ``speed`` K sends request ``i`` at
+    ``timestamp_i / K``; ``timeout_s``, ``max_lag_s`` and every time measured are seconds
+    of the replay (wall clock)."""
 
     speed: float = 1.0
     max_in_flight: int = 256
     max_lag_s: float = 0.25
     max_rate_rps: float = 2000.0
     content_type: str = "application/json"
-    timeout_s: float = 120.0
+    #: past the platform's slowest answer (a cold load's wait, then the model's time), so
+    #: that the platform's own answer (ModelError, ModelNotReadyException) is what is
+    #: recorded, not the sender's TimeoutError
+    timeout_s: float = MODEL_NOT_READY_AFTER_S + INVOKE_TIMEOUT_S + SENDER_MARGIN_S
     state_interval_s: float = 0.25
 
     def __post_init__(self) -> None:
@@ -213,27 +230,37 @@ def invocations_url(url: str, endpoint: str) -> str:
 async def _poll_state(
     session: Any, base: str, interval_s: float, stop: asyncio.Event, out: dict[str, Any]
 ) -> None:
-    """Sample the emulator's loaded count and keep every load event (the emulator's own log
-    is bounded: the replay keeps its record)."""
+    """Sample the emulator's loaded count (all instances together, and the most any one
+    instance held) and keep every load event (the emulator's own log is bounded: the
+    replay keeps its record)."""
     seen: set[tuple[float, str, int]] = set()
     samples: list[tuple[float, int]] = out.setdefault("samples", [])
     loads: list[tuple[float, str, int, float]] = out.setdefault("load_events", [])
     while True:
+        out["state_polls"] = out.get("state_polls", 0) + 1
         try:
             async with session.get(base + STATE_PATH) as resp:
-                state = await resp.json() if resp.status == 200 else None
+                if resp.status == 200:
+                    state = await resp.json()
+                else:
+                    state = None
+                    out["state_error"] = f"HTTP {resp.status}"
         except Exception as exc:  # the replay goes on; the report says what is missing
             out["state_error"] = f"{type(exc).__name__}: {exc}"
             state = None
-        if state is not None:
+        if state is None:
+            out["state_failures"] = out.get("state_failures", 0) + 1
+        else:
             now = time.monotonic()
-            ready = sum(
-                1
+            per_instance = [
+                sum(1 for e in i.get("loaded") or [] if e["state"] == "ready")
                 for i in state["instances"]
-                for e in i.get("loaded") or []
-                if e["state"] == "ready"
+            ]
+            samples.append((now, sum(per_instance)))
+            out["instance_count"] = len(per_instance)
+            out["max_loaded_per_instance"] = max(
+                out.get("max_loaded_per_instance", 0), max(per_instance, default=0)
             )
-            samples.append((now, ready))
             out["load_count"] = state.get("event_counts", {}).get("load", 0)
             for e in state.get("events", []):
                 if e.get("kind") != "load" or e.get("duration_ms") is None:
@@ -556,7 +583,9 @@ def _replay_boto3(
         loop = asyncio.get_running_loop()
         t0 = loop.time() + 0.05
 
-        def call(i: int) -> None:
+        def call(i: int) -> str | None:
+            """One invocation on a pool thread: None, or the error's class (counted by the
+            event loop's thread: a dict updated from many threads loses counts)."""
             try:
                 runtime.invoke_endpoint(
                     EndpointName=endpoint_name,
@@ -564,16 +593,19 @@ def _replay_boto3(
                     ContentType=options.content_type,
                     Body=body,
                 )
-                rec.ok[i] = True
             except botocore.exceptions.ClientError as exc:
-                err = exc.response.get("Error", {}).get("Code", "ClientError")
-                rec.errors[err] = rec.errors.get(err, 0) + 1
+                return str(exc.response.get("Error", {}).get("Code", "ClientError"))
             except Exception as exc:
-                rec.errors[type(exc).__name__] = rec.errors.get(type(exc).__name__, 0) + 1
+                return type(exc).__name__
+            return None
 
         async def send(i: int) -> None:
-            await loop.run_in_executor(pool, call, i)
+            err = await loop.run_in_executor(pool, call, i)
             rec.latency_s[i] = loop.time() - (t0 + times[i] / options.speed)
+            if err is None:
+                rec.ok[i] = True
+            else:
+                rec.errors[err] = rec.errors.get(err, 0) + 1
 
         await _open_loop(trace, np.arange(n), send, options, progress, t0)
 
@@ -688,6 +720,7 @@ def replay(
     measured_on, measured_where = _measured_where(url, endpoint_name, endpoint_url, state)
     loaded = None
     max_loaded: int | None = None
+    per_instance: dict[str, int] = {}
     events = sorted(state.get("load_events", []))
     load_s = np.asarray([e[3] for e in events], dtype=np.float64)
     loads = 0
@@ -699,12 +732,19 @@ def replay(
             pos = np.clip(np.searchsorted(t_rel, trace.times_s, side="right") - 1, 0, None)
             loaded = counts[pos]
             max_loaded = int(counts.max())
+            per_instance = {
+                "max_loaded_per_instance": int(state["max_loaded_per_instance"]),
+                "emulator_instances": int(state["instance_count"]),
+            }
         loads = int(state.get("load_count", 0)) - int(state.get("loads_before", 0))
         cycles = load_cycles(trace, rec, events, state["t0_wall"], options.speed)
         notes.append(
             "Hits per request from the emulator's X-Mmelocal-Model-Cache header; loads, "
             "load times and the loaded set from its /emulator/state."
         )
+        gaps = _state_note(state)
+        if gaps is not None:
+            notes.append(gaps)
     hit = rec.hit
     ratio: float | None = None
     if endpoint_name is not None:
@@ -741,6 +781,7 @@ def replay(
             "notes": notes,
             "measured_on": measured_on,
             "measured_where": measured_where,
+            **per_instance,
         },
     )
     if endpoint_name is not None and ratio is None:
@@ -749,9 +790,27 @@ def replay(
         result.data["latency_ms"]["warm"] = result.data["latency_ms"]["cold"] = None
     if options.speed != 1.0:
         result.data["notes"].append(
-            f"Replayed at --speed {options.speed:g}: times in the timeline are the trace's."
+            f"Replayed at --speed {options.speed:g} (the trace sent {options.speed:g} times "
+            "faster): latencies, cold-load times and load cycles are the endpoint's seconds, "
+            "as measured; the timeline, the duration and the per-minute rates are on the "
+            "trace's clock."
         )
     return result
+
+
+def _state_note(state: Mapping[str, Any]) -> str | None:
+    """What the report must say when polls of the emulator's state page failed (None when
+    none did): the loaded set has gaps then, and loads the emulator's bounded event log
+    dropped meanwhile are missing from the load times."""
+    failures = int(state.get("state_failures", 0))
+    if not failures:
+        return None
+    return (
+        f"{failures} of {int(state.get('state_polls', failures))} reads of the emulator's "
+        f"{STATE_PATH} failed (last: {state.get('state_error')}): the loaded models have "
+        "gaps then, and load times the emulator's event log dropped meanwhile are missing "
+        "(hits, errors and latencies come from each answer and are complete)."
+    )
 
 
 def _probe_kinds(state: Mapping[str, Any]) -> list[str]:
@@ -790,16 +849,19 @@ def load_cycles(
     t0_wall: float,
     speed: float,
 ) -> np.ndarray:
-    """How long each load held its instance, in trace seconds: from the later of the miss
-    that asked for it and the previous load's end on that instance, to its own end. Beside
-    Triton's load call this holds the eviction that made room, memory readings and, for a
-    first use, the download: the cold-load time a simulation of this endpoint needs.
+    """How long each load held its instance, in the endpoint's seconds (wall clock, as the
+    latencies; never scaled by ``speed``): from the later of the miss that asked for it
+    and the previous load's end on that instance, to its own end. Beside Triton's load
+    call this holds the eviction that made room, memory readings and, for a first use, the
+    download: the cold-load time a simulation of this endpoint needs.
 
     A caller that got an error (ModelNotReadyException after its wait) asked for the load
-    too; a load no caller asked for (a hot model's replica) is its own load time."""
+    too; a load no caller asked for (a hot model's replica) is its own load time.
+    ``events`` are (wall time it ended, target, instance, seconds); request ``i`` was sent
+    ``trace.times_s[i] / speed`` after ``t0_wall``."""
     index = {m: i for i, m in enumerate(trace.models)}
     misses = ~rec.hit  # answered misses and failed calls: either may have asked for a load
-    times = trace.times_s
+    sent = trace.times_s / speed  # when each request left, in seconds from the start
     by_model: dict[int, np.ndarray] = {}
     previous_end: dict[int, float] = {}
     last_load_of: dict[int, float] = {}
@@ -808,16 +870,16 @@ def load_cycles(
         m = index.get(target)
         if m is None:
             continue
-        end = (wall - t0_wall) * speed
+        end = wall - t0_wall
         if m not in by_model:
-            by_model[m] = times[(trace.model_ids == m) & misses]
+            by_model[m] = sent[(trace.model_ids == m) & misses]
         asked = by_model[m]
         after = asked[(asked > last_load_of.get(m, -1.0)) & (asked <= end)]
         if len(after):
             start = max(float(after[0]), previous_end.get(instance, -1.0))
             out.append(max(0.0, end - start))
         else:  # nobody waited for it: all there is to go by is the load itself
-            out.append(seconds * speed)
+            out.append(seconds)
         previous_end[instance] = end
         last_load_of[m] = end
     return np.asarray(out)

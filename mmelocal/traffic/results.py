@@ -4,7 +4,9 @@ Keys (both sources): ``requests``, ``errors`` (total) and ``errors_by_class``,
 ``hit_ratio`` (the mean of ``ModelCacheHit`` over the answered requests), ``cold_starts``
 (answered requests whose ModelCacheHit was 0: they waited for a load) and
 ``cold_starts_per_min`` (over the time up to the last request; None when that is 0 s),
-``loads``, ``max_loaded`` (most models loaded at once, all instances together),
+``loads``, ``max_loaded`` (most models loaded at once, all instances together; a replay of
+``mmelocal serve`` adds ``max_loaded_per_instance``, the most one instance held, and
+``emulator_instances``),
 ``cold_load_s_p50``, ``latency_ms`` (``p50``/``p90``/``p99``, with
 ``warm`` and ``cold`` apart; nearest rank, :mod:`mmelocal.stats`), ``timeline`` (per time
 bin: rate, hit ratio, loaded models, p99, instances). A simulation adds ``instance_hours``
@@ -295,6 +297,12 @@ def summary_rows(result: TrafficResult) -> list[tuple[str, str]]:
         ("warm p50 / p99 (ms)", _pair(lat["warm"])),
         ("cold p50 / p99 (ms)", _pair(lat["cold"])),
     ]
+    if d.get("download_seconds_source") is not None:
+        rows.append(
+            ("downloads (artifacts deleted)", f"{d['downloads']:,} ({d['artifacts_deleted']:,})")
+        )
+    if d.get("failed_loads"):
+        rows.append((f"failed loads (past {d['load_limit_s']:g} s)", f"{d['failed_loads']:,}"))
     if "instance_hours" in d:
         rows.append(("instance-hours", f"{d['instance_hours']:.3f}"))
         if d.get("max_instances") is not None:

@@ -18,6 +18,12 @@ LRU eviction, through :class:`~mmelocal.rules.routing.FastLru`) and
    starts, as the emulator does, so models waiting in the queue hold no memory; a caller
    that would wait longer than ``load_wait_timeout_s`` gets ``ModelNotReadyException``
    (an error) while the load goes on;
+   with ``download`` times, each instance keeps artifacts on its disk (``disk_bytes``,
+   least recently used artifacts of unloaded models deleted first, the rule of
+   :func:`~mmelocal.rules.routing.plan_disk_eviction` through a :class:`FastLru`): a load
+   whose artifact is on disk skips the download; a download and load together longer than
+   ``load_limit_s`` (the platform's 360 s) fail at the limit: the model never serves, its
+   callers still waiting get ``ModelError``, and the next request loads it again;
 5. it waits for a free slot (``concurrency`` per instance) and takes ``service_s``.
 
 ``ModelCacheHit`` is 1 for a request whose target was ready where it went, as the
@@ -37,14 +43,20 @@ from typing import Any
 
 import numpy as np
 
-from mmelocal.errors import ModelNotReadyError, UserInputError
+from mmelocal.errors import ModelLoadError, ModelNotReadyError, UserInputError
 from mmelocal.facts.invoke_errors import error_kind
-from mmelocal.facts.sagemaker import HOT_MODEL_RPS, HOT_MODEL_WINDOW_S, MODEL_NOT_READY_AFTER_S
+from mmelocal.facts.sagemaker import (
+    HOT_MODEL_RPS,
+    HOT_MODEL_WINDOW_S,
+    LOAD_LIMIT_S,
+    MODEL_NOT_READY_AFTER_S,
+)
 from mmelocal.rules.routing import (
     FastLru,
     InstanceView,
     choose_cold,
     count_request,
+    open_rate_window,
     replica_instance,
 )
 from mmelocal.traffic.results import TrafficResult, summarize
@@ -52,6 +64,11 @@ from mmelocal.traffic.trace import Trace
 
 #: the error class a caller gets when a cold load outlasts MODEL_NOT_READY_AFTER_S
 MODEL_NOT_READY = error_kind(ModelNotReadyError("", target_model="")).error_type
+#: the error class a caller still waiting gets when its load fails (past ``load_limit_s``):
+#: the emulator's answer to a load past its limit (the service documents none)
+LOAD_FAILED = error_kind(ModelLoadError("", model_name="")).error_type
+#: an instance's disk when none is given: every artifact stays
+_UNLIMITED_BYTES = 1 << 62
 
 
 def pick_holder(fleet: Sequence[Any], holders: Sequence[int], m: int, t: float) -> tuple[int, int]:
@@ -138,6 +155,13 @@ class SimConfig:
     ``memory_limit_bytes`` with ``footprint_bytes`` per model (``default_footprint_bytes``
     for the others). ``service_s`` is the time one request takes on a loaded model (None:
     unknown, latencies then hold only the waits for loads and slots).
+
+    ``download``: seconds to download and extract an artifact that is not on the
+    instance's disk (None: not modelled; the load times hold whatever download there is,
+    as a replay's load cycles do for a first use). With it each instance keeps artifacts
+    on a disk of ``disk_bytes`` (None: all stay), each ``artifact_bytes`` (by target;
+    ``default_artifact_bytes`` for the others). ``load_limit_s``: how long the platform
+    lets a download and load go on before the load has failed.
     """
 
     instances: int = 1
@@ -151,6 +175,11 @@ class SimConfig:
     concurrency: int = 4
     parallel_loads: int = 1
     load_wait_timeout_s: float = MODEL_NOT_READY_AFTER_S
+    load_limit_s: float = LOAD_LIMIT_S
+    download: LoadTimes | None = None
+    disk_bytes: int | None = None
+    artifact_bytes: Mapping[str, int] = field(default_factory=dict)
+    default_artifact_bytes: int | None = None
     hot_rps_threshold: float = HOT_MODEL_RPS
     rate_window_s: float = HOT_MODEL_WINDOW_S
     autoscaling: Autoscaling | None = None
@@ -184,13 +213,51 @@ class SimConfig:
             raise UserInputError(f"--service-ms must be >= 0, got {self.service_s * 1e3:g}")
         if self.unload_s < 0:
             raise UserInputError(f"--unload-seconds must be >= 0, got {self.unload_s}")
+        if self.load_limit_s <= 0:
+            raise UserInputError(f"load_limit_s must be > 0, got {self.load_limit_s}")
+        if self.disk_bytes is not None:
+            if self.disk_bytes <= 0:
+                raise UserInputError(f"--disk-budget must be > 0, got {self.disk_bytes}")
+            if self.download is None:
+                raise UserInputError(
+                    "a disk budget needs the download time it saves: give --download-seconds"
+                )
+            if self.default_artifact_bytes is None:
+                raise UserInputError(
+                    "a disk budget needs each artifact's size on disk: give --artifact-mib"
+                )
+        sizes = [*self.artifact_bytes.values(), self.default_artifact_bytes or 0]
+        if any(size < 0 for size in sizes):
+            raise UserInputError(f"artifact sizes must be >= 0 bytes, got {min(sizes)}")
 
 
 class _Instance:
-    __slots__ = ("inflight", "loaders", "lru", "pending", "queue", "ready_at", "slots", "up_at")
+    __slots__ = (
+        "disk",
+        "failing",
+        "inflight",
+        "loaders",
+        "lru",
+        "pending",
+        "queue",
+        "ready_at",
+        "slots",
+        "up_at",
+    )
 
-    def __init__(self, limit: int, concurrency: int, up_at: float, parallel_loads: int = 1) -> None:
+    def __init__(
+        self,
+        limit: int,
+        concurrency: int,
+        up_at: float,
+        parallel_loads: int = 1,
+        disk_bytes: int = _UNLIMITED_BYTES,
+    ) -> None:
         self.lru: FastLru[int] = FastLru(limit)
+        #: the artifacts on its disk, least recently used first
+        self.disk: FastLru[int] = FastLru(disk_bytes)
+        #: loads that will fail (past the load limit): when
+        self.failing: dict[int, float] = {}
         #: when each model held here is (or will be) ready; inf while its load is queued
         self.ready_at: dict[int, float] = {}
         self.inflight: dict[int, int] = {}
@@ -226,8 +293,20 @@ def simulate(
                 f"{too_big[0]} needs {sizes[trace.models.index(too_big[0])]:,} bytes, more than "
                 f"an instance's limit of {limit:,}: choose a larger instance type"
             )
+    disk_limit = config.disk_bytes or _UNLIMITED_BYTES
+    artifact_sizes = [
+        config.artifact_bytes.get(m, config.default_artifact_bytes or 0) for m in trace.models
+    ]
+    too_big = [m for m, s in zip(trace.models, artifact_sizes, strict=True) if s > disk_limit]
+    if too_big:
+        raise UserInputError(
+            f"{too_big[0]}'s artifact needs {artifact_sizes[trace.models.index(too_big[0])]:,} "
+            f"bytes, more than an instance's disk of {disk_limit:,}: raise --disk-budget"
+        )
     rng = np.random.default_rng(config.seed)
     draw_load = config.load.sampler(rng)
+    draw_download = config.download.sampler(rng) if config.download is not None else None
+    load_limit = config.load_limit_s
     service = config.service_s or 0.0
     unload_s = config.unload_s
     concurrency = config.concurrency
@@ -238,7 +317,7 @@ def simulate(
         else max(scaling.min_instances, min(config.instances, scaling.max_instances))
     )
     fleet: list[_Instance] = [
-        _Instance(limit, concurrency, 0.0, config.parallel_loads) for _ in range(count0)
+        _Instance(limit, concurrency, 0.0, config.parallel_loads, disk_limit) for _ in range(count0)
     ]
     holders: dict[int, list[int]] = {}
     rates: dict[int, tuple[float, int]] = {}
@@ -247,13 +326,24 @@ def simulate(
     # callers of a load, served (a slot each) once it is ready: (ready, request, where, model)
     waiting: list[tuple[float, int, _Instance, int]] = []
     starts: list[tuple[float, int, _Instance]] = []  # (time a queued load starts, seq, where)
+    failures: list[tuple[float, int, _Instance, int]] = []  # (when a load fails, seq, where, m)
     latency = np.empty(n, dtype=np.float64)
     hit = np.zeros(n, dtype=np.bool_)
     ok = np.ones(n, dtype=np.bool_)
     wait_timeout = config.load_wait_timeout_s
     loaded_now = np.empty(n, dtype=np.int32)
     load_times: list[float] = []
-    counts = {"loads": 0, "loaded": 0, "timeouts": 0, "seq": 0, "over": 0}
+    counts = {
+        "loads": 0,
+        "loaded": 0,
+        "timeouts": 0,
+        "seq": 0,
+        "over": 0,
+        "failed_loads": 0,
+        "load_failed": 0,
+        "downloads": 0,
+        "deleted": 0,
+    }
     times = trace.times_s.tolist()
     ids = trace.model_ids.tolist()
     # billing: (time, instances billed from then)
@@ -266,10 +356,24 @@ def simulate(
                 return j
         return -1
 
+    def fail_caller(k: int, failed_at: float) -> None:
+        """Request ``k`` waited for a load that fails at ``failed_at``."""
+        ok[k] = False
+        if failed_at - times[k] > wait_timeout:
+            counts["timeouts"] += 1
+            latency[k] = wait_timeout
+        else:
+            counts["load_failed"] += 1
+            latency[k] = failed_at - times[k]
+
     def serve_after_load(k: int, inst: _Instance, m: int, ready: float) -> None:
         """Request ``k`` waited for ``m``'s load on ``inst``: a miss, served when ready (in
         flight from now: a waiting caller keeps the model from eviction)."""
         t = times[k]
+        failed_at = inst.failing.get(m)
+        if failed_at is not None:
+            fail_caller(k, failed_at)
+            return
         if ready - t > wait_timeout:
             # the caller gets ModelNotReadyException at the timeout; the load goes on
             ok[k] = False
@@ -309,19 +413,67 @@ def simulate(
             hs.remove(i)
             if not hs:
                 del holders[v]
+        begin = now + (unload_s if victims else 0.0)
+        fetch_s = fetch(inst, m) if draw_download is not None else 0.0
         seconds = draw_load()
-        ready = now + (unload_s if victims else 0.0) + seconds
-        heapq.heapreplace(inst.loaders, ready)
         inst.lru.add(m, sizes[m])
-        inst.ready_at[m] = ready
-        counts["loads"] += 1
         counts["loaded"] += 1 - len(victims)
-        load_times.append(seconds)
-        for k in waiters:
-            serve_after_load(k, inst, m, ready)
+        if fetch_s + seconds > load_limit:
+            # the platform gives up at the limit: the model never serves, its memory is
+            # held until then, and the load slot too
+            failed_at = begin + load_limit
+            heapq.heapreplace(inst.loaders, failed_at)
+            inst.ready_at[m] = math.inf
+            inst.failing[m] = failed_at
+            counts["failed_loads"] += 1
+            counts["seq"] += 1
+            heapq.heappush(failures, (failed_at, counts["seq"], inst, m))
+            for k in waiters:
+                fail_caller(k, failed_at)
+        else:
+            ready = begin + fetch_s + seconds
+            heapq.heapreplace(inst.loaders, ready)
+            inst.ready_at[m] = ready
+            counts["loads"] += 1
+            load_times.append(seconds)
+            for k in waiters:
+                serve_after_load(k, inst, m, ready)
         if inst.queue:
             counts["seq"] += 1
             heapq.heappush(starts, (inst.loaders[0], counts["seq"], inst))
+
+    def fetch(inst: _Instance, m: int) -> float:
+        """The download ``m``'s load needs on ``inst``: none when its artifact is on the
+        disk, else a drawn time, after deleting least recently used artifacts whose models
+        are not in memory there until it fits (over the budget when all are)."""
+        assert draw_download is not None
+        disk = inst.disk
+        if m in disk:
+            disk.touch(m)
+            return 0.0
+        deleted, _ = disk.plan(artifact_sizes[m], inst.lru.__contains__)
+        for v in deleted:
+            disk.remove(v)
+        disk.add(m, artifact_sizes[m])
+        counts["deleted"] += len(deleted)
+        counts["downloads"] += 1
+        return draw_download()
+
+    def run_failures(until: float) -> None:
+        """Loads that failed by ``until`` leave their instance (memory and holders)."""
+        while failures and failures[0][0] <= until:
+            _, _, inst, m = heapq.heappop(failures)
+            del inst.failing[m]
+            i = index_of(inst)
+            if i < 0:  # the instance went (scale-in): its holders went with it
+                continue
+            inst.lru.remove(m)
+            del inst.ready_at[m]
+            hs = holders[m]
+            hs.remove(i)
+            if not hs:
+                del holders[m]
+            counts["loaded"] -= 1
 
     def enqueue(i: int, m: int, now: float, waiter: int | None) -> None:
         inst = fleet[i]
@@ -336,6 +488,8 @@ def simulate(
     def run_starts(until: float) -> None:
         while starts and starts[0][0] <= until:
             at, _, inst = heapq.heappop(starts)
+            if failures and failures[0][0] <= at:
+                run_failures(at)
             if inst.queue:
                 start_next(inst, at)
 
@@ -360,8 +514,12 @@ def simulate(
     for k in range(n):
         t = times[k]
         m = ids[k]
+        if failures and failures[0][0] <= t:
+            run_failures(t)
         if starts and starts[0][0] <= t:
             run_starts(t)
+        if failures and failures[0][0] <= t:
+            run_failures(t)
         if waiting and waiting[0][0] <= t:
             serve_ready(t)
         while done and done[0][0] <= t:
@@ -374,7 +532,15 @@ def simulate(
                     while gone.queue:
                         start_next(gone, max(at, gone.loaders[0]))
                 _resize(
-                    fleet, holders, change, at, limit, concurrency, scaling, config.parallel_loads
+                    fleet,
+                    holders,
+                    change,
+                    at,
+                    limit,
+                    concurrency,
+                    scaling,
+                    config.parallel_loads,
+                    disk_limit,
                 )
                 counts["loaded"] = sum(len(x.lru) for x in fleet)
                 billed.append((at, len(fleet)))
@@ -418,7 +584,7 @@ def simulate(
         # hot-model replication, the emulator's rule (counted on served requests)
         r = rates.get(m)
         if r is None:
-            rates[m] = (t, 1)
+            rates[m] = open_rate_window(t)
         else:
             w0, c, measured = count_request(r[0], r[1], t, window)
             rates[m] = (w0, c)
@@ -453,14 +619,18 @@ def simulate(
         progress(n, n)
     duration = trace.duration_s
     instance_hours = _instance_hours(billed, duration)
-    timeouts = counts["timeouts"]
+    errors = {
+        kind: n
+        for kind, n in ((MODEL_NOT_READY, counts["timeouts"]), (LOAD_FAILED, counts["load_failed"]))
+        if n
+    }
     return summarize(
         source="simulated",
         times_s=trace.times_s,
         latency_s=latency,
         hit=hit,
         ok=ok,
-        errors={MODEL_NOT_READY: timeouts} if timeouts else {},
+        errors=errors,
         loaded=loaded_now,
         load_times_s=np.asarray(load_times),
         loads=counts["loads"],
@@ -476,6 +646,12 @@ def simulate(
             "concurrency": concurrency,
             "parallel_loads": config.parallel_loads,
             "loads_over_capacity": counts["over"],
+            "failed_loads": counts["failed_loads"],
+            "load_limit_s": load_limit,
+            "downloads": counts["downloads"],
+            "artifacts_deleted": counts["deleted"],
+            "download_seconds_source": None if config.download is None else config.download.source,
+            "disk_bytes": config.disk_bytes,
             "scaling_activities": scaler.activities if scaler is not None else [],
         },
     )
@@ -497,11 +673,16 @@ def _resize(
     concurrency: int,
     scaling: Autoscaling,
     parallel_loads: int,
+    disk_bytes: int,
 ) -> None:
     """Grow the fleet (new instances serve after ``instance_start_s``) or shrink it (the
     newest instances go; their requests in flight finish)."""
     while len(fleet) < capacity:
-        fleet.append(_Instance(limit, concurrency, now + scaling.instance_start_s, parallel_loads))
+        fleet.append(
+            _Instance(
+                limit, concurrency, now + scaling.instance_start_s, parallel_loads, disk_bytes
+            )
+        )
     while len(fleet) > capacity:
         gone = len(fleet) - 1
         inst = fleet.pop()

@@ -21,6 +21,10 @@ from mmelocal.errors import UserInputError
 
 COLUMNS = ("timestamp", "target_model")
 OPTIONAL_COLUMNS = ("payload_bytes",)
+#: A first timestamp this large (10^9 s, 31.7 years; 2001-09-09 as a Unix time) is a Unix
+#: time copied from a log, not seconds from the start: refused with the fix, rather than
+#: a replay that waits decades for its first request.
+UNIX_TIME_FLOOR_S = 1e9
 
 
 @dataclass(frozen=True, eq=False)
@@ -75,6 +79,14 @@ class _Builder:
             raise _fail(self.origin, line, f"timestamp {stamp!r} is not a number") from None
         if not np.isfinite(t) or t < 0:
             raise _fail(self.origin, line, f"timestamp {t!r} must be >= 0 seconds from the start")
+        if not self.times and t >= UNIX_TIME_FLOOR_S:
+            raise _fail(
+                self.origin,
+                line,
+                f"timestamp {t:g} looks like a Unix time, not seconds from the start: "
+                "subtract the first row's time from every row (docs: Traces, exporting one "
+                "from your own logs)",
+            )
         if t < self.last:
             raise _fail(
                 self.origin,
@@ -132,19 +144,26 @@ def _check_columns(origin: str, line: int, columns: list[str]) -> bool:
 
 
 def read_trace(path: Path | str) -> Trace:
-    """Read and check a CSV or JSON-lines trace (the format is told by its first character)."""
+    """Read and check a CSV or JSON-lines trace (the format is told by its first character).
+    UTF-8, with or without the byte order mark spreadsheets write."""
     path = Path(path)
     origin = str(path)
     try:
-        handle = path.open("r", encoding="utf-8", newline="")
+        handle = path.open("r", encoding="utf-8-sig", newline="")
     except OSError as exc:
         raise UserInputError(f"cannot read trace {path}: {exc.strerror}") from exc
     with handle:
-        first = handle.read(1)
-        handle.seek(0)
-        if first == "{":
-            return _read_jsonl(handle, origin)
-        return _read_csv(handle, origin)
+        try:
+            first = handle.read(1)
+            handle.seek(0)
+            if first == "{":
+                return _read_jsonl(handle, origin)
+            return _read_csv(handle, origin)
+        except UnicodeDecodeError as exc:
+            raise UserInputError(
+                f"{origin} is not UTF-8 text (byte {exc.start} cannot be decoded: "
+                f"{exc.reason}): save it as UTF-8"
+            ) from None
 
 
 def _read_csv(handle: TextIO, origin: str) -> Trace:
@@ -223,4 +242,11 @@ def write_trace(trace: Trace, path: Path | str) -> Path:
     return path
 
 
-__all__ = ["COLUMNS", "OPTIONAL_COLUMNS", "Trace", "read_trace", "write_trace"]
+__all__ = [
+    "COLUMNS",
+    "OPTIONAL_COLUMNS",
+    "UNIX_TIME_FLOOR_S",
+    "Trace",
+    "read_trace",
+    "write_trace",
+]

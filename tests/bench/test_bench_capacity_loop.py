@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from bench_helpers import FakeInstance, run_fake_capacity
 
@@ -113,3 +115,30 @@ def test_without_per_process_figures_there_is_no_split() -> None:
     assert result.loads[0].marginal_bytes is None
     assert result.shared_runtime_bytes is None and result.implied_count is None
     assert result.footprint_line() is None
+
+
+def test_a_reading_still_moving_on_a_large_card_is_not_settled() -> None:
+    """An 80 GB card 70 GiB full whose memory still grows 100 MiB a reading (a model still
+    allocating) has not settled: 0.5 % of the used memory (350 MiB) took the second
+    reading. Settled is the probe's own jitter, whatever the card's size."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from mmelocal.bench.capacity.loop import SETTLE_TOLERANCE_BYTES, settle_reading
+
+    gib = 1024 * MIB
+    growing = [70 * gib + k * 100 * MIB for k in (0, 1, 2, 3, 3)]
+    jitter = [70 * gib, 70 * gib + SETTLE_TOLERANCE_BYTES - 1]
+
+    def reader(values: list[int]) -> Any:
+        readings = iter(values)
+
+        async def read() -> Any:
+            return SimpleNamespace(used_bytes=next(readings), total_bytes=80 * gib)
+
+        return read
+
+    settled = asyncio.run(settle_reading(reader(growing), interval_s=0.0, max_s=60.0))
+    assert settled.used_bytes == 70 * gib + 300 * MIB
+    settled = asyncio.run(settle_reading(reader(jitter), interval_s=0.0, max_s=60.0))
+    assert settled.used_bytes == jitter[1]  # within the jitter bound: settled at once

@@ -83,3 +83,158 @@ def test_load_cycles_of_a_timed_out_caller_and_of_a_replica() -> None:
     ]
     cycles = load_cycles(trace, rec, events, t0, 1.0)
     assert cycles.tolist() == pytest.approx([70.0, 5.0, 2.0])
+
+
+def test_a_sped_up_replays_load_cycles_are_the_endpoints_seconds() -> None:
+    """At --speed 2 the trace's 10 s is the replay's 5 s; a load asked for then that ends
+    3 s later held its instance 3 s (as the latencies are the endpoint's seconds), not the
+    6 s of trace time it spans. A load nobody waited for is its own time, unscaled."""
+    from mmelocal.traffic.replay import load_cycles
+
+    trace = Trace(
+        times_s=np.asarray([10.0, 20.0]),
+        model_ids=np.asarray([0, 1], dtype=np.int32),
+        models=("m0", "m1"),
+    )
+    rec = _Record(
+        latency_s=np.asarray([3.0, 4.0]),
+        hit=np.asarray([False, False]),
+        ok=np.asarray([True, True]),
+    )
+    t0 = 1_000.0
+    events = [
+        (t0 + 8.0, "m0", 0, 2.5),  # asked at trace 10 s = replay 5 s, done at replay 8 s
+        (t0 + 14.0, "m1", 0, 3.5),  # asked at trace 20 s = replay 10 s
+        (t0 + 20.0, "m0", 1, 2.0),  # a replica
+    ]
+    cycles = load_cycles(trace, rec, events, t0, 2.0)
+    assert cycles.tolist() == pytest.approx([3.0, 4.0, 2.0])
+    assert cycles.tolist() == pytest.approx([*rec.latency_s.tolist(), 2.0])
+
+
+def test_a_state_page_that_fails_is_reported_not_skipped() -> None:
+    """The replay's record of loads and the loaded set comes from polling the emulator's
+    state page: a poll answered 503 (or failing) left a gap the report never mentioned."""
+    aiohttp = pytest.importorskip("aiohttp")
+    import asyncio
+
+    from aiohttp import web
+
+    from mmelocal.traffic.replay import STATE_PATH, _poll_state
+
+    polls: list[int] = []
+    answered = asyncio.Event()
+
+    async def state(request: web.Request) -> web.Response:
+        polls.append(1)
+        if len(polls) == 1:
+            return web.Response(status=503, text="busy")
+        answered.set()
+        return web.json_response({"instances": [], "events": [], "event_counts": {}})
+
+    async def run() -> dict[str, object]:
+        app = web.Application()
+        app.router.add_get(STATE_PATH, state)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        out: dict[str, object] = {}
+        stop = asyncio.Event()
+        try:
+            async with aiohttp.ClientSession() as session:
+                poll = asyncio.ensure_future(
+                    _poll_state(session, f"http://127.0.0.1:{port}", 0.001, stop, out)
+                )
+                await asyncio.wait_for(answered.wait(), timeout=30)
+                stop.set()
+                await poll
+        finally:
+            await runner.cleanup()
+        return out
+
+    out = asyncio.run(run())
+    assert out.get("state_failures") == 1 and "503" in str(out.get("state_error"))
+    from mmelocal.traffic.replay import _state_note
+
+    note = _state_note(out)
+    assert note is not None and "1 of" in note and "503" in note
+    assert _state_note({"samples": [(0.0, 1)]}) is None
+
+
+def test_every_error_of_a_boto3_replay_is_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """boto3 calls run on a thread pool; each failed call's count must survive the others
+    (an unlocked read-modify-write of one dict from many threads loses some). The error
+    table's reads are slowed so that a race, if the counting has one, shows every time."""
+    import http.server
+    import json
+    import threading
+    import time
+
+    from mmelocal.traffic import replay as replay_module
+    from mmelocal.traffic.replay import _replay_boto3
+
+    class SlowReads(dict[str, int]):
+        def get(self, key: str, default: int | None = None) -> int | None:  # type: ignore[override]
+            value = super().get(key, default)
+            time.sleep(0.001)  # the window between the read and the write, widened
+            return value
+
+    empty = _Record.empty
+
+    def record_with_slow_errors(n: int) -> _Record:
+        rec = empty(n)
+        rec.errors = SlowReads()
+        return rec
+
+    monkeypatch.setattr(replay_module._Record, "empty", staticmethod(record_with_slow_errors))
+
+    class Refuse(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            body = json.dumps({"__type": "ValidationError", "message": "no"}).encode()
+            self.send_response(400)
+            self.send_header("Content-Type", "application/x-amz-json-1.1")
+            self.send_header("x-amzn-ErrorType", "ValidationError")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refuse)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    n = 200
+    trace = Trace(times_s=np.zeros(n), model_ids=np.zeros(n, dtype=np.int32), models=("m",))
+    try:
+        rec, _ = _replay_boto3(
+            trace,
+            "e",
+            b"{}",
+            ReplayOptions(max_in_flight=n, max_lag_s=600.0),
+            None,
+            f"http://127.0.0.1:{server.server_address[1]}",
+            "us-east-1",
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert not rec.ok.any()
+    assert rec.errors == {"ValidationError": n}
+
+
+def test_the_senders_timeout_outlasts_the_platforms_slowest_answer() -> None:
+    """A call may wait for a cold load up to MODEL_NOT_READY_AFTER_S and then for the model
+    up to INVOKE_TIMEOUT_S, and the platform answers then (its ModelError or
+    ModelNotReadyException): a sender that gives up at exactly that sum records its own
+    TimeoutError instead of the platform's answer."""
+    from mmelocal.facts.sagemaker import INVOKE_TIMEOUT_S, MODEL_NOT_READY_AFTER_S
+
+    assert ReplayOptions().timeout_s > MODEL_NOT_READY_AFTER_S + INVOKE_TIMEOUT_S

@@ -3,8 +3,10 @@ equals the emulator's planner on random inputs, and the routing choices hold."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
+import numpy as np
 import pytest
 
 from mmelocal.rules.routing import (
@@ -14,9 +16,11 @@ from mmelocal.rules.routing import (
     choose_instance,
     choose_ready,
     count_request,
+    open_rate_window,
     plan_eviction,
     replica_instance,
 )
+from mmelocal.traffic.simulate import LoadTimes
 
 
 @pytest.mark.parametrize("seed", range(300))
@@ -79,10 +83,14 @@ def test_routing_choices() -> None:
 
 
 def test_rate_window_and_replica() -> None:
-    start, count, rate = count_request(0.0, 1, 0.5, 1.0)
-    assert (start, count, rate) == (0.0, 2, None)
+    start, count = open_rate_window(0.0)
+    start, count, rate = count_request(start, count, 0.5, 1.0)
+    assert (start, count, rate) == (0.0, 1, None)
     start, count, rate = count_request(start, count, 2.0, 1.0)
-    assert (start, count) == (2.0, 0) and rate == pytest.approx(1.5)
+    assert (start, count) == (2.0, 0) and rate == pytest.approx(1.0)  # (0, 2]: 2 in 2 s
+    start, count, rate = count_request(start, count, 2.5, 1.0)
+    start, count, rate = count_request(start, count, 3.0, 1.0)
+    assert rate == pytest.approx(2.0)  # (2, 3]: 2 in 1 s, as the first window counts
     candidates = [(0, True, 10), (1, True, 50), (2, False, 99)]
     assert replica_instance(60, 50, [0], candidates) == 1
     assert replica_instance(40, 50, [0], candidates) is None  # not hot
@@ -121,3 +129,86 @@ def test_simulators_ready_choice_is_choose_ready() -> None:
         assert i == (-1 if chosen is None else order[chosen])
         waiting = [j for j, v in zip(order, views, strict=True) if not (v.up and v.ready)]
         assert loading == (waiting[0] if waiting else -1)
+
+
+def test_the_first_rate_window_counts_the_intervals_like_the_others() -> None:
+    """Requests at 0, 0.5 and 1.0 s are two intervals in one second: 2/s, not 3/s (the
+    request that opens a window is the previous window's end, never counted twice)."""
+    from mmelocal.traffic.simulate import SimConfig, simulate
+    from mmelocal.traffic.trace import Trace
+
+    # m0's cold load at 0 s (0.1 s), then hits at 0.2, 0.7, 1.2: 2/s on both clocks
+    trace = Trace(
+        times_s=np.asarray([0.0, 0.2, 0.7, 1.2]),
+        model_ids=np.zeros(4, dtype=np.int32),
+        models=("m0",),
+    )
+    config = SimConfig(
+        instances=2,
+        models_per_instance=2,
+        load=LoadTimes(samples_s=(0.1,)),
+        service_s=0.0,
+        hot_rps_threshold=3.0,
+    )
+    assert simulate(trace, config).data["loads"] == 1  # 2/s < 3/s: no replica
+    hot = dataclasses.replace(config, hot_rps_threshold=2.0)
+    assert simulate(trace, hot).data["loads"] == 2  # 2/s reaches 2/s: a replica
+
+
+def test_the_emulators_router_measures_the_first_window_the_same(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import types
+
+    from mmelocal.emulator import router as router_module
+    from mmelocal.emulator.model_state import READY
+
+    clock = {"now": 100.0}
+    monkeypatch.setattr(
+        router_module, "time", types.SimpleNamespace(monotonic=lambda: clock["now"])
+    )
+
+    class Instance:
+        up, free_bytes = True, 0
+
+        def __init__(self, index: int) -> None:
+            self.index = index
+            self.models = {"hot": types.SimpleNamespace(state=READY, in_flight=0)}
+
+        def is_ready(self, target: str) -> bool:
+            return True
+
+    r = router_module.Router([Instance(0), Instance(1)], rate_window_s=1.0)  # type: ignore[list-item]
+    for now in (100.0, 100.5, 101.0):
+        clock["now"] = now
+        r.pick_ready("hot")
+    assert r.rate_rps("hot") == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_fast_lru_plans_the_disks_evictions_as_plan_disk_eviction(seed: int) -> None:
+    """The simulator keeps each instance's artifacts in a FastLru: for a download (need > 0)
+    it deletes what plan_disk_eviction deletes."""
+    from mmelocal.rules.routing import ArtifactUsage, plan_disk_eviction
+
+    rng = random.Random(seed)
+    names = [f"a{i}" for i in range(rng.randint(0, 30))]
+    rng.shuffle(names)  # least recently used first
+    sizes = {name: rng.randint(0, 1000) for name in names}
+    in_use = {name for name in names if rng.random() < 0.3}
+    used = sum(sizes.values())
+    budget = rng.randint(1, used + 1000)
+    need = rng.randint(1, 1500)
+    disk: FastLru[str] = FastLru(budget)
+    for name in names:
+        disk.add(name, sizes[name])
+    fast, _ = disk.plan(need, in_use.__contains__)
+    usages = [
+        ArtifactUsage(
+            target=name, size_bytes=sizes[name], last_used_s=float(i), in_use=name in in_use
+        )
+        for i, name in enumerate(names)
+    ]
+    assert tuple(fast) == plan_disk_eviction(
+        usages, used_bytes=used, budget_bytes=budget, need_bytes=need
+    )

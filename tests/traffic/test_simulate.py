@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -360,3 +362,90 @@ def test_load_time_medians_are_observed_loads() -> None:
     ).data
     assert data["cold_load_s_p50"] == 1.0
     assert data["load_cycle_s_p50"] == 1.5
+
+
+GIB = 1024**3
+
+
+def test_a_load_past_the_platforms_limit_fails_and_its_callers_get_errors() -> None:
+    """SageMaker lets a cold model download and load for up to 360 s, then the load has
+    failed: a 400 s load never serves. The caller at 0 s got ModelNotReadyException at
+    60 s; the one at 330 s was still waiting when the load failed at 360 s (ModelError,
+    the emulator's answer to a load past its limit); the one at 400 s starts a new load,
+    which fails again."""
+    trace = trace_of([0.0, 330.0, 400.0], [0, 0, 0])
+    data = simulate(
+        trace, SimConfig(models_per_instance=1, load=LoadTimes(samples_s=(400.0,)), service_s=0.0)
+    ).data
+    assert data["errors_by_class"] == {"ModelNotReadyException": 2, "ModelError": 1}
+    assert data["answered"] == 0 and data["loads"] == 0 and data["failed_loads"] == 2
+    # the download counts against the same 360 s
+    both = SimConfig(
+        models_per_instance=1,
+        load=LoadTimes(samples_s=(300.0,)),
+        download=LoadTimes(samples_s=(100.0,)),
+        service_s=0.0,
+    )
+    assert simulate(trace_of([0.0], [0]), both).data["failed_loads"] == 1
+    within = dataclasses.replace(both, download=LoadTimes(samples_s=(59.0,)))
+    ok = simulate(trace_of([0.0, 1000.0], [0, 0]), within).data
+    assert ok["failed_loads"] == 0 and ok["loads"] == 1 and ok["answered"] == 1
+
+
+def test_the_disk_keeps_artifacts_so_a_reload_skips_the_download() -> None:
+    """One model in memory at a time, two artifacts on disk: a model unloaded from memory
+    but still on disk loads without downloading; a full disk deletes the least recently
+    used artifact whose model is not loaded."""
+    config = SimConfig(
+        models_per_instance=1,
+        load=LoadTimes(samples_s=(1.0,)),
+        download=LoadTimes(samples_s=(5.0,)),
+        disk_bytes=2 * GIB,
+        default_artifact_bytes=GIB,
+        service_s=0.0,
+    )
+    trace = trace_of([0.0, 100.0, 200.0, 300.0, 400.0, 500.0], [0, 1, 0, 2, 1, 0])
+    data = simulate(trace, config).data
+    # m0 download+load; m1 the same; m0 from disk; m2 deletes m1 (m0's is newer); m1
+    # downloads again and deletes m0's (m2's is newer); m0 downloads again, deleting m2's
+    assert data["latency_ms"]["cold"]["p50"] == pytest.approx(6000)
+    assert sorted(data["cold_load_s"]) == [1.0] * 6
+    assert data["downloads"] == 5 and data["artifacts_deleted"] == 3
+    no_disk_limit = simulate(trace, dataclasses.replace(config, disk_bytes=None)).data
+    assert no_disk_limit["downloads"] == 3  # each artifact once
+    assert no_disk_limit["latency_ms"]["cold"]["p50"] == pytest.approx(1000)  # 1,1,1,6,6,6
+
+
+def test_disk_options_are_checked() -> None:
+    with pytest.raises(UserInputError, match="artifact"):
+        SimConfig(models_per_instance=1, download=LoadTimes(), disk_bytes=GIB)
+    with pytest.raises(UserInputError, match="download"):
+        SimConfig(models_per_instance=1, disk_bytes=GIB, default_artifact_bytes=1)
+    with pytest.raises(UserInputError, match="more than an instance's disk"):
+        simulate(
+            trace_of([0.0], [0]),
+            SimConfig(
+                models_per_instance=1,
+                download=LoadTimes(),
+                disk_bytes=GIB,
+                default_artifact_bytes=2 * GIB,
+            ),
+        )
+
+
+def test_the_cli_takes_the_disk(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from mmelocal.cli.main import cli
+    from mmelocal.traffic.trace import write_trace
+
+    path = write_trace(trace_of([0.0, 100.0, 200.0, 300.0], [0, 1, 0, 2]), tmp_path / "t.csv")
+    args = ["traffic", "simulate", str(path), "--models-per-instance", "1"]
+    args += ["--load-seconds", "1", "--service-ms", "1", "--json", str(tmp_path / "s.json")]
+    disk = ["--download-seconds", "5", "--disk-budget", "1GiB", "--artifact-mib", "1024"]
+    result = CliRunner().invoke(cli, [*args, *disk])
+    assert result.exit_code == 0, result.output
+    data = json.loads((tmp_path / "s.json").read_text())
+    assert (data["downloads"], data["artifacts_deleted"], data["disk_bytes"]) == (4, 3, GIB)
+    refused = CliRunner().invoke(cli, [*args, "--disk-budget", "1GiB"])
+    assert refused.exit_code != 0 and "--download-seconds" in str(refused.exception)

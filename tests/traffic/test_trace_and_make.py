@@ -134,3 +134,33 @@ def test_fill_store_links_every_name(tmp_path: Path) -> None:
     assert fill_store(tmp_path / "store", tarball, ["a.tar.gz", "team/b.tar.gz"]) == 2
     assert (tmp_path / "store" / "team" / "b.tar.gz").read_bytes() == b"x"
     assert fill_store(tmp_path / "store", tarball, ["a.tar.gz"]) == 0
+
+
+def test_a_trace_saved_with_a_byte_order_mark_reads(tmp_path: Path) -> None:
+    """Spreadsheets and Windows tools save UTF-8 with a byte order mark: the header is
+    still timestamp,target_model (and a JSON-lines trace is still JSON lines)."""
+    csv_path, jsonl_path = tmp_path / "t.csv", tmp_path / "t.jsonl"
+    csv_path.write_bytes(b"\xef\xbb\xbftimestamp,target_model\r\n0.5,a.tar.gz\r\n")
+    jsonl_path.write_bytes(b'\xef\xbb\xbf{"timestamp": 0.5, "target_model": "a.tar.gz"}\n')
+    for path in (csv_path, jsonl_path):
+        trace = read_trace(path)
+        assert trace.models == ("a.tar.gz",) and trace.times_s.tolist() == [0.5]
+
+
+def test_a_trace_that_is_not_utf8_is_refused_with_what_to_do(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_bytes("timestamp,target_model\n0.5,modèle.tar.gz\n".encode("latin-1"))
+    with pytest.raises(UserInputError, match=r"t\.csv is not UTF-8 text .*save it as UTF-8"):
+        read_trace(path)
+
+
+def test_unix_times_are_refused_with_what_to_do(tmp_path: Path) -> None:
+    """Timestamps copied from a log without subtracting the first: replay would wait 55
+    years for the first request (and its rate check count requests in 1.7e9 one-second
+    bins); the trace is refused with the fix."""
+    path = tmp_path / "t.csv"
+    path.write_text("timestamp,target_model\n1732611234.5,a\n1732611235.0,b\n")
+    with pytest.raises(UserInputError, match=r"line 2: timestamp 1\.73261e\+09 .*Unix time"):
+        read_trace(path)
+    path.write_text("timestamp,target_model\n0,a\n3600,b\n")  # an hour from the start is fine
+    assert read_trace(path).duration_s == 3600

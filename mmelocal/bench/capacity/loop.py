@@ -98,16 +98,33 @@ class Measurement:
         return with_projection(result, gpus)
 
 
+#: How close two readings in a row must be for the memory to count as settled after a load
+#: and its first inference (mmelocal's own figure). It tells "still allocating or
+#: releasing" from the probe's jitter, so it is absolute, not a share of the memory used:
+#: the jitter does not grow with the card (0.5 % of the used memory was 350 MiB on an
+#: 80 GB card, more than a small model's whole footprint, so a copy still allocating read
+#: as settled). NVML's device figure moves only when something allocates or frees; the
+#: host probe's summed PSS of an idle Triton tree moved by 0.1 MiB between readings 0.2 s
+#: apart at the median (with rare steps of about 5 MiB: those cost one more reading) on
+#: the 2-core development machine.
+SETTLE_TOLERANCE_BYTES: int = MiB
+
+
 async def settle_reading(
-    read: Callable[[], Any], *, interval_s: float = 0.2, max_s: float = 3.0
+    read: Callable[[], Any],
+    *,
+    interval_s: float = 0.2,
+    max_s: float = 3.0,
+    tolerance_bytes: int = SETTLE_TOLERANCE_BYTES,
 ) -> Any:
-    """Read until two readings in a row differ by < max(1 MiB, 0.5 %) (or ``max_s`` passed)."""
+    """Read until two readings in a row differ by less than ``tolerance_bytes`` (or
+    ``max_s`` passed: then the last reading)."""
     previous = await read()
     deadline = time.monotonic() + max_s
     while time.monotonic() < deadline:
         await asyncio.sleep(interval_s)
         reading = await read()
-        if abs(reading.used_bytes - previous.used_bytes) < max(MiB, previous.used_bytes // 200):
+        if abs(reading.used_bytes - previous.used_bytes) < tolerance_bytes:
             return reading
         previous = reading
     return previous
@@ -436,6 +453,7 @@ def footprint_ratio(a: CapacityResult, b: CapacityResult) -> float | None:
 
 
 __all__ = [
+    "SETTLE_TOLERANCE_BYTES",
     "CapacityInstance",
     "CapacityOptions",
     "CapacityResult",
