@@ -30,10 +30,11 @@ class SageMakerError:
 
     ``status`` and ``error_type`` are InvokeEndpoint's (botocore's sagemaker-runtime model
     gives each error shape its ``httpStatusCode``); ``v2_status`` is the status on the
-    KServe v2 routes, where tritonclient has no ModelNotReadyException (a retryable 503
-    instead of 429); ``model_error`` adds ModelError's ``OriginalStatusCode``,
-    ``OriginalMessage`` and ``LogStreamArn``; ``source`` is where the platform's status
-    comes from (docs/errors.md lists them).
+    KServe v2 routes when it is not ``status``: those answer as Triton's own HTTP server
+    does (``HttpCodeFromError`` in ``src/http_server.cc``), which knows no SageMaker status
+    (no 424 ModelError, no 507, no 429); ``model_error`` adds ModelError's
+    ``OriginalStatusCode``, ``OriginalMessage`` and ``LogStreamArn``; ``source`` is where
+    the platform's status comes from (docs/errors.md lists them).
     """
 
     status: int
@@ -47,6 +48,13 @@ class SageMakerError:
         """The status on the v2 routes."""
         return self.v2_status or self.status
 
+
+#: a failed load's status on the KServe v2 routes: Triton's v2 HTTP server answers the
+#: load of a model that fails, out of memory included, 400 (``HandleRepositoryControl``
+#: answers the load's error through ``HttpCodeFromError``, ``src/http_server.cc`` 2.51;
+#: the wheel's tritonserver 2.51 answers ``POST /v2/repository/models/M/load`` 400 for a
+#: model.py raising RuntimeError and for one raising "CUDA out of memory")
+V2_LOAD_ERROR_STATUS = 400
 
 #: Exception class -> the caller's error, first match wins (subclasses before bases).
 SAGEMAKER_ERRORS: tuple[tuple[tuple[type[BaseException], ...], SageMakerError], ...] = (
@@ -70,6 +78,7 @@ SAGEMAKER_ERRORS: tuple[tuple[tuple[type[BaseException], ...], SageMakerError], 
         SageMakerError(
             status=507,
             error_type="InsufficientMemory",
+            v2_status=V2_LOAD_ERROR_STATUS,
             source="the emulator's (the container's 507 makes SageMaker evict; the caller's "
             "answer when nothing is left to evict is not documented)",
         ),
@@ -79,6 +88,7 @@ SAGEMAKER_ERRORS: tuple[tuple[tuple[type[BaseException], ...], SageMakerError], 
         SageMakerError(
             status=424,
             error_type="ModelError",
+            v2_status=V2_LOAD_ERROR_STATUS,
             model_error=True,
             source="botocore ModelError (424): the container answered 4xx/5xx (Triton's "
             "SageMaker front end answers a failed load 400)",
@@ -115,6 +125,7 @@ __all__ = [
     "LOAD_ERROR_STATUS",
     "PAYLOAD_TOO_LARGE_STATUS",
     "SAGEMAKER_ERRORS",
+    "V2_LOAD_ERROR_STATUS",
     "SageMakerError",
     "error_kind",
 ]
