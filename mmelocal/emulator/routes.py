@@ -33,6 +33,7 @@ from mmelocal.emulator.answers import (
 )
 from mmelocal.emulator.emulator import Emulator
 from mmelocal.emulator.upstream import Reply
+from mmelocal.facts.invoke_errors import V2_NOT_AVAILABLE, V2_NOT_READY
 from mmelocal.facts.sagemaker import (
     ENDPOINT_NAME_PATTERN,
     MAX_CUSTOM_ATTRIBUTES_LENGTH,
@@ -156,24 +157,44 @@ async def route(
 
 
 async def v2_models(emulator: Emulator, method: str, tail: str) -> Answer:
-    """``/v2/models/`` but infer: metadata, ready, config and stats (GET). Any other
+    """``/v2/models/`` but infer: ready, metadata, config and stats (GET). Any other
     method, and infer by anything but POST, is 405 before any load, as Triton's
-    ``HTTPAPIServer`` handlers answer (``src/http_server.cc``)."""
-    target, _version, action = parse_v2_path(tail)
+    ``HTTPAPIServer`` handlers answer (``src/http_server.cc``).
+
+    A read is no use of the model (:meth:`~.router.Router.reading`): a loaded model's
+    answer comes from the Triton holding it, its recency untouched. A model loaded nowhere
+    is loaded for its metadata and config (:data:`_LOADING_READS`: what tritonclient and
+    perf_analyzer read before they infer); its readiness and statistics are Triton's
+    answers for a model it has not loaded, with no load.
+    """
+    target, version, action = parse_v2_path(tail)
     if method != "GET" or action == "infer":  # infer by POST is an invocation, never here
         return v2_error(405, f"{method} is not supported on /v2/models/{tail}")
+    path = f"/v2/models/{quote(target, safe=_PCHAR)}"
+    if version is not None:
+        path += f"/versions/{version}"
+    if action:
+        path += f"/{action}"
     try:
-        inst = await emulator.ensure_loaded(target)
+        with emulator.router.reading(target) as inst:
+            if inst is not None:
+                if action == "ready" and version is None:
+                    return empty(200)
+                return _json_reply(await inst.control.v2_get(path))
         if action == "ready":
-            return empty(200)
-        suffix = f"/{action}" if action else ""
-        return _json_reply(
-            await inst.control.v2_get(f"/v2/models/{quote(target, safe=_PCHAR)}{suffix}")
-        )
+            return v2_error(400, V2_NOT_READY)
+        if action not in _LOADING_READS:
+            return v2_error(400, V2_NOT_AVAILABLE.format(model=target))
+        inst = await emulator.ensure_loaded(target)
+        return _json_reply(await inst.control.v2_get(path))
     except Exception as exc:
         if error_kind(exc) is INTERNAL_FAILURE:
             logger.exception("v2 request for %r failed", target)
         return v2_exception(exc)
+
+
+#: the v2 model reads that load a model loaded nowhere ("": metadata)
+_LOADING_READS = frozenset({"", "config"})
 
 
 #: the characters a path segment may hold as they are besides the unreserved ones (RFC

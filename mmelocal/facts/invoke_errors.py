@@ -56,6 +56,13 @@ class SageMakerError:
 #: model.py raising RuntimeError and for one raising "CUDA out of memory")
 V2_LOAD_ERROR_STATUS = 400
 
+#: Triton's v2 answers (400) for a model it has not loaded, which the emulator gives
+#: without loading one: ``GET .../ready`` (``HandleModelReady``, ``src/http_server.cc``
+#: 2.51) and ``GET .../stats`` (``TRITONSERVER_ServerModelStatistics``); both measured
+#: with the wheel's tritonserver 2.51
+V2_NOT_READY = "Model version not ready"
+V2_NOT_AVAILABLE = "requested model '{model}' is not available"
+
 #: Exception class -> the caller's error, first match wins (subclasses before bases).
 SAGEMAKER_ERRORS: tuple[tuple[tuple[type[BaseException], ...], SageMakerError], ...] = (
     (
@@ -126,6 +133,8 @@ __all__ = [
     "PAYLOAD_TOO_LARGE_STATUS",
     "SAGEMAKER_ERRORS",
     "V2_LOAD_ERROR_STATUS",
+    "V2_NOT_AVAILABLE",
+    "V2_NOT_READY",
     "SageMakerError",
     "error_kind",
 ]

@@ -5,6 +5,7 @@ refuse before they look at a model, the emulator refuses before it loads one."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from types import SimpleNamespace
 from typing import Any
@@ -15,11 +16,13 @@ from mmelocal.emulator import routes
 
 
 class FakeEmulator:
-    """Records the loads a route asks for; any v2 read answers 200 ``{}``."""
+    """Records the loads a route asks for; any v2 read answers 200 ``{}``; no model is
+    loaded before a route asks."""
 
     def __init__(self) -> None:
         self.loaded: list[str] = []
         self.instances: list[Any] = []
+        self.router = SimpleNamespace(reading=lambda target: contextlib.nullcontext(None))
 
     async def ensure_loaded(self, target: str) -> Any:
         self.loaded.append(target)
@@ -66,3 +69,13 @@ def test_server_ready_answers_as_triton(up: bool, status: int) -> None:
     answer = call(emulator, "GET", "/v2/health/ready")
     assert answer.status == status
     assert answer.body == b""
+
+
+@pytest.mark.parametrize("action", ["ready", "stats", "versions/1/ready"])
+def test_ready_and_stats_of_a_model_loaded_nowhere_load_nothing(action: str) -> None:
+    """Triton answers readiness and statistics of a model it has not loaded 400; a probe
+    must not download, load or evict (tests/emulator/test_v2_routes.py: on a real Triton)."""
+    emulator = FakeEmulator()
+    answer = call(emulator, "GET", f"/v2/models/model-1.tar.gz/{action}")
+    assert answer.status == 400
+    assert emulator.loaded == []

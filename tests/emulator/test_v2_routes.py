@@ -91,3 +91,80 @@ def test_a_failed_load_is_tritons_400_on_the_v2_routes(
         BODY,
     )
     assert status == 424 and headers["x-amzn-errortype"] == "ModelError", data
+
+
+def _loaded(mme: MmeEndpoint) -> list[str]:
+    """The loaded set, least recently used first."""
+    return [e["target"] for e in mme.state()["instances"][0]["loaded"]]
+
+
+def _downloads(mme: MmeEndpoint) -> int:
+    return sum(1 for e in mme.state()["events"] if e["kind"] == "download")
+
+
+def test_ready_of_a_cold_model_is_tritons_not_ready_and_loads_nothing(mme: MmeEndpoint) -> None:
+    """Triton's HandleModelReady answers a model it has not loaded 400 "Model version not
+    ready" without loading it; tritonclient's is_model_ready reads that as False. A probe
+    of readiness must not download, load, or evict for, a model."""
+    loaded, downloads = _loaded(mme), _downloads(mme)
+    assert "model-c.tar.gz" not in loaded
+    status, _, data = raw_request(mme.url, "GET", "/v2/models/model-c.tar.gz/ready")
+    triton_url = mme.state()["instances"][0]["http_url"]
+    assert (status, data) == raw_request(triton_url, "GET", "/v2/models/model-c.tar.gz/ready")[::2]
+    assert status == 400 and _error(data) == "Model version not ready"
+    assert _loaded(mme) == loaded and _downloads(mme) == downloads
+
+
+def test_reads_of_a_warm_model_are_no_use(mme: MmeEndpoint) -> None:
+    """Only invocations are uses of a model (what the platform's least-recently-used
+    eviction orders by): ready, metadata, config and stats of a loaded model answer from
+    the Triton holding it and leave its recency alone."""
+    for target in ("model-a.tar.gz", "model-b.tar.gz"):
+        assert mme.invoke(target, BODY)
+    before = _loaded(mme)
+    assert before[-2:] == ["model-a.tar.gz", "model-b.tar.gz"]
+    for suffix, words in (
+        ("/ready", b""),
+        ("", b'"name"'),
+        ("/config", b'"input"'),
+        ("/stats", b'"model_stats"'),
+    ):
+        status, _, data = raw_request(mme.url, "GET", f"/v2/models/model-a.tar.gz{suffix}")
+        assert status == 200 and words in data, (suffix, data)
+    assert _loaded(mme) == before
+
+
+def test_stats_of_a_cold_model_is_tritons_answer_and_loads_nothing(mme: MmeEndpoint) -> None:
+    """Statistics are an observation too: Triton answers a model it has not loaded 400
+    "requested model ... is not available"."""
+    loaded = _loaded(mme)
+    status, _, data = raw_request(mme.url, "GET", "/v2/models/model-c.tar.gz/stats")
+    assert status == 400 and "is not available" in _error(data), data
+    assert _loaded(mme) == loaded
+
+
+def test_metadata_of_a_cold_model_loads_it_on_demand(mme: MmeEndpoint) -> None:
+    """tritonclient and perf_analyzer read a model's metadata and config before they infer
+    (docs/serve.md: the TargetModel is loaded on demand); a plain Triton would answer
+    "unknown model", so the emulator loads it, as the first invocation would."""
+    state = mme.state()
+    for entry in state["instances"][0]["loaded"]:
+        raw_request(mme.url, "POST", f"/v2/repository/models/{entry['target']}/unload")
+    assert _loaded(mme) == []
+    status, _, data = raw_request(mme.url, "GET", "/v2/models/model-c.tar.gz/config")
+    assert status == 200 and json.loads(data)["input"][0]["name"] == "INPUT0"
+    assert _loaded(mme) == ["model-c.tar.gz"]
+
+
+def test_a_version_in_the_path_reaches_triton(mme: MmeEndpoint) -> None:
+    """``/v2/models/M/versions/N/...`` asks Triton for version N: a version the model does
+    not have is Triton's error, not version 1's metadata."""
+    assert mme.invoke("model-a.tar.gz", BODY)
+    triton_url = mme.state()["instances"][0]["http_url"]
+    for suffix in ("", "/config", "/ready"):
+        path = f"/v2/models/model-a.tar.gz/versions/2{suffix}"
+        status, _, data = raw_request(mme.url, "GET", path)
+        assert status >= 400, (suffix, data)
+        assert (status, data) == raw_request(triton_url, "GET", path)[::2]
+        status, _, data = raw_request(mme.url, "GET", path.replace("/versions/2", "/versions/1"))
+        assert status == 200, (suffix, data)
