@@ -19,6 +19,8 @@ from mmelocal.errors import (
     ModelNotFoundError,
     ModelNotReadyError,
     OutOfMemoryError,
+    StoreAccessError,
+    StoreUnavailableError,
     UserInputError,
     ValidationError,
 )
@@ -78,6 +80,27 @@ SAGEMAKER_ERRORS: tuple[tuple[tuple[type[BaseException], ...], SageMakerError], 
         (InstanceUnavailableError,),
         SageMakerError(
             status=503, error_type="ServiceUnavailable", source="botocore ServiceUnavailable"
+        ),
+    ),
+    (
+        (StoreUnavailableError,),
+        SageMakerError(
+            status=503,
+            error_type="ServiceUnavailable",
+            source='botocore ServiceUnavailable (503, "Try your call again"): the emulator\'s '
+            "for a store that throttles, fails or cannot be reached (SageMaker's answer when "
+            "its own download fails so is not documented)",
+        ),
+    ),
+    (
+        (StoreAccessError,),
+        SageMakerError(
+            status=400,
+            error_type="ValidationError",
+            source="botocore ValidationError: SageMaker's download failure names the object "
+            "and the role's permission together (\"Please ensure that there is an object "
+            "located at the URL and that the role passed to CreateModel has permissions to "
+            'download the object"), and S3 answers a missing key 403 without s3:ListBucket',
         ),
     ),
     (

@@ -28,6 +28,8 @@ from mmelocal.errors import (
     ModelNotFoundError,
     ModelNotReadyError,
     OutOfMemoryError,
+    StoreAccessError,
+    StoreUnavailableError,
     UnsupportedModelError,
     ValidationError,
 )
@@ -44,6 +46,8 @@ EXAMPLES = [
         400,
     ),
     (UnsupportedModelError("needs a GPU", model_name="m"), 424, "ModelError", 400),
+    (StoreUnavailableError("S3 is throttling"), 503, "ServiceUnavailable", 503),
+    (StoreAccessError("S3 refused", target_model="m"), 400, "ValidationError", 400),
     (InvalidTargetError("bad name", target_model="../x"), 400, "ValidationError", 400),
     (ModelNotFoundError("absent", target_model="m"), 400, "ValidationError", 400),
     (ValidationError("several folders"), 400, "ValidationError", 400),
