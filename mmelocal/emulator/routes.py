@@ -33,6 +33,7 @@ from mmelocal.emulator.answers import (
 )
 from mmelocal.emulator.emulator import Emulator
 from mmelocal.emulator.upstream import Reply
+from mmelocal.errors import InstanceUnavailableError
 from mmelocal.facts.invoke_errors import V2_NOT_AVAILABLE, V2_NOT_READY
 from mmelocal.facts.sagemaker import (
     ENDPOINT_NAME_PATTERN,
@@ -225,8 +226,17 @@ async def v2_repository_action(emulator: Emulator, tail: str) -> Answer:
 
 
 async def v2_server(emulator: Emulator) -> Answer:
-    """``GET /v2``: the first instance's server metadata."""
-    return _json_reply(await emulator.instances[0].control.v2_get("/v2"))
+    """``GET /v2``: the server metadata of the first instance that is up (the error
+    table's retryable 503 while every one restarts)."""
+    inst = next((i for i in emulator.instances if i.up), None)
+    if inst is None:
+        return v2_exception(InstanceUnavailableError("every Triton instance is restarting; retry"))
+    try:
+        return _json_reply(await inst.control.v2_get("/v2"))
+    except Exception as exc:
+        if error_kind(exc) is INTERNAL_FAILURE:
+            logger.exception("v2 server metadata failed")
+        return v2_exception(exc)
 
 
 async def v2_live(emulator: Emulator) -> Answer:
@@ -241,14 +251,10 @@ async def v2_ready(emulator: Emulator) -> Answer:
 
 
 async def v2_index(emulator: Emulator) -> Answer:
-    """``POST /v2/repository/index``: loaded models (the store is open-ended)."""
-    return json_answer(
-        [
-            {"name": t, "version": "1", "state": "READY"}
-            for inst in emulator.instances
-            for t in inst.loaded()
-        ]
-    )
+    """``POST /v2/repository/index``: loaded models (the store is open-ended), each once
+    however many instances hold it, as one Triton lists its own."""
+    targets = dict.fromkeys(t for inst in emulator.instances for t in inst.loaded())
+    return json_answer([{"name": t, "version": "1", "state": "READY"} for t in targets])
 
 
 async def ping(emulator: Emulator) -> Answer:
