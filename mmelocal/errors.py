@@ -28,6 +28,8 @@ can show it without parsing text::
     │   └── DockerEngineError       the Docker engine cannot be reached
     ├── EmulatorError               the MME platform emulator
     │   ├── ModelNotFoundError      TargetModel not in the store
+    │   ├── StoreAccessError        the store refused the artifact (a permission: 400)
+    │   ├── StoreUnavailableError   the store throttled, failed or was unreachable (retry: 503)
     │   ├── OutOfMemoryError        nothing left to evict and the model still does not fit
     │   ├── ModelNotReadyError      a cold load outlasts the caller's wait (goes on)
     │   ├── InstanceUnavailableError  Triton is down or restarting (retry: 503)
@@ -243,6 +245,20 @@ class ModelNotFoundError(EmulatorError):
     def __init__(self, message: str, *, target_model: str) -> None:
         super().__init__(message)
         self.target_model = target_model
+
+
+class StoreAccessError(EmulatorError):
+    """The model store refused to give an artifact that may exist (S3's 403 AccessDenied
+    and its other refusals but "not found"); the message names the permission to check."""
+
+    def __init__(self, message: str, *, target_model: str) -> None:
+        super().__init__(message)
+        self.target_model = target_model
+
+
+class StoreUnavailableError(EmulatorError):
+    """The model store throttled, failed (5xx) or could not be reached after the client's
+    retries: the same call may succeed shortly (answered as 503)."""
 
 
 class OutOfMemoryError(EmulatorError):

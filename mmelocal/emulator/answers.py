@@ -115,8 +115,10 @@ def payload_too_large(limit_bytes: int) -> Answer:
 
 
 def v2_error(status: int, message: str) -> Answer:
-    """Triton's error shape (``{"error": ...}``), which tritonclient raises as its exception."""
-    return Answer(status, [("Content-Type", JSON_TYPE)], json.dumps({"error": message}).encode())
+    """Triton's error shape (``{"error": ...}``, compact as Triton's JSON writer writes it),
+    which tritonclient raises as its exception."""
+    body = json.dumps({"error": message}, separators=(",", ":")).encode()
+    return Answer(status, [("Content-Type", JSON_TYPE)], body)
 
 
 #: request headers passed on to Triton as they came, besides the content type

@@ -50,12 +50,14 @@ from mmelocal.emulator.upstream import (
     UpstreamTimeoutError,
 )
 from mmelocal.errors import InstanceUnavailableError
+from mmelocal.facts.runtime_api import TARGET_VARIANT_HEADER
 from mmelocal.facts.sagemaker import (
     CUSTOM_ATTRIBUTES_HEADER,
     INFERENCE_HEADER_CONTENT_LENGTH,
     INFERENCE_ID_HEADER,
     TARGET_MODEL_HEADER,
 )
+from mmelocal.rules.variants import target_variant_error
 
 _TARGET = TARGET_MODEL_HEADER.lower().encode()
 _TARGET_TITLE = TARGET_MODEL_HEADER.encode()
@@ -68,6 +70,9 @@ _V2_LENGTH = INFERENCE_HEADER_CONTENT_LENGTH.lower().encode()
 _CUSTOM = CUSTOM_ATTRIBUTES_HEADER.lower()
 _CUSTOM_NAME = _CUSTOM.encode()
 _INFERENCE_ID = INFERENCE_ID_HEADER.lower().encode()
+_TARGET_VARIANT = TARGET_VARIANT_HEADER.lower().encode()
+#: the request headers the service validates before the call (absent from most calls)
+_CHECKED_HEADERS = frozenset({_CUSTOM_NAME, _INFERENCE_ID, _TARGET_VARIANT})
 
 #: the most a compressed v2 infer body may inflate to (a gzip bomb is refused)
 MAX_DECODED_BYTES = 128 * 1024 * 1024
@@ -183,9 +188,8 @@ class Invocation:
         if refused is not None:  # refused before it reaches an endpoint: no metrics
             self._answer(sagemaker_error(400, "ValidationError", refused), record=False)
             return
-        custom, inference_id = headers.get(_CUSTOM_NAME), headers.get(_INFERENCE_ID)
-        if custom is not None or inference_id is not None:
-            refused = header_error(custom, inference_id)
+        if not _CHECKED_HEADERS.isdisjoint(headers):  # rare: one C call when absent
+            refused = self._header_refusal(name, headers)
             if refused is not None:  # the service's input validation, as the name's
                 self._answer(sagemaker_error(400, "ValidationError", refused), record=False)
                 return
@@ -213,6 +217,22 @@ class Invocation:
                 body = decoded
             headers = {k: v for k, v in headers.items() if k != _ENCODING}
         self._begin(raw_target, headers.get(b"content-type") or _JSON, headers, body)
+
+    def _header_refusal(self, name: str, headers: dict[bytes, bytes]) -> str | None:
+        """The service's refusal of a ``CustomAttributes``, ``InferenceId`` or
+        ``TargetVariant`` header (:func:`~.routes.header_error`,
+        :func:`~mmelocal.rules.variants.target_variant_error`: this endpoint serves one
+        variant), else None. Another endpoint's call is not judged here: it is "not found"
+        whatever variant it names."""
+        refused = header_error(headers.get(_CUSTOM_NAME), headers.get(_INFERENCE_ID))
+        wanted = headers.get(_TARGET_VARIANT)
+        config = self.emulator.config
+        if refused is not None or wanted is None:
+            return refused
+        if config.endpoint_name is not None and name != config.endpoint_name:
+            return None
+        variant = wanted.decode("utf-8", "surrogateescape")
+        return target_variant_error(variant, name, [config.variant_name])
 
     def v2_infer(self, target: str, headers: dict[bytes, bytes], body: bytes) -> None:
         """``POST /v2/models/{target}/infer``: the body inflated as Triton's v2 endpoint

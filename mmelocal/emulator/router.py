@@ -11,13 +11,14 @@ in the background, as SageMaker does for very hot models.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from mmelocal.emulator.instance import InstanceUnavailableError, TritonInstance
-from mmelocal.emulator.model_state import LOADING
+from mmelocal.emulator.model_state import LOADING, READY
 from mmelocal.errors import UserInputError
 from mmelocal.facts.sagemaker import HOT_MODEL_RPS, HOT_MODEL_WINDOW_S
 from mmelocal.rules.routing import (
@@ -93,6 +94,24 @@ class Router:
         ``release``), else None, holding nothing."""
         best = self.pick_ready(target)
         return best if best is not None and best.hold_ready(target) else None
+
+    @contextlib.contextmanager
+    def reading(self, target: str) -> Iterator[TritonInstance | None]:
+        """An instance where ``target`` is ready (None when it is ready nowhere), held
+        against eviction while a read of it goes on (v2 ready, metadata, config, stats).
+        A read is no use of the model: its recency and request rate stay as they were
+        (only invocations order the least-recently-used eviction and make a model hot)."""
+        for inst in self.instances:
+            entry = inst.models.get(target)
+            if inst.up and entry is not None and entry.state == READY:
+                entry.in_flight += 1
+                try:
+                    yield inst
+                finally:
+                    if entry.in_flight > 0:
+                        entry.in_flight -= 1
+                return
+        yield None
 
     @staticmethod
     def _view(inst: TritonInstance, target: str) -> InstanceView:

@@ -33,6 +33,8 @@ from mmelocal.emulator.answers import (
 )
 from mmelocal.emulator.emulator import Emulator
 from mmelocal.emulator.upstream import Reply
+from mmelocal.errors import InstanceUnavailableError
+from mmelocal.facts.invoke_errors import V2_NOT_AVAILABLE, V2_NOT_READY
 from mmelocal.facts.sagemaker import (
     ENDPOINT_NAME_PATTERN,
     MAX_CUSTOM_ATTRIBUTES_LENGTH,
@@ -156,24 +158,44 @@ async def route(
 
 
 async def v2_models(emulator: Emulator, method: str, tail: str) -> Answer:
-    """``/v2/models/`` but infer: metadata, ready, config and stats (GET). Any other
+    """``/v2/models/`` but infer: ready, metadata, config and stats (GET). Any other
     method, and infer by anything but POST, is 405 before any load, as Triton's
-    ``HTTPAPIServer`` handlers answer (``src/http_server.cc``)."""
-    target, _version, action = parse_v2_path(tail)
+    ``HTTPAPIServer`` handlers answer (``src/http_server.cc``).
+
+    A read is no use of the model (:meth:`~.router.Router.reading`): a loaded model's
+    answer comes from the Triton holding it, its recency untouched. A model loaded nowhere
+    is loaded for its metadata and config (:data:`_LOADING_READS`: what tritonclient and
+    perf_analyzer read before they infer); its readiness and statistics are Triton's
+    answers for a model it has not loaded, with no load.
+    """
+    target, version, action = parse_v2_path(tail)
     if method != "GET" or action == "infer":  # infer by POST is an invocation, never here
         return v2_error(405, f"{method} is not supported on /v2/models/{tail}")
+    path = f"/v2/models/{quote(target, safe=_PCHAR)}"
+    if version is not None:
+        path += f"/versions/{version}"
+    if action:
+        path += f"/{action}"
     try:
-        inst = await emulator.ensure_loaded(target)
+        with emulator.router.reading(target) as inst:
+            if inst is not None:
+                if action == "ready" and version is None:
+                    return empty(200)
+                return _json_reply(await inst.control.v2_get(path))
         if action == "ready":
-            return empty(200)
-        suffix = f"/{action}" if action else ""
-        return _json_reply(
-            await inst.control.v2_get(f"/v2/models/{quote(target, safe=_PCHAR)}{suffix}")
-        )
+            return v2_error(400, V2_NOT_READY)
+        if action not in _LOADING_READS:
+            return v2_error(400, V2_NOT_AVAILABLE.format(model=target))
+        inst = await emulator.ensure_loaded(target)
+        return _json_reply(await inst.control.v2_get(path))
     except Exception as exc:
         if error_kind(exc) is INTERNAL_FAILURE:
             logger.exception("v2 request for %r failed", target)
         return v2_exception(exc)
+
+
+#: the v2 model reads that load a model loaded nowhere ("": metadata)
+_LOADING_READS = frozenset({"", "config"})
 
 
 #: the characters a path segment may hold as they are besides the unreserved ones (RFC
@@ -204,8 +226,17 @@ async def v2_repository_action(emulator: Emulator, tail: str) -> Answer:
 
 
 async def v2_server(emulator: Emulator) -> Answer:
-    """``GET /v2``: the first instance's server metadata."""
-    return _json_reply(await emulator.instances[0].control.v2_get("/v2"))
+    """``GET /v2``: the server metadata of the first instance that is up (the error
+    table's retryable 503 while every one restarts)."""
+    inst = next((i for i in emulator.instances if i.up), None)
+    if inst is None:
+        return v2_exception(InstanceUnavailableError("every Triton instance is restarting; retry"))
+    try:
+        return _json_reply(await inst.control.v2_get("/v2"))
+    except Exception as exc:
+        if error_kind(exc) is INTERNAL_FAILURE:
+            logger.exception("v2 server metadata failed")
+        return v2_exception(exc)
 
 
 async def v2_live(emulator: Emulator) -> Answer:
@@ -220,14 +251,10 @@ async def v2_ready(emulator: Emulator) -> Answer:
 
 
 async def v2_index(emulator: Emulator) -> Answer:
-    """``POST /v2/repository/index``: loaded models (the store is open-ended)."""
-    return json_answer(
-        [
-            {"name": t, "version": "1", "state": "READY"}
-            for inst in emulator.instances
-            for t in inst.loaded()
-        ]
-    )
+    """``POST /v2/repository/index``: loaded models (the store is open-ended), each once
+    however many instances hold it, as one Triton lists its own."""
+    targets = dict.fromkeys(t for inst in emulator.instances for t in inst.loaded())
+    return json_answer([{"name": t, "version": "1", "state": "READY"} for t in targets])
 
 
 async def ping(emulator: Emulator) -> Answer:

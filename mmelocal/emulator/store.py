@@ -20,9 +20,11 @@ from mmelocal.errors import (
     InvalidTargetError,
     MissingDependencyError,
     ModelNotFoundError,
+    StoreAccessError,
+    StoreUnavailableError,
     UserInputError,
 )
-from mmelocal.facts.aws import LOCAL, aws_client
+from mmelocal.facts.aws import LOCAL, aws_client, s3_error_class
 from mmelocal.facts.sagemaker import MAX_TARGET_MODEL_LENGTH
 
 logger = logging.getLogger(__name__)
@@ -197,9 +199,11 @@ class S3Store:
     def _key(self, target: str) -> str:
         return self.prefix + validate_target(target)
 
-    def _unreachable(self, exc: Exception) -> EmulatorError:
+    def _unreachable(self, exc: Exception) -> StoreUnavailableError:
         where = f" at {self.endpoint_url}" if self.endpoint_url else ""
-        return EmulatorError(f"cannot reach the S3 store {self.description}{where}: {exc}")
+        return StoreUnavailableError(
+            f"cannot reach the S3 store {self.description}{where}: {exc}; retry shortly"
+        )
 
     def check(self) -> None:
         """List at most one key under the prefix: credentials present, endpoint reachable,
@@ -226,9 +230,25 @@ class S3Store:
         except BotoCoreError as exc:
             raise self._unreachable(exc) from None
 
-    def _not_found(self, target: str, exc: Exception) -> ModelNotFoundError:
-        return ModelNotFoundError(
-            f"TargetModel {target!r} was not found at {self.description}{target} ({exc})",
+    def _refused(self, target: str, exc: Exception) -> EmulatorError:
+        """What S3's refusal of ``target`` means for the caller (:func:`s3_error_class`):
+        only a missing object is "not found"."""
+        url = f"{self.description}{target}"
+        kind = s3_error_class(exc)
+        if kind == "missing":
+            return ModelNotFoundError(
+                f"TargetModel {target!r} was not found at {url} ({exc})", target_model=target
+            )
+        if kind == "transient":
+            return StoreUnavailableError(
+                f"the S3 store could not give {url} after the client's retries ({exc}): S3 "
+                "is throttling or failing; retry shortly"
+            )
+        return StoreAccessError(
+            f"S3 refused to give {url} ({exc}): the credentials the store uses (on "
+            "SageMaker, the model's execution role) need s3:GetObject on the object, and "
+            "s3:ListBucket on the bucket to tell a missing key from a refused one (without "
+            "it S3 answers 403 for a key that does not exist: check the TargetModel too)",
             target_model=target,
         )
 
@@ -239,7 +259,7 @@ class S3Store:
         try:
             head = self._client.head_object(Bucket=self.bucket, Key=self._key(target))
         except ClientError as exc:
-            raise self._not_found(target, exc) from exc
+            raise self._refused(target, exc) from exc
         except BotoCoreError as exc:
             raise self._unreachable(exc) from exc
         return ArtifactInfo(
@@ -250,13 +270,14 @@ class S3Store:
 
     def fetch(self, target: str, dest: Path) -> int:
         """Download the object to ``dest``."""
+        from boto3.exceptions import RetriesExceededError
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:
             self._client.download_file(self.bucket, self._key(target), str(dest))
         except ClientError as exc:
-            raise self._not_found(target, exc) from exc
-        except BotoCoreError as exc:
+            raise self._refused(target, exc) from exc
+        except (BotoCoreError, RetriesExceededError) as exc:  # the latter: a broken stream
             raise self._unreachable(exc) from exc
         return os.path.getsize(dest)
 

@@ -95,6 +95,47 @@ def aws_client(
     return session.client(service, endpoint_url=endpoint_url, config=policy.config(**config))
 
 
+#: S3 error codes a retry may clear, besides every 5xx status: botocore's standard retry
+#: mode's transient and throttling codes (``botocore/retries/standard.py``:
+#: ``TransientRetryableChecker``, ``ThrottledRetryableChecker``; S3 throttles with
+#: ``SlowDown`` 503 and times out a slow upload with ``RequestTimeout`` 400)
+S3_TRANSIENT_CODES: Final = frozenset(
+    {
+        "RequestTimeout",
+        "RequestTimeoutException",
+        "PriorRequestNotComplete",
+        "Throttling",
+        "ThrottlingException",
+        "ThrottledException",
+        "RequestThrottledException",
+        "TooManyRequestsException",
+        "RequestLimitExceeded",
+        "BandwidthLimitExceeded",
+        "RequestThrottled",
+        "SlowDown",
+    }
+)
+
+
+def s3_error_class(exc: Any) -> str:
+    """``"missing"``, ``"transient"`` or ``"refused"`` for a botocore ClientError from S3.
+
+    S3 answers 404 (``NoSuchKey``; a HEAD, which has no body, has the status as its code)
+    only for an object that is not there; 5xx and throttling are transient; any other
+    refusal (403 ``AccessDenied``, ``InvalidObjectState`` ...) is the caller's to fix. A
+    missing key is 403 too when the credentials lack ``s3:ListBucket`` (HeadObject and
+    GetObject API references, "Permissions"), so a refusal's message names both.
+    """
+    response = getattr(exc, "response", {}) or {}
+    status = int(response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+    code = str(response.get("Error", {}).get("Code", ""))
+    if status == 404 or code in ("NoSuchKey", "NotFound", "404"):
+        return "missing"
+    if status >= 500 or status == 429 or code in S3_TRANSIENT_CODES:
+        return "transient"
+    return "refused"
+
+
 __all__ = [
     "CONTROL_PLANE",
     "LOAD_TEST",
@@ -102,7 +143,9 @@ __all__ = [
     "LOCAL_REGION",
     "POLICIES",
     "RUNTIME",
+    "S3_TRANSIENT_CODES",
     "TESTING",
     "ClientPolicy",
     "aws_client",
+    "s3_error_class",
 ]

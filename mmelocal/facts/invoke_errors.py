@@ -19,6 +19,8 @@ from mmelocal.errors import (
     ModelNotFoundError,
     ModelNotReadyError,
     OutOfMemoryError,
+    StoreAccessError,
+    StoreUnavailableError,
     UserInputError,
     ValidationError,
 )
@@ -30,10 +32,11 @@ class SageMakerError:
 
     ``status`` and ``error_type`` are InvokeEndpoint's (botocore's sagemaker-runtime model
     gives each error shape its ``httpStatusCode``); ``v2_status`` is the status on the
-    KServe v2 routes, where tritonclient has no ModelNotReadyException (a retryable 503
-    instead of 429); ``model_error`` adds ModelError's ``OriginalStatusCode``,
-    ``OriginalMessage`` and ``LogStreamArn``; ``source`` is where the platform's status
-    comes from (docs/errors.md lists them).
+    KServe v2 routes when it is not ``status``: those answer as Triton's own HTTP server
+    does (``HttpCodeFromError`` in ``src/http_server.cc``), which knows no SageMaker status
+    (no 424 ModelError, no 507, no 429); ``model_error`` adds ModelError's
+    ``OriginalStatusCode``, ``OriginalMessage`` and ``LogStreamArn``; ``source`` is where
+    the platform's status comes from (docs/errors.md lists them).
     """
 
     status: int
@@ -47,6 +50,20 @@ class SageMakerError:
         """The status on the v2 routes."""
         return self.v2_status or self.status
 
+
+#: a failed load's status on the KServe v2 routes: Triton's v2 HTTP server answers the
+#: load of a model that fails, out of memory included, 400 (``HandleRepositoryControl``
+#: answers the load's error through ``HttpCodeFromError``, ``src/http_server.cc`` 2.51;
+#: the wheel's tritonserver 2.51 answers ``POST /v2/repository/models/M/load`` 400 for a
+#: model.py raising RuntimeError and for one raising "CUDA out of memory")
+V2_LOAD_ERROR_STATUS = 400
+
+#: Triton's v2 answers (400) for a model it has not loaded, which the emulator gives
+#: without loading one: ``GET .../ready`` (``HandleModelReady``, ``src/http_server.cc``
+#: 2.51) and ``GET .../stats`` (``TRITONSERVER_ServerModelStatistics``); both measured
+#: with the wheel's tritonserver 2.51
+V2_NOT_READY = "Model version not ready"
+V2_NOT_AVAILABLE = "requested model '{model}' is not available"
 
 #: Exception class -> the caller's error, first match wins (subclasses before bases).
 SAGEMAKER_ERRORS: tuple[tuple[tuple[type[BaseException], ...], SageMakerError], ...] = (
@@ -66,10 +83,32 @@ SAGEMAKER_ERRORS: tuple[tuple[tuple[type[BaseException], ...], SageMakerError], 
         ),
     ),
     (
+        (StoreUnavailableError,),
+        SageMakerError(
+            status=503,
+            error_type="ServiceUnavailable",
+            source='botocore ServiceUnavailable (503, "Try your call again"): the emulator\'s '
+            "for a store that throttles, fails or cannot be reached (SageMaker's answer when "
+            "its own download fails so is not documented)",
+        ),
+    ),
+    (
+        (StoreAccessError,),
+        SageMakerError(
+            status=400,
+            error_type="ValidationError",
+            source="botocore ValidationError: SageMaker's download failure names the object "
+            "and the role's permission together (\"Please ensure that there is an object "
+            "located at the URL and that the role passed to CreateModel has permissions to "
+            'download the object"), and S3 answers a missing key 403 without s3:ListBucket',
+        ),
+    ),
+    (
         (OutOfMemoryError,),
         SageMakerError(
             status=507,
             error_type="InsufficientMemory",
+            v2_status=V2_LOAD_ERROR_STATUS,
             source="the emulator's (the container's 507 makes SageMaker evict; the caller's "
             "answer when nothing is left to evict is not documented)",
         ),
@@ -79,6 +118,7 @@ SAGEMAKER_ERRORS: tuple[tuple[tuple[type[BaseException], ...], SageMakerError], 
         SageMakerError(
             status=424,
             error_type="ModelError",
+            v2_status=V2_LOAD_ERROR_STATUS,
             model_error=True,
             source="botocore ModelError (424): the container answered 4xx/5xx (Triton's "
             "SageMaker front end answers a failed load 400)",
@@ -115,6 +155,9 @@ __all__ = [
     "LOAD_ERROR_STATUS",
     "PAYLOAD_TOO_LARGE_STATUS",
     "SAGEMAKER_ERRORS",
+    "V2_LOAD_ERROR_STATUS",
+    "V2_NOT_AVAILABLE",
+    "V2_NOT_READY",
     "SageMakerError",
     "error_kind",
 ]

@@ -36,7 +36,6 @@ from mmelocal.facts.runtime_api import (
     ENDPOINT_IN_PROGRESS,
     RETAINED_VARIANT_PROPERTIES,
     TARGET_VARIANT_HEADER,
-    UNKNOWN_TARGET_VARIANT,
     VARIANT_NOT_IN_CONFIG,
     ZERO_INSTANCES,
 )
@@ -44,6 +43,7 @@ from mmelocal.facts.sagemaker import LOAD_AND_INVOKE_TIMEOUT_S, TARGET_MODEL_HEA
 from mmelocal.localaws.checks import model_data_problem, model_violations
 from mmelocal.localaws.endpoints import EndpointManager, EndpointState
 from mmelocal.localaws.logs import LogShipper
+from mmelocal.rules.variants import target_variant_error
 
 logger = logging.getLogger(__name__)
 
@@ -505,12 +505,11 @@ class LocalAwsApp:
             )
             return self._answer(start_response, answer.status, answer.headers, answer.body)
         wanted = environ.get(_TARGET_VARIANT_KEY)
-        variant = fleets.choose(wanted)
-        if variant is None:
-            message = UNKNOWN_TARGET_VARIANT.format(
-                variant=wanted, endpoint=name, valid=", ".join(fleets.names())
-            )
-            answer = sagemaker_error(400, "ValidationError", message)
+        refused = None if wanted is None else target_variant_error(wanted, name, fleets.names())
+        variant = None if refused is not None else fleets.choose(wanted)
+        if variant is None:  # refused, or an update removed the variant since the check
+            message = refused or target_variant_error(str(wanted), name, fleets.names())
+            answer = sagemaker_error(400, "ValidationError", str(message))
             return self._answer(start_response, answer.status, answer.headers, answer.body)
         fleet = variant.fleet
         single = fleet.plan.single_model_target

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from mmelocal.errors import UserInputError
+from mmelocal.facts.runtime_api import UNKNOWN_TARGET_VARIANT
 
 
 def traffic_shares(weights: Sequence[float]) -> list[float]:
@@ -45,4 +46,15 @@ def choose_variant(weights: Sequence[float], u: float) -> int:
     return max(i for i, share in enumerate(shares) if share > 0.0)
 
 
-__all__ = ["choose_variant", "traffic_shares"]
+def target_variant_error(wanted: str, endpoint: str, variants: Sequence[str]) -> str | None:
+    """The service's ``ValidationError`` message for a ``TargetVariant`` the endpoint
+    ``endpoint`` does not have among ``variants`` (None when it has it): the one check of
+    the local AWS and of ``mmelocal serve``."""
+    if wanted in variants:
+        return None
+    return UNKNOWN_TARGET_VARIANT.format(
+        variant=wanted[:80], endpoint=endpoint, valid=", ".join(variants)
+    )
+
+
+__all__ = ["choose_variant", "target_variant_error", "traffic_shares"]

@@ -203,6 +203,37 @@ def test_headers_at_the_service_limits_are_served(setup: Setup) -> None:
     assert status == 200, body
 
 
+def test_a_target_variant_the_endpoint_lacks_is_a_validation_error(setup: Setup) -> None:
+    """``TargetVariant`` names the production variant to serve the call (botocore's
+    sagemaker-runtime model: header ``X-Amzn-SageMaker-Target-Variant``); a name the
+    endpoint does not have is the service's ValidationError naming it (the SageMaker SDK's
+    integration test ``test_spark_ml_predict_invocation_with_target_variant``), as the
+    local AWS answers. The emulator serves one variant, ``AllTraffic``."""
+    client = MmeEndpoint(url=setup.url, store=setup.store, server=None).client()
+    _, body = payload(rows=1)
+
+    def call(variant: str) -> Any:
+        return client.invoke_endpoint(
+            EndpointName="ep", TargetModel=GOOD, ContentType=JSON, Body=body, TargetVariant=variant
+        )
+
+    assert call("AllTraffic")["InvokedProductionVariant"] == "AllTraffic"
+    with pytest.raises(client.exceptions.ValidationError) as info:
+        call("VariantB")
+    assert info.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+    message = info.value.response["Error"]["Message"]
+    assert "VariantB" in message and '"ep"' in message and "AllTraffic" in message
+    # another endpoint's call is "not found" first, whatever variant it names
+    with pytest.raises(client.exceptions.ValidationError, match="Endpoint other not found"):
+        client.invoke_endpoint(
+            EndpointName="other",
+            TargetModel=GOOD,
+            ContentType=JSON,
+            Body=body,
+            TargetVariant="VariantB",
+        )
+
+
 def test_a_non_ascii_target_is_read_as_utf8(setup: Setup) -> None:
     """boto3 sends TargetModel as UTF-8; the service reads it so, and so does the emulator."""
     client = MmeEndpoint(url=setup.url, store=setup.store, server=None).client()

@@ -183,9 +183,10 @@ def test_tritonclient_loads_on_demand(endpoint: MmeEndpoint) -> None:
     client = httpclient.InferenceServerClient(endpoint.url.split("://")[1])
     assert client.is_server_live() and client.is_server_ready()
     target = "model-47.tar.gz"
-    assert client.is_model_ready(target)
-    meta = client.get_model_metadata(target)
+    assert not client.is_model_ready(target)  # Triton's answer for a cold model: no load
+    meta = client.get_model_metadata(target)  # what clients read first loads it
     assert meta["name"] == target
+    assert client.is_model_ready(target)
     assert client.get_model_config(target)["max_batch_size"] == 8
     for binary in (True, False):
         cold = "model-46.tar.gz" if binary else "model-45.tar.gz"

@@ -28,6 +28,8 @@ from mmelocal.errors import (
     ModelNotFoundError,
     ModelNotReadyError,
     OutOfMemoryError,
+    StoreAccessError,
+    StoreUnavailableError,
     UnsupportedModelError,
     ValidationError,
 )
@@ -35,14 +37,17 @@ from mmelocal.errors import (
 EXAMPLES = [
     (ModelNotReadyError("still loading", target_model="m"), 429, "ModelNotReadyException", 503),
     (InstanceUnavailableError("restarting"), 503, "ServiceUnavailable", 503),
-    (OutOfMemoryError("too big"), 507, "InsufficientMemory", 507),
+    # the v2 routes answer a failed load as Triton's v2 HTTP server does: 400
+    (OutOfMemoryError("too big"), 507, "InsufficientMemory", 400),
     (
         ModelLoadError("no", model_name="m", triton_message="bad", status_code=400),
         424,
         "ModelError",
-        424,
+        400,
     ),
-    (UnsupportedModelError("needs a GPU", model_name="m"), 424, "ModelError", 424),
+    (UnsupportedModelError("needs a GPU", model_name="m"), 424, "ModelError", 400),
+    (StoreUnavailableError("S3 is throttling"), 503, "ServiceUnavailable", 503),
+    (StoreAccessError("S3 refused", target_model="m"), 400, "ValidationError", 400),
     (InvalidTargetError("bad name", target_model="../x"), 400, "ValidationError", 400),
     (ModelNotFoundError("absent", target_model="m"), 400, "ValidationError", 400),
     (ValidationError("several folders"), 400, "ValidationError", 400),

@@ -5,6 +5,7 @@ refuse before they look at a model, the emulator refuses before it loads one."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from types import SimpleNamespace
 from typing import Any
@@ -15,11 +16,13 @@ from mmelocal.emulator import routes
 
 
 class FakeEmulator:
-    """Records the loads a route asks for; any v2 read answers 200 ``{}``."""
+    """Records the loads a route asks for; any v2 read answers 200 ``{}``; no model is
+    loaded before a route asks."""
 
     def __init__(self) -> None:
         self.loaded: list[str] = []
         self.instances: list[Any] = []
+        self.router = SimpleNamespace(reading=lambda target: contextlib.nullcontext(None))
 
     async def ensure_loaded(self, target: str) -> Any:
         self.loaded.append(target)
@@ -66,3 +69,45 @@ def test_server_ready_answers_as_triton(up: bool, status: int) -> None:
     answer = call(emulator, "GET", "/v2/health/ready")
     assert answer.status == status
     assert answer.body == b""
+
+
+@pytest.mark.parametrize("action", ["ready", "stats", "versions/1/ready"])
+def test_ready_and_stats_of_a_model_loaded_nowhere_load_nothing(action: str) -> None:
+    """Triton answers readiness and statistics of a model it has not loaded 400; a probe
+    must not download, load or evict (tests/emulator/test_v2_routes.py: on a real Triton)."""
+    emulator = FakeEmulator()
+    answer = call(emulator, "GET", f"/v2/models/model-1.tar.gz/{action}")
+    assert answer.status == 400
+    assert emulator.loaded == []
+
+
+def test_the_repository_index_lists_a_model_held_twice_once() -> None:
+    """A hot model is loaded on a second instance; Triton's index (one server) lists each
+    model once, and so does the emulator's, which stands for one server."""
+    emulator = FakeEmulator()
+    emulator.instances = [
+        SimpleNamespace(loaded=lambda: ["a.tar.gz", "b.tar.gz"]),
+        SimpleNamespace(loaded=lambda: ["b.tar.gz", "c.tar.gz"]),
+    ]
+    answer = call(emulator, "POST", "/v2/repository/index")
+    assert [m["name"] for m in json.loads(answer.body)] == ["a.tar.gz", "b.tar.gz", "c.tar.gz"]
+
+
+def test_server_metadata_comes_from_an_instance_that_is_up() -> None:
+    """``GET /v2`` asks a running Triton; with every one restarting it is the retryable
+    503 of the error table, not a 500."""
+    asked: list[int] = []
+
+    def instance(index: int, up: bool) -> Any:
+        async def v2_get(path: str) -> Any:
+            asked.append(index)
+            return SimpleNamespace(status=200, body=b'{"name":"triton"}')
+
+        return SimpleNamespace(index=index, up=up, control=SimpleNamespace(v2_get=v2_get))
+
+    emulator = FakeEmulator()
+    emulator.instances = [instance(0, False), instance(1, True)]
+    assert call(emulator, "GET", "/v2").status == 200 and asked == [1]
+    emulator.instances = [instance(0, False)]
+    answer = call(emulator, "GET", "/v2")
+    assert answer.status == 503 and "restarting" in json.loads(answer.body)["error"]

@@ -121,3 +121,57 @@ def test_s3_store_unreachable_endpoint_fails_fast(monkeypatch: pytest.MonkeyPatc
     with pytest.raises(EmulatorError, match=rf"cannot reach the S3 store .*127\.0\.0\.1:{port}"):
         store.check()
     assert time.monotonic() - t0 < 30
+
+
+@pytest.fixture
+def fake_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in (("AWS_ACCESS_KEY_ID", "x"), ("AWS_SECRET_ACCESS_KEY", "x")):
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+
+
+@pytest.mark.parametrize("status", [403, 404, 500, 503])
+@pytest.mark.usefixtures("fake_credentials")
+def test_s3_refusals_are_told_apart(status: int, tmp_path: Path) -> None:
+    """Only a missing object is "not found". A 403 is a permission the credentials lack
+    (S3 answers 403 for a missing key too when they lack s3:ListBucket: HeadObject's API
+    reference), 5xx and throttling a store that a retry may serve."""
+    from s3_refusals import refusing_s3, url_of
+
+    from mmelocal.errors import StoreAccessError, StoreUnavailableError
+
+    with refusing_s3({"pre/m.tar.gz": status}) as server:
+        store = S3Store("bucket", "pre", endpoint_url=url_of(server))
+        expected: type[Exception] = {
+            403: StoreAccessError,
+            404: ModelNotFoundError,
+            500: StoreUnavailableError,
+            503: StoreUnavailableError,
+        }[status]
+        with pytest.raises(expected) as info:
+            store.stat("m.tar.gz")
+    message = str(info.value)
+    assert "s3://bucket/pre/m.tar.gz" in message
+    if status == 403:
+        assert "s3:GetObject" in message and "s3:ListBucket" in message
+    elif status == 404:
+        assert "not found" in message
+    else:
+        assert "retry" in message
+        assert len(server.requests) == 3  # the LOCAL policy's 2 retries came first
+
+
+@pytest.mark.usefixtures("fake_credentials")
+def test_a_download_refused_after_the_head_is_told_apart_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GetObject's own refusal (S3's error document, here AccessDenied) is classed as
+    HeadObject's."""
+    from s3_refusals import refusing_s3, url_of
+
+    from mmelocal.errors import StoreAccessError
+
+    with refusing_s3({"HEAD m.tar.gz": 200, "GET m.tar.gz": 403}) as server:
+        store = S3Store("bucket", endpoint_url=url_of(server))
+        with pytest.raises(StoreAccessError, match="AccessDenied"):
+            store.fetch("m.tar.gz", tmp_path / "m.tar.gz")

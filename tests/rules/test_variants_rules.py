@@ -17,3 +17,12 @@ def test_traffic_shares_and_the_draw() -> None:
         traffic_shares([1, -1])
     with pytest.raises(Exception, match=r"\[0, 1\)"):
         choose_variant([1], 1.0)
+
+
+def test_target_variant_error_names_the_variant_the_endpoint_lacks() -> None:
+    """The one check of TargetVariant (the local AWS and ``mmelocal serve``)."""
+    from mmelocal.rules.variants import target_variant_error
+
+    assert target_variant_error("A", "ep", ["A", "B"]) is None
+    message = target_variant_error("C", "ep", ["A", "B"])
+    assert message is not None and '"C"' in message and '"ep"' in message and "A, B" in message

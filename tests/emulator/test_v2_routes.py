@@ -1,0 +1,170 @@
+"""The KServe v2 routes on a real Triton: the statuses Triton's own HTTP server gives
+(``src/http_server.cc``, 2.51: ``HttpCodeFromError`` and ``HandleModelReady``), and reads
+that are no use of a model (no load, no recency)."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from emulator_helpers import payload, raw_request
+
+from mmelocal.emulator.emulator import EmulatorConfig
+from mmelocal.emulator.server import EmulatorServer
+from mmelocal.testing.endpoint import MmeEndpoint
+from mmelocal.testing.tiny_model import CONFIG, write_tarball
+
+pytestmark = pytest.mark.triton
+
+MiB = 1024 * 1024
+JSON = [("Content-Type", "application/json")]
+_, BODY = payload(rows=1)
+
+
+def _failing_tarball(path: Path, raises: str) -> None:
+    """A tarball whose model.py raises ``raises`` when Triton loads it."""
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in (
+            ("m/config.pbtxt", CONFIG.format(name="m", scale=2.0).encode()),
+            ("m/1/model.py", f"raise {raises}\n".encode()),
+        ):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+@pytest.fixture(scope="module")
+def mme(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MmeEndpoint]:
+    root = tmp_path_factory.mktemp("v2")
+    store = root / "store"
+    store.mkdir()
+    for name in ("model-a", "model-b", "model-c"):
+        write_tarball(store / f"{name}.tar.gz", scale=2.0)
+    _failing_tarball(store / "failing-init.tar.gz", "RuntimeError('this model fails to import')")
+    _failing_tarball(
+        store / "oom-init.tar.gz", "MemoryError('CUDA out of memory. Tried to allocate 2 GiB')"
+    )
+    config = EmulatorConfig(
+        store=str(store),
+        cache_dir=root / "cache",
+        disk_budget_bytes=64 * MiB,
+        memory_budget_bytes=2048 * MiB,
+        endpoint_name="ep",
+    )
+    with EmulatorServer(config) as server:
+        yield MmeEndpoint(url=server.url, store=store, server=server, endpoint_name="ep")
+
+
+def _error(data: bytes) -> str:
+    message: str = json.loads(data)["error"]
+    return message
+
+
+@pytest.mark.parametrize(
+    ("target", "words"),
+    [("failing-init.tar.gz", "fails to import"), ("oom-init.tar.gz", "out of memory")],
+)
+def test_a_failed_load_is_tritons_400_on_the_v2_routes(
+    mme: MmeEndpoint, target: str, words: str
+) -> None:
+    """Triton's v2 HTTP server answers a load that failed (the model raised, out-of-memory
+    included) 400, as ``HttpCodeFromError`` maps the load's error; 424 (ModelError) and
+    507 are SageMaker's statuses, which tritonclient never sees from Triton."""
+    for method, path, body in (
+        ("POST", f"/v2/models/{target}/infer", BODY),
+        ("GET", f"/v2/models/{target}", b""),
+        ("POST", f"/v2/repository/models/{target}/load", b""),
+    ):
+        status, _, data = raw_request(mme.url, method, path, JSON, body)
+        assert status == 400, (method, path, data)
+        assert words in _error(data), data
+    # InvokeEndpoint keeps SageMaker's answers
+    status, headers, data = raw_request(
+        mme.url,
+        "POST",
+        "/endpoints/ep/invocations",
+        [*JSON, ("X-Amzn-SageMaker-Target-Model", "failing-init.tar.gz")],
+        BODY,
+    )
+    assert status == 424 and headers["x-amzn-errortype"] == "ModelError", data
+
+
+def _loaded(mme: MmeEndpoint) -> list[str]:
+    """The loaded set, least recently used first."""
+    return [e["target"] for e in mme.state()["instances"][0]["loaded"]]
+
+
+def _downloads(mme: MmeEndpoint) -> int:
+    return sum(1 for e in mme.state()["events"] if e["kind"] == "download")
+
+
+def test_ready_of_a_cold_model_is_tritons_not_ready_and_loads_nothing(mme: MmeEndpoint) -> None:
+    """Triton's HandleModelReady answers a model it has not loaded 400 "Model version not
+    ready" without loading it; tritonclient's is_model_ready reads that as False. A probe
+    of readiness must not download, load, or evict for, a model."""
+    loaded, downloads = _loaded(mme), _downloads(mme)
+    assert "model-c.tar.gz" not in loaded
+    status, _, data = raw_request(mme.url, "GET", "/v2/models/model-c.tar.gz/ready")
+    triton_url = mme.state()["instances"][0]["http_url"]
+    assert (status, data) == raw_request(triton_url, "GET", "/v2/models/model-c.tar.gz/ready")[::2]
+    assert status == 400 and _error(data) == "Model version not ready"
+    assert _loaded(mme) == loaded and _downloads(mme) == downloads
+
+
+def test_reads_of_a_warm_model_are_no_use(mme: MmeEndpoint) -> None:
+    """Only invocations are uses of a model (what the platform's least-recently-used
+    eviction orders by): ready, metadata, config and stats of a loaded model answer from
+    the Triton holding it and leave its recency alone."""
+    for target in ("model-a.tar.gz", "model-b.tar.gz"):
+        assert mme.invoke(target, BODY)
+    before = _loaded(mme)
+    assert before[-2:] == ["model-a.tar.gz", "model-b.tar.gz"]
+    for suffix, words in (
+        ("/ready", b""),
+        ("", b'"name"'),
+        ("/config", b'"input"'),
+        ("/stats", b'"model_stats"'),
+    ):
+        status, _, data = raw_request(mme.url, "GET", f"/v2/models/model-a.tar.gz{suffix}")
+        assert status == 200 and words in data, (suffix, data)
+    assert _loaded(mme) == before
+
+
+def test_stats_of_a_cold_model_is_tritons_answer_and_loads_nothing(mme: MmeEndpoint) -> None:
+    """Statistics are an observation too: Triton answers a model it has not loaded 400
+    "requested model ... is not available"."""
+    loaded = _loaded(mme)
+    status, _, data = raw_request(mme.url, "GET", "/v2/models/model-c.tar.gz/stats")
+    assert status == 400 and "is not available" in _error(data), data
+    assert _loaded(mme) == loaded
+
+
+def test_metadata_of_a_cold_model_loads_it_on_demand(mme: MmeEndpoint) -> None:
+    """tritonclient and perf_analyzer read a model's metadata and config before they infer
+    (docs/serve.md: the TargetModel is loaded on demand); a plain Triton would answer
+    "unknown model", so the emulator loads it, as the first invocation would."""
+    state = mme.state()
+    for entry in state["instances"][0]["loaded"]:
+        raw_request(mme.url, "POST", f"/v2/repository/models/{entry['target']}/unload")
+    assert _loaded(mme) == []
+    status, _, data = raw_request(mme.url, "GET", "/v2/models/model-c.tar.gz/config")
+    assert status == 200 and json.loads(data)["input"][0]["name"] == "INPUT0"
+    assert _loaded(mme) == ["model-c.tar.gz"]
+
+
+def test_a_version_in_the_path_reaches_triton(mme: MmeEndpoint) -> None:
+    """``/v2/models/M/versions/N/...`` asks Triton for version N: a version the model does
+    not have is Triton's error, not version 1's metadata."""
+    assert mme.invoke("model-a.tar.gz", BODY)
+    triton_url = mme.state()["instances"][0]["http_url"]
+    for suffix in ("", "/config", "/ready"):
+        path = f"/v2/models/model-a.tar.gz/versions/2{suffix}"
+        status, _, data = raw_request(mme.url, "GET", path)
+        assert status >= 400, (suffix, data)
+        assert (status, data) == raw_request(triton_url, "GET", path)[::2]
+        status, _, data = raw_request(mme.url, "GET", path.replace("/versions/2", "/versions/1"))
+        assert status == 200, (suffix, data)
