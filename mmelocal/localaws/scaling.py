@@ -8,8 +8,10 @@ moto records targets and policies; this module adds what the service does with t
   evaluated by the control loop like any alarm), deleted with their policy;
 * every period (:meth:`Autoscaler.tick`): each target tracking policy through
   :func:`mmelocal.rules.autoscaling.target_tracking_step` on the published metric, and step
-  scaling when its alarm is in ALARM; of the policies that would act, the one giving the
-  largest capacity wins, scale-out or scale-in (as the service decides); a change resizes
+  scaling when its alarm is in ALARM; a target tracking scale-in waits until every target
+  tracking policy with scale-in enabled is ready to scale in; of the policies that would
+  act, the one giving the largest capacity wins, scale-out or scale-in (as the service
+  decides); a change resizes
   the variant's fleet on a worker thread (new instances join routing once Triton is up;
   removed ones drain first) while ``DescribeEndpoint`` shows ``Updating`` and both
   instance counts;
@@ -142,6 +144,28 @@ class _Proposal(NamedTuple):
     capacity: int
     cause: str
     started: Callable[[], None]
+
+
+def _held_back_scale_ins(
+    policies: list[dict[str, Any]], proposals: dict[str, _Proposal | None], current: int
+) -> set[str]:
+    """The target tracking policies (names) whose scale-in waits: the service "will scale in
+    only if all of the target tracking policies (with the scale-in portion enabled) are ready
+    to scale in" (Application Auto Scaling User Guide, "How target tracking scaling for
+    Application Auto Scaling works", Multiple scaling policies). A step scaling policy's
+    scale-in is not held back (PutScalingPolicy API reference: it "will not be blocked")."""
+    tracking = [p for p in policies if p.get("PolicyType") == "TargetTrackingScaling"]
+    scaling_in = {
+        p["PolicyName"]
+        for p in tracking
+        if (proposal := proposals.get(p["PolicyName"])) is not None and proposal.capacity < current
+    }
+    ready = all(
+        p["PolicyName"] in scaling_in
+        for p in tracking
+        if not (p.get("TargetTrackingScalingPolicyConfiguration") or {}).get("DisableScaleIn")
+    )
+    return set() if ready else scaling_in
 
 
 def _suspended(suspended: dict[str, Any], current: int, capacity: int) -> bool:
@@ -513,16 +537,21 @@ class Autoscaler:
                 self._resize(region, resource, fleet, decision.capacity, str(decision.cause))
                 continue
             period = _Period(region, fleet, limits, now_s, scale, suspended)
-            proposals = []
-            for policy in [p for p in policies if p["ResourceId"] == resource]:
+            own = [p for p in policies if p["ResourceId"] == resource]
+            wanted: dict[str, _Proposal | None] = {}
+            for policy in own:
                 if policy.get("PolicyType") == "TargetTrackingScaling":
-                    proposal = self._target_tracking(policy, period)
+                    wanted[policy["PolicyName"]] = self._target_tracking(policy, period)
                 elif policy.get("PolicyType") == "StepScaling":
-                    proposal = self._step(policy, period)
-                else:
-                    continue
-                if proposal is not None and not _suspended(suspended, current, proposal.capacity):
-                    proposals.append(proposal)
+                    wanted[policy["PolicyName"]] = self._step(policy, period)
+            held_back = _held_back_scale_ins(own, wanted, current)
+            proposals = [
+                proposal
+                for name, proposal in wanted.items()
+                if proposal is not None
+                and name not in held_back
+                and not _suspended(suspended, current, proposal.capacity)
+            ]
             if proposals:
                 # the service: "precedence to the policy that provides the largest capacity
                 # for both scale out and scale in" (PutScalingPolicy API reference)

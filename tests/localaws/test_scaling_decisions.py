@@ -1,0 +1,151 @@
+"""What the autoscaler decides, driven as a user drives it: boto3 against a local AWS whose
+variant serves on real Triton, the metrics the policies read put into the control loop's
+store and one period evaluated by hand (``clock.tick``). The clock runs at the real pace
+(one period a minute), so no period passes on its own while a test runs its few seconds."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+from localaws_helpers import model_and_config, unique, wait_for
+from localaws_helpers import wait_status as wait_endpoint
+
+from mmelocal.localaws import LocalAws
+from mmelocal.localaws.metric_store import series_key
+from mmelocal.testing.local_aws_fixtures import point_environment_at
+from mmelocal.testing.tiny_model import write_tarball
+
+pytestmark = pytest.mark.triton
+SCALABLE = "sagemaker:variant:DesiredInstanceCount"
+NAMESPACE = "mmelocal/tests"
+_ENDPOINT = unique("decide")
+
+
+@pytest.fixture(scope="module")
+def aws(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalAws]:
+    """A local AWS at the real pace, in the environment of a user's script."""
+    options: dict[str, Any] = {"persist": False, "memory_budget_bytes": 2 * 1024**3}
+    with (
+        LocalAws(data_dir=tmp_path_factory.mktemp("decide-aws"), **options) as local,
+        pytest.MonkeyPatch.context() as env,
+    ):
+        point_environment_at(env, local, tmp_path_factory.mktemp("no-aws-files"))
+        yield local
+
+
+@pytest.fixture(scope="module")
+def endpoint_config(aws: LocalAws, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """An MME endpoint config of two instances on the tiny model."""
+    s3 = boto3.client("s3")
+    bucket = unique("decide")
+    s3.create_bucket(Bucket=bucket)
+    tarball = write_tarball(Path(tmp_path_factory.mktemp("models")) / "model.tar.gz")
+    s3.upload_file(str(tarball), bucket, "models/model.tar.gz")
+    return model_and_config(f"s3://{bucket}/models/", count=2)
+
+
+def _serving(sm: Any, name: str) -> tuple[str, int]:
+    described = sm.describe_endpoint(EndpointName=name)
+    return described["EndpointStatus"], described["ProductionVariants"][0]["CurrentInstanceCount"]
+
+
+@pytest.fixture
+def target(aws: LocalAws, endpoint_config: str) -> Iterator[dict[str, str]]:
+    """The scalable target of the module's endpoint, InService at two instances and
+    registered 1..2 with no policy (whatever ran before); deregistered after the test."""
+    sm = boto3.client("sagemaker")
+    aas = boto3.client("application-autoscaling")
+    resource = {"ServiceNamespace": "sagemaker", "ScalableDimension": SCALABLE,
+                "ResourceId": f"endpoint/{_ENDPOINT}/variant/AllTraffic"}  # fmt: skip
+    try:
+        sm.describe_endpoint(EndpointName=_ENDPOINT)
+    except ClientError:
+        sm.create_endpoint(EndpointName=_ENDPOINT, EndpointConfigName=endpoint_config)
+    wait_endpoint(sm, _ENDPOINT, leaving="Creating")
+    wait_for(lambda: _serving(sm, _ENDPOINT)[0] == "InService", timeout_s=120)
+    if _serving(sm, _ENDPOINT)[1] != 2:
+        sm.update_endpoint_weights_and_capacities(
+            EndpointName=_ENDPOINT,
+            DesiredWeightsAndCapacities=[{"VariantName": "AllTraffic", "DesiredInstanceCount": 2}],
+        )
+    wait_for(lambda: _serving(sm, _ENDPOINT) == ("InService", 2), timeout_s=120)
+    aas.register_scalable_target(**resource, MinCapacity=1, MaxCapacity=2)
+    try:
+        yield resource
+    finally:
+        assert aws.autoscaler is not None
+        aws.autoscaler.wait(timeout_s=60)
+        aas.deregister_scalable_target(**resource)
+
+
+def _metric(name: str) -> dict[str, Any]:
+    return {"Namespace": NAMESPACE, "MetricName": name,
+            "Dimensions": [{"Name": "EndpointName", "Value": _ENDPOINT}]}  # fmt: skip
+
+
+def _record(aws: LocalAws, name: str, values: list[float], now_s: float) -> None:
+    """``values`` as one datum per minute, the last in the minute ending at ``now_s``."""
+    assert aws.clock is not None
+    metric = _metric(name)
+    key = series_key(metric["Namespace"], metric["MetricName"], metric["Dimensions"])
+    for age, value in zip(range(len(values), 0, -1), values, strict=True):
+        aws.clock.store.add(key, now_s - 60 * age, [value])
+
+
+def _evaluate(aws: LocalAws, now_s: float) -> None:
+    """One period ending ``now_s``: alarms evaluated, the autoscaler acting on them."""
+    assert aws.clock is not None and aws.autoscaler is not None
+    aws.clock.tick(now_s - 60, now_s)
+    aws.autoscaler.wait(timeout_s=60)
+
+
+def _activities(target: dict[str, str]) -> list[dict[str, Any]]:
+    aas = boto3.client("application-autoscaling")
+    return list(
+        aas.describe_scaling_activities(
+            ServiceNamespace="sagemaker", ResourceId=target["ResourceId"]
+        )["ScalingActivities"]
+    )
+
+
+def _tracking(target: dict[str, str], name: str, metric: str, value: float) -> None:
+    boto3.client("application-autoscaling").put_scaling_policy(
+        PolicyName=name, PolicyType="TargetTrackingScaling", **target,
+        TargetTrackingScalingPolicyConfiguration={
+            "TargetValue": value, "ScaleInCooldown": 0, "ScaleOutCooldown": 0,
+            "CustomizedMetricSpecification": {**_metric(metric), "Statistic": "Average"},
+        },
+    )  # fmt: skip
+
+
+def test_target_tracking_scales_in_only_when_every_policy_is_ready(
+    aws: LocalAws, target: dict[str, str]
+) -> None:
+    """Application Auto Scaling User Guide, "How target tracking scaling for Application Auto
+    Scaling works", Multiple scaling policies: "It will scale out the scalable target if any
+    of the target tracking policies are ready for scale out, but will scale in only if all
+    of the target tracking policies (with the scale-in portion enabled) are ready to scale
+    in." Two policies at two instances: one far under its target (it alone would go to 1),
+    the other at its target: nothing happens; once both are under, the variant goes to 1."""
+    sm = boto3.client("sagemaker")
+    _tracking(target, "idle", "Idle", 100.0)
+    _tracking(target, "busy", "Busy", 100.0)
+    now = time.time()
+    _record(aws, "Idle", [10.0] * 15, now)
+    _record(aws, "Busy", [100.0] * 15, now)
+    before = len(_activities(target))
+    _evaluate(aws, now)
+    assert _serving(sm, _ENDPOINT) == ("InService", 2)
+    assert len(_activities(target)) == before  # no scale-in was even started
+    later = now + 15 * 60  # fifteen periods on, none of the first ones in its range
+    _record(aws, "Idle", [10.0] * 15, later)
+    _record(aws, "Busy", [20.0] * 15, later)
+    _evaluate(aws, later)
+    wait_for(lambda: _serving(sm, _ENDPOINT) == ("InService", 1), timeout_s=60)
+    assert _activities(target)[0]["Description"] == "Setting desired instance count to 1."
