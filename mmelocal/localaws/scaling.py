@@ -39,6 +39,7 @@ from mmelocal.facts.autoscaling import (
     DEFAULT_STEP_COOLDOWN_S,
     HIGH_ALARM,
     LOW_ALARM,
+    METRIC_AGGREGATION_TYPES,
     METRIC_PERIOD_S,
     PREDEFINED_METRICS,
     SCALABLE_DIMENSION,
@@ -58,6 +59,8 @@ from mmelocal.rules.autoscaling import (
     ScalingLimits,
     ScalingState,
     TargetTrackingPolicy,
+    aggregated_metric,
+    evaluated_datapoints,
     step_adjustment,
     step_scaling_step,
     target_tracking_step,
@@ -346,6 +349,22 @@ class Autoscaler:
                 code="ObjectNotFoundException",
                 status=400,
             )
+        if operation == "PutScalingPolicy":
+            self._check_step_config(params)
+
+    @staticmethod
+    def _check_step_config(params: dict[str, Any]) -> None:
+        """The service's enum check on ``MetricAggregationType`` (moto takes any value)."""
+        config = params.get("StepScalingPolicyConfiguration") or {}
+        kind = config.get("MetricAggregationType")
+        if kind is not None and kind not in METRIC_AGGREGATION_TYPES:
+            raise AwsServiceError(
+                f"1 validation error detected: Value '{kind}' at "
+                "'stepScalingPolicyConfiguration.metricAggregationType' failed to satisfy "
+                "constraint: Member must satisfy enum value set: "
+                f"[{', '.join(METRIC_AGGREGATION_TYPES)}]",
+                code="ValidationException",
+            )
 
     def check_update(
         self, region: str, endpoint: str, described: dict[str, Any], config: dict[str, Any]
@@ -625,14 +644,19 @@ class Autoscaler:
         alarm = alarms[0]
         cooldown_s = float(config.get("Cooldown", DEFAULT_STEP_COOLDOWN_S)) / scale
         key = series_key(alarm["Namespace"], alarm["MetricName"], alarm.get("Dimensions", []))
+        periods = int(alarm["EvaluationPeriods"])
         values = self._store.periods(
             key,
             end_s=now_s,
             period_s=float(alarm["Period"]) / scale,
-            count=1,
+            count=periods + EVALUATION_RANGE_EXTRA_PERIODS,
             statistic=alarm.get("ExtendedStatistic") or alarm.get("Statistic") or "Average",
         )
-        value = values[-1]
+        # the alarm's datapoints, aggregated as the policy says ("the value of the aggregated
+        # CloudWatch metric": StepAdjustment, API reference)
+        value = aggregated_metric(
+            evaluated_datapoints(values, periods), config.get("MetricAggregationType")
+        )
         if value is None:
             return None
         adjustment = step_adjustment(

@@ -17,10 +17,12 @@ from typing import Any
 from mmelocal.errors import UserInputError
 from mmelocal.facts.autoscaling import (
     ALARM_CAUSE_FORMAT,
+    DEFAULT_METRIC_AGGREGATION_TYPE,
     DEFAULT_SCALE_IN_COOLDOWN_S,
     DEFAULT_SCALE_OUT_COOLDOWN_S,
     HIGH_ALARM,
     LOW_ALARM,
+    METRIC_AGGREGATION_TYPES,
     TrackingAlarm,
 )
 from mmelocal.facts.cloudwatch import (
@@ -173,6 +175,35 @@ def alarm_state(
     if treat_missing_data == "ignore":
         return current_state
     return "ALARM" if window[0] is not None else "INSUFFICIENT_DATA"
+
+
+def evaluated_datapoints(
+    datapoints: Sequence[float | None], evaluation_periods: int
+) -> list[float]:
+    """The datapoints an alarm evaluates, oldest first: the newest ``evaluation_periods``
+    present in its evaluation range (``evaluation_periods`` +
+    :data:`~mmelocal.facts.cloudwatch.EVALUATION_RANGE_EXTRA_PERIODS` periods, newest
+    last in ``datapoints``), all of them when fewer are (as :func:`alarm_state` reads them)."""
+    size = evaluation_periods + EVALUATION_RANGE_EXTRA_PERIODS
+    present = [v for v in datapoints[-size:] if v is not None and not math.isnan(v)]
+    return present[-evaluation_periods:]
+
+
+def aggregated_metric(values: Sequence[float], aggregation_type: str | None = None) -> float | None:
+    """``values`` (an alarm's datapoints) as a step scaling policy aggregates them
+    (``MetricAggregationType``: Average when None); None when there are none."""
+    kind = aggregation_type or DEFAULT_METRIC_AGGREGATION_TYPE
+    if kind not in METRIC_AGGREGATION_TYPES:
+        raise UserInputError(
+            f"MetricAggregationType must be one of {METRIC_AGGREGATION_TYPES}, got {kind!r}"
+        )
+    if not values:
+        return None
+    if kind == "Minimum":
+        return min(values)
+    if kind == "Maximum":
+        return max(values)
+    return sum(values) / len(values)
 
 
 def _in_cooldown(now_s: float, since_s: float | None, cooldown_s: float) -> bool:
@@ -364,7 +395,9 @@ __all__ = [
     "ScalingLimits",
     "ScalingState",
     "TargetTrackingPolicy",
+    "aggregated_metric",
     "alarm_state",
+    "evaluated_datapoints",
     "step_adjustment",
     "step_scaling_step",
     "stepped_capacity",

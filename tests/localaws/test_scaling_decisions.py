@@ -149,3 +149,66 @@ def test_target_tracking_scales_in_only_when_every_policy_is_ready(
     _evaluate(aws, later)
     wait_for(lambda: _serving(sm, _ENDPOINT) == ("InService", 1), timeout_s=60)
     assert _activities(target)[0]["Description"] == "Setting desired instance count to 1."
+
+
+def _step_policy(
+    target: dict[str, str], name: str, steps: list[dict[str, Any]], **config: Any
+) -> str:
+    answer = boto3.client("application-autoscaling").put_scaling_policy(
+        PolicyName=name, PolicyType="StepScaling", **target,
+        StepScalingPolicyConfiguration={"AdjustmentType": "ExactCapacity", "Cooldown": 0,
+                                        "StepAdjustments": steps, **config},
+    )  # fmt: skip
+    return str(answer["PolicyARN"])
+
+
+def _low_alarm(name: str, metric: str, action: str, periods: int, **extra: Any) -> None:
+    boto3.client("cloudwatch").put_metric_alarm(
+        AlarmName=name, AlarmActions=[action], **_metric(metric), Statistic="Average",
+        Period=60, EvaluationPeriods=periods, Threshold=50.0,
+        ComparisonOperator="LessThanThreshold", **extra,
+    )  # fmt: skip
+
+
+#: below the alarm's threshold of 50: 20 or more under it, one instance; less, two
+EXACT_STEPS = [
+    {"MetricIntervalUpperBound": -20.0, "ScalingAdjustment": 1},
+    {"MetricIntervalLowerBound": -20.0, "MetricIntervalUpperBound": 0.0, "ScalingAdjustment": 2},
+]
+
+
+@pytest.mark.parametrize(("aggregation", "capacity"), [("Minimum", 1), ("Average", 2), (None, 2)])
+def test_step_scaling_aggregates_the_alarms_datapoints(
+    aws: LocalAws, target: dict[str, str], aggregation: str | None, capacity: int
+) -> None:
+    """StepScalingPolicyConfiguration's MetricAggregationType (botocore's
+    application-autoscaling model): "The aggregation type for the CloudWatch metrics. Valid
+    values are Minimum, Maximum, and Average. If the aggregation type is null, the value is
+    treated as Average"; a step adjustment is chosen by "the difference between the value of
+    the aggregated CloudWatch metric and the breach threshold" (StepAdjustment). The alarm
+    evaluates 10, 40 and 45 under its threshold of 50: their Minimum (10) is 40 under it,
+    one instance; their Average (31.7) is 18.3 under it, two, as is the newest alone (45)."""
+    sm = boto3.client("sagemaker")
+    name = unique("aggregated")
+    config = {"MetricAggregationType": aggregation} if aggregation else {}
+    arn = _step_policy(target, "aggregated", EXACT_STEPS, **config)
+    _low_alarm(name, name, arn, periods=3)
+    try:
+        now = time.time()
+        _record(aws, name, [10.0, 40.0, 45.0], now)
+        _evaluate(aws, now)
+        state = boto3.client("cloudwatch").describe_alarms(AlarmNames=[name])
+        assert state["MetricAlarms"][0]["StateValue"] == "ALARM"
+        wait_for(lambda: _serving(sm, _ENDPOINT) == ("InService", capacity), timeout_s=60)
+    finally:
+        boto3.client("cloudwatch").delete_alarms(AlarmNames=[name])
+
+
+def test_an_unknown_aggregation_type_is_refused(target: dict[str, str]) -> None:
+    """MetricAggregationType is an enum (Average, Minimum, Maximum: botocore's model); the
+    service refuses another value with ValidationException (moto took it, and the policy
+    could never be evaluated)."""
+    with pytest.raises(ClientError) as info:
+        _step_policy(target, "median", EXACT_STEPS, MetricAggregationType="Median")
+    assert info.value.response["Error"]["Code"] == "ValidationException"
+    assert "Average, Minimum, Maximum" in info.value.response["Error"]["Message"]
