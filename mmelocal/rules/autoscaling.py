@@ -113,6 +113,8 @@ def alarm_state(
     datapoints_to_alarm: int,
     treat_missing_data: str = "missing",
     current_state: str = "INSUFFICIENT_DATA",
+    sample_counts: Sequence[float | None] | None = None,
+    min_sample_count: float | None = None,
 ) -> str:
     """An "M out of N" alarm's state over its evaluation range, as CloudWatch evaluates it
     (CloudWatch User Guide, "How alarm state is evaluated when data is missing").
@@ -130,6 +132,11 @@ def alarm_state(
     range is one of them (ALARM, as the guide's tables show). A range with no datapoint is
     INSUFFICIENT_DATA (``missing``), ``current_state`` (``ignore``), ALARM (``breaching``)
     or OK (``notBreaching``).
+
+    ``sample_counts`` (one per period, as ``datapoints``) and ``min_sample_count``: a
+    percentile alarm whose ``EvaluateLowSampleCountPercentile`` is ``ignore`` (the count
+    from :func:`~mmelocal.facts.cloudwatch.low_sample_count`): when a datapoint it would
+    evaluate comes from fewer samples, its state does not change (``current_state``).
     """
     if comparison not in COMPARISON_OPERATORS:
         raise UserInputError(
@@ -153,6 +160,12 @@ def alarm_state(
     window: list[float | None] = [None] * (size - len(given))
     window += given
     present = [v for v in window if v is not None]
+    if sample_counts is not None and min_sample_count is not None:
+        tail = list(sample_counts[-size:])
+        counts = [None] * (size - len(tail)) + tail  # aligned with ``window`` at its end
+        used = [c for v, c in zip(window, counts, strict=True) if v is not None]
+        if any((c or 0.0) < min_sample_count for c in used[-evaluation_periods:]):
+            return current_state
     if not present:
         return {
             "missing": "INSUFFICIENT_DATA",
