@@ -575,10 +575,68 @@ class Autoscaler:
                 # the service: "precedence to the policy that provides the largest capacity
                 # for both scale out and scale in" (PutScalingPolicy API reference)
                 chosen = max(proposals, key=lambda p: p.capacity)
-                if self._resize(region, resource, fleet, chosen.capacity, chosen.cause):
-                    chosen.started()
-                    if chosen.capacity > current:
-                        self._stop_scale_in_cooldowns(region, resource)
+                self._apply(region, resource, fleet, chosen, current)
+
+    def _apply(
+        self, region: str, resource: str, fleet: Any, chosen: _Proposal, current: int
+    ) -> None:
+        """Start the resize ``chosen`` asks for and record it (the policy's cooldown)."""
+        if self._resize(region, resource, fleet, chosen.capacity, chosen.cause):
+            chosen.started()
+            if chosen.capacity > current:
+                self._stop_scale_in_cooldowns(region, resource)
+
+    def alarm_set(self, region: str, alarm: dict[str, Any], reason_data: dict[str, Any]) -> None:
+        """A user's ``SetAlarmState`` changed ``alarm`` (DescribeAlarms' view, the new state
+        in it): the step scaling policies among the new state's actions run now, on the
+        datapoints ``reason_data`` gives (its ``recentDatapoints``, as CloudWatch's own
+        state changes carry them: "the Auto Scaling policy uses the information in this
+        field to take the correct action", SetAlarmState API reference), else on the
+        published metric. Alarms whose actions are disabled run none."""
+        if not alarm.get("ActionsEnabled", True):
+            return
+        field = {"ALARM": "AlarmActions", "OK": "OKActions"}.get(
+            str(alarm["StateValue"]), "InsufficientDataActions"
+        )
+        actions = set(alarm.get(field) or [])
+        if not actions or "MetricName" not in alarm:
+            return
+        recent = reason_data.get("recentDatapoints")
+        given = (
+            [float(v) for v in recent if isinstance(v, int | float)]
+            if isinstance(recent, list)
+            else None
+        )
+        aas = self._client_for("application-autoscaling", region)
+        policies = aas.describe_scaling_policies(ServiceNamespace=SERVICE_NAMESPACE).get(
+            "ScalingPolicies", []
+        )
+        for policy in policies:
+            if policy["PolicyARN"] in actions and policy.get("PolicyType") == "StepScaling":
+                self._step_now(region, policy, alarm, given)
+
+    def _step_now(
+        self,
+        region: str,
+        policy: dict[str, Any],
+        alarm: dict[str, Any],
+        datapoints: list[float] | None,
+    ) -> None:
+        resource = str(policy["ResourceId"])
+        located = parse_resource(resource)
+        target = self._target(region, resource)
+        if located is None or target is None or (region, resource) in self._busy:
+            return
+        fleet = self._fleet_of(region, *located)
+        if fleet is None:
+            return
+        current = fleet.instance_count
+        limits = ScalingLimits(int(target["MinCapacity"]), int(target["MaxCapacity"]))
+        suspended = target.get("SuspendedState") or {}
+        period = _Period(region, fleet, limits, time.time(), self._time_scale(), suspended)
+        proposal = self._step(policy, period, fired=(alarm, datapoints))
+        if proposal is not None and not _suspended(suspended, current, proposal.capacity):
+            self._apply(region, resource, fleet, proposal, current)
 
     def _stop_scale_in_cooldowns(self, region: str, resource: str) -> None:
         """A scale-out stops the scale-in cooldown of every policy of the target ("if
@@ -632,31 +690,41 @@ class Autoscaler:
 
         return _Proposal(decision.capacity, decision.cause, started)
 
-    def _step(self, policy: dict[str, Any], period: _Period) -> _Proposal | None:
+    def _step(
+        self,
+        policy: dict[str, Any],
+        period: _Period,
+        fired: tuple[dict[str, Any], list[float] | None] | None = None,
+    ) -> _Proposal | None:
+        """What a step scaling policy would do: acting on its alarm in ALARM, or on
+        ``fired`` (an alarm a user set, and the datapoints its reason data gave)."""
         region, fleet, limits, now_s, scale, _ = period
         config = policy.get("StepScalingPolicyConfiguration") or {}
-        cloudwatch = self._client_for("cloudwatch", region)
-        alarms = cloudwatch.describe_alarms(
-            ActionPrefix=policy["PolicyARN"], StateValue="ALARM"
-        ).get("MetricAlarms", [])
-        if not alarms:
-            return None
-        alarm = alarms[0]
+        if fired is None:
+            cloudwatch = self._client_for("cloudwatch", region)
+            alarms = cloudwatch.describe_alarms(
+                ActionPrefix=policy["PolicyARN"], StateValue="ALARM"
+            ).get("MetricAlarms", [])
+            if not alarms:
+                return None
+            alarm, given = alarms[0], None
+        else:
+            alarm, given = fired
         cooldown_s = float(config.get("Cooldown", DEFAULT_STEP_COOLDOWN_S)) / scale
         key = series_key(alarm["Namespace"], alarm["MetricName"], alarm.get("Dimensions", []))
         periods = int(alarm["EvaluationPeriods"])
-        values = self._store.periods(
-            key,
-            end_s=now_s,
-            period_s=float(alarm["Period"]) / scale,
-            count=periods + EVALUATION_RANGE_EXTRA_PERIODS,
-            statistic=alarm.get("ExtendedStatistic") or alarm.get("Statistic") or "Average",
-        )
+        if given is None:
+            values = self._store.periods(
+                key,
+                end_s=now_s,
+                period_s=float(alarm["Period"]) / scale,
+                count=periods + EVALUATION_RANGE_EXTRA_PERIODS,
+                statistic=alarm.get("ExtendedStatistic") or alarm.get("Statistic") or "Average",
+            )
+            given = evaluated_datapoints(values, periods)
         # the alarm's datapoints, aggregated as the policy says ("the value of the aggregated
         # CloudWatch metric": StepAdjustment, API reference)
-        value = aggregated_metric(
-            evaluated_datapoints(values, periods), config.get("MetricAggregationType")
-        )
+        value = aggregated_metric(given[-periods:], config.get("MetricAggregationType"))
         if value is None:
             return None
         adjustment = step_adjustment(

@@ -5,6 +5,7 @@ store and one period evaluated by hand (``clock.tick``). The clock runs at the r
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -212,3 +213,52 @@ def test_an_unknown_aggregation_type_is_refused(target: dict[str, str]) -> None:
         _step_policy(target, "median", EXACT_STEPS, MetricAggregationType="Median")
     assert info.value.response["Error"]["Code"] == "ValidationException"
     assert "Average, Minimum, Maximum" in info.value.response["Error"]["Message"]
+
+
+def test_set_alarm_state_runs_the_alarms_scaling_policy_at_once(target: dict[str, str]) -> None:
+    """SetAlarmState (botocore's cloudwatch model): "When the updated state differs from the
+    previous value, the action configured for the appropriate state is invoked [...] If an
+    alarm triggers EC2 Auto Scaling policies or application Auto Scaling policies, you must
+    include information in the StateReasonData parameter to enable the policy to take the
+    correct action", and the change "is typically only visible in the alarm's History tab
+    [...] or through DescribeAlarmHistory". A user's SetAlarmState to ALARM with the
+    datapoint 10 (40 under the threshold) scales the variant to one instance by the time the
+    call returns, and the history shows the change. The alarm's metric is published by no
+    one: no period's evaluation could have done it."""
+    sm = boto3.client("sagemaker")
+    cloudwatch = boto3.client("cloudwatch")
+    name = unique("by-hand")
+    arn = _step_policy(target, "by-hand", EXACT_STEPS)
+    _low_alarm(name, name, arn, periods=1)
+    try:
+        cloudwatch.set_alarm_state(
+            AlarmName=name, StateValue="ALARM", StateReason="testing the policy",
+            StateReasonData=json.dumps({"version": "1.0", "recentDatapoints": [10.0]}),
+        )  # fmt: skip
+        activities = _activities(target)
+        history = cloudwatch.describe_alarm_history(AlarmName=name, HistoryItemType="StateUpdate")
+    finally:
+        cloudwatch.delete_alarms(AlarmNames=[name])
+    assert activities and activities[0]["Description"] == "Setting desired instance count to 1."
+    assert f"monitor alarm {name} in state ALARM triggered policy by-hand" in activities[0]["Cause"]
+    summaries = [item["HistorySummary"] for item in history["AlarmHistoryItems"]]
+    assert summaries == ["Alarm updated from INSUFFICIENT_DATA to ALARM"]
+    wait_for(lambda: _serving(sm, _ENDPOINT) == ("InService", 1), timeout_s=60)
+
+
+def test_set_alarm_state_refuses_reason_data_that_is_not_json(target: dict[str, str]) -> None:
+    """SetAlarmState's InvalidFormatFault (botocore's cloudwatch model): "Data was not
+    syntactically valid JSON", code InvalidFormat, 400."""
+    cloudwatch = boto3.client("cloudwatch")
+    name = unique("not-json")
+    _low_alarm(name, name, _step_policy(target, "not-json", EXACT_STEPS), periods=1)
+    try:
+        with pytest.raises(ClientError) as info:
+            cloudwatch.set_alarm_state(
+                AlarmName=name, StateValue="ALARM", StateReason="testing",
+                StateReasonData="{not json",
+            )  # fmt: skip
+    finally:
+        cloudwatch.delete_alarms(AlarmNames=[name])
+    assert info.value.response["Error"]["Code"] == "InvalidFormat"
+    assert info.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
