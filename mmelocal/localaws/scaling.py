@@ -702,9 +702,13 @@ class Autoscaler:
         config = policy.get("StepScalingPolicyConfiguration") or {}
         if fired is None:
             cloudwatch = self._client_for("cloudwatch", region)
-            alarms = cloudwatch.describe_alarms(
-                ActionPrefix=policy["PolicyARN"], StateValue="ALARM"
-            ).get("MetricAlarms", [])
+            alarms = [  # an alarm whose actions are disabled runs none (PutMetricAlarm)
+                a
+                for a in cloudwatch.describe_alarms(
+                    ActionPrefix=policy["PolicyARN"], StateValue="ALARM"
+                ).get("MetricAlarms", [])
+                if a.get("ActionsEnabled", True)
+            ]
             if not alarms:
                 return None
             alarm, given = alarms[0], None

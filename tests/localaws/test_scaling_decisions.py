@@ -262,3 +262,26 @@ def test_set_alarm_state_refuses_reason_data_that_is_not_json(target: dict[str, 
         cloudwatch.delete_alarms(AlarmNames=[name])
     assert info.value.response["Error"]["Code"] == "InvalidFormat"
     assert info.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+
+
+def test_an_alarm_with_actions_disabled_scales_nothing(
+    aws: LocalAws, target: dict[str, str]
+) -> None:
+    """PutMetricAlarm's ActionsEnabled (botocore's cloudwatch model): "Indicates whether
+    actions should be executed during any changes to the alarm state of the alarm". The
+    alarm goes to ALARM, its step scaling policy does not act."""
+    sm = boto3.client("sagemaker")
+    name = unique("disabled")
+    arn = _step_policy(target, "disabled", EXACT_STEPS)
+    _low_alarm(name, name, arn, periods=1, ActionsEnabled=False)
+    before = len(_activities(target))
+    try:
+        now = time.time()
+        _record(aws, name, [10.0], now)
+        _evaluate(aws, now)
+        state = boto3.client("cloudwatch").describe_alarms(AlarmNames=[name])
+    finally:
+        boto3.client("cloudwatch").delete_alarms(AlarmNames=[name])
+    assert state["MetricAlarms"][0]["StateValue"] == "ALARM"
+    assert len(_activities(target)) == before
+    assert _serving(sm, _ENDPOINT) == ("InService", 2)
