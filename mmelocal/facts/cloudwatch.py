@@ -76,6 +76,15 @@ SUB_MINUTE_PERIODS_S: Final = (5, 10, 20, 30)
 #: follows the examples)
 EVALUATION_RANGE_EXTRA_PERIODS: Final = 2
 
+#: PutLogEvents' limits on one call (botocore's logs model): "The maximum batch size is
+#: 1,048,576 bytes. This size is calculated as the sum of all event messages in UTF-8, plus
+#: 26 bytes for each log event", "The maximum number of log events in a batch is 10,000",
+#: and "the time span in a single batch cannot exceed 24 hours".
+PUT_LOG_EVENTS_MAX_BYTES: Final = 1_048_576
+PUT_LOG_EVENTS_EVENT_OVERHEAD_BYTES: Final = 26
+PUT_LOG_EVENTS_MAX_EVENTS: Final = 10_000
+PUT_LOG_EVENTS_MAX_SPAN_MS: Final = 24 * 3_600_000
+
 #: PutMetricAlarm's ``EvaluateLowSampleCountPercentile`` values (botocore's cloudwatch model).
 LOW_SAMPLE_COUNT_CHOICES: Final = ("evaluate", "ignore")
 
@@ -124,6 +133,10 @@ __all__ = [
     "LOCAL_STAND_IN",
     "LOW_SAMPLE_COUNT_CHOICES",
     "MODEL_CACHE_HIT",
+    "PUT_LOG_EVENTS_EVENT_OVERHEAD_BYTES",
+    "PUT_LOG_EVENTS_MAX_BYTES",
+    "PUT_LOG_EVENTS_MAX_EVENTS",
+    "PUT_LOG_EVENTS_MAX_SPAN_MS",
     "START_TIME_ROUNDING_S",
     "SUB_MINUTE_PERIODS_S",
     "TREAT_MISSING_DATA",
