@@ -17,7 +17,7 @@ from botocore.exceptions import ClientError
 from localaws_helpers import model_and_config, unique, wait_for
 from localaws_helpers import wait_status as wait_endpoint
 
-from mmelocal.localaws import LocalAws
+from mmelocal.localaws import LocalAws, state
 from mmelocal.localaws.metric_store import series_key
 from mmelocal.testing.local_aws_fixtures import point_environment_at
 from mmelocal.testing.tiny_model import write_tarball
@@ -285,3 +285,27 @@ def test_an_alarm_with_actions_disabled_scales_nothing(
     assert state["MetricAlarms"][0]["StateValue"] == "ALARM"
     assert len(_activities(target)) == before
     assert _serving(sm, _ENDPOINT) == ("InService", 2)
+
+
+def test_the_saved_state_keeps_a_targets_suspended_scaling(
+    target: dict[str, str], tmp_path: Path
+) -> None:
+    """RegisterScalableTarget's SuspendedState (botocore's application-autoscaling model:
+    "Specifies whether the scaling activities for a scalable target are in a suspended
+    state") is part of the target: the state ``--data`` saves and restores keeps it, so a
+    restarted local AWS does not scale in a variant whose scale-in the user suspended."""
+    aas = boto3.client("application-autoscaling")
+    suspended = {"DynamicScalingInSuspended": True, "DynamicScalingOutSuspended": False,
+                 "ScheduledScalingSuspended": False}  # fmt: skip
+    aas.register_scalable_target(**target, MinCapacity=1, MaxCapacity=2, SuspendedState=suspended)
+
+    def client_for(service: str, region: str) -> Any:
+        return boto3.client(service, region_name=region)
+
+    state.save(client_for, tmp_path, ["us-east-1"])
+    aas.deregister_scalable_target(**target)
+    state.restore(client_for, tmp_path)
+    (restored,) = aas.describe_scalable_targets(
+        ServiceNamespace="sagemaker", ResourceIds=[target["ResourceId"]]
+    )["ScalableTargets"]
+    assert restored["SuspendedState"] == suspended
