@@ -125,9 +125,15 @@ class LogShipper:
         self._loop.start()
 
     def stop(self) -> None:
-        """Ship what is left, then stop the thread (idempotent)."""
+        """Stop the thread, ship what is left, and watch nothing more (idempotent): the
+        local AWS calls this while it still answers, before its fleets stop, so a fleet
+        stopping afterwards has nothing to ship to a server that is gone."""
         self._loop.stop()
         self.ship()
+        with self._lock:
+            self._tails.clear()
+            self._fleets.clear()
+            self._regions.clear()
 
     def _run(self) -> None:
         while not self._loop.stopping.wait(SHIP_INTERVAL_S):
