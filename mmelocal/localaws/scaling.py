@@ -276,9 +276,11 @@ class Autoscaler:
         """Deregistering a target deletes its policies (and their alarms), as the service
         does (moto keeps them)."""
         aas = self._client_for("application-autoscaling", region)
-        policies = aas.describe_scaling_policies(
-            ServiceNamespace=SERVICE_NAMESPACE, ResourceId=resource
-        ).get("ScalingPolicies", [])
+        query = {"ServiceNamespace": SERVICE_NAMESPACE, "ResourceId": resource}
+        # exactly this target's: moto matches ResourceId as a substring
+        policies = _matching(
+            aas.describe_scaling_policies(**query).get("ScalingPolicies", []), query
+        )
         for policy in policies:
             self.delete_alarms(region, policy["PolicyARN"])
             aas.delete_scaling_policy(

@@ -309,3 +309,43 @@ def test_the_saved_state_keeps_a_targets_suspended_scaling(
         ServiceNamespace="sagemaker", ResourceIds=[target["ResourceId"]]
     )["ScalableTargets"]
     assert restored["SuspendedState"] == suspended
+
+
+def test_deregistering_a_target_leaves_another_variants_policies(
+    aws: LocalAws, endpoint_config: str
+) -> None:
+    """DeregisterScalableTarget deletes the target's own policies (PutScalingPolicy API
+    reference: "Any scaling policies that were specified for the scalable target are
+    deleted"), not those of a variant whose name its own begins with: deregistering
+    ``AllTraffic`` leaves ``All``'s policy and its two alarms (moto matches ResourceId as a
+    substring: ``endpoint/e/variant/All`` is inside ``endpoint/e/variant/AllTraffic``)."""
+    sm = boto3.client("sagemaker")
+    aas = boto3.client("application-autoscaling")
+    model = sm.describe_endpoint_config(EndpointConfigName=endpoint_config)[
+        "ProductionVariants"][0]["ModelName"]  # fmt: skip
+    name = unique("variants")
+    sm.create_endpoint_config(EndpointConfigName=name, ProductionVariants=[
+        {"VariantName": variant, "ModelName": model, "InstanceType": "ml.g5.xlarge",
+         "InitialInstanceCount": 1, "InitialVariantWeight": 1.0}
+        for variant in ("All", "AllTraffic")
+    ])  # fmt: skip
+    sm.create_endpoint(EndpointName=name, EndpointConfigName=name)
+    try:
+        assert wait_endpoint(sm, name, leaving="Creating")["EndpointStatus"] == "InService"
+        targets = {
+            variant: {"ServiceNamespace": "sagemaker", "ScalableDimension": SCALABLE,
+                      "ResourceId": f"endpoint/{name}/variant/{variant}"}
+            for variant in ("All", "AllTraffic")
+        }  # fmt: skip
+        for variant, target in targets.items():
+            aas.register_scalable_target(**target, MinCapacity=1, MaxCapacity=2)
+            _tracking(target, f"track-{variant}", f"Load{variant}", 100.0)
+        aas.deregister_scalable_target(**targets["AllTraffic"])
+        (kept,) = aas.describe_scaling_policies(
+            ServiceNamespace="sagemaker", ResourceId=targets["All"]["ResourceId"]
+        )["ScalingPolicies"]
+        aas.deregister_scalable_target(**targets["All"])
+    finally:
+        sm.delete_endpoint(EndpointName=name)
+    assert kept["PolicyName"] == "track-All"
+    assert len(kept["Alarms"]) == 2
