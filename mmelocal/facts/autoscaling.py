@@ -78,6 +78,13 @@ DEFAULT_STEP_COOLDOWN_S: Final = 300.0
 MME_GPU_SCALE_IN_COOLDOWN_S: Final = 600
 MME_GPU_SCALE_OUT_COOLDOWN_S: Final = 300
 
+#: How a step scaling policy aggregates its alarm's datapoints into the value its steps are
+#: chosen by (StepScalingPolicyConfiguration's ``MetricAggregationType``, Application Auto
+#: Scaling API reference: "Valid values are Minimum, Maximum, and Average. If the
+#: aggregation type is null, the value is treated as Average").
+METRIC_AGGREGATION_TYPES: Final = ("Average", "Minimum", "Maximum")
+DEFAULT_METRIC_AGGREGATION_TYPE: Final = "Average"
+
 #: Application Auto Scaling's names for a SageMaker variant.
 SERVICE_NAMESPACE: Final = "sagemaker"
 SCALABLE_DIMENSION: Final = "sagemaker:variant:DesiredInstanceCount"
@@ -100,6 +107,7 @@ ALARM_NAME_FORMAT: Final = "TargetTracking-{resource}-Alarm{side}-{suffix}"
 __all__ = [
     "ALARM_CAUSE_FORMAT",
     "ALARM_NAME_FORMAT",
+    "DEFAULT_METRIC_AGGREGATION_TYPE",
     "DEFAULT_SCALE_IN_COOLDOWN_S",
     "DEFAULT_SCALE_OUT_COOLDOWN_S",
     "DEFAULT_STEP_COOLDOWN_S",
@@ -110,6 +118,7 @@ __all__ = [
     "LOW_ALARM_DATAPOINTS",
     "LOW_ALARM_EVALUATION_PERIODS",
     "LOW_ALARM_THRESHOLD_FACTOR",
+    "METRIC_AGGREGATION_TYPES",
     "METRIC_PERIOD_S",
     "MME_GPU_SCALE_IN_COOLDOWN_S",
     "MME_GPU_SCALE_OUT_COOLDOWN_S",

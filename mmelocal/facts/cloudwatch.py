@@ -10,6 +10,7 @@ in microseconds).
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Final
 
 #: Namespace of the invocation metrics.
@@ -75,6 +76,40 @@ SUB_MINUTE_PERIODS_S: Final = (5, 10, 20, 30)
 #: follows the examples)
 EVALUATION_RANGE_EXTRA_PERIODS: Final = 2
 
+#: PutLogEvents' limits on one call (botocore's logs model): "The maximum batch size is
+#: 1,048,576 bytes. This size is calculated as the sum of all event messages in UTF-8, plus
+#: 26 bytes for each log event", "The maximum number of log events in a batch is 10,000",
+#: and "the time span in a single batch cannot exceed 24 hours".
+PUT_LOG_EVENTS_MAX_BYTES: Final = 1_048_576
+PUT_LOG_EVENTS_EVENT_OVERHEAD_BYTES: Final = 26
+PUT_LOG_EVENTS_MAX_EVENTS: Final = 10_000
+PUT_LOG_EVENTS_MAX_SPAN_MS: Final = 24 * 3_600_000
+
+#: PutMetricAlarm's ``EvaluateLowSampleCountPercentile`` values (botocore's cloudwatch model).
+LOW_SAMPLE_COUNT_CHOICES: Final = ("evaluate", "ignore")
+
+
+def low_sample_count(statistic: str) -> float | None:
+    """The sample count under which a period is too small for the percentile ``statistic``
+    (``pNN``), where ``EvaluateLowSampleCountPercentile`` applies (CloudWatch User Guide,
+    "Percentile-based alarms and low data samples": "For percentiles between 0.5 (inclusive)
+    and 1.00 (exclusive), this setting is used when there are fewer than 10/(1-percentile)
+    data points during the evaluation period [...] For percentiles between 0 and 0.5
+    (exclusive), the setting is used when there are fewer than 10/percentile data points");
+    None outside those ranges (p0, p100) or for another statistic."""
+    if not statistic.startswith("p"):
+        return None
+    try:
+        percentile = Fraction(statistic[1:]) / 100  # exact: p99.9 is 999/1000
+    except (ValueError, ZeroDivisionError):
+        return None
+    if Fraction(1, 2) <= percentile < 1:
+        return float(10 / (1 - percentile))
+    if 0 < percentile < Fraction(1, 2):
+        return float(10 / percentile)
+    return None
+
+
 #: Alarm states and the comparison operators an alarm may use.
 ALARM_STATES: Final = ("OK", "ALARM", "INSUFFICIENT_DATA")
 COMPARISON_OPERATORS: Final = (
@@ -96,9 +131,15 @@ __all__ = [
     "INVOCATION_METRICS",
     "INVOCATION_NAMESPACE",
     "LOCAL_STAND_IN",
+    "LOW_SAMPLE_COUNT_CHOICES",
     "MODEL_CACHE_HIT",
+    "PUT_LOG_EVENTS_EVENT_OVERHEAD_BYTES",
+    "PUT_LOG_EVENTS_MAX_BYTES",
+    "PUT_LOG_EVENTS_MAX_EVENTS",
+    "PUT_LOG_EVENTS_MAX_SPAN_MS",
     "START_TIME_ROUNDING_S",
     "SUB_MINUTE_PERIODS_S",
     "TREAT_MISSING_DATA",
+    "low_sample_count",
     "published_unit",
 ]

@@ -34,6 +34,7 @@ from mmelocal.facts.cloudwatch import (
     INSTANCE_NAMESPACE,
     INVOCATION_METRICS,
     INVOCATION_NAMESPACE,
+    low_sample_count,
     published_unit,
 )
 from mmelocal.localaws.background import BackgroundThread
@@ -315,14 +316,20 @@ class ControlLoop:
             count = periods + EVALUATION_RANGE_EXTRA_PERIODS  # the alarm's evaluation range
             values: list[float | None] = [None] * count
             unit = alarm.get("Unit")
+            period_s = float(alarm["Period"]) / self.time_scale
             if not unit or unit == published_unit(alarm["Namespace"], alarm["MetricName"]):
                 # (a unit the metric is not published in finds no datapoint: PutMetricAlarm)
                 values = self.store.periods(
-                    key,
-                    end_s=end_s,
-                    period_s=float(alarm["Period"]) / self.time_scale,
-                    count=count,
-                    statistic=statistic,
+                    key, end_s=end_s, period_s=period_s, count=count, statistic=statistic
+                )
+            # a percentile alarm that ignores low sample counts (PutMetricAlarm)
+            least = None
+            if alarm.get("EvaluateLowSampleCountPercentile") == "ignore":
+                least = low_sample_count(statistic)
+            counts = None
+            if least is not None:
+                counts = self.store.periods(
+                    key, end_s=end_s, period_s=period_s, count=count, statistic="SampleCount"
                 )
             try:
                 state = alarm_state(
@@ -333,6 +340,8 @@ class ControlLoop:
                     datapoints_to_alarm=int(alarm.get("DatapointsToAlarm") or periods),
                     treat_missing_data=alarm.get("TreatMissingData") or "missing",
                     current_state=alarm["StateValue"],
+                    sample_counts=counts,
+                    min_sample_count=least,
                 )
             except UserInputError as exc:  # moto took it; one such alarm stops no other
                 logger.warning("alarm %s is not evaluated: %s", alarm["AlarmName"], exc)

@@ -4,6 +4,9 @@
   (moto: OK), an updated one keeps its state (moto: OK again), and both go into the
   history;
 * ``DescribeAlarmHistory`` (moto: not implemented) from the control loop's history;
+* ``SetAlarmState``: a change of state goes into the history and runs the actions the new
+  state has at once (``actions``: the autoscaler's, for scaling policies), as the service
+  does; reason data that is not JSON answers ``InvalidFormat``;
 * percentiles: ``GetMetricStatistics`` with ``ExtendedStatistics`` and ``GetMetricData``
   with a ``pNN`` stat, computed from the raw values the control loop kept
   (:class:`~.metric_store.MetricStore`) for the metrics it publishes.
@@ -12,6 +15,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -28,6 +32,9 @@ from mmelocal.localaws.metric_store import (
 from mmelocal.localaws.paging import one_page
 
 Forward = Callable[[dict[str, Any]], tuple[int, Any]]
+#: (region, the alarm as DescribeAlarms shows it after the change, its StateReasonData
+#: parsed) -> None: what runs the actions of an alarm a user's SetAlarmState changed
+Actions = Callable[[str, dict[str, Any], dict[str, Any]], None]
 
 
 def _seconds(value: Any) -> float:
@@ -71,15 +78,20 @@ class CloudWatchOverlay:
     """The overlay (see the module docstring); ``internal(region)`` is mmelocal's own
     CloudWatch client."""
 
-    def __init__(self, loop: ControlLoop, internal: Callable[[str], Any]) -> None:
+    def __init__(
+        self, loop: ControlLoop, internal: Callable[[str], Any], actions: Actions | None = None
+    ) -> None:
         self._loop = loop
         self._internal = internal
+        self._actions = actions
 
     def __call__(
         self, region: str, operation: str, params: dict[str, Any], forward: Forward
     ) -> tuple[int, Any] | None:
         if operation == "PutMetricAlarm":
             return self._put_alarm(region, params, forward)
+        if operation == "SetAlarmState":
+            return self._set_state(region, params, forward)
         if operation == "DescribeAlarmHistory":
             return 200, self._history(region, params)
         if operation == "GetMetricStatistics" and params.get("ExtendedStatistics"):
@@ -104,6 +116,38 @@ class CloudWatchOverlay:
             self._loop.record(
                 region, name, "ConfigurationUpdate", f'Alarm "{name}" updated', {"type": "Update"}
             )
+        return status, answer
+
+    def _set_state(self, region: str, params: dict[str, Any], forward: Forward) -> tuple[int, Any]:
+        """A user's ``SetAlarmState``: "When the updated state differs from the previous
+        value, the action configured for the appropriate state is invoked", and the change
+        is seen "through DescribeAlarmHistory" (SetAlarmState API reference)."""
+        try:
+            data = json.loads(params["StateReasonData"]) if "StateReasonData" in params else {}
+        except ValueError:
+            raise AwsServiceError(
+                "Data was not syntactically valid JSON (StateReasonData)", code="InvalidFormat"
+            ) from None
+        name = str(params.get("AlarmName", ""))
+        found = self._internal(region).describe_alarms(AlarmNames=[name])["MetricAlarms"]
+        status, answer = forward(params)
+        if status != 200 or not found or found[0]["StateValue"] == params.get("StateValue"):
+            return status, answer
+        before, state = found[0]["StateValue"], str(params["StateValue"])
+        reason = str(params.get("StateReason", ""))
+        self._loop.record(
+            region,
+            name,
+            "StateUpdate",
+            f"Alarm updated from {before} to {state}",
+            {
+                "oldState": {"stateValue": before},
+                "newState": {"stateValue": state, "stateReason": reason},
+            },
+        )
+        if self._actions is not None:
+            changed = {**found[0], "StateValue": state, "StateReason": reason}
+            self._actions(region, changed, data if isinstance(data, dict) else {})
         return status, answer
 
     def _history(self, region: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -219,4 +263,11 @@ class CloudWatchOverlay:
         return 200, {"MetricDataResults": results, "Messages": []}
 
 
-__all__ = ["INITIAL_REASON", "INITIAL_STATE", "CloudWatchOverlay", "keep_state", "start_unchecked"]
+__all__ = [
+    "INITIAL_REASON",
+    "INITIAL_STATE",
+    "Actions",
+    "CloudWatchOverlay",
+    "keep_state",
+    "start_unchecked",
+]

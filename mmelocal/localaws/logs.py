@@ -18,11 +18,17 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mmelocal.facts.cloudwatch import (
+    PUT_LOG_EVENTS_EVENT_OVERHEAD_BYTES,
+    PUT_LOG_EVENTS_MAX_BYTES,
+    PUT_LOG_EVENTS_MAX_EVENTS,
+    PUT_LOG_EVENTS_MAX_SPAN_MS,
+)
 from mmelocal.facts.runtime_api import LOG_STREAM, log_group_name, log_stream_arn
 from mmelocal.localaws.background import BackgroundThread
 
@@ -31,12 +37,8 @@ logger = logging.getLogger(__name__)
 #: how often new Triton lines reach CloudWatch Logs (the agent in the cloud ships within
 #: seconds as well)
 SHIP_INTERVAL_S = 1.0
-#: PutLogEvents' limits (CloudWatch Logs API reference): 10,000 events and 1,048,576 bytes
-#: per call, counting 26 bytes per event; events over 256 KiB are cut
-_MAX_EVENTS = 10_000
-_MAX_BATCH_BYTES = 1_048_576
-_EVENT_OVERHEAD = 26
-_MAX_EVENT_BYTES = 256 * 1024 - _EVENT_OVERHEAD
+#: lines over 256 KiB are cut (one event each, well inside a PutLogEvents batch)
+_MAX_EVENT_BYTES = 256 * 1024 - PUT_LOG_EVENTS_EVENT_OVERHEAD_BYTES
 
 #: (service, region) -> a boto3 client of the local AWS (mmelocal's own)
 ClientFor = Callable[[str, str], Any]
@@ -123,9 +125,15 @@ class LogShipper:
         self._loop.start()
 
     def stop(self) -> None:
-        """Ship what is left, then stop the thread (idempotent)."""
+        """Stop the thread, ship what is left, and watch nothing more (idempotent): the
+        local AWS calls this while it still answers, before its fleets stop, so a fleet
+        stopping afterwards has nothing to ship to a server that is gone."""
         self._loop.stop()
         self.ship()
+        with self._lock:
+            self._tails.clear()
+            self._fleets.clear()
+            self._regions.clear()
 
     def _run(self) -> None:
         while not self._loop.stopping.wait(SHIP_INTERVAL_S):
@@ -179,16 +187,7 @@ class LogShipper:
             if line.strip()
         ]
         logs = self._client_for("logs", tail.region)
-        batch: list[dict[str, Any]] = []
-        size_bytes = 0
-        for line in lines:
-            cost = len(line.encode()) + _EVENT_OVERHEAD
-            if batch and (len(batch) >= _MAX_EVENTS or size_bytes + cost > _MAX_BATCH_BYTES):
-                _put(logs, tail, batch)
-                batch, size_bytes = [], 0
-            batch.append({"timestamp": now, "message": line})
-            size_bytes += cost
-        if batch:
+        for batch in put_batches([{"timestamp": now, "message": line} for line in lines]):
             _put(logs, tail, batch)
 
     # -- ModelError ----------------------------------------------------------------------
@@ -272,17 +271,40 @@ def _all_events(logs: Any, group: str, stream: dict[str, Any]) -> list[dict[str,
         token = page["nextForwardToken"]
 
 
+def put_batches(events: Sequence[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
+    """``events`` (``timestamp``, ``message``; in chronological order) cut into the
+    batches one ``PutLogEvents`` call accepts: at most 10,000 events and 1,048,576 bytes
+    (each message's UTF-8 bytes plus 26), spanning at most 24 hours
+    (:data:`~mmelocal.facts.cloudwatch.PUT_LOG_EVENTS_MAX_BYTES` and its neighbours)."""
+    batch: list[dict[str, Any]] = []
+    size_bytes = 0
+    for event in events:
+        cost = len(str(event["message"]).encode()) + PUT_LOG_EVENTS_EVENT_OVERHEAD_BYTES
+        if batch and (
+            len(batch) >= PUT_LOG_EVENTS_MAX_EVENTS
+            or size_bytes + cost > PUT_LOG_EVENTS_MAX_BYTES
+            or event["timestamp"] - batch[0]["timestamp"] > PUT_LOG_EVENTS_MAX_SPAN_MS
+        ):
+            yield batch
+            batch, size_bytes = [], 0
+        batch.append(event)
+        size_bytes += cost
+    if batch:
+        yield batch
+
+
 def restore_log_groups(logs: Any, groups: list[dict[str, Any]]) -> None:
-    """Make again what :func:`save_log_groups` saved (events CloudWatch Logs no longer
-    accepts, older than its 14 days, are left out by it)."""
+    """Make again what :func:`save_log_groups` saved, in batches ``PutLogEvents`` accepts
+    (:func:`put_batches`; events CloudWatch Logs no longer accepts, older than its 14
+    days, are left out by it)."""
     for group in groups:
         _ensure(logs.create_log_group, logGroupName=group["name"])
         for stream in group["streams"]:
             tail = _Tail(region="", group=group["name"], stream=stream["name"], path=None)
             _ensure(logs.create_log_stream, logGroupName=tail.group, logStreamName=tail.stream)
             events = sorted(stream["events"], key=lambda e: e["timestamp"])
-            for start in range(0, len(events), _MAX_EVENTS // 2):
-                _put(logs, tail, events[start : start + _MAX_EVENTS // 2])
+            for batch in put_batches(events):
+                _put(logs, tail, batch)
 
 
 def _ensure(call: Callable[..., Any], **params: Any) -> None:
@@ -315,6 +337,7 @@ __all__ = [
     "SHIP_INTERVAL_S",
     "LogShipper",
     "logs_overlay",
+    "put_batches",
     "restore_log_groups",
     "save_log_groups",
 ]

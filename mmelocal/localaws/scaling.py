@@ -8,8 +8,10 @@ moto records targets and policies; this module adds what the service does with t
   evaluated by the control loop like any alarm), deleted with their policy;
 * every period (:meth:`Autoscaler.tick`): each target tracking policy through
   :func:`mmelocal.rules.autoscaling.target_tracking_step` on the published metric, and step
-  scaling when its alarm is in ALARM; of the policies that would act, the one giving the
-  largest capacity wins, scale-out or scale-in (as the service decides); a change resizes
+  scaling when its alarm is in ALARM; a target tracking scale-in waits until every target
+  tracking policy with scale-in enabled is ready to scale in; of the policies that would
+  act, the one giving the largest capacity wins, scale-out or scale-in (as the service
+  decides); a change resizes
   the variant's fleet on a worker thread (new instances join routing once Triton is up;
   removed ones drain first) while ``DescribeEndpoint`` shows ``Updating`` and both
   instance counts;
@@ -37,6 +39,7 @@ from mmelocal.facts.autoscaling import (
     DEFAULT_STEP_COOLDOWN_S,
     HIGH_ALARM,
     LOW_ALARM,
+    METRIC_AGGREGATION_TYPES,
     METRIC_PERIOD_S,
     PREDEFINED_METRICS,
     SCALABLE_DIMENSION,
@@ -56,6 +59,8 @@ from mmelocal.rules.autoscaling import (
     ScalingLimits,
     ScalingState,
     TargetTrackingPolicy,
+    aggregated_metric,
+    evaluated_datapoints,
     step_adjustment,
     step_scaling_step,
     target_tracking_step,
@@ -142,6 +147,28 @@ class _Proposal(NamedTuple):
     capacity: int
     cause: str
     started: Callable[[], None]
+
+
+def _held_back_scale_ins(
+    policies: list[dict[str, Any]], proposals: dict[str, _Proposal | None], current: int
+) -> set[str]:
+    """The target tracking policies (names) whose scale-in waits: the service "will scale in
+    only if all of the target tracking policies (with the scale-in portion enabled) are ready
+    to scale in" (Application Auto Scaling User Guide, "How target tracking scaling for
+    Application Auto Scaling works", Multiple scaling policies). A step scaling policy's
+    scale-in is not held back (PutScalingPolicy API reference: it "will not be blocked")."""
+    tracking = [p for p in policies if p.get("PolicyType") == "TargetTrackingScaling"]
+    scaling_in = {
+        p["PolicyName"]
+        for p in tracking
+        if (proposal := proposals.get(p["PolicyName"])) is not None and proposal.capacity < current
+    }
+    ready = all(
+        p["PolicyName"] in scaling_in
+        for p in tracking
+        if not (p.get("TargetTrackingScalingPolicyConfiguration") or {}).get("DisableScaleIn")
+    )
+    return set() if ready else scaling_in
 
 
 def _suspended(suspended: dict[str, Any], current: int, capacity: int) -> bool:
@@ -249,9 +276,11 @@ class Autoscaler:
         """Deregistering a target deletes its policies (and their alarms), as the service
         does (moto keeps them)."""
         aas = self._client_for("application-autoscaling", region)
-        policies = aas.describe_scaling_policies(
-            ServiceNamespace=SERVICE_NAMESPACE, ResourceId=resource
-        ).get("ScalingPolicies", [])
+        query = {"ServiceNamespace": SERVICE_NAMESPACE, "ResourceId": resource}
+        # exactly this target's: moto matches ResourceId as a substring
+        policies = _matching(
+            aas.describe_scaling_policies(**query).get("ScalingPolicies", []), query
+        )
         for policy in policies:
             self.delete_alarms(region, policy["PolicyARN"])
             aas.delete_scaling_policy(
@@ -321,6 +350,22 @@ class Autoscaler:
                 f"{params.get('ScalableDimension', SCALABLE_DIMENSION)}",
                 code="ObjectNotFoundException",
                 status=400,
+            )
+        if operation == "PutScalingPolicy":
+            self._check_step_config(params)
+
+    @staticmethod
+    def _check_step_config(params: dict[str, Any]) -> None:
+        """The service's enum check on ``MetricAggregationType`` (moto takes any value)."""
+        config = params.get("StepScalingPolicyConfiguration") or {}
+        kind = config.get("MetricAggregationType")
+        if kind is not None and kind not in METRIC_AGGREGATION_TYPES:
+            raise AwsServiceError(
+                f"1 validation error detected: Value '{kind}' at "
+                "'stepScalingPolicyConfiguration.metricAggregationType' failed to satisfy "
+                "constraint: Member must satisfy enum value set: "
+                f"[{', '.join(METRIC_AGGREGATION_TYPES)}]",
+                code="ValidationException",
             )
 
     def check_update(
@@ -513,24 +558,87 @@ class Autoscaler:
                 self._resize(region, resource, fleet, decision.capacity, str(decision.cause))
                 continue
             period = _Period(region, fleet, limits, now_s, scale, suspended)
-            proposals = []
-            for policy in [p for p in policies if p["ResourceId"] == resource]:
+            own = [p for p in policies if p["ResourceId"] == resource]
+            wanted: dict[str, _Proposal | None] = {}
+            for policy in own:
                 if policy.get("PolicyType") == "TargetTrackingScaling":
-                    proposal = self._target_tracking(policy, period)
+                    wanted[policy["PolicyName"]] = self._target_tracking(policy, period)
                 elif policy.get("PolicyType") == "StepScaling":
-                    proposal = self._step(policy, period)
-                else:
-                    continue
-                if proposal is not None and not _suspended(suspended, current, proposal.capacity):
-                    proposals.append(proposal)
+                    wanted[policy["PolicyName"]] = self._step(policy, period)
+            held_back = _held_back_scale_ins(own, wanted, current)
+            proposals = [
+                proposal
+                for name, proposal in wanted.items()
+                if proposal is not None
+                and name not in held_back
+                and not _suspended(suspended, current, proposal.capacity)
+            ]
             if proposals:
                 # the service: "precedence to the policy that provides the largest capacity
                 # for both scale out and scale in" (PutScalingPolicy API reference)
                 chosen = max(proposals, key=lambda p: p.capacity)
-                if self._resize(region, resource, fleet, chosen.capacity, chosen.cause):
-                    chosen.started()
-                    if chosen.capacity > current:
-                        self._stop_scale_in_cooldowns(region, resource)
+                self._apply(region, resource, fleet, chosen, current)
+
+    def _apply(
+        self, region: str, resource: str, fleet: Any, chosen: _Proposal, current: int
+    ) -> None:
+        """Start the resize ``chosen`` asks for and record it (the policy's cooldown)."""
+        if self._resize(region, resource, fleet, chosen.capacity, chosen.cause):
+            chosen.started()
+            if chosen.capacity > current:
+                self._stop_scale_in_cooldowns(region, resource)
+
+    def alarm_set(self, region: str, alarm: dict[str, Any], reason_data: dict[str, Any]) -> None:
+        """A user's ``SetAlarmState`` changed ``alarm`` (DescribeAlarms' view, the new state
+        in it): the step scaling policies among the new state's actions run now, on the
+        datapoints ``reason_data`` gives (its ``recentDatapoints``, as CloudWatch's own
+        state changes carry them: "the Auto Scaling policy uses the information in this
+        field to take the correct action", SetAlarmState API reference), else on the
+        published metric. Alarms whose actions are disabled run none."""
+        if not alarm.get("ActionsEnabled", True):
+            return
+        field = {"ALARM": "AlarmActions", "OK": "OKActions"}.get(
+            str(alarm["StateValue"]), "InsufficientDataActions"
+        )
+        actions = set(alarm.get(field) or [])
+        if not actions or "MetricName" not in alarm:
+            return
+        recent = reason_data.get("recentDatapoints")
+        given = (
+            [float(v) for v in recent if isinstance(v, int | float)]
+            if isinstance(recent, list)
+            else None
+        )
+        aas = self._client_for("application-autoscaling", region)
+        policies = aas.describe_scaling_policies(ServiceNamespace=SERVICE_NAMESPACE).get(
+            "ScalingPolicies", []
+        )
+        for policy in policies:
+            if policy["PolicyARN"] in actions and policy.get("PolicyType") == "StepScaling":
+                self._step_now(region, policy, alarm, given)
+
+    def _step_now(
+        self,
+        region: str,
+        policy: dict[str, Any],
+        alarm: dict[str, Any],
+        datapoints: list[float] | None,
+    ) -> None:
+        resource = str(policy["ResourceId"])
+        located = parse_resource(resource)
+        target = self._target(region, resource)
+        if located is None or target is None or (region, resource) in self._busy:
+            return
+        fleet = self._fleet_of(region, *located)
+        if fleet is None:
+            return
+        current = fleet.instance_count
+        limits = ScalingLimits(int(target["MinCapacity"]), int(target["MaxCapacity"]))
+        suspended = target.get("SuspendedState") or {}
+        period = _Period(region, fleet, limits, time.time(), self._time_scale(), suspended)
+        proposal = self._step(policy, period, fired=(alarm, datapoints))
+        if proposal is not None and not _suspended(suspended, current, proposal.capacity):
+            self._apply(region, resource, fleet, proposal, current)
 
     def _stop_scale_in_cooldowns(self, region: str, resource: str) -> None:
         """A scale-out stops the scale-in cooldown of every policy of the target ("if
@@ -584,26 +692,45 @@ class Autoscaler:
 
         return _Proposal(decision.capacity, decision.cause, started)
 
-    def _step(self, policy: dict[str, Any], period: _Period) -> _Proposal | None:
+    def _step(
+        self,
+        policy: dict[str, Any],
+        period: _Period,
+        fired: tuple[dict[str, Any], list[float] | None] | None = None,
+    ) -> _Proposal | None:
+        """What a step scaling policy would do: acting on its alarm in ALARM, or on
+        ``fired`` (an alarm a user set, and the datapoints its reason data gave)."""
         region, fleet, limits, now_s, scale, _ = period
         config = policy.get("StepScalingPolicyConfiguration") or {}
-        cloudwatch = self._client_for("cloudwatch", region)
-        alarms = cloudwatch.describe_alarms(
-            ActionPrefix=policy["PolicyARN"], StateValue="ALARM"
-        ).get("MetricAlarms", [])
-        if not alarms:
-            return None
-        alarm = alarms[0]
+        if fired is None:
+            cloudwatch = self._client_for("cloudwatch", region)
+            alarms = [  # an alarm whose actions are disabled runs none (PutMetricAlarm)
+                a
+                for a in cloudwatch.describe_alarms(
+                    ActionPrefix=policy["PolicyARN"], StateValue="ALARM"
+                ).get("MetricAlarms", [])
+                if a.get("ActionsEnabled", True)
+            ]
+            if not alarms:
+                return None
+            alarm, given = alarms[0], None
+        else:
+            alarm, given = fired
         cooldown_s = float(config.get("Cooldown", DEFAULT_STEP_COOLDOWN_S)) / scale
         key = series_key(alarm["Namespace"], alarm["MetricName"], alarm.get("Dimensions", []))
-        values = self._store.periods(
-            key,
-            end_s=now_s,
-            period_s=float(alarm["Period"]) / scale,
-            count=1,
-            statistic=alarm.get("ExtendedStatistic") or alarm.get("Statistic") or "Average",
-        )
-        value = values[-1]
+        periods = int(alarm["EvaluationPeriods"])
+        if given is None:
+            values = self._store.periods(
+                key,
+                end_s=now_s,
+                period_s=float(alarm["Period"]) / scale,
+                count=periods + EVALUATION_RANGE_EXTRA_PERIODS,
+                statistic=alarm.get("ExtendedStatistic") or alarm.get("Statistic") or "Average",
+            )
+            given = evaluated_datapoints(values, periods)
+        # the alarm's datapoints, aggregated as the policy says ("the value of the aggregated
+        # CloudWatch metric": StepAdjustment, API reference)
+        value = aggregated_metric(given[-periods:], config.get("MetricAggregationType"))
         if value is None:
             return None
         adjustment = step_adjustment(

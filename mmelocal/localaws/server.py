@@ -301,7 +301,7 @@ class LocalAws(StartStopContext):
         )
         clock.on_tick.append(scaler.tick)
         app.overlays[CLOUDWATCH_TARGET] = CloudWatchOverlay(
-            clock, lambda region: self._client("cloudwatch", region)
+            clock, lambda region: self._client("cloudwatch", region), actions=scaler.alarm_set
         )
         app.overlays[AUTOSCALING_TARGET] = scaler
         app.overlays[LOGS_TARGET] = logs_overlay

@@ -33,7 +33,7 @@ _MODEL_FIELDS = ("ExecutionRoleArn", "PrimaryContainer", "Containers", "VpcConfi
                  "InferenceExecutionConfig", "EnableNetworkIsolation")  # fmt: skip
 _CONFIG_FIELDS = ("ProductionVariants", "DataCaptureConfig", "AsyncInferenceConfig", "KmsKeyId")
 _TARGET_FIELDS = ("ServiceNamespace", "ResourceId", "ScalableDimension", "MinCapacity",
-                  "MaxCapacity")  # fmt: skip
+                  "MaxCapacity", "SuspendedState")  # fmt: skip
 _POLICY_FIELDS = ("PolicyName", "ServiceNamespace", "ResourceId", "ScalableDimension",
                   "PolicyType", "TargetTrackingScalingPolicyConfiguration",
                   "StepScalingPolicyConfiguration")  # fmt: skip

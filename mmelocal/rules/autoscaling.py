@@ -17,10 +17,12 @@ from typing import Any
 from mmelocal.errors import UserInputError
 from mmelocal.facts.autoscaling import (
     ALARM_CAUSE_FORMAT,
+    DEFAULT_METRIC_AGGREGATION_TYPE,
     DEFAULT_SCALE_IN_COOLDOWN_S,
     DEFAULT_SCALE_OUT_COOLDOWN_S,
     HIGH_ALARM,
     LOW_ALARM,
+    METRIC_AGGREGATION_TYPES,
     TrackingAlarm,
 )
 from mmelocal.facts.cloudwatch import (
@@ -111,6 +113,8 @@ def alarm_state(
     datapoints_to_alarm: int,
     treat_missing_data: str = "missing",
     current_state: str = "INSUFFICIENT_DATA",
+    sample_counts: Sequence[float | None] | None = None,
+    min_sample_count: float | None = None,
 ) -> str:
     """An "M out of N" alarm's state over its evaluation range, as CloudWatch evaluates it
     (CloudWatch User Guide, "How alarm state is evaluated when data is missing").
@@ -128,6 +132,11 @@ def alarm_state(
     range is one of them (ALARM, as the guide's tables show). A range with no datapoint is
     INSUFFICIENT_DATA (``missing``), ``current_state`` (``ignore``), ALARM (``breaching``)
     or OK (``notBreaching``).
+
+    ``sample_counts`` (one per period, as ``datapoints``) and ``min_sample_count``: a
+    percentile alarm whose ``EvaluateLowSampleCountPercentile`` is ``ignore`` (the count
+    from :func:`~mmelocal.facts.cloudwatch.low_sample_count`): when a datapoint it would
+    evaluate comes from fewer samples, its state does not change (``current_state``).
     """
     if comparison not in COMPARISON_OPERATORS:
         raise UserInputError(
@@ -151,6 +160,12 @@ def alarm_state(
     window: list[float | None] = [None] * (size - len(given))
     window += given
     present = [v for v in window if v is not None]
+    if sample_counts is not None and min_sample_count is not None:
+        tail = list(sample_counts[-size:])
+        counts = [None] * (size - len(tail)) + tail  # aligned with ``window`` at its end
+        used = [c for v, c in zip(window, counts, strict=True) if v is not None]
+        if any((c or 0.0) < min_sample_count for c in used[-evaluation_periods:]):
+            return current_state
     if not present:
         return {
             "missing": "INSUFFICIENT_DATA",
@@ -173,6 +188,35 @@ def alarm_state(
     if treat_missing_data == "ignore":
         return current_state
     return "ALARM" if window[0] is not None else "INSUFFICIENT_DATA"
+
+
+def evaluated_datapoints(
+    datapoints: Sequence[float | None], evaluation_periods: int
+) -> list[float]:
+    """The datapoints an alarm evaluates, oldest first: the newest ``evaluation_periods``
+    present in its evaluation range (``evaluation_periods`` +
+    :data:`~mmelocal.facts.cloudwatch.EVALUATION_RANGE_EXTRA_PERIODS` periods, newest
+    last in ``datapoints``), all of them when fewer are (as :func:`alarm_state` reads them)."""
+    size = evaluation_periods + EVALUATION_RANGE_EXTRA_PERIODS
+    present = [v for v in datapoints[-size:] if v is not None and not math.isnan(v)]
+    return present[-evaluation_periods:]
+
+
+def aggregated_metric(values: Sequence[float], aggregation_type: str | None = None) -> float | None:
+    """``values`` (an alarm's datapoints) as a step scaling policy aggregates them
+    (``MetricAggregationType``: Average when None); None when there are none."""
+    kind = aggregation_type or DEFAULT_METRIC_AGGREGATION_TYPE
+    if kind not in METRIC_AGGREGATION_TYPES:
+        raise UserInputError(
+            f"MetricAggregationType must be one of {METRIC_AGGREGATION_TYPES}, got {kind!r}"
+        )
+    if not values:
+        return None
+    if kind == "Minimum":
+        return min(values)
+    if kind == "Maximum":
+        return max(values)
+    return sum(values) / len(values)
 
 
 def _in_cooldown(now_s: float, since_s: float | None, cooldown_s: float) -> bool:
@@ -364,7 +408,9 @@ __all__ = [
     "ScalingLimits",
     "ScalingState",
     "TargetTrackingPolicy",
+    "aggregated_metric",
     "alarm_state",
+    "evaluated_datapoints",
     "step_adjustment",
     "step_scaling_step",
     "stepped_capacity",

@@ -201,3 +201,52 @@ def test_an_alarm_that_cannot_be_evaluated_leaves_the_others_evaluated(
     finally:
         cloudwatch.delete_alarms(AlarmNames=[broken, fine])
     assert alarm["StateValue"] == "ALARM"
+
+
+def test_a_percentile_alarm_ignoring_low_samples_waits_for_enough(
+    local_aws_env: LocalAws,
+) -> None:
+    """EvaluateLowSampleCountPercentile (PutMetricAlarm, botocore's model): "If you specify
+    ignore, the alarm state does not change during periods with too few data points to be
+    statistically significant. If you specify evaluate or omit this parameter, the alarm is
+    always evaluated"; for a percentile between 0.5 and 1.00 too few is "fewer than
+    10/(1-percentile) data points during the evaluation period" (CloudWatch User Guide,
+    "Percentile-based alarms and low data samples"): 100 for p90. Five slow calls put the
+    alarm that evaluates in ALARM and leave the one that ignores them where it was; 150
+    calls in the next period put both in ALARM."""
+    clock = local_aws_env.clock
+    assert clock is not None
+    endpoint = unique("samples")
+    dimensions = [
+        {"Name": "EndpointName", "Value": endpoint},
+        {"Name": "VariantName", "Value": "AllTraffic"},
+    ]
+    key = series_key("AWS/SageMaker", "ModelLatency", dimensions)
+    cloudwatch = boto3.client("cloudwatch")
+    names = {choice: unique("p90") for choice in ("ignore", "evaluate", None)}
+    now = time.time()
+
+    def states() -> dict[str | None, str]:
+        return {
+            choice: cloudwatch.describe_alarms(AlarmNames=[name])["MetricAlarms"][0]["StateValue"]
+            for choice, name in names.items()
+        }
+
+    try:
+        for choice, name in names.items():
+            cloudwatch.put_metric_alarm(
+                AlarmName=name, Namespace="AWS/SageMaker", MetricName="ModelLatency",
+                Dimensions=dimensions, ExtendedStatistic="p90", Period=60, EvaluationPeriods=1,
+                Threshold=1000.0, ComparisonOperator="GreaterThanThreshold",
+                **({"EvaluateLowSampleCountPercentile": choice} if choice else {}),
+            )  # fmt: skip
+        clock.store.add(key, now - 60, [5_000_000.0] * 5)
+        clock.tick(now - 60, now)
+        first = states()
+        clock.store.add(key, now, [5_000_000.0] * 150)
+        clock.tick(now, now + 60)
+        second = states()
+    finally:
+        cloudwatch.delete_alarms(AlarmNames=list(names.values()))
+    assert first == {"ignore": "INSUFFICIENT_DATA", "evaluate": "ALARM", None: "ALARM"}
+    assert second == {"ignore": "ALARM", "evaluate": "ALARM", None: "ALARM"}

@@ -5,6 +5,7 @@ the stream of the instance that failed."""
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import boto3
@@ -102,3 +103,37 @@ def test_triton_lines_reach_the_endpoints_log_group(
     logs.delete_log_group(logGroupName=group)
     restore_log_groups(logs, saved)
     assert [g for g in save_log_groups(logs) if g["name"] == group] == saved
+
+
+def test_a_clean_stop_with_an_endpoint_in_service_logs_no_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Stopping a local AWS ships the endpoints' last lines while it still answers, then
+    stops their Triton: nothing is left to ship afterwards, so no ERROR (the log shipper
+    used to ship again after each fleet stopped, to a server already gone)."""
+    from mmelocal.testing.local_aws_fixtures import point_environment_at
+
+    with LocalAws(data_dir=tmp_path / "aws", persist=False) as aws:
+        point_environment_at(monkeypatch, aws, tmp_path)
+        sm, s3 = boto3.client("sagemaker"), boto3.client("s3")
+        bucket = unique("stop")
+        s3.create_bucket(Bucket=bucket)
+        s3.upload_file(str(write_tarball(tmp_path / "m.tar.gz")), bucket, "m/model.tar.gz")
+        model = unique("stop")
+        sm.create_model(
+            ModelName=model,
+            ExecutionRoleArn=ROLE,
+            PrimaryContainer={
+                "Image": TRITON_IMAGE,
+                "ModelDataUrl": f"s3://{bucket}/m/",
+                "Mode": "MultiModel",
+            },
+        )
+        sm.create_endpoint_config(EndpointConfigName=model, ProductionVariants=[{
+            "VariantName": "AllTraffic", "ModelName": model, "InstanceType": "ml.g5.xlarge",
+            "InitialInstanceCount": 1}])  # fmt: skip
+        sm.create_endpoint(EndpointName=model, EndpointConfigName=model)
+        assert wait_status(sm, model, leaving="Creating")["EndpointStatus"] == "InService"
+        caplog.clear()
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not errors, [r.getMessage() for r in errors]

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import boto3
 from localaws_helpers import unique
 
 from mmelocal.localaws import LocalAws
+from mmelocal.localaws.logs import restore_log_groups, save_log_groups
 
 
 def test_get_log_events_leaves_out_events_at_end_time(local_aws_env: LocalAws) -> None:
@@ -27,3 +29,36 @@ def test_get_log_events_leaves_out_events_at_end_time(local_aws_env: LocalAws) -
     assert [e["message"] for e in got["events"]] == ["line 0", "line 1"]
     filtered = logs.filter_log_events(logGroupName=group, **window)
     assert [e["message"] for e in filtered["events"]] == ["line 0", "line 1", "line 2"]
+
+
+def test_restored_log_events_go_back_in_batches_put_log_events_accepts(
+    local_aws_env: LocalAws,
+) -> None:
+    """PutLogEvents (botocore's logs model): "The maximum batch size is 1,048,576 bytes.
+    This size is calculated as the sum of all event messages in UTF-8, plus 26 bytes for
+    each log event", "The maximum number of log events in a batch is 10,000", and "the time
+    span in a single batch cannot exceed 24 hours". A saved stream of 3,000 events of 1 KiB
+    spread over three days is restored by calls that each keep all three, and every event
+    is back in order."""
+    logs = boto3.client("logs")
+    calls: list[list[dict[str, Any]]] = []
+
+    def record(params: dict[str, Any], **_: Any) -> None:
+        calls.append(list(params["logEvents"]))
+
+    logs.meta.events.register("provide-client-params.logs.PutLogEvents", record)
+    group = f"/aws/sagemaker/Endpoints/{unique('restored')}"
+    first = int(time.time() * 1000) - 3 * 86_400_000
+    step = 3 * 86_400_000 // 3000
+    events = [
+        {"timestamp": first + i * step, "message": f"{i:06d} " + "x" * 1017} for i in range(3000)
+    ]
+    restore_log_groups(logs, [{"name": group, "streams": [{"name": "AllTraffic/i-0",
+                                                          "events": events}]}])  # fmt: skip
+    for batch in calls:
+        assert len(batch) <= 10_000
+        assert sum(len(e["message"].encode()) + 26 for e in batch) <= 1_048_576
+        assert batch[-1]["timestamp"] - batch[0]["timestamp"] <= 24 * 3_600_000
+    back = save_log_groups(logs)
+    (saved,) = [g for g in back if g["name"] == group]
+    assert saved["streams"][0]["events"] == events

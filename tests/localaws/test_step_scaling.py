@@ -46,6 +46,7 @@ def _alarm(name: str, comparison: str) -> dict[str, Any]:
         "Dimensions": DIMENSIONS,
         "Statistic": "Average",
         "Period": 60,
+        "EvaluationPeriods": 1,
         "Threshold": 50.0,
         "ComparisonOperator": comparison,
     }

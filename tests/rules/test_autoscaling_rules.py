@@ -232,3 +232,32 @@ def test_a_scale_out_stops_the_scale_in_cooldown() -> None:
     assert out.capacity == 4 and after_out.last_scale_in_s is None
     stepped, capacity = step_scaling_step(1, state, "ChangeInCapacity", 1, LIMITS, 60.0)
     assert capacity == 3 and stepped.last_scale_in_s is None
+
+
+@pytest.mark.parametrize(
+    ("statistic", "least"),
+    [("p99", 1000.0), ("p99.9", 10000.0), ("p90", 100.0), ("p50", 20.0), ("p25", 40.0),
+     ("p10", 100.0), ("p100", None), ("p0", None), ("Average", None)],
+)  # fmt: skip
+def test_low_sample_count_is_the_user_guides(statistic: str, least: float | None) -> None:
+    """CloudWatch User Guide, "Percentile-based alarms and low data samples": fewer than
+    10/(1-percentile) from 0.5 (inclusive) to 1.00 (exclusive) ("fewer than 1000 samples
+    for an alarm on a p99 percentile"), 10/percentile under 0.5."""
+    from mmelocal.facts.cloudwatch import low_sample_count
+
+    assert low_sample_count(statistic) == least
+
+
+def test_an_alarm_ignoring_low_samples_keeps_its_state_until_each_period_has_enough() -> None:
+    """Every datapoint evaluated must come from at least ``min_sample_count`` samples; one
+    short period among them keeps the current state, older short ones do not count."""
+    points: list[float | None] = [20.0, 20.0, 20.0]
+    assert _alarm(points, sample_counts=[100, 5, 100], min_sample_count=100) == "INSUFFICIENT_DATA"
+    assert _alarm(points, sample_counts=[100, 100, 100], min_sample_count=100) == "ALARM"
+    older: list[float | None] = [
+        1.0,
+        20.0,
+        20.0,
+        20.0,
+    ]  # the oldest (short) is not one of the 3 evaluated
+    assert _alarm(older, sample_counts=[1, 100, 100, 100], min_sample_count=100) == "ALARM"
