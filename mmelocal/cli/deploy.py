@@ -149,6 +149,7 @@ def _apply(plan: Any, clients: Any, options: Any) -> str:
                 clients.s3,
                 split_s3_uri(plan.model_data_url)[0],
                 plan.objects,
+                endpoint_name=plan.endpoint_name,
                 on_bytes=lambda n: progress.advance(task, n),
                 on_object=on_object,
             )

@@ -558,3 +558,35 @@ def test_undeploy_waits_out_an_endpoint_still_being_created(
         assert statuses[0] == "Creating" and statuses[-1] == "Failed", statuses
         assert f"endpoint {name}" in outcome["deleted"]
         wait_gone(boto3.client("sagemaker"), name)
+
+
+def test_undeploy_keeps_the_artifacts_another_endpoint_reads(
+    store: Path, bucket: str, endpoint_name: str, tmp_path: Path
+) -> None:
+    """Two endpoints on one prefix each serve every object under it (an MME reads its whole
+    prefix): undeploy --delete-artifacts of one refuses while the other's model reads the
+    prefix, and changes nothing (it deleted all five objects, the other's too); once the
+    other is gone, it deletes the objects deployed for this endpoint only."""
+    other_store = tmp_path / "other"
+    write_reference_tarball(other_store / "model-9.tar.gz", scale=9.0)
+    deploy(options(store, bucket, endpoint_name, max_instances=1))
+    other = f"{endpoint_name}-b"
+    deploy(options(other_store, bucket, other, max_instances=1))
+    before = keys(bucket)
+    assert "models/model-9.tar.gz" in before and len(before) == 5
+
+    with pytest.raises(DeployError, match=rf"also read by model {other}-.*nothing was deleted"):
+        undeploy(connect(), endpoint_name, delete_artifacts=True)
+    assert keys(bucket) == before
+    assert boto3.client("sagemaker").describe_endpoint(EndpointName=endpoint_name)
+
+    # as the benchmark's temporary endpoint does: the endpoint goes, what another reads stays
+    deleted = undeploy(connect(), other, delete_artifacts=True, keep_shared=True)
+    assert f"endpoint {other}" in deleted
+    assert f"kept 1 objects under s3://{bucket}/models/, read by model {endpoint_name}-" in (
+        " ".join(deleted)
+    )
+    assert keys(bucket) == before
+    deleted = undeploy(connect(), endpoint_name, delete_artifacts=True)
+    assert f"4 objects under s3://{bucket}/models/" in deleted
+    assert list(keys(bucket)) == ["models/model-9.tar.gz"]
