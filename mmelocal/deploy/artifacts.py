@@ -1,7 +1,8 @@
 """Whose objects are under a prefix, and which SageMaker models read them.
 
-An MME serves every object under its ``ModelDataUrl`` prefix, so two endpoints on one prefix
-serve each other's tarballs. mmelocal records, on each object it uploads, the endpoint it
+An MME serves every object under its ``ModelDataUrl`` prefix (a tarball removed from the
+store is served until it is deleted), and two endpoints on one prefix serve each other's
+tarballs. mmelocal records, on each object it uploads, the endpoint it
 was deployed for (``x-amz-meta-mmelocal-endpoint``, beside the checksum). Deletions go by
 both facts: only objects mmelocal uploaded for this endpoint, and none that another existing
 model reads (its ``ModelDataUrl`` or ``ModelDataSource`` names the object or a prefix above
@@ -14,9 +15,10 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mmelocal.aws.s3 import ENDPOINT_METADATA, SHA256_METADATA
+from mmelocal.aws.s3 import ENDPOINT_METADATA, SHA256_METADATA, listed_objects
 from mmelocal.aws.session import aws_error, not_found
 from mmelocal.deploy import resources as rs
+from mmelocal.deploy.plan import ObjectStep
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,10 +129,50 @@ def readers_text(found: Mapping[str, list[str]]) -> str:
     )
 
 
+def removed_objects(
+    clients: Any, bucket: str, prefix: str, store_keys: set[str], *, endpoint: str, prune: bool
+) -> list[ObjectStep]:
+    """One step per object under ``prefix`` that is not in the store (the endpoint serves
+    it all the same): ``delete`` when mmelocal uploaded it for ``endpoint`` and no other
+    model reads it (with ``prune``), else ``keep`` with the reason in ``note``."""
+    steps: list[ObjectStep] = []
+    mine: dict[str, MmelocalObject] = {}
+    for key, (size, _) in sorted(listed_objects(clients.s3, bucket, prefix).items()):
+        if key in store_keys:
+            continue
+        item = mmelocal_object(clients.s3, bucket, key, size)
+        if item is not None and item.endpoint == endpoint and prune:
+            mine[key] = item
+            continue
+        if item is None:
+            note = "not uploaded by mmelocal"
+        elif item.endpoint is None:
+            note = "uploaded by mmelocal for no endpoint (the endpoint bench)"
+        elif item.endpoint != endpoint:
+            note = f"deployed for endpoint {item.endpoint}"
+        else:
+            note = "not pruned (--no-prune)"
+        steps.append(_step(key, size, item, "keep", note))
+    read = readers(clients, bucket, mine, endpoint=endpoint)
+    for key, item in mine.items():
+        by = {name: keys for name, keys in read.items() if key in keys}
+        if by:
+            steps.append(_step(key, item.size_bytes, item, "keep", f"read by {readers_text(by)}"))
+        else:
+            steps.append(_step(key, item.size_bytes, item, "delete", "not in the store"))
+    return sorted(steps, key=lambda step: step.key)
+
+
+def _step(key: str, size: int, item: MmelocalObject | None, action: str, note: str) -> ObjectStep:
+    sha256 = item.sha256 if item is not None else ""
+    return ObjectStep(key=key, path="", size_bytes=size, sha256=sha256, action=action, note=note)
+
+
 __all__ = [
     "MmelocalObject",
     "mmelocal_object",
     "model_reads",
     "readers",
     "readers_text",
+    "removed_objects",
 ]

@@ -19,10 +19,11 @@ from typing import Any
 
 from mmelocal.aws.session import AwsClients, aws_error
 from mmelocal.deploy import resources as rs
-from mmelocal.deploy.artifacts import readers, readers_text
+from mmelocal.deploy.artifacts import readers, readers_text, removed_objects
 from mmelocal.deploy.images import triton_image_uri
 from mmelocal.deploy.plan import (
     POLL_S,
+    STORE_ACTIONS,
     WAIT_TIMEOUT_S,
     ApiStep,
     DeployOptions,
@@ -47,7 +48,7 @@ _BUSY = ("Creating", "Updating", "SystemUpdating", "RollingBack", "UpdateRollbac
 
 def store_digest(objects: list[ObjectStep]) -> str:
     """SHA-256 over the keys and contents of the store (what the instances will serve)."""
-    blob = json.dumps([(o.key, o.sha256) for o in objects]).encode()
+    blob = json.dumps([(o.key, o.sha256) for o in objects if o.action in STORE_ACTIONS]).encode()
     return hashlib.sha256(blob).hexdigest()
 
 
@@ -192,6 +193,14 @@ def make_plan(options: DeployOptions, clients: AwsClients) -> DeployPlan:
     image = options.image or triton_image_uri(clients.region, options.triton_version)
     check_bucket(clients.s3, options.bucket, clients.region)
     objects = plan_objects(clients.s3, options.bucket, options.prefix, options.store)
+    objects += removed_objects(
+        clients,
+        options.bucket,
+        options.prefix,
+        {o.key for o in objects},
+        endpoint=options.endpoint_name,
+        prune=options.prune,
+    )
     steps: list[ApiStep] = list(_model_steps(clients, options, image, store_digest(objects)))
     steps += _endpoint_steps(clients, options, steps[-1].resource)
     deregistered = any(s.operation == "DeregisterScalableTarget" for s in steps)

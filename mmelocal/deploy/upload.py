@@ -101,7 +101,8 @@ def apply_objects(
     on_object: Callable[[ObjectStep], None] | None = None,
 ) -> None:
     """Uploads first, then server-side copies (their sources exist by then); each object
-    records its checksum and ``endpoint_name``.
+    records its checksum and ``endpoint_name``. Then the ``delete`` steps (objects no
+    longer in the store).
 
     ``on_bytes`` receives uploaded byte counts as they go (from the transfer threads);
     ``on_object`` each step once its object is in place.
@@ -137,6 +138,11 @@ def apply_objects(
         except Exception as exc:
             raise aws_error(exc, "CopyObject", f"s3://{bucket}/{step.key}") from exc
         if on_object is not None:
+            on_object(step)
+    removed = [s for s in steps if s.action == "delete"]
+    delete_objects(s3, bucket, [s.key for s in removed])
+    if on_object is not None:
+        for step in removed:
             on_object(step)
 
 

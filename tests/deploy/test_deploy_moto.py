@@ -590,3 +590,49 @@ def test_undeploy_keeps_the_artifacts_another_endpoint_reads(
     deleted = undeploy(connect(), endpoint_name, delete_artifacts=True)
     assert f"4 objects under s3://{bucket}/models/" in deleted
     assert list(keys(bucket)) == ["models/model-9.tar.gz"]
+
+
+def test_a_tarball_removed_from_the_store_leaves_the_endpoint(
+    capsys: pytest.CaptureFixture[str],
+    store: Path,
+    bucket: str,
+    endpoint_name: str,
+    tmp_path: Path,
+) -> None:
+    """An MME serves every object under its prefix: a tarball deleted from the store stayed
+    on S3 and stayed invocable. A redeploy deletes the objects it uploaded for this endpoint
+    that the store no longer has (the plan names them), keeps what it did not upload, and
+    with --no-prune keeps them all."""
+    s3 = boto3.client("s3")
+    s3.put_object(Bucket=bucket, Key="models/notes.txt", Body=b"not mmelocal's")
+    deploy(options(store, bucket, endpoint_name, max_instances=1))
+    (store / "team" / "model-3.tar.gz").unlink()
+
+    plan_file = tmp_path / "plan.json"
+    args = cli_args(store, bucket, endpoint_name, "--max-instances", "1", "--json", str(plan_file))
+    code, text = run(capsys, *args)
+    assert code == 0, text
+    assert "DeleteObjects" in text, text
+    removed = [o for o in json.loads(plan_file.read_text())["objects"] if not o["path"]]
+    assert [(o["key"], o["action"], o["note"]) for o in removed] == [
+        ("models/notes.txt", "keep", "not uploaded by mmelocal"),
+        ("models/team/model-3.tar.gz", "delete", "not in the store"),
+    ]
+    assert sorted(keys(bucket)) == [
+        "models/model-0.tar.gz",
+        "models/model-1.tar.gz",
+        "models/model-2.tar.gz",
+        "models/notes.txt",
+    ]
+    runtime = boto3.client("sagemaker-runtime")
+    with pytest.raises(runtime.exceptions.ClientError, match="model-3"):
+        runtime.invoke_endpoint(
+            EndpointName=endpoint_name, TargetModel="team/model-3.tar.gz", Body=b"{}"
+        )
+
+    (store / "model-2.tar.gz").unlink()
+    kept = make_plan(options(store, bucket, endpoint_name, max_instances=1, prune=False), connect())
+    assert {o.key: o.note for o in kept.objects if o.action in ("keep", "delete")} == {
+        "models/model-2.tar.gz": "not pruned (--no-prune)",
+        "models/notes.txt": "not uploaded by mmelocal",
+    }
