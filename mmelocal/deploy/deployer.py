@@ -97,6 +97,11 @@ def _endpoint_steps(
         return
     _mine(clients, found["EndpointArn"], "endpoint", name, name)
     status = found.get("EndpointStatus", "")
+    if status == "Deleting":  # an undeploy: nothing to update, and no name to create yet
+        raise DeployError(
+            f"endpoint {name} is being deleted: wait until it is gone ('aws sagemaker wait "
+            f"endpoint-deleted --endpoint-name {name}'), then deploy"
+        )
     if status == "Failed":
         raise DeployError(
             f"endpoint {name} is Failed ({found.get('FailureReason', 'no reason given')}): "

@@ -636,3 +636,31 @@ def test_a_tarball_removed_from_the_store_leaves_the_endpoint(
         "models/model-2.tar.gz": "not pruned (--no-prune)",
         "models/notes.txt": "not uploaded by mmelocal",
     }
+
+
+class _Deleting:
+    """A SageMaker client whose endpoints all show Deleting (what DescribeEndpoint answers
+    for minutes after DeleteEndpoint, while the instances stop)."""
+
+    def __init__(self, sagemaker: Any) -> None:
+        self.sagemaker = sagemaker
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.sagemaker, name)
+
+    def describe_endpoint(self, **params: Any) -> Any:
+        return {**self.sagemaker.describe_endpoint(**params), "EndpointStatus": "Deleting"}
+
+
+def test_deploy_right_after_undeploy_says_to_wait_for_the_deletion(
+    store: Path, bucket: str, endpoint_name: str
+) -> None:
+    """A deploy planned while the endpoint is Deleting (just undeployed) took the endpoint
+    for one to reuse or update: it uploaded, then failed with 'deleted while waiting' or a
+    DescribeEndpointConfig error. It now stops at plan time, saying what to do."""
+    opts = options(store, bucket, endpoint_name, max_instances=1)
+    deploy(opts)
+    clients = connect()
+    deleting = dataclasses.replace(clients, sagemaker=_Deleting(clients.sagemaker))
+    with pytest.raises(DeployError, match=r"is being deleted.*wait endpoint-deleted"):
+        make_plan(opts, deleting)
