@@ -58,3 +58,73 @@ def test_card_memory_and_the_published_reading_are_two_facts() -> None:
     assert reading.ecc and reading.nvml_total_mib * MiB < t4.memory_bytes
     with pytest.raises(KeyError, match="A10G"):
         cards.published_reading("A10G")
+
+
+class _AutoScalingErrors:
+    """A loopback server that answers each Application Auto Scaling request with the next
+    of ``answers`` (an error code, or '' for success), as the service's JSON protocol does;
+    ``requests`` counts what it received."""
+
+    def __init__(self, answers: list[str]) -> None:
+        import http.server
+        import json
+        import threading
+
+        self.answers, self.requests = answers, 0
+        owner = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers["Content-Length"]))
+                code = owner.answers[min(owner.requests, len(owner.answers) - 1)]
+                owner.requests += 1
+                body = json.dumps({"__type": code, "message": "no"} if code else {}).encode()
+                self.send_response(400 if code else 200)
+                self.send_header("Content-Type", "application/x-amz-json-1.1")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *_: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_quota_error_is_not_retried_as_throttling() -> None:
+    """botocore's standard mode counts LimitExceededException among its throttling codes
+    (Kinesis's throttling error), but Application Auto Scaling answers it for a full
+    per-account quota (its model: 'A per-account resource limit is exceeded'): retrying it
+    5 times only delays the error. Real throttling is still retried."""
+    import boto3
+    from botocore.exceptions import ClientError
+
+    boto = boto3.session.Session(
+        region_name=aws.LOCAL_REGION, aws_access_key_id="k", aws_secret_access_key="s"
+    )
+    target = {
+        "ServiceNamespace": "sagemaker",
+        "ResourceId": "endpoint/ep/variant/AllTraffic",
+        "ScalableDimension": "sagemaker:variant:DesiredInstanceCount",
+    }
+    for answers, attempts in ((["LimitExceededException"], 1), (["ThrottlingException", ""], 2)):
+        server = _AutoScalingErrors(answers)
+        try:
+            client = aws.aws_client(
+                "application-autoscaling", aws.CONTROL_PLANE, session=boto, endpoint_url=server.url
+            )
+            if answers[-1]:
+                with pytest.raises(ClientError, match=answers[0]):
+                    client.register_scalable_target(**target, MinCapacity=1, MaxCapacity=2)
+            else:
+                client.register_scalable_target(**target, MinCapacity=1, MaxCapacity=2)
+            assert server.requests == attempts, answers
+        finally:
+            server.close()

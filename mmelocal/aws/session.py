@@ -14,8 +14,23 @@ from typing import Any
 from mmelocal.errors import DeployError
 from mmelocal.facts.aws import CONTROL_PLANE, RUNTIME, aws_client
 
-#: error codes that mean "ask for more": a quota, not a bug
-_QUOTA_CODES = ("ResourceLimitExceeded", "LimitExceededException", "ServiceQuotaExceededException")
+#: error codes that mean "ask for more" (a quota, not a bug) -> where that quota is:
+#: SageMaker's ResourceLimitExceeded (instances per type for endpoint usage, the usual one),
+#: Application Auto Scaling's LimitExceededException (botocore's model: "A per-account
+#: resource limit is exceeded"; its quotas page: scalable targets per resource type, 500,
+#: adjustable; scaling policies per scalable target, 50, not adjustable)
+_QUOTA_HINTS = {
+    "ResourceLimitExceeded": (
+        "request a higher quota in the Service Quotas console (SageMaker, "
+        "'<instance type> for endpoint usage'), or pick another --instance-type"
+    ),
+    "LimitExceededException": (
+        "an Application Auto Scaling quota is full ('Scalable targets per resource type': "
+        "request more in the Service Quotas console, or deregister the scalable targets of "
+        "endpoints you no longer use; 'Scaling policies per scalable target': 50)"
+    ),
+    "ServiceQuotaExceededException": "request a higher quota in the Service Quotas console",
+}
 
 
 @dataclass(frozen=True)
@@ -67,11 +82,8 @@ def aws_error(exc: Exception, operation: str, what: str) -> DeployError:
     code = error_code(exc)
     message = str(getattr(exc, "response", {}).get("Error", {}).get("Message", "")) or str(exc)
     hint = ""
-    if code in _QUOTA_CODES:
-        hint = (
-            ": request a higher quota in the Service Quotas console (SageMaker, "
-            "'<instance type> for endpoint usage'), or pick another --instance-type"
-        )
+    if code in _QUOTA_HINTS:
+        hint = f": {_QUOTA_HINTS[code]}"
     elif code in ("AccessDenied", "AccessDeniedException", "UnrecognizedClientException"):
         hint = ": check that your credentials allow this call (IAM policy)"
     elif code in ("ExpiredToken", "ExpiredTokenException"):

@@ -65,6 +65,13 @@ from mmelocal.units import mib
 @click.option("--dry-run", is_flag=True, help="Print the plan and stop: nothing changes.")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write the plan here.")
 @click.option("--no-wait", is_flag=True, help="Do not wait for InService (no autoscaling then).")
+@click.option(
+    "--prune/--no-prune",
+    default=True,
+    help="Delete the objects this endpoint's earlier deploys uploaded that STORE no longer "
+    "has (default; the endpoint serves all its prefix holds). Objects another model reads, "
+    "or that mmelocal did not upload for this endpoint, are kept and listed.",
+)
 def deploy(
     store: Path,
     instance_type: str | None,
@@ -81,6 +88,7 @@ def deploy(
     The plan (objects to upload, copy or skip; every API request) is printed first and
     validated against botocore's service models; --dry-run stops there. Running deploy
     again resumes an interrupted one; 'mmelocal undeploy NAME' removes what it created.
+    A tarball removed from STORE is deleted from S3 (see --prune).
     """
     from mmelocal.aws.session import connect
     from mmelocal.deploy.deployer import make_plan
@@ -132,7 +140,7 @@ def _apply(plan: Any, clients: Any, options: Any) -> str:
     from mmelocal.deploy.plan import split_s3_uri
     from mmelocal.deploy.upload import apply_objects, total_bytes
 
-    moving = [o for o in plan.objects if o.action != "skip"]
+    moving = [o for o in plan.objects if o.action in ("upload", "copy", "delete")]
     if moving:
         done: list[Any] = []
         columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn())
@@ -149,6 +157,7 @@ def _apply(plan: Any, clients: Any, options: Any) -> str:
                 clients.s3,
                 split_s3_uri(plan.model_data_url)[0],
                 plan.objects,
+                endpoint_name=plan.endpoint_name,
                 on_bytes=lambda n: progress.advance(task, n),
                 on_object=on_object,
             )
@@ -163,6 +172,16 @@ def _apply(plan: Any, clients: Any, options: Any) -> str:
         )
 
 
+#: plan object action -> the S3 request it sends ("-": none)
+_OBJECT_REQUESTS = {
+    "upload": "PutObject",
+    "copy": "CopyObject",
+    "skip": "-",
+    "delete": "DeleteObjects",
+    "keep": "-",
+}
+
+
 def _print_plan(plan: Any, options: Any) -> None:
     from rich.table import Table
 
@@ -173,15 +192,15 @@ def _print_plan(plan: Any, options: Any) -> None:
     for column in ("#", "service", "request", "action", "resource", "details"):
         table.add_column(column, overflow="fold")
     row = 1
-    for action in ("upload", "copy", "skip"):
+    for action, request in _OBJECT_REQUESTS.items():
         steps = plan.objects_by_action(action)
         if steps:
             detail = f"{len(steps)} object(s), {mib(total_bytes(steps, action), digits=1)}"
             if action == "copy":
                 detail += " (server-side copies of identical bytes)"
-            request = (
-                "PutObject" if action == "upload" else "CopyObject" if action == "copy" else "-"
-            )
+            if action in ("delete", "keep"):  # not in the store: name them
+                detail += ": " + "; ".join(f"{o.key} ({o.note})" for o in steps[:5])
+                detail += f"; ... {len(steps) - 5} more" if len(steps) > 5 else ""
             table.add_row(str(row), "s3", request, action, plan.model_data_url, detail)
             row += 1
     for step in plan.steps:

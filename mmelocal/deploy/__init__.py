@@ -3,6 +3,7 @@
 One module per concept: :mod:`~mmelocal.deploy.plan` (the plan, pure data),
 :mod:`~mmelocal.deploy.images` (SageMaker's Triton image per region),
 :mod:`~mmelocal.deploy.upload` (the store's tarballs to S3),
+:mod:`~mmelocal.deploy.artifacts` (whose objects a prefix holds, which models read them),
 :mod:`~mmelocal.deploy.resources` (the API requests, validated offline against botocore's
 service models), :mod:`~mmelocal.deploy.deployer` (plan, apply, undeploy),
 :mod:`~mmelocal.deploy.temporary` (an endpoint for one ``with`` block) and

@@ -19,9 +19,11 @@ from typing import Any
 
 from mmelocal.aws.session import AwsClients, aws_error
 from mmelocal.deploy import resources as rs
+from mmelocal.deploy.artifacts import readers, readers_text, removed_objects
 from mmelocal.deploy.images import triton_image_uri
 from mmelocal.deploy.plan import (
     POLL_S,
+    STORE_ACTIONS,
     WAIT_TIMEOUT_S,
     ApiStep,
     DeployOptions,
@@ -46,7 +48,7 @@ _BUSY = ("Creating", "Updating", "SystemUpdating", "RollingBack", "UpdateRollbac
 
 def store_digest(objects: list[ObjectStep]) -> str:
     """SHA-256 over the keys and contents of the store (what the instances will serve)."""
-    blob = json.dumps([(o.key, o.sha256) for o in objects]).encode()
+    blob = json.dumps([(o.key, o.sha256) for o in objects if o.action in STORE_ACTIONS]).encode()
     return hashlib.sha256(blob).hexdigest()
 
 
@@ -95,6 +97,11 @@ def _endpoint_steps(
         return
     _mine(clients, found["EndpointArn"], "endpoint", name, name)
     status = found.get("EndpointStatus", "")
+    if status == "Deleting":  # an undeploy: nothing to update, and no name to create yet
+        raise DeployError(
+            f"endpoint {name} is being deleted: wait until it is gone ('aws sagemaker wait "
+            f"endpoint-deleted --endpoint-name {name}'), then deploy"
+        )
     if status == "Failed":
         raise DeployError(
             f"endpoint {name} is Failed ({found.get('FailureReason', 'no reason given')}): "
@@ -191,6 +198,14 @@ def make_plan(options: DeployOptions, clients: AwsClients) -> DeployPlan:
     image = options.image or triton_image_uri(clients.region, options.triton_version)
     check_bucket(clients.s3, options.bucket, clients.region)
     objects = plan_objects(clients.s3, options.bucket, options.prefix, options.store)
+    objects += removed_objects(
+        clients,
+        options.bucket,
+        options.prefix,
+        {o.key for o in objects},
+        endpoint=options.endpoint_name,
+        prune=options.prune,
+    )
     steps: list[ApiStep] = list(_model_steps(clients, options, image, store_digest(objects)))
     steps += _endpoint_steps(clients, options, steps[-1].resource)
     deregistered = any(s.operation == "DeregisterScalableTarget" for s in steps)
@@ -217,7 +232,14 @@ def apply_plan(
     """Carry out ``plan``: the objects (:func:`~mmelocal.deploy.upload.apply_objects`), then
     the API steps (:func:`apply_steps`); returns the endpoint's last status."""
     bucket, _ = split_s3_uri(plan.model_data_url)
-    apply_objects(clients.s3, bucket, plan.objects, on_bytes=on_bytes, on_object=on_object)
+    apply_objects(
+        clients.s3,
+        bucket,
+        plan.objects,
+        endpoint_name=plan.endpoint_name,
+        on_bytes=on_bytes,
+        on_object=on_object,
+    )
     return apply_steps(plan, clients, options=options, on_status=on_status)
 
 
@@ -349,12 +371,20 @@ def undeploy(
     name: str,
     *,
     delete_artifacts: bool = False,
+    keep_shared: bool = False,
     poll_s: float = POLL_S,
     timeout_s: float = WAIT_TIMEOUT_S,
     on_status: Callable[[str], None] | None = None,
 ) -> list[str]:
     """Delete the scaling policy and target, endpoint, endpoint configs and models tagged
-    for ``name`` (and, when asked, the S3 objects mmelocal uploaded); what was deleted.
+    for ``name`` (and, when asked, the S3 objects mmelocal uploaded for it); what was
+    deleted.
+
+    ``delete_artifacts`` deletes the objects under the models' prefix that mmelocal uploaded
+    for ``name`` (or for no endpoint: an earlier mmelocal, the endpoint bench), never those
+    it uploaded for another endpoint. When another existing model reads one of them (an
+    MME serves its whole prefix) nothing at all is deleted and a :class:`DeployError` says
+    which model; with ``keep_shared`` those objects are kept instead (listed as kept).
 
     SageMaker refuses to delete an endpoint that is being created or updated (an
     interrupted deploy leaves it so): undeploy waits until it is InService or Failed, up to
@@ -363,6 +393,13 @@ def undeploy(
     found = rs.describe(sm, "DescribeEndpoint", EndpointName=name)
     if found is not None:
         _mine(clients, found["EndpointArn"], "endpoint", name, name)
+    models, urls = _tagged(clients, "list_models", "Models", name), []
+    for model in models:
+        described = rs.describe(sm, "DescribeModel", ModelName=model) or {}
+        urls.append(described.get("PrimaryContainer", {}).get("ModelDataUrl", ""))
+    # read-only until here: a refusal changes nothing
+    artifacts = _artifacts(clients, name, urls, keep_shared) if delete_artifacts else []
+    if found is not None:
         done += _delete_scaling(clients, name)
         if found.get("EndpointStatus") in IN_PROGRESS_STATUSES:
             found = _settled(sm, name, poll_s=poll_s, timeout_s=timeout_s, on_status=on_status)
@@ -372,20 +409,46 @@ def undeploy(
     for config in _tagged(clients, "list_endpoint_configs", "EndpointConfigs", name):
         rs.call(sm, "DeleteEndpointConfig", config, EndpointConfigName=config)
         done.append(f"endpoint config {config}")
-    models, urls = _tagged(clients, "list_models", "Models", name), []
-    for model in models:
-        described = rs.describe(sm, "DescribeModel", ModelName=model) or {}
-        urls.append(described.get("PrimaryContainer", {}).get("ModelDataUrl", ""))
-    if delete_artifacts:  # before the models: they are where a second try finds the prefix
-        for url in sorted({u for u in urls if u}):
-            bucket, prefix = split_s3_uri(url)
-            keys = mmelocal_objects(clients.s3, bucket, prefix)
+    # the objects before the models: the models are where a second try finds the prefix
+    for url, keys, kept in artifacts:
+        bucket, _ = split_s3_uri(url)
+        if keys:
             delete_objects(clients.s3, bucket, keys)
             done.append(f"{len(keys)} objects under {url}")
+        if kept:
+            done.append(f"kept {kept}")
     for model in models:
         rs.call(sm, "DeleteModel", model, ModelName=model)
         done.append(f"model {model}")
     return done
+
+
+def _artifacts(
+    clients: AwsClients, name: str, urls: list[str], keep_shared: bool
+) -> list[tuple[str, list[str], str]]:
+    """``(prefix URL, keys to delete, what is kept and why)`` per prefix of ``name``'s
+    models; raises when another model reads a key and ``keep_shared`` is False."""
+    found = []
+    for url in sorted({u for u in urls if u}):
+        bucket, prefix = split_s3_uri(url)
+        objects = mmelocal_objects(clients.s3, bucket, prefix)
+        keys = [o.key for o in objects if o.endpoint in (None, name)]
+        others = len(objects) - len(keys)
+        if others:
+            logger.info("%d objects under %s were deployed for another endpoint: kept", others, url)
+        read = readers(clients, bucket, keys, endpoint=name)
+        shared = sorted({k for ks in read.values() for k in ks})
+        if shared and not keep_shared:
+            raise DeployError(
+                f"{len(shared)} of the {len(keys)} objects mmelocal deployed for {name} under "
+                f"{url} are also read by {readers_text(read)} (an MME serves its whole "
+                "prefix): nothing was deleted; run 'mmelocal undeploy "
+                f"{name}' without --delete-artifacts (the objects stay), or undeploy what "
+                "reads them first"
+            )
+        kept = f"{len(shared)} objects under {url}, read by {readers_text(read)}" if shared else ""
+        found.append((url, [k for k in keys if k not in shared], kept))
+    return found
 
 
 def _delete_scaling(clients: AwsClients, name: str) -> list[str]:

@@ -52,6 +52,8 @@ class DeployOptions:
 
     ``max_instances`` defaults to twice ``instance_count``; autoscaling is registered only
     when it is above ``instance_count``. ``image`` overrides the Triton image table.
+    ``prune``: delete the objects earlier deploys for this endpoint uploaded under the
+    prefix that are no longer in the store (an MME serves all the prefix holds).
     """
 
     store: Path
@@ -66,6 +68,7 @@ class DeployOptions:
     triton_version: str = DEFAULT_TRITON_VERSION
     environment: Mapping[str, str] = field(default_factory=dict)
     wait: bool = True
+    prune: bool = True
     poll_s: float = POLL_S
     timeout_s: float = WAIT_TIMEOUT_S
 
@@ -151,9 +154,16 @@ def _check_environment_size(environment: Mapping[str, str]) -> None:
         )
 
 
+#: the object actions of a store's tarballs (the others, ``delete`` and ``keep``, are for
+#: objects under the prefix that are not in the store)
+STORE_ACTIONS = ("upload", "copy", "skip")
+
+
 @dataclass(frozen=True, kw_only=True)
 class ObjectStep:
-    """One tarball: ``upload``, ``copy`` (server-side, from ``source_key``) or ``skip``."""
+    """One object: a store tarball to ``upload``, ``copy`` (server-side, from
+    ``source_key``) or ``skip``; or an object under the prefix that is not in the store
+    (``path`` empty), to ``delete`` or ``keep`` (``note`` says why)."""
 
     key: str
     path: str
@@ -161,6 +171,7 @@ class ObjectStep:
     sha256: str
     action: str
     source_key: str | None = None
+    note: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -212,6 +223,7 @@ __all__ = [
     "DEFAULT_INSTANCE_TYPE",
     "POLL_S",
     "SHA256_METADATA",
+    "STORE_ACTIONS",
     "TAG_KEY",
     "VARIANT_NAME",
     "WAIT_TIMEOUT_S",

@@ -30,8 +30,8 @@ def temporary_endpoint(
     deleted: list[str] | None = None,
 ) -> Iterator[AwsClients]:
     """Deploy ``store`` as ``endpoint_name`` (one instance, objects under ``s3_uri``) and
-    yield the clients; on exit undeploy it with the objects mmelocal uploaded (appended to
-    ``deleted``), unless ``keep``."""
+    yield the clients; on exit undeploy it with the objects mmelocal uploaded for it but
+    those another model reads (what went is appended to ``deleted``), unless ``keep``."""
     options = DeployOptions(
         store=store,
         endpoint_name=endpoint_name,
@@ -60,6 +60,7 @@ def temporary_endpoint(
                 clients,
                 endpoint_name,
                 delete_artifacts=True,
+                keep_shared=True,
                 poll_s=poll_s,
                 on_status=lambda s: say(f"{endpoint_name}: {s}"),
             )

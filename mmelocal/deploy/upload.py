@@ -4,6 +4,8 @@ An object is unchanged when its size and checksum match the file: S3's ETag from
 listing (the MD5 of a single-part upload, or the MD5 of the parts' MD5s for a multipart
 upload with mmelocal's part size), else the SHA-256 mmelocal records as object metadata
 (``x-amz-meta-mmelocal-sha256``), read with one HEAD only for objects whose ETag differs.
+Each object mmelocal writes also records the endpoint it was deployed for
+(``x-amz-meta-mmelocal-endpoint``): undeploy deletes only that endpoint's.
 Files with the same bytes (the hard-linked copies ``mmelocal package --copies`` writes) are
 uploaded once and the others are server-side copies of that object: the bytes cross the
 network once.
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from mmelocal.aws.s3 import (
+    ENDPOINT_METADATA,
     PART_SIZE_BYTES,
     SHA256_METADATA,
     FileDigest,
@@ -26,6 +29,7 @@ from mmelocal.aws.s3 import (
     transfer_config,
 )
 from mmelocal.aws.session import aws_error, not_found
+from mmelocal.deploy.artifacts import MmelocalObject, mmelocal_object
 from mmelocal.deploy.plan import ObjectStep
 from mmelocal.errors import DeployError
 
@@ -92,23 +96,30 @@ def apply_objects(
     bucket: str,
     steps: Iterable[ObjectStep],
     *,
+    endpoint_name: str,
     on_bytes: Callable[[int], None] | None = None,
     on_object: Callable[[ObjectStep], None] | None = None,
 ) -> None:
-    """Uploads first, then server-side copies (their sources exist by then).
+    """Uploads first, then server-side copies (their sources exist by then); each object
+    records its checksum and ``endpoint_name``. Then the ``delete`` steps (objects no
+    longer in the store).
 
     ``on_bytes`` receives uploaded byte counts as they go (from the transfer threads);
     ``on_object`` each step once its object is in place.
     """
     config = transfer_config()
     steps = list(steps)
+
+    def metadata(step: ObjectStep) -> dict[str, str]:
+        return {SHA256_METADATA: step.sha256, ENDPOINT_METADATA: endpoint_name}
+
     for step in (s for s in steps if s.action == "upload"):
         try:
             s3.upload_file(
                 step.path,
                 bucket,
                 step.key,
-                ExtraArgs={"Metadata": {SHA256_METADATA: step.sha256}},
+                ExtraArgs={"Metadata": metadata(step)},
                 Config=config,
                 Callback=on_bytes,
             )
@@ -119,7 +130,7 @@ def apply_objects(
     for step in (s for s in steps if s.action == "copy"):
         source = {"Bucket": bucket, "Key": step.source_key}
         copy_args: dict[str, Any] = {
-            "Metadata": {SHA256_METADATA: step.sha256},
+            "Metadata": metadata(step),
             "MetadataDirective": "REPLACE",
         }
         try:
@@ -127,6 +138,11 @@ def apply_objects(
         except Exception as exc:
             raise aws_error(exc, "CopyObject", f"s3://{bucket}/{step.key}") from exc
         if on_object is not None:
+            on_object(step)
+    removed = [s for s in steps if s.action == "delete"]
+    delete_objects(s3, bucket, [s.key for s in removed])
+    if on_object is not None:
+        for step in removed:
             on_object(step)
 
 
@@ -149,17 +165,15 @@ def check_bucket(s3: Any, bucket: str, region: str) -> None:
         )
 
 
-def mmelocal_objects(s3: Any, bucket: str, prefix: str) -> list[str]:
-    """Keys under ``prefix`` that mmelocal uploaded (they carry its SHA-256 metadata)."""
-    keys = []
-    for key in listed_objects(s3, bucket, prefix):
-        try:
-            head = s3.head_object(Bucket=bucket, Key=key)
-        except Exception as exc:
-            raise aws_error(exc, "HeadObject", f"s3://{bucket}/{key}") from exc
-        if SHA256_METADATA in head.get("Metadata", {}):
-            keys.append(key)
-    return keys
+def mmelocal_objects(s3: Any, bucket: str, prefix: str) -> list[MmelocalObject]:
+    """The objects under ``prefix`` that mmelocal uploaded (they carry its SHA-256
+    metadata), with the endpoint each was deployed for (one HeadObject each)."""
+    found = []
+    for key, (size, _) in sorted(listed_objects(s3, bucket, prefix).items()):
+        item = mmelocal_object(s3, bucket, key, size)
+        if item is not None:
+            found.append(item)
+    return found
 
 
 def total_bytes(steps: Iterable[ObjectStep], action: str) -> int:

@@ -3,8 +3,10 @@
 Every boto3 client mmelocal creates (deploy's, the remote benchmark's, the emulator's S3
 store, the local AWS's own calls, the load generator's, the test helpers') comes from
 :func:`aws_client` with one of the policies below, so a retry count or a timeout is
-written once. ``retries`` is botocore's ``retries={"max_attempts": N}``: the retries after
-the first attempt (0: none). Timeouts are in seconds.
+written once, and a quota error that botocore's retry mode takes for throttling
+(:data:`QUOTA_ERROR_CODES`) fails at once. ``retries`` is botocore's
+``retries={"max_attempts": N}``: the retries after the first attempt (0: none). Timeouts
+are in seconds.
 """
 
 from __future__ import annotations
@@ -72,6 +74,19 @@ TESTING: Final = ClientPolicy(purpose="tests", retries=1, mode="legacy", read_ti
 
 POLICIES: Final = (CONTROL_PLANE, RUNTIME, LOCAL, LOAD_TEST, TESTING)
 
+#: botocore service name -> error codes that botocore's standard retry mode takes for
+#: throttling (``ThrottledRetryableChecker._THROTTLED_ERROR_CODES`` in
+#: ``botocore/retries/standard.py``: LimitExceededException is Kinesis's throttling error)
+#: but that this service answers for a full quota, which no retry fills: Application Auto
+#: Scaling's "A per-account resource limit is exceeded" (RegisterScalableTarget,
+#: PutScalingPolicy) and CloudWatch Logs' "You have reached the maximum number of
+#: resources that can be created" (both from botocore's service models). aws-sdk-go
+#: stopped retrying the code for the same reason (aws/aws-sdk-go#1276).
+QUOTA_ERROR_CODES: Final[dict[str, frozenset[str]]] = {
+    "application-autoscaling": frozenset({"LimitExceededException"}),
+    "logs": frozenset({"LimitExceededException"}),
+}
+
 
 def aws_client(
     service: str,
@@ -92,7 +107,27 @@ def aws_client(
         import boto3
 
         session = boto3.session.Session()
-    return session.client(service, endpoint_url=endpoint_url, config=policy.config(**config))
+    client = session.client(service, endpoint_url=endpoint_url, config=policy.config(**config))
+    codes = QUOTA_ERROR_CODES.get(service)
+    if codes:
+        event = client.meta.service_model.service_id.hyphenize()
+        # the first answer that is not None decides (botocore's Endpoint._needs_retry):
+        # False here means no retry, whatever the retry mode's own handler says
+        client.meta.events.register_first(f"needs-retry.{event}", _NoRetry(codes))
+    return client
+
+
+class _NoRetry:
+    """A ``needs-retry`` handler that answers False (do not retry) for ``codes``."""
+
+    def __init__(self, codes: frozenset[str]) -> None:
+        self.codes = codes
+
+    def __call__(self, response: Any = None, **_: Any) -> bool | None:
+        if response is None:  # no answer (a connection error): the retry mode decides
+            return None
+        code = response[1].get("Error", {}).get("Code")
+        return False if code in self.codes else None
 
 
 #: S3 error codes a retry may clear, besides every 5xx status: botocore's standard retry
@@ -142,6 +177,7 @@ __all__ = [
     "LOCAL",
     "LOCAL_REGION",
     "POLICIES",
+    "QUOTA_ERROR_CODES",
     "RUNTIME",
     "S3_TRANSIENT_CODES",
     "TESTING",

@@ -558,3 +558,109 @@ def test_undeploy_waits_out_an_endpoint_still_being_created(
         assert statuses[0] == "Creating" and statuses[-1] == "Failed", statuses
         assert f"endpoint {name}" in outcome["deleted"]
         wait_gone(boto3.client("sagemaker"), name)
+
+
+def test_undeploy_keeps_the_artifacts_another_endpoint_reads(
+    store: Path, bucket: str, endpoint_name: str, tmp_path: Path
+) -> None:
+    """Two endpoints on one prefix each serve every object under it (an MME reads its whole
+    prefix): undeploy --delete-artifacts of one refuses while the other's model reads the
+    prefix, and changes nothing (it deleted all five objects, the other's too); once the
+    other is gone, it deletes the objects deployed for this endpoint only."""
+    other_store = tmp_path / "other"
+    write_reference_tarball(other_store / "model-9.tar.gz", scale=9.0)
+    deploy(options(store, bucket, endpoint_name, max_instances=1))
+    other = f"{endpoint_name}-b"
+    deploy(options(other_store, bucket, other, max_instances=1))
+    before = keys(bucket)
+    assert "models/model-9.tar.gz" in before and len(before) == 5
+
+    with pytest.raises(DeployError, match=rf"also read by model {other}-.*nothing was deleted"):
+        undeploy(connect(), endpoint_name, delete_artifacts=True)
+    assert keys(bucket) == before
+    assert boto3.client("sagemaker").describe_endpoint(EndpointName=endpoint_name)
+
+    # as the benchmark's temporary endpoint does: the endpoint goes, what another reads stays
+    deleted = undeploy(connect(), other, delete_artifacts=True, keep_shared=True)
+    assert f"endpoint {other}" in deleted
+    assert f"kept 1 objects under s3://{bucket}/models/, read by model {endpoint_name}-" in (
+        " ".join(deleted)
+    )
+    assert keys(bucket) == before
+    deleted = undeploy(connect(), endpoint_name, delete_artifacts=True)
+    assert f"4 objects under s3://{bucket}/models/" in deleted
+    assert list(keys(bucket)) == ["models/model-9.tar.gz"]
+
+
+def test_a_tarball_removed_from_the_store_leaves_the_endpoint(
+    capsys: pytest.CaptureFixture[str],
+    store: Path,
+    bucket: str,
+    endpoint_name: str,
+    tmp_path: Path,
+) -> None:
+    """An MME serves every object under its prefix: a tarball deleted from the store stayed
+    on S3 and stayed invocable. A redeploy deletes the objects it uploaded for this endpoint
+    that the store no longer has (the plan names them), keeps what it did not upload, and
+    with --no-prune keeps them all."""
+    s3 = boto3.client("s3")
+    s3.put_object(Bucket=bucket, Key="models/notes.txt", Body=b"not mmelocal's")
+    deploy(options(store, bucket, endpoint_name, max_instances=1))
+    (store / "team" / "model-3.tar.gz").unlink()
+
+    plan_file = tmp_path / "plan.json"
+    args = cli_args(store, bucket, endpoint_name, "--max-instances", "1", "--json", str(plan_file))
+    code, text = run(capsys, *args)
+    assert code == 0, text
+    assert "DeleteObjects" in text, text
+    removed = [o for o in json.loads(plan_file.read_text())["objects"] if not o["path"]]
+    assert [(o["key"], o["action"], o["note"]) for o in removed] == [
+        ("models/notes.txt", "keep", "not uploaded by mmelocal"),
+        ("models/team/model-3.tar.gz", "delete", "not in the store"),
+    ]
+    assert sorted(keys(bucket)) == [
+        "models/model-0.tar.gz",
+        "models/model-1.tar.gz",
+        "models/model-2.tar.gz",
+        "models/notes.txt",
+    ]
+    runtime = boto3.client("sagemaker-runtime")
+    with pytest.raises(runtime.exceptions.ClientError, match="model-3"):
+        runtime.invoke_endpoint(
+            EndpointName=endpoint_name, TargetModel="team/model-3.tar.gz", Body=b"{}"
+        )
+
+    (store / "model-2.tar.gz").unlink()
+    kept = make_plan(options(store, bucket, endpoint_name, max_instances=1, prune=False), connect())
+    assert {o.key: o.note for o in kept.objects if o.action in ("keep", "delete")} == {
+        "models/model-2.tar.gz": "not pruned (--no-prune)",
+        "models/notes.txt": "not uploaded by mmelocal",
+    }
+
+
+class _Deleting:
+    """A SageMaker client whose endpoints all show Deleting (what DescribeEndpoint answers
+    for minutes after DeleteEndpoint, while the instances stop)."""
+
+    def __init__(self, sagemaker: Any) -> None:
+        self.sagemaker = sagemaker
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.sagemaker, name)
+
+    def describe_endpoint(self, **params: Any) -> Any:
+        return {**self.sagemaker.describe_endpoint(**params), "EndpointStatus": "Deleting"}
+
+
+def test_deploy_right_after_undeploy_says_to_wait_for_the_deletion(
+    store: Path, bucket: str, endpoint_name: str
+) -> None:
+    """A deploy planned while the endpoint is Deleting (just undeployed) took the endpoint
+    for one to reuse or update: it uploaded, then failed with 'deleted while waiting' or a
+    DescribeEndpointConfig error. It now stops at plan time, saying what to do."""
+    opts = options(store, bucket, endpoint_name, max_instances=1)
+    deploy(opts)
+    clients = connect()
+    deleting = dataclasses.replace(clients, sagemaker=_Deleting(clients.sagemaker))
+    with pytest.raises(DeployError, match=r"is being deleted.*wait endpoint-deleted"):
+        make_plan(opts, deleting)

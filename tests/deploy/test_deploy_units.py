@@ -196,6 +196,12 @@ def test_service_errors_become_one_line_with_the_next_step() -> None:
     error = aws_error(quota, "CreateEndpoint", "ep")
     assert error.code == "ResourceLimitExceeded" and error.operation == "CreateEndpoint"
     assert "Service Quotas" in str(error) and "\n" not in str(error)
+    # Application Auto Scaling's quota is no instance-type quota: its own quotas are named
+    full = ClientError(
+        {"Error": {"Code": "LimitExceededException", "Message": "limit"}}, "PutScalingPolicy"
+    )
+    error = aws_error(full, "PutScalingPolicy", "mmelocal-gpu-utilization")
+    assert "Application Auto Scaling" in str(error) and "--instance-type" not in str(error)
     denied = ClientError({"Error": {"Code": "AccessDenied", "Message": "no"}}, "PutObject")
     assert "IAM policy" in str(aws_error(denied, "PutObject", "s3://b/k"))
 

@@ -1,0 +1,178 @@
+"""Whose objects are under a prefix, and which SageMaker models read them.
+
+An MME serves every object under its ``ModelDataUrl`` prefix (a tarball removed from the
+store is served until it is deleted), and two endpoints on one prefix serve each other's
+tarballs. mmelocal records, on each object it uploads, the endpoint it
+was deployed for (``x-amz-meta-mmelocal-endpoint``, beside the checksum). Deletions go by
+both facts: only objects mmelocal uploaded for this endpoint, and none that another existing
+model reads (its ``ModelDataUrl`` or ``ModelDataSource`` names the object or a prefix above
+it), because deleting those takes models away from an endpoint the user did not name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from mmelocal.aws.s3 import ENDPOINT_METADATA, SHA256_METADATA, listed_objects
+from mmelocal.aws.session import aws_error, not_found
+from mmelocal.deploy import resources as rs
+from mmelocal.deploy.plan import ObjectStep
+
+
+@dataclass(frozen=True, kw_only=True)
+class MmelocalObject:
+    """An object mmelocal uploaded: its key, size, checksum and the endpoint it was
+    deployed for (None: uploaded without one, by an earlier mmelocal or the endpoint
+    bench)."""
+
+    key: str
+    size_bytes: int
+    sha256: str
+    endpoint: str | None
+
+
+def mmelocal_object(s3: Any, bucket: str, key: str, size_bytes: int) -> MmelocalObject | None:
+    """What mmelocal recorded on ``key`` (one HeadObject); None: not mmelocal's."""
+    try:
+        head = s3.head_object(Bucket=bucket, Key=key)
+    except Exception as exc:
+        if not_found(exc):  # deleted since the listing
+            return None
+        raise aws_error(exc, "HeadObject", f"s3://{bucket}/{key}") from exc
+    metadata = head.get("Metadata", {})
+    if SHA256_METADATA not in metadata:
+        return None
+    return MmelocalObject(
+        key=key,
+        size_bytes=size_bytes,
+        sha256=str(metadata[SHA256_METADATA]),
+        endpoint=metadata.get(ENDPOINT_METADATA) or None,
+    )
+
+
+@dataclass(frozen=True)
+class _Read:
+    """One S3 location a model reads: an object, or every key under a prefix."""
+
+    bucket: str
+    key: str
+    prefix: bool
+
+    def covers(self, bucket: str, key: str) -> bool:
+        if bucket != self.bucket:
+            return False
+        return key.startswith(self.key) if self.prefix else key == self.key
+
+
+def _reads(container: Mapping[str, Any]) -> Iterator[_Read]:
+    url = container.get("ModelDataUrl")
+    if url:
+        bucket, key = _split(url)
+        # an MME's ModelDataUrl is a prefix; otherwise it names one .tar.gz
+        yield _Read(bucket, key, container.get("Mode") == "MultiModel" or key.endswith("/"))
+    sources = [container.get("ModelDataSource") or {}]
+    sources += [extra for extra in container.get("AdditionalModelDataSources") or []]
+    for source in sources:
+        s3 = source.get("S3DataSource") or {}
+        if s3.get("S3Uri"):
+            bucket, key = _split(s3["S3Uri"])
+            yield _Read(bucket, key, s3.get("S3DataType") != "S3Object")
+
+
+def _split(uri: str) -> tuple[str, str]:
+    rest = uri.removeprefix("s3://")
+    bucket, _, key = rest.partition("/")
+    return bucket, key
+
+
+def model_reads(described: Mapping[str, Any]) -> list[_Read]:
+    """Every S3 location a DescribeModel answer reads (all its containers)."""
+    containers = [described.get("PrimaryContainer") or {}]
+    containers += list(described.get("Containers") or [])
+    return [read for container in containers for read in _reads(container)]
+
+
+def readers(
+    clients: Any, bucket: str, keys: Iterable[str], *, endpoint: str
+) -> dict[str, list[str]]:
+    """``model name -> keys it reads`` for every existing model, except those mmelocal
+    created for ``endpoint``, that reads one of ``keys`` (ListModels, a DescribeModel per
+    model; ListTags only for the models that read one)."""
+    keys = list(keys)
+    found: dict[str, list[str]] = {}
+    if not keys:
+        return found
+    sm = clients.sagemaker
+    try:
+        pages = list(sm.get_paginator("list_models").paginate())
+    except Exception as exc:
+        raise aws_error(exc, "ListModels", f"s3://{bucket}") from exc
+    for page in pages:
+        for item in page.get("Models", []):
+            described = rs.describe(sm, "DescribeModel", ModelName=item["ModelName"])
+            if described is None:  # deleted since the listing
+                continue
+            reads = model_reads(described)
+            read = [k for k in keys if any(r.covers(bucket, k) for r in reads)]
+            if read and rs.owner(sm, described["ModelArn"]) != endpoint:
+                found[str(item["ModelName"])] = read
+    return found
+
+
+def readers_text(found: Mapping[str, list[str]]) -> str:
+    """``model m (3 objects), model n (1 object)``."""
+    return ", ".join(
+        f"model {name} ({len(keys)} object{'s' if len(keys) != 1 else ''})"
+        for name, keys in sorted(found.items())
+    )
+
+
+def removed_objects(
+    clients: Any, bucket: str, prefix: str, store_keys: set[str], *, endpoint: str, prune: bool
+) -> list[ObjectStep]:
+    """One step per object under ``prefix`` that is not in the store (the endpoint serves
+    it all the same): ``delete`` when mmelocal uploaded it for ``endpoint`` and no other
+    model reads it (with ``prune``), else ``keep`` with the reason in ``note``."""
+    steps: list[ObjectStep] = []
+    mine: dict[str, MmelocalObject] = {}
+    for key, (size, _) in sorted(listed_objects(clients.s3, bucket, prefix).items()):
+        if key in store_keys:
+            continue
+        item = mmelocal_object(clients.s3, bucket, key, size)
+        if item is not None and item.endpoint == endpoint and prune:
+            mine[key] = item
+            continue
+        if item is None:
+            note = "not uploaded by mmelocal"
+        elif item.endpoint is None:
+            note = "uploaded by mmelocal for no endpoint (the endpoint bench)"
+        elif item.endpoint != endpoint:
+            note = f"deployed for endpoint {item.endpoint}"
+        else:
+            note = "not pruned (--no-prune)"
+        steps.append(_step(key, size, item, "keep", note))
+    read = readers(clients, bucket, mine, endpoint=endpoint)
+    for key, item in mine.items():
+        by = {name: keys for name, keys in read.items() if key in keys}
+        if by:
+            steps.append(_step(key, item.size_bytes, item, "keep", f"read by {readers_text(by)}"))
+        else:
+            steps.append(_step(key, item.size_bytes, item, "delete", "not in the store"))
+    return sorted(steps, key=lambda step: step.key)
+
+
+def _step(key: str, size: int, item: MmelocalObject | None, action: str, note: str) -> ObjectStep:
+    sha256 = item.sha256 if item is not None else ""
+    return ObjectStep(key=key, path="", size_bytes=size, sha256=sha256, action=action, note=note)
+
+
+__all__ = [
+    "MmelocalObject",
+    "mmelocal_object",
+    "model_reads",
+    "readers",
+    "readers_text",
+    "removed_objects",
+]
