@@ -222,7 +222,7 @@ class TritonInstance:
 
     def _start_load(self, target: str) -> ModelEntry:
         entry = self.loader.new_entry(target)
-        entry.task = asyncio.ensure_future(self.loader.load(entry))
+        self.loader.start(entry)
         return entry
 
     def load_again(self, target: str) -> bool:
@@ -236,7 +236,7 @@ class TritonInstance:
         self.cache.unpin(target)  # the load pins it again
         entry.state = LOADING
         entry.future = quiet_future()
-        entry.task = asyncio.ensure_future(self.loader.load(entry))
+        self.loader.start(entry)
         return True
 
     async def reload(self, target: str, *, last_used_s: float) -> None:

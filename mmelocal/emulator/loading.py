@@ -67,6 +67,26 @@ class Loader:
         self.state.models[target] = entry
         return entry
 
+    def start(self, entry: ModelEntry) -> None:
+        """Run :meth:`load` for ``entry`` as its task (``entry.task``). A task cancelled
+        before it began (an instance stopped in the same turn) never runs :meth:`load`'s
+        code: its callers are answered then, as for a load interrupted later."""
+        entry.task = task = asyncio.ensure_future(self.load(entry))
+        task.add_done_callback(lambda _: self._not_begun(entry, task))
+
+    def _not_begun(self, entry: ModelEntry, task: asyncio.Future[None]) -> None:
+        if not task.cancelled() or entry.task is not task or entry.future.done():
+            return  # load() ran and answered (its own handler turns a cancel into an answer)
+        if self.state.models.get(entry.target) is entry:
+            del self.state.models[entry.target]
+        entry.future.set_exception(self._interrupted())
+
+    def _interrupted(self) -> InstanceUnavailableError:
+        return InstanceUnavailableError(
+            f"instance {self.state.index}: load interrupted (the server is stopping or "
+            "restarting); retry"
+        )
+
     async def load(self, entry: ModelEntry) -> None:
         """Run one load; its outcome goes to ``entry.future`` (what every caller awaits)."""
         try:
@@ -78,7 +98,7 @@ class Loader:
                 del self.state.models[entry.target]
             if not entry.future.done():
                 if isinstance(exc, asyncio.CancelledError):
-                    exc = InstanceUnavailableError(f"instance {self.state.index}: load interrupted")
+                    exc = self._interrupted()
                 entry.future.set_exception(exc)
             return
         if not entry.future.done():

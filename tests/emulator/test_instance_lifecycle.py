@@ -314,3 +314,27 @@ def test_a_call_whose_instance_stopped_before_it_was_sent_is_told_to_retry() -> 
     assert b"ServiceUnavailable" in answer.body and b"instance 3 is restarting" in answer.body
     assert released == ["m.tar.gz"]
     assert pool.take_idle() is conn
+
+
+def test_a_load_stopped_before_it_began_answers_its_callers_at_once() -> None:
+    """``stop()`` cancels a load whose task had not run yet (the first cold call came in the
+    same turn of the loop): its callers get the retryable InstanceUnavailableError at once
+    (the task's code never ran, so its future was never resolved: they waited for their own
+    timeout and got ModelNotReadyError)."""
+
+    async def run() -> None:
+        machine = Machine(total_bytes=1000 * MIB)
+        control = Control(machine, size=100 * MIB)
+        inst = fake_instance(machine, control, limit_bytes=500 * MIB)
+        await inst.start()
+        call = asyncio.ensure_future(inst.acquire("m", wait_timeout_s=60.0))
+        await asyncio.sleep(0)  # one turn: the call started the load's task, not yet run
+        task = inst.models["m"].task
+        assert task is not None and not task.done() and control.calls == []
+        await inst.stop()
+        with pytest.raises(InstanceUnavailableError, match="retry"):
+            await asyncio.wait_for(call, timeout=5.0)
+        assert "m" not in inst.models and inst.cache.pins == {}
+        inst.close()
+
+    asyncio.run(run())
