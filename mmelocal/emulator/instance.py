@@ -310,6 +310,17 @@ class TritonInstance:
                 0, exclude="", why="memory grew over the limit", strict=False
             )
 
+    async def evict_idle(self, *, exclude: str, reason: str) -> bool:
+        """Evict the least recently used idle model but ``exclude``, waiting up to
+        ``busy_wait_s`` while every other loaded model is busy, as a load's 507 does (a
+        busy model is never evicted). False when none went idle."""
+        async with self.state.load_lock:
+            victim = await self.evictor.idle_victim(exclude=exclude)
+            if victim is None:
+                return False
+            await self.evictor.unload(victim, kind="evict", reason=reason)
+            return True
+
     async def unload(self, target: str, *, reason: str) -> None:
         """Unload ``target`` here when it is idle (used by the router and shutdown)."""
         async with self.state.load_lock:

@@ -338,3 +338,68 @@ def test_a_load_stopped_before_it_began_answers_its_callers_at_once() -> None:
         inst.close()
 
     asyncio.run(run())
+
+
+def test_an_eviction_after_an_invoke_507_is_counted_as_one() -> None:
+    """Triton answered 507 to an invoke: the least recently used idle model is unloaded to
+    make room, an eviction like the load path's (event ``evict``, counted in
+    ModelEvictions); it was recorded as a plain ``unload`` and not counted."""
+
+    async def run() -> None:
+        machine = Machine(total_bytes=1000 * MIB)
+        control = Control(machine, size=100 * MIB)
+        inst = fake_instance(machine, control, limit_bytes=500 * MIB)
+        await inst.start()
+        for target in ("old", "m"):
+            await inst.acquire(target)
+            inst.release(target)
+        await Emulator.recover_from(SimpleNamespace(), inst, "m", 507)  # type: ignore[arg-type]
+        assert inst.loaded() == ["m"]
+        await wait_for_async(lambda: not inst.state.finishing, timeout_s=30, what="the unload")
+        assert [e.kind for e in inst.events.recent(limit=10) if e.target == "old"] == [
+            "load",
+            "evict",
+        ]
+        assert inst.metrics.counters["ModelEvictions"] == 1
+        await inst.stop()
+        inst.close()
+
+    asyncio.run(run())
+
+
+def test_an_invoke_507_waits_for_a_busy_neighbour_to_go_idle() -> None:
+    """Triton answered 507 to an invoke while the only other model served a call: the
+    recovery waits for it to go idle (up to busy_wait_s), as the load path's 507 does, then
+    evicts it (it gave up at once, evicting nothing: the retry got 507 again); a model that
+    stays busy is not evicted."""
+
+    async def run() -> None:
+        machine = Machine(total_bytes=1000 * MIB)
+        control = Control(machine, size=100 * MIB)
+        inst = fake_instance(machine, control, limit_bytes=500 * MIB)
+        emulator: Any = SimpleNamespace()
+        await inst.start()
+        for target in ("old", "m"):
+            await inst.acquire(target)
+            inst.release(target)
+        inst.models["old"].last_used_s = time.monotonic() - 60.0
+        await inst.acquire("old")  # a call in flight on the neighbour
+        recovery = asyncio.ensure_future(Emulator.recover_from(emulator, inst, "m", 507))
+        await wait_for_async(
+            lambda: recovery.done() or inst.state.load_lock.locked(),
+            timeout_s=30,
+            what="the recovery to look for a victim",
+        )
+        assert not recovery.done(), "the recovery gave up while its neighbour was busy"
+        inst.release("old")
+        await recovery
+        assert inst.loaded() == ["m"] and ("delete", "old") in control.calls
+
+        await inst.acquire("old")
+        await Emulator.recover_from(emulator, inst, "m", 507)  # busy past busy_wait_s
+        assert sorted(inst.loaded()) == ["m", "old"]
+        inst.release("old")
+        await inst.stop()
+        inst.close()
+
+    asyncio.run(run())
