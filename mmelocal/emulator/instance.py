@@ -14,6 +14,7 @@ instance, so memory readings before and after a load measure that load alone.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -77,8 +78,12 @@ class TritonInstance:
         self.retired = False
         #: what a failed restart had to load again, for the next one
         self._to_reload: dict[str, float] = {}
-        #: the liveness check a failed connection started (one at a time)
+        #: counts the server processes started here: a liveness check's answer applies
+        #: only to the process it checked (a restart may replace it while the check runs)
+        self.generation = 0
+        #: the liveness check a failed connection started (one at a time per process)
         self._liveness: asyncio.Future[bool] | None = None
+        self._liveness_generation = 0
         self.launcher = launcher
         self.cache = cache
         self.metrics = metrics
@@ -133,6 +138,7 @@ class TritonInstance:
         """Start (or adopt) the server and take a first memory reading."""
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._process_thread, self.launcher.start)
+        self.generation += 1
         url = self.launcher.endpoints.sagemaker_url
         if url is None:
             raise EmulatorError(
@@ -283,18 +289,21 @@ class TritonInstance:
     def connection_error(self, exc: BaseException) -> EmulatorError:
         """The error for a failed connection to Triton. Whether the process died is checked
         in an executor (a launcher's check may be an HTTP or Docker API call), which marks
-        the instance down when it did."""
-        if self._liveness is None or self._liveness.done():
+        the instance down when it did (unless a restart replaced that process meanwhile)."""
+        running = self._liveness is not None and not self._liveness.done()
+        if not running or self._liveness_generation != self.generation:
             check = asyncio.get_running_loop().run_in_executor(None, self.launcher.is_alive)
-            check.add_done_callback(self._liveness_checked)
-            self._liveness = check
+            check.add_done_callback(functools.partial(self._liveness_checked, self.generation))
+            self._liveness, self._liveness_generation = check, self.generation
         return InstanceUnavailableError(
             f"instance {self.index}: Triton did not answer ({exc}); if its process died it is "
             "being restarted: retry"
         )
 
-    def _liveness_checked(self, check: asyncio.Future[bool]) -> None:
-        if not check.cancelled() and check.exception() is None and not check.result():
+    def _liveness_checked(self, generation: int, check: asyncio.Future[bool]) -> None:
+        if generation != self.generation or check.cancelled() or check.exception() is not None:
+            return  # the process it checked was replaced: its answer is no news of this one
+        if not check.result():
             self.up = False
 
     async def trim(self) -> None:
@@ -359,6 +368,7 @@ class TritonInstance:
         t0 = time.perf_counter()
         await loop.run_in_executor(self._process_thread, self.launcher.stop)
         await loop.run_in_executor(self._process_thread, self.launcher.start)
+        self.generation += 1
         if self.retired:  # a scale-in stopped it meanwhile: stop what we just started
             await loop.run_in_executor(None, self.launcher.stop)
             raise InstanceUnavailableError(f"instance {self.index}: retired; not restarted")

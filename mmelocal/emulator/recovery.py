@@ -65,9 +65,10 @@ class Watchdog:
             if trim:
                 next_trim = loop.time() + self.trim_interval_s
             for inst in list(self.instances):  # scaling adds and removes instances
+                generation = inst.generation
                 alive = await loop.run_in_executor(None, inst.launcher.is_alive)
-                if inst not in self.instances:
-                    continue  # taken out (scale-in) while we looked
+                if inst not in self.instances or inst.generation != generation:
+                    continue  # taken out (scale-in), or its process replaced, while we looked
                 backoff.setdefault(inst.index, 0.0)
                 if alive and inst.up:
                     backoff[inst.index] = 0.0

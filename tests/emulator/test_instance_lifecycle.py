@@ -403,3 +403,39 @@ def test_an_invoke_507_waits_for_a_busy_neighbour_to_go_idle() -> None:
         inst.close()
 
     asyncio.run(run())
+
+
+def test_a_liveness_check_of_a_process_gone_since_does_not_mark_its_successor_down() -> None:
+    """A failed connection's liveness check (in an executor) finds the old process dead but
+    answers only after the watchdog restarted it: the restarted instance stays up (the
+    stale answer marked the new process down until the watchdog's next look, about 0.2 s
+    of 503s from a healthy server)."""
+
+    async def run() -> None:
+        machine = Machine(total_bytes=1000 * MIB)
+        inst = fake_instance(machine, Control(machine, size=MIB), limit_bytes=500 * MIB)
+        await inst.start()
+        launcher: Any = inst.launcher
+        entered, gate = threading.Event(), threading.Event()
+
+        def old_process_alive() -> bool:
+            entered.set()
+            assert gate.wait(timeout=30)
+            return False  # what it found: the process it checked is dead
+
+        launcher.stop()  # the process dies; a call's connection fails
+        launcher.is_alive = old_process_alive
+        inst.connection_error(ConnectionResetError("reset by peer"))
+        assert await asyncio.to_thread(entered.wait, 30)
+        del launcher.is_alive
+        await inst.restart()  # the watchdog restarted it meanwhile
+        assert inst.up
+        gate.set()
+        check = inst._liveness
+        assert check is not None
+        await check
+        assert inst.up, "a check of the dead process marked the restarted one down"
+        await inst.stop()
+        inst.close()
+
+    asyncio.run(run())
