@@ -14,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
+from typing import Any
 
 from mmelocal.emulator.instance import TritonInstance
 
@@ -22,7 +23,11 @@ logger = logging.getLogger(__name__)
 
 
 class Watchdog:
-    """Polls every instance's process and restarts the dead ones."""
+    """Polls every instance's process and restarts the dead ones.
+
+    The restart (or trim) of one instance runs as that instance's own job, one at a time
+    per instance: a restart that hangs or backs off does not hold up another instance's.
+    """
 
     def __init__(
         self,
@@ -38,6 +43,10 @@ class Watchdog:
         self.max_backoff_s = max_backoff_s
         self.restarts = 0
         self._task: asyncio.Task[None] | None = None
+        #: per instance, the restart or trim under way
+        self._jobs: dict[TritonInstance, asyncio.Task[None]] = {}
+        #: per instance, the pause before its next restart (grows while restarts fail)
+        self._backoff: dict[TritonInstance, float] = {}
         self._reloads: set[asyncio.Task[None]] = set()
 
     def start(self) -> None:
@@ -46,8 +55,8 @@ class Watchdog:
             self._task = asyncio.ensure_future(self._run())
 
     async def stop(self) -> None:
-        """Stop watching and cancel reloads in progress."""
-        tasks = [t for t in [self._task, *self._reloads] if t is not None]
+        """Stop watching and cancel the restarts, trims and reloads in progress."""
+        tasks = [t for t in [self._task, *self._jobs.values(), *self._reloads] if t is not None]
         for task in tasks:
             task.cancel()
         for task in tasks:
@@ -57,7 +66,6 @@ class Watchdog:
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
-        backoff = {inst.index: 0.0 for inst in self.instances}
         next_trim = loop.time() + self.trim_interval_s
         while True:
             await asyncio.sleep(self.interval_s)
@@ -65,40 +73,50 @@ class Watchdog:
             if trim:
                 next_trim = loop.time() + self.trim_interval_s
             for inst in list(self.instances):  # scaling adds and removes instances
+                if inst in self._jobs:
+                    continue  # its restart or trim is under way
                 generation = inst.generation
                 alive = await loop.run_in_executor(None, inst.launcher.is_alive)
                 if inst not in self.instances or inst.generation != generation:
                     continue  # taken out (scale-in), or its process replaced, while we looked
-                backoff.setdefault(inst.index, 0.0)
                 if alive and inst.up:
-                    backoff[inst.index] = 0.0
+                    self._backoff[inst] = 0.0
                     if trim:
-                        await self._trim(inst)
+                        self._begin(inst, self._trim(inst))
                     continue
                 if alive and not inst.up:
                     inst.up = True  # a connection hiccup marked it down; the process is fine
                     continue
                 inst.up = False
-                await asyncio.sleep(backoff[inst.index])
-                if inst.retired or inst not in self.instances:
-                    continue  # taken out (scale-in) while we waited: never restart it
-                try:
-                    previous = await inst.restart()
-                except Exception as exc:
-                    if inst.retired:
-                        continue
-                    backoff[inst.index] = min(self.max_backoff_s, 2 * backoff[inst.index] or 1.0)
-                    logger.error(
-                        "instance %d: restart failed (%s); next try in %.0fs",
-                        inst.index,
-                        exc,
-                        backoff[inst.index],
-                    )
-                    continue
-                self.restarts += 1
-                task = asyncio.ensure_future(self._reload(inst, previous))
-                self._reloads.add(task)
-                task.add_done_callback(self._reloads.discard)
+                self._begin(inst, self._restart(inst))
+
+    def _begin(self, inst: TritonInstance, job: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(job)
+        self._jobs[inst] = task
+        task.add_done_callback(lambda _: self._jobs.pop(inst, None))
+
+    async def _restart(self, inst: TritonInstance) -> None:
+        pause = self._backoff.get(inst, 0.0)
+        await asyncio.sleep(pause)
+        if inst.retired or inst not in self.instances:
+            return  # taken out (scale-in) while we waited: never restart it
+        try:
+            previous = await inst.restart()
+        except Exception as exc:
+            if inst.retired:
+                return
+            self._backoff[inst] = min(self.max_backoff_s, 2 * pause or 1.0)
+            logger.error(
+                "instance %d: restart failed (%s); next try in %.0fs",
+                inst.index,
+                exc,
+                self._backoff[inst],
+            )
+            return
+        self.restarts += 1
+        task = asyncio.ensure_future(self._reload(inst, previous))
+        self._reloads.add(task)
+        task.add_done_callback(self._reloads.discard)
 
     async def _trim(self, inst: TritonInstance) -> None:
         try:

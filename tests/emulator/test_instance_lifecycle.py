@@ -439,3 +439,48 @@ def test_a_liveness_check_of_a_process_gone_since_does_not_mark_its_successor_do
         inst.close()
 
     asyncio.run(run())
+
+
+def test_a_restart_that_hangs_does_not_hold_up_another_instances_restart() -> None:
+    """Two instances; the first one's Triton died and its restart hangs (a start waits up
+    to its start timeout; a failing one backs off up to 30 s). The second one's Triton dies
+    meanwhile: the watchdog restarts it at once (it awaited the first one's restart, and
+    every instance went unwatched until that ended)."""
+
+    async def run() -> None:
+        instances = []
+        for _ in range(2):
+            machine = Machine(total_bytes=1000 * MIB)
+            inst = fake_instance(machine, Control(machine, size=MIB), limit_bytes=500 * MIB)
+            await inst.start()
+            instances.append(inst)
+        first, second = instances
+        entered, gate = threading.Event(), threading.Event()
+        slow: Any = first.launcher
+
+        def hanging_start() -> None:
+            entered.set()
+            assert gate.wait(timeout=60)
+            slow.alive = True
+
+        slow.start = hanging_start
+        watchdog = Watchdog(instances, interval_s=0.01)
+        watchdog.start()
+        try:
+            slow.stop()  # the first one dies; its restart hangs
+            assert await asyncio.to_thread(entered.wait, 30)
+            second.launcher.stop()  # then the second one dies
+            await wait_for_async(
+                lambda: second.up and second.launcher.starts == 2,  # type: ignore[attr-defined]
+                timeout_s=10,
+                what="the second instance restarted while the first one's restart hangs",
+            )
+            assert not first.up
+        finally:
+            gate.set()
+            await watchdog.stop()
+        for inst in instances:
+            await inst.stop()
+            inst.close()
+
+    asyncio.run(run())
