@@ -84,6 +84,8 @@ class TritonInstance:
         #: the liveness check a failed connection started (one at a time per process)
         self._liveness: asyncio.Future[bool] | None = None
         self._liveness_generation = 0
+        #: what the loaded set looked like at the trim's last reading (None: read again)
+        self._trim_mark: tuple[int, int, float] | None = None
         self.launcher = launcher
         self.cache = cache
         self.metrics = metrics
@@ -308,10 +310,14 @@ class TritonInstance:
 
     async def trim(self) -> None:
         """Evict idle models when the loaded set grew over the limit since its loads
-        (frameworks allocate more at their first inferences)."""
+        (frameworks allocate more at their first inferences). The memory is read again
+        unless the instance stayed idle since the last reading (see
+        :meth:`_idle_since_trim`): then that reading is judged against the limit."""
         if not self.up or self.state.load_lock.locked():
             return
-        reading = await self.read_memory()
+        reading = self.gauge.last_reading
+        if reading is None or not self._idle_since_trim():
+            reading = await self.read_memory()
         if reading.used_bytes <= self.limit_bytes or self.state.load_lock.locked():
             return  # a load that took the lock meanwhile trims after itself
         async with self.state.load_lock:
@@ -329,6 +335,20 @@ class TritonInstance:
                 return False
             await self.evictor.unload(victim, kind="evict", reason=reason)
             return True
+
+    def _idle_since_trim(self) -> bool:
+        """True when nothing was loaded, unloaded or served here since the trim's last
+        reading and no call is in flight, and the probe reads only this instance's
+        processes (a host tree's PSS, which does not grow on an idle server; a GPU's
+        memory is the whole device's, which other processes change)."""
+        models = self.models.values()
+        mark = None
+        if not any(e.in_flight or e.state != READY for e in models):
+            last_use = max((e.last_used_s for e in models), default=0.0)
+            mark = (self.generation, len(self.models), last_use)
+        idle = mark is not None and mark == self._trim_mark and self.probe.kind == "host"
+        self._trim_mark = mark
+        return idle
 
     async def unload(self, target: str, *, reason: str) -> None:
         """Unload ``target`` here when it is idle (used by the router and shutdown)."""

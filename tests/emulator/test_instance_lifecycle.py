@@ -484,3 +484,70 @@ def test_a_restart_that_hangs_does_not_hold_up_another_instances_restart() -> No
             inst.close()
 
     asyncio.run(run())
+
+
+class _CountedMachine(Machine):
+    def __init__(self, *, kind: str = "host") -> None:
+        super().__init__(total_bytes=1000 * MIB)
+        self.kind = kind
+        self.reads = 0
+
+    def read(self) -> MemoryReading:
+        self.reads += 1
+        return super().read()
+
+
+def test_an_idle_host_instance_is_trimmed_without_a_new_reading() -> None:
+    """The watchdog's trim reads the memory again only when something was loaded or served
+    since its last reading, or a call is in flight: the tree's PSS does not grow on an idle
+    server (each reading walked every process's page tables every 2 s: about half the
+    idle emulator's CPU). A limit lowered meanwhile still trims, against the last reading."""
+
+    async def run() -> None:
+        machine = _CountedMachine()
+        inst = fake_instance(machine, Control(machine, size=100 * MIB), limit_bytes=500 * MIB)
+        await inst.start()
+        await inst.acquire("m")
+        inst.release("m")
+        await inst.trim()
+        reads = machine.reads
+        await inst.trim()
+        await inst.trim()
+        assert machine.reads == reads, "an idle instance was read again"
+
+        assert inst.hold_ready("m")  # a call in flight: read at every trim
+        await inst.trim()
+        await inst.trim()
+        assert machine.reads == reads + 2
+        inst.release("m")  # served since: read once more, then idle again
+        await inst.trim()
+        await inst.trim()
+        assert machine.reads == reads + 3
+
+        inst.gauge.limit_override_bytes = 50 * MIB  # the limit now holds nothing
+        await inst.trim()
+        assert inst.loaded() == []
+        await inst.stop()
+        inst.close()
+
+    asyncio.run(run())
+
+
+def test_an_idle_gpu_instance_is_read_at_every_trim() -> None:
+    """A GPU probe reads the whole device, whose memory other processes on it change: its
+    trim reads every time, idle or not."""
+
+    async def run() -> None:
+        machine = _CountedMachine(kind="gpu")
+        inst = fake_instance(machine, Control(machine, size=100 * MIB), limit_bytes=500 * MIB)
+        await inst.start()
+        await inst.acquire("m")
+        inst.release("m")
+        reads = machine.reads
+        for _ in range(3):
+            await inst.trim()
+        assert machine.reads == reads + 3
+        await inst.stop()
+        inst.close()
+
+    asyncio.run(run())
