@@ -215,6 +215,7 @@ class TritonInstance:
                 return Acquired(cache_hit=False, wait_s=time.monotonic() - start)
             if entry is None:
                 entry = self._start_load(target)
+            entry.evicts = True  # a call wants it: it may make room as any cold load does
             entry.waiters += 1
             try:
                 remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -249,14 +250,16 @@ class TritonInstance:
 
     async def reload(self, target: str, *, last_used_s: float) -> None:
         """Load ``target`` again after a restart, as last used at ``last_used_s``: a reload
-        is no use, so the loaded set keeps the recency order it had (nothing to do when a
-        call already loads it, or it is here)."""
+        is no use, so the loaded set keeps the recency order it had, and it evicts nothing
+        (raises OutOfMemoryError when it does not fit beside what is loaded; nothing to do
+        when a call already loads it, or it is here)."""
         entry = self.models.get(target)
         if entry is None:
             if not self.up:
                 raise InstanceUnavailableError(f"instance {self.index} is restarting; retry")
             entry = self._start_load(target)
             entry.last_used_s = last_used_s
+            entry.evicts = False  # what is loaded was used more recently: only if it fits
         await asyncio.shield(entry.future)
 
     def hold_ready(self, target: str) -> bool:

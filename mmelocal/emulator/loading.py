@@ -156,7 +156,7 @@ class Loader:
             await asyncio.wait([pending])  # Triton still holds this name until its DELETE ends
         need = self._need_bytes(entry)
         before = await self.evictor.make_room(
-            need, exclude=entry.target, why=f"load {entry.target}"
+            need, exclude=entry.target, why=f"load {entry.target}", evict=entry.evicts
         )
         attempts = 0
         while True:
@@ -165,7 +165,7 @@ class Loader:
             seconds = time.perf_counter() - t0
             if status == 200 or status == 409:
                 break
-            if status == 507 and attempts < self.state.options.oom_retries:
+            if status == 507 and entry.evicts and attempts < self.state.options.oom_retries:
                 attempts += 1
                 victim = await self.evictor.idle_victim(exclude=entry.target)
                 if victim is not None:
@@ -178,6 +178,11 @@ class Loader:
                     continue
             self.events.add("error", entry.target, instance=self.state.index, reason=text[:300])
             busy = self.evictor.busy_others(exclude=entry.target)
+            if status == 507 and not entry.evicts:
+                raise OutOfMemoryError(
+                    f"TargetModel {entry.target!r} was not loaded again after the restart: "
+                    f"Triton answered 507 and the models loaded were used more recently: {text}"
+                )
             if status == 507 and busy:
                 raise OutOfMemoryError(
                     f"TargetModel {entry.target!r} does not fit in memory beside {len(busy)} "
@@ -216,7 +221,7 @@ class Loader:
             memory_used_bytes=after.used_bytes,
             detail={"runtime_bytes": float(runtime)} if runtime else None,
         )
-        if after.used_bytes > self.gauge.limit_bytes:
+        if after.used_bytes > self.gauge.limit_bytes and entry.evicts:
             await self.evictor.make_room(
                 0, exclude=entry.target, why=f"over the limit after {entry.target}", strict=False
             )

@@ -551,3 +551,88 @@ def test_an_idle_gpu_instance_is_read_at_every_trim() -> None:
         inst.close()
 
     asyncio.run(run())
+
+
+def test_a_model_loaded_again_after_a_restart_evicts_none_used_more_recently() -> None:
+    """After a restart the models come back most recently used first, as far as memory
+    allows: when the server now holds less, the least recently used one is not loaded again
+    (its reload evicted the next least recently used model, reloaded just before it: a
+    model used more recently gave way to one used less recently)."""
+
+    async def run() -> None:
+        machine = Machine(total_bytes=1000 * MIB)
+        control = Control(machine, size=100 * MIB)
+        inst = fake_instance(machine, control, limit_bytes=350 * MIB)
+        await inst.start()
+        now = time.monotonic()
+        for age_s, target in ((30.0, "cold"), (20.0, "warm"), (10.0, "hot")):
+            await inst.acquire(target)
+            inst.release(target)
+            inst.models[target].last_used_s = now - age_s
+
+        inst.launcher.stop()  # the process dies
+        previous = await inst.restart()
+        machine.base_bytes = 100 * MIB  # the new server holds more: two models fit, not three
+        await Watchdog([inst])._reload(inst, previous)
+        assert sorted(inst.loaded()) == ["hot", "warm"]
+        assert ("delete", "warm") not in control.calls
+        await inst.stop()
+        inst.close()
+
+    asyncio.run(run())
+
+
+def test_a_model_loaded_again_after_a_restart_answered_507_evicts_nothing() -> None:
+    """The same when Triton itself answers 507 to the reload: the model is not loaded
+    again; the one reloaded before it, used more recently, stays."""
+
+    async def run() -> None:
+        machine = Machine(total_bytes=1000 * MIB)
+        control = Control(machine, size=100 * MIB)
+        inst = fake_instance(machine, control, limit_bytes=500 * MIB)
+        await inst.start()
+        for target in ("warm", "hot"):
+            await inst.acquire(target)
+            inst.release(target)
+        inst.models["warm"].last_used_s -= 10.0
+
+        inst.launcher.stop()
+        previous = await inst.restart()
+        control.answers = [200, 507]  # "hot" loads again, "warm" does not fit
+        await Watchdog([inst])._reload(inst, previous)
+        assert inst.loaded() == ["hot"]
+        assert ("delete", "hot") not in control.calls
+        await inst.stop()
+        inst.close()
+
+    asyncio.run(run())
+
+
+def test_a_call_for_a_model_being_loaded_again_lets_it_make_room() -> None:
+    """A call that asks for a model while its reload runs makes it a cold load like any
+    other: it evicts the least recently used model when it does not fit."""
+
+    async def run() -> None:
+        machine = Machine(total_bytes=1000 * MIB)
+        control = Control(machine, size=100 * MIB)
+        inst = fake_instance(machine, control, limit_bytes=250 * MIB)
+        await inst.start()
+        now = time.monotonic()
+        for age_s, target in ((20.0, "warm"), (10.0, "hot")):
+            await inst.acquire(target)
+            inst.release(target)
+            inst.models[target].last_used_s = now - age_s
+        inst.launcher.stop()
+        await inst.restart()
+        await inst.reload("hot", last_used_s=now - 10.0)
+        await inst.reload("warm", last_used_s=now - 20.0)
+        reload = asyncio.ensure_future(inst.reload("cold", last_used_s=now - 30.0))
+        await asyncio.sleep(0)  # one turn: the reload's load is under way
+        await inst.acquire("cold")  # a call for it meanwhile
+        await reload
+        inst.release("cold")
+        assert sorted(inst.loaded()) == ["cold", "hot"]
+        await inst.stop()
+        inst.close()
+
+    asyncio.run(run())
