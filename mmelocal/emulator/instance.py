@@ -76,7 +76,8 @@ class TritonInstance:
         #: taken out by a scale-in: a restart in progress stops what it started, and no
         #: new restart begins (a retired instance's process must not outlive it)
         self.retired = False
-        #: what a failed restart had to load again, for the next one
+        #: what the last restart has still to load again (a failed restart's all of it),
+        #: for the next restart when Triton dies before it is done
         self._to_reload: dict[str, float] = {}
         #: counts the server processes started here: a liveness check's answer applies
         #: only to the process it checked (a restart may replace it while the check runs)
@@ -260,7 +261,14 @@ class TritonInstance:
             entry = self._start_load(target)
             entry.last_used_s = last_used_s
             entry.evicts = False  # what is loaded was used more recently: only if it fits
-        await asyncio.shield(entry.future)
+        try:
+            await asyncio.shield(entry.future)
+        except InstanceUnavailableError:
+            raise  # the server went away: still to load again after the next restart
+        except BaseException:
+            self._to_reload.pop(target, None)
+            raise
+        self._to_reload.pop(target, None)
 
     def hold_ready(self, target: str) -> bool:
         """Count one request in flight when ``target`` is loaded here and the server is up
@@ -362,8 +370,9 @@ class TritonInstance:
 
     # -- recovery ----------------------------------------------------------------------
     async def restart(self) -> dict[str, float]:
-        """Restart a dead server; return the targets that were loaded (to load again with
-        :meth:`reload`), most recently used first, each with its last use. Raises
+        """Restart a dead server; return the targets that were loaded, and those an
+        earlier restart had still to load again (to load again with :meth:`reload`), most
+        recently used first, each with its last use. Raises
         InstanceUnavailableError for a retired instance (scale-in took it out)."""
         if self.retired:
             raise InstanceUnavailableError(f"instance {self.index}: retired; not restarted")
@@ -373,7 +382,7 @@ class TritonInstance:
         lost = {e.target: e.last_used_s for e in self.models.values() if e.state != UNLOADING}
         lost = {**self._to_reload, **lost}
         previous = dict(sorted(lost.items(), key=lambda item: -item[1]))
-        self._to_reload = previous
+        self._to_reload = dict(previous)
         died = InstanceUnavailableError(f"instance {self.index}: Triton died; restarting, retry")
         pending: list[asyncio.Future[Any]] = [*self.state.deletes.values(), *self.state.finishing]
         for task in pending:
@@ -400,7 +409,6 @@ class TritonInstance:
         self.control.connect(url, endpoints.http_url, bridge=endpoints.bridge)
         self.state.load_lock = asyncio.Lock()
         self.up = True
-        self._to_reload = {}
         await self.read_memory()
         self.events.add(
             "restart",

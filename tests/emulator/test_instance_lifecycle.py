@@ -636,3 +636,31 @@ def test_a_call_for_a_model_being_loaded_again_lets_it_make_room() -> None:
         inst.close()
 
     asyncio.run(run())
+
+
+def test_models_not_yet_loaded_again_when_triton_died_again_are_kept() -> None:
+    """Triton dies again while the models of the first restart are being loaded again: the
+    second restart still returns those not loaded yet (it returned only what was loaded
+    when it died: the rest never came back)."""
+
+    async def run() -> None:
+        machine = Machine(total_bytes=1000 * MIB)
+        control = Control(machine, size=100 * MIB)
+        inst = fake_instance(machine, control, limit_bytes=500 * MIB)
+        await inst.start()
+        now = time.monotonic()
+        for age_s, target in ((30.0, "cold"), (20.0, "warm"), (10.0, "hot")):
+            await inst.acquire(target)
+            inst.release(target)
+            inst.models[target].last_used_s = now - age_s
+        inst.launcher.stop()
+        previous = await inst.restart()
+        assert list(previous) == ["hot", "warm", "cold"]
+        await inst.reload("hot", last_used_s=previous["hot"])  # then it dies again
+        inst.launcher.stop()
+        again = await inst.restart()
+        assert again == previous
+        await inst.stop()
+        inst.close()
+
+    asyncio.run(run())
