@@ -324,7 +324,8 @@ class Emulator:
 
     async def recover_from(self, inst: TritonInstance, target: str, status: int) -> None:
         """Triton answered ``status`` (404 or 507) invoking ``target`` on ``inst``: load the
-        model again (404), or unload the least recently used one (507)."""
+        model again (404), or evict the least recently used idle one (507), waiting for one
+        to go idle as a load's 507 does."""
         if status == 404:
             # Triton lost the model (restarted behind our back): load it again
             if inst.load_again(target):
@@ -332,9 +333,7 @@ class Emulator:
                     "instance %d: Triton did not know %s; loading it again", inst.index, target
                 )
         else:
-            victim = inst.evictor.lru_victim(exclude=target)
-            if victim is not None:
-                await inst.unload(victim.target, reason=f"Triton answered 507 invoking {target}")
+            await inst.evict_idle(exclude=target, reason=f"Triton answered 507 invoking {target}")
 
     def gauges(self) -> dict[str, float]:
         """Instance gauges at scrape time: counts here (on the loop), then blocking probe

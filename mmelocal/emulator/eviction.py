@@ -39,9 +39,10 @@ class Evictor:
     events: EventLog
 
     async def make_room(
-        self, need_bytes: int, *, exclude: str, why: str, strict: bool = True
+        self, need_bytes: int, *, exclude: str, why: str, strict: bool = True, evict: bool = True
     ) -> MemoryReading:
-        """Evict least recently used models until ``need_bytes`` fits under the threshold."""
+        """Evict least recently used models until ``need_bytes`` fits under the threshold
+        (``evict=False``: evict none; raise OutOfMemoryError when it does not fit)."""
         busy_deadline = time.monotonic() + self.state.options.busy_wait_s
         while True:
             reading = await self.gauge.read()
@@ -54,6 +55,11 @@ class Evictor:
             )
             if not plan.victims and plan.fits:
                 return reading
+            if not evict:
+                raise OutOfMemoryError(
+                    f"instance {self.state.index}: no room for {exclude!r} without evicting "
+                    f"a model used more recently ({plan.reason})"
+                )
             if plan.victims:
                 for victim in plan.victims:
                     await self.unload(

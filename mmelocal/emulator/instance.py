@@ -14,6 +14,7 @@ instance, so memory readings before and after a load measure that load alone.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -75,10 +76,17 @@ class TritonInstance:
         #: taken out by a scale-in: a restart in progress stops what it started, and no
         #: new restart begins (a retired instance's process must not outlive it)
         self.retired = False
-        #: what a failed restart had to load again, for the next one
+        #: what the last restart has still to load again (a failed restart's all of it),
+        #: for the next restart when Triton dies before it is done
         self._to_reload: dict[str, float] = {}
-        #: the liveness check a failed connection started (one at a time)
+        #: counts the server processes started here: a liveness check's answer applies
+        #: only to the process it checked (a restart may replace it while the check runs)
+        self.generation = 0
+        #: the liveness check a failed connection started (one at a time per process)
         self._liveness: asyncio.Future[bool] | None = None
+        self._liveness_generation = 0
+        #: what the loaded set looked like at the trim's last reading (None: read again)
+        self._trim_mark: tuple[int, int, float] | None = None
         self.launcher = launcher
         self.cache = cache
         self.metrics = metrics
@@ -133,6 +141,7 @@ class TritonInstance:
         """Start (or adopt) the server and take a first memory reading."""
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._process_thread, self.launcher.start)
+        self.generation += 1
         url = self.launcher.endpoints.sagemaker_url
         if url is None:
             raise EmulatorError(
@@ -207,6 +216,7 @@ class TritonInstance:
                 return Acquired(cache_hit=False, wait_s=time.monotonic() - start)
             if entry is None:
                 entry = self._start_load(target)
+            entry.evicts = True  # a call wants it: it may make room as any cold load does
             entry.waiters += 1
             try:
                 remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -222,7 +232,7 @@ class TritonInstance:
 
     def _start_load(self, target: str) -> ModelEntry:
         entry = self.loader.new_entry(target)
-        entry.task = asyncio.ensure_future(self.loader.load(entry))
+        self.loader.start(entry)
         return entry
 
     def load_again(self, target: str) -> bool:
@@ -236,20 +246,29 @@ class TritonInstance:
         self.cache.unpin(target)  # the load pins it again
         entry.state = LOADING
         entry.future = quiet_future()
-        entry.task = asyncio.ensure_future(self.loader.load(entry))
+        self.loader.start(entry)
         return True
 
     async def reload(self, target: str, *, last_used_s: float) -> None:
         """Load ``target`` again after a restart, as last used at ``last_used_s``: a reload
-        is no use, so the loaded set keeps the recency order it had (nothing to do when a
-        call already loads it, or it is here)."""
+        is no use, so the loaded set keeps the recency order it had, and it evicts nothing
+        (raises OutOfMemoryError when it does not fit beside what is loaded; nothing to do
+        when a call already loads it, or it is here)."""
         entry = self.models.get(target)
         if entry is None:
             if not self.up:
                 raise InstanceUnavailableError(f"instance {self.index} is restarting; retry")
             entry = self._start_load(target)
             entry.last_used_s = last_used_s
-        await asyncio.shield(entry.future)
+            entry.evicts = False  # what is loaded was used more recently: only if it fits
+        try:
+            await asyncio.shield(entry.future)
+        except InstanceUnavailableError:
+            raise  # the server went away: still to load again after the next restart
+        except BaseException:
+            self._to_reload.pop(target, None)
+            raise
+        self._to_reload.pop(target, None)
 
     def hold_ready(self, target: str) -> bool:
         """Count one request in flight when ``target`` is loaded here and the server is up
@@ -283,32 +302,64 @@ class TritonInstance:
     def connection_error(self, exc: BaseException) -> EmulatorError:
         """The error for a failed connection to Triton. Whether the process died is checked
         in an executor (a launcher's check may be an HTTP or Docker API call), which marks
-        the instance down when it did."""
-        if self._liveness is None or self._liveness.done():
+        the instance down when it did (unless a restart replaced that process meanwhile)."""
+        running = self._liveness is not None and not self._liveness.done()
+        if not running or self._liveness_generation != self.generation:
             check = asyncio.get_running_loop().run_in_executor(None, self.launcher.is_alive)
-            check.add_done_callback(self._liveness_checked)
-            self._liveness = check
+            check.add_done_callback(functools.partial(self._liveness_checked, self.generation))
+            self._liveness, self._liveness_generation = check, self.generation
         return InstanceUnavailableError(
             f"instance {self.index}: Triton did not answer ({exc}); if its process died it is "
             "being restarted: retry"
         )
 
-    def _liveness_checked(self, check: asyncio.Future[bool]) -> None:
-        if not check.cancelled() and check.exception() is None and not check.result():
+    def _liveness_checked(self, generation: int, check: asyncio.Future[bool]) -> None:
+        if generation != self.generation or check.cancelled() or check.exception() is not None:
+            return  # the process it checked was replaced: its answer is no news of this one
+        if not check.result():
             self.up = False
 
     async def trim(self) -> None:
         """Evict idle models when the loaded set grew over the limit since its loads
-        (frameworks allocate more at their first inferences)."""
+        (frameworks allocate more at their first inferences). The memory is read again
+        unless the instance stayed idle since the last reading (see
+        :meth:`_idle_since_trim`): then that reading is judged against the limit."""
         if not self.up or self.state.load_lock.locked():
             return
-        reading = await self.read_memory()
+        reading = self.gauge.last_reading
+        if reading is None or not self._idle_since_trim():
+            reading = await self.read_memory()
         if reading.used_bytes <= self.limit_bytes or self.state.load_lock.locked():
             return  # a load that took the lock meanwhile trims after itself
         async with self.state.load_lock:
             await self.evictor.make_room(
                 0, exclude="", why="memory grew over the limit", strict=False
             )
+
+    async def evict_idle(self, *, exclude: str, reason: str) -> bool:
+        """Evict the least recently used idle model but ``exclude``, waiting up to
+        ``busy_wait_s`` while every other loaded model is busy, as a load's 507 does (a
+        busy model is never evicted). False when none went idle."""
+        async with self.state.load_lock:
+            victim = await self.evictor.idle_victim(exclude=exclude)
+            if victim is None:
+                return False
+            await self.evictor.unload(victim, kind="evict", reason=reason)
+            return True
+
+    def _idle_since_trim(self) -> bool:
+        """True when nothing was loaded, unloaded or served here since the trim's last
+        reading and no call is in flight, and the probe reads only this instance's
+        processes (a host tree's PSS, which does not grow on an idle server; a GPU's
+        memory is the whole device's, which other processes change)."""
+        models = self.models.values()
+        mark = None
+        if not any(e.in_flight or e.state != READY for e in models):
+            last_use = max((e.last_used_s for e in models), default=0.0)
+            mark = (self.generation, len(self.models), last_use)
+        idle = mark is not None and mark == self._trim_mark and self.probe.kind == "host"
+        self._trim_mark = mark
+        return idle
 
     async def unload(self, target: str, *, reason: str) -> None:
         """Unload ``target`` here when it is idle (used by the router and shutdown)."""
@@ -319,8 +370,9 @@ class TritonInstance:
 
     # -- recovery ----------------------------------------------------------------------
     async def restart(self) -> dict[str, float]:
-        """Restart a dead server; return the targets that were loaded (to load again with
-        :meth:`reload`), most recently used first, each with its last use. Raises
+        """Restart a dead server; return the targets that were loaded, and those an
+        earlier restart had still to load again (to load again with :meth:`reload`), most
+        recently used first, each with its last use. Raises
         InstanceUnavailableError for a retired instance (scale-in took it out)."""
         if self.retired:
             raise InstanceUnavailableError(f"instance {self.index}: retired; not restarted")
@@ -330,7 +382,7 @@ class TritonInstance:
         lost = {e.target: e.last_used_s for e in self.models.values() if e.state != UNLOADING}
         lost = {**self._to_reload, **lost}
         previous = dict(sorted(lost.items(), key=lambda item: -item[1]))
-        self._to_reload = previous
+        self._to_reload = dict(previous)
         died = InstanceUnavailableError(f"instance {self.index}: Triton died; restarting, retry")
         pending: list[asyncio.Future[Any]] = [*self.state.deletes.values(), *self.state.finishing]
         for task in pending:
@@ -348,6 +400,7 @@ class TritonInstance:
         t0 = time.perf_counter()
         await loop.run_in_executor(self._process_thread, self.launcher.stop)
         await loop.run_in_executor(self._process_thread, self.launcher.start)
+        self.generation += 1
         if self.retired:  # a scale-in stopped it meanwhile: stop what we just started
             await loop.run_in_executor(None, self.launcher.stop)
             raise InstanceUnavailableError(f"instance {self.index}: retired; not restarted")
@@ -356,7 +409,6 @@ class TritonInstance:
         self.control.connect(url, endpoints.http_url, bridge=endpoints.bridge)
         self.state.load_lock = asyncio.Lock()
         self.up = True
-        self._to_reload = {}
         await self.read_memory()
         self.events.add(
             "restart",

@@ -67,6 +67,26 @@ class Loader:
         self.state.models[target] = entry
         return entry
 
+    def start(self, entry: ModelEntry) -> None:
+        """Run :meth:`load` for ``entry`` as its task (``entry.task``). A task cancelled
+        before it began (an instance stopped in the same turn) never runs :meth:`load`'s
+        code: its callers are answered then, as for a load interrupted later."""
+        entry.task = task = asyncio.ensure_future(self.load(entry))
+        task.add_done_callback(lambda _: self._not_begun(entry, task))
+
+    def _not_begun(self, entry: ModelEntry, task: asyncio.Future[None]) -> None:
+        if not task.cancelled() or entry.task is not task or entry.future.done():
+            return  # load() ran and answered (its own handler turns a cancel into an answer)
+        if self.state.models.get(entry.target) is entry:
+            del self.state.models[entry.target]
+        entry.future.set_exception(self._interrupted())
+
+    def _interrupted(self) -> InstanceUnavailableError:
+        return InstanceUnavailableError(
+            f"instance {self.state.index}: load interrupted (the server is stopping or "
+            "restarting); retry"
+        )
+
     async def load(self, entry: ModelEntry) -> None:
         """Run one load; its outcome goes to ``entry.future`` (what every caller awaits)."""
         try:
@@ -78,7 +98,7 @@ class Loader:
                 del self.state.models[entry.target]
             if not entry.future.done():
                 if isinstance(exc, asyncio.CancelledError):
-                    exc = InstanceUnavailableError(f"instance {self.state.index}: load interrupted")
+                    exc = self._interrupted()
                 entry.future.set_exception(exc)
             return
         if not entry.future.done():
@@ -136,7 +156,7 @@ class Loader:
             await asyncio.wait([pending])  # Triton still holds this name until its DELETE ends
         need = self._need_bytes(entry)
         before = await self.evictor.make_room(
-            need, exclude=entry.target, why=f"load {entry.target}"
+            need, exclude=entry.target, why=f"load {entry.target}", evict=entry.evicts
         )
         attempts = 0
         while True:
@@ -145,7 +165,7 @@ class Loader:
             seconds = time.perf_counter() - t0
             if status == 200 or status == 409:
                 break
-            if status == 507 and attempts < self.state.options.oom_retries:
+            if status == 507 and entry.evicts and attempts < self.state.options.oom_retries:
                 attempts += 1
                 victim = await self.evictor.idle_victim(exclude=entry.target)
                 if victim is not None:
@@ -158,6 +178,11 @@ class Loader:
                     continue
             self.events.add("error", entry.target, instance=self.state.index, reason=text[:300])
             busy = self.evictor.busy_others(exclude=entry.target)
+            if status == 507 and not entry.evicts:
+                raise OutOfMemoryError(
+                    f"TargetModel {entry.target!r} was not loaded again after the restart: "
+                    f"Triton answered 507 and the models loaded were used more recently: {text}"
+                )
             if status == 507 and busy:
                 raise OutOfMemoryError(
                     f"TargetModel {entry.target!r} does not fit in memory beside {len(busy)} "
@@ -196,7 +221,7 @@ class Loader:
             memory_used_bytes=after.used_bytes,
             detail={"runtime_bytes": float(runtime)} if runtime else None,
         )
-        if after.used_bytes > self.gauge.limit_bytes:
+        if after.used_bytes > self.gauge.limit_bytes and entry.evicts:
             await self.evictor.make_room(
                 0, exclude=entry.target, why=f"over the limit after {entry.target}", strict=False
             )

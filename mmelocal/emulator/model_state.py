@@ -70,6 +70,9 @@ class ModelEntry:
     task: asyncio.Future[None] | None = None
     #: the shared runtime it needs (``torch``, ``onnxruntime``, ...; "" = unknown)
     framework: str = ""
+    #: whether its load may evict others: not a model loaded again after a restart (every
+    #: model loaded before it was used more recently), until a call asks for it
+    evicts: bool = True
 
     def usage(self, runtime_bytes: int = 0) -> ModelUsage:
         """The plain-data view the eviction policy works on (``runtime_bytes``: the shared

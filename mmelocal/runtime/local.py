@@ -386,6 +386,24 @@ class LocalLauncher(OwnedServerLauncher):
         """True while tritonserver runs."""
         return self._process is not None and self._process.poll() is None
 
+    def exit_fd(self) -> int | None:
+        """A descriptor that becomes readable once the process :meth:`is_alive` watches has
+        exited (a Linux pidfd, ``os.pidfd_open``: Linux 5.3 and later), so a caller can
+        wait for the exit instead of polling; the caller closes it. None when no process
+        runs or the system has no pidfd (poll :meth:`is_alive` then)."""
+        process = self._process
+        pidfd_open = getattr(os, "pidfd_open", None)
+        if process is None or process.returncode is not None or pidfd_open is None:
+            return None
+        try:
+            fd: int = pidfd_open(process.pid)
+        except OSError:  # gone and reaped already, or refused (old kernel, seccomp)
+            return None
+        if process.returncode is not None:  # reaped meanwhile: the pid may be another's now
+            os.close(fd)
+            return None
+        return fd
+
     def stop(self) -> None:
         """SIGTERM, wait up to ``stop_timeout_s``, then SIGKILL the process group. Idempotent."""
         process = self._process

@@ -314,3 +314,353 @@ def test_a_call_whose_instance_stopped_before_it_was_sent_is_told_to_retry() -> 
     assert b"ServiceUnavailable" in answer.body and b"instance 3 is restarting" in answer.body
     assert released == ["m.tar.gz"]
     assert pool.take_idle() is conn
+
+
+def test_a_load_stopped_before_it_began_answers_its_callers_at_once() -> None:
+    """``stop()`` cancels a load whose task had not run yet (the first cold call came in the
+    same turn of the loop): its callers get the retryable InstanceUnavailableError at once
+    (the task's code never ran, so its future was never resolved: they waited for their own
+    timeout and got ModelNotReadyError)."""
+
+    async def run() -> None:
+        machine = Machine(total_bytes=1000 * MIB)
+        control = Control(machine, size=100 * MIB)
+        inst = fake_instance(machine, control, limit_bytes=500 * MIB)
+        await inst.start()
+        call = asyncio.ensure_future(inst.acquire("m", wait_timeout_s=60.0))
+        await asyncio.sleep(0)  # one turn: the call started the load's task, not yet run
+        task = inst.models["m"].task
+        assert task is not None and not task.done() and control.calls == []
+        await inst.stop()
+        with pytest.raises(InstanceUnavailableError, match="retry"):
+            await asyncio.wait_for(call, timeout=5.0)
+        assert "m" not in inst.models and inst.cache.pins == {}
+        inst.close()
+
+    asyncio.run(run())
+
+
+def test_an_eviction_after_an_invoke_507_is_counted_as_one() -> None:
+    """Triton answered 507 to an invoke: the least recently used idle model is unloaded to
+    make room, an eviction like the load path's (event ``evict``, counted in
+    ModelEvictions); it was recorded as a plain ``unload`` and not counted."""
+
+    async def run() -> None:
+        machine = Machine(total_bytes=1000 * MIB)
+        control = Control(machine, size=100 * MIB)
+        inst = fake_instance(machine, control, limit_bytes=500 * MIB)
+        await inst.start()
+        for target in ("old", "m"):
+            await inst.acquire(target)
+            inst.release(target)
+        await Emulator.recover_from(SimpleNamespace(), inst, "m", 507)  # type: ignore[arg-type]
+        assert inst.loaded() == ["m"]
+        await wait_for_async(lambda: not inst.state.finishing, timeout_s=30, what="the unload")
+        assert [e.kind for e in inst.events.recent(limit=10) if e.target == "old"] == [
+            "load",
+            "evict",
+        ]
+        assert inst.metrics.counters["ModelEvictions"] == 1
+        await inst.stop()
+        inst.close()
+
+    asyncio.run(run())
+
+
+def test_an_invoke_507_waits_for_a_busy_neighbour_to_go_idle() -> None:
+    """Triton answered 507 to an invoke while the only other model served a call: the
+    recovery waits for it to go idle (up to busy_wait_s), as the load path's 507 does, then
+    evicts it (it gave up at once, evicting nothing: the retry got 507 again); a model that
+    stays busy is not evicted."""
+
+    async def run() -> None:
+        machine = Machine(total_bytes=1000 * MIB)
+        control = Control(machine, size=100 * MIB)
+        inst = fake_instance(machine, control, limit_bytes=500 * MIB)
+        emulator: Any = SimpleNamespace()
+        await inst.start()
+        for target in ("old", "m"):
+            await inst.acquire(target)
+            inst.release(target)
+        inst.models["old"].last_used_s = time.monotonic() - 60.0
+        await inst.acquire("old")  # a call in flight on the neighbour
+        recovery = asyncio.ensure_future(Emulator.recover_from(emulator, inst, "m", 507))
+        await wait_for_async(
+            lambda: recovery.done() or inst.state.load_lock.locked(),
+            timeout_s=30,
+            what="the recovery to look for a victim",
+        )
+        assert not recovery.done(), "the recovery gave up while its neighbour was busy"
+        inst.release("old")
+        await recovery
+        assert inst.loaded() == ["m"] and ("delete", "old") in control.calls
+
+        await inst.acquire("old")
+        await Emulator.recover_from(emulator, inst, "m", 507)  # busy past busy_wait_s
+        assert sorted(inst.loaded()) == ["m", "old"]
+        inst.release("old")
+        await inst.stop()
+        inst.close()
+
+    asyncio.run(run())
+
+
+def test_a_liveness_check_of_a_process_gone_since_does_not_mark_its_successor_down() -> None:
+    """A failed connection's liveness check (in an executor) finds the old process dead but
+    answers only after the watchdog restarted it: the restarted instance stays up (the
+    stale answer marked the new process down until the watchdog's next look, about 0.2 s
+    of 503s from a healthy server)."""
+
+    async def run() -> None:
+        machine = Machine(total_bytes=1000 * MIB)
+        inst = fake_instance(machine, Control(machine, size=MIB), limit_bytes=500 * MIB)
+        await inst.start()
+        launcher: Any = inst.launcher
+        entered, gate = threading.Event(), threading.Event()
+
+        def old_process_alive() -> bool:
+            entered.set()
+            assert gate.wait(timeout=30)
+            return False  # what it found: the process it checked is dead
+
+        launcher.stop()  # the process dies; a call's connection fails
+        launcher.is_alive = old_process_alive
+        inst.connection_error(ConnectionResetError("reset by peer"))
+        assert await asyncio.to_thread(entered.wait, 30)
+        del launcher.is_alive
+        await inst.restart()  # the watchdog restarted it meanwhile
+        assert inst.up
+        gate.set()
+        check = inst._liveness
+        assert check is not None
+        await check
+        assert inst.up, "a check of the dead process marked the restarted one down"
+        await inst.stop()
+        inst.close()
+
+    asyncio.run(run())
+
+
+def test_a_restart_that_hangs_does_not_hold_up_another_instances_restart() -> None:
+    """Two instances; the first one's Triton died and its restart hangs (a start waits up
+    to its start timeout; a failing one backs off up to 30 s). The second one's Triton dies
+    meanwhile: the watchdog restarts it at once (it awaited the first one's restart, and
+    every instance went unwatched until that ended)."""
+
+    async def run() -> None:
+        instances = []
+        for _ in range(2):
+            machine = Machine(total_bytes=1000 * MIB)
+            inst = fake_instance(machine, Control(machine, size=MIB), limit_bytes=500 * MIB)
+            await inst.start()
+            instances.append(inst)
+        first, second = instances
+        entered, gate = threading.Event(), threading.Event()
+        slow: Any = first.launcher
+
+        def hanging_start() -> None:
+            entered.set()
+            assert gate.wait(timeout=60)
+            slow.alive = True
+
+        slow.start = hanging_start
+        watchdog = Watchdog(instances, interval_s=0.01)
+        watchdog.start()
+        try:
+            slow.stop()  # the first one dies; its restart hangs
+            assert await asyncio.to_thread(entered.wait, 30)
+            second.launcher.stop()  # then the second one dies
+            await wait_for_async(
+                lambda: second.up and second.launcher.starts == 2,  # type: ignore[attr-defined]
+                timeout_s=10,
+                what="the second instance restarted while the first one's restart hangs",
+            )
+            assert not first.up
+        finally:
+            gate.set()
+            await watchdog.stop()
+        for inst in instances:
+            await inst.stop()
+            inst.close()
+
+    asyncio.run(run())
+
+
+class _CountedMachine(Machine):
+    def __init__(self, *, kind: str = "host") -> None:
+        super().__init__(total_bytes=1000 * MIB)
+        self.kind = kind
+        self.reads = 0
+
+    def read(self) -> MemoryReading:
+        self.reads += 1
+        return super().read()
+
+
+def test_an_idle_host_instance_is_trimmed_without_a_new_reading() -> None:
+    """The watchdog's trim reads the memory again only when something was loaded or served
+    since its last reading, or a call is in flight: the tree's PSS does not grow on an idle
+    server (each reading walked every process's page tables every 2 s: about half the
+    idle emulator's CPU). A limit lowered meanwhile still trims, against the last reading."""
+
+    async def run() -> None:
+        machine = _CountedMachine()
+        inst = fake_instance(machine, Control(machine, size=100 * MIB), limit_bytes=500 * MIB)
+        await inst.start()
+        await inst.acquire("m")
+        inst.release("m")
+        await inst.trim()
+        reads = machine.reads
+        await inst.trim()
+        await inst.trim()
+        assert machine.reads == reads, "an idle instance was read again"
+
+        assert inst.hold_ready("m")  # a call in flight: read at every trim
+        await inst.trim()
+        await inst.trim()
+        assert machine.reads == reads + 2
+        inst.release("m")  # served since: read once more, then idle again
+        await inst.trim()
+        await inst.trim()
+        assert machine.reads == reads + 3
+
+        inst.gauge.limit_override_bytes = 50 * MIB  # the limit now holds nothing
+        await inst.trim()
+        assert inst.loaded() == []
+        await inst.stop()
+        inst.close()
+
+    asyncio.run(run())
+
+
+def test_an_idle_gpu_instance_is_read_at_every_trim() -> None:
+    """A GPU probe reads the whole device, whose memory other processes on it change: its
+    trim reads every time, idle or not."""
+
+    async def run() -> None:
+        machine = _CountedMachine(kind="gpu")
+        inst = fake_instance(machine, Control(machine, size=100 * MIB), limit_bytes=500 * MIB)
+        await inst.start()
+        await inst.acquire("m")
+        inst.release("m")
+        reads = machine.reads
+        for _ in range(3):
+            await inst.trim()
+        assert machine.reads == reads + 3
+        await inst.stop()
+        inst.close()
+
+    asyncio.run(run())
+
+
+def test_a_model_loaded_again_after_a_restart_evicts_none_used_more_recently() -> None:
+    """After a restart the models come back most recently used first, as far as memory
+    allows: when the server now holds less, the least recently used one is not loaded again
+    (its reload evicted the next least recently used model, reloaded just before it: a
+    model used more recently gave way to one used less recently)."""
+
+    async def run() -> None:
+        machine = Machine(total_bytes=1000 * MIB)
+        control = Control(machine, size=100 * MIB)
+        inst = fake_instance(machine, control, limit_bytes=350 * MIB)
+        await inst.start()
+        now = time.monotonic()
+        for age_s, target in ((30.0, "cold"), (20.0, "warm"), (10.0, "hot")):
+            await inst.acquire(target)
+            inst.release(target)
+            inst.models[target].last_used_s = now - age_s
+
+        inst.launcher.stop()  # the process dies
+        previous = await inst.restart()
+        machine.base_bytes = 100 * MIB  # the new server holds more: two models fit, not three
+        await Watchdog([inst])._reload(inst, previous)
+        assert sorted(inst.loaded()) == ["hot", "warm"]
+        assert ("delete", "warm") not in control.calls
+        await inst.stop()
+        inst.close()
+
+    asyncio.run(run())
+
+
+def test_a_model_loaded_again_after_a_restart_answered_507_evicts_nothing() -> None:
+    """The same when Triton itself answers 507 to the reload: the model is not loaded
+    again; the one reloaded before it, used more recently, stays."""
+
+    async def run() -> None:
+        machine = Machine(total_bytes=1000 * MIB)
+        control = Control(machine, size=100 * MIB)
+        inst = fake_instance(machine, control, limit_bytes=500 * MIB)
+        await inst.start()
+        for target in ("warm", "hot"):
+            await inst.acquire(target)
+            inst.release(target)
+        inst.models["warm"].last_used_s -= 10.0
+
+        inst.launcher.stop()
+        previous = await inst.restart()
+        control.answers = [200, 507]  # "hot" loads again, "warm" does not fit
+        await Watchdog([inst])._reload(inst, previous)
+        assert inst.loaded() == ["hot"]
+        assert ("delete", "hot") not in control.calls
+        await inst.stop()
+        inst.close()
+
+    asyncio.run(run())
+
+
+def test_a_call_for_a_model_being_loaded_again_lets_it_make_room() -> None:
+    """A call that asks for a model while its reload runs makes it a cold load like any
+    other: it evicts the least recently used model when it does not fit."""
+
+    async def run() -> None:
+        machine = Machine(total_bytes=1000 * MIB)
+        control = Control(machine, size=100 * MIB)
+        inst = fake_instance(machine, control, limit_bytes=250 * MIB)
+        await inst.start()
+        now = time.monotonic()
+        for age_s, target in ((20.0, "warm"), (10.0, "hot")):
+            await inst.acquire(target)
+            inst.release(target)
+            inst.models[target].last_used_s = now - age_s
+        inst.launcher.stop()
+        await inst.restart()
+        await inst.reload("hot", last_used_s=now - 10.0)
+        await inst.reload("warm", last_used_s=now - 20.0)
+        reload = asyncio.ensure_future(inst.reload("cold", last_used_s=now - 30.0))
+        await asyncio.sleep(0)  # one turn: the reload's load is under way
+        await inst.acquire("cold")  # a call for it meanwhile
+        await reload
+        inst.release("cold")
+        assert sorted(inst.loaded()) == ["cold", "hot"]
+        await inst.stop()
+        inst.close()
+
+    asyncio.run(run())
+
+
+def test_models_not_yet_loaded_again_when_triton_died_again_are_kept() -> None:
+    """Triton dies again while the models of the first restart are being loaded again: the
+    second restart still returns those not loaded yet (it returned only what was loaded
+    when it died: the rest never came back)."""
+
+    async def run() -> None:
+        machine = Machine(total_bytes=1000 * MIB)
+        control = Control(machine, size=100 * MIB)
+        inst = fake_instance(machine, control, limit_bytes=500 * MIB)
+        await inst.start()
+        now = time.monotonic()
+        for age_s, target in ((30.0, "cold"), (20.0, "warm"), (10.0, "hot")):
+            await inst.acquire(target)
+            inst.release(target)
+            inst.models[target].last_used_s = now - age_s
+        inst.launcher.stop()
+        previous = await inst.restart()
+        assert list(previous) == ["hot", "warm", "cold"]
+        await inst.reload("hot", last_used_s=previous["hot"])  # then it dies again
+        inst.launcher.stop()
+        again = await inst.restart()
+        assert again == previous
+        await inst.stop()
+        inst.close()
+
+    asyncio.run(run())

@@ -156,3 +156,38 @@ def psutil_gone(pid: int) -> bool:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return True
+
+
+def test_the_local_servers_exit_is_noticed_at_once_not_at_the_next_poll(tmp_path: Path) -> None:
+    """The local launcher's tritonserver is watched through a pidfd: its death marks the
+    instance down and begins the restart at once, whatever the poll interval (the watchdog
+    polled ``is_alive`` in an executor every ``watchdog_interval_s``: here a restart only
+    after 120 s)."""
+    store = tmp_path / "store"
+    store.mkdir()
+    write_tarball(store / "model-0.tar.gz", scale=1.0)
+    config = EmulatorConfig(store=str(store), cache_dir=tmp_path / "cache", watchdog_interval_s=120)
+    with EmulatorServer(config) as running:
+        mme = endpoint(running)
+        x, body = payload(rows=1)
+        mme.invoke("model-0.tar.gz", body)
+        pid = mme.state()["instances"][0]["pid"]
+        killed_at = time.monotonic()
+        os.kill(pid, signal.SIGKILL)  # our own child: the emulator started it
+        wait_for(lambda: mme.state()["restarts"] == 1, timeout_s=60)
+        assert time.monotonic() - killed_at < 60
+        assert mme.state()["instances"][0]["pid"] != pid
+        np.testing.assert_array_equal(
+            output_of(wait_for(lambda: _served(running, body), timeout_s=60)), expected(x, 1.0)
+        )
+
+
+def _served(server: EmulatorServer, body: bytes) -> bytes | None:
+    headers = [
+        ("Content-Type", "application/json"),
+        ("X-Amzn-SageMaker-Target-Model", "model-0.tar.gz"),
+    ]
+    status, _, answer = raw_request(
+        server.url, "POST", "/endpoints/local/invocations", headers, body, timeout_s=60
+    )
+    return answer if status == 200 else None
