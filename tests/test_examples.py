@@ -87,3 +87,58 @@ def test_my_model_example_passes_under_pytest(tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:]
     assert "2 passed" in done.stdout  # the GPU test skips here, with its reason
+
+
+BENCH = EXAMPLES / "bench"
+
+
+def test_the_bench_gpu_table_adds_its_card(tmp_path: Path) -> None:
+    from mmelocal.bench.capacity.projection import Projection
+    from mmelocal.bench.results import read_results
+
+    out = tmp_path / "projection.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "mmelocal", "capacity", "project", "--per-model-mib", "420",
+         "--baseline-mib", "300", "--gpus", str(BENCH / "my_gpus.yaml"), "--json", str(out)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    [projection] = read_results(out)
+    assert isinstance(projection, Projection)
+    assert {r.instance_type for r in projection.rows if r.gpu == "L40S"} == {
+        "ml.g6e.xlarge",
+        "ml.g6e.12xlarge",
+    }
+
+
+def test_the_spike_shape_fits_the_duration_its_comment_gives() -> None:
+    from mmelocal.bench.loadtest.shape import load_shape
+
+    shape = load_shape(BENCH / "spike_shape.yaml")
+    assert [s.name for s in shape.stages] == ["base", "spike", "recovery"]
+    assert shape.max_users == 150
+    assert shape.fitted(60.0).duration_s == pytest.approx(60.0)
+
+
+@pytest.mark.triton
+@pytest.mark.slow
+def test_capacity_then_report_script(tmp_path: Path) -> None:
+    """The shell example, as its comment says: CPU capacity (never projected onto a GPU),
+    the model's GPU estimate, one report with both."""
+    import json
+    import os
+    import shutil
+
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    sh = shutil.which("sh")
+    assert sh is not None
+    done = subprocess.run(
+        [sh, str(BENCH / "capacity_then_report.sh")],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    kinds = [
+        r["kind"] for r in json.loads((tmp_path / "bench-report" / "results.json").read_text())
+    ]
+    assert sorted(kinds) == ["capacity", "capacity", "estimate"]
+    assert "FutureWarning" not in done.stderr

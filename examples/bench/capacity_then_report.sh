@@ -1,8 +1,9 @@
 #!/usr/bin/env sh
-# Capacity of the packaged MiniLM on this machine (CPU: host memory of the Triton process tree
-# against a 4 GiB budget), projected onto the usual GPUs, then one report with both parts.
+# Capacity of the packaged MiniLM on this machine (on a CPU: host memory of the Triton process
+# tree against a 2 GiB budget; never projected onto a GPU), the estimate of its GPU footprint
+# and copies per card from the model itself, then one report with both.
 set -e
-mmelocal capacity minilm --format torchscript,onnx --memory-budget 4GiB --json capacity.json
-mmelocal capacity project --per-model-mib 420 --baseline-mib 300 --json projection.json
-mmelocal report capacity.json projection.json --out bench-report
+mmelocal capacity minilm --format torchscript,onnx --memory-budget 2GiB --json capacity.json
+mmelocal capacity estimate minilm --instance-type ml.g4dn.xlarge --json estimate.json
+mmelocal report capacity.json estimate.json --out bench-report
 echo "open bench-report/index.html"

@@ -84,9 +84,42 @@ def resolve_model(
     )
 
 
+def served_model_facts(path: Path, built_format: str = "prebuilt") -> tuple[str, str]:
+    """(format, weights precision) of the model ``path`` serves (a model folder, or a
+    ``model.tar.gz`` read as SageMaker's Triton reads it): what a measurement of it records.
+    The format of a prebuilt model comes from its ``config.pbtxt`` platform (``prebuilt``
+    when that names none); ``built_format`` stays for a model just built. Precision: see
+    :func:`mmelocal.builder.precision.weights_precision` ("" when the artifact cannot say)."""
+    import tempfile
+
+    from mmelocal.builder.backends import PLATFORM_FORMATS
+    from mmelocal.builder.model_config import read_config
+    from mmelocal.builder.precision import weights_precision
+
+    def facts(model_dir: Path) -> tuple[str, str]:
+        fmt = built_format
+        if fmt == "prebuilt" and (model_dir / "config.pbtxt").is_file():
+            cfg = read_config(model_dir / "config.pbtxt")
+            fmt = PLATFORM_FORMATS.get(str(cfg.platform) or str(cfg.backend), built_format)
+        return fmt, weights_precision(model_dir)
+
+    if Path(path).is_dir():
+        return facts(Path(path))
+    from mmelocal.builder.mme_layout import read_layout
+    from mmelocal.builder.tarball import safe_extract
+
+    with tempfile.TemporaryDirectory(prefix="mmelocal-peek-") as tmp:
+        layout = read_layout(safe_extract(Path(path), Path(tmp) / "x"))
+        layout.raise_for_errors(str(path))
+        if layout.served_dir is None:
+            return built_format, ""
+        return facts(layout.served_dir)
+
+
 __all__ = [
     "PreparedModel",
     "check_format",
     "is_prebuilt",
     "resolve_model",
+    "served_model_facts",
 ]

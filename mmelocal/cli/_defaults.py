@@ -60,14 +60,13 @@ def launcher_option(owner: Any) -> Callable[[Any], Any]:
 
 def refuse_other_launchers_options(launcher: str, given: dict[str, tuple[str, Any]]) -> None:
     """Stop with a usage error when an option only one launcher reads was given with another
-    (``given``: flag -> (the launcher that reads it, its value; None or empty when absent)),
-    instead of running without it."""
-    for flag, (reader, value) in given.items():
-        if value not in (None, "", ()) and launcher != reader:
-            raise click.UsageError(
-                f"{flag} is only read by --launcher {reader} (the launcher is {launcher}): "
-                f"add --launcher {reader} or drop {flag}"
-            )
+    (``given``: flag -> (its key in :data:`~mmelocal.runtime.launchers.READER_OF`, its value;
+    None or empty when absent)), instead of running without it."""
+    from mmelocal.runtime.launchers import misplaced_option
+
+    message = misplaced_option(launcher, given, launcher_flag="--launcher")
+    if message is not None:
+        raise click.UsageError(message)
 
 
 def tolerance_options(owner: Any) -> Callable[[Any], Any]:

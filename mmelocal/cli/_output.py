@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import sys
@@ -78,8 +79,35 @@ def finish(report: Any, as_json: bool, show: Callable[[Any], None]) -> None:
         raise SystemExit(1)
 
 
+#: what to do about an operating-system error, by errno (the rest: check the path)
+_OS_ERROR_HINTS = {
+    errno.ENOSPC: "free disk space or write somewhere else",
+    errno.EDQUOT: "free space within your disk quota or write somewhere else",
+    errno.EACCES: "choose a path you may write, or change its permissions",
+    errno.EPERM: "choose a path you may write, or change its permissions",
+    errno.EROFS: "that file system is read-only: write somewhere else",
+    errno.EEXIST: "a file is in the way: move it or choose another path",
+    errno.ENOTDIR: "a file is in the way: move it or choose another path",
+    errno.EISDIR: "that is a folder: give a file name",
+    errno.ENOENT: "check the path",
+    errno.EADDRINUSE: "the port is taken: choose another --port or stop what uses it",
+    errno.EMFILE: "too many open files: raise the limit (ulimit -n) or run fewer at once",
+}
+
+
+def os_error_line(exc: OSError) -> str:
+    """One line for an operating-system error: what failed, on which path, what to do."""
+    what = exc.strerror or str(exc) or type(exc).__name__
+    paths = [str(p) for p in (exc.filename, exc.filename2) if p is not None]
+    where = f": {' -> '.join(paths)}" if paths else ""
+    hint = _OS_ERROR_HINTS.get(exc.errno or 0, "check the path and the machine, then retry")
+    return f"{what}{where} ({hint}; -vv shows the traceback)"
+
+
 def run_cli(group: click.Group, argv: list[str] | None) -> int:
-    """Run the click group; library errors become one line and exit code 2, never a traceback."""
+    """Run the click group; library errors become one line and exit code 2, an operating
+    system error none of them named (disk full, no permission) one line and exit code 1,
+    never a traceback (``-vv`` prints an operating-system error's traceback first)."""
     try:
         group.main(args=argv, prog_name="mmelocal", standalone_mode=False)
     except click.exceptions.Abort:
@@ -96,6 +124,13 @@ def run_cli(group: click.Group, argv: list[str] | None) -> int:
             f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True
         )
         return 2
+    except OSError as exc:
+        if logging.getLogger("mmelocal").isEnabledFor(logging.DEBUG):
+            err_console.print_exception()
+        err_console.print(
+            f"[bold red]error:[/] {escape(os_error_line(exc))}", highlight=False, soft_wrap=True
+        )
+        return 1
     except KeyboardInterrupt:
         err_console.print("interrupted")
         return 130

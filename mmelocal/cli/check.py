@@ -60,9 +60,9 @@ def check(path: Path, as_json: bool, **options: Any) -> None:
     refuse_other_launchers_options(
         options["launcher"],
         {
-            "--url": ("external", options["url"]),
-            "--image": ("docker", options["docker_image"]),
-            "--tritonserver": ("local", options["tritonserver"]),
+            "--url": ("url", options["url"]),
+            "--image": ("image", options["docker_image"]),
+            "--tritonserver": ("tritonserver", options["tritonserver"]),
         },
     )
     # every option but --json is named after the CheckOptions field it sets

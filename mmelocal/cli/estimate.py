@@ -160,7 +160,9 @@ def _range_row(table: Table, label: str, scope: str, span: Sequence[int], source
 
 def cards_table(result: Any) -> Table:
     """Copies per card: the estimate's range, and the measurement's projection when given."""
-    measured = result.measured is not None and result.measured.applies_to(result.model_format)
+    measured = result.measured is not None and result.measured.applies_to(
+        result.model_format, result.precision
+    )
     table = Table(
         title=f"Copies per card (threshold {result.threshold:.0%})",
         caption="copies = floor((threshold x card - once per process) / per copy); "
@@ -208,11 +210,11 @@ def summary_lines(result: Any) -> list[str]:
     m = result.measured
     if m is not None:
         _, point, _ = result.per_copy
-        if m.on_gpu and not m.applies_to(result.model_format):
+        why = m.why_not(result.model_format, result.precision)
+        if m.on_gpu and why:
             lines.append(
-                f"the measurement ({m.origin}) is of a {m.model_format} artifact, the estimate "
-                f"of {result.model_format}: the format changes the footprint, so the estimate "
-                "stands; measure the same format"
+                f"the measurement ({m.origin}) is of {why}: the footprint differs, so the "
+                "estimate stands; measure the same format and precision"
             )
         elif m.on_gpu:
             off = (point - m.per_copy_bytes) / m.per_copy_bytes
@@ -221,6 +223,12 @@ def summary_lines(result: Any) -> list[str]:
                 f"estimate {mib(point)} ({off:+.0%}); {m.count} copies measured: "
                 "the measurement wins"
             )
+            if not m.precision:
+                lines.append(
+                    f"the measurement does not record its precision (a result written before "
+                    f"it was recorded, or a TensorRT plan): it wins as {result.precision}; "
+                    "FP16 and FP32 footprints differ"
+                )
         else:
             lines.append(
                 f"the measurement ({m.origin}) read host memory ({m.probe}), not a GPU: "

@@ -75,7 +75,8 @@ from mmelocal.cli._output import console, err_console
 @click.option(
     "--prewarm",
     is_flag=True,
-    help="Call every target once before the test so cold loads are not measured.",
+    help="Call every target once before the test so cold loads are not measured (a "
+    "target still loading, ModelNotReadyException, is asked again).",
 )
 @loadgen_options
 @output_options

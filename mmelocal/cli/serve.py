@@ -134,9 +134,9 @@ def serve(
     refuse_other_launchers_options(
         config["launcher"],
         {
-            "--triton-url": ("external", config["external_urls"]),
-            "--image": ("docker", config["image"]),
-            "--tritonserver": ("local", config["tritonserver"]),
+            "--triton-url": ("url", config["external_urls"]),
+            "--image": ("image", config["image"]),
+            "--tritonserver": ("tritonserver", config["tritonserver"]),
         },
     )
     # every option but --host, --port and the HTTP timeouts is named after the

@@ -13,6 +13,7 @@ from rich.table import Table
 from mmelocal.bench.sweep.runner import SweepOptions
 from mmelocal.cli._bench import (
     csv_list,
+    gpus_option,
     ms,
     output_options,
     parse_duration_s,
@@ -66,6 +67,7 @@ def sweep_options(
         max_latency_ms=params["max_latency_ms"],
         instance_type=params["instance_type"],
         prices_file=params["prices_file"],
+        gpus_file=params.get("gpus_file"),
         verify=verify,
         generators=generators_from(params),
     )
@@ -82,6 +84,7 @@ def sweep_options(
 @sweep_grid_options
 @field_option(SweepOptions, "instance_type")
 @prices_option
+@gpus_option
 @click.option("--no-verify", is_flag=True, help="Skip output verification when building.")
 @endpoint_option
 @s3_uri_option
@@ -103,6 +106,8 @@ def sweep(
 
     With --endpoint NAME the configurations are TargetModels of that deployed multi-model
     endpoint (its instance type replaces --instance-type): no redeploy per configuration.
+    On a machine with NVIDIA GPUs the sweep runs here only when they are --instance-type's
+    cards, as many as it has (the card table: gpus.yaml, or --gpus FILE).
     """
     from mmelocal.bench.sweep.runner import run_sweep
 

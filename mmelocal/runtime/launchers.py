@@ -8,6 +8,7 @@ The launcher modules are imported only for the kind asked for.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,29 @@ from mmelocal.runtime.server_config import ServerConfig
 LAUNCHERS = ("local", "docker", "external")
 #: the kinds that start (and own) their server; the pytest fixtures take only these
 OWNED_LAUNCHERS = ("local", "docker")
+
+
+#: which launcher reads each launcher-specific argument of :func:`make_launcher` (the others
+#: ignore it): the rule ``mmelocal check``, the pytest plugin and ``TestTritonServer`` refuse
+#: a mismatch by
+READER_OF = {"tritonserver": "local", "image": "docker", "url": "external"}
+
+
+def misplaced_option(
+    kind: str, given: Mapping[str, tuple[str, object]], *, launcher_flag: str = "launcher"
+) -> str | None:
+    """The message for the first option in ``given`` that launcher ``kind`` would ignore
+    (``given``: the option as the user wrote it -> (its :data:`READER_OF` key, its value;
+    None or empty when absent)); None when every given option is read. ``launcher_flag`` is
+    how the user chooses the launcher (``--launcher``, ``--mmelocal-launcher``)."""
+    for flag, (key, value) in given.items():
+        reader = READER_OF[key]
+        if value not in (None, "", ()) and kind != reader:
+            return (
+                f"{flag} is only read by {launcher_flag} {reader} (the launcher is {kind}): "
+                f"add {launcher_flag} {reader} or drop {flag}"
+            )
+    return None
 
 
 def check_launcher_kind(kind: str, allowed: tuple[str, ...] = LAUNCHERS) -> None:
@@ -64,4 +88,11 @@ def make_launcher(
     return ExternalLauncher(str(url or sagemaker_url), sagemaker_url=sagemaker_url, **timeout)
 
 
-__all__ = ["LAUNCHERS", "OWNED_LAUNCHERS", "check_launcher_kind", "make_launcher"]
+__all__ = [
+    "LAUNCHERS",
+    "OWNED_LAUNCHERS",
+    "READER_OF",
+    "check_launcher_kind",
+    "make_launcher",
+    "misplaced_option",
+]

@@ -275,6 +275,11 @@ class Nvml:
         info = self.lib.nvmlDeviceGetMemoryInfo(self.handle(index))
         return int(info.used), int(info.total)
 
+    def name(self, index: int) -> str:
+        """The card's product name as NVML gives it (``Tesla T4``, ``NVIDIA A10G``)."""
+        raw = self.lib.nvmlDeviceGetName(self.handle(index))
+        return raw.decode() if isinstance(raw, bytes) else str(raw)
+
     def utilization_percent(self, index: int) -> float | None:
         """GPU utilization in percent (None when the driver does not report it)."""
         try:
@@ -315,6 +320,22 @@ def gpu_count() -> int:
         return nvml.device_count()
     except Exception:
         return 0
+    finally:
+        nvml.close()
+
+
+def gpu_names() -> list[str]:
+    """The product name of every GPU NVML sees, by index ([] without the package, a driver
+    or a GPU)."""
+    try:
+        nvml = Nvml()
+    except Exception:
+        return []
+    try:
+        return [nvml.name(i) for i in range(nvml.device_count())]
+    except Exception:
+        logger.debug("NVML names failed", exc_info=True)
+        return []
     finally:
         nvml.close()
 
@@ -370,6 +391,7 @@ __all__ = [
     "TreeMemoryReader",
     "TreeReading",
     "gpu_count",
+    "gpu_names",
     "gpu_used_bytes",
     "marginal_bytes",
     "process_memory",

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from mmelocal.runtime.launchers import OWNED_LAUNCHERS
+from mmelocal.runtime.launchers import OWNED_LAUNCHERS, misplaced_option
 
 if TYPE_CHECKING:
     import tritonclient.http
@@ -62,8 +62,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--mmelocal-docker-image",
-        default=os.environ.get("MMELOCAL_TEST_TRITON_IMAGE"),
-        help="image for --mmelocal-launcher=docker (default: NVIDIA's Triton image)",
+        default=None,
+        help="image for --mmelocal-launcher=docker (default: $MMELOCAL_TEST_TRITON_IMAGE, "
+        "else NVIDIA's Triton image)",
     )
     group.addoption(
         "--mmelocal-backends",
@@ -74,9 +75,24 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Declare the markers, so ``--strict-markers`` accepts them in any project."""
+    """Declare the markers, so ``--strict-markers`` accepts them in any project; refuse a
+    Triton option the chosen launcher would ignore (as ``mmelocal check`` does)."""
     for line in _MARKERS:
         config.addinivalue_line("markers", line)
+    opts = config.option
+    mismatch = misplaced_option(
+        getattr(opts, "mmelocal_launcher", "local"),
+        {
+            "--mmelocal-tritonserver": (
+                "tritonserver",
+                getattr(opts, "mmelocal_tritonserver", None),
+            ),
+            "--mmelocal-docker-image": ("image", getattr(opts, "mmelocal_docker_image", None)),
+        },
+        launcher_flag="--mmelocal-launcher",
+    )
+    if mismatch is not None:
+        raise pytest.UsageError(mismatch)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -145,10 +161,15 @@ def triton_server(request: pytest.FixtureRequest) -> Iterator[TestTritonServer]:
     opts = request.config.option
     backends_opt = getattr(opts, "mmelocal_backends", None)
     backends = frozenset(b.strip() for b in backends_opt.split(",")) if backends_opt else None
+    launcher = getattr(opts, "mmelocal_launcher", "local")
+    image = getattr(opts, "mmelocal_docker_image", None)
+    if launcher == "docker" and not image:
+        # the variable is the image of docker runs, not an option of local ones
+        image = os.environ.get("MMELOCAL_TEST_TRITON_IMAGE") or None
     server = TestTritonServer(
-        launcher=getattr(opts, "mmelocal_launcher", "local"),
+        launcher=launcher,
         tritonserver=getattr(opts, "mmelocal_tritonserver", None),
-        docker_image=getattr(opts, "mmelocal_docker_image", None),
+        docker_image=image,
         backends=backends,
     )
     with server:

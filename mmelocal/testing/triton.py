@@ -19,7 +19,12 @@ from mmelocal.builder.backends import CONTAINER_BACKENDS, PIP_SERVER_BACKENDS
 from mmelocal.errors import UserInputError
 from mmelocal.runtime.client import TritonClient
 from mmelocal.runtime.launcher import TritonLauncher
-from mmelocal.runtime.launchers import OWNED_LAUNCHERS, check_launcher_kind, make_launcher
+from mmelocal.runtime.launchers import (
+    OWNED_LAUNCHERS,
+    check_launcher_kind,
+    make_launcher,
+    misplaced_option,
+)
 from mmelocal.runtime.lifecycle import StartStopContext
 from mmelocal.runtime.python_copies import PreparedModel, gpu_available, prepare_model_for_server
 from mmelocal.runtime.server_config import ServerConfig
@@ -55,6 +60,13 @@ class TestTritonServer(StartStopContext):
         sagemaker: bool = True,
     ) -> None:
         check_launcher_kind(launcher, LAUNCHERS)
+        given = {
+            "tritonserver": ("tritonserver", tritonserver),
+            "docker_image": ("image", docker_image),
+        }
+        mismatch = misplaced_option(launcher, given)
+        if mismatch is not None:
+            raise UserInputError(mismatch)
         self.workdir = Path(tempfile.mkdtemp(prefix="mmelocal-test-triton-"))
         try:
             self.repository = self.workdir / "repository"

@@ -40,6 +40,7 @@ def test_minilm_count_and_the_next_copy_crosses(tmp_path: Path) -> None:
     assert code == 0
     data = json.loads(out_json.read_text())
     assert data["kind"] == "capacity" and data["model_format"] == "torchscript"
+    assert data["precision"] == "fp32"  # read from the built model.pt's weights
     limit = 0.9 * 2 * 1024 * MIB
     assert data["limit_bytes"] == int(limit)
     assert data["count"] >= 2

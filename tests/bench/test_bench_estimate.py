@@ -272,6 +272,39 @@ def test_a_measurement_of_another_format_does_not_win() -> None:
     assert measured_from_capacity(capacity).model_format == "torchscript"
 
 
+def test_a_measurement_of_another_precision_does_not_win() -> None:
+    """FP16 weights take half the bytes of FP32: a capacity run of FP32 weights is no
+    measurement of an FP16 estimate. Like with like only; a measurement that does not record
+    its precision (files written before it was recorded) is said to be so."""
+    from types import SimpleNamespace
+
+    from mmelocal.bench.estimate.model import measured_from_capacity
+    from mmelocal.cli.estimate import cards_table, summary_lines
+
+    card = GpuSpec(name="T4", memory_bytes=15360 * MIB, instances={"ml.g4dn.xlarge": 1})
+    fp16 = estimate_from_facts(
+        FACTS, source="m", model_format="torchscript", precision="fp16", batches=BATCHES
+    ).with_cards([card])
+    capacity = SimpleNamespace(
+        per_model_mean_bytes=100 * MIB, baseline_bytes=500 * MIB, count=120,
+        total_bytes=15360 * MIB, probe="nvml", label="", source="m", model_format="torchscript",
+        precision="fp32",
+    )  # fmt: skip
+    measured = measured_from_capacity(capacity)
+    assert measured.precision == "fp32"
+    other = fp16.with_measurement(measured)
+    assert other.cards[0].measured is None
+    lines = " ".join(summary_lines(other))
+    assert "the measurement wins" not in lines and "fp32" in lines and "fp16" in lines
+    assert len(cards_table(other).columns) == len(cards_table(fp16).columns)
+    same = fp16.with_measurement(Measured(**{**vars(measured), "precision": "fp16"}))
+    assert same.cards[0].measured == math.floor((0.9 * 15360 - 500) / 100)
+    again = Estimate.from_dict(json.loads(json.dumps(same.to_dict())))
+    assert again.measured is not None and again.measured.precision == "fp16"
+    unknown = fp16.with_measurement(Measured(**{**vars(measured), "precision": ""}))
+    assert "does not record its precision" in " ".join(summary_lines(unknown))
+
+
 def test_built_torchscript_folder_reads_its_config(tmp_path: Path) -> None:
     from mmelocal.bench.estimate.model import estimate_model
 

@@ -102,3 +102,39 @@ def test_boto3_user_against_the_emulator(
     )
     assert result.mode == "boto3"
     assert result.requests > 0 and result.failures == 0, result.errors
+
+
+@pytest.mark.parametrize("mode", ["boto3", "invocations"])
+def test_prewarm_waits_out_model_not_ready(tmp_path: Path, mode: str) -> None:
+    """A cold load longer than the platform's wait answers ModelNotReadyException (429) while
+    it goes on; botocore's model says of it "Wait and try your request again", so the
+    pre-warm asks again until the model answers, instead of failing the load test."""
+    import numpy as np
+
+    from mmelocal.bench.loadtest.runner import LoadTestConfig, prewarm
+    from mmelocal.bench.loadtest.shape import shape_from_stages
+    from mmelocal.emulator.emulator import EmulatorConfig
+    from mmelocal.emulator.server import EmulatorServer
+    from mmelocal.testing.tiny_model import request_json, write_tarball
+
+    store = tmp_path / "store"
+    store.mkdir()
+    write_tarball(store / "slow.tar.gz")
+    config = EmulatorConfig(
+        store=str(store), cache_dir=tmp_path / "cache", load_wait_timeout_s=0.05
+    )
+    payload = json.dumps(request_json(np.ones((1, 4), dtype=np.float32))).encode()
+    with EmulatorServer(config) as server:
+        prewarm(
+            LoadTestConfig(
+                endpoint=f"{server.url}/endpoints/local",
+                mode=mode,
+                targets=("slow.tar.gz",),
+                payload=payload,
+                shape=shape_from_stages([{"users": 1, "duration_s": 1}]),
+            )
+        )
+        state = json.loads(
+            urllib.request.urlopen(f"{server.url}/emulator/state", timeout=30).read()
+        )
+    assert any(e["kind"] == "load" for e in state["events"])

@@ -258,3 +258,63 @@ def test_a_stage_with_a_busy_worker_is_flagged_with_the_workers_that_would_fix_i
     assert "client queueing" in flag.message() and str(flag.workers_needed) in flag.message()
     assert flag.message() in summary_lines(result)
     assert LoadTestResult.from_dict(result.to_dict()) == result
+
+
+#: how long the slow endpoint takes to answer: longer than the first stage
+SLOW_ANSWER_S = 1.3
+
+
+@pytest.fixture(scope="module")
+def slow_endpoint() -> Iterator[str]:
+    """Answers every invocation after SLOW_ANSWER_S (the delay is what is tested: a request
+    sent in one stage completes in the next)."""
+    import asyncio
+
+    from aiohttp import web
+
+    async def invocations(request: web.Request) -> web.Response:
+        await request.read()
+        await asyncio.sleep(SLOW_ANSWER_S)
+        return web.Response(body=b"{}", content_type="application/json")
+
+    with invocations_server(invocations) as url:
+        yield url
+
+
+@pytest.mark.parametrize("workers", [1, 2], ids=["one-process", "distributed"])
+def test_a_request_counts_in_the_stage_it_was_sent_in(slow_endpoint: str, workers: int) -> None:
+    """One user; the first request is sent at the start of a 1 s stage and answered
+    1.3 s later, in the next stage. It measures the first stage's load (one user waiting on
+    the server), so it counts there; counted where it completed, the first stage showed no
+    request at all (and its latency landed in the next stage's percentiles)."""
+    config = LoadTestConfig(
+        endpoint=slow_endpoint,
+        targets=("model-0.tar.gz",),
+        payload=b"{}",
+        shape=shape_from_stages(
+            [
+                {"users": 1, "spawn_rate": 10, "duration_s": 1},
+                {"users": 2, "spawn_rate": 10, "duration_s": 2},
+            ]
+        ),
+        generators=LoadGenerators(workers=workers),
+    )
+    result = run_loadtest(config)
+    first, second = result.steps
+    assert first.requests == 1, [s.to_dict() for s in result.steps]
+    assert first.max_latency_ms is not None and first.max_latency_ms >= SLOW_ANSWER_S * 1000
+    assert second.requests >= 1
+
+
+def test_stage_clock_files_by_send_time_and_forgets_a_hold_that_never_began() -> None:
+    from mmelocal.bench.loadtest.stepstats import StageClock
+
+    clock = StageClock()
+    clock.mark(0.0, 0, False)
+    clock.mark(5.0, 0, True)  # stage 0's hold, planned past stage 1's start
+    clock.mark(3.0, 1, False)  # stage 1 began first: stage 0's hold never did
+    clock.mark(3.5, 1, True)
+    assert clock.at(-1.0) == (0, False)
+    assert clock.at(2.9) == (0, False)
+    assert clock.at(3.2) == (1, False)
+    assert clock.at(6.0) == (1, True)

@@ -206,3 +206,81 @@ def test_a_configuration_whose_requests_all_failed_has_no_peak_rate() -> None:
     some_failed = replace(_sized(_steps((5, 100.0, 10.0, 0), (10, 300.0, 20.0, 5))), name="pt-ig")
     assert some_failed.peak_throughput_rps == 100.0
     assert relative_effects([base, all_failed, some_failed]) == "pt-ig 0.7x pt-base"
+
+
+class _OneCardNvml:
+    """Stands in for ``pynvml`` (no GPU here): one card named ``name``."""
+
+    class NVMLError(Exception):
+        pass
+
+    def __init__(self, *names: str) -> None:
+        self.names = names
+
+    def nvmlInit(self) -> None:
+        pass
+
+    def nvmlShutdown(self) -> None:
+        pass
+
+    def nvmlDeviceGetCount(self) -> int:
+        return len(self.names)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
+        return index
+
+    def nvmlDeviceGetName(self, handle: int) -> str:
+        return self.names[handle]
+
+
+def test_a_local_sweep_on_another_card_refuses_to_size_the_instance_type(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """On an H200 machine, `sweep --instance-type ml.g4dn.xlarge` measured the H200 and
+    sized (and priced) T4 instances from it. It must refuse before building anything, name
+    both cards and say what to do instead."""
+    import sys
+
+    from mmelocal.bench.sweep.runner import SweepOptions, run_sweep
+
+    monkeypatch.setitem(sys.modules, "pynvml", _OneCardNvml("NVIDIA H200"))
+    with pytest.raises(UserInputError) as info:
+        run_sweep(tmp_path / "no-such-model.onnx", options=SweepOptions(workdir=tmp_path))
+    message = str(info.value)
+    assert "NVIDIA H200" in message and "1 x T4" in message and "ml.g4dn.xlarge" in message
+    assert "--gpus FILE" in message and "--endpoint" in message
+    assert list(tmp_path.iterdir()) == []  # nothing was built
+
+
+@pytest.mark.parametrize(
+    ("local", "instance_type", "fits"),
+    [
+        (["Tesla T4"], "ml.g4dn.xlarge", True),
+        (["NVIDIA A10G"], "ml.g5.2xlarge", True),
+        (["NVIDIA A100-SXM4-80GB"], "ml.g5.2xlarge", False),
+        (["NVIDIA L40S"], "ml.g6.xlarge", False),  # L40S is not an L4
+        (["Tesla T4"], "ml.g4dn.12xlarge", False),  # 4 T4s there, one here
+        (["Tesla T4"] * 4, "ml.g4dn.12xlarge", True),
+        (["Tesla T4"], "ml.c5.xlarge", False),  # a CPU type: this GPU's rate is not it
+    ],
+)
+def test_cards_match_by_name_and_count(local: list[str], instance_type: str, fits: bool) -> None:
+    from mmelocal.bench.capacity.projection import load_gpus
+    from mmelocal.bench.sweep.runner import check_cards
+
+    if fits:
+        check_cards(local, instance_type, load_gpus())
+    else:
+        with pytest.raises(UserInputError, match="would show this machine's throughput"):
+            check_cards(local, instance_type, load_gpus())
+
+
+def test_the_refusal_names_the_instance_types_of_this_card() -> None:
+    from mmelocal.bench.capacity.projection import card_named, load_gpus
+    from mmelocal.bench.sweep.runner import check_cards
+
+    gpus = load_gpus()
+    card = card_named("NVIDIA A100-SXM4-40GB", gpus)
+    assert card is not None and card.name == "A100-40GB"
+    with pytest.raises(UserInputError, match=r"size one of ml\.g4dn\.16xlarge, .*ml\.g4dn\.xlarge"):
+        check_cards(["Tesla T4"], "ml.g5.xlarge", gpus)

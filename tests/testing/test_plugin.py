@@ -208,3 +208,47 @@ def test_mmelocal_gpu_marker_without_nvml_package_says_what_to_install(
     result = pytester.runpytest("--strict-markers", "-rs")
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["*nvidia-ml-py*mmelocal[[]gpu[]]*"])
+
+
+@pytest.mark.parametrize(
+    ("args", "flag", "reader"),
+    [
+        (["--mmelocal-docker-image", "my/triton:1"], "--mmelocal-docker-image", "docker"),
+        (
+            ["--mmelocal-launcher", "docker", "--mmelocal-tritonserver", "/opt/tritonserver"],
+            "--mmelocal-tritonserver",
+            "local",
+        ),
+    ],
+    ids=["image-with-local", "binary-with-docker"],
+)
+def test_an_option_the_chosen_launcher_does_not_read_is_refused(
+    pytester: pytest.Pytester, args: list[str], flag: str, reader: str
+) -> None:
+    """As ``mmelocal check`` refuses ``--image`` without ``--launcher docker``: an option the
+    launcher would ignore stops the run with what to change, instead of a server other than
+    the one asked for."""
+    pytester.makepyfile("def test_nothing():\n    pass\n")
+    result = pytester.runpytest(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [f"*{flag} is only read by --mmelocal-launcher {reader}*add --mmelocal-launcher {reader}*"]
+    )
+
+
+def test_the_image_environment_variable_is_a_default_not_a_mismatch(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MMELOCAL_TEST_TRITON_IMAGE is the image *when* docker runs: set for a whole CI, it
+    must not stop the runs that use the local binary."""
+    monkeypatch.setenv("MMELOCAL_TEST_TRITON_IMAGE", "my/triton:1")
+    pytester.makepyfile("def test_nothing():\n    pass\n")
+    pytester.runpytest("--mmelocal-launcher", "local").assert_outcomes(passed=1)
+
+
+def test_test_server_refuses_an_argument_its_launcher_does_not_read() -> None:
+    from mmelocal.errors import UserInputError
+    from mmelocal.testing.triton import TestTritonServer
+
+    with pytest.raises(UserInputError, match="docker_image is only read by launcher docker"):
+        TestTritonServer(launcher="local", docker_image="my/triton:1")

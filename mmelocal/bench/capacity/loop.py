@@ -83,6 +83,7 @@ class Measurement:
         started_at: str,
         gpus: Sequence[GpuSpec] | None,
         instance_type: str = "",
+        precision: str = "",
     ) -> CapacityResult:
         """The :class:`CapacityResult` of this measurement, projected onto ``gpus``."""
         result = CapacityResult(
@@ -94,6 +95,7 @@ class Measurement:
             threshold=threshold,
             started_at=started_at,
             instance_type=instance_type,
+            precision=precision,
         )
         return with_projection(result, gpus)
 
@@ -317,7 +319,7 @@ def measure_capacity(
     from the model's recorded sample inputs; without either, no warm-up inference runs).
     """
     opts = options or CapacityOptions()
-    from mmelocal.bench.sources import resolve_model
+    from mmelocal.bench.sources import resolve_model, served_model_facts
     from mmelocal.builder.package import package_copies
     from mmelocal.builder.payload import payload_from_model
     from mmelocal.runtime.memory import gpu_count
@@ -332,6 +334,7 @@ def measure_capacity(
     with tempfile.TemporaryDirectory(prefix="mmelocal-capacity-", dir=opts.workdir) as tmp:
         work = Path(tmp)
         model = resolve_model(source, workdir=work, model_format=model_format)
+        model_format, precision = served_model_facts(model.path, model.model_format)
         copies = package_copies(
             model.path,
             work / "store",
@@ -349,8 +352,9 @@ def measure_capacity(
         )
     return measurement.result(
         source=str(source),
-        label=label or f"{source} ({model.model_format})",
-        model_format=model.model_format,
+        label=label or f"{source} ({model_format})",
+        model_format=model_format,
+        precision=precision,
         probe=probe,
         threshold=opts.threshold,
         started_at=started_at,

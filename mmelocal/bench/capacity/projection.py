@@ -214,6 +214,32 @@ def is_gpu_instance_type(instance_type: str, gpus: Sequence[GpuSpec] | None = No
     return _GPU_FAMILY.match(instance_type) is not None
 
 
+_NAME_TOKEN = re.compile(r"[A-Z0-9]+")
+#: words NVML's product names carry beside the card's own (``Tesla T4``, ``NVIDIA A10G``)
+_VENDOR_WORDS = frozenset({"NVIDIA", "TESLA"})
+
+
+def _tokens(name: str) -> frozenset[str]:
+    return frozenset(_NAME_TOKEN.findall(name.upper())) - _VENDOR_WORDS
+
+
+def card_named(device_name: str, gpus: Sequence[GpuSpec]) -> GpuSpec | None:
+    """The card of ``gpus`` that NVML's product name ``device_name`` is (``Tesla T4`` -> T4,
+    ``NVIDIA A100-SXM4-80GB`` -> A100-80GB): the one whose name's words are all in it, the
+    most specific first; None when no card matches (``NVIDIA H200`` in the packaged table)."""
+    words = _tokens(device_name)
+    matches = [gpu for gpu in gpus if _tokens(gpu.name) and _tokens(gpu.name) <= words]
+    return max(matches, key=lambda gpu: len(_tokens(gpu.name)), default=None)
+
+
+def card_of_instance(instance_type: str, gpus: Sequence[GpuSpec]) -> tuple[GpuSpec, int] | None:
+    """(card, GPUs per instance) of ``instance_type`` in ``gpus``; None when no card lists it."""
+    for gpu in gpus:
+        if instance_type in gpu.instances:
+            return gpu, gpu.instances[instance_type]
+    return None
+
+
 def project(
     *,
     per_model_bytes: float,
@@ -255,6 +281,8 @@ __all__ = [
     "GpuSpec",
     "Projection",
     "ProjectionRow",
+    "card_named",
+    "card_of_instance",
     "default_gpus_text",
     "is_gpu_instance_type",
     "load_gpus",

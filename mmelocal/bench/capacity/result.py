@@ -62,6 +62,9 @@ class CapacityResult(BenchResult, kind="capacity"):
     started_at: str = ""
     projection: Projection | None = None
     instance_type: str = ""
+    #: the precision of the model's weights (fp32, fp16...; :mod:`mmelocal.builder.precision`),
+    #: "" when unknown: an estimate compares itself only with a measurement of its precision
+    precision: str = ""
 
     @property
     def count(self) -> int:
@@ -257,6 +260,7 @@ class CapacityResult(BenchResult, kind="capacity"):
             "source": self.source,
             "label": self.label,
             "model_format": self.model_format,
+            "precision": self.precision,
             "probe": self.probe,
             "started_at": self.started_at,
             "instance_type": self.instance_type,
@@ -286,6 +290,7 @@ class CapacityResult(BenchResult, kind="capacity"):
             source=str(data["source"]),
             label=str(data.get("label", "")),
             model_format=str(data.get("model_format", "")),
+            precision=str(data.get("precision", "")),
             probe=str(data["probe"]),
             started_at=str(data.get("started_at", "")),
             instance_type=str(data.get("instance_type", "")),

@@ -32,6 +32,7 @@ from mmelocal.bench.capacity.loop import _LoopLimits, copies_needed, measure_ins
 from mmelocal.bench.capacity.projection import GpuSpec
 from mmelocal.bench.capacity.result import CapacityResult, LoadRecord
 from mmelocal.bench.endpoint.remote import PROBE_TARGET, ProbeReading, RemoteEndpoint
+from mmelocal.bench.sources import served_model_facts
 from mmelocal.builder.backends import MODEL_KINDS
 from mmelocal.errors import UserInputError
 from mmelocal.units import MiB
@@ -122,6 +123,7 @@ def measure_endpoint_capacity(
     if not tarball.is_file() or not tarball.name.endswith((".tar.gz", ".tgz")):
         raise UserInputError(f"{tarball}: expected a model.tar.gz (package it with mmelocal)")
     model_format = tarball_format(tarball)
+    precision = served_model_facts(tarball, model_format)[1]
     model = opts.model_name or model_stem(tarball)
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
     with tempfile.TemporaryDirectory(prefix="mmelocal-remote-") as tmp:
@@ -170,6 +172,7 @@ def measure_endpoint_capacity(
         started_at=started_at,
         gpus=gpus,
         instance_type=endpoint.info.instance_type,
+        precision=precision,
     )
     loaded = [load.target for load in measurement.loads]
     return RemoteCapacity(result=result, loaded=tuple(loaded), created=tuple(created))

@@ -80,17 +80,32 @@ class Measured:
     origin: str
     #: the artifact's format (torchscript, tensorrt...); "" when not recorded
     model_format: str = ""
+    #: the precision of its weights (fp32, fp16...); "" when not recorded or not readable
+    #: (results written before it was recorded, a TensorRT plan)
+    precision: str = ""
 
     @property
     def on_gpu(self) -> bool:
         """True for GPU device memory (host-memory readings do not project to a GPU)."""
         return not self.probe.startswith("host")
 
-    def applies_to(self, model_format: str) -> bool:
-        """True when this measurement stands for an estimate of ``model_format``: GPU memory
-        of the same format (TensorRT changes the footprint: CNNs about 2x, BERT-base
-        smaller)."""
-        return self.on_gpu and (not self.model_format or self.model_format == model_format)
+    def why_not(self, model_format: str, precision: str = "") -> str:
+        """Why this measurement does not stand for an estimate of ``model_format`` at
+        ``precision`` ("" when it does): only GPU memory of the same format (TensorRT changes
+        the footprint: CNNs about 2x, BERT-base smaller) and of the same precision (FP16
+        weights take half FP32's bytes) compares like with like."""
+        if not self.on_gpu:
+            return "host memory, not a GPU"
+        if self.model_format and self.model_format != model_format:
+            return f"a {self.model_format} artifact, the estimate is of {model_format}"
+        if self.precision and precision and self.precision != precision:
+            return f"{self.precision} weights, the estimate is of {precision}"
+        return ""
+
+    def applies_to(self, model_format: str, precision: str = "") -> bool:
+        """True when this measurement stands for an estimate of ``model_format`` at
+        ``precision`` (see :meth:`why_not`)."""
+        return not self.why_not(model_format, precision)
 
 
 def card_count(
@@ -198,7 +213,9 @@ class Estimate(BenchResult, kind="estimate"):
 
     def _measured_count(self, memory_bytes: int) -> int | None:
         m = self.measured
-        if m is None or not m.applies_to(self.model_format) or m.per_copy_bytes <= 0:
+        if m is None or not m.applies_to(self.model_format, self.precision):
+            return None
+        if m.per_copy_bytes <= 0:
             return None
         return project_count(
             total_bytes=memory_bytes,

@@ -214,6 +214,7 @@ def measured_from_capacity(result: Any) -> Measured:
         probe=str(result.probe),
         origin=str(result.label or result.source),
         model_format=str(getattr(result, "model_format", "") or ""),
+        precision=str(getattr(result, "precision", "") or ""),
     )
 
 

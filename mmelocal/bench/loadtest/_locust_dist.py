@@ -49,7 +49,7 @@ from locust.runners import STATE_MISSING  # noqa: E402
 from mmelocal.bench.loadtest._locust_schedule import register_replay  # noqa: E402
 from mmelocal.bench.loadtest._locust_worker import StageCpu, _emit, user_class  # noqa: E402
 from mmelocal.bench.loadtest.shape import LoadShape  # noqa: E402
-from mmelocal.bench.loadtest.stepstats import stage_steps  # noqa: E402
+from mmelocal.bench.loadtest.stepstats import StageClock, stage_steps  # noqa: E402
 from mmelocal.bench.loadtest.workers import BATCH_INTERVAL_S  # noqa: E402
 
 HELLO = "mmelocal_hello"
@@ -330,13 +330,21 @@ class _WorkerState:
         self.failures: Counter[int] = Counter()
         self.errors: Counter[str] = Counter()
         self.cpu: StageCpu | None = None
+        #: the master's stage messages on this worker's clock: a request counts in the
+        #: stage it was sent in (its completion less its latency)
+        self.clock = StageClock()
+
+    def enter(self, stage: int, hold: bool) -> None:
+        self.stage, self.hold = stage, hold
+        self.clock.mark(time.perf_counter(), stage, hold)
 
     def record(self, response_time: float, exception: Any) -> None:
-        self.latencies.setdefault(self.stage, []).append(float(response_time))
-        if self.hold:
-            self.held.setdefault(self.stage, []).append(float(response_time))
+        stage, held = self.clock.at(time.perf_counter() - float(response_time) / 1000.0)
+        self.latencies.setdefault(stage, []).append(float(response_time))
+        if held:
+            self.held.setdefault(stage, []).append(float(response_time))
         if exception is not None:
-            self.failures[self.stage] += 1
+            self.failures[stage] += 1
             self.errors[str(exception)[:200]] += 1
 
     def take(self) -> dict[str, Any]:
@@ -381,8 +389,7 @@ def run_worker(master_host: str, master_port: int) -> int:
         runner.send_message(READY, {"host": socket.gethostname(), "pid": os.getpid()})
 
     def on_stage(environment: Environment, msg: Any, **_: Any) -> None:
-        state.stage = int(msg.data["stage"])
-        state.hold = bool(msg.data.get("hold", False))
+        state.enter(int(msg.data["stage"]), bool(msg.data.get("hold", False)))
         if state.cpu is not None:
             state.cpu.enter(state.stage)
 

@@ -28,7 +28,7 @@ from locust import FastHttpUser, LoadTestShape, User, constant, task  # noqa: E4
 from locust.env import Environment  # noqa: E402
 
 from mmelocal.bench.loadtest.shape import LoadShape  # noqa: E402
-from mmelocal.bench.loadtest.stepstats import stage_steps  # noqa: E402
+from mmelocal.bench.loadtest.stepstats import StageClock, stage_steps  # noqa: E402
 from mmelocal.facts.aws import LOAD_TEST, LOCAL_REGION, aws_client  # noqa: E402
 from mmelocal.facts.sagemaker import TARGET_MODEL_HEADER  # noqa: E402
 
@@ -36,8 +36,8 @@ TARGET_HEADER = TARGET_MODEL_HEADER
 
 
 class _Recorder:
-    """Collects every request's latency under the stage that was in effect, and apart those
-    completed in the stage's hold (from ``hold_at``, once its ramp is over)."""
+    """Collects every request's latency under the stage in effect when it was sent, and
+    apart those sent in the stage's hold (from ``hold_at``, once its ramp is over)."""
 
     def __init__(self, n_stages: int) -> None:
         self.stage = 0
@@ -52,12 +52,21 @@ class _Recorder:
         self.total = 0
         self.total_failures = 0
         self.last_at = 0.0
+        self.clock = StageClock()
+
+    def begin(self, index: int, run_time: float, ramp_s: float) -> None:
+        """Stage ``index`` starts at ``run_time``; its hold ``ramp_s`` later."""
+        self.started_at[index] = run_time
+        self.hold_at[index] = run_time + ramp_s
+        self.clock.mark(run_time, index, ramp_s <= 0)
+        if ramp_s > 0:
+            self.clock.mark(run_time + ramp_s, index, True)
 
     def on_request(self, response_time: float, exception: Any, users: int, run_time: float) -> None:
-        stage = self.stage
+        # completed at run_time: sent response_time earlier, in the stage that sent it
+        stage, held = self.clock.at(run_time - float(response_time) / 1000.0)
         self.latencies_ms[stage].append(float(response_time))
-        hold_at = self.hold_at[stage]
-        if hold_at is not None and run_time >= hold_at:
+        if held:
             self.held_ms[stage].append(float(response_time))
         self.total += 1
         if exception is not None:
@@ -83,8 +92,7 @@ class _StagesShape(LoadTestShape):
                 self.finished_at = run_time
             return None
         if self.recorder.started_at[index] is None:
-            self.recorder.started_at[index] = run_time
-            self.recorder.hold_at[index] = run_time + self.shape.ramp_s(index)
+            self.recorder.begin(index, run_time, self.shape.ramp_s(index))
         self.recorder.stage = index
         stage = self.shape.stages[index]
         return stage.users, stage.spawn_rate

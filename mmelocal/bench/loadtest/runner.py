@@ -20,6 +20,7 @@ Endpoints:
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -49,7 +50,13 @@ from mmelocal.bench.loadtest.workers import (
 )
 from mmelocal.errors import BenchError, UserInputError
 from mmelocal.facts.aws import LOCAL_REGION, RUNTIME, aws_client
-from mmelocal.facts.sagemaker import DIRECT_LOAD_TIMEOUT_S, INVOKE_TIMEOUT_S, TARGET_MODEL_HEADER
+from mmelocal.facts.sagemaker import (
+    DIRECT_LOAD_TIMEOUT_S,
+    ERROR_TYPE_HEADER,
+    INVOKE_TIMEOUT_S,
+    LOAD_LIMIT_S,
+    TARGET_MODEL_HEADER,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -269,45 +276,104 @@ def _check_boto3_settings(worker: dict[str, Any]) -> None:
         )
 
 
+#: the error SageMaker answers (429) while a multi-model endpoint downloads or loads the
+#: target: botocore's sagemaker-runtime model documents it as "Wait and try your request
+#: again" (the MME guide: the load goes on up to LOAD_LIMIT_S)
+MODEL_NOT_READY = "ModelNotReadyException"
+#: the first and the longest pause between two pre-warm tries of a model still loading
+_RETRY_FIRST_S, _RETRY_MAX_S = 0.25, 5.0
+
+
+class _NotReady(Exception):
+    """A pre-warm request answered ModelNotReadyException: the load goes on."""
+
+
 def prewarm(config: LoadTestConfig) -> float:
     """Send one request to every target, one after the other, so cold loads happen before
-    the measured test; raises BenchError naming the first target that fails. Returns the
-    seconds it took."""
+    the measured test; raises BenchError naming the first target that fails. A target
+    that answers ModelNotReadyException is asked again (pauses growing from 0.25 s to 5 s)
+    until it answers, for up to the platform's load limit. Returns the seconds it took."""
     worker = config.worker_config()
     t0 = time.perf_counter()
-    if worker["mode"] == "boto3":
-        import boto3
+    send = (
+        _boto3_sender(config, worker) if worker["mode"] == "boto3" else _http_sender(config, worker)
+    )
+    for target in config.targets:
+        _until_ready(functools.partial(send, target), target)
+    seconds = time.perf_counter() - t0
+    logger.info("pre-warmed %d targets in %.1f s", len(config.targets), seconds)
+    return seconds
 
-        session = boto3.session.Session(region_name=config.region)
-        if session.region_name is None and worker["endpoint_url"]:
-            session = boto3.session.Session(region_name=LOCAL_REGION)
-        unsigned: dict[str, Any] = {}
-        if session.get_credentials() is None and worker["endpoint_url"]:
-            from botocore import UNSIGNED
 
-            unsigned["signature_version"] = UNSIGNED
-        client = aws_client(
-            "sagemaker-runtime",
-            RUNTIME,
-            session=session,
-            endpoint_url=worker["endpoint_url"],
-            **unsigned,
-        )
-        for target in config.targets:
-            try:
-                client.invoke_endpoint(
-                    EndpointName=worker["endpoint_name"],
-                    TargetModel=target,
-                    Body=config.payload,
-                    ContentType=config.content_type,
-                )["Body"].read()
-            except Exception as exc:
-                raise BenchError(f"pre-warm request to {target} failed: {exc}") from exc
-        return time.perf_counter() - t0
+def _until_ready(send: Callable[[], None], target: str) -> None:
+    """``send()`` again while it raises :class:`_NotReady`, for up to LOAD_LIMIT_S from the
+    first such answer."""
+    deadline: float | None = None
+    pause_s = _RETRY_FIRST_S
+    wait = threading.Event()
+    while True:
+        try:
+            send()
+            return
+        except _NotReady as exc:
+            now = time.monotonic()
+            deadline = now + LOAD_LIMIT_S if deadline is None else deadline
+            if now >= deadline:
+                raise BenchError(
+                    f"pre-warm request to {target}: still loading after {LOAD_LIMIT_S:g} s "
+                    f"({MODEL_NOT_READY}: {exc}); the platform gives a load no longer: "
+                    "check the model's load time and the endpoint's logs"
+                ) from exc
+            logger.info("pre-warm: %s is still loading; asking again in %.2f s", target, pause_s)
+            wait.wait(min(pause_s, deadline - now))
+            pause_s = min(pause_s * 2, _RETRY_MAX_S)
+
+
+def _boto3_sender(config: LoadTestConfig, worker: dict[str, Any]) -> Callable[[str], None]:
+    """One InvokeEndpoint per call through boto3; :class:`_NotReady` on ModelNotReady."""
+    import boto3
+
+    from mmelocal.aws.session import error_code
+
+    session = boto3.session.Session(region_name=config.region)
+    if session.region_name is None and worker["endpoint_url"]:
+        session = boto3.session.Session(region_name=LOCAL_REGION)
+    unsigned: dict[str, Any] = {}
+    if session.get_credentials() is None and worker["endpoint_url"]:
+        from botocore import UNSIGNED
+
+        unsigned["signature_version"] = UNSIGNED
+    client = aws_client(
+        "sagemaker-runtime",
+        RUNTIME,
+        session=session,
+        endpoint_url=worker["endpoint_url"],
+        **unsigned,
+    )
+
+    def send(target: str) -> None:
+        try:
+            client.invoke_endpoint(
+                EndpointName=worker["endpoint_name"],
+                TargetModel=target,
+                Body=config.payload,
+                ContentType=config.content_type,
+            )["Body"].read()
+        except Exception as exc:
+            if error_code(exc) == MODEL_NOT_READY:
+                raise _NotReady(str(exc)) from exc
+            raise BenchError(f"pre-warm request to {target} failed: {exc}") from exc
+
+    return send
+
+
+def _http_sender(config: LoadTestConfig, worker: dict[str, Any]) -> Callable[[str], None]:
+    """One POST per call (invocations or KServe v2); :class:`_NotReady` on a 429
+    ModelNotReadyException (the ``x-amzn-ErrorType`` header, or ``__type`` in the body)."""
     import urllib.error
     import urllib.request
 
-    for target in config.targets:
+    def send(target: str) -> None:
         path = (
             f"/v2/models/{target}/infer"
             if worker["mode"] == "triton-v2"
@@ -325,15 +391,27 @@ def prewarm(config: LoadTestConfig) -> float:
             ) as resp:
                 resp.read()
         except urllib.error.HTTPError as exc:
-            detail = exc.read()[:300].decode("utf-8", "replace")
+            body = exc.read()
+            detail = body[:300].decode("utf-8", "replace")
+            error_type = (exc.headers.get(ERROR_TYPE_HEADER) or "").split(":")[0]
+            if exc.code == 429 and MODEL_NOT_READY in (error_type, _body_type(body)):
+                raise _NotReady(detail) from exc
             raise BenchError(
                 f"pre-warm request to {target} answered HTTP {exc.code}: {detail}"
             ) from exc
         except OSError as exc:
             raise BenchError(f"pre-warm request to {target} failed: {exc}") from exc
-    seconds = time.perf_counter() - t0
-    logger.info("pre-warmed %d targets in %.1f s", len(config.targets), seconds)
-    return seconds
+
+    return send
+
+
+def _body_type(body: bytes) -> str:
+    """The ``__type`` of a JSON error body ('' for anything else)."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return ""
+    return str(data.get("__type", "")).rsplit("#", 1)[-1] if isinstance(data, dict) else ""
 
 
 def _run_distributed(

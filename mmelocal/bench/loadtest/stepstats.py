@@ -6,6 +6,7 @@ without importing anything else of mmelocal.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -27,7 +28,8 @@ MIN_HOLD_S = 1.0
 class StepStats:
     """What one stage of a load test measured.
 
-    ``requests == successes + failures`` count every request completed during the stage.
+    ``requests == successes + failures`` count every request sent during the stage (one
+    answered in the next stage counts here: :class:`StageClock`).
     ``throughput_rps`` and the latencies (failed requests too, as Locust counts them) are
     those of the stage's hold, once its users were reached: the ramp from the previous
     stage's users runs at other loads (the published summary keeps only the seconds at a
@@ -57,6 +59,42 @@ class StepStats:
     def from_dict(cls, data: Mapping[str, Any]) -> StepStats:
         """Inverse of :meth:`to_dict`."""
         return cls(**{name: data[name] for name in cls.__dataclass_fields__})
+
+
+class StageClock:
+    """Which stage, and whether its hold, was in effect at a time: a request belongs to the
+    stage it was **sent** in (its completion time less its latency).
+
+    A request in flight across a boundary measured the load of the stage that sent it (the
+    users then running); filed where it completed, a short stage lost its slow requests to
+    the next one and the next one's percentiles took latencies of a lighter load.
+    ``mark(at, stage, hold)`` records a change (times on one clock, any order; marking a
+    stage's start drops the later marks of earlier stages: a hold planned past the next
+    stage's start never began); :meth:`at` answers for a send time (the first mark's state
+    before it).
+    """
+
+    def __init__(self) -> None:
+        self._times: list[float] = []
+        self._states: list[tuple[int, bool]] = []
+
+    def mark(self, at: float, stage: int, hold: bool) -> None:
+        """From ``at`` on, ``stage`` is in effect (its hold when ``hold``)."""
+        index = bisect.bisect_right(self._times, at)
+        keep = [
+            (t, st)
+            for t, st in zip(self._times[index:], self._states[index:], strict=True)
+            if st[0] > stage
+        ]
+        self._times[index:] = [at, *(t for t, _ in keep)]
+        self._states[index:] = [(stage, hold), *(st for _, st in keep)]
+
+    def at(self, sent: float) -> tuple[int, bool]:
+        """(stage, in its hold) at time ``sent``; (0, False) before any mark."""
+        index = bisect.bisect_right(self._times, sent) - 1
+        if index < 0:
+            return self._states[0] if self._states else (0, False)
+        return self._states[index]
 
 
 def summarize_step(
@@ -115,7 +153,8 @@ def stage_steps(
 ) -> list[dict[str, Any]]:
     """One :func:`summarize_step` per stage that started (a stage ends where the next began);
     with ``hold_at`` and ``held_ms``, its rate and latencies are those of its hold, from
-    ``hold_at`` to its end."""
+    ``hold_at`` to its end. ``latencies_ms`` and ``held_ms`` hold each stage's requests by
+    the stage they were sent in (:class:`StageClock`)."""
     steps = []
     for index, stage in enumerate(shape.stages):
         started = started_at[index]
@@ -161,6 +200,7 @@ def max_users_before_first_failure(steps: Sequence[StepStats]) -> int | None:
 
 __all__ = [
     "MIN_HOLD_S",
+    "StageClock",
     "StepStats",
     "max_users_before_first_failure",
     "stage_steps",

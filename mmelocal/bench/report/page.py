@@ -238,7 +238,13 @@ def _add_estimate(page: _Page, result: Any, stem: str, measurements: Sequence[An
         from mmelocal.bench.estimate.model import measured_from_capacity
 
         same = [m for m in measurements if m.source == result.source and m.loads]
-        same.sort(key=lambda m: m.model_format != result.model_format)  # its format first
+        # its format and precision first
+        same.sort(
+            key=lambda m: (
+                m.model_format != result.model_format,
+                getattr(m, "precision", "") != result.precision,
+            )
+        )
         if same:
             result = result.with_measurement(measured_from_capacity(same[0]))
     page.heading(f"Capacity estimate: {result.source}")
@@ -270,10 +276,9 @@ def _add_estimate(page: _Page, result: Any, stem: str, measurements: Sequence[An
             f"an estimated {mib_value(point)} MiB"
             + (
                 "; the measurement wins."
-                if m.applies_to(result.model_format)
-                else f"; a {m.model_format} artifact, so the estimate stands."
-                if m.on_gpu
-                else "; host memory, so the estimate stands."
+                if m.applies_to(result.model_format, result.precision)
+                else f"; {m.why_not(result.model_format, result.precision)}, so the estimate "
+                "stands."
             )
         )
     page.table(

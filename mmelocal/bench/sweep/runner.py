@@ -18,6 +18,7 @@ import logging
 import os
 import shutil
 import tempfile
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
@@ -39,6 +40,7 @@ from mmelocal.builder.backends import FORMAT_SHORT_NAMES
 from mmelocal.errors import MmeLocalError, UserInputError
 
 if TYPE_CHECKING:
+    from mmelocal.bench.capacity.projection import GpuSpec
     from mmelocal.bench.prices import PriceTable
 
 logger = logging.getLogger(__name__)
@@ -72,6 +74,8 @@ class SweepOptions:
     max_latency_ms: float = 500.0
     instance_type: str = "ml.g4dn.xlarge"
     prices_file: Path | None = None
+    #: the card table (default: the packaged gpus.yaml): which card ``instance_type`` carries
+    gpus_file: Path | None = None
     tritonserver: Path | None = None
     workdir: Path | None = None
     verify: bool = True
@@ -107,15 +111,17 @@ def run_sweep(
     progress: Callable[[str], None] | None = None,
 ) -> SweepResult:
     """Build, serve and load-test every configuration of ``source``; see the module doc."""
-    from mmelocal.bench.capacity.projection import is_gpu_instance_type
+    from mmelocal.bench.capacity.projection import is_gpu_instance_type, load_gpus
     from mmelocal.bench.prices import load_prices
-    from mmelocal.runtime.memory import gpu_count
+    from mmelocal.runtime.memory import gpu_count, gpu_names
 
     opts = options or SweepOptions()
     say = progress or (lambda message: None)
     prices = load_prices(opts.prices_file)
     price = prices.price_for(opts.instance_type)
     gpu = gpu_count() > 0
+    if gpu:
+        check_cards(gpu_names(), opts.instance_type, load_gpus(opts.gpus_file))
     # CPU throughput says nothing about how many GPU instances a load needs: ratios only
     relative_only = not gpu and is_gpu_instance_type(opts.instance_type)
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
@@ -151,6 +157,41 @@ def run_sweep(
         started_at=started_at,
         recommendation=recommendation,
         relative_only=relative_only,
+    )
+
+
+def check_cards(local: Sequence[str], instance_type: str, gpus: Sequence[GpuSpec]) -> None:
+    """Refuse to size ``instance_type`` from this machine's GPUs (NVML's names ``local``)
+    unless they are its cards, as many as it has (``gpus``: the card table): a rate
+    measured on one card is never shown as another card's."""
+    from mmelocal.bench.capacity.projection import card_named, card_of_instance
+
+    cards = [card_named(name, gpus) for name in local]
+    seen = Counter((name, card.name if card else "not in the card table")
+                   for name, card in zip(local, cards, strict=True))  # fmt: skip
+    here = ", ".join(f"{n} x {name} ({card})" for (name, card), n in seen.items())
+    wanted = card_of_instance(instance_type, gpus)
+    same_card = wanted is not None and all(
+        c is not None and c.name == wanted[0].name for c in cards
+    )
+    if same_card and wanted is not None and len(cards) == wanted[1]:
+        return
+    same = sorted(
+        t
+        for g in gpus
+        for t, n in g.instances.items()
+        if cards and cards[0] is not None and g.name == cards[0].name and n == len(cards)
+    )
+    needs = f"{wanted[1]} x {wanted[0].name}" if wanted else "no card in the card table"
+    choices = [f"size one of {', '.join(same)} (--instance-type)"] if same else []
+    choices += [
+        "give a card table that lists this card with the instance type (--gpus FILE)",
+        f"sweep a deployed {instance_type} endpoint (mmelocal sweep --endpoint NAME)",
+    ]
+    raise UserInputError(
+        f"this machine's GPUs: {here}; {instance_type} has {needs}: a "
+        "sweep here would show this machine's throughput as the instance's. Instead: "
+        + "; or ".join(choices)
     )
 
 
@@ -423,4 +464,4 @@ def _machine(gpu: bool) -> str:
     )
 
 
-__all__ = ["SweepOptions", "run_sweep", "users_shape"]
+__all__ = ["SweepOptions", "check_cards", "run_sweep", "users_shape"]
