@@ -201,6 +201,12 @@ PARTS: dict[str, dict[str, set[str]]] = {
         "over_locust": {"schedule", "targets", "emulator_state", "over_http"},
         "through_boto3": {"schedule"},
     },
+    # the fleet simulation: what the fleet is, its instances, the event engine over them
+    "mmelocal.traffic.simulate": {
+        "config": set(),
+        "fleet": {"config"},
+        "engine": {"config", "fleet"},
+    },
 }
 
 
