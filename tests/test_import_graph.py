@@ -207,6 +207,17 @@ PARTS: dict[str, dict[str, set[str]]] = {
         "fleet": {"config"},
         "engine": {"config", "fleet"},
     },
+    # ``mmelocal traffic``: one module per command, none importing another; what several
+    # share in the underscored parts
+    "mmelocal.cli.traffic": {
+        "_shared": set(),
+        "_capacity": {"_shared"},
+        "_measured": set(),
+        "make_cmd": set(),
+        "replay_cmd": {"_shared"},
+        "simulate_cmd": {"_shared", "_capacity", "_measured"},
+        "size_cmd": {"_shared", "_capacity", "_measured"},
+    },
 }
 
 
