@@ -4,7 +4,8 @@ Imports inside functions count (they are how cycles hide); ``if TYPE_CHECKING:``
 not (they never run). Between the top-level packages only the edges listed in
 :data:`ALLOWED` may exist: ``builder`` imports only the foundations, nothing imports
 ``cli``, only ``cli`` and ``testing`` import ``localaws``, and ``bench`` and ``deploy``
-never import each other.
+never import each other. Inside a package split by job (:data:`PARTS`) each part imports
+only the parts listed for it, and never the package's front.
 """
 
 from __future__ import annotations
@@ -184,3 +185,73 @@ def test_an_unlisted_edge_is_found() -> None:
         ("deploy", "bench"): ["mmelocal.deploy.x -> mmelocal.bench.capacity.loop"]
     }
     assert "bench" not in ALLOWED["deploy"]
+
+
+#: the modules split by job into packages: package -> its parts, each with the parts of the
+#: same package it may import. No part imports the package itself (its ``__init__``, the
+#: front that re-exports the parts), and every part is listed.
+PARTS: dict[str, dict[str, set[str]]] = {
+    # the open-loop replay: the schedule, where requests go, the emulator's state page, and
+    # three senders over them (the Locust one checks aiohttp through the HTTP one's helper)
+    "mmelocal.traffic.replay": {
+        "schedule": set(),
+        "targets": set(),
+        "emulator_state": {"schedule"},
+        "over_http": {"schedule", "targets", "emulator_state"},
+        "over_locust": {"schedule", "targets", "emulator_state", "over_http"},
+        "through_boto3": {"schedule"},
+    },
+    # the fleet simulation: what the fleet is, its instances, the event engine over them
+    "mmelocal.traffic.simulate": {
+        "config": set(),
+        "fleet": {"config"},
+        "engine": {"config", "fleet"},
+    },
+    # ``mmelocal traffic``: one module per command, none importing another; what several
+    # share in the underscored parts
+    "mmelocal.cli.traffic": {
+        "_shared": set(),
+        "_capacity": {"_shared"},
+        "_measured": set(),
+        "make_cmd": set(),
+        "replay_cmd": {"_shared"},
+        "simulate_cmd": {"_shared", "_capacity", "_measured"},
+        "size_cmd": {"_shared", "_capacity", "_measured"},
+    },
+}
+
+
+def wrong_part_edges(
+    graph: dict[str, set[str]], package: str, allowed: dict[str, set[str]]
+) -> list[str]:
+    """The imports between ``package``'s parts that ``allowed`` does not list, and any part's
+    import of the package itself."""
+    prefix = package + "."
+    wrong: list[str] = []
+    for module, imported in graph.items():
+        if not module.startswith(prefix):
+            continue
+        part = module.removeprefix(prefix)
+        for target in imported:
+            if target == package:
+                wrong.append(f"{part} -> {package} (the front)")
+            elif target.startswith(prefix) and target.removeprefix(prefix) not in allowed[part]:
+                wrong.append(f"{part} -> {target.removeprefix(prefix)}")
+    return sorted(wrong)
+
+
+def test_the_split_packages_parts_import_only_the_listed_parts() -> None:
+    graph = import_graph()
+    for package, allowed in PARTS.items():
+        parts = {m.removeprefix(package + ".") for m in graph if m.startswith(package + ".")}
+        assert sorted(parts) == sorted(allowed), package
+        assert wrong_part_edges(graph, package, allowed) == [], package
+
+
+def test_an_unlisted_part_edge_is_found() -> None:
+    graph = {"p": {"p.a"}, "p.a": {"p.b", "p"}, "p.b": set(), "q": {"p.b"}}
+    assert wrong_part_edges(graph, "p", {"a": set(), "b": set()}) == [
+        "a -> b",
+        "a -> p (the front)",
+    ]
+    assert wrong_part_edges(graph, "p", {"a": {"b"}, "b": set()}) == ["a -> p (the front)"]

@@ -1,0 +1,127 @@
+"""The models one instance holds, for ``simulate`` and ``size``: given, or projected onto
+the instance type's card from a footprint or a capacity / estimate result."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import click
+
+from mmelocal.cli._options import IN_FILE, grouped
+from mmelocal.cli.traffic._shared import _Decorator
+from mmelocal.errors import UserInputError
+from mmelocal.facts.sagemaker import MEMORY_THRESHOLD
+from mmelocal.units import MiB
+
+
+class _CapacityArgs(NamedTuple):
+    """The options that give the models an instance holds (read by :func:`_capacity_for`)."""
+
+    models_per_instance: int | None
+    footprint_mib: float | None
+    baseline_mib: float
+    capacity_file: Path | None
+    threshold: float
+
+
+def _capacity_options(
+    models_help: str, baseline_help: str | None = None, threshold_help: str | None = None
+) -> _Decorator:
+    """The options of :class:`_CapacityArgs`, handed to the command as ``capacity_args``."""
+    return grouped(
+        "capacity_args",
+        _CapacityArgs,
+        click.option("--models-per-instance", type=int, default=None, help=models_help),
+        click.option(
+            "--footprint-mib", type=float, default=None, help="Per-model footprint (MiB)."
+        ),
+        click.option(
+            "--baseline-mib", type=float, default=0.0, show_default=True, help=baseline_help
+        ),
+        click.option(
+            "--capacity",
+            "capacity_file",
+            type=IN_FILE,
+            default=None,
+            help="A capacity or estimate result (JSON) for the footprint.",
+        ),
+        click.option(
+            "--threshold",
+            type=float,
+            default=MEMORY_THRESHOLD,
+            show_default=True,
+            help=threshold_help,
+        ),
+    )
+
+
+_BY_FIGURE = "--models-per-instance K or --footprint-mib X"
+
+
+def _footprint_file(path: Path) -> Any:
+    """The `capacity estimate` result (an :class:`Estimate`) or the GPU
+    :class:`CapacityResult` ``path`` holds (the first, in a file of several); a host-memory
+    one is refused: CPU figures never project onto a GPU card."""
+    from mmelocal.bench.capacity.result import host_memory_refusal
+    from mmelocal.bench.results import read_results
+
+    found = read_results(path)
+    result = found[0] if found else None
+    if result is None or result.kind not in ("capacity", "estimate"):
+        raise UserInputError(
+            f"{path}: no per-model footprint (a GPU result of `mmelocal capacity --json FILE`, "
+            "or a result of `mmelocal capacity estimate --json FILE`)"
+        )
+    if result.kind == "capacity" and result.on_host_memory:
+        raise UserInputError(host_memory_refusal(path, _BY_FIGURE))
+    return result
+
+
+def _capacity_for(instance_type: str | None, capacity_args: _CapacityArgs) -> tuple[int, str]:
+    """Models per instance and where the figure comes from."""
+    models_per_instance, footprint_mib, baseline_mib, capacity_file, threshold = capacity_args
+    if models_per_instance is not None:
+        return models_per_instance, "given"
+    if footprint_mib is None and capacity_file is None:
+        raise UserInputError(
+            "give the capacity per instance: --models-per-instance K, --footprint-mib X, or "
+            "--capacity FILE (a capacity or estimate result)"
+        )
+    found = _footprint_file(capacity_file) if capacity_file is not None else None
+    if instance_type is None:
+        raise UserInputError(
+            "footprints project onto a card: give --instance-type (e.g. ml.g5.xlarge)"
+        )
+    from mmelocal.bench.capacity.loop import with_projection
+    from mmelocal.bench.capacity.projection import load_gpus, project
+
+    card = next((g for g in load_gpus() if instance_type in g.instances), None)
+    if card is None:
+        raise UserInputError(
+            f"no GPU card known for {instance_type}: give --models-per-instance, or an MME GPU "
+            "type (mmelocal capacity project lists them)"
+        )
+    if found is not None and found.kind == "estimate":
+        # the estimate's own count on the card: its per-copy parts and the runtime and
+        # server it pays once (the card's published server baseline where there is one)
+        on_card = dataclasses.replace(found, threshold=threshold).with_cards([card])
+        return on_card.cards[0].point, f"estimate, on {card.name}"
+    if found is not None:
+        # capacity's own projection: each copy its marginal part, the shared runtime once
+        measured = dataclasses.replace(found, threshold=threshold)
+        projection, source = with_projection(measured, [card]).projection, "measured on a GPU"
+        if projection is None:
+            raise UserInputError(f"{capacity_file}: the capacity result loaded no copy")
+    else:
+        assert footprint_mib is not None
+        projection = project(
+            per_model_bytes=int(footprint_mib * MiB),
+            baseline_bytes=int(baseline_mib * MiB),
+            threshold=threshold,
+            gpus=[card],
+        )
+        source = "given"
+    row = next(r for r in projection.rows if r.instance_type == instance_type)
+    return row.models_per_gpu, f"{source}, projected on {card.name}"

@@ -1,0 +1,71 @@
+"""Figures taken from a replay's JSON for ``simulate`` and ``size`` (cold-load times, the
+service time), labelled with where the replay measured: CPU figures are never shown as GPU
+ones."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from mmelocal.errors import UserInputError
+from mmelocal.traffic.simulate import LoadTimes
+
+_CPU_FIGURE = "CPU figure"
+
+
+def _replay_source(what: str, path: object, data: dict[str, Any]) -> str:
+    """How a figure taken from a replay's JSON is labelled: a replay of ``mmelocal serve``
+    without a GPU measured CPU figures, never shown as GPU ones."""
+    where = data.get("measured_where")
+    on = data.get("measured_on")
+    if on == "gpu":
+        return f"measured on a GPU ({what} of {path}: {where})"
+    if on == "endpoint":
+        return f"measured ({what} of {path}: {where})"
+    if on == "cpu":
+        return f"{_CPU_FIGURE}, not a GPU one ({what} of {path}: {where})"
+    return f"measured where unknown, not known to be a GPU figure ({what} of {path}" + (
+        f": {where})" if where else ")"
+    )
+
+
+def _load_times(value: str | None) -> Any:
+    from mmelocal.traffic.results import TrafficResult
+
+    if value is None:
+        return None
+    if value.endswith(".json"):
+        result = TrafficResult.read_json(value)
+        data = result.data
+        samples = tuple(float(x) for x in data.get("load_cycle_s") or data.get("cold_load_s", []))
+        if not samples:
+            raise UserInputError(f"{value} holds no cold-load times (cold_load_s is empty)")
+        return LoadTimes(samples_s=samples, source=_replay_source("load times", value, data))
+    try:
+        samples = tuple(float(x) for x in value.split(","))
+    except ValueError:
+        raise UserInputError(
+            "--load-seconds takes seconds (2.5), a list (1.2,3.4), or a replay's JSON; "
+            f"got {value!r}"
+        ) from None
+    return LoadTimes(samples_s=samples, source="given")
+
+
+def _service_s(service_ms: float | None, from_replay: Path | None) -> tuple[float | None, str]:
+    if service_ms is not None and from_replay is not None:
+        raise UserInputError("give --service-ms or --from-replay, not both")
+    if service_ms is not None:
+        if service_ms < 0:
+            raise UserInputError(f"--service-ms must be >= 0, got {service_ms:g}")
+        return service_ms / 1e3, "given"
+    if from_replay is not None:
+        from mmelocal.traffic.results import TrafficResult
+
+        data = TrafficResult.read_json(from_replay).data
+        warm = data["latency_ms"]["warm"]["p50"]
+        if warm is None:
+            raise UserInputError(
+                f"{from_replay}: the replay has no warm request to take a service time from"
+            )
+        return warm / 1e3, _replay_source("warm p50", from_replay, data)
+    return None, "none"
