@@ -208,7 +208,13 @@ def test_every_error_of_a_boto3_replay_is_counted(monkeypatch: pytest.MonkeyPatc
 
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refuse)
+
+    class Server(http.server.ThreadingHTTPServer):
+        # every call may connect at once: the default backlog of 5 refused a few of
+        # them (ConnectionClosedError, about one run in five)
+        request_queue_size = 512
+
+    server = Server(("127.0.0.1", 0), Refuse)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     n = 200
