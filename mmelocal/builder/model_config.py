@@ -272,6 +272,9 @@ def read_config(path: Path | str) -> Any:
     Raises :class:`~mmelocal.errors.ConfigError` naming the file, line and field for an
     unknown field, a bad value or enum, a tensor without a valid data type or dims, or a
     negative ``max_batch_size``.
+
+    An ``instance_group`` ``count`` below 1 is read as 0 (unset): Triton gives such a group
+    its default count (core ``NormalizeInstanceGroup``), as it does an unset one.
     """
     from google.protobuf import text_format
 
@@ -295,6 +298,8 @@ def read_config(path: Path | str) -> Any:
             f"{what}{reason} (column {column})", path=p, line=line, field=fieldname
         ) from None
     check_config(cfg, path=p, text=text)
+    for group in cfg.instance_group:
+        group.count = max(0, group.count)
     return cfg
 
 
@@ -356,13 +361,6 @@ def check_config(cfg: Any, *, path: Path | str | None = None, text: str | None =
                     line=line,
                     field=f"{where}.dims",
                 )
-    for i, group in enumerate(cfg.instance_group):
-        if group.count < 0:
-            raise ConfigError(
-                f"instance_group[{i}].count must be >= 0, got {group.count}",
-                path=path,
-                field=f"instance_group[{i}].count",
-            )
 
 
 def _check_platform(cfg: Any, *, path: Path | str | None, text: str | None) -> None:

@@ -25,7 +25,7 @@ import shutil
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from mmelocal.builder.mme_layout import MmeLayout, read_layout
+from mmelocal.builder.mme_layout import MmeLayout, ensemble_step_names, is_ensemble, read_layout
 from mmelocal.builder.tarball import create_folders_tarball, is_gzip, safe_extract
 from mmelocal.errors import UserInputError
 
@@ -44,7 +44,8 @@ def package_model(
     """Write ``out_dir/model.tar.gz`` in the seed layout: the model folder at the archive's
     top level (an ensemble: with its steps beside it).
 
-    ``model_dir`` is a model folder, a folder holding an ensemble and its steps, or a
+    ``model_dir`` is a model folder (an ensemble's: packed with the step folders beside
+    it), a folder holding an ensemble and its steps, or a
     ``.tar.gz`` in any layout SageMaker serves (re-packed; e.g. the root layout that
     packaging helpers write becomes ``<name>/config.pbtxt``)."""
     src = Path(model_dir)
@@ -61,7 +62,34 @@ def _folder_plan(src: Path) -> list[tuple[Path, str]]:
     layout = read_layout(src)
     _refuse_repository(src, layout)
     layout.raise_for_errors(str(src))
+    if layout.rule == "root" and is_ensemble(src):
+        return _ensemble_with_steps(src.resolve())
     return _archive_folders(layout, src.resolve().name)
+
+
+def _ensemble_with_steps(ensemble: Path) -> list[tuple[Path, str]]:
+    """An ensemble's model folder and the step folders beside it, where Triton loads them
+    from (the steps of a step that is an ensemble too): SageMaker's Triton loads an
+    ensemble's steps from the same archive, by folder name."""
+    repo = ensemble.parent
+    plan: dict[str, Path] = {ensemble.name: ensemble}
+    pending = [ensemble]
+    while pending:
+        current = pending.pop()
+        names = ensemble_step_names(current)
+        missing = [n for n in names if not (repo / n / "config.pbtxt").is_file()]
+        if missing:
+            raise UserInputError(
+                f"ensemble {current.name!r} names steps {missing} with no folder beside it in "
+                f"{repo}: SageMaker's Triton loads them from the same tarball; put their "
+                "model folders next to the ensemble"
+            )
+        for name in names:
+            if name not in plan:
+                plan[name] = repo / name
+                if is_ensemble(repo / name):
+                    pending.append(repo / name)
+    return [(folder, name) for name, folder in plan.items()]
 
 
 def _repack(tar_path: Path, dest: Path) -> Path:

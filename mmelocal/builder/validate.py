@@ -6,8 +6,9 @@ the file the platform needs, inputs and outputs against the artifact (ONNX: name
 count, data types, ranks and dims from the graph; TorchScript: the number and names of
 ``forward`` arguments - ranks and dtypes are not recorded statically in TorchScript),
 the batch dimension against ``max_batch_size`` (see :mod:`mmelocal.builder.compare`), warmup
-and batching settings against ``max_batch_size``, and for tarballs the MME layout plus the
-safety checks of :func:`~mmelocal.builder.tarball.safe_extract`. Tarballs go through
+and batching settings against ``max_batch_size``, an ensemble against the configs of the
+models its steps name (:mod:`mmelocal.builder.ensemble`), and for tarballs the MME layout
+plus the safety checks of :func:`~mmelocal.builder.tarball.safe_extract`. Tarballs go through
 :func:`~mmelocal.builder.mme_layout.read_layout` (SageMaker's layout rules); a folder of
 tarballs (a store) is also checked for ensemble steps that two tarballs share, when the
 endpoint runs Triton without model namespacing (SageMaker's entrypoint turns it on unless
@@ -28,6 +29,7 @@ from typing import Any
 from mmelocal.builder import repository, tarball
 from mmelocal.builder.backends import execution_env_problem, host_limit
 from mmelocal.builder.compare import check_artifact
+from mmelocal.builder.ensemble import ENSEMBLE_PLATFORM, schedule_problems, step_problems
 from mmelocal.builder.findings import SEVERITIES, Problem
 from mmelocal.builder.mme_layout import MmeLayout, read_layout, step_collisions
 from mmelocal.builder.model_config import read_config
@@ -267,7 +269,9 @@ def _check_model_folder(
     _check_warmup_files(cfg, model_dir, report, where)
     _check_batching(cfg, report, where)
     versions = _loaded_versions(cfg, _versions(model_dir, report, where), report, where)
-    if cfg.platform == "ensemble":
+    if cfg.platform == ENSEMBLE_PLATFORM or cfg.HasField("ensemble_scheduling"):
+        _check_ensemble(cfg, model_dir.parent, report, where)
+    if cfg.platform == ENSEMBLE_PLATFORM:
         return  # an ensemble's version folder is empty: its steps hold the artifacts
     filename = repository.artifact_filename(cfg)
     if not cfg.platform and not cfg.backend:
@@ -296,6 +300,25 @@ def _check_model_folder(
                 finding.message,
                 finding.severity,
             )
+
+
+def _check_ensemble(cfg: Any, repo: Path, report: ValidationReport, where: str) -> None:
+    """Triton's ensemble checks (:mod:`mmelocal.builder.ensemble`), against the step folders
+    beside the ensemble (where Triton loads them from); a step folder that is missing or
+    whose config does not read is reported on its own."""
+    problems = schedule_problems(cfg)
+    if not problems:
+        steps = {}
+        for step in cfg.ensemble_scheduling.step:
+            path = repo / step.model_name / "config.pbtxt"
+            if step.model_name and path.is_file():
+                try:
+                    steps[step.model_name] = read_config(path)
+                except ConfigError:
+                    continue
+        problems = step_problems(cfg, steps)
+    for problem in problems:
+        report.add("ensemble.invalid", where, f"{problem}; Triton fails the ensemble's load")
 
 
 def _check_name(

@@ -15,6 +15,14 @@ Default tolerances: fp32 ``atol=1e-4, rtol=1e-3``; fp16 ``atol=1e-2, rtol=1e-2``
 A TensorRT plan cannot be run without a GPU, and an artifact copied from the source
 file has nothing independent to compare with: both are reported as skipped with the
 reason, unless a reference ``.npz`` (``input:<name>`` / ``output:<name>``) is given.
+
+A reference ``.npz`` holds one batch of ``n`` rows. For a model that batches (a dynamic
+first axis and ``max_batch_size`` > 0 or unknown), its rows are also checked at the other
+batch sizes (``batch_sizes``, by default 1, 2, 4 within ``max_batch_size``): the rows
+taken in turn to make a batch of that size must give their recorded outputs, since
+Triton's batcher serves a request alone or beside others. A model whose answer for one
+request depends on the others in its batch fails there. Other sequence lengths cannot be
+made from a recording: the reference is checked at its own.
 """
 
 from __future__ import annotations
@@ -149,7 +157,9 @@ def verify(
         )
     runner = ArtifactRunner(artifact)
     if reference_npz is not None:
-        npz_rows = _compare_npz(runner, artifact, Path(reference_npz), atol, rtol)
+        batching = artifact.batch_dynamic and (max_batch_size is None or max_batch_size > 0)
+        sizes = _batch_sizes(batch_sizes, max_batch_size) if batching else ()
+        npz_rows = _compare_npz(runner, Path(reference_npz), sizes, atol, rtol)
         return _finish(VerifyReport(rows=tuple(npz_rows), atol=atol, rtol=rtol), raise_on_failure)
     if artifact.copied_from_source:
         return VerifyReport(
@@ -262,8 +272,11 @@ def _compare(
 
 
 def _compare_npz(
-    runner: ArtifactRunner, artifact: ExportedArtifact, path: Path, atol: float, rtol: float
+    runner: ArtifactRunner, path: Path, batch_sizes: Sequence[int], atol: float, rtol: float
 ) -> list[VerifyRow]:
+    """Rows comparing the artifact with the recorded outputs: the batch as recorded, then
+    for each of ``batch_sizes`` its rows taken in turn (none when the model does not
+    batch, or a tensor's first axis is not the batch's)."""
     try:
         with np.load(path, allow_pickle=False) as data:
             arrays = {k: data[k] for k in data.files}
@@ -273,9 +286,18 @@ def _compare_npz(
     outputs = {k.split(":", 1)[1]: v for k, v in arrays.items() if k.startswith("output:")}
     if not inputs or not outputs:
         raise UserInputError(f"{path} needs input:<name> and output:<name> arrays")
-    actual = runner.run(inputs)
-    batch = int(next(iter(inputs.values())).shape[0])
-    return [_compare(n, batch, None, actual.get(n), w, atol, rtol) for n, w in outputs.items()]
+    first = next(iter(inputs.values()))
+    batch = int(first.shape[0]) if first.ndim else 1
+    tensors = [*inputs.values(), *outputs.values()]
+    rows_of = batch >= 1 and all(t.ndim and t.shape[0] == batch for t in tensors)
+    rows: list[VerifyRow] = []
+    for size in dict.fromkeys((batch, *(batch_sizes if rows_of else ()))):
+        pick = np.arange(size) % batch
+        given = inputs if size == batch else {k: v[pick] for k, v in inputs.items()}
+        wanted = outputs if size == batch else {k: v[pick] for k, v in outputs.items()}
+        actual = runner.run(given)
+        rows += [_compare(n, size, None, actual.get(n), w, atol, rtol) for n, w in wanted.items()]
+    return rows
 
 
 class ArtifactRunner:

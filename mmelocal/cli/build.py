@@ -92,7 +92,8 @@ class _BatchSizes(click.ParamType):
     "--reference",
     type=click.Path(exists=True, dir_okay=False),
     default=None,
-    help="Verify against this .npz (input:NAME / output:NAME) instead of the source.",
+    help="Verify against this .npz (input:NAME / output:NAME, one batch) instead of the "
+    "source; a batching model is checked on its rows at batch 1, 2 and 4 too.",
 )
 @json_flag("Print the result as JSON.")
 def build(

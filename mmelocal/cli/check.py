@@ -48,6 +48,14 @@ from mmelocal.units import mib
     type=click.FloatRange(min=1),
     help="Seconds one model may take to load.",
 )
+@field_option(
+    CheckOptions,
+    "gpu_index",
+    "--gpu",
+    type=click.IntRange(min=0),
+    help="On a GPU host: the GPU (nvidia-smi's number) the server runs on and whose memory "
+    "is read.",
+)
 def check(path: Path, as_json: bool, **options: Any) -> None:
     """Validate PATH, then load, warm up, query and unload each model on a real Triton.
 

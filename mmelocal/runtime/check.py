@@ -49,6 +49,10 @@ class CheckOptions:
 
     ``all_loaded`` keeps every model loaded until the end and measures the memory they take
     together (does the repository fit beside its neighbours?), instead of one at a time.
+
+    ``gpu_index``: on a GPU host, the one GPU (NVML's numbering, by PCI bus) the server
+    runs on, as a SageMaker instance has one, and whose memory is read. For an
+    ``external`` server, name the GPU it runs on.
     """
 
     launcher: str = "local"
@@ -64,6 +68,7 @@ class CheckOptions:
     batch_size: int = 1
     dynamic_dim: int = 8
     all_loaded: bool = False
+    gpu_index: int = 0
 
     def __post_init__(self) -> None:
         check_launcher_kind(self.launcher)
@@ -71,6 +76,8 @@ class CheckOptions:
             raise UserInputError("launcher 'external' needs url (e.g. http://127.0.0.1:8000)")
         if self.atol < 0 or self.rtol < 0:
             raise UserInputError(f"atol and rtol must be >= 0, got {self.atol}, {self.rtol}")
+        if self.gpu_index < 0:
+            raise UserInputError(f"gpu_index must be >= 0, got {self.gpu_index}")
         for name in ("batch_size", "dynamic_dim"):
             if getattr(self, name) < 1:
                 raise UserInputError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -161,9 +168,9 @@ def check_path(
             return report
         served = work / "served"
         served.mkdir()
-        launcher = _make_launcher(opts, served)
-        backends = _backends(opts, launcher)
         gpu = gpu_available()
+        launcher = _make_launcher(opts, served, gpu=gpu)
+        backends = _backends(opts, launcher)
         targets: list[_Target] = []
         for model_dir, folder_name in model_dirs:
             check = ModelCheck(name=folder_name or model_dir.name)
@@ -191,7 +198,9 @@ def check_path(
         say(f"starting Triton ({opts.launcher})")
         with launcher:
             report.server_log = str(launcher.log_path) if launcher.log_path else None
-            report.baseline_memory_bytes, report.memory_kind = _memory(launcher, gpu)
+            report.baseline_memory_bytes, report.memory_kind = _memory(
+                launcher, _gpu_read(opts, gpu)
+            )
             restarted = False
             for index, target in enumerate(targets):
                 say(f"checking {target.check.name}")
@@ -260,10 +269,14 @@ def _model_dirs(source: Path, work: Path, report: CheckReport) -> list[tuple[Pat
     return list(layout.named_folders)
 
 
-def _make_launcher(opts: CheckOptions, served: Path) -> TritonLauncher:
+def _make_launcher(opts: CheckOptions, served: Path, *, gpu: bool) -> TritonLauncher:
+    env: dict[str, str] = {}
+    if gpu:
+        # one GPU, the one read: CUDA numbers by PCI bus (as NVML does) only when told to
+        env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": str(opts.gpu_index)}
     return make_launcher(
         opts.launcher,
-        ServerConfig(model_repository=served),
+        ServerConfig(model_repository=served, env=env),
         tritonserver=opts.tritonserver,
         image=opts.docker_image,
         url=opts.url,
@@ -298,7 +311,7 @@ def _measure_and_unload_all(
     gpu: bool,
     restarted: bool,
 ) -> None:
-    now, _ = _memory(launcher, gpu)
+    now, _ = _memory(launcher, _gpu_read(opts, gpu))
     if now is not None and report.baseline_memory_bytes is not None and not restarted:
         report.all_loaded_memory_bytes = max(0, now - report.baseline_memory_bytes)
     client = TritonClient.for_launcher(launcher, load_timeout_s=opts.load_timeout_s)
@@ -326,13 +339,13 @@ def _check_model(
     check, config = target.check, target.config
     files, config_json = _external_payload(launcher, target.served_dir, config)
     check.warmup_samples = sum(max(1, w.count) for w in config.model_warmup)
-    before = _memory(launcher, gpu)
+    before = _memory(launcher, _gpu_read(opts, gpu))
     try:
         check.load_time_s = client.load(check.name, config=config_json, files=files)
     except ModelLoadError as exc:
         check.fail(f"load: {exc.triton_message or exc}")
         return
-    after = _memory(launcher, gpu)
+    after = _memory(launcher, _gpu_read(opts, gpu))
     if before[0] is not None and after[0] is not None:
         check.memory_bytes = max(0, after[0] - before[0])
         check.memory_kind = after[1]
@@ -392,9 +405,15 @@ def _log_size(log_path: Path | None) -> int:
         return 0
 
 
-def _memory(launcher: TritonLauncher, gpu: bool) -> tuple[int | None, str]:
-    if gpu:
-        used = gpu_used_bytes()
+def _gpu_read(opts: CheckOptions, gpu: bool) -> int | None:
+    """The NVML index of the GPU the server runs on (None without a GPU)."""
+    return opts.gpu_index if gpu else None
+
+
+def _memory(launcher: TritonLauncher, gpu: int | None) -> tuple[int | None, str]:
+    """Used memory of GPU ``gpu`` (NVML index), else the PSS of the server's tree."""
+    if gpu is not None:
+        used = gpu_used_bytes(gpu)
         if used is not None:
             return used, "gpu"
     pid = launcher.pid()

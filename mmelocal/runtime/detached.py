@@ -12,6 +12,7 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import signal
 import time
 from dataclasses import asdict, dataclass
@@ -49,6 +50,13 @@ class DetachedServer:
     model_repository: str
     log_path: str
     started_at: float
+    #: the server's process group (behind the namespace bridge, the bridge's pid); None in
+    #: a state file written before it was recorded
+    process_group: int | None = None
+    #: the prefix of the server's Python-backend regions in /dev/shm
+    shm_prefix: str | None = None
+    #: the folder of the namespace bridge's control socket (None without the bridge)
+    bridge_dir: str | None = None
 
     def is_alive(self) -> bool:
         """True while the recorded pid is a running tritonserver."""
@@ -135,6 +143,9 @@ def start_detached(
         model_repository=str(Path(config.model_repository).resolve()),
         log_path=str(log_path),
         started_at=time.time(),
+        process_group=launcher.process_group,
+        shm_prefix=launcher.shm_prefix,
+        bridge_dir=str(launcher.bridge_dir) if launcher.bridge_dir is not None else None,
     )
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(kept.to_dict(), indent=2), encoding="utf-8")
@@ -146,29 +157,69 @@ def start_detached(
 def stop_detached(
     name: str = "default", *, timeout_s: float = 15.0, root: Path | None = None
 ) -> DetachedServer | None:
-    """SIGTERM the detached server, SIGKILL its group after ``timeout_s``; remove the state file."""
+    """Stop the detached server and remove its state file.
+
+    SIGTERM to tritonserver, then a wait of up to ``timeout_s`` for its whole process group
+    to end (the namespace bridge exits after the server, removing its control socket; the
+    Python-backend stubs exit with their models); only what is still running then is
+    SIGKILLed. The server's ``/dev/shm`` regions (left by a killed stub) and the bridge's
+    folder are removed in any case."""
+    from mmelocal.runtime.local import group_members, remove_shm_regions, still_running
+
     kept = read_detached(name, root=root)
     if kept is None:
         return None
+    shm_prefix = kept.shm_prefix
     if kept.is_alive():
-        try:  # the server's group: under the namespace bridge, the bridge's pid
-            group = os.getpgid(kept.pid)
-        except ProcessLookupError:
-            group = kept.pid
+        group = kept.process_group or _group_of(kept.pid)
+        shm_prefix = shm_prefix or _shm_prefix_of(kept.pid)  # a state file written before
+        members = group_members(group)
         with contextlib.suppress(ProcessLookupError):
             os.kill(kept.pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        while kept.is_alive() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(group, signal.SIGKILL)
-        if kept.is_alive():
-            raise RuntimeLayerError(f"detached Triton pid {kept.pid} did not stop")
-        with contextlib.suppress(ChildProcessError, OSError):
-            os.waitpid(kept.pid, os.WNOHANG)  # reap it when this process started it
+        if still_running(members, timeout_s=timeout_s):
+            logger.warning(
+                "detached Triton %r (pid %s) ignored SIGTERM for %.0fs; killing it",
+                name,
+                kept.pid,
+                timeout_s,
+            )
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(group, signal.SIGKILL)
+            left = still_running(members, timeout_s=10.0)
+            if left:
+                raise RuntimeLayerError(
+                    f"detached Triton pid {kept.pid} did not stop: {[p.pid for p in left]} "
+                    "still run after SIGKILL"
+                )
+        for pid in {group, kept.pid}:  # reap them when this process started them
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(pid, os.WNOHANG)
+    if shm_prefix:
+        remove_shm_regions(shm_prefix)
+    if kept.bridge_dir:
+        shutil.rmtree(kept.bridge_dir, ignore_errors=True)
     _state_file(name, root).unlink(missing_ok=True)
     logger.info("detached Triton %r stopped (pid %s)", name, kept.pid)
     return kept
+
+
+def _group_of(pid: int) -> int:
+    try:  # the server's group: under the namespace bridge, the bridge's pid
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return pid
+
+
+def _shm_prefix_of(pid: int) -> str | None:
+    """The ``shm-region-prefix-name`` on the server's command line (None when absent)."""
+    import psutil
+
+    marker = "shm-region-prefix-name="
+    with contextlib.suppress(psutil.Error):
+        for arg in psutil.Process(pid).cmdline():
+            if marker in arg:
+                return arg.split(marker, 1)[1] or None
+    return None
 
 
 __all__ = ["DetachedServer", "read_detached", "start_detached", "state_dir", "stop_detached"]

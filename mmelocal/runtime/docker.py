@@ -309,7 +309,9 @@ class DockerLauncher(OwnedServerLauncher):
         return int(pid) if pid else None
 
     def save_logs(self) -> Path | None:
-        """Write the container's whole output to ``log_path`` now (replacing the stream)."""
+        """Write the container's whole output to ``log_path`` now, in place of what the
+        stream has appended of it so far; what the file held before this container started
+        (earlier runs of a kept log) stays."""
         if self._container is None or self._log_path is None:
             return self._log_path
         try:
@@ -317,7 +319,9 @@ class DockerLauncher(OwnedServerLauncher):
         except Exception as exc:
             logger.debug("could not read logs of %s: %s", self.name, exc)
             return self._log_path
-        self._log_path.write_bytes(data)
+        with open(self._log_path, "ab") as fh:  # append mode: the stream's writes stay at the end
+            fh.truncate(min(self._log_offset, os.fstat(fh.fileno()).st_size))
+            fh.write(data)
         return self._log_path
 
     def stop(self) -> None:

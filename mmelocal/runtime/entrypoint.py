@@ -60,12 +60,15 @@ def _bool(value: str) -> bool:
     raise ValueError(f"invalid value for bool option: {value}")
 
 
-def _int_or_bool(value: str) -> int:
-    """``--log-verbose``: ``true``/``false`` or an integer (ParseIntBoolOption)."""
+def _log_level(value: str) -> int:
+    """``--log-verbose``: ``true``/``false`` or an integer (``ParseIntBoolOption``), the
+    level tritonserver then runs at: ``LOG_SET_VERBOSE`` clamps it to ``max(0, level)``
+    (triton-inference-server/common ``include/triton/common/logging.h``), so ``-1`` is
+    verbose logging off, not a refusal."""
     lowered = value.lower()
     if lowered in ("true", "false"):
         return int(lowered == "true")
-    return _stoi(value)
+    return max(0, _stoi(value))
 
 
 def _port_range(value: str) -> None:
@@ -159,7 +162,7 @@ KNOBS: tuple[Knob, ...] = (
         key="SAGEMAKER_TRITON_LOG_VERBOSE",
         flag="--log-verbose={}",
         default="true",
-        check=_int_or_bool,
+        check=_log_level,
     ),
     Knob(key="SAGEMAKER_TRITON_LOG_INFO", flag="--log-info={}", check=_bool),
     Knob(key="SAGEMAKER_TRITON_LOG_WARNING", flag="--log-warning={}", check=_bool),

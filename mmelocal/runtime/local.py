@@ -404,6 +404,22 @@ class LocalLauncher(OwnedServerLauncher):
             return None
         return fd
 
+    @property
+    def process_group(self) -> int | None:
+        """The process group of the server and its stubs (behind the namespace bridge, the
+        bridge's pid); None before start."""
+        return self._process.pid if self._process is not None else None
+
+    @property
+    def shm_prefix(self) -> str:
+        """The prefix of this server's Python-backend regions in ``/dev/shm``."""
+        return self._shm_prefix
+
+    @property
+    def bridge_dir(self) -> Path | None:
+        """The folder of the namespace bridge's control socket (None without the bridge)."""
+        return self._bridge_dir
+
     def stop(self) -> None:
         """SIGTERM, wait up to ``stop_timeout_s``, then SIGKILL the process group. Idempotent."""
         process = self._process
@@ -415,7 +431,7 @@ class LocalLauncher(OwnedServerLauncher):
         named = f"tritonserver pid {server_pid or pgid}" + (
             f" (bridge pid {pgid})" if self.isolated else ""
         )
-        members = _group_members(pgid)  # stubs too, even after a crash reparented them
+        members = group_members(pgid)  # stubs too, even after a crash reparented them
         if process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 process.send_signal(signal.SIGTERM)
@@ -438,16 +454,24 @@ class LocalLauncher(OwnedServerLauncher):
         self._process = None
 
     def _cleanup_shm(self) -> None:
-        shm = Path("/dev/shm")
-        if shm.is_dir():
-            for leftover in shm.glob(f"{self._shm_prefix}*"):
-                with contextlib.suppress(OSError):
-                    leftover.unlink()
+        remove_shm_regions(self._shm_prefix)
 
     def __repr__(self) -> str:
         state = "alive" if self.is_alive() else "stopped"
         url = self._endpoints.http_url if self._endpoints else "-"
         return f"LocalLauncher({state}, {url}, pid={self.pid()})"
+
+
+def remove_shm_regions(prefix: str) -> None:
+    """Remove the ``/dev/shm`` regions named ``prefix*`` (what a killed Python-backend stub
+    leaves behind; a server that stopped cleanly removed its own)."""
+    if not prefix:
+        return
+    shm = Path("/dev/shm")
+    if shm.is_dir():
+        for leftover in shm.glob(f"{prefix}*"):
+            with contextlib.suppress(OSError):
+                leftover.unlink()
 
 
 def _warn_if_small_shm(per_instance_bytes: int) -> None:
@@ -493,7 +517,7 @@ def _only_child(pid: int) -> int | None:
     return None
 
 
-def _group_members(pgid: int) -> list[Any]:
+def group_members(pgid: int) -> list[Any]:
     """The processes of the server's process group: the server and its Python-backend
     stubs, found by group, since a stub whose server died is no longer its child."""
     import psutil
@@ -506,13 +530,9 @@ def _group_members(pgid: int) -> list[Any]:
     return members
 
 
-def _wait_gone(processes: list[Any], *, timeout_s: float) -> None:
-    """Wait until each process has exited (a zombie counts as gone), up to ``timeout_s``.
-
-    SIGKILL is asynchronous: a stub in the middle of a system call dies a moment later, and
-    its memory is only free then. Returning before that would let the next reading or the
-    next load see memory that is about to be released.
-    """
+def still_running(processes: list[Any], *, timeout_s: float) -> list[Any]:
+    """Wait until each process has exited (a zombie counts as gone), up to ``timeout_s``;
+    the ones still running then."""
     import psutil
 
     deadline = time.monotonic() + timeout_s
@@ -528,6 +548,17 @@ def _wait_gone(processes: list[Any], *, timeout_s: float) -> None:
         pending = still
         if pending:
             time.sleep(0.01)
+    return pending
+
+
+def _wait_gone(processes: list[Any], *, timeout_s: float) -> None:
+    """Wait until each process has exited (a zombie counts as gone), up to ``timeout_s``.
+
+    SIGKILL is asynchronous: a stub in the middle of a system call dies a moment later, and
+    its memory is only free then. Returning before that would let the next reading or the
+    next load see memory that is about to be released.
+    """
+    pending = still_running(processes, timeout_s=timeout_s)
     if pending:
         logger.warning(
             "stub processes %s still running %.0fs after SIGKILL",
@@ -549,6 +580,9 @@ __all__ = [
     "TritonInstall",
     "cache_dir",
     "find_tritonserver",
+    "group_members",
     "prepare_backend_directory",
+    "remove_shm_regions",
     "server_environment",
+    "still_running",
 ]

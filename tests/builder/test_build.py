@@ -196,7 +196,9 @@ def test_existing_file_checked_against_a_reference(artifact_of, tmp_path: Path) 
     )
     report = again.verify_report
     assert report is not None and not report.skipped and report.ok
-    assert report.max_abs_diff == 0.0 and [r.output for r in report.rows] == ["logits"]
+    assert report.max_abs_diff == 0.0 and {r.output for r in report.rows} == {"logits"}
+    # the recorded batch of 2, and its rows at the other batch sizes the model serves
+    assert sorted(r.batch_size for r in report.rows) == [1, 2, 4]
 
 
 def test_repository_that_cannot_be_written(tmp_path: Path) -> None:

@@ -164,3 +164,17 @@ def test_read_config_platform_and_backend_triton_accepts(tmp_path: Path, text: s
 def test_read_config_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"config\.pbtxt not found"):
         read_config(tmp_path / "config.pbtxt")
+
+
+@pytest.mark.parametrize("count", [-1, -7, 0])
+def test_an_instance_group_count_below_1_is_tritons_default(tmp_path: Path, count: int) -> None:
+    """Triton gives a group whose count is < 1 its default count (core
+    ``NormalizeInstanceGroup``: ``if (group.count() < 1) SetDefaultInstanceCount``, r24.10):
+    the config is read, with the count left unset (0), which Triton reads the same way."""
+    path = tmp_path / "config.pbtxt"
+    path.write_text(
+        f'name: "m"\nbackend: "python"\ninstance_group [{{ count: {count} kind: KIND_CPU }}]\n'
+    )
+    cfg = read_config(path)
+    assert cfg.instance_group[0].count == 0
+    assert "count" not in config_to_text(cfg)

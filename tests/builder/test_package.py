@@ -207,3 +207,35 @@ def test_a_model_folder_given_through_a_symlink_is_packed_as_a_folder(
     assert top.name == "tiny" and top.isdir()
     report = validate_path(out)
     assert report.ok, report.problems
+
+
+def test_an_ensemble_folder_is_packed_with_the_steps_beside_it(tmp_path: Path) -> None:
+    """``mmelocal package repo/ens``: the ensemble folder has its config at its root, so it
+    was packed alone, and SageMaker's Triton then fails the load (its steps load from the
+    same archive, by folder name). Its steps are taken from beside it, as Triton loads
+    them from the repository; a step with no folder there is refused by name."""
+    from mmelocal.builder.validate import validate_path
+
+    repo = tmp_path / "repo"
+    step = make_onnx_model_dir(repo, "step")  # x FP32 [4] -> y FP32 [4]
+    make_onnx_model_dir(repo, "other")
+    ens = repo / "ens"
+    (ens / "1").mkdir(parents=True)
+    (ens / "config.pbtxt").write_text(
+        'name: "ens"\nplatform: "ensemble"\nmax_batch_size: 8\n'
+        'input [ { name: "IN" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'ensemble_scheduling { step [ { model_name: "step" model_version: -1 '
+        'input_map { key: "x" value: "IN" } output_map { key: "y" value: "OUT" } } ] }\n'
+    )
+    packed = package_model(ens, tmp_path / "out")
+    with tarfile.open(packed) as tar:
+        tops = {m.name.split("/")[0] for m in tar.getmembers()}
+    assert tops == {"ens", step.name}
+    report = validate_path(packed)
+    assert report.ok, report.problems
+    import shutil
+
+    shutil.rmtree(step)
+    with pytest.raises(UserInputError, match=r"'step'.*no folder"):
+        package_model(ens, tmp_path / "out2")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from pathlib import Path
@@ -341,3 +342,71 @@ def _three_input_bert(tiny_bert_dir: Path) -> Any:
             return out[0]
 
     return ThreeInputs()
+
+
+class _TinyVocab:
+    """A text model whose embedding holds 10 token ids (vocab_size 10)."""
+
+    VOCAB = 10
+
+    @staticmethod
+    def module() -> Any:
+        import torch
+
+        class Model(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.embeddings = torch.nn.Embedding(_TinyVocab.VOCAB, 4)
+
+            def forward(self, input_ids: Any, attention_mask: Any) -> Any:
+                return self.embeddings(input_ids) * attention_mask.unsqueeze(-1)
+
+        torch.manual_seed(0)
+        return Model().eval()
+
+
+@pytest.mark.parametrize("via", ["gather", "config.json"])
+def test_onnx_token_ids_stay_within_the_models_vocabulary(tmp_path: Path, via: str) -> None:
+    """Random token ids were drawn from 1..99 whatever the model, so an ONNX text model
+    with a vocabulary under 100 failed onnxruntime's Gather on its own example inputs (and
+    its build's verification). Ids now stay below the vocabulary size, read from the
+    embedding table the ids index (or, when the graph hides it, ``vocab_size`` of a
+    ``config.json`` beside the file)."""
+    import torch
+
+    names = ["input_ids", "attention_mask"]
+    ids = torch.randint(0, _TinyVocab.VOCAB, (2, 8))
+    folder = tmp_path / "m"
+    folder.mkdir()
+    path = folder / "model.onnx"
+    with torch.no_grad():
+        torch.onnx.export(
+            _TinyVocab.module(),
+            (ids, torch.ones_like(ids)),
+            str(path),
+            dynamo=False,
+            input_names=names,
+            output_names=["hidden"],
+            dynamic_axes={n: {0: "batch", 1: "sequence"} for n in [*names, "hidden"]},
+            opset_version=17,
+        )
+    if via == "config.json":
+        import onnx
+
+        model = onnx.load(str(path))
+        [gather] = [n for n in model.graph.node if n.op_type == "Gather"]
+        # the table reaches the Gather through a node, as a quantized one does
+        copy = onnx.helper.make_node("Identity", [gather.input[0]], ["table_copy"])
+        gather.input[0] = "table_copy"
+        model.graph.node.insert(0, copy)
+        onnx.save(model, str(path))
+        (folder / "config.json").write_text(json.dumps({"vocab_size": _TinyVocab.VOCAB}))
+    src = load_source(str(path), seq_len=8)
+    for seed in range(5):
+        inputs = src.make_inputs(4, 8, seed=seed)
+        assert int(inputs["input_ids"].max()) < _TinyVocab.VOCAB
+        assert src.run(inputs)["hidden"].shape == (4, 8, 4)
+    from mmelocal.builder.build import BuildOptions, build_model
+
+    built = build_model(str(path), repo=tmp_path / "repo", options=BuildOptions(format="onnx"))
+    assert (built.model_dir / "1" / "model.onnx").is_file()

@@ -604,3 +604,31 @@ def test_torchscript_with_one_dict_input_takes_any_named_inputs(tmp_path: Path) 
     cfg = build_model_config(name="dict", platform="pytorch_libtorch", signature=sig)
     report = validate_path(add_model(tmp_path / "repo", name="dict", config=cfg, artifact=pt))
     assert report.ok, report.problems
+
+
+def test_an_ensemble_is_checked_against_its_steps_beside_it(tmp_path: Path) -> None:
+    """The steps' configs next to the ensemble (where Triton loads them from) are read:
+    an input_map key the step does not have is Triton's load error, whether the ensemble
+    folder or its repository is validated (tests/runtime/test_ensemble_checks.py has
+    tritonserver judge each case)."""
+    step = _model(tmp_path)  # ONNX "tiny": x FP32 [4] -> y FP32 [4], max_batch_size 8
+    ens = step.parent / "ens"
+    (ens / "1").mkdir(parents=True)
+    (ens / "config.pbtxt").write_text(
+        'name: "ens"\nplatform: "ensemble"\nmax_batch_size: 8\n'
+        'input [ { name: "IN" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'ensemble_scheduling { step [ { model_name: "tiny" model_version: -1 '
+        'input_map { key: "z" value: "IN" } output_map { key: "y" value: "OUT" } } ] }\n'
+    )
+    for target in (ens, step.parent):
+        report = validate_path(target)
+        found = [p.message for p in report.errors if p.code == "ensemble.invalid"]
+        assert [m.split(";")[0] for m in found] == [
+            "in ensemble ens, ensemble tensor IN is mapping to non-existing input z in model tiny",
+            "in ensemble ens, input x in model tiny is not mapped to any ensemble tensors",
+        ]
+        assert not [p for p in report.errors if p.code != "ensemble.invalid"]
+    text = (ens / "config.pbtxt").read_text().replace('key: "z"', 'key: "x"')
+    (ens / "config.pbtxt").write_text(text)
+    assert validate_path(step.parent).ok

@@ -114,8 +114,10 @@ def test_reference_npz(resnet_source, artifact_of, tmp_path: Path) -> None:
             "output:logits": outputs["logits"],
         },
     )
-    report = verify(resnet_source, art, reference_npz=npz)
-    assert report.ok and len(report.rows) == 1 and report.rows[0].batch_size == 2
+    report = verify(resnet_source, art, reference_npz=npz, max_batch_size=8)
+    # the recorded batch of 2, and its rows served alone and batched 4 at a time, as
+    # Triton's dynamic batcher may run them
+    assert report.ok and sorted(r.batch_size for r in report.rows) == [1, 2, 4]
     np.savez(
         npz,
         **{
@@ -192,3 +194,33 @@ def test_other_text_families_export_and_verify(family, outputs, tmp_path: Path) 
     ):
         report = verify(source, art, batch_sizes=(1, 3))
         assert report.ok and report.max_abs_diff < 2e-5, (art.format, report.per_output())
+
+
+def test_reference_npz_checks_the_rows_at_every_batch_size(tmp_path: Path) -> None:
+    """A reference recorded at one batch size also checks each of its rows at the other
+    batch sizes the model serves: a model whose outputs depend on the batch's other rows
+    (here it subtracts the batch mean, as a BatchNorm left in training mode does) matched
+    a batch-2 reference and was reported verified, yet answers a request served alone
+    differently."""
+    import torch
+
+    from mmelocal.builder.sources import load_source
+    from mmelocal.builder.torch2torchscript import export_torchscript
+
+    class MixesRows(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x - x.mean()
+
+    pt = tmp_path / "mixes.pt"
+    torch.jit.script(MixesRows()).save(str(pt))
+    source = load_source(str(pt))
+    art = export_torchscript(source, tmp_path / "out" / "model.pt")
+    x = np.random.default_rng(3).standard_normal((2, 3, 224, 224)).astype(np.float32)
+    npz = tmp_path / "ref.npz"
+    names = {"input": art.artifact_name("pixel_values"), "output": art.artifact_name("logits")}
+    np.savez(npz, **{f"input:{names['input']}": x, f"output:{names['output']}": x - x.mean()})
+    with pytest.raises(VerificationError, match="at batch 1"):
+        verify(source, art, reference_npz=npz, max_batch_size=8)
+    # a model that batches only what it was given: the reference is checked as recorded
+    report = verify(source, art, reference_npz=npz, max_batch_size=0)
+    assert report.ok and [r.batch_size for r in report.rows] == [2]

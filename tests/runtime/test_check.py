@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import sys
+import types
+from typing import Any
 
 import pytest
 from runtime_models import broken_repositories, write_mlp, write_python_model
 
 from mmelocal.cli.main import main
+from mmelocal.runtime import check as check_module
 from mmelocal.runtime.check import CheckOptions, check_path
 
 pytestmark = pytest.mark.triton
@@ -153,3 +157,55 @@ def test_a_crash_is_explained_by_its_own_log_lines_not_an_earlier_crash(tmp_path
     assert "Signal (11)" in errors["a_segfaults"], errors
     assert "Triton crashed while checking this model" in errors["b_is_killed"], errors
     assert "Signal (11)" not in errors["b_is_killed"], errors
+
+
+#: the used memory of each GPU of the stand-in NVML
+GPU_USED = {0: 5 * 2**30, 1: 7 * 2**30}
+
+
+class _TwoGpus(types.ModuleType):
+    """A stand-in ``pynvml`` (no GPU here): two devices, each with its own used memory."""
+
+    class NVMLError(Exception):
+        pass
+
+    def __init__(self) -> None:
+        super().__init__("pynvml")
+
+    def nvmlInit(self) -> None:
+        pass
+
+    def nvmlShutdown(self) -> None:
+        pass
+
+    def nvmlDeviceGetCount(self) -> int:
+        return 2
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
+        return index
+
+    def nvmlDeviceGetMemoryInfo(self, handle: int) -> Any:
+        return types.SimpleNamespace(used=GPU_USED[handle], total=16 * 2**30)
+
+
+@pytest.mark.parametrize("gpu_index", [0, 1])
+def test_check_reads_the_memory_of_the_gpu_its_triton_runs_on(tmp_path, monkeypatch, gpu_index):
+    """On a host with several GPUs the check runs Triton on one (as a SageMaker instance
+    has one) and reads that device's memory, not the sum over the host's GPUs."""
+    monkeypatch.setitem(sys.modules, "pynvml", _TwoGpus())
+    seen: dict[str, str] = {}
+    real = check_module.make_launcher
+
+    def launcher_seen(kind, config, **kw):
+        seen.update(config.env)
+        return real(kind, config, **kw)
+
+    monkeypatch.setattr(check_module, "make_launcher", launcher_seen)
+    repo = tmp_path / "repo"
+    write_python_model(repo, "py_gpu")
+    report = check_path(repo, CheckOptions(gpu_index=gpu_index))
+    assert report.ok, report.to_dict()
+    assert report.memory_kind == "gpu"
+    assert report.baseline_memory_bytes == GPU_USED[gpu_index]
+    assert seen["CUDA_VISIBLE_DEVICES"] == str(gpu_index)
+    assert seen["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"  # NVML's numbering

@@ -264,3 +264,20 @@ def test_grpc_and_metrics_ports_follow_the_entrypoint() -> None:
         sagemaker_env={"SAGEMAKER_TRITON_ALLOW_GRPC": "true"},
     )
     assert on.serves_grpc and not on.serves_metrics
+
+
+@pytest.mark.parametrize("value", ["-1", "-5"])
+def test_a_negative_log_verbose_is_taken_as_tritonserver_takes_it(
+    tmp_path: Path, value: str
+) -> None:
+    """tritonserver parses ``--log-verbose`` as any int (``ParseIntBoolOption``) and
+    ``LOG_SET_VERBOSE`` clamps it to ``max(0, level)`` (triton-inference-server/common
+    ``logging.h``, r24.10): a negative level is verbose logging off, not a refusal."""
+    env = {"SAGEMAKER_TRITON_LOG_VERBOSE": value}
+    assert check_sagemaker_env(env) == []
+    config = ServerConfig(model_repository=tmp_path, sagemaker=True, sagemaker_env=env)
+    assert config.log_verbose == 0  # the level tritonserver runs at
+    assert f"--log-verbose={value}" in entrypoint_args(env)  # passed on as the script does
+    # the same level given both ways agrees
+    both = ServerConfig(model_repository=tmp_path, sagemaker=True, log_verbose=0, sagemaker_env=env)
+    assert both.log_verbose == 0

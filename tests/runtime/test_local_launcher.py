@@ -238,3 +238,16 @@ def test_the_platforms_safe_port_range_does_not_stop_the_start(tmp_path):
     )
     with LocalLauncher(config, isolate_network=False, start_timeout_s=60) as launcher:
         assert launcher.is_alive()
+
+
+def test_a_negative_sagemaker_log_verbose_starts_a_quiet_server(tmp_path):
+    """``SAGEMAKER_TRITON_LOG_VERBOSE=-1`` reaches tritonserver as ``--log-verbose=-1``,
+    which it takes (the level is clamped to 0): the server starts."""
+    config = ServerConfig(
+        model_repository=tmp_path,
+        sagemaker=True,
+        sagemaker_env={"SAGEMAKER_TRITON_LOG_VERBOSE": "-1"},
+    )
+    with LocalLauncher(config, start_timeout_s=60) as launcher:
+        assert launcher.is_alive()
+        assert "--log-verbose=-1" in " ".join(psutil.Process(_pid(launcher)).cmdline())

@@ -147,3 +147,18 @@ def test_served_dir_is_in_server_repository(tmp_path, triton_server):
     prepared = triton_server.add_model(write_python_model(tmp_path, "where_py"))
     assert prepared.served_dir == Path(triton_server.repository) / "where_py"
     assert not prepared.derived
+
+
+def test_a_negative_instance_count_loads_with_tritons_default(tmp_path, load_model, triton_client):
+    """Triton takes ``count: -1`` and runs the group with its default count (1 for the
+    Python backend): mmelocal reads the config and serves it, as Triton does."""
+    config = (
+        'name: "neg_count"\nbackend: "python"\nmax_batch_size: 8\n'
+        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        "instance_group [ { count: -1 kind: KIND_CPU } ]\n"
+    )
+    name = load_model(write_python_model(tmp_path, "neg_count", config=config))
+    assert triton_client.model_config(name)["instance_group"][0]["count"] == 1
+    out = triton_client.infer(name, {"INPUT0": np.zeros((1, 4), np.float32)})
+    np.testing.assert_allclose(out["OUTPUT0"], np.ones((1, 4), np.float32))

@@ -696,3 +696,22 @@ def test_stop_child_kills_what_ignores_sigterm(tmp_path: Path) -> None:
     assert (stubborn.returncode, polite.returncode) == (-signal.SIGKILL, -signal.SIGTERM)
     stop_child(stubborn, polite)  # again: nothing left to stop, no error
     assert (stubborn.returncode, polite.returncode) == (-signal.SIGKILL, -signal.SIGTERM)
+
+
+@pytest.mark.parametrize(("fmt", "count"), [("onnx", 2), ("torchscript", 0)])
+def test_a_derived_copy_keeps_tritons_default_instance_count(tmp_path, fmt, count):
+    """A ``KIND_CPU`` group with no count gets Triton's default for the model's own backend:
+    2 for onnxruntime (and tensorflow), 1 for the others (core ``SetDefaultInstanceCount``,
+    r24.10). The Python backend's default is 1, so the derived copy states the 2."""
+    source = write_mlp(tmp_path / "src", "mlp", fmt)
+    config = source / "config.pbtxt"
+    text = config.read_text().replace(
+        "instance_group {\n  count: 1\n}", "instance_group {\n  kind: KIND_CPU\n}"
+    )
+    assert "KIND_CPU" in text
+    config.write_text(text)
+    prepared = prepare_model_for_server(
+        source, tmp_path / "out", backends_available={"python"}, gpu=False
+    )
+    assert prepared.derived
+    assert read_config(prepared.served_dir / "config.pbtxt").instance_group[0].count == count

@@ -2,14 +2,17 @@
 
 ONNX: names, dtypes and dims come from the graph; random inputs are made from them
 (``-1`` axes take the batch size or the sequence length; ``token_type_ids`` are all 0, one
-segment, the only id every segment embedding holds). TorchScript files carry no
-shapes, so only two common forms are recognised from the ``forward`` argument names:
-``(input_ids, attention_mask)`` (a text model, int64 ``(batch, seq_len)``; also with
-``token_type_ids``, all 0, as a BERT traced on its tokenizer's output takes) and a
-single argument (an image model, float32 ``(batch, 3, 224, 224)``, named
-``pixel_values`` -> ``logits`` like the image sources). Anything else
-should come through the Python API, :func:`~mmelocal.builder.sources.source_from_module`
-with ``torch.jit.load(path)`` and example inputs.
+segment, the only id every segment embedding holds; an integer input that indexes a table
+(a ``Gather`` on an initializer: an embedding) draws ids below the table's size, else
+below ``vocab_size`` of a ``config.json`` beside the file for ``input_ids``, else below
+100). TorchScript files carry no shapes, so only two common forms are recognised from
+the ``forward`` argument names: ``(input_ids, attention_mask)`` (a text model, int64
+``(batch, seq_len)``; also with ``token_type_ids``, all 0, as a BERT traced on its
+tokenizer's output takes) and a single argument (an image model, float32
+``(batch, 3, 224, 224)``, named ``pixel_values`` -> ``logits`` like the image sources).
+Anything else should come through the Python API,
+:func:`~mmelocal.builder.sources.source_from_module` with ``torch.jit.load(path)`` and
+example inputs.
 
 Building the same format as the file copies it; the verifier then has nothing
 independent to compare with and says so (unless a reference ``.npz`` is given).
@@ -59,6 +62,7 @@ def load_onnx_file(
     names = signature.input_names
     kind = "nlp" if set(_NLP_INPUTS) <= set(names) else "generic"
     specs = {s.name: (triton_to_numpy(s.data_type), s.dims) for s in signature.inputs}
+    bounds = index_bounds(path, names)
 
     def factory(batch_size: int, length: int | None, seed: int) -> dict[str, Any]:
         torch = import_torch("making example inputs")
@@ -68,7 +72,8 @@ def load_onnx_file(
         made: dict[str, Any] = {}
         for n, (dtype, dims) in specs.items():
             shape = [batch_size] + [(length or 8) if d == -1 else d for d in dims[1:]]
-            made[n] = torch.from_numpy(_random_array(rng, n, dtype, tuple(shape)))
+            high = bounds.get(n, _FALLBACK_VOCAB)
+            made[n] = torch.from_numpy(_random_array(rng, n, dtype, tuple(shape), high))
         return made
 
     axes: dict[str, dict[int, str]] = {}
@@ -97,7 +102,70 @@ def load_onnx_file(
     )
 
 
-def _random_array(rng: Any, name: str, dtype: Any, shape: tuple[int, ...]) -> Any:
+#: ops an index passes through unchanged on its way to the table it indexes
+_INDEX_PASSTHROUGH = frozenset({"Cast", "Identity", "Unsqueeze", "Squeeze", "Reshape", "Flatten"})
+
+
+def index_bounds(path: Path, names: tuple[str, ...]) -> dict[str, int]:
+    """For each input of ``names`` that indexes a table (a ``Gather`` whose data is an
+    initializer, as an embedding is), the table's size along the gathered axis: valid ids
+    are below it. An input that indexes several tables gets the smallest. Without such a
+    table, ``input_ids`` gets ``vocab_size`` from a ``config.json`` beside the file (a
+    Hugging Face export's), when there is one."""
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    tables = {init.name: list(init.dims) for init in graph.initializer}
+    consumers: dict[str, list[tuple[Any, int]]] = {}
+    for node in graph.node:
+        for position, tensor in enumerate(node.input):
+            consumers.setdefault(tensor, []).append((node, position))
+    bounds: dict[str, int] = {}
+    for name in names:
+        sizes = _gathered_sizes(name, consumers, tables)
+        if sizes:
+            bounds[name] = min(sizes)
+    if "input_ids" in names and "input_ids" not in bounds:
+        vocab = _config_vocab_size(path.parent / "config.json")
+        if vocab is not None:
+            bounds["input_ids"] = vocab
+    return bounds
+
+
+def _gathered_sizes(
+    name: str, consumers: dict[str, list[tuple[Any, int]]], tables: dict[str, list[int]]
+) -> list[int]:
+    sizes: list[int] = []
+    frontier, seen = [name], set()
+    while frontier:
+        tensor = frontier.pop()
+        if tensor in seen:
+            continue
+        seen.add(tensor)
+        for node, position in consumers.get(tensor, []):
+            if node.op_type == "Gather" and position == 1 and node.input[0] in tables:
+                axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+                dims = tables[node.input[0]]
+                if -len(dims) <= axis < len(dims) and dims[axis] > 0:
+                    sizes.append(int(dims[axis]))
+            elif node.op_type in _INDEX_PASSTHROUGH and position == 0:
+                frontier.extend(node.output)
+    return sizes
+
+
+def _config_vocab_size(path: Path) -> int | None:
+    import json
+
+    try:
+        value = json.loads(path.read_text(encoding="utf-8")).get("vocab_size")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, int) and value > 0 else None
+
+
+def _random_array(
+    rng: Any, name: str, dtype: Any, shape: tuple[int, ...], high: int = _FALLBACK_VOCAB
+) -> Any:
     import numpy as np
 
     if name == "attention_mask":
@@ -111,7 +179,7 @@ def _random_array(rng: Any, name: str, dtype: Any, shape: tuple[int, ...]) -> An
         return rng.standard_normal(shape).astype(dtype)
     if dtype.kind == "b":
         return rng.integers(0, 2, shape).astype(bool)
-    return rng.integers(1, _FALLBACK_VOCAB, shape).astype(dtype)
+    return rng.integers(1 if high > 1 else 0, high, shape).astype(dtype)
 
 
 def load_torchscript_file(

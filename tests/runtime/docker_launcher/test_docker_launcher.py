@@ -329,3 +329,22 @@ def test_plugin_test_server_runs_in_docker(
         np.testing.assert_array_equal(out, np.full((1, 4), 2, np.float32))
         container_id = server.launcher.container_id
     assert not docker_engine.containers.list(all=True, filters={"id": container_id})
+
+
+def test_save_logs_keeps_what_earlier_runs_appended(
+    triton_test_image: str, add_one_repository: Path, docker_session: str, tmp_path: Path
+) -> None:
+    """A kept log (an emulator's instance folder across runs) is appended to: saving the
+    container's whole output replaces this container's part only, once, not the file."""
+    log = tmp_path / "docker.log"
+    earlier = "I1126 10:00:00.000 1 server.cc:1] an earlier run's line\n"
+    log.write_text(earlier)
+    launcher = _launcher(triton_test_image, add_one_repository, docker_session, log_path=log)
+    with launcher:
+        saved = launcher.save_logs()
+        assert saved == log
+        text = log.read_text()
+        assert text.startswith(earlier)
+        assert text.count("Started HTTPService") == 1
+    text = log.read_text()
+    assert text.startswith(earlier) and text.count("Started HTTPService") == 1
