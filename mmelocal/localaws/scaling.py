@@ -43,6 +43,8 @@ from mmelocal.facts.autoscaling import (
     METRIC_PERIOD_S,
     PREDEFINED_METRICS,
     SCALABLE_DIMENSION,
+    SCALABLE_TARGETS_PAGE_SIZE,
+    SCALING_POLICIES_PAGE_SIZE,
     SERVICE_NAMESPACE,
 )
 from mmelocal.facts.cloudwatch import (
@@ -53,7 +55,7 @@ from mmelocal.facts.cloudwatch import (
 )
 from mmelocal.localaws.cloudwatch_api import start_unchecked
 from mmelocal.localaws.metric_store import MetricStore, series_key
-from mmelocal.localaws.paging import one_page
+from mmelocal.localaws.paging import Listed, every_item, one_page
 from mmelocal.localaws.state import repoint_alarms
 from mmelocal.rules.autoscaling import (
     ScalingLimits,
@@ -94,6 +96,54 @@ def _matching(policies: list[dict[str, Any]], query: dict[str, Any]) -> list[dic
         if (not names or p.get("PolicyName") in names)
         and (not resource or p.get("ResourceId") == resource)
     ]
+
+
+#: a ``MaxResults`` that has moto answer every match at once (moto sets no upper bound):
+#: its own DescribeScalableTargets pages cannot be followed past the second, whose
+#: ``NextToken`` is the first's again (moto 5.2.5, ``applicationautoscaling/responses.py``:
+#: ``next_token = str(len(scalable_targets_resp) - 1)``)
+_MOTO_EVERY_MATCH = 2**31 - 1
+#: operation -> the answer's key and the page size the service gives when none is asked
+_PAGED: dict[str, tuple[str, int]] = {
+    "DescribeScalableTargets": ("ScalableTargets", SCALABLE_TARGETS_PAGE_SIZE),
+    "DescribeScalingPolicies": ("ScalingPolicies", SCALING_POLICIES_PAGE_SIZE),
+}
+#: the operations :func:`paged_records` answers
+PAGED_OPERATIONS = tuple(_PAGED)
+
+
+def paged_records(
+    region: str,
+    operation: str,
+    params: dict[str, Any],
+    forward: Callable[[dict[str, Any]], tuple[int, Any]],
+) -> tuple[int, Any] | None:
+    """DescribeScalableTargets and DescribeScalingPolicies as the service pages them (a
+    correction of moto's answers for every caller, mmelocal's own reads included): every
+    match read from moto at once (policies filtered exactly: :func:`_matching`), then the
+    page ``NextToken`` and ``MaxResults`` ask for, 50 targets or 10 policies when
+    ``MaxResults`` is left out (:data:`~mmelocal.facts.autoscaling.SCALABLE_TARGETS_PAGE_SIZE`,
+    :data:`~mmelocal.facts.autoscaling.SCALING_POLICIES_PAGE_SIZE`); a token no page gave is
+    ``InvalidNextTokenException``. None (moto answers) for another operation."""
+    if operation not in _PAGED:
+        return None
+    key, size = _PAGED[operation]
+    query = {k: v for k, v in params.items() if k not in ("NextToken", "MaxResults")}
+    status, answer = forward({**query, "MaxResults": _MOTO_EVERY_MATCH})
+    if status != 200 or not isinstance(answer, dict):
+        return status, answer
+    found = answer.get(key) or []
+    if operation == "DescribeScalingPolicies":
+        found = _matching(found, params)
+    page = one_page(
+        [Listed(item) for item in found],
+        params,
+        key=key,
+        size_param="MaxResults",
+        default_size=size,
+        invalid_token_code="InvalidNextTokenException",
+    )
+    return status, page
 
 
 @dataclass
@@ -254,8 +304,7 @@ class Autoscaler:
                 if moved:
                     repoint_alarms(self._client_for("cloudwatch", region), moved)
                 self.policy_put(region, params, answer)
-            elif operation == "DescribeScalingPolicies":
-                answer["ScalingPolicies"] = _matching(answer.get("ScalingPolicies", []), params)
+            elif operation == "DescribeScalingPolicies":  # paged by :func:`paged_records`
                 for policy in answer.get("ScalingPolicies", []):
                     policy["Alarms"] = self.described_alarms(region, policy["PolicyARN"])
         return status, answer
@@ -269,19 +318,16 @@ class Autoscaler:
             query["ResourceId"] = params["ResourceId"]
         if names:
             query["PolicyNames"] = [str(n) for n in names]
-        policies = aas.describe_scaling_policies(**query).get("ScalingPolicies", [])
-        return [p["PolicyARN"] for p in _matching(policies, query)]
+        policies = every_item(aas.describe_scaling_policies, "ScalingPolicies", **query)
+        return [p["PolicyARN"] for p in policies]
 
     def _drop_policies(self, region: str, resource: str) -> None:
         """Deregistering a target deletes its policies (and their alarms), as the service
         does (moto keeps them)."""
         aas = self._client_for("application-autoscaling", region)
         query = {"ServiceNamespace": SERVICE_NAMESPACE, "ResourceId": resource}
-        # exactly this target's: moto matches ResourceId as a substring
-        policies = _matching(
-            aas.describe_scaling_policies(**query).get("ScalingPolicies", []), query
-        )
-        for policy in policies:
+        # exactly this target's (:func:`paged_records` filters as the service)
+        for policy in every_item(aas.describe_scaling_policies, "ScalingPolicies", **query):
             self.delete_alarms(region, policy["PolicyARN"])
             aas.delete_scaling_policy(
                 PolicyName=policy["PolicyName"],
@@ -294,8 +340,8 @@ class Autoscaler:
         """SageMaker deregisters a deleted endpoint's scalable targets (and their
         policies' alarms go with them)."""
         aas = self._client_for("application-autoscaling", region)
-        targets = aas.describe_scalable_targets(ServiceNamespace=SERVICE_NAMESPACE).get(
-            "ScalableTargets", []
+        targets = every_item(
+            aas.describe_scalable_targets, "ScalableTargets", ServiceNamespace=SERVICE_NAMESPACE
         )
         for target in targets:
             located = parse_resource(target["ResourceId"])
@@ -374,8 +420,8 @@ class Autoscaler:
         """The service's rule for ``UpdateEndpoint``: an update that changes the instance
         type of a variant registered for autoscaling, or removes it, fails."""
         aas = self._client_for("application-autoscaling", region)
-        targets = aas.describe_scalable_targets(ServiceNamespace=SERVICE_NAMESPACE).get(
-            "ScalableTargets", []
+        targets = every_item(
+            aas.describe_scalable_targets, "ScalableTargets", ServiceNamespace=SERVICE_NAMESPACE
         )
         scaled = {
             located[1]
@@ -531,14 +577,16 @@ class Autoscaler:
         aas = self._client_for("application-autoscaling", region)
         targets = {
             t["ResourceId"]: t
-            for t in aas.describe_scalable_targets(ServiceNamespace=SERVICE_NAMESPACE).get(
-                "ScalableTargets", []
+            for t in every_item(
+                aas.describe_scalable_targets,
+                "ScalableTargets",
+                ServiceNamespace=SERVICE_NAMESPACE,
             )
         }
         if not targets:
             return
-        policies = aas.describe_scaling_policies(ServiceNamespace=SERVICE_NAMESPACE).get(
-            "ScalingPolicies", []
+        policies = every_item(
+            aas.describe_scaling_policies, "ScalingPolicies", ServiceNamespace=SERVICE_NAMESPACE
         )
         scale = self._time_scale()
         for resource, target in targets.items():
@@ -610,8 +658,8 @@ class Autoscaler:
             else None
         )
         aas = self._client_for("application-autoscaling", region)
-        policies = aas.describe_scaling_policies(ServiceNamespace=SERVICE_NAMESPACE).get(
-            "ScalingPolicies", []
+        policies = every_item(
+            aas.describe_scaling_policies, "ScalingPolicies", ServiceNamespace=SERVICE_NAMESPACE
         )
         for policy in policies:
             if policy["PolicyARN"] in actions and policy.get("PolicyType") == "StepScaling":
@@ -706,9 +754,12 @@ class Autoscaler:
             cloudwatch = self._client_for("cloudwatch", region)
             alarms = [  # an alarm whose actions are disabled runs none (PutMetricAlarm)
                 a
-                for a in cloudwatch.describe_alarms(
-                    ActionPrefix=policy["PolicyARN"], StateValue="ALARM"
-                ).get("MetricAlarms", [])
+                for a in every_item(
+                    cloudwatch.describe_alarms,
+                    "MetricAlarms",
+                    ActionPrefix=policy["PolicyARN"],
+                    StateValue="ALARM",
+                )
                 if a.get("ActionsEnabled", True)
             ]
             if not alarms:
@@ -842,4 +893,4 @@ class Autoscaler:
         )
 
 
-__all__ = ["Activity", "Autoscaler", "parse_resource"]
+__all__ = ["PAGED_OPERATIONS", "Activity", "Autoscaler", "paged_records", "parse_resource"]

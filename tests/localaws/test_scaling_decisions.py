@@ -349,3 +349,64 @@ def test_deregistering_a_target_leaves_another_variants_policies(
         sm.delete_endpoint(EndpointName=name)
     assert kept["PolicyName"] == "track-All"
     assert len(kept["Alarms"]) == 2
+
+
+def test_scaling_policies_come_ten_a_page(target: dict[str, str]) -> None:
+    """DescribeScalingPolicies answers 10 policies a page when MaxResults is left out
+    (botocore's application-autoscaling model: "This value can be between 1 and 10. The
+    default value is 10"); moto answered 100. Eleven policies on the target: a first page
+    of 10 with a NextToken, and a user's paginator reads all eleven in pages of 10 and 1."""
+    aas = boto3.client("application-autoscaling")
+    names = [f"paged-{n}" for n in range(11)]
+    for name in names:
+        _step_policy(target, name, EXACT_STEPS)
+    query = {"ServiceNamespace": "sagemaker", "ResourceId": target["ResourceId"]}
+    first = aas.describe_scaling_policies(**query)
+    pages = list(aas.get_paginator("describe_scaling_policies").paginate(**query))
+    assert len(first["ScalingPolicies"]) == 10 and first.get("NextToken")
+    assert [len(page["ScalingPolicies"]) for page in pages] == [10, 1]
+    read = [p["PolicyName"] for page in pages for p in page["ScalingPolicies"]]
+    assert sorted(read) == sorted(names)
+
+
+def test_a_policy_past_the_first_hundred_in_the_region_acts(
+    aws: LocalAws, target: dict[str, str], endpoint_config: str
+) -> None:
+    """Every policy in the region is read, page after page: the local AWS read one page of
+    DescribeScalingPolicies (moto's 100), so the 101st policy never acted. Two variants of
+    another endpoint hold 50 step scaling policies each (the most a target may have:
+    "Scaling policies per scalable target ... 50", Application Auto Scaling User Guide,
+    Quotas); the module's variant gets the 101st, and a user's SetAlarmState on its alarm
+    scales the variant to one instance by the time the call returns."""
+    sm = boto3.client("sagemaker")
+    aas = boto3.client("application-autoscaling")
+    cloudwatch = boto3.client("cloudwatch")
+    model = sm.describe_endpoint_config(EndpointConfigName=endpoint_config)[
+        "ProductionVariants"][0]["ModelName"]  # fmt: skip
+    name = unique("crowded")
+    sm.create_endpoint_config(EndpointConfigName=name, ProductionVariants=[
+        {"VariantName": variant, "ModelName": model, "InstanceType": "ml.g5.xlarge",
+         "InitialInstanceCount": 1, "InitialVariantWeight": 1.0}
+        for variant in ("A", "B")
+    ])  # fmt: skip
+    sm.create_endpoint(EndpointName=name, EndpointConfigName=name)
+    alarm = unique("crowded")
+    try:
+        assert wait_endpoint(sm, name, leaving="Creating")["EndpointStatus"] == "InService"
+        for variant in ("A", "B"):
+            other = {**target, "ResourceId": f"endpoint/{name}/variant/{variant}"}
+            aas.register_scalable_target(**other, MinCapacity=1, MaxCapacity=2)
+            for n in range(50):
+                _step_policy(other, f"filler-{n}", EXACT_STEPS)
+        _low_alarm(alarm, alarm, _step_policy(target, "the-101st", EXACT_STEPS), periods=1)
+        cloudwatch.set_alarm_state(
+            AlarmName=alarm, StateValue="ALARM", StateReason="testing the policy",
+            StateReasonData=json.dumps({"version": "1.0", "recentDatapoints": [10.0]}),
+        )  # fmt: skip
+        activities = _activities(target)
+    finally:
+        cloudwatch.delete_alarms(AlarmNames=[alarm])
+        sm.delete_endpoint(EndpointName=name)
+    assert activities and activities[0]["Description"] == "Setting desired instance count to 1."
+    assert "triggered policy the-101st" in activities[0]["Cause"]
+    wait_for(lambda: _serving(sm, _ENDPOINT) == ("InService", 1), timeout_s=60)
