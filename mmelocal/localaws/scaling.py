@@ -23,6 +23,7 @@ Cooldowns and periods run on the control loop's clock (``--time-scale``).
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 import uuid
@@ -65,6 +66,7 @@ from mmelocal.rules.autoscaling import (
     evaluated_datapoints,
     step_adjustment,
     step_scaling_step,
+    target_tracking_invoked,
     target_tracking_step,
 )
 
@@ -638,11 +640,15 @@ class Autoscaler:
 
     def alarm_set(self, region: str, alarm: dict[str, Any], reason_data: dict[str, Any]) -> None:
         """A user's ``SetAlarmState`` changed ``alarm`` (DescribeAlarms' view, the new state
-        in it): the step scaling policies among the new state's actions run now, on the
+        in it): the scaling policies among the new state's actions run now, on the
         datapoints ``reason_data`` gives (its ``recentDatapoints``, as CloudWatch's own
         state changes carry them: "the Auto Scaling policy uses the information in this
         field to take the correct action", SetAlarmState API reference), else on the
-        published metric. Alarms whose actions are disabled run none."""
+        published metric: a step scaling policy, and a target tracking policy set off by
+        one of the alarms it created ("Application Auto Scaling creates and manages the
+        CloudWatch alarms that invoke the scaling policy": User Guide, "How target
+        tracking scaling for Application Auto Scaling works"). Alarms whose actions are
+        disabled run none."""
         if not alarm.get("ActionsEnabled", True):
             return
         field = {"ALARM": "AlarmActions", "OK": "OKActions"}.get(
@@ -662,16 +668,19 @@ class Autoscaler:
             aas.describe_scaling_policies, "ScalingPolicies", ServiceNamespace=SERVICE_NAMESPACE
         )
         for policy in policies:
-            if policy["PolicyARN"] in actions and policy.get("PolicyType") == "StepScaling":
-                self._step_now(region, policy, alarm, given)
+            if policy["PolicyARN"] in actions and policy.get("PolicyType") in _INVOKED:
+                self._invoked_now(region, policy, (alarm, given), policies)
 
-    def _step_now(
+    def _invoked_now(
         self,
         region: str,
         policy: dict[str, Any],
-        alarm: dict[str, Any],
-        datapoints: list[float] | None,
+        fired: tuple[dict[str, Any], list[float] | None],
+        policies: list[dict[str, Any]],
     ) -> None:
+        """``policy`` invoked now by ``fired`` (a user's SetAlarmState): it acts unless its
+        target's scaling is suspended that way, or it is a target tracking scale-in that
+        another target tracking policy of the target (of ``policies``) is not ready for."""
         resource = str(policy["ResourceId"])
         located = parse_resource(resource)
         target = self._target(region, resource)
@@ -684,9 +693,21 @@ class Autoscaler:
         limits = ScalingLimits(int(target["MinCapacity"]), int(target["MaxCapacity"]))
         suspended = target.get("SuspendedState") or {}
         period = _Period(region, fleet, limits, time.time(), self._time_scale(), suspended)
-        proposal = self._step(policy, period, fired=(alarm, datapoints))
-        if proposal is not None and not _suspended(suspended, current, proposal.capacity):
-            self._apply(region, resource, fleet, proposal, current)
+        proposal = _INVOKED[str(policy["PolicyType"])](self, policy, period, fired)
+        if proposal is None or _suspended(suspended, current, proposal.capacity):
+            return
+        if policy["PolicyType"] == "TargetTrackingScaling" and proposal.capacity < current:
+            own = [p for p in policies if p["ResourceId"] == resource]
+            wanted = {
+                p["PolicyName"]: proposal
+                if p["PolicyName"] == policy["PolicyName"]
+                else self._target_tracking(p, period)
+                for p in own
+                if p.get("PolicyType") == "TargetTrackingScaling"
+            }
+            if _held_back_scale_ins(own, wanted, current):
+                return
+        self._apply(region, resource, fleet, proposal, current)
 
     def _stop_scale_in_cooldowns(self, region: str, resource: str) -> None:
         """A scale-out stops the scale-in cooldown of every policy of the target ("if
@@ -699,13 +720,20 @@ class Autoscaler:
                     if key[:2] == (region, resource) and state.last_scale_in_s is not None:
                         states[key] = replace(state, last_scale_in_s=None)
 
-    def _target_tracking(self, policy: dict[str, Any], period: _Period) -> _Proposal | None:
+    def _target_tracking(
+        self,
+        policy: dict[str, Any],
+        period: _Period,
+        fired: tuple[dict[str, Any], list[float] | None] | None = None,
+    ) -> _Proposal | None:
+        """What a target tracking policy would do: on the published metric (its alarms'
+        conditions, evaluated here), or invoked by ``fired`` (one of its own alarms a user
+        set to ALARM, and the datapoints its reason data gave: the newest is the metric)."""
         region, fleet, limits, now_s, scale, suspended = period
         config = policy["TargetTrackingScalingPolicyConfiguration"]
         namespace, metric, dimensions, statistic = self._metric(policy)
-        key = series_key(namespace, metric, dimensions)
         values = self._store.periods(
-            key,
+            series_key(namespace, metric, dimensions),
             end_s=now_s,
             period_s=METRIC_PERIOD_S / scale,
             count=LOW_ALARM.evaluation_periods + EVALUATION_RANGE_EXTRA_PERIODS,
@@ -725,12 +753,26 @@ class Autoscaler:
             previous = self._states.get(state_key, ScalingState(fleet.instance_count))
             alarm_names = list(self.alarms.get((region, policy["PolicyARN"]), []))
         state = replace(previous, capacity=fleet.instance_count)
-        high = next((n for n in alarm_names if "-AlarmHigh-" in n), "AlarmHigh")
-        low = next((n for n in alarm_names if "-AlarmLow-" in n), "AlarmLow")
-        new, decision = target_tracking_step(
-            now_s, state, values, rules, limits,
-            policy_name=policy["PolicyName"], high_alarm_name=high, low_alarm_name=low,
-        )  # fmt: skip
+        high_side, low_side = f"-Alarm{HIGH_ALARM.side}-", f"-Alarm{LOW_ALARM.side}-"
+        if fired is None:
+            high = next((n for n in alarm_names if high_side in n), "AlarmHigh")
+            low = next((n for n in alarm_names if low_side in n), "AlarmLow")
+            new, decision = target_tracking_step(
+                now_s, state, values, rules, limits,
+                policy_name=policy["PolicyName"], high_alarm_name=high, low_alarm_name=low,
+            )  # fmt: skip
+        else:
+            alarm, given = fired
+            name = str(alarm["AlarmName"])
+            value = given[-1] if given else next(
+                (v for v in reversed(values) if v is not None and not math.isnan(v)), None
+            )  # fmt: skip
+            if name not in alarm_names or value is None:  # only its own alarms invoke it
+                return None
+            new, decision = target_tracking_invoked(
+                now_s, state, value, rules, limits,
+                scale_out=high_side in name, policy_name=policy["PolicyName"], alarm_name=name,
+            )  # fmt: skip
         if decision.cause is None:
             return None
 
@@ -892,5 +934,11 @@ class Autoscaler:
             invalid_token_code="InvalidNextTokenException",
         )
 
+
+#: policy type -> how an alarm a user set invokes it (:meth:`Autoscaler.alarm_set`)
+_INVOKED: dict[str, Callable[..., _Proposal | None]] = {
+    "StepScaling": Autoscaler._step,
+    "TargetTrackingScaling": Autoscaler._target_tracking,
+}
 
 __all__ = ["PAGED_OPERATIONS", "Activity", "Autoscaler", "paged_records", "parse_resource"]

@@ -410,3 +410,41 @@ def test_a_policy_past_the_first_hundred_in_the_region_acts(
     assert activities and activities[0]["Description"] == "Setting desired instance count to 1."
     assert "triggered policy the-101st" in activities[0]["Cause"]
     wait_for(lambda: _serving(sm, _ENDPOINT) == ("InService", 1), timeout_s=60)
+
+
+def test_set_alarm_state_on_a_target_tracking_alarm_invokes_its_policy(
+    target: dict[str, str],
+) -> None:
+    """Target tracking's alarms invoke its policy: "Application Auto Scaling creates and
+    manages the CloudWatch alarms that invoke the scaling policy and calculates the scaling
+    adjustment based on the metric and the target value" (Application Auto Scaling User
+    Guide, "How target tracking scaling for Application Auto Scaling works"), and a user's
+    SetAlarmState runs the new state's actions, the policy using the StateReasonData
+    (SetAlarmState API reference). At two instances and a target of 100: the high alarm
+    set to ALARM with the metric at 10 adds nothing (ceil(2 * 10 / 100) = 1 is no
+    scale-out); the low alarm set to ALARM with it scales in to 1 by the time the call
+    returns, the activity naming that alarm. Before, only step scaling policies ran."""
+    sm = boto3.client("sagemaker")
+    aas = boto3.client("application-autoscaling")
+    cloudwatch = boto3.client("cloudwatch")
+    _tracking(target, "tracked", unique("Tracked"), 100.0)
+    (policy,) = aas.describe_scaling_policies(
+        ServiceNamespace="sagemaker", ResourceId=target["ResourceId"], PolicyNames=["tracked"]
+    )["ScalingPolicies"]
+    alarms = {a["AlarmName"].split("-Alarm")[1][:3]: a["AlarmName"] for a in policy["Alarms"]}
+    data = json.dumps({"version": "1.0", "recentDatapoints": [10.0]})
+    before = len(_activities(target))
+    cloudwatch.set_alarm_state(
+        AlarmName=alarms["Hig"], StateValue="ALARM", StateReason="testing", StateReasonData=data
+    )
+    assert len(_activities(target)) == before
+    cloudwatch.set_alarm_state(
+        AlarmName=alarms["Low"], StateValue="ALARM", StateReason="testing", StateReasonData=data
+    )
+    activities = _activities(target)
+    assert len(activities) == before + 1
+    assert activities[0]["Description"] == "Setting desired instance count to 1."
+    assert activities[0]["Cause"] == (
+        f"monitor alarm {alarms['Low']} in state ALARM triggered policy tracked"
+    )
+    wait_for(lambda: _serving(sm, _ENDPOINT) == ("InService", 1), timeout_s=60)
