@@ -614,7 +614,10 @@ class Autoscaler:
                 if policy.get("PolicyType") == "TargetTrackingScaling":
                     wanted[policy["PolicyName"]] = self._target_tracking(policy, period)
                 elif policy.get("PolicyType") == "StepScaling":
-                    wanted[policy["PolicyName"]] = self._step(policy, period)
+                    for alarm in self._step_alarms(region, policy):
+                        # each alarm invokes the policy; the largest capacity wins below
+                        key = f"{policy['PolicyName']}\n{alarm['AlarmName']}"
+                        wanted[key] = self._step(policy, period, (alarm, None))
             held_back = _held_back_scale_ins(own, wanted, current)
             proposals = [
                 proposal
@@ -782,33 +785,36 @@ class Autoscaler:
 
         return _Proposal(decision.capacity, decision.cause, started)
 
+    def _step_alarms(self, region: str, policy: dict[str, Any]) -> list[dict[str, Any]]:
+        """The alarms in ALARM that invoke the step scaling policy this period, every one
+        of them: "Application Auto Scaling will evaluate all alarm breaches as they occur.
+        A cooldown period is used to protect against over-scaling due to multiple alarm
+        breaches" (Application Auto Scaling User Guide, Step scaling policies). An alarm
+        whose actions are disabled runs none (PutMetricAlarm's ActionsEnabled)."""
+        cloudwatch = self._client_for("cloudwatch", region)
+        return [
+            alarm
+            for alarm in every_item(
+                cloudwatch.describe_alarms,
+                "MetricAlarms",
+                ActionPrefix=policy["PolicyARN"],
+                StateValue="ALARM",
+            )
+            if alarm.get("ActionsEnabled", True)
+            and policy["PolicyARN"] in (alarm.get("AlarmActions") or [])
+        ]
+
     def _step(
         self,
         policy: dict[str, Any],
         period: _Period,
-        fired: tuple[dict[str, Any], list[float] | None] | None = None,
+        fired: tuple[dict[str, Any], list[float] | None],
     ) -> _Proposal | None:
-        """What a step scaling policy would do: acting on its alarm in ALARM, or on
-        ``fired`` (an alarm a user set, and the datapoints its reason data gave)."""
+        """What a step scaling policy invoked by ``fired`` would do: an alarm in ALARM, and
+        the datapoints a user's reason data gave (None: those the alarm evaluates)."""
         region, fleet, limits, now_s, scale, _ = period
         config = policy.get("StepScalingPolicyConfiguration") or {}
-        if fired is None:
-            cloudwatch = self._client_for("cloudwatch", region)
-            alarms = [  # an alarm whose actions are disabled runs none (PutMetricAlarm)
-                a
-                for a in every_item(
-                    cloudwatch.describe_alarms,
-                    "MetricAlarms",
-                    ActionPrefix=policy["PolicyARN"],
-                    StateValue="ALARM",
-                )
-                if a.get("ActionsEnabled", True)
-            ]
-            if not alarms:
-                return None
-            alarm, given = alarms[0], None
-        else:
-            alarm, given = fired
+        alarm, given = fired
         cooldown_s = float(config.get("Cooldown", DEFAULT_STEP_COOLDOWN_S)) / scale
         key = series_key(alarm["Namespace"], alarm["MetricName"], alarm.get("Dimensions", []))
         periods = int(alarm["EvaluationPeriods"])

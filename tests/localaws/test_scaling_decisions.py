@@ -163,10 +163,12 @@ def _step_policy(
     return str(answer["PolicyARN"])
 
 
-def _low_alarm(name: str, metric: str, action: str, periods: int, **extra: Any) -> None:
+def _low_alarm(
+    name: str, metric: str, action: str, periods: int, threshold: float = 50.0, **extra: Any
+) -> None:
     boto3.client("cloudwatch").put_metric_alarm(
         AlarmName=name, AlarmActions=[action], **_metric(metric), Statistic="Average",
-        Period=60, EvaluationPeriods=periods, Threshold=50.0,
+        Period=60, EvaluationPeriods=periods, Threshold=threshold,
         ComparisonOperator="LessThanThreshold", **extra,
     )  # fmt: skip
 
@@ -447,4 +449,36 @@ def test_set_alarm_state_on_a_target_tracking_alarm_invokes_its_policy(
     assert activities[0]["Cause"] == (
         f"monitor alarm {alarms['Low']} in state ALARM triggered policy tracked"
     )
+    wait_for(lambda: _serving(sm, _ENDPOINT) == ("InService", 1), timeout_s=60)
+
+
+def test_every_alarm_in_alarm_invokes_its_step_policy(
+    aws: LocalAws, target: dict[str, str]
+) -> None:
+    """Several alarms in ALARM on one step scaling policy each invoke it: "The policy will
+    continue to respond to additional alarm breaches [...] Application Auto Scaling will
+    evaluate all alarm breaches as they occur. A cooldown period is used to protect against
+    over-scaling due to multiple alarm breaches" (Application Auto Scaling User Guide, Step
+    scaling policies). Two alarms on the policy, both in ALARM: the first (threshold 50,
+    datapoint 45: 5 under it) asks for two instances, what the variant has; the second
+    (threshold 80, datapoint 10: 70 under it) for one, and the variant goes to one. Before,
+    the policy acted on the first alarm DescribeAlarms listed, and nothing happened."""
+    sm = boto3.client("sagemaker")
+    cloudwatch = boto3.client("cloudwatch")
+    arn = _step_policy(target, "two-alarms", EXACT_STEPS)
+    first, second = unique("a-near"), unique("b-far")
+    _low_alarm(first, first, arn, periods=1)
+    _low_alarm(second, second, arn, periods=1, threshold=80.0)
+    try:
+        now = time.time()
+        _record(aws, first, [45.0], now)
+        _record(aws, second, [10.0], now)
+        _evaluate(aws, now)
+        states = cloudwatch.describe_alarms(AlarmNames=[first, second])["MetricAlarms"]
+        activities = _activities(target)
+    finally:
+        cloudwatch.delete_alarms(AlarmNames=[first, second])
+    assert [a["StateValue"] for a in states] == ["ALARM", "ALARM"]
+    assert activities and activities[0]["Description"] == "Setting desired instance count to 1."
+    assert f"monitor alarm {second} in state ALARM" in activities[0]["Cause"]
     wait_for(lambda: _serving(sm, _ENDPOINT) == ("InService", 1), timeout_s=60)
