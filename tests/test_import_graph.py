@@ -184,3 +184,45 @@ def test_an_unlisted_edge_is_found() -> None:
         ("deploy", "bench"): ["mmelocal.deploy.x -> mmelocal.bench.capacity.loop"]
     }
     assert "bench" not in ALLOWED["deploy"]
+
+
+#: inside the local AWS's autoscaling (``localaws/scaling/``, one module per job): module ->
+#: the modules of the package it may import. The records and the pure pieces are below what
+#: proposes, the autoscaler (the overlay and the control loop) is on top, and the package's
+#: front door imports only what it re-exports; nothing below imports the autoscaler.
+SCALING = "mmelocal.localaws.scaling"
+SCALING_ALLOWED: dict[str, set[str]] = {
+    "records": set(),
+    "activities": set(),
+    "decisions": set(),
+    "checks": {"records"},
+    "bookkeeping": {"records"},
+    "tracking_alarms": {"bookkeeping", "records"},
+    "step_scaling": {"bookkeeping", "decisions"},
+    "target_tracking": {"bookkeeping", "decisions", "tracking_alarms"},
+    "autoscaler": {
+        "activities",
+        "bookkeeping",
+        "checks",
+        "decisions",
+        "records",
+        "step_scaling",
+        "target_tracking",
+        "tracking_alarms",
+    },
+    "": {"activities", "autoscaler", "checks", "records"},
+}
+
+
+def test_the_autoscalers_modules_point_one_way() -> None:
+    graph = import_graph()
+    inside = {m: graph[m] for m in graph if m == SCALING or m.startswith(f"{SCALING}.")}
+    assert sorted(m[len(SCALING) + 1 :] for m in inside) == sorted(SCALING_ALLOWED)
+    wrong = [
+        f"{module} -> {target}"
+        for module, imported in inside.items()
+        for target in sorted(imported)
+        if target.startswith(f"{SCALING}.")
+        and target[len(SCALING) + 1 :] not in SCALING_ALLOWED[module[len(SCALING) + 1 :]]
+    ]
+    assert wrong == []
