@@ -218,6 +218,29 @@ PARTS: dict[str, dict[str, set[str]]] = {
         "simulate_cmd": {"_shared", "_capacity", "_measured"},
         "size_cmd": {"_shared", "_capacity", "_measured"},
     },
+    # the local AWS's autoscaling, one module per job: the records and the pure pieces are
+    # below what proposes, the autoscaler (the overlay and the control loop) is on top, and
+    # nothing below imports the autoscaler
+    "mmelocal.localaws.scaling": {
+        "records": set(),
+        "activities": set(),
+        "decisions": set(),
+        "checks": {"records"},
+        "bookkeeping": {"records"},
+        "tracking_alarms": {"bookkeeping", "records"},
+        "step_scaling": {"bookkeeping", "decisions"},
+        "target_tracking": {"bookkeeping", "decisions", "tracking_alarms"},
+        "autoscaler": {
+            "activities",
+            "bookkeeping",
+            "checks",
+            "decisions",
+            "records",
+            "step_scaling",
+            "target_tracking",
+            "tracking_alarms",
+        },
+    },
 }
 
 

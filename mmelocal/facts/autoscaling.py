@@ -90,6 +90,13 @@ SERVICE_NAMESPACE: Final = "sagemaker"
 SCALABLE_DIMENSION: Final = "sagemaker:variant:DesiredInstanceCount"
 RESOURCE_ID_FORMAT: Final = "endpoint/{endpoint}/variant/{variant}"
 
+#: How many items one page of a Describe call holds when ``MaxResults`` is left out
+#: (botocore's application-autoscaling model, MaxResults: DescribeScalableTargets "can be
+#: between 1 and 50. The default value is 50"; DescribeScalingPolicies "can be between 1
+#: and 10. The default value is 10").
+SCALABLE_TARGETS_PAGE_SIZE: Final = 50
+SCALING_POLICIES_PAGE_SIZE: Final = 10
+
 #: Predefined metric type -> (namespace, metric name, statistic) of the alarms it makes.
 PREDEFINED_METRICS: Final[dict[str, tuple[str, str, str]]] = {
     "SageMakerVariantInvocationsPerInstance": (
@@ -125,6 +132,8 @@ __all__ = [
     "PREDEFINED_METRICS",
     "RESOURCE_ID_FORMAT",
     "SCALABLE_DIMENSION",
+    "SCALABLE_TARGETS_PAGE_SIZE",
+    "SCALING_POLICIES_PAGE_SIZE",
     "SERVICE_NAMESPACE",
     "TrackingAlarm",
 ]

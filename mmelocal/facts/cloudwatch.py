@@ -84,6 +84,16 @@ PUT_LOG_EVENTS_MAX_BYTES: Final = 1_048_576
 PUT_LOG_EVENTS_EVENT_OVERHEAD_BYTES: Final = 26
 PUT_LOG_EVENTS_MAX_EVENTS: Final = 10_000
 PUT_LOG_EVENTS_MAX_SPAN_MS: Final = 24 * 3_600_000
+#: One event's limit (PutLogEvents and InputLogEvent, botocore's logs model: "Each log event
+#: can be no larger than 1 MB"; 1 MB taken as 1,048,576 bytes, as the batch's limit is).
+PUT_LOG_EVENTS_MAX_EVENT_BYTES: Final = 1_048_576
+#: The most UTF-8 bytes one event's message can carry: a batch of that event alone counts
+#: them plus 26 against :data:`PUT_LOG_EVENTS_MAX_BYTES`, so whether or not the event's own
+#: limit counts the 26, a message can be no longer than this (1,048,550 bytes).
+LOG_EVENT_MAX_MESSAGE_BYTES: Final = (
+    min(PUT_LOG_EVENTS_MAX_EVENT_BYTES, PUT_LOG_EVENTS_MAX_BYTES)
+    - PUT_LOG_EVENTS_EVENT_OVERHEAD_BYTES
+)
 
 #: PutMetricAlarm's ``EvaluateLowSampleCountPercentile`` values (botocore's cloudwatch model).
 LOW_SAMPLE_COUNT_CHOICES: Final = ("evaluate", "ignore")
@@ -131,11 +141,13 @@ __all__ = [
     "INVOCATION_METRICS",
     "INVOCATION_NAMESPACE",
     "LOCAL_STAND_IN",
+    "LOG_EVENT_MAX_MESSAGE_BYTES",
     "LOW_SAMPLE_COUNT_CHOICES",
     "MODEL_CACHE_HIT",
     "PUT_LOG_EVENTS_EVENT_OVERHEAD_BYTES",
     "PUT_LOG_EVENTS_MAX_BYTES",
     "PUT_LOG_EVENTS_MAX_EVENTS",
+    "PUT_LOG_EVENTS_MAX_EVENT_BYTES",
     "PUT_LOG_EVENTS_MAX_SPAN_MS",
     "START_TIME_ROUNDING_S",
     "SUB_MINUTE_PERIODS_S",

@@ -137,6 +137,10 @@ class LocalAwsApp:
         #: X-Amz-Target prefix (a JSON service) -> what completes moto's answers there
         #: (CloudWatch, Application Auto Scaling: :mod:`.cloudwatch_api`, :mod:`.scaling`)
         self.overlays: dict[str, Overlay] = {}
+        #: (X-Amz-Target prefix, operation) -> what corrects moto's answer for every caller,
+        #: mmelocal's own calls included, beneath :attr:`overlays` (Application Auto
+        #: Scaling's pages: :func:`.scaling.paged_records`)
+        self.corrections: dict[tuple[str, str], Overlay] = {}
         #: (region, endpoint, its DescribeEndpoint, the new config) -> raise AwsServiceError to
         #: refuse an UpdateEndpoint (autoscaling's: :meth:`.scaling.Autoscaler.check_update`)
         self.update_checks: list[Callable[[str, str, dict[str, Any], dict[str, Any]], None]] = []
@@ -182,9 +186,12 @@ class LocalAwsApp:
             if handler is not None:
                 return self._sagemaker_call(handler, environ, start_response, region)
         prefix, _, operation = target.partition(".")
-        overlay = self.overlays.get(prefix)
-        if overlay is not None and not environ.get("HTTP_X_MMELOCAL_INTERNAL"):
-            return self._overlay_call(overlay, operation, environ, start_response, region)
+        overlay = None if environ.get("HTTP_X_MMELOCAL_INTERNAL") else self.overlays.get(prefix)
+        correction = self.corrections.get((prefix, operation))
+        if overlay is not None or correction is not None:
+            return self._overlay_call(
+                overlay, correction, operation, environ, start_response, region
+            )
         try:
             return self._moto(environ, start_response)
         except NotImplementedError as exc:  # the service's error, never an HTML 500
@@ -213,15 +220,17 @@ class LocalAwsApp:
 
     def _overlay_call(
         self,
-        overlay: Overlay,
+        overlay: Overlay | None,
+        correction: Overlay | None,
         operation: str,
         environ: dict[str, Any],
         start_response: StartResponse,
         region: str,
     ) -> Iterable[bytes]:
         params = _json_params(environ)
+        region = region or "us-east-1"
 
-        def forward(changed: dict[str, Any]) -> tuple[int, Any]:
+        def to_moto(changed: dict[str, Any]) -> tuple[int, Any]:
             body = json.dumps(changed).encode()
             environ["wsgi.input"], environ["CONTENT_LENGTH"] = io.BytesIO(body), str(len(body))
             try:
@@ -232,8 +241,12 @@ class LocalAwsApp:
                     code="UnknownOperationException",
                 ) from exc
 
+        def forward(changed: dict[str, Any]) -> tuple[int, Any]:
+            corrected = correction(region, operation, changed, to_moto) if correction else None
+            return corrected if corrected is not None else to_moto(changed)
+
         try:
-            answer = overlay(region or "us-east-1", operation, params, forward)
+            answer = overlay(region, operation, params, forward) if overlay else None
             if answer is None:
                 answer = forward(params)
         except AwsServiceError as exc:

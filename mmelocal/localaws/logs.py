@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from mmelocal.facts.cloudwatch import (
+    LOG_EVENT_MAX_MESSAGE_BYTES,
     PUT_LOG_EVENTS_EVENT_OVERHEAD_BYTES,
     PUT_LOG_EVENTS_MAX_BYTES,
     PUT_LOG_EVENTS_MAX_EVENTS,
@@ -37,8 +38,6 @@ logger = logging.getLogger(__name__)
 #: how often new Triton lines reach CloudWatch Logs (the agent in the cloud ships within
 #: seconds as well)
 SHIP_INTERVAL_S = 1.0
-#: lines over 256 KiB are cut (one event each, well inside a PutLogEvents batch)
-_MAX_EVENT_BYTES = 256 * 1024 - PUT_LOG_EVENTS_EVENT_OVERHEAD_BYTES
 
 #: (service, region) -> a boto3 client of the local AWS (mmelocal's own)
 ClientFor = Callable[[str, str], Any]
@@ -181,11 +180,7 @@ class LogShipper:
         if not complete:
             return
         now = int(time.time() * 1000)
-        lines = [
-            line.decode("utf-8", errors="replace")[:_MAX_EVENT_BYTES]
-            for line in complete.split(b"\n")
-            if line.strip()
-        ]
+        lines = [_event_message(line) for line in complete.split(b"\n") if line.strip()]
         logs = self._client_for("logs", tail.region)
         for batch in put_batches([{"timestamp": now, "message": line} for line in lines]):
             _put(logs, tail, batch)
@@ -211,6 +206,17 @@ class LogShipper:
             logger.exception("could not ship the logs of endpoint %s", fleet.plan.endpoint_name)
         error["LogStreamArn"] = arn
         return json.dumps(error).encode()
+
+
+def _event_message(line: bytes) -> str:
+    """One log line as an event's message: UTF-8 (bytes that are not: replaced), cut at
+    the last whole character within :data:`~mmelocal.facts.cloudwatch.
+    LOG_EVENT_MAX_MESSAGE_BYTES` bytes, the most one event can carry."""
+    text = line.decode("utf-8", errors="replace")
+    data = text.encode()
+    if len(data) <= LOG_EVENT_MAX_MESSAGE_BYTES:
+        return text
+    return data[:LOG_EVENT_MAX_MESSAGE_BYTES].decode("utf-8", errors="ignore")
 
 
 #: the X-Amz-Target prefix of CloudWatch Logs' JSON protocol (botocore's ``logs`` model)

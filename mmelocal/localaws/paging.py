@@ -1,4 +1,5 @@
-"""One page of a ``Describe*`` answer, as the local AWS's own APIs hand them out.
+"""Pages of ``Describe*`` answers: one page as the local AWS's own APIs hand them out
+(:func:`one_page`), and every item of a paged answer read back (:func:`every_item`).
 
 The token is the index of the page's first item (an opaque string to the caller, as AWS's
 are); a page is followed by ``NextToken`` only while items remain.
@@ -6,7 +7,8 @@ are); a page is followed by ``NextToken`` only while items remain.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from mmelocal.errors import AwsServiceError
@@ -18,6 +20,17 @@ class Described(Protocol):
     def described(self) -> dict[str, Any]:
         """The item as the API's answer shows it."""
         ...
+
+
+@dataclass(frozen=True)
+class Listed:
+    """An item already in the shape an answer shows it (a record read from moto)."""
+
+    value: dict[str, Any]
+
+    def described(self) -> dict[str, Any]:
+        """The item as the API's answer shows it."""
+        return self.value
 
 
 def one_page(
@@ -44,4 +57,23 @@ def one_page(
     return answer
 
 
-__all__ = ["Described", "one_page"]
+def every_item(call: Callable[..., Any], key: str, **params: Any) -> list[Any]:
+    """Every item under ``key`` of a paged answer: ``call`` (a client's ``describe_*``) with
+    ``params``, then again with each ``NextToken`` until a page comes without one. A token
+    that comes twice raises ``RuntimeError`` (as botocore's paginators refuse it) rather
+    than reading the same page forever."""
+    items: list[Any] = []
+    seen: set[str] = set()
+    token: str | None = None
+    while True:
+        page = call(**params, **({"NextToken": token} if token else {}))
+        items.extend(page.get(key, []))
+        token = page.get("NextToken")
+        if not token:
+            return items
+        if token in seen:
+            raise RuntimeError(f"{key}: the same NextToken came twice ({token!r})")
+        seen.add(token)
+
+
+__all__ = ["Described", "Listed", "every_item", "one_page"]

@@ -28,7 +28,7 @@ from mmelocal.localaws.endpoints import EndpointManager
 from mmelocal.localaws.fleet import Fleet, FleetOptions, FleetPlan
 from mmelocal.localaws.logs import LOGS_TARGET, LogShipper, logs_overlay
 from mmelocal.localaws.proxy import CA_FILE, CertificateAuthority, HttpsProxy, is_loopback
-from mmelocal.localaws.scaling import Autoscaler
+from mmelocal.localaws.scaling import PAGED_OPERATIONS, Autoscaler, paged_records
 from mmelocal.localaws.variants import EndpointPlan, plan_endpoint
 from mmelocal.runtime.lifecycle import StartStopContext
 
@@ -304,6 +304,8 @@ class LocalAws(StartStopContext):
             clock, lambda region: self._client("cloudwatch", region), actions=scaler.alarm_set
         )
         app.overlays[AUTOSCALING_TARGET] = scaler
+        for operation in PAGED_OPERATIONS:
+            app.corrections[(AUTOSCALING_TARGET, operation)] = paged_records
         app.overlays[LOGS_TARGET] = logs_overlay
         app.update_checks.append(scaler.check_update)
 

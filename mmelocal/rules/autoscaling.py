@@ -243,6 +243,70 @@ def _tracking_alarm_state(
     )
 
 
+def _clamped(
+    now_s: float, state: ScalingState, limits: ScalingLimits
+) -> tuple[ScalingState, ScalingDecision] | None:
+    """A capacity outside the limits brought inside them (None when it is inside)."""
+    capacity = state.capacity
+    clamped = limits.clamp(capacity)
+    if clamped == capacity:
+        return None
+    if clamped > capacity:
+        cause = f"minimum capacity was set to {limits.min_capacity}"
+        return replace(state, capacity=clamped, last_scale_out_s=now_s), ScalingDecision(
+            clamped, cause
+        )
+    cause = f"maximum capacity was set to {limits.max_capacity}"
+    return replace(state, capacity=clamped, last_scale_in_s=now_s), ScalingDecision(clamped, cause)
+
+
+def _tracking_scale_out(
+    now_s: float,
+    state: ScalingState,
+    latest: float,
+    policy: TargetTrackingPolicy,
+    limits: ScalingLimits,
+    cause: str,
+) -> tuple[ScalingState, ScalingDecision]:
+    """Target tracking's scale-out to ``ceil(capacity * latest / target)`` (in the scale-out
+    cooldown, from the capacity before the initiating scale-out: only a larger one goes)."""
+    capacity = state.capacity
+    base = capacity
+    if _in_cooldown(now_s, state.last_scale_out_s, policy.scale_out_cooldown_s):
+        # the capacity the initiating scale-out added is part of this one: computed from
+        # the capacity before it, only a larger scale-out goes ahead
+        base = state.scale_out_from if state.scale_out_from is not None else capacity
+    desired = limits.clamp(math.ceil(max(base, 1) * latest / policy.target_value))
+    if desired <= capacity:
+        return state, ScalingDecision(capacity, None)
+    # a scale-out stops the scale-in cooldown (ScaleInCooldown, API reference)
+    new = replace(
+        state, capacity=desired, last_scale_out_s=now_s, scale_out_from=base, last_scale_in_s=None
+    )
+    return new, ScalingDecision(desired, cause)
+
+
+def _tracking_scale_in(
+    now_s: float,
+    state: ScalingState,
+    latest: float,
+    policy: TargetTrackingPolicy,
+    limits: ScalingLimits,
+    cause: str,
+) -> tuple[ScalingState, ScalingDecision]:
+    """Target tracking's scale-in to ``ceil(capacity * latest / target)``, once the
+    scale-in cooldown after the previous scale-in is over; none with scale-in disabled."""
+    capacity = state.capacity
+    desired = limits.clamp(math.ceil(max(capacity, 1) * latest / policy.target_value))
+    if (
+        policy.disable_scale_in
+        or desired >= capacity
+        or _in_cooldown(now_s, state.last_scale_in_s, policy.scale_in_cooldown_s)
+    ):
+        return state, ScalingDecision(capacity, None)
+    return replace(state, capacity=desired, last_scale_in_s=now_s), ScalingDecision(desired, cause)
+
+
 def target_tracking_step(
     now_s: float,
     state: ScalingState,
@@ -267,58 +331,46 @@ def target_tracking_step(
     not held back by a scale-in's cooldown, as the service does). A capacity outside the
     limits is brought inside them first.
     """
-    capacity = state.capacity
-    clamped = limits.clamp(capacity)
-    if clamped != capacity:
-        cause = (
-            f"minimum capacity was set to {limits.min_capacity}"
-            if clamped > capacity
-            else f"maximum capacity was set to {limits.max_capacity}"
-        )
-        new = (
-            replace(state, capacity=clamped, last_scale_out_s=now_s)
-            if clamped > capacity
-            else replace(state, capacity=clamped, last_scale_in_s=now_s)
-        )
-        return new, ScalingDecision(clamped, cause)
+    clamped = _clamped(now_s, state, limits)
+    if clamped is not None:
+        return clamped
     latest = _latest(metric_per_period)
-    unchanged = ScalingDecision(capacity, None)
     if latest is None:
-        return state, unchanged
-    desired = limits.clamp(math.ceil(max(capacity, 1) * latest / policy.target_value))
-    high = _tracking_alarm_state(metric_per_period, HIGH_ALARM, policy.target_value)
-    if high == "ALARM":
-        base = capacity
-        if _in_cooldown(now_s, state.last_scale_out_s, policy.scale_out_cooldown_s):
-            # the capacity the initiating scale-out added is part of this one: computed
-            # from the capacity before it, only a larger scale-out goes ahead
-            base = state.scale_out_from if state.scale_out_from is not None else capacity
-            desired = limits.clamp(math.ceil(max(base, 1) * latest / policy.target_value))
-        if desired > capacity:
-            cause = ALARM_CAUSE_FORMAT.format(alarm=high_alarm_name, policy=policy_name)
-            # a scale-out stops the scale-in cooldown (ScaleInCooldown, API reference)
-            new = replace(
-                state,
-                capacity=desired,
-                last_scale_out_s=now_s,
-                scale_out_from=base,
-                last_scale_in_s=None,
-            )
-            return new, ScalingDecision(desired, cause)
-        return state, unchanged
+        return state, ScalingDecision(state.capacity, None)
+    if _tracking_alarm_state(metric_per_period, HIGH_ALARM, policy.target_value) == "ALARM":
+        cause = ALARM_CAUSE_FORMAT.format(alarm=high_alarm_name, policy=policy_name)
+        return _tracking_scale_out(now_s, state, latest, policy, limits, cause)
     if policy.disable_scale_in:
-        return state, unchanged
-    low = _tracking_alarm_state(metric_per_period, LOW_ALARM, policy.target_value)
-    if (
-        low == "ALARM"
-        and desired < capacity
-        and not _in_cooldown(now_s, state.last_scale_in_s, policy.scale_in_cooldown_s)
-    ):
+        return state, ScalingDecision(state.capacity, None)
+    if _tracking_alarm_state(metric_per_period, LOW_ALARM, policy.target_value) == "ALARM":
         cause = ALARM_CAUSE_FORMAT.format(alarm=low_alarm_name, policy=policy_name)
-        return replace(state, capacity=desired, last_scale_in_s=now_s), ScalingDecision(
-            desired, cause
-        )
-    return state, unchanged
+        return _tracking_scale_in(now_s, state, latest, policy, limits, cause)
+    return state, ScalingDecision(state.capacity, None)
+
+
+def target_tracking_invoked(
+    now_s: float,
+    state: ScalingState,
+    value: float,
+    policy: TargetTrackingPolicy,
+    limits: ScalingLimits,
+    *,
+    scale_out: bool,
+    policy_name: str,
+    alarm_name: str,
+) -> tuple[ScalingState, ScalingDecision]:
+    """A target tracking policy invoked by one of its alarms in ALARM (a user's
+    ``SetAlarmState``): the high alarm (``scale_out``) or the low one, with the metric at
+    ``value``. The policy "calculates the scaling adjustment based on the metric and the
+    target value" (Application Auto Scaling User Guide, "How target tracking scaling for
+    Application Auto Scaling works"): as :func:`target_tracking_step` once that alarm is
+    in ALARM, the same cooldowns, limits and ``DisableScaleIn`` included."""
+    clamped = _clamped(now_s, state, limits)
+    if clamped is not None:
+        return clamped
+    cause = ALARM_CAUSE_FORMAT.format(alarm=alarm_name, policy=policy_name)
+    move = _tracking_scale_out if scale_out else _tracking_scale_in
+    return move(now_s, state, value, policy, limits, cause)
 
 
 def step_adjustment(
@@ -414,5 +466,6 @@ __all__ = [
     "step_adjustment",
     "step_scaling_step",
     "stepped_capacity",
+    "target_tracking_invoked",
     "target_tracking_step",
 ]

@@ -1,13 +1,16 @@
 """The local AWS's pages of ``Describe*`` answers (DescribeAlarmHistory,
-DescribeScalingActivities): a token where the last page ended, none after the last; boto3's
-own paginator reads the alarm history through them (the scaling activities' pages are read
-in ``test_autoscaling.py``, where the fast clock scales an endpoint)."""
+DescribeScalingActivities, DescribeScalableTargets): a token where the last page ended, none
+after the last; boto3's own paginator reads the alarm history and the scalable targets
+through them (the scaling activities' pages are read in ``test_autoscaling.py``, where the
+fast clock scales an endpoint; the scaling policies' in ``test_scaling_decisions.py``)."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import boto3
+import pytest
 from localaws_helpers import unique
 
 from mmelocal.localaws import LocalAws
@@ -105,3 +108,49 @@ def test_a_token_the_service_never_gave_is_refused_as_the_service_refuses_it(
                 ), error
             else:
                 raise AssertionError(f"{call.__name__} took NextToken={token!r}")
+
+
+def test_more_than_a_hundred_scalable_targets_page_fifty_at_a_time(
+    local_aws_env: LocalAws,
+) -> None:
+    """DescribeScalableTargets answers 50 targets a page when MaxResults is left out
+    (botocore's application-autoscaling model: "This value can be between 1 and 50. The
+    default value is 50"), each page's NextToken leading to the next. 120 targets are read
+    by a user's paginator as 50 + 50 + 20, each once. moto's own third page repeats its
+    second's token (moto 5.2.5 ``applicationautoscaling/responses.py``), so botocore's
+    paginator stopped with "The same next token was received twice" and the local AWS's
+    own reads never saw a target past the hundredth. The targets are written straight to
+    moto's records (mmelocal's own header skips the check that their endpoints exist, so
+    no Triton runs), in a region no other test uses; the reads are a user's."""
+    from botocore.exceptions import ClientError
+
+    from mmelocal.localaws.app import INTERNAL_HEADER
+
+    region = "ap-southeast-4"
+    records = boto3.client("application-autoscaling", region_name=region)
+
+    def mark(request: Any, **_: Any) -> None:
+        request.headers[INTERNAL_HEADER] = "1"
+
+    records.meta.events.register("before-sign.application-autoscaling", mark)
+    ids = [f"endpoint/{unique('paged')}-{n}/variant/AllTraffic" for n in range(120)]
+    common = {"ServiceNamespace": "sagemaker",
+              "ScalableDimension": "sagemaker:variant:DesiredInstanceCount"}  # fmt: skip
+    user = boto3.client("application-autoscaling", region_name=region)
+    try:
+        for resource in ids:
+            records.register_scalable_target(
+                **common, ResourceId=resource, MinCapacity=1, MaxCapacity=2
+            )
+        paginator = user.get_paginator("describe_scalable_targets")
+        pages = list(paginator.paginate(ServiceNamespace="sagemaker"))
+        with pytest.raises(ClientError) as info:
+            user.describe_scalable_targets(ServiceNamespace="sagemaker", NextToken="bogus")
+    finally:
+        for resource in ids:
+            with contextlib.suppress(ClientError):
+                records.deregister_scalable_target(**common, ResourceId=resource)
+    assert [len(page["ScalableTargets"]) for page in pages] == [50, 50, 20]
+    seen = [t["ResourceId"] for page in pages for t in page["ScalableTargets"]]
+    assert sorted(seen) == sorted(ids)
+    assert info.value.response["Error"]["Code"] == "InvalidNextTokenException"

@@ -163,10 +163,12 @@ def _step_policy(
     return str(answer["PolicyARN"])
 
 
-def _low_alarm(name: str, metric: str, action: str, periods: int, **extra: Any) -> None:
+def _low_alarm(
+    name: str, metric: str, action: str, periods: int, threshold: float = 50.0, **extra: Any
+) -> None:
     boto3.client("cloudwatch").put_metric_alarm(
         AlarmName=name, AlarmActions=[action], **_metric(metric), Statistic="Average",
-        Period=60, EvaluationPeriods=periods, Threshold=50.0,
+        Period=60, EvaluationPeriods=periods, Threshold=threshold,
         ComparisonOperator="LessThanThreshold", **extra,
     )  # fmt: skip
 
@@ -349,3 +351,134 @@ def test_deregistering_a_target_leaves_another_variants_policies(
         sm.delete_endpoint(EndpointName=name)
     assert kept["PolicyName"] == "track-All"
     assert len(kept["Alarms"]) == 2
+
+
+def test_scaling_policies_come_ten_a_page(target: dict[str, str]) -> None:
+    """DescribeScalingPolicies answers 10 policies a page when MaxResults is left out
+    (botocore's application-autoscaling model: "This value can be between 1 and 10. The
+    default value is 10"); moto answered 100. Eleven policies on the target: a first page
+    of 10 with a NextToken, and a user's paginator reads all eleven in pages of 10 and 1."""
+    aas = boto3.client("application-autoscaling")
+    names = [f"paged-{n}" for n in range(11)]
+    for name in names:
+        _step_policy(target, name, EXACT_STEPS)
+    query = {"ServiceNamespace": "sagemaker", "ResourceId": target["ResourceId"]}
+    first = aas.describe_scaling_policies(**query)
+    pages = list(aas.get_paginator("describe_scaling_policies").paginate(**query))
+    assert len(first["ScalingPolicies"]) == 10 and first.get("NextToken")
+    assert [len(page["ScalingPolicies"]) for page in pages] == [10, 1]
+    read = [p["PolicyName"] for page in pages for p in page["ScalingPolicies"]]
+    assert sorted(read) == sorted(names)
+
+
+def test_a_policy_past_the_first_hundred_in_the_region_acts(
+    aws: LocalAws, target: dict[str, str], endpoint_config: str
+) -> None:
+    """Every policy in the region is read, page after page: the local AWS read one page of
+    DescribeScalingPolicies (moto's 100), so the 101st policy never acted. Two variants of
+    another endpoint hold 50 step scaling policies each (the most a target may have:
+    "Scaling policies per scalable target ... 50", Application Auto Scaling User Guide,
+    Quotas); the module's variant gets the 101st, and a user's SetAlarmState on its alarm
+    scales the variant to one instance by the time the call returns."""
+    sm = boto3.client("sagemaker")
+    aas = boto3.client("application-autoscaling")
+    cloudwatch = boto3.client("cloudwatch")
+    model = sm.describe_endpoint_config(EndpointConfigName=endpoint_config)[
+        "ProductionVariants"][0]["ModelName"]  # fmt: skip
+    name = unique("crowded")
+    sm.create_endpoint_config(EndpointConfigName=name, ProductionVariants=[
+        {"VariantName": variant, "ModelName": model, "InstanceType": "ml.g5.xlarge",
+         "InitialInstanceCount": 1, "InitialVariantWeight": 1.0}
+        for variant in ("A", "B")
+    ])  # fmt: skip
+    sm.create_endpoint(EndpointName=name, EndpointConfigName=name)
+    alarm = unique("crowded")
+    try:
+        assert wait_endpoint(sm, name, leaving="Creating")["EndpointStatus"] == "InService"
+        for variant in ("A", "B"):
+            other = {**target, "ResourceId": f"endpoint/{name}/variant/{variant}"}
+            aas.register_scalable_target(**other, MinCapacity=1, MaxCapacity=2)
+            for n in range(50):
+                _step_policy(other, f"filler-{n}", EXACT_STEPS)
+        _low_alarm(alarm, alarm, _step_policy(target, "the-101st", EXACT_STEPS), periods=1)
+        cloudwatch.set_alarm_state(
+            AlarmName=alarm, StateValue="ALARM", StateReason="testing the policy",
+            StateReasonData=json.dumps({"version": "1.0", "recentDatapoints": [10.0]}),
+        )  # fmt: skip
+        activities = _activities(target)
+    finally:
+        cloudwatch.delete_alarms(AlarmNames=[alarm])
+        sm.delete_endpoint(EndpointName=name)
+    assert activities and activities[0]["Description"] == "Setting desired instance count to 1."
+    assert "triggered policy the-101st" in activities[0]["Cause"]
+    wait_for(lambda: _serving(sm, _ENDPOINT) == ("InService", 1), timeout_s=60)
+
+
+def test_set_alarm_state_on_a_target_tracking_alarm_invokes_its_policy(
+    target: dict[str, str],
+) -> None:
+    """Target tracking's alarms invoke its policy: "Application Auto Scaling creates and
+    manages the CloudWatch alarms that invoke the scaling policy and calculates the scaling
+    adjustment based on the metric and the target value" (Application Auto Scaling User
+    Guide, "How target tracking scaling for Application Auto Scaling works"), and a user's
+    SetAlarmState runs the new state's actions, the policy using the StateReasonData
+    (SetAlarmState API reference). At two instances and a target of 100: the high alarm
+    set to ALARM with the metric at 10 adds nothing (ceil(2 * 10 / 100) = 1 is no
+    scale-out); the low alarm set to ALARM with it scales in to 1 by the time the call
+    returns, the activity naming that alarm. Before, only step scaling policies ran."""
+    sm = boto3.client("sagemaker")
+    aas = boto3.client("application-autoscaling")
+    cloudwatch = boto3.client("cloudwatch")
+    _tracking(target, "tracked", unique("Tracked"), 100.0)
+    (policy,) = aas.describe_scaling_policies(
+        ServiceNamespace="sagemaker", ResourceId=target["ResourceId"], PolicyNames=["tracked"]
+    )["ScalingPolicies"]
+    alarms = {a["AlarmName"].split("-Alarm")[1][:3]: a["AlarmName"] for a in policy["Alarms"]}
+    data = json.dumps({"version": "1.0", "recentDatapoints": [10.0]})
+    before = len(_activities(target))
+    cloudwatch.set_alarm_state(
+        AlarmName=alarms["Hig"], StateValue="ALARM", StateReason="testing", StateReasonData=data
+    )
+    assert len(_activities(target)) == before
+    cloudwatch.set_alarm_state(
+        AlarmName=alarms["Low"], StateValue="ALARM", StateReason="testing", StateReasonData=data
+    )
+    activities = _activities(target)
+    assert len(activities) == before + 1
+    assert activities[0]["Description"] == "Setting desired instance count to 1."
+    assert activities[0]["Cause"] == (
+        f"monitor alarm {alarms['Low']} in state ALARM triggered policy tracked"
+    )
+    wait_for(lambda: _serving(sm, _ENDPOINT) == ("InService", 1), timeout_s=60)
+
+
+def test_every_alarm_in_alarm_invokes_its_step_policy(
+    aws: LocalAws, target: dict[str, str]
+) -> None:
+    """Several alarms in ALARM on one step scaling policy each invoke it: "The policy will
+    continue to respond to additional alarm breaches [...] Application Auto Scaling will
+    evaluate all alarm breaches as they occur. A cooldown period is used to protect against
+    over-scaling due to multiple alarm breaches" (Application Auto Scaling User Guide, Step
+    scaling policies). Two alarms on the policy, both in ALARM: the first (threshold 50,
+    datapoint 45: 5 under it) asks for two instances, what the variant has; the second
+    (threshold 80, datapoint 10: 70 under it) for one, and the variant goes to one. Before,
+    the policy acted on the first alarm DescribeAlarms listed, and nothing happened."""
+    sm = boto3.client("sagemaker")
+    cloudwatch = boto3.client("cloudwatch")
+    arn = _step_policy(target, "two-alarms", EXACT_STEPS)
+    first, second = unique("a-near"), unique("b-far")
+    _low_alarm(first, first, arn, periods=1)
+    _low_alarm(second, second, arn, periods=1, threshold=80.0)
+    try:
+        now = time.time()
+        _record(aws, first, [45.0], now)
+        _record(aws, second, [10.0], now)
+        _evaluate(aws, now)
+        states = cloudwatch.describe_alarms(AlarmNames=[first, second])["MetricAlarms"]
+        activities = _activities(target)
+    finally:
+        cloudwatch.delete_alarms(AlarmNames=[first, second])
+    assert [a["StateValue"] for a in states] == ["ALARM", "ALARM"]
+    assert activities and activities[0]["Description"] == "Setting desired instance count to 1."
+    assert f"monitor alarm {second} in state ALARM" in activities[0]["Cause"]
+    wait_for(lambda: _serving(sm, _ENDPOINT) == ("InService", 1), timeout_s=60)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -14,6 +15,7 @@ from mmelocal.rules.autoscaling import (
     TargetTrackingPolicy,
     alarm_state,
     step_scaling_step,
+    target_tracking_invoked,
     target_tracking_step,
 )
 
@@ -261,3 +263,30 @@ def test_an_alarm_ignoring_low_samples_keeps_its_state_until_each_period_has_eno
         20.0,
     ]  # the oldest (short) is not one of the 3 evaluated
     assert _alarm(older, sample_counts=[1, 100, 100, 100], min_sample_count=100) == "ALARM"
+
+
+def test_an_invoked_target_tracking_policy_acts_on_the_value_it_is_given() -> None:
+    """Invoked by its high alarm, a policy scales out to ceil(capacity * value / target),
+    and not at all when that is no more; by its low alarm it scales in the same way, not
+    with scale-in disabled nor in the scale-in cooldown (the rules of a period's step)."""
+    limits = ScalingLimits(1, 10)
+    policy = TargetTrackingPolicy(100.0, scale_in_cooldown_s=300.0)
+    names = {"policy_name": "p", "alarm_name": "a"}
+    state = ScalingState(2)
+    _, out = target_tracking_invoked(0.0, state, 250.0, policy, limits, scale_out=True, **names)
+    assert (out.capacity, out.cause) == (5, "monitor alarm a in state ALARM triggered policy p")
+    _, none = target_tracking_invoked(0.0, state, 10.0, policy, limits, scale_out=True, **names)
+    assert none.cause is None
+    after, scaled_in = target_tracking_invoked(
+        0.0, ScalingState(4), 10.0, policy, limits, scale_out=False, **names
+    )
+    assert scaled_in.capacity == 1 and after.last_scale_in_s == 0.0
+    _, cooling = target_tracking_invoked(
+        100.0, replace(after, capacity=4), 10.0, policy, limits, scale_out=False, **names
+    )
+    assert cooling.cause is None
+    disabled = TargetTrackingPolicy(100.0, disable_scale_in=True)
+    _, kept = target_tracking_invoked(
+        0.0, ScalingState(4), 10.0, disabled, limits, scale_out=False, **names
+    )
+    assert kept.cause is None
