@@ -215,6 +215,8 @@ class TritonInstance:
                 entry.last_used_s = time.monotonic()
                 return Acquired(cache_hit=False, wait_s=time.monotonic() - start)
             if entry is None:
+                if not self.up:  # stopped or restarting since the call began waiting
+                    raise InstanceUnavailableError(f"instance {self.index} is restarting; retry")
                 entry = self._start_load(target)
             entry.evicts = True  # a call wants it: it may make room as any cold load does
             entry.waiters += 1

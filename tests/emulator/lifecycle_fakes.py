@@ -76,8 +76,11 @@ class Cache:
     def __init__(self) -> None:
         self.pins: dict[str, int] = {}
         self.store = SimpleNamespace(description="test store")
+        #: the targets :meth:`ensure` was asked for (a download when not on disk)
+        self.ensured: list[str] = []
 
     def ensure(self, target: str, prepare: Any = None) -> Any:
+        self.ensured.append(target)
         artifact = SimpleNamespace(serve_dir=Path("/models") / target, size_bytes=1)
         return SimpleNamespace(downloaded=False, artifact=artifact)
 

@@ -1,0 +1,56 @@
+"""Bounds on what one instance does when it waits (with no server, see lifecycle_fakes):
+a stopped instance starts nothing, the platform's load limit covers the whole load, a
+busy wait reads memory only when something changed, a retired instance is not trimmed,
+and a hot model's copy waits no longer than a load may take."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from lifecycle_fakes import MIB, Control, Machine, fake_instance
+from shared_helpers import wait_for_async
+
+from mmelocal.emulator.model_state import UNLOADING, InstanceUnavailableError, ModelEntry
+
+
+class GatedDelete(Control):
+    """A DELETE that waits for :attr:`gate`."""
+
+    def __init__(self, machine: Machine) -> None:
+        super().__init__(machine, size=100 * MIB)
+        self.gate = asyncio.Event()
+
+    async def delete(self, entry: ModelEntry) -> int:
+        await self.gate.wait()
+        return await super().delete(entry)
+
+
+def test_a_caller_woken_by_a_stop_starts_no_load() -> None:
+    """A call waiting for a model being unloaded when the instance stops is answered the
+    retryable InstanceUnavailableError and starts nothing (it woke up, found the model
+    gone and started a new load, downloading its artifact, on the stopped instance)."""
+
+    async def run() -> None:
+        machine = Machine(total_bytes=1000 * MIB)
+        control = GatedDelete(machine)
+        inst = fake_instance(machine, control, limit_bytes=500 * MIB)
+        await inst.start()
+        await inst.acquire("m")
+        inst.release("m")
+        unload = asyncio.ensure_future(inst.unload("m", reason="test"))
+        await wait_for_async(lambda: inst.models["m"].state == UNLOADING, timeout_s=30)
+        call = asyncio.ensure_future(inst.acquire("m", wait_timeout_s=60.0))
+        await wait_for_async(lambda: inst.models["m"].waiters == 1, timeout_s=30)
+        ensured = list(inst.cache.ensured)  # type: ignore[attr-defined]
+
+        await inst.stop()
+        with pytest.raises(InstanceUnavailableError, match="retry"):
+            await asyncio.wait_for(call, timeout=30.0)
+        await asyncio.gather(unload, return_exceptions=True)
+        assert inst.cache.ensured == ensured  # type: ignore[attr-defined]
+        assert [c for c in control.calls if c[0] == "load"] == [("load", "m")]
+        assert inst.models == {}
+        inst.close()
+
+    asyncio.run(run())
