@@ -6,12 +6,15 @@ and a hot model's copy waits no longer than a load may take."""
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 from lifecycle_fakes import MIB, Control, Machine, fake_instance
 from shared_helpers import wait_for_async
 
 from mmelocal.emulator.model_state import UNLOADING, InstanceUnavailableError, ModelEntry
+from mmelocal.emulator.probes import MemoryReading
+from mmelocal.emulator.recovery import Watchdog
 
 
 class GatedDelete(Control):
@@ -51,6 +54,46 @@ def test_a_caller_woken_by_a_stop_starts_no_load() -> None:
         assert inst.cache.ensured == ensured  # type: ignore[attr-defined]
         assert [c for c in control.calls if c[0] == "load"] == [("load", "m")]
         assert inst.models == {}
+        inst.close()
+
+    asyncio.run(run())
+
+
+def test_a_trim_under_way_leaves_a_retired_instance_alone() -> None:
+    """A scale-in retires the instance while the watchdog's trim reads its memory: the
+    trim evicts nothing there (it went on to unload idle models of the instance draining
+    for its stop, DELETEs racing the stop)."""
+
+    class Held(Machine):
+        def __init__(self) -> None:
+            super().__init__(total_bytes=1000 * MIB, base_bytes=900 * MIB)  # over the limit
+            self.hold = False
+            self.entered = threading.Event()
+            self.go_on = threading.Event()
+
+        def read(self) -> MemoryReading:
+            if self.hold:
+                self.hold = False
+                self.entered.set()
+                self.go_on.wait(timeout=30)
+            return super().read()
+
+    async def run() -> None:
+        machine = Held()
+        control = Control(machine, size=100 * MIB)
+        inst = fake_instance(machine, control, limit_bytes=2000 * MIB)
+        await inst.start()
+        await inst.acquire("m")
+        inst.release("m")
+        inst.gauge.limit_override_bytes = 500 * MIB  # the model grew over the limit since
+        machine.hold = True
+        trim = asyncio.ensure_future(Watchdog([inst])._trim(inst))
+        assert await asyncio.to_thread(machine.entered.wait, 30)  # the trim reads
+        inst.retired = True  # a scale-in takes it out
+        machine.go_on.set()
+        await asyncio.wait_for(trim, timeout=30)
+        assert ("delete", "m") not in control.calls and inst.loaded() == ["m"]
+        await inst.stop()
         inst.close()
 
     asyncio.run(run())
