@@ -12,9 +12,15 @@ import pytest
 from lifecycle_fakes import MIB, Control, Machine, fake_instance
 from shared_helpers import wait_for_async
 
-from mmelocal.emulator.model_state import UNLOADING, InstanceUnavailableError, ModelEntry
+from mmelocal.emulator.model_state import (
+    UNLOADING,
+    InstanceOptions,
+    InstanceUnavailableError,
+    ModelEntry,
+)
 from mmelocal.emulator.probes import MemoryReading
 from mmelocal.emulator.recovery import Watchdog
+from mmelocal.emulator.router import Router
 
 
 class GatedDelete(Control):
@@ -95,5 +101,46 @@ def test_a_trim_under_way_leaves_a_retired_instance_alone() -> None:
         assert ("delete", "m") not in control.calls and inst.loaded() == ["m"]
         await inst.stop()
         inst.close()
+
+    asyncio.run(run())
+
+
+class GatedLoad(Control):
+    """A load that waits for :attr:`gate` (a stub that never starts hangs one so)."""
+
+    def __init__(self, machine: Machine) -> None:
+        super().__init__(machine, size=100 * MIB)
+        self.gate = asyncio.Event()
+
+    async def post_load(self, entry: ModelEntry, url_dir: str) -> tuple[int, str]:
+        await self.gate.wait()
+        return await super().post_load(entry, url_dir)
+
+
+def test_a_hot_models_copy_waits_no_longer_than_a_load_may_take() -> None:
+    """The router's second copy of a hot model waits for its load as long as the platform
+    lets a load take (``load_timeout_s``), then gives up and may be tried again (it waited
+    with no bound: a load that never ended kept the model from ever being copied)."""
+
+    async def run() -> None:
+        machine = Machine(total_bytes=1000 * MIB)
+        options = InstanceOptions(busy_wait_s=0.2, release_timeout_s=1.0, load_timeout_s=0.5)
+        first = fake_instance(machine, Control(machine, size=MIB), limit_bytes=500 * MIB)
+        control = GatedLoad(Machine(total_bytes=1000 * MIB))
+        second = fake_instance(
+            control.machine, control, limit_bytes=500 * MIB, options=options, index=1
+        )
+        await first.start()
+        await second.start()
+        router = Router([first, second])
+        router._replicating["m"] = task = asyncio.ensure_future(
+            router._replicate("m", second, 100.0)
+        )
+        await asyncio.wait_for(asyncio.shield(task), timeout=10.0)
+        assert "m" not in router._replicating  # the next hot window may try again
+        control.gate.set()
+        for inst in (first, second):
+            await inst.stop()
+            inst.close()
 
     asyncio.run(run())
