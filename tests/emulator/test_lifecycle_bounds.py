@@ -144,3 +144,47 @@ def test_a_hot_models_copy_waits_no_longer_than_a_load_may_take() -> None:
             inst.close()
 
     asyncio.run(run())
+
+
+class Counted(Machine):
+    """Memory whose readings are counted."""
+
+    def __init__(self, *, total_bytes: int) -> None:
+        super().__init__(total_bytes=total_bytes)
+        self.reads = 0
+
+    def read(self) -> MemoryReading:
+        self.reads += 1
+        return super().read()
+
+
+def test_a_load_waiting_for_a_busy_neighbour_reads_memory_only_when_it_went_idle() -> None:
+    """A load with no room while the only other model serves a call waits for it to go
+    idle (``busy_wait_s``) without reading the memory again until something changed (it
+    took a fresh probe reading, an NVML call or a walk of Triton's process tree, every
+    10 ms for up to 30 s); once the neighbour is idle it is evicted and the load goes on."""
+
+    async def run() -> None:
+        machine = Counted(total_bytes=1000 * MIB)
+        control = Control(machine, size=100 * MIB)
+        options = InstanceOptions(busy_wait_s=30.0, release_timeout_s=1.0)
+        inst = fake_instance(machine, control, limit_bytes=150 * MIB, options=options)
+        await inst.start()
+        await inst.acquire("old")  # a call in flight on it, for the whole wait
+        load = asyncio.ensure_future(inst.acquire("new"))
+        await wait_for_async(
+            lambda: inst.state.load_lock.locked() and machine.reads >= 2,
+            timeout_s=30,
+            what="the load to read the memory",
+        )
+        reads = machine.reads
+        await asyncio.sleep(0.3)  # the wait goes on: time passes, nothing changes
+        assert machine.reads - reads <= 1 and not load.done()
+        inst.release("old")
+        await asyncio.wait_for(load, timeout=30.0)
+        inst.release("new")
+        assert inst.loaded() == ["new"] and ("delete", "old") in control.calls
+        await inst.stop()
+        inst.close()
+
+    asyncio.run(run())
