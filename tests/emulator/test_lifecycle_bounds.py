@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from typing import Any
 
 import pytest
-from lifecycle_fakes import MIB, Control, Machine, fake_instance
+from lifecycle_fakes import MIB, Cache, Control, Machine, fake_instance
 from shared_helpers import wait_for_async
 
 from mmelocal.emulator.model_state import (
@@ -21,6 +22,8 @@ from mmelocal.emulator.model_state import (
 from mmelocal.emulator.probes import MemoryReading
 from mmelocal.emulator.recovery import Watchdog
 from mmelocal.emulator.router import Router
+from mmelocal.emulator.sagemaker_control import SageMakerControl
+from mmelocal.errors import EmulatorError, ModelLoadError
 
 
 class GatedDelete(Control):
@@ -186,5 +189,88 @@ def test_a_load_waiting_for_a_busy_neighbour_reads_memory_only_when_it_went_idle
         assert inst.loaded() == ["new"] and ("delete", "old") in control.calls
         await inst.stop()
         inst.close()
+
+    asyncio.run(run())
+
+
+class SlowDownload(Cache):
+    """A store whose download waits for :attr:`gate` (a thread event: it runs in an
+    executor, as the real one does)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+
+    def ensure(self, target: str, prepare: Any = None) -> Any:
+        if not self.ensured:
+            self.gate.wait(timeout=60)
+        return super().ensure(target, prepare)
+
+
+def test_the_load_limit_covers_the_download() -> None:
+    """The platform lets a cold model "download and load into the inference container for
+    up to 360 seconds" (the MME guide): a download still running at the limit fails the
+    load then, as a ModelError, and the next call loads it again (the limit timed Triton's
+    load alone: the download could take any time, and the load 360 s more)."""
+
+    async def run() -> None:
+        machine = Machine(total_bytes=1000 * MIB)
+        control = Control(machine, size=100 * MIB)
+        cache = SlowDownload()
+        options = InstanceOptions(busy_wait_s=0.2, release_timeout_s=1.0, load_timeout_s=0.5)
+        inst = fake_instance(machine, control, limit_bytes=500 * MIB, cache=cache, options=options)
+        await inst.start()
+        try:
+            with pytest.raises(ModelLoadError, match=r"not downloaded and loaded within 0\.5s"):
+                await asyncio.wait_for(inst.acquire("m"), timeout=10.0)
+            assert control.calls == [] and "m" not in inst.models and cache.pins == {}
+        finally:
+            cache.gate.set()
+        await asyncio.wait_for(inst.acquire("m"), timeout=10.0)  # loaded again
+        inst.release("m")
+        assert control.calls == [("load", "m")]
+        await inst.stop()
+        inst.close()
+
+    asyncio.run(run())
+
+
+def test_triton_gets_what_is_left_of_the_load_limit() -> None:
+    """``POST /models`` waits only for what the download left of the limit, then the
+    load is undone with a DELETE (it waited the whole limit again)."""
+
+    async def run() -> None:
+        asked: list[bytes] = []
+
+        async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            while True:  # a load is never answered, a DELETE at once
+                head = await reader.readuntil(b"\r\n\r\n")
+                asked.append(head)
+                if head.startswith(b"DELETE"):
+                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+                    await writer.drain()
+
+        server = await asyncio.start_server(silent, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        options = InstanceOptions(load_timeout_s=30.0, unload_timeout_s=10.0)
+        control = SageMakerControl(
+            options=options,
+            connection_error=lambda exc: EmulatorError(str(exc)),
+            log_path=lambda: None,
+        )
+        control.connect(f"http://127.0.0.1:{port}", None)
+        loop = asyncio.get_running_loop()
+        entry = ModelEntry(
+            target="m", key="k", state="loading", last_used_s=0.0, future=loop.create_future()
+        )
+        entry.load_deadline_s = loop.time() + 0.3  # the download took the rest
+        t0 = loop.time()
+        with pytest.raises(ModelLoadError, match="within 30s"):
+            await asyncio.wait_for(control.post_load(entry, "/models/m"), timeout=10.0)
+        assert loop.time() - t0 < 5.0
+        await wait_for_async(lambda: len(asked) == 2, timeout_s=10, what="the DELETE")
+        assert asked[1].startswith(b"DELETE /models/k ")
+        control.close()
+        server.close()
 
     asyncio.run(run())
