@@ -148,10 +148,30 @@ class SageMakerControl:
 
     async def v2_get(self, path: str) -> Reply:
         """``GET`` on the v2 HTTP endpoint (model metadata, config, statistics)."""
+        return await self.v2_request("GET", path)
+
+    async def v2_request(
+        self,
+        method: str,
+        path: str,
+        headers: list[tuple[str, str]] | None = None,
+        body: bytes = b"",
+        *,
+        runs_model: bool = False,
+    ) -> Reply:
+        """A request to the v2 HTTP endpoint. One that ``runs_model`` (``generate``) has
+        the invoke timeout and is answered its 504 past it, as an invoke is."""
         if self.v2_pool is None:
             raise EmulatorError("this Triton has no v2 HTTP endpoint the emulator knows of")
+        timeout_s = self.options.invoke_timeout_s if runs_model else REQUEST_TIMEOUT_S
         try:
-            return await self.v2_pool.request("GET", path, [], timeout_s=REQUEST_TIMEOUT_S)
+            return await self.v2_pool.request(
+                method, path, headers or [], body, timeout_s=timeout_s
+            )
+        except UpstreamTimeoutError as exc:
+            if runs_model:
+                return late_reply(timeout_s)
+            raise self.connection_error(exc) from exc
         except UpstreamError as exc:
             raise self.connection_error(exc) from exc
 
