@@ -52,7 +52,8 @@ _MAX_PAYLOAD = default_of(EmulatorConfig, "max_payload_bytes")
     callback=size_option,
     default=f"{default_of(EmulatorConfig, 'disk_budget_bytes') / GiB:g}GiB",
     show_default=True,
-    help="Disk for extracted artifacts (least recently used unloaded ones are deleted).",
+    help="Disk for extracted artifacts, per instance (least recently used unloaded ones are "
+    "deleted).",
 )
 @click.option(
     "--cache-dir",

@@ -290,7 +290,17 @@ def v2_exception(exc: BaseException) -> Answer:
     return v2_error(error_kind(exc).v2, str(exc) or type(exc).__name__)
 
 
-V2_ACTIONS = ("infer", "ready", "config", "stats")
+#: the actions of Triton's v2 model route (``model_regex_``, ``src/http_server.cc`` 2.51:
+#: ``infer|generate|generate_stream|ready|config|stats|trace/setting``)
+V2_ACTIONS = (
+    "infer",
+    "generate",
+    "generate_stream",
+    "ready",
+    "config",
+    "stats",
+    "trace/setting",
+)
 
 
 def parse_v2_path(tail: str) -> tuple[str, str | None, str]:

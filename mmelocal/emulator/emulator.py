@@ -1,9 +1,14 @@
-"""The MME platform: store + artifact cache + Triton instances + router + recovery + metrics.
+"""The MME platform: store + artifact caches + Triton instances + router + recovery + metrics.
 
 :class:`Emulator` is what the HTTP server (and tests) drive: it makes sure a TargetModel is
 loaded on an instance (downloading, extracting, evicting as SageMaker would), recovers
 when Triton lost a model or ran out of memory, and records what the metrics need; the
 forwarding itself is :mod:`.invocation`'s.
+
+Each instance has its own disk, as each SageMaker instance has its own ML storage volume:
+its own artifact cache under ``cache_dir`` (``artifacts/`` for the first instance,
+``artifacts-N/`` for instance N) with its own ``disk_budget_bytes``; a model another
+instance downloaded is downloaded again there.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import shutil
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -82,9 +88,6 @@ class Emulator:
         else:
             self.cache_dir = Path(config.cache_dir)
         self.cache_dir.mkdir(parents=True, exist_ok=True)
-        self.cache = ArtifactCache(
-            self.cache_dir / "artifacts", self.store, disk_budget_bytes=config.disk_budget_bytes
-        )
         self.metrics = Metrics(
             endpoint_name=config.endpoint_name or "local", variant_name=config.variant_name
         )
@@ -110,19 +113,35 @@ class Emulator:
         self.watchdog = Watchdog(self.instances, interval_s=config.watchdog_interval_s)
         self._valid_targets: set[str] = set()
 
+    @property
+    def cache(self) -> ArtifactCache:
+        """The first instance's artifact cache (its disk): with one instance, the disk."""
+        return self.instances[0].cache
+
     # -- construction helpers ----------------------------------------------------------
+    def artifact_dir(self, index: int) -> Path:
+        """Instance ``index``'s disk: ``artifacts/`` for the first, ``artifacts-N/`` after."""
+        return self.cache_dir / ("artifacts" if index == 0 else f"artifacts-{index}")
+
     def _new_instance(self, index: int) -> TritonInstance:
-        launcher = self._launcher_factory(index, self.cache_dir / f"triton-{index}")
+        cache = ArtifactCache(
+            self.artifact_dir(index), self.store, disk_budget_bytes=self.config.disk_budget_bytes
+        )
+        try:
+            launcher = self._launcher_factory(index, self.cache_dir / f"triton-{index}")
+        except BaseException:
+            cache.close()
+            raise
         return TritonInstance(
             index=index,
             launcher=launcher,
             probe=self._probe(index, launcher, self._budget),
-            cache=self.cache,
+            cache=cache,
             metrics=self.metrics,
             events=self.events,
             options=self._options,
             prepare=self._prepare_hook(launcher),
-            url_for=self._url_for(),
+            url_for=self._url_for(cache.root),
         )
 
     def _choose_gpus(self) -> list[int]:
@@ -168,8 +187,10 @@ class Emulator:
             spec = self.config.external_urls[index % len(self.config.external_urls)]
             sagemaker_url, _, http_url = spec.partition(",")
         if kind == "docker":
-            # the container sees the artifact cache as its (read-only) model repository
-            server = dataclasses.replace(server, model_repository=self.cache.root)
+            # the container sees its instance's artifact cache as its (read-only) model
+            # repository
+            root = self.artifact_dir(index).resolve()
+            server = dataclasses.replace(server, model_repository=root)
         log_name = "docker.log" if kind == "docker" else "tritonserver.log"
         return make_launcher(
             kind,
@@ -203,13 +224,12 @@ class Emulator:
 
         return prepare
 
-    def _url_for(self) -> Callable[[Path], str]:
-        """An artifact folder as the server sees it (a container mounts the cache elsewhere)."""
+    def _url_for(self, root: Path) -> Callable[[Path], str]:
+        """An artifact folder (under the instance's cache ``root``) as the server sees it (a
+        container mounts the cache elsewhere)."""
         if self.config.launcher != "docker":
             return str
         from mmelocal.runtime.docker import CONTAINER_MODEL_REPOSITORY
-
-        root = self.cache.root
 
         def in_container(path: Path) -> str:
             return f"{CONTAINER_MODEL_REPOSITORY}/{path.relative_to(root)}"
@@ -232,7 +252,7 @@ class Emulator:
             self.store.description,
             len(self.instances),
             self.instances[0].probe.name,
-            self.cache.root,
+            self.cache_dir,
         )
 
     async def stop(self) -> None:
@@ -245,7 +265,7 @@ class Emulator:
         await asyncio.gather(*(inst.stop() for inst in every), return_exceptions=True)
         for inst in every:
             inst.close()
-        self.cache.close()
+            inst.cache.close()
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
@@ -261,13 +281,13 @@ class Emulator:
             await inst.start()
         except BaseException:
             await inst.stop()
-            inst.close()
+            self._discard(inst)
             raise
         finally:
             self._changing.remove(inst)
         if self._stopped:
             await inst.stop()
-            inst.close()
+            self._discard(inst)
             return None
         for group in (self.instances, self.router.instances, self.watchdog.instances):
             group.append(inst)
@@ -293,12 +313,19 @@ class Emulator:
             while _busy(inst) and loop.time() < deadline and not self._stopped:
                 await asyncio.sleep(0.02)
             await inst.stop()
-            inst.close()
+            self._discard(inst)
         finally:
             self._changing.remove(inst)
             self.draining.remove(inst)
         logger.info("instance %d drained and stopped (%d left)", inst.index, len(self.instances))
         return True
+
+    def _discard(self, inst: TritonInstance) -> None:
+        """Close a stopped instance that leaves the fleet; its disk goes with it, as an
+        instance's storage volume does (a new instance starts with an empty one)."""
+        inst.close()
+        inst.cache.close()
+        shutil.rmtree(inst.cache.root, ignore_errors=True)
 
     # -- serving -----------------------------------------------------------------------
     def check_target(self, target: str) -> str:
@@ -338,10 +365,17 @@ class Emulator:
     def gauges(self) -> dict[str, float]:
         """Instance gauges at scrape time: counts here (on the loop), then blocking probe
         and CPU readings (:meth:`read_gauges`, run it in an executor)."""
+        disks = [i.cache.utilization_percent for i in self.instances]
         return {
             "LoadedModelCount": float(sum(len(i.loaded()) for i in self.instances)),
-            "DiskUtilization": self.cache.utilization_percent,
+            # each instance's own disk; their mean, as CloudWatch's Average over instances
+            "DiskUtilization": sum(disks) / len(disks),
         }
+
+    def disk_utilization_per_instance(self) -> list[float]:
+        """``DiskUtilization`` of each running instance's own disk (those draining
+        included), as the service emits it: one sample per instance."""
+        return [i.cache.utilization_percent for i in (*self.instances, *self.draining)]
 
     def read_gauges(self) -> dict[str, float]:
         """The blocking part of the gauges: memory probes, GPU and CPU utilization."""
@@ -392,6 +426,8 @@ class Emulator:
                         inst.gauge.last_reading.total_bytes if inst.gauge.last_reading else None
                     ),
                     "memory_limit_bytes": inst.limit_bytes,
+                    "cache_dir": str(inst.cache.root),
+                    "disk_used_bytes": inst.cache.used_bytes,
                     "loaded": inst.usage_snapshot(),
                 }
                 for inst in self.instances

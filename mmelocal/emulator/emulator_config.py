@@ -38,7 +38,9 @@ class EmulatorConfig:
     413, see :data:`~mmelocal.facts.sagemaker.MAX_PAYLOAD_BYTES`).
 
     ``memory_budget_bytes`` is per instance and used by the host probe (no GPU); ``None``
-    means half of this machine's memory divided among the instances. ``instances=None``
+    means half of this machine's memory divided among the instances. ``disk_budget_bytes``
+    is per instance too: each has its own disk (artifact cache), as each SageMaker
+    instance has its own storage volume. ``instances=None``
     means one per GPU, or one without a GPU. ``external_urls`` are the SageMaker front
     ends of already running servers for ``launcher="external"``, each
     ``SAGEMAKER_URL[,HTTP_URL]`` (the KServe v2 URL serves metadata; the servers must see

@@ -44,8 +44,8 @@ class Evictor:
         """Evict least recently used models until ``need_bytes`` fits under the threshold
         (``evict=False``: evict none; raise OutOfMemoryError when it does not fit)."""
         busy_deadline = time.monotonic() + self.state.options.busy_wait_s
+        reading = await self.gauge.read()
         while True:
-            reading = await self.gauge.read()
             others = self.state.usages(exclude=exclude)
             plan = plan_eviction(
                 others,
@@ -65,6 +65,7 @@ class Evictor:
                     await self.unload(
                         self.state.models[victim], kind="evict", reason=f"{why}: {plan.reason}"
                     )
+                reading = await self.gauge.read()
                 continue
             # only a loaded model can become idle while this holds the load lock (a load
             # queued behind it cannot end first)
@@ -73,9 +74,31 @@ class Evictor:
             ]
             if not loaded_others or not strict:
                 return reading  # alone: try; Triton's 507 (or the budget check after) decides
-            if time.monotonic() > busy_deadline:
+            await self._until_changed(exclude, busy_deadline, plan.reason)
+            reading = await self.gauge.read()
+
+    def _room_mark(self, exclude: str) -> tuple[object, ...]:
+        """What can make room while a load waits, read from the loaded set alone: each
+        other model's state and whether it serves or awaits calls, and the unloads still
+        finishing (their memory may come back after they were taken out)."""
+        models = tuple(
+            (e.target, e.state, e.in_flight == 0, e.waiters == 0)
+            for e in self.state.models.values()
+            if e.target != exclude
+        )
+        return models, len(self.state.finishing), len(self.state.deletes)
+
+    async def _until_changed(self, exclude: str, deadline_s: float, reason: str) -> None:
+        """Wait until the loaded set changed in a way that may make room (a model went
+        idle, one left, an unload finished): the cheap state is looked at every 10 ms and
+        the memory is read again only after a change, not on every look (a probe reading
+        is an NVML call or a walk of Triton's process tree). Raises OutOfMemoryError past
+        ``deadline_s`` (``busy_wait_s`` after the load began making room)."""
+        mark = self._room_mark(exclude)
+        while self._room_mark(exclude) == mark:
+            if time.monotonic() > deadline_s:
                 raise OutOfMemoryError(
-                    f"instance {self.state.index}: no room for {exclude!r} ({plan.reason}) and "
+                    f"instance {self.state.index}: no room for {exclude!r} ({reason}) and "
                     f"every loaded model stayed busy for {self.state.options.busy_wait_s:g}s"
                 )
             await asyncio.sleep(0.01)

@@ -215,6 +215,8 @@ class TritonInstance:
                 entry.last_used_s = time.monotonic()
                 return Acquired(cache_hit=False, wait_s=time.monotonic() - start)
             if entry is None:
+                if not self.up:  # stopped or restarting since the call began waiting
+                    raise InstanceUnavailableError(f"instance {self.index} is restarting; retry")
                 entry = self._start_load(target)
             entry.evicts = True  # a call wants it: it may make room as any cold load does
             entry.waiters += 1
@@ -323,14 +325,17 @@ class TritonInstance:
         """Evict idle models when the loaded set grew over the limit since its loads
         (frameworks allocate more at their first inferences). The memory is read again
         unless the instance stayed idle since the last reading (see
-        :meth:`_idle_since_trim`): then that reading is judged against the limit."""
-        if not self.up or self.state.load_lock.locked():
+        :meth:`_idle_since_trim`): then that reading is judged against the limit. A retired
+        instance (a scale-in drains it for its stop) is left alone."""
+        if not self.up or self.retired or self.state.load_lock.locked():
             return
         reading = self.gauge.last_reading
         if reading is None or not self._idle_since_trim():
             reading = await self.read_memory()
         if reading.used_bytes <= self.limit_bytes or self.state.load_lock.locked():
             return  # a load that took the lock meanwhile trims after itself
+        if self.retired or not self.up:
+            return  # taken out (or gone down) while the memory was read
         async with self.state.load_lock:
             await self.evictor.make_room(
                 0, exclude="", why="memory grew over the limit", strict=False

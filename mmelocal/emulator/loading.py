@@ -26,6 +26,7 @@ from mmelocal.emulator.model_state import (
     quiet_future,
 )
 from mmelocal.emulator.probes import MemoryReading
+from mmelocal.emulator.sagemaker_control import past_load_limit
 from mmelocal.errors import ModelLoadError, OutOfMemoryError
 from mmelocal.runtime.memory import marginal_bytes
 
@@ -106,9 +107,20 @@ class Loader:
 
     async def _load_inner(self, entry: ModelEntry) -> None:
         loop = asyncio.get_running_loop()
-        fetch = await loop.run_in_executor(
-            None, lambda: self.cache.ensure(entry.target, prepare=self.prepare)
-        )
+        limit_s = self.state.options.load_timeout_s
+        # the platform's limit runs from the load's start: download, extraction, the wait
+        # for the loads before it and Triton's load together (the MME guide)
+        entry.load_deadline_s = deadline = loop.time() + limit_s
+        try:
+            async with asyncio.timeout_at(deadline):
+                fetch = await loop.run_in_executor(
+                    None, lambda: self.cache.ensure(entry.target, prepare=self.prepare)
+                )
+        except TimeoutError:
+            # the download goes on in its thread: its artifact stays on disk for a retry
+            raise past_load_limit(
+                entry.target, limit_s, "its artifact was still downloading"
+            ) from None
         if fetch.downloaded:
             seconds = fetch.download_s + fetch.extract_s + fetch.prepare_s
             self.metrics.observe("ModelDownloadingTime", seconds * 1e6)
@@ -127,7 +139,15 @@ class Loader:
                 },
             )
         entry.framework = framework_of(fetch.artifact.serve_dir)
-        async with self.state.load_lock:
+        lock = self.state.load_lock
+        try:
+            async with asyncio.timeout_at(deadline):
+                await lock.acquire()
+        except TimeoutError:
+            raise past_load_limit(
+                entry.target, limit_s, "it waited for the loads before it"
+            ) from None
+        try:
             if not self.state.up:
                 raise InstanceUnavailableError(f"instance {self.state.index} is restarting; retry")
             self.cache.pin(entry.target)
@@ -136,6 +156,8 @@ class Loader:
             except BaseException:
                 self.cache.unpin(entry.target)
                 raise
+        finally:
+            lock.release()
         entry.state = READY
         entry.loaded_at_s = time.monotonic()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 from dataclasses import dataclass, field
 
 from mmelocal.emulator.lru import ModelUsage
@@ -73,6 +74,9 @@ class ModelEntry:
     #: whether its load may evict others: not a model loaded again after a restart (every
     #: model loaded before it was used more recently), until a call asks for it
     evicts: bool = True
+    #: when its load must have ended (event loop time): the platform's limit covers the
+    #: download, the extraction and the load together, from the load's start
+    load_deadline_s: float = math.inf
 
     def usage(self, runtime_bytes: int = 0) -> ModelUsage:
         """The plain-data view the eviction policy works on (``runtime_bytes``: the shared

@@ -207,6 +207,8 @@ class Watchdog:
         task.add_done_callback(self._reloads.discard)
 
     async def _trim(self, inst: TritonInstance) -> None:
+        if inst.retired or inst not in self.instances:
+            return  # a scale-in took it out: it drains for its stop, nothing is evicted
         try:
             await inst.trim()
         except Exception as exc:

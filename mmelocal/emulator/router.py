@@ -173,7 +173,9 @@ class Router:
                 self.hot_rps_threshold,
                 inst.index,
             )
-            await inst.acquire(target)
+            # bounded as the platform bounds a load: a load that never ends must not keep
+            # the model from ever being copied (the next hot window tries again)
+            await inst.acquire(target, wait_timeout_s=inst.options.load_timeout_s)
             inst.release(target)
         except Exception as exc:
             logger.warning(

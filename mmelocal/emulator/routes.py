@@ -4,7 +4,8 @@
   :mod:`.invocation`'s (:func:`invoke_route` recognises them; :func:`endpoint_name_error`
   is the service's check of the endpoint name).
 * ``/v2/...``: KServe v2 with on-demand loading, so tritonclient and perf_analyzer work
-  against MME semantics.
+  against MME semantics; ``generate`` / ``generate_stream``, trace and log settings reach
+  the Triton that holds the model (or every Triton), as Triton 2.51's routes take them.
 * ``GET /ping``, ``GET /metrics`` (Prometheus text, CloudWatch names), ``GET /emulator/state``.
 
 :func:`route` takes the request's method, path (without the query), a header getter and
@@ -19,6 +20,7 @@ import functools
 import json
 import logging
 import re
+import time
 from typing import Any
 from urllib.parse import quote, unquote
 
@@ -34,7 +36,13 @@ from mmelocal.emulator.answers import (
 from mmelocal.emulator.emulator import Emulator
 from mmelocal.emulator.upstream import Reply
 from mmelocal.errors import InstanceUnavailableError
-from mmelocal.facts.invoke_errors import V2_NOT_AVAILABLE, V2_NOT_READY
+from mmelocal.facts.invoke_errors import (
+    V2_METHOD_NOT_ALLOWED,
+    V2_NOT_AVAILABLE,
+    V2_NOT_FOUND,
+    V2_NOT_READY,
+    V2_TRACE_UNKNOWN,
+)
 from mmelocal.facts.sagemaker import (
     ENDPOINT_NAME_PATTERN,
     MAX_CUSTOM_ATTRIBUTES_LENGTH,
@@ -145,7 +153,10 @@ async def route(
     if invoke_route(method, path) is not None:  # served by .invocation, never routed
         raise AssertionError(f"{method} {path} is an invocation")
     if path.startswith("/v2/models/"):
-        return await v2_models(emulator, method, unquote(path[len("/v2/models/") :]))
+        tail = unquote(path[len("/v2/models/") :])
+        return await v2_models(emulator, method, tail, get, body)
+    if path in _SERVER_SETTINGS:
+        return await v2_server_setting(emulator, method, path, get, body)
     simple = _SIMPLE.get((method, path))
     if simple is not None:
         return await simple(emulator)
@@ -157,10 +168,14 @@ async def route(
     return v2_error(404, f"no route {method} {path}")
 
 
-async def v2_models(emulator: Emulator, method: str, tail: str) -> Answer:
-    """``/v2/models/`` but infer: ready, metadata, config and stats (GET). Any other
-    method, and infer by anything but POST, is 405 before any load, as Triton's
-    ``HTTPAPIServer`` handlers answer (``src/http_server.cc``).
+async def v2_models(
+    emulator: Emulator, method: str, tail: str, get: HeaderGetter | None = None, body: bytes = b""
+) -> Answer:
+    """``/v2/models/`` but infer: ready, metadata, config and stats (GET); ``generate``
+    and ``generate_stream`` (POST, :func:`v2_generate`) and ``trace/setting`` (GET or
+    POST, :func:`v2_model_trace`). Any other method, and infer by anything but POST, is
+    405 before any load, as Triton's ``HTTPAPIServer`` handlers answer
+    (``src/http_server.cc``).
 
     A read is no use of the model (:meth:`~.router.Router.reading`): a loaded model's
     answer comes from the Triton holding it, its recency untouched. A model loaded nowhere
@@ -169,13 +184,19 @@ async def v2_models(emulator: Emulator, method: str, tail: str) -> Answer:
     answers for a model it has not loaded, with no load.
     """
     target, version, action = parse_v2_path(tail)
+    if action in _GENERATE:
+        if method != "POST":
+            return v2_error(405, V2_METHOD_NOT_ALLOWED)
+        return await v2_generate(emulator, target, version, action, get, body)
+    if action == _TRACE:
+        if version is not None:  # Triton's model route takes no version for it: no route
+            return v2_error(404, V2_NOT_FOUND)
+        if method not in ("GET", "POST"):
+            return v2_error(405, V2_METHOD_NOT_ALLOWED)
+        return await v2_model_trace(emulator, target, method, get, body)
     if method != "GET" or action == "infer":  # infer by POST is an invocation, never here
         return v2_error(405, f"{method} is not supported on /v2/models/{tail}")
-    path = f"/v2/models/{quote(target, safe=_PCHAR)}"
-    if version is not None:
-        path += f"/versions/{version}"
-    if action:
-        path += f"/{action}"
+    path = _model_path(target, version, action)
     try:
         with emulator.router.reading(target) as inst:
             if inst is not None:
@@ -196,6 +217,111 @@ async def v2_models(emulator: Emulator, method: str, tail: str) -> Answer:
 
 #: the v2 model reads that load a model loaded nowhere ("": metadata)
 _LOADING_READS = frozenset({"", "config"})
+_GENERATE = frozenset({"generate", "generate_stream"})
+_TRACE = "trace/setting"
+#: request headers a forwarded v2 request keeps (Triton answers the encodings it refuses)
+_V2_FORWARDED = ("Content-Type", "Content-Encoding", "Accept-Encoding")
+
+
+def _model_path(target: str, version: str | None, action: str) -> str:
+    """The v2 path of ``target``'s ``action`` on the Triton that holds it."""
+    path = f"/v2/models/{quote(target, safe=_PCHAR)}"
+    if version is not None:
+        path += f"/versions/{version}"
+    if action:
+        path += f"/{action}"
+    return path
+
+
+def _forwarded(get: HeaderGetter | None) -> list[tuple[str, str]]:
+    if get is None:
+        return []
+    return [(name, value) for name in _V2_FORWARDED if (value := get(name)) is not None]
+
+
+def _reply_answer(reply: Reply) -> Answer:
+    """Triton's reply as it came: status, content type (a stream's own) and body."""
+    kind = reply.headers.get("content-type", "application/json")
+    return Answer(reply.status, [("Content-Type", kind)], reply.body)
+
+
+async def v2_generate(
+    emulator: Emulator,
+    target: str,
+    version: str | None,
+    action: str,
+    get: HeaderGetter | None,
+    body: bytes,
+) -> Answer:
+    """``POST /v2/models/{target}/generate`` (or ``generate_stream``): an inference, so
+    the model is loaded on demand as for ``infer``, and Triton's answer is passed on (a
+    stream's events arrive together, once Triton ends the stream). Counted in the
+    invocation metrics as ``infer`` is."""
+    metrics = emulator.metrics
+    start = time.perf_counter()
+    try:
+        emulator.check_target(target)
+        inst = emulator.router.pick(target)
+        acquired = await inst.acquire(target, wait_timeout_s=emulator.config.load_wait_timeout_s)
+        try:
+            sent = time.perf_counter()
+            path = _model_path(target, version, action)
+            reply = await inst.control.v2_request(
+                "POST", path, _forwarded(get), body, runs_model=True
+            )
+        finally:
+            inst.release(target)
+    except Exception as exc:
+        if error_kind(exc) is INTERNAL_FAILURE:
+            logger.exception("v2 %s for %r failed", action, target)
+        answer = v2_exception(exc)
+        metrics.record_invocation(answer.status, time.perf_counter() - start)
+        return answer
+    latency_s = time.perf_counter() - sent
+    overhead_s = time.perf_counter() - start - latency_s
+    metrics.record_served(reply.status, overhead_s, latency_s, acquired.cache_hit, acquired.wait_s)
+    return _reply_answer(reply)
+
+
+async def v2_model_trace(
+    emulator: Emulator, target: str, method: str, get: HeaderGetter | None, body: bytes
+) -> Answer:
+    """``/v2/models/{target}/trace/setting``: read (GET) from the Triton holding the model,
+    or changed (POST) on every Triton holding it; for a model loaded nowhere, Triton's
+    answer for a model it has not loaded (400), with no load (a setting is no use)."""
+    holders = [i for i in emulator.instances if i.up and i.is_ready(target)]
+    if not holders:
+        return v2_error(400, V2_TRACE_UNKNOWN.format(model=target))
+    path = _model_path(target, None, _TRACE)
+    try:
+        for inst in holders[:1] if method == "GET" else holders:
+            reply = await inst.control.v2_request(method, path, _forwarded(get), body)
+    except Exception as exc:
+        return v2_exception(exc)
+    return _reply_answer(reply)
+
+
+async def v2_server_setting(
+    emulator: Emulator, method: str, path: str, get: HeaderGetter | None, body: bytes
+) -> Answer:
+    """``/v2/trace/setting`` and ``/v2/logging``: read (GET) from an instance that is up,
+    or changed (POST) on every instance up (one that starts later has Triton's defaults);
+    other methods 405, as Triton's ``HandleTrace`` / ``HandleLogging`` answer."""
+    if method not in ("GET", "POST"):
+        return v2_error(405, V2_METHOD_NOT_ALLOWED)
+    up = [i for i in emulator.instances if i.up]
+    if not up:
+        return v2_exception(InstanceUnavailableError("every Triton instance is restarting; retry"))
+    try:
+        for inst in up[:1] if method == "GET" else up:
+            reply = await inst.control.v2_request(method, path, _forwarded(get), body)
+    except Exception as exc:
+        return v2_exception(exc)
+    return _reply_answer(reply)
+
+
+#: server-wide settings every Triton has (``trace_regex_``, ``/v2/logging``: 2.51)
+_SERVER_SETTINGS = frozenset({"/v2/trace/setting", "/v2/logging"})
 
 
 #: the characters a path segment may hold as they are besides the unreserved ones (RFC

@@ -11,6 +11,7 @@ the v2 HTTP endpoint's, for model metadata. Every answer is one
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +19,7 @@ from pathlib import Path
 from mmelocal.emulator.model_state import InstanceOptions, ModelEntry
 from mmelocal.emulator.upstream import Reply, UpstreamError, UpstreamPool, UpstreamTimeoutError
 from mmelocal.errors import EmulatorError, ModelLoadError
-from mmelocal.facts.sagemaker import INVOKE_TIMEOUT_S, REQUEST_TIMEOUT_S
+from mmelocal.facts.sagemaker import INVOKE_TIMEOUT_S, LOAD_LIMIT_S, REQUEST_TIMEOUT_S
 from mmelocal.runtime.sagemaker import TARGET_MODEL_HEADER, load_body
 
 #: turns a failed connection into the error callers get (the instance decides: died or busy)
@@ -35,6 +36,20 @@ def late_reply(timeout_s: float) -> Reply:
         f"(SageMaker's limit is {INVOKE_TIMEOUT_S:g} s)"
     )
     return Reply(504, {"content-type": "application/json"}, json.dumps({"error": message}).encode())
+
+
+def past_load_limit(
+    target: str, limit_s: float, when: str, *, log_path: Path | None = None
+) -> ModelLoadError:
+    """The error of a load that did not end within the platform's limit, which covers the
+    download, the extraction and the load together (the MME guide: "the model continues
+    to download and load into the inference container for up to 360 seconds")."""
+    return ModelLoadError(
+        f"TargetModel {target!r} was not downloaded and loaded within {limit_s:g}s "
+        f"(SageMaker's limit for a cold model is {LOAD_LIMIT_S:g} s): {when}",
+        model_name=target,
+        log_path=log_path,
+    )
 
 
 class SageMakerControl:
@@ -74,23 +89,29 @@ class SageMakerControl:
             self.v2_pool.close()
 
     async def post_load(self, entry: ModelEntry, url_dir: str) -> tuple[int, str]:
-        """``POST /models``: Triton's status and text; a load past the timeout is undone."""
+        """``POST /models``: Triton's status and text; a load still running at the entry's
+        deadline (``load_deadline_s``: the load's limit counts from its start, download
+        included) is undone."""
         headers = [(TARGET_MODEL_HEADER, entry.target), ("Content-Type", "application/json")]
+        limit_s = self.options.load_timeout_s
+        timeout_s = min(limit_s, entry.load_deadline_s - asyncio.get_running_loop().time())
+        if timeout_s <= 0:
+            raise past_load_limit(entry.target, limit_s, "before Triton was asked to load it")
         try:
             reply = await self.pool.request(
                 "POST",
                 "/models",
                 headers,
                 load_body(entry.key, url_dir),
-                timeout_s=self.options.load_timeout_s,
+                timeout_s=timeout_s,
             )
         except UpstreamTimeoutError as exc:
             await self.delete(entry)
-            raise ModelLoadError(
-                f"Triton did not finish loading {entry.target!r} within "
-                f"{self.options.load_timeout_s:g}s (a stub that cannot start hangs the load; "
-                f"see {self.log_path()})",
-                model_name=entry.target,
+            raise past_load_limit(
+                entry.target,
+                limit_s,
+                f"Triton was still loading it (a stub that cannot start hangs the load; see "
+                f"{self.log_path()})",
                 log_path=self.log_path(),
             ) from exc
         except UpstreamError as exc:
@@ -127,12 +148,32 @@ class SageMakerControl:
 
     async def v2_get(self, path: str) -> Reply:
         """``GET`` on the v2 HTTP endpoint (model metadata, config, statistics)."""
+        return await self.v2_request("GET", path)
+
+    async def v2_request(
+        self,
+        method: str,
+        path: str,
+        headers: list[tuple[str, str]] | None = None,
+        body: bytes = b"",
+        *,
+        runs_model: bool = False,
+    ) -> Reply:
+        """A request to the v2 HTTP endpoint. One that ``runs_model`` (``generate``) has
+        the invoke timeout and is answered its 504 past it, as an invoke is."""
         if self.v2_pool is None:
             raise EmulatorError("this Triton has no v2 HTTP endpoint the emulator knows of")
+        timeout_s = self.options.invoke_timeout_s if runs_model else REQUEST_TIMEOUT_S
         try:
-            return await self.v2_pool.request("GET", path, [], timeout_s=REQUEST_TIMEOUT_S)
+            return await self.v2_pool.request(
+                method, path, headers or [], body, timeout_s=timeout_s
+            )
+        except UpstreamTimeoutError as exc:
+            if runs_model:
+                return late_reply(timeout_s)
+            raise self.connection_error(exc) from exc
         except UpstreamError as exc:
             raise self.connection_error(exc) from exc
 
 
-__all__ = ["ConnectionErrorFactory", "SageMakerControl", "late_reply"]
+__all__ = ["ConnectionErrorFactory", "SageMakerControl", "late_reply", "past_load_limit"]

@@ -64,6 +64,13 @@ V2_LOAD_ERROR_STATUS = 400
 #: with the wheel's tritonserver 2.51
 V2_NOT_READY = "Model version not ready"
 V2_NOT_AVAILABLE = "requested model '{model}' is not available"
+#: Triton's v2 answer (400) to ``.../trace/setting`` of a model it has not loaded
+#: (``HandleTrace``, ``src/http_server.cc`` 2.51, measured with the wheel's tritonserver)
+V2_TRACE_UNKNOWN = "Request for unknown model : {model}"
+#: Triton's v2 answers to a method a route does not take (405) and a path no route takes
+#: (404), such as a version on ``trace/setting`` (``HTTPAPIServer::Handle``, 2.51)
+V2_METHOD_NOT_ALLOWED = "Method Not Allowed"
+V2_NOT_FOUND = "Not Found"
 
 #: Exception class -> the caller's error, first match wins (subclasses before bases).
 SAGEMAKER_ERRORS: tuple[tuple[tuple[type[BaseException], ...], SageMakerError], ...] = (
@@ -156,8 +163,11 @@ __all__ = [
     "PAYLOAD_TOO_LARGE_STATUS",
     "SAGEMAKER_ERRORS",
     "V2_LOAD_ERROR_STATUS",
+    "V2_METHOD_NOT_ALLOWED",
     "V2_NOT_AVAILABLE",
+    "V2_NOT_FOUND",
     "V2_NOT_READY",
+    "V2_TRACE_UNKNOWN",
     "SageMakerError",
     "error_kind",
 ]

@@ -284,8 +284,15 @@ class ControlLoop:
     @staticmethod
     def _gauges(fleet: Any) -> dict[str, list[float]]:
         emulator = fleet.server.emulator
-        found, loaded = fleet.server.call(
-            _call(lambda: (emulator.gauges(), _loaded_per_instance(emulator))), timeout_s=10.0
+        found, loaded, disks = fleet.server.call(
+            _call(
+                lambda: (
+                    emulator.gauges(),
+                    _loaded_per_instance(emulator),
+                    emulator.disk_utilization_per_instance(),
+                )
+            ),
+            timeout_s=10.0,
         )
         out = dict(found)
         read = emulator.read_gauges()
@@ -295,6 +302,8 @@ class ControlLoop:
         gauges = {k: [float(v)] for k, v in out.items() if k in INSTANCE_METRICS}
         # emitted per instance (its Average: models per instance; its Sum: all of them)
         gauges["LoadedModelCount"] = loaded
+        # each instance's own storage volume, one sample per instance
+        gauges["DiskUtilization"] = disks
         return gauges
 
     # -- alarms ------------------------------------------------------------------------

@@ -76,8 +76,11 @@ class Cache:
     def __init__(self) -> None:
         self.pins: dict[str, int] = {}
         self.store = SimpleNamespace(description="test store")
+        #: the targets :meth:`ensure` was asked for (a download when not on disk)
+        self.ensured: list[str] = []
 
     def ensure(self, target: str, prepare: Any = None) -> Any:
+        self.ensured.append(target)
         artifact = SimpleNamespace(serve_dir=Path("/models") / target, size_bytes=1)
         return SimpleNamespace(downloaded=False, artifact=artifact)
 
@@ -126,18 +129,24 @@ class Launcher:
 
 
 def fake_instance(
-    machine: Machine, control: Control, *, limit_bytes: int, cache: Cache | None = None
+    machine: Machine,
+    control: Control,
+    *,
+    limit_bytes: int,
+    cache: Cache | None = None,
+    options: InstanceOptions | None = None,
+    index: int = 0,
 ) -> TritonInstance:
     """A TritonInstance whose server is :class:`Launcher` and whose calls go to ``control``
     (start it with ``await inst.start()``)."""
     inst = TritonInstance(
-        index=0,
+        index=index,
         launcher=Launcher(machine),  # type: ignore[arg-type]
         probe=machine,
         cache=cache or Cache(),  # type: ignore[arg-type]
         metrics=Metrics(),
         events=EventLog(),
-        options=InstanceOptions(busy_wait_s=0.2, release_timeout_s=1.0),
+        options=options or InstanceOptions(busy_wait_s=0.2, release_timeout_s=1.0),
     )
     inst.control = inst.evictor.control = inst.loader.control = control  # type: ignore[assignment]
     inst.gauge.limit_override_bytes = limit_bytes

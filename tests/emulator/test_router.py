@@ -13,7 +13,7 @@ from shared_helpers import wait_for_async
 
 from mmelocal.emulator.emulator import EmulatorConfig
 from mmelocal.emulator.instance import InstanceUnavailableError
-from mmelocal.emulator.model_state import LOADING, READY, UNLOADING
+from mmelocal.emulator.model_state import LOADING, READY, UNLOADING, InstanceOptions
 from mmelocal.emulator.router import Router
 from mmelocal.emulator.server import EmulatorServer
 from mmelocal.testing.endpoint import MmeEndpoint
@@ -38,6 +38,7 @@ class FakeInstance:
     up: bool = True
     models: dict[str, _Entry] = field(default_factory=dict)
     acquired: list[str] = field(default_factory=list)
+    options: InstanceOptions = field(default_factory=InstanceOptions)
 
     def is_ready(self, target: str) -> bool:
         entry = self.models.get(target)

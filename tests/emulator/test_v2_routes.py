@@ -168,3 +168,67 @@ def test_a_version_in_the_path_reaches_triton(mme: MmeEndpoint) -> None:
         assert (status, data) == raw_request(triton_url, "GET", path)[::2]
         status, _, data = raw_request(mme.url, "GET", path.replace("/versions/2", "/versions/1"))
         assert status == 200, (suffix, data)
+
+
+GENERATE_BODY = b'{"INPUT0": [1, 2, 3, 4]}'
+
+
+def test_generate_is_an_inference_answered_as_triton_answers_it(mme: MmeEndpoint) -> None:
+    """Triton 2.51's v2 model route takes ``generate`` and ``generate_stream`` (POST,
+    ``HandleGenerate``): the emulator loads the model on demand, as for ``infer``, and
+    passes Triton's answer on (it read ``M/generate`` as a model named so: 405 to a POST,
+    400 "not found" to a GET, where Triton answers 405)."""
+    target = "model-b.tar.gz"
+    for action, kind in (
+        ("generate", "application/json"),
+        ("generate_stream", "text/event-stream"),
+    ):
+        path = f"/v2/models/{target}/{action}"
+        status, headers, data = raw_request(mme.url, "POST", path, JSON, GENERATE_BODY)
+        assert status == 200 and headers["content-type"].startswith(kind), (status, data)
+        assert target in _loaded(mme)
+        triton_url = next(i for i in mme.state()["instances"] if i["loaded"])["http_url"]
+        direct = _dechunked(raw_request(triton_url, "POST", path, JSON, GENERATE_BODY))
+        assert (status, data) == direct
+        assert raw_request(mme.url, "GET", path)[::2] == (405, b'{"error":"Method Not Allowed"}')
+    status, _, data = raw_request(
+        mme.url, "POST", "/v2/models/no-such.tar.gz/generate", JSON, GENERATE_BODY
+    )
+    assert status == 400 and "not found" in _error(data)
+
+
+def test_trace_settings_are_tritons(mme: MmeEndpoint) -> None:
+    """``/v2/models/M/trace/setting`` is Triton's trace route (``HandleTrace``): the
+    settings of a loaded model come from the Triton holding it; a model loaded nowhere is
+    Triton's 400 "Request for unknown model", with no load; with a version it is no route
+    (404). ``/v2/trace/setting`` and ``/v2/logging`` are the server's settings."""
+    assert mme.invoke("model-a.tar.gz", BODY)
+    triton_url = mme.state()["instances"][0]["http_url"]
+    for path in (
+        "/v2/models/model-a.tar.gz/trace/setting",
+        "/v2/models/model-a.tar.gz/versions/1/trace/setting",
+        "/v2/trace/setting",
+        "/v2/logging",
+    ):
+        mine = raw_request(mme.url, "GET", path)[::2]
+        assert mine == raw_request(triton_url, "GET", path)[::2], path
+        assert mine[0] in (200, 404)
+    raw_request(mme.url, "POST", "/v2/repository/models/model-c.tar.gz/unload")
+    loaded, downloads = _loaded(mme), _downloads(mme)
+    assert "model-c.tar.gz" not in loaded
+    status, _, data = raw_request(mme.url, "GET", "/v2/models/model-c.tar.gz/trace/setting")
+    assert (status, _error(data)) == (400, "Request for unknown model : model-c.tar.gz")
+    assert _loaded(mme) == loaded and _downloads(mme) == downloads
+
+
+def _dechunked(answer: tuple[int, dict[str, str], bytes]) -> tuple[int, bytes]:
+    """Status and body of a raw answer, a chunked body joined (Triton streams them)."""
+    status, headers, data = answer
+    if headers.get("transfer-encoding") != "chunked":
+        return status, data
+    out = b""
+    while True:
+        size, _, data = data.partition(b"\r\n")
+        if not int(size, 16):
+            return status, out
+        out, data = out + data[: int(size, 16)], data[int(size, 16) + 2 :]

@@ -20,8 +20,9 @@ class _CloudWatch:
 
 
 class _Instance:
-    def __init__(self, loaded: int) -> None:
+    def __init__(self, loaded: int, disk_percent: float = 0.0) -> None:
         self._loaded = [f"model-{i}.tar.gz" for i in range(loaded)]
+        self.disk_percent = disk_percent
 
     def loaded(self) -> list[str]:
         return self._loaded
@@ -38,6 +39,9 @@ class _Emulator:
 
     def read_gauges(self) -> dict[str, float]:
         return {"CPUUtilization": 10.0}
+
+    def disk_utilization_per_instance(self) -> list[float]:
+        return [i.disk_percent for i in (*self.instances, *self.draining)]
 
 
 class _Server:
@@ -102,3 +106,17 @@ def test_cpu_utilization_is_averaged_over_the_instances_it_was_read_on() -> None
     loop = ControlLoop(client_for=lambda service, region: cloudwatch, running=list, regions=list)
     loop._publish(Running("us-east-1", "e", "v", fleet), 0.0)
     assert cloudwatch.data["CPUUtilization"]["Value"] == 80.0
+
+
+def test_disk_utilization_is_one_sample_per_instance() -> None:
+    """Each instance has its own storage volume, and its DiskUtilization is its own
+    sample: 20 % and 60 % on two instances are 2 samples (Average 40 %), not one datum."""
+    metrics = Metrics()
+    fleet = _Fleet(metrics, loaded=(0, 0))
+    for inst, percent in zip(fleet.server.emulator.instances, (20.0, 60.0), strict=True):
+        inst.disk_percent = percent
+    cloudwatch = _CloudWatch()
+    loop = ControlLoop(client_for=lambda service, region: cloudwatch, running=list, regions=list)
+    loop._publish(Running("us-east-1", "e", "v", fleet), 0.0)
+    stats = cloudwatch.data["DiskUtilization"]["StatisticValues"]
+    assert stats == {"SampleCount": 2.0, "Sum": 80.0, "Minimum": 20.0, "Maximum": 60.0}
