@@ -48,7 +48,7 @@ from mmelocal.bench.loadtest.workers import (
     LoadGenerators,
     endpoint_is_local,
 )
-from mmelocal.errors import BenchError, UserInputError
+from mmelocal.errors import BenchError, ModelNotReadyError, UserInputError
 from mmelocal.facts.aws import LOCAL_REGION, RUNTIME, aws_client
 from mmelocal.facts.sagemaker import (
     DIRECT_LOAD_TIMEOUT_S,
@@ -284,10 +284,6 @@ MODEL_NOT_READY = "ModelNotReadyException"
 _RETRY_FIRST_S, _RETRY_MAX_S = 0.25, 5.0
 
 
-class _NotReady(Exception):
-    """A pre-warm request answered ModelNotReadyException: the load goes on."""
-
-
 def prewarm(config: LoadTestConfig) -> float:
     """Send one request to every target, one after the other, so cold loads happen before
     the measured test; raises BenchError naming the first target that fails. A target
@@ -306,8 +302,8 @@ def prewarm(config: LoadTestConfig) -> float:
 
 
 def _until_ready(send: Callable[[], None], target: str) -> None:
-    """``send()`` again while it raises :class:`_NotReady`, for up to LOAD_LIMIT_S from the
-    first such answer."""
+    """``send()`` again while it raises :class:`~mmelocal.errors.ModelNotReadyError`, for
+    up to LOAD_LIMIT_S from the first such answer."""
     deadline: float | None = None
     pause_s = _RETRY_FIRST_S
     wait = threading.Event()
@@ -315,7 +311,7 @@ def _until_ready(send: Callable[[], None], target: str) -> None:
         try:
             send()
             return
-        except _NotReady as exc:
+        except ModelNotReadyError as exc:
             now = time.monotonic()
             deadline = now + LOAD_LIMIT_S if deadline is None else deadline
             if now >= deadline:
@@ -330,7 +326,8 @@ def _until_ready(send: Callable[[], None], target: str) -> None:
 
 
 def _boto3_sender(config: LoadTestConfig, worker: dict[str, Any]) -> Callable[[str], None]:
-    """One InvokeEndpoint per call through boto3; :class:`_NotReady` on ModelNotReady."""
+    """One InvokeEndpoint per call through boto3; :class:`~mmelocal.errors.ModelNotReadyError`
+    on ModelNotReadyException."""
     import boto3
 
     from mmelocal.aws.session import error_code
@@ -361,15 +358,16 @@ def _boto3_sender(config: LoadTestConfig, worker: dict[str, Any]) -> Callable[[s
             )["Body"].read()
         except Exception as exc:
             if error_code(exc) == MODEL_NOT_READY:
-                raise _NotReady(str(exc)) from exc
+                raise ModelNotReadyError(str(exc), target_model=target) from exc
             raise BenchError(f"pre-warm request to {target} failed: {exc}") from exc
 
     return send
 
 
 def _http_sender(config: LoadTestConfig, worker: dict[str, Any]) -> Callable[[str], None]:
-    """One POST per call (invocations or KServe v2); :class:`_NotReady` on a 429
-    ModelNotReadyException (the ``x-amzn-ErrorType`` header, or ``__type`` in the body)."""
+    """One POST per call (invocations or KServe v2); :class:`~mmelocal.errors.ModelNotReadyError`
+    on a 429 ModelNotReadyException (the ``x-amzn-ErrorType`` header, or ``__type`` in the
+    body)."""
     import urllib.error
     import urllib.request
 
@@ -395,7 +393,7 @@ def _http_sender(config: LoadTestConfig, worker: dict[str, Any]) -> Callable[[st
             detail = body[:300].decode("utf-8", "replace")
             error_type = (exc.headers.get(ERROR_TYPE_HEADER) or "").split(":")[0]
             if exc.code == 429 and MODEL_NOT_READY in (error_type, _body_type(body)):
-                raise _NotReady(detail) from exc
+                raise ModelNotReadyError(detail, target_model=target) from exc
             raise BenchError(
                 f"pre-warm request to {target} answered HTTP {exc.code}: {detail}"
             ) from exc
