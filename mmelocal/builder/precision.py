@@ -3,12 +3,11 @@ artifact: what a capacity measurement records beside its figures, so that an est
 compared only with a measurement of the same precision (FP16 weights take half the bytes).
 
 Read where the artifact says it without a GPU: a TorchScript ``model.pt`` (its parameters
-and buffers, loaded on the meta device: no weight is read) and an ONNX ``model.onnx`` (its
-initializers). A TensorRT plan holds its precision in the engine, readable only with
-TensorRT; a Python-backend model has no artifact of its own: both are ``""`` (unknown). The
-precision is that of most weight elements (a model keeps some tensors in FP32 under FP16,
-e.g. a norm's statistics).
-"""
+and buffers, loaded on the meta device where its graph allows: no weight is read) and an
+ONNX ``model.onnx`` (its initializers). A TensorRT plan holds its precision in the engine,
+readable only with TensorRT; a Python-backend model has no artifact of its own: both are
+``""`` (unknown). The precision is that of most weight elements (a model keeps some tensors
+in FP32 under FP16, e.g. a norm's statistics)."""
 
 from __future__ import annotations
 
@@ -78,8 +77,13 @@ def _torch_counts(path: Path) -> Counter[str]:
 
     with warnings.catch_warnings():  # torch 2.9+ calls torch.jit.load deprecated
         warnings.simplefilter("ignore")
-        # on the meta device: dtypes and shapes, no weight is read into memory
-        module = torch.jit.load(str(path), map_location="meta")
+        try:
+            # on the meta device: dtypes and shapes, no weight is read into memory
+            module = torch.jit.load(str(path), map_location="meta")
+        except NotImplementedError:
+            # a graph that runs an operator at load that has no meta kernel (a traced
+            # Hugging Face model's aten::equal): on the CPU, weights and all
+            module = torch.jit.load(str(path), map_location="cpu")
     counts: Counter[str] = Counter()
     for tensor in [*module.parameters(), *module.buffers()]:
         name = str(tensor.dtype).removeprefix("torch.")

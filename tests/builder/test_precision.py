@@ -4,6 +4,7 @@ beside its figures, so an estimate compares like with like)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -54,3 +55,30 @@ def test_unknown_when_the_artifact_cannot_say(tmp_path: Path) -> None:
     (python / "1").mkdir(parents=True)
     (python / "1" / "model.py").write_text("")
     assert weights_precision(plan) == "" and weights_precision(python) == ""
+
+
+def test_a_traced_bert_whose_graph_cannot_load_on_meta(tmp_path: Path) -> None:
+    """A traced Hugging Face BERT runs aten::equal when loaded, which has no meta kernel:
+    its precision is read on the CPU instead of coming back unknown (the capacity run of
+    the packaged MiniLM recorded "")."""
+    import torch as th
+    from transformers import BertModel
+
+    from mmelocal.testing.tiny_bert import tiny_bert_config
+
+    bert = BertModel(tiny_bert_config()).eval()
+
+    class Wrapped(th.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bert = bert
+
+        def forward(self, ids: Any, mask: Any) -> Any:
+            return self.bert(input_ids=ids, attention_mask=mask, return_dict=False)[0]
+
+    ids = torch.ones(1, 8, dtype=torch.long)
+    model = _folder(tmp_path, "bert", "pytorch_libtorch")
+    torch.jit.trace(Wrapped(), (ids, ids)).save(str(model / "1" / "model.pt"))
+    with pytest.raises(NotImplementedError):  # the case: no meta load
+        torch.jit.load(str(model / "1" / "model.pt"), map_location="meta")
+    assert weights_precision(model) == "fp32"
