@@ -3,6 +3,9 @@ measured."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -112,27 +115,30 @@ def test_a_sped_up_replays_load_cycles_are_the_endpoints_seconds() -> None:
     assert cycles.tolist() == pytest.approx([*rec.latency_s.tolist(), 2.0])
 
 
-def test_a_state_page_that_fails_is_reported_not_skipped() -> None:
-    """The replay's record of loads and the loaded set comes from polling the emulator's
-    state page: a poll answered 503 (or failing) left a gap the report never mentioned."""
-    aiohttp = pytest.importorskip("aiohttp")
+def _poll_stand_in(answer: Callable[[int], tuple[int, Any]], polls_wanted: int) -> dict[str, Any]:
+    """Run the replay's state poll against a stand-in state page until it was read
+    ``polls_wanted`` times; ``answer(i)`` gives the i-th poll's status and JSON body."""
+    pytest.importorskip("aiohttp")
     import asyncio
 
+    import aiohttp
     from aiohttp import web
 
     from mmelocal.traffic.replay import STATE_PATH, _poll_state
 
     polls: list[int] = []
-    answered = asyncio.Event()
+    enough = asyncio.Event()
 
     async def state(request: web.Request) -> web.Response:
+        status, body = answer(len(polls))
         polls.append(1)
-        if len(polls) == 1:
-            return web.Response(status=503, text="busy")
-        answered.set()
-        return web.json_response({"instances": [], "events": [], "event_counts": {}})
+        if len(polls) >= polls_wanted:
+            enough.set()
+        if status != 200:
+            return web.Response(status=status, text="busy")
+        return web.json_response(body)
 
-    async def run() -> dict[str, object]:
+    async def run() -> dict[str, Any]:
         app = web.Application()
         app.router.add_get(STATE_PATH, state)
         runner = web.AppRunner(app)
@@ -140,21 +146,53 @@ def test_a_state_page_that_fails_is_reported_not_skipped() -> None:
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
         port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        out: dict[str, object] = {}
+        out: dict[str, Any] = {}
         stop = asyncio.Event()
         try:
             async with aiohttp.ClientSession() as session:
                 poll = asyncio.ensure_future(
                     _poll_state(session, f"http://127.0.0.1:{port}", 0.001, stop, out)
                 )
-                await asyncio.wait_for(answered.wait(), timeout=30)
+                await asyncio.wait_for(enough.wait(), timeout=30)
                 stop.set()
                 await poll
         finally:
             await runner.cleanup()
         return out
 
-    out = asyncio.run(run())
+    return asyncio.run(run())
+
+
+def test_the_replay_records_the_most_one_instance_held() -> None:
+    def entry(state: str) -> dict[str, str]:
+        return {"state": state}
+
+    states = [
+        [[entry("ready")] * 3 + [entry("loading")], [entry("ready")] * 2],  # 5 in all, 3 max
+        [[entry("ready")], [entry("ready")] * 2],
+    ]
+
+    def answer(i: int) -> tuple[int, Any]:
+        instances = states[min(i, len(states) - 1)]
+        return 200, {
+            "instances": [{"loaded": x} for x in instances],
+            "events": [],
+            "event_counts": {},
+        }
+
+    out = _poll_stand_in(answer, len(states))
+    assert max(count for _, count in out["samples"]) == 5
+    assert out["max_loaded_per_instance"] == 3 and out["instance_count"] == 2
+
+
+def test_a_state_page_that_fails_is_reported_not_skipped() -> None:
+    """The replay's record of loads and the loaded set comes from polling the emulator's
+    state page: a poll answered 503 (or failing) left a gap the report never mentioned."""
+
+    def answer(i: int) -> tuple[int, Any]:
+        return (503, None) if i == 0 else (200, {"instances": [], "events": [], "event_counts": {}})
+
+    out = _poll_stand_in(answer, 2)
     assert out.get("state_failures") == 1 and "503" in str(out.get("state_error"))
     from mmelocal.traffic.replay import _state_note
 
