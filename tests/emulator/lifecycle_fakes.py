@@ -5,6 +5,7 @@ pin count and a launcher whose process can die, so a loader, an evictor or a who
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -33,6 +34,25 @@ class Machine:
     def read(self) -> MemoryReading:
         used = self.base_bytes + sum(self.resident.values())
         return MemoryReading(used_bytes=used, total_bytes=self.total_bytes)
+
+
+class HeldMachine(Machine):
+    """A machine over a 500 MiB limit whose next reading, once ``hold`` is set, stops until
+    the test sets ``go_on`` (``entered`` says it got there): a trim or a load caught in
+    the middle of its memory reading."""
+
+    def __init__(self) -> None:
+        super().__init__(total_bytes=1000 * MIB, base_bytes=900 * MIB)
+        self.hold = False
+        self.entered = threading.Event()
+        self.go_on = threading.Event()
+
+    def read(self) -> MemoryReading:
+        if self.hold:
+            self.hold = False
+            self.entered.set()
+            self.go_on.wait(timeout=30)
+        return super().read()
 
 
 class Control:

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from lifecycle_fakes import MIB, Control, Machine, fake_instance
+from lifecycle_fakes import MIB, Control, HeldMachine, Machine, fake_instance
 from shared_helpers import wait_for_async
 
 from mmelocal.emulator.emulator import Emulator
@@ -24,6 +24,17 @@ from mmelocal.emulator.model_state import (
 from mmelocal.emulator.probes import MemoryReading
 from mmelocal.emulator.recovery import Watchdog
 from mmelocal.errors import ServerStartError
+
+
+async def used_ago(inst: Any, *ages: tuple[float, str]) -> float:
+    """Load and release each ``(age_s, target)`` on ``inst``, then date its last use
+    ``age_s`` before now; returns that now (``time.monotonic``)."""
+    now = time.monotonic()
+    for age_s, target in ages:
+        await inst.acquire(target)
+        inst.release(target)
+        inst.models[target].last_used_s = now - age_s
+    return now
 
 
 def test_models_loaded_again_after_a_restart_keep_their_recency() -> None:
@@ -109,22 +120,8 @@ def test_a_trim_does_not_wait_behind_a_load() -> None:
             await self.gate.wait()
             return await super().post_load(entry, url_dir)
 
-    class Held(Machine):
-        def __init__(self) -> None:
-            super().__init__(total_bytes=1000 * MIB, base_bytes=900 * MIB)  # over the limit
-            self.hold = False
-            self.entered = threading.Event()
-            self.go_on = threading.Event()
-
-        def read(self) -> MemoryReading:
-            if self.hold:
-                self.hold = False
-                self.entered.set()
-                self.go_on.wait(timeout=30)
-            return super().read()
-
     async def run() -> None:
-        machine = Held()
+        machine = HeldMachine()
         control = Gated(machine)
         inst = fake_instance(machine, control, limit_bytes=500 * MIB)
         await inst.start()
@@ -564,11 +561,7 @@ def test_a_model_loaded_again_after_a_restart_evicts_none_used_more_recently() -
         control = Control(machine, size=100 * MIB)
         inst = fake_instance(machine, control, limit_bytes=350 * MIB)
         await inst.start()
-        now = time.monotonic()
-        for age_s, target in ((30.0, "cold"), (20.0, "warm"), (10.0, "hot")):
-            await inst.acquire(target)
-            inst.release(target)
-            inst.models[target].last_used_s = now - age_s
+        await used_ago(inst, (30.0, "cold"), (20.0, "warm"), (10.0, "hot"))
 
         inst.launcher.stop()  # the process dies
         previous = await inst.restart()
@@ -617,11 +610,7 @@ def test_a_call_for_a_model_being_loaded_again_lets_it_make_room() -> None:
         control = Control(machine, size=100 * MIB)
         inst = fake_instance(machine, control, limit_bytes=250 * MIB)
         await inst.start()
-        now = time.monotonic()
-        for age_s, target in ((20.0, "warm"), (10.0, "hot")):
-            await inst.acquire(target)
-            inst.release(target)
-            inst.models[target].last_used_s = now - age_s
+        now = await used_ago(inst, (20.0, "warm"), (10.0, "hot"))
         inst.launcher.stop()
         await inst.restart()
         await inst.reload("hot", last_used_s=now - 10.0)
@@ -648,11 +637,7 @@ def test_models_not_yet_loaded_again_when_triton_died_again_are_kept() -> None:
         control = Control(machine, size=100 * MIB)
         inst = fake_instance(machine, control, limit_bytes=500 * MIB)
         await inst.start()
-        now = time.monotonic()
-        for age_s, target in ((30.0, "cold"), (20.0, "warm"), (10.0, "hot")):
-            await inst.acquire(target)
-            inst.release(target)
-            inst.models[target].last_used_s = now - age_s
+        await used_ago(inst, (30.0, "cold"), (20.0, "warm"), (10.0, "hot"))
         inst.launcher.stop()
         previous = await inst.restart()
         assert list(previous) == ["hot", "warm", "cold"]

@@ -10,7 +10,7 @@ import threading
 from typing import Any
 
 import pytest
-from lifecycle_fakes import MIB, Cache, Control, Machine, fake_instance
+from lifecycle_fakes import MIB, Cache, Control, HeldMachine, Machine, fake_instance
 from shared_helpers import wait_for_async
 
 from mmelocal.emulator.model_state import (
@@ -73,22 +73,8 @@ def test_a_trim_under_way_leaves_a_retired_instance_alone() -> None:
     trim evicts nothing there (it went on to unload idle models of the instance draining
     for its stop, DELETEs racing the stop)."""
 
-    class Held(Machine):
-        def __init__(self) -> None:
-            super().__init__(total_bytes=1000 * MIB, base_bytes=900 * MIB)  # over the limit
-            self.hold = False
-            self.entered = threading.Event()
-            self.go_on = threading.Event()
-
-        def read(self) -> MemoryReading:
-            if self.hold:
-                self.hold = False
-                self.entered.set()
-                self.go_on.wait(timeout=30)
-            return super().read()
-
     async def run() -> None:
-        machine = Held()
+        machine = HeldMachine()
         control = Control(machine, size=100 * MIB)
         inst = fake_instance(machine, control, limit_bytes=2000 * MIB)
         await inst.start()
