@@ -2,7 +2,8 @@
 the path through ``tests/conftest.py``): polling (the suite's one wait helper, in a thread
 or inside an event loop), the tritonservers a test started, waiting for an endpoint to go,
 the tiny model as a reference tarball, a fresh name for what a test makes in a shared
-service, and a local AWS of a test's own whose tritonserver is a stand-in script."""
+service, a local AWS of a test's own whose tritonserver is a stand-in script, and a
+stand-in ``pynvml`` for the GPU paths on a machine without one."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ import contextlib
 import tarfile
 import tempfile
 import time
+import types
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -140,3 +142,41 @@ def write_reference_tarball(path: Path, *, scale: float, name: str = "tiny") -> 
         with tarfile.open(path, "w:gz") as tar:
             tar.add(model, arcname=name)
     return path
+
+
+class StandInNvml(types.ModuleType):
+    """A stand-in ``pynvml`` (no GPU here; put it in ``sys.modules``): one device per
+    ``used`` entry (index -> bytes in use), ``total_bytes`` each, 42 % busy, with pid 4242
+    holding 1 GiB and pid 1 5 GiB of it."""
+
+    class NVMLError(Exception):
+        pass
+
+    def __init__(self, used: Mapping[int, int], total_bytes: int = 16 * 2**30) -> None:
+        super().__init__("pynvml")
+        self.used = dict(used)
+        self.total_bytes = total_bytes
+
+    def nvmlInit(self) -> None:
+        pass
+
+    def nvmlShutdown(self) -> None:
+        pass
+
+    def nvmlDeviceGetCount(self) -> int:
+        return len(self.used)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
+        return index
+
+    def nvmlDeviceGetMemoryInfo(self, handle: int) -> Any:
+        return types.SimpleNamespace(used=self.used[handle], total=self.total_bytes)
+
+    def nvmlDeviceGetUtilizationRates(self, handle: int) -> Any:
+        return types.SimpleNamespace(gpu=42)
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: int) -> list[Any]:
+        return [
+            types.SimpleNamespace(pid=4242, usedGpuMemory=2**30),
+            types.SimpleNamespace(pid=1, usedGpuMemory=5 * 2**30),
+        ]

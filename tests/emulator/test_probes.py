@@ -8,6 +8,7 @@ import types
 from typing import Any
 
 import pytest
+from shared_helpers import StandInNvml
 
 from mmelocal.emulator.probes import HostProbe, NvmlProbe, choose_probe
 from mmelocal.errors import UserInputError
@@ -114,33 +115,9 @@ def test_a_gone_process_reads_empty_and_budget_is_checked() -> None:
         HostProbe(lambda: None, budget_bytes=0)
 
 
-class _Fake(types.ModuleType):
-    class NVMLError(Exception):
-        pass
-
-    def __init__(self) -> None:
-        super().__init__("pynvml")
-
-    def nvmlInit(self) -> None:
-        pass
-
-    def nvmlDeviceGetCount(self) -> int:
-        return 2
-
-    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
-        return index
-
-    def nvmlDeviceGetMemoryInfo(self, handle: int) -> Any:
-        return types.SimpleNamespace(used=6 * 2**30, total=16 * 2**30)
-
-    def nvmlDeviceGetUtilizationRates(self, handle: int) -> Any:
-        return types.SimpleNamespace(gpu=42)
-
-    def nvmlDeviceGetComputeRunningProcesses(self, handle: int) -> list[Any]:
-        return [
-            types.SimpleNamespace(pid=4242, usedGpuMemory=2**30),
-            types.SimpleNamespace(pid=1, usedGpuMemory=5 * 2**30),
-        ]
+def _Fake() -> StandInNvml:
+    """Two devices of 16 GiB, 6 GiB in use on each."""
+    return StandInNvml({0: 6 * 2**30, 1: 6 * 2**30})
 
 
 def test_nvml_probe_with_a_stand_in_module(monkeypatch: pytest.MonkeyPatch) -> None:

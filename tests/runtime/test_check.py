@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 import sys
-import types
-from typing import Any
 
 import pytest
 from runtime_models import broken_repositories, write_mlp, write_python_model
+from shared_helpers import StandInNvml
 
 from mmelocal.cli.main import main
 from mmelocal.runtime import check as check_module
@@ -163,29 +162,9 @@ def test_a_crash_is_explained_by_its_own_log_lines_not_an_earlier_crash(tmp_path
 GPU_USED = {0: 5 * 2**30, 1: 7 * 2**30}
 
 
-class _TwoGpus(types.ModuleType):
-    """A stand-in ``pynvml`` (no GPU here): two devices, each with its own used memory."""
-
-    class NVMLError(Exception):
-        pass
-
-    def __init__(self) -> None:
-        super().__init__("pynvml")
-
-    def nvmlInit(self) -> None:
-        pass
-
-    def nvmlShutdown(self) -> None:
-        pass
-
-    def nvmlDeviceGetCount(self) -> int:
-        return 2
-
-    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
-        return index
-
-    def nvmlDeviceGetMemoryInfo(self, handle: int) -> Any:
-        return types.SimpleNamespace(used=GPU_USED[handle], total=16 * 2**30)
+def _TwoGpus() -> StandInNvml:
+    """Two devices, each with its own used memory (GPU_USED)."""
+    return StandInNvml(GPU_USED)
 
 
 @pytest.mark.parametrize("gpu_index", [0, 1])
