@@ -146,16 +146,19 @@ def write_reference_tarball(path: Path, *, scale: float, name: str = "tiny") -> 
 
 class StandInNvml(types.ModuleType):
     """A stand-in ``pynvml`` (no GPU here; put it in ``sys.modules``): one device per
-    ``used`` entry (index -> bytes in use), ``total_bytes`` each, 42 % busy, with pid 4242
-    holding 1 GiB and pid 1 5 GiB of it."""
+    ``used`` entry (index -> bytes in use), ``total_bytes`` each, named by ``names`` (by
+    index), 42 % busy, with pid 4242 holding 1 GiB and pid 1 5 GiB of it."""
 
     class NVMLError(Exception):
         pass
 
-    def __init__(self, used: Mapping[int, int], total_bytes: int = 16 * 2**30) -> None:
+    def __init__(
+        self, used: Mapping[int, int], total_bytes: int = 16 * 2**30, names: tuple[str, ...] = ()
+    ) -> None:
         super().__init__("pynvml")
         self.used = dict(used)
         self.total_bytes = total_bytes
+        self.names = names
 
     def nvmlInit(self) -> None:
         pass
@@ -168,6 +171,9 @@ class StandInNvml(types.ModuleType):
 
     def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
         return index
+
+    def nvmlDeviceGetName(self, handle: int) -> str:
+        return self.names[handle]
 
     def nvmlDeviceGetMemoryInfo(self, handle: int) -> Any:
         return types.SimpleNamespace(used=self.used[handle], total=self.total_bytes)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from bench_helpers import fake_loadtest
+from shared_helpers import StandInNvml
 
 from mmelocal.bench.loadtest.result import LoadTestResult
 from mmelocal.bench.prices import load_prices
@@ -208,29 +209,9 @@ def test_a_configuration_whose_requests_all_failed_has_no_peak_rate() -> None:
     assert relative_effects([base, all_failed, some_failed]) == "pt-ig 0.7x pt-base"
 
 
-class _OneCardNvml:
-    """Stands in for ``pynvml`` (no GPU here): one card named ``name``."""
-
-    class NVMLError(Exception):
-        pass
-
-    def __init__(self, *names: str) -> None:
-        self.names = names
-
-    def nvmlInit(self) -> None:
-        pass
-
-    def nvmlShutdown(self) -> None:
-        pass
-
-    def nvmlDeviceGetCount(self) -> int:
-        return len(self.names)
-
-    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
-        return index
-
-    def nvmlDeviceGetName(self, handle: int) -> str:
-        return self.names[handle]
+def _OneCardNvml(*names: str) -> StandInNvml:
+    """One card per name (no GPU here), nothing in use."""
+    return StandInNvml(dict.fromkeys(range(len(names)), 0), names=names)
 
 
 def test_a_local_sweep_on_another_card_refuses_to_size_the_instance_type(
