@@ -381,7 +381,7 @@ def undeploy(
     deleted.
 
     ``delete_artifacts`` deletes the objects under the models' prefix that mmelocal uploaded
-    for ``name`` (or for no endpoint: an earlier mmelocal, the endpoint bench), never those
+    for ``name`` (or for no endpoint: mmelocal 2026-11-24 or earlier), never those
     it uploaded for another endpoint. When another existing model reads one of them (an
     MME serves its whole prefix) nothing at all is deleted and a :class:`DeployError` says
     which model; with ``keep_shared`` those objects are kept instead (listed as kept).
