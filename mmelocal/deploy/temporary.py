@@ -10,8 +10,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from mmelocal.aws.session import AwsClients, connect
-from mmelocal.deploy.deployer import apply_plan, make_plan, undeploy
+from mmelocal.deploy.deployer import apply_plan, make_plan
 from mmelocal.deploy.plan import DeployOptions
+from mmelocal.deploy.undeploy import undeploy
 
 
 @contextlib.contextmanager
