@@ -25,7 +25,7 @@ from mmelocal.units import mib
     "--instance-type",
     default=None,
     help=f"Instance type (default: the cheapest that holds --hot-models according to "
-    f"--capacity, else {DEFAULT_INSTANCE_TYPE}).",
+    f"--capacity, else {DEFAULT_INSTANCE_TYPE}); not with --capacity.",
 )
 @field_option(DeployOptions, "instance_count", type=click.IntRange(min=1))
 @click.option(
@@ -60,7 +60,8 @@ from mmelocal.units import mib
     "--hot-models",
     type=click.IntRange(min=1),
     default=None,
-    help="Models that must stay loaded at once on one instance (default: the whole store).",
+    help="With --capacity: models that must stay loaded at once on one instance (default: "
+    "the whole store).",
 )
 @click.option("--dry-run", is_flag=True, help="Print the plan and stop: nothing changes.")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write the plan here.")
@@ -120,6 +121,18 @@ def deploy(
 def _instance_type(
     given: str | None, capacity: Path | None, hot_models: int | None, store: Path
 ) -> str:
+    """``--instance-type``, else the type ``--capacity`` sizes for ``--hot-models``, else the
+    default; an option that would be ignored is refused, as a usage error."""
+    if hot_models is not None and capacity is None:
+        raise click.UsageError(
+            "--hot-models is only read with --capacity (a capacity result sizes the instance "
+            "type for that many models): add --capacity FILE or drop --hot-models"
+        )
+    if given is not None and capacity is not None:
+        raise click.UsageError(
+            f"--capacity picks the instance type, --instance-type {given} names one: give "
+            "--instance-type or --capacity, not both"
+        )
     if given is not None:
         return given
     if capacity is None:

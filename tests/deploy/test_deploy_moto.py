@@ -136,6 +136,28 @@ def test_capacity_result_picks_the_instance_type(
     assert config["params"]["ProductionVariants"][0]["InstanceType"] == "ml.g5.xlarge"
 
 
+def test_sizing_options_without_what_they_need_are_refused(
+    capsys: pytest.CaptureFixture[str], store: Path, bucket: str, endpoint_name: str, tmp_path: Path
+) -> None:
+    """--hot-models sizes the instance by --capacity, and --capacity picks the instance type
+    --instance-type names: --hot-models without --capacity, or --capacity beside
+    --instance-type, was dropped without a word and the plan went on with another type."""
+    capacity = tmp_path / "capacity.json"
+    capacity.write_text("{}")  # never read: refused before
+    plan_file = tmp_path / "p.json"
+    base = cli_args(store, bucket, endpoint_name, "--dry-run", "--json", str(plan_file))
+    no_type = [a for a in base if a not in ("--instance-type", INSTANCE_TYPE)]
+    cases = [
+        ([*no_type, "--hot-models", "3"], "--hot-models is only read with --capacity"),
+        ([*base, "--hot-models", "3"], "--hot-models is only read with --capacity"),
+        ([*base, "--capacity", str(capacity)], "give --instance-type or --capacity, not both"),
+    ]
+    for args, reason in cases:
+        code, text = run(capsys, *args)
+        assert code == 2 and reason in text and "Traceback" not in text, (args, text)
+        assert not plan_file.exists()
+
+
 def test_deploy_creates_objects_model_endpoint_and_scaling(
     capsys: pytest.CaptureFixture[str], store: Path, bucket: str, endpoint_name: str
 ) -> None:
