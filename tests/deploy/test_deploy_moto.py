@@ -686,3 +686,29 @@ def test_deploy_right_after_undeploy_says_to_wait_for_the_deletion(
     deleting = dataclasses.replace(clients, sagemaker=_Deleting(clients.sagemaker))
     with pytest.raises(DeployError, match=r"is being deleted.*wait endpoint-deleted"):
         make_plan(opts, deleting)
+
+
+def test_a_temporary_endpoint_never_takes_an_existing_one(
+    store: Path, bucket: str, endpoint_name: str, tmp_path: Path
+) -> None:
+    """The benchmark's endpoint is made for the run and deleted after it. An endpoint of
+    that name that mmelocal deployed before (a user's ``<name>-python``) was updated to the
+    benchmark's store, measured with its own models in memory, and deleted with its models
+    and configs. It is now refused before anything changes."""
+    from mmelocal.deploy.temporary import temporary_endpoint
+
+    first = deploy(options(store, bucket, endpoint_name, max_instances=1))
+    before = keys(bucket)
+    probe_store = tmp_path / "probe"
+    write_reference_tarball(probe_store / "metrics.tar.gz", scale=7.0)
+    run = temporary_endpoint(
+        store=probe_store, endpoint_name=endpoint_name, s3_uri=f"s3://{bucket}/bench/",
+        role_arn=ROLE, instance_type=INSTANCE_TYPE, poll_s=0.05,
+    )  # fmt: skip
+    with pytest.raises(DeployError, match=rf"endpoint {endpoint_name} exists.*another"), run:
+        pass
+    endpoint = boto3.client("sagemaker").describe_endpoint(EndpointName=endpoint_name)
+    assert endpoint["EndpointStatus"] == "InService"
+    assert endpoint["EndpointConfigName"] == first.steps[1].resource
+    assert keys(bucket) == before
+    assert models_named(endpoint_name) == [first.steps[0].resource]
