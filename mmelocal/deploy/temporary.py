@@ -33,8 +33,9 @@ def temporary_endpoint(
     deleted: list[str] | None = None,
 ) -> Iterator[AwsClients]:
     """Deploy ``store`` as ``endpoint_name`` (one instance, objects under ``s3_uri``) and
-    yield the clients; on exit undeploy it with the objects mmelocal uploaded for it but
-    those another model reads (what went is appended to ``deleted``), unless ``keep``.
+    yield the clients; on exit undeploy it with the objects recorded for it (its store, and
+    what the bench placed under its prefix), but those another model reads, and nothing
+    else (what went is appended to ``deleted``), unless ``keep``.
 
     The endpoint is the run's own: one of that name that exists already (mmelocal's or
     not) is refused before anything changes, never updated and deleted."""
@@ -69,6 +70,7 @@ def temporary_endpoint(
                 endpoint_name,
                 delete_artifacts=True,
                 keep_shared=True,
+                unrecorded=False,  # only what was placed for this endpoint
                 poll_s=poll_s,
                 on_status=lambda s: say(f"{endpoint_name}: {s}"),
             )

@@ -25,6 +25,7 @@ def undeploy(
     *,
     delete_artifacts: bool = False,
     keep_shared: bool = False,
+    unrecorded: bool = True,
     poll_s: float = POLL_S,
     timeout_s: float = WAIT_TIMEOUT_S,
     on_status: Callable[[str], None] | None = None,
@@ -34,10 +35,11 @@ def undeploy(
     deleted.
 
     ``delete_artifacts`` deletes the objects under the models' prefix that mmelocal uploaded
-    for ``name`` (or for no endpoint: mmelocal 2026-11-24 or earlier), never those
-    it uploaded for another endpoint. When another existing model reads one of them (an
-    MME serves its whole prefix) nothing at all is deleted and a :class:`DeployError` says
-    which model; with ``keep_shared`` those objects are kept instead (listed as kept).
+    for ``name``, and with ``unrecorded`` those that record no endpoint (uploaded by
+    mmelocal 2026-11-24 or earlier), never those it uploaded for another endpoint. When
+    another existing model reads one of them (an MME serves its whole prefix) nothing at
+    all is deleted and a :class:`DeployError` says which model; with ``keep_shared`` those
+    objects are kept instead (listed as kept).
 
     SageMaker refuses to delete an endpoint that is being created or updated (an
     interrupted deploy leaves it so): undeploy waits until it is InService or Failed, up to
@@ -51,7 +53,8 @@ def undeploy(
         described = rs.describe(sm, "DescribeModel", ModelName=model) or {}
         urls.append(described.get("PrimaryContainer", {}).get("ModelDataUrl", ""))
     # read-only until here: a refusal changes nothing
-    artifacts = _artifacts(clients, name, urls, keep_shared) if delete_artifacts else []
+    owners = (name, None) if unrecorded else (name,)
+    artifacts = _artifacts(clients, name, urls, owners, keep_shared) if delete_artifacts else []
     if found is not None:
         done += _delete_scaling(clients, name)
         if found.get("EndpointStatus") in IN_PROGRESS_STATUSES:
@@ -77,18 +80,23 @@ def undeploy(
 
 
 def _artifacts(
-    clients: AwsClients, name: str, urls: list[str], keep_shared: bool
+    clients: AwsClients,
+    name: str,
+    urls: list[str],
+    owners: tuple[str | None, ...],
+    keep_shared: bool,
 ) -> list[tuple[str, list[str], str]]:
     """``(prefix URL, keys to delete, what is kept and why)`` per prefix of ``name``'s
-    models; raises when another model reads a key and ``keep_shared`` is False."""
+    models: the objects recorded for one of ``owners`` (None: no endpoint recorded); raises
+    when another model reads a key and ``keep_shared`` is False."""
     found = []
     for url in sorted({u for u in urls if u}):
         bucket, prefix = split_s3_uri(url)
         objects = mmelocal_objects(clients.s3, bucket, prefix)
-        keys = [o.key for o in objects if o.endpoint in (None, name)]
+        keys = [o.key for o in objects if o.endpoint in owners]
         others = len(objects) - len(keys)
         if others:
-            logger.info("%d objects under %s were deployed for another endpoint: kept", others, url)
+            logger.info("%d objects under %s were not deployed for %s: kept", others, url, name)
         read = readers(clients, bucket, keys, endpoint=name)
         shared = sorted({k for ks in read.values() for k in ks})
         if shared and not keep_shared:

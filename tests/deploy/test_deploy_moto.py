@@ -712,3 +712,37 @@ def test_a_temporary_endpoint_never_takes_an_existing_one(
     assert endpoint["EndpointConfigName"] == first.steps[1].resource
     assert keys(bucket) == before
     assert models_named(endpoint_name) == [first.steps[0].resource]
+
+
+def test_a_temporary_endpoint_deletes_only_the_objects_placed_for_it(
+    store: Path, bucket: str, endpoint_name: str, tmp_path: Path
+) -> None:
+    """On exit the benchmark's endpoint goes with the objects placed for it (its store, and
+    what the bench put under its prefix) and nothing else under the prefix: not a stranger's
+    object, not one deployed for another endpoint, and not one an mmelocal of 2026-11-24 or
+    earlier uploaded, which records no endpoint (it was deleted as the run's own)."""
+    from mmelocal.aws.s3 import ENDPOINT_METADATA, SHA256_METADATA
+    from mmelocal.deploy.temporary import temporary_endpoint
+
+    s3 = boto3.client("s3")
+    tarball = str(store / "model-2.tar.gz")
+    s3.put_object(Bucket=bucket, Key="bench/notes.txt", Body=b"not mmelocal's")
+    old = {SHA256_METADATA: "0" * 64}
+    s3.upload_file(tarball, bucket, "bench/old.tar.gz", ExtraArgs={"Metadata": old})
+    other = {**old, ENDPOINT_METADATA: f"{endpoint_name}-other"}
+    s3.upload_file(tarball, bucket, "bench/other.tar.gz", ExtraArgs={"Metadata": other})
+    before = sorted(keys(bucket))
+    probe_store = tmp_path / "probe"
+    write_reference_tarball(probe_store / "metrics.tar.gz", scale=7.0)
+    deleted: list[str] = []
+    with temporary_endpoint(
+        store=probe_store, endpoint_name=endpoint_name, s3_uri=f"s3://{bucket}/bench/",
+        role_arn=ROLE, instance_type=INSTANCE_TYPE, poll_s=0.05, deleted=deleted,
+    ):  # fmt: skip
+        placed = {SHA256_METADATA: "1" * 64, ENDPOINT_METADATA: endpoint_name}
+        s3.upload_file(tarball, bucket, "bench/run/copy.tar.gz", ExtraArgs={"Metadata": placed})
+        assert sorted(keys(bucket)) == sorted(
+            [*before, "bench/metrics.tar.gz", "bench/run/copy.tar.gz"]
+        )
+    assert sorted(keys(bucket)) == before
+    assert f"2 objects under s3://{bucket}/bench/" in deleted, deleted
