@@ -113,7 +113,8 @@ def deploy(
     except KeyboardInterrupt:
         raise DeployError(
             f"interrupted: run the same deploy again to resume, or 'mmelocal undeploy "
-            f"{options.endpoint_name} --delete-artifacts' to remove what was made"
+            f"{options.endpoint_name} --delete-artifacts --s3-uri {options.model_data_url}' "
+            "to remove what was made"
         ) from None
     console.print(f"[bold green]deployed[/] {options.endpoint_name}: {status}", highlight=False)
 
@@ -256,13 +257,24 @@ def _details(step: Any) -> str:
 @click.option(
     "--delete-artifacts", is_flag=True, help="Also delete the S3 objects mmelocal uploaded."
 )
-def undeploy(name: str, region: str | None, delete_artifacts: bool) -> None:
+@click.option(
+    "--s3-uri",
+    default=None,
+    help="With --delete-artifacts: a prefix to delete NAME's objects under besides the one "
+    "its models name (a deploy interrupted before its model existed leaves them there).",
+)
+def undeploy(name: str, region: str | None, delete_artifacts: bool, s3_uri: str | None) -> None:
     """Delete what 'mmelocal deploy' created for endpoint NAME (and nothing else)."""
     from rich.table import Table
 
     from mmelocal.aws.session import connect
     from mmelocal.deploy.deployer import undeploy as run_undeploy
 
+    if s3_uri is not None and not delete_artifacts:
+        raise click.UsageError(
+            "--s3-uri is only read with --delete-artifacts (where NAME's objects are): add "
+            "--delete-artifacts or drop --s3-uri"
+        )
     clients = connect(region)
     with err_console.status(f"undeploying {name}") as spinner:
 
@@ -270,10 +282,16 @@ def undeploy(name: str, region: str | None, delete_artifacts: bool) -> None:
             spinner.update(f"undeploying {name}: endpoint {status}, waiting for it to settle")
 
         deleted = run_undeploy(
-            clients, name, delete_artifacts=delete_artifacts, on_status=on_status
+            clients, name, delete_artifacts=delete_artifacts, s3_uri=s3_uri, on_status=on_status
         )
     if not deleted:
-        console.print(f"nothing of mmelocal's to delete for {name}", highlight=False)
+        hint = ""
+        if delete_artifacts and s3_uri is None:  # no model left to name the prefix
+            hint = (
+                " (no model of it is left to name a prefix: to delete objects deployed for "
+                "it, add --s3-uri s3://bucket/prefix/)"
+            )
+        console.print(f"nothing of mmelocal's to delete for {name}{hint}", highlight=False)
         return
     table = Table(title=f"undeploy {name}: deleted", title_justify="left")
     table.add_column("resource")

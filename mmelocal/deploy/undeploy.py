@@ -26,6 +26,7 @@ def undeploy(
     delete_artifacts: bool = False,
     keep_shared: bool = False,
     unrecorded: bool = True,
+    s3_uri: str | None = None,
     poll_s: float = POLL_S,
     timeout_s: float = WAIT_TIMEOUT_S,
     on_status: Callable[[str], None] | None = None,
@@ -39,11 +40,15 @@ def undeploy(
     mmelocal 2026-11-24 or earlier), never those it uploaded for another endpoint. When
     another existing model reads one of them (an MME serves its whole prefix) nothing at
     all is deleted and a :class:`DeployError` says which model; with ``keep_shared`` those
-    objects are kept instead (listed as kept).
+    objects are kept instead (listed as kept). The prefix is read from the endpoint's
+    models; ``s3_uri`` names one more (a deploy interrupted before it created its model
+    leaves objects that no model names).
 
     SageMaker refuses to delete an endpoint that is being created or updated (an
     interrupted deploy leaves it so): undeploy waits until it is InService or Failed, up to
     ``timeout_s``, polling as the deploy does (``on_status`` hears each status)."""
+    if s3_uri is not None and not delete_artifacts:
+        raise DeployError("s3_uri names where to delete objects: pass delete_artifacts=True")
     sm, done = clients.sagemaker, []
     found = rs.describe(sm, "DescribeEndpoint", EndpointName=name)
     if found is not None:
@@ -52,6 +57,8 @@ def undeploy(
     for model in models:
         described = rs.describe(sm, "DescribeModel", ModelName=model) or {}
         urls.append(described.get("PrimaryContainer", {}).get("ModelDataUrl", ""))
+    if s3_uri is not None:
+        urls.append(s3_uri)
     # read-only until here: a refusal changes nothing
     owners = (name, None) if unrecorded else (name,)
     artifacts = _artifacts(clients, name, urls, owners, keep_shared) if delete_artifacts else []
@@ -90,8 +97,8 @@ def _artifacts(
     models: the objects recorded for one of ``owners`` (None: no endpoint recorded); raises
     when another model reads a key and ``keep_shared`` is False."""
     found = []
-    for url in sorted({u for u in urls if u}):
-        bucket, prefix = split_s3_uri(url)
+    for bucket, prefix in sorted({split_s3_uri(u) for u in urls if u}):
+        url = f"s3://{bucket}/{prefix}"
         objects = mmelocal_objects(clients.s3, bucket, prefix)
         keys = [o.key for o in objects if o.endpoint in owners]
         others = len(objects) - len(keys)

@@ -746,3 +746,39 @@ def test_a_temporary_endpoint_deletes_only_the_objects_placed_for_it(
         )
     assert sorted(keys(bucket)) == before
     assert f"2 objects under s3://{bucket}/bench/" in deleted, deleted
+
+
+def test_a_deploy_interrupted_during_the_upload_is_undeployed_with_its_prefix(
+    capsys: pytest.CaptureFixture[str], store: Path, bucket: str, endpoint_name: str
+) -> None:
+    """Ctrl-C while the tarballs upload (before any model exists): the deploy said to run
+    'undeploy NAME --delete-artifacts', which finds the prefix through the endpoint's
+    models, found none, said there was nothing to delete and left the objects in S3. It now
+    names the prefix, and undeploy --s3-uri deletes what was uploaded for the endpoint
+    there (and refuses --s3-uri without --delete-artifacts)."""
+    import mmelocal.deploy.upload as upload
+
+    real = upload.apply_objects
+
+    def interrupted(*args: Any, **kwargs: Any) -> None:
+        def ctrl_c(step: object) -> None:  # the user's Ctrl-C once the first object is up
+            raise KeyboardInterrupt
+
+        real(*args, **{**kwargs, "on_object": ctrl_c})
+
+    with pytest.MonkeyPatch.context() as patch:  # the test's own monkeypatch holds the env
+        patch.setattr(upload, "apply_objects", interrupted)
+        code, text = run(capsys, *cli_args(store, bucket, endpoint_name))
+    prefix = f"s3://{bucket}/models/"
+    assert code != 0 and "interrupted" in text, text
+    hint = f"mmelocal undeploy {endpoint_name} --delete-artifacts --s3-uri {prefix}"
+    assert hint in " ".join(text.split()), text
+    assert len(keys(bucket)) == 1 and models_named(endpoint_name) == []
+    s3 = boto3.client("s3")
+    s3.put_object(Bucket=bucket, Key="models/notes.txt", Body=b"not mmelocal's")
+
+    code, text = run(capsys, "undeploy", endpoint_name, "--s3-uri", prefix)
+    assert code == 2 and "--s3-uri is only read with --delete-artifacts" in text, text
+    code, text = run(capsys, "undeploy", endpoint_name, "--delete-artifacts", "--s3-uri", prefix)
+    assert code == 0 and f"1 objects under {prefix}" in text, text
+    assert list(keys(bucket)) == ["models/notes.txt"]
