@@ -98,6 +98,7 @@ def deploy(
     chosen = _instance_type(instance_type, capacity, hot_models, store)
     # the other options are named after the DeployOptions fields they set
     options = DeployOptions(store=store, instance_type=chosen, wait=not no_wait, **fields)
+    _refuse_unread(click.get_current_context(), options)
     clients = connect(region)
     with err_console.status("planning: reading the bucket and the endpoint"):
         plan = make_plan(options, clients)
@@ -145,6 +146,26 @@ def _instance_type(
     choice = cheapest_instance(capacity, hot_models=hot)
     console.print(choice.reason, highlight=False, soft_wrap=True)
     return choice.instance_type
+
+
+def _refuse_unread(ctx: click.Context, options: DeployOptions) -> None:
+    """A usage error for an option given on the command line that this deploy would not
+    read (its default is never refused)."""
+
+    def given(name: str) -> bool:
+        return ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE
+
+    if given("target_gpu_utilization") and options.scaling_max <= options.instance_count:
+        raise click.UsageError(
+            "--target-gpu-utilization is only read with autoscaling (the scaling policy): "
+            f"give --max-instances above --instance-count ({options.instance_count}) or drop "
+            "--target-gpu-utilization"
+        )
+    if given("triton_version") and options.image is not None:
+        raise click.UsageError(
+            "--image replaces the image --triton-version picks from the table: give --image "
+            "or --triton-version, not both"
+        )
 
 
 def _apply(plan: Any, clients: Any, options: Any) -> str:

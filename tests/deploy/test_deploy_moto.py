@@ -158,6 +158,31 @@ def test_sizing_options_without_what_they_need_are_refused(
         assert not plan_file.exists()
 
 
+def test_options_the_deploy_would_not_read_are_refused(
+    capsys: pytest.CaptureFixture[str], store: Path, bucket: str, endpoint_name: str, tmp_path: Path
+) -> None:
+    """--target-gpu-utilization sets the scaling policy, which is not made without
+    autoscaling (--max-instances equal to --instance-count); --image replaces the image
+    --triton-version picks. Either was dropped without a word."""
+    plan_file = tmp_path / "p.json"
+    base = cli_args(store, bucket, endpoint_name, "--dry-run", "--json", str(plan_file))
+    at = base.index("--max-instances")
+    one = [*base[:at], "--max-instances", "1", *base[at + 2 :]]
+    image = "123456789012.dkr.ecr.us-east-1.amazonaws.com/triton:1"
+    cases = [
+        ([*one, "--target-gpu-utilization", "40"], "--target-gpu-utilization is only read"),
+        ([*base, "--image", image, "--triton-version", "24.09"], "--image or --triton-version"),
+    ]
+    for args, reason in cases:
+        code, text = run(capsys, *args)
+        assert code == 2 and reason in text and "Traceback" not in text, (args, text)
+        assert not plan_file.exists()
+    code, text = run(capsys, *base, "--target-gpu-utilization", "40", "--image", image)
+    assert code == 0, text
+    policy = json.loads(plan_file.read_text())["steps"][-1]["params"]
+    assert policy["TargetTrackingScalingPolicyConfiguration"]["TargetValue"] == 40.0
+
+
 def test_deploy_creates_objects_model_endpoint_and_scaling(
     capsys: pytest.CaptureFixture[str], store: Path, bucket: str, endpoint_name: str
 ) -> None:
