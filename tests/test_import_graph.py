@@ -218,6 +218,21 @@ PARTS: dict[str, dict[str, set[str]]] = {
         "simulate_cmd": {"_shared", "_capacity", "_measured"},
         "size_cmd": {"_shared", "_capacity", "_measured"},
     },
+    # deploy, one module per job: the plan's data, the requests, the objects on S3 and the
+    # waits below; undeploy beside the deployer (plan and apply), which re-exports it, and
+    # never importing it; the temporary endpoint and smoke on top
+    "mmelocal.deploy": {
+        "images": set(),
+        "plan": {"images"},
+        "resources": {"plan"},
+        "artifacts": {"plan", "resources"},
+        "upload": {"artifacts", "plan"},
+        "waits": {"resources"},
+        "undeploy": {"artifacts", "plan", "resources", "upload", "waits"},
+        "deployer": {"artifacts", "images", "plan", "resources", "undeploy", "upload", "waits"},
+        "temporary": {"deployer", "plan", "resources", "undeploy"},
+        "smoke": {"plan", "resources", "upload"},
+    },
     # the local AWS's autoscaling, one module per job: the records and the pure pieces are
     # below what proposes, the autoscaler (the overlay and the control loop) is on top, and
     # nothing below imports the autoscaler

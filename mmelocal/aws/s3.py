@@ -17,7 +17,7 @@ from mmelocal.errors import DeployError
 #: object metadata (x-amz-meta-mmelocal-sha256) that records the uploaded file's SHA-256
 SHA256_METADATA = "mmelocal-sha256"
 #: object metadata (x-amz-meta-mmelocal-endpoint) that records the endpoint a deploy
-#: uploaded the object for
+#: uploaded the object for, or the endpoint bench placed it under
 ENDPOINT_METADATA = "mmelocal-endpoint"
 
 _S3_URI = re.compile(r"^s3://([a-z0-9][a-z0-9.\-]{1,61}[a-z0-9])(/.*)?$")

@@ -25,7 +25,7 @@ from mmelocal.units import mib
     "--instance-type",
     default=None,
     help=f"Instance type (default: the cheapest that holds --hot-models according to "
-    f"--capacity, else {DEFAULT_INSTANCE_TYPE}).",
+    f"--capacity, else {DEFAULT_INSTANCE_TYPE}); not with --capacity.",
 )
 @field_option(DeployOptions, "instance_count", type=click.IntRange(min=1))
 @click.option(
@@ -60,7 +60,8 @@ from mmelocal.units import mib
     "--hot-models",
     type=click.IntRange(min=1),
     default=None,
-    help="Models that must stay loaded at once on one instance (default: the whole store).",
+    help="With --capacity: models that must stay loaded at once on one instance (default: "
+    "the whole store).",
 )
 @click.option("--dry-run", is_flag=True, help="Print the plan and stop: nothing changes.")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write the plan here.")
@@ -97,6 +98,7 @@ def deploy(
     chosen = _instance_type(instance_type, capacity, hot_models, store)
     # the other options are named after the DeployOptions fields they set
     options = DeployOptions(store=store, instance_type=chosen, wait=not no_wait, **fields)
+    _refuse_unread(click.get_current_context(), options)
     clients = connect(region)
     with err_console.status("planning: reading the bucket and the endpoint"):
         plan = make_plan(options, clients)
@@ -112,7 +114,8 @@ def deploy(
     except KeyboardInterrupt:
         raise DeployError(
             f"interrupted: run the same deploy again to resume, or 'mmelocal undeploy "
-            f"{options.endpoint_name} --delete-artifacts' to remove what was made"
+            f"{options.endpoint_name} --delete-artifacts --s3-uri {options.model_data_url}' "
+            "to remove what was made"
         ) from None
     console.print(f"[bold green]deployed[/] {options.endpoint_name}: {status}", highlight=False)
 
@@ -120,6 +123,18 @@ def deploy(
 def _instance_type(
     given: str | None, capacity: Path | None, hot_models: int | None, store: Path
 ) -> str:
+    """``--instance-type``, else the type ``--capacity`` sizes for ``--hot-models``, else the
+    default; an option that would be ignored is refused, as a usage error."""
+    if hot_models is not None and capacity is None:
+        raise click.UsageError(
+            "--hot-models is only read with --capacity (a capacity result sizes the instance "
+            "type for that many models): add --capacity FILE or drop --hot-models"
+        )
+    if given is not None and capacity is not None:
+        raise click.UsageError(
+            f"--capacity picks the instance type, --instance-type {given} names one: give "
+            "--instance-type or --capacity, not both"
+        )
     if given is not None:
         return given
     if capacity is None:
@@ -131,6 +146,26 @@ def _instance_type(
     choice = cheapest_instance(capacity, hot_models=hot)
     console.print(choice.reason, highlight=False, soft_wrap=True)
     return choice.instance_type
+
+
+def _refuse_unread(ctx: click.Context, options: DeployOptions) -> None:
+    """A usage error for an option given on the command line that this deploy would not
+    read (its default is never refused)."""
+
+    def given(name: str) -> bool:
+        return ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE
+
+    if given("target_gpu_utilization") and options.scaling_max <= options.instance_count:
+        raise click.UsageError(
+            "--target-gpu-utilization is only read with autoscaling (the scaling policy): "
+            f"give --max-instances above --instance-count ({options.instance_count}) or drop "
+            "--target-gpu-utilization"
+        )
+    if given("triton_version") and options.image is not None:
+        raise click.UsageError(
+            "--image replaces the image --triton-version picks from the table: give --image "
+            "or --triton-version, not both"
+        )
 
 
 def _apply(plan: Any, clients: Any, options: Any) -> str:
@@ -243,13 +278,24 @@ def _details(step: Any) -> str:
 @click.option(
     "--delete-artifacts", is_flag=True, help="Also delete the S3 objects mmelocal uploaded."
 )
-def undeploy(name: str, region: str | None, delete_artifacts: bool) -> None:
+@click.option(
+    "--s3-uri",
+    default=None,
+    help="With --delete-artifacts: a prefix to delete NAME's objects under besides the one "
+    "its models name (a deploy interrupted before its model existed leaves them there).",
+)
+def undeploy(name: str, region: str | None, delete_artifacts: bool, s3_uri: str | None) -> None:
     """Delete what 'mmelocal deploy' created for endpoint NAME (and nothing else)."""
     from rich.table import Table
 
     from mmelocal.aws.session import connect
     from mmelocal.deploy.deployer import undeploy as run_undeploy
 
+    if s3_uri is not None and not delete_artifacts:
+        raise click.UsageError(
+            "--s3-uri is only read with --delete-artifacts (where NAME's objects are): add "
+            "--delete-artifacts or drop --s3-uri"
+        )
     clients = connect(region)
     with err_console.status(f"undeploying {name}") as spinner:
 
@@ -257,10 +303,16 @@ def undeploy(name: str, region: str | None, delete_artifacts: bool) -> None:
             spinner.update(f"undeploying {name}: endpoint {status}, waiting for it to settle")
 
         deleted = run_undeploy(
-            clients, name, delete_artifacts=delete_artifacts, on_status=on_status
+            clients, name, delete_artifacts=delete_artifacts, s3_uri=s3_uri, on_status=on_status
         )
     if not deleted:
-        console.print(f"nothing of mmelocal's to delete for {name}", highlight=False)
+        hint = ""
+        if delete_artifacts and s3_uri is None:  # no model left to name the prefix
+            hint = (
+                " (no model of it is left to name a prefix: to delete objects deployed for "
+                "it, add --s3-uri s3://bucket/prefix/)"
+            )
+        console.print(f"nothing of mmelocal's to delete for {name}{hint}", highlight=False)
         return
     table = Table(title=f"undeploy {name}: deleted", title_justify="left")
     table.add_column("resource")

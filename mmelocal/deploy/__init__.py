@@ -5,7 +5,9 @@ One module per concept: :mod:`~mmelocal.deploy.plan` (the plan, pure data),
 :mod:`~mmelocal.deploy.upload` (the store's tarballs to S3),
 :mod:`~mmelocal.deploy.artifacts` (whose objects a prefix holds, which models read them),
 :mod:`~mmelocal.deploy.resources` (the API requests, validated offline against botocore's
-service models), :mod:`~mmelocal.deploy.deployer` (plan, apply, undeploy),
+service models), :mod:`~mmelocal.deploy.deployer` (plan, apply),
+:mod:`~mmelocal.deploy.waits` (polling an endpoint until InService, or until it settles),
+:mod:`~mmelocal.deploy.undeploy` (what mmelocal created for an endpoint, deleted),
 :mod:`~mmelocal.deploy.temporary` (an endpoint for one ``with`` block) and
 :mod:`~mmelocal.deploy.smoke` (the emulator's answer checks against a deployed endpoint).
 Credentials, region, clients and S3 helpers come from :mod:`mmelocal.aws` (its former path

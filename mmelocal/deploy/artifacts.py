@@ -2,8 +2,8 @@
 
 An MME serves every object under its ``ModelDataUrl`` prefix (a tarball removed from the
 store is served until it is deleted), and two endpoints on one prefix serve each other's
-tarballs. mmelocal records, on each object it uploads, the endpoint it
-was deployed for (``x-amz-meta-mmelocal-endpoint``, beside the checksum). Deletions go by
+tarballs. mmelocal records, on each object it uploads (deploy and the endpoint bench), the
+endpoint it was placed for (``x-amz-meta-mmelocal-endpoint``, beside the checksum). Deletions go by
 both facts: only objects mmelocal uploaded for this endpoint, and none that another existing
 model reads (its ``ModelDataUrl`` or ``ModelDataSource`` names the object or a prefix above
 it), because deleting those takes models away from an endpoint the user did not name.
@@ -24,8 +24,8 @@ from mmelocal.deploy.plan import ObjectStep
 @dataclass(frozen=True, kw_only=True)
 class MmelocalObject:
     """An object mmelocal uploaded: its key, size, checksum and the endpoint it was
-    deployed for (None: uploaded without one, by an earlier mmelocal or the endpoint
-    bench)."""
+    deployed for, or the endpoint bench placed it under (None: recorded by no endpoint,
+    an upload of mmelocal 2026-11-24 or earlier)."""
 
     key: str
     size_bytes: int
@@ -147,7 +147,7 @@ def removed_objects(
         if item is None:
             note = "not uploaded by mmelocal"
         elif item.endpoint is None:
-            note = "uploaded by mmelocal for no endpoint (the endpoint bench)"
+            note = "uploaded by mmelocal with no endpoint recorded (2026-11-24 or earlier)"
         elif item.endpoint != endpoint:
             note = f"deployed for endpoint {item.endpoint}"
         else:

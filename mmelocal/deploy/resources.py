@@ -163,6 +163,16 @@ def owner(sagemaker: Any, arn: str) -> str | None:
     return None
 
 
+def require_mine(sagemaker: Any, arn: str, kind: str, name: str, endpoint: str) -> None:
+    """Raise unless the resource ``arn`` is tagged for ``endpoint`` (mmelocal made it)."""
+    found = owner(sagemaker, arn)
+    if found != endpoint:
+        raise DeployError(
+            f"{kind} {name} exists and was not created by mmelocal for endpoint {endpoint}: "
+            "nothing was changed; choose another --endpoint-name (or delete it yourself)"
+        )
+
+
 def call(client: Any, operation: str, what: str, **params: Any) -> dict[str, Any]:
     """Validate and send one request; a failure is a one-line :class:`DeployError`."""
     validate_request(client.meta.service_model.service_name, operation, params)
@@ -218,6 +228,7 @@ __all__ = [
     "model_params",
     "operation_method",
     "owner",
+    "require_mine",
     "resource_id",
     "scalable_target_params",
     "scaling_policy_params",

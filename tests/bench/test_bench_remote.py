@@ -183,6 +183,44 @@ def test_capacity_copies_the_tarball_in_s3_and_loads_each_copy(
     assert listed.get("KeyCount", 0) == 0
 
 
+def test_the_objects_the_bench_places_are_recorded_for_the_endpoint(
+    deployed: Deployed, endpoint: RemoteEndpoint, tmp_path: Path
+) -> None:
+    """The probe, an uploaded tarball and its server-side copy record the endpoint they
+    were placed under (``x-amz-meta-mmelocal-endpoint``), as deploy's uploads do: the
+    endpoint's next deploy prunes what is left of them and its undeploy deletes them. They
+    recorded none, so another endpoint's undeploy on the prefix deleted them and this
+    endpoint's deploy kept them, served, for ever."""
+    import boto3
+
+    from mmelocal.aws.session import connect
+    from mmelocal.deploy.deployer import make_plan
+    from mmelocal.deploy.plan import DeployOptions
+
+    s3 = boto3.client("s3")
+    s3.delete_object(Bucket=deployed.bucket, Key=f"models/{PROBE_TARGET}")  # placed afresh
+    endpoint.ensure_probe(tmp_path)
+    folder = f"recorded-{tmp_path.name}"
+    assert endpoint.put_file(deployed.tarball, f"{folder}/a.tar.gz") == "upload"
+    endpoint.copy(f"{folder}/a.tar.gz", f"{folder}/b.tar.gz")
+    placed = [PROBE_TARGET, f"{folder}/a.tar.gz", f"{folder}/b.tar.gz"]
+    try:
+        for target in placed:
+            head = s3.head_object(Bucket=deployed.bucket, Key=f"models/{target}")
+            assert head["Metadata"].get("mmelocal-endpoint") == deployed.name, target
+        options = DeployOptions(
+            store=deployed.tarball.parent / "store", endpoint_name=deployed.name,
+            s3_uri=f"s3://{deployed.bucket}/models/", role_arn=ROLE,
+            instance_type=INSTANCE_TYPE,
+        )  # fmt: skip
+        plan = make_plan(options, connect())
+        pruned = {o.key: (o.action, o.note) for o in plan.objects if not o.path}
+        for target in placed:
+            assert pruned[f"models/{target}"] == ("delete", "not in the store"), pruned
+    finally:
+        endpoint.delete(placed[1:])
+
+
 def test_capacity_cli_on_an_endpoint(
     deployed: Deployed, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -136,6 +136,53 @@ def test_capacity_result_picks_the_instance_type(
     assert config["params"]["ProductionVariants"][0]["InstanceType"] == "ml.g5.xlarge"
 
 
+def test_sizing_options_without_what_they_need_are_refused(
+    capsys: pytest.CaptureFixture[str], store: Path, bucket: str, endpoint_name: str, tmp_path: Path
+) -> None:
+    """--hot-models sizes the instance by --capacity, and --capacity picks the instance type
+    --instance-type names: --hot-models without --capacity, or --capacity beside
+    --instance-type, was dropped without a word and the plan went on with another type."""
+    capacity = tmp_path / "capacity.json"
+    capacity.write_text("{}")  # never read: refused before
+    plan_file = tmp_path / "p.json"
+    base = cli_args(store, bucket, endpoint_name, "--dry-run", "--json", str(plan_file))
+    no_type = [a for a in base if a not in ("--instance-type", INSTANCE_TYPE)]
+    cases = [
+        ([*no_type, "--hot-models", "3"], "--hot-models is only read with --capacity"),
+        ([*base, "--hot-models", "3"], "--hot-models is only read with --capacity"),
+        ([*base, "--capacity", str(capacity)], "give --instance-type or --capacity, not both"),
+    ]
+    for args, reason in cases:
+        code, text = run(capsys, *args)
+        assert code == 2 and reason in text and "Traceback" not in text, (args, text)
+        assert not plan_file.exists()
+
+
+def test_options_the_deploy_would_not_read_are_refused(
+    capsys: pytest.CaptureFixture[str], store: Path, bucket: str, endpoint_name: str, tmp_path: Path
+) -> None:
+    """--target-gpu-utilization sets the scaling policy, which is not made without
+    autoscaling (--max-instances equal to --instance-count); --image replaces the image
+    --triton-version picks. Either was dropped without a word."""
+    plan_file = tmp_path / "p.json"
+    base = cli_args(store, bucket, endpoint_name, "--dry-run", "--json", str(plan_file))
+    at = base.index("--max-instances")
+    one = [*base[:at], "--max-instances", "1", *base[at + 2 :]]
+    image = "123456789012.dkr.ecr.us-east-1.amazonaws.com/triton:1"
+    cases = [
+        ([*one, "--target-gpu-utilization", "40"], "--target-gpu-utilization is only read"),
+        ([*base, "--image", image, "--triton-version", "24.09"], "--image or --triton-version"),
+    ]
+    for args, reason in cases:
+        code, text = run(capsys, *args)
+        assert code == 2 and reason in text and "Traceback" not in text, (args, text)
+        assert not plan_file.exists()
+    code, text = run(capsys, *base, "--target-gpu-utilization", "40", "--image", image)
+    assert code == 0, text
+    policy = json.loads(plan_file.read_text())["steps"][-1]["params"]
+    assert policy["TargetTrackingScalingPolicyConfiguration"]["TargetValue"] == 40.0
+
+
 def test_deploy_creates_objects_model_endpoint_and_scaling(
     capsys: pytest.CaptureFixture[str], store: Path, bucket: str, endpoint_name: str
 ) -> None:
@@ -664,3 +711,99 @@ def test_deploy_right_after_undeploy_says_to_wait_for_the_deletion(
     deleting = dataclasses.replace(clients, sagemaker=_Deleting(clients.sagemaker))
     with pytest.raises(DeployError, match=r"is being deleted.*wait endpoint-deleted"):
         make_plan(opts, deleting)
+
+
+def test_a_temporary_endpoint_never_takes_an_existing_one(
+    store: Path, bucket: str, endpoint_name: str, tmp_path: Path
+) -> None:
+    """The benchmark's endpoint is made for the run and deleted after it. An endpoint of
+    that name that mmelocal deployed before (a user's ``<name>-python``) was updated to the
+    benchmark's store, measured with its own models in memory, and deleted with its models
+    and configs. It is now refused before anything changes."""
+    from mmelocal.deploy.temporary import temporary_endpoint
+
+    first = deploy(options(store, bucket, endpoint_name, max_instances=1))
+    before = keys(bucket)
+    probe_store = tmp_path / "probe"
+    write_reference_tarball(probe_store / "metrics.tar.gz", scale=7.0)
+    run = temporary_endpoint(
+        store=probe_store, endpoint_name=endpoint_name, s3_uri=f"s3://{bucket}/bench/",
+        role_arn=ROLE, instance_type=INSTANCE_TYPE, poll_s=0.05,
+    )  # fmt: skip
+    with pytest.raises(DeployError, match=rf"endpoint {endpoint_name} exists.*another"), run:
+        pass
+    endpoint = boto3.client("sagemaker").describe_endpoint(EndpointName=endpoint_name)
+    assert endpoint["EndpointStatus"] == "InService"
+    assert endpoint["EndpointConfigName"] == first.steps[1].resource
+    assert keys(bucket) == before
+    assert models_named(endpoint_name) == [first.steps[0].resource]
+
+
+def test_a_temporary_endpoint_deletes_only_the_objects_placed_for_it(
+    store: Path, bucket: str, endpoint_name: str, tmp_path: Path
+) -> None:
+    """On exit the benchmark's endpoint goes with the objects placed for it (its store, and
+    what the bench put under its prefix) and nothing else under the prefix: not a stranger's
+    object, not one deployed for another endpoint, and not one an mmelocal of 2026-11-24 or
+    earlier uploaded, which records no endpoint (it was deleted as the run's own)."""
+    from mmelocal.aws.s3 import ENDPOINT_METADATA, SHA256_METADATA
+    from mmelocal.deploy.temporary import temporary_endpoint
+
+    s3 = boto3.client("s3")
+    tarball = str(store / "model-2.tar.gz")
+    s3.put_object(Bucket=bucket, Key="bench/notes.txt", Body=b"not mmelocal's")
+    old = {SHA256_METADATA: "0" * 64}
+    s3.upload_file(tarball, bucket, "bench/old.tar.gz", ExtraArgs={"Metadata": old})
+    other = {**old, ENDPOINT_METADATA: f"{endpoint_name}-other"}
+    s3.upload_file(tarball, bucket, "bench/other.tar.gz", ExtraArgs={"Metadata": other})
+    before = sorted(keys(bucket))
+    probe_store = tmp_path / "probe"
+    write_reference_tarball(probe_store / "metrics.tar.gz", scale=7.0)
+    deleted: list[str] = []
+    with temporary_endpoint(
+        store=probe_store, endpoint_name=endpoint_name, s3_uri=f"s3://{bucket}/bench/",
+        role_arn=ROLE, instance_type=INSTANCE_TYPE, poll_s=0.05, deleted=deleted,
+    ):  # fmt: skip
+        placed = {SHA256_METADATA: "1" * 64, ENDPOINT_METADATA: endpoint_name}
+        s3.upload_file(tarball, bucket, "bench/run/copy.tar.gz", ExtraArgs={"Metadata": placed})
+        assert sorted(keys(bucket)) == sorted(
+            [*before, "bench/metrics.tar.gz", "bench/run/copy.tar.gz"]
+        )
+    assert sorted(keys(bucket)) == before
+    assert f"2 objects under s3://{bucket}/bench/" in deleted, deleted
+
+
+def test_a_deploy_interrupted_during_the_upload_is_undeployed_with_its_prefix(
+    capsys: pytest.CaptureFixture[str], store: Path, bucket: str, endpoint_name: str
+) -> None:
+    """Ctrl-C while the tarballs upload (before any model exists): the deploy said to run
+    'undeploy NAME --delete-artifacts', which finds the prefix through the endpoint's
+    models, found none, said there was nothing to delete and left the objects in S3. It now
+    names the prefix, and undeploy --s3-uri deletes what was uploaded for the endpoint
+    there (and refuses --s3-uri without --delete-artifacts)."""
+    import mmelocal.deploy.upload as upload
+
+    real = upload.apply_objects
+
+    def interrupted(*args: Any, **kwargs: Any) -> None:
+        def ctrl_c(step: object) -> None:  # the user's Ctrl-C once the first object is up
+            raise KeyboardInterrupt
+
+        real(*args, **{**kwargs, "on_object": ctrl_c})
+
+    with pytest.MonkeyPatch.context() as patch:  # the test's own monkeypatch holds the env
+        patch.setattr(upload, "apply_objects", interrupted)
+        code, text = run(capsys, *cli_args(store, bucket, endpoint_name))
+    prefix = f"s3://{bucket}/models/"
+    assert code != 0 and "interrupted" in text, text
+    hint = f"mmelocal undeploy {endpoint_name} --delete-artifacts --s3-uri {prefix}"
+    assert hint in " ".join(text.split()), text
+    assert len(keys(bucket)) == 1 and models_named(endpoint_name) == []
+    s3 = boto3.client("s3")
+    s3.put_object(Bucket=bucket, Key="models/notes.txt", Body=b"not mmelocal's")
+
+    code, text = run(capsys, "undeploy", endpoint_name, "--s3-uri", prefix)
+    assert code == 2 and "--s3-uri is only read with --delete-artifacts" in text, text
+    code, text = run(capsys, "undeploy", endpoint_name, "--delete-artifacts", "--s3-uri", prefix)
+    assert code == 0 and f"1 objects under {prefix}" in text, text
+    assert list(keys(bucket)) == ["models/notes.txt"]

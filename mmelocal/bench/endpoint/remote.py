@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mmelocal.aws.s3 import SHA256_METADATA, split_s3_uri
+from mmelocal.aws.s3 import ENDPOINT_METADATA, SHA256_METADATA, split_s3_uri
 from mmelocal.aws.session import AwsClients, aws_error, error_code
 from mmelocal.errors import BenchError, UserInputError
 from mmelocal.facts import sagemaker as sagemaker_facts
@@ -228,6 +228,12 @@ class RemoteEndpoint:
         self.bucket, self.prefix = bucket, prefix
         self.load_limit_s = load_limit_s
 
+    def metadata(self, sha256: str) -> dict[str, str]:
+        """What mmelocal records on an object it places: the file's SHA-256 and the
+        endpoint it was placed for (as deploy records it), so that the endpoint's next
+        deploy prunes it and its undeploy deletes it, and no other endpoint's does."""
+        return {SHA256_METADATA: sha256, ENDPOINT_METADATA: self.info.name}
+
     @property
     def s3_url(self) -> str:
         """``s3://bucket/prefix/``: where TargetModel names are resolved."""
@@ -310,7 +316,8 @@ class RemoteEndpoint:
 
     def put_file(self, path: Path, target: str) -> str:
         """Upload ``path`` as ``target`` unless S3 already holds the same bytes (the SHA-256
-        mmelocal records as metadata); returns ``"upload"`` or ``"skip"``."""
+        mmelocal records as metadata, with the endpoint: :meth:`metadata`); returns
+        ``"upload"`` or ``"skip"``."""
         from mmelocal.aws.s3 import file_digest, transfer_config
 
         s3, key = self.clients.s3, self.key(target)
@@ -327,7 +334,7 @@ class RemoteEndpoint:
                 str(path),
                 self.bucket,
                 key,
-                ExtraArgs={"Metadata": {SHA256_METADATA: digest.sha256}},
+                ExtraArgs={"Metadata": self.metadata(digest.sha256)},
                 Config=transfer_config(),
             )
         except Exception as exc:
@@ -337,13 +344,14 @@ class RemoteEndpoint:
     def copy(self, source_target: str, target: str) -> None:
         """A server-side copy: one CopyObject up to S3's 5 GiB limit for it, else the
         transfer manager's UploadPartCopy; the bytes stay in S3. The copy keeps mmelocal's
-        SHA-256 metadata, so undeploy ``--delete-artifacts`` finds it."""
+        SHA-256 and records this endpoint (:meth:`metadata`), so the endpoint's undeploy
+        ``--delete-artifacts`` finds it."""
         from mmelocal.aws.s3 import transfer_config
 
         s3, source = self.clients.s3, {"Bucket": self.bucket, "Key": self.key(source_target)}
         try:
             head = s3.head_object(**source)
-            metadata = {SHA256_METADATA: head.get("Metadata", {}).get(SHA256_METADATA, "")}
+            metadata = self.metadata(head.get("Metadata", {}).get(SHA256_METADATA, ""))
             args = {"Metadata": metadata, "MetadataDirective": "REPLACE"}
             if int(head.get("ContentLength", 0)) <= COPY_OBJECT_LIMIT_BYTES:
                 s3.copy_object(CopySource=source, Bucket=self.bucket, Key=self.key(target), **args)
