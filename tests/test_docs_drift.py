@@ -33,11 +33,45 @@ def code_variables() -> set[str]:
     return found - NOT_VARIABLES
 
 
-def test_every_environment_variable_is_on_its_page() -> None:
+#: where mmelocal's own test suite reads a variable: ``os.environ.get("X"``,
+#: ``os.environ["X"``, ``${X`` / ``$X`` in a script, ``X=`` in the Makefile
+_SUITE_READ = re.compile(
+    r"""(?:environ(?:\.get\(|\[)["']|\$\{?)(MMELOCAL_[A-Z0-9_]*[A-Z0-9])|^\s*(MMELOCAL_[A-Z0-9_]*[A-Z0-9])=""",
+    re.MULTILINE,
+)
+
+
+def suite_variables() -> set[str]:
+    """The ``MMELOCAL_*`` variables mmelocal's tests, scripts and Makefile read."""
+    found: set[str] = set()
+    paths = [ROOT / "Makefile", *(ROOT / "tests").rglob("*.py"), *(ROOT / "tests").rglob("*.sh")]
+    for path in paths:
+        for match in _SUITE_READ.finditer(path.read_text()):
+            found.add(match.group(1) or match.group(2))
+    return found
+
+
+def _page_names(prefix: str) -> set[str]:
     page = (ROOT / "docs" / "environment.md").read_text()
-    listed = set(re.findall(r"`((?:MMELOCAL|SAGEMAKER)_[A-Z0-9_]+)`", page))
+    return set(re.findall(rf"`({prefix}[A-Z0-9_]*[A-Z0-9])`", page))
+
+
+def test_every_environment_variable_is_on_its_page() -> None:
+    listed = _page_names("MMELOCAL_")
     variables = code_variables()
     assert "MMELOCAL_TRITONSERVER" in variables  # the search finds what it should
     assert variables - listed == set()
+    suite = suite_variables()
+    assert "MMELOCAL_SDK_VENVS" in suite  # the search finds what it should
+    assert suite - listed == set()
+
+
+def test_the_page_names_no_variable_that_nothing_reads() -> None:
+    assert _page_names("MMELOCAL_") - code_variables() - suite_variables() == set()
+
+
+def test_the_page_names_the_sagemaker_triton_variables_the_entrypoint_reads() -> None:
     knobs = {knob.key for knob in (*KNOBS, *ENVIRONMENT_KNOBS)}
-    assert knobs - listed == set()
+    triton = {key for key in knobs if key.startswith("SAGEMAKER_TRITON_")}
+    assert _page_names("SAGEMAKER_TRITON_") == triton
+    assert _page_names("SAGEMAKER_") <= knobs
