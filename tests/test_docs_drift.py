@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from mmelocal.runtime.entrypoint import ENVIRONMENT_KNOBS, KNOBS
+from mmelocal.runtime.entrypoint import ENVIRONMENT_KNOBS, KNOBS, entrypoint_args
 
 ROOT = Path(__file__).parents[1]
 #: ``MMELOCAL_*`` words in the code that are not environment variables
@@ -75,3 +75,33 @@ def test_the_page_names_the_sagemaker_triton_variables_the_entrypoint_reads() ->
     triton = {key for key in knobs if key.startswith("SAGEMAKER_TRITON_")}
     assert _page_names("SAGEMAKER_TRITON_") == triton
     assert _page_names("SAGEMAKER_") <= knobs
+
+
+def _launch_page() -> str:
+    return (ROOT / "docs" / "launch.md").read_text()
+
+
+def test_the_launch_page_shows_the_entrypoints_default_command() -> None:
+    page = _launch_page()
+    start = page.index("```\ntritonserver ")
+    block = page[start + 4 : page.index("```", start + 4)]
+    assert block.replace("\\\n", " ").split() == ["tritonserver", *entrypoint_args({})]
+
+
+def test_the_launch_pages_table_gives_each_variables_flag_and_default() -> None:
+    """One row per variable the entrypoint reads: its flag and the default it passes."""
+    rows: dict[str, list[str]] = {}
+    for line in _table(_launch_page(), "| variable | flag | default |").splitlines()[2:]:
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        names = re.findall(r"`(_?[A-Z][A-Z0-9_]*)`", cells[0])
+        first = names[0]
+        for name in names:  # `_LOG_WARNING` abbreviates the first name's prefix
+            full = first[: first.index("_LOG_")] + name if name.startswith("_") else name
+            rows[full] = cells
+    for knob in (*KNOBS, *ENVIRONMENT_KNOBS):
+        assert knob.key in rows, f"{knob.key} has no row"
+        flag, default = rows[knob.key][1], rows[knob.key][2]
+        if knob.flag and knob.flag != "{}" and knob.what != "platform":
+            assert knob.flag.split("{")[0].strip() in flag, (knob.key, flag)
+            shown = re.match(r"`([^`]*)`", default)
+            assert (shown.group(1) if shown else None) == knob.default, (knob.key, default)
