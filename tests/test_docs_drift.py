@@ -4,9 +4,26 @@ and the page of environment variables."""
 from __future__ import annotations
 
 import re
+from dataclasses import fields
 from pathlib import Path
 
+from mmelocal.builder.tarball import DEFAULT_MAX_MEMBERS
+from mmelocal.emulator.answers import MAX_BODY_BYTES
+from mmelocal.emulator.emulator_config import EmulatorConfig
+from mmelocal.emulator.http_server import (
+    MAX_HEAD_BYTES,
+    MAX_QUEUED,
+    MAX_QUEUED_BYTES,
+    HttpTimeouts,
+)
+from mmelocal.emulator.invocation import MAX_DECODED_BYTES
+from mmelocal.facts.sagemaker import (
+    MAX_ENDPOINT_NAME_LENGTH,
+    MAX_PAYLOAD_BYTES,
+    MAX_TARGET_MODEL_LENGTH,
+)
 from mmelocal.runtime.entrypoint import ENVIRONMENT_KNOBS, KNOBS, entrypoint_args
+from mmelocal.units import MiB
 
 ROOT = Path(__file__).parents[1]
 #: ``MMELOCAL_*`` words in the code that are not environment variables
@@ -105,3 +122,48 @@ def test_the_launch_pages_table_gives_each_variables_flag_and_default() -> None:
             assert knob.flag.split("{")[0].strip() in flag, (knob.key, flag)
             shown = re.match(r"`([^`]*)`", default)
             assert (shown.group(1) if shown else None) == knob.default, (knob.key, default)
+
+
+def _rows(page: str, header: str) -> dict[str, str]:
+    """A table's rows by their first cell (its text), each the whole row."""
+    rows = {}
+    for line in _table(page, header).splitlines()[2:]:
+        rows[line.strip().strip("|").split("|")[0].strip()] = line
+    return rows
+
+
+def test_the_reliability_pages_limits_are_the_codes() -> None:
+    limits = _rows((ROOT / "docs" / "reliability.md").read_text(), "| What | Limit | Past it |")
+    expected = {
+        "InvokeEndpoint body": [f"{MAX_PAYLOAD_BYTES // MiB} MiB", "`--max-payload`"],
+        "Any request body (v2 infer included)": [f"{MAX_BODY_BYTES // MiB} MiB"],
+        "gzip/deflate v2 infer body, inflated": [f"{MAX_DECODED_BYTES // MiB} MiB"],
+        "Pipelined requests waiting on one connection": [
+            f"{MAX_QUEUED} requests",
+            f"{MAX_QUEUED_BYTES // MiB} MiB",
+        ],
+        "A request's line and headers": [f"{MAX_HEAD_BYTES // 1024} KiB", "431"],
+        "`TargetModel`": [f"1 to {MAX_TARGET_MODEL_LENGTH:,} characters"],
+        "`EndpointName`": [f"1 to {MAX_ENDPOINT_NAME_LENGTH} characters"],
+        "A tarball": [f"{DEFAULT_MAX_MEMBERS:,} members", "`--disk-budget`"],
+    }
+    for what, shown in expected.items():
+        for text in shown:
+            assert text in limits[what], (what, text)
+
+
+def test_the_reliability_pages_timeouts_are_the_defaults() -> None:
+    rows = _rows((ROOT / "docs" / "reliability.md").read_text(), "| Timeout | Default |")
+    config = {f.name: f.default for f in fields(EmulatorConfig)}
+    http = {f.name: f.default for f in fields(HttpTimeouts)}
+    expected = {
+        "--header-timeout": http["header_s"],
+        "--body-timeout": http["body_s"],
+        "--idle-timeout": http["idle_s"],
+        "`EmulatorConfig.invoke_timeout_s`": config["invoke_timeout_s"],
+        "--load-wait": config["load_wait_timeout_s"],
+        "`EmulatorConfig.load_timeout_s`": config["load_timeout_s"],
+    }
+    for option, default in expected.items():
+        row = next(line for line in rows.values() if option in line)
+        assert row.split("|")[2].strip().startswith(f"{default:g} s"), (option, row)
