@@ -241,7 +241,10 @@ def _details(step: Any) -> str:
 @click.argument("name")
 @region_option()
 @click.option(
-    "--delete-artifacts", is_flag=True, help="Also delete the S3 objects mmelocal uploaded."
+    "--delete-artifacts",
+    is_flag=True,
+    help="Also delete the S3 objects mmelocal uploaded for this endpoint (refused, before "
+    "anything is deleted, while another model reads one of them).",
 )
 def undeploy(name: str, region: str | None, delete_artifacts: bool) -> None:
     """Delete what 'mmelocal deploy' created for endpoint NAME (and nothing else)."""
