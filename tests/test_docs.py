@@ -122,3 +122,33 @@ def test_the_readme_links_to_files_that_exist() -> None:
     links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", (ROOT / "README.md").read_text())
     local = [link for link in links if "://" not in link]
     assert local and all((ROOT / link).exists() for link in local), local
+
+
+#: tests of other projects a page cites as a source (the SageMaker Python SDK's)
+OTHER_PROJECTS_TESTS = {"test_spark_ml_predict_invocation_with_target_variant"}
+
+
+def _defined_tests() -> set[str]:
+    names: set[str] = set()
+    for path in (ROOT / "tests").rglob("test_*.py"):
+        names |= set(re.findall(r"^\s*(?:async )?def (test_\w+)", path.read_text(), re.MULTILINE))
+    return names
+
+
+def test_the_tests_and_files_a_page_names_exist() -> None:
+    """A page that says "tested by X" names a test that exists, and files that exist."""
+    defined = _defined_tests()
+    missing = []
+    for page in PAGES:
+        text = page.read_text()
+        for name in re.findall(r"`(?:[\w/.]+\.py::)?(test_\w+?)(?:\[[^`]*\])?`", text):
+            if name in OTHER_PROJECTS_TESTS or (ROOT / "tests" / f"{name}.py").exists():
+                continue
+            if name not in defined:
+                missing.append(f"{page.name}: {name}")
+        for path in re.findall(
+            r"`((?:tests|benchmarks|examples|mmelocal)/[\w/.-]+\.(?:py|sh|yaml))", text
+        ):
+            if not (ROOT / path).exists():
+                missing.append(f"{page.name}: {path}")
+    assert defined and missing == []
