@@ -152,3 +152,76 @@ def test_the_tests_and_files_a_page_names_exist() -> None:
             if not (ROOT / path).exists():
                 missing.append(f"{page.name}: {path}")
     assert defined and missing == []
+
+
+#: where a command line's words end (a pipe, a redirection, a comment, the next command)
+_LINE_END = re.compile(r"\s(?:\||&&|;|#|>|&$|&\s)")
+
+
+def _command_lines(page: Path) -> list[str]:
+    """Every ``mmelocal ...`` command in the page's shell and text blocks (continuation
+    lines joined) and code spans, cut where the command ends."""
+    found = []
+    for block in blocks(page):
+        if block.language not in ("bash", "console", "text", "", "sh"):
+            continue
+        text = block.text.replace("\\\n", " ")
+        text = re.sub(r"\n\s+(?=\[?--)", " ", text)  # a synopsis's indented options
+        for line in text.splitlines():
+            for match in re.finditer(r"(?:^|[\s/$(])mmelocal ([^\n]*)", line):
+                words = _LINE_END.split(f" {match.group(1)} ", maxsplit=1)[0]
+                found.append(words.strip())
+    for span in re.findall(r"`(?:\.venv/bin/)?mmelocal ([^`]+)`", page.read_text()):
+        found.append(_LINE_END.split(f" {span} ", maxsplit=1)[0].strip())
+    return found
+
+
+def _options_of(words: list[str]) -> tuple[str, set[str]] | None:
+    """The command the words name and its options (None when the words name none)."""
+    import click
+
+    from mmelocal.cli.main import cli
+
+    context = click.Context(cli)
+    command: click.Command = cli
+    path: list[str] = []
+    for word in words:
+        if not isinstance(command, click.Group) or word.startswith("-"):
+            break
+        sub = command.get_command(context, word)
+        if sub is None:
+            break
+        command, path = sub, [*path, word]
+    if not path:
+        return None
+    if isinstance(command, click.Group):  # `capacity SOURCE` is `capacity measure SOURCE`
+        command = command.get_command(context, "measure") or command
+    options = {"--help", "-h", "-v", "-vv", "--verbose"}
+    for param in command.params:
+        options |= {*param.opts, *param.secondary_opts}
+    return " ".join(path), options
+
+
+#: options a page names on purpose although they do not exist
+NOT_OPTIONS = {"local-aws.md: mmelocal serve --aws"}  # why local-aws is its own command
+
+
+def test_every_option_a_page_gives_a_command_exists() -> None:
+    """Each ``--option`` shown after ``mmelocal COMMAND`` is one of that command's."""
+    wrong = []
+    for page in PAGES:
+        for line in _command_lines(page):
+            text = line.replace("[", " ").replace("]", " ").replace("|", " ")
+            try:
+                words = shlex.split(text)
+            except ValueError:  # a quote the shown line leaves open
+                words = text.split()
+            named = _options_of(words)
+            if named is None:
+                continue
+            path, options = named
+            for word in words:
+                option = word.split("=", 1)[0]
+                if option.startswith("--") and option not in options:
+                    wrong.append(f"{page.name}: mmelocal {path} {option}")
+    assert set(wrong) - NOT_OPTIONS == set()
