@@ -225,3 +225,40 @@ def test_every_option_a_page_gives_a_command_exists() -> None:
                 if option.startswith("--") and option not in options:
                     wrong.append(f"{page.name}: mmelocal {path} {option}")
     assert set(wrong) - NOT_OPTIONS == set()
+
+
+def _default_of(command_path: str, option: str) -> object:
+    import click
+
+    from mmelocal.cli.main import cli
+
+    context = click.Context(cli)
+    command: click.Command | None = cli
+    for word in command_path.split():
+        assert isinstance(command, click.Group)
+        command = command.get_command(context, word)
+    assert command is not None
+    return next(p.default for p in command.params if option in p.opts)
+
+
+def test_the_defaults_a_synopsis_shows_are_the_commands() -> None:
+    """``[--option VALUE]`` in a command's synopsis shows the option's default."""
+    from mmelocal.units import parse_size_bytes
+
+    checked = 0
+    for page in PAGES:
+        for line in _command_lines(page):
+            named = _options_of(line.split())
+            if named is None:
+                continue
+            for option, shown in re.findall(r"\[(--[a-z-]+) ([0-9][\w.]*)\]", line):
+                default = _default_of(named[0], option)
+                if default is None:
+                    continue  # an example value of an option with no default
+                if isinstance(default, (int, float)) and not isinstance(default, bool):
+                    value: object = float(shown) if shown[-1].isdigit() else parse_size_bytes(shown)
+                else:
+                    value, default = shown, str(default)
+                assert value == default, f"{page.name}: mmelocal {named[0]} {option} {shown}"
+                checked += 1
+    assert checked >= 8
