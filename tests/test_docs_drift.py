@@ -167,3 +167,38 @@ def test_the_reliability_pages_timeouts_are_the_defaults() -> None:
     for option, default in expected.items():
         row = next(line for line in rows.values() if option in line)
         assert row.split("|")[2].strip().startswith(f"{default:g} s"), (option, row)
+
+
+def test_the_design_pages_layers_name_every_part_of_the_package() -> None:
+    page = (ROOT / "docs" / "design.md").read_text()
+    start = page.index("```\nmmelocal/\n")
+    block = page[start : page.index("```", start + 4)]
+    named = set(re.findall(r"^  (\w+/|\w+\.py) ", block, re.MULTILINE))
+    package = ROOT / "mmelocal"
+    parts = {f"{p.name}/" for p in package.iterdir() if (p / "__init__.py").exists()}
+    parts |= {p.name for p in package.glob("*.py") if not p.name.startswith("_")}
+    assert named == parts
+
+
+def test_the_design_pages_modules_exist() -> None:
+    """Each module the "where each behaviour lives" table names is there (a name after a
+    path, `torch2onnx.py`, is in the path's folder)."""
+    page = (ROOT / "docs" / "design.md").read_text()
+    section = page[page.index("## Where each behaviour lives") : page.index("## A request's")]
+    missing = []
+    for row in section.splitlines()[4:]:
+        if not row.startswith("| "):
+            continue
+        folder = ""
+        for name in re.findall(r"`([\w/.]+)`", row.split("|")[2]):
+            if "/" in name:
+                name = name.removeprefix("mmelocal/")
+                folder = name.rsplit("/", 1)[0] if name.endswith(".py") else name.rstrip("/")
+                path = ROOT / "mmelocal" / name
+            elif name.endswith(".py") and folder:
+                path = ROOT / "mmelocal" / folder / name
+            else:
+                continue
+            if not path.exists():
+                missing.append(name)
+    assert missing == []
