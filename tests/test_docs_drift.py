@@ -4,6 +4,7 @@ and the page of environment variables."""
 from __future__ import annotations
 
 import re
+import tomllib
 from dataclasses import fields
 from pathlib import Path
 
@@ -202,3 +203,9 @@ def test_the_design_pages_modules_exist() -> None:
             if not path.exists():
                 missing.append(name)
     assert missing == []
+
+
+def test_the_install_page_lists_every_extra() -> None:
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    table = _rows((ROOT / "docs" / "getting-started.md").read_text(), "| extra |")
+    assert {name.strip("`") for name in table} == set(extras["optional-dependencies"])
