@@ -209,3 +209,17 @@ def test_the_install_page_lists_every_extra() -> None:
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     table = _rows((ROOT / "docs" / "getting-started.md").read_text(), "| extra |")
     assert {name.strip("`") for name in table} == set(extras["optional-dependencies"])
+
+
+def test_the_pytest_page_lists_every_fixture_of_the_plugin() -> None:
+    from mmelocal.testing import plugin
+
+    fixtures = {
+        name
+        for name, value in vars(plugin).items()
+        if type(value).__name__ == "FixtureFunctionDefinition"
+        or hasattr(value, "_pytestfixturefunction")
+    }
+    table = _rows((ROOT / "docs" / "pytest.md").read_text(), "| fixture | scope |")
+    assert "triton_server" in fixtures
+    assert {name.strip("`") for name in table} == fixtures
