@@ -262,3 +262,11 @@ def test_the_defaults_a_synopsis_shows_are_the_commands() -> None:
                 assert value == default, f"{page.name}: mmelocal {named[0]} {option} {shown}"
                 checked += 1
     assert checked >= 8
+
+
+def test_the_readme_lists_every_page_of_the_site() -> None:
+    """The README's documentation list is the site's table of contents on the forge."""
+    readme = (ROOT / "README.md").read_text()
+    linked = set(re.findall(r"\]\(docs/([\w-]+\.md)", readme))
+    pages = {page.name for page in (ROOT / "docs").glob("*.md")}
+    assert pages - linked - {"index.md", "changelog.md"} == set()
