@@ -270,3 +270,19 @@ def test_the_readme_lists_every_page_of_the_site() -> None:
     linked = set(re.findall(r"\]\(docs/([\w-]+\.md)", readme))
     pages = {page.name for page in (ROOT / "docs").glob("*.md")}
     assert pages - linked - {"index.md", "changelog.md"} == set()
+
+
+#: phrases that narrate a change: the pages say what the code does, CHANGELOG.md what changed
+HISTORY = re.compile(
+    r"\b(?:as before|this release|(?:is|are) now|previously|formerly|until now)\b|\(new\)",
+    re.IGNORECASE,
+)
+
+
+def test_no_page_narrates_history() -> None:
+    found = [
+        f"{page.name}: {match.group(0)}"
+        for page in PAGES
+        for match in HISTORY.finditer(page.read_text())
+    ]
+    assert found == []
