@@ -122,3 +122,167 @@ def test_the_readme_links_to_files_that_exist() -> None:
     links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", (ROOT / "README.md").read_text())
     local = [link for link in links if "://" not in link]
     assert local and all((ROOT / link).exists() for link in local), local
+
+
+#: tests of other projects a page cites as a source (the SageMaker Python SDK's)
+OTHER_PROJECTS_TESTS = {"test_spark_ml_predict_invocation_with_target_variant"}
+
+
+def _defined_tests() -> set[str]:
+    names: set[str] = set()
+    for path in (ROOT / "tests").rglob("test_*.py"):
+        names |= set(re.findall(r"^\s*(?:async )?def (test_\w+)", path.read_text(), re.MULTILINE))
+    return names
+
+
+def test_the_tests_and_files_a_page_names_exist() -> None:
+    """A page that says "tested by X" names a test that exists, and files that exist."""
+    defined = _defined_tests()
+    missing = []
+    for page in PAGES:
+        text = page.read_text()
+        for name in re.findall(r"`(?:[\w/.]+\.py::)?(test_\w+?)(?:\[[^`]*\])?`", text):
+            if name in OTHER_PROJECTS_TESTS or (ROOT / "tests" / f"{name}.py").exists():
+                continue
+            if name not in defined:
+                missing.append(f"{page.name}: {name}")
+        for path in re.findall(
+            r"`((?:tests|benchmarks|examples|mmelocal)/[\w/.-]+\.(?:py|sh|yaml))", text
+        ):
+            if not (ROOT / path).exists():
+                missing.append(f"{page.name}: {path}")
+    assert defined and missing == []
+
+
+#: where a command line's words end (a pipe, a redirection, a comment, the next command)
+_LINE_END = re.compile(r"\s(?:\||&&|;|#|>|&$|&\s)")
+
+
+def _command_lines(page: Path) -> list[str]:
+    """Every ``mmelocal ...`` command in the page's shell and text blocks (continuation
+    lines joined) and code spans, cut where the command ends."""
+    found = []
+    for block in blocks(page):
+        if block.language not in ("bash", "console", "text", "", "sh"):
+            continue
+        text = block.text.replace("\\\n", " ")
+        text = re.sub(r"\n\s+(?=\[?--)", " ", text)  # a synopsis's indented options
+        for line in text.splitlines():
+            for match in re.finditer(r"(?:^|[\s/$(])mmelocal ([^\n]*)", line):
+                words = _LINE_END.split(f" {match.group(1)} ", maxsplit=1)[0]
+                found.append(words.strip())
+    for span in re.findall(r"`(?:\.venv/bin/)?mmelocal ([^`]+)`", page.read_text()):
+        found.append(_LINE_END.split(f" {span} ", maxsplit=1)[0].strip())
+    return found
+
+
+def _options_of(words: list[str]) -> tuple[str, set[str]] | None:
+    """The command the words name and its options (None when the words name none)."""
+    import click
+
+    from mmelocal.cli.main import cli
+
+    context = click.Context(cli)
+    command: click.Command = cli
+    path: list[str] = []
+    for word in words:
+        if not isinstance(command, click.Group) or word.startswith("-"):
+            break
+        sub = command.get_command(context, word)
+        if sub is None:
+            break
+        command, path = sub, [*path, word]
+    if not path:
+        return None
+    if isinstance(command, click.Group):  # `capacity SOURCE` is `capacity measure SOURCE`
+        command = command.get_command(context, "measure") or command
+    options = {"--help", "-h", "-v", "-vv", "--verbose"}
+    for param in command.params:
+        options |= {*param.opts, *param.secondary_opts}
+    return " ".join(path), options
+
+
+#: options a page names on purpose although they do not exist
+NOT_OPTIONS = {"local-aws.md: mmelocal serve --aws"}  # why local-aws is its own command
+
+
+def test_every_option_a_page_gives_a_command_exists() -> None:
+    """Each ``--option`` shown after ``mmelocal COMMAND`` is one of that command's."""
+    wrong = []
+    for page in PAGES:
+        for line in _command_lines(page):
+            text = line.replace("[", " ").replace("]", " ").replace("|", " ")
+            try:
+                words = shlex.split(text)
+            except ValueError:  # a quote the shown line leaves open
+                words = text.split()
+            named = _options_of(words)
+            if named is None:
+                continue
+            path, options = named
+            for word in words:
+                option = word.split("=", 1)[0]
+                if option.startswith("--") and option not in options:
+                    wrong.append(f"{page.name}: mmelocal {path} {option}")
+    assert set(wrong) - NOT_OPTIONS == set()
+
+
+def _default_of(command_path: str, option: str) -> object:
+    import click
+
+    from mmelocal.cli.main import cli
+
+    context = click.Context(cli)
+    command: click.Command | None = cli
+    for word in command_path.split():
+        assert isinstance(command, click.Group)
+        command = command.get_command(context, word)
+    assert command is not None
+    return next(p.default for p in command.params if option in p.opts)
+
+
+def test_the_defaults_a_synopsis_shows_are_the_commands() -> None:
+    """``[--option VALUE]`` in a command's synopsis shows the option's default."""
+    from mmelocal.units import parse_size_bytes
+
+    checked = 0
+    for page in PAGES:
+        for line in _command_lines(page):
+            named = _options_of(line.split())
+            if named is None:
+                continue
+            for option, shown in re.findall(r"\[(--[a-z-]+) ([0-9][\w.]*)\]", line):
+                default = _default_of(named[0], option)
+                if default is None:
+                    continue  # an example value of an option with no default
+                if isinstance(default, (int, float)) and not isinstance(default, bool):
+                    value: object = float(shown) if shown[-1].isdigit() else parse_size_bytes(shown)
+                else:
+                    value, default = shown, str(default)
+                assert value == default, f"{page.name}: mmelocal {named[0]} {option} {shown}"
+                checked += 1
+    assert checked >= 8
+
+
+def test_the_readme_lists_every_page_of_the_site() -> None:
+    """The README's documentation list is the site's table of contents on the forge."""
+    readme = (ROOT / "README.md").read_text()
+    linked = set(re.findall(r"\]\(docs/([\w-]+\.md)", readme))
+    pages = {page.name for page in (ROOT / "docs").glob("*.md")}
+    assert pages - linked - {"index.md", "changelog.md"} == set()
+
+
+#: phrases that narrate a change: the pages say what the code does, CHANGELOG.md what changed
+HISTORY = re.compile(
+    r"\b(?:as before|this release|(?:is|are) now|previously|formerly|until now)\b|\(new\)",
+    re.IGNORECASE,
+)
+
+
+def test_no_page_narrates_history() -> None:
+    found = [
+        f"{page.name}: {match.group(0)}"
+        for page in PAGES
+        for match in HISTORY.finditer(page.read_text())
+    ]
+    assert found == []

@@ -4,9 +4,27 @@ and the page of environment variables."""
 from __future__ import annotations
 
 import re
+import tomllib
+from dataclasses import fields
 from pathlib import Path
 
-from mmelocal.runtime.entrypoint import ENVIRONMENT_KNOBS, KNOBS
+from mmelocal.builder.tarball import DEFAULT_MAX_MEMBERS
+from mmelocal.emulator.answers import MAX_BODY_BYTES
+from mmelocal.emulator.emulator_config import EmulatorConfig
+from mmelocal.emulator.http_server import (
+    MAX_HEAD_BYTES,
+    MAX_QUEUED,
+    MAX_QUEUED_BYTES,
+    HttpTimeouts,
+)
+from mmelocal.emulator.invocation import MAX_DECODED_BYTES
+from mmelocal.facts.sagemaker import (
+    MAX_ENDPOINT_NAME_LENGTH,
+    MAX_PAYLOAD_BYTES,
+    MAX_TARGET_MODEL_LENGTH,
+)
+from mmelocal.runtime.entrypoint import ENVIRONMENT_KNOBS, KNOBS, entrypoint_args
+from mmelocal.units import MiB
 
 ROOT = Path(__file__).parents[1]
 #: ``MMELOCAL_*`` words in the code that are not environment variables
@@ -33,11 +51,175 @@ def code_variables() -> set[str]:
     return found - NOT_VARIABLES
 
 
-def test_every_environment_variable_is_on_its_page() -> None:
+#: where mmelocal's own test suite reads a variable: ``os.environ.get("X"``,
+#: ``os.environ["X"``, ``${X`` / ``$X`` in a script, ``X=`` in the Makefile
+_SUITE_READ = re.compile(
+    r"""(?:environ(?:\.get\(|\[)["']|\$\{?)(MMELOCAL_[A-Z0-9_]*[A-Z0-9])|^\s*(MMELOCAL_[A-Z0-9_]*[A-Z0-9])=""",
+    re.MULTILINE,
+)
+
+
+def suite_variables() -> set[str]:
+    """The ``MMELOCAL_*`` variables mmelocal's tests, scripts and Makefile read."""
+    found: set[str] = set()
+    paths = [ROOT / "Makefile", *(ROOT / "tests").rglob("*.py"), *(ROOT / "tests").rglob("*.sh")]
+    for path in paths:
+        for match in _SUITE_READ.finditer(path.read_text()):
+            found.add(match.group(1) or match.group(2))
+    return found
+
+
+def _page_names(prefix: str) -> set[str]:
     page = (ROOT / "docs" / "environment.md").read_text()
-    listed = set(re.findall(r"`((?:MMELOCAL|SAGEMAKER)_[A-Z0-9_]+)`", page))
+    return set(re.findall(rf"`({prefix}[A-Z0-9_]*[A-Z0-9])`", page))
+
+
+def test_every_environment_variable_is_on_its_page() -> None:
+    listed = _page_names("MMELOCAL_")
     variables = code_variables()
     assert "MMELOCAL_TRITONSERVER" in variables  # the search finds what it should
     assert variables - listed == set()
+    suite = suite_variables()
+    assert "MMELOCAL_SDK_VENVS" in suite  # the search finds what it should
+    assert suite - listed == set()
+
+
+def test_the_page_names_no_variable_that_nothing_reads() -> None:
+    assert _page_names("MMELOCAL_") - code_variables() - suite_variables() == set()
+
+
+def test_the_page_names_the_sagemaker_triton_variables_the_entrypoint_reads() -> None:
     knobs = {knob.key for knob in (*KNOBS, *ENVIRONMENT_KNOBS)}
-    assert knobs - listed == set()
+    triton = {key for key in knobs if key.startswith("SAGEMAKER_TRITON_")}
+    assert _page_names("SAGEMAKER_TRITON_") == triton
+    assert _page_names("SAGEMAKER_") <= knobs
+
+
+def _launch_page() -> str:
+    return (ROOT / "docs" / "launch.md").read_text()
+
+
+def test_the_launch_page_shows_the_entrypoints_default_command() -> None:
+    page = _launch_page()
+    start = page.index("```\ntritonserver ")
+    block = page[start + 4 : page.index("```", start + 4)]
+    assert block.replace("\\\n", " ").split() == ["tritonserver", *entrypoint_args({})]
+
+
+def test_the_launch_pages_table_gives_each_variables_flag_and_default() -> None:
+    """One row per variable the entrypoint reads: its flag and the default it passes."""
+    rows: dict[str, list[str]] = {}
+    for line in _table(_launch_page(), "| variable | flag | default |").splitlines()[2:]:
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        names = re.findall(r"`(_?[A-Z][A-Z0-9_]*)`", cells[0])
+        first = names[0]
+        for name in names:  # `_LOG_WARNING` abbreviates the first name's prefix
+            full = first[: first.index("_LOG_")] + name if name.startswith("_") else name
+            rows[full] = cells
+    for knob in (*KNOBS, *ENVIRONMENT_KNOBS):
+        assert knob.key in rows, f"{knob.key} has no row"
+        flag, default = rows[knob.key][1], rows[knob.key][2]
+        if knob.flag and knob.flag != "{}" and knob.what != "platform":
+            assert knob.flag.split("{")[0].strip() in flag, (knob.key, flag)
+            shown = re.match(r"`([^`]*)`", default)
+            assert (shown.group(1) if shown else None) == knob.default, (knob.key, default)
+
+
+def _rows(page: str, header: str) -> dict[str, str]:
+    """A table's rows by their first cell (its text), each the whole row."""
+    rows = {}
+    for line in _table(page, header).splitlines()[2:]:
+        rows[line.strip().strip("|").split("|")[0].strip()] = line
+    return rows
+
+
+def test_the_reliability_pages_limits_are_the_codes() -> None:
+    limits = _rows((ROOT / "docs" / "reliability.md").read_text(), "| What | Limit | Past it |")
+    expected = {
+        "InvokeEndpoint body": [f"{MAX_PAYLOAD_BYTES // MiB} MiB", "`--max-payload`"],
+        "Any request body (v2 infer included)": [f"{MAX_BODY_BYTES // MiB} MiB"],
+        "gzip/deflate v2 infer body, inflated": [f"{MAX_DECODED_BYTES // MiB} MiB"],
+        "Pipelined requests waiting on one connection": [
+            f"{MAX_QUEUED} requests",
+            f"{MAX_QUEUED_BYTES // MiB} MiB",
+        ],
+        "A request's line and headers": [f"{MAX_HEAD_BYTES // 1024} KiB", "431"],
+        "`TargetModel`": [f"1 to {MAX_TARGET_MODEL_LENGTH:,} characters"],
+        "`EndpointName`": [f"1 to {MAX_ENDPOINT_NAME_LENGTH} characters"],
+        "A tarball": [f"{DEFAULT_MAX_MEMBERS:,} members", "`--disk-budget`"],
+    }
+    for what, shown in expected.items():
+        for text in shown:
+            assert text in limits[what], (what, text)
+
+
+def test_the_reliability_pages_timeouts_are_the_defaults() -> None:
+    rows = _rows((ROOT / "docs" / "reliability.md").read_text(), "| Timeout | Default |")
+    config = {f.name: f.default for f in fields(EmulatorConfig)}
+    http = {f.name: f.default for f in fields(HttpTimeouts)}
+    expected = {
+        "--header-timeout": http["header_s"],
+        "--body-timeout": http["body_s"],
+        "--idle-timeout": http["idle_s"],
+        "`EmulatorConfig.invoke_timeout_s`": config["invoke_timeout_s"],
+        "--load-wait": config["load_wait_timeout_s"],
+        "`EmulatorConfig.load_timeout_s`": config["load_timeout_s"],
+    }
+    for option, default in expected.items():
+        row = next(line for line in rows.values() if option in line)
+        assert row.split("|")[2].strip().startswith(f"{default:g} s"), (option, row)
+
+
+def test_the_design_pages_layers_name_every_part_of_the_package() -> None:
+    page = (ROOT / "docs" / "design.md").read_text()
+    start = page.index("```\nmmelocal/\n")
+    block = page[start : page.index("```", start + 4)]
+    named = set(re.findall(r"^  (\w+/|\w+\.py) ", block, re.MULTILINE))
+    package = ROOT / "mmelocal"
+    parts = {f"{p.name}/" for p in package.iterdir() if (p / "__init__.py").exists()}
+    parts |= {p.name for p in package.glob("*.py") if not p.name.startswith("_")}
+    assert named == parts
+
+
+def test_the_design_pages_modules_exist() -> None:
+    """Each module the "where each behaviour lives" table names is there (a name after a
+    path, `torch2onnx.py`, is in the path's folder)."""
+    page = (ROOT / "docs" / "design.md").read_text()
+    section = page[page.index("## Where each behaviour lives") : page.index("## A request's")]
+    missing = []
+    for row in section.splitlines()[4:]:
+        if not row.startswith("| "):
+            continue
+        folder = ""
+        for name in re.findall(r"`([\w/.]+)`", row.split("|")[2]):
+            if "/" in name:
+                name = name.removeprefix("mmelocal/")
+                folder = name.rsplit("/", 1)[0] if name.endswith(".py") else name.rstrip("/")
+                path = ROOT / "mmelocal" / name
+            elif name.endswith(".py") and folder:
+                path = ROOT / "mmelocal" / folder / name
+            else:
+                continue
+            if not path.exists():
+                missing.append(name)
+    assert missing == []
+
+
+def test_the_install_page_lists_every_extra() -> None:
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    table = _rows((ROOT / "docs" / "getting-started.md").read_text(), "| extra |")
+    assert {name.strip("`") for name in table} == set(extras["optional-dependencies"])
+
+
+def test_the_pytest_page_lists_every_fixture_of_the_plugin() -> None:
+    from mmelocal.testing import plugin
+
+    fixtures = {
+        name
+        for name, value in vars(plugin).items()
+        if type(value).__name__ == "FixtureFunctionDefinition"
+        or hasattr(value, "_pytestfixturefunction")
+    }
+    table = _rows((ROOT / "docs" / "pytest.md").read_text(), "| fixture | scope |")
+    assert "triton_server" in fixtures
+    assert {name.strip("`") for name in table} == fixtures

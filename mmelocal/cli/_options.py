@@ -76,7 +76,10 @@ def payload_option(help: str, *, required: bool = False) -> Callable[[F], F]:
 
 
 def memory_budget_option(
-    help: str = "Host memory per Triton instance (no GPU), e.g. 4GiB; default half the RAM.",
+    help: str = (
+        "Host memory per Triton instance (no GPU), e.g. 4GiB; default half the RAM, "
+        "divided among the instances."
+    ),
     *,
     name: str = "memory_budget",
 ) -> Callable[[F], F]:

@@ -276,7 +276,10 @@ def _details(step: Any) -> str:
 @click.argument("name")
 @region_option()
 @click.option(
-    "--delete-artifacts", is_flag=True, help="Also delete the S3 objects mmelocal uploaded."
+    "--delete-artifacts",
+    is_flag=True,
+    help="Also delete the S3 objects mmelocal uploaded for this endpoint (refused, before "
+    "anything is deleted, while another model reads one of them).",
 )
 @click.option(
     "--s3-uri",

@@ -83,7 +83,7 @@ DRAIN_TIMEOUT_S: Final = INVOKE_TIMEOUT_S + 15.0
 LOAD_AND_INVOKE_TIMEOUT_S: Final = LOAD_LIMIT_S + INVOKE_TIMEOUT_S
 #: ``DescribeEndpoint``'s ``FailureReason``: at most this many characters (API reference).
 FAILURE_REASON_MAX_CHARS: Final = 1024
-#: A model called more than this many times per second (over :data:`HOT_MODEL_WINDOW_S`)
+#: A model called at least this many times per second (over :data:`HOT_MODEL_WINDOW_S`)
 #: is hot: the emulator's router (and the traffic simulator) loads it on one more instance.
 #: SageMaker replicates hot models but publishes no threshold: mmelocal's own figure.
 HOT_MODEL_RPS: Final = 50.0
