@@ -18,7 +18,6 @@ from typing import Any, Protocol, runtime_checkable
 from mmelocal.errors import (
     EmulatorError,
     InvalidTargetError,
-    MissingDependencyError,
     ModelNotFoundError,
     StoreAccessError,
     StoreUnavailableError,
@@ -180,10 +179,7 @@ class S3Store:
         self.bucket = bucket
         self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
         if client is None:
-            try:
-                import boto3
-            except ImportError as exc:  # pragma: no cover - boto3 is a core dependency
-                raise MissingDependencyError("boto3", extra="s3", feature="S3 store") from exc
+            import boto3  # a core dependency
             # a fresh session reads credentials now (boto3's default one caches them); the
             # LOCAL policy fails in seconds, not minutes, when the endpoint does not answer
             session = boto3.session.Session()
