@@ -139,8 +139,8 @@ ALLOWED: dict[str, set[str]] = {
     # the local AWS composes the emulator (and uses deploy's requests, bench's GPU table)
     "localaws": _BASE
     | {"rules", "stats", "aws", "builder", "runtime", "emulator", "bench", "deploy"},
-    # the traffic simulator (being written): the platform's rules over the emulator and bench
-    "traffic": _BASE | {"rules", "stats", "builder", "runtime", "emulator", "bench"},
+    # replay, simulate and size: the platform's rules over the emulator and bench
+    "traffic": _BASE | {"rules", "stats", "runtime", "emulator", "bench"},
     "testing": _BASE | {"aws", "builder", "runtime", "emulator", "localaws"},
     "cli": _BASE
     | {"rules", "stats", "aws", "builder", "runtime", "emulator", "bench", "deploy"}
