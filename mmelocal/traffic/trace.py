@@ -93,6 +93,18 @@ class Trace:
         for t, m in zip(self.times_s.tolist(), self.model_ids.tolist(), strict=True):
             yield t, models[m]
 
+    def sped_up(self, speed: float) -> Trace:
+        """The same requests ``speed`` times faster (every time divided by ``speed``): the
+        traffic a replay at ``--speed`` sends."""
+        if not speed > 0:
+            raise UserInputError(f"speed must be > 0, got {speed:g}")
+        return Trace(
+            times_s=self.times_s / speed,
+            model_ids=self.model_ids,
+            models=self.models,
+            payload_bytes=self.payload_bytes,
+        )
+
     def peak_rate_rps(self, window_s: float = 1.0) -> float:
         """The most requests in any ``window_s`` bin, per second."""
         if not len(self.times_s):
