@@ -128,3 +128,23 @@ def test_a_quota_error_is_not_retried_as_throttling() -> None:
             assert server.requests == attempts, answers
         finally:
             server.close()
+
+
+def test_the_target_model_rule_is_botocores_and_the_emulators() -> None:
+    model = botocore.session.get_session().get_service_model("sagemaker-runtime")
+    shape = model.operation_model("InvokeEndpoint").input_shape.members["TargetModel"]
+    assert shape.metadata["pattern"] == sagemaker.TARGET_MODEL_PATTERN
+    assert (shape.metadata["min"], shape.metadata["max"]) == (1, sagemaker.MAX_TARGET_MODEL_LENGTH)
+    from mmelocal.emulator.store import validate_target
+    from mmelocal.errors import InvalidTargetError
+
+    # the emulator's store refuses what the service refuses, with the same words (it adds
+    # its own rules for a safe key on top: '..', a leading '/')
+    for target in ("", "x" * 1025, "a\x00b", "\tm", " m", "a\u2028b", "m.tar.gz", "é/m.tar.gz"):
+        problem = sagemaker.target_model_problem(target)
+        try:
+            validate_target(target)
+        except InvalidTargetError as exc:
+            assert str(exc) == problem
+        else:
+            assert problem is None

@@ -40,6 +40,33 @@ MAX_ENDPOINT_NAME_LENGTH: Final = 63
 #: The longest ``TargetModel`` (botocore's ``TargetModelHeader``: 1 to 1024 characters,
 #: pattern ``\A\S[\p{Print}]*\z``).
 MAX_TARGET_MODEL_LENGTH: Final = 1024
+#: ``TargetModel``'s pattern, as botocore's ``TargetModelHeader`` gives it (and the
+#: service's validation message quotes it).
+TARGET_MODEL_PATTERN: Final = r"\A\S[\p{Print}]*\z"
+
+
+def target_model_problem(target: str) -> str | None:
+    """What is wrong with ``target`` as a ``TargetModel`` by the service's rule (1 to
+    :data:`MAX_TARGET_MODEL_LENGTH` characters, :data:`TARGET_MODEL_PATTERN`: no control
+    character, not starting with whitespace), or None. The emulator's store adds its own
+    rules for a safe key (no ``..``) on top."""
+    shown = repr(target[:80]) + ("..." if len(target) > 80 else "")
+    if not target:
+        return "TargetModel must not be empty"
+    if len(target) > MAX_TARGET_MODEL_LENGTH:
+        return (
+            f"TargetModel must be at most {MAX_TARGET_MODEL_LENGTH} characters, got {len(target)}"
+        )
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in target):
+        return f"TargetModel {shown} contains NUL or control characters"
+    if target[0].isspace() or not target.isprintable():
+        return (
+            f"TargetModel {shown} failed to satisfy constraint: Member must satisfy regular "
+            f"expression pattern: {TARGET_MODEL_PATTERN} (printable characters, not starting "
+            "with whitespace)"
+        )
+    return None
+
 
 #: The longest ``CustomAttributes`` (botocore's ``CustomAttributesHeader``: at most 1024
 #: characters, pattern ``\p{ASCII}*``; botocore checks neither on the client).
@@ -147,6 +174,8 @@ __all__ = [
     "REQUEST_TIMEOUT_S",
     "SAGEMAKER_BINARY_CONTENT_TYPE",
     "TARGET_MODEL_HEADER",
+    "TARGET_MODEL_PATTERN",
     "TRITON_UNLOAD_WAIT_S",
     "UNLOAD_TIMEOUT_S",
+    "target_model_problem",
 ]

@@ -1,5 +1,10 @@
 """Replayed vs simulated: a simulation set up from what a replay measured, and how far the
-two agree (the validation the Traffic page reports)."""
+two agree (the validation the Traffic page reports).
+
+A replay at ``--speed K`` sent the trace K times faster: the endpoint saw that compressed
+traffic (its hit ratio and cold starts are those of it), against load times that were not
+compressed. It is compared with a simulation of the same compressed traffic
+(:func:`simulate_replay`); :func:`agreement` refuses a simulation at another speed."""
 
 from __future__ import annotations
 
@@ -8,7 +13,8 @@ from typing import Any
 
 from mmelocal.errors import UserInputError
 from mmelocal.traffic.results import TrafficResult
-from mmelocal.traffic.simulate import LoadTimes, SimConfig
+from mmelocal.traffic.simulate import LoadTimes, SimConfig, simulate
+from mmelocal.traffic.trace import Trace
 
 #: the agreement the validation asks for
 MAX_HIT_RATIO_POINTS = 5.0
@@ -54,6 +60,37 @@ def config_from_replay(
     )
 
 
+def _speed(result: TrafficResult) -> float:
+    """The speed a result's traffic ran at (a replay's ``--speed``; 1 when not recorded)."""
+    return float(result.data.get("speed") or 1.0)
+
+
+def simulate_replay(
+    trace: Trace, replayed: TrafficResult, *, instances: int | None = None, seed: int = 0
+) -> TrafficResult:
+    """Simulate the traffic a replay of ``trace`` sent, on the endpoint it measured
+    (:func:`config_from_replay`): the trace at the replay's speed (every time divided by
+    it), so the result can be compared with the replay (:func:`agreement`). Its timeline
+    and per-minute rates are on that sped-up clock; its ``speed`` says so."""
+    speed = _speed(replayed)
+    requests = replayed.data.get("requests")
+    if requests is not None and int(requests) != len(trace):
+        raise UserInputError(
+            f"the replay sent {int(requests):,} requests and this trace has {len(trace):,}: "
+            "give the trace that was replayed"
+        )
+    result = simulate(
+        trace.sped_up(speed), config_from_replay(replayed, instances=instances, seed=seed)
+    )
+    result.data["speed"] = speed
+    if speed != 1.0:
+        result.data.setdefault("notes", []).append(
+            f"Simulated the trace at the replay's --speed {speed:g} (every time divided by "
+            f"{speed:g}), the traffic the replay sent: its timeline and rates are on that clock."
+        )
+    return result
+
+
 @dataclass(frozen=True)
 class Agreement:
     """How far a simulation is from the replay it models."""
@@ -97,7 +134,18 @@ class Agreement:
 
 
 def agreement(replayed: TrafficResult, simulated: TrafficResult) -> Agreement:
-    """Compare the headline figures of a replay and its simulation."""
+    """Compare the headline figures of a replay and its simulation, which must have run the
+    same traffic: a replay at ``--speed K`` against a simulation of the trace at speed K
+    (:func:`simulate_replay`), else a UserInputError says so."""
+    replay_speed, simulated_speed = _speed(replayed), _speed(simulated)
+    if replay_speed != simulated_speed:
+        raise UserInputError(
+            f"the replay ran at --speed {replay_speed:g} and the simulation at "
+            f"{simulated_speed:g}: the endpoint saw the trace {replay_speed:g} times faster, "
+            "so its hit ratio and cold starts are those of that traffic; simulate the same "
+            "(compare.simulate_replay(trace, replayed) divides the trace's times by the "
+            "replay's speed)"
+        )
     return Agreement(
         hit_ratio_replayed=float(replayed["hit_ratio"] or 0.0),
         hit_ratio_simulated=float(simulated["hit_ratio"] or 0.0),
@@ -112,4 +160,5 @@ __all__ = [
     "Agreement",
     "agreement",
     "config_from_replay",
+    "simulate_replay",
 ]

@@ -142,3 +142,44 @@ def test_a_reading_still_moving_on_a_large_card_is_not_settled() -> None:
     assert settled.used_bytes == 70 * gib + 300 * MIB
     settled = asyncio.run(settle_reading(reader(jitter), interval_s=0.0, max_s=60.0))
     assert settled.used_bytes == jitter[1]  # within the jitter bound: settled at once
+
+
+class _StillAllocating(FakeInstance):
+    """The first copy's memory keeps growing 2 MiB a reading: it never settles."""
+
+    async def read_memory(self) -> Any:
+        if self.loaded:
+            self.used += 2 * MIB
+        return await super().read_memory()
+
+
+def test_memory_that_never_settles_is_logged_and_shown_in_the_result(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Memory still moving when the settling wait (3 s) ends: the last reading is taken, as
+    before, but a warning says so and the result names the copy (before: silently)."""
+    import asyncio
+
+    from mmelocal.bench.capacity.loop import measure_instance
+
+    inst = _StillAllocating(total=1000 * MIB, baseline=100 * MIB, footprint=100 * MIB)
+    with caplog.at_level("WARNING", logger="mmelocal.bench.capacity.loop"):
+        measurement = asyncio.run(
+            measure_instance(inst, ["model-0.tar.gz"], payload=b"{}", max_copies=1)
+        )
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "copy 1 (model-0.tar.gz)" in warnings[0], warnings
+    assert "had not settled" in warnings[0]
+    assert measurement.unsettled_copies == (1,)  # the baseline (copy 0) settled
+    result = measurement.result(
+        source="fake",
+        label="",
+        model_format="torchscript",
+        probe="fake",
+        threshold=0.9,
+        started_at="",
+        gpus=(),
+    )
+    assert any("had not settled" in line and "copy 1" in line for line in result.summary_lines())
+    assert result.to_dict()["unsettled_copies"] == [1]
+    assert type(result).from_dict(result.to_dict()).unsettled_copies == (1,)

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 
 from mmelocal.errors import UserInputError
-from mmelocal.traffic.compare import config_from_replay
+from mmelocal.traffic.compare import agreement, config_from_replay, simulate_replay
 from mmelocal.traffic.results import TrafficResult
+from mmelocal.traffic.simulate import simulate
+from mmelocal.traffic.trace import Trace
 
 
 def _replayed(**data: Any) -> TrafficResult:
@@ -38,3 +41,34 @@ def test_a_replay_without_per_instance_figures_is_refused_for_several_instances(
     assert config_from_replay(old).models_per_instance == 8  # one instance: the fleet's
     with pytest.raises(UserInputError, match="not what one instance holds"):
         config_from_replay(old, instances=2)
+
+
+def test_a_sped_up_replay_is_compared_with_the_trace_at_its_speed() -> None:
+    """--speed 2 sent the second request 1 s after the first, while the first's 1.5 s load
+    was still going: the replay saw two cold starts. At the trace's own pace (2 s apart)
+    the second finds the model loaded: comparing with that simulation would call a correct
+    simulator wrong (before: compared, 1 vs 2 cold starts)."""
+    trace = Trace(
+        times_s=np.asarray([0.0, 2.0]), model_ids=np.zeros(2, dtype=np.int32), models=("m",)
+    )
+    replayed = _replayed(
+        speed=2.0,
+        max_loaded_per_instance=1,
+        emulator_instances=1,
+        load_cycle_s=[1.5],
+        hit_ratio=0.0,
+        cold_starts=2,
+    )
+    at_its_pace = simulate(trace, config_from_replay(replayed))
+    assert at_its_pace["cold_starts"] == 1
+    with pytest.raises(UserInputError, match=r"--speed 2 .*simulate_replay"):
+        agreement(replayed, at_its_pace)
+    simulated = simulate_replay(trace, replayed)
+    assert simulated["speed"] == 2.0 and simulated["cold_starts"] == 2
+    agree = agreement(replayed, simulated)
+    assert agree.cold_starts_simulated == agree.cold_starts_replayed == 2 and agree.holds
+    # a replay at the trace's pace is compared with a plain simulation, as before
+    same_pace = _replayed(**{**replayed.data, "speed": 1.0, "cold_starts": 1, "hit_ratio": 0.5})
+    assert agreement(same_pace, at_its_pace).holds
+    with pytest.raises(UserInputError, match="the replay sent 3 requests and this trace has 2"):
+        simulate_replay(trace, _replayed(**{**replayed.data, "requests": 3}))

@@ -282,3 +282,61 @@ def test_the_senders_timeout_outlasts_the_platforms_slowest_answer() -> None:
     from mmelocal.facts.sagemaker import INVOKE_TIMEOUT_S, MODEL_NOT_READY_AFTER_S
 
     assert ReplayOptions().timeout_s > MODEL_NOT_READY_AFTER_S + INVOKE_TIMEOUT_S
+
+
+def test_progress_counts_answers_while_the_last_ones_are_awaited() -> None:
+    # every request is sent at once and none is answered until the last one has left: the
+    # progress then says 0 answered of 4, 4 sent (before: "3 of 4", the requests sent, and
+    # it stayed there while the answers were awaited, up to 135 s)
+    import asyncio
+
+    from mmelocal.traffic.replay.schedule import _open_loop
+
+    trace = Trace(times_s=np.zeros(4), model_ids=np.zeros(4, dtype=np.int32), models=("m",))
+    calls: list[tuple[int, int, int | None]] = []
+    seen_when_all_sent: list[tuple[int, int, int | None]] = []
+
+    def progress(answered: int, total: int, sent: int | None = None) -> None:
+        calls.append((answered, total, sent))
+
+    async def run() -> None:
+        gate = asyncio.Event()
+        started = 0
+
+        async def send(i: int) -> None:
+            nonlocal started
+            started += 1
+            if started == len(trace):
+                seen_when_all_sent.append(calls[-1])
+                gate.set()
+            await gate.wait()
+
+        loop = asyncio.get_running_loop()
+        await _open_loop(trace, np.arange(4), send, ReplayOptions(), progress, loop.time())
+
+    asyncio.run(run())
+    assert seen_when_all_sent == [(0, 4, 4)]
+    assert calls[-1] == (4, 4, 4)
+    answered = [c[0] for c in calls]
+    assert answered == sorted(answered)  # never goes back
+
+
+def test_the_cli_bar_counts_answers_and_shows_the_requests_sent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import io
+
+    from rich.console import Console
+
+    from mmelocal.cli.traffic import _shared
+
+    screen = io.StringIO()
+    monkeypatch.setattr(
+        _shared, "err_console", Console(file=screen, force_terminal=True, width=120)
+    )
+    with _shared._progress("replay") as update:
+        update(3, 10, 7)
+    import re
+
+    shown = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen.getvalue())
+    assert re.search(r"3/10 answered, 7 sent", shown), shown

@@ -11,7 +11,7 @@ import pytest
 
 from mmelocal.errors import UserInputError
 from mmelocal.traffic.make import Popularity, fill_store, make_trace, parse_hot_set
-from mmelocal.traffic.trace import read_trace, write_trace
+from mmelocal.traffic.trace import Trace, read_trace, write_trace
 
 
 def _poisson_margin(mean: float) -> float:
@@ -164,3 +164,88 @@ def test_unix_times_are_refused_with_what_to_do(tmp_path: Path) -> None:
         read_trace(path)
     path.write_text("timestamp,target_model\n0,a\n3600,b\n")  # an hour from the start is fine
     assert read_trace(path).duration_s == 3600
+
+
+@pytest.mark.parametrize(
+    ("times", "ids", "expected"),
+    [
+        ([1.0, 0.5], [0, 0], r"request 1 \(times_s\[1\]\): timestamp 0\.5 comes before"),
+        ([1.7e9, 1.7e9 + 1], [0, 0], r"request 0 \(times_s\[0\]\): timestamp 1\.7e\+09 .*Unix"),
+        ([0.0, float("nan")], [0, 0], r"request 1 \(times_s\[1\]\): timestamp nan must be >= 0"),
+        ([-1.0, 0.0], [0, 0], r"request 0 \(times_s\[0\]\): timestamp -1\.0 must be >= 0"),
+        ([0.0, 1.0], [0, 1], r"model_ids\[1\] is 1, not an index into the 1 model name"),
+        ([0.0], [0, 0], r"times_s has 1 request\(s\) and model_ids 2"),
+    ],
+)
+def test_a_trace_built_in_python_is_checked_as_a_file_is(
+    times: list[float], ids: list[int], expected: str
+) -> None:
+    with pytest.raises(UserInputError, match=expected):
+        Trace(times_s=np.asarray(times), model_ids=np.asarray(ids, dtype=np.int32), models=("a",))
+
+
+def test_a_python_trace_refuses_fractional_payloads_and_invalid_targets() -> None:
+    def make(models: tuple[str, ...], payload: np.ndarray | None = None) -> Trace:
+        return Trace(
+            times_s=np.zeros(2),
+            model_ids=np.zeros(2, dtype=np.int32),
+            models=models,
+            payload_bytes=payload,
+        )
+
+    with pytest.raises(
+        UserInputError,
+        match=r"payload_bytes must be a 1-D array of whole bytes \(integers\), got 1-D float64",
+    ):
+        make(("a",), np.asarray([3.7, 1.0]))
+    with pytest.raises(UserInputError, match=r"request 1 \(payload_bytes\[1\]\).* >= 0, got -1"):
+        make(("a",), np.asarray([3, -1]))
+    with pytest.raises(UserInputError, match=r"models\[0\] 'a\\x00b': TargetModel .*control"):
+        make(("a\x00b",))
+    with pytest.raises(UserInputError, match=r"models\[0\] 'xxx.*at most 1024 characters"):
+        make(("x" * 1025,))
+    assert make(("team/a.tar.gz",), np.asarray([3, 0])).payload_bytes is not None
+
+
+@pytest.mark.parametrize(
+    ("row", "expected"),
+    [
+        ({"timestamp": True, "target_model": "a"}, "line 2: timestamp True is not a number"),
+        (
+            {"timestamp": 1, "target_model": "a", "payload_bytes": 3.7},
+            "line 2: payload_bytes 3.7 is not an integer",
+        ),
+        (
+            {"timestamp": 1, "target_model": "a", "payload_bytes": True},
+            "line 2: payload_bytes True is not an integer",
+        ),
+        ({"timestamp": 1, "target_model": 7}, "line 2: target_model 7 is not a string"),
+        ({"timestamp": 1, "target_model": "x" * 1025}, "line 2: TargetModel must be at most 1024"),
+        ({"timestamp": 1, "target_model": "a\u0007"}, "line 2: TargetModel 'a.x07' contains"),
+    ],
+)
+def test_jsonl_values_of_the_wrong_kind_are_refused(
+    tmp_path: Path, row: dict[str, object], expected: str
+) -> None:
+    path = tmp_path / "t.jsonl"
+    first = {"timestamp": 0.5, "target_model": "a"}
+    if "payload_bytes" in row:
+        first["payload_bytes"] = 1
+    path.write_text(json.dumps(first) + "\n" + json.dumps(row) + "\n")
+    with pytest.raises(UserInputError, match=expected):
+        read_trace(path)
+
+
+def test_an_invalid_target_in_a_csv_is_refused_before_any_replay(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("timestamp,target_model\n0,a\n1,b\x01c\n2,a\n")
+    with pytest.raises(UserInputError, match=r"t\.csv line 3: TargetModel 'b\\x01c' contains"):
+        read_trace(path)
+    # the first bad line is named whatever the kind of fault: the order (line 3) before the
+    # target (line 4)
+    path.write_text("timestamp,target_model\n1,a\n0,a\n2,b\x01c\n")
+    with pytest.raises(UserInputError, match=r"line 3: timestamp 0 comes before"):
+        read_trace(path)
+    path.write_text("timestamp,target_model\n1,a\n0,a\nsoon,a\n")
+    with pytest.raises(UserInputError, match=r"line 3: timestamp 0 comes before"):
+        read_trace(path)

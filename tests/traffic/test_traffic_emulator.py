@@ -268,8 +268,17 @@ def test_replay_over_the_load_tests_locust_workers(served: Served) -> None:
     times = np.arange(24) * 0.05
     trace = Trace(times_s=times, model_ids=(np.arange(24) % 2).astype(np.int32), models=names)
     loads_before = served.state()["event_counts"]["load"]
-    result = replay(trace, body=BODY, url=served.url, workers=2)
+    heard: list[tuple[int, int, int]] = []
+    result = replay(
+        trace,
+        body=BODY,
+        url=served.url,
+        workers=2,
+        progress=lambda answered, total, sent: heard.append((answered, total, sent)),
+    )
     assert result["requests"] == result["answered"] == 24 and result["errors"] == 0
+    # the workers' answers, beside the requests due (sent): never more answered than sent
+    assert heard[-1] == (24, 24, 24) and all(a <= s <= 24 for a, _, s in heard)
     assert result["loads"] == served.state()["event_counts"]["load"] - loads_before == 1
     # every request is classified from the worker's answer: w0's 12 were hits, w2's first a miss
     assert result["hit_ratio"] >= 12 / 24 and result["cold_starts"] >= 1

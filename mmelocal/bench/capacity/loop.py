@@ -71,6 +71,7 @@ class Measurement:
     loads: tuple[LoadRecord, ...]
     next_copy: LoadRecord | None
     stopped_reason: str
+    unsettled_copies: tuple[int, ...] = ()
 
     def result(
         self,
@@ -118,18 +119,42 @@ async def settle_reading(
     interval_s: float = 0.2,
     max_s: float = 3.0,
     tolerance_bytes: int = SETTLE_TOLERANCE_BYTES,
+    what: str = "reading",
 ) -> Any:
     """Read until two readings in a row differ by less than ``tolerance_bytes`` (or
-    ``max_s`` passed: then the last reading)."""
+    ``max_s`` passed: then the last reading, with a warning naming ``what`` was read)."""
+    reading, _ = await _read_settled(read, interval_s, max_s, tolerance_bytes, what)
+    return reading
+
+
+async def _read_settled(
+    read: Callable[[], Any],
+    interval_s: float = 0.2,
+    max_s: float = 3.0,
+    tolerance_bytes: int = SETTLE_TOLERANCE_BYTES,
+    what: str = "reading",
+) -> tuple[Any, bool]:
+    """:func:`settle_reading`'s reading and whether the memory settled."""
     previous = await read()
     deadline = time.monotonic() + max_s
+    moved = 0
     while time.monotonic() < deadline:
         await asyncio.sleep(interval_s)
         reading = await read()
-        if abs(reading.used_bytes - previous.used_bytes) < tolerance_bytes:
-            return reading
+        moved = abs(reading.used_bytes - previous.used_bytes)
+        if moved < tolerance_bytes:
+            return reading, True
         previous = reading
-    return previous
+    logger.warning(
+        "capacity: %s: memory had not settled in %g s (the last two readings %.1f MiB "
+        "apart, over the %.1f MiB tolerance): taking the last reading, which may be short "
+        "of what it will use",
+        what,
+        max_s,
+        moved / MiB,
+        tolerance_bytes / MiB,
+    )
+    return previous, False
 
 
 async def measure_instance(
@@ -156,7 +181,10 @@ async def measure_instance(
         raise UserInputError(f"max_copies must be >= 1, got {max_copies}")
     if not targets:
         raise UserInputError("capacity needs at least one copy to load")
-    baseline = await settle_reading(instance.read_memory)
+    baseline, settled = await _read_settled(
+        instance.read_memory, what="the empty server (baseline)"
+    )
+    unsettled: list[int] = [] if settled else [0]
     total = int(total_bytes or baseline.total_bytes)
     limit = threshold * total
     if baseline.used_bytes > limit:
@@ -175,6 +203,7 @@ async def measure_instance(
             loads=tuple(loads),
             next_copy=next_copy,
             stopped_reason=stopped_reason,
+            unsettled_copies=tuple(unsettled),
         )
 
     for target in targets:
@@ -194,13 +223,15 @@ async def measure_instance(
         try:
             if before_load is not None:
                 await before_load(target)
-            record, reading = await _load_one(
+            record, reading, settled = await _load_one(
                 instance, target, copies, previous_reading, payload, content_type
             )
         except (MmeLocalError, OSError) as exc:
             reason = f"copy {copies} ({target}) failed to load: {exc}"
             logger.warning("capacity: %s", reason)
             return measured(reason)
+        if not settled:
+            unsettled.append(copies)
         if progress is not None:
             progress(record)
         if record.used_bytes > limit:
@@ -227,7 +258,7 @@ async def _load_one(
     previous: Any,
     payload: bytes | None,
     content_type: str,
-) -> tuple[LoadRecord, Any]:
+) -> tuple[LoadRecord, Any, bool]:
     from mmelocal.bench.capacity.footprint import marginal_bytes
 
     previous_bytes = int(previous.used_bytes)
@@ -249,7 +280,7 @@ async def _load_one(
                 )
     finally:
         instance.release(target)
-    reading = await settle_reading(instance.read_memory)
+    reading, settled = await _read_settled(instance.read_memory, what=f"copy {copies} ({target})")
     used = int(reading.used_bytes)
     logger.info(
         "capacity: copy %d (%s) loaded in %.2f s, %d bytes in use (+%d)",
@@ -268,7 +299,7 @@ async def _load_one(
         warmup_s=round(warmup_s, 4),
         marginal_bytes=marginal_bytes(previous, reading),
     )
-    return record, reading
+    return record, reading, settled
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -45,7 +45,9 @@ class CapacityResult(BenchResult, kind="capacity"):
 
     ``count`` copies stayed within ``threshold x total_bytes``; ``loads`` are those copies;
     ``next_copy`` is the copy that crossed (None when the run stopped on a prediction, a
-    load failure or ``max_copies``). ``instance_type`` is set when the copies were loaded on
+    load failure or ``max_copies``). ``unsettled_copies``: the readings taken while the
+    memory was still moving when the settling wait ended (0: the empty server's), which may
+    read short. ``instance_type`` is set when the copies were loaded on
     a deployed endpoint of that type (``capacity --endpoint``); empty for a local run.
     """
 
@@ -65,6 +67,7 @@ class CapacityResult(BenchResult, kind="capacity"):
     #: the precision of the model's weights (fp32, fp16...; :mod:`mmelocal.builder.precision`),
     #: "" when unknown: an estimate compares itself only with a measurement of its precision
     precision: str = ""
+    unsettled_copies: tuple[int, ...] = ()
 
     @property
     def count(self) -> int:
@@ -193,6 +196,14 @@ class CapacityResult(BenchResult, kind="capacity"):
         if self.loads:
             load_times = [load.load_s for load in self.loads]
             lines.append(f"load time per copy: mean {statistics.fmean(load_times):.2f} s")
+        if self.unsettled_copies:
+            named = ", ".join(
+                "the empty server" if k == 0 else f"copy {k}" for k in self.unsettled_copies
+            )
+            lines.append(
+                f"memory had not settled when read after {named}: the last reading was "
+                "taken and may be short (something was still allocating); measure again"
+            )
         if self.on_host_memory:
             lines.append(
                 "no GPU projection: host memory on CPU (each copy also carries its own Python "
@@ -278,6 +289,7 @@ class CapacityResult(BenchResult, kind="capacity"):
             "runtime": self.runtime,
             "implied_count": self.implied_count,
             "stopped_reason": self.stopped_reason,
+            "unsettled_copies": list(self.unsettled_copies),
             "loads": [load.to_dict() for load in self.loads],
             "next_copy": self.next_copy.to_dict() if self.next_copy else None,
             "projection": self.projection.to_dict() if self.projection else None,
@@ -300,6 +312,7 @@ class CapacityResult(BenchResult, kind="capacity"):
             loads=tuple(LoadRecord(**load) for load in data["loads"]),
             next_copy=LoadRecord(**data["next_copy"]) if data.get("next_copy") else None,
             stopped_reason=str(data["stopped_reason"]),
+            unsettled_copies=tuple(int(k) for k in data.get("unsettled_copies") or ()),
             projection=Projection.from_dict(data["projection"]) if data.get("projection") else None,
         )
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import click
 
@@ -19,6 +19,15 @@ from mmelocal.traffic.simulate import LoadTimes, SimConfig
 from mmelocal.units import MiB
 
 _Decorator = Callable[[Any], Any]
+
+
+class _Update(Protocol):
+    def __call__(self, done: int, total: int, sent: int | None = None) -> None: ...
+
+
+def _quiet(done: int, total: int, sent: int | None = None) -> None:
+    """No bar (stderr is no terminal)."""
+
 
 _trace_argument = click.argument("trace_path", metavar="TRACE", type=IN_FILE)
 _prices_option = click.option("--prices", type=IN_FILE, default=None)
@@ -84,25 +93,36 @@ def _concurrency_option(help: str | None = None) -> _Decorator:
 
 
 @contextmanager
-def _progress(label: str, enabled: bool = True) -> Iterator[Callable[[int, int], None]]:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+def _progress(label: str, enabled: bool = True) -> Iterator[_Update]:
+    """A progress bar on stderr (none when it is no terminal): ``update(done, total)``, and
+    for a replay ``update(answered, total, sent)``: the bar counts answers, the requests
+    sent are shown beside it (the last answers may come long after the last request left)."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
 
     if not enabled or not err_console.is_terminal:
-        yield lambda _done, _total: None
+        yield _quiet
         return
     progress = Progress(
         *Progress.get_default_columns()[:1],
         BarColumn(),
         MofNCompleteColumn(),
+        TextColumn("{task.fields[sent]}"),
         TimeElapsedColumn(),
         console=err_console,
         transient=True,
     )
     with progress:
-        task = progress.add_task(label, total=1)
+        task = progress.add_task(label, total=1, sent="")
 
-        def update(done: int, total: int) -> None:
-            progress.update(task, completed=done, total=total)
+        def update(done: int, total: int, sent: int | None = None) -> None:
+            shown = "" if sent is None else f"answered, {sent:,} sent"
+            progress.update(task, completed=done, total=total, sent=shown)
 
         yield update
 

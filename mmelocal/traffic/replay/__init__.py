@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlparse
 
@@ -51,7 +51,7 @@ from mmelocal.traffic.replay.over_http import _replay_http
 from mmelocal.traffic.replay.over_locust import MASTER_MARGIN_S as MASTER_MARGIN_S
 from mmelocal.traffic.replay.over_locust import _replay_workers
 from mmelocal.traffic.replay.schedule import SENDER_MARGIN_S as SENDER_MARGIN_S
-from mmelocal.traffic.replay.schedule import ReplayOptions, check_rate, shard_schedule
+from mmelocal.traffic.replay.schedule import Progress, ReplayOptions, check_rate, shard_schedule
 from mmelocal.traffic.replay.schedule import _Record as _Record
 from mmelocal.traffic.replay.targets import check_targets, invocations_url
 from mmelocal.traffic.replay.through_boto3 import _infer_hits, _replay_boto3, cloudwatch_hit_ratio
@@ -71,7 +71,7 @@ def replay(
     region: str | None = None,
     store: str | None = None,
     options: ReplayOptions | None = None,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Progress | None = None,
     workers: int = 0,
 ) -> TrafficResult:
     """Replay ``trace`` open loop (see the module docstring) and summarize what happened.
@@ -81,7 +81,8 @@ def replay(
     the local AWS). ``store`` (a folder or ``s3://`` prefix) is checked for every target
     before anything is sent; for ``mmelocal serve`` the emulator's store is checked when it
     is a folder this machine sees. ``workers`` > 0 sends over that many Locust workers (the
-    load tests' worker processes), the schedule sharded by model.
+    load tests' worker processes), the schedule sharded by model. ``progress(answered,
+    total, sent)`` hears how many requests have been answered and how many sent.
     """
     options = options or ReplayOptions()
     if workers < 0:
@@ -217,6 +218,7 @@ def _measured_where(
 
 
 __all__ = [
+    "Progress",
     "ReplayOptions",
     "check_rate",
     "check_targets",

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -14,7 +13,7 @@ import numpy as np
 from mmelocal.errors import UserInputError
 from mmelocal.facts.sagemaker import ERROR_TYPE_HEADER
 from mmelocal.traffic.replay.emulator_state import _poll_state, _probe_kinds, _state_before
-from mmelocal.traffic.replay.schedule import ReplayOptions, _open_loop, _Record
+from mmelocal.traffic.replay.schedule import Progress, ReplayOptions, _open_loop, _Record
 from mmelocal.traffic.replay.targets import _origin, invocations_url
 from mmelocal.traffic.trace import Trace
 
@@ -46,7 +45,7 @@ async def _replay_http(
     endpoint: str,
     body: bytes,
     options: ReplayOptions,
-    progress: Callable[[int, int], None] | None,
+    progress: Progress | None,
 ) -> tuple[_Record, dict[str, Any]]:
     aiohttp = _aiohttp()
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,13 @@ import numpy as np
 from mmelocal.errors import ReplayAbortedError, UserInputError
 from mmelocal.traffic.replay.emulator_state import _poll_state, _probe_kinds, _state_before
 from mmelocal.traffic.replay.over_http import _aiohttp
-from mmelocal.traffic.replay.schedule import ReplayOptions, _Record, _schedule_s, shard_schedule
+from mmelocal.traffic.replay.schedule import (
+    Progress,
+    ReplayOptions,
+    _Record,
+    _schedule_s,
+    shard_schedule,
+)
 from mmelocal.traffic.replay.targets import _origin, invocations_url
 from mmelocal.traffic.trace import Trace
 
@@ -30,7 +35,7 @@ async def _replay_workers(
     url: str,
     body: bytes,
     options: ReplayOptions,
-    progress: Callable[[int, int], None] | None,
+    progress: Progress | None,
     workers: int,
 ) -> tuple[_Record, dict[str, Any]]:
     """The schedule sharded by model over ``workers`` Locust workers (the load tests'
@@ -139,7 +144,11 @@ async def _replay_workers(
                         state["t0_wall"] = t0_wall
                         state["t0_monotonic"] = time.monotonic() - (time.time() - t0_wall)
                     elif event.get("event") == "progress" and progress is not None:
-                        progress(int(event["done"]), n)
+                        # the workers report answers; a request leaves at its time (or the
+                        # replay aborts past --max-lag-ms), so those due have been sent
+                        due_s = (time.time() - state.get("t0_wall", time.time())) * options.speed
+                        sent = int(np.searchsorted(trace.times_s, due_s, side="right"))
+                        progress(int(event["done"]), n, sent)
                 code = await master.wait()
                 stop.set()
                 if poller is not None:
@@ -170,5 +179,5 @@ async def _replay_workers(
     state["emulator"] = emulator
     state["workers"] = result["workers"]
     if progress is not None:
-        progress(n, n)
+        progress(n, n, n)
     return rec, state

@@ -106,22 +106,37 @@ def check_rate(trace: Trace, options: ReplayOptions, senders: int = 1) -> None:
         )
 
 
+#: ``progress(answered, total, sent)``: requests answered (with a result or an error) of
+#: ``total``, and how many have left. The bar is done when every answer is in, not when
+#: the last request leaves (the last answers may take the platform's slowest, 135 s).
+Progress = Callable[[int, int, int], None]
+
+
 async def _open_loop(
     trace: Trace,
     indices: np.ndarray,
     send: Callable[[int], Any],
     options: ReplayOptions,
-    progress: Callable[[int, int], None] | None,
+    progress: Progress | None,
     t0: float,
 ) -> None:
-    """Send request ``indices`` at their times (``send(i)`` is a coroutine)."""
+    """Send request ``indices`` at their times (``send(i)`` is a coroutine); ``progress``
+    hears of the answers and of the requests sent, about every 0.5 % of either."""
     loop = asyncio.get_running_loop()
     in_flight: set[asyncio.Task[None]] = set()
     times = trace.times_s
     total = len(indices)
     step = max(1, total // 200)
+    count = {"sent": 0, "answered": 0}
+
+    def answered(task: asyncio.Task[None]) -> None:
+        in_flight.discard(task)
+        count["answered"] += 1
+        if progress is not None and count["answered"] % step == 0:
+            progress(count["answered"], total, count["sent"])
+
     try:
-        for n, i in enumerate(indices.tolist()):
+        for i in indices.tolist():
             due = t0 + times[i] / options.speed
             delay = due - loop.time()
             if delay > 0:
@@ -144,9 +159,10 @@ async def _open_loop(
                 )
             task = asyncio.ensure_future(send(i))
             in_flight.add(task)
-            task.add_done_callback(in_flight.discard)
-            if progress is not None and n % step == 0:
-                progress(n, total)
+            task.add_done_callback(answered)
+            count["sent"] += 1
+            if progress is not None and count["sent"] % step == 0:
+                progress(count["answered"], total, count["sent"])
         if in_flight:
             await asyncio.gather(*in_flight)
     finally:
@@ -155,4 +171,4 @@ async def _open_loop(
         if in_flight:
             await asyncio.gather(*in_flight, return_exceptions=True)
     if progress is not None:
-        progress(total, total)
+        progress(total, total, total)

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from mmelocal.traffic.replay.schedule import ReplayOptions, _open_loop, _Record
+from mmelocal.traffic.replay.schedule import Progress, ReplayOptions, _open_loop, _Record
 from mmelocal.traffic.trace import Trace
 
 
@@ -20,7 +20,7 @@ def _replay_boto3(
     endpoint_name: str,
     body: bytes,
     options: ReplayOptions,
-    progress: Callable[[int, int], None] | None,
+    progress: Progress | None,
     endpoint_url: str | None,
     region: str | None,
 ) -> tuple[_Record, dict[str, Any]]:
