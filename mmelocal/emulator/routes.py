@@ -48,6 +48,7 @@ from mmelocal.facts.sagemaker import (
     MAX_CUSTOM_ATTRIBUTES_LENGTH,
     MAX_ENDPOINT_NAME_LENGTH,
     MAX_INFERENCE_ID_LENGTH,
+    TARGET_MODEL_PATTERN,
 )
 
 logger = logging.getLogger(__name__)
@@ -85,8 +86,8 @@ def endpoint_name_error(name: str) -> str | None:
     return None
 
 
-#: botocore's pattern of ``InferenceId`` (and ``TargetModel``): ``\A\S[\p{Print}]*\z``
-_ID_PATTERN = r"\A\S[\p{Print}]*\z"
+#: botocore's pattern of ``InferenceId``: ``TargetModel``'s
+_ID_PATTERN = TARGET_MODEL_PATTERN
 
 
 def header_error(custom: bytes | None, inference_id: bytes | None) -> str | None:

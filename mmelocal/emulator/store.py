@@ -24,7 +24,7 @@ from mmelocal.errors import (
     UserInputError,
 )
 from mmelocal.facts.aws import LOCAL, aws_client, s3_error_class
-from mmelocal.facts.sagemaker import MAX_TARGET_MODEL_LENGTH
+from mmelocal.facts.sagemaker import MAX_TARGET_MODEL_LENGTH, target_model_problem
 
 logger = logging.getLogger(__name__)
 
@@ -37,25 +37,10 @@ MAX_NAME_BYTES = 255
 
 def validate_target(target: str) -> str:
     """Return ``target`` unchanged when it is a safe artifact key, else raise InvalidTargetError."""
+    problem = target_model_problem(target)  # the service's rule, then a safe key's
+    if problem is not None:
+        raise InvalidTargetError(problem, target_model=target)
     shown = repr(target[:80]) + ("..." if len(target) > 80 else "")
-    if not target:
-        raise InvalidTargetError("TargetModel must not be empty", target_model=target)
-    if len(target) > MAX_TARGET_LENGTH:
-        raise InvalidTargetError(
-            f"TargetModel must be at most {MAX_TARGET_LENGTH} characters, got {len(target)}",
-            target_model=target,
-        )
-    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in target):
-        raise InvalidTargetError(
-            f"TargetModel {shown} contains NUL or control characters", target_model=target
-        )
-    if target[0].isspace() or not target.isprintable():
-        raise InvalidTargetError(
-            f"TargetModel {shown} failed to satisfy constraint: Member must satisfy regular "
-            "expression pattern: \\A\\S[\\p{Print}]*\\z (printable characters, not starting "
-            "with whitespace)",
-            target_model=target,
-        )
     if target.startswith("/") or "\\" in target:
         raise InvalidTargetError(
             f"TargetModel {shown} must be a key relative to the store (no leading '/', "
@@ -180,6 +165,7 @@ class S3Store:
         self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
         if client is None:
             import boto3  # a core dependency
+
             # a fresh session reads credentials now (boto3's default one caches them); the
             # LOCAL policy fails in seconds, not minutes, when the endpoint does not answer
             session = boto3.session.Session()
