@@ -283,26 +283,26 @@ class ControlLoop:
 
     @staticmethod
     def _gauges(fleet: Any) -> dict[str, list[float]]:
+        """The instance metrics of the period, one sample per running instance (those
+        draining included, as :attr:`~mmelocal.localaws.fleet.Fleet.instance_count`
+        counts them), as the service emits them: each is what is "used by the containers
+        on an instance" (SageMaker Developer Guide, endpoint metrics), and
+        ``LoadedModelCount`` "is emitted per instance" (multi-model endpoint instance
+        metrics). Their Average is then per instance, Minimum and Maximum the extremes
+        among the instances, SampleCount the instances."""
         emulator = fleet.server.emulator
-        found, loaded, disks = fleet.server.call(
+        loaded, disks = fleet.server.call(
             _call(
-                lambda: (
-                    emulator.gauges(),
-                    _loaded_per_instance(emulator),
-                    emulator.disk_utilization_per_instance(),
-                )
+                lambda: (_loaded_per_instance(emulator), emulator.disk_utilization_per_instance())
             ),
             timeout_s=10.0,
         )
-        out = dict(found)
-        read = emulator.read_gauges()
-        # the sum over the instances read_gauges reads (those in service), per instance
-        read["CPUUtilization"] = read.get("CPUUtilization", 0.0) / max(1, len(emulator.instances))
-        out.update(read)
-        gauges = {k: [float(v)] for k, v in out.items() if k in INSTANCE_METRICS}
-        # emitted per instance (its Average: models per instance; its Sum: all of them)
+        gauges = {
+            name: samples
+            for name, samples in emulator.read_gauges_per_instance().items()
+            if name in INSTANCE_METRICS
+        }
         gauges["LoadedModelCount"] = loaded
-        # each instance's own storage volume, one sample per instance
         gauges["DiskUtilization"] = disks
         return gauges
 
