@@ -6,6 +6,8 @@ and a hot model's copy waits no longer than a load may take."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import threading
 from typing import Any
 
@@ -256,6 +258,51 @@ def test_triton_gets_what_is_left_of_the_load_limit() -> None:
         assert loop.time() - t0 < 5.0
         await wait_for_async(lambda: len(asked) == 2, timeout_s=10, what="the DELETE")
         assert asked[1].startswith(b"DELETE /models/k ")
+        control.close()
+        server.close()
+
+    asyncio.run(run())
+
+
+def test_a_failed_undo_of_a_load_past_the_limit_still_answers_the_limit(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The DELETE that undoes a load still running at the limit fails (Triton drops the
+    connection): the caller gets the load limit's ModelLoadError, and the failed undo is
+    logged (the caller got the DELETE's connection error, as if the load had failed
+    for that)."""
+
+    async def run() -> None:
+        asked: list[bytes] = []
+
+        async def dropping(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+                while True:  # a load is never answered, a DELETE's connection is dropped
+                    head = await reader.readuntil(b"\r\n\r\n")
+                    asked.append(head)
+                    if head.startswith(b"DELETE"):
+                        break
+            writer.close()
+
+        server = await asyncio.start_server(dropping, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        control = SageMakerControl(
+            options=InstanceOptions(load_timeout_s=30.0, unload_timeout_s=10.0),
+            connection_error=lambda exc: EmulatorError(f"connection failed: {exc}"),
+            log_path=lambda: None,
+        )
+        control.connect(f"http://127.0.0.1:{port}", None)
+        loop = asyncio.get_running_loop()
+        entry = ModelEntry(
+            target="m", key="k", state="loading", last_used_s=0.0, future=loop.create_future()
+        )
+        entry.load_deadline_s = loop.time() + 0.3
+        logged = caplog.at_level(logging.WARNING, logger="mmelocal.emulator.sagemaker_control")
+        with logged, pytest.raises(ModelLoadError, match="within 30s"):
+            await asyncio.wait_for(control.post_load(entry, "/models/m"), timeout=10.0)
+        assert any(head.startswith(b"DELETE /models/k ") for head in asked)
+        (record,) = [r for r in caplog.records if r.name.endswith("sagemaker_control")]
+        assert "'m'" in record.getMessage() and "connection failed" in record.getMessage()
         control.close()
         server.close()
 
