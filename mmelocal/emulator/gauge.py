@@ -1,15 +1,17 @@
 """One instance's memory as the platform reads it: fresh probe readings and the limit.
 
-The probe's reading is blocking (``/proc`` or NVML), so :meth:`MemoryGauge.read` runs it in
-an executor. The limit the loaded set may use is ``threshold x total`` of the last reading,
-or an absolute override (demos and tests set one). :meth:`MemoryGauge.read_utilization`
-is the instance's own CloudWatch instance metrics (one sample per instance, as the service
-emits them).
+The probe's reading is blocking (``/proc`` or NVML), so :meth:`MemoryGauge.read` runs it on
+the gauge's own thread: never queued behind the default executor's long work (downloads
+and extractions of artifacts run there, for minutes with a large one). The limit the
+loaded set may use is ``threshold x total`` of the last reading, or an absolute override
+(demos and tests set one). :meth:`MemoryGauge.read_utilization` is the instance's own
+CloudWatch instance metrics (one sample per instance, as the service emits them).
 """
 
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 
 from mmelocal.emulator.probes import MemoryProbe, MemoryReading, cpu_percent_of_tree
 
@@ -23,10 +25,12 @@ class MemoryGauge:
         self.last_reading: MemoryReading | None = None
         #: an absolute memory limit in bytes instead of threshold x total (demos, tests)
         self.limit_override_bytes: int | None = None
+        # one reading at a time; the idle thread ends with the gauge
+        self._reader = ThreadPoolExecutor(1, thread_name_prefix="mmelocal-gauge")
 
     async def read(self) -> MemoryReading:
-        """A fresh reading (in an executor); kept as :attr:`last_reading`."""
-        reading = await asyncio.get_running_loop().run_in_executor(None, self.probe.read)
+        """A fresh reading (on the gauge's thread); kept as :attr:`last_reading`."""
+        reading = await asyncio.get_running_loop().run_in_executor(self._reader, self.probe.read)
         self.last_reading = reading
         return reading
 
