@@ -103,6 +103,10 @@ def _published(
     return cloudwatch.data, loop
 
 
+def _stats(data: dict[str, dict[str, Any]], name: str) -> dict[str, float]:
+    return dict(data[name]["StatisticValues"])
+
+
 def test_a_period_with_more_calls_than_the_window_publishes_them_all() -> None:
     """CloudWatch's SampleCount and Sum of ModelLatency cover every invocation of the
     period (as Invocations does), not only the emulator's recent window of values."""
@@ -119,6 +123,28 @@ def test_a_period_with_more_calls_than_the_window_publishes_them_all() -> None:
     assert (series[-1].count, series[-1].total) == (10.0, 55e6)
 
 
+def test_error_counts_are_one_sample_per_invocation() -> None:
+    """Invocation4XXErrors and Invocation5XXErrors: "For each 4xx response, 1 is sent;
+    otherwise, 0 is sent" (SageMaker Developer Guide, endpoint invocation metrics): one
+    500 and one 400 among 10 invocations are Sum 1 of SampleCount 10 each, so the Average
+    is the error rate (0.1), not the count of errors (one datum of 1)."""
+    metrics = Metrics()
+    for _ in range(8):
+        metrics.record_served(200, 0.0, 0.001, cache_hit=True)
+    metrics.record_served(500, 0.0, 0.001, cache_hit=True)
+    metrics.record_invocation(400)
+    data, _ = _published(metrics)
+    assert data["Invocations"]["Value"] == 10.0
+    one_in_ten = {"SampleCount": 10.0, "Sum": 1.0, "Minimum": 0.0, "Maximum": 1.0}
+    assert _stats(data, "Invocation4XXErrors") == one_in_ten
+    assert _stats(data, "Invocation5XXErrors") == one_in_ten
+
+
+def test_a_period_with_no_invocations_publishes_zero_errors() -> None:
+    data, _ = _published(Metrics())
+    assert data["Invocation5XXErrors"]["Value"] == 0.0
+
+
 def test_loaded_model_count_is_one_sample_per_instance() -> None:
     """LoadedModelCount "is emitted per instance. The Average statistic [...] tells you the
     average number of models loaded per instance. The Sum statistic tells you the total
@@ -127,10 +153,6 @@ def test_loaded_model_count_is_one_sample_per_instance() -> None:
     data, _ = _published(Metrics(), loaded=(3, 5))
     stats = data["LoadedModelCount"]["StatisticValues"]
     assert stats == {"SampleCount": 2.0, "Sum": 8.0, "Minimum": 3.0, "Maximum": 5.0}
-
-
-def _stats(data: dict[str, dict[str, Any]], name: str) -> dict[str, float]:
-    return dict(data[name]["StatisticValues"])
 
 
 def test_memory_and_cpu_utilization_are_one_sample_per_instance(
