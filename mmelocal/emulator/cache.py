@@ -18,8 +18,8 @@ budget would be crossed, the least recently used artifacts that are not pinned (
 Triton) are deleted first; artifacts that are all pinned may hold more than the budget
 (a warning says so), and the moment one is unpinned (its model unloaded) the cache is
 brought back under the budget. Every method here blocks (call it from an executor) but
-:meth:`ArtifactCache.pin` / :meth:`ArtifactCache.unpin`, which only hand deletions to a
-background thread.
+:meth:`ArtifactCache.pin`, :meth:`ArtifactCache.unpin` and :meth:`ArtifactCache.release`,
+which only hand deletions to a background thread.
 """
 
 from __future__ import annotations
@@ -98,6 +98,22 @@ class FetchResult:
     extract_s: float = 0.0
     prepare_s: float = 0.0
     compressed_bytes: int = 0
+
+
+class Claim:
+    """One caller's hold on the artifact :meth:`ArtifactCache.ensure` hands it, from the
+    hand-out until the caller pins it (:meth:`ArtifactCache.pin`) or gives up
+    (:meth:`ArtifactCache.release`). The caller makes it before :meth:`~ArtifactCache.ensure`
+    runs, so a load that gives up while its download goes on in another thread can release
+    it: the download, when it ends, then claims nothing."""
+
+    __slots__ = ("artifact", "given_up")
+
+    def __init__(self) -> None:
+        self.artifact: CachedArtifact | None = None
+        """The artifact held (None before the hand-out, and once pinned or released)."""
+        self.given_up = False
+        """Released: a hand-out that comes later takes no claim."""
 
 
 def target_key(target: str) -> str:
@@ -221,16 +237,53 @@ class ArtifactCache:
         """TargetModels on disk."""
         return list(self._entries)
 
-    def pin(self, target: str) -> None:
-        """Mark ``target`` as loaded in a Triton instance (never deleted while pinned)."""
+    def pin(self, target: str, claim: Claim | None = None) -> None:
+        """Mark ``target`` as loaded in a Triton instance (never deleted while pinned); the
+        pin takes the hand-out's claim (``claim``'s, or one of the artifact's)."""
         with self._lock:
             art = self._entries.get(target)
+            if claim is not None:
+                held, claim.artifact = claim.artifact, None
+                claim.given_up = True
+                if held is not None:
+                    self._unclaim(held)
+            elif art is not None:
+                self._unclaim(art)
             if art is not None:
                 art.pins += 1
-                art.claims = max(0, art.claims - 1)
-                if not art.claims:
-                    art.claimed_until_s = 0.0
                 art.last_used_s = time.time()
+
+    def release(self, claim: Claim) -> None:
+        """Give up ``claim`` (its load ended before the pin: past the load limit, failed,
+        interrupted): the artifact it holds is fair game for the disk budget again, and a
+        hand-out still to come (a download going on in its thread) takes no claim. A
+        released or pinned claim is left as it is. When the cache is over its budget, the
+        artifacts no longer held are deleted at once, as :meth:`unpin` does."""
+        with self._lock:
+            held, claim.artifact = claim.artifact, None
+            claim.given_up = True
+            if held is None:
+                return
+            self._unclaim(held)
+            removed = self._plan_removal(0, exclude=None)
+        if removed:
+            self._later(functools.partial(self._delete, removed))
+
+    def _claim(self, art: CachedArtifact, claim: Claim | None) -> None:
+        """Hand ``art`` out (the lock held): kept until pinned, released, or CLAIM_S."""
+        if claim is not None:
+            if claim.given_up:
+                return
+            claim.artifact = art
+        art.claims += 1
+        art.claimed_until_s = time.monotonic() + CLAIM_S
+
+    @staticmethod
+    def _unclaim(art: CachedArtifact) -> None:
+        """End one hand-out's claim on ``art`` (the lock held)."""
+        art.claims = max(0, art.claims - 1)
+        if not art.claims:
+            art.claimed_until_s = 0.0
 
     def unpin(self, target: str) -> None:
         """Undo one :meth:`pin` (the last one counts as the artifact's last use). When the
@@ -284,12 +337,15 @@ class ArtifactCache:
             )
 
     # -- the work ----------------------------------------------------------------------
-    def ensure(self, target: str, *, prepare: Prepare | None = None) -> FetchResult:
+    def ensure(
+        self, target: str, *, prepare: Prepare | None = None, claim: Claim | None = None
+    ) -> FetchResult:
         """The artifact for ``target`` on disk: a hit, or download + safe extraction.
 
         The extracted folder goes through :func:`~mmelocal.builder.mme_layout.read_layout`
         (SageMaker's layout rules); ``prepare`` (see :data:`Prepare`) may then write a
-        derived copy.
+        derived copy. The artifact is claimed for the caller until it pins it: held in
+        ``claim`` when one is given (released with :meth:`release`), else for CLAIM_S.
         """
         validate_target(target)
         with self._lock:
@@ -299,12 +355,11 @@ class ArtifactCache:
             if art is not None and art.entry_dir.is_dir():
                 with self._lock:
                     art.last_used_s = time.time()
-                    art.claims += 1
-                    art.claimed_until_s = time.monotonic() + CLAIM_S
+                    self._claim(art, claim)
                 return FetchResult(artifact=art, downloaded=False)
-            return self._download(target, prepare)
+            return self._download(target, prepare, claim)
 
-    def _download(self, target: str, prepare: Prepare | None) -> FetchResult:
+    def _download(self, target: str, prepare: Prepare | None, claim: Claim | None) -> FetchResult:
         from mmelocal.builder.tarball import safe_extract
 
         info = self.store.stat(target)
@@ -361,12 +416,11 @@ class ArtifactCache:
             size_bytes=size,
             version=info.version,
             last_used_s=time.time(),
-            claimed_until_s=time.monotonic() + CLAIM_S,
-            claims=1,
             steps=steps,
         )
         with self._lock:
             self._entries[target] = art
+            self._claim(art, claim)
         logger.info(
             "downloaded %s (%d bytes) in %.3fs, extracted %d bytes in %.3fs",
             target,
@@ -445,4 +499,4 @@ def _serve_folder(
     return "model", layout.step_names
 
 
-__all__ = ["ArtifactCache", "CachedArtifact", "FetchResult", "target_key", "tree_size"]
+__all__ = ["ArtifactCache", "CachedArtifact", "Claim", "FetchResult", "target_key", "tree_size"]

@@ -34,7 +34,6 @@ from mmelocal.emulator.probes import (
     HostProbe,
     MemoryProbe,
     NvmlProbe,
-    cpu_percent_of_tree,
 )
 from mmelocal.emulator.recovery import Watchdog
 from mmelocal.emulator.router import Router
@@ -377,33 +376,25 @@ class Emulator:
         included), as the service emits it: one sample per instance."""
         return [i.cache.utilization_percent for i in (*self.instances, *self.draining)]
 
+    def read_gauges_per_instance(self) -> dict[str, list[float]]:
+        """The blocking instance metrics, one sample per running instance (those draining
+        included, as :meth:`disk_utilization_per_instance`): each instance's
+        :meth:`~mmelocal.emulator.gauge.MemoryGauge.read_utilization`, as the service
+        emits them (CloudWatch's Average is then the mean per instance)."""
+        return _utilization((*self.instances, *self.draining))
+
     def read_gauges(self) -> dict[str, float]:
-        """The blocking part of the gauges: memory probes, GPU and CPU utilization."""
-        out: dict[str, float] = {}
-        host, gpu_mem, gpu_util = [], [], []
-        cpu = 0.0
-        for inst in self.instances:
-            reading = inst.probe.read()
-            inst.gauge.last_reading = reading
-            if inst.probe.kind == "gpu":
-                gpu_mem.append(100.0 * reading.used_fraction)
-                if reading.utilization_percent is not None:
-                    gpu_util.append(reading.utilization_percent)
-            else:
-                host.append(100.0 * reading.used_fraction)
-            cpu += cpu_percent_of_tree(inst.launcher.pid())
-        if host:
-            out["MemoryUtilization"] = sum(host) / len(host)
-        else:
+        """The blocking part of the gauges over the instances in service (the Prometheus
+        exposition's one value each): the mean of the memory and GPU percentages, the CPU
+        of every Triton process summed."""
+        out = _utilization(self.instances)
+        gauges = {name: sum(values) / len(values) for name, values in out.items()}
+        gauges["CPUUtilization"] = sum(out.get("CPUUtilization", ()))
+        if "MemoryUtilization" not in gauges:
             import psutil
 
-            out["MemoryUtilization"] = float(psutil.virtual_memory().percent)
-        if gpu_mem:
-            out["GPUMemoryUtilization"] = sum(gpu_mem) / len(gpu_mem)
-        if gpu_util:
-            out["GPUUtilization"] = sum(gpu_util) / len(gpu_util)
-        out["CPUUtilization"] = cpu
-        return out
+            gauges["MemoryUtilization"] = float(psutil.virtual_memory().percent)
+        return gauges
 
     def state(self) -> dict[str, Any]:
         """The loaded set, instances and recent events as plain data."""
@@ -445,6 +436,16 @@ def _default_budget(instances: int) -> int:
     import psutil
 
     return int(psutil.virtual_memory().total * 0.5 / max(1, instances))
+
+
+def _utilization(instances: Sequence[TritonInstance]) -> dict[str, list[float]]:
+    """Each instance's :meth:`~mmelocal.emulator.gauge.MemoryGauge.read_utilization`, by
+    metric name, in the order of ``instances`` (blocking)."""
+    out: dict[str, list[float]] = {}
+    for inst in instances:
+        for name, value in inst.gauge.read_utilization(inst.launcher.pid()).items():
+            out.setdefault(name, []).append(value)
+    return out
 
 
 def _busy(inst: TritonInstance) -> bool:

@@ -1,15 +1,19 @@
 """One instance's memory as the platform reads it: fresh probe readings and the limit.
 
-The probe's reading is blocking (``/proc`` or NVML), so :meth:`MemoryGauge.read` runs it in
-an executor. The limit the loaded set may use is ``threshold x total`` of the last reading,
-or an absolute override (demos and tests set one).
+The probe's reading is blocking (``/proc`` or NVML), so :meth:`MemoryGauge.read` runs it on
+the gauge's own thread: never queued behind the default executor's long work (downloads
+and extractions of artifacts run there, for minutes with a large one). The limit the
+loaded set may use is ``threshold x total`` of the last reading, or an absolute override
+(demos and tests set one). :meth:`MemoryGauge.read_utilization` is the instance's own
+CloudWatch instance metrics (one sample per instance, as the service emits them).
 """
 
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 
-from mmelocal.emulator.probes import MemoryProbe, MemoryReading
+from mmelocal.emulator.probes import MemoryProbe, MemoryReading, cpu_percent_of_tree
 
 
 class MemoryGauge:
@@ -21,12 +25,37 @@ class MemoryGauge:
         self.last_reading: MemoryReading | None = None
         #: an absolute memory limit in bytes instead of threshold x total (demos, tests)
         self.limit_override_bytes: int | None = None
+        # one reading at a time; the idle thread ends with the gauge
+        self._reader = ThreadPoolExecutor(1, thread_name_prefix="mmelocal-gauge")
 
     async def read(self) -> MemoryReading:
-        """A fresh reading (in an executor); kept as :attr:`last_reading`."""
-        reading = await asyncio.get_running_loop().run_in_executor(None, self.probe.read)
+        """A fresh reading (on the gauge's thread); kept as :attr:`last_reading`."""
+        reading = await asyncio.get_running_loop().run_in_executor(self._reader, self.probe.read)
         self.last_reading = reading
         return reading
+
+    def read_utilization(self, server_pid: int | None) -> dict[str, float]:
+        """This instance's instance metrics, read now (blocking: call it off the event
+        loop), each as SageMaker defines it for one instance ("used by the containers on an
+        instance", the Developer Guide's endpoint metrics): ``CPUUtilization`` (percent of
+        one core, summed over the server ``server_pid`` and its children),
+        ``MemoryUtilization`` (the host probe's share of the budget; the machine's memory
+        beside a GPU probe), and with a GPU probe ``GPUMemoryUtilization`` and
+        ``GPUUtilization`` (when NVML reports it). The reading is kept as
+        :attr:`last_reading`."""
+        reading = self.probe.read()
+        self.last_reading = reading
+        out = {"CPUUtilization": cpu_percent_of_tree(server_pid)}
+        if self.probe.kind == "gpu":
+            import psutil
+
+            out["MemoryUtilization"] = float(psutil.virtual_memory().percent)
+            out["GPUMemoryUtilization"] = 100.0 * reading.used_fraction
+            if reading.utilization_percent is not None:
+                out["GPUUtilization"] = float(reading.utilization_percent)
+        else:
+            out["MemoryUtilization"] = 100.0 * reading.used_fraction
+        return out
 
     @property
     def limit_bytes(self) -> int:

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from mmelocal.emulator.cache import Prepare, target_key
+from mmelocal.emulator.cache import Claim, Prepare, target_key
 from mmelocal.emulator.eviction import Evictor
 from mmelocal.emulator.lru import estimate_footprint
 from mmelocal.emulator.model_state import (
@@ -106,6 +106,15 @@ class Loader:
             entry.future.set_result(None)
 
     async def _load_inner(self, entry: ModelEntry) -> None:
+        # the artifact is held for this load until it pins it; a load that gives up before
+        # (past the limit, its download still going on, or failed) lets it go at once
+        claim = Claim()
+        try:
+            await self._fetch_and_load(entry, claim)
+        finally:
+            self.cache.release(claim)  # nothing left to release once pinned
+
+    async def _fetch_and_load(self, entry: ModelEntry, claim: Claim) -> None:
         loop = asyncio.get_running_loop()
         limit_s = self.state.options.load_timeout_s
         # the platform's limit runs from the load's start: download, extraction, the wait
@@ -114,7 +123,8 @@ class Loader:
         try:
             async with asyncio.timeout_at(deadline):
                 fetch = await loop.run_in_executor(
-                    None, lambda: self.cache.ensure(entry.target, prepare=self.prepare)
+                    None,
+                    lambda: self.cache.ensure(entry.target, prepare=self.prepare, claim=claim),
                 )
         except TimeoutError:
             # the download goes on in its thread: its artifact stays on disk for a retry
@@ -150,7 +160,7 @@ class Loader:
         try:
             if not self.state.up:
                 raise InstanceUnavailableError(f"instance {self.state.index} is restarting; retry")
-            self.cache.pin(entry.target)
+            self.cache.pin(entry.target, claim)
             try:
                 await self._load_locked(entry, self.url_for(fetch.artifact.serve_dir))
             except BaseException:

@@ -385,15 +385,20 @@ async def v2_index(emulator: Emulator) -> Answer:
 
 
 async def ping(emulator: Emulator) -> Answer:
-    """``GET /ping``: healthy when an instance is up; names the memory probe."""
-    up = any(i.up for i in emulator.instances)
+    """``GET /ping``: 200 when an instance is up, naming each instance's memory probe;
+    otherwise 400 with no body, as the deployed container answers a server that is not
+    healthy (Triton's SageMaker front end: ``HandleServerHealth``, ``src/http_server.cc``).
+    SageMaker reads only whether the answer is 200 ("How Your Container Should Respond to
+    Health Check (Ping) Requests"); ``/emulator/state`` says which instance is down."""
+    if not any(i.up for i in emulator.instances):
+        return empty(400)
     body = {
-        "status": "Healthy" if up else "Unhealthy",
+        "status": "Healthy",
         "instances": [
             {"index": i.index, "up": i.up, "probe": i.probe.name} for i in emulator.instances
         ],
     }
-    return json_answer(body, status=200 if up else 503)
+    return json_answer(body)
 
 
 async def metrics(emulator: Emulator) -> Answer:

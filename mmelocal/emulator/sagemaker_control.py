@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,6 +22,8 @@ from mmelocal.emulator.upstream import Reply, UpstreamError, UpstreamPool, Upstr
 from mmelocal.errors import EmulatorError, ModelLoadError
 from mmelocal.facts.sagemaker import INVOKE_TIMEOUT_S, LOAD_LIMIT_S, REQUEST_TIMEOUT_S
 from mmelocal.runtime.sagemaker import TARGET_MODEL_HEADER, load_body
+
+logger = logging.getLogger(__name__)
 
 #: turns a failed connection into the error callers get (the instance decides: died or busy)
 ConnectionErrorFactory = Callable[[BaseException], EmulatorError]
@@ -106,7 +109,7 @@ class SageMakerControl:
                 timeout_s=timeout_s,
             )
         except UpstreamTimeoutError as exc:
-            await self.delete(entry)
+            await self._undo_load(entry)
             raise past_load_limit(
                 entry.target,
                 limit_s,
@@ -117,6 +120,30 @@ class SageMakerControl:
         except UpstreamError as exc:
             raise self.connection_error(exc) from exc
         return reply.status, reply.body.decode("utf-8", errors="replace")
+
+    async def _undo_load(self, entry: ModelEntry) -> None:
+        """``DELETE`` a load given up at the limit. The caller gets the limit's error
+        whatever the DELETE does: one that fails, or that Triton does not answer 200, is
+        logged (the model may stay in Triton's memory until the server restarts)."""
+        try:
+            status = await self.delete(entry)
+        except Exception as exc:
+            logger.warning(
+                "the DELETE undoing the load of %r past the load limit failed: %s "
+                "(Triton may keep the model; see %s)",
+                entry.target,
+                exc,
+                self.log_path(),
+            )
+            return
+        if status != 200:
+            logger.warning(
+                "the DELETE undoing the load of %r past the load limit was answered %d "
+                "(Triton may keep the model; see %s)",
+                entry.target,
+                status,
+                self.log_path(),
+            )
 
     async def delete(self, entry: ModelEntry) -> int:
         """``DELETE /models/KEY``: Triton's status once the model is unavailable."""

@@ -50,6 +50,9 @@ logger = logging.getLogger(__name__)
 
 #: the emulator's counters published as they are (their per-period increase)
 _COUNTERS = ("Invocations", "Invocation4XXErrors", "Invocation5XXErrors")
+#: counted as the service sends them: "For each 4xx response, 1 is sent; otherwise, 0 is
+#: sent" (SageMaker Developer Guide, endpoint invocation metrics), one sample per invocation
+_ERROR_COUNTS = ("Invocation4XXErrors", "Invocation5XXErrors")
 #: the emulator's summaries published with their raw values
 _SUMMARIES = tuple(
     name for name in INVOCATION_METRICS if name not in (*_COUNTERS, "InvocationsPerInstance")
@@ -108,7 +111,8 @@ class _Reader:
 
     def read(self, fleet: Any) -> tuple[dict[str, list[float]], dict[str, tuple[int, float]]]:
         """The values recorded since the last read (a summary's: those its recent window
-        still holds) and, per summary, the exact sample count and sum of all of them."""
+        still holds; an error count's: its 0s and 1s) and, per summary and error count,
+        the exact sample count and sum of all of them."""
         emulator = fleet.server.emulator
 
         async def snapshot() -> tuple[dict[str, int], dict[str, tuple[int, float, list[float]]]]:
@@ -129,6 +133,12 @@ class _Reader:
             now = int(counters.get(name, 0))
             out[name] = [float(now - last.get(name, 0))]
             last[name] = now
+        calls = int(out["Invocations"][0])
+        for name in _ERROR_COUNTS:
+            errors = int(out[name][0])
+            if calls > 0:  # 1 or 0 per invocation: Sum the errors, Average the error rate
+                out[name] = ([0.0] if errors < calls else []) + ([1.0] if errors else [])
+                totals[name] = (calls, float(errors))
         for name, (count, total, recent) in summaries.items():
             new = count - last.get(name, 0)
             new_sum = total - sums.get(name, 0.0)
@@ -283,26 +293,26 @@ class ControlLoop:
 
     @staticmethod
     def _gauges(fleet: Any) -> dict[str, list[float]]:
+        """The instance metrics of the period, one sample per running instance (those
+        draining included, as :attr:`~mmelocal.localaws.fleet.Fleet.instance_count`
+        counts them), as the service emits them: each is what is "used by the containers
+        on an instance" (SageMaker Developer Guide, endpoint metrics), and
+        ``LoadedModelCount`` "is emitted per instance" (multi-model endpoint instance
+        metrics). Their Average is then per instance, Minimum and Maximum the extremes
+        among the instances, SampleCount the instances."""
         emulator = fleet.server.emulator
-        found, loaded, disks = fleet.server.call(
+        loaded, disks = fleet.server.call(
             _call(
-                lambda: (
-                    emulator.gauges(),
-                    _loaded_per_instance(emulator),
-                    emulator.disk_utilization_per_instance(),
-                )
+                lambda: (_loaded_per_instance(emulator), emulator.disk_utilization_per_instance())
             ),
             timeout_s=10.0,
         )
-        out = dict(found)
-        read = emulator.read_gauges()
-        # the sum over the instances read_gauges reads (those in service), per instance
-        read["CPUUtilization"] = read.get("CPUUtilization", 0.0) / max(1, len(emulator.instances))
-        out.update(read)
-        gauges = {k: [float(v)] for k, v in out.items() if k in INSTANCE_METRICS}
-        # emitted per instance (its Average: models per instance; its Sum: all of them)
+        gauges = {
+            name: samples
+            for name, samples in emulator.read_gauges_per_instance().items()
+            if name in INSTANCE_METRICS
+        }
         gauges["LoadedModelCount"] = loaded
-        # each instance's own storage volume, one sample per instance
         gauges["DiskUtilization"] = disks
         return gauges
 

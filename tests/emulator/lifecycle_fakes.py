@@ -90,8 +90,8 @@ class Control:
 
 
 class Cache:
-    """The artifact cache's part the loader uses: ensure, and pin / unpin counted per target
-    as the real cache counts them."""
+    """The artifact cache's part the loader uses: ensure, release, and pin / unpin counted
+    per target as the real cache counts them."""
 
     def __init__(self) -> None:
         self.pins: dict[str, int] = {}
@@ -99,7 +99,7 @@ class Cache:
         #: the targets :meth:`ensure` was asked for (a download when not on disk)
         self.ensured: list[str] = []
 
-    def ensure(self, target: str, prepare: Any = None) -> Any:
+    def ensure(self, target: str, prepare: Any = None, claim: Any = None) -> Any:
         self.ensured.append(target)
         artifact = SimpleNamespace(serve_dir=Path("/models") / target, size_bytes=1)
         return SimpleNamespace(downloaded=False, artifact=artifact)
@@ -107,8 +107,11 @@ class Cache:
     def lookup(self, target: str) -> Any:
         return None
 
-    def pin(self, target: str) -> None:
+    def pin(self, target: str, claim: Any = None) -> None:
         self.pins[target] = self.pins.get(target, 0) + 1
+
+    def release(self, claim: Any) -> None:
+        pass
 
     def unpin(self, target: str) -> None:
         if self.pins.get(target):
@@ -163,7 +166,7 @@ def fake_instance(
         index=index,
         launcher=Launcher(machine),  # type: ignore[arg-type]
         probe=machine,
-        cache=cache or Cache(),  # type: ignore[arg-type]
+        cache=cache if cache is not None else Cache(),  # type: ignore[arg-type]
         metrics=Metrics(),
         events=EventLog(),
         options=options or InstanceOptions(busy_wait_s=0.2, release_timeout_s=1.0),

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from emulator_hostile import make_hostile
 
-from mmelocal.emulator.cache import ArtifactCache, target_key, tree_size
+from mmelocal.emulator.cache import ArtifactCache, Claim, target_key, tree_size
 from mmelocal.emulator.store import InvalidTargetError, LocalStore
 from mmelocal.errors import ModelNotFoundError, UnsafeArchiveError, ValidationError
 from mmelocal.testing.tiny_model import write_tarball
@@ -188,6 +188,31 @@ def test_an_artifact_handed_out_is_kept_until_its_load_pins_it(store: Path, tmp_
     cache.close()
     assert cache.targets() == ["model-1.tar.gz"]
     assert (waiting.serve_dir / "tiny" / "config.pbtxt").is_file()
+
+
+def test_a_released_claim_lets_its_artifact_go_and_a_pinned_one_stays(
+    store: Path, tmp_path: Path
+) -> None:
+    """A load that gives up before its pin releases its claim: over the budget, the
+    artifact goes at once (as at an unpin); a claim already pinned stays pinned when its
+    load's release comes; a claim released before its hand-out (the download still going
+    on) claims nothing when the download ends."""
+    probe = ArtifactCache(tmp_path / "probe", LocalStore(store), disk_budget_bytes=10**9)
+    size = probe.ensure("model-0.tar.gz").artifact.size_bytes
+    cache = ArtifactCache(tmp_path / "cache", LocalStore(store), disk_budget_bytes=int(1.5 * size))
+    loaded, given_up, late = Claim(), Claim(), Claim()
+    cache.ensure("model-0.tar.gz", claim=loaded)
+    cache.pin("model-0.tar.gz", loaded)
+    cache.release(loaded)  # the load's own release, after its pin
+    cache.ensure("model-1.tar.gz", claim=given_up)  # over the budget: both held
+    assert set(cache.targets()) == {"model-0.tar.gz", "model-1.tar.gz"}
+    cache.release(given_up)
+    cache.close()
+    assert cache.targets() == ["model-0.tar.gz"]
+    cache.release(late)
+    art = cache.ensure("model-2.tar.gz", claim=late).artifact
+    assert (art.claims, art.claimed_until_s, late.artifact) == (0, 0.0, None)
+    cache.close()
 
 
 def test_an_artifact_is_in_use_until_its_model_unloads(store: Path, tmp_path: Path) -> None:

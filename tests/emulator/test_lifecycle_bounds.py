@@ -6,13 +6,17 @@ and a hot model's copy waits no longer than a load may take."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
 from lifecycle_fakes import MIB, Cache, Control, HeldMachine, Machine, fake_instance
 from shared_helpers import wait_for_async
 
+from mmelocal.emulator.cache import ArtifactCache
 from mmelocal.emulator.model_state import (
     UNLOADING,
     InstanceOptions,
@@ -23,7 +27,9 @@ from mmelocal.emulator.probes import MemoryReading
 from mmelocal.emulator.recovery import Watchdog
 from mmelocal.emulator.router import Router
 from mmelocal.emulator.sagemaker_control import SageMakerControl
+from mmelocal.emulator.store import LocalStore
 from mmelocal.errors import EmulatorError, ModelLoadError
+from mmelocal.testing.tiny_model import write_tarball
 
 
 class GatedDelete(Control):
@@ -187,10 +193,10 @@ class SlowDownload(Cache):
         super().__init__()
         self.gate = threading.Event()
 
-    def ensure(self, target: str, prepare: Any = None) -> Any:
+    def ensure(self, target: str, prepare: Any = None, claim: Any = None) -> Any:
         if not self.ensured:
             self.gate.wait(timeout=60)
-        return super().ensure(target, prepare)
+        return super().ensure(target, prepare, claim)
 
 
 def test_the_load_limit_covers_the_download() -> None:
@@ -260,3 +266,103 @@ def test_triton_gets_what_is_left_of_the_load_limit() -> None:
         server.close()
 
     asyncio.run(run())
+
+
+def test_a_failed_undo_of_a_load_past_the_limit_still_answers_the_limit(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The DELETE that undoes a load still running at the limit fails (Triton drops the
+    connection): the caller gets the load limit's ModelLoadError, and the failed undo is
+    logged (the caller got the DELETE's connection error, as if the load had failed
+    for that)."""
+
+    async def run() -> None:
+        asked: list[bytes] = []
+
+        async def dropping(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+                while True:  # a load is never answered, a DELETE's connection is dropped
+                    head = await reader.readuntil(b"\r\n\r\n")
+                    asked.append(head)
+                    if head.startswith(b"DELETE"):
+                        break
+            writer.close()
+
+        server = await asyncio.start_server(dropping, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        control = SageMakerControl(
+            options=InstanceOptions(load_timeout_s=30.0, unload_timeout_s=10.0),
+            connection_error=lambda exc: EmulatorError(f"connection failed: {exc}"),
+            log_path=lambda: None,
+        )
+        control.connect(f"http://127.0.0.1:{port}", None)
+        loop = asyncio.get_running_loop()
+        entry = ModelEntry(
+            target="m", key="k", state="loading", last_used_s=0.0, future=loop.create_future()
+        )
+        entry.load_deadline_s = loop.time() + 0.3
+        logged = caplog.at_level(logging.WARNING, logger="mmelocal.emulator.sagemaker_control")
+        with logged, pytest.raises(ModelLoadError, match="within 30s"):
+            await asyncio.wait_for(control.post_load(entry, "/models/m"), timeout=10.0)
+        assert any(head.startswith(b"DELETE /models/k ") for head in asked)
+        (record,) = [r for r in caplog.records if r.name.endswith("sagemaker_control")]
+        assert "'m'" in record.getMessage() and "connection failed" in record.getMessage()
+        control.close()
+        server.close()
+
+    asyncio.run(run())
+
+
+class GatedStore(LocalStore):
+    """A folder of tarballs whose downloads wait for :attr:`gate` (a thread event: they run
+    in an executor, as every download does)."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.gate = threading.Event()
+
+    def fetch(self, target: str, dest: Path) -> int:
+        self.gate.wait(timeout=60)
+        return super().fetch(target, dest)
+
+
+def test_a_download_cut_off_by_the_load_limit_leaves_its_artifact_unclaimed(
+    tmp_path: Path,
+) -> None:
+    """The load gives up at the limit while its download goes on: once the download ends,
+    its artifact is on disk for a retry but held for no one, so the disk budget may delete
+    it (it stayed claimed for the load for CLAIM_S, 900 s, and no other download could
+    take its room)."""
+    store = tmp_path / "store"
+    store.mkdir()
+    for i in range(2):
+        write_tarball(store / f"model-{i}.tar.gz", scale=float(i))
+    probe = ArtifactCache(tmp_path / "probe", LocalStore(store), disk_budget_bytes=10**9)
+    size = probe.ensure("model-0.tar.gz").artifact.size_bytes
+    gated = GatedStore(store)
+    cache = ArtifactCache(tmp_path / "cache", gated, disk_budget_bytes=int(1.5 * size))
+
+    async def run() -> None:
+        machine = Machine(total_bytes=1000 * MIB)
+        control = Control(machine, size=100 * MIB)
+        options = InstanceOptions(busy_wait_s=0.2, release_timeout_s=1.0, load_timeout_s=0.5)
+        real_cache: Any = cache
+        inst = fake_instance(
+            machine, control, limit_bytes=500 * MIB, cache=real_cache, options=options
+        )
+        await inst.start()
+        try:
+            with pytest.raises(ModelLoadError, match=r"within 0\.5s"):
+                await asyncio.wait_for(inst.acquire("model-0.tar.gz"), timeout=10.0)
+        finally:
+            gated.gate.set()
+        await wait_for_async(
+            lambda: cache.lookup("model-0.tar.gz") is not None, timeout_s=30, what="the download"
+        )
+        await inst.stop()
+        inst.close()
+
+    asyncio.run(run())
+    cache.ensure("model-1.tar.gz")  # needs the room the abandoned artifact holds
+    cache.close()
+    assert cache.targets() == ["model-1.tar.gz"]

@@ -179,7 +179,7 @@ class TorchCache(Cache):
         super().__init__()
         self.root = root
 
-    def ensure(self, target: str, prepare: Any = None) -> Any:
+    def ensure(self, target: str, prepare: Any = None, claim: Any = None) -> Any:
         folder = self.root / target / "m"
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "config.pbtxt").write_text('name: "m"\nplatform: "pytorch_libtorch"\n')

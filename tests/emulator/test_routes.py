@@ -71,6 +71,31 @@ def test_server_ready_answers_as_triton(up: bool, status: int) -> None:
     assert answer.body == b""
 
 
+def test_ping_with_no_instance_up_answers_as_tritons_sagemaker_front_end() -> None:
+    """The container a user deploys answers ``/ping`` of a server that is not healthy 400
+    with no body (Triton 2.51's SageMaker front end routes ``/ping`` to HandleServerHealth,
+    src/http_server.cc: ``ready ? EVHTP_RES_OK : EVHTP_RES_BADREQ``); SageMaker reads only
+    whether it is 200 ("How Your Container Should Respond to Health Check (Ping)
+    Requests"). It answered 503 with a JSON body."""
+    emulator = FakeEmulator()
+    emulator.instances = [SimpleNamespace(index=0, up=False, probe=SimpleNamespace(name="p"))]
+    answer = call(emulator, "GET", "/ping")
+    assert (answer.status, answer.body) == (400, b"")
+
+
+def test_ping_with_an_instance_up_is_200_and_names_the_probes() -> None:
+    emulator = FakeEmulator()
+    emulator.instances = [
+        SimpleNamespace(index=0, up=False, probe=SimpleNamespace(name="host-pss")),
+        SimpleNamespace(index=1, up=True, probe=SimpleNamespace(name="nvml:0")),
+    ]
+    answer = call(emulator, "GET", "/ping")
+    assert answer.status == 200
+    body = json.loads(answer.body)
+    assert body["status"] == "Healthy"
+    assert [i["probe"] for i in body["instances"]] == ["host-pss", "nvml:0"]
+
+
 @pytest.mark.parametrize("action", ["ready", "stats", "versions/1/ready"])
 def test_ready_and_stats_of_a_model_loaded_nowhere_load_nothing(action: str) -> None:
     """Triton answers readiness and statistics of a model it has not loaded 400; a probe
