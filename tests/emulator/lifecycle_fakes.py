@@ -5,6 +5,7 @@ pin count and a launcher whose process can die, so a loader, an evictor or a who
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from pathlib import Path
 from types import SimpleNamespace
@@ -87,6 +88,18 @@ class Control:
         self.calls.append(("delete", entry.target))
         self.machine.resident.pop(entry.target, None)
         return 200
+
+
+class GatedDelete(Control):
+    """A DELETE that waits for :attr:`gate`."""
+
+    def __init__(self, machine: Machine) -> None:
+        super().__init__(machine, size=100 * MIB)
+        self.gate = asyncio.Event()
+
+    async def delete(self, entry: ModelEntry) -> int:
+        await self.gate.wait()
+        return await super().delete(entry)
 
 
 class Cache:

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from lifecycle_fakes import MIB, Control, HeldMachine, Machine, fake_instance
+from lifecycle_fakes import MIB, Control, GatedDelete, HeldMachine, Machine, fake_instance
 from shared_helpers import wait_for_async
 
 from mmelocal.emulator.emulator import Emulator
@@ -146,18 +146,9 @@ def test_a_model_being_evicted_when_triton_died_is_not_loaded_again() -> None:
     """A restart loads again what was loaded, not the model an eviction was taking out to
     make room (reloaded last, it evicted a more recently used model in turn)."""
 
-    class SlowDelete(Control):
-        def __init__(self, machine: Machine) -> None:
-            super().__init__(machine, size=100 * MIB)
-            self.gate = asyncio.Event()
-
-        async def delete(self, entry: ModelEntry) -> int:
-            await self.gate.wait()
-            return await super().delete(entry)
-
     async def run() -> None:
         machine = Machine(total_bytes=1000 * MIB)
-        control = SlowDelete(machine)
+        control = GatedDelete(machine)
         inst = fake_instance(machine, control, limit_bytes=250 * MIB)
         await inst.start()
         for target in ("a", "b"):

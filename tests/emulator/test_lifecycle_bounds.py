@@ -13,7 +13,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lifecycle_fakes import MIB, Cache, Control, HeldMachine, Machine, fake_instance
+from lifecycle_fakes import (
+    MIB,
+    Cache,
+    Control,
+    GatedDelete,
+    HeldMachine,
+    Machine,
+    fake_instance,
+)
 from shared_helpers import wait_for_async
 
 from mmelocal.emulator.cache import ArtifactCache
@@ -30,18 +38,6 @@ from mmelocal.emulator.sagemaker_control import SageMakerControl
 from mmelocal.emulator.store import LocalStore
 from mmelocal.errors import EmulatorError, ModelLoadError
 from mmelocal.testing.tiny_model import write_tarball
-
-
-class GatedDelete(Control):
-    """A DELETE that waits for :attr:`gate`."""
-
-    def __init__(self, machine: Machine) -> None:
-        super().__init__(machine, size=100 * MIB)
-        self.gate = asyncio.Event()
-
-    async def delete(self, entry: ModelEntry) -> int:
-        await self.gate.wait()
-        return await super().delete(entry)
 
 
 def test_a_caller_woken_by_a_stop_starts_no_load() -> None:
