@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
 
-from mmelocal.emulator.probes import MemoryProbe, MemoryReading, cpu_percent_of_tree
+from mmelocal.emulator.probes import MemoryProbe, MemoryReading, TreeCpuMeter
 
 
 class MemoryGauge:
@@ -27,6 +27,8 @@ class MemoryGauge:
         self.limit_override_bytes: int | None = None
         # one reading at a time; the idle thread ends with the gauge
         self._reader = ThreadPoolExecutor(1, thread_name_prefix="mmelocal-gauge")
+        #: the CPU of the instance's processes, one baseline per reader of it
+        self._cpu: dict[str, TreeCpuMeter] = {}
 
     async def read(self) -> MemoryReading:
         """A fresh reading (on the gauge's thread); kept as :attr:`last_reading`."""
@@ -34,7 +36,7 @@ class MemoryGauge:
         self.last_reading = reading
         return reading
 
-    def read_utilization(self, server_pid: int | None) -> dict[str, float]:
+    def read_utilization(self, server_pid: int | None, *, reader: str) -> dict[str, float]:
         """This instance's instance metrics, read now (blocking: call it off the event
         loop), each as SageMaker defines it for one instance ("used by the containers on an
         instance", the Developer Guide's endpoint metrics): ``CPUUtilization`` (percent of
@@ -42,10 +44,13 @@ class MemoryGauge:
         ``MemoryUtilization`` (the host probe's share of the budget; the machine's memory
         beside a GPU probe), and with a GPU probe ``GPUMemoryUtilization`` and
         ``GPUUtilization`` (when NVML reports it). The reading is kept as
-        :attr:`last_reading`."""
+        :attr:`last_reading`. ``CPUUtilization`` covers the time since ``reader``'s
+        previous reading (each reader, such as a ``/metrics`` scrape or the local
+        CloudWatch's period, has its own baseline)."""
         reading = self.probe.read()
         self.last_reading = reading
-        out = {"CPUUtilization": cpu_percent_of_tree(server_pid)}
+        meter = self._cpu.get(reader) or self._cpu.setdefault(reader, TreeCpuMeter())
+        out = {"CPUUtilization": meter.percent(server_pid)}
         if self.probe.kind == "gpu":
             import psutil
 
