@@ -10,9 +10,7 @@ CloudWatch instance metrics (one sample per instance, as the service emits them)
 
 from __future__ import annotations
 
-import asyncio
-from concurrent.futures import ThreadPoolExecutor
-
+from mmelocal.emulator.own_thread import OwnThread
 from mmelocal.emulator.probes import MemoryProbe, MemoryReading, TreeCpuMeter
 
 
@@ -26,13 +24,13 @@ class MemoryGauge:
         #: an absolute memory limit in bytes instead of threshold x total (demos, tests)
         self.limit_override_bytes: int | None = None
         # one reading at a time; the idle thread ends with the gauge
-        self._reader = ThreadPoolExecutor(1, thread_name_prefix="mmelocal-gauge")
+        self._reader = OwnThread("mmelocal-gauge")
         #: the CPU of the instance's processes, one baseline per reader of it
         self._cpu: dict[str, TreeCpuMeter] = {}
 
     async def read(self) -> MemoryReading:
         """A fresh reading (on the gauge's thread); kept as :attr:`last_reading`."""
-        reading = await asyncio.get_running_loop().run_in_executor(self._reader, self.probe.read)
+        reading = await self._reader.run(self.probe.read)
         self.last_reading = reading
         return reading
 
