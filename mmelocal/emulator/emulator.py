@@ -380,14 +380,16 @@ class Emulator:
         """The blocking instance metrics, one sample per running instance (those draining
         included, as :meth:`disk_utilization_per_instance`): each instance's
         :meth:`~mmelocal.emulator.gauge.MemoryGauge.read_utilization`, as the service
-        emits them (CloudWatch's Average is then the mean per instance)."""
-        return _utilization((*self.instances, *self.draining))
+        emits them (CloudWatch's Average is then the mean per instance). Their
+        ``CPUUtilization`` covers the time since this method's previous call (the local
+        CloudWatch's period), whatever :meth:`read_gauges` read meanwhile."""
+        return _utilization((*self.instances, *self.draining), reader="cloudwatch")
 
     def read_gauges(self) -> dict[str, float]:
         """The blocking part of the gauges over the instances in service (the Prometheus
         exposition's one value each): the mean of the memory and GPU percentages, the CPU
-        of every Triton process summed."""
-        out = _utilization(self.instances)
+        of every Triton process summed, since the previous scrape."""
+        out = _utilization(self.instances, reader="scrape")
         gauges = {name: sum(values) / len(values) for name, values in out.items()}
         gauges["CPUUtilization"] = sum(out.get("CPUUtilization", ()))
         if "MemoryUtilization" not in gauges:
@@ -438,12 +440,12 @@ def _default_budget(instances: int) -> int:
     return int(psutil.virtual_memory().total * 0.5 / max(1, instances))
 
 
-def _utilization(instances: Sequence[TritonInstance]) -> dict[str, list[float]]:
-    """Each instance's :meth:`~mmelocal.emulator.gauge.MemoryGauge.read_utilization`, by
-    metric name, in the order of ``instances`` (blocking)."""
+def _utilization(instances: Sequence[TritonInstance], *, reader: str) -> dict[str, list[float]]:
+    """Each instance's :meth:`~mmelocal.emulator.gauge.MemoryGauge.read_utilization` for
+    ``reader``, by metric name, in the order of ``instances`` (blocking)."""
     out: dict[str, list[float]] = {}
     for inst in instances:
-        for name, value in inst.gauge.read_utilization(inst.launcher.pid()).items():
+        for name, value in inst.gauge.read_utilization(inst.launcher.pid(), reader=reader).items():
             out.setdefault(name, []).append(value)
     return out
 

@@ -10,10 +10,8 @@ CloudWatch instance metrics (one sample per instance, as the service emits them)
 
 from __future__ import annotations
 
-import asyncio
-from concurrent.futures import ThreadPoolExecutor
-
-from mmelocal.emulator.probes import MemoryProbe, MemoryReading, cpu_percent_of_tree
+from mmelocal.emulator.own_thread import OwnThread
+from mmelocal.emulator.probes import MemoryProbe, MemoryReading, TreeCpuMeter
 
 
 class MemoryGauge:
@@ -26,15 +24,17 @@ class MemoryGauge:
         #: an absolute memory limit in bytes instead of threshold x total (demos, tests)
         self.limit_override_bytes: int | None = None
         # one reading at a time; the idle thread ends with the gauge
-        self._reader = ThreadPoolExecutor(1, thread_name_prefix="mmelocal-gauge")
+        self._reader = OwnThread("mmelocal-gauge")
+        #: the CPU of the instance's processes, one baseline per reader of it
+        self._cpu: dict[str, TreeCpuMeter] = {}
 
     async def read(self) -> MemoryReading:
         """A fresh reading (on the gauge's thread); kept as :attr:`last_reading`."""
-        reading = await asyncio.get_running_loop().run_in_executor(self._reader, self.probe.read)
+        reading = await self._reader.run(self.probe.read)
         self.last_reading = reading
         return reading
 
-    def read_utilization(self, server_pid: int | None) -> dict[str, float]:
+    def read_utilization(self, server_pid: int | None, *, reader: str) -> dict[str, float]:
         """This instance's instance metrics, read now (blocking: call it off the event
         loop), each as SageMaker defines it for one instance ("used by the containers on an
         instance", the Developer Guide's endpoint metrics): ``CPUUtilization`` (percent of
@@ -42,10 +42,13 @@ class MemoryGauge:
         ``MemoryUtilization`` (the host probe's share of the budget; the machine's memory
         beside a GPU probe), and with a GPU probe ``GPUMemoryUtilization`` and
         ``GPUUtilization`` (when NVML reports it). The reading is kept as
-        :attr:`last_reading`."""
+        :attr:`last_reading`. ``CPUUtilization`` covers the time since ``reader``'s
+        previous reading (each reader, such as a ``/metrics`` scrape or the local
+        CloudWatch's period, has its own baseline)."""
         reading = self.probe.read()
         self.last_reading = reading
-        out = {"CPUUtilization": cpu_percent_of_tree(server_pid)}
+        meter = self._cpu.get(reader) or self._cpu.setdefault(reader, TreeCpuMeter())
+        out = {"CPUUtilization": meter.percent(server_pid)}
         if self.probe.kind == "gpu":
             import psutil
 

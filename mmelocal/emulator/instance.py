@@ -18,7 +18,6 @@ import functools
 import logging
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +39,7 @@ from mmelocal.emulator.model_state import (
     ModelNotReadyError,
     quiet_future,
 )
+from mmelocal.emulator.own_thread import OwnThread
 from mmelocal.emulator.probes import MemoryProbe, MemoryReading
 from mmelocal.emulator.sagemaker_control import SageMakerControl
 from mmelocal.emulator.upstream import Reply, UpstreamPool
@@ -109,7 +109,9 @@ class TritonInstance:
         )
         self.loader = Loader(evictor=self.evictor, prepare=prepare, url_for=url_for)
         # start/stop from one long-lived thread (the launcher ties the server's life to it)
-        self._process_thread = ThreadPoolExecutor(1, thread_name_prefix=f"triton-{index}")
+        self._process_thread = OwnThread(f"triton-{index}")
+        # liveness checks: not behind a start (seconds to minutes) nor the downloads
+        self._checks = OwnThread(f"triton-{index}-check")
 
     # -- the parts, as the platform and the router see them ------------------------------
     @property
@@ -139,8 +141,7 @@ class TritonInstance:
     # -- lifecycle ---------------------------------------------------------------------
     async def start(self) -> None:
         """Start (or adopt) the server and take a first memory reading."""
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._process_thread, self.launcher.start)
+        await self._process_thread.run(self.launcher.start)
         self.generation += 1
         url = self.launcher.endpoints.sagemaker_url
         if url is None:
@@ -166,12 +167,18 @@ class TritonInstance:
             if entry.state == READY:
                 self.cache.unpin(entry.target)  # its models go with the server
         self.models.clear()
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._process_thread, self.launcher.stop)
+        await self._process_thread.run(self.launcher.stop)
 
     def close(self) -> None:
-        """Release the process thread (after :meth:`stop`)."""
-        self._process_thread.shutdown(wait=False)
+        """Release the process and check threads (after :meth:`stop`)."""
+        self._process_thread.close()
+        self._checks.close()
+
+    def check_alive(self) -> asyncio.Future[bool]:
+        """Whether the server's process runs: the launcher's ``is_alive`` (it may be an
+        HTTP or Docker API call) on the instance's own check thread, never behind the
+        downloads on the default executor."""
+        return self._checks.run(self.launcher.is_alive)
 
     async def read_memory(self) -> MemoryReading:
         """A fresh probe reading (in an executor)."""
@@ -303,11 +310,11 @@ class TritonInstance:
 
     def connection_error(self, exc: BaseException) -> EmulatorError:
         """The error for a failed connection to Triton. Whether the process died is checked
-        in an executor (a launcher's check may be an HTTP or Docker API call), which marks
+        by :meth:`check_alive` (off the event loop), which marks
         the instance down when it did (unless a restart replaced that process meanwhile)."""
         running = self._liveness is not None and not self._liveness.done()
         if not running or self._liveness_generation != self.generation:
-            check = asyncio.get_running_loop().run_in_executor(None, self.launcher.is_alive)
+            check = self.check_alive()
             check.add_done_callback(functools.partial(self._liveness_checked, self.generation))
             self._liveness, self._liveness_generation = check, self.generation
         return InstanceUnavailableError(
@@ -401,13 +408,12 @@ class TritonInstance:
             if not entry.future.done():
                 entry.future.set_exception(died)
         self.models.clear()
-        loop = asyncio.get_running_loop()
         t0 = time.perf_counter()
-        await loop.run_in_executor(self._process_thread, self.launcher.stop)
-        await loop.run_in_executor(self._process_thread, self.launcher.start)
+        await self._process_thread.run(self.launcher.stop)
+        await self._process_thread.run(self.launcher.start)
         self.generation += 1
         if self.retired:  # a scale-in stopped it meanwhile: stop what we just started
-            await loop.run_in_executor(None, self.launcher.stop)
+            await self._process_thread.run(self.launcher.stop)
             raise InstanceUnavailableError(f"instance {self.index}: retired; not restarted")
         endpoints = self.launcher.endpoints
         url = endpoints.sagemaker_url or self.control.url

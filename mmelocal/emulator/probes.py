@@ -188,37 +188,42 @@ def choose_probe(
     return probe
 
 
-def cpu_percent_of_tree(pid: int | None) -> float:
-    """CPU use of the process tree since the previous call, in percent of one core."""
-    if pid is None:
-        return 0.0
-    import psutil
+class TreeCpuMeter:
+    """CPU use of a process tree since this meter's previous reading, in percent of one
+    core (a process new to the meter counts from its first reading). The baseline is the
+    meter's own: each reader of the figure (a ``/metrics`` scrape, the local CloudWatch's
+    period) keeps one, so that one reading does not shorten the interval another covers."""
 
-    try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return 0.0
-    total = 0.0
-    for proc in procs:
+    def __init__(self) -> None:
+        # psutil keeps cpu_percent's baseline on the Process object: one per pid, kept
+        # while that process stays in the tree
+        self._processes: dict[int, Any] = {}
+
+    def percent(self, pid: int | None) -> float:
+        """CPU of ``pid`` and its children since this meter's previous reading (blocking:
+        ``/proc``); 0 for no process."""
+        if pid is None:
+            return 0.0
+        import psutil
+
         try:
-            total += _cached_process(proc).cpu_percent(None)
+            root = psutil.Process(pid)
+            procs = [root, *root.children(recursive=True)]
         except psutil.Error:
-            continue
-    return total
-
-
-_PROCESS_CACHE: dict[int, Any] = {}
-
-
-def _cached_process(proc: Any) -> Any:
-    """psutil needs the same Process object between calls to compute cpu_percent."""
-    cached = _PROCESS_CACHE.get(proc.pid)
-    if cached is None or cached.create_time() != proc.create_time():
-        if len(_PROCESS_CACHE) > 1024:
-            _PROCESS_CACHE.clear()
-        _PROCESS_CACHE[proc.pid] = cached = proc
-    return cached
+            return 0.0
+        total = 0.0
+        kept: dict[int, Any] = {}
+        for proc in procs:
+            known = self._processes.get(proc.pid)
+            try:
+                if known is None or known.create_time() != proc.create_time():
+                    known = proc  # a new process, or a new one under a reused pid
+                total += known.cpu_percent(None)
+            except psutil.Error:
+                continue
+            kept[proc.pid] = known
+        self._processes = kept
+        return total
 
 
 __all__ = [
@@ -227,6 +232,6 @@ __all__ = [
     "MemoryProbe",
     "MemoryReading",
     "NvmlProbe",
+    "TreeCpuMeter",
     "choose_probe",
-    "cpu_percent_of_tree",
 ]

@@ -124,7 +124,8 @@ class Watchdog:
 
     async def _alive(self, inst: TritonInstance) -> bool | None:
         """Whether ``inst``'s current process runs: at once when its exit is watched,
-        else the launcher's check (in an executor: it may be an HTTP or Docker API call).
+        else the launcher's check (on the instance's check thread: it may be an HTTP or
+        Docker API call).
         None when the instance left, or its process was replaced, while the check ran."""
         generation = inst.generation
         if self._exits.get(inst) == generation:
@@ -133,7 +134,7 @@ class Watchdog:
             self._watch(inst)
         if self._watched(inst):
             return True  # its exit would have been reported
-        alive = await asyncio.get_running_loop().run_in_executor(None, inst.launcher.is_alive)
+        alive = await inst.check_alive()
         if inst not in self.instances or inst.generation != generation:
             return None
         return alive

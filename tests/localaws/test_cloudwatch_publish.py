@@ -4,16 +4,17 @@ every invocation in it, however many the emulator's recent window keeps."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from mmelocal.emulator import gauge
 from mmelocal.emulator.emulator import Emulator
 from mmelocal.emulator.gauge import MemoryGauge
 from mmelocal.emulator.metrics import Metrics, Summary
-from mmelocal.emulator.probes import MemoryReading
+from mmelocal.emulator.probes import MemoryReading, TreeCpuMeter
 from mmelocal.localaws.cloudwatch import ControlLoop, Running
 
 
@@ -75,6 +76,8 @@ class _Emulator:
 
     #: the emulator's own reading of its instances
     read_gauges_per_instance = Emulator.read_gauges_per_instance
+    #: and its reading for a ``/metrics`` scrape
+    read_gauges: Any = Emulator.read_gauges
 
     def disk_utilization_per_instance(self) -> list[float]:
         return [i.disk_percent for i in (*self.instances, *self.draining)]
@@ -164,7 +167,7 @@ def test_memory_and_cpu_utilization_are_one_sample_per_instance(
     40 %, not one averaged datum whose Minimum, Maximum and SampleCount say nothing of
     the instances (a target-tracking policy on CPUUtilization reads the Average)."""
     cpu = {101: 80.0, 102: 0.0}
-    monkeypatch.setattr(gauge, "cpu_percent_of_tree", lambda pid: cpu[pid])
+    monkeypatch.setattr(TreeCpuMeter, "percent", lambda self, pid: cpu[pid])
     fleet = _Fleet(Metrics(), loaded=(1,))
     emulator = fleet.server.emulator
     emulator.instances = [_Instance(1, memory_percent=20.0, pid=101)]
@@ -210,3 +213,47 @@ def test_disk_utilization_is_one_sample_per_instance() -> None:
     loop._publish(Running("us-east-1", "e", "v", fleet), 0.0)
     stats = cloudwatch.data["DiskUtilization"]["StatisticValues"]
     assert stats == {"SampleCount": 2.0, "Sum": 80.0, "Minimum": 20.0, "Maximum": 60.0}
+
+
+#: a Triton stand-in: idle until told, then about 0.3 s of CPU, then idle again
+_BURN = (
+    "import sys, time\n"
+    "sys.stdin.readline()\n"
+    "t = time.process_time()\n"
+    "while time.process_time() - t < 0.3: pass\n"
+    "print('burnt', flush=True)\n"
+    "sys.stdin.readline()\n"
+)
+
+
+def test_a_scrape_does_not_shorten_the_periods_cpu_utilization() -> None:
+    """The period's CPUUtilization covers the period: a ``/metrics`` scrape (Prometheus
+    scrapes every 15 s) read the same "since the previous call" CPU figure, so what the
+    local CloudWatch published covered only the time since the last scrape: here 0 % for
+    a period whose server was busy until just before that scrape."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", _BURN], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    assert child.stdin is not None and child.stdout is not None
+    try:
+        fleet = _Fleet(Metrics())
+        emulator = fleet.server.emulator
+        emulator.instances = [_Instance(1, pid=child.pid)]
+        cloudwatch = _CloudWatch()
+        loop = ControlLoop(
+            client_for=lambda service, region: cloudwatch, running=list, regions=list
+        )
+        running = Running("us-east-1", "e", "v", fleet)
+        loop._publish(running, 0.0)  # the period begins
+        emulator.read_gauges()  # a scrape
+        child.stdin.write(b"go\n")
+        child.stdin.flush()
+        assert child.stdout.readline() == b"burnt\n"
+        scraped = emulator.read_gauges()["CPUUtilization"]  # the next scrape
+        loop._publish(running, 60.0)  # the period ends
+        published = cloudwatch.data["CPUUtilization"]["Value"]
+    finally:
+        child.kill()
+        child.wait()
+    assert scraped > 5.0
+    assert published > 0.5 * scraped, (published, scraped)
