@@ -225,7 +225,7 @@ def _validate_tarball(
             report.add(finding.code, shown(finding.path), finding.message, finding.severity)
         for folder in layout.folders:
             served = folder == layout.served_dir
-            _validate_model(folder, report, display=shown(folder), served=served)
+            _validate_model(folder, report, display=shown(folder), served=served, in_tarball=True)
         return layout
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -236,19 +236,32 @@ def _strip_prefix(message: str, tar_path: Path) -> str:
 
 
 def _validate_model(
-    model_dir: Path, report: ValidationReport, *, display: Path | str, served: bool = False
+    model_dir: Path,
+    report: ValidationReport,
+    *,
+    display: Path | str,
+    served: bool = False,
+    in_tarball: bool = False,
 ) -> None:
-    """Check one model folder; ``served``: the folder an MME serves as the TargetModel.
+    """Check one model folder; ``served``: the folder an MME serves as the TargetModel;
+    ``in_tarball``: extracted from a tarball (whose layout check reports missing steps).
     What it finds is also kept under the folder in ``report.by_folder``."""
     first = len(report.problems)
     try:
-        _check_model_folder(model_dir, report, display=display, served=served)
+        _check_model_folder(
+            model_dir, report, display=display, served=served, in_tarball=in_tarball
+        )
     finally:
         report.by_folder[model_dir.resolve()] = report.problems[first:]
 
 
 def _check_model_folder(
-    model_dir: Path, report: ValidationReport, *, display: Path | str, served: bool
+    model_dir: Path,
+    report: ValidationReport,
+    *,
+    display: Path | str,
+    served: bool,
+    in_tarball: bool,
 ) -> None:
     where = str(display)
     report.models.append(model_dir.name)
@@ -270,7 +283,7 @@ def _check_model_folder(
     _check_batching(cfg, report, where)
     versions = _loaded_versions(cfg, _versions(model_dir, report, where), report, where)
     if cfg.platform == ENSEMBLE_PLATFORM or cfg.HasField("ensemble_scheduling"):
-        _check_ensemble(cfg, model_dir.parent, report, where)
+        _check_ensemble(cfg, model_dir, report, where, in_tarball=in_tarball)
     if cfg.platform == ENSEMBLE_PLATFORM:
         return  # an ensemble's version folder is empty: its steps hold the artifacts
     filename = repository.artifact_filename(cfg)
@@ -302,11 +315,27 @@ def _check_model_folder(
             )
 
 
-def _check_ensemble(cfg: Any, repo: Path, report: ValidationReport, where: str) -> None:
+def _check_ensemble(
+    cfg: Any, model_dir: Path, report: ValidationReport, where: str, *, in_tarball: bool
+) -> None:
     """Triton's ensemble checks (:mod:`mmelocal.builder.ensemble`), against the step folders
-    beside the ensemble (where Triton loads them from); a step folder that is missing or
-    whose config does not read is reported on its own."""
+    beside the ensemble (where Triton loads them from). A step with no folder there fails
+    the load first (in a tarball the layout check reports it); a step folder whose config
+    does not read is reported on its own."""
+    repo = model_dir.parent
     problems = schedule_problems(cfg)
+    missing = sorted(
+        {s.model_name for s in cfg.ensemble_scheduling.step if not (repo / s.model_name).is_dir()}
+    )
+    if not problems and missing:
+        if not in_tarball:  # Triton's words: ConnectDependencyGraph, model_repository_manager.cc
+            report.add(
+                "ensemble.invalid",
+                where,
+                f"ensemble {model_dir.name} contains models that are not available or "
+                f"ambiguous: {', '.join(missing)}; Triton fails the ensemble's load",
+            )
+        return
     if not problems:
         steps = {}
         for step in cfg.ensemble_scheduling.step:
