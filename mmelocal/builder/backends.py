@@ -151,6 +151,19 @@ DOCKER_HINT = (
 )
 
 
+#: backends whose KIND_CPU groups Triton gives 2 instances when ``count`` is unset (core
+#: ``SetDefaultInstanceCount``, ``src/model_config_utils.cc``, r24.10)
+TWO_CPU_INSTANCE_BACKENDS = frozenset({"onnxruntime", "tensorflow"})
+
+
+def default_instance_count(*, kind: str, backend: str) -> int:
+    """The ``count`` Triton gives an instance group that sets none, once its kind is resolved
+    (``KIND_AUTO`` is ``KIND_GPU`` or ``KIND_CPU`` by then): 2 for a ``KIND_CPU`` group of
+    the backends in :data:`TWO_CPU_INSTANCE_BACKENDS`, else 1 (per listed GPU for
+    ``KIND_GPU``)."""
+    return 2 if kind == "KIND_CPU" and backend in TWO_CPU_INSTANCE_BACKENDS else 1
+
+
 def backend_of(config: Any) -> str:
     """The backend a ModelConfig needs (``platform`` mapped to its backend name)."""
     if config.backend:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
 
 SEVERITIES = ("error", "warning", "info")
 
@@ -21,4 +23,11 @@ class Problem:
             raise ValueError(f"severity must be one of {SEVERITIES}, got {self.severity!r}")
 
 
-__all__ = ["SEVERITIES", "Problem"]
+class Recorder(Protocol):
+    """What the checks record their findings in (``validate``'s ``ValidationReport``)."""
+
+    def add(self, code: str, path: Path | str, message: str, severity: str = "error") -> None:
+        """Record a problem."""
+
+
+__all__ = ["SEVERITIES", "Problem", "Recorder"]

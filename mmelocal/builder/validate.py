@@ -6,8 +6,9 @@ the file the platform needs, inputs and outputs against the artifact (ONNX: name
 count, data types, ranks and dims from the graph; TorchScript: the number and names of
 ``forward`` arguments - ranks and dtypes are not recorded statically in TorchScript),
 the batch dimension against ``max_batch_size`` (see :mod:`mmelocal.builder.compare`), warmup
-and batching settings against ``max_batch_size``, an ensemble against the configs of the
-models its steps name (:mod:`mmelocal.builder.ensemble`), and for tarballs the MME layout
+and batching settings against ``max_batch_size`` (:mod:`mmelocal.builder.warmup_checks`), an
+ensemble against the step folders beside it and their configs
+(:mod:`mmelocal.builder.ensemble_checks`), and for tarballs the MME layout
 plus the safety checks of :func:`~mmelocal.builder.tarball.safe_extract`. Tarballs go through
 :func:`~mmelocal.builder.mme_layout.read_layout` (SageMaker's layout rules); a folder of
 tarballs (a store) is also checked for ensemble steps that two tarballs share, when the
@@ -19,7 +20,6 @@ its own).
 from __future__ import annotations
 
 import json
-import math
 import shutil
 import tempfile
 from dataclasses import asdict, dataclass, field
@@ -29,15 +29,14 @@ from typing import Any
 from mmelocal.builder import repository, tarball
 from mmelocal.builder.backends import execution_env_problem, host_limit
 from mmelocal.builder.compare import check_artifact
-from mmelocal.builder.ensemble import ENSEMBLE_PLATFORM, schedule_problems, step_problems
+from mmelocal.builder.ensemble import ENSEMBLE_PLATFORM
+from mmelocal.builder.ensemble_checks import check_ensemble
 from mmelocal.builder.findings import SEVERITIES, Problem
 from mmelocal.builder.mme_layout import MmeLayout, read_layout, step_collisions
 from mmelocal.builder.model_config import read_config
-from mmelocal.builder.tensors import triton_to_numpy
+from mmelocal.builder.warmup_checks import WARMUP_FOLDER, check_batching, check_warmup_files
 from mmelocal.errors import ConfigError, UnsafeArchiveError
 
-#: where Triton reads ``model_warmup`` ``input_data_file``s (``<model>/warmup/<file>``)
-WARMUP_FOLDER = "warmup"
 _GUESSED_FILES = [*repository.PLATFORM_FILES.values(), "model.py"]
 
 
@@ -225,7 +224,7 @@ def _validate_tarball(
             report.add(finding.code, shown(finding.path), finding.message, finding.severity)
         for folder in layout.folders:
             served = folder == layout.served_dir
-            _validate_model(folder, report, display=shown(folder), served=served)
+            _validate_model(folder, report, display=shown(folder), served=served, in_tarball=True)
         return layout
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -236,19 +235,32 @@ def _strip_prefix(message: str, tar_path: Path) -> str:
 
 
 def _validate_model(
-    model_dir: Path, report: ValidationReport, *, display: Path | str, served: bool = False
+    model_dir: Path,
+    report: ValidationReport,
+    *,
+    display: Path | str,
+    served: bool = False,
+    in_tarball: bool = False,
 ) -> None:
-    """Check one model folder; ``served``: the folder an MME serves as the TargetModel.
+    """Check one model folder; ``served``: the folder an MME serves as the TargetModel;
+    ``in_tarball``: extracted from a tarball (whose layout check reports missing steps).
     What it finds is also kept under the folder in ``report.by_folder``."""
     first = len(report.problems)
     try:
-        _check_model_folder(model_dir, report, display=display, served=served)
+        _check_model_folder(
+            model_dir, report, display=display, served=served, in_tarball=in_tarball
+        )
     finally:
         report.by_folder[model_dir.resolve()] = report.problems[first:]
 
 
 def _check_model_folder(
-    model_dir: Path, report: ValidationReport, *, display: Path | str, served: bool
+    model_dir: Path,
+    report: ValidationReport,
+    *,
+    display: Path | str,
+    served: bool,
+    in_tarball: bool,
 ) -> None:
     where = str(display)
     report.models.append(model_dir.name)
@@ -266,11 +278,11 @@ def _check_model_folder(
         return
     _check_name(cfg, model_dir, report, where, served=served)
     _check_host(cfg, model_dir, report, where)
-    _check_warmup_files(cfg, model_dir, report, where)
-    _check_batching(cfg, report, where)
+    check_warmup_files(cfg, model_dir, report, where)
+    check_batching(cfg, report, where)
     versions = _loaded_versions(cfg, _versions(model_dir, report, where), report, where)
     if cfg.platform == ENSEMBLE_PLATFORM or cfg.HasField("ensemble_scheduling"):
-        _check_ensemble(cfg, model_dir.parent, report, where)
+        check_ensemble(cfg, model_dir, report, where, in_tarball=in_tarball)
     if cfg.platform == ENSEMBLE_PLATFORM:
         return  # an ensemble's version folder is empty: its steps hold the artifacts
     filename = repository.artifact_filename(cfg)
@@ -300,25 +312,6 @@ def _check_model_folder(
                 finding.message,
                 finding.severity,
             )
-
-
-def _check_ensemble(cfg: Any, repo: Path, report: ValidationReport, where: str) -> None:
-    """Triton's ensemble checks (:mod:`mmelocal.builder.ensemble`), against the step folders
-    beside the ensemble (where Triton loads them from); a step folder that is missing or
-    whose config does not read is reported on its own."""
-    problems = schedule_problems(cfg)
-    if not problems:
-        steps = {}
-        for step in cfg.ensemble_scheduling.step:
-            path = repo / step.model_name / "config.pbtxt"
-            if step.model_name and path.is_file():
-                try:
-                    steps[step.model_name] = read_config(path)
-                except ConfigError:
-                    continue
-        problems = step_problems(cfg, steps)
-    for problem in problems:
-        report.add("ensemble.invalid", where, f"{problem}; Triton fails the ensemble's load")
 
 
 def _check_name(
@@ -355,44 +348,6 @@ def _check_host(cfg: Any, model_dir: Path, report: ValidationReport, where: str)
     env_problem = execution_env_problem(cfg, model_dir, stub_python=None)
     if env_problem is not None:
         report.add("python.execution_env", where, env_problem)
-
-
-def _check_warmup_files(cfg: Any, model_dir: Path, report: ValidationReport, where: str) -> None:
-    """Each ``input_data_file`` must exist and hold at least one request's bytes (Triton
-    reads it for every warmup request and fails the load when it is shorter)."""
-    for warm in cfg.model_warmup:
-        for key, value in warm.inputs.items():
-            name = value.input_data_file
-            if not name:
-                continue
-            path = model_dir / WARMUP_FOLDER / name
-            label = f"model_warmup {warm.name or '?'}: {key!r} reads {WARMUP_FOLDER}/{name}"
-            if not path.is_file():
-                report.add(
-                    "config.warmup", where, f"{label}, which is missing; Triton fails the load"
-                )
-                continue
-            needed = _byte_size(value.data_type, value.dims)
-            size = path.stat().st_size
-            if needed is not None and size < needed:
-                report.add(
-                    "config.warmup",
-                    where,
-                    f"{label}, which has {size} bytes; its dims {list(value.dims)} need "
-                    f"{needed}: Triton fails the load",
-                )
-
-
-def _byte_size(data_type: int, dims: Any) -> int | None:
-    """Bytes of one tensor of ``data_type`` and concrete ``dims`` (None: strings, or a dim
-    that is not concrete)."""
-    from tritonclient.grpc import model_config_pb2 as pb
-
-    name = pb.DataType.Name(data_type)
-    if name in ("TYPE_STRING", "TYPE_INVALID") or any(d < 1 for d in dims):
-        return None
-    itemsize = 2 if name == "TYPE_BF16" else triton_to_numpy(name).itemsize
-    return int(itemsize * math.prod(dims))
 
 
 def _versions(model_dir: Path, report: ValidationReport, where: str) -> list[int]:
@@ -447,87 +402,6 @@ def _loaded_versions(
             "info",
         )
     return loaded
-
-
-def _check_batching(cfg: Any, report: ValidationReport, where: str) -> None:
-    mbs = cfg.max_batch_size
-    if cfg.HasField("dynamic_batching"):
-        bad = [b for b in cfg.dynamic_batching.preferred_batch_size if b > mbs or b < 1]
-        if bad:
-            report.add(
-                "config.batching",
-                where,
-                f"preferred_batch_size {bad} outside 1..max_batch_size ({mbs}); Triton "
-                "refuses the config",
-            )
-        elif mbs == 0:
-            report.add(
-                "config.batching",
-                where,
-                "dynamic_batching with max_batch_size 0 batches nothing (Triton queues the "
-                "requests and runs them one at a time); set max_batch_size to batch them",
-                "warning",
-            )
-    _check_warmup(cfg, report, where)
-
-
-def _check_warmup(cfg: Any, report: ValidationReport, where: str) -> None:
-    """Triton makes each warmup sample into requests and normalises them as it does any
-    request while loading: a sample that lacks a required input, or whose dims do not fit
-    the input's (batch dim excluded when batching), fails the load."""
-    mbs = cfg.max_batch_size
-    inputs = {t.name: t for t in cfg.input}
-    for warm in cfg.model_warmup:
-        label = f"model_warmup {warm.name or '?'}"
-        if warm.batch_size == 0:
-            report.add(
-                "config.warmup",
-                where,
-                f"{label}: batch_size 0 (or unset): Triton skips this sample; set batch_size",
-                "warning",
-            )
-            continue
-        if warm.batch_size > max(mbs, 1):
-            report.add(
-                "config.warmup",
-                where,
-                f"{label}: batch_size {warm.batch_size} outside 1..{max(mbs, 1)}",
-            )
-        missing = [n for n, t in inputs.items() if not t.optional and n not in warm.inputs]
-        if missing:
-            report.add(
-                "config.warmup",
-                where,
-                f"{label}: no data for the required inputs {missing}; Triton fails the load "
-                "(a warmup request needs every input a request needs)",
-            )
-        for key, value in warm.inputs.items():
-            if key not in inputs:
-                report.add("config.warmup", where, f"{label}: {key!r} is not a config input")
-            elif value.data_type != inputs[key].data_type:
-                report.add("config.warmup", where, f"{label}: {key!r} data_type differs from input")
-            if any(d < 1 for d in value.dims):
-                report.add(
-                    "config.warmup",
-                    where,
-                    f"{label}: {key!r} dims {list(value.dims)} must be concrete (> 0)",
-                )
-            elif key in inputs and not _dims_fit(value.dims, inputs[key].dims):
-                batch = " (the batch dim excluded)" if mbs > 0 else ""
-                report.add(
-                    "config.warmup",
-                    where,
-                    f"{label}: {key!r} dims {list(value.dims)} do not fit the input's dims "
-                    f"{list(inputs[key].dims)}{batch}; Triton fails the load",
-                )
-
-
-def _dims_fit(dims: Any, config_dims: Any) -> bool:
-    """Whether concrete ``dims`` match ``config_dims`` (-1 matches any size), as Triton
-    checks a request's shape."""
-    return len(dims) == len(config_dims) and all(
-        c == -1 or c == d for d, c in zip(dims, config_dims, strict=True)
-    )
 
 
 __all__ = ["SEVERITIES", "Problem", "ValidationReport", "validate_path"]

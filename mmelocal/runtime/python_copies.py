@@ -30,6 +30,7 @@ from mmelocal.builder.backends import (
     BUILTIN_BACKENDS,
     NATIVE_FORMATS,
     backend_of,
+    default_instance_count,
     execution_env_problem,
     host_limit,
 )
@@ -208,20 +209,16 @@ def prepare_layout(
     ]
 
 
-#: backends whose KIND_CPU groups Triton gives 2 instances by default (core
-#: ``SetDefaultInstanceCount``, ``src/model_config_utils.cc``, r24.10); 1 for the others
-_TWO_CPU_INSTANCES = frozenset({"onnxruntime", "tensorflow"})
-
-
 def _derive_config(config: Any, source: Path, notes: list[str]) -> None:
     key = str(config.platform or config.backend)
     native, fmt, default_file = NATIVE_FORMATS[key]
-    if native in _TWO_CPU_INSTANCES:
+    cpu_count = default_instance_count(kind="KIND_CPU", backend=native)
+    if cpu_count != 1:  # the Python backend's default would be 1
         from tritonclient.grpc import model_config_pb2 as pb
 
-        for group in config.instance_group:  # the Python backend's default would be 1
+        for group in config.instance_group:
             if group.count < 1 and group.kind == pb.ModelInstanceGroup.KIND_CPU:
-                group.count = 2
+                group.count = cpu_count
     artifact = config.default_model_filename or default_file
     config.platform = ""
     config.backend = "python"

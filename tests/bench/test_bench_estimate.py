@@ -326,6 +326,64 @@ def test_built_torchscript_folder_reads_its_config(tmp_path: Path) -> None:
     assert [c.gpu for c in estimate.cards] == ["T4"]
 
 
+#: instance_group -> the instances Triton places on the one GPU of a SageMaker GPU instance
+#: (core src/model_config_utils.cc NormalizeInstanceGroup: no group is one KIND_AUTO group,
+#: KIND_AUTO listing an absent GPU runs on the CPU, an unset count is 1 per listed GPU;
+#: src/backend_model.cc: count instances for each entry of gpus)
+GPU_INSTANCES = {
+    "": 1,
+    "instance_group { kind: KIND_GPU }": 1,
+    "instance_group { count: 3 kind: KIND_GPU gpus: [0] }": 3,
+    "instance_group [ { count: 2 kind: KIND_GPU }, { count: 3 kind: KIND_CPU } ]": 2,
+    "instance_group [ { kind: KIND_AUTO }, { count: 4 kind: KIND_AUTO gpus: [1] } ]": 1,
+    "instance_group [ { count: 2 kind: KIND_CPU }, { kind: KIND_MODEL } ]": 1,
+}
+
+
+def _torchscript_folder(tmp_path: Path, groups: str) -> Path:
+    folder = tmp_path / "mlp"
+    (folder / "1").mkdir(parents=True, exist_ok=True)
+    torch.jit.script(_mlp()).save(str(folder / "1" / "model.pt"))
+    (folder / "config.pbtxt").write_text(
+        'platform: "pytorch_libtorch"\nmax_batch_size: 16\n'
+        'input { name: "INPUT__0" data_type: TYPE_FP32 dims: [4] }\n'
+        f'output {{ name: "OUTPUT__0" data_type: TYPE_FP32 dims: [2] }}\n{groups}\n'
+    )
+    return folder
+
+
+@pytest.mark.parametrize("groups", list(GPU_INSTANCES))
+def test_a_config_s_copies_on_the_gpu_are_its_gpu_instances(tmp_path: Path, groups: str) -> None:
+    from mmelocal.bench.estimate.model import estimate_model
+
+    folder = _torchscript_folder(tmp_path, groups)
+    estimate = estimate_model(folder, instance_types=["ml.g4dn.xlarge"])
+    assert estimate.batches.instances == GPU_INSTANCES[groups]
+
+
+@pytest.mark.parametrize(
+    ("groups", "words"),
+    [
+        (
+            "instance_group [ { count: 2 kind: KIND_CPU }, { kind: KIND_AUTO gpus: [3] } ]",
+            "every instance of mlp runs on the CPU",
+        ),
+        (
+            "instance_group { kind: KIND_GPU gpus: [0, 1] }",
+            "instance group mlp_0 of model mlp specifies invalid or unsupported gpu id 1",
+        ),
+    ],
+)
+def test_a_config_with_no_instance_on_the_one_gpu_is_refused(
+    tmp_path: Path, groups: str, words: str
+) -> None:
+    from mmelocal.bench.estimate.model import estimate_model
+
+    folder = _torchscript_folder(tmp_path, groups)
+    with pytest.raises(UserInputError, match=words):
+        estimate_model(folder, instance_types=["ml.g4dn.xlarge"])
+
+
 def test_cli_estimate_prints_parts_and_writes_json(tmp_path: Path) -> None:
     pytest.importorskip("torchvision")
     from click.testing import CliRunner

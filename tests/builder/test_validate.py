@@ -632,3 +632,34 @@ def test_an_ensemble_is_checked_against_its_steps_beside_it(tmp_path: Path) -> N
     text = (ens / "config.pbtxt").read_text().replace('key: "z"', 'key: "x"')
     (ens / "config.pbtxt").write_text(text)
     assert validate_path(step.parent).ok
+
+
+def test_an_ensemble_step_with_no_folder_is_triton_s_load_error(tmp_path: Path) -> None:
+    """A step whose model has no folder beside the ensemble fails the ensemble's load with
+    Triton's words (tests/runtime/test_ensemble_checks.py has tritonserver say them); in a
+    tarball the layout check reports it once, as layout.missing_step."""
+    step = _model(tmp_path)
+    ens = step.parent / "ens"
+    (ens / "1").mkdir(parents=True)
+    (ens / "config.pbtxt").write_text(
+        'name: "ens"\nplatform: "ensemble"\nmax_batch_size: 8\n'
+        'input [ { name: "IN" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'ensemble_scheduling { step [ { model_name: "gone" model_version: -1 '
+        'input_map { key: "x" value: "IN" } output_map { key: "y" value: "OUT" } } ] }\n'
+    )
+    for target in (ens, step.parent):
+        report = validate_path(target)
+        assert [(p.code, p.message) for p in report.errors] == [
+            (
+                "ensemble.invalid",
+                "ensemble ens contains models that are not available or ambiguous: gone; "
+                "Triton fails the ensemble's load",
+            )
+        ]
+    tar = tmp_path / "ens.tar.gz"
+    with tarfile.open(tar, "w:gz") as archive:
+        archive.add(ens, arcname="ens")
+        archive.add(step, arcname="tiny")
+    codes = [p.code for p in validate_path(tar).errors]
+    assert codes == ["layout.missing_step"]

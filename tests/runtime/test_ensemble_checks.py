@@ -61,6 +61,12 @@ CASES: dict[str, tuple[dict[str, str], str | None]] = {
         {"extra": "instance_group [ { count: 1 kind: KIND_CPU } ]"},
         "instance group should not be specified for ensemble 'ens_instance_group'",
     ),
+    # no folder for the step (Triton's words: model_repository_manager.cc, ConnectDependencyGraph)
+    "step_folder_missing": (
+        {"step": "absent"},
+        "ensemble ens_step_folder_missing contains models that are not available or "
+        "ambiguous: absent",
+    ),
 }
 
 

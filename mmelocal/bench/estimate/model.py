@@ -36,6 +36,7 @@ from mmelocal.bench.estimate.core import (
     check_precision,
     estimate_from_facts,
 )
+from mmelocal.bench.estimate.instances import gpu_instances
 from mmelocal.builder.backends import PLATFORM_FORMATS
 from mmelocal.errors import UserInputError
 from mmelocal.facts.sagemaker import MEMORY_THRESHOLD
@@ -357,7 +358,7 @@ def _prebuilt_facts(
         if cfg.HasField("dynamic_batching")
         else (),
         warmup=[int(w.batch_size) for w in cfg.model_warmup],
-        instances=max(1, sum(int(g.count) or 1 for g in cfg.instance_group) or 1),
+        instances=gpu_instances(cfg, model_dir, path),
         profile_max=profile_max,
         request=request,
     )
