@@ -30,12 +30,11 @@ from mmelocal.deploy.plan import (
 )
 from mmelocal.deploy.undeploy import undeploy
 from mmelocal.deploy.upload import apply_objects, check_bucket, plan_objects
-from mmelocal.deploy.waits import wait_in_service
+from mmelocal.deploy.waits import rollback_failed, wait_in_service
 from mmelocal.errors import DeployError
+from mmelocal.facts.runtime_api import IN_PROGRESS_STATUSES, UPDATE_ROLLBACK_FAILED
 
 logger = logging.getLogger(__name__)
-
-_BUSY = ("Creating", "Updating", "SystemUpdating", "RollingBack", "UpdateRollbackFailed")
 
 
 def store_digest(objects: list[ObjectStep]) -> str:
@@ -90,10 +89,12 @@ def _endpoint_steps(
             f"endpoint {name} is Failed ({found.get('FailureReason', 'no reason given')}): "
             f"run 'mmelocal undeploy {name}', then deploy again"
         )
+    if status == UPDATE_ROLLBACK_FAILED:  # whatever config it names, it serves a mix
+        raise rollback_failed(name, found)
     if found.get("EndpointConfigName") == config_name:
         yield rs.step("sagemaker", "UpdateEndpoint", name, "reuse", {}, f"already on {config_name}")
         return
-    if status in _BUSY:
+    if status in IN_PROGRESS_STATUSES:
         raise DeployError(f"endpoint {name} is {status}: wait until it is InService, then deploy")
     old = rs.call(
         clients.sagemaker,

@@ -881,3 +881,31 @@ def test_a_redeploy_deletes_the_model_and_config_it_superseded(
     again = deploy(env)
     assert [s.resource for s in again.steps if s.action == "delete"] == [config_3]
     assert len(configs_named(endpoint_name)) == 2 and models_named(endpoint_name) == [model_2]
+
+
+def test_an_endpoint_whose_rollback_failed_is_refused_not_waited_for(
+    store: Path, bucket: str, endpoint_name: str
+) -> None:
+    """DescribeEndpoint's UpdateRollbackFailed (botocore's model): "Both the rolling
+    deployment and auto-rollback failed. Your endpoint is in service with a mix of the old
+    and new endpoint configurations", until its owner restores it. The local AWS never
+    reaches it: its DescribeEndpoint answers are given that status on their way back."""
+    from mmelocal.deploy.waits import wait_in_service
+
+    opts = options(store, bucket, endpoint_name, max_instances=1)
+    deploy(opts)
+    clients = connect()
+
+    def rollback_failed(parsed: dict[str, Any], **_: Any) -> None:
+        parsed["EndpointStatus"] = "UpdateRollbackFailed"
+        parsed["FailureReason"] = "the new instances failed their health check"
+
+    clients.sagemaker.meta.events.register("after-call.sagemaker.DescribeEndpoint", rollback_failed)
+    stuck = r"UpdateRollbackFailed.*health check.*deployment-guardrails-rolling"
+    with pytest.raises(DeployError, match=stuck):
+        make_plan(opts, clients)  # the same config: no update to send, yet not deployed
+    write_reference_tarball(store / "model-2.tar.gz", scale=5.0)
+    with pytest.raises(DeployError, match=stuck):
+        make_plan(opts, clients)
+    with pytest.raises(DeployError, match=stuck):  # at once, not after timeout_s
+        wait_in_service(clients.sagemaker, endpoint_name, poll_s=0.05, timeout_s=1)
