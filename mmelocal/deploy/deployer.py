@@ -242,8 +242,9 @@ def in_use(sagemaker: Any, *, but: str | None = None) -> tuple[set[str], set[str
 def left_over(plan: DeployPlan) -> str | None:
     """What a deploy that did not wait for InService left of what it superseded, and how to
     delete it (None: nothing)."""
-    left = [f"{s.operation.removeprefix('Delete')} {s.resource}" for s in plan.steps
-            if s.operation in _SUPERSEDED and s.action == "delete"]  # fmt: skip
+    kinds = {"DeleteEndpointConfig": "endpoint config", "DeleteModel": "model"}
+    left = [f"{kinds[s.operation]} {s.resource}" for s in plan.steps
+            if s.operation in kinds and s.action == "delete"]  # fmt: skip
     if not left:
         return None
     return (
