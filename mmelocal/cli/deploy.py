@@ -92,7 +92,7 @@ def deploy(
     A tarball removed from STORE is deleted from S3 (see --prune).
     """
     from mmelocal.aws.session import connect
-    from mmelocal.deploy.deployer import make_plan
+    from mmelocal.deploy.deployer import left_over, make_plan
     from mmelocal.errors import DeployError
 
     chosen = _instance_type(instance_type, capacity, hot_models, store)
@@ -118,6 +118,9 @@ def deploy(
             "to remove what was made"
         ) from None
     console.print(f"[bold green]deployed[/] {options.endpoint_name}: {status}", highlight=False)
+    left = left_over(plan) if status == "not waited" else None
+    if left is not None:
+        console.print(left, highlight=False, soft_wrap=True)
 
 
 def _instance_type(

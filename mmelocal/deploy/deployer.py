@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from mmelocal.aws.session import AwsClients
+from mmelocal.aws.session import AwsClients, aws_error
 from mmelocal.deploy import resources as rs
 from mmelocal.deploy.artifacts import removed_objects
 from mmelocal.deploy.images import triton_image_uri
@@ -30,12 +30,11 @@ from mmelocal.deploy.plan import (
 )
 from mmelocal.deploy.undeploy import undeploy
 from mmelocal.deploy.upload import apply_objects, check_bucket, plan_objects
-from mmelocal.deploy.waits import wait_in_service
+from mmelocal.deploy.waits import rollback_failed, wait_in_service
 from mmelocal.errors import DeployError
+from mmelocal.facts.runtime_api import IN_PROGRESS_STATUSES, UPDATE_ROLLBACK_FAILED
 
 logger = logging.getLogger(__name__)
-
-_BUSY = ("Creating", "Updating", "SystemUpdating", "RollingBack", "UpdateRollbackFailed")
 
 
 def store_digest(objects: list[ObjectStep]) -> str:
@@ -90,10 +89,12 @@ def _endpoint_steps(
             f"endpoint {name} is Failed ({found.get('FailureReason', 'no reason given')}): "
             f"run 'mmelocal undeploy {name}', then deploy again"
         )
+    if status == UPDATE_ROLLBACK_FAILED:  # whatever config it names, it serves a mix
+        raise rollback_failed(name, found)
     if found.get("EndpointConfigName") == config_name:
         yield rs.step("sagemaker", "UpdateEndpoint", name, "reuse", {}, f"already on {config_name}")
         return
-    if status in _BUSY:
+    if status in IN_PROGRESS_STATUSES:
         raise DeployError(f"endpoint {name} is {status}: wait until it is InService, then deploy")
     old = rs.call(
         clients.sagemaker,
@@ -176,6 +177,83 @@ def _scaling_steps(
     )
 
 
+#: the deletes of what a deploy superseded -> the parameter naming the resource
+_SUPERSEDED = {"DeleteEndpointConfig": "EndpointConfigName", "DeleteModel": "ModelName"}
+
+
+def _superseded_steps(
+    clients: AwsClients, options: DeployOptions, model: str, config: str
+) -> Iterator[ApiStep]:
+    """Delete the endpoint configs and models mmelocal made for this endpoint that the plan
+    no longer uses (each changed deploy names new ones; an account holds a limited number),
+    unless another endpoint uses them. Sent once the endpoint is InService on ``config``
+    (SageMaker: "You must not delete an EndpointConfig in use by an endpoint that is live
+    or while the UpdateEndpoint or CreateEndpoint operations are being performed"), after
+    :func:`in_use` is asked again; configs first, then the models they name."""
+    sm, name = clients.sagemaker, options.endpoint_name
+    configs = [c for c in rs.tagged(sm, "EndpointConfig", name) if c != config]
+    models = [m for m in rs.tagged(sm, "Model", name) if m != model]
+    if not configs and not models:
+        return
+    used_configs, used_models = in_use(sm, but=name)
+    why = f"superseded by {config}; deleted once InService on it"
+    for operation, names, used in (
+        ("DeleteEndpointConfig", configs, used_configs),
+        ("DeleteModel", models, used_models),
+    ):
+        for resource in names:
+            if resource in used:
+                logger.info("%s of %s kept: another endpoint uses it", resource, name)
+                continue
+            params = {_SUPERSEDED[operation]: resource}
+            step = rs.step("sagemaker", operation, resource, "delete", params, why)
+            yield dataclasses.replace(step, needs_in_service=True)
+
+
+def in_use(sagemaker: Any, *, but: str | None = None) -> tuple[set[str], set[str]]:
+    """The endpoint configs the account's endpoints (all but ``but``) serve or are being
+    updated to (DescribeEndpoint), and the models those configs name."""
+    configs: set[str] = set()
+    try:
+        pages = list(sagemaker.get_paginator("list_endpoints").paginate())
+    except Exception as exc:
+        raise aws_error(exc, "ListEndpoints", "the account's endpoints") from exc
+    for page in pages:
+        for endpoint in page.get("Endpoints", []):
+            if endpoint["EndpointName"] == but:
+                continue
+            found = rs.describe(
+                sagemaker, "DescribeEndpoint", EndpointName=endpoint["EndpointName"]
+            )
+            pending = (found or {}).get("PendingDeploymentSummary") or {}
+            for config in (
+                (found or {}).get("EndpointConfigName"),
+                pending.get("EndpointConfigName"),
+            ):
+                if config:
+                    configs.add(str(config))
+    models: set[str] = set()
+    for config in configs:
+        found = rs.describe(sagemaker, "DescribeEndpointConfig", EndpointConfigName=config)
+        models.update(str(v["ModelName"]) for v in (found or {}).get("ProductionVariants", []))
+    return configs, models
+
+
+def left_over(plan: DeployPlan) -> str | None:
+    """What a deploy that did not wait for InService left of what it superseded, and how to
+    delete it (None: nothing)."""
+    kinds = {"DeleteEndpointConfig": "endpoint config", "DeleteModel": "model"}
+    left = [f"{kinds[s.operation]} {s.resource}" for s in plan.steps
+            if s.operation in kinds and s.action == "delete"]  # fmt: skip
+    if not left:
+        return None
+    return (
+        f"left (superseded, deleted only once {plan.endpoint_name} is InService): "
+        f"{', '.join(left)}; run the same deploy again once it is InService to delete them "
+        f"('mmelocal undeploy {plan.endpoint_name}' deletes them with the endpoint)"
+    )
+
+
 def make_plan(options: DeployOptions, clients: AwsClients) -> DeployPlan:
     """Everything the deploy will do; read-only calls only, every request validated."""
     image = options.image or triton_image_uri(clients.region, options.triton_version)
@@ -190,9 +268,11 @@ def make_plan(options: DeployOptions, clients: AwsClients) -> DeployPlan:
         prune=options.prune,
     )
     steps: list[ApiStep] = list(_model_steps(clients, options, image, store_digest(objects)))
-    steps += _endpoint_steps(clients, options, steps[-1].resource)
+    model, config = steps[0].resource, steps[1].resource
+    steps += _endpoint_steps(clients, options, config)
     deregistered = any(s.operation == "DeregisterScalableTarget" for s in steps)
     steps += _scaling_steps(clients, options, deregistered)
+    steps += _superseded_steps(clients, options, model, config)
     return DeployPlan(
         endpoint_name=options.endpoint_name,
         region=clients.region,
@@ -252,19 +332,50 @@ def apply_steps(
         )
 
     status: str | None = None
+    used: tuple[set[str], set[str]] | None = None
     for step in plan.steps:
         if step.needs_in_service and status is None:
             if not options.wait:
                 logger.info("not waiting for InService: %s skipped", step.operation)
                 continue
             status = wait()
-        if step.action != "reuse":
-            logger.info("%s %s (%s)", step.operation, step.resource, step.action)
-            rs.send(clients, step)
+        if step.action == "reuse":
+            continue
+        if step.operation in _SUPERSEDED:  # asked again now that the endpoint moved
+            used = used or in_use(clients.sagemaker)
+            used_configs, used_models = used
+            if step.resource in (used_models if step.operation == "DeleteModel" else used_configs):
+                logger.info("%s kept: an endpoint uses it", step.resource)
+                continue
+            if not _exists_and_mine(clients, step, plan.endpoint_name):
+                continue
+        logger.info("%s %s (%s)", step.operation, step.resource, step.action)
+        rs.send(clients, step)
     endpoint_steps = {"CreateEndpoint", "UpdateEndpoint"}
     if status is None and options.wait and any(s.operation in endpoint_steps for s in plan.steps):
         status = wait()
     return status or "not waited"
 
 
-__all__ = ["apply_plan", "apply_steps", "make_plan", "store_digest", "undeploy", "wait_in_service"]
+def _exists_and_mine(clients: AwsClients, step: ApiStep, endpoint: str) -> bool:
+    """False when the resource is gone already; raises unless mmelocal made it for
+    ``endpoint`` (the tag is read again: a plan is data, and can be edited)."""
+    kind = "Model" if step.operation == "DeleteModel" else "EndpointConfig"
+    found = rs.describe(clients.sagemaker, f"Describe{kind}", **step.params)
+    if found is None:
+        return False
+    what = "model" if kind == "Model" else "endpoint config"
+    rs.require_mine(clients.sagemaker, found[f"{kind}Arn"], what, step.resource, endpoint)
+    return True
+
+
+__all__ = [
+    "apply_plan",
+    "apply_steps",
+    "in_use",
+    "left_over",
+    "make_plan",
+    "store_digest",
+    "undeploy",
+    "wait_in_service",
+]

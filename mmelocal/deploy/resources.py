@@ -163,6 +163,25 @@ def owner(sagemaker: Any, arn: str) -> str | None:
     return None
 
 
+def tagged(sagemaker: Any, kind: str, endpoint: str) -> list[str]:
+    """The names of the ``kind`` resources (``Model`` or ``EndpointConfig``) tagged for
+    ``endpoint``: what mmelocal created for it."""
+    method = "list_models" if kind == "Model" else "list_endpoint_configs"
+    found = []
+    try:  # the names keep the endpoint name's first characters only (digest_name)
+        for page in sagemaker.get_paginator(method).paginate(
+            NameContains=endpoint[:NAME_BASE_LENGTH]
+        ):
+            for item in page.get(f"{kind}s", []):
+                if owner(sagemaker, item[f"{kind}Arn"]) == endpoint:
+                    found.append(str(item[f"{kind}Name"]))
+    except DeployError:
+        raise
+    except Exception as exc:
+        raise aws_error(exc, method, endpoint) from exc
+    return found
+
+
 def require_mine(sagemaker: Any, arn: str, kind: str, name: str, endpoint: str) -> None:
     """Raise unless the resource ``arn`` is tagged for ``endpoint`` (mmelocal made it)."""
     found = owner(sagemaker, arn)
@@ -234,6 +253,7 @@ __all__ = [
     "scaling_policy_params",
     "send",
     "step",
+    "tagged",
     "tags",
     "validate_request",
 ]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from mmelocal.aws.session import AwsClients, aws_error
+from mmelocal.aws.session import AwsClients
 from mmelocal.deploy import resources as rs
 from mmelocal.deploy.artifacts import readers, readers_text
 from mmelocal.deploy.plan import POLL_S, WAIT_TIMEOUT_S, split_s3_uri
@@ -53,7 +53,7 @@ def undeploy(
     found = rs.describe(sm, "DescribeEndpoint", EndpointName=name)
     if found is not None:
         rs.require_mine(sm, found["EndpointArn"], "endpoint", name, name)
-    models, urls = _tagged(clients, "list_models", "Models", name), []
+    models, urls = rs.tagged(sm, "Model", name), []
     for model in models:
         described = rs.describe(sm, "DescribeModel", ModelName=model) or {}
         urls.append(described.get("PrimaryContainer", {}).get("ModelDataUrl", ""))
@@ -69,7 +69,7 @@ def undeploy(
         if found is not None and found.get("EndpointStatus") != "Deleting":
             rs.call(sm, "DeleteEndpoint", name, EndpointName=name)
             done.append(f"endpoint {name}")
-    for config in _tagged(clients, "list_endpoint_configs", "EndpointConfigs", name):
+    for config in rs.tagged(sm, "EndpointConfig", name):
         rs.call(sm, "DeleteEndpointConfig", config, EndpointConfigName=config)
         done.append(f"endpoint config {config}")
     # the objects before the models: the models are where a second try finds the prefix
@@ -150,22 +150,6 @@ def _delete_scaling(clients: AwsClients, name: str) -> list[str]:
         )
         done.append(f"scalable target {rid}")
     return done
-
-
-def _tagged(clients: AwsClients, method: str, key: str, name: str) -> list[str]:
-    found = []
-    arn_key, name_key = key[:-1] + "Arn", key[:-1] + "Name"
-    paginator = clients.sagemaker.get_paginator(method)
-    try:  # the names keep the endpoint name's first characters only (digest_name)
-        for page in paginator.paginate(NameContains=name[: rs.NAME_BASE_LENGTH]):
-            for item in page.get(key, []):
-                if rs.owner(clients.sagemaker, item[arn_key]) == name:
-                    found.append(str(item[name_key]))
-    except DeployError:
-        raise
-    except Exception as exc:
-        raise aws_error(exc, method, name) from exc
-    return found
 
 
 __all__ = ["undeploy"]

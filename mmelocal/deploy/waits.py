@@ -12,7 +12,11 @@ from typing import Any
 
 from mmelocal.deploy import resources as rs
 from mmelocal.errors import DeployError
-from mmelocal.facts.runtime_api import IN_PROGRESS_STATUSES
+from mmelocal.facts.runtime_api import (
+    IN_PROGRESS_STATUSES,
+    ROLLING_DEPLOYMENTS_URL,
+    UPDATE_ROLLBACK_FAILED,
+)
 
 
 def wait_in_service(
@@ -44,6 +48,8 @@ def wait_in_service(
             )
         if status == "InService" and moved:
             return status
+        if status == UPDATE_ROLLBACK_FAILED:
+            raise rollback_failed(name, found)
         if status == "Failed":
             raise DeployError(
                 f"endpoint {name} failed: {found.get('FailureReason', 'no reason given')} "
@@ -54,6 +60,17 @@ def wait_in_service(
                 f"endpoint {name} still {status} after {timeout_s:.0f} s: it goes on in the "
                 "background; run deploy again to wait, or undeploy to clean up"
             )
+
+
+def rollback_failed(name: str, found: dict[str, Any]) -> DeployError:
+    """The error for an endpoint in ``UpdateRollbackFailed``: it stays so (serving a mix of
+    two configs) until its owner restores it, so nothing waits for it."""
+    return DeployError(
+        f"endpoint {name} is {UPDATE_ROLLBACK_FAILED}: both a rolling deployment and its "
+        f"rollback failed ({found.get('FailureReason', 'no reason given')}), it serves a mix "
+        "of its old and new endpoint configs and stays so until you act: restore it as "
+        f"{ROLLING_DEPLOYMENTS_URL} says, then deploy again"
+    )
 
 
 def polls(
@@ -97,4 +114,4 @@ def settled(
             )
 
 
-__all__ = ["polls", "settled", "wait_in_service"]
+__all__ = ["polls", "rollback_failed", "settled", "wait_in_service"]

@@ -52,6 +52,14 @@ ENDPOINT_IN_PROGRESS = 'Cannot update in-progress endpoint "{arn}".'
 #: :data:`ENDPOINT_IN_PROGRESS`; SystemUpdating and RollingBack are the service's own
 #: changes, which ``mmelocal undeploy`` waits out as well (the local AWS never shows them)
 IN_PROGRESS_STATUSES = frozenset({"Creating", "Updating", "SystemUpdating", "RollingBack"})
+#: DescribeEndpoint's ``EndpointStatus`` (botocore's model) of an endpoint that stays so until
+#: its owner acts: "Both the rolling deployment and auto-rollback failed. Your endpoint is
+#: in service with a mix of the old and new endpoint configurations", to be restored as the
+#: Rolling Deployments guide (:data:`ROLLING_DEPLOYMENTS_URL`) says
+UPDATE_ROLLBACK_FAILED = "UpdateRollbackFailed"
+ROLLING_DEPLOYMENTS_URL = (
+    "https://docs.aws.amazon.com/sagemaker/latest/dg/deployment-guardrails-rolling.html"
+)
 #: ... on a Failed one: DescribeEndpoint's ``EndpointStatus`` (botocore's model) says
 #: "DeleteEndpoint is the only operation that can be performed on a failed endpoint"; the
 #: service's ``ValidationException`` reads "Cannot update failed endpoint" (deploy scripts
@@ -96,8 +104,10 @@ __all__ = [
     "LOG_GROUP",
     "LOG_STREAM",
     "RETAINED_VARIANT_PROPERTIES",
+    "ROLLING_DEPLOYMENTS_URL",
     "TARGET_VARIANT_HEADER",
     "UNKNOWN_TARGET_VARIANT",
+    "UPDATE_ROLLBACK_FAILED",
     "VARIANT_NOT_IN_CONFIG",
     "ZERO_INSTANCES",
     "log_group_name",

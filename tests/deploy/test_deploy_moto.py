@@ -12,7 +12,14 @@ from typing import Any
 import boto3
 import pytest
 from deploy_helpers import INSTANCE_TYPE, REGION, ROLE, write_reference_tarball
-from shared_helpers import gated_tritonserver, local_aws_running, unique, wait_for, wait_gone
+from shared_helpers import (
+    delete_endpoint,
+    gated_tritonserver,
+    local_aws_running,
+    unique,
+    wait_for,
+    wait_gone,
+)
 
 from mmelocal.aws.session import connect
 from mmelocal.cli.main import main
@@ -269,6 +276,7 @@ def test_second_deploy_uploads_only_the_changed_tarball_and_updates(
         "sagemaker:UpdateEndpoint": "update",
         "application-autoscaling:RegisterScalableTarget": "put",
         "application-autoscaling:PutScalingPolicy": "put",
+        "sagemaker:DeleteEndpointConfig": "delete",  # the first config, once InService
     }
     assert second.steps[0].resource == first.steps[0].resource  # same model
     assert apply_plan(second, connect(), options=opts) == "InService"
@@ -297,6 +305,7 @@ def test_second_deploy_uploads_only_the_changed_tarball_and_updates(
         "UpdateEndpoint",
         "RegisterScalableTarget",
         "PutScalingPolicy",
+        "DeleteEndpointConfig",
     ]
     assert "RetainAllVariantProperties" not in fourth.steps[3].params
     assert apply_plan(fourth, connect(), options=bigger) == "InService"
@@ -472,7 +481,9 @@ def test_undeploy_removes_what_it_created_and_nothing_else(
     opts = options(store, bucket, endpoint_name)
     deploy(opts)
     write_reference_tarball(store / "model-2.tar.gz", scale=5.0)
-    deploy(opts)  # a second endpoint config now exists
+    no_wait = dataclasses.replace(opts, wait=False)  # the first config is not deleted then
+    clients = connect()
+    assert apply_plan(make_plan(no_wait, clients), clients, options=no_wait) == "not waited"
 
     deleted = undeploy(connect(), endpoint_name, delete_artifacts=True)
     assert "endpoint " + endpoint_name in deleted
@@ -807,3 +818,94 @@ def test_a_deploy_interrupted_during_the_upload_is_undeployed_with_its_prefix(
     code, text = run(capsys, "undeploy", endpoint_name, "--delete-artifacts", "--s3-uri", prefix)
     assert code == 0 and f"1 objects under {prefix}" in text, text
     assert list(keys(bucket)) == ["models/notes.txt"]
+
+
+def test_a_redeploy_deletes_the_model_and_config_it_superseded(
+    capsys: pytest.CaptureFixture[str], store: Path, bucket: str, endpoint_name: str
+) -> None:
+    """Every changed deploy names a new endpoint config (and, with a new container, a new
+    model): once the endpoint is InService on them, the ones mmelocal made for it before
+    are deleted (an account holds a limited number of each), unless an endpoint still uses
+    them; nothing mmelocal did not make for this endpoint is touched."""
+    sm = boto3.client("sagemaker")
+    opts = options(store, bucket, endpoint_name, max_instances=1)
+    first = deploy(opts)
+    model_1, config_1 = first.steps[0].resource, first.steps[1].resource
+    # an endpoint someone made by hand on the first config: the config and its model stay
+    other = f"other-{endpoint_name}"
+    sm.create_endpoint(EndpointName=other, EndpointConfigName=config_1)
+    wait_for(lambda: sm.describe_endpoint(EndpointName=other)["EndpointStatus"] == "InService")
+    foreign = f"{endpoint_name}-byhand"  # a name a NameContains filter finds, untagged
+    variant = {
+        "VariantName": "AllTraffic",
+        "ModelName": model_1,
+        "InstanceType": INSTANCE_TYPE,
+        "InitialInstanceCount": 1,
+    }
+    sm.create_endpoint_config(EndpointConfigName=foreign, ProductionVariants=[variant])
+
+    env = options(store, bucket, endpoint_name, max_instances=1, environment={"A": "1"})
+    second = deploy(env)
+    model_2, config_2 = second.steps[0].resource, second.steps[1].resource
+    assert model_2 != model_1 and "sagemaker:DeleteEndpointConfig" not in actions(second)
+    assert configs_named(endpoint_name) == sorted([config_1, config_2, foreign])
+    assert models_named(endpoint_name) == sorted([model_1, model_2])
+
+    delete_endpoint(sm, other)
+    wait_gone(sm, other)
+    write_reference_tarball(store / "model-2.tar.gz", scale=5.0)
+    clients = connect()
+    third = make_plan(env, clients)
+    deletes = [(s.operation, s.resource) for s in third.steps if s.action == "delete"]
+    assert sorted(deletes) == sorted([("DeleteEndpointConfig", config_1),
+                                      ("DeleteEndpointConfig", config_2),
+                                      ("DeleteModel", model_1)])  # fmt: skip
+    assert deletes[-1][0] == "DeleteModel"  # after the configs that name it
+    assert all(s.needs_in_service for s in third.steps if s.action == "delete")
+    assert apply_plan(third, clients, options=env) == "InService"
+    config_3 = third.steps[1].resource
+    assert configs_named(endpoint_name) == sorted([config_3, foreign])
+    assert models_named(endpoint_name) == [model_2]
+    assert sm.describe_endpoint(EndpointName=endpoint_name)["EndpointConfigName"] == config_3
+
+    # --no-wait: nothing is deleted, and the deploy says what it left and how to clean it
+    write_reference_tarball(store / "model-2.tar.gz", scale=6.0)
+    code, text = run(capsys, *cli_args(store, bucket, endpoint_name, "--max-instances", "1",
+                                       "--env", "A=1", "--no-wait"))  # fmt: skip
+    assert code == 0, text
+    assert config_3 in text and "run the same deploy again once" in " ".join(text.split())
+    assert config_3 in configs_named(endpoint_name)
+    wait_for(
+        lambda: sm.describe_endpoint(EndpointName=endpoint_name)["EndpointStatus"] == "InService"
+    )
+    again = deploy(env)
+    assert [s.resource for s in again.steps if s.action == "delete"] == [config_3]
+    assert len(configs_named(endpoint_name)) == 2 and models_named(endpoint_name) == [model_2]
+
+
+def test_an_endpoint_whose_rollback_failed_is_refused_not_waited_for(
+    store: Path, bucket: str, endpoint_name: str
+) -> None:
+    """DescribeEndpoint's UpdateRollbackFailed (botocore's model): "Both the rolling
+    deployment and auto-rollback failed. Your endpoint is in service with a mix of the old
+    and new endpoint configurations", until its owner restores it. The local AWS never
+    reaches it: its DescribeEndpoint answers are given that status on their way back."""
+    from mmelocal.deploy.waits import wait_in_service
+
+    opts = options(store, bucket, endpoint_name, max_instances=1)
+    deploy(opts)
+    clients = connect()
+
+    def rollback_failed(parsed: dict[str, Any], **_: Any) -> None:
+        parsed["EndpointStatus"] = "UpdateRollbackFailed"
+        parsed["FailureReason"] = "the new instances failed their health check"
+
+    clients.sagemaker.meta.events.register("after-call.sagemaker.DescribeEndpoint", rollback_failed)
+    stuck = r"UpdateRollbackFailed.*health check.*deployment-guardrails-rolling"
+    with pytest.raises(DeployError, match=stuck):
+        make_plan(opts, clients)  # the same config: no update to send, yet not deployed
+    write_reference_tarball(store / "model-2.tar.gz", scale=5.0)
+    with pytest.raises(DeployError, match=stuck):
+        make_plan(opts, clients)
+    with pytest.raises(DeployError, match=stuck):  # at once, not after timeout_s
+        wait_in_service(clients.sagemaker, endpoint_name, poll_s=0.05, timeout_s=1)
