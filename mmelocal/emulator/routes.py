@@ -86,10 +86,6 @@ def endpoint_name_error(name: str) -> str | None:
     return None
 
 
-#: botocore's pattern of ``InferenceId``: ``TargetModel``'s
-_ID_PATTERN = TARGET_MODEL_PATTERN
-
-
 def header_error(custom: bytes | None, inference_id: bytes | None) -> str | None:
     """The service's validation message for a ``CustomAttributes`` or ``InferenceId`` it
     refuses (botocore's shapes: at most 1024 ASCII characters; 1 to 64 printable
@@ -124,7 +120,7 @@ def header_error(custom: bytes | None, inference_id: bytes | None) -> str | None
         elif text[0].isspace() or not text.isprintable():
             errors.append(
                 f"Value {shown!r} at 'inferenceId' failed to satisfy constraint: Member "
-                f"must satisfy regular expression pattern: {_ID_PATTERN}"
+                f"must satisfy regular expression pattern: {TARGET_MODEL_PATTERN}"
             )
     if not errors:
         return None

@@ -24,13 +24,10 @@ from mmelocal.errors import (
     UserInputError,
 )
 from mmelocal.facts.aws import LOCAL, aws_client, s3_error_class
-from mmelocal.facts.sagemaker import MAX_TARGET_MODEL_LENGTH, target_model_problem
+from mmelocal.facts.sagemaker import target_model_problem
 
 logger = logging.getLogger(__name__)
 
-#: SageMaker's own limit for the ``X-Amzn-SageMaker-Target-Model`` header (the fact's name
-#: here is kept for callers of this module)
-MAX_TARGET_LENGTH = MAX_TARGET_MODEL_LENGTH
 #: the longest file name most file systems take (``NAME_MAX``), in bytes
 MAX_NAME_BYTES = 255
 
@@ -280,7 +277,6 @@ def open_store(spec: str | Path, *, s3_endpoint_url: str | None = None) -> Model
 
 
 __all__ = [
-    "MAX_TARGET_LENGTH",
     "ArtifactInfo",
     "InvalidTargetError",
     "LocalStore",

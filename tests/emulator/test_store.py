@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 import pytest
 
 from mmelocal.emulator.store import (
-    MAX_TARGET_LENGTH,
     InvalidTargetError,
     LocalStore,
     S3Store,
@@ -19,6 +18,7 @@ from mmelocal.emulator.store import (
     validate_target,
 )
 from mmelocal.errors import EmulatorError, ModelNotFoundError, UserInputError
+from mmelocal.facts.sagemaker import MAX_TARGET_MODEL_LENGTH
 from mmelocal.runtime.server_config import pick_free_port
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ BAD_TARGETS = [
     "model\x7f.tar.gz",
     "a\\b.tar.gz",
     " model.tar.gz",
-    "x" * (MAX_TARGET_LENGTH + 1),
+    "x" * (MAX_TARGET_MODEL_LENGTH + 1),
 ]
 
 
