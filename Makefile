@@ -74,7 +74,7 @@ demo: install
 	$(BIN)/mmelocal demo
 
 bench: install
-	for f in benchmarks/*.py; do case $$f in */gpu_proof.py) continue;; esac; \
+	for f in benchmarks/*.py; do case $$f in */gpu_proof*.py) continue;; esac; \
 		$(BIN)/python $$f || exit 1; done
 
 # On a machine with an NVIDIA GPU and a CUDA build of torch: proves the GPU paths

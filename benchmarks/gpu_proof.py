@@ -5,14 +5,20 @@ machine with an NVIDIA GPU:
 
 1. installs the wheels carried in ``--wheels`` (``pip install --no-index --no-deps
    --target``; nothing is fetched) and puts them on the path;
-2. runs the ``mmelocal_gpu``-marked tests (``pytest -m mmelocal_gpu``);
-3. compares the NVML probe's device reading with ``nvidia-smi --query-gpu=memory.used,
+2. compares the NVML probe's device reading with ``nvidia-smi --query-gpu=memory.used,
    memory.total --format=csv`` taken right after it;
-4. runs ``capacity`` on the GPU for a TorchScript ResNet-50 (``torchvision:resnet50``,
+3. runs the steps of ``gpu_proof_steps.py`` (beside this script), each bounded in time and
+   reported with what it saw, a failed one with its error (none fails the proof): the
+   sweep's card check with NVML's names of the GPUs here, ``mmelocal check --gpu 0`` on a
+   tiny BERT, and the emulator's ``GPUUtilization`` / ``GPUMemoryUtilization`` per
+   instance under invocations;
+4. runs the ``mmelocal_gpu``-marked tests (``pytest -m mmelocal_gpu``);
+5. runs ``capacity`` on the GPU for a TorchScript ResNet-50 (``torchvision:resnet50``,
    ``weights=None``, ``INPUT__0`` [3,224,224]) and for a tiny random BERT, each served by the
    pip tritonserver (``nvidia-pytriton``) through the emulator, with its per-copy part, the
    shared runtime and the projection onto the other cards;
-5. writes ``gpu-proof.json`` and ``gpu-proof.md`` under ``--out``.
+6. writes ``gpu-proof.json`` and ``gpu-proof.md`` under ``--out`` (after each step too, so a
+   run cut short keeps what it saw). The exit status is the gpu tests'.
 
 Without a GPU it prints one line saying so and exits with status 2; nothing is installed.
 
@@ -58,6 +64,11 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
+if str(REPO / "benchmarks") not in sys.path:  # its steps module, beside it
+    sys.path.insert(0, str(REPO / "benchmarks"))
+
+import gpu_proof_steps  # noqa: E402
+
 WHEELS = (
     "nvidia-pytriton==0.7.0",
     "numpy==1.26.4",
@@ -80,6 +91,8 @@ class GpuProofReport:
     nvidia_smi: dict[str, Any] = field(default_factory=dict)
     gpu_tests: dict[str, Any] = field(default_factory=dict)
     capacity: list[dict[str, Any]] = field(default_factory=list)
+    #: the checks of :mod:`gpu_proof_steps`, in the order run (each: name, status, seen...)
+    steps: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     format_only: bool = False
 
@@ -115,6 +128,8 @@ class GpuProofReport:
             lines.append(f"- not run here: {module} ({why})")
         if self.gpu_tests.get("not_run"):
             lines.append("")
+        if self.steps:
+            lines += [*gpu_proof_steps.steps_markdown(self.steps), ""]
         if self.capacity:
             lines += [
                 "| model | copies | baseline MiB | copy MiB | runtime once MiB | implied |",
@@ -424,7 +439,16 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     report = GpuProofReport(gpu={"name": gpu["name"], "driver": gpu["driver"]}, started_at=started)
     report.nvml, report.nvidia_smi = nvml_against_smi()
+
+    def record(step: dict[str, Any]) -> None:
+        report.steps.append(step)
+        print(f"gpu-proof: {step['name']}: {step['status']} ({step['seconds']} s)", flush=True)
+        write_report(report, args.out)
+
+    with tempfile.TemporaryDirectory(prefix="gpu-proof-steps-") as tmp:
+        gpu_proof_steps.run_steps(Path(tmp), record)
     report.gpu_tests = run_gpu_tests(args.out)
+    write_report(report, args.out)
     with tempfile.TemporaryDirectory(prefix="gpu-proof-") as tmp:
         report.capacity = capacity_runs(args.max_copies, Path(tmp), bert_base=args.bert_base)
     report.notes.append(

@@ -122,3 +122,246 @@ def test_a_gpu_test_module_that_needs_what_does_not_travel_is_listed_not_run(
     assert "- not run here: tests/x/test_needs.py (needs boto3, which does not travel)" in (
         report.markdown()
     )
+
+
+# -- the steps (gpu_proof_steps.py): their result shaping and their paths on this machine --
+PY_MODEL_CONFIG = """\
+name: "plus_one"
+backend: "python"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
+instance_group [ { count: 1 kind: KIND_CPU } ]
+"""
+PY_MODEL = """\
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            out = pb_utils.Tensor("OUTPUT0", (x + 1.0).astype(np.float32))
+            responses.append(pb_utils.InferenceResponse(output_tensors=[out]))
+        return responses
+"""
+PY_PAYLOAD = json.dumps(
+    {"inputs": [{"name": "INPUT0", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}]}
+).encode()
+
+
+def _steps() -> ModuleType:
+    _script()  # puts benchmarks/ on the path, where the steps module is
+    import gpu_proof_steps
+
+    return gpu_proof_steps
+
+
+def _python_model(root: Path) -> Path:
+    """A Python-backend model folder (``OUTPUT0 = INPUT0 + 1``): no build, quick to load."""
+    folder = root / "plus_one"
+    (folder / "1").mkdir(parents=True)
+    (folder / "config.pbtxt").write_text(PY_MODEL_CONFIG)
+    (folder / "1" / "model.py").write_text(PY_MODEL)
+    return folder
+
+
+def _no_gpu_here() -> None:
+    from mmelocal.runtime.memory import gpu_count
+
+    if gpu_count():
+        pytest.skip("this machine has a GPU: the no-GPU path cannot be shown here")
+
+
+def test_card_check_accepts_this_cards_instance_type_and_refuses_another() -> None:
+    """An H100 (NVML's name on the lent machines) is ml.p5.4xlarge's card, one of it: the
+    sweep's check accepts that type and refuses ml.g5.xlarge (A10G), saying why."""
+    steps = _steps()
+    result = steps.card_check(["NVIDIA H100 80GB HBM3"])
+    assert result["status"] == "passed" and result["findings"] == []
+    own, other = result["seen"]["cases"]
+    assert (own["instance_type"], own["accepted"], own["refusal"]) == ("ml.p5.4xlarge", True, None)
+    assert (other["instance_type"], other["accepted"]) == ("ml.g5.xlarge", False)
+    assert "ml.g5.xlarge has 1 x A10G" in other["refusal"]
+    assert "size one of ml.p5.4xlarge" in other["refusal"]
+    assert result["lines"][1] == "ml.p5.4xlarge (1 x H100): accepted"
+    assert result["lines"][2].startswith("ml.g5.xlarge (1 x A10G): refused: this machine's GPUs")
+
+
+@pytest.mark.parametrize(
+    ("names", "finding"),
+    [
+        (["NVIDIA H200"], "the card table (gpus.yaml) has no card for NVML's 'NVIDIA H200'"),
+        (
+            ["NVIDIA H100 80GB HBM3"] * 2,
+            "H100 on ml.p5.4xlarge (1), ml.p5.48xlarge (8), none with 2 GPU(s)",
+        ),
+    ],
+)
+def test_card_check_reports_a_card_the_table_has_no_instance_type_for(
+    names: list[str], finding: str
+) -> None:
+    """A card the table lacks (H200), or lists with another count, is a finding; the other
+    card's type is still tried, and refused."""
+    result = _steps().card_check(names)
+    assert result["status"] == "passed"
+    [found] = result["findings"]
+    assert finding in found
+    [case] = result["seen"]["cases"]
+    assert (case["instance_type"], case["accepted"]) == ("ml.g5.xlarge", False)
+
+
+def test_card_check_reads_the_names_from_nvml(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without names the step reads NVML's (a stand-in pynvml: no GPU here): a T4 is
+    ml.g4dn.xlarge's card, and the other card's type is ml.g5.xlarge."""
+    from shared_helpers import StandInNvml
+
+    monkeypatch.setitem(sys.modules, "pynvml", StandInNvml({0: MIB}, names=("Tesla T4",)))
+    result = _steps().card_check()
+    assert result["seen"]["nvml_names"] == ["Tesla T4"] and result["seen"]["card"] == "T4"
+    cases = [(c["instance_type"], c["accepted"]) for c in result["seen"]["cases"]]
+    assert cases == [("ml.g4dn.xlarge", True), ("ml.g5.xlarge", False)]
+
+
+def test_without_a_gpu_each_step_is_skipped_with_its_reason(tmp_path: Path) -> None:
+    _no_gpu_here()
+    steps = _steps()
+    card = steps.run_step(steps.CARD_CHECK, steps.card_check)
+    check = steps.run_step(steps.CLI_CHECK, steps.cli_check, tmp_path)
+    gauges = steps.run_step(
+        steps.EMULATOR_GAUGES, steps.emulator_gauges, tmp_path, b"", workdir=tmp_path
+    )
+    assert [s["status"] for s in (card, check, gauges)] == ["skipped"] * 3
+    assert card["reason"] == "NVML sees no GPU (no pynvml, no driver or no GPU)"
+    assert check["reason"] == "NVML sees no GPU: check would read host memory"
+    assert gauges["reason"] == "NVML sees no GPU: the emulator would use the host probe"
+    assert "- skipped: NVML sees no GPU: check would read host memory" in (
+        steps.steps_markdown([check])
+    )
+
+
+def test_a_step_that_raises_is_reported_failed_and_the_next_ones_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step's exception never ends the proof: the step is failed with its error; where
+    the shared tiny BERT cannot be built, both steps that need it fail with that error."""
+    steps = _steps()
+    failed = steps.run_step("divide", lambda: 1 // 0)
+    assert failed["status"] == "failed" and failed["error"] == (
+        "ZeroDivisionError: integer division or modulo by zero"
+    )
+
+    def no_build(workdir: Path) -> dict[str, object]:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(steps, "small_model", no_build)
+    seen: list[dict[str, object]] = []
+    steps.run_steps(tmp_path, seen.append)
+    assert [s["name"] for s in seen] == [steps.CARD_CHECK, steps.CLI_CHECK, steps.EMULATOR_GAUGES]
+    error = "building the tiny BERT model folder failed: OSError: disk full"
+    assert [s.get("error") for s in seen[1:]] == [error, error]
+
+
+def test_check_step_reads_the_clis_json_report(tmp_path: Path) -> None:
+    """The step runs the CLI as a user does and keeps its exit code and errors: a folder
+    with no model exits 1 with check's own message (no server started)."""
+    (tmp_path / "empty").mkdir()
+    result = _steps().cli_check(tmp_path / "empty", expect_gpu=False)
+    assert result["status"] == "failed" and result["seen"]["exit_code"] == 1
+    assert result["seen"]["command"] == f"mmelocal check --gpu 0 --json {tmp_path / 'empty'}"
+    assert "exit code 1; no model folder (with config.pbtxt) found in" in result["error"]
+
+
+def test_check_step_shapes_what_the_cli_printed() -> None:
+    steps = _steps()
+    garbage = steps.check_result("mmelocal check", 2, "", "Error: no such option", expect_gpu=True)
+    assert garbage["error"] == "exit 2, no JSON report: Error: no such option"
+    model = {"name": "m", "status": "passed", "memory_bytes": 300 * MIB,
+             "memory_kind": "host_pss", "load_time_s": 1.5, "errors": []}  # fmt: skip
+    report = {"ok": True, "errors": [], "models": [model], "baseline_memory_bytes": MIB}
+    on_gpu = steps.check_result("mmelocal check", 0, json.dumps(report), "", expect_gpu=True)
+    assert on_gpu["status"] == "failed"
+    assert on_gpu["error"] == "m's memory read as host_pss, not gpu"
+    assert on_gpu["lines"][1] == "m: passed, 300.0 MiB (host_pss), load 1.5 s"
+    on_cpu = steps.check_result("mmelocal check", 0, json.dumps(report), "", expect_gpu=False)
+    assert on_cpu["status"] == "passed" and "error" not in on_cpu
+
+
+@pytest.mark.triton
+def test_check_step_runs_a_model_through_the_cli(tmp_path: Path) -> None:
+    """The real CLI on a real Triton (CPU here): exit 0, the model's memory read."""
+    model = _python_model(tmp_path / "repo")
+    result = _steps().cli_check(model, expect_gpu=False)
+    assert result["status"] == "passed", result
+    [checked] = result["seen"]["models"]
+    assert checked["status"] == "passed" and checked["memory_kind"] == "host_pss"
+    assert checked["memory_mib"] is not None
+
+
+def test_gauges_step_shapes_what_the_emulator_published() -> None:
+    steps = _steps()
+    instances = [{"index": 0, "probe": "nvml:0", "probe_kind": "gpu"},
+                 {"index": 1, "probe": "host", "probe_kind": "host"}]  # fmt: skip
+    labels = '{EndpointName="local",VariantName="AllTraffic"}'
+    result = steps.gauges_result(
+        instances,
+        {"200": 5, "507": 1},
+        {"GPUUtilization": [12.0], "GPUMemoryUtilization": [40.0, 140.0]},
+        {f"GPUMemoryUtilization{labels}": 90.0, f"CPUUtilization{labels}": 3.0},
+    )
+    assert result["status"] == "failed" and result["seen"]["per_instance_ok"] is False
+    assert result["error"].split("; ") == [
+        "instance 1 probe is host",
+        "GPUUtilization: 1 samples for 2 instance(s)",
+        "GPUMemoryUtilization: 140.0 is not a percentage",
+        "/metrics has no GPUUtilization",
+        "invocations answered {'200': 5, '507': 1}",
+    ]
+    assert result["seen"]["metrics_endpoint"] == {
+        "GPUMemoryUtilization": {"series": f"GPUMemoryUtilization{labels}", "value": 90.0}
+    }
+
+
+@pytest.mark.triton
+def test_gauges_step_serves_invocations_and_reads_each_instances_gpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The emulator, a real Triton (CPU) and real invocations; only NVML is a stand-in (no
+    GPU here: 42 % busy, 4 of 16 GiB used): one sample per instance of each GPU gauge,
+    and the /metrics gauge."""
+    from shared_helpers import StandInNvml
+
+    monkeypatch.setitem(sys.modules, "pynvml", StandInNvml({0: 4 * 2**30}, names=("T",)))
+    model = _python_model(tmp_path / "repo")
+    result = _steps().emulator_gauges(
+        model, PY_PAYLOAD, workdir=tmp_path / "work", busy_s=0.5, callers=2
+    )
+    assert result["status"] == "passed", result
+    seen = result["seen"]
+    assert seen["instances"] == [{"index": 0, "probe": "nvml:0", "probe_kind": "gpu"}]
+    assert seen["per_instance"] == {"GPUUtilization": [42.0], "GPUMemoryUtilization": [25.0]}
+    assert seen["per_instance_ok"] is True and set(seen["invocations"]) == {"200"}
+    assert seen["metrics_endpoint"]["GPUUtilization"]["value"] == 42.0
+    assert result["lines"][1] == "GPUUtilization per instance: [42.0]"
+
+
+def test_report_shows_the_steps(tmp_path: Path) -> None:
+    """The report's JSON keeps each step as seen; its markdown has a row per step, then
+    what each saw, its error and its findings (a format test: synthetic names)."""
+    gpu_proof, steps = _script(), _steps()
+    report = gpu_proof.GpuProofReport(gpu={"name": "T"}, started_at="now", format_only=True)
+    report.steps = [
+        steps.run_step(steps.CARD_CHECK, steps.card_check, ["NVIDIA H200"]),
+        steps.run_step("divide", lambda: 1 // 0),
+    ]
+    json_path, md_path = gpu_proof.write_report(report, tmp_path)
+    data = json.loads(json_path.read_text())
+    assert [s["name"] for s in data["steps"]] == [steps.CARD_CHECK, "divide"]
+    assert data["steps"][0]["seen"]["card"] is None
+    markdown = md_path.read_text()
+    assert "| sweep card check | passed |" in markdown and "| divide | failed |" in markdown
+    assert "- NVML: NVIDIA H200 (card table: no card)" in markdown
+    assert "- **finding**: the card table (gpus.yaml) has no card for NVML's" in markdown
+    assert "- error: ZeroDivisionError: integer division or modulo by zero" in markdown
