@@ -27,13 +27,13 @@ DEVELOPERS.md, ``device``): x86-64, an NVIDIA driver with ``nvidia-smi``, Python
 ``python3`` with CUDA torch, torchvision, transformers, numpy, protobuf, aiohttp, click,
 rich, pyyaml, psutil, uvloop, grpcio, nvidia-ml-py and pytest already installed. The rest
 travels as wheels in ``.whl/`` (ignored by git; name it in the device call's ``carry``),
-about 59 MiB of the 64 MiB the working tree may take, in this install order (one
+about 51 MiB of the 64 MiB the working tree may take, in this install order (one
 ``pip install`` takes them all; the order is the one to drop from if space runs short):
 
 1. ``mmelocal`` itself (``python -m build --wheel`` here; pure Python, ~0.3 MiB)
 2. ``nvidia_pytriton-0.7.0-py3-none-manylinux_2_35_x86_64.whl`` (the tritonserver binary
    and its Python backend), trimmed to the Python 3.12 stub: the other stubs and the
-   bundled libpython 3.13 go (53 -> 38 MiB)
+   bundled libpython 3.13 go, and recompressed with LZMA (53 -> 26 MiB)
 3. ``numpy==1.26.4`` cp312 (18 MiB): the wheel's stub reads numpy 1.x arrays only (see
    ``mmelocal.runtime.install.check_stub_numpy``) and the machine's Python has numpy 2, so
    the stub runs in an overlay environment (``$MMELOCAL_STUB_PYTHON``: a venv whose own
@@ -41,7 +41,9 @@ about 59 MiB of the 64 MiB the working tree may take, in this install order (one
    this process keeps numpy 2
 4. ``httptools`` cp312 (the emulator's fast front, 0.5 MiB)
 5. ``tritonclient-2.73.0`` (0.1 MiB), ``python_rapidjson`` cp312 (1.7 MiB),
-   ``geventhttpclient`` cp312 (0.2 MiB)
+   ``geventhttpclient`` cp312 (0.2 MiB) and what it imports: ``gevent``, ``greenlet``,
+   ``zope.event``, ``zope.interface``, ``brotli``, ``certifi`` (4.5 MiB): without them
+   ``tritonclient.http`` does not import, and ``mmelocal check`` cannot talk to Triton
 
 boto3/botocore (16 MiB) do not fit and are not needed (no S3 store, no boto3 load test).
 ``--download-wheels .whl`` fetches exactly these here (pip, cp312 manylinux) and builds the
@@ -76,6 +78,12 @@ WHEELS = (
     "tritonclient==2.73.0",
     "python-rapidjson==1.25",
     "geventhttpclient==2.6.1",
+    "gevent==26.9.0",
+    "greenlet==3.5.6",
+    "zope.event==6.2",
+    "zope.interface==8.7",
+    "brotli==1.2.1",
+    "certifi==2026.10.19.post1",
 )
 PLATFORMS = ("manylinux_2_35_x86_64", "manylinux_2_28_x86_64", "manylinux_2_17_x86_64")
 MIB = 1024 * 1024
@@ -230,7 +238,8 @@ def overlay_python(wheels: Path, root: Path) -> Path:
 
 def trim_pytriton(dest: Path) -> None:
     """Keep only the Python ``STUB_PYTHON`` stub in the downloaded nvidia-pytriton wheel (its
-    other stubs and the libpython they bundle do not fit the travelling tree)."""
+    other stubs and the libpython they bundle do not fit the travelling tree), compressed
+    with LZMA (pip reads any method ``zipfile`` reads: 38 MiB deflated, 26 MiB so)."""
     import zipfile
 
     for wheel in dest.glob("nvidia_pytriton-*.whl"):
@@ -251,7 +260,7 @@ def trim_pytriton(dest: Path) -> None:
                     data = (
                         "\n".join(ln for ln in lines if keep(ln.split(",", 1)[0])) + "\n"
                     ).encode()
-                out.writestr(info, data, compress_type=zipfile.ZIP_DEFLATED)
+                out.writestr(info, data, compress_type=zipfile.ZIP_LZMA)
         trimmed.replace(wheel)
 
 

@@ -365,3 +365,49 @@ def test_report_shows_the_steps(tmp_path: Path) -> None:
     assert "- NVML: NVIDIA H200 (card table: no card)" in markdown
     assert "- **finding**: the card table (gpus.yaml) has no card for NVML's" in markdown
     assert "- error: ZeroDivisionError: integer division or modulo by zero" in markdown
+
+
+def test_the_trimmed_triton_wheel_keeps_one_stub_and_the_executables_mode(tmp_path: Path) -> None:
+    """The nvidia-pytriton wheel is trimmed and recompressed to travel; pip must still get
+    an executable tritonserver (a rewrite that drops the mode leaves Triton unable to start:
+    "Permission denied", seen on the device) and only the stub of the device's Python."""
+    import zipfile
+
+    gpu_proof = _script()
+    wheel = tmp_path / "nvidia_pytriton-0.7.0-py3-none-manylinux_2_35_x86_64.whl"
+    stubs = "pytriton/tritonserver/backends/python/python_backend_stubs"
+    files = {
+        "pytriton/tritonserver/bin/tritonserver": 0o755,
+        f"{stubs}/{gpu_proof.STUB_PYTHON}/triton_python_backend_stub": 0o755,
+        f"{stubs}/3.10/triton_python_backend_stub": 0o755,
+        "nvidia_pytriton.libs/libpython3-abc.so": 0o644,
+    }
+    record = "".join(f"{name},sha256=x,1\n" for name in files)
+    with zipfile.ZipFile(wheel, "w") as out:
+        for name, mode in files.items():
+            info = zipfile.ZipInfo(name)
+            info.external_attr = (0o100000 | mode) << 16
+            out.writestr(info, b"\x7fELF" + bytes(4096))
+        info_dir = "nvidia_pytriton-0.7.0.dist-info"
+        out.writestr(f"{info_dir}/METADATA", "Metadata-Version: 2.1\nName: nvidia-pytriton\n"
+                     "Version: 0.7.0\n")  # fmt: skip
+        out.writestr(f"{info_dir}/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: false\n"
+                     "Tag: py3-none-manylinux_2_35_x86_64\n")  # fmt: skip
+        out.writestr(f"{info_dir}/RECORD", record)
+    gpu_proof.trim_pytriton(tmp_path)
+    with zipfile.ZipFile(wheel) as trimmed:
+        kept = {info.filename: info for info in trimmed.infolist()}
+        listed = trimmed.read("nvidia_pytriton-0.7.0.dist-info/RECORD").decode()
+    server = kept["pytriton/tritonserver/bin/tritonserver"]
+    assert (server.external_attr >> 16) & 0o777 == 0o755
+    assert server.compress_type == zipfile.ZIP_LZMA
+    assert f"{stubs}/{gpu_proof.STUB_PYTHON}/triton_python_backend_stub" in kept
+    assert not [n for n in kept if "/3.10/" in n or "libpython3-" in n]
+    assert "/3.10/" not in listed and "libpython3-" not in listed
+    site = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
+         "--target", str(site), str(wheel)],
+        check=True,
+    )  # fmt: skip
+    assert (site / "pytriton/tritonserver/bin/tritonserver").stat().st_mode & 0o111
