@@ -40,7 +40,12 @@ from mmelocal.facts.runtime_api import (
     ZERO_INSTANCES,
 )
 from mmelocal.facts.sagemaker import LOAD_AND_INVOKE_TIMEOUT_S, TARGET_MODEL_HEADER
-from mmelocal.localaws.checks import model_data_problem, model_violations
+from mmelocal.localaws.checks import (
+    checks_page_size,
+    model_data_problem,
+    model_violations,
+    page_size_problem,
+)
 from mmelocal.localaws.endpoints import EndpointManager, EndpointState
 from mmelocal.localaws.logs import LogShipper
 from mmelocal.rules.variants import target_variant_error
@@ -177,6 +182,10 @@ class LocalAwsApp:
                     environ, start_response, region, match.group(1), match.group(2)
                 )
         target = environ.get("HTTP_X_AMZ_TARGET", "")
+        if checks_page_size(target):
+            refused = page_size_problem(target, _json_params(environ))
+            if refused is not None:
+                return _moto_error(refused, environ, start_response)
         if target.startswith("SageMaker."):
             operation = target.partition(".")[2]
             if environ.get("HTTP_X_MMELOCAL_INTERNAL"):  # mmelocal's own: moto's records

@@ -45,6 +45,30 @@ def test_violations_follow_botocores_model() -> None:
     assert "enum value set" in message and "ml.g5.2xlarge" in message
 
 
+def test_a_number_over_its_models_max_is_a_violation() -> None:
+    """botocore checks a number's ``min`` on the client, not its ``max`` (``validate.py``
+    ``range_check``): the service answers both (VolumeSizeInGB: min 1, max 512)."""
+    variants = [
+        {"VariantName": "v", "ModelName": "m", "InstanceType": "ml.g5.xlarge",
+         "InitialInstanceCount": 1, "VolumeSizeInGB": 513}
+    ]  # fmt: skip
+    message = model_violations(
+        "CreateEndpointConfig", {"EndpointConfigName": "c", "ProductionVariants": variants}
+    )
+    assert message == (
+        "1 validation error detected: Value '513' at 'productionVariants.1.member."
+        "volumeSizeInGB' failed to satisfy constraint: Member must have value less than or "
+        "equal to 512"
+    )
+    variants[0]["VolumeSizeInGB"] = 512
+    assert (
+        model_violations(
+            "CreateEndpointConfig", {"EndpointConfigName": "c", "ProductionVariants": variants}
+        )
+        is None
+    )
+
+
 def test_model_data_rules() -> None:
     listing = {
         ("bkt", "models/"): ["models/a.tar.gz"],
