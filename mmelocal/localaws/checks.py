@@ -13,9 +13,11 @@ Three kinds:
   ``max`` in botocore's model; Application Auto Scaling documents its ranges in prose
   only: :data:`~mmelocal.facts.autoscaling.MOST_MAX_RESULTS`). moto serves any size, and
   so did the pages the local AWS serves itself. :func:`page_size_problem` says which.
-* the multi-model rules the service applies at ``CreateModel``: the artifacts must be
-  reachable ("Could not find model data at s3://..."), and a ``MultiModel`` container's
-  ``ModelDataUrl`` is a prefix. :func:`model_data_problem` says which one failed.
+* the multi-model rule the service applies at ``CreateModel``: the artifacts must be
+  reachable ("Could not find model data at s3://..."); a ``MultiModel`` container's
+  ``ModelDataUrl`` is a prefix, with or without a trailing ``/`` (no AWS source refuses
+  one without; the SageMaker Python SDK's ``MultiDataModel`` passes it as given).
+  :func:`model_data_problem` says what failed.
 """
 
 from __future__ import annotations
@@ -200,8 +202,9 @@ def model_data_problem(
     """What the service says about a container's ``ModelDataUrl`` at ``CreateModel``, or None.
 
     ``keys_under(bucket, prefix)`` lists (at most a few) keys under a prefix, None when the
-    bucket does not exist. A ``MultiModel`` container needs a prefix ending in ``/`` with
-    at least one object under it; a single model needs the object itself.
+    bucket does not exist. A ``MultiModel`` container needs at least one object under its
+    prefix, taken as given (a trailing ``/`` or none); a single model needs the object
+    itself.
     """
     url = container.get("ModelDataUrl")
     if not url:
@@ -212,15 +215,7 @@ def model_data_problem(
     bucket, key = located
     keys = keys_under(bucket, key)
     if container.get("Mode") == "MultiModel":
-        if not key.endswith("/") and key:
-            return (
-                f"Could not find model data at {url}. For Mode MultiModel, ModelDataUrl is "
-                f"the S3 prefix that holds the model tarballs and must end with '/' "
-                f"(e.g. {url}/)."
-            )
-        if not keys:
-            return f"Could not find model data at {url}."
-        return None
+        return None if keys else f"Could not find model data at {url}."
     if keys is None or key not in keys:
         return f"Could not find model data at {url}."
     return None
