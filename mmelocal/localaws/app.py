@@ -473,6 +473,7 @@ class LocalAwsApp:
         if status == 200 and isinstance(answer, dict) and state is not None:
             answer["EndpointStatus"] = state.status
             answer["EndpointConfigName"] = state.config_name
+            answer["LastModifiedTime"] = state.last_modified_s
             fleets = state.fleets
             if fleets is not None:
                 answer["ProductionVariants"] = [dict(v) for v in fleets.described()]
@@ -498,6 +499,7 @@ class LocalAwsApp:
                 state = self.endpoints.get(region, summary.get("EndpointName", ""))
                 if state is not None:
                     summary["EndpointStatus"] = state.status
+                    summary["LastModifiedTime"] = state.last_modified_s
             if wanted is not None:
                 answer["Endpoints"] = [s for s in summaries if s["EndpointStatus"] == wanted]
         return status, answer
