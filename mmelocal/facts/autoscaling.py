@@ -90,12 +90,23 @@ SERVICE_NAMESPACE: Final = "sagemaker"
 SCALABLE_DIMENSION: Final = "sagemaker:variant:DesiredInstanceCount"
 RESOURCE_ID_FORMAT: Final = "endpoint/{endpoint}/variant/{variant}"
 
-#: How many items one page of a Describe call holds when ``MaxResults`` is left out
-#: (botocore's application-autoscaling model, MaxResults: DescribeScalableTargets "can be
-#: between 1 and 50. The default value is 50"; DescribeScalingPolicies "can be between 1
-#: and 10. The default value is 10").
+#: How many items one page of a Describe call holds when ``MaxResults`` is left out, which
+#: is also the most it may ask for (botocore's application-autoscaling model, MaxResults:
+#: DescribeScalableTargets "can be between 1 and 50. The default value is 50";
+#: DescribeScalingPolicies "can be between 1 and 10. The default value is 10";
+#: DescribeScalingActivities and DescribeScheduledActions "between 1 and 50", default 50).
+#: The model gives the member no ``min``/``max``: the range is in its documentation only.
 SCALABLE_TARGETS_PAGE_SIZE: Final = 50
 SCALING_POLICIES_PAGE_SIZE: Final = 10
+SCALING_ACTIVITIES_PAGE_SIZE: Final = 50
+SCHEDULED_ACTIONS_PAGE_SIZE: Final = 50
+#: operation -> the largest ``MaxResults`` it takes (the smallest is 1)
+MOST_MAX_RESULTS: Final[dict[str, int]] = {
+    "DescribeScalableTargets": SCALABLE_TARGETS_PAGE_SIZE,
+    "DescribeScalingPolicies": SCALING_POLICIES_PAGE_SIZE,
+    "DescribeScalingActivities": SCALING_ACTIVITIES_PAGE_SIZE,
+    "DescribeScheduledActions": SCHEDULED_ACTIONS_PAGE_SIZE,
+}
 
 #: Predefined metric type -> (namespace, metric name, statistic) of the alarms it makes.
 PREDEFINED_METRICS: Final[dict[str, tuple[str, str, str]]] = {
@@ -129,11 +140,14 @@ __all__ = [
     "METRIC_PERIOD_S",
     "MME_GPU_SCALE_IN_COOLDOWN_S",
     "MME_GPU_SCALE_OUT_COOLDOWN_S",
+    "MOST_MAX_RESULTS",
     "PREDEFINED_METRICS",
     "RESOURCE_ID_FORMAT",
     "SCALABLE_DIMENSION",
     "SCALABLE_TARGETS_PAGE_SIZE",
+    "SCALING_ACTIVITIES_PAGE_SIZE",
     "SCALING_POLICIES_PAGE_SIZE",
+    "SCHEDULED_ACTIONS_PAGE_SIZE",
     "SERVICE_NAMESPACE",
     "TrackingAlarm",
 ]

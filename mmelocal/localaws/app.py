@@ -40,7 +40,12 @@ from mmelocal.facts.runtime_api import (
     ZERO_INSTANCES,
 )
 from mmelocal.facts.sagemaker import LOAD_AND_INVOKE_TIMEOUT_S, TARGET_MODEL_HEADER
-from mmelocal.localaws.checks import model_data_problem, model_violations
+from mmelocal.localaws.checks import (
+    checks_page_size,
+    model_data_problem,
+    model_violations,
+    page_size_problem,
+)
 from mmelocal.localaws.endpoints import EndpointManager, EndpointState
 from mmelocal.localaws.logs import LogShipper
 from mmelocal.rules.variants import target_variant_error
@@ -177,6 +182,10 @@ class LocalAwsApp:
                     environ, start_response, region, match.group(1), match.group(2)
                 )
         target = environ.get("HTTP_X_AMZ_TARGET", "")
+        if checks_page_size(target):
+            refused = page_size_problem(target, _json_params(environ))
+            if refused is not None:
+                return _moto_error(refused, environ, start_response)
         if target.startswith("SageMaker."):
             operation = target.partition(".")[2]
             if environ.get("HTTP_X_MMELOCAL_INTERNAL"):  # mmelocal's own: moto's records
@@ -464,6 +473,7 @@ class LocalAwsApp:
         if status == 200 and isinstance(answer, dict) and state is not None:
             answer["EndpointStatus"] = state.status
             answer["EndpointConfigName"] = state.config_name
+            answer["LastModifiedTime"] = state.last_modified_s
             fleets = state.fleets
             if fleets is not None:
                 answer["ProductionVariants"] = [dict(v) for v in fleets.described()]
@@ -489,6 +499,7 @@ class LocalAwsApp:
                 state = self.endpoints.get(region, summary.get("EndpointName", ""))
                 if state is not None:
                     summary["EndpointStatus"] = state.status
+                    summary["LastModifiedTime"] = state.last_modified_s
             if wanted is not None:
                 answer["Endpoints"] = [s for s in summaries if s["EndpointStatus"] == wanted]
         return status, answer

@@ -1,15 +1,23 @@
-"""The SageMaker service's own input checks, where moto accepts what the service refuses.
+"""The services' own input checks, where moto accepts what the service refuses.
 
-Two kinds:
+Three kinds:
 
-* the constraints in botocore's service model (``pattern``, ``enum`` and ``min``/``max``
-  length of strings, ``min`` of numbers) that botocore does not enforce on the client and
+* the constraints in botocore's SageMaker model (``pattern``, ``enum`` and ``min``/``max``
+  length of strings, ``min``/``max`` of numbers) that botocore does not enforce on the
+  client (it checks a number's ``min`` only: ``botocore/validate.py``, ``range_check``) and
   moto does not check either; the service answers them with ``ValidationException``
   "1 validation error detected: Value 'x' at 'executionRoleArn' failed to satisfy
   constraint: ...". :func:`model_violations` walks the operation's input shape.
-* the multi-model rules the service applies at ``CreateModel``: the artifacts must be
-  reachable ("Could not find model data at s3://..."), and a ``MultiModel`` container's
-  ``ModelDataUrl`` is a prefix. :func:`model_data_problem` says which one failed.
+* the page size of a ``List*``/``Describe*`` call (``MaxResults``, ``MaxRecords``) of
+  SageMaker, CloudWatch and Application Auto Scaling, over its maximum (the member's
+  ``max`` in botocore's model; Application Auto Scaling documents its ranges in prose
+  only: :data:`~mmelocal.facts.autoscaling.MOST_MAX_RESULTS`). moto serves any size, and
+  so did the pages the local AWS serves itself. :func:`page_size_problem` says which.
+* the multi-model rule the service applies at ``CreateModel``: the artifacts must be
+  reachable ("Could not find model data at s3://..."); a ``MultiModel`` container's
+  ``ModelDataUrl`` is a prefix, with or without a trailing ``/`` (no AWS source refuses
+  one without; the SageMaker Python SDK's ``MultiDataModel`` passes it as given).
+  :func:`model_data_problem` says what failed.
 """
 
 from __future__ import annotations
@@ -17,14 +25,42 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeGuard
+
+from mmelocal.errors import AwsServiceError
+from mmelocal.facts.autoscaling import MOST_MAX_RESULTS
+
+#: the services whose page sizes :func:`page_size_problem` checks (botocore's names)
+_PAGED_SERVICES = ("sagemaker", "cloudwatch", "application-autoscaling")
+#: the top-level members that size a page of an answer
+_PAGE_SIZE_MEMBERS = ("MaxResults", "MaxRecords")
+
+
+@functools.lru_cache(maxsize=8)
+def _service_model(name: str) -> Any:
+    import botocore.session
+
+    return botocore.session.get_session().get_service_model(name)
+
+
+def _sagemaker_model() -> Any:
+    return _service_model("sagemaker")
 
 
 @functools.lru_cache(maxsize=1)
-def _sagemaker_model() -> Any:
-    import botocore.session
+def _paged_services() -> dict[str, Any]:
+    """X-Amz-Target prefix -> the service model, for :data:`_PAGED_SERVICES`."""
+    models = [_service_model(name) for name in _PAGED_SERVICES]
+    return {model.metadata["targetPrefix"]: model for model in models}
 
-    return botocore.session.get_session().get_service_model("sagemaker")
+
+def _validation_code(model: Any) -> str:
+    """The code of the service's validation error: its model's ``ValidationException``
+    shape's (CloudWatch: ``ValidationError``), else ``ValidationException``."""
+    for shape in model.error_shapes:
+        if shape.name == "ValidationException":
+            return str(shape.metadata.get("error", {}).get("code", shape.name))
+    return "ValidationException"
 
 
 @functools.lru_cache(maxsize=256)
@@ -76,11 +112,33 @@ def _walk(shape: Any, value: Any, where: str, found: list[str]) -> None:
                 f"Value '{value}' at '{where}' failed to satisfy constraint: Member must "
                 f"satisfy regular expression pattern: {meta['pattern']}"
             )
-    elif kind in ("integer", "long") and isinstance(value, int) and value < meta.get("min", value):
+    elif kind in ("integer", "long", "float", "double") and _is_number(value):
+        found.extend(_range_violations(value, where, meta))
+
+
+def _is_number(value: Any) -> TypeGuard[int | float]:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _range_violations(value: float, where: str, meta: dict[str, Any]) -> list[str]:
+    """The service's words for a number outside its member's ``min``/``max``."""
+    found = []
+    if value < meta.get("min", value):
         found.append(
             f"Value '{value}' at '{where}' failed to satisfy constraint: Member must "
             f"have value greater than or equal to {meta['min']}"
         )
+    if value > meta.get("max", value):
+        found.append(
+            f"Value '{value}' at '{where}' failed to satisfy constraint: Member must "
+            f"have value less than or equal to {meta['max']}"
+        )
+    return found
+
+
+def _message(found: list[str]) -> str:
+    noun = "error" if len(found) == 1 else "errors"
+    return f"{len(found)} validation {noun} detected: " + "; ".join(found)
 
 
 def model_violations(operation: str, params: dict[str, Any]) -> str | None:
@@ -89,11 +147,41 @@ def model_violations(operation: str, params: dict[str, Any]) -> str | None:
     found: list[str] = []
     if shape is not None:
         _walk(shape, params, "", found)
-    if not found:
+    return _message(found) if found else None
+
+
+def checks_page_size(target: str) -> bool:
+    """Whether ``target`` (an ``X-Amz-Target`` header) names an operation of a service whose
+    page sizes :func:`page_size_problem` checks."""
+    return target.partition(".")[0] in _paged_services()
+
+
+def page_size_problem(target: str, params: dict[str, Any]) -> AwsServiceError | None:
+    """The service's refusal of the page size ``params`` ask of the operation ``target``
+    names (an ``X-Amz-Target`` header), or None: a ``MaxResults``/``MaxRecords`` outside the
+    member's ``min``/``max`` in botocore's model (the service's validation error, in its
+    words), or outside the range the Application Auto Scaling API reference gives
+    (``ValidationException``; the model has no bounds, so the wording is mmelocal's)."""
+    prefix, _, operation = target.partition(".")
+    model = _paged_services().get(prefix)
+    if model is None or operation not in model.operation_names:
         return None
-    count = len(found)
-    noun = "error" if count == 1 else "errors"
-    return f"{count} validation {noun} detected: " + "; ".join(found)
+    shape = model.operation_model(operation).input_shape
+    documented = model.service_name == "application-autoscaling"
+    for name in _PAGE_SIZE_MEMBERS:
+        value = params.get(name) if isinstance(params, dict) else None
+        if shape is None or name not in shape.members or not _is_number(value):
+            continue
+        most = MOST_MAX_RESULTS.get(operation) if documented else None
+        if most is not None and not 1 <= value <= most:
+            return AwsServiceError(
+                f"{name} must be between 1 and {most} for {operation} (Application Auto "
+                f"Scaling API reference), got {value}; page through the rest with NextToken."
+            )
+        found = _range_violations(value, _camel(name), shape.members[name].metadata)
+        if found:
+            return AwsServiceError(_message(found), code=_validation_code(model))
+    return None
 
 
 def parse_s3_url(url: str) -> tuple[str, str] | None:
@@ -114,8 +202,9 @@ def model_data_problem(
     """What the service says about a container's ``ModelDataUrl`` at ``CreateModel``, or None.
 
     ``keys_under(bucket, prefix)`` lists (at most a few) keys under a prefix, None when the
-    bucket does not exist. A ``MultiModel`` container needs a prefix ending in ``/`` with
-    at least one object under it; a single model needs the object itself.
+    bucket does not exist. A ``MultiModel`` container needs at least one object under its
+    prefix, taken as given (a trailing ``/`` or none); a single model needs the object
+    itself.
     """
     url = container.get("ModelDataUrl")
     if not url:
@@ -126,18 +215,16 @@ def model_data_problem(
     bucket, key = located
     keys = keys_under(bucket, key)
     if container.get("Mode") == "MultiModel":
-        if not key.endswith("/") and key:
-            return (
-                f"Could not find model data at {url}. For Mode MultiModel, ModelDataUrl is "
-                f"the S3 prefix that holds the model tarballs and must end with '/' "
-                f"(e.g. {url}/)."
-            )
-        if not keys:
-            return f"Could not find model data at {url}."
-        return None
+        return None if keys else f"Could not find model data at {url}."
     if keys is None or key not in keys:
         return f"Could not find model data at {url}."
     return None
 
 
-__all__ = ["model_data_problem", "model_violations", "parse_s3_url"]
+__all__ = [
+    "checks_page_size",
+    "model_data_problem",
+    "model_violations",
+    "page_size_problem",
+    "parse_s3_url",
+]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +40,11 @@ Describe = Callable[[str, str, str], EndpointPlan]
 
 @dataclass(kw_only=True)
 class EndpointState:
-    """What DescribeEndpoint shows beyond moto's record, and the variants serving calls."""
+    """What DescribeEndpoint shows beyond moto's record, and the variants serving calls.
+
+    ``last_modified_s`` is when ``status`` last changed (DescribeEndpoint's and
+    ListEndpoints' ``LastModifiedTime``, "when the endpoint was last modified": botocore's
+    sagemaker model; moto's record keeps the creation time)."""
 
     region: str
     name: str
@@ -49,6 +54,12 @@ class EndpointState:
     fleets: VariantFleets | None = None
     generation: int = 0
     workers: list[threading.Thread] = field(default_factory=list)
+    last_modified_s: float = field(default_factory=time.time)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "status" and "status" in self.__dict__ and self.__dict__["status"] != value:
+            super().__setattr__("last_modified_s", time.time())
+        super().__setattr__(name, value)
 
 
 class EndpointManager:

@@ -17,6 +17,7 @@ import dataclasses
 import logging
 import random
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -94,7 +95,20 @@ class Variant:
         self.name = fleet.plan.variant_name
         self.current_weight = fleet.plan.weight
         self.desired_weight = fleet.plan.weight
-        self.desired_instance_count = fleet.plan.instances
+        self._desired_instance_count = fleet.plan.instances
+        #: when the desired instance count last changed (the capacity update's start)
+        self.capacity_asked_s = time.time()
+
+    @property
+    def desired_instance_count(self) -> int:
+        """The instance count asked for (UpdateEndpointWeightsAndCapacities, autoscaling)."""
+        return self._desired_instance_count
+
+    @desired_instance_count.setter
+    def desired_instance_count(self, count: int) -> None:
+        if count != self._desired_instance_count:
+            self.capacity_asked_s = time.time()
+        self._desired_instance_count = count
 
     @property
     def current_instance_count(self) -> int:
@@ -102,14 +116,23 @@ class Variant:
         return self.fleet.instance_count
 
     def described(self) -> dict[str, Any]:
-        """``DescribeEndpoint``'s ``ProductionVariantSummary`` of this variant."""
-        return {
+        """``DescribeEndpoint``'s ``ProductionVariantSummary`` of this variant; while its
+        instance count moves to the desired one, ``VariantStatus`` says ``Updating`` since
+        it was asked (ProductionVariantStatus, botocore's sagemaker model: "Updating:
+        Updating capacity for the production variant"; ``StartTime``: "The start time of
+        the current status change")."""
+        described: dict[str, Any] = {
             "VariantName": self.name,
             "CurrentWeight": self.current_weight,
             "DesiredWeight": self.desired_weight,
             "CurrentInstanceCount": self.current_instance_count,
             "DesiredInstanceCount": self.desired_instance_count,
         }
+        if self.desired_instance_count != self.current_instance_count:
+            described["VariantStatus"] = [
+                {"Status": "Updating", "StartTime": self.capacity_asked_s}
+            ]
+        return described
 
 
 class VariantFleets:

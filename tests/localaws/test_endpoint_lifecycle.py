@@ -69,7 +69,6 @@ def test_bad_models_are_refused_as_the_service_does(
     bucket = url.split("/")[2]
     cases = [
         ("SageMakerExecutionRole-name", url, "at 'executionRoleArn' failed to satisfy constraint"),
-        (ROLE, url.rstrip("/"), "must end with '/'"),
         (ROLE, f"s3://{bucket}-missing/models/", f"Could not find model data at s3://{bucket}-"),
         (ROLE, f"s3://{bucket}/empty/", f"Could not find model data at s3://{bucket}/empty/"),
     ]
@@ -183,6 +182,28 @@ def test_single_model_endpoint(local_aws_env: LocalAws, tmp_path: Path) -> None:
     np.testing.assert_array_equal(invoke(name, target=None), expected(X, 4.0))
     code, message = error_of(invoke, name)
     assert code == "ValidationError" and "is not a multi-model endpoint" in message
+    sm.delete_endpoint(EndpointName=name)
+    wait_gone(sm, name)
+
+
+def test_a_multi_model_prefix_without_its_trailing_slash_is_served(
+    local_aws_env: LocalAws, tmp_path: Path
+) -> None:
+    """No AWS source refuses a MultiModel ``ModelDataUrl`` without a trailing ``/``: the
+    developer guide calls it "the prefix in Amazon S3 where the model artifacts are
+    located", the service "constructs the absolute path of the model by combining the
+    prefix [...] with the relative path of the model" (Invoke a Multi-Model Endpoint), and
+    the SageMaker Python SDK's MultiDataModel checks only that it starts with ``s3://``,
+    passes it to CreateModel as given and puts each model at ``s3_path_join(prefix,
+    name)``. ``s3://bucket/models`` serves ``models/model.tar.gz`` as ``model.tar.gz``;
+    the local AWS refused it at CreateModel ("must end with '/'")."""
+    sm = boto3.client("sagemaker")
+    url = upload_models(tmp_path, "models", scale=3.0).rstrip("/")
+    config = model_and_config(url)
+    name = unique("noslash")
+    sm.create_endpoint(EndpointName=name, EndpointConfigName=config)
+    assert wait_status(sm, name, leaving="Creating")["EndpointStatus"] == "InService"
+    np.testing.assert_array_equal(invoke(name), expected(X, 3.0))
     sm.delete_endpoint(EndpointName=name)
     wait_gone(sm, name)
 

@@ -154,3 +154,59 @@ def test_more_than_a_hundred_scalable_targets_page_fifty_at_a_time(
     seen = [t["ResourceId"] for page in pages for t in page["ScalableTargets"]]
     assert sorted(seen) == sorted(ids)
     assert info.value.response["Error"]["Code"] == "InvalidNextTokenException"
+
+
+#: the page-size parameter of each Describe/List call the local AWS serves, and the most it
+#: takes: the ``max`` of the member in botocore's models (sagemaker, cloudwatch), the range
+#: the Application Auto Scaling API reference gives in prose ("This value can be between 1
+#: and 50", "between 1 and 10"; its model has no ``max``), and the service's error code
+_PAGE_SIZES: tuple[tuple[str, str, str, int, str], ...] = (
+    ("sagemaker", "list_endpoints", "MaxResults", 100, "ValidationException"),
+    ("sagemaker", "list_models", "MaxResults", 100, "ValidationException"),
+    ("sagemaker", "list_endpoint_configs", "MaxResults", 100, "ValidationException"),
+    ("cloudwatch", "describe_alarms", "MaxRecords", 100, "ValidationError"),
+    ("cloudwatch", "describe_alarm_history", "MaxRecords", 100, "ValidationError"),
+    ("application-autoscaling", "describe_scaling_activities", "MaxResults", 50,
+     "ValidationException"),
+    ("application-autoscaling", "describe_scalable_targets", "MaxResults", 50,
+     "ValidationException"),
+    ("application-autoscaling", "describe_scaling_policies", "MaxResults", 10,
+     "ValidationException"),
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("service", "method", "size", "most", "code"),
+    _PAGE_SIZES,
+    ids=[case[1] for case in _PAGE_SIZES],
+)
+def test_a_page_size_over_the_services_maximum_is_refused(
+    local_aws_env: LocalAws, service: str, method: str, size: str, most: int, code: str
+) -> None:
+    """botocore checks a number's ``min`` on the client but not its ``max`` (``validate.py``
+    ``range_check``), so a page size over the maximum reaches the service, which answers
+    400 with its validation error naming the bound; the maximum itself is served."""
+    from botocore.exceptions import ClientError
+
+    client = boto3.client(service)  # type: ignore[call-overload]
+    call = getattr(client, method)
+    extra = {"ServiceNamespace": "sagemaker"} if service == "application-autoscaling" else {}
+    call(**extra, **{size: most})
+    with pytest.raises(ClientError) as info:
+        call(**extra, **{size: most + 1})
+    error = info.value.response
+    assert (error["Error"]["Code"], error["ResponseMetadata"]["HTTPStatusCode"]) == (code, 400)
+    assert f"{most}" in error["Error"]["Message"]
+    assert str(most + 1) in error["Error"]["Message"]
+
+
+def test_application_auto_scaling_refuses_a_page_size_of_zero(local_aws_env: LocalAws) -> None:
+    """Its model gives MaxResults no ``min``, so botocore sends 0; the API reference's range
+    starts at 1, and the service answers ValidationException (the local AWS served 0 as
+    the default page)."""
+    from botocore.exceptions import ClientError
+
+    aas = boto3.client("application-autoscaling")
+    with pytest.raises(ClientError) as info:
+        aas.describe_scalable_targets(ServiceNamespace="sagemaker", MaxResults=0)
+    assert info.value.response["Error"]["Code"] == "ValidationException"

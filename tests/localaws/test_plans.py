@@ -45,16 +45,39 @@ def test_violations_follow_botocores_model() -> None:
     assert "enum value set" in message and "ml.g5.2xlarge" in message
 
 
+def test_a_number_over_its_models_max_is_a_violation() -> None:
+    """botocore checks a number's ``min`` on the client, not its ``max`` (``validate.py``
+    ``range_check``): the service answers both (VolumeSizeInGB: min 1, max 512)."""
+    variants = [
+        {"VariantName": "v", "ModelName": "m", "InstanceType": "ml.g5.xlarge",
+         "InitialInstanceCount": 1, "VolumeSizeInGB": 513}
+    ]  # fmt: skip
+    message = model_violations(
+        "CreateEndpointConfig", {"EndpointConfigName": "c", "ProductionVariants": variants}
+    )
+    assert message == (
+        "1 validation error detected: Value '513' at 'productionVariants.1.member."
+        "volumeSizeInGB' failed to satisfy constraint: Member must have value less than or "
+        "equal to 512"
+    )
+    variants[0]["VolumeSizeInGB"] = 512
+    assert (
+        model_violations(
+            "CreateEndpointConfig", {"EndpointConfigName": "c", "ProductionVariants": variants}
+        )
+        is None
+    )
+
+
 def test_model_data_rules() -> None:
-    listing = {
-        ("bkt", "models/"): ["models/a.tar.gz"],
-        ("bkt", "one/model.tar.gz"): ["one/model.tar.gz"],
-    }
+    """A MultiModel prefix is used as given, trailing ``/`` or not (no AWS source refuses
+    one without; it was refused with "must end with '/'"); an empty one is not found."""
+    objects = ["models/a.tar.gz", "one/model.tar.gz"]
 
     def keys_under(bucket: str, prefix: str) -> list[str] | None:
         if bucket != "bkt":
             return None
-        return listing.get((bucket, prefix), [])
+        return [key for key in objects if key.startswith(prefix)]
 
     def problem(url: str, mode: str | None = "MultiModel") -> str | None:
         container: dict[str, Any] = {"ModelDataUrl": url}
@@ -63,7 +86,7 @@ def test_model_data_rules() -> None:
         return model_data_problem(container, keys_under=keys_under)
 
     assert problem("s3://bkt/models/") is None
-    assert "must end with '/'" in str(problem("s3://bkt/models"))
+    assert problem("s3://bkt/models") is None
     assert problem("s3://bkt/empty/") == "Could not find model data at s3://bkt/empty/."
     assert problem("s3://other/models/") == "Could not find model data at s3://other/models/."
     assert problem("s3://bkt/one/model.tar.gz", mode=None) is None

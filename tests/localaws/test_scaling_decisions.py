@@ -452,6 +452,39 @@ def test_set_alarm_state_on_a_target_tracking_alarm_invokes_its_policy(
     wait_for(lambda: _serving(sm, _ENDPOINT) == ("InService", 1), timeout_s=60)
 
 
+def test_a_users_own_alarm_does_not_invoke_a_target_tracking_policy(
+    target: dict[str, str],
+) -> None:
+    """A target tracking policy is invoked by the alarms Application Auto Scaling creates
+    for it ("Application Auto Scaling creates and manages the CloudWatch alarms that
+    trigger the scaling policy and calculates the scaling adjustment based on the metric
+    and the target value"; "Do not create, edit, or delete the CloudWatch alarms that are
+    used with a target tracking scaling policy": User Guide, Target tracking scaling
+    policies); no AWS page says an alarm of the user's naming the policy's ARN invokes it,
+    so the local AWS does not: a user's alarm on the policy, set to ALARM with a datapoint
+    that its own low alarm would scale in on (10 against a target of 100), changes nothing.
+    Step scaling policies are the ones users' alarms invoke."""
+    sm = boto3.client("sagemaker")
+    cloudwatch = boto3.client("cloudwatch")
+    _tracking(target, "tracked-user", unique("TrackedUser"), 100.0)
+    (policy,) = boto3.client("application-autoscaling").describe_scaling_policies(
+        ServiceNamespace="sagemaker", ResourceId=target["ResourceId"],
+        PolicyNames=["tracked-user"],
+    )["ScalingPolicies"]  # fmt: skip
+    name = unique("users-own")
+    _low_alarm(name, name, policy["PolicyARN"], periods=1)
+    before = len(_activities(target))
+    try:
+        cloudwatch.set_alarm_state(
+            AlarmName=name, StateValue="ALARM", StateReason="testing",
+            StateReasonData=json.dumps({"version": "1.0", "recentDatapoints": [10.0]}),
+        )  # fmt: skip
+    finally:
+        cloudwatch.delete_alarms(AlarmNames=[name])
+    assert len(_activities(target)) == before
+    assert _serving(sm, _ENDPOINT) == ("InService", 2)
+
+
 def test_every_alarm_in_alarm_invokes_its_step_policy(
     aws: LocalAws, target: dict[str, str]
 ) -> None:

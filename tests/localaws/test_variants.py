@@ -176,7 +176,9 @@ def test_a_variant_changes_its_instance_count(local_aws_env: LocalAws, tmp_path:
     )
     name = unique("resize")
     sm.create_endpoint(EndpointName=name, EndpointConfigName=config)
-    assert wait_status(sm, name, leaving="Creating")["EndpointStatus"] == "InService"
+    in_service = wait_status(sm, name, leaving="Creating")
+    assert in_service["EndpointStatus"] == "InService"
+    asked = in_service["LastModifiedTime"]
     sm.update_endpoint_weights_and_capacities(
         EndpointName=name,
         DesiredWeightsAndCapacities=[{"VariantName": "AllTraffic", "DesiredInstanceCount": 2}],
@@ -191,11 +193,21 @@ def test_a_variant_changes_its_instance_count(local_aws_env: LocalAws, tmp_path:
     during = sm.describe_endpoint(EndpointName=name)
     assert during["EndpointStatus"] == "Updating"
     assert during["ProductionVariants"][0]["DesiredInstanceCount"] == 2
+    # ProductionVariantStatus (botocore's sagemaker model): "Updating: Updating capacity for
+    # the production variant", with "The start time of the current status change"
+    (status,) = during["ProductionVariants"][0]["VariantStatus"]
+    assert status["Status"] == "Updating" and asked < status["StartTime"]
     assert _invoke(runtime, name) == ("AllTraffic", 2.0)  # the instance there serves meanwhile
     described = wait_status(sm, name, leaving="Updating")
     assert described["EndpointStatus"] == "InService", described
     variant = described["ProductionVariants"][0]
     assert (variant["CurrentInstanceCount"], variant["DesiredInstanceCount"]) == (2, 2)
+    assert "VariantStatus" not in variant
+    # LastModifiedTime, "when the endpoint was last modified" (botocore's sagemaker model),
+    # moves with each change of status (moto's record kept the creation time)
+    assert asked < during["LastModifiedTime"] < described["LastModifiedTime"]
+    (summary,) = sm.list_endpoints(NameContains=name)["Endpoints"]
+    assert summary["LastModifiedTime"] == described["LastModifiedTime"]
     manager = local_aws_env.endpoints
     fleet = manager.serving("us-east-1", name) if manager is not None else None
     assert fleet is not None and len(fleet.server.emulator.instances) == 2

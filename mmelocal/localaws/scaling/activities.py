@@ -8,7 +8,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from mmelocal.facts.autoscaling import SCALABLE_DIMENSION, SERVICE_NAMESPACE
+from mmelocal.facts.autoscaling import (
+    SCALABLE_DIMENSION,
+    SCALING_ACTIVITIES_PAGE_SIZE,
+    SERVICE_NAMESPACE,
+)
 from mmelocal.localaws.paging import one_page
 
 
@@ -65,7 +69,7 @@ def describe_activities(
         params,
         key="ScalingActivities",
         size_param="MaxResults",
-        default_size=50,
+        default_size=SCALING_ACTIVITIES_PAGE_SIZE,
         invalid_token_code="InvalidNextTokenException",
     )
 
