@@ -15,7 +15,6 @@ server (:mod:`.http_server`) is the one HTTP server that calls it.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
 import logging
@@ -399,8 +398,7 @@ async def ping(emulator: Emulator) -> Answer:
 
 async def metrics(emulator: Emulator) -> Answer:
     """``GET /metrics``: Prometheus text with the CloudWatch names."""
-    gauges = emulator.gauges()
-    gauges.update(await asyncio.get_running_loop().run_in_executor(None, emulator.read_gauges))
+    gauges = await emulator.scrape_gauges()
     text = emulator.metrics.render(gauges)
     return Answer(200, [("Content-Type", "text/plain; charset=utf-8")], text.encode())
 
