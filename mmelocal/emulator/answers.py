@@ -18,6 +18,7 @@ import functools
 import itertools
 import json
 import logging
+import re
 import uuid
 from collections.abc import Callable
 from http import HTTPStatus
@@ -303,19 +304,25 @@ V2_ACTIONS = (
 )
 
 
-def parse_v2_path(tail: str) -> tuple[str, str | None, str]:
-    """``target[/versions/N][/action]`` -> (target, version, action; "" = metadata)."""
-    action = ""
-    for candidate in V2_ACTIONS:
-        if tail.endswith("/" + candidate):
-            action = candidate
-            tail = tail[: -len(candidate) - 1]
-            break
-    version: str | None = None
-    head, sep, last = tail.rpartition("/versions/")
-    if sep and last.isdigit():
-        tail, version = head, last
-    return tail, version, action
+#: the part of a v2 model path after ``/v2/models/``, as Triton's ``model_regex_`` reads
+#: it (``([^/]+)(?:/versions/([0-9]+))?(?:/(ACTIONS))?``, matched on the raw path), but for
+#: the name: a TargetModel may hold ``/`` (an S3 key under the prefix) and tritonclient
+#: does not encode it, so the name is any run that neither starts nor ends with ``/``
+_V2_MODEL_TAIL = re.compile(
+    r"([^/](?:.*?[^/])??)(?:/versions/([0-9]+))?(?:/("
+    + "|".join(re.escape(a) for a in V2_ACTIONS)
+    + r"))?"
+)
+
+
+def parse_v2_path(tail: str) -> tuple[str, str | None, str] | None:
+    """``target[/versions/N][/action]`` -> (target, version, action; "" = metadata), or
+    None when Triton's model route does not take it (an empty name: Triton's 404)."""
+    match = _V2_MODEL_TAIL.fullmatch(tail)
+    if match is None:
+        return None
+    target, version, action = match.groups()
+    return target, version, action or ""
 
 
 __all__ = [

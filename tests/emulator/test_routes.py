@@ -136,3 +136,27 @@ def test_server_metadata_comes_from_an_instance_that_is_up() -> None:
     emulator.instances = [instance(0, False)]
     answer = call(emulator, "GET", "/v2")
     assert answer.status == 503 and "restarting" in json.loads(answer.body)["error"]
+
+
+def test_every_models_statistics_list_a_model_held_twice_once() -> None:
+    """``GET /v2/models/stats`` with several instances up: each model once, from the
+    first instance listing it (the one its own ``/v2/models/M/stats`` reads), as one
+    Triton lists its models; an instance's error comes back as Triton gave it."""
+
+    def instance(index: int, names: list[str], status: int = 200) -> Any:
+        async def v2_get(path: str) -> Any:
+            assert path == "/v2/models/stats"
+            stats = [{"name": n, "version": "1", "inference_count": index} for n in names]
+            body = json.dumps({"model_stats": stats}) if status == 200 else '{"error":"x"}'
+            return SimpleNamespace(status=status, body=body.encode())
+
+        return SimpleNamespace(index=index, up=True, control=SimpleNamespace(v2_get=v2_get))
+
+    emulator = FakeEmulator()
+    emulator.instances = [instance(0, ["a", "b"]), instance(1, ["b", "c"])]
+    answer = call(emulator, "GET", "/v2/models/stats")
+    stats = json.loads(answer.body)["model_stats"]
+    assert answer.status == 200 and emulator.loaded == []
+    assert [(m["name"], m["inference_count"]) for m in stats] == [("a", 0), ("b", 0), ("c", 1)]
+    emulator.instances = [instance(0, ["a"]), instance(1, [], status=400)]
+    assert call(emulator, "GET", "/v2/models/stats")[::2] == (400, b'{"error":"x"}')

@@ -232,3 +232,75 @@ def _dechunked(answer: tuple[int, dict[str, str], bytes]) -> tuple[int, bytes]:
         if not int(size, 16):
             return status, out
         out, data = out + data[: int(size, 16)], data[int(size, 16) + 2 :]
+
+
+def test_all_models_statistics_are_tritons_route_not_a_model_named_stats(
+    mme: MmeEndpoint,
+) -> None:
+    """``GET /v2/models/stats`` is Triton's statistics of every model (``Handle`` matches
+    the path before ``model_regex_``, ``src/http_server.cc`` 2.51): it was read as the
+    metadata of a model named "stats", a load of a TargetModel that does not exist. The
+    answer is Triton's, whatever it is: tritonserver 2.51 with model namespacing on (the
+    SageMaker entrypoint's default) answers it 400 "Request for unknown model:
+    '...::MODEL' is not found" once a model is loaded."""
+    assert mme.invoke("model-a.tar.gz", BODY)
+    triton_url = mme.state()["instances"][0]["http_url"]
+    downloads = _downloads(mme)
+    status, headers, data = raw_request(mme.url, "GET", "/v2/models/stats")
+    assert (status, data) == raw_request(triton_url, "GET", "/v2/models/stats")[::2]
+    assert headers["content-type"].startswith("application/json")
+    assert b".tar.gz" in data and b"TargetModel 'stats'" not in data
+    assert _downloads(mme) == downloads
+    for method in ("POST", "PUT"):
+        mine = raw_request(mme.url, method, "/v2/models/stats")[::2]
+        assert (
+            mine
+            == raw_request(triton_url, method, "/v2/models/stats")[::2]
+            == (
+                405,
+                b'{"error":"Method Not Allowed"}',
+            )
+        )
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/v2/models/"),  # no model name: no route
+        ("GET", "/v2/models//ready"),
+        ("GET", "/v2/models/model-a.tar.gz/"),
+        ("POST", "/v2/models//infer"),
+        ("POST", "/v2"),  # the server routes take GET alone
+        ("PUT", "/v2/health/live"),
+        ("POST", "/v2/health/ready"),
+        ("DELETE", "/v2/models/model-a.tar.gz"),
+        ("POST", "/v2/models/model-a.tar.gz/ready"),
+        ("GET", "/v2/repository/index"),  # the repository routes take POST alone
+        ("GET", "/v2/repository/models/model-a.tar.gz/load"),
+        ("POST", "/v2/repository/models/model-a.tar.gz/reload"),  # no such action
+        ("POST", "/v2/repository/some-repo/models/model-a.tar.gz/load"),  # named repository
+        ("GET", "/v2/no-such-route"),
+    ],
+)
+def test_what_tritons_v2_routes_refuse_is_refused_as_triton_refuses_it(
+    mme: MmeEndpoint, method: str, path: str
+) -> None:
+    """Each fixed word of Triton's v2 route table (``server_regex_``, ``model_regex_``,
+    ``modelcontrol_regex_``, ``src/http_server.cc`` 2.51) as Triton answers it: a path no
+    route takes is 404 "Not Found", a method the route does not take 405 "Method Not
+    Allowed", a named repository 501 (the emulator answered its own words, took an empty
+    model name for a TargetModel and answered no route for a named repository)."""
+    triton_url = mme.state()["instances"][0]["http_url"]
+    downloads = _downloads(mme)
+    mine = raw_request(mme.url, method, path, JSON)[::2]
+    assert mine == raw_request(triton_url, method, path, JSON)[::2]
+    assert mine[0] in (404, 405, 501), mine
+    assert _downloads(mme) == downloads
+
+
+def test_the_index_of_a_named_repository_is_the_index(mme: MmeEndpoint) -> None:
+    """Triton's ``HandleRepositoryIndex`` takes ``/v2/repository/NAME/index`` and does not
+    read NAME: the same index."""
+    status, _, data = raw_request(mme.url, "POST", "/v2/repository/some-repo/index")
+    assert status == 200, data
+    assert json.loads(data) == json.loads(raw_request(mme.url, "POST", "/v2/repository/index")[2])
