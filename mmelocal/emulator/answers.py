@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from mmelocal.emulator.emulator import Emulator, InvokeResult
+from mmelocal.emulator.upstream import Reply
 from mmelocal.facts.invoke_errors import (
     INTERNAL_FAILURE,
     LOAD_ERROR_STATUS,
@@ -279,6 +280,12 @@ def encode_answer(answer: Answer, *, keep_alive: bool, head_only: bool = False) 
     )
 
 
+def reply_answer(reply: Reply) -> Answer:
+    """Triton's reply as it came: status, content type (a stream's own) and body."""
+    kind = reply.headers.get("content-type", JSON_TYPE)
+    return Answer(reply.status, [("Content-Type", kind)], reply.body)
+
+
 def v2_infer_error(exc: BaseException, target: str) -> Answer:
     """The v2 infer answer (Triton's error shape) for an exception from the platform."""
     if error_kind(exc) is INTERNAL_FAILURE:
@@ -344,6 +351,7 @@ __all__ = [
     "log_stream_arn",
     "missing_target",
     "parse_v2_path",
+    "reply_answer",
     "sagemaker_error",
     "v2_answer",
     "v2_error",

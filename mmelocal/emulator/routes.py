@@ -5,7 +5,8 @@
   is the service's check of the endpoint name).
 * ``/v2/...``: KServe v2 with on-demand loading, so tritonclient and perf_analyzer work
   against MME semantics; ``generate`` / ``generate_stream``, trace and log settings reach
-  the Triton that holds the model (or every Triton), as Triton 2.51's routes take them.
+  the Triton that holds the model (or every Triton), as Triton 2.51's routes take them;
+  the shared-memory routes are :mod:`.shared_memory_routes`'.
 * ``GET /ping``, ``GET /metrics`` (Prometheus text, CloudWatch names), ``GET /emulator/state``.
 
 :func:`route` takes the request's method, path (without the query), a header getter and
@@ -29,10 +30,12 @@ from mmelocal.emulator.answers import (
     HeaderGetter,
     error_kind,
     parse_v2_path,
+    reply_answer,
     v2_error,
     v2_exception,
 )
 from mmelocal.emulator.emulator import Emulator
+from mmelocal.emulator.shared_memory_routes import SHARED_MEMORY_ROUTE, shared_memory
 from mmelocal.emulator.upstream import Reply
 from mmelocal.errors import InstanceUnavailableError
 from mmelocal.facts.invoke_errors import (
@@ -164,6 +167,9 @@ async def route(
     simple = _SIMPLE.get((method, path))
     if simple is not None:
         return await simple(emulator)
+    shm = SHARED_MEMORY_ROUTE.fullmatch(path)
+    if shm is not None:
+        return await shared_memory(emulator, method, path, shm, _forwarded(get), body)
     repository = _REPOSITORY.fullmatch(path)
     if repository is not None:
         return await v2_repository(emulator, method, *repository.groups())
@@ -250,12 +256,6 @@ def _forwarded(get: HeaderGetter | None) -> list[tuple[str, str]]:
     return [(name, value) for name in _V2_FORWARDED if (value := get(name)) is not None]
 
 
-def _reply_answer(reply: Reply) -> Answer:
-    """Triton's reply as it came: status, content type (a stream's own) and body."""
-    kind = reply.headers.get("content-type", "application/json")
-    return Answer(reply.status, [("Content-Type", kind)], reply.body)
-
-
 async def v2_generate(
     emulator: Emulator,
     target: str,
@@ -291,7 +291,7 @@ async def v2_generate(
     latency_s = time.perf_counter() - sent
     overhead_s = time.perf_counter() - start - latency_s
     metrics.record_served(reply.status, overhead_s, latency_s, acquired.cache_hit, acquired.wait_s)
-    return _reply_answer(reply)
+    return reply_answer(reply)
 
 
 async def v2_model_trace(
@@ -309,7 +309,7 @@ async def v2_model_trace(
             reply = await inst.control.v2_request(method, path, _forwarded(get), body)
     except Exception as exc:
         return v2_exception(exc)
-    return _reply_answer(reply)
+    return reply_answer(reply)
 
 
 async def v2_server_setting(
@@ -328,7 +328,7 @@ async def v2_server_setting(
             reply = await inst.control.v2_request(method, path, _forwarded(get), body)
     except Exception as exc:
         return v2_exception(exc)
-    return _reply_answer(reply)
+    return reply_answer(reply)
 
 
 #: server-wide settings every Triton has (``trace_regex_``, ``/v2/logging``: 2.51)

@@ -6,17 +6,20 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import tarfile
 from collections.abc import Iterator
+from multiprocessing.shared_memory import SharedMemory
 from pathlib import Path
 
+import numpy as np
 import pytest
-from emulator_helpers import payload, raw_request
+from emulator_helpers import output_of, payload, raw_request
 
 from mmelocal.emulator.emulator import EmulatorConfig
 from mmelocal.emulator.server import EmulatorServer
 from mmelocal.testing.endpoint import MmeEndpoint
-from mmelocal.testing.tiny_model import CONFIG, write_tarball
+from mmelocal.testing.tiny_model import CONFIG, expected, write_tarball
 
 pytestmark = pytest.mark.triton
 
@@ -304,3 +307,74 @@ def test_the_index_of_a_named_repository_is_the_index(mme: MmeEndpoint) -> None:
     status, _, data = raw_request(mme.url, "POST", "/v2/repository/some-repo/index")
     assert status == 200, data
     assert json.loads(data) == json.loads(raw_request(mme.url, "POST", "/v2/repository/index")[2])
+
+
+def test_system_shared_memory_is_registered_with_triton_and_serves_inputs(
+    mme: MmeEndpoint,
+) -> None:
+    """``/v2/systemsharedmemory/...`` (status, register, unregister) are Triton's routes
+    (``systemsharedmemory_regex_``, ``HandleSystemSharedMemory``): they answered 404. A
+    region registered through the emulator is registered with its Triton (on this
+    machine: same ``/dev/shm``), and an inference reading its input from the region
+    gets the model's answer."""
+    x = np.arange(4, dtype=np.float32).reshape(1, 4) + 1.0
+    region = SharedMemory(name=f"mmelocal-test-{os.getpid()}", create=True, size=x.nbytes)
+    try:
+        np.ndarray(x.shape, x.dtype, buffer=region.buf)[:] = x
+        triton_url = mme.state()["instances"][0]["http_url"]
+        register = json.dumps({"key": f"/{region.name}", "offset": 0, "byte_size": x.nbytes})
+        path = "/v2/systemsharedmemory/region/input0/register"
+        status, _, data = raw_request(mme.url, "POST", path, JSON, register.encode())
+        assert status == 200, data
+        status, _, data = raw_request(mme.url, "GET", "/v2/systemsharedmemory/status")
+        assert (status, data) == raw_request(triton_url, "GET", "/v2/systemsharedmemory/status")[
+            ::2
+        ]
+        assert [r["name"] for r in json.loads(data)] == ["input0"]
+        infer = {
+            "inputs": [
+                {
+                    "name": "INPUT0",
+                    "shape": [1, 4],
+                    "datatype": "FP32",
+                    "parameters": {
+                        "shared_memory_region": "input0",
+                        "shared_memory_byte_size": x.nbytes,
+                    },
+                }
+            ]
+        }
+        path = "/v2/models/model-a.tar.gz/infer"
+        status, _, data = raw_request(mme.url, "POST", path, JSON, json.dumps(infer).encode())
+        assert status == 200, data
+        np.testing.assert_allclose(output_of(data), expected(x, scale=2.0))
+        for method, path in (
+            ("GET", "/v2/systemsharedmemory/region/input0/register"),  # POST only
+            ("POST", "/v2/systemsharedmemory/status"),  # GET only
+            ("POST", "/v2/systemsharedmemory/register"),  # no region name: Triton's 400
+        ):
+            mine = raw_request(mme.url, method, path, JSON, b"{}")[::2]
+            assert mine == raw_request(triton_url, method, path, JSON, b"{}")[::2], path
+        path = "/v2/systemsharedmemory/region/input0/unregister"
+        assert raw_request(mme.url, "POST", path)[0] == 200
+        assert raw_request(triton_url, "GET", "/v2/systemsharedmemory/status")[2] == b"[]"
+    finally:
+        raw_request(triton_url, "POST", "/v2/systemsharedmemory/unregister")
+        region.close()
+        region.unlink()
+
+
+def test_cuda_shared_memory_routes_are_tritons(mme: MmeEndpoint) -> None:
+    """``/v2/cudasharedmemory/...`` reach Triton too (they answered 404): its status,
+    and its own answer to a registration (a handle this test cannot make: Triton's 400)."""
+    triton_url = mme.state()["instances"][0]["http_url"]
+    register = json.dumps({"raw_handle": {"b64": "AAAA"}, "device_id": 0, "byte_size": 16})
+    for method, path, body in (
+        ("GET", "/v2/cudasharedmemory/status", b""),
+        ("POST", "/v2/cudasharedmemory/region/r0/register", register.encode()),
+        ("POST", "/v2/cudasharedmemory/region/r0/unregister", b""),
+        ("PUT", "/v2/cudasharedmemory/status", b""),
+    ):
+        mine = raw_request(mme.url, method, path, JSON, body)[::2]
+        assert mine == raw_request(triton_url, method, path, JSON, body)[::2], path
+        assert mine[0] != 404, (path, mine)
