@@ -270,10 +270,13 @@ async def v2_generate(
     invocation metrics as ``infer`` is."""
     metrics = emulator.metrics
     start = time.perf_counter()
+    hit: bool | None = None  # a ModelCacheHit sample once the call reaches its model
     try:
         emulator.check_target(target)
+        hit = False
         inst = emulator.router.pick(target)
         acquired = await inst.acquire(target, wait_timeout_s=emulator.config.load_wait_timeout_s)
+        hit = acquired.cache_hit
         try:
             sent = time.perf_counter()
             path = _model_path(target, version, action)
@@ -286,7 +289,7 @@ async def v2_generate(
         if error_kind(exc) is INTERNAL_FAILURE:
             logger.exception("v2 %s for %r failed", action, target)
         answer = v2_exception(exc)
-        metrics.record_invocation(answer.status, time.perf_counter() - start)
+        metrics.record_invocation(answer.status, time.perf_counter() - start, hit)
         return answer
     latency_s = time.perf_counter() - sent
     overhead_s = time.perf_counter() - start - latency_s

@@ -17,6 +17,7 @@ import pytest
 from emulator_helpers import output_of, payload, raw_request
 
 from mmelocal.emulator.emulator import EmulatorConfig
+from mmelocal.emulator.metrics import parse_prometheus
 from mmelocal.emulator.server import EmulatorServer
 from mmelocal.testing.endpoint import MmeEndpoint
 from mmelocal.testing.tiny_model import CONFIG, expected, write_tarball
@@ -378,3 +379,39 @@ def test_cuda_shared_memory_routes_are_tritons(mme: MmeEndpoint) -> None:
         mine = raw_request(mme.url, method, path, JSON, body)[::2]
         assert mine == raw_request(triton_url, method, path, JSON, body)[::2], path
         assert mine[0] != 404, (path, mine)
+
+
+def _cache_hit(mme: MmeEndpoint) -> tuple[float, float]:
+    """``ModelCacheHit``'s sample count and sum from ``/metrics``."""
+    text = raw_request(mme.url, "GET", "/metrics")[2].decode()
+    values = {k.partition("{")[0]: v for k, v in parse_prometheus(text).items()}
+    return values["ModelCacheHit_count"], values["ModelCacheHit_sum"]
+
+
+def test_model_cache_hit_counts_every_call_that_reached_its_model(mme: MmeEndpoint) -> None:
+    """``ModelCacheHit``: "The number of InvokeEndpoint requests sent to the multi-model
+    endpoint for which the model was already loaded. The Average statistic shows the
+    ratio of requests for which the model was already loaded" (SageMaker Developer Guide,
+    multi-model endpoint model loading metrics): every request is a sample, 1 when its
+    model was loaded, a failed one too. A call whose load failed was no sample (the
+    ratio counted only the calls Triton answered); a call refused before it names a model
+    (no TargetModel) is none."""
+    headers = [*JSON, ("X-Amzn-SageMaker-Target-Model", "failing-init.tar.gz")]
+    invocations = "/endpoints/ep/invocations"
+    for expected_status, call_headers, body, sample in (
+        (424, headers, BODY, 0.0),  # a cold model whose load fails: a miss
+        (400, JSON, BODY, None),  # no TargetModel: refused before any model
+    ):
+        count, total = _cache_hit(mme)
+        status = raw_request(mme.url, "POST", invocations, call_headers, body)[0]
+        assert status == expected_status
+        if sample is None:
+            assert _cache_hit(mme) == (count, total)
+        else:
+            assert _cache_hit(mme) == (count + 1, total + sample)
+    assert mme.invoke("model-a.tar.gz", BODY)
+    count, total = _cache_hit(mme)
+    loaded = [*JSON, ("X-Amzn-SageMaker-Target-Model", "model-a.tar.gz")]
+    status = raw_request(mme.url, "POST", invocations, loaded, b'{"inputs": "no"}')[0]
+    assert status == 424  # the loaded model refused the body: a hit all the same
+    assert _cache_hit(mme) == (count + 1, total + 1)
