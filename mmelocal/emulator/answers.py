@@ -18,6 +18,7 @@ import functools
 import itertools
 import json
 import logging
+import re
 import uuid
 from collections.abc import Callable
 from http import HTTPStatus
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from mmelocal.emulator.emulator import Emulator, InvokeResult
+from mmelocal.emulator.upstream import Reply
 from mmelocal.facts.invoke_errors import (
     INTERNAL_FAILURE,
     LOAD_ERROR_STATUS,
@@ -278,6 +280,12 @@ def encode_answer(answer: Answer, *, keep_alive: bool, head_only: bool = False) 
     )
 
 
+def reply_answer(reply: Reply) -> Answer:
+    """Triton's reply as it came: status, content type (a stream's own) and body."""
+    kind = reply.headers.get("content-type", JSON_TYPE)
+    return Answer(reply.status, [("Content-Type", kind)], reply.body)
+
+
 def v2_infer_error(exc: BaseException, target: str) -> Answer:
     """The v2 infer answer (Triton's error shape) for an exception from the platform."""
     if error_kind(exc) is INTERNAL_FAILURE:
@@ -303,19 +311,25 @@ V2_ACTIONS = (
 )
 
 
-def parse_v2_path(tail: str) -> tuple[str, str | None, str]:
-    """``target[/versions/N][/action]`` -> (target, version, action; "" = metadata)."""
-    action = ""
-    for candidate in V2_ACTIONS:
-        if tail.endswith("/" + candidate):
-            action = candidate
-            tail = tail[: -len(candidate) - 1]
-            break
-    version: str | None = None
-    head, sep, last = tail.rpartition("/versions/")
-    if sep and last.isdigit():
-        tail, version = head, last
-    return tail, version, action
+#: the part of a v2 model path after ``/v2/models/``, as Triton's ``model_regex_`` reads
+#: it (``([^/]+)(?:/versions/([0-9]+))?(?:/(ACTIONS))?``, matched on the raw path), but for
+#: the name: a TargetModel may hold ``/`` (an S3 key under the prefix) and tritonclient
+#: does not encode it, so the name is any run that neither starts nor ends with ``/``
+_V2_MODEL_TAIL = re.compile(
+    r"([^/](?:.*?[^/])??)(?:/versions/([0-9]+))?(?:/("
+    + "|".join(re.escape(a) for a in V2_ACTIONS)
+    + r"))?"
+)
+
+
+def parse_v2_path(tail: str) -> tuple[str, str | None, str] | None:
+    """``target[/versions/N][/action]`` -> (target, version, action; "" = metadata), or
+    None when Triton's model route does not take it (an empty name: Triton's 404)."""
+    match = _V2_MODEL_TAIL.fullmatch(tail)
+    if match is None:
+        return None
+    target, version, action = match.groups()
+    return target, version, action or ""
 
 
 __all__ = [
@@ -337,6 +351,7 @@ __all__ = [
     "log_stream_arn",
     "missing_target",
     "parse_v2_path",
+    "reply_answer",
     "sagemaker_error",
     "v2_answer",
     "v2_error",

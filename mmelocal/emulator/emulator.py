@@ -29,6 +29,7 @@ from mmelocal.emulator.emulator_config import EmulatorConfig
 from mmelocal.emulator.events import EventLog
 from mmelocal.emulator.instance import InstanceOptions, TritonInstance
 from mmelocal.emulator.metrics import Metrics
+from mmelocal.emulator.own_thread import OwnThread
 from mmelocal.emulator.probes import (
     CappedProbe,
     HostProbe,
@@ -111,6 +112,10 @@ class Emulator:
         self.router = Router(self.instances, hot_rps_threshold=config.hot_rps_threshold)
         self.watchdog = Watchdog(self.instances, interval_s=config.watchdog_interval_s)
         self._valid_targets: set[str] = set()
+        #: the ``/metrics`` scrape's blocking readings: never behind the downloads on the
+        #: default executor (a scrape must answer while a large artifact downloads); its
+        #: idle thread ends with the emulator
+        self._scrape = OwnThread("mmelocal-scrape")
 
     @property
     def cache(self) -> ArtifactCache:
@@ -361,9 +366,16 @@ class Emulator:
         else:
             await inst.evict_idle(exclude=target, reason=f"Triton answered 507 invoking {target}")
 
+    async def scrape_gauges(self) -> dict[str, float]:
+        """Every gauge of a ``/metrics`` scrape: :meth:`gauges` on the loop, then
+        :meth:`read_gauges` on the scrape's own thread."""
+        gauges = self.gauges()
+        gauges.update(await self._scrape.run(self.read_gauges))
+        return gauges
+
     def gauges(self) -> dict[str, float]:
         """Instance gauges at scrape time: counts here (on the loop), then blocking probe
-        and CPU readings (:meth:`read_gauges`, run it in an executor)."""
+        and CPU readings (:meth:`read_gauges`, run it off the loop: :meth:`scrape_gauges`)."""
         disks = [i.cache.utilization_percent for i in self.instances]
         return {
             "LoadedModelCount": float(sum(len(i.loaded()) for i in self.instances)),

@@ -163,6 +163,9 @@ class Invocation:
     deadline = math.inf
     sent_s = 0.0
     cache_hit = True
+    #: the call got as far as its model (its target passed the checks): a failure is a
+    #: ModelCacheHit sample too, :attr:`cache_hit`'s
+    routed = False
     wait_s = 0.0
     #: recoveries after a 404 or 507 (one), a broken reused connection (one)
     attempts = 0
@@ -276,6 +279,7 @@ class Invocation:
     def _attempt(self) -> None:
         """Forward now when the target is ready and a connection idle, else await both."""
         target = self.target
+        self.routed = True
         inst = None if self.fresh else self.emulator.router.hold_ready(target)
         if inst is not None:
             pool = inst.upstream
@@ -290,9 +294,11 @@ class Invocation:
     async def _prepare(self) -> None:
         emulator, target = self.emulator, self.target
         try:
+            self.cache_hit = False  # until the acquire says: not loaded where it went
             inst = emulator.router.pick(target)
             wait_s = emulator.config.load_wait_timeout_s
             acquired = await inst.acquire(target, wait_timeout_s=wait_s)
+            self.cache_hit, self.wait_s = acquired.cache_hit, acquired.wait_s
             pool = inst.upstream
             try:
                 conn = await pool.connection(fresh=self.fresh)
@@ -307,7 +313,6 @@ class Invocation:
             self._fail(exc)
             return
         self.task = None
-        self.cache_hit, self.wait_s = acquired.cache_hit, acquired.wait_s
         self._send(inst, pool, conn)
 
     # -- forwarding and the reply ------------------------------------------------------------
@@ -458,7 +463,9 @@ class Invocation:
             status = answer.status
         if record:
             self.emulator.metrics.record_invocation(
-                status, time.perf_counter() - self.start_s - model_s
+                status,
+                time.perf_counter() - self.start_s - model_s,
+                self.cache_hit if self.routed else None,
             )
         self.requester.answered(self.request, answer, status)
 

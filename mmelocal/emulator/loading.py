@@ -95,15 +95,37 @@ class Loader:
         except BaseException as exc:
             if isinstance(exc, ModelLoadError) and exc.log_path is None:
                 exc.log_path = self.control.log_path()  # every ModelError names the log
+            callers = entry.future
             if self.state.models.get(entry.target) is entry:
-                del self.state.models[entry.target]
-            if not entry.future.done():
+                if entry.undo is not None and not entry.undo.done():
+                    self._until_undone(entry, entry.undo)
+                else:
+                    del self.state.models[entry.target]
+            if not callers.done():
                 if isinstance(exc, asyncio.CancelledError):
                     exc = self._interrupted()
-                entry.future.set_exception(exc)
+                callers.set_exception(exc)
             return
         if not entry.future.done():
             entry.future.set_result(None)
+
+    def _until_undone(self, entry: ModelEntry, undo: asyncio.Future[None]) -> None:
+        """Keep ``entry`` in the loaded set as unloading while the DELETE undoing its load
+        runs (Triton still holds the name: a new call for it waits, as for any unload, and
+        a new load waits for the DELETE), its artifact pinned; then let it go."""
+        entry.future = quiet_future()
+        self.state.deletes[entry.target] = undo  # type: ignore[assignment]
+
+        def undone(_: object) -> None:
+            if self.state.deletes.get(entry.target) is undo:
+                del self.state.deletes[entry.target]
+            if self.state.models.get(entry.target) is entry:
+                del self.state.models[entry.target]
+            self.cache.unpin(entry.target)
+            if not entry.future.done():
+                entry.future.set_result(None)
+
+        undo.add_done_callback(undone)
 
     async def _load_inner(self, entry: ModelEntry) -> None:
         # the artifact is held for this load until it pins it; a load that gives up before
@@ -164,7 +186,8 @@ class Loader:
             try:
                 await self._load_locked(entry, self.url_for(fetch.artifact.serve_dir))
             except BaseException:
-                self.cache.unpin(entry.target)
+                if entry.undo is None:  # an undo keeps the pin until its DELETE ends
+                    self.cache.unpin(entry.target)
                 raise
         finally:
             lock.release()

@@ -166,12 +166,20 @@ class Metrics:
         elif status >= 500:
             counters["Invocation5XXErrors"] += 1
 
-    def record_invocation(self, status: int, overhead_s: float | None = None) -> None:
+    def record_invocation(
+        self, status: int, overhead_s: float | None = None, cache_hit: bool | None = None
+    ) -> None:
         """One invocation no model answered (``status``: the platform's answer);
         ``overhead_s``: the time the platform added beside the model
-        (``OverheadLatency``, negative readings as 0)."""
+        (``OverheadLatency``, negative readings as 0); ``cache_hit``: whether its model
+        was already loaded, for a call that got as far as its model (``ModelCacheHit``
+        counts every InvokeEndpoint request "for which the model was already loaded",
+        its average the ratio of those: a failed call is a sample too, 0 for a model
+        that was not loaded); None for a call refused before (no sample)."""
         if overhead_s is not None:
             self.summaries["OverheadLatency"].observe(max(0.0, overhead_s) * 1e6)
+        if cache_hit is not None:
+            self.summaries["ModelCacheHit"].observe(1.0 if cache_hit else 0.0)
         self._count_invocation(status)
 
     def record_served(

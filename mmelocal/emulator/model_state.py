@@ -77,6 +77,9 @@ class ModelEntry:
     #: when its load must have ended (event loop time): the platform's limit covers the
     #: download, the extraction and the load together, from the load's start
     load_deadline_s: float = math.inf
+    #: the DELETE undoing its load, given up at the limit while Triton still loaded it
+    #: (:meth:`~.sagemaker_control.SageMakerControl.post_load`); None when there is none
+    undo: asyncio.Future[None] | None = None
 
     def usage(self, runtime_bytes: int = 0) -> ModelUsage:
         """The plain-data view the eviction policy works on (``runtime_bytes``: the shared

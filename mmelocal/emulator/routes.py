@@ -5,7 +5,8 @@
   is the service's check of the endpoint name).
 * ``/v2/...``: KServe v2 with on-demand loading, so tritonclient and perf_analyzer work
   against MME semantics; ``generate`` / ``generate_stream``, trace and log settings reach
-  the Triton that holds the model (or every Triton), as Triton 2.51's routes take them.
+  the Triton that holds the model (or every Triton), as Triton 2.51's routes take them;
+  the shared-memory routes are :mod:`.shared_memory_routes`'.
 * ``GET /ping``, ``GET /metrics`` (Prometheus text, CloudWatch names), ``GET /emulator/state``.
 
 :func:`route` takes the request's method, path (without the query), a header getter and
@@ -15,7 +16,6 @@ server (:mod:`.http_server`) is the one HTTP server that calls it.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
 import logging
@@ -30,10 +30,12 @@ from mmelocal.emulator.answers import (
     HeaderGetter,
     error_kind,
     parse_v2_path,
+    reply_answer,
     v2_error,
     v2_exception,
 )
 from mmelocal.emulator.emulator import Emulator
+from mmelocal.emulator.shared_memory_routes import SHARED_MEMORY_ROUTE, shared_memory
 from mmelocal.emulator.upstream import Reply
 from mmelocal.errors import InstanceUnavailableError
 from mmelocal.facts.invoke_errors import (
@@ -41,6 +43,7 @@ from mmelocal.facts.invoke_errors import (
     V2_NOT_AVAILABLE,
     V2_NOT_FOUND,
     V2_NOT_READY,
+    V2_REPOSITORY_NAME,
     V2_TRACE_UNKNOWN,
 )
 from mmelocal.facts.sagemaker import (
@@ -137,8 +140,10 @@ def invoke_route(method: str, path: str) -> tuple[str, str] | None:
     if path.startswith("/endpoints/") and path.endswith("/invocations"):
         return "invocations", unquote(path[len("/endpoints/") : -len("/invocations")])
     if path.startswith("/v2/models/") and path.endswith("/infer"):
-        target, _version, _action = parse_v2_path(unquote(path[len("/v2/models/") :]))
-        return "infer", target
+        parsed = parse_v2_path(path[len("/v2/models/") :])
+        if parsed is None or parsed[2] != "infer":
+            return None  # Triton's model route does not take it: no route
+        return "infer", unquote(parsed[0])
     return None
 
 
@@ -149,24 +154,40 @@ async def route(
     string, still quoted)."""
     if invoke_route(method, path) is not None:  # served by .invocation, never routed
         raise AssertionError(f"{method} {path} is an invocation")
+    if path == "/v2/models/stats":  # before the model route, as Triton's Handle matches
+        return await v2_all_stats(emulator, method)
     if path.startswith("/v2/models/"):
-        tail = unquote(path[len("/v2/models/") :])
-        return await v2_models(emulator, method, tail, get, body)
+        parsed = parse_v2_path(path[len("/v2/models/") :])
+        if parsed is None:
+            return v2_error(404, V2_NOT_FOUND)
+        target, version, action = parsed
+        return await v2_models(emulator, method, unquote(target), version, action, get, body)
     if path in _SERVER_SETTINGS:
         return await v2_server_setting(emulator, method, path, get, body)
     simple = _SIMPLE.get((method, path))
     if simple is not None:
         return await simple(emulator)
-    if method == "POST" and path.startswith("/v2/repository/models/"):
-        tail = unquote(path[len("/v2/repository/models/") :])
-        return await v2_repository_action(emulator, tail)
+    shm = SHARED_MEMORY_ROUTE.fullmatch(path)
+    if shm is not None:
+        return await shared_memory(emulator, method, path, shm, _forwarded(get), body)
+    repository = _REPOSITORY.fullmatch(path)
+    if repository is not None:
+        return await v2_repository(emulator, method, *repository.groups())
     if path in _PATHS or path.startswith(_PREFIXES):
-        return v2_error(405, f"{method} is not supported on {path}")
+        return v2_error(405, V2_METHOD_NOT_ALLOWED)
+    if path == "/v2" or path.startswith("/v2/"):
+        return v2_error(404, V2_NOT_FOUND)  # Triton's answer to a path no route takes
     return v2_error(404, f"no route {method} {path}")
 
 
 async def v2_models(
-    emulator: Emulator, method: str, tail: str, get: HeaderGetter | None = None, body: bytes = b""
+    emulator: Emulator,
+    method: str,
+    target: str,
+    version: str | None,
+    action: str,
+    get: HeaderGetter | None = None,
+    body: bytes = b"",
 ) -> Answer:
     """``/v2/models/`` but infer: ready, metadata, config and stats (GET); ``generate``
     and ``generate_stream`` (POST, :func:`v2_generate`) and ``trace/setting`` (GET or
@@ -180,7 +201,6 @@ async def v2_models(
     perf_analyzer read before they infer); its readiness and statistics are Triton's
     answers for a model it has not loaded, with no load.
     """
-    target, version, action = parse_v2_path(tail)
     if action in _GENERATE:
         if method != "POST":
             return v2_error(405, V2_METHOD_NOT_ALLOWED)
@@ -192,7 +212,7 @@ async def v2_models(
             return v2_error(405, V2_METHOD_NOT_ALLOWED)
         return await v2_model_trace(emulator, target, method, get, body)
     if method != "GET" or action == "infer":  # infer by POST is an invocation, never here
-        return v2_error(405, f"{method} is not supported on /v2/models/{tail}")
+        return v2_error(405, V2_METHOD_NOT_ALLOWED)
     path = _model_path(target, version, action)
     try:
         with emulator.router.reading(target) as inst:
@@ -236,12 +256,6 @@ def _forwarded(get: HeaderGetter | None) -> list[tuple[str, str]]:
     return [(name, value) for name in _V2_FORWARDED if (value := get(name)) is not None]
 
 
-def _reply_answer(reply: Reply) -> Answer:
-    """Triton's reply as it came: status, content type (a stream's own) and body."""
-    kind = reply.headers.get("content-type", "application/json")
-    return Answer(reply.status, [("Content-Type", kind)], reply.body)
-
-
 async def v2_generate(
     emulator: Emulator,
     target: str,
@@ -256,10 +270,13 @@ async def v2_generate(
     invocation metrics as ``infer`` is."""
     metrics = emulator.metrics
     start = time.perf_counter()
+    hit: bool | None = None  # a ModelCacheHit sample once the call reaches its model
     try:
         emulator.check_target(target)
+        hit = False
         inst = emulator.router.pick(target)
         acquired = await inst.acquire(target, wait_timeout_s=emulator.config.load_wait_timeout_s)
+        hit = acquired.cache_hit
         try:
             sent = time.perf_counter()
             path = _model_path(target, version, action)
@@ -272,12 +289,12 @@ async def v2_generate(
         if error_kind(exc) is INTERNAL_FAILURE:
             logger.exception("v2 %s for %r failed", action, target)
         answer = v2_exception(exc)
-        metrics.record_invocation(answer.status, time.perf_counter() - start)
+        metrics.record_invocation(answer.status, time.perf_counter() - start, hit)
         return answer
     latency_s = time.perf_counter() - sent
     overhead_s = time.perf_counter() - start - latency_s
     metrics.record_served(reply.status, overhead_s, latency_s, acquired.cache_hit, acquired.wait_s)
-    return _reply_answer(reply)
+    return reply_answer(reply)
 
 
 async def v2_model_trace(
@@ -295,7 +312,7 @@ async def v2_model_trace(
             reply = await inst.control.v2_request(method, path, _forwarded(get), body)
     except Exception as exc:
         return v2_exception(exc)
-    return _reply_answer(reply)
+    return reply_answer(reply)
 
 
 async def v2_server_setting(
@@ -314,7 +331,7 @@ async def v2_server_setting(
             reply = await inst.control.v2_request(method, path, _forwarded(get), body)
     except Exception as exc:
         return v2_exception(exc)
-    return _reply_answer(reply)
+    return reply_answer(reply)
 
 
 #: server-wide settings every Triton has (``trace_regex_``, ``/v2/logging``: 2.51)
@@ -332,20 +349,72 @@ def _json_reply(reply: Reply) -> Answer:
     return Answer(reply.status, list(_JSON_HEADERS), reply.body)
 
 
-async def v2_repository_action(emulator: Emulator, tail: str) -> Answer:
-    """``POST /v2/repository/models/{target}/load|unload`` (``tail``: ``target/action``)."""
-    target, _, action = tail.rpartition("/")
+#: Triton's repository route (``modelcontrol_regex_``, ``src/http_server.cc`` 2.51:
+#: ``/v2/repository(?:/([^/]+))?/(index|models/([^/]+)/(load|unload))``), a TargetModel
+#: with ``/`` taken as on the model route (:func:`~.answers.parse_v2_path`)
+_REPOSITORY = re.compile(r"/v2/repository(?:/([^/]+))?/(?:(index)|models/(.+)/(load|unload))")
+
+
+async def v2_repository(
+    emulator: Emulator,
+    method: str,
+    repository: str | None,
+    index: str | None,
+    target: str | None,
+    action: str | None,
+) -> Answer:
+    """``POST /v2/repository[/NAME]/index`` (the index whatever NAME is, as Triton's
+    ``HandleRepositoryIndex`` does not read it) and ``POST
+    /v2/repository/models/{target}/load|unload``; a named repository's load or unload is
+    Triton's 501 (``HandleRepositoryControl``), any other method 405."""
+    if method != "POST":
+        return v2_error(405, V2_METHOD_NOT_ALLOWED)
+    if index is not None:
+        return await v2_index(emulator)
+    if repository is not None:
+        return v2_error(501, V2_REPOSITORY_NAME)
+    assert target is not None and action is not None
+    return await v2_repository_action(emulator, unquote(target), action)
+
+
+async def v2_repository_action(emulator: Emulator, target: str, action: str) -> Answer:
+    """``POST /v2/repository/models/{target}/load|unload``."""
     try:
         if action == "load":
             await emulator.ensure_loaded(target)
-        elif action == "unload":
+        else:
             for inst in emulator.instances:
                 await inst.unload(target, reason="unload requested through /v2/repository")
-        else:
-            return v2_error(404, f"unknown repository action {action!r}")
     except Exception as exc:
         return v2_exception(exc)
     return empty(200)
+
+
+async def v2_all_stats(emulator: Emulator, method: str) -> Answer:
+    """``GET /v2/models/stats``: the statistics of every model (Triton's
+    ``HandleModelStats`` with no name), from every instance that is up: one instance's
+    answer as Triton gave it; with several, each model once, from the first instance that
+    lists it (the one a model's own statistics come from), and the first answer that is
+    not a 200 as it came."""
+    if method != "GET":
+        return v2_error(405, V2_METHOD_NOT_ALLOWED)
+    up = [i for i in emulator.instances if i.up]
+    if not up:
+        return v2_exception(InstanceUnavailableError("every Triton instance is restarting; retry"))
+    models: dict[tuple[object, object], Any] = {}
+    try:
+        for inst in up:
+            reply = await inst.control.v2_get("/v2/models/stats")
+            if reply.status != 200 or len(up) == 1:
+                return _json_reply(reply)
+            for model in json.loads(reply.body).get("model_stats", []):
+                models.setdefault((model.get("name"), model.get("version")), model)
+    except Exception as exc:
+        if error_kind(exc) is INTERNAL_FAILURE:
+            logger.exception("v2 statistics of every model failed")
+        return v2_exception(exc)
+    body = json.dumps({"model_stats": list(models.values())}, separators=(",", ":"))
+    return Answer(200, list(_JSON_HEADERS), body.encode())
 
 
 async def v2_server(emulator: Emulator) -> Answer:
@@ -399,8 +468,7 @@ async def ping(emulator: Emulator) -> Answer:
 
 async def metrics(emulator: Emulator) -> Answer:
     """``GET /metrics``: Prometheus text with the CloudWatch names."""
-    gauges = emulator.gauges()
-    gauges.update(await asyncio.get_running_loop().run_in_executor(None, emulator.read_gauges))
+    gauges = await emulator.scrape_gauges()
     text = emulator.metrics.render(gauges)
     return Answer(200, [("Content-Type", "text/plain; charset=utf-8")], text.encode())
 
@@ -422,10 +490,9 @@ _SIMPLE = {
     ("GET", "/v2"): v2_server,
     ("GET", "/v2/health/live"): v2_live,
     ("GET", "/v2/health/ready"): v2_ready,
-    ("POST", "/v2/repository/index"): v2_index,
 }
 #: paths and path prefixes that exist (another method on them is a 405, not a 404)
 _PATHS = frozenset(path for _, path in _SIMPLE)
-_PREFIXES = ("/endpoints/", "/v2/models/", "/v2/repository/models/")
+_PREFIXES = ("/endpoints/",)
 
 __all__ = ["endpoint_name_error", "header_error", "invoke_route", "json_answer", "route"]

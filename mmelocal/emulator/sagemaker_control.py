@@ -17,7 +17,7 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from mmelocal.emulator.model_state import InstanceOptions, ModelEntry
+from mmelocal.emulator.model_state import UNLOADING, InstanceOptions, ModelEntry
 from mmelocal.emulator.upstream import Reply, UpstreamError, UpstreamPool, UpstreamTimeoutError
 from mmelocal.errors import EmulatorError, ModelLoadError
 from mmelocal.facts.sagemaker import INVOKE_TIMEOUT_S, LOAD_LIMIT_S, REQUEST_TIMEOUT_S
@@ -92,9 +92,11 @@ class SageMakerControl:
             self.v2_pool.close()
 
     async def post_load(self, entry: ModelEntry, url_dir: str) -> tuple[int, str]:
-        """``POST /models``: Triton's status and text; a load still running at the entry's
+        """``POST /models``: Triton's status and text. A load still running at the entry's
         deadline (``load_deadline_s``: the load's limit counts from its start, download
-        included) is undone."""
+        included) raises the limit's error at once, the entry marked unloading and its
+        undoing DELETE started as ``entry.undo`` (it may take up to the unload timeout:
+        the caller does not wait for it)."""
         headers = [(TARGET_MODEL_HEADER, entry.target), ("Content-Type", "application/json")]
         limit_s = self.options.load_timeout_s
         timeout_s = min(limit_s, entry.load_deadline_s - asyncio.get_running_loop().time())
@@ -109,7 +111,8 @@ class SageMakerControl:
                 timeout_s=timeout_s,
             )
         except UpstreamTimeoutError as exc:
-            await self._undo_load(entry)
+            entry.state = UNLOADING
+            entry.undo = asyncio.ensure_future(self._undo_load(entry))
             raise past_load_limit(
                 entry.target,
                 limit_s,

@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 import httptools
 
+from mmelocal.emulator.own_thread import OwnThread
 from mmelocal.errors import UpstreamError, UpstreamTimeoutError, UserInputError
 
 
@@ -145,6 +146,10 @@ class UpstreamPool:
         self.max_idle = max_idle
         self.bridge = bridge
         self._idle: list[UpstreamConnection] = []
+        #: where connections through ``bridge`` are made (a blocking call): a thread of
+        #: the pool's own, never behind the downloads on the default executor; its idle
+        #: thread ends with the pool
+        self._connects = OwnThread("mmelocal-bridge") if bridge is not None else None
 
     def take_idle(self) -> UpstreamConnection | None:
         """An open idle connection, or None (then use :meth:`request`)."""
@@ -170,10 +175,11 @@ class UpstreamPool:
             return conn
         loop = asyncio.get_running_loop()
         try:
-            if self.bridge is not None:
+            if self.bridge is not None and self._connects is not None:
                 from mmelocal.runtime.netns import connect_through
 
-                sock = await loop.run_in_executor(None, connect_through, self.bridge, self.port)
+                bridge, port = self.bridge, self.port
+                sock = await self._connects.run(lambda: connect_through(bridge, port))
                 _, conn = await loop.create_connection(UpstreamConnection, sock=sock)
             else:
                 _, conn = await loop.create_connection(UpstreamConnection, self.host, self.port)

@@ -71,6 +71,9 @@ V2_TRACE_UNKNOWN = "Request for unknown model : {model}"
 #: (404), such as a version on ``trace/setting`` (``HTTPAPIServer::Handle``, 2.51)
 V2_METHOD_NOT_ALLOWED = "Method Not Allowed"
 V2_NOT_FOUND = "Not Found"
+#: Triton's v2 answer (501: ``TRITONSERVER_ERROR_UNSUPPORTED``) to a load or unload in a
+#: named repository, ``/v2/repository/NAME/models/M/load`` (``HandleRepositoryControl``)
+V2_REPOSITORY_NAME = "'repository_name' specification is not supported"
 
 #: Exception class -> the caller's error, first match wins (subclasses before bases).
 SAGEMAKER_ERRORS: tuple[tuple[tuple[type[BaseException], ...], SageMakerError], ...] = (

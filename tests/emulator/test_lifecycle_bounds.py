@@ -270,7 +270,7 @@ def test_a_failed_undo_of_a_load_past_the_limit_still_answers_the_limit(
     """The DELETE that undoes a load still running at the limit fails (Triton drops the
     connection): the caller gets the load limit's ModelLoadError, and the failed undo is
     logged (the caller got the DELETE's connection error, as if the load had failed
-    for that)."""
+    for that). The undo runs on after the caller's answer (``entry.undo``)."""
 
     async def run() -> None:
         asked: list[bytes] = []
@@ -298,8 +298,11 @@ def test_a_failed_undo_of_a_load_past_the_limit_still_answers_the_limit(
         )
         entry.load_deadline_s = loop.time() + 0.3
         logged = caplog.at_level(logging.WARNING, logger="mmelocal.emulator.sagemaker_control")
-        with logged, pytest.raises(ModelLoadError, match="within 30s"):
-            await asyncio.wait_for(control.post_load(entry, "/models/m"), timeout=10.0)
+        with logged:
+            with pytest.raises(ModelLoadError, match="within 30s"):
+                await asyncio.wait_for(control.post_load(entry, "/models/m"), timeout=10.0)
+            assert entry.undo is not None  # the undo runs on after the caller's answer
+            await asyncio.wait_for(entry.undo, timeout=10.0)
         assert any(head.startswith(b"DELETE /models/k ") for head in asked)
         (record,) = [r for r in caplog.records if r.name.endswith("sagemaker_control")]
         assert "'m'" in record.getMessage() and "connection failed" in record.getMessage()
@@ -362,3 +365,88 @@ def test_a_download_cut_off_by_the_load_limit_leaves_its_artifact_unclaimed(
     cache.ensure("model-1.tar.gz")  # needs the room the abandoned artifact holds
     cache.close()
     assert cache.targets() == ["model-1.tar.gz"]
+
+
+async def _never_loads(
+    asked: list[bytes], delete_gate: asyncio.Event
+) -> tuple[asyncio.Server, int]:
+    """A SageMaker front end whose loads never end (a stub that cannot start hangs one so)
+    and whose DELETEs are answered once ``delete_gate`` is set."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next(
+                    (
+                        int(line.split(b":")[1])
+                        for line in head.split(b"\r\n")
+                        if line.lower().startswith(b"content-length:")
+                    ),
+                    0,
+                )
+                await reader.readexactly(length)
+                asked.append(head)
+                if head.startswith(b"DELETE"):
+                    await delete_gate.wait()
+                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+                    await writer.drain()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1]
+
+
+def test_a_load_given_up_at_the_limit_is_unloading_while_its_undo_runs() -> None:
+    """Triton still loads a model at the load limit: its callers get the limit's
+    ModelError at the limit, and the model shows as unloading (not loading) while the
+    DELETE undoing it runs, which may take up to the unload timeout (350 s). The callers
+    waited for that DELETE, the model showed as loading and the instance's load lock was
+    held meanwhile (no other load could start). A call for it meanwhile waits for the
+    undo as for any unload; its artifact stays pinned until the DELETE ends."""
+
+    async def run() -> None:
+        asked: list[bytes] = []
+        gate = asyncio.Event()
+        server, port = await _never_loads(asked, gate)
+        machine = Machine(total_bytes=1000 * MIB)
+        options = InstanceOptions(
+            busy_wait_s=0.2, release_timeout_s=1.0, load_timeout_s=0.5, unload_timeout_s=30.0
+        )
+        cache = Cache()
+        inst = fake_instance(
+            machine, Control(machine, size=MIB), limit_bytes=500 * MIB, options=options, cache=cache
+        )
+        await inst.start()
+        control = SageMakerControl(
+            options=options,
+            connection_error=lambda exc: EmulatorError(str(exc)),
+            log_path=lambda: None,
+        )
+        control.connect(f"http://127.0.0.1:{port}", None)
+        inst.control = inst.evictor.control = inst.loader.control = control
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        with pytest.raises(ModelLoadError, match=r"within 0\.5s"):
+            await asyncio.wait_for(inst.acquire("m", wait_timeout_s=60.0), timeout=10.0)
+        assert loop.time() - t0 < 5.0  # at the limit, not after the DELETE
+        await wait_for_async(
+            lambda: any(h.startswith(b"DELETE") for h in asked), timeout_s=10, what="the undo"
+        )
+        assert inst.models["m"].state == UNLOADING
+        assert [e["state"] for e in inst.usage_snapshot()] == ["unloading"]
+        assert not inst.state.load_lock.locked() and cache.pins == {"m": 1}
+        call = asyncio.ensure_future(inst.acquire("m", wait_timeout_s=60.0))
+        await wait_for_async(lambda: inst.models["m"].waiters == 1, timeout_s=10)
+        assert sum(h.startswith(b"POST /models ") for h in asked) == 1  # it waits, no load
+        gate.set()  # the DELETE ends: the waiting call loads it again (and hits the limit)
+        with pytest.raises(ModelLoadError, match=r"within 0\.5s"):
+            await asyncio.wait_for(call, timeout=10.0)
+        assert sum(h.startswith(b"POST /models ") for h in asked) == 2
+        await wait_for_async(lambda: "m" not in inst.models, timeout_s=10, what="undone")
+        assert cache.pins == {"m": 0}
+        await inst.stop()
+        inst.close()
+        control.close()
+        server.close()
+
+    asyncio.run(run())

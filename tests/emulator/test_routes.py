@@ -136,3 +136,58 @@ def test_server_metadata_comes_from_an_instance_that_is_up() -> None:
     emulator.instances = [instance(0, False)]
     answer = call(emulator, "GET", "/v2")
     assert answer.status == 503 and "restarting" in json.loads(answer.body)["error"]
+
+
+def test_every_models_statistics_list_a_model_held_twice_once() -> None:
+    """``GET /v2/models/stats`` with several instances up: each model once, from the
+    first instance listing it (the one its own ``/v2/models/M/stats`` reads), as one
+    Triton lists its models; an instance's error comes back as Triton gave it."""
+
+    def instance(index: int, names: list[str], status: int = 200) -> Any:
+        async def v2_get(path: str) -> Any:
+            assert path == "/v2/models/stats"
+            stats = [{"name": n, "version": "1", "inference_count": index} for n in names]
+            body = json.dumps({"model_stats": stats}) if status == 200 else '{"error":"x"}'
+            return SimpleNamespace(status=status, body=body.encode())
+
+        return SimpleNamespace(index=index, up=True, control=SimpleNamespace(v2_get=v2_get))
+
+    emulator = FakeEmulator()
+    emulator.instances = [instance(0, ["a", "b"]), instance(1, ["b", "c"])]
+    answer = call(emulator, "GET", "/v2/models/stats")
+    stats = json.loads(answer.body)["model_stats"]
+    assert answer.status == 200 and emulator.loaded == []
+    assert [(m["name"], m["inference_count"]) for m in stats] == [("a", 0), ("b", 0), ("c", 1)]
+    emulator.instances = [instance(0, ["a"]), instance(1, [], status=400)]
+    assert call(emulator, "GET", "/v2/models/stats")[::2] == (400, b'{"error":"x"}')
+
+
+def test_a_shared_memory_region_is_registered_on_every_instance_or_on_none() -> None:
+    """An invocation may go to any instance (a hot model has copies): a region is
+    registered on every instance up; when one refuses it, those that took it unregister
+    it again and the caller gets the refusal as Triton gave it. A status is one
+    instance's; an instance that is down is not asked."""
+    asked: list[tuple[int, str, str]] = []
+
+    def instance(index: int, up: bool = True, refuses: bool = False) -> Any:
+        async def v2_request(method: str, path: str, headers: Any = None, body: bytes = b"") -> Any:
+            asked.append((index, method, path))
+            if refuses and path.endswith("/register"):
+                return SimpleNamespace(status=400, headers={}, body=b'{"error":"no key"}')
+            return SimpleNamespace(status=200, headers={}, body=b"[]")
+
+        return SimpleNamespace(index=index, up=up, control=SimpleNamespace(v2_request=v2_request))
+
+    register = "/v2/systemsharedmemory/region/r/register"
+    emulator = FakeEmulator()
+    emulator.instances = [instance(0), instance(1, up=False), instance(2)]
+    assert call(emulator, "POST", register).status == 200
+    assert asked == [(0, "POST", register), (2, "POST", register)]
+    asked.clear()
+    assert call(emulator, "GET", "/v2/systemsharedmemory/status").status == 200
+    assert asked == [(0, "GET", "/v2/systemsharedmemory/status")]
+    asked.clear()
+    emulator.instances = [instance(0), instance(1, refuses=True), instance(2)]
+    assert call(emulator, "POST", register)[::2] == (400, b'{"error":"no key"}')
+    unregister = "/v2/systemsharedmemory/region/r/unregister"
+    assert asked == [(0, "POST", register), (1, "POST", register), (0, "POST", unregister)]

@@ -6,17 +6,21 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import tarfile
 from collections.abc import Iterator
+from multiprocessing.shared_memory import SharedMemory
 from pathlib import Path
 
+import numpy as np
 import pytest
-from emulator_helpers import payload, raw_request
+from emulator_helpers import output_of, payload, raw_request
 
 from mmelocal.emulator.emulator import EmulatorConfig
+from mmelocal.emulator.metrics import parse_prometheus
 from mmelocal.emulator.server import EmulatorServer
 from mmelocal.testing.endpoint import MmeEndpoint
-from mmelocal.testing.tiny_model import CONFIG, write_tarball
+from mmelocal.testing.tiny_model import CONFIG, expected, write_tarball
 
 pytestmark = pytest.mark.triton
 
@@ -232,3 +236,182 @@ def _dechunked(answer: tuple[int, dict[str, str], bytes]) -> tuple[int, bytes]:
         if not int(size, 16):
             return status, out
         out, data = out + data[: int(size, 16)], data[int(size, 16) + 2 :]
+
+
+def test_all_models_statistics_are_tritons_route_not_a_model_named_stats(
+    mme: MmeEndpoint,
+) -> None:
+    """``GET /v2/models/stats`` is Triton's statistics of every model (``Handle`` matches
+    the path before ``model_regex_``, ``src/http_server.cc`` 2.51): it was read as the
+    metadata of a model named "stats", a load of a TargetModel that does not exist. The
+    answer is Triton's, whatever it is: tritonserver 2.51 with model namespacing on (the
+    SageMaker entrypoint's default) answers it 400 "Request for unknown model:
+    '...::MODEL' is not found" once a model is loaded."""
+    assert mme.invoke("model-a.tar.gz", BODY)
+    triton_url = mme.state()["instances"][0]["http_url"]
+    downloads = _downloads(mme)
+    status, headers, data = raw_request(mme.url, "GET", "/v2/models/stats")
+    assert (status, data) == raw_request(triton_url, "GET", "/v2/models/stats")[::2]
+    assert headers["content-type"].startswith("application/json")
+    assert b".tar.gz" in data and b"TargetModel 'stats'" not in data
+    assert _downloads(mme) == downloads
+    for method in ("POST", "PUT"):
+        mine = raw_request(mme.url, method, "/v2/models/stats")[::2]
+        assert (
+            mine
+            == raw_request(triton_url, method, "/v2/models/stats")[::2]
+            == (
+                405,
+                b'{"error":"Method Not Allowed"}',
+            )
+        )
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/v2/models/"),  # no model name: no route
+        ("GET", "/v2/models//ready"),
+        ("GET", "/v2/models/model-a.tar.gz/"),
+        ("POST", "/v2/models//infer"),
+        ("POST", "/v2"),  # the server routes take GET alone
+        ("PUT", "/v2/health/live"),
+        ("POST", "/v2/health/ready"),
+        ("DELETE", "/v2/models/model-a.tar.gz"),
+        ("POST", "/v2/models/model-a.tar.gz/ready"),
+        ("GET", "/v2/repository/index"),  # the repository routes take POST alone
+        ("GET", "/v2/repository/models/model-a.tar.gz/load"),
+        ("POST", "/v2/repository/models/model-a.tar.gz/reload"),  # no such action
+        ("POST", "/v2/repository/some-repo/models/model-a.tar.gz/load"),  # named repository
+        ("GET", "/v2/no-such-route"),
+    ],
+)
+def test_what_tritons_v2_routes_refuse_is_refused_as_triton_refuses_it(
+    mme: MmeEndpoint, method: str, path: str
+) -> None:
+    """Each fixed word of Triton's v2 route table (``server_regex_``, ``model_regex_``,
+    ``modelcontrol_regex_``, ``src/http_server.cc`` 2.51) as Triton answers it: a path no
+    route takes is 404 "Not Found", a method the route does not take 405 "Method Not
+    Allowed", a named repository 501 (the emulator answered its own words, took an empty
+    model name for a TargetModel and answered no route for a named repository)."""
+    triton_url = mme.state()["instances"][0]["http_url"]
+    downloads = _downloads(mme)
+    mine = raw_request(mme.url, method, path, JSON)[::2]
+    assert mine == raw_request(triton_url, method, path, JSON)[::2]
+    assert mine[0] in (404, 405, 501), mine
+    assert _downloads(mme) == downloads
+
+
+def test_the_index_of_a_named_repository_is_the_index(mme: MmeEndpoint) -> None:
+    """Triton's ``HandleRepositoryIndex`` takes ``/v2/repository/NAME/index`` and does not
+    read NAME: the same index."""
+    status, _, data = raw_request(mme.url, "POST", "/v2/repository/some-repo/index")
+    assert status == 200, data
+    assert json.loads(data) == json.loads(raw_request(mme.url, "POST", "/v2/repository/index")[2])
+
+
+def test_system_shared_memory_is_registered_with_triton_and_serves_inputs(
+    mme: MmeEndpoint,
+) -> None:
+    """``/v2/systemsharedmemory/...`` (status, register, unregister) are Triton's routes
+    (``systemsharedmemory_regex_``, ``HandleSystemSharedMemory``): they answered 404. A
+    region registered through the emulator is registered with its Triton (on this
+    machine: same ``/dev/shm``), and an inference reading its input from the region
+    gets the model's answer."""
+    x = np.arange(4, dtype=np.float32).reshape(1, 4) + 1.0
+    region = SharedMemory(name=f"mmelocal-test-{os.getpid()}", create=True, size=x.nbytes)
+    try:
+        np.ndarray(x.shape, x.dtype, buffer=region.buf)[:] = x
+        triton_url = mme.state()["instances"][0]["http_url"]
+        register = json.dumps({"key": f"/{region.name}", "offset": 0, "byte_size": x.nbytes})
+        path = "/v2/systemsharedmemory/region/input0/register"
+        status, _, data = raw_request(mme.url, "POST", path, JSON, register.encode())
+        assert status == 200, data
+        status, _, data = raw_request(mme.url, "GET", "/v2/systemsharedmemory/status")
+        assert (status, data) == raw_request(triton_url, "GET", "/v2/systemsharedmemory/status")[
+            ::2
+        ]
+        assert [r["name"] for r in json.loads(data)] == ["input0"]
+        infer = {
+            "inputs": [
+                {
+                    "name": "INPUT0",
+                    "shape": [1, 4],
+                    "datatype": "FP32",
+                    "parameters": {
+                        "shared_memory_region": "input0",
+                        "shared_memory_byte_size": x.nbytes,
+                    },
+                }
+            ]
+        }
+        path = "/v2/models/model-a.tar.gz/infer"
+        status, _, data = raw_request(mme.url, "POST", path, JSON, json.dumps(infer).encode())
+        assert status == 200, data
+        np.testing.assert_allclose(output_of(data), expected(x, scale=2.0))
+        for method, path in (
+            ("GET", "/v2/systemsharedmemory/region/input0/register"),  # POST only
+            ("POST", "/v2/systemsharedmemory/status"),  # GET only
+            ("POST", "/v2/systemsharedmemory/register"),  # no region name: Triton's 400
+        ):
+            mine = raw_request(mme.url, method, path, JSON, b"{}")[::2]
+            assert mine == raw_request(triton_url, method, path, JSON, b"{}")[::2], path
+        path = "/v2/systemsharedmemory/region/input0/unregister"
+        assert raw_request(mme.url, "POST", path)[0] == 200
+        assert raw_request(triton_url, "GET", "/v2/systemsharedmemory/status")[2] == b"[]"
+    finally:
+        raw_request(triton_url, "POST", "/v2/systemsharedmemory/unregister")
+        region.close()
+        region.unlink()
+
+
+def test_cuda_shared_memory_routes_are_tritons(mme: MmeEndpoint) -> None:
+    """``/v2/cudasharedmemory/...`` reach Triton too (they answered 404): its status,
+    and its own answer to a registration (a handle this test cannot make: Triton's 400)."""
+    triton_url = mme.state()["instances"][0]["http_url"]
+    register = json.dumps({"raw_handle": {"b64": "AAAA"}, "device_id": 0, "byte_size": 16})
+    for method, path, body in (
+        ("GET", "/v2/cudasharedmemory/status", b""),
+        ("POST", "/v2/cudasharedmemory/region/r0/register", register.encode()),
+        ("POST", "/v2/cudasharedmemory/region/r0/unregister", b""),
+        ("PUT", "/v2/cudasharedmemory/status", b""),
+    ):
+        mine = raw_request(mme.url, method, path, JSON, body)[::2]
+        assert mine == raw_request(triton_url, method, path, JSON, body)[::2], path
+        assert mine[0] != 404, (path, mine)
+
+
+def _cache_hit(mme: MmeEndpoint) -> tuple[float, float]:
+    """``ModelCacheHit``'s sample count and sum from ``/metrics``."""
+    text = raw_request(mme.url, "GET", "/metrics")[2].decode()
+    values = {k.partition("{")[0]: v for k, v in parse_prometheus(text).items()}
+    return values["ModelCacheHit_count"], values["ModelCacheHit_sum"]
+
+
+def test_model_cache_hit_counts_every_call_that_reached_its_model(mme: MmeEndpoint) -> None:
+    """``ModelCacheHit``: "The number of InvokeEndpoint requests sent to the multi-model
+    endpoint for which the model was already loaded. The Average statistic shows the
+    ratio of requests for which the model was already loaded" (SageMaker Developer Guide,
+    multi-model endpoint model loading metrics): every request is a sample, 1 when its
+    model was loaded, a failed one too. A call whose load failed was no sample (the
+    ratio counted only the calls Triton answered); a call refused before it names a model
+    (no TargetModel) is none."""
+    headers = [*JSON, ("X-Amzn-SageMaker-Target-Model", "failing-init.tar.gz")]
+    invocations = "/endpoints/ep/invocations"
+    for expected_status, call_headers, body, sample in (
+        (424, headers, BODY, 0.0),  # a cold model whose load fails: a miss
+        (400, JSON, BODY, None),  # no TargetModel: refused before any model
+    ):
+        count, total = _cache_hit(mme)
+        status = raw_request(mme.url, "POST", invocations, call_headers, body)[0]
+        assert status == expected_status
+        if sample is None:
+            assert _cache_hit(mme) == (count, total)
+        else:
+            assert _cache_hit(mme) == (count + 1, total + sample)
+    assert mme.invoke("model-a.tar.gz", BODY)
+    count, total = _cache_hit(mme)
+    loaded = [*JSON, ("X-Amzn-SageMaker-Target-Model", "model-a.tar.gz")]
+    status = raw_request(mme.url, "POST", invocations, loaded, b'{"inputs": "no"}')[0]
+    assert status == 424  # the loaded model refused the body: a hit all the same
+    assert _cache_hit(mme) == (count + 1, total + 1)
