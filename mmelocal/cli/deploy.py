@@ -64,7 +64,14 @@ from mmelocal.units import mib
     "the whole store).",
 )
 @click.option("--dry-run", is_flag=True, help="Print the plan and stop: nothing changes.")
-@click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write the plan here.")
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write what the deploy did as JSON here ('-': stdout, the tables go to stderr): "
+    "the endpoint's final status, the objects moved, each request's result, the time taken, "
+    "the error (also on failure), and the plan.",
+)
 @click.option("--no-wait", is_flag=True, help="Do not wait for InService (no autoscaling then).")
 @click.option(
     "--prune/--no-prune",
@@ -91,40 +98,91 @@ def deploy(
     again resumes an interrupted one; 'mmelocal undeploy NAME' removes what it created.
     A tarball removed from STORE is deleted from S3 (see --prune).
     """
+    from mmelocal.deploy.outcome import DeployOutcome
+
+    out = err_console if json_path is not None and str(json_path) == "-" else console
+    outcome = DeployOutcome(endpoint_name=fields["endpoint_name"], dry_run=dry_run)
+    held: dict[str, Any] = {}
+    try:
+        _deploy(outcome, held, out, store, instance_type, region, capacity, hot_models, no_wait,
+                fields)  # fmt: skip
+    except click.UsageError:  # the command line is wrong: nothing ran, nothing to report
+        raise
+    except BaseException as exc:
+        outcome.finish(error=exc)
+        _write_outcome(outcome, held, json_path, out)
+        raise
+    outcome.finish()
+    _write_outcome(outcome, held, json_path, out)
+
+
+def _deploy(
+    outcome: Any,
+    held: dict[str, Any],
+    out: Any,
+    store: Path,
+    instance_type: str | None,
+    region: str | None,
+    capacity: Path | None,
+    hot_models: int | None,
+    no_wait: bool,
+    fields: dict[str, Any],
+) -> None:
+    """The deploy itself; ``outcome`` records what it did, ``held`` keeps its clients."""
     from mmelocal.aws.session import connect
     from mmelocal.deploy.deployer import left_over, make_plan
     from mmelocal.errors import DeployError
 
-    chosen = _instance_type(instance_type, capacity, hot_models, store)
+    chosen = _instance_type(instance_type, capacity, hot_models, store, out)
     # the other options are named after the DeployOptions fields they set
     options = DeployOptions(store=store, instance_type=chosen, wait=not no_wait, **fields)
     _refuse_unread(click.get_current_context(), options)
-    clients = connect(region)
+    clients = held["clients"] = connect(region)
     with err_console.status("planning: reading the bucket and the endpoint"):
-        plan = make_plan(options, clients)
-    _print_plan(plan, options)
-    if json_path is not None:
-        json_path.write_text(json.dumps(plan.to_dict(), indent=2) + "\n")
-        console.print(f"plan written to {json_path}", highlight=False)
-    if dry_run:
-        console.print("dry run: nothing was changed", highlight=False)
+        plan = outcome.plan = make_plan(options, clients)
+    _print_plan(plan, options, out)
+    if outcome.dry_run:
+        out.print("dry run: nothing was changed", highlight=False)
         return
     try:
-        status = _apply(plan, clients, options)
+        status = outcome.waited = _apply(plan, clients, options, outcome)
     except KeyboardInterrupt:
+        held["interrupted"] = True
         raise DeployError(
             f"interrupted: run the same deploy again to resume, or 'mmelocal undeploy "
             f"{options.endpoint_name} --delete-artifacts --s3-uri {options.model_data_url}' "
             "to remove what was made"
         ) from None
-    console.print(f"[bold green]deployed[/] {options.endpoint_name}: {status}", highlight=False)
-    left = left_over(plan) if status == "not waited" else None
-    if left is not None:
-        console.print(left, highlight=False, soft_wrap=True)
+    out.print(f"[bold green]deployed[/] {options.endpoint_name}: {status}", highlight=False)
+    out.print(outcome.summary(), highlight=False, soft_wrap=True)
+    outcome.left = left_over(plan) if status == "not waited" else None
+    if outcome.left is not None:
+        out.print(outcome.left, highlight=False, soft_wrap=True)
+
+
+def _write_outcome(outcome: Any, held: dict[str, Any], json_path: Path | None, out: Any) -> None:
+    """Write ``--json``: the endpoint as it is now (one DescribeEndpoint, unless the user
+    interrupted the deploy or no client was made), then the outcome."""
+    if json_path is None:
+        return
+    from mmelocal.cli._output import print_json
+    from mmelocal.deploy.outcome import endpoint_state
+    from mmelocal.errors import DeployError
+
+    if "clients" in held and not held.get("interrupted"):
+        try:
+            outcome.endpoint = endpoint_state(held["clients"].sagemaker, outcome.endpoint_name)
+        except DeployError as exc:  # the deploy's own error says more; this one is noted
+            outcome.endpoint = {"error": str(exc)}
+    if str(json_path) == "-":
+        print_json(outcome.to_dict())
+        return
+    json_path.write_text(json.dumps(outcome.to_dict(), indent=2, default=str) + "\n")
+    out.print(f"outcome written to {json_path}", highlight=False)
 
 
 def _instance_type(
-    given: str | None, capacity: Path | None, hot_models: int | None, store: Path
+    given: str | None, capacity: Path | None, hot_models: int | None, store: Path, out: Any
 ) -> str:
     """``--instance-type``, else the type ``--capacity`` sizes for ``--hot-models``, else the
     default; an option that would be ignored is refused, as a usage error."""
@@ -147,7 +205,7 @@ def _instance_type(
 
     hot = hot_models if hot_models is not None else len(store_files(store))
     choice = cheapest_instance(capacity, hot_models=hot)
-    console.print(choice.reason, highlight=False, soft_wrap=True)
+    out.print(choice.reason, highlight=False, soft_wrap=True)
     return choice.instance_type
 
 
@@ -171,7 +229,7 @@ def _refuse_unread(ctx: click.Context, options: DeployOptions) -> None:
         )
 
 
-def _apply(plan: Any, clients: Any, options: Any) -> str:
+def _apply(plan: Any, clients: Any, options: Any, outcome: Any) -> str:
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
     from mmelocal.deploy.deployer import apply_steps
@@ -188,6 +246,7 @@ def _apply(plan: Any, clients: Any, options: Any) -> str:
 
             def on_object(step: Any) -> None:
                 done.append(step)
+                outcome.object_done(step)
                 label = f"S3: {len(done)}/{len(moving)} objects (copies are server-side)"
                 progress.update(task, description=label)
 
@@ -206,6 +265,7 @@ def _apply(plan: Any, clients: Any, options: Any) -> str:
                 clients,
                 options=options,
                 on_status=lambda s: status.update(f"endpoint {plan.endpoint_name}: {s}"),
+                on_step=outcome.step_done,
             )
         )
 
@@ -220,7 +280,7 @@ _OBJECT_REQUESTS = {
 }
 
 
-def _print_plan(plan: Any, options: Any) -> None:
+def _print_plan(plan: Any, options: Any, out: Any) -> None:
     from rich.table import Table
 
     from mmelocal.deploy.upload import total_bytes
@@ -246,9 +306,9 @@ def _print_plan(plan: Any, options: Any) -> None:
             str(row), step.service, step.operation, step.action, step.resource, _details(step)
         )
         row += 1
-    console.print(table)
+    out.print(table)
     if options.wait:
-        console.print(
+        out.print(
             "then waits for the endpoint to be InService (FailureReason on failure)",
             highlight=False,
         )
