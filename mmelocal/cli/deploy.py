@@ -80,6 +80,13 @@ from mmelocal.units import mib
     "has (default; the endpoint serves all its prefix holds). Objects another model reads, "
     "or that mmelocal did not upload for this endpoint, are kept and listed.",
 )
+@click.option(
+    "--prune-unrecorded",
+    is_flag=True,
+    help="Also prune the objects under the prefix that record no endpoint (uploaded by "
+    "mmelocal 2026-11-24 or earlier): you say they are this endpoint's. Those another "
+    "model reads are kept still.",
+)
 def deploy(
     store: Path,
     instance_type: str | None,
@@ -130,7 +137,7 @@ def _deploy(
 ) -> None:
     """The deploy itself; ``outcome`` records what it did, ``held`` keeps its clients."""
     from mmelocal.aws.session import connect
-    from mmelocal.deploy.deployer import left_over, make_plan
+    from mmelocal.deploy.deployer import left_over, make_plan, unrecorded_notice
     from mmelocal.errors import DeployError
 
     chosen = _instance_type(instance_type, capacity, hot_models, store, out)
@@ -141,8 +148,11 @@ def _deploy(
     with err_console.status("planning: reading the bucket and the endpoint"):
         plan = outcome.plan = make_plan(options, clients)
     _print_plan(plan, options, out)
+    unrecorded = unrecorded_notice(plan)
     if outcome.dry_run:
         out.print("dry run: nothing was changed", highlight=False)
+        if unrecorded is not None:
+            out.print(unrecorded, highlight=False, soft_wrap=True)
         return
     try:
         status = outcome.waited = _apply(plan, clients, options, outcome)
@@ -155,6 +165,8 @@ def _deploy(
         ) from None
     out.print(f"[bold green]deployed[/] {options.endpoint_name}: {status}", highlight=False)
     out.print(outcome.summary(), highlight=False, soft_wrap=True)
+    if unrecorded is not None:
+        out.print(unrecorded, highlight=False, soft_wrap=True)
     outcome.left = left_over(plan) if status == "not waited" else None
     if outcome.left is not None:
         out.print(outcome.left, highlight=False, soft_wrap=True)
@@ -350,41 +362,60 @@ def _details(step: Any) -> str:
     help="With --delete-artifacts: a prefix to delete NAME's objects under besides the one "
     "its models name (a deploy interrupted before its model existed leaves them there).",
 )
-def undeploy(name: str, region: str | None, delete_artifacts: bool, s3_uri: str | None) -> None:
-    """Delete what 'mmelocal deploy' created for endpoint NAME (and nothing else)."""
+@click.option(
+    "--unrecorded",
+    is_flag=True,
+    help="With --delete-artifacts: also delete the objects that record no endpoint (uploaded "
+    "by mmelocal 2026-11-24 or earlier): you say they are NAME's. Kept, and named, without it.",
+)
+def undeploy(
+    name: str, region: str | None, delete_artifacts: bool, s3_uri: str | None, unrecorded: bool
+) -> None:
+    """Delete what 'mmelocal deploy' created for endpoint NAME (and nothing else); say
+    where the S3 objects it leaves are."""
     from rich.table import Table
 
     from mmelocal.aws.session import connect
     from mmelocal.deploy.deployer import undeploy as run_undeploy
 
-    if s3_uri is not None and not delete_artifacts:
-        raise click.UsageError(
-            "--s3-uri is only read with --delete-artifacts (where NAME's objects are): add "
-            "--delete-artifacts or drop --s3-uri"
-        )
+    for flag, value in (("--s3-uri", s3_uri), ("--unrecorded", unrecorded)):
+        if value and not delete_artifacts:
+            raise click.UsageError(
+                f"{flag} is only read with --delete-artifacts (which objects to delete): add "
+                f"--delete-artifacts or drop {flag}"
+            )
     clients = connect(region)
     with err_console.status(f"undeploying {name}") as spinner:
 
         def on_status(status: str) -> None:  # an endpoint in progress is waited out
             spinner.update(f"undeploying {name}: endpoint {status}, waiting for it to settle")
 
-        deleted = run_undeploy(
-            clients, name, delete_artifacts=delete_artifacts, s3_uri=s3_uri, on_status=on_status
+        answer = run_undeploy(
+            clients,
+            name,
+            delete_artifacts=delete_artifacts,
+            unrecorded=unrecorded,
+            s3_uri=s3_uri,
+            on_status=on_status,
         )
+    notes = [item for item in answer if item.startswith(("kept ", "left "))]
+    deleted = [item for item in answer if item not in notes]
     if not deleted:
         hint = ""
-        if delete_artifacts and s3_uri is None:  # no model left to name the prefix
+        if delete_artifacts and s3_uri is None and not notes:  # no model names a prefix
             hint = (
                 " (no model of it is left to name a prefix: to delete objects deployed for "
                 "it, add --s3-uri s3://bucket/prefix/)"
             )
         console.print(f"nothing of mmelocal's to delete for {name}{hint}", highlight=False)
-        return
-    table = Table(title=f"undeploy {name}: deleted", title_justify="left")
-    table.add_column("resource")
-    for item in deleted:
-        table.add_row(item)
-    console.print(table)
+    else:
+        table = Table(title=f"undeploy {name}: deleted", title_justify="left")
+        table.add_column("resource")
+        for item in deleted:
+            table.add_row(item)
+        console.print(table)
+    for note in notes:
+        console.print(note, highlight=False, soft_wrap=True)
 
 
 @click.command()

@@ -18,7 +18,7 @@ from typing import Any
 
 from mmelocal.aws.session import AwsClients, aws_error
 from mmelocal.deploy import resources as rs
-from mmelocal.deploy.artifacts import removed_objects
+from mmelocal.deploy.artifacts import removed_objects, unrecorded_notice
 from mmelocal.deploy.images import triton_image_uri
 from mmelocal.deploy.plan import (
     STORE_ACTIONS,
@@ -266,6 +266,7 @@ def make_plan(options: DeployOptions, clients: AwsClients) -> DeployPlan:
         {o.key for o in objects},
         endpoint=options.endpoint_name,
         prune=options.prune,
+        prune_unrecorded=options.prune_unrecorded,
     )
     steps: list[ApiStep] = list(_model_steps(clients, options, image, store_digest(objects)))
     model, config = steps[0].resource, steps[1].resource
@@ -389,5 +390,6 @@ __all__ = [
     "make_plan",
     "store_digest",
     "undeploy",
+    "unrecorded_notice",
     "wait_in_service",
 ]

@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from mmelocal.deploy.artifacts import UNRECORDED_NOTE
 from mmelocal.deploy.plan import ApiStep, DeployPlan, ObjectStep
 
 #: an object step's action -> the outcome's name for it once done
@@ -88,6 +89,8 @@ class DeployOutcome:
         }
         if plan is not None:
             objects["skipped"] = _objects(plan.objects_by_action("skip"), with_keys=False)
+            unrecorded = [o for o in plan.objects_by_action("keep") if o.note == UNRECORDED_NOTE]
+            objects["unrecorded"] = _objects(unrecorded)
             objects["kept"] = {
                 **_objects(plan.objects_by_action("keep"), with_keys=False),
                 "objects": [{"key": o.key, "note": o.note} for o in plan.objects_by_action("keep")],

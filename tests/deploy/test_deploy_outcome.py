@@ -120,3 +120,86 @@ def test_json_reports_a_refused_plan(
     assert result["ok"] is False and result["plan"] is None
     assert "does not exist" in result["error"]["message"]
     assert result["requests"] == [] and result["objects"]["uploaded"]["keys"] == []
+
+
+def put_unrecorded(store: Path, bucket: str, key: str) -> None:
+    """An object as mmelocal 2026-11-24 or earlier uploaded it: its checksum, no endpoint."""
+    import boto3
+
+    from mmelocal.aws.s3 import SHA256_METADATA
+
+    old = {SHA256_METADATA: "0" * 64}
+    tarball = str(store / "model-2.tar.gz")
+    boto3.client("s3").upload_file(tarball, bucket, key, ExtraArgs={"Metadata": old})
+
+
+def test_objects_with_no_endpoint_recorded_are_named_never_deleted_unasked(
+    capsys: pytest.CaptureFixture[str],
+    store: Path,
+    bucket: str,
+    endpoint_name: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An object an mmelocal of 2026-11-24 or earlier uploaded records no endpoint: nobody
+    can prove whose it is, so neither deploy nor undeploy --delete-artifacts deletes it
+    unasked (undeploy did), and both say it is there, served, and how to delete it:
+    deploy --prune-unrecorded, undeploy --unrecorded (each still refused while another
+    model reads it)."""
+    from deploy_helpers import keys
+
+    monkeypatch.chdir(tmp_path)
+    put_unrecorded(store, bucket, "models/old-9.tar.gz")
+    code, result, err = deploy_json(capsys, store, bucket, endpoint_name)
+    assert code == 0, err
+    flat = " ".join(err.split())
+    assert "1 object (" in flat and "record no endpoint" in flat, err
+    assert "--prune-unrecorded" in flat, err
+    assert result["objects"]["unrecorded"]["keys"] == ["models/old-9.tar.gz"]
+    assert "models/old-9.tar.gz" in keys(bucket)
+
+    code, result, err = deploy_json(capsys, store, bucket, endpoint_name, "--prune-unrecorded")
+    assert code == 0, err
+    assert result["objects"]["deleted"]["keys"] == ["models/old-9.tar.gz"]
+    assert "models/old-9.tar.gz" not in keys(bucket)
+
+    put_unrecorded(store, bucket, "models/old-8.tar.gz")
+    code, out, err = run_split(capsys, "undeploy", endpoint_name, "--delete-artifacts")
+    assert code == 0, err
+    flat = " ".join((out + err).split())
+    assert "models/old-8.tar.gz" in keys(bucket)
+    assert "1 object" in flat and "record no endpoint" in flat and "--unrecorded" in flat, flat
+    prefix = f"s3://{bucket}/models/"
+    code, out, err = run_split(
+        capsys, "undeploy", endpoint_name, "--delete-artifacts", "--unrecorded", "--s3-uri", prefix
+    )
+    assert code == 0, err
+    assert keys(bucket) == {}
+
+
+def test_undeploy_without_delete_artifacts_says_where_the_objects_are(
+    capsys: pytest.CaptureFixture[str],
+    store: Path,
+    bucket: str,
+    endpoint_name: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """undeploy leaves the objects unless --delete-artifacts: it said nothing of them. It
+    now names the prefix, the count and the bytes, and the command that deletes them."""
+    monkeypatch.chdir(tmp_path)
+    code, _, err = deploy_json(capsys, store, bucket, endpoint_name)
+    assert code == 0, err
+    size = sum(p.stat().st_size for p in store.rglob("*.tar.gz"))
+    code, out, err = run_split(capsys, "undeploy", endpoint_name)
+    assert code == 0, err
+    flat = " ".join((out + err).split())
+    prefix = f"s3://{bucket}/models/"
+    assert f"4 objects ({size:,} bytes" in flat and f"under {prefix}" in flat, flat
+    hint = f"mmelocal undeploy {endpoint_name} --delete-artifacts --s3-uri {prefix}"
+    assert hint in flat, flat
+    code, out, err = run_split(capsys, *hint.split()[1:])
+    assert code == 0, err
+    from deploy_helpers import keys
+
+    assert keys(bucket) == {}
