@@ -229,6 +229,8 @@ PARTS: dict[str, dict[str, set[str]]] = {
         "upload": {"artifacts", "plan"},
         "waits": {"resources"},
         "undeploy": {"artifacts", "plan", "resources", "upload", "waits"},
+        # what a deploy did: the plan's record, beside the deployer (which fills it)
+        "outcome": {"artifacts", "plan", "resources"},
         "deployer": {"artifacts", "images", "plan", "resources", "undeploy", "upload", "waits"},
         "temporary": {"deployer", "plan", "resources", "undeploy"},
         "smoke": {"plan", "resources", "upload"},

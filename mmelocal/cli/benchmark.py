@@ -149,8 +149,9 @@ def benchmark(sources: tuple[str, ...], **kw: Any) -> None:
     console.print(_comparison_table(outcome.benchmarks))
     for sweep in outcome.sweeps:
         console.print(f"[bold]Sweep of {sweep.source}:[/] {sweep.recommendation}", highlight=False)
-    for item in outcome.deleted:
-        console.print(f"deleted {item}", highlight=False)
+    for item in outcome.deleted:  # what undeploy kept says so itself
+        kept = item.startswith(("kept ", "left "))
+        console.print(item if kept else f"deleted {item}", highlight=False, soft_wrap=True)
     if outcome.results:
         write_outputs(
             outcome.results, kw["json_out"], kw["report_dir"], title=f"Benchmark of {plan.model}"

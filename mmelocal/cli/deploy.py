@@ -64,7 +64,14 @@ from mmelocal.units import mib
     "the whole store).",
 )
 @click.option("--dry-run", is_flag=True, help="Print the plan and stop: nothing changes.")
-@click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write the plan here.")
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write what the deploy did as JSON here ('-': stdout, the tables go to stderr): "
+    "the endpoint's final status, the objects moved, each request's result, the time taken, "
+    "the error (also on failure), and the plan.",
+)
 @click.option("--no-wait", is_flag=True, help="Do not wait for InService (no autoscaling then).")
 @click.option(
     "--prune/--no-prune",
@@ -72,6 +79,13 @@ from mmelocal.units import mib
     help="Delete the objects this endpoint's earlier deploys uploaded that STORE no longer "
     "has (default; the endpoint serves all its prefix holds). Objects another model reads, "
     "or that mmelocal did not upload for this endpoint, are kept and listed.",
+)
+@click.option(
+    "--prune-unrecorded",
+    is_flag=True,
+    help="Also prune the objects under the prefix that record no endpoint (uploaded by "
+    "mmelocal 2026-11-24 or earlier): you say they are this endpoint's. Those another "
+    "model reads are kept still.",
 )
 def deploy(
     store: Path,
@@ -91,40 +105,96 @@ def deploy(
     again resumes an interrupted one; 'mmelocal undeploy NAME' removes what it created.
     A tarball removed from STORE is deleted from S3 (see --prune).
     """
+    from mmelocal.deploy.outcome import DeployOutcome
+
+    out = err_console if json_path is not None and str(json_path) == "-" else console
+    outcome = DeployOutcome(endpoint_name=fields["endpoint_name"], dry_run=dry_run)
+    held: dict[str, Any] = {}
+    try:
+        _deploy(outcome, held, out, store, instance_type, region, capacity, hot_models, no_wait,
+                fields)  # fmt: skip
+    except click.UsageError:  # the command line is wrong: nothing ran, nothing to report
+        raise
+    except BaseException as exc:
+        outcome.finish(error=exc)
+        _write_outcome(outcome, held, json_path, out)
+        raise
+    outcome.finish()
+    _write_outcome(outcome, held, json_path, out)
+
+
+def _deploy(
+    outcome: Any,
+    held: dict[str, Any],
+    out: Any,
+    store: Path,
+    instance_type: str | None,
+    region: str | None,
+    capacity: Path | None,
+    hot_models: int | None,
+    no_wait: bool,
+    fields: dict[str, Any],
+) -> None:
+    """The deploy itself; ``outcome`` records what it did, ``held`` keeps its clients."""
     from mmelocal.aws.session import connect
-    from mmelocal.deploy.deployer import left_over, make_plan
+    from mmelocal.deploy.deployer import left_over, make_plan, unrecorded_notice
     from mmelocal.errors import DeployError
 
-    chosen = _instance_type(instance_type, capacity, hot_models, store)
+    chosen = _instance_type(instance_type, capacity, hot_models, store, out)
     # the other options are named after the DeployOptions fields they set
     options = DeployOptions(store=store, instance_type=chosen, wait=not no_wait, **fields)
     _refuse_unread(click.get_current_context(), options)
-    clients = connect(region)
+    clients = held["clients"] = connect(region)
     with err_console.status("planning: reading the bucket and the endpoint"):
-        plan = make_plan(options, clients)
-    _print_plan(plan, options)
-    if json_path is not None:
-        json_path.write_text(json.dumps(plan.to_dict(), indent=2) + "\n")
-        console.print(f"plan written to {json_path}", highlight=False)
-    if dry_run:
-        console.print("dry run: nothing was changed", highlight=False)
+        plan = outcome.plan = make_plan(options, clients)
+    _print_plan(plan, options, out)
+    unrecorded = unrecorded_notice(plan)
+    if outcome.dry_run:
+        out.print("dry run: nothing was changed", highlight=False)
+        if unrecorded is not None:
+            out.print(unrecorded, highlight=False, soft_wrap=True)
         return
     try:
-        status = _apply(plan, clients, options)
+        status = outcome.waited = _apply(plan, clients, options, outcome)
     except KeyboardInterrupt:
+        held["interrupted"] = True
         raise DeployError(
             f"interrupted: run the same deploy again to resume, or 'mmelocal undeploy "
             f"{options.endpoint_name} --delete-artifacts --s3-uri {options.model_data_url}' "
             "to remove what was made"
         ) from None
-    console.print(f"[bold green]deployed[/] {options.endpoint_name}: {status}", highlight=False)
-    left = left_over(plan) if status == "not waited" else None
-    if left is not None:
-        console.print(left, highlight=False, soft_wrap=True)
+    out.print(f"[bold green]deployed[/] {options.endpoint_name}: {status}", highlight=False)
+    out.print(outcome.summary(), highlight=False, soft_wrap=True)
+    if unrecorded is not None:
+        out.print(unrecorded, highlight=False, soft_wrap=True)
+    outcome.left = left_over(plan) if status == "not waited" else None
+    if outcome.left is not None:
+        out.print(outcome.left, highlight=False, soft_wrap=True)
+
+
+def _write_outcome(outcome: Any, held: dict[str, Any], json_path: Path | None, out: Any) -> None:
+    """Write ``--json``: the endpoint as it is now (one DescribeEndpoint, unless the user
+    interrupted the deploy or no client was made), then the outcome."""
+    if json_path is None:
+        return
+    from mmelocal.cli._output import print_json
+    from mmelocal.deploy.outcome import endpoint_state
+    from mmelocal.errors import DeployError
+
+    if "clients" in held and not held.get("interrupted"):
+        try:
+            outcome.endpoint = endpoint_state(held["clients"].sagemaker, outcome.endpoint_name)
+        except DeployError as exc:  # the deploy's own error says more; this one is noted
+            outcome.endpoint = {"error": str(exc)}
+    if str(json_path) == "-":
+        print_json(outcome.to_dict())
+        return
+    json_path.write_text(json.dumps(outcome.to_dict(), indent=2, default=str) + "\n")
+    out.print(f"outcome written to {json_path}", highlight=False)
 
 
 def _instance_type(
-    given: str | None, capacity: Path | None, hot_models: int | None, store: Path
+    given: str | None, capacity: Path | None, hot_models: int | None, store: Path, out: Any
 ) -> str:
     """``--instance-type``, else the type ``--capacity`` sizes for ``--hot-models``, else the
     default; an option that would be ignored is refused, as a usage error."""
@@ -147,7 +217,7 @@ def _instance_type(
 
     hot = hot_models if hot_models is not None else len(store_files(store))
     choice = cheapest_instance(capacity, hot_models=hot)
-    console.print(choice.reason, highlight=False, soft_wrap=True)
+    out.print(choice.reason, highlight=False, soft_wrap=True)
     return choice.instance_type
 
 
@@ -171,7 +241,7 @@ def _refuse_unread(ctx: click.Context, options: DeployOptions) -> None:
         )
 
 
-def _apply(plan: Any, clients: Any, options: Any) -> str:
+def _apply(plan: Any, clients: Any, options: Any, outcome: Any) -> str:
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
     from mmelocal.deploy.deployer import apply_steps
@@ -188,6 +258,7 @@ def _apply(plan: Any, clients: Any, options: Any) -> str:
 
             def on_object(step: Any) -> None:
                 done.append(step)
+                outcome.object_done(step)
                 label = f"S3: {len(done)}/{len(moving)} objects (copies are server-side)"
                 progress.update(task, description=label)
 
@@ -206,6 +277,7 @@ def _apply(plan: Any, clients: Any, options: Any) -> str:
                 clients,
                 options=options,
                 on_status=lambda s: status.update(f"endpoint {plan.endpoint_name}: {s}"),
+                on_step=outcome.step_done,
             )
         )
 
@@ -220,7 +292,7 @@ _OBJECT_REQUESTS = {
 }
 
 
-def _print_plan(plan: Any, options: Any) -> None:
+def _print_plan(plan: Any, options: Any, out: Any) -> None:
     from rich.table import Table
 
     from mmelocal.deploy.upload import total_bytes
@@ -246,9 +318,9 @@ def _print_plan(plan: Any, options: Any) -> None:
             str(row), step.service, step.operation, step.action, step.resource, _details(step)
         )
         row += 1
-    console.print(table)
+    out.print(table)
     if options.wait:
-        console.print(
+        out.print(
             "then waits for the endpoint to be InService (FailureReason on failure)",
             highlight=False,
         )
@@ -290,41 +362,60 @@ def _details(step: Any) -> str:
     help="With --delete-artifacts: a prefix to delete NAME's objects under besides the one "
     "its models name (a deploy interrupted before its model existed leaves them there).",
 )
-def undeploy(name: str, region: str | None, delete_artifacts: bool, s3_uri: str | None) -> None:
-    """Delete what 'mmelocal deploy' created for endpoint NAME (and nothing else)."""
+@click.option(
+    "--unrecorded",
+    is_flag=True,
+    help="With --delete-artifacts: also delete the objects that record no endpoint (uploaded "
+    "by mmelocal 2026-11-24 or earlier): you say they are NAME's. Kept, and named, without it.",
+)
+def undeploy(
+    name: str, region: str | None, delete_artifacts: bool, s3_uri: str | None, unrecorded: bool
+) -> None:
+    """Delete what 'mmelocal deploy' created for endpoint NAME (and nothing else); say
+    where the S3 objects it leaves are."""
     from rich.table import Table
 
     from mmelocal.aws.session import connect
     from mmelocal.deploy.deployer import undeploy as run_undeploy
 
-    if s3_uri is not None and not delete_artifacts:
-        raise click.UsageError(
-            "--s3-uri is only read with --delete-artifacts (where NAME's objects are): add "
-            "--delete-artifacts or drop --s3-uri"
-        )
+    for flag, value in (("--s3-uri", s3_uri), ("--unrecorded", unrecorded)):
+        if value and not delete_artifacts:
+            raise click.UsageError(
+                f"{flag} is only read with --delete-artifacts (which objects to delete): add "
+                f"--delete-artifacts or drop {flag}"
+            )
     clients = connect(region)
     with err_console.status(f"undeploying {name}") as spinner:
 
         def on_status(status: str) -> None:  # an endpoint in progress is waited out
             spinner.update(f"undeploying {name}: endpoint {status}, waiting for it to settle")
 
-        deleted = run_undeploy(
-            clients, name, delete_artifacts=delete_artifacts, s3_uri=s3_uri, on_status=on_status
+        answer = run_undeploy(
+            clients,
+            name,
+            delete_artifacts=delete_artifacts,
+            unrecorded=unrecorded,
+            s3_uri=s3_uri,
+            on_status=on_status,
         )
+    notes = [item for item in answer if item.startswith(("kept ", "left "))]
+    deleted = [item for item in answer if item not in notes]
     if not deleted:
         hint = ""
-        if delete_artifacts and s3_uri is None:  # no model left to name the prefix
+        if delete_artifacts and s3_uri is None and not notes:  # no model names a prefix
             hint = (
                 " (no model of it is left to name a prefix: to delete objects deployed for "
                 "it, add --s3-uri s3://bucket/prefix/)"
             )
         console.print(f"nothing of mmelocal's to delete for {name}{hint}", highlight=False)
-        return
-    table = Table(title=f"undeploy {name}: deleted", title_justify="left")
-    table.add_column("resource")
-    for item in deleted:
-        table.add_row(item)
-    console.print(table)
+    else:
+        table = Table(title=f"undeploy {name}: deleted", title_justify="left")
+        table.add_column("resource")
+        for item in deleted:
+            table.add_row(item)
+        console.print(table)
+    for note in notes:
+        console.print(note, highlight=False, soft_wrap=True)
 
 
 @click.command()

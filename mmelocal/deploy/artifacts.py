@@ -18,7 +18,7 @@ from typing import Any
 from mmelocal.aws.s3 import ENDPOINT_METADATA, SHA256_METADATA, listed_objects
 from mmelocal.aws.session import aws_error, not_found
 from mmelocal.deploy import resources as rs
-from mmelocal.deploy.plan import ObjectStep
+from mmelocal.deploy.plan import DeployPlan, ObjectStep
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -129,25 +129,56 @@ def readers_text(found: Mapping[str, list[str]]) -> str:
     )
 
 
+#: the plan's note on an object that records no endpoint (see :data:`UNRECORDED_RULE`)
+UNRECORDED_NOTE = "uploaded by mmelocal with no endpoint recorded (2026-11-24 or earlier)"
+
+#: the rule for an object with mmelocal's checksum and no endpoint recorded (uploaded by
+#: mmelocal 2026-11-24 or earlier, by a deploy or by the endpoint bench): nothing proves
+#: which endpoint it was placed for, so nothing deletes it unless the user names it theirs
+#: (``deploy --prune-unrecorded``, ``undeploy --unrecorded``), and even then not while
+#: another model reads it; deploy and undeploy say where such objects are
+UNRECORDED_RULE = (
+    "nothing proves whose they are, so mmelocal deletes them only when you say they are "
+    "this endpoint's"
+)
+
+
+def count_text(count: int, size_bytes: int) -> str:
+    """``4 objects (4,597 bytes, 0.0 MiB)``."""
+    from mmelocal.units import mib
+
+    noun = "object" if count == 1 else "objects"
+    return f"{count} {noun} ({size_bytes:,} bytes, {mib(size_bytes, digits=1)})"
+
+
 def removed_objects(
-    clients: Any, bucket: str, prefix: str, store_keys: set[str], *, endpoint: str, prune: bool
+    clients: Any,
+    bucket: str,
+    prefix: str,
+    store_keys: set[str],
+    *,
+    endpoint: str,
+    prune: bool,
+    prune_unrecorded: bool = False,
 ) -> list[ObjectStep]:
     """One step per object under ``prefix`` that is not in the store (the endpoint serves
-    it all the same): ``delete`` when mmelocal uploaded it for ``endpoint`` and no other
-    model reads it (with ``prune``), else ``keep`` with the reason in ``note``."""
+    it all the same): ``delete`` when mmelocal uploaded it for ``endpoint`` (or, with
+    ``prune_unrecorded``, for no endpoint recorded) and no other model reads it (with
+    ``prune``), else ``keep`` with the reason in ``note``."""
     steps: list[ObjectStep] = []
     mine: dict[str, MmelocalObject] = {}
+    owners = (endpoint, None) if prune_unrecorded else (endpoint,)
     for key, (size, _) in sorted(listed_objects(clients.s3, bucket, prefix).items()):
         if key in store_keys:
             continue
         item = mmelocal_object(clients.s3, bucket, key, size)
-        if item is not None and item.endpoint == endpoint and prune:
+        if item is not None and item.endpoint in owners and prune:
             mine[key] = item
             continue
         if item is None:
             note = "not uploaded by mmelocal"
         elif item.endpoint is None:
-            note = "uploaded by mmelocal with no endpoint recorded (2026-11-24 or earlier)"
+            note = UNRECORDED_NOTE
         elif item.endpoint != endpoint:
             note = f"deployed for endpoint {item.endpoint}"
         else:
@@ -163,16 +194,38 @@ def removed_objects(
     return sorted(steps, key=lambda step: step.key)
 
 
+def unrecorded_notice(plan: DeployPlan) -> str | None:
+    """Where the objects that record no endpoint are (the endpoint serves them), why
+    deploy keeps them and how to delete them (None: there are none)."""
+    kept = [o for o in plan.objects_by_action("keep") if o.note == UNRECORDED_NOTE]
+    if not kept:
+        return None
+    sample = ", ".join(o.key for o in kept[:3]) + (
+        f", ... {len(kept) - 3} more" if len(kept) > 3 else ""
+    )
+    return (
+        f"{count_text(len(kept), sum(o.size_bytes for o in kept))} under "
+        f"{plan.model_data_url} record no endpoint (uploaded by mmelocal 2026-11-24 or "
+        f"earlier: {sample}): {plan.endpoint_name} serves them, and {UNRECORDED_RULE}. If "
+        "they are, run this deploy again with --prune-unrecorded (those another model "
+        "reads are kept still); the JSON outcome lists them all"
+    )
+
+
 def _step(key: str, size: int, item: MmelocalObject | None, action: str, note: str) -> ObjectStep:
     sha256 = item.sha256 if item is not None else ""
     return ObjectStep(key=key, path="", size_bytes=size, sha256=sha256, action=action, note=note)
 
 
 __all__ = [
+    "UNRECORDED_NOTE",
+    "UNRECORDED_RULE",
     "MmelocalObject",
+    "count_text",
     "mmelocal_object",
     "model_reads",
     "readers",
     "readers_text",
     "removed_objects",
+    "unrecorded_notice",
 ]

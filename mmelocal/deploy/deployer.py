@@ -18,7 +18,7 @@ from typing import Any
 
 from mmelocal.aws.session import AwsClients, aws_error
 from mmelocal.deploy import resources as rs
-from mmelocal.deploy.artifacts import removed_objects
+from mmelocal.deploy.artifacts import removed_objects, unrecorded_notice
 from mmelocal.deploy.images import triton_image_uri
 from mmelocal.deploy.plan import (
     STORE_ACTIONS,
@@ -266,6 +266,7 @@ def make_plan(options: DeployOptions, clients: AwsClients) -> DeployPlan:
         {o.key for o in objects},
         endpoint=options.endpoint_name,
         prune=options.prune,
+        prune_unrecorded=options.prune_unrecorded,
     )
     steps: list[ApiStep] = list(_model_steps(clients, options, image, store_digest(objects)))
     model, config = steps[0].resource, steps[1].resource
@@ -291,9 +292,12 @@ def apply_plan(
     on_bytes: Callable[[int], None] | None = None,
     on_object: Callable[[ObjectStep], None] | None = None,
     on_status: Callable[[str], None] | None = None,
+    on_step: Callable[[ApiStep, str], None] | None = None,
 ) -> str:
     """Carry out ``plan``: the objects (:func:`~mmelocal.deploy.upload.apply_objects`), then
-    the API steps (:func:`apply_steps`); returns the endpoint's last status."""
+    the API steps (:func:`apply_steps`); returns the endpoint's last status. ``on_object``
+    and ``on_step`` hear what was done as it is (a
+    :class:`~mmelocal.deploy.outcome.DeployOutcome` records them)."""
     bucket, _ = split_s3_uri(plan.model_data_url)
     apply_objects(
         clients.s3,
@@ -303,7 +307,7 @@ def apply_plan(
         on_bytes=on_bytes,
         on_object=on_object,
     )
-    return apply_steps(plan, clients, options=options, on_status=on_status)
+    return apply_steps(plan, clients, options=options, on_status=on_status, on_step=on_step)
 
 
 def apply_steps(
@@ -312,12 +316,16 @@ def apply_steps(
     *,
     options: DeployOptions,
     on_status: Callable[[str], None] | None = None,
+    on_step: Callable[[ApiStep, str], None] | None = None,
 ) -> str:
     """Send the plan's API requests in order, and wait for InService (the deployer's part,
     not a plan step): before the first request that needs it (autoscaling), and at the end
     of a plan that creates, updates or keeps the endpoint.
     With ``options.wait`` False nothing waits and the requests that need InService are
-    skipped (deploy again once it is). Returns 'InService', or 'not waited'."""
+    skipped (deploy again once it is). Returns 'InService', or 'not waited'.
+    ``on_step`` hears each step's fate: ``sent``, ``reused``, ``kept: WHY`` or
+    ``skipped: WHY``."""
+    heard = on_step or (lambda step, result: None)
 
     configs = [s.resource for s in plan.steps if s.operation == "CreateEndpointConfig"]
 
@@ -337,20 +345,25 @@ def apply_steps(
         if step.needs_in_service and status is None:
             if not options.wait:
                 logger.info("not waiting for InService: %s skipped", step.operation)
+                heard(step, "skipped: it needs InService, and --no-wait waits for nothing")
                 continue
             status = wait()
         if step.action == "reuse":
+            heard(step, "reused")
             continue
         if step.operation in _SUPERSEDED:  # asked again now that the endpoint moved
             used = used or in_use(clients.sagemaker)
             used_configs, used_models = used
             if step.resource in (used_models if step.operation == "DeleteModel" else used_configs):
                 logger.info("%s kept: an endpoint uses it", step.resource)
+                heard(step, "kept: an endpoint uses it")
                 continue
             if not _exists_and_mine(clients, step, plan.endpoint_name):
+                heard(step, "skipped: gone already")
                 continue
         logger.info("%s %s (%s)", step.operation, step.resource, step.action)
         rs.send(clients, step)
+        heard(step, "sent")
     endpoint_steps = {"CreateEndpoint", "UpdateEndpoint"}
     if status is None and options.wait and any(s.operation in endpoint_steps for s in plan.steps):
         status = wait()
@@ -377,5 +390,6 @@ __all__ = [
     "make_plan",
     "store_digest",
     "undeploy",
+    "unrecorded_notice",
     "wait_in_service",
 ]

@@ -54,6 +54,8 @@ class DeployOptions:
     when it is above ``instance_count``. ``image`` overrides the Triton image table.
     ``prune``: delete the objects earlier deploys for this endpoint uploaded under the
     prefix that are no longer in the store (an MME serves all the prefix holds).
+    ``prune_unrecorded``: also those that record no endpoint (uploaded by mmelocal
+    2026-11-24 or earlier): the user says they are this endpoint's.
     """
 
     store: Path
@@ -69,6 +71,7 @@ class DeployOptions:
     environment: Mapping[str, str] = field(default_factory=dict)
     wait: bool = True
     prune: bool = True
+    prune_unrecorded: bool = False
     poll_s: float = POLL_S
     timeout_s: float = WAIT_TIMEOUT_S
 
@@ -110,6 +113,8 @@ class DeployOptions:
             raise DeployError(str(exc)) from None
         for warning in warnings:
             logger.warning("%s", warning)
+        if self.prune_unrecorded and not self.prune:
+            raise DeployError("prune_unrecorded prunes: it needs prune=True (drop --no-prune)")
         if self.poll_s <= 0 or self.timeout_s <= 0:
             raise DeployError("poll_s and timeout_s must be > 0")
 

@@ -6,6 +6,8 @@ passes :func:`temporary_endpoint` to :class:`~mmelocal.bench.endpoint.benchmark.
 from __future__ import annotations
 
 import contextlib
+import logging
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -15,6 +17,8 @@ from mmelocal.deploy.plan import DeployOptions
 from mmelocal.deploy.resources import describe
 from mmelocal.deploy.undeploy import undeploy
 from mmelocal.errors import DeployError
+
+logger = logging.getLogger(__name__)
 
 
 @contextlib.contextmanager
@@ -64,18 +68,64 @@ def temporary_endpoint(
         yield clients
     finally:
         if not keep:
-            say(f"deleting {endpoint_name}")
-            gone = undeploy(
-                clients,
-                endpoint_name,
-                delete_artifacts=True,
-                keep_shared=True,
-                unrecorded=False,  # only what was placed for this endpoint
-                poll_s=poll_s,
-                on_status=lambda s: say(f"{endpoint_name}: {s}"),
-            )
-            if deleted is not None:
-                deleted.extend(gone)
+            _clean_up(clients, options, say, deleted)
+
+
+def _clean_up(
+    clients: AwsClients,
+    options: DeployOptions,
+    say: Callable[[str], None],
+    deleted: list[str] | None,
+) -> None:
+    """Undeploy the temporary endpoint. Interrupted by a Ctrl-C (the user's second, when the
+    first started this clean-up) or failed, it logs what may still run and bill and the
+    command that removes it, then lets the exception go on: it never leaves silently."""
+    name = options.endpoint_name
+    if isinstance(sys.exc_info()[1], KeyboardInterrupt):
+        logger.warning(
+            "interrupted: deleting the temporary endpoint %s before exiting (it bills while it "
+            "runs; Ctrl-C again leaves it running)",
+            name,
+        )
+    say(f"deleting {name}")
+    gone: list[str] = []
+    try:
+        undeploy(
+            clients,
+            name,
+            delete_artifacts=True,
+            keep_shared=True,
+            unrecorded=False,  # only what was placed for this endpoint
+            poll_s=options.poll_s,
+            on_status=lambda s: say(f"{name}: {s}"),
+            on_deleted=gone.append,
+        )
+    except BaseException as exc:
+        logger.error("%s", _left_running(clients.region, options, gone, exc))
+        raise
+    finally:
+        if deleted is not None:
+            deleted.extend(gone)
+
+
+def _left_running(region: str, options: DeployOptions, gone: list[str], exc: BaseException) -> str:
+    """What an interrupted or failed clean-up left, and the exact command that removes it
+    (an endpoint not known deleted may run: the deploy may have been stopped mid-request)."""
+    name = options.endpoint_name
+    why = "was interrupted" if isinstance(exc, KeyboardInterrupt) else f"failed ({exc})"
+    if f"endpoint {name}" in gone:
+        left = f"endpoint {name} is being deleted (no longer billing); what was made for it is not"
+    else:
+        left = f"endpoint {name} may still be running and billing ({options.instance_type})"
+    done = f" (deleted already: {', '.join(gone)})" if gone else ""
+    command = (
+        f"mmelocal undeploy {name} --delete-artifacts --s3-uri {options.model_data_url} "
+        f"--region {region}"
+    )
+    return (
+        f"the clean-up of the temporary endpoint {name} {why}: {left}{done}. Remove it with: "
+        f"{command}"
+    )
 
 
 def _refuse_existing(clients: AwsClients, name: str) -> None:

@@ -9,7 +9,13 @@ from collections.abc import Callable
 
 from mmelocal.aws.session import AwsClients
 from mmelocal.deploy import resources as rs
-from mmelocal.deploy.artifacts import readers, readers_text
+from mmelocal.deploy.artifacts import (
+    UNRECORDED_RULE,
+    MmelocalObject,
+    count_text,
+    readers,
+    readers_text,
+)
 from mmelocal.deploy.plan import POLL_S, WAIT_TIMEOUT_S, split_s3_uri
 from mmelocal.deploy.upload import delete_objects, mmelocal_objects
 from mmelocal.deploy.waits import settled
@@ -25,31 +31,42 @@ def undeploy(
     *,
     delete_artifacts: bool = False,
     keep_shared: bool = False,
-    unrecorded: bool = True,
+    unrecorded: bool = False,
     s3_uri: str | None = None,
     poll_s: float = POLL_S,
     timeout_s: float = WAIT_TIMEOUT_S,
     on_status: Callable[[str], None] | None = None,
+    on_deleted: Callable[[str], None] | None = None,
 ) -> list[str]:
     """Delete the scaling policy and target, endpoint, endpoint configs and models tagged
     for ``name`` (and, when asked, the S3 objects mmelocal uploaded for it); what was
-    deleted.
+    deleted, then what was kept or left (``kept ...``, ``left ...``: where, how many, how
+    many bytes, and the command that deletes them).
 
     ``delete_artifacts`` deletes the objects under the models' prefix that mmelocal uploaded
     for ``name``, and with ``unrecorded`` those that record no endpoint (uploaded by
-    mmelocal 2026-11-24 or earlier), never those it uploaded for another endpoint. When
-    another existing model reads one of them (an MME serves its whole prefix) nothing at
-    all is deleted and a :class:`DeployError` says which model; with ``keep_shared`` those
-    objects are kept instead (listed as kept). The prefix is read from the endpoint's
-    models; ``s3_uri`` names one more (a deploy interrupted before it created its model
-    leaves objects that no model names).
+    mmelocal 2026-11-24 or earlier; nothing proves whose they are, so they are kept and
+    named unless the caller says they are ``name``'s), never those it uploaded for another
+    endpoint. When another existing model reads one of them (an MME serves its whole
+    prefix) nothing at all is deleted and a :class:`DeployError` says which model; with
+    ``keep_shared`` those objects are kept instead (listed as kept). The prefix is read
+    from the endpoint's models; ``s3_uri`` names one more (a deploy interrupted before it
+    created its model leaves objects that no model names). Without ``delete_artifacts``
+    the objects stay, and the answer says where (``left ...``).
 
     SageMaker refuses to delete an endpoint that is being created or updated (an
     interrupted deploy leaves it so): undeploy waits until it is InService or Failed, up to
-    ``timeout_s``, polling as the deploy does (``on_status`` hears each status)."""
+    ``timeout_s``, polling as the deploy does (``on_status`` hears each status).
+    ``on_deleted`` hears each deletion as it is done (what an interrupted undeploy did)."""
     if s3_uri is not None and not delete_artifacts:
         raise DeployError("s3_uri names where to delete objects: pass delete_artifacts=True")
     sm, done = clients.sagemaker, []
+
+    def deleted(item: str) -> None:
+        done.append(item)
+        if on_deleted is not None:
+            on_deleted(item)
+
     found = rs.describe(sm, "DescribeEndpoint", EndpointName=name)
     if found is not None:
         rs.require_mine(sm, found["EndpointArn"], "endpoint", name, name)
@@ -61,29 +78,30 @@ def undeploy(
         urls.append(s3_uri)
     # read-only until here: a refusal changes nothing
     owners = (name, None) if unrecorded else (name,)
-    artifacts = _artifacts(clients, name, urls, owners, keep_shared) if delete_artifacts else []
+    artifacts = _artifacts(clients, name, urls, owners, keep_shared, delete=delete_artifacts)
     if found is not None:
-        done += _delete_scaling(clients, name)
+        for item in _delete_scaling(clients, name):
+            deleted(item)
         if found.get("EndpointStatus") in IN_PROGRESS_STATUSES:
             found = settled(sm, name, poll_s=poll_s, timeout_s=timeout_s, on_status=on_status)
         if found is not None and found.get("EndpointStatus") != "Deleting":
             rs.call(sm, "DeleteEndpoint", name, EndpointName=name)
-            done.append(f"endpoint {name}")
+            deleted(f"endpoint {name}")
     for config in rs.tagged(sm, "EndpointConfig", name):
         rs.call(sm, "DeleteEndpointConfig", config, EndpointConfigName=config)
-        done.append(f"endpoint config {config}")
+        deleted(f"endpoint config {config}")
     # the objects before the models: the models are where a second try finds the prefix
-    for url, keys, kept in artifacts:
+    kept = []
+    for url, keys, notes in artifacts:
         bucket, _ = split_s3_uri(url)
         if keys:
             delete_objects(clients.s3, bucket, keys)
-            done.append(f"{len(keys)} objects under {url}")
-        if kept:
-            done.append(f"kept {kept}")
+            deleted(f"{len(keys)} objects under {url}")
+        kept += notes
     for model in models:
         rs.call(sm, "DeleteModel", model, ModelName=model)
-        done.append(f"model {model}")
-    return done
+        deleted(f"model {model}")
+    return done + kept
 
 
 def _artifacts(
@@ -92,15 +110,29 @@ def _artifacts(
     urls: list[str],
     owners: tuple[str | None, ...],
     keep_shared: bool,
-) -> list[tuple[str, list[str], str]]:
-    """``(prefix URL, keys to delete, what is kept and why)`` per prefix of ``name``'s
-    models: the objects recorded for one of ``owners`` (None: no endpoint recorded); raises
-    when another model reads a key and ``keep_shared`` is False."""
-    found = []
+    *,
+    delete: bool,
+) -> list[tuple[str, list[str], list[str]]]:
+    """``(prefix URL, keys to delete, what is kept or left there and why)`` per prefix of
+    ``name``'s models: the objects recorded for one of ``owners`` (None: no endpoint
+    recorded) are deleted when ``delete``, else left; raises when another model reads a key
+    and ``keep_shared`` is False."""
+    found: list[tuple[str, list[str], list[str]]] = []
     for bucket, prefix in sorted({split_s3_uri(u) for u in urls if u}):
         url = f"s3://{bucket}/{prefix}"
         objects = mmelocal_objects(clients.s3, bucket, prefix)
-        keys = [o.key for o in objects if o.endpoint in owners]
+        mine = [o for o in objects if o.endpoint in owners]
+        notes = []
+        if not delete:
+            if mine:
+                notes.append(
+                    f"left {count_text(len(mine), sum(o.size_bytes for o in mine))} under "
+                    f"{url}, deployed for {name}: delete them with 'mmelocal undeploy {name} "
+                    f"--delete-artifacts --s3-uri {url}'"
+                )
+            found.append((url, [], notes + _unrecorded(name, url, objects, owners)))
+            continue
+        keys = [o.key for o in mine]
         others = len(objects) - len(keys)
         if others:
             logger.info("%d objects under %s were not deployed for %s: kept", others, url, name)
@@ -114,9 +146,29 @@ def _artifacts(
                 f"{name}' without --delete-artifacts (the objects stay), or undeploy what "
                 "reads them first"
             )
-        kept = f"{len(shared)} objects under {url}, read by {readers_text(read)}" if shared else ""
-        found.append((url, [k for k in keys if k not in shared], kept))
+        if shared:
+            notes.append(f"kept {len(shared)} objects under {url}, read by {readers_text(read)}")
+        notes += _unrecorded(name, url, objects, owners)
+        found.append((url, [k for k in keys if k not in shared], notes))
     return found
+
+
+def _unrecorded(
+    name: str, url: str, objects: list[MmelocalObject], owners: tuple[str | None, ...]
+) -> list[str]:
+    """The note on the objects under ``url`` that record no endpoint, when they are not
+    among ``owners`` (kept: nothing proves whose they are)."""
+    if None in owners:
+        return []
+    unrecorded = [o for o in objects if o.endpoint is None]
+    if not unrecorded:
+        return []
+    return [
+        f"kept {count_text(len(unrecorded), sum(o.size_bytes for o in unrecorded))} under "
+        f"{url} that record no endpoint (uploaded by mmelocal 2026-11-24 or earlier; "
+        f"{UNRECORDED_RULE}): if they are {name}'s, 'mmelocal undeploy {name} "
+        f"--delete-artifacts --unrecorded --s3-uri {url}' deletes them too"
+    ]
 
 
 def _delete_scaling(clients: AwsClients, name: str) -> list[str]:

@@ -11,7 +11,15 @@ from typing import Any
 
 import boto3
 import pytest
-from deploy_helpers import INSTANCE_TYPE, REGION, ROLE, write_reference_tarball
+from deploy_helpers import (
+    INSTANCE_TYPE,
+    REGION,
+    ROLE,
+    cli_args,
+    keys,
+    run,
+    write_reference_tarball,
+)
 from shared_helpers import (
     delete_endpoint,
     gated_tritonserver,
@@ -22,7 +30,6 @@ from shared_helpers import (
 )
 
 from mmelocal.aws.session import connect
-from mmelocal.cli.main import main
 from mmelocal.deploy.deployer import apply_plan, make_plan, undeploy
 from mmelocal.deploy.plan import DeployOptions, DeployPlan
 from mmelocal.errors import DeployError
@@ -57,12 +64,6 @@ def actions(plan: DeployPlan) -> dict[str, str]:
     return {f"{s.service}:{s.operation}": s.action for s in plan.steps}
 
 
-def keys(bucket: str) -> dict[str, str]:
-    """key -> ETag of every object in the bucket."""
-    listing = boto3.client("s3").list_objects_v2(Bucket=bucket)
-    return {o["Key"]: o["ETag"] for o in listing.get("Contents", [])}
-
-
 def models_named(part: str) -> list[str]:
     """SageMaker models whose name contains ``part`` (moto ignores NameContains)."""
     models = boto3.client("sagemaker").list_models(MaxResults=100)["Models"]
@@ -75,19 +76,6 @@ def configs_named(part: str) -> list[str]:
     return sorted(c["EndpointConfigName"] for c in configs if part in c["EndpointConfigName"])
 
 
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
-    code = main(list(args))
-    captured = capsys.readouterr()
-    return code, captured.out + captured.err
-
-
-def cli_args(store: Path, bucket: str, name: str, *more: str) -> list[str]:
-    return [
-        "deploy", str(store), "--endpoint-name", name, "--s3-uri", f"s3://{bucket}/models/",
-        "--role", ROLE, "--instance-type", INSTANCE_TYPE, "--max-instances", "3", *more,
-    ]  # fmt: skip
-
-
 def test_dry_run_changes_nothing(
     capsys: pytest.CaptureFixture[str], store: Path, bucket: str, endpoint_name: str, tmp_path: Path
 ) -> None:
@@ -97,7 +85,7 @@ def test_dry_run_changes_nothing(
     )
     assert code == 0, text
     assert "deploy plan" in text and "dry run: nothing was changed" in text
-    plan = json.loads(plan_file.read_text())
+    plan = json.loads(plan_file.read_text())["plan"]
     by_key = {o["key"]: o for o in plan["objects"]}
     assert {k: o["action"] for k, o in by_key.items()} == {
         "models/model-0.tar.gz": "upload",
@@ -138,7 +126,7 @@ def test_capacity_result_picks_the_instance_type(
     code, text = run(capsys, *args, "--capacity", str(capacity))  # hot set: the 4 tarballs
     assert code == 0, text
     assert "instance type ml.g5.xlarge: 4 models fit" in text
-    plan = json.loads((tmp_path / "p.json").read_text())
+    plan = json.loads((tmp_path / "p.json").read_text())["plan"]
     config = next(s for s in plan["steps"] if s["operation"] == "CreateEndpointConfig")
     assert config["params"]["ProductionVariants"][0]["InstanceType"] == "ml.g5.xlarge"
 
@@ -186,7 +174,7 @@ def test_options_the_deploy_would_not_read_are_refused(
         assert not plan_file.exists()
     code, text = run(capsys, *base, "--target-gpu-utilization", "40", "--image", image)
     assert code == 0, text
-    policy = json.loads(plan_file.read_text())["steps"][-1]["params"]
+    policy = json.loads(plan_file.read_text())["plan"]["steps"][-1]["params"]
     assert policy["TargetTrackingScalingPolicyConfiguration"]["TargetValue"] == 40.0
 
 
@@ -671,7 +659,7 @@ def test_a_tarball_removed_from_the_store_leaves_the_endpoint(
     code, text = run(capsys, *args)
     assert code == 0, text
     assert "DeleteObjects" in text, text
-    removed = [o for o in json.loads(plan_file.read_text())["objects"] if not o["path"]]
+    removed = [o for o in json.loads(plan_file.read_text())["plan"]["objects"] if not o["path"]]
     assert [(o["key"], o["action"], o["note"]) for o in removed] == [
         ("models/notes.txt", "keep", "not uploaded by mmelocal"),
         ("models/team/model-3.tar.gz", "delete", "not in the store"),
