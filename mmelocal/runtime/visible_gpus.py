@@ -13,6 +13,10 @@ How CUDA reads the variable (CUDA Programming Guide, "CUDA Environment Variables
 * at the first identifier that names no GPU (``-1``, an index past the last GPU, a UUID
   prefix that matches none) CUDA stops: only the GPUs before it are visible.
 
+Seen on an H200 (``torch.cuda.device_count()``): ``0`` and a ``GPU-`` prefix of its UUID
+give 1 GPU; ``-1``, ``1``, an empty value and ``0,0`` give none (a GPU named twice hides
+them all, which the guide does not say: it is refused here, with that reason).
+
 Integer indices follow ``CUDA_DEVICE_ORDER``: ``FASTEST_FIRST`` by default, nvidia-smi's
 (PCI bus) order with ``PCI_BUS_ID``. NVML numbers by PCI bus, so on a machine whose GPUs
 differ an index means a known card only under ``PCI_BUS_ID``; where they are all alike,
@@ -119,7 +123,10 @@ def _from_environment(nvml: Any, count: int, value: str, order: str | None) -> S
             stopped_at = token
             break
         if index in seen:
-            raise UserInputError(f"{VISIBLE}={value} names GPU {token} twice; name each GPU once")
+            raise UserInputError(
+                f"{VISIBLE}={value} names GPU {token} twice, and then CUDA sees no GPU at "
+                "all; name each GPU once"
+            )
         seen.add(index)
         names.append(nvml.name(index))
     origin = f"{VISIBLE}={value}"
