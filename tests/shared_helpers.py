@@ -147,7 +147,8 @@ def write_reference_tarball(path: Path, *, scale: float, name: str = "tiny") -> 
 class StandInNvml(types.ModuleType):
     """A stand-in ``pynvml`` (no GPU here; put it in ``sys.modules``): one device per
     ``used`` entry (index -> bytes in use), ``total_bytes`` each, named by ``names`` (by
-    index), 42 % busy, with pid 4242 holding 1 GiB and pid 1 5 GiB of it."""
+    index), UUID ``GPU-<index as 8 hex digits>-...``, 42 % busy, with pid 4242 holding
+    1 GiB and pid 1 5 GiB of it."""
 
     class NVMLError(Exception):
         pass
@@ -174,6 +175,9 @@ class StandInNvml(types.ModuleType):
 
     def nvmlDeviceGetName(self, handle: int) -> str:
         return self.names[handle]
+
+    def nvmlDeviceGetUUID(self, handle: int) -> str:
+        return f"GPU-{handle:08x}-0000-0000-0000-{handle:012x}"
 
     def nvmlDeviceGetMemoryInfo(self, handle: int) -> Any:
         return types.SimpleNamespace(used=self.used[handle], total=self.total_bytes)

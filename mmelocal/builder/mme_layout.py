@@ -194,7 +194,11 @@ def _ensemble_steps(
     try:
         names = ensemble_step_names(ensemble)
     except ConfigError as exc:
-        findings.append(Problem(code="config.invalid", path=str(ensemble), message=str(exc)))
+        where = f"{exc.path}:{exc.line}:" if exc.line is not None else f"{exc.path}:"
+        said = str(exc).removeprefix(where).strip()
+        line = f" line {exc.line}" if exc.line is not None else ""
+        message = f"config.pbtxt{line}: {said}"
+        findings.append(Problem(code="config.invalid", path=str(ensemble), message=message))
         return ()
     by_name = {f.name: f for f in folders}
     steps = tuple(by_name[n] for n in names if n in by_name)

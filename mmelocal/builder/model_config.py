@@ -182,15 +182,22 @@ def build_model_config(
         db = cfg.dynamic_batching
         db.preferred_batch_size.extend(opts.preferred_batch_sizes)
         db.max_queue_delay_microseconds = opts.max_queue_delay_us
+    add_instance_group(cfg, opts)
+    if opts.warmup and signature.inputs:
+        _add_warmup(cfg, signature, opts, dict(warmup_dims or {}))
+    return cfg
+
+
+def add_instance_group(cfg: Any, opts: ConfigOptions) -> Any:
+    """Add to ``cfg`` the ``instance_group`` a build with ``opts`` writes; return it."""
+    pb = _pb()
     group = cfg.instance_group.add(count=opts.instance_count)
     if opts.kind == "gpu":
         group.kind = pb.ModelInstanceGroup.KIND_GPU
         group.gpus.extend(opts.gpus)
     elif opts.kind == "cpu":
         group.kind = pb.ModelInstanceGroup.KIND_CPU
-    if opts.warmup and signature.inputs:
-        _add_warmup(cfg, signature, opts, dict(warmup_dims or {}))
-    return cfg
+    return group
 
 
 def _check_dims(spec: TensorSpec) -> None:
@@ -415,6 +422,7 @@ __all__ = [
     "PLATFORMS",
     "WARMUP_DATA",
     "ConfigOptions",
+    "add_instance_group",
     "build_model_config",
     "check_config",
     "config_to_text",

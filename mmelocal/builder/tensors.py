@@ -259,15 +259,28 @@ def inspect_onnx(path: Path | str, *, strip_batch: bool | None = None) -> tuple[
     into ``config.pbtxt``; pass ``strip_batch=False`` to get the full graph dims.
     External weight files are not read.
     """
+    p = Path(path)
+    return onnx_signature(load_onnx_graph(p), p, strip_batch=strip_batch)
+
+
+def load_onnx_graph(path: Path | str) -> Any:
+    """The graph of the ONNX model at ``path`` (external weight files are not read);
+    :class:`~mmelocal.errors.UserInputError` when it is missing or unreadable."""
     onnx = _import_onnx()
     p = Path(path)
     try:
-        model = onnx.load(str(p), load_external_data=False)
+        return onnx.load(str(p), load_external_data=False).graph
     except FileNotFoundError:
         raise UserInputError(f"ONNX file not found: {p}") from None
     except Exception as exc:  # onnx raises DecodeError and friends
         raise UserInputError(f"{p} is not a readable ONNX model: {exc}") from None
-    graph = model.graph
+
+
+def onnx_signature(
+    graph: Any, path: Path | str, *, strip_batch: bool | None = None
+) -> tuple[Signature, bool]:
+    """:func:`inspect_onnx` of an already loaded ``graph`` (``path`` names it in errors)."""
+    p = Path(path)
     initializers = {init.name for init in graph.initializer}
     inputs = tuple(_onnx_spec(vi, p) for vi in graph.input if vi.name not in initializers)
     outputs = tuple(_onnx_spec(vi, p) for vi in graph.output)
@@ -361,7 +374,9 @@ __all__ = [
     "TensorSpec",
     "inspect_onnx",
     "inspect_torchscript",
+    "load_onnx_graph",
     "numpy_to_triton",
+    "onnx_signature",
     "onnx_to_triton",
     "specs_from_arrays",
     "torch_to_triton",

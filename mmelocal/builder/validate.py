@@ -221,6 +221,8 @@ def _validate_tarball(
             return name if rel == "." else f"{name}:{rel}"
 
         for finding in layout.findings:
+            if finding.code == "config.invalid" and Path(finding.path) in layout.folders:
+                continue  # the folder's own check says it, with the line
             report.add(finding.code, shown(finding.path), finding.message, finding.severity)
         for folder in layout.folders:
             served = folder == layout.served_dir
@@ -279,7 +281,7 @@ def _check_model_folder(
     _check_name(cfg, model_dir, report, where, served=served)
     _check_host(cfg, model_dir, report, where)
     check_warmup_files(cfg, model_dir, report, where)
-    check_batching(cfg, report, where)
+    check_batching(cfg, report, where, model_name=model_dir.name)
     versions = _loaded_versions(cfg, _versions(model_dir, report, where), report, where)
     if cfg.platform == ENSEMBLE_PLATFORM or cfg.HasField("ensemble_scheduling"):
         check_ensemble(cfg, model_dir, report, where, in_tarball=in_tarball)

@@ -52,9 +52,14 @@ def _byte_size(data_type: int, dims: Any) -> int | None:
     return int(itemsize * math.prod(dims))
 
 
-def check_batching(cfg: Any, report: Recorder, where: str) -> None:
+def check_batching(cfg: Any, report: Recorder, where: str, *, model_name: str = "") -> None:
+    """The batching settings Triton refuses (``model_name``: the name Triton knows the
+    model by, when the config sets none), then the ``model_warmup`` samples."""
     mbs = cfg.max_batch_size
     if cfg.HasField("dynamic_batching"):
+        refused = queue_policy_problem(cfg.dynamic_batching, str(cfg.name) or model_name)
+        if refused is not None:
+            report.add("config.batching", where, f"{refused}; Triton refuses the config")
         bad = [b for b in cfg.dynamic_batching.preferred_batch_size if b > mbs or b < 1]
         if bad:
             report.add(
@@ -72,6 +77,38 @@ def check_batching(cfg: Any, report: Recorder, where: str) -> None:
                 "warning",
             )
     _check_warmup(cfg, report, where)
+
+
+def queue_policy_problem(batching: Any, name: str) -> str | None:
+    """Triton's words for the first rule of ``dynamic_batching``'s priority levels, their
+    queue policies and ``preserve_ordering`` that the config breaks (None: none), as core
+    ``ValidateModelConfig`` (``src/model_config_utils.cc``, r24.10) checks them in order:
+    with ``priority_levels`` set, ``default_priority_level`` and every
+    ``priority_queue_policy`` key lie in 1..priority_levels; ``preserve_ordering`` allows
+    one level at most and no queue policy that delays (``DELAY`` with a timeout)."""
+    from tritonclient.grpc import model_config_pb2 as pb
+
+    levels = int(batching.priority_levels)
+    if levels != 0:
+        if not 1 <= batching.default_priority_level <= levels:
+            return f"default priority level must be in range [1, {levels}] for {name}"
+        if any(not 1 <= key <= levels for key in batching.priority_queue_policy):
+            return (
+                f"priority queue policy must have priority level in range [1, {levels}] for {name}"
+            )
+    if batching.preserve_ordering:
+        if levels > 1:
+            return f"Only one priority level is allowed when 'preserve_ordering' is true for {name}"
+        policies = [batching.default_queue_policy, *batching.priority_queue_policy.values()]
+        if any(
+            p.default_timeout_microseconds != 0 and p.timeout_action == pb.ModelQueuePolicy.DELAY
+            for p in policies
+        ):
+            return (
+                "Queue policy can not have DELAY as timeout action when 'preserve_ordering' "
+                f"is true for {name}"
+            )
+    return None
 
 
 def _check_warmup(cfg: Any, report: Recorder, where: str) -> None:
@@ -133,4 +170,4 @@ def _dims_fit(dims: Any, config_dims: Any) -> bool:
     )
 
 
-__all__ = ["WARMUP_FOLDER", "check_batching", "check_warmup_files"]
+__all__ = ["WARMUP_FOLDER", "check_batching", "check_warmup_files", "queue_policy_problem"]

@@ -68,6 +68,7 @@ def sweep_options(
         instance_type=params["instance_type"],
         prices_file=params["prices_file"],
         gpus_file=params.get("gpus_file"),
+        gpu_indices=params.get("gpu_indices"),
         verify=verify,
         generators=generators_from(params),
     )
@@ -85,6 +86,14 @@ def sweep_options(
 @field_option(SweepOptions, "instance_type")
 @prices_option
 @gpus_option
+@click.option(
+    "--gpu",
+    "gpu_indices",
+    callback=lambda _ctx, _param, text: None if text is None else _ints(text),
+    help="Comma-separated GPUs to sweep on, by nvidia-smi's number (e.g. 0 to size a "
+    "1-GPU instance type on a 4-GPU machine); default: those CUDA_VISIBLE_DEVICES names, "
+    "else every GPU. The server runs on exactly these.",
+)
 @click.option("--no-verify", is_flag=True, help="Skip output verification when building.")
 @endpoint_option
 @s3_uri_option
@@ -106,12 +115,18 @@ def sweep(
 
     With --endpoint NAME the configurations are TargetModels of that deployed multi-model
     endpoint (its instance type replaces --instance-type): no redeploy per configuration.
-    On a machine with NVIDIA GPUs the sweep runs here only when they are --instance-type's
-    cards, as many as it has (the card table: gpus.yaml, or --gpus FILE).
+    On a machine with NVIDIA GPUs the sweep runs here only when the GPUs it runs on (--gpu,
+    else CUDA_VISIBLE_DEVICES, else all) are --instance-type's cards, as many as it has (the
+    card table: gpus.yaml, or --gpus FILE).
     """
     from mmelocal.bench.sweep.runner import run_sweep
 
     refuse_without_endpoint(endpoint_name, {"--s3-uri": s3_uri, "--region": region})
+    if endpoint_name is not None and params.get("gpu_indices") is not None:
+        raise click.UsageError(
+            "--gpu chooses this machine's GPUs for a local sweep; a sweep of --endpoint runs "
+            "on the endpoint's instances: drop --gpu"
+        )
     options = sweep_options(params, formats=formats, verify=not no_verify)
     prepare_outputs(json_out, report_dir)
     with err_console.status("sweep starting") as status:

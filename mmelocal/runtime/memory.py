@@ -280,6 +280,11 @@ class Nvml:
         raw = self.lib.nvmlDeviceGetName(self.handle(index))
         return raw.decode() if isinstance(raw, bytes) else str(raw)
 
+    def uuid(self, index: int) -> str:
+        """The card's UUID as ``nvidia-smi -L`` prints it (``GPU-8932f937-...``)."""
+        raw = self.lib.nvmlDeviceGetUUID(self.handle(index))
+        return raw.decode() if isinstance(raw, bytes) else str(raw)
+
     def utilization_percent(self, index: int) -> float | None:
         """GPU utilization in percent (None when the driver does not report it)."""
         try:

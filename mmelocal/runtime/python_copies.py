@@ -142,7 +142,7 @@ def prepare_model_for_server(
                 "--launcher docker",
                 path=config_path,
             )
-        _derive_config(config, source, notes)
+        _derive_config(config, source, notes, gpu=gpu)
     if not gpu:
         _force_cpu(config, name, notes)
     out_root = Path(out_dir)
@@ -209,16 +209,10 @@ def prepare_layout(
     ]
 
 
-def _derive_config(config: Any, source: Path, notes: list[str]) -> None:
+def _derive_config(config: Any, source: Path, notes: list[str], *, gpu: bool) -> None:
     key = str(config.platform or config.backend)
     native, fmt, default_file = NATIVE_FORMATS[key]
-    cpu_count = default_instance_count(kind="KIND_CPU", backend=native)
-    if cpu_count != 1:  # the Python backend's default would be 1
-        from tritonclient.grpc import model_config_pb2 as pb
-
-        for group in config.instance_group:
-            if group.count < 1 and group.kind == pb.ModelInstanceGroup.KIND_CPU:
-                group.count = cpu_count
+    _keep_default_counts(config, native, gpu=gpu)
     artifact = config.default_model_filename or default_file
     config.platform = ""
     config.backend = "python"
@@ -236,6 +230,32 @@ def _derive_config(config: Any, source: Path, notes: list[str]) -> None:
     for version in _version_dirs(source):
         if not (version / artifact).exists():
             notes.append(f"{config.name}: version {version.name} has no {artifact}")
+
+
+def _keep_default_counts(config: Any, native: str, *, gpu: bool) -> None:
+    """State the instance count Triton would give the groups of ``config`` under its own
+    ``native`` backend where the Python backend's default (1) differs.
+
+    Triton core (``src/model_config_utils.cc``, r24.10, ``NormalizeInstanceGroup``): a
+    config with no group gets one ``KIND_AUTO`` group named after the model; ``KIND_AUTO``
+    is ``KIND_CPU`` on a host with no GPU; a group whose count is < 1 then gets
+    ``SetDefaultInstanceCount``'s, 2 for a ``KIND_CPU`` group of onnxruntime and
+    tensorflow. On a GPU host ``KIND_AUTO`` is ``KIND_GPU`` (1 per GPU, as the Python
+    backend's) unless it lists a GPU the host lacks; that case is left to Triton.
+    """
+    cpu_count = default_instance_count(kind="KIND_CPU", backend=native)
+    if cpu_count == 1:  # the Python backend's default too
+        return
+    from tritonclient.grpc import model_config_pb2 as pb
+
+    kinds = pb.ModelInstanceGroup
+    if not config.instance_group and not gpu:
+        config.instance_group.add(name=str(config.name), count=cpu_count)
+        return
+    cpu_kinds = (kinds.KIND_CPU,) if gpu else (kinds.KIND_CPU, kinds.KIND_AUTO)
+    for group in config.instance_group:
+        if group.count < 1 and group.kind in cpu_kinds:
+            group.count = cpu_count
 
 
 def _force_cpu(config: Any, name: str, notes: list[str]) -> None:

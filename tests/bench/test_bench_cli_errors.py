@@ -44,6 +44,11 @@ CASES = {
     "project: json under a file": ([*PROJECT, "--json", "{d}/a-file/x.json"], "is a file"),
     "capacity: zero budget": (["capacity", "x", "--memory-budget", "0"], "memory-budget"),
     # the --endpoint options were dropped without a word on a local measurement
+    "sweep: --gpu with --endpoint": (
+        ["sweep", "x", "--gpu", "0", "--endpoint", "e"],
+        "--gpu chooses this machine's GPUs for a local sweep",
+    ),
+    "sweep: --gpu not numbers": (["sweep", "x", "--gpu", "a"], "comma-separated integers"),
     "sweep: --s3-uri without --endpoint": (
         ["sweep", "x", "--s3-uri", "s3://b/p/"],
         "--s3-uri is only read with --endpoint",

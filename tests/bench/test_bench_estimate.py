@@ -384,6 +384,40 @@ def test_a_config_with_no_instance_on_the_one_gpu_is_refused(
         estimate_model(folder, instance_types=["ml.g4dn.xlarge"])
 
 
+#: build options (the preset's, with the overrides a user gives) -> the instances on the one
+#: GPU of a SageMaker GPU instance: the config the build writes, read as Triton reads it
+#: (gpu_instances), as a built folder's is; None: refused with these words
+BUILD_INSTANCES: list[tuple[dict[str, Any], int | str]] = [
+    ({"instance_count": 2}, 2),
+    ({"instance_count": 3, "kind": "gpu", "gpus": (0,)}, 3),
+    ({"instance_count": 2, "kind": "cpu"}, "every instance of mlp runs on the CPU"),
+    ({"kind": "gpu", "gpus": (0, 1)}, "specifies invalid or unsupported gpu id 1"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "expected"), BUILD_INSTANCES, ids=str)
+def test_the_build_options_instances_are_read_as_triton_reads_the_config(
+    tmp_path: Path, overrides: dict[str, Any], expected: int | str
+) -> None:
+    """The estimate of a source took the build options' instance_count as it was: a
+    KIND_CPU build (no GPU memory) or one listing a GPU the instance lacks was sized as
+    copies on the GPU."""
+    from mmelocal.bench.estimate.model import estimate_model
+
+    path = _onnx_mlp(tmp_path / "mlp.onnx")
+
+    def estimate() -> Any:
+        return estimate_model(
+            path, model_format="onnx", overrides=overrides, instance_types=["ml.g4dn.xlarge"]
+        )
+
+    if isinstance(expected, int):
+        assert estimate().batches.instances == expected
+    else:
+        with pytest.raises(UserInputError, match=expected):
+            estimate()
+
+
 def test_cli_estimate_prints_parts_and_writes_json(tmp_path: Path) -> None:
     pytest.importorskip("torchvision")
     from click.testing import CliRunner

@@ -225,6 +225,7 @@ def test_a_local_sweep_on_another_card_refuses_to_size_the_instance_type(
     from mmelocal.bench.sweep.runner import SweepOptions, run_sweep
 
     monkeypatch.setitem(sys.modules, "pynvml", _OneCardNvml("NVIDIA H200"))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     with pytest.raises(UserInputError) as info:
         run_sweep(tmp_path / "no-such-model.onnx", options=SweepOptions(workdir=tmp_path))
     message = str(info.value)
@@ -265,3 +266,95 @@ def test_the_refusal_names_the_instance_types_of_this_card() -> None:
     assert card is not None and card.name == "A100-40GB"
     with pytest.raises(UserInputError, match=r"size one of ml\.g4dn\.16xlarge, .*ml\.g4dn\.xlarge"):
         check_cards(["Tesla T4"], "ml.g5.xlarge", gpus)
+
+
+#: CUDA_VISIBLE_DEVICES on a machine with 4 T4s (UUIDs GPU-00000000-... to GPU-00000003-...)
+#: -> the T4s the sweep's server sees (CUDA Programming Guide, "CUDA Environment Variables":
+#: indices or UUID prefixes, in order; CUDA stops at the first that names no GPU)
+FOUR_T4_VISIBLE = {
+    "2": 1,
+    "GPU-00000003": 1,
+    "1,-1,2": 1,
+    "3,7,0": 1,
+    "0,GPU-00000001-0000": 2,
+    "0,1,2,3": 4,
+}
+
+
+@pytest.mark.parametrize("visible", list(FOUR_T4_VISIBLE))
+def test_a_sweep_sizes_the_instance_type_on_the_gpus_cuda_visible_devices_names(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, visible: str
+) -> None:
+    """On a 4-T4 machine a local sweep refused ml.g4dn.xlarge (1 T4) whatever the user did:
+    NVML sees the 4 cards, CUDA_VISIBLE_DEVICES or not. The sweep now counts the cards its
+    server will see, as CUDA reads the variable."""
+    import sys
+
+    from mmelocal.bench.sweep.runner import SweepOptions, run_sweep
+
+    monkeypatch.setitem(sys.modules, "pynvml", _OneCardNvml(*["Tesla T4"] * 4))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    count = FOUR_T4_VISIBLE[visible]
+    fits = {1: "ml.g4dn.xlarge", 4: "ml.g4dn.12xlarge"}
+    for instance_type in ("ml.g4dn.xlarge", "ml.g4dn.12xlarge"):
+        options = SweepOptions(instance_type=instance_type, workdir=tmp_path, instances=(1,))
+        if fits.get(count) != instance_type:
+            with pytest.raises(UserInputError, match=f"{count} x Tesla T4"):
+                run_sweep(tmp_path / "no-such-model.onnx", options=options)
+            continue
+        # past the check, the missing model is each row's failure
+        result = run_sweep(tmp_path / "no-such-model.onnx", options=options)
+        assert f"{count} x Tesla T4 (CUDA_VISIBLE_DEVICES={visible}" in result.machine
+        assert {row.status for row in result.rows} == {"failed"}
+
+
+def test_the_gpus_chosen_by_number_override_cuda_visible_devices(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import sys
+
+    from mmelocal.bench.sweep.runner import SweepOptions, run_sweep
+    from mmelocal.runtime.visible_gpus import server_gpus
+
+    monkeypatch.setitem(sys.modules, "pynvml", _OneCardNvml(*["Tesla T4"] * 4))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
+    # the server gets the chosen cards by UUID: the cards NVML numbered, in any CUDA order
+    used = server_gpus(chosen=(2,))
+    assert used.names == ("Tesla T4",)
+    assert dict(used.env) == {"CUDA_VISIBLE_DEVICES": "GPU-00000002-0000-0000-0000-000000000002"}
+    options = SweepOptions(workdir=tmp_path, instances=(1,), gpu_indices=(2,))
+    assert "1 x Tesla T4 (GPU 2" in run_sweep(tmp_path / "none.onnx", options=options).machine
+    # all four: ml.g4dn.xlarge has one, and the refusal says how to choose it
+    with pytest.raises(UserInputError) as info:
+        run_sweep(tmp_path / "none.onnx", options=replace(options, gpu_indices=None))
+    assert "--gpu 0" in str(info.value) and "CUDA_VISIBLE_DEVICES=0" in str(info.value)
+    for bad in ((4,), (1, 1)):
+        with pytest.raises(UserInputError, match=r"this machine's are 0\.\.3"):
+            run_sweep(tmp_path / "none.onnx", options=replace(options, gpu_indices=bad))
+
+
+@pytest.mark.parametrize(
+    ("visible", "order", "words"),
+    [
+        ("MIG-GPU-00000001-0000/1/0", None, "names a MIG instance"),
+        ("1", None, "set CUDA_DEVICE_ORDER=PCI_BUS_ID"),  # unlike cards, CUDA's own order
+        ("0,0", "PCI_BUS_ID", "names GPU 0 twice"),
+    ],
+)
+def test_what_cannot_be_read_exactly_is_refused_with_what_to_set(
+    monkeypatch: pytest.MonkeyPatch, visible: str, order: str | None, words: str
+) -> None:
+    import sys
+
+    from mmelocal.runtime.visible_gpus import server_gpus
+
+    monkeypatch.setitem(sys.modules, "pynvml", _OneCardNvml("Tesla T4", "NVIDIA A10G"))
+    environ = {"CUDA_VISIBLE_DEVICES": visible} | ({"CUDA_DEVICE_ORDER": order} if order else {})
+    with pytest.raises(UserInputError, match=words):
+        server_gpus(environ=environ)
+    # numbered as nvidia-smi does, an index names one known card
+    used = server_gpus(environ={"CUDA_VISIBLE_DEVICES": "1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
+    assert used.names == ("NVIDIA A10G",)
+    assert dict(used.env) == {"CUDA_VISIBLE_DEVICES": "1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    # an empty value hides every GPU: the sweep runs on the CPU, as the server would
+    assert server_gpus(environ={"CUDA_VISIBLE_DEVICES": ""}).names == ()

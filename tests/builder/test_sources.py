@@ -410,3 +410,38 @@ def test_onnx_token_ids_stay_within_the_models_vocabulary(tmp_path: Path, via: s
 
     built = build_model(str(path), repo=tmp_path / "repo", options=BuildOptions(format="onnx"))
     assert (built.model_dir / "1" / "model.onnx").is_file()
+
+
+def test_an_onnx_source_reads_its_graph_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The signature and the index bounds were read from two loads of the same graph
+    (``inspect_onnx`` then ``index_bounds``): a large model's graph was parsed twice."""
+    import onnx
+    import torch
+
+    names = ["input_ids", "attention_mask"]
+    ids = torch.randint(0, _TinyVocab.VOCAB, (2, 8))
+    path = tmp_path / "model.onnx"
+    with torch.no_grad():
+        torch.onnx.export(
+            _TinyVocab.module(),
+            (ids, torch.ones_like(ids)),
+            str(path),
+            dynamo=False,
+            input_names=names,
+            output_names=["hidden"],
+            dynamic_axes={n: {0: "batch", 1: "sequence"} for n in [*names, "hidden"]},
+            opset_version=17,
+        )
+    loads: list[str] = []
+    real_load = onnx.load
+
+    def counted(f: Any, *args: Any, **kwargs: Any) -> Any:
+        loads.append(str(f))
+        return real_load(f, *args, **kwargs)
+
+    monkeypatch.setattr(onnx, "load", counted)
+    src = load_source(str(path), seq_len=8)
+    assert loads == [str(path)]
+    assert int(src.make_inputs(4, 8)["input_ids"].max()) < _TinyVocab.VOCAB  # bounds kept

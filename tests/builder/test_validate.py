@@ -663,3 +663,31 @@ def test_an_ensemble_step_with_no_folder_is_triton_s_load_error(tmp_path: Path) 
         archive.add(step, arcname="tiny")
     codes = [p.code for p in validate_path(tar).errors]
     assert codes == ["layout.missing_step"]
+
+
+def test_an_unparsable_ensemble_in_a_tarball_is_reported_once(tmp_path: Path) -> None:
+    """An ensemble whose config does not parse was reported twice: by the layout check
+    (which reads its steps, naming the temporary folder it was extracted to) and by the
+    folder's own check. The folder's check says it, once, with the line."""
+    ens = tmp_path / "ens"
+    (ens / "1").mkdir(parents=True)
+    (ens / "config.pbtxt").write_text(
+        'name: "ens"\nplatform: "ensemble"\nmax_batch_size: 8\nbogus_field: 3\n'
+    )
+    tar = tmp_path / "ens.tar.gz"
+    with tarfile.open(tar, "w:gz") as archive:
+        archive.add(ens, arcname="ens")
+    for target in (tar, tmp_path):  # the tarball, and a store holding it
+        if target == tmp_path:
+            import shutil
+
+            shutil.rmtree(ens)
+        report = validate_path(target)
+        found = [(p.path, p.message) for p in report.errors]
+        assert found == [
+            (
+                "ens.tar.gz:ens/config.pbtxt",
+                "line 4: field 'bogus_field': Message type \"inference.ModelConfig\" has no "
+                'field named "bogus_field". (column 1)',
+            )
+        ], found

@@ -13,7 +13,7 @@ import pytest
 from runtime_models import write_mlp, write_python_model
 from shared_helpers import wait_for
 
-from mmelocal.builder.model_config import read_config
+from mmelocal.builder.model_config import config_to_text, read_config
 from mmelocal.errors import (
     ModelLoadError,
     ServerStartError,
@@ -696,6 +696,39 @@ def test_stop_child_kills_what_ignores_sigterm(tmp_path: Path) -> None:
     assert (stubborn.returncode, polite.returncode) == (-signal.SIGKILL, -signal.SIGTERM)
     stop_child(stubborn, polite)  # again: nothing left to stop, no error
     assert (stubborn.returncode, polite.returncode) == (-signal.SIGKILL, -signal.SIGTERM)
+
+
+#: the source's instance_group -> the derived copy's on a host with no GPU: Triton's core
+#: (src/model_config_utils.cc, r24.10) makes no group one KIND_AUTO group named after the
+#: model (NormalizeInstanceGroup), resolves KIND_AUTO to KIND_CPU when there is no GPU,
+#: and then gives an unset count SetDefaultInstanceCount's 2 for onnxruntime's KIND_CPU
+CPU_HOST_GROUPS = {
+    "instance_group {\n  kind: KIND_AUTO\n}": ("onnx", "instance_group {\n  count: 2\n}"),
+    "": ("onnx", 'instance_group {\n  name: "mlp"\n  count: 2\n}'),
+    "instance_group {\n  kind: KIND_AUTO\n}\n": ("torchscript", "instance_group {\n}"),
+    "instance_group {\n  count: 3\n}": ("onnx", "instance_group {\n  count: 3\n}"),
+}
+
+
+@pytest.mark.parametrize("group", list(CPU_HOST_GROUPS), ids=repr)
+def test_a_derived_copy_counts_kind_auto_as_kind_cpu_on_a_cpu_host(tmp_path, group):
+    """KIND_AUTO (or no instance_group) got the Python backend's 1 instance where Triton's
+    onnxruntime backend gives 2 on a host without a GPU: KIND_AUTO is KIND_CPU there."""
+    fmt, expected = CPU_HOST_GROUPS[group]
+    source = write_mlp(tmp_path / "src", "mlp", fmt)
+    config = source / "config.pbtxt"
+    text = config.read_text().replace("instance_group {\n  count: 1\n}\n", group)
+    assert text != config.read_text()
+    config.write_text(text)
+    prepared = prepare_model_for_server(
+        source, tmp_path / "out", backends_available={"python"}, gpu=False
+    )
+    served = config_to_text(read_config(prepared.served_dir / "config.pbtxt"))
+    assert expected in served, served
+    with_gpu = prepare_model_for_server(
+        source, tmp_path / "gpu", backends_available={"python"}, gpu=True
+    )  # KIND_AUTO is KIND_GPU there: 1 per GPU, the Python backend's default too
+    assert "count: 2" not in config_to_text(read_config(with_gpu.served_dir / "config.pbtxt"))
 
 
 @pytest.mark.parametrize(("fmt", "count"), [("onnx", 2), ("torchscript", 0)])

@@ -230,6 +230,7 @@ def _source_facts(
 ) -> tuple[ModelFacts, Batches]:
     from mmelocal.builder.presets import detect_family
     from mmelocal.builder.sources import load_source
+    from mmelocal.builder.sources.base import suggest_name
 
     config_json = _hf_config(spec)
     source = None
@@ -243,7 +244,10 @@ def _source_facts(
         source = load_source(spec, seq_len=seq_len)
         module, example, built = source.module, source.example_inputs, ""
         family = detect_family(source.family or source.name)
-    batches = _preset_batches(family, overrides, profile_max, request)
+    name = source.name if source is not None else suggest_name(Path(spec).name)
+    batches = _preset_batches(
+        family, overrides, profile_max, request, fmt=fmt, name=name, source=spec
+    )
     if source is not None and source.module is None and source.file is not None:
         return trace_onnx_file(source.file, batches, precision=precision, dynamic_dim=seq_len), (
             batches
@@ -292,17 +296,33 @@ def _config_model(spec: str, config_json: Path, seq_len: int) -> tuple[Any, Mapp
 
 
 def _preset_batches(
-    family: str, overrides: dict[str, Any], profile_max: int | None, request: int
+    family: str,
+    overrides: dict[str, Any],
+    profile_max: int | None,
+    request: int,
+    *,
+    fmt: str,
+    name: str,
+    source: str,
 ) -> Batches:
-    """The batches the build preset of ``family`` (with ``overrides``) configures."""
+    """The batches the build preset of ``family`` (with ``overrides``) configures for
+    ``fmt`` (a model built as ``name``); its instances on the GPU read from the
+    instance_group the build writes, as a built model's are (:func:`~mmelocal.bench.
+    estimate.instances.gpu_instances`)."""
+    from tritonclient.grpc import model_config_pb2 as pb
+
+    from mmelocal.builder.backends import FORMATS
+    from mmelocal.builder.model_config import add_instance_group
     from mmelocal.builder.presets import preset_options
 
     options = preset_options(family, **overrides)
+    cfg = pb.ModelConfig(name=name, platform=FORMATS[fmt][0])
+    add_instance_group(cfg, options)
     return _batches(
         max_batch=options.max_batch_size,
         preferred=options.preferred_batch_sizes if options.dynamic_batching else (),
         warmup=options.warmup_batch_sizes if options.warmup else (),
-        instances=options.instance_count,
+        instances=gpu_instances(cfg, Path(name), source),
         profile_max=profile_max,
         request=request,
     )

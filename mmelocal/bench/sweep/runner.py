@@ -19,7 +19,7 @@ import os
 import shutil
 import tempfile
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -76,6 +76,9 @@ class SweepOptions:
     prices_file: Path | None = None
     #: the card table (default: the packaged gpus.yaml): which card ``instance_type`` carries
     gpus_file: Path | None = None
+    #: the GPUs to sweep on, by nvidia-smi's number (default: those CUDA_VISIBLE_DEVICES
+    #: names, else every GPU); the server is started on exactly these
+    gpu_indices: tuple[int, ...] | None = None
     tritonserver: Path | None = None
     workdir: Path | None = None
     verify: bool = True
@@ -92,6 +95,13 @@ class SweepOptions:
             raise UserInputError(f"target_rps must be > 0 requests/s, got {self.target_rps}")
         if not self.max_latency_ms > 0:
             raise UserInputError(f"max_latency_ms must be > 0, got {self.max_latency_ms}")
+        if self.gpu_indices is not None:
+            chosen = tuple(self.gpu_indices)
+            object.__setattr__(self, "gpu_indices", chosen)
+            if not chosen or any(not isinstance(i, int) or i < 0 for i in chosen):
+                raise UserInputError(
+                    f"gpu_indices must be GPU numbers >= 0 (nvidia-smi's), got {list(chosen)}"
+                )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,15 +123,18 @@ def run_sweep(
     """Build, serve and load-test every configuration of ``source``; see the module doc."""
     from mmelocal.bench.capacity.projection import is_gpu_instance_type, load_gpus
     from mmelocal.bench.prices import load_prices
-    from mmelocal.runtime.memory import gpu_count, gpu_names
+    from mmelocal.runtime.visible_gpus import server_gpus
 
     opts = options or SweepOptions()
     say = progress or (lambda message: None)
     prices = load_prices(opts.prices_file)
     price = prices.price_for(opts.instance_type)
-    gpu = gpu_count() > 0
+    used = server_gpus(chosen=opts.gpu_indices)
+    gpu = bool(used.names)
     if gpu:
-        check_cards(gpu_names(), opts.instance_type, load_gpus(opts.gpus_file))
+        check_cards(
+            list(used.names), opts.instance_type, load_gpus(opts.gpus_file), origin=used.origin
+        )
     # CPU throughput says nothing about how many GPU instances a load needs: ratios only
     relative_only = not gpu and is_gpu_instance_type(opts.instance_type)
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
@@ -130,7 +143,9 @@ def run_sweep(
         opts,
         gpu,
         say,
-        measure=lambda variants, work: _serve_and_measure(variants, opts, price, gpu, work, say),
+        measure=lambda variants, work: _serve_and_measure(
+            variants, opts, price, gpu, work, say, env=used.env
+        ),
         prefix="mmelocal-sweep-",
     )
     if relative_only:
@@ -153,17 +168,20 @@ def run_sweep(
         prices,
         opts.instance_type,
         where=where,
-        machine=_machine(gpu),
+        machine=_machine(used.describe() if gpu or used.env else None),
         started_at=started_at,
         recommendation=recommendation,
         relative_only=relative_only,
     )
 
 
-def check_cards(local: Sequence[str], instance_type: str, gpus: Sequence[GpuSpec]) -> None:
-    """Refuse to size ``instance_type`` from this machine's GPUs (NVML's names ``local``)
-    unless they are its cards, as many as it has (``gpus``: the card table): a rate
-    measured on one card is never shown as another card's."""
+def check_cards(
+    local: Sequence[str], instance_type: str, gpus: Sequence[GpuSpec], *, origin: str = ""
+) -> None:
+    """Refuse to size ``instance_type`` from the GPUs the sweep's server would use (NVML's
+    names ``local``, chosen as ``origin`` says) unless they are its cards, as many as it has
+    (``gpus``: the card table): a rate measured on one card is never shown as another
+    card's. With more of its card here than it has, the refusal says how to choose them."""
     from mmelocal.bench.capacity.projection import card_named, card_of_instance
 
     cards = [card_named(name, gpus) for name in local]
@@ -183,13 +201,21 @@ def check_cards(local: Sequence[str], instance_type: str, gpus: Sequence[GpuSpec
         if cards and cards[0] is not None and g.name == cards[0].name and n == len(cards)
     )
     needs = f"{wanted[1]} x {wanted[0].name}" if wanted else "no card in the card table"
-    choices = [f"size one of {', '.join(same)} (--instance-type)"] if same else []
+    choices = []
+    if wanted is not None and same_card and len(cards) > wanted[1]:
+        first = ",".join(str(i) for i in range(wanted[1]))
+        choices.append(
+            f"run it on {wanted[1]} of them (--gpu {first}, nvidia-smi's numbers, or "
+            f"CUDA_VISIBLE_DEVICES={first})"
+        )
+    choices += [f"size one of {', '.join(same)} (--instance-type)"] if same else []
     choices += [
         "give a card table that lists this card with the instance type (--gpus FILE)",
         f"sweep a deployed {instance_type} endpoint (mmelocal sweep --endpoint NAME)",
     ]
+    where = f" ({origin})" if origin else ""
     raise UserInputError(
-        f"this machine's GPUs: {here}; {instance_type} has {needs}: a "
+        f"the GPUs this sweep would run on{where}: {here}; {instance_type} has {needs}: a "
         "sweep here would show this machine's throughput as the instance's. Instead: "
         + "; or ".join(choices)
     )
@@ -382,6 +408,8 @@ def _serve_and_measure(
     gpu: bool,
     work: Path,
     say: Callable[[str], None],
+    *,
+    env: Mapping[str, str],
 ) -> dict[str, SweepRow]:
     from mmelocal.bench.loadtest.runner import LoadTestConfig, run_loadtest
     from mmelocal.builder.payload import payload_from_model
@@ -393,7 +421,8 @@ def _serve_and_measure(
     served = work / "served"
     served.mkdir()
     rows: dict[str, SweepRow] = {}
-    config = ServerConfig(model_repository=served, model_control_mode="explicit")
+    # the GPUs checked against the instance type, and no others
+    config = ServerConfig(model_repository=served, model_control_mode="explicit", env=env)
     with LocalLauncher(
         config, tritonserver=opts.tritonserver, log_path=work / "triton.log"
     ) as triton:
@@ -456,11 +485,12 @@ def _success_stats(client: Any, name: str) -> tuple[int, int]:
         return 0, 0
 
 
-def _machine(gpu: bool) -> str:
+def _machine(gpus: str | None) -> str:
+    """This machine in a line; ``gpus``: the GPUs the sweep ran on (None: none)."""
     import platform
 
     return f"{platform.machine()}, {os.cpu_count()} CPU(s), " + (
-        "NVIDIA GPU present" if gpu else "no GPU (CPU, Python backend)"
+        gpus if gpus is not None else "no GPU (CPU, Python backend)"
     )
 
 

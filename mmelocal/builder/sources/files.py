@@ -47,10 +47,11 @@ def load_onnx_file(
     path: Path, *, spec: str, name: str | None = None, seq_len: int = 128
 ) -> ModelSource:
     """An existing ONNX model; the signature is read from its graph."""
-    from mmelocal.builder.tensors import inspect_onnx, triton_to_numpy
+    from mmelocal.builder.tensors import load_onnx_graph, onnx_signature, triton_to_numpy
 
     try:
-        signature, batch_dynamic = inspect_onnx(path, strip_batch=False)
+        graph = load_onnx_graph(path)  # read once: the signature and the index bounds
+        signature, batch_dynamic = onnx_signature(graph, path, strip_batch=False)
     except UserInputError as exc:
         raise SourceError(str(exc), source=spec) from None
     if not batch_dynamic:
@@ -62,7 +63,7 @@ def load_onnx_file(
     names = signature.input_names
     kind = "nlp" if set(_NLP_INPUTS) <= set(names) else "generic"
     specs = {s.name: (triton_to_numpy(s.data_type), s.dims) for s in signature.inputs}
-    bounds = index_bounds(path, names)
+    bounds = index_bounds(graph, names, config_dir=path.parent)
 
     def factory(batch_size: int, length: int | None, seed: int) -> dict[str, Any]:
         torch = import_torch("making example inputs")
@@ -106,15 +107,12 @@ def load_onnx_file(
 _INDEX_PASSTHROUGH = frozenset({"Cast", "Identity", "Unsqueeze", "Squeeze", "Reshape", "Flatten"})
 
 
-def index_bounds(path: Path, names: tuple[str, ...]) -> dict[str, int]:
-    """For each input of ``names`` that indexes a table (a ``Gather`` whose data is an
-    initializer, as an embedding is), the table's size along the gathered axis: valid ids
-    are below it. An input that indexes several tables gets the smallest. Without such a
-    table, ``input_ids`` gets ``vocab_size`` from a ``config.json`` beside the file (a
-    Hugging Face export's), when there is one."""
-    import onnx
-
-    graph = onnx.load(str(path), load_external_data=False).graph
+def index_bounds(graph: Any, names: tuple[str, ...], *, config_dir: Path) -> dict[str, int]:
+    """For each input of ``names`` that indexes a table of the ONNX ``graph`` (a ``Gather``
+    whose data is an initializer, as an embedding is), the table's size along the gathered
+    axis: valid ids are below it. An input that indexes several tables gets the smallest.
+    Without such a table, ``input_ids`` gets ``vocab_size`` from a ``config.json`` in
+    ``config_dir`` (beside the file: a Hugging Face export's), when there is one."""
     tables = {init.name: list(init.dims) for init in graph.initializer}
     consumers: dict[str, list[tuple[Any, int]]] = {}
     for node in graph.node:
@@ -126,7 +124,7 @@ def index_bounds(path: Path, names: tuple[str, ...]) -> dict[str, int]:
         if sizes:
             bounds[name] = min(sizes)
     if "input_ids" in names and "input_ids" not in bounds:
-        vocab = _config_vocab_size(path.parent / "config.json")
+        vocab = _config_vocab_size(config_dir / "config.json")
         if vocab is not None:
             bounds["input_ids"] = vocab
     return bounds

@@ -1,0 +1,99 @@
+"""A local sweep starts its Triton on exactly the GPUs it checked against the instance type
+(NVML is the stand-in: no GPU here; the server, the load test and the process are real)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+from shared_helpers import StandInNvml
+
+from mmelocal.bench.sweep.runner import SweepOptions, run_sweep, users_shape
+from mmelocal.builder.payload import REFERENCE_FILE
+
+pytestmark = pytest.mark.triton
+
+CONFIG = """\
+name: "plus_one"
+backend: "python"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
+instance_group [ { count: 1 kind: KIND_CPU } ]
+"""
+MODEL = """\
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(
+                "OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy() + 1)])
+            for r in requests
+        ]
+"""
+
+
+def _model(root: Path) -> Path:
+    folder = root / "plus_one"
+    (folder / "1").mkdir(parents=True)
+    (folder / "config.pbtxt").write_text(CONFIG)
+    (folder / "1" / "model.py").write_text(MODEL)
+    x = np.ones((1, 4), np.float32)
+    np.savez(folder / REFERENCE_FILE, **{"input:INPUT0": x, "output:OUTPUT0": x + 1})
+    return folder
+
+
+def _server_environment() -> dict[str, str]:
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if "tritonserver" in " ".join(child.cmdline()):
+                return child.environ()
+        except psutil.Error:
+            continue
+    raise AssertionError("no tritonserver child is running")
+
+
+@pytest.mark.parametrize(
+    ("chosen", "visible", "expected"),
+    [
+        ((2,), "0,1,2,3", "GPU-00000002-0000-0000-0000-000000000002"),
+        (None, "GPU-00000001", "GPU-00000001"),
+    ],
+)
+def test_the_server_runs_on_the_gpus_the_sweep_sized(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    chosen: tuple[int, ...] | None,
+    visible: str,
+    expected: str,
+) -> None:
+    """On a 4-T4 machine, ml.g4dn.xlarge (1 T4) is swept on one card, and the Triton the
+    load test measures sees that card alone (CUDA_VISIBLE_DEVICES in its environment)."""
+    monkeypatch.setitem(
+        sys.modules, "pynvml", StandInNvml(dict.fromkeys(range(4), 0), names=("Tesla T4",) * 4)
+    )
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    seen: list[dict[str, str]] = []
+
+    def progress(message: str) -> None:
+        if "load test" in message:  # the server is up, the variant loaded
+            seen.append(_server_environment())
+
+    options = SweepOptions(
+        instance_type="ml.g4dn.xlarge",
+        gpu_indices=chosen,
+        dynamic_batching=(False,),
+        instances=(1,),
+        shape=users_shape((1,), step_s=1.0),
+        workdir=tmp_path,
+        verify=False,
+    )
+    result = run_sweep(_model(tmp_path / "repo"), options=options, progress=progress)
+    assert [row.status for row in result.rows] == ["ok"], [r.reason for r in result.rows]
+    assert len(seen) == 1 and seen[0]["CUDA_VISIBLE_DEVICES"] == expected
+    assert "1 x Tesla T4" in result.machine
