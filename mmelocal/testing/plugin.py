@@ -95,20 +95,39 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(mismatch)
 
 
-def pytest_runtest_setup(item: pytest.Item) -> None:
+@pytest.hookimpl(trylast=True)  # after -k / -m deselect: nothing is probed for them
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Skip ``mmelocal_gpu`` / ``mmelocal_docker`` tests when the GPU or engine is absent.
 
+    The skip is a ``pytest.mark.skip`` on the test, so ``-rs`` names each test at its own
+    file and line (a skip raised here would name this module for all of them), and the
+    GPU and engine are looked for once per session, only when a selected test asks.
     Only mmelocal's own markers are looked at: a project's ``gpu`` marker means what that
     project says it means.
     """
-    if item.get_closest_marker(GPU_MARKER) is not None:
-        reason = _gpu_missing_reason()
-        if reason:
-            pytest.skip(reason)
-    if item.get_closest_marker(DOCKER_MARKER) is not None and not _docker_required():
-        reason = _docker_missing_reason()
-        if reason:
-            pytest.skip(f"needs a Docker engine: {reason}")
+    probes: dict[str, Callable[[], str | None]] = {
+        GPU_MARKER: _gpu_missing_reason,
+        DOCKER_MARKER: _docker_skip_reason,
+    }
+    reasons: dict[str, str | None] = {}
+    for item in items:
+        for marker, probe in probes.items():
+            if item.get_closest_marker(marker) is None:
+                continue
+            if marker not in reasons:
+                reasons[marker] = probe()
+            reason = reasons[marker]
+            if reason:
+                item.add_marker(pytest.mark.skip(reason=reason))
+
+
+def _docker_skip_reason() -> str | None:
+    """Why ``mmelocal_docker`` tests skip here (None: they run, or must fail without an
+    engine because :func:`_docker_required`)."""
+    if _docker_required():
+        return None
+    reason = _docker_missing_reason()
+    return f"needs a Docker engine: {reason}" if reason else None
 
 
 def _docker_required() -> bool:

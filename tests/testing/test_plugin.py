@@ -210,6 +210,33 @@ def test_mmelocal_gpu_marker_without_nvml_package_says_what_to_install(
     result.stdout.fnmatch_lines(["*nvidia-ml-py*mmelocal[[]gpu[]]*"])
 
 
+def test_skips_name_each_test_not_the_plugin(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``-rs`` folds skips by location and reason: a skip raised inside the plugin was
+    reported at ``mmelocal/testing/plugin.py:LINE`` for every test, one line for all of
+    them, and the user could not tell which of their tests had not run. Skipped as
+    ``pytest.mark.skip`` does, each test is named at its own file and line."""
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # the same reason on every machine
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{pytester.path}/no-engine.sock")
+    monkeypatch.delenv("MMELOCAL_REQUIRE_DOCKER", raising=False)
+    gpu_test = "import pytest\n\n\n@pytest.mark.mmelocal_gpu\ndef test_gpu():\n    pass\n"
+    pytester.makepyfile(
+        test_one=gpu_test,
+        test_two=gpu_test + "\n\n@pytest.mark.mmelocal_docker\ndef test_docker():\n    pass\n",
+    )
+    result = pytester.runpytest("--strict-markers", "-rs")
+    result.assert_outcomes(skipped=3)
+    result.stdout.fnmatch_lines_random(
+        [
+            "SKIPPED [[]1[]] test_one.py:4: needs an NVIDIA GPU*nvidia-ml-py*",
+            "SKIPPED [[]1[]] test_two.py:4: needs an NVIDIA GPU*nvidia-ml-py*",
+            "SKIPPED [[]1[]] test_two.py:9: needs a Docker engine: no engine answers*",
+        ]
+    )
+    result.stdout.no_fnmatch_line("*plugin.py*")
+
+
 @pytest.mark.parametrize(
     ("args", "flag", "reader"),
     [
