@@ -140,6 +140,33 @@ def test_test_server_refused_at_construction_leaves_no_folder(
     assert list(tmp_path.iterdir()) == []
 
 
+def test_add_model_says_what_is_wrong_with_the_path(tmp_path: Path) -> None:
+    """``load_model`` / ``add_model`` said "X is not a model folder (no config.pbtxt)" for a
+    path that does not exist, for a ``model.tar.gz`` and for the repository that holds the
+    model folder alike: the message now says which, and what to pass instead."""
+    from mmelocal.errors import UserInputError
+    from mmelocal.testing.tiny_model import write_model, write_tarball
+    from mmelocal.testing.triton import TestTritonServer
+
+    repository = tmp_path / "models"
+    write_model(repository, name="tiny")
+    write_model(repository, name="other")
+    tarball = write_tarball(tmp_path / "model.tar.gz")
+    server = TestTritonServer()
+    try:
+        with pytest.raises(UserInputError, match="no-such-model does not exist"):
+            server.add_model(tmp_path / "no-such-model")
+        with pytest.raises(UserInputError, match=r"is a file.*mme_endpoint\.add_tarball"):
+            server.add_model(tarball)
+        with pytest.raises(UserInputError) as info:
+            server.add_model(repository)
+        assert "a model repository" in str(info.value)
+        assert f"{repository / 'other'}, {repository / 'tiny'}" in str(info.value)
+        assert server.add_model(repository / "tiny").name == "tiny"
+    finally:
+        server.stop()
+
+
 GATED_MODEL_PY = """
 import os
 import time
