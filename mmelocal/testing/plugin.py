@@ -37,6 +37,8 @@ if TYPE_CHECKING:
     from mmelocal.runtime.client import TritonClient
     from mmelocal.testing.triton import TestTritonServer
 
+#: the environment variable that gives ``--mmelocal-launcher`` its default
+LAUNCHER_ENV = "MMELOCAL_TEST_LAUNCHER"
 GPU_MARKER = "mmelocal_gpu"
 DOCKER_MARKER = "mmelocal_docker"
 _MARKERS = (
@@ -52,7 +54,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--mmelocal-launcher",
         choices=OWNED_LAUNCHERS,
-        default=os.environ.get("MMELOCAL_TEST_LAUNCHER", "local"),
+        default=os.environ.get(LAUNCHER_ENV, "local"),
         help="how triton_server starts Triton: the pip tritonserver (local) or docker",
     )
     group.addoption(
@@ -80,8 +82,14 @@ def pytest_configure(config: pytest.Config) -> None:
     for line in _MARKERS:
         config.addinivalue_line("markers", line)
     opts = config.option
+    launcher = getattr(opts, "mmelocal_launcher", "local")
+    if launcher not in OWNED_LAUNCHERS:  # argparse checks the flag's choices, not a default
+        raise pytest.UsageError(
+            f"{LAUNCHER_ENV} is {launcher!r}: it must be one of {', '.join(OWNED_LAUNCHERS)} "
+            "(the default of --mmelocal-launcher); fix or unset it"
+        )
     mismatch = misplaced_option(
-        getattr(opts, "mmelocal_launcher", "local"),
+        launcher,
         {
             "--mmelocal-tritonserver": (
                 "tritonserver",

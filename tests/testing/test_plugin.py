@@ -290,6 +290,21 @@ def test_an_option_the_chosen_launcher_does_not_read_is_refused(
     )
 
 
+def test_a_launcher_variable_of_no_known_launcher_is_refused_before_any_test(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--mmelocal-launcher=Docker`` stops the run (argparse's choices), but argparse does
+    not check a default: ``MMELOCAL_TEST_LAUNCHER=Docker`` (docs/environment.md) errored in
+    every test that used the server, with a message that did not name the variable."""
+    monkeypatch.setenv("MMELOCAL_TEST_LAUNCHER", "Docker")
+    pytester.makepyfile("def test_uses_the_server(triton_server):\n    pass\n")
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*MMELOCAL_TEST_LAUNCHER is 'Docker'*one of local, docker*--mmelocal-launcher*"]
+    )
+
+
 def test_the_image_environment_variable_is_a_default_not_a_mismatch(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
