@@ -181,7 +181,9 @@ def _docker_missing_reason() -> str | None:
 
 
 @pytest.fixture(scope="session")
-def triton_server(request: pytest.FixtureRequest) -> Iterator[TestTritonServer]:
+def triton_server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[TestTritonServer]:
     """A started Triton for the whole session (see the module docstring)."""
     from mmelocal.testing.triton import TestTritonServer
 
@@ -198,6 +200,9 @@ def triton_server(request: pytest.FixtureRequest) -> Iterator[TestTritonServer]:
         tritonserver=getattr(opts, "mmelocal_tritonserver", None),
         docker_image=image,
         backends=backends,
+        # under pytest's base folder: a run killed before its teardown (SIGTERM) leaves it
+        # to pytest's clean-up of old runs, not in /tmp for ever
+        workdir=tmp_path_factory.mktemp("mmelocal-triton"),
     )
     with server:
         yield server

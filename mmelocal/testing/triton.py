@@ -44,7 +44,9 @@ class TestTritonServer(StartStopContext):
 
     ``launcher`` is ``"local"`` (the pip tritonserver, default) or ``"docker"``;
     ``backends`` is the set of backends the server has (default: Python only for the
-    local binary, everything for Docker images).
+    local binary, everything for Docker images). ``workdir`` is the empty folder for the
+    repository and the log (created if missing; default a new temporary folder); it is
+    removed at :meth:`stop`.
     """
 
     __test__ = False  # not a test class, whatever pytest thinks of the name
@@ -58,6 +60,7 @@ class TestTritonServer(StartStopContext):
         backends: frozenset[str] | None = None,
         start_timeout_s: float = 120.0,
         sagemaker: bool = True,
+        workdir: Path | str | None = None,
     ) -> None:
         check_launcher_kind(launcher, LAUNCHERS)
         given = {
@@ -67,7 +70,11 @@ class TestTritonServer(StartStopContext):
         mismatch = misplaced_option(launcher, given)
         if mismatch is not None:
             raise UserInputError(mismatch)
-        self.workdir = Path(tempfile.mkdtemp(prefix="mmelocal-test-triton-"))
+        if workdir is None:
+            self.workdir = Path(tempfile.mkdtemp(prefix="mmelocal-test-triton-"))
+        else:
+            self.workdir = Path(workdir)
+            self.workdir.mkdir(parents=True, exist_ok=True)
         try:
             self.repository = self.workdir / "repository"
             self.repository.mkdir()

@@ -217,6 +217,38 @@ def test_load_model_unloads_a_load_that_timed_out(
     assert state() != "READY"
 
 
+SIGTERMED_SESSION = """
+import os
+import signal
+from pathlib import Path
+
+
+def test_is_stopped_from_outside(triton_server):
+    Path({record!r}).write_text(f"{{triton_server.workdir}}\\n{{triton_server.launcher.pid()}}")
+    os.kill(os.getpid(), signal.SIGTERM)  # a CI job cancelled, ``timeout`` run out
+"""
+
+
+@pytest.mark.triton
+def test_a_session_stopped_by_sigterm_leaves_its_server_files_to_pytest(
+    pytester: pytest.Pytester,
+) -> None:
+    """SIGTERM ends pytest with no teardown: the server dies with its parent, but its work
+    folder (the repository's model copies and the log) stayed in ``/tmp`` for ever, one per
+    stopped run. Under pytest's base temporary folder it goes with pytest's own clean-up of
+    old runs (and the log is there to read meanwhile)."""
+    from shared_helpers import wait_for
+
+    record = pytester.path / "server.txt"
+    basetemp = pytester.path / "basetemp"
+    pytester.makepyfile(SIGTERMED_SESSION.format(record=str(record)))
+    result = pytester.runpytest_subprocess(f"--basetemp={basetemp}")
+    assert result.ret == -15, result.stdout.str()  # killed by SIGTERM
+    workdir, pid = record.read_text().split("\n")
+    wait_for(lambda: not Path(f"/proc/{pid}").exists(), timeout_s=30, what="Triton to exit")
+    assert Path(workdir).is_relative_to(basetemp), workdir
+
+
 def test_mmelocal_gpu_marker_without_nvml_package_says_what_to_install(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
