@@ -223,3 +223,37 @@ def test_the_pytest_page_lists_every_fixture_of_the_plugin() -> None:
     table = _rows((ROOT / "docs" / "pytest.md").read_text(), "| fixture | scope |")
     assert "triton_server" in fixtures
     assert {name.strip("`") for name in table} == fixtures
+
+
+def _extra_packages(extras: list[str]) -> set[str]:
+    """The distributions pyproject's ``extras`` install (an extra naming mmelocal[...]
+    brings that one's too)."""
+    table = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    optional = table["optional-dependencies"]
+    names: set[str] = set()
+    pending = list(extras)
+    while pending:
+        for requirement in optional[pending.pop()]:
+            name = re.split(r"[<>=!~;\[ ]", requirement, maxsplit=1)[0]
+            if name == "mmelocal":
+                pending += requirement.split("[", 1)[1].split("]", 1)[0].split(",")
+            else:
+                names.add(name)
+    return names
+
+
+def test_the_pytest_page_installs_what_its_example_needs() -> None:
+    """docs/pytest.md's first line installs mmelocal and the second runs
+    examples/test_my_model.py: the extras must bring what that example builds and serves
+    with (it read mmelocal[torch,onnx,triton]: no torchvision for its torchvision:resnet18)."""
+    page = (ROOT / "docs" / "pytest.md").read_text()
+    found = re.search(r"pip install 'mmelocal\[([^\]]*)\]'", page)
+    assert found is not None
+    installed = _extra_packages(found.group(1).split(","))
+    example = (ROOT / "examples" / "test_my_model.py").read_text()
+    needed = {"nvidia-pytriton"}  # the pip tritonserver that triton_server runs by default
+    if '"torchvision:' in example:
+        needed.add("torchvision")
+    if 'format="onnx"' in example:
+        needed |= {"torch", "onnx", "onnxruntime", "onnxscript"}
+    assert needed <= installed, f"missing {sorted(needed - installed)}"

@@ -16,6 +16,7 @@ dict of ``LocalAws`` arguments) in a ``conftest.py`` to change the memory budget
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -54,16 +55,28 @@ def local_aws_env(
     return local_aws
 
 
+#: variables that would take a client's calls elsewhere whatever ``AWS_ENDPOINT_URL`` says:
+#: botocore reads ``AWS_ENDPOINT_URL_<SERVICE>`` first and none of them under the opt-out
+#: (botocore/configprovider.py, ``ConfiguredEndpointProvider``)
+_ENDPOINT_OVERRIDES = ("AWS_ENDPOINT_URL_", "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS")
+
+
 def point_environment_at(env: pytest.MonkeyPatch, local_aws: LocalAws, empty: Path) -> None:
     """Set what ``local_aws_env`` sets through ``env`` (a module-scoped fixture's own
-    ``MonkeyPatch``, say): the endpoint URL, a region, keys, and no profile, session token or
-    shared files (``empty`` is a folder with none)."""
+    ``MonkeyPatch``, say): the endpoint URL, a region, keys, the HTTPS proxy, and no profile,
+    session token, shared files (``empty`` is a folder with none) or service-specific
+    endpoint of the user's own."""
+    for name in list(os.environ):
+        if name.startswith(_ENDPOINT_OVERRIDES):
+            env.delenv(name)
     for name, value in local_aws.env().items():
         env.setenv(name, value)
+        if name == "HTTPS_PROXY":  # urllib (botocore's proxies) prefers the lower-case one
+            env.setenv("https_proxy", value)
     env.setenv("AWS_EC2_METADATA_DISABLED", "true")
     env.setenv("AWS_CONFIG_FILE", str(empty / "config"))
     env.setenv("AWS_SHARED_CREDENTIALS_FILE", str(empty / "credentials"))
-    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_REGION"):
+    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_REGION"):
         env.delenv(name, raising=False)
 
 

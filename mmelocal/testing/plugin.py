@@ -37,6 +37,8 @@ if TYPE_CHECKING:
     from mmelocal.runtime.client import TritonClient
     from mmelocal.testing.triton import TestTritonServer
 
+#: the environment variable that gives ``--mmelocal-launcher`` its default
+LAUNCHER_ENV = "MMELOCAL_TEST_LAUNCHER"
 GPU_MARKER = "mmelocal_gpu"
 DOCKER_MARKER = "mmelocal_docker"
 _MARKERS = (
@@ -52,7 +54,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--mmelocal-launcher",
         choices=OWNED_LAUNCHERS,
-        default=os.environ.get("MMELOCAL_TEST_LAUNCHER", "local"),
+        default=os.environ.get(LAUNCHER_ENV, "local"),
         help="how triton_server starts Triton: the pip tritonserver (local) or docker",
     )
     group.addoption(
@@ -80,8 +82,14 @@ def pytest_configure(config: pytest.Config) -> None:
     for line in _MARKERS:
         config.addinivalue_line("markers", line)
     opts = config.option
+    launcher = getattr(opts, "mmelocal_launcher", "local")
+    if launcher not in OWNED_LAUNCHERS:  # argparse checks the flag's choices, not a default
+        raise pytest.UsageError(
+            f"{LAUNCHER_ENV} is {launcher!r}: it must be one of {', '.join(OWNED_LAUNCHERS)} "
+            "(the default of --mmelocal-launcher); fix or unset it"
+        )
     mismatch = misplaced_option(
-        getattr(opts, "mmelocal_launcher", "local"),
+        launcher,
         {
             "--mmelocal-tritonserver": (
                 "tritonserver",
@@ -95,20 +103,39 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(mismatch)
 
 
-def pytest_runtest_setup(item: pytest.Item) -> None:
+@pytest.hookimpl(trylast=True)  # after -k / -m deselect: nothing is probed for them
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Skip ``mmelocal_gpu`` / ``mmelocal_docker`` tests when the GPU or engine is absent.
 
+    The skip is a ``pytest.mark.skip`` on the test, so ``-rs`` names each test at its own
+    file and line (a skip raised here would name this module for all of them), and the
+    GPU and engine are looked for once per session, only when a selected test asks.
     Only mmelocal's own markers are looked at: a project's ``gpu`` marker means what that
     project says it means.
     """
-    if item.get_closest_marker(GPU_MARKER) is not None:
-        reason = _gpu_missing_reason()
-        if reason:
-            pytest.skip(reason)
-    if item.get_closest_marker(DOCKER_MARKER) is not None and not _docker_required():
-        reason = _docker_missing_reason()
-        if reason:
-            pytest.skip(f"needs a Docker engine: {reason}")
+    probes: dict[str, Callable[[], str | None]] = {
+        GPU_MARKER: _gpu_missing_reason,
+        DOCKER_MARKER: _docker_skip_reason,
+    }
+    reasons: dict[str, str | None] = {}
+    for item in items:
+        for marker, probe in probes.items():
+            if item.get_closest_marker(marker) is None:
+                continue
+            if marker not in reasons:
+                reasons[marker] = probe()
+            reason = reasons[marker]
+            if reason:
+                item.add_marker(pytest.mark.skip(reason=reason))
+
+
+def _docker_skip_reason() -> str | None:
+    """Why ``mmelocal_docker`` tests skip here (None: they run, or must fail without an
+    engine because :func:`_docker_required`)."""
+    if _docker_required():
+        return None
+    reason = _docker_missing_reason()
+    return f"needs a Docker engine: {reason}" if reason else None
 
 
 def _docker_required() -> bool:
@@ -154,7 +181,9 @@ def _docker_missing_reason() -> str | None:
 
 
 @pytest.fixture(scope="session")
-def triton_server(request: pytest.FixtureRequest) -> Iterator[TestTritonServer]:
+def triton_server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[TestTritonServer]:
     """A started Triton for the whole session (see the module docstring)."""
     from mmelocal.testing.triton import TestTritonServer
 
@@ -171,6 +200,9 @@ def triton_server(request: pytest.FixtureRequest) -> Iterator[TestTritonServer]:
         tritonserver=getattr(opts, "mmelocal_tritonserver", None),
         docker_image=image,
         backends=backends,
+        # under pytest's base folder: a run killed before its teardown (SIGTERM) leaves it
+        # to pytest's clean-up of old runs, not in /tmp for ever
+        workdir=tmp_path_factory.mktemp("mmelocal-triton"),
     )
     with server:
         yield server

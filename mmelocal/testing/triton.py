@@ -44,7 +44,9 @@ class TestTritonServer(StartStopContext):
 
     ``launcher`` is ``"local"`` (the pip tritonserver, default) or ``"docker"``;
     ``backends`` is the set of backends the server has (default: Python only for the
-    local binary, everything for Docker images).
+    local binary, everything for Docker images). ``workdir`` is the empty folder for the
+    repository and the log (created if missing; default a new temporary folder); it is
+    removed at :meth:`stop`.
     """
 
     __test__ = False  # not a test class, whatever pytest thinks of the name
@@ -58,6 +60,7 @@ class TestTritonServer(StartStopContext):
         backends: frozenset[str] | None = None,
         start_timeout_s: float = 120.0,
         sagemaker: bool = True,
+        workdir: Path | str | None = None,
     ) -> None:
         check_launcher_kind(launcher, LAUNCHERS)
         given = {
@@ -67,7 +70,11 @@ class TestTritonServer(StartStopContext):
         mismatch = misplaced_option(launcher, given)
         if mismatch is not None:
             raise UserInputError(mismatch)
-        self.workdir = Path(tempfile.mkdtemp(prefix="mmelocal-test-triton-"))
+        if workdir is None:
+            self.workdir = Path(tempfile.mkdtemp(prefix="mmelocal-test-triton-"))
+        else:
+            self.workdir = Path(workdir)
+            self.workdir.mkdir(parents=True, exist_ok=True)
         try:
             self.repository = self.workdir / "repository"
             self.repository.mkdir()
@@ -126,7 +133,7 @@ class TestTritonServer(StartStopContext):
         """Copy a model folder (or ``BuildResult``) into the repository, derived if needed."""
         model_dir = Path(getattr(model, "model_dir", model))
         if not (model_dir / "config.pbtxt").is_file():
-            raise UserInputError(f"{model_dir} is not a model folder (no config.pbtxt)")
+            raise UserInputError(_not_a_model_folder(model_dir))
         prepared = prepare_model_for_server(
             model_dir, self.repository, backends_available=self.backends, gpu=self.gpu
         )
@@ -145,6 +152,24 @@ class TestTritonServer(StartStopContext):
     def unload_model(self, name: str, *, timeout_s: float | None = None) -> None:
         """Unload ``name`` and wait until Triton reports it gone."""
         self.client.unload(name, timeout_s=timeout_s)
+
+
+def _not_a_model_folder(path: Path) -> str:
+    """What is wrong with ``path`` (which has no ``config.pbtxt``) and what to pass instead."""
+    if not path.exists():
+        return f"{path} does not exist: pass a model folder (config.pbtxt and 1/)"
+    if path.is_file():
+        return (
+            f"{path} is a file: load_model takes a model folder (config.pbtxt and 1/); "
+            "serve a model.tar.gz with the mme_endpoint fixture (mme_endpoint.add_tarball)"
+        )
+    models = sorted(str(p.parent) for p in path.glob("*/config.pbtxt"))
+    if models:
+        return (
+            f"{path} is a model repository, not a model folder: pass one of its models "
+            f"({', '.join(models)})"
+        )
+    return f"{path} is not a model folder (no config.pbtxt)"
 
 
 __all__ = ["TestTritonServer"]

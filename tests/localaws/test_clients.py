@@ -51,6 +51,33 @@ def test_service_specific_variables_route_each_client(
     }
 
 
+@pytest.fixture
+def users_own_aws_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a user's shell may hold when the suite starts: docs/serve.md's runtime line, an
+    S3 stand-in of their own, an opt-out of configured endpoints and a corporate proxy."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME", "http://127.0.0.1:8080")
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:9000")
+    monkeypatch.setenv("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "true")
+    monkeypatch.setenv("https_proxy", "http://proxy.corp.example:3128")
+    monkeypatch.setenv("AWS_SECURITY_TOKEN", "a-real-session-token")  # botocore's older name
+
+
+def test_local_aws_env_wins_over_the_users_own_variables(
+    users_own_aws_variables: None, local_aws_env: LocalAws
+) -> None:
+    """botocore reads ``AWS_ENDPOINT_URL_<SERVICE>`` before ``AWS_ENDPOINT_URL`` and none
+    of them under ``AWS_IGNORE_CONFIGURED_ENDPOINT_URLS`` (botocore/configprovider.py,
+    ConfiguredEndpointProvider); urllib, which botocore's proxies come from, prefers the
+    lower-case ``https_proxy``: each would take a test's calls away from the local AWS."""
+    import urllib.request
+
+    for service in ("s3", "sagemaker", "sagemaker-runtime", "sts", "application-autoscaling"):
+        assert boto3.client(service).meta.endpoint_url == local_aws_env.url, service
+    assert urllib.request.getproxies()["https"] == local_aws_env.url
+    credentials = boto3.session.Session().get_credentials()
+    assert credentials is not None and credentials.token is None
+
+
 @pytest.mark.triton
 def test_the_aws_cli(local_aws_env: LocalAws, tmp_path: Path) -> None:
     cli = aws_cli()

@@ -140,6 +140,33 @@ def test_test_server_refused_at_construction_leaves_no_folder(
     assert list(tmp_path.iterdir()) == []
 
 
+def test_add_model_says_what_is_wrong_with_the_path(tmp_path: Path) -> None:
+    """``load_model`` / ``add_model`` said "X is not a model folder (no config.pbtxt)" for a
+    path that does not exist, for a ``model.tar.gz`` and for the repository that holds the
+    model folder alike: the message now says which, and what to pass instead."""
+    from mmelocal.errors import UserInputError
+    from mmelocal.testing.tiny_model import write_model, write_tarball
+    from mmelocal.testing.triton import TestTritonServer
+
+    repository = tmp_path / "models"
+    write_model(repository, name="tiny")
+    write_model(repository, name="other")
+    tarball = write_tarball(tmp_path / "model.tar.gz")
+    server = TestTritonServer()
+    try:
+        with pytest.raises(UserInputError, match="no-such-model does not exist"):
+            server.add_model(tmp_path / "no-such-model")
+        with pytest.raises(UserInputError, match=r"is a file.*mme_endpoint\.add_tarball"):
+            server.add_model(tarball)
+        with pytest.raises(UserInputError) as info:
+            server.add_model(repository)
+        assert "a model repository" in str(info.value)
+        assert f"{repository / 'other'}, {repository / 'tiny'}" in str(info.value)
+        assert server.add_model(repository / "tiny").name == "tiny"
+    finally:
+        server.stop()
+
+
 GATED_MODEL_PY = """
 import os
 import time
@@ -190,6 +217,38 @@ def test_load_model_unloads_a_load_that_timed_out(
     assert state() != "READY"
 
 
+SIGTERMED_SESSION = """
+import os
+import signal
+from pathlib import Path
+
+
+def test_is_stopped_from_outside(triton_server):
+    Path({record!r}).write_text(f"{{triton_server.workdir}}\\n{{triton_server.launcher.pid()}}")
+    os.kill(os.getpid(), signal.SIGTERM)  # a CI job cancelled, ``timeout`` run out
+"""
+
+
+@pytest.mark.triton
+def test_a_session_stopped_by_sigterm_leaves_its_server_files_to_pytest(
+    pytester: pytest.Pytester,
+) -> None:
+    """SIGTERM ends pytest with no teardown: the server dies with its parent, but its work
+    folder (the repository's model copies and the log) stayed in ``/tmp`` for ever, one per
+    stopped run. Under pytest's base temporary folder it goes with pytest's own clean-up of
+    old runs (and the log is there to read meanwhile)."""
+    from shared_helpers import wait_for
+
+    record = pytester.path / "server.txt"
+    basetemp = pytester.path / "basetemp"
+    pytester.makepyfile(SIGTERMED_SESSION.format(record=str(record)))
+    result = pytester.runpytest_subprocess(f"--basetemp={basetemp}")
+    assert result.ret == -15, result.stdout.str()  # killed by SIGTERM
+    workdir, pid = record.read_text().split("\n")
+    wait_for(lambda: not Path(f"/proc/{pid}").exists(), timeout_s=30, what="Triton to exit")
+    assert Path(workdir).is_relative_to(basetemp), workdir
+
+
 def test_mmelocal_gpu_marker_without_nvml_package_says_what_to_install(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -208,6 +267,33 @@ def test_mmelocal_gpu_marker_without_nvml_package_says_what_to_install(
     result = pytester.runpytest("--strict-markers", "-rs")
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["*nvidia-ml-py*mmelocal[[]gpu[]]*"])
+
+
+def test_skips_name_each_test_not_the_plugin(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``-rs`` folds skips by location and reason: a skip raised inside the plugin was
+    reported at ``mmelocal/testing/plugin.py:LINE`` for every test, one line for all of
+    them, and the user could not tell which of their tests had not run. Skipped as
+    ``pytest.mark.skip`` does, each test is named at its own file and line."""
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # the same reason on every machine
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{pytester.path}/no-engine.sock")
+    monkeypatch.delenv("MMELOCAL_REQUIRE_DOCKER", raising=False)
+    gpu_test = "import pytest\n\n\n@pytest.mark.mmelocal_gpu\ndef test_gpu():\n    pass\n"
+    pytester.makepyfile(
+        test_one=gpu_test,
+        test_two=gpu_test + "\n\n@pytest.mark.mmelocal_docker\ndef test_docker():\n    pass\n",
+    )
+    result = pytester.runpytest("--strict-markers", "-rs")
+    result.assert_outcomes(skipped=3)
+    result.stdout.fnmatch_lines_random(
+        [
+            "SKIPPED [[]1[]] test_one.py:4: needs an NVIDIA GPU*nvidia-ml-py*",
+            "SKIPPED [[]1[]] test_two.py:4: needs an NVIDIA GPU*nvidia-ml-py*",
+            "SKIPPED [[]1[]] test_two.py:9: needs a Docker engine: no engine answers*",
+        ]
+    )
+    result.stdout.no_fnmatch_line("*plugin.py*")
 
 
 @pytest.mark.parametrize(
@@ -233,6 +319,21 @@ def test_an_option_the_chosen_launcher_does_not_read_is_refused(
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
         [f"*{flag} is only read by --mmelocal-launcher {reader}*add --mmelocal-launcher {reader}*"]
+    )
+
+
+def test_a_launcher_variable_of_no_known_launcher_is_refused_before_any_test(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--mmelocal-launcher=Docker`` stops the run (argparse's choices), but argparse does
+    not check a default: ``MMELOCAL_TEST_LAUNCHER=Docker`` (docs/environment.md) errored in
+    every test that used the server, with a message that did not name the variable."""
+    monkeypatch.setenv("MMELOCAL_TEST_LAUNCHER", "Docker")
+    pytester.makepyfile("def test_uses_the_server(triton_server):\n    pass\n")
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*MMELOCAL_TEST_LAUNCHER is 'Docker'*one of local, docker*--mmelocal-launcher*"]
     )
 
 
