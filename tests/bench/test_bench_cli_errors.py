@@ -20,6 +20,7 @@ def files(tmp_path: Path) -> Path:
     (tmp_path / "not-json.json").write_text("{")
     (tmp_path / "wrong-kind.json").write_text('{"kind": "capacity"}')
     (tmp_path / "unknown-kind.json").write_text('{"kind": "nonsense"}')
+    (tmp_path / "simulated.json").write_text('{"source": "simulated", "requests": 3}')
     (tmp_path / "bad.yaml").write_text("stages: [\n")
     (tmp_path / "bad-stage.yaml").write_text("stages:\n  - {users: 5, duration_s: -1}\n")
     (tmp_path / "payload.json").write_text("{}")
@@ -34,6 +35,12 @@ CASES = {
     "report: not JSON": (["report", "{d}/not-json.json", "--out", "{d}/o"], "not JSON"),
     "report: wrong kind": (["report", "{d}/wrong-kind.json", "--out", "{d}/o"], "'source'"),
     "report: unknown kind": (["report", "{d}/unknown-kind.json", "--out", "{d}/o"], "kind"),
+    # a traffic simulate --json is an mmelocal result, just not one report lays out
+    "report: a traffic result": (
+        ["report", "{d}/simulated.json", "--out", "{d}/o"],
+        "not a bench result (no 'kind' field): give the --json that capacity, capacity "
+        "estimate, capacity project, loadtest, sweep or benchmark wrote",
+    ),
     "report: out under a file": (
         ["report", "{d}/lt.json", "--out", "{d}/a-file/sub"],
         "a-file is a file",
