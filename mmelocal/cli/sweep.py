@@ -82,7 +82,11 @@ def sweep_options(
     help="Comma-separated: torchscript, onnx, tensorrt.",
 )
 @sweep_grid_options
-@field_option(SweepOptions, "instance_type")
+@field_option(
+    SweepOptions,
+    "instance_type",
+    help="Instance type whose GPUs, price and instance count the recommendation is for.",
+)
 @prices_option
 @gpus_option
 @click.option("--no-verify", is_flag=True, help="Skip output verification when building.")

@@ -128,7 +128,12 @@ _autoscaling_options = grouped(
 )
 @_autoscaling_options
 @_prices_option
-@field_option(SimConfig, "seed", type=int)
+@field_option(
+    SimConfig,
+    "seed",
+    type=int,
+    help="Seed of the draws from a list of --load-seconds / --download-seconds.",
+)
 @_outputs(html=True)
 def simulate(
     trace_path: Path,
