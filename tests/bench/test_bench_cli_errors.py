@@ -213,3 +213,25 @@ def test_both_capacity_commands_print_a_copy_with_one_unit_per_size() -> None:
     line = copy_line(record, timing="first invocation")
     assert "MiB MiB" not in line
     assert "500.0 MiB in use (+21.0 MiB, own 20.0 MiB), first invocation 1.50 s" in line
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["capacity", "model-7.tar.gz", "--memory-budget", "1GiB"],
+        ["capacity", "measure", "team/model-7.tgz", "--memory-budget", "1GiB"],
+        ["capacity", "estimate", "model-7.tar.gz"],
+        ["sweep", "model-7.tar.gz"],
+    ],
+)
+def test_a_missing_tarball_is_named_missing(
+    argv: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A mistyped tarball was looked up on the Hugging Face hub as a model name ('cannot
+    download model-7.tar.gz from https://huggingface.co ... check the network')."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # old code asked the hub: never leave the host
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "model-7.t" in err and "does not exist" in err and "HF_HUB_OFFLINE" not in err, err
+    assert len([line for line in err.splitlines() if line.startswith("error")]) == 1, err
