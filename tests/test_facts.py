@@ -148,3 +148,13 @@ def test_the_target_model_rule_is_botocores_and_the_emulators() -> None:
             assert str(exc) == problem
         else:
             assert problem is None
+
+
+def test_the_endpoint_statuses_are_botocores() -> None:
+    from mmelocal.facts import runtime_api
+
+    model = botocore.session.get_session().get_service_model("sagemaker")
+    status = model.operation_model("DescribeEndpoint").output_shape.members["EndpointStatus"]
+    for statuses in (runtime_api.IN_PROGRESS_STATUSES, runtime_api.NO_REQUESTS_STATUSES):
+        assert statuses <= set(status.enum)
+    assert runtime_api.UPDATE_ROLLBACK_FAILED in status.enum

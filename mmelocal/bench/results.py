@@ -79,7 +79,10 @@ def write_result(result: BenchResult, path: Path | str) -> Path:
 def result_from_dict(data: Any, *, origin: str = "<result>") -> Any:
     """The result object for plain data carrying a known ``kind``."""
     if not isinstance(data, dict) or "kind" not in data:
-        raise UserInputError(f"{origin}: not an mmelocal result (no 'kind' field)")
+        raise UserInputError(
+            f"{origin}: not a bench result (no 'kind' field): give the --json that capacity, "
+            "capacity estimate, capacity project, loadtest, sweep or benchmark wrote"
+        )
     entry = RESULT_TYPES.get(str(data["kind"]))
     if entry is None:
         raise UserInputError(

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from mmelocal.builder.backends import EXPORT_FORMATS
+from mmelocal.builder.tarball import TARBALL_SUFFIXES
 from mmelocal.errors import UserInputError
 
 logger = logging.getLogger(__name__)
@@ -32,11 +33,21 @@ class PreparedModel:
 
 
 def is_prebuilt(source: str | Path) -> bool:
-    """True when ``source`` is an existing model folder or tarball (nothing to build)."""
+    """True when ``source`` is an existing model folder or tarball (nothing to build).
+
+    Raises UserInputError for a tarball's name that is no file: a mistyped path, never a
+    source to build (it was looked up on the Hugging Face hub as a model name)."""
     path = Path(source)
     if path.is_dir():
         return (path / "config.pbtxt").is_file()
-    return path.is_file() and path.name.endswith((".tar.gz", ".tgz"))
+    if path.name.lower().endswith(TARBALL_SUFFIXES):
+        if not path.is_file():
+            raise UserInputError(
+                f"{source} does not exist (no such file): give the path of a model.tar.gz, "
+                "a built model folder or a source to build"
+            )
+        return True
+    return False
 
 
 def check_format(model_format: str) -> str:

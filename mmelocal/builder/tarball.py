@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MAX_MEMBERS = 10_000
 DEFAULT_MAX_UNPACKED_BYTES = 64 * 1024**3
+#: file names of a model archive (``model.tar.gz``; ``.tgz`` for short)
+TARBALL_SUFFIXES = (".tar.gz", ".tgz")
 _CHUNK_BYTES = 1 << 20
 
 
@@ -374,6 +376,7 @@ def is_gzip(path: Path | str) -> bool:
 __all__ = [
     "DEFAULT_MAX_MEMBERS",
     "DEFAULT_MAX_UNPACKED_BYTES",
+    "TARBALL_SUFFIXES",
     "BadArchiveError",
     "create_folders_tarball",
     "create_model_tarball",

@@ -122,7 +122,7 @@ def _validate_any(
         if p.name == "config.pbtxt":
             report.kind = "model"
             _validate_model(p.parent, report, display=p.parent)
-        elif tarball.is_gzip(p) or p.name.endswith((".tar.gz", ".tgz")):
+        elif tarball.is_gzip(p) or p.name.endswith(tarball.TARBALL_SUFFIXES):
             report.kind = "tarball"
             _validate_tarball(p, report, max_members, max_bytes, extract_to=extract_to)
         else:

@@ -144,7 +144,9 @@ output_options = stacked(
 )
 
 #: the request body's content type (capacity, loadtest, benchmark)
-content_type_option = field_option(LoadTestConfig, "content_type")
+content_type_option = field_option(
+    LoadTestConfig, "content_type", help="Content-Type of the request body."
+)
 
 #: the user's GPU table (capacity, capacity project, capacity estimate)
 gpus_option = click.option(
@@ -163,7 +165,11 @@ prices_option = click.option(
 )
 
 
-def threshold_option(help: str | None = None) -> Callable[[F], F]:
+#: ``--threshold``'s help wherever it is the capacity loop's or a projection's
+THRESHOLD_HELP = "Fraction of the total the loaded copies may use."
+
+
+def threshold_option(help: str = THRESHOLD_HELP) -> Callable[[F], F]:
     """``--threshold``: the fraction of memory the loaded copies may use (the platform's)."""
     return field_option(CapacityOptions, "threshold", type=float, help=help)
 
@@ -172,8 +178,13 @@ def copy_loop_options(*, memory_budget_help: str) -> Callable[[F], F]:
     """The capacity loop's limits (``capacity`` and ``benchmark``): ``--threshold``,
     ``--max-copies``, ``--memory-budget`` (bytes), ``--no-verify-next``."""
     return stacked(
-        threshold_option("Fraction of the total the loaded copies may use."),
-        field_option(CapacityOptions, "max_copies", type=click.IntRange(min=1)),
+        threshold_option(),
+        field_option(
+            CapacityOptions,
+            "max_copies",
+            type=click.IntRange(min=1),
+            help="Stop after this many copies even if more would fit.",
+        ),
         memory_budget_option(memory_budget_help),
         click.option(
             "--no-verify-next",
@@ -212,6 +223,7 @@ sweep_grid_options = stacked(
         "dynamic_batching",
         default=_csv("on" if on else "off" for on in _GRID.dynamic_batching),
         show_default=True,
+        help="Dynamic batching settings to try (off, on).",
     ),
     click.option(
         "--instances",
@@ -231,7 +243,12 @@ sweep_grid_options = stacked(
         show_default=True,
         help="How long each user step lasts.",
     ),
-    field_option(SweepOptions, "target_rps", type=float),
+    field_option(
+        SweepOptions,
+        "target_rps",
+        type=float,
+        help="Requests per second the endpoint must serve (sizes the instance count).",
+    ),
     field_option(
         SweepOptions,
         "max_latency_ms",
@@ -272,6 +289,7 @@ def announce_files(label: str, paths: list[Path]) -> None:
 
 
 __all__ = [
+    "THRESHOLD_HELP",
     "announce_files",
     "content_type_option",
     "copy_line",

@@ -99,7 +99,9 @@ def listen_options(port: int) -> Callable[[F], F]:
         click.option(
             "--host", default="127.0.0.1", show_default=True, help="Address to listen on."
         ),
-        click.option("--port", type=PORT, default=port, show_default=True),
+        click.option(
+            "--port", type=PORT, default=port, show_default=True, help="Port (0: a free one)."
+        ),
     )
 
 

@@ -67,9 +67,20 @@ from mmelocal.deploy.plan import DEFAULT_INSTANCE_TYPE
 @copy_loop_options(
     memory_budget_help="Only for an endpoint without a GPU (its probe reads host memory)."
 )
-@field_option(stepped_shape, "max_users", type=click.IntRange(min=1))
+@field_option(
+    stepped_shape,
+    "max_users",
+    type=click.IntRange(min=1),
+    help="Last step of the load test's stepped shape.",
+)
 @click.option("--duration", default=None, help="Fit the load test into this time (e.g. 5m).")
-@click.option("--sweep/--no-sweep", "with_sweep", default=True, show_default=True)
+@click.option(
+    "--sweep/--no-sweep",
+    "with_sweep",
+    default=True,
+    show_default=True,
+    help="Sweep the configurations on the last SOURCE's endpoint.",
+)
 @sweep_grid_options
 @prices_option
 @loadgen_options
@@ -82,7 +93,7 @@ from mmelocal.deploy.plan import DEFAULT_INSTANCE_TYPE
     help="How often to ask whether it is InService.",
 )
 @click.option("--report", "report_dir", type=OUT_DIR, help="Report here.")
-@click.option("--json", "json_out", type=OUT_FILE)
+@click.option("--json", "json_out", type=OUT_FILE, help="Write the result JSON here.")
 def benchmark(sources: tuple[str, ...], **kw: Any) -> None:
     """Run the published MME GPU benchmark on real endpoints: for each SOURCE (one per
     framework, e.g. resnet50-pt.tar.gz resnet50-trt.tar.gz) deploy an endpoint, count the

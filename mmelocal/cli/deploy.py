@@ -27,7 +27,12 @@ from mmelocal.units import mib
     help=f"Instance type (default: the cheapest that holds --hot-models according to "
     f"--capacity, else {DEFAULT_INSTANCE_TYPE}); not with --capacity.",
 )
-@field_option(DeployOptions, "instance_count", type=click.IntRange(min=1))
+@field_option(
+    DeployOptions,
+    "instance_count",
+    type=click.IntRange(min=1),
+    help="Instances the endpoint starts with (autoscaling's lower bound).",
+)
 @click.option(
     "--max-instances",
     type=click.IntRange(min=1),
@@ -41,7 +46,11 @@ from mmelocal.units import mib
     help="Target of the GPUUtilization tracking policy, in percent.",
 )
 @click.option("--image", default=None, help="Container image URI (overrides the Triton table).")
-@field_option(DeployOptions, "triton_version")
+@field_option(
+    DeployOptions,
+    "triton_version",
+    help="Release of SageMaker's Triton image (its tag, e.g. 24.09); not with --image.",
+)
 @click.option(
     "--env",
     "environment",
@@ -421,7 +430,12 @@ def undeploy(
 @click.command()
 @click.argument("name")
 @region_option()
-@field_option(smoke_endpoint, "models", type=click.IntRange(min=1))
+@field_option(
+    smoke_endpoint,
+    "models",
+    type=click.IntRange(min=1),
+    help="How many of the endpoint's tarballs to invoke (the first by name).",
+)
 @tolerance_options(smoke_endpoint)
 @json_flag()
 def smoke(

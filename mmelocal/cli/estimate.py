@@ -15,6 +15,7 @@ from rich.table import Table
 
 from mmelocal.bench.estimate.model import estimate_model
 from mmelocal.cli._bench import (
+    THRESHOLD_HELP,
     csv_list,
     gpus_option,
     mib,
@@ -58,8 +59,13 @@ from mmelocal.cli._output import console, err_console
     help="The batch your requests carry (the activations are sized for the largest of it, "
     "the warm-up and the batch-1 load).",
 )
-@field_option(estimate_model, "seq_len", type=click.IntRange(min=1))
-@field_option(estimate_model, "threshold", type=float)
+@field_option(
+    estimate_model,
+    "seq_len",
+    type=click.IntRange(min=1),
+    help="Sequence length the activations of a text model are sized for.",
+)
+@field_option(estimate_model, "threshold", type=float, help=THRESHOLD_HELP)
 @gpus_option
 @click.option(
     "--measured",

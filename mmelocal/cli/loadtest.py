@@ -66,7 +66,13 @@ from mmelocal.cli._output import console, err_console
     help="Build a KServe v2 JSON body from a built model folder or model.tar.gz.",
 )
 @content_type_option
-@field_option(LoadTestConfig, "mode", type=click.Choice(MODES))
+@field_option(
+    LoadTestConfig,
+    "mode",
+    type=click.Choice(MODES),
+    help="How to call: invocations = POST /endpoints/NAME/invocations; triton-v2 = a "
+    "Triton's /v2/models/TARGET/infer; boto3 = InvokeEndpoint; auto = from --endpoint.",
+)
 @region_option("AWS region for a real SageMaker endpoint.")
 @field_option(
     LoadTestConfig, "timeout_s", "--timeout", type=float, help="Per-request timeout in seconds."

@@ -15,6 +15,7 @@ from mmelocal.cli._output import err_console
     type=click.IntRange(1, 65535),
     default=DEFAULT_MASTER_PORT,
     show_default=True,
+    help="Port the master binds (its --master-port).",
 )
 @click.option(
     "--processes",

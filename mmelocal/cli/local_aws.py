@@ -55,16 +55,25 @@ def local_aws(time_scale: float, **options: Any) -> None:
     # every option is named after the LocalAws parameter it sets
     aws = LocalAws(time_scale=time_scale, **options)
     with aws:
+        # absolute paths (a script run from another folder finds them) on whole lines (a
+        # wrapped export pasted in a shell sets a variable it does not export)
         console.print(
             f"[bold]local AWS[/] (S3, SageMaker, sagemaker-runtime, application-autoscaling, "
-            f"STS, CloudWatch, logs) on [green]{aws.url}[/]; data {aws.data_dir}\n"
+            f"STS, CloudWatch, logs) on [green]{aws.url}[/]; data {aws.data_dir.resolve()}"
             + (
-                f"  fast clock: x{time_scale:g} (one CloudWatch minute = {60 / time_scale:g} s)\n"
+                f"\n  fast clock: x{time_scale:g} (one CloudWatch minute = {60 / time_scale:g} s)"
                 if time_scale != 1.0
                 else ""
-            )
-            + f"  export AWS_ENDPOINT_URL={aws.url}\n"
-            f"  export HTTPS_PROXY={aws.url} AWS_CA_BUNDLE={aws.ca_bundle}\n"
+            ),
+            highlight=False,
+        )
+        console.print(
+            f"  export AWS_ENDPOINT_URL={aws.url}\n"
+            f"  export HTTPS_PROXY={aws.url} AWS_CA_BUNDLE={aws.ca_bundle.resolve()}",
+            highlight=False,
+            soft_wrap=True,
+        )
+        console.print(
             "  (HTTPS_PROXY and AWS_CA_BUNDLE: for libraries that hard-code AWS's addresses, "
             "as the SageMaker Python SDK does for STS)\n"
             "  (any AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY and region will do; "

@@ -20,7 +20,9 @@ from mmelocal.cli._output import console
     type=click.Path(file_okay=False, path_type=Path),
     help="Folder for index.html, the PNG plots, CSV and results.json.",
 )
-@click.option("--title", default="mmelocal report", show_default=True)
+@click.option(
+    "--title", default="mmelocal report", show_default=True, help="Title of the report page."
+)
 def report(results: tuple[Path, ...], out_dir: Path, title: str) -> None:
     """Lay out capacity, estimate, load-test, projection, sweep and benchmark RESULTS (JSON
     files) as a report; benchmark results (mmelocal benchmark) open it with their comparison

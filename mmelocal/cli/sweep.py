@@ -83,7 +83,11 @@ def sweep_options(
     help="Comma-separated: torchscript, onnx, tensorrt.",
 )
 @sweep_grid_options
-@field_option(SweepOptions, "instance_type")
+@field_option(
+    SweepOptions,
+    "instance_type",
+    help="Instance type whose GPUs, price and instance count the recommendation is for.",
+)
 @prices_option
 @gpus_option
 @click.option(

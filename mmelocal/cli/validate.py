@@ -8,9 +8,10 @@ from typing import Any
 import click
 
 from mmelocal.builder.validate import validate_path
-from mmelocal.cli._defaults import field_option
+from mmelocal.cli._defaults import default_of, field_option
 from mmelocal.cli._options import json_flag
-from mmelocal.cli._output import env_option
+from mmelocal.cli._output import env_option, size_option
+from mmelocal.units import GiB
 
 _STYLE = {"error": "bold red", "warning": "yellow", "info": "dim"}
 
@@ -24,11 +25,14 @@ _STYLE = {"error": "bold red", "warning": "yellow", "info": "dim"}
     type=click.IntRange(min=1),
     help="Refuse tarballs with more members.",
 )
-@field_option(
-    validate_path,
+@click.option(
+    "--max-unpacked-bytes",
     "max_unpacked_bytes",
-    type=click.IntRange(min=0),
-    help="Refuse tarballs that unpack to more bytes.",
+    type=str,
+    callback=size_option,
+    default=f"{default_of(validate_path, 'max_unpacked_bytes') / GiB:g}GiB",
+    show_default=True,
+    help="Refuse tarballs that unpack to more (a size, e.g. 500MB).",
 )
 @click.option(
     "--env",

@@ -29,6 +29,7 @@ from mmelocal.deploy import resources as rs
 from mmelocal.deploy.plan import split_s3_uri
 from mmelocal.deploy.upload import listed_objects
 from mmelocal.errors import DeployError, MmeLocalError, UserInputError
+from mmelocal.facts.runtime_api import NO_REQUESTS_STATUSES
 from mmelocal.runtime.samples import compare_outputs
 
 logger = logging.getLogger(__name__)
@@ -134,6 +135,14 @@ def deployed_prefix(clients: AwsClients, endpoint_name: str) -> str:
     endpoint = rs.describe(sm, "DescribeEndpoint", EndpointName=endpoint_name)
     if endpoint is None:
         raise DeployError(f"endpoint {endpoint_name} does not exist (deploy it first)")
+    status = str(endpoint.get("EndpointStatus", ""))
+    if status in NO_REQUESTS_STATUSES:
+        reason = endpoint.get("FailureReason")
+        raise DeployError(
+            f"endpoint {endpoint_name} is {status}: it takes no requests"
+            + (f" ({reason})" if reason else "")
+            + "; smoke it once it is InService (mmelocal deploy creates or repairs it)"
+        )
     config = rs.call(
         sm,
         "DescribeEndpointConfig",

@@ -52,6 +52,11 @@ ENDPOINT_IN_PROGRESS = 'Cannot update in-progress endpoint "{arn}".'
 #: :data:`ENDPOINT_IN_PROGRESS`; SystemUpdating and RollingBack are the service's own
 #: changes, which ``mmelocal undeploy`` waits out as well (the local AWS never shows them)
 IN_PROGRESS_STATUSES = frozenset({"Creating", "Updating", "SystemUpdating", "RollingBack"})
+#: DescribeEndpoint's ``EndpointStatus`` values (botocore's sagemaker model) of an endpoint
+#: with nothing to invoke: OutOfService "is not available to take incoming requests",
+#: Creating and Deleting (CreateEndpoint / DeleteEndpoint "is executing"), Failed ("could not
+#: be created, updated, or re-scaled"; its ``FailureReason`` says why)
+NO_REQUESTS_STATUSES = frozenset({"OutOfService", "Creating", "Deleting", "Failed"})
 #: DescribeEndpoint's ``EndpointStatus`` (botocore's model) of an endpoint that stays so until
 #: its owner acts: "Both the rolling deployment and auto-rollback failed. Your endpoint is
 #: in service with a mix of the old and new endpoint configurations", to be restored as the
@@ -103,6 +108,7 @@ __all__ = [
     "IN_PROGRESS_STATUSES",
     "LOG_GROUP",
     "LOG_STREAM",
+    "NO_REQUESTS_STATUSES",
     "RETAINED_VARIANT_PROPERTIES",
     "ROLLING_DEPLOYMENTS_URL",
     "TARGET_VARIANT_HEADER",

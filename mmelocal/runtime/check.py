@@ -73,7 +73,10 @@ class CheckOptions:
     def __post_init__(self) -> None:
         check_launcher_kind(self.launcher)
         if self.launcher == "external" and not self.url:
-            raise UserInputError("launcher 'external' needs url (e.g. http://127.0.0.1:8000)")
+            raise UserInputError(
+                "launcher 'external' needs url, the running server's HTTP address (mmelocal "
+                "check --url http://127.0.0.1:8000)"
+            )
         if self.atol < 0 or self.rtol < 0:
             raise UserInputError(f"atol and rtol must be >= 0, got {self.atol}, {self.rtol}")
         if self.gpu_index < 0:

@@ -20,6 +20,7 @@ def files(tmp_path: Path) -> Path:
     (tmp_path / "not-json.json").write_text("{")
     (tmp_path / "wrong-kind.json").write_text('{"kind": "capacity"}')
     (tmp_path / "unknown-kind.json").write_text('{"kind": "nonsense"}')
+    (tmp_path / "simulated.json").write_text('{"source": "simulated", "requests": 3}')
     (tmp_path / "bad.yaml").write_text("stages: [\n")
     (tmp_path / "bad-stage.yaml").write_text("stages:\n  - {users: 5, duration_s: -1}\n")
     (tmp_path / "payload.json").write_text("{}")
@@ -34,6 +35,12 @@ CASES = {
     "report: not JSON": (["report", "{d}/not-json.json", "--out", "{d}/o"], "not JSON"),
     "report: wrong kind": (["report", "{d}/wrong-kind.json", "--out", "{d}/o"], "'source'"),
     "report: unknown kind": (["report", "{d}/unknown-kind.json", "--out", "{d}/o"], "kind"),
+    # a traffic simulate --json is an mmelocal result, just not one report lays out
+    "report: a traffic result": (
+        ["report", "{d}/simulated.json", "--out", "{d}/o"],
+        "not a bench result (no 'kind' field): give the --json that capacity, capacity "
+        "estimate, capacity project, loadtest, sweep or benchmark wrote",
+    ),
     "report: out under a file": (
         ["report", "{d}/lt.json", "--out", "{d}/a-file/sub"],
         "a-file is a file",
@@ -211,3 +218,25 @@ def test_both_capacity_commands_print_a_copy_with_one_unit_per_size() -> None:
     line = copy_line(record, timing="first invocation")
     assert "MiB MiB" not in line
     assert "500.0 MiB in use (+21.0 MiB, own 20.0 MiB), first invocation 1.50 s" in line
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["capacity", "model-7.tar.gz", "--memory-budget", "1GiB"],
+        ["capacity", "measure", "team/model-7.tgz", "--memory-budget", "1GiB"],
+        ["capacity", "estimate", "model-7.tar.gz"],
+        ["sweep", "model-7.tar.gz"],
+    ],
+)
+def test_a_missing_tarball_is_named_missing(
+    argv: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A mistyped tarball was looked up on the Hugging Face hub as a model name ('cannot
+    download model-7.tar.gz from https://huggingface.co ... check the network')."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # old code asked the hub: never leave the host
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "model-7.t" in err and "does not exist" in err and "HF_HUB_OFFLINE" not in err, err
+    assert len([line for line in err.splitlines() if line.startswith("error")]) == 1, err

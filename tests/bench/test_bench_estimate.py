@@ -665,3 +665,29 @@ def test_the_report_pairs_an_estimate_only_with_a_measurement_of_its_format(
     )  # fmt: skip
     page = write_report([trt, pytorch_run], tmp_path).html.read_text()
     assert "the measurement wins" not in page
+
+
+def test_a_built_hugging_face_torchscript_is_estimated_like_its_source(
+    tiny_bert_dir: Path, tmp_path: Path
+) -> None:
+    """What ``mmelocal build`` writes for a Hugging Face model (a traced TorchScript whose
+    constants ``torch.jit.load`` compares, which meta tensors cannot) is estimated from the
+    folder and the tarball too: the source's weights, activations at the same batches
+    (the traced graph's own: its attention is not the eager model's)."""
+    pytest.importorskip("transformers")
+    from mmelocal.bench.estimate.model import estimate_model
+    from mmelocal.builder.build import BuildOptions, build_model
+    from mmelocal.builder.package import package_model
+
+    built = build_model(
+        str(tiny_bert_dir), repo=tmp_path / "repo", options=BuildOptions(verify=False)
+    )
+    tarball = package_model(built.model_dir, tmp_path / "store")
+    source = estimate_model(tiny_bert_dir, seq_len=16, instance_types=["ml.g4dn.xlarge"])
+    for path in (built.model_dir, tarball):
+        estimate = estimate_model(path, seq_len=16, instance_types=["ml.g4dn.xlarge"])
+        assert estimate.model_format == "torchscript"
+        assert estimate.params == source.params
+        assert estimate.batches == source.batches
+        assert estimate.activation_bytes.keys() == source.activation_bytes.keys()
+        assert all(value > 0 for value in estimate.activation_bytes.values())

@@ -10,6 +10,7 @@ at call time (huggingface_hub reads its own copy at import: see ``hub_env``).
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -314,3 +315,22 @@ def test_no_progress_bars_of_the_client(hub: LoopbackHub, hub_env: dict[str, str
     err = capfd.readouterr().err
     assert "%|" not in err and "it/s" not in err, err
     assert huggingface_hub.utils.are_progress_bars_disabled() == before
+
+
+def test_cli_estimate_reads_a_hub_models_config_alone(
+    hub: LoopbackHub, hub_env: dict[str, str], tmp_path: Path
+) -> None:
+    """``capacity estimate org/name`` in a fresh process fetches config.json only and
+    estimates (it failed as 'cannot download ... (AttributeError: No huggingface_hub
+    attribute utils)': the client's progress-bar switch was reached through a submodule
+    nothing had imported yet)."""
+    out = tmp_path / "estimate.json"
+    result = run_cli(
+        hub_env, "capacity", "estimate", REPO, "--instance-type", "ml.g4dn.xlarge",
+        "--seq-len", "16", "--json", str(out),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    assert weight_gets(hub) == []
+    assert snapshot_files(tmp_path / "hf") == {"config.json"}
+    assert json.loads(out.read_text())["kind"] == "estimate"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import time
 from pathlib import Path
@@ -105,6 +106,17 @@ def test_hub_name_not_cached_fails_fast_offline(tmp_path: Path, monkeypatch) -> 
 )
 def test_bad_specs(spec: str, message: str) -> None:
     with pytest.raises(SourceError, match=message):
+        load_source(spec)
+
+
+@pytest.mark.parametrize("spec", ["model-7.tar.gz", "team/model-7.tgz"])
+def test_a_missing_tarball_is_a_missing_file_not_a_hub_name(
+    spec: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A name ending in .tar.gz is a file the user mistyped: it was looked up on the
+    Hugging Face hub ('cannot download model-7.tar.gz from https://huggingface.co')."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # old code asked the hub: never leave the host
+    with pytest.raises(SourceError, match=rf"^{re.escape(spec)} does not exist \(no such file"):
         load_source(spec)
 
 

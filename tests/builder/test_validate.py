@@ -494,6 +494,23 @@ def test_python_dash_m_gives_no_traceback(tmp_path: Path) -> None:
     assert "archive.unsafe" in proc.stdout
 
 
+def test_the_unpacked_limit_is_a_size_as_every_command_reads_sizes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--max-unpacked-bytes`` takes ``1MiB`` or ``10MB`` like every other size option
+    (docs/cli.md: every command reads sizes with parse_size_bytes), and shows its default
+    in a unit."""
+    bomb, _ = zip_bomb(tmp_path)  # 5,000,000 bytes unpacked
+    code, out = run_validate(capsys, str(bomb), "--max-unpacked-bytes", "1MiB")
+    assert code == 1 and f"more than {1024**2} bytes" in out, out
+    code, out = run_validate(capsys, str(bomb), "--max-unpacked-bytes", "10MB")
+    assert "archive.unsafe" not in out and "config.missing" in out, out
+    code, out = run_validate(capsys, str(bomb), "--max-unpacked-bytes", "4G")
+    assert code == 2 and "ambiguous" in out, out
+    main(["validate", "--help"])
+    assert "[default: 64GiB]" in " ".join(capsys.readouterr().out.split())
+
+
 def test_torchscript_inputs_checked(tmp_path: Path) -> None:
     torch: Any = pytest.importorskip("torch")
     from mmelocal.builder.model_config import build_model_config

@@ -31,7 +31,7 @@ def test_check_bad_inputs_give_one_line(
         (["check", str(empty)], 1, "no model folder"),
         (["check", str(tmp_path / "missing")], 1, "does not exist"),
         (["check", str(not_a_binary)], 1, "not a gzip file"),
-        (["check", str(empty), "--launcher", "external"], 2, "needs url"),
+        (["check", str(empty), "--launcher", "external"], 2, "HTTP address (mmelocal check --url"),
         (["check", str(empty), "--load-timeout", "0"], 2, "--load-timeout"),
         (["check", str(empty), "--atol", "-1"], 2, "atol and rtol must be >= 0"),
         (["triton", "stop", "--timeout", "-1"], 2, "--timeout"),

@@ -606,6 +606,43 @@ def test_undeploy_waits_out_an_endpoint_still_being_created(
         wait_gone(boto3.client("sagemaker"), name)
 
 
+def test_smoke_names_the_status_of_an_endpoint_that_takes_no_requests(
+    store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """smoke on an endpoint that is Creating, or Failed, says so in one line (the
+    DescribeEndpoint statuses of botocore's sagemaker service model: Creating,
+    Deleting, OutOfService and Failed take no requests) instead of invoking it or failing
+    on what undeploy already deleted ('DescribeEndpointConfig failed ... Could not find
+    endpoint configuration' while it was Deleting). The Triton here starts only once the
+    gate is opened, then fails."""
+    gate = tmp_path / "gate"
+    with local_aws_running(gated_tritonserver(gate), tmp_path, monkeypatch):
+        bucket = unique("status")
+        boto3.client("s3").create_bucket(Bucket=bucket)
+        name = unique("status")
+        opts = options(store, bucket, name, wait=False)
+        clients = connect()
+        try:
+            assert apply_plan(make_plan(opts, clients), clients, options=opts) == "not waited"
+            code, text = run(capsys, "smoke", name)
+            assert code == 2, text
+            assert f"endpoint {name} is Creating: it takes no requests" in text, text
+            assert len([line for line in text.splitlines() if line.strip()]) == 1, text
+        finally:
+            gate.touch()
+        sm = boto3.client("sagemaker")
+        wait_for(
+            lambda: sm.describe_endpoint(EndpointName=name)["EndpointStatus"] == "Failed",
+            timeout_s=60,
+            what="the endpoint to fail",
+        )
+        code, text = run(capsys, "smoke", name)
+        assert code == 2 and f"endpoint {name} is Failed: it takes no requests" in text, text
+        reason = sm.describe_endpoint(EndpointName=name)["FailureReason"]
+        assert reason[:40] in " ".join(text.split()), text
+        undeploy(clients, name)
+
+
 def test_undeploy_keeps_the_artifacts_another_endpoint_reads(
     store: Path, bucket: str, endpoint_name: str, tmp_path: Path
 ) -> None:

@@ -159,3 +159,41 @@ def test_port_in_use_is_one_line(tmp_path: Path, held_port: int) -> None:
     assert result.returncode == 2, text
     assert "Traceback" not in text and len(text.splitlines()) == 1, text
     assert f"cannot listen on 127.0.0.1:{held_port}" in text and "choose another --port" in text
+
+
+def test_the_printed_exports_can_be_pasted_as_they_are(tmp_path: Path) -> None:
+    """The export lines are whole lines (never wrapped at the terminal's width: a wrapped
+    ``AWS_CA_BUNDLE=...`` pasted on its own line is a shell variable, not exported) and name
+    the CA bundle by an absolute path (a script run from another folder finds it), even for
+    a relative ``--data``."""
+    port = pick_free_port()
+    url = f"http://127.0.0.1:{port}"
+    command = [sys.executable, "-m", "mmelocal", "local-aws", "--port", str(port),
+               "--data", "data"]  # fmt: skip
+    proc = subprocess.Popen(
+        command, cwd=tmp_path, env={**os.environ, "COLUMNS": "80"},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        sts = boto3.client("sts", endpoint_url=url, **KEYS)
+
+        def answers() -> bool:
+            if proc.poll() is not None:
+                raise AssertionError(proc.communicate()[0].decode())
+            try:
+                return bool(sts.get_caller_identity()["Account"])
+            except Exception:
+                return False
+
+        wait_for(answers, timeout_s=60)
+        text = stop(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    bundle = (tmp_path / "data" / "ca").resolve()
+    lines = text.splitlines()
+    assert f"  export AWS_ENDPOINT_URL={url}" in lines, text
+    (proxy,) = [line for line in lines if "HTTPS_PROXY=" in line]
+    assert proxy.startswith(f"  export HTTPS_PROXY={url} AWS_CA_BUNDLE={bundle}/"), text
+    assert Path(proxy.split("AWS_CA_BUNDLE=")[1]).is_absolute()

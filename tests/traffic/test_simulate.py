@@ -449,3 +449,46 @@ def test_the_cli_takes_the_disk(tmp_path: Path) -> None:
     assert (data["downloads"], data["artifacts_deleted"], data["disk_bytes"]) == (4, 3, GIB)
     refused = CliRunner().invoke(cli, [*args, "--disk-budget", "1GiB"])
     assert refused.exit_code != 0 and "--download-seconds" in str(refused.exception)
+
+
+CAPACITY_REFUSALS = {
+    # two answers to one question: the second was dropped without a word
+    "count and footprint": (
+        ["--models-per-instance", "5", "--footprint-mib", "100000"],
+        "give one of --models-per-instance, --footprint-mib or --capacity, not several",
+    ),
+    "footprint and file": (
+        ["--footprint-mib", "400", "--capacity", "{d}/t.csv"],
+        "give one of --models-per-instance, --footprint-mib or --capacity, not several",
+    ),
+    "baseline without a footprint": (
+        ["--models-per-instance", "5", "--baseline-mib", "300"],
+        "--baseline-mib is only read with --footprint-mib",
+    ),
+    # named by the option, not by an internal field in bytes
+    "negative footprint": (["--footprint-mib", "-5"], "'--footprint-mib'"),
+    "negative baseline": (["--footprint-mib", "5", "--baseline-mib", "-1"], "'--baseline-mib'"),
+    "count 0": (["--models-per-instance", "0"], "--models-per-instance"),
+    "threshold in percent": (["--footprint-mib", "5", "--threshold", "90"], "(e.g. 0.9)"),
+}
+
+
+@pytest.mark.parametrize("command", ["simulate", "size"])
+@pytest.mark.parametrize("case", list(CAPACITY_REFUSALS))
+def test_the_capacity_options_refuse_what_they_would_ignore(
+    tmp_path: Path, command: str, case: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from mmelocal.cli.main import main
+    from mmelocal.traffic.trace import write_trace
+
+    path = write_trace(trace_of([0.0, 1.0], [0, 1]), tmp_path / "t.csv")
+    options, expected = CAPACITY_REFUSALS[case]
+    args = ["traffic", command, str(path), "--service-ms", "10"]
+    args += ["--instance-type", "ml.g4dn.xlarge"]
+    args += [o.replace("{d}", str(tmp_path)) for o in options]
+    if command == "size":
+        args += ["--slo-p99-ms", "100000"]
+    code = main(args)
+    out, err = capsys.readouterr()
+    assert code == 2, out + err
+    assert expected in " ".join(err.split()), err

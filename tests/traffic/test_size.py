@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -142,3 +143,31 @@ def test_a_trace_that_spans_no_time_is_refused() -> None:
     base = SimConfig(models_per_instance=1, service_s=0.01)
     with pytest.raises(UserInputError, match="spans 0 s"):
         size(one, [cand], base, slo_p99_ms=100.0, max_cold_per_min=10)
+
+
+def test_the_cli_answer_is_readable_in_an_80_column_terminal(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``traffic size`` prints its answer whole at 80 columns (the default width of a
+    terminal and of a pipe): before, its ten columns were cut to 'cou…', 'p99 ms' '1,0…'."""
+    from click.testing import CliRunner
+
+    from mmelocal.cli.main import cli
+    from mmelocal.traffic.trace import write_trace
+
+    trace = make_trace(models=20, rate_rps=5, duration_s=60, seed=0)
+    path = write_trace(trace, tmp_path / "t.csv")
+    args = ["traffic", "size", str(path), "--slo-p99-ms", "100000", "--service-ms", "10"]
+    args += ["--instance-type", "ml.g5.xlarge", "--models-per-instance", "3"]
+    args += ["--json", str(tmp_path / "z.json")]
+    result = CliRunner(env={"COLUMNS": "80"}).invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    best = json.loads((tmp_path / "z.json").read_text())["best"]
+    assert "…" not in result.output, result.output
+    words = " ".join(result.output.split())
+    for shown in (
+        "ml.g5.xlarge",
+        f"{best['count']}",
+        f"{best['p99_ms']:,.0f}",
+        f"{best['cost_per_month']:,.0f}",
+        "given (--service-ms)",
+    ):
+        assert shown in words, result.output

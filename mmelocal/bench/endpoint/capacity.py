@@ -34,6 +34,7 @@ from mmelocal.bench.capacity.result import CapacityResult, LoadRecord
 from mmelocal.bench.endpoint.remote import PROBE_TARGET, ProbeReading, RemoteEndpoint
 from mmelocal.bench.sources import served_model_facts
 from mmelocal.builder.backends import MODEL_KINDS
+from mmelocal.builder.tarball import TARBALL_SUFFIXES
 from mmelocal.errors import UserInputError
 from mmelocal.units import MiB
 
@@ -120,7 +121,7 @@ def measure_endpoint_capacity(
     """Run the loop of the module docstring on ``endpoint`` with copies of ``tarball``."""
     opts = options or RemoteCapacityOptions()
     tarball = Path(tarball)
-    if not tarball.is_file() or not tarball.name.endswith((".tar.gz", ".tgz")):
+    if not tarball.is_file() or not tarball.name.endswith(TARBALL_SUFFIXES):
         raise UserInputError(f"{tarball}: expected a model.tar.gz (package it with mmelocal)")
     model_format = tarball_format(tarball)
     precision = served_model_facts(tarball, model_format)[1]

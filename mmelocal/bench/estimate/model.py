@@ -125,21 +125,24 @@ def trace_module(
     *,
     precision: str = "fp32",
     notes: tuple[str, ...] = (),
+    device: str = "meta",
 ) -> ModelFacts:
     """Weights and activation peaks of ``module`` at every batch in ``batches``.
 
     ``example_inputs`` (any batch, any device; passed positionally, in order, as the
     builder calls a source) give each input's shape past the batch axis and its dtype. The
-    module is moved to the ``meta`` device (its memory is freed).
+    module is moved to ``device``: ``meta`` (its memory is freed), or ``cpu`` for a
+    TorchScript module that cannot move to meta (its tensors are then made fake as the
+    trace meets them: nothing is computed either way).
     """
     import torch
 
     float_bytes = PRECISION_BYTES[precision]
-    module = module.to("meta").eval()
+    module = module.to(device).eval()
 
     def trace(batch: int) -> ActivationTrace:
         inputs = {
-            name: torch.empty((batch, *tuple(t.shape)[1:]), dtype=t.dtype, device="meta")
+            name: torch.empty((batch, *tuple(t.shape)[1:]), dtype=t.dtype, device=device)
             for name, t in example_inputs.items()
         }
         return trace_torch(module, tuple(inputs.values()), float_bytes=float_bytes)
@@ -394,7 +397,7 @@ def _prebuilt_facts(
         )
     import torch
 
-    module = torch.jit.load(str(artifact), map_location="meta")
+    module, device = _load_torchscript(artifact)
     example = {
         str(i.name): torch.empty(
             (1, *[d if d > 0 else seq_len for d in i.dims]),
@@ -403,8 +406,22 @@ def _prebuilt_facts(
         )
         for i in cfg.input
     }
-    facts = trace_module(module, example, batches, precision=prec)
+    facts = trace_module(module, example, batches, precision=prec, device=device)
     return facts, fmt, prec, batches
+
+
+def _load_torchscript(artifact: Path) -> tuple[Any, str]:
+    """The TorchScript module at ``artifact`` and the device its weights are on: ``meta``
+    (nothing read into memory) where it loads there, else ``cpu``. A traced module (what
+    ``mmelocal build`` writes for a Hugging Face model) holds tensor constants that
+    ``torch.jit.load`` compares with ``aten::equal``, which meta tensors lack; such a module
+    cannot be moved to meta afterwards either (its parameters are plain tensors)."""
+    import torch
+
+    try:
+        return torch.jit.load(str(artifact), map_location="meta"), "meta"
+    except NotImplementedError:
+        return torch.jit.load(str(artifact), map_location="cpu"), "cpu"
 
 
 def _dtype_name(value: int) -> str:

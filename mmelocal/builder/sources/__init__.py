@@ -25,6 +25,7 @@ from pathlib import Path
 
 from mmelocal.builder.sources.base import ModelSource
 from mmelocal.builder.sources.module import source_from_module
+from mmelocal.builder.tarball import TARBALL_SUFFIXES
 from mmelocal.errors import SourceError
 
 ACCEPTED_FORMS = (
@@ -221,7 +222,14 @@ def _folder_name(path: Path) -> str:
 
 
 def _looks_like_path(spec: str) -> bool:
-    return spec.startswith(("/", ".", "~")) or "\\" in spec or spec.count("/") > 1
+    """A path, not a hub name: a file system start, more than one '/', or a tarball's name
+    (a model archive is a file; hub names may hold dots but never name one)."""
+    return (
+        spec.startswith(("/", ".", "~"))
+        or "\\" in spec
+        or spec.count("/") > 1
+        or spec.lower().endswith(TARBALL_SUFFIXES)
+    )
 
 
 def _forms() -> str:

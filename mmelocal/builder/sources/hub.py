@@ -395,6 +395,7 @@ def _import_hub() -> Any:
     try:
         import huggingface_hub
         import huggingface_hub.errors
+        import huggingface_hub.utils  # a lazy attribute until imported (no_progress_bars)
     except ImportError:
         raise MissingDependencyError(
             "huggingface_hub", extra="nlp", feature="Hugging Face hub models"

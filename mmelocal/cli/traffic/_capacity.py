@@ -26,19 +26,58 @@ class _CapacityArgs(NamedTuple):
     threshold: float
 
 
-def _capacity_options(
-    models_help: str, baseline_help: str | None = None, threshold_help: str | None = None
-) -> _Decorator:
+def _capacity_args(
+    models_per_instance: int | None,
+    footprint_mib: float | None,
+    baseline_mib: float | None,
+    capacity_file: Path | None,
+    threshold: float,
+) -> _CapacityArgs:
+    """The options as :class:`_CapacityArgs`; a usage error for one that would be ignored
+    (two sources of the capacity, a baseline with no footprint to add it to)."""
+    given = [
+        flag
+        for flag, value in (
+            ("--models-per-instance", models_per_instance),
+            ("--footprint-mib", footprint_mib),
+            ("--capacity", capacity_file),
+        )
+        if value is not None
+    ]
+    if len(given) > 1:
+        raise click.UsageError(
+            "give one of --models-per-instance, --footprint-mib or --capacity, not several "
+            f"(got {' and '.join(given)})"
+        )
+    if baseline_mib is not None and footprint_mib is None:
+        raise click.UsageError(
+            "--baseline-mib is only read with --footprint-mib (a capacity or estimate result "
+            "carries its own baseline): drop it or give --footprint-mib"
+        )
+    return _CapacityArgs(
+        models_per_instance, footprint_mib, baseline_mib or 0.0, capacity_file, threshold
+    )
+
+
+def _capacity_options(models_help: str) -> _Decorator:
     """The options of :class:`_CapacityArgs`, handed to the command as ``capacity_args``."""
     return grouped(
         "capacity_args",
-        _CapacityArgs,
-        click.option("--models-per-instance", type=int, default=None, help=models_help),
+        _capacity_args,
         click.option(
-            "--footprint-mib", type=float, default=None, help="Per-model footprint (MiB)."
+            "--models-per-instance", type=click.IntRange(min=1), default=None, help=models_help
         ),
         click.option(
-            "--baseline-mib", type=float, default=0.0, show_default=True, help=baseline_help
+            "--footprint-mib",
+            type=click.FloatRange(min=0, min_open=True),
+            default=None,
+            help="Per-model footprint (MiB).",
+        ),
+        click.option(
+            "--baseline-mib",
+            type=click.FloatRange(min=0),
+            default=None,
+            help="Memory in use with no model loaded (MiB), with --footprint-mib [default: 0].",
         ),
         click.option(
             "--capacity",
@@ -52,7 +91,8 @@ def _capacity_options(
             type=float,
             default=MEMORY_THRESHOLD,
             show_default=True,
-            help=threshold_help,
+            help="Fraction of the card's memory the models may use (with --footprint-mib or "
+            "--capacity).",
         ),
     )
 

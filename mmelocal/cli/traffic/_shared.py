@@ -30,7 +30,12 @@ def _quiet(done: int, total: int, sent: int | None = None) -> None:
 
 
 _trace_argument = click.argument("trace_path", metavar="TRACE", type=IN_FILE)
-_prices_option = click.option("--prices", type=IN_FILE, default=None)
+_prices_option = click.option(
+    "--prices",
+    type=IN_FILE,
+    default=None,
+    help="Your hourly prices (YAML, same format as the packaged prices.yaml).",
+)
 _parallel_loads_option = field_option(
     SimConfig,
     "parallel_loads",
@@ -81,13 +86,25 @@ _disk_options = grouped(
 
 def _outputs(html: bool) -> _Decorator:
     """``--json`` (and ``--html``): where the result is written."""
-    options = [click.option("--json", "json_out", type=OUT_FILE, default=None)]
+    options = [
+        click.option(
+            "--json", "json_out", type=OUT_FILE, default=None, help="Write the result JSON here."
+        )
+    ]
     if html:
-        options.append(click.option("--html", "html_out", type=OUT_FILE, default=None))
+        options.append(
+            click.option(
+                "--html",
+                "html_out",
+                type=OUT_FILE,
+                default=None,
+                help="Write an HTML page of the result (plots inside) here.",
+            )
+        )
     return stacked(*options)
 
 
-def _concurrency_option(help: str | None = None) -> _Decorator:
+def _concurrency_option(help: str = "Requests served at once per instance.") -> _Decorator:
     """``--concurrency``: requests one instance serves at once (the simulator's default)."""
     return field_option(SimConfig, "concurrency", type=int, help=help)
 

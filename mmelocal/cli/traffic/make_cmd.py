@@ -45,7 +45,7 @@ from mmelocal.traffic.make import make_trace
     help="Rate over time (see the Traffic docs page).",
 )
 @field_option(make_trace, "period_s", "--period", type=float, help="Diurnal period (s).")
-@field_option(make_trace, "seed", type=int)
+@field_option(make_trace, "seed", type=int, help="Seed of the random arrivals and models.")
 @click.option(
     "--out",
     "out",

@@ -26,7 +26,7 @@ from mmelocal.traffic.replay import replay as run_replay
 @click.option("--endpoint-url", default=None, help="With --endpoint-name: the local AWS's URL.")
 @region_option("With --endpoint-name: the AWS region.")
 @payload_option("The request body sent with every request.", required=True)
-@field_option(ReplayOptions, "content_type")
+@field_option(ReplayOptions, "content_type", help="Content-Type of the request body.")
 @field_option(
     ReplayOptions,
     "speed",

@@ -99,11 +99,7 @@ _autoscaling_options = grouped(
 @_trace_argument
 @field_option(SimConfig, "instances", type=int, help="Instances (start count with --autoscale).")
 @click.option("--instance-type", default=None, help="For footprint projection and the price.")
-@_capacity_options(
-    models_help="Models one instance holds.",
-    baseline_help="Memory with no model.",
-    threshold_help="Memory fraction used.",
-)
+@_capacity_options(models_help="Models one instance holds.")
 @click.option(
     "--load-seconds",
     default=",".join(f"{x:g}" for x in default_of(LoadTimes, "samples_s")),
@@ -132,7 +128,12 @@ _autoscaling_options = grouped(
 )
 @_autoscaling_options
 @_prices_option
-@field_option(SimConfig, "seed", type=int)
+@field_option(
+    SimConfig,
+    "seed",
+    type=int,
+    help="Seed of the draws from a list of --load-seconds / --download-seconds.",
+)
 @_outputs(html=True)
 def simulate(
     trace_path: Path,

@@ -117,34 +117,28 @@ def size_command(
             "assumed, so cold-start latency is not a GPU figure."
         )
     closest = answer.closest()
-    out = Table(title=f"size for {trace_path.name} (p99 <= {slo_p99_ms:g} ms)")
-    out.add_column("instance type", no_wrap=True)
-    for col in (
-        "count",
-        "inv/min/instance",
-        "hit ratio",
-        "cold/min",
-        "p99 ms",
-        "cost/h",
-        "cost/month",
-    ):
-        out.add_column(col, justify="right")
-    out.add_column("capacity from")
-    out.add_column("p99 from")
+    # one configuration: a figure per line, so that no terminal width cuts a number
+    out = Table(title=f"size for {trace_path.name} (p99 <= {slo_p99_ms:g} ms)", show_header=False)
+    out.add_column("figure")
+    out.add_column("value", justify="right", overflow="fold")
     shown = answer.best if answer.best is not None else closest
-    for r in [shown] if shown is not None else []:
-        out.add_row(
-            r.instance_type,
-            str(r.count),
-            f"{r.invocations_per_min_per_instance:,.0f}",
-            f"{r.hit_ratio:.3f}",
-            f"{r.cold_starts_per_min:.2f}",
-            "-" if r.p99_ms is None else f"{r.p99_ms:,.0f}",
-            "-" if r.cost_per_hour is None else f"{r.cost_per_hour:,.2f}",
-            "-" if r.cost_per_month is None else f"{r.cost_per_month:,.0f}",
-            r.capacity_source,
-            r.latency_source,
-        )
+    if shown is not None:
+        for name, value in (
+            ("instance type", shown.instance_type),
+            ("count", str(shown.count)),
+            ("invocations/min/instance", f"{shown.invocations_per_min_per_instance:,.0f}"),
+            ("hit ratio", f"{shown.hit_ratio:.3f}"),
+            ("cold starts/min", f"{shown.cold_starts_per_min:.2f}"),
+            ("p99 ms", "-" if shown.p99_ms is None else f"{shown.p99_ms:,.0f}"),
+            ("cost/h", "-" if shown.cost_per_hour is None else f"{shown.cost_per_hour:,.2f}"),
+            (
+                "cost/month",
+                "-" if shown.cost_per_month is None else f"{shown.cost_per_month:,.0f}",
+            ),
+            ("capacity from", shown.capacity_source),
+            ("p99 from", shown.latency_source),
+        ):
+            out.add_row(name, value)
     console.print(out)
     if shown is not None:
         answer.notes.append(table.note(shown.instance_type))
