@@ -46,6 +46,7 @@ from mmelocal.localaws.checks import (
     model_violations,
     page_size_problem,
 )
+from mmelocal.localaws.endpoint_list import list_endpoints
 from mmelocal.localaws.endpoints import EndpointManager, EndpointState
 from mmelocal.localaws.logs import LogShipper
 from mmelocal.rules.variants import target_variant_error
@@ -63,6 +64,18 @@ Overlay = Callable[[str, str, dict[str, Any], Forward], "tuple[int, Any] | None"
 MOTO_INSTANCE_TYPE = "ml.m5.large"
 #: operations whose answers this layer completes even for mmelocal's own calls
 _OVERLAYS = frozenset({"DescribeEndpointConfig"})
+#: ListEndpoints' filters moto applies (the status is the local AWS's)
+_MOTO_LIST_FILTERS = frozenset(
+    {
+        "NameContains",
+        "CreationTimeBefore",
+        "CreationTimeAfter",
+        "LastModifiedTimeBefore",
+        "LastModifiedTimeAfter",
+    }
+)
+#: a ``MaxResults`` that has moto answer every match at once (it sets no upper bound)
+_MOTO_EVERY_MATCH = 2**31 - 1
 #: header that marks mmelocal's own calls to moto (they skip the endpoint layer)
 INTERNAL_HEADER = "X-Mmelocal-Internal"
 #: header on every call mmelocal makes to itself (served while a restore holds the others)
@@ -488,21 +501,23 @@ class LocalAwsApp:
     def _list_endpoints(
         self, environ: dict[str, Any], region: str, params: dict[str, Any]
     ) -> tuple[int, Any]:
-        wanted = params.pop("StatusEquals", None)  # moto filters on its own (stale) status
-        if wanted is not None:
-            body = json.dumps(params).encode()
-            environ["wsgi.input"], environ["CONTENT_LENGTH"] = io.BytesIO(body), str(len(body))
+        """Every endpoint moto's filters match, shown as DescribeEndpoint shows it, then
+        filtered, sorted and paged here (:func:`.endpoint_list.list_endpoints`): moto
+        filters and sorts on its own (stale) status, and filtering its pages after it had
+        cut them left pages short or empty while a NextToken remained."""
+        query = {k: v for k, v in params.items() if k in _MOTO_LIST_FILTERS}
+        body = json.dumps({**query, "MaxResults": _MOTO_EVERY_MATCH}).encode()
+        environ["wsgi.input"], environ["CONTENT_LENGTH"] = io.BytesIO(body), str(len(body))
         status, answer = self._moto_json(environ)
-        if status == 200 and isinstance(answer, dict):
-            summaries = answer.get("Endpoints", [])
-            for summary in summaries:
-                state = self.endpoints.get(region, summary.get("EndpointName", ""))
-                if state is not None:
-                    summary["EndpointStatus"] = state.status
-                    summary["LastModifiedTime"] = state.last_modified_s
-            if wanted is not None:
-                answer["Endpoints"] = [s for s in summaries if s["EndpointStatus"] == wanted]
-        return status, answer
+        if status != 200 or not isinstance(answer, dict):
+            return status, answer
+        summaries = answer.get("Endpoints") or []
+        for summary in summaries:
+            state = self.endpoints.get(region, summary.get("EndpointName", ""))
+            if state is not None:
+                summary["EndpointStatus"] = state.status
+                summary["LastModifiedTime"] = state.last_modified_s
+        return status, list_endpoints(summaries, params)
 
     # -- runtime -----------------------------------------------------------------------
     def _invoke(
