@@ -64,16 +64,8 @@ Overlay = Callable[[str, str, dict[str, Any], Forward], "tuple[int, Any] | None"
 MOTO_INSTANCE_TYPE = "ml.m5.large"
 #: operations whose answers this layer completes even for mmelocal's own calls
 _OVERLAYS = frozenset({"DescribeEndpointConfig"})
-#: ListEndpoints' filters moto applies (the status is the local AWS's)
-_MOTO_LIST_FILTERS = frozenset(
-    {
-        "NameContains",
-        "CreationTimeBefore",
-        "CreationTimeAfter",
-        "LastModifiedTimeBefore",
-        "LastModifiedTimeAfter",
-    }
-)
+#: the ListEndpoints filter moto applies (status and times are the local AWS's)
+_MOTO_LIST_FILTERS = frozenset({"NameContains"})
 #: a ``MaxResults`` that has moto answer every match at once (it sets no upper bound)
 _MOTO_EVERY_MATCH = 2**31 - 1
 #: header that marks mmelocal's own calls to moto (they skip the endpoint layer)
@@ -501,10 +493,11 @@ class LocalAwsApp:
     def _list_endpoints(
         self, environ: dict[str, Any], region: str, params: dict[str, Any]
     ) -> tuple[int, Any]:
-        """Every endpoint moto's filters match, shown as DescribeEndpoint shows it, then
-        filtered, sorted and paged here (:func:`.endpoint_list.list_endpoints`): moto
-        filters and sorts on its own (stale) status, and filtering its pages after it had
-        cut them left pages short or empty while a NextToken remained."""
+        """Every endpoint whose name ``NameContains`` matches, shown as DescribeEndpoint
+        shows it, then filtered, sorted and paged here (:func:`.endpoint_list.list_endpoints`):
+        moto filters and sorts on its own records (a status and a LastModifiedTime that
+        never change), and filtering its pages after it had cut them left pages short or
+        empty while a NextToken remained."""
         query = {k: v for k, v in params.items() if k in _MOTO_LIST_FILTERS}
         body = json.dumps({**query, "MaxResults": _MOTO_EVERY_MATCH}).encode()
         environ["wsgi.input"], environ["CONTENT_LENGTH"] = io.BytesIO(body), str(len(body))

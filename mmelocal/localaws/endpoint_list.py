@@ -2,15 +2,20 @@
 ``DescribeEndpoint`` shows (the status the local AWS's fleets are in, not moto's record).
 
 botocore's sagemaker model, ``ListEndpointsInput``: ``StatusEquals`` "returns only
-endpoints with the specified status"; ``SortBy`` ``Name`` | ``CreationTime`` | ``Status``
-("The default is CreationTime"), ``SortOrder`` ("The default is Descending");
-``MaxResults`` "defaults to 10" (:data:`~mmelocal.facts.sagemaker.ENDPOINTS_PAGE_SIZE`).
+endpoints with the specified status"; ``CreationTimeBefore`` "created before",
+``CreationTimeAfter`` "a creation time greater than or equal to",
+``LastModifiedTimeBefore`` "modified before", ``LastModifiedTimeAfter`` "modified after"
+the given time, on the times ``DescribeEndpoint`` shows; ``SortBy`` ``Name`` |
+``CreationTime`` | ``Status`` ("The default is CreationTime"); ``SortOrder`` ("The default
+is Descending"); ``MaxResults`` "defaults to 10"
+(:data:`~mmelocal.facts.sagemaker.ENDPOINTS_PAGE_SIZE`).
 Filters come first, then the order, then the page (:func:`~.paging.one_page`), so a page
 holds ``MaxResults`` matches while more remain and the last match ends the pages.
 """
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
@@ -39,9 +44,24 @@ _SORT_KEYS: dict[str, Callable[[dict[str, Any]], Any]] = {
 }
 
 
+#: ListEndpointsInput's time filters -> (the summary's time, how it must compare to theirs)
+_TIME_FILTERS: dict[str, tuple[str, Callable[[float, float], bool]]] = {
+    "CreationTimeBefore": ("CreationTime", operator.lt),
+    "CreationTimeAfter": ("CreationTime", operator.ge),
+    "LastModifiedTimeBefore": ("LastModifiedTime", operator.lt),
+    "LastModifiedTimeAfter": ("LastModifiedTime", operator.gt),
+}
+
+
 def _matches(summary: dict[str, Any], params: dict[str, Any]) -> bool:
     wanted = params.get("StatusEquals")
-    return wanted is None or summary.get("EndpointStatus") == wanted
+    if wanted is not None and summary.get("EndpointStatus") != wanted:
+        return False
+    return all(
+        holds(epoch_s(summary[field]), epoch_s(params[name]))
+        for name, (field, holds) in _TIME_FILTERS.items()
+        if params.get(name) is not None
+    )
 
 
 def list_endpoints(summaries: Iterable[dict[str, Any]], params: dict[str, Any]) -> dict[str, Any]:

@@ -84,3 +84,37 @@ def test_status_filter_sort_and_pages_follow_the_endpoints_status(
             assert "NextToken" not in rest
         finally:
             gate.touch()
+
+
+def test_time_filters_use_the_times_describe_endpoint_shows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An endpoint that failed after it was created was last modified when it failed
+    (DescribeEndpoint's LastModifiedTime): LastModifiedTimeAfter a moment between the two
+    finds it and LastModifiedTimeBefore that moment does not (moto's record, which the
+    filters read, keeps the creation time as the last modification); CreationTimeAfter
+    is "greater than or equal to" (ListEndpointsInput), CreationTimeBefore strictly
+    before."""
+    gate = tmp_path / "gate"
+    with local_aws_running(gated_tritonserver(gate), tmp_path, monkeypatch):
+        sm = boto3.client("sagemaker")
+        failing, _ = _configs(tmp_path)
+        prefix = unique("timed")
+        name = f"{prefix}-f"
+        sm.create_endpoint(EndpointName=name, EndpointConfigName=failing)
+        described = wait_status(sm, name, leaving="Creating")
+        created, modified = described["CreationTime"], described["LastModifiedTime"]
+        assert created < modified
+        between = created + (modified - created) / 2
+
+        def names(**query: Any) -> list[str]:
+            found = sm.list_endpoints(NameContains=prefix, **query)["Endpoints"]
+            return [s["EndpointName"] for s in found]
+
+        assert names(LastModifiedTimeAfter=between) == [name]
+        assert names(LastModifiedTimeBefore=between) == []
+        assert names(LastModifiedTimeBefore=modified + (modified - created)) == [name]
+        assert names(CreationTimeAfter=created) == [name]
+        assert names(CreationTimeBefore=created) == []
+        assert names(CreationTimeBefore=between) == [name]
+        gate.touch()
