@@ -479,6 +479,8 @@ class LocalAwsApp:
             answer["EndpointStatus"] = state.status
             answer["EndpointConfigName"] = state.config_name
             answer["LastModifiedTime"] = state.last_modified_s
+            if state.created_s is not None:
+                answer["CreationTime"] = state.created_s
             fleets = state.fleets
             if fleets is not None:
                 answer["ProductionVariants"] = [dict(v) for v in fleets.described()]
@@ -510,6 +512,8 @@ class LocalAwsApp:
             if state is not None:
                 summary["EndpointStatus"] = state.status
                 summary["LastModifiedTime"] = state.last_modified_s
+                if state.created_s is not None:
+                    summary["CreationTime"] = state.created_s
         return status, list_endpoints(summaries, params)
 
     # -- runtime -----------------------------------------------------------------------

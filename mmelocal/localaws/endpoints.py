@@ -44,7 +44,10 @@ class EndpointState:
 
     ``last_modified_s`` is when ``status`` last changed (DescribeEndpoint's and
     ListEndpoints' ``LastModifiedTime``, "when the endpoint was last modified": botocore's
-    sagemaker model; moto's record keeps the creation time)."""
+    sagemaker model; moto's record keeps the creation time). An endpoint the saved state
+    re-creates (:mod:`.state`) keeps the times it had: ``created_s`` (their
+    ``CreationTime``; None: moto's record) and ``last_modified_s``, which its re-creation
+    does not move (``restoring``, until that creation ends)."""
 
     region: str
     name: str
@@ -55,9 +58,16 @@ class EndpointState:
     generation: int = 0
     workers: list[threading.Thread] = field(default_factory=list)
     last_modified_s: float = field(default_factory=time.time)
+    created_s: float | None = None
+    restoring: bool = False
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name == "status" and "status" in self.__dict__ and self.__dict__["status"] != value:
+        if (
+            name == "status"
+            and "status" in self.__dict__
+            and self.__dict__["status"] != value
+            and not self.__dict__.get("restoring")
+        ):
             super().__setattr__("last_modified_s", time.time())
         super().__setattr__(name, value)
 
@@ -81,6 +91,9 @@ class EndpointManager:
         self._endpoints: dict[tuple[str, str], EndpointState] = {}
         #: the generation each autoscaler resize under way began at
         self._resizing: dict[tuple[str, str], int] = {}
+        #: (region, name) -> the saved (CreationTime, LastModifiedTime) of an endpoint the
+        #: state being restored is about to create again (:meth:`keep_times`)
+        self._restored_times: dict[tuple[str, str], tuple[float, float]] = {}
         self._closed = False
 
     # -- queries -----------------------------------------------------------------------
@@ -108,10 +121,26 @@ class EndpointManager:
             return list(self._endpoints.values())
 
     # -- transitions -------------------------------------------------------------------
+    def keep_times(
+        self, region: str, name: str, *, created_s: float | None, modified_s: float | None
+    ) -> None:
+        """The saved state is about to create the endpoint ``name`` again: it keeps the
+        times it had (``created_s``, ``modified_s``; None for both: forget them, the
+        restore is over)."""
+        with self._lock:
+            if created_s is None or modified_s is None:
+                self._restored_times.pop((region, name), None)
+            else:
+                self._restored_times[(region, name)] = (created_s, modified_s)
+
     def create(self, region: str, name: str, config_name: str) -> None:
         """Start the fleet for a new endpoint (status Creating until Triton is ready)."""
         state = EndpointState(region=region, name=name, config_name=config_name)
         with self._lock:
+            kept = self._restored_times.pop((region, name), None)
+            if kept is not None:  # re-created by the restore: neither created nor changed now
+                state.created_s, state.last_modified_s = kept
+                state.restoring = True
             self._endpoints[(region, name)] = state
         self._spawn(state, self._run_create, state, state.generation)
 
@@ -262,6 +291,7 @@ class EndpointManager:
                 old, state.fleets = state.fleets, fleets
                 state.config_name = fleets.config_name
                 state.status, state.failure_reason = "InService", None
+                state.restoring = False
         if not current:
             fleets.stop()  # deleted, updated again or shut down while it was starting
             return None
@@ -279,6 +309,7 @@ class EndpointManager:
                 # a failed update leaves the old fleet serving, as the service rolls back
                 state.status = "InService" if state.fleets is not None else "Failed"
                 state.failure_reason = reason
+                state.restoring = False
         logger.info("endpoint %s failed: %s", state.name, reason)
 
     def _run_create(self, state: EndpointState, generation: int) -> None:
