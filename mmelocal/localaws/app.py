@@ -407,7 +407,12 @@ class LocalAwsApp:
         )
         status, answer = self._moto_json(environ)
         if status == 200:
-            self.endpoints.create(region, name, str(params["EndpointConfigName"]))
+            config_name = str(params["EndpointConfigName"])
+            config = self._exists(
+                region, "describe_endpoint_config", EndpointConfigName=config_name
+            )
+            variants = config.get("ProductionVariants") if config is not None else None
+            self.endpoints.create(region, name, config_name, variants=variants)
         return status, answer
 
     def _update_endpoint(
@@ -425,7 +430,13 @@ class LocalAwsApp:
         _refuse_unless_in_service(state, endpoint)
         for check in self.update_checks:
             check(region, name, endpoint, config)
-        self.endpoints.update(region, name, config_name, retain=_retained(params))
+        self.endpoints.update(
+            region,
+            name,
+            config_name,
+            retain=_retained(params),
+            variants=config.get("ProductionVariants"),
+        )
         return 200, {"EndpointArn": endpoint["EndpointArn"]}
 
     def _update_weights_and_capacities(
@@ -490,6 +501,11 @@ class LocalAwsApp:
                 answer["FailureReason"] = state.failure_reason
             else:
                 answer.pop("FailureReason", None)
+            if state.pending is not None:  # "only returned when the endpoint is creating or
+                # updating with a new endpoint configuration" (botocore's sagemaker model)
+                answer["PendingDeploymentSummary"] = state.pending
+            else:
+                answer.pop("PendingDeploymentSummary", None)
         return status, answer
 
     def _list_endpoints(
