@@ -110,6 +110,9 @@ DRAIN_TIMEOUT_S: Final = INVOKE_TIMEOUT_S + 15.0
 LOAD_AND_INVOKE_TIMEOUT_S: Final = LOAD_LIMIT_S + INVOKE_TIMEOUT_S
 #: ``DescribeEndpoint``'s ``FailureReason``: at most this many characters (API reference).
 FAILURE_REASON_MAX_CHARS: Final = 1024
+#: The endpoints on one ``ListEndpoints`` page when ``MaxResults`` is left out (botocore's
+#: sagemaker model, ``ListEndpointsInput.MaxResults``: "This value defaults to 10").
+ENDPOINTS_PAGE_SIZE: Final = 10
 #: A model called at least this many times per second (over :data:`HOT_MODEL_WINDOW_S`)
 #: is hot: the emulator's router (and the traffic simulator) loads it on one more instance.
 #: SageMaker replicates hot models but publishes no threshold: mmelocal's own figure.
@@ -152,6 +155,7 @@ __all__ = [
     "CUSTOM_ATTRIBUTES_HEADER",
     "DIRECT_LOAD_TIMEOUT_S",
     "DRAIN_TIMEOUT_S",
+    "ENDPOINTS_PAGE_SIZE",
     "ENDPOINT_NAME_PATTERN",
     "ERROR_TYPE_HEADER",
     "FAILURE_REASON_MAX_CHARS",

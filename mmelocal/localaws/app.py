@@ -46,6 +46,7 @@ from mmelocal.localaws.checks import (
     model_violations,
     page_size_problem,
 )
+from mmelocal.localaws.endpoint_list import list_endpoints
 from mmelocal.localaws.endpoints import EndpointManager, EndpointState
 from mmelocal.localaws.logs import LogShipper
 from mmelocal.rules.variants import target_variant_error
@@ -63,6 +64,10 @@ Overlay = Callable[[str, str, dict[str, Any], Forward], "tuple[int, Any] | None"
 MOTO_INSTANCE_TYPE = "ml.m5.large"
 #: operations whose answers this layer completes even for mmelocal's own calls
 _OVERLAYS = frozenset({"DescribeEndpointConfig"})
+#: the ListEndpoints filter moto applies (status and times are the local AWS's)
+_MOTO_LIST_FILTERS = frozenset({"NameContains"})
+#: a ``MaxResults`` that has moto answer every match at once (it sets no upper bound)
+_MOTO_EVERY_MATCH = 2**31 - 1
 #: header that marks mmelocal's own calls to moto (they skip the endpoint layer)
 INTERNAL_HEADER = "X-Mmelocal-Internal"
 #: header on every call mmelocal makes to itself (served while a restore holds the others)
@@ -402,7 +407,12 @@ class LocalAwsApp:
         )
         status, answer = self._moto_json(environ)
         if status == 200:
-            self.endpoints.create(region, name, str(params["EndpointConfigName"]))
+            config_name = str(params["EndpointConfigName"])
+            config = self._exists(
+                region, "describe_endpoint_config", EndpointConfigName=config_name
+            )
+            variants = config.get("ProductionVariants") if config is not None else None
+            self.endpoints.create(region, name, config_name, variants=variants)
         return status, answer
 
     def _update_endpoint(
@@ -420,7 +430,13 @@ class LocalAwsApp:
         _refuse_unless_in_service(state, endpoint)
         for check in self.update_checks:
             check(region, name, endpoint, config)
-        self.endpoints.update(region, name, config_name, retain=_retained(params))
+        self.endpoints.update(
+            region,
+            name,
+            config_name,
+            retain=_retained(params),
+            variants=config.get("ProductionVariants"),
+        )
         return 200, {"EndpointArn": endpoint["EndpointArn"]}
 
     def _update_weights_and_capacities(
@@ -474,6 +490,8 @@ class LocalAwsApp:
             answer["EndpointStatus"] = state.status
             answer["EndpointConfigName"] = state.config_name
             answer["LastModifiedTime"] = state.last_modified_s
+            if state.created_s is not None:
+                answer["CreationTime"] = state.created_s
             fleets = state.fleets
             if fleets is not None:
                 answer["ProductionVariants"] = [dict(v) for v in fleets.described()]
@@ -483,26 +501,36 @@ class LocalAwsApp:
                 answer["FailureReason"] = state.failure_reason
             else:
                 answer.pop("FailureReason", None)
+            if state.pending is not None:  # "only returned when the endpoint is creating or
+                # updating with a new endpoint configuration" (botocore's sagemaker model)
+                answer["PendingDeploymentSummary"] = state.pending
+            else:
+                answer.pop("PendingDeploymentSummary", None)
         return status, answer
 
     def _list_endpoints(
         self, environ: dict[str, Any], region: str, params: dict[str, Any]
     ) -> tuple[int, Any]:
-        wanted = params.pop("StatusEquals", None)  # moto filters on its own (stale) status
-        if wanted is not None:
-            body = json.dumps(params).encode()
-            environ["wsgi.input"], environ["CONTENT_LENGTH"] = io.BytesIO(body), str(len(body))
+        """Every endpoint whose name ``NameContains`` matches, shown as DescribeEndpoint
+        shows it, then filtered, sorted and paged here (:func:`.endpoint_list.list_endpoints`):
+        moto filters and sorts on its own records (a status and a LastModifiedTime that
+        never change), and filtering its pages after it had cut them left pages short or
+        empty while a NextToken remained."""
+        query = {k: v for k, v in params.items() if k in _MOTO_LIST_FILTERS}
+        body = json.dumps({**query, "MaxResults": _MOTO_EVERY_MATCH}).encode()
+        environ["wsgi.input"], environ["CONTENT_LENGTH"] = io.BytesIO(body), str(len(body))
         status, answer = self._moto_json(environ)
-        if status == 200 and isinstance(answer, dict):
-            summaries = answer.get("Endpoints", [])
-            for summary in summaries:
-                state = self.endpoints.get(region, summary.get("EndpointName", ""))
-                if state is not None:
-                    summary["EndpointStatus"] = state.status
-                    summary["LastModifiedTime"] = state.last_modified_s
-            if wanted is not None:
-                answer["Endpoints"] = [s for s in summaries if s["EndpointStatus"] == wanted]
-        return status, answer
+        if status != 200 or not isinstance(answer, dict):
+            return status, answer
+        summaries = answer.get("Endpoints") or []
+        for summary in summaries:
+            state = self.endpoints.get(region, summary.get("EndpointName", ""))
+            if state is not None:
+                summary["EndpointStatus"] = state.status
+                summary["LastModifiedTime"] = state.last_modified_s
+                if state.created_s is not None:
+                    summary["CreationTime"] = state.created_s
+        return status, list_endpoints(summaries, params)
 
     # -- runtime -----------------------------------------------------------------------
     def _invoke(

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ from mmelocal.localaws.variants import (
     EndpointPlan,
     StartFleet,
     VariantFleets,
+    pending_deployment,
     retain_properties,
     start_variants,
 )
@@ -44,7 +45,12 @@ class EndpointState:
 
     ``last_modified_s`` is when ``status`` last changed (DescribeEndpoint's and
     ListEndpoints' ``LastModifiedTime``, "when the endpoint was last modified": botocore's
-    sagemaker model; moto's record keeps the creation time)."""
+    sagemaker model; moto's record keeps the creation time). An endpoint the saved state
+    re-creates (:mod:`.state`) keeps the times it had: ``created_s`` (their
+    ``CreationTime``; None: moto's record) and ``last_modified_s``, which its re-creation
+    does not move (``restoring``, until that creation ends). ``pending`` is
+    DescribeEndpoint's ``PendingDeploymentSummary`` while a CreateEndpoint or UpdateEndpoint
+    deploys (:func:`~.variants.pending_deployment`), None otherwise."""
 
     region: str
     name: str
@@ -55,9 +61,17 @@ class EndpointState:
     generation: int = 0
     workers: list[threading.Thread] = field(default_factory=list)
     last_modified_s: float = field(default_factory=time.time)
+    created_s: float | None = None
+    restoring: bool = False
+    pending: dict[str, Any] | None = None
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name == "status" and "status" in self.__dict__ and self.__dict__["status"] != value:
+        if (
+            name == "status"
+            and "status" in self.__dict__
+            and self.__dict__["status"] != value
+            and not self.__dict__.get("restoring")
+        ):
             super().__setattr__("last_modified_s", time.time())
         super().__setattr__(name, value)
 
@@ -81,6 +95,9 @@ class EndpointManager:
         self._endpoints: dict[tuple[str, str], EndpointState] = {}
         #: the generation each autoscaler resize under way began at
         self._resizing: dict[tuple[str, str], int] = {}
+        #: (region, name) -> the saved (CreationTime, LastModifiedTime) of an endpoint the
+        #: state being restored is about to create again (:meth:`keep_times`)
+        self._restored_times: dict[tuple[str, str], tuple[float, float]] = {}
         self._closed = False
 
     # -- queries -----------------------------------------------------------------------
@@ -108,20 +125,58 @@ class EndpointManager:
             return list(self._endpoints.values())
 
     # -- transitions -------------------------------------------------------------------
-    def create(self, region: str, name: str, config_name: str) -> None:
-        """Start the fleet for a new endpoint (status Creating until Triton is ready)."""
-        state = EndpointState(region=region, name=name, config_name=config_name)
+    def keep_times(
+        self, region: str, name: str, *, created_s: float | None, modified_s: float | None
+    ) -> None:
+        """The saved state is about to create the endpoint ``name`` again: it keeps the
+        times it had (``created_s``, ``modified_s``; None for both: forget them, the
+        restore is over)."""
         with self._lock:
+            if created_s is None or modified_s is None:
+                self._restored_times.pop((region, name), None)
+            else:
+                self._restored_times[(region, name)] = (created_s, modified_s)
+
+    def create(
+        self,
+        region: str,
+        name: str,
+        config_name: str,
+        *,
+        variants: Sequence[dict[str, Any]] | None = None,
+    ) -> None:
+        """Start the fleet for a new endpoint (status Creating until Triton is ready);
+        ``variants``, the config's ``ProductionVariants``, are the pending deployment's."""
+        now = time.time()
+        state = EndpointState(
+            region=region,
+            name=name,
+            config_name=config_name,
+            last_modified_s=now,
+            pending=pending_deployment(config_name, variants, now),
+        )
+        with self._lock:
+            kept = self._restored_times.pop((region, name), None)
+            if kept is not None:  # re-created by the restore: neither created nor changed now
+                state.created_s, state.last_modified_s = kept
+                state.restoring = True
             self._endpoints[(region, name)] = state
         self._spawn(state, self._run_create, state, state.generation)
 
     def update(
-        self, region: str, name: str, config_name: str, *, retain: frozenset[str] = frozenset()
+        self,
+        region: str,
+        name: str,
+        config_name: str,
+        *,
+        retain: frozenset[str] = frozenset(),
+        variants: Sequence[dict[str, Any]] | None = None,
     ) -> None:
         """Move to another config: the old fleet serves until the new one is ready. The
         ``retain`` properties (``DesiredInstanceCount``, ``DesiredWeight``) of each variant
         the new config names too are the ones it has now, not the config's
-        (``RetainAllVariantProperties``)."""
+        (``RetainAllVariantProperties``); ``variants``, the new config's
+        ``ProductionVariants``, are the pending deployment's."""
         with self._lock:
             state = self._endpoints.get((region, name))
             if state is None:
@@ -130,6 +185,9 @@ class EndpointManager:
             state.failure_reason = None
             state.generation += 1
             generation = state.generation
+            state.pending = pending_deployment(
+                config_name, variants, state.last_modified_s, running=state.fleets, retain=retain
+            )
             running = state.fleets if retain else None
         self._spawn(state, self._run_update, state, config_name, generation, running, retain)
 
@@ -262,6 +320,7 @@ class EndpointManager:
                 old, state.fleets = state.fleets, fleets
                 state.config_name = fleets.config_name
                 state.status, state.failure_reason = "InService", None
+                state.restoring, state.pending = False, None
         if not current:
             fleets.stop()  # deleted, updated again or shut down while it was starting
             return None
@@ -279,6 +338,7 @@ class EndpointManager:
                 # a failed update leaves the old fleet serving, as the service rolls back
                 state.status = "InService" if state.fleets is not None else "Failed"
                 state.failure_reason = reason
+                state.restoring, state.pending = False, None
         logger.info("endpoint %s failed: %s", state.name, reason)
 
     def _run_create(self, state: EndpointState, generation: int) -> None:

@@ -225,7 +225,13 @@ class LocalAws(StartStopContext):
             from mmelocal.localaws import state
 
             try:
-                app.regions.update(state.restore(self._user_client, self._data_dir / "state"))
+                app.regions.update(
+                    state.restore(
+                        self._user_client,
+                        self._data_dir / "state",
+                        keep_times=self.endpoints.keep_times,
+                    )
+                )
             finally:
                 app.ready.set()
             self._restored = True  # only a state that was read in full is written back

@@ -7,8 +7,9 @@ again) and the resources are described into ``DIR/state/state.json``; at :func:`
 the buckets and objects are uploaded again and the resources re-created in order
 (models, endpoint configs, endpoints, which start their Triton again, scalable targets,
 scaling policies, which create their target tracking alarms again, CloudWatch metric
-alarms) and the endpoints' log groups with their events. A resource that already exists
-is kept as it is. Not kept: metric datapoints, alarm states and history (alarms start
+alarms) and the endpoints' log groups with their events; an endpoint created again keeps
+the CreationTime and LastModifiedTime it had (:class:`KeepTimes`). A resource that already
+exists is kept as it is. Not kept: metric datapoints, alarm states and history (alarms start
 again at INSUFFICIENT_DATA), scaling activities.
 """
 
@@ -19,7 +20,7 @@ import json
 import logging
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from mmelocal.localaws.cloudwatch_api import keep_state
 from mmelocal.localaws.logs import restore_log_groups, save_log_groups
@@ -46,6 +47,8 @@ _ALARM_FIELDS = ("AlarmName", "AlarmDescription", "ActionsEnabled", "OKActions",
 #: ExtraArgs take the same names)
 _OBJECT_FIELDS = ("ContentType", "ContentEncoding", "ContentDisposition", "ContentLanguage",
                   "CacheControl", "Metadata")  # fmt: skip
+#: what an endpoint keeps of its DescribeEndpoint beside what CreateEndpoint takes
+_ENDPOINT_TIMES = ("CreationTime", "LastModifiedTime")
 #: the alarms target tracking creates (its policies create them again)
 _MANAGED_ALARM_PREFIX = "TargetTracking-"
 
@@ -121,7 +124,10 @@ def _save_region(client_for: ClientFor, region: str) -> dict[str, Any]:
         if found["EndpointStatus"] == "Deleting":
             continue
         params = {k: found[k] for k in ("EndpointName", "EndpointConfigName")}
-        endpoints.append({"params": params, "tags": _tags(sm, found["EndpointArn"])})
+        times = {k: found[k].timestamp() for k in _ENDPOINT_TIMES}
+        endpoints.append(
+            {"params": params, "tags": _tags(sm, found["EndpointArn"]), "times": times}
+        )
     aas = client_for("application-autoscaling", region)
     targets = _pages(
         aas, "describe_scalable_targets", "ScalableTargets", ServiceNamespace="sagemaker"
@@ -197,8 +203,19 @@ def repoint_alarms(cloudwatch: Any, arns: dict[str, str]) -> None:
                 keep_state(cloudwatch, alarm)
 
 
-def restore(client_for: ClientFor, root: Path) -> list[str]:
-    """Re-create what :func:`save` wrote under ``root``; the regions it held."""
+class KeepTimes(Protocol):
+    """Told an endpoint's saved times before it is created again (None for both once
+    CreateEndpoint was called): :meth:`.endpoints.EndpointManager.keep_times`."""
+
+    def __call__(
+        self, region: str, name: str, *, created_s: float | None, modified_s: float | None
+    ) -> None: ...
+
+
+def restore(client_for: ClientFor, root: Path, *, keep_times: KeepTimes | None = None) -> list[str]:
+    """Re-create what :func:`save` wrote under ``root``; the regions it held. Each endpoint
+    is announced to ``keep_times`` (:meth:`.endpoints.EndpointManager.keep_times`) before
+    it is created again, so that it shows the times it had rather than the restore's."""
     manifest = root / STATE_FILE
     if not manifest.is_file():
         return []
@@ -225,7 +242,17 @@ def restore(client_for: ClientFor, root: Path) -> list[str]:
                 params = dict(item["params"])
                 if item.get("tags"):
                     params["Tags"] = item["tags"]
+                kept = item.get("times") if kind == "endpoints" else None
+                if kept and keep_times is not None:
+                    keep_times(
+                        region,
+                        params["EndpointName"],
+                        created_s=kept["CreationTime"],
+                        modified_s=kept["LastModifiedTime"],
+                    )
                 _create(call, f"{kind} {next(iter(item['params'].values()))}", **params)
+                if kept and keep_times is not None:  # taken, or not created: forgotten
+                    keep_times(region, params["EndpointName"], created_s=None, modified_s=None)
         aas = client_for("application-autoscaling", region)
         for target in held.get("scalable_targets", []):
             _create(
@@ -256,4 +283,4 @@ def restore(client_for: ClientFor, root: Path) -> list[str]:
     return list(state.get("regions", {}))
 
 
-__all__ = ["STATE_FILE", "repoint_actions", "repoint_alarms", "restore", "save"]
+__all__ = ["STATE_FILE", "KeepTimes", "repoint_actions", "repoint_alarms", "restore", "save"]

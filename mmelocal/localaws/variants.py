@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from mmelocal.errors import EndpointFailedError
+from mmelocal.facts.runtime_api import DEFAULT_VARIANT_WEIGHT
 from mmelocal.localaws.fleet import Fleet, FleetPlan, plan_variant
 from mmelocal.rules.variants import choose_variant
 
@@ -54,18 +55,61 @@ def retain_properties(
     """``plan`` (a new config's) with the ``properties`` (``DesiredInstanceCount``,
     ``DesiredWeight``) of each variant of the same name ``running`` now, as
     ``UpdateEndpoint`` with ``RetainAllVariantProperties`` starts it."""
-    variants = []
-    for variant in plan.variants:
-        current = running.get(variant.variant_name)
-        if current is not None:
-            changes: dict[str, Any] = {}
-            if "DesiredInstanceCount" in properties:
-                changes["instances"] = current.current_instance_count
-            if "DesiredWeight" in properties:
-                changes["weight"] = current.current_weight
-            variant = dataclasses.replace(variant, **changes)
-        variants.append(variant)
+    variants = [
+        dataclasses.replace(v, **_retained(v.variant_name, running, properties))
+        for v in plan.variants
+    ]
     return dataclasses.replace(plan, variants=tuple(variants))
+
+
+def _retained(
+    name: str, running: VariantFleets | None, properties: frozenset[str]
+) -> dict[str, Any]:
+    """What the variant ``name`` of a new config keeps of the running one of that name
+    (:class:`~.fleet.FleetPlan` fields: ``instances``, ``weight``)."""
+    current = running.get(name) if running is not None else None
+    kept: dict[str, Any] = {}
+    if current is not None and "DesiredInstanceCount" in properties:
+        kept["instances"] = current.current_instance_count
+    if current is not None and "DesiredWeight" in properties:
+        kept["weight"] = current.current_weight
+    return kept
+
+
+def pending_deployment(
+    config_name: str,
+    config_variants: Sequence[dict[str, Any]] | None,
+    start_s: float,
+    *,
+    running: VariantFleets | None = None,
+    retain: frozenset[str] = frozenset(),
+) -> dict[str, Any]:
+    """``DescribeEndpoint``'s ``PendingDeploymentSummary`` of a CreateEndpoint or
+    UpdateEndpoint to ``config_name`` begun at ``start_s``: each of ``config_variants``
+    (the config's ``ProductionVariants``; None: left out) as it was asked for, its
+    instance count and weight the running variant's where ``retain`` names them
+    (:func:`retain_properties`), ``Creating`` since ``start_s`` (ProductionVariantStatus:
+    "Creating inference resources for the production variant"). What the new variants
+    serve with is not known until they all do: no ``Current*``."""
+    summary: dict[str, Any] = {"EndpointConfigName": config_name, "StartTime": start_s}
+    if config_variants is None:
+        return summary
+    described = []
+    for variant in config_variants:
+        name = str(variant.get("VariantName", ""))
+        kept = _retained(name, running, retain)
+        count = kept.get("instances", variant.get("InitialInstanceCount"))
+        weight = kept.get("weight", variant.get("InitialVariantWeight"))
+        item: dict[str, Any] = {"VariantName": name}
+        if count is not None:
+            item["DesiredInstanceCount"] = int(count)
+        item["DesiredWeight"] = DEFAULT_VARIANT_WEIGHT if weight is None else float(weight)
+        if variant.get("InstanceType"):
+            item["InstanceType"] = str(variant["InstanceType"])
+        item["VariantStatus"] = [{"Status": "Creating", "StartTime": start_s}]
+        described.append(item)
+    summary["ProductionVariants"] = described
+    return summary
 
 
 def plan_endpoint(
@@ -310,6 +354,7 @@ __all__ = [
     "StartFleet",
     "Variant",
     "VariantFleets",
+    "pending_deployment",
     "plan_endpoint",
     "retain_properties",
     "start_variants",

@@ -345,3 +345,45 @@ def test_an_endpoint_in_progress_cannot_be_deleted(
         assert wait_status(sm, name, leaving="Creating")["EndpointStatus"] == "Failed"
         sm.delete_endpoint(EndpointName=name)
         wait_gone(sm, name)
+
+
+def test_a_deployment_in_progress_is_summarised_until_it_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DescribeEndpoint's PendingDeploymentSummary "is only returned when the endpoint is
+    creating or updating with a new endpoint configuration" (botocore's sagemaker model;
+    PendingProductionVariantSummary: "when an endpoint is creating or updating with the
+    CreateEndpoint or UpdateEndpoint operations"): the config being deployed, when the
+    deployment began, and each of its variants as asked, Creating since then; gone once
+    the endpoint has left Creating (here Failed: the Triton waits for the gate, then
+    fails). UpdateEndpoint's: ``test_retained_properties.py``."""
+    gate = tmp_path / "gate"
+    with local_aws_running(gated_tritonserver(gate), tmp_path, monkeypatch):
+        sm = boto3.client("sagemaker")
+        config = model_and_config(upload_models(tmp_path, "models", scale=2.0), count=2)
+        name = unique("pending")
+        sm.create_endpoint(EndpointName=name, EndpointConfigName=config)
+        try:
+            described = sm.describe_endpoint(EndpointName=name)
+        finally:
+            gate.touch()
+        assert described["EndpointStatus"] == "Creating"
+        pending = described["PendingDeploymentSummary"]
+        start = pending["StartTime"]
+        assert pending == {
+            "EndpointConfigName": config,
+            "StartTime": start,
+            "ProductionVariants": [
+                {
+                    "VariantName": "AllTraffic",
+                    "DesiredInstanceCount": 2,
+                    "DesiredWeight": 1.0,
+                    "InstanceType": "ml.g5.xlarge",
+                    "VariantStatus": [{"Status": "Creating", "StartTime": start}],
+                }
+            ],
+        }
+        assert start == described["LastModifiedTime"]  # the deployment made it Creating
+        failed = wait_status(sm, name, leaving="Creating")
+        assert failed["EndpointStatus"] == "Failed"
+        assert "PendingDeploymentSummary" not in failed

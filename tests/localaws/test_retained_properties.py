@@ -114,8 +114,33 @@ def test_update_endpoint_keeps_the_instance_count_it_is_asked_to(
 
     retained = {"RetainAllVariantProperties": True}
     sm.update_endpoint(EndpointName=name, EndpointConfigName=second, **retained)
+    # while it deploys, DescribeEndpoint summarises the deployment (PendingDeploymentSummary:
+    # botocore's sagemaker model) beside the variants that serve meanwhile
+    updating = sm.describe_endpoint(EndpointName=name)
+    assert updating["EndpointStatus"] == "Updating"
+    assert updating["EndpointConfigName"] == first  # the config that serves until it ends
+    pending = updating["PendingDeploymentSummary"]
+    start = pending["StartTime"]
+    assert start == updating["LastModifiedTime"]
+    assert pending == {
+        "EndpointConfigName": second,
+        "StartTime": start,
+        "ProductionVariants": [
+            {
+                "VariantName": "AllTraffic",
+                "DesiredInstanceCount": 2,  # retained
+                "DesiredWeight": 1.0,
+                "InstanceType": "ml.g5.xlarge",
+                "VariantStatus": [{"Status": "Creating", "StartTime": start}],
+            }
+        ],
+    }
     assert counts() == (2, 2)
+    assert "PendingDeploymentSummary" not in sm.describe_endpoint(EndpointName=name)
     sm.update_endpoint(EndpointName=name, EndpointConfigName=third)
+    pending = sm.describe_endpoint(EndpointName=name)["PendingDeploymentSummary"]
+    assert [v["DesiredInstanceCount"] for v in pending["ProductionVariants"]] == [1]
     assert counts() == (1, 1)
+    assert "PendingDeploymentSummary" not in sm.describe_endpoint(EndpointName=name)
     sm.delete_endpoint(EndpointName=name)
     wait_gone(sm, name)

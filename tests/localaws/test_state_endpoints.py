@@ -1,0 +1,51 @@
+"""What ``--data`` keeps of an endpoint across a restart (the endpoint here costs no
+Triton: its image is not one the local AWS runs, so it fails as soon as it is planned)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import boto3
+import pytest
+from localaws_helpers import model_and_config, unique, wait_status
+
+from mmelocal.localaws import LocalAws
+from mmelocal.testing.tiny_model import write_tarball
+
+#: an image the local AWS does not run: the endpoint fails as soon as it is planned
+XGBOOST = "683313688378.dkr.ecr.us-east-1.amazonaws.com/sagemaker-xgboost:1.7-1"
+
+
+def test_a_restored_endpoint_keeps_its_creation_and_modification_times(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The restore re-creates the endpoint (its Triton starts again), but the endpoint was
+    neither created nor modified then: DescribeEndpoint and ListEndpoints show the times
+    saved at the stop (they showed the restore's), and ListEndpoints' time filters read
+    them."""
+    data = tmp_path / "data"
+    name = unique("kept")
+    with LocalAws(data_dir=data) as aws:
+        for key, value in aws.env().items():
+            monkeypatch.setenv(key, value)
+        s3, sm = boto3.client("s3"), boto3.client("sagemaker")
+        bucket = unique("kept")
+        s3.create_bucket(Bucket=bucket)
+        tarball = write_tarball(tmp_path / "m.tar.gz", scale=2.0)
+        s3.upload_file(str(tarball), bucket, "m/model.tar.gz")
+        config = model_and_config(f"s3://{bucket}/m/", image=XGBOOST)
+        sm.create_endpoint(EndpointName=name, EndpointConfigName=config)
+        saved = wait_status(sm, name, leaving="Creating")
+        assert saved["EndpointStatus"] == "Failed"
+    with LocalAws(data_dir=data) as aws:
+        for key, value in aws.env().items():
+            monkeypatch.setenv(key, value)
+        sm = boto3.client("sagemaker")
+        restored = wait_status(sm, name, leaving="Creating")
+        assert restored["EndpointStatus"] == "Failed"
+        times = ("CreationTime", "LastModifiedTime")
+        assert [restored[t] for t in times] == [saved[t] for t in times]
+        (summary,) = sm.list_endpoints(NameContains=name)["Endpoints"]
+        assert [summary[t] for t in times] == [saved[t] for t in times]
+        before = sm.list_endpoints(NameContains=name, CreationTimeBefore=saved["LastModifiedTime"])
+        assert [s["EndpointName"] for s in before["Endpoints"]] == [name]
