@@ -187,7 +187,8 @@ def test_card_check_accepts_this_cards_instance_type_and_refuses_another() -> No
     assert "ml.g5.xlarge has 1 x A10G" in other["refusal"]
     assert "size one of ml.p5.4xlarge" in other["refusal"]
     assert result["lines"][1] == "ml.p5.4xlarge (1 x H100): accepted"
-    assert result["lines"][2].startswith("ml.g5.xlarge (1 x A10G): refused: this machine's GPUs")
+    refused = "ml.g5.xlarge (1 x A10G): refused: the GPUs this sweep would run on: "
+    assert result["lines"][2].startswith(refused + "1 x NVIDIA H100 80GB HBM3 (H100)")
 
 
 @pytest.mark.parametrize(
