@@ -53,8 +53,8 @@ from mmelocal.units import mib
     "gpu_index",
     "--gpu",
     type=click.IntRange(min=0),
-    help="On a GPU host: the GPU (nvidia-smi's number) the server runs on and whose memory "
-    "is read.",
+    help="On a GPU host: the GPU (nvidia-smi's number) the server runs on (given its UUID) "
+    "and whose memory is read.",
 )
 def check(path: Path, as_json: bool, **options: Any) -> None:
     """Validate PATH, then load, warm up, query and unload each model on a real Triton.

@@ -43,6 +43,7 @@ from mmelocal.facts.sagemaker import DRAIN_TIMEOUT_S
 from mmelocal.runtime.entrypoint import model_namespacing
 from mmelocal.runtime.launcher import TritonLauncher
 from mmelocal.runtime.launchers import make_launcher
+from mmelocal.runtime.visible_gpus import ServerGpus
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +95,7 @@ class Emulator:
         self.events = EventLog()
         self._launcher_factory = launcher_factory or self._default_launcher
         self._gpus = self._choose_gpus()
-        count = config.instances or max(1, len(self._gpus))
+        count = config.instances or max(1, len(self._gpus.indices))
         self._budget = config.memory_budget_bytes or _default_budget(count)
         self._options = InstanceOptions(
             memory_threshold=config.memory_threshold,
@@ -148,16 +149,25 @@ class Emulator:
             url_for=self._url_for(cache.root),
         )
 
-    def _choose_gpus(self) -> list[int]:
-        if self.config.gpus is not None:
-            return list(self.config.gpus)
-        from mmelocal.runtime.memory import gpu_count
+    def _choose_gpus(self) -> ServerGpus:
+        """The GPUs the instances run on, in turn: ``config.gpus`` (NVML's numbers), else
+        those a Triton started from here would see (``CUDA_VISIBLE_DEVICES``, else all)."""
+        from mmelocal.runtime.visible_gpus import server_gpus
 
-        return list(range(gpu_count()))
+        if self.config.gpus == ():
+            return ServerGpus(origin="none chosen")
+        gpus = server_gpus(chosen=self.config.gpus)
+        if gpus.indices:
+            logger.info("MME emulator GPUs: %s", gpus.describe())
+        return gpus
+
+    def _gpu_of(self, index: int) -> int:
+        """Which of the GPUs (their position in ``self._gpus``) instance ``index`` runs on."""
+        return index % len(self._gpus.indices)
 
     def _probe(self, index: int, launcher: TritonLauncher, budget: int) -> MemoryProbe:
-        if self._gpus:
-            gpu = self._gpus[index % len(self._gpus)]
+        if self._gpus.indices:
+            gpu = self._gpus.indices[self._gpu_of(index)]
             try:
                 probe: MemoryProbe = NvmlProbe(gpu, launcher.pid)
             except Exception as exc:
@@ -173,17 +183,16 @@ class Emulator:
         repo = workdir / "repository"
         repo.mkdir(parents=True, exist_ok=True)
         env: dict[str, str] = {}
-        if self._gpus:
-            # the probe's NVML index: CUDA numbers by PCI bus too only when told to (its
-            # default is fastest first, which differs on a host with unlike GPUs)
-            env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-            env["CUDA_VISIBLE_DEVICES"] = str(self._gpus[index % len(self._gpus)])
+        if self._gpus.indices:
+            # the card the probe reads, by UUID: CUDA's own numbers follow CUDA_DEVICE_ORDER
+            # (fastest first by default), NVML's the PCI bus
+            env = self._gpus.pin(self._gpu_of(index))
         server = ServerConfig(
             model_repository=repo,
             sagemaker=True,
             env=env,
             sagemaker_env=self.config.sagemaker_env,
-            gpu_count=1 if self._gpus else 0,  # CUDA_VISIBLE_DEVICES: one GPU per instance
+            gpu_count=1 if self._gpus.indices else 0,  # one GPU per instance
         )
         kind = self.config.launcher
         sagemaker_url = http_url = None
@@ -217,7 +226,7 @@ class Emulator:
         from mmelocal.builder import presets  # noqa: F401  (the runner template's folder)
         from mmelocal.runtime import python_copies
 
-        gpu = bool(self._gpus)
+        gpu = bool(self._gpus.indices)
 
         def prepare(layout: MmeLayout, out_dir: Path) -> Path | None:
             # the backend folder is assembled when the server starts: read it at the load

@@ -41,7 +41,10 @@ class EmulatorConfig:
     means half of this machine's memory divided among the instances. ``disk_budget_bytes``
     is per instance too: each has its own disk (artifact cache), as each SageMaker
     instance has its own storage volume. ``instances=None``
-    means one per GPU, or one without a GPU. ``external_urls`` are the SageMaker front
+    means one per GPU, or one without a GPU. The GPUs are ``gpus`` (NVML's numbers, as
+    nvidia-smi prints them; ``()`` for none), else those ``CUDA_VISIBLE_DEVICES`` names, else
+    every GPU: instance N runs on the N-th of them in turn, its Triton given that card's UUID
+    alone, and its memory probe reads that card. ``external_urls`` are the SageMaker front
     ends of already running servers for ``launcher="external"``, each
     ``SAGEMAKER_URL[,HTTP_URL]`` (the KServe v2 URL serves metadata; the servers must see
     the cache folder at the same path).

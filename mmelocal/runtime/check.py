@@ -50,8 +50,9 @@ class CheckOptions:
     ``all_loaded`` keeps every model loaded until the end and measures the memory they take
     together (does the repository fit beside its neighbours?), instead of one at a time.
 
-    ``gpu_index``: on a GPU host, the one GPU (NVML's numbering, by PCI bus) the server
-    runs on, as a SageMaker instance has one, and whose memory is read. For an
+    ``gpu_index``: on a GPU host, the one GPU (NVML's numbering, by PCI bus, as nvidia-smi
+    prints it) the server runs on, as a SageMaker instance has one, and whose memory is
+    read; the server is given that card's UUID in ``CUDA_VISIBLE_DEVICES``. For an
     ``external`` server, name the GPU it runs on.
     """
 
@@ -275,8 +276,11 @@ def _model_dirs(source: Path, work: Path, report: CheckReport) -> list[tuple[Pat
 def _make_launcher(opts: CheckOptions, served: Path, *, gpu: bool) -> TritonLauncher:
     env: dict[str, str] = {}
     if gpu:
-        # one GPU, the one read: CUDA numbers by PCI bus (as NVML does) only when told to
-        env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": str(opts.gpu_index)}
+        from mmelocal.runtime.visible_gpus import server_gpus
+
+        # one GPU, the one read (NVML's gpu_index), by UUID: exact whatever order CUDA
+        # numbers the GPUs in; a number this machine has not is refused here
+        env = dict(server_gpus(chosen=(opts.gpu_index,)).env)
     return make_launcher(
         opts.launcher,
         ServerConfig(model_repository=served, env=env),

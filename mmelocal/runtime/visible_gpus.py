@@ -42,12 +42,21 @@ _INDEX = re.compile(r"-?[0-9]+")
 
 @dataclass(frozen=True, kw_only=True)
 class ServerGpus:
-    """The GPUs a server will see (``names``: NVML's product names, in CUDA's order), the
-    environment that makes it see exactly them, and how they were chosen."""
+    """The GPUs a server will see, in CUDA's order: ``names`` (NVML's product names),
+    ``indices`` (NVML's numbers, nvidia-smi's: the devices to read memory from) and
+    ``uuids``; the environment that makes a server see exactly them, and how they were
+    chosen. :meth:`pin` is the environment of a server that sees one of them alone."""
 
     names: tuple[str, ...] = ()
+    indices: tuple[int, ...] = ()
+    uuids: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     origin: str = "every GPU NVML sees"
+
+    def pin(self, position: int) -> dict[str, str]:
+        """The environment of a server on the ``position``-th of these GPUs alone: its UUID
+        in ``CUDA_VISIBLE_DEVICES``, which names that card whatever ``CUDA_DEVICE_ORDER``."""
+        return {VISIBLE: self.uuids[position]}
 
     def describe(self) -> str:
         """``2 x Tesla T4 (CUDA_VISIBLE_DEVICES=2,3)``, or ``no GPU (...)``."""
@@ -88,13 +97,23 @@ def server_gpus(
             return _chosen(nvml, count, chosen)
         if VISIBLE in env:
             return _from_environment(nvml, count, env[VISIBLE], env.get(ORDER))
-        return ServerGpus(names=tuple(nvml.name(i) for i in range(count)))
+        return _described(nvml, range(count))
     finally:
         nvml.close()
 
 
 def _numbers(indices: Sequence[int]) -> str:
     return ",".join(str(i) for i in indices)
+
+
+def _described(nvml: Any, indices: Sequence[int], **rest: Any) -> ServerGpus:
+    """The GPUs NVML numbers ``indices``, in that order, with their names and UUIDs."""
+    return ServerGpus(
+        names=tuple(nvml.name(i) for i in indices),
+        indices=tuple(indices),
+        uuids=tuple(nvml.uuid(i) for i in indices),
+        **rest,
+    )
 
 
 def _chosen(nvml: Any, count: int, chosen: Sequence[int]) -> ServerGpus:
@@ -106,15 +125,13 @@ def _chosen(nvml: Any, count: int, chosen: Sequence[int]) -> ServerGpus:
         )
     # by UUID: the very cards NVML numbered, whatever order CUDA numbers them in
     uuids = ",".join(nvml.uuid(i) for i in chosen)
-    return ServerGpus(
-        names=tuple(nvml.name(i) for i in chosen),
-        env={VISIBLE: uuids},
-        origin=f"GPU {_numbers(chosen)} by nvidia-smi's number",
+    return _described(
+        nvml, chosen, env={VISIBLE: uuids}, origin=f"GPU {_numbers(chosen)} by nvidia-smi's number"
     )
 
 
 def _from_environment(nvml: Any, count: int, value: str, order: str | None) -> ServerGpus:
-    names: list[str] = []
+    indices: list[int] = []
     seen: set[int] = set()
     stopped_at: str | None = None
     for token in value.split(",") if value else []:
@@ -128,7 +145,7 @@ def _from_environment(nvml: Any, count: int, value: str, order: str | None) -> S
                 "all; name each GPU once"
             )
         seen.add(index)
-        names.append(nvml.name(index))
+        indices.append(index)
     origin = f"{VISIBLE}={value}"
     if stopped_at is not None:
         origin += f"; CUDA stops at {stopped_at!r}, which names no GPU here"
@@ -140,7 +157,7 @@ def _from_environment(nvml: Any, count: int, value: str, order: str | None) -> S
             count - 1,
         )
     env = {VISIBLE: value} | ({ORDER: order} if order is not None else {})
-    return ServerGpus(names=tuple(names), env=env, origin=origin)
+    return _described(nvml, indices, env=env, origin=origin)
 
 
 def _resolve(token: str, nvml: Any, count: int, order: str | None) -> int | None:

@@ -48,10 +48,24 @@ def test_count_never_negative_and_inputs_checked() -> None:
 def test_packaged_cards_are_readable_as_package_data() -> None:
     text = importlib.resources.files("mmelocal.facts").joinpath("gpus.yaml").read_text()
     names = {gpu.name for gpu in parse_gpus(text)}
-    assert {"T4", "A10G", "V100", "L4", "A100-40GB", "A100-80GB", "H100"} <= names
+    assert {"T4", "A10G", "V100", "L4", "A100-40GB", "A100-80GB", "H100", "H200"} <= names
     instances = {i for gpu in load_gpus() for i in gpu.instances}
-    for family in ("ml.g4dn.", "ml.g5.", "ml.p3.", "ml.g6.", "ml.p4d.", "ml.p4de.", "ml.p5."):
+    families = ("ml.g4dn.", "ml.g5.", "ml.p3.", "ml.g6.", "ml.p4d.", "ml.p4de.", "ml.p5.")
+    for family in (*families, "ml.p5e.", "ml.p5en."):
         assert any(i.startswith(family) for i in instances), family
+
+
+def test_an_h200_is_the_card_of_the_p5e_and_p5en_types() -> None:
+    """NVML's "NVIDIA H200" (a lent GPU machine's card) is in the table with the total NVML
+    read there, on the two SageMaker types that carry it, eight each."""
+    from mmelocal.bench.capacity.projection import card_named, card_of_instance
+
+    gpus = load_gpus()
+    h200 = card_named("NVIDIA H200", gpus)
+    assert h200 is not None and h200.memory_bytes == 143771 * MIB
+    for instance_type in ("ml.p5e.48xlarge", "ml.p5en.48xlarge"):
+        assert card_of_instance(instance_type, gpus) == (h200, 8)
+    assert card_named("NVIDIA H100 80GB HBM3", gpus).name == "H100"  # type: ignore[union-attr]
 
 
 def test_projection_table_has_instances_and_more_cards_hold_the_same_count(

@@ -187,13 +187,18 @@ def test_card_check_accepts_this_cards_instance_type_and_refuses_another() -> No
     assert "ml.g5.xlarge has 1 x A10G" in other["refusal"]
     assert "size one of ml.p5.4xlarge" in other["refusal"]
     assert result["lines"][1] == "ml.p5.4xlarge (1 x H100): accepted"
-    assert result["lines"][2].startswith("ml.g5.xlarge (1 x A10G): refused: this machine's GPUs")
+    refused = "ml.g5.xlarge (1 x A10G): refused: the GPUs this sweep would run on: "
+    assert result["lines"][2].startswith(refused + "1 x NVIDIA H100 80GB HBM3 (H100)")
 
 
 @pytest.mark.parametrize(
     ("names", "finding"),
     [
-        (["NVIDIA H200"], "the card table (gpus.yaml) has no card for NVML's 'NVIDIA H200'"),
+        (["NVIDIA B200"], "the card table (gpus.yaml) has no card for NVML's 'NVIDIA B200'"),
+        (
+            ["NVIDIA H200"],
+            "H200 on ml.p5e.48xlarge (8), ml.p5en.48xlarge (8), none with 1 GPU(s)",
+        ),
         (
             ["NVIDIA H100 80GB HBM3"] * 2,
             "H100 on ml.p5.4xlarge (1), ml.p5.48xlarge (8), none with 2 GPU(s)",
@@ -203,8 +208,9 @@ def test_card_check_accepts_this_cards_instance_type_and_refuses_another() -> No
 def test_card_check_reports_a_card_the_table_has_no_instance_type_for(
     names: list[str], finding: str
 ) -> None:
-    """A card the table lacks (H200), or lists with another count, is a finding; the other
-    card's type is still tried, and refused."""
+    """A card the table lacks (B200), or lists with another count (one H200: SageMaker's
+    H200 types have eight), is a finding; the other card's type is still tried, and
+    refused."""
     result = _steps().card_check(names)
     assert result["status"] == "passed"
     [found] = result["findings"]
@@ -353,7 +359,7 @@ def test_report_shows_the_steps(tmp_path: Path) -> None:
     gpu_proof, steps = _script(), _steps()
     report = gpu_proof.GpuProofReport(gpu={"name": "T"}, started_at="now", format_only=True)
     report.steps = [
-        steps.run_step(steps.CARD_CHECK, steps.card_check, ["NVIDIA H200"]),
+        steps.run_step(steps.CARD_CHECK, steps.card_check, ["NVIDIA B200"]),
         steps.run_step("divide", lambda: 1 // 0),
     ]
     json_path, md_path = gpu_proof.write_report(report, tmp_path)
@@ -362,7 +368,7 @@ def test_report_shows_the_steps(tmp_path: Path) -> None:
     assert data["steps"][0]["seen"]["card"] is None
     markdown = md_path.read_text()
     assert "| sweep card check | passed |" in markdown and "| divide | failed |" in markdown
-    assert "- NVML: NVIDIA H200 (card table: no card)" in markdown
+    assert "- NVML: NVIDIA B200 (card table: no card)" in markdown
     assert "- **finding**: the card table (gpus.yaml) has no card for NVML's" in markdown
     assert "- error: ZeroDivisionError: integer division or modulo by zero" in markdown
 

@@ -116,8 +116,8 @@ def test_a_gone_process_reads_empty_and_budget_is_checked() -> None:
 
 
 def _Fake() -> StandInNvml:
-    """Two devices of 16 GiB, 6 GiB in use on each."""
-    return StandInNvml({0: 6 * 2**30, 1: 6 * 2**30})
+    """Two devices of 16 GiB, 6 GiB in use on each (two A10Gs)."""
+    return StandInNvml({0: 6 * 2**30, 1: 6 * 2**30}, names=("NVIDIA A10G",) * 2)
 
 
 def test_nvml_probe_with_a_stand_in_module(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -155,22 +155,73 @@ def test_choose_probe_falls_back_to_host(monkeypatch: pytest.MonkeyPatch) -> Non
     assert choose_probe(lambda: None, budget_bytes=5).kind == "host"
 
 
+def _uuid(index: int) -> str:
+    return _Fake().nvmlDeviceGetUUID(index)
+
+
+def _instances(tmp_path: Any, **config: Any) -> list[Any]:
+    """The emulator's instances (not started) on the stand-in NVML's two GPUs."""
+    from mmelocal.emulator.emulator import Emulator, EmulatorConfig
+
+    (tmp_path / "store").mkdir(exist_ok=True)
+    store = str(tmp_path / "store")
+    return Emulator(EmulatorConfig(store=store, cache_dir=tmp_path / "c", **config)).instances
+
+
+def _pinned(instance: Any) -> tuple[str, str | None]:
+    """(the GPU its probe reads, the CUDA_VISIBLE_DEVICES its Triton gets)."""
+    env = instance.launcher.config.env
+    return instance.probe.name, env.get("CUDA_VISIBLE_DEVICES")
+
+
 def test_an_instances_triton_runs_on_the_gpu_its_probe_reads(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Any
 ) -> None:
     """The probe reads NVML's device N (nvidia-smi's numbering, by PCI bus); CUDA numbers
-    devices fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID, so on a host with unlike
-    GPUs CUDA_VISIBLE_DEVICES=N alone can put Triton on another card than the one read."""
-    from mmelocal.emulator.emulator import Emulator, EmulatorConfig
-
+    devices fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID, so the instance's Triton is
+    given that card's UUID, which names it whatever the order."""
     monkeypatch.setitem(sys.modules, "pynvml", _Fake())
-    (tmp_path / "store").mkdir()
-    config = EmulatorConfig(store=str(tmp_path / "store"), cache_dir=tmp_path / "c", gpus=(1,))
-    [instance] = Emulator(config).instances
-    assert instance.probe.name == "nvml:1"
-    env = instance.launcher.config.env  # type: ignore[attr-defined]
-    assert env["CUDA_VISIBLE_DEVICES"] == "1"
-    assert env.get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID"
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "FASTEST_FIRST")
+    [instance] = _instances(tmp_path, gpus=(1,))
+    assert _pinned(instance) == ("nvml:1", _uuid(1))
+    with pytest.raises(UserInputError, match=r"this machine's are 0\.\.1"):
+        _instances(tmp_path, gpus=(2,))
+
+
+@pytest.mark.parametrize(
+    ("visible", "instances", "pinned"),
+    [
+        ("1", None, [1]),  # one instance per visible GPU: GPU 1's, not GPU 0's
+        ("1,0", 3, [1, 0, 1]),  # instance i on the i-th visible GPU, in CUDA's order
+        (_uuid(1)[:12], None, [1]),  # a UUID prefix names the card
+        ("0,7,1", None, [0]),  # CUDA stops at an index that names no GPU
+    ],
+)
+def test_the_emulator_uses_the_gpus_cuda_visible_devices_names(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Any,
+    visible: str,
+    instances: int | None,
+    pinned: list[int],
+) -> None:
+    """With CUDA_VISIBLE_DEVICES set, an instance measures and runs on a GPU it names (the
+    GPUs a Triton started from here would use), never on one it hides."""
+    monkeypatch.setitem(sys.modules, "pynvml", _Fake())
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    got = [_pinned(i) for i in _instances(tmp_path, instances=instances)]
+    assert got == [(f"nvml:{g}", _uuid(g)) for g in pinned]
+
+
+def test_an_empty_cuda_visible_devices_runs_the_emulator_without_a_gpu(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """Set to nothing, CUDA_VISIBLE_DEVICES hides every GPU from Triton: the instance reads
+    host memory, as its server runs on the CPU."""
+    monkeypatch.setitem(sys.modules, "pynvml", _Fake())
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    [instance] = _instances(tmp_path, memory_budget_bytes=2**30)
+    assert instance.probe.kind == "host"
+    assert "CUDA_VISIBLE_DEVICES" not in instance.launcher.config.env
 
 
 def test_a_process_whose_smaps_cannot_be_read_counts_its_resident_size(

@@ -148,10 +148,13 @@ def test_every_nvidia_instance_type_of_the_usual_families_has_its_card() -> None
 
     model = botocore.session.get_session().get_service_model("sagemaker")
     families = ("ml.g4dn.", "ml.g5.", "ml.g6.", "ml.p3.", "ml.p4d.", "ml.p4de.", "ml.p5.")
+    h200 = ("ml.p5e.", "ml.p5en.")  # the card a lent GPU machine had
     types = [
-        t for t in model.shape_for("ProductionVariantInstanceType").enum if t.startswith(families)
+        t
+        for t in model.shape_for("ProductionVariantInstanceType").enum
+        if t.startswith((*families, *h200))
     ]
-    assert "ml.g5.24xlarge" in types
+    assert "ml.g5.24xlarge" in types and "ml.p5e.48xlarge" in types
     assert [t for t in types if card_memory_bytes(t) is None] == []
 
 

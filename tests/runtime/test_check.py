@@ -10,6 +10,7 @@ from runtime_models import broken_repositories, write_mlp, write_python_model
 from shared_helpers import StandInNvml
 
 from mmelocal.cli.main import main
+from mmelocal.errors import UserInputError
 from mmelocal.runtime import check as check_module
 from mmelocal.runtime.check import CheckOptions, check_path
 
@@ -164,14 +165,17 @@ GPU_USED = {0: 5 * 2**30, 1: 7 * 2**30}
 
 def _TwoGpus() -> StandInNvml:
     """Two devices, each with its own used memory (GPU_USED)."""
-    return StandInNvml(GPU_USED)
+    return StandInNvml(GPU_USED, names=("NVIDIA A10G",) * 2)
 
 
 @pytest.mark.parametrize("gpu_index", [0, 1])
 def test_check_reads_the_memory_of_the_gpu_its_triton_runs_on(tmp_path, monkeypatch, gpu_index):
     """On a host with several GPUs the check runs Triton on one (as a SageMaker instance
-    has one) and reads that device's memory, not the sum over the host's GPUs."""
-    monkeypatch.setitem(sys.modules, "pynvml", _TwoGpus())
+    has one) and reads that device's memory, not the sum over the host's GPUs. Triton is
+    given the card's UUID: the card NVML numbered, whatever order CUDA numbers them in."""
+    nvml = _TwoGpus()
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "FASTEST_FIRST")
     seen: dict[str, str] = {}
     real = check_module.make_launcher
 
@@ -186,5 +190,14 @@ def test_check_reads_the_memory_of_the_gpu_its_triton_runs_on(tmp_path, monkeypa
     assert report.ok, report.to_dict()
     assert report.memory_kind == "gpu"
     assert report.baseline_memory_bytes == GPU_USED[gpu_index]
-    assert seen["CUDA_VISIBLE_DEVICES"] == str(gpu_index)
-    assert seen["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"  # NVML's numbering
+    assert seen["CUDA_VISIBLE_DEVICES"] == nvml.nvmlDeviceGetUUID(gpu_index)
+
+
+def test_check_refuses_a_gpu_this_machine_does_not_have(tmp_path, monkeypatch):
+    """--gpu 2 on a two-GPU host: refused, saying which numbers there are (not a check
+    whose memory silently falls back to host memory)."""
+    monkeypatch.setitem(sys.modules, "pynvml", _TwoGpus())
+    repo = tmp_path / "repo"
+    write_python_model(repo, "py_gpu")
+    with pytest.raises(UserInputError, match=r"GPUs 2 were chosen; this machine's are 0\.\.1"):
+        check_path(repo, CheckOptions(gpu_index=2))

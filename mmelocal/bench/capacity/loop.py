@@ -323,7 +323,8 @@ class _LoopLimits:
 class CapacityOptions(_LoopLimits):
     """How to measure: ``memory_budget_bytes`` is the total on a machine without a GPU (the
     Triton process tree's summed PSS is measured against it); with a GPU, NVML's device
-    total is used unless a budget is given."""
+    total is used unless a budget is given. The GPU is the first one a Triton started here
+    sees (``CUDA_VISIBLE_DEVICES``, else GPU 0): Triton runs on it and its memory is read."""
 
     use_gpu: bool | None = None
     tritonserver: Path | None = None
@@ -353,13 +354,15 @@ def measure_capacity(
     from mmelocal.bench.sources import resolve_model, served_model_facts
     from mmelocal.builder.package import package_copies
     from mmelocal.builder.payload import payload_from_model
-    from mmelocal.runtime.memory import gpu_count
+    from mmelocal.runtime.visible_gpus import server_gpus
 
-    use_gpu = opts.use_gpu if opts.use_gpu is not None else gpu_count() > 0
+    # the GPUs the emulator's Triton will see (CUDA_VISIBLE_DEVICES), not every GPU here
+    visible = server_gpus()
+    use_gpu = opts.use_gpu if opts.use_gpu is not None else bool(visible.names)
     if not use_gpu and opts.memory_budget_bytes is None:
         raise UserInputError(
-            "no GPU here: give a memory budget (e.g. --memory-budget 4GiB) to measure the "
-            "Triton process tree's host memory against"
+            f"{visible.describe()} for Triton here: give a memory budget (e.g. "
+            "--memory-budget 4GiB) to measure the Triton process tree's host memory against"
         )
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
     with tempfile.TemporaryDirectory(prefix="mmelocal-capacity-", dir=opts.workdir) as tmp:

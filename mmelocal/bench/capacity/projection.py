@@ -226,7 +226,7 @@ def _tokens(name: str) -> frozenset[str]:
 def card_named(device_name: str, gpus: Sequence[GpuSpec]) -> GpuSpec | None:
     """The card of ``gpus`` that NVML's product name ``device_name`` is (``Tesla T4`` -> T4,
     ``NVIDIA A100-SXM4-80GB`` -> A100-80GB): the one whose name's words are all in it, the
-    most specific first; None when no card matches (``NVIDIA H200`` in the packaged table)."""
+    most specific first; None when no card matches (``NVIDIA B200`` in the packaged table)."""
     words = _tokens(device_name)
     matches = [gpu for gpu in gpus if _tokens(gpu.name) and _tokens(gpu.name) <= words]
     return max(matches, key=lambda gpu: len(_tokens(gpu.name)), default=None)
