@@ -119,7 +119,7 @@ def _remote(deployed: DeployedEndpoint) -> Iterator[RemoteMmeEndpoint]:
     from mmelocal.errors import MmeLocalError
     from mmelocal.testing.remote_endpoint import RemoteMmeEndpoint
 
-    endpoint = RemoteMmeEndpoint(deployed)
+    endpoint = RemoteMmeEndpoint(deployed, skip=pytest.skip)
     yield endpoint
     try:
         endpoint.close()

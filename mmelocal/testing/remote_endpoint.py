@@ -10,7 +10,10 @@ of its model, found through DescribeEndpoint, DescribeEndpointConfig and Describ
 object that was under that key before the test is never replaced nor deleted.
 
 What only the emulator has (``url``, ``store``, ``server``, ``state()``, ``metrics()``)
-skips the test, with a reason that names it: SageMaker has nothing to check them against.
+skips the test in the fixture (its ``skip`` is ``pytest.skip``), with a reason that names
+it: SageMaker has nothing to check them against. Outside pytest it is a
+:class:`~mmelocal.errors.UserInputError` with the same words (this module imports no test
+framework).
 The clients come from mmelocal's one factory (:func:`~mmelocal.facts.aws.aws_client`), so
 ``AWS_ENDPOINT_URL`` and profiles work as for ``mmelocal deploy``.
 """
@@ -18,11 +21,13 @@ The clients come from mmelocal's one factory (:func:`~mmelocal.facts.aws.aws_cli
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
 from mmelocal.aws.session import AwsClients
+from mmelocal.errors import UserInputError
 from mmelocal.testing.endpoint import invoke_body
 
 logger = logging.getLogger(__name__)
@@ -64,8 +69,13 @@ def find_endpoint(name: str, region: str | None = None) -> DeployedEndpoint:
 class RemoteMmeEndpoint:
     """A deployed endpoint seen by a test through the ``mme_endpoint`` interface."""
 
-    def __init__(self, deployed: DeployedEndpoint) -> None:
+    def __init__(
+        self, deployed: DeployedEndpoint, *, skip: Callable[[str], NoReturn] | None = None
+    ) -> None:
+        """``skip(reason)`` is called where a local-only member is used (the fixture passes
+        ``pytest.skip``); None: a UserInputError with that reason."""
         self.deployed = deployed
+        self._skip = skip
         self._uploaded: dict[str, str] = {}  # key -> SHA-256 of what this test uploaded
         self._clients: list[Any] = []
 
@@ -163,38 +173,48 @@ class RemoteMmeEndpoint:
             raise aws_error(exc, "HeadObject", f"s3://{self.deployed.bucket}/{key}") from exc
         return int(head["ContentLength"]), str(head.get("ETag", "")).strip('"')
 
+    def _local_only(self, name: str) -> NoReturn:
+        reason = local_only_reason(name)
+        if self._skip is not None:
+            self._skip(reason)
+        raise UserInputError(reason)
+
     @property
     def url(self) -> str:
         """Local-only: skips the test."""
-        local_only("url")
+        self._local_only("url")
 
     @property
     def store(self) -> Path:
         """Local-only: skips the test."""
-        local_only("store")
+        self._local_only("store")
 
     @property
     def server(self) -> Any:
         """Local-only: skips the test."""
-        local_only("server")
+        self._local_only("server")
 
     def state(self) -> dict[str, Any]:
         """Local-only: skips the test."""
-        local_only("state()")
+        self._local_only("state()")
 
     def metrics(self) -> dict[str, float]:
         """Local-only: skips the test."""
-        local_only("metrics()")
+        self._local_only("metrics()")
 
 
-def local_only(name: str) -> NoReturn:
-    """Skip the running test: ``mme_endpoint.NAME`` exists on the emulator only."""
-    import pytest
-
-    pytest.skip(
+def local_only_reason(name: str) -> str:
+    """Why ``mme_endpoint.NAME`` cannot be used on a deployed endpoint."""
+    return (
         f"mme_endpoint.{name} is local-only ({LOCAL_ONLY[name]}): a deployed endpoint "
         "(--mmelocal-endpoint) has none, so this test runs on the emulator only"
     )
 
 
-__all__ = ["LOCAL_ONLY", "DeployedEndpoint", "RemoteMmeEndpoint", "find_endpoint", "local_only"]
+__all__ = [
+    "LOCAL_ONLY",
+    "DeployedEndpoint",
+    "RemoteMmeEndpoint",
+    "find_endpoint",
+    "local_only_reason",
+]

@@ -23,7 +23,7 @@ import pytest
 from shared_helpers import delete_endpoint, unique, write_reference_tarball
 
 from mmelocal.aws.s3 import ENDPOINT_METADATA, SHA256_METADATA, file_digest
-from mmelocal.errors import DeployError
+from mmelocal.errors import DeployError, UserInputError
 from mmelocal.testing.tiny_model import expected, request_json
 
 if TYPE_CHECKING:
@@ -121,6 +121,8 @@ def _check_uploads_and_what_stays(name: str, bucket: str, deployed: Path, work: 
     x = np.ones((1, 4), dtype=np.float32)
     answer = json.loads(endpoint.invoke("team/new.tar.gz", request_json(x)))["outputs"][0]
     np.testing.assert_allclose(np.reshape(answer["data"], answer["shape"]), expected(x, 5.0))
+    with pytest.raises(UserInputError, match=r"mme_endpoint\.store is local-only"):
+        endpoint.store  # noqa: B018 (outside pytest's fixture: an error, not a skip)
     endpoint.close()
     assert _keys(bucket) == {"models/model-0.tar.gz", "models/users-own.tar.gz"}
 
