@@ -2,7 +2,9 @@
 folder, and it checks its own answers (an example that fails exits non-zero).
 
 The docs include these files (pymdownx.snippets), so what the docs show is what runs here.
-The deploy example runs in tests/deploy/test_deploy_example.py (it needs moto's server).
+The deploy example runs in tests/deploy/test_deploy_example.py (it needs moto's server),
+test_my_endpoint.py in tests/testing/test_remote_endpoint.py (on the emulator and on a
+deployed endpoint).
 """
 
 from __future__ import annotations
@@ -30,9 +32,13 @@ def run_example(name: str, *args: str, timeout_s: float = 600) -> str:
 
 
 def test_every_example_is_run_by_a_test() -> None:
-    here = (
-        Path(__file__).read_text()
-        + (Path(__file__).parent / "deploy" / "test_deploy_example.py").read_text()
+    here = "".join(
+        (Path(__file__).parent / name).read_text()
+        for name in (
+            "test_examples.py",
+            "deploy/test_deploy_example.py",
+            "testing/test_remote_endpoint.py",
+        )
     )
     python_examples = sorted(p.name for p in EXAMPLES.glob("*.py"))
     assert python_examples and all(f'"{name}"' in here for name in python_examples)

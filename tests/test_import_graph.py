@@ -141,7 +141,8 @@ ALLOWED: dict[str, set[str]] = {
     | {"rules", "stats", "aws", "builder", "runtime", "emulator", "bench", "deploy"},
     # replay, simulate and size: the platform's rules over the emulator and bench
     "traffic": _BASE | {"rules", "stats", "runtime", "emulator", "bench"},
-    "testing": _BASE | {"aws", "builder", "runtime", "emulator", "localaws"},
+    # the fixtures users import: mme_endpoint on a deployed endpoint uploads as deploy does
+    "testing": _BASE | {"aws", "builder", "runtime", "emulator", "localaws", "deploy"},
     "cli": _BASE
     | {"rules", "stats", "aws", "builder", "runtime", "emulator", "bench", "deploy"}
     | {"localaws", "traffic", "testing"},

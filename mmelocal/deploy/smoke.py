@@ -134,14 +134,17 @@ def deployed_prefix(clients: AwsClients, endpoint_name: str) -> str:
     sm = clients.sagemaker
     endpoint = rs.describe(sm, "DescribeEndpoint", EndpointName=endpoint_name)
     if endpoint is None:
-        raise DeployError(f"endpoint {endpoint_name} does not exist (deploy it first)")
+        raise DeployError(
+            f"endpoint {endpoint_name} does not exist in {clients.region}: deploy it first, "
+            "or name its region"
+        )
     status = str(endpoint.get("EndpointStatus", ""))
     if status in NO_REQUESTS_STATUSES:
         reason = endpoint.get("FailureReason")
         raise DeployError(
             f"endpoint {endpoint_name} is {status}: it takes no requests"
             + (f" ({reason})" if reason else "")
-            + "; smoke it once it is InService (mmelocal deploy creates or repairs it)"
+            + "; test it once it is InService (mmelocal deploy creates or repairs it)"
         )
     config = rs.call(
         sm,
@@ -153,7 +156,11 @@ def deployed_prefix(clients: AwsClients, endpoint_name: str) -> str:
     model = rs.call(sm, "DescribeModel", endpoint_name, ModelName=model_name)
     container = model.get("PrimaryContainer", {})
     if container.get("Mode") != "MultiModel":
-        raise DeployError(f"endpoint {endpoint_name} is not a multi-model endpoint")
+        raise DeployError(
+            f"endpoint {endpoint_name} is not a multi-model endpoint (its model {model_name} "
+            f"is in mode {container.get('Mode') or 'SingleModel'}): name one that serves an "
+            "S3 prefix (Mode MultiModel)"
+        )
     return str(container["ModelDataUrl"])
 
 

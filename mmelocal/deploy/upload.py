@@ -44,9 +44,12 @@ def store_files(store: Path) -> list[tuple[str, Path]]:
     return files
 
 
-def _unchanged(
+def unchanged(
     s3: Any, bucket: str, key: str, size: int, digest: FileDigest, listed: tuple[int, str] | None
 ) -> bool:
+    """Whether ``key`` holds the file of ``size`` and ``digest`` (``listed``: the object's
+    size and ETag from a listing or a HEAD, None when there is none): the ETag, else the
+    SHA-256 mmelocal recorded (one HeadObject)."""
     if listed is None or listed[0] != size:
         return False
     if listed[1] == digest.etag:
@@ -71,7 +74,7 @@ def plan_objects(s3: Any, bucket: str, prefix: str, store: Path) -> list[ObjectS
     for rel, path in files:
         key, digest = prefix + rel, digests[path]
         size = path.stat().st_size
-        if _unchanged(s3, bucket, key, size, digest, listed.get(key)):
+        if unchanged(s3, bucket, key, size, digest, listed.get(key)):
             action, source = "skip", None
         elif digest.sha256 in first_key:
             action, source = "copy", first_key[digest.sha256]
@@ -195,4 +198,5 @@ __all__ = [
     "store_files",
     "total_bytes",
     "transfer_config",
+    "unchanged",
 ]

@@ -55,16 +55,8 @@ class MmeEndpoint:
         self, target: str, body: bytes | dict[str, Any], content_type: str = "application/json"
     ) -> bytes:
         """InvokeEndpoint through boto3; the raw answer body."""
-        payload = json.dumps(body).encode() if isinstance(body, dict) else body
         client = self._clients[0] if self._clients else self.client()
-        response = client.invoke_endpoint(
-            EndpointName=self.endpoint_name,
-            TargetModel=target,
-            ContentType=content_type,
-            Body=payload,
-        )
-        data: bytes = response["Body"].read()
-        return data
+        return invoke_body(client, self.endpoint_name, target, body, content_type)
 
     def state(self) -> dict[str, Any]:
         """``GET /emulator/state``: loaded set, footprints, events."""
@@ -80,4 +72,21 @@ class MmeEndpoint:
             return parse_prometheus(response.read().decode())
 
 
-__all__ = ["MmeEndpoint"]
+def invoke_body(
+    client: Any,
+    endpoint_name: str,
+    target: str,
+    body: bytes | dict[str, Any],
+    content_type: str = "application/json",
+) -> bytes:
+    """InvokeEndpoint of ``target`` with ``client`` (a dict body is sent as JSON); the raw
+    answer body."""
+    payload = json.dumps(body).encode() if isinstance(body, dict) else body
+    response = client.invoke_endpoint(
+        EndpointName=endpoint_name, TargetModel=target, ContentType=content_type, Body=payload
+    )
+    data: bytes = response["Body"].read()
+    return data
+
+
+__all__ = ["MmeEndpoint", "invoke_body"]

@@ -12,6 +12,9 @@ Fixtures:
                     and unloads it when the test ends.
 ``triton_client``   the server's :class:`~mmelocal.runtime.client.TritonClient` (numpy in/out).
 ``tritonclient_http``  a raw ``tritonclient.http.InferenceServerClient`` on the server.
+``mme_endpoint``    an MME emulator on an empty store, or with ``--mmelocal-endpoint NAME``
+                    (``--mmelocal-region``) the deployed endpoint NAME
+                    (:mod:`~mmelocal.testing.emulator_fixtures`).
 
 Markers (prefixed, so the plugin never acts on a project's own ``gpu`` or ``docker``
 markers): ``mmelocal_gpu`` skips without an NVIDIA GPU (or without ``nvidia-ml-py``, the
@@ -30,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from mmelocal.runtime.launchers import OWNED_LAUNCHERS, misplaced_option
+from mmelocal.testing.emulator_fixtures import ENDPOINT_ENV, REGION_ENV, remote_options
 
 if TYPE_CHECKING:
     import tritonclient.http
@@ -74,6 +78,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="comma-separated backends the server has (default: python for the local "
         "binary, all for docker); models needing others are served by mmelocal's runner",
     )
+    group.addoption(
+        "--mmelocal-endpoint",
+        default=None,
+        metavar="NAME",
+        help=f"run mme_endpoint tests against the deployed multi-model endpoint NAME instead "
+        f"of the emulator (default: ${ENDPOINT_ENV})",
+    )
+    group.addoption(
+        "--mmelocal-region",
+        default=None,
+        help=f"the region of --mmelocal-endpoint (default: ${REGION_ENV}, else boto3's: "
+        "AWS_DEFAULT_REGION or the profile's)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -101,6 +118,13 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     if mismatch is not None:
         raise pytest.UsageError(mismatch)
+    if getattr(opts, "mmelocal_endpoint", None) == "":
+        raise pytest.UsageError("--mmelocal-endpoint needs the name of a deployed endpoint")
+    if getattr(opts, "mmelocal_region", None) and remote_options(config)[0] is None:
+        raise pytest.UsageError(
+            f"--mmelocal-region is only read with --mmelocal-endpoint NAME (or {ENDPOINT_ENV}): "
+            "name the deployed endpoint to test, or leave --mmelocal-region out"
+        )
 
 
 @pytest.hookimpl(trylast=True)  # after -k / -m deselect: nothing is probed for them
