@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mmelocal.errors import DeployError
-from mmelocal.facts.aws import CONTROL_PLANE, RUNTIME, aws_client
+from mmelocal.facts.aws import CONCURRENT_REQUESTS, CONTROL_PLANE, RUNTIME, aws_client
 
 #: error codes that mean "ask for more" (a quota, not a bug) -> where that quota is:
 #: SageMaker's ResourceLimitExceeded (instances per type for endpoint usage, the usual one),
@@ -62,10 +62,13 @@ def connect(region: str | None = None) -> AwsClients:
         )
     if not session.region_name:
         raise DeployError("no AWS region: pass --region (e.g. us-east-1) or set AWS_DEFAULT_REGION")
+    pool = CONCURRENT_REQUESTS  # S3 and SageMaker get as many calls at once (parallel.py)
     return AwsClients(
         region=session.region_name,
-        s3=aws_client("s3", CONTROL_PLANE, session=session),
-        sagemaker=aws_client("sagemaker", CONTROL_PLANE, session=session),
+        s3=aws_client("s3", CONTROL_PLANE, session=session, max_pool_connections=pool),
+        sagemaker=aws_client(
+            "sagemaker", CONTROL_PLANE, session=session, max_pool_connections=pool
+        ),
         autoscaling=aws_client("application-autoscaling", CONTROL_PLANE, session=session),
         runtime=aws_client("sagemaker-runtime", RUNTIME, session=session),
     )

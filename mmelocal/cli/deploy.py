@@ -154,8 +154,12 @@ def _deploy(
     options = DeployOptions(store=store, instance_type=chosen, wait=not no_wait, **fields)
     _refuse_unread(click.get_current_context(), options)
     clients = held["clients"] = connect(region)
-    with err_console.status("planning: reading the bucket and the endpoint"):
-        plan = outcome.plan = make_plan(options, clients)
+    with err_console.status("planning: reading the bucket and the endpoint") as spinner:
+
+        def on_head(done: int, total: int) -> None:
+            spinner.update(f"planning: reading the objects' metadata, {done}/{total}")
+
+        plan = outcome.plan = make_plan(options, clients, on_head=on_head)
     _print_plan(plan, options, out)
     unrecorded = unrecorded_notice(plan)
     if outcome.dry_run:
@@ -399,6 +403,9 @@ def undeploy(
         def on_status(status: str) -> None:  # an endpoint in progress is waited out
             spinner.update(f"undeploying {name}: endpoint {status}, waiting for it to settle")
 
+        def on_head(done: int, total: int) -> None:
+            spinner.update(f"undeploying {name}: reading the objects' metadata, {done}/{total}")
+
         answer = run_undeploy(
             clients,
             name,
@@ -406,6 +413,7 @@ def undeploy(
             unrecorded=unrecorded,
             s3_uri=s3_uri,
             on_status=on_status,
+            on_head=on_head,
         )
     notes = [item for item in answer if item.startswith(("kept ", "left "))]
     deleted = [item for item in answer if item not in notes]

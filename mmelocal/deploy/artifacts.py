@@ -11,10 +11,11 @@ it), because deleting those takes models away from an endpoint the user did not 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from mmelocal.aws.parallel import map_bounded
 from mmelocal.aws.s3 import ENDPOINT_METADATA, SHA256_METADATA, listed_objects
 from mmelocal.aws.session import aws_error, not_found
 from mmelocal.deploy import resources as rs
@@ -49,6 +50,21 @@ def mmelocal_object(s3: Any, bucket: str, key: str, size_bytes: int) -> Mmelocal
         size_bytes=size_bytes,
         sha256=str(metadata[SHA256_METADATA]),
         endpoint=metadata.get(ENDPOINT_METADATA) or None,
+    )
+
+
+#: ``on_head(done, total)``: HeadObject calls answered so far, of how many
+HeadProgress = Callable[[int, int], None]
+
+
+def mmelocal_objects_of(
+    s3: Any, bucket: str, objects: Sequence[tuple[str, int]], *, on_head: HeadProgress | None = None
+) -> list[MmelocalObject | None]:
+    """:func:`mmelocal_object` of each ``(key, size)``, in that order: the HeadObject calls
+    go on a bounded pool of threads (:func:`~mmelocal.aws.parallel.map_bounded`), as one
+    per object one after another took minutes for a store of hundreds of tarballs."""
+    return map_bounded(
+        lambda item: mmelocal_object(s3, bucket, item[0], item[1]), objects, on_done=on_head
     )
 
 
@@ -160,18 +176,20 @@ def removed_objects(
     endpoint: str,
     prune: bool,
     prune_unrecorded: bool = False,
+    on_head: HeadProgress | None = None,
 ) -> list[ObjectStep]:
     """One step per object under ``prefix`` that is not in the store (the endpoint serves
     it all the same): ``delete`` when mmelocal uploaded it for ``endpoint`` (or, with
     ``prune_unrecorded``, for no endpoint recorded) and no other model reads it (with
-    ``prune``), else ``keep`` with the reason in ``note``."""
+    ``prune``), else ``keep`` with the reason in ``note``. ``on_head`` hears the
+    HeadObject calls as they are answered."""
     steps: list[ObjectStep] = []
     mine: dict[str, MmelocalObject] = {}
     owners = (endpoint, None) if prune_unrecorded else (endpoint,)
-    for key, (size, _) in sorted(listed_objects(clients.s3, bucket, prefix).items()):
-        if key in store_keys:
-            continue
-        item = mmelocal_object(clients.s3, bucket, key, size)
+    listed = sorted(listed_objects(clients.s3, bucket, prefix).items())
+    removed = [(key, size) for key, (size, _) in listed if key not in store_keys]
+    items = mmelocal_objects_of(clients.s3, bucket, removed, on_head=on_head)
+    for (key, size), item in zip(removed, items, strict=True):
         if item is not None and item.endpoint in owners and prune:
             mine[key] = item
             continue
@@ -220,9 +238,11 @@ def _step(key: str, size: int, item: MmelocalObject | None, action: str, note: s
 __all__ = [
     "UNRECORDED_NOTE",
     "UNRECORDED_RULE",
+    "HeadProgress",
     "MmelocalObject",
     "count_text",
     "mmelocal_object",
+    "mmelocal_objects_of",
     "model_reads",
     "readers",
     "readers_text",

@@ -18,7 +18,7 @@ from typing import Any
 
 from mmelocal.aws.session import AwsClients, aws_error
 from mmelocal.deploy import resources as rs
-from mmelocal.deploy.artifacts import removed_objects, unrecorded_notice
+from mmelocal.deploy.artifacts import HeadProgress, removed_objects, unrecorded_notice
 from mmelocal.deploy.images import triton_image_uri
 from mmelocal.deploy.plan import (
     STORE_ACTIONS,
@@ -254,11 +254,17 @@ def left_over(plan: DeployPlan) -> str | None:
     )
 
 
-def make_plan(options: DeployOptions, clients: AwsClients) -> DeployPlan:
-    """Everything the deploy will do; read-only calls only, every request validated."""
+def make_plan(
+    options: DeployOptions, clients: AwsClients, *, on_head: HeadProgress | None = None
+) -> DeployPlan:
+    """Everything the deploy will do; read-only calls only, every request validated.
+    ``on_head(done, total)`` hears the HeadObject calls (many at once) as they are
+    answered: those of the store's objects, then those of the objects not in it."""
     image = options.image or triton_image_uri(clients.region, options.triton_version)
     check_bucket(clients.s3, options.bucket, clients.region)
-    objects = plan_objects(clients.s3, options.bucket, options.prefix, options.store)
+    objects = plan_objects(
+        clients.s3, options.bucket, options.prefix, options.store, on_head=on_head
+    )
     objects += removed_objects(
         clients,
         options.bucket,
@@ -267,6 +273,7 @@ def make_plan(options: DeployOptions, clients: AwsClients) -> DeployPlan:
         endpoint=options.endpoint_name,
         prune=options.prune,
         prune_unrecorded=options.prune_unrecorded,
+        on_head=on_head,
     )
     steps: list[ApiStep] = list(_model_steps(clients, options, image, store_digest(objects)))
     model, config = steps[0].resource, steps[1].resource

@@ -74,6 +74,13 @@ TESTING: Final = ClientPolicy(purpose="tests", retries=1, mode="legacy", read_ti
 
 POLICIES: Final = (CONTROL_PLANE, RUNTIME, LOCAL, LOAD_TEST, TESTING)
 
+#: requests a deploy or an undeploy sends at once to one service (the HeadObject of every
+#: object under the prefix, the describes of the account's models and endpoints): the
+#: threads that send them, and the connection pool of the client they share (botocore's
+#: ``max_pool_connections``, 10 by default: a thread beyond it waits, and urllib3 discards
+#: the connection it returns to a full pool), so one is as large as the other
+CONCURRENT_REQUESTS: Final = 16
+
 #: botocore service name -> error codes that botocore's standard retry mode takes for
 #: throttling (``ThrottledRetryableChecker._THROTTLED_ERROR_CODES`` in
 #: ``botocore/retries/standard.py``: LimitExceededException is Kinesis's throttling error)
@@ -172,6 +179,7 @@ def s3_error_class(exc: Any) -> str:
 
 
 __all__ = [
+    "CONCURRENT_REQUESTS",
     "CONTROL_PLANE",
     "LOAD_TEST",
     "LOCAL",
