@@ -11,10 +11,10 @@ from mmelocal.aws.session import AwsClients
 from mmelocal.deploy import resources as rs
 from mmelocal.deploy.artifacts import (
     UNRECORDED_RULE,
+    AccountReads,
     HeadProgress,
     MmelocalObject,
     count_text,
-    readers,
     readers_text,
 )
 from mmelocal.deploy.plan import POLL_S, WAIT_TIMEOUT_S, split_s3_uri
@@ -74,16 +74,19 @@ def undeploy(
     found = rs.describe(sm, "DescribeEndpoint", EndpointName=name)
     if found is not None:
         rs.require_mine(sm, found["EndpointArn"], "endpoint", name, name)
-    models, urls = rs.tagged(sm, "Model", name), []
+    models, urls, known = rs.tagged(sm, "Model", name), [], {}
     for model in models:
         described = rs.describe(sm, "DescribeModel", ModelName=model) or {}
         urls.append(described.get("PrimaryContainer", {}).get("ModelDataUrl", ""))
+        if described:
+            known[model] = described
+    account = AccountReads(sm, endpoint=name, known=known)
     if s3_uri is not None:
         urls.append(s3_uri)
     # read-only until here: a refusal changes nothing
     owners = (name, None) if unrecorded else (name,)
     artifacts = _artifacts(
-        clients, name, urls, owners, keep_shared, delete=delete_artifacts, on_head=on_head
+        clients, account, urls, owners, keep_shared, delete=delete_artifacts, on_head=on_head
     )
     if found is not None:
         for item in _delete_scaling(clients, name):
@@ -112,7 +115,7 @@ def undeploy(
 
 def _artifacts(
     clients: AwsClients,
-    name: str,
+    account: AccountReads,
     urls: list[str],
     owners: tuple[str | None, ...],
     keep_shared: bool,
@@ -123,7 +126,9 @@ def _artifacts(
     """``(prefix URL, keys to delete, what is kept or left there and why)`` per prefix of
     ``name``'s models: the objects recorded for one of ``owners`` (None: no endpoint
     recorded) are deleted when ``delete``, else left; raises when another model reads a key
-    and ``keep_shared`` is False."""
+    and ``keep_shared`` is False (``account`` answers which, the account's models read
+    once for all the prefixes)."""
+    name = account.endpoint
     found: list[tuple[str, list[str], list[str]]] = []
     for bucket, prefix in sorted({split_s3_uri(u) for u in urls if u}):
         url = f"s3://{bucket}/{prefix}"
@@ -143,7 +148,7 @@ def _artifacts(
         others = len(objects) - len(keys)
         if others:
             logger.info("%d objects under %s were not deployed for %s: kept", others, url, name)
-        read = readers(clients, bucket, keys, endpoint=name)
+        read = account.readers(bucket, keys)
         shared = sorted({k for ks in read.values() for k in ks})
         if shared and not keep_shared:
             raise DeployError(
