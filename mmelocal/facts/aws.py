@@ -137,6 +137,28 @@ class _NoRetry:
         return False if code in self.codes else None
 
 
+#: the error codes botocore's retry modes take for throttling, and retry with backoff
+#: (``ThrottledRetryableChecker._THROTTLED_ERROR_CODES`` in ``botocore/retries/standard.py``,
+#: botocore 1.44): one of them reaching the caller came after every retry of the policy
+THROTTLING_ERROR_CODES: Final = frozenset(
+    {
+        "Throttling",
+        "ThrottlingException",
+        "ThrottledException",
+        "RequestThrottledException",
+        "TooManyRequestsException",
+        "ProvisionedThroughputExceededException",
+        "TransactionInProgressException",
+        "RequestLimitExceeded",
+        "BandwidthLimitExceeded",
+        "LimitExceededException",
+        "RequestThrottled",
+        "SlowDown",
+        "PriorRequestNotComplete",
+        "EC2ThrottledException",
+    }
+)
+
 #: S3 error codes a retry may clear, besides every 5xx status: botocore's standard retry
 #: mode's transient and throttling codes (``botocore/retries/standard.py``:
 #: ``TransientRetryableChecker``, ``ThrottledRetryableChecker``; S3 throttles with
@@ -189,6 +211,7 @@ __all__ = [
     "RUNTIME",
     "S3_TRANSIENT_CODES",
     "TESTING",
+    "THROTTLING_ERROR_CODES",
     "ClientPolicy",
     "aws_client",
     "s3_error_class",
