@@ -12,7 +12,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from mmelocal.errors import DeployError
-from mmelocal.facts.aws import CONTROL_PLANE, RUNTIME, aws_client
+from mmelocal.facts.aws import (
+    CONCURRENT_REQUESTS,
+    CONTROL_PLANE,
+    RUNTIME,
+    THROTTLING_ERROR_CODES,
+    aws_client,
+)
 
 #: error codes that mean "ask for more" (a quota, not a bug) -> where that quota is:
 #: SageMaker's ResourceLimitExceeded (instances per type for endpoint usage, the usual one),
@@ -62,34 +68,102 @@ def connect(region: str | None = None) -> AwsClients:
         )
     if not session.region_name:
         raise DeployError("no AWS region: pass --region (e.g. us-east-1) or set AWS_DEFAULT_REGION")
+    pool = CONCURRENT_REQUESTS  # S3 and SageMaker get as many calls at once (parallel.py)
     return AwsClients(
         region=session.region_name,
-        s3=aws_client("s3", CONTROL_PLANE, session=session),
-        sagemaker=aws_client("sagemaker", CONTROL_PLANE, session=session),
+        s3=aws_client("s3", CONTROL_PLANE, session=session, max_pool_connections=pool),
+        sagemaker=aws_client(
+            "sagemaker", CONTROL_PLANE, session=session, max_pool_connections=pool
+        ),
         autoscaling=aws_client("application-autoscaling", CONTROL_PLANE, session=session),
         runtime=aws_client("sagemaker-runtime", RUNTIME, session=session),
     )
 
 
+def _response(exc: BaseException) -> dict[str, Any]:
+    """The service's answer of a botocore ``ClientError``, also when boto3 wrapped it (its
+    ``upload_file`` raises ``S3UploadFailedError`` from within ``except ClientError``)."""
+    for error in (exc, exc.__cause__, exc.__context__):
+        response = getattr(error, "response", None)
+        if isinstance(response, dict) and response.get("Error"):
+            return response
+    return {}
+
+
 def error_code(exc: BaseException) -> str:
     """The service's error code of a botocore ``ClientError`` ('' for anything else)."""
-    response = getattr(exc, "response", None) or {}
-    return str(response.get("Error", {}).get("Code", ""))
+    return str(_response(exc).get("Error", {}).get("Code", ""))
+
+
+#: the message SageMaker answers (ValidationException) to a CreateModel whose execution role
+#: it cannot assume: "Could not assume role arn:aws:iam::...:role/NAME. Please ensure that
+#: the role exists and allows principal 'sagemaker.amazonaws.com' to assume the role." (the
+#: service's answer as quoted in awslabs/predictive-maintenance-using-machine-learning#3;
+#: the same for the other Create* calls that take a role)
+ROLE_NOT_ASSUMED = "Could not assume role"
+
+_ACCESS_DENIED = ("AccessDenied", "AccessDeniedException", "UnrecognizedClientException")
+
+#: an object under SSE-KMS: S3 answers the KMS error with a ``KMS.`` prefix
+#: (``KMS.DisabledException``, ``KMS.NotFoundException``, ``KMS.KMSInvalidStateException``
+#: ...), or AccessDenied naming the ``kms:`` action the caller may not do. Writing needs
+#: kms:GenerateDataKey and kms:Decrypt (a multipart upload), reading kms:Decrypt (AWS
+#: knowledge center, "s3-large-file-encryption-kms-key"); the key policy must grant the
+#: role CreateModel names (SageMaker API reference, TransformOutput.KmsKeyId)
+_KMS_HINT = (
+    "the bucket or object is encrypted with an AWS KMS key (SSE-KMS): the key must be "
+    "enabled (not disabled or pending deletion), your credentials need kms:GenerateDataKey "
+    "and kms:Decrypt on it to upload (kms:Decrypt to read), and its key policy must let the "
+    "SageMaker execution role (--role) use it too; 'aws s3api get-bucket-encryption "
+    "--bucket BUCKET' names the key"
+)
+
+_ROLE_HINT = (
+    "SageMaker could not assume the execution role: give --role the full ARN of a role "
+    "that exists (with its path, e.g. role/service-role/NAME), whose trust policy allows "
+    "the principal sagemaker.amazonaws.com to call sts:AssumeRole, and that you may pass "
+    "(iam:PassRole)"
+)
+
+
+def _throttled_hint(response: dict[str, Any]) -> str:
+    retried = response.get("ResponseMetadata", {}).get("RetryAttempts")
+    after = f"after {retried} retries" if retried is not None else "after its retries"
+    return (
+        f"AWS still throttled the call {after} (mmelocal's deploy clients retry throttling "
+        f"{CONTROL_PLANE.retries} times in botocore's {CONTROL_PLANE.mode!r} retry mode, "
+        "backing off between tries): wait a minute and run the same command again (a "
+        "deploy resumes where it stopped), or run fewer deploys or scripts against the "
+        "account at once"
+    )
+
+
+def _hint(code: str, message: str, response: dict[str, Any]) -> str:
+    """What to do next about the error ``code`` with ``message`` ('' when unknown)."""
+    if code in _QUOTA_HINTS:
+        return _QUOTA_HINTS[code]
+    if code.startswith("KMS.") or (code in _ACCESS_DENIED and "kms:" in message.lower()):
+        return _KMS_HINT
+    if code in _ACCESS_DENIED:
+        return "check that your credentials allow this call (IAM policy)"
+    if code in ("ExpiredToken", "ExpiredTokenException"):
+        return "refresh your credentials (aws sso login, or new session keys)"
+    if code in THROTTLING_ERROR_CODES:
+        return _throttled_hint(response)
+    if code == "ValidationException" and ROLE_NOT_ASSUMED in message:
+        return _ROLE_HINT
+    return ""
 
 
 def aws_error(exc: Exception, operation: str, what: str) -> DeployError:
     """A one-line :class:`DeployError` for a failed call, with the next step when known."""
+    response = _response(exc)
     code = error_code(exc)
-    message = str(getattr(exc, "response", {}).get("Error", {}).get("Message", "")) or str(exc)
-    hint = ""
-    if code in _QUOTA_HINTS:
-        hint = f": {_QUOTA_HINTS[code]}"
-    elif code in ("AccessDenied", "AccessDeniedException", "UnrecognizedClientException"):
-        hint = ": check that your credentials allow this call (IAM policy)"
-    elif code in ("ExpiredToken", "ExpiredTokenException"):
-        hint = ": refresh your credentials (aws sso login, or new session keys)"
+    message = str(response.get("Error", {}).get("Message", "")) or str(exc)
+    hint = _hint(code, message, response)
     return DeployError(
-        f"{operation} failed for {what}: {code or type(exc).__name__}: {message}{hint}",
+        f"{operation} failed for {what}: {code or type(exc).__name__}: {message}"
+        + (f": {hint}" if hint else ""),
         operation=operation,
         code=code or None,
     )
@@ -98,7 +172,7 @@ def aws_error(exc: Exception, operation: str, what: str) -> DeployError:
 def not_found(exc: BaseException) -> bool:
     """True for the "does not exist" answers of describe calls (SageMaker, S3)."""
     code = error_code(exc)
-    message = str(getattr(exc, "response", {}).get("Error", {}).get("Message", ""))
+    message = str(_response(exc).get("Error", {}).get("Message", ""))
     if code in ("404", "NoSuchKey", "NotFound", "NoSuchBucket", "ResourceNotFound"):
         return True
     return code == "ValidationException" and (

@@ -1,4 +1,5 @@
-"""``mmelocal deploy``, ``undeploy`` and ``smoke``: the store on a real SageMaker MME."""
+"""``mmelocal deploy``: the store on a real SageMaker MME (``undeploy`` and ``smoke`` have
+their own modules)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,10 @@ from typing import Any
 
 import click
 
-from mmelocal.cli._defaults import field_option, tolerance_options
-from mmelocal.cli._options import IN_FILE, json_flag, region_option
-from mmelocal.cli._output import console, env_option, err_console, finish
+from mmelocal.cli._defaults import field_option
+from mmelocal.cli._options import IN_FILE, region_option
+from mmelocal.cli._output import console, env_option, err_console
 from mmelocal.deploy.plan import DEFAULT_INSTANCE_TYPE, DeployOptions
-from mmelocal.deploy.smoke import smoke_endpoint
 from mmelocal.units import mib
 
 
@@ -154,8 +154,12 @@ def _deploy(
     options = DeployOptions(store=store, instance_type=chosen, wait=not no_wait, **fields)
     _refuse_unread(click.get_current_context(), options)
     clients = held["clients"] = connect(region)
-    with err_console.status("planning: reading the bucket and the endpoint"):
-        plan = outcome.plan = make_plan(options, clients)
+    with err_console.status("planning: reading the bucket and the endpoint") as spinner:
+
+        def on_head(done: int, total: int) -> None:
+            spinner.update(f"planning: reading the objects' metadata, {done}/{total}")
+
+        plan = outcome.plan = make_plan(options, clients, on_head=on_head)
     _print_plan(plan, options, out)
     unrecorded = unrecorded_notice(plan)
     if outcome.dry_run:
@@ -354,114 +358,3 @@ def _details(step: Any) -> str:
     if step.needs_in_service:
         return f"{step.note} (once InService; skipped with --no-wait)"
     return str(step.note)
-
-
-@click.command()
-@click.argument("name")
-@region_option()
-@click.option(
-    "--delete-artifacts",
-    is_flag=True,
-    help="Also delete the S3 objects mmelocal uploaded for this endpoint (refused, before "
-    "anything is deleted, while another model reads one of them).",
-)
-@click.option(
-    "--s3-uri",
-    default=None,
-    help="With --delete-artifacts: a prefix to delete NAME's objects under besides the one "
-    "its models name (a deploy interrupted before its model existed leaves them there).",
-)
-@click.option(
-    "--unrecorded",
-    is_flag=True,
-    help="With --delete-artifacts: also delete the objects that record no endpoint (uploaded "
-    "by mmelocal 2026-11-24 or earlier): you say they are NAME's. Kept, and named, without it.",
-)
-def undeploy(
-    name: str, region: str | None, delete_artifacts: bool, s3_uri: str | None, unrecorded: bool
-) -> None:
-    """Delete what 'mmelocal deploy' created for endpoint NAME (and nothing else); say
-    where the S3 objects it leaves are."""
-    from rich.table import Table
-
-    from mmelocal.aws.session import connect
-    from mmelocal.deploy.deployer import undeploy as run_undeploy
-
-    for flag, value in (("--s3-uri", s3_uri), ("--unrecorded", unrecorded)):
-        if value and not delete_artifacts:
-            raise click.UsageError(
-                f"{flag} is only read with --delete-artifacts (which objects to delete): add "
-                f"--delete-artifacts or drop {flag}"
-            )
-    clients = connect(region)
-    with err_console.status(f"undeploying {name}") as spinner:
-
-        def on_status(status: str) -> None:  # an endpoint in progress is waited out
-            spinner.update(f"undeploying {name}: endpoint {status}, waiting for it to settle")
-
-        answer = run_undeploy(
-            clients,
-            name,
-            delete_artifacts=delete_artifacts,
-            unrecorded=unrecorded,
-            s3_uri=s3_uri,
-            on_status=on_status,
-        )
-    notes = [item for item in answer if item.startswith(("kept ", "left "))]
-    deleted = [item for item in answer if item not in notes]
-    if not deleted:
-        hint = ""
-        if delete_artifacts and s3_uri is None and not notes:  # no model names a prefix
-            hint = (
-                " (no model of it is left to name a prefix: to delete objects deployed for "
-                "it, add --s3-uri s3://bucket/prefix/)"
-            )
-        console.print(f"nothing of mmelocal's to delete for {name}{hint}", highlight=False)
-    else:
-        table = Table(title=f"undeploy {name}: deleted", title_justify="left")
-        table.add_column("resource")
-        for item in deleted:
-            table.add_row(item)
-        console.print(table)
-    for note in notes:
-        console.print(note, highlight=False, soft_wrap=True)
-
-
-@click.command()
-@click.argument("name")
-@region_option()
-@field_option(
-    smoke_endpoint,
-    "models",
-    type=click.IntRange(min=1),
-    help="How many of the endpoint's tarballs to invoke (the first by name).",
-)
-@tolerance_options(smoke_endpoint)
-@json_flag()
-def smoke(
-    name: str, region: str | None, models: int, atol: float, rtol: float, as_json: bool
-) -> None:
-    """Invoke MODELS tarballs of endpoint NAME; answers must equal the build's reference."""
-    from mmelocal.aws.session import connect
-
-    clients = connect(region)
-    with err_console.status(f"smoke test of {name}"):
-        report = smoke_endpoint(clients, name, models=models, atol=atol, rtol=rtol)
-    finish(report, as_json, _print_smoke)
-
-
-def _print_smoke(report: Any) -> None:
-    from rich.table import Table
-
-    table = Table(title=f"smoke {report.endpoint_name}", title_justify="left")
-    for column in ("TargetModel", "result", "latency ms", "max |diff|", "problems"):
-        table.add_column(column, overflow="fold")
-    for r in report.results:
-        table.add_row(
-            r.target,
-            "[green]= reference[/]" if r.ok else "[bold red]FAILED[/]",
-            "-" if r.latency_ms is None else f"{r.latency_ms:,.1f}",
-            "-" if r.max_abs_diff is None else f"{r.max_abs_diff:.2g}",
-            "; ".join(r.problems),
-        )
-    console.print(table)

@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 # command name -> one-line help; the command is the attribute named like it (dashes as
-# underscores) of the module mmelocal.cli.<same name>, or of the one _MODULES names
+# underscores) of the module mmelocal.cli.<same name>
 _COMMANDS: dict[str, str] = {
     "build": "Build a verified Triton model from a source.",
     "validate": "Validate a repository, model or tarball.",
@@ -35,13 +35,12 @@ _COMMANDS: dict[str, str] = {
     "smoke": "Check a deployed endpoint's answers.",
     "benchmark": "Deploy, measure (capacity, load test, sweep), report, undeploy.",
 }
-_MODULES = {"undeploy": "deploy", "smoke": "deploy"}
 
 
 def _where(name: str) -> tuple[str, str]:
     """(module, attribute) of command ``name``."""
     attribute = name.replace("-", "_")
-    return f"mmelocal.cli.{_MODULES.get(name, attribute)}", attribute
+    return f"mmelocal.cli.{attribute}", attribute
 
 
 class LazyGroup(click.Group):

@@ -11,10 +11,11 @@ it), because deleting those takes models away from an endpoint the user did not 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from mmelocal.aws.parallel import map_bounded
 from mmelocal.aws.s3 import ENDPOINT_METADATA, SHA256_METADATA, listed_objects
 from mmelocal.aws.session import aws_error, not_found
 from mmelocal.deploy import resources as rs
@@ -49,6 +50,21 @@ def mmelocal_object(s3: Any, bucket: str, key: str, size_bytes: int) -> Mmelocal
         size_bytes=size_bytes,
         sha256=str(metadata[SHA256_METADATA]),
         endpoint=metadata.get(ENDPOINT_METADATA) or None,
+    )
+
+
+#: ``on_head(done, total)``: HeadObject calls answered so far, of how many
+HeadProgress = Callable[[int, int], None]
+
+
+def mmelocal_objects_of(
+    s3: Any, bucket: str, objects: Sequence[tuple[str, int]], *, on_head: HeadProgress | None = None
+) -> list[MmelocalObject | None]:
+    """:func:`mmelocal_object` of each ``(key, size)``, in that order: the HeadObject calls
+    go on a bounded pool of threads (:func:`~mmelocal.aws.parallel.map_bounded`), as one
+    per object one after another took minutes for a store of hundreds of tarballs."""
+    return map_bounded(
+        lambda item: mmelocal_object(s3, bucket, item[0], item[1]), objects, on_done=on_head
     )
 
 
@@ -94,31 +110,74 @@ def model_reads(described: Mapping[str, Any]) -> list[_Read]:
     return [read for container in containers for read in _reads(container)]
 
 
+class AccountReads:
+    """What the account's models read, for the question "which model reads these keys":
+    one ListModels listing and one DescribeModel per model (no API finds a model by what
+    it reads: ListModels answers names, ARNs and creation times only, and a model of any
+    name may read any prefix), many at once, made at the first question and kept for the
+    next ones (an undeploy asks once per prefix). ``known`` holds DescribeModel answers
+    read already (not asked again); ListTags only for a model that reads a key."""
+
+    def __init__(
+        self,
+        sagemaker: Any,
+        *,
+        endpoint: str,
+        known: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> None:
+        self.sagemaker, self.endpoint = sagemaker, endpoint
+        self.known = dict(known or {})
+        self._reads: dict[str, tuple[str, list[_Read]]] | None = None
+        self._owners: dict[str, str | None] = {}
+
+    def _all(self, where: str) -> dict[str, tuple[str, list[_Read]]]:
+        """model name -> (its ARN, what it reads), for every model that exists."""
+        if self._reads is not None:
+            return self._reads
+        sm = self.sagemaker
+        try:
+            pages = list(sm.get_paginator("list_models").paginate())
+        except Exception as exc:
+            raise aws_error(exc, "ListModels", where) from exc
+        names = [str(m["ModelName"]) for page in pages for m in page.get("Models", [])]
+        asked = [n for n in names if n not in self.known]
+
+        def describe(name: str) -> dict[str, Any] | None:
+            return rs.describe(sm, "DescribeModel", ModelName=name)
+
+        answers = dict(zip(asked, map_bounded(describe, asked), strict=True))
+        self._reads = {}
+        for name in names:
+            described = self.known.get(name) or answers.get(name)
+            if described:  # None: deleted since the listing
+                self._reads[name] = (str(described["ModelArn"]), model_reads(described))
+        return self._reads
+
+    def readers(self, bucket: str, keys: Iterable[str]) -> dict[str, list[str]]:
+        """``model name -> keys it reads`` for every model, except those mmelocal created
+        for the endpoint, that reads one of ``keys`` in ``bucket``."""
+        keys = list(keys)
+        found: dict[str, list[str]] = {}
+        if not keys:
+            return found
+        for name, (arn, reads) in self._all(f"s3://{bucket}").items():
+            read = [k for k in keys if any(r.covers(bucket, k) for r in reads)]
+            if not read:
+                continue
+            if name not in self._owners:
+                self._owners[name] = rs.owner(self.sagemaker, arn)
+            if self._owners[name] != self.endpoint:
+                found[name] = read
+        return found
+
+
 def readers(
     clients: Any, bucket: str, keys: Iterable[str], *, endpoint: str
 ) -> dict[str, list[str]]:
     """``model name -> keys it reads`` for every existing model, except those mmelocal
-    created for ``endpoint``, that reads one of ``keys`` (ListModels, a DescribeModel per
-    model; ListTags only for the models that read one)."""
-    keys = list(keys)
-    found: dict[str, list[str]] = {}
-    if not keys:
-        return found
-    sm = clients.sagemaker
-    try:
-        pages = list(sm.get_paginator("list_models").paginate())
-    except Exception as exc:
-        raise aws_error(exc, "ListModels", f"s3://{bucket}") from exc
-    for page in pages:
-        for item in page.get("Models", []):
-            described = rs.describe(sm, "DescribeModel", ModelName=item["ModelName"])
-            if described is None:  # deleted since the listing
-                continue
-            reads = model_reads(described)
-            read = [k for k in keys if any(r.covers(bucket, k) for r in reads)]
-            if read and rs.owner(sm, described["ModelArn"]) != endpoint:
-                found[str(item["ModelName"])] = read
-    return found
+    created for ``endpoint``, that reads one of ``keys`` (:class:`AccountReads`: a
+    DescribeModel per model, none when ``keys`` is empty)."""
+    return AccountReads(clients.sagemaker, endpoint=endpoint).readers(bucket, keys)
 
 
 def readers_text(found: Mapping[str, list[str]]) -> str:
@@ -160,18 +219,20 @@ def removed_objects(
     endpoint: str,
     prune: bool,
     prune_unrecorded: bool = False,
+    on_head: HeadProgress | None = None,
 ) -> list[ObjectStep]:
     """One step per object under ``prefix`` that is not in the store (the endpoint serves
     it all the same): ``delete`` when mmelocal uploaded it for ``endpoint`` (or, with
     ``prune_unrecorded``, for no endpoint recorded) and no other model reads it (with
-    ``prune``), else ``keep`` with the reason in ``note``."""
+    ``prune``), else ``keep`` with the reason in ``note``. ``on_head`` hears the
+    HeadObject calls as they are answered."""
     steps: list[ObjectStep] = []
     mine: dict[str, MmelocalObject] = {}
     owners = (endpoint, None) if prune_unrecorded else (endpoint,)
-    for key, (size, _) in sorted(listed_objects(clients.s3, bucket, prefix).items()):
-        if key in store_keys:
-            continue
-        item = mmelocal_object(clients.s3, bucket, key, size)
+    listed = sorted(listed_objects(clients.s3, bucket, prefix).items())
+    removed = [(key, size) for key, (size, _) in listed if key not in store_keys]
+    items = mmelocal_objects_of(clients.s3, bucket, removed, on_head=on_head)
+    for (key, size), item in zip(removed, items, strict=True):
         if item is not None and item.endpoint in owners and prune:
             mine[key] = item
             continue
@@ -220,9 +281,12 @@ def _step(key: str, size: int, item: MmelocalObject | None, action: str, note: s
 __all__ = [
     "UNRECORDED_NOTE",
     "UNRECORDED_RULE",
+    "AccountReads",
+    "HeadProgress",
     "MmelocalObject",
     "count_text",
     "mmelocal_object",
+    "mmelocal_objects_of",
     "model_reads",
     "readers",
     "readers_text",

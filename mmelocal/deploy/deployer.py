@@ -16,9 +16,10 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from mmelocal.aws.parallel import map_bounded
 from mmelocal.aws.session import AwsClients, aws_error
 from mmelocal.deploy import resources as rs
-from mmelocal.deploy.artifacts import removed_objects, unrecorded_notice
+from mmelocal.deploy.artifacts import HeadProgress, removed_objects, unrecorded_notice
 from mmelocal.deploy.images import triton_image_uri
 from mmelocal.deploy.plan import (
     STORE_ACTIONS,
@@ -195,7 +196,7 @@ def _superseded_steps(
     models = [m for m in rs.tagged(sm, "Model", name) if m != model]
     if not configs and not models:
         return
-    used_configs, used_models = in_use(sm, but=name)
+    used_configs, used_models = in_use(sm, but=name, models=bool(models))
     why = f"superseded by {config}; deleted once InService on it"
     for operation, names, used in (
         ("DeleteEndpointConfig", configs, used_configs),
@@ -210,33 +211,46 @@ def _superseded_steps(
             yield dataclasses.replace(step, needs_in_service=True)
 
 
-def in_use(sagemaker: Any, *, but: str | None = None) -> tuple[set[str], set[str]]:
+def in_use(
+    sagemaker: Any, *, but: str | None = None, models: bool = True
+) -> tuple[set[str], set[str]]:
     """The endpoint configs the account's endpoints (all but ``but``) serve or are being
-    updated to (DescribeEndpoint), and the models those configs name."""
-    configs: set[str] = set()
+    updated to, and, with ``models``, the models those configs name (else an empty set).
+
+    A DescribeEndpoint per endpoint (ListEndpoints answers no config, and an endpoint of
+    any name may serve any config), many at once; a DescribeEndpointConfig per config in
+    use only when ``models`` is asked (a deploy that changed the store alone supersedes
+    a config, not its model)."""
     try:
         pages = list(sagemaker.get_paginator("list_endpoints").paginate())
     except Exception as exc:
         raise aws_error(exc, "ListEndpoints", "the account's endpoints") from exc
-    for page in pages:
-        for endpoint in page.get("Endpoints", []):
-            if endpoint["EndpointName"] == but:
-                continue
-            found = rs.describe(
-                sagemaker, "DescribeEndpoint", EndpointName=endpoint["EndpointName"]
-            )
-            pending = (found or {}).get("PendingDeploymentSummary") or {}
-            for config in (
-                (found or {}).get("EndpointConfigName"),
-                pending.get("EndpointConfigName"),
-            ):
-                if config:
-                    configs.add(str(config))
-    models: set[str] = set()
-    for config in configs:
+    names = [
+        str(e["EndpointName"])
+        for page in pages
+        for e in page.get("Endpoints", [])
+        if e["EndpointName"] != but
+    ]
+
+    def endpoint_configs(name: str) -> list[str]:
+        found = rs.describe(sagemaker, "DescribeEndpoint", EndpointName=name) or {}
+        pending = found.get("PendingDeploymentSummary") or {}
+        return [
+            str(c)
+            for c in (found.get("EndpointConfigName"), pending.get("EndpointConfigName"))
+            if c
+        ]
+
+    configs = {c for found in map_bounded(endpoint_configs, names) for c in found}
+    if not models:
+        return configs, set()
+
+    def config_models(config: str) -> list[str]:
         found = rs.describe(sagemaker, "DescribeEndpointConfig", EndpointConfigName=config)
-        models.update(str(v["ModelName"]) for v in (found or {}).get("ProductionVariants", []))
-    return configs, models
+        return [str(v["ModelName"]) for v in (found or {}).get("ProductionVariants", [])]
+
+    named = map_bounded(config_models, sorted(configs))
+    return configs, {m for found in named for m in found}
 
 
 def left_over(plan: DeployPlan) -> str | None:
@@ -254,11 +268,17 @@ def left_over(plan: DeployPlan) -> str | None:
     )
 
 
-def make_plan(options: DeployOptions, clients: AwsClients) -> DeployPlan:
-    """Everything the deploy will do; read-only calls only, every request validated."""
+def make_plan(
+    options: DeployOptions, clients: AwsClients, *, on_head: HeadProgress | None = None
+) -> DeployPlan:
+    """Everything the deploy will do; read-only calls only, every request validated.
+    ``on_head(done, total)`` hears the HeadObject calls (many at once) as they are
+    answered: those of the store's objects, then those of the objects not in it."""
     image = options.image or triton_image_uri(clients.region, options.triton_version)
     check_bucket(clients.s3, options.bucket, clients.region)
-    objects = plan_objects(clients.s3, options.bucket, options.prefix, options.store)
+    objects = plan_objects(
+        clients.s3, options.bucket, options.prefix, options.store, on_head=on_head
+    )
     objects += removed_objects(
         clients,
         options.bucket,
@@ -267,6 +287,7 @@ def make_plan(options: DeployOptions, clients: AwsClients) -> DeployPlan:
         endpoint=options.endpoint_name,
         prune=options.prune,
         prune_unrecorded=options.prune_unrecorded,
+        on_head=on_head,
     )
     steps: list[ApiStep] = list(_model_steps(clients, options, image, store_digest(objects)))
     model, config = steps[0].resource, steps[1].resource
@@ -352,7 +373,8 @@ def apply_steps(
             heard(step, "reused")
             continue
         if step.operation in _SUPERSEDED:  # asked again now that the endpoint moved
-            used = used or in_use(clients.sagemaker)
+            deletes_models = any(s.operation == "DeleteModel" for s in plan.steps)
+            used = used or in_use(clients.sagemaker, models=deletes_models)
             used_configs, used_models = used
             if step.resource in (used_models if step.operation == "DeleteModel" else used_configs):
                 logger.info("%s kept: an endpoint uses it", step.resource)

@@ -11,9 +11,10 @@ from mmelocal.aws.session import AwsClients
 from mmelocal.deploy import resources as rs
 from mmelocal.deploy.artifacts import (
     UNRECORDED_RULE,
+    AccountReads,
+    HeadProgress,
     MmelocalObject,
     count_text,
-    readers,
     readers_text,
 )
 from mmelocal.deploy.plan import POLL_S, WAIT_TIMEOUT_S, split_s3_uri
@@ -37,6 +38,7 @@ def undeploy(
     timeout_s: float = WAIT_TIMEOUT_S,
     on_status: Callable[[str], None] | None = None,
     on_deleted: Callable[[str], None] | None = None,
+    on_head: HeadProgress | None = None,
 ) -> list[str]:
     """Delete the scaling policy and target, endpoint, endpoint configs and models tagged
     for ``name`` (and, when asked, the S3 objects mmelocal uploaded for it); what was
@@ -57,7 +59,9 @@ def undeploy(
     SageMaker refuses to delete an endpoint that is being created or updated (an
     interrupted deploy leaves it so): undeploy waits until it is InService or Failed, up to
     ``timeout_s``, polling as the deploy does (``on_status`` hears each status).
-    ``on_deleted`` hears each deletion as it is done (what an interrupted undeploy did)."""
+    ``on_deleted`` hears each deletion as it is done (what an interrupted undeploy did);
+    ``on_head(done, total)`` the HeadObject calls (many at once) that read whose each
+    object under a prefix is, as they are answered."""
     if s3_uri is not None and not delete_artifacts:
         raise DeployError("s3_uri names where to delete objects: pass delete_artifacts=True")
     sm, done = clients.sagemaker, []
@@ -70,15 +74,20 @@ def undeploy(
     found = rs.describe(sm, "DescribeEndpoint", EndpointName=name)
     if found is not None:
         rs.require_mine(sm, found["EndpointArn"], "endpoint", name, name)
-    models, urls = rs.tagged(sm, "Model", name), []
+    models, urls, known = rs.tagged(sm, "Model", name), [], {}
     for model in models:
         described = rs.describe(sm, "DescribeModel", ModelName=model) or {}
         urls.append(described.get("PrimaryContainer", {}).get("ModelDataUrl", ""))
+        if described:
+            known[model] = described
+    account = AccountReads(sm, endpoint=name, known=known)
     if s3_uri is not None:
         urls.append(s3_uri)
     # read-only until here: a refusal changes nothing
     owners = (name, None) if unrecorded else (name,)
-    artifacts = _artifacts(clients, name, urls, owners, keep_shared, delete=delete_artifacts)
+    artifacts = _artifacts(
+        clients, account, urls, owners, keep_shared, delete=delete_artifacts, on_head=on_head
+    )
     if found is not None:
         for item in _delete_scaling(clients, name):
             deleted(item)
@@ -106,21 +115,24 @@ def undeploy(
 
 def _artifacts(
     clients: AwsClients,
-    name: str,
+    account: AccountReads,
     urls: list[str],
     owners: tuple[str | None, ...],
     keep_shared: bool,
     *,
     delete: bool,
+    on_head: HeadProgress | None = None,
 ) -> list[tuple[str, list[str], list[str]]]:
     """``(prefix URL, keys to delete, what is kept or left there and why)`` per prefix of
     ``name``'s models: the objects recorded for one of ``owners`` (None: no endpoint
     recorded) are deleted when ``delete``, else left; raises when another model reads a key
-    and ``keep_shared`` is False."""
+    and ``keep_shared`` is False (``account`` answers which, the account's models read
+    once for all the prefixes)."""
+    name = account.endpoint
     found: list[tuple[str, list[str], list[str]]] = []
     for bucket, prefix in sorted({split_s3_uri(u) for u in urls if u}):
         url = f"s3://{bucket}/{prefix}"
-        objects = mmelocal_objects(clients.s3, bucket, prefix)
+        objects = mmelocal_objects(clients.s3, bucket, prefix, on_head=on_head)
         mine = [o for o in objects if o.endpoint in owners]
         notes = []
         if not delete:
@@ -136,7 +148,7 @@ def _artifacts(
         others = len(objects) - len(keys)
         if others:
             logger.info("%d objects under %s were not deployed for %s: kept", others, url, name)
-        read = readers(clients, bucket, keys, endpoint=name)
+        read = account.readers(bucket, keys)
         shared = sorted({k for ks in read.values() for k in ks})
         if shared and not keep_shared:
             raise DeployError(

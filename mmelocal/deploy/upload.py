@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from mmelocal.aws.parallel import map_bounded
 from mmelocal.aws.s3 import (
     ENDPOINT_METADATA,
     PART_SIZE_BYTES,
@@ -29,7 +30,7 @@ from mmelocal.aws.s3 import (
     transfer_config,
 )
 from mmelocal.aws.session import aws_error, not_found
-from mmelocal.deploy.artifacts import MmelocalObject, mmelocal_object
+from mmelocal.deploy.artifacts import HeadProgress, MmelocalObject, mmelocal_objects_of
 from mmelocal.deploy.plan import ObjectStep
 from mmelocal.errors import DeployError
 
@@ -44,6 +45,24 @@ def store_files(store: Path) -> list[tuple[str, Path]]:
     return files
 
 
+def _needs_head(size: int, digest: FileDigest, listed: tuple[int, str] | None) -> bool:
+    """The listing cannot tell: same size, another ETag (another part size, or an ETag
+    that is no MD5: SSE-KMS), so the checksum mmelocal recorded decides (one HEAD)."""
+    return listed is not None and listed[0] == size and listed[1] != digest.etag
+
+
+def _recorded_sha256(s3: Any, bucket: str, key: str) -> str | None:
+    """The SHA-256 mmelocal recorded on ``key`` (None: none, or the object is gone)."""
+    try:
+        head = s3.head_object(Bucket=bucket, Key=key)
+    except Exception as exc:
+        if not_found(exc):
+            return None
+        raise aws_error(exc, "HeadObject", f"s3://{bucket}/{key}") from exc
+    recorded = head.get("Metadata", {}).get(SHA256_METADATA)
+    return None if recorded is None else str(recorded)
+
+
 def unchanged(
     s3: Any, bucket: str, key: str, size: int, digest: FileDigest, listed: tuple[int, str] | None
 ) -> bool:
@@ -52,29 +71,39 @@ def unchanged(
     SHA-256 mmelocal recorded (one HeadObject)."""
     if listed is None or listed[0] != size:
         return False
-    if listed[1] == digest.etag:
+    if not _needs_head(size, digest, listed):
         return True
-    # another part size, or an ETag that is no MD5 (SSE-KMS): the checksum mmelocal recorded
-    try:
-        head = s3.head_object(Bucket=bucket, Key=key)
-    except Exception as exc:
-        if not_found(exc):
-            return False
-        raise aws_error(exc, "HeadObject", f"s3://{bucket}/{key}") from exc
-    return bool(head.get("Metadata", {}).get(SHA256_METADATA) == digest.sha256)
+    return _recorded_sha256(s3, bucket, key) == digest.sha256
 
 
-def plan_objects(s3: Any, bucket: str, prefix: str, store: Path) -> list[ObjectStep]:
-    """One step per tarball: skip what S3 already holds, copy what another key holds."""
+def plan_objects(
+    s3: Any, bucket: str, prefix: str, store: Path, *, on_head: HeadProgress | None = None
+) -> list[ObjectStep]:
+    """One step per tarball: skip what S3 already holds, copy what another key holds.
+    The HEADs the listing leaves to do go on a bounded pool (``on_head`` hears them)."""
     files = store_files(store)
     digests = file_digests(path for _, path in files)
     listed = listed_objects(s3, bucket, prefix)
+    sizes = {path: path.stat().st_size for _, path in files}
+    to_head = [
+        prefix + rel
+        for rel, path in files
+        if _needs_head(sizes[path], digests[path], listed.get(prefix + rel))
+    ]
+    recorded = dict(
+        zip(
+            to_head,
+            map_bounded(lambda key: _recorded_sha256(s3, bucket, key), to_head, on_done=on_head),
+            strict=True,
+        )
+    )
     first_key: dict[str, str] = {}
     steps = []
     for rel, path in files:
-        key, digest = prefix + rel, digests[path]
-        size = path.stat().st_size
-        if unchanged(s3, bucket, key, size, digest, listed.get(key)):
+        key, digest, size = prefix + rel, digests[path], sizes[path]
+        seen = listed.get(key)
+        unchanged = seen is not None and seen[0] == size and seen[1] == digest.etag
+        if unchanged or (key in recorded and recorded[key] == digest.sha256):
             action, source = "skip", None
         elif digest.sha256 in first_key:
             action, source = "copy", first_key[digest.sha256]
@@ -168,15 +197,14 @@ def check_bucket(s3: Any, bucket: str, region: str) -> None:
         )
 
 
-def mmelocal_objects(s3: Any, bucket: str, prefix: str) -> list[MmelocalObject]:
+def mmelocal_objects(
+    s3: Any, bucket: str, prefix: str, *, on_head: HeadProgress | None = None
+) -> list[MmelocalObject]:
     """The objects under ``prefix`` that mmelocal uploaded (they carry its SHA-256
-    metadata), with the endpoint each was deployed for (one HeadObject each)."""
-    found = []
-    for key, (size, _) in sorted(listed_objects(s3, bucket, prefix).items()):
-        item = mmelocal_object(s3, bucket, key, size)
-        if item is not None:
-            found.append(item)
-    return found
+    metadata), with the endpoint each was deployed for, sorted by key (one HeadObject
+    each, on a bounded pool; ``on_head`` hears them)."""
+    listed = [(key, size) for key, (size, _) in sorted(listed_objects(s3, bucket, prefix).items())]
+    return [o for o in mmelocal_objects_of(s3, bucket, listed, on_head=on_head) if o is not None]
 
 
 def total_bytes(steps: Iterable[ObjectStep], action: str) -> int:

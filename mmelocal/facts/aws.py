@@ -74,6 +74,13 @@ TESTING: Final = ClientPolicy(purpose="tests", retries=1, mode="legacy", read_ti
 
 POLICIES: Final = (CONTROL_PLANE, RUNTIME, LOCAL, LOAD_TEST, TESTING)
 
+#: requests a deploy or an undeploy sends at once to one service (the HeadObject of every
+#: object under the prefix, the describes of the account's models and endpoints): the
+#: threads that send them, and the connection pool of the client they share (botocore's
+#: ``max_pool_connections``, 10 by default: a thread beyond it waits, and urllib3 discards
+#: the connection it returns to a full pool), so one is as large as the other
+CONCURRENT_REQUESTS: Final = 16
+
 #: botocore service name -> error codes that botocore's standard retry mode takes for
 #: throttling (``ThrottledRetryableChecker._THROTTLED_ERROR_CODES`` in
 #: ``botocore/retries/standard.py``: LimitExceededException is Kinesis's throttling error)
@@ -130,6 +137,28 @@ class _NoRetry:
         return False if code in self.codes else None
 
 
+#: the error codes botocore's retry modes take for throttling, and retry with backoff
+#: (``ThrottledRetryableChecker._THROTTLED_ERROR_CODES`` in ``botocore/retries/standard.py``,
+#: botocore 1.44): one of them reaching the caller came after every retry of the policy
+THROTTLING_ERROR_CODES: Final = frozenset(
+    {
+        "Throttling",
+        "ThrottlingException",
+        "ThrottledException",
+        "RequestThrottledException",
+        "TooManyRequestsException",
+        "ProvisionedThroughputExceededException",
+        "TransactionInProgressException",
+        "RequestLimitExceeded",
+        "BandwidthLimitExceeded",
+        "LimitExceededException",
+        "RequestThrottled",
+        "SlowDown",
+        "PriorRequestNotComplete",
+        "EC2ThrottledException",
+    }
+)
+
 #: S3 error codes a retry may clear, besides every 5xx status: botocore's standard retry
 #: mode's transient and throttling codes (``botocore/retries/standard.py``:
 #: ``TransientRetryableChecker``, ``ThrottledRetryableChecker``; S3 throttles with
@@ -172,6 +201,7 @@ def s3_error_class(exc: Any) -> str:
 
 
 __all__ = [
+    "CONCURRENT_REQUESTS",
     "CONTROL_PLANE",
     "LOAD_TEST",
     "LOCAL",
@@ -181,6 +211,7 @@ __all__ = [
     "RUNTIME",
     "S3_TRANSIENT_CODES",
     "TESTING",
+    "THROTTLING_ERROR_CODES",
     "ClientPolicy",
     "aws_client",
     "s3_error_class",
