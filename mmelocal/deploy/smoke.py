@@ -139,28 +139,37 @@ def deployed_prefix(clients: AwsClients, endpoint_name: str) -> str:
             "or name its region"
         )
     status = str(endpoint.get("EndpointStatus", ""))
+    idle: DeployError | None = None  # an endpoint that takes no requests now
     if status in NO_REQUESTS_STATUSES:
         reason = endpoint.get("FailureReason")
-        raise DeployError(
+        idle = DeployError(
             f"endpoint {endpoint_name} is {status}: it takes no requests"
             + (f" ({reason})" if reason else "")
             + "; test it once it is InService (mmelocal deploy creates or repairs it)"
         )
-    config = rs.call(
-        sm,
-        "DescribeEndpointConfig",
-        endpoint_name,
-        EndpointConfigName=endpoint["EndpointConfigName"],
-    )
-    model_name = config["ProductionVariants"][0]["ModelName"]
-    model = rs.call(sm, "DescribeModel", endpoint_name, ModelName=model_name)
+    try:
+        config = rs.call(
+            sm,
+            "DescribeEndpointConfig",
+            endpoint_name,
+            EndpointConfigName=endpoint["EndpointConfigName"],
+        )
+        model_name = config["ProductionVariants"][0]["ModelName"]
+        model = rs.call(sm, "DescribeModel", endpoint_name, ModelName=model_name)
+    except Exception:
+        if idle is not None:  # a Deleting endpoint's config may be gone already
+            raise idle from None
+        raise
     container = model.get("PrimaryContainer", {})
+    # what waiting cannot mend first: a single-model endpoint is refused whatever its status
     if container.get("Mode") != "MultiModel":
         raise DeployError(
             f"endpoint {endpoint_name} is not a multi-model endpoint (its model {model_name} "
             f"is in mode {container.get('Mode') or 'SingleModel'}): name one that serves an "
             "S3 prefix (Mode MultiModel)"
         )
+    if idle is not None:
+        raise idle
     return str(container["ModelDataUrl"])
 
 
