@@ -236,6 +236,16 @@ PARTS: dict[str, dict[str, set[str]]] = {
         "temporary": {"deployer", "plan", "resources", "undeploy"},
         "smoke": {"plan", "resources", "upload"},
     },
+    # the local AWS's WSGI app, one module per job: what a request says and the answers
+    # below, the control plane and the runtime's face beside each other (neither imports
+    # the other), the dispatch that routes to them on top
+    "mmelocal.localaws.app": {
+        "wsgi": set(),
+        "answers": {"wsgi"},
+        "control_plane": {"wsgi"},
+        "runtime": {"answers", "wsgi"},
+        "dispatch": {"answers", "control_plane", "runtime", "wsgi"},
+    },
     # the local AWS's autoscaling, one module per job: the records and the pure pieces are
     # below what proposes, the autoscaler (the overlay and the control loop) is on top, and
     # nothing below imports the autoscaler
