@@ -239,3 +239,15 @@ def test_an_ensemble_folder_is_packed_with_the_steps_beside_it(tmp_path: Path) -
     shutil.rmtree(step)
     with pytest.raises(UserInputError, match=r"'step'.*no folder"):
         package_model(ens, tmp_path / "out2")
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_a_tarball_gets_the_users_default_mode(tmp_path: Path, model: Path, umask: int) -> None:
+    """Like any file the user creates (0666 less the umask); it was 0600 (tempfile's)."""
+    old = os.umask(umask)
+    try:
+        paths = [package_model(model, tmp_path / "one")]
+        paths += package_copies(model, tmp_path / "many", copies=2)
+    finally:
+        os.umask(old)
+    assert {oct(p.stat().st_mode & 0o777) for p in paths} == {oct(0o666 & ~umask)}
