@@ -172,3 +172,30 @@ def test_config_names_the_field_and_the_allowed_values(
     with pytest.raises(UserInputError) as info:
         EmulatorConfig(store="unused", **{field: value})  # type: ignore[arg-type]
     assert words in str(info.value)
+
+
+@pytest.fixture
+def silent_tritonserver(tmp_path: Path) -> Path:
+    """A tritonserver that exits at once and writes nothing (so serve stops after its banner)."""
+    broken = tmp_path / "bin" / "tritonserver"
+    broken.parent.mkdir()
+    broken.write_text("#!/bin/sh\nexit 3\n")
+    broken.chmod(0o755)
+    return broken
+
+
+def test_the_banner_names_a_target_model_the_store_holds(
+    tmp_path: Path, silent_tritonserver: Path
+) -> None:
+    """It suggested TargetModel='model.tar.gz' whatever the store held."""
+    store = tmp_path / "store"
+    (store / "team").mkdir(parents=True)
+    args = ["--store", str(store), "--port", "0", "--tritonserver", str(silent_tritonserver)]
+    empty = " ".join(_serve(*args).stdout.split())
+    assert "TargetModel=" not in empty, empty
+    hint = f"no model archive yet: write one with `mmelocal package MODEL_DIR --out {store}`"
+    assert hint in empty, empty
+    write_tarball(store / "team" / "bert-7.tar.gz")
+    write_tarball(store / "resnet-2.tar.gz")
+    shown = "".join(_serve(*args).stdout.split())  # the banner wraps at the terminal width
+    assert "TargetModel='resnet-2.tar.gz'" in shown, shown
