@@ -199,3 +199,24 @@ def test_the_banner_names_a_target_model_the_store_holds(
     write_tarball(store / "resnet-2.tar.gz")
     shown = "".join(_serve(*args).stdout.split())  # the banner wraps at the terminal width
     assert "TargetModel='resnet-2.tar.gz'" in shown, shown
+
+
+def test_a_failed_start_keeps_the_log_it_names(tmp_path: Path, silent_tritonserver: Path) -> None:
+    """With no --cache-dir the log lives in a temporary cache, which was deleted at exit: the
+    error named a log that no longer existed."""
+    (tmp_path / "store").mkdir()
+    (tmp_path / "tmp").mkdir()
+    args = ["--store", str(tmp_path / "store"), "--tritonserver", str(silent_tritonserver)]
+    result = subprocess.run(
+        [sys.executable, "-m", "mmelocal", "serve", *args, "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "TMPDIR": str(tmp_path / "tmp")},
+    )
+    assert result.returncode == 2, result.stderr
+    err = "".join(result.stderr.split())  # the line wraps at the terminal width
+    found = re.search(r"\(log:(/\S+?\.log)\)", err)
+    assert found is not None, result.stderr
+    assert Path(found[1]).is_file(), result.stderr
+    assert Path(found[1]).is_relative_to(tmp_path / "tmp")
