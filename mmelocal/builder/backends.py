@@ -144,11 +144,36 @@ NATIVE_FORMATS: dict[str, tuple[str, str, str]] = {
     for key in (*b.platforms, b.name)
 }
 
-DOCKER_HINT = (
-    "run it where it can: a machine with an NVIDIA GPU and the Docker launcher "
-    "(`mmelocal serve --launcher docker --image nvcr.io/nvidia/tritonserver:<yy.mm>-py3`, "
-    "the image SageMaker's Triton is built from)"
-)
+
+@dataclass(frozen=True)
+class LauncherFlags:
+    """How a user chooses the Docker launcher and its image where they are: the CLI's
+    ``--launcher``/``--image`` (the default), the pytest plugin's ``--mmelocal-launcher``/
+    ``--mmelocal-docker-image``; hints name these."""
+
+    launcher: str = "--launcher"
+    image: str = "--image"
+
+    @property
+    def docker(self) -> str:
+        """``--launcher docker`` (or the plugin's flag)."""
+        return f"{self.launcher} docker"
+
+    @property
+    def docker_hint(self) -> str:
+        """Where a model the pip tritonserver cannot run does run."""
+        return (
+            "run it where it can: a machine with an NVIDIA GPU and the Docker launcher "
+            f"(`{self.docker} {self.image} nvcr.io/nvidia/tritonserver:<yy.mm>-py3`, "
+            "the image SageMaker's Triton is built from)"
+        )
+
+
+#: the CLI's flags (``mmelocal serve``, ``check``, ``triton``...)
+CLI_FLAGS = LauncherFlags()
+#: the pytest plugin's flags (:mod:`mmelocal.testing.plugin`)
+PYTEST_FLAGS = LauncherFlags(launcher="--mmelocal-launcher", image="--mmelocal-docker-image")
+DOCKER_HINT = CLI_FLAGS.docker_hint
 
 
 #: backends whose KIND_CPU groups Triton gives 2 instances when ``count`` is unset (core
@@ -174,9 +199,16 @@ def backend_of(config: Any) -> str:
     return PLATFORM_BACKENDS.get(platform, platform)
 
 
-def host_limit(config: Any, *, gpu: bool, backends: frozenset[str] = frozenset()) -> str | None:
+def host_limit(
+    config: Any,
+    *,
+    gpu: bool,
+    backends: frozenset[str] = frozenset(),
+    flags: LauncherFlags = CLI_FLAGS,
+) -> str | None:
     """Why a server with ``backends`` (plus mmelocal's emulation) cannot run ``config`` on a
-    host with or without a GPU, naming the backend and what would run it; None if it can."""
+    host with or without a GPU, naming the backend and what would run it (with ``flags``,
+    those of where the user is); None if it can."""
     needed = backend_of(config)
     if not needed or needed in backends or needed in EMULATED_BACKENDS:
         return None
@@ -186,12 +218,12 @@ def host_limit(config: Any, *, gpu: bool, backends: frozenset[str] = frozenset()
             return None
         return (
             f"{name!r} is a TensorRT plan (backend {needed!r}): it runs only on an NVIDIA GPU "
-            f"and this host has none; {DOCKER_HINT}"
+            f"and this host has none; {flags.docker_hint}"
         )
     return (
         f"{name!r} needs the {needed!r} backend, which the pip tritonserver lacks and "
         f"mmelocal does not emulate (it runs pytorch_libtorch, onnxruntime_onnx and python "
-        f"models, and tensorrt_plan on a GPU); {DOCKER_HINT}"
+        f"models, and tensorrt_plan on a GPU); {flags.docker_hint}"
     )
 
 
@@ -266,6 +298,7 @@ __all__ = [
     "BACKENDS",
     "BACKEND_FILES",
     "BUILTIN_BACKENDS",
+    "CLI_FLAGS",
     "CONTAINER_BACKENDS",
     "DOCKER_HINT",
     "EMULATED_BACKENDS",
@@ -282,8 +315,10 @@ __all__ = [
     "PLATFORM_BACKENDS",
     "PLATFORM_FILES",
     "PLATFORM_FORMATS",
+    "PYTEST_FLAGS",
     "RUNNER_BACKENDS",
     "Backend",
+    "LauncherFlags",
     "backend_of",
     "execution_env_path",
     "execution_env_problem",

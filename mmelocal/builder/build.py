@@ -32,7 +32,7 @@ import numpy as np
 from mmelocal.builder.artifact import FORMATS, ExportedArtifact
 from mmelocal.builder.model_config import ConfigOptions
 from mmelocal.builder.sources.base import ModelSource
-from mmelocal.builder.verify import VerifyReport, default_tolerances
+from mmelocal.builder.verify import TOLERANCES, VerifyReport, default_tolerances
 from mmelocal.errors import UserInputError
 
 logger = logging.getLogger(__name__)
@@ -73,6 +73,8 @@ class BuildOptions:
     an existing ``.pt``/``.onnx`` file used as it is can still be checked.
     ``weights`` (torchvision/timm: None for random, ``"DEFAULT"`` or a name) and
     ``revision`` (hub names) go to :func:`~mmelocal.builder.sources.load_source`.
+    ``atol``/``rtol``: the verification's tolerances (default: fp32's, from
+    :data:`~mmelocal.builder.verify.TOLERANCES`; None means the same).
     """
 
     name: str | None = None
@@ -84,8 +86,8 @@ class BuildOptions:
     config: ConfigOptions | None = None
     overrides: Mapping[str, Any] = field(default_factory=dict)
     verify: bool = True
-    atol: float | None = None
-    rtol: float | None = None
+    atol: float | None = TOLERANCES["fp32"][0]
+    rtol: float | None = TOLERANCES["fp32"][1]
     version: int = 1
     fp16: bool = False
     int8: bool = False

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from mmelocal.builder.mme_layout import MmeLayout, ensemble_step_names, is_ensemble, read_layout
 from mmelocal.builder.tarball import create_folders_tarball, is_gzip, safe_extract
-from mmelocal.errors import UserInputError
+from mmelocal.errors import MmeLocalError, UserInputError
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +53,29 @@ def package_model(
         return _repack(src, _out_folder(out_dir) / filename)
     folders = _folder_plan(src)
     return create_folders_tarball(folders, _out_folder(out_dir) / filename)
+
+
+def packaging_problem(model_dir: Path | str, *, copies: bool = False) -> str | None:
+    """Why :func:`package_model` (``copies``: :func:`package_copies`) would refuse
+    ``model_dir`` (its error's message), or None when it would package it; nothing is
+    written. The packager reads every config and the layout, so a config it cannot parse
+    stops it whatever checks a caller skips (a tarball given for copies is copied as it
+    is: only its gzip header is read)."""
+    src = Path(model_dir)
+    try:
+        if src.is_file() and copies:
+            if not is_gzip(src):
+                return f"{src} is not a gzip file; pass a model folder or a model.tar.gz"
+        elif src.is_file():
+            import tempfile
+
+            with tempfile.TemporaryDirectory(prefix="mmelocal-repack-") as work:
+                _repack_plan(src, Path(work))
+        else:
+            _folder_plan(src)
+    except MmeLocalError as exc:
+        return str(exc)
+    return None
 
 
 def _folder_plan(src: Path) -> list[tuple[Path, str]]:
@@ -96,16 +119,21 @@ def _repack(tar_path: Path, dest: Path) -> Path:
     """Extract a tarball and pack what SageMaker would serve from it in the seed layout."""
     import tempfile
 
+    with tempfile.TemporaryDirectory(prefix="mmelocal-repack-") as work:
+        return create_folders_tarball(_repack_plan(tar_path, Path(work)), dest)
+
+
+def _repack_plan(tar_path: Path, work: Path) -> list[tuple[Path, str]]:
+    """Extract ``tar_path`` under ``work``: what to pack from it in the seed layout."""
     if not is_gzip(tar_path):
         raise UserInputError(
             f"{tar_path} is not a gzip file; pass a model folder or a model.tar.gz"
         )
-    with tempfile.TemporaryDirectory(prefix="mmelocal-repack-") as work:
-        root = safe_extract(tar_path, Path(work) / "x")
-        layout = read_layout(root)
-        layout.raise_for_errors(str(tar_path))
-        stem = tar_path.name.removesuffix(".gz").removesuffix(".tar").removesuffix(".tgz")
-        return create_folders_tarball(_archive_folders(layout, stem), dest)
+    root = safe_extract(tar_path, work / "x")
+    layout = read_layout(root)
+    layout.raise_for_errors(str(tar_path))
+    stem = tar_path.name.removesuffix(".gz").removesuffix(".tar").removesuffix(".tgz")
+    return _archive_folders(layout, stem)
 
 
 def _archive_folders(layout: MmeLayout, root_name: str) -> list[tuple[Path, str]]:
@@ -257,4 +285,11 @@ def disk_usage_bytes(paths: Iterable[Path | str]) -> int:
     return total
 
 
-__all__ = ["MAX_COPIES", "CopyCallback", "disk_usage_bytes", "package_copies", "package_model"]
+__all__ = [
+    "MAX_COPIES",
+    "CopyCallback",
+    "disk_usage_bytes",
+    "package_copies",
+    "package_model",
+    "packaging_problem",
+]

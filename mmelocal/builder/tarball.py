@@ -15,10 +15,12 @@ succeeded, so a half-extracted model is never visible and nothing lands outside 
 
 from __future__ import annotations
 
+import errno
 import gzip
 import logging
 import os
 import posixpath
+import secrets
 import shutil
 import tarfile
 import tempfile
@@ -80,7 +82,7 @@ def create_folders_tarball(
     if not 1 <= compresslevel <= 9:
         raise UserInputError(f"compresslevel must be in 1..9, got {compresslevel}")
     out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
+    fd, tmp_name = _new_file_beside(out)
     try:
         with (
             os.fdopen(fd, "wb") as raw,
@@ -97,6 +99,20 @@ def create_folders_tarball(
         raise
     log.info("wrote %s (%d bytes)", out, out.stat().st_size)
     return out
+
+
+def _new_file_beside(out: Path) -> tuple[int, str]:
+    """A new, uniquely named file next to ``out``, open for writing, with the mode any file
+    the user creates gets (0666 less the umask; ``tempfile.mkstemp`` gives 0600, which the
+    rename would keep)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(100):
+        name = str(out.parent / f".{out.name}.{secrets.token_hex(6)}")
+        try:
+            return os.open(name, flags, 0o666), name
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no free temporary name", str(out.parent))
 
 
 def _add_folder(tar: tarfile.TarFile, src: Path, root_name: str, mtime: int) -> None:

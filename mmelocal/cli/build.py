@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from mmelocal.builder.build import BuildOptions
-from mmelocal.cli._defaults import field_option, format_option
+from mmelocal.cli._defaults import field_option, format_option, tolerance_options
 from mmelocal.cli._options import json_flag
 
 TASKS = (
@@ -71,8 +71,7 @@ class _BatchSizes(click.ParamType):
     default=True,
     help="Compare the artifact with the source [on].",
 )
-@click.option("--atol", type=float, default=None, help="Absolute tolerance [1e-4].")
-@click.option("--rtol", type=float, default=None, help="Relative tolerance [1e-3].")
+@tolerance_options(BuildOptions)
 @click.option(
     "--weights",
     default=None,
@@ -111,8 +110,8 @@ def build(
     kind: str | None,
     warmup: bool | None,
     do_verify: bool,
-    atol: float | None,
-    rtol: float | None,
+    atol: float,
+    rtol: float,
     weights: str | None,
     revision: str | None,
     model_version: int,

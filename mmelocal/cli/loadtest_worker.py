@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import click
 
-from mmelocal.bench.loadtest.workers import DEFAULT_MASTER_PORT
-from mmelocal.cli._output import err_console
+from mmelocal.bench.loadtest.workers import (
+    DEFAULT_MASTER_PORT,
+    DEFAULT_MASTER_WAIT_S,
+    NO_MASTER_EXIT_CODE,
+)
+from mmelocal.cli._output import err_console, fail
 
 
 @click.command("loadtest-worker")
@@ -24,7 +28,17 @@ from mmelocal.cli._output import err_console
     show_default=True,
     help="Worker processes to start here (one per core they may use).",
 )
-def loadtest_worker(master_host: str, master_port: int, processes: int) -> None:
+@click.option(
+    "--master-timeout",
+    "master_wait_s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=DEFAULT_MASTER_WAIT_S,
+    show_default=True,
+    help="Seconds to wait for the master to answer before giving up (exit 1).",
+)
+def loadtest_worker(
+    master_host: str, master_port: int, processes: int, master_wait_s: float
+) -> None:
     """Join the load test that `mmelocal loadtest --remote-workers N --master-host ADDR` runs
     on another machine: the master sends the settings and the payload (no local files are
     needed) and the stage to run; this exits when the master's test ends.
@@ -47,9 +61,14 @@ def loadtest_worker(master_host: str, master_port: int, processes: int) -> None:
         master_host,
         "--master-port",
         str(master_port),
+        "--master-wait",
+        str(master_wait_s),
     ]
     err_console.print(
-        f"{processes} Locust worker(s) joining {master_host}:{master_port}", highlight=False
+        f"{processes} Locust worker(s) waiting for the master at {master_host}:{master_port} "
+        f"(up to {master_wait_s:g} s; start `mmelocal loadtest --remote-workers N "
+        "--master-host ADDR` there)",
+        highlight=False,
     )
     children = [subprocess.Popen(command, env=_child_env()) for _ in range(processes)]
     try:
@@ -59,5 +78,13 @@ def loadtest_worker(master_host: str, master_port: int, processes: int) -> None:
             if child.poll() is None:
                 child.kill()
                 child.wait()
+    if NO_MASTER_EXIT_CODE in codes:
+        fail(
+            f"no load-test master answered at {master_host}:{master_port} within "
+            f"{master_wait_s:g} s: start the master first (mmelocal loadtest --remote-workers "
+            "N --master-host ADDR), check --master-host/--master-port and that the port is "
+            "reachable from here, or wait longer with --master-timeout",
+            code=1,
+        )
     if any(codes):
         raise SystemExit(max(codes))

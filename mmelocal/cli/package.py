@@ -31,7 +31,8 @@ from mmelocal.cli._defaults import field_option
     "check",
     default=True,
     show_default=True,
-    help="Validate the model first and refuse to package a broken one.",
+    help="Validate the model first and refuse to package a broken one (without it the "
+    "packager still refuses a config it cannot parse or a layout SageMaker cannot serve).",
 )
 def package(model_dir: Path, out_dir: Path, copies: int | None, prefix: str, check: bool) -> None:
     """Package MODEL_DIR for an MME: a model folder, an ensemble with its steps, or a
@@ -52,10 +53,7 @@ def package(model_dir: Path, out_dir: Path, copies: int | None, prefix: str, che
         if not report.ok:
             for p in report.errors:
                 console.print(f"[bold red]{p.code}[/] {p.path}: {p.message}", highlight=False)
-            fail(
-                f"{model_dir} has {len(report.errors)} problem(s); fix them or pass --no-validate",
-                code=1,
-            )
+            fail(_refusal(model_dir, len(report.errors), copies is not None), code=1)
     methods: dict[str, int] = {}
     if copies is None:
         with console.status(f"packaging {model_dir}"):
@@ -88,3 +86,15 @@ def package(model_dir: Path, out_dir: Path, copies: int | None, prefix: str, che
     table.add_row("tarball bytes", f"{paths[0].stat().st_size:,}")
     table.add_row("bytes on disk", f"{disk_usage_bytes(paths):,}")
     console.print(table)
+
+
+def _refusal(model_dir: Path, count: int, copies: bool) -> str:
+    """The line for a model that failed validation: what will get it packaged (the packager
+    parses every config itself, so --no-validate helps only where the packager would
+    accept the model)."""
+    from mmelocal.builder.package import packaging_problem
+
+    head = f"{model_dir} has {count} problem(s)"
+    if packaging_problem(model_dir, copies=copies) is None:
+        return f"{head}; fix them, or pass --no-validate to package it as it is"
+    return f"{head}; fix them: the packager cannot read it either, so --no-validate would not help"

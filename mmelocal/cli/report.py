@@ -18,7 +18,8 @@ from mmelocal.cli._output import console
     "out_dir",
     required=True,
     type=click.Path(file_okay=False, path_type=Path),
-    help="Folder for index.html, the PNG plots, CSV and results.json.",
+    help="Folder for index.html, the PNG plots, CSV and results.json; a report written "
+    "there again removes the earlier report's files it does not rewrite (others stay).",
 )
 @click.option(
     "--title", default="mmelocal report", show_default=True, help="Title of the report page."

@@ -153,10 +153,9 @@ def serve(
     console.print(
         f"[bold]MME emulator[/] starting: store [cyan]{emulator.store.description}[/], "
         f"endpoint [green]http://{shown}:{port}[/] (Ctrl-C or SIGTERM stops it)\n"
-        f"  boto3: boto3.client('sagemaker-runtime', endpoint_url='http://{shown}:{port}')"
-        f".invoke_endpoint(EndpointName='{endpoint_name}', "
-        "TargetModel='model.tar.gz', ...)\n"
-        f"  metrics: http://{shown}:{port}/metrics   state: http://{shown}:{port}/emulator/state",
+        + _invoke_hint(emulator.store, f"http://{shown}:{port}", endpoint_name)
+        + f"\n  metrics: http://{shown}:{port}/metrics   state: "
+        f"http://{shown}:{port}/emulator/state",
         highlight=False,
     )
     with contextlib.suppress(KeyboardInterrupt):
@@ -167,3 +166,28 @@ def serve(
             )
         )
     console.print("emulator stopped")
+
+
+def _invoke_hint(store: Any, url: str, endpoint_name: str) -> str:
+    """The banner's boto3 line, with a TargetModel the store holds; for an empty store,
+    how to put one there (the markup of the banner is escaped here)."""
+    from rich.markup import escape
+
+    from mmelocal.emulator.store import S3Store, sample_targets
+
+    targets = sample_targets(store)
+    if targets == []:
+        where = escape(store.description)
+        if isinstance(store, S3Store):
+            add = f"upload a model.tar.gz under {where} (TargetModel is its key there)"
+        else:
+            add = (
+                f"write one with `mmelocal package MODEL_DIR --out {where}` (TargetModel is "
+                "the file name, model.tar.gz)"
+            )
+        return f"  the store holds no model archive yet: {add}; one added later is served"
+    target = targets[0] if targets else "KEY-UNDER-THE-STORE.tar.gz"
+    return escape(
+        f"  boto3: boto3.client('sagemaker-runtime', endpoint_url='{url}')"
+        f".invoke_endpoint(EndpointName='{endpoint_name}', TargetModel='{target}', ...)"
+    )

@@ -46,7 +46,13 @@ def triton() -> None:
     help="Turn on the SageMaker front end.",
 )
 @_port_option("sagemaker_port", help="0 = free.")
-@click.option("--load", "load_models", multiple=True, help="Model to load at start (repeatable).")
+@click.option(
+    "--load",
+    "load_models",
+    multiple=True,
+    help="Model to load at start (repeatable); the pip tritonserver loads Python-backend "
+    "models only (check and serve run TorchScript and ONNX through their copies).",
+)
 @click.option(
     "--log-verbose",
     type=click.IntRange(min=0),

@@ -18,6 +18,7 @@ import dataclasses
 import logging
 import shutil
 import tempfile
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,10 +83,12 @@ class Emulator:
     ) -> None:
         self.config = config
         self.store = store or open_store(config.store, s3_endpoint_url=config.s3_endpoint_url)
-        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        #: removes the temporary cache (no ``cache_dir`` given) at stop or exit, unless a
+        #: failed start keeps it for the log its error names
+        self._tmp: weakref.finalize[Any, Any] | None = None
         if config.cache_dir is None:
-            self._tmp = tempfile.TemporaryDirectory(prefix="mmelocal-mme-")
-            self.cache_dir = Path(self._tmp.name)
+            self.cache_dir = Path(tempfile.mkdtemp(prefix="mmelocal-mme-"))
+            self._tmp = weakref.finalize(self, shutil.rmtree, self.cache_dir, ignore_errors=True)
         else:
             self.cache_dir = Path(config.cache_dir)
         self.cache_dir.mkdir(parents=True, exist_ok=True)
@@ -256,7 +259,8 @@ class Emulator:
             # a store that cannot work fails now, before any Triton starts
             await asyncio.get_running_loop().run_in_executor(None, self.store.check)
             await asyncio.gather(*(inst.start() for inst in self.instances))
-        except BaseException:
+        except BaseException as exc:
+            self._keep_log_of(exc)
             await self.stop()
             raise
         self.watchdog.start()
@@ -280,8 +284,21 @@ class Emulator:
             inst.close()
             inst.cache.close()
         if self._tmp is not None:
-            self._tmp.cleanup()
+            self._tmp()
             self._tmp = None
+
+    def _keep_log_of(self, exc: BaseException) -> None:
+        """Keep the temporary cache when the start-up error ``exc`` names a log inside it
+        (a Triton that died before it could listen): the error's path must stay readable."""
+        log_path = getattr(exc, "log_path", None)
+        if self._tmp is None or log_path is None:
+            return
+        if Path(log_path).resolve().is_relative_to(self.cache_dir.resolve()):
+            self._tmp.detach()
+            self._tmp = None
+            logger.warning(
+                "start failed: kept %s for the server log (delete it when done)", self.cache_dir
+            )
 
     # -- scaling -----------------------------------------------------------------------
     async def add_instance(self) -> TritonInstance | None:

@@ -261,6 +261,34 @@ class S3Store:
         return os.path.getsize(dest)
 
 
+#: what a TargetModel example is taken from: the names of model archives
+_ARCHIVE_SUFFIXES = (".tar.gz", ".tgz")
+
+
+def sample_targets(store: ModelStore, *, limit: int = 1) -> list[str] | None:
+    """Up to ``limit`` TargetModel keys of model archives the store holds (a folder: in
+    sorted order; S3: in key order, from the first listing page), for examples to show
+    a user; ``[]`` when it holds none, None when it cannot be listed (a refused S3
+    listing, a store of another kind)."""
+    if isinstance(store, LocalStore):
+        found = sorted(
+            path.relative_to(store.root).as_posix()
+            for path in store.root.rglob("*")
+            if path.name.endswith(_ARCHIVE_SUFFIXES) and path.is_file()
+        )
+        return [t for t in found if not any(p.startswith(".") for p in t.split("/"))][:limit]
+    if isinstance(store, S3Store):
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            page = store._client.list_objects_v2(Bucket=store.bucket, Prefix=store.prefix)
+        except (BotoCoreError, ClientError):
+            return None
+        keys = [str(o["Key"])[len(store.prefix) :] for o in page.get("Contents", [])]
+        return [k for k in keys if k.endswith(_ARCHIVE_SUFFIXES)][:limit]
+    return None
+
+
 def open_store(spec: str | Path, *, s3_endpoint_url: str | None = None) -> ModelStore:
     """A store from ``DIR`` or ``s3://bucket/prefix`` (the endpoint from the argument or
     ``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL``, read now)."""
@@ -283,5 +311,6 @@ __all__ = [
     "ModelStore",
     "S3Store",
     "open_store",
+    "sample_targets",
     "validate_target",
 ]

@@ -102,6 +102,34 @@ def read_detached(name: str = "default", *, root: Path | None = None) -> Detache
     return DetachedServer(**data)
 
 
+def refuse_native_loads(config: ServerConfig) -> None:
+    """Refuse, before anything starts, a model of ``config.load_models`` that needs a backend
+    the pip tritonserver lacks (it has the Python backend only, so Triton would fail the
+    load with "unable to find backend library"). A kept server serves the repository as it
+    is; ``mmelocal check`` and ``mmelocal serve`` run such models through mmelocal's
+    Python-backend copies (:mod:`mmelocal.runtime.python_copies`)."""
+    from mmelocal.builder.backends import CLI_FLAGS, PIP_SERVER_BACKENDS, backend_of
+    from mmelocal.builder.model_config import read_config
+    from mmelocal.errors import MmeLocalError
+
+    for name in config.load_models:
+        folder = Path(config.model_repository) / name
+        try:
+            model = read_config(folder / "config.pbtxt")
+        except (OSError, MmeLocalError):
+            continue  # Triton's own load says what is wrong with it
+        needed = backend_of(model)
+        if not needed or needed in PIP_SERVER_BACKENDS:
+            continue
+        kind = model.platform or f"backend {needed!r}"
+        raise UserInputError(
+            f"model {name!r} is a {kind} model: the pip tritonserver has the Python backend "
+            f"only, so it cannot load it; `mmelocal check {folder}` and `mmelocal serve` run "
+            "it through mmelocal's Python-backend copy, and Triton's Docker image runs it as "
+            f"it is (`mmelocal check|serve {CLI_FLAGS.docker}`)"
+        )
+
+
 def start_detached(
     config: ServerConfig,
     *,
@@ -110,8 +138,13 @@ def start_detached(
     start_timeout_s: float = 120.0,
     root: Path | None = None,
 ) -> DetachedServer:
-    """Start tritonserver detached from this process and record it; fails if one runs."""
+    """Start tritonserver detached from this process and record it; fails if one runs, and
+    before starting when a model to load at start needs a backend the pip tritonserver
+    lacks (see :func:`refuse_native_loads`)."""
     from mmelocal.runtime.local import LocalLauncher
+
+    if tritonserver is None:
+        refuse_native_loads(config)
 
     existing = read_detached(name, root=root)
     if existing is not None and existing.is_alive():

@@ -28,7 +28,9 @@ from typing import Any
 
 from mmelocal.builder.backends import (
     BUILTIN_BACKENDS,
+    CLI_FLAGS,
     NATIVE_FORMATS,
+    LauncherFlags,
     backend_of,
     default_instance_count,
     execution_env_problem,
@@ -96,6 +98,7 @@ def prepare_model_for_server(
     backends_available: Iterable[str],
     gpu: bool,
     folder_name: str | None = None,
+    flags: LauncherFlags = CLI_FLAGS,
 ) -> PreparedModel:
     """Write a copy of ``model_dir`` into ``out_dir/<folder_name or name>`` that this
     server can load.
@@ -105,6 +108,7 @@ def prepare_model_for_server(
     server lacks are derived (module docstring). An existing folder is replaced
     atomically. A model this host cannot run at all (a TensorRT plan without a GPU, a
     TensorFlow model) raises :class:`~mmelocal.errors.UnsupportedModelError` at once.
+    Hints name ``flags``: the CLI's by default, the pytest plugin's under pytest.
     """
     source = Path(model_dir)
     config_path = source / "config.pbtxt"
@@ -121,7 +125,7 @@ def prepare_model_for_server(
     needed = required_backend(config)
     available = frozenset(backends_available)
     notes: list[str] = []
-    limit = host_limit(config, gpu=gpu, backends=available)
+    limit = host_limit(config, gpu=gpu, backends=available, flags=flags)
     if limit is not None:
         raise UnsupportedModelError(limit, model_name=name)
     env_problem = execution_env_problem(config, source, stub_python=STUB_PYTHON)
@@ -139,7 +143,7 @@ def prepare_model_for_server(
             raise ConfigError(
                 f"model {name!r} needs the {needed!r} backend, which this server lacks "
                 f"(available: {', '.join(sorted(available))}); start one that has it, e.g. "
-                "--launcher docker",
+                f"{flags.docker}",
                 path=config_path,
             )
         _derive_config(config, source, notes, gpu=gpu)

@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from mmelocal.builder.backends import CONTAINER_BACKENDS, PIP_SERVER_BACKENDS
+from mmelocal.builder.backends import CONTAINER_BACKENDS, PIP_SERVER_BACKENDS, PYTEST_FLAGS
 from mmelocal.errors import UserInputError
 from mmelocal.runtime.client import TritonClient
 from mmelocal.runtime.launcher import TritonLauncher
@@ -135,7 +135,11 @@ class TestTritonServer(StartStopContext):
         if not (model_dir / "config.pbtxt").is_file():
             raise UserInputError(_not_a_model_folder(model_dir))
         prepared = prepare_model_for_server(
-            model_dir, self.repository, backends_available=self.backends, gpu=self.gpu
+            model_dir,
+            self.repository,
+            backends_available=self.backends,
+            gpu=self.gpu,
+            flags=PYTEST_FLAGS,  # the plugin's server: its hints name the plugin's flags
         )
         if name is not None and name != prepared.name:
             raise UserInputError(

@@ -103,6 +103,27 @@ def test_the_runtime_in_the_first_copys_own_memory_is_counted_once() -> None:
     assert result.implied_count == result.count == 3
 
 
+def test_the_projection_and_the_footprint_in_two_parts_give_one_count() -> None:
+    """The summary printed "projection onto this memory budget gives 3 copies" from the mean
+    growth (the first copy's runtime in every copy) beside "copy: 297 MiB, torch runtime
+    once: 76 MiB -> 4 copies": two counts for one budget. Both now use the parts, as the
+    projection onto other cards does; the parts are right (the fake fits 7)."""
+    inst = FakeInstance(
+        total=2000 * MIB,
+        baseline=100 * MIB,
+        footprint=200 * MIB,
+        shared=300 * MIB,
+        runtime_in_first=True,
+    )
+    result = run_fake_capacity(inst, threshold=0.9, max_copies=2)
+    assert result.per_model_mean_bytes == 350 * MIB  # floor(1700 / 350) = 4: too few
+    # 100 + 300 + 7 x 200 = 1800 = 0.9 x 2000: seven copies fit
+    assert result.implied_count == 7
+    assert result.projected_count == 7
+    lines = "\n".join(result.summary_lines())
+    assert "gives 7 copies" in lines and "-> 7 copies" in lines, lines
+
+
 def test_one_copy_splits_on_its_own_figure() -> None:
     inst = FakeInstance(total=1200 * MIB, baseline=100 * MIB, footprint=150 * MIB, shared=300 * MIB)
     result = run_fake_capacity(inst, max_copies=1)

@@ -326,6 +326,31 @@ def test_built_torchscript_folder_reads_its_config(tmp_path: Path) -> None:
     assert [c.gpu for c in estimate.cards] == ["T4"]
 
 
+def test_estimating_a_torchscript_prints_no_torch_deprecation(tmp_path: Path) -> None:
+    """torch 2.9+ calls ``torch.jit.load`` deprecated (a FutureWarning that ``capacity
+    estimate`` printed); that one warning is silenced around the call, and only there."""
+    import warnings
+
+    from mmelocal.bench.estimate.model import estimate_model
+
+    folder = tmp_path / "mlp"
+    (folder / "1").mkdir(parents=True)
+    torch.jit.script(_mlp()).save(str(folder / "1" / "model.pt"))
+    (folder / "config.pbtxt").write_text(
+        'platform: "pytorch_libtorch"\nmax_batch_size: 4\n'
+        'input { name: "INPUT__0" data_type: TYPE_FP32 dims: [4] }\n'
+        'output { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [2] }\n'
+    )
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        estimate_model(folder, instance_types=["ml.g4dn.xlarge"])
+        # a FutureWarning after it still shows: nothing was silenced for the caller
+        warnings.warn("the caller's own warning", FutureWarning, stacklevel=1)
+    messages = [str(w.message) for w in seen]
+    assert not [m for m in messages if "torch.jit.load" in m], messages
+    assert "the caller's own warning" in messages
+
+
 #: instance_group -> the instances Triton places on the one GPU of a SageMaker GPU instance
 #: (core src/model_config_utils.cc NormalizeInstanceGroup: no group is one KIND_AUTO group,
 #: KIND_AUTO listing an absent GPU runs on the CPU, an unset count is 1 per listed GPU;

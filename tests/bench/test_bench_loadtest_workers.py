@@ -9,6 +9,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -318,3 +319,23 @@ def test_stage_clock_files_by_send_time_and_forgets_a_hold_that_never_began() ->
     assert clock.at(2.9) == (0, False)
     assert clock.at(3.2) == (1, False)
     assert clock.at(6.0) == (1, True)
+
+
+def test_a_worker_with_no_master_says_it_waits_and_gives_up_with_a_clear_error() -> None:
+    """It printed one line and then waited in silence (Locust retries for about 5 min and
+    then raised a traceback); it now says where it waits and stops after --master-timeout."""
+    port = pick_free_port()
+    command = ["loadtest-worker", "--master-host", "127.0.0.1", "--master-port", str(port)]
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "mmelocal", *command, "--master-timeout", "2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    err = " ".join(result.stderr.split())
+    assert result.returncode == 1, err
+    assert f"waiting for the master at 127.0.0.1:{port}" in err
+    assert f"no load-test master answered at 127.0.0.1:{port} within 2 s" in err
+    assert "Traceback" not in err
+    assert time.monotonic() - started < 60

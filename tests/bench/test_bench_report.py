@@ -118,3 +118,19 @@ def test_a_shape_that_goes_back_down_is_plotted_per_step(tmp_path: Path) -> None
     assert _users_axis(ax, loadtest.steps) == [10.0, 20.0, 40.0, 60.0, 80.0]
     spiky = dataclasses.replace(loadtest, steps=tuple(steps))
     assert len(open_every_png(write_report([spiky], tmp_path / "out").html)) == 2
+
+
+def test_a_report_written_again_removes_only_its_own_earlier_files(tmp_path: Path) -> None:
+    """A second report into the same folder left the first one's plots and tables beside
+    its own (stale files that looked current); the user's own files must stay."""
+    out = tmp_path / "out"
+    first = write_report([fake_loadtest(), run_fake_capacity(_instance())], out)
+    (out / "notes.txt").write_text("mine")
+    (out / "loadtest-9.png").write_bytes(b"mine too")  # named like a report's, not written by one
+    second = write_report([project(per_model_bytes=200 * MIB, baseline_bytes=100 * MIB)], out)
+    written = {p.name for p in (second.html, second.json, *second.png, *second.csv)}
+    stale = {p.name for p in (*first.png, *first.csv)} - written
+    assert stale and not [name for name in stale if (out / name).exists()]
+    assert all((out / name).exists() for name in written)
+    assert (out / "notes.txt").read_text() == "mine"
+    assert (out / "loadtest-9.png").read_bytes() == b"mine too"

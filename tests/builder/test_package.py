@@ -239,3 +239,36 @@ def test_an_ensemble_folder_is_packed_with_the_steps_beside_it(tmp_path: Path) -
     shutil.rmtree(step)
     with pytest.raises(UserInputError, match=r"'step'.*no folder"):
         package_model(ens, tmp_path / "out2")
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_a_tarball_gets_the_users_default_mode(tmp_path: Path, model: Path, umask: int) -> None:
+    """Like any file the user creates (0666 less the umask); it was 0600 (tempfile's)."""
+    old = os.umask(umask)
+    try:
+        paths = [package_model(model, tmp_path / "one")]
+        paths += package_copies(model, tmp_path / "many", copies=2)
+    finally:
+        os.umask(old)
+    assert {oct(p.stat().st_mode & 0o777) for p in paths} == {oct(0o666 & ~umask)}
+
+
+def test_a_refusal_offers_no_validate_only_where_it_would_package(
+    tmp_path: Path, model: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The packager itself must parse the config: for a config it cannot read, "pass
+    --no-validate" was a dead end (that run fails too). The line now says what works."""
+    config = model / "config.pbtxt"
+    text = config.read_text()
+    config.write_text(text.replace('name: "tiny"', 'name: "other"'))  # a check's finding only
+    assert main(["package", str(model), "--out", str(tmp_path / "a")]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert "--no-validate" in err
+    assert main(["package", str(model), "--out", str(tmp_path / "a"), "--no-validate"]) == 0
+    capsys.readouterr()
+    config.write_text(text + "bogus_field: 1\n")  # the packager cannot read it either
+    assert main(["package", str(model), "--out", str(tmp_path / "b")]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert "--no-validate would not help" in err, err
+    assert main(["package", str(model), "--out", str(tmp_path / "b"), "--no-validate"]) == 2
+    assert not (tmp_path / "b").exists()

@@ -37,3 +37,28 @@ def test_every_option_has_a_help_text() -> None:
         if isinstance(param, click.Option) and not param.hidden and not (param.help or "").strip()
     ]
     assert not missing, missing
+
+
+def _option(path: str, flag: str) -> click.Option:
+    command = dict(_commands())[path]
+    return next(p for p in command.params if isinstance(p, click.Option) and flag in p.opts)
+
+
+def test_defaults_in_help_are_the_librarys_values() -> None:
+    """``build --atol/--rtol`` and ``traffic make --zipf`` restated their defaults in the help
+    text ("[1e-4]", "(default 1.0)"), apart from the values the library uses; they now
+    carry the library's value as their default, shown as every other default is."""
+    from mmelocal.builder.verify import default_tolerances
+    from mmelocal.cli._defaults import default_of
+    from mmelocal.traffic.make import Popularity
+
+    atol, rtol = default_tolerances("fp32")
+    expected = {
+        ("mmelocal build", "--atol"): atol,
+        ("mmelocal build", "--rtol"): rtol,
+        ("mmelocal traffic make", "--zipf"): default_of(Popularity, "zipf_s"),
+    }
+    for (path, flag), value in expected.items():
+        option = _option(path, flag)
+        assert option.default == value and option.show_default, (path, flag, option.default)
+        assert "default" not in (option.help or "") and "[" not in (option.help or ""), option.help

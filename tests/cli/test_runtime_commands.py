@@ -116,3 +116,32 @@ def test_triton_start_repo_that_cannot_be_made_is_one_line(
     assert got == 2 and "Traceback" not in text, text
     lines = error_lines(text)
     assert lines and "cannot create the model repository" in lines[-1], text
+
+
+@pytest.mark.parametrize(
+    ("platform", "artifact"),
+    [("pytorch_libtorch", "model.pt"), ("onnxruntime_onnx", "model.onnx")],
+)
+def test_triton_start_refuses_to_load_what_the_pip_server_cannot(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    platform: str,
+    artifact: str,
+) -> None:
+    """``triton start --load`` of a TorchScript or ONNX model started a server whose load
+    then failed with Triton's "unable to find backend library for backend 'pytorch'": the
+    pip tritonserver has the Python backend only. It now refuses first, in one line, and
+    says what runs the model (check, serve, or the Docker launcher)."""
+    monkeypatch.setenv("MMELOCAL_STATE_DIR", str(tmp_path / "state"))
+    repo = tmp_path / "repo"
+    (repo / "m" / "1").mkdir(parents=True)
+    (repo / "m" / "1" / artifact).write_bytes(b"x")
+    (repo / "m" / "config.pbtxt").write_text(f'name: "m"\nplatform: "{platform}"\n')
+    code, text = run(capsys, "triton", "start", "--repo", str(repo), "--load", "m")
+    assert code == 2, text
+    assert len(error_lines(text)) == 1, text
+    words = " ".join(text.split())
+    assert f"model 'm' is a {platform} model" in words, words
+    assert "mmelocal check" in words and "mmelocal serve" in words and "--launcher docker" in words
+    assert not list((tmp_path / "state").rglob("*.json"))  # no server was started

@@ -172,3 +172,51 @@ def test_config_names_the_field_and_the_allowed_values(
     with pytest.raises(UserInputError) as info:
         EmulatorConfig(store="unused", **{field: value})  # type: ignore[arg-type]
     assert words in str(info.value)
+
+
+@pytest.fixture
+def silent_tritonserver(tmp_path: Path) -> Path:
+    """A tritonserver that exits at once and writes nothing (so serve stops after its banner)."""
+    broken = tmp_path / "bin" / "tritonserver"
+    broken.parent.mkdir()
+    broken.write_text("#!/bin/sh\nexit 3\n")
+    broken.chmod(0o755)
+    return broken
+
+
+def test_the_banner_names_a_target_model_the_store_holds(
+    tmp_path: Path, silent_tritonserver: Path
+) -> None:
+    """It suggested TargetModel='model.tar.gz' whatever the store held."""
+    store = tmp_path / "store"
+    (store / "team").mkdir(parents=True)
+    args = ["--store", str(store), "--port", "0", "--tritonserver", str(silent_tritonserver)]
+    empty = " ".join(_serve(*args).stdout.split())
+    assert "TargetModel=" not in empty, empty
+    hint = f"no model archive yet: write one with `mmelocal package MODEL_DIR --out {store}`"
+    assert hint in empty, empty
+    write_tarball(store / "team" / "bert-7.tar.gz")
+    write_tarball(store / "resnet-2.tar.gz")
+    shown = "".join(_serve(*args).stdout.split())  # the banner wraps at the terminal width
+    assert "TargetModel='resnet-2.tar.gz'" in shown, shown
+
+
+def test_a_failed_start_keeps_the_log_it_names(tmp_path: Path, silent_tritonserver: Path) -> None:
+    """With no --cache-dir the log lives in a temporary cache, which was deleted at exit: the
+    error named a log that no longer existed."""
+    (tmp_path / "store").mkdir()
+    (tmp_path / "tmp").mkdir()
+    args = ["--store", str(tmp_path / "store"), "--tritonserver", str(silent_tritonserver)]
+    result = subprocess.run(
+        [sys.executable, "-m", "mmelocal", "serve", *args, "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "TMPDIR": str(tmp_path / "tmp")},
+    )
+    assert result.returncode == 2, result.stderr
+    err = "".join(result.stderr.split())  # the line wraps at the terminal width
+    found = re.search(r"\(log:(/\S+?\.log)\)", err)
+    assert found is not None, result.stderr
+    assert Path(found[1]).is_file(), result.stderr
+    assert Path(found[1]).is_relative_to(tmp_path / "tmp")

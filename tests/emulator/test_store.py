@@ -175,3 +175,27 @@ def test_a_download_refused_after_the_head_is_told_apart_too(
         store = S3Store("bucket", endpoint_url=url_of(server))
         with pytest.raises(StoreAccessError, match="AccessDenied"):
             store.fetch("m.tar.gz", tmp_path / "m.tar.gz")
+
+
+def test_sample_targets_of_a_folder_and_an_s3_prefix(
+    local_aws_env: LocalAws, bucket: str, tmp_path: Path
+) -> None:
+    """What ``serve``'s banner offers as a TargetModel: a model archive the store holds."""
+    import boto3
+
+    from mmelocal.emulator.store import sample_targets
+
+    folder = tmp_path / "store"
+    (folder / "team").mkdir(parents=True)
+    (folder / "notes.txt").write_text("not a model")
+    assert sample_targets(LocalStore(folder)) == []
+    (folder / "team" / "b.tar.gz").write_bytes(b"x")
+    (folder / "a.tgz").write_bytes(b"x")
+    assert sample_targets(LocalStore(folder), limit=5) == ["a.tgz", "team/b.tar.gz"]
+    client = boto3.client("s3", endpoint_url=local_aws_env.url, region_name="us-east-1")
+    store = S3Store(bucket, "sample", endpoint_url=local_aws_env.url)
+    assert sample_targets(store) == []
+    client.put_object(Bucket=bucket, Key="sample/x/m-1.tar.gz", Body=b"x")
+    client.put_object(Bucket=bucket, Key="samplex/other.tar.gz", Body=b"x")
+    assert sample_targets(store, limit=5) == ["x/m-1.tar.gz"]
+    assert sample_targets(S3Store("no-such-bucket", endpoint_url=local_aws_env.url)) is None

@@ -353,3 +353,27 @@ def test_test_server_refuses_an_argument_its_launcher_does_not_read() -> None:
 
     with pytest.raises(UserInputError, match="docker_image is only read by launcher docker"):
         TestTritonServer(launcher="local", docker_image="my/triton:1")
+
+
+def test_a_missing_backend_is_hinted_with_the_plugins_own_flags(tmp_path: Path) -> None:
+    """Under pytest the hint said ``--launcher docker`` (the CLI's flag); the plugin's is
+    ``--mmelocal-launcher docker`` (its image: ``--mmelocal-docker-image``)."""
+    from mmelocal.errors import MmeLocalError
+    from mmelocal.testing.tiny_model import write_model
+    from mmelocal.testing.triton import TestTritonServer
+
+    python_model = write_model(tmp_path / "models", name="tiny")
+    tf_model = tmp_path / "models" / "tf"
+    (tf_model / "1" / "model.savedmodel").mkdir(parents=True)
+    (tf_model / "config.pbtxt").write_text('name: "tf"\nplatform: "tensorflow_savedmodel"\n')
+    server = TestTritonServer(backends=frozenset({"onnxruntime"}))
+    try:
+        for model in (python_model, tf_model):
+            with pytest.raises(MmeLocalError) as info:
+                server.add_model(model)
+            text = str(info.value)
+            assert "--mmelocal-launcher docker" in text, text
+            assert " --launcher" not in text and "`--launcher" not in text, text
+        assert "--mmelocal-docker-image" in text
+    finally:
+        server.stop()

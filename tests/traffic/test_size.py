@@ -171,3 +171,16 @@ def test_the_cli_answer_is_readable_in_an_80_column_terminal(tmp_path) -> None: 
         "given (--service-ms)",
     ):
         assert shown in words, result.output
+
+
+def test_no_configuration_meeting_the_slo_exits_1_not_the_usage_code(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """The answer "none meets it" is a result, like a failed check (exit 1); 2 is bad input."""
+    from mmelocal.cli.main import main
+    from mmelocal.traffic.trace import write_trace
+
+    trace = make_trace(models=20, rate_rps=5, duration_s=60, seed=0)
+    path = write_trace(trace, tmp_path / "t.csv")
+    args = ["traffic", "size", str(path), "--slo-p99-ms", "1", "--service-ms", "10"]
+    args += ["--instance-type", "ml.g5.xlarge", "--models-per-instance", "3", "--max-count", "2"]
+    assert main(args) == 1
+    assert "no configuration meets the SLO" in " ".join(capsys.readouterr().err.split())

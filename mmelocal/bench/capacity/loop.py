@@ -400,15 +400,10 @@ def with_projection(result: CapacityResult, gpus: Sequence[GpuSpec] | None) -> C
     """``result`` with its projection onto ``gpus`` (default: the packaged cards): each copy
     costs its marginal part; the shared runtime is paid once, like the baseline. A result
     read from host memory (no GPU) gets none: host footprints do not project to a GPU."""
-    if result.on_host_memory:
+    parts = result.projection_parts
+    if result.on_host_memory or parts is None:
         return result
-    per_model, baseline = result.marginal_mean_bytes, result.baseline_bytes
-    if per_model is not None and result.shared_runtime_bytes is not None:
-        baseline += result.shared_runtime_bytes
-    else:
-        per_model = result.per_model_mean_bytes
-    if per_model is None or per_model <= 0:
-        return result
+    per_model, baseline = parts
     from mmelocal.bench.capacity.projection import project
 
     projection = project(

@@ -150,15 +150,30 @@ class CapacityResult(BenchResult, kind="capacity"):
         )
 
     @property
-    def projected_count(self) -> int | None:
-        """The projection formula applied to the measured card itself (should be ``count``)."""
+    def projection_parts(self) -> tuple[float, int] | None:
+        """``(per model, baseline)`` bytes every projection of this result uses: a copy's
+        own part, with the shared runtime paid once beside the baseline, where the parts
+        were read; else the mean growth per copy and the baseline. None before any copy."""
+        marginal, shared = self.marginal_mean_bytes, self.shared_runtime_bytes
+        if marginal is not None and shared is not None and marginal > 0:
+            return marginal, self.baseline_bytes + shared
         mean = self.per_model_mean_bytes
         if not mean or mean <= 0:
             return None
+        return mean, self.baseline_bytes
+
+    @property
+    def projected_count(self) -> int | None:
+        """The projection formula applied to the measured card itself (should be ``count``),
+        with the same parts as the projection onto other cards (:attr:`projection_parts`)."""
+        parts = self.projection_parts
+        if parts is None:
+            return None
+        per_model, baseline = parts
         return project_count(
             total_bytes=self.total_bytes,
-            baseline_bytes=self.baseline_bytes,
-            per_model_bytes=mean,
+            baseline_bytes=baseline,
+            per_model_bytes=per_model,
             threshold=self.threshold,
         )
 

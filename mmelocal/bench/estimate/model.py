@@ -416,12 +416,20 @@ def _load_torchscript(artifact: Path) -> tuple[Any, str]:
     ``mmelocal build`` writes for a Hugging Face model) holds tensor constants that
     ``torch.jit.load`` compares with ``aten::equal``, which meta tensors lack; such a module
     cannot be moved to meta afterwards either (its parameters are plain tensors)."""
+    import warnings
+
     import torch
 
-    try:
-        return torch.jit.load(str(artifact), map_location="meta"), "meta"
-    except NotImplementedError:
-        return torch.jit.load(str(artifact), map_location="cpu"), "cpu"
+    with warnings.catch_warnings():
+        # torch 2.9+ warns that torch.jit.load is deprecated: noise for a user who only
+        # asks for an estimate; every other warning still shows
+        warnings.filterwarnings(
+            "ignore", message=r"`torch\.jit\.load` is deprecated", category=FutureWarning
+        )
+        try:
+            return torch.jit.load(str(artifact), map_location="meta"), "meta"
+        except NotImplementedError:
+            return torch.jit.load(str(artifact), map_location="cpu"), "cpu"
 
 
 def _dtype_name(value: int) -> str:

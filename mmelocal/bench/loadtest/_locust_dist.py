@@ -29,6 +29,7 @@ monkey.patch_all()
 
 import argparse  # noqa: E402
 import json  # noqa: E402
+import math  # noqa: E402
 import os  # noqa: E402
 import random  # noqa: E402
 import socket  # noqa: E402
@@ -41,6 +42,7 @@ from typing import Any  # noqa: E402
 import gevent  # noqa: E402
 import gevent.event  # noqa: E402
 import locust  # noqa: E402
+import locust.runners  # noqa: E402
 import numpy as np  # noqa: E402
 from locust import LoadTestShape, User, argument_parser  # noqa: E402
 from locust.env import Environment  # noqa: E402
@@ -50,7 +52,7 @@ from mmelocal.bench.loadtest._locust_schedule import register_replay  # noqa: E4
 from mmelocal.bench.loadtest._locust_worker import StageCpu, _emit, user_class  # noqa: E402
 from mmelocal.bench.loadtest.shape import LoadShape  # noqa: E402
 from mmelocal.bench.loadtest.stepstats import StageClock, stage_steps  # noqa: E402
-from mmelocal.bench.loadtest.workers import BATCH_INTERVAL_S  # noqa: E402
+from mmelocal.bench.loadtest.workers import BATCH_INTERVAL_S, NO_MASTER_EXIT_CODE  # noqa: E402
 
 HELLO = "mmelocal_hello"
 SETUP = "mmelocal_setup"
@@ -364,10 +366,22 @@ class _WorkerState:
         return batch
 
 
-def run_worker(master_host: str, master_port: int) -> int:
-    """Join the master, take its settings and payload, run the users it assigns."""
+def run_worker(master_host: str, master_port: int, wait_s: float | None = None) -> int:
+    """Join the master, take its settings and payload, run the users it assigns; with
+    ``wait_s``, give up when no master has answered after that many seconds (exit
+    :data:`~mmelocal.bench.loadtest.workers.NO_MASTER_EXIT_CODE`)."""
     env = Environment(user_classes=[], events=locust.events)
-    runner = env.create_worker_runner(master_host=master_host, master_port=master_port)
+    if wait_s is not None:
+        # Locust's worker sends client_ready and waits CONNECT_TIMEOUT s for the master's
+        # answer, CONNECT_RETRY_COUNT + 1 times, then raises ConnectionError (runners.py,
+        # WorkerRunner.connect_to_master): module settings, read at each try
+        step_s = max(1, min(locust.runners.CONNECT_TIMEOUT, math.ceil(wait_s)))
+        locust.runners.CONNECT_TIMEOUT = step_s
+        locust.runners.CONNECT_RETRY_COUNT = max(0, math.ceil(wait_s / step_s) - 1)
+    try:
+        runner = env.create_worker_runner(master_host=master_host, master_port=master_port)
+    except ConnectionError:
+        return NO_MASTER_EXIT_CODE
     state = _WorkerState()
     done = gevent.event.Event()
 
@@ -436,9 +450,10 @@ def main(argv: list[str]) -> int:
     worker = sub.add_parser("worker")
     worker.add_argument("--master-host", required=True)
     worker.add_argument("--master-port", type=int, required=True)
+    worker.add_argument("--master-wait", type=float, default=None)
     args = parser.parse_args(argv)
     if args.role == "worker":
-        return run_worker(args.master_host, args.master_port)
+        return run_worker(args.master_host, args.master_port, args.master_wait)
     config = json.loads(Path(args.config).read_text("utf-8"))
     result = run_master(
         config,

@@ -36,6 +36,10 @@ TINY_RUN_USERS = 20
 BATCH_INTERVAL_S = 1.0
 #: how long the master waits for its workers to connect
 DEFAULT_CONNECT_TIMEOUT_S = 60.0
+#: how long a worker started apart (``mmelocal loadtest-worker``) waits for its master
+DEFAULT_MASTER_WAIT_S = 120.0
+#: the exit code of a worker process whose master never answered
+NO_MASTER_EXIT_CODE = 3
 
 
 @dataclass(frozen=True, kw_only=True)

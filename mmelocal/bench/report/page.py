@@ -6,7 +6,10 @@ sweeps, estimates) and writes into ``out_dir``:
 - ``index.html``: every plot as an inline PNG (also saved as ``*.png`` beside it) and the
   numbers as tables; the page needs no network and no other file;
 - one CSV per result (its steps, loads or rows);
-- ``results.json``: the list of every result's data (each with its ``kind``).
+- ``results.json``: the list of every result's data (each with its ``kind``);
+- ``.mmelocal-report.json``: the names of those files. A report written again into the
+  same folder removes the earlier report's files it does not write again, and only
+  those (:mod:`mmelocal.bench.report.manifest`).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from mmelocal.bench.report import plots
+from mmelocal.bench.report.manifest import earlier_files, replace_manifest
 from mmelocal.bench.results import output_dir, write_text
 from mmelocal.errors import BenchError
 from mmelocal.units import mib_value
@@ -341,6 +345,7 @@ def write_report(results: Sequence[Any], out_dir: Path | str, *, title: str = ""
     if not results:
         raise BenchError("nothing to report: give at least one result")
     out = output_dir(out_dir)
+    earlier = earlier_files(out)
     page = _Page(out)
     benchmarks = [r for r in results if getattr(r, "kind", None) == "benchmark"]
     if benchmarks:
@@ -379,6 +384,7 @@ def write_report(results: Sequence[Any], out_dir: Path | str, *, title: str = ""
         out / "results.json",
         json.dumps([r.to_dict() for r in results], indent=2, default=str) + "\n",
     )
+    replace_manifest(out, [html_path, json_path, *page.csv, *page.png], earlier)
     logger.info("report written to %s (%d plots, %d CSV)", html_path, len(page.png), len(page.csv))
     return ReportFiles(html=html_path, json=json_path, csv=tuple(page.csv), png=tuple(page.png))
 

@@ -6,12 +6,13 @@ from pathlib import Path
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from mmelocal.cli._defaults import field_option
 from mmelocal.cli._options import OUT_DIR, OUT_FILE
 from mmelocal.cli._output import console
 from mmelocal.errors import UserInputError
-from mmelocal.traffic.make import make_trace
+from mmelocal.traffic.make import Popularity, make_trace
 
 
 @click.command()
@@ -24,8 +25,14 @@ from mmelocal.traffic.make import make_trace
     help="Mean requests per second (diurnal: over whole periods).",
 )
 @click.option("--duration", "duration_s", type=float, required=True, help="Seconds of traffic.")
-@click.option(
-    "--zipf", type=float, default=None, help="Zipf popularity with exponent S (default 1.0)."
+@field_option(
+    Popularity,
+    "zipf_s",
+    "--zipf",
+    "zipf",
+    type=float,
+    metavar="S",
+    help="Zipf popularity with exponent S (the popularity unless another is chosen).",
 )
 @click.option("--uniform", is_flag=True, help="Every model equally popular.")
 @click.option(
@@ -67,7 +74,7 @@ from mmelocal.traffic.make import make_trace
 )
 def make(
     models: int,
-    zipf: float | None,
+    zipf: float,
     uniform: bool,
     hot_set: str | None,
     shift_at_s: float | None,
@@ -78,13 +85,14 @@ def make(
     **rate: Any,
 ) -> None:
     """Write a synthetic trace: Poisson arrivals and the popularity you choose."""
-    from mmelocal.traffic.make import Popularity, fill_store, parse_hot_set
+    from mmelocal.traffic.make import fill_store, parse_hot_set
     from mmelocal.traffic.trace import write_trace
 
+    given = click.get_current_context().get_parameter_source("zipf")
     chosen = [
         name
         for name, on in (
-            ("--zipf", zipf is not None),
+            ("--zipf", given is ParameterSource.COMMANDLINE),
             ("--uniform", uniform),
             ("--hot-set", hot_set is not None),
         )
@@ -101,7 +109,7 @@ def make(
     elif uniform:
         popularity = Popularity(kind="uniform")
     else:
-        popularity = Popularity(kind="zipf", zipf_s=1.0 if zipf is None else zipf)
+        popularity = Popularity(kind="zipf", zipf_s=zipf)
     # the rate options (rate, duration, period, seed) are named after make_trace's parameters
     trace = make_trace(
         models=models, popularity=popularity, shift_at_s=shift_at_s, shape=shape, **rate

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from mmelocal.cli._defaults import field_option
-from mmelocal.cli._output import console, err_console
+from mmelocal.cli._output import console, err_console, fail
 from mmelocal.cli.traffic._capacity import _capacity_for, _capacity_options, _CapacityArgs
 from mmelocal.cli.traffic._measured import _CPU_FIGURE, _load_times
 from mmelocal.cli.traffic._shared import (
@@ -63,7 +63,8 @@ def size_command(
     prices: Path | None,
     json_out: Path | None,
 ) -> None:
-    """Find the cheapest instance type and count for TRACE that meets the SLO."""
+    """Find the cheapest instance type and count for TRACE that meets the SLO (exit 1 when
+    none does: the closest is shown)."""
     from rich.table import Table
 
     from mmelocal.bench.prices import load_prices
@@ -163,7 +164,8 @@ def size_command(
         )
         console.print(f"JSON: {json_out}")
     if answer.best is None:
-        raise UserInputError(
+        # an answer, not bad input: exit 1 as a failed check does (docs/cli.md, exit codes)
+        fail(
             f"no configuration meets the SLO (p99 <= {slo_p99_ms:g} ms"
             + (f", <= {max_cold_rate:g} cold starts/min" if max_cold_rate is not None else "")
             + f") up to {max_count} instances; the closest is shown above"
@@ -172,7 +174,8 @@ def size_command(
                 if closest
                 else ""
             )
-            + ". Raise --max-count, relax the SLO, or give a larger instance type"
+            + ". Raise --max-count, relax the SLO, or give a larger instance type",
+            code=1,
         )
 
 
