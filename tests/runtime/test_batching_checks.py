@@ -89,8 +89,12 @@ def test_validate_refuses_the_batching_triton_refuses_in_its_words(tmp_path: Pat
     for case, (_, words) in CASES.items():
         # Triton stops at the first problem: validate says that one, alone
         assert found[case] == ([] if words is None else [words]), (case, found[case])
-    with LocalLauncher(ServerConfig(model_repository=repo), start_timeout_s=60) as launcher:
-        client = TritonClient.for_launcher(launcher, load_timeout_s=60)
+    # the client closes before the server stops: Triton waits out its exit timeout (10 s)
+    # while an HTTP connection is open
+    with (
+        LocalLauncher(ServerConfig(model_repository=repo), start_timeout_s=60) as launcher,
+        TritonClient.for_launcher(launcher, load_timeout_s=60) as client,
+    ):
         for case, (_, words) in CASES.items():
             if words is None:
                 client.load(f"bat_{case}")  # Triton loads what validate passes

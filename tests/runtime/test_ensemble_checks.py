@@ -105,8 +105,12 @@ def test_validate_refuses_the_ensembles_triton_refuses_in_its_words(tmp_path: Pa
             found[case].append(problem.message.removesuffix(SUFFIX))
     other = [p for p in report.errors if p.code != "ensemble.invalid"]
     assert not other, other
-    with LocalLauncher(ServerConfig(model_repository=repo), start_timeout_s=60) as launcher:
-        client = TritonClient.for_launcher(launcher, load_timeout_s=60)
+    # the client closes before the server stops: Triton waits out its exit timeout (10 s)
+    # while an HTTP connection is open
+    with (
+        LocalLauncher(ServerConfig(model_repository=repo), start_timeout_s=60) as launcher,
+        TritonClient.for_launcher(launcher, load_timeout_s=60) as client,
+    ):
         for case, (_, words) in CASES.items():
             if words is None:
                 assert not found[case], found[case]
