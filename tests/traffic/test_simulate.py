@@ -217,7 +217,7 @@ def test_a_scale_in_of_several_instances_serves_their_queued_loads() -> None:
     assert [a["capacity"] for a in data["scaling_activities"]] == [1]
     # every request was answered or failed with ModelNotReadyException, none lost
     assert data["answered"] + data["errors"] == n
-    assert data["cold_starts"] == data["answered"]
+    assert data["cold_starts"] == n  # every one a ModelCacheHit of 0, answered or not
     # all cold: each waited a 30 s load at least and at most the 60 s timeout (+ 10 ms)
     assert 30_000 <= data["latency_ms"]["p50"] <= data["latency_ms"]["p99"] <= 60_010 + 1e-6
 
@@ -238,6 +238,7 @@ def test_report_percentiles_are_mmelocals_nearest_rank() -> None:
         latency_s=latency,
         hit=np.ones(n, dtype=np.bool_),
         ok=None,
+        sampled=None,
         errors={},
         loaded=None,
         load_times_s=np.asarray([]),
@@ -254,6 +255,7 @@ def test_report_percentiles_are_mmelocals_nearest_rank() -> None:
         latency_s=np.asarray([0.001, 0.003]),
         hit=np.ones(2, dtype=np.bool_),
         ok=None,
+        sampled=None,
         errors={},
         loaded=None,
         load_times_s=np.asarray([]),
@@ -354,6 +356,7 @@ def test_load_time_medians_are_observed_loads() -> None:
         latency_s=np.asarray([1.0, 3.0]),
         hit=np.zeros(2, dtype=np.bool_),
         ok=None,
+        sampled=None,
         errors={},
         loaded=None,
         load_times_s=np.asarray([3.0, 1.0]),
@@ -449,3 +452,39 @@ def test_the_cli_takes_the_disk(tmp_path: Path) -> None:
     assert (data["downloads"], data["artifacts_deleted"], data["disk_bytes"]) == (4, 3, GIB)
     refused = CliRunner().invoke(cli, [*args, "--disk-budget", "1GiB"])
     assert refused.exit_code != 0 and "--download-seconds" in str(refused.exception)
+
+
+def test_model_cache_hit_counts_the_failed_callers_too() -> None:
+    """``ModelCacheHit`` is one sample per InvokeEndpoint call that reached its model, 1 when
+    the model was already loaded, a failed call too (the SageMaker Developer Guide, MME
+    metrics: "The number of InvokeEndpoint requests sent to the multi-model endpoint for
+    which the model was already loaded. The Average statistic shows the ratio of requests
+    for which the model was already loaded"; the emulator's ``record_invocation``). A
+    caller that got ModelNotReadyException waited for a cold load: a 0, and a cold start;
+    so is one whose load failed past the limit."""
+    # m0's 2 s load outlasts the 1 s wait: the caller at 0 s is answered
+    # ModelNotReadyException (a miss), the two after the load are hits
+    waited = simulate(
+        trace_of([0.0, 3.0, 4.0], [0, 0, 0]),
+        SimConfig(
+            models_per_instance=1,
+            load=LoadTimes(samples_s=(2.0,)),
+            service_s=0.0,
+            load_wait_timeout_s=1.0,
+        ),
+    ).data
+    assert waited["errors_by_class"] == {"ModelNotReadyException": 1}
+    assert (waited["hit_ratio"], waited["cold_starts"]) == (pytest.approx(2 / 3), 1)
+    # every load fails past a 1 s limit: three calls, three misses, no answer
+    failed = simulate(
+        trace_of([0.0, 0.5, 1.5], [0, 0, 0]),
+        SimConfig(
+            models_per_instance=1,
+            load=LoadTimes(samples_s=(2.0,)),
+            service_s=0.0,
+            load_limit_s=1.0,
+        ),
+    ).data
+    assert failed["errors"] == 3 and failed["answered"] == 0
+    assert (failed["hit_ratio"], failed["cold_starts"]) == (0.0, 3)
+    assert failed["timeline"]["hit_ratio"][0] == 0.0

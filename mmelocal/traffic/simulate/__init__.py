@@ -27,8 +27,11 @@ LRU eviction, through :class:`~mmelocal.rules.routing.FastLru`) and
 5. it waits for a free slot (``concurrency`` per instance) and takes ``service_s``.
 
 ``ModelCacheHit`` is 1 for a request whose target was ready where it went, as the
-emulator and the service count it; ``cold_starts`` are the requests with 0 (they waited
-for a load), ``loads`` the loads themselves (replicas included).
+emulator and the service count it, and every request is a sample: one that failed
+(``ModelNotReadyException``, a load that failed) waited for a load, a 0 (the emulator's
+``record_invocation``; no simulated request is refused before it reaches its model).
+``cold_starts`` are the requests with 0 (they waited for a load, answered or not),
+``loads`` the loads themselves (replicas included).
 
 The parts: :mod:`.config` (what the fleet is), :mod:`.fleet` (the instances, the ready
 choice, resize and autoscaling, billing) and :mod:`.engine` (the event loop).

@@ -398,6 +398,7 @@ def simulate(
         latency_s=latency,
         hit=hit,
         ok=ok,
+        sampled=None,  # every simulated request reaches its model (none is refused before)
         errors=errors,
         loaded=loaded_now,
         load_times_s=np.asarray(load_times),
