@@ -488,3 +488,28 @@ def test_model_cache_hit_counts_the_failed_callers_too() -> None:
     assert failed["errors"] == 3 and failed["answered"] == 0
     assert (failed["hit_ratio"], failed["cold_starts"]) == (0.0, 3)
     assert failed["timeline"]["hit_ratio"][0] == 0.0
+
+
+def test_the_load_limit_runs_from_the_call_that_asked_for_the_load() -> None:
+    """The platform's 360 s cover the wait for the loads before it (one at a time per
+    instance), the download and the load, from the call that asked (the emulator's
+    ``load_deadline_s``): three cold models at 0 s with 200 s loads, one instance. m0 is
+    ready at 200 s; m1's turn comes at 200 s and its load would end at 400 s, past 360 s:
+    it fails at 360 s holding its slot till then; m2, still queued at 360 s, fails then
+    without starting. A later call loads m2 alone, within the limit."""
+    config = SimConfig(
+        models_per_instance=3,
+        load=LoadTimes(samples_s=(200.0,)),
+        service_s=0.0,
+        load_wait_timeout_s=1000.0,  # the callers wait: the loads' own fate shows
+    )
+    data = simulate(trace_of([0.0, 0.0, 0.0, 1000.0], [0, 1, 2, 2]), config).data
+    assert data["failed_loads"] == 2 and data["loads"] == 2
+    assert data["errors_by_class"] == {"ModelError": 2} and data["answered"] == 2
+    # the answered ones: m0 at 0 s and m2 at 1,000 s, each after its own 200 s load
+    assert data["latency_ms"]["cold"]["p50"] == pytest.approx(200_000)
+    failed = simulate(trace_of([0.0, 0.0], [0, 1]), config).data
+    assert failed["errors_by_class"] == {"ModelError": 1}
+    # without the queue the limit holds: each model alone
+    alone = simulate(trace_of([0.0, 400.0, 800.0], [0, 1, 2]), config).data
+    assert alone["failed_loads"] == 0 and alone["loads"] == 3

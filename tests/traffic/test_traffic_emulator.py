@@ -398,3 +398,54 @@ def test_a_replay_whose_callers_time_out_agrees_with_its_simulation(tmp_path: Pa
     assert simulated["errors_by_class"] == {"ModelNotReadyException": 1}
     agree = agreement(replayed, simulated)
     assert agree.hit_ratio_points == pytest.approx(0.0) and agree.cold_starts_relative == 0.0
+
+
+def test_the_load_limit_counts_the_wait_for_the_loads_before_it(tmp_path: Path) -> None:
+    """The platform's limit on a cold load ("the model continues to download and load into
+    the inference container for up to 360 seconds", the MME guide) runs from the load's
+    start: the emulator's deadline covers the download, the wait for the loads before it
+    (one load at a time per instance) and Triton's load together (``loading.py``,
+    ``load_deadline_s``). Two slow models called at once on one instance, under a limit
+    that one load fits and two do not: the second fails at the limit, in the emulator and
+    in the simulation of the same trace with that limit. The simulation counted the limit
+    from the load's turn, so the second load served."""
+    from mmelocal.emulator.emulator import EmulatorConfig
+    from mmelocal.emulator.server import EmulatorServer
+    from mmelocal.testing.tiny_model import MODEL_PY
+
+    sleep_s, limit_s = 4.0, 8.0  # one load: the sleep and a stub's start; two: past the limit
+    slow_py = MODEL_PY.replace(
+        "    def initialize(self, args):\n",
+        f"    def initialize(self, args):\n        time.sleep({sleep_s})\n",
+    )
+    assert slow_py != MODEL_PY
+    store = tmp_path / "store"
+    store.mkdir()
+    for name in ("slow-a.tar.gz", "slow-b.tar.gz"):
+        _python_model_tarball(store / name, slow_py)
+    # a asks first (its download ends first: it loads first), b half a second later; a
+    # again at 20 s (b not: its failed load left no load event for the replay to time)
+    trace = Trace(
+        times_s=np.array([0.0, 0.5, 20.0]),
+        model_ids=np.array([0, 1, 0], dtype=np.int32),
+        models=("slow-a.tar.gz", "slow-b.tar.gz"),
+    )
+    config = EmulatorConfig(
+        store=str(store),
+        cache_dir=tmp_path / "cache",
+        memory_budget_bytes=2 * 1024**3,
+        load_timeout_s=limit_s,
+    )
+    with EmulatorServer(config) as server:
+        replayed = replay(trace, body=BODY, url=server.url)
+    # b's load waited for a's and failed at the limit; a is warm at 20 s
+    assert replayed["errors_by_class"] == {"ModelError (424)": 1}, replayed["errors_by_class"]
+    assert replayed["hit_ratio"] == pytest.approx(1 / 3)
+    assert len(replayed["load_cycle_s"]) == 1 and replayed["load_cycle_s"][0] < limit_s
+    simulated = simulate(
+        trace, dataclasses.replace(config_from_replay(replayed), load_limit_s=limit_s)
+    )
+    assert simulated["errors_by_class"] == {"ModelError": 1}
+    assert simulated["failed_loads"] == 1
+    agree = agreement(replayed, simulated)
+    assert agree.hit_ratio_points == pytest.approx(0.0) and agree.cold_starts_relative == 0.0

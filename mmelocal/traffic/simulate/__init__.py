@@ -21,8 +21,10 @@ LRU eviction, through :class:`~mmelocal.rules.routing.FastLru`) and
    with ``download`` times, each instance keeps artifacts on its disk (``disk_bytes``,
    least recently used artifacts of unloaded models deleted first, the rule of
    :func:`~mmelocal.rules.routing.plan_disk_eviction` through a :class:`FastLru`): a load
-   whose artifact is on disk skips the download; a download and load together longer than
-   ``load_limit_s`` (the platform's 360 s) fail at the limit: the model never serves, its
+   whose artifact is on disk skips the download; ``load_limit_s`` (the platform's 360 s)
+   runs from the call that asked for the load and covers the wait in the queue, the
+   download and the load, as the emulator's deadline does: a load that would end later
+   fails at the limit (one still queued then never starts): the model never serves, its
    callers still waiting get ``ModelError``, and the next request loads it again;
 5. it waits for a free slot (``concurrency`` per instance) and takes ``service_s``.
 

@@ -95,6 +95,8 @@ def simulate(
     waiting: list[tuple[float, int, _Instance, int]] = []
     starts: list[tuple[float, int, _Instance]] = []  # (time a queued load starts, seq, where)
     failures: list[tuple[float, int, _Instance, int]] = []  # (when a load fails, seq, where, m)
+    # loads still queued at their deadline fail then, never started: (deadline, seq, where, m)
+    expiries: list[tuple[float, int, _Instance, int]] = []
     latency = np.empty(n, dtype=np.float64)
     hit = np.zeros(n, dtype=np.bool_)
     ok = np.ones(n, dtype=np.bool_)
@@ -161,11 +163,46 @@ def simulate(
             heapq.heappush(done, (end, k, inst, m))
             latency[k] = end - times[k]
 
+    def drop_holder(inst: _Instance, m: int) -> None:
+        """``m`` is no longer held (ready, loading or queued) on ``inst``."""
+        del inst.ready_at[m]
+        i = index_of(inst)
+        if i < 0:  # the instance went (scale-in): its holders went with it
+            return
+        hs = holders[m]
+        hs.remove(i)
+        if not hs:
+            del holders[m]
+
+    def expire(inst: _Instance, m: int, deadline: float) -> None:
+        """``m``'s load was still queued at its deadline: it fails then, never started (no
+        slot, no memory), as the emulator's load that waited for the loads before it
+        past the limit; its callers get their error."""
+        inst.queue.remove(m)
+        waiters = inst.pending.pop(m)
+        del inst.deadline[m]
+        drop_holder(inst, m)
+        counts["failed_loads"] += 1
+        for k in waiters:
+            fail_caller(k, deadline)
+
+    def run_expiries(until: float) -> None:
+        while expiries and expiries[0][0] <= until:
+            deadline, _, inst, m = heapq.heappop(expiries)
+            if inst.deadline.get(m) == deadline and m in inst.pending:  # still queued
+                expire(inst, m, deadline)
+
     def start_next(inst: _Instance, now: float) -> None:
         """Start the instance's next queued load at ``now``: make room (least recently used
         idle models go), then load."""
-        m = inst.queue.popleft()
+        m = inst.queue[0]
+        deadline = inst.deadline[m]
+        if deadline <= now:  # a scale-in runs a queue out at once: one past its limit fails
+            expire(inst, m, deadline)
+            return
+        inst.queue.popleft()
         waiters = inst.pending.pop(m)
+        del inst.deadline[m]
 
         def busy(v: int) -> bool:
             return inst.inflight.get(v, 0) > 0 or inst.ready_at[v] > now
@@ -173,23 +210,20 @@ def simulate(
         victims, fits = inst.lru.plan(sizes[m], busy)
         if not fits:
             counts["over"] += 1
-        i = index_of(inst)
         for v in victims:
             inst.lru.remove(v)
-            del inst.ready_at[v]
-            hs = holders[v]
-            hs.remove(i)
-            if not hs:
-                del holders[v]
+            drop_holder(inst, v)
         begin = now + (unload_s if victims else 0.0)
         fetch_s = fetch(inst, m) if draw_download is not None else 0.0
         seconds = draw_load()
         inst.lru.add(m, sizes[m])
         counts["loaded"] += 1 - len(victims)
-        if fetch_s + seconds > load_limit:
-            # the platform gives up at the limit: the model never serves, its memory is
-            # held until then, and the load slot too
-            failed_at = begin + load_limit
+        if begin + fetch_s + seconds > deadline:
+            # the platform gives up at the limit, counted from the load's start (the call
+            # that asked for it): the wait for the loads before it, the download and the
+            # load together, as the emulator's deadline. The model never serves, its
+            # memory is held until then, and the load slot too
+            failed_at = deadline
             heapq.heapreplace(inst.loaders, failed_at)
             inst.ready_at[m] = math.inf
             inst.failing[m] = failed_at
@@ -232,15 +266,10 @@ def simulate(
         while failures and failures[0][0] <= until:
             _, _, inst, m = heapq.heappop(failures)
             del inst.failing[m]
-            i = index_of(inst)
-            if i < 0:  # the instance went (scale-in): its holders went with it
+            if index_of(inst) < 0:  # the instance went (scale-in): its holders went with it
                 continue
             inst.lru.remove(m)
-            del inst.ready_at[m]
-            hs = holders[m]
-            hs.remove(i)
-            if not hs:
-                del holders[m]
+            drop_holder(inst, m)
             counts["loaded"] -= 1
 
     def enqueue(i: int, m: int, now: float, waiter: int | None) -> None:
@@ -248,7 +277,10 @@ def simulate(
         inst.queue.append(m)
         inst.pending[m] = [] if waiter is None else [waiter]
         inst.ready_at[m] = math.inf
+        inst.deadline[m] = deadline = now + load_limit
         holders.setdefault(m, []).append(i)
+        counts["seq"] += 1
+        heapq.heappush(expiries, (deadline, counts["seq"], inst, m))
         if len(inst.queue) == 1:
             counts["seq"] += 1
             heapq.heappush(starts, (max(now, inst.loaders[0]), counts["seq"], inst))
@@ -258,7 +290,12 @@ def simulate(
             at, _, inst = heapq.heappop(starts)
             if failures and failures[0][0] <= at:
                 run_failures(at)
-            if inst.queue:
+            if expiries and expiries[0][0] <= at:
+                run_expiries(at)
+            # a queue that a load's expiry emptied may have two starts scheduled: one
+            # finding no free load slot is spare (the load that took the slot scheduled
+            # the next)
+            if inst.queue and at >= inst.loaders[0]:
                 start_next(inst, at)
 
     def cold_choice(now: float) -> int:
@@ -288,6 +325,8 @@ def simulate(
             run_starts(t)
         if failures and failures[0][0] <= t:
             run_failures(t)
+        if expiries and expiries[0][0] <= t:
+            run_expiries(t)
         if waiting and waiting[0][0] <= t:
             serve_ready(t)
         while done and done[0][0] <= t:

@@ -37,6 +37,7 @@ def pick_holder(fleet: Sequence[Any], holders: Sequence[int], m: int, t: float) 
 
 class _Instance:
     __slots__ = (
+        "deadline",
         "disk",
         "failing",
         "inflight",
@@ -62,6 +63,8 @@ class _Instance:
         self.disk: FastLru[int] = FastLru(disk_bytes)
         #: loads that will fail (past the load limit): when
         self.failing: dict[int, float] = {}
+        #: when each queued or running load must have ended (the load limit from its start)
+        self.deadline: dict[int, float] = {}
         #: when each model held here is (or will be) ready; inf while its load is queued
         self.ready_at: dict[int, float] = {}
         self.inflight: dict[int, int] = {}
