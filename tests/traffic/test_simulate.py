@@ -513,3 +513,22 @@ def test_the_load_limit_runs_from_the_call_that_asked_for_the_load() -> None:
     # without the queue the limit holds: each model alone
     alone = simulate(trace_of([0.0, 400.0, 800.0], [0, 1, 2]), config).data
     assert alone["failed_loads"] == 0 and alone["loads"] == 3
+
+
+def test_each_eviction_before_a_load_takes_its_unload_time() -> None:
+    """The emulator unloads a load's victims one after the other, each awaited until its
+    memory is back (``Evictor.make_room``), before the load: a model that needs the room of
+    two others waits two unloads. m2 (2 GiB) needs both 1 GiB models gone on a 2 GiB
+    instance: its load starts after 2 x 3 s."""
+    gib = 1024**3
+    config = SimConfig(
+        memory_limit_bytes=2 * gib,
+        default_footprint_bytes=gib,
+        footprint_bytes={"m2": 2 * gib},
+        load=LoadTimes(samples_s=(1.0,)),
+        unload_s=3.0,
+        service_s=0.0,
+    )
+    data = simulate(trace_of([0.0, 0.0, 10.0], [0, 1, 2]), config).data
+    # m2's caller at 10 s: two unloads (6 s), then its 1 s load
+    assert data["latency_ms"]["cold"]["p99"] == pytest.approx(7_000)

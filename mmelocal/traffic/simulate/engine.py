@@ -213,7 +213,9 @@ def simulate(
         for v in victims:
             inst.lru.remove(v)
             drop_holder(inst, v)
-        begin = now + (unload_s if victims else 0.0)
+        # the emulator unloads the victims one after the other, each until its memory is
+        # back (Evictor.make_room), before the load
+        begin = now + unload_s * len(victims)
         fetch_s = fetch(inst, m) if draw_download is not None else 0.0
         seconds = draw_load()
         inst.lru.add(m, sizes[m])
