@@ -532,3 +532,16 @@ def test_each_eviction_before_a_load_takes_its_unload_time() -> None:
     data = simulate(trace_of([0.0, 0.0, 10.0], [0, 1, 2]), config).data
     # m2's caller at 10 s: two unloads (6 s), then its 1 s load
     assert data["latency_ms"]["cold"]["p99"] == pytest.approx(7_000)
+
+
+def test_a_load_evicts_the_models_idle_when_it_starts() -> None:
+    """Room is made when a load starts, from the models idle then (the emulator's
+    ``make_room``, in its load lock): three cold models at once, two fit, loads of 1 s one
+    at a time, calls of 0.5 s. m0's caller is done at 1.5 s, so m2's load at 2 s evicts m0
+    and the instance never holds more than two. The simulator looked at the calls in flight
+    as of the previous request (0 s): m0 seemed busy, and m2 loaded over the capacity."""
+    trace = trace_of([0.0, 0.0, 0.0, 10.0], [0, 1, 2, 1])
+    data = simulate(
+        trace, SimConfig(models_per_instance=2, load=LoadTimes(samples_s=(1.0,)), service_s=0.5)
+    ).data
+    assert data["loads_over_capacity"] == 0 and data["max_loaded"] == 2

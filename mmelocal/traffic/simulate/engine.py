@@ -163,6 +163,15 @@ def simulate(
             heapq.heappush(done, (end, k, inst, m))
             latency[k] = end - times[k]
 
+    def settle(until: float) -> None:
+        """Everything up to ``until`` on the calls: the callers of loads ready by then take
+        their slots, and the calls that ended leave."""
+        if waiting and waiting[0][0] <= until:
+            serve_ready(until)
+        while done and done[0][0] <= until:
+            _, _, di, dm = heapq.heappop(done)
+            di.inflight[dm] -= 1
+
     def drop_holder(inst: _Instance, m: int) -> None:
         """``m`` is no longer held (ready, loading or queued) on ``inst``."""
         del inst.ready_at[m]
@@ -298,6 +307,7 @@ def simulate(
             # finding no free load slot is spare (the load that took the slot scheduled
             # the next)
             if inst.queue and at >= inst.loaders[0]:
+                settle(at)  # the models idle when the load starts may make its room
                 start_next(inst, at)
 
     def cold_choice(now: float) -> int:
@@ -331,7 +341,7 @@ def simulate(
             run_expiries(t)
         if waiting and waiting[0][0] <= t:
             serve_ready(t)
-        while done and done[0][0] <= t:
+        while done and done[0][0] <= t:  # settle(t), inline: once per request
             _, _, di, dm = heapq.heappop(done)
             di.inflight[dm] -= 1
         if scaler is not None and scaling is not None and t >= scaler.next_eval_s:
