@@ -545,3 +545,16 @@ def test_a_load_evicts_the_models_idle_when_it_starts() -> None:
         trace, SimConfig(models_per_instance=2, load=LoadTimes(samples_s=(1.0,)), service_s=0.5)
     ).data
     assert data["loads_over_capacity"] == 0 and data["max_loaded"] == 2
+
+
+def test_least_recently_used_is_by_the_last_call_to_end() -> None:
+    """The emulator orders eviction by each model's last use: a call's start, the end of
+    its wait for a load (``TritonInstance.acquire``) and its end (``release``). B is loaded
+    and called at 25 s; A's caller asked at 20 s and was served when A's 10 s load ended
+    at 30 s: A was used last. C's load at 40 s evicts B, and A at 50 s is a hit. The
+    simulator ordered by the calls' starts only (A's at 20 s) and evicted A."""
+    trace = trace_of([0.0, 20.0, 25.0, 40.0, 50.0], [1, 0, 1, 2, 0])
+    data = simulate(
+        trace, SimConfig(models_per_instance=2, load=LoadTimes(samples_s=(10.0,)), service_s=0.0)
+    ).data
+    assert data["loads"] == 3 and data["hit_ratio"] == pytest.approx(2 / 5)

@@ -165,12 +165,17 @@ def simulate(
 
     def settle(until: float) -> None:
         """Everything up to ``until`` on the calls: the callers of loads ready by then take
-        their slots, and the calls that ended leave."""
+        their slots, and the calls that ended leave. A call's end is a use of its model, as
+        the emulator's ``release`` sets its last use: least recently used is by the last
+        call to end (a call's start, which the emulator counts too, is earlier, and a model
+        in flight is not evicted)."""
         if waiting and waiting[0][0] <= until:
             serve_ready(until)
         while done and done[0][0] <= until:
             _, _, di, dm = heapq.heappop(done)
             di.inflight[dm] -= 1
+            if dm in di.lru:
+                di.lru.touch(dm)
 
     def drop_holder(inst: _Instance, m: int) -> None:
         """``m`` is no longer held (ready, loading or queued) on ``inst``."""
@@ -344,6 +349,8 @@ def simulate(
         while done and done[0][0] <= t:  # settle(t), inline: once per request
             _, _, di, dm = heapq.heappop(done)
             di.inflight[dm] -= 1
+            if dm in di.lru:
+                di.lru.touch(dm)
         if scaler is not None and scaling is not None and t >= scaler.next_eval_s:
             # each change takes effect when it was decided (a quiet spell may hold several)
             for at, change in scaler.evaluate(t, len(fleet)):
@@ -391,15 +398,14 @@ def simulate(
                     inst.pending[m].append(k)
                 else:
                     serve_after_load(k, inst, m, inst.ready_at[m])
-            inst = fleet[loading]
-            if m in inst.lru:
-                inst.lru.touch(m)
+            # no use of the model yet: a caller's wait for a load is not (its end is)
             loaded_now[k] = counts["loaded"]
             if progress is not None and k % step == 0:
                 progress(k, n)
             continue
         inst = fleet[i]
-        inst.lru.touch(m)
+        # its use: the call's end (settle), after which a model is idle again: while in
+        # flight it is not evicted, so the end decides its place in the recency order
         # hot-model replication, the emulator's rule (counted on served requests)
         r = rates.get(m)
         if r is None:
