@@ -19,11 +19,15 @@ LRU eviction, through :class:`~mmelocal.rules.routing.FastLru`) and
    that would wait longer than ``load_wait_timeout_s`` gets ``ModelNotReadyException``
    (an error) while the load goes on;
    with ``download`` times, each instance keeps artifacts on its disk (``disk_bytes``,
-   least recently used artifacts of unloaded models deleted first, the rule of
-   :func:`~mmelocal.rules.routing.plan_disk_eviction` through a :class:`FastLru`): a load
-   whose artifact is on disk skips the download; ``load_limit_s`` (the platform's 360 s)
-   runs from the call that asked for the load and covers the wait in the queue, the
-   download and the load, as the emulator's deadline does: a load that would end later
+   least recently used artifacts of models neither loaded nor queued deleted first, the
+   rule of :func:`~mmelocal.rules.routing.plan_disk_eviction` through a :class:`FastLru`;
+   a disk over its budget because all were in use is trimmed once a model unloads): a
+   load whose artifact is on disk skips the download; a download starts when the load is
+   asked for, beside the others, and the load whose download ended first takes the load
+   slot first (the emulator downloads before it waits for its load lock);
+   ``load_limit_s`` (the platform's 360 s) runs from the call that asked for the load and
+   covers the download, the wait in the queue and the load, as the emulator's deadline
+   does: a load that would end later
    fails at the limit (one still queued then never starts): the model never serves, its
    callers still waiting get ``ModelError``, and the next request loads it again;
 5. it waits for a free slot (``concurrency`` per instance) and takes ``service_s``.

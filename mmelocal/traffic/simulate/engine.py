@@ -190,11 +190,11 @@ def simulate(
 
     def expire(inst: _Instance, m: int, deadline: float) -> None:
         """``m``'s load was still queued at its deadline: it fails then, never started (no
-        slot, no memory), as the emulator's load that waited for the loads before it
-        past the limit; its callers get their error."""
+        slot, no memory), as the emulator's load still downloading or waiting for the loads
+        before it past the limit; its callers get their error."""
         inst.queue.remove(m)
         waiters = inst.pending.pop(m)
-        del inst.deadline[m]
+        del inst.deadline[m], inst.fetched[m]
         drop_holder(inst, m)
         counts["failed_loads"] += 1
         for k in waiters:
@@ -206,17 +206,27 @@ def simulate(
             if inst.deadline.get(m) == deadline and m in inst.pending:  # still queued
                 expire(inst, m, deadline)
 
+    def next_fetched(inst: _Instance) -> float:
+        """When the first of the instance's queued loads has its artifact on the disk."""
+        return min(inst.fetched[v] for v in inst.queue)
+
     def start_next(inst: _Instance, now: float) -> None:
-        """Start the instance's next queued load at ``now``: make room (least recently used
-        idle models go), then load."""
-        m = inst.queue[0]
+        """Start the instance's next queued load at ``now``: the one whose download ended
+        first (the emulator's loads take the load lock as their downloads end; in the
+        order asked on a tie), after making room (least recently used idle models go)."""
+        fetched = inst.fetched
+        m = min(inst.queue, key=fetched.__getitem__)  # the first asked among equals
+        if fetched[m] > now:  # every queued download is still running: start when one ends
+            counts["seq"] += 1
+            heapq.heappush(starts, (fetched[m], counts["seq"], inst))
+            return
         deadline = inst.deadline[m]
         if deadline <= now:  # a scale-in runs a queue out at once: one past its limit fails
             expire(inst, m, deadline)
             return
-        inst.queue.popleft()
+        inst.queue.remove(m)
         waiters = inst.pending.pop(m)
-        del inst.deadline[m]
+        del inst.deadline[m], fetched[m]
 
         def busy(v: int) -> bool:
             return inst.inflight.get(v, 0) > 0 or inst.ready_at[v] > now
@@ -230,13 +240,14 @@ def simulate(
         # the emulator unloads the victims one after the other, each until its memory is
         # back (Evictor.make_room), before the load
         begin = now + unload_s * len(victims)
-        fetch_s = fetch(inst, m) if draw_download is not None else 0.0
         seconds = draw_load()
         inst.lru.add(m, sizes[m])
         counts["loaded"] += 1 - len(victims)
-        if begin + fetch_s + seconds > deadline:
+        if victims:
+            trim_disk(inst)
+        if begin + seconds > deadline:
             # the platform gives up at the limit, counted from the load's start (the call
-            # that asked for it): the wait for the loads before it, the download and the
+            # that asked for it): the download, the wait for the loads before it and the
             # load together, as the emulator's deadline. The model never serves, its
             # memory is held until then, and the load slot too
             failed_at = deadline
@@ -249,7 +260,7 @@ def simulate(
             for k in waiters:
                 fail_caller(k, failed_at)
         else:
-            ready = begin + fetch_s + seconds
+            ready = begin + seconds
             heapq.heapreplace(inst.loaders, ready)
             inst.ready_at[m] = ready
             counts["loads"] += 1
@@ -261,21 +272,42 @@ def simulate(
             heapq.heappush(starts, (inst.loaders[0], counts["seq"], inst))
 
     def fetch(inst: _Instance, m: int) -> float:
-        """The download ``m``'s load needs on ``inst``: none when its artifact is on the
-        disk, else a drawn time, after deleting least recently used artifacts whose models
-        are not in memory there until it fits (over the budget when all are)."""
+        """The download ``m``'s load needs on ``inst``, begun when the load is asked for
+        (the emulator downloads before it waits for the load lock, each download in its
+        own thread): none when its artifact is on the disk, else a drawn time, after
+        deleting least recently used artifacts whose models are neither in memory there
+        nor waiting to load until it fits (over the budget when all are)."""
         assert draw_download is not None
         disk = inst.disk
         if m in disk:
             disk.touch(m)
             return 0.0
-        deleted, _ = disk.plan(artifact_sizes[m], inst.lru.__contains__)
+
+        deleted, _ = disk.plan(artifact_sizes[m], lambda v: held(inst, v))
         for v in deleted:
             disk.remove(v)
         disk.add(m, artifact_sizes[m])
         counts["deleted"] += len(deleted)
         counts["downloads"] += 1
         return draw_download()
+
+    def held(inst: _Instance, v: int) -> bool:
+        """``v``'s artifact is in use on ``inst``: its model is in memory there (the
+        emulator's pin) or waits to load (its claim)."""
+        return v in inst.lru or v in inst.pending
+
+    def trim_disk(inst: _Instance) -> None:
+        """A disk over its budget (every artifact was in use when one more came) deletes
+        least recently used artifacts no longer in use until it is within it, as the
+        emulator's cache does the moment an artifact is unpinned (its model unloaded)."""
+        disk = inst.disk
+        if disk.used_bytes <= disk.limit_bytes:
+            return
+        for v in [v for v in disk.footprints if not held(inst, v)]:  # least recent first
+            if disk.used_bytes <= disk.limit_bytes:
+                break
+            disk.remove(v)
+            counts["deleted"] += 1
 
     def run_failures(until: float) -> None:
         """Loads that failed by ``until`` leave their instance (memory and holders)."""
@@ -287,6 +319,7 @@ def simulate(
             inst.lru.remove(m)
             drop_holder(inst, m)
             counts["loaded"] -= 1
+            trim_disk(inst)
 
     def enqueue(i: int, m: int, now: float, waiter: int | None) -> None:
         inst = fleet[i]
@@ -294,12 +327,14 @@ def simulate(
         inst.pending[m] = [] if waiter is None else [waiter]
         inst.ready_at[m] = math.inf
         inst.deadline[m] = deadline = now + load_limit
+        inst.fetched[m] = fetched = now + (fetch(inst, m) if draw_download is not None else 0.0)
         holders.setdefault(m, []).append(i)
         counts["seq"] += 1
         heapq.heappush(expiries, (deadline, counts["seq"], inst, m))
-        if len(inst.queue) == 1:
-            counts["seq"] += 1
-            heapq.heappush(starts, (max(now, inst.loaders[0]), counts["seq"], inst))
+        # a start when this one may load (one already scheduled finds no slot, or starts
+        # whichever download ended first)
+        counts["seq"] += 1
+        heapq.heappush(starts, (max(fetched, inst.loaders[0]), counts["seq"], inst))
 
     def run_starts(until: float) -> None:
         while starts and starts[0][0] <= until:
@@ -356,7 +391,7 @@ def simulate(
             for at, change in scaler.evaluate(t, len(fleet)):
                 for gone in fleet[change:]:  # every instance that goes: its loads finish
                     while gone.queue:
-                        start_next(gone, max(at, gone.loaders[0]))
+                        start_next(gone, max(at, gone.loaders[0], next_fetched(gone)))
                 _resize(
                     fleet,
                     holders,

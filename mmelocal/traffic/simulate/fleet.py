@@ -40,6 +40,7 @@ class _Instance:
         "deadline",
         "disk",
         "failing",
+        "fetched",
         "inflight",
         "loaders",
         "lru",
@@ -65,6 +66,9 @@ class _Instance:
         self.failing: dict[int, float] = {}
         #: when each queued or running load must have ended (the load limit from its start)
         self.deadline: dict[int, float] = {}
+        #: when each queued load's artifact is on the disk (its download, begun when the
+        #: load was asked for, ended): it may take the load slot from then
+        self.fetched: dict[int, float] = {}
         #: when each model held here is (or will be) ready; inf while its load is queued
         self.ready_at: dict[int, float] = {}
         self.inflight: dict[int, int] = {}
