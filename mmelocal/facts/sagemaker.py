@@ -110,6 +110,11 @@ DRAIN_TIMEOUT_S: Final = INVOKE_TIMEOUT_S + 15.0
 LOAD_AND_INVOKE_TIMEOUT_S: Final = LOAD_LIMIT_S + INVOKE_TIMEOUT_S
 #: ``DescribeEndpoint``'s ``FailureReason``: at most this many characters (API reference).
 FAILURE_REASON_MAX_CHARS: Final = 1024
+#: How long a load that finds no room waits, holding its instance's load lock, for a
+#: loaded model to go idle so it can be evicted, before it fails (507
+#: ``InsufficientMemory``): the emulator's (and the traffic simulator's) figure. SageMaker
+#: publishes no such wait: mmelocal's own.
+BUSY_WAIT_S: Final = 30.0
 #: A model called at least this many times per second (over :data:`HOT_MODEL_WINDOW_S`)
 #: is hot: the emulator's router (and the traffic simulator) loads it on one more instance.
 #: SageMaker replicates hot models but publishes no threshold: mmelocal's own figure.
@@ -149,6 +154,7 @@ SAGEMAKER_BINARY_CONTENT_TYPE: Final = (
 )
 
 __all__ = [
+    "BUSY_WAIT_S",
     "CUSTOM_ATTRIBUTES_HEADER",
     "DIRECT_LOAD_TIMEOUT_S",
     "DRAIN_TIMEOUT_S",

@@ -585,3 +585,21 @@ def test_downloads_run_beside_the_load_queue() -> None:
     data = simulate(trace_of([0.0, 20.0, 40.0, 40.5], [1, 2, 0, 1]), config).data
     assert data["downloads"] == 3 and data["loads"] == 4
     assert data["latency_ms"]["cold"]["p99"] == pytest.approx(11_000)
+
+
+def test_a_load_waits_for_a_busy_model_to_make_room_then_fails_507() -> None:
+    """The emulator never loads past its memory limit while other loaded models serve
+    calls: the load (holding the instance's load lock) evicts what is idle, then waits for
+    a busy model to go idle and evicts it; after ``busy_wait_s`` (30 s) with no room it
+    fails, its callers answered 507 InsufficientMemory (``Evictor.make_room``,
+    ``_until_changed``). One model fits: m0's call runs from 1 s to 11 s; m1, asked at
+    2 s, loads when m0 goes idle at 11 s. With 40 s calls m0 stays busy past 2 + 30 s: m1's
+    load fails at 32 s. The simulator loaded m1 over the capacity at once."""
+    config = SimConfig(models_per_instance=1, load=LoadTimes(samples_s=(1.0,)), service_s=10.0)
+    data = simulate(trace_of([0.0, 2.0], [0, 1]), config).data
+    assert data["loads_over_capacity"] == 0 and data["max_loaded"] == 1
+    # m1: room at 11 s, loaded at 12 s, served until 22 s
+    assert data["latency_ms"]["cold"]["p99"] == pytest.approx(20_000)
+    busy = simulate(trace_of([0.0, 2.0], [0, 1]), dataclasses.replace(config, service_s=40.0))
+    assert busy["errors_by_class"] == {"InsufficientMemory": 1}
+    assert busy["loads"] == 1 and busy["failed_loads"] == 1 and busy["max_loaded"] == 1

@@ -9,13 +9,16 @@ LRU eviction, through :class:`~mmelocal.rules.routing.FastLru`) and
 2. autoscaling evaluates every closed metric period (invocations per instance);
 3. the request goes where its target is ready (fewest in flight), else where it is loading
    (a miss that waits for that load), else (cold: a miss and a load) to the instance with
-   the most room, after unloading least recently used idle models to make room. The cold
+   the most room. The cold
    choice calls :func:`~mmelocal.rules.routing.choose_cold` (instances still starting are
    chosen only when none is up); the ready choice, per request, is :func:`pick_holder`,
    tested equal to :func:`~mmelocal.rules.routing.choose_ready` on random inputs;
 4. loads queue per instance and run ``parallel_loads`` at a time (1, the default, is the
    emulator's rule: one load holds the instance's load lock); room is made when a load
-   starts, as the emulator does, so models waiting in the queue hold no memory; a caller
+   starts, as the emulator does, so models waiting in the queue hold no memory: the least
+   recently used idle models (by their last call's end) are unloaded one after the other
+   (``unload_s`` each); when the others stay busy the load waits in its slot for one to go
+   idle, up to ``busy_wait_s``, then fails (``InsufficientMemory``); a caller
    that would wait longer than ``load_wait_timeout_s`` gets ``ModelNotReadyException``
    (an error) while the load goes on;
    with ``download`` times, each instance keeps artifacts on its disk (``disk_bytes``,
@@ -46,6 +49,7 @@ choice, resize and autoscaling, billing) and :mod:`.engine` (the event loop).
 from mmelocal.traffic.simulate.config import Autoscaling, LoadTimes, SimConfig
 from mmelocal.traffic.simulate.engine import LOAD_FAILED as LOAD_FAILED
 from mmelocal.traffic.simulate.engine import MODEL_NOT_READY as MODEL_NOT_READY
+from mmelocal.traffic.simulate.engine import NO_ROOM as NO_ROOM
 from mmelocal.traffic.simulate.engine import simulate
 from mmelocal.traffic.simulate.fleet import pick_holder as pick_holder
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from mmelocal.errors import ModelLoadError, ModelNotReadyError, UserInputError
+from mmelocal.errors import ModelLoadError, ModelNotReadyError, OutOfMemoryError, UserInputError
 from mmelocal.facts.invoke_errors import error_kind
 from mmelocal.rules.routing import (
     InstanceView,
@@ -36,6 +36,9 @@ MODEL_NOT_READY = error_kind(ModelNotReadyError("", target_model="")).error_type
 #: the error class a caller still waiting gets when its load fails (past ``load_limit_s``):
 #: the emulator's answer to a load past its limit (the service documents none)
 LOAD_FAILED = error_kind(ModelLoadError("", model_name="")).error_type
+#: the error class of the callers of a load that found no room while other models stayed
+#: busy for ``busy_wait_s`` (the emulator's OutOfMemoryError: 507)
+NO_ROOM = error_kind(OutOfMemoryError("")).error_type
 
 
 def simulate(
@@ -106,14 +109,16 @@ def simulate(
     counts = {
         "loads": 0,
         "loaded": 0,
-        "timeouts": 0,
         "seq": 0,
         "over": 0,
         "failed_loads": 0,
-        "load_failed": 0,
         "downloads": 0,
         "deleted": 0,
     }
+    errors: dict[str, int] = {}  # by class, in the order first seen
+    busy_wait = config.busy_wait_s
+    # loads waiting for room give up then: (when, seq, where, model)
+    room_waits: list[tuple[float, int, _Instance, int]] = []
     times = trace.times_s.tolist()
     ids = trace.model_ids.tolist()
     # billing: (time, instances billed from then)
@@ -126,15 +131,15 @@ def simulate(
                 return j
         return -1
 
-    def fail_caller(k: int, failed_at: float) -> None:
-        """Request ``k`` waited for a load that fails at ``failed_at``."""
+    def fail_caller(k: int, failed_at: float, kind: str = LOAD_FAILED) -> None:
+        """Request ``k`` waited for a load that fails at ``failed_at`` (its callers get
+        ``kind``, or ModelNotReadyException when they waited longer first)."""
         ok[k] = False
         if failed_at - times[k] > wait_timeout:
-            counts["timeouts"] += 1
-            latency[k] = wait_timeout
+            kind, latency[k] = MODEL_NOT_READY, wait_timeout
         else:
-            counts["load_failed"] += 1
             latency[k] = failed_at - times[k]
+        errors[kind] = errors.get(kind, 0) + 1
 
     def serve_after_load(k: int, inst: _Instance, m: int, ready: float) -> None:
         """Request ``k`` waited for ``m``'s load on ``inst``: a miss, served when ready (in
@@ -147,7 +152,7 @@ def simulate(
         if ready - t > wait_timeout:
             # the caller gets ModelNotReadyException at the timeout; the load goes on
             ok[k] = False
-            counts["timeouts"] += 1
+            errors[MODEL_NOT_READY] = errors.get(MODEL_NOT_READY, 0) + 1
             latency[k] = wait_timeout
             return
         inst.inflight[m] = inst.inflight.get(m, 0) + 1
@@ -172,10 +177,12 @@ def simulate(
         if waiting and waiting[0][0] <= until:
             serve_ready(until)
         while done and done[0][0] <= until:
-            _, _, di, dm = heapq.heappop(done)
+            end, _, di, dm = heapq.heappop(done)
             di.inflight[dm] -= 1
             if dm in di.lru:
                 di.lru.touch(dm)
+            if di.making is not None:  # a model going idle may make that load's room
+                make_room(di, end)
 
     def drop_holder(inst: _Instance, m: int) -> None:
         """``m`` is no longer held (ready, loading or queued) on ``inst``."""
@@ -203,7 +210,7 @@ def simulate(
     def run_expiries(until: float) -> None:
         while expiries and expiries[0][0] <= until:
             deadline, _, inst, m = heapq.heappop(expiries)
-            if inst.deadline.get(m) == deadline and m in inst.pending:  # still queued
+            if inst.deadline.get(m) == deadline and m in inst.queue:  # still queued
                 expire(inst, m, deadline)
 
     def next_fetched(inst: _Instance) -> float:
@@ -213,7 +220,7 @@ def simulate(
     def start_next(inst: _Instance, now: float) -> None:
         """Start the instance's next queued load at ``now``: the one whose download ended
         first (the emulator's loads take the load lock as their downloads end; in the
-        order asked on a tie), after making room (least recently used idle models go)."""
+        order asked on a tie). It holds a load slot from now, makes room, then loads."""
         fetched = inst.fetched
         m = min(inst.queue, key=fetched.__getitem__)  # the first asked among equals
         if fetched[m] > now:  # every queued download is still running: start when one ends
@@ -225,33 +232,85 @@ def simulate(
             expire(inst, m, deadline)
             return
         inst.queue.remove(m)
-        waiters = inst.pending.pop(m)
-        del inst.deadline[m], fetched[m]
+        del fetched[m]
+        heapq.heapreplace(inst.loaders, math.inf)  # the slot, until the load ends
+        inst.making = [m, now + busy_wait, now]  # its callers stay in pending meanwhile
+        counts["seq"] += 1
+        heapq.heappush(room_waits, (now + busy_wait, counts["seq"], inst, m))
+        make_room(inst, now)
+
+    def make_room(inst: _Instance, now: float, *, force: bool = False) -> None:
+        """The load of ``inst.making`` at ``now``: unload the least recently used idle
+        models it needs, one after the other (``unload_s`` each), then load when it fits,
+        when no other model is loaded (alone, it is tried), or when ``force``d; else it
+        waits, holding its slot, for a call to end (:func:`settle` tries again) or gives up
+        at ``busy_wait_s`` (:func:`give_up`): the emulator's ``Evictor.make_room``."""
+        assert inst.making is not None
+        m, _, unloaded_at = inst.making
 
         def busy(v: int) -> bool:
             return inst.inflight.get(v, 0) > 0 or inst.ready_at[v] > now
 
         victims, fits = inst.lru.plan(sizes[m], busy)
-        if not fits:
-            counts["over"] += 1
         for v in victims:
             inst.lru.remove(v)
             drop_holder(inst, v)
-        # the emulator unloads the victims one after the other, each until its memory is
-        # back (Evictor.make_room), before the load
-        begin = now + unload_s * len(victims)
-        seconds = draw_load()
-        inst.lru.add(m, sizes[m])
-        counts["loaded"] += 1 - len(victims)
+        counts["loaded"] -= len(victims)
+        unloaded_at = max(unloaded_at, now) + unload_s * len(victims)
         if victims:
             trim_disk(inst)
+        if not fits and not force and any(inst.ready_at[v] <= now for v in inst.lru.footprints):
+            inst.making[2] = unloaded_at  # loaded models stay busy: wait for one
+            return
+        if not fits:
+            counts["over"] += 1  # alone (the emulator tries it) or forced
+        inst.making = None
+        load(inst, m, unloaded_at)
+
+    def give_up(inst: _Instance, m: int, at: float) -> None:
+        """The load of ``m`` found no room for ``busy_wait_s``: it fails (the emulator's
+        OutOfMemoryError, 507 InsufficientMemory), freeing its slot."""
+        inst.making = None
+        waiters = inst.pending.pop(m)
+        del inst.deadline[m]
+        drop_holder(inst, m)
+        counts["failed_loads"] += 1
+        for k in waiters:
+            fail_caller(k, at, NO_ROOM)
+        free_slot(inst, at)
+
+    def run_room_waits(until: float) -> None:
+        while room_waits and room_waits[0][0] <= until:
+            at, _, inst, m = heapq.heappop(room_waits)
+            making = inst.making
+            if making is not None and making[0] == m and making[1] == at:
+                give_up(inst, m, at)
+
+    def free_slot(inst: _Instance, until: float) -> None:
+        """The load slot held since the load started is busy until ``until``; the next
+        queued load may start when a slot is free."""
+        loaders = inst.loaders
+        loaders[loaders.index(math.inf)] = until
+        heapq.heapify(loaders)
+        if inst.queue:
+            counts["seq"] += 1
+            heapq.heappush(starts, (loaders[0], counts["seq"], inst))
+
+    def load(inst: _Instance, m: int, begin: float) -> None:
+        """Load ``m`` on ``inst`` from ``begin`` (its room made)."""
+        waiters = inst.pending.pop(m)
+        deadline = inst.deadline.pop(m)
+        seconds = draw_load()
+        inst.lru.add(m, sizes[m])
+        counts["loaded"] += 1
         if begin + seconds > deadline:
             # the platform gives up at the limit, counted from the load's start (the call
             # that asked for it): the download, the wait for the loads before it and the
-            # load together, as the emulator's deadline. The model never serves, its
-            # memory is held until then, and the load slot too
-            failed_at = deadline
-            heapq.heapreplace(inst.loaders, failed_at)
+            # load together, as the emulator's deadline (a load whose room came after it
+            # fails at once). The model never serves, its memory is held until then, and
+            # the load slot too
+            failed_at = max(deadline, begin)
+            free_slot(inst, failed_at)
             inst.ready_at[m] = math.inf
             inst.failing[m] = failed_at
             counts["failed_loads"] += 1
@@ -261,15 +320,12 @@ def simulate(
                 fail_caller(k, failed_at)
         else:
             ready = begin + seconds
-            heapq.heapreplace(inst.loaders, ready)
+            free_slot(inst, ready)
             inst.ready_at[m] = ready
             counts["loads"] += 1
             load_times.append(seconds)
             for k in waiters:
                 serve_after_load(k, inst, m, ready)
-        if inst.queue:
-            counts["seq"] += 1
-            heapq.heappush(starts, (inst.loaders[0], counts["seq"], inst))
 
     def fetch(inst: _Instance, m: int) -> float:
         """The download ``m``'s load needs on ``inst``, begun when the load is asked for
@@ -320,6 +376,8 @@ def simulate(
             drop_holder(inst, m)
             counts["loaded"] -= 1
             trim_disk(inst)
+            if inst.making is not None:  # its memory may make that load's room
+                make_room(inst, until)
 
     def enqueue(i: int, m: int, now: float, waiter: int | None) -> None:
         inst = fleet[i]
@@ -346,9 +404,10 @@ def simulate(
             # a queue that a load's expiry emptied may have two starts scheduled: one
             # finding no free load slot is spare (the load that took the slot scheduled
             # the next)
-            if inst.queue and at >= inst.loaders[0]:
+            if inst.queue and at >= inst.loaders[0] and inst.making is None:
                 settle(at)  # the models idle when the load starts may make its room
-                start_next(inst, at)
+                if inst.making is None:
+                    start_next(inst, at)
 
     def cold_choice(now: float) -> int:
         # the emulator's rule (a miss, so not per request); the models an instance holds
@@ -357,7 +416,7 @@ def simulate(
             InstanceView(
                 up=inst.up_at <= now,
                 free_bytes=inst.lru.limit_bytes - inst.lru.used_bytes,
-                model_count=len(inst.lru) + len(inst.queue),
+                model_count=len(inst.lru) + len(inst.queue) + (inst.making is not None),
             )
             for inst in fleet
         ]
@@ -382,16 +441,25 @@ def simulate(
         if waiting and waiting[0][0] <= t:
             serve_ready(t)
         while done and done[0][0] <= t:  # settle(t), inline: once per request
-            _, _, di, dm = heapq.heappop(done)
+            end, _, di, dm = heapq.heappop(done)
             di.inflight[dm] -= 1
             if dm in di.lru:
                 di.lru.touch(dm)
+            if di.making is not None:
+                make_room(di, end)
+        if room_waits and room_waits[0][0] <= t:
+            run_room_waits(t)
+            if starts and starts[0][0] <= t:
+                run_starts(t)
         if scaler is not None and scaling is not None and t >= scaler.next_eval_s:
             # each change takes effect when it was decided (a quiet spell may hold several)
             for at, change in scaler.evaluate(t, len(fleet)):
                 for gone in fleet[change:]:  # every instance that goes: its loads finish
-                    while gone.queue:
-                        start_next(gone, max(at, gone.loaders[0], next_fetched(gone)))
+                    while gone.queue or gone.making is not None:
+                        if gone.making is not None:  # it goes: the load is tried
+                            make_room(gone, max(at, gone.making[2]), force=True)
+                        else:
+                            start_next(gone, max(at, gone.loaders[0], next_fetched(gone)))
                 _resize(
                     fleet,
                     holders,
@@ -473,17 +541,22 @@ def simulate(
         loaded_now[k] = counts["loaded"]
         if progress is not None and k % step == 0:
             progress(k, n)
-    run_starts(math.inf)  # the loads still queued: their callers get their answers
-    serve_ready(math.inf)
+    # after the last request, the events left in time order: the loads still queued or
+    # waiting for room, so that their callers get their answers
+    while True:
+        heads = [h[0][0] for h in (starts, waiting, done, room_waits, failures, expiries) if h]
+        if not heads:
+            break
+        at = min(heads)
+        run_failures(at)
+        run_expiries(at)
+        settle(at)
+        run_room_waits(at)
+        run_starts(at)
     if progress is not None:
         progress(n, n)
     duration = trace.duration_s
     instance_hours = _instance_hours(billed, duration)
-    errors = {
-        kind: n
-        for kind, n in ((MODEL_NOT_READY, counts["timeouts"]), (LOAD_FAILED, counts["load_failed"]))
-        if n
-    }
     return summarize(
         source="simulated",
         times_s=trace.times_s,

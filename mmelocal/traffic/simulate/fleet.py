@@ -44,6 +44,7 @@ class _Instance:
         "inflight",
         "loaders",
         "lru",
+        "making",
         "pending",
         "queue",
         "ready_at",
@@ -79,6 +80,9 @@ class _Instance:
         #: loads waiting for a slot, in request order, and the requests waiting on each
         self.queue: deque[int] = deque()
         self.pending: dict[int, list[int]] = {}
+        #: the load waiting, in its load slot, for room (a busy model to go idle): the
+        #: model, when it gives up, and when the unloads it has done so far are over
+        self.making: list[Any] | None = None
 
 
 def _instance_hours(billed: Sequence[tuple[float, int]], end_s: float) -> float:
