@@ -442,8 +442,13 @@ def test_the_load_limit_counts_the_wait_for_the_loads_before_it(tmp_path: Path) 
     assert replayed["errors_by_class"] == {"ModelError (424)": 1}, replayed["errors_by_class"]
     assert replayed["hit_ratio"] == pytest.approx(1 / 3)
     assert len(replayed["load_cycle_s"]) == 1 and replayed["load_cycle_s"][0] < limit_s
+    # the replay saw one model ready at most (b never loaded), but the budget holds both
+    assert replayed["max_loaded_per_instance"] == 1
     simulated = simulate(
-        trace, dataclasses.replace(config_from_replay(replayed), load_limit_s=limit_s)
+        trace,
+        dataclasses.replace(
+            config_from_replay(replayed), load_limit_s=limit_s, models_per_instance=2
+        ),
     )
     assert simulated["errors_by_class"] == {"ModelError": 1}
     assert simulated["failed_loads"] == 1
