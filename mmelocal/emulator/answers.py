@@ -52,7 +52,9 @@ CUSTOM_ATTRIBUTES = CUSTOM_ATTRIBUTES_HEADER
 VARIANT_HEADER = INVOKED_VARIANT_HEADER
 SAGEMAKER_BINARY = SAGEMAKER_BINARY_CONTENT_TYPE
 V2_BINARY_HEADER = INFERENCE_HEADER_CONTENT_LENGTH
-#: the emulator's own answer header: was the model already loaded ("hit") or not ("miss")
+#: the emulator's own answer header: was the model already loaded ("hit") or not ("miss");
+#: on every InvokeEndpoint answer of a call that reached its model (a ``ModelCacheHit``
+#: sample), a failed one too, and on no other
 CACHE_HEADER = "X-Mmelocal-Model-Cache"
 JSON_TYPE = "application/json"
 
@@ -162,13 +164,16 @@ def invocation_answer(emulator: Emulator, target: str, result: InvokeResult) -> 
             f"Received {side} error ({result.status}) from model {target!r} with message "
             f'"{original}".'
         )
-        return sagemaker_error(
-            424,
-            "ModelError",
-            message,
-            OriginalStatusCode=result.status,
-            OriginalMessage=original,
-            LogStreamArn=log_stream_arn(result.log_path, result.instance),
+        return with_cache_header(
+            sagemaker_error(
+                424,
+                "ModelError",
+                message,
+                OriginalStatusCode=result.status,
+                OriginalMessage=original,
+                LogStreamArn=log_stream_arn(result.log_path, result.instance),
+            ),
+            result.cache_hit,
         )
     headers = _ok_headers(
         result.headers.get("content-type", JSON_TYPE),
@@ -180,6 +185,13 @@ def invocation_answer(emulator: Emulator, target: str, result: InvokeResult) -> 
     if custom is not None:
         headers.append((CUSTOM_ATTRIBUTES, custom))
     return Answer(200, headers, result.body)
+
+
+def with_cache_header(answer: Answer, cache_hit: bool) -> Answer:
+    """``answer`` with :data:`CACHE_HEADER`: the answer of a call that reached its model
+    (its ``ModelCacheHit`` sample, which a failed call is too)."""
+    answer.headers.append((CACHE_HEADER, "hit" if cache_hit else "miss"))
+    return answer
 
 
 def _ok_headers(
@@ -357,4 +369,5 @@ __all__ = [
     "v2_error",
     "v2_exception",
     "v2_infer_error",
+    "with_cache_header",
 ]

@@ -37,6 +37,7 @@ from mmelocal.emulator.answers import (
     sagemaker_error,
     v2_error,
     v2_infer_error,
+    with_cache_header,
 )
 from mmelocal.emulator.emulator import RECOVERABLE_STATUSES, Emulator, InvokeResult
 from mmelocal.emulator.instance import TritonInstance
@@ -448,7 +449,11 @@ class Invocation:
     # -- answering ----------------------------------------------------------------------------
     def _fail(self, exc: BaseException) -> None:
         target = self.target
-        self._answer(v2_infer_error(exc, target) if self.v2 else invocation_error(exc, target))
+        if self.v2:
+            self._answer(v2_infer_error(exc, target))
+            return
+        answer = invocation_error(exc, target)
+        self._answer(with_cache_header(answer, self.cache_hit) if self.routed else answer)
 
     def _answer(
         self,

@@ -14,6 +14,7 @@ from mmelocal.errors import (  # noqa: F401 (re-exported)
     UserInputError,
 )
 from mmelocal.facts.sagemaker import (
+    BUSY_WAIT_S,
     INVOKE_TIMEOUT_S,
     LOAD_LIMIT_S,
     MEMORY_THRESHOLD,
@@ -37,7 +38,7 @@ class InstanceOptions:
     #: SageMaker's limit for the container's answer to one invocation
     invoke_timeout_s: float = INVOKE_TIMEOUT_S
     release_timeout_s: float = 5.0
-    busy_wait_s: float = 30.0
+    busy_wait_s: float = BUSY_WAIT_S
     oom_retries: int = 8
     model_namespacing: bool = True
 

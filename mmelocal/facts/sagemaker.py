@@ -113,6 +113,12 @@ FAILURE_REASON_MAX_CHARS: Final = 1024
 #: The endpoints on one ``ListEndpoints`` page when ``MaxResults`` is left out (botocore's
 #: sagemaker model, ``ListEndpointsInput.MaxResults``: "This value defaults to 10").
 ENDPOINTS_PAGE_SIZE: Final = 10
+
+#: How long a load that finds no room waits, holding its instance's load lock, for a
+#: loaded model to go idle so it can be evicted, before it fails (507
+#: ``InsufficientMemory``): the emulator's (and the traffic simulator's) figure. SageMaker
+#: publishes no such wait: mmelocal's own.
+BUSY_WAIT_S: Final = 30.0
 #: A model called at least this many times per second (over :data:`HOT_MODEL_WINDOW_S`)
 #: is hot: the emulator's router (and the traffic simulator) loads it on one more instance.
 #: SageMaker replicates hot models but publishes no threshold: mmelocal's own figure.
@@ -152,6 +158,7 @@ SAGEMAKER_BINARY_CONTENT_TYPE: Final = (
 )
 
 __all__ = [
+    "BUSY_WAIT_S",
     "CUSTOM_ATTRIBUTES_HEADER",
     "DIRECT_LOAD_TIMEOUT_S",
     "DRAIN_TIMEOUT_S",

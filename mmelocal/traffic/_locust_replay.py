@@ -27,7 +27,16 @@ import numpy as np  # noqa: E402
 from locust.env import Environment  # noqa: E402
 
 from mmelocal.bench.loadtest._locust_dist import HELLO  # noqa: E402
-from mmelocal.bench.loadtest._locust_schedule import BATCH, GO, READY, REPLAY  # noqa: E402
+from mmelocal.bench.loadtest._locust_schedule import (  # noqa: E402
+    BATCH,
+    ERROR,
+    ERROR_HIT,
+    GO,
+    HIT,
+    MISS,
+    READY,
+    REPLAY,
+)
 from mmelocal.bench.loadtest.workers import DEFAULT_CONNECT_TIMEOUT_S  # noqa: E402
 
 START_DELAY_S = 0.5
@@ -101,12 +110,19 @@ def run_master(
     runner.quit()
     index = np.concatenate([np.frombuffer(p[0], dtype="<i8") for p in parts]) if parts else []
     latency = np.concatenate([np.frombuffer(p[1], dtype="<f8") for p in parts]) if parts else []
-    codes = np.concatenate([np.frombuffer(p[2], dtype="<i1") for p in parts]) if parts else []
+    codes = np.asarray(
+        np.concatenate([np.frombuffer(p[2], dtype="<i1") for p in parts]) if parts else [],
+        dtype=np.int8,
+    )
     return {
         "t0_wall": t0_wall,
         "indices": np.asarray(index).tolist(),
         "latency_s": np.asarray(latency).tolist(),
-        "codes": np.asarray(codes).tolist(),
+        # each request's outcome: answered, its ModelCacheHit sample (reached its model,
+        # answered or not) and that sample's value
+        "ok": ((codes == MISS) | (codes == HIT)).tolist(),
+        "sampled": (codes != ERROR).tolist(),
+        "hit": ((codes == HIT) | (codes == ERROR_HIT)).tolist(),
         "errors": dict(errors),
         "aborted": aborted,
         "workers": len(ready),

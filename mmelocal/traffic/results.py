@@ -1,14 +1,17 @@
 """What a replay or a simulation found, as one JSON shape, plus the HTML report.
 
-Keys (both sources): ``requests``, ``errors`` (total) and ``errors_by_class``,
-``hit_ratio`` (the mean of ``ModelCacheHit`` over the answered requests), ``cold_starts``
-(answered requests whose ModelCacheHit was 0: they waited for a load) and
+Keys (both sources): ``requests``, ``answered``, ``errors`` (total) and
+``errors_by_class``, ``hit_ratio`` (the mean of ``ModelCacheHit`` as the emulator and the
+service count it: one sample per request that reached its model, 1 when the model was
+already loaded, a failed request too; a request refused before it reached a model is none;
+None when there was no sample), ``cache_hit_samples`` (those samples), ``cold_starts`` (the
+samples of 0: requests that found their model not loaded, answered or not) and
 ``cold_starts_per_min`` (over the time up to the last request; None when that is 0 s),
 ``loads``, ``max_loaded`` (most models loaded at once, all instances together; a replay of
 ``mmelocal serve`` adds ``max_loaded_per_instance``, the most one instance held, and
 ``emulator_instances``),
-``cold_load_s_p50``, ``latency_ms`` (``p50``/``p90``/``p99``, with
-``warm`` and ``cold`` apart; nearest rank, :mod:`mmelocal.stats`), ``timeline`` (per time
+``cold_load_s_p50``, ``latency_ms`` (``p50``/``p90``/``p99`` of the answered requests,
+with ``warm`` and ``cold`` apart; nearest rank, :mod:`mmelocal.stats`), ``timeline`` (per time
 bin: rate, hit ratio, loaded models, p99, instances). A simulation adds ``instance_hours``
 and ``cost``.
 """
@@ -79,6 +82,14 @@ def _p50(values_s: np.ndarray | None) -> float | None:
     return nearest_rank(np.sort(values_s).tolist(), 0.5)
 
 
+def per_minute(count: int, duration_s: float) -> float | None:
+    """``count`` per minute over ``duration_s``; for a trace at one instant (0 s) no rate
+    (None), unless there was nothing to count (0)."""
+    if duration_s > 0:
+        return count / (duration_s / 60.0)
+    return None if count else 0.0
+
+
 def summarize(
     *,
     source: str,
@@ -86,6 +97,7 @@ def summarize(
     latency_s: np.ndarray,
     hit: np.ndarray,
     ok: np.ndarray | None,
+    sampled: np.ndarray | None,
     errors: Mapping[str, int],
     loaded: np.ndarray | None,
     load_times_s: np.ndarray,
@@ -101,21 +113,22 @@ def summarize(
 ) -> TrafficResult:
     """One result document from per-request arrays (see the module docstring).
 
-    ``load_times_s`` are the loads themselves (Triton's load call on the emulator);
-    ``load_cycle_s`` (replay of an emulator) how long each load held its instance, eviction
-    and download included: what a simulation takes as ``--load-seconds``.
+    ``hit``: the request's ``ModelCacheHit`` (its model was already loaded); ``ok``: it was
+    answered (None: all were); ``sampled``: it reached its model, so it is a
+    ``ModelCacheHit`` sample, answered or not (None: all did). ``load_times_s`` are the
+    loads themselves (Triton's load call on the emulator); ``load_cycle_s`` (replay of an
+    emulator) how long each load held its instance, eviction and download included: what a
+    simulation takes as ``--load-seconds``.
     """
     n = len(times_s)
     ok_mask = np.ones(n, dtype=np.bool_) if ok is None else ok
-    hits = hit & ok_mask
+    sample_mask = np.ones(n, dtype=np.bool_) if sampled is None else sampled
+    hits = hit & sample_mask
+    samples = int(sample_mask.sum())
     answered = int(ok_mask.sum())
-    cold = ok_mask & ~hit
+    cold = sample_mask & ~hit
     duration = float(times_s[-1]) if n else 0.0
     cold_count = int(cold.sum())
-    if duration > 0:
-        cold_per_min: float | None = cold_count / (duration / 60.0)
-    else:  # every request at one instant: no rate, unless there was nothing to count
-        cold_per_min = None if cold_count else 0.0
     lat_ok = latency_s[ok_mask]
     if max_loaded is None:
         max_loaded = int(loaded.max()) if loaded is not None and len(loaded) else 0
@@ -125,9 +138,10 @@ def summarize(
         "answered": answered,
         "errors": int(sum(errors.values())),
         "errors_by_class": dict(errors),
-        "hit_ratio": float(hits.sum() / answered) if answered else None,
+        "hit_ratio": float(hits.sum() / samples) if samples else None,
+        "cache_hit_samples": samples,
         "cold_starts": cold_count,
-        "cold_starts_per_min": cold_per_min,
+        "cold_starts_per_min": per_minute(cold_count, duration),
         "loads": int(loads),
         "max_loaded": int(max_loaded),
         "cold_load_s_p50": _p50(load_times_s),
@@ -139,8 +153,8 @@ def summarize(
         "duration_s": duration,
         "latency_ms": {
             **_percentiles_ms(lat_ok),
-            "warm": _percentiles_ms(latency_s[hits]),
-            "cold": _percentiles_ms(latency_s[cold]),
+            "warm": _percentiles_ms(latency_s[hits & ok_mask]),
+            "cold": _percentiles_ms(latency_s[cold & ok_mask]),
         },
         "latency_measured": service_measured,
     }
@@ -161,7 +175,9 @@ def summarize(
             data["cost"] = None
     if extra:
         data.update(extra)
-    data["timeline"] = _timeline(times_s, latency_s, hits, ok_mask, loaded, instances, duration)
+    data["timeline"] = _timeline(
+        times_s, latency_s, hits, ok_mask, sample_mask, loaded, instances, duration
+    )
     return TrafficResult(data)
 
 
@@ -170,6 +186,7 @@ def _timeline(
     latency_s: np.ndarray,
     hits: np.ndarray,
     ok: np.ndarray,
+    sampled: np.ndarray,
     loaded: np.ndarray | None,
     instances: Sequence[tuple[float, int]],
     duration: float,
@@ -180,7 +197,7 @@ def _timeline(
     bins = (times_s / bin_s).astype(np.int64)
     count = int(bins[-1]) + 1
     requests = np.bincount(bins, minlength=count)
-    answered = np.bincount(bins, weights=ok, minlength=count)
+    samples = np.bincount(bins, weights=sampled, minlength=count)
     hit_count = np.bincount(bins, weights=hits, minlength=count)
     edges = np.searchsorted(bins, np.arange(count + 1))
     p99: list[float | None] = []
@@ -195,9 +212,7 @@ def _timeline(
     out: dict[str, list[Any]] = {
         "t_s": starts.tolist(),
         "rate_rps": (requests / bin_s).tolist(),
-        "hit_ratio": [
-            float(h / a) if a else None for h, a in zip(hit_count, answered, strict=True)
-        ],
+        "hit_ratio": [float(h / a) if a else None for h, a in zip(hit_count, samples, strict=True)],
         "p99_ms": p99,
     }
     if loaded is not None:
@@ -315,4 +330,11 @@ def summary_rows(result: TrafficResult) -> list[tuple[str, str]]:
     return rows
 
 
-__all__ = ["TIMELINE_BINS", "TrafficResult", "summarize", "summary_rows", "write_html"]
+__all__ = [
+    "TIMELINE_BINS",
+    "TrafficResult",
+    "per_minute",
+    "summarize",
+    "summary_rows",
+    "write_html",
+]

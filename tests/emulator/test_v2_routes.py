@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from emulator_helpers import output_of, payload, raw_request
 
+from mmelocal.emulator.answers import CACHE_HEADER
 from mmelocal.emulator.emulator import EmulatorConfig
 from mmelocal.emulator.metrics import parse_prometheus
 from mmelocal.emulator.server import EmulatorServer
@@ -403,15 +404,20 @@ def test_model_cache_hit_counts_every_call_that_reached_its_model(mme: MmeEndpoi
         (400, JSON, BODY, None),  # no TargetModel: refused before any model
     ):
         count, total = _cache_hit(mme)
-        status = raw_request(mme.url, "POST", invocations, call_headers, body)[0]
+        status, answer_headers, _ = raw_request(mme.url, "POST", invocations, call_headers, body)
         assert status == expected_status
+        # the emulator's own header says the sample, a failed call's too (a replay reads it)
+        cache = answer_headers.get(CACHE_HEADER.lower())
         if sample is None:
-            assert _cache_hit(mme) == (count, total)
+            assert _cache_hit(mme) == (count, total) and cache is None
         else:
-            assert _cache_hit(mme) == (count + 1, total + sample)
+            assert _cache_hit(mme) == (count + 1, total + sample) and cache == "miss"
     assert mme.invoke("model-a.tar.gz", BODY)
     count, total = _cache_hit(mme)
     loaded = [*JSON, ("X-Amzn-SageMaker-Target-Model", "model-a.tar.gz")]
-    status = raw_request(mme.url, "POST", invocations, loaded, b'{"inputs": "no"}')[0]
+    status, answer_headers, _ = raw_request(
+        mme.url, "POST", invocations, loaded, b'{"inputs": "no"}'
+    )
     assert status == 424  # the loaded model refused the body: a hit all the same
     assert _cache_hit(mme) == (count + 1, total + 1)
+    assert answer_headers.get(CACHE_HEADER.lower()) == "hit"

@@ -40,6 +40,7 @@ def test_a_zero_hit_ratio_is_a_figure_not_unknown() -> None:
         latency_s=np.array([0.1, 0.2, 0.3, 0.4]),
         hit=np.zeros(4, dtype=np.bool_),
         ok=np.array([True, True, True, False]),
+        sampled=np.array([True, True, True, False]),
     )
     assert not _infer_hits(rec, 0.0).any()  # every answered request cold
     assert _infer_hits(rec, 1.0).tolist() == [True, True, True, False]
@@ -77,6 +78,7 @@ def test_load_cycles_of_a_timed_out_caller_and_of_a_replica() -> None:
         latency_s=np.asarray([60.0, 65.0, 0.01]),
         hit=np.asarray([False, False, True]),
         ok=np.asarray([False, True, True]),
+        sampled=np.asarray([True, True, True]),
     )
     t0 = 1_000.0
     events = [
@@ -103,6 +105,7 @@ def test_a_sped_up_replays_load_cycles_are_the_endpoints_seconds() -> None:
         latency_s=np.asarray([3.0, 4.0]),
         hit=np.asarray([False, False]),
         ok=np.asarray([True, True]),
+        sampled=np.asarray([True, True]),
     )
     t0 = 1_000.0
     events = [
@@ -340,3 +343,112 @@ def test_the_cli_bar_counts_answers_and_shows_the_requests_sent(
 
     shown = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen.getvalue())
     assert re.search(r"3/10 answered, 7 sent", shown), shown
+
+
+def test_a_boto3_replays_hit_ratio_and_cold_starts_are_cloudwatchs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Through boto3 the hit ratio is CloudWatch's ``ModelCacheHit``, whose samples are
+    every call that reached its model, failed ones too (the SageMaker Developer Guide, MME
+    metrics); the cold starts are its samples of 0. Three calls got
+    ModelNotReadyException (three misses) and two were answered from a loaded model:
+    CloudWatch has 2 hits in 5 samples. The replay counted cold starts among the answered
+    calls only, as many as the ratio implied of them (1), and its ratio from those (0.5).
+    CloudWatch and SageMaker's control plane are moto's server; the runtime is a stand-in
+    HTTP server that answers as the service does."""
+    import datetime as dt
+    import http.server
+    import json
+    import socket
+    import threading
+
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    from mmelocal.facts.cloudwatch import INVOCATION_NAMESPACE, MODEL_CACHE_HIT
+    from mmelocal.traffic.replay import replay
+
+    answered = {"count": 0}
+
+    class Runtime(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            answered["count"] += 1
+            if answered["count"] > 3:  # the model is loaded: answered
+                status, body, kind = 200, b"{}", None
+            else:
+                status, kind = 429, "ModelNotReadyException"
+                body = json.dumps({"__type": kind, "message": "still loading"}).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            if kind:
+                self.send_header("x-amzn-ErrorType", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        moto_port = probe.getsockname()[1]
+    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=moto_port)
+    moto.start()
+    runtime = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Runtime)
+    thread = threading.Thread(target=runtime.serve_forever, daemon=True)
+    thread.start()
+    moto_url = f"http://127.0.0.1:{moto_port}"
+    for name, value in (
+        ("AWS_ACCESS_KEY_ID", "testing"),
+        ("AWS_SECRET_ACCESS_KEY", "testing"),
+        ("AWS_ENDPOINT_URL_SAGEMAKER", moto_url),
+        ("AWS_ENDPOINT_URL_CLOUDWATCH", moto_url),
+        ("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME", f"http://127.0.0.1:{runtime.server_address[1]}"),
+    ):
+        monkeypatch.setenv(name, value)
+    try:
+        sm = boto3.client("sagemaker", region_name="us-east-1")
+        sm.create_model(
+            ModelName="m",
+            ExecutionRoleArn="arn:aws:iam::123456789012:role/r",
+            PrimaryContainer={"Image": "i", "Mode": "MultiModel"},
+        )
+        sm.create_endpoint_config(
+            EndpointConfigName="c",
+            ProductionVariants=[
+                {
+                    "VariantName": "AllTraffic",
+                    "ModelName": "m",
+                    "InstanceType": "ml.g4dn.xlarge",
+                    "InitialInstanceCount": 1,
+                }
+            ],
+        )
+        sm.create_endpoint(EndpointName="ep", EndpointConfigName="c")
+        boto3.client("cloudwatch", region_name="us-east-1").put_metric_data(
+            Namespace=INVOCATION_NAMESPACE,
+            MetricData=[
+                {
+                    "MetricName": MODEL_CACHE_HIT,
+                    "Dimensions": [
+                        {"Name": "EndpointName", "Value": "ep"},
+                        {"Name": "VariantName", "Value": "AllTraffic"},
+                    ],
+                    "Timestamp": dt.datetime.now(tz=dt.UTC),
+                    "StatisticValues": {"SampleCount": 5, "Sum": 2, "Minimum": 0, "Maximum": 1},
+                }
+            ],
+        )
+        trace = Trace(
+            times_s=np.arange(5) * 0.01, model_ids=np.zeros(5, dtype=np.int32), models=("m",)
+        )
+        result = replay(trace, body=b"{}", endpoint_name="ep", region="us-east-1").data
+    finally:
+        runtime.shutdown()
+        runtime.server_close()
+        moto.stop()
+    assert result["answered"] == 2 and result["errors_by_class"] == {"ModelNotReadyException": 3}
+    assert (result["hit_ratio"], result["cold_starts"]) == (pytest.approx(0.4), 3)

@@ -217,7 +217,7 @@ def test_a_scale_in_of_several_instances_serves_their_queued_loads() -> None:
     assert [a["capacity"] for a in data["scaling_activities"]] == [1]
     # every request was answered or failed with ModelNotReadyException, none lost
     assert data["answered"] + data["errors"] == n
-    assert data["cold_starts"] == data["answered"]
+    assert data["cold_starts"] == n  # every one a ModelCacheHit of 0, answered or not
     # all cold: each waited a 30 s load at least and at most the 60 s timeout (+ 10 ms)
     assert 30_000 <= data["latency_ms"]["p50"] <= data["latency_ms"]["p99"] <= 60_010 + 1e-6
 
@@ -238,6 +238,7 @@ def test_report_percentiles_are_mmelocals_nearest_rank() -> None:
         latency_s=latency,
         hit=np.ones(n, dtype=np.bool_),
         ok=None,
+        sampled=None,
         errors={},
         loaded=None,
         load_times_s=np.asarray([]),
@@ -254,6 +255,7 @@ def test_report_percentiles_are_mmelocals_nearest_rank() -> None:
         latency_s=np.asarray([0.001, 0.003]),
         hit=np.ones(2, dtype=np.bool_),
         ok=None,
+        sampled=None,
         errors={},
         loaded=None,
         load_times_s=np.asarray([]),
@@ -354,6 +356,7 @@ def test_load_time_medians_are_observed_loads() -> None:
         latency_s=np.asarray([1.0, 3.0]),
         hit=np.zeros(2, dtype=np.bool_),
         ok=None,
+        sampled=None,
         errors={},
         loaded=None,
         load_times_s=np.asarray([3.0, 1.0]),
@@ -492,3 +495,154 @@ def test_the_capacity_options_refuse_what_they_would_ignore(
     out, err = capsys.readouterr()
     assert code == 2, out + err
     assert expected in " ".join(err.split()), err
+
+
+def test_model_cache_hit_counts_the_failed_callers_too() -> None:
+    """``ModelCacheHit`` is one sample per InvokeEndpoint call that reached its model, 1 when
+    the model was already loaded, a failed call too (the SageMaker Developer Guide, MME
+    metrics: "The number of InvokeEndpoint requests sent to the multi-model endpoint for
+    which the model was already loaded. The Average statistic shows the ratio of requests
+    for which the model was already loaded"; the emulator's ``record_invocation``). A
+    caller that got ModelNotReadyException waited for a cold load: a 0, and a cold start;
+    so is one whose load failed past the limit."""
+    # m0's 2 s load outlasts the 1 s wait: the caller at 0 s is answered
+    # ModelNotReadyException (a miss), the two after the load are hits
+    waited = simulate(
+        trace_of([0.0, 3.0, 4.0], [0, 0, 0]),
+        SimConfig(
+            models_per_instance=1,
+            load=LoadTimes(samples_s=(2.0,)),
+            service_s=0.0,
+            load_wait_timeout_s=1.0,
+        ),
+    ).data
+    assert waited["errors_by_class"] == {"ModelNotReadyException": 1}
+    assert (waited["hit_ratio"], waited["cold_starts"]) == (pytest.approx(2 / 3), 1)
+    # every load fails past a 1 s limit: three calls, three misses, no answer
+    failed = simulate(
+        trace_of([0.0, 0.5, 1.5], [0, 0, 0]),
+        SimConfig(
+            models_per_instance=1,
+            load=LoadTimes(samples_s=(2.0,)),
+            service_s=0.0,
+            load_limit_s=1.0,
+        ),
+    ).data
+    assert failed["errors"] == 3 and failed["answered"] == 0
+    assert (failed["hit_ratio"], failed["cold_starts"]) == (0.0, 3)
+    assert failed["timeline"]["hit_ratio"][0] == 0.0
+
+
+def test_the_load_limit_runs_from_the_call_that_asked_for_the_load() -> None:
+    """The platform's 360 s cover the wait for the loads before it (one at a time per
+    instance), the download and the load, from the call that asked (the emulator's
+    ``load_deadline_s``): three cold models at 0 s with 200 s loads, one instance. m0 is
+    ready at 200 s; m1's turn comes at 200 s and its load would end at 400 s, past 360 s:
+    it fails at 360 s holding its slot till then; m2, still queued at 360 s, fails then
+    without starting. A later call loads m2 alone, within the limit."""
+    config = SimConfig(
+        models_per_instance=3,
+        load=LoadTimes(samples_s=(200.0,)),
+        service_s=0.0,
+        load_wait_timeout_s=1000.0,  # the callers wait: the loads' own fate shows
+    )
+    data = simulate(trace_of([0.0, 0.0, 0.0, 1000.0], [0, 1, 2, 2]), config).data
+    assert data["failed_loads"] == 2 and data["loads"] == 2
+    assert data["errors_by_class"] == {"ModelError": 2} and data["answered"] == 2
+    # the answered ones: m0 at 0 s and m2 at 1,000 s, each after its own 200 s load
+    assert data["latency_ms"]["cold"]["p50"] == pytest.approx(200_000)
+    failed = simulate(trace_of([0.0, 0.0], [0, 1]), config).data
+    assert failed["errors_by_class"] == {"ModelError": 1}
+    # without the queue the limit holds: each model alone
+    alone = simulate(trace_of([0.0, 400.0, 800.0], [0, 1, 2]), config).data
+    assert alone["failed_loads"] == 0 and alone["loads"] == 3
+
+
+def test_each_eviction_before_a_load_takes_its_unload_time() -> None:
+    """The emulator unloads a load's victims one after the other, each awaited until its
+    memory is back (``Evictor.make_room``), before the load: a model that needs the room of
+    two others waits two unloads. m2 (2 GiB) needs both 1 GiB models gone on a 2 GiB
+    instance: its load starts after 2 x 3 s."""
+    gib = 1024**3
+    config = SimConfig(
+        memory_limit_bytes=2 * gib,
+        default_footprint_bytes=gib,
+        footprint_bytes={"m2": 2 * gib},
+        load=LoadTimes(samples_s=(1.0,)),
+        unload_s=3.0,
+        service_s=0.0,
+    )
+    data = simulate(trace_of([0.0, 0.0, 10.0], [0, 1, 2]), config).data
+    # m2's caller at 10 s: two unloads (6 s), then its 1 s load
+    assert data["latency_ms"]["cold"]["p99"] == pytest.approx(7_000)
+
+
+def test_a_load_evicts_the_models_idle_when_it_starts() -> None:
+    """Room is made when a load starts, from the models idle then (the emulator's
+    ``make_room``, in its load lock): three cold models at once, two fit, loads of 1 s one
+    at a time, calls of 0.5 s. m0's caller is done at 1.5 s, so m2's load at 2 s evicts m0
+    and the instance never holds more than two. The simulator looked at the calls in flight
+    as of the previous request (0 s): m0 seemed busy, and m2 loaded over the capacity."""
+    trace = trace_of([0.0, 0.0, 0.0, 10.0], [0, 1, 2, 1])
+    data = simulate(
+        trace, SimConfig(models_per_instance=2, load=LoadTimes(samples_s=(1.0,)), service_s=0.5)
+    ).data
+    assert data["loads_over_capacity"] == 0 and data["max_loaded"] == 2
+
+
+def test_least_recently_used_is_by_the_last_call_to_end() -> None:
+    """The emulator orders eviction by each model's last use: a call's start, the end of
+    its wait for a load (``TritonInstance.acquire``) and its end (``release``). B is loaded
+    and called at 25 s; A's caller asked at 20 s and was served when A's 10 s load ended
+    at 30 s: A was used last. C's load at 40 s evicts B, and A at 50 s is a hit. The
+    simulator ordered by the calls' starts only (A's at 20 s) and evicted A."""
+    trace = trace_of([0.0, 20.0, 25.0, 40.0, 50.0], [1, 0, 1, 2, 0])
+    data = simulate(
+        trace, SimConfig(models_per_instance=2, load=LoadTimes(samples_s=(10.0,)), service_s=0.0)
+    ).data
+    assert data["loads"] == 3 and data["hit_ratio"] == pytest.approx(2 / 5)
+
+
+def test_downloads_run_beside_the_load_queue() -> None:
+    """In the emulator a cold call's download starts at once, in its own thread, and only
+    the load itself takes the instance's load lock (``_fetch_and_load``: the download,
+    then ``load_lock``); downloads of different models run together. Two cold models at
+    0 s, 10 s downloads, 1 s loads, one load at a time: both downloads end at 10 s, m0 is
+    ready at 11 s and m1 at 12 s. The simulator ran each download inside the load slot:
+    m1 was ready at 22 s."""
+    config = SimConfig(
+        models_per_instance=2,
+        load=LoadTimes(samples_s=(1.0,)),
+        download=LoadTimes(samples_s=(10.0,)),
+        service_s=0.0,
+    )
+    data = simulate(trace_of([0.0, 0.0], [0, 1]), config).data
+    assert data["latency_ms"]["cold"]["p99"] == pytest.approx(12_000)
+    assert data["downloads"] == 2
+    # the load lock goes to the load whose download ended first: at 40 s m0 needs a
+    # download and m1's artifact is still on the disk (m1 was unloaded at 20 s to make
+    # room for m2, one model at a time): m1, asked at 40.5 s, loads at once (ready at
+    # 41.5 s) and m0 after its download (51 s). Every cold call waited at most 11 s; the
+    # simulator loaded in the order asked: m1 waited for m0's download and load (11.5 s)
+    config = dataclasses.replace(config, models_per_instance=1)
+    data = simulate(trace_of([0.0, 20.0, 40.0, 40.5], [1, 2, 0, 1]), config).data
+    assert data["downloads"] == 3 and data["loads"] == 4
+    assert data["latency_ms"]["cold"]["p99"] == pytest.approx(11_000)
+
+
+def test_a_load_waits_for_a_busy_model_to_make_room_then_fails_507() -> None:
+    """The emulator never loads past its memory limit while other loaded models serve
+    calls: the load (holding the instance's load lock) evicts what is idle, then waits for
+    a busy model to go idle and evicts it; after ``busy_wait_s`` (30 s) with no room it
+    fails, its callers answered 507 InsufficientMemory (``Evictor.make_room``,
+    ``_until_changed``). One model fits: m0's call runs from 1 s to 11 s; m1, asked at
+    2 s, loads when m0 goes idle at 11 s. With 40 s calls m0 stays busy past 2 + 30 s: m1's
+    load fails at 32 s. The simulator loaded m1 over the capacity at once."""
+    config = SimConfig(models_per_instance=1, load=LoadTimes(samples_s=(1.0,)), service_s=10.0)
+    data = simulate(trace_of([0.0, 2.0], [0, 1]), config).data
+    assert data["loads_over_capacity"] == 0 and data["max_loaded"] == 1
+    # m1: room at 11 s, loaded at 12 s, served until 22 s
+    assert data["latency_ms"]["cold"]["p99"] == pytest.approx(20_000)
+    busy = simulate(trace_of([0.0, 2.0], [0, 1]), dataclasses.replace(config, service_s=40.0))
+    assert busy["errors_by_class"] == {"InsufficientMemory": 1}
+    assert busy["loads"] == 1 and busy["failed_loads"] == 1 and busy["max_loaded"] == 1

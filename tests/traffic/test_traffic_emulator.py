@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+import io
 import json
+import tarfile
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,8 +17,9 @@ import pytest
 from click.testing import CliRunner
 
 from mmelocal.cli.main import cli
+from mmelocal.emulator.metrics import parse_prometheus
 from mmelocal.errors import ReplayAbortedError, UserInputError
-from mmelocal.testing.tiny_model import request_json, write_tarball
+from mmelocal.testing.tiny_model import CONFIG, request_json, write_tarball
 from mmelocal.traffic.compare import agreement, config_from_replay
 from mmelocal.traffic.replay import ReplayOptions, replay, shard_schedule
 from mmelocal.traffic.results import TrafficResult
@@ -283,3 +287,170 @@ def test_replay_over_the_load_tests_locust_workers(served: Served) -> None:
     # every request is classified from the worker's answer: w0's 12 were hits, w2's first a miss
     assert result["hit_ratio"] >= 12 / 24 and result["cold_starts"] >= 1
     assert any("2 Locust worker" in n for n in result["notes"])
+
+
+def _python_model_tarball(path: Path, model_py: str) -> None:
+    """A tarball of the tiny model's config with ``model_py`` as its code."""
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in (
+            ("m/config.pbtxt", CONFIG.format(name="m", scale=2.0).encode()),
+            ("m/1/model.py", model_py.encode()),
+        ):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+def _model_cache_hit(url: str) -> tuple[float, float]:
+    """The emulator's ``ModelCacheHit`` sample count and sum (``/metrics``)."""
+    with urllib.request.urlopen(url + "/metrics", timeout=30) as resp:
+        text = resp.read().decode()
+    values = {k.partition("{")[0]: v for k, v in parse_prometheus(text).items()}
+    return values["ModelCacheHit_count"], values["ModelCacheHit_sum"]
+
+
+def test_a_replay_counts_model_cache_hit_as_the_emulator_does(served: Served) -> None:
+    """The replay's hit ratio is ``ModelCacheHit``'s average as the emulator (the platform's
+    reference) counts it: one sample per call that reached its model, failed calls too (a
+    failed cold load 0, a loaded model's failed call 1); a call refused before it reaches a
+    model (a body over the limit) is none. The replay counted the answered calls only."""
+    for name, model_py in (
+        ("fails-to-load.tar.gz", "raise RuntimeError('this model fails to import')\n"),
+        (
+            "fails-to-run.tar.gz",
+            "class TritonPythonModel:\n    def execute(self, requests):\n"
+            "        raise RuntimeError('this model fails to run')\n",
+        ),
+    ):
+        _python_model_tarball(served.store / name, model_py)
+    (served.store / "runs.tar.gz").unlink(missing_ok=True)
+    (served.store / "runs.tar.gz").hardlink_to(served.tarball)
+    models = ("runs.tar.gz", "fails-to-load.tar.gz", "fails-to-run.tar.gz")
+    # each model cold at 0 s (its loads one at a time), then called again once loaded
+    trace = Trace(
+        times_s=np.array([0.0, 0.0, 0.0, 12.0, 12.0, 12.0]),
+        model_ids=np.array([0, 1, 2, 0, 1, 2], dtype=np.int32),
+        models=models,
+    )
+    count, total = _model_cache_hit(served.url)
+    result = replay(trace, body=BODY, url=served.url).data
+    after_count, after_total = _model_cache_hit(served.url)
+    assert result["errors"] == 4 and result["answered"] == 2
+    samples, hits = after_count - count, after_total - total
+    assert samples == 6  # every call reached its model
+    assert result["hit_ratio"] == pytest.approx(hits / samples)
+    assert result["cold_starts"] == samples - hits
+    # the same over the load tests' Locust workers (the models that loaded are warm now)
+    count, total = _model_cache_hit(served.url)
+    spread = replay(trace, body=BODY, url=served.url, workers=2).data
+    after_count, after_total = _model_cache_hit(served.url)
+    samples, hits = after_count - count, after_total - total
+    assert samples == 6 and spread["errors"] == 4
+    assert spread["hit_ratio"] == pytest.approx(hits / samples)
+    assert spread["cold_starts"] == samples - hits
+    # a body over InvokeEndpoint's limit is refused before any model: no sample
+    big = b"x" * (served_limit() + 1)
+    before = _model_cache_hit(served.url)
+    refused = replay(trace, body=big, url=served.url).data
+    assert _model_cache_hit(served.url) == before
+    assert refused["hit_ratio"] is None and refused["cold_starts"] == 0
+
+
+def served_limit() -> int:
+    """The emulator's InvokeEndpoint body limit (its default: the service's)."""
+    from mmelocal.facts.sagemaker import MAX_PAYLOAD_BYTES
+
+    return MAX_PAYLOAD_BYTES
+
+
+def test_a_replay_whose_callers_time_out_agrees_with_its_simulation(tmp_path: Path) -> None:
+    """A caller that waits past the load-wait timeout gets ModelNotReadyException: a
+    ``ModelCacheHit`` sample of 0 on the emulator, and in the simulation of the same
+    trace with the same timeout; the two agree (both counted answered calls only: 1.0)."""
+    from mmelocal.emulator.emulator import EmulatorConfig
+    from mmelocal.emulator.server import EmulatorServer
+
+    store = tmp_path / "store"
+    store.mkdir()
+    write_tarball(store / "slow.tar.gz")
+    wait_s = 0.05  # far shorter than a Python-backend load (a stub process starts)
+    trace = Trace(
+        times_s=np.array([0.0, 6.0, 7.0]),
+        model_ids=np.zeros(3, dtype=np.int32),
+        models=("slow.tar.gz",),
+    )
+    config = EmulatorConfig(
+        store=str(store),
+        cache_dir=tmp_path / "cache",
+        memory_budget_bytes=2 * 1024**3,
+        load_wait_timeout_s=wait_s,
+    )
+    with EmulatorServer(config) as server:
+        count, total = _model_cache_hit(server.url)
+        replayed = replay(trace, body=BODY, url=server.url)
+        after = _model_cache_hit(server.url)
+    assert replayed["errors_by_class"] == {"ModelNotReadyException (429)": 1}
+    assert after == (count + 3, total + 2)
+    assert (replayed["hit_ratio"], replayed["cold_starts"]) == (pytest.approx(2 / 3), 1)
+    simulated = simulate(
+        trace, dataclasses.replace(config_from_replay(replayed), load_wait_timeout_s=wait_s)
+    )
+    assert simulated["errors_by_class"] == {"ModelNotReadyException": 1}
+    agree = agreement(replayed, simulated)
+    assert agree.hit_ratio_points == pytest.approx(0.0) and agree.cold_starts_relative == 0.0
+
+
+def test_the_load_limit_counts_the_wait_for_the_loads_before_it(tmp_path: Path) -> None:
+    """The platform's limit on a cold load ("the model continues to download and load into
+    the inference container for up to 360 seconds", the MME guide) runs from the load's
+    start: the emulator's deadline covers the download, the wait for the loads before it
+    (one load at a time per instance) and Triton's load together (``loading.py``,
+    ``load_deadline_s``). Two slow models called at once on one instance, under a limit
+    that one load fits and two do not: the second fails at the limit, in the emulator and
+    in the simulation of the same trace with that limit. The simulation counted the limit
+    from the load's turn, so the second load served."""
+    from mmelocal.emulator.emulator import EmulatorConfig
+    from mmelocal.emulator.server import EmulatorServer
+    from mmelocal.testing.tiny_model import MODEL_PY
+
+    sleep_s, limit_s = 4.0, 8.0  # one load: the sleep and a stub's start; two: past the limit
+    slow_py = MODEL_PY.replace(
+        "    def initialize(self, args):\n",
+        f"    def initialize(self, args):\n        time.sleep({sleep_s})\n",
+    )
+    assert slow_py != MODEL_PY
+    store = tmp_path / "store"
+    store.mkdir()
+    for name in ("slow-a.tar.gz", "slow-b.tar.gz"):
+        _python_model_tarball(store / name, slow_py)
+    # a asks first (its download ends first: it loads first), b half a second later; a
+    # again at 20 s (b not: its failed load left no load event for the replay to time)
+    trace = Trace(
+        times_s=np.array([0.0, 0.5, 20.0]),
+        model_ids=np.array([0, 1, 0], dtype=np.int32),
+        models=("slow-a.tar.gz", "slow-b.tar.gz"),
+    )
+    config = EmulatorConfig(
+        store=str(store),
+        cache_dir=tmp_path / "cache",
+        memory_budget_bytes=2 * 1024**3,
+        load_timeout_s=limit_s,
+    )
+    with EmulatorServer(config) as server:
+        replayed = replay(trace, body=BODY, url=server.url)
+    # b's load waited for a's and failed at the limit; a is warm at 20 s
+    assert replayed["errors_by_class"] == {"ModelError (424)": 1}, replayed["errors_by_class"]
+    assert replayed["hit_ratio"] == pytest.approx(1 / 3)
+    assert len(replayed["load_cycle_s"]) == 1 and replayed["load_cycle_s"][0] < limit_s
+    # the replay saw one model ready at most (b never loaded), but the budget holds both
+    assert replayed["max_loaded_per_instance"] == 1
+    simulated = simulate(
+        trace,
+        dataclasses.replace(
+            config_from_replay(replayed), load_limit_s=limit_s, models_per_instance=2
+        ),
+    )
+    assert simulated["errors_by_class"] == {"ModelError": 1}
+    assert simulated["failed_loads"] == 1
+    agree = agreement(replayed, simulated)
+    assert agree.hit_ratio_points == pytest.approx(0.0) and agree.cold_starts_relative == 0.0

@@ -28,8 +28,11 @@ REPLAY = "mmelocal_replay"
 READY = "mmelocal_replay_ready"
 GO = "mmelocal_replay_go"
 BATCH = "mmelocal_replay_batch"
-#: outcome codes in a batch
-MISS, HIT, ERROR = 0, 1, 2
+#: outcome codes in a batch: an answer whose model was not loaded (MISS) or was (HIT); a
+#: failed call refused before it reached a model, or with no answer (ERROR); a failed call
+#: that reached its model, not loaded (ERROR_MISS) or loaded (ERROR_HIT): its answer says
+#: which, as every answer of a call that reached its model (a ``ModelCacheHit`` sample) does
+MISS, HIT, ERROR, ERROR_MISS, ERROR_HIT = 0, 1, 2, 3, 4
 
 
 def register_replay(runner: Any) -> None:
@@ -98,11 +101,14 @@ def _send_shard(runner: Any, shard: dict[str, Any], t0: float, urllib3: Any) -> 
                 },
                 timeout=urllib3.Timeout(total=float(shard["timeout_s"])),
             )
+            cache = resp.headers.get(shard["cache_header"])
             if resp.status == 200:
-                code = HIT if resp.headers.get(shard["cache_header"]) == "hit" else MISS
+                code = HIT if cache == "hit" else MISS
             else:
                 kind = resp.headers.get(ERROR_TYPE_HEADER) or f"HTTP {resp.status}"
                 kind = f"{kind.split(':')[0]} ({resp.status})"
+                if cache is not None:
+                    code = ERROR_HIT if cache == "hit" else ERROR_MISS
         except Exception as exc:
             kind = type(exc).__name__
         finally:
@@ -141,4 +147,15 @@ def _send_shard(runner: Any, shard: dict[str, Any], t0: float, urllib3: Any) -> 
     flush(final=True, aborted=aborted)
 
 
-__all__ = ["BATCH", "ERROR", "GO", "HIT", "MISS", "READY", "REPLAY", "register_replay"]
+__all__ = [
+    "BATCH",
+    "ERROR",
+    "ERROR_HIT",
+    "ERROR_MISS",
+    "GO",
+    "HIT",
+    "MISS",
+    "READY",
+    "REPLAY",
+    "register_replay",
+]

@@ -54,8 +54,13 @@ from mmelocal.traffic.replay.schedule import SENDER_MARGIN_S as SENDER_MARGIN_S
 from mmelocal.traffic.replay.schedule import Progress, ReplayOptions, check_rate, shard_schedule
 from mmelocal.traffic.replay.schedule import _Record as _Record
 from mmelocal.traffic.replay.targets import check_targets, invocations_url
-from mmelocal.traffic.replay.through_boto3 import _infer_hits, _replay_boto3, cloudwatch_hit_ratio
-from mmelocal.traffic.results import TrafficResult, summarize
+from mmelocal.traffic.replay.through_boto3 import (
+    _infer_hits,
+    _replay_boto3,
+    cloudwatch_cache_hits,
+    cloudwatch_hit_ratio,
+)
+from mmelocal.traffic.results import TrafficResult, per_minute, summarize
 from mmelocal.traffic.trace import Trace
 
 logger = logging.getLogger(__name__)
@@ -142,15 +147,17 @@ def replay(
             notes.append(gaps)
     hit = rec.hit
     ratio: float | None = None
+    cache_hits: tuple[float, int] | None = None
     if endpoint_name is not None:
         start, end = state["window"]
         unread = ""
         try:
-            ratio = cloudwatch_hit_ratio(
+            cache_hits = cloudwatch_cache_hits(
                 endpoint_name, start, end, endpoint_url=endpoint_url, region=region
             )
         except Exception as exc:  # the replay's own figures stand; say what is missing
-            ratio, unread = None, f" (could not read CloudWatch: {type(exc).__name__}: {exc})"
+            unread = f" (could not read CloudWatch: {type(exc).__name__}: {exc})"
+        ratio = None if cache_hits is None else cache_hits[0] / cache_hits[1]
         hit = _infer_hits(rec, ratio)
         notes.append(
             "Real endpoint: hits per request are not visible. The hit ratio is CloudWatch's "
@@ -165,6 +172,7 @@ def replay(
         latency_s=rec.latency_s,
         hit=hit,
         ok=rec.ok,
+        sampled=rec.sampled,
         errors=rec.errors,
         loaded=loaded,
         load_times_s=load_s,
@@ -179,10 +187,23 @@ def replay(
             **per_instance,
         },
     )
-    if endpoint_name is not None and ratio is None:
+    if endpoint_name is not None and cache_hits is None:
         # CloudWatch gave no ratio: hits and the warm/cold split are unknown, not zero
-        result.data.update(hit_ratio=None, cold_starts=None, cold_starts_per_min=None)
+        result.data.update(
+            hit_ratio=None, cache_hit_samples=None, cold_starts=None, cold_starts_per_min=None
+        )
         result.data["latency_ms"]["warm"] = result.data["latency_ms"]["cold"] = None
+    elif cache_hits is not None:
+        # CloudWatch's own figures: every call that reached its model, failed ones too (the
+        # inferred split covers the answered calls only)
+        hits_sum, samples = cache_hits
+        cold = round(samples - hits_sum)
+        result.data.update(
+            hit_ratio=ratio,
+            cache_hit_samples=samples,
+            cold_starts=cold,
+            cold_starts_per_min=per_minute(cold, result.data["duration_s"]),
+        )
     if options.speed != 1.0:
         result.data["notes"].append(
             f"Replayed at --speed {options.speed:g} (the trace sent {options.speed:g} times "
@@ -222,6 +243,7 @@ __all__ = [
     "ReplayOptions",
     "check_rate",
     "check_targets",
+    "cloudwatch_cache_hits",
     "cloudwatch_hit_ratio",
     "invocations_url",
     "replay",

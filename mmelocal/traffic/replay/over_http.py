@@ -54,6 +54,7 @@ async def _replay_http(
 
     n = len(trace)
     rec = _Record.empty(n)
+    sampled = rec.sampled
     target_url = invocations_url(url, endpoint)
     base = _origin(target_url)
     state: dict[str, Any] = {}
@@ -79,9 +80,14 @@ async def _replay_http(
                 async with session.post(target_url, data=body, headers=headers) as resp:
                     answer = await resp.read()
                     done = loop.time()
+                    cache = resp.headers.get(CACHE_HEADER)
+                    # ModelCacheHit: every answer of a call that reached its model says
+                    # hit or miss (the emulator's; a failed call's too), an answer refused
+                    # before none; a server without the header: its answers count as misses
+                    sampled[i] = resp.status == 200 or cache is not None
+                    rec.hit[i] = cache == "hit"
                     if resp.status == 200:
                         rec.ok[i] = True
-                        rec.hit[i] = resp.headers.get(CACHE_HEADER) == "hit"
                     else:
                         kind = _error_class(resp.status, resp.headers, answer)
                         rec.errors[kind] = rec.errors.get(kind, 0) + 1

@@ -169,10 +169,10 @@ async def _replay_workers(
     if result["aborted"]:
         raise ReplayAbortedError(result["aborted"][0] + " (no result is written)")
     index = np.asarray(result["indices"], dtype=np.int64)
-    codes = np.asarray(result["codes"], dtype=np.int8)
     rec.latency_s[index] = result["latency_s"]
-    rec.ok[index] = codes != 2
-    rec.hit[index] = codes == 1
+    rec.ok[index] = result["ok"]
+    rec.sampled[index] = result["sampled"]
+    rec.hit[index] = result["hit"]
     rec.errors.update(result["errors"])
     if not result["complete"] or len(index) != n:
         rec.errors["not reported by a worker"] = n - len(index)

@@ -54,9 +54,14 @@ class ReplayOptions:
 
 @dataclass
 class _Record:
+    """Every request's outcome: its latency, whether it was answered (``ok``), whether it
+    reached its model (``sampled``: a ``ModelCacheHit`` sample, answered or not) and that
+    sample (``hit``: its model was already loaded); the errors by class."""
+
     latency_s: np.ndarray
     hit: np.ndarray
     ok: np.ndarray
+    sampled: np.ndarray
     errors: dict[str, int] = field(default_factory=dict)
 
     @classmethod
@@ -66,6 +71,7 @@ class _Record:
             latency_s=np.full(n, np.nan),
             hit=np.zeros(n, dtype=np.bool_),
             ok=np.zeros(n, dtype=np.bool_),
+            sampled=np.zeros(n, dtype=np.bool_),
         )
 
 

@@ -97,6 +97,25 @@ def cloudwatch_hit_ratio(
     """The mean of ``ModelCacheHit`` over the window and over the endpoint's variants
     (1-minute periods, weighted by their sample counts), or None when CloudWatch has no
     datapoint yet. ``variants`` default to the endpoint's own (``DescribeEndpoint``)."""
+    figures = cloudwatch_cache_hits(
+        endpoint_name, start_s, end_s, variants=variants, endpoint_url=endpoint_url, region=region
+    )
+    return None if figures is None else figures[0] / figures[1]
+
+
+def cloudwatch_cache_hits(
+    endpoint_name: str,
+    start_s: float,
+    end_s: float,
+    *,
+    variants: Sequence[str] | None = None,
+    endpoint_url: str | None = None,
+    region: str | None = None,
+) -> tuple[float, int] | None:
+    """``ModelCacheHit`` over the window and the endpoint's variants (1-minute periods) as
+    (its sum: the samples of 1, its sample count: every call that reached its model), or
+    None when CloudWatch has no datapoint yet. ``variants`` default to the endpoint's own
+    (``DescribeEndpoint``)."""
     import datetime
 
     import boto3
@@ -133,10 +152,12 @@ def cloudwatch_hit_ratio(
     total = sum(p["SampleCount"] for p in points)
     if not total:
         return None
-    return float(sum(p["Average"] * p["SampleCount"] for p in points) / total)
+    return float(sum(p["Average"] * p["SampleCount"] for p in points)), round(total)
 
 
 def _infer_hits(rec: _Record, ratio: float | None) -> np.ndarray:
+    """Which answered requests were hits, inferred from the ratio: the slowest counted
+    cold, as many as the ratio implies (none a hit when the ratio is unknown)."""
     if ratio is None:
         return np.zeros_like(rec.ok)  # unknown: no request is counted a hit
     hit = rec.ok.copy()

@@ -12,6 +12,7 @@ import numpy as np
 
 from mmelocal.errors import UserInputError
 from mmelocal.facts.sagemaker import (
+    BUSY_WAIT_S,
     HOT_MODEL_RPS,
     HOT_MODEL_WINDOW_S,
     LOAD_LIMIT_S,
@@ -90,7 +91,9 @@ class SimConfig:
     as a replay's load cycles do for a first use). With it each instance keeps artifacts
     on a disk of ``disk_bytes`` (None: all stay), each ``artifact_bytes`` (by target;
     ``default_artifact_bytes`` for the others). ``load_limit_s``: how long the platform
-    lets a download and load go on before the load has failed.
+    lets a download and load go on before the load has failed. ``busy_wait_s``: how long a
+    load that finds no room waits for a loaded model to go idle (the emulator's wait)
+    before it fails with ``InsufficientMemory``.
     """
 
     instances: int = 1
@@ -105,6 +108,7 @@ class SimConfig:
     parallel_loads: int = 1
     load_wait_timeout_s: float = MODEL_NOT_READY_AFTER_S
     load_limit_s: float = LOAD_LIMIT_S
+    busy_wait_s: float = BUSY_WAIT_S
     download: LoadTimes | None = None
     disk_bytes: int | None = None
     artifact_bytes: Mapping[str, int] = field(default_factory=dict)
@@ -144,6 +148,8 @@ class SimConfig:
             raise UserInputError(f"--unload-seconds must be >= 0, got {self.unload_s}")
         if self.load_limit_s <= 0:
             raise UserInputError(f"load_limit_s must be > 0, got {self.load_limit_s}")
+        if self.busy_wait_s <= 0:
+            raise UserInputError(f"busy_wait_s must be > 0, got {self.busy_wait_s}")
         if self.disk_bytes is not None:
             if self.disk_bytes <= 0:
                 raise UserInputError(f"--disk-budget must be > 0, got {self.disk_bytes}")

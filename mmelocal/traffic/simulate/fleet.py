@@ -37,11 +37,14 @@ def pick_holder(fleet: Sequence[Any], holders: Sequence[int], m: int, t: float) 
 
 class _Instance:
     __slots__ = (
+        "deadline",
         "disk",
         "failing",
+        "fetched",
         "inflight",
         "loaders",
         "lru",
+        "making",
         "pending",
         "queue",
         "ready_at",
@@ -62,6 +65,11 @@ class _Instance:
         self.disk: FastLru[int] = FastLru(disk_bytes)
         #: loads that will fail (past the load limit): when
         self.failing: dict[int, float] = {}
+        #: when each queued or running load must have ended (the load limit from its start)
+        self.deadline: dict[int, float] = {}
+        #: when each queued load's artifact is on the disk (its download, begun when the
+        #: load was asked for, ended): it may take the load slot from then
+        self.fetched: dict[int, float] = {}
         #: when each model held here is (or will be) ready; inf while its load is queued
         self.ready_at: dict[int, float] = {}
         self.inflight: dict[int, int] = {}
@@ -72,6 +80,9 @@ class _Instance:
         #: loads waiting for a slot, in request order, and the requests waiting on each
         self.queue: deque[int] = deque()
         self.pending: dict[int, list[int]] = {}
+        #: the load waiting, in its load slot, for room (a busy model to go idle): the
+        #: model, when it gives up, and when the unloads it has done so far are over
+        self.making: list[Any] | None = None
 
 
 def _instance_hours(billed: Sequence[tuple[float, int]], end_s: float) -> float:
