@@ -154,7 +154,8 @@ def _card_case(local: list[str], instance_type: str, gpus: Any, expect: bool) ->
 # -- 2. mmelocal check --gpu 0 ----------------------------------------------------------
 def cli_check(model: Path, *, expect_gpu: bool = True, timeout_s: float = 150.0) -> dict[str, Any]:
     """``mmelocal check --gpu 0 --json MODEL`` in a subprocess (the console script where
-    installed, else ``python -m mmelocal``; this checkout's code first on the path)."""
+    installed, else ``python -m mmelocal``; this checkout's code first on the path).
+    ``expect_gpu=False`` (a CPU machine) drops ``--gpu 0``, which check refuses there."""
     if expect_gpu:
         from mmelocal.runtime.memory import gpu_count
 
@@ -162,7 +163,8 @@ def cli_check(model: Path, *, expect_gpu: bool = True, timeout_s: float = 150.0)
             raise StepSkipped("NVML sees no GPU: check would read host memory")
     script = shutil.which("mmelocal")
     head = [script] if script else [sys.executable, "-m", "mmelocal"]
-    cmd = [*head, "check", "--gpu", "0", "--json", str(model)]
+    gpu = ["--gpu", "0"] if expect_gpu else []
+    cmd = [*head, "check", *gpu, "--json", str(model)]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     shown = " ".join(["mmelocal", *cmd[len(head) :]])

@@ -54,7 +54,9 @@ from mmelocal.units import mib
     "--gpu",
     type=click.IntRange(min=0),
     help="On a GPU host: the GPU (nvidia-smi's number) the server runs on (given its UUID) "
-    "and whose memory is read.",
+    "and whose memory is read [default: the first GPU CUDA_VISIBLE_DEVICES names, else 0; "
+    "none when it is empty].",
+    show_default=False,
 )
 def check(path: Path, as_json: bool, **options: Any) -> None:
     """Validate PATH, then load, warm up, query and unload each model on a real Triton.

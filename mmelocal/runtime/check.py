@@ -32,13 +32,10 @@ from mmelocal.runtime.client import TritonClient
 from mmelocal.runtime.launcher import TritonLauncher
 from mmelocal.runtime.launchers import LAUNCHERS, check_launcher_kind, make_launcher
 from mmelocal.runtime.memory import gpu_used_bytes, process_tree_pss_bytes
-from mmelocal.runtime.python_copies import (
-    available_backends,
-    gpu_available,
-    prepare_model_for_server,
-)
+from mmelocal.runtime.python_copies import available_backends, prepare_model_for_server
 from mmelocal.runtime.samples import check_outputs, compare_outputs, load_reference, sample_inputs
 from mmelocal.runtime.server_config import ServerConfig
+from mmelocal.runtime.visible_gpus import ServerGpus
 
 logger = logging.getLogger(__name__)
 
@@ -52,8 +49,12 @@ class CheckOptions:
 
     ``gpu_index``: on a GPU host, the one GPU (NVML's numbering, by PCI bus, as nvidia-smi
     prints it) the server runs on, as a SageMaker instance has one, and whose memory is
-    read; the server is given that card's UUID in ``CUDA_VISIBLE_DEVICES``. For an
-    ``external`` server, name the GPU it runs on.
+    read; the server is given that card's UUID in ``CUDA_VISIBLE_DEVICES``. None (the
+    default): the first GPU a server started from here would see
+    (:func:`~mmelocal.runtime.visible_gpus.server_gpus`: ``CUDA_VISIBLE_DEVICES`` as CUDA
+    reads it, else GPU 0), and no GPU when it would see none (``CUDA_VISIBLE_DEVICES=``):
+    then the server runs on the CPU and its host memory is read. For an ``external``
+    server, name the GPU it runs on.
     """
 
     launcher: str = "local"
@@ -69,7 +70,7 @@ class CheckOptions:
     batch_size: int = 1
     dynamic_dim: int = 8
     all_loaded: bool = False
-    gpu_index: int = 0
+    gpu_index: int | None = None
 
     def __post_init__(self) -> None:
         check_launcher_kind(self.launcher)
@@ -80,7 +81,7 @@ class CheckOptions:
             )
         if self.atol < 0 or self.rtol < 0:
             raise UserInputError(f"atol and rtol must be >= 0, got {self.atol}, {self.rtol}")
-        if self.gpu_index < 0:
+        if self.gpu_index is not None and self.gpu_index < 0:
             raise UserInputError(f"gpu_index must be >= 0, got {self.gpu_index}")
         for name in ("batch_size", "dynamic_dim"):
             if getattr(self, name) < 1:
@@ -172,8 +173,9 @@ def check_path(
             return report
         served = work / "served"
         served.mkdir()
-        gpu = gpu_available()
-        launcher = _make_launcher(opts, served, gpu=gpu)
+        card = _server_gpu(opts)
+        gpu = card.indices[0] if card.indices else None  # NVML's number of the card read
+        launcher = _make_launcher(opts, served, card)
         backends = _backends(opts, launcher)
         targets: list[_Target] = []
         for model_dir, folder_name in model_dirs:
@@ -187,7 +189,7 @@ def check_path(
                     model_dir,
                     served,
                     backends_available=backends,
-                    gpu=gpu,
+                    gpu=gpu is not None,
                     folder_name=folder_name,
                 )
             except MmeLocalError as exc:
@@ -202,9 +204,7 @@ def check_path(
         say(f"starting Triton ({opts.launcher})")
         with launcher:
             report.server_log = str(launcher.log_path) if launcher.log_path else None
-            report.baseline_memory_bytes, report.memory_kind = _memory(
-                launcher, _gpu_read(opts, gpu)
-            )
+            report.baseline_memory_bytes, report.memory_kind = _memory(launcher, gpu)
             restarted = False
             for index, target in enumerate(targets):
                 say(f"checking {target.check.name}")
@@ -273,14 +273,30 @@ def _model_dirs(source: Path, work: Path, report: CheckReport) -> list[tuple[Pat
     return list(layout.named_folders)
 
 
-def _make_launcher(opts: CheckOptions, served: Path, *, gpu: bool) -> TritonLauncher:
-    env: dict[str, str] = {}
-    if gpu:
-        from mmelocal.runtime.visible_gpus import server_gpus
+def _server_gpu(opts: CheckOptions) -> ServerGpus:
+    """The one GPU the server runs on (none: it runs on the CPU): ``opts.gpu_index``, a
+    number this machine has not being refused, else the first the server would see."""
+    from mmelocal.runtime.visible_gpus import server_gpus
 
-        # one GPU, the one read (NVML's gpu_index), by UUID: exact whatever order CUDA
-        # numbers the GPUs in; a number this machine has not is refused here
-        env = dict(server_gpus(chosen=(opts.gpu_index,)).env)
+    if opts.gpu_index is not None:
+        return server_gpus(chosen=(opts.gpu_index,))
+    visible = server_gpus()
+    if not visible.indices:
+        return visible
+    return ServerGpus(
+        names=visible.names[:1],
+        indices=visible.indices[:1],
+        uuids=visible.uuids[:1],
+        env=visible.pin(0),
+        origin=f"the first GPU of {visible.origin}",
+    )
+
+
+def _make_launcher(opts: CheckOptions, served: Path, card: ServerGpus) -> TritonLauncher:
+    # one GPU, the one read, by UUID: exact whatever order CUDA numbers the GPUs in; none:
+    # the CUDA_VISIBLE_DEVICES that hides them, also for a container (which does not
+    # inherit this environment)
+    env = dict(card.env)
     return make_launcher(
         opts.launcher,
         ServerConfig(model_repository=served, env=env),
@@ -315,10 +331,10 @@ def _measure_and_unload_all(
     targets: list[_Target],
     report: CheckReport,
     opts: CheckOptions,
-    gpu: bool,
+    gpu: int | None,
     restarted: bool,
 ) -> None:
-    now, _ = _memory(launcher, _gpu_read(opts, gpu))
+    now, _ = _memory(launcher, gpu)
     if now is not None and report.baseline_memory_bytes is not None and not restarted:
         report.all_loaded_memory_bytes = max(0, now - report.baseline_memory_bytes)
     client = TritonClient.for_launcher(launcher, load_timeout_s=opts.load_timeout_s)
@@ -339,20 +355,20 @@ def _check_model(
     launcher: TritonLauncher,
     target: _Target,
     opts: CheckOptions,
-    gpu: bool,
+    gpu: int | None,
     *,
     unload: bool = True,
 ) -> None:
     check, config = target.check, target.config
     files, config_json = _external_payload(launcher, target.served_dir, config)
     check.warmup_samples = sum(max(1, w.count) for w in config.model_warmup)
-    before = _memory(launcher, _gpu_read(opts, gpu))
+    before = _memory(launcher, gpu)
     try:
         check.load_time_s = client.load(check.name, config=config_json, files=files)
     except ModelLoadError as exc:
         check.fail(f"load: {exc.triton_message or exc}")
         return
-    after = _memory(launcher, _gpu_read(opts, gpu))
+    after = _memory(launcher, gpu)
     if before[0] is not None and after[0] is not None:
         check.memory_bytes = max(0, after[0] - before[0])
         check.memory_kind = after[1]
@@ -410,11 +426,6 @@ def _log_size(log_path: Path | None) -> int:
         return log_path.stat().st_size if log_path is not None else 0
     except OSError:
         return 0
-
-
-def _gpu_read(opts: CheckOptions, gpu: bool) -> int | None:
-    """The NVML index of the GPU the server runs on (None without a GPU)."""
-    return opts.gpu_index if gpu else None
 
 
 def _memory(launcher: TritonLauncher, gpu: int | None) -> tuple[int | None, str]:

@@ -73,10 +73,14 @@ def available_backends(backend_directory: Path | None) -> frozenset[str]:
 
 
 def gpu_available() -> bool:
-    """True when NVML sees at least one NVIDIA GPU (False without pynvml or a driver)."""
-    from mmelocal.runtime.memory import gpu_count
+    """True when a Triton started from here would see an NVIDIA GPU: NVML finds one and
+    ``CUDA_VISIBLE_DEVICES``, read as CUDA reads it, leaves one visible
+    (:func:`~mmelocal.runtime.visible_gpus.server_gpus`); False without pynvml, a driver
+    or a GPU, and with ``CUDA_VISIBLE_DEVICES=`` (empty). A ``CUDA_VISIBLE_DEVICES`` that
+    cannot be read exactly is refused (:class:`~mmelocal.errors.UserInputError`)."""
+    from mmelocal.runtime.visible_gpus import server_gpus
 
-    return gpu_count() > 0
+    return bool(server_gpus().indices)
 
 
 def runner_template() -> Path:

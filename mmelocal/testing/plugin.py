@@ -173,7 +173,8 @@ def _docker_required() -> bool:
 
 
 def _gpu_missing_reason() -> str | None:
-    """Why an ``mmelocal_gpu`` test cannot run here (None: NVML sees a GPU).
+    """Why an ``mmelocal_gpu`` test cannot run here (None: NVML sees a GPU and
+    ``CUDA_VISIBLE_DEVICES`` leaves one to a Triton started here).
 
     NVML is looked for first: without ``nvidia-ml-py`` a GPU that is there goes unseen, and
     the reason says what to install instead of claiming there is none.
@@ -185,9 +186,22 @@ def _gpu_missing_reason() -> str | None:
             "needs an NVIDIA GPU, which mmelocal looks for through NVML: nvidia-ml-py is not "
             "installed (pip install 'mmelocal[gpu]')"
         )
-    from mmelocal.runtime.python_copies import gpu_available
+    from mmelocal.errors import UserInputError
+    from mmelocal.runtime.memory import gpu_count
+    from mmelocal.runtime.visible_gpus import server_gpus
 
-    return None if gpu_available() else "needs an NVIDIA GPU (NVML finds none)"
+    if gpu_count() == 0:
+        return "needs an NVIDIA GPU (NVML finds none)"
+    try:
+        visible = server_gpus()
+    except UserInputError as exc:
+        return f"needs an NVIDIA GPU that a Triton started here sees: {exc}"
+    if visible.indices:
+        return None
+    return (
+        f"needs an NVIDIA GPU that a Triton started here sees: NVML finds {gpu_count()}, "
+        f"CUDA none ({visible.origin})"
+    )
 
 
 def _docker_missing_reason() -> str | None:

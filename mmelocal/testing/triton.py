@@ -78,6 +78,8 @@ class TestTritonServer(StartStopContext):
         try:
             self.repository = self.workdir / "repository"
             self.repository.mkdir()
+            # whether this server sees a GPU (CUDA_VISIBLE_DEVICES, which it inherits):
+            # models keep KIND_GPU only then
             self.gpu = gpu_available()
             # SageMaker's flags, with the entrypoint's own knobs for gRPC and metrics turned
             # on: tests reach this server with tritonclient's gRPC client and read its metrics

@@ -68,6 +68,62 @@ def test_an_h200_is_the_card_of_the_p5e_and_p5en_types() -> None:
     assert card_named("NVIDIA H100 80GB HBM3", gpus).name == "H100"  # type: ignore[union-attr]
 
 
+#: NVML's product names (as nvidia-smi prints them; NVIDIA/open-gpu-kernel-modules README,
+#: "Compatible GPUs", for all but the V100s, which that driver does not run) -> the card of
+#: the packaged table each is, None for a different board of the same chip: a PCIe or NVL
+#: card beside the SXM part a SageMaker P instance carries, or another memory size.
+NVML_NAMES = {
+    "Tesla T4": "T4",
+    "NVIDIA A10G": "A10G",
+    "NVIDIA A10": None,
+    "NVIDIA L4": "L4",
+    "NVIDIA L40S": None,
+    "Tesla V100-SXM2-16GB": "V100",
+    "Tesla V100-PCIE-16GB": None,
+    "Tesla V100-FHHL-16GB": None,
+    "Tesla V100-SXM2-32GB": None,
+    "NVIDIA A100-SXM4-40GB": "A100-40GB",
+    "NVIDIA A100-SXM4-80GB": "A100-80GB",
+    "NVIDIA A100-PCIE-40GB": None,
+    "NVIDIA A100 80GB PCIe": None,
+    "NVIDIA A100-SXM-64GB": None,
+    "NVIDIA H100 80GB HBM3": "H100",
+    "NVIDIA H100 PCIe": None,
+    "NVIDIA H100 NVL": None,
+    "NVIDIA H200": "H200",
+    "NVIDIA H200 NVL": None,
+    "NVIDIA H20": None,
+}
+
+
+@pytest.mark.parametrize(("nvml_name", "card"), NVML_NAMES.items())
+def test_a_card_is_matched_by_its_nvml_name_and_not_by_a_sibling_boards(
+    nvml_name: str, card: str | None
+) -> None:
+    """ "NVIDIA H200 NVL" (the PCIe board, 600 W) is not the H200 SXM of ml.p5e, nor "NVIDIA
+    H100 NVL" (94 GB) or "NVIDIA H100 PCIe" the H100 of ml.p5: their rate (the sweep's card
+    check) or memory (the projection) would be shown as another card's."""
+    from mmelocal.bench.capacity.projection import card_named
+
+    found = card_named(nvml_name, load_gpus())
+    assert (found.name if found else None) == card
+
+
+def test_a_card_table_can_name_a_pcie_or_nvl_board() -> None:
+    """A table of the user's own that lists the NVL and PCIe boards gets each matched to its
+    own entry, and the SXM card to its own."""
+    from mmelocal.bench.capacity.projection import card_named
+
+    gpus = [
+        *load_gpus(),
+        GpuSpec(name="H100 NVL", memory_bytes=95830 * MIB, nominal="94 GB"),
+        GpuSpec(name="H100 PCIe", memory_bytes=81559 * MIB, nominal="80 GB"),
+    ]
+    assert card_named("NVIDIA H100 NVL", gpus).name == "H100 NVL"  # type: ignore[union-attr]
+    assert card_named("NVIDIA H100 PCIe", gpus).name == "H100 PCIe"  # type: ignore[union-attr]
+    assert card_named("NVIDIA H100 80GB HBM3", gpus).name == "H100"  # type: ignore[union-attr]
+
+
 def test_projection_table_has_instances_and_more_cards_hold_the_same_count(
     tmp_path: Path,
 ) -> None:

@@ -430,19 +430,34 @@ def test_the_endpoint_measures_the_copy_the_local_run_measures(
     assert abs(means[0] - means[1]) <= 3 * spread + MIB, (own, spread)
 
 
-def test_sweep_on_an_endpoint_skips_tensorrt_without_a_gpu_to_build_it(
-    deployed: Deployed, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("here", ["no NVML", "a T4", "a T4 CUDA_VISIBLE_DEVICES hides"])
+def test_sweep_on_an_endpoint_that_serves_on_a_cpu_skips_tensorrt(
+    deployed: Deployed,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    here: str,
 ) -> None:
-    from mmelocal.runtime.memory import gpu_count
+    """The local AWS serves its ml.g4dn.xlarge on this CPU (its probe reads host memory): a
+    TensorRT engine cannot run there, whatever GPU this machine has, so the variants are
+    skipped saying so, not built (a T4 here used to build them for it, and fail)."""
+    import sys
 
-    if gpu_count() > 0:
-        pytest.skip("an NVIDIA GPU is here: the plan would be built, not skipped")
+    from shared_helpers import StandInNvml
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    if here == "no NVML":
+        monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml fails
+    else:
+        monkeypatch.setitem(sys.modules, "pynvml", StandInNvml({0: 0}, names=("Tesla T4",)))
+    if here.endswith("hides"):
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     out = tmp_path / "sweep.json"
     code = main(["sweep", "torchvision:resnet18", "--endpoint", deployed.name,
                  "--formats", "tensorrt", "--dynamic-batching", "off", "--instances", "1",
                  "--json", str(out)])  # fmt: skip
     assert code == 1  # nothing could be measured
     (row,) = json.loads(out.read_text())["rows"]
-    assert (row["name"], row["status"]) == ("trt-base", "skipped")
-    assert "built on a GPU of the endpoint's kind" in row["reason"]
+    assert (row["name"], row["status"]) == ("trt-base", "skipped"), row
+    assert f"endpoint {deployed.name} ({INSTANCE_TYPE}) serves on a CPU" in row["reason"]
     assert "no configuration could be measured" in capsys.readouterr().err

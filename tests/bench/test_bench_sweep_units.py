@@ -257,6 +257,37 @@ def test_cards_match_by_name_and_count(local: list[str], instance_type: str, fit
             check_cards(local, instance_type, load_gpus())
 
 
+@pytest.mark.parametrize(
+    ("instance_type", "on_cpu", "here", "reason"),
+    [
+        # a laptop sweeping a real ml.g5 endpoint: it runs engines, none can be built here
+        ("ml.g5.xlarge", False, (), "none is here"),
+        ("ml.g5.xlarge", False, ("NVIDIA A10G",), None),  # built here, for that card
+        ("ml.g5.xlarge", False, ("Tesla T4",), "Tesla T4 (every GPU NVML sees) is not the A10G"),
+        ("ml.g5.12xlarge", False, ("NVIDIA A10G", "Tesla T4"), "Tesla T4 (every GPU"),
+        # a CPU endpoint, swept from a GPU machine: no engine runs there
+        ("ml.m5.xlarge", True, ("NVIDIA A10G",), "serves on a CPU"),
+        ("ml.m5.xlarge", False, ("NVIDIA A10G",), "serves on a CPU"),
+        # a GPU type served on a CPU (the local AWS): its probe reads host memory
+        ("ml.g5.xlarge", True, ("NVIDIA A10G",), "serves on a CPU"),
+        ("ml.g6e.xlarge", False, ("NVIDIA L40S",), None),  # not in the table: its load says
+    ],
+)
+def test_tensorrt_on_an_endpoint_follows_its_instance_type_and_this_machines_cards(
+    instance_type: str, on_cpu: bool, here: tuple[str, ...], reason: str | None
+) -> None:
+    from mmelocal.bench.capacity.projection import load_gpus
+    from mmelocal.bench.endpoint.sweep import tensorrt_skip_reason
+    from mmelocal.runtime.visible_gpus import ServerGpus
+
+    gpus = ServerGpus(names=here, indices=tuple(range(len(here))))
+    found = tensorrt_skip_reason("ep", instance_type, on_cpu=on_cpu, here=gpus, gpus=load_gpus())
+    if reason is None:
+        assert found is None
+    else:
+        assert found is not None and reason in found, found
+
+
 def test_the_refusal_names_the_instance_types_of_this_card() -> None:
     from mmelocal.bench.capacity.projection import card_named, load_gpus
     from mmelocal.bench.sweep.runner import check_cards

@@ -276,7 +276,7 @@ def test_check_step_reads_the_clis_json_report(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     result = _steps().cli_check(tmp_path / "empty", expect_gpu=False)
     assert result["status"] == "failed" and result["seen"]["exit_code"] == 1
-    assert result["seen"]["command"] == f"mmelocal check --gpu 0 --json {tmp_path / 'empty'}"
+    assert result["seen"]["command"] == f"mmelocal check --json {tmp_path / 'empty'}"
     assert "exit code 1; no model folder (with config.pbtxt) found in" in result["error"]
 
 

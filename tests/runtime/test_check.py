@@ -168,14 +168,8 @@ def _TwoGpus() -> StandInNvml:
     return StandInNvml(GPU_USED, names=("NVIDIA A10G",) * 2)
 
 
-@pytest.mark.parametrize("gpu_index", [0, 1])
-def test_check_reads_the_memory_of_the_gpu_its_triton_runs_on(tmp_path, monkeypatch, gpu_index):
-    """On a host with several GPUs the check runs Triton on one (as a SageMaker instance
-    has one) and reads that device's memory, not the sum over the host's GPUs. Triton is
-    given the card's UUID: the card NVML numbered, whatever order CUDA numbers them in."""
-    nvml = _TwoGpus()
-    monkeypatch.setitem(sys.modules, "pynvml", nvml)
-    monkeypatch.setenv("CUDA_DEVICE_ORDER", "FASTEST_FIRST")
+def _launcher_env(monkeypatch) -> dict[str, str]:
+    """The environment the check gives its server (filled when the launcher is made)."""
     seen: dict[str, str] = {}
     real = check_module.make_launcher
 
@@ -184,6 +178,18 @@ def test_check_reads_the_memory_of_the_gpu_its_triton_runs_on(tmp_path, monkeypa
         return real(kind, config, **kw)
 
     monkeypatch.setattr(check_module, "make_launcher", launcher_seen)
+    return seen
+
+
+@pytest.mark.parametrize("gpu_index", [0, 1])
+def test_check_reads_the_memory_of_the_gpu_its_triton_runs_on(tmp_path, monkeypatch, gpu_index):
+    """On a host with several GPUs the check runs Triton on one (as a SageMaker instance
+    has one) and reads that device's memory, not the sum over the host's GPUs. Triton is
+    given the card's UUID: the card NVML numbered, whatever order CUDA numbers them in."""
+    nvml = _TwoGpus()
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "FASTEST_FIRST")
+    seen = _launcher_env(monkeypatch)
     repo = tmp_path / "repo"
     write_python_model(repo, "py_gpu")
     report = check_path(repo, CheckOptions(gpu_index=gpu_index))
@@ -191,6 +197,47 @@ def test_check_reads_the_memory_of_the_gpu_its_triton_runs_on(tmp_path, monkeypa
     assert report.memory_kind == "gpu"
     assert report.baseline_memory_bytes == GPU_USED[gpu_index]
     assert seen["CUDA_VISIBLE_DEVICES"] == nvml.nvmlDeviceGetUUID(gpu_index)
+
+
+def test_check_without_gpu_runs_on_the_gpu_cuda_visible_devices_names(tmp_path, monkeypatch):
+    """No --gpu: the server runs on the GPU CUDA_VISIBLE_DEVICES leaves it (GPU 1 here, as
+    CUDA reads ``1``), pinned by UUID, and that card's memory is read, not GPU 0's."""
+    nvml = _TwoGpus()
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    seen = _launcher_env(monkeypatch)
+    repo = tmp_path / "repo"
+    write_python_model(repo, "py_gpu")
+    report = check_path(repo)
+    assert report.ok, report.to_dict()
+    assert (report.memory_kind, report.baseline_memory_bytes) == ("gpu", GPU_USED[1])
+    assert seen["CUDA_VISIBLE_DEVICES"] == nvml.nvmlDeviceGetUUID(1)
+
+
+def test_check_with_cuda_visible_devices_empty_runs_on_the_cpu(tmp_path, monkeypatch):
+    """``CUDA_VISIBLE_DEVICES=`` (empty): CUDA, so Triton, sees no GPU though NVML sees two;
+    the check reads the server's host memory and tells a server of its own (a container
+    does not inherit this environment) to see none either."""
+    monkeypatch.setitem(sys.modules, "pynvml", _TwoGpus())
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    seen = _launcher_env(monkeypatch)
+    repo = tmp_path / "repo"
+    write_python_model(repo, "py_cpu")
+    report = check_path(repo)
+    assert report.ok, report.to_dict()
+    assert report.memory_kind == "host_pss"
+    assert [m.memory_kind for m in report.models] == ["host_pss"]
+    assert seen["CUDA_VISIBLE_DEVICES"] == ""
+
+
+def test_check_gpu_without_nvml_is_refused(tmp_path, monkeypatch, capsys):
+    """--gpu 0 where NVML finds no GPU: refused (exit 2, before any server starts), as the
+    emulator and the sweep refuse GPUs chosen there; without --gpu the check runs on the CPU."""
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml fails
+    repo = tmp_path / "repo"
+    write_python_model(repo, "py")
+    assert main(["check", str(repo), "--gpu", "0", "--json"]) == 2
+    assert "GPUs 0 were chosen, but NVML finds no NVIDIA GPU here" in capsys.readouterr().err
 
 
 def test_check_refuses_a_gpu_this_machine_does_not_have(tmp_path, monkeypatch):

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from runtime_models import write_mlp, write_python_model
-from shared_helpers import wait_for
+from shared_helpers import StandInNvml, wait_for
 
 from mmelocal.builder.model_config import config_to_text, read_config
 from mmelocal.errors import (
@@ -23,6 +23,7 @@ from mmelocal.errors import (
 from mmelocal.runtime.python_copies import (
     STUB_PYTHON,
     available_backends,
+    gpu_available,
     prepare_model_for_server,
     prepare_repository,
     required_backend,
@@ -210,6 +211,21 @@ def test_kind_gpu_becomes_cpu_only_without_gpu(tmp_path):
     )
     assert "KIND_GPU" in (gpu.served_dir / "config.pbtxt").read_text()
     assert not any("KIND_CPU" in note for note in gpu.notes)
+
+
+@pytest.mark.parametrize(
+    ("visible", "seen"), [(None, True), ("1", True), ("", False), ("-1", False), ("2", False)]
+)
+def test_gpu_available_is_whether_a_server_started_here_sees_a_gpu(monkeypatch, visible, seen):
+    """NVML sees both GPUs whatever CUDA_VISIBLE_DEVICES says; a server started from here
+    sees those CUDA leaves it: none when the variable is empty, or starts with a GPU this
+    machine has not (-1, 2), as CUDA reads it."""
+    monkeypatch.setitem(sys.modules, "pynvml", StandInNvml({0: 0, 1: 0}, names=("T4",) * 2))
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    assert gpu_available() is seen
 
 
 def test_native_backend_present_means_plain_copy(tmp_path):

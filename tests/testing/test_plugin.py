@@ -66,6 +66,37 @@ def test_mmelocal_gpu_marker_skips_with_reason_without_gpu(pytester: pytest.Pyte
         result.stdout.fnmatch_lines(["*needs an NVIDIA GPU (NVML finds none)*"])
 
 
+def test_gpu_marker_and_test_server_follow_what_cuda_visible_devices_leaves(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NVML sees a GPU, but ``CUDA_VISIBLE_DEVICES=`` hides it from every CUDA process (a
+    Triton started here included): ``mmelocal_gpu`` tests skip saying so, and the test
+    server prepares models for the CPU it will run on."""
+    from shared_helpers import StandInNvml
+
+    from mmelocal.testing.triton import TestTritonServer
+
+    monkeypatch.setitem(sys.modules, "pynvml", StandInNvml({0: 0}, names=("Tesla T4",)))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.mmelocal_gpu
+        def test_needs_gpu():
+            assert True
+        """
+    )
+    result = pytester.runpytest("--strict-markers", "-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*needs an NVIDIA GPU*CUDA_VISIBLE_DEVICES=*"])
+    server = TestTritonServer(workdir=pytester.path / "server")
+    try:
+        assert server.gpu is False
+    finally:
+        server.stop()
+
+
 def test_mmelocal_docker_marker_skips_or_fails_as_asked(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -217,18 +217,45 @@ def is_gpu_instance_type(instance_type: str, gpus: Sequence[GpuSpec] | None = No
 _NAME_TOKEN = re.compile(r"[A-Z0-9]+")
 #: words NVML's product names carry beside the card's own (``Tesla T4``, ``NVIDIA A10G``)
 _VENDOR_WORDS = frozenset({"NVIDIA", "TESLA"})
+#: words of NVML's product names that make another board of the same chip (NVIDIA's names,
+#: NVIDIA/open-gpu-kernel-modules README, "Compatible GPUs"): the PCIe cards (``NVIDIA H100
+#: PCIe``, ``NVIDIA A100-PCIE-40GB``, ``NVIDIA A100 80GB PCIe``; ``Tesla V100-FHHL-16GB``)
+#: and the NVL boards (``NVIDIA H100 NVL``, 94 GB; ``NVIDIA H200 NVL``, 600 W where the
+#: SXM H200 takes 700 W), beside the SXM parts of SageMaker's P instances (``NVIDIA H100
+#: 80GB HBM3``, ``NVIDIA H200``, ``NVIDIA A100-SXM4-40GB``, ``Tesla V100-SXM2-16GB``)
+_BOARD_WORDS = frozenset({"PCIE", "NVL", "FHHL"})
+_SIZE_GB = re.compile(r"([0-9]+)\s*GB")
 
 
 def _tokens(name: str) -> frozenset[str]:
     return frozenset(_NAME_TOKEN.findall(name.upper())) - _VENDOR_WORDS
 
 
+def _sizes_gb(text: str) -> frozenset[int]:
+    return frozenset(int(size) for size in _SIZE_GB.findall(text.upper()))
+
+
+def _is_named(gpu: GpuSpec, words: frozenset[str], sizes: frozenset[int]) -> bool:
+    """Whether ``gpu`` is the card of a device whose name has ``words`` and the memory
+    ``sizes`` (GB) it shows: all of the card's words, the same board words, and no other
+    size than the card's nominal one (``Tesla V100-SXM2-32GB`` is not a 16 GB V100)."""
+    own = _tokens(gpu.name)
+    if not own or not own <= words or own & _BOARD_WORDS != words & _BOARD_WORDS:
+        return False
+    nominal = _sizes_gb(gpu.nominal)
+    return not (sizes and nominal) or sizes <= nominal
+
+
 def card_named(device_name: str, gpus: Sequence[GpuSpec]) -> GpuSpec | None:
     """The card of ``gpus`` that NVML's product name ``device_name`` is (``Tesla T4`` -> T4,
     ``NVIDIA A100-SXM4-80GB`` -> A100-80GB): the one whose name's words are all in it, the
-    most specific first; None when no card matches (``NVIDIA B200`` in the packaged table)."""
+    most specific first. A PCIe or NVL board (``NVIDIA H200 NVL``) is only a card whose
+    name says so too (``H200 NVL``), never the SXM part of the same chip (``H200``), and a
+    name that shows a memory size only a card of that nominal size. None when no card
+    matches (``NVIDIA B200``, ``NVIDIA H100 PCIe`` in the packaged table)."""
     words = _tokens(device_name)
-    matches = [gpu for gpu in gpus if _tokens(gpu.name) and _tokens(gpu.name) <= words]
+    sizes = _sizes_gb(device_name)
+    matches = [gpu for gpu in gpus if _is_named(gpu, words, sizes)]
     return max(matches, key=lambda gpu: len(_tokens(gpu.name)), default=None)
 
 

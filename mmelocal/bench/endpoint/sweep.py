@@ -12,8 +12,11 @@ deleted. SageMaker has no call that unloads a model: the platform unloads an idl
 when it needs the memory (least recently used first), and an idle variant takes no GPU
 time from the next one.
 
-TensorRT variants need an engine built for the endpoint's GPU: without a local NVIDIA GPU
-they are listed as skipped (build the plan on a machine with that GPU and pass the tarball).
+TensorRT variants need an engine built for the endpoint's GPU (:func:`tensorrt_skip_reason`):
+the endpoint decides whether they belong at all (its instance type and its probe: one that
+serves on a CPU cannot run an engine), this machine whether they can be built here (the
+GPUs a CUDA process here sees, of the endpoint's card); otherwise they are listed as
+skipped with the reason (build the plan on a machine with that GPU and pass the tarball).
 
 The endpoint's probe (``metrics.tar.gz``, placed as ``capacity --endpoint`` places it) says
 what serves it: an endpoint whose probe reads host memory (the local AWS, on a CPU) under a
@@ -25,14 +28,16 @@ from __future__ import annotations
 import logging
 import tempfile
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
+from mmelocal.bench.capacity.projection import GpuSpec
 from mmelocal.bench.endpoint.remote import RemoteEndpoint
 from mmelocal.bench.sweep.result import SweepResult, SweepRow, cpu_summary, row_from_loadtest
 from mmelocal.bench.sweep.runner import SweepOptions, _Plan, _row, sweep_result, sweep_rows
 from mmelocal.errors import MmeLocalError
+from mmelocal.runtime.visible_gpus import ServerGpus
 
 logger = logging.getLogger(__name__)
 
@@ -52,9 +57,9 @@ def run_endpoint_sweep(
     """Package, upload, load-test and retire every variant of ``source`` on ``endpoint``."""
     from dataclasses import replace
 
-    from mmelocal.bench.capacity.projection import is_gpu_instance_type
+    from mmelocal.bench.capacity.projection import is_gpu_instance_type, load_gpus
     from mmelocal.bench.prices import load_prices
-    from mmelocal.runtime.memory import gpu_count
+    from mmelocal.runtime.visible_gpus import server_gpus
 
     opts = options or SweepOptions()
     say = progress or (lambda message: None)
@@ -65,8 +70,12 @@ def run_endpoint_sweep(
     run = f"mmelocal-sweep-{uuid.uuid4().hex[:8]}/"
     with tempfile.TemporaryDirectory(prefix="mmelocal-remote-sweep-probe-") as tmp:
         on_cpu = endpoint.ensure_probe(Path(tmp)).kind == "host"
+    gpus = load_gpus(opts.gpus_file)
     # CPU throughput says nothing about how many GPU instances a load needs: ratios only
-    relative_only = on_cpu and is_gpu_instance_type(info.instance_type)
+    relative_only = on_cpu and is_gpu_instance_type(info.instance_type, gpus)
+    skipped = tensorrt_skip_reason(
+        info.name, info.instance_type, on_cpu=on_cpu, here=server_gpus(), gpus=gpus
+    )
 
     def measure(variants: list[tuple[_Plan, Path]], work: Path) -> dict[str, SweepRow]:
         return {
@@ -79,11 +88,11 @@ def run_endpoint_sweep(
     ordered = sweep_rows(
         source,
         opts,
-        gpu_count() > 0,
+        skipped is None,  # TensorRT is built here for the endpoint
         say,
         measure=measure,
         prefix="mmelocal-remote-sweep-",
-        skipped_reason=_TENSORRT_SKIPPED,
+        skipped_reason=skipped,
     )
     where = (
         f" Throughput was measured on one {info.instance_type} instance of endpoint {info.name}."
@@ -110,6 +119,50 @@ def run_endpoint_sweep(
         started_at=started_at,
         recommendation=recommendation,
         relative_only=relative_only,
+    )
+
+
+def tensorrt_skip_reason(
+    endpoint_name: str,
+    instance_type: str,
+    *,
+    on_cpu: bool,
+    here: ServerGpus,
+    gpus: Sequence[GpuSpec],
+) -> str | None:
+    """Why the TensorRT variants of a sweep of endpoint ``endpoint_name`` are skipped, or
+    None when they are built here for it. A TensorRT engine runs on an NVIDIA GPU only, and
+    only on the GPU model it was built on (TensorRT's support matrix, "Engine Portability":
+    without hardware compatibility mode engines are not portable across GPU architectures).
+    So: none on an endpoint that serves on a CPU (``on_cpu``: its probe reads host memory;
+    or a CPU instance type), whatever this machine has; none without a GPU here that a CUDA
+    process sees (``here``: :func:`~mmelocal.runtime.visible_gpus.server_gpus`); none when
+    a GPU here is not the instance type's card in ``gpus`` (the card table). An instance
+    type the table lacks gets the plan built here: its load on the endpoint says."""
+    from mmelocal.bench.capacity.projection import (
+        card_named,
+        card_of_instance,
+        is_gpu_instance_type,
+    )
+
+    if on_cpu or not is_gpu_instance_type(instance_type, gpus):
+        return (
+            f"endpoint {endpoint_name} ({instance_type}) serves on a CPU, and a TensorRT "
+            "engine runs on an NVIDIA GPU only"
+        )
+    if not here.names:
+        return _TENSORRT_SKIPPED
+    wanted = card_of_instance(instance_type, gpus)
+    if wanted is None:
+        return None
+    card = wanted[0].name
+    others = sorted({n for n in here.names if getattr(card_named(n, gpus), "name", None) != card})
+    if not others:
+        return None
+    return (
+        f"a TensorRT engine runs on the GPU model it was built on, and this machine's "
+        f"{', '.join(others)} ({here.origin}) is not the {card} of {instance_type}: build the "
+        f"plan on a {card} and pass its tarball"
     )
 
 
@@ -166,4 +219,4 @@ def _measure_variant(
             logger.warning("sweep: could not delete %s: %s", target, exc)
 
 
-__all__ = ["run_endpoint_sweep"]
+__all__ = ["run_endpoint_sweep", "tensorrt_skip_reason"]
