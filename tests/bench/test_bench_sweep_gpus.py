@@ -48,14 +48,23 @@ def _model(root: Path) -> Path:
     return folder
 
 
-def _server_environment() -> dict[str, str]:
+def _tritonservers() -> dict[int, psutil.Process]:
+    found = {}
     for child in psutil.Process().children(recursive=True):
         try:
             if "tritonserver" in " ".join(child.cmdline()):
-                return child.environ()
+                found[child.pid] = child
         except psutil.Error:
             continue
-    raise AssertionError("no tritonserver child is running")
+    return found
+
+
+def _server_environment(before: set[int]) -> dict[str, str]:
+    """The environment of the tritonserver started since ``before`` (pids of those running
+    then: a session's own test server, started by an earlier test, is not the sweep's)."""
+    started = [p for pid, p in _tritonservers().items() if pid not in before]
+    assert len(started) == 1, f"tritonservers started by the sweep: {started}"
+    return started[0].environ()
 
 
 @pytest.mark.parametrize(
@@ -79,10 +88,11 @@ def test_the_server_runs_on_the_gpus_the_sweep_sized(
     )
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
     seen: list[dict[str, str]] = []
+    before = set(_tritonservers())
 
     def progress(message: str) -> None:
         if "load test" in message:  # the server is up, the variant loaded
-            seen.append(_server_environment())
+            seen.append(_server_environment(before))
 
     options = SweepOptions(
         instance_type="ml.g4dn.xlarge",
