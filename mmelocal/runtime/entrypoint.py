@@ -354,6 +354,11 @@ def knob_value(key: str, value: str) -> int:
     return int(knob.check(_as_split(knob, value)[0]))  # type: ignore[call-overload]
 
 
+def knob_default(key: str) -> str | None:
+    """The value the entrypoint passes for ``key`` when it is unset (None: no argument)."""
+    return _BY_KEY[key].default
+
+
 def flag_enabled(args: list[str], flag: str) -> bool:
     """Whether the last ``flag=VALUE`` (or ``flag VALUE``) in ``args`` is a true value."""
     value = None
@@ -391,6 +396,7 @@ __all__ = [
     "entrypoint_environment",
     "flag_enabled",
     "format_command",
+    "knob_default",
     "knob_value",
     "known_keys",
     "model_namespacing",

@@ -25,6 +25,9 @@ from mmelocal.errors import UserInputError
 from mmelocal.runtime import entrypoint
 
 MODEL_CONTROL_MODES = ("explicit", "poll", "none")
+#: ``--log-verbose`` of a plain server when ``log_verbose`` is None (tritonserver's own
+#: default); in MME mode the entrypoint's ``SAGEMAKER_TRITON_LOG_VERBOSE`` default applies
+PLAIN_LOG_VERBOSE = 0
 
 #: Python-backend shared memory per model: the SageMaker launcher lowers Triton's 64 MB
 #: default to 16 MB so that small ``/dev/shm`` mounts (Docker's default is 64 MB) still work.
@@ -73,9 +76,10 @@ class ServerConfig:
     ``gpu_count`` GPUs. ``extra_args`` are appended verbatim as separate argv items (each
     must start with ``--``); ``env`` adds environment variables.
 
-    ``log_verbose`` ``None`` means the launch recipe's default: 0 for a plain server, the
-    entrypoint's (``true``) in MME mode. In MME mode ``log_verbose`` and the Python-backend
-    shared memory sizes are the entrypoint's knobs: a value given here is written into
+    ``log_verbose`` ``None`` means the launch recipe's default: :data:`PLAIN_LOG_VERBOSE` for
+    a plain server, the entrypoint's ``SAGEMAKER_TRITON_LOG_VERBOSE`` default in MME mode.
+    In MME mode ``log_verbose`` and the Python-backend shared memory sizes are the
+    entrypoint's knobs: a value given here is written into
     ``sagemaker_env`` (and a value there is mirrored here); both at once must agree.
     """
 
@@ -214,7 +218,7 @@ class ServerConfig:
             f"--grpc-port={self.grpc_port}",
             f"--metrics-address={self.host}",
             f"--metrics-port={self.metrics_port}",
-            f"--log-verbose={self.log_verbose or 0}",
+            f"--log-verbose={self.log_verbose or PLAIN_LOG_VERBOSE}",
             f"--exit-timeout-secs={self.exit_timeout_s}",
             f"--backend-config=python,shm-default-byte-size={self.python_shm_default_bytes}",
             f"--backend-config=python,shm-growth-byte-size={self.python_shm_growth_bytes}",
@@ -289,6 +293,7 @@ __all__ = [
     "DEFAULT_PYTHON_SHM_GROWTH_BYTES",
     "MMELOCAL_FLAGS",
     "MODEL_CONTROL_MODES",
+    "PLAIN_LOG_VERBOSE",
     "ServerConfig",
     "pick_free_port",
 ]

@@ -96,3 +96,20 @@ def test_build_help_shows_what_each_preset_gives() -> None:
         else:
             for family, value in values.items():
                 assert f"{family} {value}" in text, (flag, family, text)
+
+
+def test_triton_start_log_verbose_help_shows_both_defaults() -> None:
+    """``triton start --log-verbose`` said "default 0; with --sagemaker the entrypoint's,
+    verbose" beside the values a plain server runs with and the entrypoint table holds; it
+    now reads them."""
+    from pathlib import Path
+
+    from mmelocal.runtime.entrypoint import KNOBS
+    from mmelocal.runtime.server_config import ServerConfig
+
+    plain = ServerConfig(model_repository=Path("r"), http_port=1, grpc_port=2, metrics_port=3)
+    level = next(a for a in plain.to_args() if a.startswith("--log-verbose=")).split("=")[1]
+    entrypoint = next(k.default for k in KNOBS if k.key == "SAGEMAKER_TRITON_LOG_VERBOSE")
+    text = _option("mmelocal triton start", "--log-verbose").help or ""
+    assert f"[default: {level};" in text, text
+    assert f"SAGEMAKER_TRITON_LOG_VERBOSE's default: {entrypoint}]" in text, text
