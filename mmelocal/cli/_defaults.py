@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from mmelocal.builder.backends import EXPORT_FORMATS
+from mmelocal.builder.backends import CLI_FLAGS, EXPORT_FORMATS
 from mmelocal.cli._options import stacked
 from mmelocal.runtime.launchers import LAUNCHERS
 
@@ -88,7 +88,7 @@ def refuse_other_launchers_options(launcher: str, given: dict[str, tuple[str, An
     None or empty when absent)), instead of running without it."""
     from mmelocal.runtime.launchers import misplaced_option
 
-    message = misplaced_option(launcher, given, launcher_flag="--launcher")
+    message = misplaced_option(launcher, given, launcher_flag=CLI_FLAGS.launcher)
     if message is not None:
         raise click.UsageError(message)
 
