@@ -52,3 +52,15 @@ def test_the_runner_serves_every_export_format() -> None:
         backend, runner_format, runner_file = backends.NATIVE_FORMATS[platform]
         assert (runner_format, runner_file) == (fmt, filename)
         assert backends.backend_of(config(platform=platform)) == backend
+
+
+def test_the_fixtures_launcher_settings_are_emulator_config_fields() -> None:
+    """The mme_endpoint hints name ``mme_endpoint_config`` entries: EmulatorConfig's own."""
+    from dataclasses import fields
+
+    from mmelocal.emulator.emulator_config import EmulatorConfig
+
+    names = {f.name for f in fields(EmulatorConfig)}
+    assert {backends.FIXTURE_FLAGS.launcher, backends.FIXTURE_FLAGS.image} <= names
+    hint = backends.FIXTURE_FLAGS.docker_hint
+    assert '"launcher": "docker"' in hint and "mme_endpoint_config" in hint, hint
