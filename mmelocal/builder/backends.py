@@ -64,7 +64,10 @@ def _exported(
     )
 
 
-#: backend name -> what mmelocal knows about it
+#: backend name -> what mmelocal knows about it: every backend of the Triton image SageMaker's
+#: Triton is built from (``nvcr.io/nvidia/tritonserver:<yy.mm>-py3``, whose
+#: ``/opt/tritonserver/backends`` holds those of ``build.py --enable-all``: ``enable_all()``
+#: in triton-inference-server/server, r24.10)
 BACKENDS: dict[str, Backend] = {
     b.name: b
     for b in (
@@ -90,6 +93,12 @@ BACKENDS: dict[str, Backend] = {
             runtime="Python",
         ),
         Backend(name="ensemble", platforms={"ensemble": None}, in_pip_server=True, builtin=True),
+        Backend(name="dali"),
+        Backend(name="fil"),
+        # Triton's example backends, shipped in the image too
+        Backend(name="identity"),
+        Backend(name="repeat"),
+        Backend(name="square"),
     )
 }
 #: every ``platform:`` value Triton knows, in the table's order
@@ -134,8 +143,8 @@ EMULATED_BACKENDS = frozenset(
 )
 #: backends mmelocal emulates only where an NVIDIA GPU is present
 GPU_BACKENDS = frozenset(n for n, b in BACKENDS.items() if b.needs_gpu)
-#: what a Triton container image is taken to have: everything mmelocal serves
-CONTAINER_BACKENDS = PIP_SERVER_BACKENDS | RUNNER_BACKENDS
+#: what a Triton container image has: every backend of the table
+CONTAINER_BACKENDS = frozenset(BACKENDS)
 #: platform or backend name -> (backend, format, artifact file), for the Python runner
 NATIVE_FORMATS: dict[str, tuple[str, str, str]] = {
     key: (b.name, b.format, b.artifact)
