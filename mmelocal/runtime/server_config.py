@@ -30,9 +30,12 @@ MODEL_CONTROL_MODES = ("explicit", "poll", "none")
 PLAIN_LOG_VERBOSE = 0
 
 #: Python-backend shared memory per model: the SageMaker launcher lowers Triton's 64 MB
-#: default to 16 MB so that small ``/dev/shm`` mounts (Docker's default is 64 MB) still work.
-DEFAULT_PYTHON_SHM_BYTES = 16 * 1024 * 1024
-DEFAULT_PYTHON_SHM_GROWTH_BYTES = 1024 * 1024
+#: default to 16 MB so that small ``/dev/shm`` mounts (Docker's default is 64 MB) still work;
+#: its growth step is 1 MB (the entrypoint's defaults, :data:`~.entrypoint.KNOBS`)
+DEFAULT_PYTHON_SHM_BYTES = entrypoint.knob_default_number("SAGEMAKER_TRITON_SHM_DEFAULT_BYTE_SIZE")
+DEFAULT_PYTHON_SHM_GROWTH_BYTES = entrypoint.knob_default_number(
+    "SAGEMAKER_TRITON_SHM_GROWTH_BYTE_SIZE"
+)
 
 #: What mmelocal adds after the entrypoint's argv in MME mode, and why (later flags win in
 #: tritonserver's parser). Every other flag is the entrypoint's for the same environment.
@@ -130,9 +133,9 @@ class ServerConfig:
             raise UserInputError(f"gpu_count must be >= 0, got {self.gpu_count}")
         if self.log_verbose is not None and self.log_verbose < 0:
             raise UserInputError(f"log_verbose must be >= 0, got {self.log_verbose}")
-        if self.python_shm_default_bytes < 1024 * 1024:
+        if self.python_shm_default_bytes < entrypoint.MIN_PYTHON_SHM_BYTES:
             raise UserInputError(
-                "python_shm_default_bytes must be >= 1048576 (1 MB), "
+                f"python_shm_default_bytes must be >= {entrypoint.MIN_PYTHON_SHM_BYTES} (1 MB), "
                 f"got {self.python_shm_default_bytes}"
             )
         if self.python_shm_growth_bytes < 1:
