@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from mmelocal.errors import AwsServiceError
+from mmelocal.facts.aws import LOCAL_REGION
 from mmelocal.localaws.app.answers import JSON_11, json_answer, moto_error, not_built
 from mmelocal.localaws.app.control_plane import Handler, SageMakerControlPlane, UpdateCheck
 from mmelocal.localaws.app.runtime import RuntimeFace
@@ -134,7 +135,7 @@ class LocalAwsApp:
         region: str,
     ) -> Iterable[bytes]:
         params = json_params(environ)
-        region = region or "us-east-1"
+        region = region or LOCAL_REGION
 
         def to_moto(changed: dict[str, Any]) -> tuple[int, Any]:
             replace_body(environ, changed)
@@ -168,7 +169,7 @@ class LocalAwsApp:
     ) -> Iterable[bytes]:
         params = json_params(environ)
         try:
-            status, payload = handler(environ, region or "us-east-1", params)
+            status, payload = handler(environ, region or LOCAL_REGION, params)
         except AwsServiceError as exc:  # rendered by moto, as its own SageMaker errors
             return moto_error(exc, environ, start_response)
         return json_answer(start_response, status, payload, JSON_11)
