@@ -257,3 +257,18 @@ def test_the_pytest_page_installs_what_its_example_needs() -> None:
     if 'format="onnx"' in example:
         needed |= {"torch", "onnx", "onnxruntime", "onnxscript"}
     assert needed <= installed, f"missing {sorted(needed - installed)}"
+
+
+def test_the_traffic_pages_zipf_default_is_the_codes() -> None:
+    """docs/traffic.md states ``traffic make``'s default popularity and Zipf exponent in
+    prose ("(default, S = 1.0)"): they must be ``Popularity``'s defaults, which ``--zipf``
+    shows."""
+    from mmelocal.traffic.make import Popularity
+
+    rows = _rows((ROOT / "docs" / "traffic.md").read_text(), "| option | popularity over ranks")
+    row = next(line for option, line in rows.items() if option.startswith("`--zipf S`"))
+    found = re.search(r"\(default, S = ([0-9.]+)\)", row)
+    assert found is not None, row
+    defaults = {f.name: f.default for f in fields(Popularity)}
+    assert defaults["kind"] == "zipf"
+    assert float(found.group(1)) == defaults["zipf_s"], row

@@ -64,7 +64,10 @@ def _exported(
     )
 
 
-#: backend name -> what mmelocal knows about it
+#: backend name -> what mmelocal knows about it: every backend of the Triton image SageMaker's
+#: Triton is built from (``nvcr.io/nvidia/tritonserver:<yy.mm>-py3``, whose
+#: ``/opt/tritonserver/backends`` holds those of ``build.py --enable-all``: ``enable_all()``
+#: in triton-inference-server/server, r24.10)
 BACKENDS: dict[str, Backend] = {
     b.name: b
     for b in (
@@ -90,6 +93,12 @@ BACKENDS: dict[str, Backend] = {
             runtime="Python",
         ),
         Backend(name="ensemble", platforms={"ensemble": None}, in_pip_server=True, builtin=True),
+        Backend(name="dali"),
+        Backend(name="fil"),
+        # Triton's example backends, shipped in the image too
+        Backend(name="identity"),
+        Backend(name="repeat"),
+        Backend(name="square"),
     )
 }
 #: every ``platform:`` value Triton knows, in the table's order
@@ -134,8 +143,8 @@ EMULATED_BACKENDS = frozenset(
 )
 #: backends mmelocal emulates only where an NVIDIA GPU is present
 GPU_BACKENDS = frozenset(n for n, b in BACKENDS.items() if b.needs_gpu)
-#: what a Triton container image is taken to have: everything mmelocal serves
-CONTAINER_BACKENDS = PIP_SERVER_BACKENDS | RUNNER_BACKENDS
+#: what a Triton container image has: every backend of the table
+CONTAINER_BACKENDS = frozenset(BACKENDS)
 #: platform or backend name -> (backend, format, artifact file), for the Python runner
 NATIVE_FORMATS: dict[str, tuple[str, str, str]] = {
     key: (b.name, b.format, b.artifact)
@@ -145,26 +154,43 @@ NATIVE_FORMATS: dict[str, tuple[str, str, str]] = {
 }
 
 
+#: the image a Docker launcher hint names (SageMaker's Triton is built from it)
+TRITON_IMAGE_HINT = "nvcr.io/nvidia/tritonserver:<yy.mm>-py3"
+
+
 @dataclass(frozen=True)
 class LauncherFlags:
     """How a user chooses the Docker launcher and its image where they are: the CLI's
     ``--launcher``/``--image`` (the default), the pytest plugin's ``--mmelocal-launcher``/
-    ``--mmelocal-docker-image``; hints name these."""
+    ``--mmelocal-docker-image``, the ``mme_endpoint`` fixture's ``mme_endpoint_config``
+    entries; hints name these."""
 
+    #: what chooses the launcher
     launcher: str = "--launcher"
+    #: what chooses the image
     image: str = "--image"
+    #: one choice as it is written there (``{name}``: the flag or key, ``{value}``: its value)
+    setting: str = "{name} {value}"
+    #: the choices together (``{}``: them, joined by ``separator``)
+    settings: str = "{}"
+    separator: str = " "
+
+    def choose(self, **values: str) -> str:
+        """``launcher="docker", image=...`` written as the user writes them there."""
+        chosen = (self.setting.format(name=getattr(self, k), value=v) for k, v in values.items())
+        return self.settings.format(self.separator.join(chosen))
 
     @property
     def docker(self) -> str:
-        """``--launcher docker`` (or the plugin's flag)."""
-        return f"{self.launcher} docker"
+        """``--launcher docker`` (or the plugin's flag, or the fixture's entry)."""
+        return self.choose(launcher="docker")
 
     @property
     def docker_hint(self) -> str:
         """Where a model the pip tritonserver cannot run does run."""
         return (
             "run it where it can: a machine with an NVIDIA GPU and the Docker launcher "
-            f"(`{self.docker} {self.image} nvcr.io/nvidia/tritonserver:<yy.mm>-py3`, "
+            f"(`{self.choose(launcher='docker', image=TRITON_IMAGE_HINT)}`, "
             "the image SageMaker's Triton is built from)"
         )
 
@@ -173,6 +199,15 @@ class LauncherFlags:
 CLI_FLAGS = LauncherFlags()
 #: the pytest plugin's flags (:mod:`mmelocal.testing.plugin`)
 PYTEST_FLAGS = LauncherFlags(launcher="--mmelocal-launcher", image="--mmelocal-docker-image")
+#: the ``mme_endpoint`` fixture's: EmulatorConfig fields returned by its
+#: ``mme_endpoint_config`` fixture (:mod:`mmelocal.testing.emulator_fixtures`)
+FIXTURE_FLAGS = LauncherFlags(
+    launcher="launcher",
+    image="image",
+    setting='"{name}": "{value}"',
+    settings="mme_endpoint_config = {{{}}}",
+    separator=", ",
+)
 DOCKER_HINT = CLI_FLAGS.docker_hint
 
 
@@ -303,6 +338,7 @@ __all__ = [
     "DOCKER_HINT",
     "EMULATED_BACKENDS",
     "EXPORT_FORMATS",
+    "FIXTURE_FLAGS",
     "FORMATS",
     "FORMAT_SHORT_NAMES",
     "GPU_BACKENDS",
@@ -317,6 +353,7 @@ __all__ = [
     "PLATFORM_FORMATS",
     "PYTEST_FLAGS",
     "RUNNER_BACKENDS",
+    "TRITON_IMAGE_HINT",
     "Backend",
     "LauncherFlags",
     "backend_of",

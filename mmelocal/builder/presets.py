@@ -105,6 +105,15 @@ def detect_family(model_type_or_name: str | None) -> str:
 _OPTION_FIELDS = tuple(f.name for f in dataclasses.fields(ConfigOptions))
 
 
+def preset_values(name: str) -> dict[str, Any]:
+    """Family -> the value its preset gives ConfigOptions field ``name`` (ConfigOptions'
+    default where a preset leaves it out), for every preset, sorted by family."""
+    if name not in _OPTION_FIELDS:
+        raise KeyError(name)
+    default = next(f.default for f in dataclasses.fields(ConfigOptions) if f.name == name)
+    return {family: _load(family)["config"].get(name, default) for family in list_presets()}
+
+
 def preset_options(family: str, **overrides: Any) -> ConfigOptions:
     """ConfigOptions from the ``family`` preset with ``overrides`` applied.
 
@@ -143,6 +152,7 @@ __all__ = [
     "list_presets",
     "load_preset",
     "preset_options",
+    "preset_values",
     "presets_dir",
     "templates_dir",
 ]

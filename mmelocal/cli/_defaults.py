@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from mmelocal.builder.backends import EXPORT_FORMATS
+from mmelocal.builder.backends import CLI_FLAGS, EXPORT_FORMATS
 from mmelocal.cli._options import stacked
 from mmelocal.runtime.launchers import LAUNCHERS
 
@@ -53,6 +53,30 @@ def field_option(owner: Any, name: str, *decls: str, **attrs: Any) -> Callable[[
     return click.option(*flags, default=default_of(owner, name), **attrs)
 
 
+def _shown(value: Any) -> str:
+    """A preset value as ``--help`` writes it: on/off, ``4,8``, ``100``."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, list | tuple):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def preset_option(name: str, *decls: str, help: str, **attrs: Any) -> Callable[[Any], Any]:
+    """An option that overrides ConfigOptions field ``name`` of the model family's preset
+    (default None: the preset's value). Its help ends with what the presets give, read from
+    them: ``[preset: 1]`` when all agree, else ``[preset: bert 8; resnet 32; ...]``."""
+    from mmelocal.builder.presets import preset_values
+
+    values = {family: _shown(value) for family, value in preset_values(name).items()}
+    if len(set(values.values())) == 1:
+        shown = next(iter(values.values()))
+    else:
+        shown = "; ".join(f"{family} {value}" for family, value in values.items())
+    flags = decls or (f"--{name.replace('_', '-')}",)
+    return click.option(*flags, default=None, help=f"{help} [preset: {shown}]", **attrs)
+
+
 def launcher_option(owner: Any) -> Callable[[Any], Any]:
     """``--launcher``, with ``owner``'s default (as :func:`field_option` reads it)."""
     return field_option(owner, "launcher", type=click.Choice(LAUNCHERS), help=LAUNCHER_HELP)
@@ -64,7 +88,7 @@ def refuse_other_launchers_options(launcher: str, given: dict[str, tuple[str, An
     None or empty when absent)), instead of running without it."""
     from mmelocal.runtime.launchers import misplaced_option
 
-    message = misplaced_option(launcher, given, launcher_flag="--launcher")
+    message = misplaced_option(launcher, given, launcher_flag=CLI_FLAGS.launcher)
     if message is not None:
         raise click.UsageError(message)
 
@@ -96,6 +120,7 @@ __all__ = [
     "field_option",
     "format_option",
     "launcher_option",
+    "preset_option",
     "refuse_other_launchers_options",
     "tolerance_options",
 ]

@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from mmelocal.builder.build import BuildOptions
-from mmelocal.cli._defaults import field_option, format_option, tolerance_options
+from mmelocal.cli._defaults import field_option, format_option, preset_option, tolerance_options
 from mmelocal.cli._options import json_flag
 
 TASKS = (
@@ -44,32 +44,27 @@ class _BatchSizes(click.ParamType):
     "--task", type=click.Choice(TASKS), default=None, help="Model head (default: from the model)."
 )
 @field_option(BuildOptions, "seq_len", type=int, help="Sequence length of text example inputs.")
-@click.option(
-    "--max-batch-size", type=int, default=None, help="max_batch_size [preset: 8 NLP, 32 CNN]."
+@preset_option("max_batch_size", help="max_batch_size.", type=int)
+@preset_option(
+    "dynamic_batching", "--dynamic-batching/--no-dynamic-batching", help="Dynamic batching."
 )
-@click.option(
-    "--dynamic-batching/--no-dynamic-batching", default=None, help="Dynamic batching [preset: on]."
-)
-@click.option(
+@preset_option(
+    "preferred_batch_sizes",
     "--preferred-batch-size",
+    "preferred_batch_size",
     type=_BatchSizes(),
-    default=None,
-    help="Preferred batch sizes, e.g. 4,8 [preset].",
+    help="Preferred batch sizes, e.g. 4,8.",
 )
-@click.option("--max-queue-delay-us", type=int, default=None, help="Batcher delay [preset: 100].")
-@click.option("--instances", type=int, default=None, help="instance_group count [preset: 1].")
-@click.option(
-    "--kind",
-    type=click.Choice(("auto", "gpu", "cpu")),
-    default=None,
-    help="instance_group kind [preset: auto].",
-)
-@click.option("--warmup/--no-warmup", default=None, help="model_warmup entries [preset: on].")
+@preset_option("max_queue_delay_us", type=int, help="Batcher delay.")
+@preset_option("instance_count", "--instances", "instances", type=int, help="instance_group count.")
+@preset_option("kind", type=click.Choice(("auto", "gpu", "cpu")), help="instance_group kind.")
+@preset_option("warmup", "--warmup/--no-warmup", help="model_warmup entries.")
 @click.option(
     "--verify/--no-verify",
     "do_verify",
     default=True,
-    help="Compare the artifact with the source [on].",
+    show_default=True,
+    help="Compare the artifact with the source.",
 )
 @tolerance_options(BuildOptions)
 @click.option(

@@ -11,7 +11,8 @@ import click
 from mmelocal.cli._defaults import default_of, field_option
 from mmelocal.cli._options import OUT_DIR, PORT, json_flag, tritonserver_option
 from mmelocal.runtime.detached import start_detached, stop_detached
-from mmelocal.runtime.server_config import ServerConfig
+from mmelocal.runtime.entrypoint import knob_default
+from mmelocal.runtime.server_config import PLAIN_LOG_VERBOSE, ServerConfig
 
 #: ``--name``: which kept server (start, stop and status)
 _name_option = field_option(start_detached, "name", help="Name of the kept server.")
@@ -57,7 +58,8 @@ def triton() -> None:
     "--log-verbose",
     type=click.IntRange(min=0),
     default=None,
-    help="Triton log level (default 0; with --sagemaker the entrypoint's, verbose).",
+    help=f"Triton log level [default: {PLAIN_LOG_VERBOSE}; with --sagemaker "
+    f"SAGEMAKER_TRITON_LOG_VERBOSE's default: {knob_default('SAGEMAKER_TRITON_LOG_VERBOSE')}].",
 )
 @tritonserver_option()
 @json_flag("Print the server's record as JSON.")

@@ -33,6 +33,7 @@ from mmelocal.aws.session import aws_error, not_found
 from mmelocal.deploy.artifacts import HeadProgress, MmelocalObject, mmelocal_objects_of
 from mmelocal.deploy.plan import ObjectStep
 from mmelocal.errors import DeployError
+from mmelocal.facts.aws import bucket_region
 
 
 def store_files(store: Path) -> list[tuple[str, Path]]:
@@ -181,7 +182,7 @@ def apply_objects(
 def check_bucket(s3: Any, bucket: str, region: str) -> None:
     """The bucket exists and lives in ``region`` (SageMaker reads it from there)."""
     try:
-        location = s3.get_bucket_location(Bucket=bucket).get("LocationConstraint") or "us-east-1"
+        location = bucket_region(s3.get_bucket_location(Bucket=bucket).get("LocationConstraint"))
     except Exception as exc:
         if not_found(exc):
             raise DeployError(

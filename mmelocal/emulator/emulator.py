@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mmelocal.builder.backends import CLI_FLAGS, LauncherFlags
 from mmelocal.builder.mme_layout import MmeLayout
 from mmelocal.emulator.cache import ArtifactCache, Prepare
 from mmelocal.emulator.emulator_config import EmulatorConfig
@@ -80,8 +81,12 @@ class Emulator:
         *,
         store: ModelStore | None = None,
         launcher_factory: LauncherFactory | None = None,
+        flags: LauncherFlags = CLI_FLAGS,
     ) -> None:
         self.config = config
+        #: how the user chooses the Docker launcher where they are: the CLI's flags, or the
+        #: ``mme_endpoint`` fixture's config (named in hints)
+        self.flags = flags
         self.store = store or open_store(config.store, s3_endpoint_url=config.s3_endpoint_url)
         #: removes the temporary cache (no ``cache_dir`` given) at stop or exit, unless a
         #: failed start keeps it for the log its error names
@@ -216,6 +221,7 @@ class Emulator:
             url=http_url or sagemaker_url,
             sagemaker_url=sagemaker_url,
             log_path=None if kind == "external" else workdir / log_name,
+            flags=self.flags,
         )
 
     def _prepare_hook(self, launcher: TritonLauncher) -> Prepare | None:
@@ -235,7 +241,9 @@ class Emulator:
             # the backend folder is assembled when the server starts: read it at the load
             backend_dir = getattr(getattr(launcher, "config", None), "backend_directory", None)
             backends = python_copies.available_backends(backend_dir)
-            python_copies.prepare_layout(layout, out_dir, backends_available=backends, gpu=gpu)
+            python_copies.prepare_layout(
+                layout, out_dir, backends_available=backends, gpu=gpu, flags=self.flags
+            )
             return out_dir
 
         return prepare

@@ -18,6 +18,15 @@ from mmelocal.facts.sagemaker import INVOKE_TIMEOUT_S
 
 #: boto3 wants a region even for a local endpoint; this one is used where none is set
 LOCAL_REGION: Final = "us-east-1"
+#: the region of an S3 bucket that has no LocationConstraint: GetBucketLocation answers null
+#: for its buckets ("Buckets in Region us-east-1 have a LocationConstraint of null", S3 API
+#: reference) and CreateBucket there takes none
+S3_UNCONSTRAINED_REGION: Final = "us-east-1"
+
+
+def bucket_region(location_constraint: str | None) -> str:
+    """The region of a bucket whose GetBucketLocation answered ``location_constraint``."""
+    return location_constraint or S3_UNCONSTRAINED_REGION
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -210,9 +219,11 @@ __all__ = [
     "QUOTA_ERROR_CODES",
     "RUNTIME",
     "S3_TRANSIENT_CODES",
+    "S3_UNCONSTRAINED_REGION",
     "TESTING",
     "THROTTLING_ERROR_CODES",
     "ClientPolicy",
     "aws_client",
+    "bucket_region",
     "s3_error_class",
 ]

@@ -22,6 +22,7 @@ from typing import Any
 
 from mmelocal.errors import AwsServiceError
 from mmelocal.facts.cloudwatch import published_unit
+from mmelocal.localaws.app.wsgi import Forward
 from mmelocal.localaws.cloudwatch import ControlLoop
 from mmelocal.localaws.metric_store import (
     STANDARD_STATISTICS,
@@ -31,7 +32,6 @@ from mmelocal.localaws.metric_store import (
 )
 from mmelocal.localaws.paging import one_page
 
-Forward = Callable[[dict[str, Any]], tuple[int, Any]]
 #: (region, the alarm as DescribeAlarms shows it after the change, its StateReasonData
 #: parsed) -> None: what runs the actions of an alarm a user's SetAlarmState changed
 Actions = Callable[[str, dict[str, Any], dict[str, Any]], None]

@@ -21,6 +21,7 @@ from typing import Any
 
 from mmelocal.deploy.images import REPOSITORY
 from mmelocal.errors import EndpointFailedError
+from mmelocal.facts.aws import LOCAL_REGION
 from mmelocal.facts.runtime_api import DEFAULT_VARIANT_NAME, DEFAULT_VARIANT_WEIGHT
 from mmelocal.facts.sagemaker import (
     DRAIN_TIMEOUT_S,
@@ -51,7 +52,7 @@ class FleetPlan:
     gpu_memory_bytes: int | None = None
     variant_name: str = DEFAULT_VARIANT_NAME
     weight: float = DEFAULT_VARIANT_WEIGHT
-    region: str = "us-east-1"
+    region: str = LOCAL_REGION
 
     @property
     def store_url(self) -> str:

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mmelocal.facts.cloudwatch import (
     LOG_EVENT_MAX_MESSAGE_BYTES,
@@ -32,6 +32,9 @@ from mmelocal.facts.cloudwatch import (
 )
 from mmelocal.facts.runtime_api import LOG_STREAM, log_group_name, log_stream_arn
 from mmelocal.localaws.background import BackgroundThread
+
+if TYPE_CHECKING:  # the app imports this module: its types only when checking
+    from mmelocal.localaws.app.wsgi import Forward
 
 logger = logging.getLogger(__name__)
 
@@ -227,7 +230,7 @@ def logs_overlay(
     region: str,
     operation: str,
     params: dict[str, Any],
-    forward: Callable[[dict[str, Any]], tuple[int, Any]],
+    forward: Forward,
 ) -> tuple[int, Any] | None:
     """What completes moto's CloudWatch Logs answers (an overlay of
     :class:`~.app.LocalAwsApp`): ``GetLogEvents``' ``endTime`` is exclusive ("Events with a

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from mmelocal.errors import EndpointFailedError, MissingDependencyError, UserInputError
-from mmelocal.facts.aws import LOCAL, aws_client
+from mmelocal.facts.aws import LOCAL, LOCAL_REGION, aws_client
 from mmelocal.localaws.app import INTERNAL_HEADER, OWN_HEADER, LocalAwsApp
 from mmelocal.localaws.cloudwatch import ControlLoop, Running
 from mmelocal.localaws.cloudwatch_api import CloudWatchOverlay
@@ -36,7 +36,7 @@ logger = logging.getLogger(__name__)
 
 #: keys mmelocal's own clients sign with (the local AWS checks no signature)
 LOCAL_KEYS = ("mmelocal", "mmelocal")
-DEFAULT_REGION = "us-east-1"
+DEFAULT_REGION = LOCAL_REGION
 #: the X-Amz-Target prefixes of CloudWatch and Application Auto Scaling (JSON protocols)
 CLOUDWATCH_TARGET = "GraniteServiceVersion20100801"
 AUTOSCALING_TARGET = "AnyScaleFrontendService"

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
+from mmelocal.facts.aws import S3_UNCONSTRAINED_REGION, bucket_region
 from mmelocal.localaws.cloudwatch_api import keep_state
 from mmelocal.localaws.logs import restore_log_groups, save_log_groups
 
@@ -78,7 +79,7 @@ def _save_s3(s3: Any, root: Path, previous: dict[str, Any]) -> dict[str, Any]:
     buckets: dict[str, Any] = {}
     for bucket in s3.list_buckets().get("Buckets", []):
         name = bucket["Name"]
-        region = s3.get_bucket_location(Bucket=name).get("LocationConstraint") or "us-east-1"
+        region = bucket_region(s3.get_bucket_location(Bucket=name).get("LocationConstraint"))
         before = previous.get(name, {}).get("objects", {})
         attributes_before = previous.get(name, {}).get("attributes", {})
         objects: dict[str, str] = {}
@@ -159,7 +160,7 @@ def save(client_for: ClientFor, root: Path, regions: Iterable[str]) -> None:
     previous = json.loads(manifest.read_text()) if manifest.is_file() else {}
     state = {
         "version": 1,
-        "s3": _save_s3(client_for("s3", "us-east-1"), root, previous.get("s3", {})),
+        "s3": _save_s3(client_for("s3", S3_UNCONSTRAINED_REGION), root, previous.get("s3", {})),
         "regions": {region: _save_region(client_for, region) for region in sorted(regions)},
         "logs": {r: save_log_groups(client_for("logs", r)) for r in sorted(regions)},
     }
@@ -220,10 +221,10 @@ def restore(client_for: ClientFor, root: Path, *, keep_times: KeepTimes | None =
     if not manifest.is_file():
         return []
     state = json.loads(manifest.read_text())
-    s3 = client_for("s3", "us-east-1")
+    s3 = client_for("s3", S3_UNCONSTRAINED_REGION)  # a bucket created here needs no constraint
     for name, bucket in state.get("s3", {}).items():
         create = {"Bucket": name}
-        if bucket["region"] != "us-east-1":
+        if bucket["region"] != S3_UNCONSTRAINED_REGION:
             create["CreateBucketConfiguration"] = {"LocationConstraint": bucket["region"]}
         _create(s3.create_bucket, f"bucket {name}", **create)
         attributes = bucket.get("attributes", {})

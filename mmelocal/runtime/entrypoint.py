@@ -87,11 +87,17 @@ def _fraction(value: str) -> None:
         raise ValueError(f"Invalid option value. Got {value}")
 
 
+#: the least Python-backend shared memory per model the backend accepts (1 MB)
+MIN_PYTHON_SHM_BYTES = 1024 * 1024
+
+
 def _byte_size(value: str) -> int:
     # the Python backend reads it with std::stol when its first model loads
     number = _stoi(value, bits=64)
-    if number < 1024 * 1024:
-        raise ValueError(f"the Python backend needs at least 1 MB (1048576), got {value}")
+    if number < MIN_PYTHON_SHM_BYTES:
+        raise ValueError(
+            f"the Python backend needs at least 1 MB ({MIN_PYTHON_SHM_BYTES}), got {value}"
+        )
     return number
 
 
@@ -354,6 +360,19 @@ def knob_value(key: str, value: str) -> int:
     return int(knob.check(_as_split(knob, value)[0]))  # type: ignore[call-overload]
 
 
+def knob_default(key: str) -> str | None:
+    """The value the entrypoint passes for ``key`` when it is unset (None: no argument)."""
+    return _BY_KEY[key].default
+
+
+def knob_default_number(key: str) -> int:
+    """The number a numeric knob's default gives tritonserver (KeyError: no default)."""
+    default = knob_default(key)
+    if default is None:
+        raise KeyError(key)
+    return knob_value(key, default)
+
+
 def flag_enabled(args: list[str], flag: str) -> bool:
     """Whether the last ``flag=VALUE`` (or ``flag VALUE``) in ``args`` is a true value."""
     value = None
@@ -383,6 +402,7 @@ __all__ = [
     "ENVIRONMENT_KNOBS",
     "FIXED_ARGS",
     "KNOBS",
+    "MIN_PYTHON_SHM_BYTES",
     "MME_MODEL_REPOSITORY",
     "PLATFORM_KEYS",
     "Knob",
@@ -391,6 +411,8 @@ __all__ = [
     "entrypoint_environment",
     "flag_enabled",
     "format_command",
+    "knob_default",
+    "knob_default_number",
     "knob_value",
     "known_keys",
     "model_namespacing",

@@ -21,6 +21,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from mmelocal.builder.backends import CLI_FLAGS, LauncherFlags
 from mmelocal.errors import MissingDependencyError, UserInputError
 from mmelocal.runtime.server_config import ServerConfig
 
@@ -54,8 +55,11 @@ class TritonInstall:
         return self.python_backend_src is not None
 
 
-def find_tritonserver(path: Path | str | None = None) -> TritonInstall:
-    """Locate tritonserver: ``path``, ``$MMELOCAL_TRITONSERVER``, the wheel, then PATH/opt."""
+def find_tritonserver(
+    path: Path | str | None = None, *, flags: LauncherFlags = CLI_FLAGS
+) -> TritonInstall:
+    """Locate tritonserver: ``path``, ``$MMELOCAL_TRITONSERVER``, the wheel, then PATH/opt.
+    A refusal's hint names ``flags`` (those of where the user is)."""
     given = path or os.environ.get(TRITONSERVER_ENV)
     if given:
         binary = Path(given).expanduser().absolute()
@@ -68,14 +72,14 @@ def find_tritonserver(path: Path | str | None = None) -> TritonInstall:
                 f"{binary} is not executable: give the tritonserver binary's path "
                 "(or its install folder)"
             )
-        return _install_from_binary(binary)
+        return _install_from_binary(binary, flags=flags)
     wheel = _wheel_install()
     if wheel is not None:
-        check_stub_numpy()  # the wheel's stub only: another Triton brings its own backend
+        check_stub_numpy(flags=flags)  # the wheel's stub only: another Triton has its own
         return wheel
     for candidate in (shutil.which("tritonserver"), "/opt/tritonserver/bin/tritonserver"):
         if candidate and Path(candidate).is_file():
-            return _install_from_binary(Path(candidate))
+            return _install_from_binary(Path(candidate), flags=flags)
     raise MissingDependencyError(
         "nvidia-pytriton", extra="triton", feature="The local Triton launcher"
     )
@@ -116,11 +120,12 @@ def _wheel_install() -> TritonInstall | None:
 STUB_NUMPY_MAJOR = 1
 
 
-def check_stub_numpy(version: str | None = None) -> None:
+def check_stub_numpy(version: str | None = None, *, flags: LauncherFlags = CLI_FLAGS) -> None:
     """Refuse to start the wheel's stub under a numpy it cannot read (see above).
 
     ``version`` defaults to the numpy of :func:`stub_python`'s environment: the stub loads
-    the site-packages of the first ``python3`` on its PATH, which is that one's.
+    the site-packages of the first ``python3`` on its PATH, which is that one's. The
+    message names ``flags``' way to the Docker launcher.
     """
     python = stub_python()
     if version is None:
@@ -135,7 +140,7 @@ def check_stub_numpy(version: str | None = None) -> None:
             "come back empty ('output tensor shape does not match size of output'). "
             f"Install numpy<2 there ({python} -m pip install 'numpy<2'), point "
             f"${STUB_PYTHON_ENV} at a Python whose environment has numpy<2, or run "
-            "Triton's Docker image (--launcher docker)"
+            f"Triton's Docker image ({flags.docker})"
         )
 
 
@@ -166,10 +171,10 @@ def _numpy_version(python: Path) -> str | None:
     return done.stdout.strip() or None
 
 
-def _install_from_binary(binary: Path) -> TritonInstall:
+def _install_from_binary(binary: Path, *, flags: LauncherFlags = CLI_FLAGS) -> TritonInstall:
     wheel = _wheel_install()
     if wheel is not None and wheel.binary.resolve() == binary.resolve():
-        check_stub_numpy()
+        check_stub_numpy(flags=flags)
         return wheel
     root = binary.parent.parent
     backends, libs = root / "backends", root / "lib"

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from mmelocal.builder.backends import CLI_FLAGS, LauncherFlags
 from mmelocal.errors import UserInputError
 from mmelocal.runtime.launcher import TritonLauncher
 from mmelocal.runtime.server_config import ServerConfig
@@ -62,12 +63,14 @@ def make_launcher(
     sagemaker_url: str | None = None,
     start_timeout_s: float | None = None,
     log_path: Path | str | None = None,
+    flags: LauncherFlags = CLI_FLAGS,
 ) -> TritonLauncher:
     """The launcher of ``kind`` for ``config``: the one place that maps a kind to its class.
 
     ``tritonserver`` is the binary for ``local``, ``image`` the image for ``docker``,
     ``url`` (and ``sagemaker_url``) the running server for ``external``. Each launcher's
-    own default applies where ``start_timeout_s`` is None.
+    own default applies where ``start_timeout_s`` is None. The local launcher's refusals
+    name ``flags`` (those of where the user is) as the way to the Docker launcher.
     """
     check_launcher_kind(kind)
     timeout: dict[str, Any] = {}
@@ -76,7 +79,9 @@ def make_launcher(
     if kind == "local":
         from mmelocal.runtime.local import LocalLauncher
 
-        return LocalLauncher(config, tritonserver=tritonserver, log_path=log_path, **timeout)
+        return LocalLauncher(
+            config, tritonserver=tritonserver, log_path=log_path, flags=flags, **timeout
+        )
     if kind == "docker":
         from mmelocal.runtime.docker import DockerLauncher
 

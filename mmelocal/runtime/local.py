@@ -38,6 +38,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from mmelocal.builder.backends import CLI_FLAGS, LauncherFlags
 from mmelocal.errors import ServerStartError, UserInputError
 from mmelocal.runtime import netns
 from mmelocal.runtime.install import (
@@ -176,11 +177,14 @@ class LocalLauncher(OwnedServerLauncher):
         log_path: Path | str | None = None,
         die_with_parent: bool = True,
         isolate_network: bool | None = None,
+        flags: LauncherFlags = CLI_FLAGS,
     ) -> None:
         if start_timeout_s <= 0 or stop_timeout_s <= 0:
             raise UserInputError("start_timeout_s and stop_timeout_s must be > 0")
         self._requested = config
         self._tritonserver = tritonserver
+        #: how the user reaches the Docker launcher where they are (named in refusals)
+        self._flags = flags
         self.start_timeout_s = start_timeout_s
         self.stop_timeout_s = stop_timeout_s
         self._init_server_state(log_path)
@@ -224,7 +228,7 @@ class LocalLauncher(OwnedServerLauncher):
         if self._process is not None and self._process.poll() is None:
             return
         t0 = time.monotonic()
-        install = find_tritonserver(self._tritonserver)
+        install = find_tritonserver(self._tritonserver, flags=self._flags)
         _warn_if_small_shm(self._requested.python_shm_default_bytes)
         backends = self._requested.backend_directory or prepare_backend_directory(install)
         for attempt in range(1, PORT_TRIES + 1):

@@ -205,13 +205,15 @@ def prepare_layout(
     *,
     backends_available: Iterable[str],
     gpu: bool,
+    flags: LauncherFlags = CLI_FLAGS,
 ) -> list[PreparedModel]:
     """:func:`prepare_model_for_server` for every folder one MME load touches (the served
-    model and its ensemble steps), each under the folder name Triton will read."""
+    model and its ensemble steps), each under the folder name Triton will read; hints name
+    ``flags``."""
     available = frozenset(backends_available)
     return [
         prepare_model_for_server(
-            folder, out_dir, backends_available=available, gpu=gpu, folder_name=name
+            folder, out_dir, backends_available=available, gpu=gpu, folder_name=name, flags=flags
         )
         for folder, name in layout.named_folders
     ]

@@ -25,11 +25,17 @@ from mmelocal.errors import UserInputError
 from mmelocal.runtime import entrypoint
 
 MODEL_CONTROL_MODES = ("explicit", "poll", "none")
+#: ``--log-verbose`` of a plain server when ``log_verbose`` is None (tritonserver's own
+#: default); in MME mode the entrypoint's ``SAGEMAKER_TRITON_LOG_VERBOSE`` default applies
+PLAIN_LOG_VERBOSE = 0
 
 #: Python-backend shared memory per model: the SageMaker launcher lowers Triton's 64 MB
-#: default to 16 MB so that small ``/dev/shm`` mounts (Docker's default is 64 MB) still work.
-DEFAULT_PYTHON_SHM_BYTES = 16 * 1024 * 1024
-DEFAULT_PYTHON_SHM_GROWTH_BYTES = 1024 * 1024
+#: default to 16 MB so that small ``/dev/shm`` mounts (Docker's default is 64 MB) still work;
+#: its growth step is 1 MB (the entrypoint's defaults, :data:`~.entrypoint.KNOBS`)
+DEFAULT_PYTHON_SHM_BYTES = entrypoint.knob_default_number("SAGEMAKER_TRITON_SHM_DEFAULT_BYTE_SIZE")
+DEFAULT_PYTHON_SHM_GROWTH_BYTES = entrypoint.knob_default_number(
+    "SAGEMAKER_TRITON_SHM_GROWTH_BYTE_SIZE"
+)
 
 #: What mmelocal adds after the entrypoint's argv in MME mode, and why (later flags win in
 #: tritonserver's parser). Every other flag is the entrypoint's for the same environment.
@@ -73,9 +79,10 @@ class ServerConfig:
     ``gpu_count`` GPUs. ``extra_args`` are appended verbatim as separate argv items (each
     must start with ``--``); ``env`` adds environment variables.
 
-    ``log_verbose`` ``None`` means the launch recipe's default: 0 for a plain server, the
-    entrypoint's (``true``) in MME mode. In MME mode ``log_verbose`` and the Python-backend
-    shared memory sizes are the entrypoint's knobs: a value given here is written into
+    ``log_verbose`` ``None`` means the launch recipe's default: :data:`PLAIN_LOG_VERBOSE` for
+    a plain server, the entrypoint's ``SAGEMAKER_TRITON_LOG_VERBOSE`` default in MME mode.
+    In MME mode ``log_verbose`` and the Python-backend shared memory sizes are the
+    entrypoint's knobs: a value given here is written into
     ``sagemaker_env`` (and a value there is mirrored here); both at once must agree.
     """
 
@@ -126,9 +133,9 @@ class ServerConfig:
             raise UserInputError(f"gpu_count must be >= 0, got {self.gpu_count}")
         if self.log_verbose is not None and self.log_verbose < 0:
             raise UserInputError(f"log_verbose must be >= 0, got {self.log_verbose}")
-        if self.python_shm_default_bytes < 1024 * 1024:
+        if self.python_shm_default_bytes < entrypoint.MIN_PYTHON_SHM_BYTES:
             raise UserInputError(
-                "python_shm_default_bytes must be >= 1048576 (1 MB), "
+                f"python_shm_default_bytes must be >= {entrypoint.MIN_PYTHON_SHM_BYTES} (1 MB), "
                 f"got {self.python_shm_default_bytes}"
             )
         if self.python_shm_growth_bytes < 1:
@@ -214,7 +221,7 @@ class ServerConfig:
             f"--grpc-port={self.grpc_port}",
             f"--metrics-address={self.host}",
             f"--metrics-port={self.metrics_port}",
-            f"--log-verbose={self.log_verbose or 0}",
+            f"--log-verbose={self.log_verbose or PLAIN_LOG_VERBOSE}",
             f"--exit-timeout-secs={self.exit_timeout_s}",
             f"--backend-config=python,shm-default-byte-size={self.python_shm_default_bytes}",
             f"--backend-config=python,shm-growth-byte-size={self.python_shm_growth_bytes}",
@@ -289,6 +296,7 @@ __all__ = [
     "DEFAULT_PYTHON_SHM_GROWTH_BYTES",
     "MMELOCAL_FLAGS",
     "MODEL_CONTROL_MODES",
+    "PLAIN_LOG_VERBOSE",
     "ServerConfig",
     "pick_free_port",
 ]

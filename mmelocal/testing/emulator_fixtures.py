@@ -13,7 +13,8 @@ Usage in a test::
 
 Override the fixture ``mme_endpoint_config`` (a dict of
 :class:`~mmelocal.emulator.emulator.EmulatorConfig` fields) to change the memory budget,
-the load wait or the number of instances. With ``--mmelocal-endpoint NAME`` (or
+the load wait or the number of instances, or to run Triton's image
+(``{"launcher": "docker", "image": ...}``: its hints say so). With ``--mmelocal-endpoint NAME`` (or
 ``MMELOCAL_TEST_ENDPOINT``) the same tests run against the deployed endpoint NAME instead
 (:class:`~mmelocal.testing.remote_endpoint.RemoteMmeEndpoint`; ``mme_endpoint_config`` is
 the emulator's and is not read). Heavy modules are imported when the fixture runs, not
@@ -97,7 +98,8 @@ def mme_endpoint(
     if deployed is not None:
         yield from _remote(deployed)
         return
-    from mmelocal.emulator.emulator import EmulatorConfig
+    from mmelocal.builder.backends import FIXTURE_FLAGS
+    from mmelocal.emulator.emulator import Emulator, EmulatorConfig
     from mmelocal.emulator.server import EmulatorServer
 
     root = tmp_path_factory.mktemp("mme")
@@ -106,7 +108,8 @@ def mme_endpoint(
     options: dict[str, Any] = {"cache_dir": root / "cache", "memory_budget_bytes": 2 * 1024**3}
     options.update(mme_endpoint_config)
     config = EmulatorConfig(store=str(store), **options)
-    with EmulatorServer(config) as server:
+    # its hints name this fixture's way to Docker (mme_endpoint_config), not the CLI's flags
+    with EmulatorServer(Emulator(config, flags=FIXTURE_FLAGS)) as server:
         yield MmeEndpoint(
             url=server.url,
             store=store,

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from mmelocal.builder.backends import PYTEST_FLAGS
 from mmelocal.runtime.launchers import OWNED_LAUNCHERS, misplaced_option
 from mmelocal.testing.emulator_fixtures import ENDPOINT_ENV, REGION_ENV, remote_options
 
@@ -56,7 +57,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     """Options that choose how ``triton_server`` runs Triton."""
     group = parser.getgroup("mmelocal", "mmelocal Triton fixtures")
     group.addoption(
-        "--mmelocal-launcher",
+        PYTEST_FLAGS.launcher,
         choices=OWNED_LAUNCHERS,
         default=os.environ.get(LAUNCHER_ENV, "local"),
         help="how triton_server starts Triton: the pip tritonserver (local) or docker",
@@ -67,9 +68,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="tritonserver binary or install folder for the local launcher",
     )
     group.addoption(
-        "--mmelocal-docker-image",
+        PYTEST_FLAGS.image,
         default=None,
-        help="image for --mmelocal-launcher=docker (default: $MMELOCAL_TEST_TRITON_IMAGE, "
+        help=f"image for {PYTEST_FLAGS.docker} (default: $MMELOCAL_TEST_TRITON_IMAGE, "
         "else NVIDIA's Triton image)",
     )
     group.addoption(
@@ -103,7 +104,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if launcher not in OWNED_LAUNCHERS:  # argparse checks the flag's choices, not a default
         raise pytest.UsageError(
             f"{LAUNCHER_ENV} is {launcher!r}: it must be one of {', '.join(OWNED_LAUNCHERS)} "
-            "(the default of --mmelocal-launcher); fix or unset it"
+            f"(the default of {PYTEST_FLAGS.launcher}); fix or unset it"
         )
     mismatch = misplaced_option(
         launcher,
@@ -112,9 +113,9 @@ def pytest_configure(config: pytest.Config) -> None:
                 "tritonserver",
                 getattr(opts, "mmelocal_tritonserver", None),
             ),
-            "--mmelocal-docker-image": ("image", getattr(opts, "mmelocal_docker_image", None)),
+            PYTEST_FLAGS.image: ("image", getattr(opts, "mmelocal_docker_image", None)),
         },
-        launcher_flag="--mmelocal-launcher",
+        launcher_flag=PYTEST_FLAGS.launcher,
     )
     if mismatch is not None:
         raise pytest.UsageError(mismatch)

@@ -95,6 +95,7 @@ class TestTritonServer(StartStopContext):
                 image=docker_image,
                 start_timeout_s=start_timeout_s,
                 log_path=self.workdir / "tritonserver.log",
+                flags=PYTEST_FLAGS,  # the plugin's server: its hints name the plugin's flags
             )
         except BaseException:
             # no ``with`` (so no stop()) ever runs for an object that was never made

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from tritonclient.grpc import model_config_pb2
 
@@ -52,3 +54,64 @@ def test_the_runner_serves_every_export_format() -> None:
         backend, runner_format, runner_file = backends.NATIVE_FORMATS[platform]
         assert (runner_format, runner_file) == (fmt, filename)
         assert backends.backend_of(config(platform=platform)) == backend
+
+
+def test_the_fixtures_launcher_settings_are_emulator_config_fields() -> None:
+    """The mme_endpoint hints name ``mme_endpoint_config`` entries: EmulatorConfig's own."""
+    from dataclasses import fields
+
+    from mmelocal.emulator.emulator_config import EmulatorConfig
+
+    names = {f.name for f in fields(EmulatorConfig)}
+    assert {backends.FIXTURE_FLAGS.launcher, backends.FIXTURE_FLAGS.image} <= names
+    hint = backends.FIXTURE_FLAGS.docker_hint
+    assert '"launcher": "docker"' in hint and "mme_endpoint_config" in hint, hint
+
+
+#: ``/opt/tritonserver/backends`` of ``nvcr.io/nvidia/tritonserver:24.10-py3``, the image
+#: SageMaker's Triton is built from: the backends of ``build.py --enable-all``
+#: (``enable_all()``, triton-inference-server/server r24.10), which builds that image
+IMAGE_BACKENDS = {
+    "ensemble",
+    "identity",
+    "square",
+    "repeat",
+    "tensorflow",
+    "onnxruntime",
+    "python",
+    "dali",
+    "pytorch",
+    "openvino",
+    "fil",
+    "tensorrt",
+}
+
+
+def test_a_triton_image_is_taken_to_have_the_images_backends() -> None:
+    """CONTAINER_BACKENDS was what mmelocal serves (python, pytorch, onnxruntime, tensorrt):
+    with the Docker launcher a TensorFlow or OpenVINO model was still refused ("use the
+    Docker launcher"), though the image has their backends."""
+    assert backends.CONTAINER_BACKENDS == IMAGE_BACKENDS
+    for name in sorted(IMAGE_BACKENDS - {"ensemble"}):
+        found = backends.host_limit(
+            config(backend=name), gpu=True, backends=backends.CONTAINER_BACKENDS
+        )
+        assert found is None, found
+
+
+def test_a_test_server_with_the_images_backends_serves_a_tensorflow_model_as_it_is(
+    tmp_path: Path,
+) -> None:
+    """What ``triton_server`` does with ``--mmelocal-launcher docker`` (its backends are
+    CONTAINER_BACKENDS): the model is copied for the image's tensorflow backend."""
+    from mmelocal.testing.triton import TestTritonServer
+
+    tf_model = tmp_path / "models" / "tf"
+    (tf_model / "1" / "model.savedmodel").mkdir(parents=True)
+    (tf_model / "config.pbtxt").write_text('name: "tf"\nplatform: "tensorflow_savedmodel"\n')
+    server = TestTritonServer(backends=backends.CONTAINER_BACKENDS, workdir=tmp_path / "server")
+    try:
+        prepared = server.add_model(tf_model)
+    finally:
+        server.stop()
+    assert (prepared.backend, prepared.derived) == ("tensorflow", False)

@@ -408,3 +408,88 @@ def test_a_missing_backend_is_hinted_with_the_plugins_own_flags(tmp_path: Path) 
         assert "--mmelocal-docker-image" in text
     finally:
         server.stop()
+
+
+def _numpy_2_python(folder: Path) -> Path:
+    """An executable the stub check takes for a Python whose numpy is 2.0.2 (it answers the
+    version question as such a Python would)."""
+    python = folder / "python"
+    python.write_text("#!/bin/sh\necho 2.0.2\n")
+    python.chmod(0o755)
+    return python
+
+
+def test_the_numpy_refusal_under_the_plugin_names_the_plugins_flags(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """triton_server's server refused numpy 2 saying '(--launcher docker)', the CLI's flag;
+    there Docker is chosen with --mmelocal-launcher docker."""
+    from mmelocal.errors import UserInputError
+    from mmelocal.runtime.install import STUB_PYTHON_ENV
+    from mmelocal.testing.triton import TestTritonServer
+
+    monkeypatch.setenv(STUB_PYTHON_ENV, str(_numpy_2_python(tmp_path)))
+    server = TestTritonServer(workdir=tmp_path / "server")
+    try:
+        with pytest.raises(UserInputError, match=r"numpy 2\.0\.2") as info:
+            server.start()
+    finally:
+        server.stop()
+    text = str(info.value)
+    assert "--mmelocal-launcher docker" in text, text
+    assert "(--launcher" not in text and " --launcher" not in text, text
+
+
+MME_ENDPOINT_HINTS = """
+import io, json, tarfile
+from pathlib import Path
+
+import botocore.exceptions
+import pytest
+
+
+def test_numpy(mme_endpoint):
+    pass
+
+
+def test_tensorflow(mme_endpoint, tmp_path):
+    tarball = tmp_path / "tf.tar.gz"
+    with tarfile.open(tarball, "w:gz") as tar:
+        config = b'platform: "tensorflow_savedmodel"\\n'
+        info = tarfile.TarInfo("config.pbtxt")
+        info.size = len(config)
+        tar.addfile(info, io.BytesIO(config))
+        folder = tarfile.TarInfo("1/model.savedmodel")
+        folder.type = tarfile.DIRTYPE
+        tar.addfile(folder)
+    mme_endpoint.add_tarball("tf.tar.gz", tarball)
+    with pytest.raises(botocore.exceptions.ClientError) as info:
+        mme_endpoint.invoke("tf.tar.gz", {"inputs": []})
+    print("HINT:", info.value)
+"""
+
+
+def test_mme_endpoint_hints_name_its_config_not_the_cli(
+    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under mme_endpoint the emulator's hints named the CLI's --launcher: a TensorFlow
+    model's refusal and the numpy refusal. There Docker is chosen with the
+    mme_endpoint_config fixture (EmulatorConfig's launcher and image)."""
+    # tritonclient is imported here: pytester's in-process runs drop what they import, and
+    # ml_dtypes, beneath it, cannot be imported twice
+    import tritonclient.grpc  # noqa: F401
+
+    from mmelocal.runtime.install import STUB_PYTHON_ENV
+
+    pytester.makepyfile(MME_ENDPOINT_HINTS)
+    expected = 'mme_endpoint_config = {"launcher": "docker"'
+    tf = pytester.runpytest("-s", "-k", "tensorflow")
+    tf.assert_outcomes(passed=1)
+    hint = next(line for line in tf.outlines if "HINT:" in line)
+    assert expected in hint and "--launcher" not in hint, hint
+    monkeypatch.setenv(STUB_PYTHON_ENV, str(_numpy_2_python(tmp_path)))
+    numpy = pytester.runpytest("-k", "numpy")
+    numpy.assert_outcomes(errors=1)
+    text = numpy.stdout.str()
+    assert "numpy 2.0.2" in text and expected in text, text
+    assert "(--launcher docker)" not in text, text

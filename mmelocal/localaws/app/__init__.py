@@ -36,8 +36,8 @@ from mmelocal.localaws.app.dispatch import (
     LocalAwsApp,
 )
 from mmelocal.localaws.app.dispatch import RESTORE_WAIT_S as RESTORE_WAIT_S
-from mmelocal.localaws.app.dispatch import Forward as Forward
 from mmelocal.localaws.app.dispatch import Overlay as Overlay
+from mmelocal.localaws.app.wsgi import Forward as Forward
 from mmelocal.localaws.app.wsgi import StartResponse as StartResponse
 from mmelocal.localaws.app.wsgi import WsgiApp as WsgiApp
 from mmelocal.localaws.app.wsgi import credential_scope

@@ -10,13 +10,16 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from mmelocal.errors import AwsServiceError
+from mmelocal.facts.aws import LOCAL_REGION
 from mmelocal.localaws.app.answers import JSON_11, json_answer, moto_error, not_built
 from mmelocal.localaws.app.control_plane import Handler, SageMakerControlPlane, UpdateCheck
 from mmelocal.localaws.app.runtime import RuntimeFace
 from mmelocal.localaws.app.wsgi import (
+    Forward,
     StartResponse,
     WsgiApp,
     credential_scope,
+    environ_key,
     json_params,
     moto_json,
     replace_body,
@@ -25,8 +28,6 @@ from mmelocal.localaws.checks import checks_page_size, page_size_problem
 from mmelocal.localaws.endpoints import EndpointManager
 from mmelocal.localaws.logs import LogShipper
 
-#: forward the (possibly changed) parameters to moto: its status and parsed JSON answer
-Forward = Callable[[dict[str, Any]], tuple[int, Any]]
 #: (region, operation, parameters, forward) -> the answer, or None to let moto answer
 Overlay = Callable[[str, str, dict[str, Any], Forward], "tuple[int, Any] | None"]
 
@@ -36,6 +37,8 @@ _OVERLAYS = frozenset({"DescribeEndpointConfig"})
 INTERNAL_HEADER = "X-Mmelocal-Internal"
 #: header on every call mmelocal makes to itself (served while a restore holds the others)
 OWN_HEADER = "X-Mmelocal-Own"
+_INTERNAL_KEY = environ_key(INTERNAL_HEADER)
+_OWN_KEY = environ_key(OWN_HEADER)
 #: how long a user's call waits for the state being restored at start-up
 RESTORE_WAIT_S = 600.0
 
@@ -83,7 +86,7 @@ class LocalAwsApp:
         )
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
-        if not self.ready.is_set() and not environ.get("HTTP_X_MMELOCAL_OWN"):
+        if not self.ready.is_set() and not environ.get(_OWN_KEY):
             self.ready.wait(RESTORE_WAIT_S)
         region, service = credential_scope(environ)
         path = environ.get("PATH_INFO", "")
@@ -104,14 +107,14 @@ class LocalAwsApp:
         if target.startswith("SageMaker."):
             operation = target.partition(".")[2]
             handlers = self._control.handlers
-            if environ.get("HTTP_X_MMELOCAL_INTERNAL"):  # mmelocal's own: moto's records
+            if environ.get(_INTERNAL_KEY):  # mmelocal's own: moto's records
                 handler = handlers.get(operation) if operation in _OVERLAYS else None
             else:
                 handler = handlers.get(operation)
             if handler is not None:
                 return self._sagemaker_call(handler, environ, start_response, region)
         prefix, _, operation = target.partition(".")
-        overlay = None if environ.get("HTTP_X_MMELOCAL_INTERNAL") else self.overlays.get(prefix)
+        overlay = None if environ.get(_INTERNAL_KEY) else self.overlays.get(prefix)
         correction = self.corrections.get((prefix, operation))
         if overlay is not None or correction is not None:
             return self._overlay_call(
@@ -132,7 +135,7 @@ class LocalAwsApp:
         region: str,
     ) -> Iterable[bytes]:
         params = json_params(environ)
-        region = region or "us-east-1"
+        region = region or LOCAL_REGION
 
         def to_moto(changed: dict[str, Any]) -> tuple[int, Any]:
             replace_body(environ, changed)
@@ -166,10 +169,10 @@ class LocalAwsApp:
     ) -> Iterable[bytes]:
         params = json_params(environ)
         try:
-            status, payload = handler(environ, region or "us-east-1", params)
+            status, payload = handler(environ, region or LOCAL_REGION, params)
         except AwsServiceError as exc:  # rendered by moto, as its own SageMaker errors
             return moto_error(exc, environ, start_response)
         return json_answer(start_response, status, payload, JSON_11)
 
 
-__all__ = ["INTERNAL_HEADER", "OWN_HEADER", "RESTORE_WAIT_S", "Forward", "LocalAwsApp", "Overlay"]
+__all__ = ["INTERNAL_HEADER", "OWN_HEADER", "RESTORE_WAIT_S", "LocalAwsApp", "Overlay"]

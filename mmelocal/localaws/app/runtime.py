@@ -11,6 +11,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from mmelocal.facts.aws import LOCAL_REGION
 from mmelocal.facts.runtime_api import TARGET_VARIANT_HEADER
 from mmelocal.facts.sagemaker import LOAD_AND_INVOKE_TIMEOUT_S, TARGET_MODEL_HEADER
 from mmelocal.localaws.app.answers import answer
@@ -76,7 +77,7 @@ class RuntimeFace:
 
         from mmelocal.emulator.answers import sagemaker_error
 
-        fleets = self.endpoints.variants(region or "us-east-1", name)
+        fleets = self.endpoints.variants(region or LOCAL_REGION, name)
         target = environ.get("HTTP_X_AMZN_SAGEMAKER_TARGET_MODEL")
         if fleets is None:
             refusal = sagemaker_error(
@@ -134,7 +135,7 @@ class RuntimeFace:
         out = [(k, v) for k, v in response.headers.items() if k.lower() not in _HOP_BY_HOP]
         data = response.data
         if response.status == 424 and self.logs is not None:  # ModelError: name its stream
-            data = self.logs.model_error_body(region or "us-east-1", fleet, data)
+            data = self.logs.model_error_body(region or LOCAL_REGION, fleet, data)
         return answer(start_response, response.status, out, data)
 
     def _refuse_invocation(
@@ -152,7 +153,7 @@ class RuntimeFace:
         from mmelocal.emulator.answers import sagemaker_error
 
         read_body(environ)
-        if self.endpoints.variants(region or "us-east-1", name) is None:
+        if self.endpoints.variants(region or LOCAL_REGION, name) is None:
             message = f"Endpoint {name} of account {self.account_id} not found."
         else:
             message = (

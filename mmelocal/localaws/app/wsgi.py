@@ -11,6 +11,8 @@ from typing import Any
 
 StartResponse = Callable[..., Any]
 WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
+#: forward the (possibly changed) parameters to moto: its status and parsed JSON answer
+Forward = Callable[[dict[str, Any]], tuple[int, Any]]
 
 _SCOPE = re.compile(r"Credential=[^/]*/[^/]*/([^/]*)/([^/]*)/aws4_request")
 
@@ -66,6 +68,7 @@ def moto_json(moto_app: WsgiApp, environ: dict[str, Any]) -> tuple[int, Any]:
 
 
 __all__ = [
+    "Forward",
     "StartResponse",
     "WsgiApp",
     "credential_scope",

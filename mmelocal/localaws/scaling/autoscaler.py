@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mmelocal.facts.autoscaling import SERVICE_NAMESPACE
+from mmelocal.localaws.app.wsgi import Forward
 from mmelocal.localaws.metric_store import MetricStore
 from mmelocal.localaws.scaling.activities import Activity, describe_activities
 from mmelocal.localaws.scaling.bookkeeping import PolicyBook
@@ -98,7 +99,7 @@ class Autoscaler:
         region: str,
         operation: str,
         params: dict[str, Any],
-        forward: Callable[[dict[str, Any]], tuple[int, Any]],
+        forward: Forward,
     ) -> tuple[int, Any] | None:
         """Application Auto Scaling's answers where moto's fall short (an app overlay)."""
         alarms = self.tracking_alarms

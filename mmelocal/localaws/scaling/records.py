@@ -9,7 +9,6 @@ reads are paged too); :func:`scalable_targets`, :func:`scaling_policies` and
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from mmelocal.facts.autoscaling import (
@@ -17,6 +16,7 @@ from mmelocal.facts.autoscaling import (
     SCALING_POLICIES_PAGE_SIZE,
     SERVICE_NAMESPACE,
 )
+from mmelocal.localaws.app.wsgi import Forward
 from mmelocal.localaws.paging import Listed, every_item, one_page
 
 #: a ``MaxResults`` that has moto answer every match at once (moto sets no upper bound):
@@ -59,7 +59,7 @@ def paged_records(
     region: str,
     operation: str,
     params: dict[str, Any],
-    forward: Callable[[dict[str, Any]], tuple[int, Any]],
+    forward: Forward,
 ) -> tuple[int, Any] | None:
     """DescribeScalableTargets and DescribeScalingPolicies as the service pages them (a
     correction of moto's answers for every caller, mmelocal's own reads included): every
