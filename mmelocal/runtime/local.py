@@ -66,7 +66,7 @@ def _endpoints_of(config: ServerConfig, bridge_dir: Path | None) -> Endpoints:
         grpc_url=f"{host}:{config.grpc_port}" if config.serves_grpc else None,
         metrics_url=f"http://{host}:{config.metrics_port}" if config.serves_metrics else None,
         sagemaker_url=f"http://{host}:{config.sagemaker_port}" if config.sagemaker else None,
-        bridge=str(bridge_dir / "bridge.sock") if bridge_dir else None,
+        bridge=str(bridge_dir / BRIDGE_SOCKET) if bridge_dir else None,
     )
 
 
@@ -154,6 +154,24 @@ def _port_taken_message(address: str, port_name: str | None, *, fixed: bool, tri
         "again, or give tritonserver ports you know are free (ServerConfig's http_port, "
         "grpc_port, metrics_port, sagemaker_port)"
     )
+
+
+#: the file name of the network-namespace bridge's Unix socket, in its own folder
+BRIDGE_SOCKET = "bridge.sock"
+#: the most bytes a Unix socket's path may hold on Linux (``sockaddr_un.sun_path`` is 108
+#: bytes with the terminating NUL: unix(7))
+UNIX_PATH_MAX = 107
+
+
+def _socket_folder(*, prefix: str, name: str) -> Path:
+    """A new folder for the Unix socket ``name``: in the temporary folder (``TMPDIR``), or
+    in ``/tmp`` when the socket's path there would be too long for its address (a deep
+    ``TMPDIR``, as CI runners and pytest's temporary folders have)."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    if len(os.fsencode(folder / name)) <= UNIX_PATH_MAX:
+        return folder
+    folder.rmdir()
+    return Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
 
 
 class LocalLauncher(OwnedServerLauncher):
@@ -374,14 +392,14 @@ class LocalLauncher(OwnedServerLauncher):
             )
             return [str(install.binary), *config.to_args()]
         self.isolated = True
-        self._bridge_dir = Path(tempfile.mkdtemp(prefix="mmelocal-ns-"))
+        self._bridge_dir = _socket_folder(prefix="mmelocal-ns-", name=BRIDGE_SOCKET)
         inside = dataclasses.replace(config, host="127.0.0.1")
         names = _opened_port_names(config)
         bound = self._bridge_sockets
         return netns.bridge_argv(
             host=config.host or "0.0.0.0",
             ports=[getattr(config, name) for name in names],
-            control=self._bridge_dir / "bridge.sock",
+            control=self._bridge_dir / BRIDGE_SOCKET,
             command=[str(install.binary), *inside.to_args()],
             fds=[bound[name].fileno() for name in names] if len(bound) == len(names) else (),
         )

@@ -251,3 +251,21 @@ def test_a_negative_sagemaker_log_verbose_starts_a_quiet_server(tmp_path):
     with LocalLauncher(config, start_timeout_s=60) as launcher:
         assert launcher.is_alive()
         assert "--log-verbose=-1" in " ".join(psutil.Process(_pid(launcher)).cmdline())
+
+
+def test_a_long_temporary_folder_still_starts_the_isolated_server(tmp_path, monkeypatch):
+    """The network-namespace bridge listens on a Unix socket in a new temporary folder; a
+    socket's address holds at most 107 bytes on Linux (``sun_path``), so under a deep
+    ``TMPDIR`` (a CI runner's, pytest's under xdist) the bridge died at start-up with
+    "AF_UNIX path too long". The socket goes where its address fits."""
+    from mmelocal.runtime import netns
+
+    if netns.isolation_refused() is not None:
+        pytest.skip(f"no network namespace here: {netns.isolation_refused()}")
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    monkeypatch.setattr("tempfile.tempdir", str(deep))
+    config = ServerConfig(model_repository=tmp_path, sagemaker=True)
+    with LocalLauncher(config, start_timeout_s=60) as launcher:
+        assert launcher.isolated and launcher.is_alive()
+        assert launcher.ready_after_s is not None
