@@ -35,12 +35,16 @@ from mmelocal.emulator.answers import (
     v2_exception,
 )
 from mmelocal.emulator.emulator import Emulator
+from mmelocal.emulator.model_state import READY
 from mmelocal.emulator.shared_memory_routes import SHARED_MEMORY_ROUTE, shared_memory
 from mmelocal.emulator.upstream import Reply
 from mmelocal.errors import InstanceUnavailableError
 from mmelocal.facts.invoke_errors import (
+    V2_BAD_JSON,
+    V2_INDEX_ERROR_STATUS,
     V2_METHOD_NOT_ALLOWED,
     V2_NOT_AVAILABLE,
+    V2_NOT_BOOLEAN,
     V2_NOT_FOUND,
     V2_NOT_READY,
     V2_REPOSITORY_NAME,
@@ -172,7 +176,7 @@ async def route(
         return await shared_memory(emulator, method, path, shm, _forwarded(get), body)
     repository = _REPOSITORY.fullmatch(path)
     if repository is not None:
-        return await v2_repository(emulator, method, *repository.groups())
+        return await v2_repository(emulator, method, *repository.groups(), body=body)
     if path in _PATHS or path.startswith(_PREFIXES):
         return v2_error(405, V2_METHOD_NOT_ALLOWED)
     if path == "/v2" or path.startswith("/v2/"):
@@ -362,6 +366,8 @@ async def v2_repository(
     index: str | None,
     target: str | None,
     action: str | None,
+    *,
+    body: bytes = b"",
 ) -> Answer:
     """``POST /v2/repository[/NAME]/index`` (the index whatever NAME is, as Triton's
     ``HandleRepositoryIndex`` does not read it) and ``POST
@@ -370,7 +376,7 @@ async def v2_repository(
     if method != "POST":
         return v2_error(405, V2_METHOD_NOT_ALLOWED)
     if index is not None:
-        return await v2_index(emulator)
+        return await v2_index(emulator, body)
     if repository is not None:
         return v2_error(501, V2_REPOSITORY_NAME)
     assert target is not None and action is not None
@@ -442,11 +448,59 @@ async def v2_ready(emulator: Emulator) -> Answer:
     return empty(200 if any(i.up for i in emulator.instances) else 400)
 
 
-async def v2_index(emulator: Emulator) -> Answer:
-    """``POST /v2/repository/index``: loaded models (the store is open-ended), each once
-    however many instances hold it, as one Triton lists its own."""
-    targets = dict.fromkeys(t for inst in emulator.instances for t in inst.loaded())
-    return json_answer([{"name": t, "version": "1", "state": "READY"} for t in targets])
+async def v2_index(emulator: Emulator, body: bytes = b"") -> Answer:
+    """``POST /v2/repository/index``: the models the instances hold (the store is
+    open-ended), each once however many instances hold it, as one Triton lists its own,
+    sorted by name: with the body's ``"ready": true`` those ready alone, else those
+    loading or unloading too, in Triton's states (``HandleRepositoryIndex`` reads
+    ``ready``, false when absent; ``ModelRepositoryManager::RepositoryIndex``). A body
+    Triton cannot read is answered as Triton answers it (:func:`_index_ready`)."""
+    ready_only = _index_ready(body)
+    if isinstance(ready_only, Answer):
+        return await _triton_refusal(emulator, body, ready_only)
+    states: dict[str, str] = {}
+    for inst in emulator.instances:
+        for entry in list(inst.models.values()):
+            if states.get(entry.target) != READY:  # ready anywhere: ready
+                states[entry.target] = entry.state
+    return json_answer(
+        [
+            {"name": t, "version": "1", "state": states[t].upper()}
+            for t in sorted(states)
+            if not ready_only or states[t] == READY
+        ]
+    )
+
+
+def _index_ready(body: bytes) -> bool | Answer:
+    """The index request's ``ready`` as Triton reads it: false for no body, for a JSON
+    document that is no object or has no ``ready``; Triton's 500 for a body that is no
+    JSON and for a ``ready`` that is no boolean (TritonJson's errors)."""
+    if not body:
+        return False
+    try:
+        request = json.loads(body)
+    except ValueError as exc:
+        return v2_error(V2_INDEX_ERROR_STATUS, V2_BAD_JSON.format(detail=exc))
+    if not isinstance(request, dict) or "ready" not in request:
+        return False
+    ready = request["ready"]
+    if not isinstance(ready, bool):
+        return v2_error(V2_INDEX_ERROR_STATUS, V2_NOT_BOOLEAN)
+    return ready
+
+
+async def _triton_refusal(emulator: Emulator, body: bytes, own: Answer) -> Answer:
+    """Triton's own refusal of an index request's ``body`` (its JSON parser's words),
+    from an instance that is up; ``own`` when none is, or Triton took the body."""
+    inst = next((i for i in emulator.instances if i.up), None)
+    if inst is None:
+        return own
+    try:
+        reply = await inst.control.v2_request("POST", "/v2/repository/index", _JSON_HEADERS, body)
+    except Exception:
+        return own
+    return own if reply.status == 200 else _json_reply(reply)
 
 
 async def ping(emulator: Emulator) -> Answer:

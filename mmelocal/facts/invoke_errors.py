@@ -75,6 +75,14 @@ V2_NOT_FOUND = "Not Found"
 #: named repository, ``/v2/repository/NAME/models/M/load`` (``HandleRepositoryControl``)
 V2_REPOSITORY_NAME = "'repository_name' specification is not supported"
 
+#: Triton's v2 answers (500: TritonJson's errors are ``TRITONSERVER_ERROR_INTERNAL``) to a
+#: ``POST /v2/repository/index`` body that is no JSON (the parser's words follow) and to a
+#: ``ready`` that is no boolean (``HandleRepositoryIndex``, ``EVBufferToJson``,
+#: ``src/http_server.cc`` 2.51; measured with the wheel's tritonserver 2.51)
+V2_INDEX_ERROR_STATUS = 500
+V2_BAD_JSON = "failed to parse the request JSON buffer: {detail}"
+V2_NOT_BOOLEAN = "attempt to access JSON non-boolean as boolean"
+
 #: Exception class -> the caller's error, first match wins (subclasses before bases).
 SAGEMAKER_ERRORS: tuple[tuple[tuple[type[BaseException], ...], SageMakerError], ...] = (
     (
@@ -165,9 +173,12 @@ __all__ = [
     "LOAD_ERROR_STATUS",
     "PAYLOAD_TOO_LARGE_STATUS",
     "SAGEMAKER_ERRORS",
+    "V2_BAD_JSON",
+    "V2_INDEX_ERROR_STATUS",
     "V2_LOAD_ERROR_STATUS",
     "V2_METHOD_NOT_ALLOWED",
     "V2_NOT_AVAILABLE",
+    "V2_NOT_BOOLEAN",
     "V2_NOT_FOUND",
     "V2_NOT_READY",
     "V2_TRACE_UNKNOWN",

@@ -106,16 +106,76 @@ def test_ready_and_stats_of_a_model_loaded_nowhere_load_nothing(action: str) -> 
     assert emulator.loaded == []
 
 
+def _holding(**states: str) -> Any:
+    """An instance whose loaded set holds each target in its state."""
+    models = {t: SimpleNamespace(target=t, state=state) for t, state in states.items()}
+    ready = [t for t, state in states.items() if state == "ready"]
+    return SimpleNamespace(models=models, up=True, loaded=lambda: ready)
+
+
 def test_the_repository_index_lists_a_model_held_twice_once() -> None:
     """A hot model is loaded on a second instance; Triton's index (one server) lists each
     model once, and so does the emulator's, which stands for one server."""
     emulator = FakeEmulator()
     emulator.instances = [
-        SimpleNamespace(loaded=lambda: ["a.tar.gz", "b.tar.gz"]),
-        SimpleNamespace(loaded=lambda: ["b.tar.gz", "c.tar.gz"]),
+        _holding(**{"a.tar.gz": "ready", "b.tar.gz": "ready"}),
+        _holding(**{"b.tar.gz": "ready", "c.tar.gz": "ready"}),
     ]
     answer = call(emulator, "POST", "/v2/repository/index")
     assert [m["name"] for m in json.loads(answer.body)] == ["a.tar.gz", "b.tar.gz", "c.tar.gz"]
+
+
+def index(emulator: FakeEmulator, body: bytes) -> routes.Answer:
+    return asyncio.run(
+        routes.route(emulator, "POST", "/v2/repository/index", lambda name: None, body)  # type: ignore[arg-type]
+    )
+
+
+@pytest.mark.parametrize(
+    ("body", "listed"),
+    [
+        (b"", ["a:READY", "b:READY", "c:LOADING", "d:UNLOADING"]),
+        (b'{"ready": false}', ["a:READY", "b:READY", "c:LOADING", "d:UNLOADING"]),
+        (b'{"ready": true}', ["a:READY", "b:READY"]),
+        (b"[1]", ["a:READY", "b:READY", "c:LOADING", "d:UNLOADING"]),  # no object: no ready
+        (b"null", ["a:READY", "b:READY", "c:LOADING", "d:UNLOADING"]),
+    ],
+)
+def test_the_repository_index_reads_ready_as_triton_does(body: bytes, listed: list[str]) -> None:
+    """Triton's ``HandleRepositoryIndex`` reads the body's ``ready`` (false when absent):
+    true lists the ready models alone, false every model it holds with its state
+    (``RepositoryIndex``: LOADING, UNLOADING). The emulator ignored the body and listed
+    the ready models alone whatever it said. A model ready on one instance and loading
+    on another is ready."""
+    emulator = FakeEmulator()
+    emulator.instances = [
+        _holding(b="loading", a="ready", d="unloading"),
+        _holding(b="ready", c="loading"),
+    ]
+    answer = index(emulator, body)
+    assert answer.status == 200, answer.body
+    got = [f"{m['name']}:{m['state']}" for m in json.loads(answer.body)]
+    assert got == listed
+    assert all(m["version"] == "1" for m in json.loads(answer.body))
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b'{"ready": 1}', "attempt to access JSON non-boolean as boolean"),
+        (b'{"ready": null}', "attempt to access JSON non-boolean as boolean"),
+        (b"not json", "failed to parse the request JSON buffer: "),
+    ],
+)
+def test_an_index_body_triton_cannot_read_is_its_500(body: bytes, message: str) -> None:
+    """TritonJson's errors are ``TRITONSERVER_ERROR_INTERNAL``: Triton 2.51 answers a body
+    that is no JSON, and a ``ready`` that is no boolean, 500 (with no instance up to ask
+    for its parser's words, the emulator's own)."""
+    emulator = FakeEmulator()
+    emulator.instances = [SimpleNamespace(models={}, up=False, loaded=lambda: [])]
+    answer = index(emulator, body)
+    assert answer.status == 500
+    assert json.loads(answer.body)["error"].startswith(message)
 
 
 def test_server_metadata_comes_from_an_instance_that_is_up() -> None:

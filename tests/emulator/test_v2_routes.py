@@ -310,6 +310,36 @@ def test_the_index_of_a_named_repository_is_the_index(mme: MmeEndpoint) -> None:
     assert json.loads(data) == json.loads(raw_request(mme.url, "POST", "/v2/repository/index")[2])
 
 
+@pytest.mark.parametrize(
+    "body", [b"not json", b'{"ready": true', b'{"ready": 1}', b'{"ready": "yes"}']
+)
+def test_an_index_body_triton_refuses_is_refused_in_its_words(
+    mme: MmeEndpoint, body: bytes
+) -> None:
+    """``HandleRepositoryIndex`` parses the body and reads ``ready`` as a boolean: a body
+    that is no JSON and a ``ready`` that is no boolean are Triton's 500 (the emulator
+    ignored the body and listed the models)."""
+    triton_url = mme.state()["instances"][0]["http_url"]
+    path = "/v2/repository/index"
+    mine = raw_request(mme.url, "POST", path, JSON, body)[::2]
+    assert mine == raw_request(triton_url, "POST", path, JSON, body)[::2]
+    assert mine[0] == 500, mine
+
+
+def test_the_index_of_ready_models_lists_those_ready(mme: MmeEndpoint) -> None:
+    """``{"ready": true}`` lists the models ready to serve, as Triton's own index does."""
+    assert mme.invoke("model-a.tar.gz", BODY)
+    triton_url = mme.state()["instances"][0]["http_url"]
+    ready = b'{"ready": true}'
+    status, _, data = raw_request(mme.url, "POST", "/v2/repository/index", JSON, ready)
+    assert status == 200, data
+    listed = json.loads(data)
+    assert {"name": "model-a.tar.gz", "version": "1", "state": "READY"} in listed
+    assert all(m["state"] == "READY" for m in listed)
+    tritons = json.loads(raw_request(triton_url, "POST", "/v2/repository/index", JSON, ready)[2])
+    assert {m["name"] for m in listed} == {m["name"] for m in tritons}
+
+
 def test_system_shared_memory_is_registered_with_triton_and_serves_inputs(
     mme: MmeEndpoint,
 ) -> None:
