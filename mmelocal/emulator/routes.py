@@ -6,7 +6,8 @@
 * ``/v2/...``: KServe v2 with on-demand loading, so tritonclient and perf_analyzer work
   against MME semantics; ``generate`` / ``generate_stream``, trace and log settings reach
   the Triton that holds the model (or every Triton), as Triton 2.51's routes take them;
-  the shared-memory routes are :mod:`.shared_memory_routes`'.
+  the shared-memory routes are :mod:`.shared_memory_routes`', the repository routes
+  (index, load, unload) :mod:`.repository_routes`'.
 * ``GET /ping``, ``GET /metrics`` (Prometheus text, CloudWatch names), ``GET /emulator/state``.
 
 :func:`route` takes the request's method, path (without the query), a header getter and
@@ -35,19 +36,15 @@ from mmelocal.emulator.answers import (
     v2_exception,
 )
 from mmelocal.emulator.emulator import Emulator
-from mmelocal.emulator.model_state import READY
+from mmelocal.emulator.repository_routes import REPOSITORY_ROUTE, v2_repository
 from mmelocal.emulator.shared_memory_routes import SHARED_MEMORY_ROUTE, shared_memory
 from mmelocal.emulator.upstream import Reply
 from mmelocal.errors import InstanceUnavailableError
 from mmelocal.facts.invoke_errors import (
-    V2_BAD_JSON,
-    V2_INDEX_ERROR_STATUS,
     V2_METHOD_NOT_ALLOWED,
     V2_NOT_AVAILABLE,
-    V2_NOT_BOOLEAN,
     V2_NOT_FOUND,
     V2_NOT_READY,
-    V2_REPOSITORY_NAME,
     V2_TRACE_UNKNOWN,
 )
 from mmelocal.facts.sagemaker import (
@@ -174,7 +171,7 @@ async def route(
     shm = SHARED_MEMORY_ROUTE.fullmatch(path)
     if shm is not None:
         return await shared_memory(emulator, method, path, shm, _forwarded(get), body)
-    repository = _REPOSITORY.fullmatch(path)
+    repository = REPOSITORY_ROUTE.fullmatch(path)
     if repository is not None:
         return await v2_repository(emulator, method, *repository.groups(), body=body)
     if path in _PATHS or path.startswith(_PREFIXES):
@@ -353,49 +350,6 @@ def _json_reply(reply: Reply) -> Answer:
     return Answer(reply.status, list(_JSON_HEADERS), reply.body)
 
 
-#: Triton's repository route (``modelcontrol_regex_``, ``src/http_server.cc`` 2.51:
-#: ``/v2/repository(?:/([^/]+))?/(index|models/([^/]+)/(load|unload))``), a TargetModel
-#: with ``/`` taken as on the model route (:func:`~.answers.parse_v2_path`)
-_REPOSITORY = re.compile(r"/v2/repository(?:/([^/]+))?/(?:(index)|models/(.+)/(load|unload))")
-
-
-async def v2_repository(
-    emulator: Emulator,
-    method: str,
-    repository: str | None,
-    index: str | None,
-    target: str | None,
-    action: str | None,
-    *,
-    body: bytes = b"",
-) -> Answer:
-    """``POST /v2/repository[/NAME]/index`` (the index whatever NAME is, as Triton's
-    ``HandleRepositoryIndex`` does not read it) and ``POST
-    /v2/repository/models/{target}/load|unload``; a named repository's load or unload is
-    Triton's 501 (``HandleRepositoryControl``), any other method 405."""
-    if method != "POST":
-        return v2_error(405, V2_METHOD_NOT_ALLOWED)
-    if index is not None:
-        return await v2_index(emulator, body)
-    if repository is not None:
-        return v2_error(501, V2_REPOSITORY_NAME)
-    assert target is not None and action is not None
-    return await v2_repository_action(emulator, unquote(target), action)
-
-
-async def v2_repository_action(emulator: Emulator, target: str, action: str) -> Answer:
-    """``POST /v2/repository/models/{target}/load|unload``."""
-    try:
-        if action == "load":
-            await emulator.ensure_loaded(target)
-        else:
-            for inst in emulator.instances:
-                await inst.unload(target, reason="unload requested through /v2/repository")
-    except Exception as exc:
-        return v2_exception(exc)
-    return empty(200)
-
-
 async def v2_all_stats(emulator: Emulator, method: str) -> Answer:
     """``GET /v2/models/stats``: the statistics of every model (Triton's
     ``HandleModelStats`` with no name), from every instance that is up: one instance's
@@ -446,61 +400,6 @@ async def v2_ready(emulator: Emulator) -> Answer:
     """``GET /v2/health/ready``: 200 when an instance is up, else 400 as Triton answers a
     server that is not ready (``HandleServerHealth``, ``src/http_server.cc``)."""
     return empty(200 if any(i.up for i in emulator.instances) else 400)
-
-
-async def v2_index(emulator: Emulator, body: bytes = b"") -> Answer:
-    """``POST /v2/repository/index``: the models the instances hold (the store is
-    open-ended), each once however many instances hold it, as one Triton lists its own,
-    sorted by name: with the body's ``"ready": true`` those ready alone, else those
-    loading or unloading too, in Triton's states (``HandleRepositoryIndex`` reads
-    ``ready``, false when absent; ``ModelRepositoryManager::RepositoryIndex``). A body
-    Triton cannot read is answered as Triton answers it (:func:`_index_ready`)."""
-    ready_only = _index_ready(body)
-    if isinstance(ready_only, Answer):
-        return await _triton_refusal(emulator, body, ready_only)
-    states: dict[str, str] = {}
-    for inst in emulator.instances:
-        for entry in list(inst.models.values()):
-            if states.get(entry.target) != READY:  # ready anywhere: ready
-                states[entry.target] = entry.state
-    return json_answer(
-        [
-            {"name": t, "version": "1", "state": states[t].upper()}
-            for t in sorted(states)
-            if not ready_only or states[t] == READY
-        ]
-    )
-
-
-def _index_ready(body: bytes) -> bool | Answer:
-    """The index request's ``ready`` as Triton reads it: false for no body, for a JSON
-    document that is no object or has no ``ready``; Triton's 500 for a body that is no
-    JSON and for a ``ready`` that is no boolean (TritonJson's errors)."""
-    if not body:
-        return False
-    try:
-        request = json.loads(body)
-    except ValueError as exc:
-        return v2_error(V2_INDEX_ERROR_STATUS, V2_BAD_JSON.format(detail=exc))
-    if not isinstance(request, dict) or "ready" not in request:
-        return False
-    ready = request["ready"]
-    if not isinstance(ready, bool):
-        return v2_error(V2_INDEX_ERROR_STATUS, V2_NOT_BOOLEAN)
-    return ready
-
-
-async def _triton_refusal(emulator: Emulator, body: bytes, own: Answer) -> Answer:
-    """Triton's own refusal of an index request's ``body`` (its JSON parser's words),
-    from an instance that is up; ``own`` when none is, or Triton took the body."""
-    inst = next((i for i in emulator.instances if i.up), None)
-    if inst is None:
-        return own
-    try:
-        reply = await inst.control.v2_request("POST", "/v2/repository/index", _JSON_HEADERS, body)
-    except Exception:
-        return own
-    return own if reply.status == 200 else _json_reply(reply)
 
 
 async def ping(emulator: Emulator) -> Answer:

@@ -251,3 +251,61 @@ def test_a_shared_memory_region_is_registered_on_every_instance_or_on_none() -> 
     assert call(emulator, "POST", register)[::2] == (400, b'{"error":"no key"}')
     unregister = "/v2/systemsharedmemory/region/r/unregister"
     assert asked == [(0, "POST", register), (1, "POST", register), (0, "POST", unregister)]
+
+
+def load(emulator: FakeEmulator, body: bytes) -> routes.Answer:
+    path = "/v2/repository/models/model-1.tar.gz/load"
+    return asyncio.run(
+        routes.route(emulator, "POST", path, lambda name: None, body)  # type: ignore[arg-type]
+    )
+
+
+@pytest.mark.parametrize(
+    ("body", "named"),
+    [
+        (b'{"parameters": {"config": "{\\"max_batch_size\\": 4}"}}', "'config'"),
+        (b'{"parameters": {"file:1/model.py": "eA=="}}', "'file:1/model.py'"),
+        (b'{"parameters": {"config": "{}", "file:config.pbtxt": ""}}', "'file:config.pbtxt'"),
+    ],
+)
+def test_a_load_overriding_the_config_or_files_is_refused_and_loads_nothing(
+    body: bytes, named: str
+) -> None:
+    """tritonclient's ``load_model(config=..., files=...)`` sends ``parameters`` that Triton
+    loads the model with (``HandleRepositoryControl``); the emulator loaded the store's
+    tarball and answered 200, as if the override had been made. SageMaker's Triton serves
+    no repository API, and the platform loads a model from its tarball alone: refused,
+    Triton's 501 (UNSUPPORTED), naming the parameters and what to do instead."""
+    emulator = FakeEmulator()
+    answer = load(emulator, body)
+    assert answer.status == 501
+    message = json.loads(answer.body)["error"]
+    assert named in message and "tarball" in message
+    assert emulator.loaded == []
+
+
+@pytest.mark.parametrize("body", [b"", b"{}", b'{"parameters": {}}', b"[1]"])
+def test_a_load_with_no_override_loads_from_the_store(body: bytes) -> None:
+    emulator = FakeEmulator()
+    assert load(emulator, body).status == 200
+    assert emulator.loaded == ["model-1.tar.gz"]
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b"not json", "failed to parse the request JSON buffer: "),
+        (b'{"parameters": 1}', "attempt to get members for non-object"),
+        (b'{"parameters": null}', "attempt to get members for non-object"),
+        (b'{"parameters": {"config": 1}}', "attempt to access JSON non-string as string"),
+        (b'{"parameters": {"bogus": "x"}}', "unexpected error on creating Triton parameter"),
+    ],
+)
+def test_a_load_body_triton_cannot_read_is_its_500(body: bytes, message: str) -> None:
+    """What Triton 2.51's HandleRepositoryControl answers (measured with the wheel's
+    tritonserver): TritonJson's errors and an unknown parameter, 500, with no load."""
+    emulator = FakeEmulator()
+    answer = load(emulator, body)
+    assert answer.status == 500
+    assert json.loads(answer.body)["error"].startswith(message)
+    assert emulator.loaded == []
