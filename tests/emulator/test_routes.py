@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from mmelocal.emulator import routes
+from mmelocal.emulator.shared_memory import SharedMemoryRegions
 
 
 class FakeEmulator:
@@ -22,6 +23,7 @@ class FakeEmulator:
     def __init__(self) -> None:
         self.loaded: list[str] = []
         self.instances: list[Any] = []
+        self.shared_memory = SharedMemoryRegions()
         self.router = SimpleNamespace(reading=lambda target: contextlib.nullcontext(None))
 
     async def ensure_loaded(self, target: str) -> Any:
