@@ -32,6 +32,7 @@ from mmelocal.emulator.answers import (
     error_kind,
     parse_v2_path,
     reply_answer,
+    sagemaker_error,
     v2_error,
     v2_exception,
 )
@@ -47,6 +48,7 @@ from mmelocal.facts.invoke_errors import (
     V2_NOT_READY,
     V2_TRACE_UNKNOWN,
 )
+from mmelocal.facts.runtime_api import UNSERVED_RUNTIME_CALLS
 from mmelocal.facts.sagemaker import (
     ENDPOINT_NAME_PATTERN,
     MAX_CUSTOM_ATTRIBUTES_LENGTH,
@@ -174,11 +176,50 @@ async def route(
     repository = REPOSITORY_ROUTE.fullmatch(path)
     if repository is not None:
         return await v2_repository(emulator, method, *repository.groups(), body=body)
+    unserved = _UNSERVED_CALL.fullmatch(path)
+    if unserved is not None and method == "POST":
+        return unserved_runtime_call(emulator, *unserved.groups())
     if path in _PATHS or path.startswith(_PREFIXES):
         return v2_error(405, V2_METHOD_NOT_ALLOWED)
     if path == "/v2" or path.startswith("/v2/"):
         return v2_error(404, V2_NOT_FOUND)  # Triton's answer to a path no route takes
+    if _CONTAINER_ROUTE.fullmatch(path):
+        return v2_error(404, _CONTAINER_ROUTE_MESSAGE.format(method=method, path=path))
     return v2_error(404, f"no route {method} {path}")
+
+
+#: the runtime calls the emulator does not serve (:data:`UNSERVED_RUNTIME_CALLS`)
+_UNSERVED_CALL = re.compile(
+    rf"/endpoints/([^/]+)/({'|'.join(map(re.escape, UNSERVED_RUNTIME_CALLS))})"
+)
+#: the container's own routes (Triton's SageMaker front end, ``sagemaker_server.h`` 2.51:
+#: ``/invocations`` and ``/models(?:/)?([^/]+)?(/invoke)?``), which the platform calls
+_CONTAINER_ROUTE = re.compile(r"/invocations|/models(?:/[^/]*)?(?:/invoke)?")
+_CONTAINER_ROUTE_MESSAGE = (
+    "{method} {path} is a route of the SageMaker container, which the platform calls to "
+    "load, unload and invoke models; the emulator is the endpoint and calls it itself. Call "
+    "InvokeEndpoint (POST /endpoints/ENDPOINT/invocations with the header "
+    "X-Amzn-SageMaker-Target-Model), or the KServe v2 routes (POST /v2/models/TARGET/infer, "
+    "POST /v2/repository/models/TARGET/load)"
+)
+
+
+def unserved_runtime_call(emulator: Emulator, quoted_name: str, call: str) -> Answer:
+    """``POST /endpoints/{name}/async-invocations`` or ``.../invocations-response-stream``:
+    the service's error shape, a ``ValidationError`` (as the local AWS refuses them: no
+    endpoint here serves them), with the endpoint name checked as InvokeEndpoint's is."""
+    name = unquote(quoted_name)
+    refused = endpoint_name_error(name)
+    if refused is None:
+        wanted = emulator.config.endpoint_name
+        if wanted is not None and name != wanted:
+            refused = f"Endpoint {name} not found."
+        else:
+            refused = (
+                f"Endpoint {name} does not serve {UNSERVED_RUNTIME_CALLS[call]}: the MME "
+                "emulator serves InvokeEndpoint only."
+            )
+    return sagemaker_error(400, "ValidationError", refused)
 
 
 async def v2_models(

@@ -311,3 +311,37 @@ def test_a_load_body_triton_cannot_read_is_its_500(body: bytes, message: str) ->
     assert answer.status == 500
     assert json.loads(answer.body)["error"].startswith(message)
     assert emulator.loaded == []
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/models"),
+        ("POST", "/models"),
+        ("GET", "/models/model-1.tar.gz"),
+        ("DELETE", "/models/model-1.tar.gz"),
+        ("POST", "/models/model-1.tar.gz/invoke"),
+        ("PUT", "/models"),
+        ("POST", "/invocations"),
+    ],
+)
+def test_the_containers_own_routes_say_which_route_to_call(method: str, path: str) -> None:
+    """``/models...`` and ``/invocations`` are the container's routes (Triton's SageMaker
+    front end, ``sagemaker_server.cc``), which the platform calls, never a client: the
+    emulator is the endpoint, whose client calls InvokeEndpoint. It answered "no route
+    POST /models" (as if the path were a typo); now the answer names the routes to call
+    and loads nothing. 404, the emulator's own: the container would take these calls, so
+    its 400 with no body (``Handle``'s answer to a path it does not take) would mislead."""
+    emulator = FakeEmulator()
+    answer = call(emulator, method, path)
+    assert answer.status == 404
+    message = json.loads(answer.body)["error"]
+    assert "container" in message and "/endpoints/" in message and "/v2/" in message
+    assert emulator.loaded == []
+
+
+def test_ping_by_another_method_is_tritons_405() -> None:
+    """The SageMaker front end routes ``/ping`` to ``HandleServerHealth``, which answers a
+    method but GET 405 "Method Not Allowed" (measured: tritonserver 2.51's SageMaker port)."""
+    answer = call(FakeEmulator(), "POST", "/ping")
+    assert (answer.status, json.loads(answer.body)) == (405, {"error": "Method Not Allowed"})
