@@ -40,6 +40,7 @@ from mmelocal.emulator.probes import (
 )
 from mmelocal.emulator.recovery import Watchdog
 from mmelocal.emulator.router import Router
+from mmelocal.emulator.shared_memory import SharedMemoryRegions
 from mmelocal.emulator.store import ModelStore, open_store, validate_target
 from mmelocal.facts.sagemaker import DRAIN_TIMEOUT_S
 from mmelocal.runtime.entrypoint import model_namespacing
@@ -101,6 +102,9 @@ class Emulator:
             endpoint_name=config.endpoint_name or "local", variant_name=config.variant_name
         )
         self.events = EventLog()
+        #: the shared-memory regions registered through the v2 routes, for the instances
+        #: whose server starts later (each registers them again as it comes up)
+        self.shared_memory = SharedMemoryRegions()
         self._launcher_factory = launcher_factory or self._default_launcher
         self._gpus = self._choose_gpus()
         count = config.instances or max(1, len(self._gpus.indices))
@@ -145,7 +149,7 @@ class Emulator:
         except BaseException:
             cache.close()
             raise
-        return TritonInstance(
+        inst = TritonInstance(
             index=index,
             launcher=launcher,
             probe=self._probe(index, launcher, self._budget),
@@ -156,6 +160,8 @@ class Emulator:
             prepare=self._prepare_hook(launcher),
             url_for=self._url_for(cache.root),
         )
+        inst.on_up = self.shared_memory.register_on
+        return inst
 
     def _choose_gpus(self) -> ServerGpus:
         """The GPUs the instances run on, in turn: ``config.gpus`` (NVML's numbers), else

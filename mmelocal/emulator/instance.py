@@ -17,7 +17,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +87,9 @@ class TritonInstance:
         self._liveness_generation = 0
         #: what the loaded set looked like at the trim's last reading (None: read again)
         self._trim_mark: tuple[int, int, float] | None = None
+        #: what a server that came up (a start, a restart) gets before it takes calls:
+        #: the emulator's shared-memory regions, registered again
+        self.on_up: Callable[[TritonInstance], Awaitable[None]] | None = None
         self.launcher = launcher
         self.cache = cache
         self.metrics = metrics
@@ -151,8 +154,14 @@ class TritonInstance:
             )
         endpoints = self.launcher.endpoints
         self.control.connect(url, endpoints.http_url, bridge=endpoints.bridge)
+        await self._came_up()
         self.up = True
         await self.read_memory()
+
+    async def _came_up(self) -> None:
+        """Run :attr:`on_up` for the server that just started, before calls reach it."""
+        if self.on_up is not None:
+            await self.on_up(self)
 
     async def stop(self) -> None:
         """Stop the server and forget its loaded set (idempotent)."""
@@ -419,6 +428,7 @@ class TritonInstance:
         url = endpoints.sagemaker_url or self.control.url
         self.control.connect(url, endpoints.http_url, bridge=endpoints.bridge)
         self.state.load_lock = asyncio.Lock()
+        await self._came_up()
         self.up = True
         await self.read_memory()
         self.events.add(

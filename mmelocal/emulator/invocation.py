@@ -163,10 +163,13 @@ class Invocation:
     #: when the request in flight to Triton is late (perf_counter seconds)
     deadline = math.inf
     sent_s = 0.0
+    #: whether its model was loaded when the call arrived: the first attempt's (the one
+    #: ``ModelCacheHit`` sample a call is, however many times it is forwarded)
     cache_hit = True
     #: the call got as far as its model (its target passed the checks): a failure is a
     #: ModelCacheHit sample too, :attr:`cache_hit`'s
     routed = False
+    #: the time it waited for its model's load, every attempt's
     wait_s = 0.0
     #: recoveries after a 404 or 507 (one), a broken reused connection (one)
     attempts = 0
@@ -285,8 +288,7 @@ class Invocation:
         if inst is not None:
             pool = inst.upstream
             conn = pool.take_idle()
-            if conn is not None:
-                self.cache_hit, self.wait_s = True, 0.0
+            if conn is not None:  # a hit: cache_hit's default, on the first attempt
                 self._send(inst, pool, conn)
                 return
             inst.release(target)
@@ -294,12 +296,16 @@ class Invocation:
 
     async def _prepare(self) -> None:
         emulator, target = self.emulator, self.target
+        first = self.attempts == 0 and not self.fresh
         try:
-            self.cache_hit = False  # until the acquire says: not loaded where it went
+            if first:
+                self.cache_hit = False  # until the acquire says: not loaded where it went
             inst = emulator.router.pick(target)
             wait_s = emulator.config.load_wait_timeout_s
             acquired = await inst.acquire(target, wait_timeout_s=wait_s)
-            self.cache_hit, self.wait_s = acquired.cache_hit, acquired.wait_s
+            if first:
+                self.cache_hit = acquired.cache_hit
+            self.wait_s += acquired.wait_s
             pool = inst.upstream
             try:
                 conn = await pool.connection(fresh=self.fresh)

@@ -109,12 +109,14 @@ class Loader:
         if not entry.future.done():
             entry.future.set_result(None)
 
-    def _until_undone(self, entry: ModelEntry, undo: asyncio.Future[None]) -> None:
+    def _until_undone(self, entry: ModelEntry, undo: asyncio.Future[int]) -> None:
         """Keep ``entry`` in the loaded set as unloading while the DELETE undoing its load
         runs (Triton still holds the name: a new call for it waits, as for any unload, and
-        a new load waits for the DELETE), its artifact pinned; then let it go."""
+        a new load waits for the DELETE), its artifact pinned; then let it go, recorded as
+        any unload (:meth:`_record_undo`)."""
         entry.future = quiet_future()
-        self.state.deletes[entry.target] = undo  # type: ignore[assignment]
+        self.state.deletes[entry.target] = undo
+        t0 = time.perf_counter()  # the DELETE started in this turn, as the load gave up
 
         def undone(_: object) -> None:
             if self.state.deletes.get(entry.target) is undo:
@@ -124,8 +126,29 @@ class Loader:
             self.cache.unpin(entry.target)
             if not entry.future.done():
                 entry.future.set_result(None)
+            if not undo.cancelled():  # a restart cancels it: the unload never ended
+                self._record_undo(entry, undo.result(), time.perf_counter() - t0)
 
         undo.add_done_callback(undone)
+
+    def _record_undo(self, entry: ModelEntry, status: int, seconds: float) -> None:
+        """The undo's DELETE ended: an ``unload`` event, ``ModelUnloadingTime`` and
+        ``ModelUnloads``, as the evictor records every other unload."""
+        reason = (
+            f"its load passed the load limit ({self.state.options.load_timeout_s:g}s) while "
+            "Triton still loaded it: undone"
+        )
+        if status != 200:
+            reason += " (the DELETE failed)" if status == 0 else f" (Triton answered {status})"
+        self.metrics.observe("ModelUnloadingTime", seconds * 1e6)
+        self.metrics.inc("ModelUnloads")
+        self.events.add(
+            "unload",
+            entry.target,
+            instance=self.state.index,
+            reason=reason,
+            duration_ms=seconds * 1e3,
+        )
 
     async def _load_inner(self, entry: ModelEntry) -> None:
         # the artifact is held for this load until it pins it; a load that gives up before

@@ -80,7 +80,8 @@ class ModelEntry:
     load_deadline_s: float = math.inf
     #: the DELETE undoing its load, given up at the limit while Triton still loaded it
     #: (:meth:`~.sagemaker_control.SageMakerControl.post_load`); None when there is none
-    undo: asyncio.Future[None] | None = None
+    #: (its result: Triton's status, 0 when the DELETE failed)
+    undo: asyncio.Future[int] | None = None
 
     def usage(self, runtime_bytes: int = 0) -> ModelUsage:
         """The plain-data view the eviction policy works on (``runtime_bytes``: the shared

@@ -6,7 +6,8 @@
 * ``/v2/...``: KServe v2 with on-demand loading, so tritonclient and perf_analyzer work
   against MME semantics; ``generate`` / ``generate_stream``, trace and log settings reach
   the Triton that holds the model (or every Triton), as Triton 2.51's routes take them;
-  the shared-memory routes are :mod:`.shared_memory_routes`'.
+  the shared-memory routes are :mod:`.shared_memory_routes`', the repository routes
+  (index, load, unload) :mod:`.repository_routes`'.
 * ``GET /ping``, ``GET /metrics`` (Prometheus text, CloudWatch names), ``GET /emulator/state``.
 
 :func:`route` takes the request's method, path (without the query), a header getter and
@@ -31,10 +32,12 @@ from mmelocal.emulator.answers import (
     error_kind,
     parse_v2_path,
     reply_answer,
+    sagemaker_error,
     v2_error,
     v2_exception,
 )
 from mmelocal.emulator.emulator import Emulator
+from mmelocal.emulator.repository_routes import REPOSITORY_ROUTE, v2_repository
 from mmelocal.emulator.shared_memory_routes import SHARED_MEMORY_ROUTE, shared_memory
 from mmelocal.emulator.upstream import Reply
 from mmelocal.errors import InstanceUnavailableError
@@ -43,9 +46,9 @@ from mmelocal.facts.invoke_errors import (
     V2_NOT_AVAILABLE,
     V2_NOT_FOUND,
     V2_NOT_READY,
-    V2_REPOSITORY_NAME,
     V2_TRACE_UNKNOWN,
 )
+from mmelocal.facts.runtime_api import UNSERVED_RUNTIME_CALLS
 from mmelocal.facts.sagemaker import (
     ENDPOINT_NAME_PATTERN,
     MAX_CUSTOM_ATTRIBUTES_LENGTH,
@@ -170,14 +173,53 @@ async def route(
     shm = SHARED_MEMORY_ROUTE.fullmatch(path)
     if shm is not None:
         return await shared_memory(emulator, method, path, shm, _forwarded(get), body)
-    repository = _REPOSITORY.fullmatch(path)
+    repository = REPOSITORY_ROUTE.fullmatch(path)
     if repository is not None:
-        return await v2_repository(emulator, method, *repository.groups())
+        return await v2_repository(emulator, method, *repository.groups(), body=body)
+    unserved = _UNSERVED_CALL.fullmatch(path)
+    if unserved is not None and method == "POST":
+        return unserved_runtime_call(emulator, *unserved.groups())
     if path in _PATHS or path.startswith(_PREFIXES):
         return v2_error(405, V2_METHOD_NOT_ALLOWED)
     if path == "/v2" or path.startswith("/v2/"):
         return v2_error(404, V2_NOT_FOUND)  # Triton's answer to a path no route takes
+    if _CONTAINER_ROUTE.fullmatch(path):
+        return v2_error(404, _CONTAINER_ROUTE_MESSAGE.format(method=method, path=path))
     return v2_error(404, f"no route {method} {path}")
+
+
+#: the runtime calls the emulator does not serve (:data:`UNSERVED_RUNTIME_CALLS`)
+_UNSERVED_CALL = re.compile(
+    rf"/endpoints/([^/]+)/({'|'.join(map(re.escape, UNSERVED_RUNTIME_CALLS))})"
+)
+#: the container's own routes (Triton's SageMaker front end, ``sagemaker_server.h`` 2.51:
+#: ``/invocations`` and ``/models(?:/)?([^/]+)?(/invoke)?``), which the platform calls
+_CONTAINER_ROUTE = re.compile(r"/invocations|/models(?:/[^/]*)?(?:/invoke)?")
+_CONTAINER_ROUTE_MESSAGE = (
+    "{method} {path} is a route of the SageMaker container, which the platform calls to "
+    "load, unload and invoke models; the emulator is the endpoint and calls it itself. Call "
+    "InvokeEndpoint (POST /endpoints/ENDPOINT/invocations with the header "
+    "X-Amzn-SageMaker-Target-Model), or the KServe v2 routes (POST /v2/models/TARGET/infer, "
+    "POST /v2/repository/models/TARGET/load)"
+)
+
+
+def unserved_runtime_call(emulator: Emulator, quoted_name: str, call: str) -> Answer:
+    """``POST /endpoints/{name}/async-invocations`` or ``.../invocations-response-stream``:
+    the service's error shape, a ``ValidationError`` (as the local AWS refuses them: no
+    endpoint here serves them), with the endpoint name checked as InvokeEndpoint's is."""
+    name = unquote(quoted_name)
+    refused = endpoint_name_error(name)
+    if refused is None:
+        wanted = emulator.config.endpoint_name
+        if wanted is not None and name != wanted:
+            refused = f"Endpoint {name} not found."
+        else:
+            refused = (
+                f"Endpoint {name} does not serve {UNSERVED_RUNTIME_CALLS[call]}: the MME "
+                "emulator serves InvokeEndpoint only."
+            )
+    return sagemaker_error(400, "ValidationError", refused)
 
 
 async def v2_models(
@@ -349,47 +391,6 @@ def _json_reply(reply: Reply) -> Answer:
     return Answer(reply.status, list(_JSON_HEADERS), reply.body)
 
 
-#: Triton's repository route (``modelcontrol_regex_``, ``src/http_server.cc`` 2.51:
-#: ``/v2/repository(?:/([^/]+))?/(index|models/([^/]+)/(load|unload))``), a TargetModel
-#: with ``/`` taken as on the model route (:func:`~.answers.parse_v2_path`)
-_REPOSITORY = re.compile(r"/v2/repository(?:/([^/]+))?/(?:(index)|models/(.+)/(load|unload))")
-
-
-async def v2_repository(
-    emulator: Emulator,
-    method: str,
-    repository: str | None,
-    index: str | None,
-    target: str | None,
-    action: str | None,
-) -> Answer:
-    """``POST /v2/repository[/NAME]/index`` (the index whatever NAME is, as Triton's
-    ``HandleRepositoryIndex`` does not read it) and ``POST
-    /v2/repository/models/{target}/load|unload``; a named repository's load or unload is
-    Triton's 501 (``HandleRepositoryControl``), any other method 405."""
-    if method != "POST":
-        return v2_error(405, V2_METHOD_NOT_ALLOWED)
-    if index is not None:
-        return await v2_index(emulator)
-    if repository is not None:
-        return v2_error(501, V2_REPOSITORY_NAME)
-    assert target is not None and action is not None
-    return await v2_repository_action(emulator, unquote(target), action)
-
-
-async def v2_repository_action(emulator: Emulator, target: str, action: str) -> Answer:
-    """``POST /v2/repository/models/{target}/load|unload``."""
-    try:
-        if action == "load":
-            await emulator.ensure_loaded(target)
-        else:
-            for inst in emulator.instances:
-                await inst.unload(target, reason="unload requested through /v2/repository")
-    except Exception as exc:
-        return v2_exception(exc)
-    return empty(200)
-
-
 async def v2_all_stats(emulator: Emulator, method: str) -> Answer:
     """``GET /v2/models/stats``: the statistics of every model (Triton's
     ``HandleModelStats`` with no name), from every instance that is up: one instance's
@@ -440,13 +441,6 @@ async def v2_ready(emulator: Emulator) -> Answer:
     """``GET /v2/health/ready``: 200 when an instance is up, else 400 as Triton answers a
     server that is not ready (``HandleServerHealth``, ``src/http_server.cc``)."""
     return empty(200 if any(i.up for i in emulator.instances) else 400)
-
-
-async def v2_index(emulator: Emulator) -> Answer:
-    """``POST /v2/repository/index``: loaded models (the store is open-ended), each once
-    however many instances hold it, as one Triton lists its own."""
-    targets = dict.fromkeys(t for inst in emulator.instances for t in inst.loaded())
-    return json_answer([{"name": t, "version": "1", "state": "READY"} for t in targets])
 
 
 async def ping(emulator: Emulator) -> Answer:

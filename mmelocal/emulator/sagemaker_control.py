@@ -124,10 +124,11 @@ class SageMakerControl:
             raise self.connection_error(exc) from exc
         return reply.status, reply.body.decode("utf-8", errors="replace")
 
-    async def _undo_load(self, entry: ModelEntry) -> None:
-        """``DELETE`` a load given up at the limit. The caller gets the limit's error
-        whatever the DELETE does: one that fails, or that Triton does not answer 200, is
-        logged (the model may stay in Triton's memory until the server restarts)."""
+    async def _undo_load(self, entry: ModelEntry) -> int:
+        """``DELETE`` a load given up at the limit; Triton's status (0: the DELETE failed).
+        The caller gets the limit's error whatever the DELETE does: one that fails, or that
+        Triton does not answer 200, is logged (the model may stay in Triton's memory until
+        the server restarts)."""
         try:
             status = await self.delete(entry)
         except Exception as exc:
@@ -138,7 +139,7 @@ class SageMakerControl:
                 exc,
                 self.log_path(),
             )
-            return
+            return 0
         if status != 200:
             logger.warning(
                 "the DELETE undoing the load of %r past the load limit was answered %d "
@@ -147,6 +148,7 @@ class SageMakerControl:
                 status,
                 self.log_path(),
             )
+        return status
 
     async def delete(self, entry: ModelEntry) -> int:
         """``DELETE /models/KEY``: Triton's status once the model is unavailable."""

@@ -12,8 +12,10 @@ registration is made on every instance that is up, and undone on those that took
 one refuses it (the caller gets that refusal, as Triton gave it); an unregistration goes
 to every instance up; a status is the first instance's. The region must be reachable from
 each Triton: a local server shares this machine's ``/dev/shm``; a container does only
-with the host's IPC namespace (``--ipc=host``), else Triton refuses the key. An instance
-that starts later (a restart, a scale-out) has no region until it is registered again.
+with the host's IPC namespace (``--ipc=host``), else Triton refuses the key. What was
+registered and not unregistered since is kept (:class:`~.shared_memory.SharedMemoryRegions`)
+and registered again on an instance whose server starts later (a restart after a crash,
+a scale-out) before it takes calls.
 """
 
 from __future__ import annotations
@@ -62,6 +64,10 @@ async def shared_memory(
             done.append(inst)
     except Exception as exc:
         return v2_exception(exc)
+    if reply.status == 200 and action == "register" and region is not None:
+        emulator.shared_memory.registered(kind, region, path, headers, body)
+    elif reply.status == 200 and action == "unregister":
+        emulator.shared_memory.unregistered(kind, region)
     return reply_answer(reply)
 
 

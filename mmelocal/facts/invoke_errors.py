@@ -75,6 +75,31 @@ V2_NOT_FOUND = "Not Found"
 #: named repository, ``/v2/repository/NAME/models/M/load`` (``HandleRepositoryControl``)
 V2_REPOSITORY_NAME = "'repository_name' specification is not supported"
 
+#: Triton's v2 answers (500: TritonJson's errors are ``TRITONSERVER_ERROR_INTERNAL``) to a
+#: repository request's body it cannot read (``HandleRepositoryIndex``,
+#: ``HandleRepositoryControl``, ``EVBufferToJson``, ``src/http_server.cc`` 2.51; measured
+#: with the wheel's tritonserver 2.51): a body that is no JSON (the parser's words follow),
+#: an index's ``ready`` that is no boolean, a load's ``parameters`` that is no object or
+#: holds a value that is no string, and a load parameter other than ``config`` and
+#: ``file:PATH``
+V2_JSON_ERROR_STATUS = 500
+V2_BAD_JSON = "failed to parse the request JSON buffer: {detail}"
+V2_NOT_BOOLEAN = "attempt to access JSON non-boolean as boolean"
+V2_NOT_OBJECT = "attempt to get members for non-object"
+V2_NOT_STRING = "attempt to access JSON non-string as string"
+V2_BAD_PARAMETER = "unexpected error on creating Triton parameter"
+#: the emulator's refusal (Triton's 501, ``TRITONSERVER_ERROR_UNSUPPORTED``, as for a named
+#: repository) of a load overriding the model's config or files: SageMaker's Triton serves
+#: no repository API (``--allow-http=false``, ``docker/sagemaker/serve``), the platform
+#: loads a model from its tarball alone (``POST /models`` names the extracted folder)
+V2_LOAD_OVERRIDE_STATUS = 501
+V2_LOAD_OVERRIDE = (
+    "load parameters {names} are not supported: a multi-model endpoint loads a model from "
+    "its tarball in the store alone (SageMaker's Triton serves no repository API to "
+    "override a config or files). Put a model.tar.gz with the config and files you want "
+    "in the store and invoke it by its TargetModel"
+)
+
 #: Exception class -> the caller's error, first match wins (subclasses before bases).
 SAGEMAKER_ERRORS: tuple[tuple[tuple[type[BaseException], ...], SageMakerError], ...] = (
     (
@@ -165,11 +190,19 @@ __all__ = [
     "LOAD_ERROR_STATUS",
     "PAYLOAD_TOO_LARGE_STATUS",
     "SAGEMAKER_ERRORS",
+    "V2_BAD_JSON",
+    "V2_BAD_PARAMETER",
+    "V2_JSON_ERROR_STATUS",
     "V2_LOAD_ERROR_STATUS",
+    "V2_LOAD_OVERRIDE",
+    "V2_LOAD_OVERRIDE_STATUS",
     "V2_METHOD_NOT_ALLOWED",
     "V2_NOT_AVAILABLE",
+    "V2_NOT_BOOLEAN",
     "V2_NOT_FOUND",
+    "V2_NOT_OBJECT",
     "V2_NOT_READY",
+    "V2_NOT_STRING",
     "V2_TRACE_UNKNOWN",
     "SageMakerError",
     "error_kind",

@@ -22,6 +22,13 @@ Sources:
 
 from __future__ import annotations
 
+#: the runtime calls besides InvokeEndpoint, by their request path's last part (botocore's
+#: sagemaker-runtime model: ``POST /endpoints/{EndpointName}/async-invocations``,
+#: ``.../invocations-response-stream``): neither the emulator nor the local AWS serves them
+UNSERVED_RUNTIME_CALLS = {
+    "async-invocations": "InvokeEndpointAsync",
+    "invocations-response-stream": "InvokeEndpointWithResponseStream",
+}
 #: InvokeEndpoint's request header naming the variant to serve the call
 TARGET_VARIANT_HEADER = "X-Amzn-SageMaker-Target-Variant"
 #: the variant name the SageMaker SDK gives a lone variant (``production_variant()``)
@@ -113,6 +120,7 @@ __all__ = [
     "ROLLING_DEPLOYMENTS_URL",
     "TARGET_VARIANT_HEADER",
     "UNKNOWN_TARGET_VARIANT",
+    "UNSERVED_RUNTIME_CALLS",
     "UPDATE_ROLLBACK_FAILED",
     "VARIANT_NOT_IN_CONFIG",
     "ZERO_INSTANCES",

@@ -289,3 +289,32 @@ def test_a_model_triton_lost_is_loaded_again(endpoint: MmeEndpoint) -> None:
     assert kinds.count("load") == 2
     loaded = endpoint.state()["instances"][0]["loaded"]
     assert [m["in_flight"] for m in loaded if m["target"] == target] == [0]
+
+
+def test_the_runtime_calls_the_emulator_does_not_serve_are_the_services_validation_error(
+    endpoint: MmeEndpoint,
+) -> None:
+    """InvokeEndpointAsync and InvokeEndpointWithResponseStream (botocore's
+    sagemaker-runtime model: ``/endpoints/{name}/async-invocations`` and
+    ``.../invocations-response-stream``) reach the emulator: refused with the service's
+    error shape, a ``ValidationError`` boto3 raises by name, as the local AWS refuses
+    them (they were Triton's ``{"error": "Method Not Allowed"}``, 405, which boto3 raised
+    as an error coded "405")."""
+    from botocore.exceptions import ClientError
+
+    client = endpoint.client(retries={"max_attempts": 1})
+    calls = {
+        "InvokeEndpointAsync": lambda: client.invoke_endpoint_async(
+            EndpointName="ep", InputLocation="s3://bucket/input.json"
+        ),
+        "InvokeEndpointWithResponseStream": lambda: client.invoke_endpoint_with_response_stream(
+            EndpointName="ep", Body=b"{}"
+        ),
+    }
+    for operation, call in calls.items():
+        with pytest.raises(ClientError) as refused:
+            call()
+        error = refused.value.response["Error"]
+        assert error["Code"] == "ValidationError", (operation, refused.value.response)
+        assert operation in error["Message"] and "InvokeEndpoint" in error["Message"]
+        assert refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400

@@ -20,6 +20,7 @@ from emulator_helpers import output_of, payload, wait_for
 
 from mmelocal.emulator.cache import target_key
 from mmelocal.emulator.emulator import EmulatorConfig
+from mmelocal.emulator.metrics import parse_prometheus
 from mmelocal.emulator.server import EmulatorServer
 from mmelocal.testing.tiny_model import expected, write_tarball
 
@@ -226,14 +227,29 @@ def test_pipelined_requests_are_answered_in_order(servers: dict[str, EmulatorSer
         np.testing.assert_array_equal(output_of(answer), expected(x, SCALES[target]))
 
 
+def _cache_hits(server: EmulatorServer) -> tuple[float, float]:
+    """``ModelCacheHit``'s count and sum, as ``/metrics`` shows them."""
+    with urllib.request.urlopen(f"{server.url}/metrics", timeout=60) as answer:
+        metrics = parse_prometheus(answer.read().decode())
+    return tuple(  # type: ignore[return-value]
+        next(v for k, v in metrics.items() if k.startswith(f"ModelCacheHit_{part}{{"))
+        for part in ("count", "sum")
+    )
+
+
 def test_a_model_triton_lost_is_loaded_again_and_the_call_answered(
     servers: dict[str, EmulatorServer],
 ) -> None:
+    """Triton answers the invoke 404 (the model was unloaded behind the emulator's back):
+    the model is loaded again and the call answered. The call counts once in
+    ``ModelCacheHit``, as its model was when it arrived: loaded, a hit (the sample, and
+    the answer's cache header, were the retry's: a miss, as it waited for the reload)."""
     server = servers["lane"]
     x, body = payload(rows=1, start=7.0)
     headers = {"Content-Type": "application/json", "X-Amzn-SageMaker-Target-Model": "b.tar.gz"}
     with closing(http.client.HTTPConnection(server.host, server.port, timeout=120)) as conn:
         assert _send(conn, "/endpoints/ep/invocations", headers, body)[0] == 200  # warm
+        hits = _cache_hits(server)
         sagemaker_url = server.emulator.instances[0].launcher.endpoints.sagemaker_url
         request = urllib.request.Request(
             f"{sagemaker_url}/models/{target_key('b.tar.gz')}",
@@ -243,10 +259,13 @@ def test_a_model_triton_lost_is_loaded_again_and_the_call_answered(
         urllib.request.urlopen(request, timeout=60).read()  # behind the emulator's back
         counters = server.emulator.metrics.counters
         retries = counters["InvocationRetries"]
-        status, _, answer = _send(conn, "/endpoints/ep/invocations", headers, body)
+        status, answer_headers, answer = _send(conn, "/endpoints/ep/invocations", headers, body)
     assert status == 200, answer
     np.testing.assert_array_equal(output_of(answer), expected(x, SCALES["b.tar.gz"]))
     assert counters["InvocationRetries"] == retries + 1
+    count, hit_sum = _cache_hits(server)
+    assert (count - hits[0], hit_sum - hits[1]) == (1, 1)  # one sample: a hit
+    assert dict(answer_headers)["x-mmelocal-model-cache"] == "hit"
     assert server.emulator.instances[0].is_ready("b.tar.gz")
 
 

@@ -450,3 +450,49 @@ def test_a_load_given_up_at_the_limit_is_unloading_while_its_undo_runs() -> None
         server.close()
 
     asyncio.run(run())
+
+
+def test_the_undo_of_a_load_past_the_limit_is_recorded_as_an_unload() -> None:
+    """The DELETE undoing a load given up at the limit unloads the model from Triton, as
+    any unload: one ``unload`` event naming the limit, one ``ModelUnloadingTime`` sample and
+    one ``ModelUnloads`` (it was in no event and no metric: the unload was invisible)."""
+
+    async def run() -> None:
+        asked: list[bytes] = []
+        gate = asyncio.Event()
+        server, port = await _never_loads(asked, gate)
+        machine = Machine(total_bytes=1000 * MIB)
+        options = InstanceOptions(
+            busy_wait_s=0.2, release_timeout_s=1.0, load_timeout_s=0.5, unload_timeout_s=30.0
+        )
+        inst = fake_instance(
+            machine, Control(machine, size=MIB), limit_bytes=500 * MIB, options=options
+        )
+        await inst.start()
+        control = SageMakerControl(
+            options=options,
+            connection_error=lambda exc: EmulatorError(str(exc)),
+            log_path=lambda: None,
+        )
+        control.connect(f"http://127.0.0.1:{port}", None)
+        inst.control = inst.evictor.control = inst.loader.control = control
+        with pytest.raises(ModelLoadError, match=r"within 0\.5s"):
+            await asyncio.wait_for(inst.acquire("m", wait_timeout_s=60.0), timeout=10.0)
+        await wait_for_async(
+            lambda: any(h.startswith(b"DELETE") for h in asked), timeout_s=10, what="the undo"
+        )
+        assert inst.events.recent("unload") == []  # not before the DELETE ends
+        gate.set()
+        await wait_for_async(lambda: "m" not in inst.models, timeout_s=10, what="undone")
+        (event,) = inst.events.recent("unload")
+        assert (event.target, event.instance) == ("m", 0)
+        assert "load limit" in event.reason and event.duration_ms is not None
+        assert inst.metrics.summaries["ModelUnloadingTime"].count == 1
+        assert inst.metrics.counters["ModelUnloads"] == 1
+        assert inst.metrics.counters["ModelEvictions"] == 0
+        await inst.stop()
+        inst.close()
+        control.close()
+        server.close()
+
+    asyncio.run(run())

@@ -191,3 +191,62 @@ def _served(server: EmulatorServer, body: bytes) -> bytes | None:
         server.url, "POST", "/endpoints/local/invocations", headers, body, timeout_s=60
     )
     return answer if status == 200 else None
+
+
+def test_a_shared_memory_region_outlives_a_triton_restart(server: EmulatorServer) -> None:
+    """A region registered through the emulator is registered again on the Triton that
+    a crash restarts (and one unregistered is not): an inference naming it is served
+    after the restart as before (the new Triton had no region: Triton's 400 "Unable to
+    find system shared memory region")."""
+    from multiprocessing.shared_memory import SharedMemory
+
+    mme = endpoint(server)
+    json_header = [("Content-Type", "application/json")]
+    x = np.arange(4, dtype=np.float32).reshape(1, 4) + 3.0
+    # one key per region: Triton 2.51 reuses the closed descriptor of a key registered
+    # before (shared_memory_manager.cc: "FIXME: Consider invalid file descriptors")
+    regions = {
+        name: SharedMemory(name=f"mmelocal-{name}-{os.getpid()}", create=True, size=x.nbytes)
+        for name in ("kept", "dropped")
+    }
+    np.ndarray(x.shape, x.dtype, buffer=regions["kept"].buf)[:] = x
+    base = "/v2/systemsharedmemory/region"
+    infer = {
+        "inputs": [
+            {
+                "name": "INPUT0",
+                "shape": [1, 4],
+                "datatype": "FP32",
+                "parameters": {"shared_memory_region": "kept", "shared_memory_byte_size": 16},
+            }
+        ]
+    }
+    request = json.dumps(infer).encode()
+
+    def served() -> bytes | None:
+        path = "/v2/models/model-1.tar.gz/infer"
+        status, _, data = raw_request(server.url, "POST", path, json_header, request)
+        assert status in (200, 503), data  # nothing else while it recovers
+        return data if status == 200 else None
+
+    try:
+        for name, region in regions.items():
+            key = {"key": f"/{region.name}", "offset": 0, "byte_size": x.nbytes}
+            status, _, data = raw_request(
+                server.url, "POST", f"{base}/{name}/register", json_header, json.dumps(key).encode()
+            )
+            assert status == 200, data
+        assert raw_request(server.url, "POST", f"{base}/dropped/unregister")[0] == 200
+        np.testing.assert_array_equal(output_of(wait_for(served)), expected(x, 2.0))
+        before = mme.state()["instances"][0]
+        os.kill(before["pid"], signal.SIGKILL)  # our own child: the emulator started it
+        wait_for(lambda: mme.state()["instances"][0]["pid"] != before["pid"], timeout_s=60)
+        np.testing.assert_array_equal(output_of(wait_for(served, timeout_s=60)), expected(x, 2.0))
+        triton_url = mme.state()["instances"][0]["http_url"]
+        status, _, data = raw_request(triton_url, "GET", "/v2/systemsharedmemory/status")
+        assert [r["name"] for r in json.loads(data)] == ["kept"], data
+    finally:
+        raw_request(server.url, "POST", "/v2/systemsharedmemory/unregister")
+        for region in regions.values():
+            region.close()
+            region.unlink()

@@ -311,6 +311,66 @@ def test_the_index_of_a_named_repository_is_the_index(mme: MmeEndpoint) -> None:
     assert json.loads(data) == json.loads(raw_request(mme.url, "POST", "/v2/repository/index")[2])
 
 
+@pytest.mark.parametrize(
+    "body", [b"not json", b'{"ready": true', b'{"ready": 1}', b'{"ready": "yes"}']
+)
+def test_an_index_body_triton_refuses_is_refused_in_its_words(
+    mme: MmeEndpoint, body: bytes
+) -> None:
+    """``HandleRepositoryIndex`` parses the body and reads ``ready`` as a boolean: a body
+    that is no JSON and a ``ready`` that is no boolean are Triton's 500 (the emulator
+    ignored the body and listed the models)."""
+    triton_url = mme.state()["instances"][0]["http_url"]
+    path = "/v2/repository/index"
+    mine = raw_request(mme.url, "POST", path, JSON, body)[::2]
+    assert mine == raw_request(triton_url, "POST", path, JSON, body)[::2]
+    assert mine[0] == 500, mine
+
+
+def test_the_index_of_ready_models_lists_those_ready(mme: MmeEndpoint) -> None:
+    """``{"ready": true}`` lists the models ready to serve, as Triton's own index does."""
+    assert mme.invoke("model-a.tar.gz", BODY)
+    triton_url = mme.state()["instances"][0]["http_url"]
+    ready = b'{"ready": true}'
+    status, _, data = raw_request(mme.url, "POST", "/v2/repository/index", JSON, ready)
+    assert status == 200, data
+    listed = json.loads(data)
+    assert {"name": "model-a.tar.gz", "version": "1", "state": "READY"} in listed
+    assert all(m["state"] == "READY" for m in listed)
+    tritons = json.loads(raw_request(triton_url, "POST", "/v2/repository/index", JSON, ready)[2])
+    assert {m["name"] for m in listed} == {m["name"] for m in tritons}
+
+
+def test_a_load_overriding_the_config_is_refused_to_tritonclient(mme: MmeEndpoint) -> None:
+    """tritonclient's ``load_model(config=...)`` asks Triton to load the model with another
+    config; the emulator loaded the store's tarball and answered 200, the override
+    dropped. Refused (501, the emulator's words: the platform loads a model from its
+    tarball alone), nothing loaded."""
+    import tritonclient.http as httpclient
+    from tritonclient.utils import InferenceServerException
+
+    target = "model-c.tar.gz"
+    client = httpclient.InferenceServerClient(mme.url.removeprefix("http://"))
+    with pytest.raises(InferenceServerException, match="tarball") as refused:
+        client.load_model(target, config=json.dumps({"max_batch_size": 4}))
+    assert refused.value.status() == "501"
+    assert not any(m["target"] == target for m in mme.state()["instances"][0]["loaded"])
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b'{"parameters": 1}', b'{"parameters": {"config": 1}}', b'{"parameters": {"bogus": "x"}}'],
+)
+def test_a_load_body_triton_refuses_is_refused_in_its_words(mme: MmeEndpoint, body: bytes) -> None:
+    """``HandleRepositoryControl`` reads ``parameters`` before it loads: what it refuses
+    there is its 500, in its words (the emulator loaded the model)."""
+    triton_url = mme.state()["instances"][0]["http_url"]
+    path = "/v2/repository/models/model-c.tar.gz/load"
+    mine = raw_request(mme.url, "POST", path, JSON, body)[::2]
+    assert mine == raw_request(triton_url, "POST", path, JSON, body)[::2]
+    assert mine[0] == 500, mine
+
+
 def test_system_shared_memory_is_registered_with_triton_and_serves_inputs(
     mme: MmeEndpoint,
 ) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from mmelocal.facts.aws import LOCAL_REGION
-from mmelocal.facts.runtime_api import TARGET_VARIANT_HEADER
+from mmelocal.facts.runtime_api import TARGET_VARIANT_HEADER, UNSERVED_RUNTIME_CALLS
 from mmelocal.facts.sagemaker import LOAD_AND_INVOKE_TIMEOUT_S, TARGET_MODEL_HEADER
 from mmelocal.localaws.app.answers import answer
 from mmelocal.localaws.app.wsgi import StartResponse, environ_key, read_body
@@ -24,7 +24,7 @@ _INVOCATION = re.compile(r"^/endpoints/([^/]+)/invocations$")
 #: the runtime's calls no endpoint here serves: InvokeEndpointAsync, and
 #: InvokeEndpointWithResponseStream (botocore's sagemaker-runtime model)
 _UNSERVED_INVOCATION = re.compile(
-    r"^/endpoints/([^/]+)/(async-invocations|invocations-response-stream)$"
+    rf"^/endpoints/([^/]+)/({'|'.join(map(re.escape, UNSERVED_RUNTIME_CALLS))})$"
 )
 #: what each of them needs that the local AWS's (real-time, MME) endpoints lack
 _UNSERVED = {
