@@ -234,7 +234,7 @@ PARTS: dict[str, dict[str, set[str]]] = {
         "outcome": {"artifacts", "plan", "resources"},
         "deployer": {"artifacts", "images", "plan", "resources", "undeploy", "upload", "waits"},
         "temporary": {"deployer", "plan", "resources", "undeploy"},
-        "smoke": {"plan", "resources", "upload"},
+        "smoke": {"plan", "upload"},
     },
     # the local AWS's WSGI app, one module per job: what a request says and the answers
     # below, the control plane and the runtime's face beside each other (neither imports

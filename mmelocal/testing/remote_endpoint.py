@@ -57,12 +57,12 @@ def find_endpoint(name: str, region: str | None = None) -> DeployedEndpoint:
     """``name`` in ``region`` (None: the profile's or ``AWS_DEFAULT_REGION``), described;
     a :class:`~mmelocal.errors.DeployError` when there are no credentials or region, no such
     endpoint, or one that is not multi-model."""
+    from mmelocal.aws.endpoint import describe_mme
     from mmelocal.aws.s3 import split_s3_uri
     from mmelocal.aws.session import connect
-    from mmelocal.deploy.smoke import deployed_prefix
 
     clients = connect(region)
-    bucket, prefix = split_s3_uri(deployed_prefix(clients, name))
+    bucket, prefix = split_s3_uri(describe_mme(clients, name).model_data_url)
     return DeployedEndpoint(name=name, clients=clients, bucket=bucket, prefix=prefix)
 
 

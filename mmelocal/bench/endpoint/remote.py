@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mmelocal.aws.endpoint import EndpointInfo, describe_mme
 from mmelocal.aws.s3 import ENDPOINT_METADATA, SHA256_METADATA, split_s3_uri
 from mmelocal.aws.session import AwsClients, aws_error, error_code
 from mmelocal.errors import BenchError, UserInputError
@@ -152,54 +153,6 @@ def _published_reading(outputs: Mapping[str, Any]) -> ProbeReading:
         devices=tuple({"name": "GPU"} for _ in total),
         problems=("the published server_metrics model answered (MiB figures)",),
     )
-
-
-@dataclass(frozen=True, kw_only=True)
-class EndpointInfo:
-    """What the bench needs to know of a deployed endpoint."""
-
-    name: str
-    status: str
-    instance_type: str
-    instance_count: int
-    model_data_url: str
-
-
-def describe_endpoint(sagemaker: Any, name: str) -> EndpointInfo:
-    """DescribeEndpoint -> DescribeEndpointConfig -> DescribeModel: the instance type and
-    count and the S3 prefix the endpoint serves (``ModelDataUrl``)."""
-
-    def call(operation: str, **params: Any) -> Any:
-        method = getattr(sagemaker, _snake(operation))
-        try:
-            return method(**params)
-        except Exception as exc:
-            raise aws_error(exc, operation, name) from exc
-
-    endpoint = call("DescribeEndpoint", EndpointName=name)
-    config = call("DescribeEndpointConfig", EndpointConfigName=endpoint["EndpointConfigName"])
-    variant = config["ProductionVariants"][0]
-    current: dict[str, Any] = next(iter(endpoint.get("ProductionVariants") or []), {})
-    model = call("DescribeModel", ModelName=variant["ModelName"])
-    container = model.get("PrimaryContainer") or (model.get("Containers") or [{}])[0]
-    if container.get("Mode", "MultiModel") != "MultiModel":
-        raise UserInputError(
-            f"endpoint {name} serves model {variant['ModelName']} in mode "
-            f"{container.get('Mode')}: the benchmark needs a multi-model endpoint"
-        )
-    return EndpointInfo(
-        name=name,
-        status=str(endpoint.get("EndpointStatus", "")),
-        instance_type=str(variant.get("InstanceType", "")),
-        instance_count=int(
-            current.get("CurrentInstanceCount") or variant.get("InitialInstanceCount") or 1
-        ),
-        model_data_url=str(container.get("ModelDataUrl", "")),
-    )
-
-
-def _snake(operation: str) -> str:
-    return "".join(f"_{c.lower()}" if c.isupper() else c for c in operation).lstrip("_")
 
 
 class RemoteEndpoint:
@@ -399,7 +352,7 @@ def connect_endpoint(
     from mmelocal.aws.session import connect
 
     clients = connect(region)
-    endpoint = RemoteEndpoint(clients, describe_endpoint(clients.sagemaker, name), s3_uri=s3_uri)
+    endpoint = RemoteEndpoint(clients, describe_mme(clients, name), s3_uri=s3_uri)
     endpoint.check_ready()
     return endpoint
 
@@ -413,7 +366,6 @@ __all__ = [
     "ProbeReading",
     "RemoteEndpoint",
     "connect_endpoint",
-    "describe_endpoint",
     "loadtest_status",
     "parse_probe_answer",
     "probe_template",
