@@ -227,7 +227,7 @@ PARTS: dict[str, dict[str, set[str]]] = {
         "plan": {"images"},
         "resources": {"plan"},
         "artifacts": {"plan", "resources"},
-        "upload": {"artifacts", "plan"},
+        "upload": {"artifacts"},
         "waits": {"resources"},
         "undeploy": {"artifacts", "plan", "resources", "upload", "waits"},
         # what a deploy did: the plan's record, beside the deployer (which fills it)

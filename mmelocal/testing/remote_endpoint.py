@@ -111,18 +111,17 @@ class RemoteMmeEndpoint:
         what the endpoint serves under that name, and an instance that loaded it keeps
         answering with the old model until it unloads it.
         """
+        from mmelocal.aws.objects import ObjectStep, apply_objects, head_holds, head_object
         from mmelocal.aws.s3 import file_digest
-        from mmelocal.deploy.plan import ObjectStep
-        from mmelocal.deploy.upload import apply_objects, unchanged
         from mmelocal.errors import DeployError
 
         path, key = Path(tarball), self.deployed.prefix + target
         digest, size = file_digest(path), path.stat().st_size
         uri = f"s3://{self.deployed.bucket}/{key}"
         if key not in self._uploaded:
-            existing = self._head(key)
+            existing = head_object(self._s3, self.deployed.bucket, key)
             if existing is not None:
-                if unchanged(self._s3, self.deployed.bucket, key, size, digest, existing):
+                if head_holds(existing, size, digest):
                     return uri
                 raise DeployError(
                     f"{uri} holds other bytes than {path}: endpoint {self.endpoint_name} "
@@ -161,17 +160,6 @@ class RemoteMmeEndpoint:
     @property
     def _s3(self) -> Any:
         return self.deployed.clients.s3
-
-    def _head(self, key: str) -> tuple[int, str] | None:
-        from mmelocal.aws.session import aws_error, not_found
-
-        try:
-            head = self._s3.head_object(Bucket=self.deployed.bucket, Key=key)
-        except Exception as exc:
-            if not_found(exc):
-                return None
-            raise aws_error(exc, "HeadObject", f"s3://{self.deployed.bucket}/{key}") from exc
-        return int(head["ContentLength"]), str(head.get("ETag", "")).strip('"')
 
     def _local_only(self, name: str) -> NoReturn:
         reason = local_only_reason(name)
