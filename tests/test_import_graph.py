@@ -227,14 +227,14 @@ PARTS: dict[str, dict[str, set[str]]] = {
         "plan": {"images"},
         "resources": {"plan"},
         "artifacts": {"plan", "resources"},
-        "upload": {"artifacts", "plan"},
+        "upload": {"artifacts"},
         "waits": {"resources"},
         "undeploy": {"artifacts", "plan", "resources", "upload", "waits"},
         # what a deploy did: the plan's record, beside the deployer (which fills it)
         "outcome": {"artifacts", "plan", "resources"},
         "deployer": {"artifacts", "images", "plan", "resources", "undeploy", "upload", "waits"},
         "temporary": {"deployer", "plan", "resources", "undeploy"},
-        "smoke": {"plan", "resources", "upload"},
+        "smoke": {"plan", "upload"},
     },
     # the local AWS's WSGI app, one module per job: what a request says and the answers
     # below, the control plane and the runtime's face beside each other (neither imports

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mmelocal.aws.objects import ObjectStep
 from mmelocal.aws.s3 import SHA256_METADATA, split_s3_uri
 from mmelocal.deploy.images import DEFAULT_TRITON_VERSION
 from mmelocal.errors import DeployError, UserInputError
@@ -162,21 +163,6 @@ def _check_environment_size(environment: Mapping[str, str]) -> None:
 #: the object actions of a store's tarballs (the others, ``delete`` and ``keep``, are for
 #: objects under the prefix that are not in the store)
 STORE_ACTIONS = ("upload", "copy", "skip")
-
-
-@dataclass(frozen=True, kw_only=True)
-class ObjectStep:
-    """One object: a store tarball to ``upload``, ``copy`` (server-side, from
-    ``source_key``) or ``skip``; or an object under the prefix that is not in the store
-    (``path`` empty), to ``delete`` or ``keep`` (``note`` says why)."""
-
-    key: str
-    path: str
-    size_bytes: int
-    sha256: str
-    action: str
-    source_key: str | None = None
-    note: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -19,17 +19,16 @@ from typing import Any
 
 import numpy as np
 
+from mmelocal.aws.endpoint import describe_mme
 from mmelocal.aws.session import AwsClients, aws_error
 from mmelocal.builder.payload import (
     reference_arrays,
     v2_json_outputs,
     v2_json_payload,
 )
-from mmelocal.deploy import resources as rs
 from mmelocal.deploy.plan import split_s3_uri
 from mmelocal.deploy.upload import listed_objects
 from mmelocal.errors import DeployError, MmeLocalError, UserInputError
-from mmelocal.facts.runtime_api import NO_REQUESTS_STATUSES
 from mmelocal.runtime.samples import compare_outputs
 
 logger = logging.getLogger(__name__)
@@ -129,50 +128,6 @@ def run_smoke(
     return report
 
 
-def deployed_prefix(clients: AwsClients, endpoint_name: str) -> str:
-    """The ``ModelDataUrl`` of the endpoint's model (endpoint -> config -> model)."""
-    sm = clients.sagemaker
-    endpoint = rs.describe(sm, "DescribeEndpoint", EndpointName=endpoint_name)
-    if endpoint is None:
-        raise DeployError(
-            f"endpoint {endpoint_name} does not exist in {clients.region}: deploy it first, "
-            "or name its region"
-        )
-    status = str(endpoint.get("EndpointStatus", ""))
-    idle: DeployError | None = None  # an endpoint that takes no requests now
-    if status in NO_REQUESTS_STATUSES:
-        reason = endpoint.get("FailureReason")
-        idle = DeployError(
-            f"endpoint {endpoint_name} is {status}: it takes no requests"
-            + (f" ({reason})" if reason else "")
-            + "; test it once it is InService (mmelocal deploy creates or repairs it)"
-        )
-    try:
-        config = rs.call(
-            sm,
-            "DescribeEndpointConfig",
-            endpoint_name,
-            EndpointConfigName=endpoint["EndpointConfigName"],
-        )
-        model_name = config["ProductionVariants"][0]["ModelName"]
-        model = rs.call(sm, "DescribeModel", endpoint_name, ModelName=model_name)
-    except Exception:
-        if idle is not None:  # a Deleting endpoint's config may be gone already
-            raise idle from None
-        raise
-    container = model.get("PrimaryContainer", {})
-    # what waiting cannot mend first: a single-model endpoint is refused whatever its status
-    if container.get("Mode") != "MultiModel":
-        raise DeployError(
-            f"endpoint {endpoint_name} is not a multi-model endpoint (its model {model_name} "
-            f"is in mode {container.get('Mode') or 'SingleModel'}): name one that serves an "
-            "S3 prefix (Mode MultiModel)"
-        )
-    if idle is not None:
-        raise idle
-    return str(container["ModelDataUrl"])
-
-
 def smoke_endpoint(
     clients: AwsClients,
     endpoint_name: str,
@@ -186,7 +141,7 @@ def smoke_endpoint(
     endpoint bench's probe, are passed over)."""
     if models < 1:
         raise DeployError(f"models must be >= 1, got {models}")
-    bucket, prefix = split_s3_uri(deployed_prefix(clients, endpoint_name))
+    bucket, prefix = split_s3_uri(describe_mme(clients, endpoint_name).model_data_url)
     keys = [k for k in listed_objects(clients.s3, bucket, prefix) if k.endswith(".tar.gz")]
     if not keys:
         raise DeployError(f"no *.tar.gz under s3://{bucket}/{prefix}: deploy the store first")
@@ -219,7 +174,6 @@ __all__ = [
     "SmokeCase",
     "SmokeReport",
     "SmokeResult",
-    "deployed_prefix",
     "run_smoke",
     "smoke_case",
     "smoke_endpoint",

@@ -8,20 +8,27 @@ Each object mmelocal writes also records the endpoint it was deployed for
 (``x-amz-meta-mmelocal-endpoint``): undeploy deletes only that endpoint's.
 Files with the same bytes (the hard-linked copies ``mmelocal package --copies`` writes) are
 uploaded once and the others are server-side copies of that object: the bytes cross the
-network once.
+network once. The rule and the upload itself (:func:`~mmelocal.aws.objects.unchanged`,
+:func:`~mmelocal.aws.objects.apply_objects`) live in :mod:`mmelocal.aws.objects`, shared
+with the endpoint bench and the pytest plugin; they are importable from here too.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from mmelocal.aws.objects import (
+    ObjectStep,
+    apply_objects,
+    needs_head,
+    recorded_sha256,
+    unchanged,
+)
 from mmelocal.aws.parallel import map_bounded
 from mmelocal.aws.s3 import (
-    ENDPOINT_METADATA,
     PART_SIZE_BYTES,
-    SHA256_METADATA,
     FileDigest,
     delete_objects,
     file_digest,
@@ -31,7 +38,6 @@ from mmelocal.aws.s3 import (
 )
 from mmelocal.aws.session import aws_error, not_found
 from mmelocal.deploy.artifacts import HeadProgress, MmelocalObject, mmelocal_objects_of
-from mmelocal.deploy.plan import ObjectStep
 from mmelocal.errors import DeployError
 from mmelocal.facts.aws import bucket_region
 
@@ -46,37 +52,6 @@ def store_files(store: Path) -> list[tuple[str, Path]]:
     return files
 
 
-def _needs_head(size: int, digest: FileDigest, listed: tuple[int, str] | None) -> bool:
-    """The listing cannot tell: same size, another ETag (another part size, or an ETag
-    that is no MD5: SSE-KMS), so the checksum mmelocal recorded decides (one HEAD)."""
-    return listed is not None and listed[0] == size and listed[1] != digest.etag
-
-
-def _recorded_sha256(s3: Any, bucket: str, key: str) -> str | None:
-    """The SHA-256 mmelocal recorded on ``key`` (None: none, or the object is gone)."""
-    try:
-        head = s3.head_object(Bucket=bucket, Key=key)
-    except Exception as exc:
-        if not_found(exc):
-            return None
-        raise aws_error(exc, "HeadObject", f"s3://{bucket}/{key}") from exc
-    recorded = head.get("Metadata", {}).get(SHA256_METADATA)
-    return None if recorded is None else str(recorded)
-
-
-def unchanged(
-    s3: Any, bucket: str, key: str, size: int, digest: FileDigest, listed: tuple[int, str] | None
-) -> bool:
-    """Whether ``key`` holds the file of ``size`` and ``digest`` (``listed``: the object's
-    size and ETag from a listing or a HEAD, None when there is none): the ETag, else the
-    SHA-256 mmelocal recorded (one HeadObject)."""
-    if listed is None or listed[0] != size:
-        return False
-    if not _needs_head(size, digest, listed):
-        return True
-    return _recorded_sha256(s3, bucket, key) == digest.sha256
-
-
 def plan_objects(
     s3: Any, bucket: str, prefix: str, store: Path, *, on_head: HeadProgress | None = None
 ) -> list[ObjectStep]:
@@ -89,12 +64,12 @@ def plan_objects(
     to_head = [
         prefix + rel
         for rel, path in files
-        if _needs_head(sizes[path], digests[path], listed.get(prefix + rel))
+        if needs_head(sizes[path], digests[path], listed.get(prefix + rel))
     ]
     recorded = dict(
         zip(
             to_head,
-            map_bounded(lambda key: _recorded_sha256(s3, bucket, key), to_head, on_done=on_head),
+            map_bounded(lambda key: recorded_sha256(s3, bucket, key), to_head, on_done=on_head),
             strict=True,
         )
     )
@@ -122,61 +97,6 @@ def plan_objects(
             )
         )
     return steps
-
-
-def apply_objects(
-    s3: Any,
-    bucket: str,
-    steps: Iterable[ObjectStep],
-    *,
-    endpoint_name: str,
-    on_bytes: Callable[[int], None] | None = None,
-    on_object: Callable[[ObjectStep], None] | None = None,
-) -> None:
-    """Uploads first, then server-side copies (their sources exist by then); each object
-    records its checksum and ``endpoint_name``. Then the ``delete`` steps (objects no
-    longer in the store).
-
-    ``on_bytes`` receives uploaded byte counts as they go (from the transfer threads);
-    ``on_object`` each step once its object is in place.
-    """
-    config = transfer_config()
-    steps = list(steps)
-
-    def metadata(step: ObjectStep) -> dict[str, str]:
-        return {SHA256_METADATA: step.sha256, ENDPOINT_METADATA: endpoint_name}
-
-    for step in (s for s in steps if s.action == "upload"):
-        try:
-            s3.upload_file(
-                step.path,
-                bucket,
-                step.key,
-                ExtraArgs={"Metadata": metadata(step)},
-                Config=config,
-                Callback=on_bytes,
-            )
-        except Exception as exc:
-            raise aws_error(exc, "PutObject", f"s3://{bucket}/{step.key}") from exc
-        if on_object is not None:
-            on_object(step)
-    for step in (s for s in steps if s.action == "copy"):
-        source = {"Bucket": bucket, "Key": step.source_key}
-        copy_args: dict[str, Any] = {
-            "Metadata": metadata(step),
-            "MetadataDirective": "REPLACE",
-        }
-        try:
-            s3.copy(source, bucket, step.key, ExtraArgs=copy_args, Config=config)
-        except Exception as exc:
-            raise aws_error(exc, "CopyObject", f"s3://{bucket}/{step.key}") from exc
-        if on_object is not None:
-            on_object(step)
-    removed = [s for s in steps if s.action == "delete"]
-    delete_objects(s3, bucket, [s.key for s in removed])
-    if on_object is not None:
-        for step in removed:
-            on_object(step)
 
 
 def check_bucket(s3: Any, bucket: str, region: str) -> None:

@@ -93,10 +93,11 @@ def mme_endpoint(
 ) -> Iterator[MmeEndpoint | RemoteMmeEndpoint]:
     """A running MME emulator (local tritonserver) on an empty temporary store; with
     ``--mmelocal-endpoint NAME``, the deployed endpoint NAME (what the test uploaded is
-    deleted after it)."""
+    deleted after it; under pytest-xdist, once every worker has finished:
+    :mod:`~mmelocal.testing.worker_uploads`)."""
     deployed = _deployed(request.config)
     if deployed is not None:
-        yield from _remote(deployed)
+        yield from _remote(deployed, request.config)
         return
     from mmelocal.builder.backends import FIXTURE_FLAGS
     from mmelocal.emulator.emulator import Emulator, EmulatorConfig
@@ -118,11 +119,13 @@ def mme_endpoint(
         )
 
 
-def _remote(deployed: DeployedEndpoint) -> Iterator[RemoteMmeEndpoint]:
+def _remote(deployed: DeployedEndpoint, config: pytest.Config) -> Iterator[RemoteMmeEndpoint]:
     from mmelocal.errors import MmeLocalError
     from mmelocal.testing.remote_endpoint import RemoteMmeEndpoint
+    from mmelocal.testing.worker_uploads import worker_ledger
 
-    endpoint = RemoteMmeEndpoint(deployed, skip=pytest.skip)
+    # under xdist the controller deletes the uploads once every worker is done
+    endpoint = RemoteMmeEndpoint(deployed, skip=pytest.skip, ledger=worker_ledger(config))
     yield endpoint
     try:
         endpoint.close()

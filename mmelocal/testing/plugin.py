@@ -14,7 +14,9 @@ Fixtures:
 ``tritonclient_http``  a raw ``tritonclient.http.InferenceServerClient`` on the server.
 ``mme_endpoint``    an MME emulator on an empty store, or with ``--mmelocal-endpoint NAME``
                     (``--mmelocal-region``) the deployed endpoint NAME
-                    (:mod:`~mmelocal.testing.emulator_fixtures`).
+                    (:mod:`~mmelocal.testing.emulator_fixtures`); under pytest-xdist the
+                    controller deletes what the workers uploaded once all are done
+                    (:mod:`~mmelocal.testing.worker_uploads`).
 
 Markers (prefixed, so the plugin never acts on a project's own ``gpu`` or ``docker``
 markers): ``mmelocal_gpu`` skips without an NVIDIA GPU (or without ``nvidia-ml-py``, the
@@ -126,6 +128,34 @@ def pytest_configure(config: pytest.Config) -> None:
             f"--mmelocal-region is only read with --mmelocal-endpoint NAME (or {ENDPOINT_ENV}): "
             "name the deployed endpoint to test, or leave --mmelocal-region out"
         )
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: absent without it
+def pytest_configure_node(node: Any) -> None:
+    """xdist's controller, for each worker: where the workers record what they upload to
+    ``--mmelocal-endpoint``'s prefix (:mod:`~mmelocal.testing.worker_uploads`)."""
+    from mmelocal.testing.worker_uploads import hand_folder_to
+
+    if remote_options(node.config)[0] is not None:
+        hand_folder_to(node)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """xdist's controller, every worker done: delete what the workers uploaded to
+    ``--mmelocal-endpoint``'s prefix; a failure fails the run, with its line."""
+    from mmelocal.testing.worker_uploads import delete_recorded_uploads
+
+    name, region = remote_options(session.config)
+    if name is None:
+        return
+    problem = delete_recorded_uploads(session.config, name, region)
+    if problem is None:
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(f"ERROR {problem}", red=True)
+    if session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.hookimpl(trylast=True)  # after -k / -m deselect: nothing is probed for them

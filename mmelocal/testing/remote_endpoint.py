@@ -7,7 +7,10 @@ its name, and ``add_tarball`` uploads under the S3 prefix it serves (the ``Model
 of its model, found through DescribeEndpoint, DescribeEndpointConfig and DescribeModel) as
 ``mmelocal deploy`` uploads a store, recording the checksum and the endpoint on the object.
 :meth:`RemoteMmeEndpoint.close` (the fixture's teardown) deletes what the test uploaded; an
-object that was under that key before the test is never replaced nor deleted.
+object that was under that key before the test is never replaced nor deleted. Under
+pytest-xdist a worker's upload may be another worker's "object that was there before", so
+the workers leave their uploads to the controller, which deletes them once every worker has
+finished (:mod:`~mmelocal.testing.worker_uploads`).
 
 What only the emulator has (``url``, ``store``, ``server``, ``state()``, ``metrics()``)
 skips the test in the fixture (its ``skip`` is ``pytest.skip``), with a reason that names
@@ -21,14 +24,17 @@ The clients come from mmelocal's one factory (:func:`~mmelocal.facts.aws.aws_cli
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from mmelocal.aws.session import AwsClients
 from mmelocal.errors import UserInputError
 from mmelocal.testing.endpoint import invoke_body
+
+if TYPE_CHECKING:
+    from mmelocal.testing.worker_uploads import UploadLedger
 
 logger = logging.getLogger(__name__)
 
@@ -57,12 +63,12 @@ def find_endpoint(name: str, region: str | None = None) -> DeployedEndpoint:
     """``name`` in ``region`` (None: the profile's or ``AWS_DEFAULT_REGION``), described;
     a :class:`~mmelocal.errors.DeployError` when there are no credentials or region, no such
     endpoint, or one that is not multi-model."""
+    from mmelocal.aws.endpoint import describe_mme
     from mmelocal.aws.s3 import split_s3_uri
     from mmelocal.aws.session import connect
-    from mmelocal.deploy.smoke import deployed_prefix
 
     clients = connect(region)
-    bucket, prefix = split_s3_uri(deployed_prefix(clients, name))
+    bucket, prefix = split_s3_uri(describe_mme(clients, name).model_data_url)
     return DeployedEndpoint(name=name, clients=clients, bucket=bucket, prefix=prefix)
 
 
@@ -70,12 +76,20 @@ class RemoteMmeEndpoint:
     """A deployed endpoint seen by a test through the ``mme_endpoint`` interface."""
 
     def __init__(
-        self, deployed: DeployedEndpoint, *, skip: Callable[[str], NoReturn] | None = None
+        self,
+        deployed: DeployedEndpoint,
+        *,
+        skip: Callable[[str], NoReturn] | None = None,
+        ledger: UploadLedger | None = None,
     ) -> None:
         """``skip(reason)`` is called where a local-only member is used (the fixture passes
-        ``pytest.skip``); None: a UserInputError with that reason."""
+        ``pytest.skip``); None: a UserInputError with that reason. ``ledger``: where an
+        xdist worker records its uploads, which :meth:`close` then leaves for the
+        controller to delete once every worker has finished (another worker may be using
+        them); None: :meth:`close` deletes them."""
         self.deployed = deployed
         self._skip = skip
+        self._ledger = ledger
         self._uploaded: dict[str, str] = {}  # key -> SHA-256 of what this test uploaded
         self._clients: list[Any] = []
 
@@ -111,18 +125,17 @@ class RemoteMmeEndpoint:
         what the endpoint serves under that name, and an instance that loaded it keeps
         answering with the old model until it unloads it.
         """
+        from mmelocal.aws.objects import ObjectStep, apply_objects, head_holds, head_object
         from mmelocal.aws.s3 import file_digest
-        from mmelocal.deploy.plan import ObjectStep
-        from mmelocal.deploy.upload import apply_objects, unchanged
         from mmelocal.errors import DeployError
 
         path, key = Path(tarball), self.deployed.prefix + target
         digest, size = file_digest(path), path.stat().st_size
         uri = f"s3://{self.deployed.bucket}/{key}"
         if key not in self._uploaded:
-            existing = self._head(key)
+            existing = head_object(self._s3, self.deployed.bucket, key)
             if existing is not None:
-                if unchanged(self._s3, self.deployed.bucket, key, size, digest, existing):
+                if head_holds(existing, size, digest):
                     return uri
                 raise DeployError(
                     f"{uri} holds other bytes than {path}: endpoint {self.endpoint_name} "
@@ -132,6 +145,8 @@ class RemoteMmeEndpoint:
         step = ObjectStep(
             key=key, path=str(path), size_bytes=size, sha256=digest.sha256, action="upload"
         )
+        if self._ledger is not None:  # before the upload: one that fails half-way counts
+            self._ledger.record(self.deployed.bucket, key, digest.sha256)
         apply_objects(self._s3, self.deployed.bucket, [step], endpoint_name=self.endpoint_name)
         self._uploaded[key] = digest.sha256
         return uri
@@ -144,34 +159,16 @@ class RemoteMmeEndpoint:
         return invoke_body(client, self.endpoint_name, target, body, content_type)
 
     def close(self) -> None:
-        """Delete the objects this test uploaded that still hold what it uploaded."""
-        from mmelocal.aws.s3 import delete_objects
-        from mmelocal.deploy.artifacts import mmelocal_object
-
-        bucket, keys = self.deployed.bucket, []
-        for key, sha256 in self._uploaded.items():
-            found = mmelocal_object(self._s3, bucket, key, 0)
-            if found is not None and found.sha256 == sha256:
-                keys.append(key)
-            else:
-                logger.info("keeping s3://%s/%s: replaced since the test uploaded it", bucket, key)
+        """Delete the objects this test uploaded that still hold what it uploaded (with a
+        ``ledger``: none, the controller deletes them at the end of the session)."""
+        uploaded = {key: {sha256} for key, sha256 in self._uploaded.items()}
         self._uploaded.clear()
-        delete_objects(self._s3, bucket, keys)
+        if self._ledger is None:
+            delete_uploaded(self._s3, self.deployed.bucket, uploaded)
 
     @property
     def _s3(self) -> Any:
         return self.deployed.clients.s3
-
-    def _head(self, key: str) -> tuple[int, str] | None:
-        from mmelocal.aws.session import aws_error, not_found
-
-        try:
-            head = self._s3.head_object(Bucket=self.deployed.bucket, Key=key)
-        except Exception as exc:
-            if not_found(exc):
-                return None
-            raise aws_error(exc, "HeadObject", f"s3://{self.deployed.bucket}/{key}") from exc
-        return int(head["ContentLength"]), str(head.get("ETag", "")).strip('"')
 
     def _local_only(self, name: str) -> NoReturn:
         reason = local_only_reason(name)
@@ -203,6 +200,22 @@ class RemoteMmeEndpoint:
         self._local_only("metrics()")
 
 
+def delete_uploaded(s3: Any, bucket: str, uploaded: Mapping[str, Collection[str]]) -> None:
+    """Delete each key of ``uploaded`` that still holds one of the SHA-256 it maps to (what
+    a test uploaded there); a key replaced since is kept."""
+    from mmelocal.aws.s3 import delete_objects
+    from mmelocal.deploy.artifacts import mmelocal_object
+
+    keys = []
+    for key, sha256s in sorted(uploaded.items()):
+        found = mmelocal_object(s3, bucket, key, 0)
+        if found is not None and found.sha256 in sha256s:
+            keys.append(key)
+        else:
+            logger.info("keeping s3://%s/%s: replaced since the test uploaded it", bucket, key)
+    delete_objects(s3, bucket, keys)
+
+
 def local_only_reason(name: str) -> str:
     """Why ``mme_endpoint.NAME`` cannot be used on a deployed endpoint."""
     return (
@@ -215,6 +228,7 @@ __all__ = [
     "LOCAL_ONLY",
     "DeployedEndpoint",
     "RemoteMmeEndpoint",
+    "delete_uploaded",
     "find_endpoint",
     "local_only_reason",
 ]

@@ -297,7 +297,7 @@ def test_capacity_cli_names_a_missing_endpoint(
                  "--memory-budget", BUDGET])  # fmt: skip
     err = capsys.readouterr().err
     assert code != 0
-    assert "DescribeEndpoint failed for no-such-endpoint" in err
+    assert "endpoint no-such-endpoint does not exist in us-east-1: deploy it first" in err
     assert "Traceback" not in err
 
 

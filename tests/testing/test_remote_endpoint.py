@@ -37,13 +37,13 @@ IMAGE = "763104351884.dkr.ecr.us-east-1.amazonaws.com/sagemaker-tritonserver:24.
 INSTANCE_TYPE = "ml.g4dn.xlarge"
 
 
-def _pytest(project: Path, *args: str) -> pytest.RunResult:
+def _pytest(project: Path, *args: str, timeout_s: float = 600) -> pytest.RunResult:
     """pytest on the user's ``project`` folder, in its own process."""
     start = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--rootdir", str(project),
          "--basetemp", str(project.parent / "basetemp"), *args],
-        cwd=project, capture_output=True, text=True, timeout=600, check=False,
+        cwd=project, capture_output=True, text=True, timeout=timeout_s, check=False,
     )  # fmt: skip
     return pytest.RunResult(
         done.returncode, done.stdout.splitlines(), done.stderr.splitlines(),
@@ -125,6 +125,89 @@ def _check_uploads_and_what_stays(name: str, bucket: str, deployed: Path, work: 
         endpoint.store  # noqa: B018 (outside pytest's fixture: an error, not a skip)
     endpoint.close()
     assert _keys(bucket) == {"models/model-0.tar.gz", "models/users-own.tar.gz"}
+
+
+#: two tests on two xdist workers adding one TargetModel with the same bytes. They meet
+#: through named pipes (opening one blocks until the other side opens it): the second adds
+#: the tarball once the first has uploaded it, and invokes it once the first's fixtures are
+#: torn down (``then_tell_the_other`` is set up before ``mme_endpoint``, so it is torn
+#: down after it)
+SHARED_TARBALL_TESTS = """
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mmelocal.testing.tiny_model import expected, request_json
+
+TARGET = "shared/tiny.tar.gz"
+TARBALL = Path(os.environ["SHARED_TARBALL"])
+MEET = Path(os.environ["MEET_DIR"])
+
+
+def tell(what):
+    with open(MEET / what, "w") as pipe:
+        pipe.write(what)
+
+
+def hear(what):
+    with open(MEET / what) as pipe:
+        assert pipe.read() == what
+
+
+@pytest.fixture
+def then_tell_the_other():
+    yield
+    tell("torn-down")
+
+
+def test_first(then_tell_the_other, mme_endpoint):
+    mme_endpoint.add_tarball(TARGET, TARBALL)
+    tell("uploaded")
+
+
+def test_second(mme_endpoint):
+    hear("uploaded")
+    mme_endpoint.add_tarball(TARGET, TARBALL)  # there already, with the same bytes
+    hear("torn-down")
+    x = np.ones((1, 4), dtype=np.float32)
+    answer = json.loads(mme_endpoint.invoke(TARGET, request_json(x)))["outputs"][0]
+    np.testing.assert_allclose(np.reshape(answer["data"], answer["shape"]), expected(x, 5.0))
+"""
+
+
+@pytest.mark.triton
+@pytest.mark.slow
+def test_xdist_workers_sharing_a_tarball_keep_it_until_the_session_ends(
+    local_aws_env: LocalAws, bucket: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Under ``-n 2`` the first worker uploaded the tarball, the second found it there (the
+    same bytes: used as it is, kept) and the first's teardown deleted it while the second
+    still used it: its call answered that the model is not there. What the workers upload
+    now stays until every worker has finished; the controller deletes it then."""
+    import os
+
+    store = tmp_path / "store"
+    write_reference_tarball(store / "model-0.tar.gz", scale=2.0)
+    meet = tmp_path / "meet"
+    meet.mkdir()
+    for name in ("uploaded", "torn-down"):
+        os.mkfifo(meet / name)
+    monkeypatch.setenv("MEET_DIR", str(meet))
+    shared = write_reference_tarball(tmp_path / "shared.tar.gz", scale=5.0)
+    monkeypatch.setenv("SHARED_TARBALL", str(shared))
+    project = _project(tmp_path, SHARED_TARBALL_TESTS)
+    name = unique("ep")
+    try:
+        _deploy(store, bucket, name)
+        run = _pytest(project, "-n", "2", "--mmelocal-endpoint", name, timeout_s=300)
+        assert run.ret == 0, run.stdout.str()
+        run.assert_outcomes(passed=2)
+        assert _keys(bucket) == {"models/model-0.tar.gz"}  # deleted once both were done
+    finally:
+        delete_endpoint(boto3.client("sagemaker"), name)
 
 
 @pytest.mark.triton  # the single-model endpoint's

@@ -317,7 +317,8 @@ def _deployment(
 ) -> Iterator[RemoteEndpoint]:
     """Deploy ``<name>-<framework>`` (the probe as its store) with ``plan.deployer``; it is
     undeployed on exit, also after an error, unless the plan keeps endpoints."""
-    from mmelocal.bench.endpoint.remote import PROBE_TARGET, describe_endpoint, write_probe_tarball
+    from mmelocal.aws.endpoint import describe_mme
+    from mmelocal.bench.endpoint.remote import PROBE_TARGET, write_probe_tarball
 
     assert plan.deployer is not None  # checked by BenchmarkPlan
     name = plan.endpoint_for(framework)
@@ -337,7 +338,7 @@ def _deployment(
             say=say,
             deleted=deleted,
         ) as clients:
-            endpoint = RemoteEndpoint(clients, describe_endpoint(clients.sagemaker, name))
+            endpoint = RemoteEndpoint(clients, describe_mme(clients, name))
             endpoint.check_ready()
             yield endpoint
 

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mmelocal.aws.s3 import ENDPOINT_METADATA, SHA256_METADATA, split_s3_uri
+from mmelocal.aws.endpoint import EndpointInfo, describe_mme
+from mmelocal.aws.s3 import SHA256_METADATA, split_s3_uri
 from mmelocal.aws.session import AwsClients, aws_error, error_code
 from mmelocal.errors import BenchError, UserInputError
 from mmelocal.facts import sagemaker as sagemaker_facts
@@ -154,54 +155,6 @@ def _published_reading(outputs: Mapping[str, Any]) -> ProbeReading:
     )
 
 
-@dataclass(frozen=True, kw_only=True)
-class EndpointInfo:
-    """What the bench needs to know of a deployed endpoint."""
-
-    name: str
-    status: str
-    instance_type: str
-    instance_count: int
-    model_data_url: str
-
-
-def describe_endpoint(sagemaker: Any, name: str) -> EndpointInfo:
-    """DescribeEndpoint -> DescribeEndpointConfig -> DescribeModel: the instance type and
-    count and the S3 prefix the endpoint serves (``ModelDataUrl``)."""
-
-    def call(operation: str, **params: Any) -> Any:
-        method = getattr(sagemaker, _snake(operation))
-        try:
-            return method(**params)
-        except Exception as exc:
-            raise aws_error(exc, operation, name) from exc
-
-    endpoint = call("DescribeEndpoint", EndpointName=name)
-    config = call("DescribeEndpointConfig", EndpointConfigName=endpoint["EndpointConfigName"])
-    variant = config["ProductionVariants"][0]
-    current: dict[str, Any] = next(iter(endpoint.get("ProductionVariants") or []), {})
-    model = call("DescribeModel", ModelName=variant["ModelName"])
-    container = model.get("PrimaryContainer") or (model.get("Containers") or [{}])[0]
-    if container.get("Mode", "MultiModel") != "MultiModel":
-        raise UserInputError(
-            f"endpoint {name} serves model {variant['ModelName']} in mode "
-            f"{container.get('Mode')}: the benchmark needs a multi-model endpoint"
-        )
-    return EndpointInfo(
-        name=name,
-        status=str(endpoint.get("EndpointStatus", "")),
-        instance_type=str(variant.get("InstanceType", "")),
-        instance_count=int(
-            current.get("CurrentInstanceCount") or variant.get("InitialInstanceCount") or 1
-        ),
-        model_data_url=str(container.get("ModelDataUrl", "")),
-    )
-
-
-def _snake(operation: str) -> str:
-    return "".join(f"_{c.lower()}" if c.isupper() else c for c in operation).lstrip("_")
-
-
 class RemoteEndpoint:
     """A deployed MME seen by the bench: invoke targets, read the probe, place objects."""
 
@@ -227,12 +180,6 @@ class RemoteEndpoint:
         self.clients, self.info = clients, info
         self.bucket, self.prefix = bucket, prefix
         self.load_limit_s = load_limit_s
-
-    def metadata(self, sha256: str) -> dict[str, str]:
-        """What mmelocal records on an object it places: the file's SHA-256 and the
-        endpoint it was placed for (as deploy records it), so that the endpoint's next
-        deploy prunes it and its undeploy deletes it, and no other endpoint's does."""
-        return {SHA256_METADATA: sha256, ENDPOINT_METADATA: self.info.name}
 
     @property
     def s3_url(self) -> str:
@@ -315,43 +262,51 @@ class RemoteEndpoint:
         return self.prefix + target
 
     def put_file(self, path: Path, target: str) -> str:
-        """Upload ``path`` as ``target`` unless S3 already holds the same bytes (the SHA-256
-        mmelocal records as metadata, with the endpoint: :meth:`metadata`); returns
-        ``"upload"`` or ``"skip"``."""
-        from mmelocal.aws.s3 import file_digest, transfer_config
+        """:meth:`put_files` of one file: ``"upload"`` or ``"skip"``."""
+        return self.put_files([(path, target)])[0]
 
-        s3, key = self.clients.s3, self.key(target)
-        digest = file_digest(path)
-        try:
-            head = s3.head_object(Bucket=self.bucket, Key=key)
-            if head.get("Metadata", {}).get(SHA256_METADATA) == digest.sha256:
-                return "skip"
-        except Exception as exc:
-            if error_code(exc) not in ("404", "NoSuchKey", "NotFound"):
-                raise aws_error(exc, "HeadObject", f"s3://{self.bucket}/{key}") from exc
-        try:
-            s3.upload_file(
-                str(path),
-                self.bucket,
-                key,
-                ExtraArgs={"Metadata": self.metadata(digest.sha256)},
-                Config=transfer_config(),
+    def put_files(self, files: Sequence[tuple[Path, str]]) -> list[str]:
+        """Upload each ``(path, target)`` unless S3 holds its bytes under that key already
+        (deploy's rule: the same size and ETag, else the SHA-256 mmelocal recorded: one
+        HeadObject per file, on the bounded pool of
+        :func:`~mmelocal.aws.parallel.map_bounded`), then upload the others as deploy does
+        (:func:`~mmelocal.aws.objects.apply_objects`: the checksum and this endpoint
+        recorded, so that its next deploy prunes them and its undeploy deletes them;
+        mmelocal's part size). ``"upload"`` or ``"skip"`` per file, in order."""
+        from mmelocal.aws.objects import ObjectStep, apply_objects, head_holds, head_object
+        from mmelocal.aws.parallel import map_bounded
+        from mmelocal.aws.s3 import file_digests
+
+        s3, bucket = self.clients.s3, self.bucket
+        digests = file_digests(path for path, _ in files)
+        keys = [self.key(target) for _, target in files]
+        heads = map_bounded(lambda key: head_object(s3, bucket, key), keys)
+        steps = []
+        for (path, _), key, head in zip(files, keys, heads, strict=True):
+            size, digest = path.stat().st_size, digests[path]
+            action = "skip" if head_holds(head, size, digest) else "upload"
+            steps.append(
+                ObjectStep(
+                    key=key, path=str(path), size_bytes=size, sha256=digest.sha256, action=action
+                )
             )
-        except Exception as exc:
-            raise aws_error(exc, "PutObject", f"s3://{self.bucket}/{key}") from exc
-        return "upload"
+        apply_objects(s3, bucket, steps, endpoint_name=self.info.name)
+        return [step.action for step in steps]
 
     def copy(self, source_target: str, target: str) -> None:
         """A server-side copy: one CopyObject up to S3's 5 GiB limit for it, else the
         transfer manager's UploadPartCopy; the bytes stay in S3. The copy keeps mmelocal's
-        SHA-256 and records this endpoint (:meth:`metadata`), so the endpoint's undeploy
+        SHA-256 and records this endpoint (deploy's
+        :func:`~mmelocal.aws.objects.object_metadata`), so the endpoint's undeploy
         ``--delete-artifacts`` finds it."""
+        from mmelocal.aws.objects import object_metadata
         from mmelocal.aws.s3 import transfer_config
 
         s3, source = self.clients.s3, {"Bucket": self.bucket, "Key": self.key(source_target)}
         try:
             head = s3.head_object(**source)
-            metadata = self.metadata(head.get("Metadata", {}).get(SHA256_METADATA, ""))
+            sha256 = head.get("Metadata", {}).get(SHA256_METADATA, "")
+            metadata = object_metadata(sha256, self.info.name)
             args = {"Metadata": metadata, "MetadataDirective": "REPLACE"}
             if int(head.get("ContentLength", 0)) <= COPY_OBJECT_LIMIT_BYTES:
                 s3.copy_object(CopySource=source, Bucket=self.bucket, Key=self.key(target), **args)
@@ -399,7 +354,7 @@ def connect_endpoint(
     from mmelocal.aws.session import connect
 
     clients = connect(region)
-    endpoint = RemoteEndpoint(clients, describe_endpoint(clients.sagemaker, name), s3_uri=s3_uri)
+    endpoint = RemoteEndpoint(clients, describe_mme(clients, name), s3_uri=s3_uri)
     endpoint.check_ready()
     return endpoint
 
@@ -413,7 +368,6 @@ __all__ = [
     "ProbeReading",
     "RemoteEndpoint",
     "connect_endpoint",
-    "describe_endpoint",
     "loadtest_status",
     "parse_probe_answer",
     "probe_template",
