@@ -10,7 +10,7 @@ points to; sagemaker-python-sdk pull request 4432):
 - **23.12 and later**: the Deep Learning Containers accounts (763104351884 in most
   regions). Releases and regions are the ``registries`` of sagemaker-python-sdk's
   ``image_uri_config/sagemaker-tritonserver.json`` (``sagemaker-core`` since SDK v3):
-  23.12 to 24.09 in 26 regions with China; 25.04 in 35; 25.09 and 26.05 in 35 without
+  23.12 to 24.09 in 26 regions with China; 25.04 in 35; 25.09 and 26.05 in 34, without
   China.
 - **before 23.12** (21.08, 22.05 to 23.10): the per-region accounts of the AWS Triton
   notebooks' ``account_id_map`` (amazon-sagemaker-examples, e.g.
