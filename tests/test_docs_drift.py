@@ -18,6 +18,7 @@ from mmelocal.emulator.http_server import (
     HttpTimeouts,
 )
 from mmelocal.emulator.invocation import MAX_DECODED_BYTES
+from mmelocal.facts import triton_images
 from mmelocal.facts.sagemaker import (
     MAX_ENDPOINT_NAME_LENGTH,
     MAX_PAYLOAD_BYTES,
@@ -272,3 +273,20 @@ def test_the_traffic_pages_zipf_default_is_the_codes() -> None:
     defaults = {f.name: f.default for f in fields(Popularity)}
     assert defaults["kind"] == "zipf"
     assert float(found.group(1)) == defaults["zipf_s"], row
+
+
+def test_the_deploy_page_shows_the_triton_image_table() -> None:
+    """``docs/deploy.md``'s table of SageMaker's Triton images is
+    :data:`mmelocal.facts.triton_images.RELEASES`: one row per row, its releases, its
+    us-east-1 account and its number of regions."""
+    table = _table((ROOT / "docs" / "deploy.md").read_text(), "| Releases | Account")
+    rows = [line.split(" | ") for line in table.splitlines()[2:]]
+    assert len(rows) == len(triton_images.RELEASES)
+    for row, releases in zip(rows, triton_images.RELEASES, strict=True):
+        assert row[0] == "| " + ", ".join(releases.releases)
+        assert row[1].split()[0] == releases.accounts["us-east-1"]
+        assert row[2].split(",")[0] == str(len(releases.accounts))
+    assert (
+        f"The default, {triton_images.DEFAULT_SAGEMAKER_RELEASE},"
+        in (ROOT / "docs" / "deploy.md").read_text()
+    )

@@ -6,7 +6,8 @@ import botocore.session
 import pytest
 
 from mmelocal.bench.capacity.projection import load_gpus
-from mmelocal.facts import aws, cards, sagemaker
+from mmelocal.errors import UserInputError
+from mmelocal.facts import aws, cards, sagemaker, triton_images
 from mmelocal.units import MiB
 
 
@@ -158,3 +159,58 @@ def test_the_endpoint_statuses_are_botocores() -> None:
     for statuses in (runtime_api.IN_PROGRESS_STATUSES, runtime_api.NO_REQUESTS_STATUSES):
         assert statuses <= set(status.enum)
     assert runtime_api.UPDATE_ROLLBACK_FAILED in status.enum
+
+
+def test_the_image_account_depends_on_the_release() -> None:
+    """Two sets of accounts serve SageMaker's Triton images, by release: 23.12 and later in
+    the Deep Learning Containers accounts (sagemaker-python-sdk
+    ``image_uri_config/sagemaker-tritonserver.json``), earlier releases in the per-region
+    accounts of the AWS Triton notebooks' ``account_id_map`` (amazon-sagemaker-examples
+    ``sm-triton_mme_bert_trt.ipynb``: 785573368785 in us-east-1, release 23.02);
+    deep-learning-containers ``available_images.md``, "NVIDIA Triton Inference Containers"."""
+    uri = triton_images.sagemaker_image_uri
+    assert uri("us-east-1", "24.09") == (
+        "763104351884.dkr.ecr.us-east-1.amazonaws.com/sagemaker-tritonserver:24.09-py3"
+    )
+    assert uri("us-east-1", "23.02") == (
+        "785573368785.dkr.ecr.us-east-1.amazonaws.com/sagemaker-tritonserver:23.02-py3"
+    )
+    assert uri("cn-north-1", "23.02").startswith(
+        "472730292857.dkr.ecr.cn-north-1.amazonaws.com.cn/"
+    )
+    assert uri("cn-north-1", "24.05").startswith(
+        "727897471807.dkr.ecr.cn-north-1.amazonaws.com.cn/"
+    )
+    assert uri("il-central-1", "23.12").startswith("780543022126.")
+    assert uri("ap-southeast-7", "25.04").startswith("590183813437.")
+
+
+@pytest.mark.parametrize(
+    ("region", "version", "there"),
+    [
+        ("us-east-1", "24.10", "24.09, 25.04"),  # never published for SageMaker
+        ("cn-north-1", "25.09", "25.04 from account 727897471807"),  # the SDK has no cn- 25.09
+        ("il-central-1", "23.02", "23.12"),  # the old accounts have no Tel Aviv
+        ("us-east-1", "19.01", "21.08"),
+    ],
+)
+def test_a_release_not_published_in_the_region_is_refused_with_what_is(
+    region: str, version: str, there: str
+) -> None:
+    with pytest.raises(UserInputError, match="not in the image table") as caught:
+        triton_images.sagemaker_image_uri(region, version)
+    assert there in str(caught.value) and region in str(caught.value)
+    with pytest.raises(UserInputError, match="no SageMaker Triton image known for region 'mars-1'"):
+        triton_images.sagemaker_image_uri("mars-1", "24.09")
+
+
+def test_the_default_release_is_the_newest_at_or_before_the_wheels_triton() -> None:
+    """The pip wheel's tritonserver is 2.51 = NGC 24.10, which SageMaker never published;
+    24.09 (2.50) is the newest SageMaker release at or before it, and its SageMaker front end
+    (``docker/sagemaker/serve``, ``src/sagemaker_server.cc``) is r24.10's unchanged."""
+    assert triton_images.WHEEL_TRITON_VERSION == "2.51"
+    assert triton_images.ngc_image() == "nvcr.io/nvidia/tritonserver:24.10-py3"
+    assert triton_images.DEFAULT_SAGEMAKER_RELEASE == "24.09"
+    older = [v for v in triton_images.releases() if v <= triton_images.WHEEL_NGC_RELEASE]
+    assert max(older) == triton_images.DEFAULT_SAGEMAKER_RELEASE
+    assert triton_images.sagemaker_image_uri("eu-west-1").endswith(":24.09-py3")

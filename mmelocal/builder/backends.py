@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mmelocal.facts.triton_images import NGC_IMAGE
+
 
 @dataclass(frozen=True, kw_only=True)
 class Backend:
@@ -155,7 +157,7 @@ NATIVE_FORMATS: dict[str, tuple[str, str, str]] = {
 
 
 #: the image a Docker launcher hint names (SageMaker's Triton is built from it)
-TRITON_IMAGE_HINT = "nvcr.io/nvidia/tritonserver:<yy.mm>-py3"
+TRITON_IMAGE_HINT = NGC_IMAGE.format(release="<yy.mm>")
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The platform's facts, one home each: SageMaker's limits, timeouts, header names, statuses
-and error table, the memory threshold, retry policies, card memory, CloudWatch names and
-autoscaling numbers. Modules here import nothing from mmelocal but ``errors``, ``units``
-and each other.
+and error table, the memory threshold, retry policies, card memory, CloudWatch names,
+autoscaling numbers and SageMaker's Triton images. Modules here import nothing from
+mmelocal but ``errors``, ``units`` and each other.
 
 - :mod:`~mmelocal.facts.sagemaker`: the InvokeEndpoint body cap, the endpoint-name and
   TargetModel rules, the platform's times and mmelocal's own waits and hot-model rate
@@ -17,4 +17,6 @@ and each other.
 - :mod:`~mmelocal.facts.traffic`: the GPU instance types a multi-model endpoint takes;
 - :mod:`~mmelocal.facts.cloudwatch`, :mod:`~mmelocal.facts.autoscaling`: CloudWatch names
   and Application Auto Scaling's numbers.
+- :mod:`~mmelocal.facts.triton_images`: SageMaker's Triton images, which account serves
+  which release in which region, the default release and the image names.
 """

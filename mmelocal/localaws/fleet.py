@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mmelocal.deploy.images import REPOSITORY
 from mmelocal.errors import EndpointFailedError
 from mmelocal.facts.aws import LOCAL_REGION
 from mmelocal.facts.runtime_api import DEFAULT_VARIANT_NAME, DEFAULT_VARIANT_WEIGHT
@@ -28,6 +27,7 @@ from mmelocal.facts.sagemaker import (
     FAILURE_REASON_MAX_CHARS,
     LOAD_AND_INVOKE_TIMEOUT_S,
 )
+from mmelocal.facts.triton_images import REPOSITORY
 from mmelocal.localaws.checks import parse_s3_url
 
 #: the repository of SageMaker's Triton images (``<account>.dkr.ecr.<region>.amazonaws.com/

@@ -25,13 +25,21 @@ from mmelocal.errors import (
     MissingDependencyError,
     UserInputError,
 )
+from mmelocal.facts.triton_images import (
+    DEFAULT_SAGEMAKER_RELEASE,
+    WHEEL_NGC_RELEASE,
+    WHEEL_TRITON_VERSION,
+    ngc_image,
+    regions,
+    sagemaker_image_uri,
+)
 
 logger = logging.getLogger(__name__)
 
-#: NGC release of the default image; 24.10 ships Triton 2.51 (the nvidia-pytriton 0.7 server).
-DEFAULT_TRITON_IMAGE_TAG = "24.10"
-DEFAULT_TRITON_VERSION = "2.51"
-DEFAULT_IMAGE = f"nvcr.io/nvidia/tritonserver:{DEFAULT_TRITON_IMAGE_TAG}-py3"
+#: NGC release of the default image: it ships Triton 2.51, the nvidia-pytriton server
+DEFAULT_TRITON_IMAGE_TAG = WHEEL_NGC_RELEASE
+DEFAULT_TRITON_VERSION = WHEEL_TRITON_VERSION
+DEFAULT_IMAGE = ngc_image(DEFAULT_TRITON_IMAGE_TAG)
 LABEL_OWNER = "mmelocal.owner"
 LABEL_SESSION = "mmelocal.session"
 LABEL_HOST = "mmelocal.host"
@@ -40,32 +48,6 @@ SESSION_ENV = "MMELOCAL_SESSION"
 #: when to pull the image: only when absent, always, or never
 PULL_POLICIES = ("missing", "always", "never")
 
-#: AWS accounts that publish ``sagemaker-tritonserver`` images, per region.
-SAGEMAKER_TRITON_ACCOUNTS = {
-    "us-east-1": "785573368785",
-    "us-east-2": "007439368137",
-    "us-west-1": "710691900526",
-    "us-west-2": "301217895009",
-    "eu-west-1": "802834080501",
-    "eu-west-2": "205493899709",
-    "eu-west-3": "254080097072",
-    "eu-north-1": "601324751636",
-    "eu-south-1": "966458181534",
-    "eu-central-1": "746233611703",
-    "ap-east-1": "110948597952",
-    "ap-south-1": "763008648453",
-    "ap-northeast-1": "941853720454",
-    "ap-northeast-2": "151534178276",
-    "ap-southeast-1": "324986816169",
-    "ap-southeast-2": "355873309152",
-    "sa-east-1": "756306329178",
-    "ca-central-1": "464438896020",
-    "me-south-1": "836785723513",
-    "af-south-1": "774647643957",
-    "cn-north-1": "472730292857",
-    "cn-northwest-1": "474822919863",
-}
-
 _INSTALL_HINT = (
     "start dockerd (e.g. `sudo dockerd > /tmp/dockerd.log 2>&1 &` or `sudo systemctl start "
     "docker`) or install Docker (Debian/Ubuntu: `sudo apt-get install docker.io`); "
@@ -73,15 +55,18 @@ _INSTALL_HINT = (
 )
 
 
-def sagemaker_triton_image(region: str, tag: str = DEFAULT_TRITON_IMAGE_TAG) -> str:
-    """The SageMaker Triton image URI for ``region`` (e.g. ``us-east-1``) and NGC ``tag``."""
-    account = SAGEMAKER_TRITON_ACCOUNTS.get(region)
-    if account is None:
+def sagemaker_triton_image(region: str, tag: str = DEFAULT_SAGEMAKER_RELEASE) -> str:
+    """SageMaker's Triton image URI for ``region`` (e.g. ``us-east-1``) and release ``tag``
+    (default 24.09), from the one image table (:mod:`mmelocal.facts.triton_images`: the
+    account depends on the release). A region or release not in the table is refused with
+    what the table has there."""
+    try:
+        return sagemaker_image_uri(region, tag)
+    except UserInputError as exc:
+        other = "pick one of those, or " if region in regions() else ""
         raise UserInputError(
-            f"region must be one of {', '.join(sorted(SAGEMAKER_TRITON_ACCOUNTS))}, got {region!r}"
-        )
-    domain = "amazonaws.com.cn" if region.startswith("cn-") else "amazonaws.com"
-    return f"{account}.dkr.ecr.{region}.{domain}/sagemaker-tritonserver:{tag}-py3"
+            f"{exc}: {other}name the image yourself (image=URI, --image URI)"
+        ) from None
 
 
 def default_session_id() -> str:
@@ -250,7 +235,6 @@ __all__ = [
     "LABEL_PID",
     "LABEL_SESSION",
     "PULL_POLICIES",
-    "SAGEMAKER_TRITON_ACCOUNTS",
     "DockerEngineError",
     "DockerImageError",
     "cleanup_containers",

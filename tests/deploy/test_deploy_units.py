@@ -65,8 +65,16 @@ def test_triton_image_per_region() -> None:
     assert triton_image_uri("cn-north-1", "24.05") == (
         "727897471807.dkr.ecr.cn-north-1.amazonaws.com.cn/sagemaker-tritonserver:24.05-py3"
     )
-    with pytest.raises(DeployError, match="pass --image URI"):
+    with pytest.raises(DeployError, match="pass --image URI") as unknown:
         triton_image_uri("mars-north-1")
+    assert "--triton-version" not in str(unknown.value)  # no release would help there
+    # releases before 23.12 live in the older per-region accounts (the AWS notebooks'
+    # account_id_map; deep-learning-containers available_images.md)
+    assert triton_image_uri("us-east-1", "23.02") == (
+        "785573368785.dkr.ecr.us-east-1.amazonaws.com/sagemaker-tritonserver:23.02-py3"
+    )
+    with pytest.raises(DeployError, match=r"'24\.10' .*not in the image table.*--triton-version"):
+        triton_image_uri("us-east-1", "24.10")
 
 
 def test_requests_pass_botocore_validation_and_bad_ones_do_not(tmp_path: Path) -> None:

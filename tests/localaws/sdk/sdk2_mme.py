@@ -16,7 +16,7 @@ from sagemaker.serializers import JSONSerializer
 
 tarball, request = sys.argv[1], json.loads(Path(sys.argv[2]).read_text())
 role = "arn:aws:iam::123456789012:role/SageMakerExecution"
-image = "785573368785.dkr.ecr.us-east-1.amazonaws.com/sagemaker-tritonserver:24.09-py3"
+image = "763104351884.dkr.ecr.us-east-1.amazonaws.com/sagemaker-tritonserver:24.09-py3"
 
 sess = sagemaker.Session()
 bucket = sess.default_bucket()

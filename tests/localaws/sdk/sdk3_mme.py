@@ -15,7 +15,7 @@ from sagemaker.core.shapes import ContainerDefinition, ProductionVariant
 
 tarball, request = sys.argv[1], Path(sys.argv[2]).read_text()
 role = "arn:aws:iam::123456789012:role/SageMakerExecution"
-image = "785573368785.dkr.ecr.us-east-1.amazonaws.com/sagemaker-tritonserver:24.09-py3"
+image = "763104351884.dkr.ecr.us-east-1.amazonaws.com/sagemaker-tritonserver:24.09-py3"
 
 sess = Session()
 bucket = sess.default_bucket()

@@ -29,14 +29,22 @@ def test_default_image_is_ngc_triton_2_51() -> None:
 
 
 def test_sagemaker_image_uri() -> None:
+    """The account follows the release (``mmelocal.facts.triton_images``): SageMaker never
+    published a 24.10 image, and 24.09 lives in the Deep Learning Containers accounts, not
+    in the older per-region accounts (785573368785 in us-east-1) that serve 23.10 and before."""
     assert sagemaker_triton_image("us-east-1") == (
-        "785573368785.dkr.ecr.us-east-1.amazonaws.com/sagemaker-tritonserver:24.10-py3"
+        "763104351884.dkr.ecr.us-east-1.amazonaws.com/sagemaker-tritonserver:24.09-py3"
+    )
+    assert sagemaker_triton_image("us-east-1", "23.02") == (
+        "785573368785.dkr.ecr.us-east-1.amazonaws.com/sagemaker-tritonserver:23.02-py3"
     )
     assert sagemaker_triton_image("cn-north-1", "24.09").endswith(
         ".amazonaws.com.cn/sagemaker-tritonserver:24.09-py3"
     )
-    with pytest.raises(UserInputError, match="region must be one of"):
+    with pytest.raises(UserInputError, match="no SageMaker Triton image known for region"):
         sagemaker_triton_image("mars-1")
+    with pytest.raises(UserInputError, match=r"'24\.10' .*not in the image table.*image="):
+        sagemaker_triton_image("us-east-1", "24.10")
 
 
 @pytest.mark.parametrize("gpus", [None, False, 0])
