@@ -144,9 +144,14 @@ class EndpointManager:
         config_name: str,
         *,
         variants: Sequence[dict[str, Any]] | None = None,
-    ) -> None:
-        """Start the fleet for a new endpoint (status Creating until Triton is ready);
-        ``variants``, the config's ``ProductionVariants``, are the pending deployment's."""
+    ) -> EndpointState | None:
+        """A new endpoint, Creating from now on; its fleet starts at :meth:`start`, once
+        moto has recorded the endpoint (:meth:`discard` when it refused it), so that no
+        answer shows moto's record alone (InService). ``variants``, the config's
+        ``ProductionVariants``, are the pending deployment's. None (nothing changes) when
+        an endpoint of that name is here already, other than one moto has forgotten whose
+        deletion is ending (two CreateEndpoint calls at once: moto has recorded neither
+        when the caller checked)."""
         now = time.time()
         state = EndpointState(
             region=region,
@@ -156,12 +161,26 @@ class EndpointManager:
             pending=pending_deployment(config_name, variants, now),
         )
         with self._lock:
+            existing = self._endpoints.get((region, name))
+            if existing is not None and existing.status != "Deleting":
+                return None
             kept = self._restored_times.pop((region, name), None)
             if kept is not None:  # re-created by the restore: neither created nor changed now
                 state.created_s, state.last_modified_s = kept
                 state.restoring = True
             self._endpoints[(region, name)] = state
+        return state
+
+    def start(self, state: EndpointState) -> None:
+        """Start the fleet of an endpoint :meth:`create` returned (status Creating until
+        Triton is ready, or Failed)."""
         self._spawn(state, self._run_create, state, state.generation)
+
+    def discard(self, state: EndpointState) -> None:
+        """Forget an endpoint :meth:`create` returned and moto did not record."""
+        with self._lock:
+            if self._endpoints.get((state.region, state.name)) is state:
+                del self._endpoints[(state.region, state.name)]
 
     def update(
         self,

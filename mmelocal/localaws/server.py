@@ -255,6 +255,8 @@ class LocalAws(StartStopContext):
                     logger.exception("could not save the local AWS state; the last saved one stays")
             if self.clock is not None:
                 self.clock.stop()
+            if LocalAws._running > 1:  # moto's records outlive this server: not its endpoints
+                self._forget_endpoints()
             LocalAws._running -= 1
             if LocalAws._running == 0:  # moto's state is the process's: the last one clears it
                 self._reset_moto()
@@ -269,6 +271,14 @@ class LocalAws(StartStopContext):
         if self.autoscaler is not None:  # resizes under way end with their stopped fleets
             self.autoscaler.wait(timeout_s=30)
         self._cleanup()
+
+    def _forget_endpoints(self) -> None:
+        """Take the endpoints this server ran out of moto's records, which another
+        ``LocalAws`` in the process goes on serving: they stop with this server, and a
+        record left behind would be shown there as moto wrote it (InService, served by no
+        one) and kept by the restore of a saved state that holds the endpoint."""
+        for state in self.endpoints.states() if self.endpoints is not None else []:
+            self._forget(state.region, state.name)
 
     def _reset_moto(self) -> None:
         import urllib.request

@@ -4,9 +4,11 @@ Triton: its image is not one the local AWS runs, so it fails as soon as it is pl
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import boto3
 import pytest
+from botocore.exceptions import ClientError
 from localaws_helpers import model_and_config, unique, wait_status
 
 from mmelocal.localaws import LocalAws
@@ -16,14 +18,11 @@ from mmelocal.testing.tiny_model import write_tarball
 XGBOOST = "683313688378.dkr.ecr.us-east-1.amazonaws.com/sagemaker-xgboost:1.7-1"
 
 
-def test_a_restored_endpoint_keeps_its_creation_and_modification_times(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The restore re-creates the endpoint (its Triton starts again), but the endpoint was
-    neither created nor modified then: DescribeEndpoint and ListEndpoints show the times
-    saved at the stop (they showed the restore's), and ListEndpoints' time filters read
-    them."""
-    data = tmp_path / "data"
+def _failed_endpoint_saved(
+    data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[str, dict[str, Any]]:
+    """A local AWS on ``data`` with one endpoint, Failed, then stopped (its state saved):
+    the endpoint's name and its last DescribeEndpoint."""
     name = unique("kept")
     with LocalAws(data_dir=data) as aws:
         for key, value in aws.env().items():
@@ -37,6 +36,18 @@ def test_a_restored_endpoint_keeps_its_creation_and_modification_times(
         sm.create_endpoint(EndpointName=name, EndpointConfigName=config)
         saved = wait_status(sm, name, leaving="Creating")
         assert saved["EndpointStatus"] == "Failed"
+    return name, saved
+
+
+def test_a_restored_endpoint_keeps_its_creation_and_modification_times(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The restore re-creates the endpoint (its Triton starts again), but the endpoint was
+    neither created nor modified then: DescribeEndpoint and ListEndpoints show the times
+    saved at the stop (they showed the restore's), and ListEndpoints' time filters read
+    them."""
+    data = tmp_path / "data"
+    name, saved = _failed_endpoint_saved(data, tmp_path, monkeypatch)
     with LocalAws(data_dir=data) as aws:
         for key, value in aws.env().items():
             monkeypatch.setenv(key, value)
@@ -49,3 +60,26 @@ def test_a_restored_endpoint_keeps_its_creation_and_modification_times(
         assert [summary[t] for t in times] == [saved[t] for t in times]
         before = sm.list_endpoints(NameContains=name, CreationTimeBefore=saved["LastModifiedTime"])
         assert [s["EndpointName"] for s in before["Endpoints"]] == [name]
+
+
+def test_a_stopped_local_aws_leaves_no_endpoint_behind_in_a_running_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two ``LocalAws`` in one process share moto's records (the session's ``local_aws``
+    fixture and a test's own, say): one that stops takes the endpoints it ran out of them,
+    so the other does not show them and a restart restores them. They stayed: the other
+    showed moto's record (InService, served by no one) and the restore, finding the
+    endpoint there, kept that record, so a Failed endpoint came back InService (seen in a
+    full run, where an earlier test module's session ``local_aws`` was still running)."""
+    data = tmp_path / "data"
+    with LocalAws(persist=False) as other:
+        name, _ = _failed_endpoint_saved(data, tmp_path, monkeypatch)
+        for key, value in other.env().items():
+            monkeypatch.setenv(key, value)
+        with pytest.raises(ClientError, match="Could not find endpoint"):
+            boto3.client("sagemaker").describe_endpoint(EndpointName=name)
+        with LocalAws(data_dir=data) as aws:
+            for key, value in aws.env().items():
+                monkeypatch.setenv(key, value)
+            restored = wait_status(boto3.client("sagemaker"), name, leaving="Creating")
+            assert restored["EndpointStatus"] == "Failed"

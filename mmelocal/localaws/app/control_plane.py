@@ -1,9 +1,10 @@
 """SageMaker's control-plane operations completed around moto: the service's checks moto
 lacks (:mod:`mmelocal.localaws.checks`) before moto records anything, then moto, then the
-endpoint's lifecycle (:mod:`mmelocal.localaws.endpoints`). ``UpdateEndpoint``, which moto
-does not have, and ``UpdateEndpointWeightsAndCapacities`` are answered here; the Describe
-answers and ``ListEndpoints`` show what the endpoint's fleets are, not moto's first
-record."""
+endpoint's lifecycle (:mod:`mmelocal.localaws.endpoints`; a new endpoint is Creating there
+before moto records it, so that no answer shows moto's record alone, InService).
+``UpdateEndpoint``, which moto does not have, and ``UpdateEndpointWeightsAndCapacities``
+are answered here; the Describe answers and ``ListEndpoints`` show what the endpoint's
+fleets are, not moto's first record."""
 
 from __future__ import annotations
 
@@ -186,14 +187,23 @@ class SageMakerControlPlane:
         name = self._new_name(
             "CreateEndpoint", region, params, "describe_endpoint", "EndpointName", "endpoint"
         )
-        status, answer = self._moto_json(environ)
+        config_name = str(params.get("EndpointConfigName", ""))
+        config = self._exists(region, "describe_endpoint_config", EndpointConfigName=config_name)
+        variants = config.get("ProductionVariants") if config is not None else None
+        # Creating before moto records it: no answer shows moto's record alone (InService)
+        state = self.endpoints.create(region, name, config_name, variants=variants)
+        if state is None:
+            arn = f"arn:aws:sagemaker:{region}:{self.account_id}:endpoint/{name.lower()}"
+            raise AwsServiceError(f'Cannot create already existing endpoint "{arn}".')
+        try:
+            status, answer = self._moto_json(environ)
+        except BaseException:
+            self.endpoints.discard(state)
+            raise
         if status == 200:
-            config_name = str(params["EndpointConfigName"])
-            config = self._exists(
-                region, "describe_endpoint_config", EndpointConfigName=config_name
-            )
-            variants = config.get("ProductionVariants") if config is not None else None
-            self.endpoints.create(region, name, config_name, variants=variants)
+            self.endpoints.start(state)
+        else:
+            self.endpoints.discard(state)
         return status, answer
 
     def _update_endpoint(
