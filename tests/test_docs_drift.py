@@ -20,6 +20,7 @@ from mmelocal.emulator.http_server import (
 from mmelocal.emulator.invocation import MAX_DECODED_BYTES
 from mmelocal.facts import triton_images
 from mmelocal.facts.sagemaker import (
+    BUSY_WAIT_S,
     MAX_ENDPOINT_NAME_LENGTH,
     MAX_PAYLOAD_BYTES,
     MAX_TARGET_MODEL_LENGTH,
@@ -165,6 +166,7 @@ def test_the_reliability_pages_timeouts_are_the_defaults() -> None:
         "`EmulatorConfig.invoke_timeout_s`": config["invoke_timeout_s"],
         "--load-wait": config["load_wait_timeout_s"],
         "`EmulatorConfig.load_timeout_s`": config["load_timeout_s"],
+        "`facts.sagemaker.BUSY_WAIT_S`": BUSY_WAIT_S,
     }
     for option, default in expected.items():
         row = next(line for line in rows.values() if option in line)
