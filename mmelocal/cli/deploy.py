@@ -149,6 +149,11 @@ def _deploy(
     from mmelocal.deploy.deployer import left_over, make_plan, unrecorded_notice
     from mmelocal.errors import DeployError
 
+    if fields["prune_unrecorded"] and not fields["prune"]:  # DeployOptions names its fields
+        raise click.UsageError(
+            "--prune-unrecorded prunes: drop --no-prune (or drop --prune-unrecorded to keep "
+            "every object)"
+        )
     chosen = _instance_type(instance_type, capacity, hot_models, store, out)
     # the other options are named after the DeployOptions fields they set
     options = DeployOptions(store=store, instance_type=chosen, wait=not no_wait, **fields)

@@ -167,10 +167,13 @@ def test_options_the_deploy_would_not_read_are_refused(
     cases = [
         ([*one, "--target-gpu-utilization", "40"], "--target-gpu-utilization is only read"),
         ([*base, "--image", image, "--triton-version", "24.09"], "--image or --triton-version"),
+        # --prune-unrecorded prunes: named by its options, not DeployOptions' field names
+        ([*base, "--no-prune", "--prune-unrecorded"], "--prune-unrecorded prunes: drop --no-prune"),
     ]
     for args, reason in cases:
         code, text = run(capsys, *args)
         assert code == 2 and reason in text and "Traceback" not in text, (args, text)
+        assert "prune=" not in text and text.rstrip().splitlines()[-1].startswith("Error: ")
         assert not plan_file.exists()
     code, text = run(capsys, *base, "--target-gpu-utilization", "40", "--image", image)
     assert code == 0, text
