@@ -189,12 +189,22 @@ class LauncherFlags:
 
     @property
     def docker_hint(self) -> str:
-        """Where a model the pip tritonserver cannot run does run."""
+        """Where a model the pip tritonserver cannot run does run: the Triton image, which
+        runs its backends on a CPU too (Triton's quickstart, "Run on CPU-Only System")."""
+        return f"run it with the Docker launcher ({self._image_hint})"
+
+    @property
+    def gpu_docker_hint(self) -> str:
+        """Where a model of a backend that needs a GPU (:data:`GPU_BACKENDS`) does run."""
         return (
             "run it where it can: a machine with an NVIDIA GPU and the Docker launcher "
-            f"(`{self.choose(launcher='docker', image=TRITON_IMAGE_HINT)}`, "
-            "the image SageMaker's Triton is built from)"
+            f"({self._image_hint})"
         )
+
+    @property
+    def _image_hint(self) -> str:
+        image = self.choose(launcher="docker", image=TRITON_IMAGE_HINT)
+        return f"`{image}`, the image SageMaker's Triton is built from"
 
 
 #: the CLI's flags (``mmelocal serve``, ``check``, ``triton``...)
@@ -255,7 +265,7 @@ def host_limit(
             return None
         return (
             f"{name!r} is a TensorRT plan (backend {needed!r}): it runs only on an NVIDIA GPU "
-            f"and this host has none; {flags.docker_hint}"
+            f"and this host has none; {flags.gpu_docker_hint}"
         )
     return (
         f"{name!r} needs the {needed!r} backend, which the pip tritonserver lacks and "

@@ -115,3 +115,23 @@ def test_a_test_server_with_the_images_backends_serves_a_tensorflow_model_as_it_
     finally:
         server.stop()
     assert (prepared.backend, prepared.derived) == ("tensorflow", False)
+
+
+@pytest.mark.parametrize(
+    ("fields", "needs_gpu"),
+    [
+        ({"platform": "tensorrt_plan"}, True),
+        ({"platform": "tensorflow_savedmodel"}, False),
+        ({"backend": "openvino"}, False),
+        ({"backend": "fil"}, False),
+        ({"backend": "dali"}, False),
+    ],
+)
+def test_the_docker_hint_asks_for_a_gpu_only_where_the_backend_needs_one(
+    fields: dict[str, str], needs_gpu: bool
+) -> None:
+    """The Triton image runs TensorFlow, OpenVINO, FIL and DALI models on a CPU (Triton's
+    quickstart, "Run on CPU-Only System"): only a TensorRT plan needs the GPU."""
+    why = str(backends.host_limit(config(**fields), gpu=False))
+    assert "--launcher docker" in why, why
+    assert ("machine with an NVIDIA GPU" in why) is needs_gpu, why
