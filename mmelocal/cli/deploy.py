@@ -63,7 +63,8 @@ from mmelocal.units import mib
 @click.option(
     "--capacity",
     type=IN_FILE,
-    help="A capacity or projection result (mmelocal capacity --json) to size the instance.",
+    help="A GPU capacity, estimate or projection result (mmelocal capacity [estimate] --json) "
+    "to size the instance.",
 )
 @click.option(
     "--hot-models",

@@ -154,6 +154,39 @@ def test_sizing_refuses_host_memory_and_uses_the_marginal_split(tmp_path: Path) 
     assert choice.instance_type == "ml.g5.xlarge" and "6 models fit" in choice.reason
 
 
+def test_sizing_reads_the_estimate_the_host_memory_refusal_points_to(tmp_path: Path) -> None:
+    """The CPU refusal says "use `mmelocal capacity estimate --json FILE`": deploy
+    --capacity reads that file, each card's count the estimate's own (as traffic's)."""
+    from mmelocal.bench.estimate.core import estimate_from_facts
+    from mmelocal.bench.estimate.parts import Batches, ModelFacts
+
+    facts = ModelFacts(
+        params=500_000_000,
+        weight_bytes=2 * GIB,
+        weight_bytes_fp32=2 * GIB,
+        activation_bytes={1: 64 * 2**20, 8: 512 * 2**20},
+    )
+    estimate = estimate_from_facts(
+        facts,
+        source="m",
+        model_format="torchscript",
+        precision="fp32",
+        batches=Batches(warmup=1, preferred=8, max=8),
+    )
+    path = tmp_path / "estimate.json"
+    write_result(estimate, path)  # as `capacity estimate --json FILE` writes it: no cards
+    counts = {
+        t: card.point
+        for card in estimate.with_cards(load_gpus()).cards
+        for t in card.instance_types
+    }
+    choice = cheapest_instance(path, hot_models=counts["ml.g4dn.xlarge"] + 1)
+    assert choice.instance_type != "ml.g4dn.xlarge"
+    assert choice.models_per_instance == counts[choice.instance_type]
+    assert choice.models_per_instance > counts["ml.g4dn.xlarge"]
+    assert cheapest_instance(path, hot_models=1).instance_type == "ml.g4dn.xlarge"
+
+
 def test_unchanged_objects_are_skipped_by_etag_or_recorded_checksum(
     aws: str, bucket: str, tmp_path: Path
 ) -> None:

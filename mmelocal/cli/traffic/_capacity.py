@@ -101,22 +101,11 @@ _BY_FIGURE = "--models-per-instance K or --footprint-mib X"
 
 
 def _footprint_file(path: Path) -> Any:
-    """The `capacity estimate` result (an :class:`Estimate`) or the GPU
-    :class:`CapacityResult` ``path`` holds (the first, in a file of several); a host-memory
-    one is refused: CPU figures never project onto a GPU card."""
-    from mmelocal.bench.capacity.result import host_memory_refusal
-    from mmelocal.bench.results import read_results
+    """The estimate or GPU capacity result ``path`` holds (see
+    :func:`~mmelocal.bench.capacity.sizing.read_footprint`, which deploy reads too)."""
+    from mmelocal.bench.capacity.sizing import read_footprint
 
-    found = read_results(path)
-    result = found[0] if found else None
-    if result is None or result.kind not in ("capacity", "estimate"):
-        raise UserInputError(
-            f"{path}: no per-model footprint (a GPU result of `mmelocal capacity --json FILE`, "
-            "or a result of `mmelocal capacity estimate --json FILE`)"
-        )
-    if result.kind == "capacity" and result.on_host_memory:
-        raise UserInputError(host_memory_refusal(path, _BY_FIGURE))
-    return result
+    return read_footprint(path, instead=_BY_FIGURE)
 
 
 def _capacity_for(instance_type: str | None, capacity_args: _CapacityArgs) -> tuple[int, str]:
