@@ -26,11 +26,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 #: the ``workerinput`` entry that names the folder of the workers' records
 WORKERINPUT_KEY = "mmelocal_uploads_folder"
-_FOLDER = pytest.StashKey[Path]()
+#: the controller's config attribute that holds that folder (no pytest import: a plain
+#: attribute, not a stash key)
+_FOLDER = "_mmelocal_uploads_folder"
 
 
 class UploadLedger:
@@ -59,7 +59,7 @@ def recorded_uploads(folder: Path) -> dict[str, dict[str, set[str]]]:
     return found
 
 
-def worker_ledger(config: pytest.Config) -> UploadLedger | None:
+def worker_ledger(config: Any) -> UploadLedger | None:
     """This xdist worker's ledger (None: not a worker, or a controller that handed no
     folder: then each test deletes its own uploads)."""
     workerinput = getattr(config, "workerinput", None)
@@ -73,16 +73,16 @@ def hand_folder_to(node: Any) -> None:
     """On xdist's controller, for each worker it starts: the folder for the workers'
     records, made at the first worker (call it only with ``--mmelocal-endpoint``)."""
     config = node.config
-    if _FOLDER not in config.stash:
-        config.stash[_FOLDER] = Path(tempfile.mkdtemp(prefix="mmelocal-uploads-"))
-    node.workerinput[WORKERINPUT_KEY] = str(config.stash[_FOLDER])
+    if getattr(config, _FOLDER, None) is None:
+        setattr(config, _FOLDER, Path(tempfile.mkdtemp(prefix="mmelocal-uploads-")))
+    node.workerinput[WORKERINPUT_KEY] = str(getattr(config, _FOLDER))
 
 
-def delete_recorded_uploads(config: pytest.Config, name: str, region: str | None) -> str | None:
+def delete_recorded_uploads(config: Any, name: str, region: str | None) -> str | None:
     """On xdist's controller at the end of the session: delete what the workers recorded
     (what still holds what they uploaded to endpoint ``name``'s prefix, in ``region``) and
     the records; the one-line reason when S3 refused (None: done, or nothing to do)."""
-    folder = config.stash.get(_FOLDER, None)
+    folder: Path | None = getattr(config, _FOLDER, None)
     if folder is None:
         return None
     from mmelocal.aws.session import connect
@@ -99,7 +99,7 @@ def delete_recorded_uploads(config: pytest.Config, name: str, region: str | None
         return f"--mmelocal-endpoint {name}: deleting what the tests uploaded: {exc}"
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-        del config.stash[_FOLDER]
+        setattr(config, _FOLDER, None)
     return None
 
 
