@@ -452,3 +452,41 @@ def test_a_boto3_replays_hit_ratio_and_cold_starts_are_cloudwatchs(
         moto.stop()
     assert result["answered"] == 2 and result["errors_by_class"] == {"ModelNotReadyException": 3}
     assert (result["hit_ratio"], result["cold_starts"]) == (pytest.approx(0.4), 3)
+
+
+@pytest.mark.parametrize(
+    ("status", "headers", "body"),
+    [
+        # the emulator's ModelError and ModelNotReadyException: header and __type
+        (
+            424,
+            {"x-amzn-ErrorType": "ModelError:http://internal.amazon.com/"},
+            b'{"__type": "ModelError"}',
+        ),
+        (429, {"X-Amzn-ErrorType": "ModelNotReadyException"}, b"{}"),
+        # no header: the body's code, else its __type (after the namespace's '#')
+        (507, {}, b'{"__type": "com.amazon.coral#InsufficientMemory", "message": "no"}'),
+        (400, {}, b'{"Code": "ValidationError", "__type": "Other"}'),
+        # nothing says: the status, as boto3's ClientError code
+        (502, {}, b"<html>bad gateway</html>"),
+        (413, {}, b""),
+    ],
+)
+def test_an_http_replay_names_errors_as_boto3_does(
+    status: int, headers: dict[str, str], body: bytes
+) -> None:
+    """A replay over HTTP names an error by the code botocore's rest-json parser gives
+    sagemaker-runtime's answer (what a boto3 replay records, and the simulation's names):
+    ``ModelError``, never ``ModelError (424)``."""
+    import botocore.parsers
+    import botocore.session
+    from botocore.awsrequest import HeadersDict
+
+    from mmelocal.traffic.replay.over_http import _error_class
+
+    model = botocore.session.get_session().get_service_model("sagemaker-runtime")
+    shape = model.operation_model("InvokeEndpoint").output_shape
+    parsed = botocore.parsers.create_parser("rest-json").parse(
+        {"status_code": status, "headers": HeadersDict(headers), "body": body}, shape
+    )
+    assert _error_class(status, headers, body) == parsed["Error"]["Code"]
