@@ -425,7 +425,7 @@ def test_the_load_limit_counts_the_wait_for_the_loads_before_it(tmp_path: Path) 
     for name in ("slow-a.tar.gz", "slow-b.tar.gz"):
         _python_model_tarball(store / name, slow_py)
     # a asks first (its download ends first: it loads first), b half a second later; a
-    # again at 20 s (b not: its failed load left no load event for the replay to time)
+    # again at 20 s
     trace = Trace(
         times_s=np.array([0.0, 0.5, 20.0]),
         model_ids=np.array([0, 1, 0], dtype=np.int32),
@@ -439,6 +439,15 @@ def test_the_load_limit_counts_the_wait_for_the_loads_before_it(tmp_path: Path) 
     )
     with EmulatorServer(config) as server:
         replayed = replay(trace, body=BODY, url=server.url)
+        with urllib.request.urlopen(server.url + "/emulator/state", timeout=30) as resp:
+            events = json.loads(resp.read())["events"]
+    # the failed load is in the event log (the replay reads it: its caller is not credited
+    # to a later load of b), and a's load too
+    assert [(e["kind"], e["target"]) for e in events if e["kind"] in ("load", "error")] == [
+        ("load", "slow-a.tar.gz"),
+        ("error", "slow-b.tar.gz"),
+    ], events
+    assert "within 8s" in next(e["reason"] for e in events if e["kind"] == "error")
     # b's load waited for a's and failed at the limit; a is warm at 20 s
     assert replayed["errors_by_class"] == {"ModelError": 1}, replayed["errors_by_class"]
     assert replayed["hit_ratio"] == pytest.approx(1 / 3)

@@ -41,9 +41,10 @@ async def _poll_state(
     """Sample the emulator's loaded count (all instances together, and the most any one
     instance held) and keep every load event (the emulator's own log is bounded: the
     replay keeps its record)."""
-    seen: set[tuple[float, str, int]] = set()
+    seen: set[tuple[str, float, str, int]] = set()
     samples: list[tuple[float, int]] = out.setdefault("samples", [])
     loads: list[tuple[float, str, int, float]] = out.setdefault("load_events", [])
+    failed: list[tuple[float, str, int]] = out.setdefault("failed_load_events", [])
     while True:
         out["state_polls"] = out.get("state_polls", 0) + 1
         try:
@@ -71,12 +72,17 @@ async def _poll_state(
             )
             out["load_count"] = state.get("event_counts", {}).get("load", 0)
             for e in state.get("events", []):
-                if e.get("kind") != "load" or e.get("duration_ms") is None:
+                kind = e.get("kind")
+                if not (kind == "error" or (kind == "load" and e.get("duration_ms") is not None)):
                     continue
-                key = (e["time_s"], e["target"], e["instance"])
-                if key not in seen:
-                    seen.add(key)
+                key = (kind, e["time_s"], e["target"], e["instance"])
+                if key in seen:
+                    continue
+                seen.add(key)
+                if kind == "load":
                     loads.append((e["time_s"], e["target"], e["instance"], e["duration_ms"] / 1e3))
+                else:  # a load that failed (refused, past the load limit): its callers' end
+                    failed.append((e["time_s"], e["target"], e["instance"]))
         if stop.is_set():
             return
         with contextlib.suppress(asyncio.TimeoutError):
@@ -109,6 +115,8 @@ def load_cycles(
     events: Sequence[tuple[float, str, int, float]],
     t0_wall: float,
     speed: float,
+    *,
+    failed: Sequence[tuple[float, str, int]] = (),
 ) -> np.ndarray:
     """How long each load held its instance, in the endpoint's seconds (wall clock, as the
     latencies; never scaled by ``speed``): from the later of the miss that asked for it
@@ -118,8 +126,10 @@ def load_cycles(
 
     A caller that got an error (ModelNotReadyException after its wait) asked for the load
     too; a load no caller asked for (a hot model's replica) is its own load time.
-    ``events`` are (wall time it ended, target, instance, seconds); request ``i`` was sent
-    ``trace.times_s[i] / speed`` after ``t0_wall``."""
+    ``events`` are (wall time it ended, target, instance, seconds); ``failed`` the loads
+    that failed (the emulator's ``error`` events: wall time, target, instance), whose
+    callers asked for them and not for the next load of that model; request ``i`` was
+    sent ``trace.times_s[i] / speed`` after ``t0_wall``."""
     index = {m: i for i, m in enumerate(trace.models)}
     misses = ~rec.hit  # answered misses and failed calls: either may have asked for a load
     sent = trace.times_s / speed  # when each request left, in seconds from the start
@@ -127,11 +137,19 @@ def load_cycles(
     previous_end: dict[int, float] = {}
     last_load_of: dict[int, float] = {}
     out: list[float] = []
-    for wall, target, instance, seconds in events:
+    timeline = sorted(
+        [(wall, target, instance, seconds) for wall, target, instance, seconds in events]
+        + [(wall, target, instance, None) for wall, target, instance in failed],
+        key=lambda e: e[0],
+    )
+    for wall, target, instance, seconds in timeline:
         m = index.get(target)
         if m is None:
             continue
         end = wall - t0_wall
+        if seconds is None:  # failed: the calls until then were its callers
+            last_load_of[m] = max(end, last_load_of.get(m, -1.0))
+            continue
         if m not in by_model:
             by_model[m] = sent[(trace.model_ids == m) & misses]
         asked = by_model[m]
