@@ -82,6 +82,8 @@ class TritonInstance:
         #: counts the server processes started here: a liveness check's answer applies
         #: only to the process it checked (a restart may replace it while the check runs)
         self.generation = 0
+        #: the server's memory with no model loaded: the first reading after each start
+        self.idle_memory_bytes: int | None = None
         #: the liveness check a failed connection started (one at a time per process)
         self._liveness: asyncio.Future[bool] | None = None
         self._liveness_generation = 0
@@ -152,7 +154,7 @@ class TritonInstance:
         endpoints = self.launcher.endpoints
         self.control.connect(url, endpoints.http_url, bridge=endpoints.bridge)
         self.up = True
-        await self.read_memory()
+        self.idle_memory_bytes = (await self.read_memory()).used_bytes
 
     async def stop(self) -> None:
         """Stop the server and forget its loaded set (idempotent)."""

@@ -24,17 +24,56 @@ MAX_COLD_STARTS_RELATIVE = 0.15
 def config_from_replay(
     replayed: TrafficResult, *, instances: int | None = None, seed: int = 0
 ) -> SimConfig:
-    """The simulation of the endpoint a replay measured: capacity per instance = the most
-    models one emulator instance held ready at once (identical copies: memory-based
-    eviction acts as a model count), load times = how long each load held its instance,
-    service time = the warm p50. ``instances`` defaults to the emulator's instance count.
+    """The simulation of the endpoint a replay measured. From the emulator's state page
+    (``mmelocal serve``'s ``/emulator/state``, recorded by the replay): each instance's
+    room for models (its memory limit less the idle server and the runtimes its models
+    brought) and the footprints it measured (a model never loaded: their mean), its load
+    wait, load limit, busy wait and hot-model threshold. Load times = how long each load
+    held its instance, service time = the warm p50. ``instances`` defaults to the
+    emulator's instance count.
 
-    A replay written before it recorded each instance's most (``max_loaded_per_instance``)
-    has only the fleet's total: that is one instance's capacity only for one instance."""
+    A replay that did not record the emulator's memory (written before, or of another
+    server) takes as capacity the most models one instance held ready at once (identical
+    copies: memory-based eviction acts as a model count), and the platform's waits and
+    limits; one written before it recorded each instance's most
+    (``max_loaded_per_instance``) has only the fleet's total: that is one instance's
+    capacity only for one instance."""
     data = replayed.data
     count = instances if instances is not None else int(data.get("emulator_instances") or 1)
     if count < 1:
         raise UserInputError(f"instances must be >= 1, got {count}")
+    cycles = tuple(data.get("load_cycle_s") or data.get("cold_load_s") or ())
+    if not cycles:
+        raise UserInputError("the replay recorded no load: nothing to take load times from")
+    warm = data["latency_ms"]["warm"]["p50"]
+    return SimConfig(
+        instances=count,
+        **(_memory(data) or {"models_per_instance": _models_per_instance(data, count)}),
+        **_emulator_options(data),
+        load=LoadTimes(samples_s=cycles, source="measured by the replay"),
+        service_s=None if warm is None else warm / 1e3,
+        seed=seed,
+    )
+
+
+def _memory(data: dict[str, Any]) -> dict[str, Any] | None:
+    """An instance's memory for models and the models' footprints, as the emulator's state
+    page gave them (None when the replay did not record them)."""
+    room = data.get("memory_room_bytes")
+    footprints = {t: int(b) for t, b in (data.get("footprints_bytes") or {}).items() if b}
+    if room is None or room <= 0 or not footprints:
+        return None
+    # a model loaded alone over the limit (the emulator tries it) fits alone here too
+    footprints = {t: min(b, int(room)) for t, b in footprints.items()}
+    return {
+        "memory_limit_bytes": int(room),
+        "footprint_bytes": footprints,
+        "default_footprint_bytes": int(sum(footprints.values()) / len(footprints)),
+    }
+
+
+def _models_per_instance(data: dict[str, Any], count: int) -> int:
+    """The most models one instance held ready at once, as the replay saw them."""
     per_instance = data.get("max_loaded_per_instance")
     if per_instance is None:
         if count > 1:
@@ -47,17 +86,22 @@ def config_from_replay(
     capacity = int(per_instance or 0)
     if capacity < 1:
         raise UserInputError("the replay saw no model loaded: nothing to take a capacity from")
-    cycles = tuple(data.get("load_cycle_s") or data.get("cold_load_s") or ())
-    if not cycles:
-        raise UserInputError("the replay recorded no load: nothing to take load times from")
-    warm = data["latency_ms"]["warm"]["p50"]
-    return SimConfig(
-        instances=count,
-        models_per_instance=capacity,
-        load=LoadTimes(samples_s=cycles, source="measured by the replay"),
-        service_s=None if warm is None else warm / 1e3,
-        seed=seed,
-    )
+    return capacity
+
+
+#: the emulator's option (its state page's name) -> the simulation's
+_OPTIONS = {
+    "load_wait_timeout_s": "load_wait_timeout_s",
+    "load_timeout_s": "load_limit_s",
+    "busy_wait_s": "busy_wait_s",
+    "hot_rps_threshold": "hot_rps_threshold",
+}
+
+
+def _emulator_options(data: dict[str, Any]) -> dict[str, Any]:
+    """The emulator's waits and limits the replay recorded, as the simulation's options."""
+    options = data.get("emulator_options") or {}
+    return {_OPTIONS[k]: float(v) for k, v in options.items() if k in _OPTIONS and v is not None}
 
 
 def _speed(result: TrafficResult) -> float:

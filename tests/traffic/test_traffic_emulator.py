@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import json
 import tarfile
@@ -392,9 +391,9 @@ def test_a_replay_whose_callers_time_out_agrees_with_its_simulation(tmp_path: Pa
     assert replayed["errors_by_class"] == {"ModelNotReadyException": 1}
     assert after == (count + 3, total + 2)
     assert (replayed["hit_ratio"], replayed["cold_starts"]) == (pytest.approx(2 / 3), 1)
-    simulated = simulate(
-        trace, dataclasses.replace(config_from_replay(replayed), load_wait_timeout_s=wait_s)
-    )
+    # the emulator's wait is read from its state page, not given by hand
+    assert replayed["emulator_options"]["load_wait_timeout_s"] == wait_s
+    simulated = simulate(trace, config_from_replay(replayed))
     # one name per error class, replayed over HTTP or simulated: the two compare
     assert simulated["errors_by_class"] == replayed["errors_by_class"]
     agree = agreement(replayed, simulated)
@@ -452,14 +451,14 @@ def test_the_load_limit_counts_the_wait_for_the_loads_before_it(tmp_path: Path) 
     assert replayed["errors_by_class"] == {"ModelError": 1}, replayed["errors_by_class"]
     assert replayed["hit_ratio"] == pytest.approx(1 / 3)
     assert len(replayed["load_cycle_s"]) == 1 and replayed["load_cycle_s"][0] < limit_s
-    # the replay saw one model ready at most (b never loaded), but the budget holds both
+    # the replay saw one model ready at most (b never loaded), but the budget holds both:
+    # the simulation takes the limit and the memory from the emulator's state page
     assert replayed["max_loaded_per_instance"] == 1
-    simulated = simulate(
-        trace,
-        dataclasses.replace(
-            config_from_replay(replayed), load_limit_s=limit_s, models_per_instance=2
-        ),
-    )
+    sim_config = config_from_replay(replayed)
+    assert sim_config.load_limit_s == limit_s and sim_config.models_per_instance is None
+    assert sim_config.memory_limit_bytes is not None and sim_config.default_footprint_bytes
+    assert sim_config.memory_limit_bytes >= 2 * sim_config.default_footprint_bytes
+    simulated = simulate(trace, sim_config)
     assert simulated["errors_by_class"] == replayed["errors_by_class"]
     assert simulated["failed_loads"] == 1
     agree = agreement(replayed, simulated)

@@ -135,6 +135,7 @@ def replay(
             per_instance = {
                 "max_loaded_per_instance": int(state["max_loaded_per_instance"]),
                 "emulator_instances": int(state["instance_count"]),
+                **state.get("capacity", {}),
             }
         loads = int(state.get("load_count", 0)) - int(state.get("loads_before", 0))
         cycles = load_cycles(

@@ -1,7 +1,8 @@
 """What ``mmelocal serve``'s ``GET /emulator/state`` tells a replay: whether the target is
 the emulator at all, the loaded set and the load events while it runs (polled, every load
-kept: the emulator's own log is bounded), the note when polls failed, the memory probes
-(where the replay measured), the store it serves, and each load's cycle."""
+and failed load kept: the emulator's own log is bounded), the note when polls failed, the
+memory probes (where the replay measured), the store it serves, what a simulation of it
+needs (its options and memory), and each load's cycle."""
 
 from __future__ import annotations
 
@@ -71,6 +72,7 @@ async def _poll_state(
                 out.get("max_loaded_per_instance", 0), max(per_instance, default=0)
             )
             out["load_count"] = state.get("event_counts", {}).get("load", 0)
+            out["capacity"] = _capacity(state)
             for e in state.get("events", []):
                 kind = e.get("kind")
                 if not (kind == "error" or (kind == "load" and e.get("duration_ms") is not None)):
@@ -87,6 +89,27 @@ async def _poll_state(
             return
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=interval_s)
+
+
+def _capacity(state: Mapping[str, Any]) -> dict[str, Any]:
+    """What a simulation of the emulator needs from one read of its state page (empty for
+    an emulator whose page does not say): ``emulator_options`` (its load wait, load
+    limit, busy wait...), ``memory_room_bytes`` (the room one instance has for models:
+    its memory limit less the idle server's memory and the runtimes its models brought,
+    the smallest of the instances) and the ``footprints_bytes`` it measured."""
+    options = state.get("options")
+    rooms = [
+        i["memory_limit_bytes"] - i["memory_idle_bytes"] - sum(i["runtime_bytes"].values())
+        for i in state.get("instances", [])
+        if i.get("memory_idle_bytes") is not None and i.get("runtime_bytes") is not None
+    ]
+    if options is None or not rooms:
+        return {}
+    return {
+        "emulator_options": dict(options),
+        "memory_room_bytes": min(rooms),
+        "footprints_bytes": dict(state.get("footprints_bytes") or {}),
+    }
 
 
 def _state_note(state: Mapping[str, Any]) -> str | None:
