@@ -3,10 +3,11 @@
 For each trace (Zipf 0.8, Zipf 1.2, uniform, and a hot set that moves halfway), a fresh
 ``mmelocal serve`` (tiny Python-backend copies, a memory budget that holds a few of them)
 is replayed open loop; then the same trace is simulated with what the replay recorded
-(``config_from_replay``): the emulator's memory for models and the footprints it measured,
-its load wait and load limit (its state page), the load times (how long each load held the
-instance) and the service time (warm p50) (the mean of ``--seeds`` simulations, whose load
-times are drawn from the measured ones).
+(``config_from_replay``): the capacity (the most models the emulator held ready at once,
+or as many as its memory holds by its state page when more), its load wait and load limit
+(its state page), the load times (how long each load held the instance) and the service
+time (warm p50) (the mean of ``--seeds`` simulations, whose load times are drawn from the
+measured ones).
 
 Goal: simulated hit ratio within 5 points of the replayed one, cold starts within 15 %.
 Run: ``.venv/bin/python benchmarks/traffic_validation.py [--duration 180] [--json OUT]``
@@ -108,12 +109,7 @@ def main() -> int:
             # the load times are drawn at random: average the simulation over seeds
             configs = [config_from_replay(replayed, seed=s) for s in range(args.seeds)]
             runs = [simulate(trace, c) for c in configs]
-            sim = configs[0]
-            fits = (
-                sim.models_per_instance
-                if sim.memory_limit_bytes is None or not sim.default_footprint_bytes
-                else sim.memory_limit_bytes // sim.default_footprint_bytes
-            )
+            fits = configs[0].models_per_instance
             simulated = runs[0]
             simulated.data["hit_ratio"] = float(np.mean([r["hit_ratio"] for r in runs]))
             simulated.data["cold_starts"] = round(float(np.mean([r["cold_starts"] for r in runs])))

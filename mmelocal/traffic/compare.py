@@ -24,20 +24,18 @@ MAX_COLD_STARTS_RELATIVE = 0.15
 def config_from_replay(
     replayed: TrafficResult, *, instances: int | None = None, seed: int = 0
 ) -> SimConfig:
-    """The simulation of the endpoint a replay measured. From the emulator's state page
-    (``mmelocal serve``'s ``/emulator/state``, recorded by the replay): each instance's
-    room for models (its memory limit less the idle server and the runtimes its models
-    brought) and the footprints it measured (a model never loaded: their mean), its load
-    wait, load limit, busy wait and hot-model threshold. Load times = how long each load
-    held its instance, service time = the warm p50. ``instances`` defaults to the
-    emulator's instance count.
+    """The simulation of the endpoint a replay measured: capacity per instance = the most
+    models one emulator instance held ready at once, or, when more, as many as its memory
+    holds (identical copies: memory-based eviction acts as a model count); load times =
+    how long each load held its instance, service time = the warm p50; the emulator's
+    load wait, load limit, busy wait and hot-model threshold. The memory and the options
+    come from the emulator's state page (``mmelocal serve``'s ``/emulator/state``, recorded
+    by the replay): a replay of another server, or an older result, has the platform's
+    waits and limits and the count it saw. ``instances`` defaults to the emulator's
+    instance count.
 
-    A replay that did not record the emulator's memory (written before, or of another
-    server) takes as capacity the most models one instance held ready at once (identical
-    copies: memory-based eviction acts as a model count), and the platform's waits and
-    limits; one written before it recorded each instance's most
-    (``max_loaded_per_instance``) has only the fleet's total: that is one instance's
-    capacity only for one instance."""
+    A replay written before it recorded each instance's most (``max_loaded_per_instance``)
+    has only the fleet's total: that is one instance's capacity only for one instance."""
     data = replayed.data
     count = instances if instances is not None else int(data.get("emulator_instances") or 1)
     if count < 1:
@@ -48,7 +46,7 @@ def config_from_replay(
     warm = data["latency_ms"]["warm"]["p50"]
     return SimConfig(
         instances=count,
-        **(_memory(data) or {"models_per_instance": _models_per_instance(data, count)}),
+        models_per_instance=max(_models_seen(data, count), _models_that_fit(data)),
         **_emulator_options(data),
         load=LoadTimes(samples_s=cycles, source="measured by the replay"),
         service_s=None if warm is None else warm / 1e3,
@@ -56,23 +54,19 @@ def config_from_replay(
     )
 
 
-def _memory(data: dict[str, Any]) -> dict[str, Any] | None:
-    """An instance's memory for models and the models' footprints, as the emulator's state
-    page gave them (None when the replay did not record them)."""
+def _models_that_fit(data: dict[str, Any]) -> int:
+    """How many models one instance's memory holds, as the emulator's state page gave it
+    (its room for models over the mean footprint it measured; 0 when not recorded). The
+    footprints are the largest each model was measured at, so this errs low: a replay
+    that saw more models ready at once than this keeps its count."""
     room = data.get("memory_room_bytes")
-    footprints = {t: int(b) for t, b in (data.get("footprints_bytes") or {}).items() if b}
+    footprints = [int(b) for b in (data.get("footprints_bytes") or {}).values() if b]
     if room is None or room <= 0 or not footprints:
-        return None
-    # a model loaded alone over the limit (the emulator tries it) fits alone here too
-    footprints = {t: min(b, int(room)) for t, b in footprints.items()}
-    return {
-        "memory_limit_bytes": int(room),
-        "footprint_bytes": footprints,
-        "default_footprint_bytes": int(sum(footprints.values()) / len(footprints)),
-    }
+        return 0
+    return int(room // (sum(footprints) / len(footprints)))
 
 
-def _models_per_instance(data: dict[str, Any], count: int) -> int:
+def _models_seen(data: dict[str, Any], count: int) -> int:
     """The most models one instance held ready at once, as the replay saw them."""
     per_instance = data.get("max_loaded_per_instance")
     if per_instance is None:
@@ -84,7 +78,7 @@ def _models_per_instance(data: dict[str, Any], count: int) -> int:
             )
         per_instance = data.get("max_loaded")
     capacity = int(per_instance or 0)
-    if capacity < 1:
+    if capacity < 1 and not _models_that_fit(data):
         raise UserInputError("the replay saw no model loaded: nothing to take a capacity from")
     return capacity
 
