@@ -202,11 +202,14 @@ PARTS: dict[str, dict[str, set[str]]] = {
         "over_locust": {"schedule", "targets", "emulator_state", "over_http"},
         "through_boto3": {"schedule"},
     },
-    # the fleet simulation: what the fleet is, its instances, the event engine over them
+    # the fleet simulation: what the fleet is, its instances, the callers' outcomes, the
+    # loads, the event engine over them
     "mmelocal.traffic.simulate": {
         "config": set(),
         "fleet": {"config"},
-        "engine": {"config", "fleet"},
+        "callers": {"fleet"},
+        "loads": {"callers", "fleet"},
+        "engine": {"config", "fleet", "callers", "loads"},
     },
     # ``mmelocal traffic``: one module per command, none importing another; what several
     # share in the underscored parts

@@ -451,10 +451,23 @@ class Emulator:
         return gauges
 
     def state(self) -> dict[str, Any]:
-        """The loaded set, instances and recent events as plain data."""
+        """The loaded set, instances and recent events as plain data, with the options a
+        model of this endpoint needs (a simulation of a replay: its waits, limits and
+        memory; per instance the idle server's memory and the runtimes its models
+        brought)."""
         return {
             "store": self.store.description,
             "cache_dir": str(self.cache.root),
+            "options": {
+                "load_wait_timeout_s": self.config.load_wait_timeout_s,
+                "load_timeout_s": self._options.load_timeout_s,
+                "busy_wait_s": self._options.busy_wait_s,
+                "invoke_timeout_s": self._options.invoke_timeout_s,
+                "memory_threshold": self._options.memory_threshold,
+                "memory_budget_bytes": self._budget,
+                "disk_budget_bytes": self.config.disk_budget_bytes,
+                "hot_rps_threshold": self.config.hot_rps_threshold,
+            },
             "instances": [
                 {
                     "index": inst.index,
@@ -471,6 +484,8 @@ class Emulator:
                         inst.gauge.last_reading.total_bytes if inst.gauge.last_reading else None
                     ),
                     "memory_limit_bytes": inst.limit_bytes,
+                    "memory_idle_bytes": inst.idle_memory_bytes,
+                    "runtime_bytes": dict(inst.state.runtimes),
                     "cache_dir": str(inst.cache.root),
                     "disk_used_bytes": inst.cache.used_bytes,
                     "loaded": inst.usage_snapshot(),

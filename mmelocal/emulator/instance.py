@@ -82,6 +82,8 @@ class TritonInstance:
         #: counts the server processes started here: a liveness check's answer applies
         #: only to the process it checked (a restart may replace it while the check runs)
         self.generation = 0
+        #: the server's memory with no model loaded: the first reading after each start
+        self.idle_memory_bytes: int | None = None
         #: the liveness check a failed connection started (one at a time per process)
         self._liveness: asyncio.Future[bool] | None = None
         self._liveness_generation = 0
@@ -156,7 +158,7 @@ class TritonInstance:
         self.control.connect(url, endpoints.http_url, bridge=endpoints.bridge)
         await self._came_up()
         self.up = True
-        await self.read_memory()
+        self.idle_memory_bytes = (await self.read_memory()).used_bytes
 
     async def _came_up(self) -> None:
         """Run :attr:`on_up` for the server that just started, before calls reach it."""

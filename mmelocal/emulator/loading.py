@@ -173,8 +173,8 @@ class Loader:
                 )
         except TimeoutError:
             # the download goes on in its thread: its artifact stays on disk for a retry
-            raise past_load_limit(
-                entry.target, limit_s, "its artifact was still downloading"
+            raise self._failed(
+                entry, past_load_limit(entry.target, limit_s, "its artifact was still downloading")
             ) from None
         if fetch.downloaded:
             seconds = fetch.download_s + fetch.extract_s + fetch.prepare_s
@@ -199,8 +199,8 @@ class Loader:
             async with asyncio.timeout_at(deadline):
                 await lock.acquire()
         except TimeoutError:
-            raise past_load_limit(
-                entry.target, limit_s, "it waited for the loads before it"
+            raise self._failed(
+                entry, past_load_limit(entry.target, limit_s, "it waited for the loads before it")
             ) from None
         try:
             if not self.state.up:
@@ -216,6 +216,12 @@ class Loader:
             lock.release()
         entry.state = READY
         entry.loaded_at_s = time.monotonic()
+
+    def _failed(self, entry: ModelEntry, exc: ModelLoadError) -> ModelLoadError:
+        """Record the ``error`` event of a load that ran past the load limit (as a load
+        Triton refused has one: the log shows every failed load); return ``exc``."""
+        self.events.add("error", entry.target, instance=self.state.index, reason=str(exc)[:300])
+        return exc
 
     def _need_bytes(self, entry: ModelEntry) -> int:
         """What the load will add: the model's own footprint (measured before, else the
@@ -239,7 +245,11 @@ class Loader:
         attempts = 0
         while True:
             t0 = time.perf_counter()
-            status, text = await self.control.post_load(entry, url_dir)
+            try:
+                status, text = await self.control.post_load(entry, url_dir)
+            except ModelLoadError as exc:  # past the load limit (its only ModelLoadError)
+                self._failed(entry, exc)
+                raise
             seconds = time.perf_counter() - t0
             if status == 200 or status == 409:
                 break

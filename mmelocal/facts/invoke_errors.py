@@ -11,6 +11,8 @@ KServe v2 routes.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from mmelocal.errors import (
@@ -177,6 +179,25 @@ LOAD_ERROR_STATUS = 400
 PAYLOAD_TOO_LARGE_STATUS = 413
 
 
+def error_code(status: int, headers: Mapping[str, str], body: bytes) -> str:
+    """The error code boto3 gives an InvokeEndpoint answer of ``status`` (an error): as
+    botocore's rest-json parser reads it (``RestJSONParser._inject_error_code`` over
+    ``BaseJSONParser._do_error_parse``, botocore 1.44): the ``x-amzn-ErrorType`` header
+    (any case), else the JSON body's ``code`` or ``Code``, else its ``__type``, else the
+    status as text (``"413"``); cut at the first ``:`` and after the last ``#``. A replay
+    over HTTP names errors by it, as a replay through boto3 and the simulation do."""
+    code: object = next((v for k, v in headers.items() if k.lower() == "x-amzn-errortype"), None)
+    if code is None:
+        try:
+            parsed = json.loads(body) if body else {}
+        except ValueError:  # botocore keeps a body that is not JSON as the message
+            parsed = {}
+        if not isinstance(parsed, dict):
+            parsed = {}
+        code = parsed.get("code", parsed.get("Code", parsed.get("__type", str(status))))
+    return str(code).split(":", 1)[0].rsplit("#", 1)[-1]
+
+
 def error_kind(exc: BaseException) -> SageMakerError:
     """The entry of :data:`SAGEMAKER_ERRORS` for ``exc`` (InternalFailure when none)."""
     for classes, kind in SAGEMAKER_ERRORS:
@@ -205,5 +226,6 @@ __all__ = [
     "V2_NOT_STRING",
     "V2_TRACE_UNKNOWN",
     "SageMakerError",
+    "error_code",
     "error_kind",
 ]

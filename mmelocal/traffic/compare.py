@@ -25,9 +25,14 @@ def config_from_replay(
     replayed: TrafficResult, *, instances: int | None = None, seed: int = 0
 ) -> SimConfig:
     """The simulation of the endpoint a replay measured: capacity per instance = the most
-    models one emulator instance held ready at once (identical copies: memory-based
-    eviction acts as a model count), load times = how long each load held its instance,
-    service time = the warm p50. ``instances`` defaults to the emulator's instance count.
+    models one emulator instance held ready at once, or, when more, as many as its memory
+    holds (identical copies: memory-based eviction acts as a model count); load times =
+    how long each load held its instance, service time = the warm p50; the emulator's
+    load wait, load limit, busy wait and hot-model threshold. The memory and the options
+    come from the emulator's state page (``mmelocal serve``'s ``/emulator/state``, recorded
+    by the replay): a replay of another server, or an older result, has the platform's
+    waits and limits and the count it saw. ``instances`` defaults to the emulator's
+    instance count.
 
     A replay written before it recorded each instance's most (``max_loaded_per_instance``)
     has only the fleet's total: that is one instance's capacity only for one instance."""
@@ -35,6 +40,34 @@ def config_from_replay(
     count = instances if instances is not None else int(data.get("emulator_instances") or 1)
     if count < 1:
         raise UserInputError(f"instances must be >= 1, got {count}")
+    cycles = tuple(data.get("load_cycle_s") or data.get("cold_load_s") or ())
+    if not cycles:
+        raise UserInputError("the replay recorded no load: nothing to take load times from")
+    warm = data["latency_ms"]["warm"]["p50"]
+    return SimConfig(
+        instances=count,
+        models_per_instance=max(_models_seen(data, count), _models_that_fit(data)),
+        **_emulator_options(data),
+        load=LoadTimes(samples_s=cycles, source="measured by the replay"),
+        service_s=None if warm is None else warm / 1e3,
+        seed=seed,
+    )
+
+
+def _models_that_fit(data: dict[str, Any]) -> int:
+    """How many models one instance's memory holds, as the emulator's state page gave it
+    (its room for models over the mean footprint it measured; 0 when not recorded). The
+    footprints are the largest each model was measured at, so this errs low: a replay
+    that saw more models ready at once than this keeps its count."""
+    room = data.get("memory_room_bytes")
+    footprints = [int(b) for b in (data.get("footprints_bytes") or {}).values() if b]
+    if room is None or room <= 0 or not footprints:
+        return 0
+    return int(room // (sum(footprints) / len(footprints)))
+
+
+def _models_seen(data: dict[str, Any], count: int) -> int:
+    """The most models one instance held ready at once, as the replay saw them."""
     per_instance = data.get("max_loaded_per_instance")
     if per_instance is None:
         if count > 1:
@@ -45,19 +78,24 @@ def config_from_replay(
             )
         per_instance = data.get("max_loaded")
     capacity = int(per_instance or 0)
-    if capacity < 1:
+    if capacity < 1 and not _models_that_fit(data):
         raise UserInputError("the replay saw no model loaded: nothing to take a capacity from")
-    cycles = tuple(data.get("load_cycle_s") or data.get("cold_load_s") or ())
-    if not cycles:
-        raise UserInputError("the replay recorded no load: nothing to take load times from")
-    warm = data["latency_ms"]["warm"]["p50"]
-    return SimConfig(
-        instances=count,
-        models_per_instance=capacity,
-        load=LoadTimes(samples_s=cycles, source="measured by the replay"),
-        service_s=None if warm is None else warm / 1e3,
-        seed=seed,
-    )
+    return capacity
+
+
+#: the emulator's option (its state page's name) -> the simulation's
+_OPTIONS = {
+    "load_wait_timeout_s": "load_wait_timeout_s",
+    "load_timeout_s": "load_limit_s",
+    "busy_wait_s": "busy_wait_s",
+    "hot_rps_threshold": "hot_rps_threshold",
+}
+
+
+def _emulator_options(data: dict[str, Any]) -> dict[str, Any]:
+    """The emulator's waits and limits the replay recorded, as the simulation's options."""
+    options = data.get("emulator_options") or {}
+    return {_OPTIONS[k]: float(v) for k, v in options.items() if k in _OPTIONS and v is not None}
 
 
 def _speed(result: TrafficResult) -> float:

@@ -72,3 +72,30 @@ def test_a_sped_up_replay_is_compared_with_the_trace_at_its_speed() -> None:
     assert agreement(same_pace, at_its_pace).holds
     with pytest.raises(UserInputError, match="the replay sent 3 requests and this trace has 2"):
         simulate_replay(trace, _replayed(**{**replayed.data, "requests": 3}))
+
+
+def test_the_emulators_memory_and_limits_come_from_its_state_page() -> None:
+    """A replay of ``mmelocal serve`` records its options and memory (its state page): the
+    simulation holds as many models as the memory holds when the replay saw fewer ready at
+    once (a load that failed never showed), and waits and gives up as the emulator was
+    told to, with no capacity given by hand."""
+    state_page = {
+        "emulator_options": {
+            "load_wait_timeout_s": 5.0,
+            "load_timeout_s": 8.0,
+            "busy_wait_s": 2.0,
+            "hot_rps_threshold": 7.0,
+            "invoke_timeout_s": 60.0,
+        },
+        "memory_room_bytes": 1_000,
+        "footprints_bytes": {"a": 300, "b": 200},  # 250 on average: 4 fit
+    }
+    config = config_from_replay(
+        _replayed(max_loaded_per_instance=1, emulator_instances=1, **state_page)
+    )
+    assert config.models_per_instance == 4
+    assert (config.load_wait_timeout_s, config.load_limit_s, config.busy_wait_s) == (5, 8, 2)
+    assert config.hot_rps_threshold == 7.0
+    # footprints measured at their largest err low: a replay that saw more keeps its count
+    more = _replayed(max_loaded_per_instance=6, emulator_instances=1, **state_page)
+    assert config_from_replay(more).models_per_instance == 6

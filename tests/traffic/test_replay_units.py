@@ -90,6 +90,34 @@ def test_load_cycles_of_a_timed_out_caller_and_of_a_replica() -> None:
     assert cycles.tolist() == pytest.approx([70.0, 5.0, 2.0])
 
 
+def test_a_failed_loads_caller_is_not_credited_to_the_next_load() -> None:
+    """A load that failed (past the load limit: the emulator records an ``error`` event,
+    no ``load``) took its callers with it: the next load of that model began at the next
+    call, not at the failed caller's. Without the failure, b's second load (asked at 20 s,
+    ended at 21.5 s) was timed from its first call at 0.5 s: 21 s."""
+    from mmelocal.traffic.replay import load_cycles
+
+    trace = Trace(
+        times_s=np.asarray([0.0, 0.5, 20.0]),
+        model_ids=np.asarray([0, 1, 1], dtype=np.int32),
+        models=("a", "b"),
+    )
+    rec = _Record(
+        latency_s=np.asarray([4.5, 7.5, 1.5]),
+        hit=np.asarray([False, False, False]),
+        ok=np.asarray([True, False, True]),
+        sampled=np.asarray([True, True, True]),
+    )
+    t0 = 1_000.0
+    events = [
+        (t0 + 4.5, "a", 0, 4.4),  # a from 0 s to 4.5 s
+        (t0 + 21.5, "b", 0, 1.4),  # b again, asked at 20 s
+    ]
+    failed = [(t0 + 8.0, "b", 0)]  # b's first load, asked at 0.5 s, failed at 8 s
+    cycles = load_cycles(trace, rec, events, t0, 1.0, failed=failed)
+    assert cycles.tolist() == pytest.approx([4.5, 1.5])
+
+
 def test_a_sped_up_replays_load_cycles_are_the_endpoints_seconds() -> None:
     """At --speed 2 the trace's 10 s is the replay's 5 s; a load asked for then that ends
     3 s later held its instance 3 s (as the latencies are the endpoint's seconds), not the
@@ -452,3 +480,41 @@ def test_a_boto3_replays_hit_ratio_and_cold_starts_are_cloudwatchs(
         moto.stop()
     assert result["answered"] == 2 and result["errors_by_class"] == {"ModelNotReadyException": 3}
     assert (result["hit_ratio"], result["cold_starts"]) == (pytest.approx(0.4), 3)
+
+
+@pytest.mark.parametrize(
+    ("status", "headers", "body"),
+    [
+        # the emulator's ModelError and ModelNotReadyException: header and __type
+        (
+            424,
+            {"x-amzn-ErrorType": "ModelError:http://internal.amazon.com/"},
+            b'{"__type": "ModelError"}',
+        ),
+        (429, {"X-Amzn-ErrorType": "ModelNotReadyException"}, b"{}"),
+        # no header: the body's code, else its __type (after the namespace's '#')
+        (507, {}, b'{"__type": "com.amazon.coral#InsufficientMemory", "message": "no"}'),
+        (400, {}, b'{"Code": "ValidationError", "__type": "Other"}'),
+        # nothing says: the status, as boto3's ClientError code
+        (502, {}, b"<html>bad gateway</html>"),
+        (413, {}, b""),
+    ],
+)
+def test_an_http_replay_names_errors_as_boto3_does(
+    status: int, headers: dict[str, str], body: bytes
+) -> None:
+    """A replay over HTTP names an error by the code botocore's rest-json parser gives
+    sagemaker-runtime's answer (what a boto3 replay records, and the simulation's names):
+    ``ModelError``, never ``ModelError (424)``."""
+    import botocore.parsers
+    import botocore.session
+    from botocore.awsrequest import HeadersDict
+
+    from mmelocal.traffic.replay.over_http import _error_class
+
+    model = botocore.session.get_session().get_service_model("sagemaker-runtime")
+    shape = model.operation_model("InvokeEndpoint").output_shape
+    parsed = botocore.parsers.create_parser("rest-json").parse(
+        {"status_code": status, "headers": HeadersDict(headers), "body": body}, shape
+    )
+    assert _error_class(status, headers, body) == parsed["Error"]["Code"]

@@ -646,3 +646,28 @@ def test_a_load_waits_for_a_busy_model_to_make_room_then_fails_507() -> None:
     busy = simulate(trace_of([0.0, 2.0], [0, 1]), dataclasses.replace(config, service_s=40.0))
     assert busy["errors_by_class"] == {"InsufficientMemory": 1}
     assert busy["loads"] == 1 and busy["failed_loads"] == 1 and busy["max_loaded"] == 1
+
+
+def test_a_long_simulations_metric_history_is_the_alarms_window() -> None:
+    """The autoscaler keeps only the datapoints target tracking's alarms evaluate (their
+    evaluation range: the longer alarm's periods and CloudWatch's extra periods), not one
+    per period of the whole simulation: 2,000 periods (over a day) leave that many."""
+    from mmelocal.facts.autoscaling import HIGH_ALARM, LOW_ALARM, METRIC_PERIOD_S
+    from mmelocal.facts.cloudwatch import EVALUATION_RANGE_EXTRA_PERIODS
+    from mmelocal.traffic.simulate import Autoscaling
+    from mmelocal.traffic.simulate.fleet import _Scaler
+
+    window = (
+        max(HIGH_ALARM.evaluation_periods, LOW_ALARM.evaluation_periods)
+        + EVALUATION_RANGE_EXTRA_PERIODS
+    )
+    scaler = _Scaler(
+        Autoscaling(min_instances=1, max_instances=4, target_invocations_per_instance=100), 1
+    )
+    lengths = set()
+    for period in range(1, 2001):
+        scaler.count = 50 if period % 30 < 15 else 500  # quiet and busy spells
+        scaler.evaluate(period * METRIC_PERIOD_S, 2)
+        lengths.add(len(scaler.metric))
+    assert max(lengths) == window
+    assert len(scaler.metric) == window

@@ -22,7 +22,7 @@ from typing import Any
 import gevent
 import numpy as np
 
-from mmelocal.facts.sagemaker import ERROR_TYPE_HEADER
+from mmelocal.facts.invoke_errors import error_code
 
 REPLAY = "mmelocal_replay"
 READY = "mmelocal_replay_ready"
@@ -105,8 +105,7 @@ def _send_shard(runner: Any, shard: dict[str, Any], t0: float, urllib3: Any) -> 
             if resp.status == 200:
                 code = HIT if cache == "hit" else MISS
             else:
-                kind = resp.headers.get(ERROR_TYPE_HEADER) or f"HTTP {resp.status}"
-                kind = f"{kind.split(':')[0]} ({resp.status})"
+                kind = error_code(resp.status, resp.headers, resp.data)
                 if cache is not None:
                     code = ERROR_HIT if cache == "hit" else ERROR_MISS
         except Exception as exc:

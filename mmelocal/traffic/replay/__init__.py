@@ -135,9 +135,17 @@ def replay(
             per_instance = {
                 "max_loaded_per_instance": int(state["max_loaded_per_instance"]),
                 "emulator_instances": int(state["instance_count"]),
+                **state.get("capacity", {}),
             }
         loads = int(state.get("load_count", 0)) - int(state.get("loads_before", 0))
-        cycles = load_cycles(trace, rec, events, state["t0_wall"], options.speed)
+        cycles = load_cycles(
+            trace,
+            rec,
+            events,
+            state["t0_wall"],
+            options.speed,
+            failed=state.get("failed_load_events", ()),
+        )
         notes.append(
             "Hits per request from the emulator's X-Mmelocal-Model-Cache header; loads, "
             "load times and the loaded set from its /emulator/state."

@@ -1,7 +1,8 @@
 """What ``mmelocal serve``'s ``GET /emulator/state`` tells a replay: whether the target is
 the emulator at all, the loaded set and the load events while it runs (polled, every load
-kept: the emulator's own log is bounded), the note when polls failed, the memory probes
-(where the replay measured), the store it serves, and each load's cycle."""
+and failed load kept: the emulator's own log is bounded), the note when polls failed, the
+memory probes (where the replay measured), the store it serves, what a simulation of it
+needs (its options and memory), and each load's cycle."""
 
 from __future__ import annotations
 
@@ -41,9 +42,10 @@ async def _poll_state(
     """Sample the emulator's loaded count (all instances together, and the most any one
     instance held) and keep every load event (the emulator's own log is bounded: the
     replay keeps its record)."""
-    seen: set[tuple[float, str, int]] = set()
+    seen: set[tuple[str, float, str, int]] = set()
     samples: list[tuple[float, int]] = out.setdefault("samples", [])
     loads: list[tuple[float, str, int, float]] = out.setdefault("load_events", [])
+    failed: list[tuple[float, str, int]] = out.setdefault("failed_load_events", [])
     while True:
         out["state_polls"] = out.get("state_polls", 0) + 1
         try:
@@ -70,17 +72,44 @@ async def _poll_state(
                 out.get("max_loaded_per_instance", 0), max(per_instance, default=0)
             )
             out["load_count"] = state.get("event_counts", {}).get("load", 0)
+            out["capacity"] = _capacity(state)
             for e in state.get("events", []):
-                if e.get("kind") != "load" or e.get("duration_ms") is None:
+                kind = e.get("kind")
+                if not (kind == "error" or (kind == "load" and e.get("duration_ms") is not None)):
                     continue
-                key = (e["time_s"], e["target"], e["instance"])
-                if key not in seen:
-                    seen.add(key)
+                key = (kind, e["time_s"], e["target"], e["instance"])
+                if key in seen:
+                    continue
+                seen.add(key)
+                if kind == "load":
                     loads.append((e["time_s"], e["target"], e["instance"], e["duration_ms"] / 1e3))
+                else:  # a load that failed (refused, past the load limit): its callers' end
+                    failed.append((e["time_s"], e["target"], e["instance"]))
         if stop.is_set():
             return
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=interval_s)
+
+
+def _capacity(state: Mapping[str, Any]) -> dict[str, Any]:
+    """What a simulation of the emulator needs from one read of its state page (empty for
+    an emulator whose page does not say): ``emulator_options`` (its load wait, load
+    limit, busy wait...), ``memory_room_bytes`` (the room one instance has for models:
+    its memory limit less the idle server's memory and the runtimes its models brought,
+    the smallest of the instances) and the ``footprints_bytes`` it measured."""
+    options = state.get("options")
+    rooms = [
+        i["memory_limit_bytes"] - i["memory_idle_bytes"] - sum(i["runtime_bytes"].values())
+        for i in state.get("instances", [])
+        if i.get("memory_idle_bytes") is not None and i.get("runtime_bytes") is not None
+    ]
+    if options is None or not rooms:
+        return {}
+    return {
+        "emulator_options": dict(options),
+        "memory_room_bytes": min(rooms),
+        "footprints_bytes": dict(state.get("footprints_bytes") or {}),
+    }
 
 
 def _state_note(state: Mapping[str, Any]) -> str | None:
@@ -109,6 +138,8 @@ def load_cycles(
     events: Sequence[tuple[float, str, int, float]],
     t0_wall: float,
     speed: float,
+    *,
+    failed: Sequence[tuple[float, str, int]] = (),
 ) -> np.ndarray:
     """How long each load held its instance, in the endpoint's seconds (wall clock, as the
     latencies; never scaled by ``speed``): from the later of the miss that asked for it
@@ -118,8 +149,10 @@ def load_cycles(
 
     A caller that got an error (ModelNotReadyException after its wait) asked for the load
     too; a load no caller asked for (a hot model's replica) is its own load time.
-    ``events`` are (wall time it ended, target, instance, seconds); request ``i`` was sent
-    ``trace.times_s[i] / speed`` after ``t0_wall``."""
+    ``events`` are (wall time it ended, target, instance, seconds); ``failed`` the loads
+    that failed (the emulator's ``error`` events: wall time, target, instance), whose
+    callers asked for them and not for the next load of that model; request ``i`` was
+    sent ``trace.times_s[i] / speed`` after ``t0_wall``."""
     index = {m: i for i, m in enumerate(trace.models)}
     misses = ~rec.hit  # answered misses and failed calls: either may have asked for a load
     sent = trace.times_s / speed  # when each request left, in seconds from the start
@@ -127,11 +160,19 @@ def load_cycles(
     previous_end: dict[int, float] = {}
     last_load_of: dict[int, float] = {}
     out: list[float] = []
-    for wall, target, instance, seconds in events:
+    timeline = sorted(
+        [(wall, target, instance, seconds) for wall, target, instance, seconds in events]
+        + [(wall, target, instance, None) for wall, target, instance in failed],
+        key=lambda e: e[0],
+    )
+    for wall, target, instance, seconds in timeline:
         m = index.get(target)
         if m is None:
             continue
         end = wall - t0_wall
+        if seconds is None:  # failed: the calls until then were its callers
+            last_load_of[m] = max(end, last_load_of.get(m, -1.0))
+            continue
         if m not in by_model:
             by_model[m] = sent[(trace.model_ids == m) & misses]
         asked = by_model[m]

@@ -4,14 +4,13 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from typing import Any
 
 import numpy as np
 
 from mmelocal.errors import UserInputError
-from mmelocal.facts.sagemaker import ERROR_TYPE_HEADER
+from mmelocal.facts.invoke_errors import error_code
 from mmelocal.traffic.replay.emulator_state import _poll_state, _probe_kinds, _state_before
 from mmelocal.traffic.replay.schedule import Progress, ReplayOptions, _open_loop, _Record
 from mmelocal.traffic.replay.targets import _origin, invocations_url
@@ -30,13 +29,9 @@ def _aiohttp() -> Any:
 
 
 def _error_class(status: int, headers: Any, body: bytes) -> str:
-    kind = headers.get(ERROR_TYPE_HEADER) or headers.get(ERROR_TYPE_HEADER.lower())
-    if not kind:
-        try:
-            kind = json.loads(body).get("__type")
-        except (ValueError, AttributeError):
-            kind = None
-    return f"{kind.split(':')[0]} ({status})" if kind else f"HTTP {status}"
+    """An error answer's class: boto3's error code for it (``ModelError``), so that a
+    replay over HTTP, one through boto3 and a simulation name errors alike."""
+    return error_code(status, headers, body)
 
 
 async def _replay_http(

@@ -43,13 +43,15 @@ emulator and the service count it, and every request is a sample: one that faile
 ``loads`` the loads themselves (replicas included).
 
 The parts: :mod:`.config` (what the fleet is), :mod:`.fleet` (the instances, the ready
-choice, resize and autoscaling, billing) and :mod:`.engine` (the event loop).
+choice, resize and autoscaling, billing), :mod:`.callers` (each request's outcome, the
+callers of loads and the calls in flight), :mod:`.loads` (the load queues, downloads and
+disks, room and eviction, failed loads) and :mod:`.engine` (the event loop).
 """
 
+from mmelocal.traffic.simulate.callers import LOAD_FAILED as LOAD_FAILED
+from mmelocal.traffic.simulate.callers import MODEL_NOT_READY as MODEL_NOT_READY
+from mmelocal.traffic.simulate.callers import NO_ROOM as NO_ROOM
 from mmelocal.traffic.simulate.config import Autoscaling, LoadTimes, SimConfig
-from mmelocal.traffic.simulate.engine import LOAD_FAILED as LOAD_FAILED
-from mmelocal.traffic.simulate.engine import MODEL_NOT_READY as MODEL_NOT_READY
-from mmelocal.traffic.simulate.engine import NO_ROOM as NO_ROOM
 from mmelocal.traffic.simulate.engine import simulate
 from mmelocal.traffic.simulate.fleet import pick_holder as pick_holder
 

@@ -125,7 +125,8 @@ class _Scaler:
     """Feeds the shared target-tracking rule one metric value per closed period."""
 
     def __init__(self, scaling: Autoscaling, capacity: int) -> None:
-        from mmelocal.facts.autoscaling import METRIC_PERIOD_S
+        from mmelocal.facts.autoscaling import HIGH_ALARM, LOW_ALARM, METRIC_PERIOD_S
+        from mmelocal.facts.cloudwatch import EVALUATION_RANGE_EXTRA_PERIODS
         from mmelocal.rules.autoscaling import (
             ScalingLimits,
             ScalingState,
@@ -135,6 +136,12 @@ class _Scaler:
         self.period_s = float(METRIC_PERIOD_S)
         self.next_eval_s = self.period_s
         self.count = 0
+        #: the newest datapoints, as many as the alarms' evaluation range holds (the
+        #: longer alarm's periods and CloudWatch's extra ones): older ones are never read
+        self.window = (
+            max(HIGH_ALARM.evaluation_periods, LOW_ALARM.evaluation_periods)
+            + EVALUATION_RANGE_EXTRA_PERIODS
+        )
         self.metric: list[float | None] = []
         self.limits = ScalingLimits(
             min_capacity=scaling.min_instances, max_capacity=scaling.max_instances
@@ -156,10 +163,11 @@ class _Scaler:
         changed: list[tuple[float, int]] = []
         while now_s >= self.next_eval_s:
             self.metric.append(self.count / max(1, instances))
+            del self.metric[: -self.window]
             self.count = 0
             self.state = replace(self.state, capacity=instances)
             self.state, decision = target_tracking_step(
-                self.next_eval_s, self.state, self.metric[-60:], self.policy, self.limits
+                self.next_eval_s, self.state, self.metric, self.policy, self.limits
             )
             if decision.cause is not None and decision.capacity != instances:
                 self.activities.append(
