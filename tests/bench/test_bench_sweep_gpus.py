@@ -7,62 +7,27 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import psutil
 import pytest
-from shared_helpers import StandInNvml
+from shared_helpers import StandInNvml, tritonservers
 
 from mmelocal.bench.sweep.runner import SweepOptions, run_sweep, users_shape
 from mmelocal.builder.payload import REFERENCE_FILE
+from mmelocal.testing.tiny_model import write_model
 
 pytestmark = pytest.mark.triton
 
-CONFIG = """\
-name: "plus_one"
-backend: "python"
-max_batch_size: 8
-input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
-instance_group [ { count: 1 kind: KIND_CPU } ]
-"""
-MODEL = """\
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [
-            pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(
-                "OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy() + 1)])
-            for r in requests
-        ]
-"""
-
 
 def _model(root: Path) -> Path:
-    folder = root / "plus_one"
-    (folder / "1").mkdir(parents=True)
-    (folder / "config.pbtxt").write_text(CONFIG)
-    (folder / "1" / "model.py").write_text(MODEL)
+    folder = write_model(root, name="plus_one", scale=1.0)
     x = np.ones((1, 4), np.float32)
     np.savez(folder / REFERENCE_FILE, **{"input:INPUT0": x, "output:OUTPUT0": x + 1})
     return folder
 
 
-def _tritonservers() -> dict[int, psutil.Process]:
-    found = {}
-    for child in psutil.Process().children(recursive=True):
-        try:
-            if "tritonserver" in " ".join(child.cmdline()):
-                found[child.pid] = child
-        except psutil.Error:
-            continue
-    return found
-
-
 def _server_environment(before: set[int]) -> dict[str, str]:
     """The environment of the tritonserver started since ``before`` (pids of those running
     then: a session's own test server, started by an earlier test, is not the sweep's)."""
-    started = [p for pid, p in _tritonservers().items() if pid not in before]
+    started = [p for p in tritonservers() if p.pid not in before]
     assert len(started) == 1, f"tritonservers started by the sweep: {started}"
     return started[0].environ()
 
@@ -88,7 +53,7 @@ def test_the_server_runs_on_the_gpus_the_sweep_sized(
     )
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
     seen: list[dict[str, str]] = []
-    before = set(_tritonservers())
+    before = {p.pid for p in tritonservers()}
 
     def progress(message: str) -> None:
         if "load test" in message:  # the server is up, the variant loaded

@@ -125,28 +125,6 @@ def test_a_gpu_test_module_that_needs_what_does_not_travel_is_listed_not_run(
 
 
 # -- the steps (gpu_proof_steps.py): their result shaping and their paths on this machine --
-PY_MODEL_CONFIG = """\
-name: "plus_one"
-backend: "python"
-max_batch_size: 8
-input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
-instance_group [ { count: 1 kind: KIND_CPU } ]
-"""
-PY_MODEL = """\
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            x = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
-            out = pb_utils.Tensor("OUTPUT0", (x + 1.0).astype(np.float32))
-            responses.append(pb_utils.InferenceResponse(output_tensors=[out]))
-        return responses
-"""
 PY_PAYLOAD = json.dumps(
     {"inputs": [{"name": "INPUT0", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}]}
 ).encode()
@@ -160,12 +138,10 @@ def _steps() -> ModuleType:
 
 
 def _python_model(root: Path) -> Path:
-    """A Python-backend model folder (``OUTPUT0 = INPUT0 + 1``): no build, quick to load."""
-    folder = root / "plus_one"
-    (folder / "1").mkdir(parents=True)
-    (folder / "config.pbtxt").write_text(PY_MODEL_CONFIG)
-    (folder / "1" / "model.py").write_text(PY_MODEL)
-    return folder
+    """A Python-backend model folder (``OUTPUT0 = INPUT0 * 1 + 1``): no build, quick to load."""
+    from mmelocal.testing.tiny_model import write_model
+
+    return write_model(root, name="plus_one", scale=1.0)
 
 
 def _no_gpu_here() -> None:
