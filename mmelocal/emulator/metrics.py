@@ -135,7 +135,10 @@ class Metrics:
         served, self._served = self._served, []
         summaries = self._summaries
         summaries["ModelCacheHit"].observe_all([1.0 if s[2] else 0.0 for s in served])
-        summaries["ModelLoadingWaitTime"].observe_all([s[3] * 1e6 for s in served if not s[2]])
+        # a miss waited for its model; a hit waited only when its recovery reloaded it
+        summaries["ModelLoadingWaitTime"].observe_all(
+            [s[3] * 1e6 for s in served if not s[2] or s[3] > 0.0]
+        )
         summaries["ModelLatency"].observe_all([s[1] * 1e6 for s in served])
         # negative readings as 0 (max(0.0, x), NaN included)
         summaries["OverheadLatency"].observe_all(
@@ -191,7 +194,8 @@ class Metrics:
         wait_s: float = 0.0,
     ) -> None:
         """One invocation Triton answered with ``status``, in one call (the invocation
-        path's): the cache hit, the load wait (misses only), the model's latency, the
+        path's): the cache hit, the load wait (misses, and hits whose recovery waited for a
+        reload), the model's latency, the
         overhead, and the counts (:meth:`_count_invocation`'s). The summaries take the
         values when next read (:attr:`summaries`), at most :data:`_FOLD_EVERY` later."""
         served = self._served

@@ -85,3 +85,18 @@ def test_prometheus_text_round_trip() -> None:
     assert parsed[f"ModelLatency_count{{{labels}}}"] == 2
     assert parsed[f"LoadedModelCount{{{labels}}}"] == 3
     assert parsed[f"DiskUtilization{{{labels}}}"] == 12.5
+
+
+def test_loading_wait_is_a_sample_for_every_call_that_waited() -> None:
+    """ModelLoadingWaitTime: "the interval of time that an invocation request has waited
+    for the target model to be downloaded, or loaded, or both". A miss is a sample (even
+    a wait of 0: its model was loading); a hit whose recovery waited for a reload (Triton
+    answered 404 or 507, the emulator loaded the model again) waited too; a plain hit
+    did not."""
+    m = Metrics()
+    m.record_served(200, 0.0, 0.001, cache_hit=False, wait_s=0.5)
+    m.record_served(200, 0.0, 0.001, cache_hit=True, wait_s=0.25)
+    m.record_served(200, 0.0, 0.001, cache_hit=True)
+    wait = m.snapshot()["ModelLoadingWaitTime"]
+    assert wait["count"] == 2  # type: ignore[index]
+    assert wait["mean"] == 375_000.0  # type: ignore[index]
