@@ -67,7 +67,9 @@ class BuildOptions:
 
     ``config`` is used as given; otherwise the family preset (detected from the model) with
     ``overrides`` (ConfigOptions field names; ``None`` values ignored) applied.
-    ``fp16``/``int8``/``trtexec``/``trt_docker_image`` apply to ``format="tensorrt"``.
+    ``fp16``/``int8``/``trtexec``/``trt_docker_image``/``trt_docker_gpus`` apply to
+    ``format="tensorrt"``; ``trt_docker_gpus`` are the GPUs (UUIDs) the image's container
+    is given (:func:`~mmelocal.builder.onnx2trt.build_engine`'s ``docker_gpus``).
     ``reference_npz`` (``input:<name>``/``output:<name>`` arrays, artifact names) makes the
     verification compare against those outputs instead of the source model, which is how
     an existing ``.pt``/``.onnx`` file used as it is can still be checked.
@@ -93,6 +95,7 @@ class BuildOptions:
     int8: bool = False
     trtexec: str | None = None
     trt_docker_image: str | None = None
+    trt_docker_gpus: tuple[str, ...] | None = None
     opset: int | None = None
     reference_npz: Path | str | None = None
 
@@ -293,6 +296,7 @@ def _export(
         seq_lens=(1, seq, seq) if seq is not None else None,
         trtexec=opt.trtexec,
         docker_image=opt.trt_docker_image,
+        docker_gpus=opt.trt_docker_gpus,
     )
     precision = "int8" if opt.int8 else "fp16" if opt.fp16 else "fp32"
     signature = onnx_artifact.signature

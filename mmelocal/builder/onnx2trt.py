@@ -7,6 +7,14 @@ Three ways to run the TensorRT builder, tried in this order:
 3. ``trtexec`` inside a Docker image the caller names (``docker_image=``, e.g.
    ``nvcr.io/nvidia/tensorrt:24.08-py3``), run through the docker SDK with the GPUs.
 
+The first two build on the first GPU ``CUDA_VISIBLE_DEVICES`` leaves (CUDA reads it in this
+process, or in trtexec, which inherits it). A container inherits no environment: it is given
+``docker_gpus``, the UUIDs of the GPUs chosen (the caller reads ``CUDA_VISIBLE_DEVICES``
+with :func:`mmelocal.runtime.visible_gpus.container_gpus`, as the Docker launcher does), in
+its device request and its ``CUDA_VISIBLE_DEVICES``, so that trtexec builds on the same
+card; without them it gets every GPU, and a ``CUDA_VISIBLE_DEVICES`` set here is refused
+rather than built on another card.
+
 One optimisation profile covers every dynamic axis: axis 0 takes
 ``min/opt/max_batch``; other dynamic axes (the sequence of a text model) take
 ``seq_lens=(min, opt, max)``. A plan is tied to the GPU model and TensorRT version it
@@ -23,6 +31,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import os
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -181,9 +190,11 @@ def build_engine(
     workspace_bytes: int = DEFAULT_WORKSPACE_BYTES,
     trtexec: str | None = None,
     docker_image: str | None = None,
+    docker_gpus: Sequence[str] | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> Path:
-    """Build a TensorRT plan from ``onnx_path`` into ``out_path``; return ``out_path``."""
+    """Build a TensorRT plan from ``onnx_path`` into ``out_path``; return ``out_path``.
+    ``docker_gpus``: the GPUs (UUIDs) a ``docker_image`` build is given (see the module)."""
     onnx_file = Path(onnx_path)
     out = Path(out_path)
     full, _ = inspect_onnx(onnx_file, strip_batch=False)
@@ -209,11 +220,18 @@ def build_engine(
         _run_local(cmd, timeout_s)
     else:
         assert where is not None
-        _run_docker(
-            docker_run_spec(
-                where, onnx_file, out, profile, fp16=fp16, int8=int8, workspace=workspace_bytes
-            )
+        gpus = _docker_gpus(docker_gpus)
+        spec = docker_run_spec(
+            where,
+            onnx_file,
+            out,
+            profile,
+            fp16=fp16,
+            int8=int8,
+            workspace=workspace_bytes,
+            gpus=gpus,
         )
+        _run_docker(spec, gpus)
     if not out.is_file() or out.stat().st_size == 0:
         raise ExportError(f"the TensorRT build finished but wrote no plan at {out}")
     return out
@@ -282,8 +300,11 @@ def docker_run_spec(
     fp16: bool,
     int8: bool,
     workspace: int,
+    gpus: Sequence[str] | None = None,
 ) -> dict[str, Any]:
-    """Keyword arguments for ``docker.containers.run`` (paths mounted under ``/mmelocal``)."""
+    """Keyword arguments for ``docker.containers.run`` (paths mounted under ``/mmelocal``),
+    but the device requests (:func:`_run_docker` adds them); ``gpus`` (device ids: UUIDs, in
+    CUDA's order) are the container's ``CUDA_VISIBLE_DEVICES`` too."""
     src_dir, out_dir = onnx_file.resolve().parent, out.resolve().parent
     volumes = {
         str(src_dir): {"bind": "/mmelocal/in", "mode": "ro"},
@@ -297,7 +318,7 @@ def docker_run_spec(
         int8=int8,
         workspace_bytes=workspace,
     )
-    return {
+    spec = {
         "image": image,
         "command": command,
         "volumes": volumes,
@@ -305,10 +326,35 @@ def docker_run_spec(
         "stdout": True,
         "stderr": True,
     }
+    if gpus is not None:
+        spec["environment"] = {"CUDA_VISIBLE_DEVICES": ",".join(gpus)}
+    return spec
 
 
-def _run_docker(spec: dict[str, Any]) -> None:
-    """Run the container of ``spec`` (:func:`docker_run_spec`) with the GPUs."""
+def _docker_gpus(gpus: Sequence[str] | None) -> tuple[str, ...] | None:
+    """``gpus`` checked (None: every GPU, unless ``CUDA_VISIBLE_DEVICES`` chooses here)."""
+    if gpus is None:
+        value = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if value is not None:
+            raise UserInputError(
+                f"CUDA_VISIBLE_DEVICES={value} chooses the GPU a TensorRT plan is built on, "
+                "and a container does not inherit it: pass those GPUs' UUIDs as docker_gpus "
+                "(mmelocal.runtime.visible_gpus.container_gpus() reads the variable as the "
+                "Docker launcher does; mmelocal build does it for you), or unset it"
+            )
+        return None
+    ids = tuple(str(g) for g in gpus)
+    if not ids or not all(ids):
+        raise UserInputError(
+            f"docker_gpus names no GPU ({list(gpus)!r}), and a TensorRT plan is built on one: "
+            "choose a GPU (CUDA_VISIBLE_DEVICES, by number or UUID)"
+        )
+    return ids
+
+
+def _run_docker(spec: dict[str, Any], gpus: Sequence[str] | None = None) -> None:
+    """Run the container of ``spec`` (:func:`docker_run_spec`) with ``gpus`` (device ids;
+    None: every GPU)."""
     try:
         import docker
         from docker.types import DeviceRequest
@@ -324,10 +370,13 @@ def _run_docker(spec: dict[str, Any]) -> None:
         raise ExportError(f"Docker image {image} is not present: docker pull {image}") from None
     except Exception as exc:
         raise ExportError(f"cannot reach the Docker engine: {first_line(exc)}") from None
+    request = (
+        DeviceRequest(count=-1, capabilities=[["gpu"]])
+        if gpus is None
+        else DeviceRequest(device_ids=list(gpus), capabilities=[["gpu"]])
+    )
     try:
-        client.containers.run(
-            **spec, device_requests=[DeviceRequest(count=-1, capabilities=[["gpu"]])]
-        )
+        client.containers.run(**spec, device_requests=[request])
     except docker.errors.ContainerError as exc:
         logs = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else ""
         raise ExportError(

@@ -152,6 +152,7 @@ def build(
         fp16=fp16,
         int8=int8,
         trt_docker_image=trt_image,
+        trt_docker_gpus=trt_docker_gpus(fmt, trt_image),
         reference_npz=reference,
     )
     if err_console.is_terminal and not as_json:
@@ -186,6 +187,23 @@ def build(
         print_json(result_to_dict(result))
     else:
         _print_result(result)
+
+
+def trt_docker_gpus(fmt: str, trt_image: str | None) -> tuple[str, ...] | None:
+    """The GPUs (UUIDs) a ``--trt-image`` build's container is given: those
+    ``CUDA_VISIBLE_DEVICES`` names, read as the Docker launcher reads it
+    (:func:`~mmelocal.runtime.visible_gpus.container_gpus`); None (every GPU) when it is
+    unset, and when no container runs (another format, or TensorRT found here)."""
+    if fmt != "tensorrt" or not trt_image:
+        return None
+    from mmelocal.builder.onnx2trt import choose_builder
+
+    if choose_builder(docker_image=trt_image)[0] != "docker":
+        return None
+    from mmelocal.runtime.visible_gpus import container_gpus
+
+    chosen = container_gpus()
+    return None if chosen is None else chosen.uuids
 
 
 def _default_weights(source: str) -> str | None:

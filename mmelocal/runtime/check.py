@@ -287,6 +287,7 @@ def _server_gpu(opts: CheckOptions) -> ServerGpus:
         names=visible.names[:1],
         indices=visible.indices[:1],
         uuids=visible.uuids[:1],
+        total_bytes=visible.total_bytes[:1],
         env=visible.pin(0),
         origin=f"the first GPU of {visible.origin}",
     )

@@ -12,10 +12,12 @@ published on ``127.0.0.1`` only: the config's ports become the host ports, ``0``
 (``backend_directory``) are paths inside the container.
 
 GPUs are requested as device requests (``--gpus``); by default only when the engine has
-the ``nvidia`` runtime. Every container carries the labels :data:`LABEL_OWNER`,
-:data:`LABEL_SESSION`, :data:`LABEL_HOST` and :data:`LABEL_PID`, so that
-:func:`cleanup_containers` can remove what a crashed process left behind. The container's
-output is streamed into ``log_path`` while it runs.
+the ``nvidia`` runtime, and then the GPUs a local server would see: those
+``CUDA_VISIBLE_DEVICES`` names (the config's ``env``, else this process's), by UUID
+(:func:`~mmelocal.runtime.visible_gpus.container_gpus`), else every GPU. Every container
+carries the labels :data:`LABEL_OWNER`, :data:`LABEL_SESSION`, :data:`LABEL_HOST` and
+:data:`LABEL_PID`, so that :func:`cleanup_containers` can remove what a crashed process
+left behind. The container's output is streamed into ``log_path`` while it runs.
 """
 
 from __future__ import annotations
@@ -80,8 +82,9 @@ class DockerLauncher(OwnedServerLauncher):
     """Start Triton in a container (see the module docstring).
 
     ``image`` defaults (``None``) to :data:`DEFAULT_IMAGE`; ``pull`` is ``"missing"`` (pull
-    only when absent), ``"always"`` or ``"never"``. ``gpus``: ``None`` = all GPUs when the
-    engine has the nvidia runtime, else none; see :func:`gpu_device_requests` for the rest.
+    only when absent), ``"always"`` or ``"never"``. ``gpus``: ``None`` = when the engine has
+    the nvidia runtime, the GPUs a local server would see (:meth:`gpu_selection`), else
+    none; given, exactly those (see :func:`gpu_device_requests`), the config's ``env`` as is.
     ``command_prefix`` is what runs before Triton's flags; ``entrypoint`` overrides the
     image's. ``run_options`` are passed to ``containers.run`` as is (e.g. ``mem_limit``).
 
@@ -172,8 +175,29 @@ class DockerLauncher(OwnedServerLauncher):
             keys.append("sagemaker")
         return keys
 
-    def run_kwargs(self, *, gpu_requests: list[Any]) -> dict[str, Any]:
-        """The keyword arguments given to ``containers.run`` (without the image)."""
+    def gpu_selection(self, client: Any) -> tuple[list[Any], dict[str, str]]:
+        """The device requests and the container's GPU environment: ``gpus`` when given;
+        else none without the engine's nvidia runtime; else the GPUs a local server would
+        see (:func:`~mmelocal.runtime.visible_gpus.container_gpus` of the config's ``env``):
+        all when ``CUDA_VISIBLE_DEVICES`` is unset, else those it names, by UUID, in
+        ``device_ids`` and in the container's ``CUDA_VISIBLE_DEVICES``."""
+        from mmelocal.runtime.visible_gpus import container_gpus
+
+        if self.gpus is not None:
+            return gpu_device_requests(self.gpus), {}
+        if not engine_has_nvidia_runtime(client):
+            return [], {}
+        chosen = container_gpus(self.config.env)
+        if chosen is None:
+            return gpu_device_requests(True), {}
+        logger.info("container %s GPUs: %s", self.name, chosen.describe())
+        return gpu_device_requests(list(chosen.uuids) or None), dict(chosen.env)
+
+    def run_kwargs(
+        self, *, gpu_requests: list[Any], gpu_env: Mapping[str, str] | None = None
+    ) -> dict[str, Any]:
+        """The keyword arguments given to ``containers.run`` (without the image);
+        ``gpu_env`` (:meth:`gpu_selection`'s) over the config's environment."""
         repo = Path(self.config.model_repository).resolve()
         if not repo.is_dir():
             raise UserInputError(f"model_repository {repo} is not a folder")
@@ -187,7 +211,7 @@ class DockerLauncher(OwnedServerLauncher):
             "detach": True,
             "init": True,
             "labels": self.labels(),
-            "environment": container_server_config(self.config).to_env(),
+            "environment": container_server_config(self.config).to_env() | dict(gpu_env or {}),
             "ports": ports,
             "volumes": {str(repo): {"bind": CONTAINER_MODEL_REPOSITORY, "mode": "ro"}},
             "shm_size": self.shm_size_bytes,
@@ -210,8 +234,8 @@ class DockerLauncher(OwnedServerLauncher):
         self._client = client
         reap_orphans_once(client)
         ensure_image(client, self.image, pull=self.pull)
-        gpus = engine_has_nvidia_runtime(client) if self.gpus is None else self.gpus
-        kwargs = self.run_kwargs(gpu_requests=gpu_device_requests(gpus))
+        gpu_requests, gpu_env = self.gpu_selection(client)
+        kwargs = self.run_kwargs(gpu_requests=gpu_requests, gpu_env=gpu_env)
         if self._log_path is None:
             self._log_path = Path(tempfile.mkdtemp(prefix="mmelocal-triton-")) / "tritonserver.log"
         self._log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -21,10 +21,19 @@ Integer indices follow ``CUDA_DEVICE_ORDER``: ``FASTEST_FIRST`` by default, nvid
 (PCI bus) order with ``PCI_BUS_ID``. NVML numbers by PCI bus, so on a machine whose GPUs
 differ an index means a known card only under ``PCI_BUS_ID``; where they are all alike,
 any index names the same card. What cannot be read exactly is refused with what to set.
+
+Every launcher honours the same selection: the local one passes the environment (this
+process's, under the server config's ``env``) to tritonserver, where CUDA reads it; a
+container does not inherit this environment, so :func:`container_gpus` turns the
+selection into the cards' UUIDs, given to Docker as the device request's ``device_ids``
+(the NVIDIA Container Toolkit takes "a comma-separated list of GPU UUID(s) or index(es)",
+its page "Specialized Configurations with Docker"; its indices are NVML's) and to the
+container's CUDA as ``CUDA_VISIBLE_DEVICES``, in the same order.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from collections.abc import Mapping, Sequence
@@ -43,13 +52,16 @@ _INDEX = re.compile(r"-?[0-9]+")
 @dataclass(frozen=True, kw_only=True)
 class ServerGpus:
     """The GPUs a server will see, in CUDA's order: ``names`` (NVML's product names),
-    ``indices`` (NVML's numbers, nvidia-smi's: the devices to read memory from) and
-    ``uuids``; the environment that makes a server see exactly them, and how they were
-    chosen. :meth:`pin` is the environment of a server that sees one of them alone."""
+    ``indices`` (NVML's numbers, nvidia-smi's: the devices to read memory from), ``uuids``
+    and ``total_bytes`` (NVML's memory total of each, what tells cards of one name apart:
+    :func:`~mmelocal.bench.capacity.projection.card_named`); the environment that makes a
+    server see exactly them, and how they were chosen. :meth:`pin` is the environment of a
+    server that sees one of them alone."""
 
     names: tuple[str, ...] = ()
     indices: tuple[int, ...] = ()
     uuids: tuple[str, ...] = ()
+    total_bytes: tuple[int, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     origin: str = "every GPU NVML sees"
 
@@ -102,6 +114,48 @@ def server_gpus(
         nvml.close()
 
 
+def container_gpus(
+    env: Mapping[str, str] | None = None, *, environ: Mapping[str, str] | None = None
+) -> ServerGpus | None:
+    """The GPUs to give a container so that its server sees what the local launcher's would
+    with the server environment ``env``: ``CUDA_VISIBLE_DEVICES`` (and ``CUDA_DEVICE_ORDER``)
+    from ``env``, else from ``environ`` (default: this process's environment, which a local
+    server inherits), read as :func:`server_gpus` reads it. None when neither sets
+    ``CUDA_VISIBLE_DEVICES``: every GPU, as a local server would see. Else the chosen GPUs,
+    their ``uuids`` the device ids to request (none: no GPU) and their ``env`` the UUIDs in
+    ``CUDA_VISIBLE_DEVICES`` (the container numbers its GPUs from 0, so an index chosen
+    here would name another card there, or none). A non-empty selection that NVML cannot
+    read here (no nvidia-ml-py, driver or GPU) is refused with what to do.
+    """
+    import os
+
+    from mmelocal.runtime.memory import Nvml
+
+    base = os.environ if environ is None else environ
+    given = env or {}
+    read = {k: given.get(k, base.get(k)) for k in (VISIBLE, ORDER)}
+    selection = {k: v for k, v in read.items() if v is not None}
+    value = selection.get(VISIBLE)
+    if value is None:
+        return None
+    if not value:
+        return ServerGpus(env={VISIBLE: ""}, origin=f"{VISIBLE}= (empty)")
+    try:
+        nvml = Nvml()
+    except Exception:
+        raise UserInputError(
+            f"{VISIBLE}={value} chooses the GPUs, but NVML cannot read this machine's GPUs "
+            "to give a container the same cards (nvidia-ml-py, a driver and a GPU are "
+            "needed: pip install 'mmelocal[gpu]'); or name the container's GPUs yourself "
+            "(the Docker launcher's gpus=)"
+        ) from None
+    try:
+        chosen = _from_environment(nvml, nvml.device_count(), value, selection.get(ORDER))
+    finally:
+        nvml.close()
+    return dataclasses.replace(chosen, env={VISIBLE: ",".join(chosen.uuids)})
+
+
 def _numbers(indices: Sequence[int]) -> str:
     return ",".join(str(i) for i in indices)
 
@@ -112,6 +166,7 @@ def _described(nvml: Any, indices: Sequence[int], **rest: Any) -> ServerGpus:
         names=tuple(nvml.name(i) for i in indices),
         indices=tuple(indices),
         uuids=tuple(nvml.uuid(i) for i in indices),
+        total_bytes=tuple(nvml.memory(i)[1] for i in indices),
         **rest,
     )
 
@@ -183,4 +238,4 @@ def _resolve(token: str, nvml: Any, count: int, order: str | None) -> int | None
     return int(token)
 
 
-__all__ = ["ServerGpus", "server_gpus"]
+__all__ = ["ServerGpus", "container_gpus", "server_gpus"]

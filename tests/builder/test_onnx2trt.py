@@ -159,9 +159,11 @@ def test_real_engine_build(artifact_of, tmp_path: Path) -> None:
     assert plan.stat().st_size > 1_000_000
 
 
-def test_docker_builder_runs_trtexec_with_the_gpus(
-    monkeypatch, artifact_of, tmp_path: Path
-) -> None:
+def _docker_build(
+    monkeypatch: pytest.MonkeyPatch, onnx_path: Path, out: Path, **kwargs: Any
+) -> dict[str, Any]:
+    """Build through the Docker builder with an engine that records what ``containers.run``
+    was given (and writes a plan where trtexec would)."""
     docker = pytest.importorskip("docker")
     calls: dict[str, Any] = {}
 
@@ -183,17 +185,84 @@ def test_docker_builder_runs_trtexec_with_the_gpus(
     monkeypatch.setattr(onnx2trt, "tensorrt_installed", lambda: False)
     monkeypatch.setattr(onnx2trt, "find_trtexec", lambda name: None)
     monkeypatch.setattr(docker, "from_env", lambda: Client())
-    plan = onnx2trt.build_engine(
-        artifact_of("resnet", "onnx").path,
-        tmp_path / "model.plan",
-        max_batch=2,
-        docker_image="trt:test",
-    )
+    plan = onnx2trt.build_engine(onnx_path, out, max_batch=2, docker_image="trt:test", **kwargs)
     assert plan.read_bytes() == b"engine"
+    return calls
+
+
+def test_docker_builder_runs_trtexec_with_the_gpus(
+    monkeypatch, artifact_of, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    calls = _docker_build(monkeypatch, artifact_of("resnet", "onnx").path, tmp_path / "model.plan")
     assert calls["image"] == "trt:test"
     (request,) = calls["device_requests"]
     assert request["Capabilities"] == [["gpu"]] and request["Count"] == -1
     assert "--maxShapes=pixel_values:2x3x224x224" in calls["command"]
+    assert "CUDA_VISIBLE_DEVICES" not in calls.get("environment", {})
+
+
+GPU_1 = "GPU-00000001-0000-0000-0000-000000000001"
+
+
+def test_docker_builder_gives_the_container_the_chosen_gpus_by_uuid(
+    monkeypatch, artifact_of, tmp_path: Path
+) -> None:
+    """trtexec builds on the first GPU it sees: the container gets the chosen card alone
+    (device request and CUDA_VISIBLE_DEVICES), not every GPU with trtexec on GPU 0."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    calls = _docker_build(
+        monkeypatch,
+        artifact_of("resnet", "onnx").path,
+        tmp_path / "model.plan",
+        docker_gpus=(GPU_1,),
+    )
+    (request,) = calls["device_requests"]
+    assert request["DeviceIDs"] == [GPU_1] and request["Capabilities"] == [["gpu"]]
+    assert not request.get("Count")
+    assert calls["environment"] == {"CUDA_VISIBLE_DEVICES": GPU_1}
+
+
+@pytest.mark.parametrize(
+    ("visible", "docker_gpus", "match"),
+    [
+        ("1", None, r"CUDA_VISIBLE_DEVICES=1 chooses the GPU .* docker_gpus"),
+        ("", (), r"docker_gpus names no GPU"),
+    ],
+)
+def test_docker_builder_refuses_a_selection_it_cannot_honour(
+    monkeypatch, artifact_of, tmp_path: Path, visible: str, docker_gpus: Any, match: str
+) -> None:
+    """CUDA_VISIBLE_DEVICES set and no GPUs given: the container would get every GPU and
+    trtexec build on another card than the one chosen (a plan is tied to its GPU model)."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    given = {} if docker_gpus is None else {"docker_gpus": docker_gpus}
+    with pytest.raises(UserInputError, match=match):
+        _docker_build(
+            monkeypatch, artifact_of("resnet", "onnx").path, tmp_path / "model.plan", **given
+        )
+
+
+def test_mmelocal_build_reads_the_selection_as_the_docker_launcher(monkeypatch) -> None:
+    """``mmelocal build --trt-image``: the GPUs CUDA_VISIBLE_DEVICES names, by UUID (two
+    T4s here, NVML stood in); none given when it is unset or no container runs."""
+    import sys
+
+    from shared_helpers import StandInNvml
+
+    from mmelocal.cli.build import trt_docker_gpus
+
+    monkeypatch.setitem(sys.modules, "pynvml", StandInNvml({0: 0, 1: 0}, names=("Tesla T4",) * 2))
+    monkeypatch.setattr(onnx2trt, "tensorrt_installed", lambda: False)
+    monkeypatch.setattr(onnx2trt, "find_trtexec", lambda name: None)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert trt_docker_gpus("tensorrt", "trt:test") == (GPU_1,)
+    assert trt_docker_gpus("onnx", "trt:test") is None
+    monkeypatch.setattr(onnx2trt, "find_trtexec", lambda name: "/usr/bin/trtexec")
+    assert trt_docker_gpus("tensorrt", "trt:test") is None  # trtexec here inherits it
+    monkeypatch.setattr(onnx2trt, "find_trtexec", lambda name: None)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert trt_docker_gpus("tensorrt", "trt:test") is None
 
 
 def test_docker_image_missing(monkeypatch, artifact_of, tmp_path: Path) -> None:

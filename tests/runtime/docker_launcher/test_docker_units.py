@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -250,3 +251,144 @@ def test_mme_container_publishes_and_names_only_the_ports_triton_opens(
     endpoints = launcher._published_endpoints(0.0)
     assert (endpoints.grpc_url is not None, endpoints.metrics_url is not None) == (grpc, metrics)
     assert endpoints.sagemaker_url is not None
+
+
+class _RecordingEngine:
+    """A Docker client whose ``containers.run`` records what the launcher passed and is
+    then refused (nothing runs); the engine lists the nvidia runtime when ``nvidia``."""
+
+    def __init__(self, nvidia: bool = True) -> None:
+        self.nvidia = nvidia
+        self.runs: list[dict[str, Any]] = []
+        engine = self
+
+        class Images:
+            def get(self, image: str) -> object:
+                return object()
+
+        class Gone:
+            def remove(self, force: bool) -> None:
+                pass
+
+        class Containers:
+            def list(self, **_: object) -> list[object]:
+                return []
+
+            def run(self, image: str, **kwargs: object) -> object:
+                from docker.errors import APIError
+
+                engine.runs.append(kwargs)
+                raise APIError("recorded, not run")
+
+            def get(self, name: str) -> Gone:
+                return Gone()
+
+        self.images = Images()
+        self.containers = Containers()
+
+    def info(self) -> dict[str, object]:
+        return {"Runtimes": {"runc": {}, **({"nvidia": {}} if self.nvidia else {})}}
+
+
+def _uuid(index: int) -> str:
+    """The UUID StandInNvml gives GPU ``index``."""
+    from shared_helpers import StandInNvml
+
+    return StandInNvml({}).nvmlDeviceGetUUID(index)
+
+
+def _started_with(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    *,
+    visible: str | None,
+    env: dict[str, str] | None = None,
+    nvidia: bool = True,
+    gpus: bool | None = None,
+) -> dict[str, Any]:
+    """What the launcher passed to ``containers.run`` on a machine with two T4s."""
+    from shared_helpers import StandInNvml
+
+    from mmelocal.errors import ServerStartError
+
+    monkeypatch.setitem(sys.modules, "pynvml", StandInNvml({0: 0, 1: 0}, names=("Tesla T4",) * 2))
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
+    engine = _RecordingEngine(nvidia=nvidia)
+    config = ServerConfig(model_repository=tmp_path, env=env or {})
+    launcher = DockerLauncher(config, gpus=gpus, client=engine, log_path=tmp_path / "log")
+    with pytest.raises(ServerStartError, match="recorded, not run"):
+        launcher.start()
+    (run,) = engine.runs
+    return run
+
+
+@pytest.mark.parametrize(
+    ("visible", "env", "device_ids", "container_visible"),
+    [
+        ("1", None, [1], [1]),  # the host's selection, by UUID
+        ("1,0", None, [1, 0], [1, 0]),  # in CUDA's order
+        ("0", {"CUDA_VISIBLE_DEVICES": "1"}, [1], [1]),  # the config's env first, as local
+        (_uuid(1)[:12], None, [1], [1]),  # a UUID prefix names one card
+        ("1,-1,0", None, [1], [1]),  # CUDA stops at -1
+    ],
+    ids=["index", "two-in-order", "config-env-first", "uuid-prefix", "stops-at-minus-one"],
+)
+def test_the_container_gets_the_gpus_cuda_visible_devices_names_by_uuid(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    visible: str,
+    env: dict[str, str] | None,
+    device_ids: list[int],
+    container_visible: list[int],
+) -> None:
+    """A local server sees the GPUs CUDA_VISIBLE_DEVICES names; a container inherits no
+    environment and got every GPU (``Count: -1``). Now it gets those cards by UUID in the
+    device request and in its own CUDA_VISIBLE_DEVICES (inside it they are numbered from 0,
+    so the host's index would name another card)."""
+    run = _started_with(monkeypatch, tmp_path, visible=visible, env=env)
+    (request,) = run["device_requests"]
+    assert request["DeviceIDs"] == [_uuid(i) for i in device_ids]
+    assert request["Capabilities"] == [["gpu"]] and not request.get("Count")
+    environment = run["environment"]
+    assert environment["CUDA_VISIBLE_DEVICES"] == ",".join(_uuid(i) for i in container_visible)
+
+
+def test_no_cuda_visible_devices_gives_every_gpu(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    run = _started_with(monkeypatch, tmp_path, visible=None)
+    (request,) = run["device_requests"]
+    assert request["Count"] == -1 and request["Capabilities"] == [["gpu"]]
+    assert "CUDA_VISIBLE_DEVICES" not in run["environment"]
+
+
+@pytest.mark.parametrize("visible", ["", "-1", "2"])
+def test_a_selection_of_no_gpu_requests_none(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, visible: str
+) -> None:
+    """Empty, -1 or a card this machine has not: CUDA sees no GPU, nor does the container."""
+    run = _started_with(monkeypatch, tmp_path, visible=visible)
+    assert run["device_requests"] == []
+    assert run["environment"]["CUDA_VISIBLE_DEVICES"] == ""
+
+
+def test_without_the_nvidia_runtime_or_with_gpus_given_the_selection_is_not_read(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    assert _started_with(monkeypatch, tmp_path, visible="1", nvidia=False)["device_requests"] == []
+    (request,) = _started_with(monkeypatch, tmp_path, visible="1", gpus=True)["device_requests"]
+    assert request["Count"] == -1
+
+
+def test_a_selection_nvml_cannot_read_is_refused_with_what_to_do(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml fails
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    launcher = DockerLauncher(ServerConfig(model_repository=tmp_path), client=_RecordingEngine())
+    with pytest.raises(UserInputError, match=r"CUDA_VISIBLE_DEVICES=1 .*mmelocal\[gpu\].*gpus="):
+        launcher.start()
