@@ -7,9 +7,9 @@ one: a step that raises is recorded as failed with its error, never failing the 
 each step bounds its own time (a subprocess timeout, a server start timeout, a deadline).
 
 1. :func:`card_check`: the sweep's card check (``mmelocal.bench.sweep.runner.check_cards``)
-   with NVML's names of this machine's GPUs, against the instance type the card table
-   (``gpus.yaml``) gives this card (as many GPUs as here), which it must accept, and one
-   with another card, which it must refuse;
+   with NVML's names and memory totals of this machine's GPUs, against the instance type
+   the card table (``gpus.yaml``) gives this card (as many GPUs as here), which it must
+   accept, and one with another card, which it must refuse;
 2. :func:`cli_check`: ``mmelocal check --gpu 0 --json DIR`` as a user runs it: exit code,
    the memory read per model and its kind (``gpu`` on a GPU machine);
 3. :func:`emulator_gauges`: the emulator (``EmulatorServer``, the GPU probe on: every
@@ -78,23 +78,30 @@ def steps_markdown(steps: Sequence[dict[str, Any]]) -> list[str]:
 
 
 # -- 1. the sweep's card check ----------------------------------------------------------
-def card_check(names: Sequence[str] | None = None) -> dict[str, Any]:
-    """``check_cards`` with NVML's names of this machine's GPUs (``names``: read from NVML
-    when None) against this card's instance type and another card's (module docstring)."""
-    from mmelocal.bench.capacity.projection import card_named, card_of_instance, load_gpus
-    from mmelocal.runtime.memory import gpu_names
+def card_check(readings: Sequence[tuple[str, int]] | None = None) -> dict[str, Any]:
+    """``check_cards`` with NVML's readings of this machine's GPUs (name and memory total
+    in bytes; ``readings``: read from NVML when None) against this card's instance type and
+    another card's (module docstring)."""
+    from mmelocal.bench.capacity.projection import (
+        card_named,
+        card_of_instance,
+        describe_reading,
+        load_gpus,
+    )
+    from mmelocal.runtime.memory import gpu_readings
 
-    local = list(gpu_names() if names is None else names)
+    local = list(gpu_readings() if readings is None else readings)
     if not local:
         raise StepSkipped("NVML sees no GPU (no pynvml, no driver or no GPU)")
     gpus = load_gpus()
-    card = card_named(local[0], gpus)
+    name, total = local[0]
+    card = card_named(name, gpus, total_bytes=total)
     findings: list[str] = []
     cases: list[tuple[str, bool]] = []
     if card is None:
         findings.append(
-            f"the card table (gpus.yaml) has no card for NVML's {local[0]!r}: no instance "
-            "type can be swept on this machine"
+            f"the card table (gpus.yaml) has no card for NVML's {name!r} of "
+            f"{total // MIB} MiB: no instance type can be swept on this machine"
         )
     else:
         # the table's order: its smallest type of the family first
@@ -113,9 +120,14 @@ def card_check(names: Sequence[str] | None = None) -> dict[str, Any]:
         if card is None or (card_of_instance(t, gpus) or (None,))[0] is not card
     )
     cases.append((other, False))
-    seen: dict[str, Any] = {"nvml_names": local, "card": card.name if card else None}
+    seen: dict[str, Any] = {
+        "nvml_names": [n for n, _ in local],
+        "nvml_total_mib": [t // MIB for _, t in local],
+        "card": card.name if card else None,
+    }
     seen["cases"] = []
-    lines = [f"NVML: {', '.join(local)} (card table: {card.name if card else 'no card'})"]
+    names = ", ".join(describe_reading(n, t) for n, t in local)
+    lines = [f"NVML: {names} (card table: {card.name if card else 'no card'})"]
     wrong = []
     for instance_type, expect in cases:
         case = _card_case(local, instance_type, gpus, expect)
@@ -131,7 +143,9 @@ def card_check(names: Sequence[str] | None = None) -> dict[str, Any]:
     return out
 
 
-def _card_case(local: list[str], instance_type: str, gpus: Any, expect: bool) -> dict[str, Any]:
+def _card_case(
+    local: list[tuple[str, int]], instance_type: str, gpus: Any, expect: bool
+) -> dict[str, Any]:
     from mmelocal.bench.capacity.projection import card_of_instance
     from mmelocal.bench.sweep.runner import check_cards
     from mmelocal.errors import UserInputError

@@ -146,20 +146,25 @@ def write_reference_tarball(path: Path, *, scale: float, name: str = "tiny") -> 
 
 class StandInNvml(types.ModuleType):
     """A stand-in ``pynvml`` (no GPU here; put it in ``sys.modules``): one device per
-    ``used`` entry (index -> bytes in use), ``total_bytes`` each, named by ``names`` (by
-    index), UUID ``GPU-<index as 8 hex digits>-...``, 42 % busy, with pid 4242 holding
-    1 GiB and pid 1 5 GiB of it."""
+    ``used`` entry (index -> bytes in use), ``total_bytes`` each (or ``totals_bytes``, by
+    index), named by ``names`` (by index), UUID ``GPU-<index as 8 hex digits>-...``, 42 %
+    busy, with pid 4242 holding 1 GiB and pid 1 5 GiB of it."""
 
     class NVMLError(Exception):
         pass
 
     def __init__(
-        self, used: Mapping[int, int], total_bytes: int = 16 * 2**30, names: tuple[str, ...] = ()
+        self,
+        used: Mapping[int, int],
+        total_bytes: int = 16 * 2**30,
+        names: tuple[str, ...] = (),
+        totals_bytes: tuple[int, ...] = (),
     ) -> None:
         super().__init__("pynvml")
         self.used = dict(used)
         self.total_bytes = total_bytes
         self.names = names
+        self.totals_bytes = totals_bytes
 
     def nvmlInit(self) -> None:
         pass
@@ -180,7 +185,8 @@ class StandInNvml(types.ModuleType):
         return f"GPU-{handle:08x}-0000-0000-0000-{handle:012x}"
 
     def nvmlDeviceGetMemoryInfo(self, handle: int) -> Any:
-        return types.SimpleNamespace(used=self.used[handle], total=self.total_bytes)
+        total = self.totals_bytes[handle] if self.totals_bytes else self.total_bytes
+        return types.SimpleNamespace(used=self.used[handle], total=total)
 
     def nvmlDeviceGetUtilizationRates(self, handle: int) -> Any:
         return types.SimpleNamespace(gpu=42)

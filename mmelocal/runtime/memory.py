@@ -329,6 +329,23 @@ def gpu_count() -> int:
         nvml.close()
 
 
+def gpu_readings() -> list[tuple[str, int]]:
+    """NVML's product name and memory total (bytes) of every GPU it sees, by index: what
+    tells a card of the card table (:func:`~mmelocal.bench.capacity.projection.card_named`);
+    [] without the package, a driver or a GPU."""
+    try:
+        nvml = Nvml()
+    except Exception:
+        return []
+    try:
+        return [(nvml.name(i), nvml.memory(i)[1]) for i in range(nvml.device_count())]
+    except Exception:
+        logger.debug("NVML readings failed", exc_info=True)
+        return []
+    finally:
+        nvml.close()
+
+
 def gpu_names() -> list[str]:
     """The product name of every GPU NVML sees, by index ([] without the package, a driver
     or a GPU)."""
@@ -397,6 +414,7 @@ __all__ = [
     "TreeReading",
     "gpu_count",
     "gpu_names",
+    "gpu_readings",
     "gpu_used_bytes",
     "marginal_bytes",
     "process_memory",

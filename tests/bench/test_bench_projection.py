@@ -55,23 +55,31 @@ def test_packaged_cards_are_readable_as_package_data() -> None:
         assert any(i.startswith(family) for i in instances), family
 
 
+def _packaged_mib(card: str) -> int:
+    """The packaged table's memory of ``card``, in MiB."""
+    return next(g.memory_bytes for g in load_gpus() if g.name == card) // MIB
+
+
 def test_an_h200_is_the_card_of_the_p5e_and_p5en_types() -> None:
     """NVML's "NVIDIA H200" (a lent GPU machine's card) is in the table with the total NVML
     read there, on the two SageMaker types that carry it, eight each."""
     from mmelocal.bench.capacity.projection import card_named, card_of_instance
 
     gpus = load_gpus()
-    h200 = card_named("NVIDIA H200", gpus)
+    h200 = card_named("NVIDIA H200", gpus, total_bytes=143771 * MIB)
     assert h200 is not None and h200.memory_bytes == 143771 * MIB
     for instance_type in ("ml.p5e.48xlarge", "ml.p5en.48xlarge"):
         assert card_of_instance(instance_type, gpus) == (h200, 8)
-    assert card_named("NVIDIA H100 80GB HBM3", gpus).name == "H100"  # type: ignore[union-attr]
+    h100 = card_named("NVIDIA H100 80GB HBM3", gpus, total_bytes=81559 * MIB)
+    assert h100 is not None and h100.name == "H100"
 
 
 #: NVML's product names (as nvidia-smi prints them; NVIDIA/open-gpu-kernel-modules README,
 #: "Compatible GPUs", for all but the V100s, which that driver does not run) -> the card of
 #: the packaged table each is, None for a different board of the same chip: a PCIe or NVL
-#: card beside the SXM part a SageMaker P instance carries, or another memory size.
+#: card beside the SXM part a SageMaker P instance carries, or another memory size. Each is
+#: read with the memory of the card it is, or of the card it must not be taken for (the
+#: same chip's, else the nearest name's): the name alone tells them apart.
 NVML_NAMES = {
     "Tesla T4": "T4",
     "NVIDIA A10G": "A10G",
@@ -94,6 +102,21 @@ NVML_NAMES = {
     "NVIDIA H200 NVL": None,
     "NVIDIA H20": None,
 }
+#: the card whose memory a name that is no card of the table is read with
+_LOOKALIKE = {
+    "NVIDIA A10": "A10G",
+    "NVIDIA L40S": "L4",
+    "Tesla V100-PCIE-16GB": "V100",
+    "Tesla V100-FHHL-16GB": "V100",
+    "Tesla V100-SXM2-32GB": "V100",
+    "NVIDIA A100-PCIE-40GB": "A100-40GB",
+    "NVIDIA A100 80GB PCIe": "A100-80GB",
+    "NVIDIA A100-SXM-64GB": "A100-80GB",
+    "NVIDIA H100 PCIe": "H100",
+    "NVIDIA H100 NVL": "H100",
+    "NVIDIA H200 NVL": "H200",
+    "NVIDIA H20": "H200",
+}
 
 
 @pytest.mark.parametrize(("nvml_name", "card"), NVML_NAMES.items())
@@ -105,8 +128,65 @@ def test_a_card_is_matched_by_its_nvml_name_and_not_by_a_sibling_boards(
     check) or memory (the projection) would be shown as another card's."""
     from mmelocal.bench.capacity.projection import card_named
 
-    found = card_named(nvml_name, load_gpus())
+    total = _packaged_mib(card or _LOOKALIKE[nvml_name]) * MIB
+    found = card_named(nvml_name, load_gpus(), total_bytes=total)
     assert (found.name if found else None) == card
+
+
+#: what NVML reads (product name, memory total in MiB) -> the card of the packaged table
+#: it is, None when it is none of them. Sources: nvidia-smi on an 8 x H100 SXM server
+#: (NVIDIA/nccl issue 1264: "NVIDIA H100 80GB HBM3", 81559MiB); on a 94 GB H100 SXM5 (an
+#: HPC cluster's H100 node, driver 580.95.05: "NVIDIA H100", 700 W, 95830MiB) and on H100
+#: NVL boards (400 W, 95830MiB); Modal's table of NVML totals ("Why does an NVIDIA H100
+#: 80GB card offer 85.52 GB?": H200 143,771, A100 40GB 40,960, T4 15,360 MiB); the
+#: published T4 reading with ECC on (gpus.yaml, ml.g4dn.2xlarge: 15109).
+NVML_READINGS = [
+    ("NVIDIA H100", 95830, None),  # the 94 GB part: no size in its name
+    ("NVIDIA H100 80GB HBM3", 81559, "H100"),
+    ("NVIDIA H100 NVL", 95830, None),
+    ("NVIDIA H200", 143771, "H200"),
+    ("NVIDIA A100-SXM4-40GB", 40960, "A100-40GB"),
+    ("Tesla T4", 15360, "T4"),
+    ("Tesla T4", 15109, "T4"),  # ECC on
+]
+
+
+@pytest.mark.parametrize(("nvml_name", "total_mib", "card"), NVML_READINGS)
+def test_a_card_is_matched_by_nvmls_name_and_memory_total(
+    nvml_name: str, total_mib: int, card: str | None
+) -> None:
+    """An "NVIDIA H100" of 95,830 MiB (the 94 GB SXM5 part, whose name shows no size) was
+    taken for the table's 80 GB H100, so a projection or a sweep's card check showed it as
+    ml.p5's card. The memory total decides; a device that is no card of the table is none."""
+    from mmelocal.bench.capacity.projection import card_named
+
+    found = card_named(nvml_name, load_gpus(), total_bytes=total_mib * MIB)
+    assert (found.name if found else None) == card
+
+
+def test_cards_of_one_name_are_told_apart_by_memory() -> None:
+    """A table of the user's own that lists the 94 GB H100 beside the packaged 80 GB one:
+    each "NVIDIA H100" reading is the card of its memory."""
+    from mmelocal.bench.capacity.projection import card_named
+
+    gpus = [*load_gpus(), GpuSpec(name="H100-94GB", memory_bytes=95830 * MIB, nominal="94 GB")]
+    found = card_named("NVIDIA H100", gpus, total_bytes=95830 * MIB)
+    assert found is not None and found.name == "H100-94GB"
+    found = card_named("NVIDIA H100 80GB HBM3", gpus, total_bytes=81559 * MIB)
+    assert found is not None and found.name == "H100"
+    assert card_named("NVIDIA H100", gpus, total_bytes=64 * 1024 * MIB) is None
+
+
+def test_every_published_reading_fits_its_card() -> None:
+    """The tolerance covers what ECC takes (the readings NVML gave with ECC on)."""
+    from mmelocal.bench.capacity.projection import card_named
+    from mmelocal.facts.cards import published_readings
+
+    gpus = load_gpus()
+    for reading in published_readings():
+        total = int(reading.nvml_total_mib * MIB)
+        found = card_named(reading.gpu, gpus, total_bytes=total)
+        assert found is not None and found.name == reading.gpu
 
 
 def test_a_card_table_can_name_a_pcie_or_nvl_board() -> None:
@@ -119,9 +199,14 @@ def test_a_card_table_can_name_a_pcie_or_nvl_board() -> None:
         GpuSpec(name="H100 NVL", memory_bytes=95830 * MIB, nominal="94 GB"),
         GpuSpec(name="H100 PCIe", memory_bytes=81559 * MIB, nominal="80 GB"),
     ]
-    assert card_named("NVIDIA H100 NVL", gpus).name == "H100 NVL"  # type: ignore[union-attr]
-    assert card_named("NVIDIA H100 PCIe", gpus).name == "H100 PCIe"  # type: ignore[union-attr]
-    assert card_named("NVIDIA H100 80GB HBM3", gpus).name == "H100"  # type: ignore[union-attr]
+
+    def named(name: str, total_mib: int) -> str | None:
+        found = card_named(name, gpus, total_bytes=total_mib * MIB)
+        return found.name if found else None
+
+    assert named("NVIDIA H100 NVL", 95830) == "H100 NVL"
+    assert named("NVIDIA H100 PCIe", 81559) == "H100 PCIe"
+    assert named("NVIDIA H100 80GB HBM3", 81559) == "H100"
 
 
 def test_projection_table_has_instances_and_more_cards_hold_the_same_count(

@@ -48,9 +48,10 @@ def test_the_server_runs_on_the_gpus_the_sweep_sized(
 ) -> None:
     """On a 4-T4 machine, ml.g4dn.xlarge (1 T4) is swept on one card, and the Triton the
     load test measures sees that card alone (CUDA_VISIBLE_DEVICES in its environment)."""
-    monkeypatch.setitem(
-        sys.modules, "pynvml", StandInNvml(dict.fromkeys(range(4), 0), names=("Tesla T4",) * 4)
+    four_t4 = StandInNvml(
+        dict.fromkeys(range(4), 0), names=("Tesla T4",) * 4, total_bytes=15360 * 2**20
     )
+    monkeypatch.setitem(sys.modules, "pynvml", four_t4)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
     seen: list[dict[str, str]] = []
     before = {p.pid for p in tritonservers()}

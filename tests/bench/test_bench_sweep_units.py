@@ -20,6 +20,7 @@ from mmelocal.bench.sweep.result import (
     row_from_loadtest,
 )
 from mmelocal.errors import UserInputError
+from mmelocal.units import MiB as MIB
 
 
 def test_config_names() -> None:
@@ -209,9 +210,28 @@ def test_a_configuration_whose_requests_all_failed_has_no_peak_rate() -> None:
     assert relative_effects([base, all_failed, some_failed]) == "pt-ig 0.7x pt-base"
 
 
+#: NVML's memory total (MiB) of the cards these tests stand in: Modal's table of NVML totals
+#: ("Why does an NVIDIA H100 80GB card offer 85.52 GB?"), the A10G as gpus.yaml has it
+NVML_TOTAL_MIB = {
+    "Tesla T4": 15360,
+    "NVIDIA A10G": 23028,
+    "NVIDIA L40S": 46068,
+    "NVIDIA A100-SXM4-40GB": 40960,
+    "NVIDIA A100-SXM4-80GB": 81920,
+    "NVIDIA H100 80GB HBM3": 81559,
+    "NVIDIA H200": 143771,
+}
+
+
+def _read(name: str, total_mib: int | None = None) -> tuple[str, int]:
+    """NVML's (name, memory total in bytes) of a card named ``name``."""
+    return name, (total_mib or NVML_TOTAL_MIB[name]) * MIB
+
+
 def _OneCardNvml(*names: str) -> StandInNvml:
-    """One card per name (no GPU here), nothing in use."""
-    return StandInNvml(dict.fromkeys(range(len(names)), 0), names=names)
+    """One card per name (no GPU here), with its memory total, nothing in use."""
+    totals = tuple(NVML_TOTAL_MIB[name] * MIB for name in names)
+    return StandInNvml(dict.fromkeys(range(len(names)), 0), names=names, totals_bytes=totals)
 
 
 def test_a_local_sweep_on_another_card_refuses_to_size_the_instance_type(
@@ -244,17 +264,36 @@ def test_a_local_sweep_on_another_card_refuses_to_size_the_instance_type(
         (["Tesla T4"], "ml.g4dn.12xlarge", False),  # 4 T4s there, one here
         (["Tesla T4"] * 4, "ml.g4dn.12xlarge", True),
         (["Tesla T4"], "ml.c5.xlarge", False),  # a CPU type: this GPU's rate is not it
+        (["NVIDIA H100 80GB HBM3"], "ml.p5.4xlarge", True),
     ],
 )
 def test_cards_match_by_name_and_count(local: list[str], instance_type: str, fits: bool) -> None:
     from mmelocal.bench.capacity.projection import load_gpus
     from mmelocal.bench.sweep.runner import check_cards
 
+    readings = [_read(name) for name in local]
     if fits:
-        check_cards(local, instance_type, load_gpus())
+        check_cards(readings, instance_type, load_gpus())
     else:
         with pytest.raises(UserInputError, match="would show this machine's throughput"):
-            check_cards(local, instance_type, load_gpus())
+            check_cards(readings, instance_type, load_gpus())
+
+
+def test_a_94_gb_h100_is_not_the_h100_of_ml_p5() -> None:
+    """NVML names the 94 GB H100 SXM5 "NVIDIA H100" (95,830 MiB; no size in the name): a
+    sweep here sized ml.p5.4xlarge (one 80 GB H100) from it, and built TensorRT plans here
+    for an ml.p5 endpoint. Its memory total says it is not that card."""
+    from mmelocal.bench.capacity.projection import load_gpus
+    from mmelocal.bench.endpoint.sweep import tensorrt_skip_reason
+    from mmelocal.bench.sweep.runner import check_cards
+    from mmelocal.runtime.visible_gpus import ServerGpus
+
+    h100_94gb = _read("NVIDIA H100", 95830)
+    with pytest.raises(UserInputError, match=r"1 x NVIDIA H100 of 95830 MiB \(not in the card"):
+        check_cards([h100_94gb], "ml.p5.4xlarge", load_gpus())
+    here = ServerGpus(names=(h100_94gb[0],), indices=(0,), total_bytes=(h100_94gb[1],))
+    reason = tensorrt_skip_reason("ep", "ml.p5.48xlarge", on_cpu=False, here=here, gpus=load_gpus())
+    assert reason is not None and "NVIDIA H100 of 95830 MiB" in reason and "the H100" in reason
 
 
 @pytest.mark.parametrize(
@@ -263,8 +302,13 @@ def test_cards_match_by_name_and_count(local: list[str], instance_type: str, fit
         # a laptop sweeping a real ml.g5 endpoint: it runs engines, none can be built here
         ("ml.g5.xlarge", False, (), "none is here"),
         ("ml.g5.xlarge", False, ("NVIDIA A10G",), None),  # built here, for that card
-        ("ml.g5.xlarge", False, ("Tesla T4",), "Tesla T4 (every GPU NVML sees) is not the A10G"),
-        ("ml.g5.12xlarge", False, ("NVIDIA A10G", "Tesla T4"), "Tesla T4 (every GPU"),
+        (
+            "ml.g5.xlarge",
+            False,
+            ("Tesla T4",),
+            "Tesla T4 of 15360 MiB (every GPU NVML sees) is not the A10G",
+        ),
+        ("ml.g5.12xlarge", False, ("NVIDIA A10G", "Tesla T4"), "Tesla T4 of 15360 MiB (every GPU"),
         # a CPU endpoint, swept from a GPU machine: no engine runs there
         ("ml.m5.xlarge", True, ("NVIDIA A10G",), "serves on a CPU"),
         ("ml.m5.xlarge", False, ("NVIDIA A10G",), "serves on a CPU"),
@@ -280,7 +324,11 @@ def test_tensorrt_on_an_endpoint_follows_its_instance_type_and_this_machines_car
     from mmelocal.bench.endpoint.sweep import tensorrt_skip_reason
     from mmelocal.runtime.visible_gpus import ServerGpus
 
-    gpus = ServerGpus(names=here, indices=tuple(range(len(here))))
+    gpus = ServerGpus(
+        names=here,
+        indices=tuple(range(len(here))),
+        total_bytes=tuple(_read(name)[1] for name in here),
+    )
     found = tensorrt_skip_reason("ep", instance_type, on_cpu=on_cpu, here=gpus, gpus=load_gpus())
     if reason is None:
         assert found is None
@@ -293,10 +341,10 @@ def test_the_refusal_names_the_instance_types_of_this_card() -> None:
     from mmelocal.bench.sweep.runner import check_cards
 
     gpus = load_gpus()
-    card = card_named("NVIDIA A100-SXM4-40GB", gpus)
+    card = card_named("NVIDIA A100-SXM4-40GB", gpus, total_bytes=_read("NVIDIA A100-SXM4-40GB")[1])
     assert card is not None and card.name == "A100-40GB"
     with pytest.raises(UserInputError, match=r"size one of ml\.g4dn\.16xlarge, .*ml\.g4dn\.xlarge"):
-        check_cards(["Tesla T4"], "ml.g5.xlarge", gpus)
+        check_cards([_read("Tesla T4")], "ml.g5.xlarge", gpus)
 
 
 #: CUDA_VISIBLE_DEVICES on a machine with 4 T4s (UUIDs GPU-00000000-... to GPU-00000003-...)

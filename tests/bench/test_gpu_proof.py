@@ -155,7 +155,7 @@ def test_card_check_accepts_this_cards_instance_type_and_refuses_another() -> No
     """An H100 (NVML's name on the lent machines) is ml.p5.4xlarge's card, one of it: the
     sweep's check accepts that type and refuses ml.g5.xlarge (A10G), saying why."""
     steps = _steps()
-    result = steps.card_check(["NVIDIA H100 80GB HBM3"])
+    result = steps.card_check([("NVIDIA H100 80GB HBM3", 81559 * MIB)])
     assert result["status"] == "passed" and result["findings"] == []
     own, other = result["seen"]["cases"]
     assert (own["instance_type"], own["accepted"], own["refusal"]) == ("ml.p5.4xlarge", True, None)
@@ -164,30 +164,37 @@ def test_card_check_accepts_this_cards_instance_type_and_refuses_another() -> No
     assert "size one of ml.p5.4xlarge" in other["refusal"]
     assert result["lines"][1] == "ml.p5.4xlarge (1 x H100): accepted"
     refused = "ml.g5.xlarge (1 x A10G): refused: the GPUs this sweep would run on: "
-    assert result["lines"][2].startswith(refused + "1 x NVIDIA H100 80GB HBM3 (H100)")
+    assert result["lines"][2].startswith(refused + "1 x NVIDIA H100 80GB HBM3 of 81559 MiB (H100)")
 
 
 @pytest.mark.parametrize(
-    ("names", "finding"),
+    ("readings", "finding"),
     [
-        (["NVIDIA B200"], "the card table (gpus.yaml) has no card for NVML's 'NVIDIA B200'"),
         (
-            ["NVIDIA H200"],
+            [("NVIDIA B200", 183359 * MIB)],  # nvidia-smi on a B200: 183359MiB
+            "the card table (gpus.yaml) has no card for NVML's 'NVIDIA B200' of 183359 MiB",
+        ),
+        (
+            [("NVIDIA H100", 95830 * MIB)],  # the 94 GB part: the same name, more memory
+            "the card table (gpus.yaml) has no card for NVML's 'NVIDIA H100' of 95830 MiB",
+        ),
+        (
+            [("NVIDIA H200", 143771 * MIB)],
             "H200 on ml.p5e.48xlarge (8), ml.p5en.48xlarge (8), none with 1 GPU(s)",
         ),
         (
-            ["NVIDIA H100 80GB HBM3"] * 2,
+            [("NVIDIA H100 80GB HBM3", 81559 * MIB)] * 2,
             "H100 on ml.p5.4xlarge (1), ml.p5.48xlarge (8), none with 2 GPU(s)",
         ),
     ],
 )
 def test_card_check_reports_a_card_the_table_has_no_instance_type_for(
-    names: list[str], finding: str
+    readings: list[tuple[str, int]], finding: str
 ) -> None:
     """A card the table lacks (B200), or lists with another count (one H200: SageMaker's
     H200 types have eight), is a finding; the other card's type is still tried, and
     refused."""
-    result = _steps().card_check(names)
+    result = _steps().card_check(readings)
     assert result["status"] == "passed"
     [found] = result["findings"]
     assert finding in found
@@ -196,13 +203,15 @@ def test_card_check_reports_a_card_the_table_has_no_instance_type_for(
 
 
 def test_card_check_reads_the_names_from_nvml(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without names the step reads NVML's (a stand-in pynvml: no GPU here): a T4 is
+    """Without readings the step reads NVML's (a stand-in pynvml: no GPU here): a T4 is
     ml.g4dn.xlarge's card, and the other card's type is ml.g5.xlarge."""
     from shared_helpers import StandInNvml
 
-    monkeypatch.setitem(sys.modules, "pynvml", StandInNvml({0: MIB}, names=("Tesla T4",)))
+    nvml = StandInNvml({0: MIB}, names=("Tesla T4",), total_bytes=15360 * MIB)
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
     result = _steps().card_check()
     assert result["seen"]["nvml_names"] == ["Tesla T4"] and result["seen"]["card"] == "T4"
+    assert result["seen"]["nvml_total_mib"] == [15360]
     cases = [(c["instance_type"], c["accepted"]) for c in result["seen"]["cases"]]
     assert cases == [("ml.g4dn.xlarge", True), ("ml.g5.xlarge", False)]
 
@@ -335,7 +344,7 @@ def test_report_shows_the_steps(tmp_path: Path) -> None:
     gpu_proof, steps = _script(), _steps()
     report = gpu_proof.GpuProofReport(gpu={"name": "T"}, started_at="now", format_only=True)
     report.steps = [
-        steps.run_step(steps.CARD_CHECK, steps.card_check, ["NVIDIA B200"]),
+        steps.run_step(steps.CARD_CHECK, steps.card_check, [("NVIDIA B200", 183359 * MIB)]),
         steps.run_step("divide", lambda: 1 // 0),
     ]
     json_path, md_path = gpu_proof.write_report(report, tmp_path)
@@ -344,7 +353,7 @@ def test_report_shows_the_steps(tmp_path: Path) -> None:
     assert data["steps"][0]["seen"]["card"] is None
     markdown = md_path.read_text()
     assert "| sweep card check | passed |" in markdown and "| divide | failed |" in markdown
-    assert "- NVML: NVIDIA B200 (card table: no card)" in markdown
+    assert "- NVML: NVIDIA B200 of 183359 MiB (card table: no card)" in markdown
     assert "- **finding**: the card table (gpus.yaml) has no card for NVML's" in markdown
     assert "- error: ZeroDivisionError: integer division or modulo by zero" in markdown
 

@@ -225,6 +225,14 @@ _VENDOR_WORDS = frozenset({"NVIDIA", "TESLA"})
 #: 80GB HBM3``, ``NVIDIA H200``, ``NVIDIA A100-SXM4-40GB``, ``Tesla V100-SXM2-16GB``)
 _BOARD_WORDS = frozenset({"PCIE", "NVL", "FHHL"})
 _SIZE_GB = re.compile(r"([0-9]+)\s*GB")
+_SIZE_WORD = re.compile(r"[0-9]+GB")
+#: how far NVML's memory total may be from a card's ``memory_mib`` (either way, as a
+#: fraction of it) for the device to be that card. ECC takes a little: the published T4
+#: reading is 15,109 MiB of the card's 15,360 (1.6 %, ``gpus.yaml``). Cards that one name
+#: can be are further apart: an ``NVIDIA H100`` shows 81,559 MiB on the 80 GB SXM part
+#: (NVIDIA/nccl issue 1264) and 95,830 MiB on the 94 GB one (17 % more), A100s and V100s
+#: of one name come in 2x sizes.
+MEMORY_MATCH_FRACTION = 0.05
 
 
 def _tokens(name: str) -> frozenset[str]:
@@ -235,28 +243,54 @@ def _sizes_gb(text: str) -> frozenset[int]:
     return frozenset(int(size) for size in _SIZE_GB.findall(text.upper()))
 
 
+def _name_words(gpu: GpuSpec) -> frozenset[str]:
+    """The words of a card's name that a device's name must have: its sizes aside (the
+    "40GB" of ``A100-40GB``), which the device's memory says when its name does not."""
+    return frozenset(w for w in _tokens(gpu.name) if not _SIZE_WORD.fullmatch(w))
+
+
 def _is_named(gpu: GpuSpec, words: frozenset[str], sizes: frozenset[int]) -> bool:
-    """Whether ``gpu`` is the card of a device whose name has ``words`` and the memory
-    ``sizes`` (GB) it shows: all of the card's words, the same board words, and no other
-    size than the card's nominal one (``Tesla V100-SXM2-32GB`` is not a 16 GB V100)."""
-    own = _tokens(gpu.name)
+    """Whether a device whose name has ``words`` and shows the memory ``sizes`` (GB) can be
+    ``gpu``: all of the card's words, the same board words, and no other size than the
+    card's (its name's or nominal: ``Tesla V100-SXM2-32GB`` is not a 16 GB V100)."""
+    own = _name_words(gpu)
     if not own or not own <= words or own & _BOARD_WORDS != words & _BOARD_WORDS:
         return False
-    nominal = _sizes_gb(gpu.nominal)
-    return not (sizes and nominal) or sizes <= nominal
+    card_sizes = _sizes_gb(gpu.name) | _sizes_gb(gpu.nominal)
+    return not (sizes and card_sizes) or sizes <= card_sizes
 
 
-def card_named(device_name: str, gpus: Sequence[GpuSpec]) -> GpuSpec | None:
-    """The card of ``gpus`` that NVML's product name ``device_name`` is (``Tesla T4`` -> T4,
-    ``NVIDIA A100-SXM4-80GB`` -> A100-80GB): the one whose name's words are all in it, the
-    most specific first. A PCIe or NVL board (``NVIDIA H200 NVL``) is only a card whose
-    name says so too (``H200 NVL``), never the SXM part of the same chip (``H200``), and a
-    name that shows a memory size only a card of that nominal size. None when no card
-    matches (``NVIDIA B200``, ``NVIDIA H100 PCIe`` in the packaged table)."""
+def memory_fits(gpu: GpuSpec, total_bytes: int) -> bool:
+    """Whether NVML's memory total ``total_bytes`` is card ``gpu``'s memory, within
+    :data:`MEMORY_MATCH_FRACTION`."""
+    return abs(total_bytes - gpu.memory_bytes) <= MEMORY_MATCH_FRACTION * gpu.memory_bytes
+
+
+def card_named(device_name: str, gpus: Sequence[GpuSpec], *, total_bytes: int) -> GpuSpec | None:
+    """The card of ``gpus`` that a GPU is, from both of NVML's readings: its product name
+    ``device_name`` and its memory total ``total_bytes``. ``Tesla T4`` -> T4; ``NVIDIA
+    A100-SXM4-80GB`` -> A100-80GB; ``NVIDIA H100`` is the H100 (80 GB) only with the 80 GB
+    card's memory: the 94 GB part shows the same name. The name must have all of the card's
+    words (a size in the card's name aside), the same PCIe / NVL board word (``NVIDIA H200
+    NVL`` is only an ``H200 NVL`` card, never the SXM ``H200``) and no other size; the
+    memory must be the card's (:func:`memory_fits`). Of those, the most specific name, then
+    the nearest memory. None when no card is both (``NVIDIA B200``; ``NVIDIA H100`` with
+    95,830 MiB in the packaged table): the caller says so rather than take another card."""
     words = _tokens(device_name)
     sizes = _sizes_gb(device_name)
-    matches = [gpu for gpu in gpus if _is_named(gpu, words, sizes)]
-    return max(matches, key=lambda gpu: len(_tokens(gpu.name)), default=None)
+    matches = [
+        gpu for gpu in gpus if _is_named(gpu, words, sizes) and memory_fits(gpu, total_bytes)
+    ]
+    return max(
+        matches,
+        key=lambda gpu: (len(_name_words(gpu)), -abs(gpu.memory_bytes - total_bytes)),
+        default=None,
+    )
+
+
+def describe_reading(device_name: str, total_bytes: int) -> str:
+    """``NVIDIA H100 of 95830 MiB``: one GPU as NVML reads it, for messages."""
+    return f"{device_name} of {total_bytes / MiB:.0f} MiB"
 
 
 def card_of_instance(instance_type: str, gpus: Sequence[GpuSpec]) -> tuple[GpuSpec, int] | None:
@@ -305,14 +339,17 @@ def project(
 
 
 __all__ = [
+    "MEMORY_MATCH_FRACTION",
     "GpuSpec",
     "Projection",
     "ProjectionRow",
     "card_named",
     "card_of_instance",
     "default_gpus_text",
+    "describe_reading",
     "is_gpu_instance_type",
     "load_gpus",
+    "memory_fits",
     "parse_gpus",
     "project",
     "project_count",

@@ -137,11 +137,13 @@ def tensorrt_skip_reason(
     So: none on an endpoint that serves on a CPU (``on_cpu``: its probe reads host memory;
     or a CPU instance type), whatever this machine has; none without a GPU here that a CUDA
     process sees (``here``: :func:`~mmelocal.runtime.visible_gpus.server_gpus`); none when
-    a GPU here is not the instance type's card in ``gpus`` (the card table). An instance
+    a GPU here is not the instance type's card in ``gpus`` (the card table; by NVML's name
+    and memory total, :func:`~mmelocal.bench.capacity.projection.card_named`). An instance
     type the table lacks gets the plan built here: its load on the endpoint says."""
     from mmelocal.bench.capacity.projection import (
         card_named,
         card_of_instance,
+        describe_reading,
         is_gpu_instance_type,
     )
 
@@ -156,7 +158,13 @@ def tensorrt_skip_reason(
     if wanted is None:
         return None
     card = wanted[0].name
-    others = sorted({n for n in here.names if getattr(card_named(n, gpus), "name", None) != card})
+    others = sorted(
+        {
+            describe_reading(name, total)
+            for name, total in zip(here.names, here.total_bytes, strict=True)
+            if getattr(card_named(name, gpus, total_bytes=total), "name", None) != card
+        }
+    )
     if not others:
         return None
     return (

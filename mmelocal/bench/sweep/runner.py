@@ -133,7 +133,10 @@ def run_sweep(
     gpu = bool(used.names)
     if gpu:
         check_cards(
-            list(used.names), opts.instance_type, load_gpus(opts.gpus_file), origin=used.origin
+            list(zip(used.names, used.total_bytes, strict=True)),
+            opts.instance_type,
+            load_gpus(opts.gpus_file),
+            origin=used.origin,
         )
     # CPU throughput says nothing about how many GPU instances a load needs: ratios only
     relative_only = not gpu and is_gpu_instance_type(opts.instance_type)
@@ -176,17 +179,23 @@ def run_sweep(
 
 
 def check_cards(
-    local: Sequence[str], instance_type: str, gpus: Sequence[GpuSpec], *, origin: str = ""
+    local: Sequence[tuple[str, int]],
+    instance_type: str,
+    gpus: Sequence[GpuSpec],
+    *,
+    origin: str = "",
 ) -> None:
-    """Refuse to size ``instance_type`` from the GPUs the sweep's server would use (NVML's
-    names ``local``, chosen as ``origin`` says) unless they are its cards, as many as it has
-    (``gpus``: the card table): a rate measured on one card is never shown as another
-    card's. With more of its card here than it has, the refusal says how to choose them."""
-    from mmelocal.bench.capacity.projection import card_named, card_of_instance
+    """Refuse to size ``instance_type`` from the GPUs the sweep's server would use (``local``:
+    NVML's name and memory total of each, chosen as ``origin`` says) unless they are its
+    cards, as many as it has (``gpus``: the card table, matched by
+    :func:`~mmelocal.bench.capacity.projection.card_named`): a rate measured on one card is
+    never shown as another card's. With more of its card here than it has, the refusal says
+    how to choose them."""
+    from mmelocal.bench.capacity.projection import card_named, card_of_instance, describe_reading
 
-    cards = [card_named(name, gpus) for name in local]
-    seen = Counter((name, card.name if card else "not in the card table")
-                   for name, card in zip(local, cards, strict=True))  # fmt: skip
+    cards = [card_named(name, gpus, total_bytes=total) for name, total in local]
+    seen = Counter((describe_reading(*reading), card.name if card else "not in the card table")
+                   for reading, card in zip(local, cards, strict=True))  # fmt: skip
     here = ", ".join(f"{n} x {name} ({card})" for (name, card), n in seen.items())
     wanted = card_of_instance(instance_type, gpus)
     same_card = wanted is not None and all(
