@@ -315,6 +315,35 @@ def test_gpu_container_gets_a_gpu(
         assert code == 0, output
 
 
+@pytest.mark.mmelocal_gpu
+def test_gpu_container_gets_the_gpu_cuda_visible_devices_names(
+    triton_test_image: str,
+    add_one_repository: Path,
+    docker_session: str,
+    docker_engine: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The card CUDA_VISIBLE_DEVICES names (here the last one NVML sees, by UUID) is the
+    container's only GPU: in its device request, its CUDA_VISIBLE_DEVICES and its /dev."""
+    if "nvidia" not in (docker_engine.info().get("Runtimes") or {}):
+        pytest.skip("the Docker engine has no nvidia runtime (no GPU / NVIDIA Container Toolkit)")
+    from mmelocal.runtime.memory import Nvml
+
+    nvml = Nvml()
+    try:
+        uuid = nvml.uuid(nvml.device_count() - 1)
+    finally:
+        nvml.close()
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", uuid)
+    with _launcher(triton_test_image, add_one_repository, docker_session) as launcher:
+        container = docker_engine.containers.get(launcher.container_id)
+        (request,) = container.attrs["HostConfig"]["DeviceRequests"]
+        assert request["DeviceIDs"] == [uuid] and request["Capabilities"] == [["gpu"]]
+        assert f"CUDA_VISIBLE_DEVICES={uuid}" in container.attrs["Config"]["Env"]
+        code, output = container.exec_run(["sh", "-c", "ls /dev/nvidia[0-9]*"])
+        assert code == 0 and len(output.split()) == 1, output
+
+
 def test_plugin_test_server_runs_in_docker(
     triton_test_image: str, add_one_repository: Path, docker_engine: Any
 ) -> None:
