@@ -162,7 +162,7 @@ def _check_environment_size(environment: Mapping[str, str]) -> None:
 
 #: the object actions of a store's tarballs (the others, ``delete`` and ``keep``, are for
 #: objects under the prefix that are not in the store)
-STORE_ACTIONS = ("upload", "copy", "skip")
+STORE_ACTIONS = ("upload", "copy", "skip", "record")
 
 
 @dataclass(frozen=True, kw_only=True)
