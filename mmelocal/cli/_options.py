@@ -33,6 +33,18 @@ PORT = click.IntRange(0, 65535)
 PROFILE_REGION_HELP = "AWS region (default: your profile's)."
 
 
+def typed_flags(ctx: click.Context) -> dict[str, str]:
+    """Parameter name -> the flag a user types for it (``--no-prune`` for a switch that is
+    off): for a library refusal to name the option, not the field it sets
+    (``DeployOptions.option_names``)."""
+    names = {}
+    for param in ctx.command.params:
+        if isinstance(param, click.Option) and param.name:
+            off = param.secondary_opts and ctx.params.get(param.name) is False
+            names[param.name] = param.secondary_opts[0] if off else param.opts[0]
+    return names
+
+
 def stacked(*options: Callable[[F], F]) -> Callable[[F], F]:
     """One decorator applying ``options`` in the order written (the order ``--help`` lists)."""
 

@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from mmelocal.cli._defaults import field_option
-from mmelocal.cli._options import IN_FILE, region_option
+from mmelocal.cli._options import IN_FILE, region_option, typed_flags
 from mmelocal.cli._output import console, env_option, err_console
 from mmelocal.deploy.plan import DEFAULT_INSTANCE_TYPE, DeployOptions
 from mmelocal.units import mib
@@ -150,15 +150,23 @@ def _deploy(
     from mmelocal.deploy.deployer import left_over, make_plan, unrecorded_notice
     from mmelocal.errors import DeployError
 
-    if fields["prune_unrecorded"] and not fields["prune"]:  # DeployOptions names its fields
+    if fields["prune_unrecorded"] and not fields["prune"]:  # a usage error, read before all
         raise click.UsageError(
             "--prune-unrecorded prunes: drop --no-prune (or drop --prune-unrecorded to keep "
             "every object)"
         )
     chosen = _instance_type(instance_type, capacity, hot_models, store, out)
-    # the other options are named after the DeployOptions fields they set
-    options = DeployOptions(store=store, instance_type=chosen, wait=not no_wait, **fields)
-    _refuse_unread(click.get_current_context(), options)
+    ctx = click.get_current_context()
+    # the other options are named after the DeployOptions fields they set; a refusal
+    # names the flags the user typed
+    options = DeployOptions(
+        store=store,
+        instance_type=chosen,
+        wait=not no_wait,
+        option_names=typed_flags(ctx),
+        **fields,
+    )
+    _refuse_unread(ctx, options)
     clients = held["clients"] = connect(region)
     with err_console.status("planning: reading the bucket and the endpoint") as spinner:
 

@@ -393,3 +393,35 @@ def test_smoke_checks_only_tarballs_that_carry_a_reference(
         report = smoke_endpoint(clients, "ep", models=5)
     assert called == ["model-0.tar.gz"]
     assert [r.target for r in report.results] == ["model-0.tar.gz"]
+
+
+def test_option_errors_name_what_the_user_gave(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """DeployOptions named its fields (``max_instances must be >= instance_count``) also to
+    a CLI user, who typed --max-instances and --instance-count; and --role to a library
+    user, who gave role_arn. Each message now names what the user gave: the CLI's flags
+    on the command line, the fields in Python."""
+    from deploy_helpers import cli_args, run
+
+    base = {"store": tmp_path, "endpoint_name": "ep", "s3_uri": "s3://bkt/m/", "role_arn": ROLE}
+    with pytest.raises(DeployError, match=r"^max_instances must be >= instance_count \(3\)"):
+        DeployOptions(**base, instance_count=3, max_instances=2)  # type: ignore[arg-type]
+    with pytest.raises(DeployError, match=r"^role_arn must be an IAM role ARN"):
+        DeployOptions(**{**base, "role_arn": "arn:aws:iam::123:role/x"})  # type: ignore[arg-type]
+
+    args = cli_args(tmp_path, "bkt", "ep", "--instance-count", "4", "--dry-run")
+    code, text = run(capsys, *args)
+    assert code != 0 and "--max-instances must be >= --instance-count (4), got 3" in text, text
+    assert "max_instances" not in text and "Traceback" not in text
+    at = args.index("--role")
+    code, text = run(capsys, *args[:at], "--role", "arn:aws:iam::123:role/x", *args[at + 2 :])
+    assert "--role must be an IAM role ARN" in text and "role_arn" not in text, text
+    # the benchmark's temporary endpoints: named as `mmelocal benchmark` took them
+    from mmelocal.deploy.temporary import temporary_endpoint
+
+    bench = temporary_endpoint(store=tmp_path, endpoint_name="ep", s3_uri="s3://bkt/m/",
+                               role_arn="x", instance_type="ml.g5.xlarge",
+                               option_names={"role_arn": "--role"})  # fmt: skip
+    with pytest.raises(DeployError, match=r"^--role must be an IAM role ARN"), bench:
+        pass
