@@ -73,6 +73,14 @@ from mmelocal.units import mib
     help="With --capacity: models that must stay loaded at once on one instance (default: "
     "the whole store).",
 )
+@click.option(
+    "--capacity-result",
+    "capacity_pick",
+    default=None,
+    metavar="FORMAT|SOURCE|N",
+    help="With --capacity: which result of a file of several sizes the instance (its "
+    "format, source or number; e.g. one result per format of capacity --format a,b).",
+)
 @click.option("--dry-run", is_flag=True, help="Print the plan and stop: nothing changes.")
 @click.option(
     "--json",
@@ -103,6 +111,7 @@ def deploy(
     region: str | None,
     capacity: Path | None,
     hot_models: int | None,
+    capacity_pick: str | None,
     dry_run: bool,
     json_path: Path | None,
     no_wait: bool,
@@ -121,7 +130,8 @@ def deploy(
     outcome = DeployOutcome(endpoint_name=fields["endpoint_name"], dry_run=dry_run)
     held: dict[str, Any] = {}
     try:
-        _deploy(outcome, held, out, store, instance_type, region, capacity, hot_models, no_wait,
+        sizing = (capacity, hot_models, capacity_pick)
+        _deploy(outcome, held, out, store, instance_type, region, sizing, no_wait,
                 fields)  # fmt: skip
     except click.UsageError:  # the command line is wrong: nothing ran, nothing to report
         raise
@@ -140,8 +150,7 @@ def _deploy(
     store: Path,
     instance_type: str | None,
     region: str | None,
-    capacity: Path | None,
-    hot_models: int | None,
+    sizing: tuple[Path | None, int | None, str | None],
     no_wait: bool,
     fields: dict[str, Any],
 ) -> None:
@@ -155,7 +164,7 @@ def _deploy(
             "--prune-unrecorded prunes: drop --no-prune (or drop --prune-unrecorded to keep "
             "every object)"
         )
-    chosen = _instance_type(instance_type, capacity, hot_models, store, out)
+    chosen = _instance_type(instance_type, *sizing, store, out)
     ctx = click.get_current_context()
     # the other options are named after the DeployOptions fields they set; a refusal
     # names the flags the user typed
@@ -221,15 +230,22 @@ def _write_outcome(outcome: Any, held: dict[str, Any], json_path: Path | None, o
 
 
 def _instance_type(
-    given: str | None, capacity: Path | None, hot_models: int | None, store: Path, out: Any
+    given: str | None,
+    capacity: Path | None,
+    hot_models: int | None,
+    pick: str | None,
+    store: Path,
+    out: Any,
 ) -> str:
-    """``--instance-type``, else the type ``--capacity`` sizes for ``--hot-models``, else the
-    default; an option that would be ignored is refused, as a usage error."""
-    if hot_models is not None and capacity is None:
-        raise click.UsageError(
-            "--hot-models is only read with --capacity (a capacity result sizes the instance "
-            "type for that many models): add --capacity FILE or drop --hot-models"
-        )
+    """``--instance-type``, else the type ``--capacity`` (its result ``--capacity-result``)
+    sizes for ``--hot-models``, else the default; an option that would be ignored is
+    refused, as a usage error."""
+    for flag, value in (("--hot-models", hot_models), ("--capacity-result", pick)):
+        if value is not None and capacity is None:
+            raise click.UsageError(
+                f"{flag} is only read with --capacity (a capacity result sizes the instance "
+                f"type for the hot models): add --capacity FILE or drop {flag}"
+            )
     if given is not None and capacity is not None:
         raise click.UsageError(
             f"--capacity picks the instance type, --instance-type {given} names one: give "
@@ -243,7 +259,7 @@ def _instance_type(
     from mmelocal.deploy.upload import store_files
 
     hot = hot_models if hot_models is not None else len(store_files(store))
-    choice = cheapest_instance(capacity, hot_models=hot)
+    choice = cheapest_instance(capacity, hot_models=hot, pick=pick)
     out.print(choice.reason, highlight=False, soft_wrap=True)
     return choice.instance_type
 

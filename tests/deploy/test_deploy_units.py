@@ -425,3 +425,42 @@ def test_option_errors_name_what_the_user_gave(
                                option_names={"role_arn": "--role"})  # fmt: skip
     with pytest.raises(DeployError, match=r"^--role must be an IAM role ARN"), bench:
         pass
+
+
+def test_sizing_picks_the_result_asked_for_in_a_file_of_several(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """`capacity SOURCE --format torchscript,onnx --json FILE` writes a list, one result per
+    format (an estimate of a repository, one per model): deploy --capacity sized by the
+    first, whichever the store holds. Several results are now refused, each named, until
+    --capacity-result says which (its format, source, or position)."""
+    import dataclasses
+
+    from deploy_helpers import cli_args, run
+
+    from mmelocal.bench.results import write_results
+
+    onnx = _capacity_result("nvml:0", 3 * GIB)  # 6 fit an A10G (see the test above)
+    torchscript = dataclasses.replace(onnx, model_format="torchscript", source="m",
+                                      loads=tuple(dataclasses.replace(load, marginal_bytes=None)
+                                                  for load in onnx.loads))  # fmt: skip
+    path = tmp_path / "formats.json"
+    write_results([torchscript, onnx], path)
+    with pytest.raises(DeployError, match=r"2 results.*1: m \(torchscript\).*2: m\.tar\.gz") as e:
+        cheapest_instance(path, hot_models=6)
+    assert "--capacity-result" in str(e.value)
+    for pick in ("onnx", "m.tar.gz", "2"):
+        choice = cheapest_instance(path, hot_models=6, pick=pick)
+        assert choice.instance_type == "ml.g5.xlarge" and "6 models fit" in choice.reason
+    with pytest.raises(DeployError, match=r"no result of .* is 'tensorrt'.*1: m \(torchscript\)"):
+        cheapest_instance(path, hot_models=6, pick="tensorrt")
+
+    store = tmp_path / "store"
+    write_reference_tarball(store / "model-0.tar.gz", scale=2.0)
+    args = [
+        a for a in cli_args(store, "bkt", "ep") if a not in ("--instance-type", "ml.g4dn.xlarge")
+    ]
+    code, text = run(capsys, *args, "--capacity", str(path), "--dry-run")
+    assert code != 0 and "--capacity-result" in text and "Traceback" not in text, text
+    code, text = run(capsys, *args, "--capacity-result", "onnx", "--dry-run")
+    assert code == 2 and "--capacity-result is only read with --capacity" in text, text
