@@ -29,7 +29,13 @@ from mmelocal.cli._bench import (
 )
 from mmelocal.cli._defaults import default_of, field_option
 from mmelocal.cli._loadgen import generators_from, loadgen_options
-from mmelocal.cli._options import OUT_DIR, OUT_FILE, payload_option, region_option, typed_flags
+from mmelocal.cli._options import (
+    OUT_DIR,
+    json_option,
+    payload_option,
+    region_option,
+    typed_flags,
+)
 from mmelocal.cli._output import console, err_console
 from mmelocal.deploy.plan import DEFAULT_INSTANCE_TYPE
 
@@ -94,7 +100,7 @@ from mmelocal.deploy.plan import DEFAULT_INSTANCE_TYPE
     help="How often to ask whether it is InService.",
 )
 @click.option("--report", "report_dir", type=OUT_DIR, help="Report here.")
-@click.option("--json", "json_out", type=OUT_FILE, help="Write the result JSON here.")
+@json_option()
 def benchmark(sources: tuple[str, ...], **kw: Any) -> None:
     """Run the published MME GPU benchmark on real endpoints: for each SOURCE (one per
     framework, e.g. resnet50-pt.tar.gz resnet50-trt.tar.gz) deploy an endpoint, count the

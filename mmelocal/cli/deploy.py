@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from mmelocal.cli._defaults import field_option
-from mmelocal.cli._options import IN_FILE, region_option, typed_flags
+from mmelocal.cli._options import IN_FILE, json_option, region_option, typed_flags
 from mmelocal.cli._output import console, env_option, err_console
 from mmelocal.deploy.plan import DEFAULT_INSTANCE_TYPE, DeployOptions
 from mmelocal.units import mib
@@ -82,11 +82,8 @@ from mmelocal.units import mib
     "format, source or number; e.g. one result per format of capacity --format a,b).",
 )
 @click.option("--dry-run", is_flag=True, help="Print the plan and stop: nothing changes.")
-@click.option(
-    "--json",
-    "json_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Write what the deploy did as JSON here ('-': stdout, the tables go to stderr): "
+@json_option(
+    "Write what the deploy did as JSON to FILE ('-': stdout, the tables go to stderr): "
     "the endpoint's final status, the objects moved, each request's result, the time taken, "
     "the error (also on failure), and the plan.",
 )
@@ -113,7 +110,7 @@ def deploy(
     hot_models: int | None,
     capacity_pick: str | None,
     dry_run: bool,
-    json_path: Path | None,
+    json_out: Path | None,
     no_wait: bool,
     **fields: Any,
 ) -> None:
@@ -126,7 +123,7 @@ def deploy(
     """
     from mmelocal.deploy.outcome import DeployOutcome
 
-    out = err_console if json_path is not None and str(json_path) == "-" else console
+    out = err_console if json_out is not None and str(json_out) == "-" else console
     outcome = DeployOutcome(endpoint_name=fields["endpoint_name"], dry_run=dry_run)
     held: dict[str, Any] = {}
     try:
@@ -137,10 +134,10 @@ def deploy(
         raise
     except BaseException as exc:
         outcome.finish(error=exc)
-        _write_outcome(outcome, held, json_path, out)
+        _write_outcome(outcome, held, json_out, out)
         raise
     outcome.finish()
-    _write_outcome(outcome, held, json_path, out)
+    _write_outcome(outcome, held, json_out, out)
 
 
 def _deploy(
@@ -208,10 +205,10 @@ def _deploy(
         out.print(outcome.left, highlight=False, soft_wrap=True)
 
 
-def _write_outcome(outcome: Any, held: dict[str, Any], json_path: Path | None, out: Any) -> None:
+def _write_outcome(outcome: Any, held: dict[str, Any], json_out: Path | None, out: Any) -> None:
     """Write ``--json``: the endpoint as it is now (one DescribeEndpoint, unless the user
     interrupted the deploy or no client was made), then the outcome."""
-    if json_path is None:
+    if json_out is None:
         return
     from mmelocal.cli._output import print_json
     from mmelocal.deploy.outcome import endpoint_state
@@ -222,11 +219,11 @@ def _write_outcome(outcome: Any, held: dict[str, Any], json_path: Path | None, o
             outcome.endpoint = endpoint_state(held["clients"].sagemaker, outcome.endpoint_name)
         except DeployError as exc:  # the deploy's own error says more; this one is noted
             outcome.endpoint = {"error": str(exc)}
-    if str(json_path) == "-":
+    if str(json_out) == "-":
         print_json(outcome.to_dict())
         return
-    json_path.write_text(json.dumps(outcome.to_dict(), indent=2, default=str) + "\n")
-    out.print(f"outcome written to {json_path}", highlight=False)
+    json_out.write_text(json.dumps(outcome.to_dict(), indent=2, default=str) + "\n")
+    out.print(f"outcome written to {json_out}", highlight=False)
 
 
 def _instance_type(
