@@ -155,7 +155,10 @@ def mmelocal_objects(
 ) -> list[MmelocalObject]:
     """The objects under ``prefix`` that mmelocal uploaded (they carry its SHA-256
     metadata), with the endpoint each was deployed for, sorted by key (one HeadObject
-    each, on a bounded pool; ``on_head`` hears them)."""
+    each, on a bounded pool; ``on_head`` hears them). The listing cannot answer it:
+    ListObjectsV2 returns no user metadata (key, size, ETag, storage class, owner), and an
+    ETag and size say which bytes an object holds, not for which endpoint it was placed
+    (two endpoints on one prefix, or a user's copy, hold the same bytes)."""
     listed = [(key, size) for key, (size, _) in sorted(listed_objects(s3, bucket, prefix).items())]
     return [o for o in mmelocal_objects_of(s3, bucket, listed, on_head=on_head) if o is not None]
 
