@@ -88,7 +88,18 @@ def test_triton_start_status_stop(tmp_path, capsys, monkeypatch):
     write_python_model(repo, "kept_py")
     assert (
         main(
-            ["triton", "start", "--repo", str(repo), "--name", "t1", "--load", "kept_py", "--json", "-"]
+            [
+                "triton",
+                "start",
+                "--repo",
+                str(repo),
+                "--name",
+                "t1",
+                "--load",
+                "kept_py",
+                "--json",
+                "-",
+            ]
         )
         == 0
     )
