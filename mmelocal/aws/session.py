@@ -18,6 +18,7 @@ from mmelocal.facts.aws import (
     RUNTIME,
     THROTTLING_ERROR_CODES,
     aws_client,
+    retry_policy_of,
 )
 
 #: error codes that mean "ask for more" (a quota, not a bug) -> where that quota is:
@@ -127,14 +128,24 @@ _ROLE_HINT = (
 
 
 def _throttled_hint(response: dict[str, Any]) -> str:
+    """Throttling that outlived the retries: how many the call had, the retry policy of
+    the client that failed (:func:`~mmelocal.facts.aws.retry_policy_of`), what to do."""
     retried = response.get("ResponseMetadata", {}).get("RetryAttempts")
     after = f"after {retried} retries" if retried is not None else "after its retries"
+    policy = retry_policy_of(response)
+    if policy is None:
+        how = "a client mmelocal did not make, with its own retry settings"
+    elif policy["retries"] == 0:
+        how = f"mmelocal's {policy['purpose']} clients do not retry"
+    else:
+        how = (
+            f"mmelocal's {policy['purpose']} clients retry throttling {policy['retries']} "
+            f"times in botocore's {policy['mode']!r} retry mode, backing off between tries"
+        )
     return (
-        f"AWS still throttled the call {after} (mmelocal's deploy clients retry throttling "
-        f"{CONTROL_PLANE.retries} times in botocore's {CONTROL_PLANE.mode!r} retry mode, "
-        "backing off between tries): wait a minute and run the same command again (a "
-        "deploy resumes where it stopped), or run fewer deploys or scripts against the "
-        "account at once"
+        f"AWS still throttled the call {after} ({how}): wait a minute and run the same "
+        "command again (a deploy resumes where it stopped), or run fewer commands or "
+        "scripts against the account at once"
     )
 
 

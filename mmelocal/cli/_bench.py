@@ -16,8 +16,14 @@ from mmelocal.bench.capacity.loop import CapacityOptions
 from mmelocal.bench.loadtest.runner import LoadTestConfig
 from mmelocal.bench.sweep.runner import SweepOptions
 from mmelocal.cli._defaults import field_option
-from mmelocal.cli._options import IN_FILE, OUT_DIR, OUT_FILE, memory_budget_option, stacked
-from mmelocal.cli._output import console, err_console
+from mmelocal.cli._options import (
+    IN_FILE,
+    OUT_DIR,
+    json_option,
+    memory_budget_option,
+    stacked,
+)
+from mmelocal.cli._output import console, err_console, print_json
 from mmelocal.units import mib
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*$")
@@ -134,7 +140,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 #: ``--report DIR`` and ``--json OUT``: where every bench command writes its results
 output_options = stacked(
-    click.option("--json", "json_out", type=OUT_FILE, help="Write the result JSON here."),
+    json_option(),
     click.option(
         "--report",
         "report_dir",
@@ -262,7 +268,9 @@ def write_outputs(
     results: list[Any], json_out: Path | None, report_dir: Path | None, *, title: str
 ) -> None:
     """Write the result JSON and the report where the user asked, and say where."""
-    if json_out is not None:
+    if json_out is not None and str(json_out) == "-":
+        print_json(results[0].to_dict() if len(results) == 1 else [r.to_dict() for r in results])
+    elif json_out is not None:
         from mmelocal.bench.results import write_results
 
         console.print(f"JSON: {write_results(results, json_out)}")
@@ -276,7 +284,7 @@ def prepare_outputs(json_out: Path | None, report_dir: Path | None) -> None:
     """Create the folders results go to before a long run, so a bad path fails at once."""
     from mmelocal.bench.results import output_dir
 
-    if json_out is not None:
+    if json_out is not None and str(json_out) != "-":
         output_dir(json_out.parent)
     if report_dir is not None:
         output_dir(report_dir)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -31,6 +32,18 @@ PORT = click.IntRange(0, 65535)
 
 #: ``--region``'s help where the command talks to AWS with the user's profile
 PROFILE_REGION_HELP = "AWS region (default: your profile's)."
+
+
+def typed_flags(ctx: click.Context) -> dict[str, str]:
+    """Parameter name -> the flag a user types for it (``--no-prune`` for a switch that is
+    off): for a library refusal to name the option, not the field it sets
+    (``DeployOptions.option_names``)."""
+    names = {}
+    for param in ctx.command.params:
+        if isinstance(param, click.Option) and param.name:
+            off = param.secondary_opts and ctx.params.get(param.name) is False
+            names[param.name] = param.secondary_opts[0] if off else param.opts[0]
+    return names
 
 
 def stacked(*options: Callable[[F], F]) -> Callable[[F], F]:
@@ -60,9 +73,64 @@ def grouped(into: str, build: Callable[..., Any], *options: Callable[[F], F]) ->
     return apply
 
 
-def json_flag(help: str = "Print the report as JSON on stdout.") -> Callable[[F], F]:
-    """``--json`` (``as_json``): print the result as JSON instead of tables."""
-    return click.option("--json", "as_json", is_flag=True, help=help)
+#: ``--json``'s one meaning in every command: the FILE its JSON document is written to
+JSON_HELP = "Write the result as JSON to FILE ('-': stdout)."
+#: a JSON output file; ``-`` is stdout
+JSON_FILE = click.Path(dir_okay=False, allow_dash=True, path_type=Path)
+
+
+def _stdout_for_json(ctx: click.Context, param: click.Parameter, value: Path | None) -> Any:
+    """With ``--json -`` stdout holds the JSON alone: the command's tables and messages
+    (the CLI's ``console``) go to stderr until the command ends."""
+    if value is not None and str(value) == "-":
+        from mmelocal.cli._output import console
+
+        console.file = sys.stderr
+        ctx.call_on_close(lambda: setattr(console, "file", None))  # None: stdout again
+    return value
+
+
+def json_option(help: str = JSON_HELP) -> Callable[[F], F]:
+    """``--json FILE`` (``json_out``; ``-``: stdout, and the tables go to stderr), as every
+    command takes it. A command whose ``--json`` was a flag (print JSON on stdout) until
+    2026-11 is made with :class:`BareJsonCommand`, which still takes the bare flag, with a
+    warning."""
+    return click.option(
+        "--json",
+        "json_out",
+        type=JSON_FILE,
+        metavar="FILE",
+        callback=_stdout_for_json,
+        help=help,
+    )
+
+
+#: what a bare ``--json`` (no FILE) says, in the commands where it was a flag
+BARE_JSON_WARNING = (
+    "--json with no FILE is deprecated: write '--json -' (JSON on stdout, as the bare flag "
+    "did) or '--json FILE'"
+)
+
+
+class BareJsonCommand(click.Command):
+    """A command whose ``--json`` was a flag ("print JSON on stdout"): a bare ``--json`` (last,
+    or before a token that is neither ``-`` nor a ``*.json`` file name: the next option, or
+    the command's argument, as in ``validate --json model.tar.gz``) is read as ``--json -``,
+    with :data:`BARE_JSON_WARNING` on stderr; ``--json=FILE`` names any file."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """``args`` with each bare ``--json`` made ``--json=-``, then click's parsing."""
+        args = list(args)
+        for at, arg in enumerate(args):
+            if arg == "--":
+                break
+            following = args[at + 1] if at + 1 < len(args) else None
+            if arg == "--json" and (
+                following is None or (following != "-" and not following.endswith(".json"))
+            ):
+                args[at] = "--json=-"
+                click.echo(f"Warning: {BARE_JSON_WARNING}", err=True)
+        return super().parse_args(ctx, args)
 
 
 def region_option(help: str = PROFILE_REGION_HELP) -> Callable[[F], F]:
@@ -106,13 +174,17 @@ def listen_options(port: int) -> Callable[[F], F]:
 
 
 __all__ = [
+    "BARE_JSON_WARNING",
     "IN_FILE",
+    "JSON_FILE",
+    "JSON_HELP",
     "OUT_DIR",
     "OUT_FILE",
     "PORT",
     "PROFILE_REGION_HELP",
+    "BareJsonCommand",
     "grouped",
-    "json_flag",
+    "json_option",
     "listen_options",
     "memory_budget_option",
     "payload_option",

@@ -7,6 +7,7 @@ import json
 import logging
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
@@ -68,12 +69,27 @@ def print_json(data: Any) -> None:
     sys.stdout.flush()
 
 
-def finish(report: Any, as_json: bool, show: Callable[[Any], None]) -> None:
-    """Print ``report`` as JSON on stdout (``as_json``) or with ``show``; then exit 1 unless
-    ``report.ok`` (the checking commands: validate, check, smoke)."""
-    if as_json:
-        print_json(report.to_dict())
-    else:
+def emit_json(data: Any, json_out: Path | None) -> bool:
+    """Write ``data`` where ``--json`` says (:func:`~mmelocal.cli._options.json_option`):
+    True when it went to stdout (``-``: print nothing else there), False when it went to a
+    file (said on stderr) or nowhere (``json_out`` None)."""
+    if json_out is None:
+        return False
+    if str(json_out) == "-":
+        print_json(data)
+        return True
+    from mmelocal.bench.results import write_text
+
+    write_text(json_out, json.dumps(data, indent=2, default=str) + "\n")
+    err_console.print(f"JSON written to {json_out}", highlight=False)
+    return False
+
+
+def finish(report: Any, json_out: Path | None, show: Callable[[Any], None]) -> None:
+    """Write ``report`` as JSON where ``--json`` says (:func:`emit_json`), and, unless that
+    was stdout, show it with ``show``; then exit 1 unless ``report.ok`` (the checking
+    commands: validate, check, smoke)."""
+    if not emit_json(report.to_dict(), json_out):
         show(report)
     if not report.ok:
         raise SystemExit(1)

@@ -3,6 +3,7 @@ real SageMaker endpoints, after showing what it will cost and asking."""
 
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
 from pathlib import Path
@@ -28,7 +29,13 @@ from mmelocal.cli._bench import (
 )
 from mmelocal.cli._defaults import default_of, field_option
 from mmelocal.cli._loadgen import generators_from, loadgen_options
-from mmelocal.cli._options import OUT_DIR, OUT_FILE, payload_option, region_option
+from mmelocal.cli._options import (
+    OUT_DIR,
+    json_option,
+    payload_option,
+    region_option,
+    typed_flags,
+)
 from mmelocal.cli._output import console, err_console
 from mmelocal.deploy.plan import DEFAULT_INSTANCE_TYPE
 
@@ -93,7 +100,7 @@ from mmelocal.deploy.plan import DEFAULT_INSTANCE_TYPE
     help="How often to ask whether it is InService.",
 )
 @click.option("--report", "report_dir", type=OUT_DIR, help="Report here.")
-@click.option("--json", "json_out", type=OUT_FILE, help="Write the result JSON here.")
+@json_option()
 def benchmark(sources: tuple[str, ...], **kw: Any) -> None:
     """Run the published MME GPU benchmark on real endpoints: for each SOURCE (one per
     framework, e.g. resnet50-pt.tar.gz resnet50-trt.tar.gz) deploy an endpoint, count the
@@ -144,7 +151,10 @@ def benchmark(sources: tuple[str, ...], **kw: Any) -> None:
             content_type=kw["content_type"],
             poll_s=parse_duration_s(kw["poll"]),
             existing=kw["existing"],
-            deployer=temporary_endpoint,
+            # a refusal of its options names the flags typed here
+            deployer=functools.partial(
+                temporary_endpoint, option_names=typed_flags(click.get_current_context())
+            ),
             generators=generators_from(kw),
         )
         runs = prepare(plan)

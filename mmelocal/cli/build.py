@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import click
 
 from mmelocal.builder.build import BuildOptions
 from mmelocal.cli._defaults import field_option, format_option, preset_option, tolerance_options
-from mmelocal.cli._options import json_flag
+from mmelocal.cli._options import BareJsonCommand, json_option
 
 TASKS = (
     "feature-extraction",
@@ -35,7 +36,7 @@ class _BatchSizes(click.ParamType):
         return sizes
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.command(cls=BareJsonCommand, context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("source")
 @click.option("--repo", required=True, type=click.Path(file_okay=False), help="Model repository.")
 @click.option("--name", default=None, help="Model name (default: derived from SOURCE).")
@@ -89,7 +90,7 @@ class _BatchSizes(click.ParamType):
     help="Verify against this .npz (input:NAME / output:NAME, one batch) instead of the "
     "source; a batching model is checked on its rows at batch 1, 2 and 4 too.",
 )
-@json_flag("Print the result as JSON.")
+@json_option()
 def build(
     source: str,
     repo: str,
@@ -114,7 +115,7 @@ def build(
     int8: bool,
     trt_image: str | None,
     reference: str | None,
-    as_json: bool,
+    json_out: Path | None,
 ) -> None:
     """Build SOURCE into a verified Triton model in --repo.
 
@@ -155,7 +156,8 @@ def build(
         trt_docker_gpus=trt_docker_gpus(fmt, trt_image),
         reference_npz=reference,
     )
-    if err_console.is_terminal and not as_json:
+    to_stdout = json_out is not None and str(json_out) == "-"
+    if err_console.is_terminal and not to_stdout:
         from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
         with Progress(
@@ -181,11 +183,9 @@ def build(
                 f"[dim]{stage}: {msg}[/]", highlight=False
             ),
         )
-    if as_json:
-        from mmelocal.cli._output import print_json
+    from mmelocal.cli._output import emit_json
 
-        print_json(result_to_dict(result))
-    else:
+    if not emit_json(result_to_dict(result), json_out):
         _print_result(result)
 
 

@@ -13,14 +13,14 @@ from mmelocal.cli._defaults import (
     refuse_other_launchers_options,
     tolerance_options,
 )
-from mmelocal.cli._options import json_flag, tritonserver_option
+from mmelocal.cli._options import BareJsonCommand, json_option, tritonserver_option
 from mmelocal.runtime.check import CheckOptions
 from mmelocal.units import mib
 
 
-@click.command()
+@click.command(cls=BareJsonCommand)
 @click.argument("path", type=click.Path(path_type=Path))
-@json_flag()
+@json_option()
 @launcher_option(CheckOptions)
 @click.option("--url", help="Server URL for --launcher external (http://host:port).")
 @tritonserver_option(
@@ -58,7 +58,7 @@ from mmelocal.units import mib
     "none when it is empty].",
     show_default=False,
 )
-def check(path: Path, as_json: bool, **options: Any) -> None:
+def check(path: Path, json_out: Path | None, **options: Any) -> None:
     """Validate PATH, then load, warm up, query and unload each model on a real Triton.
 
     PATH is a model repository, a model folder or a model.tar.gz. Exits 0 only when every
@@ -77,12 +77,12 @@ def check(path: Path, as_json: bool, **options: Any) -> None:
     )
     # every option but --json is named after the CheckOptions field it sets
     check_options = CheckOptions(**options)
-    if as_json:
+    if json_out is not None and str(json_out) == "-":  # stdout holds the JSON alone
         report = check_path(path, check_options)
     else:
         with err_console.status("checking") as status:
             report = check_path(path, check_options, progress=lambda m: status.update(m))
-    finish(report, as_json, lambda report: _print_report(console, report))
+    finish(report, json_out, lambda report: _print_report(console, report))
 
 
 def _print_report(console: Any, report: Any) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from mmelocal.cli._defaults import field_option
-from mmelocal.cli._options import IN_FILE, region_option
+from mmelocal.cli._options import IN_FILE, json_option, region_option, typed_flags
 from mmelocal.cli._output import console, env_option, err_console
 from mmelocal.deploy.plan import DEFAULT_INSTANCE_TYPE, DeployOptions
 from mmelocal.units import mib
@@ -73,12 +73,17 @@ from mmelocal.units import mib
     help="With --capacity: models that must stay loaded at once on one instance (default: "
     "the whole store).",
 )
-@click.option("--dry-run", is_flag=True, help="Print the plan and stop: nothing changes.")
 @click.option(
-    "--json",
-    "json_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Write what the deploy did as JSON here ('-': stdout, the tables go to stderr): "
+    "--capacity-result",
+    "capacity_pick",
+    default=None,
+    metavar="FORMAT|SOURCE|N",
+    help="With --capacity: which result of a file of several sizes the instance (its "
+    "format, source or number; e.g. one result per format of capacity --format a,b).",
+)
+@click.option("--dry-run", is_flag=True, help="Print the plan and stop: nothing changes.")
+@json_option(
+    "Write what the deploy did as JSON to FILE ('-': stdout, the tables go to stderr): "
     "the endpoint's final status, the objects moved, each request's result, the time taken, "
     "the error (also on failure), and the plan.",
 )
@@ -103,8 +108,9 @@ def deploy(
     region: str | None,
     capacity: Path | None,
     hot_models: int | None,
+    capacity_pick: str | None,
     dry_run: bool,
-    json_path: Path | None,
+    json_out: Path | None,
     no_wait: bool,
     **fields: Any,
 ) -> None:
@@ -117,20 +123,21 @@ def deploy(
     """
     from mmelocal.deploy.outcome import DeployOutcome
 
-    out = err_console if json_path is not None and str(json_path) == "-" else console
+    out = err_console if json_out is not None and str(json_out) == "-" else console
     outcome = DeployOutcome(endpoint_name=fields["endpoint_name"], dry_run=dry_run)
     held: dict[str, Any] = {}
     try:
-        _deploy(outcome, held, out, store, instance_type, region, capacity, hot_models, no_wait,
+        sizing = (capacity, hot_models, capacity_pick)
+        _deploy(outcome, held, out, store, instance_type, region, sizing, no_wait,
                 fields)  # fmt: skip
     except click.UsageError:  # the command line is wrong: nothing ran, nothing to report
         raise
     except BaseException as exc:
         outcome.finish(error=exc)
-        _write_outcome(outcome, held, json_path, out)
+        _write_outcome(outcome, held, json_out, out)
         raise
     outcome.finish()
-    _write_outcome(outcome, held, json_path, out)
+    _write_outcome(outcome, held, json_out, out)
 
 
 def _deploy(
@@ -140,8 +147,7 @@ def _deploy(
     store: Path,
     instance_type: str | None,
     region: str | None,
-    capacity: Path | None,
-    hot_models: int | None,
+    sizing: tuple[Path | None, int | None, str | None],
     no_wait: bool,
     fields: dict[str, Any],
 ) -> None:
@@ -150,15 +156,23 @@ def _deploy(
     from mmelocal.deploy.deployer import left_over, make_plan, unrecorded_notice
     from mmelocal.errors import DeployError
 
-    if fields["prune_unrecorded"] and not fields["prune"]:  # DeployOptions names its fields
+    if fields["prune_unrecorded"] and not fields["prune"]:  # a usage error, read before all
         raise click.UsageError(
             "--prune-unrecorded prunes: drop --no-prune (or drop --prune-unrecorded to keep "
             "every object)"
         )
-    chosen = _instance_type(instance_type, capacity, hot_models, store, out)
-    # the other options are named after the DeployOptions fields they set
-    options = DeployOptions(store=store, instance_type=chosen, wait=not no_wait, **fields)
-    _refuse_unread(click.get_current_context(), options)
+    chosen = _instance_type(instance_type, *sizing, store, out)
+    ctx = click.get_current_context()
+    # the other options are named after the DeployOptions fields they set; a refusal
+    # names the flags the user typed
+    options = DeployOptions(
+        store=store,
+        instance_type=chosen,
+        wait=not no_wait,
+        option_names=typed_flags(ctx),
+        **fields,
+    )
+    _refuse_unread(ctx, options)
     clients = held["clients"] = connect(region)
     with err_console.status("planning: reading the bucket and the endpoint") as spinner:
 
@@ -191,10 +205,10 @@ def _deploy(
         out.print(outcome.left, highlight=False, soft_wrap=True)
 
 
-def _write_outcome(outcome: Any, held: dict[str, Any], json_path: Path | None, out: Any) -> None:
+def _write_outcome(outcome: Any, held: dict[str, Any], json_out: Path | None, out: Any) -> None:
     """Write ``--json``: the endpoint as it is now (one DescribeEndpoint, unless the user
     interrupted the deploy or no client was made), then the outcome."""
-    if json_path is None:
+    if json_out is None:
         return
     from mmelocal.cli._output import print_json
     from mmelocal.deploy.outcome import endpoint_state
@@ -205,23 +219,30 @@ def _write_outcome(outcome: Any, held: dict[str, Any], json_path: Path | None, o
             outcome.endpoint = endpoint_state(held["clients"].sagemaker, outcome.endpoint_name)
         except DeployError as exc:  # the deploy's own error says more; this one is noted
             outcome.endpoint = {"error": str(exc)}
-    if str(json_path) == "-":
+    if str(json_out) == "-":
         print_json(outcome.to_dict())
         return
-    json_path.write_text(json.dumps(outcome.to_dict(), indent=2, default=str) + "\n")
-    out.print(f"outcome written to {json_path}", highlight=False)
+    json_out.write_text(json.dumps(outcome.to_dict(), indent=2, default=str) + "\n")
+    out.print(f"outcome written to {json_out}", highlight=False)
 
 
 def _instance_type(
-    given: str | None, capacity: Path | None, hot_models: int | None, store: Path, out: Any
+    given: str | None,
+    capacity: Path | None,
+    hot_models: int | None,
+    pick: str | None,
+    store: Path,
+    out: Any,
 ) -> str:
-    """``--instance-type``, else the type ``--capacity`` sizes for ``--hot-models``, else the
-    default; an option that would be ignored is refused, as a usage error."""
-    if hot_models is not None and capacity is None:
-        raise click.UsageError(
-            "--hot-models is only read with --capacity (a capacity result sizes the instance "
-            "type for that many models): add --capacity FILE or drop --hot-models"
-        )
+    """``--instance-type``, else the type ``--capacity`` (its result ``--capacity-result``)
+    sizes for ``--hot-models``, else the default; an option that would be ignored is
+    refused, as a usage error."""
+    for flag, value in (("--hot-models", hot_models), ("--capacity-result", pick)):
+        if value is not None and capacity is None:
+            raise click.UsageError(
+                f"{flag} is only read with --capacity (a capacity result sizes the instance "
+                f"type for the hot models): add --capacity FILE or drop {flag}"
+            )
     if given is not None and capacity is not None:
         raise click.UsageError(
             f"--capacity picks the instance type, --instance-type {given} names one: give "
@@ -235,7 +256,7 @@ def _instance_type(
     from mmelocal.deploy.upload import store_files
 
     hot = hot_models if hot_models is not None else len(store_files(store))
-    choice = cheapest_instance(capacity, hot_models=hot)
+    choice = cheapest_instance(capacity, hot_models=hot, pick=pick)
     out.print(choice.reason, highlight=False, soft_wrap=True)
     return choice.instance_type
 
@@ -267,7 +288,7 @@ def _apply(plan: Any, clients: Any, options: Any, outcome: Any) -> str:
     from mmelocal.deploy.plan import split_s3_uri
     from mmelocal.deploy.upload import apply_objects, total_bytes
 
-    moving = [o for o in plan.objects if o.action in ("upload", "copy", "delete")]
+    moving = [o for o in plan.objects if o.action in ("upload", "copy", "record", "delete")]
     if moving:
         done: list[Any] = []
         columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn())
@@ -305,6 +326,7 @@ def _apply(plan: Any, clients: Any, options: Any, outcome: Any) -> str:
 _OBJECT_REQUESTS = {
     "upload": "PutObject",
     "copy": "CopyObject",
+    "record": "CopyObject",
     "skip": "-",
     "delete": "DeleteObjects",
     "keep": "-",
@@ -327,9 +349,11 @@ def _print_plan(plan: Any, options: Any, out: Any) -> None:
             detail = f"{len(steps)} object(s), {mib(total_bytes(steps, action), digits=1)}"
             if action == "copy":
                 detail += " (server-side copies of identical bytes)"
+            if action == "record":  # S3 holds them, recording no endpoint: name them
+                detail += " (hold these bytes, record no endpoint: copied onto themselves "
+                detail += f"with this endpoint's record, no bytes move): {_named(steps)}"
             if action in ("delete", "keep"):  # not in the store: name them
-                detail += ": " + "; ".join(f"{o.key} ({o.note})" for o in steps[:5])
-                detail += f"; ... {len(steps) - 5} more" if len(steps) > 5 else ""
+                detail += ": " + _named(steps, notes=True)
             table.add_row(str(row), "s3", request, action, plan.model_data_url, detail)
             row += 1
     for step in plan.steps:
@@ -343,6 +367,12 @@ def _print_plan(plan: Any, options: Any, out: Any) -> None:
             "then waits for the endpoint to be InService (FailureReason on failure)",
             highlight=False,
         )
+
+
+def _named(steps: list[Any], *, notes: bool = False) -> str:
+    """The first five keys (with their notes), and how many more."""
+    named = "; ".join(f"{o.key} ({o.note})" if notes else o.key for o in steps[:5])
+    return named + (f"; ... {len(steps) - 5} more" if len(steps) > 5 else "")
 
 
 def _details(step: Any) -> str:

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import click
 
 from mmelocal.cli._defaults import field_option, tolerance_options
-from mmelocal.cli._options import json_flag, region_option
+from mmelocal.cli._options import BareJsonCommand, json_option, region_option
 from mmelocal.cli._output import console, err_console, finish
 from mmelocal.deploy.smoke import smoke_endpoint
 
 
-@click.command()
+@click.command(cls=BareJsonCommand)
 @click.argument("name")
 @region_option()
 @field_option(
@@ -22,9 +23,9 @@ from mmelocal.deploy.smoke import smoke_endpoint
     help="How many of the endpoint's tarballs to invoke (the first by name).",
 )
 @tolerance_options(smoke_endpoint)
-@json_flag()
+@json_option()
 def smoke(
-    name: str, region: str | None, models: int, atol: float, rtol: float, as_json: bool
+    name: str, region: str | None, models: int, atol: float, rtol: float, json_out: Path | None
 ) -> None:
     """Invoke MODELS tarballs of endpoint NAME; answers must equal the build's reference."""
     from mmelocal.aws.session import connect
@@ -32,7 +33,7 @@ def smoke(
     clients = connect(region)
     with err_console.status(f"smoke test of {name}"):
         report = smoke_endpoint(clients, name, models=models, atol=atol, rtol=rtol)
-    finish(report, as_json, _print_smoke)
+    finish(report, json_out, _print_smoke)
 
 
 def _print_smoke(report: Any) -> None:

@@ -9,7 +9,13 @@ from typing import Any
 import click
 
 from mmelocal.cli._defaults import default_of, field_option
-from mmelocal.cli._options import OUT_DIR, PORT, json_flag, tritonserver_option
+from mmelocal.cli._options import (
+    OUT_DIR,
+    PORT,
+    BareJsonCommand,
+    json_option,
+    tritonserver_option,
+)
 from mmelocal.runtime.detached import start_detached, stop_detached
 from mmelocal.runtime.entrypoint import knob_default
 from mmelocal.runtime.server_config import PLAIN_LOG_VERBOSE, ServerConfig
@@ -28,7 +34,7 @@ def triton() -> None:
     """Start, stop or inspect a detached Triton server (the pip tritonserver)."""
 
 
-@triton.command()
+@triton.command(cls=BareJsonCommand)
 @click.option(
     "--repo",
     "repository",
@@ -62,12 +68,12 @@ def triton() -> None:
     f"SAGEMAKER_TRITON_LOG_VERBOSE's default: {knob_default('SAGEMAKER_TRITON_LOG_VERBOSE')}].",
 )
 @tritonserver_option()
-@json_flag("Print the server's record as JSON.")
+@json_option("Write the server's record as JSON to FILE ('-': stdout).")
 def start(
-    repository: Path, name: str, tritonserver: Path | None, as_json: bool, **server: Any
+    repository: Path, name: str, tritonserver: Path | None, json_out: Path | None, **server: Any
 ) -> None:
     """Start tritonserver in the background and record it (see `mmelocal triton status`)."""
-    from mmelocal.cli._output import console, fail, print_json
+    from mmelocal.cli._output import console, emit_json, fail
 
     try:
         repository.mkdir(parents=True, exist_ok=True)
@@ -76,9 +82,7 @@ def start(
     # the ports, --sagemaker, --load and --log-verbose are named after ServerConfig's fields
     config = ServerConfig(model_repository=repository.resolve(), **server)
     kept = start_detached(config, name=name, tritonserver=tritonserver)
-    if as_json:
-        print_json(kept.to_dict())
-    else:
+    if not emit_json(kept.to_dict(), json_out):
         console.print(f"[bold green]started[/] Triton {name!r} pid {kept.pid}", highlight=False)
         _print_urls(console, kept)
 
@@ -103,21 +107,19 @@ def stop(name: str, timeout_s: float) -> None:
     console.print(f"stopped Triton {name!r} (pid {kept.pid})", highlight=False)
 
 
-@triton.command()
+@triton.command(cls=BareJsonCommand)
 @_name_option
-@json_flag("Print the status as JSON.")
-def status(name: str, as_json: bool) -> None:
+@json_option("Write the status as JSON to FILE ('-': stdout).")
+def status(name: str, json_out: Path | None) -> None:
     """Show whether the kept server runs, its URLs and its loaded models. Exit 1 if down."""
-    from mmelocal.cli._output import console, print_json
+    from mmelocal.cli._output import console, emit_json
     from mmelocal.errors import MmeLocalError
     from mmelocal.runtime.client import TritonClient
     from mmelocal.runtime.detached import read_detached
 
     kept = read_detached(name)
     if kept is None:
-        if as_json:
-            print_json({"name": name, "running": False})
-        else:
+        if not emit_json({"name": name, "running": False}, json_out):
             console.print(f"no kept Triton called {name!r}")
         raise SystemExit(1)
     alive = kept.is_alive()
@@ -130,9 +132,7 @@ def status(name: str, as_json: bool) -> None:
             models = []
         finally:
             client.close()
-    if as_json:
-        print_json({**kept.to_dict(), "running": alive, "models": models})
-    else:
+    if not emit_json({**kept.to_dict(), "running": alive, "models": models}, json_out):
         state = "[bold green]running[/]" if alive else "[bold red]not running[/]"
         console.print(f"Triton {name!r} pid {kept.pid}: {state}", highlight=False)
         _print_urls(console, kept)

@@ -9,16 +9,16 @@ import click
 
 from mmelocal.builder.validate import validate_path
 from mmelocal.cli._defaults import default_of, field_option
-from mmelocal.cli._options import json_flag
+from mmelocal.cli._options import BareJsonCommand, json_option
 from mmelocal.cli._output import env_option, size_option
 from mmelocal.units import GiB
 
 _STYLE = {"error": "bold red", "warning": "yellow", "info": "dim"}
 
 
-@click.command()
+@click.command(cls=BareJsonCommand)
 @click.argument("path", type=click.Path(path_type=Path))
-@json_flag()
+@json_option()
 @field_option(
     validate_path,
     "max_members",
@@ -43,7 +43,11 @@ _STYLE = {"error": "bold red", "warning": "yellow", "info": "dim"}
     "SAGEMAKER_TRITON_DISABLE_MODEL_NAMESPACING=false makes shared step names collide.",
 )
 def validate(
-    path: Path, as_json: bool, max_members: int, max_unpacked_bytes: int, env: dict[str, str]
+    path: Path,
+    json_out: Path | None,
+    max_members: int,
+    max_unpacked_bytes: int,
+    env: dict[str, str],
 ) -> None:
     """Validate PATH (a model repository, a model folder, a model.tar.gz or a folder of them).
 
@@ -62,7 +66,7 @@ def validate(
         max_unpacked_bytes=max_unpacked_bytes,
         model_namespacing=model_namespacing(env),
     )
-    finish(report, as_json, lambda report: _print_report(report, path))
+    finish(report, json_out, lambda report: _print_report(report, path))
 
 
 def _print_report(report: Any, path: Path) -> None:

@@ -57,6 +57,10 @@ class DeployOptions:
     prefix that are no longer in the store (an MME serves all the prefix holds).
     ``prune_unrecorded``: also those that record no endpoint (uploaded by mmelocal
     2026-11-24 or earlier): the user says they are this endpoint's.
+
+    ``option_names``: how the user named the fields where they are (the CLI's flags,
+    ``{"max_instances": "--max-instances"}``, :func:`~mmelocal.cli.deploy` gives them), so
+    that a refusal names what the user typed; a field not in it is named as the field.
     """
 
     store: Path
@@ -75,6 +79,14 @@ class DeployOptions:
     prune_unrecorded: bool = False
     poll_s: float = POLL_S
     timeout_s: float = WAIT_TIMEOUT_S
+    option_names: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    def _named(self, name: str, value: object = None) -> str:
+        """Field ``name`` as the user gave it: the flag of :attr:`option_names`, else the
+        field (``name=value`` when ``value`` is given)."""
+        if name in self.option_names:
+            return self.option_names[name]
+        return name if value is None else f"{name}={value!r}"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "store", Path(self.store))
@@ -90,24 +102,27 @@ class DeployOptions:
         split_s3_uri(self.s3_uri)
         if not _ROLE_ARN.match(self.role_arn):
             raise DeployError(
-                f"--role must be an IAM role ARN such as arn:aws:iam::123456789012:role/"
-                f"SageMakerExecution, got {self.role_arn!r}"
+                f"{self._named('role_arn')} must be an IAM role ARN such as "
+                f"arn:aws:iam::123456789012:role/SageMakerExecution, got {self.role_arn!r}"
             )
+        count = self._named("instance_count")
         if self.instance_count < 1:
-            raise DeployError(f"instance_count must be >= 1, got {self.instance_count}")
+            raise DeployError(f"{count} must be >= 1, got {self.instance_count}")
         if self.max_instances is not None and self.max_instances < self.instance_count:
             raise DeployError(
-                f"max_instances must be >= instance_count ({self.instance_count}), "
+                f"{self._named('max_instances')} must be >= {count} ({self.instance_count}), "
                 f"got {self.max_instances}"
             )
         if not 0 < self.target_gpu_utilization <= 100:
             raise DeployError(
-                f"target GPU utilization must be in (0, 100], got {self.target_gpu_utilization}"
+                f"{self._named('target_gpu_utilization')} (the target GPU utilization) must "
+                f"be in (0, 100], got {self.target_gpu_utilization}"
             )
+        environment = self._named("environment")
         for key in self.environment:
             if not _ENV_KEY.match(key):
-                raise DeployError(f"environment variable name {key!r} is not valid (--env K=V)")
-        _check_environment_size(self.environment)
+                raise DeployError(f"environment variable name {key!r} is not valid ({environment})")
+        _check_environment_size(self.environment, environment)
         try:  # the same check as serve --env: what SageMaker's entrypoint makes of them
             warnings = check_sagemaker_env(self.environment)
         except UserInputError as exc:
@@ -115,7 +130,9 @@ class DeployOptions:
         for warning in warnings:
             logger.warning("%s", warning)
         if self.prune_unrecorded and not self.prune:
-            raise DeployError("prune_unrecorded prunes: it needs prune=True (drop --no-prune)")
+            raise DeployError(
+                f"{self._named('prune_unrecorded')} prunes: drop {self._named('prune', False)}"
+            )
         if self.poll_s <= 0 or self.timeout_s <= 0:
             raise DeployError("poll_s and timeout_s must be > 0")
 
@@ -140,29 +157,29 @@ class DeployOptions:
         return self.max_instances if self.max_instances is not None else 2 * self.instance_count
 
 
-def _check_environment_size(environment: Mapping[str, str]) -> None:
+def _check_environment_size(environment: Mapping[str, str], named: str) -> None:
     if len(environment) > _ENV_MAX_ENTRIES:
         raise DeployError(
             f"SageMaker takes at most {_ENV_MAX_ENTRIES} variables in a model's Environment, "
-            f"got {len(environment)} (--env K=V)"
+            f"got {len(environment)} ({named})"
         )
     for key, value in environment.items():
         if len(value.encode()) > _ENV_MAX_VALUE_BYTES:
             raise DeployError(
                 f"environment variable {key} is {len(value.encode())} bytes: SageMaker takes "
-                f"at most {_ENV_MAX_VALUE_BYTES} bytes a value (--env K=V)"
+                f"at most {_ENV_MAX_VALUE_BYTES} bytes a value ({named})"
             )
     total = sum(len(k.encode()) + len(v.encode()) for k, v in environment.items())
     if total > _ENV_MAX_TOTAL_BYTES:
         raise DeployError(
             f"the environment is {total} bytes of keys and values: SageMaker takes at most "
-            f"32 KB ({_ENV_MAX_TOTAL_BYTES} bytes) in all (--env K=V)"
+            f"32 KB ({_ENV_MAX_TOTAL_BYTES} bytes) in all ({named})"
         )
 
 
 #: the object actions of a store's tarballs (the others, ``delete`` and ``keep``, are for
 #: objects under the prefix that are not in the store)
-STORE_ACTIONS = ("upload", "copy", "skip")
+STORE_ACTIONS = ("upload", "copy", "skip", "record")
 
 
 @dataclass(frozen=True, kw_only=True)

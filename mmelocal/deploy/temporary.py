@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from mmelocal.aws.session import AwsClients, connect
@@ -35,6 +35,7 @@ def temporary_endpoint(
     keep: bool = False,
     say: Callable[[str], None] = lambda message: None,
     deleted: list[str] | None = None,
+    option_names: Mapping[str, str] | None = None,
 ) -> Iterator[AwsClients]:
     """Deploy ``store`` as ``endpoint_name`` (one instance, objects under ``s3_uri``) and
     yield the clients; on exit undeploy it with the objects recorded for it (its store, and
@@ -42,7 +43,8 @@ def temporary_endpoint(
     else (what went is appended to ``deleted``), unless ``keep``.
 
     The endpoint is the run's own: one of that name that exists already (mmelocal's or
-    not) is refused before anything changes, never updated and deleted."""
+    not) is refused before anything changes, never updated and deleted. ``option_names``:
+    :attr:`~mmelocal.deploy.plan.DeployOptions.option_names` (how the user named them)."""
     options = DeployOptions(
         store=store,
         endpoint_name=endpoint_name,
@@ -53,6 +55,7 @@ def temporary_endpoint(
         max_instances=1,
         image=image,
         poll_s=poll_s,
+        option_names=option_names or {},
     )
     clients = connect(region)
     _refuse_existing(clients, endpoint_name)

@@ -123,14 +123,48 @@ def aws_client(
         import boto3
 
         session = boto3.session.Session()
-    client = session.client(service, endpoint_url=endpoint_url, config=policy.config(**config))
+    options = policy.config(**config)
+    client = session.client(service, endpoint_url=endpoint_url, config=options)
+    event = client.meta.service_model.service_id.hyphenize()
+    client.meta.events.register(f"after-call.{event}", _RecordPolicy(policy, options.retries))
     codes = QUOTA_ERROR_CODES.get(service)
     if codes:
-        event = client.meta.service_model.service_id.hyphenize()
         # the first answer that is not None decides (botocore's Endpoint._needs_retry):
         # False here means no retry, whatever the retry mode's own handler says
         client.meta.events.register_first(f"needs-retry.{event}", _NoRetry(codes))
     return client
+
+
+#: the key :func:`aws_client`'s clients add to a failed call's answer (the ``response`` of
+#: botocore's ``ClientError``): the retries the client was made with, ``{"purpose": ...,
+#: "retries": N, "mode": ...}`` (:func:`retry_policy_of` reads it), so that an error
+#: message states the policy of the client that failed, not another's
+RETRY_POLICY_KEY: Final = "MmelocalRetryPolicy"
+
+
+class _RecordPolicy:
+    """An ``after-call`` handler that writes the client's retry policy into an error answer
+    (botocore raises the ``ClientError`` from that very dict, after the event)."""
+
+    def __init__(self, policy: ClientPolicy, retries: dict[str, Any] | None) -> None:
+        retries = retries or {}
+        total = retries.get("total_max_attempts")
+        self.record = {
+            "purpose": policy.purpose,
+            "retries": int(total) - 1 if total else int(retries.get("max_attempts", 0)),
+            "mode": str(retries.get("mode", policy.mode)),
+        }
+
+    def __call__(self, parsed: Any = None, **_: Any) -> None:
+        if isinstance(parsed, dict) and "Error" in parsed:
+            parsed[RETRY_POLICY_KEY] = dict(self.record)
+
+
+def retry_policy_of(response: Any) -> dict[str, Any] | None:
+    """The retry policy :func:`aws_client` recorded on a failed call's ``response`` (None:
+    the client was made elsewhere, with its own settings)."""
+    found = response.get(RETRY_POLICY_KEY) if isinstance(response, dict) else None
+    return dict(found) if isinstance(found, dict) else None
 
 
 class _NoRetry:
@@ -217,6 +251,7 @@ __all__ = [
     "LOCAL_REGION",
     "POLICIES",
     "QUOTA_ERROR_CODES",
+    "RETRY_POLICY_KEY",
     "RUNTIME",
     "S3_TRANSIENT_CODES",
     "S3_UNCONSTRAINED_REGION",
@@ -225,5 +260,6 @@ __all__ = [
     "ClientPolicy",
     "aws_client",
     "bucket_region",
+    "retry_policy_of",
     "s3_error_class",
 ]

@@ -47,7 +47,7 @@ def test_good_model_repo_and_tarball(tmp_path: Path, good_model: Path, capsys) -
         assert report.models == ["tiny"]
         code, out = run_validate(capsys, str(target))
         assert code == 0 and "OK" in out
-    code, out = run_validate(capsys, str(tar), "--json")
+    code, out = run_validate(capsys, str(tar), "--json", "-")
     data = json.loads(out)
     assert code == 0 and data["ok"] is True and data["kind"] == "tarball"
 
@@ -472,7 +472,7 @@ def test_bad_input_fails_with_one_line_reason(
     assert "Traceback" not in out
     summary = [line for line in out.splitlines() if line.startswith("FAILED")]
     assert len(summary) == 1, out
-    data = json.loads(run_validate(capsys, str(target), "--json", *args)[1])
+    data = json.loads(run_validate(capsys, str(target), "--json", "-", *args)[1])
     assert data["ok"] is False
     errors = [p for p in data["problems"] if p["severity"] == "error"]
     text = " ".join(f"{p['code']} {p['message']}" for p in errors)

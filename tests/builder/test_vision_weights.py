@@ -84,7 +84,7 @@ def test_cli_uses_weights_from_torch_home(mirror: LoopbackHub, tmp_path, capsys)
     folder = tmp_path / "torch" / "hub" / "checkpoints"
     folder.mkdir(parents=True)
     (folder / RESNET18_FILE).write_bytes(random_state_bytes(resnet18()))
-    code = main(["build", "torchvision:resnet18", "--repo", str(tmp_path / "repo"), "--json"])
+    code = main(["build", "torchvision:resnet18", "--repo", str(tmp_path / "repo"), "--json", "-"])
     captured = capsys.readouterr()
     assert code == 0, captured.err
     assert "pretrained weights ResNet18_Weights.IMAGENET1K_V1" in captured.out

@@ -39,6 +39,7 @@ def test_build_tiny_bert_json(capsys, tiny_bert_dir: Path, tmp_path: Path) -> No
         "--kind",
         "cpu",
         "--json",
+        "-",
     )
     assert code == 0, err
     data = json.loads(out)

@@ -17,7 +17,7 @@ from mmelocal.deploy import resources as rs
 from mmelocal.deploy.plan import DeployOptions, ObjectStep
 from mmelocal.deploy.upload import apply_objects
 from mmelocal.errors import DeployError
-from mmelocal.facts.aws import CONTROL_PLANE, aws_client
+from mmelocal.facts.aws import CONTROL_PLANE, LOAD_TEST, RUNTIME, TESTING, ClientPolicy, aws_client
 
 IMAGE = "763104351884.dkr.ecr.us-east-1.amazonaws.com/sagemaker-tritonserver:24.09-py3"
 
@@ -116,3 +116,43 @@ def test_s3_kms_errors_say_the_key_must_be_usable(code: str) -> None:
 
     text = str(aws_error(caught.value, "GetObject", "s3://bkt/m/model-0.tar.gz"))
     assert f": {code}: " in text and "enabled (not disabled or pending deletion)" in text
+
+
+@pytest.mark.parametrize("policy", [RUNTIME, LOAD_TEST, TESTING])
+def test_throttling_names_the_retry_policy_of_the_client_that_failed(policy: ClientPolicy) -> None:
+    """The throttling hint quoted deploy's policy (5 retries, standard mode) whatever the
+    client: a runtime client (3 retries), the load generator's (none) or the tests' (one,
+    legacy mode) were said to retry as deploy's do. It now states the failed client's."""
+    session = boto3.session.Session(
+        region_name="us-east-1", aws_access_key_id="k", aws_secret_access_key="s"
+    )
+    runtime = aws_client("sagemaker-runtime", policy, session=session)
+    with Stubber(runtime) as stubber:
+        stubber.add_client_error(
+            "invoke_endpoint", "ThrottlingException", "Rate exceeded",
+            response_meta={"RetryAttempts": policy.retries},
+        )  # fmt: skip
+        with pytest.raises(Exception) as caught:
+            runtime.invoke_endpoint(EndpointName="ep", Body=b"{}")
+    from mmelocal.aws.session import aws_error
+
+    text = str(aws_error(caught.value, "InvokeEndpoint", "ep"))
+    assert f"mmelocal's {policy.purpose} clients" in text, text
+    if policy.retries:
+        assert f"retry throttling {policy.retries} times in botocore's {policy.mode!r}" in text
+    else:
+        assert "do not retry" in text
+    assert f"{CONTROL_PLANE.retries} times" not in text or policy.retries == CONTROL_PLANE.retries
+
+
+def test_throttling_of_a_client_mmelocal_did_not_make_claims_no_policy() -> None:
+    """A client made elsewhere (a user's boto3 client) retries by its own settings."""
+    client = boto3.client(
+        "sagemaker", region_name="us-east-1", aws_access_key_id="k", aws_secret_access_key="s"
+    )
+    with Stubber(client) as stubber:
+        stubber.add_client_error("describe_endpoint", "ThrottlingException", "Rate exceeded")
+        with pytest.raises(DeployError) as caught:
+            rs.describe(client, "DescribeEndpoint", EndpointName="ep")
+    text = str(caught.value)
+    assert "mmelocal's" not in text and "its own retry settings" in text, text

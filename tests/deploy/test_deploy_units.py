@@ -214,15 +214,16 @@ def test_unchanged_objects_are_skipped_by_etag_or_recorded_checksum(
     assert s3.head_object(Bucket=bucket, Key="m/b-big.tar.gz")["ETag"].strip('"') == (
         file_digest(big).etag
     )
-    # 2 parts of 5 MiB: an ETag mmelocal cannot predict; the recorded SHA-256 decides
-    assert [o.action for o in plan_objects(s3, bucket, "m/", store)] == [
-        "skip",
-        "skip",
-        "skip",
+    # 2 parts of 5 MiB: an ETag mmelocal cannot predict; the recorded SHA-256 decides.
+    # Held already, with no endpoint recorded: nothing is uploaded, the record is written
+    assert [o.action for o in plan_objects(s3, bucket, "m/", store, endpoint="ep")] == [
+        "record",
+        "record",
+        "record",
         "upload",
     ]
     write_reference_tarball(small, scale=3.0)
-    assert plan_objects(s3, bucket, "m/", store)[0].action == "upload"
+    assert plan_objects(s3, bucket, "m/", store, endpoint="ep")[0].action == "upload"
 
 
 def test_service_errors_become_one_line_with_the_next_step() -> None:
@@ -392,3 +393,74 @@ def test_smoke_checks_only_tarballs_that_carry_a_reference(
         report = smoke_endpoint(clients, "ep", models=5)
     assert called == ["model-0.tar.gz"]
     assert [r.target for r in report.results] == ["model-0.tar.gz"]
+
+
+def test_option_errors_name_what_the_user_gave(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """DeployOptions named its fields (``max_instances must be >= instance_count``) also to
+    a CLI user, who typed --max-instances and --instance-count; and --role to a library
+    user, who gave role_arn. Each message now names what the user gave: the CLI's flags
+    on the command line, the fields in Python."""
+    from deploy_helpers import cli_args, run
+
+    base = {"store": tmp_path, "endpoint_name": "ep", "s3_uri": "s3://bkt/m/", "role_arn": ROLE}
+    with pytest.raises(DeployError, match=r"^max_instances must be >= instance_count \(3\)"):
+        DeployOptions(**base, instance_count=3, max_instances=2)  # type: ignore[arg-type]
+    with pytest.raises(DeployError, match=r"^role_arn must be an IAM role ARN"):
+        DeployOptions(**{**base, "role_arn": "arn:aws:iam::123:role/x"})  # type: ignore[arg-type]
+
+    args = cli_args(tmp_path, "bkt", "ep", "--instance-count", "4", "--dry-run")
+    code, text = run(capsys, *args)
+    assert code != 0 and "--max-instances must be >= --instance-count (4), got 3" in text, text
+    assert "max_instances" not in text and "Traceback" not in text
+    at = args.index("--role")
+    code, text = run(capsys, *args[:at], "--role", "arn:aws:iam::123:role/x", *args[at + 2 :])
+    assert "--role must be an IAM role ARN" in text and "role_arn" not in text, text
+    # the benchmark's temporary endpoints: named as `mmelocal benchmark` took them
+    from mmelocal.deploy.temporary import temporary_endpoint
+
+    bench = temporary_endpoint(store=tmp_path, endpoint_name="ep", s3_uri="s3://bkt/m/",
+                               role_arn="x", instance_type="ml.g5.xlarge",
+                               option_names={"role_arn": "--role"})  # fmt: skip
+    with pytest.raises(DeployError, match=r"^--role must be an IAM role ARN"), bench:
+        pass
+
+
+def test_sizing_picks_the_result_asked_for_in_a_file_of_several(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """`capacity SOURCE --format torchscript,onnx --json FILE` writes a list, one result per
+    format (an estimate of a repository, one per model): deploy --capacity sized by the
+    first, whichever the store holds. Several results are now refused, each named, until
+    --capacity-result says which (its format, source, or position)."""
+    import dataclasses
+
+    from deploy_helpers import cli_args, run
+
+    from mmelocal.bench.results import write_results
+
+    onnx = _capacity_result("nvml:0", 3 * GIB)  # 6 fit an A10G (see the test above)
+    torchscript = dataclasses.replace(onnx, model_format="torchscript", source="m",
+                                      loads=tuple(dataclasses.replace(load, marginal_bytes=None)
+                                                  for load in onnx.loads))  # fmt: skip
+    path = tmp_path / "formats.json"
+    write_results([torchscript, onnx], path)
+    with pytest.raises(DeployError, match=r"2 results.*1: m \(torchscript\).*2: m\.tar\.gz") as e:
+        cheapest_instance(path, hot_models=6)
+    assert "--capacity-result" in str(e.value)
+    for pick in ("onnx", "m.tar.gz", "2"):
+        choice = cheapest_instance(path, hot_models=6, pick=pick)
+        assert choice.instance_type == "ml.g5.xlarge" and "6 models fit" in choice.reason
+    with pytest.raises(DeployError, match=r"no result of .* is 'tensorrt'.*1: m \(torchscript\)"):
+        cheapest_instance(path, hot_models=6, pick="tensorrt")
+
+    store = tmp_path / "store"
+    write_reference_tarball(store / "model-0.tar.gz", scale=2.0)
+    args = [
+        a for a in cli_args(store, "bkt", "ep") if a not in ("--instance-type", "ml.g4dn.xlarge")
+    ]
+    code, text = run(capsys, *args, "--capacity", str(path), "--dry-run")
+    assert code != 0 and "--capacity-result" in text and "Traceback" not in text, text
+    code, text = run(capsys, *args, "--capacity-result", "onnx", "--dry-run")
+    assert code == 2 and "--capacity-result is only read with --capacity" in text, text

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.triton
 
 
 def _run_json(capsys, *args: str) -> tuple[int, dict]:
-    code = main(["check", *args, "--json"])
+    code = main(["check", *args, "--json", "-"])
     out = capsys.readouterr().out
     return code, json.loads(out)
 
@@ -88,13 +88,24 @@ def test_triton_start_status_stop(tmp_path, capsys, monkeypatch):
     write_python_model(repo, "kept_py")
     assert (
         main(
-            ["triton", "start", "--repo", str(repo), "--name", "t1", "--load", "kept_py", "--json"]
+            [
+                "triton",
+                "start",
+                "--repo",
+                str(repo),
+                "--name",
+                "t1",
+                "--load",
+                "kept_py",
+                "--json",
+                "-",
+            ]
         )
         == 0
     )
     started = json.loads(capsys.readouterr().out)
     try:
-        assert main(["triton", "status", "--name", "t1", "--json"]) == 0
+        assert main(["triton", "status", "--name", "t1", "--json", "-"]) == 0
         status = json.loads(capsys.readouterr().out)
         assert status["running"] is True and status["pid"] == started["pid"]
         assert {"name": "kept_py", "version": "1", "state": "READY"} in status["models"]
@@ -236,7 +247,7 @@ def test_check_gpu_without_nvml_is_refused(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml fails
     repo = tmp_path / "repo"
     write_python_model(repo, "py")
-    assert main(["check", str(repo), "--gpu", "0", "--json"]) == 2
+    assert main(["check", str(repo), "--gpu", "0", "--json", "-"]) == 2
     assert "GPUs 0 were chosen, but NVML finds no NVIDIA GPU here" in capsys.readouterr().err
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from mmelocal.bench.capacity.loop import with_projection
 from mmelocal.bench.capacity.projection import Projection, ProjectionRow, load_gpus
@@ -26,13 +27,74 @@ class InstanceChoice:
     reason: str
 
 
-def read_footprint(path: Path, *, instead: str) -> CapacityResult | Estimate:
+#: how ``mmelocal deploy`` picks a result of a file of several (traffic's --capacity reads
+#: a file of one)
+PICK_OPTION = "--capacity-result"
+
+
+def _label(result: Any) -> str:
+    """``source (format)``, or the kind for a projection (typed-in numbers)."""
+    if isinstance(result, Projection):
+        return "projection"
+    return f"{result.source} ({result.model_format})"
+
+
+def _keys(result: Any) -> set[str]:
+    """What picks ``result``: its source (or the source's file name), format, label, and the
+    instance type it was measured on."""
+    if isinstance(result, Projection):
+        return {"projection"}
+    source = str(result.source)
+    keys = {source, Path(source).name, str(result.model_format), _label(result)}
+    keys.add(str(getattr(result, "label", "") or source))
+    keys.add(str(getattr(result, "instance_type", "") or source))
+    return keys
+
+
+def sizing_result(path: Path, *, pick: str | None = None, choose: str | None = None) -> Any:
+    """The result of ``path`` that sizes an instance (a projection, a capacity or an
+    estimate result; the others, a report's load tests or sweeps, are passed over). A file
+    of several needs ``pick``: a result's format, source (or its file name), instance type
+    or 1-based position among them; ``choose`` names how the user gives it (None: there is
+    no way, the file must hold one). A :class:`UserInputError` lists the results when
+    none or several match."""
+    usable = [
+        r for r in read_results(path) if isinstance(r, (Projection, CapacityResult, Estimate))
+    ]
+    listed = "; ".join(f"{i}: {_label(r)}" for i, r in enumerate(usable, 1))
+    if pick is None:
+        if len(usable) <= 1:
+            return usable[0] if usable else None
+        if choose is None:
+            raise UserInputError(
+                f"{path} holds {len(usable)} results that size an instance ({listed}): give a "
+                "file of one (`mmelocal capacity` with one --format, an estimate of one model)"
+            )
+        raise UserInputError(
+            f"{path} holds {len(usable)} results that size an instance ({listed}): say which "
+            f"with {choose} (its format, source or number, e.g. {choose} "
+            f"{usable[-1].model_format if not isinstance(usable[-1], Projection) else len(usable)})"
+        )
+    if pick.isdigit() and 1 <= int(pick) <= len(usable):
+        return usable[int(pick) - 1]
+    matches = [r for r in usable if pick in _keys(r)]
+    if len(matches) != 1:
+        what = "no result" if not matches else f"{len(matches)} results"
+        raise UserInputError(
+            f"{what} of {path} is {pick!r} ({listed}): give {choose} a format, source or "
+            "number that names one"
+        )
+    return matches[0]
+
+
+def read_footprint(
+    path: Path, *, instead: str, pick: str | None = None, choose: str | None = None
+) -> CapacityResult | Estimate:
     """The `capacity estimate` result (an :class:`Estimate`) or the GPU
-    :class:`CapacityResult` ``path`` holds (the first, in a file of several); a host-memory
-    one is refused (CPU figures never project onto a GPU card), pointing to ``instead``:
-    the option that gives the figure directly."""
-    found = read_results(path)
-    result = found[0] if found else None
+    :class:`CapacityResult` ``path`` holds (of several, the one ``pick`` names: see
+    :func:`sizing_result`); a host-memory one is refused (CPU figures never project onto a
+    GPU card), pointing to ``instead``: the option that gives the figure directly."""
+    result = sizing_result(path, pick=pick, choose=choose)
     if not isinstance(result, (CapacityResult, Estimate)):
         raise UserInputError(
             f"{path}: no per-model footprint (a GPU result of `mmelocal capacity --json FILE`, "
@@ -43,14 +105,14 @@ def read_footprint(path: Path, *, instead: str) -> CapacityResult | Estimate:
     return result
 
 
-def _rows(path: Path) -> tuple[ProjectionRow, ...]:
+def _rows(path: Path, pick: str | None) -> tuple[ProjectionRow, ...]:
     """The count per instance type of the projection, capacity or estimate result ``path``
-    holds."""
-    found = read_results(path)
-    if found and isinstance(found[0], Projection):
-        return found[0].rows
+    holds (of several, the one ``pick`` names)."""
     try:
-        result = read_footprint(path, instead="--instance-type")
+        found = sizing_result(path, pick=pick, choose=PICK_OPTION)
+        if isinstance(found, Projection):
+            return found.rows
+        result = read_footprint(path, instead="--instance-type", pick=pick, choose=PICK_OPTION)
     except UserInputError as exc:
         raise DeployError(str(exc)) from None
     if isinstance(result, Estimate):
@@ -77,12 +139,17 @@ def _rows(path: Path) -> tuple[ProjectionRow, ...]:
 
 
 def cheapest_instance(
-    capacity: Path | str, *, hot_models: int, prices: PriceTable | None = None
+    capacity: Path | str,
+    *,
+    hot_models: int,
+    prices: PriceTable | None = None,
+    pick: str | None = None,
 ) -> InstanceChoice:
-    """The cheapest priced instance type that holds ``hot_models`` loaded at once."""
+    """The cheapest priced instance type that holds ``hot_models`` loaded at once, by the
+    result ``capacity`` holds (of several, the one ``pick`` names: :func:`sizing_result`)."""
     if hot_models < 1:
         raise DeployError(f"hot_models must be >= 1, got {hot_models}")
-    rows = _rows(Path(capacity))
+    rows = _rows(Path(capacity), pick)
     prices = prices if prices is not None else load_prices()
     fitting = [row for row in rows if row.instance_type and row.models_per_instance >= hot_models]
     priced = [(prices.price_for(r.instance_type), r) for r in fitting]
@@ -108,4 +175,4 @@ def cheapest_instance(
     )
 
 
-__all__ = ["InstanceChoice", "cheapest_instance", "read_footprint"]
+__all__ = ["PICK_OPTION", "InstanceChoice", "cheapest_instance", "read_footprint", "sizing_result"]

@@ -12,8 +12,8 @@ from typing import Any, Protocol
 import click
 
 from mmelocal.cli._defaults import field_option
-from mmelocal.cli._options import IN_FILE, OUT_FILE, grouped, stacked
-from mmelocal.cli._output import console, err_console, size_option
+from mmelocal.cli._options import IN_FILE, OUT_FILE, grouped, json_option, stacked
+from mmelocal.cli._output import console, err_console, print_json, size_option
 from mmelocal.errors import UserInputError
 from mmelocal.traffic.simulate import LoadTimes, SimConfig
 from mmelocal.units import MiB
@@ -86,11 +86,7 @@ _disk_options = grouped(
 
 def _outputs(html: bool) -> _Decorator:
     """``--json`` (and ``--html``): where the result is written."""
-    options = [
-        click.option(
-            "--json", "json_out", type=OUT_FILE, default=None, help="Write the result JSON here."
-        )
-    ]
+    options = [json_option()]
     if html:
         options.append(
             click.option(
@@ -162,7 +158,9 @@ def _print_result(result: Any, title: str) -> None:
 def _write_outputs(result: Any, json_out: Path | None, html_out: Path | None, title: str) -> None:
     from mmelocal.traffic.results import write_html
 
-    if json_out is not None:
+    if json_out is not None and str(json_out) == "-":
+        print_json(result.data)
+    elif json_out is not None:
         console.print(f"JSON: {result.write_json(json_out)}")
     if html_out is not None:
         console.print(f"HTML: {write_html(result, html_out, title=title)}")
