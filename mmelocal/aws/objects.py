@@ -33,10 +33,8 @@ from mmelocal.aws.session import aws_error, not_found
 @dataclass(frozen=True, kw_only=True)
 class ObjectStep:
     """One object: a store tarball to ``upload``, ``copy`` (server-side, from
-    ``source_key``), ``skip``, or ``record`` (S3 holds its bytes with no endpoint recorded:
-    a server-side copy onto itself writes the metadata); or an object under the prefix
-    that is not in the store (``path`` empty), to ``delete`` or ``keep`` (``note`` says
-    why)."""
+    ``source_key``) or ``skip``; or an object under the prefix that is not in the store
+    (``path`` empty), to ``delete`` or ``keep`` (``note`` says why)."""
 
     key: str
     path: str
@@ -119,9 +117,7 @@ def apply_objects(
     on_bytes: Callable[[int], None] | None = None,
     on_object: Callable[[ObjectStep], None] | None = None,
 ) -> None:
-    """Uploads first, then server-side copies (their sources exist by then), then the
-    ``record`` steps (each object copied onto itself, metadata replaced: S3 takes a copy
-    onto itself that changes the metadata, and no bytes cross the network); each object
+    """Uploads first, then server-side copies (their sources exist by then); each object
     records its checksum and ``endpoint_name`` (:func:`object_metadata`). Then the
     ``delete`` steps (objects no longer in the store). Files of a part or more go up in
     parts (:func:`~mmelocal.aws.s3.transfer_config`: mmelocal's part size, 8 at once).
@@ -145,8 +141,8 @@ def apply_objects(
             raise aws_error(exc, "PutObject", f"s3://{bucket}/{step.key}") from exc
         if on_object is not None:
             on_object(step)
-    for step in (s for s in steps if s.action in ("copy", "record")):
-        source = {"Bucket": bucket, "Key": step.source_key or step.key}
+    for step in (s for s in steps if s.action == "copy"):
+        source = {"Bucket": bucket, "Key": step.source_key}
         copy_args: dict[str, Any] = {
             "Metadata": object_metadata(step.sha256, endpoint_name),
             "MetadataDirective": "REPLACE",

@@ -288,7 +288,7 @@ def _apply(plan: Any, clients: Any, options: Any, outcome: Any) -> str:
     from mmelocal.deploy.plan import split_s3_uri
     from mmelocal.deploy.upload import apply_objects, total_bytes
 
-    moving = [o for o in plan.objects if o.action in ("upload", "copy", "record", "delete")]
+    moving = [o for o in plan.objects if o.action in ("upload", "copy", "delete")]
     if moving:
         done: list[Any] = []
         columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn())
@@ -326,7 +326,6 @@ def _apply(plan: Any, clients: Any, options: Any, outcome: Any) -> str:
 _OBJECT_REQUESTS = {
     "upload": "PutObject",
     "copy": "CopyObject",
-    "record": "CopyObject",
     "skip": "-",
     "delete": "DeleteObjects",
     "keep": "-",
@@ -349,11 +348,9 @@ def _print_plan(plan: Any, options: Any, out: Any) -> None:
             detail = f"{len(steps)} object(s), {mib(total_bytes(steps, action), digits=1)}"
             if action == "copy":
                 detail += " (server-side copies of identical bytes)"
-            if action == "record":  # S3 holds them, recording no endpoint: name them
-                detail += " (hold these bytes, record no endpoint: copied onto themselves "
-                detail += f"with this endpoint's record, no bytes move): {_named(steps)}"
             if action in ("delete", "keep"):  # not in the store: name them
-                detail += ": " + _named(steps, notes=True)
+                detail += ": " + "; ".join(f"{o.key} ({o.note})" for o in steps[:5])
+                detail += f"; ... {len(steps) - 5} more" if len(steps) > 5 else ""
             table.add_row(str(row), "s3", request, action, plan.model_data_url, detail)
             row += 1
     for step in plan.steps:
@@ -367,12 +364,6 @@ def _print_plan(plan: Any, options: Any, out: Any) -> None:
             "then waits for the endpoint to be InService (FailureReason on failure)",
             highlight=False,
         )
-
-
-def _named(steps: list[Any], *, notes: bool = False) -> str:
-    """The first five keys (with their notes), and how many more."""
-    named = "; ".join(f"{o.key} ({o.note})" if notes else o.key for o in steps[:5])
-    return named + (f"; ... {len(steps) - 5} more" if len(steps) > 5 else "")
 
 
 def _details(step: Any) -> str:

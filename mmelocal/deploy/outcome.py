@@ -16,7 +16,7 @@ from mmelocal.deploy.artifacts import UNRECORDED_NOTE
 from mmelocal.deploy.plan import ApiStep, DeployPlan, ObjectStep
 
 #: an object step's action -> the outcome's name for it once done
-_DONE = {"upload": "uploaded", "copy": "copied", "record": "recorded", "delete": "deleted"}
+_DONE = {"upload": "uploaded", "copy": "copied", "delete": "deleted"}
 #: the result of a plan step ``apply_steps`` never reached (it stopped before)
 NOT_REACHED = "not reached"
 

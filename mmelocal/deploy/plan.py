@@ -179,7 +179,7 @@ def _check_environment_size(environment: Mapping[str, str], named: str) -> None:
 
 #: the object actions of a store's tarballs (the others, ``delete`` and ``keep``, are for
 #: objects under the prefix that are not in the store)
-STORE_ACTIONS = ("upload", "copy", "skip", "record")
+STORE_ACTIONS = ("upload", "copy", "skip")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,13 +1,11 @@
 """The store's tarballs to S3 with boto3's transfer manager: unchanged objects are skipped.
 
-An object is unchanged when its size and checksum match the file: S3's ETag (the MD5 of a
-single-part upload, or the MD5 of the parts' MD5s for a multipart upload with mmelocal's
-part size), else the SHA-256 mmelocal records as object metadata
-(``x-amz-meta-mmelocal-sha256``), both read with one HEAD of each object of the file's size.
+An object is unchanged when its size and checksum match the file: S3's ETag from the
+listing (the MD5 of a single-part upload, or the MD5 of the parts' MD5s for a multipart
+upload with mmelocal's part size), else the SHA-256 mmelocal records as object metadata
+(``x-amz-meta-mmelocal-sha256``), read with one HEAD only for objects whose ETag differs.
 Each object mmelocal writes also records the endpoint it was deployed for
-(``x-amz-meta-mmelocal-endpoint``): undeploy deletes only that endpoint's. An unchanged
-object that records no endpoint is recorded for this one (a server-side copy onto itself,
-``record``): after a deploy, the objects of its store are the endpoint's.
+(``x-amz-meta-mmelocal-endpoint``): undeploy deletes only that endpoint's.
 Files with the same bytes (the hard-linked copies ``mmelocal package --copies`` writes) are
 uploaded once and the others are server-side copies of that object: the bytes cross the
 network once. The rule and the upload itself (:func:`~mmelocal.aws.objects.unchanged`,
@@ -24,15 +22,13 @@ from typing import Any
 from mmelocal.aws.objects import (
     ObjectStep,
     apply_objects,
-    head_holds,
-    head_object,
+    needs_head,
+    recorded_sha256,
     unchanged,
 )
 from mmelocal.aws.parallel import map_bounded
 from mmelocal.aws.s3 import (
-    ENDPOINT_METADATA,
     PART_SIZE_BYTES,
-    SHA256_METADATA,
     FileDigest,
     delete_objects,
     file_digest,
@@ -41,12 +37,7 @@ from mmelocal.aws.s3 import (
     transfer_config,
 )
 from mmelocal.aws.session import aws_error, not_found
-from mmelocal.deploy.artifacts import (
-    UNRECORDED_NOTE,
-    HeadProgress,
-    MmelocalObject,
-    mmelocal_objects_of,
-)
+from mmelocal.deploy.artifacts import HeadProgress, MmelocalObject, mmelocal_objects_of
 from mmelocal.errors import DeployError
 from mmelocal.facts.aws import bucket_region
 
@@ -62,20 +53,10 @@ def store_files(store: Path) -> list[tuple[str, Path]]:
 
 
 def plan_objects(
-    s3: Any,
-    bucket: str,
-    prefix: str,
-    store: Path,
-    *,
-    endpoint: str,
-    on_head: HeadProgress | None = None,
+    s3: Any, bucket: str, prefix: str, store: Path, *, on_head: HeadProgress | None = None
 ) -> list[ObjectStep]:
-    """One step per tarball: skip what S3 already holds for ``endpoint``, ``record`` what
-    it holds with no record of an endpoint (uploaded by another tool, or by mmelocal
-    2026-11-24 or earlier: the deploy makes it the endpoint's), copy what another key
-    holds, upload the rest. An object of the file's size is read with one HEAD (its ETag,
-    the SHA-256 and the endpoint mmelocal recorded: the listing has no metadata); those
-    HEADs go on a bounded pool (``on_head`` hears them)."""
+    """One step per tarball: skip what S3 already holds, copy what another key holds.
+    The HEADs the listing leaves to do go on a bounded pool (``on_head`` hears them)."""
     files = store_files(store)
     digests = file_digests(path for _, path in files)
     listed = listed_objects(s3, bucket, prefix)
@@ -83,12 +64,12 @@ def plan_objects(
     to_head = [
         prefix + rel
         for rel, path in files
-        if (seen := listed.get(prefix + rel)) is not None and seen[0] == sizes[path]
+        if needs_head(sizes[path], digests[path], listed.get(prefix + rel))
     ]
-    heads = dict(
+    recorded = dict(
         zip(
             to_head,
-            map_bounded(lambda key: head_object(s3, bucket, key), to_head, on_done=on_head),
+            map_bounded(lambda key: recorded_sha256(s3, bucket, key), to_head, on_done=on_head),
             strict=True,
         )
     )
@@ -96,12 +77,14 @@ def plan_objects(
     steps = []
     for rel, path in files:
         key, digest, size = prefix + rel, digests[path], sizes[path]
-        head = heads.get(key)
-        action, source, note = "upload", None, ""
-        if head_holds(head, size, digest):
-            action, note = _held(head, endpoint)
+        seen = listed.get(key)
+        unchanged = seen is not None and seen[0] == size and seen[1] == digest.etag
+        if unchanged or (key in recorded and recorded[key] == digest.sha256):
+            action, source = "skip", None
         elif digest.sha256 in first_key:
             action, source = "copy", first_key[digest.sha256]
+        else:
+            action, source = "upload", None
         first_key.setdefault(digest.sha256, key)
         steps.append(
             ObjectStep(
@@ -111,24 +94,9 @@ def plan_objects(
                 sha256=digest.sha256,
                 action=action,
                 source_key=source,
-                note=note,
             )
         )
     return steps
-
-
-def _held(head: Any, endpoint: str) -> tuple[str, str]:
-    """The action and note of an object that holds the file already: ``skip`` when it
-    records ``endpoint`` or another endpoint (that one's deploy placed it: its record is
-    kept), else ``record``."""
-    metadata = head.get("Metadata", {})
-    recorded = metadata.get(ENDPOINT_METADATA) or None
-    if recorded == endpoint:
-        return "skip", ""
-    if recorded is not None:
-        return "skip", f"deployed for endpoint {recorded} (its record is kept)"
-    was = UNRECORDED_NOTE if SHA256_METADATA in metadata else "not uploaded by mmelocal"
-    return "record", f"{was}: recorded for {endpoint}"
 
 
 def check_bucket(s3: Any, bucket: str, region: str) -> None:

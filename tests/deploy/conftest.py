@@ -1,6 +1,5 @@
 """Fixtures for the deploy tests: AWS pointed at the local AWS, a small store, an endpoint
-name (``bucket`` comes from ``tests/conftest.py``); ``clients``, mmelocal's clients on moto
-in this process (no server, nothing started: for tests that need no endpoint to serve)."""
+name (``bucket`` comes from ``tests/conftest.py``)."""
 
 from __future__ import annotations
 
@@ -14,7 +13,6 @@ from deploy_helpers import write_reference_tarball
 from shared_helpers import delete_endpoint, unique
 
 if TYPE_CHECKING:
-    from mmelocal.aws.session import AwsClients
     from mmelocal.localaws import LocalAws
 
 
@@ -27,24 +25,6 @@ def store(tmp_path: Path) -> Path:
     write_reference_tarball(root / "model-2.tar.gz", scale=3.0)
     write_reference_tarball(root / "team" / "model-3.tar.gz", scale=4.0)
     return root
-
-
-@pytest.fixture
-def clients(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[AwsClients]:
-    """mmelocal's clients on moto's in-process AWS (no endpoint URL, no profile): its
-    endpoints are InService at once and start no Triton."""
-    moto = pytest.importorskip("moto")
-    from mmelocal.aws.session import connect
-
-    for name in [n for n in os.environ if n.startswith("AWS_")]:
-        monkeypatch.delenv(name)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
-    with moto.mock_aws():
-        yield connect()
 
 
 @pytest.fixture

@@ -5,19 +5,37 @@ endpoints are InService at once, and start no Triton), counted with botocore eve
 
 from __future__ import annotations
 
+import os
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from deploy_helpers import INSTANCE_TYPE, ROLE, write_reference_tarball
 
 from mmelocal.aws.s3 import ENDPOINT_METADATA, SHA256_METADATA
-from mmelocal.aws.session import AwsClients
+from mmelocal.aws.session import AwsClients, connect
 from mmelocal.deploy.deployer import apply_plan, make_plan, undeploy
 from mmelocal.deploy.plan import DeployOptions
 
 IMAGE = "763104351884.dkr.ecr.us-east-1.amazonaws.com/sagemaker-tritonserver:24.09-py3"
 TAG = [{"Key": "mmelocal:endpoint", "Value": "ep"}]
+
+
+@pytest.fixture
+def clients(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[AwsClients]:
+    """mmelocal's clients on moto's in-process AWS (no endpoint URL, no profile)."""
+    moto = pytest.importorskip("moto")
+    for name in [n for n in os.environ if n.startswith("AWS_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    with moto.mock_aws():
+        yield connect()
 
 
 def _asked(client: Any, operation: str, param: str) -> list[str]:
