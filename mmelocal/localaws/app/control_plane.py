@@ -13,6 +13,7 @@ from typing import Any
 
 from mmelocal.errors import AwsServiceError
 from mmelocal.facts.runtime_api import (
+    CONFIG_IN_USE,
     DUPLICATE_VARIANT_IN_REQUEST,
     ENDPOINT_FAILED,
     ENDPOINT_IN_PROGRESS,
@@ -219,6 +220,8 @@ class SageMakerControlPlane:
             )
             raise AwsServiceError(f'Could not find endpoint configuration "{arn}".')
         _refuse_unless_in_service(state, endpoint)
+        if config_name == state.config_name:  # "you must create a new EndpointConfig"
+            raise AwsServiceError(CONFIG_IN_USE.format(config=config_name))
         for check in self.update_checks:
             check(region, name, endpoint, config)
         self.endpoints.update(
