@@ -77,6 +77,11 @@ ROLLING_DEPLOYMENTS_URL = (
 #: service's ``ValidationException`` reads "Cannot update failed endpoint" (deploy scripts
 #: match it), worded as the in-progress one with the endpoint's ARN
 ENDPOINT_FAILED = 'Cannot update failed endpoint "{arn}".'
+#: UpdateEndpoint to the config the endpoint serves: UpdateEndpoint's API reference says "To
+#: update an endpoint, you must create a new EndpointConfig"; the service's
+#: ``ValidationException`` as deploy scripts quote it (measured, quoted in the comments of
+#: public deploy scripts; their trailing period, if any, not shown)
+CONFIG_IN_USE = 'Cannot update endpoint with the currently in use endpoint configuration "{config}"'
 #: DesiredInstanceCount 0 (serverless-style scale to zero) on an instance-backed variant
 ZERO_INSTANCES = (
     "Variant {variant}: DesiredInstanceCount 0 is for endpoints that host inference "
@@ -107,6 +112,7 @@ def log_stream_arn(region: str, account: str, endpoint: str, stream: str) -> str
 
 
 __all__ = [
+    "CONFIG_IN_USE",
     "DEFAULT_VARIANT_NAME",
     "DEFAULT_VARIANT_WEIGHT",
     "DUPLICATE_VARIANT_IN_REQUEST",

@@ -113,6 +113,12 @@ FAILURE_REASON_MAX_CHARS: Final = 1024
 #: The endpoints on one ``ListEndpoints`` page when ``MaxResults`` is left out (botocore's
 #: sagemaker model, ``ListEndpointsInput.MaxResults``: "This value defaults to 10").
 ENDPOINTS_PAGE_SIZE: Final = 10
+#: The models (``ListModels``) or endpoint configs (``ListEndpointConfigs``) on one page when
+#: ``MaxResults`` is left out. Neither botocore's sagemaker model nor the API reference
+#: publishes it: mmelocal's own figure, the default ``ListEndpoints`` documents (and most of
+#: SageMaker's ``List*`` operations: "The default value is 10"), so that a script that reads
+#: one page without its ``NextToken`` misses items here as it may in the cloud.
+MODELS_PAGE_SIZE: Final = ENDPOINTS_PAGE_SIZE
 
 #: How long a load that finds no room waits, holding its instance's load lock, for a
 #: loaded model to go idle so it can be evicted, before it fails (507
@@ -180,6 +186,7 @@ __all__ = [
     "MAX_PAYLOAD_BYTES",
     "MAX_TARGET_MODEL_LENGTH",
     "MEMORY_THRESHOLD",
+    "MODELS_PAGE_SIZE",
     "MODEL_NOT_READY_AFTER_S",
     "REQUEST_ID_HEADER",
     "REQUEST_TIMEOUT_S",

@@ -4,8 +4,9 @@ It mounts moto's server application in-process behind :class:`~.app.LocalAwsApp`
 threaded WSGI server (a background thread), so a test, a benchmark or ``mmelocal
 local-aws`` gets S3, SageMaker, Application Auto Scaling and STS on one URL, with real
 Triton behind every endpoint. moto keeps its state in this process: two ``LocalAws`` in
-one process share it (the last to stop clears it); with ``data_dir`` it is saved at a
-clean stop and restored at the next start (:mod:`.state`).
+one process keep their records apart, each in a moto account of its own
+(:class:`MotoAccounts`); with ``data_dir`` it is saved at a clean stop and restored at
+the next start (:mod:`.state`).
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ from __future__ import annotations
 import dataclasses
 import errno
 import logging
+import os
 import socket
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +45,52 @@ CLOUDWATCH_TARGET = "GraniteServiceVersion20100801"
 AUTOSCALING_TARGET = "AnyScaleFrontendService"
 
 
+#: the first account :class:`MotoAccounts` hands out beside moto's default, less one
+_OTHER_ACCOUNTS_BASE = 100_000_000_000
+
+
+class MotoAccounts:
+    """The moto accounts of the :class:`LocalAws` servers running in this process.
+
+    moto keeps its records in process-global backends, one per account; a server files
+    every request under its own account (the ``x-moto-account-id`` header its app sets), so
+    two servers in one process see none of each other's buckets, models or endpoints. The
+    first server while none runs gets moto's default account (``123456789012``); the
+    others get accounts never handed out since none ran, so a stopped server's records,
+    which stay in moto until the last server stops and clears them all, reach no one.
+    Claims and releases come from any thread: a lock guards them.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: set[str] = set()
+        self._issued = 0
+
+    def claim(self, default: str) -> str:
+        """An account for a server that starts (``default`` when none runs)."""
+        with self._lock:
+            if not self._running:
+                self._issued = 0
+                account = default
+            else:
+                self._issued += 1
+                account = f"{_OTHER_ACCOUNTS_BASE + self._issued:012d}"
+            self._running.add(account)
+            return account
+
+    def release(self, account: str, *, on_last: Callable[[], None]) -> None:
+        """``account``'s server stopped: ``on_last`` (clear moto) runs, under the lock, when
+        it was the last server running, so that no server starts meanwhile."""
+        with self._lock:
+            self._running.discard(account)
+            if not self._running:
+                on_last()
+
+
+#: the process's registry (moto's backends are the process's)
+MOTO_ACCOUNTS = MotoAccounts()
+
+
 class LocalAws(StartStopContext):
     """S3, SageMaker (endpoints that serve), Application Auto Scaling and STS on one port.
 
@@ -55,9 +104,6 @@ class LocalAws(StartStopContext):
     faster: CloudWatch periods of ``60 / time_scale`` real seconds, alarm evaluation and
     cooldowns on that clock (:mod:`.cloudwatch`, :mod:`.scaling`); timestamps stay real.
     """
-
-    #: LocalAws servers running in this process (they share moto's state)
-    _running = 0
 
     def __init__(
         self,
@@ -91,6 +137,7 @@ class LocalAws(StartStopContext):
         )
         self._server: Any = None
         self._app: LocalAwsApp | None = None
+        self._moto_app: Any = None
         self._restored = False
         self._thread: threading.Thread | None = None
         self._clients: dict[tuple[bool, str, str], Any] = {}
@@ -99,6 +146,8 @@ class LocalAws(StartStopContext):
         self.clock: ControlLoop | None = None
         self.autoscaler: Autoscaler | None = None
         self._logs: LogShipper | None = None
+        #: the moto account this server files its records under (set at start)
+        self.account_id: str | None = None
 
     # -- public ------------------------------------------------------------------------
     @property
@@ -161,19 +210,21 @@ class LocalAws(StartStopContext):
             self._tmp = tempfile.TemporaryDirectory(prefix="mmelocal-aws-")
             self._data_dir = Path(self._tmp.name)
         self._data_dir.mkdir(parents=True, exist_ok=True)
+        account = self.account_id = self._claim_account(DEFAULT_ACCOUNT_ID)
+        self._moto_app = DomainDispatcherApplication(create_backend_app)
         self.endpoints = EndpointManager(
             describe=self._plan,
             start_fleet=self._start_fleet,
             forget=self._forget,
             work_dir=self._data_dir / "endpoints",
         )
-        self._logs = LogShipper(self._client, account_id=DEFAULT_ACCOUNT_ID)
+        self._logs = LogShipper(self._client, account_id=account)
         app = self._app = LocalAwsApp(
-            moto_app=DomainDispatcherApplication(create_backend_app),
+            moto_app=self._moto_app,
             endpoints=self.endpoints,
             keys_under=self._keys_under,
             internal=lambda region: self._client("sagemaker", region),
-            account_id=DEFAULT_ACCOUNT_ID,
+            account_id=account,
             logs=self._logs,
         )
 
@@ -216,7 +267,6 @@ class LocalAws(StartStopContext):
             target=self._server.serve_forever, name="mmelocal-local-aws", daemon=True
         )
         self._thread.start()
-        LocalAws._running += 1
         self._logs.start()
         logger.info("local AWS listening on %s (data %s)", self.url, self._data_dir)
         if self.clock is not None:
@@ -255,11 +305,7 @@ class LocalAws(StartStopContext):
                     logger.exception("could not save the local AWS state; the last saved one stays")
             if self.clock is not None:
                 self.clock.stop()
-            if LocalAws._running > 1:  # moto's records outlive this server: not its endpoints
-                self._forget_endpoints()
-            LocalAws._running -= 1
-            if LocalAws._running == 0:  # moto's state is the process's: the last one clears it
-                self._reset_moto()
+            self._release_account()
             self._server.shutdown()
             self._server.server_close()
             self._server = None
@@ -272,25 +318,43 @@ class LocalAws(StartStopContext):
             self.autoscaler.wait(timeout_s=30)
         self._cleanup()
 
-    def _forget_endpoints(self) -> None:
-        """Take the endpoints this server ran out of moto's records, which another
-        ``LocalAws`` in the process goes on serving: they stop with this server, and a
-        record left behind would be shown there as moto wrote it (InService, served by no
-        one) and kept by the restore of a saved state that holds the endpoint."""
-        for state in self.endpoints.states() if self.endpoints is not None else []:
-            self._forget(state.region, state.name)
+    @staticmethod
+    def _claim_account(default: str) -> str:
+        """This server's moto account (:class:`MotoAccounts`). ``MOTO_ACCOUNT_ID`` in the
+        environment overrides moto's header: every server then files under that account,
+        and the servers of the process see each other's records (warned)."""
+        account = MOTO_ACCOUNTS.claim(default)
+        forced = os.environ.get("MOTO_ACCOUNT_ID")
+        if forced and account != default:
+            logger.warning(
+                "MOTO_ACCOUNT_ID=%s is set: moto files every request under it, so this local "
+                "AWS and the others running in this process see each other's records "
+                "(unset it to keep them apart)",
+                forced,
+            )
+        return account
+
+    def _release_account(self) -> None:
+        """The last server of the process to stop clears moto's records (the others'
+        accounts are never handed out again while one runs)."""
+        if self.account_id is not None:
+            MOTO_ACCOUNTS.release(self.account_id, on_last=self._reset_moto)
+            self.account_id = None
 
     def _reset_moto(self) -> None:
-        import urllib.request
+        """moto's ``POST /moto-api/reset`` on its application, in-process (no port: a start
+        that failed to listen clears it too)."""
+        from werkzeug.test import Client
 
-        request = urllib.request.Request(f"{self.url}/moto-api/reset", method="POST")
-        try:
-            with urllib.request.urlopen(request, timeout=30):
-                pass
-        except OSError as exc:
-            logger.warning("could not reset moto's state: %s", exc)
+        if self._moto_app is None:
+            return
+        answer = Client(self._moto_app).post("/moto-api/reset")
+        if answer.status_code != 200:
+            logger.warning("could not reset moto's state: %s", answer.get_data(as_text=True))
 
     def _cleanup(self) -> None:
+        self._release_account()
+        self._moto_app = None
         self._clients.clear()
         if self._tmp is not None:
             self._tmp.cleanup()

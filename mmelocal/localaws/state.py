@@ -108,13 +108,13 @@ def _save_s3(s3: Any, root: Path, previous: dict[str, Any]) -> dict[str, Any]:
 
 def _save_region(client_for: ClientFor, region: str) -> dict[str, Any]:
     sm = client_for("sagemaker", region)
-    models = []
-    for summary in _pages(sm, "list_models", "Models"):
+    models = []  # oldest first: restored in that order, they keep their relative order
+    for summary in _pages(sm, "list_models", "Models", SortOrder="Ascending"):
         found = sm.describe_model(ModelName=summary["ModelName"])
         params = {"ModelName": found["ModelName"], **_pick(found, _MODEL_FIELDS)}
         models.append({"params": params, "tags": _tags(sm, found["ModelArn"])})
     configs = []
-    for summary in _pages(sm, "list_endpoint_configs", "EndpointConfigs"):
+    for summary in _pages(sm, "list_endpoint_configs", "EndpointConfigs", SortOrder="Ascending"):
         found = sm.describe_endpoint_config(EndpointConfigName=summary["EndpointConfigName"])
         params = {"EndpointConfigName": found["EndpointConfigName"]}
         params.update(_pick(found, _CONFIG_FIELDS))

@@ -65,15 +65,17 @@ def actions(plan: DeployPlan) -> dict[str, str]:
 
 
 def models_named(part: str) -> list[str]:
-    """SageMaker models whose name contains ``part`` (moto ignores NameContains)."""
-    models = boto3.client("sagemaker").list_models(MaxResults=100)["Models"]
-    return sorted(m["ModelName"] for m in models if part in m["ModelName"])
+    """SageMaker models whose name contains ``part``."""
+    pages = boto3.client("sagemaker").get_paginator("list_models").paginate(NameContains=part)
+    return sorted(m["ModelName"] for page in pages for m in page["Models"])
 
 
 def configs_named(part: str) -> list[str]:
     """Endpoint configs whose name contains ``part``."""
-    configs = boto3.client("sagemaker").list_endpoint_configs(MaxResults=100)["EndpointConfigs"]
-    return sorted(c["EndpointConfigName"] for c in configs if part in c["EndpointConfigName"])
+    pages = (
+        boto3.client("sagemaker").get_paginator("list_endpoint_configs").paginate(NameContains=part)
+    )
+    return sorted(c["EndpointConfigName"] for page in pages for c in page["EndpointConfigs"])
 
 
 def test_dry_run_changes_nothing(

@@ -25,6 +25,7 @@ from localaws_helpers import (
 )
 from shared_helpers import gated_tritonserver, local_aws_running
 
+from mmelocal.facts.runtime_api import CONFIG_IN_USE
 from mmelocal.localaws import LocalAws
 from mmelocal.testing.tiny_model import expected, request_json, write_tarball
 
@@ -220,6 +221,11 @@ def test_update_keeps_serving_and_delete_lets_calls_finish(
     assert wait_status(sm, name, leaving="Creating")["EndpointStatus"] == "InService"
     v1_pids = {p.pid for p in tritonservers()} - others
     assert v1_pids  # this endpoint's own fleet
+    # "To update an endpoint, you must create a new EndpointConfig" (UpdateEndpoint's API
+    # reference): the service refuses the config the endpoint serves
+    code, message = error_of(sm.update_endpoint, EndpointName=name, EndpointConfigName=first)
+    assert (code, message) == ("ValidationException", CONFIG_IN_USE.format(config=first))
+    assert sm.describe_endpoint(EndpointName=name)["EndpointStatus"] == "InService"
 
     scales: list[float] = []  # x[0, 1] is 1: the answer there is scale + 1
     failures: list[BaseException] = []

@@ -65,12 +65,13 @@ def test_a_restored_endpoint_keeps_its_creation_and_modification_times(
 def test_a_stopped_local_aws_leaves_no_endpoint_behind_in_a_running_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Two ``LocalAws`` in one process share moto's records (the session's ``local_aws``
-    fixture and a test's own, say): one that stops takes the endpoints it ran out of them,
-    so the other does not show them and a restart restores them. They stayed: the other
-    showed moto's record (InService, served by no one) and the restore, finding the
-    endpoint there, kept that record, so a Failed endpoint came back InService (seen in a
-    full run, where an earlier test module's session ``local_aws`` was still running)."""
+    """Two ``LocalAws`` in one process (the session's ``local_aws`` fixture and a test's
+    own, say) keep their records in moto accounts of their own: the endpoints of one that
+    stopped are not shown by the other, and a restart restores them. They stayed in the
+    records the two shared: the other showed moto's record (InService, served by no one)
+    and the restore, finding the endpoint there, kept that record, so a Failed endpoint
+    came back InService (seen in a full run, where an earlier test module's session
+    ``local_aws`` was still running)."""
     data = tmp_path / "data"
     with LocalAws(persist=False) as other:
         name, _ = _failed_endpoint_saved(data, tmp_path, monkeypatch)

@@ -13,6 +13,7 @@ from typing import Any
 
 from mmelocal.errors import AwsServiceError
 from mmelocal.facts.runtime_api import (
+    CONFIG_IN_USE,
     DUPLICATE_VARIANT_IN_REQUEST,
     ENDPOINT_FAILED,
     ENDPOINT_IN_PROGRESS,
@@ -22,8 +23,8 @@ from mmelocal.facts.runtime_api import (
 )
 from mmelocal.localaws.app.wsgi import WsgiApp, moto_json, replace_body
 from mmelocal.localaws.checks import model_data_problem, model_violations
-from mmelocal.localaws.endpoint_list import list_endpoints
 from mmelocal.localaws.endpoints import EndpointManager, EndpointState
+from mmelocal.localaws.listing import LISTINGS, list_page
 
 #: (environ, region, parameters) -> the operation's status and JSON answer
 Handler = Callable[[dict[str, Any], str, dict[str, Any]], Any]
@@ -33,9 +34,7 @@ UpdateCheck = Callable[[str, str, dict[str, Any], dict[str, Any]], None]
 
 #: an instance type moto's (lagging) list accepts, recorded in moto in place of the real one
 MOTO_INSTANCE_TYPE = "ml.m5.large"
-#: the ListEndpoints filter moto applies (status and times are the local AWS's)
-_MOTO_LIST_FILTERS = frozenset({"NameContains"})
-#: a ``MaxResults`` that has moto answer every match at once (it sets no upper bound)
+#: a ``MaxResults`` that has moto answer every record at once (it sets no upper bound)
 _MOTO_EVERY_MATCH = 2**31 - 1
 
 
@@ -74,6 +73,8 @@ class SageMakerControlPlane:
             "DeleteEndpoint": self._delete_endpoint,
             "DescribeEndpoint": self._describe_endpoint,
             "ListEndpoints": self._list_endpoints,
+            "ListModels": self._list_records,
+            "ListEndpointConfigs": self._list_records,
         }
 
     def _moto_json(self, environ: dict[str, Any]) -> tuple[int, Any]:
@@ -219,6 +220,8 @@ class SageMakerControlPlane:
             )
             raise AwsServiceError(f'Could not find endpoint configuration "{arn}".')
         _refuse_unless_in_service(state, endpoint)
+        if config_name == state.config_name:  # "you must create a new EndpointConfig"
+            raise AwsServiceError(CONFIG_IN_USE.format(config=config_name))
         for check in self.update_checks:
             check(region, name, endpoint, config)
         self.endpoints.update(
@@ -299,17 +302,35 @@ class SageMakerControlPlane:
                 answer.pop("PendingDeploymentSummary", None)
         return status, answer
 
+    def _every_record(self, environ: dict[str, Any]) -> tuple[int, Any]:
+        """moto's answer to the request asked for every record at once, unfiltered: the
+        local AWS filters, sorts and pages (:mod:`.listing`)."""
+        replace_body(environ, {"MaxResults": _MOTO_EVERY_MATCH})
+        return self._moto_json(environ)
+
+    def _list_records(
+        self, environ: dict[str, Any], region: str, params: dict[str, Any]
+    ) -> tuple[int, Any]:
+        """``ListModels`` or ``ListEndpointConfigs`` (the ``X-Amz-Target``'s operation) as the
+        service answers it (:func:`.listing.list_page`): moto ignores ``ListModels``'
+        filters, sort and page size, and sorts ``ListEndpointConfigs`` ascending."""
+        operation = str(environ.get("HTTP_X_AMZ_TARGET", "")).partition(".")[2]
+        self._check(operation, params)
+        status, answer = self._every_record(environ)
+        if status != 200 or not isinstance(answer, dict):
+            return status, answer
+        records = answer.get(LISTINGS[operation].key) or []
+        return status, list_page(operation, records, params)
+
     def _list_endpoints(
         self, environ: dict[str, Any], region: str, params: dict[str, Any]
     ) -> tuple[int, Any]:
-        """Every endpoint whose name ``NameContains`` matches, shown as DescribeEndpoint
-        shows it, then filtered, sorted and paged here (:func:`.endpoint_list.list_endpoints`):
-        moto filters and sorts on its own records (a status and a LastModifiedTime that
-        never change), and filtering its pages after it had cut them left pages short or
-        empty while a NextToken remained."""
-        query = {k: v for k, v in params.items() if k in _MOTO_LIST_FILTERS}
-        replace_body(environ, {**query, "MaxResults": _MOTO_EVERY_MATCH})
-        status, answer = self._moto_json(environ)
+        """Every endpoint, shown as DescribeEndpoint shows it, then filtered, sorted and
+        paged here (:func:`.listing.list_page`): moto filters and sorts on its own records
+        (a status and a LastModifiedTime that never change), and filtering its pages after
+        it had cut them left pages short or empty while a NextToken remained."""
+        self._check("ListEndpoints", params)
+        status, answer = self._every_record(environ)
         if status != 200 or not isinstance(answer, dict):
             return status, answer
         summaries = answer.get("Endpoints") or []
@@ -320,7 +341,7 @@ class SageMakerControlPlane:
                 summary["LastModifiedTime"] = state.last_modified_s
                 if state.created_s is not None:
                     summary["CreationTime"] = state.created_s
-        return status, list_endpoints(summaries, params)
+        return status, list_page("ListEndpoints", summaries, params)
 
 
 def _retained(params: dict[str, Any]) -> frozenset[str]:

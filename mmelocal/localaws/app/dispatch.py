@@ -39,6 +39,9 @@ INTERNAL_HEADER = "X-Mmelocal-Internal"
 OWN_HEADER = "X-Mmelocal-Own"
 _INTERNAL_KEY = environ_key(INTERNAL_HEADER)
 _OWN_KEY = environ_key(OWN_HEADER)
+#: the header moto files a request's records under (``BaseResponse.get_current_account``:
+#: after the ``MOTO_ACCOUNT_ID`` environment variable, before the access key)
+_MOTO_ACCOUNT_KEY = environ_key("x-moto-account-id")
 #: how long a user's call waits for the state being restored at start-up
 RESTORE_WAIT_S = 600.0
 
@@ -86,6 +89,7 @@ class LocalAwsApp:
         )
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        environ[_MOTO_ACCOUNT_KEY] = self.account_id  # this server's records, none of another's
         if not self.ready.is_set() and not environ.get(_OWN_KEY):
             self.ready.wait(RESTORE_WAIT_S)
         region, service = credential_scope(environ)

@@ -1,0 +1,130 @@
+"""SageMaker's ``ListModels``, ``ListEndpointConfigs`` and ``ListEndpoints`` as the service
+answers them, over every summary moto holds (endpoints shown as ``DescribeEndpoint`` shows
+them: the status the local AWS's fleets are in, not moto's record).
+
+botocore's sagemaker model (``ListModelsInput``, ``ListEndpointConfigsInput``,
+``ListEndpointsInput``): ``NameContains`` "returns only [those] whose name contains the
+specified string"; ``StatusEquals`` (endpoints) "returns only endpoints with the specified
+status"; ``CreationTimeBefore`` "created before", ``CreationTimeAfter`` "a creation time
+greater than or equal to", ``LastModifiedTimeBefore`` "modified before",
+``LastModifiedTimeAfter`` "modified after" the given time; ``SortBy`` ``Name`` |
+``CreationTime`` (| ``Status`` for endpoints), "The default is CreationTime"; ``SortOrder``
+"The default is Descending"; ``MaxResults`` 1 to 100, which for ``ListEndpoints`` "defaults
+to 10" (:data:`~mmelocal.facts.sagemaker.ENDPOINTS_PAGE_SIZE`; the other two publish no
+default: :data:`~mmelocal.facts.sagemaker.MODELS_PAGE_SIZE`). A summary holds the members
+of the answer's summary shape only (moto's ``ListModels`` answers whole models).
+Filters come first, then the order, then the page (:func:`~.paging.one_page`), so a page
+holds ``MaxResults`` matches while more remain and the last match ends the pages. moto
+filters none of ``ListModels``, sorts ``ListEndpointConfigs`` ascending by default and
+pages neither as the service does.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from mmelocal.facts.sagemaker import ENDPOINTS_PAGE_SIZE, MODELS_PAGE_SIZE
+from mmelocal.localaws.paging import Listed, one_page
+
+#: the code of the refusal of a ``NextToken`` no page gave (SageMaker's client error: the
+#: API reference's common errors; the exact answer for a bad token is not published)
+INVALID_TOKEN_CODE = "ValidationException"
+
+
+@dataclass(frozen=True)
+class Listing:
+    """What one ``List*`` operation answers: its list's key, the member naming an item, and
+    its page size when ``MaxResults`` is left out."""
+
+    key: str
+    name: str
+    default_size: int
+
+
+#: operation -> its listing
+LISTINGS: dict[str, Listing] = {
+    "ListModels": Listing("Models", "ModelName", MODELS_PAGE_SIZE),
+    "ListEndpointConfigs": Listing("EndpointConfigs", "EndpointConfigName", MODELS_PAGE_SIZE),
+    "ListEndpoints": Listing("Endpoints", "EndpointName", ENDPOINTS_PAGE_SIZE),
+}
+
+
+def epoch_s(value: Any) -> float:
+    """A timestamp of a JSON answer or request (epoch seconds, as botocore's JSON protocols
+    write them, or ISO 8601) in epoch seconds."""
+    if isinstance(value, int | float):
+        return float(value)
+    return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+
+
+#: ListEndpointsInput's time filters -> (the summary's time, how it must compare to theirs)
+_TIME_FILTERS: dict[str, tuple[str, Callable[[float, float], bool]]] = {
+    "CreationTimeBefore": ("CreationTime", operator.lt),
+    "CreationTimeAfter": ("CreationTime", operator.ge),
+    "LastModifiedTimeBefore": ("LastModifiedTime", operator.lt),
+    "LastModifiedTimeAfter": ("LastModifiedTime", operator.gt),
+}
+
+
+@functools.lru_cache(maxsize=4)
+def _summary_members(operation: str) -> frozenset[str]:
+    """The members of ``operation``'s summary shape (botocore's sagemaker model)."""
+    import botocore.session
+
+    model = botocore.session.get_session().get_service_model("sagemaker")
+    output = model.operation_model(operation).output_shape
+    return frozenset(output.members[LISTINGS[operation].key].member.members)
+
+
+def _matches(summary: dict[str, Any], params: dict[str, Any], listing: Listing) -> bool:
+    part = params.get("NameContains")
+    if part and str(part) not in str(summary.get(listing.name, "")):
+        return False
+    wanted = params.get("StatusEquals")
+    if wanted is not None and summary.get("EndpointStatus") != wanted:
+        return False
+    return all(
+        holds(epoch_s(summary[field]), epoch_s(params[name]))
+        for name, (field, holds) in _TIME_FILTERS.items()
+        if params.get(name) is not None
+    )
+
+
+def list_page(
+    operation: str, summaries: Iterable[dict[str, Any]], params: dict[str, Any]
+) -> dict[str, Any]:
+    """The page of ``summaries`` (every item moto holds, or every endpoint whose name
+    ``NameContains`` matched) that ``params`` (the request's) asks of ``operation`` (a key
+    of :data:`LISTINGS`; see the module docstring)."""
+    listing = LISTINGS[operation]
+    members = _summary_members(operation)
+    found = [
+        {k: v for k, v in s.items() if k in members}
+        for s in summaries
+        if _matches(s, params, listing)
+    ]
+    sort_keys: dict[str, Callable[[dict[str, Any]], Any]] = {
+        "Name": lambda s: str(s.get(listing.name, "")),
+        "CreationTime": lambda s: epoch_s(s["CreationTime"]),
+        "Status": lambda s: str(s.get("EndpointStatus", "")),
+    }
+    found.sort(
+        key=sort_keys.get(str(params.get("SortBy") or "CreationTime"), sort_keys["CreationTime"]),
+        reverse=params.get("SortOrder", "Descending") == "Descending",
+    )
+    return one_page(
+        [Listed(s) for s in found],
+        params,
+        key=listing.key,
+        size_param="MaxResults",
+        default_size=listing.default_size,
+        invalid_token_code=INVALID_TOKEN_CODE,
+    )
+
+
+__all__ = ["INVALID_TOKEN_CODE", "LISTINGS", "Listing", "epoch_s", "list_page"]

@@ -1,0 +1,84 @@
+"""ListModels and ListEndpointConfigs as the service answers them (botocore's sagemaker
+model, ``ListModelsInput`` and ``ListEndpointConfigsInput``): ``NameContains`` and the
+creation-time filters applied, newest first by default ("The default is CreationTime",
+"The default is Descending"), ``SortBy=Name``, and pages cut after the filters. Control
+plane only: no endpoint, no Triton."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+from localaws_helpers import ROLE, TRITON_IMAGE, unique
+
+from mmelocal.facts.sagemaker import MODELS_PAGE_SIZE
+from mmelocal.localaws import LocalAws
+
+
+def _names(answer: dict[str, Any], key: str, field: str) -> list[str]:
+    return [str(item[field]) for item in answer[key]]
+
+
+@pytest.mark.parametrize(
+    ("method", "key", "field"),
+    [
+        ("list_models", "Models", "ModelName"),
+        ("list_endpoint_configs", "EndpointConfigs", "EndpointConfigName"),
+    ],
+)
+def test_filters_order_and_pages(
+    local_aws_env: LocalAws, method: str, key: str, field: str
+) -> None:
+    """moto answered ListModels with every model whatever the request said (NameContains
+    ignored, one page) and ListEndpointConfigs oldest first."""
+    sm = boto3.client("sagemaker")
+    prefix = unique("listing")
+    made = [f"{prefix}-{letter}" for letter in "cab"]
+    for name in [*made, unique("other")]:
+        sm.create_model(
+            ModelName=name, ExecutionRoleArn=ROLE, PrimaryContainer={"Image": TRITON_IMAGE}
+        )
+        if method == "list_endpoint_configs":
+            variant = {"VariantName": "AllTraffic", "ModelName": name,
+                       "InstanceType": "ml.g5.xlarge", "InitialInstanceCount": 1}  # fmt: skip
+            sm.create_endpoint_config(EndpointConfigName=name, ProductionVariants=[variant])
+    call = getattr(sm, method)
+
+    newest_first = call(NameContains=prefix)
+    assert _names(newest_first, key, field) == made[::-1]
+    assert set(newest_first[key][0]) == {field, field.removesuffix("Name") + "Arn", "CreationTime"}
+    by_name = call(NameContains=prefix, SortBy="Name", SortOrder="Ascending")
+    assert _names(by_name, key, field) == sorted(made)
+
+    first = call(NameContains=prefix, MaxResults=2)
+    assert _names(first, key, field) == made[:0:-1] and "NextToken" in first
+    rest = call(NameContains=prefix, MaxResults=2, NextToken=first["NextToken"])
+    assert _names(rest, key, field) == made[:1] and "NextToken" not in rest
+
+    second = newest_first[key][1]["CreationTime"]  # "greater than or equal to"; "before"
+    assert _names(call(NameContains=prefix, CreationTimeAfter=second), key, field) == made[:0:-1]
+    assert _names(call(NameContains=prefix, CreationTimeBefore=second), key, field) == made[:1]
+
+    with pytest.raises(ClientError) as info:
+        call(SortBy="Size")
+    assert info.value.response["Error"]["Code"] == "ValidationException"
+    assert "enum value set" in info.value.response["Error"]["Message"]
+
+
+def test_a_page_without_max_results_holds_the_default(local_aws_env: LocalAws) -> None:
+    """No MaxResults: MODELS_PAGE_SIZE models and a NextToken while more remain (moto
+    answered every model on one page)."""
+    sm = boto3.client("sagemaker")
+    prefix = unique("paged")
+    for index in range(MODELS_PAGE_SIZE + 1):
+        sm.create_model(
+            ModelName=f"{prefix}-{index}",
+            ExecutionRoleArn=ROLE,
+            PrimaryContainer={"Image": TRITON_IMAGE},
+        )
+    first = sm.list_models(NameContains=prefix)
+    assert len(first["Models"]) == MODELS_PAGE_SIZE and "NextToken" in first
+    pages = sm.get_paginator("list_models").paginate(NameContains=prefix)
+    assert sum(len(page["Models"]) for page in pages) == MODELS_PAGE_SIZE + 1
