@@ -3,6 +3,7 @@ reason, instance counts, UpdateEndpoint and DeleteEndpoint while calls are in fl
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -238,7 +239,10 @@ def test_update_keeps_serving_and_delete_lets_calls_finish(
             except BaseException as exc:
                 failures.append(exc)
 
-    with ThreadPoolExecutor(2) as pool:
+    # the callers stop however the block ends (a failed assertion must not leave them
+    # calling, and the pool's exit waiting for them, forever)
+    with ThreadPoolExecutor(2) as pool, contextlib.ExitStack() as stopping:
+        stopping.callback(stop.set)
         calls = [pool.submit(caller) for _ in range(2)]
         wait_for(lambda: len(scales) >= 2)
         code, message = error_of(sm.update_endpoint, EndpointName=name, EndpointConfigName="nope")
