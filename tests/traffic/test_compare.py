@@ -3,6 +3,8 @@ the emulator's loaded set, read from a real HTTP server."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -147,3 +149,53 @@ def test_a_replay_without_the_emulators_memory_keeps_the_count_it_saw() -> None:
     assert (config.models_per_instance, config.memory_limit_bytes) == (6, None)
     with pytest.raises(UserInputError, match="saw no model loaded"):
         config_from_replay(_replayed(max_loaded_per_instance=0, emulator_instances=1))
+
+
+def test_simulate_from_replay_simulates_the_replayed_emulator(tmp_path: Path) -> None:
+    """``traffic simulate --from-replay`` takes what the replay recorded of the emulator's
+    state page, as :func:`config_from_replay` does: its load wait (0.5 s: a caller of a 2 s
+    load gets ModelNotReadyException), load limit, busy wait, hot-model threshold, its
+    instances and, with no capacity option, its memory (room for one model here). Before,
+    it took only the warm p50: the platform's 60 s wait (no error), and a capacity had to
+    be given."""
+    from click.testing import CliRunner
+
+    from mmelocal.cli.main import cli
+    from mmelocal.traffic.trace import write_trace
+
+    trace = Trace(
+        times_s=np.asarray([0.0, 10.0, 20.0, 30.0]),
+        model_ids=np.asarray([0, 1, 0, 1], dtype=np.int32),
+        models=("a", "b"),
+    )
+    replayed = _replayed(
+        requests=4,
+        max_loaded_per_instance=2,
+        emulator_instances=1,
+        load_cycle_s=[2.0],
+        emulator_options={
+            "load_wait_timeout_s": 0.5,
+            "load_timeout_s": 300.0,
+            "busy_wait_s": 3.0,
+            "hot_rps_threshold": 9.0,
+        },
+        memory_room_bytes=150,
+        footprints_bytes={"a": 100, "b": 100},
+    )
+    replay_json = replayed.write_json(tmp_path / "r.json")
+    path = write_trace(trace, tmp_path / "t.csv")
+    args = ["traffic", "simulate", str(path), "--load-seconds", str(replay_json)]
+    args += ["--from-replay", str(replay_json), "--json", str(tmp_path / "s.json")]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    data = json.loads((tmp_path / "s.json").read_text())
+    expected = simulate(trace, config_from_replay(replayed)).data
+    assert data["errors_by_class"] == expected["errors_by_class"]
+    assert data["errors_by_class"] == {"ModelNotReadyException": 4}
+    assert (data["memory_limit_bytes"], data["models_per_instance"]) == (150, None)
+    assert data["max_loaded"] == expected["max_loaded"] == 1
+    assert data["load_limit_s"] == 300.0
+    # an option given on the command line wins over the replay's
+    given = CliRunner().invoke(cli, [*args, "--models-per-instance", "2"])
+    assert given.exit_code == 0, given.output
+    assert json.loads((tmp_path / "s.json").read_text())["models_per_instance"] == 2
