@@ -3,11 +3,12 @@
 For each trace (Zipf 0.8, Zipf 1.2, uniform, and a hot set that moves halfway), a fresh
 ``mmelocal serve`` (tiny Python-backend copies, a memory budget that holds a few of them)
 is replayed open loop; then the same trace is simulated with what the replay recorded
-(``config_from_replay``): the capacity (the most models the emulator held ready at once,
-or as many as its memory holds by its state page when more), its load wait and load limit
-(its state page), the load times (how long each load held the instance) and the service
-time (warm p50) (the mean of ``--seeds`` simulations, whose load times are drawn from the
-measured ones).
+(``config_from_replay``): the emulator's memory rule (its room for models, each at the
+footprint it measured, by its state page), its load wait and load limit (the same page),
+the load times (how long each load held the instance) and the service time (warm p50)
+(the mean of ``--seeds`` simulations, whose load times are drawn from the measured ones).
+``capacity`` is the most models the replay saw ready at once, beside the most the
+simulations held.
 
 Goal: simulated hit ratio within 5 points of the replayed one, cold starts within 15 %.
 Run: ``.venv/bin/python benchmarks/traffic_validation.py [--duration 180] [--json OUT]``
@@ -109,7 +110,7 @@ def main() -> int:
             # the load times are drawn at random: average the simulation over seeds
             configs = [config_from_replay(replayed, seed=s) for s in range(args.seeds)]
             runs = [simulate(trace, c) for c in configs]
-            fits = configs[0].models_per_instance
+            fits = max(int(r["max_loaded"]) for r in runs)
             simulated = runs[0]
             simulated.data["hit_ratio"] = float(np.mean([r["hit_ratio"] for r in runs]))
             simulated.data["cold_starts"] = round(float(np.mean([r["cold_starts"] for r in runs])))
@@ -120,6 +121,7 @@ def main() -> int:
                 "requests": replayed["requests"],
                 "capacity": replayed["max_loaded"],
                 "simulated_capacity": fits,
+                "memory_room_mib": (replayed.data.get("memory_room_bytes") or 0) / MiB,
                 "loads_replayed": replayed["loads"],
                 "loads_simulated": simulated["loads"],
                 "load_cycle_s_p50": replayed["load_cycle_s_p50"],
@@ -130,7 +132,7 @@ def main() -> int:
             rows.append(row)
             print(
                 f"{name:15s} requests {row['requests']:5d}  capacity {row['capacity']} "
-                f"(simulated {fits})  "
+                f"(simulated {fits}; room {row['memory_room_mib']:.1f} MiB)  "
                 f"hit ratio replayed {agree.hit_ratio_replayed:.3f} simulated "
                 f"{agree.hit_ratio_simulated:.3f} ({agree.hit_ratio_points:.1f} points)  "
                 f"cold starts {agree.cold_starts_replayed} vs {agree.cold_starts_simulated} "

@@ -14,6 +14,7 @@ import re
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from mmelocal.emulator.cache import Claim, Prepare, target_key
 from mmelocal.emulator.eviction import Evictor
@@ -29,6 +30,8 @@ from mmelocal.emulator.probes import MemoryReading
 from mmelocal.emulator.sagemaker_control import past_load_limit
 from mmelocal.errors import ModelLoadError, OutOfMemoryError
 from mmelocal.runtime.memory import marginal_bytes
+
+_Failure = TypeVar("_Failure", ModelLoadError, OutOfMemoryError)
 
 
 class Loader:
@@ -217,9 +220,11 @@ class Loader:
         entry.state = READY
         entry.loaded_at_s = time.monotonic()
 
-    def _failed(self, entry: ModelEntry, exc: ModelLoadError) -> ModelLoadError:
-        """Record the ``error`` event of a load that ran past the load limit (as a load
-        Triton refused has one: the log shows every failed load); return ``exc``."""
+    def _failed(self, entry: ModelEntry, exc: _Failure) -> _Failure:
+        """Record the ``error`` event of a load that failed before Triton answered it: past
+        the load limit, or no room (every other model stayed busy, or a reload that may
+        evict none), as a load Triton refused has one: the log shows every failed load;
+        return ``exc``."""
         self.events.add("error", entry.target, instance=self.state.index, reason=str(exc)[:300])
         return exc
 
@@ -239,9 +244,13 @@ class Loader:
         if pending is not None:
             await asyncio.wait([pending])  # Triton still holds this name until its DELETE ends
         need = self._need_bytes(entry)
-        before = await self.evictor.make_room(
-            need, exclude=entry.target, why=f"load {entry.target}", evict=entry.evicts
-        )
+        try:
+            before = await self.evictor.make_room(
+                need, exclude=entry.target, why=f"load {entry.target}", evict=entry.evicts
+            )
+        except OutOfMemoryError as exc:
+            self._failed(entry, exc)
+            raise
         attempts = 0
         while True:
             t0 = time.perf_counter()

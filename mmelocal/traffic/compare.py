@@ -8,6 +8,7 @@ compressed. It is compared with a simulation of the same compressed traffic
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,18 +25,13 @@ MAX_COLD_STARTS_RELATIVE = 0.15
 def config_from_replay(
     replayed: TrafficResult, *, instances: int | None = None, seed: int = 0
 ) -> SimConfig:
-    """The simulation of the endpoint a replay measured: capacity per instance = the most
-    models one emulator instance held ready at once, or, when more, as many as its memory
-    holds (identical copies: memory-based eviction acts as a model count); load times =
-    how long each load held its instance, service time = the warm p50; the emulator's
-    load wait, load limit, busy wait and hot-model threshold. The memory and the options
-    come from the emulator's state page (``mmelocal serve``'s ``/emulator/state``, recorded
-    by the replay): a replay of another server, or an older result, has the platform's
-    waits and limits and the count it saw. ``instances`` defaults to the emulator's
-    instance count.
-
-    A replay written before it recorded each instance's most (``max_loaded_per_instance``)
-    has only the fleet's total: that is one instance's capacity only for one instance."""
+    """The simulation of the endpoint a replay measured: the capacity per instance
+    (:func:`replay_capacity`: the emulator's memory rule when its state page gave it);
+    load times = how long each load held its instance, service time = the warm p50; the
+    emulator's load wait, load limit, busy wait and hot-model threshold
+    (:func:`emulator_options`). A replay of another server, or an older result, has the
+    platform's waits and limits and the count it saw. ``instances`` defaults to the
+    emulator's instance count."""
     data = replayed.data
     count = instances if instances is not None else int(data.get("emulator_instances") or 1)
     if count < 1:
@@ -46,28 +42,50 @@ def config_from_replay(
     warm = data["latency_ms"]["warm"]["p50"]
     return SimConfig(
         instances=count,
-        models_per_instance=max(_models_seen(data, count), _models_that_fit(data)),
-        **_emulator_options(data),
+        **replay_capacity(data, count),
+        **emulator_options(data),
         load=LoadTimes(samples_s=cycles, source="measured by the replay"),
         service_s=None if warm is None else warm / 1e3,
         seed=seed,
     )
 
 
-def _models_that_fit(data: dict[str, Any]) -> int:
-    """How many models one instance's memory holds, as the emulator's state page gave it
-    (its room for models over the mean footprint it measured; 0 when not recorded). The
-    footprints are the largest each model was measured at, so this errs low: a replay
-    that saw more models ready at once than this keeps its count."""
+def replay_capacity(data: Mapping[str, Any], instances: int = 1) -> dict[str, Any]:
+    """The capacity per instance of the endpoint a replay measured, as :class:`SimConfig`
+    fields: the emulator's memory (:func:`replay_memory`) when its state page gave it, else
+    the most models one instance held ready at once (a replay of another server, or one
+    written before the replay recorded the memory)."""
+    return replay_memory(data) or {"models_per_instance": _models_seen(data, instances)}
+
+
+def replay_memory(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The emulator's own capacity rule, as :class:`SimConfig` fields (empty when the replay
+    did not record it): a load fits when what the loaded models hold plus the new model's
+    footprint stays within the memory limit (the threshold x the budget) less the idle
+    server's memory and the runtimes its models brought (``memory_room_bytes``, the
+    smallest of its instances, from ``mmelocal serve``'s ``/emulator/state``), each model
+    counted at the footprint the emulator measured for it (``footprints_bytes``: what its
+    eviction plans with), a model it never loaded at their mean.
+
+    Not a count: models of different sizes share the memory as in the emulator."""
     room = data.get("memory_room_bytes")
-    footprints = [int(b) for b in (data.get("footprints_bytes") or {}).values() if b]
-    if room is None or room <= 0 or not footprints:
-        return 0
-    return int(room // (sum(footprints) / len(footprints)))
+    footprints = {
+        str(t): int(b) for t, b in (data.get("footprints_bytes") or {}).items() if b and b > 0
+    }
+    if room is None or int(room) <= 0 or not footprints:
+        return {}
+    return {
+        "memory_limit_bytes": int(room),
+        "footprint_bytes": footprints,
+        "default_footprint_bytes": int(sum(footprints.values()) / len(footprints)),
+    }
 
 
-def _models_seen(data: dict[str, Any], count: int) -> int:
-    """The most models one instance held ready at once, as the replay saw them."""
+def _models_seen(data: Mapping[str, Any], count: int) -> int:
+    """The most models one instance held ready at once, as the replay saw them.
+
+    A replay written before it recorded each instance's most (``max_loaded_per_instance``)
+    has only the fleet's total: that is one instance's capacity only for one instance."""
     per_instance = data.get("max_loaded_per_instance")
     if per_instance is None:
         if count > 1:
@@ -78,7 +96,7 @@ def _models_seen(data: dict[str, Any], count: int) -> int:
             )
         per_instance = data.get("max_loaded")
     capacity = int(per_instance or 0)
-    if capacity < 1 and not _models_that_fit(data):
+    if capacity < 1:
         raise UserInputError("the replay saw no model loaded: nothing to take a capacity from")
     return capacity
 
@@ -92,8 +110,9 @@ _OPTIONS = {
 }
 
 
-def _emulator_options(data: dict[str, Any]) -> dict[str, Any]:
-    """The emulator's waits and limits the replay recorded, as the simulation's options."""
+def emulator_options(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The emulator's waits and limits a replay recorded (its state page's ``options``), as
+    :class:`SimConfig` fields (empty for a replay of another server, or an older one)."""
     options = data.get("emulator_options") or {}
     return {_OPTIONS[k]: float(v) for k, v in options.items() if k in _OPTIONS and v is not None}
 
@@ -198,5 +217,8 @@ __all__ = [
     "Agreement",
     "agreement",
     "config_from_replay",
+    "emulator_options",
+    "replay_capacity",
+    "replay_memory",
     "simulate_replay",
 ]

@@ -297,3 +297,27 @@ def test_507_with_every_other_model_busy_says_so() -> None:
         assert "new" not in state.models and "old" in state.models
 
     asyncio.run(run())
+
+
+def test_a_load_that_found_every_model_busy_records_its_error_event() -> None:
+    """No room while the only other model serves a call for ``busy_wait_s``: the load fails
+    with OutOfMemoryError and, as every other failed load (refused by Triton, past the load
+    limit), leaves an ``error`` event naming it (a replay reads those events to tell whose
+    callers a failed load had)."""
+
+    async def run() -> None:
+        machine = Machine(total_bytes=1000 * MIB)
+        control = Control(machine, size=100 * MIB)
+        loader, state = parts(machine, control, limit_bytes=150 * MIB)
+        await load(loader, "old")
+        state.models["old"].in_flight = 1
+        entry = loader.new_entry("new")
+        await loader.load(entry)
+        with pytest.raises(OutOfMemoryError, match="stayed busy"):
+            await entry.future
+        assert ("load", "new") not in control.calls
+        errors = loader.events.recent("error")
+        assert [(e.target, e.instance) for e in errors] == [("new", 0)]
+        assert "stayed busy" in errors[0].reason
+
+    asyncio.run(run())

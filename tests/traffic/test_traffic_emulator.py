@@ -452,11 +452,14 @@ def test_the_load_limit_counts_the_wait_for_the_loads_before_it(tmp_path: Path) 
     assert replayed["hit_ratio"] == pytest.approx(1 / 3)
     assert len(replayed["load_cycle_s"]) == 1 and replayed["load_cycle_s"][0] < limit_s
     # the replay saw one model ready at most (b never loaded), but the budget holds both:
-    # the simulation takes the limit and the memory from the emulator's state page
+    # the simulation takes the limit and the memory from the emulator's state page (b, never
+    # loaded, at the mean footprint measured)
     assert replayed["max_loaded_per_instance"] == 1
     sim_config = config_from_replay(replayed)
     assert sim_config.load_limit_s == limit_s
-    assert sim_config.models_per_instance is not None and sim_config.models_per_instance >= 2
+    assert sim_config.models_per_instance is None and sim_config.default_footprint_bytes
+    assert sim_config.memory_limit_bytes is not None
+    assert sim_config.memory_limit_bytes >= 2 * sim_config.default_footprint_bytes
     simulated = simulate(trace, sim_config)
     assert simulated["errors_by_class"] == replayed["errors_by_class"]
     assert simulated["failed_loads"] == 1

@@ -330,7 +330,7 @@ def _boto3_sender(config: LoadTestConfig, worker: dict[str, Any]) -> Callable[[s
     on ModelNotReadyException."""
     import boto3
 
-    from mmelocal.aws.session import error_code
+    from mmelocal.aws.session import error_code as client_error_code
 
     session = boto3.session.Session(region_name=config.region)
     if session.region_name is None and worker["endpoint_url"]:
@@ -357,7 +357,7 @@ def _boto3_sender(config: LoadTestConfig, worker: dict[str, Any]) -> Callable[[s
                 ContentType=config.content_type,
             )["Body"].read()
         except Exception as exc:
-            if error_code(exc) == MODEL_NOT_READY:
+            if client_error_code(exc) == MODEL_NOT_READY:
                 raise ModelNotReadyError(str(exc), target_model=target) from exc
             raise BenchError(f"pre-warm request to {target} failed: {exc}") from exc
 

@@ -69,3 +69,36 @@ def _service_s(service_ms: float | None, from_replay: Path | None) -> tuple[floa
             )
         return warm / 1e3, _replay_source("warm p50", from_replay, data)
     return None, "none"
+
+
+def _replayed_endpoint(
+    from_replay: Path, *, capacity_given: bool, given: set[str]
+) -> tuple[dict[str, Any], str | None]:
+    """What ``--from-replay`` sets beside the service time: the replayed emulator's waits
+    and limits and hot-model threshold (its state page's options), its instance count and,
+    when no capacity option was given, its capacity per instance (its memory rule, or the
+    most models one instance held), as :class:`SimConfig` fields, as
+    :func:`~mmelocal.traffic.compare.config_from_replay` sets them; the fields in ``given``
+    (options on the command line) are left out. Also how the capacity is described (None
+    when it is not taken from the replay)."""
+    from mmelocal.traffic.compare import emulator_options, replay_capacity
+    from mmelocal.traffic.results import TrafficResult
+
+    data = TrafficResult.read_json(from_replay).data
+    fields: dict[str, Any] = dict(emulator_options(data))
+    if data.get("emulator_instances"):
+        fields["instances"] = int(data["emulator_instances"])
+    fields = {k: v for k, v in fields.items() if k not in given}
+    if capacity_given:
+        return fields, None
+    capacity = replay_capacity(data, int(fields.get("instances", 1)))
+    fields.update(capacity)
+    if "memory_limit_bytes" in capacity:
+        source = (
+            f"the replayed emulator's memory: {capacity['memory_limit_bytes']:,} bytes for "
+            "models, each at the footprint it measured (mean "
+            f"{capacity['default_footprint_bytes']:,} bytes), {from_replay}"
+        )
+    else:
+        source = f"the most models one instance held ready at once, {from_replay}"
+    return fields, source

@@ -6,11 +6,17 @@ from pathlib import Path
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from mmelocal.cli._defaults import default_of, field_option
 from mmelocal.cli._options import IN_FILE, grouped
 from mmelocal.cli.traffic._capacity import _capacity_for, _capacity_options, _CapacityArgs
-from mmelocal.cli.traffic._measured import _CPU_FIGURE, _load_times, _service_s
+from mmelocal.cli.traffic._measured import (
+    _CPU_FIGURE,
+    _load_times,
+    _replayed_endpoint,
+    _service_s,
+)
 from mmelocal.cli.traffic._shared import (
     _concurrency_option,
     _disk_options,
@@ -114,7 +120,9 @@ _autoscaling_options = grouped(
     "--from-replay",
     type=IN_FILE,
     default=None,
-    help="Take the service time (warm p50) from a replay's --json.",
+    help="Simulate the endpoint a replay's --json measured: its warm p50 as the service "
+    "time and, unless given here, the emulator's load wait, load limit, busy wait, hot-model "
+    "threshold, instances and capacity (its memory and footprints).",
 )
 @_disk_options
 @_parallel_loads_option
@@ -153,12 +161,30 @@ def simulate(
     from mmelocal.traffic.simulate import simulate as run_simulate
     from mmelocal.traffic.trace import read_trace
 
-    capacity, capacity_source = _capacity_for(instance_type, capacity_args)
-    if capacity < 1 and capacity_args.models_per_instance is None:
-        raise UserInputError(
-            f"not one model fits on {instance_type} ({capacity_source}: 0 models under "
-            f"{capacity_args.threshold:.0%} of its memory): choose a larger instance type"
+    capacity_given = any(
+        value is not None
+        for value in (
+            capacity_args.models_per_instance,
+            capacity_args.footprint_mib,
+            capacity_args.capacity_file,
         )
+    )
+    endpoint: dict[str, Any] = {}
+    capacity_source: str | None = None
+    if from_replay is not None:
+        ctx = click.get_current_context()
+        given = {k for k in sim if ctx.get_parameter_source(k) is not ParameterSource.DEFAULT}
+        endpoint, capacity_source = _replayed_endpoint(
+            from_replay, capacity_given=capacity_given, given=given
+        )
+    if capacity_source is None:
+        capacity, capacity_source = _capacity_for(instance_type, capacity_args)
+        if capacity < 1 and capacity_args.models_per_instance is None:
+            raise UserInputError(
+                f"not one model fits on {instance_type} ({capacity_source}: 0 models under "
+                f"{capacity_args.threshold:.0%} of its memory): choose a larger instance type"
+            )
+        endpoint["models_per_instance"] = capacity
     service_s, service_source = _service_s(service_ms, from_replay)
     price = None
     if instance_type is not None:
@@ -166,22 +192,26 @@ def simulate(
 
         price = load_prices(prices).price_for(instance_type)
     # the other options (instances, unload, concurrency, loads, hot rate, seed) are named
-    # after the SimConfig fields they set
+    # after the SimConfig fields they set; a replay's figures replace those not given
     config = SimConfig(
-        models_per_instance=capacity,
         load=_load_times(load_seconds),
         service_s=service_s,
         autoscaling=scaling,
         instance_type=instance_type,
         price_per_hour=price,
         **disk,
-        **sim,
+        **{**sim, **endpoint},
     )
     trace = read_trace(trace_path)
     with _progress("simulate") as progress:
         result = run_simulate(trace, config, progress=progress)
+    capacity_text = (
+        f"{config.models_per_instance} models per instance"
+        if config.models_per_instance is not None
+        else "memory"
+    )
     notes = [
-        f"Capacity {capacity} models per instance ({capacity_source}); service time: "
+        f"Capacity: {capacity_text} ({capacity_source}); service time: "
         f"{service_source}; load times: {config.load.source}.",
     ]
     if service_s is None:
