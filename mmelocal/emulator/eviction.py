@@ -45,6 +45,9 @@ class Evictor:
         (``evict=False``: evict none; raise OutOfMemoryError when it does not fit)."""
         busy_deadline = time.monotonic() + self.state.options.busy_wait_s
         reading = await self.gauge.read()
+        #: the DELETEs this load has seen end before its latest reading
+        settled: set[asyncio.Future[int]] = set()
+        started: list[asyncio.Future[int]] = []
         while True:
             others = self.state.usages(exclude=exclude)
             plan = plan_eviction(
@@ -60,11 +63,16 @@ class Evictor:
                     f"instance {self.state.index}: no room for {exclude!r} without evicting "
                     f"a model used more recently ({plan.reason})"
                 )
+            if plan.victims and await self._unloads_settled(started, settled):
+                reading = await self.gauge.read()  # what they gave back, then plan again
+                continue
             if plan.victims:
                 for victim in plan.victims:
-                    await self.unload(
+                    delete = await self.unload(
                         self.state.models[victim], kind="evict", reason=f"{why}: {plan.reason}"
                     )
+                    if delete is not None:
+                        started.append(delete)
                 reading = await self.gauge.read()
                 continue
             # only a loaded model can become idle while this holds the load lock (a load
@@ -76,6 +84,24 @@ class Evictor:
                 return reading  # alone: try; Triton's 507 (or the budget check after) decides
             await self._until_changed(exclude, busy_deadline, plan.reason)
             reading = await self.gauge.read()
+
+    async def _unloads_settled(
+        self, started: list[asyncio.Future[int]], settled: set[asyncio.Future[int]]
+    ) -> bool:
+        """Wait for the DELETEs in progress and those this load ``started`` that had not
+        ended before its latest reading (``settled``, updated), up to ``release_timeout_s``;
+        False when there were none. An unload returns once half its footprint is back
+        (:meth:`unload`): the rest comes back as its DELETE ends, and a plan made on a
+        reading before that evicts one model more than the load needs. The platform's
+        unload has ended before its next load (its DELETE is awaited)."""
+        unsettled = [d for d in (*self.state.deletes.values(), *started) if d not in settled]
+        if not unsettled:
+            return False
+        settled.update(unsettled)
+        pending = [d for d in unsettled if not d.done()]
+        if pending:
+            await asyncio.wait(pending, timeout=self.state.options.release_timeout_s)
+        return True
 
     def _room_mark(self, exclude: str) -> tuple[object, ...]:
         """What can make room while a load waits, read from the loaded set alone: each
@@ -129,8 +155,11 @@ class Evictor:
             if e.target != exclude and e.state == READY and not e.usage().evictable
         ]
 
-    async def unload(self, entry: ModelEntry, *, kind: str, reason: str) -> None:
-        """Unload one idle model; return once the probe shows its memory released.
+    async def unload(
+        self, entry: ModelEntry, *, kind: str, reason: str
+    ) -> asyncio.Future[int] | None:
+        """Unload one idle model; return once the probe shows its memory released, with
+        its DELETE (None: nothing was unloaded).
 
         Triton's SageMaker ``DELETE`` answers only after a fixed poll pause (about 2 s)
         even when the model went away at once; the memory is usually back long before.
@@ -139,11 +168,11 @@ class Evictor:
         same target waits for it.
         """
         if entry.state != READY or not entry.usage().evictable:
-            return
+            return None
         # read before the state changes: a cancel here leaves the model READY, not UNLOADING
         before = await self.gauge.read()
         if entry.state != READY or not entry.usage().evictable:
-            return  # it changed while the probe read
+            return None  # it changed while the probe read
         entry.state = UNLOADING
         entry.future = quiet_future()
         t0 = time.perf_counter()
@@ -162,6 +191,7 @@ class Evictor:
             )
             self.state.finishing.add(done)
             done.add_done_callback(self.state.finishing.discard)
+        return delete
 
     async def _finish_unload(
         self,

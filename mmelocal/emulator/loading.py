@@ -266,11 +266,13 @@ class Loader:
                 attempts += 1
                 victim = await self.evictor.idle_victim(exclude=entry.target)
                 if victim is not None:
-                    await self.evictor.unload(
+                    delete = await self.evictor.unload(
                         victim,
                         kind="evict",
                         reason=f"Triton answered 507 loading {entry.target}: {text[:200]}",
                     )
+                    if delete is not None:  # all its memory back before Triton tries again
+                        await asyncio.wait([delete], timeout=self.state.options.release_timeout_s)
                     before = await self.gauge.read()
                     continue
             self.events.add("error", entry.target, instance=self.state.index, reason=text[:300])

@@ -321,3 +321,63 @@ def test_a_load_that_found_every_model_busy_records_its_error_event() -> None:
         assert "stayed busy" in errors[0].reason
 
     asyncio.run(run())
+
+
+class HalfThenRest(Control):
+    """A DELETE whose model gives back half its memory at once and the rest when the DELETE
+    ends (a Python-backend stub exits after its model is gone: the emulator's unload goes
+    on once half is back, while Triton's DELETE is still polling). The DELETE ends once
+    the memory was read twice after the half came back (the unload's reading that saw the
+    half, then the next load's plan's): a plan made while it is in progress sees half."""
+
+    def __init__(self, machine: CountedMachine) -> None:
+        super().__init__(machine, size=100 * MIB)
+        self.gate = asyncio.Event()
+        self.loop = asyncio.get_running_loop()
+        machine.after_read = self._after_read
+        self.half: str | None = None
+        self.reads_since_half = 0
+
+    def _after_read(self) -> None:  # on the gauge's thread
+        if self.half is not None:
+            self.reads_since_half += 1
+            if self.reads_since_half == 2:
+                self.loop.call_soon_threadsafe(self.gate.set)
+
+    async def delete(self, entry: ModelEntry) -> int:
+        self.calls.append(("delete", entry.target))
+        self.machine.resident[entry.target] = self.size // 2
+        self.half = entry.target
+        await self.gate.wait()
+        self.machine.resident.pop(entry.target, None)
+        return 200
+
+
+class CountedMachine(Machine):
+    after_read: Any = None
+
+    def read(self) -> MemoryReading:
+        reading = super().read()
+        if self.after_read is not None:
+            self.after_read()
+        return reading
+
+
+def test_a_load_waits_for_the_unloads_finishing_before_evicting_one_more() -> None:
+    """Room for one model is one eviction: the memory an unload still gives back (its
+    DELETE in progress) is waited for, not taken as a reason to evict another model."""
+
+    async def run() -> None:
+        machine = CountedMachine(total_bytes=1000 * MIB, base_bytes=50 * MIB)
+        control = HalfThenRest(machine)
+        loader, state = parts(machine, control, limit_bytes=380 * MIB)
+        for name in ("a", "b", "c"):
+            await load(loader, name)
+        state.models["a"].last_used_s = time.monotonic()  # "b" is the least recent
+        # 350 MiB used + 100 needed: over the 380 MiB limit by one model's memory
+        await load(loader, "d")
+        assert [e.target for e in loader.events.recent("evict")] == ["b"]
+        assert sorted(state.models) == ["a", "c", "d"]
+        assert machine.read().used_bytes <= 380 * MIB
+
+    asyncio.run(run())
