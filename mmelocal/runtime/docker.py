@@ -54,6 +54,7 @@ from mmelocal.runtime.docker_engine import (
 from mmelocal.runtime.launcher import Endpoints, OwnedServerLauncher
 from mmelocal.runtime.readiness import exited_during_start
 from mmelocal.runtime.server_config import ServerConfig
+from mmelocal.runtime.shutdown import unload_before_stop
 
 logger = logging.getLogger(__name__)
 
@@ -325,15 +326,20 @@ class DockerLauncher(OwnedServerLauncher):
         return self._log_path
 
     def stop(self) -> None:
-        """Stop (SIGTERM, then SIGKILL after ``stop_timeout_s``) and remove. Idempotent."""
+        """Unload the ready models (:func:`~mmelocal.runtime.shutdown.unload_before_stop`, up
+        to half of ``stop_timeout_s``), stop (SIGTERM, then SIGKILL once ``stop_timeout_s``
+        has passed in all) and remove. Idempotent."""
         container = self._container
         if container is None:
             return
         from docker.errors import DockerException
 
         t0 = time.monotonic()
+        if self._endpoints is not None and self.config.model_control_mode == "explicit":
+            unload_before_stop(self._endpoints.http_url, timeout_s=self.stop_timeout_s / 2)
+        left_s = self.stop_timeout_s - (time.monotonic() - t0)
         with contextlib.suppress(DockerException):
-            container.stop(timeout=int(max(1, self.stop_timeout_s)))
+            container.stop(timeout=int(max(1, left_s)))
         if self._pump is not None:
             self._pump.join(timeout=5.0)
             if self._pump.is_alive():

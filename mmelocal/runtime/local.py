@@ -53,6 +53,7 @@ from mmelocal.runtime.install import (
 from mmelocal.runtime.launcher import Endpoints, OwnedServerLauncher
 from mmelocal.runtime.readiness import LogWatch, triton_ready
 from mmelocal.runtime.server_config import ServerConfig
+from mmelocal.runtime.shutdown import unload_before_stop
 
 logger = logging.getLogger(__name__)
 
@@ -443,7 +444,9 @@ class LocalLauncher(OwnedServerLauncher):
         return self._bridge_dir
 
     def stop(self) -> None:
-        """SIGTERM, wait up to ``stop_timeout_s``, then SIGKILL the process group. Idempotent."""
+        """Unload the ready models (:func:`~mmelocal.runtime.shutdown.unload_before_stop`, up
+        to half of ``stop_timeout_s``), SIGTERM, and SIGKILL the process group once
+        ``stop_timeout_s`` has passed in all. Idempotent."""
         process = self._process
         if process is None:
             return
@@ -455,10 +458,12 @@ class LocalLauncher(OwnedServerLauncher):
         )
         members = group_members(pgid)  # stubs too, even after a crash reparented them
         if process.poll() is None:
+            deadline = time.monotonic() + self.stop_timeout_s
+            self._unload_models()
             with contextlib.suppress(ProcessLookupError):
                 process.send_signal(signal.SIGTERM)
             try:
-                process.wait(timeout=self.stop_timeout_s)
+                process.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 logger.warning(
                     "%s ignored SIGTERM for %.0fs; killing it", named, self.stop_timeout_s
@@ -474,6 +479,14 @@ class LocalLauncher(OwnedServerLauncher):
         if self._process is process:
             logger.info("%s stopped (code %s)", named, process.returncode)
         self._process = None
+
+    def _unload_models(self) -> None:
+        """What Triton's own stop would otherwise wait for on its once-a-second poll
+        (explicit model control only: in other modes the repository API refuses unloads)."""
+        config, endpoints = self._config, self._endpoints
+        if config is None or endpoints is None or config.model_control_mode != "explicit":
+            return
+        unload_before_stop(endpoints.http_url, timeout_s=self.stop_timeout_s / 2)
 
     def _cleanup_shm(self) -> None:
         remove_shm_regions(self._shm_prefix)

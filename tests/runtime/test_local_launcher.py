@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 import urllib.request
@@ -72,7 +73,10 @@ def _is_running(pid: int) -> bool:
 
 
 def test_stop_is_idempotent_and_context_manager_cleans_up(tmp_path):
-    launcher = LocalLauncher(ServerConfig(model_repository=tmp_path))
+    # the emulator's case: a model loaded through the SageMaker front end (model namespacing on)
+    write_python_model(tmp_path / "model-hash-1", "loaded")
+    (tmp_path / "repo").mkdir()
+    launcher = LocalLauncher(ServerConfig(model_repository=tmp_path / "repo", sagemaker=True))
     launcher.stop()  # never started: no-op
     with launcher as running:
         pid = _pid(running)
@@ -80,11 +84,24 @@ def test_stop_is_idempotent_and_context_manager_cleans_up(tmp_path):
         assert running.ready_after_s is not None and running.start_overhead_s is not None
         url = running.endpoints.http_url
         assert url.startswith("http://127.0.0.1:")
+        sagemaker_url = running.endpoints.sagemaker_url
+        assert sagemaker_url is not None
+        with SageMakerClient(sagemaker_url, is_alive=running.is_alive) as sm:
+            sm.load("hash1", tmp_path / "model-hash-1", target_model="model-1.tar.gz")
     assert not launcher.is_alive()
     assert not psutil.pid_exists(pid) or not _is_running(pid)
     launcher.stop()
     launcher.stop()
     assert launcher.log_path is not None and launcher.log_path.is_file()
+    # the stop unloaded the model before SIGTERM: Triton's stop (core src/server.cc) found
+    # no live model at its first check, instead of checking again once a second until the
+    # Python stub had finished (a second or more on every stop with a model loaded)
+    log = launcher.log_path.read_text()
+    stopping = log[log.index("Signal (15) received") :]
+    found = re.findall(r"Found (\d+) live models", stopping)
+    assert found == ["0"], found
+    before = log[: log.index("Signal (15) received")]
+    assert re.search(r"successfully unloaded '(\S+::)?model-1\.tar\.gz'", before)  # namespaced
 
 
 @pytest.mark.parametrize(
