@@ -54,7 +54,6 @@ from mmelocal.runtime.docker_engine import (
 from mmelocal.runtime.launcher import Endpoints, OwnedServerLauncher
 from mmelocal.runtime.readiness import exited_during_start
 from mmelocal.runtime.server_config import ServerConfig
-from mmelocal.runtime.shutdown import unload_before_stop
 
 logger = logging.getLogger(__name__)
 
@@ -335,8 +334,7 @@ class DockerLauncher(OwnedServerLauncher):
         from docker.errors import DockerException
 
         t0 = time.monotonic()
-        if self._endpoints is not None and self.config.model_control_mode == "explicit":
-            unload_before_stop(self._endpoints.http_url, timeout_s=self.stop_timeout_s / 2)
+        self._unload_before_stop(self.config)
         left_s = self.stop_timeout_s - (time.monotonic() - t0)
         with contextlib.suppress(DockerException):
             container.stop(timeout=int(max(1, left_s)))

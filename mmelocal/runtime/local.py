@@ -53,7 +53,6 @@ from mmelocal.runtime.install import (
 from mmelocal.runtime.launcher import Endpoints, OwnedServerLauncher
 from mmelocal.runtime.readiness import LogWatch, triton_ready
 from mmelocal.runtime.server_config import ServerConfig
-from mmelocal.runtime.shutdown import unload_before_stop
 
 logger = logging.getLogger(__name__)
 
@@ -459,7 +458,7 @@ class LocalLauncher(OwnedServerLauncher):
         members = group_members(pgid)  # stubs too, even after a crash reparented them
         if process.poll() is None:
             deadline = time.monotonic() + self.stop_timeout_s
-            self._unload_models()
+            self._unload_before_stop(self.config)
             with contextlib.suppress(ProcessLookupError):
                 process.send_signal(signal.SIGTERM)
             try:
@@ -479,14 +478,6 @@ class LocalLauncher(OwnedServerLauncher):
         if self._process is process:
             logger.info("%s stopped (code %s)", named, process.returncode)
         self._process = None
-
-    def _unload_models(self) -> None:
-        """What Triton's own stop would otherwise wait for on its once-a-second poll
-        (explicit model control only: in other modes the repository API refuses unloads)."""
-        config, endpoints = self._config, self._endpoints
-        if config is None or endpoints is None or config.model_control_mode != "explicit":
-            return
-        unload_before_stop(endpoints.http_url, timeout_s=self.stop_timeout_s / 2)
 
     def _cleanup_shm(self) -> None:
         remove_shm_regions(self._shm_prefix)

@@ -231,6 +231,22 @@ def test_a_free_port_taken_before_tritonserver_binds_it_is_replaced(
     assert all(f":{held_port}'" in line for line in taken if "main.cc" in line)
 
 
+def test_a_server_that_never_answered_ready_is_not_asked_to_unload(tmp_path, held_port):
+    """The stop after a failed start signals at once: what holds the port the server was
+    to answer on never answers, and asking it for the models to unload would wait out half
+    the stop timeout (30 s here)."""
+    never_ready = tmp_path / "tritonserver"
+    never_ready.write_text("#!/bin/sh\nexec sleep 60\n")
+    never_ready.chmod(0o755)
+    config = ServerConfig(model_repository=tmp_path, http_port=held_port)
+    launcher = LocalLauncher(config, tritonserver=never_ready, start_timeout_s=1, stop_timeout_s=60)
+    started = time.monotonic()
+    with pytest.raises(ServerStartError, match="not ready"):
+        launcher.start()
+    assert time.monotonic() - started < 20
+    assert not launcher.is_alive()
+
+
 def test_a_fixed_port_in_use_fails_at_once_naming_it(tmp_path, held_port):
     launcher = LocalLauncher(ServerConfig(model_repository=tmp_path, http_port=held_port))
     with pytest.raises(ServerStartError) as info:
