@@ -10,6 +10,7 @@
 ``external``        :class:`~mmelocal.runtime.external.ExternalLauncher`: a running server
 ``detached``        servers that outlive their command (``mmelocal triton start``)
 ``readiness``       :func:`~mmelocal.runtime.readiness.wait_until_ready`, health probes
+``shutdown``        :func:`~mmelocal.runtime.shutdown.unload_before_stop`: a quick clean stop
 ``client``          :class:`~mmelocal.runtime.client.TritonClient`: numpy in, numpy out
 ``client_errors``   how tritonclient failures become mmelocal errors (dead server, timeout)
 ``sagemaker``       Triton's MME routes: the contract, ``TARGET_MODEL_HEADER``, ``load_body``

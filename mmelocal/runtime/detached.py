@@ -22,6 +22,7 @@ from typing import Any
 from mmelocal.errors import RuntimeLayerError, UserInputError
 from mmelocal.runtime.external import ExternalLauncher
 from mmelocal.runtime.server_config import ServerConfig
+from mmelocal.runtime.shutdown import unload_before_stop
 
 logger = logging.getLogger(__name__)
 
@@ -192,11 +193,13 @@ def stop_detached(
 ) -> DetachedServer | None:
     """Stop the detached server and remove its state file.
 
-    SIGTERM to tritonserver, then a wait of up to ``timeout_s`` for its whole process group
-    to end (the namespace bridge exits after the server, removing its control socket; the
-    Python-backend stubs exit with their models); only what is still running then is
-    SIGKILLed. The server's ``/dev/shm`` regions (left by a killed stub) and the bridge's
-    folder are removed in any case."""
+    The ready models are unloaded first
+    (:func:`~mmelocal.runtime.shutdown.unload_before_stop`, up to half of ``timeout_s``);
+    then SIGTERM to tritonserver and a wait, until ``timeout_s`` has passed in all, for its
+    whole process group to end (the namespace bridge exits after the server, removing its
+    control socket; the Python-backend stubs exit with their models); only what is still
+    running then is SIGKILLed. The server's ``/dev/shm`` regions (left by a killed stub)
+    and the bridge's folder are removed in any case."""
     from mmelocal.runtime.local import group_members, remove_shm_regions, still_running
 
     kept = read_detached(name, root=root)
@@ -207,9 +210,11 @@ def stop_detached(
         group = kept.process_group or _group_of(kept.pid)
         shm_prefix = shm_prefix or _shm_prefix_of(kept.pid)  # a state file written before
         members = group_members(group)
+        deadline = time.monotonic() + timeout_s
+        unload_before_stop(kept.http_url, timeout_s=timeout_s / 2)
         with contextlib.suppress(ProcessLookupError):
             os.kill(kept.pid, signal.SIGTERM)
-        if still_running(members, timeout_s=timeout_s):
+        if still_running(members, timeout_s=max(0.0, deadline - time.monotonic())):
             logger.warning(
                 "detached Triton %r (pid %s) ignored SIGTERM for %.0fs; killing it",
                 name,

@@ -349,15 +349,19 @@ class DockerLauncher(OwnedServerLauncher):
         return self._log_path
 
     def stop(self) -> None:
-        """Stop (SIGTERM, then SIGKILL after ``stop_timeout_s``) and remove. Idempotent."""
+        """Unload the ready models (:func:`~mmelocal.runtime.shutdown.unload_before_stop`, up
+        to half of ``stop_timeout_s``), stop (SIGTERM, then SIGKILL once ``stop_timeout_s``
+        has passed in all) and remove. Idempotent."""
         container = self._container
         if container is None:
             return
         from docker.errors import DockerException
 
         t0 = time.monotonic()
+        self._unload_before_stop(self.config)
+        left_s = self.stop_timeout_s - (time.monotonic() - t0)
         with contextlib.suppress(DockerException):
-            container.stop(timeout=int(max(1, self.stop_timeout_s)))
+            container.stop(timeout=int(max(1, left_s)))
         if self._pump is not None:
             self._pump.join(timeout=5.0)
             if self._pump.is_alive():

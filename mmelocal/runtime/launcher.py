@@ -21,6 +21,7 @@ from mmelocal.errors import ServerStartError, UserInputError
 from mmelocal.runtime.lifecycle import StartStopContext
 from mmelocal.runtime.readiness import triton_ready, wait_until_ready
 from mmelocal.runtime.server_config import ServerConfig
+from mmelocal.runtime.shutdown import unload_before_stop
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -138,10 +139,14 @@ class OwnedServerLauncher(LauncherContext):
     _not_started_message = "the server has not been started: call start() first"
     #: seconds a start may wait for the server to answer ready
     start_timeout_s: float
+    #: seconds a stop may take before the server is killed
+    stop_timeout_s: float
 
     def _init_server_state(self, log_path: Path | str | None) -> None:
         self._log_path = Path(log_path) if log_path is not None else None
         self._endpoints: Endpoints | None = None
+        #: the running server answered ready (so it has models to unload before its stop)
+        self._answered_ready = False
         #: seconds from spawn until the server answered ready
         self.ready_after_s: float | None = None
         #: seconds start() took in all, and the part that was the launcher's own work
@@ -160,6 +165,7 @@ class OwnedServerLauncher(LauncherContext):
         :func:`~mmelocal.runtime.readiness.wait_until_ready`), stop it when the wait fails,
         else record the start timings (``started_at``: when ``start()`` began) and log it."""
         endpoints = self.endpoints
+        self._answered_ready = False
         try:
             self.ready_after_s = wait_until_ready(
                 check or (lambda: triton_ready(endpoints)),
@@ -171,6 +177,7 @@ class OwnedServerLauncher(LauncherContext):
         except BaseException:
             self.stop()
             raise
+        self._answered_ready = True
         self.start_total_s = time.monotonic() - started_at
         self.start_overhead_s = self.start_total_s - self.ready_after_s
         logging.getLogger(type(self).__module__).info(  # the launcher's own logger
@@ -180,6 +187,16 @@ class OwnedServerLauncher(LauncherContext):
             endpoints.http_url,
             self._log_path,
         )
+
+    def _unload_before_stop(self, config: ServerConfig) -> None:
+        """Before the stop signal: unload the ready models of a server that answered ready
+        (:func:`~mmelocal.runtime.shutdown.unload_before_stop`, up to half of
+        ``stop_timeout_s``). A server that never came up has none, and may not answer at all."""
+        if not self._answered_ready or self._endpoints is None:
+            return
+        self._answered_ready = False
+        if config.model_control_mode == "explicit":  # the only mode that allows unloads
+            unload_before_stop(self._endpoints.http_url, timeout_s=self.stop_timeout_s / 2)
 
     def _server_name(self) -> str:
         """What the "ready" log line calls the server."""

@@ -443,7 +443,9 @@ class LocalLauncher(OwnedServerLauncher):
         return self._bridge_dir
 
     def stop(self) -> None:
-        """SIGTERM, wait up to ``stop_timeout_s``, then SIGKILL the process group. Idempotent."""
+        """Unload the ready models (:func:`~mmelocal.runtime.shutdown.unload_before_stop`, up
+        to half of ``stop_timeout_s``), SIGTERM, and SIGKILL the process group once
+        ``stop_timeout_s`` has passed in all. Idempotent."""
         process = self._process
         if process is None:
             return
@@ -455,10 +457,12 @@ class LocalLauncher(OwnedServerLauncher):
         )
         members = group_members(pgid)  # stubs too, even after a crash reparented them
         if process.poll() is None:
+            deadline = time.monotonic() + self.stop_timeout_s
+            self._unload_before_stop(self.config)
             with contextlib.suppress(ProcessLookupError):
                 process.send_signal(signal.SIGTERM)
             try:
-                process.wait(timeout=self.stop_timeout_s)
+                process.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 logger.warning(
                     "%s ignored SIGTERM for %.0fs; killing it", named, self.stop_timeout_s

@@ -28,6 +28,11 @@ MODEL_CONTROL_MODES = ("explicit", "poll", "none")
 #: ``--log-verbose`` of a plain server when ``log_verbose`` is None (tritonserver's own
 #: default); in MME mode the entrypoint's ``SAGEMAKER_TRITON_LOG_VERBOSE`` default applies
 PLAIN_LOG_VERBOSE = 0
+#: ``--metrics-interval-ms`` of a plain server: Triton's CPU/GPU metrics poller sleeps half
+#: the interval between polls and tritonserver's exit joins it (triton-inference-server/core
+#: ``src/metrics.cc``), so Triton's 2000 ms default held every stop up to 1 s after the
+#: server had stopped. mmelocal reads none of those gauges; a later ``extra_args`` value wins.
+PLAIN_METRICS_INTERVAL_MS = 200
 
 #: Python-backend shared memory per model: the SageMaker launcher lowers Triton's 64 MB
 #: default to 16 MB so that small ``/dev/shm`` mounts (Docker's default is 64 MB) still work;
@@ -223,6 +228,7 @@ class ServerConfig:
             f"--metrics-port={self.metrics_port}",
             f"--log-verbose={self.log_verbose or PLAIN_LOG_VERBOSE}",
             f"--exit-timeout-secs={self.exit_timeout_s}",
+            f"--metrics-interval-ms={PLAIN_METRICS_INTERVAL_MS}",
             f"--backend-config=python,shm-default-byte-size={self.python_shm_default_bytes}",
             f"--backend-config=python,shm-growth-byte-size={self.python_shm_growth_bytes}",
         ]
@@ -297,6 +303,7 @@ __all__ = [
     "MMELOCAL_FLAGS",
     "MODEL_CONTROL_MODES",
     "PLAIN_LOG_VERBOSE",
+    "PLAIN_METRICS_INTERVAL_MS",
     "ServerConfig",
     "pick_free_port",
 ]

@@ -339,9 +339,11 @@ def test_a_replay_counts_model_cache_hit_as_the_emulator_does(served: Served) ->
     assert samples == 6  # every call reached its model
     assert result["hit_ratio"] == pytest.approx(hits / samples)
     assert result["cold_starts"] == samples - hits
-    # the same over the load tests' Locust workers (the models that loaded are warm now)
+    # the same over the load tests' Locust workers (the models that loaded are warm now:
+    # the same calls at once, with no pause for loads)
+    at_once = Trace(times_s=np.zeros(6), model_ids=trace.model_ids, models=models)
     count, total = _model_cache_hit(served.url)
-    spread = replay(trace, body=BODY, url=served.url, workers=2).data
+    spread = replay(at_once, body=BODY, url=served.url, workers=2).data
     after_count, after_total = _model_cache_hit(served.url)
     samples, hits = after_count - count, after_total - total
     assert samples == 6 and spread["errors"] == 4
@@ -350,7 +352,7 @@ def test_a_replay_counts_model_cache_hit_as_the_emulator_does(served: Served) ->
     # a body over InvokeEndpoint's limit is refused before any model: no sample
     big = b"x" * (served_limit() + 1)
     before = _model_cache_hit(served.url)
-    refused = replay(trace, body=big, url=served.url).data
+    refused = replay(at_once, body=big, url=served.url).data
     assert _model_cache_hit(served.url) == before
     assert refused["hit_ratio"] is None and refused["cold_starts"] == 0
 
@@ -424,9 +426,9 @@ def test_the_load_limit_counts_the_wait_for_the_loads_before_it(tmp_path: Path) 
     for name in ("slow-a.tar.gz", "slow-b.tar.gz"):
         _python_model_tarball(store / name, slow_py)
     # a asks first (its download ends first: it loads first), b half a second later; a
-    # again at 20 s
+    # again at 10 s, past b's limit (8.5 s), by when a is loaded (its load fits the limit)
     trace = Trace(
-        times_s=np.array([0.0, 0.5, 20.0]),
+        times_s=np.array([0.0, 0.5, 10.0]),
         model_ids=np.array([0, 1, 0], dtype=np.int32),
         models=("slow-a.tar.gz", "slow-b.tar.gz"),
     )
@@ -447,7 +449,7 @@ def test_the_load_limit_counts_the_wait_for_the_loads_before_it(tmp_path: Path) 
         ("error", "slow-b.tar.gz"),
     ], events
     assert "within 8s" in next(e["reason"] for e in events if e["kind"] == "error")
-    # b's load waited for a's and failed at the limit; a is warm at 20 s
+    # b's load waited for a's and failed at the limit; a is warm at 10 s
     assert replayed["errors_by_class"] == {"ModelError": 1}, replayed["errors_by_class"]
     assert replayed["hit_ratio"] == pytest.approx(1 / 3)
     assert len(replayed["load_cycle_s"]) == 1 and replayed["load_cycle_s"][0] < limit_s
