@@ -62,7 +62,9 @@ def triton_pid(endpoint: MmeEndpoint) -> int | None:
 
 def test_boto3_many_copies_over_budget(endpoint: MmeEndpoint) -> None:
     rng = random.Random(7)
-    chosen = rng.sample(range(COPIES), 12)  # twice what the budget holds (about 6)
+    # three times what the budget held in a quiet run (about 6): a copy's PSS shrinks when
+    # other Tritons share its libraries (12 copies all fitted in a CI run beside xdist's)
+    chosen = rng.sample(range(COPIES), 18)
     plan: list[int] = []
     for n, copy in enumerate(chosen):
         plan += [copy, copy] + ([chosen[n - 1]] if n else [])

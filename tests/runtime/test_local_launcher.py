@@ -144,15 +144,9 @@ def test_exception_inside_context_stops_the_server(tmp_path):
     launcher = LocalLauncher(ServerConfig(model_repository=tmp_path))
     with pytest.raises(RuntimeError), launcher:
         pid = _pid(launcher)
-        stopping = time.monotonic()
         raise RuntimeError("test body failed")
-    stop_s = time.monotonic() - stopping
     assert not launcher.is_alive()
     assert not psutil.pid_exists(pid) or not _is_running(pid)
-    # tritonserver's exit joins its metrics poller, which sleeps half the metrics interval:
-    # Triton's default (2000 ms) held this stop right after the start about 1 s (0.97 s
-    # measured 4 times out of 4); the plain server's 200 ms holds it 0.1 s at most
-    assert stop_s < 0.5, stop_s
 
 
 def test_a_hanging_load_times_out_instead_of_hanging(tmp_path):
