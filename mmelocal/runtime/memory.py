@@ -346,22 +346,6 @@ def gpu_readings() -> list[tuple[str, int]]:
         nvml.close()
 
 
-def gpu_names() -> list[str]:
-    """The product name of every GPU NVML sees, by index ([] without the package, a driver
-    or a GPU)."""
-    try:
-        nvml = Nvml()
-    except Exception:
-        return []
-    try:
-        return [nvml.name(i) for i in range(nvml.device_count())]
-    except Exception:
-        logger.debug("NVML names failed", exc_info=True)
-        return []
-    finally:
-        nvml.close()
-
-
 def gpu_used_bytes(index: int | None = None) -> int | None:
     """Used memory of GPU ``index`` (all GPUs summed when None); None without NVML/GPU."""
     try:
@@ -413,7 +397,6 @@ __all__ = [
     "TreeMemoryReader",
     "TreeReading",
     "gpu_count",
-    "gpu_names",
     "gpu_readings",
     "gpu_used_bytes",
     "marginal_bytes",
