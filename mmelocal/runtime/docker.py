@@ -11,10 +11,12 @@ published on ``127.0.0.1`` only: the config's ports become the host ports, ``0``
 "any free port" (Docker picks it, so there is no race). Other paths in the config
 (``backend_directory``) are paths inside the container.
 
-GPUs are requested as device requests (``--gpus``); by default only when the engine has
-the ``nvidia`` runtime, and then the GPUs a local server would see: those
+GPUs are requested as device requests (``--gpus``, or CDI's ``nvidia.com/gpu`` devices
+where the engine lists them): by default the GPUs a local server would see, those
 ``CUDA_VISIBLE_DEVICES`` names (the config's ``env``, else this process's), by UUID
-(:func:`~mmelocal.runtime.visible_gpus.container_gpus`), else every GPU. Every container
+(:func:`~mmelocal.runtime.visible_gpus.container_gpus`), else every GPU; an engine that
+cannot serve the request is an error saying what to do, not a container on the CPU beside
+a GPU whose memory is read (:meth:`DockerLauncher.gpu_selection`). Every container
 carries the labels :data:`LABEL_OWNER`, :data:`LABEL_SESSION`, :data:`LABEL_HOST` and
 :data:`LABEL_PID`, so that :func:`cleanup_containers` can remove what a crashed process
 left behind. The container's output is streamed into ``log_path`` while it runs.
@@ -41,14 +43,16 @@ from mmelocal.runtime import docker_engine
 from mmelocal.runtime.docker_engine import *  # noqa: F403 (re-exported: see __all__)
 from mmelocal.runtime.docker_engine import (
     DEFAULT_IMAGE,
+    GPU_SETUP_HINT,
     LABEL_HOST,
     LABEL_OWNER,
     LABEL_PID,
     LABEL_SESSION,
+    NO_DEVICE_DRIVER,
     PULL_POLICIES,
     default_session_id,
     docker_client,
-    engine_has_nvidia_runtime,
+    engine_gpus,
     ensure_image,
     gpu_device_requests,
     reap_orphans_once,
@@ -82,9 +86,9 @@ class DockerLauncher(OwnedServerLauncher):
     """Start Triton in a container (see the module docstring).
 
     ``image`` defaults (``None``) to :data:`DEFAULT_IMAGE`; ``pull`` is ``"missing"`` (pull
-    only when absent), ``"always"`` or ``"never"``. ``gpus``: ``None`` = when the engine has
-    the nvidia runtime, the GPUs a local server would see (:meth:`gpu_selection`), else
-    none; given, exactly those (see :func:`gpu_device_requests`), the config's ``env`` as is.
+    only when absent), ``"always"`` or ``"never"``. ``gpus``: ``None`` = the GPUs a local
+    server would see (:meth:`gpu_selection`); given, exactly those (see
+    :func:`gpu_device_requests`), the config's ``env`` as is.
     ``command_prefix`` is what runs before Triton's flags; ``entrypoint`` overrides the
     image's. ``run_options`` are passed to ``containers.run`` as is (e.g. ``mem_limit``).
 
@@ -177,21 +181,32 @@ class DockerLauncher(OwnedServerLauncher):
 
     def gpu_selection(self, client: Any) -> tuple[list[Any], dict[str, str]]:
         """The device requests and the container's GPU environment: ``gpus`` when given;
-        else none without the engine's nvidia runtime; else the GPUs a local server would
-        see (:func:`~mmelocal.runtime.visible_gpus.container_gpus` of the config's ``env``):
-        all when ``CUDA_VISIBLE_DEVICES`` is unset, else those it names, by UUID, in
-        ``device_ids`` and in the container's ``CUDA_VISIBLE_DEVICES``."""
+        else the GPUs a local server would see
+        (:func:`~mmelocal.runtime.visible_gpus.container_gpus` of the config's ``env``):
+        those ``CUDA_VISIBLE_DEVICES`` names, by UUID, in the request and in the
+        container's ``CUDA_VISIBLE_DEVICES``; when it is unset, every GPU, if NVML sees one
+        here or the engine shows the NVIDIA Container Toolkit (:class:`EngineGpus`), else
+        none. The request is CDI's when the engine lists the cards as CDI devices, else
+        ``--gpus``'s, which the engine refuses without the toolkit's hook (:meth:`start`
+        says what to do)."""
+        from mmelocal.runtime.memory import gpu_count
         from mmelocal.runtime.visible_gpus import container_gpus
 
         if self.gpus is not None:
             return gpu_device_requests(self.gpus), {}
-        if not engine_has_nvidia_runtime(client):
-            return [], {}
+        engine = engine_gpus(client)
         chosen = container_gpus(self.config.env)
         if chosen is None:
-            return gpu_device_requests(True), {}
+            if gpu_count() == 0 and not engine.set_up:
+                return [], {}
+            logger.info("container %s GPUs: every GPU", self.name)
+            return engine.requests(None), {}
         logger.info("container %s GPUs: %s", self.name, chosen.describe())
-        return gpu_device_requests(list(chosen.uuids) or None), dict(chosen.env)
+        if not chosen.uuids:
+            return [], dict(chosen.env)
+        return engine.requests(list(zip(chosen.uuids, chosen.indices, strict=True))), dict(
+            chosen.env
+        )
 
     def run_kwargs(
         self, *, gpu_requests: list[Any], gpu_env: Mapping[str, str] | None = None
@@ -249,7 +264,8 @@ class DockerLauncher(OwnedServerLauncher):
             with contextlib.suppress(DockerException):
                 client.containers.get(self.name).remove(force=True)
             raise ServerStartError(
-                f"could not start a container from {self.image}: {exc}{_port_hint(exc)}",
+                f"could not start a container from {self.image}: {exc}{_port_hint(exc)}"
+                f"{_gpu_hint(exc, gpu_requests)}",
                 log_path=self._log_path,
             ) from exc
         try:
@@ -390,6 +406,18 @@ def _port_hint(exc: Exception) -> str:
         return (
             " (a host port the config fixed is taken: choose another, or 0 to let the "
             "engine pick a free one)"
+        )
+    return ""
+
+
+def _gpu_hint(exc: Exception, gpu_requests: Sequence[Any]) -> str:
+    """What to do when the engine could not give the container the GPUs it asked for."""
+    text = str(exc)
+    if gpu_requests and (NO_DEVICE_DRIVER in text or "CDI device injection failed" in text):
+        return (
+            " (the engine cannot give a container the GPUs asked for: this machine's GPUs "
+            f"would go unused and its readings would be of a card Triton does not run on; "
+            f"{GPU_SETUP_HINT})"
         )
     return ""
 

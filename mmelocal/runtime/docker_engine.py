@@ -17,6 +17,7 @@ import os
 import socket
 import threading
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from mmelocal.errors import (
@@ -125,13 +126,98 @@ def ensure_image(client: Any, image: str, *, pull: str = "missing") -> None:
         ) from exc
 
 
-def engine_has_nvidia_runtime(client: Any) -> bool:
-    """True when the engine lists the ``nvidia`` runtime (NVIDIA Container Toolkit)."""
+#: the CDI kind of NVIDIA's GPUs: ``nvidia-ctk cdi generate`` names them
+#: ``nvidia.com/gpu=0`` (NVML's index), ``nvidia.com/gpu=GPU-...`` (their UUID, with
+#: ``--device-name-strategy=uuid``) and ``nvidia.com/gpu=all``
+NVIDIA_CDI_KIND = "nvidia.com/gpu"
+#: the engine's answer to a GPU request no device driver of it serves (moby
+#: ``daemon/errors.go``, ``incompatibleDeviceRequest``)
+NO_DEVICE_DRIVER = "could not select device driver"
+
+#: what to do when the engine cannot give a container the GPUs it was asked for
+GPU_SETUP_HINT = (
+    "install the NVIDIA Container Toolkit on the engine's machine and restart dockerd "
+    "(`sudo apt-get install nvidia-container-toolkit`, then `sudo nvidia-ctk runtime "
+    "configure --runtime=docker && sudo systemctl restart docker`; for CDI: `sudo nvidia-ctk "
+    "cdi generate --output=/etc/cdi/nvidia.yaml`), or run Triton on the CPU: "
+    "CUDA_VISIBLE_DEVICES= (empty) for mmelocal's commands, DockerLauncher(gpus=False) "
+    "from Python"
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineGpus:
+    """What an engine's ``docker info`` says of NVIDIA GPUs.
+
+    ``docker run --gpus`` (a device request with the ``gpu`` capability) is served by the
+    engine's ``nvidia`` device driver, which dockerd registers when the NVIDIA Container
+    Toolkit's ``nvidia-container-runtime-hook`` (or, since Docker 29.2, its
+    ``nvidia-cdi-hook``) is on its PATH (moby ``daemon/nvidia_linux.go``,
+    ``daemon/devices_nvidia_linux.go``); the ``nvidia`` *runtime* entry
+    (``nvidia-ctk runtime configure``) is not used by it (the toolkit's page
+    "Specialized Configurations with Docker": ``--runtime=nvidia`` is for the
+    ``NVIDIA_VISIBLE_DEVICES`` variable). No field of ``docker info`` lists the device
+    drivers, so what the engine says is evidence, not proof: ``nvidia_runtime`` (the
+    toolkit is installed and configured) and ``cdi_devices``, the ``nvidia.com/gpu`` CDI
+    devices the engine discovered (``DiscoveredDevices``, API 1.50 / Docker 28.2, where
+    CDI is on by default), which it injects for a ``cdi`` device request
+    (``docker run --device nvidia.com/gpu=all``) whatever the hooks.
+    """
+
+    nvidia_runtime: bool = False
+    cdi_devices: tuple[str, ...] = ()
+
+    @property
+    def set_up(self) -> bool:
+        """True when the engine shows either sign of the NVIDIA Container Toolkit."""
+        return self.nvidia_runtime or bool(self.cdi_devices)
+
+    def requests(self, gpus: Sequence[tuple[str, int]] | None) -> list[Any]:
+        """The device requests for ``gpus`` (``(uuid, NVML index)`` of each, in order; None:
+        every GPU): CDI names when the engine discovered them all (Docker 29.2 serves
+        ``--gpus`` itself through CDI first), else ``--gpus``'s request by UUID."""
+        names = self._cdi_names(gpus)
+        if names:
+            from docker.types import DeviceRequest
+
+            return [DeviceRequest(driver="cdi", device_ids=names)]
+        return gpu_device_requests(True if gpus is None else [uuid for uuid, _ in gpus])
+
+    def _cdi_names(self, gpus: Sequence[tuple[str, int]] | None) -> list[str]:
+        listed = set(self.cdi_devices)
+        if gpus is None:
+            every = f"{NVIDIA_CDI_KIND}=all"
+            return [every] if every in listed else []
+        names = []
+        for uuid, index in gpus:
+            found = [
+                n
+                for n in (f"{NVIDIA_CDI_KIND}={uuid}", f"{NVIDIA_CDI_KIND}={index}")
+                if n in listed
+            ]
+            if not found:
+                return []
+            names.append(found[0])
+        return names
+
+
+def engine_gpus(client: Any) -> EngineGpus:
+    """What the engine's ``docker info`` says of NVIDIA GPUs (:class:`EngineGpus`); nothing
+    when it cannot be read."""
     try:
-        runtimes = client.info().get("Runtimes") or {}
+        info = client.info() or {}
     except Exception:
-        return False
-    return "nvidia" in runtimes
+        logger.debug("docker info failed", exc_info=True)
+        return EngineGpus()
+    devices = info.get("DiscoveredDevices") or []
+    return EngineGpus(
+        nvidia_runtime="nvidia" in (info.get("Runtimes") or {}),
+        cdi_devices=tuple(
+            str(d.get("ID"))
+            for d in devices
+            if str(d.get("ID", "")).startswith(f"{NVIDIA_CDI_KIND}=")
+        ),
+    )
 
 
 def gpu_device_requests(gpus: bool | int | Sequence[str] | None) -> list[Any]:
@@ -230,6 +316,7 @@ __all__ = [
     "DEFAULT_IMAGE",
     "DEFAULT_TRITON_IMAGE_TAG",
     "DEFAULT_TRITON_VERSION",
+    "GPU_SETUP_HINT",
     "LABEL_HOST",
     "LABEL_OWNER",
     "LABEL_PID",
@@ -237,10 +324,11 @@ __all__ = [
     "PULL_POLICIES",
     "DockerEngineError",
     "DockerImageError",
+    "EngineGpus",
     "cleanup_containers",
     "default_session_id",
     "docker_client",
-    "engine_has_nvidia_runtime",
+    "engine_gpus",
     "ensure_image",
     "gpu_device_requests",
     "reap_orphans_once",

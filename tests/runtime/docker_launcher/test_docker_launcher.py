@@ -301,13 +301,31 @@ def test_unknown_image_says_how_to_get_it(add_one_repository: Path, docker_engin
     assert info.value.image == "localhost:1/no-such/image:0"
 
 
+@contextlib.contextmanager
+def _gpu_launcher(launcher: DockerLauncher) -> Iterator[DockerLauncher]:
+    """``launcher`` started, or the test skipped when the engine refuses GPUs: it has no
+    NVIDIA device driver (no NVIDIA Container Toolkit hook on dockerd's PATH)."""
+    from mmelocal.runtime.docker_engine import NO_DEVICE_DRIVER
+
+    try:
+        launcher.start()
+    except ServerStartError as exc:
+        if NO_DEVICE_DRIVER not in str(exc):
+            raise
+        pytest.skip(
+            f"the Docker engine gives containers no GPU (no NVIDIA Container Toolkit): {exc}"
+        )
+    with launcher:
+        yield launcher
+
+
 @pytest.mark.mmelocal_gpu
 def test_gpu_container_gets_a_gpu(
     triton_test_image: str, add_one_repository: Path, docker_session: str, docker_engine: Any
 ) -> None:
-    if "nvidia" not in (docker_engine.info().get("Runtimes") or {}):
-        pytest.skip("the Docker engine has no nvidia runtime (no GPU / NVIDIA Container Toolkit)")
-    with _launcher(triton_test_image, add_one_repository, docker_session, gpus=True) as launcher:
+    with _gpu_launcher(
+        _launcher(triton_test_image, add_one_repository, docker_session, gpus=True)
+    ) as launcher:
         container = docker_engine.containers.get(launcher.container_id)
         requests = container.attrs["HostConfig"]["DeviceRequests"]
         assert requests and requests[0]["Capabilities"] == [["gpu"]]
@@ -325,8 +343,6 @@ def test_gpu_container_gets_the_gpu_cuda_visible_devices_names(
 ) -> None:
     """The card CUDA_VISIBLE_DEVICES names (here the last one NVML sees, by UUID) is the
     container's only GPU: in its device request, its CUDA_VISIBLE_DEVICES and its /dev."""
-    if "nvidia" not in (docker_engine.info().get("Runtimes") or {}):
-        pytest.skip("the Docker engine has no nvidia runtime (no GPU / NVIDIA Container Toolkit)")
     from mmelocal.runtime.memory import Nvml
 
     nvml = Nvml()
@@ -335,7 +351,9 @@ def test_gpu_container_gets_the_gpu_cuda_visible_devices_names(
     finally:
         nvml.close()
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", uuid)
-    with _launcher(triton_test_image, add_one_repository, docker_session) as launcher:
+    with _gpu_launcher(
+        _launcher(triton_test_image, add_one_repository, docker_session)
+    ) as launcher:
         container = docker_engine.containers.get(launcher.container_id)
         (request,) = container.attrs["HostConfig"]["DeviceRequests"]
         assert request["DeviceIDs"] == [uuid] and request["Capabilities"] == [["gpu"]]

@@ -255,11 +255,24 @@ def test_mme_container_publishes_and_names_only_the_ports_triton_opens(
 
 class _RecordingEngine:
     """A Docker client whose ``containers.run`` records what the launcher passed and is
-    then refused (nothing runs); the engine lists the nvidia runtime when ``nvidia``."""
+    then refused (nothing runs). Its ``docker info`` lists the nvidia runtime when
+    ``nvidia`` and the CDI devices ``cdi`` (``DiscoveredDevices``); without
+    ``gpu_driver`` it refuses a ``--gpus`` request as an engine without the NVIDIA
+    Container Toolkit's hook does (moby ``daemon/errors.go``). ``base_url`` is the SDK's
+    address of the engine (``api.base_url``)."""
 
-    def __init__(self, nvidia: bool = True) -> None:
+    def __init__(
+        self,
+        nvidia: bool = True,
+        *,
+        cdi: tuple[str, ...] = (),
+        gpu_driver: bool = True,
+        base_url: str = "http+docker://localhost",
+    ) -> None:
         self.nvidia = nvidia
+        self.cdi = cdi
         self.runs: list[dict[str, Any]] = []
+        self.api = type("Api", (), {"base_url": base_url})()
         engine = self
 
         class Images:
@@ -274,10 +287,17 @@ class _RecordingEngine:
             def list(self, **_: object) -> list[object]:
                 return []
 
-            def run(self, image: str, **kwargs: object) -> object:
+            def run(self, image: str, **kwargs: Any) -> object:
                 from docker.errors import APIError
 
                 engine.runs.append(kwargs)
+                gpus = [r for r in kwargs["device_requests"] if r["Driver"] != "cdi"]
+                if gpus and not gpu_driver:
+                    raise APIError(
+                        "500 Server Error for http+docker://localhost/v1.47/containers/x/start:"
+                        ' Internal Server Error ("could not select device driver "" with'
+                        ' capabilities: [[gpu]]")'
+                    )
                 raise APIError("recorded, not run")
 
             def get(self, name: str) -> Gone:
@@ -287,7 +307,10 @@ class _RecordingEngine:
         self.containers = Containers()
 
     def info(self) -> dict[str, object]:
-        return {"Runtimes": {"runc": {}, **({"nvidia": {}} if self.nvidia else {})}}
+        return {
+            "Runtimes": {"runc": {}, **({"nvidia": {}} if self.nvidia else {})},
+            "DiscoveredDevices": [{"Source": "cdi", "ID": name} for name in self.cdi],
+        }
 
 
 def _uuid(index: int) -> str:
@@ -305,19 +328,22 @@ def _started_with(
     env: dict[str, str] | None = None,
     nvidia: bool = True,
     gpus: bool | None = None,
+    engine: _RecordingEngine | None = None,
+    host_gpus: int = 2,
 ) -> dict[str, Any]:
-    """What the launcher passed to ``containers.run`` on a machine with two T4s."""
+    """What the launcher passed to ``containers.run`` on a machine with ``host_gpus`` T4s."""
     from shared_helpers import StandInNvml
 
     from mmelocal.errors import ServerStartError
 
-    monkeypatch.setitem(sys.modules, "pynvml", StandInNvml({0: 0, 1: 0}, names=("Tesla T4",) * 2))
+    cards = StandInNvml(dict.fromkeys(range(host_gpus), 0), names=("Tesla T4",) * host_gpus)
+    monkeypatch.setitem(sys.modules, "pynvml", cards)
     if visible is None:
         monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     else:
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
     monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
-    engine = _RecordingEngine(nvidia=nvidia)
+    engine = engine or _RecordingEngine(nvidia=nvidia)
     config = ServerConfig(model_repository=tmp_path, env=env or {})
     launcher = DockerLauncher(config, gpus=gpus, client=engine, log_path=tmp_path / "log")
     with pytest.raises(ServerStartError, match="recorded, not run"):
@@ -376,12 +402,89 @@ def test_a_selection_of_no_gpu_requests_none(
     assert run["environment"]["CUDA_VISIBLE_DEVICES"] == ""
 
 
-def test_without_the_nvidia_runtime_or_with_gpus_given_the_selection_is_not_read(
+def test_with_gpus_given_the_selection_is_not_read(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    assert _started_with(monkeypatch, tmp_path, visible="1", nvidia=False)["device_requests"] == []
     (request,) = _started_with(monkeypatch, tmp_path, visible="1", gpus=True)["device_requests"]
     assert request["Count"] == -1
+
+
+@pytest.mark.parametrize(
+    ("visible", "expected"),
+    [("1", {"DeviceIDs": [_uuid(1)]}), (None, {"Count": -1})],
+    ids=["cuda-visible-devices", "every-gpu"],
+)
+def test_without_the_nvidia_runtime_the_container_still_gets_the_gpus(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, visible: str | None, expected: dict
+) -> None:
+    """``docker run --gpus`` is served by the engine's nvidia device driver, registered when
+    the toolkit's hook is on dockerd's PATH (moby ``daemon/nvidia_linux.go``); the
+    ``nvidia`` runtime entry is not used by it. Without that entry the container got no
+    GPU while check and the emulator read the host's card."""
+    run = _started_with(monkeypatch, tmp_path, visible=visible, nvidia=False)
+    (request,) = run["device_requests"]
+    assert {k: request[k] for k in expected} == expected
+    assert request["Capabilities"] == [["gpu"]]
+
+
+def test_an_engine_that_cannot_give_a_gpu_says_what_to_do(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A GPU here and no NVIDIA Container Toolkit on the engine: the engine's refusal comes
+    with what to do (install the toolkit, or run on the CPU explicitly), not a container
+    on the CPU beside the card whose memory is read."""
+    from shared_helpers import StandInNvml
+
+    from mmelocal.errors import ServerStartError
+
+    monkeypatch.setitem(sys.modules, "pynvml", StandInNvml({0: 0}))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    engine = _RecordingEngine(nvidia=False, gpu_driver=False)
+    launcher = DockerLauncher(ServerConfig(model_repository=tmp_path), client=engine)
+    with pytest.raises(ServerStartError) as info:
+        launcher.start()
+    message = str(info.value)
+    assert 'could not select device driver "" with capabilities: [[gpu]]' in message
+    for hint in ("NVIDIA Container Toolkit", "nvidia-ctk runtime configure", "gpus=False"):
+        assert hint in message, message
+    assert "CUDA_VISIBLE_DEVICES= (empty)" in message
+
+
+def test_a_cpu_machine_requests_no_gpu(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No GPU here and no sign of the toolkit on the engine: no request (an engine without
+    a GPU driver would refuse one); an engine set up for GPUs gets every GPU as before,
+    also when NVML cannot read this machine."""
+    engine = _RecordingEngine(nvidia=False, gpu_driver=False)
+    run = _started_with(monkeypatch, tmp_path, visible=None, engine=engine, host_gpus=0)
+    assert run["device_requests"] == []
+    (request,) = _started_with(monkeypatch, tmp_path, visible=None, host_gpus=0)["device_requests"]
+    assert request["Count"] == -1
+
+
+@pytest.mark.parametrize(
+    ("cdi", "visible", "device_ids"),
+    [
+        (("nvidia.com/gpu=0", "nvidia.com/gpu=1", "nvidia.com/gpu=all"), "1", ["nvidia.com/gpu=1"]),
+        (("nvidia.com/gpu=all",), None, ["nvidia.com/gpu=all"]),
+        ((f"nvidia.com/gpu={_uuid(1)}", "nvidia.com/gpu=1"), "1", [f"nvidia.com/gpu={_uuid(1)}"]),
+    ],
+    ids=["by-index", "all", "by-uuid"],
+)
+def test_cdi_gpus_the_engine_lists_are_requested_by_their_cdi_names(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    cdi: tuple[str, ...],
+    visible: str | None,
+    device_ids: list[str],
+) -> None:
+    """An engine with CDI (on by default since Docker 28.2) lists the toolkit's CDI devices
+    in ``docker info`` (``DiscoveredDevices``) and injects them for a ``cdi`` request
+    (``docker run --device nvidia.com/gpu=all``) without the nvidia runtime or hook."""
+    engine = _RecordingEngine(nvidia=False, gpu_driver=False, cdi=cdi)
+    run = _started_with(monkeypatch, tmp_path, visible=visible, engine=engine)
+    (request,) = run["device_requests"]
+    assert (request["Driver"], request["DeviceIDs"]) == ("cdi", device_ids)
+    assert not request.get("Count") and not request.get("Capabilities")
 
 
 def test_a_selection_nvml_cannot_read_is_refused_with_what_to_do(
