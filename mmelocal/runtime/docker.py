@@ -56,6 +56,7 @@ from mmelocal.runtime.docker_engine import (
     ensure_image,
     gpu_device_requests,
     reap_orphans_once,
+    remote_engine,
 )
 from mmelocal.runtime.launcher import Endpoints, OwnedServerLauncher
 from mmelocal.runtime.readiness import exited_during_start
@@ -179,6 +180,14 @@ class DockerLauncher(OwnedServerLauncher):
             keys.append("sagemaker")
         return keys
 
+    @property
+    def remote_engine(self) -> str | None:
+        """The engine's address when it runs on another machine, else None
+        (:func:`~mmelocal.runtime.docker_engine.remote_engine`: the client given, else
+        ``DOCKER_HOST``): there :meth:`pid` is None and this machine's GPUs are not the
+        container's."""
+        return remote_engine(self._client)
+
     def gpu_selection(self, client: Any) -> tuple[list[Any], dict[str, str]]:
         """The device requests and the container's GPU environment: ``gpus`` when given;
         else the GPUs a local server would see
@@ -188,13 +197,27 @@ class DockerLauncher(OwnedServerLauncher):
         here or the engine shows the NVIDIA Container Toolkit (:class:`EngineGpus`), else
         none. The request is CDI's when the engine lists the cards as CDI devices, else
         ``--gpus``'s, which the engine refuses without the toolkit's hook (:meth:`start`
-        says what to do)."""
+        says what to do). An engine on another machine gets every GPU when it shows the
+        toolkit, and a ``CUDA_VISIBLE_DEVICES`` naming this machine's cards is refused."""
         from mmelocal.runtime.memory import gpu_count
-        from mmelocal.runtime.visible_gpus import container_gpus
+        from mmelocal.runtime.visible_gpus import VISIBLE, container_gpus
 
         if self.gpus is not None:
             return gpu_device_requests(self.gpus), {}
         engine = engine_gpus(client)
+        remote = remote_engine(client)
+        if remote is not None:
+            value = self.config.env.get(VISIBLE, os.environ.get(VISIBLE))
+            if value == "":
+                return [], {VISIBLE: ""}
+            if value is not None:
+                raise UserInputError(
+                    f"{VISIBLE}={value} names this machine's GPUs, and the Docker engine at "
+                    f"{remote} runs on another machine: name its GPUs yourself "
+                    "(DockerLauncher(gpus=[...]) with that machine's device ids), or run "
+                    f"on its CPU ({VISIBLE}= empty, gpus=False)"
+                )
+            return (engine.requests(None) if engine.set_up else []), {}
         chosen = container_gpus(self.config.env)
         if chosen is None:
             if gpu_count() == 0 and not engine.set_up:
@@ -338,13 +361,14 @@ class DockerLauncher(OwnedServerLauncher):
         return bool(self._container.status == "running")
 
     def pid(self) -> int | None:
-        """Host pid of the container's first process (None when stopped).
+        """Host pid of the container's first process (None when stopped, and when the
+        engine runs on another machine: :attr:`remote_engine`).
 
         That process is Docker's init (``init=True``); tritonserver and its Python-backend
         stubs are its descendants, so sum the process tree for memory.
         """
-        if not self.is_alive():
-            return None
+        if self.remote_engine is not None or not self.is_alive():
+            return None  # an engine on another machine: its pid is no process here
         pid = self._container.attrs.get("State", {}).get("Pid")
         return int(pid) if pid else None
 

@@ -96,6 +96,50 @@ def docker_client(client: Any = None) -> Any:
     return found
 
 
+def remote_engine(client: Any = None, environ: Mapping[str, str] | None = None) -> str | None:
+    """The address of the Docker engine when it runs on another machine, else None.
+
+    The engine is ``client``'s (its ``api.base_url``) when given, else the one
+    ``docker.from_env()`` connects to: ``DOCKER_HOST`` in ``environ`` (default: this
+    process's environment, read now), the local socket when unset. A Unix socket or a
+    named pipe is this machine's engine, and so is TCP to a loopback address (a tunnel to
+    another machine looks the same: mmelocal cannot tell); ``ssh://`` and TCP to any other
+    host are another machine's, whose containers' processes and GPUs are not this
+    machine's (their pids are not in this machine's ``/proc``, NVML here sees other cards).
+    """
+    from urllib.parse import urlsplit
+
+    if client is not None:
+        address = str(getattr(getattr(client, "api", None), "base_url", "") or "")
+        if address == "http+docker://ssh":  # the SDK keeps no host for an SSH engine
+            address = (os.environ if environ is None else environ).get("DOCKER_HOST") or "ssh"
+            return address
+    else:
+        address = (os.environ if environ is None else environ).get("DOCKER_HOST", "")
+    if not address:
+        return None
+    parts = urlsplit(address if "://" in address else f"tcp://{address}")
+    if parts.scheme in ("unix", "npipe", "fd", "http+unix"):
+        return None
+    if parts.scheme == "http+docker":  # the SDK's own name for its socket / pipe
+        return None
+    if parts.scheme == "ssh":
+        return address
+    if (parts.hostname or "localhost") in ("localhost", "127.0.0.1", "::1"):
+        return None
+    return address
+
+
+def remote_engine_error(address: str, reading: str) -> UserInputError:
+    """The refusal of ``reading`` (what reads memory here) for an engine on another machine."""
+    return UserInputError(
+        f"the Docker engine at {address} (DOCKER_HOST) runs on another machine: {reading} "
+        "reads this machine's GPUs (NVML) and processes, not the container's, so its "
+        "figures would be another card's or none; run mmelocal on the engine's machine, "
+        "or unset DOCKER_HOST to use this machine's engine"
+    )
+
+
 def ensure_image(client: Any, image: str, *, pull: str = "missing") -> None:
     """Make sure ``image`` is on the engine: pull it per ``pull`` (see :data:`PULL_POLICIES`).
 
@@ -332,5 +376,7 @@ __all__ = [
     "ensure_image",
     "gpu_device_requests",
     "reap_orphans_once",
+    "remote_engine",
+    "remote_engine_error",
     "sagemaker_triton_image",
 ]

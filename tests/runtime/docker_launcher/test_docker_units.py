@@ -495,3 +495,107 @@ def test_a_selection_nvml_cannot_read_is_refused_with_what_to_do(
     launcher = DockerLauncher(ServerConfig(model_repository=tmp_path), client=_RecordingEngine())
     with pytest.raises(UserInputError, match=r"CUDA_VISIBLE_DEVICES=1 .*mmelocal\[gpu\].*gpus="):
         launcher.start()
+
+
+REMOTE = "tcp://gpu-box.invalid:2375"
+
+
+@pytest.mark.parametrize(
+    ("docker_host", "remote"),
+    [
+        (None, None),
+        ("unix:///var/run/docker.sock", None),
+        ("npipe:////./pipe/docker_engine", None),
+        ("tcp://127.0.0.1:2375", None),
+        ("tcp://localhost:2376", None),
+        (REMOTE, REMOTE),
+        ("ssh://me@gpu-box", "ssh://me@gpu-box"),
+        ("gpu-box:2375", "gpu-box:2375"),
+    ],
+)
+def test_an_engine_on_another_machine_is_told_from_docker_host(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, docker_host: str | None, remote: str | None
+) -> None:
+    if docker_host is None:
+        monkeypatch.delenv("DOCKER_HOST", raising=False)
+    else:
+        monkeypatch.setenv("DOCKER_HOST", docker_host)
+    assert DockerLauncher(ServerConfig(model_repository=tmp_path)).remote_engine == remote
+
+
+def test_the_sdk_clients_address_tells_a_remote_engine(tmp_path: Path) -> None:
+    import docker
+
+    def address(base_url: str) -> str | None:
+        client = docker.DockerClient(base_url=base_url, version="1.43")  # connects on use only
+        launcher = DockerLauncher(ServerConfig(model_repository=tmp_path), client=client)
+        return launcher.remote_engine
+
+    assert address("unix:///var/run/docker.sock") is None
+    assert address("tcp://127.0.0.1:2375") is None
+    assert address("tcp://gpu-box:2375") == "http://gpu-box:2375"
+
+
+class _Running:
+    """A container the engine reports running, its first process this test's own."""
+
+    status = "running"
+
+    def __init__(self) -> None:
+        self.attrs = {"State": {"Pid": os.getpid()}}
+
+    def reload(self) -> None:
+        pass
+
+
+def test_an_engine_on_another_machine_gives_no_pid_here(tmp_path: Path) -> None:
+    """The engine's pid is a process of its machine: read here it is another process, or
+    none (the launcher protocol: "the server's process id on this host")."""
+    config = ServerConfig(model_repository=tmp_path)
+    remote = DockerLauncher(config, client=_RecordingEngine(base_url="http://gpu-box:2375"))
+    local = DockerLauncher(config, client=_RecordingEngine())
+    remote._container, local._container = _Running(), _Running()
+    assert (remote.pid(), local.pid()) == (None, os.getpid())
+
+
+def test_an_engine_on_another_machine_is_not_given_this_machines_gpus(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``CUDA_VISIBLE_DEVICES`` names this machine's cards (their UUIDs, read here through
+    NVML): refused for another machine's engine, which gets every GPU of its own when it
+    shows the toolkit, or none when the variable is empty."""
+    engine = _RecordingEngine(base_url="http://gpu-box:2375")
+    (request,) = _started_with(monkeypatch, tmp_path, visible=None, engine=engine)[
+        "device_requests"
+    ]
+    assert request["Count"] == -1
+    engine = _RecordingEngine(base_url="http://gpu-box:2375")
+    run = _started_with(monkeypatch, tmp_path, visible="", engine=engine)
+    assert run["device_requests"] == [] and run["environment"]["CUDA_VISIBLE_DEVICES"] == ""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    launcher = DockerLauncher(
+        ServerConfig(model_repository=tmp_path), client=_RecordingEngine(base_url="http://x:1")
+    )
+    with pytest.raises(UserInputError, match=r"CUDA_VISIBLE_DEVICES=1 names this machine's GPUs"):
+        launcher.start()
+
+
+def test_check_and_the_emulator_refuse_to_read_memory_here_for_a_remote_engine(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, add_one_repository: Path
+) -> None:
+    """Their memory readings (NVML's card, the server's process tree) are this machine's:
+    with DOCKER_HOST on another machine they would be another card's, or another process's.
+    Refused before any container starts, saying what to do."""
+    from mmelocal.emulator.emulator import Emulator
+    from mmelocal.emulator.emulator_config import EmulatorConfig
+    from mmelocal.runtime.check import CheckOptions, check_path
+
+    monkeypatch.setenv("DOCKER_HOST", REMOTE)
+    with pytest.raises(UserInputError, match=r"mmelocal check's memory reading.*machine's"):
+        check_path(add_one_repository, CheckOptions(launcher="docker"))
+    (tmp_path / "store").mkdir()
+    config = EmulatorConfig(
+        store=str(tmp_path / "store"), cache_dir=tmp_path / "cache", launcher="docker", gpus=()
+    )
+    with pytest.raises(UserInputError, match=r"at tcp://gpu-box\.invalid:2375 \(DOCKER_HOST\)"):
+        Emulator(config)
