@@ -469,6 +469,7 @@ def test_sizing_picks_the_result_asked_for_in_a_file_of_several(
     from deploy_helpers import cli_args, run
 
     from mmelocal.bench.results import write_results
+    from mmelocal.cli._options import CAPACITY_RESULT
 
     onnx = _capacity_result("nvml:0", 3 * GIB)  # 6 fit an A10G (see the test above)
     torchscript = dataclasses.replace(onnx, model_format="torchscript", source="m",
@@ -477,8 +478,10 @@ def test_sizing_picks_the_result_asked_for_in_a_file_of_several(
     path = tmp_path / "formats.json"
     write_results([torchscript, onnx], path)
     with pytest.raises(DeployError, match=r"2 results.*1: m \(torchscript\).*2: m\.tar\.gz") as e:
-        cheapest_instance(path, hot_models=6)
+        cheapest_instance(path, hot_models=6, choose=CAPACITY_RESULT)
     assert "--capacity-result" in str(e.value)
+    with pytest.raises(DeployError, match=r"say which with pick="):
+        cheapest_instance(path, hot_models=6)  # the Python API's own argument
     for pick in ("onnx", "m.tar.gz", "2"):
         choice = cheapest_instance(path, hot_models=6, pick=pick)
         assert choice.instance_type == "ml.g5.xlarge" and "6 models fit" in choice.reason

@@ -27,11 +27,6 @@ class InstanceChoice:
     reason: str
 
 
-#: how ``mmelocal deploy`` picks a result of a file of several (traffic's --capacity reads
-#: a file of one)
-PICK_OPTION = "--capacity-result"
-
-
 def _label(result: Any) -> str:
     """``source (format)``, or the kind for a projection (typed-in numbers)."""
     if isinstance(result, Projection):
@@ -105,14 +100,14 @@ def read_footprint(
     return result
 
 
-def _rows(path: Path, pick: str | None) -> tuple[ProjectionRow, ...]:
+def _rows(path: Path, pick: str | None, choose: str) -> tuple[ProjectionRow, ...]:
     """The count per instance type of the projection, capacity or estimate result ``path``
-    holds (of several, the one ``pick`` names)."""
+    holds (of several, the one ``pick`` names; ``choose``: how the caller gives it)."""
     try:
-        found = sizing_result(path, pick=pick, choose=PICK_OPTION)
+        found = sizing_result(path, pick=pick, choose=choose)
         if isinstance(found, Projection):
             return found.rows
-        result = read_footprint(path, instead="--instance-type", pick=pick, choose=PICK_OPTION)
+        result = read_footprint(path, instead="--instance-type", pick=pick, choose=choose)
     except UserInputError as exc:
         raise DeployError(str(exc)) from None
     if isinstance(result, Estimate):
@@ -164,12 +159,14 @@ def cheapest_instance(
     hot_models: int,
     prices: PriceTable | None = None,
     pick: str | None = None,
+    choose: str = "pick=",
 ) -> InstanceChoice:
     """The cheapest priced instance type that holds ``hot_models`` loaded at once, by the
-    result ``capacity`` holds (of several, the one ``pick`` names: :func:`sizing_result`)."""
+    result ``capacity`` holds (of several, the one ``pick`` names: :func:`sizing_result`;
+    ``choose``: how the caller's user gives ``pick``, named when it is missing)."""
     if hot_models < 1:
         raise DeployError(f"hot_models must be >= 1, got {hot_models}")
-    rows = _rows(Path(capacity), pick)
+    rows = _rows(Path(capacity), pick, choose)
     prices = prices if prices is not None else load_prices()
     fitting = [row for row in rows if row.instance_type and row.models_per_instance >= hot_models]
     priced = [(prices.price_for(r.instance_type), r) for r in fitting]
@@ -195,4 +192,4 @@ def cheapest_instance(
     )
 
 
-__all__ = ["PICK_OPTION", "InstanceChoice", "cheapest_instance", "read_footprint", "sizing_result"]
+__all__ = ["InstanceChoice", "cheapest_instance", "read_footprint", "sizing_result"]
