@@ -23,6 +23,19 @@ def test_the_target_model_header_is_botocores() -> None:
     assert invoke.members["TargetModel"].serialization["name"] == sagemaker.TARGET_MODEL_HEADER
 
 
+def test_model_not_ready_is_botocores_error_shape() -> None:
+    """The error type the load test's pre-warm, the endpoint bench and the emulator's table
+    name is botocore's shape, with the status the emulator answers."""
+    from mmelocal.errors import ModelNotReadyError
+    from mmelocal.facts.invoke_errors import MODEL_NOT_READY, error_kind
+
+    model = botocore.session.get_session().get_service_model("sagemaker-runtime")
+    shape = model.shape_for(MODEL_NOT_READY)
+    kind = error_kind(ModelNotReadyError("", target_model=""))
+    assert kind.error_type == MODEL_NOT_READY
+    assert shape.metadata["error"]["httpStatusCode"] == kind.status == 429
+
+
 def test_unload_outwaits_triton_and_loads_are_named_apart() -> None:
     assert sagemaker.UNLOAD_TIMEOUT_S > sagemaker.TRITON_UNLOAD_WAIT_S
     assert sagemaker.DIRECT_LOAD_TIMEOUT_S < sagemaker.LOAD_LIMIT_S

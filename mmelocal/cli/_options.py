@@ -73,6 +73,25 @@ def grouped(into: str, build: Callable[..., Any], *options: Callable[[F], F]) ->
     return apply
 
 
+#: the option that picks one result of a ``--capacity`` file of several (deploy, traffic)
+CAPACITY_RESULT = "--capacity-result"
+
+
+def capacity_result_option() -> Callable[[F], F]:
+    """``--capacity-result FORMAT|SOURCE|N`` (``capacity_pick``): which result of a
+    ``--capacity`` file of several the command reads, as every command with ``--capacity``
+    takes it (:func:`~mmelocal.bench.capacity.sizing.sizing_result` reads the pick); the
+    command refuses it without ``--capacity``."""
+    return click.option(
+        CAPACITY_RESULT,
+        "capacity_pick",
+        default=None,
+        metavar="FORMAT|SOURCE|N",
+        help="With --capacity: which result of a file of several to read (its format, "
+        "source or number; e.g. one result per format of capacity --format a,b).",
+    )
+
+
 #: ``--json``'s one meaning in every command: the FILE its JSON document is written to
 JSON_HELP = "Write the result as JSON to FILE ('-': stdout)."
 #: a JSON output file; ``-`` is stdout

@@ -10,7 +10,14 @@ from typing import Any
 import click
 
 from mmelocal.cli._defaults import field_option
-from mmelocal.cli._options import IN_FILE, json_option, region_option, typed_flags
+from mmelocal.cli._options import (
+    CAPACITY_RESULT,
+    IN_FILE,
+    capacity_result_option,
+    json_option,
+    region_option,
+    typed_flags,
+)
 from mmelocal.cli._output import console, env_option, err_console
 from mmelocal.deploy.plan import DEFAULT_INSTANCE_TYPE, DeployOptions
 from mmelocal.units import mib
@@ -73,14 +80,7 @@ from mmelocal.units import mib
     help="With --capacity: models that must stay loaded at once on one instance (default: "
     "the whole store).",
 )
-@click.option(
-    "--capacity-result",
-    "capacity_pick",
-    default=None,
-    metavar="FORMAT|SOURCE|N",
-    help="With --capacity: which result of a file of several sizes the instance (its "
-    "format, source or number; e.g. one result per format of capacity --format a,b).",
-)
+@capacity_result_option()
 @click.option("--dry-run", is_flag=True, help="Print the plan and stop: nothing changes.")
 @json_option(
     "Write what the deploy did as JSON to FILE ('-': stdout, the tables go to stderr): "
@@ -237,7 +237,7 @@ def _instance_type(
     """``--instance-type``, else the type ``--capacity`` (its result ``--capacity-result``)
     sizes for ``--hot-models``, else the default; an option that would be ignored is
     refused, as a usage error."""
-    for flag, value in (("--hot-models", hot_models), ("--capacity-result", pick)):
+    for flag, value in (("--hot-models", hot_models), (CAPACITY_RESULT, pick)):
         if value is not None and capacity is None:
             raise click.UsageError(
                 f"{flag} is only read with --capacity (a capacity result sizes the instance "
@@ -256,7 +256,7 @@ def _instance_type(
     from mmelocal.deploy.upload import store_files
 
     hot = hot_models if hot_models is not None else len(store_files(store))
-    choice = cheapest_instance(capacity, hot_models=hot, pick=pick)
+    choice = cheapest_instance(capacity, hot_models=hot, pick=pick, choose=CAPACITY_RESULT)
     out.print(choice.reason, highlight=False, soft_wrap=True)
     return choice.instance_type
 

@@ -17,9 +17,10 @@ from typing import Any
 
 from mmelocal.aws.parallel import map_bounded
 from mmelocal.aws.s3 import ENDPOINT_METADATA, SHA256_METADATA, listed_objects
-from mmelocal.aws.session import aws_error, not_found
+from mmelocal.aws.session import aws_error, error_code, not_found
 from mmelocal.deploy import resources as rs
 from mmelocal.deploy.plan import DeployPlan, ObjectStep
+from mmelocal.facts.aws import HEAD_OBJECT_REFUSALS, s3_error_class
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,13 +35,39 @@ class MmelocalObject:
     endpoint: str | None
 
 
-def mmelocal_object(s3: Any, bucket: str, key: str, size_bytes: int) -> MmelocalObject | None:
-    """What mmelocal recorded on ``key`` (one HeadObject); None: not mmelocal's."""
+@dataclass(frozen=True, kw_only=True)
+class UnreadableObject:
+    """An object whose HeadObject S3 refused (``code``: the status botocore makes the code
+    of a HEAD's answer, ``400``, ``403``): whose it is cannot be known, so nothing deletes
+    or overwrites it; the plan and undeploy name it and say why (:attr:`reason`)."""
+
+    key: str
+    size_bytes: int
+    code: str
+
+    @property
+    def reason(self) -> str:
+        """S3's answer and what it means (:data:`~mmelocal.facts.aws.HEAD_OBJECT_REFUSALS`):
+        ``403 Forbidden, as when ...``."""
+        cause = HEAD_OBJECT_REFUSALS.get(self.code)
+        return f"{self.code} {cause}" if cause else self.code
+
+
+def mmelocal_object(
+    s3: Any, bucket: str, key: str, size_bytes: int
+) -> MmelocalObject | UnreadableObject | None:
+    """What mmelocal recorded on ``key`` (one HeadObject); None: not mmelocal's, or gone
+    since the listing. A refusal of this object (400 for an SSE-C object asked without its
+    key, 403 without s3:GetObject on it) is an :class:`UnreadableObject`: one foreign
+    object under the prefix does not stop the others being read; a transient error that
+    outlived the retries, or one that is no answer of S3's, raises."""
     try:
         head = s3.head_object(Bucket=bucket, Key=key)
     except Exception as exc:
         if not_found(exc):  # deleted since the listing
             return None
+        if error_code(exc) and s3_error_class(exc) == "refused":
+            return UnreadableObject(key=key, size_bytes=size_bytes, code=error_code(exc))
         raise aws_error(exc, "HeadObject", f"s3://{bucket}/{key}") from exc
     metadata = head.get("Metadata", {})
     if SHA256_METADATA not in metadata:
@@ -59,7 +86,7 @@ HeadProgress = Callable[[int, int], None]
 
 def mmelocal_objects_of(
     s3: Any, bucket: str, objects: Sequence[tuple[str, int]], *, on_head: HeadProgress | None = None
-) -> list[MmelocalObject | None]:
+) -> list[MmelocalObject | UnreadableObject | None]:
     """:func:`mmelocal_object` of each ``(key, size)``, in that order: the HeadObject calls
     go on a bounded pool of threads (:func:`~mmelocal.aws.parallel.map_bounded`), as one
     per object one after another took minutes for a store of hundreds of tarballs."""
@@ -224,8 +251,9 @@ def removed_objects(
     """One step per object under ``prefix`` that is not in the store (the endpoint serves
     it all the same): ``delete`` when mmelocal uploaded it for ``endpoint`` (or, with
     ``prune_unrecorded``, for no endpoint recorded) and no other model reads it (with
-    ``prune``), else ``keep`` with the reason in ``note``. ``on_head`` hears the
-    HeadObject calls as they are answered."""
+    ``prune``), else ``keep`` with the reason in ``note`` (also for an object S3 would not
+    let mmelocal read: :func:`unreadable_note`). ``on_head`` hears the HeadObject calls as
+    they are answered."""
     steps: list[ObjectStep] = []
     mine: dict[str, MmelocalObject] = {}
     owners = (endpoint, None) if prune_unrecorded else (endpoint,)
@@ -233,6 +261,9 @@ def removed_objects(
     removed = [(key, size) for key, (size, _) in listed if key not in store_keys]
     items = mmelocal_objects_of(clients.s3, bucket, removed, on_head=on_head)
     for (key, size), item in zip(removed, items, strict=True):
+        if isinstance(item, UnreadableObject):
+            steps.append(_step(key, size, None, "keep", unreadable_note(item)))
+            continue
         if item is not None and item.endpoint in owners and prune:
             mine[key] = item
             continue
@@ -253,6 +284,11 @@ def removed_objects(
         else:
             steps.append(_step(key, item.size_bytes, item, "delete", "not in the store"))
     return sorted(steps, key=lambda step: step.key)
+
+
+def unreadable_note(item: UnreadableObject) -> str:
+    """The plan's note on an object S3 would not let mmelocal read (kept)."""
+    return f"could not be read (HeadObject answered {item.reason}): kept, whoever's it is"
 
 
 def unrecorded_notice(plan: DeployPlan) -> str | None:
@@ -284,6 +320,7 @@ __all__ = [
     "AccountReads",
     "HeadProgress",
     "MmelocalObject",
+    "UnreadableObject",
     "count_text",
     "mmelocal_object",
     "mmelocal_objects_of",
@@ -291,5 +328,6 @@ __all__ = [
     "readers",
     "readers_text",
     "removed_objects",
+    "unreadable_note",
     "unrecorded_notice",
 ]

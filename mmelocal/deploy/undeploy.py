@@ -14,11 +14,12 @@ from mmelocal.deploy.artifacts import (
     AccountReads,
     HeadProgress,
     MmelocalObject,
+    UnreadableObject,
     count_text,
     readers_text,
 )
 from mmelocal.deploy.plan import POLL_S, WAIT_TIMEOUT_S, split_s3_uri
-from mmelocal.deploy.upload import delete_objects, mmelocal_objects
+from mmelocal.deploy.upload import delete_objects, prefix_objects
 from mmelocal.deploy.waits import settled
 from mmelocal.errors import DeployError
 from mmelocal.facts.runtime_api import IN_PROGRESS_STATUSES
@@ -132,9 +133,9 @@ def _artifacts(
     found: list[tuple[str, list[str], list[str]]] = []
     for bucket, prefix in sorted({split_s3_uri(u) for u in urls if u}):
         url = f"s3://{bucket}/{prefix}"
-        objects = mmelocal_objects(clients.s3, bucket, prefix, on_head=on_head)
+        objects, unreadable = prefix_objects(clients.s3, bucket, prefix, on_head=on_head)
         mine = [o for o in objects if o.endpoint in owners]
-        notes = []
+        notes: list[str] = []
         if not delete:
             if mine:
                 notes.append(
@@ -144,6 +145,7 @@ def _artifacts(
                 )
             found.append((url, [], notes + _unrecorded(name, url, objects, owners)))
             continue
+        notes += _unreadable(url, unreadable)
         keys = [o.key for o in mine]
         others = len(objects) - len(keys)
         if others:
@@ -163,6 +165,23 @@ def _artifacts(
         notes += _unrecorded(name, url, objects, owners)
         found.append((url, [k for k in keys if k not in shared], notes))
     return found
+
+
+def _unreadable(url: str, unreadable: list[UnreadableObject]) -> list[str]:
+    """The note on the objects under ``url`` whose HeadObject S3 refused (kept: whose they
+    are is unknown), grouped by S3's answer."""
+    if not unreadable:
+        return []
+    answers = sorted({o.reason for o in unreadable})
+    sample = ", ".join(o.key for o in unreadable[:3]) + (
+        f", ... {len(unreadable) - 3} more" if len(unreadable) > 3 else ""
+    )
+    return [
+        f"kept {count_text(len(unreadable), sum(o.size_bytes for o in unreadable))} under "
+        f"{url} that could not be read ({sample}: HeadObject answered {'; '.join(answers)}): "
+        "whose they are is unknown, so they are never deleted; read one with 'aws s3api "
+        "head-object' to see whose it is"
+    ]
 
 
 def _unrecorded(

@@ -37,7 +37,12 @@ from mmelocal.aws.s3 import (
     transfer_config,
 )
 from mmelocal.aws.session import aws_error, not_found
-from mmelocal.deploy.artifacts import HeadProgress, MmelocalObject, mmelocal_objects_of
+from mmelocal.deploy.artifacts import (
+    HeadProgress,
+    MmelocalObject,
+    UnreadableObject,
+    mmelocal_objects_of,
+)
 from mmelocal.errors import DeployError
 from mmelocal.facts.aws import bucket_region
 
@@ -118,17 +123,29 @@ def check_bucket(s3: Any, bucket: str, region: str) -> None:
         )
 
 
+def prefix_objects(
+    s3: Any, bucket: str, prefix: str, *, on_head: HeadProgress | None = None
+) -> tuple[list[MmelocalObject], list[UnreadableObject]]:
+    """The objects under ``prefix`` that mmelocal uploaded (they carry its SHA-256
+    metadata), with the endpoint each was deployed for, and those whose HeadObject S3
+    refused (whose they are is unknown), each sorted by key (one HeadObject each, on a
+    bounded pool; ``on_head`` hears them). The listing cannot answer it: ListObjectsV2
+    returns no user metadata (key, size, ETag, storage class, owner), and an ETag and size
+    say which bytes an object holds, not for which endpoint it was placed (two endpoints
+    on one prefix, or a user's copy, hold the same bytes)."""
+    listed = [(key, size) for key, (size, _) in sorted(listed_objects(s3, bucket, prefix).items())]
+    found = mmelocal_objects_of(s3, bucket, listed, on_head=on_head)
+    return (
+        [o for o in found if isinstance(o, MmelocalObject)],
+        [o for o in found if isinstance(o, UnreadableObject)],
+    )
+
+
 def mmelocal_objects(
     s3: Any, bucket: str, prefix: str, *, on_head: HeadProgress | None = None
 ) -> list[MmelocalObject]:
-    """The objects under ``prefix`` that mmelocal uploaded (they carry its SHA-256
-    metadata), with the endpoint each was deployed for, sorted by key (one HeadObject
-    each, on a bounded pool; ``on_head`` hears them). The listing cannot answer it:
-    ListObjectsV2 returns no user metadata (key, size, ETag, storage class, owner), and an
-    ETag and size say which bytes an object holds, not for which endpoint it was placed
-    (two endpoints on one prefix, or a user's copy, hold the same bytes)."""
-    listed = [(key, size) for key, (size, _) in sorted(listed_objects(s3, bucket, prefix).items())]
-    return [o for o in mmelocal_objects_of(s3, bucket, listed, on_head=on_head) if o is not None]
+    """The objects under ``prefix`` that mmelocal uploaded (:func:`prefix_objects`)."""
+    return prefix_objects(s3, bucket, prefix, on_head=on_head)[0]
 
 
 def total_bytes(steps: Iterable[ObjectStep], action: str) -> int:
@@ -147,6 +164,7 @@ __all__ = [
     "listed_objects",
     "mmelocal_objects",
     "plan_objects",
+    "prefix_objects",
     "store_files",
     "total_bytes",
     "transfer_config",

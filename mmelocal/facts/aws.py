@@ -224,6 +224,25 @@ S3_TRANSIENT_CODES: Final = frozenset(
 )
 
 
+#: HeadObject's refusals of one object that another object under the same prefix need not
+#: share -> what they mean. A HEAD has no body, so S3 answers only "a generic code, such as
+#: 400 Bad Request, 403 Forbidden, 404 Not Found, 405 Method Not Allowed, 412 Precondition
+#: Failed, or 304 Not Modified" and botocore makes the status the error code (HeadObject API
+#: reference); an object written with a customer-provided key (SSE-C) needs the
+#: ``x-amz-server-side-encryption-customer-*`` headers for its metadata too (same page and
+#: the S3 user guide, "Specifying server-side encryption with customer-provided keys"); HEAD
+#: needs ``s3:GetObject`` on the object (same page, "Permissions"). 405 and 412/304 answer a
+#: versionId or a condition, which mmelocal never sends.
+HEAD_OBJECT_REFUSALS: Final = {
+    "400": (
+        "Bad Request, what an object written with a customer-provided key (SSE-C) answers "
+        "without its key"
+    ),
+    "403": "Forbidden, as when no IAM or bucket policy gives your credentials s3:GetObject on it",
+    "AccessDenied": "as when no IAM or bucket policy gives your credentials s3:GetObject on it",
+}
+
+
 def s3_error_class(exc: Any) -> str:
     """``"missing"``, ``"transient"`` or ``"refused"`` for a botocore ClientError from S3.
 
@@ -246,6 +265,7 @@ def s3_error_class(exc: Any) -> str:
 __all__ = [
     "CONCURRENT_REQUESTS",
     "CONTROL_PLANE",
+    "HEAD_OBJECT_REFUSALS",
     "LOAD_TEST",
     "LOCAL",
     "LOCAL_REGION",

@@ -27,6 +27,13 @@ from mmelocal.errors import (
     ValidationError,
 )
 
+#: the error type InvokeEndpoint answers (429) while a multi-model endpoint downloads or
+#: loads the target past MODEL_NOT_READY_AFTER_S: botocore's sagemaker-runtime model has
+#: the shape ("Either a serverless endpoint variant's resources are still being provisioned,
+#: or a multi-model endpoint is still downloading or loading the target model. Wait and try
+#: your request again."); the MME guide: the load goes on
+MODEL_NOT_READY = "ModelNotReadyException"
+
 
 @dataclass(frozen=True, kw_only=True)
 class SageMakerError:
@@ -108,7 +115,7 @@ SAGEMAKER_ERRORS: tuple[tuple[tuple[type[BaseException], ...], SageMakerError], 
         (ModelNotReadyError,),
         SageMakerError(
             status=429,
-            error_type="ModelNotReadyException",
+            error_type=MODEL_NOT_READY,
             v2_status=503,
             source="botocore ModelNotReadyException (429); the MME guide: a load past 60 s",
         ),
@@ -209,6 +216,7 @@ def error_kind(exc: BaseException) -> SageMakerError:
 __all__ = [
     "INTERNAL_FAILURE",
     "LOAD_ERROR_STATUS",
+    "MODEL_NOT_READY",
     "PAYLOAD_TOO_LARGE_STATUS",
     "SAGEMAKER_ERRORS",
     "V2_BAD_JSON",

@@ -202,15 +202,18 @@ class RemoteMmeEndpoint:
 
 def delete_uploaded(s3: Any, bucket: str, uploaded: Mapping[str, Collection[str]]) -> None:
     """Delete each key of ``uploaded`` that still holds one of the SHA-256 it maps to (what
-    a test uploaded there); a key replaced since is kept."""
+    a test uploaded there); a key replaced since, or one S3 would not let it read, is
+    kept."""
     from mmelocal.aws.s3 import delete_objects
-    from mmelocal.deploy.artifacts import mmelocal_object
+    from mmelocal.deploy.artifacts import MmelocalObject, UnreadableObject, mmelocal_object
 
     keys = []
     for key, sha256s in sorted(uploaded.items()):
         found = mmelocal_object(s3, bucket, key, 0)
-        if found is not None and found.sha256 in sha256s:
+        if isinstance(found, MmelocalObject) and found.sha256 in sha256s:
             keys.append(key)
+        elif isinstance(found, UnreadableObject):
+            logger.info("keeping s3://%s/%s: not read (HeadObject %s)", bucket, key, found.code)
         else:
             logger.info("keeping s3://%s/%s: replaced since the test uploaded it", bucket, key)
     delete_objects(s3, bucket, keys)

@@ -103,3 +103,46 @@ def test_a_step_rate_is_taken_at_its_users_not_over_its_ramp(
     assert step.throughput_rps == pytest.approx(at_ten_users, rel=0.15)
     assert step.duration_s < 8.0 * 0.6  # the hold, not the stage
     assert step.requests > step.throughput_rps * step.duration_s  # the ramp's are counted
+
+
+#: an x-amzn-ErrorType as restJson1 services may send it: the shape's namespace before
+#: ``#``, a URI after ``:``; botocore reads the code between them
+#: (``RestJSONParser._inject_error_code``: ``code.split(':', 1)[0].rsplit('#', 1)[-1]``)
+NAMESPACED_NOT_READY = "com.amazonaws.sagemaker#ModelNotReadyException:http://internal.amazon.com/"
+
+
+@pytest.mark.parametrize("mode", ["boto3", "invocations"])
+def test_prewarm_reads_model_not_ready_as_botocore_reads_it(mode: str) -> None:
+    """The HTTP pre-warm restated botocore's reading of the error type (the header cut at
+    ':' only, or the body's ``__type``): a namespaced ``x-amzn-ErrorType`` that boto3 reads
+    as ModelNotReadyException failed the HTTP pre-warm ("answered HTTP 429") while the
+    boto3 one waited. Both now read the code with facts.invoke_errors.error_code."""
+    from aiohttp import web
+
+    from mmelocal.bench.loadtest.runner import prewarm
+
+    answers: list[int] = []
+
+    async def invocations(request: web.Request) -> web.Response:
+        await request.read()
+        status = 429 if not answers else 200
+        answers.append(status)
+        if status == 429:
+            return web.Response(
+                status=429,
+                headers={"x-amzn-ErrorType": NAMESPACED_NOT_READY},
+                body=b'{"message": "Model is still loading"}',
+                content_type="application/json",
+            )
+        return web.Response(body=b"{}", content_type="application/json")
+
+    with invocations_server(invocations) as url:
+        config = LoadTestConfig(
+            endpoint=url,
+            mode=mode,
+            targets=("m.tar.gz",),
+            payload=b"{}",
+            shape=shape_from_stages([{"users": 1, "duration_s": 1}]),
+        )
+        prewarm(config)
+    assert answers == [429, 200]

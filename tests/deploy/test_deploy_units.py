@@ -174,7 +174,7 @@ def test_sizing_reads_the_estimate_the_host_memory_refusal_points_to(tmp_path: P
         batches=Batches(warmup=1, preferred=8, max=8),
     )
     path = tmp_path / "estimate.json"
-    write_result(estimate, path)  # as `capacity estimate --json FILE` writes it: no cards
+    write_result(estimate, path)  # as estimate_from_facts returns it: no cards, every card
     counts = {
         t: card.point
         for card in estimate.with_cards(load_gpus()).cards
@@ -185,6 +185,37 @@ def test_sizing_reads_the_estimate_the_host_memory_refusal_points_to(tmp_path: P
     assert choice.models_per_instance == counts[choice.instance_type]
     assert choice.models_per_instance > counts["ml.g4dn.xlarge"]
     assert cheapest_instance(path, hot_models=1).instance_type == "ml.g4dn.xlarge"
+
+
+def test_sizing_keeps_to_the_instance_types_an_estimate_was_made_for(tmp_path: Path) -> None:
+    """`capacity estimate --instance-type ml.g5.xlarge --json FILE` records that card and
+    that type only; deploy --capacity FILE recomputed the estimate on every card and
+    picked the cheapest of them all (ml.g4dn.xlarge). Now it picks among the estimate's
+    own types, with the estimate's own count, and says so when none holds the hot set."""
+    from mmelocal.bench.estimate.core import estimate_from_facts
+    from mmelocal.bench.estimate.parts import Batches, ModelFacts
+
+    facts = ModelFacts(
+        params=100_000_000,
+        weight_bytes=GIB // 2,
+        weight_bytes_fp32=GIB // 2,
+        activation_bytes={1: 64 * 2**20, 8: 256 * 2**20},
+    )
+    estimate = estimate_from_facts(
+        facts,
+        source="m",
+        model_format="torchscript",
+        precision="fp32",
+        batches=Batches(warmup=1, preferred=8, max=8),
+    ).with_cards(load_gpus(), ["ml.g5.xlarge"])  # what the CLI's --instance-type does
+    assert [c.instance_types for c in estimate.cards] == [("ml.g5.xlarge",)]
+    path = tmp_path / "estimate.json"
+    write_result(estimate, path)
+    choice = cheapest_instance(path, hot_models=1)
+    assert choice.instance_type == "ml.g5.xlarge"
+    assert choice.models_per_instance == estimate.cards[0].point
+    with pytest.raises(DeployError, match="no priced instance type holds"):
+        cheapest_instance(path, hot_models=estimate.cards[0].point + 1)
 
 
 def test_unchanged_objects_are_skipped_by_etag_or_recorded_checksum(
@@ -438,6 +469,7 @@ def test_sizing_picks_the_result_asked_for_in_a_file_of_several(
     from deploy_helpers import cli_args, run
 
     from mmelocal.bench.results import write_results
+    from mmelocal.cli._options import CAPACITY_RESULT
 
     onnx = _capacity_result("nvml:0", 3 * GIB)  # 6 fit an A10G (see the test above)
     torchscript = dataclasses.replace(onnx, model_format="torchscript", source="m",
@@ -446,8 +478,10 @@ def test_sizing_picks_the_result_asked_for_in_a_file_of_several(
     path = tmp_path / "formats.json"
     write_results([torchscript, onnx], path)
     with pytest.raises(DeployError, match=r"2 results.*1: m \(torchscript\).*2: m\.tar\.gz") as e:
-        cheapest_instance(path, hot_models=6)
+        cheapest_instance(path, hot_models=6, choose=CAPACITY_RESULT)
     assert "--capacity-result" in str(e.value)
+    with pytest.raises(DeployError, match=r"say which with pick="):
+        cheapest_instance(path, hot_models=6)  # the Python API's own argument
     for pick in ("onnx", "m.tar.gz", "2"):
         choice = cheapest_instance(path, hot_models=6, pick=pick)
         assert choice.instance_type == "ml.g5.xlarge" and "6 models fit" in choice.reason

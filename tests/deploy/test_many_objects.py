@@ -11,7 +11,7 @@ import pytest
 
 from mmelocal.aws.s3 import ENDPOINT_METADATA, SHA256_METADATA
 from mmelocal.aws.session import connect
-from mmelocal.deploy.artifacts import mmelocal_object, removed_objects
+from mmelocal.deploy.artifacts import MmelocalObject, mmelocal_object, removed_objects
 from mmelocal.deploy.upload import mmelocal_objects
 from mmelocal.facts.aws import CONCURRENT_REQUESTS
 
@@ -92,4 +92,6 @@ def test_hundreds_of_heads_go_many_at_once_and_find_what_serial_heads_found(
     assert [(s.key, s.action, s.note) for s in steps] == [
         (o["Key"], *notes[i % 4]) for i, o in enumerate(listing)
     ]
-    assert [s.sha256 for s in steps] == [o.sha256 if o else "" for o in serial]
+    assert [s.sha256 for s in steps] == [
+        o.sha256 if isinstance(o, MmelocalObject) else "" for o in serial
+    ]

@@ -199,3 +199,46 @@ def test_simulate_from_replay_simulates_the_replayed_emulator(tmp_path: Path) ->
     given = CliRunner().invoke(cli, [*args, "--models-per-instance", "2"])
     assert given.exit_code == 0, given.output
     assert json.loads((tmp_path / "s.json").read_text())["models_per_instance"] == 2
+
+
+def test_simulate_from_replay_takes_the_replays_load_times(tmp_path: Path) -> None:
+    """A replay records how long each load held its instance (``load_cycle_s``), what
+    :func:`config_from_replay` simulates with; ``traffic simulate --from-replay`` took the
+    replay's waits and capacity but its loads lasted --load-seconds' default, 1 s, unless
+    the replay's file was passed there too. Here 2 s loads outlast the 1.5 s load wait
+    (ModelNotReadyException), 1 s ones do not. --load-seconds given still wins."""
+    from click.testing import CliRunner
+
+    from mmelocal.cli.main import cli
+    from mmelocal.traffic.trace import write_trace
+
+    trace = Trace(
+        times_s=np.asarray([0.0, 10.0]), model_ids=np.asarray([0, 1], dtype=np.int32),
+        models=("a", "b"),
+    )  # fmt: skip
+    replayed = _replayed(
+        requests=2, max_loaded_per_instance=2, emulator_instances=1, load_cycle_s=[2.0],
+        emulator_options={"load_wait_timeout_s": 1.5},
+    )  # fmt: skip
+    replay = replayed.write_json(tmp_path / "replay.out")  # any name: not only *.json
+    path = write_trace(trace, tmp_path / "t.csv")
+    args = ["traffic", "simulate", str(path), "--from-replay", str(replay)]
+    args += ["--json", str(tmp_path / "s.json")]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    data = json.loads((tmp_path / "s.json").read_text())
+    expected = simulate(trace, config_from_replay(replayed)).data
+    assert data["cold_load_s"] == expected["cold_load_s"] == [2.0, 2.0]
+    assert data["errors_by_class"] == {"ModelNotReadyException": 2}
+    assert (
+        "load times of" in data["load_seconds_source"]
+        and str(replay) in data["load_seconds_source"]
+    )
+    given = CliRunner().invoke(cli, [*args, "--load-seconds", "1"])
+    assert given.exit_code == 0, given.output
+    data = json.loads((tmp_path / "s.json").read_text())
+    assert data["cold_load_s"] == [1.0, 1.0] and data["load_seconds_source"] == "given"
+    assert data["errors_by_class"] == {}
+    # the replay's load cycles hold a first use's download: not added twice
+    twice = CliRunner().invoke(cli, [*args, "--download-seconds", "5"])
+    assert twice.exit_code == 2 and "give --load-seconds too" in twice.output

@@ -436,6 +436,52 @@ def test_disk_options_are_checked() -> None:
         )
 
 
+@pytest.mark.parametrize("command", ["simulate", "size"])
+def test_capacity_result_picks_one_result_of_a_file_of_several(
+    tmp_path: Path, command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`capacity --format onnx,torchscript --json FILE` writes one result per format:
+    deploy --capacity FILE --capacity-result onnx reads one, but traffic's --capacity had
+    no such option and refused the file ("give a file of one"). Now simulate and size take
+    the same --capacity-result, and it is refused without --capacity as deploy refuses it."""
+    from mmelocal.bench.capacity.result import CapacityResult, LoadRecord
+    from mmelocal.bench.results import write_results
+    from mmelocal.cli.main import main
+    from mmelocal.traffic.trace import write_trace
+
+    def measured(fmt: str, marginal_gib: int) -> CapacityResult:
+        loads = tuple(
+            LoadRecord(copies=i + 1, target=f"m{i}", used_bytes=(i + 2) * 4 * GIB,
+                       delta_bytes=4 * GIB, load_s=1.0, warmup_s=0.0,
+                       marginal_bytes=marginal_gib * GIB)
+            for i in range(2)
+        )  # fmt: skip
+        return CapacityResult(
+            source="m.tar.gz", label="m", model_format=fmt, probe="nvml:0",
+            total_bytes=16 * GIB, threshold=0.9, baseline_bytes=GIB, loads=loads,
+            next_copy=None, stopped_reason="done",
+        )  # fmt: skip
+
+    both = write_results([measured("onnx", 3), measured("torchscript", 6)], tmp_path / "c.json")
+    trace = write_trace(trace_of([0.0, 1.0], [0, 1]), tmp_path / "t.csv")
+    args = ["traffic", command, str(trace), "--service-ms", "10", "--load-seconds", "1"]
+    args += ["--instance-type", "ml.g5.xlarge", "--json", str(tmp_path / "out.json")]
+    if command == "size":
+        args += ["--slo-p99-ms", "100000"]
+    # A10G (22.5 GiB): the 1 GiB shared runtime once, 3 GiB (onnx) or 6 GiB a copy
+    for pick, count in (("onnx", 6), ("2", 3)):
+        code = main([*args, "--capacity", str(both), "--capacity-result", pick])
+        out, err = capsys.readouterr()
+        assert code == 0, out + err
+        data = json.loads((tmp_path / "out.json").read_text())
+        found = data if command == "simulate" else data["best"]
+        assert found["models_per_instance"] == count, data
+    assert main([*args, "--capacity", str(both)]) == 2
+    assert "say which with --capacity-result" in " ".join(capsys.readouterr().err.split())
+    assert main([*args, "--models-per-instance", "3", "--capacity-result", "onnx"]) == 2
+    assert "--capacity-result is only read with --capacity" in capsys.readouterr().err
+
+
 def test_the_cli_takes_the_disk(tmp_path: Path) -> None:
     from click.testing import CliRunner
 

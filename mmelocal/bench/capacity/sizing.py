@@ -27,11 +27,6 @@ class InstanceChoice:
     reason: str
 
 
-#: how ``mmelocal deploy`` picks a result of a file of several (traffic's --capacity reads
-#: a file of one)
-PICK_OPTION = "--capacity-result"
-
-
 def _label(result: Any) -> str:
     """``source (format)``, or the kind for a projection (typed-in numbers)."""
     if isinstance(result, Projection):
@@ -105,37 +100,57 @@ def read_footprint(
     return result
 
 
-def _rows(path: Path, pick: str | None) -> tuple[ProjectionRow, ...]:
+def _rows(path: Path, pick: str | None, choose: str) -> tuple[ProjectionRow, ...]:
     """The count per instance type of the projection, capacity or estimate result ``path``
-    holds (of several, the one ``pick`` names)."""
+    holds (of several, the one ``pick`` names; ``choose``: how the caller gives it)."""
     try:
-        found = sizing_result(path, pick=pick, choose=PICK_OPTION)
+        found = sizing_result(path, pick=pick, choose=choose)
         if isinstance(found, Projection):
             return found.rows
-        result = read_footprint(path, instead="--instance-type", pick=pick, choose=PICK_OPTION)
+        result = read_footprint(path, instead="--instance-type", pick=pick, choose=choose)
     except UserInputError as exc:
         raise DeployError(str(exc)) from None
     if isinstance(result, Estimate):
-        # the estimate's own count on each card: its per-copy parts and what it pays once
-        gpus = load_gpus()
-        cards = result.with_cards(gpus).cards
-        return tuple(
-            ProjectionRow(
-                gpu=gpu.name,
-                nominal=gpu.nominal,
-                memory_bytes=gpu.memory_bytes,
-                instance_type=instance,
-                gpus_per_instance=count,
-                models_per_gpu=card.point,
-            )
-            for gpu, card in zip(gpus, cards, strict=True)
-            for instance, count in gpu.instances.items()
-        )
+        return _estimate_rows(path, result)
     # the marginal / shared-runtime split of capacity's own projection, onto every card
     projection = with_projection(result, None).projection
     if projection is None:
         raise DeployError(f"{path}: the capacity result loaded no copy; pass --instance-type")
     return projection.rows
+
+
+def _estimate_rows(path: Path, result: Estimate) -> tuple[ProjectionRow, ...]:
+    """The estimate's own count on each card it records, for the instance types it records
+    there: `capacity estimate --instance-type T` records T's card with T alone, and no
+    other type is sized (an estimate with no cards, as the Python API's
+    ``estimate_from_facts`` returns it, is counted on every packaged card). The number of
+    cards of each type comes from the packaged table; a type it lacks (a card of
+    ``--gpus FILE``) is passed over."""
+    gpus = load_gpus()
+    cards = result.cards or result.with_cards(gpus).cards
+    per_instance = {t: n for gpu in gpus for t, n in gpu.instances.items()}
+    nominal = {gpu.name: gpu.nominal for gpu in gpus}
+    rows = tuple(
+        ProjectionRow(
+            gpu=card.gpu,
+            nominal=nominal.get(card.gpu, ""),
+            memory_bytes=card.memory_bytes,
+            instance_type=instance,
+            gpus_per_instance=per_instance[instance],
+            models_per_gpu=card.point,
+        )
+        for card in cards
+        for instance in card.instance_types
+        if instance in per_instance
+    )
+    if not rows:
+        types = ", ".join(t for card in cards for t in card.instance_types) or "none"
+        raise DeployError(
+            f"{path}: the estimate sizes no instance type mmelocal's GPU table knows "
+            f"(its types: {types}): estimate again with --instance-type of an MME GPU type, "
+            "or pass --instance-type"
+        )
+    return rows
 
 
 def cheapest_instance(
@@ -144,12 +159,14 @@ def cheapest_instance(
     hot_models: int,
     prices: PriceTable | None = None,
     pick: str | None = None,
+    choose: str = "pick=",
 ) -> InstanceChoice:
     """The cheapest priced instance type that holds ``hot_models`` loaded at once, by the
-    result ``capacity`` holds (of several, the one ``pick`` names: :func:`sizing_result`)."""
+    result ``capacity`` holds (of several, the one ``pick`` names: :func:`sizing_result`;
+    ``choose``: how the caller's user gives ``pick``, named when it is missing)."""
     if hot_models < 1:
         raise DeployError(f"hot_models must be >= 1, got {hot_models}")
-    rows = _rows(Path(capacity), pick)
+    rows = _rows(Path(capacity), pick, choose)
     prices = prices if prices is not None else load_prices()
     fitting = [row for row in rows if row.instance_type and row.models_per_instance >= hot_models]
     priced = [(prices.price_for(r.instance_type), r) for r in fitting]
@@ -175,4 +192,4 @@ def cheapest_instance(
     )
 
 
-__all__ = ["PICK_OPTION", "InstanceChoice", "cheapest_instance", "read_footprint", "sizing_result"]
+__all__ = ["InstanceChoice", "cheapest_instance", "read_footprint", "sizing_result"]

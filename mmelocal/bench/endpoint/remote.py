@@ -31,6 +31,7 @@ from mmelocal.aws.s3 import SHA256_METADATA, split_s3_uri
 from mmelocal.aws.session import AwsClients, aws_error, error_code
 from mmelocal.errors import BenchError, UserInputError
 from mmelocal.facts import sagemaker as sagemaker_facts
+from mmelocal.facts.invoke_errors import MODEL_NOT_READY
 from mmelocal.units import MiB
 
 if TYPE_CHECKING:
@@ -245,7 +246,7 @@ class RemoteEndpoint:
                 data: bytes = answer["Body"].read()
                 return data
             except Exception as exc:
-                if error_code(exc) == "ModelNotReadyException" and time.monotonic() < deadline:
+                if error_code(exc) == MODEL_NOT_READY and time.monotonic() < deadline:
                     pause.wait(2.0)
                     continue
                 raise BenchError(

@@ -50,9 +50,9 @@ from mmelocal.bench.loadtest.workers import (
 )
 from mmelocal.errors import BenchError, ModelNotReadyError, UserInputError
 from mmelocal.facts.aws import LOCAL_REGION, RUNTIME, aws_client
+from mmelocal.facts.invoke_errors import MODEL_NOT_READY, error_code
 from mmelocal.facts.sagemaker import (
     DIRECT_LOAD_TIMEOUT_S,
-    ERROR_TYPE_HEADER,
     INVOKE_TIMEOUT_S,
     LOAD_LIMIT_S,
     TARGET_MODEL_HEADER,
@@ -276,10 +276,6 @@ def _check_boto3_settings(worker: dict[str, Any]) -> None:
         )
 
 
-#: the error SageMaker answers (429) while a multi-model endpoint downloads or loads the
-#: target: botocore's sagemaker-runtime model documents it as "Wait and try your request
-#: again" (the MME guide: the load goes on up to LOAD_LIMIT_S)
-MODEL_NOT_READY = "ModelNotReadyException"
 #: the first and the longest pause between two pre-warm tries of a model still loading
 _RETRY_FIRST_S, _RETRY_MAX_S = 0.25, 5.0
 
@@ -366,8 +362,8 @@ def _boto3_sender(config: LoadTestConfig, worker: dict[str, Any]) -> Callable[[s
 
 def _http_sender(config: LoadTestConfig, worker: dict[str, Any]) -> Callable[[str], None]:
     """One POST per call (invocations or KServe v2); :class:`~mmelocal.errors.ModelNotReadyError`
-    on a 429 ModelNotReadyException (the ``x-amzn-ErrorType`` header, or ``__type`` in the
-    body)."""
+    on ModelNotReadyException, the error code read as boto3 reads it
+    (:func:`~mmelocal.facts.invoke_errors.error_code`)."""
     import urllib.error
     import urllib.request
 
@@ -391,8 +387,7 @@ def _http_sender(config: LoadTestConfig, worker: dict[str, Any]) -> Callable[[st
         except urllib.error.HTTPError as exc:
             body = exc.read()
             detail = body[:300].decode("utf-8", "replace")
-            error_type = (exc.headers.get(ERROR_TYPE_HEADER) or "").split(":")[0]
-            if exc.code == 429 and MODEL_NOT_READY in (error_type, _body_type(body)):
+            if error_code(exc.code, dict(exc.headers.items()), body) == MODEL_NOT_READY:
                 raise ModelNotReadyError(detail, target_model=target) from exc
             raise BenchError(
                 f"pre-warm request to {target} answered HTTP {exc.code}: {detail}"
@@ -401,15 +396,6 @@ def _http_sender(config: LoadTestConfig, worker: dict[str, Any]) -> Callable[[st
             raise BenchError(f"pre-warm request to {target} failed: {exc}") from exc
 
     return send
-
-
-def _body_type(body: bytes) -> str:
-    """The ``__type`` of a JSON error body ('' for anything else)."""
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return ""
-    return str(data.get("__type", "")).rsplit("#", 1)[-1] if isinstance(data, dict) else ""
 
 
 def _run_distributed(

@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 
 import click
 
-from mmelocal.cli._options import IN_FILE, grouped
+from mmelocal.cli._options import CAPACITY_RESULT, IN_FILE, capacity_result_option, grouped
 from mmelocal.cli.traffic._shared import _Decorator
 from mmelocal.errors import UserInputError
 from mmelocal.facts.sagemaker import MEMORY_THRESHOLD
@@ -24,6 +24,8 @@ class _CapacityArgs(NamedTuple):
     baseline_mib: float
     capacity_file: Path | None
     threshold: float
+    #: ``--capacity-result``: which result of a ``--capacity`` file of several
+    capacity_pick: str | None = None
 
 
 def _capacity_args(
@@ -32,6 +34,7 @@ def _capacity_args(
     baseline_mib: float | None,
     capacity_file: Path | None,
     threshold: float,
+    capacity_pick: str | None,
 ) -> _CapacityArgs:
     """The options as :class:`_CapacityArgs`; a usage error for one that would be ignored
     (two sources of the capacity, a baseline with no footprint to add it to)."""
@@ -49,13 +52,23 @@ def _capacity_args(
             "give one of --models-per-instance, --footprint-mib or --capacity, not several "
             f"(got {' and '.join(given)})"
         )
+    if capacity_pick is not None and capacity_file is None:
+        raise click.UsageError(
+            f"{CAPACITY_RESULT} is only read with --capacity (it picks one result of a "
+            f"file of several): add --capacity FILE or drop {CAPACITY_RESULT}"
+        )
     if baseline_mib is not None and footprint_mib is None:
         raise click.UsageError(
             "--baseline-mib is only read with --footprint-mib (a capacity or estimate result "
             "carries its own baseline): drop it or give --footprint-mib"
         )
     return _CapacityArgs(
-        models_per_instance, footprint_mib, baseline_mib or 0.0, capacity_file, threshold
+        models_per_instance,
+        footprint_mib,
+        baseline_mib or 0.0,
+        capacity_file,
+        threshold,
+        capacity_pick,
     )
 
 
@@ -86,6 +99,7 @@ def _capacity_options(models_help: str) -> _Decorator:
             default=None,
             help="A capacity or estimate result (JSON) for the footprint.",
         ),
+        capacity_result_option(),
         click.option(
             "--threshold",
             type=float,
@@ -100,17 +114,18 @@ def _capacity_options(models_help: str) -> _Decorator:
 _BY_FIGURE = "--models-per-instance K or --footprint-mib X"
 
 
-def _footprint_file(path: Path) -> Any:
-    """The estimate or GPU capacity result ``path`` holds (see
-    :func:`~mmelocal.bench.capacity.sizing.read_footprint`, which deploy reads too)."""
+def _footprint_file(path: Path, pick: str | None) -> Any:
+    """The estimate or GPU capacity result ``path`` holds, of several the one ``pick``
+    names (see :func:`~mmelocal.bench.capacity.sizing.read_footprint`, which deploy reads
+    too)."""
     from mmelocal.bench.capacity.sizing import read_footprint
 
-    return read_footprint(path, instead=_BY_FIGURE)
+    return read_footprint(path, instead=_BY_FIGURE, pick=pick, choose=CAPACITY_RESULT)
 
 
 def _capacity_for(instance_type: str | None, capacity_args: _CapacityArgs) -> tuple[int, str]:
     """Models per instance and where the figure comes from."""
-    models_per_instance, footprint_mib, baseline_mib, capacity_file, threshold = capacity_args
+    models_per_instance, footprint_mib, baseline_mib, capacity_file, threshold, pick = capacity_args
     if models_per_instance is not None:
         return models_per_instance, "given"
     if footprint_mib is None and capacity_file is None:
@@ -118,7 +133,7 @@ def _capacity_for(instance_type: str | None, capacity_args: _CapacityArgs) -> tu
             "give the capacity per instance: --models-per-instance K, --footprint-mib X, or "
             "--capacity FILE (a capacity or estimate result)"
         )
-    found = _footprint_file(capacity_file) if capacity_file is not None else None
+    found = _footprint_file(capacity_file, pick) if capacity_file is not None else None
     if instance_type is None:
         raise UserInputError(
             "footprints project onto a card: give --instance-type (e.g. ml.g5.xlarge)"

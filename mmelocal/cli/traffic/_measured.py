@@ -29,18 +29,27 @@ def _replay_source(what: str, path: object, data: dict[str, Any]) -> str:
     )
 
 
-def _load_times(value: str | None) -> Any:
+def replay_load_times(path: Path | str) -> LoadTimes:
+    """The load times a replay's JSON recorded: how long each load held its instance
+    (``load_cycle_s``, what :func:`~mmelocal.traffic.compare.config_from_replay` simulates
+    with), else the loads themselves (``cold_load_s``, a replay of another server),
+    labelled with where the replay measured."""
     from mmelocal.traffic.results import TrafficResult
 
+    data = TrafficResult.read_json(path).data
+    samples = tuple(float(x) for x in data.get("load_cycle_s") or data.get("cold_load_s", []))
+    if not samples:
+        raise UserInputError(
+            f"{path} holds no cold-load times (the replay recorded no load): give --load-seconds"
+        )
+    return LoadTimes(samples_s=samples, source=_replay_source("load times", path, data))
+
+
+def _load_times(value: str | None) -> Any:
     if value is None:
         return None
     if value.endswith(".json"):
-        result = TrafficResult.read_json(value)
-        data = result.data
-        samples = tuple(float(x) for x in data.get("load_cycle_s") or data.get("cold_load_s", []))
-        if not samples:
-            raise UserInputError(f"{value} holds no cold-load times (cold_load_s is empty)")
-        return LoadTimes(samples_s=samples, source=_replay_source("load times", value, data))
+        return replay_load_times(value)
     try:
         samples = tuple(float(x) for x in value.split(","))
     except ValueError:

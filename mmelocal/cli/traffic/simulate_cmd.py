@@ -16,6 +16,7 @@ from mmelocal.cli.traffic._measured import (
     _load_times,
     _replayed_endpoint,
     _service_s,
+    replay_load_times,
 )
 from mmelocal.cli.traffic._shared import (
     _concurrency_option,
@@ -101,6 +102,10 @@ _autoscaling_options = grouped(
 )
 
 
+#: ``--load-seconds`` with neither it nor ``--from-replay`` given (LoadTimes' own)
+_DEFAULT_LOAD_S = ",".join(f"{x:g}" for x in default_of(LoadTimes, "samples_s"))
+
+
 @click.command()
 @_trace_argument
 @field_option(SimConfig, "instances", type=int, help="Instances (start count with --autoscale).")
@@ -108,9 +113,9 @@ _autoscaling_options = grouped(
 @_capacity_options(models_help="Models one instance holds.")
 @click.option(
     "--load-seconds",
-    default=",".join(f"{x:g}" for x in default_of(LoadTimes, "samples_s")),
-    show_default=True,
-    help="Cold-load time: seconds, a list to draw from, or a replay's --json.",
+    default=None,
+    help="Cold-load time: seconds, a list to draw from, or a replay's --json [default: "
+    f"{_DEFAULT_LOAD_S}, or with --from-replay the replay's].",
 )
 @field_option(
     SimConfig, "unload_s", "--unload-seconds", type=float, help="Added to a load that first evicts."
@@ -121,8 +126,9 @@ _autoscaling_options = grouped(
     type=IN_FILE,
     default=None,
     help="Simulate the endpoint a replay's --json measured: its warm p50 as the service "
-    "time and, unless given here, the emulator's load wait, load limit, busy wait, hot-model "
-    "threshold, instances and capacity (its memory and footprints).",
+    "time and, unless given here, its load times (how long each load held its instance), "
+    "the emulator's load wait, load limit, busy wait, hot-model threshold, instances and "
+    "capacity (its memory and footprints).",
 )
 @_disk_options
 @_parallel_loads_option
@@ -147,7 +153,7 @@ def simulate(
     trace_path: Path,
     instance_type: str | None,
     capacity_args: _CapacityArgs,
-    load_seconds: str,
+    load_seconds: str | None,
     service_ms: float | None,
     from_replay: Path | None,
     scaling: Autoscaling | None,
@@ -193,8 +199,19 @@ def simulate(
         price = load_prices(prices).price_for(instance_type)
     # the other options (instances, unload, concurrency, loads, hot rate, seed) are named
     # after the SimConfig fields they set; a replay's figures replace those not given
+    if load_seconds is not None:
+        load = _load_times(load_seconds)
+    elif from_replay is not None:
+        if disk["download"] is not None:
+            raise click.UsageError(
+                "--from-replay's load times include the download of a first use, which "
+                "--download-seconds adds again: give --load-seconds too (the load alone)"
+            )
+        load = replay_load_times(from_replay)
+    else:
+        load = _load_times(_DEFAULT_LOAD_S)
     config = SimConfig(
-        load=_load_times(load_seconds),
+        load=load,
         service_s=service_s,
         autoscaling=scaling,
         instance_type=instance_type,
