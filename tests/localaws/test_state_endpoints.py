@@ -10,6 +10,7 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 from localaws_helpers import model_and_config, unique, wait_status
+from shared_helpers import listed
 
 from mmelocal.localaws import LocalAws
 from mmelocal.testing.tiny_model import write_tarball
@@ -56,10 +57,12 @@ def test_a_restored_endpoint_keeps_its_creation_and_modification_times(
         assert restored["EndpointStatus"] == "Failed"
         times = ("CreationTime", "LastModifiedTime")
         assert [restored[t] for t in times] == [saved[t] for t in times]
-        (summary,) = sm.list_endpoints(NameContains=name)["Endpoints"]
+        (summary,) = listed(sm, "list_endpoints", NameContains=name)
         assert [summary[t] for t in times] == [saved[t] for t in times]
-        before = sm.list_endpoints(NameContains=name, CreationTimeBefore=saved["LastModifiedTime"])
-        assert [s["EndpointName"] for s in before["Endpoints"]] == [name]
+        before = listed(
+            sm, "list_endpoints", NameContains=name, CreationTimeBefore=saved["LastModifiedTime"]
+        )
+        assert [s["EndpointName"] for s in before] == [name]
 
 
 def test_a_stopped_local_aws_leaves_no_endpoint_behind_in_a_running_one(
