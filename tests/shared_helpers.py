@@ -1,9 +1,9 @@
 """What tests in several folders share (``from shared_helpers import ...``; ``tests/`` is on
 the path through ``tests/conftest.py``): polling (the suite's one wait helper, in a thread
 or inside an event loop), the tritonservers a test started, waiting for an endpoint to go,
-the tiny model as a reference tarball, a fresh name for what a test makes in a shared
-service, a local AWS of a test's own whose tritonserver is a stand-in script, and a
-stand-in ``pynvml`` for the GPU paths on a machine without one."""
+the tiny model as a reference tarball, every item of a SageMaker listing, a fresh name for
+what a test makes in a shared service, a local AWS of a test's own whose tritonserver is a
+stand-in script, and a stand-in ``pynvml`` for the GPU paths on a machine without one."""
 
 from __future__ import annotations
 
@@ -120,6 +120,16 @@ def local_aws_running(
         for key, value in aws.env().items():
             monkeypatch.setenv(key, value)
         yield aws
+
+
+def listed(client: Any, method: str, **query: Any) -> list[dict[str, Any]]:
+    """Every item a SageMaker ``list_*`` (``list_endpoints``, ``list_models``,
+    ``list_endpoint_configs``) answers to ``query``, read page by page with boto3's
+    paginator: the service cuts a page before it filters (``mmelocal.localaws.listing``),
+    so one page may miss matches while a ``NextToken`` remains."""
+    key = method.removeprefix("list_").title().replace("_", "")
+    pages = client.get_paginator(method).paginate(**query)
+    return [item for page in pages for item in page[key]]
 
 
 def unique(prefix: str) -> str:

@@ -48,7 +48,8 @@ class EndpointState:
     sagemaker model; moto's record keeps the creation time). An endpoint the saved state
     re-creates (:mod:`.state`) keeps the times it had: ``created_s`` (their
     ``CreationTime``; None: moto's record) and ``last_modified_s``, which its re-creation
-    does not move (``restoring``, until that creation ends). ``pending`` is
+    does not move (``restoring``, until that creation ends); one saved Failed is Failed
+    again at once, with its ``failure_reason``, and starts nothing. ``pending`` is
     DescribeEndpoint's ``PendingDeploymentSummary`` while a CreateEndpoint or UpdateEndpoint
     deploys (:func:`~.variants.pending_deployment`), None otherwise."""
 
@@ -95,9 +96,10 @@ class EndpointManager:
         self._endpoints: dict[tuple[str, str], EndpointState] = {}
         #: the generation each autoscaler resize under way began at
         self._resizing: dict[tuple[str, str], int] = {}
-        #: (region, name) -> the saved (CreationTime, LastModifiedTime) of an endpoint the
-        #: state being restored is about to create again (:meth:`keep_times`)
-        self._restored_times: dict[tuple[str, str], tuple[float, float]] = {}
+        #: (region, name) -> the saved (CreationTime, LastModifiedTime, FailureReason of
+        #: one saved Failed, else None) of an endpoint the state being restored is about to
+        #: create again (:meth:`keep_saved`)
+        self._restored: dict[tuple[str, str], tuple[float, float, str | None]] = {}
         self._closed = False
 
     # -- queries -----------------------------------------------------------------------
@@ -125,17 +127,26 @@ class EndpointManager:
             return list(self._endpoints.values())
 
     # -- transitions -------------------------------------------------------------------
-    def keep_times(
-        self, region: str, name: str, *, created_s: float | None, modified_s: float | None
+    def keep_saved(
+        self,
+        region: str,
+        name: str,
+        *,
+        created_s: float | None,
+        modified_s: float | None,
+        failure_reason: str | None = None,
     ) -> None:
         """The saved state is about to create the endpoint ``name`` again: it keeps the
         times it had (``created_s``, ``modified_s``; None for both: forget them, the
-        restore is over)."""
+        restore is over) and, with a ``failure_reason`` (it was saved Failed), stays Failed
+        with that reason: "DeleteEndpoint is the only operation that can be performed on a
+        failed endpoint" (EndpointStatus, botocore's sagemaker model), so nothing the
+        restart changed (a tritonserver that starts now, the S3 objects) makes it serve."""
         with self._lock:
             if created_s is None or modified_s is None:
-                self._restored_times.pop((region, name), None)
+                self._restored.pop((region, name), None)
             else:
-                self._restored_times[(region, name)] = (created_s, modified_s)
+                self._restored[(region, name)] = (created_s, modified_s, failure_reason)
 
     def create(
         self,
@@ -164,17 +175,21 @@ class EndpointManager:
             existing = self._endpoints.get((region, name))
             if existing is not None and existing.status != "Deleting":
                 return None
-            kept = self._restored_times.pop((region, name), None)
+            kept = self._restored.pop((region, name), None)
             if kept is not None:  # re-created by the restore: neither created nor changed now
-                state.created_s, state.last_modified_s = kept
+                state.created_s, state.last_modified_s, failure_reason = kept
                 state.restoring = True
+                if failure_reason is not None:
+                    state.status, state.failure_reason = "Failed", failure_reason
+                    state.restoring, state.pending = False, None
             self._endpoints[(region, name)] = state
         return state
 
     def start(self, state: EndpointState) -> None:
         """Start the fleet of an endpoint :meth:`create` returned (status Creating until
-        Triton is ready, or Failed)."""
-        self._spawn(state, self._run_create, state, state.generation)
+        Triton is ready, or Failed); none for one the restore re-created Failed."""
+        if state.status != "Failed":
+            self._spawn(state, self._run_create, state, state.generation)
 
     def discard(self, state: EndpointState) -> None:
         """Forget an endpoint :meth:`create` returned and moto did not record."""

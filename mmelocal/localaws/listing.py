@@ -13,10 +13,36 @@ greater than or equal to", ``LastModifiedTimeBefore`` "modified before",
 to 10" (:data:`~mmelocal.facts.sagemaker.ENDPOINTS_PAGE_SIZE`; the other two publish no
 default: :data:`~mmelocal.facts.sagemaker.MODELS_PAGE_SIZE`). A summary holds the members
 of the answer's summary shape only (moto's ``ListModels`` answers whole models).
-Filters come first, then the order, then the page (:func:`~.paging.one_page`), so a page
-holds ``MaxResults`` matches while more remain and the last match ends the pages. moto
-filters none of ``ListModels``, sorts ``ListEndpointConfigs`` ascending by default and
-pages neither as the service does.
+
+The order comes first, then the page (:func:`~.paging.one_page`), then the filters: a page
+holds the matches among the ``MaxResults`` items it cut, so it may come back short or empty
+with a ``NextToken``, and the token goes while items remain past the cut, matching or not;
+a user must follow it (or use boto3's paginator) to see every match. What is sourced:
+
+* ``NameContains`` after the cut, for ``ListModels`` (boto3 issues #1966, #2521, #4020,
+  #4158: ``MaxResults`` 1 or 2, or none, gives no model while ``MaxResults=20`` gives
+  them; "the restriction seems to be the first MaxResults model results as sorted by
+  descending chronological order") and ``ListEndpoints`` (boto3 #2973: ``NameContains``
+  with ``MaxResults=1`` gives an empty list where ``MaxResults=3`` finds the endpoint).
+  AWS's answer on those threads: "it is possible that it can return less number of items
+  and sometimes even an empty list. But it should contain a NextToken value if there are
+  still some items left" (boto3 #2521); the service team "is aware of the behavior and has
+  a backlog item to document it" (aws/aws-sdk#701). An empty page with a ``NextToken``:
+  boto3 #3347 and #2838 (``ListTrainingJobs``).
+* ``StatusEquals`` after the cut: documented for ``ListTrainingJobs`` ("the MaxResults
+  number of training jobs are first retrieved ignoring the StatusEquals parameter and
+  then they are filtered", in creation order newest first: the operation's documentation
+  in botocore's model and the API reference).
+
+Our choice, where no source says either way: ``ListEndpointConfigs`` (the same request
+shape as ``ListModels``, no report found), ``StatusEquals`` of ``ListEndpoints`` and the
+``CreationTime*`` / ``LastModifiedTime*`` filters follow the same rule, so that a script
+that reads one filtered page fails here as it may in the cloud; the cut follows the
+requested ``SortBy`` / ``SortOrder`` (the reports use the default order); the page size
+of ``ListModels`` and ``ListEndpointConfigs`` without ``MaxResults``; the token is the
+index of the next item to cut. ``NameContains`` matches case-sensitively: no source says
+how the service compares. moto filters none of ``ListModels``, sorts
+``ListEndpointConfigs`` ascending by default and pages neither as the service does.
 """
 
 from __future__ import annotations
@@ -98,33 +124,32 @@ def _matches(summary: dict[str, Any], params: dict[str, Any], listing: Listing) 
 def list_page(
     operation: str, summaries: Iterable[dict[str, Any]], params: dict[str, Any]
 ) -> dict[str, Any]:
-    """The page of ``summaries`` (every item moto holds, or every endpoint whose name
-    ``NameContains`` matched) that ``params`` (the request's) asks of ``operation`` (a key
-    of :data:`LISTINGS`; see the module docstring)."""
+    """The page of ``summaries`` (every item moto holds) that ``params`` (the request's)
+    asks of ``operation`` (a key of :data:`LISTINGS`): sorted, cut, then filtered (see the
+    module docstring)."""
     listing = LISTINGS[operation]
     members = _summary_members(operation)
-    found = [
-        {k: v for k, v in s.items() if k in members}
-        for s in summaries
-        if _matches(s, params, listing)
-    ]
     sort_keys: dict[str, Callable[[dict[str, Any]], Any]] = {
         "Name": lambda s: str(s.get(listing.name, "")),
         "CreationTime": lambda s: epoch_s(s["CreationTime"]),
         "Status": lambda s: str(s.get("EndpointStatus", "")),
     }
-    found.sort(
+    ordered = sorted(
+        summaries,
         key=sort_keys.get(str(params.get("SortBy") or "CreationTime"), sort_keys["CreationTime"]),
         reverse=params.get("SortOrder", "Descending") == "Descending",
     )
-    return one_page(
-        [Listed(s) for s in found],
+    page = one_page(
+        [Listed(s) for s in ordered],
         params,
         key=listing.key,
         size_param="MaxResults",
         default_size=listing.default_size,
         invalid_token_code=INVALID_TOKEN_CODE,
+        keep=lambda s: _matches(s, params, listing),
     )
+    page[listing.key] = [{k: v for k, v in s.items() if k in members} for s in page[listing.key]]
+    return page
 
 
 __all__ = ["INVALID_TOKEN_CODE", "LISTINGS", "Listing", "epoch_s", "list_page"]

@@ -41,17 +41,22 @@ def one_page(
     size_param: str,
     default_size: int,
     invalid_token_code: str,
+    keep: Callable[[dict[str, Any]], bool] | None = None,
 ) -> dict[str, Any]:
     """``{key: [...], "NextToken": ...}``: the page of ``items`` that ``params`` asks for
     (``NextToken`` where the last page ended, ``size_param`` items at most, else
-    ``default_size``). A ``NextToken`` no page gave is refused with the service's
+    ``default_size``). With ``keep``, the page holds only the items of that cut that
+    ``keep`` holds for (a filter applied after the page is cut, as SageMaker's ``List*``
+    apply theirs): it may come back short or empty while a ``NextToken`` says more
+    remain. A ``NextToken`` no page gave is refused with the service's
     ``invalid_token_code`` (HTTP 400)."""
     token = str(params.get("NextToken") or "0")
     if not token.isdigit():
         raise AwsServiceError("The next token specified is invalid.", code=invalid_token_code)
     first = int(token)
     size = int(params.get(size_param) or default_size)
-    answer: dict[str, Any] = {key: [item.described() for item in items[first : first + size]]}
+    cut = [item.described() for item in items[first : first + size]]
+    answer: dict[str, Any] = {key: [item for item in cut if keep is None or keep(item)]}
     if first + size < len(items):
         answer["NextToken"] = str(first + size)
     return answer

@@ -279,7 +279,7 @@ class LocalAws(StartStopContext):
                     state.restore(
                         self._user_client,
                         self._data_dir / "state",
-                        keep_times=self.endpoints.keep_times,
+                        keep_saved=self.endpoints.keep_saved,
                     )
                 )
             finally:

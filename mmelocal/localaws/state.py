@@ -8,7 +8,8 @@ the buckets and objects are uploaded again and the resources re-created in order
 (models, endpoint configs, endpoints, which start their Triton again, scalable targets,
 scaling policies, which create their target tracking alarms again, CloudWatch metric
 alarms) and the endpoints' log groups with their events; an endpoint created again keeps
-the CreationTime and LastModifiedTime it had (:class:`KeepTimes`). A resource that already
+the CreationTime and LastModifiedTime it had, and one saved Failed comes back Failed with
+its FailureReason, starting nothing (:class:`KeepSaved`). A resource that already
 exists is kept as it is. Not kept: metric datapoints, alarm states and history (alarms start
 again at INSUFFICIENT_DATA), scaling activities.
 """
@@ -126,9 +127,10 @@ def _save_region(client_for: ClientFor, region: str) -> dict[str, Any]:
             continue
         params = {k: found[k] for k in ("EndpointName", "EndpointConfigName")}
         times = {k: found[k].timestamp() for k in _ENDPOINT_TIMES}
-        endpoints.append(
-            {"params": params, "tags": _tags(sm, found["EndpointArn"]), "times": times}
-        )
+        saved = {"params": params, "tags": _tags(sm, found["EndpointArn"]), "times": times}
+        if found["EndpointStatus"] == "Failed":
+            saved["failure_reason"] = found.get("FailureReason", "")
+        endpoints.append(saved)
     aas = client_for("application-autoscaling", region)
     targets = _pages(
         aas, "describe_scalable_targets", "ScalableTargets", ServiceNamespace="sagemaker"
@@ -204,19 +206,27 @@ def repoint_alarms(cloudwatch: Any, arns: dict[str, str]) -> None:
                 keep_state(cloudwatch, alarm)
 
 
-class KeepTimes(Protocol):
-    """Told an endpoint's saved times before it is created again (None for both once
-    CreateEndpoint was called): :meth:`.endpoints.EndpointManager.keep_times`."""
+class KeepSaved(Protocol):
+    """Told an endpoint's saved times, and the FailureReason of one saved Failed, before it
+    is created again (None for both times once CreateEndpoint was called):
+    :meth:`.endpoints.EndpointManager.keep_saved`."""
 
     def __call__(
-        self, region: str, name: str, *, created_s: float | None, modified_s: float | None
+        self,
+        region: str,
+        name: str,
+        *,
+        created_s: float | None,
+        modified_s: float | None,
+        failure_reason: str | None = None,
     ) -> None: ...
 
 
-def restore(client_for: ClientFor, root: Path, *, keep_times: KeepTimes | None = None) -> list[str]:
+def restore(client_for: ClientFor, root: Path, *, keep_saved: KeepSaved | None = None) -> list[str]:
     """Re-create what :func:`save` wrote under ``root``; the regions it held. Each endpoint
-    is announced to ``keep_times`` (:meth:`.endpoints.EndpointManager.keep_times`) before
-    it is created again, so that it shows the times it had rather than the restore's."""
+    is announced to ``keep_saved`` (:meth:`.endpoints.EndpointManager.keep_saved`) before
+    it is created again, so that it shows the times it had rather than the restore's, and
+    one saved Failed is Failed again rather than started."""
     manifest = root / STATE_FILE
     if not manifest.is_file():
         return []
@@ -244,16 +254,17 @@ def restore(client_for: ClientFor, root: Path, *, keep_times: KeepTimes | None =
                 if item.get("tags"):
                     params["Tags"] = item["tags"]
                 kept = item.get("times") if kind == "endpoints" else None
-                if kept and keep_times is not None:
-                    keep_times(
+                if kept and keep_saved is not None:
+                    keep_saved(
                         region,
                         params["EndpointName"],
                         created_s=kept["CreationTime"],
                         modified_s=kept["LastModifiedTime"],
+                        failure_reason=item.get("failure_reason"),
                     )
                 _create(call, f"{kind} {next(iter(item['params'].values()))}", **params)
-                if kept and keep_times is not None:  # taken, or not created: forgotten
-                    keep_times(region, params["EndpointName"], created_s=None, modified_s=None)
+                if kept and keep_saved is not None:  # taken, or not created: forgotten
+                    keep_saved(region, params["EndpointName"], created_s=None, modified_s=None)
         aas = client_for("application-autoscaling", region)
         for target in held.get("scalable_targets", []):
             _create(
@@ -284,4 +295,4 @@ def restore(client_for: ClientFor, root: Path, *, keep_times: KeepTimes | None =
     return list(state.get("regions", {}))
 
 
-__all__ = ["STATE_FILE", "KeepTimes", "repoint_actions", "repoint_alarms", "restore", "save"]
+__all__ = ["STATE_FILE", "KeepSaved", "repoint_actions", "repoint_alarms", "restore", "save"]

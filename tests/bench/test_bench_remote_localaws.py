@@ -16,7 +16,7 @@ from remote_helpers import (
     write_onnx_reference_tarball,
     write_reference_tarball,
 )
-from shared_helpers import unique
+from shared_helpers import listed, unique
 
 from mmelocal.cli.main import main
 
@@ -57,7 +57,7 @@ def test_benchmark_asks_first_and_creates_nothing_when_refused(
     assert f"{base}-python: create the endpoint" in captured.out
     assert INSTANCE_TYPE in captured.out and "USD/h =" in captured.out
     assert "nothing was created" in captured.err
-    assert boto3.client("sagemaker").list_endpoints(NameContains=base)["Endpoints"] == []
+    assert listed(boto3.client("sagemaker"), "list_endpoints", NameContains=base) == []
     assert boto3.client("s3").list_objects_v2(Bucket=bucket).get("KeyCount", 0) == 0
 
 
@@ -141,7 +141,7 @@ def test_a_source_without_a_request_body_is_refused_before_anything_is_created(
     code = main([*_args(bare, base, bucket, tmp_path), "--yes"])
     err = capsys.readouterr().err
     assert code != 0 and "mmelocal_reference.npz" in err and "Traceback" not in err
-    assert boto3.client("sagemaker").list_endpoints(NameContains=base)["Endpoints"] == []
+    assert listed(boto3.client("sagemaker"), "list_endpoints", NameContains=base) == []
     # with a body of its own it passes the check and gets to the question
     body = tmp_path / "body.json"
     body.write_text('{"inputs": [{"name": "INPUT0", "shape": [1, 4], "datatype": "FP32", '
@@ -167,6 +167,6 @@ def test_a_run_that_fails_deletes_its_endpoint_and_says_why(
     assert f"failed {base}-python:" in captured.err
     assert "the empty server already uses" in captured.err
     assert f"deleted endpoint {base}-python" in captured.out
-    found = boto3.client("sagemaker").list_endpoints(NameContains=base)["Endpoints"]
+    found = listed(boto3.client("sagemaker"), "list_endpoints", NameContains=base)
     assert [e["EndpointStatus"] for e in found] in ([], ["Deleting"])
     assert boto3.client("s3").list_objects_v2(Bucket=bucket).get("KeyCount", 0) == 0

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 from deploy_helpers import write_reference_tarball
-from shared_helpers import delete_endpoint, unique
+from shared_helpers import delete_endpoint, listed, unique
 
 if TYPE_CHECKING:
     from mmelocal.localaws import LocalAws
@@ -43,6 +43,6 @@ def endpoint_name(aws: str) -> Iterator[str]:
     name = unique("ep")
     yield name
     sm = boto3.client("sagemaker")
-    for endpoint in sm.list_endpoints(NameContains=name, MaxResults=100)["Endpoints"]:
+    for endpoint in listed(sm, "list_endpoints", NameContains=name):
         if name in endpoint["EndpointName"] and endpoint["EndpointStatus"] != "Deleting":
             delete_endpoint(sm, endpoint["EndpointName"])

@@ -14,7 +14,14 @@ from pathlib import Path
 import boto3
 import pytest
 from deploy_helpers import INSTANCE_TYPE, ROLE, run, write_reference_tarball
-from shared_helpers import gated_tritonserver, local_aws_running, unique, wait_for, wait_gone
+from shared_helpers import (
+    gated_tritonserver,
+    listed,
+    local_aws_running,
+    unique,
+    wait_for,
+    wait_gone,
+)
 
 
 def test_a_second_ctrl_c_during_the_clean_up_says_what_still_runs(
@@ -47,7 +54,7 @@ def test_a_second_ctrl_c_during_the_clean_up_says_what_still_runs(
             endpoint = f"{name}-python"
 
             def creating() -> bool:
-                found = sm.list_endpoints(NameContains=endpoint)["Endpoints"]
+                found = listed(sm, "list_endpoints", NameContains=endpoint)
                 return any(e["EndpointStatus"] == "Creating" for e in found)
 
             wait_for(lambda: creating() or process.poll() is not None, what="endpoint Creating")

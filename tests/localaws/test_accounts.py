@@ -11,6 +11,7 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 from localaws_helpers import ROLE, TRITON_IMAGE, unique
+from shared_helpers import listed
 
 from mmelocal.localaws import LocalAws
 from mmelocal.localaws.server import MotoAccounts
@@ -37,7 +38,7 @@ def test_a_second_local_aws_sees_none_of_the_firsts_records(
                 there.describe_model(ModelName=model)
             assert info.value.response["Error"]["Code"] == "ValidationException"
             assert model not in [
-                m["ModelName"] for m in there.list_models(NameContains=model)["Models"]
+                m["ModelName"] for m in listed(there, "list_models", NameContains=model)
             ]
             assert bucket not in [b["Name"] for b in boto3.client("s3").list_buckets()["Buckets"]]
             account = boto3.client("sts").get_caller_identity()["Account"]

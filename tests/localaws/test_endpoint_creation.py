@@ -15,6 +15,7 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 from localaws_helpers import model_and_config, unique, wait_status
+from shared_helpers import listed
 
 from mmelocal.localaws import LocalAws
 from mmelocal.localaws.app import control_plane
@@ -90,7 +91,7 @@ def test_an_endpoint_moto_has_recorded_shows_creating(
         created = _create_held(pool, held, name, failing_config)
         try:
             assert sm.describe_endpoint(EndpointName=name)["EndpointStatus"] == "Creating"
-            (summary,) = sm.list_endpoints(NameContains=name)["Endpoints"]
+            (summary,) = listed(sm, "list_endpoints", NameContains=name)
             assert summary["EndpointStatus"] == "Creating"
         finally:
             held.release.set()

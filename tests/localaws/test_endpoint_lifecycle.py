@@ -24,7 +24,7 @@ from localaws_helpers import (
     wait_gone,
     wait_status,
 )
-from shared_helpers import gated_tritonserver, local_aws_running
+from shared_helpers import gated_tritonserver, listed, local_aws_running
 
 from mmelocal.facts.runtime_api import CONFIG_IN_USE
 from mmelocal.localaws import LocalAws
@@ -123,9 +123,9 @@ def test_endpoint_name_instances_and_duplicates(local_aws_env: LocalAws, tmp_pat
     assert fleet is not None  # the model's Environment configures its Triton
     assert dict(fleet.server.emulator.config.sagemaker_env) == environment
     np.testing.assert_array_equal(invoke(name), expected(X, 2.0))
-    creating = sm.list_endpoints(StatusEquals="Creating")["Endpoints"]
+    creating = listed(sm, "list_endpoints", StatusEquals="Creating")
     assert name not in [s["EndpointName"] for s in creating]
-    summaries = sm.list_endpoints(NameContains=name, StatusEquals="InService")["Endpoints"]
+    summaries = listed(sm, "list_endpoints", NameContains=name, StatusEquals="InService")
     assert [
         (s["EndpointName"], s["EndpointStatus"]) for s in summaries if s["EndpointName"] == name
     ] == [(name, "InService")]

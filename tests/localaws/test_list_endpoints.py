@@ -1,6 +1,7 @@
 """ListEndpoints as the service answers it (botocore's sagemaker model, ``ListEndpointsInput``):
 filtered on the status and times DescribeEndpoint shows, sorted (CreationTime, Descending
-by default) and paged (10 endpoints by default) after the filters. The endpoints here
+by default), and each page (10 endpoints by default) cut before the filters
+(``mmelocal.localaws.listing``). The endpoints here
 cost no Triton: a non-Triton image fails at once, and the stand-in tritonserver holds the
 others Creating until the test's gate opens."""
 
@@ -12,7 +13,7 @@ from typing import Any
 import boto3
 import pytest
 from localaws_helpers import model_and_config, unique, wait_status
-from shared_helpers import gated_tritonserver, local_aws_running
+from shared_helpers import gated_tritonserver, listed, local_aws_running
 
 from mmelocal.testing.tiny_model import write_tarball
 
@@ -39,9 +40,11 @@ def _pages(sm: Any, page_size: int, **query: Any) -> list[list[dict[str, Any]]]:
 def test_status_filter_sort_and_pages_follow_the_endpoints_status(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Two endpoints Failed and two Creating, created alternately: StatusEquals pages hold
-    what they match and end with the last match (the local AWS filtered moto's pages after
-    moto had cut them: pages came back short or empty while a NextToken remained);
+    """Two endpoints Failed and two Creating, created alternately: a StatusEquals page
+    holds the matches among the endpoints it cut, so pages of one come back empty between
+    the matches, with a NextToken until the last endpoint (the local AWS filtered before
+    it cut: pages held matches only and ended with the last match); a NameContains that
+    matches no endpoint of the cut answers an empty page and a NextToken (boto3 #2973);
     SortBy=Status sorts on that status; the default order is the newest first and the
     default page 10 endpoints ("The default is Descending", "This value defaults to 10":
     ListEndpointsInput's SortOrder and MaxResults)."""
@@ -61,10 +64,13 @@ def test_status_filter_sort_and_pages_follow_the_endpoints_status(
             creating = _pages(sm, 1, NameContains=prefix, StatusEquals="Creating")
             assert [[s["EndpointName"] for s in page] for page in creating] == [
                 [f"{prefix}-c2"],
+                [],
                 [f"{prefix}-c1"],
+                [],
             ]
             none = sm.list_endpoints(NameContains=prefix, StatusEquals="InService", MaxResults=1)
-            assert none["Endpoints"] == [] and "NextToken" not in none
+            assert none["Endpoints"] == [] and "NextToken" in none
+            assert listed(sm, "list_endpoints", NameContains=prefix, StatusEquals="InService") == []
 
             by_status = sm.list_endpoints(
                 NameContains=prefix, SortBy="Status", SortOrder="Ascending"
@@ -82,6 +88,12 @@ def test_status_filter_sort_and_pages_follow_the_endpoints_status(
             rest = sm.list_endpoints(NameContains=prefix, NextToken=first["NextToken"])
             assert [s["EndpointName"] for s in rest["Endpoints"]] == [f"{prefix}-f1"]
             assert "NextToken" not in rest
+
+            sm.create_endpoint(EndpointName=unique("other"), EndpointConfigName=failing)
+            cut = sm.list_endpoints(NameContains=prefix, MaxResults=1)
+            assert cut["Endpoints"] == [] and "NextToken" in cut
+            every = listed(sm, "list_endpoints", NameContains=prefix)
+            assert len(every) == len(order) + len(more)
         finally:
             gate.touch()
 
@@ -108,7 +120,7 @@ def test_time_filters_use_the_times_describe_endpoint_shows(
         between = created + (modified - created) / 2
 
         def names(**query: Any) -> list[str]:
-            found = sm.list_endpoints(NameContains=prefix, **query)["Endpoints"]
+            found = listed(sm, "list_endpoints", NameContains=prefix, **query)
             return [s["EndpointName"] for s in found]
 
         assert names(LastModifiedTimeAfter=between) == [name]

@@ -3,6 +3,7 @@ Triton: its image is not one the local AWS runs, so it fails as soon as it is pl
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -10,8 +11,10 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 from localaws_helpers import model_and_config, unique, wait_status
+from shared_helpers import gated_tritonserver, listed, local_aws_running, wait_gone
 
 from mmelocal.localaws import LocalAws
+from mmelocal.localaws.state import STATE_FILE
 from mmelocal.testing.tiny_model import write_tarball
 
 #: an image the local AWS does not run: the endpoint fails as soon as it is planned
@@ -45,9 +48,17 @@ def test_a_restored_endpoint_keeps_its_creation_and_modification_times(
     """The restore re-creates the endpoint (its Triton starts again), but the endpoint was
     neither created nor modified then: DescribeEndpoint and ListEndpoints show the times
     saved at the stop (they showed the restore's), and ListEndpoints' time filters read
-    them."""
+    them. The state here is one an earlier mmelocal wrote, without the FailureReason of
+    an endpoint saved Failed: the endpoint is re-created, as one saved InService is (its
+    image fails it again at once, starting no Triton)."""
     data = tmp_path / "data"
     name, saved = _failed_endpoint_saved(data, tmp_path, monkeypatch)
+    manifest = data / "state" / STATE_FILE
+    state = json.loads(manifest.read_text())
+    for region in state["regions"].values():
+        for endpoint in region["endpoints"]:
+            assert endpoint.pop("failure_reason")
+    manifest.write_text(json.dumps(state))
     with LocalAws(data_dir=data) as aws:
         for key, value in aws.env().items():
             monkeypatch.setenv(key, value)
@@ -56,10 +67,12 @@ def test_a_restored_endpoint_keeps_its_creation_and_modification_times(
         assert restored["EndpointStatus"] == "Failed"
         times = ("CreationTime", "LastModifiedTime")
         assert [restored[t] for t in times] == [saved[t] for t in times]
-        (summary,) = sm.list_endpoints(NameContains=name)["Endpoints"]
+        (summary,) = listed(sm, "list_endpoints", NameContains=name)
         assert [summary[t] for t in times] == [saved[t] for t in times]
-        before = sm.list_endpoints(NameContains=name, CreationTimeBefore=saved["LastModifiedTime"])
-        assert [s["EndpointName"] for s in before["Endpoints"]] == [name]
+        before = listed(
+            sm, "list_endpoints", NameContains=name, CreationTimeBefore=saved["LastModifiedTime"]
+        )
+        assert [s["EndpointName"] for s in before] == [name]
 
 
 def test_a_stopped_local_aws_leaves_no_endpoint_behind_in_a_running_one(
@@ -84,3 +97,40 @@ def test_a_stopped_local_aws_leaves_no_endpoint_behind_in_a_running_one(
                 monkeypatch.setenv(key, value)
             restored = wait_status(boto3.client("sagemaker"), name, leaving="Creating")
             assert restored["EndpointStatus"] == "Failed"
+
+
+def test_a_failed_endpoint_comes_back_failed_and_starts_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Failed endpoint stays Failed ("DeleteEndpoint is the only operation that can be
+    performed on a failed endpoint": EndpointStatus, botocore's sagemaker model): the
+    restore shows it Failed with its FailureReason and starts no tritonserver, even where
+    a start would now go further. The restore re-created it and it started again: Creating
+    here, where the restarted tritonserver waits (InService where one starts)."""
+    name, gate, started = unique("failed"), tmp_path / "gate", tmp_path / "started"
+    with local_aws_running("#!/bin/sh\nexit 3\n", tmp_path, monkeypatch):
+        sm = boto3.client("sagemaker")
+        bucket = unique("failed")
+        boto3.client("s3").create_bucket(Bucket=bucket)
+        tarball = write_tarball(tmp_path / "m.tar.gz", scale=2.0)
+        boto3.client("s3").upload_file(str(tarball), bucket, "m/model.tar.gz")
+        config = model_and_config(f"s3://{bucket}/m/")
+        sm.create_endpoint(EndpointName=name, EndpointConfigName=config)
+        saved = wait_status(sm, name, leaving="Creating")
+        assert saved["EndpointStatus"] == "Failed" and saved["FailureReason"]
+    waits = f"#!/bin/sh\ntouch {started}\n" + gated_tritonserver(gate).removeprefix("#!/bin/sh\n")
+    with local_aws_running(waits, tmp_path, monkeypatch):
+        sm = boto3.client("sagemaker")
+        try:
+            restored = sm.describe_endpoint(EndpointName=name)
+            assert (restored["EndpointStatus"], restored.get("FailureReason")) == (
+                "Failed",
+                saved["FailureReason"],
+            )
+            times = ("CreationTime", "LastModifiedTime")
+            assert [restored[t] for t in times] == [saved[t] for t in times]
+        finally:
+            gate.touch()
+        sm.delete_endpoint(EndpointName=name)
+        wait_gone(sm, name)
+    assert not started.exists()

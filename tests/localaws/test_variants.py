@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from botocore.exceptions import ClientError
 from localaws_helpers import ROLE, TRITON_IMAGE, unique, wait_for, wait_gone, wait_status
+from shared_helpers import listed
 
 from mmelocal.localaws import LocalAws
 from mmelocal.testing.tiny_model import expected, request_json, write_tarball
@@ -206,7 +207,7 @@ def test_a_variant_changes_its_instance_count(local_aws_env: LocalAws, tmp_path:
     # LastModifiedTime, "when the endpoint was last modified" (botocore's sagemaker model),
     # moves with each change of status (moto's record kept the creation time)
     assert asked < during["LastModifiedTime"] < described["LastModifiedTime"]
-    (summary,) = sm.list_endpoints(NameContains=name)["Endpoints"]
+    (summary,) = listed(sm, "list_endpoints", NameContains=name)
     assert summary["LastModifiedTime"] == described["LastModifiedTime"]
     manager = local_aws_env.endpoints
     fleet = manager.serving("us-east-1", name) if manager is not None else None

@@ -325,10 +325,9 @@ class SageMakerControlPlane:
     def _list_endpoints(
         self, environ: dict[str, Any], region: str, params: dict[str, Any]
     ) -> tuple[int, Any]:
-        """Every endpoint, shown as DescribeEndpoint shows it, then filtered, sorted and
-        paged here (:func:`.listing.list_page`): moto filters and sorts on its own records
-        (a status and a LastModifiedTime that never change), and filtering its pages after
-        it had cut them left pages short or empty while a NextToken remained."""
+        """Every endpoint, shown as DescribeEndpoint shows it, then sorted, paged and
+        filtered here (:func:`.listing.list_page`): moto filters and sorts on its own
+        records (a status and a LastModifiedTime that never change)."""
         self._check("ListEndpoints", params)
         status, answer = self._every_record(environ)
         if status != 200 or not isinstance(answer, dict):
