@@ -17,7 +17,7 @@ from mmelocal.localaws import LocalAws
 from mmelocal.localaws.paging import one_page
 
 #: the answer's key and the invalid-token error of a made-up service
-THINGS = {"key": "Things", "invalid_token_code": "InvalidNextToken"}
+THINGS: dict[str, Any] = {"key": "Things", "invalid_token_code": "InvalidNextToken"}
 
 
 class _Item:
