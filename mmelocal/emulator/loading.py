@@ -29,7 +29,7 @@ from mmelocal.emulator.model_state import (
 from mmelocal.emulator.probes import MemoryReading
 from mmelocal.emulator.sagemaker_control import past_load_limit
 from mmelocal.errors import ModelLoadError, OutOfMemoryError
-from mmelocal.runtime.memory import marginal_bytes
+from mmelocal.runtime.memory import marginal_bytes, started_pids
 
 _Failure = TypeVar("_Failure", ModelLoadError, OutOfMemoryError)
 
@@ -330,9 +330,16 @@ class Loader:
     ) -> int:
         """Split the load's growth into the model's own memory (what its processes hold:
         kept as its footprint) and, for the first model of a framework, the shared runtime
-        it brought (kept per framework, reserved once; returned, 0 when none)."""
+        it brought (kept per framework, reserved once; returned, 0 when none). The
+        processes it started are kept as its own (:attr:`ModelEntry.pids`): its unload
+        and later readings attribute their memory to it alone."""
         grown = after.used_bytes - before.used_bytes
         own = marginal_bytes(before, after)
+        pids = started_pids(before, after)
+        entry.pids, entry.server_bytes = frozenset(), 0  # a load again starts new ones
+        if own is not None and pids is not None and after.per_process_bytes is not None:
+            entry.pids = pids
+            entry.server_bytes = own - sum(after.per_process_bytes[p] for p in pids)
         first = not self.state.framework_loaded(entry.framework, besides=entry.target)
         runtime = 0
         if own is None or own <= 0 or own > grown:

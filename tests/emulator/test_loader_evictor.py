@@ -17,7 +17,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from lifecycle_fakes import MIB, Cache, Control, Machine
+from lifecycle_fakes import MIB, Cache, Control, Machine, StubMachine
 
 from mmelocal.emulator.events import EventLog
 from mmelocal.emulator.eviction import Evictor
@@ -381,3 +381,52 @@ def test_a_load_waits_for_the_unloads_finishing_before_evicting_one_more() -> No
         assert machine.read().used_bytes <= 380 * MIB
 
     asyncio.run(run())
+
+
+class LateStubExit(Control):
+    """An earlier victim's stub exits late: ``first``'s DELETE gives back half its memory at
+    once (its model is gone, its stub process still exits) and the rest only while the next
+    DELETE runs, inside that unload's two readings."""
+
+    def __init__(self, machine: Machine, *, first: str) -> None:
+        super().__init__(machine, size=100 * MIB)
+        self.first = first
+        self.gate = asyncio.Event()
+
+    async def delete(self, entry: ModelEntry) -> int:
+        self.calls.append(("delete", entry.target))
+        if entry.target == self.first:
+            self.machine.resident[entry.target] = self.size // 2
+            await self.gate.wait()
+            return 200
+        self.machine.resident.pop(entry.target, None)
+        self.machine.resident.pop(self.first, None)  # the earlier victim's stub exits now
+        self.gate.set()
+        return 200
+
+
+@pytest.mark.parametrize("machine_type", [StubMachine, Machine], ids=["per-process", "total"])
+def test_an_unload_is_not_charged_with_an_earlier_victims_late_exit(
+    machine_type: type[Machine],
+) -> None:
+    """Two unloads overlap: the first victim's stub exits while the second's DELETE runs.
+    The memory that came back between the second unload's readings is both; the second
+    model's footprint (and its event) is its own memory: its own processes' with
+    per-process figures, its known footprint without them (it was 1.5x its size)."""
+
+    async def run() -> None:
+        machine = machine_type(total_bytes=1000 * MIB, base_bytes=50 * MIB)
+        control = LateStubExit(machine, first="a")
+        loader, state = parts(machine, control, limit_bytes=900 * MIB)
+        for name in ("a", "b"):
+            await load(loader, name)
+        assert state.footprints == {"a": 100 * MIB, "b": 100 * MIB}
+        for name in ("a", "b"):
+            await loader.evictor.unload(state.models[name], kind="evict", reason="test")
+        await asyncio.gather(*state.finishing, *state.deletes.values())
+        assert state.footprints == {"a": 100 * MIB, "b": 100 * MIB}
+        (event,) = [e for e in loader.events.recent("evict") if e.target == "b"]
+        assert event.bytes == 100 * MIB
+
+    asyncio.run(run())
+
