@@ -350,6 +350,7 @@ class TritonInstance:
         reading = self.gauge.last_reading
         if reading is None or not self._idle_since_trim():
             reading = await self.read_memory()
+            self.evictor.remeasure(reading)  # what the models grew to at their calls
         if reading.used_bytes <= self.limit_bytes or self.state.load_lock.locked():
             return  # a load that took the lock meanwhile trims after itself
         if self.retired or not self.up:

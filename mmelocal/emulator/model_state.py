@@ -71,9 +71,6 @@ class ModelEntry:
     #: the processes its load started (its Python-backend stubs), from the per-process
     #: figures of the readings around it: empty when they had none or it started none
     pids: frozenset[int] = frozenset()
-    #: the part of its load-time footprint outside :attr:`pids` (the server process's own
-    #: growth at its load)
-    server_bytes: int = 0
     loaded_at_s: float = 0.0
     task: asyncio.Future[None] | None = None
     #: the shared runtime it needs (``torch``, ``onnxruntime``, ...; "" = unknown)

@@ -430,3 +430,56 @@ def test_an_unload_is_not_charged_with_an_earlier_victims_late_exit(
 
     asyncio.run(run())
 
+
+def test_a_plan_counts_what_the_loaded_models_grew_to_at_their_first_calls() -> None:
+    """A model's stub grows at its first call (the tiny Python-backend model: 16.6 MiB USS
+    after its load, 19.9 after its first call, then flat). The plan for the next load
+    counts each idle model at what its processes hold now, not at its load-time size: one
+    eviction makes room where the load-time sizes asked for two."""
+
+    async def run() -> None:
+        machine = StubMachine(total_bytes=1000 * MIB, base_bytes=50 * MIB)
+        control = Control(machine, size=100 * MIB)
+        loader, state = parts(machine, control, limit_bytes=50 * MIB + 400 * MIB)
+        for name in ("a", "b", "c"):
+            await load(loader, name)
+            machine.resident[name] = 130 * MIB  # its first call: its stub grew
+            state.models[name].last_used_s = time.monotonic()
+        state.footprints["d"] = 130 * MIB  # as its earlier load measured after its calls
+        # used 50 + 390, need 130: over by 120; "a" alone gives back 130
+        await load(loader, "d")
+        assert [e.target for e in loader.events.recent("evict")] == ["a"]
+        assert sorted(state.models) == ["b", "c", "d"]
+        assert {t: state.footprints[t] for t in "abc"} == dict.fromkeys("abc", 130 * MIB)
+
+    asyncio.run(run())
+
+
+class ServerSwing(Control):
+    """Each load also moves the server process's own memory by ``swing[target]``: the
+    pages it shares with the new stub (or that another process on the machine maps too)
+    leave its USS, or come back."""
+
+    def __init__(self, machine: Machine, swing: dict[str, int]) -> None:
+        super().__init__(machine, size=100 * MIB)
+        self.swing = swing
+
+    async def post_load(self, entry: ModelEntry, url_dir: str) -> tuple[int, str]:
+        self.machine.base_bytes += self.swing[entry.target]
+        return await super().post_load(entry, url_dir)
+
+
+def test_a_stub_models_footprint_is_its_stubs_memory_not_the_servers_swing() -> None:
+    """The server's USS moves at a load with whatever shares its pages (measured at three
+    loads of the tiny model: +24.4, -19.1 and -1.8 MiB beside 16.5 MiB stubs): a model
+    that started processes of its own is what they hold."""
+
+    async def run() -> None:
+        machine = StubMachine(total_bytes=1000 * MIB, base_bytes=50 * MIB)
+        control = ServerSwing(machine, {"a": -20 * MIB, "b": 25 * MIB})
+        loader, state = parts(machine, control, limit_bytes=900 * MIB)
+        for name in ("a", "b"):
+            await load(loader, name)
+        assert state.footprints == {"a": 100 * MIB, "b": 100 * MIB}
+
+    asyncio.run(run())
