@@ -571,6 +571,33 @@ def test_the_trim_reads_again_what_a_model_grew_to_at_its_first_call() -> None:
     asyncio.run(run())
 
 
+def test_the_idle_servers_memory_follows_its_readings() -> None:
+    """``idle_memory_bytes`` (the state page's ``memory_idle_bytes``, a replay's room for
+    models) is what the server holds beside its models: the idle server of the tiny-model
+    emulator read 25.2 MiB at its start and 29.1 once its three models were gone. The
+    trim's reading keeps it current (less the loaded models' footprints) while nothing
+    loads or unloads, and a restarted server's own first reading replaces it."""
+
+    async def run() -> None:
+        machine = Machine(total_bytes=1000 * MIB, base_bytes=50 * MIB)
+        inst = fake_instance(machine, Control(machine, size=100 * MIB), limit_bytes=900 * MIB)
+        await inst.start()
+        assert inst.idle_memory_bytes == 50 * MIB
+        await inst.acquire("m")
+        inst.release("m")
+        machine.base_bytes = 60 * MIB  # the server's PSS drifted up
+        await inst.trim()
+        assert inst.idle_memory_bytes == 60 * MIB
+        inst.launcher.stop()  # the process dies; its successor starts smaller
+        machine.base_bytes = 40 * MIB
+        await inst.restart()
+        assert inst.idle_memory_bytes == 40 * MIB
+        await inst.stop()
+        inst.close()
+
+    asyncio.run(run())
+
+
 def test_a_model_loaded_again_after_a_restart_evicts_none_used_more_recently() -> None:
     """After a restart the models come back most recently used first, as far as memory
     allows: when the server now holds less, the least recently used one is not loaded again
