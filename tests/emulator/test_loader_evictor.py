@@ -29,8 +29,15 @@ from mmelocal.emulator.probes import MemoryReading
 from mmelocal.errors import OutOfMemoryError
 
 
-def parts(machine: Machine, control: Control, *, limit_bytes: int) -> tuple[Loader, LoadedSet]:
-    state = LoadedSet(index=0, options=InstanceOptions(busy_wait_s=0.2, release_timeout_s=1.0))
+def parts(
+    machine: Machine,
+    control: Control,
+    *,
+    limit_bytes: int,
+    options: InstanceOptions | None = None,
+) -> tuple[Loader, LoadedSet]:
+    options = options or InstanceOptions(busy_wait_s=0.2, release_timeout_s=1.0)
+    state = LoadedSet(index=0, options=options)
     state.up = True
     gauge = MemoryGauge(machine, threshold=0.9)
     gauge.limit_override_bytes = limit_bytes
@@ -481,5 +488,76 @@ def test_a_stub_models_footprint_is_its_stubs_memory_not_the_servers_swing() -> 
         for name in ("a", "b"):
             await load(loader, name)
         assert state.footprints == {"a": 100 * MIB, "b": 100 * MIB}
+
+    asyncio.run(run())
+
+
+class LateDelete(Control):
+    """A DELETE whose model's memory is back at once but whose answer comes only when
+    :attr:`gate` opens (Triton's SageMaker DELETE polls about 2 s after the model went
+    away). Records when it began and when the next load was sent."""
+
+    def __init__(self, machine: Machine) -> None:
+        super().__init__(machine, size=100 * MIB)
+        self.gate = asyncio.Event()
+        self.delete_began_s = 0.0
+        self.load_sent_s: list[float] = []
+
+    async def delete(self, entry: ModelEntry) -> int:
+        self.calls.append(("delete", entry.target))
+        self.delete_began_s = time.monotonic()
+        self.machine.resident.pop(entry.target, None)
+        await self.gate.wait()
+        self.calls.append(("deleted", entry.target))
+        return 200
+
+    async def post_load(self, entry: ModelEntry, url_dir: str) -> tuple[int, str]:
+        self.load_sent_s.append(time.monotonic())
+        return await super().post_load(entry, url_dir)
+
+
+def test_after_a_507_the_retry_waits_for_the_victims_delete_to_end() -> None:
+    """Triton answers 507; the victim's memory is back at once but its DELETE answers
+    later: the load is sent again only once that DELETE ended (the platform awaits its
+    unload before the next load), not when the memory reading moved."""
+
+    async def run() -> None:
+        machine = Machine(total_bytes=1000 * MIB)
+        control = LateDelete(machine)
+        options = InstanceOptions(busy_wait_s=0.2, release_timeout_s=60.0)
+        loader, state = parts(machine, control, limit_bytes=900 * MIB, options=options)
+        await load(loader, "old")
+        control.answers = [507, 200]
+        asyncio.get_running_loop().call_later(0.3, control.gate.set)  # the DELETE's poll
+        entry = await asyncio.wait_for(load(loader, "new"), timeout=30)
+        assert entry.state == READY and list(state.models) == ["new"]
+        assert control.calls[-4:] == [
+            ("load", "new"),
+            ("delete", "old"),
+            ("deleted", "old"),
+            ("load", "new"),
+        ]
+
+    asyncio.run(run())
+
+
+def test_after_a_507_a_delete_that_never_ends_holds_the_retry_for_the_release_timeout() -> None:
+    """The victim's DELETE never answers: the retry goes ahead after ``release_timeout_s``
+    (not before: the DELETE may still be giving memory back; not never: the load would
+    hang with its callers)."""
+
+    async def run() -> None:
+        machine = Machine(total_bytes=1000 * MIB)
+        control = LateDelete(machine)
+        options = InstanceOptions(busy_wait_s=0.2, release_timeout_s=0.3)
+        loader, state = parts(machine, control, limit_bytes=900 * MIB, options=options)
+        await load(loader, "old")
+        control.answers = [507, 200]
+        entry = await asyncio.wait_for(load(loader, "new"), timeout=30)
+        assert entry.state == READY and list(state.models) == ["new"]
+        assert control.calls[-3:] == [("load", "new"), ("delete", "old"), ("load", "new")]
+        assert control.load_sent_s[-1] - control.delete_began_s >= 0.3
+        control.gate.set()  # let the DELETE end
+        await asyncio.gather(*state.finishing, *state.deletes.values())
 
     asyncio.run(run())
