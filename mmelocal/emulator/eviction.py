@@ -111,7 +111,7 @@ class Evictor:
                 continue
             if not entry.pids <= per_process.keys():
                 continue  # a stub of its went away: Triton lost it (recovery loads it again)
-            own = sum(per_process[pid] for pid in entry.pids)
+            own = sum(per_process[pid] for pid in entry.pids) + entry.server_bytes
             if own > (entry.footprint_bytes or 0):
                 entry.footprint_bytes = self.state.footprints[entry.target] = own
 
@@ -278,7 +278,9 @@ class Evictor:
         an earlier victim's stub that exits late, an undo's DELETE. So only what belongs to
         the model counts: with per-process figures and the processes its load started
         (:attr:`ModelEntry.pids`), what those held just before the ``DELETE``, however
-        late they exit (as at its load, the server process's change is not the model's).
+        late they exit, with the server process's drop for a model with a step there
+        (:attr:`ModelEntry.server_steps`; when another unload overlapped, the server's
+        part its load measured).
         Without processes of its own (a model in the server's process, or no per-process
         figures) the drop is its only when no other unload ran meanwhile; otherwise
         nothing is measured and its known footprint stays. The drop may include its
@@ -286,7 +288,11 @@ class Evictor:
         that drop is not taken as the model's."""
         held = before.per_process_bytes
         if entry.pids and held is not None:
-            return sum(held.get(pid, 0) for pid in entry.pids)
+            own = sum(held.get(pid, 0) for pid in entry.pids)
+            if not entry.server_steps:
+                return own
+            drop = None if overlapped else _server_drop(before, after)
+            return own + (entry.server_bytes if drop is None else max(0, drop))
         if overlapped:
             return None
         left = marginal_bytes(after, before)  # the server's drop and the processes that left
@@ -327,6 +333,16 @@ class Evictor:
                     return reading
             previous = reading.used_bytes
             await asyncio.sleep(0.02)
+
+
+def _server_drop(before: MemoryReading, after: MemoryReading) -> int | None:
+    """How much the server process's own memory went down (None: no per-process figures,
+    or another server process: a restart)."""
+    server = before.server_pid
+    old, new = before.per_process_bytes, after.per_process_bytes
+    if old is None or new is None or server is None or after.server_pid != server:
+        return None
+    return old.get(server, 0) - new.get(server, 0)
 
 
 __all__ = ["Evictor"]

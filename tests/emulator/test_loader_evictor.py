@@ -561,3 +561,42 @@ def test_after_a_507_a_delete_that_never_ends_holds_the_retry_for_the_release_ti
         await asyncio.gather(*state.finishing, *state.deletes.values())
 
     asyncio.run(run())
+
+
+class EnsembleCache(Cache):
+    """Artifacts served as an ensemble of a Python step (a stub process) and an ONNX step
+    (run in Triton's own process)."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__()
+        self.root = root
+
+    def ensure(self, target: str, prepare: Any = None, claim: Any = None) -> Any:
+        steps = {"pre": 'backend: "python"', "m": 'platform: "onnxruntime_onnx"'}
+        for name, runs in {**steps, "ens": 'platform: "ensemble"'}.items():
+            folder = self.root / target / name
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "config.pbtxt").write_text(f'name: "{name}"\n{runs}\n')
+        artifact = SimpleNamespace(serve_dir=self.root / target, size_bytes=1)
+        return SimpleNamespace(downloaded=False, artifact=artifact)
+
+
+def test_a_model_with_a_step_in_the_server_counts_the_servers_growth_too(
+    tmp_path: Path,
+) -> None:
+    """An ensemble of a Python step and an ONNX step: its footprint is its stub's memory
+    plus what the server grew by at its load (the ONNX step's), and a later reading adds
+    that part to what its stub grew to."""
+
+    async def run() -> None:
+        machine = StubMachine(total_bytes=1000 * MIB, base_bytes=50 * MIB)
+        control = ServerSwing(machine, {"a": 30 * MIB, "b": 0})
+        loader, state = parts(machine, control, limit_bytes=900 * MIB)
+        loader.cache = loader.evictor.cache = EnsembleCache(tmp_path)  # type: ignore[assignment]
+        entry = await load(loader, "a")
+        assert entry.server_steps and state.footprints["a"] == 130 * MIB
+        machine.resident["a"] = 110 * MIB  # its first call: its stub grew
+        await load(loader, "b")  # the plan's reading reads it again
+        assert state.footprints["a"] == 140 * MIB
+
+    asyncio.run(run())
