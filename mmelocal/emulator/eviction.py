@@ -44,7 +44,7 @@ class Evictor:
         """Evict least recently used models until ``need_bytes`` fits under the threshold
         (``evict=False``: evict none; raise OutOfMemoryError when it does not fit)."""
         busy_deadline = time.monotonic() + self.state.options.busy_wait_s
-        reading = await self.gauge.read()
+        reading = await self.read()
         #: the DELETEs this load has seen end before its latest reading
         settled: set[asyncio.Future[int]] = set()
         started: list[asyncio.Future[int]] = []
@@ -64,7 +64,7 @@ class Evictor:
                     f"a model used more recently ({plan.reason})"
                 )
             if plan.victims and await self._unloads_settled(started, settled):
-                reading = await self.gauge.read()  # what they gave back, then plan again
+                reading = await self.read()  # what they gave back, then plan again
                 continue
             if plan.victims:
                 for victim in plan.victims:
@@ -73,7 +73,7 @@ class Evictor:
                     )
                     if delete is not None:
                         started.append(delete)
-                reading = await self.gauge.read()
+                reading = await self.read()
                 continue
             # only a loaded model can become idle while this holds the load lock (a load
             # queued behind it cannot end first)
@@ -83,7 +83,37 @@ class Evictor:
             if not loaded_others or not strict:
                 return reading  # alone: try; Triton's 507 (or the budget check after) decides
             await self._until_changed(exclude, busy_deadline, plan.reason)
-            reading = await self.gauge.read()
+            reading = await self.read()
+
+    async def read(self) -> MemoryReading:
+        """A fresh reading, with the footprints of the idle models read again from it
+        (:meth:`remeasure`): what every plan starts from."""
+        reading = await self.gauge.read()
+        self.remeasure(reading)
+        return reading
+
+    def remeasure(self, reading: MemoryReading) -> None:
+        """Raise each idle loaded model's footprint to what its own processes hold in
+        ``reading`` (:attr:`ModelEntry.pids`). A model grows at its first call (allocator
+        pools, lazy initialisation: the tiny Python-backend model's stub holds 16.6 MiB
+        after its load, 19.9 after its first call and the same after 10 more), so its
+        load-time figure undercounts what evicting it frees and what loading it again
+        needs. A model serving a call is left alone (its memory then holds the call's own
+        buffers); a model with no processes of its own (its memory in the server's
+        process) keeps its load-time figure until its unload measures it. No work on the
+        invocation path: this runs on the readings that plans and the watchdog's trim take
+        anyway."""
+        per_process = reading.per_process_bytes
+        if per_process is None:
+            return
+        for entry in self.state.models.values():
+            if entry.state != READY or entry.in_flight or not entry.pids:
+                continue
+            if not entry.pids <= per_process.keys():
+                continue  # a stub of its went away: Triton lost it (recovery loads it again)
+            own = sum(per_process[pid] for pid in entry.pids) + entry.server_bytes
+            if own > (entry.footprint_bytes or 0):
+                entry.footprint_bytes = self.state.footprints[entry.target] = own
 
     async def _unloads_settled(
         self, started: list[asyncio.Future[int]], settled: set[asyncio.Future[int]]
@@ -176,30 +206,37 @@ class Evictor:
         entry.state = UNLOADING
         entry.future = quiet_future()
         t0 = time.perf_counter()
+        overlapped = self._others_unloading()
         delete = asyncio.ensure_future(self.control.delete(entry))
         self.state.deletes[entry.target] = delete
         after = before
         try:
             after = await self._wait_released(before, entry.footprint_bytes, delete)
         finally:
+            overlapped = overlapped or self._others_unloading(besides=delete)
             if self.state.models.get(entry.target) is entry:
                 del self.state.models[entry.target]
             if not entry.future.done():
                 entry.future.set_result(None)
             done = asyncio.ensure_future(
-                self._finish_unload(entry, delete, t0, before, after, kind, reason)
+                self._finish_unload(entry, delete, t0, (before, after, overlapped), kind, reason)
             )
             self.state.finishing.add(done)
             done.add_done_callback(self.state.finishing.discard)
         return delete
+
+    def _others_unloading(self, besides: asyncio.Future[int] | None = None) -> bool:
+        """Whether another unload may give memory back now: a DELETE still running (with
+        an undo's) or one whose bookkeeping has not ended."""
+        others = [d for d in self.state.deletes.values() if d is not besides and not d.done()]
+        return bool(others or self.state.finishing)
 
     async def _finish_unload(
         self,
         entry: ModelEntry,
         delete: asyncio.Future[int],
         t0: float,
-        before: MemoryReading,
-        after: MemoryReading,
+        readings: tuple[MemoryReading, MemoryReading, bool],
         kind: str,
         reason: str,
     ) -> None:
@@ -213,12 +250,10 @@ class Evictor:
                 del self.state.deletes[entry.target]
             self.cache.unpin(entry.target)
         seconds = time.perf_counter() - t0
+        before, after, overlapped = readings
         freed = before.used_bytes - after.used_bytes
-        # its own memory: what its processes held (the runtime may leave with the last one)
-        own = marginal_bytes(after, before)
-        if own is None or own <= 0:
-            own = freed if not self.state.runtimes.get(entry.framework) else 0
-        if own > 0:
+        own = self._own_bytes(entry, before, after, overlapped=overlapped)
+        if own is not None and own > 0:
             self.state.footprints[entry.target] = max(own, entry.footprint_bytes or 0)
         self.metrics.observe("ModelUnloadingTime", seconds * 1e6)
         self.metrics.inc("ModelUnloads")
@@ -229,10 +264,43 @@ class Evictor:
             entry.target,
             instance=self.state.index,
             reason=reason if status in (0, 200) else f"{reason} (Triton answered {status})",
-            bytes=freed,
+            bytes=own if own else entry.footprint_bytes or freed,
             duration_ms=seconds * 1e3,
             memory_used_bytes=after.used_bytes,
         )
+
+    def _own_bytes(
+        self, entry: ModelEntry, before: MemoryReading, after: MemoryReading, *, overlapped: bool
+    ) -> int | None:
+        """The memory an unload gave back that was the model's own (None: not measurable).
+
+        The readings around a ``DELETE`` also see what other processes gave back meanwhile:
+        an earlier victim's stub that exits late, an undo's DELETE. So only what belongs to
+        the model counts: with per-process figures and the processes its load started
+        (:attr:`ModelEntry.pids`), what those held just before the ``DELETE``, however
+        late they exit, with the server process's drop for a model with a step there
+        (:attr:`ModelEntry.server_steps`; when another unload overlapped, the server's
+        part its load measured).
+        Without processes of its own (a model in the server's process, or no per-process
+        figures) the drop is its only when no other unload ran meanwhile; otherwise
+        nothing is measured and its known footprint stays. The drop may include its
+        framework's runtime leaving with the last model of it: with no per-process figures
+        that drop is not taken as the model's."""
+        held = before.per_process_bytes
+        if entry.pids and held is not None:
+            own = sum(held.get(pid, 0) for pid in entry.pids)
+            if not entry.server_steps:
+                return own
+            drop = None if overlapped else _server_drop(before, after)
+            return own + (entry.server_bytes if drop is None else max(0, drop))
+        if overlapped:
+            return None
+        left = marginal_bytes(after, before)  # the server's drop and the processes that left
+        if left is not None and left > 0:
+            return left
+        if self.state.runtimes.get(entry.framework):
+            return None
+        return before.used_bytes - after.used_bytes
 
     async def _wait_released(
         self, before: MemoryReading, expected: int | None, delete: asyncio.Future[int]
@@ -265,6 +333,16 @@ class Evictor:
                     return reading
             previous = reading.used_bytes
             await asyncio.sleep(0.02)
+
+
+def _server_drop(before: MemoryReading, after: MemoryReading) -> int | None:
+    """How much the server process's own memory went down (None: no per-process figures,
+    or another server process: a restart)."""
+    server = before.server_pid
+    old, new = before.per_process_bytes, after.per_process_bytes
+    if old is None or new is None or server is None or after.server_pid != server:
+        return None
+    return old.get(server, 0) - new.get(server, 0)
 
 
 __all__ = ["Evictor"]

@@ -82,7 +82,7 @@ class TritonInstance:
         #: counts the server processes started here: a liveness check's answer applies
         #: only to the process it checked (a restart may replace it while the check runs)
         self.generation = 0
-        #: the server's memory with no model loaded: the first reading after each start
+        #: what the server holds beside its models (see :meth:`_note_idle_memory`)
         self.idle_memory_bytes: int | None = None
         #: the liveness check a failed connection started (one at a time per process)
         self._liveness: asyncio.Future[bool] | None = None
@@ -158,7 +158,7 @@ class TritonInstance:
         self.control.connect(url, endpoints.http_url, bridge=endpoints.bridge)
         await self._came_up()
         self.up = True
-        self.idle_memory_bytes = (await self.read_memory()).used_bytes
+        self._note_idle_memory(await self.read_memory())
 
     async def _came_up(self) -> None:
         """Run :attr:`on_up` for the server that just started, before calls reach it."""
@@ -350,6 +350,8 @@ class TritonInstance:
         reading = self.gauge.last_reading
         if reading is None or not self._idle_since_trim():
             reading = await self.read_memory()
+            self.evictor.remeasure(reading)  # what the models grew to at their calls
+        self._note_idle_memory(reading)
         if reading.used_bytes <= self.limit_bytes or self.state.load_lock.locked():
             return  # a load that took the lock meanwhile trims after itself
         if self.retired or not self.up:
@@ -358,6 +360,27 @@ class TritonInstance:
             await self.evictor.make_room(
                 0, exclude="", why="memory grew over the limit", strict=False
             )
+
+    def _note_idle_memory(self, reading: MemoryReading) -> None:
+        """Keep :attr:`idle_memory_bytes`, what the server holds beside its models, from
+        ``reading``: its used memory less the loaded models' footprints and the runtimes
+        they brought. Taken only while nothing loads or unloads and every loaded model has
+        a footprint (a load's or an unload's memory is half there). The idle server's PSS
+        drifts (the tiny-model emulator's read 25.2 MiB at its start, 29.1 MiB with its
+        three models gone: the server keeps what its loads allocated, and PSS shares its
+        pages with whatever maps them), so a figure read once at the start overstates a
+        replay's room for models; this follows every trim's reading (no work on the
+        invocation path)."""
+        models = list(self.models.values())
+        state = self.state
+        if state.load_lock.locked() or state.deletes or state.finishing:
+            return
+        if any(e.state != READY or e.footprint_bytes is None for e in models):
+            return
+        frameworks = {e.framework for e in models if e.framework}
+        runtimes = sum(state.runtimes.get(f, 0) for f in frameworks)
+        own = sum(e.footprint_bytes or 0 for e in models)
+        self.idle_memory_bytes = max(0, reading.used_bytes - own - runtimes)
 
     async def evict_idle(self, *, exclude: str, reason: str) -> bool:
         """Evict the least recently used idle model but ``exclude``, waiting up to
@@ -432,7 +455,7 @@ class TritonInstance:
         self.state.load_lock = asyncio.Lock()
         await self._came_up()
         self.up = True
-        await self.read_memory()
+        self._note_idle_memory(await self.read_memory())
         self.events.add(
             "restart",
             "-",

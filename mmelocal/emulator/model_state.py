@@ -68,6 +68,13 @@ class ModelEntry:
     in_flight: int = 0
     waiters: int = 0
     footprint_bytes: int | None = None
+    #: the processes its load started (its Python-backend stubs), from the per-process
+    #: figures of the readings around it: empty when they had none or it started none
+    pids: frozenset[int] = frozenset()
+    #: whether a step of it runs in the server's own process (a backend other than Python)
+    server_steps: bool = False
+    #: with :attr:`pids`, that step's part of its footprint: the server's growth at its load
+    server_bytes: int = 0
     loaded_at_s: float = 0.0
     task: asyncio.Future[None] | None = None
     #: the shared runtime it needs (``torch``, ``onnxruntime``, ...; "" = unknown)

@@ -376,6 +376,20 @@ def marginal_bytes(before: TreeReading | object, after: TreeReading | object) ->
     process's own; None when a reading has no per-process figures (a driver that does not
     report them, a probe that has none) or the server changed (a restart).
     """
+    started = started_pids(before, after)
+    old = getattr(before, "per_process_bytes", None)
+    new = getattr(after, "per_process_bytes", None)
+    if started is None or old is None or new is None:
+        return None  # no per-process figures, or another server process
+    server = getattr(after, "server_pid", None)
+    return sum(new[pid] for pid in started) + new.get(server, 0) - old.get(server, 0)
+
+
+def started_pids(
+    before: TreeReading | object, after: TreeReading | object
+) -> frozenset[int] | None:
+    """The processes new in ``after`` but the server (a load's Python-backend stubs); None
+    when a reading has no per-process figures or the server changed (a restart)."""
     old = getattr(before, "per_process_bytes", None)
     new = getattr(after, "per_process_bytes", None)
     server = getattr(after, "server_pid", None)
@@ -386,8 +400,7 @@ def marginal_bytes(before: TreeReading | object, after: TreeReading | object) ->
         or getattr(before, "server_pid", None) != server
     ):
         return None
-    started = sum(used for pid, used in new.items() if pid not in old and pid != server)
-    return started + new.get(server, 0) - old.get(server, 0)
+    return frozenset(pid for pid in new if pid not in old and pid != server)
 
 
 __all__ = [
@@ -404,4 +417,5 @@ __all__ = [
     "process_tree_memory",
     "process_tree_pids",
     "process_tree_pss_bytes",
+    "started_pids",
 ]

@@ -37,6 +37,34 @@ class Machine:
         return MemoryReading(used_bytes=used, total_bytes=self.total_bytes)
 
 
+class StubMachine(Machine):
+    """Each loaded model is a stub process of its own (a Python-backend model's), with a pid
+    it keeps until it exits, beside the server's process (pid 1, ``base_bytes``); readings
+    carry per-process figures as the host probe's do (its USS)."""
+
+    SERVER_PID = 1
+
+    def __init__(self, *, total_bytes: int, base_bytes: int = 0) -> None:
+        super().__init__(total_bytes=total_bytes, base_bytes=base_bytes)
+        self.pids: dict[str, int] = {}
+        self._next_pid = 100
+
+    def read(self) -> MemoryReading:
+        per_process = {self.SERVER_PID: self.base_bytes}
+        for target in set(self.pids) - set(self.resident):
+            del self.pids[target]  # its stub exited: a new load starts another
+        for target, used in self.resident.items():
+            if target not in self.pids:
+                self.pids[target], self._next_pid = self._next_pid, self._next_pid + 1
+            per_process[self.pids[target]] = used
+        return MemoryReading(
+            used_bytes=sum(per_process.values()),
+            total_bytes=self.total_bytes,
+            server_pid=self.SERVER_PID,
+            per_process_bytes=per_process,
+        )
+
+
 class HeldMachine(Machine):
     """A machine over a 500 MiB limit whose next reading, once ``hold`` is set, stops until
     the test sets ``go_on`` (``entered`` says it got there): a trim or a load caught in

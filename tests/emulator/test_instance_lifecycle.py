@@ -11,7 +11,15 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from lifecycle_fakes import MIB, Control, GatedDelete, HeldMachine, Machine, fake_instance
+from lifecycle_fakes import (
+    MIB,
+    Control,
+    GatedDelete,
+    HeldMachine,
+    Machine,
+    StubMachine,
+    fake_instance,
+)
 from shared_helpers import wait_for_async
 
 from mmelocal.emulator.emulator import Emulator
@@ -535,6 +543,55 @@ def test_an_idle_gpu_instance_is_read_at_every_trim() -> None:
         for _ in range(3):
             await inst.trim()
         assert machine.reads == reads + 3
+        await inst.stop()
+        inst.close()
+
+    asyncio.run(run())
+
+
+def test_the_trim_reads_again_what_a_model_grew_to_at_its_first_call() -> None:
+    """The watchdog's trim, on the reading it takes anyway, raises an idle model's footprint
+    to what its stub holds after its first call (not while the call is in flight)."""
+
+    async def run() -> None:
+        machine = StubMachine(total_bytes=1000 * MIB, base_bytes=50 * MIB)
+        inst = fake_instance(machine, Control(machine, size=100 * MIB), limit_bytes=900 * MIB)
+        await inst.start()
+        await inst.acquire("m")
+        assert inst.footprints["m"] == 100 * MIB
+        machine.resident["m"] = 130 * MIB  # its first call: its stub grew
+        await inst.trim()
+        assert inst.footprints["m"] == 100 * MIB  # serving the call: not read
+        inst.release("m")
+        await inst.trim()
+        assert inst.footprints["m"] == inst.models["m"].footprint_bytes == 130 * MIB
+        await inst.stop()
+        inst.close()
+
+    asyncio.run(run())
+
+
+def test_the_idle_servers_memory_follows_its_readings() -> None:
+    """``idle_memory_bytes`` (the state page's ``memory_idle_bytes``, a replay's room for
+    models) is what the server holds beside its models: the idle server of the tiny-model
+    emulator read 25.2 MiB at its start and 29.1 once its three models were gone. The
+    trim's reading keeps it current (less the loaded models' footprints) while nothing
+    loads or unloads, and a restarted server's own first reading replaces it."""
+
+    async def run() -> None:
+        machine = Machine(total_bytes=1000 * MIB, base_bytes=50 * MIB)
+        inst = fake_instance(machine, Control(machine, size=100 * MIB), limit_bytes=900 * MIB)
+        await inst.start()
+        assert inst.idle_memory_bytes == 50 * MIB
+        await inst.acquire("m")
+        inst.release("m")
+        machine.base_bytes = 60 * MIB  # the server's PSS drifted up
+        await inst.trim()
+        assert inst.idle_memory_bytes == 60 * MIB
+        inst.launcher.stop()  # the process dies; its successor starts smaller
+        machine.base_bytes = 40 * MIB
+        await inst.restart()
+        assert inst.idle_memory_bytes == 40 * MIB
         await inst.stop()
         inst.close()
 

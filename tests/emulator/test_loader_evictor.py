@@ -17,7 +17,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from lifecycle_fakes import MIB, Cache, Control, Machine
+from lifecycle_fakes import MIB, Cache, Control, Machine, StubMachine
 
 from mmelocal.emulator.events import EventLog
 from mmelocal.emulator.eviction import Evictor
@@ -29,8 +29,15 @@ from mmelocal.emulator.probes import MemoryReading
 from mmelocal.errors import OutOfMemoryError
 
 
-def parts(machine: Machine, control: Control, *, limit_bytes: int) -> tuple[Loader, LoadedSet]:
-    state = LoadedSet(index=0, options=InstanceOptions(busy_wait_s=0.2, release_timeout_s=1.0))
+def parts(
+    machine: Machine,
+    control: Control,
+    *,
+    limit_bytes: int,
+    options: InstanceOptions | None = None,
+) -> tuple[Loader, LoadedSet]:
+    options = options or InstanceOptions(busy_wait_s=0.2, release_timeout_s=1.0)
+    state = LoadedSet(index=0, options=options)
     state.up = True
     gauge = MemoryGauge(machine, threshold=0.9)
     gauge.limit_override_bytes = limit_bytes
@@ -379,5 +386,217 @@ def test_a_load_waits_for_the_unloads_finishing_before_evicting_one_more() -> No
         assert [e.target for e in loader.events.recent("evict")] == ["b"]
         assert sorted(state.models) == ["a", "c", "d"]
         assert machine.read().used_bytes <= 380 * MIB
+
+    asyncio.run(run())
+
+
+class LateStubExit(Control):
+    """An earlier victim's stub exits late: ``first``'s DELETE gives back half its memory at
+    once (its model is gone, its stub process still exits) and the rest only while the next
+    DELETE runs, inside that unload's two readings."""
+
+    def __init__(self, machine: Machine, *, first: str) -> None:
+        super().__init__(machine, size=100 * MIB)
+        self.first = first
+        self.gate = asyncio.Event()
+
+    async def delete(self, entry: ModelEntry) -> int:
+        self.calls.append(("delete", entry.target))
+        if entry.target == self.first:
+            self.machine.resident[entry.target] = self.size // 2
+            await self.gate.wait()
+            return 200
+        self.machine.resident.pop(entry.target, None)
+        self.machine.resident.pop(self.first, None)  # the earlier victim's stub exits now
+        self.gate.set()
+        return 200
+
+
+@pytest.mark.parametrize("machine_type", [StubMachine, Machine], ids=["per-process", "total"])
+def test_an_unload_is_not_charged_with_an_earlier_victims_late_exit(
+    machine_type: type[Machine],
+) -> None:
+    """Two unloads overlap: the first victim's stub exits while the second's DELETE runs.
+    The memory that came back between the second unload's readings is both; the second
+    model's footprint (and its event) is its own memory: its own processes' with
+    per-process figures, its known footprint without them (it was 1.5x its size)."""
+
+    async def run() -> None:
+        machine = machine_type(total_bytes=1000 * MIB, base_bytes=50 * MIB)
+        control = LateStubExit(machine, first="a")
+        loader, state = parts(machine, control, limit_bytes=900 * MIB)
+        for name in ("a", "b"):
+            await load(loader, name)
+        assert state.footprints == {"a": 100 * MIB, "b": 100 * MIB}
+        for name in ("a", "b"):
+            await loader.evictor.unload(state.models[name], kind="evict", reason="test")
+        await asyncio.gather(*state.finishing, *state.deletes.values())
+        assert state.footprints == {"a": 100 * MIB, "b": 100 * MIB}
+        (event,) = [e for e in loader.events.recent("evict") if e.target == "b"]
+        assert event.bytes == 100 * MIB
+
+    asyncio.run(run())
+
+
+def test_a_plan_counts_what_the_loaded_models_grew_to_at_their_first_calls() -> None:
+    """A model's stub grows at its first call (the tiny Python-backend model: 16.6 MiB USS
+    after its load, 19.9 after its first call, then flat). The plan for the next load
+    counts each idle model at what its processes hold now, not at its load-time size: one
+    eviction makes room where the load-time sizes asked for two."""
+
+    async def run() -> None:
+        machine = StubMachine(total_bytes=1000 * MIB, base_bytes=50 * MIB)
+        control = Control(machine, size=100 * MIB)
+        loader, state = parts(machine, control, limit_bytes=50 * MIB + 400 * MIB)
+        for name in ("a", "b", "c"):
+            await load(loader, name)
+            machine.resident[name] = 130 * MIB  # its first call: its stub grew
+            state.models[name].last_used_s = time.monotonic()
+        state.footprints["d"] = 130 * MIB  # as its earlier load measured after its calls
+        # used 50 + 390, need 130: over by 120; "a" alone gives back 130
+        await load(loader, "d")
+        assert [e.target for e in loader.events.recent("evict")] == ["a"]
+        assert sorted(state.models) == ["b", "c", "d"]
+        assert {t: state.footprints[t] for t in "abc"} == dict.fromkeys("abc", 130 * MIB)
+
+    asyncio.run(run())
+
+
+class ServerSwing(Control):
+    """Each load also moves the server process's own memory by ``swing[target]``: the
+    pages it shares with the new stub (or that another process on the machine maps too)
+    leave its USS, or come back."""
+
+    def __init__(self, machine: Machine, swing: dict[str, int]) -> None:
+        super().__init__(machine, size=100 * MIB)
+        self.swing = swing
+
+    async def post_load(self, entry: ModelEntry, url_dir: str) -> tuple[int, str]:
+        self.machine.base_bytes += self.swing[entry.target]
+        return await super().post_load(entry, url_dir)
+
+
+def test_a_stub_models_footprint_is_its_stubs_memory_not_the_servers_swing() -> None:
+    """The server's USS moves at a load with whatever shares its pages (measured at three
+    loads of the tiny model: +24.4, -19.1 and -1.8 MiB beside 16.5 MiB stubs): a model
+    that started processes of its own is what they hold."""
+
+    async def run() -> None:
+        machine = StubMachine(total_bytes=1000 * MIB, base_bytes=50 * MIB)
+        control = ServerSwing(machine, {"a": -20 * MIB, "b": 25 * MIB})
+        loader, state = parts(machine, control, limit_bytes=900 * MIB)
+        for name in ("a", "b"):
+            await load(loader, name)
+        assert state.footprints == {"a": 100 * MIB, "b": 100 * MIB}
+
+    asyncio.run(run())
+
+
+class LateDelete(Control):
+    """A DELETE whose model's memory is back at once but whose answer comes only when
+    :attr:`gate` opens (Triton's SageMaker DELETE polls about 2 s after the model went
+    away). Records when it began and when the next load was sent."""
+
+    def __init__(self, machine: Machine) -> None:
+        super().__init__(machine, size=100 * MIB)
+        self.gate = asyncio.Event()
+        self.delete_began_s = 0.0
+        self.load_sent_s: list[float] = []
+
+    async def delete(self, entry: ModelEntry) -> int:
+        self.calls.append(("delete", entry.target))
+        self.delete_began_s = time.monotonic()
+        self.machine.resident.pop(entry.target, None)
+        await self.gate.wait()
+        self.calls.append(("deleted", entry.target))
+        return 200
+
+    async def post_load(self, entry: ModelEntry, url_dir: str) -> tuple[int, str]:
+        self.load_sent_s.append(time.monotonic())
+        return await super().post_load(entry, url_dir)
+
+
+def test_after_a_507_the_retry_waits_for_the_victims_delete_to_end() -> None:
+    """Triton answers 507; the victim's memory is back at once but its DELETE answers
+    later: the load is sent again only once that DELETE ended (the platform awaits its
+    unload before the next load), not when the memory reading moved."""
+
+    async def run() -> None:
+        machine = Machine(total_bytes=1000 * MIB)
+        control = LateDelete(machine)
+        options = InstanceOptions(busy_wait_s=0.2, release_timeout_s=60.0)
+        loader, state = parts(machine, control, limit_bytes=900 * MIB, options=options)
+        await load(loader, "old")
+        control.answers = [507, 200]
+        asyncio.get_running_loop().call_later(0.3, control.gate.set)  # the DELETE's poll
+        entry = await asyncio.wait_for(load(loader, "new"), timeout=30)
+        assert entry.state == READY and list(state.models) == ["new"]
+        assert control.calls[-4:] == [
+            ("load", "new"),
+            ("delete", "old"),
+            ("deleted", "old"),
+            ("load", "new"),
+        ]
+
+    asyncio.run(run())
+
+
+def test_after_a_507_a_delete_that_never_ends_holds_the_retry_for_the_release_timeout() -> None:
+    """The victim's DELETE never answers: the retry goes ahead after ``release_timeout_s``
+    (not before: the DELETE may still be giving memory back; not never: the load would
+    hang with its callers)."""
+
+    async def run() -> None:
+        machine = Machine(total_bytes=1000 * MIB)
+        control = LateDelete(machine)
+        options = InstanceOptions(busy_wait_s=0.2, release_timeout_s=0.3)
+        loader, state = parts(machine, control, limit_bytes=900 * MIB, options=options)
+        await load(loader, "old")
+        control.answers = [507, 200]
+        entry = await asyncio.wait_for(load(loader, "new"), timeout=30)
+        assert entry.state == READY and list(state.models) == ["new"]
+        assert control.calls[-3:] == [("load", "new"), ("delete", "old"), ("load", "new")]
+        assert control.load_sent_s[-1] - control.delete_began_s >= 0.3
+        control.gate.set()  # let the DELETE end
+        await asyncio.gather(*state.finishing, *state.deletes.values())
+
+    asyncio.run(run())
+
+
+class EnsembleCache(Cache):
+    """Artifacts served as an ensemble of a Python step (a stub process) and an ONNX step
+    (run in Triton's own process)."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__()
+        self.root = root
+
+    def ensure(self, target: str, prepare: Any = None, claim: Any = None) -> Any:
+        steps = {"pre": 'backend: "python"', "m": 'platform: "onnxruntime_onnx"'}
+        for name, runs in {**steps, "ens": 'platform: "ensemble"'}.items():
+            folder = self.root / target / name
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "config.pbtxt").write_text(f'name: "{name}"\n{runs}\n')
+        artifact = SimpleNamespace(serve_dir=self.root / target, size_bytes=1)
+        return SimpleNamespace(downloaded=False, artifact=artifact)
+
+
+def test_a_model_with_a_step_in_the_server_counts_the_servers_growth_too(
+    tmp_path: Path,
+) -> None:
+    """An ensemble of a Python step and an ONNX step: its footprint is its stub's memory
+    plus what the server grew by at its load (the ONNX step's), and a later reading adds
+    that part to what its stub grew to."""
+
+    async def run() -> None:
+        machine = StubMachine(total_bytes=1000 * MIB, base_bytes=50 * MIB)
+        control = ServerSwing(machine, {"a": 30 * MIB, "b": 0})
+        loader, state = parts(machine, control, limit_bytes=900 * MIB)
+        loader.cache = loader.evictor.cache = EnsembleCache(tmp_path)  # type: ignore[assignment]
+        entry = await load(loader, "a")
+        assert entry.server_steps and state.footprints["a"] == 130 * MIB
+        machine.resident["a"] = 110 * MIB  # its first call: its stub grew
+        await load(loader, "b")  # the plan's reading reads it again
+        assert state.footprints["a"] == 140 * MIB
 
     asyncio.run(run())

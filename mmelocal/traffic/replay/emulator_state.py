@@ -95,8 +95,8 @@ def _capacity(state: Mapping[str, Any]) -> dict[str, Any]:
     """What a simulation of the emulator needs from one read of its state page (empty for
     an emulator whose page does not say): ``emulator_options`` (its load wait, load
     limit, busy wait...), ``memory_room_bytes`` (the room one instance has for models:
-    its memory limit less the idle server's memory and the runtimes its models brought,
-    the smallest of the instances) and the ``footprints_bytes`` it measured."""
+    its memory limit less what its server holds beside its models and the runtimes its
+    models brought, the smallest of the instances) and the ``footprints_bytes`` it measured."""
     options = state.get("options")
     rooms = [
         i["memory_limit_bytes"] - i["memory_idle_bytes"] - sum(i["runtime_bytes"].values())
