@@ -43,7 +43,7 @@ from mmelocal.emulator.router import Router
 from mmelocal.emulator.shared_memory import SharedMemoryRegions
 from mmelocal.emulator.store import ModelStore, open_store, validate_target
 from mmelocal.facts.sagemaker import DRAIN_TIMEOUT_S
-from mmelocal.runtime.docker_engine import remote_engine_error
+from mmelocal.runtime.docker_engine import refuse_remote_engine
 from mmelocal.runtime.entrypoint import model_namespacing
 from mmelocal.runtime.launcher import TritonLauncher
 from mmelocal.runtime.launchers import make_launcher
@@ -147,9 +147,7 @@ class Emulator:
         )
         try:
             launcher = self._launcher_factory(index, self.cache_dir / f"triton-{index}")
-            where = getattr(launcher, "remote_engine", None)  # a Docker engine elsewhere
-            if where is not None:
-                raise remote_engine_error(where, "the emulator's memory probe")
+            refuse_remote_engine(launcher, "the emulator's memory probe")
         except BaseException:
             cache.close()
             raise

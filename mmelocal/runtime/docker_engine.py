@@ -130,6 +130,14 @@ def remote_engine(client: Any = None, environ: Mapping[str, str] | None = None) 
     return address
 
 
+def refuse_remote_engine(launcher: object, reading: str) -> None:
+    """Refuse ``reading`` (what reads memory here) when ``launcher`` runs its server on a
+    Docker engine on another machine (its ``remote_engine``; other launchers have none)."""
+    address = getattr(launcher, "remote_engine", None)
+    if address is not None:
+        raise remote_engine_error(address, reading)
+
+
 def remote_engine_error(address: str, reading: str) -> UserInputError:
     """The refusal of ``reading`` (what reads memory here) for an engine on another machine."""
     return UserInputError(
@@ -376,6 +384,7 @@ __all__ = [
     "ensure_image",
     "gpu_device_requests",
     "reap_orphans_once",
+    "refuse_remote_engine",
     "remote_engine",
     "remote_engine_error",
     "sagemaker_triton_image",

@@ -102,7 +102,7 @@ _autoscaling_options = grouped(
 )
 
 
-#: ``--load-seconds`` with neither it nor ``--from-replay`` given (LoadTimes' own)
+#: what the help says ``--load-seconds`` is without it or ``--from-replay`` (LoadTimes' own)
 _DEFAULT_LOAD_S = ",".join(f"{x:g}" for x in default_of(LoadTimes, "samples_s"))
 
 
@@ -209,7 +209,7 @@ def simulate(
             )
         load = replay_load_times(from_replay)
     else:
-        load = _load_times(_DEFAULT_LOAD_S)
+        load = LoadTimes()
     config = SimConfig(
         load=load,
         service_s=service_s,
