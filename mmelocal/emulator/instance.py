@@ -24,6 +24,7 @@ from typing import Any
 from mmelocal.emulator.cache import ArtifactCache, Prepare, target_key
 from mmelocal.emulator.events import EventLog
 from mmelocal.emulator.eviction import Evictor
+from mmelocal.emulator.footprints import idle_memory_bytes
 from mmelocal.emulator.gauge import MemoryGauge
 from mmelocal.emulator.loading import Loader
 from mmelocal.emulator.metrics import Metrics
@@ -363,24 +364,14 @@ class TritonInstance:
 
     def _note_idle_memory(self, reading: MemoryReading) -> None:
         """Keep :attr:`idle_memory_bytes`, what the server holds beside its models, from
-        ``reading``: its used memory less the loaded models' footprints and the runtimes
-        they brought. Taken only while nothing loads or unloads and every loaded model has
-        a footprint (a load's or an unload's memory is half there). The idle server's PSS
-        drifts (the tiny-model emulator's read 25.2 MiB at its start, 29.1 MiB with its
-        three models gone: the server keeps what its loads allocated, and PSS shares its
-        pages with whatever maps them), so a figure read once at the start overstates a
-        replay's room for models; this follows every trim's reading (no work on the
-        invocation path)."""
-        models = list(self.models.values())
-        state = self.state
-        if state.load_lock.locked() or state.deletes or state.finishing:
-            return
-        if any(e.state != READY or e.footprint_bytes is None for e in models):
-            return
-        frameworks = {e.framework for e in models if e.framework}
-        runtimes = sum(state.runtimes.get(f, 0) for f in frameworks)
-        own = sum(e.footprint_bytes or 0 for e in models)
-        self.idle_memory_bytes = max(0, reading.used_bytes - own - runtimes)
+        ``reading`` (:func:`~mmelocal.emulator.footprints.idle_memory_bytes`; kept while
+        something loads or unloads). The idle server's PSS drifts (the tiny-model
+        emulator's read 25.2 MiB at its start, 29.1 MiB with its three models gone), so a
+        figure read once at the start overstates a replay's room for models; this follows
+        every trim's reading (no work on the invocation path)."""
+        idle = idle_memory_bytes(self.state, reading)
+        if idle is not None:
+            self.idle_memory_bytes = idle
 
     async def evict_idle(self, *, exclude: str, reason: str) -> bool:
         """Evict the least recently used idle model but ``exclude``, waiting up to
