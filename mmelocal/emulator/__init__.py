@@ -15,13 +15,15 @@ What SageMaker does between the client and the Triton container, done locally::
     router.py                model affinity, most free memory for cold models, hot replicas
     instance.py              one Triton: composes the parts below; single-flight loads, invoke
     model_state.py           its loaded set (LoadedSet, ModelEntry) and options
-    loading.py               Loader: fetch, make room, POST /models, measure the footprint
+    loading.py               Loader: fetch, make room, POST /models
     eviction.py + lru.py     Evictor: least recently used eviction (pure policy in lru.py)
+    footprints.py            a model's part of the memory: at its load, later, at its unload
+    trim.py                  Trimmer: the watchdog's trim of memory grown over the limit
     sagemaker_control.py + upstream.py
                              the one client to Triton: loads, unloads, invokes, v2 reads
     gauge.py + probes.py     memory: NVML on a GPU, PSS of the Triton tree on a CPU
     cache.py + store.py      artifacts: local folder or S3 -> safe extraction -> disk budget
-    recovery.py              restart a dead Triton, load its models again, trim
+    recovery.py              the watchdog: restart a dead Triton, load its models again
     metrics.py + events.py   CloudWatch-named metrics, the load/unload/eviction log
     server.py                run it: foreground (``mmelocal serve``) or on a thread
 

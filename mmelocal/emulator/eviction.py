@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from mmelocal.emulator.cache import ArtifactCache
 from mmelocal.emulator.events import EventLog
+from mmelocal.emulator.footprints import released_bytes, remeasure, unload_own_bytes
 from mmelocal.emulator.gauge import MemoryGauge
 from mmelocal.emulator.lru import eviction_order, plan_eviction
 from mmelocal.emulator.metrics import Metrics
@@ -22,7 +23,6 @@ from mmelocal.emulator.model_state import READY, UNLOADING, LoadedSet, ModelEntr
 from mmelocal.emulator.probes import MemoryReading
 from mmelocal.emulator.sagemaker_control import SageMakerControl
 from mmelocal.errors import OutOfMemoryError
-from mmelocal.runtime.memory import marginal_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -93,27 +93,9 @@ class Evictor:
         return reading
 
     def remeasure(self, reading: MemoryReading) -> None:
-        """Raise each idle loaded model's footprint to what its own processes hold in
-        ``reading`` (:attr:`ModelEntry.pids`). A model grows at its first call (allocator
-        pools, lazy initialisation: the tiny Python-backend model's stub holds 16.6 MiB
-        after its load, 19.9 after its first call and the same after 10 more), so its
-        load-time figure undercounts what evicting it frees and what loading it again
-        needs. A model serving a call is left alone (its memory then holds the call's own
-        buffers); a model with no processes of its own (its memory in the server's
-        process) keeps its load-time figure until its unload measures it. No work on the
-        invocation path: this runs on the readings that plans and the watchdog's trim take
-        anyway."""
-        per_process = reading.per_process_bytes
-        if per_process is None:
-            return
-        for entry in self.state.models.values():
-            if entry.state != READY or entry.in_flight or not entry.pids:
-                continue
-            if not entry.pids <= per_process.keys():
-                continue  # a stub of its went away: Triton lost it (recovery loads it again)
-            own = sum(per_process[pid] for pid in entry.pids) + entry.server_bytes
-            if own > (entry.footprint_bytes or 0):
-                entry.footprint_bytes = self.state.footprints[entry.target] = own
+        """Read the idle models' footprints again from ``reading``
+        (:func:`~mmelocal.emulator.footprints.remeasure`)."""
+        remeasure(self.state, reading)
 
     async def _unloads_settled(
         self, started: list[asyncio.Future[int]], settled: set[asyncio.Future[int]]
@@ -207,11 +189,12 @@ class Evictor:
         entry.future = quiet_future()
         t0 = time.perf_counter()
         overlapped = self._others_unloading()
+        self.state.changes += 1
         delete = asyncio.ensure_future(self.control.delete(entry))
         self.state.deletes[entry.target] = delete
         after = before
         try:
-            after = await self._wait_released(before, entry.footprint_bytes, delete)
+            after = await self._wait_released(entry, before, delete)
         finally:
             overlapped = overlapped or self._others_unloading(besides=delete)
             if self.state.models.get(entry.target) is entry:
@@ -252,9 +235,10 @@ class Evictor:
         seconds = time.perf_counter() - t0
         before, after, overlapped = readings
         freed = before.used_bytes - after.used_bytes
-        own = self._own_bytes(entry, before, after, overlapped=overlapped)
-        if own is not None and own > 0:
-            self.state.footprints[entry.target] = max(own, entry.footprint_bytes or 0)
+        own = unload_own_bytes(self.state, entry, before, after, overlapped=overlapped)
+        if own is not None and (own > 0 or entry.pids):
+            kept = self.state.footprints.get(entry.target)
+            self.state.footprints[entry.target] = max(own, kept or 0, entry.footprint_bytes or 0)
         self.metrics.observe("ModelUnloadingTime", seconds * 1e6)
         self.metrics.inc("ModelUnloads")
         if kind == "evict":
@@ -264,55 +248,24 @@ class Evictor:
             entry.target,
             instance=self.state.index,
             reason=reason if status in (0, 200) else f"{reason} (Triton answered {status})",
-            bytes=own if own else entry.footprint_bytes or freed,
+            bytes=own if own is not None else _first_known(entry.footprint_bytes, freed),
             duration_ms=seconds * 1e3,
             memory_used_bytes=after.used_bytes,
         )
 
-    def _own_bytes(
-        self, entry: ModelEntry, before: MemoryReading, after: MemoryReading, *, overlapped: bool
-    ) -> int | None:
-        """The memory an unload gave back that was the model's own (None: not measurable).
-
-        The readings around a ``DELETE`` also see what other processes gave back meanwhile:
-        an earlier victim's stub that exits late, an undo's DELETE. So only what belongs to
-        the model counts: with per-process figures and the processes its load started
-        (:attr:`ModelEntry.pids`), what those held just before the ``DELETE``, however
-        late they exit, with the server process's drop for a model with a step there
-        (:attr:`ModelEntry.server_steps`; when another unload overlapped, the server's
-        part its load measured).
-        Without processes of its own (a model in the server's process, or no per-process
-        figures) the drop is its only when no other unload ran meanwhile; otherwise
-        nothing is measured and its known footprint stays. The drop may include its
-        framework's runtime leaving with the last model of it: with no per-process figures
-        that drop is not taken as the model's."""
-        held = before.per_process_bytes
-        if entry.pids and held is not None:
-            own = sum(held.get(pid, 0) for pid in entry.pids)
-            if not entry.server_steps:
-                return own
-            drop = None if overlapped else _server_drop(before, after)
-            return own + (entry.server_bytes if drop is None else max(0, drop))
-        if overlapped:
-            return None
-        left = marginal_bytes(after, before)  # the server's drop and the processes that left
-        if left is not None and left > 0:
-            return left
-        if self.state.runtimes.get(entry.framework):
-            return None
-        return before.used_bytes - after.used_bytes
-
     async def _wait_released(
-        self, before: MemoryReading, expected: int | None, delete: asyncio.Future[int]
+        self, entry: ModelEntry, before: MemoryReading, delete: asyncio.Future[int]
     ) -> MemoryReading:
-        """Poll the probe until half the footprint is back, or the DELETE is done and the
-        reading stops moving (bounded by ``release_timeout_s`` after the DELETE)."""
+        """Poll the probe until half the model's own memory is back (its processes', where
+        the readings say: another victim's late exit is not this one's release), all its
+        processes are gone, or the DELETE is done and the reading stops moving (bounded by
+        ``release_timeout_s`` after the DELETE)."""
         deadline: float | None = None
         previous = before.used_bytes
         while True:
             reading = await self.gauge.read()
-            dropped = before.used_bytes - reading.used_bytes
-            if expected and dropped >= expected // 2:
+            released, expected, gone = released_bytes(entry, before, reading)
+            if gone or (expected and released >= expected // 2):
                 return reading
             if delete.done():
                 if delete.exception() is not None:
@@ -323,11 +276,11 @@ class Evictor:
                     return reading
                 if time.monotonic() > deadline:
                     logger.warning(
-                        "instance %d: memory not released %.1fs after unload (dropped %d of %s "
-                        "bytes); the framework may keep it",
+                        "instance %d: memory not released %.1fs after unload (released %d of "
+                        "%s bytes); the framework may keep it",
                         self.state.index,
                         self.state.options.release_timeout_s,
-                        dropped,
+                        released,
                         expected,
                     )
                     return reading
@@ -335,14 +288,9 @@ class Evictor:
             await asyncio.sleep(0.02)
 
 
-def _server_drop(before: MemoryReading, after: MemoryReading) -> int | None:
-    """How much the server process's own memory went down (None: no per-process figures,
-    or another server process: a restart)."""
-    server = before.server_pid
-    old, new = before.per_process_bytes, after.per_process_bytes
-    if old is None or new is None or server is None or after.server_pid != server:
-        return None
-    return old.get(server, 0) - new.get(server, 0)
+def _first_known(*values: int | None) -> int:
+    """The first of ``values`` that is not None (0 when none is known)."""
+    return next((v for v in values if v is not None), 0)
 
 
 __all__ = ["Evictor"]

@@ -42,6 +42,7 @@ from mmelocal.emulator.model_state import (
 from mmelocal.emulator.own_thread import OwnThread
 from mmelocal.emulator.probes import MemoryProbe, MemoryReading
 from mmelocal.emulator.sagemaker_control import SageMakerControl
+from mmelocal.emulator.trim import Trimmer
 from mmelocal.emulator.upstream import Reply, UpstreamPool
 from mmelocal.errors import EmulatorError
 from mmelocal.runtime.launcher import TritonLauncher
@@ -55,8 +56,9 @@ class TritonInstance:
     Composed of a :class:`~mmelocal.emulator.model_state.LoadedSet` (its models), a
     :class:`~mmelocal.emulator.gauge.MemoryGauge`, the front end's control calls
     (:class:`~mmelocal.emulator.sagemaker_control.SageMakerControl`), an
-    :class:`~mmelocal.emulator.eviction.Evictor` and a
-    :class:`~mmelocal.emulator.loading.Loader`.
+    :class:`~mmelocal.emulator.eviction.Evictor`, a
+    :class:`~mmelocal.emulator.loading.Loader` and the watchdog's
+    :class:`~mmelocal.emulator.trim.Trimmer`.
     """
 
     def __init__(
@@ -82,13 +84,9 @@ class TritonInstance:
         #: counts the server processes started here: a liveness check's answer applies
         #: only to the process it checked (a restart may replace it while the check runs)
         self.generation = 0
-        #: what the server holds beside its models (see :meth:`_note_idle_memory`)
-        self.idle_memory_bytes: int | None = None
         #: the liveness check a failed connection started (one at a time per process)
         self._liveness: asyncio.Future[bool] | None = None
         self._liveness_generation = 0
-        #: what the loaded set looked like at the trim's last reading (None: read again)
-        self._trim_mark: tuple[int, int, float] | None = None
         #: what a server that came up (a start, a restart) gets before it takes calls:
         #: the emulator's shared-memory regions, registered again
         self.on_up: Callable[[TritonInstance], Awaitable[None]] | None = None
@@ -113,6 +111,7 @@ class TritonInstance:
             events=events,
         )
         self.loader = Loader(evictor=self.evictor, prepare=prepare, url_for=url_for)
+        self.trimmer = Trimmer(state=self.state, gauge=self.gauge, evictor=self.evictor)
         # start/stop from one long-lived thread (the launcher ties the server's life to it)
         self._process_thread = OwnThread(f"triton-{index}")
         # liveness checks: not behind a start (seconds to minutes) nor the downloads
@@ -158,7 +157,7 @@ class TritonInstance:
         self.control.connect(url, endpoints.http_url, bridge=endpoints.bridge)
         await self._came_up()
         self.up = True
-        self._note_idle_memory(await self.read_memory())
+        self.trimmer.note_idle_memory(await self.read_memory())
 
     async def _came_up(self) -> None:
         """Run :attr:`on_up` for the server that just started, before calls reach it."""
@@ -340,47 +339,17 @@ class TritonInstance:
             self.up = False
 
     async def trim(self) -> None:
-        """Evict idle models when the loaded set grew over the limit since its loads
-        (frameworks allocate more at their first inferences). The memory is read again
-        unless the instance stayed idle since the last reading (see
-        :meth:`_idle_since_trim`): then that reading is judged against the limit. A retired
-        instance (a scale-in drains it for its stop) is left alone."""
-        if not self.up or self.retired or self.state.load_lock.locked():
-            return
-        reading = self.gauge.last_reading
-        if reading is None or not self._idle_since_trim():
-            reading = await self.read_memory()
-            self.evictor.remeasure(reading)  # what the models grew to at their calls
-        self._note_idle_memory(reading)
-        if reading.used_bytes <= self.limit_bytes or self.state.load_lock.locked():
-            return  # a load that took the lock meanwhile trims after itself
-        if self.retired or not self.up:
-            return  # taken out (or gone down) while the memory was read
-        async with self.state.load_lock:
-            await self.evictor.make_room(
-                0, exclude="", why="memory grew over the limit", strict=False
-            )
+        """The watchdog's memory trim (:meth:`~mmelocal.emulator.trim.Trimmer.trim`): evict
+        idle models when the loaded set grew over the limit since its loads (frameworks
+        allocate more at their first inferences). A retired instance is left alone."""
+        await self.trimmer.trim(
+            generation=self.generation, taken_out=lambda: self.retired or not self.up
+        )
 
-    def _note_idle_memory(self, reading: MemoryReading) -> None:
-        """Keep :attr:`idle_memory_bytes`, what the server holds beside its models, from
-        ``reading``: its used memory less the loaded models' footprints and the runtimes
-        they brought. Taken only while nothing loads or unloads and every loaded model has
-        a footprint (a load's or an unload's memory is half there). The idle server's PSS
-        drifts (the tiny-model emulator's read 25.2 MiB at its start, 29.1 MiB with its
-        three models gone: the server keeps what its loads allocated, and PSS shares its
-        pages with whatever maps them), so a figure read once at the start overstates a
-        replay's room for models; this follows every trim's reading (no work on the
-        invocation path)."""
-        models = list(self.models.values())
-        state = self.state
-        if state.load_lock.locked() or state.deletes or state.finishing:
-            return
-        if any(e.state != READY or e.footprint_bytes is None for e in models):
-            return
-        frameworks = {e.framework for e in models if e.framework}
-        runtimes = sum(state.runtimes.get(f, 0) for f in frameworks)
-        own = sum(e.footprint_bytes or 0 for e in models)
-        self.idle_memory_bytes = max(0, reading.used_bytes - own - runtimes)
+    @property
+    def idle_memory_bytes(self) -> int | None:
+        """What the server holds beside its models (None before a first reading)."""
+        return self.trimmer.idle_memory_bytes
 
     async def evict_idle(self, *, exclude: str, reason: str) -> bool:
         """Evict the least recently used idle model but ``exclude``, waiting up to
@@ -392,20 +361,6 @@ class TritonInstance:
                 return False
             await self.evictor.unload(victim, kind="evict", reason=reason)
             return True
-
-    def _idle_since_trim(self) -> bool:
-        """True when nothing was loaded, unloaded or served here since the trim's last
-        reading and no call is in flight, and the probe reads only this instance's
-        processes (a host tree's PSS, which does not grow on an idle server; a GPU's
-        memory is the whole device's, which other processes change)."""
-        models = self.models.values()
-        mark = None
-        if not any(e.in_flight or e.state != READY for e in models):
-            last_use = max((e.last_used_s for e in models), default=0.0)
-            mark = (self.generation, len(self.models), last_use)
-        idle = mark is not None and mark == self._trim_mark and self.probe.kind == "host"
-        self._trim_mark = mark
-        return idle
 
     async def unload(self, target: str, *, reason: str) -> None:
         """Unload ``target`` here when it is idle (used by the router and shutdown)."""
@@ -455,7 +410,7 @@ class TritonInstance:
         self.state.load_lock = asyncio.Lock()
         await self._came_up()
         self.up = True
-        self._note_idle_memory(await self.read_memory())
+        self.trimmer.note_idle_memory(await self.read_memory())
         self.events.add(
             "restart",
             "-",

@@ -3,8 +3,9 @@
 :class:`Loader` loads on one instance: the artifact comes from the cache (downloaded and
 extracted when absent), room is made by the :class:`~mmelocal.emulator.eviction.Evictor`,
 then Triton's SageMaker front end loads it; a 507 evicts one more model and retries. The
-memory gauge before and after measures the model's footprint for next time. One load runs
-at a time per instance (``LoadedSet.load_lock``), so the readings measure that load alone.
+memory gauge before and after measures the model's footprint
+(:func:`~mmelocal.emulator.footprints.record_load`). One load runs at a time per instance
+(``LoadedSet.load_lock``), so the readings measure that load alone.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import TypeVar
 
 from mmelocal.emulator.cache import Claim, Prepare, target_key
 from mmelocal.emulator.eviction import Evictor
+from mmelocal.emulator.footprints import record_load
 from mmelocal.emulator.lru import estimate_footprint
 from mmelocal.emulator.model_state import (
     LOADING,
@@ -26,10 +28,8 @@ from mmelocal.emulator.model_state import (
     ModelEntry,
     quiet_future,
 )
-from mmelocal.emulator.probes import MemoryReading
 from mmelocal.emulator.sagemaker_control import past_load_limit
 from mmelocal.errors import ModelLoadError, OutOfMemoryError
-from mmelocal.runtime.memory import marginal_bytes, started_pids
 
 _Failure = TypeVar("_Failure", ModelLoadError, OutOfMemoryError)
 
@@ -233,7 +233,7 @@ class Loader:
         """What the load will add: the model's own footprint (measured before, else the
         mean of those known), plus its framework's runtime when no loaded model holds it."""
         runtime = self.state.runtime_need_bytes(entry.framework, besides=entry.target)
-        if entry.footprint_bytes:
+        if entry.footprint_bytes is not None:
             return entry.footprint_bytes + runtime
         if self.state.footprints:
             mean = int(sum(self.state.footprints.values()) / len(self.state.footprints))
@@ -255,6 +255,7 @@ class Loader:
         attempts = 0
         while True:
             t0 = time.perf_counter()
+            self.state.changes += 1
             try:
                 status, text = await self.control.post_load(entry, url_dir)
             except ModelLoadError as exc:  # past the load limit (its only ModelLoadError)
@@ -307,7 +308,7 @@ class Loader:
                 log_path=self.control.log_path(),
             )
         after = await self.gauge.read()
-        runtime = self._record_footprint(entry, before, after)
+        runtime = record_load(self.state, entry, before, after)
         self.metrics.observe("ModelLoadingTime", seconds * 1e6)
         self.metrics.inc("ModelLoads")
         self.events.add(
@@ -325,43 +326,6 @@ class Loader:
             await self.evictor.make_room(
                 0, exclude=entry.target, why=f"over the limit after {entry.target}", strict=False
             )
-
-    def _record_footprint(
-        self, entry: ModelEntry, before: MemoryReading, after: MemoryReading
-    ) -> int:
-        """Split the load's growth into the model's own memory (kept as its footprint)
-        and, for the first model of a framework, the shared runtime it brought (kept per
-        framework, reserved once; returned, 0 when none).
-
-        The model's own memory is that of the processes its load started (its
-        Python-backend stubs, kept as :attr:`ModelEntry.pids`: its unload and later
-        readings count them as its alone), plus the server process's growth only when a
-        step of it runs there (:attr:`ModelEntry.server_steps`: an ONNX or TorchScript
-        step beside a Python one). The server's change is left out otherwise: its USS
-        moves with every process that maps the same pages (measured at three loads of one
-        tiny model: +24.4, -19.1 and -1.8 MiB, for stubs of 16.5 MiB each). A model that
-        started no process is the server's change; with no per-process figures, the
-        whole growth."""
-        grown = after.used_bytes - before.used_bytes
-        pids = started_pids(before, after)
-        entry.pids, entry.server_bytes = frozenset(), 0  # a load again starts new ones
-        first = not self.state.framework_loaded(entry.framework, besides=entry.target)
-        runtime = 0
-        measured = marginal_bytes(before, after)
-        if pids and measured is not None and after.per_process_bytes is not None:
-            entry.pids = pids
-            own = sum(after.per_process_bytes[pid] for pid in pids)
-            if entry.server_steps:
-                entry.server_bytes = max(0, measured - own)
-                own += entry.server_bytes
-        else:
-            own = grown if measured is None or measured <= 0 or measured > grown else measured
-        if entry.framework and first and grown > own:
-            runtime = self.state.runtimes[entry.framework] = grown - own
-        if own > 0:
-            entry.footprint_bytes = max(own, entry.footprint_bytes or 0)
-            self.state.footprints[entry.target] = entry.footprint_bytes
-        return runtime
 
     def _step_collision(self, target: str) -> str:
         """Which loaded TargetModels already hold ``target``'s ensemble steps ('' if none)."""

@@ -73,7 +73,8 @@ class ModelEntry:
     pids: frozenset[int] = frozenset()
     #: whether a step of it runs in the server's own process (a backend other than Python)
     server_steps: bool = False
-    #: with :attr:`pids`, that step's part of its footprint: the server's growth at its load
+    #: its part of the server process's memory: the server's growth at its load (for a
+    #: model with :attr:`pids`, only when a step of it runs there) and at its first call
     server_bytes: int = 0
     loaded_at_s: float = 0.0
     task: asyncio.Future[None] | None = None
@@ -128,6 +129,12 @@ class LoadedSet:
     finishing: set[asyncio.Future[None]] = field(default_factory=set)
     load_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     up: bool = False
+    #: the loads and unloads sent to Triton (``POST`` and ``DELETE``): two readings with
+    #: the same count saw the server change for calls alone
+    changes: int = 0
+    #: the last reading with nothing loading, unloading or serving, as the first-call
+    #: accounting keeps it (:func:`~mmelocal.emulator.footprints.remeasure`)
+    quiet: QuietMark | None = None
 
     def loaded(self) -> list[str]:
         """Targets loaded here, least recently used first."""
@@ -157,6 +164,24 @@ class LoadedSet:
         ]
 
 
+@dataclass(frozen=True, kw_only=True, eq=False)
+class QuietMark:
+    """One reading at which nothing loaded, unloaded or served a call (but the model whose
+    load it ends), with what the first-call accounting compares the next one with."""
+
+    server_pid: int
+    server_bytes: int
+    processes: frozenset[int]
+    changes: int
+    #: the loaded set then (held, so the ids below stay theirs), and each one's last use
+    entries: tuple[ModelEntry, ...]
+    last_used_s: tuple[float, ...]
+    #: ids of the entries known to have had no call since their load
+    fresh: frozenset[int]
+    #: ids of the entries known to have had one
+    called: frozenset[int]
+
+
 @dataclass(frozen=True, kw_only=True)
 class Acquired:
     """What :meth:`TritonInstance.acquire` did: hit or cold load, and the time spent."""
@@ -182,5 +207,6 @@ __all__ = [
     "LoadedSet",
     "ModelEntry",
     "ModelNotReadyError",
+    "QuietMark",
     "quiet_future",
 ]

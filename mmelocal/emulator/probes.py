@@ -5,7 +5,9 @@ both reading through :mod:`mmelocal.runtime.memory`:
 
 * :class:`NvmlProbe` (a GPU is visible through NVML, package ``nvidia-ml-py``): device
   memory used and total; the GPU memory of each process of the Triton tree where the driver
-  reports it (``per_process_bytes`` is None where it does not).
+  reports it (``per_process_bytes`` is None where it does not, and where its list names
+  none of the tree's processes: inside a container of its own pid namespace the driver
+  still gives the host's pids).
 * :class:`HostProbe` (no GPU), named ``host-pss``: the summed proportional set size (PSS)
   of the Triton process tree (the server and its Python-backend stubs) against a configured
   budget. PSS divides each shared page among the processes that map it, so libtorch or
@@ -41,6 +43,9 @@ class MemoryReading:
     the host, the driver's per-process figure on a GPU; None where the driver does not say)
     and ``server_pid`` the tree's root: together they split a load's growth into the new
     model's own memory and the rest (see :mod:`mmelocal.bench.capacity.footprint`).
+    ``per_process_pss_bytes`` (the host probe's) is each process's PSS, its USS plus its
+    share of the pages it shares: the parts ``used_bytes`` sums (a GPU's per-process
+    figures share nothing: None there).
     """
 
     used_bytes: int
@@ -50,6 +55,7 @@ class MemoryReading:
     rss_bytes: int | None = None
     server_pid: int | None = None
     per_process_bytes: Mapping[int, int] | None = None
+    per_process_pss_bytes: Mapping[int, int] | None = None
 
     @property
     def used_fraction(self) -> float:
@@ -128,6 +134,7 @@ class HostProbe:
             rss_bytes=tree.rss_bytes,
             server_pid=tree.pids[0] if tree.processes else None,
             per_process_bytes=tree.uss_by_pid(),
+            per_process_pss_bytes=tree.pss_by_pid(),
         )
 
 
@@ -156,7 +163,9 @@ class NvmlProbe:
         if self._pid_source is not None:
             pids = process_tree_pids(self._pid_source())
             by_pid = self._nvml.process_used_bytes(self.device_index)
-            if by_pid is not None:
+            # the driver gives host pids whatever namespace asks (NVIDIA/nvidia-docker#1483):
+            # a list naming none of the tree's processes is no figure of theirs
+            if by_pid is not None and (not by_pid or not by_pid.keys().isdisjoint(pids)):
                 mine = {pid: by_pid.get(pid, 0) for pid in pids}
                 process_bytes = sum(mine.values())
         return MemoryReading(

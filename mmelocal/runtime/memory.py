@@ -85,6 +85,10 @@ class TreeMemory:
         """USS of each process, by pid."""
         return {p.pid: p.uss_bytes for p in self.processes}
 
+    def pss_by_pid(self) -> dict[int, int]:
+        """PSS of each process, by pid (they sum to :attr:`pss_bytes`)."""
+        return {p.pid: p.pss_bytes for p in self.processes}
+
 
 _rss_warned: set[int] = set()
 

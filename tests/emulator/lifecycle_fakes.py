@@ -65,6 +65,22 @@ class StubMachine(Machine):
         )
 
 
+class ServerModelMachine(Machine):
+    """Every loaded model runs in the server's own process (pid 1: a TorchScript or ONNX
+    model, no stub of its own); readings carry per-process figures as the probes' do."""
+
+    SERVER_PID = 1
+
+    def read(self) -> MemoryReading:
+        used = self.base_bytes + sum(self.resident.values())
+        return MemoryReading(
+            used_bytes=used,
+            total_bytes=self.total_bytes,
+            server_pid=self.SERVER_PID,
+            per_process_bytes={self.SERVER_PID: used},
+        )
+
+
 class HeldMachine(Machine):
     """A machine over a 500 MiB limit whose next reading, once ``hold`` is set, stops until
     the test sets ``go_on`` (``entered`` says it got there): a trim or a load caught in
@@ -157,6 +173,23 @@ class Cache:
     def unpin(self, target: str) -> None:
         if self.pins.get(target):
             self.pins[target] -= 1
+
+
+class TorchCache(Cache):
+    """Artifacts whose served folder is a TorchScript model (its config names the runtime:
+    Triton runs it in its own process)."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__()
+        self.root = root
+
+    def ensure(self, target: str, prepare: Any = None, claim: Any = None) -> Any:
+        self.ensured.append(target)
+        folder = self.root / target / "m"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "config.pbtxt").write_text('name: "m"\nplatform: "pytorch_libtorch"\n')
+        artifact = SimpleNamespace(serve_dir=folder.parent, size_bytes=1)
+        return SimpleNamespace(downloaded=False, artifact=artifact)
 
 
 class Launcher:

@@ -5,8 +5,10 @@ acquire and release, restarts and the models loaded again after them, Triton's 4
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import time
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -17,7 +19,9 @@ from lifecycle_fakes import (
     GatedDelete,
     HeldMachine,
     Machine,
+    ServerModelMachine,
     StubMachine,
+    TorchCache,
     fake_instance,
 )
 from shared_helpers import wait_for_async
@@ -565,6 +569,124 @@ def test_the_trim_reads_again_what_a_model_grew_to_at_its_first_call() -> None:
         inst.release("m")
         await inst.trim()
         assert inst.footprints["m"] == inst.models["m"].footprint_bytes == 130 * MIB
+        await inst.stop()
+        inst.close()
+
+    asyncio.run(run())
+
+
+def test_a_model_in_the_servers_process_counts_what_the_server_grew_at_its_first_call(
+    tmp_path: Path,
+) -> None:
+    """A TorchScript model runs in Triton's own process (no stub to read again): the
+    server's growth across its first call is its own when nothing else happened in that
+    window (no load, no unload, no other model's first call), and the trim's reading
+    counts it; the plan then frees what evicting it really gives back."""
+
+    async def run() -> None:
+        machine = ServerModelMachine(total_bytes=1000 * MIB, base_bytes=50 * MIB)
+        inst = fake_instance(
+            machine,
+            Control(machine, size=100 * MIB),
+            limit_bytes=900 * MIB,
+            cache=TorchCache(tmp_path),
+        )
+        await inst.start()
+        await inst.acquire("m")
+        assert inst.footprints["m"] == 100 * MIB
+        machine.resident["m"] = 130 * MIB  # its first call: cuDNN workspace, pools
+        await inst.trim()
+        assert inst.footprints["m"] == 100 * MIB  # serving the call: not read
+        inst.release("m")
+        await inst.trim()
+        assert inst.footprints["m"] == inst.models["m"].footprint_bytes == 130 * MIB
+        await inst.acquire("m")  # later calls: not first calls, nothing more is added
+        machine.base_bytes += 5 * MIB
+        inst.release("m")
+        await inst.trim()
+        assert inst.footprints["m"] == 130 * MIB
+        await inst.stop()
+        inst.close()
+
+    asyncio.run(run())
+
+
+def test_first_calls_in_one_window_are_not_given_to_either_model(tmp_path: Path) -> None:
+    """Two models in the server's process have their first calls between the same two
+    readings: the server's growth cannot be split between them, so neither is charged
+    with it (their load-time figures stay), nor is a model whose first call overlapped a
+    load."""
+
+    async def run() -> None:
+        machine = ServerModelMachine(total_bytes=1000 * MIB, base_bytes=50 * MIB)
+        inst = fake_instance(
+            machine,
+            Control(machine, size=100 * MIB),
+            limit_bytes=900 * MIB,
+            cache=TorchCache(tmp_path),
+        )
+        await inst.start()
+        for name in ("a", "b"):
+            await inst.acquire(name)
+        machine.resident["a"] = machine.resident["b"] = 130 * MIB
+        for name in ("a", "b"):
+            inst.release(name)
+        await inst.trim()
+        assert inst.footprints == {"a": 100 * MIB, "b": 100 * MIB}
+        await inst.acquire("c")  # c's first call, and d's load in the same window
+        machine.resident["c"] = 130 * MIB
+        inst.release("c")
+        await inst.acquire("d")
+        inst.release("d")
+        await inst.trim()
+        assert inst.footprints["c"] == 100 * MIB
+        await inst.stop()
+        inst.close()
+
+    asyncio.run(run())
+
+
+class SharedPagesMachine(StubMachine):
+    """:class:`StubMachine` whose server and stubs also map ``shared_bytes`` of the same
+    pages (libpython, the Python backend's shared-memory region): each process's PSS is
+    its USS plus an equal share of them, and ``used_bytes`` sums the PSS (as the host
+    probe's reading does)."""
+
+    shared_bytes = 12 * MIB
+
+    def read(self) -> MemoryReading:
+        reading = super().read()
+        uss = dict(reading.per_process_bytes or {})
+        share = self.shared_bytes // len(uss)
+        return dataclasses.replace(
+            reading,
+            used_bytes=reading.used_bytes + self.shared_bytes,
+            per_process_pss_bytes={pid: b + share for pid, b in uss.items()},
+        )
+
+
+def test_footprints_are_the_models_part_of_the_budgets_pss() -> None:
+    """The budget is the tree's summed PSS; each stub's footprint is its PSS (its USS plus
+    its share of the pages it shares: 2.9-4.9 MiB for the tiny model), read again as the
+    shares move, so the footprints and the server's memory beside them add up to the
+    reading (it was the USS: the shares went to the idle server's figure, and a plan
+    counted each model short)."""
+
+    async def run() -> None:
+        machine = SharedPagesMachine(total_bytes=1000 * MIB, base_bytes=50 * MIB)
+        inst = fake_instance(machine, Control(machine, size=100 * MIB), limit_bytes=900 * MIB)
+        await inst.start()
+        for name in ("a", "b"):
+            await inst.acquire(name)
+            inst.release(name)
+        assert inst.footprints == {"a": 106 * MIB, "b": 104 * MIB}  # 12 MiB / 2, then / 3
+        await inst.trim()
+        assert {t: e.footprint_bytes for t, e in inst.models.items()} == {
+            "a": 104 * MIB,  # its share now: evicting it frees that, not its first figure
+            "b": 104 * MIB,
+        }
+        assert inst.footprints["a"] == 106 * MIB  # what its next load may need: kept
+        assert inst.idle_memory_bytes == 54 * MIB  # the server's PSS
         await inst.stop()
         inst.close()
 

@@ -10,6 +10,7 @@ more model and retries.
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 import time
 from pathlib import Path
@@ -17,7 +18,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from lifecycle_fakes import MIB, Cache, Control, Machine, StubMachine
+from lifecycle_fakes import MIB, Cache, Control, Machine, StubMachine, TorchCache
+from shared_helpers import StandInNvml
 
 from mmelocal.emulator.events import EventLog
 from mmelocal.emulator.eviction import Evictor
@@ -25,7 +27,7 @@ from mmelocal.emulator.gauge import MemoryGauge
 from mmelocal.emulator.loading import Loader
 from mmelocal.emulator.metrics import Metrics
 from mmelocal.emulator.model_state import READY, InstanceOptions, LoadedSet, ModelEntry
-from mmelocal.emulator.probes import MemoryReading
+from mmelocal.emulator.probes import MemoryReading, NvmlProbe
 from mmelocal.errors import OutOfMemoryError
 
 
@@ -177,21 +179,6 @@ class SharedRuntimeMachine(Machine):
             server_pid=1,
             per_process_bytes=pids,
         )
-
-
-class TorchCache(Cache):
-    """Artifacts whose served folder is a TorchScript model (its config names the runtime)."""
-
-    def __init__(self, root: Path) -> None:
-        super().__init__()
-        self.root = root
-
-    def ensure(self, target: str, prepare: Any = None, claim: Any = None) -> Any:
-        folder = self.root / target / "m"
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "config.pbtxt").write_text('name: "m"\nplatform: "pytorch_libtorch"\n')
-        artifact = SimpleNamespace(serve_dir=folder.parent, size_bytes=1)
-        return SimpleNamespace(downloaded=False, artifact=artifact)
 
 
 def test_a_frameworks_runtime_is_reserved_once(tmp_path: Path) -> None:
@@ -598,5 +585,153 @@ def test_a_model_with_a_step_in_the_server_counts_the_servers_growth_too(
         machine.resident["a"] = 110 * MIB  # its first call: its stub grew
         await load(loader, "b")  # the plan's reading reads it again
         assert state.footprints["a"] == 140 * MIB
+
+    asyncio.run(run())
+
+
+class OtherVictimExitsLate(Control):
+    """``first``'s DELETE gives back half its stub's memory at once and the rest only when
+    the next DELETE begins (its stub exits late); that next DELETE frees its own model's
+    memory only after three more readings (its stub takes a while to go). Counts the
+    readings taken since the earlier victim's stub exited."""
+
+    def __init__(self, machine: CountedMachine, *, first: str) -> None:
+        super().__init__(machine, size=100 * MIB)
+        self.first = first
+        self.first_gone = asyncio.Event()
+        self.second_gone = asyncio.Event()
+        self.loop = asyncio.get_running_loop()
+        self.reads_since = -1
+        machine.after_read = self._after_read
+
+    def _after_read(self) -> None:  # on the gauge's thread
+        if self.reads_since >= 0:
+            self.reads_since += 1
+            if self.reads_since == 3:
+                self.loop.call_soon_threadsafe(self.second_gone.set)
+
+    async def delete(self, entry: ModelEntry) -> int:
+        self.calls.append(("delete", entry.target))
+        if entry.target == self.first:
+            self.machine.resident[entry.target] = self.size // 2
+            await self.first_gone.wait()
+            return 200
+        self.machine.resident.pop(self.first, None)  # the earlier victim's stub exits now
+        self.reads_since = 0
+        self.first_gone.set()
+        await self.second_gone.wait()
+        self.machine.resident.pop(entry.target, None)
+        return 200
+
+
+class CountedStubMachine(StubMachine):
+    after_read: Any = None
+
+    def read(self) -> MemoryReading:
+        reading = super().read()
+        if self.after_read is not None:
+            self.after_read()
+        return reading
+
+
+def test_an_unload_waits_for_its_own_processes_not_for_another_victims_exit() -> None:
+    """The earlier victim's stub exits while the next unload waits for its memory: the
+    drop is a whole model's, but not this model's. The unload returns only once this
+    model's own processes gave their memory back (the load after it would start beside
+    them)."""
+
+    async def run() -> None:
+        machine = CountedStubMachine(total_bytes=1000 * MIB, base_bytes=50 * MIB)
+        control = OtherVictimExitsLate(machine, first="a")  # type: ignore[arg-type]
+        options = InstanceOptions(busy_wait_s=0.2, release_timeout_s=30.0)
+        loader, state = parts(machine, control, limit_bytes=900 * MIB, options=options)
+        for name in ("a", "b"):
+            await load(loader, name)
+        await loader.evictor.unload(state.models["a"], kind="evict", reason="test")
+        await loader.evictor.unload(state.models["b"], kind="evict", reason="test")
+        assert "b" not in machine.resident  # its stub had released its memory
+        await asyncio.wait_for(asyncio.gather(*state.finishing, *state.deletes.values()), 30)
+
+    asyncio.run(run())
+
+
+class GpuBox(StandInNvml):
+    """A stand-in ``pynvml`` for one card whose memory follows the loads: each loaded model
+    is a Python-backend stub process (pid from 100) holding ``gpu_bytes[target]`` of GPU
+    memory (0: a KIND_CPU-instance stub that never touches the card) beside the server
+    (pid 1, 300 MiB: its CUDA context and memory pool); ``outside`` is the card's memory
+    that processes outside Triton's tree hold (pid 9999). NVML lists every process that
+    holds memory on the card, with its figure."""
+
+    def __init__(self, gpu_bytes: dict[str, int]) -> None:
+        super().__init__({0: 0}, total_bytes=16 * 2**30)
+        self.gpu_bytes = gpu_bytes
+        self.stubs: dict[str, int] = {}
+        self.outside = 0
+        self._next = 100
+
+    def tree(self) -> list[int]:
+        return [1, *self.stubs.values()]
+
+    def _holders(self) -> dict[int, int]:
+        held = {1: 300 * MIB, **{p: self.gpu_bytes[t] for t, p in self.stubs.items()}}
+        if self.outside:
+            held[9999] = self.outside
+        return {pid: b for pid, b in held.items() if b}
+
+    def nvmlDeviceGetMemoryInfo(self, handle: int) -> Any:
+        return SimpleNamespace(used=sum(self._holders().values()), total=self.total_bytes)
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: int) -> list[Any]:
+        return [SimpleNamespace(pid=p, usedGpuMemory=b) for p, b in self._holders().items()]
+
+    def start_stub(self, target: str) -> None:
+        self.stubs[target], self._next = self._next, self._next + 1
+
+
+class GpuControl(Control):
+    """Loads start a stub on the :class:`GpuBox`; the first load also sees another process
+    take 500 MiB of the card meanwhile."""
+
+    def __init__(self, box: GpuBox) -> None:
+        super().__init__(Machine(total_bytes=1), size=0)
+        self.box = box
+
+    async def post_load(self, entry: ModelEntry, url_dir: str) -> tuple[int, str]:
+        self.calls.append(("load", entry.target))
+        self.box.start_stub(entry.target)
+        self.box.outside += 500 * MIB if len(self.box.stubs) == 1 else 0
+        return 200, ""
+
+    async def delete(self, entry: ModelEntry) -> int:
+        self.calls.append(("delete", entry.target))
+        self.box.stubs.pop(entry.target, None)
+        return 200
+
+
+def test_a_gpu_models_footprint_is_its_own_processes_gpu_memory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On a GPU the footprint of a model with stubs of its own is their GPU memory as NVML
+    gives it per process, not the card's growth (another process took 500 MiB of the card
+    during the first load); a KIND_CPU-instance stub that holds none of the card is a
+    known 0, not an unknown footprint counted at the others' mean."""
+    box = GpuBox({"gpu": 100 * MIB, "cpu": 0})
+    monkeypatch.setitem(sys.modules, "pynvml", box)
+    monkeypatch.setattr("mmelocal.emulator.probes.process_tree_pids", lambda pid: box.tree())
+
+    async def run() -> None:
+        control = GpuControl(box)
+        probe = NvmlProbe(0, lambda: 1)
+        loader, state = parts(probe, control, limit_bytes=15 * 2**30)  # type: ignore[arg-type]
+        await load(loader, "gpu")
+        await load(loader, "cpu")
+        assert state.footprints == {"gpu": 100 * MIB, "cpu": 0}
+        assert loader._need_bytes(state.models["cpu"]) == 0
+        for name in ("gpu", "cpu"):
+            await loader.evictor.unload(state.models[name], kind="unload", reason="test")
+        await asyncio.gather(*state.finishing, *state.deletes.values())
+        assert state.footprints == {"gpu": 100 * MIB, "cpu": 0}
+        assert [e.bytes for e in loader.events.recent("unload")] == [100 * MIB, 0]
 
     asyncio.run(run())

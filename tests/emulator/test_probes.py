@@ -149,6 +149,20 @@ def test_nvml_says_when_the_driver_reports_no_per_process_use(
     assert memory.gpu_count() == 2 and memory.gpu_used_bytes() == 12 * 2**30
 
 
+def test_nvml_figures_that_name_none_of_the_trees_processes_are_no_figures_of_theirs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Inside a container with its own pid namespace the driver still lists the host's
+    pids (NVIDIA/nvidia-docker#1483): the tree's pids (4242, 4243 here) are not among
+    them, and reading each as holding 0 of the card made every stub model a 0 footprint.
+    Such a reading has no per-process figures (the card's growth is used)."""
+    monkeypatch.setitem(sys.modules, "pynvml", _Fake())  # lists pids 4242 and 1
+    monkeypatch.setattr("mmelocal.emulator.probes.process_tree_pids", lambda pid: [17, 18])
+    reading = NvmlProbe(0, lambda: 17).read()
+    assert reading.per_process_bytes is None and reading.process_bytes is None
+    assert reading.used_bytes == 6 * 2**30
+
+
 def test_choose_probe_falls_back_to_host(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails
     assert choose_probe(lambda: None, budget_bytes=5, gpu_index=0).kind == "host"
