@@ -65,14 +65,15 @@ def replay_memory(data: Mapping[str, Any]) -> dict[str, Any]:
     server's memory and the runtimes its models brought (``memory_room_bytes``, the
     smallest of its instances, from ``mmelocal serve``'s ``/emulator/state``), each model
     counted at the footprint the emulator measured for it (``footprints_bytes``: what its
-    eviction plans with), a model it never loaded at their mean.
+    eviction plans with; 0 is a measured figure, a GPU model whose processes hold none of
+    the card), a model it never loaded at their mean.
 
     Not a count: models of different sizes share the memory as in the emulator."""
     room = data.get("memory_room_bytes")
     footprints = {
-        str(t): int(b) for t, b in (data.get("footprints_bytes") or {}).items() if b and b > 0
+        str(t): int(b) for t, b in (data.get("footprints_bytes") or {}).items() if b is not None
     }
-    if room is None or int(room) <= 0 or not footprints:
+    if room is None or int(room) <= 0 or not any(b > 0 for b in footprints.values()):
         return {}
     return {
         "memory_limit_bytes": int(room),

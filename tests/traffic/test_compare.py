@@ -105,6 +105,21 @@ def test_the_emulators_memory_and_limits_come_from_its_state_page() -> None:
     assert config.hot_rps_threshold == 7.0
 
 
+def test_a_model_the_emulator_measured_at_0_bytes_is_simulated_at_0_not_the_mean() -> None:
+    """The emulator records 0 for a GPU model whose processes hold none of the card: the
+    simulation counts it at 0, not at the other models' mean."""
+    config = config_from_replay(
+        _replayed(
+            max_loaded_per_instance=1,
+            emulator_instances=1,
+            memory_room_bytes=1_000,
+            footprints_bytes={"a": 300, "cpu": 0},
+        )
+    )
+    assert dict(config.footprint_bytes) == {"a": 300, "cpu": 0}
+    assert config.default_footprint_bytes == 150
+
+
 def test_the_capacity_is_the_emulators_memory_not_the_most_it_once_held() -> None:
     """The emulator's capacity is memory (PSS on a CPU host): its readings move, and a
     replay may see 4 models ready at once for a moment where its memory holds 3 most of
