@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -116,6 +117,8 @@ class TritonInstance:
         self._process_thread = OwnThread(f"triton-{index}")
         # liveness checks: not behind a start (seconds to minutes) nor the downloads
         self._checks = OwnThread(f"triton-{index}-check")
+        #: set from the submission of the launcher's start until it returned (:meth:`stop`)
+        self._launching = threading.Event()
 
     # -- the parts, as the platform and the router see them ------------------------------
     @property
@@ -145,7 +148,7 @@ class TritonInstance:
     # -- lifecycle ---------------------------------------------------------------------
     async def start(self) -> None:
         """Start (or adopt) the server and take a first memory reading."""
-        await self._process_thread.run(self.launcher.start)
+        await self._start_launcher()
         self.generation += 1
         url = self.launcher.endpoints.sagemaker_url
         if url is None:
@@ -164,9 +167,27 @@ class TritonInstance:
         if self.on_up is not None:
             await self.on_up(self)
 
+    def _start_launcher(self) -> asyncio.Future[None]:
+        """The launcher's start on the process thread, :attr:`_launching` until it returned
+        (even when the awaiting task was cancelled meanwhile: :meth:`stop`)."""
+
+        def launch() -> None:
+            try:
+                self.launcher.start()
+            finally:
+                self._launching.clear()
+
+        self._launching.set()
+        return self._process_thread.run(launch)
+
     async def stop(self) -> None:
-        """Stop the server and forget its loaded set (idempotent)."""
+        """Stop the server and forget its loaded set (idempotent). A start under way waits
+        for its server to answer (up to the launcher's start timeout) before the process
+        thread is free: its process is stopped from another thread at once, which ends
+        that wait, and the stop on the process thread after it finishes the job."""
         self.up = False
+        if self._launching.is_set():
+            await asyncio.to_thread(self.launcher.stop)
         self.control.close()
         pending: list[asyncio.Future[Any]] = [*self.state.deletes.values(), *self.state.finishing]
         pending += [e.task for e in self.models.values() if e.task is not None]
@@ -399,7 +420,7 @@ class TritonInstance:
         self.models.clear()
         t0 = time.perf_counter()
         await self._process_thread.run(self.launcher.stop)
-        await self._process_thread.run(self.launcher.start)
+        await self._start_launcher()
         self.generation += 1
         if self.retired:  # a scale-in stopped it meanwhile: stop what we just started
             await self._process_thread.run(self.launcher.stop)

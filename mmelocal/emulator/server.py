@@ -147,6 +147,22 @@ async def serve_forever(
         await listener.stop()
 
 
+#: how long a stopping server waits for the tasks it cancels (calls from other threads,
+#: connections) to end
+END_TASKS_TIMEOUT_S = 5.0
+
+
+def _end_tasks(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel the tasks still pending on ``loop`` (what :meth:`EmulatorServer.call` runs
+    for other threads among them, so that they get an answer, CancelledError, and do not
+    wait out their timeout) and give them a while to end."""
+    pending = [task for task in asyncio.all_tasks(loop) if not task.done()]
+    for task in pending:
+        task.cancel()
+    if pending:
+        loop.run_until_complete(asyncio.wait(pending, timeout=END_TASKS_TIMEOUT_S))
+
+
 class EmulatorServer(StartStopContext):
     """An emulator on a background thread (see the module docstring)."""
 
@@ -172,6 +188,12 @@ class EmulatorServer(StartStopContext):
         self.timeouts = timeouts
         self._ready = threading.Event()
         self._error: BaseException | None = None
+        #: guards :attr:`_halted` and the serving task against a stop from another thread
+        self._state_lock = threading.Lock()
+        #: a stop() came: a start under way ends (its Triton stopped), none begins
+        self._halted = False
+        #: the loop's one task: the start-up, then serving until it is cancelled
+        self._serving: asyncio.Task[None] | None = None
 
     @property
     def port(self) -> int:
@@ -188,42 +210,55 @@ class EmulatorServer(StartStopContext):
         return f"http://{self.host}:{self.port}"
 
     def start(self) -> EmulatorServer:
-        """Start Triton and the HTTP server; return once both answer."""
-        if self._thread is not None:
-            return self
-        _ = self.port  # bound here, in the caller's thread: a port in use fails at once
-        self._thread = threading.Thread(target=self._run, name="mme-emulator", daemon=True)
-        self._thread.start()
+        """Start Triton and the HTTP server; return once both answer. A :meth:`stop` from
+        another thread meanwhile ends the start (the Triton instances started so far are
+        stopped) and it raises EmulatorError."""
+        with self._state_lock:
+            if self._halted:
+                raise EmulatorError("the emulator was stopped before it started")
+            if self._thread is not None:
+                return self
+            _ = self.port  # bound here, in the caller's thread: a port in use fails at once
+            self._thread = threading.Thread(target=self._run, name="mme-emulator", daemon=True)
+            self._thread.start()
         if not self._ready.wait(self.start_timeout_s):
             self.stop()
             raise EmulatorError(f"the emulator did not start within {self.start_timeout_s:g}s")
         if self._error is not None:
             error = self._error
             self.stop()
+            if isinstance(error, asyncio.CancelledError):
+                raise EmulatorError("the emulator was stopped while it was starting") from None
             raise error
         return self
 
     def _run(self) -> None:
         loop = new_event_loop()
-        self._loop = loop
         asyncio.set_event_loop(loop)
+        with self._state_lock:
+            self._loop = loop
+            self._serving = loop.create_task(self._serve())
+            if self._halted:  # stopped before the loop existed: the start ends at once
+                self._serving.cancel()
         try:
-            loop.run_until_complete(self._setup())
+            loop.run_until_complete(self._serving)
         except BaseException as exc:
-            self._error = exc
+            if not self._ready.is_set():
+                self._error = exc
+        finally:
             try:
                 loop.run_until_complete(self._cleanup())
+                _end_tasks(loop)
             finally:
                 loop.close()
                 # only now: the caller's stop() must find the loop gone, not closing
                 self._ready.set()
-            return
+
+    async def _serve(self) -> None:
+        """Start up, say so, then serve until cancelled (:meth:`stop`)."""
+        await self._setup()
         self._ready.set()
-        try:
-            loop.run_forever()
-        finally:
-            loop.run_until_complete(self._cleanup())
-            loop.close()
+        await asyncio.Event().wait()
 
     async def _setup(self) -> None:
         self._listener = Listener(self.emulator, timeouts=self.timeouts)
@@ -243,11 +278,16 @@ class EmulatorServer(StartStopContext):
         return future.result(timeout_s)
 
     def stop(self) -> None:
-        """Stop the HTTP server and every Triton instance (idempotent)."""
-        loop, thread = self._loop, self._thread
-        if loop is not None and thread is not None and thread.is_alive():
+        """Stop the HTTP server and every Triton instance (idempotent); a start under way
+        (on another thread) ends, stopping what it started, and the :meth:`call` s under
+        way end with CancelledError."""
+        with self._state_lock:
+            self._halted = True
+            loop, thread, serving = self._loop, self._thread, self._serving
+        if loop is not None and serving is not None and thread is not None and thread.is_alive():
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: it is ending
-                loop.call_soon_threadsafe(loop.stop)
+                loop.call_soon_threadsafe(serving.cancel)
+        if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=120)
         self._thread = None
         self._loop = None

@@ -23,7 +23,7 @@ from typing import Any
 from mmelocal.errors import EndpointFailedError
 from mmelocal.facts.runtime_api import IN_PROGRESS_STATUSES
 from mmelocal.facts.sagemaker import DRAIN_TIMEOUT_S, FAILURE_REASON_MAX_CHARS
-from mmelocal.localaws.fleet import Fleet
+from mmelocal.localaws.fleet import Fleet, FleetLaunches
 from mmelocal.localaws.variants import (
     EndpointPlan,
     StartFleet,
@@ -37,6 +37,9 @@ logger = logging.getLogger(__name__)
 
 #: (region, endpoint name, config name) -> what the config serves, read from moto
 Describe = Callable[[str, str, str], EndpointPlan]
+#: how long :meth:`EndpointManager.close` waits, in all, for the fleets and transitions
+#: to end
+CLOSE_TIMEOUT_S = 30.0
 
 
 @dataclass(kw_only=True)
@@ -101,6 +104,9 @@ class EndpointManager:
         #: create again (:meth:`keep_saved`)
         self._restored: dict[tuple[str, str], tuple[float, float, str | None]] = {}
         self._closed = False
+        #: the fleets starting now: ``start_fleet`` starts each through it, so that
+        #: :meth:`close` can end their start
+        self.launches = FleetLaunches()
 
     # -- queries -----------------------------------------------------------------------
     def get(self, region: str, name: str) -> EndpointState | None:
@@ -297,24 +303,41 @@ class EndpointManager:
             ):
                 state.status = "InService"
 
-    def close(self, timeout_s: float = 30.0) -> None:
-        """Stop every fleet (the server is shutting down); fleets still starting are stopped
-        by their worker, waited for up to ``timeout_s``."""
+    def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
+        """Stop every fleet (the server is shutting down), waiting ``timeout_s`` at most in
+        all. A creation or update under way is given up, not waited for: the fleets still
+        starting are stopped at once (:meth:`~.fleet.FleetLaunches.cancel`), which ends
+        their start, and no other starts; the saved state (:mod:`.state`), written before,
+        has the endpoint as it was, and a restart creates it again."""
+        deadline = time.monotonic() + timeout_s
         with self._lock:
             self._closed = True
             states = list(self._endpoints.values())
             self._endpoints.clear()
-            fleets = []
+            fleets: list[VariantFleets | Fleet] = []
             for state in states:
                 state.generation += 1
-                fleets.append(state.fleets)
+                if state.fleets is not None:
+                    fleets.append(state.fleets)
                 state.fleets = None
-        for fleet in fleets:
-            if fleet is not None:
-                fleet.stop()
-        for state in states:
-            for worker in list(state.workers):
-                worker.join(timeout_s)
+        fleets += self.launches.cancel()
+        stopping = [
+            threading.Thread(target=fleet.stop, name="localaws-stop", daemon=True)
+            for fleet in fleets
+        ]
+        for thread in stopping:  # side by side: each may wait for its Triton to exit
+            thread.start()
+        workers = [worker for state in states for worker in state.workers]
+        for thread in [*stopping, *workers]:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        left = sum(thread.is_alive() for thread in [*stopping, *workers])
+        if left:
+            logger.warning(
+                "%d endpoint fleet stop(s) or transition(s) still under way after %.0fs; "
+                "not waiting for them",
+                left,
+                timeout_s,
+            )
 
     def wait(self, timeout_s: float | None = None) -> None:
         """Wait for the transitions under way (tests, shutdown)."""
@@ -368,12 +391,14 @@ class EndpointManager:
 
     def _fail(self, state: EndpointState, generation: int, reason: str) -> None:
         with self._lock:
-            if state.generation == generation:
+            current = state.generation == generation
+            if current:
                 # a failed update leaves the old fleet serving, as the service rolls back
                 state.status = "InService" if state.fleets is not None else "Failed"
                 state.failure_reason = reason
                 state.restoring, state.pending = False, None
-        logger.info("endpoint %s failed: %s", state.name, reason)
+        if current:  # else it moved on (deleted, updated again, shut down) meanwhile
+            logger.info("endpoint %s failed: %s", state.name, reason)
 
     def _run_create(self, state: EndpointState, generation: int) -> None:
         try:

@@ -36,6 +36,10 @@ TRITON_REPOSITORY = REPOSITORY
 
 logger = logging.getLogger(__name__)
 
+#: why a fleet's start ended at a shutdown of the local AWS (no endpoint shows it: the
+#: endpoint's state is the one saved before)
+SHUT_DOWN_REASON = "the local AWS stopped while the endpoint was being created"
+
 
 @dataclass(frozen=True, kw_only=True)
 class FleetPlan:
@@ -279,6 +283,42 @@ class Fleet:
                 logger.exception("after stopping the fleet of %s", self.plan.endpoint_name)
 
 
+class FleetLaunches:
+    """The fleets whose start is under way, so that a shutdown stops them rather than
+    waiting for their Triton to answer (:meth:`.endpoints.EndpointManager.close`): once
+    :meth:`cancel` is called, a start under way ends with what it started stopped, and
+    none begins."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._starting: list[Fleet] = []
+        self._cancelled = False
+
+    def start(self, fleet: Fleet) -> None:
+        """``fleet.start()``; EndpointFailedError (and ``fleet`` stopped) when
+        :meth:`cancel` comes before or during it."""
+        with self._lock:
+            if self._cancelled:
+                raise EndpointFailedError(SHUT_DOWN_REASON)
+            self._starting.append(fleet)
+        try:
+            fleet.start()
+        finally:
+            with self._lock:
+                self._starting.remove(fleet)
+                cancelled = self._cancelled
+        if cancelled:  # started just as the shutdown came: it would serve no one
+            fleet.stop()
+            raise EndpointFailedError(SHUT_DOWN_REASON)
+
+    def cancel(self) -> list[Fleet]:
+        """No start begins from now on; the fleets starting now, for the caller to stop
+        (which ends their start: :meth:`Fleet.stop`)."""
+        with self._lock:
+            self._cancelled = True
+            return list(self._starting)
+
+
 def new_instance_id() -> str:
     """An id shaped like an EC2 instance's (``i-`` and 17 hex digits)."""
     return "i-" + secrets.token_hex(9)[:17]
@@ -292,8 +332,10 @@ def _reason(exc: BaseException) -> str:
 
 
 __all__ = [
+    "SHUT_DOWN_REASON",
     "TRITON_REPOSITORY",
     "Fleet",
+    "FleetLaunches",
     "FleetOptions",
     "FleetPlan",
     "card_memory_bytes",

@@ -77,7 +77,10 @@ class LogShipper:
     def watch(self, region: str, fleet: Any) -> None:
         """Ship the logs of ``fleet`` (a started :class:`~.fleet.Fleet`): its group and
         one stream per instance are created now; an instance added later (a scale-out)
-        gets its stream at the next round."""
+        gets its stream at the next round. Nothing once :meth:`stop` was called (a fleet
+        whose start ends as the local AWS stops: the server may be gone already)."""
+        if self._loop.stopping.is_set():
+            return
         logs = self._client_for("logs", region)
         _ensure(logs.create_log_group, logGroupName=log_group_name(fleet.plan.endpoint_name))
         with self._lock:

@@ -28,7 +28,7 @@ from mmelocal.localaws.app import INTERNAL_HEADER, OWN_HEADER, LocalAwsApp
 from mmelocal.localaws.cloudwatch import ControlLoop, Running
 from mmelocal.localaws.cloudwatch_api import CloudWatchOverlay
 from mmelocal.localaws.endpoints import EndpointManager
-from mmelocal.localaws.fleet import Fleet, FleetOptions, FleetPlan
+from mmelocal.localaws.fleet import SHUT_DOWN_REASON, Fleet, FleetOptions, FleetPlan
 from mmelocal.localaws.logs import LOGS_TARGET, LogShipper, logs_overlay
 from mmelocal.localaws.proxy import CA_FILE, CertificateAuthority, HttpsProxy, is_loopback
 from mmelocal.localaws.scaling import PAGED_OPERATIONS, Autoscaler, paged_records
@@ -525,7 +525,9 @@ class LocalAws(StartStopContext):
     def _start_fleet(self, plan: FleetPlan, work_dir: Path) -> Fleet:
         options = FleetOptions(work_dir=work_dir, **self._fleet_options)  # type: ignore[arg-type]
         fleet = Fleet(plan, s3_client=self._new_client("s3", DEFAULT_REGION), options=options)
-        fleet.start()
+        if self.endpoints is None:
+            raise EndpointFailedError(SHUT_DOWN_REASON)
+        self.endpoints.launches.start(fleet)  # a stop ends it (EndpointManager.close)
         if self._logs is not None:
             try:
                 self._logs.watch(plan.region, fleet)

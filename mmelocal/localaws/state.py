@@ -9,7 +9,10 @@ the buckets and objects are uploaded again and the resources re-created in order
 scaling policies, which create their target tracking alarms again, CloudWatch metric
 alarms) and the endpoints' log groups with their events; an endpoint created again keeps
 the CreationTime and LastModifiedTime it had, and one saved Failed comes back Failed with
-its FailureReason, starting nothing (:class:`KeepSaved`). A resource that already
+its FailureReason, starting nothing (:class:`KeepSaved`). One saved Creating (the stop
+gave up its creation: :meth:`.endpoints.EndpointManager.close`) is Creating again and
+starts its fleet again, as the service would have gone on creating it; one saved Updating
+comes back on the config it served (DescribeEndpoint's), the change under way not made. A resource that already
 exists is kept as it is. Not kept: metric datapoints, alarm states and history (alarms start
 again at INSUFFICIENT_DATA), scaling activities.
 """

@@ -1,4 +1,5 @@
-"""A Triton that cannot start fails ``EmulatorServer.start`` with tritonserver's own words.
+"""A Triton that cannot start fails ``EmulatorServer.start`` with tritonserver's own words;
+a stop while it starts ends the start and stops what it spawned.
 
 The setup error used to be handed over before the server's loop closed, so the caller's
 ``stop()`` could meet a loop closed under it and raise "Event loop is closed" in place of
@@ -10,11 +11,14 @@ import asyncio
 import threading
 from pathlib import Path
 
+import psutil
 import pytest
+from shared_helpers import wait_for
 
 from mmelocal.emulator import server as server_module
 from mmelocal.emulator.emulator import EmulatorConfig
 from mmelocal.emulator.server import EmulatorServer
+from mmelocal.errors import EmulatorError
 
 
 @pytest.fixture
@@ -65,3 +69,42 @@ def test_the_reason_survives_a_loop_closing_as_the_caller_stops(
         server.start()
     server.stop()  # idempotent after a failed start
     assert not any(t.name == "mme-emulator" for t in threading.enumerate())
+
+
+def test_a_stop_ends_a_start_under_way_and_stops_its_triton(tmp_path: Path) -> None:
+    """``stop()`` from another thread while ``start()`` waits for a Triton that has not
+    answered yet (the local AWS shutting down with an endpoint Creating) ends the start at
+    once with EmulatorError, and the tritonserver it spawned is gone. The stop used to
+    halt the loop under the start: start() raised RuntimeError ("Event loop stopped before
+    Future completed") and the tritonserver went on running."""
+    pid_file = tmp_path / "pid"
+    never_ready = tmp_path / "tritonserver"
+    never_ready.write_text(f"#!/bin/sh\necho $$ > {pid_file}\nexec sleep 600\n")
+    never_ready.chmod(0o755)
+    (tmp_path / "store").mkdir()
+    server = EmulatorServer(EmulatorConfig(store=str(tmp_path / "store"), tritonserver=never_ready))
+    failures: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            server.start()
+        except BaseException as exc:
+            failures.append(exc)
+
+    starting = threading.Thread(target=start)
+    starting.start()
+    pid = int(wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), timeout_s=60))
+    server.stop()
+    starting.join(timeout=60)
+    assert not starting.is_alive()
+    assert len(failures) == 1 and isinstance(failures[0], EmulatorError), failures
+    assert "stopped while it was starting" in str(failures[0])
+    assert not _runs(pid)
+    assert not any(t.name == "mme-emulator" for t in threading.enumerate())
+
+
+def _runs(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

@@ -1,17 +1,20 @@
-"""What ``--data`` keeps of an endpoint across a restart (the endpoint here costs no
-Triton: its image is not one the local AWS runs, so it fails as soon as it is planned)."""
+"""What ``--data`` keeps of an endpoint across a restart (the endpoints here cost no
+Triton: their image is not one the local AWS runs, so they fail as soon as they are
+planned, or their tritonserver is a stand-in script)."""
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
 import boto3
+import psutil
 import pytest
 from botocore.exceptions import ClientError
 from localaws_helpers import model_and_config, unique, wait_status
-from shared_helpers import gated_tritonserver, listed, local_aws_running, wait_gone
+from shared_helpers import gated_tritonserver, listed, local_aws_running, wait_for, wait_gone
 
 from mmelocal.localaws import LocalAws
 from mmelocal.localaws.state import STATE_FILE
@@ -134,3 +137,46 @@ def test_a_failed_endpoint_comes_back_failed_and_starts_nothing(
         sm.delete_endpoint(EndpointName=name)
         wait_gone(sm, name)
     assert not started.exists()
+
+
+def test_a_stop_gives_up_a_creation_and_the_restart_creates_it_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stopping the local AWS (Ctrl-C on ``mmelocal local-aws``, a fixture's teardown) while
+    an endpoint is Creating does not wait for its Triton: the stop stops the tritonserver
+    it had spawned and returns (it waited 30 s for the creation and left the tritonserver
+    running). The state saved has the endpoint Creating, and the restart does what the
+    service does, which goes on creating it: Creating, with its saved times, its
+    tritonserver started again."""
+    name, pids = unique("creating"), tmp_path / "pids"
+    script = f"#!/bin/sh\necho $$ >> {pids}\nexec sleep 600\n"  # never ready
+    with local_aws_running(script, tmp_path, monkeypatch):
+        sm = boto3.client("sagemaker")
+        bucket = unique("creating")
+        boto3.client("s3").create_bucket(Bucket=bucket)
+        # never read: the stand-in loads nothing
+        boto3.client("s3").put_object(Bucket=bucket, Key="m/model.tar.gz", Body=b"x")
+        sm.create_endpoint(
+            EndpointName=name, EndpointConfigName=model_and_config(f"s3://{bucket}/m/")
+        )
+        wait_for(pids.exists, timeout_s=60, what="the endpoint's tritonserver")
+        saved = sm.describe_endpoint(EndpointName=name)
+        assert saved["EndpointStatus"] == "Creating"
+        stopping_s = time.monotonic()
+    assert time.monotonic() - stopping_s < 20  # the join alone was 30 s
+    (first,) = (int(pid) for pid in pids.read_text().split())
+    assert not _runs(first)
+    with local_aws_running(script, tmp_path, monkeypatch):  # its stop ends this start too
+        restored = boto3.client("sagemaker").describe_endpoint(EndpointName=name)
+        assert restored["EndpointStatus"] == "Creating"
+        times = ("CreationTime", "LastModifiedTime")
+        assert [restored[t] for t in times] == [saved[t] for t in times]
+        wait_for(lambda: len(pids.read_text().split()) == 2, timeout_s=60, what="a restart")
+    assert not any(_runs(int(pid)) for pid in pids.read_text().split())
+
+
+def _runs(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
