@@ -12,9 +12,9 @@ the CreationTime and LastModifiedTime it had, and one saved Failed comes back Fa
 its FailureReason, starting nothing (:class:`KeepSaved`). One saved Creating (the stop
 gave up its creation: :meth:`.endpoints.EndpointManager.close`) is Creating again and
 starts its fleet again, as the service would have gone on creating it; one saved Updating
-comes back on the config it served (DescribeEndpoint's), the change under way not made. A resource that already
-exists is kept as it is. Not kept: metric datapoints, alarm states and history (alarms start
-again at INSUFFICIENT_DATA), scaling activities.
+comes back on the config it served (DescribeEndpoint's), the change under way not made.
+A resource that already exists is kept as it is. Not kept: metric datapoints, alarm states
+and history (alarms start again at INSUFFICIENT_DATA), scaling activities.
 """
 
 from __future__ import annotations
