@@ -37,6 +37,7 @@ can show it without parsing text::
     │       └── UpstreamTimeoutError  Triton did not answer within the deadline
     ├── BenchError                  capacity, load test, sweep or report failed
     ├── DeployError                 deploy / undeploy / smoke against SageMaker failed
+    │   └── ObjectConflictError     a store tarball would overwrite an object not the endpoint's
     └── LocalAwsError               the local AWS (``mmelocal local-aws``)
         ├── AwsServiceError         a request the service refuses (its code and status)
         └── EndpointFailedError     an endpoint cannot be served (its FailureReason)
@@ -302,6 +303,16 @@ class DeployError(MmeLocalError):
         super().__init__(message)
         self.operation = operation
         self.code = code
+
+
+class ObjectConflictError(DeployError):
+    """A store tarball would replace an object under the prefix that is not the endpoint's
+    to replace (the user's own, another tool's or another endpoint's; or one S3 would not
+    let mmelocal read). ``keys`` names those objects, sorted."""
+
+    def __init__(self, message: str, *, keys: Sequence[str]) -> None:
+        super().__init__(message)
+        self.keys = tuple(sorted(keys))
 
 
 class LocalAwsError(MmeLocalError):

@@ -102,6 +102,13 @@ from mmelocal.units import mib
     "mmelocal 2026-11-24 or earlier): you say they are this endpoint's. Those another "
     "model reads are kept still.",
 )
+@click.option(
+    "--replace-foreign",
+    is_flag=True,
+    help="Let STORE's tarballs replace the objects at their keys that mmelocal did not "
+    "upload for this endpoint (your own, another tool's, another endpoint's): you say they "
+    "may go. Without it such a deploy is refused, naming them.",
+)
 def deploy(
     store: Path,
     instance_type: str | None,
@@ -153,6 +160,7 @@ def _deploy(
 ) -> None:
     """The deploy itself; ``outcome`` records what it did, ``held`` keeps its clients."""
     from mmelocal.aws.session import connect
+    from mmelocal.deploy.artifacts import replaced_notice
     from mmelocal.deploy.deployer import left_over, make_plan, unrecorded_notice
     from mmelocal.errors import DeployError
 
@@ -181,6 +189,9 @@ def _deploy(
 
         plan = outcome.plan = make_plan(options, clients, on_head=on_head)
     _print_plan(plan, options, out)
+    replaced = replaced_notice(plan)
+    if replaced is not None:
+        out.print(replaced, highlight=False, soft_wrap=True)
     unrecorded = unrecorded_notice(plan)
     if outcome.dry_run:
         out.print("dry run: nothing was changed", highlight=False)

@@ -173,7 +173,8 @@ def cards_table(result: Any) -> Table:
         title=f"Copies per card (threshold {result.threshold:.0%})",
         caption="copies = floor((threshold x card - once per process) / per copy); "
         "low from the high footprint, high from the low one; 'projected': no published run "
-        "on this card checked the estimate" + ("; the measured column wins" if measured else ""),
+        "on this card checked the estimate; the bold count sizes an instance (deploy "
+        "--capacity, traffic --capacity)" + ("; the measured count wins" if measured else ""),
     )
     columns = ["GPU", "GPU MiB", "instance types", "low", "point", "high", "checked"]
     for column in [*columns, *(["measured"] if measured else [])]:
@@ -184,12 +185,12 @@ def cards_table(result: Any) -> Table:
             mib(card.memory_bytes, suffix=False),
             ", ".join(card.instance_types),
             str(card.low),
-            f"[bold]{card.point}[/]",
+            f"[bold]{card.point}[/]" if card.measured is None else str(card.point),
             str(card.high),
             "projected" if card.projected else "published runs",
         ]
-        if measured:
-            row.append(f"[bold green]{card.measured}[/]" if card.measured is not None else "-")
+        if measured:  # where it is given, the measured count is the one that sizes (copies)
+            row.append(f"[bold green]{card.copies}[/]" if card.measured is not None else "-")
         table.add_row(*row)
     return table
 

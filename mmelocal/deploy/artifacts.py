@@ -53,22 +53,28 @@ class UnreadableObject:
         return f"{self.code} {cause}" if cause else self.code
 
 
-def mmelocal_object(
+def head_or_refusal(
     s3: Any, bucket: str, key: str, size_bytes: int
-) -> MmelocalObject | UnreadableObject | None:
-    """What mmelocal recorded on ``key`` (one HeadObject); None: not mmelocal's, or gone
-    since the listing. A refusal of this object (400 for an SSE-C object asked without its
-    key, 403 without s3:GetObject on it) is an :class:`UnreadableObject`: one foreign
-    object under the prefix does not stop the others being read; a transient error that
-    outlived the retries, or one that is no answer of S3's, raises."""
+) -> Mapping[str, Any] | UnreadableObject | None:
+    """HeadObject's answer for ``key``; None: gone since the listing. A refusal of this
+    object (400 for an SSE-C object asked without its key, 403 without s3:GetObject on it)
+    is an :class:`UnreadableObject`: one foreign object under the prefix does not stop the
+    others being read; a transient error that outlived the retries, or one that is no
+    answer of S3's, raises."""
     try:
-        head = s3.head_object(Bucket=bucket, Key=key)
+        head: Mapping[str, Any] = s3.head_object(Bucket=bucket, Key=key)
     except Exception as exc:
         if not_found(exc):  # deleted since the listing
             return None
         if error_code(exc) and s3_error_class(exc) == "refused":
             return UnreadableObject(key=key, size_bytes=size_bytes, code=error_code(exc))
         raise aws_error(exc, "HeadObject", f"s3://{bucket}/{key}") from exc
+    return head
+
+
+def recorded_object(key: str, size_bytes: int, head: Mapping[str, Any]) -> MmelocalObject | None:
+    """What mmelocal recorded on ``key``, from its HeadObject answer ``head`` (None: the
+    object carries no mmelocal checksum, it is not mmelocal's)."""
     metadata = head.get("Metadata", {})
     if SHA256_METADATA not in metadata:
         return None
@@ -78,6 +84,18 @@ def mmelocal_object(
         sha256=str(metadata[SHA256_METADATA]),
         endpoint=metadata.get(ENDPOINT_METADATA) or None,
     )
+
+
+def mmelocal_object(
+    s3: Any, bucket: str, key: str, size_bytes: int
+) -> MmelocalObject | UnreadableObject | None:
+    """What mmelocal recorded on ``key`` (one HeadObject, :func:`head_or_refusal`); None:
+    not mmelocal's, or gone since the listing; an :class:`UnreadableObject` when S3 refused
+    the HeadObject."""
+    head = head_or_refusal(s3, bucket, key, size_bytes)
+    if head is None or isinstance(head, UnreadableObject):
+        return head
+    return recorded_object(key, size_bytes, head)
 
 
 #: ``on_head(done, total)``: HeadObject calls answered so far, of how many
@@ -267,14 +285,7 @@ def removed_objects(
         if item is not None and item.endpoint in owners and prune:
             mine[key] = item
             continue
-        if item is None:
-            note = "not uploaded by mmelocal"
-        elif item.endpoint is None:
-            note = UNRECORDED_NOTE
-        elif item.endpoint != endpoint:
-            note = f"deployed for endpoint {item.endpoint}"
-        else:
-            note = "not pruned (--no-prune)"
+        note = whose_note(item, endpoint) or "not pruned (--no-prune)"
         steps.append(_step(key, size, item, "keep", note))
     read = readers(clients, bucket, mine, endpoint=endpoint)
     for key, item in mine.items():
@@ -284,6 +295,19 @@ def removed_objects(
         else:
             steps.append(_step(key, item.size_bytes, item, "delete", "not in the store"))
     return sorted(steps, key=lambda step: step.key)
+
+
+def whose_note(item: MmelocalObject | None, endpoint: str) -> str:
+    """Whose an object is when it is not ``endpoint``'s ("" when mmelocal uploaded it for
+    ``endpoint``): ``not uploaded by mmelocal``, :data:`UNRECORDED_NOTE` or ``deployed for
+    endpoint E``."""
+    if item is None:
+        return "not uploaded by mmelocal"
+    if item.endpoint is None:
+        return UNRECORDED_NOTE
+    if item.endpoint != endpoint:
+        return f"deployed for endpoint {item.endpoint}"
+    return ""
 
 
 def unreadable_note(item: UnreadableObject) -> str:
@@ -309,12 +333,48 @@ def unrecorded_notice(plan: DeployPlan) -> str | None:
     )
 
 
+#: the SageMaker MME guide, "Add or Remove Models": an object replaced in S3 is not what
+#: an instance that loaded the old one serves
+OVERWRITE_ADVICE = (
+    "Don't overwrite model artifacts in Amazon S3 because the old version of the model might "
+    "still be loaded in the containers or on the storage volume of the instances on the "
+    "endpoint"
+)
+
+
+def replaced_notice(plan: DeployPlan) -> str | None:
+    """Which store tarballs replace an object at their key, and what a live endpoint serves
+    meanwhile (None: none does)."""
+    replaced = [o for o in plan.objects if o.note.startswith("replaces ")]
+    if not replaced:
+        return None
+    named = "; ".join(f"{o.key} ({o.note})" for o in replaced[:5]) + (
+        f"; ... {len(replaced) - 5} more" if len(replaced) > 5 else ""
+    )
+    updated = any(s.operation == "UpdateEndpoint" and s.action == "update" for s in plan.steps)
+    then = (
+        f"the store's digest changes, so UpdateEndpoint puts new instances in place; until "
+        f"they take over (and if the update rolls back) the running instances of "
+        f"{plan.endpoint_name} answer with the old model where they have it loaded"
+        if updated
+        else "an endpoint already serving the prefix answers with the old model where it "
+        "has it loaded, until it unloads it"
+    )
+    return (
+        f"{count_text(len(replaced), sum(o.size_bytes for o in replaced))} replace the "
+        f"object at their key under {plan.model_data_url}: {named}. SageMaker's instances "
+        f'keep a model they loaded (the MME guide: "{OVERWRITE_ADVICE}"; it advises a '
+        f"new name for a new version): {then}"
+    )
+
+
 def _step(key: str, size: int, item: MmelocalObject | None, action: str, note: str) -> ObjectStep:
     sha256 = item.sha256 if item is not None else ""
     return ObjectStep(key=key, path="", size_bytes=size, sha256=sha256, action=action, note=note)
 
 
 __all__ = [
+    "OVERWRITE_ADVICE",
     "UNRECORDED_NOTE",
     "UNRECORDED_RULE",
     "AccountReads",
@@ -322,12 +382,16 @@ __all__ = [
     "MmelocalObject",
     "UnreadableObject",
     "count_text",
+    "head_or_refusal",
     "mmelocal_object",
     "mmelocal_objects_of",
     "model_reads",
     "readers",
     "readers_text",
+    "recorded_object",
     "removed_objects",
+    "replaced_notice",
     "unreadable_note",
     "unrecorded_notice",
+    "whose_note",
 ]

@@ -277,7 +277,14 @@ def make_plan(
     image = options.image or triton_image_uri(clients.region, options.triton_version)
     check_bucket(clients.s3, options.bucket, clients.region)
     objects = plan_objects(
-        clients.s3, options.bucket, options.prefix, options.store, on_head=on_head
+        clients.s3,
+        options.bucket,
+        options.prefix,
+        options.store,
+        endpoint=options.endpoint_name,
+        unrecorded_mine=options.prune_unrecorded,
+        replace_foreign=options.replace_foreign,
+        on_head=on_head,
     )
     objects += removed_objects(
         clients,

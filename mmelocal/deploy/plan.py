@@ -56,7 +56,10 @@ class DeployOptions:
     ``prune``: delete the objects earlier deploys for this endpoint uploaded under the
     prefix that are no longer in the store (an MME serves all the prefix holds).
     ``prune_unrecorded``: also those that record no endpoint (uploaded by mmelocal
-    2026-11-24 or earlier): the user says they are this endpoint's.
+    2026-11-24 or earlier): the user says they are this endpoint's (a store tarball may
+    replace one too). ``replace_foreign``: a store tarball may replace the object at its
+    key that mmelocal did not upload for this endpoint (the user's own, another tool's,
+    another endpoint's); without it the plan refuses and names them.
 
     ``option_names``: how the user named the fields where they are (the CLI's flags,
     ``{"max_instances": "--max-instances"}``, :func:`~mmelocal.cli.deploy` gives them), so
@@ -77,6 +80,7 @@ class DeployOptions:
     wait: bool = True
     prune: bool = True
     prune_unrecorded: bool = False
+    replace_foreign: bool = False
     poll_s: float = POLL_S
     timeout_s: float = WAIT_TIMEOUT_S
     option_names: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)

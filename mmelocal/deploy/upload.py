@@ -19,13 +19,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from mmelocal.aws.objects import (
-    ObjectStep,
-    apply_objects,
-    needs_head,
-    recorded_sha256,
-    unchanged,
-)
+from mmelocal.aws.objects import ObjectStep, apply_objects, unchanged
 from mmelocal.aws.parallel import map_bounded
 from mmelocal.aws.s3 import (
     PART_SIZE_BYTES,
@@ -38,12 +32,16 @@ from mmelocal.aws.s3 import (
 )
 from mmelocal.aws.session import aws_error, not_found
 from mmelocal.deploy.artifacts import (
+    UNRECORDED_NOTE,
     HeadProgress,
     MmelocalObject,
     UnreadableObject,
+    head_or_refusal,
     mmelocal_objects_of,
+    recorded_object,
+    whose_note,
 )
-from mmelocal.errors import DeployError
+from mmelocal.errors import DeployError, ObjectConflictError
 from mmelocal.facts.aws import bucket_region
 
 
@@ -58,33 +56,61 @@ def store_files(store: Path) -> list[tuple[str, Path]]:
 
 
 def plan_objects(
-    s3: Any, bucket: str, prefix: str, store: Path, *, on_head: HeadProgress | None = None
+    s3: Any,
+    bucket: str,
+    prefix: str,
+    store: Path,
+    *,
+    endpoint: str,
+    unrecorded_mine: bool = False,
+    replace_foreign: bool = False,
+    on_head: HeadProgress | None = None,
 ) -> list[ObjectStep]:
-    """One step per tarball: skip what S3 already holds, copy what another key holds.
-    The HEADs the listing leaves to do go on a bounded pool (``on_head`` hears them)."""
+    """One step per tarball: skip what S3 already holds, copy what another key holds,
+    upload the rest.
+
+    A key whose object the listing does not show to hold the file (another size or ETag) is
+    read with one HeadObject (on a bounded pool; ``on_head`` hears them): the SHA-256
+    mmelocal recorded may show it holds the file (skip); else the object is replaced, and
+    the step's note says what it replaces, only when mmelocal uploaded it for ``endpoint``
+    (with ``unrecorded_mine``, for no endpoint recorded too: ``--prune-unrecorded``), or
+    with ``replace_foreign``. The others (the user's own object, another tool's, another
+    endpoint's) and any whose HeadObject S3 refused (whose it is cannot be known) are
+    named in an :class:`~mmelocal.errors.ObjectConflictError` before anything changes."""
     files = store_files(store)
     digests = file_digests(path for _, path in files)
     listed = listed_objects(s3, bucket, prefix)
     sizes = {path: path.stat().st_size for _, path in files}
     to_head = [
-        prefix + rel
+        (prefix + rel, sizes[path])
         for rel, path in files
-        if needs_head(sizes[path], digests[path], listed.get(prefix + rel))
+        if _differs(sizes[path], digests[path], listed.get(prefix + rel))
     ]
-    recorded = dict(
+    heads = dict(
         zip(
-            to_head,
-            map_bounded(lambda key: recorded_sha256(s3, bucket, key), to_head, on_done=on_head),
+            [key for key, _ in to_head],
+            map_bounded(lambda item: head_or_refusal(s3, bucket, *item), to_head, on_done=on_head),
             strict=True,
         )
     )
     first_key: dict[str, str] = {}
-    steps = []
+    steps: list[ObjectStep] = []
+    refused: dict[str, str] = {}
     for rel, path in files:
         key, digest, size = prefix + rel, digests[path], sizes[path]
-        seen = listed.get(key)
-        unchanged = seen is not None and seen[0] == size and seen[1] == digest.etag
-        if unchanged or (key in recorded and recorded[key] == digest.sha256):
+        head, note = heads.get(key), ""
+        skip = key in listed and key not in heads  # the listing shows the file's bytes
+        if isinstance(head, UnreadableObject):
+            refused[key] = f"HeadObject answered {head.reason}"
+        elif head is not None:
+            found = recorded_object(key, size, head)
+            if found is not None and found.sha256 == digest.sha256:
+                skip = int(head["ContentLength"]) == size
+            if not skip:
+                note, refusal = _replacing(found, endpoint, unrecorded_mine, replace_foreign)
+                if refusal:
+                    refused[key] = refusal
+        if skip:
             action, source = "skip", None
         elif digest.sha256 in first_key:
             action, source = "copy", first_key[digest.sha256]
@@ -99,9 +125,65 @@ def plan_objects(
                 sha256=digest.sha256,
                 action=action,
                 source_key=source,
+                note=note,
             )
         )
+    if refused:
+        raise _conflict(refused, f"s3://{bucket}/{prefix}", endpoint)
     return steps
+
+
+def _replacing(
+    found: MmelocalObject | None, endpoint: str, unrecorded_mine: bool, replace_foreign: bool
+) -> tuple[str, str]:
+    """(the step's note on what it replaces, why it may not: "" when it may)."""
+    whose = whose_note(found, endpoint)
+    if not whose:
+        return "replaces the object an earlier deploy placed for this endpoint", ""
+    if whose == UNRECORDED_NOTE and unrecorded_mine:
+        return f"replaces an object {whose} (--prune-unrecorded)", ""
+    if replace_foreign:
+        return f"replaces an object {whose} (--replace-foreign)", ""
+    return "", whose
+
+
+def _differs(size: int, digest: FileDigest, listed: tuple[int, str] | None) -> bool:
+    """An object is at the key and the listing does not show it holds the file (another
+    size, or another ETag: another part size, an ETag that is no MD5, other bytes)."""
+    return listed is not None and listed != (size, digest.etag)
+
+
+def _conflict(refused: dict[str, str], url: str, endpoint: str) -> ObjectConflictError:
+    """The refusal of a plan whose tarballs would replace objects not ``endpoint``'s:
+    each key with why, and what to do."""
+    unread = {k: why for k, why in refused.items() if why.startswith("HeadObject answered")}
+    foreign = {k: why for k, why in refused.items() if k not in unread}
+    parts = []
+    if foreign:
+        named = "; ".join(f"{k} ({why})" for k, why in sorted(foreign.items()))
+        unrecorded = UNRECORDED_NOTE in foreign.values()
+        parts.append(
+            f"{len(foreign)} of the store's tarballs would replace objects under {url} that "
+            f"mmelocal did not upload for endpoint {endpoint}: {named}. Replacing one destroys "
+            "its bytes and changes the model served under that name on every endpoint that "
+            "reads the prefix: give these tarballs another name (SageMaker's advice for a "
+            "new version of a model is a new name), move or delete those objects yourself, "
+            "or run this deploy again with --replace-foreign if they may go"
+            + (
+                " (--prune-unrecorded: the objects with no endpoint recorded are this endpoint's)"
+                if unrecorded
+                else ""
+            )
+        )
+    if unread:
+        named = "; ".join(f"{k} ({why})" for k, why in sorted(unread.items()))
+        parts.append(
+            f"{len(unread)} of the store's tarballs would replace objects under {url} that "
+            f"S3 would not let mmelocal read: {named}. Whose they are cannot be known, so "
+            "deploy never overwrites them: give these tarballs another name, or read or "
+            "delete those objects with credentials (or the SSE-C key) that may"
+        )
+    return ObjectConflictError(". ".join(parts), keys=list(refused))
 
 
 def check_bucket(s3: Any, bucket: str, region: str) -> None:

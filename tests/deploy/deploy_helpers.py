@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from shared_helpers import write_reference_tarball  # noqa: F401 (re-exported)
@@ -42,3 +43,25 @@ def keys(bucket: str) -> dict[str, str]:
 
     listing = boto3.client("s3").list_objects_v2(Bucket=bucket)
     return {o["Key"]: o["ETag"] for o in listing.get("Contents", [])}
+
+
+class _Raw:
+    """The body of an answer with none (what botocore's AWSResponse reads)."""
+
+    def stream(self, **_: object) -> object:
+        return iter(())
+
+
+def refuse_heads(s3: object, statuses: dict[str, int]) -> None:
+    """HeadObject of each key of ``statuses`` is answered with that status, as S3 does: the
+    status alone, no body (a HEAD has none). The local AWS (moto) models neither SSE-C nor
+    per-object permissions, so a botocore ``before-send`` hook on the client answers them."""
+    from botocore.awsrequest import AWSResponse
+
+    def before_send(request: Any, **_: Any) -> AWSResponse | None:
+        for key, status in statuses.items():
+            if request.method == "HEAD" and request.url.split("?")[0].endswith("/" + key):
+                return AWSResponse(request.url, status, {}, _Raw())
+        return None
+
+    s3.meta.events.register("before-send.s3.HeadObject", before_send)  # type: ignore[attr-defined]

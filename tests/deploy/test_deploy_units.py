@@ -22,7 +22,7 @@ from mmelocal.deploy.resources import (
     validate_request,
 )
 from mmelocal.deploy.upload import PART_SIZE_BYTES, file_digest, plan_objects
-from mmelocal.errors import DeployError
+from mmelocal.errors import DeployError, ObjectConflictError
 
 GIB = 1024**3
 
@@ -245,15 +245,16 @@ def test_unchanged_objects_are_skipped_by_etag_or_recorded_checksum(
     assert s3.head_object(Bucket=bucket, Key="m/b-big.tar.gz")["ETag"].strip('"') == (
         file_digest(big).etag
     )
-    # 2 parts of 5 MiB: an ETag mmelocal cannot predict; the recorded SHA-256 decides
-    assert [o.action for o in plan_objects(s3, bucket, "m/", store)] == [
-        "skip",
-        "skip",
-        "skip",
-        "upload",
-    ]
+    # 2 parts of 5 MiB: an ETag mmelocal cannot predict; the recorded SHA-256 decides, and
+    # with none (another tool's object) nothing proves the bytes the same: not replaced
+    # unasked
+    with pytest.raises(ObjectConflictError, match=r"d-unknown\.tar\.gz \(not uploaded by mmelocal"):
+        plan_objects(s3, bucket, "m/", store, endpoint="ep")
+    planned = plan_objects(s3, bucket, "m/", store, endpoint="ep", replace_foreign=True)
+    assert [o.action for o in planned] == ["skip", "skip", "skip", "upload"]
     write_reference_tarball(small, scale=3.0)
-    assert plan_objects(s3, bucket, "m/", store)[0].action == "upload"
+    planned = plan_objects(s3, bucket, "m/", store, endpoint="ep", replace_foreign=True)
+    assert planned[0].action == "upload" and "--replace-foreign" in planned[0].note
 
 
 def test_service_errors_become_one_line_with_the_next_step() -> None:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from deploy_helpers import refuse_heads
+
 from mmelocal.aws.objects import object_metadata
 from mmelocal.aws.session import connect
 from mmelocal.deploy.artifacts import removed_objects
@@ -20,26 +22,6 @@ from mmelocal.deploy.deployer import undeploy
 SSE_C_KEY = "models/theirs-sse-c.tar.gz"
 DENIED_KEY = "models/theirs-denied.tar.gz"
 MINE_KEY = "models/mine.tar.gz"
-
-
-class _Raw:
-    """The body of an answer with none (what botocore's AWSResponse reads)."""
-
-    def stream(self, **_: Any) -> Any:
-        return iter(())
-
-
-def _refuse_heads(s3: Any, statuses: dict[str, int]) -> None:
-    """HeadObject of each key of ``statuses`` is answered with that status, as S3 does."""
-    from botocore.awsrequest import AWSResponse
-
-    def before_send(request: Any, **_: Any) -> AWSResponse | None:
-        for key, status in statuses.items():
-            if request.method == "HEAD" and request.url.split("?")[0].endswith("/" + key):
-                return AWSResponse(request.url, status, {}, _Raw())
-        return None
-
-    s3.meta.events.register("before-send.s3.HeadObject", before_send)
 
 
 def _fill(s3: Any, bucket: str, endpoint: str) -> None:
@@ -55,7 +37,7 @@ def test_a_plan_keeps_and_names_the_objects_s3_would_not_let_it_read(aws: str, b
     note says why it could not be read, and the endpoint's own object is still pruned."""
     clients = connect()
     _fill(clients.s3, bucket, "ep-unread")
-    _refuse_heads(clients.s3, {SSE_C_KEY: 400, DENIED_KEY: 403})
+    refuse_heads(clients.s3, {SSE_C_KEY: 400, DENIED_KEY: 403})
     steps = removed_objects(clients, bucket, "models/", set(), endpoint="ep-unread", prune=True)
     found = {s.key: (s.action, s.note) for s in steps}
     assert found[MINE_KEY] == ("delete", "not in the store")
@@ -75,7 +57,7 @@ def test_undeploy_deletes_its_objects_and_keeps_those_it_could_not_read(
     they are and why."""
     clients = connect()
     _fill(clients.s3, bucket, "ep-unread")
-    _refuse_heads(clients.s3, {SSE_C_KEY: 400, DENIED_KEY: 403})
+    refuse_heads(clients.s3, {SSE_C_KEY: 400, DENIED_KEY: 403})
     url = f"s3://{bucket}/models/"
     done = undeploy(clients, "ep-unread", delete_artifacts=True, s3_uri=url)
     left = [o["Key"] for o in clients.s3.list_objects_v2(Bucket=bucket)["Contents"]]

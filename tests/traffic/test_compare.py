@@ -257,3 +257,32 @@ def test_simulate_from_replay_takes_the_replays_load_times(tmp_path: Path) -> No
     # the replay's load cycles hold a first use's download: not added twice
     twice = CliRunner().invoke(cli, [*args, "--download-seconds", "5"])
     assert twice.exit_code == 2 and "give --load-seconds too" in twice.output
+
+
+def test_load_seconds_reads_a_replay_by_its_content_and_refuses_other_files(
+    tmp_path: Path,
+) -> None:
+    """--load-seconds read a replay only from a name ending in .json: the replay as
+    replay.out (which --from-replay reads) was refused as "not seconds", and a simulation's
+    --json (also *.json; its cold loads are the draws it was given) was read as measured
+    load times. A file is now read by what it holds: a replay whatever its name; a
+    simulation's result, or a file that is no JSON, is refused saying which file is wanted
+    (--from-replay refuses a simulation's result too)."""
+    from mmelocal.cli.traffic._measured import _load_times, _service_s
+    from mmelocal.traffic.simulate import LoadTimes, SimConfig
+
+    replay = _replayed(load_cycle_s=[2.0]).write_json(tmp_path / "replay.out")
+    assert _load_times(str(replay)).samples_s == (2.0,)
+    assert _load_times("1.5,2").samples_s == (1.5, 2.0)
+    trace = Trace(times_s=np.asarray([0.0]), model_ids=np.asarray([0]), models=("a",))
+    config = SimConfig(models_per_instance=1, load=LoadTimes(samples_s=(7.0,)))
+    simulated = simulate(trace, config).write_json(tmp_path / "sim.json")
+    for read in (lambda: _load_times(str(simulated)), lambda: _service_s(None, simulated)):
+        with pytest.raises(UserInputError, match=r"sim\.json is a simulation's result.*replay"):
+            read()
+    numbers = tmp_path / "loads.csv"
+    numbers.write_text("1.2\n3.4\n")
+    with pytest.raises(UserInputError, match=r"loads\.csv is not JSON.*replay.*1\.2,3\.4"):
+        _load_times(str(numbers))
+    with pytest.raises(UserInputError, match=r"missing\.json: no such file"):
+        _load_times(str(tmp_path / "missing.json"))

@@ -5,7 +5,7 @@ places every model on each of them) and the price table."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -108,27 +108,47 @@ def _rows(path: Path, pick: str | None, choose: str) -> tuple[ProjectionRow, ...
         if isinstance(found, Projection):
             return found.rows
         result = read_footprint(path, instead="--instance-type", pick=pick, choose=choose)
+        return footprint_rows(result, path=path, instead="--instance-type")
     except UserInputError as exc:
         raise DeployError(str(exc)) from None
-    if isinstance(result, Estimate):
-        return _estimate_rows(path, result)
-    # the marginal / shared-runtime split of capacity's own projection, onto every card
-    projection = with_projection(result, None).projection
-    if projection is None:
-        raise DeployError(f"{path}: the capacity result loaded no copy; pass --instance-type")
-    return projection.rows
 
 
-def _estimate_rows(path: Path, result: Estimate) -> tuple[ProjectionRow, ...]:
-    """The estimate's own count on each card it records, for the instance types it records
-    there: `capacity estimate --instance-type T` records T's card with T alone, and no
-    other type is sized (an estimate with no cards, as the Python API's
-    ``estimate_from_facts`` returns it, is counted on every packaged card). The number of
-    cards of each type comes from the packaged table; a type it lacks (a card of
-    ``--gpus FILE``) is passed over."""
+def footprint_rows(
+    result: CapacityResult | Estimate,
+    *,
+    path: Path | str,
+    instead: str,
+    threshold: float | None = None,
+) -> tuple[ProjectionRow, ...]:
+    """The copies per instance type a capacity or estimate result (read from ``path``)
+    gives: the one reading ``deploy --capacity`` and ``traffic --capacity`` share.
+
+    An estimate gives its own count on each card it records (:attr:`CardCount.copies
+    <mmelocal.bench.estimate.core.CardCount.copies>`: the measured count where a
+    measurement of the same format and precision stands beside it, as ``capacity
+    estimate``'s table marks it, else the point), for the instance types it records there:
+    ``capacity estimate --instance-type T`` records T's card with T alone, and no other
+    type is sized (an estimate with no cards, as the Python API's ``estimate_from_facts``
+    returns it, is counted on every packaged card). The number of cards of each type comes
+    from the packaged table; a type it lacks (a card of ``--gpus FILE``) is passed over. A
+    capacity result gives its own projection onto every packaged card (each copy its
+    marginal part, the shared runtime once). Both count under the threshold the result
+    records, or ``threshold`` when given. A :class:`UserInputError` (naming ``instead``,
+    the option that gives the count directly) when nothing is sized."""
     gpus = load_gpus()
-    cards = result.cards or result.with_cards(gpus).cards
+    target = result.threshold if threshold is None else threshold
+    recount = target != result.threshold
+    if isinstance(result, CapacityResult):
+        measured = replace(result, threshold=target) if recount else result
+        projection = with_projection(measured, None).projection
+        if projection is None:
+            raise UserInputError(f"{path}: the capacity result loaded no copy; pass {instead}")
+        return projection.rows
     per_instance = {t: n for gpu in gpus for t, n in gpu.instances.items()}
+    cards = result.cards or result.with_cards(gpus).cards
+    if recount:
+        types = [t for card in cards for t in card.instance_types if t in per_instance]
+        cards = replace(result, threshold=target).with_cards(gpus, types).cards if types else ()
     nominal = {gpu.name: gpu.nominal for gpu in gpus}
     rows = tuple(
         ProjectionRow(
@@ -137,18 +157,18 @@ def _estimate_rows(path: Path, result: Estimate) -> tuple[ProjectionRow, ...]:
             memory_bytes=card.memory_bytes,
             instance_type=instance,
             gpus_per_instance=per_instance[instance],
-            models_per_gpu=card.point,
+            models_per_gpu=card.copies,
         )
         for card in cards
         for instance in card.instance_types
         if instance in per_instance
     )
     if not rows:
-        types = ", ".join(t for card in cards for t in card.instance_types) or "none"
-        raise DeployError(
+        named = ", ".join(t for card in result.cards for t in card.instance_types) or "none"
+        raise UserInputError(
             f"{path}: the estimate sizes no instance type mmelocal's GPU table knows "
-            f"(its types: {types}): estimate again with --instance-type of an MME GPU type, "
-            "or pass --instance-type"
+            f"(its types: {named}): estimate again with --instance-type of an MME GPU type, "
+            f"or pass {instead}"
         )
     return rows
 
@@ -192,4 +212,10 @@ def cheapest_instance(
     )
 
 
-__all__ = ["InstanceChoice", "cheapest_instance", "read_footprint", "sizing_result"]
+__all__ = [
+    "InstanceChoice",
+    "cheapest_instance",
+    "footprint_rows",
+    "read_footprint",
+    "sizing_result",
+]

@@ -63,6 +63,14 @@ class CardCount:
     #: True for a card no published run has checked (A10G, L4, A100, H100)
     projected: bool = False
 
+    @property
+    def copies(self) -> int:
+        """The count that sizes an instance of this card: the measured one where a
+        measurement of the same format and precision stands beside the estimate (it wins),
+        else the point. The one reading of a card's count: ``capacity estimate``'s table
+        marks it, ``deploy --capacity`` and ``traffic --capacity`` size with it."""
+        return self.measured if self.measured is not None else self.point
+
     def to_dict(self) -> dict[str, Any]:
         """Plain data."""
         return {**vars(self), "instance_types": list(self.instance_types)}
@@ -211,11 +219,20 @@ class Estimate(BenchResult, kind="estimate"):
             ),
         )
 
+    @property
+    def measured_wins(self) -> bool:
+        """True when the measurement beside the estimate gives the counts: GPU memory of
+        the same format and precision, with a footprint per copy."""
+        m = self.measured
+        return (
+            m is not None
+            and m.applies_to(self.model_format, self.precision)
+            and m.per_copy_bytes > 0
+        )
+
     def _measured_count(self, memory_bytes: int) -> int | None:
         m = self.measured
-        if m is None or not m.applies_to(self.model_format, self.precision):
-            return None
-        if m.per_copy_bytes <= 0:
+        if m is None or not self.measured_wins:
             return None
         return project_count(
             total_bytes=memory_bytes,

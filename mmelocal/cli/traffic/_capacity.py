@@ -3,7 +3,6 @@ the instance type's card from a footprint or a capacity / estimate result."""
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -23,7 +22,8 @@ class _CapacityArgs(NamedTuple):
     footprint_mib: float | None
     baseline_mib: float
     capacity_file: Path | None
-    threshold: float
+    #: ``--threshold``; None: the result's own with ``--capacity``, else the platform's
+    threshold: float | None
     #: ``--capacity-result``: which result of a ``--capacity`` file of several
     capacity_pick: str | None = None
 
@@ -33,7 +33,7 @@ def _capacity_args(
     footprint_mib: float | None,
     baseline_mib: float | None,
     capacity_file: Path | None,
-    threshold: float,
+    threshold: float | None,
     capacity_pick: str | None,
 ) -> _CapacityArgs:
     """The options as :class:`_CapacityArgs`; a usage error for one that would be ignored
@@ -103,10 +103,9 @@ def _capacity_options(models_help: str) -> _Decorator:
         click.option(
             "--threshold",
             type=float,
-            default=MEMORY_THRESHOLD,
-            show_default=True,
+            default=None,
             help="Fraction of the card's memory the models may use (with --footprint-mib or "
-            "--capacity).",
+            f"--capacity) [default: the result's own with --capacity, else {MEMORY_THRESHOLD:g}].",
         ),
     )
 
@@ -124,7 +123,10 @@ def _footprint_file(path: Path, pick: str | None) -> Any:
 
 
 def _capacity_for(instance_type: str | None, capacity_args: _CapacityArgs) -> tuple[int, str]:
-    """Models per instance and where the figure comes from."""
+    """Models per instance and where the figure comes from. A capacity or estimate result
+    is read as deploy reads it (:func:`~mmelocal.bench.capacity.sizing.footprint_rows`: an
+    estimate's winning count, among the instance types it was made for), under the
+    threshold it records unless ``--threshold`` was given."""
     models_per_instance, footprint_mib, baseline_mib, capacity_file, threshold, pick = capacity_args
     if models_per_instance is not None:
         return models_per_instance, "given"
@@ -138,8 +140,8 @@ def _capacity_for(instance_type: str | None, capacity_args: _CapacityArgs) -> tu
         raise UserInputError(
             "footprints project onto a card: give --instance-type (e.g. ml.g5.xlarge)"
         )
-    from mmelocal.bench.capacity.loop import with_projection
     from mmelocal.bench.capacity.projection import load_gpus, project
+    from mmelocal.bench.capacity.sizing import footprint_rows
 
     card = next((g for g in load_gpus() if instance_type in g.instances), None)
     if card is None:
@@ -147,25 +149,39 @@ def _capacity_for(instance_type: str | None, capacity_args: _CapacityArgs) -> tu
             f"no GPU card known for {instance_type}: give --models-per-instance, or an MME GPU "
             "type (mmelocal capacity project lists them)"
         )
-    if found is not None and found.kind == "estimate":
-        # the estimate's own count on the card: its per-copy parts and the runtime and
-        # server it pays once (the card's published server baseline where there is one)
-        on_card = dataclasses.replace(found, threshold=threshold).with_cards([card])
-        return on_card.cards[0].point, f"estimate, on {card.name}"
     if found is not None:
-        # capacity's own projection: each copy its marginal part, the shared runtime once
-        measured = dataclasses.replace(found, threshold=threshold)
-        projection, source = with_projection(measured, [card]).projection, "measured on a GPU"
-        if projection is None:
-            raise UserInputError(f"{capacity_file}: the capacity result loaded no copy")
-    else:
-        assert footprint_mib is not None
-        projection = project(
-            per_model_bytes=int(footprint_mib * MiB),
-            baseline_bytes=int(baseline_mib * MiB),
-            threshold=threshold,
-            gpus=[card],
-        )
-        source = "given"
+        assert capacity_file is not None
+        rows = footprint_rows(found, path=capacity_file, instead=_BY_FIGURE, threshold=threshold)
+        row = next((r for r in rows if r.instance_type == instance_type), None)
+        if row is None:
+            sized = ", ".join(sorted({r.instance_type for r in rows}))
+            raise UserInputError(
+                f"{capacity_file}: the estimate sizes {sized} only, not {instance_type} (it "
+                f"was made for those): give --instance-type {sized.split(', ')[0]}, or "
+                f"estimate again with --instance-type {instance_type}"
+            )
+        if found.kind == "estimate":
+            winner = " (measured count)" if found.measured_wins else ""
+            return row.models_per_gpu, f"estimate{winner}, on {row.gpu}"
+        return row.models_per_gpu, f"measured on a GPU, projected on {row.gpu}"
+    assert footprint_mib is not None
+    projection = project(
+        per_model_bytes=int(footprint_mib * MiB),
+        baseline_bytes=int(baseline_mib * MiB),
+        threshold=MEMORY_THRESHOLD if threshold is None else threshold,
+        gpus=[card],
+    )
     row = next(r for r in projection.rows if r.instance_type == instance_type)
-    return row.models_per_gpu, f"{source}, projected on {card.name}"
+    return row.models_per_gpu, f"given, projected on {card.name}"
+
+
+def _sized_types(capacity_args: _CapacityArgs) -> set[str] | None:
+    """The instance types the ``--capacity`` result sizes (an estimate: those it was made
+    for), for ``size`` to try when no ``--instance-type`` is given; None: any."""
+    if capacity_args.capacity_file is None:
+        return None
+    from mmelocal.bench.capacity.sizing import footprint_rows
+
+    found = _footprint_file(capacity_args.capacity_file, capacity_args.capacity_pick)
+    rows = footprint_rows(found, path=capacity_args.capacity_file, instead=_BY_FIGURE)
+    return {r.instance_type for r in rows}

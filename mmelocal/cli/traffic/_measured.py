@@ -4,6 +4,7 @@ ones."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -29,14 +30,41 @@ def _replay_source(what: str, path: object, data: dict[str, Any]) -> str:
     )
 
 
+#: what a file given for a replay's figures must be
+_REPLAY_FILE = "the --json of `mmelocal traffic replay`"
+
+
+def replay_data(path: Path | str) -> dict[str, Any]:
+    """A replay's result document (``--from-replay``, ``--load-seconds FILE``), whatever
+    the file's name; a :class:`UserInputError` for a file that is none: no JSON, no traffic
+    result, or a simulation's (its cold loads and latencies are the figures it was given,
+    not measurements; it records ``load_seconds_source``, a replay never does)."""
+    from mmelocal.traffic.results import TrafficResult
+
+    if not Path(path).is_file():
+        raise UserInputError(f"{path}: no such file (give {_REPLAY_FILE})")
+    try:
+        json.loads(Path(path).read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise UserInputError(
+            f"{path} is not JSON: give {_REPLAY_FILE}, or load times of your own as "
+            "seconds on the command line (2.5, or a list: 1.2,3.4)"
+        ) from None
+    data = TrafficResult.read_json(path).data
+    if "load_seconds_source" in data:
+        raise UserInputError(
+            f"{path} is a simulation's result (`traffic simulate --json`): its cold loads "
+            f"and latencies are the figures it was given, not measurements; give {_REPLAY_FILE}"
+        )
+    return data
+
+
 def replay_load_times(path: Path | str) -> LoadTimes:
     """The load times a replay's JSON recorded: how long each load held its instance
     (``load_cycle_s``, what :func:`~mmelocal.traffic.compare.config_from_replay` simulates
     with), else the loads themselves (``cold_load_s``, a replay of another server),
     labelled with where the replay measured."""
-    from mmelocal.traffic.results import TrafficResult
-
-    data = TrafficResult.read_json(path).data
+    data = replay_data(path)
     samples = tuple(float(x) for x in data.get("load_cycle_s") or data.get("cold_load_s", []))
     if not samples:
         raise UserInputError(
@@ -46,16 +74,18 @@ def replay_load_times(path: Path | str) -> LoadTimes:
 
 
 def _load_times(value: str | None) -> Any:
+    """``--load-seconds``: seconds (``2.5``), a list to draw from (``1.2,3.4``), or a
+    replay's result file, read by what it holds whatever its name (:func:`replay_data`)."""
     if value is None:
         return None
-    if value.endswith(".json"):
-        return replay_load_times(value)
     try:
         samples = tuple(float(x) for x in value.split(","))
     except ValueError:
+        if Path(value).is_file() or value.endswith(".json"):
+            return replay_load_times(value)
         raise UserInputError(
-            "--load-seconds takes seconds (2.5), a list (1.2,3.4), or a replay's JSON; "
-            f"got {value!r}"
+            "--load-seconds takes seconds (2.5), a list (1.2,3.4), or a file: "
+            f"{_REPLAY_FILE}; got {value!r}, neither numbers nor a file"
         ) from None
     return LoadTimes(samples_s=samples, source="given")
 
@@ -68,9 +98,7 @@ def _service_s(service_ms: float | None, from_replay: Path | None) -> tuple[floa
             raise UserInputError(f"--service-ms must be >= 0, got {service_ms:g}")
         return service_ms / 1e3, "given"
     if from_replay is not None:
-        from mmelocal.traffic.results import TrafficResult
-
-        data = TrafficResult.read_json(from_replay).data
+        data = replay_data(from_replay)
         warm = data["latency_ms"]["warm"]["p50"]
         if warm is None:
             raise UserInputError(
@@ -91,9 +119,8 @@ def _replayed_endpoint(
     (options on the command line) are left out. Also how the capacity is described (None
     when it is not taken from the replay)."""
     from mmelocal.traffic.compare import emulator_options, replay_capacity
-    from mmelocal.traffic.results import TrafficResult
 
-    data = TrafficResult.read_json(from_replay).data
+    data = replay_data(from_replay)
     fields: dict[str, Any] = dict(emulator_options(data))
     if data.get("emulator_instances"):
         fields["instances"] = int(data["emulator_instances"])

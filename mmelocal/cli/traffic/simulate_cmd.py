@@ -187,8 +187,8 @@ def simulate(
         capacity, capacity_source = _capacity_for(instance_type, capacity_args)
         if capacity < 1 and capacity_args.models_per_instance is None:
             raise UserInputError(
-                f"not one model fits on {instance_type} ({capacity_source}: 0 models under "
-                f"{capacity_args.threshold:.0%} of its memory): choose a larger instance type"
+                f"not one model fits on {instance_type} ({capacity_source}: 0 models within "
+                "the memory threshold): choose a larger instance type"
             )
         endpoint["models_per_instance"] = capacity
     service_s, service_source = _service_s(service_ms, from_replay)

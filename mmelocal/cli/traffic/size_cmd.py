@@ -10,7 +10,12 @@ import click
 
 from mmelocal.cli._defaults import field_option
 from mmelocal.cli._output import console, err_console, fail
-from mmelocal.cli.traffic._capacity import _capacity_for, _capacity_options, _CapacityArgs
+from mmelocal.cli.traffic._capacity import (
+    _capacity_for,
+    _capacity_options,
+    _CapacityArgs,
+    _sized_types,
+)
 from mmelocal.cli.traffic._measured import _CPU_FIGURE, _load_times
 from mmelocal.cli.traffic._shared import (
     _concurrency_option,
@@ -72,7 +77,10 @@ def size_command(
     from mmelocal.traffic.trace import read_trace
 
     table = load_prices(prices)
-    types = list(instance_types) or mme_gpu_types_with_price(table)
+    types = list(instance_types)
+    if not types:  # the priced GPU types (those a --capacity result sizes)
+        sized = _sized_types(capacity_args)
+        types = [t for t in mme_gpu_types_with_price(table) if sized is None or t in sized]
     candidates = []
     for itype in types:
         count, source = _capacity_for(itype, capacity_args)
