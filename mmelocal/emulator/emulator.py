@@ -43,7 +43,6 @@ from mmelocal.emulator.router import Router
 from mmelocal.emulator.shared_memory import SharedMemoryRegions
 from mmelocal.emulator.store import ModelStore, open_store, validate_target
 from mmelocal.facts.sagemaker import DRAIN_TIMEOUT_S
-from mmelocal.runtime.docker_engine import refuse_remote_engine
 from mmelocal.runtime.entrypoint import model_namespacing
 from mmelocal.runtime.launcher import TritonLauncher
 from mmelocal.runtime.launchers import make_launcher
@@ -147,7 +146,6 @@ class Emulator:
         )
         try:
             launcher = self._launcher_factory(index, self.cache_dir / f"triton-{index}")
-            refuse_remote_engine(launcher, "the emulator's memory probe")
         except BaseException:
             cache.close()
             raise
