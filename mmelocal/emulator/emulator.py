@@ -180,6 +180,12 @@ class Emulator:
         return index % len(self._gpus.indices)
 
     def _probe(self, index: int, launcher: TritonLauncher, budget: int) -> MemoryProbe:
+        """The card's memory for an instance on a GPU, else the host's: also when the
+        launcher (a ``launcher_factory``'s) gives its server no GPU (``runs_on_cpu``)."""
+        if getattr(launcher, "runs_on_cpu", False) is True:
+            if self._gpus.indices:
+                logger.info("instance %d: its launcher gives Triton no GPU: host memory", index)
+            return HostProbe(launcher.pid, budget_bytes=budget)
         if self._gpus.indices:
             gpu = self._gpus.indices[self._gpu_of(index)]
             try:

@@ -189,6 +189,14 @@ class DockerLauncher(OwnedServerLauncher):
             keys.append("sagemaker")
         return keys
 
+    @property
+    def runs_on_cpu(self) -> bool:
+        """True when the container is given no GPU whatever the machine: ``gpus`` False or
+        0, or (``gpus`` None) a config whose ``env`` hides every GPU."""
+        if self.gpus is not None:
+            return isinstance(self.gpus, bool | int) and not self.gpus
+        return super().runs_on_cpu
+
     def gpu_selection(self, client: Any) -> tuple[list[Any], dict[str, str]]:
         """The device requests and the container's GPU environment on ``client``'s engine
         (:func:`~mmelocal.runtime.docker_gpus.container_gpu_selection`): ``gpus`` when
