@@ -71,8 +71,9 @@ def refuse_remote_engine(client: Any = None, *, needs: str, also: str = "") -> N
     address = remote_engine(client)
     if address is None:
         return
+    named = "" if client is not None else " (DOCKER_HOST)"
     raise RemoteDockerEngineError(
-        f"the Docker engine at {address} (DOCKER_HOST) runs on another machine, and {needs}: "
+        f"the Docker engine at {address}{named} runs on another machine, and {needs}: "
         "run mmelocal on that machine (the same command there), or unset DOCKER_HOST to use "
         f"this machine's engine{also}",
         address=address,
