@@ -26,6 +26,7 @@ can show it without parsing text::
     │   │   └── UnsupportedModelError   this host cannot run it (names the backend, what would)
     │   ├── InferenceError          Triton refused a request
     │   └── DockerEngineError       the Docker engine cannot be reached
+    │       └── RemoteDockerEngineError  the engine runs on another machine (DOCKER_HOST)
     ├── EmulatorError               the MME platform emulator
     │   ├── ModelNotFoundError      TargetModel not in the store
     │   ├── StoreAccessError        the store refused the artifact (a permission: 400)
@@ -226,6 +227,15 @@ class InferenceError(RuntimeLayerError):
 
 class DockerEngineError(RuntimeLayerError):
     """The Docker engine cannot be reached (or refused a request)."""
+
+
+class RemoteDockerEngineError(DockerEngineError):
+    """The Docker engine (``DOCKER_HOST``) runs on another machine, and what was asked of it
+    needs this machine's: ``address`` is the engine's."""
+
+    def __init__(self, message: str, *, address: str) -> None:
+        super().__init__(message)
+        self.address = address
 
 
 class DockerImageError(ServerStartError):

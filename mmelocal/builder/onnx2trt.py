@@ -5,7 +5,9 @@ Three ways to run the TensorRT builder, tried in this order:
 1. the TensorRT Python API, when ``tensorrt`` is importable;
 2. ``trtexec`` found on ``PATH`` (or given as ``trtexec=``);
 3. ``trtexec`` inside a Docker image the caller names (``docker_image=``, e.g.
-   ``nvcr.io/nvidia/tensorrt:24.08-py3``), run through the docker SDK with the GPUs.
+   ``nvcr.io/nvidia/tensorrt:24.08-py3``), run through the docker SDK with the GPUs, asked
+   for as the Docker launcher asks (:mod:`mmelocal.docker_host`), on an engine of this
+   machine (an engine on another machine would mount its own folders: refused).
 
 The first two build on the first GPU ``CUDA_VISIBLE_DEVICES`` leaves (CUDA reads it in this
 process, or in trtexec, which inherits it). A container inherits no environment: it is given
@@ -41,6 +43,7 @@ from typing import Any
 
 from mmelocal.builder.runners import first_line
 from mmelocal.builder.tensors import Signature, inspect_onnx
+from mmelocal.docker_host import engine_gpus, gpu_refusal_hint, refuse_remote_engine
 from mmelocal.errors import ExportError, MissingDependencyError, UserInputError
 
 logger = logging.getLogger(__name__)
@@ -50,6 +53,9 @@ DEFAULT_WORKSPACE_BYTES = 4 << 30
 DEFAULT_TIMEOUT_S = 3600.0
 
 Shape = tuple[int, ...]
+#: why a build in Docker needs the engine on this machine (:func:`refuse_remote_engine`)
+_REMOTE_NEEDS = "a TensorRT build in Docker mounts this machine's ONNX and output folders"
+_REMOTE_ALSO = "; or build without Docker where the GPU is (the tensorrt package, or trtexec)"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -353,15 +359,17 @@ def _docker_gpus(gpus: Sequence[str] | None) -> tuple[str, ...] | None:
 
 
 def _run_docker(spec: dict[str, Any], gpus: Sequence[str] | None = None) -> None:
-    """Run the container of ``spec`` (:func:`docker_run_spec`) with ``gpus`` (device ids;
-    None: every GPU)."""
+    """Run the container of ``spec`` (:func:`docker_run_spec`) with ``gpus`` (device ids:
+    UUIDs; None: every GPU), asked for as the Docker launcher asks
+    (:meth:`~mmelocal.docker_host.EngineGpus.requests`: CDI's names where the engine lists
+    them, else ``--gpus``'s), on an engine of this machine (the folders are mounted)."""
     try:
         import docker
-        from docker.types import DeviceRequest
     except ImportError:
         raise MissingDependencyError(
             "docker", extra="docker", feature="trtexec in Docker"
         ) from None
+    refuse_remote_engine(needs=_REMOTE_NEEDS, also=_REMOTE_ALSO)
     image = spec["image"]
     try:
         client = docker.from_env()
@@ -370,20 +378,18 @@ def _run_docker(spec: dict[str, Any], gpus: Sequence[str] | None = None) -> None
         raise ExportError(f"Docker image {image} is not present: docker pull {image}") from None
     except Exception as exc:
         raise ExportError(f"cannot reach the Docker engine: {first_line(exc)}") from None
-    request = (
-        DeviceRequest(count=-1, capabilities=[["gpu"]])
-        if gpus is None
-        else DeviceRequest(device_ids=list(gpus), capabilities=[["gpu"]])
-    )
+    requests = engine_gpus(client).requests(None if gpus is None else [(g, None) for g in gpus])
     try:
-        client.containers.run(**spec, device_requests=[request])
+        client.containers.run(**spec, device_requests=requests)
     except docker.errors.ContainerError as exc:
         logs = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else ""
         raise ExportError(
             f"trtexec in {image} failed (exit {exc.exit_status}): {_tail(logs)}"
         ) from None
     except Exception as exc:
-        raise ExportError(f"trtexec in {image} could not run: {first_line(exc)}") from None
+        raise ExportError(
+            f"trtexec in {image} could not run: {first_line(exc)}{gpu_refusal_hint(exc, requests)}"
+        ) from None
 
 
 def _tail(text: str, lines: int = 3) -> str:

@@ -43,7 +43,6 @@ from mmelocal.emulator.router import Router
 from mmelocal.emulator.shared_memory import SharedMemoryRegions
 from mmelocal.emulator.store import ModelStore, open_store, validate_target
 from mmelocal.facts.sagemaker import DRAIN_TIMEOUT_S
-from mmelocal.runtime.docker_engine import refuse_remote_engine
 from mmelocal.runtime.entrypoint import model_namespacing
 from mmelocal.runtime.launcher import TritonLauncher
 from mmelocal.runtime.launchers import make_launcher
@@ -147,7 +146,6 @@ class Emulator:
         )
         try:
             launcher = self._launcher_factory(index, self.cache_dir / f"triton-{index}")
-            refuse_remote_engine(launcher, "the emulator's memory probe")
         except BaseException:
             cache.close()
             raise
@@ -182,6 +180,12 @@ class Emulator:
         return index % len(self._gpus.indices)
 
     def _probe(self, index: int, launcher: TritonLauncher, budget: int) -> MemoryProbe:
+        """The card's memory for an instance on a GPU, else the host's: also when the
+        launcher (a ``launcher_factory``'s) gives its server no GPU (``runs_on_cpu``)."""
+        if getattr(launcher, "runs_on_cpu", False) is True:
+            if self._gpus.indices:
+                logger.info("instance %d: its launcher gives Triton no GPU: host memory", index)
+            return HostProbe(launcher.pid, budget_bytes=budget)
         if self._gpus.indices:
             gpu = self._gpus.indices[self._gpu_of(index)]
             try:

@@ -6,7 +6,8 @@
 ``install``         find tritonserver, assemble its Python backend, its environment
 ``local``           :class:`~mmelocal.runtime.local.LocalLauncher`: the pip binary as a child
 ``docker``          :class:`~mmelocal.runtime.docker.DockerLauncher`: a Triton image
-``docker_engine``   the Docker engine: client, images, GPUs, labels, clean-up
+``docker_engine``   the Docker engine: client, images, labels, clean-up
+``docker_gpus``     which GPUs the Docker launcher's container gets (asked as ``docker_host`` asks)
 ``external``        :class:`~mmelocal.runtime.external.ExternalLauncher`: a running server
 ``detached``        servers that outlive their command (``mmelocal triton start``)
 ``readiness``       :func:`~mmelocal.runtime.readiness.wait_until_ready`, health probes

@@ -29,7 +29,6 @@ from mmelocal.builder.validate import ValidationReport, validate_path
 from mmelocal.errors import MmeLocalError, ModelLoadError, ServerDiedError, UserInputError
 from mmelocal.facts.sagemaker import DIRECT_LOAD_TIMEOUT_S, REQUEST_TIMEOUT_S
 from mmelocal.runtime.client import TritonClient
-from mmelocal.runtime.docker_engine import refuse_remote_engine
 from mmelocal.runtime.launcher import TritonLauncher
 from mmelocal.runtime.launchers import LAUNCHERS, check_launcher_kind, make_launcher
 from mmelocal.runtime.memory import gpu_used_bytes, process_tree_pss_bytes
@@ -177,7 +176,6 @@ def check_path(
         card = _server_gpu(opts)
         gpu = card.indices[0] if card.indices else None  # NVML's number of the card read
         launcher = _make_launcher(opts, served, card)
-        refuse_remote_engine(launcher, "mmelocal check's memory reading")
         backends = _backends(opts, launcher)
         targets: list[_Target] = []
         for model_dir, folder_name in model_dirs:

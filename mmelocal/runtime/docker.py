@@ -11,15 +11,16 @@ published on ``127.0.0.1`` only: the config's ports become the host ports, ``0``
 "any free port" (Docker picks it, so there is no race). Other paths in the config
 (``backend_directory``) are paths inside the container.
 
-GPUs are requested as device requests (``--gpus``, or CDI's ``nvidia.com/gpu`` devices
-where the engine lists them): by default the GPUs a local server would see, those
-``CUDA_VISIBLE_DEVICES`` names (the config's ``env``, else this process's), by UUID
-(:func:`~mmelocal.runtime.visible_gpus.container_gpus`), else every GPU; an engine that
-cannot serve the request is an error saying what to do, not a container on the CPU beside
-a GPU whose memory is read (:meth:`DockerLauncher.gpu_selection`). Every container
-carries the labels :data:`LABEL_OWNER`, :data:`LABEL_SESSION`, :data:`LABEL_HOST` and
-:data:`LABEL_PID`, so that :func:`cleanup_containers` can remove what a crashed process
-left behind. The container's output is streamed into ``log_path`` while it runs.
+GPUs are requested as device requests: by default the GPUs a local server would see, by
+UUID (:mod:`mmelocal.runtime.docker_gpus` chooses them; :mod:`mmelocal.docker_host` asks
+the engine for them, as the TensorRT build does). The engine must run on this machine: the
+container mounts this machine's model folder and publishes its ports on the engine's
+``127.0.0.1``, which the launcher reaches on this machine's, so an engine on another
+machine (``DOCKER_HOST``) is refused before anything is asked of it
+(:func:`~mmelocal.docker_host.refuse_remote_engine`). Every container carries the labels
+:data:`LABEL_OWNER`, :data:`LABEL_SESSION`, :data:`LABEL_HOST` and :data:`LABEL_PID`, so
+that :func:`cleanup_containers` can remove what a crashed process left behind. The
+container's output is streamed into ``log_path`` while it runs.
 """
 
 from __future__ import annotations
@@ -43,21 +44,18 @@ from mmelocal.runtime import docker_engine
 from mmelocal.runtime.docker_engine import *  # noqa: F403 (re-exported: see __all__)
 from mmelocal.runtime.docker_engine import (
     DEFAULT_IMAGE,
-    GPU_SETUP_HINT,
     LABEL_HOST,
     LABEL_OWNER,
     LABEL_PID,
     LABEL_SESSION,
-    NO_DEVICE_DRIVER,
     PULL_POLICIES,
     default_session_id,
     docker_client,
-    engine_gpus,
     ensure_image,
-    gpu_device_requests,
     reap_orphans_once,
-    remote_engine,
+    refuse_remote_engine,
 )
+from mmelocal.runtime.docker_gpus import container_gpu_selection, launcher_gpu_hint
 from mmelocal.runtime.launcher import Endpoints, OwnedServerLauncher
 from mmelocal.runtime.readiness import exited_during_start
 from mmelocal.runtime.server_config import ServerConfig
@@ -68,6 +66,17 @@ CONTAINER_MODEL_REPOSITORY = "/models"
 #: Triton's default ports inside the container (http, grpc, metrics, sagemaker).
 CONTAINER_PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002, "sagemaker": 8080}
 DEFAULT_SHM_SIZE_BYTES = 256 * 1024 * 1024
+#: why the launcher needs the engine on this machine, and the other way on from elsewhere
+REMOTE_NEEDS = (
+    "the Docker launcher mounts this machine's model folder into the container, and the "
+    "engine publishes the container's ports on its own 127.0.0.1, which the launcher "
+    "reaches on this machine's"
+)
+REMOTE_ALSO = (
+    "; `mmelocal check` can test models on a Triton that runs there, started on an address "
+    "this machine reaches: --launcher external --url http://HOST:PORT (the model files go "
+    "with each load)"
+)
 
 
 def container_server_config(config: ServerConfig) -> ServerConfig:
@@ -181,55 +190,18 @@ class DockerLauncher(OwnedServerLauncher):
         return keys
 
     @property
-    def remote_engine(self) -> str | None:
-        """The engine's address when it runs on another machine, else None
-        (:func:`~mmelocal.runtime.docker_engine.remote_engine`: the client given, else
-        ``DOCKER_HOST``): there :meth:`pid` is None and this machine's GPUs are not the
-        container's."""
-        return remote_engine(self._client)
+    def runs_on_cpu(self) -> bool:
+        """True when the container is given no GPU whatever the machine: ``gpus`` False or
+        0, or (``gpus`` None) a config whose ``env`` hides every GPU."""
+        if self.gpus is not None:
+            return isinstance(self.gpus, bool | int) and not self.gpus
+        return super().runs_on_cpu
 
     def gpu_selection(self, client: Any) -> tuple[list[Any], dict[str, str]]:
-        """The device requests and the container's GPU environment: ``gpus`` when given;
-        else the GPUs a local server would see
-        (:func:`~mmelocal.runtime.visible_gpus.container_gpus` of the config's ``env``):
-        those ``CUDA_VISIBLE_DEVICES`` names, by UUID, in the request and in the
-        container's ``CUDA_VISIBLE_DEVICES``; when it is unset, every GPU, if NVML sees one
-        here or the engine shows the NVIDIA Container Toolkit (:class:`EngineGpus`), else
-        none. The request is CDI's when the engine lists the cards as CDI devices, else
-        ``--gpus``'s, which the engine refuses without the toolkit's hook (:meth:`start`
-        says what to do). An engine on another machine gets every GPU when it shows the
-        toolkit, and a ``CUDA_VISIBLE_DEVICES`` naming this machine's cards is refused."""
-        from mmelocal.runtime.memory import gpu_count
-        from mmelocal.runtime.visible_gpus import VISIBLE, container_gpus
-
-        if self.gpus is not None:
-            return gpu_device_requests(self.gpus), {}
-        engine = engine_gpus(client)
-        remote = remote_engine(client)
-        if remote is not None:
-            value = self.config.env.get(VISIBLE, os.environ.get(VISIBLE))
-            if value == "":
-                return [], {VISIBLE: ""}
-            if value is not None:
-                raise UserInputError(
-                    f"{VISIBLE}={value} names this machine's GPUs, and the Docker engine at "
-                    f"{remote} runs on another machine: name its GPUs yourself "
-                    "(DockerLauncher(gpus=[...]) with that machine's device ids), or run "
-                    f"on its CPU ({VISIBLE}= empty, gpus=False)"
-                )
-            return (engine.requests(None) if engine.set_up else []), {}
-        chosen = container_gpus(self.config.env)
-        if chosen is None:
-            if gpu_count() == 0 and not engine.set_up:
-                return [], {}
-            logger.info("container %s GPUs: every GPU", self.name)
-            return engine.requests(None), {}
-        logger.info("container %s GPUs: %s", self.name, chosen.describe())
-        if not chosen.uuids:
-            return [], dict(chosen.env)
-        return engine.requests(list(zip(chosen.uuids, chosen.indices, strict=True))), dict(
-            chosen.env
-        )
+        """The device requests and the container's GPU environment on ``client``'s engine
+        (:func:`~mmelocal.runtime.docker_gpus.container_gpu_selection`): ``gpus`` when
+        given, else the GPUs a local server would see, by UUID."""
+        return container_gpu_selection(self.config, client, gpus=self.gpus, name=self.name)
 
     def run_kwargs(
         self, *, gpu_requests: list[Any], gpu_env: Mapping[str, str] | None = None
@@ -264,6 +236,7 @@ class DockerLauncher(OwnedServerLauncher):
         """Make sure the image is here, run the container and wait until Triton is ready."""
         if self.is_alive():
             return
+        refuse_remote_engine(self._client, needs=REMOTE_NEEDS, also=REMOTE_ALSO)
         from docker.errors import DockerException
 
         self.stop()  # a container that died since the last start: remove it (and its name)
@@ -288,7 +261,7 @@ class DockerLauncher(OwnedServerLauncher):
                 client.containers.get(self.name).remove(force=True)
             raise ServerStartError(
                 f"could not start a container from {self.image}: {exc}{_port_hint(exc)}"
-                f"{_gpu_hint(exc, gpu_requests)}",
+                f"{launcher_gpu_hint(exc, gpu_requests)}",
                 log_path=self._log_path,
             ) from exc
         try:
@@ -361,14 +334,13 @@ class DockerLauncher(OwnedServerLauncher):
         return bool(self._container.status == "running")
 
     def pid(self) -> int | None:
-        """Host pid of the container's first process (None when stopped, and when the
-        engine runs on another machine: :attr:`remote_engine`).
+        """Host pid of the container's first process (None when stopped).
 
         That process is Docker's init (``init=True``); tritonserver and its Python-backend
         stubs are its descendants, so sum the process tree for memory.
         """
-        if self.remote_engine is not None or not self.is_alive():
-            return None  # an engine on another machine: its pid is no process here
+        if not self.is_alive():
+            return None
         pid = self._container.attrs.get("State", {}).get("Pid")
         return int(pid) if pid else None
 
@@ -430,18 +402,6 @@ def _port_hint(exc: Exception) -> str:
         return (
             " (a host port the config fixed is taken: choose another, or 0 to let the "
             "engine pick a free one)"
-        )
-    return ""
-
-
-def _gpu_hint(exc: Exception, gpu_requests: Sequence[Any]) -> str:
-    """What to do when the engine could not give the container the GPUs it asked for."""
-    text = str(exc)
-    if gpu_requests and (NO_DEVICE_DRIVER in text or "CDI device injection failed" in text):
-        return (
-            " (the engine cannot give a container the GPUs asked for: this machine's GPUs "
-            f"would go unused and its readings would be of a card Triton does not run on; "
-            f"{GPU_SETUP_HINT})"
         )
     return ""
 

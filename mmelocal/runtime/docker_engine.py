@@ -1,4 +1,4 @@
-"""The Docker engine side of the Docker launcher: connection, images' names, GPUs, labels.
+"""The Docker engine side of the Docker launcher: connection, images' names, labels.
 
 Everything here talks to the engine through the ``docker`` SDK, imported lazily (a missing
 SDK raises :class:`~mmelocal.errors.MissingDependencyError` with the ``docker`` extra).
@@ -6,7 +6,9 @@ Containers started by mmelocal carry the labels :data:`LABEL_OWNER`, :data:`LABE
 :data:`LABEL_HOST` and :data:`LABEL_PID`; :func:`cleanup_containers` removes them by
 session, or only those whose launching process is gone; :func:`reap_orphans_once` does the
 latter once per process and engine, when the launcher first starts (as testcontainers'
-reaper does), so that a crashed run's containers do not stay up.
+reaper does), so that a crashed run's containers do not stay up. Where the engine runs and
+how to ask it for GPUs are :mod:`mmelocal.docker_host`'s (the TensorRT build asks the same
+way), re-exported here.
 """
 
 from __future__ import annotations
@@ -16,14 +18,24 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
+from mmelocal.docker_host import (
+    GPU_SETUP_HINT,
+    NO_DEVICE_DRIVER,
+    NVIDIA_CDI_KIND,
+    EngineGpus,
+    engine_gpus,
+    gpu_device_requests,
+    refuse_remote_engine,
+    remote_engine,
+)
 from mmelocal.errors import (
     DockerEngineError,
     DockerImageError,
     MissingDependencyError,
+    RemoteDockerEngineError,
     UserInputError,
 )
 from mmelocal.facts.triton_images import (
@@ -96,58 +108,6 @@ def docker_client(client: Any = None) -> Any:
     return found
 
 
-def remote_engine(client: Any = None, environ: Mapping[str, str] | None = None) -> str | None:
-    """The address of the Docker engine when it runs on another machine, else None.
-
-    The engine is ``client``'s (its ``api.base_url``) when given, else the one
-    ``docker.from_env()`` connects to: ``DOCKER_HOST`` in ``environ`` (default: this
-    process's environment, read now), the local socket when unset. A Unix socket or a
-    named pipe is this machine's engine, and so is TCP to a loopback address (a tunnel to
-    another machine looks the same: mmelocal cannot tell); ``ssh://`` and TCP to any other
-    host are another machine's, whose containers' processes and GPUs are not this
-    machine's (their pids are not in this machine's ``/proc``, NVML here sees other cards).
-    """
-    from urllib.parse import urlsplit
-
-    if client is not None:
-        address = str(getattr(getattr(client, "api", None), "base_url", "") or "")
-        if address == "http+docker://ssh":  # the SDK keeps no host for an SSH engine
-            address = (os.environ if environ is None else environ).get("DOCKER_HOST") or "ssh"
-            return address
-    else:
-        address = (os.environ if environ is None else environ).get("DOCKER_HOST", "")
-    if not address:
-        return None
-    parts = urlsplit(address if "://" in address else f"tcp://{address}")
-    if parts.scheme in ("unix", "npipe", "fd", "http+unix"):
-        return None
-    if parts.scheme == "http+docker":  # the SDK's own name for its socket / pipe
-        return None
-    if parts.scheme == "ssh":
-        return address
-    if (parts.hostname or "localhost") in ("localhost", "127.0.0.1", "::1"):
-        return None
-    return address
-
-
-def refuse_remote_engine(launcher: object, reading: str) -> None:
-    """Refuse ``reading`` (what reads memory here) when ``launcher`` runs its server on a
-    Docker engine on another machine (its ``remote_engine``; other launchers have none)."""
-    address = getattr(launcher, "remote_engine", None)
-    if address is not None:
-        raise remote_engine_error(address, reading)
-
-
-def remote_engine_error(address: str, reading: str) -> UserInputError:
-    """The refusal of ``reading`` (what reads memory here) for an engine on another machine."""
-    return UserInputError(
-        f"the Docker engine at {address} (DOCKER_HOST) runs on another machine: {reading} "
-        "reads this machine's GPUs (NVML) and processes, not the container's, so its "
-        "figures would be another card's or none; run mmelocal on the engine's machine, "
-        "or unset DOCKER_HOST to use this machine's engine"
-    )
-
-
 def ensure_image(client: Any, image: str, *, pull: str = "missing") -> None:
     """Make sure ``image`` is on the engine: pull it per ``pull`` (see :data:`PULL_POLICIES`).
 
@@ -176,121 +136,6 @@ def ensure_image(client: Any, image: str, *, pull: str = "missing") -> None:
             f"{_image_hint(image)}",
             image=image,
         ) from exc
-
-
-#: the CDI kind of NVIDIA's GPUs: ``nvidia-ctk cdi generate`` names them
-#: ``nvidia.com/gpu=0`` (NVML's index), ``nvidia.com/gpu=GPU-...`` (their UUID, with
-#: ``--device-name-strategy=uuid``) and ``nvidia.com/gpu=all``
-NVIDIA_CDI_KIND = "nvidia.com/gpu"
-#: the engine's answer to a GPU request no device driver of it serves (moby
-#: ``daemon/errors.go``, ``incompatibleDeviceRequest``)
-NO_DEVICE_DRIVER = "could not select device driver"
-
-#: what to do when the engine cannot give a container the GPUs it was asked for
-GPU_SETUP_HINT = (
-    "install the NVIDIA Container Toolkit on the engine's machine and restart dockerd "
-    "(`sudo apt-get install nvidia-container-toolkit`, then `sudo nvidia-ctk runtime "
-    "configure --runtime=docker && sudo systemctl restart docker`; for CDI: `sudo nvidia-ctk "
-    "cdi generate --output=/etc/cdi/nvidia.yaml`), or run Triton on the CPU: "
-    "CUDA_VISIBLE_DEVICES= (empty) for mmelocal's commands, DockerLauncher(gpus=False) "
-    "from Python"
-)
-
-
-@dataclass(frozen=True, kw_only=True)
-class EngineGpus:
-    """What an engine's ``docker info`` says of NVIDIA GPUs.
-
-    ``docker run --gpus`` (a device request with the ``gpu`` capability) is served by the
-    engine's ``nvidia`` device driver, which dockerd registers when the NVIDIA Container
-    Toolkit's ``nvidia-container-runtime-hook`` (or, since Docker 29.2, its
-    ``nvidia-cdi-hook``) is on its PATH (moby ``daemon/nvidia_linux.go``,
-    ``daemon/devices_nvidia_linux.go``); the ``nvidia`` *runtime* entry
-    (``nvidia-ctk runtime configure``) is not used by it (the toolkit's page
-    "Specialized Configurations with Docker": ``--runtime=nvidia`` is for the
-    ``NVIDIA_VISIBLE_DEVICES`` variable). No field of ``docker info`` lists the device
-    drivers, so what the engine says is evidence, not proof: ``nvidia_runtime`` (the
-    toolkit is installed and configured) and ``cdi_devices``, the ``nvidia.com/gpu`` CDI
-    devices the engine discovered (``DiscoveredDevices``, API 1.50 / Docker 28.2, where
-    CDI is on by default), which it injects for a ``cdi`` device request
-    (``docker run --device nvidia.com/gpu=all``) whatever the hooks.
-    """
-
-    nvidia_runtime: bool = False
-    cdi_devices: tuple[str, ...] = ()
-
-    @property
-    def set_up(self) -> bool:
-        """True when the engine shows either sign of the NVIDIA Container Toolkit."""
-        return self.nvidia_runtime or bool(self.cdi_devices)
-
-    def requests(self, gpus: Sequence[tuple[str, int]] | None) -> list[Any]:
-        """The device requests for ``gpus`` (``(uuid, NVML index)`` of each, in order; None:
-        every GPU): CDI names when the engine discovered them all (Docker 29.2 serves
-        ``--gpus`` itself through CDI first), else ``--gpus``'s request by UUID."""
-        names = self._cdi_names(gpus)
-        if names:
-            from docker.types import DeviceRequest
-
-            return [DeviceRequest(driver="cdi", device_ids=names)]
-        return gpu_device_requests(True if gpus is None else [uuid for uuid, _ in gpus])
-
-    def _cdi_names(self, gpus: Sequence[tuple[str, int]] | None) -> list[str]:
-        listed = set(self.cdi_devices)
-        if gpus is None:
-            every = f"{NVIDIA_CDI_KIND}=all"
-            return [every] if every in listed else []
-        names = []
-        for uuid, index in gpus:
-            found = [
-                n
-                for n in (f"{NVIDIA_CDI_KIND}={uuid}", f"{NVIDIA_CDI_KIND}={index}")
-                if n in listed
-            ]
-            if not found:
-                return []
-            names.append(found[0])
-        return names
-
-
-def engine_gpus(client: Any) -> EngineGpus:
-    """What the engine's ``docker info`` says of NVIDIA GPUs (:class:`EngineGpus`); nothing
-    when it cannot be read."""
-    try:
-        info = client.info() or {}
-    except Exception:
-        logger.debug("docker info failed", exc_info=True)
-        return EngineGpus()
-    devices = info.get("DiscoveredDevices") or []
-    return EngineGpus(
-        nvidia_runtime="nvidia" in (info.get("Runtimes") or {}),
-        cdi_devices=tuple(
-            str(d.get("ID"))
-            for d in devices
-            if str(d.get("ID", "")).startswith(f"{NVIDIA_CDI_KIND}=")
-        ),
-    )
-
-
-def gpu_device_requests(gpus: bool | int | Sequence[str] | None) -> list[Any]:
-    """Device requests for ``gpus``: True = all, n = that many, ["0", ...] = those ids.
-
-    ``None``, ``False`` and ``0`` give no request (CPU only).
-    """
-    if gpus is None or gpus is False or gpus == 0:
-        return []
-    from docker.types import DeviceRequest
-
-    if gpus is True:
-        return [DeviceRequest(count=-1, capabilities=[["gpu"]])]
-    if isinstance(gpus, int):
-        if gpus < 0:
-            raise UserInputError(f"gpus must be True, a count >= 1 or device ids, got {gpus}")
-        return [DeviceRequest(count=gpus, capabilities=[["gpu"]])]
-    ids = [str(g) for g in gpus]
-    if not ids or any(not g for g in ids):
-        raise UserInputError(f"gpus device ids must be non-empty strings, got {list(gpus)!r}")
-    return [DeviceRequest(device_ids=ids, capabilities=[["gpu"]])]
 
 
 def cleanup_containers(
@@ -373,10 +218,13 @@ __all__ = [
     "LABEL_OWNER",
     "LABEL_PID",
     "LABEL_SESSION",
+    "NO_DEVICE_DRIVER",
+    "NVIDIA_CDI_KIND",
     "PULL_POLICIES",
     "DockerEngineError",
     "DockerImageError",
     "EngineGpus",
+    "RemoteDockerEngineError",
     "cleanup_containers",
     "default_session_id",
     "docker_client",
@@ -386,6 +234,5 @@ __all__ = [
     "reap_orphans_once",
     "refuse_remote_engine",
     "remote_engine",
-    "remote_engine_error",
     "sagemaker_triton_image",
 ]

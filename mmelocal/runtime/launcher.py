@@ -219,5 +219,12 @@ class OwnedServerLauncher(LauncherContext):
         """The model repository of ``config`` (the one the server serves)."""
         return self.config.model_repository
 
+    @property
+    def runs_on_cpu(self: _HasConfig) -> bool:
+        """True when the server is given no GPU whatever the machine: its config's ``env``
+        sets ``CUDA_VISIBLE_DEVICES`` empty, which hides every GPU from CUDA. Its memory is
+        then the host's, not a card's (the emulator reads it so)."""
+        return self.config.env.get("CUDA_VISIBLE_DEVICES") == ""
+
 
 __all__ = ["Endpoints", "LauncherContext", "OwnedServerLauncher", "TritonLauncher"]

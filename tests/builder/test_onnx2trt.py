@@ -160,10 +160,18 @@ def test_real_engine_build(artifact_of, tmp_path: Path) -> None:
 
 
 def _docker_build(
-    monkeypatch: pytest.MonkeyPatch, onnx_path: Path, out: Path, **kwargs: Any
+    monkeypatch: pytest.MonkeyPatch,
+    onnx_path: Path,
+    out: Path,
+    *,
+    info: dict[str, Any] | None = None,
+    refusal: str | None = None,
+    **kwargs: Any,
 ) -> dict[str, Any]:
     """Build through the Docker builder with an engine that records what ``containers.run``
-    was given (and writes a plan where trtexec would)."""
+    was given (and writes a plan where trtexec would). ``info`` is its ``docker info``
+    (none: no sign of the NVIDIA Container Toolkit); with ``refusal`` it refuses the run
+    with that message, as the engine answers (``APIError``)."""
     docker = pytest.importorskip("docker")
     calls: dict[str, Any] = {}
 
@@ -174,6 +182,8 @@ def _docker_build(
     class Containers:
         def run(self, **kwargs: Any) -> bytes:
             calls.update(kwargs)
+            if refusal is not None:
+                raise docker.errors.APIError(refusal)
             out_dir = Path(next(k for k, v in kwargs["volumes"].items() if v["mode"] == "rw"))
             (out_dir / "model.plan").write_bytes(b"engine")
             return b""
@@ -181,6 +191,9 @@ def _docker_build(
     class Client:
         images = Images()
         containers = Containers()
+
+        def info(self) -> dict[str, Any]:
+            return info or {"Runtimes": {"runc": {}}}
 
     monkeypatch.setattr(onnx2trt, "tensorrt_installed", lambda: False)
     monkeypatch.setattr(onnx2trt, "find_trtexec", lambda name: None)
@@ -241,6 +254,87 @@ def test_docker_builder_refuses_a_selection_it_cannot_honour(
         _docker_build(
             monkeypatch, artifact_of("resnet", "onnx").path, tmp_path / "model.plan", **given
         )
+
+
+def _cdi(*names: str) -> dict[str, Any]:
+    """``docker info`` of an engine that discovered the CDI devices ``names`` (API 1.50)."""
+    return {"DiscoveredDevices": [{"Source": "cdi", "ID": n} for n in names]}
+
+
+@pytest.mark.parametrize(
+    ("listed", "docker_gpus", "device_ids"),
+    [
+        (("nvidia.com/gpu=all", "nvidia.com/gpu=0"), None, ["nvidia.com/gpu=all"]),
+        ((f"nvidia.com/gpu={GPU_1}", "nvidia.com/gpu=all"), (GPU_1,), [f"nvidia.com/gpu={GPU_1}"]),
+    ],
+    ids=["every-gpu", "by-uuid"],
+)
+def test_docker_builder_asks_for_the_gpus_as_the_launcher_does(
+    monkeypatch, artifact_of, tmp_path: Path, listed: tuple[str, ...], docker_gpus: Any, device_ids
+) -> None:
+    """An engine that lists the toolkit's CDI devices (``DiscoveredDevices``) gets them by
+    their CDI names, as the Docker launcher asks (``EngineGpus``): it injects them with
+    neither the nvidia runtime nor the toolkit's hook, which a ``--gpus`` request needs."""
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    given = {} if docker_gpus is None else {"docker_gpus": docker_gpus}
+    calls = _docker_build(
+        monkeypatch,
+        artifact_of("resnet", "onnx").path,
+        tmp_path / "model.plan",
+        info=_cdi(*listed),
+        **given,
+    )
+    (request,) = calls["device_requests"]
+    assert (request["Driver"], request["DeviceIDs"]) == ("cdi", device_ids)
+    assert not request.get("Count") and not request.get("Capabilities")
+
+
+def test_docker_builder_says_what_to_do_when_the_engine_gives_no_gpu(
+    monkeypatch, artifact_of, tmp_path: Path
+) -> None:
+    """An engine without the NVIDIA Container Toolkit refuses a ``--gpus`` request (moby
+    ``daemon/errors.go``): the error says how to set the engine up, as the launcher's."""
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    refusal = 'could not select device driver "" with capabilities: [[gpu]]'
+    with pytest.raises(ExportError) as info:
+        _docker_build(
+            monkeypatch,
+            artifact_of("resnet", "onnx").path,
+            tmp_path / "model.plan",
+            refusal=refusal,
+        )
+    message = str(info.value)
+    for words in (refusal, "NVIDIA Container Toolkit", "nvidia-ctk runtime configure"):
+        assert words in message, message
+    assert "gpus=False" not in message  # a plan is built on a GPU: no CPU way out
+
+
+@pytest.mark.parametrize("docker_host", ["ssh://me@gpu-box", "tcp://gpu-box.invalid:2375"])
+def test_docker_builder_refuses_an_engine_on_another_machine(
+    monkeypatch, artifact_of, tmp_path: Path, docker_host: str
+) -> None:
+    """The build mounts this machine's ONNX and output folders into the container: on
+    another machine's engine those are that machine's folders. Refused before connecting."""
+    from mmelocal.errors import RemoteDockerEngineError
+
+    docker = pytest.importorskip("docker")
+
+    def no_connection(**_: object) -> None:
+        raise AssertionError("the build connected to the engine")
+
+    monkeypatch.setattr(onnx2trt, "tensorrt_installed", lambda: False)
+    monkeypatch.setattr(onnx2trt, "find_trtexec", lambda name: None)
+    monkeypatch.setattr(docker, "from_env", no_connection)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("DOCKER_HOST", docker_host)
+    with pytest.raises(RemoteDockerEngineError, match=r"mounts this machine's ONNX") as info:
+        onnx2trt.build_engine(
+            artifact_of("resnet", "onnx").path,
+            tmp_path / "model.plan",
+            max_batch=2,
+            docker_image="trt:test",
+        )
+    assert info.value.address == docker_host
 
 
 def test_mmelocal_build_reads_the_selection_as_the_docker_launcher(monkeypatch) -> None:

@@ -238,6 +238,49 @@ def test_an_empty_cuda_visible_devices_runs_the_emulator_without_a_gpu(
     assert "CUDA_VISIBLE_DEVICES" not in instance.launcher.config.env
 
 
+@pytest.mark.parametrize(
+    ("kind", "options", "probe"),
+    [
+        ("docker", {"gpus": False}, "host"),
+        ("docker", {"gpus": 0}, "host"),
+        ("local", {"env": {"CUDA_VISIBLE_DEVICES": ""}}, "host"),
+        ("docker", {}, "gpu"),  # the GPUs a local server would see: the card is read
+        ("docker", {"gpus": True}, "gpu"),
+    ],
+    ids=["docker-gpus-false", "docker-gpus-0", "local-no-visible-gpu", "docker", "docker-all"],
+)
+def test_a_launcher_factorys_cpu_launcher_is_measured_in_host_memory(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any, kind: str, options: dict[str, Any], probe: str
+) -> None:
+    """On a GPU host the emulator reads the card; a ``launcher_factory`` that gives Triton
+    no GPU (``DockerLauncher(gpus=False)``, a config that hides every GPU) runs it on the
+    CPU, whose memory the card's readings do not show: host memory is read instead."""
+    from mmelocal.emulator.emulator import Emulator, EmulatorConfig
+    from mmelocal.runtime.docker import DockerLauncher
+    from mmelocal.runtime.local import LocalLauncher
+    from mmelocal.runtime.server_config import ServerConfig
+
+    monkeypatch.setitem(sys.modules, "pynvml", _Fake())
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    env = options.pop("env", {})
+
+    def factory(index: int, workdir: Any) -> Any:
+        config = ServerConfig(model_repository=tmp_path, sagemaker=True, env=env)
+        if kind == "docker":
+            return DockerLauncher(config, **options)
+        return LocalLauncher(config)
+
+    (tmp_path / "store").mkdir()
+    config = EmulatorConfig(
+        store=str(tmp_path / "store"),
+        cache_dir=tmp_path / "c",
+        instances=1,
+        memory_budget_bytes=2**30,
+    )
+    [instance] = Emulator(config, launcher_factory=factory).instances
+    assert instance.probe.kind == probe
+
+
 def test_a_process_whose_smaps_cannot_be_read_counts_its_resident_size(
     tree: subprocess.Popen[bytes], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 from pathlib import Path
@@ -9,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from mmelocal.errors import MissingDependencyError, UserInputError
+from mmelocal.docker_host import remote_engine
+from mmelocal.errors import MissingDependencyError, RemoteDockerEngineError, UserInputError
 from mmelocal.runtime.docker import (
     CONTAINER_MODEL_REPOSITORY,
     DEFAULT_IMAGE,
@@ -258,8 +260,9 @@ class _RecordingEngine:
     then refused (nothing runs). Its ``docker info`` lists the nvidia runtime when
     ``nvidia`` and the CDI devices ``cdi`` (``DiscoveredDevices``); without
     ``gpu_driver`` it refuses a ``--gpus`` request as an engine without the NVIDIA
-    Container Toolkit's hook does (moby ``daemon/errors.go``). ``base_url`` is the SDK's
-    address of the engine (``api.base_url``)."""
+    Container Toolkit's hook does (moby ``daemon/errors.go``), and with ``cdi_refusal`` it
+    refuses a CDI request with that message. ``base_url`` is the SDK's address of the
+    engine (``api.base_url``)."""
 
     def __init__(
         self,
@@ -267,6 +270,7 @@ class _RecordingEngine:
         *,
         cdi: tuple[str, ...] = (),
         gpu_driver: bool = True,
+        cdi_refusal: str | None = None,
         base_url: str = "http+docker://localhost",
     ) -> None:
         self.nvidia = nvidia
@@ -298,6 +302,9 @@ class _RecordingEngine:
                         ' Internal Server Error ("could not select device driver "" with'
                         ' capabilities: [[gpu]]")'
                     )
+                cdi = [r for r in kwargs["device_requests"] if r["Driver"] == "cdi"]
+                if cdi and cdi_refusal is not None:
+                    raise APIError(f'500 Server Error: Internal Server Error ("{cdi_refusal}")')
                 raise APIError("recorded, not run")
 
             def get(self, name: str) -> Gone:
@@ -487,6 +494,37 @@ def test_cdi_gpus_the_engine_lists_are_requested_by_their_cdi_names(
     assert not request.get("Count") and not request.get("Capabilities")
 
 
+def test_a_cdi_device_the_engine_lists_and_cannot_resolve_says_how_to_write_its_spec(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``docker info``'s ``DiscoveredDevices`` and the injection read one CDI cache of the
+    engine, which reads the spec folders again when they change (moby ``daemon/cdi.go``,
+    the CDI library's ``pkg/cdi/cache.go``): a device listed and then "unresolvable" is a
+    spec written again or removed in between. It is asked once, not again with ``--gpus``
+    (that request needs the toolkit's hook, and with only its CDI hook goes through the
+    same spec); the error says how to list and write the spec again."""
+    from mmelocal.errors import ServerStartError
+
+    refusal = "CDI device injection failed: unresolvable CDI devices nvidia.com/gpu=all"
+    engine = _RecordingEngine(
+        nvidia=False, gpu_driver=False, cdi=("nvidia.com/gpu=all",), cdi_refusal=refusal
+    )
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # no NVML here: the engine's GPUs
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    launcher = DockerLauncher(ServerConfig(model_repository=tmp_path), client=engine)
+    with pytest.raises(ServerStartError) as info:
+        launcher.start()
+    message = str(info.value)
+    for words in (
+        refusal,
+        "nvidia-ctk cdi list",
+        "nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml",
+        "no restart",
+    ):
+        assert words in message, message
+    assert len(engine.runs) == 1
+
+
 def test_a_selection_nvml_cannot_read_is_refused_with_what_to_do(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -514,88 +552,89 @@ REMOTE = "tcp://gpu-box.invalid:2375"
     ],
 )
 def test_an_engine_on_another_machine_is_told_from_docker_host(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, docker_host: str | None, remote: str | None
+    monkeypatch: pytest.MonkeyPatch, docker_host: str | None, remote: str | None
 ) -> None:
     if docker_host is None:
         monkeypatch.delenv("DOCKER_HOST", raising=False)
     else:
         monkeypatch.setenv("DOCKER_HOST", docker_host)
-    assert DockerLauncher(ServerConfig(model_repository=tmp_path)).remote_engine == remote
+    assert remote_engine() == remote
 
 
-def test_the_sdk_clients_address_tells_a_remote_engine(tmp_path: Path) -> None:
+def test_the_sdk_clients_address_tells_a_remote_engine() -> None:
     import docker
 
     def address(base_url: str) -> str | None:
-        client = docker.DockerClient(base_url=base_url, version="1.43")  # connects on use only
-        launcher = DockerLauncher(ServerConfig(model_repository=tmp_path), client=client)
-        return launcher.remote_engine
+        return remote_engine(docker.DockerClient(base_url=base_url, version="1.43"))
 
-    assert address("unix:///var/run/docker.sock") is None
+    assert address("unix:///var/run/docker.sock") is None  # the client connects on use only
     assert address("tcp://127.0.0.1:2375") is None
     assert address("tcp://gpu-box:2375") == "http://gpu-box:2375"
 
 
-class _Running:
-    """A container the engine reports running, its first process this test's own."""
-
-    status = "running"
-
-    def __init__(self) -> None:
-        self.attrs = {"State": {"Pid": os.getpid()}}
-
-    def reload(self) -> None:
-        pass
-
-
-def test_an_engine_on_another_machine_gives_no_pid_here(tmp_path: Path) -> None:
-    """The engine's pid is a process of its machine: read here it is another process, or
-    none (the launcher protocol: "the server's process id on this host")."""
-    config = ServerConfig(model_repository=tmp_path)
-    remote = DockerLauncher(config, client=_RecordingEngine(base_url="http://gpu-box:2375"))
-    local = DockerLauncher(config, client=_RecordingEngine())
-    remote._container, local._container = _Running(), _Running()
-    assert (remote.pid(), local.pid()) == (None, os.getpid())
-
-
-def test_an_engine_on_another_machine_is_not_given_this_machines_gpus(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+@pytest.mark.parametrize("where", ["ssh://me@gpu-box", REMOTE, "client"])
+def test_the_launcher_refuses_an_engine_on_another_machine_before_using_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, where: str
 ) -> None:
-    """``CUDA_VISIBLE_DEVICES`` names this machine's cards (their UUIDs, read here through
-    NVML): refused for another machine's engine, which gets every GPU of its own when it
-    shows the toolkit, or none when the variable is empty."""
-    engine = _RecordingEngine(base_url="http://gpu-box:2375")
-    (request,) = _started_with(monkeypatch, tmp_path, visible=None, engine=engine)[
-        "device_requests"
-    ]
-    assert request["Count"] == -1
-    engine = _RecordingEngine(base_url="http://gpu-box:2375")
-    run = _started_with(monkeypatch, tmp_path, visible="", engine=engine)
-    assert run["device_requests"] == [] and run["environment"]["CUDA_VISIBLE_DEVICES"] == ""
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
-    launcher = DockerLauncher(
-        ServerConfig(model_repository=tmp_path), client=_RecordingEngine(base_url="http://x:1")
-    )
-    with pytest.raises(UserInputError, match=r"CUDA_VISIBLE_DEVICES=1 names this machine's GPUs"):
+    """The launcher mounts this machine's model folder into the container and reaches the
+    ports it publishes on the engine's 127.0.0.1 through this machine's: neither works
+    with another machine's engine (the mount would be of that machine's folder, the ports
+    of nothing here). Refused first, saying why and what to do: no connection, no pull,
+    no container."""
+    import docker
+
+    def no_connection(**_: object) -> None:
+        raise AssertionError("the launcher connected to the engine")
+
+    monkeypatch.setattr(docker, "from_env", no_connection)
+    engine = None
+    if where == "client":
+        monkeypatch.delenv("DOCKER_HOST", raising=False)
+        engine = _RecordingEngine(base_url="http://gpu-box:2375")
+    else:
+        monkeypatch.setenv("DOCKER_HOST", where)
+    launcher = DockerLauncher(ServerConfig(model_repository=tmp_path), client=engine)
+    with pytest.raises(RemoteDockerEngineError) as info:
         launcher.start()
+    address = "http://gpu-box:2375" if where == "client" else where
+    assert info.value.address == address
+    message = str(info.value)
+    named = "" if where == "client" else " (DOCKER_HOST)"
+    for words in (
+        f"at {address}{named} runs on another machine",
+        "mounts this machine's model folder",
+        "127.0.0.1",
+        "run mmelocal on that machine",
+        "unset DOCKER_HOST",
+        "--launcher external --url",
+    ):
+        assert words in message, message
+    assert engine is None or engine.runs == []
 
 
-def test_check_and_the_emulator_refuse_to_read_memory_here_for_a_remote_engine(
+def test_check_and_the_emulator_get_the_launchers_refusal_of_a_remote_engine(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, add_one_repository: Path
 ) -> None:
-    """Their memory readings (NVML's card, the server's process tree) are this machine's:
-    with DOCKER_HOST on another machine they would be another card's, or another process's.
-    Refused before any container starts, saying what to do."""
+    """Their memory readings (NVML's card, the server's process tree) are this machine's
+    too: with DOCKER_HOST on another machine they would be another card's, or another
+    process's. The launcher's one refusal stops them before any container starts."""
+    import docker
+
     from mmelocal.emulator.emulator import Emulator
     from mmelocal.emulator.emulator_config import EmulatorConfig
     from mmelocal.runtime.check import CheckOptions, check_path
 
+    def no_connection(**_: object) -> None:
+        raise AssertionError("connected to the engine")
+
+    monkeypatch.setattr(docker, "from_env", no_connection)
     monkeypatch.setenv("DOCKER_HOST", REMOTE)
-    with pytest.raises(UserInputError, match=r"mmelocal check's memory reading.*machine's"):
+    with pytest.raises(RemoteDockerEngineError, match=r"at tcp://gpu-box\.invalid:2375 \(DOCKER"):
         check_path(add_one_repository, CheckOptions(launcher="docker"))
     (tmp_path / "store").mkdir()
     config = EmulatorConfig(
         store=str(tmp_path / "store"), cache_dir=tmp_path / "cache", launcher="docker", gpus=()
     )
-    with pytest.raises(UserInputError, match=r"at tcp://gpu-box\.invalid:2375 \(DOCKER_HOST\)"):
-        Emulator(config)
+    emulator = Emulator(config)
+    with pytest.raises(RemoteDockerEngineError, match=r"at tcp://gpu-box\.invalid:2375 \(DOCKER"):
+        asyncio.run(emulator.start())
