@@ -17,6 +17,7 @@ from remote_helpers import INSTANCE_TYPE, write_reference_tarball
 from mmelocal.aws.endpoint import EndpointInfo
 from mmelocal.aws.s3 import ENDPOINT_METADATA, SHA256_METADATA, file_digest
 from mmelocal.bench.endpoint.remote import RemoteEndpoint
+from mmelocal.errors import ObjectConflictError
 
 NAME = "bench-objects"
 
@@ -69,13 +70,34 @@ def test_bytes_s3_holds_without_mmelocals_checksum_stay_the_owners(
     """The bench skipped only an object with mmelocal's SHA-256: the same bytes put there by
     someone else (``aws s3 cp``) were uploaded again and marked as placed for the endpoint,
     so the endpoint's next deploy pruned the owner's object. Deploy's rule (same size and
-    ETag) now keeps it as it is; other bytes are still replaced."""
+    ETag) keeps it as it is."""
     tarball = write_reference_tarball(tmp_path / "m.tar.gz", scale=2.0)
     s3 = boto3.client("s3")
     s3.upload_file(str(tarball), bucket, "models/metrics.tar.gz")
     assert endpoint.put_file(tarball, "metrics.tar.gz") == "skip"
     assert _metadata(bucket, "models/metrics.tar.gz") == {}
 
+
+def test_other_bytes_at_a_key_are_replaced_only_when_mmelocal_placed_them_for_the_endpoint(
+    endpoint: RemoteEndpoint, bucket: str, tmp_path: Path
+) -> None:
+    """The user's own model at the probe's key is what the endpoint serves under that
+    TargetModel: the bench replaced it with its probe (other bytes were uploaded over any
+    object). It is refused, naming the key, and the object stays; an object the bench
+    placed for this endpoint is replaced as before."""
+    mine = write_reference_tarball(tmp_path / "mine.tar.gz", scale=2.0)
+    s3 = boto3.client("s3")
+    s3.upload_file(str(mine), bucket, "models/served.tar.gz")
     other = write_reference_tarball(tmp_path / "other.tar.gz", scale=3.0)
-    assert endpoint.put_file(other, "metrics.tar.gz") == "upload"
-    assert _metadata(bucket, "models/metrics.tar.gz")[ENDPOINT_METADATA] == NAME
+    with pytest.raises(ObjectConflictError, match=r"served\.tar\.gz") as refused:
+        endpoint.put_file(other, "served.tar.gz")
+    assert refused.value.keys == ("models/served.tar.gz",)
+    held = s3.head_object(Bucket=bucket, Key="models/served.tar.gz")
+    assert (held["ContentLength"], held["Metadata"]) == (mine.stat().st_size, {})
+
+    assert endpoint.put_file(mine, "probe.tar.gz") == "upload"
+    assert endpoint.put_file(other, "probe.tar.gz") == "upload"
+    assert _metadata(bucket, "models/probe.tar.gz") == {
+        SHA256_METADATA: file_digest(other).sha256,
+        ENDPOINT_METADATA: NAME,
+    }

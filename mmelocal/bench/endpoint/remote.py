@@ -273,23 +273,41 @@ class RemoteEndpoint:
         :func:`~mmelocal.aws.parallel.map_bounded`), then upload the others as deploy does
         (:func:`~mmelocal.aws.objects.apply_objects`: the checksum and this endpoint
         recorded, so that its next deploy prunes them and its undeploy deletes them;
-        mmelocal's part size). ``"upload"`` or ``"skip"`` per file, in order."""
+        mmelocal's part size). ``"upload"`` or ``"skip"`` per file, in order.
+
+        An object with other bytes at a key is replaced only when mmelocal placed it for
+        this endpoint (an earlier bench's probe, say); any other (the user's own model
+        under that name, another endpoint's) is what the endpoint serves under that
+        TargetModel: nothing is uploaded and ObjectConflictError names those keys."""
         from mmelocal.aws.objects import ObjectStep, apply_objects, head_holds, head_object
         from mmelocal.aws.parallel import map_bounded
-        from mmelocal.aws.s3 import file_digests
+        from mmelocal.aws.s3 import ENDPOINT_METADATA, file_digests
+        from mmelocal.errors import ObjectConflictError
 
         s3, bucket = self.clients.s3, self.bucket
         digests = file_digests(path for path, _ in files)
         keys = [self.key(target) for _, target in files]
         heads = map_bounded(lambda key: head_object(s3, bucket, key), keys)
-        steps = []
+        steps, foreign = [], []
         for (path, _), key, head in zip(files, keys, heads, strict=True):
             size, digest = path.stat().st_size, digests[path]
             action = "skip" if head_holds(head, size, digest) else "upload"
+            placed_for = None if head is None else head.get("Metadata", {}).get(ENDPOINT_METADATA)
+            if action == "upload" and head is not None and placed_for != self.info.name:
+                foreign.append(key)
             steps.append(
                 ObjectStep(
                     key=key, path=str(path), size_bytes=size, sha256=digest.sha256, action=action
                 )
+            )
+        if foreign:
+            raise ObjectConflictError(
+                f"the bench would replace objects under s3://{bucket}/ that mmelocal did not "
+                f"place for endpoint {self.info.name}: {', '.join(sorted(foreign))}. Endpoint "
+                f"{self.info.name} serves each under its name as a TargetModel: move or "
+                "delete them yourself if they may go, or bench an endpoint whose prefix does "
+                "not hold them",
+                keys=foreign,
             )
         apply_objects(s3, bucket, steps, endpoint_name=self.info.name)
         return [step.action for step in steps]
