@@ -624,14 +624,8 @@ class OtherVictimExitsLate(Control):
         return 200
 
 
-class CountedStubMachine(StubMachine):
-    after_read: Any = None
-
-    def read(self) -> MemoryReading:
-        reading = super().read()
-        if self.after_read is not None:
-            self.after_read()
-        return reading
+class CountedStubMachine(CountedMachine, StubMachine):
+    """A :class:`StubMachine` whose readings are counted (:class:`CountedMachine`)."""
 
 
 def test_an_unload_waits_for_its_own_processes_not_for_another_victims_exit() -> None:
