@@ -179,22 +179,27 @@ class Emulator:
         """Which of the GPUs (their position in ``self._gpus``) instance ``index`` runs on."""
         return index % len(self._gpus.indices)
 
+    def _on_gpu(self, launcher: TritonLauncher) -> bool:
+        """Whether the instance's Triton runs on a GPU: the emulator has one and the
+        launcher (a ``launcher_factory``'s too) does not give its server none
+        (``runs_on_cpu``). What the probe reads and how models are prepared follow it."""
+        return bool(self._gpus.indices) and getattr(launcher, "runs_on_cpu", False) is not True
+
     def _probe(self, index: int, launcher: TritonLauncher, budget: int) -> MemoryProbe:
-        """The card's memory for an instance on a GPU, else the host's: also when the
-        launcher (a ``launcher_factory``'s) gives its server no GPU (``runs_on_cpu``)."""
-        if getattr(launcher, "runs_on_cpu", False) is True:
+        """The card's memory for an instance on a GPU (:meth:`_on_gpu`), else the host's:
+        also when the launcher gives its server no GPU."""
+        if not self._on_gpu(launcher):
             if self._gpus.indices:
                 logger.info("instance %d: its launcher gives Triton no GPU: host memory", index)
             return HostProbe(launcher.pid, budget_bytes=budget)
-        if self._gpus.indices:
-            gpu = self._gpus.indices[self._gpu_of(index)]
-            try:
-                probe: MemoryProbe = NvmlProbe(gpu, launcher.pid)
-            except Exception as exc:
-                logger.warning("NVML probe unavailable (%s); using host PSS", exc)
-            else:
-                cap = self.config.gpu_memory_bytes
-                return CappedProbe(probe, cap) if cap is not None else probe
+        gpu = self._gpus.indices[self._gpu_of(index)]
+        try:
+            probe: MemoryProbe = NvmlProbe(gpu, launcher.pid)
+        except Exception as exc:
+            logger.warning("NVML probe unavailable (%s); using host PSS", exc)
+        else:
+            cap = self.config.gpu_memory_bytes
+            return CappedProbe(probe, cap) if cap is not None else probe
         return HostProbe(launcher.pid, budget_bytes=budget)
 
     def _default_launcher(self, index: int, workdir: Path) -> TritonLauncher:
@@ -237,7 +242,8 @@ class Emulator:
         )
 
     def _prepare_hook(self, launcher: TritonLauncher) -> Prepare | None:
-        """For the wheel's Python-only server: derive python-backend copies of native models."""
+        """For the wheel's Python-only server: derive python-backend copies of native models,
+        for the GPU or the CPU as the instance's server runs (:meth:`_on_gpu`)."""
         if self.config.launcher != "local":
             return None
         # imported now, not on a cold call
@@ -247,7 +253,7 @@ class Emulator:
         from mmelocal.builder import presets  # noqa: F401  (the runner template's folder)
         from mmelocal.runtime import python_copies
 
-        gpu = bool(self._gpus.indices)
+        gpu = self._on_gpu(launcher)
 
         def prepare(layout: MmeLayout, out_dir: Path) -> Path | None:
             # the backend folder is assembled when the server starts: read it at the load

@@ -22,6 +22,7 @@ from mmelocal.runtime.lifecycle import StartStopContext
 from mmelocal.runtime.readiness import triton_ready, wait_until_ready
 from mmelocal.runtime.server_config import ServerConfig
 from mmelocal.runtime.shutdown import unload_before_stop
+from mmelocal.runtime.visible_gpus import VISIBLE, hides_every_gpu
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -222,9 +223,11 @@ class OwnedServerLauncher(LauncherContext):
     @property
     def runs_on_cpu(self: _HasConfig) -> bool:
         """True when the server is given no GPU whatever the machine: its config's ``env``
-        sets ``CUDA_VISIBLE_DEVICES`` empty, which hides every GPU from CUDA. Its memory is
-        then the host's, not a card's (the emulator reads it so)."""
-        return self.config.env.get("CUDA_VISIBLE_DEVICES") == ""
+        sets a ``CUDA_VISIBLE_DEVICES`` that hides every GPU from CUDA (empty, or ``-1``:
+        :func:`~mmelocal.runtime.visible_gpus.hides_every_gpu`). Its memory is then the
+        host's, not a card's, and its models run on the CPU (the emulator reads and
+        prepares them so)."""
+        return hides_every_gpu(self.config.env.get(VISIBLE))
 
 
 __all__ = ["Endpoints", "LauncherContext", "OwnedServerLauncher", "TritonLauncher"]

@@ -140,6 +140,8 @@ def container_gpus(
         return None
     if not value:
         return ServerGpus(env={VISIBLE: ""}, origin=f"{VISIBLE}= (empty)")
+    if hides_every_gpu(value):  # no GPU on any machine: nothing for NVML to read
+        return ServerGpus(env={VISIBLE: value}, origin=f"{VISIBLE}={value}: names no GPU")
     try:
         nvml = Nvml()
     except Exception:
@@ -154,6 +156,17 @@ def container_gpus(
     finally:
         nvml.close()
     return dataclasses.replace(chosen, env={VISIBLE: ",".join(chosen.uuids)})
+
+
+def hides_every_gpu(value: str | None) -> bool:
+    """True when ``CUDA_VISIBLE_DEVICES=value`` leaves CUDA no GPU on any machine: an empty
+    value, or a first identifier that is a negative index (``-1``, a common idiom), at which
+    CUDA stops before naming a GPU (module docstring). None (unset) shows every GPU. Other
+    values depend on the machine's GPUs (:func:`server_gpus` reads them through NVML)."""
+    if value is None:
+        return False
+    first = value.split(",")[0]
+    return not value or (_INDEX.fullmatch(first) is not None and int(first) < 0)
 
 
 def _numbers(indices: Sequence[int]) -> str:
@@ -238,4 +251,4 @@ def _resolve(token: str, nvml: Any, count: int, order: str | None) -> int | None
     return int(token)
 
 
-__all__ = ["ServerGpus", "container_gpus", "server_gpus"]
+__all__ = ["ServerGpus", "container_gpus", "hides_every_gpu", "server_gpus"]

@@ -244,17 +244,30 @@ def test_an_empty_cuda_visible_devices_runs_the_emulator_without_a_gpu(
         ("docker", {"gpus": False}, "host"),
         ("docker", {"gpus": 0}, "host"),
         ("local", {"env": {"CUDA_VISIBLE_DEVICES": ""}}, "host"),
+        ("local", {"env": {"CUDA_VISIBLE_DEVICES": "-1"}}, "host"),
         ("docker", {}, "gpu"),  # the GPUs a local server would see: the card is read
         ("docker", {"gpus": True}, "gpu"),
+        ("local", {}, "gpu"),
     ],
-    ids=["docker-gpus-false", "docker-gpus-0", "local-no-visible-gpu", "docker", "docker-all"],
+    ids=[
+        "docker-gpus-false",
+        "docker-gpus-0",
+        "local-no-visible-gpu",
+        "local-minus-one",
+        "docker",
+        "docker-all",
+        "local",
+    ],
 )
 def test_a_launcher_factorys_cpu_launcher_is_measured_in_host_memory(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Any, kind: str, options: dict[str, Any], probe: str
 ) -> None:
     """On a GPU host the emulator reads the card; a ``launcher_factory`` that gives Triton
     no GPU (``DockerLauncher(gpus=False)``, a config that hides every GPU) runs it on the
-    CPU, whose memory the card's readings do not show: host memory is read instead."""
+    CPU, whose memory the card's readings do not show: host memory is read instead. Its
+    models are prepared for the CPU too: a ``KIND_GPU`` group the CPU server cannot place
+    becomes ``KIND_CPU``, as for an emulator with no GPU (it stayed ``KIND_GPU``)."""
+    from mmelocal.builder.mme_layout import read_layout
     from mmelocal.emulator.emulator import Emulator, EmulatorConfig
     from mmelocal.runtime.docker import DockerLauncher
     from mmelocal.runtime.local import LocalLauncher
@@ -263,9 +276,15 @@ def test_a_launcher_factorys_cpu_launcher_is_measured_in_host_memory(
     monkeypatch.setitem(sys.modules, "pynvml", _Fake())
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     env = options.pop("env", {})
+    (tmp_path / "backends" / "python").mkdir(parents=True)  # the wheel's Python-only server
 
     def factory(index: int, workdir: Any) -> Any:
-        config = ServerConfig(model_repository=tmp_path, sagemaker=True, env=env)
+        config = ServerConfig(
+            model_repository=tmp_path,
+            sagemaker=True,
+            env=env,
+            backend_directory=tmp_path / "backends",
+        )
         if kind == "docker":
             return DockerLauncher(config, **options)
         return LocalLauncher(config)
@@ -279,6 +298,17 @@ def test_a_launcher_factorys_cpu_launcher_is_measured_in_host_memory(
     )
     [instance] = Emulator(config, launcher_factory=factory).instances
     assert instance.probe.kind == probe
+    model = tmp_path / "artifact" / "m"
+    (model / "1").mkdir(parents=True)
+    (model / "1" / "model.py").write_text("class TritonPythonModel:\n    pass\n")
+    (model / "config.pbtxt").write_text(
+        'name: "m"\nbackend: "python"\ninstance_group {\n  count: 1\n  kind: KIND_GPU\n}\n'
+    )
+    assert instance.loader.prepare is not None
+    out = instance.loader.prepare(read_layout(model.parent), tmp_path / "prepared")
+    assert out is not None
+    served = (out / "m" / "config.pbtxt").read_text()
+    assert ("KIND_CPU" if probe == "host" else "KIND_GPU") in served, served
 
 
 def test_a_process_whose_smaps_cannot_be_read_counts_its_resident_size(

@@ -228,6 +228,31 @@ def test_gpu_available_is_whether_a_server_started_here_sees_a_gpu(monkeypatch, 
     assert gpu_available() is seen
 
 
+@pytest.mark.parametrize(
+    ("visible", "hidden"),
+    [(None, False), ("", True), ("-1", True), ("-1,0", True), ("0,-1", False), ("1", False)],
+)
+def test_a_cuda_visible_devices_that_hides_every_gpu_runs_the_server_on_the_cpu(
+    monkeypatch, tmp_path, visible, hidden
+):
+    """CUDA enumerates the identifiers until the first invalid one (CUDA Programming Guide,
+    "CUDA Environment Variables": ``0,2,-1,1`` shows devices 0 and 2): an empty value or a
+    first index of ``-1`` leaves no GPU on any machine, which only the empty value said.
+    Such a server runs on the CPU, and a container is given no GPU without NVML reading
+    this machine's (it was refused: "NVML cannot read this machine's GPUs")."""
+    from mmelocal.runtime.local import LocalLauncher
+    from mmelocal.runtime.visible_gpus import container_gpus, hides_every_gpu
+
+    env = {} if visible is None else {"CUDA_VISIBLE_DEVICES": visible}
+    launcher = LocalLauncher(ServerConfig(model_repository=tmp_path, env=env))
+    assert hides_every_gpu(visible) is hidden and launcher.runs_on_cpu is hidden
+    if hidden:
+        monkeypatch.setitem(sys.modules, "pynvml", None)  # no NVML: nothing to read
+        chosen = container_gpus(env, environ={})
+        assert chosen is not None and chosen.uuids == () and not chosen.indices
+        assert dict(chosen.env) == env
+
+
 def test_native_backend_present_means_plain_copy(tmp_path):
     source = write_mlp(tmp_path / "src", "mlp", "onnx")
     prepared = prepare_model_for_server(
