@@ -60,6 +60,12 @@ class TrafficResult:
             data = json.loads(Path(path).read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError) as exc:
             raise UserInputError(f"cannot read traffic result {path}: {exc}") from exc
+        return cls.from_document(data, path)
+
+    @classmethod
+    def from_document(cls, data: object, path: Path | str) -> TrafficResult:
+        """The result a JSON document read from ``path`` holds (a
+        :class:`~mmelocal.errors.UserInputError` naming ``path`` when it is none)."""
         if not isinstance(data, dict) or "hit_ratio" not in data:
             raise UserInputError(
                 f"{path} is not a traffic result (no hit_ratio): give the --json of "

@@ -214,6 +214,13 @@ def test_simulate_from_replay_simulates_the_replayed_emulator(tmp_path: Path) ->
     given = CliRunner().invoke(cli, [*args, "--models-per-instance", "2"])
     assert given.exit_code == 0, given.output
     assert json.loads((tmp_path / "s.json").read_text())["models_per_instance"] == 2
+    # the replay's memory room is under its emulator's threshold: --threshold has nothing
+    # to apply to without a footprint (it was dropped without a word)
+    threshold = CliRunner().invoke(cli, [*args, "--threshold", "0.5"])
+    assert threshold.exit_code == 2, threshold.output
+    assert "with --from-replay alone the capacity is the replayed emulator's" in " ".join(
+        threshold.output.split()
+    )
 
 
 def test_simulate_from_replay_takes_the_replays_load_times(tmp_path: Path) -> None:
@@ -286,3 +293,28 @@ def test_load_seconds_reads_a_replay_by_its_content_and_refuses_other_files(
         _load_times(str(numbers))
     with pytest.raises(UserInputError, match=r"missing\.json: no such file"):
         _load_times(str(tmp_path / "missing.json"))
+
+
+def test_load_seconds_reads_an_existing_file_once_whatever_its_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replay saved as ``2.5`` was taken as 2.5 s (numbers won over the file the user
+    named), and a replay's file was read twice (once to see it is JSON, once for the
+    result). An existing file wins, read once; numbers that name no file are seconds."""
+    from mmelocal.cli.traffic._measured import _load_times
+
+    replay = _replayed(load_cycle_s=[7.0]).write_json(tmp_path / "2.5")
+    reads: list[Path] = []
+    read_text = Path.read_text
+
+    def counted(self: Path, *args: Any, **kwargs: Any) -> str:
+        reads.append(self)
+        return read_text(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", counted)
+    assert _load_times(str(replay)).samples_s == (7.0,)
+    assert reads == [replay]
+    monkeypatch.chdir(tmp_path)
+    loads = _load_times("2.5")
+    assert loads.samples_s == (7.0,) and "2.5" in loads.source and loads.source != "given"
+    assert _load_times("1.5").samples_s == (1.5,)  # no file of that name: seconds

@@ -510,6 +510,10 @@ CAPACITY_REFUSALS = {
         ["--footprint-mib", "400", "--capacity", "{d}/t.csv"],
         "give one of --models-per-instance, --footprint-mib or --capacity, not several",
     ),
+    "threshold with a count": (
+        ["--models-per-instance", "5", "--threshold", "0.5"],
+        "--threshold is the fraction of the card's memory a footprint is projected into",
+    ),
     "baseline without a footprint": (
         ["--models-per-instance", "5", "--baseline-mib", "300"],
         "--baseline-mib is only read with --footprint-mib",

@@ -37,7 +37,8 @@ def _capacity_args(
     capacity_pick: str | None,
 ) -> _CapacityArgs:
     """The options as :class:`_CapacityArgs`; a usage error for one that would be ignored
-    (two sources of the capacity, a baseline with no footprint to add it to)."""
+    (two sources of the capacity, a threshold or a baseline with no footprint to apply it
+    to)."""
     given = [
         flag
         for flag, value in (
@@ -56,6 +57,12 @@ def _capacity_args(
         raise click.UsageError(
             f"{CAPACITY_RESULT} is only read with --capacity (it picks one result of a "
             f"file of several): add --capacity FILE or drop {CAPACITY_RESULT}"
+        )
+    if threshold is not None and models_per_instance is not None:
+        raise click.UsageError(
+            "--threshold is the fraction of the card's memory a footprint is projected into "
+            "(--footprint-mib or --capacity FILE); --models-per-instance is a count, which "
+            "no threshold changes: drop --threshold, or give a footprint instead of the count"
         )
     if baseline_mib is not None and footprint_mib is None:
         raise click.UsageError(

@@ -44,13 +44,15 @@ def replay_data(path: Path | str) -> dict[str, Any]:
     if not Path(path).is_file():
         raise UserInputError(f"{path}: no such file (give {_REPLAY_FILE})")
     try:
-        json.loads(Path(path).read_text(encoding="utf-8"))
+        document = json.loads(Path(path).read_text(encoding="utf-8"))  # read once
+    except OSError as exc:
+        raise UserInputError(f"cannot read {path}: {exc}") from exc
     except (UnicodeDecodeError, json.JSONDecodeError):
         raise UserInputError(
             f"{path} is not JSON: give {_REPLAY_FILE}, or load times of your own as "
             "seconds on the command line (2.5, or a list: 1.2,3.4)"
         ) from None
-    data = TrafficResult.read_json(path).data
+    data = TrafficResult.from_document(document, path).data
     if "load_seconds_source" in data:
         raise UserInputError(
             f"{path} is a simulation's result (`traffic simulate --json`): its cold loads "
@@ -74,15 +76,19 @@ def replay_load_times(path: Path | str) -> LoadTimes:
 
 
 def _load_times(value: str | None) -> Any:
-    """``--load-seconds``: seconds (``2.5``), a list to draw from (``1.2,3.4``), or a
-    replay's result file, read by what it holds whatever its name (:func:`replay_data`)."""
+    """``--load-seconds``: a replay's result file, read by what it holds whatever its name
+    (:func:`replay_data`), else seconds (``2.5``) or a list to draw from (``1.2,3.4``). An
+    existing file wins over numbers: a file called ``2.5`` is read, not taken as 2.5 s (the
+    source of the times says which file)."""
     if value is None:
         return None
+    if Path(value).is_file():
+        return replay_load_times(value)
     try:
         samples = tuple(float(x) for x in value.split(","))
     except ValueError:
-        if Path(value).is_file() or value.endswith(".json"):
-            return replay_load_times(value)
+        if value.endswith(".json"):
+            return replay_load_times(value)  # a replay's name: say that there is no such file
         raise UserInputError(
             "--load-seconds takes seconds (2.5), a list (1.2,3.4), or a file: "
             f"{_REPLAY_FILE}; got {value!r}, neither numbers nor a file"

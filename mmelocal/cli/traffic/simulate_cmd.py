@@ -177,6 +177,13 @@ def simulate(
     )
     endpoint: dict[str, Any] = {}
     capacity_source: str | None = None
+    if from_replay is not None and not capacity_given and capacity_args.threshold is not None:
+        raise click.UsageError(
+            "--threshold is the fraction of the card's memory a footprint is projected into "
+            "(--footprint-mib or --capacity FILE); with --from-replay alone the capacity is "
+            "the replayed emulator's (its room for models, under its own threshold): drop "
+            "--threshold, or give a footprint with it"
+        )
     if from_replay is not None:
         ctx = click.get_current_context()
         given = {k for k in sim if ctx.get_parameter_source(k) is not ParameterSource.DEFAULT}
