@@ -141,7 +141,7 @@ def container_gpus(
     if not value:
         return ServerGpus(env={VISIBLE: ""}, origin=f"{VISIBLE}= (empty)")
     if hides_every_gpu(value):  # no GPU on any machine: nothing for NVML to read
-        return ServerGpus(env={VISIBLE: value}, origin=f"{VISIBLE}={value}: names no GPU")
+        return ServerGpus(env={VISIBLE: ""}, origin=f"{VISIBLE}={value}: names no GPU")
     try:
         nvml = Nvml()
     except Exception:
