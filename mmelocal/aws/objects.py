@@ -68,44 +68,21 @@ def listing_of(head: Mapping[str, Any] | None) -> tuple[int, str] | None:
     return int(head["ContentLength"]), str(head.get("ETag", "")).strip('"')
 
 
-def recorded_sha256(s3: Any, bucket: str, key: str) -> str | None:
-    """The SHA-256 mmelocal recorded on ``key`` (None: none, or the object is gone)."""
-    head = head_object(s3, bucket, key)
-    recorded = None if head is None else head.get("Metadata", {}).get(SHA256_METADATA)
-    return None if recorded is None else str(recorded)
-
-
 def needs_head(size: int, digest: FileDigest, listed: tuple[int, str] | None) -> bool:
     """The listing cannot tell: same size, another ETag (another part size, or an ETag
     that is no MD5: SSE-KMS), so the checksum mmelocal recorded decides (one HEAD)."""
     return listed is not None and listed[0] == size and listed[1] != digest.etag
 
 
-def _holds(
-    size: int,
-    digest: FileDigest,
-    listed: tuple[int, str] | None,
-    recorded: Callable[[], str | None],
-) -> bool:
+def head_holds(head: Mapping[str, Any] | None, size: int, digest: FileDigest) -> bool:
+    """Whether the object of one HEAD answer (None: no object) holds the file of ``size``
+    and ``digest``: the same size and ETag, else the SHA-256 mmelocal recorded (the HEAD
+    has the size, the ETag and the recorded SHA-256 at once)."""
+    listed = listing_of(head)
     if listed is None or listed[0] != size:
         return False
-    return not needs_head(size, digest, listed) or recorded() == digest.sha256
-
-
-def unchanged(
-    s3: Any, bucket: str, key: str, size: int, digest: FileDigest, listed: tuple[int, str] | None
-) -> bool:
-    """Whether ``key`` holds the file of ``size`` and ``digest`` (``listed``: the object's
-    size and ETag from a listing or a HEAD, None when there is none): the ETag, else the
-    SHA-256 mmelocal recorded (one HeadObject)."""
-    return _holds(size, digest, listed, lambda: recorded_sha256(s3, bucket, key))
-
-
-def head_holds(head: Mapping[str, Any] | None, size: int, digest: FileDigest) -> bool:
-    """:func:`unchanged` from one HEAD answer, which has the size, the ETag and the
-    recorded SHA-256 at once."""
     metadata = {} if head is None else head.get("Metadata", {})
-    return _holds(size, digest, listing_of(head), lambda: metadata.get(SHA256_METADATA))
+    return not needs_head(size, digest, listed) or metadata.get(SHA256_METADATA) == digest.sha256
 
 
 def apply_objects(
@@ -168,6 +145,4 @@ __all__ = [
     "listing_of",
     "needs_head",
     "object_metadata",
-    "recorded_sha256",
-    "unchanged",
 ]

@@ -8,7 +8,7 @@ Each object mmelocal writes also records the endpoint it was deployed for
 (``x-amz-meta-mmelocal-endpoint``): undeploy deletes only that endpoint's.
 Files with the same bytes (the hard-linked copies ``mmelocal package --copies`` writes) are
 uploaded once and the others are server-side copies of that object: the bytes cross the
-network once. The rule and the upload itself (:func:`~mmelocal.aws.objects.unchanged`,
+network once. The rule and the upload itself (:func:`~mmelocal.aws.objects.head_holds`,
 :func:`~mmelocal.aws.objects.apply_objects`) live in :mod:`mmelocal.aws.objects`, shared
 with the endpoint bench and the pytest plugin; they are importable from here too.
 """
@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from mmelocal.aws.objects import ObjectStep, apply_objects, unchanged
+from mmelocal.aws.objects import ObjectStep, apply_objects
 from mmelocal.aws.parallel import map_bounded
 from mmelocal.aws.s3 import (
     PART_SIZE_BYTES,
@@ -250,5 +250,4 @@ __all__ = [
     "store_files",
     "total_bytes",
     "transfer_config",
-    "unchanged",
 ]
