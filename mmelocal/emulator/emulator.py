@@ -507,6 +507,9 @@ class Emulator:
             "footprints_bytes": {
                 t: b for inst in self.instances for t, b in inst.footprints.items()
             },
+            "held_footprints_bytes": {
+                t: b for inst in self.instances for t, b in inst.held_footprints.items()
+            },
             "event_counts": dict(self.events.counts),
             "restarts": self.watchdog.restarts,
             "events": [e.to_dict() for e in self.events.recent(limit=200)],

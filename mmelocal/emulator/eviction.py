@@ -239,6 +239,8 @@ class Evictor:
         if own is not None and (own > 0 or entry.pids):
             kept = self.state.footprints.get(entry.target)
             self.state.footprints[entry.target] = max(own, kept or 0, entry.footprint_bytes or 0)
+            if entry.pids:  # what its processes held before the DELETE; a drop may be half
+                self.state.held[entry.target] = own
         self.metrics.observe("ModelUnloadingTime", seconds * 1e6)
         self.metrics.inc("ModelUnloads")
         if kind == "evict":

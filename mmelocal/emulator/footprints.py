@@ -76,6 +76,7 @@ def record_load(
     if own > 0 or entry.pids:
         entry.footprint_bytes = max(own, entry.footprint_bytes or 0)
         state.footprints[entry.target] = entry.footprint_bytes
+        state.held[entry.target] = own
     # the base for its first call (the calls it waits for come right after); when other
     # models serve calls now there is none, and what is known of them carries over
     state.quiet = _quiet_mark(state, after, loading=entry) or state.quiet
@@ -89,7 +90,8 @@ def remeasure(state: LoadedSet, reading: MemoryReading) -> None:
     it grows at its first call (the tiny model's stub: 16.6 MiB USS after its load, 19.9
     after its first call, the same after 10 more) and its PSS moves as other processes map
     or leave the pages it shares, so its load-time figure is not what evicting it frees.
-    The figure kept for its next load (``state.footprints``) only rises. A model serving a
+    The figure kept for its next load (``state.footprints``) only rises; what it holds now
+    is also kept as its held figure (``state.held``). A model serving a
     call is left alone (its memory then holds the call's own buffers). The server's growth
     across a first call goes to that model (:func:`_first_call`)."""
     if reading.per_process_bytes is None:
@@ -102,7 +104,7 @@ def remeasure(state: LoadedSet, reading: MemoryReading) -> None:
         if not entry.pids <= present:
             continue  # a stub of its went away: Triton lost it (recovery loads it again)
         own = (held_bytes(reading, entry.pids) or 0) + entry.server_bytes
-        entry.footprint_bytes = own
+        entry.footprint_bytes = state.held[entry.target] = own
         if own > state.footprints.get(entry.target, 0):
             state.footprints[entry.target] = own
 
@@ -140,6 +142,7 @@ def _first_call(state: LoadedSet, reading: MemoryReading) -> None:
     entry.server_bytes += growth
     if not entry.pids:
         entry.footprint_bytes = (entry.footprint_bytes or 0) + growth
+        state.held[entry.target] = state.held.get(entry.target, 0) + growth
         kept = state.footprints.get(entry.target, 0)
         state.footprints[entry.target] = max(kept, entry.footprint_bytes)
 

@@ -137,6 +137,11 @@ class TritonInstance:
         return self.state.footprints
 
     @property
+    def held_footprints(self) -> dict[str, int]:
+        """What each target held the last time it was measured loaded."""
+        return self.state.held
+
+    @property
     def up(self) -> bool:
         """False while the server is down or restarting."""
         return self.state.up

@@ -60,26 +60,38 @@ def replay_capacity(data: Mapping[str, Any], instances: int = 1) -> dict[str, An
 
 def replay_memory(data: Mapping[str, Any]) -> dict[str, Any]:
     """The emulator's own capacity rule, as :class:`SimConfig` fields (empty when the replay
-    did not record it): a load fits when what the loaded models hold plus the new model's
-    footprint stays within the memory limit (the threshold x the budget) less the idle
-    server's memory and the runtimes its models brought (``memory_room_bytes``, the
-    smallest of its instances, from ``mmelocal serve``'s ``/emulator/state``), each model
-    counted at the footprint the emulator measured for it (``footprints_bytes``: what its
-    eviction plans with; 0 is a measured figure, a GPU model whose processes hold none of
-    the card), a model it never loaded at their mean.
+    did not record it): a load fits when what the loaded models hold plus what the new
+    model's load plans for stays within the memory limit (the threshold x the budget) less
+    the idle server's memory and the runtimes its models brought (``memory_room_bytes``,
+    the smallest of its instances, from ``mmelocal serve``'s ``/emulator/state``).
+
+    A loaded model holds what the emulator last measured it at while loaded
+    (``held_footprints_bytes``); a load plans for the most the model was measured at
+    (``footprints_bytes``: its eviction plans with that). The two differ on a CPU host,
+    where a stub's PSS divides the pages it shares among the stubs loaded beside it: the
+    tiny model's stub holds 23-24.5 MiB beside two more and up to 28 MiB alone, so
+    counting every loaded model at its most held 2 where the emulator held 3. A replay
+    with no held figures counts loaded models at the most too. 0 is a measured figure (a
+    GPU model whose processes hold none of the card); a model the emulator never loaded
+    counts at the others' mean.
 
     Not a count: models of different sizes share the memory as in the emulator."""
     room = data.get("memory_room_bytes")
-    footprints = {
-        str(t): int(b) for t, b in (data.get("footprints_bytes") or {}).items() if b is not None
-    }
-    if room is None or int(room) <= 0 or not any(b > 0 for b in footprints.values()):
+    most = _figures(data.get("footprints_bytes"))
+    if room is None or int(room) <= 0 or not any(b > 0 for b in most.values()):
         return {}
+    held = {**most, **_figures(data.get("held_footprints_bytes"))}
     return {
         "memory_limit_bytes": int(room),
-        "footprint_bytes": footprints,
-        "default_footprint_bytes": int(sum(footprints.values()) / len(footprints)),
+        "footprint_bytes": held,
+        "default_footprint_bytes": int(sum(held.values()) / len(held)),
+        "load_footprint_bytes": most,
     }
+
+
+def _figures(figures: Mapping[str, Any] | None) -> dict[str, int]:
+    """A state page's bytes per target, the unknown ones left out."""
+    return {str(t): int(b) for t, b in (figures or {}).items() if b is not None}
 
 
 def _models_seen(data: Mapping[str, Any], count: int) -> int:

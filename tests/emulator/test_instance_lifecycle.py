@@ -686,6 +686,7 @@ def test_footprints_are_the_models_part_of_the_budgets_pss() -> None:
             "b": 104 * MIB,
         }
         assert inst.footprints["a"] == 106 * MIB  # what its next load may need: kept
+        assert inst.held_footprints == {"a": 104 * MIB, "b": 104 * MIB}  # what each holds
         assert inst.idle_memory_bytes == 54 * MIB  # the server's PSS
         await inst.stop()
         inst.close()

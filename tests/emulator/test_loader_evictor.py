@@ -419,6 +419,9 @@ def test_an_unload_is_not_charged_with_an_earlier_victims_late_exit(
             await loader.evictor.unload(state.models[name], kind="evict", reason="test")
         await asyncio.gather(*state.finishing, *state.deletes.values())
         assert state.footprints == {"a": 100 * MIB, "b": 100 * MIB}
+        # what each held: its processes before the DELETE, else its load (a's stub left
+        # late: the drop at its unload is half of it)
+        assert state.held == {"a": 100 * MIB, "b": 100 * MIB}
         (event,) = [e for e in loader.events.recent("evict") if e.target == "b"]
         assert event.bytes == 100 * MIB
 

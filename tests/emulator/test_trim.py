@@ -27,8 +27,12 @@ def test_loaded_set_over_the_limit_is_trimmed(tmp_path: Path) -> None:
         _, body = payload(rows=1)
         for i in range(3):
             mme.invoke(f"model-{i}.tar.gz", body)
-        inst = mme.state()["instances"][0]
-        used, footprint = inst["memory_used_bytes"], min(mme.state()["footprints_bytes"].values())
+        state_page = mme.state()
+        inst = state_page["instances"][0]
+        used, footprint = inst["memory_used_bytes"], min(state_page["footprints_bytes"].values())
+        # what each loaded model holds, beside the most it was measured at (its next load's)
+        held = {e["target"]: e["footprint_bytes"] for e in inst["loaded"]}
+        assert state_page["held_footprints_bytes"] == held
         # as if the models had grown: the limit now holds one model less
         server.emulator.instances[0].gauge.limit_override_bytes = used - footprint // 2
 

@@ -157,6 +157,35 @@ def test_the_capacity_is_the_emulators_memory_not_the_most_it_once_held() -> Non
     assert simulate(two, config_from_replay(_replayed(**big)))["max_loaded"] == 2
 
 
+@pytest.mark.parametrize(("room_mib", "fits"), [(77, 3), (74, 2)])
+def test_loaded_models_count_at_what_they_hold_and_a_load_at_the_most(
+    room_mib: int, fits: int
+) -> None:
+    """The emulator plans a load with the most the model was measured at (its stub's PSS
+    alone: 28 MiB for the tiny model, ``footprints_bytes``) against what the loaded
+    models hold now (24 MiB each beside the others, ``held_footprints_bytes``). With 77 MiB
+    of room it holds 3: 2 x 24 + 28 = 76. The validation's replays held 3 there where the
+    simulation, counting every loaded model at its most, held 2 (failed before: 2 for 77).
+    With 74 MiB a third load plans for 28 beside 48 and evicts: 2, though 3 x 24 = 72
+    would fit."""
+    mib = 2**20
+    models = ("m0", "m1", "m2", "m3")
+    trace = Trace(
+        times_s=np.arange(40, dtype=np.float64) * 10.0,
+        model_ids=np.arange(40, dtype=np.int32) % 4,
+        models=models,
+    )
+    replayed = _replayed(
+        max_loaded_per_instance=3,
+        emulator_instances=1,
+        load_cycle_s=[1.0],
+        memory_room_bytes=room_mib * mib,
+        footprints_bytes=dict.fromkeys(models, 28 * mib),
+        held_footprints_bytes=dict.fromkeys(models, 24 * mib),
+    )
+    assert simulate(trace, config_from_replay(replayed))["max_loaded"] == fits
+
+
 def test_a_replay_without_the_emulators_memory_keeps_the_count_it_saw() -> None:
     """A replay of another server (or an older one) has no memory figures: each simulated
     instance holds the most one instance held ready at once."""

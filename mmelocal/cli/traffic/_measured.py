@@ -138,7 +138,7 @@ def _replayed_endpoint(
     if "memory_limit_bytes" in capacity:
         source = (
             f"the replayed emulator's memory: {capacity['memory_limit_bytes']:,} bytes for "
-            "models, each at the footprint it measured (mean "
+            "models, each at what it measured the model holding (mean "
             f"{capacity['default_footprint_bytes']:,} bytes), {from_replay}"
         )
     else:

@@ -96,7 +96,9 @@ def _capacity(state: Mapping[str, Any]) -> dict[str, Any]:
     an emulator whose page does not say): ``emulator_options`` (its load wait, load
     limit, busy wait...), ``memory_room_bytes`` (the room one instance has for models:
     its memory limit less what its server holds beside its models and the runtimes its
-    models brought, the smallest of the instances) and the ``footprints_bytes`` it measured."""
+    models brought, the smallest of the instances) and the footprints it measured: the most
+    each model was measured at, which its next load plans for (``footprints_bytes``), and
+    what each held the last time it was measured loaded (``held_footprints_bytes``)."""
     options = state.get("options")
     rooms = [
         i["memory_limit_bytes"] - i["memory_idle_bytes"] - sum(i["runtime_bytes"].values())
@@ -109,6 +111,7 @@ def _capacity(state: Mapping[str, Any]) -> dict[str, Any]:
         "emulator_options": dict(options),
         "memory_room_bytes": min(rooms),
         "footprints_bytes": dict(state.get("footprints_bytes") or {}),
+        "held_footprints_bytes": dict(state.get("held_footprints_bytes") or {}),
     }
 
 

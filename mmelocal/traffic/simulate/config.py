@@ -82,9 +82,12 @@ class SimConfig:
     """What the simulated fleet is.
 
     Capacity per instance: ``models_per_instance`` (every model the same size), or
-    ``memory_limit_bytes`` with ``footprint_bytes`` per model (``default_footprint_bytes``
-    for the others). ``service_s`` is the time one request takes on a loaded model (None:
-    unknown, latencies then hold only the waits for loads and slots).
+    ``memory_limit_bytes`` with ``footprint_bytes`` per model (what it holds loaded;
+    ``default_footprint_bytes`` for the others). ``load_footprint_bytes``: what a load of
+    the model plans for, where that differs from what it holds (the emulator plans a load
+    with the most the model was measured at); a model not in it plans for its footprint.
+    ``service_s`` is the time one request takes on a loaded model (None: unknown,
+    latencies then hold only the waits for loads and slots).
 
     ``download``: seconds to download and extract an artifact that is not on the
     instance's disk (None: not modelled; the load times hold whatever download there is,
@@ -101,6 +104,7 @@ class SimConfig:
     memory_limit_bytes: int | None = None
     footprint_bytes: Mapping[str, int] = field(default_factory=dict)
     default_footprint_bytes: int | None = None
+    load_footprint_bytes: Mapping[str, int] = field(default_factory=dict)
     load: LoadTimes = field(default_factory=LoadTimes)
     unload_s: float = 0.0
     service_s: float | None = None
@@ -161,6 +165,9 @@ class SimConfig:
                 raise UserInputError(
                     "a disk budget needs each artifact's size on disk: give --artifact-mib"
                 )
+        footprints = [*self.footprint_bytes.values(), *self.load_footprint_bytes.values()]
+        if any(size < 0 for size in footprints):
+            raise UserInputError(f"footprints must be >= 0 bytes, got {min(footprints)}")
         sizes = [*self.artifact_bytes.values(), self.default_artifact_bytes or 0]
         if any(size < 0 for size in sizes):
             raise UserInputError(f"artifact sizes must be >= 0 bytes, got {min(sizes)}")

@@ -44,18 +44,23 @@ def simulate(
     n = len(trace)
     if config.models_per_instance is not None:
         limit = config.models_per_instance
-        sizes = [1] * len(trace.models)
+        sizes = needs = [1] * len(trace.models)
     else:
         assert config.memory_limit_bytes is not None and config.default_footprint_bytes
         limit = config.memory_limit_bytes
         sizes = [
             config.footprint_bytes.get(m, config.default_footprint_bytes) for m in trace.models
         ]
-        too_big = [m for m, s in zip(trace.models, sizes, strict=True) if s > limit]
-        if too_big:
+        needs = [
+            config.load_footprint_bytes.get(m, size)
+            for m, size in zip(trace.models, sizes, strict=True)
+        ]
+        most = [max(size, need) for size, need in zip(sizes, needs, strict=True)]
+        over = [(m, b) for m, b in zip(trace.models, most, strict=True) if b > limit]
+        if over:
             raise UserInputError(
-                f"{too_big[0]} needs {sizes[trace.models.index(too_big[0])]:,} bytes, more than "
-                f"an instance's limit of {limit:,}: choose a larger instance type"
+                f"{over[0][0]} needs {over[0][1]:,} bytes, more than an instance's limit "
+                f"of {limit:,}: choose a larger instance type"
             )
     disk_limit = config.disk_bytes or _UNLIMITED_BYTES
     artifact_sizes = [
@@ -94,6 +99,7 @@ def simulate(
         holders=holders,
         callers=callers,
         sizes=sizes,
+        needs=needs,
         artifact_sizes=artifact_sizes,
         draw_load=draw_load,
         draw_download=draw_download,

@@ -23,6 +23,7 @@ class LoadQueue:
         holders: dict[int, list[int]],
         callers: Callers,
         sizes: Sequence[int],
+        needs: Sequence[int],
         artifact_sizes: Sequence[int],
         draw_load: Callable[[], float],
         draw_download: Callable[[], float] | None,
@@ -33,7 +34,9 @@ class LoadQueue:
         self.fleet = fleet
         self.holders = holders
         self.callers = callers
+        #: what each model holds loaded, and what its load plans for (by model index)
         self.sizes = sizes
+        self.needs = needs
         self.artifact_sizes = artifact_sizes
         self.draw_load = draw_load
         self.draw_download = draw_download
@@ -138,7 +141,7 @@ class LoadQueue:
         def busy(v: int) -> bool:
             return inst.inflight.get(v, 0) > 0 or inst.ready_at[v] > now
 
-        victims, fits = inst.lru.plan(self.sizes[m], busy)
+        victims, fits = inst.lru.plan(self.needs[m], busy)
         for v in victims:
             inst.lru.remove(v)
             self.drop_holder(inst, v)
