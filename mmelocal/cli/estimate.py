@@ -165,10 +165,10 @@ def _range_row(table: Table, label: str, scope: str, span: Sequence[int], source
 
 
 def cards_table(result: Any) -> Table:
-    """Copies per card: the estimate's range, and the measurement's projection when given."""
-    measured = result.measured is not None and result.measured.applies_to(
-        result.model_format, result.precision
-    )
+    """Copies per card: the estimate's range, and the measurement's projection where it
+    wins (:attr:`~mmelocal.bench.estimate.core.Estimate.measured_wins`); the count that
+    sizes (:attr:`~mmelocal.bench.estimate.core.CardCount.copies`) is marked."""
+    measured = result.measured_wins
     table = Table(
         title=f"Copies per card (threshold {result.threshold:.0%})",
         caption="copies = floor((threshold x card - once per process) / per copy); "
@@ -185,12 +185,12 @@ def cards_table(result: Any) -> Table:
             mib(card.memory_bytes, suffix=False),
             ", ".join(card.instance_types),
             str(card.low),
-            f"[bold]{card.point}[/]" if card.measured is None else str(card.point),
+            str(card.point) if measured else f"[bold]{card.copies}[/]",
             str(card.high),
             "projected" if card.projected else "published runs",
         ]
-        if measured:  # where it is given, the measured count is the one that sizes (copies)
-            row.append(f"[bold green]{card.copies}[/]" if card.measured is not None else "-")
+        if measured:
+            row.append(f"[bold green]{card.copies}[/]")
         table.add_row(*row)
     return table
 
@@ -222,6 +222,12 @@ def summary_lines(result: Any) -> list[str]:
             lines.append(
                 f"the measurement ({m.origin}) is of {why}: the footprint differs, so the "
                 "estimate stands; measure the same format and precision"
+            )
+        elif m.on_gpu and not result.measured_wins:
+            lines.append(
+                f"the measurement ({m.origin}) shows no footprint per copy "
+                f"({m.per_copy_bytes:,} bytes over {m.count} copies): the estimate stands; "
+                "measure with warm-up, so that each copy allocates at load"
             )
         elif m.on_gpu:
             off = (point - m.per_copy_bytes) / m.per_copy_bytes

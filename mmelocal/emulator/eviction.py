@@ -173,8 +173,10 @@ class Evictor:
         """Unload one idle model; return once the probe shows its memory released, with
         its DELETE (None: nothing was unloaded).
 
-        Triton's SageMaker ``DELETE`` answers only after a fixed poll pause (about 2 s)
-        even when the model went away at once; the memory is usually back long before.
+        Triton's SageMaker ``DELETE`` checks whether the model is gone every 500 ms and
+        pauses once more after the check that finds it gone (``SageMakerMMEUnloadModel``
+        in triton-inference-server/server ``src/sagemaker_server.cc``), so it answers 0.5
+        to 1 s after the unload ended; the memory is back when the model's processes exit.
         So the next load starts as soon as the probe shows the release (with a known
         footprint), while the ``DELETE`` finishes in the background; a new load of the
         same target waits for it.

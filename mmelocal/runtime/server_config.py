@@ -28,11 +28,14 @@ MODEL_CONTROL_MODES = ("explicit", "poll", "none")
 #: ``--log-verbose`` of a plain server when ``log_verbose`` is None (tritonserver's own
 #: default); in MME mode the entrypoint's ``SAGEMAKER_TRITON_LOG_VERBOSE`` default applies
 PLAIN_LOG_VERBOSE = 0
-#: ``--metrics-interval-ms`` of a plain server: Triton's CPU/GPU metrics poller sleeps half
-#: the interval between polls and tritonserver's exit joins it (triton-inference-server/core
-#: ``src/metrics.cc``), so Triton's 2000 ms default held every stop up to 1 s after the
-#: server had stopped. mmelocal reads none of those gauges; a later ``extra_args`` value wins.
-PLAIN_METRICS_INTERVAL_MS = 200
+#: ``--metrics-interval-ms`` of a server whose metrics are on (a plain server; in MME mode
+#: with ``SAGEMAKER_TRITON_ALLOW_METRICS``, unless ``SAGEMAKER_TRITON_ADDITIONAL_ARGS`` gives
+#: one): Triton's CPU/GPU metrics poller sleeps half the interval between polls and
+#: tritonserver's exit joins it (triton-inference-server/core ``src/metrics.cc``; the
+#: poller starts only with metrics on, ``src/tritonserver.cc``), so Triton's 2000 ms
+#: default held every stop up to 1 s after the server had stopped. mmelocal reads none of
+#: those gauges; a later ``extra_args`` value wins.
+METRICS_INTERVAL_MS = 200
 
 #: Python-backend shared memory per model: the SageMaker launcher lowers Triton's 64 MB
 #: default to 16 MB so that small ``/dev/shm`` mounts (Docker's default is 64 MB) still work;
@@ -54,6 +57,9 @@ MMELOCAL_FLAGS: dict[str, str] = {
     "SageMaker turns HTTP off and exposes only its own front end",
     "--grpc-address, --grpc-port, --metrics-address, --metrics-port": "only when the "
     "environment turns gRPC or metrics on: loopback and a free port, so servers never collide",
+    "--metrics-interval-ms": f"{METRICS_INTERVAL_MS}, only when the environment turns metrics "
+    "on and gives no interval: tritonserver's exit waits for its metrics poller, which sleeps "
+    "half the interval (Triton's 2000 ms default held every stop up to 1 s)",
     "--exit-timeout-secs": "a bounded stop (the launcher escalates to SIGKILL after it)",
     "--backend-directory": "local binary only: the wheel's Python backend with the stub for "
     "this Python (the image has its own backends)",
@@ -228,7 +234,7 @@ class ServerConfig:
             f"--metrics-port={self.metrics_port}",
             f"--log-verbose={self.log_verbose or PLAIN_LOG_VERBOSE}",
             f"--exit-timeout-secs={self.exit_timeout_s}",
-            f"--metrics-interval-ms={PLAIN_METRICS_INTERVAL_MS}",
+            f"--metrics-interval-ms={METRICS_INTERVAL_MS}",
             f"--backend-config=python,shm-default-byte-size={self.python_shm_default_bytes}",
             f"--backend-config=python,shm-growth-byte-size={self.python_shm_growth_bytes}",
         ]
@@ -275,6 +281,9 @@ class ServerConfig:
             args += [f"--grpc-address={self.host}", f"--grpc-port={self.grpc_port}"]
         if self.serves_metrics:
             args += [f"--metrics-address={self.host}", f"--metrics-port={self.metrics_port}"]
+            given = [*self.entrypoint_args(), *self.extra_args]
+            if not any(a.split("=")[0] == "--metrics-interval-ms" for a in given):
+                args.append(f"--metrics-interval-ms={METRICS_INTERVAL_MS}")
         args.append(f"--exit-timeout-secs={self.exit_timeout_s}")
         if self.backend_directory is not None:
             args.append(f"--backend-directory={self.backend_directory}")
@@ -300,10 +309,10 @@ def _flag(value: bool) -> str:
 __all__ = [
     "DEFAULT_PYTHON_SHM_BYTES",
     "DEFAULT_PYTHON_SHM_GROWTH_BYTES",
+    "METRICS_INTERVAL_MS",
     "MMELOCAL_FLAGS",
     "MODEL_CONTROL_MODES",
     "PLAIN_LOG_VERBOSE",
-    "PLAIN_METRICS_INTERVAL_MS",
     "ServerConfig",
     "pick_free_port",
 ]

@@ -21,8 +21,8 @@ Fixtures:
 Markers (prefixed, so the plugin never acts on a project's own ``gpu`` or ``docker``
 markers): ``mmelocal_gpu`` skips without an NVIDIA GPU (or without ``nvidia-ml-py``, the
 reason naming ``mmelocal[gpu]``); ``mmelocal_docker`` skips without a
-Docker engine (except with ``MMELOCAL_REQUIRE_DOCKER=1``: there a missing engine must fail,
-not hide).
+Docker engine of this machine (``DOCKER_HOST`` naming another machine's counts as none;
+except with ``MMELOCAL_REQUIRE_DOCKER=1``: there a missing engine must fail, not hide).
 This module is imported by every pytest run: everything heavy is imported inside fixtures.
 """
 
@@ -236,10 +236,22 @@ def _gpu_missing_reason() -> str | None:
 
 
 def _docker_missing_reason() -> str | None:
+    """Why no Docker engine of this machine can run mmelocal's containers (None: one
+    answers). An engine on another machine (``DOCKER_HOST``) is refused by mmelocal (its
+    containers mount this machine's folders), so it counts as none; it is not asked."""
+    from mmelocal.docker_host import remote_engine
+
     try:
         import docker
     except ImportError:
         return "the docker package is not installed (pip install 'mmelocal[docker]')"
+    address = remote_engine()
+    if address is not None:
+        return (
+            f"the one at {address} (DOCKER_HOST) runs on another machine, and mmelocal's "
+            "containers mount this machine's folders: unset DOCKER_HOST, or run the tests "
+            "on that machine"
+        )
     try:
         client = docker.from_env(timeout=5)
         client.ping()

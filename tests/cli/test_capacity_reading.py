@@ -104,3 +104,27 @@ def test_traffic_size_tries_the_estimates_instance_types_only(
     assert code == 0, capsys.readouterr()
     tried = {c["instance_type"] for c in json.loads(out.read_text())["tried"]}
     assert tried == {"ml.g5.xlarge"}
+
+
+def test_a_measurement_with_no_footprint_per_copy_does_not_win_in_the_table() -> None:
+    """A GPU measurement of the same format and precision that saw no footprint per copy
+    (0 bytes) gives no count (``Estimate.measured_wins`` is False), but the table tested
+    only the format and precision: its caption said the measured count wins over a
+    measured column of "-", and the notes divided by the 0 bytes (ZeroDivisionError). The
+    table and notes read ``measured_wins``: the point sizes, marked, and the notes say why."""
+    from mmelocal.cli.estimate import cards_table, summary_lines
+
+    nothing = Measured(per_copy_bytes=0, baseline_bytes=GIB, count=2, total_bytes=16 * GIB,
+                       probe="nvml:0", origin="capacity.json", model_format="torchscript",
+                       precision="fp32")  # fmt: skip
+    estimate = _estimate(0.9, "ml.g5.xlarge").with_measurement(nothing)
+    assert not estimate.measured_wins
+    card = estimate.cards[0]
+    assert card.copies == card.point
+    table = cards_table(estimate)
+    cells = {column.header: list(column.cells) for column in table.columns}
+    assert "measured" not in cells
+    assert cells["point"] == [f"[bold]{card.point}[/]"]
+    assert "the measured count wins" not in str(table.caption)
+    lines = summary_lines(estimate)
+    assert any("no footprint per copy" in line and "estimate stands" in line for line in lines)

@@ -192,6 +192,7 @@ def test_server_config_runs_the_recipe_then_mmelocals_flags(tmp_path: Path) -> N
         f"--sagemaker-port={config.sagemaker_port}",
         "--metrics-address=127.0.0.1",
         f"--metrics-port={config.metrics_port}",
+        "--metrics-interval-ms=200",
         "--exit-timeout-secs=3",
     ]
     assert config.log_verbose == 2  # mirrored from the environment
@@ -199,6 +200,27 @@ def test_server_config_runs_the_recipe_then_mmelocals_flags(tmp_path: Path) -> N
     listed = " ".join(MMELOCAL_FLAGS)
     for arg in args[len(recipe) :]:
         assert arg.split("=")[0] in listed, arg
+
+
+def test_a_metrics_interval_of_the_callers_is_kept(tmp_path: Path) -> None:
+    """mmelocal's short metrics interval (a quick stop: the poller's sleep holds
+    tritonserver's exit) is added only where metrics are on and no interval is given:
+    one in SAGEMAKER_TRITON_ADDITIONAL_ARGS or extra_args is the caller's, left alone."""
+
+    def intervals(env: dict[str, str], extra: tuple[str, ...] = ()) -> list[str]:
+        config = ServerConfig(
+            model_repository=tmp_path, sagemaker=True, sagemaker_env=env, extra_args=extra
+        ).resolved()
+        args = config.to_args()
+        flag = "--metrics-interval-ms"
+        return [a for i, a in enumerate(args) if a.startswith(flag) or args[i - 1] == flag]
+
+    on = {"SAGEMAKER_TRITON_ALLOW_METRICS": "true"}
+    assert intervals({}) == []  # metrics off: no poller, the platform's argv as it is
+    assert intervals(on) == ["--metrics-interval-ms=200"]
+    given = {**on, "SAGEMAKER_TRITON_ADDITIONAL_ARGS": "--metrics-interval-ms 5000"}
+    assert intervals(given) == ["--metrics-interval-ms", "5000"]
+    assert intervals(on, ("--metrics-interval-ms=3000",)) == ["--metrics-interval-ms=3000"]
 
 
 def test_server_config_and_environment_must_agree(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 import tempfile
+import types
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -118,6 +119,55 @@ def test_mmelocal_docker_marker_skips_or_fails_as_asked(
     monkeypatch.setenv("MMELOCAL_REQUIRE_DOCKER", "1")
     required = pytester.runpytest("--strict-markers")
     required.assert_outcomes(passed=1)
+
+
+def test_mmelocal_docker_marker_skips_on_another_machines_engine(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An engine on another machine (``DOCKER_HOST``) answers, but mmelocal refuses it
+    (:class:`~mmelocal.errors.RemoteDockerEngineError`: its containers mount this
+    machine's folders): the marked tests ran and failed with that error. They skip saying
+    so, without asking the engine; with ``MMELOCAL_REQUIRE_DOCKER=1`` they run and fail."""
+    asked: list[str] = []
+
+    class _Answering:
+        def __init__(self, **_: object) -> None:
+            asked.append("from_env")
+
+        def ping(self) -> bool:
+            return True
+
+        def close(self) -> None:
+            pass
+
+    engine = types.ModuleType("docker")
+    engine.from_env = _Answering  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "docker", engine)  # an engine that answers
+    monkeypatch.setenv("DOCKER_HOST", "tcp://gpu-box.invalid:2375")
+    monkeypatch.delenv("MMELOCAL_REQUIRE_DOCKER", raising=False)
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.mmelocal_docker
+        def test_needs_engine():
+            from mmelocal.docker_host import refuse_remote_engine
+
+            refuse_remote_engine(needs="the test mounts this machine's folders")
+        """
+    )
+    skipped = pytester.runpytest("--strict-markers", "-rs")
+    skipped.assert_outcomes(skipped=1)
+    skipped.stdout.fnmatch_lines(
+        ["*needs a Docker engine: the one at tcp://gpu-box.invalid:2375 (DOCKER_HOST) runs on "
+         "another machine*unset DOCKER_HOST*"]
+    )  # fmt: skip
+    assert asked == []  # refused before it is reached (an ssh:// engine would be)
+
+    monkeypatch.setenv("MMELOCAL_REQUIRE_DOCKER", "1")
+    required = pytester.runpytest("--strict-markers")
+    required.assert_outcomes(failed=1)
+    required.stdout.fnmatch_lines(["*RemoteDockerEngineError*"])
 
 
 def test_fixtures_are_offered_and_default_config_is_empty(pytester: pytest.Pytester) -> None:

@@ -304,7 +304,7 @@ def test_load_seconds_reads_a_replay_by_its_content_and_refuses_other_files(
     load times. A file is now read by what it holds: a replay whatever its name; a
     simulation's result, or a file that is no JSON, is refused saying which file is wanted
     (--from-replay refuses a simulation's result too)."""
-    from mmelocal.cli.traffic._measured import _load_times, _service_s
+    from mmelocal.cli.traffic._measured import _load_times, read_replay
     from mmelocal.traffic.simulate import LoadTimes, SimConfig
 
     replay = _replayed(load_cycle_s=[2.0]).write_json(tmp_path / "replay.out")
@@ -313,7 +313,7 @@ def test_load_seconds_reads_a_replay_by_its_content_and_refuses_other_files(
     trace = Trace(times_s=np.asarray([0.0]), model_ids=np.asarray([0]), models=("a",))
     config = SimConfig(models_per_instance=1, load=LoadTimes(samples_s=(7.0,)))
     simulated = simulate(trace, config).write_json(tmp_path / "sim.json")
-    for read in (lambda: _load_times(str(simulated)), lambda: _service_s(None, simulated)):
+    for read in (lambda: _load_times(str(simulated)), lambda: read_replay(simulated)):
         with pytest.raises(UserInputError, match=r"sim\.json is a simulation's result.*replay"):
             read()
     numbers = tmp_path / "loads.csv"
@@ -347,3 +347,33 @@ def test_load_seconds_reads_an_existing_file_once_whatever_its_name(
     loads = _load_times("2.5")
     assert loads.samples_s == (7.0,) and "2.5" in loads.source and loads.source != "given"
     assert _load_times("1.5").samples_s == (1.5,)  # no file of that name: seconds
+
+
+def test_simulate_from_replay_reads_the_replay_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``traffic simulate --from-replay`` read the replay's file three times (its endpoint,
+    its warm p50, its load times): a file replaced between the reads gave one simulation
+    figures of two replays. It is read once and every figure comes from that reading."""
+    from click.testing import CliRunner
+
+    from mmelocal.cli.main import cli
+    from mmelocal.traffic.trace import write_trace
+
+    trace = Trace(times_s=np.asarray([0.0]), model_ids=np.asarray([0]), models=("a",))
+    replay = _replayed(max_loaded_per_instance=1, emulator_instances=1).write_json(
+        tmp_path / "replay.json"
+    )
+    path = write_trace(trace, tmp_path / "t.csv")
+    reads: list[Path] = []
+    read_text = Path.read_text
+
+    def counted(self: Path, *args: Any, **kwargs: Any) -> str:
+        reads.append(self)
+        return read_text(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", counted)
+    args = ["traffic", "simulate", str(path), "--from-replay", str(replay)]
+    result = CliRunner().invoke(cli, [*args, "--json", str(tmp_path / "s.json")])
+    assert result.exit_code == 0, result.output
+    assert reads.count(replay) == 1

@@ -223,16 +223,18 @@ class Estimate(BenchResult, kind="estimate"):
     def measured_wins(self) -> bool:
         """True when the measurement beside the estimate gives the counts: GPU memory of
         the same format and precision, with a footprint per copy."""
+        return self._winning_measurement() is not None
+
+    def _winning_measurement(self) -> Measured | None:
+        """The measurement when it gives the counts (:attr:`measured_wins`), else None."""
         m = self.measured
-        return (
-            m is not None
-            and m.applies_to(self.model_format, self.precision)
-            and m.per_copy_bytes > 0
-        )
+        if m is None or not m.applies_to(self.model_format, self.precision):
+            return None
+        return m if m.per_copy_bytes > 0 else None
 
     def _measured_count(self, memory_bytes: int) -> int | None:
-        m = self.measured
-        if m is None or not self.measured_wins:
+        m = self._winning_measurement()
+        if m is None:
             return None
         return project_count(
             total_bytes=memory_bytes,

@@ -5,6 +5,7 @@ ones."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -61,12 +62,26 @@ def replay_data(path: Path | str) -> dict[str, Any]:
     return data
 
 
-def replay_load_times(path: Path | str) -> LoadTimes:
+@dataclass(frozen=True, kw_only=True)
+class Replay:
+    """A replay's result file read once (:func:`read_replay`): every figure a command takes
+    from it comes from this one reading, so a file replaced meanwhile cannot mix two."""
+
+    path: Path | str
+    data: dict[str, Any]
+
+
+def read_replay(path: Path | str) -> Replay:
+    """The replay's result document at ``path`` (:func:`replay_data`), with its path."""
+    return Replay(path=path, data=replay_data(path))
+
+
+def replay_load_times(replay: Replay) -> LoadTimes:
     """The load times a replay's JSON recorded: how long each load held its instance
     (``load_cycle_s``, what :func:`~mmelocal.traffic.compare.config_from_replay` simulates
     with), else the loads themselves (``cold_load_s``, a replay of another server),
     labelled with where the replay measured."""
-    data = replay_data(path)
+    path, data = replay.path, replay.data
     samples = tuple(float(x) for x in data.get("load_cycle_s") or data.get("cold_load_s", []))
     if not samples:
         raise UserInputError(
@@ -83,12 +98,13 @@ def _load_times(value: str | None) -> Any:
     if value is None:
         return None
     if Path(value).is_file():
-        return replay_load_times(value)
+        return replay_load_times(read_replay(value))
     try:
         samples = tuple(float(x) for x in value.split(","))
     except ValueError:
         if value.endswith(".json"):
-            return replay_load_times(value)  # a replay's name: say that there is no such file
+            # a replay's name: say that there is no such file
+            return replay_load_times(read_replay(value))
         raise UserInputError(
             "--load-seconds takes seconds (2.5), a list (1.2,3.4), or a file: "
             f"{_REPLAY_FILE}; got {value!r}, neither numbers nor a file"
@@ -96,7 +112,7 @@ def _load_times(value: str | None) -> Any:
     return LoadTimes(samples_s=samples, source="given")
 
 
-def _service_s(service_ms: float | None, from_replay: Path | None) -> tuple[float | None, str]:
+def _service_s(service_ms: float | None, from_replay: Replay | None) -> tuple[float | None, str]:
     if service_ms is not None and from_replay is not None:
         raise UserInputError("give --service-ms or --from-replay, not both")
     if service_ms is not None:
@@ -104,18 +120,17 @@ def _service_s(service_ms: float | None, from_replay: Path | None) -> tuple[floa
             raise UserInputError(f"--service-ms must be >= 0, got {service_ms:g}")
         return service_ms / 1e3, "given"
     if from_replay is not None:
-        data = replay_data(from_replay)
-        warm = data["latency_ms"]["warm"]["p50"]
+        warm = from_replay.data["latency_ms"]["warm"]["p50"]
         if warm is None:
             raise UserInputError(
-                f"{from_replay}: the replay has no warm request to take a service time from"
+                f"{from_replay.path}: the replay has no warm request to take a service time from"
             )
-        return warm / 1e3, _replay_source("warm p50", from_replay, data)
+        return warm / 1e3, _replay_source("warm p50", from_replay.path, from_replay.data)
     return None, "none"
 
 
 def _replayed_endpoint(
-    from_replay: Path, *, capacity_given: bool, given: set[str]
+    from_replay: Replay, *, capacity_given: bool, given: set[str]
 ) -> tuple[dict[str, Any], str | None]:
     """What ``--from-replay`` sets beside the service time: the replayed emulator's waits
     and limits and hot-model threshold (its state page's options), its instance count and,
@@ -126,7 +141,7 @@ def _replayed_endpoint(
     when it is not taken from the replay)."""
     from mmelocal.traffic.compare import emulator_options, replay_capacity
 
-    data = replay_data(from_replay)
+    data = from_replay.data
     fields: dict[str, Any] = dict(emulator_options(data))
     if data.get("emulator_instances"):
         fields["instances"] = int(data["emulator_instances"])
@@ -139,8 +154,8 @@ def _replayed_endpoint(
         source = (
             f"the replayed emulator's memory: {capacity['memory_limit_bytes']:,} bytes for "
             "models, each at what it measured the model holding (mean "
-            f"{capacity['default_footprint_bytes']:,} bytes), {from_replay}"
+            f"{capacity['default_footprint_bytes']:,} bytes), {from_replay.path}"
         )
     else:
-        source = f"the most models one instance held ready at once, {from_replay}"
+        source = f"the most models one instance held ready at once, {from_replay.path}"
     return fields, source

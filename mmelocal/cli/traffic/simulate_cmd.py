@@ -16,6 +16,7 @@ from mmelocal.cli.traffic._measured import (
     _load_times,
     _replayed_endpoint,
     _service_s,
+    read_replay,
     replay_load_times,
 )
 from mmelocal.cli.traffic._shared import (
@@ -184,11 +185,12 @@ def simulate(
             "the replayed emulator's (its room for models, under its own threshold): drop "
             "--threshold, or give a footprint with it"
         )
-    if from_replay is not None:
+    replay = read_replay(from_replay) if from_replay is not None else None  # read once
+    if replay is not None:
         ctx = click.get_current_context()
         given = {k for k in sim if ctx.get_parameter_source(k) is not ParameterSource.DEFAULT}
         endpoint, capacity_source = _replayed_endpoint(
-            from_replay, capacity_given=capacity_given, given=given
+            replay, capacity_given=capacity_given, given=given
         )
     if capacity_source is None:
         capacity, capacity_source = _capacity_for(instance_type, capacity_args)
@@ -198,7 +200,7 @@ def simulate(
                 "the memory threshold): choose a larger instance type"
             )
         endpoint["models_per_instance"] = capacity
-    service_s, service_source = _service_s(service_ms, from_replay)
+    service_s, service_source = _service_s(service_ms, replay)
     price = None
     if instance_type is not None:
         from mmelocal.bench.prices import load_prices
@@ -208,13 +210,13 @@ def simulate(
     # after the SimConfig fields they set; a replay's figures replace those not given
     if load_seconds is not None:
         load = _load_times(load_seconds)
-    elif from_replay is not None:
+    elif replay is not None:
         if disk["download"] is not None:
             raise click.UsageError(
                 "--from-replay's load times include the download of a first use, which "
                 "--download-seconds adds again: give --load-seconds too (the load alone)"
             )
-        load = replay_load_times(from_replay)
+        load = replay_load_times(replay)
     else:
         load = LoadTimes()
     config = SimConfig(
