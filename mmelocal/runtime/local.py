@@ -219,6 +219,12 @@ class LocalLauncher(OwnedServerLauncher):
         self._server_pid: int | None = None
         #: listening sockets bound for the bridge, until it is started (see _argv)
         self._bridge_sockets: dict[str, socket.socket] = {}
+        #: guards the two flags below, which a stop() from another thread reads and sets
+        self._start_lock = threading.Lock()
+        #: a start() is under way
+        self._starting = False
+        #: stop() was called while it was (checked as soon as each spawn returns)
+        self._stop_asked = False
 
     @property
     def config(self) -> ServerConfig:
@@ -242,15 +248,31 @@ class LocalLauncher(OwnedServerLauncher):
         chosen free just before: another process can take one in between. Then
         tritonserver says so in its log and (except for metrics) exits; the start is tried
         again on other free ports, up to :data:`PORT_TRIES` times. A port the config
-        fixed is not changed: its error says to choose another."""
+        fixed is not changed: its error says to choose another.
+
+        A :meth:`stop` from another thread ends the start at once, wherever it is: during
+        the wait the process it stops fails the wait; before a spawn has returned (when
+        there is no process to stop yet) the start stops what it spawned as soon as the
+        spawn returns, and raises ServerStartError."""
         if self._process is not None and self._process.poll() is None:
             return
+        with self._start_lock:
+            self._starting, self._stop_asked = True, False
+        try:
+            self._start()
+        finally:
+            with self._start_lock:
+                self._starting = False
+
+    def _start(self) -> None:
         t0 = time.monotonic()
         install = find_tritonserver(self._tritonserver, flags=self._flags)
         _warn_if_small_shm(self._requested.python_shm_default_bytes)
         backends = self._requested.backend_directory or prepare_backend_directory(install)
         for attempt in range(1, PORT_TRIES + 1):
+            self._raise_if_stop_asked()
             watch = self._spawn(install, backends)
+            self._raise_if_stop_asked()
             try:
                 self._await_ready(
                     t0,
@@ -280,6 +302,18 @@ class LocalLauncher(OwnedServerLauncher):
                     attempt + 1,
                     PORT_TRIES,
                 )
+
+    def _raise_if_stop_asked(self) -> None:
+        """ServerStartError, with what was spawned stopped, when :meth:`stop` was called
+        during this start (it found no process to stop if it came before the spawn
+        returned)."""
+        with self._start_lock:
+            asked = self._stop_asked
+        if asked:
+            self.stop()
+            raise ServerStartError(
+                "tritonserver was stopped while it was starting", log_path=self._log_path
+            )
 
     def _server_name(self) -> str:
         return f"tritonserver pid {self.pid()}"
@@ -445,7 +479,11 @@ class LocalLauncher(OwnedServerLauncher):
     def stop(self) -> None:
         """Unload the ready models (:func:`~mmelocal.runtime.shutdown.unload_before_stop`, up
         to half of ``stop_timeout_s``), SIGTERM, and SIGKILL the process group once
-        ``stop_timeout_s`` has passed in all. Idempotent."""
+        ``stop_timeout_s`` has passed in all. Idempotent. Called during :meth:`start`
+        (from another thread), it ends that start (see there)."""
+        with self._start_lock:
+            if self._starting:
+                self._stop_asked = True
         process = self._process
         if process is None:
             return
