@@ -219,12 +219,6 @@ class LocalLauncher(OwnedServerLauncher):
         self._server_pid: int | None = None
         #: listening sockets bound for the bridge, until it is started (see _argv)
         self._bridge_sockets: dict[str, socket.socket] = {}
-        #: guards the two flags below, which a stop() from another thread reads and sets
-        self._start_lock = threading.Lock()
-        #: a start() is under way
-        self._starting = False
-        #: stop() was called while it was (checked as soon as each spawn returns)
-        self._stop_asked = False
 
     @property
     def config(self) -> ServerConfig:
@@ -253,16 +247,11 @@ class LocalLauncher(OwnedServerLauncher):
         A :meth:`stop` from another thread ends the start at once, wherever it is: during
         the wait the process it stops fails the wait; before a spawn has returned (when
         there is no process to stop yet) the start stops what it spawned as soon as the
-        spawn returns, and raises ServerStartError."""
+        spawn returns. The start raises ServerStartError saying it was stopped."""
         if self._process is not None and self._process.poll() is None:
             return
-        with self._start_lock:
-            self._starting, self._stop_asked = True, False
-        try:
+        with self._start_under_way():
             self._start()
-        finally:
-            with self._start_lock:
-                self._starting = False
 
     def _start(self) -> None:
         t0 = time.monotonic()
@@ -303,20 +292,9 @@ class LocalLauncher(OwnedServerLauncher):
                     PORT_TRIES,
                 )
 
-    def _raise_if_stop_asked(self) -> None:
-        """ServerStartError, with what was spawned stopped, when :meth:`stop` was called
-        during this start (it found no process to stop if it came before the spawn
-        returned)."""
-        with self._start_lock:
-            asked = self._stop_asked
-        if asked:
-            self.stop()
-            raise ServerStartError(
-                "tritonserver was stopped while it was starting", log_path=self._log_path
-            )
-
     def _server_name(self) -> str:
-        return f"tritonserver pid {self.pid()}"
+        pid = self.pid()
+        return f"tritonserver pid {pid}" if pid is not None else "tritonserver"
 
     def _ready(self, ports: Mapping[str, int]) -> bool:
         """Triton answers ready, and (without the bridge, which holds the ports itself)
@@ -481,9 +459,7 @@ class LocalLauncher(OwnedServerLauncher):
         to half of ``stop_timeout_s``), SIGTERM, and SIGKILL the process group once
         ``stop_timeout_s`` has passed in all. Idempotent. Called during :meth:`start`
         (from another thread), it ends that start (see there)."""
-        with self._start_lock:
-            if self._starting:
-                self._stop_asked = True
+        self._note_stop()
         process = self._process
         if process is None:
             return
