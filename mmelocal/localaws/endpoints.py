@@ -29,8 +29,10 @@ from mmelocal.localaws.variants import (
     StartFleet,
     VariantFleets,
     pending_deployment,
+    resumed_deployment,
     retain_properties,
     start_variants,
+    with_desired,
 )
 
 logger = logging.getLogger(__name__)
@@ -54,7 +56,10 @@ class EndpointState:
     does not move (``restoring``, until that creation ends); one saved Failed is Failed
     again at once, with its ``failure_reason``, and starts nothing. ``pending`` is
     DescribeEndpoint's ``PendingDeploymentSummary`` while a CreateEndpoint or UpdateEndpoint
-    deploys (:func:`~.variants.pending_deployment`), None otherwise."""
+    deploys (:func:`~.variants.pending_deployment`), None otherwise. ``resume`` is the
+    saved ``PendingDeploymentSummary`` of an UpdateEndpoint under way when the state was
+    saved: once the restored endpoint serves its saved config again, it goes on with that
+    update (:meth:`EndpointManager.keep_saved`)."""
 
     region: str
     name: str
@@ -68,6 +73,7 @@ class EndpointState:
     created_s: float | None = None
     restoring: bool = False
     pending: dict[str, Any] | None = None
+    resume: dict[str, Any] | None = None
 
     def __setattr__(self, name: str, value: Any) -> None:
         if (
@@ -99,10 +105,9 @@ class EndpointManager:
         self._endpoints: dict[tuple[str, str], EndpointState] = {}
         #: the generation each autoscaler resize under way began at
         self._resizing: dict[tuple[str, str], int] = {}
-        #: (region, name) -> the saved (CreationTime, LastModifiedTime, FailureReason of
-        #: one saved Failed, else None) of an endpoint the state being restored is about to
-        #: create again (:meth:`keep_saved`)
-        self._restored: dict[tuple[str, str], tuple[float, float, str | None]] = {}
+        #: (region, name) -> what the state being restored saved of an endpoint it is about
+        #: to create again (:meth:`keep_saved`)
+        self._restored: dict[tuple[str, str], _Saved] = {}
         self._closed = False
         #: the fleets starting now: ``start_fleet`` starts each through it, so that
         #: :meth:`close` can end their start
@@ -141,18 +146,29 @@ class EndpointManager:
         created_s: float | None,
         modified_s: float | None,
         failure_reason: str | None = None,
+        update: dict[str, Any] | None = None,
     ) -> None:
         """The saved state is about to create the endpoint ``name`` again: it keeps the
         times it had (``created_s``, ``modified_s``; None for both: forget them, the
         restore is over) and, with a ``failure_reason`` (it was saved Failed), stays Failed
         with that reason: "DeleteEndpoint is the only operation that can be performed on a
         failed endpoint" (EndpointStatus, botocore's sagemaker model), so nothing the
-        restart changed (a tritonserver that starts now, the S3 objects) makes it serve."""
+        restart changed (a tritonserver that starts now, the S3 objects) makes it serve.
+        With an ``update`` (it was saved Updating: the ``PendingDeploymentSummary`` of its
+        UpdateEndpoint) it goes on with that update once its saved config serves again, as
+        the service, which has no restart, would have gone on: Updating (the saved config
+        serving meanwhile), then InService on the new config, or on the saved one with the
+        FailureReason where the new one cannot start (the service rolls back)."""
         with self._lock:
             if created_s is None or modified_s is None:
                 self._restored.pop((region, name), None)
             else:
-                self._restored[(region, name)] = (created_s, modified_s, failure_reason)
+                self._restored[(region, name)] = _Saved(
+                    created_s=created_s,
+                    modified_s=modified_s,
+                    failure_reason=failure_reason,
+                    update=update,
+                )
 
     def create(
         self,
@@ -183,11 +199,13 @@ class EndpointManager:
                 return None
             kept = self._restored.pop((region, name), None)
             if kept is not None:  # re-created by the restore: neither created nor changed now
-                state.created_s, state.last_modified_s, failure_reason = kept
+                state.created_s, state.last_modified_s = kept.created_s, kept.modified_s
                 state.restoring = True
-                if failure_reason is not None:
-                    state.status, state.failure_reason = "Failed", failure_reason
+                if kept.failure_reason is not None:
+                    state.status, state.failure_reason = "Failed", kept.failure_reason
                     state.restoring, state.pending = False, None
+                else:
+                    state.resume = kept.update
             self._endpoints[(region, name)] = state
         return state
 
@@ -359,10 +377,13 @@ class EndpointManager:
         config_name: str,
         running: VariantFleets | None = None,
         retain: frozenset[str] = frozenset(),
+        desired: Sequence[dict[str, Any]] = (),
     ) -> VariantFleets:
         plan = self._describe(state.region, state.name, config_name)
         if running is not None:
             plan = retain_properties(plan, running, retain)
+        if desired:
+            plan = with_desired(plan, desired)
         work = self._work_dir / state.region / state.name / f"{config_name}-{state.generation}"
         return start_variants(plan, start_fleet=self._start_fleet, work_dir=work)
 
@@ -370,24 +391,55 @@ class EndpointManager:
         self, state: EndpointState, generation: int, fleets: VariantFleets
     ) -> VariantFleets | None:
         """Make ``fleets`` the ones serving, unless the endpoint moved on meanwhile (then
-        they are stopped); the ones they replace."""
+        they are stopped); the ones they replace. A restored endpoint with an update to
+        resume (``resume``) goes on with it rather than being InService."""
+        resumed: tuple[dict[str, Any], int] | None = None
         with self._lock:
             current = state.generation == generation and not self._closed
             if current:
                 old, state.fleets = state.fleets, fleets
                 state.config_name = fleets.config_name
-                state.status, state.failure_reason = "InService", None
-                state.restoring, state.pending = False, None
+                state.failure_reason = None
+                update, state.resume = state.resume, None
+                if update is not None:
+                    resumed = update, self._resume_update(state, update)
+                else:
+                    state.status = "InService"
+                    state.restoring, state.pending = False, None
         if not current:
             fleets.stop()  # deleted, updated again or shut down while it was starting
             return None
         logger.info(
-            "endpoint %s in service on %s: %s",
+            "endpoint %s %s on %s: %s",
             state.name,
-            state.config_name,
+            "serving (its update goes on)" if resumed else "in service",
+            fleets.config_name,
             ", ".join(f"{v.name} at {v.fleet.url}" for v in fleets.variants),
         )
+        if resumed is not None:
+            update, next_generation = resumed
+            self._spawn(
+                state,
+                self._run_update,
+                state,
+                str(update["EndpointConfigName"]),
+                next_generation,
+                None,
+                frozenset(),
+                tuple(update.get("ProductionVariants") or ()),
+            )
         return old
+
+    @staticmethod
+    def _resume_update(state: EndpointState, update: dict[str, Any]) -> int:
+        """Under the lock: the restored ``state``, serving its saved config again, Updating
+        to the config of its saved ``update``; the update's generation. Its
+        LastModifiedTime stays the saved one: when that update began."""
+        state.status = "Updating"  # still restoring: the saved LastModifiedTime stays
+        state.restoring = False
+        state.generation += 1
+        state.pending = resumed_deployment(update, state.last_modified_s)
+        return state.generation
 
     def _fail(self, state: EndpointState, generation: int, reason: str) -> None:
         with self._lock:
@@ -396,7 +448,7 @@ class EndpointManager:
                 # a failed update leaves the old fleet serving, as the service rolls back
                 state.status = "InService" if state.fleets is not None else "Failed"
                 state.failure_reason = reason
-                state.restoring, state.pending = False, None
+                state.restoring, state.pending, state.resume = False, None, None
         if current:  # else it moved on (deleted, updated again, shut down) meanwhile
             logger.info("endpoint %s failed: %s", state.name, reason)
 
@@ -415,9 +467,10 @@ class EndpointManager:
         generation: int,
         running: VariantFleets | None,
         retain: frozenset[str],
+        desired: Sequence[dict[str, Any]] = (),
     ) -> None:
         try:
-            fleets = self._new_fleets(state, config_name, running, retain)
+            fleets = self._new_fleets(state, config_name, running, retain, desired)
         except Exception as exc:  # the endpoint fails with the reason, never stays Creating
             self._fail(state, generation, _reason(exc))
             return
@@ -449,6 +502,16 @@ class EndpointManager:
             if self._endpoints.get((state.region, state.name)) is state:
                 del self._endpoints[(state.region, state.name)]
         logger.info("endpoint %s deleted", state.name)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Saved:
+    """What the saved state kept of an endpoint it creates again (:meth:`keep_saved`)."""
+
+    created_s: float
+    modified_s: float
+    failure_reason: str | None = None
+    update: dict[str, Any] | None = None
 
 
 def _reason(exc: BaseException) -> str:

@@ -12,7 +12,10 @@ the CreationTime and LastModifiedTime it had, and one saved Failed comes back Fa
 its FailureReason, starting nothing (:class:`KeepSaved`). One saved Creating (the stop
 gave up its creation: :meth:`.endpoints.EndpointManager.close`) is Creating again and
 starts its fleet again, as the service would have gone on creating it; one saved Updating
-comes back on the config it served (DescribeEndpoint's), the change under way not made.
+by an UpdateEndpoint keeps that update (DescribeEndpoint's ``PendingDeploymentSummary``):
+it comes back on the config it served (Creating), then goes on with the update. Instance
+counts and weights changed since an endpoint's creation are not kept (an endpoint Updating
+by UpdateEndpointWeightsAndCapacities or the autoscaler comes back on its config's).
 A resource that already exists is kept as it is. Not kept: metric datapoints, alarm states
 and history (alarms start again at INSUFFICIENT_DATA), scaling activities.
 """
@@ -54,6 +57,10 @@ _OBJECT_FIELDS = ("ContentType", "ContentEncoding", "ContentDisposition", "Conte
                   "CacheControl", "Metadata")  # fmt: skip
 #: what an endpoint keeps of its DescribeEndpoint beside what CreateEndpoint takes
 _ENDPOINT_TIMES = ("CreationTime", "LastModifiedTime")
+#: what an endpoint Updating keeps of each variant its UpdateEndpoint deploys
+#: (``PendingDeploymentSummary``'s ``ProductionVariants``; the count and weight retained
+#: from the running variants included)
+_PENDING_VARIANT_FIELDS = ("VariantName", "DesiredInstanceCount", "DesiredWeight", "InstanceType")
 #: the alarms target tracking creates (its policies create them again)
 _MANAGED_ALARM_PREFIX = "TargetTracking-"
 
@@ -110,6 +117,22 @@ def _save_s3(s3: Any, root: Path, previous: dict[str, Any]) -> dict[str, Any]:
     return buckets
 
 
+def _update_under_way(found: dict[str, Any]) -> dict[str, Any] | None:
+    """The UpdateEndpoint under way of an endpoint's DescribeEndpoint ``found``, as the state
+    keeps it (its ``PendingDeploymentSummary``: the config it deploys, and each variant's
+    desired properties); None when it is not Updating to a new config (an
+    UpdateEndpointWeightsAndCapacities or a resize has no summary)."""
+    pending = found.get("PendingDeploymentSummary")
+    if found["EndpointStatus"] != "Updating" or not pending:
+        return None
+    update: dict[str, Any] = {"EndpointConfigName": pending["EndpointConfigName"]}
+    if "ProductionVariants" in pending:
+        update["ProductionVariants"] = [
+            _pick(v, _PENDING_VARIANT_FIELDS) for v in pending["ProductionVariants"]
+        ]
+    return update
+
+
 def _save_region(client_for: ClientFor, region: str) -> dict[str, Any]:
     sm = client_for("sagemaker", region)
     models = []  # oldest first: restored in that order, they keep their relative order
@@ -133,6 +156,9 @@ def _save_region(client_for: ClientFor, region: str) -> dict[str, Any]:
         saved = {"params": params, "tags": _tags(sm, found["EndpointArn"]), "times": times}
         if found["EndpointStatus"] == "Failed":
             saved["failure_reason"] = found.get("FailureReason", "")
+        update = _update_under_way(found)
+        if update is not None:
+            saved["update"] = update
         endpoints.append(saved)
     aas = client_for("application-autoscaling", region)
     targets = _pages(
@@ -210,8 +236,9 @@ def repoint_alarms(cloudwatch: Any, arns: dict[str, str]) -> None:
 
 
 class KeepSaved(Protocol):
-    """Told an endpoint's saved times, and the FailureReason of one saved Failed, before it
-    is created again (None for both times once CreateEndpoint was called):
+    """Told an endpoint's saved times, the FailureReason of one saved Failed and the update
+    of one saved Updating (:func:`_update_under_way`), before it is created again (None for
+    both times once CreateEndpoint was called):
     :meth:`.endpoints.EndpointManager.keep_saved`."""
 
     def __call__(
@@ -222,14 +249,16 @@ class KeepSaved(Protocol):
         created_s: float | None,
         modified_s: float | None,
         failure_reason: str | None = None,
+        update: dict[str, Any] | None = None,
     ) -> None: ...
 
 
 def restore(client_for: ClientFor, root: Path, *, keep_saved: KeepSaved | None = None) -> list[str]:
     """Re-create what :func:`save` wrote under ``root``; the regions it held. Each endpoint
     is announced to ``keep_saved`` (:meth:`.endpoints.EndpointManager.keep_saved`) before
-    it is created again, so that it shows the times it had rather than the restore's, and
-    one saved Failed is Failed again rather than started."""
+    it is created again, so that it shows the times it had rather than the restore's, one
+    saved Failed is Failed again rather than started, and one saved Updating goes on with
+    its update."""
     manifest = root / STATE_FILE
     if not manifest.is_file():
         return []
@@ -264,6 +293,7 @@ def restore(client_for: ClientFor, root: Path, *, keep_saved: KeepSaved | None =
                         created_s=kept["CreationTime"],
                         modified_s=kept["LastModifiedTime"],
                         failure_reason=item.get("failure_reason"),
+                        update=item.get("update"),
                     )
                 _create(call, f"{kind} {next(iter(item['params'].values()))}", **params)
                 if kept and keep_saved is not None:  # taken, or not created: forgotten

@@ -112,6 +112,41 @@ def pending_deployment(
     return summary
 
 
+def with_desired(plan: EndpointPlan, desired: Sequence[Mapping[str, Any]]) -> EndpointPlan:
+    """``plan`` with each variant's instance count and weight those ``desired`` (a
+    ``PendingDeploymentSummary``'s ``ProductionVariants``: ``DesiredInstanceCount``,
+    ``DesiredWeight``) gives the variant of that name: what the deployment it summarises
+    starts (retained properties included: :func:`pending_deployment`)."""
+    asked = {str(v.get("VariantName", "")): v for v in desired}
+    variants = []
+    for variant in plan.variants:
+        found = asked.get(variant.variant_name, {})
+        kept: dict[str, Any] = {}
+        if found.get("DesiredInstanceCount") is not None:
+            kept["instances"] = int(found["DesiredInstanceCount"])
+        if found.get("DesiredWeight") is not None:
+            kept["weight"] = float(found["DesiredWeight"])
+        variants.append(dataclasses.replace(variant, **kept))
+    return dataclasses.replace(plan, variants=tuple(variants))
+
+
+def resumed_deployment(summary: Mapping[str, Any], start_s: float) -> dict[str, Any]:
+    """The ``PendingDeploymentSummary`` of a deployment a restart of the local AWS goes on
+    with: ``summary`` as the saved state keeps it (``EndpointConfigName``, each variant's
+    name, desired properties and instance type), begun at ``start_s``, each variant
+    ``Creating`` since then (as :func:`pending_deployment` shows one)."""
+    resumed: dict[str, Any] = {
+        "EndpointConfigName": str(summary["EndpointConfigName"]),
+        "StartTime": start_s,
+    }
+    if "ProductionVariants" in summary:
+        resumed["ProductionVariants"] = [
+            {**v, "VariantStatus": [{"Status": "Creating", "StartTime": start_s}]}
+            for v in summary["ProductionVariants"]
+        ]
+    return resumed
+
+
 def plan_endpoint(
     endpoint_name: str, config: dict[str, Any], models: Mapping[str, dict[str, Any]]
 ) -> EndpointPlan:
@@ -356,6 +391,8 @@ __all__ = [
     "VariantFleets",
     "pending_deployment",
     "plan_endpoint",
+    "resumed_deployment",
     "retain_properties",
     "start_variants",
+    "with_desired",
 ]

@@ -233,9 +233,18 @@ class DockerLauncher(OwnedServerLauncher):
         return kwargs
 
     def start(self) -> None:
-        """Make sure the image is here, run the container and wait until Triton is ready."""
+        """Make sure the image is here, run the container and wait until Triton is ready.
+
+        A :meth:`stop` from another thread ends the start at once: during the wait it
+        stops the container; before the container exists (the image being pulled, the
+        container being created) the start removes the container as soon as it has it.
+        The start raises ServerStartError saying it was stopped."""
         if self.is_alive():
             return
+        with self._start_under_way():
+            self._start()
+
+    def _start(self) -> None:
         refuse_remote_engine(self._client, needs=REMOTE_NEEDS, also=REMOTE_ALSO)
         from docker.errors import DockerException
 
@@ -245,6 +254,7 @@ class DockerLauncher(OwnedServerLauncher):
         self._client = client
         reap_orphans_once(client)
         ensure_image(client, self.image, pull=self.pull)
+        self._raise_if_stop_asked()
         gpu_requests, gpu_env = self.gpu_selection(client)
         kwargs = self.run_kwargs(gpu_requests=gpu_requests, gpu_env=gpu_env)
         if self._log_path is None:
@@ -265,6 +275,7 @@ class DockerLauncher(OwnedServerLauncher):
                 log_path=self._log_path,
             ) from exc
         try:
+            self._raise_if_stop_asked()  # the stop came while the container was created
             self._pump = threading.Thread(
                 target=_pump_logs, args=(self._container, self._log_path), daemon=True
             )
@@ -363,7 +374,9 @@ class DockerLauncher(OwnedServerLauncher):
     def stop(self) -> None:
         """Unload the ready models (:func:`~mmelocal.runtime.shutdown.unload_before_stop`, up
         to half of ``stop_timeout_s``), stop (SIGTERM, then SIGKILL once ``stop_timeout_s``
-        has passed in all) and remove. Idempotent."""
+        has passed in all) and remove. Idempotent. Called during :meth:`start` (from another
+        thread), it ends that start (see there)."""
+        self._note_stop()
         container = self._container
         if container is None:
             return

@@ -9,9 +9,11 @@ the emulator and the pytest fixtures never care which one they got.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -134,6 +136,14 @@ class OwnedServerLauncher(LauncherContext):
     that was the launcher's own work). Subclasses call :meth:`_init_server_state` and
     provide ``config`` (a :class:`ServerConfig`) and ``start_timeout_s``, and wait with
     :meth:`_await_ready`.
+
+    A ``stop()`` from another thread ends a start under way (a shutdown does not wait for
+    a server nobody wants): during the wait, the server it stops fails the wait; before
+    the server exists (an image pulled, a process or container being created), that stop
+    finds nothing to stop, so the start notes it (:meth:`_start_under_way`,
+    :meth:`_note_stop`) and stops what it made as soon as it has it
+    (:meth:`_raise_if_stop_asked`). Either way the start raises ServerStartError saying it
+    was stopped (:meth:`_stopped_during_start`).
     """
 
     #: the error ``endpoints`` raises before ``start()``
@@ -153,6 +163,64 @@ class OwnedServerLauncher(LauncherContext):
         #: seconds start() took in all, and the part that was the launcher's own work
         self.start_total_s: float | None = None
         self.start_overhead_s: float | None = None
+        #: guards the three below, which a stop() from another thread reads and sets
+        self._start_lock = threading.Lock()
+        #: the thread running start() now (None: no start under way)
+        self._start_thread: int | None = None
+        #: another thread called stop() during this start
+        self._stop_asked = False
+        #: the error this start raises for it (one, whichever step sees the stop first)
+        self._stop_error: ServerStartError | None = None
+
+    @contextlib.contextmanager
+    def _start_under_way(self) -> Iterator[None]:
+        """Around the body of ``start()``: a :meth:`_note_stop` from another thread
+        meanwhile is kept for :meth:`_raise_if_stop_asked`, and whatever the start raises
+        once stopped so (the wait's "exited during start-up", a container gone under the
+        start's feet) becomes :meth:`_stopped_during_start`'s error."""
+        with self._start_lock:
+            self._start_thread, self._stop_asked = threading.get_ident(), False
+            self._stop_error = None
+        try:
+            yield
+        except Exception as exc:
+            stopped = self._stopped_during_start()
+            if stopped is None or exc is stopped:
+                raise
+            raise stopped from exc
+        finally:
+            with self._start_lock:
+                self._start_thread = None
+
+    def _note_stop(self) -> None:
+        """Called first by ``stop()``: a stop from a thread other than the start's (the
+        start's own clean-ups call ``stop()`` too) asks the start under way to end."""
+        with self._start_lock:
+            if self._start_thread not in (None, threading.get_ident()):
+                self._stop_asked = True
+
+    def _stopped_during_start(self) -> ServerStartError | None:
+        """The error a start raises once another thread has stopped it (None: not
+        stopped)."""
+        with self._start_lock:
+            asked = self._stop_asked
+        if not asked:
+            return None
+        if self._stop_error is None:
+            self._stop_error = ServerStartError(
+                f"{self._server_name()} was stopped while it was starting (stop() was "
+                "called before it answered ready)",
+                log_path=self._log_path,
+            )
+        return self._stop_error
+
+    def _raise_if_stop_asked(self) -> None:
+        """Stop what this start made so far and raise :meth:`_stopped_during_start`'s
+        error, when another thread called ``stop()`` meanwhile."""
+        stopped = self._stopped_during_start()
+        if stopped is not None:
+            self.stop()
+            raise stopped
 
     def _await_ready(
         self,

@@ -242,15 +242,26 @@ class LocalLauncher(OwnedServerLauncher):
         chosen free just before: another process can take one in between. Then
         tritonserver says so in its log and (except for metrics) exits; the start is tried
         again on other free ports, up to :data:`PORT_TRIES` times. A port the config
-        fixed is not changed: its error says to choose another."""
+        fixed is not changed: its error says to choose another.
+
+        A :meth:`stop` from another thread ends the start at once, wherever it is: during
+        the wait the process it stops fails the wait; before a spawn has returned (when
+        there is no process to stop yet) the start stops what it spawned as soon as the
+        spawn returns. The start raises ServerStartError saying it was stopped."""
         if self._process is not None and self._process.poll() is None:
             return
+        with self._start_under_way():
+            self._start()
+
+    def _start(self) -> None:
         t0 = time.monotonic()
         install = find_tritonserver(self._tritonserver, flags=self._flags)
         _warn_if_small_shm(self._requested.python_shm_default_bytes)
         backends = self._requested.backend_directory or prepare_backend_directory(install)
         for attempt in range(1, PORT_TRIES + 1):
+            self._raise_if_stop_asked()
             watch = self._spawn(install, backends)
+            self._raise_if_stop_asked()
             try:
                 self._await_ready(
                     t0,
@@ -282,7 +293,8 @@ class LocalLauncher(OwnedServerLauncher):
                 )
 
     def _server_name(self) -> str:
-        return f"tritonserver pid {self.pid()}"
+        pid = self.pid()
+        return f"tritonserver pid {pid}" if pid is not None else "tritonserver"
 
     def _ready(self, ports: Mapping[str, int]) -> bool:
         """Triton answers ready, and (without the bridge, which holds the ports itself)
@@ -445,7 +457,9 @@ class LocalLauncher(OwnedServerLauncher):
     def stop(self) -> None:
         """Unload the ready models (:func:`~mmelocal.runtime.shutdown.unload_before_stop`, up
         to half of ``stop_timeout_s``), SIGTERM, and SIGKILL the process group once
-        ``stop_timeout_s`` has passed in all. Idempotent."""
+        ``stop_timeout_s`` has passed in all. Idempotent. Called during :meth:`start`
+        (from another thread), it ends that start (see there)."""
+        self._note_stop()
         process = self._process
         if process is None:
             return

@@ -5,8 +5,11 @@ from __future__ import annotations
 import os
 import re
 import signal
+import subprocess
+import threading
 import time
 import urllib.request
+from typing import Any
 
 import numpy as np
 import psutil
@@ -270,6 +273,53 @@ def test_a_server_that_never_answered_ready_is_not_asked_to_unload(tmp_path, hel
         launcher.start()
     assert time.monotonic() - started < 20
     assert not launcher.is_alive()
+
+
+def test_a_stop_before_the_spawn_returns_ends_the_start(tmp_path, monkeypatch):
+    """A stop from another thread while ``Popen`` has not returned finds no process to
+    stop: the start stops the one it spawned as soon as ``Popen`` returns and raises,
+    rather than waiting for a server nobody wants (failed before: the start went on
+    waiting for it to answer, up to its start timeout, "not ready")."""
+    from mmelocal.runtime import local
+
+    never_ready = tmp_path / "tritonserver"
+    never_ready.write_text("#!/bin/sh\nexec sleep 60\n")
+    never_ready.chmod(0o755)
+    launcher = LocalLauncher(
+        ServerConfig(model_repository=tmp_path), tritonserver=never_ready, start_timeout_s=30
+    )
+    entered, release = threading.Event(), threading.Event()
+    spawned: list[subprocess.Popen[bytes]] = []
+    real_popen = subprocess.Popen
+
+    def gated_popen(*args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
+        entered.set()
+        assert release.wait(timeout=30)
+        spawned.append(real_popen(*args, **kwargs))
+        return spawned[-1]
+
+    monkeypatch.setattr(local.subprocess, "Popen", gated_popen)
+    failures: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            launcher.start()
+        except BaseException as exc:
+            failures.append(exc)
+
+    starting = threading.Thread(target=start)
+    starting.start()
+    try:
+        assert entered.wait(timeout=30)
+        launcher.stop()  # no process yet: it returns at once
+    finally:
+        release.set()
+        starting.join(timeout=60)
+    assert not starting.is_alive()
+    assert [type(f) for f in failures] == [ServerStartError]
+    assert "stopped while it was starting" in str(failures[0])
+    (process,) = spawned
+    assert process.poll() is not None and not launcher.is_alive()
 
 
 def test_a_fixed_port_in_use_fails_at_once_naming_it(tmp_path, held_port):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import re
 import socket
+import threading
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from shared_helpers import wait_for
 
 from mmelocal.errors import ServerStartError
 from mmelocal.runtime.client import TritonClient
@@ -395,3 +397,70 @@ def test_save_logs_keeps_what_earlier_runs_appended(
         assert text.count("Started HTTPService") == 1
     text = log.read_text()
     assert text.startswith(earlier) and text.count("Started HTTPService") == 1
+
+
+@pytest.mark.parametrize("when", ["while the container is created", "while waiting for it"])
+def test_a_stop_during_the_start_ends_it_and_leaves_no_container(
+    triton_test_image: str,
+    add_one_repository: Path,
+    docker_session: str,
+    docker_engine: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    when: str,
+) -> None:
+    """A stop from another thread (a shutdown) while the start is under way ends it
+    promptly, with no container left and an error that says it was stopped, whether the
+    container did not exist yet (``containers.run`` had not returned: the stop found nothing
+    to stop) or was running but not ready (its tritonserver never answers here). Failed
+    before: created, the container was waited for until the start timeout (60 s); running,
+    the start said it "exited during start-up"."""
+    from docker.models.containers import ContainerCollection
+
+    creating, release = threading.Event(), threading.Event()
+    real_run = ContainerCollection.run
+
+    def gated_run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        creating.set()
+        assert release.wait(timeout=30)
+        return real_run(self, *args, **kwargs)
+
+    if when == "while the container is created":
+        monkeypatch.setattr(ContainerCollection, "run", gated_run)
+    else:
+        release.set()
+    launcher = _launcher(
+        triton_test_image,
+        add_one_repository,
+        docker_session,
+        command_prefix=("sh", "-c", "exec sleep 600", "sh"),  # never ready
+    )
+    failures: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            launcher.start()
+        except BaseException as exc:
+            failures.append(exc)
+
+    def running() -> bool:
+        return bool(docker_engine.containers.list(filters={"name": launcher.name}))
+
+    starting = threading.Thread(target=start)
+    starting.start()
+    try:
+        if when == "while the container is created":
+            assert creating.wait(timeout=30)
+        else:
+            wait_for(running, timeout_s=30, what="the container")
+        launcher.stop()
+        release.set()
+        starting.join(timeout=20)  # the start timeout is 60 s
+        assert not starting.is_alive()
+    finally:
+        release.set()
+        if starting.is_alive():
+            launcher.stop()  # the wait ends with the container
+            starting.join(timeout=60)
+    assert [type(f) for f in failures] == [ServerStartError]
+    assert "stopped while it was starting" in str(failures[0])
+    assert not docker_engine.containers.list(all=True, filters={"name": launcher.name})
