@@ -45,7 +45,7 @@ from mmelocal.emulator.probes import MemoryProbe, MemoryReading
 from mmelocal.emulator.sagemaker_control import SageMakerControl
 from mmelocal.emulator.trim import Trimmer
 from mmelocal.emulator.upstream import Reply, UpstreamPool
-from mmelocal.errors import EmulatorError
+from mmelocal.errors import EmulatorError, ServerStartError
 from mmelocal.runtime.launcher import TritonLauncher
 
 logger = logging.getLogger(__name__)
@@ -119,6 +119,11 @@ class TritonInstance:
         self._checks = OwnThread(f"triton-{index}-check")
         #: set from the submission of the launcher's start until it returned (:meth:`stop`)
         self._launching = threading.Event()
+        #: a stop before a launch queued on the process thread has begun ends it there
+        #: (the launcher, not yet starting, would not see that stop); guards the two below
+        self._launch_lock = threading.Lock()
+        self._stop_asked = False
+        self._launch_began = False
 
     # -- the parts, as the platform and the router see them ------------------------------
     @property
@@ -153,6 +158,8 @@ class TritonInstance:
     # -- lifecycle ---------------------------------------------------------------------
     async def start(self) -> None:
         """Start (or adopt) the server and take a first memory reading."""
+        with self._launch_lock:
+            self._stop_asked = False  # a start after a stop: a restart keeps the stop
         await self._start_launcher()
         self.generation += 1
         url = self.launcher.endpoints.sagemaker_url
@@ -178,10 +185,18 @@ class TritonInstance:
 
         def launch() -> None:
             try:
+                with self._launch_lock:
+                    if self._stop_asked:  # a stop came before the launch left the queue
+                        raise ServerStartError(
+                            f"instance {self.index}: stopped before its server started"
+                        )
+                    self._launch_began = True
                 self.launcher.start()
             finally:
                 self._launching.clear()
 
+        with self._launch_lock:
+            self._launch_began = False
         self._launching.set()
         return self._process_thread.run(launch)
 
@@ -189,9 +204,13 @@ class TritonInstance:
         """Stop the server and forget its loaded set (idempotent). A start under way waits
         for its server to answer (up to the launcher's start timeout) before the process
         thread is free: its process is stopped from another thread at once, which ends
-        that wait, and the stop on the process thread after it finishes the job."""
+        that wait, and the stop on the process thread after it finishes the job. A start
+        still queued on the process thread behind other work never begins."""
         self.up = False
-        if self._launching.is_set():
+        with self._launch_lock:
+            self._stop_asked = True  # a launch still queued on the process thread: not begun
+            began = self._launch_began
+        if self._launching.is_set() and began:
             await asyncio.to_thread(self.launcher.stop)
         self.control.close()
         pending: list[asyncio.Future[Any]] = [*self.state.deletes.values(), *self.state.finishing]

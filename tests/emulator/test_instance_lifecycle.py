@@ -820,3 +820,38 @@ def test_models_not_yet_loaded_again_when_triton_died_again_are_kept() -> None:
         inst.close()
 
     asyncio.run(run())
+
+
+def test_a_stop_before_the_queued_start_begins_starts_no_server() -> None:
+    """A stop that comes while the instance's start waits on its process thread behind other
+    work (a restart's stop, a liveness job) used to find no start under way in the launcher
+    and so let that start run to its end (a real Triton: until ready or its start timeout)
+    before the stop behind it; it ends the start before the launcher is asked."""
+
+    async def run() -> None:
+        machine = StubMachine(total_bytes=1000 * MIB, base_bytes=50 * MIB)
+        control = Control(machine, size=100 * MIB)
+        inst = fake_instance(machine, control, limit_bytes=900 * MIB)
+        busy, release, closed = threading.Event(), threading.Event(), asyncio.Event()
+        control.close = closed.set  # type: ignore[method-assign]  # stop() got this far
+
+        def hold() -> None:
+            busy.set()
+            release.wait(timeout=30)
+
+        held = inst._process_thread.run(hold)
+        await asyncio.to_thread(busy.wait, 30)
+        starting = asyncio.ensure_future(inst.start())
+        while not inst._launching.is_set():
+            await asyncio.sleep(0)  # a yield: start() queues its launch at its first step
+        stopping = asyncio.ensure_future(inst.stop())
+        await closed.wait()  # the stop waits on the process thread now, behind the start
+        release.set()
+        await held
+        with pytest.raises(ServerStartError, match="stopped before its server started"):
+            await starting
+        await stopping
+        assert inst.launcher.starts == 0  # type: ignore[attr-defined]
+        inst.close()
+
+    asyncio.run(run())
