@@ -5,8 +5,8 @@
 The plan comes from read-only calls (the bucket's region, a HeadObject per tarball,
 describes of the model, config and endpoint) and every request in it is validated
 against botocore's service model. AWS is found the usual way (profile, environment,
-``AWS_ENDPOINT_URL`` for a local stand-in such as moto's server, which the test uses).
-Apply it with ``apply_plan(plan, clients, options=options)``.
+``AWS_ENDPOINT_URL`` for a local stand-in such as ``mmelocal local-aws``, which the test
+uses). Apply it with ``apply_plan(plan, clients, options=options)``.
 """
 
 from __future__ import annotations

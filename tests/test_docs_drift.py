@@ -1,5 +1,6 @@
 """Docs that cannot drift from the code: the README's and the home page's table of layers,
-and the page of environment variables."""
+the page of environment variables, and the tables, limits, fields and lists the pages
+restate from the code."""
 
 from __future__ import annotations
 
@@ -292,3 +293,122 @@ def test_the_deploy_page_shows_the_triton_image_table() -> None:
         f"The default, {triton_images.DEFAULT_SAGEMAKER_RELEASE},"
         in (ROOT / "docs" / "deploy.md").read_text()
     )
+
+
+def _dict_keys(path: Path, function: str) -> set[str]:
+    """The string keys of the dict literals in ``function`` of the module at ``path``."""
+    import ast
+
+    tree = ast.parse(path.read_text())
+    node = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == function)
+    return {
+        key.value
+        for found in ast.walk(node)
+        if isinstance(found, ast.Dict)
+        for key in found.keys
+        if isinstance(key, ast.Constant) and isinstance(key.value, str)
+    }
+
+
+def test_the_serve_page_names_every_field_of_the_state_page() -> None:
+    """docs/serve.md's ``GET /emulator/state`` item names each key the page answers: the
+    emulator's, each instance's, each loaded model's and each event's."""
+    from mmelocal.emulator.events import Event
+
+    page = (ROOT / "docs" / "serve.md").read_text()
+    start = page.index("- `GET /emulator/state`")
+    named = set(re.findall(r"`(\w+)`", page[start : page.index("- `GET /ping`", start)]))
+    emulator = ROOT / "mmelocal" / "emulator"
+    keys = _dict_keys(emulator / "emulator.py", "state")
+    keys |= _dict_keys(emulator / "instance.py", "usage_snapshot")
+    keys |= {f.name for f in fields(Event)}
+    assert {"held_footprints_bytes", "idle_s", "duration_ms"} <= keys  # the search works
+    assert keys - named == set()
+
+
+def test_the_measure_and_estimate_pages_name_every_card() -> None:
+    """docs/measure.md's projection names every instance family of the card table, and
+    docs/estimate.md's checked and projected cards are the estimate's."""
+    from mmelocal.bench.capacity.projection import load_gpus
+    from mmelocal.bench.estimate.core import CHECKED_CARDS
+
+    gpus = load_gpus()
+    families = {t.split(".")[1] for gpu in gpus for t in gpu.instances}
+    page = (ROOT / "docs" / "measure.md").read_text()
+    start = page.index("the projection table for")
+    sentence = page[start : page.index("never swept as an instance", start)]
+    assert families - set(re.findall(r"[a-z]\d\w*", sentence)) == set()
+    page = (ROOT / "docs" / "estimate.md").read_text()
+    found = re.search(r"Counts for (.+) are checked .+ without a published\nrun \((.+)\)", page)
+    assert found is not None
+    assert set(found.group(1).split(" and ")) == CHECKED_CARDS
+    assert set(found.group(2).split(", ")) == {gpu.name for gpu in gpus} - CHECKED_CARDS
+
+
+def test_the_install_line_says_which_extras_make_install_leaves_out() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    found = re.search(r"^EXTRAS \?= (\S+)$", makefile, re.MULTILINE)
+    assert found is not None
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    left_out = set(pyproject["optional-dependencies"]) - set(found.group(1).split(","))
+    page = (ROOT / "docs" / "getting-started.md").read_text()
+    line = next(ln for ln in page.splitlines() if ln.startswith("make install"))
+    assert left_out and left_out <= set(re.findall(r"\w+", line.split("#", 1)[1]))
+
+
+#: names the code reads from a mapping that are not environment variables mmelocal reads:
+#: a WSGI request's keys, and the variables it extends for the servers it starts
+NOT_READ = {"CONTENT_LENGTH", "CONTENT_TYPE", "PATH_INFO", "REQUEST_METHOD"}
+NOT_READ |= {"PATH", "LD_LIBRARY_PATH", "PYTHONPATH"}
+
+
+def test_every_variable_the_code_reads_by_name_is_on_its_page() -> None:
+    """``environ.get("X")``, ``environ["X"]`` and ``env.get("X")`` in mmelocal: each X (an
+    AWS, Hugging Face, CUDA or moto variable as much as mmelocal's own) is on the page."""
+    read = set()
+    for path in (ROOT / "mmelocal").rglob("*.py"):
+        read |= set(
+            re.findall(r"env(?:iron)?(?:\.get\(|\[)[\"']([A-Z][A-Z0-9_]+)", path.read_text())
+        )
+    read -= NOT_READ
+    read = {name for name in read if not name.startswith("HTTP_")}  # WSGI's headers
+    assert {"HF_HUB_CACHE", "DOCKER_HOST", "MOTO_ACCOUNT_ID"} <= read  # the search works
+    page = (ROOT / "docs" / "environment.md").read_text()
+    assert read - set(re.findall(r"`([A-Z][A-Z0-9_]+)`", page)) == set()
+
+
+def test_the_launch_pages_table_is_what_mmelocal_adds() -> None:
+    """docs/launch.md's "What mmelocal adds" table: one row per entry of ``MMELOCAL_FLAGS``,
+    each naming its flags, and the values the code passes."""
+    from mmelocal.runtime.server_config import METRICS_INTERVAL_MS, MMELOCAL_FLAGS, ServerConfig
+
+    rows = _rows(_launch_page(), "| flag | why |")
+    assert len(rows) == len(MMELOCAL_FLAGS)
+    cells = " ".join(rows)
+    for key in MMELOCAL_FLAGS:
+        for flag in key.split(", "):
+            assert flag.split("=")[0] in cells, flag
+    exit_timeout = next(f.default for f in fields(ServerConfig) if f.name == "exit_timeout_s")
+    assert f"`--metrics-interval-ms={METRICS_INTERVAL_MS}`" in cells
+    assert f"`--exit-timeout-secs={exit_timeout}`" in cells
+
+
+def test_the_cli_page_names_the_commands_that_take_a_bare_json() -> None:
+    """docs/cli.md names the commands whose bare ``--json`` is still read as ``--json -``."""
+    import click
+
+    from mmelocal.cli._options import BareJsonCommand
+    from mmelocal.cli.main import cli
+
+    def walk(command: click.Command | None, path: str) -> set[str]:
+        if isinstance(command, click.Group):
+            context = click.Context(command)
+            names = command.list_commands(context)
+            return set().union(
+                *(walk(command.get_command(context, n), f"{path} {n}".strip()) for n in names)
+            )
+        return {path} if isinstance(command, BareJsonCommand) else set()
+
+    page = (ROOT / "docs" / "cli.md").read_text()
+    sentence = page[page.index("In `build`") : page.index("where `--json` was a flag")]
+    assert set(re.findall(r"`([a-z -]+)`", sentence)) == walk(cli, "")

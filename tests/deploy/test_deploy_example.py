@@ -1,4 +1,4 @@
-"""examples/deploy_dry_run.py against moto's server: a plan, and nothing changed."""
+"""examples/deploy_dry_run.py against the local AWS: a plan, and nothing changed."""
 
 from __future__ import annotations
 
