@@ -19,7 +19,14 @@ from mmelocal.aws.s3 import SHA256_METADATA, split_s3_uri
 from mmelocal.deploy.images import DEFAULT_TRITON_VERSION
 from mmelocal.errors import DeployError, UserInputError
 from mmelocal.facts.runtime_api import DEFAULT_VARIANT_NAME
-from mmelocal.facts.sagemaker import ENDPOINT_NAME_PATTERN, MAX_ENDPOINT_NAME_LENGTH
+from mmelocal.facts.sagemaker import (
+    ENDPOINT_NAME_PATTERN,
+    ENVIRONMENT_KEY_PATTERN,
+    MAX_ENDPOINT_NAME_LENGTH,
+    MAX_ENVIRONMENT_ENTRIES,
+    MAX_ENVIRONMENT_TOTAL_BYTES,
+    MAX_ENVIRONMENT_VALUE_BYTES,
+)
 from mmelocal.runtime.entrypoint import check_sagemaker_env
 
 logger = logging.getLogger(__name__)
@@ -31,12 +38,7 @@ VARIANT_NAME = DEFAULT_VARIANT_NAME
 # SageMaker's own patterns (botocore's service model) for names and role ARNs
 _NAME = re.compile(ENDPOINT_NAME_PATTERN)
 _ROLE_ARN = re.compile(r"^arn:aws[a-z\-]*:iam::\d{12}:role/?[a-zA-Z_0-9+=,.@\-_/]+$")
-_ENV_KEY = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]{0,1023}$")
-# CreateModel's Environment (botocore's model and its documentation; botocore's validator
-# checks none of these): entries, bytes of one value, bytes of all keys and values
-_ENV_MAX_ENTRIES = 100
-_ENV_MAX_VALUE_BYTES = 1024
-_ENV_MAX_TOTAL_BYTES = 32 * 1024
+_ENV_KEY = re.compile(ENVIRONMENT_KEY_PATTERN)
 
 
 #: the instance type when the user gives none and no capacity result (one A10G, 24 GB)
@@ -162,22 +164,23 @@ class DeployOptions:
 
 
 def _check_environment_size(environment: Mapping[str, str], named: str) -> None:
-    if len(environment) > _ENV_MAX_ENTRIES:
+    if len(environment) > MAX_ENVIRONMENT_ENTRIES:
         raise DeployError(
-            f"SageMaker takes at most {_ENV_MAX_ENTRIES} variables in a model's Environment, "
-            f"got {len(environment)} ({named})"
+            f"SageMaker takes at most {MAX_ENVIRONMENT_ENTRIES} variables in a model's "
+            f"Environment, got {len(environment)} ({named})"
         )
     for key, value in environment.items():
-        if len(value.encode()) > _ENV_MAX_VALUE_BYTES:
+        if len(value.encode()) > MAX_ENVIRONMENT_VALUE_BYTES:
             raise DeployError(
                 f"environment variable {key} is {len(value.encode())} bytes: SageMaker takes "
-                f"at most {_ENV_MAX_VALUE_BYTES} bytes a value ({named})"
+                f"at most {MAX_ENVIRONMENT_VALUE_BYTES} bytes a value ({named})"
             )
     total = sum(len(k.encode()) + len(v.encode()) for k, v in environment.items())
-    if total > _ENV_MAX_TOTAL_BYTES:
+    if total > MAX_ENVIRONMENT_TOTAL_BYTES:
         raise DeployError(
             f"the environment is {total} bytes of keys and values: SageMaker takes at most "
-            f"32 KB ({_ENV_MAX_TOTAL_BYTES} bytes) in all ({named})"
+            f"{MAX_ENVIRONMENT_TOTAL_BYTES // 1024} KB ({MAX_ENVIRONMENT_TOTAL_BYTES} bytes) in "
+            f"all ({named})"
         )
 
 

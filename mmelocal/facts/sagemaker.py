@@ -37,6 +37,14 @@ MAX_PAYLOAD_BYTES: Final = 6_291_456
 #: text, which the service's validation message quotes.
 ENDPOINT_NAME_PATTERN: Final = "^[a-zA-Z0-9](-*[a-zA-Z0-9])*"
 MAX_ENDPOINT_NAME_LENGTH: Final = 63
+#: A model's ``Environment`` in CreateModel (botocore's sagemaker model and the API
+#: reference; botocore's validator checks none of these): at most this many entries, keys
+#: matching this pattern, values of at most this many bytes, keys and values together at
+#: most this many bytes (32 KB).
+MAX_ENVIRONMENT_ENTRIES: Final = 100
+ENVIRONMENT_KEY_PATTERN: Final = "^[a-zA-Z_][a-zA-Z0-9_]{0,1023}$"
+MAX_ENVIRONMENT_VALUE_BYTES: Final = 1024
+MAX_ENVIRONMENT_TOTAL_BYTES: Final = 32 * 1024
 #: The longest ``TargetModel`` (botocore's ``TargetModelHeader``: 1 to 1024 characters,
 #: pattern ``\A\S[\p{Print}]*\z``).
 MAX_TARGET_MODEL_LENGTH: Final = 1024
@@ -170,6 +178,7 @@ __all__ = [
     "DRAIN_TIMEOUT_S",
     "ENDPOINTS_PAGE_SIZE",
     "ENDPOINT_NAME_PATTERN",
+    "ENVIRONMENT_KEY_PATTERN",
     "ERROR_TYPE_HEADER",
     "FAILURE_REASON_MAX_CHARS",
     "HOT_MODEL_RPS",
@@ -182,6 +191,9 @@ __all__ = [
     "LOAD_LIMIT_S",
     "MAX_CUSTOM_ATTRIBUTES_LENGTH",
     "MAX_ENDPOINT_NAME_LENGTH",
+    "MAX_ENVIRONMENT_ENTRIES",
+    "MAX_ENVIRONMENT_TOTAL_BYTES",
+    "MAX_ENVIRONMENT_VALUE_BYTES",
     "MAX_INFERENCE_ID_LENGTH",
     "MAX_PAYLOAD_BYTES",
     "MAX_TARGET_MODEL_LENGTH",
