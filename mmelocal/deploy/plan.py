@@ -26,6 +26,7 @@ from mmelocal.facts.sagemaker import (
     MAX_ENVIRONMENT_ENTRIES,
     MAX_ENVIRONMENT_TOTAL_BYTES,
     MAX_ENVIRONMENT_VALUE_BYTES,
+    environment_bytes,
 )
 from mmelocal.runtime.entrypoint import check_sagemaker_env
 
@@ -175,7 +176,7 @@ def _check_environment_size(environment: Mapping[str, str], named: str) -> None:
                 f"environment variable {key} is {len(value.encode())} bytes: SageMaker takes "
                 f"at most {MAX_ENVIRONMENT_VALUE_BYTES} bytes a value ({named})"
             )
-    total = sum(len(k.encode()) + len(v.encode()) for k, v in environment.items())
+    total = environment_bytes(environment)
     if total > MAX_ENVIRONMENT_TOTAL_BYTES:
         raise DeployError(
             f"the environment is {total} bytes of keys and values: SageMaker takes at most "

@@ -14,6 +14,7 @@ SageMaker front end (``src/sagemaker_server.cc``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Final
 
 # --- the InvokeEndpoint body -------------------------------------------------------------
@@ -51,6 +52,12 @@ MAX_TARGET_MODEL_LENGTH: Final = 1024
 #: ``TargetModel``'s pattern, as botocore's ``TargetModelHeader`` gives it (and the
 #: service's validation message quotes it).
 TARGET_MODEL_PATTERN: Final = r"\A\S[\p{Print}]*\z"
+
+
+def environment_bytes(environment: Mapping[str, str]) -> int:
+    """The bytes of an ``Environment``'s keys and values together (UTF-8), what
+    :data:`MAX_ENVIRONMENT_TOTAL_BYTES` bounds."""
+    return sum(len(k.encode()) + len(v.encode()) for k, v in environment.items())
 
 
 def target_model_problem(target: str) -> str | None:
@@ -207,5 +214,6 @@ __all__ = [
     "TARGET_MODEL_PATTERN",
     "TRITON_UNLOAD_WAIT_S",
     "UNLOAD_TIMEOUT_S",
+    "environment_bytes",
     "target_model_problem",
 ]

@@ -82,6 +82,16 @@ def test_bad_models_are_refused_as_the_service_does(
         )
         assert code == "ValidationException" and reason in message, (data_url, message)
         assert error_of(sm.describe_model, ModelName=name)[0] == "ValidationException"
+    # the API reference's 32 KB of Environment keys and values (moto takes any size)
+    environment = {f"K{i}": "v" * 1000 for i in range(33)}
+    container = {"Image": TRITON_IMAGE, "ModelDataUrl": url, "Mode": "MultiModel"}
+    code, message = error_of(
+        sm.create_model,
+        ModelName=unique("bad"),
+        ExecutionRoleArn=ROLE,
+        PrimaryContainer={**container, "Environment": environment},
+    )
+    assert code == "ValidationException" and "32 KB (32768 bytes)" in message, message
 
     config = model_and_config(url)
     code, message = error_of(lambda: model_and_config(url.rstrip("/") + "/models/"))

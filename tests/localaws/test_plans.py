@@ -10,7 +10,12 @@ from localaws_helpers import ROLE, TRITON_IMAGE
 from mmelocal.emulator.probes import CappedProbe, MemoryReading
 from mmelocal.errors import EndpointFailedError
 from mmelocal.localaws.app import credential_scope
-from mmelocal.localaws.checks import model_data_problem, model_violations, parse_s3_url
+from mmelocal.localaws.checks import (
+    environment_problem,
+    model_data_problem,
+    model_violations,
+    parse_s3_url,
+)
 from mmelocal.localaws.fleet import card_memory_bytes, is_triton_image, plan_fleet
 
 MiB = 2**20
@@ -173,3 +178,73 @@ def test_capped_probe_reports_the_instance_types_card() -> None:
     reading = probe.read()
     assert (reading.used_bytes, reading.total_bytes) == (20 * 2**30, 23028 * MiB)
     assert probe.kind == "gpu" and probe.name.startswith("nvml:0(cap 22.49 GiB")
+
+
+def test_a_maps_entries_keys_and_values_are_checked_as_the_service_checks_them() -> None:
+    """botocore checks neither a map's ``max`` entries nor its keys' and values' constraints
+    (EnvironmentMap: 100 entries, keys ``[a-zA-Z_][a-zA-Z0-9_]*`` up to 1024, values up to
+    1024); the service answers each, keys and values reported once with every constraint of
+    their shape (its words, as services answer for a map: "Map keys must satisfy
+    constraint: [...]"). Before: every one was accepted."""
+
+    def create(environment: dict[str, str]) -> str | None:
+        container = {"Image": "i", "Environment": environment}
+        return model_violations(
+            "CreateModel",
+            {"ModelName": "m", "ExecutionRoleArn": ROLE, "PrimaryContainer": container},
+        )
+
+    many = create({f"K{i}": "v" for i in range(101)})
+    assert many is not None and many.startswith("1 validation error detected: Value '{K0=v, ")
+    assert many.endswith(
+        "}' at 'primaryContainer.environment' failed to satisfy constraint: Member must have "
+        "length less than or equal to 100"
+    )
+    assert create({f"K{i}": "v" for i in range(100)}) is None
+    # a pattern matches the whole key: "A-B" starts with a valid name but is not one
+    assert create({"A-B": "x", "GOOD": "y", "9X": "z"}) == (
+        "1 validation error detected: Value '{A-B=x, GOOD=y, 9X=z}' at "
+        "'primaryContainer.environment' failed to satisfy constraint: Map keys must satisfy "
+        "constraint: [Member must have length less than or equal to 1024, Member must have "
+        "length greater than or equal to 0, Member must satisfy regular expression pattern: "
+        "[a-zA-Z_][a-zA-Z0-9_]*]"
+    )
+    long_value = create({"K": "v" * 1025})
+    assert long_value is not None
+    assert long_value.endswith(
+        "failed to satisfy constraint: Map value must satisfy constraint: [Member must have "
+        "length less than or equal to 1024, Member must have length greater than or equal to "
+        "0, Member must satisfy regular expression pattern: [\\S\\s]*]"
+    )
+
+
+def test_a_list_over_its_models_max_is_a_violation() -> None:
+    """ProductionVariants: at most 10 (botocore checks a list's ``min`` only)."""
+    variants = [
+        {"VariantName": f"v{i}", "ModelName": "m", "InstanceType": "ml.g5.xlarge"}
+        for i in range(11)
+    ]
+    message = model_violations(
+        "CreateEndpointConfig", {"EndpointConfigName": "c", "ProductionVariants": variants}
+    )
+    assert message is not None
+    assert message.endswith(
+        "at 'productionVariants' failed to satisfy constraint: Member must have length less "
+        "than or equal to 10"
+    )
+    assert (
+        model_violations(
+            "CreateEndpointConfig", {"EndpointConfigName": "c", "ProductionVariants": variants[:10]}
+        )
+        is None
+    )
+
+
+def test_the_environments_of_a_models_containers_hold_32_kb_at_most() -> None:
+    """The API reference's prose limit (no figure in botocore's model): keys and values of
+    all containers' Environment maps together, at most 32 KB."""
+    half = {f"K{i}": "v" * 1000 for i in range(17)}  # 17,000+ bytes
+    two = {"PrimaryContainer": {"Environment": half}, "Containers": [{"Environment": half}]}
+    problem = environment_problem(two)
+    assert problem is not None and "34,000" not in problem and "32 KB (32768 bytes)" in problem
+    assert environment_problem({"PrimaryContainer": {"Environment": half}}) is None

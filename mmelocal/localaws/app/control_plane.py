@@ -22,7 +22,7 @@ from mmelocal.facts.runtime_api import (
     ZERO_INSTANCES,
 )
 from mmelocal.localaws.app.wsgi import WsgiApp, moto_json, replace_body
-from mmelocal.localaws.checks import model_data_problem, model_violations
+from mmelocal.localaws.checks import environment_problem, model_data_problem, model_violations
 from mmelocal.localaws.endpoints import EndpointManager, EndpointState
 from mmelocal.localaws.listing import LISTINGS, list_page
 
@@ -132,6 +132,9 @@ class SageMakerControlPlane:
         self, environ: dict[str, Any], region: str, params: dict[str, Any]
     ) -> tuple[int, Any]:
         self._new_name("CreateModel", region, params, "describe_model", "ModelName", "model")
+        too_large = environment_problem(params)
+        if too_large is not None:
+            raise AwsServiceError(too_large)
         containers = [params.get("PrimaryContainer") or {}, *(params.get("Containers") or [])]
         for container in containers:
             problem = model_data_problem(container, keys_under=self._keys_under)
