@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import tarfile
 import tempfile
+import threading
 import time
 import types
 import uuid
@@ -130,6 +131,28 @@ def listed(client: Any, method: str, **query: Any) -> list[dict[str, Any]]:
     key = method.removeprefix("list_").title().replace("_", "")
     pages = client.get_paginator(method).paginate(**query)
     return [item for page in pages for item in page[key]]
+
+
+class InBackground:
+    """``call()`` started on a thread of its own, keeping what it raised (``failures``):
+    a start that another thread is to stop."""
+
+    def __init__(self, call: Callable[[], object]) -> None:
+        self.failures: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                call()
+            except BaseException as exc:
+                self.failures.append(exc)
+
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+
+    def join(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for ``call`` to end; whether it has."""
+        self.thread.join(timeout=timeout_s)
+        return not self.thread.is_alive()
 
 
 def unique(prefix: str) -> str:

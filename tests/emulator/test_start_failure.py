@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from shared_helpers import wait_for
+from shared_helpers import InBackground, wait_for
 
 from mmelocal.emulator import server as server_module
 from mmelocal.emulator.emulator import EmulatorConfig
@@ -83,20 +83,11 @@ def test_a_stop_ends_a_start_under_way_and_stops_its_triton(tmp_path: Path) -> N
     never_ready.chmod(0o755)
     (tmp_path / "store").mkdir()
     server = EmulatorServer(EmulatorConfig(store=str(tmp_path / "store"), tritonserver=never_ready))
-    failures: list[BaseException] = []
-
-    def start() -> None:
-        try:
-            server.start()
-        except BaseException as exc:
-            failures.append(exc)
-
-    starting = threading.Thread(target=start)
-    starting.start()
+    starting = InBackground(server.start)
     pid = int(wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), timeout_s=60))
     server.stop()
-    starting.join(timeout=60)
-    assert not starting.is_alive()
+    assert starting.join(timeout_s=60)
+    failures = starting.failures
     assert len(failures) == 1 and isinstance(failures[0], EmulatorError), failures
     assert "stopped while it was starting" in str(failures[0])
     assert not _runs(pid)

@@ -15,7 +15,7 @@ import numpy as np
 import psutil
 import pytest
 from runtime_models import write_python_model
-from shared_helpers import wait_for
+from shared_helpers import InBackground, wait_for
 
 from mmelocal.errors import ServerDiedError, ServerStartError
 from mmelocal.runtime.client import TritonClient
@@ -299,25 +299,15 @@ def test_a_stop_before_the_spawn_returns_ends_the_start(tmp_path, monkeypatch):
         return spawned[-1]
 
     monkeypatch.setattr(local.subprocess, "Popen", gated_popen)
-    failures: list[BaseException] = []
-
-    def start() -> None:
-        try:
-            launcher.start()
-        except BaseException as exc:
-            failures.append(exc)
-
-    starting = threading.Thread(target=start)
-    starting.start()
+    starting = InBackground(launcher.start)
     try:
         assert entered.wait(timeout=30)
         launcher.stop()  # no process yet: it returns at once
     finally:
         release.set()
-        starting.join(timeout=60)
-    assert not starting.is_alive()
-    assert [type(f) for f in failures] == [ServerStartError]
-    assert "stopped while it was starting" in str(failures[0])
+        assert starting.join(timeout_s=60)
+    assert [type(f) for f in starting.failures] == [ServerStartError]
+    assert "stopped while it was starting" in str(starting.failures[0])
     (process,) = spawned
     assert process.poll() is not None and not launcher.is_alive()
 

@@ -27,6 +27,18 @@ def _replayed(**data: Any) -> TrafficResult:
     return TrafficResult({**base, **data})
 
 
+def _four_in_turn() -> tuple[tuple[str, ...], Trace]:
+    """Four models called in turn, 10 s apart, 40 calls: least recently used eviction with
+    room for fewer than 4 misses every call."""
+    models = ("m0", "m1", "m2", "m3")
+    trace = Trace(
+        times_s=np.arange(40, dtype=np.float64) * 10.0,
+        model_ids=np.arange(40, dtype=np.int32) % 4,
+        models=models,
+    )
+    return models, trace
+
+
 def test_a_replays_capacity_is_per_instance() -> None:
     """Two instances held 8 models at once between them, at most 4 each: each simulated
     instance holds 4, not the fleet's 8."""
@@ -128,12 +140,7 @@ def test_the_capacity_is_the_emulators_memory_not_the_most_it_once_held() -> Non
     at their measured footprints: least recently used eviction misses every call, as the
     emulator did (before: capacity 4, 36 hits of 40)."""
     mib = 2**20
-    models = ("m0", "m1", "m2", "m3")
-    trace = Trace(
-        times_s=np.arange(40, dtype=np.float64) * 10.0,
-        model_ids=np.arange(40, dtype=np.int32) % 4,
-        models=models,
-    )
+    models, trace = _four_in_turn()
     replayed = _replayed(
         max_loaded_per_instance=4,
         emulator_instances=1,
@@ -169,12 +176,7 @@ def test_loaded_models_count_at_what_they_hold_and_a_load_at_the_most(
     With 74 MiB a third load plans for 28 beside 48 and evicts: 2, though 3 x 24 = 72
     would fit."""
     mib = 2**20
-    models = ("m0", "m1", "m2", "m3")
-    trace = Trace(
-        times_s=np.arange(40, dtype=np.float64) * 10.0,
-        model_ids=np.arange(40, dtype=np.int32) % 4,
-        models=models,
-    )
+    models, trace = _four_in_turn()
     replayed = _replayed(
         max_loaded_per_instance=3,
         emulator_instances=1,

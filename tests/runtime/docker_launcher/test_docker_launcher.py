@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from shared_helpers import wait_for
+from shared_helpers import InBackground, wait_for
 
 from mmelocal.errors import ServerStartError
 from mmelocal.runtime.client import TritonClient
@@ -434,19 +434,11 @@ def test_a_stop_during_the_start_ends_it_and_leaves_no_container(
         docker_session,
         command_prefix=("sh", "-c", "exec sleep 600", "sh"),  # never ready
     )
-    failures: list[BaseException] = []
-
-    def start() -> None:
-        try:
-            launcher.start()
-        except BaseException as exc:
-            failures.append(exc)
 
     def running() -> bool:
         return bool(docker_engine.containers.list(filters={"name": launcher.name}))
 
-    starting = threading.Thread(target=start)
-    starting.start()
+    starting = InBackground(launcher.start)
     try:
         if when == "while the container is created":
             assert creating.wait(timeout=30)
@@ -454,13 +446,12 @@ def test_a_stop_during_the_start_ends_it_and_leaves_no_container(
             wait_for(running, timeout_s=30, what="the container")
         launcher.stop()
         release.set()
-        starting.join(timeout=20)  # the start timeout is 60 s
-        assert not starting.is_alive()
+        assert starting.join(timeout_s=20)  # the start timeout is 60 s
     finally:
         release.set()
-        if starting.is_alive():
+        if not starting.join(timeout_s=0):
             launcher.stop()  # the wait ends with the container
-            starting.join(timeout=60)
-    assert [type(f) for f in failures] == [ServerStartError]
-    assert "stopped while it was starting" in str(failures[0])
+            starting.join(timeout_s=60)
+    assert [type(f) for f in starting.failures] == [ServerStartError]
+    assert "stopped while it was starting" in str(starting.failures[0])
     assert not docker_engine.containers.list(all=True, filters={"name": launcher.name})
