@@ -326,6 +326,19 @@ def test_load_seconds_reads_a_replay_by_its_content_and_refuses_other_files(
         _load_times(str(tmp_path / "missing.json"))
 
 
+def count_reads(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """The files ``Path.read_text`` reads from now on, in order."""
+    reads: list[Path] = []
+    read_text = Path.read_text
+
+    def counted(self: Path, *args: Any, **kwargs: Any) -> str:
+        reads.append(self)
+        return read_text(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", counted)
+    return reads
+
+
 def test_load_seconds_reads_an_existing_file_once_whatever_its_name(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -335,14 +348,7 @@ def test_load_seconds_reads_an_existing_file_once_whatever_its_name(
     from mmelocal.cli.traffic._measured import _load_times
 
     replay = _replayed(load_cycle_s=[7.0]).write_json(tmp_path / "2.5")
-    reads: list[Path] = []
-    read_text = Path.read_text
-
-    def counted(self: Path, *args: Any, **kwargs: Any) -> str:
-        reads.append(self)
-        return read_text(self, *args, **kwargs)
-
-    monkeypatch.setattr(Path, "read_text", counted)
+    reads = count_reads(monkeypatch)
     assert _load_times(str(replay)).samples_s == (7.0,)
     assert reads == [replay]
     monkeypatch.chdir(tmp_path)
@@ -367,14 +373,7 @@ def test_simulate_from_replay_reads_the_replay_once(
         tmp_path / "replay.json"
     )
     path = write_trace(trace, tmp_path / "t.csv")
-    reads: list[Path] = []
-    read_text = Path.read_text
-
-    def counted(self: Path, *args: Any, **kwargs: Any) -> str:
-        reads.append(self)
-        return read_text(self, *args, **kwargs)
-
-    monkeypatch.setattr(Path, "read_text", counted)
+    reads = count_reads(monkeypatch)
     args = ["traffic", "simulate", str(path), "--from-replay", str(replay)]
     result = CliRunner().invoke(cli, [*args, "--json", str(tmp_path / "s.json")])
     assert result.exit_code == 0, result.output
