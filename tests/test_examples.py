@@ -130,14 +130,15 @@ def test_the_spike_shape_fits_the_duration_its_comment_gives() -> None:
 @pytest.mark.slow
 def test_capacity_then_report_script(tmp_path: Path) -> None:
     """The shell example, as its comment says: CPU capacity (never projected onto a GPU),
-    the model's GPU estimate, one report with both. Against a 1 GiB budget (its
-    MEMORY_BUDGET): the same steps with half the copies loaded (about 45 s, not 90 s)."""
+    the model's GPU estimate, one report with both. Against a 768 MiB budget (its
+    MEMORY_BUDGET): the same steps with few copies loaded (under 90 %, 691 MiB: one
+    TorchScript copy of about 500 MiB, about three ONNX copies of about 175 MiB)."""
     import json
     import os
     import shutil
 
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
-    env = {**os.environ, "PATH": path, "MEMORY_BUDGET": "1GiB"}
+    env = {**os.environ, "PATH": path, "MEMORY_BUDGET": "768MiB"}
     sh = shutil.which("sh")
     assert sh is not None
     done = subprocess.run(
@@ -149,5 +150,5 @@ def test_capacity_then_report_script(tmp_path: Path) -> None:
     assert sorted(r["kind"] for r in results) == ["capacity", "capacity", "estimate"]
     measured = [r for r in results if r["kind"] == "capacity"]
     assert sorted(r["model_format"] for r in measured) == ["onnx", "torchscript"]
-    assert all(r["total_bytes"] == 1024**3 and r["count"] >= 1 for r in measured), measured
+    assert all(r["total_bytes"] == 768 * 1024**2 and r["count"] >= 1 for r in measured), measured
     assert "FutureWarning" not in done.stderr

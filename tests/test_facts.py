@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import botocore.session
 import pytest
 
@@ -64,6 +66,68 @@ def test_the_factory_makes_a_client_with_the_policy() -> None:
     )
     assert client.meta.config.read_timeout == aws.RUNTIME.read_timeout_s
     assert client.meta.endpoint_url == "http://127.0.0.1:9"
+
+
+def _files_read(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The paths botocore's JSON file loader reads from now on (in order)."""
+    from botocore.loaders import JSONFileLoader
+
+    read: list[str] = []
+    real = JSONFileLoader.load_file
+
+    def load_file(self: JSONFileLoader, file_path: str) -> object:
+        read.append(file_path)
+        return real(self, file_path)
+
+    monkeypatch.setattr(JSONFileLoader, "load_file", load_file)
+    return read
+
+
+def test_new_sessions_parse_the_service_models_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every session reads its credentials and region when made; botocore's data files are
+    parsed once per process: a second session's SageMaker client reads no file (each new
+    boto3 session parsed SageMaker's service model again: 50 ms to 1 s each)."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "first")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    first = aws.new_session(region_name="eu-west-1")
+    first.client("sagemaker")
+    read = _files_read(monkeypatch)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "second")
+    second = aws.new_session(region_name="us-west-2")
+    client = second.client("sagemaker")
+    assert read == []
+    assert client.meta.region_name == "us-west-2"
+    credentials = second.get_credentials()
+    assert credentials is not None and credentials.access_key == "second"
+    assert first.get_credentials().access_key == "first"
+    assert second.get_available_regions("sagemaker")  # the endpoints data, shared too
+
+
+def test_a_second_connect_parses_no_service_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    """deploy's, undeploy's and smoke's clients (``connect``): a second set reads no file
+    (each parsed S3's and SageMaker's service models again, about 1 s per set here)."""
+    from mmelocal.aws.session import connect
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
+    connect("us-east-1")
+    read = _files_read(monkeypatch)
+    clients = connect("eu-west-1")
+    assert read == []
+    assert clients.region == "eu-west-1" == clients.sagemaker.meta.region_name
+
+
+def test_new_sessions_read_their_own_data_path(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``AWS_DATA_PATH`` (botocore's extra folders of models) is read per session, as boto3
+    reads it: another value gets its own parsed files."""
+    aws.new_session(region_name="us-east-1").client("sagemaker-runtime")
+    monkeypatch.setenv("AWS_DATA_PATH", str(tmp_path))
+    read = _files_read(monkeypatch)
+    session = aws.new_session(region_name="us-east-1")
+    session.client("sagemaker-runtime")
+    assert any(path.endswith("sagemaker-runtime/2017-05-13/service-2") for path in read), read
 
 
 def test_card_memory_and_the_published_reading_are_two_facts() -> None:

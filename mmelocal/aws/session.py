@@ -18,6 +18,7 @@ from mmelocal.facts.aws import (
     RUNTIME,
     THROTTLING_ERROR_CODES,
     aws_client,
+    new_session,
     retry_policy_of,
 )
 
@@ -54,11 +55,10 @@ class AwsClients:
 def connect(region: str | None = None) -> AwsClients:
     """Clients for ``region`` (else the profile's or ``AWS_DEFAULT_REGION``); raises a
     :class:`DeployError` that says what to do when credentials or the region are missing."""
-    import boto3
     from botocore.exceptions import BotoCoreError
 
     try:
-        session = boto3.Session(region_name=region)
+        session = new_session(region_name=region)
         credentials = session.get_credentials()
     except BotoCoreError as exc:
         raise DeployError(f"cannot read the AWS configuration: {exc}") from exc

@@ -23,7 +23,7 @@ from mmelocal.errors import (
     StoreUnavailableError,
     UserInputError,
 )
-from mmelocal.facts.aws import LOCAL, aws_client, s3_error_class
+from mmelocal.facts.aws import LOCAL, aws_client, new_session, s3_error_class
 from mmelocal.facts.sagemaker import target_model_problem
 
 logger = logging.getLogger(__name__)
@@ -161,11 +161,9 @@ class S3Store:
         self.bucket = bucket
         self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
         if client is None:
-            import boto3  # a core dependency
-
             # a fresh session reads credentials now (boto3's default one caches them); the
             # LOCAL policy fails in seconds, not minutes, when the endpoint does not answer
-            session = boto3.session.Session()
+            session = new_session()
             client = aws_client("s3", LOCAL, session=session, endpoint_url=endpoint_url)
         self.endpoint_url = endpoint_url
         self._client = client

@@ -104,6 +104,42 @@ QUOTA_ERROR_CODES: Final[dict[str, frozenset[str]]] = {
 }
 
 
+#: botocore's parsed data files (service models, endpoint rules, partitions), per
+#: ``AWS_DATA_PATH`` value: every session :func:`new_session` makes reads them from here, so a
+#: process parses each file once, not once per session (SageMaker's service model alone takes
+#: 50 ms to 1 s to parse, and a parse holds the GIL the local AWS's threads serve with)
+_PARSED_DATA: dict[str | None, dict[Any, Any]] = {}
+
+
+def new_session(**session_options: Any) -> Any:
+    """``boto3.session.Session(**session_options)``: credentials, region and profile are read
+    now, as boto3 reads them for a new session; only botocore's data files (the service
+    models) are shared with the other sessions made here, parsed once per process and per
+    ``AWS_DATA_PATH`` (botocore's own loader does that within one session)."""
+    import boto3
+    import botocore.session
+
+    core = botocore.session.Session()
+    # as botocore's own (Session._register_data_loader): made at first use, once the
+    # profile is set, from that profile's data path
+    core.lazy_register_component(
+        "data_loader", lambda: _shared_loader(core.get_config_variable("data_path"))
+    )
+    return boto3.session.Session(botocore_session=core, **session_options)
+
+
+def _shared_loader(data_path: str | None) -> Any:
+    """botocore's loader for ``data_path`` (``create_loader``, as a session makes it) whose
+    parsed files are :data:`_PARSED_DATA`'s."""
+    from botocore.loaders import create_loader
+
+    loader = create_loader(data_path)
+    # the store of botocore's ``instance_cache`` ("the instance *must* provide a
+    # ``self._cache`` dictionary"); Loader's own ``cache`` argument is not used (1.44)
+    loader._cache = _PARSED_DATA.setdefault(data_path, {})
+    return loader
+
+
 def aws_client(
     service: str,
     policy: ClientPolicy,
@@ -114,15 +150,13 @@ def aws_client(
 ) -> Any:
     """A boto3 client for ``service`` with ``policy``'s retries and timeouts.
 
-    ``session`` is a ``boto3.session.Session`` (default: a new one, which reads the
-    credentials and region now); ``endpoint_url`` points the client elsewhere than AWS
+    ``session`` is a ``boto3.session.Session`` (default: :func:`new_session`, which reads
+    the credentials and region now); ``endpoint_url`` points the client elsewhere than AWS
     (None: boto3's own settings, ``AWS_ENDPOINT_URL*`` included); ``config`` goes to
     :meth:`ClientPolicy.config`.
     """
     if session is None:
-        import boto3
-
-        session = boto3.session.Session()
+        session = new_session()
     options = policy.config(**config)
     client = session.client(service, endpoint_url=endpoint_url, config=options)
     event = client.meta.service_model.service_id.hyphenize()
@@ -280,6 +314,7 @@ __all__ = [
     "ClientPolicy",
     "aws_client",
     "bucket_region",
+    "new_session",
     "retry_policy_of",
     "s3_error_class",
 ]

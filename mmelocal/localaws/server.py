@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from mmelocal.errors import EndpointFailedError, MissingDependencyError, UserInputError
-from mmelocal.facts.aws import LOCAL, LOCAL_REGION, aws_client
+from mmelocal.facts.aws import LOCAL, LOCAL_REGION, aws_client, new_session
 from mmelocal.localaws.app import INTERNAL_HEADER, OWN_HEADER, LocalAwsApp
 from mmelocal.localaws.cloudwatch import ControlLoop, Running
 from mmelocal.localaws.cloudwatch_api import CloudWatchOverlay
@@ -469,9 +469,8 @@ class LocalAws(StartStopContext):
         return self._client(service, region, internal=False)
 
     def _new_client(self, service: str, region: str, *, internal: bool = True) -> Any:
-        import boto3
 
-        session = boto3.session.Session(
+        session = new_session(
             aws_access_key_id=LOCAL_KEYS[0],
             aws_secret_access_key=LOCAL_KEYS[1],
             region_name=region,

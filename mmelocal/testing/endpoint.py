@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mmelocal.facts.aws import LOCAL_REGION, TESTING, aws_client
+from mmelocal.facts.aws import LOCAL_REGION, TESTING, aws_client, new_session
 
 
 @dataclass
@@ -31,9 +31,8 @@ class MmeEndpoint:
 
         Keyword arguments go to ``botocore.config.Config`` (e.g. ``retries={"max_attempts": 1}``).
         """
-        import boto3
 
-        session = boto3.session.Session(
+        session = new_session(
             region_name=LOCAL_REGION,
             aws_access_key_id="mmelocal",
             aws_secret_access_key="mmelocal",

@@ -107,11 +107,10 @@ class RemoteMmeEndpoint:
         """boto3's ``sagemaker-runtime`` client for the endpoint's region (your credentials;
         boto3's endpoint settings, ``AWS_ENDPOINT_URL`` included). Keyword arguments go to
         ``botocore.config.Config``, as with the emulator."""
-        import boto3
 
-        from mmelocal.facts.aws import TESTING, aws_client
+        from mmelocal.facts.aws import TESTING, aws_client, new_session
 
-        session = boto3.session.Session(region_name=self.region)
+        session = new_session(region_name=self.region)
         client = aws_client("sagemaker-runtime", TESTING, session=session, **config)
         self._clients.append(client)
         return client

@@ -24,8 +24,8 @@ def _emulator_invocations(url: str) -> float:
     return sum(v for k, v in metrics.items() if k == "Invocations" or k.startswith("Invocations{"))
 
 
-def test_default_shape_shortened_on_10_copies(emulator_10_copies: Any, tmp_path: Path) -> None:
-    emu = emulator_10_copies
+def test_default_shape_shortened_on_four_copies(emulator_copies: Any, tmp_path: Path) -> None:
+    emu = emulator_copies
     payload = tmp_path / "payload.json"
     payload.write_bytes(emu.payload)
     out_json, report = tmp_path / "loadtest.json", tmp_path / "report"
@@ -37,7 +37,7 @@ def test_default_shape_shortened_on_10_copies(emulator_10_copies: Any, tmp_path:
             "--targets",
             "model-{i}.tar.gz",
             "--count",
-            "10",
+            str(emu.count),
             "--shape",
             "stages",
             "--duration",
@@ -78,14 +78,14 @@ def test_default_shape_shortened_on_10_copies(emulator_10_copies: Any, tmp_path:
 
 @pytest.mark.parametrize("how", ["url", "env"])
 def test_boto3_user_against_the_emulator(
-    emulator_10_copies: Any, how: str, monkeypatch: pytest.MonkeyPatch
+    emulator_copies: Any, how: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The boto3 user (what a real SageMaker endpoint needs): an endpoint URL, or a bare
     endpoint name with boto3's AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME."""
     from mmelocal.bench.loadtest.runner import LoadTestConfig, expand_targets, run_loadtest
     from mmelocal.bench.loadtest.shape import shape_from_stages
 
-    emu = emulator_10_copies
+    emu = emulator_copies
     endpoint = emu.endpoint
     if how == "env":
         monkeypatch.setenv("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME", emu.url)

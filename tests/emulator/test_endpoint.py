@@ -25,8 +25,13 @@ pytestmark = pytest.mark.triton
 
 COPIES = 50
 MiB = 1024 * 1024
-# the tiny model's stub is ~40 MB RSS, less in PSS: several copies fit under 90 %, not all
-BUDGET = 300 * MiB
+# the tiny model's stub is ~40 MB RSS, less in PSS, and less still beside other Tritons that
+# share its libraries: under 300 MiB about 6 copies fitted in a quiet run, 12 in a CI run
+# beside xdist's (21 MiB each), so under this budget about 4 to 10 fit at 90 %, not all
+BUDGET = 240 * MiB
+#: copies the many-copies test calls: half again the 10 that fit beside other Tritons, so that
+#: it evicts there too (as 18 was of those 12 under 300 MiB)
+CHOSEN = 15
 #: the disk budget, in artifacts: fewer than the models memory holds at once
 DISK_ARTIFACTS = 2
 
@@ -62,9 +67,7 @@ def triton_pid(endpoint: MmeEndpoint) -> int | None:
 
 def test_boto3_many_copies_over_budget(endpoint: MmeEndpoint) -> None:
     rng = random.Random(7)
-    # three times what the budget held in a quiet run (about 6): a copy's PSS shrinks when
-    # other Tritons share its libraries (12 copies all fitted in a CI run beside xdist's)
-    chosen = rng.sample(range(COPIES), 18)
+    chosen = rng.sample(range(COPIES), CHOSEN)
     plan: list[int] = []
     for n, copy in enumerate(chosen):
         plan += [copy, copy] + ([chosen[n - 1]] if n else [])

@@ -29,7 +29,7 @@ from locust.env import Environment  # noqa: E402
 
 from mmelocal.bench.loadtest.shape import LoadShape  # noqa: E402
 from mmelocal.bench.loadtest.stepstats import StageClock, stage_steps  # noqa: E402
-from mmelocal.facts.aws import LOAD_TEST, LOCAL_REGION, aws_client  # noqa: E402
+from mmelocal.facts.aws import LOAD_TEST, LOCAL_REGION, aws_client, new_session  # noqa: E402
 from mmelocal.facts.sagemaker import TARGET_MODEL_HEADER  # noqa: E402
 
 TARGET_HEADER = TARGET_MODEL_HEADER
@@ -109,14 +109,13 @@ def user_class(config: dict[str, Any], payload: bytes) -> type[User]:
     wait_s = float(config.get("wait_s", 0.0))
 
     if mode == "boto3":
-        import boto3
         from botocore import UNSIGNED
 
         endpoint_url = config.get("endpoint_url")
-        session = boto3.session.Session(region_name=config.get("region") or None)
+        session = new_session(region_name=config.get("region") or None)
         if session.region_name is None and endpoint_url:
             # a local endpoint: boto3 still wants a region to sign with
-            session = boto3.session.Session(region_name=LOCAL_REGION)
+            session = new_session(region_name=LOCAL_REGION)
         signed = session.get_credentials() is not None or not endpoint_url
         boto_config: dict[str, Any] = {
             "connect_timeout": timeout_s,

@@ -49,7 +49,7 @@ from mmelocal.bench.loadtest.workers import (
     endpoint_is_local,
 )
 from mmelocal.errors import BenchError, ModelNotReadyError, UserInputError
-from mmelocal.facts.aws import LOCAL_REGION, RUNTIME, aws_client
+from mmelocal.facts.aws import LOCAL_REGION, RUNTIME, aws_client, new_session
 from mmelocal.facts.invoke_errors import MODEL_NOT_READY, error_code
 from mmelocal.facts.sagemaker import (
     DIRECT_LOAD_TIMEOUT_S,
@@ -260,9 +260,8 @@ def check_reachable(worker: dict[str, Any], *, timeout_s: float = 5.0) -> None:
 def _check_boto3_settings(worker: dict[str, Any]) -> None:
     if worker.get("endpoint_url"):
         return  # a local endpoint: the worker signs with us-east-1 or not at all
-    import boto3
 
-    session = boto3.session.Session(region_name=worker.get("region") or None)
+    session = new_session(region_name=worker.get("region") or None)
     name = worker["endpoint_name"]
     if session.region_name is None:
         raise BenchError(
@@ -324,13 +323,12 @@ def _until_ready(send: Callable[[], None], target: str) -> None:
 def _boto3_sender(config: LoadTestConfig, worker: dict[str, Any]) -> Callable[[str], None]:
     """One InvokeEndpoint per call through boto3; :class:`~mmelocal.errors.ModelNotReadyError`
     on ModelNotReadyException."""
-    import boto3
 
     from mmelocal.aws.session import error_code as client_error_code
 
-    session = boto3.session.Session(region_name=config.region)
+    session = new_session(region_name=config.region)
     if session.region_name is None and worker["endpoint_url"]:
-        session = boto3.session.Session(region_name=LOCAL_REGION)
+        session = new_session(region_name=LOCAL_REGION)
     unsigned: dict[str, Any] = {}
     if session.get_credentials() is None and worker["endpoint_url"]:
         from botocore import UNSIGNED

@@ -26,10 +26,9 @@ def _replay_boto3(
 ) -> tuple[_Record, dict[str, Any]]:
     import concurrent.futures
 
-    import boto3
     import botocore.exceptions
 
-    from mmelocal.facts.aws import LOAD_TEST, aws_client
+    from mmelocal.facts.aws import LOAD_TEST, aws_client, new_session
 
     n = len(trace)
     rec = _Record.empty(n)
@@ -38,7 +37,7 @@ def _replay_boto3(
     runtime = aws_client(
         "sagemaker-runtime",
         LOAD_TEST,
-        session=boto3.session.Session(region_name=region),
+        session=new_session(region_name=region),
         endpoint_url=endpoint_url,
         max_pool_connections=options.max_in_flight,
         connect_timeout=options.timeout_s,
@@ -118,13 +117,11 @@ def cloudwatch_cache_hits(
     (``DescribeEndpoint``)."""
     import datetime
 
-    import boto3
-
     from mmelocal.facts.autoscaling import METRIC_PERIOD_S
-    from mmelocal.facts.aws import CONTROL_PLANE, aws_client
+    from mmelocal.facts.aws import CONTROL_PLANE, aws_client, new_session
     from mmelocal.facts.cloudwatch import DIMENSIONS, INVOCATION_NAMESPACE, MODEL_CACHE_HIT
 
-    session = boto3.session.Session(region_name=region)
+    session = new_session(region_name=region)
     if variants is None:
         sagemaker = aws_client(
             "sagemaker", CONTROL_PLANE, session=session, endpoint_url=endpoint_url
