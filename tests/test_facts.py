@@ -103,6 +103,28 @@ def test_new_sessions_parse_the_service_models_once(monkeypatch: pytest.MonkeyPa
     assert second.get_available_regions("sagemaker")  # the endpoints data, shared too
 
 
+def test_the_request_checks_read_the_shared_service_models(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """deploy's request validation and the local AWS's input checks and listings read
+    botocore's SageMaker model; each check of another operation made a new botocore session
+    (``get_session()``), which parsed the file again."""
+    from mmelocal.deploy import resources
+    from mmelocal.deploy.resources import validate_request
+    from mmelocal.localaws import checks
+    from mmelocal.localaws.checks import model_violations
+    from mmelocal.localaws.listing import _summary_members
+
+    for cached in (resources._input_shape, checks._service_model, _summary_members):
+        cached.cache_clear()  # read again from the models, as a new process reads them
+    aws.service_model("sagemaker")
+    read = _files_read(monkeypatch)
+    validate_request("sagemaker", "CreateModel", {"ModelName": "m"})
+    assert model_violations("CreateEndpointConfig", {"EndpointConfigName": "c"}) is None
+    assert "EndpointName" in _summary_members("ListEndpoints")
+    assert read == []
+
+
 def test_a_second_connect_parses_no_service_model(monkeypatch: pytest.MonkeyPatch) -> None:
     """deploy's, undeploy's and smoke's clients (``connect``): a second set reads no file
     (each parsed S3's and SageMaker's service models again, about 1 s per set here)."""

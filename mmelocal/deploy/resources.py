@@ -34,9 +34,9 @@ _SERVICE_CLIENT = {"sagemaker": "sagemaker", "application-autoscaling": "autosca
 
 @functools.cache
 def _input_shape(service: str, operation: str) -> Any:
-    import botocore.session
+    from mmelocal.facts.aws import service_model
 
-    model = botocore.session.get_session().get_service_model(service)
+    model = service_model(service)
     return model.operation_model(operation).input_shape
 
 

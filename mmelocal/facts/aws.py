@@ -117,6 +117,19 @@ def new_session(**session_options: Any) -> Any:
     models) are shared with the other sessions made here, parsed once per process and per
     ``AWS_DATA_PATH`` (botocore's own loader does that within one session)."""
     import boto3
+
+    return boto3.session.Session(botocore_session=_botocore_session(), **session_options)
+
+
+def service_model(service: str) -> Any:
+    """botocore's model of ``service`` (``"sagemaker"``, ...) from the shared parsed files:
+    what a check of a request against the model reads (``botocore.session.get_session()``
+    makes a new loader, which parses the file again)."""
+    return _botocore_session().get_service_model(service)
+
+
+def _botocore_session() -> Any:
+    """A new botocore session whose data loader shares :data:`_PARSED_DATA`."""
     import botocore.session
 
     core = botocore.session.Session()
@@ -125,7 +138,7 @@ def new_session(**session_options: Any) -> Any:
     core.lazy_register_component(
         "data_loader", lambda: _shared_loader(core.get_config_variable("data_path"))
     )
-    return boto3.session.Session(botocore_session=core, **session_options)
+    return core
 
 
 def _shared_loader(data_path: str | None) -> Any:
@@ -317,4 +330,5 @@ __all__ = [
     "new_session",
     "retry_policy_of",
     "s3_error_class",
+    "service_model",
 ]

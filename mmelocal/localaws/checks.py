@@ -43,9 +43,9 @@ _PAGE_SIZE_MEMBERS = ("MaxResults", "MaxRecords")
 
 @functools.lru_cache(maxsize=8)
 def _service_model(name: str) -> Any:
-    import botocore.session
+    from mmelocal.facts.aws import service_model
 
-    return botocore.session.get_session().get_service_model(name)
+    return service_model(name)
 
 
 def _sagemaker_model() -> Any:

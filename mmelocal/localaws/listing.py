@@ -100,9 +100,9 @@ _TIME_FILTERS: dict[str, tuple[str, Callable[[float, float], bool]]] = {
 @functools.lru_cache(maxsize=4)
 def _summary_members(operation: str) -> frozenset[str]:
     """The members of ``operation``'s summary shape (botocore's sagemaker model)."""
-    import botocore.session
+    from mmelocal.facts.aws import service_model
 
-    model = botocore.session.get_session().get_service_model("sagemaker")
+    model = service_model("sagemaker")
     output = model.operation_model(operation).output_shape
     return frozenset(output.members[LISTINGS[operation].key].member.members)
 
