@@ -74,7 +74,15 @@ def undeploy(
 
     found = rs.describe(sm, "DescribeEndpoint", EndpointName=name)
     if found is not None:
-        rs.require_mine(sm, found["EndpointArn"], "endpoint", name, name)
+        try:
+            rs.require_mine(sm, found["EndpointArn"], "endpoint", name, name)
+        except DeployError:
+            # an earlier undeploy's deletion can end between the two reads (the service
+            # then refuses the tags of the deleted endpoint): it is gone, not foreign
+            deleting = found.get("EndpointStatus") == "Deleting"
+            if not deleting or rs.describe(sm, "DescribeEndpoint", EndpointName=name):
+                raise
+            found = None
     models, urls, known = rs.tagged(sm, "Model", name), [], {}
     for model in models:
         described = rs.describe(sm, "DescribeModel", ModelName=model) or {}

@@ -340,6 +340,41 @@ def test_undeploy_finds_the_resources_of_a_63_character_endpoint(tmp_path: Path)
     assert sm.deleted == [config, model]
 
 
+def test_undeploy_of_an_endpoint_whose_deletion_ends_meanwhile_goes_on(tmp_path: Path) -> None:
+    """A second undeploy finds the endpoint Deleting (the first one's deletion); the
+    deletion ends before its tags are read, and the service refuses the tags of a deleted
+    endpoint (ValidationException): undeploy failed there (seen with the local AWS under
+    load); the endpoint is gone, so it goes on with the rest."""
+    from botocore.exceptions import ClientError
+
+    from mmelocal.aws.session import AwsClients
+    from mmelocal.deploy.deployer import undeploy
+
+    name = "ep"
+    opts = DeployOptions(store=tmp_path, endpoint_name=name, s3_uri="s3://bkt/m/", role_arn=ROLE)
+    model = model_params(opts, "image")["ModelName"]
+
+    class DeletedMeanwhile(_ListingSageMaker):
+        described = 0
+
+        def describe_endpoint(self, **params: object) -> None:  # type: ignore[override]
+            self.described += 1
+            if self.described == 1:
+                return {"EndpointArn": "arn:endpoint/ep", "EndpointStatus": "Deleting"}  # type: ignore[return-value]
+            super().describe_endpoint(**params)
+
+        def list_tags(self, ResourceArn: str) -> dict[str, object]:
+            if ResourceArn == "arn:endpoint/ep":
+                error = {"Code": "ValidationException", "Message": "gone"}
+                raise ClientError({"Error": error}, "ListTags")
+            return super().list_tags(ResourceArn)
+
+    sm = DeletedMeanwhile({model: name}, {})
+    clients = AwsClients(region="us-east-1", s3=None, sagemaker=sm, autoscaling=None, runtime=None)
+    assert undeploy(clients, name) == [f"model {model}"]
+    assert sm.described == 2
+
+
 def test_options_refuse_an_environment_sagemaker_refuses(tmp_path: Path) -> None:
     """CreateModel's Environment: 100 entries, 1024 bytes a value, 32 KB in all (botocore's
     model; its validator checks none of these, so they failed after the upload)."""

@@ -92,6 +92,13 @@ def test_bad_models_are_refused_as_the_service_does(
         PrimaryContainer={**container, "Environment": environment},
     )
     assert code == "ValidationException" and "32 KB (32768 bytes)" in message, message
+    # the tags of a resource that does not exist (deleted as an undeploy read them): moto
+    # failed with a 500; the service answers ValidationException
+    account = sm.meta.region_name, boto3.client("sts").get_caller_identity()["Account"]
+    for kind in ("model", "endpoint-config", "endpoint"):
+        arn = f"arn:aws:sagemaker:{account[0]}:{account[1]}:{kind}/{unique('gone')}"
+        code, message = error_of(sm.list_tags, ResourceArn=arn)
+        assert code == "ValidationException" and arn in message, message
 
     config = model_and_config(url)
     code, message = error_of(lambda: model_and_config(url.rstrip("/") + "/models/"))

@@ -8,6 +8,7 @@ fleets are, not moto's first record."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -36,6 +37,18 @@ UpdateCheck = Callable[[str, str, dict[str, Any], dict[str, Any]], None]
 MOTO_INSTANCE_TYPE = "ml.m5.large"
 #: a ``MaxResults`` that has moto answer every record at once (it sets no upper bound)
 _MOTO_EVERY_MATCH = 2**31 - 1
+
+
+#: the ARNs whose ``ListTags`` the local AWS answers itself when the resource is missing
+_TAGGED = re.compile(
+    r"^arn:aws[a-z-]*:sagemaker:[a-z0-9-]+:\d{12}:(model|endpoint-config|endpoint)/(.+)$"
+)
+#: resource kind in an ARN -> (its Describe method, its name member, its name in messages)
+_TAGGED_KINDS = {
+    "model": ("describe_model", "ModelName", "model"),
+    "endpoint-config": ("describe_endpoint_config", "EndpointConfigName", "endpoint configuration"),
+    "endpoint": ("describe_endpoint", "EndpointName", "endpoint"),
+}
 
 
 class SageMakerControlPlane:
@@ -75,6 +88,7 @@ class SageMakerControlPlane:
             "ListEndpoints": self._list_endpoints,
             "ListModels": self._list_records,
             "ListEndpointConfigs": self._list_records,
+            "ListTags": self._list_tags,
         }
 
     def _moto_json(self, environ: dict[str, Any]) -> tuple[int, Any]:
@@ -304,6 +318,30 @@ class SageMakerControlPlane:
             else:
                 answer.pop("PendingDeploymentSummary", None)
         return status, answer
+
+    def _list_tags(
+        self, environ: dict[str, Any], region: str, params: dict[str, Any]
+    ) -> tuple[int, Any]:
+        """``ListTags`` of a model, endpoint config or endpoint that does not exist (never
+        made, or deleted: an endpoint's deletion ends while an undeploy reads its tags) is
+        refused with ``ValidationException``, as the service refuses the tags of a deleted
+        resource (aws/amazon-sagemaker-feedback#108); moto failed with a 500 there (it reads
+        the tags of None). The message is mmelocal's."""
+        arn = str(params.get("ResourceArn", ""))
+        found = _TAGGED.match(arn)
+        if found is None:
+            return self._moto_json(environ)
+        describe, key, what = _TAGGED_KINDS[found.group(1)]
+        try:
+            status, answer = self._moto_json(environ)
+        except Exception:
+            status, answer = 500, None
+        if status < 500:
+            return status, answer
+        if self._exists(region, describe, **{key: found.group(2)}) is None:
+            raise AwsServiceError(f'Could not find {what} "{arn}" to list its tags.')
+        replace_body(environ, params)  # the first call read the body
+        return self._moto_json(environ)  # there after all: moto's answer, as it is
 
     def _every_record(self, environ: dict[str, Any]) -> tuple[int, Any]:
         """moto's answer to the request asked for every record at once, unfiltered: the
