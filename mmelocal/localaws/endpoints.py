@@ -7,7 +7,8 @@ what moto cannot know: the status of the fleets behind each endpoint, its
 operation), and the running variants themselves (:class:`~.variants.VariantFleets`, one
 :class:`~.fleet.Fleet` per production variant), whose weights and instance counts
 ``UpdateEndpointWeightsAndCapacities`` changes. Every transition runs on a worker thread,
-so the control-plane call answers at once as the service does.
+so the control-plane call answers at once as the service does; a worker is started under
+the manager's lock, and none after :meth:`EndpointManager.close`.
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ from mmelocal.localaws.variants import (
     pending_deployment,
     resumed_deployment,
     retain_properties,
+    saved_current,
     start_variants,
+    summary_with,
     with_desired,
 )
 
@@ -59,7 +62,10 @@ class EndpointState:
     deploys (:func:`~.variants.pending_deployment`), None otherwise. ``resume`` is the
     saved ``PendingDeploymentSummary`` of an UpdateEndpoint under way when the state was
     saved: once the restored endpoint serves its saved config again, it goes on with that
-    update (:meth:`EndpointManager.keep_saved`)."""
+    update (:meth:`EndpointManager.keep_saved`). ``saved_variants`` are the running
+    variants the state saved (DescribeEndpoint's ``ProductionVariants``): the restored
+    endpoint's variants start with their ``CurrentInstanceCount`` and ``CurrentWeight``
+    and, where a resize was under way, go on to their ``Desired*``."""
 
     region: str
     name: str
@@ -74,6 +80,7 @@ class EndpointState:
     restoring: bool = False
     pending: dict[str, Any] | None = None
     resume: dict[str, Any] | None = None
+    saved_variants: tuple[dict[str, Any], ...] = ()
 
     def __setattr__(self, name: str, value: Any) -> None:
         if (
@@ -147,6 +154,7 @@ class EndpointManager:
         modified_s: float | None,
         failure_reason: str | None = None,
         update: dict[str, Any] | None = None,
+        variants: Sequence[dict[str, Any]] | None = None,
     ) -> None:
         """The saved state is about to create the endpoint ``name`` again: it keeps the
         times it had (``created_s``, ``modified_s``; None for both: forget them, the
@@ -158,7 +166,12 @@ class EndpointManager:
         UpdateEndpoint) it goes on with that update once its saved config serves again, as
         the service, which has no restart, would have gone on: Updating (the saved config
         serving meanwhile), then InService on the new config, or on the saved one with the
-        FailureReason where the new one cannot start (the service rolls back)."""
+        FailureReason where the new one cannot start (the service rolls back). With
+        ``variants`` (it was saved serving: DescribeEndpoint's ``ProductionVariants``, each
+        variant's current and desired instance count and weight) its variants start with
+        the current ones, not the config's initial ones (an endpoint on the service keeps
+        what UpdateEndpointWeightsAndCapacities or the autoscaler set), and a resize under
+        way (desired ones that differ) goes on once they serve: Updating, then InService."""
         with self._lock:
             if created_s is None or modified_s is None:
                 self._restored.pop((region, name), None)
@@ -168,6 +181,7 @@ class EndpointManager:
                     modified_s=modified_s,
                     failure_reason=failure_reason,
                     update=update,
+                    variants=tuple(dict(v) for v in variants or ()),
                 )
 
     def create(
@@ -205,15 +219,19 @@ class EndpointManager:
                     state.status, state.failure_reason = "Failed", kept.failure_reason
                     state.restoring, state.pending = False, None
                 else:
-                    state.resume = kept.update
+                    state.resume, state.saved_variants = kept.update, kept.variants
+                    if kept.variants and state.pending is not None:  # what starts
+                        state.pending = summary_with(state.pending, saved_current(kept.variants))
             self._endpoints[(region, name)] = state
         return state
 
     def start(self, state: EndpointState) -> None:
         """Start the fleet of an endpoint :meth:`create` returned (status Creating until
-        Triton is ready, or Failed); none for one the restore re-created Failed."""
-        if state.status != "Failed":
-            self._spawn(state, self._run_create, state, state.generation)
+        Triton is ready, or Failed); none for one the restore re-created Failed, nor after
+        :meth:`close`."""
+        with self._lock:
+            if state.status != "Failed" and not self._closed:
+                self._spawn(state, self._run_create, state, state.generation)
 
     def discard(self, state: EndpointState) -> None:
         """Forget an endpoint :meth:`create` returned and moto did not record."""
@@ -247,7 +265,7 @@ class EndpointManager:
                 config_name, variants, state.last_modified_s, running=state.fleets, retain=retain
             )
             running = state.fleets if retain else None
-        self._spawn(state, self._run_update, state, config_name, generation, running, retain)
+            self._spawn(state, self._run_update, state, config_name, generation, running, retain)
 
     def delete(self, region: str, name: str) -> bool:
         """Deleting: new calls are refused, calls in flight finish, then Triton stops and
@@ -262,7 +280,7 @@ class EndpointManager:
             state.status = "Deleting"
             state.generation += 1
             fleets, state.fleets = state.fleets, None
-        self._spawn(state, self._run_delete, state, fleets)
+            self._spawn(state, self._run_delete, state, fleets)
         return True
 
     def update_weights_and_capacities(
@@ -288,8 +306,7 @@ class EndpointManager:
             state.status = "Updating"
             state.failure_reason = None
             state.generation += 1
-            generation = state.generation
-        self._spawn(state, self._run_weights, state, state.fleets, generation)
+            self._spawn(state, self._run_weights, state, state.fleets, state.generation)
         return True
 
     def begin_resize(self, region: str, name: str, variant: str) -> Any | None:
@@ -365,6 +382,9 @@ class EndpointManager:
 
     # -- workers -----------------------------------------------------------------------
     def _spawn(self, state: EndpointState, target: Callable[..., None], *args: Any) -> None:
+        """Run ``target`` on a worker of ``state``. Called under the lock, where
+        :meth:`close` sets ``_closed``: a worker is started before close() took the lock
+        (it joins it, and the worker finds its generation gone) or not at all."""
         worker = threading.Thread(
             target=target, args=args, name=f"localaws-{state.name}", daemon=True
         )
@@ -392,8 +412,11 @@ class EndpointManager:
     ) -> VariantFleets | None:
         """Make ``fleets`` the ones serving, unless the endpoint moved on meanwhile (then
         they are stopped); the ones they replace. A restored endpoint with an update to
-        resume (``resume``) goes on with it rather than being InService."""
-        resumed: tuple[dict[str, Any], int] | None = None
+        resume (``resume``) goes on with it, and one whose saved variants were being
+        resized (``saved_variants``) goes on with the resize, rather than being InService;
+        the worker that goes on is started under the lock, so a :meth:`close` either
+        finds it or comes first (nothing then starts)."""
+        goes_on = ""
         with self._lock:
             current = state.generation == generation and not self._closed
             if current:
@@ -401,8 +424,23 @@ class EndpointManager:
                 state.config_name = fleets.config_name
                 state.failure_reason = None
                 update, state.resume = state.resume, None
+                saved, state.saved_variants = state.saved_variants, ()
                 if update is not None:
-                    resumed = update, self._resume_update(state, update)
+                    goes_on = "its update goes on"
+                    next_generation = self._resume_update(state, update)
+                    self._spawn(
+                        state,
+                        self._run_update,
+                        state,
+                        str(update["EndpointConfigName"]),
+                        next_generation,
+                        None,
+                        frozenset(),
+                        tuple(update.get("ProductionVariants") or ()),
+                    )
+                elif _resume_resize(state, fleets, saved):
+                    goes_on = "its resize goes on"
+                    self._spawn(state, self._run_weights, state, fleets, state.generation)
                 else:
                     state.status = "InService"
                     state.restoring, state.pending = False, None
@@ -412,22 +450,10 @@ class EndpointManager:
         logger.info(
             "endpoint %s %s on %s: %s",
             state.name,
-            "serving (its update goes on)" if resumed else "in service",
+            f"serving ({goes_on})" if goes_on else "in service",
             fleets.config_name,
             ", ".join(f"{v.name} at {v.fleet.url}" for v in fleets.variants),
         )
-        if resumed is not None:
-            update, next_generation = resumed
-            self._spawn(
-                state,
-                self._run_update,
-                state,
-                str(update["EndpointConfigName"]),
-                next_generation,
-                None,
-                frozenset(),
-                tuple(update.get("ProductionVariants") or ()),
-            )
         return old
 
     @staticmethod
@@ -441,7 +467,11 @@ class EndpointManager:
         state.pending = resumed_deployment(update, state.last_modified_s)
         return state.generation
 
-    def _fail(self, state: EndpointState, generation: int, reason: str) -> None:
+    def _fail(self, state: EndpointState, generation: int, exc: BaseException) -> None:
+        """The transition of ``generation`` failed with ``exc``: its reason is the
+        endpoint's FailureReason, unless the endpoint moved on meanwhile (deleted, updated
+        again, shut down: then the failure, often that very move, is no one's)."""
+        reason = _reason(exc)
         with self._lock:
             current = state.generation == generation
             if current:
@@ -449,14 +479,20 @@ class EndpointManager:
                 state.status = "InService" if state.fleets is not None else "Failed"
                 state.failure_reason = reason
                 state.restoring, state.pending, state.resume = False, None, None
-        if current:  # else it moved on (deleted, updated again, shut down) meanwhile
-            logger.info("endpoint %s failed: %s", state.name, reason)
+                state.saved_variants = ()
+        if not current:
+            logger.debug("endpoint %s: a transition it moved on from failed: %s", state.name, exc)
+            return
+        if not isinstance(exc, EndpointFailedError):
+            logger.error("endpoint transition failed", exc_info=exc)
+        logger.info("endpoint %s failed: %s", state.name, reason)
 
     def _run_create(self, state: EndpointState, generation: int) -> None:
         try:
-            fleets = self._new_fleets(state, state.config_name)
+            started = saved_current(state.saved_variants)
+            fleets = self._new_fleets(state, state.config_name, desired=started)
         except Exception as exc:  # the endpoint fails with the reason, never stays Creating
-            self._fail(state, generation, _reason(exc))
+            self._fail(state, generation, exc)
             return
         self._install(state, generation, fleets)
 
@@ -472,7 +508,7 @@ class EndpointManager:
         try:
             fleets = self._new_fleets(state, config_name, running, retain, desired)
         except Exception as exc:  # the endpoint fails with the reason, never stays Creating
-            self._fail(state, generation, _reason(exc))
+            self._fail(state, generation, exc)
             return
         old = self._install(state, generation, fleets)
         if old is not None:
@@ -485,7 +521,7 @@ class EndpointManager:
         except Exception as exc:  # the old count goes on serving
             for variant in fleets.variants:  # what could not start stays as it was
                 variant.desired_instance_count = variant.current_instance_count
-            self._fail(state, generation, _reason(exc))
+            self._fail(state, generation, exc)
             return
         with self._lock:
             if state.generation == generation and state.fleets is fleets:
@@ -512,12 +548,40 @@ class _Saved:
     modified_s: float
     failure_reason: str | None = None
     update: dict[str, Any] | None = None
+    variants: tuple[dict[str, Any], ...] = ()
+
+
+def _resume_resize(
+    state: EndpointState, fleets: VariantFleets, saved: Sequence[dict[str, Any]]
+) -> bool:
+    """Under the lock: where a variant of ``saved`` (the restored ``state``'s, now served by
+    ``fleets`` at their current counts and weights) was being resized (a desired instance
+    count or weight other than what serves), ``fleets`` are asked for the desired ones and
+    ``state`` is Updating on a new generation, its LastModifiedTime and each variant's
+    Updating ``StartTime`` the saved LastModifiedTime (when that change began); False
+    (nothing changes) where none was."""
+    moves = []
+    for item in saved:
+        variant = fleets.get(str(item.get("VariantName", "")))
+        count, weight = item.get("DesiredInstanceCount"), item.get("DesiredWeight")
+        if variant is not None and (
+            (count is not None and int(count) != variant.current_instance_count)
+            or (weight is not None and float(weight) != variant.current_weight)
+        ):
+            moves.append((variant, count, weight))
+    if not moves:
+        return False
+    for variant, count, weight in moves:
+        fleets.set_desired(variant.name, weight=weight, instance_count=count)
+        variant.capacity_asked_s = state.last_modified_s
+    state.status = "Updating"  # still restoring: the saved LastModifiedTime stays
+    state.restoring, state.pending = False, None
+    state.generation += 1
+    return True
 
 
 def _reason(exc: BaseException) -> str:
-    """The FailureReason for an exception: its message (an unexpected one is logged)."""
-    if not isinstance(exc, EndpointFailedError):
-        logger.error("endpoint transition failed", exc_info=exc)
+    """The FailureReason for an exception: its message."""
     return (str(exc).strip() or type(exc).__name__)[:FAILURE_REASON_MAX_CHARS]
 
 

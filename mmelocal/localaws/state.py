@@ -13,11 +13,15 @@ its FailureReason, starting nothing (:class:`KeepSaved`). One saved Creating (th
 gave up its creation: :meth:`.endpoints.EndpointManager.close`) is Creating again and
 starts its fleet again, as the service would have gone on creating it; one saved Updating
 by an UpdateEndpoint keeps that update (DescribeEndpoint's ``PendingDeploymentSummary``):
-it comes back on the config it served (Creating), then goes on with the update. Instance
-counts and weights changed since an endpoint's creation are not kept (an endpoint Updating
-by UpdateEndpointWeightsAndCapacities or the autoscaler comes back on its config's).
-A resource that already exists is kept as it is. Not kept: metric datapoints, alarm states
-and history (alarms start again at INSUFFICIENT_DATA), scaling activities.
+it comes back on the config it served (Creating), then goes on with the update. One saved
+serving (InService, Updating) keeps its variants' instance counts and weights
+(DescribeEndpoint's ``ProductionVariants``: what UpdateEndpointWeightsAndCapacities or the
+autoscaler set since its creation): its variants start on their ``CurrentInstanceCount``
+and ``CurrentWeight``, not the config's initial ones, and one Updating by
+UpdateEndpointWeightsAndCapacities or a resize goes on to its ``DesiredInstanceCount`` and
+``DesiredWeight`` once they serve (Updating, then InService), as on the service, which has
+no restart. A resource that already exists is kept as it is. Not kept: metric datapoints,
+alarm states and history (alarms start again at INSUFFICIENT_DATA), scaling activities.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -61,6 +65,14 @@ _ENDPOINT_TIMES = ("CreationTime", "LastModifiedTime")
 #: (``PendingDeploymentSummary``'s ``ProductionVariants``; the count and weight retained
 #: from the running variants included)
 _PENDING_VARIANT_FIELDS = ("VariantName", "DesiredInstanceCount", "DesiredWeight", "InstanceType")
+#: what an endpoint serving (InService, Updating) keeps of each running variant
+#: (DescribeEndpoint's ``ProductionVariants``, ProductionVariantSummary in botocore's
+#: sagemaker model): the count and weight it serves with, and those asked for by an
+#: UpdateEndpointWeightsAndCapacities or a resize under way
+_VARIANT_FIELDS = ("VariantName", "CurrentInstanceCount", "CurrentWeight",
+                   "DesiredInstanceCount", "DesiredWeight")  # fmt: skip
+#: the statuses of an endpoint whose ``ProductionVariants`` serve
+_SERVING_STATUSES = ("InService", "Updating")
 #: the alarms target tracking creates (its policies create them again)
 _MANAGED_ALARM_PREFIX = "TargetTracking-"
 
@@ -159,6 +171,8 @@ def _save_region(client_for: ClientFor, region: str) -> dict[str, Any]:
         update = _update_under_way(found)
         if update is not None:
             saved["update"] = update
+        if found["EndpointStatus"] in _SERVING_STATUSES and found.get("ProductionVariants"):
+            saved["variants"] = [_pick(v, _VARIANT_FIELDS) for v in found["ProductionVariants"]]
         endpoints.append(saved)
     aas = client_for("application-autoscaling", region)
     targets = _pages(
@@ -236,8 +250,9 @@ def repoint_alarms(cloudwatch: Any, arns: dict[str, str]) -> None:
 
 
 class KeepSaved(Protocol):
-    """Told an endpoint's saved times, the FailureReason of one saved Failed and the update
-    of one saved Updating (:func:`_update_under_way`), before it is created again (None for
+    """Told an endpoint's saved times, the FailureReason of one saved Failed, the update
+    of one saved Updating (:func:`_update_under_way`) and the variants of one saved serving
+    (their current and desired counts and weights), before it is created again (None for
     both times once CreateEndpoint was called):
     :meth:`.endpoints.EndpointManager.keep_saved`."""
 
@@ -250,6 +265,7 @@ class KeepSaved(Protocol):
         modified_s: float | None,
         failure_reason: str | None = None,
         update: dict[str, Any] | None = None,
+        variants: Sequence[dict[str, Any]] | None = None,
     ) -> None: ...
 
 
@@ -257,8 +273,8 @@ def restore(client_for: ClientFor, root: Path, *, keep_saved: KeepSaved | None =
     """Re-create what :func:`save` wrote under ``root``; the regions it held. Each endpoint
     is announced to ``keep_saved`` (:meth:`.endpoints.EndpointManager.keep_saved`) before
     it is created again, so that it shows the times it had rather than the restore's, one
-    saved Failed is Failed again rather than started, and one saved Updating goes on with
-    its update."""
+    saved Failed is Failed again rather than started, one saved Updating goes on with
+    its update, and its variants serve the counts and weights they had."""
     manifest = root / STATE_FILE
     if not manifest.is_file():
         return []
@@ -294,6 +310,7 @@ def restore(client_for: ClientFor, root: Path, *, keep_saved: KeepSaved | None =
                         modified_s=kept["LastModifiedTime"],
                         failure_reason=item.get("failure_reason"),
                         update=item.get("update"),
+                        variants=item.get("variants"),
                     )
                 _create(call, f"{kind} {next(iter(item['params'].values()))}", **params)
                 if kept and keep_saved is not None:  # taken, or not created: forgotten

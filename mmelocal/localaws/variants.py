@@ -31,6 +31,10 @@ from mmelocal.rules.variants import choose_variant
 
 logger = logging.getLogger(__name__)
 
+#: what a deployment asks of each variant (a ``PendingDeploymentSummary``'s, and what
+#: :func:`with_desired` takes)
+_DESIRED = ("DesiredInstanceCount", "DesiredWeight")
+
 #: (plan, work folder) -> a started fleet (raises EndpointFailedError)
 StartFleet = Callable[[FleetPlan, Path], Fleet]
 
@@ -128,6 +132,39 @@ def with_desired(plan: EndpointPlan, desired: Sequence[Mapping[str, Any]]) -> En
             kept["weight"] = float(found["DesiredWeight"])
         variants.append(dataclasses.replace(variant, **kept))
     return dataclasses.replace(plan, variants=tuple(variants))
+
+
+def saved_current(saved: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], ...]:
+    """What each variant of ``saved`` (DescribeEndpoint's ``ProductionVariants`` as the
+    saved state keeps them) serves with, its ``CurrentInstanceCount`` and
+    ``CurrentWeight``, named as :func:`with_desired` takes them (``DesiredInstanceCount``,
+    ``DesiredWeight``): what a restored endpoint's variants start with."""
+    started = []
+    for variant in saved:
+        item: dict[str, Any] = {"VariantName": str(variant.get("VariantName", ""))}
+        if variant.get("CurrentInstanceCount") is not None:
+            item["DesiredInstanceCount"] = int(variant["CurrentInstanceCount"])
+        if variant.get("CurrentWeight") is not None:
+            item["DesiredWeight"] = float(variant["CurrentWeight"])
+        started.append(item)
+    return tuple(started)
+
+
+def summary_with(
+    summary: Mapping[str, Any], desired: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """``summary`` (a ``PendingDeploymentSummary``) with each variant's
+    ``DesiredInstanceCount`` and ``DesiredWeight`` those ``desired`` gives the variant of
+    that name (as :func:`with_desired` changes a plan)."""
+    asked = {str(v.get("VariantName", "")): v for v in desired}
+    out = dict(summary)
+    if "ProductionVariants" in summary:
+        variants = []
+        for variant in summary["ProductionVariants"]:
+            found = asked.get(str(variant.get("VariantName", "")), {})
+            variants.append({**variant, **{k: found[k] for k in _DESIRED if k in found}})
+        out["ProductionVariants"] = variants
+    return out
 
 
 def resumed_deployment(summary: Mapping[str, Any], start_s: float) -> dict[str, Any]:
@@ -393,6 +430,8 @@ __all__ = [
     "plan_endpoint",
     "resumed_deployment",
     "retain_properties",
+    "saved_current",
     "start_variants",
+    "summary_with",
     "with_desired",
 ]

@@ -111,6 +111,15 @@ def test_local_aws_command_serves_stops_cleanly_and_keeps_its_state(tmp_path: Pa
             Statistic="Sum", Period=60, EvaluationPeriods=1, Threshold=0,
             ComparisonOperator="GreaterThanThreshold",
         )  # fmt: skip
+        # a weight set since the creation is kept (a count would be too, at a Triton each)
+        sm.update_endpoint_weights_and_capacities(
+            EndpointName="e",
+            DesiredWeightsAndCapacities=[{"VariantName": "AllTraffic", "DesiredWeight": 0.5}],
+        )
+        variants = wait_status(sm, "e", leaving="Updating")["ProductionVariants"]
+        counts = {"VariantName": "AllTraffic", "CurrentInstanceCount": 1, "CurrentWeight": 0.5,
+                  "DesiredInstanceCount": 1, "DesiredWeight": 0.5}  # fmt: skip
+        assert variants == [counts]
         tritons = tritons_of(procs[0])
         assert len(tritons) == 1
         text = stop(procs[0])
@@ -124,6 +133,7 @@ def test_local_aws_command_serves_stops_cleanly_and_keeps_its_state(tmp_path: Pa
         assert body == tarball.read_bytes()
         described = wait_status(sm, "e", leaving="Creating")
         assert (described["EndpointStatus"], described["EndpointConfigName"]) == ("InService", "c")
+        assert described["ProductionVariants"] == [counts]  # not the config's weight, 1.0
         (restored,) = aas.describe_scalable_targets(ServiceNamespace="sagemaker")["ScalableTargets"]
         assert (restored["ResourceId"], restored["MaxCapacity"]) == (target["ResourceId"], 4)
         policies = aas.describe_scaling_policies(ServiceNamespace="sagemaker")["ScalingPolicies"]
