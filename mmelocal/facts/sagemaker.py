@@ -90,6 +90,12 @@ MAX_CUSTOM_ATTRIBUTES_LENGTH: Final = 1024
 #: pattern of ``TargetModel``).
 MAX_INFERENCE_ID_LENGTH: Final = 64
 
+#: The ``EndpointStatus`` values of an endpoint whose production variants serve
+#: invocations: InService, and Updating ("UpdateEndpoint or
+#: UpdateEndpointWeightsAndCapacities is executing", botocore's sagemaker model), while
+#: which the variants that ran before the update go on serving.
+SERVING_ENDPOINT_STATUSES: Final = ("InService", "Updating")
+
 # --- the platform's times (seconds) ------------------------------------------------------
 
 #: How long the container may take to answer one invocation (InvokeEndpoint API reference:
@@ -210,6 +216,7 @@ __all__ = [
     "REQUEST_ID_HEADER",
     "REQUEST_TIMEOUT_S",
     "SAGEMAKER_BINARY_CONTENT_TYPE",
+    "SERVING_ENDPOINT_STATUSES",
     "TARGET_MODEL_HEADER",
     "TARGET_MODEL_PATTERN",
     "TRITON_UNLOAD_WAIT_S",

@@ -24,6 +24,7 @@ from typing import Any
 
 from mmelocal.errors import EndpointFailedError, MissingDependencyError, UserInputError
 from mmelocal.facts.aws import LOCAL, LOCAL_REGION, aws_client, new_session
+from mmelocal.facts.sagemaker import SERVING_ENDPOINT_STATUSES
 from mmelocal.localaws.app import INTERNAL_HEADER, OWN_HEADER, LocalAwsApp
 from mmelocal.localaws.cloudwatch import ControlLoop, Running
 from mmelocal.localaws.cloudwatch_api import CloudWatchOverlay
@@ -393,7 +394,7 @@ class LocalAws(StartStopContext):
         out = []
         for state in self.endpoints.states() if self.endpoints is not None else []:
             fleets = state.fleets
-            if fleets is not None and state.status in ("InService", "Updating"):
+            if fleets is not None and state.status in SERVING_ENDPOINT_STATUSES:
                 for variant in fleets.variants:
                     out.append(Running(state.region, state.name, variant.name, variant.fleet))
         return out

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from mmelocal.facts.aws import S3_UNCONSTRAINED_REGION, bucket_region
+from mmelocal.facts.sagemaker import SERVING_ENDPOINT_STATUSES
 from mmelocal.localaws.cloudwatch_api import keep_state
 from mmelocal.localaws.logs import restore_log_groups, save_log_groups
 
@@ -71,8 +72,6 @@ _PENDING_VARIANT_FIELDS = ("VariantName", "DesiredInstanceCount", "DesiredWeight
 #: UpdateEndpointWeightsAndCapacities or a resize under way
 _VARIANT_FIELDS = ("VariantName", "CurrentInstanceCount", "CurrentWeight",
                    "DesiredInstanceCount", "DesiredWeight")  # fmt: skip
-#: the statuses of an endpoint whose ``ProductionVariants`` serve
-_SERVING_STATUSES = ("InService", "Updating")
 #: the alarms target tracking creates (its policies create them again)
 _MANAGED_ALARM_PREFIX = "TargetTracking-"
 
@@ -171,7 +170,7 @@ def _save_region(client_for: ClientFor, region: str) -> dict[str, Any]:
         update = _update_under_way(found)
         if update is not None:
             saved["update"] = update
-        if found["EndpointStatus"] in _SERVING_STATUSES and found.get("ProductionVariants"):
+        if found["EndpointStatus"] in SERVING_ENDPOINT_STATUSES and found.get("ProductionVariants"):
             saved["variants"] = [_pick(v, _VARIANT_FIELDS) for v in found["ProductionVariants"]]
         endpoints.append(saved)
     aas = client_for("application-autoscaling", region)
