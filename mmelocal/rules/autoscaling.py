@@ -260,44 +260,39 @@ def _clamped(
     return replace(state, capacity=clamped, last_scale_in_s=now_s), ScalingDecision(clamped, cause)
 
 
-def _tracking_scale_out(
+def _tracking_move(
     now_s: float,
     state: ScalingState,
     latest: float,
     policy: TargetTrackingPolicy,
     limits: ScalingLimits,
     cause: str,
+    *,
+    scale_out: bool,
 ) -> tuple[ScalingState, ScalingDecision]:
-    """Target tracking's scale-out to ``ceil(capacity * latest / target)`` (in the scale-out
-    cooldown, from the capacity before the initiating scale-out: only a larger one goes)."""
+    """Target tracking's move to ``ceil(capacity * latest / target)`` within the limits.
+    A scale-out (``scale_out``) in the scale-out cooldown is computed from the capacity
+    before the initiating scale-out: only a larger one goes. A scale-in goes once the
+    scale-in cooldown after the previous scale-in is over; none with scale-in disabled."""
     capacity = state.capacity
     base = capacity
-    if _in_cooldown(now_s, state.last_scale_out_s, policy.scale_out_cooldown_s):
+    if scale_out and _in_cooldown(now_s, state.last_scale_out_s, policy.scale_out_cooldown_s):
         # the capacity the initiating scale-out added is part of this one: computed from
         # the capacity before it, only a larger scale-out goes ahead
         base = state.scale_out_from if state.scale_out_from is not None else capacity
     desired = limits.clamp(math.ceil(max(base, 1) * latest / policy.target_value))
-    if desired <= capacity:
-        return state, ScalingDecision(capacity, None)
-    # a scale-out stops the scale-in cooldown (ScaleInCooldown, API reference)
-    new = replace(
-        state, capacity=desired, last_scale_out_s=now_s, scale_out_from=base, last_scale_in_s=None
-    )
-    return new, ScalingDecision(desired, cause)
-
-
-def _tracking_scale_in(
-    now_s: float,
-    state: ScalingState,
-    latest: float,
-    policy: TargetTrackingPolicy,
-    limits: ScalingLimits,
-    cause: str,
-) -> tuple[ScalingState, ScalingDecision]:
-    """Target tracking's scale-in to ``ceil(capacity * latest / target)``, once the
-    scale-in cooldown after the previous scale-in is over; none with scale-in disabled."""
-    capacity = state.capacity
-    desired = limits.clamp(math.ceil(max(capacity, 1) * latest / policy.target_value))
+    if scale_out:
+        if desired <= capacity:
+            return state, ScalingDecision(capacity, None)
+        # a scale-out stops the scale-in cooldown (ScaleInCooldown, API reference)
+        new = replace(
+            state,
+            capacity=desired,
+            last_scale_out_s=now_s,
+            scale_out_from=base,
+            last_scale_in_s=None,
+        )
+        return new, ScalingDecision(desired, cause)
     if (
         policy.disable_scale_in
         or desired >= capacity
@@ -339,12 +334,12 @@ def target_tracking_step(
         return state, ScalingDecision(state.capacity, None)
     if _tracking_alarm_state(metric_per_period, HIGH_ALARM, policy.target_value) == "ALARM":
         cause = ALARM_CAUSE_FORMAT.format(alarm=high_alarm_name, policy=policy_name)
-        return _tracking_scale_out(now_s, state, latest, policy, limits, cause)
+        return _tracking_move(now_s, state, latest, policy, limits, cause, scale_out=True)
     if policy.disable_scale_in:
         return state, ScalingDecision(state.capacity, None)
     if _tracking_alarm_state(metric_per_period, LOW_ALARM, policy.target_value) == "ALARM":
         cause = ALARM_CAUSE_FORMAT.format(alarm=low_alarm_name, policy=policy_name)
-        return _tracking_scale_in(now_s, state, latest, policy, limits, cause)
+        return _tracking_move(now_s, state, latest, policy, limits, cause, scale_out=False)
     return state, ScalingDecision(state.capacity, None)
 
 
@@ -369,8 +364,7 @@ def target_tracking_invoked(
     if clamped is not None:
         return clamped
     cause = ALARM_CAUSE_FORMAT.format(alarm=alarm_name, policy=policy_name)
-    move = _tracking_scale_out if scale_out else _tracking_scale_in
-    return move(now_s, state, value, policy, limits, cause)
+    return _tracking_move(now_s, state, value, policy, limits, cause, scale_out=scale_out)
 
 
 def step_adjustment(

@@ -8,6 +8,7 @@ host is in test_bench_sweep_tiny_bert.py).
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pytest
 
@@ -119,3 +120,34 @@ def test_a_cpu_run_never_labels_its_rate_per_gpu_instance(monkeypatch: pytest.Mo
     figures.clear()
     plots.sweep_comparison(SweepResult.from_dict({**result.to_dict(), "relative_only": False}))
     assert "instance" in figures[0].axes[0].get_ylabel()  # type: ignore[attr-defined]
+
+
+def test_a_sweep_result_measured_on_a_cpu_keeps_ratios_only() -> None:
+    """Both sweeps (local, on an endpoint) take their result from ``sweep_result``: one
+    measured on a CPU for a GPU instance type keeps the rows' rates but no instance count or
+    cost, and recommends nothing but what the CPU run shows; a sized one keeps them."""
+    from mmelocal.bench.prices import load_prices
+    from mmelocal.bench.sweep.runner import SweepOptions, sweep_result
+
+    rows = (
+        replace(_measured("pt-base", 100.0), instances_needed=5, cost_per_hour=3.0),
+        replace(_measured("pt-db", 190.0), instances_needed=3, cost_per_hour=1.8),
+    )
+    opts, prices = SweepOptions(), load_prices(None)
+
+    def result(*, relative_only: bool) -> SweepResult:
+        return sweep_result(
+            "s", rows, opts, prices, "ml.g4dn.xlarge",
+            where=" w.", machine="m", started_at="t", relative_only=relative_only,
+        )  # fmt: skip
+
+    cpu = result(relative_only=True)
+    assert cpu.relative_only is True
+    assert [(r.peak_throughput_rps, r.instances_needed, r.cost_per_hour) for r in cpu.rows] == [
+        (100.0, None, None),
+        (190.0, None, None),
+    ]
+    assert cpu.recommendation == cpu_summary(cpu.rows, instance_type="ml.g4dn.xlarge")
+    sized = result(relative_only=False)
+    assert [r.instances_needed for r in sized.rows] == [5, 3]
+    assert not sized.recommendation.startswith("none: no instance count")

@@ -378,3 +378,32 @@ def test_simulate_from_replay_reads_the_replay_once(
     result = CliRunner().invoke(cli, [*args, "--json", str(tmp_path / "s.json")])
     assert result.exit_code == 0, result.output
     assert reads.count(replay) == 1
+
+
+def test_simulate_reads_a_replay_given_for_both_from_replay_and_load_seconds_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--from-replay FILE --load-seconds FILE`` (one file, here named by its absolute and
+    by its relative path) read and parsed the file twice, so a file replaced between the
+    reads mixed two replays. One reading serves both: the load times are the replay's
+    ``load_cycle_s``."""
+    from click.testing import CliRunner
+
+    from mmelocal.cli.main import cli
+    from mmelocal.traffic.trace import write_trace
+
+    trace = Trace(times_s=np.asarray([0.0]), model_ids=np.asarray([0]), models=("a",))
+    replay = _replayed(
+        max_loaded_per_instance=1, emulator_instances=1, load_cycle_s=[4.0]
+    ).write_json(tmp_path / "replay.json")
+    path = write_trace(trace, tmp_path / "t.csv")
+    reads = count_reads(monkeypatch)
+    out = tmp_path / "s.json"
+    args = ["traffic", "simulate", str(path), "--from-replay", str(replay)]
+    monkeypatch.chdir(tmp_path)  # the same file by its relative name
+    result = CliRunner().invoke(cli, [*args, "--load-seconds", "replay.json", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    assert [p for p in reads if p.name == "replay.json"] == [replay]
+    data = json.loads(out.read_text(encoding="utf-8"))
+    assert "replay.json" in data["load_seconds_source"]
+    assert data["cold_load_s"] == [4.0]

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from mmelocal.bench.capacity.projection import GpuSpec
 from mmelocal.bench.endpoint.remote import RemoteEndpoint
-from mmelocal.bench.sweep.result import SweepResult, SweepRow, cpu_summary, row_from_loadtest
+from mmelocal.bench.sweep.result import SweepResult, SweepRow, row_from_loadtest
 from mmelocal.bench.sweep.runner import SweepOptions, _Plan, _row, sweep_result, sweep_rows
 from mmelocal.errors import MmeLocalError
 from mmelocal.runtime.visible_gpus import ServerGpus
@@ -55,8 +55,6 @@ def run_endpoint_sweep(
     progress: Callable[[str], None] | None = None,
 ) -> SweepResult:
     """Package, upload, load-test and retire every variant of ``source`` on ``endpoint``."""
-    from dataclasses import replace
-
     from mmelocal.bench.capacity.projection import is_gpu_instance_type, load_gpus
     from mmelocal.bench.prices import load_prices
     from mmelocal.runtime.visible_gpus import server_gpus
@@ -98,10 +96,7 @@ def run_endpoint_sweep(
         f" Throughput was measured on one {info.instance_type} instance of endpoint {info.name}."
     )
     machine = f"endpoint {info.name}: 1 x {info.instance_type} (SageMaker MME)"
-    recommendation = None
     if relative_only:
-        ordered = tuple(replace(r, instances_needed=None, cost_per_hour=None) for r in ordered)
-        recommendation = cpu_summary(ordered, instance_type=info.instance_type)
         where = (
             f" Throughput was measured on endpoint {info.name}, whose probe reads host memory "
             f"(a CPU, not a {info.instance_type} GPU): instance counts and costs are not "
@@ -117,7 +112,6 @@ def run_endpoint_sweep(
         where=where,
         machine=machine,
         started_at=started_at,
-        recommendation=recommendation,
         relative_only=relative_only,
     )
 

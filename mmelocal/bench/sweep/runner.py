@@ -152,14 +152,11 @@ def run_sweep(
         prefix="mmelocal-sweep-",
     )
     if relative_only:
-        ordered = tuple(replace(r, instances_needed=None, cost_per_hour=None) for r in ordered)
-        recommendation = cpu_summary(ordered, instance_type=opts.instance_type)
         where = (
             " Throughput was measured on this machine's CPU: instance counts and costs for a "
             "GPU instance are not derived from it."
         )
     else:
-        recommendation = None
         where = (
             " Throughput was measured on this machine, where one Triton server stands for one"
             " instance."
@@ -173,7 +170,6 @@ def run_sweep(
         where=where,
         machine=_machine(used.describe() if gpu or used.env else None),
         started_at=started_at,
-        recommendation=recommendation,
         relative_only=relative_only,
     )
 
@@ -278,31 +274,34 @@ def sweep_result(
     where: str,
     machine: str,
     started_at: str,
-    recommendation: str | None = None,
     relative_only: bool = False,
 ) -> SweepResult:
     """The result of a sweep of ``source`` on ``instance_type``: the targets of ``opts``, the
     price note of ``prices`` followed by ``where`` (what the throughput was measured on), and
     :func:`~mmelocal.bench.sweep.result.recommend`'s recommendation for those targets, priced
-    for ``instance_type``, unless one is given."""
+    for ``instance_type``. With ``relative_only`` (a CPU's throughput, for a GPU instance
+    type: it says nothing about how many GPU instances a load needs) the rows keep their
+    ratios but no instance count or cost, and the recommendation is
+    :func:`~mmelocal.bench.sweep.result.cpu_summary`'s."""
+    if relative_only:
+        rows = tuple(replace(r, instances_needed=None, cost_per_hour=None) for r in rows)
+        recommendation = cpu_summary(rows, instance_type=instance_type)
+    else:
+        recommendation = recommend(
+            rows,
+            target_rps=opts.target_rps,
+            max_latency_ms=opts.max_latency_ms,
+            instance_type=instance_type,
+            currency=prices.currency,
+            price_origin=prices.origin,
+        )
     return SweepResult(
         source=str(source),
         instance_type=instance_type,
         target_rps=opts.target_rps,
         max_latency_ms=opts.max_latency_ms,
         rows=rows,
-        recommendation=(
-            recommend(
-                rows,
-                target_rps=opts.target_rps,
-                max_latency_ms=opts.max_latency_ms,
-                instance_type=instance_type,
-                currency=prices.currency,
-                price_origin=prices.origin,
-            )
-            if recommendation is None
-            else recommendation
-        ),
+        recommendation=recommendation,
         relative_only=relative_only,
         price_note=prices.note(instance_type) + where,
         currency=prices.currency,

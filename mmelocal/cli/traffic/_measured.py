@@ -90,15 +90,19 @@ def replay_load_times(replay: Replay) -> LoadTimes:
     return LoadTimes(samples_s=samples, source=_replay_source("load times", path, data))
 
 
-def _load_times(value: str | None) -> Any:
+def _load_times(value: str | None, *, replay: Replay | None = None) -> Any:
     """``--load-seconds``: a replay's result file, read by what it holds whatever its name
     (:func:`replay_data`), else seconds (``2.5``) or a list to draw from (``1.2,3.4``). An
     existing file wins over numbers: a file called ``2.5`` is read, not taken as 2.5 s (the
-    source of the times says which file)."""
+    source of the times says which file). The file ``replay`` (``--from-replay``) was read
+    from, by whatever name (its resolved path), is not read again: its one reading gives
+    the times."""
     if value is None:
         return None
     if Path(value).is_file():
-        return replay_load_times(read_replay(value))
+        if replay is None or Path(value).resolve() != Path(replay.path).resolve():
+            replay = read_replay(value)
+        return replay_load_times(replay)
     try:
         samples = tuple(float(x) for x in value.split(","))
     except ValueError:

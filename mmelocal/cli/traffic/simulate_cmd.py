@@ -209,7 +209,7 @@ def simulate(
     # the other options (instances, unload, concurrency, loads, hot rate, seed) are named
     # after the SimConfig fields they set; a replay's figures replace those not given
     if load_seconds is not None:
-        load = _load_times(load_seconds)
+        load = _load_times(load_seconds, replay=replay)
     elif replay is not None:
         if disk["download"] is not None:
             raise click.UsageError(
