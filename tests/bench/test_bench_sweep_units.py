@@ -254,6 +254,30 @@ def test_a_local_sweep_on_another_card_refuses_to_size_the_instance_type(
     assert list(tmp_path.iterdir()) == []  # nothing was built
 
 
+def test_a_local_sweep_on_a_cpu_reads_the_users_card_table_for_a_gpu_type(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A CPU-measured sweep of a GPU instance type keeps ratios only. A type that only the
+    user's card table (``--gpus FILE``) names was taken for a CPU type: instance counts and
+    costs came from a CPU's throughput (`sweep --endpoint` read the table)."""
+    import sys
+
+    from mmelocal.bench.sweep.runner import SweepOptions, run_sweep
+
+    monkeypatch.setitem(sys.modules, "pynvml", _OneCardNvml())  # no card here
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    table = tmp_path / "gpus.yaml"
+    table.write_text(
+        "gpus:\n  - name: X1\n    nominal: 32 GB\n    memory_mib: 32768\n"
+        "    instances:\n      ml.x1.xlarge: 1\n"
+    )
+    options = SweepOptions(
+        instance_type="ml.x1.xlarge", gpus_file=table, workdir=tmp_path, instances=(1,)
+    )
+    result = run_sweep(tmp_path / "none.onnx", options=options)
+    assert result.relative_only, result
+
+
 @pytest.mark.parametrize(
     ("local", "instance_type", "fits"),
     [

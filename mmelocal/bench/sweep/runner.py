@@ -131,15 +131,17 @@ def run_sweep(
     price = prices.price_for(opts.instance_type)
     used = server_gpus(chosen=opts.gpu_indices)
     gpu = bool(used.names)
+    cards = load_gpus(opts.gpus_file)
     if gpu:
         check_cards(
             list(zip(used.names, used.total_bytes, strict=True)),
             opts.instance_type,
-            load_gpus(opts.gpus_file),
+            cards,
             origin=used.origin,
         )
     # CPU throughput says nothing about how many GPU instances a load needs: ratios only
-    relative_only = not gpu and is_gpu_instance_type(opts.instance_type)
+    # (a GPU type by the user's card table too, as `sweep --endpoint` reads it)
+    relative_only = not gpu and is_gpu_instance_type(opts.instance_type, cards)
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
     ordered = sweep_rows(
         source,
