@@ -33,6 +33,7 @@ from mmelocal.localaws.scaling.decisions import (
 )
 from mmelocal.localaws.scaling.records import (
     parse_resource,
+    policy_resource,
     scalable_target,
     scalable_targets,
     scaling_policies,
@@ -213,7 +214,6 @@ class Autoscaler:
         targets = {t["ResourceId"]: t for t in scalable_targets(aas)}
         if not targets:
             return
-        policies = scaling_policies(aas)
         scale = self._time_scale()
         for resource, target in targets.items():
             located = parse_resource(resource)
@@ -232,7 +232,8 @@ class Autoscaler:
                 self._resize(region, resource, fleet, decision.capacity, str(decision.cause))
                 continue
             period = Period(region, fleet, limits, now_s, scale, suspended)
-            own = [p for p in policies if p["ResourceId"] == resource]
+            # the target's own policies, read apart (see :meth:`alarm_set`)
+            own = scaling_policies(aas, ResourceId=resource)
             wanted: dict[str, Proposal | None] = {}
             for policy in own:
                 if policy.get("PolicyType") == "TargetTrackingScaling":
@@ -293,7 +294,13 @@ class Autoscaler:
             if isinstance(recent, list)
             else None
         )
-        policies = scaling_policies(self._client_for("application-autoscaling", region))
+        # the policies of the targets the actions name, each target's read apart: a listing
+        # of the region's policies is paged (10 a page, the token a position), and a
+        # deletion meanwhile (a deleted endpoint's targets deregistered, 50 policies each)
+        # moved later policies onto pages already read: the invoked one went unseen
+        aas = self._client_for("application-autoscaling", region)
+        resources = sorted({r for a in actions if (r := policy_resource(str(a))) is not None})
+        policies = [p for r in resources for p in scaling_policies(aas, ResourceId=r)]
         for policy in policies:
             if policy["PolicyARN"] in actions and policy.get("PolicyType") in _POLICY_TYPES:
                 self._invoked_now(region, policy, (alarm, given), policies)

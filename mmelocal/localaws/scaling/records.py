@@ -9,6 +9,7 @@ reads are paged too); :func:`scalable_targets`, :func:`scaling_policies` and
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from mmelocal.facts.autoscaling import (
@@ -39,6 +40,18 @@ def parse_resource(resource_id: str) -> tuple[str, str] | None:
     if len(parts) == 4 and parts[0] == "endpoint" and parts[2] == "variant":
         return parts[1], parts[3]
     return None
+
+
+#: a scaling policy's ARN (Application Auto Scaling's, and moto's): ``arn:aws:autoscaling:
+#: REGION:ACCOUNT:scalingPolicy:ID:resource/sagemaker/RESOURCE_ID:policyName/NAME``
+_POLICY_ARN = re.compile(rf":scalingPolicy:[^:]*:resource/{SERVICE_NAMESPACE}/([^:]+):policyName/")
+
+
+def policy_resource(arn: str) -> str | None:
+    """The ``ResourceId`` of a SageMaker scaling policy's ARN (an alarm action), else None
+    (another namespace's policy, or another kind of action)."""
+    found = _POLICY_ARN.search(arn)
+    return found.group(1) if found else None
 
 
 def matching_policies(
@@ -119,6 +132,7 @@ __all__ = [
     "matching_policies",
     "paged_records",
     "parse_resource",
+    "policy_resource",
     "scalable_target",
     "scalable_targets",
     "scaling_policies",
