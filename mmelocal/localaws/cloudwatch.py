@@ -16,6 +16,7 @@ through ``SetAlarmState``, then lets the autoscaler act (:mod:`.scaling`).
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import json
 import logging
 import math
@@ -79,7 +80,8 @@ class Running:
 
 @dataclass
 class HistoryItem:
-    """One ``DescribeAlarmHistory`` item."""
+    """One ``DescribeAlarmHistory`` item; ``number``: its place in the order items were
+    recorded (unique: what orders items of the same ``time_s``)."""
 
     region: str
     alarm_name: str
@@ -87,6 +89,7 @@ class HistoryItem:
     kind: str
     summary: str
     data: dict[str, Any]
+    number: int
 
     def described(self) -> dict[str, Any]:
         """The item as the API answers it."""
@@ -177,6 +180,7 @@ class ControlLoop:
         self.store = store or MetricStore()
         self.history: list[HistoryItem] = []
         self.history_lock = threading.Lock()
+        self._recorded = itertools.count()
         self.on_tick: list[Callable[[float], None]] = []
         self._reader = _Reader()
         self._loop = BackgroundThread(self._run, "localaws-clock")
@@ -421,7 +425,10 @@ class ControlLoop:
     ) -> None:
         """Add one item to the alarm history."""
         with self.history_lock:
-            self.history.append(HistoryItem(region, alarm, time.time(), kind, summary, data))
+            number = next(self._recorded)
+            self.history.append(
+                HistoryItem(region, alarm, time.time(), kind, summary, data, number)
+            )
             if len(self.history) > 100_000:
                 del self.history[:10_000]
 

@@ -3,7 +3,8 @@
 * ``PutMetricAlarm``: a new alarm starts at ``INSUFFICIENT_DATA``, as the service starts it
   (moto: OK), an updated one keeps its state (moto: OK again), and both go into the
   history;
-* ``DescribeAlarmHistory`` (moto: not implemented) from the control loop's history;
+* ``DescribeAlarmHistory`` (moto: not implemented) from the control loop's history, its
+  token a cursor in the ``ScanBy`` order (:mod:`.paging`);
 * ``SetAlarmState``: a change of state goes into the history and runs the actions the new
   state has at once (``actions``: the autoscaler's, for scaling policies), as the service
   does; reason data that is not JSON answers ``InvalidFormat``;
@@ -30,7 +31,7 @@ from mmelocal.localaws.metric_store import (
     rounded_start,
     series_key,
 )
-from mmelocal.localaws.paging import one_page
+from mmelocal.localaws.paging import Order, one_page
 
 #: (region, the alarm as DescribeAlarms shows it after the change, its StateReasonData
 #: parsed) -> None: what runs the actions of an alarm a user's SetAlarmState changed
@@ -164,12 +165,15 @@ class CloudWatchOverlay:
                 and (start is None or item.time_s >= start)
                 and (end is None or item.time_s <= end)
             ]  # fmt: skip
-        if params.get("ScanBy", "TimestampDescending") == "TimestampDescending":
-            items.reverse()
         return one_page(
             items,
             params,
             key="AlarmHistoryItems",
+            order=Order(
+                name="Timestamp",
+                key=lambda item: (item.time_s, item.number),
+                descending=params.get("ScanBy", "TimestampDescending") == "TimestampDescending",
+            ),
             size_param="MaxRecords",
             default_size=100,
             invalid_token_code="InvalidNextToken",

@@ -38,11 +38,16 @@ Our choice, where no source says either way: ``ListEndpointConfigs`` (the same r
 shape as ``ListModels``, no report found), ``StatusEquals`` of ``ListEndpoints`` and the
 ``CreationTime*`` / ``LastModifiedTime*`` filters follow the same rule, so that a script
 that reads one filtered page fails here as it may in the cloud; the cut follows the
-requested ``SortBy`` / ``SortOrder`` (the reports use the default order); the page size
-of ``ListModels`` and ``ListEndpointConfigs`` without ``MaxResults``; the token is the
-index of the next item to cut. ``NameContains`` matches case-sensitively: no source says
-how the service compares. moto filters none of ``ListModels``, sorts
-``ListEndpointConfigs`` ascending by default and pages neither as the service does.
+requested ``SortBy`` / ``SortOrder`` (the reports use the default order), items that tie
+on it in the order of their names, and a ``NextToken`` is refused (``ValidationException``)
+when the next request asks for another order; the page size of ``ListModels`` and
+``ListEndpointConfigs`` without ``MaxResults``; the token is a cursor, the last cut item's
+place in that order (:mod:`~.paging`), so that deleting the items of each page read (a
+cleanup script's loop) does not hide the items after them, and an item created after the
+first page is not listed in the default order (newest first). ``NameContains`` matches
+case-sensitively: no source says how the service compares. moto filters none of
+``ListModels``, sorts ``ListEndpointConfigs`` ascending by default and pages neither as the
+service does.
 """
 
 from __future__ import annotations
@@ -55,7 +60,7 @@ from datetime import datetime
 from typing import Any
 
 from mmelocal.facts.sagemaker import ENDPOINTS_PAGE_SIZE, MODELS_PAGE_SIZE
-from mmelocal.localaws.paging import Listed, one_page
+from mmelocal.localaws.paging import Listed, Order, one_page
 
 #: the code of the refusal of a ``NextToken`` no page gave (SageMaker's client error: the
 #: API reference's common errors; the exact answer for a bad token is not published)
@@ -121,6 +126,24 @@ def _matches(summary: dict[str, Any], params: dict[str, Any], listing: Listing) 
     )
 
 
+def _order(listing: Listing, params: dict[str, Any]) -> Order[Listed]:
+    """The order ``params`` ask for (``SortBy``, ``SortOrder``), the name breaking ties."""
+
+    def name(item: Listed) -> str:
+        return str(item.value.get(listing.name, ""))
+
+    by = str(params.get("SortBy") or "CreationTime")
+    first: Callable[[Listed], str | float] = {
+        "Name": name,
+        "Status": lambda item: str(item.value.get("EndpointStatus", "")),
+    }.get(by, lambda item: epoch_s(item.value["CreationTime"]))
+    return Order(
+        name=by if by in ("Name", "Status") else "CreationTime",
+        key=lambda item: (first(item), name(item)),
+        descending=params.get("SortOrder", "Descending") == "Descending",
+    )
+
+
 def list_page(
     operation: str, summaries: Iterable[dict[str, Any]], params: dict[str, Any]
 ) -> dict[str, Any]:
@@ -129,20 +152,11 @@ def list_page(
     module docstring)."""
     listing = LISTINGS[operation]
     members = _summary_members(operation)
-    sort_keys: dict[str, Callable[[dict[str, Any]], Any]] = {
-        "Name": lambda s: str(s.get(listing.name, "")),
-        "CreationTime": lambda s: epoch_s(s["CreationTime"]),
-        "Status": lambda s: str(s.get("EndpointStatus", "")),
-    }
-    ordered = sorted(
-        summaries,
-        key=sort_keys.get(str(params.get("SortBy") or "CreationTime"), sort_keys["CreationTime"]),
-        reverse=params.get("SortOrder", "Descending") == "Descending",
-    )
     page = one_page(
-        [Listed(s) for s in ordered],
+        [Listed(s) for s in summaries],
         params,
         key=listing.key,
+        order=_order(listing, params),
         size_param="MaxResults",
         default_size=listing.default_size,
         invalid_token_code=INVALID_TOKEN_CODE,

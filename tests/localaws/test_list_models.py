@@ -6,6 +6,7 @@ creation-time filters applied, newest first by default ("The default is Creation
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import boto3
@@ -114,3 +115,33 @@ def test_a_page_is_cut_before_name_contains(
     following = call(NameContains=match, NextToken=first["NextToken"])
     assert _names(following, key, field) == [match]
     assert [item[field] for item in listed(sm, method, NameContains=match)] == [match]
+
+
+@_LISTINGS
+def test_a_cleanup_loop_deletes_every_item(
+    local_aws_env: LocalAws, method: str, key: str, field: str
+) -> None:
+    """The cleanup users run (boto3's paginator, each item deleted as its page is read)
+    over 25 models or endpoint configs deletes all 25: the service's token is a cursor, and
+    a deletion does not make the listing skip what comes after it. A token that was a
+    position (the next page 10 items further into a list that had lost 10) left 10."""
+    sm = boto3.client("sagemaker")
+    prefix = unique("cleanup")
+    made = [f"{prefix}-{n:02d}" for n in range(25)]
+    for name in made:
+        _create(sm, method, name)
+    delete = sm.delete_model if method == "list_models" else sm.delete_endpoint_config
+    deleted: list[str] = []
+    try:
+        for page in sm.get_paginator(method).paginate(NameContains=prefix):
+            for item in page[key]:
+                delete(**{field: item[field]})
+                deleted.append(item[field])
+        assert sorted(deleted) == made
+        assert listed(sm, method, NameContains=prefix) == []
+    finally:
+        for name in made:
+            with contextlib.suppress(ClientError):
+                sm.delete_endpoint_config(EndpointConfigName=name)
+            with contextlib.suppress(ClientError):
+                sm.delete_model(ModelName=name)

@@ -1,6 +1,8 @@
 """The local AWS's pages of ``Describe*`` answers (DescribeAlarmHistory,
-DescribeScalingActivities, DescribeScalableTargets): a token where the last page ended, none
-after the last; boto3's own paginator reads the alarm history and the scalable targets
+DescribeScalingActivities, DescribeScalableTargets, DescribeScalingPolicies, and ListModels
+at unit level): a token that is a cursor after the last item a page cut, so that items
+deleted or added between pages neither hide nor repeat others, none after the last page;
+boto3's own paginator reads the alarm history and the scalable targets
 through them (the scaling activities' pages are read in ``test_autoscaling.py``, where the
 fast clock scales an endpoint; the scaling policies' in ``test_scaling_decisions.py``)."""
 
@@ -14,10 +16,7 @@ import pytest
 from localaws_helpers import unique
 
 from mmelocal.localaws import LocalAws
-from mmelocal.localaws.paging import one_page
-
-#: the answer's key and the invalid-token error of a made-up service
-THINGS: dict[str, Any] = {"key": "Things", "invalid_token_code": "InvalidNextToken"}
+from mmelocal.localaws.paging import Order, one_page
 
 
 class _Item:
@@ -26,6 +25,14 @@ class _Item:
 
     def described(self) -> dict[str, Any]:
         return {"N": self.n}
+
+
+#: the answer's key, order and invalid-token error of a made-up service
+THINGS: dict[str, Any] = {
+    "key": "Things",
+    "order": Order[_Item](name="N", key=lambda item: (item.n,)),
+    "invalid_token_code": "InvalidNextToken",
+}
 
 
 def test_pages_follow_each_other_to_the_last() -> None:
@@ -48,7 +55,10 @@ def test_the_default_size_holds_when_none_is_asked() -> None:
     items = [_Item(n) for n in range(3)]
     page = one_page(items, {}, size_param="MaxRecords", default_size=2, **THINGS)
     assert [thing["N"] for thing in page["Things"]] == [0, 1]
-    assert page["NextToken"] == "2"
+    rest = one_page(
+        items, {"NextToken": page["NextToken"]}, size_param="MaxRecords", default_size=2, **THINGS
+    )
+    assert [thing["N"] for thing in rest["Things"]] == [2] and "NextToken" not in rest
     whole = one_page(items, {}, size_param="MaxRecords", default_size=3, **THINGS)
     assert "NextToken" not in whole
 
@@ -210,3 +220,154 @@ def test_application_auto_scaling_refuses_a_page_size_of_zero(local_aws_env: Loc
     with pytest.raises(ClientError) as info:
         aas.describe_scalable_targets(ServiceNamespace="sagemaker", MaxResults=0)
     assert info.value.response["Error"]["Code"] == "ValidationException"
+
+
+def _policy(n: int) -> dict[str, Any]:
+    """The n-th scaling policy as moto records it (created n seconds after the first)."""
+    name = f"policy-{n:02d}"
+    return {
+        "PolicyName": name,
+        "PolicyARN": f"arn:aws:autoscaling:us-east-1:123456789012:scalingPolicy:id-{n}:"
+        f"resource/sagemaker/endpoint/e/variant/AllTraffic:policyName/{name}",
+        "ResourceId": "endpoint/e/variant/AllTraffic",
+        "ServiceNamespace": "sagemaker",
+        "CreationTime": 1_800_000_000.0 + n,
+    }
+
+
+def test_a_cleanup_loop_over_scaling_policies_deletes_them_all() -> None:
+    """A user's cleanup (each page's policies deleted before the next page is asked for)
+    over 25 policies, pages of 10 (the service's default): every policy is listed once
+    and deleted. A token that was a position skipped the ten that moved onto the page
+    already read (15 deleted of 25)."""
+    from mmelocal.localaws.scaling.records import paged_records
+
+    held = [_policy(n) for n in range(25)]
+    query = {"ServiceNamespace": "sagemaker"}
+    deleted: list[str] = []
+    token: str | None = None
+    while True:
+        params = {**query, **({"NextToken": token} if token else {})}
+        page = paged_records(
+            "us-east-1",
+            "DescribeScalingPolicies",
+            params,
+            lambda _: (200, {"ScalingPolicies": [dict(p) for p in held]}),
+        )
+        assert page is not None and page[0] == 200
+        for policy in page[1]["ScalingPolicies"]:
+            held.remove(next(p for p in held if p["PolicyARN"] == policy["PolicyARN"]))
+            deleted.append(policy["PolicyName"])
+        token = page[1].get("NextToken")
+        if not token:
+            break
+    assert held == []
+    assert sorted(deleted) == [f"policy-{n:02d}" for n in range(25)]
+
+
+def test_a_cleanup_loop_over_list_models_deletes_them_all() -> None:
+    """ListModels (newest first, pages of 10) over 25 summaries, each page's models
+    deleted before the next page: all 25 are listed once (a position token listed 15)."""
+    from mmelocal.localaws.listing import list_page
+
+    held = [
+        {"ModelName": f"m-{n:02d}", "ModelArn": f"arn:m-{n}", "CreationTime": 1_800_000_000 + n}
+        for n in range(25)
+    ]
+    listed: list[str] = []
+    params: dict[str, Any] = {}
+    while True:
+        page = list_page("ListModels", list(held), params)
+        names = [m["ModelName"] for m in page["Models"]]
+        listed += names
+        held = [m for m in held if m["ModelName"] not in names]
+        if "NextToken" not in page:
+            break
+        params = {"NextToken": page["NextToken"]}
+    assert listed == [f"m-{n:02d}" for n in reversed(range(25))]
+    assert held == []
+
+
+def test_an_activity_started_between_pages_repeats_none() -> None:
+    """DescribeScalingActivities lists newest first; an activity started after the first
+    page was read goes before it, so the next page starts after the last activity read
+    (a position token showed that one again)."""
+    from mmelocal.localaws.scaling.activities import Activity, describe_activities
+
+    def activity(n: int) -> Activity:
+        return Activity(
+            region="us-east-1", resource_id="endpoint/e/variant/AllTraffic",
+            description=f"activity {n}", cause="test", start_s=1_800_000_000.0 + n,
+        )  # fmt: skip
+
+    held = [activity(n) for n in range(5)]
+    query = {"ServiceNamespace": "sagemaker", "MaxResults": 2}
+    first = describe_activities(held, "us-east-1", query)
+    held.append(activity(5))
+    second = describe_activities(held, "us-east-1", {**query, "NextToken": first["NextToken"]})
+    third = describe_activities(held, "us-east-1", {**query, "NextToken": second["NextToken"]})
+    read = [a["Description"] for page in (first, second, third) for a in page["ScalingActivities"]]
+    assert read == [f"activity {n}" for n in (4, 3, 2, 1, 0)]
+    assert "NextToken" not in third
+
+
+def test_alarm_history_recorded_between_pages_repeats_none() -> None:
+    """DescribeAlarmHistory, newest first in pages of 2: a change recorded after the first
+    page goes before it; the later pages hold the older items, each once (a position token
+    showed the first page's last item again)."""
+    from mmelocal.localaws.cloudwatch import ControlLoop
+    from mmelocal.localaws.cloudwatch_api import CloudWatchOverlay
+
+    loop = ControlLoop(client_for=lambda *_: None, running=list, regions=list)
+    overlay = CloudWatchOverlay(loop, internal=lambda _: None)
+    for n in range(5):
+        loop.record("us-east-1", "a", "StateUpdate", f"change {n}", {})
+
+    def page(**params: Any) -> dict[str, Any]:
+        answer = overlay("us-east-1", "DescribeAlarmHistory", {"MaxRecords": 2, **params}, None)  # type: ignore[arg-type]
+        assert answer is not None
+        return dict(answer[1])
+
+    first = page()
+    loop.record("us-east-1", "a", "StateUpdate", "change 5", {})
+    second = page(NextToken=first["NextToken"])
+    third = page(NextToken=second["NextToken"])
+    read = [i["HistorySummary"] for p in (first, second, third) for i in p["AlarmHistoryItems"]]
+    assert read == [f"change {n}" for n in (4, 3, 2, 1, 0)]
+    assert "NextToken" not in third
+
+
+def test_a_token_no_page_of_this_list_in_this_order_gave_is_refused() -> None:
+    """A token is refused when it is no token at all, a position (the old form), another
+    list's, this list's in the other direction, a key of another length, or a string where
+    the order has a number; this list's own token is served."""
+    import base64
+    import json
+
+    from mmelocal.errors import AwsServiceError
+
+    items = [_Item(n) for n in range(3)]
+    size: dict[str, Any] = {"size_param": "MaxResults", "default_size": 1}
+    given = one_page(items, {}, **size, **THINGS)["NextToken"]
+
+    def token(body: dict[str, Any]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(body).encode()).decode()
+
+    mine = {"list": "Things", "order": "N ascending"}
+    for bad in (
+        "bogus",
+        "-1",
+        "1",
+        token({**mine, "list": "Others", "after": [0]}),
+        token({**mine, "order": "N descending", "after": [0]}),
+        token({**mine, "after": [0, 1]}),
+        token({**mine, "after": ["0"]}),
+        token({**mine, "after": [True]}),
+        token({**mine, "after": 0}),
+    ):
+        with pytest.raises(AwsServiceError) as info:
+            one_page(items, {"NextToken": bad}, **size, **THINGS)
+        assert info.value.code == "InvalidNextToken", bad
+    page = one_page(items, {"NextToken": given}, **size, **THINGS)
+    assert [thing["N"] for thing in page["Things"]] == [1]
+    assert one_page(items, {"NextToken": token({**mine, "after": [0]})}, **size, **THINGS) == page

@@ -1,15 +1,16 @@
 """The autoscaler reads each target's policies apart, so that a deletion elsewhere in the
 region cannot hide one.
 
-DescribeScalingPolicies pages the region's policies 10 at a time, its NextToken a position
-(:func:`mmelocal.localaws.scaling.records.paged_records`). Deleting an endpoint
+DescribeScalingPolicies pages the region's policies 10 at a time. Deleting an endpoint
 deregisters its scalable targets and deletes their policies, up to 50 per target, one call
-each, while the autoscaler may be listing. Listing the whole region then moved later
-policies onto pages already read, and a user's SetAlarmState invoked nothing: seen once in
-CI (``test_scaling_decisions.py``, a target tracking alarm set to ALARM, right after the
-test that deletes an endpoint of 100 policies). The region's client here pages
-the way the local AWS's does and deletes 25 policies of another target after the first page
-it serves, once; the fleet is a stand-in that follows every resize.
+each, while the autoscaler may be listing. Listing the whole region with a NextToken that
+was a position (as the local AWS's was) then moved later policies onto pages already read,
+and a user's SetAlarmState invoked nothing: seen once in CI (``test_scaling_decisions.py``,
+a target tracking alarm set to ALARM, right after the test that deletes an endpoint of 100
+policies). The local AWS's token is a cursor now (``mmelocal.localaws.paging``); the
+region's client here still pages by position, the harshest a service could, and deletes 25
+policies of another target after the first page it serves, once; the fleet is a stand-in
+that follows every resize.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from types import SimpleNamespace
 from typing import Any
 
 from mmelocal.localaws.metric_store import MetricStore, series_key
-from mmelocal.localaws.paging import Listed, one_page
 from mmelocal.localaws.scaling import Autoscaler
 from mmelocal.localaws.scaling.records import matching_policies, policy_resource
 
@@ -46,7 +46,7 @@ def _step(name: str, resource: str) -> dict[str, Any]:
 
 class _Region:
     """Application Auto Scaling of one region: 30 policies of another target, then the
-    invoked one; pages of 10 as the local AWS gives them; 25 of the others deleted once,
+    invoked one; pages of 10, the token a position; 25 of the others deleted once,
     right after the first page is served (a deregistration running beside the listing)."""
 
     def __init__(self) -> None:
@@ -57,14 +57,10 @@ class _Region:
 
     def describe_scaling_policies(self, **params: Any) -> dict[str, Any]:
         found = matching_policies(self.policies, params)
-        page = one_page(
-            [Listed(p) for p in found],
-            params,
-            key="ScalingPolicies",
-            size_param="MaxResults",
-            default_size=10,
-            invalid_token_code="InvalidNextTokenException",
-        )
+        first, size = int(params.get("NextToken") or 0), int(params.get("MaxResults") or 10)
+        page: dict[str, Any] = {"ScalingPolicies": found[first : first + size]}
+        if first + size < len(found):
+            page["NextToken"] = str(first + size)
         if not self.deleted:
             self.deleted = True
             fillers = [p for p in self.policies if p["ResourceId"] == CROWDED][:25]

@@ -13,7 +13,7 @@ from mmelocal.facts.autoscaling import (
     SCALING_ACTIVITIES_PAGE_SIZE,
     SERVICE_NAMESPACE,
 )
-from mmelocal.localaws.paging import one_page
+from mmelocal.localaws.paging import Order, one_page
 
 
 @dataclass
@@ -49,16 +49,25 @@ class Activity:
         return out
 
 
+#: the order DescribeScalingActivities lists in: newest first, the id breaking ties (its
+#: model says only "A list of scaling activity objects"; EC2 Auto Scaling's operation of
+#: the same name documents "Activities are sorted by start time")
+_NEWEST_FIRST: Order[Activity] = Order(
+    name="StartTime", key=lambda a: (a.start_s, a.activity_id), descending=True
+)
+
+
 def describe_activities(
     activities: Sequence[Activity], region: str, params: dict[str, Any]
 ) -> dict[str, Any]:
-    """The answer to ``DescribeScalingActivities`` over ``activities`` (oldest first in
-    it): those of ``region`` the parameters name, newest first, one page."""
+    """The answer to ``DescribeScalingActivities`` over ``activities``: those of ``region``
+    the parameters name, newest first, one page (its token a cursor in that order:
+    :mod:`~mmelocal.localaws.paging`)."""
     namespace = params.get("ServiceNamespace")
     resource = params.get("ResourceId")
     dimension = params.get("ScalableDimension")
     found = [
-        a for a in reversed(activities)
+        a for a in activities
         if a.region == region
         and namespace == SERVICE_NAMESPACE
         and (resource is None or a.resource_id == resource)
@@ -68,6 +77,7 @@ def describe_activities(
         found,
         params,
         key="ScalingActivities",
+        order=_NEWEST_FIRST,
         size_param="MaxResults",
         default_size=SCALING_ACTIVITIES_PAGE_SIZE,
         invalid_token_code="InvalidNextTokenException",

@@ -18,17 +18,23 @@ from mmelocal.facts.autoscaling import (
     SERVICE_NAMESPACE,
 )
 from mmelocal.localaws.app.wsgi import Forward
-from mmelocal.localaws.paging import Listed, every_item, one_page
+from mmelocal.localaws.listing import epoch_s
+from mmelocal.localaws.paging import Listed, Order, every_item, one_page
 
 #: a ``MaxResults`` that has moto answer every match at once (moto sets no upper bound):
 #: its own DescribeScalableTargets pages cannot be followed past the second, whose
 #: ``NextToken`` is the first's again (moto 5.2.5, ``applicationautoscaling/responses.py``:
 #: ``next_token = str(len(scalable_targets_resp) - 1)``)
 _MOTO_EVERY_MATCH = 2**31 - 1
-#: operation -> the answer's key and the page size the service gives when none is asked
-_PAGED: dict[str, tuple[str, int]] = {
-    "DescribeScalableTargets": ("ScalableTargets", SCALABLE_TARGETS_PAGE_SIZE),
-    "DescribeScalingPolicies": ("ScalingPolicies", SCALING_POLICIES_PAGE_SIZE),
+#: operation -> the answer's key, the page size the service gives when none is asked, and
+#: the members that set an item apart (after its ``CreationTime``: the page order)
+_PAGED: dict[str, tuple[str, int, tuple[str, ...]]] = {
+    "DescribeScalableTargets": (
+        "ScalableTargets",
+        SCALABLE_TARGETS_PAGE_SIZE,
+        ("ServiceNamespace", "ResourceId", "ScalableDimension"),
+    ),
+    "DescribeScalingPolicies": ("ScalingPolicies", SCALING_POLICIES_PAGE_SIZE, ("PolicyARN",)),
 }
 #: the operations :func:`paged_records` answers
 PAGED_OPERATIONS = tuple(_PAGED)
@@ -79,11 +85,15 @@ def paged_records(
     match read from moto at once (policies filtered exactly: :func:`matching_policies`),
     then the page ``NextToken`` and ``MaxResults`` ask for, 50 targets or 10 policies when
     ``MaxResults`` is left out (:data:`~mmelocal.facts.autoscaling.SCALABLE_TARGETS_PAGE_SIZE`,
-    :data:`~mmelocal.facts.autoscaling.SCALING_POLICIES_PAGE_SIZE`); a token no page gave is
-    ``InvalidNextTokenException``. None (moto answers) for another operation."""
+    :data:`~mmelocal.facts.autoscaling.SCALING_POLICIES_PAGE_SIZE`), oldest first (by
+    ``CreationTime``, then the target's dimension or the policy's ARN: no source gives the
+    service's order; moto keeps its records in the order they were made), the token a
+    cursor in that order (:mod:`~mmelocal.localaws.paging`: a deletion between pages hides
+    nothing); a token no page gave is ``InvalidNextTokenException``. None (moto answers)
+    for another operation."""
     if operation not in _PAGED:
         return None
-    key, size = _PAGED[operation]
+    key, size, identity = _PAGED[operation]
     query = {k: v for k, v in params.items() if k not in ("NextToken", "MaxResults")}
     status, answer = forward({**query, "MaxResults": _MOTO_EVERY_MATCH})
     if status != 200 or not isinstance(answer, dict):
@@ -95,6 +105,13 @@ def paged_records(
         [Listed(item) for item in found],
         params,
         key=key,
+        order=Order(
+            name="CreationTime",
+            key=lambda item: (
+                epoch_s(item.value.get("CreationTime", 0)),
+                *(str(item.value.get(member, "")) for member in identity),
+            ),
+        ),
         size_param="MaxResults",
         default_size=size,
         invalid_token_code="InvalidNextTokenException",
