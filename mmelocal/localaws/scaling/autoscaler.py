@@ -295,9 +295,10 @@ class Autoscaler:
             else None
         )
         # the policies of the targets the actions name, each target's read apart: a listing
-        # of the region's policies is paged (10 a page, the token a position), and a
-        # deletion meanwhile (a deleted endpoint's targets deregistered, 50 policies each)
-        # moved later policies onto pages already read: the invoked one went unseen
+        # of the region's policies is paged (10 a page), and where a token is a position
+        # (the local AWS's was: paging.py), a deletion meanwhile (a deleted endpoint's
+        # targets deregistered, 50 policies each) moves later policies onto pages already
+        # read, and the invoked one goes unseen; one target's pages are also fewer to read
         aas = self._client_for("application-autoscaling", region)
         resources = sorted({r for a in actions if (r := policy_resource(str(a))) is not None})
         policies = [p for r in resources for p in scaling_policies(aas, ResourceId=r)]
