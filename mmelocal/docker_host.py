@@ -8,6 +8,9 @@ the same way (the docker SDK is imported only where a request is made):
 - where the engine runs: :func:`remote_engine` tells another machine's engine from this
   machine's, and :func:`refuse_remote_engine` is the one guard both run before they touch
   the engine, as both mount this machine's folders into their containers;
+  :func:`processes_elsewhere` tells, from ``docker info`` (:func:`engine_info`), an engine
+  of this machine whose containers' processes are not (Docker Desktop's VM), and
+  :func:`stats_memory_bytes` reads a container's memory from the engine's stats instead;
 - NVIDIA GPUs: :func:`engine_gpus` reads what ``docker info`` shows of the NVIDIA Container
   Toolkit (:class:`EngineGpus`), whose :meth:`EngineGpus.requests` are CDI's device names
   where the engine lists them, else ``--gpus``'s request (:func:`gpu_device_requests`);
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+import platform
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -78,6 +82,75 @@ def refuse_remote_engine(client: Any = None, *, needs: str, also: str = "") -> N
         f"this machine's engine{also}",
         address=address,
     )
+
+
+#: ``docker info``'s ``OperatingSystem`` under Docker Desktop (macOS, Windows, Linux): the
+#: daemon reports its own ``/etc/os-release`` ``PRETTY_NAME`` (moby
+#: ``pkg/parsers/operatingsystem``), which in Docker Desktop's VM is this
+DOCKER_DESKTOP_OS = "Docker Desktop"
+
+
+def engine_info(client: Any) -> Mapping[str, Any]:
+    """The engine's ``docker info`` (one request); empty when it cannot be read."""
+    try:
+        return dict(client.info() or {})
+    except Exception:
+        logger.debug("docker info failed", exc_info=True)
+        return {}
+
+
+def processes_elsewhere(
+    info: Mapping[str, Any], *, kernel_release: str | None = None
+) -> str | None:
+    """Where the engine of ``info`` (its ``docker info``) runs its containers when their
+    processes are not this machine's, so that a container's ``State.Pid`` names no process
+    here (or another one); None when they are, or when ``info`` does not say.
+
+    Two fields say so, and neither says it of an engine whose processes are this machine's:
+
+    - ``OperatingSystem`` is ``"Docker Desktop"``: Docker Desktop runs the engine in a VM
+      on macOS, Windows and Linux (bind mounts and published ports reach this machine
+      through its file sharing and port forwarding; processes do not). Under WSL 2 that VM
+      is the one kernel every WSL distribution runs, so the kernel below matches, but
+      Docker Desktop keeps its engine in a pid namespace of its own (Docker's "Introducing
+      the Docker Desktop WSL 2 Backend": "a separate network/pid/mount namespace"): this
+      field is the one that tells it.
+    - ``KernelVersion`` (the daemon's ``uname`` release) is not this machine's kernel
+      release (``kernel_release``, default ``platform.release()`` read now): the engine
+      runs under another kernel, a VM of any make (Colima, Rancher Desktop, Lima, a Podman
+      machine) or another machine behind a loopback tunnel.
+
+    Rootless Docker runs its containers in this machine's pid namespace (RootlessKit
+    creates one only with ``--pidns``, which ``dockerd-rootless.sh`` does not pass), on
+    this kernel: this machine's, rightly. An engine in a container of this kernel with a pid
+    namespace of its own (Docker in Docker behind a shared socket) looks like this machine's.
+    """
+    system = str(info.get("OperatingSystem") or "")
+    if system.startswith(DOCKER_DESKTOP_OS):
+        return f"Docker Desktop's VM ({system})"
+    kernel = str(info.get("KernelVersion") or "")
+    here = platform.release() if kernel_release is None else kernel_release
+    if kernel and kernel != here:
+        return f"another kernel than this machine's (the engine's {kernel}, this machine's {here})"
+    return None
+
+
+def stats_memory_bytes(stats: Mapping[str, Any]) -> int | None:
+    """A container's memory in its engine's stats answer (``GET /containers/ID/stats``), as
+    ``docker stats`` shows it: ``memory_stats.usage`` less the inactive file pages, which
+    the kernel reclaims first (``total_inactive_file`` under cgroup v1, ``inactive_file``
+    under v2; docker/cli ``cli/command/container/stats_helpers.go``,
+    ``calculateMemUsageUnixNoCache``). None without a usage (a container not running)."""
+    memory = stats.get("memory_stats") or {}
+    usage = memory.get("usage")
+    if usage is None:
+        return None
+    pages = memory.get("stats") or {}
+    for key in ("total_inactive_file", "inactive_file"):  # cgroup v1 first, as docker stats
+        inactive = pages.get(key)
+        if inactive is not None and inactive < usage:
+            return int(usage - inactive)
+    return int(usage)
 
 
 #: the CDI kind of NVIDIA's GPUs: ``nvidia-ctk cdi generate`` names them
@@ -157,14 +230,11 @@ class EngineGpus:
         return names
 
 
-def engine_gpus(client: Any) -> EngineGpus:
-    """What the engine's ``docker info`` says of NVIDIA GPUs (:class:`EngineGpus`); nothing
-    when it cannot be read."""
-    try:
-        info = client.info() or {}
-    except Exception:
-        logger.debug("docker info failed", exc_info=True)
-        return EngineGpus()
+def engine_gpus(client: Any, *, info: Mapping[str, Any] | None = None) -> EngineGpus:
+    """What the engine's ``docker info`` (``info`` when the caller has read it, else asked
+    now) says of NVIDIA GPUs (:class:`EngineGpus`); nothing when it cannot be read."""
+    if info is None:
+        info = engine_info(client)
     devices = info.get("DiscoveredDevices") or []
     return EngineGpus(
         nvidia_runtime="nvidia" in (info.get("Runtimes") or {}),
@@ -226,13 +296,17 @@ __all__ = [
     "CDI_GENERATE",
     "CDI_INJECTION_FAILED",
     "CDI_UNRESOLVABLE",
+    "DOCKER_DESKTOP_OS",
     "GPU_SETUP_HINT",
     "NO_DEVICE_DRIVER",
     "NVIDIA_CDI_KIND",
     "EngineGpus",
     "engine_gpus",
+    "engine_info",
     "gpu_device_requests",
     "gpu_refusal_hint",
+    "processes_elsewhere",
     "refuse_remote_engine",
     "remote_engine",
+    "stats_memory_bytes",
 ]

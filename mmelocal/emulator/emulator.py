@@ -191,7 +191,7 @@ class Emulator:
         if not self._on_gpu(launcher):
             if self._gpus.indices:
                 logger.info("instance %d: its launcher gives Triton no GPU: host memory", index)
-            return HostProbe(launcher.pid, budget_bytes=budget)
+            return _host_probe(launcher, budget)
         gpu = self._gpus.indices[self._gpu_of(index)]
         try:
             probe: MemoryProbe = NvmlProbe(gpu, launcher.pid)
@@ -200,7 +200,7 @@ class Emulator:
         else:
             cap = self.config.gpu_memory_bytes
             return CappedProbe(probe, cap) if cap is not None else probe
-        return HostProbe(launcher.pid, budget_bytes=budget)
+        return _host_probe(launcher, budget)
 
     def _default_launcher(self, index: int, workdir: Path) -> TritonLauncher:
         from mmelocal.runtime.server_config import ServerConfig
@@ -514,6 +514,17 @@ class Emulator:
             "restarts": self.watchdog.restarts,
             "events": [e.to_dict() for e in self.events.recent(limit=200)],
         }
+
+
+def _host_probe(launcher: TritonLauncher, budget: int) -> HostProbe:
+    """The host probe of ``launcher``'s server: its process tree's PSS, or where the launcher
+    gives no pid of a running server (a Docker engine in Docker Desktop's VM), the
+    container's memory as the engine counts it (``container_memory_bytes``)."""
+    return HostProbe(
+        launcher.pid,
+        budget_bytes=budget,
+        engine_memory=getattr(launcher, "container_memory_bytes", None),
+    )
 
 
 def _default_budget(instances: int) -> int:

@@ -13,7 +13,10 @@ both reading through :mod:`mmelocal.runtime.memory`:
   budget. PSS divides each shared page among the processes that map it, so libtorch or
   libpython count once for the tree, not once per stub as resident sizes (RSS) would.
   It reads through :class:`~mmelocal.runtime.memory.TreeMemoryReader`, whose docstring and
-  module give the cost per reading (``benchmarks/probe_cost.py``).
+  module give the cost per reading (``benchmarks/probe_cost.py``). Where the server's
+  processes are not this machine's (a Docker engine in Docker Desktop's VM: the launcher
+  gives no pid), it reads the container's memory as the engine counts it instead (named
+  ``host-engine``: no per-process figures, so a load's footprint is its whole growth).
 
 Readings are blocking (``/proc`` or NVML): call them from an executor, not the event loop.
 """
@@ -33,6 +36,8 @@ from mmelocal.units import mib
 logger = logging.getLogger(__name__)
 
 PidSource = Callable[[], "int | None"]
+#: a launcher's ``container_memory_bytes``: its server's memory as a container engine counts it
+EngineMemorySource = Callable[[], "int | None"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,25 +112,46 @@ class CappedProbe:
 
 
 class HostProbe:
-    """Summed PSS of the Triton process tree against ``budget_bytes`` (no GPU)."""
+    """Summed PSS of the Triton process tree against ``budget_bytes`` (no GPU).
+
+    ``engine_memory`` (a Docker launcher's ``container_memory_bytes``) is read instead
+    when ``pid_source`` gives no pid: a server whose processes are not this machine's."""
 
     kind = "host"
 
-    def __init__(self, pid_source: PidSource, *, budget_bytes: int) -> None:
+    def __init__(
+        self,
+        pid_source: PidSource,
+        *,
+        budget_bytes: int,
+        engine_memory: EngineMemorySource | None = None,
+    ) -> None:
         if budget_bytes <= 0:
             raise UserInputError(f"memory budget_bytes must be > 0, got {budget_bytes}")
         self._pid_source = pid_source
+        self._engine_memory = engine_memory
         self.budget_bytes = budget_bytes
         self.reader = TreeMemoryReader()
+        #: what the last reading read: ``pss`` (the process tree) or ``engine``
+        self.source = "pss"
 
     @property
     def name(self) -> str:
-        """``host-pss`` plus the budget."""
-        return f"host-pss(budget {mib(self.budget_bytes)})"
+        """``host-pss`` (``host-engine`` once it read the engine's figure) plus the budget."""
+        return f"host-{self.source}(budget {mib(self.budget_bytes)})"
 
     def read(self) -> MemoryReading:
-        """PSS summed over the server and its children (USS and RSS alongside)."""
-        tree = self.reader.read(self._pid_source())
+        """PSS summed over the server and its children (USS and RSS alongside); without a
+        pid, the engine's figure for the container where there is one."""
+        pid = self._pid_source()
+        if pid is None and self._engine_memory is not None:
+            used = self._engine_memory()
+            if used is not None:
+                self.source = "engine"
+                return MemoryReading(
+                    used_bytes=used, total_bytes=self.budget_bytes, process_bytes=used
+                )
+        tree = self.reader.read(pid)
         used = tree.pss_bytes
         return MemoryReading(
             used_bytes=used,
@@ -237,6 +263,7 @@ class TreeCpuMeter:
 
 __all__ = [
     "CappedProbe",
+    "EngineMemorySource",
     "HostProbe",
     "MemoryProbe",
     "MemoryReading",

@@ -430,13 +430,19 @@ def _log_size(log_path: Path | None) -> int:
 
 
 def _memory(launcher: TritonLauncher, gpu: int | None) -> tuple[int | None, str]:
-    """Used memory of GPU ``gpu`` (NVML index), else the PSS of the server's tree."""
+    """Used memory of GPU ``gpu`` (NVML index), else the PSS of the server's tree, else
+    (a container whose processes are not this machine's: Docker Desktop's VM, no pid) the
+    container's memory as its engine counts it."""
     if gpu is not None:
         used = gpu_used_bytes(gpu)
         if used is not None:
             return used, "gpu"
     pid = launcher.pid()
-    return (process_tree_pss_bytes(pid) if pid else None), "host_pss"
+    if pid:
+        return process_tree_pss_bytes(pid), "host_pss"
+    engine_memory = getattr(launcher, "container_memory_bytes", None)
+    used = engine_memory() if engine_memory is not None else None
+    return (used, "container") if used is not None else (None, "host_pss")
 
 
 def _external_payload(

@@ -21,6 +21,14 @@ machine (``DOCKER_HOST``) is refused before anything is asked of it
 :data:`LABEL_OWNER`, :data:`LABEL_SESSION`, :data:`LABEL_HOST` and :data:`LABEL_PID`, so
 that :func:`cleanup_containers` can remove what a crashed process left behind. The
 container's output is streamed into ``log_path`` while it runs.
+
+An engine of this machine may still run its containers' processes elsewhere: Docker
+Desktop runs it in a VM (macOS, Windows, Linux), whose bind mounts and published ports
+reach this machine and whose processes do not. The launcher asks the engine once
+(``docker info``, :func:`~mmelocal.docker_host.processes_elsewhere`); there
+:meth:`DockerLauncher.pid` is None (the container's ``State.Pid`` is a pid of the VM) and
+:meth:`DockerLauncher.container_memory_bytes` gives the container's memory as the engine
+counts it, which the emulator's host probe reads instead of the process tree.
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from mmelocal import docker_host
 from mmelocal.errors import ServerStartError, UserInputError
 from mmelocal.runtime import docker_engine
 from mmelocal.runtime.docker_engine import *  # noqa: F403 (re-exported: see __all__)
@@ -150,6 +159,7 @@ class DockerLauncher(OwnedServerLauncher):
         self.name = name or f"mmelocal-triton-{uuid.uuid4().hex[:10]}"
         self.run_options = dict(run_options or {})
         self._client = client
+        self._info: Mapping[str, Any] | None = None  # the engine's docker info, read once
         self._init_server_state(log_path)
         self._container: Any = None
         self._pump: threading.Thread | None = None
@@ -197,11 +207,28 @@ class DockerLauncher(OwnedServerLauncher):
             return isinstance(self.gpus, bool | int) and not self.gpus
         return super().runs_on_cpu
 
-    def gpu_selection(self, client: Any) -> tuple[list[Any], dict[str, str]]:
+    def gpu_selection(
+        self, client: Any, *, info: Mapping[str, Any] | None = None
+    ) -> tuple[list[Any], dict[str, str]]:
         """The device requests and the container's GPU environment on ``client``'s engine
-        (:func:`~mmelocal.runtime.docker_gpus.container_gpu_selection`): ``gpus`` when
-        given, else the GPUs a local server would see, by UUID."""
-        return container_gpu_selection(self.config, client, gpus=self.gpus, name=self.name)
+        (:func:`~mmelocal.runtime.docker_gpus.container_gpu_selection`; ``info``, its
+        ``docker info`` when read): ``gpus`` when given, else the GPUs a local server would
+        see, by UUID."""
+        return container_gpu_selection(
+            self.config, client, gpus=self.gpus, name=self.name, info=info
+        )
+
+    def processes_elsewhere(self) -> str | None:
+        """Where the engine runs the container's processes when they are not this
+        machine's (Docker Desktop's VM, another kernel:
+        :func:`~mmelocal.docker_host.processes_elsewhere`), else None. The engine is asked
+        once per launcher (``docker info``, at the first start); None while the launcher
+        has no engine yet (not started, no ``client`` given)."""
+        if self._info is None:
+            if self._client is None:
+                return None
+            self._info = docker_host.engine_info(self._client)
+        return docker_host.processes_elsewhere(self._info)
 
     def run_kwargs(
         self, *, gpu_requests: list[Any], gpu_env: Mapping[str, str] | None = None
@@ -255,7 +282,15 @@ class DockerLauncher(OwnedServerLauncher):
         reap_orphans_once(client)
         ensure_image(client, self.image, pull=self.pull)
         self._raise_if_stop_asked()
-        gpu_requests, gpu_env = self.gpu_selection(client)
+        elsewhere = self.processes_elsewhere()  # reads docker info once, for the GPUs too
+        if elsewhere is not None:
+            logger.info(
+                "container %s: its processes run in %s, not on this machine: no host pid; "
+                "its memory is the engine's figure (docker stats)",
+                self.name,
+                elsewhere,
+            )
+        gpu_requests, gpu_env = self.gpu_selection(client, info=self._info)
         kwargs = self.run_kwargs(gpu_requests=gpu_requests, gpu_env=gpu_env)
         if self._log_path is None:
             self._log_path = Path(tempfile.mkdtemp(prefix="mmelocal-triton-")) / "tritonserver.log"
@@ -345,15 +380,37 @@ class DockerLauncher(OwnedServerLauncher):
         return bool(self._container.status == "running")
 
     def pid(self) -> int | None:
-        """Host pid of the container's first process (None when stopped).
+        """Host pid of the container's first process (None when stopped, and when the
+        engine runs its processes elsewhere: :meth:`processes_elsewhere`).
 
         That process is Docker's init (``init=True``); tritonserver and its Python-backend
         stubs are its descendants, so sum the process tree for memory.
         """
-        if not self.is_alive():
+        if not self.is_alive() or self.processes_elsewhere() is not None:
             return None
         pid = self._container.attrs.get("State", {}).get("Pid")
         return int(pid) if pid else None
+
+    def container_memory_bytes(self) -> int | None:
+        """The container's memory as its engine counts it, ``docker stats``' figure
+        (:func:`~mmelocal.docker_host.stats_memory_bytes`): what there is to read where
+        the processes are not this machine's (:meth:`pid` None). None when stopped or when
+        the engine does not answer. One request (``one-shot``: no wait for a second CPU
+        sample; engines of API 1.41 and later, the full request before)."""
+        container = self._container
+        if container is None:
+            return None
+        from docker.errors import InvalidVersion
+
+        try:
+            try:
+                stats = container.stats(stream=False, one_shot=True)
+            except InvalidVersion:
+                stats = container.stats(stream=False)
+        except Exception as exc:
+            logger.debug("could not read the stats of %s: %s", self.name, exc)
+            return None
+        return docker_host.stats_memory_bytes(stats or {})
 
     def save_logs(self) -> Path | None:
         """Write the container's whole output to ``log_path`` now, in place of what the

@@ -12,7 +12,7 @@ else ``--gpus``'s), and the engine's refusal comes with what to do
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mmelocal.docker_host import engine_gpus, gpu_device_requests, gpu_refusal_hint
@@ -30,10 +30,16 @@ GpuChoice = bool | int | Sequence[str] | None
 
 
 def container_gpu_selection(
-    config: ServerConfig, client: Any, *, gpus: GpuChoice = None, name: str = "container"
+    config: ServerConfig,
+    client: Any,
+    *,
+    gpus: GpuChoice = None,
+    name: str = "container",
+    info: Mapping[str, Any] | None = None,
 ) -> tuple[list[Any], dict[str, str]]:
     """The device requests and the container's GPU environment for a Triton of ``config``
-    on ``client``'s engine (the container is called ``name`` in the log).
+    on ``client``'s engine (the container is called ``name`` in the log; ``info``, the
+    engine's ``docker info`` when the caller has read it).
 
     ``gpus`` given (:func:`~mmelocal.docker_host.gpu_device_requests`): exactly those, and
     the config's ``env`` as is. Else the GPUs a local server would see, by UUID, in the
@@ -47,7 +53,7 @@ def container_gpu_selection(
 
     if gpus is not None:
         return gpu_device_requests(gpus), {}
-    engine = engine_gpus(client)
+    engine = engine_gpus(client, info=info)
     chosen = container_gpus(config.env)
     if chosen is None:
         if gpu_count() == 0 and not engine.set_up:

@@ -87,6 +87,22 @@ def test_sagemaker_front_end_published(running: DockerLauncher) -> None:
         assert response.status == 200
 
 
+def test_this_machines_engine_gives_the_hosts_pid_of_the_container(
+    running: DockerLauncher, docker_engine: Any
+) -> None:
+    """A Linux dockerd here (its real ``docker info`` names this machine's kernel, not
+    Docker Desktop) runs the container's processes on this machine: the launcher's pid is
+    one of them as the engine lists them (``docker top``), and the engine's own memory
+    figure for the container (``docker stats``, one-shot) reads too."""
+    assert running.processes_elsewhere() is None
+    pid = running.pid()
+    top = docker_engine.containers.get(running.container_id).top()
+    column = top["Titles"].index("PID")
+    assert pid is not None and str(pid) in {row[column] for row in top["Processes"]}
+    used = running.container_memory_bytes()
+    assert used is not None and used > 0
+
+
 def test_ports_published_on_loopback_only(running: DockerLauncher, docker_engine: Any) -> None:
     container = docker_engine.containers.get(running.container_id)
     published = container.attrs["NetworkSettings"]["Ports"]
