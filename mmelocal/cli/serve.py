@@ -143,6 +143,7 @@ def serve(
     # every option but --host, --port and the HTTP timeouts is named after the
     # EmulatorConfig field it sets
     emulator = Emulator(EmulatorConfig(**config))
+    emulator.store.check()  # an S3 store without credentials or endpoint: one line, no banner
     root = logging.getLogger("mmelocal")
     if root.level > logging.INFO or root.level == logging.NOTSET:
         root.setLevel(logging.INFO)  # loads, unloads and evictions are the point: show them
