@@ -315,7 +315,7 @@ def _check_npz_names(
         "output": (tuple(outputs), artifact.signature.output_names),
     }
     for kind, (given, names) in wanted.items():
-        problems = []
+        problems: list[str] = []
         if unknown := [repr(n) for n in given if n not in names]:
             problems.append(f"names {kind}s {', '.join(unknown)} that the artifact does not have")
         if kind == "input" and (missing := [repr(n) for n in names if n not in given]):
