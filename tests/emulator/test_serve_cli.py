@@ -214,6 +214,9 @@ def test_the_banner_names_a_target_model_the_store_holds(
     write_tarball(store / "resnet-2.tar.gz")
     shown = "".join(_serve(*args).stdout.split())  # the banner wraps at the terminal width
     assert "TargetModel='resnet-2.tar.gz'" in shown, shown
+    # the call it shows needs credentials and a region to be signed, any will do: on a
+    # machine with none, boto3 raised NoCredentialsError (NoRegionError) before sending it
+    assert "(anyAWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEYandregionwilldo:" in shown, shown
 
 
 def test_a_failed_start_keeps_the_log_it_names(tmp_path: Path, silent_tritonserver: Path) -> None:
