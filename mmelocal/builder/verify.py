@@ -286,6 +286,7 @@ def _compare_npz(
     outputs = {k.split(":", 1)[1]: v for k, v in arrays.items() if k.startswith("output:")}
     if not inputs or not outputs:
         raise UserInputError(f"{path} needs input:<name> and output:<name> arrays")
+    _check_npz_names(path, runner.artifact, inputs, outputs)
     first = next(iter(inputs.values()))
     batch = int(first.shape[0]) if first.ndim else 1
     tensors = [*inputs.values(), *outputs.values()]
@@ -298,6 +299,32 @@ def _compare_npz(
         actual = runner.run(given)
         rows += [_compare(n, size, None, actual.get(n), w, atol, rtol) for n, w in wanted.items()]
     return rows
+
+
+def _check_npz_names(
+    path: Path,
+    artifact: ExportedArtifact,
+    inputs: Mapping[str, Any],
+    outputs: Mapping[str, Any],
+) -> None:
+    """Refuse a reference whose arrays are not named after the artifact's tensors (every
+    input, and outputs it has), naming them: an existing file's tensors are named by its
+    graph or, for TorchScript, ``output0__0`` ..., not after the model it came from."""
+    wanted = {
+        "input": (tuple(inputs), artifact.signature.input_names),
+        "output": (tuple(outputs), artifact.signature.output_names),
+    }
+    for kind, (given, names) in wanted.items():
+        problems: list[str] = []
+        if unknown := [repr(n) for n in given if n not in names]:
+            problems.append(f"names {kind}s {', '.join(unknown)} that the artifact does not have")
+        if kind == "input" and (missing := [repr(n) for n in names if n not in given]):
+            problems.append(f"lacks its inputs {', '.join(missing)}")
+        if problems:
+            raise UserInputError(
+                f"reference {path} {' and '.join(problems)} (its {kind}s: {', '.join(names)}): "
+                f"name the arrays {kind}:NAME after the artifact's tensors"
+            )
 
 
 class ArtifactRunner:

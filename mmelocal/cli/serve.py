@@ -143,6 +143,7 @@ def serve(
     # every option but --host, --port and the HTTP timeouts is named after the
     # EmulatorConfig field it sets
     emulator = Emulator(EmulatorConfig(**config))
+    emulator.store.check()  # an S3 store without credentials or endpoint: one line, no banner
     root = logging.getLogger("mmelocal")
     if root.level > logging.INFO or root.level == logging.NOTSET:
         root.setLevel(logging.INFO)  # loads, unloads and evictions are the point: show them
@@ -154,6 +155,9 @@ def serve(
         f"[bold]MME emulator[/] starting: store [cyan]{emulator.store.description}[/], "
         f"endpoint [green]http://{shown}:{port}[/] (Ctrl-C or SIGTERM stops it)\n"
         + _invoke_hint(emulator.store, f"http://{shown}:{port}", endpoint_name)
+        # boto3 signs every call: with no credentials or region it raises before sending
+        + "\n  (any AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY and region will do: boto3 "
+        "needs some to sign, the emulator checks none)"
         + f"\n  metrics: http://{shown}:{port}/metrics   state: "
         f"http://{shown}:{port}/emulator/state",
         highlight=False,

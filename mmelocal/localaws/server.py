@@ -249,9 +249,11 @@ class LocalAws(StartStopContext):
             self._cleanup()
             hint = " (another server uses it: choose another --port)"
             in_use = exc.errno == errno.EADDRINUSE
+            # the system's reason, without what create_server adds to it ("(while
+            # attempting to bind on address ...)": the address is in the message already)
+            reason = (exc.strerror or str(exc)).split(" (while attempting to bind", 1)[0]
             raise UserInputError(
-                f"cannot listen on {self.host}:{self.port}: {exc.strerror or exc}"
-                + (hint if in_use else "")
+                f"cannot listen on {self.host}:{self.port}: {reason}" + (hint if in_use else "")
             ) from None
         with sock:
             self._server = make_server(

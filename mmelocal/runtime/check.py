@@ -13,6 +13,7 @@ it. A failing model carries Triton's own message. The user's files are never mod
 from __future__ import annotations
 
 import logging
+import re
 import shutil
 import tempfile
 import time
@@ -367,7 +368,8 @@ def _check_model(
     try:
         check.load_time_s = client.load(check.name, config=config_json, files=files)
     except ModelLoadError as exc:
-        check.fail(f"load: {exc.triton_message or exc}")
+        message = str(exc.triton_message or exc)
+        check.fail(f"load: {message}{_missing_backend_hint(message, opts)}")
         return
     after = _memory(launcher, gpu)
     if before[0] is not None and after[0] is not None:
@@ -381,6 +383,23 @@ def _check_model(
                 check.unload_time_s = client.unload(check.name, timeout_s=opts.load_timeout_s)
             except MmeLocalError as exc:
                 check.fail(f"unload: {exc}")
+
+
+_MISSING_BACKEND = re.compile(r"unable to find backend library for backend '([^']+)'")
+
+
+def _missing_backend_hint(message: str, opts: CheckOptions) -> str:
+    """What to do when Triton lacks a model's backend that the check took it to have (an
+    external server or an image, whose backends it cannot read: all of them, unless told)."""
+    found = _MISSING_BACKEND.search(message)
+    if found is None or opts.backends is not None or opts.launcher == "local":
+        return ""
+    return (
+        f" (this server has no {found.group(1)!r} backend: give the backends it has with "
+        "--backends, e.g. --backends python for the pip tritonserver, which a kept "
+        "`mmelocal triton start` server runs; models needing others are then served "
+        "through mmelocal's Python runner)"
+    )
 
 
 def _query(

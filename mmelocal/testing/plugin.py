@@ -67,17 +67,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--mmelocal-tritonserver",
         default=None,
+        metavar="PATH",
         help="tritonserver binary or install folder for the local launcher",
     )
     group.addoption(
         PYTEST_FLAGS.image,
         default=None,
+        metavar="IMAGE",
         help=f"image for {PYTEST_FLAGS.docker} (default: $MMELOCAL_TEST_TRITON_IMAGE, "
         "else NVIDIA's Triton image)",
     )
     group.addoption(
         "--mmelocal-backends",
         default=None,
+        metavar="NAMES",
         help="comma-separated backends the server has (default: python for the local "
         "binary, all for docker); models needing others are served by mmelocal's runner",
     )
@@ -91,6 +94,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--mmelocal-region",
         default=None,
+        metavar="REGION",
         help=f"the region of --mmelocal-endpoint (default: ${REGION_ENV}, else boto3's: "
         "AWS_DEFAULT_REGION or the profile's)",
     )

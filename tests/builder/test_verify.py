@@ -224,3 +224,41 @@ def test_reference_npz_checks_the_rows_at_every_batch_size(tmp_path: Path) -> No
     # a model that batches only what it was given: the reference is checked as recorded
     report = verify(source, art, reference_npz=npz, max_batch_size=0)
     assert report.ok and [r.batch_size for r in report.rows] == [2]
+
+
+@pytest.mark.parametrize("fmt", ["torchscript", "onnx"])
+def test_reference_npz_with_names_the_artifact_lacks_says_its_names(
+    tmp_path: Path, fmt: str
+) -> None:
+    """A reference whose arrays are not named after the artifact's tensors (the source's
+    names, say, for a ``.pt`` file whose outputs are ``output0__0`` ...) is bad input that
+    names the artifact's tensors: it was a KeyError traceback for an input (TorchScript),
+    an "onnxruntime failed" export error (ONNX), and for an output a verification failure
+    that said to raise --atol/--rtol."""
+    import torch
+
+    from mmelocal.builder.sources import source_from_module
+    from mmelocal.builder.torch2onnx import export_onnx
+    from mmelocal.builder.torch2torchscript import export_torchscript
+
+    source = source_from_module(torch.nn.Linear(4, 2), {"x": torch.randn(2, 4)}, name="lin")
+    export = export_torchscript if fmt == "torchscript" else export_onnx
+    art = export(source, tmp_path / ("model.pt" if fmt == "torchscript" else "model.onnx"))
+    (input_name,), (output_name,) = art.signature.input_names, art.signature.output_names
+    x = np.ones((2, 4), dtype=np.float32)
+    y = source.run({"x": torch.from_numpy(x)})["output"]
+    good = tmp_path / "good.npz"
+    np.savez(good, **{f"input:{input_name}": x, f"output:{output_name}": y})
+    assert verify(source, art, reference_npz=good, max_batch_size=8).ok
+    cases = {
+        "input": {"input:ids": x, f"output:{output_name}": y},
+        "output": {f"input:{input_name}": x, "output:logits": y},
+    }
+    for kind, arrays in cases.items():
+        npz = tmp_path / f"bad_{kind}.npz"
+        np.savez(npz, **arrays)
+        with pytest.raises(UserInputError) as info:
+            verify(source, art, reference_npz=npz, max_batch_size=8)
+        text = str(info.value)
+        assert str(npz) in text and ("'ids'" if kind == "input" else "'logits'") in text
+        assert f"its {kind}s: {input_name if kind == 'input' else output_name}" in text, text

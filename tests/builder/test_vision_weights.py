@@ -172,3 +172,20 @@ def test_download_timeout_must_be_positive(monkeypatch) -> None:
     for bad in ("0", "-1", "soon"):
         with pytest.raises(SourceError, match="MMELOCAL_DOWNLOAD_TIMEOUT_S must be"):
             download_timeout_s({"MMELOCAL_DOWNLOAD_TIMEOUT_S": bad})
+
+
+def test_an_unreachable_hub_offers_random_timm_weights() -> None:
+    """A timm model's weights that cannot be fetched say, as torchvision's do, that
+    ``--weights none`` builds without them; it was missing (the hub's message for a hub
+    model, which has no weights to leave out). The hub client's own retries (about 23 s)
+    are left out of this unit test: the error it raises is translated as it is here."""
+    from mmelocal.builder.sources.hub import HubSettings, translate_hub_error
+
+    settings = HubSettings.from_env({"HF_ENDPOINT": "http://127.0.0.1:9"})
+    down = ConnectionError("[Errno 111] Connection refused")
+    timm = translate_hub_error(down, "timm/resnet18.a1_in1k", None, settings, spec="timm:resnet18")
+    assert isinstance(timm, DownloadError)
+    assert "run again, or pass --weights none for random weights;" in str(timm), timm
+    for spec in (None, "org/name"):  # a hub model (build, estimate): no weights to leave out
+        hub = translate_hub_error(down, "org/name", None, settings, spec=spec)
+        assert "cannot download org/name" in str(hub) and "--weights" not in str(hub)

@@ -138,11 +138,20 @@ def test_serve_bad_options_are_one_line(tmp_path: Path, args: tuple[str, ...], w
     _one_line_error(_serve(*filled), words)
 
 
-def test_serve_s3_without_credentials_fails_fast(tmp_path: Path) -> None:
+@pytest.mark.parametrize("credentials", [False, True])
+def test_serve_s3_store_that_cannot_work_fails_before_the_banner(
+    credentials: bool, refused_port: int
+) -> None:
+    """No credentials, or an S3 endpoint that does not answer: one line and nothing else,
+    as for a missing folder. The banner ("MME emulator starting ...", with a made-up
+    TargetModel since the store could not be listed) came first, on stdout."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     env.update(AWS_SHARED_CREDENTIALS_FILE="/nonexistent", AWS_CONFIG_FILE="/nonexistent")
     env["AWS_EC2_METADATA_DISABLED"] = "true"
-    args = ["--store", "s3://bucket/prefix", "--s3-endpoint-url", "http://127.0.0.1:1"]
+    if credentials:
+        env.update(AWS_ACCESS_KEY_ID="any", AWS_SECRET_ACCESS_KEY="any")
+    endpoint = f"http://127.0.0.1:{refused_port}"
+    args = ["--store", "s3://bucket/prefix", "--s3-endpoint-url", endpoint]
     result = subprocess.run(
         [sys.executable, "-m", "mmelocal", "serve", *args, "--port", str(pick_free_port())],
         capture_output=True,
@@ -150,7 +159,13 @@ def test_serve_s3_without_credentials_fails_fast(tmp_path: Path) -> None:
         timeout=60,
         env=env,
     )
-    _one_line_error(result, "no AWS credentials for the S3 store s3://bucket/prefix/")
+    words = (
+        f"cannot reach the S3 store s3://bucket/prefix/ at {endpoint}"
+        if credentials
+        else "no AWS credentials for the S3 store s3://bucket/prefix/"
+    )
+    _one_line_error(result, words)
+    assert result.stdout == "" and len(result.stderr.strip().splitlines()) == 1, result
 
 
 @pytest.mark.parametrize(
@@ -199,6 +214,9 @@ def test_the_banner_names_a_target_model_the_store_holds(
     write_tarball(store / "resnet-2.tar.gz")
     shown = "".join(_serve(*args).stdout.split())  # the banner wraps at the terminal width
     assert "TargetModel='resnet-2.tar.gz'" in shown, shown
+    # the call it shows needs credentials and a region to be signed, any will do: on a
+    # machine with none, boto3 raised NoCredentialsError (NoRegionError) before sending it
+    assert "(anyAWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEYandregionwilldo:" in shown, shown
 
 
 def test_a_failed_start_keeps_the_log_it_names(tmp_path: Path, silent_tritonserver: Path) -> None:

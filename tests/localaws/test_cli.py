@@ -4,6 +4,7 @@ one line."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -168,7 +169,12 @@ def test_port_in_use_is_one_line(tmp_path: Path, held_port: int) -> None:
     text = (result.stdout + result.stderr).strip()
     assert result.returncode == 2, text
     assert "Traceback" not in text and len(text.splitlines()) == 1, text
-    assert f"cannot listen on 127.0.0.1:{held_port}" in text and "choose another --port" in text
+    # as `mmelocal serve` says it (the system's reason once, not the socket module's
+    # "(while attempting to bind on address ...)" beside it)
+    assert text == (
+        f"error: cannot listen on 127.0.0.1:{held_port}: {os.strerror(errno.EADDRINUSE)} "
+        "(another server uses it: choose another --port)"
+    )
 
 
 def test_the_printed_exports_can_be_pasted_as_they_are(tmp_path: Path) -> None:

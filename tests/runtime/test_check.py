@@ -73,6 +73,14 @@ def test_check_human_output_and_tarball(tmp_path, capsys):
 def test_check_on_an_external_server_uploads_the_files(tmp_path, triton_server):
     repo = tmp_path / "repo"
     write_mlp(repo, "mlp_upload", "onnx")
+    # its backends told: an external server is taken to have every backend, and the pip
+    # server (a kept `mmelocal triton start` one too) has Python's alone; Triton's refusal
+    # said nothing about --backends
+    untold = check_path(repo, CheckOptions(launcher="external", url=triton_server.http_url))
+    assert not untold.ok
+    (error,) = untold.models[0].errors
+    assert "unable to find backend library for backend 'onnxruntime'" in error, error
+    assert "give the backends it has with --backends, e.g. --backends python" in error, error
     options = CheckOptions(
         launcher="external", url=triton_server.http_url, backends=frozenset({"python"})
     )

@@ -186,6 +186,24 @@ def test_fixtures_are_offered_and_default_config_is_empty(pytester: pytest.Pytes
         assert f"\n{name} " in listing, name
 
 
+def test_option_placeholders_name_no_variable_nothing_reads(pytester: pytest.Pytester) -> None:
+    """``pytest --help`` shows each option's value as a placeholder: argparse's default
+    was the option's name in capitals (``--mmelocal-docker-image=MMELOCAL_DOCKER_IMAGE``),
+    which reads as an environment variable, and no ``MMELOCAL_DOCKER_IMAGE``,
+    ``MMELOCAL_BACKENDS`` or ``MMELOCAL_REGION`` exists (the image's is
+    ``MMELOCAL_TEST_TRITON_IMAGE``)."""
+    text = pytester.runpytest("--help").stdout.str()
+    for option, value in (
+        ("tritonserver", "PATH"),
+        ("docker-image", "IMAGE"),
+        ("backends", "NAMES"),
+        ("endpoint", "NAME"),
+        ("region", "REGION"),
+    ):
+        assert f"--mmelocal-{option}={value}" in text, option
+    assert "=MMELOCAL_" not in text
+
+
 def test_plugin_declares_only_prefixed_markers(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         """

@@ -258,10 +258,14 @@ def translate_hub_error(
             source=source,
             url=where,
         )
+    from mmelocal.builder.sources import is_vision_spec
+
+    # a timm model's weights: random ones are enough for capacity and latency work
+    or_random = ", or pass --weights none for random weights" if is_vision_spec(source) else ""
     return DownloadError(
         f"cannot download {repo_id} from {where} ({_reason(exc)}): check the network, proxy "
-        f"or HF_ENDPOINT and run again; finished files are kept in {settings.cache_dir} "
-        "and nothing partial is used",
+        f"or HF_ENDPOINT and run again{or_random}; finished files are kept in "
+        f"{settings.cache_dir} and nothing partial is used",
         source=source,
         url=where,
     )
