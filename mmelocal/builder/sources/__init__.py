@@ -20,11 +20,11 @@ frameworks are imported only by the loader that needs them.
 from __future__ import annotations
 
 import dataclasses
-import re
 from pathlib import Path
 
 from mmelocal.builder.sources.base import ModelSource
 from mmelocal.builder.sources.module import source_from_module
+from mmelocal.builder.sources.specs import SPEC_PREFIX, VISION_PREFIXES, is_vision_spec
 from mmelocal.builder.tarball import TARBALL_SUFFIXES
 from mmelocal.errors import SourceError
 
@@ -39,14 +39,6 @@ ACCEPTED_FORMS = (
 )
 TORCHSCRIPT_SUFFIXES = (".pt", ".pth", ".ts", ".torchscript")
 ONNX_SUFFIXES = (".onnx",)
-_PREFIX = re.compile(r"^([A-Za-z][\w-]*):(.*)$")
-_VISION_PREFIXES = ("torchvision", "timm")
-
-
-def is_vision_spec(spec: str) -> bool:
-    """True for ``torchvision:NAME`` and ``timm:NAME`` (the sources that take weights)."""
-    prefix = _PREFIX.match(spec.strip())
-    return prefix is not None and prefix.group(1).lower() in _VISION_PREFIXES
 
 
 def load_source(
@@ -78,7 +70,7 @@ def load_source(
         raise SourceError(f"batch_size must be >= 1, got {batch_size}", source=spec)
     from mmelocal.builder.sources import huggingface as hf
 
-    prefix = _PREFIX.match(spec)
+    prefix = SPEC_PREFIX.match(spec)
     if weights is not None and not is_vision_spec(spec):
         raise SourceError(
             f"weights apply to torchvision:NAME and timm:NAME sources, not to {spec}", source=spec
@@ -158,7 +150,7 @@ def _load_prefixed(
     batch_size: int,
     name: str | None,
 ) -> ModelSource:
-    if prefix not in (*_VISION_PREFIXES, "hf"):
+    if prefix not in (*VISION_PREFIXES, "hf"):
         raise SourceError(
             f"unknown source prefix {prefix + ':'!r}; accepted: {_forms()}", source=spec
         )

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from mmelocal.builder.runners import first_line
+from mmelocal.builder.sources.specs import is_vision_spec
 from mmelocal.errors import AccessDeniedError, DownloadError, MissingDependencyError, SourceError
 
 logger = logging.getLogger(__name__)
@@ -258,8 +259,6 @@ def translate_hub_error(
             source=source,
             url=where,
         )
-    from mmelocal.builder.sources import is_vision_spec
-
     # a timm model's weights: random ones are enough for capacity and latency work
     or_random = ", or pass --weights none for random weights" if is_vision_spec(source) else ""
     return DownloadError(
