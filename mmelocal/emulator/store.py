@@ -167,6 +167,7 @@ class S3Store:
             client = aws_client("s3", LOCAL, session=session, endpoint_url=endpoint_url)
         self.endpoint_url = endpoint_url
         self._client = client
+        self._checked = False  # check() passed once: `serve` checks before its banner
 
     @property
     def description(self) -> str:
@@ -185,11 +186,15 @@ class S3Store:
     def check(self) -> None:
         """List at most one key under the prefix: credentials present, endpoint reachable,
         bucket there. A listing refused for lack of permission is only logged (reading
-        objects may still be allowed, as on SageMaker)."""
+        objects may still be allowed, as on SageMaker). Once it passed, a later call (the
+        emulator's start after `serve`'s own) asks nothing again."""
         from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
+        if self._checked:
+            return
         try:
             self._client.list_objects_v2(Bucket=self.bucket, Prefix=self.prefix, MaxKeys=1)
+            self._checked = True
         except NoCredentialsError:
             raise UserInputError(
                 f"no AWS credentials for the S3 store {self.description}: set "
@@ -200,6 +205,7 @@ class S3Store:
             code = str(exc.response.get("Error", {}).get("Code", ""))
             if code in ("AccessDenied", "AllAccessDisabled"):
                 logger.warning("cannot list %s (%s); going on", self.description, code)
+                self._checked = True
                 return
             raise UserInputError(
                 f"the S3 store {self.description} cannot be used ({code or 'error'}): {exc}"

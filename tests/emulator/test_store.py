@@ -96,7 +96,13 @@ def test_s3_store_against_the_local_aws(
         store.stat("missing.tar.gz")
     with pytest.raises(InvalidTargetError):
         store.stat("../pre/team/m.tar.gz")
+    listed: list[str] = []
+    store._client.meta.events.register(
+        "before-call.s3.ListObjectsV2", lambda **_: listed.append("list")
+    )
     store.check()
+    store.check()  # the emulator's start after `serve`'s own check: nothing asked again
+    assert listed == ["list"]
     with pytest.raises(UserInputError, match="NoSuchBucket"):
         S3Store("no-such-bucket", endpoint_url=local_aws_env.url).check()
 
