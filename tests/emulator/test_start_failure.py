@@ -21,6 +21,11 @@ from mmelocal.emulator.server import EmulatorServer
 from mmelocal.errors import EmulatorError
 
 
+def _emulator_threads() -> list[threading.Thread]:
+    """The emulator loop threads of this process (any test's)."""
+    return [t for t in threading.enumerate() if t.name == "mme-emulator"]
+
+
 @pytest.fixture
 def broken_tritonserver(tmp_path: Path) -> Path:
     broken = tmp_path / "tritonserver"
@@ -62,13 +67,14 @@ def test_the_reason_survives_a_loop_closing_as_the_caller_stops(
     monkeypatch.setattr(server_module, "new_event_loop", lingering_loop)
     monkeypatch.setattr(EmulatorServer, "stop", stop)
     (tmp_path / "store").mkdir()
+    threads_before = set(_emulator_threads())  # another module's may still be ending
     server = EmulatorServer(
         EmulatorConfig(store=str(tmp_path / "store"), tritonserver=broken_tritonserver)
     )
     with pytest.raises(Exception, match="cannot start here"):
         server.start()
     server.stop()  # idempotent after a failed start
-    assert not any(t.name == "mme-emulator" for t in threading.enumerate())
+    assert not [t for t in _emulator_threads() if t not in threads_before]
 
 
 def test_a_stop_ends_a_start_under_way_and_stops_its_triton(tmp_path: Path) -> None:
@@ -82,6 +88,7 @@ def test_a_stop_ends_a_start_under_way_and_stops_its_triton(tmp_path: Path) -> N
     never_ready.write_text(f"#!/bin/sh\necho $$ > {pid_file}\nexec sleep 600\n")
     never_ready.chmod(0o755)
     (tmp_path / "store").mkdir()
+    threads_before = set(_emulator_threads())  # another module's may still be ending
     server = EmulatorServer(EmulatorConfig(store=str(tmp_path / "store"), tritonserver=never_ready))
     starting = InBackground(server.start)
     pid = int(wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), timeout_s=60))
@@ -91,7 +98,7 @@ def test_a_stop_ends_a_start_under_way_and_stops_its_triton(tmp_path: Path) -> N
     assert len(failures) == 1 and isinstance(failures[0], EmulatorError), failures
     assert "stopped while it was starting" in str(failures[0])
     assert not _runs(pid)
-    assert not any(t.name == "mme-emulator" for t in threading.enumerate())
+    assert not [t for t in _emulator_threads() if t not in threads_before]
 
 
 def _runs(pid: int) -> bool:

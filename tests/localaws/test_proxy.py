@@ -26,7 +26,7 @@ def test_hard_coded_aws_addresses_reach_the_local_aws(local_aws_env: LocalAws) -
     sts = boto3.client(
         "sts", region_name="us-east-1", endpoint_url="https://sts.us-east-1.amazonaws.com"
     )
-    assert sts.get_caller_identity()["Account"] == "123456789012"
+    assert sts.get_caller_identity()["Account"] == local_aws_env.account_id
     s3 = boto3.client("s3", endpoint_url="https://s3.us-east-1.amazonaws.com")
     assert "Buckets" in s3.list_buckets()
     # the CA is what makes it trusted: without AWS_CA_BUNDLE the same call is refused

@@ -85,7 +85,7 @@ def test_invoke_endpoint_async_through_the_local_aws(local_aws_env: LocalAws) ->
         )
     assert info.value.response["Error"] == {
         "Code": "ValidationError",
-        "Message": "Endpoint nobody of account 123456789012 not found.",
+        "Message": f"Endpoint nobody of account {local_aws_env.account_id} not found.",
     }
 
 

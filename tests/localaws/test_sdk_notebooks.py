@@ -71,7 +71,7 @@ def test_sdk_2_and_3_scripts_run_unmodified(local_aws_env: LocalAws, tmp_path: P
         # default_bucket() made the SDK's bucket (named after the account STS answered)
         # and upload_data put the tarball in it
         uploaded = lines["uploaded"].removeprefix("s3://").split("/", 1)
-        assert uploaded[0] == "sagemaker-us-east-1-123456789012"
+        assert uploaded[0] == f"sagemaker-us-east-1-{local_aws_env.account_id}"
         assert boto3.client("s3").head_object(Bucket=uploaded[0], Key=uploaded[1])
         wait_gone(boto3.client("sagemaker"), lines["deleted"])  # the SDK's delete, done
     if len(ready) < len(MAJORS):
